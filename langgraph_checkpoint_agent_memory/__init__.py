@@ -1,0 +1,37 @@
+"""Memory that lasts for LangGraph agents.
+
+Short-term memory is a LangGraph checkpointer (:func:`create_checkpointer`); configuration
+comes from :func:`agent_config` fields that operators can change without touching code.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
+from langgraph_checkpoint_agent_memory.errors import (
+    AgentMemoryError,
+    ConfigurationError,
+    ThreadDeletedError,
+)
+from langgraph_checkpoint_agent_memory.factory import create_checkpointer
+from langgraph_checkpoint_agent_memory.settings import (
+    ConfigField,
+    ConfigValueError,
+    agent_config,
+)
+
+try:
+    __version__ = version("langgraph-checkpoint-agent-memory")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AgentMemoryError",
+    "ConfigField",
+    "ConfigValueError",
+    "ConfigurationError",
+    "ThreadDeletedError",
+    "TimedInMemorySaver",
+    "__version__",
+    "agent_config",
+    "create_checkpointer",
+]

@@ -1,0 +1,24 @@
+"""Exceptions raised by the package.
+
+Every error derives from :class:`AgentMemoryError`, so callers can catch the package's failures
+in one clause, and from the matching built-in (``ValueError``, ``LookupError``) so code written
+against LangGraph's own savers keeps working.
+"""
+
+from __future__ import annotations
+
+
+class AgentMemoryError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigurationError(AgentMemoryError, ValueError):
+    """A setting, argument or configuration source holds a value that cannot be used."""
+
+
+class ThreadDeletedError(AgentMemoryError, LookupError):
+    """A write named a parent checkpoint of a thread that was deleted or expired.
+
+    Accepting it would bring the thread back to life with a broken history, so it is refused.
+    Start the thread afresh (a config without ``checkpoint_id``) or use a new ``thread_id``.
+    """
