@@ -1,0 +1,95 @@
+"""Checkpoint logic with no storage and no I/O, shared by every saver of the package.
+
+The in-memory saver and the SQL saver differ in where bytes live, not in what a checkpoint
+tuple is, how writes are ordered or which ancestors a ``DeltaChannel`` still needs; those
+rules live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+
+def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | None]:
+    """Return ``(thread_id, checkpoint_ns, checkpoint_id)`` or say precisely what is missing."""
+    try:  # the hot path: a well-formed config costs three lookups
+        configurable = config["configurable"]  # type: ignore[index]
+        thread_id = configurable["thread_id"]
+        if type(thread_id) is str and thread_id:
+            return (
+                thread_id,
+                configurable.get("checkpoint_ns") or "",
+                configurable.get("checkpoint_id"),
+            )
+    except (KeyError, TypeError):
+        pass
+    configurable = (config or {}).get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise ConfigurationError(
+            "config['configurable']['thread_id'] is required by the checkpointer; "
+            "pass e.g. {'configurable': {'thread_id': 'user-42'}} to invoke()"
+        )
+    return (
+        str(thread_id),
+        configurable.get("checkpoint_ns") or "",
+        configurable.get("checkpoint_id"),
+    )
+
+
+def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The config that names one stored checkpoint."""
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def parent_config(
+    thread_id: str, checkpoint_ns: str, parent_id: str | None
+) -> RunnableConfig | None:
+    return checkpoint_config(thread_id, checkpoint_ns, parent_id) if parent_id else None
+
+
+def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    """LangGraph's ``list(filter=...)`` rule: every key equal, a missing key never matches."""
+    if not filter:
+        return True
+    missing = object()
+    return all(metadata.get(k, missing) == v for k, v in filter.items())
+
+
+def delta_channels_of(metadata: Mapping[str, Any]) -> set[str]:
+    """Channels whose value must be rebuilt from ancestors (``DeltaChannel`` since a snapshot)."""
+    counters = metadata.get("counters_since_delta_snapshot") or {}
+    return set(counters)
+
+
+def ancestors_to_keep(
+    latest_id: str,
+    delta_channels: Iterable[str],
+    parent_of: Callable[[str], str | None],
+    has_value: Callable[[str, str], bool],
+) -> list[str]:
+    """Checkpoint ids that ``prune(strategy="keep_latest")`` must keep for one namespace.
+
+    The latest checkpoint, plus every ancestor up to the nearest one that stores a value for
+    each ``DeltaChannel`` still being replayed; dropping those would make the channels rebuild
+    as empty without any error.
+    """
+    keep = [latest_id]
+    remaining = set(delta_channels)
+    current = parent_of(latest_id)
+    while remaining and current is not None:
+        keep.append(current)
+        remaining = {ch for ch in remaining if not has_value(current, ch)}
+        current = parent_of(current)
+    return keep

@@ -1,0 +1,88 @@
+"""Shared test helpers: a fake clock, a sync-through-async adapter, checkpoint builders."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to, shared safely between threads."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+def sync_through_async(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
+    """Wrap ``saver`` so its ``a*`` methods run the *sync* methods in a worker thread.
+
+    The conformance suite only calls the async API; this makes it test the sync one.
+    """
+    base = type(saver)
+
+    class SyncDriven(base):  # type: ignore[valid-type, misc]
+        def __init__(self) -> None:  # state is shared with the wrapped saver
+            pass
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(saver, name)
+
+        async def aget_tuple(self, config):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.get_tuple, config)
+
+        async def alist(self, config, *, filter=None, before=None, limit=None) -> AsyncIterator:  # type: ignore[no-untyped-def]
+            items = await asyncio.to_thread(
+                lambda: list(saver.list(config, filter=filter, before=before, limit=limit))
+            )
+            for item in items:
+                yield item
+
+        async def aput(self, config, checkpoint, metadata, new_versions):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.put, config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(self, config, writes, task_id, task_path=""):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.put_writes, config, writes, task_id, task_path)
+
+        async def adelete_thread(self, thread_id):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.delete_thread, thread_id)
+
+        async def adelete_for_runs(self, run_ids: Sequence[str]):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.delete_for_runs, run_ids)
+
+        async def acopy_thread(self, source_thread_id, target_thread_id):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.copy_thread, source_thread_id, target_thread_id)
+
+        async def aprune(self, thread_ids, *, strategy="keep_latest"):  # type: ignore[no-untyped-def]
+            return await asyncio.to_thread(saver.prune, thread_ids, strategy=strategy)
+
+    return SyncDriven()
+
+
+def make_checkpoint(values: dict[str, Any] | None = None, step: int = 0, version: int = 1) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = str(uuid6(clock_seq=step))
+    values = values or {}
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = {k: version for k in values}
+    return checkpoint
+
+
+def config_for(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}

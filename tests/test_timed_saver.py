@@ -1,0 +1,447 @@
+"""TimedInMemorySaver: expiry, activity, the sweeper's lifecycle, thread management."""
+
+from __future__ import annotations
+
+import gc
+import operator
+import random
+import threading
+import time
+import weakref
+from typing import Annotated, Any
+
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_agent_memory import ThreadDeletedError, TimedInMemorySaver
+from tests.helpers import FakeClock, config_for, make_checkpoint
+
+_versions = iter(range(1, 10**9))
+
+
+def put(saver: Any, thread_id: str, values: dict | None = None, parent: Any = None, **md: Any):
+    """Store a checkpoint whose channels all get a new version, as a real step would."""
+    config = config_for(thread_id, parent["configurable"]["checkpoint_id"] if parent else None)
+    checkpoint = make_checkpoint(values, version=next(_versions))
+    return saver.put(
+        config, checkpoint, {"source": "loop", "step": 0, **md}, checkpoint["channel_versions"]
+    )
+
+
+def sweeper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("TimedInMemorySaver-sweeper")]
+
+
+# -- construction ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_rejects_non_positive_ttl(bad: int) -> None:
+    with pytest.raises(ValueError, match="ttl_seconds"):
+        TimedInMemorySaver(bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, "60", True])
+def test_rejects_non_integer_ttl(bad: Any) -> None:
+    with pytest.raises(TypeError, match="ttl_seconds"):
+        TimedInMemorySaver(bad)
+
+
+def test_is_an_in_memory_saver_with_documented_default_interval() -> None:
+    assert isinstance(TimedInMemorySaver(3600), InMemorySaver)
+    assert TimedInMemorySaver(3600).sweep_interval_seconds == 60
+    assert TimedInMemorySaver(30).sweep_interval_seconds == 3
+    assert TimedInMemorySaver(2).sweep_interval_seconds == 0.5
+    assert TimedInMemorySaver(30, sweep_interval_seconds=7).sweep_interval_seconds == 7
+
+
+# -- expiry and activity --------------------------------------------------------------------
+
+
+def test_idle_thread_is_invisible_at_once_before_any_sweep(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    stored = put(saver, "t1", {"a": 1})
+    clock.advance(10)
+    assert saver.get_tuple(config_for("t1")) is not None  # exactly ttl: still alive
+    clock.advance(10.001)
+    assert saver.get_tuple(config_for("t1")) is None
+    assert saver.get_tuple(stored) is None
+    assert list(saver.list(config_for("t1"))) == []
+    assert list(saver.list(None)) == []
+    saver.close()
+
+
+def test_reads_and_writes_count_as_activity(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    stored = put(saver, "t1", {"a": 1})
+    for read in (
+        lambda: saver.get_tuple(config_for("t1")),
+        lambda: list(saver.list(config_for("t1"))),
+        lambda: saver.put_writes(stored, [("a", 2)], "task"),
+    ):
+        clock.advance(8)
+        read()
+    clock.advance(8)  # 32 s after the put, 8 s after the last activity
+    assert saver.get_tuple(config_for("t1")) is not None
+    saver.close()
+
+
+async def test_async_reads_count_as_activity(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    stored = await saver.aput(config_for("t1"), make_checkpoint({"a": 1}), {}, {"a": 1})
+    for _ in range(3):
+        clock.advance(8)
+        assert await saver.aget_tuple(config_for("t1")) is not None
+    clock.advance(8)
+    assert [t async for t in saver.alist(config_for("t1"))]
+    await saver.aput_writes(stored, [("a", 5)], "task")
+    clock.advance(11)
+    assert await saver.aget_tuple(config_for("t1")) is None
+    saver.close()
+
+
+def test_reads_of_unknown_threads_create_nothing(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    assert saver.get_tuple(config_for("ghost")) is None
+    assert saver.get_tuple(config_for("ghost", "some-id")) is None
+    assert list(saver.list(config_for("ghost"))) == []
+    assert saver.get_delta_channel_history(config=config_for("ghost"), channels=["x"]) == {
+        "x": {"writes": []}
+    }
+    assert "ghost" not in saver.storage
+    assert saver._activity == {} and saver._index == {}
+    assert not saver.sweeper_running  # reads never start the sweeper
+
+
+def test_sweep_frees_memory_of_expired_threads_only(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    old = put(saver, "old", {"a": "x" * 100})
+    saver.put_writes(old, [("a", 1)], "task")
+    clock.advance(6)
+    young = put(saver, "young", {"a": "y"})
+    saver.put_writes(young, [("a", 2)], "task")
+    clock.advance(6)
+    assert saver.sweep() == 1
+    assert "old" not in saver.storage
+    assert all(k[0] != "old" for k in saver.writes)
+    assert all(k[0] != "old" for k in saver.blobs)
+    assert saver.get_tuple(config_for("young")).pending_writes == [("task", "a", 2)]
+    saver.close()
+
+
+def test_late_write_into_expired_thread_is_refused_but_fresh_start_allowed(
+    clock: FakeClock,
+) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    first = put(saver, "t1", {"a": 1})
+    clock.advance(11)
+    with pytest.raises(ThreadDeletedError, match="t1"):
+        put(saver, "t1", {"a": 2}, parent=first)
+    with pytest.raises(ThreadDeletedError):
+        saver.put_writes(first, [("a", 3)], "task")
+    assert saver.get_tuple(config_for("t1")) is None  # nothing was resurrected
+    fresh = put(saver, "t1", {"a": 4})
+    assert saver.get_tuple(config_for("t1")).checkpoint["channel_values"] == {"a": 4}
+    put(saver, "t1", {"a": 5}, parent=fresh)
+    saver.close()
+
+
+def test_late_write_after_delete_thread_is_refused(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    first = put(saver, "t1", {"a": 1})
+    saver.delete_thread("t1")
+    with pytest.raises(ThreadDeletedError):
+        put(saver, "t1", {"a": 2}, parent=first)
+    assert list(saver.list(None)) == []
+    saver.close()
+
+
+# -- sweeper lifecycle ----------------------------------------------------------------------
+
+
+def test_sweeper_starts_lazily_and_close_stops_it() -> None:
+    saver = TimedInMemorySaver(60, sweep_interval_seconds=0.05)
+    assert not saver.sweeper_running
+    put(saver, "t1")
+    assert saver.sweeper_running
+    thread = saver._sweeper._thread  # type: ignore[union-attr]
+    saver.close()
+    assert not thread.is_alive()
+    assert not saver.sweeper_running
+
+
+def test_context_managers_stop_the_sweeper() -> None:
+    with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
+        put(saver, "t1")
+        thread = saver._sweeper._thread  # type: ignore[union-attr]
+    assert not thread.is_alive()
+
+
+async def test_async_context_manager_stops_the_sweeper() -> None:
+    async with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
+        await saver.aput(config_for("t1"), make_checkpoint(), {}, {})
+        thread = saver._sweeper._thread  # type: ignore[union-attr]
+    thread.join(2)
+    assert not thread.is_alive()
+
+
+def test_garbage_collection_stops_the_sweeper() -> None:
+    saver = TimedInMemorySaver(60, sweep_interval_seconds=30)
+    put(saver, "t1")
+    thread = saver._sweeper._thread  # type: ignore[union-attr]
+    ref = weakref.ref(saver)
+    del saver
+    gc.collect()
+    assert ref() is None
+    thread.join(2)
+    assert not thread.is_alive()
+
+
+def test_real_sweeper_evicts_in_the_background() -> None:
+    saver = TimedInMemorySaver(1, sweep_interval_seconds=0.05)
+    put(saver, "t1", {"a": 1})
+    deadline = time.monotonic() + 5
+    while "t1" in saver.storage and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "t1" not in saver.storage and not saver.blobs
+    saver.close()
+
+
+def test_many_savers_leave_no_threads_behind() -> None:
+    before = len(sweeper_threads())
+    for _ in range(20):
+        with TimedInMemorySaver(60, sweep_interval_seconds=10) as saver:
+            put(saver, "t")
+    assert len(sweeper_threads()) == before
+
+
+# -- concurrency ----------------------------------------------------------------------------
+
+
+def test_concurrent_writers_and_sweeper_never_half_evict() -> None:
+    """Writers on many threads while an aggressive sweeper runs: a thread is either whole or
+    gone, and threads kept active lose nothing."""
+    clock = FakeClock()
+    saver = TimedInMemorySaver(5, sweep_interval_seconds=0.001, clock=clock)
+    errors: list[BaseException] = []
+    active = [f"active-{i}" for i in range(8)]
+    idle = [f"idle-{i}" for i in range(40)]
+
+    def writer(thread_id: str, rounds: int) -> None:
+        try:
+            parent = None
+            for i in range(rounds):
+                try:
+                    parent = put(saver, thread_id, {"n": i}, parent=parent)
+                    saver.put_writes(parent, [("n", -i)], f"task-{i}")
+                except ThreadDeletedError:
+                    parent = None  # expired while idle: start afresh, as a graph would
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    for thread_id in idle:
+        writer(thread_id, 3)
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            clock.advance(0.5)
+            time.sleep(0.0005)
+
+    workers = [threading.Thread(target=writer, args=(t, 200)) for t in active]
+    tick = threading.Thread(target=ticker)
+    tick.start()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stop.set()
+    tick.join()
+    clock.advance(1)
+    assert not errors
+    saver.sweep()
+    with saver._lock:
+        for thread_id in active + idle:
+            present = thread_id in saver.storage
+            owns_keys = any(k[0] == thread_id for k in saver.blobs) or any(
+                k[0] == thread_id for k in saver.writes
+            )
+            assert present == (thread_id in saver._index) == (thread_id in saver._activity)
+            if not present:
+                assert not owns_keys, f"{thread_id} was half evicted"
+    for thread_id in active:
+        tup = saver.get_tuple(config_for(thread_id))
+        if tup is not None:  # whole: its last checkpoint and its writes are readable
+            n = tup.checkpoint["channel_values"]["n"]
+            assert tup.pending_writes == [(f"task-{n}", "n", -n)]
+    saver.close()
+
+
+# -- thread management ----------------------------------------------------------------------
+
+
+def test_delete_thread_touches_only_that_thread(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    for t in ("a", "b"):
+        stored = put(saver, t, {"x": t})
+        saver.put_writes(stored, [("x", 1)], "task")
+    saver.delete_thread("a")
+    assert saver.get_tuple(config_for("a")) is None
+    assert saver.get_tuple(config_for("b")).checkpoint["channel_values"] == {"x": "b"}
+    assert {k[0] for k in saver.blobs} == {"b"} and {k[0] for k in saver.writes} == {"b"}
+    assert set(saver._activity) == {"b"}
+    saver.close()
+
+
+def test_copy_thread_copies_everything_and_refreshes_activity(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    c1 = put(saver, "src", {"x": 1}, run_id="r1")
+    c2 = put(saver, "src", {"x": 2}, parent=c1, run_id="r1")
+    saver.put_writes(c2, [("x", 3)], "task")
+    clock.advance(9)
+    saver.copy_thread("src", "dst")
+    clock.advance(9)  # src was touched by the copy too
+    copied = list(saver.list(config_for("dst")))
+    assert [t.checkpoint["channel_values"] for t in copied] == [{"x": 2}, {"x": 1}]
+    assert copied[0].pending_writes == [("task", "x", 3)]
+    saver.delete_for_runs(["r1"])  # the run index follows the copy
+    assert list(saver.list(config_for("dst"))) == []
+    assert list(saver.list(config_for("src"))) == []
+    assert not saver.blobs
+    saver.close()
+
+
+def test_delete_for_runs_removes_checkpoints_writes_and_orphan_blobs(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(10, clock=clock)
+    c1 = put(saver, "t", {"x": "kept"}, run_id="keep")
+    saver.put_writes(c1, [("x", 1)], "task")
+    c1_version = saver.get_tuple(c1).checkpoint["channel_versions"]["x"]
+    c2 = put(saver, "t", {"x": "gone"}, parent=c1, run_id="drop")
+    saver.put_writes(c2, [("x", 2)], "task")
+    saver.delete_for_runs(["drop", "unknown"])
+    remaining = list(saver.list(config_for("t")))
+    assert [t.metadata["run_id"] for t in remaining] == ["keep"]
+    assert set(saver.blobs) == {("t", "", "x", c1_version)}
+    assert set(saver.writes) == {("t", "", c1["configurable"]["checkpoint_id"])}
+    saver.close()
+
+
+def test_prune_rejects_unknown_strategy() -> None:
+    with pytest.raises(ValueError, match="strategy"):
+        TimedInMemorySaver(10).prune(["t"], strategy="everything")
+
+
+def extend(state: list, batches: list) -> list:
+    return state + [x for batch in batches for x in batch]
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
+
+
+def delta_graph(saver: Any) -> Any:
+    builder = StateGraph(DeltaState)
+    builder.add_node("add", lambda s: {"items": [len(s["items"])]})
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_prune_keep_latest_keeps_delta_channel_ancestors() -> None:
+    saver = TimedInMemorySaver(3600)
+    graph = delta_graph(saver)
+    config = {"configurable": {"thread_id": "d"}}
+    for _ in range(5):
+        graph.invoke({"items": []}, config)
+    latest = saver.get_tuple(config)
+    assert latest.metadata["counters_since_delta_snapshot"]  # the latest is not a snapshot
+    before = graph.get_state(config).values["items"]
+    assert before == [0, 1, 2, 3, 4]
+    total = len(list(saver.list(config)))
+    saver.prune(["d"], strategy="keep_latest")
+    kept = list(saver.list(config))
+    assert 1 < len(kept) < total  # back to the snapshot ancestor, not all history
+    assert "items" in kept[-1].checkpoint["channel_values"]
+    assert graph.get_state(config).values["items"] == before
+    graph.invoke({"items": []}, config)
+    assert graph.get_state(config).values["items"] == [*before, 5]
+    saver.prune(["d"], strategy="delete")
+    assert graph.get_state(config).values == {}
+    saver.close()
+
+
+def test_prune_keep_latest_without_delta_channels_keeps_one_per_namespace() -> None:
+    saver = TimedInMemorySaver(3600)
+    first = put(saver, "t", {"x": 1})
+    second = put(saver, "t", {"x": 2}, parent=first)
+    saver.put_writes(second, [("x", 9)], "task")
+    put(saver, "other", {"x": 1})
+    saver.prune(["t"], strategy="keep_latest")
+    assert [t.config for t in saver.list(config_for("t"))] == [second]
+    assert saver.get_tuple(second).pending_writes == [("task", "x", 9)]
+    assert len(list(saver.list(config_for("other")))) == 1
+    saver.close()
+
+
+# -- a real compiled graph ------------------------------------------------------------------
+
+
+class Counter(TypedDict):
+    count: Annotated[int, operator.add]
+
+
+def counter_graph(saver: Any) -> Any:
+    builder = StateGraph(Counter)
+    builder.add_node("inc", lambda s: {"count": 1})
+    builder.add_edge(START, "inc")
+    builder.add_edge("inc", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_graph_state_expires_after_ttl_and_survives_while_read(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(30, clock=clock)
+    graph = counter_graph(saver)
+    kept = {"configurable": {"thread_id": "kept"}}
+    idle = {"configurable": {"thread_id": "idle"}}
+    graph.invoke({"count": 0}, kept)
+    graph.invoke({"count": 0}, idle)
+    for _ in range(4):  # 100 s in all, but "kept" is read every 25 s
+        clock.advance(25)
+        assert graph.get_state(kept).values == {"count": 1}
+    assert graph.get_state(idle).values == {}
+    assert graph.invoke({"count": 0}, idle) == {"count": 1}  # a fresh start
+    assert graph.invoke({"count": 0}, kept) == {"count": 2}
+    saver.close()
+
+
+async def test_async_graph_on_timed_saver(clock: FakeClock) -> None:
+    saver = TimedInMemorySaver(30, clock=clock)
+    graph = counter_graph(saver)
+    config = {"configurable": {"thread_id": "a"}}
+    assert await graph.ainvoke({"count": 0}, config) == {"count": 1}
+    assert await graph.ainvoke({"count": 0}, config) == {"count": 2}
+    clock.advance(31)
+    assert (await graph.aget_state(config)).values == {}
+    saver.close()
+
+
+def test_randomized_graph_threads_expire_independently() -> None:
+    clock = FakeClock()
+    saver = TimedInMemorySaver(10, clock=clock)
+    graph = counter_graph(saver)
+    last_seen: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    rng = random.Random(7)
+    for _ in range(200):
+        thread_id = f"t{rng.randrange(6)}"
+        clock.advance(rng.uniform(0, 4))
+        now = clock()
+        expected_alive = thread_id in last_seen and now - last_seen[thread_id] <= 10
+        config = {"configurable": {"thread_id": thread_id}}
+        counts[thread_id] = counts.get(thread_id, 0) + 1 if expected_alive else 1
+        assert graph.invoke({"count": 0}, config) == {"count": counts[thread_id]}
+        last_seen[thread_id] = clock()
+    saver.close()
