@@ -1,0 +1,96 @@
+"""``create_checkpointer()``: the one call a graph needs for short-term memory.
+
+The backend comes from, in order: the ``url`` argument, the ``AGENT_MEMORY_URL`` environment
+variable, and otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
+``@agent_config("config.checkpointer.ttl_seconds", ...)`` field, else no expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_checkpoint_agent_memory import settings
+from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
+from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+
+logger = logging.getLogger(__name__)
+
+URL_ENV = "AGENT_MEMORY_URL"
+TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
+
+#: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
+#: so an operator turning the TTL off through configuration does not break the code.
+_TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock"})
+_MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
+
+_warned_volatile = False
+
+
+def _warn_volatile_once(kind: str) -> None:
+    global _warned_volatile
+    if not _warned_volatile:
+        _warned_volatile = True
+        logger.warning(
+            "create_checkpointer(): using %s; conversation state lives in this process only "
+            "and does not survive a restart (pass url= or set %s to persist it)",
+            kind,
+            URL_ENV,
+        )
+
+
+def resolve_ttl(ttl_seconds: int | None) -> int | None:
+    """The TTL to use: the argument when given, else the declared config field, else off."""
+    if ttl_seconds is not None:
+        return validate_ttl(ttl_seconds)
+    declared = settings.get_field(TTL_CONFIG_KEY)
+    if declared is None:
+        return None
+    return validate_ttl(declared.value(), name=TTL_CONFIG_KEY)
+
+
+def create_checkpointer(
+    ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
+) -> BaseCheckpointSaver:
+    """Return a LangGraph checkpointer for this environment.
+
+    Args:
+        ttl_seconds: Seconds of inactivity after which a thread is forgotten. ``None`` reads
+            the ``config.checkpointer.ttl_seconds`` field when one is declared with
+            ``@agent_config``; ``None`` or ``0`` in the end means no expiry.
+        url: Where to persist checkpoints; ``None`` reads ``AGENT_MEMORY_URL``.
+        **options: Passed to the saver, e.g. ``serde=EncryptedSerializer(...)`` or
+            ``sweep_interval_seconds=5``.
+
+    Returns:
+        ``InMemorySaver`` without TTL, ``TimedInMemorySaver`` with one.
+
+    Raises:
+        TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
+        ValueError: ``ttl_seconds`` is negative.
+    """
+    ttl = resolve_ttl(ttl_seconds)
+    target = url if url is not None else os.environ.get(URL_ENV) or None
+    if target is not None:
+        raise NotImplementedError(
+            f"persistent checkpointers are not available yet (url={target!r}); "
+            f"unset {URL_ENV} to use the in-memory savers"
+        )
+    unknown = sorted(set(options) - _MEMORY_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
+            f"in-memory saver; known: {', '.join(sorted(_MEMORY_OPTIONS))}"
+        )
+    if ttl is None:
+        ignored = sorted(set(options) & _TTL_ONLY_OPTIONS)
+        if ignored:
+            logger.debug("TTL is off; ignoring %s", ", ".join(ignored))
+        _warn_volatile_once("InMemorySaver")
+        return InMemorySaver(serde=options.get("serde"))
+    _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl})")
+    return TimedInMemorySaver(ttl, **options)

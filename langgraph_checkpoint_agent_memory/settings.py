@@ -1,0 +1,367 @@
+"""``@agent_config``: configuration fields declared in code and changed without touching it.
+
+Source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config`` (same first three
+arguments, decorating a zero-argument function whose return value is the coded default), but
+it works at run time: the field is registered, can be listed and exported as JSON, and calling
+the decorated function returns the **effective** value, looked up in this order:
+
+1. a programmatic override (:func:`set_override` / :func:`overrides`);
+2. the environment variable named after the key (``config.checkpointer.ttl_seconds`` ->
+   ``CONFIG__CHECKPOINTER__TTL_SECONDS``);
+3. the JSON file named by ``AGENT_CONFIG_FILE`` (flat ``{"config.a.b": 1}`` or nested
+   ``{"config": {"a": {"b": 1}}}``);
+4. the coded default.
+
+Values are coerced to the return annotation; a value that does not convert raises
+:class:`ConfigValueError` naming the key and where the bad value came from.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+CONFIG_FILE_ENV = "AGENT_CONFIG_FILE"
+
+T = TypeVar("T")
+_MISSING: Any = object()
+
+
+class ConfigValueError(ConfigurationError):
+    """A configuration source holds a value that does not convert to the field's type."""
+
+
+def env_var_name(key: str) -> str:
+    """``config.checkpointer.ttl_seconds`` -> ``CONFIG__CHECKPOINTER__TTL_SECONDS``."""
+    return "__".join(re.sub(r"[^0-9A-Za-z]", "_", part).upper() for part in key.split("."))
+
+
+@dataclass
+class ConfigField:
+    """One declared field: what a UI needs to show it and what the code needs to read it."""
+
+    key: str
+    label: str
+    description: str
+    annotation: Any
+    getter: Callable[[], Any] = field(repr=False)
+    extra: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""
+
+    @property
+    def env_var(self) -> str:
+        return env_var_name(self.key)
+
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.annotation)
+
+    def default(self) -> Any:
+        """The coded default: the decorated function's own return value."""
+        return _coerce(self.getter(), self.annotation, self.key, "the coded default")
+
+    def resolve(self) -> tuple[Any, str]:
+        """The effective value and the source it came from."""
+        with _lock:
+            if self.key in _overrides:
+                return _coerce(_overrides[self.key], self.annotation, self.key, "an override"), (
+                    "override"
+                )
+        raw = os.environ.get(self.env_var)
+        if raw is not None:
+            return _coerce(
+                raw, self.annotation, self.key, f"environment variable {self.env_var}", text=True
+            ), "env"
+        path = os.environ.get(CONFIG_FILE_ENV)
+        if path:
+            found = _file_value(path, self.key)
+            if found is not _MISSING:
+                return _coerce(
+                    found, self.annotation, self.key, f"{CONFIG_FILE_ENV} file {path}"
+                ), "file"
+        return self.default(), "default"
+
+    def value(self) -> Any:
+        return self.resolve()[0]
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description, with the effective value and its source."""
+        value, source = self.resolve()
+        return {
+            "key": self.key,
+            "label": self.label,
+            "description": self.description,
+            "type": self.type_name,
+            "default": self.default(),
+            "value": value,
+            "source": source,
+            "env_var": self.env_var,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+_lock = threading.RLock()
+_registry: dict[str, ConfigField] = {}
+_overrides: dict[str, Any] = {}
+_file_cache: dict[str, tuple[float, Any]] = {}
+
+
+def agent_config(
+    key: str, label: str, description: str, **extra: Any
+) -> Callable[[Callable[[], T]], Callable[[], T]]:
+    """Declare a configuration field whose coded default is the decorated function's result.
+
+    Example::
+
+        @agent_config("config.checkpointer.ttl_seconds", "Thread TTL",
+                      "Seconds of inactivity after which a conversation is forgotten")
+        def checkpointer_ttl() -> int:
+            return 3600
+
+        checkpointer_ttl()  # 3600, or CONFIG__CHECKPOINTER__TTL_SECONDS if set
+
+    Raises:
+        ConfigurationError: the key is empty, or another function already declared it.
+    """
+    if not isinstance(key, str) or not key.strip():
+        raise ConfigurationError(f"agent_config key must be a non-empty string, got {key!r}")
+    key = key.strip()
+
+    def decorator(fn: Callable[[], T]) -> Callable[[], T]:
+        origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        try:
+            annotation = typing.get_type_hints(fn).get("return", _MISSING)
+        except Exception:
+            annotation = getattr(fn, "__annotations__", {}).get("return", _MISSING)
+        declared = ConfigField(
+            key=key,
+            label=label,
+            description=description,
+            annotation=annotation,
+            getter=fn,
+            extra=dict(extra),
+            origin=origin,
+        )
+        with _lock:
+            existing = _registry.get(key)
+            # The same function declared again (a module re-import) replaces its old entry.
+            if existing is not None and existing.origin != origin:
+                raise ConfigurationError(
+                    f"agent_config key {key!r} is declared twice: by {existing.origin} "
+                    f"and by {origin}"
+                )
+            _registry[key] = declared
+
+        @functools.wraps(fn)
+        def effective() -> T:
+            return typing.cast(T, declared.value())
+
+        effective.config_field = declared  # type: ignore[attr-defined]
+        return effective
+
+    return decorator
+
+
+def get_field(key: str) -> ConfigField | None:
+    with _lock:
+        return _registry.get(key)
+
+
+def fields() -> list[ConfigField]:
+    """Every declared field, sorted by key."""
+    with _lock:
+        return [_registry[k] for k in sorted(_registry)]
+
+
+def effective_value(key: str, default: Any = None) -> Any:
+    """The effective value of a declared field, or ``default`` when nobody declared it."""
+    declared = get_field(key)
+    return default if declared is None else declared.value()
+
+
+def export_json(indent: int | None = 2) -> str:
+    """The registry as JSON, for tools that show the fields in a UI."""
+    return json.dumps([f.describe() for f in fields()], indent=indent, default=str)
+
+
+def set_override(key: str, value: Any) -> None:
+    """Set a programmatic override; it wins over environment, file and default."""
+    with _lock:
+        _overrides[key] = value
+
+
+def clear_override(key: str | None = None) -> None:
+    """Remove one override, or all of them."""
+    with _lock:
+        if key is None:
+            _overrides.clear()
+        else:
+            _overrides.pop(key, None)
+
+
+@contextmanager
+def overrides(values: Mapping[str, Any]) -> Iterator[None]:
+    """Override fields for the duration of a ``with`` block (handy in tests)."""
+    with _lock:
+        saved = {k: _overrides.get(k, _MISSING) for k in values}
+        _overrides.update(values)
+    try:
+        yield
+    finally:
+        with _lock:
+            for k, old in saved.items():
+                if old is _MISSING:
+                    _overrides.pop(k, None)
+                else:
+                    _overrides[k] = old
+
+
+def _forget(key: str) -> None:
+    """Drop a declaration (tests only)."""
+    with _lock:
+        _registry.pop(key, None)
+        _overrides.pop(key, None)
+
+
+# -- sources and coercion ------------------------------------------------------------------
+
+
+def _file_value(path: str, key: str) -> Any:
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError as exc:
+        raise ConfigValueError(
+            f"{CONFIG_FILE_ENV} names {path!r}, which cannot be read: {exc.strerror}"
+        ) from None
+    with _lock:
+        cached = _file_cache.get(path)
+        if cached is None or cached[0] != mtime:
+            try:
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigValueError(
+                    f"{CONFIG_FILE_ENV} file {path!r} is not valid JSON: {exc}"
+                ) from None
+            if not isinstance(data, dict):
+                raise ConfigValueError(
+                    f"{CONFIG_FILE_ENV} file {path!r} must hold a JSON object, "
+                    f"got {type(data).__name__}"
+                )
+            cached = _file_cache[path] = (mtime, data)
+    data = cached[1]
+    if key in data:
+        return data[key]
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_NONE = {"", "none", "null"}
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is _MISSING:
+        return "any"
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = False) -> Any:
+    try:
+        return _convert(value, annotation, text)
+    except (TypeError, ValueError) as exc:
+        raise ConfigValueError(
+            f"agent_config {key!r}: {source} holds {value!r}, which is not a valid "
+            f"{_type_name(annotation)} ({exc})"
+        ) from None
+
+
+def _convert(value: Any, annotation: Any, text: bool) -> Any:
+    if annotation is _MISSING or annotation is Any:
+        return value
+    origin = typing.get_origin(annotation)
+    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        args = typing.get_args(annotation)
+        if type(None) in args and (value is None or (text and str(value).strip().lower() in _NONE)):
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, text)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors))
+    if annotation is type(None):
+        if value is None or (text and str(value).strip().lower() in _NONE):
+            return None
+        raise ValueError("expected null")
+    if origin is typing.Literal:
+        choices = typing.get_args(annotation)
+        for choice in choices:
+            try:
+                if _convert(value, type(choice), text) == choice:
+                    return choice
+            except (TypeError, ValueError):
+                continue
+        raise ValueError(f"expected one of {list(choices)}")
+    target = origin or annotation
+    if target is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError("expected true/false")
+    if target is int:
+        if isinstance(value, bool):
+            raise ValueError("expected an integer, got a boolean")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return int(value.strip())
+        raise ValueError("expected an integer")
+    if target is float:
+        if isinstance(value, bool):
+            raise ValueError("expected a number, got a boolean")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+        raise ValueError("expected a number")
+    if target is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError("expected a string")
+    if target in (list, dict, tuple, set, frozenset):
+        if isinstance(value, str) and text:
+            value = json.loads(value)
+        container = {list: list, tuple: list, set: list, frozenset: list, dict: dict}[target]
+        if not isinstance(value, container):
+            raise ValueError(f"expected a JSON {'object' if target is dict else 'array'}")
+        return target(value)
+    if isinstance(target, type):
+        if isinstance(value, target):
+            return value
+        return target(value)
+    return value

@@ -1,0 +1,96 @@
+"""create_checkpointer(): which saver, which TTL, which errors."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+from langgraph_checkpoint_agent_memory import (
+    TimedInMemorySaver,
+    agent_config,
+    create_checkpointer,
+    factory,
+    settings,
+)
+from tests.helpers import config_for, make_checkpoint
+
+
+@pytest.mark.parametrize("ttl", [None, 0])
+def test_no_ttl_gives_in_memory_saver(ttl: Any) -> None:
+    saver = create_checkpointer(ttl)
+    assert type(saver) is InMemorySaver
+
+
+def test_positive_ttl_gives_timed_saver_with_options() -> None:
+    saver = create_checkpointer(120, sweep_interval_seconds=2)
+    assert isinstance(saver, TimedInMemorySaver)
+    assert (saver.ttl_seconds, saver.sweep_interval_seconds) == (120, 2)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError), ("60", TypeError)]
+)
+def test_invalid_ttl_names_the_argument(bad: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="ttl_seconds"):
+        create_checkpointer(bad)
+
+
+def test_unknown_option_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="sweep_every"):
+        create_checkpointer(10, sweep_every=3)
+
+
+def test_ttl_only_options_are_ignored_when_ttl_is_off() -> None:
+    assert type(create_checkpointer(0, sweep_interval_seconds=3)) is InMemorySaver
+
+
+def test_custom_serde_reaches_both_savers() -> None:
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"k" * 16) if _has_crypto() else None
+    if serde is None:
+        pytest.skip("pycryptodome is not installed")
+    for ttl in (None, 60):
+        saver = create_checkpointer(ttl, serde=serde)
+        stored = saver.put(config_for("t"), make_checkpoint({"a": "secret"}), {}, {"a": 1})
+        raw = next(iter(saver.blobs.values()))
+        assert raw[0].endswith("+aes") and b"secret" not in raw[1]
+        assert saver.get_tuple(stored).checkpoint["channel_values"] == {"a": "secret"}
+
+
+def _has_crypto() -> bool:
+    try:
+        import Crypto  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert type(create_checkpointer()) is InMemorySaver  # nothing declared
+
+    @agent_config(factory.TTL_CONFIG_KEY, "Thread TTL", "Idle seconds before a thread expires")
+    def ttl() -> int:
+        return 900
+
+    saver = create_checkpointer()
+    assert isinstance(saver, TimedInMemorySaver) and saver.ttl_seconds == 900
+    monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "30")
+    assert create_checkpointer().ttl_seconds == 30
+    with settings.overrides({factory.TTL_CONFIG_KEY: 0}):
+        assert type(create_checkpointer()) is InMemorySaver
+    assert create_checkpointer(5).ttl_seconds == 5  # an explicit argument wins
+    monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "-4")
+    with pytest.raises(ValueError, match=r"config\.checkpointer\.ttl_seconds"):
+        create_checkpointer()
+
+
+def test_volatile_warning_is_logged_once(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
+    monkeypatch.setattr(factory, "_warned_volatile", False)
+    with caplog.at_level(logging.WARNING, logger=factory.__name__):
+        create_checkpointer()
+        create_checkpointer(60)
+    warnings = [r for r in caplog.records if "does not survive" in r.getMessage()]
+    assert len(warnings) == 1
