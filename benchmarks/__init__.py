@@ -1,0 +1,1 @@
+"""Benchmarks: our code and the peers side by side, in one process, on the same data."""

@@ -1,0 +1,43 @@
+"""``python -m benchmarks run [SUITE...] [--quick]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import RESULTS_DIR
+from benchmarks.suites import SUITES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run benchmark suites (all by default)")
+    run.add_argument(
+        "suites",
+        nargs="*",
+        choices=[[], *SUITES],
+        metavar="SUITE",
+        help=f"one of: {', '.join(SUITES)}",
+    )
+    run.add_argument("--quick", action="store_true", help="small sizes, for CI (< 2 minutes)")
+    run.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results go")
+    commands.add_parser("list", help="list the suites")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for name, suite in SUITES.items():
+            print(f"{name:<16} {suite.__doc__.strip().splitlines()[0] if suite.__doc__ else ''}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.suites or list(SUITES):
+        started = time.perf_counter()
+        print(f"== {name} {'(quick)' if args.quick else ''}", flush=True)
+        SUITES[name](quick=args.quick, out=args.out)
+        print(f"== {name} done in {time.perf_counter() - started:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

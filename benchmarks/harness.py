@@ -1,0 +1,125 @@
+"""Timing, statistics and reporting shared by every suite.
+
+Cases of one comparison run interleaved (round-robin, in a shuffled order each round) so a
+noisy neighbour slows ours and the peer's alike; we report medians and p99 per operation and
+the ratio ours/peer, which is what survives noise.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+@dataclass
+class Comparison:
+    """Per-operation samples (seconds) of several cases measured interleaved."""
+
+    title: str
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {
+                "median_us": statistics.median(xs) * 1e6,
+                "p99_us": percentile(xs, 99) * 1e6,
+                "n": len(xs),
+            }
+            for name, xs in self.samples.items()
+        }
+
+
+def percentile(xs: list[float], q: float) -> float:
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def interleave(
+    cases: dict[str, Callable[[], Any]], *, rounds: int, per_round: int, seed: int = 1
+) -> Comparison:
+    """Call each case ``per_round`` times per round, cases shuffled every round."""
+    rng = random.Random(seed)
+    comparison = Comparison(title="")
+    names = list(cases)
+    for name in names:  # warm-up
+        for _ in range(max(1, per_round // 4)):
+            cases[name]()
+        comparison.samples[name] = []
+    clock = time.perf_counter
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for name in names:
+            fn, out = cases[name], comparison.samples[name]
+            for _ in range(per_round):
+                start = clock()
+                fn()
+                out.append(clock() - start)
+    return comparison
+
+
+def ratio(summary: dict[str, dict[str, float]], ours: str, peer: str) -> float:
+    return summary[ours]["median_us"] / summary[peer]["median_us"]
+
+
+def machine() -> dict[str, Any]:
+    import os
+
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def write_results(out: Path, suite: str, payload: dict[str, Any]) -> Path:
+    path = out / f"{suite}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2, default=float))
+    return path
+
+
+def print_table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def bar_chart(out: Path, suite: str, groups: dict[str, dict[str, float]], ylabel: str) -> None:
+    """One PNG: a group of bars per operation, a bar per case. Skipped without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    ops = list(groups)
+    cases = sorted({c for g in groups.values() for c in g})
+    width = 0.8 / max(1, len(cases))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ops)), 4))
+    for i, case in enumerate(cases):
+        ax.bar(
+            [x + i * width for x in range(len(ops))],
+            [groups[op].get(case, 0) for op in ops],
+            width,
+            label=case,
+        )
+    ax.set_xticks([x + width * (len(cases) - 1) / 2 for x in range(len(ops))], ops)
+    ax.set_ylabel(ylabel)
+    ax.set_title(suite)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / f"{suite}.png", dpi=110)
+    plt.close(fig)

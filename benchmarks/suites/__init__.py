@@ -1,0 +1,14 @@
+"""The benchmark suites, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.suites.memory_savers import run as memory_savers
+
+SUITES: dict[str, Callable[..., None]] = {
+    "memory-savers": memory_savers,
+}
+
+__all__ = ["SUITES", "Path"]
