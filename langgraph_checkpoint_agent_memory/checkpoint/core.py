@@ -7,10 +7,11 @@ rules live here once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -93,3 +94,38 @@ def ancestors_to_keep(
         remaining = {ch for ch in remaining if not has_value(current, ch)}
         current = parent_of(current)
     return keep
+
+
+def delta_history(
+    chain: Sequence[str],
+    channels: Sequence[str],
+    has_value: Callable[[str, str], bool],
+    value_of: Callable[[str, str], Any],
+    writes_of: Callable[[str], Sequence[PendingWrite]],
+) -> dict[str, DeltaChannelHistory]:
+    """``get_delta_channel_history`` over an already-fetched ancestor chain.
+
+    ``chain`` holds the target's ancestors, nearest first; ``writes_of`` returns a
+    checkpoint's writes in ``writes_sort_key`` order. Each channel collects the writes of
+    every ancestor up to and including the nearest one that stores a value for it (the seed).
+    """
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, Any] = {}
+    remaining = set(channels)
+    for checkpoint_id in chain:
+        if not remaining:
+            break
+        terminated = {ch for ch in remaining if has_value(checkpoint_id, ch)}
+        for write in reversed(writes_of(checkpoint_id)):
+            if write[1] in remaining:
+                collected[write[1]].append(write)
+        for ch in terminated:
+            seeds[ch] = value_of(checkpoint_id, ch)
+            remaining.discard(ch)
+    result: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+        if ch in seeds:
+            entry["seed"] = seeds[ch]
+        result[ch] = entry
+    return result

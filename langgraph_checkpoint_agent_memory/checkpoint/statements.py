@@ -1,0 +1,381 @@
+"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect.
+
+Each function returns a compiled :class:`Sql` from the dialect's cache, so building a
+statement costs a dictionary lookup after the first call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
+
+B = sa.bindparam
+
+#: Key lists are padded up to one of these sizes, so a handful of compiled statements serve
+#: every request (a longer list is split).
+KEY_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+MAX_KEYS = KEY_BUCKETS[-1]
+
+
+def bucket(n: int) -> int:
+    return next(b for b in KEY_BUCKETS if b >= n)
+
+
+def thread_is_live(thread_id: Any) -> Any:
+    """True unless the thread is a tombstone or expired as of ``:live_after``."""
+    t = threads.alias("t")
+    return ~sa.exists().where(
+        t.c.thread_id == thread_id,
+        sa.or_(t.c.deleted_at.is_not(None), t.c.expires_at < B("live_after", type_=sa.Float)),
+    )
+
+
+# -- writes ------------------------------------------------------------------------------
+
+
+def touch_thread(d: Dialect) -> Sql:
+    """Record activity; on an existing row only while it is live, so a tombstone or an
+    expired thread is left for the plan's slow path (rowcount 0)."""
+
+    def build() -> Any:
+        live = sa.and_(
+            threads.c.deleted_at.is_(None),
+            sa.or_(threads.c.expires_at.is_(None), threads.c.expires_at >= B("live_after")),
+        )
+        return d.upsert(
+            threads, ["thread_id"], ["last_active", "ttl_seconds", "expires_at"], where=live
+        )
+
+    return d.sql("touch_thread", build)
+
+
+def revive_thread(d: Dialect) -> Sql:
+    """Unconditional upsert: a fresh start of a deleted or expired thread."""
+    return d.sql(
+        "revive_thread",
+        lambda: d.upsert(
+            threads, ["thread_id"], ["last_active", "ttl_seconds", "expires_at", "deleted_at"]
+        ),
+    )
+
+
+def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> Any:
+    """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
+    cols = [c.name for c in table.columns]
+    source = d._values(table, cols).where(thread_is_live(B("thread_id")))
+    return d.insert_from_select(
+        table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
+    )
+
+
+def insert_blob(d: Dialect) -> Sql:
+    return d.sql("insert_blob", lambda: _if_live(d, blobs, upsert_cols=None))
+
+
+def upsert_checkpoint(d: Dialect) -> Sql:
+    update = ["parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata", "blob_versions"]
+    return d.sql("upsert_checkpoint", lambda: _if_live(d, checkpoints, upsert_cols=update))
+
+
+def insert_write(d: Dialect, *, replace: bool) -> Sql:
+    update = ["channel", "type", "blob", "task_path"] if replace else None
+    return d.sql(("insert_write", replace), lambda: _if_live(d, writes, upsert_cols=update))
+
+
+def thread_state(d: Dialect, *, lock: bool) -> Sql:
+    def build() -> Any:
+        stmt = sa.select(threads.c.deleted_at, threads.c.expires_at, threads.c.ttl_seconds).where(
+            threads.c.thread_id == B("thread_id")
+        )
+        return stmt.with_for_update() if lock and d.row_locks else stmt
+
+    return d.sql(("thread_state", lock), build)
+
+
+def refresh_thread(d: Dialect) -> Sql:
+    """Refresh-on-read: extend a live thread's expiry by its own TTL."""
+
+    def build() -> Any:
+        return (
+            sa.update(threads)
+            .where(
+                threads.c.thread_id == B("thread_id"),
+                threads.c.ttl_seconds.is_not(None),
+                threads.c.deleted_at.is_(None),
+                threads.c.expires_at >= B("now"),
+            )
+            .values(last_active=B("now"), expires_at=B("now") + threads.c.ttl_seconds)
+        )
+
+    return d.sql("refresh_thread", build)
+
+
+def delete_thread_rows(d: Dialect) -> list[Sql]:
+    """Delete one thread's blobs, writes and checkpoints (``:thread_id``)."""
+    return [
+        d.sql(
+            ("delete_thread_rows", t.name),
+            lambda t=t: sa.delete(t).where(t.c.thread_id == B("thread_id")),
+        )
+        for t in (blobs, writes, checkpoints)
+    ]
+
+
+def tombstone(d: Dialect) -> Sql:
+    return d.sql(
+        "tombstone",
+        lambda: d.upsert(
+            threads, ["thread_id"], ["last_active", "ttl_seconds", "expires_at", "deleted_at"]
+        ),
+    )
+
+
+def delete_checkpoint(d: Dialect) -> list[Sql]:
+    """Delete one checkpoint and its writes (``:thread_id, :checkpoint_ns, :checkpoint_id``)."""
+
+    def build(t: sa.Table) -> Any:
+        return sa.delete(t).where(
+            t.c.thread_id == B("thread_id"),
+            t.c.checkpoint_ns == B("checkpoint_ns"),
+            t.c.checkpoint_id == B("checkpoint_id"),
+        )
+
+    return [
+        d.sql(("delete_checkpoint", t.name), lambda t=t: build(t)) for t in (writes, checkpoints)
+    ]
+
+
+def delete_blob(d: Dialect) -> Sql:
+    return d.sql(
+        "delete_blob",
+        lambda: sa.delete(blobs).where(
+            blobs.c.thread_id == B("thread_id"),
+            blobs.c.checkpoint_ns == B("checkpoint_ns"),
+            blobs.c.channel == B("channel"),
+            blobs.c.version == B("version"),
+        ),
+    )
+
+
+def copy_rows(d: Dialect) -> list[Sql]:
+    """Copy every row of ``:src`` to thread ``:dst`` (existing keys are kept)."""
+
+    def build(t: sa.Table) -> Any:
+        cols = [c.name for c in t.columns]
+        source = sa.select(
+            *[B("dst", type_=t.c.thread_id.type) if c == "thread_id" else t.c[c] for c in cols]
+        ).where(t.c.thread_id == B("src"))
+        return d.insert_from_select(
+            t, cols, source, keys=[c.name for c in t.primary_key], update=None
+        )
+
+    return [
+        d.sql(("copy_rows", t.name), lambda t=t: build(t)) for t in (checkpoints, blobs, writes)
+    ]
+
+
+# -- reads -------------------------------------------------------------------------------
+
+CHECKPOINT_COLUMNS = (
+    checkpoints.c.thread_id,
+    checkpoints.c.checkpoint_ns,
+    checkpoints.c.checkpoint_id,
+    checkpoints.c.parent_checkpoint_id,
+    checkpoints.c.type,
+    checkpoints.c.checkpoint,
+    checkpoints.c.metadata,
+    checkpoints.c.blob_versions,
+)
+
+
+def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
+    def build() -> Any:
+        stmt = sa.select(*CHECKPOINT_COLUMNS).where(
+            checkpoints.c.thread_id == B("thread_id"),
+            checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
+            thread_is_live(B("thread_id")),
+        )
+        if by_id:
+            return stmt.where(checkpoints.c.checkpoint_id == B("checkpoint_id"))
+        return stmt.order_by(checkpoints.c.checkpoint_id.desc()).limit(1)
+
+    return d.sql(("select_checkpoint", by_id), build)
+
+
+def select_blobs(d: Dialect, n: int) -> Sql:
+    """Blobs of one thread namespace by ``(:c{i}, :v{i})`` channel/version keys."""
+
+    def build() -> Any:
+        return sa.select(blobs.c.channel, blobs.c.version, blobs.c.type, blobs.c.blob).where(
+            blobs.c.thread_id == B("thread_id"),
+            blobs.c.checkpoint_ns == B("checkpoint_ns"),
+            sa.or_(
+                *(
+                    sa.and_(blobs.c.channel == B(f"c{i}"), blobs.c.version == B(f"v{i}"))
+                    for i in range(n)
+                )
+            ),
+        )
+
+    return d.sql(("select_blobs", n), build)
+
+
+def select_writes(d: Dialect, n: int) -> Sql:
+    """Writes of one thread namespace for checkpoints ``:k{i}``."""
+
+    def build() -> Any:
+        return sa.select(
+            writes.c.checkpoint_id,
+            writes.c.task_id,
+            writes.c.idx,
+            writes.c.channel,
+            writes.c.type,
+            writes.c.blob,
+            writes.c.task_path,
+        ).where(
+            writes.c.thread_id == B("thread_id"),
+            writes.c.checkpoint_ns == B("checkpoint_ns"),
+            writes.c.checkpoint_id.in_([B(f"k{i}") for i in range(n)]),
+        )
+
+    return d.sql(("select_writes", n), build)
+
+
+def list_page(
+    d: Dialect,
+    *,
+    thread: bool,
+    ns: bool,
+    cid: bool,
+    before: bool,
+    after: bool,
+    filters: tuple[str, ...],
+) -> Sql:
+    """One page of ``list()``: newest first, keyset-paginated on (id, thread, ns)."""
+
+    def build() -> Any:
+        c = checkpoints.c
+        stmt = sa.select(*CHECKPOINT_COLUMNS).where(thread_is_live(c.thread_id))
+        if thread:
+            stmt = stmt.where(c.thread_id == B("thread_id"))
+        if ns:
+            stmt = stmt.where(c.checkpoint_ns == B("checkpoint_ns"))
+        if cid:
+            stmt = stmt.where(c.checkpoint_id == B("checkpoint_id"))
+        if before:
+            stmt = stmt.where(c.checkpoint_id < B("before_id"))
+        if after:  # the keyset of the previous page's last row
+            stmt = stmt.where(
+                sa.or_(
+                    c.checkpoint_id < B("k_id"),
+                    sa.and_(
+                        c.checkpoint_id == B("k_id"),
+                        sa.or_(
+                            c.thread_id < B("k_thread"),
+                            sa.and_(c.thread_id == B("k_thread"), c.checkpoint_ns < B("k_ns")),
+                        ),
+                    ),
+                )
+            )
+        for i, key in enumerate(filters):
+            clause = d.metadata_prefilter(c.metadata, key, B(f"f{i}"))
+            if clause is not None:
+                stmt = stmt.where(clause)
+        return stmt.order_by(
+            c.checkpoint_id.desc(), c.thread_id.desc(), c.checkpoint_ns.desc()
+        ).limit(B("page_size", type_=sa.Integer))
+
+    return d.sql(("list_page", thread, ns, cid, before, after, filters), build)
+
+
+def select_thread_checkpoints(d: Dialect) -> Sql:
+    """Every checkpoint of a thread, for prune and blob collection."""
+    return d.sql(
+        "select_thread_checkpoints",
+        lambda: sa.select(
+            checkpoints.c.checkpoint_ns,
+            checkpoints.c.checkpoint_id,
+            checkpoints.c.parent_checkpoint_id,
+            checkpoints.c.metadata,
+            checkpoints.c.blob_versions,
+            checkpoints.c.type,
+            checkpoints.c.checkpoint,
+        ).where(checkpoints.c.thread_id == B("thread_id")),
+    )
+
+
+def select_thread_blob_keys(d: Dialect) -> Sql:
+    return d.sql(
+        "select_thread_blob_keys",
+        lambda: sa.select(blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version).where(
+            blobs.c.thread_id == B("thread_id")
+        ),
+    )
+
+
+def select_run_checkpoints(d: Dialect) -> Sql:
+    return d.sql(
+        "select_run_checkpoints",
+        lambda: sa.select(
+            checkpoints.c.thread_id, checkpoints.c.checkpoint_ns, checkpoints.c.checkpoint_id
+        ).where(checkpoints.c.run_id == B("run_id")),
+    )
+
+
+def select_chain(d: Dialect) -> Sql:
+    """A namespace's checkpoints up to a target, for DeltaChannel history."""
+    return d.sql(
+        "select_chain",
+        lambda: sa.select(
+            checkpoints.c.checkpoint_id,
+            checkpoints.c.parent_checkpoint_id,
+            checkpoints.c.blob_versions,
+            checkpoints.c.type,
+            checkpoints.c.checkpoint,
+        ).where(
+            checkpoints.c.thread_id == B("thread_id"),
+            checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
+            checkpoints.c.checkpoint_id <= B("checkpoint_id"),
+            thread_is_live(B("thread_id")),
+        ),
+    )
+
+
+def select_expired(d: Dialect) -> Sql:
+    """Up to ``:batch_size`` expired, live threads, locked so two sweepers never share one."""
+
+    def build() -> Any:
+        stmt = (
+            sa.select(threads.c.thread_id)
+            .where(threads.c.expires_at < B("now"), threads.c.deleted_at.is_(None))
+            .order_by(threads.c.expires_at)
+            .limit(B("batch_size", type_=sa.Integer))
+        )
+        return d.skip_locked(stmt)
+
+    return d.sql("select_expired", build)
+
+
+def expire_keep_latest(d: Dialect) -> Sql:
+    """After pruning an expired thread to its latest checkpoint: it stays, with no expiry
+    until its next activity."""
+    return d.sql(
+        "expire_keep_latest",
+        lambda: (
+            sa.update(threads).where(threads.c.thread_id == B("thread_id")).values(expires_at=None)
+        ),
+    )
+
+
+def purge_tombstones(d: Dialect) -> Sql:
+    return d.sql(
+        "purge_tombstones",
+        lambda: sa.delete(threads).where(threads.c.deleted_at < B("horizon")),
+    )
+
+
+__all__ = ["MAX_KEYS", "bucket", "values_params"]

@@ -1,0 +1,1 @@
+"""The only package that knows SQL: plans, drivers, dialects, schema and migrations."""

@@ -1,0 +1,140 @@
+"""Plans, batches and the drivers that run them: the only place that does database I/O.
+
+Every database operation of the package is written once, as a *plan*: a generator that yields
+:class:`Batch` objects (statements plus how to run them) and receives their results. A plan
+does no I/O, so the same plan runs under a synchronous driver (:meth:`Database.run`) and an
+asynchronous one (:meth:`Database.arun`), in the style of h11 and psycopg's generators. A
+batch runs in one round trip where the driver can pipeline, and in one transaction when
+``batch.write`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One statement: compiled SQL, its parameters, and whether rows come back.
+
+    ``params`` is a mapping for one execution, or a sequence of mappings with ``many=True``.
+    """
+
+    sql: Sql
+    params: Any = None
+    many: bool = False
+    fetch: bool = False
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Statements sent together.
+
+    ``write``: run them in one transaction (all or nothing). ``lock``: take the database's
+    write lock first (SQLite ``BEGIN IMMEDIATE``), for read-then-write batches. ``hold``: keep
+    the transaction open, so the plan's next batch continues it (the plan decides what to
+    write from what it read, with the rows still locked).
+    """
+
+    statements: Sequence[Stmt]
+    write: bool = False
+    lock: bool = False
+    hold: bool = False
+
+
+#: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
+#: the affected row count) and returns its value.
+Plan = Generator[Batch, list[Any], T]
+
+
+def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = False) -> Batch:
+    return Batch([Stmt(sql, params, fetch=fetch)], write=write)
+
+
+class DatabaseError(Exception):
+    """Raised by drivers in place of driver-specific errors that plans may handle."""
+
+
+@dataclass
+class Migration:
+    """One schema version: statements applied in order, in one transaction where the
+    database allows transactional DDL."""
+
+    version: int
+    description: str
+    statements: Sequence[str] = field(default_factory=list)
+
+
+class Database(Generic[T]):
+    """A connection source of one dialect, with sync and async plan runners.
+
+    Subclasses implement :meth:`_run_sync` (and :meth:`_run_async` when the driver has a
+    native async API; otherwise the sync runner moves to a worker thread so the event loop is
+    never blocked).
+    """
+
+    dialect: Dialect
+
+    def run(self, plan: Plan[T]) -> T:
+        return self._run_sync(plan)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        return await asyncio.to_thread(self._run_sync, plan)
+
+    def _run_sync(self, plan: Plan[T]) -> T:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections this object opened (never ones the caller passed in)."""
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def describe(self) -> str:
+        """Where this database is, with any password masked."""
+        return self.dialect.name
+
+
+def drive(plan: Plan[T], execute: Any) -> T:
+    """Run ``plan`` with a synchronous ``execute(batch) -> results`` function."""
+    try:
+        batch = next(plan)
+        while True:
+            try:
+                results = execute(batch)
+            except Exception as exc:
+                batch = plan.throw(exc)
+                continue
+            batch = plan.send(results)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(plan: Plan[T], execute: Any) -> T:
+    """Run ``plan`` with an asynchronous ``execute(batch) -> results`` coroutine function."""
+    try:
+        batch = next(plan)
+        while True:
+            try:
+                results = await execute(batch)
+            except Exception as exc:
+                batch = plan.throw(exc)
+                continue
+            batch = plan.send(results)
+    except StopIteration as stop:
+        return stop.value
+
+
+def rows_as_dicts(columns: Iterable[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    names = list(columns)
+    return [dict(zip(names, row, strict=True)) for row in rows]

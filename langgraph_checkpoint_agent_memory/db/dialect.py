@@ -1,0 +1,171 @@
+"""What differs between SQLite, PostgreSQL and SAP HANA, and nothing else.
+
+Statements are written once, as SQLAlchemy Core expressions over the tables of
+:mod:`langgraph_checkpoint_agent_memory.db.schema`, and compiled here by each database's
+SQLAlchemy dialect into plain SQL strings that the raw DB-API drivers execute (SQLAlchemy is a
+statement compiler for us, never an engine). Compilation happens once per statement and
+dialect. For SAP HANA the compiler is ``sqlalchemy-hana``'s, so HANA SQL is produced and
+checked by HANA's own dialect even on machines with no HANA server.
+
+A dialect adds the few constructs SQLAlchemy does not unify: insert-if-absent, upsert, row
+locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A compiled statement. ``names`` orders a parameter mapping for positional drivers;
+    ``None`` means the driver takes the mapping itself."""
+
+    text: str
+    names: tuple[str, ...] | None = None
+    #: Values SQLAlchemy bound at build time (a LIMIT, a JSON path), merged under the caller's.
+    defaults: tuple[tuple[str, Any], ...] = ()
+
+    def bind(self, params: Any) -> Any:
+        if self.defaults:
+            params = {**dict(self.defaults), **(params or {})}
+        if params is None:
+            return ()
+        if self.names is None:
+            return params
+        return tuple(params[n] for n in self.names)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Dialect:
+    """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
+
+    name = "generic"
+    #: Whether several statements can travel in one round trip (psycopg pipeline).
+    pipelines = False
+    #: Whether DDL is transactional (all of a migration or none of it).
+    transactional_ddl = True
+
+    def __init__(self) -> None:
+        self._cache: dict[Hashable, Sql] = {}
+        self._lock = threading.Lock()
+        self.sa: SADialect = self._make_sa_dialect()
+
+    def _make_sa_dialect(self) -> SADialect:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- compilation -----------------------------------------------------------------------
+
+    def compile(self, statement: sa.sql.ClauseElement) -> Sql:
+        compiled = statement.compile(dialect=self.sa)
+        names = tuple(compiled.positiontup or ()) if compiled.positional else None
+        defaults = tuple(
+            (k, v) for k, v in compiled.construct_params(_check=False).items() if v is not None
+        )
+        return Sql(self._finish(str(compiled), statement), names, defaults)
+
+    def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement | str]) -> Sql:
+        """The compiled statement for ``key``, built and compiled on first use only."""
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        built = build()
+        compiled = Sql(built) if isinstance(built, str) else self.compile(built)
+        with self._lock:
+            self._cache[key] = compiled
+        return compiled
+
+    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
+        """Last-mile textual adjustments a dialect needs (HANA's ``WITH PRIMARY KEY``)."""
+        return text
+
+    def ddl(self, tables: Sequence[sa.Table]) -> list[str]:
+        """CREATE TABLE and CREATE INDEX statements for ``tables``, in this dialect."""
+        out: list[str] = []
+        for table in tables:
+            out.append(str(CreateTable(table).compile(dialect=self.sa)).strip())
+            for index in sorted(table.indexes, key=lambda i: i.name or ""):
+                out.append(str(CreateIndex(index).compile(dialect=self.sa)).strip())
+        return out
+
+    # -- constructs SQLAlchemy does not unify ----------------------------------------------
+
+    #: Whether ``SELECT ... FOR UPDATE`` row locks exist (SQLite locks the whole database).
+    row_locks = True
+    #: Whether an upsert can carry a condition on the existing row (``DO UPDATE ... WHERE``);
+    #: without it, plans read the row under a lock and decide in Python.
+    conditional_upsert = True
+
+    def insert_ignore(self, table: sa.Table, keys: Sequence[str]) -> sa.sql.ClauseElement:
+        """Insert a row unless one with the same ``keys`` exists (first write wins)."""
+        cols = [c.name for c in table.columns]
+        return self.insert_from_select(table, cols, self._values(table, cols), keys, None)
+
+    def upsert(
+        self,
+        table: sa.Table,
+        keys: Sequence[str],
+        update: Sequence[str],
+        where: Any = None,
+    ) -> sa.sql.ClauseElement:
+        """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
+        overwrite the ``update`` columns."""
+        raise NotImplementedError
+
+    def insert_from_select(
+        self,
+        table: sa.Table,
+        cols: Sequence[str],
+        source: sa.Select[Any],
+        keys: Sequence[str],
+        update: Sequence[str] | None,
+    ) -> sa.sql.ClauseElement:
+        """``INSERT INTO table (cols) <source>``; on a key conflict keep the existing row
+        (``update is None``) or overwrite the ``update`` columns."""
+        raise NotImplementedError
+
+    def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
+        """A parameter in a SELECT list, typed so the database need not guess."""
+        return sa.cast(param, type_)
+
+    def _values(self, table: sa.Table, cols: Sequence[str]) -> sa.Select[Any]:
+        return sa.select(*[self.cast_param(sa.bindparam(c), table.c[c].type) for c in cols])
+
+    def skip_locked(self, select: sa.Select[Any]) -> sa.Select[Any]:
+        """Lock the selected rows for this transaction, skipping rows others hold."""
+        return select.with_for_update(skip_locked=True)
+
+    def metadata_prefilter(self, column: sa.ColumnElement[Any], key: str, value: Any) -> Any:
+        """A SQL condition that every row whose metadata has ``key == value`` satisfies, or
+        ``None``. ``value`` is a bind parameter; :meth:`prefilter_value` prepares its value.
+        It only narrows the rows read; the exact test is done in Python."""
+        return None
+
+    def prefilter_value(self, key: str, value: Any) -> Any:
+        return value
+
+    #: Whether ``CREATE TABLE IF NOT EXISTS`` exists; otherwise ``create_if_missing`` runs.
+    create_if_not_exists = True
+
+    def create_if_missing(self, create: Sql) -> Any:
+        """A plan creating a table unless it exists (dialects without IF NOT EXISTS)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def migration_lock(self) -> str | None:
+        """A statement serializing concurrent migrations inside their transaction."""
+        return None
+
+
+def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
+    """``{column: bindparam(column)}``, typed by the table so drivers bind the right types."""
+    return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}

@@ -1,0 +1,69 @@
+"""Versioned schema migrations, the same list for every dialect.
+
+``migrate_plan`` is idempotent and safe when several processes start at once: it serializes
+on a lock (PostgreSQL advisory lock, SQLite's write lock; on HANA, whose DDL commits by itself,
+a statement that finds its object already created counts as applied), reads the applied
+versions and applies the missing ones, each in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.schema import CreateTable
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Migration, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.schema import CHECKPOINT_TABLES, migrations
+
+#: Every migration, in order. A migration's statements come from the dialect, so the same
+#: version creates the right types on each database.
+MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
+    (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
+]
+
+
+def migrations_for(dialect: Dialect) -> list[Migration]:
+    return [Migration(v, desc, build(dialect)) for v, desc, build in MIGRATIONS]
+
+
+def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
+    """Apply the migrations this database lacks; return the versions applied."""
+    create = dialect.sql(
+        "create_migrations",
+        lambda: str(
+            CreateTable(migrations, if_not_exists=dialect.create_if_not_exists).compile(
+                dialect=dialect.sa
+            )
+        ).strip(),
+    )
+    applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
+    record = dialect.sql(
+        "record_migration",
+        lambda: sa.insert(migrations).values(
+            version=sa.bindparam("version"),
+            description=sa.bindparam("description"),
+            applied_at=sa.bindparam("applied_at"),
+        ),
+    )
+    first: list[Stmt] = []
+    lock = dialect.migration_lock()
+    if lock:
+        first.append(Stmt(Sql(lock), fetch=True))
+    if dialect.create_if_not_exists:
+        first.append(Stmt(create))
+    else:
+        yield from dialect.create_if_missing(create)
+    first.append(Stmt(applied_sql, fetch=True))
+    results = yield Batch(first, lock=True, hold=True)
+    done = {row[0] for row in results[-1]}
+    pending = [m for m in migrations_for(dialect) if m.version not in done]
+    statements: list[Stmt] = []
+    for m in pending:
+        statements += [Stmt(Sql(sql)) for sql in m.statements]
+        statements.append(
+            Stmt(record, {"version": m.version, "description": m.description, "applied_at": now})
+        )
+    yield Batch(statements, write=True)
+    return [m.version for m in pending]

@@ -1,0 +1,82 @@
+"""The tables, declared once for every dialect.
+
+Checkpoints keep LangGraph's split: one row per checkpoint (its body without the channel
+values that need a blob), one row per channel *version* in ``checkpoint_blobs`` (so a value
+that did not change between steps is stored once), one row per pending write. Small primitive
+channel values (``None``, booleans, numbers, short strings) stay inline in the checkpoint body,
+which saves a row per step for LangGraph's routing channels. ``threads`` holds the activity
+clock of the TTL and the tombstones that stop a late write from resurrecting a thread.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+ID = sa.String(255)
+NS = sa.String(255)
+VERSION = sa.String(128)
+
+checkpoints = sa.Table(
+    "am_checkpoints",
+    metadata,
+    sa.Column("thread_id", ID, primary_key=True),
+    sa.Column("checkpoint_ns", NS, primary_key=True),
+    sa.Column("checkpoint_id", sa.String(64), primary_key=True),
+    sa.Column("parent_checkpoint_id", sa.String(64)),
+    sa.Column("run_id", sa.String(255)),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("checkpoint", sa.LargeBinary, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    # {channel: version} of the channels whose value lives in checkpoint_blobs
+    sa.Column("blob_versions", sa.Text, nullable=False),
+    sa.Index("am_checkpoints_run_id", "run_id"),
+)
+
+blobs = sa.Table(
+    "am_checkpoint_blobs",
+    metadata,
+    sa.Column("thread_id", ID, primary_key=True),
+    sa.Column("checkpoint_ns", NS, primary_key=True),
+    sa.Column("channel", sa.String(255), primary_key=True),
+    sa.Column("version", VERSION, primary_key=True),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("blob", sa.LargeBinary),
+)
+
+writes = sa.Table(
+    "am_checkpoint_writes",
+    metadata,
+    sa.Column("thread_id", ID, primary_key=True),
+    sa.Column("checkpoint_ns", NS, primary_key=True),
+    sa.Column("checkpoint_id", sa.String(64), primary_key=True),
+    sa.Column("task_id", sa.String(255), primary_key=True),
+    sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("channel", sa.String(255), nullable=False),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("blob", sa.LargeBinary),
+    sa.Column("task_path", sa.String(1024), nullable=False),
+)
+
+threads = sa.Table(
+    "am_threads",
+    metadata,
+    sa.Column("thread_id", ID, primary_key=True),
+    sa.Column("last_active", sa.Float(53), nullable=False),  # seconds since the epoch
+    sa.Column("ttl_seconds", sa.Integer),  # NULL: never expires
+    sa.Column("expires_at", sa.Float(53)),  # last_active + ttl_seconds
+    sa.Column("deleted_at", sa.Float(53)),  # set: a tombstone
+    sa.Index("am_threads_expires_at", "expires_at"),
+    sa.Index("am_threads_deleted_at", "deleted_at"),
+)
+
+migrations = sa.Table(
+    "am_migrations",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("description", sa.String(255), nullable=False),
+    sa.Column("applied_at", sa.Float(53), nullable=False),
+)
+
+CHECKPOINT_TABLES = (checkpoints, blobs, writes, threads)

@@ -1,0 +1,217 @@
+"""SQLite through the standard library: the embedded default for persistence.
+
+Connections run in autocommit mode with explicit ``BEGIN``/``COMMIT``; writes take the write
+lock up front (``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade. WAL mode
+lets readers run while a writer commits. ``durability="normal"`` (the default) survives a
+killed process; ``"full"`` also survives a power cut, at an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite as sa_sqlite
+from sqlalchemy.engine.interfaces import Dialect as SADialect
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+
+    def _make_sa_dialect(self) -> SADialect:
+        return sa_sqlite.dialect(paramstyle="named")
+
+    row_locks = False
+
+    def upsert(
+        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
+    ) -> Any:
+        cols = [c.name for c in table.columns]
+        stmt = sa_sqlite.insert(table).values(values_params(table, cols))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+        )
+
+    def insert_from_select(
+        self,
+        table: sa.Table,
+        cols: Sequence[str],
+        source: sa.Select[Any],
+        keys: Sequence[str],
+        update: Sequence[str] | None,
+    ) -> Any:
+        if source.whereclause is None:  # SQLite parses "SELECT ... ON CONFLICT" only after WHERE
+            source = source.where(sa.true())
+        stmt = sa_sqlite.insert(table).from_select(list(cols), source)
+        if update is None:
+            return stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
+        )
+
+    def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
+        return param  # SQLite stores what it is given; a CAST would only add work
+
+    def skip_locked(self, select: sa.Select[Any]) -> sa.Select[Any]:
+        return select  # BEGIN IMMEDIATE already holds the database's only write lock
+
+    def metadata_prefilter(self, column: Any, key: str, value: Any) -> Any:
+        if not key.isidentifier():  # anything else would need JSON path quoting: Python only
+            return None
+        return sa.func.json_extract(column, f"$.{key}") == value
+
+    def prefilter_value(self, key: str, value: Any) -> Any:
+        return int(value) if isinstance(value, bool) else value
+
+
+class SQLiteDatabase(Database[Any]):
+    """A small pool of connections to one SQLite file (``:memory:`` is refused: each
+    connection would see its own empty database)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        pool_size: int = 4,
+        durability: Literal["normal", "full", "off"] = "normal",
+        busy_timeout_ms: int = 30_000,
+    ) -> None:
+        if str(path) in ("", ":memory:"):
+            raise ConfigurationError(
+                "SQLite needs a file path (e.g. sqlite:///./memory.db); for memory only, "
+                "leave url unset to get the in-memory savers"
+            )
+        if durability not in ("normal", "full", "off"):
+            raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
+        self.path = Path(path)
+        self.dialect = SQLiteDialect()
+        self.durability = durability
+        self.busy_timeout_ms = busy_timeout_ms
+        self._idle: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def describe(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=30
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+        return conn
+
+    @contextmanager
+    def connection(self) -> Any:
+        if self._closed:
+            raise ConfigurationError(f"the SQLite database {self.path} was closed")
+        self._slots.acquire()
+        try:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+                with self._lock:
+                    self._all.append(conn)
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:  # never hand a connection back mid-transaction
+                    conn.rollback()
+                self._idle.put(conn)
+        finally:
+            self._slots.release()
+
+    def _run_sync(self, plan: Plan[T]) -> T:
+        with self.connection() as conn:
+            session = DbApiSession(conn, begin_write="BEGIN IMMEDIATE", begin_read="BEGIN")
+            try:
+                return drive(plan, session.execute)
+            finally:
+                session.finish()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+
+
+class DbApiSession:
+    """Runs a plan's batches on one DB-API connection, keeping a held transaction open
+    between batches. SQLite and HANA share it; they differ in how a transaction starts."""
+
+    def __init__(self, conn: Any, *, begin_write: str | None, begin_read: str | None) -> None:
+        self.conn = conn
+        self.begin_write = begin_write
+        self.begin_read = begin_read
+        self.in_tx = False
+
+    def _begin(self, cur: Any, batch: Batch) -> None:
+        sql = self.begin_write if (batch.write or batch.lock or batch.hold) else self.begin_read
+        if sql:
+            cur.execute(sql)
+        self.in_tx = True
+
+    def _end(self, commit: bool) -> None:
+        self.in_tx = False
+        if self.begin_write is None:  # a driver in manual-commit mode (HANA)
+            (self.conn.commit if commit else self.conn.rollback)()
+        else:
+            self.conn.execute("COMMIT" if commit else "ROLLBACK")
+
+    def execute(self, batch: Batch) -> list[Any]:
+        results: list[Any] = []
+        cur = self.conn.cursor()
+        try:
+            if not self.in_tx and (
+                batch.write or batch.hold or batch.lock or len(batch.statements) > 1
+            ):
+                self._begin(cur, batch)
+            for stmt in batch.statements:
+                if stmt.many:
+                    params = [stmt.sql.bind(p) for p in stmt.params]
+                    if params:
+                        cur.executemany(stmt.sql.text, params)
+                    results.append([] if stmt.fetch else (cur.rowcount if params else 0))
+                    continue
+                cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+                results.append(cur.fetchall() if stmt.fetch else cur.rowcount)
+            if self.in_tx and not batch.hold:
+                self._end(commit=True)
+            elif not self.in_tx and self.begin_write is None:
+                self.conn.commit()  # manual-commit drivers: a lone read still ends its snapshot
+        except BaseException:
+            if self.in_tx:
+                try:
+                    self._end(commit=False)
+                except Exception:
+                    pass
+            raise
+        finally:
+            cur.close()
+        return results
+
+    def finish(self) -> None:
+        """A plan that ended while holding a transaction did not ask for its writes."""
+        if self.in_tx:
+            self._end(commit=False)
