@@ -591,8 +591,21 @@ class SQLSaver(BaseCheckpointSaver[str]):
             "checkpoint_id": checkpoint_id,
             "live_after": self._live_after(now),
         }
+        refresh = self._refresh_stmt(thread_id, now)
+        fast = d.fast_get_tuple(checkpoint_id is not None)
+        if fast is not None:
+            [rows, *_] = yield Batch([Stmt(fast, params, fetch=True), *refresh])
+            head = next((r for r in rows if r[0] == 0), None)
+            if head is None:
+                return None
+            row = _Row((thread_id, ns, *head[1:7]))
+            blob_rows = {(r[1], r[2]): (r[3], bytes(r[4])) for r in rows if r[0] == 1}
+            write_rows = [
+                (head[1], r[1], r[7], r[2], r[3], bytes(r[4]), r[5]) for r in rows if r[0] == 2
+            ]
+            return self._decode(row, blob_rows, write_rows)
         first = Stmt(S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True)
-        results = yield Batch([first, *self._refresh_stmt(thread_id, now)])
+        results = yield Batch([first, *refresh])
         if not results[0]:
             return None
         row = _Row(results[0][0])

@@ -161,6 +161,11 @@ class Dialect:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def fast_get_tuple(self, by_id: bool) -> Sql | None:
+        """A single statement returning a checkpoint with its blobs and writes, tagged
+        0/1/2, for dialects that can express it; ``None`` falls back to two batches."""
+        return None
+
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None

@@ -1,0 +1,393 @@
+"""PostgreSQL through psycopg 3: a connection string, a connection or a pool, sync or async.
+
+Each batch travels in one round trip (psycopg pipeline mode: ``BEGIN``, the statements and
+``COMMIT`` are sent together). Given a pool there is no lock around the database object: the
+pool is the concurrency control. Given a single connection, a lock serializes its users, as a
+connection can run one statement at a time.
+
+Connections must be in autocommit mode (the driver sends its own ``BEGIN``/``COMMIT``); pools
+this module creates are configured so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as sa_pg
+from sqlalchemy.engine.interfaces import Dialect as SADialect
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, adrive, drive
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+    pipelines = True
+
+    def _make_sa_dialect(self) -> SADialect:
+        return sa_pg.psycopg.dialect()
+
+    def upsert(
+        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
+    ) -> Any:
+        cols = [c.name for c in table.columns]
+        stmt = sa_pg.insert(table).values(values_params(table, cols))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+        )
+
+    def insert_from_select(
+        self,
+        table: sa.Table,
+        cols: Sequence[str],
+        source: sa.Select[Any],
+        keys: Sequence[str],
+        update: Sequence[str] | None,
+    ) -> Any:
+        stmt = sa_pg.insert(table).from_select(list(cols), source)
+        if update is None:
+            return stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
+        )
+
+    def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
+        # Cast to the unbounded type: a CAST to VARCHAR(n) would truncate silently, while the
+        # column's own limit raises a clear error.
+        if isinstance(type_, sa.String):
+            type_ = sa.Text()
+        return sa.cast(param, type_)
+
+    def metadata_prefilter(self, column: Any, key: str, value: Any) -> Any:
+        return sa.cast(column, sa_pg.JSONB).op("@>")(sa.cast(value, sa_pg.JSONB))
+
+    def prefilter_value(self, key: str, value: Any) -> Any:
+        return json.dumps({key: value})
+
+    def migration_lock(self) -> str | None:
+        return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+
+    def fast_get_tuple(self, by_id: bool) -> Sql:
+        """``get_tuple`` in one statement: the checkpoint row, then its blobs looked up by full
+        primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it into a
+        scan of the thread's blobs), then its writes. Rows are tagged 0, 1, 2."""
+
+        def build() -> str:
+            by = "AND checkpoint_id = %(checkpoint_id)s " if by_id else ""
+            return (
+                "WITH c AS (SELECT thread_id, checkpoint_ns, checkpoint_id, "
+                "parent_checkpoint_id, type, checkpoint, metadata, blob_versions "
+                "FROM am_checkpoints WHERE thread_id = %(thread_id)s "
+                f"AND checkpoint_ns = %(checkpoint_ns)s {by}"
+                "AND NOT EXISTS (SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s "
+                "AND (t.deleted_at IS NOT NULL OR t.expires_at < %(live_after)s)) "
+                "ORDER BY checkpoint_id DESC LIMIT 1) "
+                "SELECT 0, c.checkpoint_id::text, c.parent_checkpoint_id::text, c.type::text, "
+                "c.checkpoint, c.metadata, c.blob_versions, NULL::integer FROM c "
+                "UNION ALL "
+                "SELECT 1, v.key, v.value, b.type::text, b.blob, NULL, NULL, NULL "
+                "FROM c CROSS JOIN LATERAL jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
+                "JOIN LATERAL (SELECT type, blob FROM am_checkpoint_blobs bb "
+                "WHERE bb.thread_id = c.thread_id AND bb.checkpoint_ns = c.checkpoint_ns "
+                "AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
+                "UNION ALL "
+                "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
+                "w.task_path::text, NULL, w.idx "
+                "FROM c JOIN am_checkpoint_writes w ON w.thread_id = c.thread_id "
+                "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id"
+            )
+
+        return self.sql(("fast_get_tuple", by_id), build)
+
+
+class PgSession:
+    """Runs a plan's batches on one psycopg connection; a held transaction stays open."""
+
+    def __init__(self, conn: Any) -> None:
+        if not conn.autocommit:
+            raise ConfigurationError(
+                "PostgreSQL connections must be in autocommit mode: use "
+                "psycopg.connect(..., autocommit=True) or "
+                "ConnectionPool(..., kwargs={'autocommit': True})"
+            )
+        self.conn = conn
+        self.in_tx = False
+
+    def _single(self, batch: Batch) -> bool:
+        return (
+            not (self.in_tx or batch.write or batch.hold or batch.lock)
+            and len(batch.statements) == 1
+        )
+
+    def execute(self, batch: Batch) -> list[Any]:
+        conn = self.conn
+        if self._single(batch):
+            stmt = batch.statements[0]
+            cur = conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            return [cur.fetchall() if stmt.fetch else cur.rowcount]
+        cursors: list[Any] = []
+        try:
+            with conn.pipeline():
+                if not self.in_tx:
+                    conn.execute("BEGIN")
+                    self.in_tx = True
+                for stmt in batch.statements:
+                    cur = conn.cursor()
+                    if stmt.many:
+                        if stmt.params:
+                            cur.executemany(stmt.sql.text, [stmt.sql.bind(p) for p in stmt.params])
+                    else:
+                        cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+                    cursors.append((cur, stmt))
+                if not batch.hold:
+                    conn.execute("COMMIT")
+        except BaseException:
+            self.in_tx = False
+            _rollback(conn)
+            raise
+        if not batch.hold:
+            self.in_tx = False
+        return [_result(cur, stmt) for cur, stmt in cursors]
+
+    def finish(self) -> None:
+        if self.in_tx:
+            self.in_tx = False
+            _rollback(self.conn)
+
+
+class AsyncPgSession(PgSession):
+    async def execute(self, batch: Batch) -> list[Any]:  # type: ignore[override]
+        conn = self.conn
+        if self._single(batch):
+            stmt = batch.statements[0]
+            cur = await conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            return [await cur.fetchall() if stmt.fetch else cur.rowcount]
+        cursors: list[Any] = []
+        try:
+            async with conn.pipeline():
+                if not self.in_tx:
+                    await conn.execute("BEGIN")
+                    self.in_tx = True
+                for stmt in batch.statements:
+                    cur = conn.cursor()
+                    if stmt.many:
+                        if stmt.params:
+                            await cur.executemany(
+                                stmt.sql.text, [stmt.sql.bind(p) for p in stmt.params]
+                            )
+                    else:
+                        await cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+                    cursors.append((cur, stmt))
+                if not batch.hold:
+                    await conn.execute("COMMIT")
+        except BaseException:
+            self.in_tx = False
+            await _arollback(conn)
+            raise
+        if not batch.hold:
+            self.in_tx = False
+        return [await _aresult(cur, stmt) for cur, stmt in cursors]
+
+    async def afinish(self) -> None:
+        if self.in_tx:
+            self.in_tx = False
+            await _arollback(self.conn)
+
+
+def _result(cur: Any, stmt: Any) -> Any:
+    if stmt.fetch:
+        return cur.fetchall()
+    return 0 if stmt.many and not stmt.params else cur.rowcount
+
+
+async def _aresult(cur: Any, stmt: Any) -> Any:
+    if stmt.fetch:
+        return await cur.fetchall()
+    return 0 if stmt.many and not stmt.params else cur.rowcount
+
+
+def _rollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+    except Exception:
+        pass
+
+
+async def _arollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            await conn.execute("ROLLBACK")
+    except Exception:
+        pass
+
+
+class PostgresDatabase(Database[Any]):
+    """PostgreSQL from a connection string, a connection or a pool (sync or async).
+
+    With a connection string, pools are opened on first use: a sync one for the sync API and,
+    per event loop, an async one for the async API. Objects passed in are never closed here.
+    """
+
+    def __init__(self, source: Any, *, pool_size: int = 8) -> None:
+        try:
+            import psycopg
+            import psycopg_pool
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigurationError(
+                "PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'"
+            ) from exc
+        self.dialect = PostgresDialect()
+        self.pool_size = pool_size
+        self._conninfo: str | None = None
+        self._sync: Any = None  # a ConnectionPool or a Connection
+        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
+        self._owned_sync = self._owned_async = False
+        self._sync_lock = threading.Lock()
+        self._async_lock: asyncio.Lock | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._open_lock = threading.Lock()
+        if isinstance(source, str):
+            self._conninfo = source
+        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
+            self._sync = source
+        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
+            self._async = source
+        else:
+            raise ConfigurationError(
+                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
+                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
+            )
+
+    def describe(self) -> str:
+        if self._conninfo is not None:
+            return mask_conninfo(self._conninfo)
+        return f"postgresql ({type(self._sync or self._async).__name__})"
+
+    # -- sync ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        import psycopg_pool
+
+        if self._sync is None:
+            if self._conninfo is None:
+                raise ConfigurationError(
+                    "this PostgreSQL saver was given an async connection; call the async "
+                    "methods (aput, aget_tuple, ...) or pass a sync connection or pool"
+                )
+            with self._open_lock:
+                if self._sync is None:
+                    self._sync = psycopg_pool.ConnectionPool(
+                        self._conninfo,
+                        min_size=1,
+                        max_size=self.pool_size,
+                        kwargs={"autocommit": True},
+                        open=True,
+                        name="agent-memory",
+                    )
+                    self._owned_sync = True
+        if isinstance(self._sync, psycopg_pool.ConnectionPool):
+            with self._sync.connection() as conn:
+                yield conn
+        else:
+            with self._sync_lock:
+                yield self._sync
+
+    def _run_sync(self, plan: Plan[T]) -> T:
+        if self._sync is None and self._conninfo is None:
+            return self._run_on_async_loop(plan)
+        with self._connection() as conn:
+            session = PgSession(conn)
+            try:
+                return drive(plan, session.execute)
+            finally:
+                session.finish()
+
+    def _run_on_async_loop(self, plan: Plan[T]) -> T:
+        loop = self._async_loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            raise ConfigurationError(
+                "this PostgreSQL saver was given an async connection: from async code use the "
+                "async methods (aput, aget_tuple, ...); sync calls work only from another thread"
+            )
+        return asyncio.run_coroutine_threadsafe(self.arun(plan), loop).result()
+
+    # -- async -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _aconnection(self) -> AsyncIterator[Any]:
+        import psycopg_pool
+
+        loop = asyncio.get_running_loop()
+        if self._async is not None and self._owned_async and self._async_loop is not loop:
+            # a pool belongs to the loop that opened it; a new loop gets a new pool
+            old, self._async = self._async, None
+            try:
+                await old.close()
+            except Exception:
+                pass
+        if self._async is None:
+            self._async = psycopg_pool.AsyncConnectionPool(
+                self._conninfo,
+                min_size=1,
+                max_size=self.pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name="agent-memory-async",
+            )
+            await self._async.open()
+            self._owned_async = True
+        self._async_loop = loop
+        if isinstance(self._async, psycopg_pool.AsyncConnectionPool):
+            async with self._async.connection() as conn:
+                yield conn
+        else:
+            if self._async_lock is None:
+                self._async_lock = asyncio.Lock()
+            async with self._async_lock:
+                yield self._async
+
+    async def arun(self, plan: Plan[T]) -> T:
+        if self._async is None and self._conninfo is None:
+            return await asyncio.to_thread(self._run_sync, plan)
+        async with self._aconnection() as conn:
+            session = AsyncPgSession(conn)
+            try:
+                return await adrive(plan, session.execute)
+            finally:
+                await session.afinish()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._owned_sync and self._sync is not None:
+            self._sync.close()
+            self._sync = None
+        if self._owned_async and self._async is not None:
+            pool, self._async = self._async, None
+            loop = self._async_loop
+            if loop is not None and not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(pool.close())
+
+    async def aclose(self) -> None:
+        if self._owned_async and self._async is not None:
+            pool, self._async = self._async, None
+            await pool.close()
+        if self._owned_sync and self._sync is not None:
+            await asyncio.to_thread(self._sync.close)
+            self._sync = None

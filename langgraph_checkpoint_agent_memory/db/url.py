@@ -1,0 +1,156 @@
+"""Where the memory lives: URLs, environment detection and password masking.
+
+Accepted URLs::
+
+    sqlite:///relative/path.db    sqlite:////absolute/path.db
+    postgresql://user:pass@host:5432/db?sslmode=require   (also postgres://, or key=value)
+    hana://user:pass@host:443/?encrypt=true&currentSchema=AGENT
+
+Without a URL: ``AGENT_MEMORY_URL``; then a SAP HANA service binding (Cloud Foundry's
+``VCAP_SERVICES`` or a Kubernetes binding under ``SERVICE_BINDING_ROOT``); then nothing (the
+in-memory backends).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+URL_ENV = "AGENT_MEMORY_URL"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved backend: its kind, how to connect, and where the setting came from."""
+
+    kind: str  # "sqlite" | "postgresql" | "hana"
+    url: str
+    source: str  # "argument" | "AGENT_MEMORY_URL" | "VCAP_SERVICES" | "SERVICE_BINDING_ROOT"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def masked(self) -> str:
+        return mask_url(self.url)
+
+
+_PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (URL form and key=value form)."""
+    parts = urlsplit(url) if "://" in url else None
+    if parts is not None and parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        url = url.replace(parts.netloc, f"{user}:***@{netloc[1]}", 1)
+    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
+    return _PASSWORD_KV.sub(r"\1***", url)
+
+
+mask_conninfo = mask_url
+
+
+def resolve(url: str | None, *, environ: dict[str, str] | None = None) -> Target | None:
+    """The backend to use: the argument, else the environment, else ``None`` (memory)."""
+    env = os.environ if environ is None else environ
+    if url is not None:
+        return parse(url, "argument")
+    if env.get(URL_ENV):
+        return parse(env[URL_ENV], URL_ENV)
+    return _vcap_hana(env) or _k8s_hana(env)
+
+
+def parse(url: str, source: str = "argument") -> Target:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"memory URL from {source} is empty")
+    url = url.strip()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "sqlite":
+        path = url[len("sqlite://") :]
+        if path.startswith("/"):
+            path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
+        path = path.split("?", 1)[0]
+        if not path or path == ":memory:":
+            raise ConfigurationError(
+                f"{mask_url(url)}: SQLite needs a file path, e.g. sqlite:///./memory.db"
+            )
+        return Target("sqlite", url, source, {"path": unquote(path)})
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        conninfo = "postgresql://" + url.split("://", 1)[1]
+        return Target("postgresql", conninfo, source)
+    if scheme == "" and "=" in url and ("host=" in url or "dbname=" in url):
+        return Target("postgresql", url, source)
+    if scheme in ("hana", "hana+hdbcli", "hdbsql"):
+        return Target("hana", url, source, hana_connect_args(url))
+    raise ConfigurationError(
+        f"unsupported memory URL {mask_url(url)!r} (from {source}): use sqlite:///path.db, "
+        "postgresql://... or hana://user:password@host:port"
+    )
+
+
+def hana_connect_args(url: str) -> dict[str, Any]:
+    """``hdbcli.dbapi.connect`` keyword arguments from a ``hana://`` URL."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ConfigurationError(f"{mask_url(url)}: a HANA URL needs a host")
+    args: dict[str, Any] = {
+        "address": parts.hostname,
+        "port": parts.port or 443,
+        "user": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+    }
+    for key, value in parse_qsl(parts.query):
+        args[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return args
+
+
+def _hana_url(creds: dict[str, Any]) -> str:
+    user = quote(str(creds.get("user") or creds.get("username") or ""), safe="")
+    password = quote(str(creds.get("password") or ""), safe="")
+    host = creds.get("host") or creds.get("hostname")
+    port = creds.get("port") or 443
+    query = "encrypt=true"
+    if creds.get("schema"):
+        query += f"&currentSchema={quote(str(creds['schema']))}"
+    if creds.get("certificate") or creds.get("sslValidateCertificate") is False:
+        query += "&sslValidateCertificate=false"
+    return f"hana://{user}:{password}@{host}:{port}/?{query}"
+
+
+def _vcap_hana(env: Any) -> Target | None:
+    raw = env.get("VCAP_SERVICES")
+    if not raw:
+        return None
+    try:
+        services = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"VCAP_SERVICES is not valid JSON: {exc}") from None
+    for label, instances in services.items():
+        for instance in instances or []:
+            tags = [t.lower() for t in instance.get("tags", [])]
+            if "hana" in label.lower() or "hana" in tags:
+                creds = instance.get("credentials") or {}
+                if creds.get("host") or creds.get("hostname"):
+                    return parse(_hana_url(creds), "VCAP_SERVICES")
+    return None
+
+
+def _k8s_hana(env: Any) -> Target | None:
+    root = env.get("SERVICE_BINDING_ROOT")
+    if not root or not Path(root).is_dir():
+        return None
+    for binding in sorted(Path(root).iterdir()):
+        kind = binding / "type"
+        if binding.is_dir() and kind.is_file() and "hana" in kind.read_text().strip().lower():
+            creds = {f.name: f.read_text().strip() for f in binding.iterdir() if f.is_file()}
+            return parse(_hana_url(creds), "SERVICE_BINDING_ROOT")
+    return None
