@@ -1,12 +1,22 @@
 """Memory that lasts for LangGraph agents.
 
-Short-term memory is a LangGraph checkpointer (:func:`create_checkpointer`); configuration
+Short-term memory is a LangGraph checkpointer (:func:`create_checkpointer`): in memory, or
+persistent on SQLite, PostgreSQL or SAP HANA with a TTL that survives restarts; configuration
 comes from :func:`agent_config` fields that operators can change without touching code.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
+from langgraph_checkpoint_agent_memory.checkpoint import (
+    AsyncHanaSaver,
+    AsyncPostgresSaver,
+    AsyncSqliteSaver,
+    HanaSaver,
+    PostgresSaver,
+    SqliteSaver,
+    SQLSaver,
+    TimedInMemorySaver,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,
@@ -26,9 +36,16 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "AgentMemoryError",
+    "AsyncHanaSaver",
+    "AsyncPostgresSaver",
+    "AsyncSqliteSaver",
     "ConfigField",
     "ConfigValueError",
     "ConfigurationError",
+    "HanaSaver",
+    "PostgresSaver",
+    "SQLSaver",
+    "SqliteSaver",
     "ThreadDeletedError",
     "TimedInMemorySaver",
     "__version__",

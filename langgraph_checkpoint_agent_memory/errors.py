@@ -22,3 +22,11 @@ class ThreadDeletedError(AgentMemoryError, LookupError):
     Accepting it would bring the thread back to life with a broken history, so it is refused.
     Start the thread afresh (a config without ``checkpoint_id``) or use a new ``thread_id``.
     """
+
+
+class DatabaseUnavailableError(AgentMemoryError, ConnectionError):
+    """The database could not be reached (the message names it, with the password masked)."""
+
+
+class ClosedError(AgentMemoryError, RuntimeError):
+    """The saver or store was closed; open a new one."""

@@ -1,14 +1,14 @@
 """``create_checkpointer()``: the one call a graph needs for short-term memory.
 
 The backend comes from, in order: the ``url`` argument, the ``AGENT_MEMORY_URL`` environment
-variable, and otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
+variable, a SAP HANA service binding (``VCAP_SERVICES`` or ``SERVICE_BINDING_ROOT``), and
+otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
 ``@agent_config("config.checkpointer.ttl_seconds", ...)`` field, else no expiry.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -17,10 +17,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+from langgraph_checkpoint_agent_memory.db import url as urls
 
 logger = logging.getLogger(__name__)
 
-URL_ENV = "AGENT_MEMORY_URL"
+URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
@@ -29,6 +30,7 @@ _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
 _warned_volatile = False
+_announced: set[str] = set()
 
 
 def _warn_volatile_once(kind: str) -> None:
@@ -67,19 +69,18 @@ def create_checkpointer(
             ``sweep_interval_seconds=5``.
 
     Returns:
-        ``InMemorySaver`` without TTL, ``TimedInMemorySaver`` with one.
+        With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
+        (one class serving the sync and the async API). Without: ``InMemorySaver`` without
+        TTL, ``TimedInMemorySaver`` with one.
 
     Raises:
         TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
         ValueError: ``ttl_seconds`` is negative.
     """
     ttl = resolve_ttl(ttl_seconds)
-    target = url if url is not None else os.environ.get(URL_ENV) or None
+    target = urls.resolve(url)
     if target is not None:
-        raise NotImplementedError(
-            f"persistent checkpointers are not available yet (url={target!r}); "
-            f"unset {URL_ENV} to use the in-memory savers"
-        )
+        return _open_sql_saver(target, ttl, options)
     unknown = sorted(set(options) - _MEMORY_OPTIONS)
     if unknown:
         raise TypeError(
@@ -94,3 +95,29 @@ def create_checkpointer(
         return InMemorySaver(serde=options.get("serde"))
     _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl})")
     return TimedInMemorySaver(ttl, **options)
+
+
+def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> Any:
+    from langgraph_checkpoint_agent_memory.checkpoint.backends import (
+        HanaSaver,
+        PostgresSaver,
+        SqliteSaver,
+    )
+
+    if target.kind == "sqlite":
+        saver: Any = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+    elif target.kind == "postgresql":
+        saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
+    else:
+        saver = HanaSaver(target.url, ttl_seconds=ttl, **options)
+    key = f"{target.kind}:{target.masked()}:{ttl}"
+    if key not in _announced:
+        _announced.add(key)
+        logger.info(
+            "create_checkpointer(): %s at %s (from %s), ttl_seconds=%s",
+            target.kind,
+            target.masked(),
+            target.source,
+            ttl,
+        )
+    return saver

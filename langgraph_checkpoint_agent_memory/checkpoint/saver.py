@@ -594,7 +594,9 @@ class SQLSaver(BaseCheckpointSaver[str]):
         refresh = self._refresh_stmt(thread_id, now)
         fast = d.fast_get_tuple(checkpoint_id is not None)
         if fast is not None:
-            [rows, *_] = yield Batch([Stmt(fast, params, fetch=True), *refresh])
+            [rows, *_] = yield Batch(
+                [Stmt(fast, params, fetch=True), *refresh], write=bool(refresh)
+            )
             head = next((r for r in rows if r[0] == 0), None)
             if head is None:
                 return None
@@ -605,7 +607,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
             ]
             return self._decode(row, blob_rows, write_rows)
         first = Stmt(S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True)
-        results = yield Batch([first, *refresh])
+        results = yield Batch([first, *refresh], write=bool(refresh))
         if not results[0]:
             return None
         row = _Row(results[0][0])
@@ -689,7 +691,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
             filters=pushed,
         )
         refresh = self._refresh_stmt(thread_id, now) if thread_id is not None else []
-        results = yield Batch([Stmt(sql, params, fetch=True), *refresh])
+        results = yield Batch([Stmt(sql, params, fetch=True), *refresh], write=bool(refresh))
         rows = [_Row(r) for r in results[0]]
         if not rows:
             return [], None

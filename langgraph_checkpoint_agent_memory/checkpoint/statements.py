@@ -167,7 +167,10 @@ def copy_rows(d: Dialect) -> list[Sql]:
     def build(t: sa.Table) -> Any:
         cols = [c.name for c in t.columns]
         source = sa.select(
-            *[B("dst", type_=t.c.thread_id.type) if c == "thread_id" else t.c[c] for c in cols]
+            *[
+                B("dst", type_=t.c.thread_id.type).label(c) if c == "thread_id" else t.c[c]
+                for c in cols
+            ]
         ).where(t.c.thread_id == B("src"))
         return d.insert_from_select(
             t, cols, source, keys=[c.name for c in t.primary_key], update=None

@@ -69,7 +69,9 @@ class Dialect:
         compiled = statement.compile(dialect=self.sa)
         names = tuple(compiled.positiontup or ()) if compiled.positional else None
         defaults = tuple(
-            (k, v) for k, v in compiled.construct_params(_check=False).items() if v is not None
+            (compiled.bind_names[bind], bind.effective_value)
+            for bind in compiled.binds.values()
+            if not bind.required and bind in compiled.bind_names
         )
         return Sql(self._finish(str(compiled), statement), names, defaults)
 
@@ -138,7 +140,9 @@ class Dialect:
         return sa.cast(param, type_)
 
     def _values(self, table: sa.Table, cols: Sequence[str]) -> sa.Select[Any]:
-        return sa.select(*[self.cast_param(sa.bindparam(c), table.c[c].type) for c in cols])
+        return sa.select(
+            *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
+        )
 
     def skip_locked(self, select: sa.Select[Any]) -> sa.Select[Any]:
         """Lock the selected rows for this transaction, skipping rows others hold."""

@@ -25,7 +25,11 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, adrive, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
 from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import (
+    ClosedError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+)
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
 
@@ -96,7 +100,8 @@ class PostgresDialect(Dialect):
                 "c.checkpoint, c.metadata, c.blob_versions, NULL::integer FROM c "
                 "UNION ALL "
                 "SELECT 1, v.key, v.value, b.type::text, b.blob, NULL, NULL, NULL "
-                "FROM c CROSS JOIN LATERAL jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
+                "FROM c CROSS JOIN LATERAL "
+                "jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
                 "JOIN LATERAL (SELECT type, blob FROM am_checkpoint_blobs bb "
                 "WHERE bb.thread_id = c.thread_id AND bb.checkpoint_ns = c.checkpoint_ns "
                 "AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
@@ -239,16 +244,19 @@ class PostgresDatabase(Database[Any]):
     per event loop, an async one for the async API. Objects passed in are never closed here.
     """
 
-    def __init__(self, source: Any, *, pool_size: int = 8) -> None:
+    def __init__(self, source: Any, *, pool_size: int = 8, connect_timeout: float = 10.0) -> None:
         try:
             import psycopg
             import psycopg_pool
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigurationError(
-                "PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'"
+                "PostgreSQL needs psycopg 3: "
+                "pip install 'langgraph-checkpoint-agent-memory[postgres]'"
             ) from exc
         self.dialect = PostgresDialect()
         self.pool_size = pool_size
+        self.connect_timeout = connect_timeout
+        self._closed = False
         self._conninfo: str | None = None
         self._sync: Any = None  # a ConnectionPool or a Connection
         self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
@@ -280,6 +288,8 @@ class PostgresDatabase(Database[Any]):
     def _connection(self) -> Iterator[Any]:
         import psycopg_pool
 
+        if self._closed:
+            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
         if self._sync is None:
             if self._conninfo is None:
                 raise ConfigurationError(
@@ -288,14 +298,21 @@ class PostgresDatabase(Database[Any]):
                 )
             with self._open_lock:
                 if self._sync is None:
-                    self._sync = psycopg_pool.ConnectionPool(
+                    pool = psycopg_pool.ConnectionPool(
                         self._conninfo,
                         min_size=1,
                         max_size=self.pool_size,
                         kwargs={"autocommit": True},
-                        open=True,
+                        open=False,
                         name="agent-memory",
+                        timeout=self.connect_timeout,
                     )
+                    try:
+                        pool.open(wait=True, timeout=self.connect_timeout)
+                    except psycopg_pool.PoolTimeout:
+                        pool.close()
+                        raise self._unavailable() from None
+                    self._sync = pool
                     self._owned_sync = True
         if isinstance(self._sync, psycopg_pool.ConnectionPool):
             with self._sync.connection() as conn:
@@ -333,6 +350,8 @@ class PostgresDatabase(Database[Any]):
     async def _aconnection(self) -> AsyncIterator[Any]:
         import psycopg_pool
 
+        if self._closed:
+            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
         loop = asyncio.get_running_loop()
         if self._async is not None and self._owned_async and self._async_loop is not loop:
             # a pool belongs to the loop that opened it; a new loop gets a new pool
@@ -342,15 +361,21 @@ class PostgresDatabase(Database[Any]):
             except Exception:
                 pass
         if self._async is None:
-            self._async = psycopg_pool.AsyncConnectionPool(
+            pool = psycopg_pool.AsyncConnectionPool(
                 self._conninfo,
                 min_size=1,
                 max_size=self.pool_size,
                 kwargs={"autocommit": True},
                 open=False,
                 name="agent-memory-async",
+                timeout=self.connect_timeout,
             )
-            await self._async.open()
+            try:
+                await pool.open(wait=True, timeout=self.connect_timeout)
+            except psycopg_pool.PoolTimeout:
+                await pool.close()
+                raise self._unavailable() from None
+            self._async = pool
             self._owned_async = True
         self._async_loop = loop
         if isinstance(self._async, psycopg_pool.AsyncConnectionPool):
@@ -372,9 +397,30 @@ class PostgresDatabase(Database[Any]):
             finally:
                 await session.afinish()
 
+    def _unavailable(self) -> DatabaseUnavailableError:
+        import psycopg
+
+        reason = "no connection within the timeout"
+        try:
+            timeout = max(1, int(self.connect_timeout))
+            psycopg.connect(self._conninfo or "", connect_timeout=timeout).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0]
+        try:
+            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
+        except psycopg.Error:
+            secret = None
+        if secret:
+            reason = reason.replace(str(secret), "***")
+        return DatabaseUnavailableError(
+            f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
+            f"{reason}"
+        )
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._closed = self._conninfo is not None
         if self._owned_sync and self._sync is not None:
             self._sync.close()
             self._sync = None
@@ -385,6 +431,7 @@ class PostgresDatabase(Database[Any]):
                 loop.run_until_complete(pool.close())
 
     async def aclose(self) -> None:
+        self._closed = self._conninfo is not None
         if self._owned_async and self._async is not None:
             pool, self._async = self._async, None
             await pool.close()

@@ -22,7 +22,7 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
 
 
 class SQLiteDialect(Dialect):
@@ -119,7 +119,7 @@ class SQLiteDatabase(Database[Any]):
     @contextmanager
     def connection(self) -> Any:
         if self._closed:
-            raise ConfigurationError(f"the SQLite database {self.path} was closed")
+            raise ClosedError(f"the SQLite saver for {self.path} was closed")
         self._slots.acquire()
         try:
             try:

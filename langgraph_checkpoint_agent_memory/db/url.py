@@ -47,13 +47,14 @@ _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
 
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ``***`` (URL form and key=value form)."""
-    parts = urlsplit(url) if "://" in url else None
-    if parts is not None and parts.password is not None:
+    if "://" not in url:  # libpq key=value form
+        return _PASSWORD_KV.sub(r"\1***", url)
+    parts = urlsplit(url)
+    if parts.password is not None:
         netloc = parts.netloc.rsplit("@", 1)
         user = netloc[0].split(":", 1)[0]
         url = url.replace(parts.netloc, f"{user}:***@{netloc[1]}", 1)
-    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
-    return _PASSWORD_KV.sub(r"\1***", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
 
 
 mask_conninfo = mask_url

@@ -1,0 +1,160 @@
+"""The SQL saver under the names LangGraph users know, one per database.
+
+Each class is :class:`SQLSaver` bound to one database; every instance serves both the sync
+and the async API. ``from_conn_string`` is a context manager that closes what it opened;
+the ``Async*`` names make ``from_conn_string`` an async context manager, as in LangGraph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse
+
+
+class SqliteSaver(SQLSaver):
+    """Checkpoints in a SQLite file: ``SqliteSaver("memory.db", ttl_seconds=3600)``.
+
+    Args:
+        path: The file (created with its folders when missing), or a ``sqlite:///`` URL.
+        durability: ``"normal"`` (survives a killed process; the default), ``"full"`` (also a
+            power cut, one fsync per commit) or ``"off"``.
+        pool_size: Connections kept open (readers run in parallel in WAL mode).
+        **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``, ...).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durability: Literal["normal", "full", "off"] = "normal",
+        pool_size: int = 4,
+        **kwargs: Any,
+    ) -> None:
+        from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+        if isinstance(path, str) and path.startswith("sqlite:"):
+            path = parse(path).options["path"]
+        super().__init__(SQLiteDatabase(path, durability=durability, pool_size=pool_size), **kwargs)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[SqliteSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[SqliteSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+
+class PostgresSaver(SQLSaver):
+    """Checkpoints in PostgreSQL.
+
+    Args:
+        conn: A connection string, or a psycopg ``Connection`` / ``AsyncConnection`` /
+            ``psycopg_pool`` ``ConnectionPool`` / ``AsyncConnectionPool`` in autocommit mode.
+            Objects passed in are not closed by the saver.
+        pool_size: Size of the pools opened for a connection string.
+        connect_timeout: Seconds to wait for the server before raising
+            :class:`DatabaseUnavailableError`.
+        **kwargs: :class:`SQLSaver` options.
+    """
+
+    def __init__(
+        self, conn: Any, *, pool_size: int = 8, connect_timeout: float = 10.0, **kwargs: Any
+    ) -> None:
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+
+        super().__init__(
+            PostgresDatabase(conn, pool_size=pool_size, connect_timeout=connect_timeout),
+            **kwargs,
+        )
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[PostgresSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(
+        cls, conn_string: str, **kwargs: Any
+    ) -> AsyncIterator[PostgresSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+
+class HanaSaver(SQLSaver):
+    """Checkpoints in SAP HANA (Cloud).
+
+    Args:
+        conn: A ``hana://user:password@host:port/?encrypt=true&currentSchema=S`` URL or a dict
+            of ``hdbcli.dbapi.connect`` arguments.
+        pool_size: Connections kept open (hdbcli connections are not shared between threads).
+        **kwargs: :class:`SQLSaver` options.
+    """
+
+    def __init__(self, conn: str | dict[str, Any], *, pool_size: int = 4, **kwargs: Any) -> None:
+        from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+        if isinstance(conn, str):
+            database = HanaDatabase(hana_connect_args(conn), pool_size=pool_size, url=conn)
+        else:
+            database = HanaDatabase(conn, pool_size=pool_size)
+        super().__init__(database, **kwargs)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[HanaSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[HanaSaver]:
+        saver = cls(conn_string, **kwargs)
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+
+class AsyncSqliteSaver(SqliteSaver):
+    """:class:`SqliteSaver` whose ``from_conn_string`` is an async context manager."""
+
+    from_conn_string = SqliteSaver.afrom_conn_string  # type: ignore[assignment]
+
+
+class AsyncPostgresSaver(PostgresSaver):
+    """:class:`PostgresSaver` whose ``from_conn_string`` is an async context manager."""
+
+    from_conn_string = PostgresSaver.afrom_conn_string  # type: ignore[assignment]
+
+
+class AsyncHanaSaver(HanaSaver):
+    """:class:`HanaSaver` whose ``from_conn_string`` is an async context manager."""
+
+    from_conn_string = HanaSaver.afrom_conn_string  # type: ignore[assignment]

@@ -1,0 +1,205 @@
+"""SAP HANA through ``hdbcli``; statements compiled by ``sqlalchemy-hana``'s dialect.
+
+``hdbcli`` connections are not thread-safe (DB-API threadsafety 1), so each plan checks out
+its own connection from a small pool; the async API runs plans in a worker thread. HANA has
+no ``ON CONFLICT``: upserts are ``UPSERT ... WITH PRIMARY KEY``, inserts that must not
+overwrite are ``INSERT ... SELECT ... WHERE NOT EXISTS``, and writes read the thread's row
+under ``SELECT ... FOR UPDATE`` before deciding (``conditional_upsert = False``). DDL commits
+by itself on HANA, so a migration that finds its table already created counts it as applied.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import Dialect as SADialect
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
+from langgraph_checkpoint_agent_memory.db.url import mask_url
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+#: hdbcli error codes meaning "that object already exists".
+ALREADY_EXISTS = {288, 289, 307}
+
+
+class HanaDialect(Dialect):
+    name = "hana"
+    conditional_upsert = False
+    transactional_ddl = False
+    create_if_not_exists = False
+
+    def _make_sa_dialect(self) -> SADialect:
+        try:
+            from sqlalchemy_hana.dialect import HANAHDBCLIDialect
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigurationError(
+                "SAP HANA needs sqlalchemy-hana and hdbcli: "
+                "pip install 'langgraph-checkpoint-agent-memory[hana]'"
+            ) from exc
+        return HANAHDBCLIDialect()
+
+    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
+        if getattr(statement, "_hana_with_primary_key", False):
+            return f"{text} WITH PRIMARY KEY"
+        return text
+
+    def upsert(
+        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
+    ) -> Any:
+        from sqlalchemy_hana.elements import Upsert
+
+        if where is not None:
+            raise NotImplementedError("HANA plans do not use conditional upserts")
+        cols = [c.name for c in table.columns]
+        stmt = Upsert(table).values(values_params(table, cols))
+        stmt._hana_with_primary_key = True  # type: ignore[attr-defined]
+        return stmt
+
+    def insert_from_select(
+        self,
+        table: sa.Table,
+        cols: Sequence[str],
+        source: sa.Select[Any],
+        keys: Sequence[str],
+        update: Sequence[str] | None,
+    ) -> Any:
+        from sqlalchemy_hana.elements import Upsert
+
+        if update is not None:  # UPSERT <table> (<cols>) <subquery> matches on the primary key
+            return Upsert(table).from_select(list(cols), source)
+        src = source.subquery("src")
+        target = table.alias("existing")
+        fresh = sa.select(*[src.c[c] for c in cols]).where(
+            ~sa.exists().where(*[target.c[k] == src.c[k] for k in keys])
+        )
+        return sa.insert(table).from_select(list(cols), fresh)
+
+    def create_if_missing(self, create: Sql) -> Any:
+        found = yield Batch(
+            [
+                Stmt(
+                    self.sql(
+                        "migrations_table_exists",
+                        lambda: sa.text(
+                            "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+                            "AND TABLE_NAME = 'AM_MIGRATIONS'"
+                        ),
+                    ),
+                    fetch=True,
+                )
+            ]
+        )
+        if not found[0][0][0]:
+            try:
+                yield Batch([Stmt(create)], write=True)
+            except Exception as exc:  # a concurrent process created it first
+                if _error_code(exc) not in ALREADY_EXISTS:
+                    raise
+
+    def migration_lock(self) -> str | None:
+        return "LOCK TABLE am_migrations IN EXCLUSIVE MODE"
+
+
+def _error_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "errorcode", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    return code
+
+
+class HanaSession(DbApiSession):
+    """Manual-commit session whose fetched LOBs are read into bytes and text."""
+
+    def execute(self, batch: Batch) -> list[Any]:
+        results = super().execute(batch)
+        return [
+            [tuple(_read_lob(v) for v in row) for row in r] if isinstance(r, list) else r
+            for r in results
+        ]
+
+
+def _read_lob(value: Any) -> Any:
+    read = getattr(value, "read", None)
+    if read is None:
+        return value
+    data = read()
+    return data
+
+
+class HanaDatabase(Database[Any]):
+    """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`)."""
+
+    def __init__(
+        self, connect_args: dict[str, Any], *, pool_size: int = 4, url: str | None = None
+    ) -> None:
+        self.dialect = HanaDialect()
+        self.connect_args = dict(connect_args)
+        self._url = url
+        self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        if self._url:
+            return mask_url(self._url)
+        return f"hana://{self.connect_args.get('user')}:***@{self.connect_args.get('address')}"
+
+    def __repr__(self) -> str:
+        return f"HanaDatabase({self.describe()})"
+
+    def _connect(self) -> Any:
+        from hdbcli import dbapi
+
+        conn = dbapi.connect(**self.connect_args)
+        conn.setautocommit(False)
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        self._slots.acquire()
+        try:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+                with self._lock:
+                    self._all.append(conn)
+            ok = False
+            try:
+                yield conn
+                ok = True
+            finally:
+                if ok:
+                    self._idle.put(conn)
+                else:  # a connection that failed mid-plan may be broken: drop it
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+        finally:
+            self._slots.release()
+
+    def _run_sync(self, plan: Plan[T]) -> T:
+        with self.connection() as conn:
+            session = HanaSession(conn, begin_write=None, begin_read=None)
+            try:
+                return drive(plan, session.execute)
+            finally:
+                session.finish()
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+            self._all.clear()

@@ -1,0 +1,152 @@
+"""Every statement of the checkpointer compiled for every dialect and checked offline:
+PostgreSQL's through PostgreSQL's own parser (pglast), SAP HANA's through sqlalchemy-hana's
+compiler plus HANA's rules. A live HANA run happens when AGENT_MEMORY_TEST_HANA_URL is set."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory.checkpoint import statements as S
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
+from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
+from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
+from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+
+
+def every_statement(d: Dialect) -> dict[str, Sql]:
+    """Each statement builder of the checkpointer, with every variant it has."""
+    out: dict[str, Sql] = {}
+    for name, fn in inspect.getmembers(S, inspect.isfunction):
+        if (
+            fn.__module__ != S.__name__
+            or name in ("bucket", "thread_is_live")
+            or name.startswith("_")
+        ):
+            continue
+        if name == "touch_thread" and not d.conditional_upsert:
+            continue  # plans on such dialects read the row under a lock instead
+        params = inspect.signature(fn).parameters
+        variants: list[dict[str, Any]] = [{}]
+        if "by_id" in params:
+            variants = [{"by_id": True}, {"by_id": False}]
+        elif "replace" in params:
+            variants = [{"replace": True}, {"replace": False}]
+        elif "lock" in params:
+            variants = [{"lock": True}, {"lock": False}]
+        elif "n" in params:
+            variants = [{"n": 1}, {"n": 64}]
+        elif "filters" in params:
+            variants = [
+                dict(thread=a, ns=a, cid=a, before=a, after=a, filters=f)
+                for a in (True, False)
+                for f in ((), ("source", "step"))
+            ]
+        for kwargs in variants:
+            built = fn(d, **kwargs)
+            for i, sql in enumerate(built if isinstance(built, list) else [built]):
+                out[f"{name}{kwargs}#{i}"] = sql
+    fast = d.fast_get_tuple(True), d.fast_get_tuple(False)
+    for i, sql in enumerate(fast):
+        if sql is not None:
+            out[f"fast_get_tuple#{i}"] = sql
+    return out
+
+
+def test_every_builder_is_covered() -> None:
+    assert len(every_statement(SQLiteDialect())) > 30
+
+
+def test_postgres_statements_parse_with_postgres_parser() -> None:
+    pglast = pytest.importorskip("pglast")
+    d = PostgresDialect()
+    statements = list(every_statement(d).items())
+    statements += [
+        (f"ddl#{i}", Sql(s)) for m in migrations_for(d) for i, s in enumerate(m.statements)
+    ]
+    for where, sql in statements:
+        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)  # psycopg placeholders -> parameters
+        try:
+            pglast.parse_sql(text)
+        except pglast.parser.ParseError as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+
+
+HANA_FORBIDDEN = [
+    "ON CONFLICT",
+    "RETURNING",
+    "%s",
+    "%(",
+    "ILIKE",
+    "::",
+    "SKIP LOCKED",
+    "IF NOT EXISTS",
+    "BOOLEAN",
+    "BYTEA",
+    "JSONB",
+    "LATERAL",
+]
+
+
+def test_hana_statements_follow_hana_rules() -> None:
+    d = HanaDialect()
+    compiled = every_statement(d)
+    ddl = [s for m in migrations_for(d) for s in m.statements]
+    for where, sql in compiled.items():
+        upper = sql.text.upper()
+        for bad in HANA_FORBIDDEN:
+            assert bad not in upper, f"{where} uses {bad!r}: {sql.text}"
+        assert sql.names is not None and sql.text.count("?") == len(sql.names), where
+        if upper.startswith("SELECT") and not re.search(r"\bFROM\b", upper):
+            raise AssertionError(f"{where}: HANA needs FROM DUMMY")
+        if upper.startswith("UPSERT") and " VALUES " in upper:
+            assert upper.endswith("WITH PRIMARY KEY"), where
+    assert "FOR UPDATE IGNORE LOCKED" in compiled["select_expired{}#0"].text
+    assert all("NVARCHAR" in s or "INDEX" in s for s in ddl)
+    assert any("BLOB" in s and "NCLOB" in s for s in ddl)
+
+
+def test_sqlite_statements_prepare_on_a_real_database(tmp_path: Any) -> None:
+    import sqlite3
+
+    d = SQLiteDialect()
+    conn = sqlite3.connect(tmp_path / "x.db")
+    for m in migrations_for(d):
+        for statement in m.statements:
+            conn.execute(statement)
+    for where, sql in every_statement(d).items():
+        try:  # EXPLAIN compiles the statement without running it
+            conn.execute(f"EXPLAIN {sql.text}", {n: None for n in re.findall(r":(\w+)", sql.text)})
+        except sqlite3.Error as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+
+
+HANA_URL = os.environ.get("AGENT_MEMORY_TEST_HANA_URL")
+
+
+@pytest.mark.skipif(
+    not HANA_URL,
+    reason="set AGENT_MEMORY_TEST_HANA_URL=hana://user:pass@host:port"
+    "/?encrypt=true to run the checkpointer suite against SAP HANA",
+)
+async def test_conformance_on_hana() -> None:  # pragma: no cover - needs a HANA server
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+
+    from langgraph_checkpoint_agent_memory import HanaSaver
+    from tests.helpers import sync_through_async
+
+    for api in ("async", "sync"):
+
+        @checkpointer_test(name=f"hana-{api}")
+        async def factory(api: str = api) -> Any:
+            saver = HanaSaver(HANA_URL, ttl_seconds=3600)
+            yield sync_through_async(saver) if api == "sync" else saver
+            saver.close()
+
+        report = await validate(factory)
+        assert report.passed_all(), {n: r.failures for n, r in report.results.items()}

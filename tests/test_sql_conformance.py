@@ -1,0 +1,31 @@
+"""langgraph-checkpoint-conformance on the SQL saver: every capability, SQLite and PostgreSQL,
+through the async API and through the sync API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+
+from tests.helpers import sync_through_async
+
+
+@pytest.mark.parametrize("api", ["async", "sync"])
+async def test_every_capability_passes(
+    make_saver: Callable[..., Any], backend: str, api: str
+) -> None:
+    @checkpointer_test(name=f"{backend}-{api}")
+    async def factory() -> AsyncIterator[BaseCheckpointSaver]:
+        saver = make_saver(ttl_seconds=3600)
+        yield sync_through_async(saver) if api == "sync" else saver
+
+    report = await validate(factory)
+    detected = {name for name, result in report.results.items() if result.detected}
+    assert detected == {c.value for c in ALL_CAPABILITIES}
+    failures = {n: r.failures for n, r in report.results.items() if r.failures}
+    assert report.passed_all(), failures
+    assert sum(r.tests_passed for r in report.results.values()) == 81

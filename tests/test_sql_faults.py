@@ -1,0 +1,141 @@
+"""Faults: a process killed mid-put, a dropped connection, a closed saver, an unreachable
+server. The database stays consistent and errors say what happened without secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory import create_checkpointer
+from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavailableError
+from tests.helpers import config_for, make_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WRITER = """
+import os, sys
+from langgraph_checkpoint_agent_memory import create_checkpointer
+from tests.helpers import config_for, make_checkpoint
+saver = create_checkpointer(url=sys.argv[1])
+payload = [os.urandom(64).hex() * 300 for _ in range(40)]  # about 1.5 MB per checkpoint
+parent = None
+for step in range(1, 100000):
+    checkpoint = make_checkpoint({"big": payload, "step": step}, step=step, version=step)
+    config = config_for("victim", parent)
+    stored = saver.put(config, checkpoint, {"step": step}, {"big": step, "step": step})
+    saver.put_writes(stored, [("big", step)], f"task-{step}")
+    parent = stored["configurable"]["checkpoint_id"]
+    print(step, flush=True)
+"""
+
+
+def integrity(saver: Any) -> tuple[int, int]:
+    """(checkpoints, checkpoints whose blobs are all present); both must be equal."""
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+
+    def plan() -> Any:
+        [cps, blobs] = yield Batch(
+            [
+                Stmt(Sql("SELECT checkpoint_ns, blob_versions FROM am_checkpoints"), fetch=True),
+                Stmt(
+                    Sql("SELECT checkpoint_ns, channel, version FROM am_checkpoint_blobs"),
+                    fetch=True,
+                ),
+            ]
+        )
+        have = {tuple(r) for r in blobs}
+        whole = sum(all((ns, ch, v) in have for ch, v in json.loads(bv).items()) for ns, bv in cps)
+        return len(cps), whole
+
+    return saver.db.run(plan())
+
+
+@pytest.mark.parametrize("delay", [0.8, 1.3, 2.1])
+def test_killed_writer_leaves_last_complete_checkpoint(
+    database_url: str, make_saver: Callable[..., Any], delay: float
+) -> None:
+    make_saver().setup()  # the schema exists before the writer starts timing out
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, database_url],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=30)
+    reported = [int(line) for line in out.split()]
+    assert reported, f"the writer never finished a step: {err[-2000:]}"
+    saver = make_saver()
+    total, whole = integrity(saver)
+    assert total == whole, "a checkpoint row exists without its blobs"
+    assert total in (reported[-1], reported[-1] + 1)  # the last print may not have happened
+    latest = saver.get_tuple(config_for("victim"))
+    step = latest.checkpoint["channel_values"]["step"]
+    assert step == total and len(latest.checkpoint["channel_values"]["big"]) == 40
+    if step == reported[-1]:
+        assert latest.pending_writes == [(f"task-{step}", "big", step)]
+
+
+def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
+    import psycopg
+
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+
+    saver = PostgresSaver(pg_url)
+    stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    failures = 0
+    for _ in range(10):  # each broken pooled connection fails once, then is replaced
+        try:
+            assert saver.get_tuple(stored).checkpoint["channel_values"] == {"x": [1]}
+            break
+        except psycopg.OperationalError:
+            failures += 1
+    assert failures <= saver.db.pool_size
+    saver.put(
+        config_for("t", stored["configurable"]["checkpoint_id"]),
+        make_checkpoint({"x": [2]}, step=2, version=2),
+        {},
+        {"x": 2},
+    )
+    assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [2]}
+    saver.close()
+
+
+def test_closed_saver_says_so(database_url: str) -> None:
+    saver = create_checkpointer(url=database_url)
+    saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    saver.close()
+    with pytest.raises(ClosedError, match="closed"):
+        saver.get_tuple(config_for("t"))
+
+
+def test_unreachable_server_is_reported_without_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = "postgresql://agent:s3cret-Pa55@127.0.0.1:9/memory"
+    saver = create_checkpointer(url=url, connect_timeout=1)
+    assert "s3cret" not in repr(saver)
+    with caplog.at_level(logging.DEBUG), pytest.raises(DatabaseUnavailableError) as info:
+        saver.get_tuple(config_for("t"))
+    message = str(info.value)
+    assert "127.0.0.1" in message and "s3cret" not in message and "***" in message
+    assert all("s3cret" not in r.getMessage() for r in caplog.records)

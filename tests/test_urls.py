@@ -1,0 +1,127 @@
+"""Backend selection: URLs, AGENT_MEMORY_URL, SAP service bindings, masking."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from langgraph_checkpoint_agent_memory import (
+    ConfigurationError,
+    PostgresSaver,
+    SqliteSaver,
+    create_checkpointer,
+)
+from langgraph_checkpoint_agent_memory.db import url as urls
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "detail"),
+    [
+        ("sqlite:///rel/memory.db", "sqlite", "rel/memory.db"),
+        ("sqlite:////abs/memory.db", "sqlite", "/abs/memory.db"),
+        ("postgresql://u:p@h:5/db", "postgresql", "postgresql://u:p@h:5/db"),
+        ("postgres://u@h/db", "postgresql", "postgresql://u@h/db"),
+        ("host=h dbname=db user=u", "postgresql", "host=h dbname=db user=u"),
+        ("hana://u:p%40ss@hana.example:443/?encrypt=true&currentSchema=S", "hana", "hana.example"),
+    ],
+)
+def test_parse(raw: str, kind: str, detail: str) -> None:
+    target = urls.parse(raw)
+    assert target.kind == kind
+    if kind == "sqlite":
+        assert target.options["path"] == detail
+    elif kind == "postgresql":
+        assert target.url == detail
+    else:
+        assert target.options == {
+            "address": detail,
+            "port": 443,
+            "user": "u",
+            "password": "p@ss",
+            "encrypt": True,
+            "currentSchema": "S",
+        }
+
+
+@pytest.mark.parametrize("raw", ["mysql://x", "", "sqlite://", "sqlite:///:memory:", "hana://"])
+def test_bad_urls_are_clear(raw: str) -> None:
+    with pytest.raises(ConfigurationError):
+        urls.parse(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "masked"),
+    [
+        ("postgresql://u:secret@h/db", "postgresql://u:***@h/db"),
+        ("hana://u:secret@h:443/?encrypt=true", "hana://u:***@h:443/?encrypt=true"),
+        ("host=h password=secret user=u", "host=h password=*** user=u"),
+        ("postgresql://h/db?password=secret&x=1", "postgresql://h/db?password=***&x=1"),
+    ],
+)
+def test_masking(raw: str, masked: str) -> None:
+    assert urls.mask_url(raw) == masked
+
+
+def test_environment_and_vcap_and_k8s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert urls.resolve(None) is None
+    vcap = {
+        "hana": [
+            {
+                "name": "db",
+                "tags": ["hana", "database"],
+                "credentials": {
+                    "host": "abc.hana.ondemand.com",
+                    "port": "443",
+                    "user": "U1",
+                    "password": "pw",
+                    "schema": "AGENT",
+                },
+            }
+        ]
+    }
+    monkeypatch.setenv("VCAP_SERVICES", json.dumps(vcap))
+    target = urls.resolve(None)
+    assert target is not None and target.kind == "hana" and target.source == "VCAP_SERVICES"
+    assert target.options["address"] == "abc.hana.ondemand.com"
+    assert target.options["currentSchema"] == "AGENT" and "pw" not in target.masked()
+    monkeypatch.delenv("VCAP_SERVICES")
+
+    binding = tmp_path / "bindings" / "hana-db"
+    binding.mkdir(parents=True)
+    for name, value in {
+        "type": "hana",
+        "host": "k8s.hana",
+        "port": "30015",
+        "user": "K",
+        "password": "kpw",
+    }.items():
+        (binding / name).write_text(value + "\n")
+    monkeypatch.setenv("SERVICE_BINDING_ROOT", str(tmp_path / "bindings"))
+    target = urls.resolve(None)
+    assert target is not None and target.source == "SERVICE_BINDING_ROOT"
+    assert (target.options["address"], target.options["port"]) == ("k8s.hana", 30015)
+
+    monkeypatch.setenv("AGENT_MEMORY_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    target = urls.resolve(None)  # the explicit variable wins over bindings
+    assert target is not None and target.source == "AGENT_MEMORY_URL"
+
+
+def test_factory_uses_url_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        saver = create_checkpointer(30, url=f"sqlite:///{tmp_path / 'a.db'}")
+    assert isinstance(saver, SqliteSaver) and saver.ttl_seconds == 30
+    assert any("sqlite" in r.getMessage() and "argument" in r.getMessage() for r in caplog.records)
+    saver.close()
+    monkeypatch.setenv("AGENT_MEMORY_URL", "postgresql://agent:topsecret@127.0.0.1:9/x")
+    with caplog.at_level(logging.INFO):
+        pg = create_checkpointer()
+    assert isinstance(pg, PostgresSaver) and pg.ttl_seconds is None
+    assert "topsecret" not in repr(pg) and "***" in repr(pg)
+    assert all("topsecret" not in r.getMessage() for r in caplog.records)
+    with pytest.raises(TypeError, match="bogus"):
+        create_checkpointer(url=f"sqlite:///{tmp_path / 'b.db'}", bogus=1)
