@@ -67,6 +67,49 @@ def interleave(
     return comparison
 
 
+def interleave_batches(
+    cases: dict[str, tuple[str, Callable[[], Any]]],
+    *,
+    loop: Any,
+    rounds: int,
+    per_round: int,
+    seed: int = 1,
+) -> Comparison:
+    """Like :func:`interleave`, for a mix of sync functions and async ones.
+
+    An async case runs its ``per_round`` calls inside one ``run_until_complete`` and times
+    each awaited call, so the event loop's start-up is not charged to the operation.
+    """
+    rng = random.Random(seed)
+    comparison = Comparison(title="")
+    clock = time.perf_counter
+
+    async def timed_async(fn: Callable[[], Any], n: int, out: list[float]) -> None:
+        for _ in range(n):
+            start = clock()
+            await fn()
+            out.append(clock() - start)
+
+    def run(kind: str, fn: Callable[[], Any], n: int, out: list[float]) -> None:
+        if kind == "async":
+            loop.run_until_complete(timed_async(fn, n, out))
+            return
+        for _ in range(n):
+            start = clock()
+            fn()
+            out.append(clock() - start)
+
+    names = list(cases)
+    for name in names:
+        run(*cases[name], max(1, per_round // 4), [])  # warm-up
+        comparison.samples[name] = []
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for name in names:
+            run(*cases[name], per_round, comparison.samples[name])
+    return comparison
+
+
 def ratio(summary: dict[str, dict[str, float]], ours: str, peer: str) -> float:
     return summary[ours]["median_us"] / summary[peer]["median_us"]
 

@@ -35,7 +35,7 @@ def wall() -> FakeClock:
 def test_expired_thread_is_invisible_before_any_sweep(
     make_saver: Callable[..., Any], wall: FakeClock
 ) -> None:
-    saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False)
+    saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False, activity_precision=0)
     stored = put(saver, "t", 1)
     saver.put_writes(stored, [("x", 9)], "task")
     wall.advance(100)
@@ -56,25 +56,59 @@ def test_reads_refresh_expiry_coalesced(make_saver: Callable[..., Any], wall: Fa
     for _ in range(6):  # 6 x 60 s = 360 s, far past the TTL, but read every 60 s
         wall.advance(60)
         assert saver.get_tuple(config_for("t")) is not None
-    refreshes = []
-    real_run = saver.db.run
-
-    def spy(plan: Any) -> Any:
-        result = real_run(plan)
-        refreshes.append(saver._refreshed.get("t"))
-        return result
-
-    saver.db.run = spy  # type: ignore[method-assign]
-    for _ in range(5):  # reads within a tenth of the TTL do not write
+    updates = _count_thread_updates(saver)
+    for _ in range(5):  # reads within a tenth of the TTL of the last refresh write nothing
         wall.advance(1)
         saver.get_tuple(config_for("t"))
-    assert len(set(refreshes)) == 1
-    wall.advance(101)
+    assert updates() == 0
+    wall.advance(10)
+    saver.get_tuple(config_for("t"))
+    assert updates() == 1
+    wall.advance(111)
     assert saver.get_tuple(config_for("t")) is None  # a read cannot revive an expired thread
 
 
-def test_refresh_on_read_can_be_turned_off(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+def _count_thread_updates(saver: Any) -> Callable[[], int]:
+    """Count statements that write the thread's activity row from now on."""
+    seen: list[str] = []
+    real_run = saver.db.run
+
+    def spy(plan: Any) -> Any:
+        def watched() -> Any:
+            result = None
+            while True:
+                try:
+                    batch = plan.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                seen.extend(s.sql.text for s in batch.statements)
+                result = yield batch
+
+        return real_run(watched())
+
+    saver.db.run = spy
+    return lambda: sum("UPDATE am_threads" in t or "INTO am_threads" in t for t in seen)
+
+
+def test_coalesced_activity_expires_between_ttl_and_its_slack(
+    make_saver: Callable[..., Any], wall: FakeClock
+) -> None:
+    """With activity_precision=0.1 a TTL of 100 s expires an idle thread after 100 to 110 s
+    of true idleness, while writing the thread's row at most every 10 s."""
     saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False)
+    first = put(saver, "t", 1)  # activity written: expires at +110
+    wall.advance(5)
+    put(saver, "t", 2, first)  # within 10 s of the last write: not written again
+    wall.advance(100)  # 100 s after the last activity: must still be alive
+    assert saver.get_tuple(config_for("t")) is not None
+    wall.advance(5.001)  # 105 s idle, 110 s after the written activity
+    assert saver.get_tuple(config_for("t")) is None
+    with pytest.raises(ValueError, match="activity_precision"):
+        make_saver(activity_precision=2)
+
+
+def test_refresh_on_read_can_be_turned_off(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+    saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False, activity_precision=0)
     put(saver, "t", 1)
     wall.advance(60)
     assert [t.config for t in saver.list(config_for("t"))]
@@ -85,7 +119,7 @@ def test_refresh_on_read_can_be_turned_off(make_saver: Callable[..., Any], wall:
 def test_keep_latest_strategy_prunes_history_and_keeps_the_thread(
     make_saver: Callable[..., Any], wall: FakeClock
 ) -> None:
-    saver = make_saver(ttl_seconds=100, clock=wall, strategy="keep_latest")
+    saver = make_saver(ttl_seconds=100, clock=wall, strategy="keep_latest", activity_precision=0)
     parent = None
     for i in range(1, 5):
         parent = put(saver, "t", i, parent)
@@ -106,7 +140,7 @@ def test_keep_latest_strategy_prunes_history_and_keeps_the_thread(
 def test_per_thread_ttl_overrides_the_saver(
     make_saver: Callable[..., Any], wall: FakeClock
 ) -> None:
-    saver = make_saver(ttl_seconds=1000, clock=wall)
+    saver = make_saver(ttl_seconds=1000, clock=wall, activity_precision=0)
     put(saver, "short", 1, ttl_seconds=10)
     put(saver, "default", 1)
     put(saver, "forever", 1, ttl_seconds=0)
@@ -121,7 +155,7 @@ def test_per_thread_ttl_overrides_the_saver(
 
 
 def test_late_writes_never_resurrect(make_saver: Callable[..., Any], wall: FakeClock) -> None:
-    saver = make_saver(ttl_seconds=100, clock=wall)
+    saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     first = put(saver, "t", 1)
     wall.advance(101)
     with pytest.raises(ThreadDeletedError, match="'t'"):
@@ -141,7 +175,7 @@ def test_late_writes_never_resurrect(make_saver: Callable[..., Any], wall: FakeC
 async def test_async_late_write_and_fresh_start(
     make_saver: Callable[..., Any], wall: FakeClock
 ) -> None:
-    saver = make_saver(ttl_seconds=100, clock=wall)
+    saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     checkpoint = make_checkpoint({"x": [1]})
     first = await saver.aput(config_for("t"), checkpoint, {"step": 1}, {"x": 1})
     await saver.adelete_thread("t")
@@ -152,12 +186,14 @@ async def test_async_late_write_and_fresh_start(
 
 
 def test_ttl_survives_a_restart(make_saver: Callable[..., Any], wall: FakeClock) -> None:
-    first = make_saver(ttl_seconds=100, clock=wall)
+    first = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     put(first, "old", 1)
     put(first, "young", 1, ttl_seconds=1000)
     first.close()
     wall.advance(150)
-    second = make_saver(ttl_seconds=100, clock=wall)  # a new process on the same database
+    second = make_saver(
+        ttl_seconds=100, clock=wall, activity_precision=0
+    )  # a new process on the same database
     assert second.get_tuple(config_for("old")) is None
     assert second.get_tuple(config_for("young")) is not None
     assert second.sweep() == ["old"]

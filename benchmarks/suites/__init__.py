@@ -6,9 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.suites.memory_savers import run as memory_savers
+from benchmarks.suites.savers import run as savers
 
 SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
+    "savers": savers,
 }
 
 __all__ = ["SUITES", "Path"]

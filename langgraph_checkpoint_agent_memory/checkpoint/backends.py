@@ -70,16 +70,32 @@ class PostgresSaver(SQLSaver):
         pool_size: Size of the pools opened for a connection string.
         connect_timeout: Seconds to wait for the server before raising
             :class:`DatabaseUnavailableError`.
+        synchronous_commit: ``True`` (the default): a write returns once PostgreSQL has
+            flushed it to disk. ``False``: it returns before the flush (``SET LOCAL
+            synchronous_commit TO OFF`` per write transaction), which roughly halves the cost
+            of each graph step; a crash of the *server* may then lose the last fraction of a
+            second of checkpoints, never leave a half-written one.
         **kwargs: :class:`SQLSaver` options.
     """
 
     def __init__(
-        self, conn: Any, *, pool_size: int = 8, connect_timeout: float = 10.0, **kwargs: Any
+        self,
+        conn: Any,
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = 10.0,
+        synchronous_commit: bool = True,
+        **kwargs: Any,
     ) -> None:
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
         super().__init__(
-            PostgresDatabase(conn, pool_size=pool_size, connect_timeout=connect_timeout),
+            PostgresDatabase(
+                conn,
+                pool_size=pool_size,
+                connect_timeout=connect_timeout,
+                synchronous_commit=synchronous_commit,
+            ),
             **kwargs,
         )
 

@@ -7,9 +7,13 @@ contributes compiled SQL.
 
 The hot path:
 
-* ``put`` is one transaction and one round trip where the driver pipelines: the thread's
-  activity, the blobs of the channels that changed, the checkpoint row. Only non-primitive
-  channel values get a blob; ``None``, booleans, numbers and short strings stay inline.
+* ``put`` is one transaction and one round trip where the driver pipelines: the blobs of the
+  channels that changed and the checkpoint row (the thread's activity row only when due, see
+  ``activity_precision``). Only non-primitive channel values get a blob; ``None``, booleans,
+  numbers and short strings stay inline. A list that grew by appends since the version in the
+  parent checkpoint (the conversation's ``messages``) is stored as just the new items: the
+  saver recognizes the unchanged prefix by object identity, so neither serialization nor
+  storage grows with the length of the conversation.
 * ``get_tuple`` looks blobs up by their full key, so its cost does not grow with the thread's
   history; on PostgreSQL it is a single statement.
 * ``list`` reads pages and decodes each checkpoint only when the caller reaches it.
@@ -65,7 +69,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
 )
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import migrate_plan
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, ThreadDeletedError
+from langgraph_checkpoint_agent_memory.errors import (
+    AgentMemoryError,
+    ConfigurationError,
+    ThreadDeletedError,
+)
 
 Strategy = Literal["delete", "keep_latest"]
 
@@ -73,8 +81,14 @@ Strategy = Literal["delete", "keep_latest"]
 INLINE_STR_MAX = 256
 #: Tombstones are purged after this long (never sooner than the TTL).
 TOMBSTONE_SECONDS = 7 * 24 * 3600.0
-#: Reads refresh a thread's expiry at most once per this fraction of its TTL.
-REFRESH_FRACTION = 0.1
+#: An appended list is written in full after this many appends in a row.
+MAX_CHAIN = 16
+#: Blob type prefix of "the items appended to the list at base_version".
+APPEND = "append:"
+#: Threads whose last written lists and head checkpoint this process remembers.
+CACHE_THREADS = 2000
+#: Without a TTL, a thread's activity row is written at most this often per process.
+IDLE_TOUCH_SECONDS = 600.0
 LIST_PAGE = 32
 NEVER = -1e300  # a "live after" bound that nothing expires before
 
@@ -143,8 +157,14 @@ class SQLSaver(BaseCheckpointSaver[str]):
             A thread's own ``config["configurable"]["ttl_seconds"]`` overrides it.
         strategy: What expiry does: ``"delete"`` the thread, or ``"keep_latest"`` (prune its
             history to the latest checkpoint of each namespace; the thread stays readable).
-        refresh_on_read: Whether reads count as activity (coalesced: at most one refresh per
-            tenth of the TTL per thread and process).
+        refresh_on_read: Whether reads count as activity.
+        activity_precision: Activity is written to the thread's row at most once per this
+            fraction of its TTL (per thread and process), not on every graph step; expiry is
+            pushed out by the same slack, so an idle thread expires after between ``ttl`` and
+            ``ttl * (1 + activity_precision)`` seconds. ``0`` writes activity on every call.
+        incremental_lists: Store a list that only grew as its appended items (see above).
+            Assumes list items are not mutated in place once stored, which holds for
+            LangGraph's ``add_messages``; turn it off for state that mutates list items.
         sweep_interval_seconds: Time between background sweeps (default: a tenth of the TTL,
             between 0.5 s and 60 s). The sweeper starts with the first write when a TTL is set.
         sweep_batch: Threads removed per sweep transaction.
@@ -160,6 +180,8 @@ class SQLSaver(BaseCheckpointSaver[str]):
         ttl_seconds: int | None = None,
         strategy: Strategy = "delete",
         refresh_on_read: bool = True,
+        activity_precision: float = 0.1,
+        incremental_lists: bool = True,
         sweep_interval_seconds: float | None = None,
         sweep_batch: int = 500,
         auto_setup: bool = True,
@@ -176,6 +198,17 @@ class SQLSaver(BaseCheckpointSaver[str]):
         self.ttl_seconds = validate_ttl(ttl_seconds)
         self.strategy: Strategy = strategy
         self.refresh_on_read = refresh_on_read
+        if not 0 <= activity_precision <= 1:
+            raise ConfigurationError(
+                f"activity_precision must be between 0 and 1, got {activity_precision!r}"
+            )
+        self.activity_precision = float(activity_precision)
+        self.incremental_lists = incremental_lists
+        # (thread, ns) -> (checkpoint id, {channel: blob version}) last written or read here
+        self._heads: OrderedDict[tuple[str, str], tuple[str, dict[str, str]]] = OrderedDict()
+        # (thread, ns, channel) -> (version, the list's items, appends since a full copy)
+        self._lists: dict[tuple[str, str, str], tuple[str, list[Any], int]] = {}
+        self._cache_lock = threading.Lock()
         self.sweep_interval_seconds = validate_interval(sweep_interval_seconds) or (
             default_sweep_interval(self.ttl_seconds) if self.ttl_seconds else 60.0
         )
@@ -184,7 +217,8 @@ class SQLSaver(BaseCheckpointSaver[str]):
         self._clock = clock
         self._setup_done = False
         self._setup_lock = threading.Lock()
-        self._refreshed: OrderedDict[str, float] = OrderedDict()
+        # thread -> (time this process last wrote its activity row, the TTL it wrote)
+        self._touched: OrderedDict[str, tuple[float, int | None]] = OrderedDict()
         self._sweeper: Sweeper | None = None
         self._sweeper_lock = threading.Lock()
         self._sweep_task: asyncio.Task[None] | None = None
@@ -314,28 +348,38 @@ class SQLSaver(BaseCheckpointSaver[str]):
             "thread_id": thread_id,
             "last_active": now,
             "ttl_seconds": ttl,
-            "expires_at": now + ttl if ttl else None,
+            "expires_at": now + ttl * (1 + self.activity_precision) if ttl else None,
             "deleted_at": None,
             "live_after": self._live_after(now),
         }
 
-    def _refresh_due(self, thread_id: str, now: float) -> bool:
-        if not self.refresh_on_read:
-            return False
-        every = max(0.5, (self.ttl_seconds or 50) * REFRESH_FRACTION)
-        last = self._refreshed.get(thread_id)
-        if last is not None and now - last < every:
-            return False
-        self._refreshed[thread_id] = now
-        self._refreshed.move_to_end(thread_id)
-        while len(self._refreshed) > 10_000:
-            self._refreshed.popitem(last=False)
-        return True
+    def _touch_due(self, thread_id: str, now: float, ttl: int | None) -> bool:
+        """Whether this call must write the thread's activity row (see activity_precision)."""
+        seen = self._touched.get(thread_id)
+        if seen is None or seen[1] != ttl:
+            return True
+        every = ttl * self.activity_precision if ttl else IDLE_TOUCH_SECONDS
+        return now - seen[0] >= every
+
+    def _touched_at(self, thread_id: str, now: float, ttl: int | None) -> None:
+        self._touched[thread_id] = (now, ttl)
+        self._touched.move_to_end(thread_id)
+        while len(self._touched) > 10_000:
+            self._touched.popitem(last=False)
 
     def _refresh_stmt(self, thread_id: str, now: float) -> list[Stmt]:
-        if not self._refresh_due(thread_id, now):
+        """Refresh-on-read, when due: only threads with a TTL have expiry to extend."""
+        seen = self._touched.get(thread_id)
+        ttl = seen[1] if seen is not None else self.ttl_seconds
+        if not self.refresh_on_read or not ttl or not self._touch_due(thread_id, now, ttl):
             return []
-        return [Stmt(S.refresh_thread(self.dialect), {"thread_id": thread_id, "now": now})]
+        self._touched_at(thread_id, now, ttl)
+        return [
+            Stmt(
+                S.refresh_thread(self.dialect),
+                {"thread_id": thread_id, "now": now, "slack": 1 + self.activity_precision},
+            )
+        ]
 
     def _run(self, plan: Plan[Any]) -> Any:
         self._ready()
@@ -371,20 +415,31 @@ class SQLSaver(BaseCheckpointSaver[str]):
         thread = self._thread_row(thread_id, now, ttl)
         live_after = thread["live_after"]
         blob_rows = []
+        remembered: dict[str, tuple[str, list[Any], int] | None] = {}
         for k, v in new_versions.items():
-            if k in blob_versions:
-                blob_type, blob = dumps(values[k])
-                blob_rows.append(
-                    {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "channel": k,
-                        "version": str(v),
-                        "type": blob_type,
-                        "blob": blob,
-                        "live_after": live_after,
-                    }
-                )
+            if k not in blob_versions:
+                continue
+            value = values[k]
+            base = self._append_base(thread_id, ns, parent_id, k, value)
+            if base is None:
+                blob_type, blob = dumps(value)
+                depth = 0
+            else:
+                kind, blob = dumps(value[len(base[1]) :])
+                blob_type, depth = APPEND + kind, base[2] + 1
+            blob_rows.append(
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "channel": k,
+                    "version": str(v),
+                    "type": blob_type,
+                    "blob": blob,
+                    "base_version": base[0] if base is not None else None,
+                    "live_after": live_after,
+                }
+            )
+            remembered[k] = (str(v), list(value), depth) if type(value) is list else None
         row = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -403,11 +458,77 @@ class SQLSaver(BaseCheckpointSaver[str]):
             Stmt(S.upsert_checkpoint(d), row),
         ]
         if d.conditional_upsert:
-            results = yield Batch([Stmt(S.touch_thread(d), thread), *writes], write=True)
-            if results[-1]:
+            touch = self._touch_due(thread_id, now, ttl)
+            head = [Stmt(S.touch_thread(d), thread)] if touch else []
+            results = yield Batch([*head, *writes], write=True)
+            if results[-1]:  # the checkpoint row was written: the thread is live
+                if touch:
+                    self._touched_at(thread_id, now, ttl)
+                self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
                 return checkpoint_config(thread_id, ns, checkpoint["id"])
         yield from self._admit(thread_id, parent_id, thread, now, ns, writes)
+        self._touched_at(thread_id, now, ttl)
+        self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
         return checkpoint_config(thread_id, ns, checkpoint["id"])
+
+    # -- incremental lists -----------------------------------------------------------------
+
+    def _append_base(
+        self, thread_id: str, ns: str, parent_id: str | None, channel: str, value: Any
+    ) -> tuple[str, list[Any], int] | None:
+        """The stored version that ``value`` extends by appends, if this process knows one.
+
+        Only the version the parent checkpoint holds qualifies (so the base is kept by any
+        prune that keeps this checkpoint), and only if every one of its items is the very
+        same object at the same position in ``value``.
+        """
+        if not self.incremental_lists or type(value) is not list or parent_id is None:
+            return None
+        with self._cache_lock:
+            head = self._heads.get((thread_id, ns))
+            known = self._lists.get((thread_id, ns, channel))
+        if head is None or known is None or head[0] != parent_id:
+            return None
+        version, items, depth = known
+        if head[1].get(channel) != version or depth >= MAX_CHAIN or len(value) <= len(items):
+            return None
+        if any(a is not b for a, b in zip(items, value, strict=False)):  # value is longer
+            return None
+        return known
+
+    def _remember(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        blob_versions: dict[str, str],
+        lists: Mapping[str, tuple[str, list[Any], int] | None],
+    ) -> None:
+        if not self.incremental_lists:
+            return
+        with self._cache_lock:
+            self._heads[(thread_id, ns)] = (checkpoint_id, blob_versions)
+            self._heads.move_to_end((thread_id, ns))
+            for channel, state in lists.items():
+                if state is None:
+                    self._lists.pop((thread_id, ns, channel), None)
+                else:
+                    self._lists[(thread_id, ns, channel)] = state
+            while len(self._heads) > CACHE_THREADS:
+                (old_thread, old_ns), _ = self._heads.popitem(last=False)
+                for key in [k for k in self._lists if k[0] == old_thread and k[1] == old_ns]:
+                    del self._lists[key]
+
+    def _forget(self, thread_ids: Sequence[str]) -> None:
+        """Drop what this process remembers of threads whose history changed under it."""
+        gone = set(thread_ids)
+        with self._cache_lock:
+            for key in [k for k in self._heads if k[0] in gone]:
+                del self._heads[key]
+            for key in [k for k in self._lists if k[0] in gone]:
+                del self._lists[key]
+            for thread_id in gone:
+                self._touched.pop(thread_id, None)
 
     def _admit(
         self,
@@ -481,7 +602,8 @@ class SQLSaver(BaseCheckpointSaver[str]):
             )
         dumps = self.serde.dumps_typed
         now = self._clock()
-        thread = self._thread_row(thread_id, now, self._thread_ttl(config))
+        ttl = self._thread_ttl(config)
+        thread = self._thread_row(thread_id, now, ttl)
         first_wins: list[dict[str, Any]] = []
         replace: list[dict[str, Any]] = []
         for idx, (channel, value) in enumerate(writes):
@@ -506,10 +628,17 @@ class SQLSaver(BaseCheckpointSaver[str]):
             Stmt(S.insert_write(d, replace=True), replace, many=True),
         ]
         if d.conditional_upsert:
-            results = yield Batch([Stmt(S.touch_thread(d), thread), *statements], write=True)
-            if results[0]:
+            touch = self._touch_due(thread_id, now, ttl)
+            head = [Stmt(S.touch_thread(d), thread)] if touch else []
+            results = yield Batch([*head, *statements], write=True)
+            # Rows written (or the touch) prove the thread live; zero rows may be a repeat of
+            # first-write-wins writes or a deleted thread: the slow path tells them apart.
+            if results[0] if touch else results[0] + results[1]:
+                if touch:
+                    self._touched_at(thread_id, now, ttl)
                 return None
         yield from self._admit(thread_id, checkpoint_id, thread, now, ns, statements)
+        self._touched_at(thread_id, now, ttl)
         return None
 
     def put_writes(
@@ -538,15 +667,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
         """Statements fetching the blobs and writes of ``rows`` (one thread namespace)."""
         d = self.dialect
         keys = sorted({(ch, v) for r in rows for ch, v in r.blob_versions.items()})
-        out: list[Stmt] = []
-        for start in range(0, len(keys), S.MAX_KEYS):
-            chunk = keys[start : start + S.MAX_KEYS]
-            n = S.bucket(len(chunk))
-            padded = chunk + [chunk[-1]] * (n - len(chunk))
-            params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-            for i, (ch, v) in enumerate(padded):
-                params[f"c{i}"], params[f"v{i}"] = ch, v
-            out.append(Stmt(S.select_blobs(d, n), params, fetch=True))
+        out = self._blob_keys_stmts(thread_id, ns, keys)
         ids = sorted({r.checkpoint_id for r in rows})
         for start in range(0, len(ids), S.MAX_KEYS):
             chunk = ids[start : start + S.MAX_KEYS]
@@ -557,12 +678,79 @@ class SQLSaver(BaseCheckpointSaver[str]):
             out.append(Stmt(S.select_writes(d, n), params, fetch=True))
         return out
 
+    def _blob_keys_stmts(
+        self, thread_id: str, ns: str, keys: Sequence[tuple[str, str]]
+    ) -> list[Stmt]:
+        d = self.dialect
+        out: list[Stmt] = []
+        for start in range(0, len(keys), S.MAX_KEYS):
+            chunk = list(keys[start : start + S.MAX_KEYS])
+            n = S.bucket(len(chunk))
+            padded = chunk + [chunk[-1]] * (n - len(chunk))
+            params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+            for i, (ch, v) in enumerate(padded):
+                params[f"c{i}"], params[f"v{i}"] = ch, v
+            out.append(Stmt(S.select_blobs(d, n), params, fetch=True))
+        return out
+
+    def _complete_chains(self, thread_id: str, ns: str, blob_rows: dict[Any, Any]) -> Plan[None]:
+        """Fetch the bases of appended lists that a dialect without recursive queries left
+        out (a no-op elsewhere: the recursive query already returned them)."""
+        while True:
+            missing = sorted(
+                {
+                    (ch, r[2])
+                    for (ch, _), r in blob_rows.items()
+                    if r[2] is not None and (ch, r[2]) not in blob_rows
+                }
+            )
+            if not missing:
+                return
+            results = yield Batch(self._blob_keys_stmts(thread_id, ns, missing))
+            found, _ = self._split_details(results)
+            if not found:
+                return
+            blob_rows.update(found)
+
+    def _value(
+        self,
+        blob_rows: Mapping[tuple[str, str], Any],
+        channel: str,
+        version: str,
+        thread: tuple[str, str] | None = None,
+    ) -> tuple[Any, int]:
+        """A channel's value at ``version`` and the number of appends it is made of.
+
+        A list version this process wrote or read last for ``thread`` is taken from memory
+        (a new list of the same items), so reading a conversation decodes only what was
+        appended since.
+        """
+        if thread is not None and self.incremental_lists:
+            known = self._lists.get((*thread, channel))
+            if known is not None and known[0] == version:
+                return list(known[1]), known[2]
+        found = blob_rows.get((channel, version))
+        if found is None:
+            raise KeyError((channel, version))
+        kind, blob, base = found
+        if base is None:
+            return self.serde.loads_typed((kind, blob)), 0
+        try:
+            head, depth = self._value(blob_rows, channel, base, thread)
+        except KeyError:
+            raise AgentMemoryError(
+                f"stored list {channel!r} at version {version} lacks its base {base}; "
+                "the checkpoint data is damaged"
+            ) from None
+        return head + self.serde.loads_typed((kind[len(APPEND) :], blob)), depth + 1
+
     def _decode(
         self,
         row: _Row,
-        blob_rows: Mapping[tuple[str, str], tuple[str, bytes]],
+        blob_rows: Mapping[tuple[str, str], tuple[str, bytes, str | None]],
         write_rows: Sequence[Sequence[Any]],
         metadata: CheckpointMetadata | None = None,
+        lists: dict[str, tuple[str, list[Any], int] | None] | None = None,
     ) -> CheckpointTuple:
         loads = self.serde.loads_typed
         checkpoint: Checkpoint = loads((row.type, bytes(row.body)))
@@ -570,7 +758,10 @@ class SQLSaver(BaseCheckpointSaver[str]):
         for ch, v in row.blob_versions.items():
             found = blob_rows.get((ch, v))
             if found is not None and found[0] != "empty":
-                values[ch] = loads(found)
+                values[ch], depth = self._value(blob_rows, ch, v, (row.thread_id, row.ns))
+                if lists is not None:
+                    value = values[ch]
+                    lists[ch] = (v, list(value), depth) if type(value) is list else None
         checkpoint["channel_values"] = values
         ordered = sorted(write_rows, key=lambda w: writes_sort_key(w[6], w[1], w[2]))
         return CheckpointTuple(
@@ -601,30 +792,41 @@ class SQLSaver(BaseCheckpointSaver[str]):
             if head is None:
                 return None
             row = _Row((thread_id, ns, *head[1:7]))
-            blob_rows = {(r[1], r[2]): (r[3], bytes(r[4])) for r in rows if r[0] == 1}
+            blob_rows = {
+                (r[1], r[2]): (r[3], bytes(r[4]) if r[4] is not None else b"", r[5])
+                for r in rows
+                if r[0] == 1
+            }
             write_rows = [
                 (head[1], r[1], r[7], r[2], r[3], bytes(r[4]), r[5]) for r in rows if r[0] == 2
             ]
-            return self._decode(row, blob_rows, write_rows)
-        first = Stmt(S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True)
-        results = yield Batch([first, *refresh], write=bool(refresh))
-        if not results[0]:
-            return None
-        row = _Row(results[0][0])
-        details = yield Batch(self._details_stmts(thread_id, ns, [row]))
-        blob_rows, write_rows = self._split_details(details)
-        return self._decode(row, blob_rows, write_rows)
+        else:
+            first = Stmt(
+                S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True
+            )
+            results = yield Batch([first, *refresh], write=bool(refresh))
+            if not results[0]:
+                return None
+            row = _Row(results[0][0])
+            details = yield Batch(self._details_stmts(thread_id, ns, [row]))
+            blob_rows, write_rows = self._split_details(details)
+            yield from self._complete_chains(thread_id, ns, blob_rows)
+        lists: dict[str, tuple[str, list[Any], int] | None] = {}
+        tup = self._decode(row, blob_rows, write_rows, lists=lists)
+        self._remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
+        return tup
 
     @staticmethod
     def _split_details(
         details: Sequence[Sequence[Sequence[Any]]],
-    ) -> tuple[dict[tuple[str, str], tuple[str, bytes]], list[Sequence[Any]]]:
-        blob_rows: dict[tuple[str, str], tuple[str, bytes]] = {}
+    ) -> tuple[dict[tuple[str, str], tuple[str, bytes, str | None]], list[Sequence[Any]]]:
+        blob_rows: dict[tuple[str, str], tuple[str, bytes, str | None]] = {}
         write_rows: list[Sequence[Any]] = []
         for rows in details:
             for r in rows:
-                if len(r) == 4:
-                    blob_rows[(r[0], r[1])] = (r[2], bytes(r[3]) if r[3] is not None else b"")
+                if len(r) == 5:
+                    blob = bytes(r[3]) if r[3] is not None else b""
+                    blob_rows[(r[0], r[1])] = (r[2], blob, r[4])
                 else:
                     write_rows.append(
                         (
@@ -709,6 +911,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
         at = 0
         for key, count in spans:
             by_group[key] = self._split_details(details[at : at + count])
+            yield from self._complete_chains(key[0], key[1], by_group[key][0])
             at += count
         last = rows[-1]
         next_keyset = (last.checkpoint_id, last.thread_id, last.ns)
@@ -783,24 +986,28 @@ class SQLSaver(BaseCheckpointSaver[str]):
 
     # -- deletion, copy, prune -------------------------------------------------------------
 
-    def _delete_thread_plan(self, thread_id: str) -> Plan[None]:
+    def _bury(self, thread_ids: Sequence[str], now: float) -> list[Stmt]:
+        """Statements deleting threads' rows and leaving their tombstones."""
         d = self.dialect
-        now = self._clock()
-        tomb = {
-            "thread_id": str(thread_id),
-            "last_active": now,
-            "ttl_seconds": None,
-            "expires_at": None,
-            "deleted_at": now,
-        }
-        yield Batch(
-            [
-                *(Stmt(sql, {"thread_id": str(thread_id)}) for sql in S.delete_thread_rows(d)),
-                Stmt(S.tombstone(d), tomb),
-            ],
-            write=True,
-        )
-        self._refreshed.pop(str(thread_id), None)
+        params = [{"thread_id": t} for t in thread_ids]
+        tombs = [
+            {
+                "thread_id": t,
+                "last_active": now,
+                "ttl_seconds": None,
+                "expires_at": None,
+                "deleted_at": now,
+            }
+            for t in thread_ids
+        ]
+        return [
+            *(Stmt(sql, params, many=True) for sql in S.delete_thread_rows(d)),
+            Stmt(S.tombstone(d), tombs, many=True),
+        ]
+
+    def _delete_thread_plan(self, thread_id: str) -> Plan[None]:
+        yield Batch(self._bury([str(thread_id)], self._clock()), write=True)
+        self._forget([str(thread_id)])
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(self._delete_thread_plan(thread_id))
@@ -835,11 +1042,21 @@ class SQLSaver(BaseCheckpointSaver[str]):
                     drop_cp.append(
                         {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
                     )
+            # an appended list needs every base down its chain
+            bases = {(ns, ch, v): base for ns, ch, v, base in blob_keys}
+            pending = list(referenced)
+            while pending:
+                ns, ch, v = pending.pop()
+                base = bases.get((ns, ch, v))
+                if base is not None and (ns, ch, base) not in referenced:
+                    referenced.add((ns, ch, base))
+                    pending.append((ns, ch, base))
             drop_blobs += [
                 {"thread_id": thread_id, "checkpoint_ns": ns, "channel": ch, "version": v}
-                for ns, ch, v in blob_keys
+                for ns, ch, v, _ in blob_keys
                 if (ns, ch, v) not in referenced
             ]
+        self._forget(list(snapshot))
         return Batch(
             [
                 *(Stmt(sql, drop_cp, many=True) for sql in S.delete_checkpoint(d)),
@@ -1029,11 +1246,12 @@ class SQLSaver(BaseCheckpointSaver[str]):
             )
             for cid in span
         ]
-        blob_rows: dict[tuple[str, str], tuple[str, bytes]] = {}
+        blob_rows: dict[tuple[str, str], tuple[str, bytes, str | None]] = {}
         write_rows: list[Sequence[Any]] = []
         if span:
             details = yield Batch(self._details_stmts(thread_id, ns, seed_rows))
             blob_rows, write_rows = self._split_details(details)
+            yield from self._complete_chains(thread_id, ns, blob_rows)
         writes_by_cp: dict[str, list[Sequence[Any]]] = {}
         for w in write_rows:
             writes_by_cp.setdefault(w[0], []).append(w)
@@ -1046,7 +1264,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
 
         def value_of(cid: str, ch: str) -> Any:
             if ch in versions[cid]:
-                return loads(blob_rows[(ch, versions[cid][ch])])
+                return self._value(blob_rows, ch, versions[cid][ch])[0]
             return inline(cid)[ch]
 
         return delta_history(span, channels, has_value, value_of, writes_of)
@@ -1085,24 +1303,8 @@ class SQLSaver(BaseCheckpointSaver[str]):
                 yield Batch([Stmt(S.purge_tombstones(d), {"horizon": horizon})], write=True)
                 return swept
             if self.strategy == "delete":
-                params = [{"thread_id": t} for t in batch]
-                tombs = [
-                    {
-                        "thread_id": t,
-                        "last_active": now,
-                        "ttl_seconds": None,
-                        "expires_at": None,
-                        "deleted_at": now,
-                    }
-                    for t in batch
-                ]
-                yield Batch(
-                    [
-                        *(Stmt(sql, params, many=True) for sql in S.delete_thread_rows(d)),
-                        Stmt(S.tombstone(d), tombs, many=True),
-                    ],
-                    write=True,
-                )
+                yield Batch(self._bury(batch, now), write=True)
+                self._forget(batch)
             else:
                 snapshot = yield from self._thread_snapshot(batch)
                 keep = {t: self._keep_latest(cps) for t, (cps, _) in snapshot.items()}

@@ -108,7 +108,10 @@ def refresh_thread(d: Dialect) -> Sql:
                 threads.c.deleted_at.is_(None),
                 threads.c.expires_at >= B("now"),
             )
-            .values(last_active=B("now"), expires_at=B("now") + threads.c.ttl_seconds)
+            .values(
+                last_active=B("now"),
+                expires_at=B("now") + threads.c.ttl_seconds * B("slack", type_=sa.Float),
+            )
         )
 
     return d.sql("refresh_thread", build)
@@ -209,11 +212,15 @@ def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     return d.sql(("select_checkpoint", by_id), build)
 
 
+BLOB_COLUMNS = ("channel", "version", "type", "blob", "base_version")
+
+
 def select_blobs(d: Dialect, n: int) -> Sql:
-    """Blobs of one thread namespace by ``(:c{i}, :v{i})`` channel/version keys."""
+    """Blobs of one thread namespace by ``(:c{i}, :v{i})`` channel/version keys, with the
+    chain of bases of appended lists where the dialect has recursive queries."""
 
     def build() -> Any:
-        return sa.select(blobs.c.channel, blobs.c.version, blobs.c.type, blobs.c.blob).where(
+        wanted = sa.select(*[blobs.c[c] for c in BLOB_COLUMNS]).where(
             blobs.c.thread_id == B("thread_id"),
             blobs.c.checkpoint_ns == B("checkpoint_ns"),
             sa.or_(
@@ -223,6 +230,19 @@ def select_blobs(d: Dialect, n: int) -> Sql:
                 )
             ),
         )
+        if not d.recursive_cte:
+            return wanted
+        chain = wanted.cte("chain", recursive=True)
+        base = blobs.alias("base")
+        chain = chain.union_all(
+            sa.select(*[base.c[c] for c in BLOB_COLUMNS]).where(
+                base.c.thread_id == B("thread_id"),
+                base.c.checkpoint_ns == B("checkpoint_ns"),
+                base.c.channel == chain.c.channel,
+                base.c.version == chain.c.base_version,
+            )
+        )
+        return sa.select(*[chain.c[c] for c in BLOB_COLUMNS])
 
     return d.sql(("select_blobs", n), build)
 
@@ -314,9 +334,9 @@ def select_thread_checkpoints(d: Dialect) -> Sql:
 def select_thread_blob_keys(d: Dialect) -> Sql:
     return d.sql(
         "select_thread_blob_keys",
-        lambda: sa.select(blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version).where(
-            blobs.c.thread_id == B("thread_id")
-        ),
+        lambda: sa.select(
+            blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version, blobs.c.base_version
+        ).where(blobs.c.thread_id == B("thread_id")),
     )
 
 

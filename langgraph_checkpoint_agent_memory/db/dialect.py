@@ -157,6 +157,8 @@ class Dialect:
     def prefilter_value(self, key: str, value: Any) -> Any:
         return value
 
+    #: Whether ``WITH RECURSIVE`` exists (to fetch a list's chain of bases in one query).
+    recursive_cte = True
     #: Whether ``CREATE TABLE IF NOT EXISTS`` exists; otherwise ``create_if_missing`` runs.
     create_if_not_exists = True
 

@@ -34,6 +34,7 @@ class HanaDialect(Dialect):
     conditional_upsert = False
     transactional_ddl = False
     create_if_not_exists = False
+    recursive_cte = False
 
     def _make_sa_dialect(self) -> SADialect:
         try:

@@ -82,29 +82,39 @@ class PostgresDialect(Dialect):
         return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 
     def fast_get_tuple(self, by_id: bool) -> Sql:
-        """``get_tuple`` in one statement: the checkpoint row, then its blobs looked up by full
-        primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it into a
-        scan of the thread's blobs), then its writes. Rows are tagged 0, 1, 2."""
+        """``get_tuple`` in one statement: the checkpoint row (tag 0); its blobs looked up by
+        full primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it
+        into a scan of the thread's blobs), each followed down its chain of appended-list
+        bases (tag 1); its writes (tag 2)."""
 
         def build() -> str:
             by = "AND checkpoint_id = %(checkpoint_id)s " if by_id else ""
+            blob = (
+                "JOIN LATERAL (SELECT channel, version, type, blob, base_version "
+                "FROM am_checkpoint_blobs bb WHERE bb.thread_id = %(thread_id)s "
+                "AND bb.checkpoint_ns = %(checkpoint_ns)s "
+            )
             return (
-                "WITH c AS (SELECT thread_id, checkpoint_ns, checkpoint_id, "
+                "WITH RECURSIVE c AS (SELECT thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, type, checkpoint, metadata, blob_versions "
                 "FROM am_checkpoints WHERE thread_id = %(thread_id)s "
                 f"AND checkpoint_ns = %(checkpoint_ns)s {by}"
                 "AND NOT EXISTS (SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s "
                 "AND (t.deleted_at IS NOT NULL OR t.expires_at < %(live_after)s)) "
-                "ORDER BY checkpoint_id DESC LIMIT 1) "
+                "ORDER BY checkpoint_id DESC LIMIT 1), "
+                "chain AS ("
+                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM c "
+                "CROSS JOIN LATERAL jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
+                f"{blob}AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
+                "UNION ALL "
+                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM chain "
+                f"{blob}AND bb.channel = chain.channel AND bb.version = chain.base_version "
+                "LIMIT 1) b ON true) "
                 "SELECT 0, c.checkpoint_id::text, c.parent_checkpoint_id::text, c.type::text, "
                 "c.checkpoint, c.metadata, c.blob_versions, NULL::integer FROM c "
                 "UNION ALL "
-                "SELECT 1, v.key, v.value, b.type::text, b.blob, NULL, NULL, NULL "
-                "FROM c CROSS JOIN LATERAL "
-                "jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
-                "JOIN LATERAL (SELECT type, blob FROM am_checkpoint_blobs bb "
-                "WHERE bb.thread_id = c.thread_id AND bb.checkpoint_ns = c.checkpoint_ns "
-                "AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
+                "SELECT 1, channel::text, version::text, type::text, blob, base_version::text, "
+                "NULL, NULL FROM chain "
                 "UNION ALL "
                 "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
                 "w.task_path::text, NULL, w.idx "
@@ -118,7 +128,8 @@ class PostgresDialect(Dialect):
 class PgSession:
     """Runs a plan's batches on one psycopg connection; a held transaction stays open."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, synchronous_commit: bool = True) -> None:
+        self.synchronous_commit = synchronous_commit
         if not conn.autocommit:
             raise ConfigurationError(
                 "PostgreSQL connections must be in autocommit mode: use "
@@ -146,6 +157,8 @@ class PgSession:
                 if not self.in_tx:
                     conn.execute("BEGIN")
                     self.in_tx = True
+                    if batch.write and not self.synchronous_commit:
+                        conn.execute("SET LOCAL synchronous_commit TO OFF")
                 for stmt in batch.statements:
                     cur = conn.cursor()
                     if stmt.many:
@@ -183,6 +196,8 @@ class AsyncPgSession(PgSession):
                 if not self.in_tx:
                     await conn.execute("BEGIN")
                     self.in_tx = True
+                    if batch.write and not self.synchronous_commit:
+                        await conn.execute("SET LOCAL synchronous_commit TO OFF")
                 for stmt in batch.statements:
                     cur = conn.cursor()
                     if stmt.many:
@@ -244,7 +259,14 @@ class PostgresDatabase(Database[Any]):
     per event loop, an async one for the async API. Objects passed in are never closed here.
     """
 
-    def __init__(self, source: Any, *, pool_size: int = 8, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = 10.0,
+        synchronous_commit: bool = True,
+    ) -> None:
         try:
             import psycopg
             import psycopg_pool
@@ -256,6 +278,7 @@ class PostgresDatabase(Database[Any]):
         self.dialect = PostgresDialect()
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
+        self.synchronous_commit = synchronous_commit
         self._closed = False
         self._conninfo: str | None = None
         self._sync: Any = None  # a ConnectionPool or a Connection
@@ -325,7 +348,7 @@ class PostgresDatabase(Database[Any]):
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
-            session = PgSession(conn)
+            session = PgSession(conn, synchronous_commit=self.synchronous_commit)
             try:
                 return drive(plan, session.execute)
             finally:
@@ -391,7 +414,7 @@ class PostgresDatabase(Database[Any]):
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
         async with self._aconnection() as conn:
-            session = AsyncPgSession(conn)
+            session = AsyncPgSession(conn, synchronous_commit=self.synchronous_commit)
             try:
                 return await adrive(plan, session.execute)
             finally:

@@ -2,7 +2,10 @@
 
 Checkpoints keep LangGraph's split: one row per checkpoint (its body without the channel
 values that need a blob), one row per channel *version* in ``checkpoint_blobs`` (so a value
-that did not change between steps is stored once), one row per pending write. Small primitive
+that did not change between steps is stored once), one row per pending write. A list that
+only grew since its previous version (the ``messages`` of a conversation) is stored as the
+appended items plus ``base_version``, so a thread's storage grows with its messages, not
+with their square; a full copy is written every few versions to bound the chain. Small primitive
 channel values (``None``, booleans, numbers, short strings) stay inline in the checkpoint body,
 which saves a row per step for LangGraph's routing channels. ``threads`` holds the activity
 clock of the TTL and the tombstones that stop a late write from resurrecting a thread.
@@ -43,6 +46,8 @@ blobs = sa.Table(
     sa.Column("version", VERSION, primary_key=True),
     sa.Column("type", sa.String(32), nullable=False),
     sa.Column("blob", sa.LargeBinary),
+    # set when ``blob`` holds only the items appended to the list at ``base_version``
+    sa.Column("base_version", VERSION),
 )
 
 writes = sa.Table(

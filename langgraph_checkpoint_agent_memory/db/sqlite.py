@@ -101,6 +101,7 @@ class SQLiteDatabase(Database[Any]):
         self._slots = threading.BoundedSemaphore(pool_size)
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._closed = False
 
     def describe(self) -> str:
@@ -139,7 +140,9 @@ class SQLiteDatabase(Database[Any]):
 
     def _run_sync(self, plan: Plan[T]) -> T:
         with self.connection() as conn:
-            session = DbApiSession(conn, begin_write="BEGIN IMMEDIATE", begin_read="BEGIN")
+            session = DbApiSession(
+                conn, begin_write="BEGIN IMMEDIATE", begin_read="BEGIN", write_lock=self._write_lock
+            )
             try:
                 return drive(plan, session.execute)
             finally:
@@ -160,24 +163,51 @@ class DbApiSession:
     """Runs a plan's batches on one DB-API connection, keeping a held transaction open
     between batches. SQLite and HANA share it; they differ in how a transaction starts."""
 
-    def __init__(self, conn: Any, *, begin_write: str | None, begin_read: str | None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        begin_write: str | None,
+        begin_read: str | None,
+        write_lock: Any = None,
+    ) -> None:
         self.conn = conn
         self.begin_write = begin_write
         self.begin_read = begin_read
+        self.write_lock = write_lock
         self.in_tx = False
+        self._holds_lock = False
 
     def _begin(self, cur: Any, batch: Batch) -> None:
-        sql = self.begin_write if (batch.write or batch.lock or batch.hold) else self.begin_read
-        if sql:
-            cur.execute(sql)
+        writing = batch.write or batch.lock or batch.hold
+        sql = self.begin_write if writing else self.begin_read
+        if writing and self.write_lock is not None:
+            # Writers of this process queue on a mutex, not in SQLite's busy handler,
+            # which sleeps in coarse steps; other processes still meet busy_timeout.
+            self.write_lock.acquire()
+            self._holds_lock = True
+        try:
+            if sql:
+                cur.execute(sql)
+        except BaseException:
+            self._release()
+            raise
         self.in_tx = True
+
+    def _release(self) -> None:
+        if self._holds_lock:
+            self._holds_lock = False
+            self.write_lock.release()
 
     def _end(self, commit: bool) -> None:
         self.in_tx = False
-        if self.begin_write is None:  # a driver in manual-commit mode (HANA)
-            (self.conn.commit if commit else self.conn.rollback)()
-        else:
-            self.conn.execute("COMMIT" if commit else "ROLLBACK")
+        try:
+            if self.begin_write is None:  # a driver in manual-commit mode (HANA)
+                (self.conn.commit if commit else self.conn.rollback)()
+            else:
+                self.conn.execute("COMMIT" if commit else "ROLLBACK")
+        finally:
+            self._release()
 
     def execute(self, batch: Batch) -> list[Any]:
         results: list[Any] = []
