@@ -375,10 +375,13 @@ def run(*, quick: bool, out: Path) -> None:
         )
 
         graph_rows = []
+        relaxed = OurPostgres(fresh_pg(), synchronous_commit=False)
+        stack.callback(relaxed.close)
+        graph_savers = {**savers.sync, RELAXED: relaxed}
         for shape in ("long_thread", "short_threads"):
             cases = {
                 name: ("sync", _graph_case(s, f"{name}-{shape}", shape == "long_thread"))
-                for name, s in savers.sync.items()
+                for name, s in graph_savers.items()
             }
             comparison = interleave_batches(
                 cases, loop=loop, rounds=graph_rounds, per_round=graph_per_round
@@ -422,8 +425,11 @@ def run(*, quick: bool, out: Path) -> None:
     )
 
 
+RELAXED = "ours-postgres (synchronous_commit off)"
+
 PAIRS = [
     ("ours-postgres", "lg-PostgresSaver"),
+    (RELAXED, "lg-PostgresSaver"),
     ("ours-sqlite", "lg-SqliteSaver"),
     ("ours-postgres (async)", "lg-AsyncPostgresSaver (async)"),
     ("ours-sqlite (async)", "lg-AsyncSqliteSaver (async)"),

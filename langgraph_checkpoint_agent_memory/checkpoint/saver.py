@@ -93,6 +93,23 @@ LIST_PAGE = 32
 NEVER = -1e300  # a "live after" bound that nothing expires before
 
 
+BLOB_ARRAYS = {
+    "channel": "channel",
+    "version": "version",
+    "type": "type",
+    "blob": "blob",
+    "base": "base_version",
+}
+WRITE_ARRAYS = {"idx": "idx", "channel": "channel", "type": "type", "blob": "blob"}
+
+
+def _columns(
+    prefix: str, rows: Sequence[Mapping[str, Any]], names: Mapping[str, str]
+) -> dict[str, list[Any]]:
+    """Rows as one array per column, for dialects that insert ``unnest``ed arrays."""
+    return {f"{prefix}{param}": [r[col] for r in rows] for param, col in names.items()}
+
+
 def _inline(value: Any) -> bool:
     kind = type(value)
     return (
@@ -457,8 +474,17 @@ class SQLSaver(BaseCheckpointSaver[str]):
             Stmt(S.insert_blob(d), blob_rows, many=True),
             Stmt(S.upsert_checkpoint(d), row),
         ]
-        if d.conditional_upsert:
-            touch = self._touch_due(thread_id, now, ttl)
+        touch = self._touch_due(thread_id, now, ttl)
+        fast = d.fast_write("put", touch)
+        if fast is not None:
+            params = {**thread, **row, **_columns("b_", blob_rows, BLOB_ARRAYS)}
+            [[(live,)]] = yield Batch([Stmt(fast, params, fetch=True)], write=True)
+            if live:
+                if touch:
+                    self._touched_at(thread_id, now, ttl)
+                self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
+                return checkpoint_config(thread_id, ns, checkpoint["id"])
+        elif d.conditional_upsert:
             head = [Stmt(S.touch_thread(d), thread)] if touch else []
             results = yield Batch([*head, *writes], write=True)
             if results[-1]:  # the checkpoint row was written: the thread is live
@@ -627,8 +653,24 @@ class SQLSaver(BaseCheckpointSaver[str]):
             Stmt(S.insert_write(d, replace=False), first_wins, many=True),
             Stmt(S.insert_write(d, replace=True), replace, many=True),
         ]
-        if d.conditional_upsert:
-            touch = self._touch_due(thread_id, now, ttl)
+        touch = self._touch_due(thread_id, now, ttl)
+        fast = d.fast_write("writes", touch)
+        if fast is not None:
+            params = {
+                **thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                **_columns("f_", first_wins, WRITE_ARRAYS),
+                **_columns("r_", replace, WRITE_ARRAYS),
+            }
+            [[(live,)]] = yield Batch([Stmt(fast, params, fetch=True)], write=True)
+            if live:
+                if touch:
+                    self._touched_at(thread_id, now, ttl)
+                return None
+        elif d.conditional_upsert:
             head = [Stmt(S.touch_thread(d), thread)] if touch else []
             results = yield Batch([*head, *statements], write=True)
             # Rows written (or the touch) prove the thread live; zero rows may be a repeat of

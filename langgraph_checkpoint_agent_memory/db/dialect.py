@@ -172,6 +172,13 @@ class Dialect:
         0/1/2, for dialects that can express it; ``None`` falls back to two batches."""
         return None
 
+    def fast_write(self, kind: str, touch: bool) -> Sql | None:
+        """A single statement doing a whole ``put`` (``kind="put"``) or ``put_writes``
+        (``"writes"``) from array parameters, returning one row whose first column is 1 when
+        the thread was live and the rows were written, or ``None`` to use the generic
+        statements in a transaction."""
+        return None
+
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None

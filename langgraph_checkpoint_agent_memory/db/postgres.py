@@ -124,6 +124,66 @@ class PostgresDialect(Dialect):
 
         return self.sql(("fast_get_tuple", by_id), build)
 
+    def fast_write(self, kind: str, touch: bool) -> Sql:
+        """One statement, hence one implicit transaction and one round trip, with no
+        BEGIN/COMMIT: every insert is a data-modifying CTE conditioned on the thread being
+        live, and rows come as arrays."""
+
+        def build() -> str:
+            head = (
+                "WITH live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
+                "WHERE thread_id = %(thread_id)s AND (deleted_at IS NOT NULL "
+                "OR expires_at < %(live_after)s))), "
+            )
+            if touch:
+                head += (
+                    "touch AS (INSERT INTO am_threads (thread_id, last_active, ttl_seconds, "
+                    "expires_at, deleted_at) SELECT %(thread_id)s, %(last_active)s, "
+                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL "
+                    "FROM live ON CONFLICT (thread_id) DO UPDATE SET "
+                    "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
+                    "expires_at = EXCLUDED.expires_at), "
+                )
+            if kind == "put":
+                body = (
+                    "blobs AS (INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, "
+                    "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
+                    "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
+                    "FROM live, unnest(%(b_channel)s::text[], %(b_version)s::text[], "
+                    "%(b_type)s::text[], %(b_blob)s::bytea[], %(b_base)s::text[]) "
+                    "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING), "
+                    "cp AS (INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+                    "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
+                    "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
+                    "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
+                    "%(metadata)s, %(blob_versions)s FROM live "
+                    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
+                    "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
+                    "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
+                    "blob_versions = EXCLUDED.blob_versions) "
+                )
+            else:
+                columns = (
+                    "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
+                    "task_id, idx, channel, type, blob, task_path) SELECT %(thread_id)s, "
+                    "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
+                    "u.type, u.blob, %(task_path)s FROM live, "
+                )
+                body = (
+                    f"first AS ({columns}unnest(%(f_idx)s::integer[], %(f_channel)s::text[], "
+                    "%(f_type)s::text[], %(f_blob)s::bytea[]) AS u(idx, channel, type, blob) "
+                    "ON CONFLICT DO NOTHING), "
+                    f"special AS ({columns}unnest(%(r_idx)s::integer[], %(r_channel)s::text[], "
+                    "%(r_type)s::text[], %(r_blob)s::bytea[]) AS u(idx, channel, type, blob) "
+                    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+                    "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+                    "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) "
+                )
+            return head + body + "SELECT COUNT(*) FROM live"
+
+        return self.sql(("fast_write", kind, touch), build)
+
 
 class PgSession:
     """Runs a plan's batches on one psycopg connection; a held transaction stays open."""
@@ -140,10 +200,13 @@ class PgSession:
         self.in_tx = False
 
     def _single(self, batch: Batch) -> bool:
-        return (
-            not (self.in_tx or batch.write or batch.hold or batch.lock)
-            and len(batch.statements) == 1
-        )
+        """One plain statement is atomic by itself: it needs no BEGIN/COMMIT (unless a
+        relaxed commit must be set for the transaction)."""
+        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
+            return False
+        if batch.statements[0].many:
+            return False
+        return not (batch.write and not self.synchronous_commit)
 
     def execute(self, batch: Batch) -> list[Any]:
         conn = self.conn
