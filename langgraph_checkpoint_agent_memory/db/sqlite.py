@@ -134,7 +134,12 @@ class SQLiteDatabase(Database[Any]):
             finally:
                 if conn.in_transaction:  # never hand a connection back mid-transaction
                     conn.rollback()
-                self._idle.put(conn)
+                with self._lock:
+                    if self._closed:  # closed while in use: close it now that it is free
+                        self._all.remove(conn)
+                        conn.close()
+                    else:
+                        self._idle.put(conn)
         finally:
             self._slots.release()
 
@@ -149,14 +154,20 @@ class SQLiteDatabase(Database[Any]):
                 session.finish()
 
     def close(self) -> None:
+        """Close idle connections now and busy ones when their plan ends (closing a
+        connection another thread is using would crash the sqlite3 module)."""
         with self._lock:
             self._closed = True
-            for conn in self._all:
+            while True:
+                try:
+                    conn = self._idle.get_nowait()
+                except queue.Empty:
+                    break
+                self._all.remove(conn)
                 try:
                     conn.close()
                 except sqlite3.Error:
                     pass
-            self._all.clear()
 
 
 class DbApiSession:
