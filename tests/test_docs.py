@@ -1,7 +1,10 @@
-"""Every ```python block of the README and the user guide runs as written."""
+"""Every ```python block of the README and the user guide runs as written. A block whose
+first line says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh
+PostgreSQL database."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,8 +25,14 @@ def blocks() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("where", "code"), blocks(), ids=[w for w, _ in blocks()])
-def test_example_runs(where: str, code: str, tmp_path: Path) -> None:
+def test_example_runs(where: str, code: str, tmp_path: Path,
+                      request: pytest.FixtureRequest) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENT_MEMORY_URL", None)
+    if code.startswith("# requires: postgresql"):
+        env["AGENT_MEMORY_URL"] = request.getfixturevalue("pg_url")
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=env,
     )
     assert result.returncode == 0, f"{where} failed:\n{result.stderr}"
