@@ -25,14 +25,19 @@ def blocks() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("where", "code"), blocks(), ids=[w for w, _ in blocks()])
-def test_example_runs(where: str, code: str, tmp_path: Path,
-                      request: pytest.FixtureRequest) -> None:
+def test_example_runs(
+    where: str, code: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGENT_MEMORY_URL", None)
     if code.startswith("# requires: postgresql"):
         env["AGENT_MEMORY_URL"] = request.getfixturevalue("pg_url")
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env=env,
     )
     assert result.returncode == 0, f"{where} failed:\n{result.stderr}"

@@ -79,15 +79,37 @@ def test_killed_writer_leaves_last_complete_checkpoint(
     out, err = proc.communicate(timeout=30)
     reported = [int(line) for line in out.split()]
     assert reported, f"the writer never finished a step: {err[-2000:]}"
+    if database_url.startswith("postgresql"):
+        _wait_for_other_backends(database_url)
     saver = make_saver()
     total, whole = integrity(saver)
     assert total == whole, "a checkpoint row exists without its blobs"
     assert total in (reported[-1], reported[-1] + 1)  # the last print may not have happened
     latest = saver.get_tuple(config_for("victim"))
     step = latest.checkpoint["channel_values"]["step"]
+    steps = sorted(t.checkpoint["channel_values"]["step"] for t in saver.list(None))
+    assert steps == list(range(1, total + 1)), (steps, reported[-3:])
     assert step == total and len(latest.checkpoint["channel_values"]["big"]) == 40
     if step == reported[-1]:
         assert latest.pending_writes == [(f"task-{step}", "big", step)]
+
+
+def _wait_for_other_backends(url: str) -> None:
+    """A killed client's last statement may still be running in its server backend, which
+    commits or rolls it back on its own; inspect the database only once it has ended."""
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state <> 'idle'"
+            ).fetchone()
+            if row and row[0] == 0:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the killed writer's backend never ended")
 
 
 def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
@@ -139,3 +161,24 @@ def test_unreachable_server_is_reported_without_the_password(
     message = str(info.value)
     assert "127.0.0.1" in message and "s3cret" not in message and "***" in message
     assert all("s3cret" not in r.getMessage() for r in caplog.records)
+
+
+def test_relaxed_commit_is_set_per_connection(pg_url: str) -> None:
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+
+    saver = PostgresSaver(pg_url, synchronous_commit=False)
+    saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+
+    def plan() -> Any:
+        [rows] = yield Batch([Stmt(Sql("SHOW synchronous_commit"), fetch=True)])
+        return rows[0][0]
+
+    assert saver.db.run(plan()) == "off"
+    assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [1]}
+    saver.close()
+    strict = PostgresSaver(pg_url)
+    assert strict.db.run(plan()) == "on"
+    strict.close()

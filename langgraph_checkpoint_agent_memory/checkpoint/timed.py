@@ -303,9 +303,19 @@ class TimedInMemorySaver(InMemorySaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
-        if checkpoint_id is None:
-            raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
+        try:  # the hot path reads a well-formed config directly
+            configurable = config["configurable"]
+            thread_id = configurable["thread_id"]
+            checkpoint_id = configurable["checkpoint_id"]
+            checkpoint_ns = configurable.get("checkpoint_ns") or ""
+            if type(thread_id) is not str or not thread_id:
+                raise KeyError("thread_id")
+        except (KeyError, TypeError):
+            thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
+            if checkpoint_id is None:
+                raise ValueError(
+                    "put_writes needs config['configurable']['checkpoint_id']"
+                ) from None
         outer_key = (thread_id, checkpoint_ns, checkpoint_id)
         dumps = self.serde.dumps_typed
         idx_map = WRITES_IDX_MAP
@@ -313,25 +323,23 @@ class TimedInMemorySaver(InMemorySaver):
             (task_id, idx_map.get(c, idx), (task_id, c, dumps(v), task_path))
             for idx, (c, v) in enumerate(writes)
         ]
+        activity = self._activity
         with self._lock:
             now = self._clock()
-            last = self._activity.get(thread_id)
-            if thread_id in self._tombstones or (
-                last is not None and now - last > self.ttl_seconds
-            ):
+            last = activity.get(thread_id)
+            if last is None or now - last > self.ttl_seconds or thread_id in self._tombstones:
                 self._admit_write(thread_id, checkpoint_ns, checkpoint_id, now)
             stored = self.writes.get(outer_key)
-            if stored is None:
+            if stored is None:  # a checkpoint's first writes: index them for eviction
                 stored = self.writes[outer_key] = {}
+                self._thread_index(thread_id).writes.add(outer_key)
             for task, idx, value in encoded:
                 # Regular writes: first write wins; special channels (negative idx) upsert.
                 if idx >= 0 and (task, idx) in stored:
                     continue
                 stored[task, idx] = value
-            index = self._index.get(thread_id) or self._thread_index(thread_id)
-            index.writes.add(outer_key)
-            self._activity[thread_id] = now
-            self._activity.move_to_end(thread_id)
+            activity[thread_id] = now
+            activity.move_to_end(thread_id)
         if self._sweeper is None:
             self._ensure_sweeper()
 

@@ -287,6 +287,14 @@ class AsyncPgSession(PgSession):
             await _arollback(self.conn)
 
 
+def _relax_commit(conn: Any) -> None:
+    conn.execute("SET synchronous_commit TO off")
+
+
+async def _arelax_commit(conn: Any) -> None:
+    await conn.execute("SET synchronous_commit TO off")
+
+
 def _result(cur: Any, stmt: Any) -> Any:
     if stmt.fetch:
         return cur.fetchall()
@@ -392,6 +400,7 @@ class PostgresDatabase(Database[Any]):
                         open=False,
                         name="agent-memory",
                         timeout=self.connect_timeout,
+                        configure=None if self.synchronous_commit else _relax_commit,
                     )
                     try:
                         pool.open(wait=True, timeout=self.connect_timeout)
@@ -411,7 +420,7 @@ class PostgresDatabase(Database[Any]):
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
-            session = PgSession(conn, synchronous_commit=self.synchronous_commit)
+            session = PgSession(conn, synchronous_commit=self._session_commit())
             try:
                 return drive(plan, session.execute)
             finally:
@@ -455,6 +464,7 @@ class PostgresDatabase(Database[Any]):
                 open=False,
                 name="agent-memory-async",
                 timeout=self.connect_timeout,
+                configure=None if self.synchronous_commit else _arelax_commit,
             )
             try:
                 await pool.open(wait=True, timeout=self.connect_timeout)
@@ -477,11 +487,16 @@ class PostgresDatabase(Database[Any]):
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
         async with self._aconnection() as conn:
-            session = AsyncPgSession(conn, synchronous_commit=self.synchronous_commit)
+            session = AsyncPgSession(conn, synchronous_commit=self._session_commit())
             try:
                 return await adrive(plan, session.execute)
             finally:
                 await session.afinish()
+
+    def _session_commit(self) -> bool:
+        """Whether each transaction must set its own commit mode: pools opened here set it
+        once per connection, so their writes stay single statements."""
+        return self.synchronous_commit or self._conninfo is not None
 
     def _unavailable(self) -> DatabaseUnavailableError:
         import psycopg
