@@ -22,12 +22,13 @@ from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     ThreadDeletedError,
 )
-from langgraph_checkpoint_agent_memory.factory import create_checkpointer
+from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.settings import (
     ConfigField,
     ConfigValueError,
     agent_config,
 )
+from langgraph_checkpoint_agent_memory.store import AgentMemoryStore
 
 try:
     __version__ = version("langgraph-checkpoint-agent-memory")
@@ -36,6 +37,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "AgentMemoryError",
+    "AgentMemoryStore",
     "AsyncHanaSaver",
     "AsyncPostgresSaver",
     "AsyncSqliteSaver",
@@ -51,4 +53,5 @@ __all__ = [
     "__version__",
     "agent_config",
     "create_checkpointer",
+    "create_store",
 ]

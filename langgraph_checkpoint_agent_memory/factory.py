@@ -13,11 +13,13 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import IndexConfig, TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,54 @@ def create_checkpointer(
         return InMemorySaver(serde=options.get("serde"))
     _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl})")
     return TimedInMemorySaver(ttl, **options)
+
+
+def create_store(
+    url: str | None = None,
+    *,
+    index: IndexConfig | None = None,
+    ttl: TTLConfig | None = None,
+    **options: Any,
+) -> AgentMemoryStore:
+    """Return the long-term memory store for this environment.
+
+    The backend is chosen like :func:`create_checkpointer`'s (``url``, ``AGENT_MEMORY_URL``,
+    a HANA service binding); with none of them the store lives in memory, with the same
+    semantics as on a database.
+
+    Args:
+        url: ``sqlite:///path.db``, ``postgresql://...`` or ``hana://...``.
+        index: LangGraph ``IndexConfig`` for vector search (``dims``, ``embed``, ``fields``).
+        ttl: LangGraph ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
+            ``sweep_interval_minutes``).
+        **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``, ...) and the
+            database's (``pool_size``, ``connect_timeout``).
+    """
+    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+    database_options = {k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options}
+    target = urls.resolve(url)
+    database: Any
+    if target is None:
+        database = SQLiteDatabase(":memory:")
+    elif target.kind == "sqlite":
+        database = SQLiteDatabase(target.options["path"], **database_options)
+    elif target.kind == "postgresql":
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+
+        database = PostgresDatabase(target.url, **database_options)
+    else:
+        from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+        database = HanaDatabase(target.options, url=target.url, **database_options)
+    if target is not None:
+        key = f"store:{target.kind}:{target.masked()}"
+        if key not in _announced:
+            _announced.add(key)
+            logger.info(
+                "create_store(): %s at %s (from %s)", target.kind, target.masked(), target.source
+            )
+    return AgentMemoryStore(database, index=index, ttl=ttl, **options)
 
 
 def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> Any:

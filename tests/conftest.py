@@ -119,3 +119,33 @@ def make_saver(database_url: str) -> Iterator[Callable[..., Any]]:
             saver.db.close()
         except Exception:
             pass
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(
+    store_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Any]]:
+    """Open stores of the parametrized backend on one database; all closed at the end."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    url = {
+        "memory": None,
+        "sqlite": f"sqlite:///{tmp_path / 'store.db'}",
+    }.get(store_backend) or (
+        request.getfixturevalue("pg_url") if store_backend == "postgres" else None
+    )
+    opened: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        store = create_store(url, **kwargs)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()

@@ -86,3 +86,38 @@ def config_for(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id
     return {"configurable": configurable}
+
+
+from langchain_core.embeddings import Embeddings  # noqa: E402
+
+
+class WordEmbeddings(Embeddings):
+    """A deterministic embedder for tests: each word adds to a dimension picked by a stable
+    hash, so texts sharing words are similar. Sync and async, like LangChain Embeddings."""
+
+    def __init__(self, dims: int = 64) -> None:
+        self.dims = dims
+        self.calls = 0
+
+    def _one(self, text: str) -> list[float]:
+        import hashlib
+        import re
+
+        vector = [0.0] * self.dims
+        for word in re.findall(r"\w+", text.lower()):
+            slot = int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dims
+            vector[slot] += 1.0
+        return vector
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._one(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self.embed_query(text)

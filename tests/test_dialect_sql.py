@@ -150,3 +150,59 @@ async def test_conformance_on_hana() -> None:  # pragma: no cover - needs a HANA
 
         report = await validate(factory)
         assert report.passed_all(), {n: r.failures for n, r in report.results.items()}
+
+
+def store_statements(d: Dialect) -> dict[str, Sql]:
+    from langgraph_checkpoint_agent_memory.store.store import _Statements
+
+    sql = _Statements(d)
+    out: dict[str, Sql] = {}
+    for name in (
+        "get",
+        "by_keys",
+        "refresh",
+        "upsert_item",
+        "created_at",
+        "delete_item",
+        "insert_vector",
+        "delete_under",
+        "count_under",
+        "expired",
+    ):
+        built = getattr(sql, name)(8) if name == "by_keys" else getattr(sql, name)()
+        for i, one in enumerate(built if isinstance(built, list) else [built]):
+            out[f"store.{name}#{i}"] = one
+    for name in ("recent", "vectors", "docs"):
+        out[f"store.{name}"] = getattr(sql, name)("")
+    out["store.namespaces"] = sql.namespaces(True)
+    lexical = d.lexical_search("")
+    if lexical is not None:
+        out["store.lexical"] = lexical
+    return out
+
+
+def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
+    import sqlite3
+
+    pglast = pytest.importorskip("pglast")
+    for where, sql in store_statements(PostgresDialect()).items():
+        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)
+        try:
+            pglast.parse_sql(text)
+        except pglast.parser.ParseError as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+    d = SQLiteDialect()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    for m in migrations_for(d):
+        for statement in m.statements:
+            conn.execute(statement)
+    for where, sql in store_statements(d).items():
+        try:
+            conn.execute(f"EXPLAIN {sql.text}", {n: None for n in re.findall(r":(\w+)", sql.text)})
+        except sqlite3.Error as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+    for where, sql in store_statements(HanaDialect()).items():
+        upper = sql.text.upper()
+        for bad in HANA_FORBIDDEN:
+            assert bad not in upper, f"{where} uses {bad!r}: {sql.text}"
+        assert " SUBSTR(" not in upper, where

@@ -179,6 +179,37 @@ class Dialect:
         statements in a transaction."""
         return None
 
+    #: The substring function of raw SQL text.
+    substr = "substr"
+
+    def param(self, name: str) -> str:
+        """How a named parameter is written in raw SQL text for this driver."""
+        return f":{name}"
+
+    def full_text_ddl(self) -> list[str]:
+        """Extra DDL maintaining a full-text index over ``am_store_items.doc``."""
+        return []
+
+    def lexical_search(self, filters: str) -> Sql | None:
+        """Best lexical matches: ``(prefix, key, score)`` rows, higher score better, for
+        ``:match`` (the query's terms, see :meth:`match_expression`) under the namespace
+        prefix, not expired, with the SQL pre-filter text ``filters`` appended. ``None``:
+        the store ranks candidates with its own BM25."""
+        return None
+
+    def json_path(self, path: list[str]) -> Any:
+        """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
+        return path
+
+    def match_expression(self, terms: list[str]) -> str:
+        return " OR ".join(f'"{t}"' for t in terms)
+
+    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+        """SQL text for a store filter condition on ``value`` at ``path`` that every
+        matching row satisfies (the exact test runs in Python), binding ``:param`` (and
+        ``:param_path``); ``None`` when the dialect cannot narrow it."""
+        return None
+
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None

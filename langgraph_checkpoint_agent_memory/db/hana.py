@@ -35,6 +35,7 @@ class HanaDialect(Dialect):
     transactional_ddl = False
     create_if_not_exists = False
     recursive_cte = False
+    substr = "SUBSTRING"
 
     def _make_sa_dialect(self) -> SADialect:
         try:

@@ -15,12 +15,17 @@ from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Migration, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.db.schema import CHECKPOINT_TABLES, migrations
+from langgraph_checkpoint_agent_memory.db.schema import (
+    CHECKPOINT_TABLES,
+    STORE_TABLES,
+    migrations,
+)
 
 #: Every migration, in order. A migration's statements come from the dialect, so the same
 #: version creates the right types on each database.
 MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
+    (2, "store tables and full-text index", lambda d: d.ddl(STORE_TABLES) + d.full_text_ddl()),
 ]
 
 

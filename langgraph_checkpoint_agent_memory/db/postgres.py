@@ -81,6 +81,48 @@ class PostgresDialect(Dialect):
     def migration_lock(self) -> str | None:
         return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 
+    def param(self, name: str) -> str:
+        return f"%({name})s"
+
+    def full_text_ddl(self) -> list[str]:
+        return [
+            "ALTER TABLE am_store_items ADD COLUMN doc_tsv tsvector GENERATED ALWAYS AS "
+            "(to_tsvector('english', coalesce(doc, ''))) STORED",
+            "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
+        ]
+
+    def match_expression(self, terms: list[str]) -> str:
+        return " | ".join(terms)
+
+    def lexical_search(self, filters: str) -> Sql:
+        return self.sql(
+            ("lexical", filters),
+            lambda: (
+                "SELECT prefix, key, ts_rank_cd(doc_tsv, q) FROM am_store_items, "
+                "to_tsquery('english', %(match)s) AS q WHERE doc_tsv @@ q "
+                "AND (prefix = %(ns)s OR substr(prefix, 1, %(ns_len)s) = %(ns_dot)s) "
+                f"AND (expires_at IS NULL OR expires_at > %(now)s){filters} "
+                "ORDER BY 3 DESC LIMIT %(n)s"
+            ),
+        )
+
+    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+        at = f"CAST(value AS jsonb) #> %({param}_path)s::text[]"
+        text = f"(CAST(value AS jsonb) #>> %({param}_path)s::text[])"
+        sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
+        if isinstance(value, bool):
+            return f"{at} = to_jsonb(%({param})s::boolean)" if op == "$eq" else None
+        if value is None:
+            return f"jsonb_typeof({at}) = 'null'" if op == "$eq" else None
+        if sql_op is not None and isinstance(value, (int, float)):
+            return f"jsonb_typeof({at}) = 'number' AND {text}::numeric {sql_op} %({param})s"
+        if sql_op is not None and isinstance(value, str):
+            return f"jsonb_typeof({at}) = 'string' AND {text} COLLATE \"C\" {sql_op} %({param})s"
+        return f"{at} IS NOT NULL"
+
+    def json_path(self, path: list[str]) -> Any:
+        return list(path)
+
     def fast_get_tuple(self, by_id: bool) -> Sql:
         """``get_tuple`` in one statement: the checkpoint row (tag 0); its blobs looked up by
         full primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it

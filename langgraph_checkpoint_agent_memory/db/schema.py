@@ -85,3 +85,33 @@ migrations = sa.Table(
 )
 
 CHECKPOINT_TABLES = (checkpoints, blobs, writes, threads)
+
+# -- the store -----------------------------------------------------------------------------
+
+PREFIX = sa.String(1024)
+
+store_items = sa.Table(
+    "am_store_items",
+    metadata,
+    sa.Column("prefix", PREFIX, primary_key=True),  # namespace labels joined with "."
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),  # JSON
+    sa.Column("created_at", sa.Float(53), nullable=False),
+    sa.Column("updated_at", sa.Float(53), nullable=False),
+    sa.Column("ttl_minutes", sa.Float(53)),
+    sa.Column("expires_at", sa.Float(53)),
+    sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
+    sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
+    sa.Index("am_store_items_expires_at", "expires_at"),
+)
+
+store_vectors = sa.Table(
+    "am_store_vectors",
+    metadata,
+    sa.Column("prefix", PREFIX, primary_key=True),
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("field", sa.String(512), primary_key=True),
+    sa.Column("vector", sa.LargeBinary, nullable=False),  # float32, little-endian
+)
+
+STORE_TABLES = (store_items, store_vectors)

@@ -62,6 +62,54 @@ class SQLiteDialect(Dialect):
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         return param  # SQLite stores what it is given; a CAST would only add work
 
+    def full_text_ddl(self) -> list[str]:
+        fts = "am_store_fts"
+        return [
+            f"CREATE VIRTUAL TABLE {fts} USING fts5(doc, content='am_store_items', "
+            "content_rowid='rowid', tokenize='porter unicode61')",
+            f"CREATE TRIGGER am_store_items_ai AFTER INSERT ON am_store_items BEGIN "
+            f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
+            f"CREATE TRIGGER am_store_items_ad AFTER DELETE ON am_store_items BEGIN "
+            f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); END",
+            f"CREATE TRIGGER am_store_items_au AFTER UPDATE ON am_store_items BEGIN "
+            f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); "
+            f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
+        ]
+
+    def lexical_search(self, filters: str) -> Any:
+        return self.sql(
+            ("lexical", filters),
+            lambda: (
+                "SELECT i.prefix, i.key, -bm25(am_store_fts) FROM am_store_fts "
+                "JOIN am_store_items i ON i.rowid = am_store_fts.rowid "
+                "WHERE am_store_fts MATCH :match AND (i.prefix = :ns OR "
+                "substr(i.prefix, 1, :ns_len) = :ns_dot) "
+                f"AND (i.expires_at IS NULL OR i.expires_at > :now){filters} "
+                "ORDER BY bm25(am_store_fts) LIMIT :n"
+            ),
+        )
+
+    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+        if any('"' in part for part in path):
+            return None  # a JSON path cannot quote it: Python alone decides
+        kind = f"json_type(value, :{param}_path)"
+        sql_op = _SQL_OPS.get(op)
+        if isinstance(value, bool):
+            return f"{kind} = '{'true' if value else 'false'}'" if op == "$eq" else None
+        if value is None:
+            return f"{kind} = 'null'" if op == "$eq" else None
+        if sql_op is not None and isinstance(value, (int, float)):
+            return (
+                f"{kind} IN ('integer', 'real') "
+                f"AND json_extract(value, :{param}_path) {sql_op} :{param}"
+            )
+        if sql_op is not None and isinstance(value, str):
+            return f"{kind} = 'text' AND json_extract(value, :{param}_path) {sql_op} :{param}"
+        return f"{kind} IS NOT NULL"
+
+    def json_path(self, path: list[str]) -> Any:
+        return "$" + "".join(f'."{part}"' for part in path)
+
     def skip_locked(self, select: sa.Select[Any]) -> sa.Select[Any]:
         return select  # BEGIN IMMEDIATE already holds the database's only write lock
 
@@ -74,9 +122,12 @@ class SQLiteDialect(Dialect):
         return int(value) if isinstance(value, bool) else value
 
 
+_SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
 class SQLiteDatabase(Database[Any]):
-    """A small pool of connections to one SQLite file (``:memory:`` is refused: each
-    connection would see its own empty database)."""
+    """A small pool of connections to one SQLite file, or (``path=":memory:"``) a single
+    connection to a private in-memory database, which every plan shares in turn."""
 
     def __init__(
         self,
@@ -86,11 +137,11 @@ class SQLiteDatabase(Database[Any]):
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
     ) -> None:
-        if str(path) in ("", ":memory:"):
-            raise ConfigurationError(
-                "SQLite needs a file path (e.g. sqlite:///./memory.db); for memory only, "
-                "leave url unset to get the in-memory savers"
-            )
+        self.memory = str(path) == ":memory:"
+        if str(path) == "":
+            raise ConfigurationError("SQLite needs a file path, e.g. sqlite:///./memory.db")
+        if self.memory:
+            pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
             raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
         self.path = Path(path)
@@ -105,10 +156,11 @@ class SQLiteDatabase(Database[Any]):
         self._closed = False
 
     def describe(self) -> str:
-        return f"sqlite:///{self.path}"
+        return "memory" if self.memory else f"sqlite:///{self.path}"
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             str(self.path), isolation_level=None, check_same_thread=False, timeout=30
         )

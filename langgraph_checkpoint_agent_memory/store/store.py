@@ -1,0 +1,732 @@
+"""``AgentMemoryStore``: a LangGraph ``BaseStore`` on SQLite, PostgreSQL, SAP HANA or memory.
+
+One implementation over the ``db`` layer (memory is SQLite in memory, so every backend has the
+same semantics). Batches are plans, so ``batch`` and ``abatch`` share everything but the
+embedding calls, which happen before the plan runs, outside any transaction.
+
+What it guarantees beyond LangGraph's stores: ``created_at`` survives updates; an item's
+vectors are replaced when it is updated and removed when it is deleted or put with
+``index=False``; filters compare numbers as numbers everywhere; expired items are invisible at
+once; :meth:`delete_namespace` removes a whole namespace prefix in one call. A query ranks by
+reciprocal rank fusion of lexical (SQLite FTS5 BM25, PostgreSQL full text) and exact vector
+similarity, so lexical search works with no embedder at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from langgraph.store.base import (
+    NOT_PROVIDED,
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+
+from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.migrations import migrate_plan
+from langgraph_checkpoint_agent_memory.db.schema import store_items, store_vectors
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.store import search as S
+
+ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
+
+
+def _ns(namespace: Sequence[str]) -> str:
+    return ".".join(namespace)
+
+
+def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
+    """Parameters matching a namespace and everything below it, by exact comparison
+    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
+    ns = _ns(namespace)
+    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1}
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+class _Statements:
+    """The store's SQL for one dialect: writes from SQLAlchemy, reads as text with a slot
+    for the filter's pre-filter."""
+
+    def __init__(self, d: Dialect) -> None:
+        self.d = d
+        p = d.param
+        self.under = f"(prefix = {p('ns')} OR {d.substr}(prefix, 1, {p('ns_len')}) = {p('ns_dot')})"
+        self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
+
+    def text(self, key: Any, build: Callable[[], str]) -> Sql:
+        return self.d.sql(("store", key), build)
+
+    def get(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "get",
+            lambda: (
+                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE prefix = {p('prefix')} "
+                f"AND key = {p('key')} AND {self.live}"
+            ),
+        )
+
+    def recent(self, filters: str) -> Sql:
+        p = self.d.param
+        return self.text(
+            ("recent", filters),
+            lambda: (
+                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE {self.under} AND {self.live}"
+                f"{filters} ORDER BY updated_at DESC, prefix, key "
+                f"LIMIT {p('n')} OFFSET {p('skip')}"
+            ),
+        )
+
+    def by_keys(self, n: int) -> Sql:
+        p = self.d.param
+        keys = " OR ".join(f"(prefix = {p(f'p{i}')} AND key = {p(f'k{i}')})" for i in range(n))
+        return self.text(
+            ("by_keys", n),
+            lambda: f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE ({keys}) AND {self.live}",
+        )
+
+    def vectors(self, filters: str) -> Sql:
+        return self.text(
+            ("vectors", filters),
+            lambda: (
+                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
+                "ON i.prefix = v.prefix AND i.key = v.key "
+                f"WHERE {self.under.replace('prefix', 'i.prefix')} "
+                f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+                f"{filters.replace('value', 'i.value')}"
+            ),
+        )
+
+    def docs(self, filters: str) -> Sql:
+        return self.text(
+            ("docs", filters),
+            lambda: (
+                f"SELECT prefix, key, doc FROM am_store_items WHERE {self.under} AND {self.live} "
+                f"AND doc IS NOT NULL{filters}"
+            ),
+        )
+
+    def namespaces(self, under: bool) -> Sql:
+        where = f"{self.under} AND " if under else ""
+        return self.text(
+            ("namespaces", under),
+            lambda: f"SELECT DISTINCT prefix FROM am_store_items WHERE {where}{self.live}",
+        )
+
+    def refresh(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "refresh",
+            lambda: (
+                f"UPDATE am_store_items SET expires_at = {p('now')} + ttl_minutes * 60 "
+                f"WHERE prefix = {p('prefix')} AND key = {p('key')} AND ttl_minutes IS NOT NULL"
+            ),
+        )
+
+    def upsert_item(self) -> Sql:
+        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc"]
+        if self.d.conditional_upsert:
+            return self.d.sql(
+                ("store", "upsert"), lambda: self.d.upsert(store_items, ["prefix", "key"], update)
+            )
+        return self.d.sql(
+            ("store", "upsert"),
+            lambda: self.d.upsert(store_items, ["prefix", "key"], [*update, "created_at"]),
+        )
+
+    def created_at(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "created_at",
+            lambda: (
+                f"SELECT created_at FROM am_store_items WHERE prefix = {p('prefix')} "
+                f"AND key = {p('key')}"
+            ),
+        )
+
+    def delete_item(self) -> list[Sql]:
+        return [
+            self.d.sql(
+                ("store", "delete", t.name),
+                lambda t=t: sa.delete(t).where(
+                    t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key")
+                ),
+            )
+            for t in (store_vectors, store_items)
+        ]
+
+    def insert_vector(self) -> Sql:
+        cols = [c.name for c in store_vectors.columns]
+        return self.d.sql(
+            ("store", "insert_vector"),
+            lambda: sa.insert(store_vectors).values({c: sa.bindparam(c) for c in cols}),
+        )
+
+    def delete_under(self) -> list[Sql]:
+        return [
+            self.text(("delete_under", t), lambda t=t: f"DELETE FROM {t} WHERE {self.under}")
+            for t in ("am_store_vectors", "am_store_items")
+        ]
+
+    def count_under(self) -> Sql:
+        return self.text(
+            "count_under", lambda: f"SELECT COUNT(*) FROM am_store_items WHERE {self.under}"
+        )
+
+    def expired(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "expired",
+            lambda: (
+                f"SELECT prefix, key FROM am_store_items WHERE expires_at <= {p('now')} "
+                f"LIMIT {p('n')}"
+            ),
+        )
+
+
+class AgentMemoryStore(BaseStore):
+    """Long-term memory as a LangGraph ``BaseStore``.
+
+    Args:
+        database: Where items live (see :func:`create_store` for URLs and memory).
+        index: LangGraph ``IndexConfig`` (``dims``, ``embed``: LangChain ``Embeddings``, a
+            callable or an async callable, ``fields``: JSON paths to embed, default the whole
+            value). Without it, search is lexical only.
+        ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
+            ``sweep_interval_minutes``).
+        weights: ``(lexical, vector)`` weights of reciprocal rank fusion.
+        rrf_k: The fusion constant: larger values flatten the difference between ranks.
+        candidates: How many lexical and vector candidates each query considers, at least.
+        auto_setup: Create or migrate the schema on first use.
+        clock: Seconds since the epoch; injectable for tests.
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        database: Database[Any],
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        weights: tuple[float, float] = (1.0, 1.0),
+        rrf_k: int = 60,
+        candidates: int = 50,
+        auto_setup: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = database
+        self.dialect = database.dialect
+        self.sql = _Statements(self.dialect)
+        self.ttl_config = ttl
+        self.weights = weights
+        self.rrf_k = rrf_k
+        self.candidates = candidates
+        self.auto_setup = auto_setup
+        self._clock = clock
+        self._setup_done = False
+        self._setup_lock = threading.Lock()
+        self._sweeper: Sweeper | None = None
+        self.index_config: dict[str, Any] | None = None
+        self.embeddings: Any = None
+        if index is not None:
+            if "dims" not in index or "embed" not in index:
+                raise ConfigurationError("index needs 'dims' and 'embed'")
+            fields = index.get("fields") or ["$"]
+            self.index_config = {
+                "dims": int(index["dims"]),
+                "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
+            }
+            self.embeddings = ensure_embeddings(index["embed"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.db.run(migrate_plan(self.dialect, self._clock()))
+        self._setup_done = True
+
+    async def asetup(self) -> None:
+        await self.db.arun(migrate_plan(self.dialect, self._clock()))
+        self._setup_done = True
+
+    def _ready(self) -> None:
+        if not self._setup_done and self.auto_setup:
+            with self._setup_lock:
+                if not self._setup_done:
+                    self.setup()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
+        """Delete expired items every ``sweep_interval_minutes`` in a daemon thread."""
+        minutes = (
+            sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 1
+        )
+        if self._sweeper is None or not self._sweeper.alive:
+            self._sweeper = Sweeper(
+                self, "sweep", float(minutes) * 60, name=f"AgentMemoryStore-sweeper-{id(self):x}"
+            )
+            self._sweeper.start()
+
+    def stop_ttl_sweeper(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop()
+
+    def close(self) -> None:
+        self.stop_ttl_sweeper()
+        self.db.close()
+
+    async def aclose(self) -> None:
+        self.stop_ttl_sweeper()
+        await self.db.aclose()
+
+    def __enter__(self) -> AgentMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AgentMemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- batch -----------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops, puts = self._prepare(ops)
+        texts, queries = self._embedding_work(ops, puts)
+        vectors = self.embeddings.embed_documents(texts) if texts else []
+        query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
+        self._ready()
+        result = self.db.run(self._batch_plan(ops, puts, vectors, query_vectors))
+        self._after_write(puts)
+        return result
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops, puts = self._prepare(ops)
+        texts, queries = self._embedding_work(ops, puts)
+        vectors = await self.embeddings.aembed_documents(texts) if texts else []
+        found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
+        query_vectors = dict(zip(queries, found, strict=True))
+        if not self._setup_done and self.auto_setup:
+            await self.asetup()
+        result = await self.db.arun(self._batch_plan(ops, puts, vectors, query_vectors))
+        self._after_write(puts)
+        return result
+
+    def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
+        minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
+        if puts and minutes and self._sweeper is None:
+            self.start_ttl_sweeper(minutes)
+
+    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], PutOp]]:
+        ops = list(ops)
+        puts: dict[tuple[str, str], PutOp] = {}
+        for op in ops:
+            validate_op_namespace(op)
+            if isinstance(op, PutOp):
+                if not op.namespace:
+                    raise ConfigurationError("a namespace needs at least one label")
+                puts[(_ns(op.namespace), op.key)] = op  # the last put of a key wins
+            elif isinstance(op, SearchOp) and (op.limit < 0 or op.offset < 0):
+                raise ConfigurationError("search limit and offset must be >= 0")
+        return ops, puts
+
+    def _index_texts(self, op: PutOp) -> list[tuple[str, str]]:
+        """``(field, text)`` pairs an item is embedded from."""
+        if self.index_config is None or op.value is None or op.index is False:
+            return []
+        fields = self.index_config["fields"]
+        if isinstance(op.index, list):
+            fields = [(f, tokenize_path(f) if f != "$" else f) for f in op.index]
+        out = []
+        for name, path in fields:
+            for i, text in enumerate(get_text_at_path(op.value, path)):
+                out.append((f"{name}#{i}", text))
+        return out
+
+    def _doc(self, op: PutOp) -> str | None:
+        if op.value is None or op.index is False:
+            return None
+        if self.index_config is not None:
+            return "\n".join(text for _, text in self._index_texts(op)) or None
+        return "\n".join(S.text_leaves(op.value)) or None
+
+    def _embedding_work(
+        self, ops: list[Op], puts: dict[tuple[str, str], PutOp]
+    ) -> tuple[list[str], dict[int, str]]:
+        if self.embeddings is None:
+            return [], {}
+        texts = [text for op in puts.values() for _, text in self._index_texts(op)]
+        queries = {i: op.query for i, op in enumerate(ops) if isinstance(op, SearchOp) and op.query}
+        return texts, queries
+
+    # -- the plan --------------------------------------------------------------------------
+
+    def _batch_plan(
+        self,
+        ops: list[Op],
+        puts: dict[tuple[str, str], PutOp],
+        vectors: list[list[float]],
+        query_vectors: dict[int, list[float]],
+    ) -> Plan[list[Result]]:
+        now = self._clock()
+        results: list[Result] = [None] * len(ops)
+        refresh: list[dict[str, Any]] = []
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                [rows] = yield Batch(
+                    [
+                        Stmt(
+                            self.sql.get(),
+                            {"prefix": _ns(op.namespace), "key": op.key, "now": now},
+                            fetch=True,
+                        )
+                    ]
+                )
+                results[i] = self._item(rows[0]) if rows else None
+                if rows and rows[0][5] is not None and self._refreshes(op.refresh_ttl):
+                    refresh.append({"prefix": rows[0][0], "key": rows[0][1], "now": now})
+            elif isinstance(op, SearchOp):
+                found, with_ttl = yield from self._search_plan(op, now, query_vectors.get(i))
+                results[i] = found
+                if self._refreshes(op.refresh_ttl):
+                    refresh += [{"prefix": p, "key": k, "now": now} for p, k in with_ttl]
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = yield from self._namespaces_plan(op, now)
+        statements = yield from self._put_statements(puts, vectors, now)
+        if refresh:  # only items that have a TTL: reads of the others stay reads
+            statements.append(Stmt(self.sql.refresh(), refresh, many=True))
+        if statements:
+            yield Batch(statements, write=True)
+        return results
+
+    def _refreshes(self, refresh_ttl: bool | None) -> bool:
+        if refresh_ttl is not None:
+            return refresh_ttl
+        return (self.ttl_config or {}).get("refresh_on_read", True)
+
+    def _item(self, row: Sequence[Any], score: float | None = None, scored: bool = False) -> Item:
+        value = row[2] if isinstance(row[2], dict) else json.loads(row[2])
+        args = dict(
+            value=value,
+            key=row[1],
+            namespace=tuple(row[0].split(".")),
+            created_at=_time(row[3]),
+            updated_at=_time(row[4]),
+        )
+        return SearchItem(**args, score=score) if scored else Item(**args)
+
+    def _put_statements(
+        self, puts: dict[tuple[str, str], PutOp], vectors: list[list[float]], now: float
+    ) -> Plan[list[Stmt]]:
+        if not puts:
+            return []
+        items: list[dict[str, Any]] = []
+        deletes: list[dict[str, Any]] = []
+        vector_rows: list[dict[str, Any]] = []
+        at = 0
+        for (prefix, key), op in puts.items():
+            deletes.append({"prefix": prefix, "key": key})
+            if op.value is None:
+                continue
+            ttl = self._ttl(op)
+            items.append(
+                {
+                    "prefix": prefix,
+                    "key": key,
+                    "value": json.dumps(op.value, ensure_ascii=False, separators=(",", ":")),
+                    "created_at": now,
+                    "updated_at": now,
+                    "ttl_minutes": ttl,
+                    "expires_at": now + ttl * 60 if ttl is not None else None,
+                    "doc": self._doc(op),
+                }
+            )
+            for field, _ in self._index_texts(op):
+                vector = np.asarray(vectors[at], dtype="<f4")
+                at += 1
+                if vector.shape != (self.index_config["dims"],):  # type: ignore[index]
+                    raise ConfigurationError(
+                        f"the embedder returned {vector.shape[0]} dimensions, index says "
+                        f"{self.index_config['dims']}"  # type: ignore[index]
+                    )
+                vector_rows.append(
+                    {"prefix": prefix, "key": key, "field": field, "vector": vector.tobytes()}
+                )
+        if not self.dialect.conditional_upsert and items:
+            # UPSERT replaces every column: carry created_at over explicitly
+            found = yield Batch(
+                [
+                    Stmt(
+                        self.sql.created_at(), {"prefix": r["prefix"], "key": r["key"]}, fetch=True
+                    )
+                    for r in items
+                ],
+                lock=True,
+                hold=True,
+            )
+            for row, rows in zip(items, found, strict=True):
+                if rows:
+                    row["created_at"] = rows[0][0]
+        vec_sql, item_sql = self.sql.delete_item()
+        removed = [d for d in deletes if puts[(d["prefix"], d["key"])].value is None]
+        return [
+            Stmt(vec_sql, deletes, many=True),  # an item's old vectors never outlive a put
+            Stmt(item_sql, removed, many=True),
+            Stmt(self.sql.upsert_item(), items, many=True),
+            Stmt(self.sql.insert_vector(), vector_rows, many=True),
+        ]
+
+    def _ttl(self, op: PutOp) -> float | None:
+        if op.ttl is NOT_PROVIDED:
+            return (self.ttl_config or {}).get("default_ttl")
+        return op.ttl  # type: ignore[return-value]
+
+    # -- search ----------------------------------------------------------------------------
+
+    def _prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
+        parts: list[str] = []
+        params: dict[str, Any] = {}
+        for i, (path, op, value) in enumerate(conds):
+            name = f"f{i}"
+            sql = self.dialect.json_prefilter(path, op, value, name)
+            if sql is None:
+                continue
+            parts.append(sql)
+            params[f"{name}_path"] = self.dialect.json_path(path)
+            params[name] = value
+        return "".join(f" AND {p}" for p in parts), params
+
+    def _search_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
+        """Results, and the keys among them that have a TTL to refresh."""
+        found = yield from self._ranked_plan(op, now, query_vector)
+        return [item for item, _ in found], [
+            (_ns(item.namespace), item.key) for item, ttl in found if ttl is not None
+        ]
+
+    def _ranked_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        conds = S.conditions(op.filter)
+        filters, fparams = self._prefilter(conds)
+        base = {**_prefix_params(op.namespace_prefix), "now": now, **fparams}
+        query_terms = S.terms(op.query) if op.query else []
+        if not op.query or (not query_terms and query_vector is None):
+            return (yield from self._recent_plan(op, conds, filters, base))
+        want = max(self.candidates, 4 * (op.limit + op.offset))
+        rankings: list[list[tuple[str, str]]] = []
+        weights: list[float] = []
+        if query_terms:
+            lexical = self.dialect.lexical_search(filters)
+            if lexical is not None:
+                [rows] = yield Batch(
+                    [
+                        Stmt(
+                            lexical,
+                            {
+                                **base,
+                                "n": want,
+                                "match": self.dialect.match_expression(query_terms),
+                            },
+                            fetch=True,
+                        )
+                    ]
+                )
+                rankings.append([(r[0], r[1]) for r in rows])
+            else:
+                [rows] = yield Batch([Stmt(self.sql.docs(filters), base, fetch=True)])
+                scores = S.bm25(query_terms, {(r[0], r[1]): r[2] or "" for r in rows})
+                rankings.append(sorted(scores, key=lambda k: -scores[k])[:want])
+            weights.append(self.weights[0])
+        if query_vector is not None:
+            [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
+            rankings.append(self._nearest(rows, query_vector, want))
+            weights.append(self.weights[1])
+        fused = S.fuse(rankings, weights, k=self.rrf_k)
+        out: list[tuple[Any, Any]] = []
+        skip = op.offset
+        if op.limit == 0:
+            return out
+        for start in range(0, len(fused), 64):
+            chunk = fused[start : start + 64]
+            n = len(chunk)
+            params: dict[str, Any] = {"now": now}
+            for j, ((prefix, key), _) in enumerate(chunk):
+                params[f"p{j}"], params[f"k{j}"] = prefix, key
+            [rows] = yield Batch([Stmt(self.sql.by_keys(n), params, fetch=True)])
+            by_key = {(r[0], r[1]): r for r in rows}
+            for (prefix, key), score in chunk:
+                row = by_key.get((prefix, key))
+                if row is None or not S.matches(self._value(row), conds):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                out.append((self._item(row, score, scored=True), row[5]))
+                if len(out) >= op.limit:
+                    return out
+        return out
+
+    @staticmethod
+    def _value(row: Sequence[Any]) -> Any:
+        return row[2] if isinstance(row[2], dict) else json.loads(row[2])
+
+    def _nearest(
+        self, rows: Sequence[Sequence[Any]], query: list[float], want: int
+    ) -> list[tuple[str, str]]:
+        """Exact cosine similarity over every candidate vector; an item's best field wins."""
+        if not rows:
+            return []
+        matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype="<f4").reshape(
+            len(rows), -1
+        )
+        q = np.asarray(query, dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
+        sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
+        best: dict[tuple[str, str], float] = {}
+        for row, sim in zip(rows, sims.tolist(), strict=True):
+            key = (row[0], row[1])
+            if sim > best.get(key, -2.0):
+                best[key] = sim
+        return sorted(best, key=lambda k: -best[k])[:want]
+
+    def _recent_plan(
+        self,
+        op: SearchOp,
+        conds: list[tuple[list[str], str, Any]],
+        filters: str,
+        base: dict[str, Any],
+    ) -> Plan[list[tuple[Any, Any]]]:
+        """No query: newest first, pre-filtered in SQL, decided exactly here."""
+        out: list[tuple[Any, Any]] = []
+        if op.limit == 0:
+            return out
+        skip, cursor, page = op.offset, 0, max(op.limit + op.offset, 16)
+        while True:
+            [rows] = yield Batch(
+                [Stmt(self.sql.recent(filters), {**base, "n": page, "skip": cursor}, fetch=True)]
+            )
+            for row in rows:
+                if not S.matches(self._value(row), conds):
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                out.append((self._item(row, None, scored=True), row[5]))
+                if len(out) >= op.limit:
+                    return out
+            if len(rows) < page:
+                return out
+            cursor += page
+            page *= 2
+
+    def _namespaces_plan(self, op: ListNamespacesOp, now: float) -> Plan[list[tuple[str, ...]]]:
+        literal: list[str] = []
+        for condition in op.match_conditions or ():
+            if condition.match_type == "prefix":
+                for label in condition.path:
+                    if label == "*":
+                        break
+                    literal.append(label)
+                break
+        params: dict[str, Any] = {"now": now, **(_prefix_params(literal) if literal else {})}
+        [rows] = yield Batch([Stmt(self.sql.namespaces(bool(literal)), params, fetch=True)])
+        found: set[tuple[str, ...]] = set()
+        for (prefix,) in rows:
+            ns = tuple(prefix.split("."))
+            if not all(_matches_condition(ns, c) for c in op.match_conditions or ()):
+                continue
+            found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
+        ordered = sorted(found)
+        return ordered[op.offset : op.offset + op.limit]
+
+    # -- namespaces and TTL ----------------------------------------------------------------
+
+    def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
+        if not namespace:
+            raise ConfigurationError("delete_namespace needs a namespace prefix")
+        params = _prefix_params(namespace)
+        [count] = yield Batch(
+            [Stmt(self.sql.count_under(), params, fetch=True)], lock=True, hold=True
+        )
+        yield Batch([Stmt(sql, params) for sql in self.sql.delete_under()], write=True)
+        return int(count[0][0])
+
+    def delete_namespace(self, namespace: tuple[str, ...]) -> int:
+        """Delete every item (with its vectors and text index) at or below ``namespace``;
+        return how many items went."""
+        self._ready()
+        return self.db.run(self._delete_namespace_plan(namespace))
+
+    async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
+        if not self._setup_done and self.auto_setup:
+            await self.asetup()
+        return await self.db.arun(self._delete_namespace_plan(namespace))
+
+    def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
+        removed = 0
+        while True:
+            [rows] = yield Batch(
+                [Stmt(self.sql.expired(), {"now": self._clock(), "n": batch_size}, fetch=True)],
+                lock=True,
+                hold=True,
+            )
+            if not rows:
+                yield Batch([], write=True)
+                return removed
+            keys = [{"prefix": r[0], "key": r[1]} for r in rows]
+            yield Batch([Stmt(sql, keys, many=True) for sql in self.sql.delete_item()], write=True)
+            removed += len(rows)
+            if len(rows) < batch_size:
+                return removed
+
+    def sweep(self) -> int:
+        """Delete expired items now; return how many."""
+        self._ready()
+        return self.db.run(self._sweep_plan())
+
+    async def asweep(self) -> int:
+        if not self._setup_done and self.auto_setup:
+            await self.asetup()
+        return await self.db.arun(self._sweep_plan())
+
+
+def _matches_condition(ns: tuple[str, ...], condition: Any) -> bool:
+    path = tuple(condition.path)
+    if len(ns) < len(path):
+        return False
+    part = ns[: len(path)] if condition.match_type == "prefix" else ns[len(ns) - len(path) :]
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))

@@ -1,0 +1,259 @@
+"""The store's contract, run unchanged on memory, SQLite and PostgreSQL, sync and async:
+ordering, filters, namespaces, escaping, vectors on update and delete, fields, hybrid search,
+TTL, bulk delete, non-ASCII, invalid labels, injection attempts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+
+from langgraph_checkpoint_agent_memory import ConfigurationError
+from tests.helpers import FakeClock, WordEmbeddings
+
+INDEX = {"dims": 64, "embed": WordEmbeddings(64)}
+
+
+def keys(items: Any) -> list[str]:
+    return [i.key for i in items]
+
+
+def test_put_get_update_keeps_created_at(make_store: Callable[..., Any]) -> None:
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(clock=clock)
+    store.put(("u", "alice"), "city", {"value": "Berlin"})
+    first = store.get(("u", "alice"), "city")
+    clock.advance(60)
+    store.put(("u", "alice"), "city", {"value": "Munich"})
+    second = store.get(("u", "alice"), "city")
+    assert second.value == {"value": "Munich"}
+    assert second.created_at == first.created_at
+    assert (second.updated_at - first.updated_at).total_seconds() == pytest.approx(60)
+    store.delete(("u", "alice"), "city")
+    assert store.get(("u", "alice"), "city") is None
+    assert store.get(("u", "nobody"), "city") is None
+
+
+def test_search_without_query_is_newest_first_with_paging(make_store: Callable[..., Any]) -> None:
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(clock=clock)
+    for i in range(30):
+        clock.advance(1)
+        store.put(("docs",), f"d{i:02}", {"n": i})
+    assert keys(store.search(("docs",), limit=3)) == ["d29", "d28", "d27"]
+    assert keys(store.search(("docs",), limit=3, offset=28)) == ["d01", "d00"]
+    assert all(i.score is None for i in store.search(("docs",)))
+
+
+@pytest.mark.parametrize(
+    ("flt", "expected"),
+    [
+        ({"n": 10}, ["ten"]),
+        ({"n": {"$gt": 9}}, ["ten", "hundred"]),  # numbers as numbers: 10 > 9
+        ({"n": {"$gte": 10, "$lt": 100}}, ["ten"]),
+        ({"n": {"$ne": 10}}, ["nine", "hundred", "text", "nested"]),
+        ({"n": {"$in": [9, 100]}}, ["nine", "hundred"]),
+        ({"n": {"$nin": [9, 100]}}, ["ten", "text", "nested"]),
+        ({"n": {"$gt": "9"}}, ["text"]),  # strings as strings, never against numbers
+        ({"meta.level": {"$lte": 2}}, ["nested"]),  # nested keys
+        ({"flag": True}, ["hundred"]),
+        ({"missing": {"$ne": 1}}, []),  # an item without the key never matches
+        ({"n": None}, []),
+    ],
+)
+def test_filters_have_one_semantics(
+    make_store: Callable[..., Any], flt: dict, expected: list[str]
+) -> None:
+    store = make_store()
+    store.put(("f",), "nine", {"n": 9})
+    store.put(("f",), "ten", {"n": 10})
+    store.put(("f",), "hundred", {"n": 100, "flag": True})
+    store.put(("f",), "text", {"n": "99"})
+    store.put(("f",), "nested", {"n": 1, "meta": {"level": 2}})
+    store.put(("f",), "empty", {"other": 1})
+    assert sorted(keys(store.search(("f",), filter=flt, limit=20))) == sorted(expected)
+
+
+def test_bad_filters_and_limits_are_clear(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    with pytest.raises(ConfigurationError, match=r"\$regex"):
+        store.search(("f",), filter={"n": {"$regex": "x"}})
+    with pytest.raises(ConfigurationError, match="list"):
+        store.search(("f",), filter={"n": {"$in": 3}})
+
+
+def test_namespace_boundaries_and_escaping(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    store.put(("a",), "k", {"v": 1})
+    store.put(("a", "b"), "k", {"v": 2})
+    store.put(("ab",), "k", {"v": 3})  # shares a text prefix with ("a",), not a namespace
+    store.put(("a%",), "k", {"v": 4})
+    store.put(("a_",), "k", {"v": 5})
+    store.put(("A",), "k", {"v": 6})
+    assert sorted(i.value["v"] for i in store.search(("a",))) == [1, 2]
+    assert [i.value["v"] for i in store.search(("a%",))] == [4]
+    assert [i.value["v"] for i in store.search(("a_",))] == [5]
+    assert [i.value["v"] for i in store.search(("A",))] == [6]
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("a.b",), "k", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("",), "k", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("x.y",), "k")])
+
+
+def test_list_namespaces(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    for ns in [
+        ("u", "alice", "facts"),
+        ("u", "alice", "episodes"),
+        ("u", "bob", "facts"),
+        ("org", "acme", "facts"),
+    ]:
+        store.put(ns, "k", {"v": 1})
+    assert store.list_namespaces(prefix=("u",)) == [
+        ("u", "alice", "episodes"),
+        ("u", "alice", "facts"),
+        ("u", "bob", "facts"),
+    ]
+    assert store.list_namespaces(suffix=("facts",)) == [
+        ("org", "acme", "facts"),
+        ("u", "alice", "facts"),
+        ("u", "bob", "facts"),
+    ]
+    assert store.list_namespaces(prefix=("u", "*", "facts")) == [
+        ("u", "alice", "facts"),
+        ("u", "bob", "facts"),
+    ]
+    assert store.list_namespaces(max_depth=2) == [("org", "acme"), ("u", "alice"), ("u", "bob")]
+    assert store.list_namespaces(limit=2, offset=1) == [
+        ("u", "alice", "episodes"),
+        ("u", "alice", "facts"),
+    ]
+
+
+def test_batch_results_follow_op_order(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    results = store.batch(
+        [
+            PutOp(("b",), "k1", {"v": 1}),
+            GetOp(("b",), "missing"),
+            PutOp(("b",), "k2", {"v": 2}),
+            PutOp(("b",), "k2", {"v": 3}),  # the last put of a key wins
+            ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
+        ]
+    )
+    assert results[0] is None and results[1] is None and results[2] is None
+    assert store.get(("b",), "k2").value == {"v": 3}
+    results = store.batch([GetOp(("b",), "k1"), SearchOp(("b",), None, 10, 0, None)])
+    assert results[0].value == {"v": 1} and len(results[1]) == 2
+
+
+def test_lexical_search_needs_no_embedder(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    store.put(("m",), "berlin", {"text": "The user moved to Berlin last spring"})
+    store.put(("m",), "tea", {"text": "The user drinks green tea every morning"})
+    store.put(("m",), "pets", {"text": "Two cats called Miso and Tofu live with the user"})
+    found = store.search(("m",), query="which city did they move to? Berlin")
+    assert keys(found)[0] == "berlin" and found[0].score > 0
+    assert keys(store.search(("m",), query="cat")) == ["pets"]  # stemming: cat ~ cats
+    assert store.search(("m",), query="?!") == store.search(("m",))  # no terms: newest first
+
+
+def test_hybrid_search_uses_vectors_and_fields(make_store: Callable[..., Any]) -> None:
+    embed = WordEmbeddings(64)
+    store = make_store(index={"dims": 64, "embed": embed, "fields": ["summary"]})
+    store.put(("h",), "a", {"summary": "hiking in the alps", "body": "zebra zebra"})
+    store.put(("h",), "b", {"summary": "zebra crossing", "body": "alps"})
+    assert keys(store.search(("h",), query="zebra"))[0] == "b"  # fields honoured
+    store.put(("h",), "c", {"summary": "weekend hiking"}, index=["summary"])
+    assert "c" in keys(store.search(("h",), query="hiking"))
+    store.put(("h",), "d", {"summary": "hiking boots"}, index=False)
+    assert "d" not in keys(store.search(("h",), query="hiking boots"))
+    assert store.get(("h",), "d").value == {"summary": "hiking boots"}
+
+
+def test_vectors_follow_their_item(make_store: Callable[..., Any]) -> None:
+    store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)}, weights=(0.0, 1.0))
+    store.put(("v",), "x", {"text": "quantum chromodynamics"})
+    store.put(("v",), "y", {"text": "quantum physics lecture"})
+    assert keys(store.search(("v",), query="quantum chromodynamics")) == ["x", "y"]
+    store.put(("v",), "x", {"text": "baking sourdough bread"})  # its old vector must go
+    assert keys(store.search(("v",), query="quantum chromodynamics")) == ["y", "x"]
+    assert keys(store.search(("v",), query="sourdough")) == ["x", "y"]
+    store.delete(("v",), "x")
+    assert keys(store.search(("v",), query="sourdough")) == ["y"]
+    store.put(("v",), "y", {"text": "quantum physics lecture"}, index=False)
+    assert store.search(("v",), query="quantum") == []
+
+
+def test_exact_search_survives_a_selective_filter(make_store: Callable[..., Any]) -> None:
+    store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
+    for i in range(200):
+        store.put(("many",), f"k{i}", {"text": f"note number {i} about trains", "tag": i % 50})
+    found = store.search(("many",), query="trains", filter={"tag": 7}, limit=10)
+    assert sorted(keys(found)) == sorted(f"k{i}" for i in range(7, 200, 50))
+
+
+def test_ttl_hides_at_once_refreshes_and_sweeps(make_store: Callable[..., Any]) -> None:
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(ttl={"default_ttl": 1.0}, clock=clock)  # one minute
+    store.put(("t",), "read", {"v": 1})
+    store.put(("t",), "idle", {"v": 2})
+    store.put(("t",), "forever", {"v": 3}, ttl=None)
+    clock.advance(50)
+    assert store.get(("t",), "read") is not None  # refreshes its TTL
+    clock.advance(20)
+    assert store.get(("t",), "idle") is None  # 70 s: expired, before any sweep
+    assert keys(store.search(("t",))) == ["forever", "read"]
+    assert store.get(("t",), "read", refresh_ttl=False) is not None
+    clock.advance(60)
+    assert store.get(("t",), "read") is None
+    assert store.sweep() == 2
+    assert keys(store.search(("t",))) == ["forever"]
+
+
+def test_delete_namespace_removes_everything_below(make_store: Callable[..., Any]) -> None:
+    store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
+    store.put(("u", "alice", "facts"), "city", {"text": "lives in Berlin"})
+    store.put(("u", "alice", "episodes"), "e1", {"text": "asked about Berlin trains"})
+    store.put(("u", "alicia", "facts"), "city", {"text": "lives in Berlin"})
+    assert store.delete_namespace(("u", "alice")) == 2
+    assert store.search(("u", "alice"), query="Berlin") == []
+    assert keys(store.search(("u",), query="Berlin")) == ["city"]
+    assert store.list_namespaces() == [("u", "alicia", "facts")]
+
+
+def test_non_ascii_and_injection_attempts_are_data(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    evil = "k'); DROP TABLE am_store_items; --"
+    store.put(("ünï", "日本"), evil, {"text": "Grüße aus Köln", "$.x": "y", "a'b": 1})
+    assert store.get(("ünï", "日本"), evil).value["text"] == "Grüße aus Köln"
+    assert keys(store.search(("ünï",), query="Köln")) == [evil]
+    assert keys(store.search(("ünï",), filter={"a'b": 1})) == [evil]
+    assert keys(store.search(("ünï",), query='") OR zzz --')) == []
+    assert store.list_namespaces() == [("ünï", "日本")]
+
+
+async def test_async_api(make_store: Callable[..., Any]) -> None:
+    store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
+    await asyncio.gather(
+        *(store.aput(("a", str(i % 3)), f"k{i}", {"text": f"item {i} apples"}) for i in range(12))
+    )
+    assert (await store.aget(("a", "0"), "k3")).value == {"text": "item 3 apples"}
+    found = await store.asearch(("a",), query="apples", limit=5)
+    assert len(found) == 5 and all(i.score > 0 for i in found)
+    assert await store.alist_namespaces() == [("a", "0"), ("a", "1"), ("a", "2")]
+    assert await store.adelete_namespace(("a", "1")) == 4
+    await store.adelete(("a", "0"), "k0")
+    assert await store.aget(("a", "0"), "k0") is None
+
+
+def test_embedder_with_wrong_dims_is_refused(make_store: Callable[..., Any]) -> None:
+    store = make_store(index={"dims": 8, "embed": WordEmbeddings(16)})
+    with pytest.raises(ConfigurationError, match="dimensions"):
+        store.put(("x",), "k", {"text": "hello"})
+    assert store.get(("x",), "k") is None  # nothing half-written
