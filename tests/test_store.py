@@ -257,3 +257,12 @@ def test_embedder_with_wrong_dims_is_refused(make_store: Callable[..., Any]) -> 
     with pytest.raises(ConfigurationError, match="dimensions"):
         store.put(("x",), "k", {"text": "hello"})
     assert store.get(("x",), "k") is None  # nothing half-written
+
+
+def test_default_offline_embedder(make_store: Callable[..., Any]) -> None:
+    pytest.importorskip("wordllama")
+    store = make_store(index="default", weights=(0.0, 1.0))
+    store.put(("e",), "move", {"text": "I moved to Berlin last spring"})
+    store.put(("e",), "food", {"text": "My favourite dish is lasagne"})
+    found = store.search(("e",), query="she relocated to a German city")
+    assert [i.key for i in found] == ["move", "food"]

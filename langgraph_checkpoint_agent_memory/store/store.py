@@ -50,6 +50,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import migrate_plan
 from langgraph_checkpoint_agent_memory.db.schema import store_items, store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store.embed import resolve_index
 
 ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
 
@@ -217,7 +218,8 @@ class AgentMemoryStore(BaseStore):
         database: Where items live (see :func:`create_store` for URLs and memory).
         index: LangGraph ``IndexConfig`` (``dims``, ``embed``: LangChain ``Embeddings``, a
             callable or an async callable, ``fields``: JSON paths to embed, default the whole
-            value). Without it, search is lexical only.
+            value), or ``"default"`` for the offline WordLlama embedder (the ``embed`` extra).
+            Without it, search is lexical only.
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
         weights: ``(lexical, vector)`` weights of reciprocal rank fusion.
@@ -255,6 +257,7 @@ class AgentMemoryStore(BaseStore):
         self._sweeper: Sweeper | None = None
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
+        index = resolve_index(index)
         if index is not None:
             if "dims" not in index or "embed" not in index:
                 raise ConfigurationError("index needs 'dims' and 'embed'")
