@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_savers import run as memory_savers
 from benchmarks.suites.savers import run as savers
 
 SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
     "savers": savers,
+    "locomo": locomo,
 }
 
 __all__ = ["SUITES", "Path"]
