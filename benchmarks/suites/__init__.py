@@ -8,10 +8,12 @@ from pathlib import Path
 from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_savers import run as memory_savers
 from benchmarks.suites.savers import run as savers
+from benchmarks.suites.stores import run as stores
 
 SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
     "savers": savers,
+    "stores": stores,
     "locomo": locomo,
 }
 
