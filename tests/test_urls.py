@@ -125,3 +125,13 @@ def test_factory_uses_url_and_environment(
     assert all("topsecret" not in r.getMessage() for r in caplog.records)
     with pytest.raises(TypeError, match="bogus"):
         create_checkpointer(url=f"sqlite:///{tmp_path / 'b.db'}", bogus=1)
+
+
+async def test_async_named_savers_open_their_own_class(tmp_path: Path) -> None:
+    from langgraph_checkpoint_agent_memory import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as saver:
+        assert type(saver) is AsyncSqliteSaver
+        assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
+    with SqliteSaver.from_conn_string(f"sqlite:///{tmp_path / 'b.db'}") as saver:
+        assert type(saver) is SqliteSaver

@@ -16,7 +16,29 @@ from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse
 
 
-class SqliteSaver(SQLSaver):
+class _FromConnString:
+    """LangGraph's ``from_conn_string`` conventions: context managers that close the saver."""
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[Any]:
+        saver = cls(conn_string, **kwargs)  # type: ignore[call-arg]
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[Any]:
+        saver = cls(conn_string, **kwargs)  # type: ignore[call-arg]
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+
+
+class SqliteSaver(_FromConnString, SQLSaver):
     """Checkpoints in a SQLite file: ``SqliteSaver("memory.db", ttl_seconds=3600)``.
 
     Args:
@@ -41,26 +63,8 @@ class SqliteSaver(SQLSaver):
             path = parse(path).options["path"]
         super().__init__(SQLiteDatabase(path, durability=durability, pool_size=pool_size), **kwargs)
 
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[SqliteSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            saver.close()
 
-    @classmethod
-    @asynccontextmanager
-    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[SqliteSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            await saver.aclose()
-
-
-class PostgresSaver(SQLSaver):
+class PostgresSaver(_FromConnString, SQLSaver):
     """Checkpoints in PostgreSQL.
 
     Args:
@@ -99,28 +103,8 @@ class PostgresSaver(SQLSaver):
             **kwargs,
         )
 
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[PostgresSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            saver.close()
 
-    @classmethod
-    @asynccontextmanager
-    async def afrom_conn_string(
-        cls, conn_string: str, **kwargs: Any
-    ) -> AsyncIterator[PostgresSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            await saver.aclose()
-
-
-class HanaSaver(SQLSaver):
+class HanaSaver(_FromConnString, SQLSaver):
     """Checkpoints in SAP HANA (Cloud).
 
     Args:
@@ -139,38 +123,24 @@ class HanaSaver(SQLSaver):
             database = HanaDatabase(conn, pool_size=pool_size)
         super().__init__(database, **kwargs)
 
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[HanaSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            saver.close()
 
-    @classmethod
-    @asynccontextmanager
-    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[HanaSaver]:
-        saver = cls(conn_string, **kwargs)
-        try:
-            yield saver
-        finally:
-            await saver.aclose()
+# the async context manager, re-bound to each Async* subclass so it builds that class
+_ASYNC_FROM_CONN_STRING = classmethod(_FromConnString.afrom_conn_string.__func__)  # type: ignore[attr-defined]
 
 
 class AsyncSqliteSaver(SqliteSaver):
     """:class:`SqliteSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = SqliteSaver.afrom_conn_string  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]
 
 
 class AsyncPostgresSaver(PostgresSaver):
     """:class:`PostgresSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = PostgresSaver.afrom_conn_string  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]
 
 
 class AsyncHanaSaver(HanaSaver):
     """:class:`HanaSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = HanaSaver.afrom_conn_string  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]

@@ -112,6 +112,10 @@ class Dialect:
         cols = [c.name for c in table.columns]
         return self.insert_from_select(table, cols, self._values(table, cols), keys, None)
 
+    def insert(self, table: sa.Table) -> Any:
+        """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
+        raise NotImplementedError
+
     def upsert(
         self,
         table: sa.Table,
@@ -121,7 +125,11 @@ class Dialect:
     ) -> sa.sql.ClauseElement:
         """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
         overwrite the ``update`` columns."""
-        raise NotImplementedError
+        cols = [c.name for c in table.columns]
+        stmt = self.insert(table).values(values_params(table, cols))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+        )
 
     def insert_from_select(
         self,
@@ -133,7 +141,12 @@ class Dialect:
     ) -> sa.sql.ClauseElement:
         """``INSERT INTO table (cols) <source>``; on a key conflict keep the existing row
         (``update is None``) or overwrite the ``update`` columns."""
-        raise NotImplementedError
+        stmt = self.insert(table).from_select(list(cols), source)
+        if update is None:
+            return stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
+        )
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         """A parameter in a SELECT list, typed so the database need not guess."""

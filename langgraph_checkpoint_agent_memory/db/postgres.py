@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, adrive, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
@@ -41,29 +41,8 @@ class PostgresDialect(Dialect):
     def _make_sa_dialect(self) -> SADialect:
         return sa_pg.psycopg.dialect()
 
-    def upsert(
-        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
-    ) -> Any:
-        cols = [c.name for c in table.columns]
-        stmt = sa_pg.insert(table).values(values_params(table, cols))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
-        )
-
-    def insert_from_select(
-        self,
-        table: sa.Table,
-        cols: Sequence[str],
-        source: sa.Select[Any],
-        keys: Sequence[str],
-        update: Sequence[str] | None,
-    ) -> Any:
-        stmt = sa_pg.insert(table).from_select(list(cols), source)
-        if update is None:
-            return stmt.on_conflict_do_nothing(index_elements=list(keys))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
-        )
+    def insert(self, table: sa.Table) -> Any:
+        return sa_pg.insert(table)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         # Cast to the unbounded type: a CAST to VARCHAR(n) would truncate silently, while the

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
 
 
@@ -33,14 +33,8 @@ class SQLiteDialect(Dialect):
 
     row_locks = False
 
-    def upsert(
-        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
-    ) -> Any:
-        cols = [c.name for c in table.columns]
-        stmt = sa_sqlite.insert(table).values(values_params(table, cols))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
-        )
+    def insert(self, table: sa.Table) -> Any:
+        return sa_sqlite.insert(table)
 
     def insert_from_select(
         self,
@@ -52,12 +46,7 @@ class SQLiteDialect(Dialect):
     ) -> Any:
         if source.whereclause is None:  # SQLite parses "SELECT ... ON CONFLICT" only after WHERE
             source = source.where(sa.true())
-        stmt = sa_sqlite.insert(table).from_select(list(cols), source)
-        if update is None:
-            return stmt.on_conflict_do_nothing(index_elements=list(keys))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
-        )
+        return super().insert_from_select(table, cols, source, keys, update)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         return param  # SQLite stores what it is given; a CAST would only add work
