@@ -182,3 +182,24 @@ def test_relaxed_commit_is_set_per_connection(pg_url: str) -> None:
     strict = PostgresSaver(pg_url)
     assert strict.db.run(plan()) == "on"
     strict.close()
+
+
+async def test_many_tasks_on_a_new_sqlite_file(tmp_path: Path) -> None:
+    """The first connections of a new file are opened concurrently without 'locked' errors."""
+    import asyncio
+
+    from langgraph_checkpoint_agent_memory import SqliteSaver, create_store
+
+    for attempt in range(5):
+        saver = SqliteSaver(tmp_path / f"s{attempt}.db")
+        await asyncio.gather(
+            *(
+                saver.aput(config_for(f"t{i}"), make_checkpoint({"x": [i]}), {}, {"x": 1})
+                for i in range(12)
+            )
+        )
+        await saver.aclose()
+        store = create_store(f"sqlite:///{tmp_path / f'store{attempt}.db'}")
+        await asyncio.gather(*(store.aput(("n",), f"k{i}", {"v": i}) for i in range(12)))
+        assert len(await store.asearch(("n",), limit=20)) == 12
+        await store.aclose()

@@ -142,21 +142,26 @@ class SQLiteDatabase(Database[Any]):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._connect_lock = threading.Lock()
         self._closed = False
 
     def describe(self) -> str:
         return "memory" if self.memory else f"sqlite:///{self.path}"
 
     def _connect(self) -> sqlite3.Connection:
-        if not self.memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
-        return conn
+        # One connection at a time: switching a new file to WAL needs exclusive access and
+        # fails at once, without the busy handler, if another connection is being opened.
+        with self._connect_lock:
+            if not self.memory:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+            return conn
 
     @contextmanager
     def connection(self) -> Any:
