@@ -18,6 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check langgraph_checkpoint_agent_memory tests benchmarks examples
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -22,7 +22,7 @@ class _FromConnString:
     @classmethod
     @contextmanager
     def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[Any]:
-        saver = cls(conn_string, **kwargs)  # type: ignore[call-arg]
+        saver: Any = cls(conn_string, **kwargs)  # type: ignore[call-arg]
         try:
             yield saver
         finally:
@@ -31,7 +31,7 @@ class _FromConnString:
     @classmethod
     @asynccontextmanager
     async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[Any]:
-        saver = cls(conn_string, **kwargs)  # type: ignore[call-arg]
+        saver: Any = cls(conn_string, **kwargs)  # type: ignore[call-arg]
         try:
             yield saver
         finally:
@@ -125,7 +125,9 @@ class HanaSaver(_FromConnString, SQLSaver):
 
 
 # the async context manager, re-bound to each Async* subclass so it builds that class
-_ASYNC_FROM_CONN_STRING = classmethod(_FromConnString.afrom_conn_string.__func__)  # type: ignore[attr-defined]
+_ASYNC_FROM_CONN_STRING: Any = classmethod(
+    _FromConnString.afrom_conn_string.__func__  # type: ignore[attr-defined]
+)
 
 
 class AsyncSqliteSaver(SqliteSaver):

@@ -28,6 +28,7 @@ thread leaves a tombstone, so a late write that names one of its checkpoints is 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import random
 import threading
@@ -549,10 +550,10 @@ class SQLSaver(BaseCheckpointSaver[str]):
         """Drop what this process remembers of threads whose history changed under it."""
         gone = set(thread_ids)
         with self._cache_lock:
-            for key in [k for k in self._heads if k[0] in gone]:
-                del self._heads[key]
-            for key in [k for k in self._lists if k[0] in gone]:
-                del self._lists[key]
+            for head in [k for k in self._heads if k[0] in gone]:
+                del self._heads[head]
+            for known in [k for k in self._lists if k[0] in gone]:
+                del self._lists[known]
             for thread_id in gone:
                 self._touched.pop(thread_id, None)
 
@@ -826,6 +827,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
         }
         refresh = self._refresh_stmt(thread_id, now)
         fast = d.fast_get_tuple(checkpoint_id is not None)
+        write_rows: builtins.list[Sequence[Any]]
         if fast is not None:
             [rows, *_] = yield Batch(
                 [Stmt(fast, params, fetch=True), *refresh], write=bool(refresh)
@@ -921,8 +923,8 @@ class SQLSaver(BaseCheckpointSaver[str]):
             "checkpoint_id": cid,
             "before_id": before_id,
         }
-        for i, key in enumerate(pushed):
-            params[f"f{i}"] = d.prefilter_value(key, filter[key])  # type: ignore[index]
+        for i, name in enumerate(pushed):
+            params[f"f{i}"] = d.prefilter_value(name, filter[name])  # type: ignore[index]
         if keyset is not None:
             params["k_id"], params["k_thread"], params["k_ns"] = keyset
         sql = S.list_page(
@@ -944,16 +946,16 @@ class SQLSaver(BaseCheckpointSaver[str]):
             groups.setdefault((r.thread_id, r.ns), []).append(r)
         statements: list[Stmt] = []
         spans: list[tuple[tuple[str, str], int]] = []
-        for key, members in groups.items():
-            stmts = self._details_stmts(key[0], key[1], members)
-            spans.append((key, len(stmts)))
+        for group, members in groups.items():
+            stmts = self._details_stmts(group[0], group[1], members)
+            spans.append((group, len(stmts)))
             statements += stmts
         details = yield Batch(statements)
         by_group: dict[tuple[str, str], tuple[Any, Any]] = {}
         at = 0
-        for key, count in spans:
-            by_group[key] = self._split_details(details[at : at + count])
-            yield from self._complete_chains(key[0], key[1], by_group[key][0])
+        for group, count in spans:
+            by_group[group] = self._split_details(details[at : at + count])
+            yield from self._complete_chains(group[0], group[1], by_group[group][0])
             at += count
         last = rows[-1]
         next_keyset = (last.checkpoint_id, last.thread_id, last.ns)
@@ -1028,7 +1030,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
 
     # -- deletion, copy, prune -------------------------------------------------------------
 
-    def _bury(self, thread_ids: Sequence[str], now: float) -> list[Stmt]:
+    def _bury(self, thread_ids: Sequence[str], now: float) -> builtins.list[Stmt]:
         """Statements deleting threads' rows and leaving their tombstones."""
         d = self.dialect
         params = [{"thread_id": t} for t in thread_ids]
@@ -1185,11 +1187,12 @@ class SQLSaver(BaseCheckpointSaver[str]):
                     return True
                 return ch in loads((row[5], row[6]))["channel_values"]
 
+            def parent_of(cid: str, rows: Mapping[str, Sequence[Any]] = rows) -> str | None:
+                parent = rows[cid][2]
+                return parent if parent in rows else None
+
             kept = ancestors_to_keep(
-                latest,
-                delta_channels_of(json.loads(rows[latest][3])),
-                lambda cid, rows=rows: rows[cid][2] if rows[cid][2] in rows else None,
-                has_value,
+                latest, delta_channels_of(json.loads(rows[latest][3])), parent_of, has_value
             )
             keep.update((ns, cid) for cid in kept)
         return keep
@@ -1323,7 +1326,7 @@ class SQLSaver(BaseCheckpointSaver[str]):
 
     # -- TTL sweep -------------------------------------------------------------------------
 
-    def _sweep_plan(self) -> Plan[list[str]]:
+    def _sweep_plan(self) -> Plan[builtins.list[str]]:
         d = self.dialect
         swept: list[str] = []
         while True:
@@ -1362,12 +1365,12 @@ class SQLSaver(BaseCheckpointSaver[str]):
             if len(batch) < self.sweep_batch:
                 return swept
 
-    def sweep(self) -> list[str]:
+    def sweep(self) -> builtins.list[str]:
         """Remove expired threads now (any number of processes may sweep at once; each thread
         is removed by exactly one). Returns the thread ids this call removed."""
         return self._run(self._sweep_plan())
 
-    async def asweep(self) -> list[str]:
+    async def asweep(self) -> builtins.list[str]:
         return await self._arun(self._sweep_plan())
 
     # -- versions --------------------------------------------------------------------------

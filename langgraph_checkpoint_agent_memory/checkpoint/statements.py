@@ -6,6 +6,7 @@ statement costs a dictionary lookup after the first call.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -117,13 +118,14 @@ def refresh_thread(d: Dialect) -> Sql:
     return d.sql("refresh_thread", build)
 
 
+def _delete_thread_rows(t: sa.Table) -> Any:
+    return sa.delete(t).where(t.c.thread_id == B("thread_id"))
+
+
 def delete_thread_rows(d: Dialect) -> list[Sql]:
     """Delete one thread's blobs, writes and checkpoints (``:thread_id``)."""
     return [
-        d.sql(
-            ("delete_thread_rows", t.name),
-            lambda t=t: sa.delete(t).where(t.c.thread_id == B("thread_id")),
-        )
+        d.sql(("delete_thread_rows", t.name), partial(_delete_thread_rows, t))
         for t in (blobs, writes, checkpoints)
     ]
 
@@ -147,9 +149,7 @@ def delete_checkpoint(d: Dialect) -> list[Sql]:
             t.c.checkpoint_id == B("checkpoint_id"),
         )
 
-    return [
-        d.sql(("delete_checkpoint", t.name), lambda t=t: build(t)) for t in (writes, checkpoints)
-    ]
+    return [d.sql(("delete_checkpoint", t.name), partial(build, t)) for t in (writes, checkpoints)]
 
 
 def delete_blob(d: Dialect) -> Sql:
@@ -179,9 +179,7 @@ def copy_rows(d: Dialect) -> list[Sql]:
             t, cols, source, keys=[c.name for c in t.primary_key], update=None
         )
 
-    return [
-        d.sql(("copy_rows", t.name), lambda t=t: build(t)) for t in (checkpoints, blobs, writes)
-    ]
+    return [d.sql(("copy_rows", t.name), partial(build, t)) for t in (checkpoints, blobs, writes)]
 
 
 # -- reads -------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Dialect:
     # -- compilation -----------------------------------------------------------------------
 
     def compile(self, statement: sa.sql.ClauseElement) -> Sql:
-        compiled = statement.compile(dialect=self.sa)
+        compiled: Any = statement.compile(dialect=self.sa)
         names = tuple(compiled.positiontup or ()) if compiled.positional else None
         defaults = tuple(
             (compiled.bind_names[bind], bind.effective_value)

@@ -478,7 +478,7 @@ class PostgresDatabase(Database[Any]):
                 pass
         if self._async is None:
             pool = psycopg_pool.AsyncConnectionPool(
-                self._conninfo,
+                self._conninfo or "",
                 min_size=1,
                 max_size=self.pool_size,
                 kwargs={"autocommit": True},

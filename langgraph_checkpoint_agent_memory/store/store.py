@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,10 @@ def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
 
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def _delete_item(t: sa.Table) -> Any:
+    return sa.delete(t).where(t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key"))
 
 
 class _Statements:
@@ -173,12 +178,7 @@ class _Statements:
 
     def delete_item(self) -> list[Sql]:
         return [
-            self.d.sql(
-                ("store", "delete", t.name),
-                lambda t=t: sa.delete(t).where(
-                    t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key")
-                ),
-            )
+            self.d.sql(("store", "delete", t.name), partial(_delete_item, t))
             for t in (store_vectors, store_items)
         ]
 
@@ -191,7 +191,9 @@ class _Statements:
 
     def delete_under(self) -> list[Sql]:
         return [
-            self.text(("delete_under", t), lambda t=t: f"DELETE FROM {t} WHERE {self.under}")
+            self.text(
+                ("delete_under", t), partial(str.format, "DELETE FROM {} WHERE {}", t, self.under)
+            )
             for t in ("am_store_vectors", "am_store_items")
         ]
 
