@@ -55,3 +55,92 @@ def test_filters_match_the_model(
     conds = S.conditions(flt)
     expected = [f"k{i:02}" for i in reversed(range(len(items))) if S.matches(items[i], conds)]
     assert [it.key for it in store.search(("p",), filter=flt, limit=100)] == expected
+
+
+ops_strategy = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("put"),
+            st.sampled_from([("a",), ("a", "b"), ("c",)]),
+            st.sampled_from(["k1", "k2", "k3"]),
+            values,
+        ),
+        st.tuples(
+            st.just("delete"),
+            st.sampled_from([("a",), ("a", "b"), ("c",)]),
+            st.sampled_from(["k1", "k2", "k3"]),
+        ),
+        st.tuples(
+            st.just("get"),
+            st.sampled_from([("a",), ("a", "b"), ("c",)]),
+            st.sampled_from(["k1", "k2", "k3"]),
+        ),
+        st.tuples(
+            st.just("search"),
+            st.sampled_from([("a",), ("c",), ("a", "b")]),
+            filters,
+            st.integers(0, 3),
+            st.integers(0, 2),
+        ),
+        st.tuples(
+            st.just("namespaces"),
+            st.sampled_from([None, ("a",), ("*", "b")]),
+            st.sampled_from([None, 1]),
+        ),
+        st.tuples(st.just("drop"), st.sampled_from([("a",), ("c",)])),
+    ),
+    max_size=25,
+)
+
+
+def _view(result: Any) -> Any:
+    if result is None or isinstance(result, int):
+        return result
+    if isinstance(result, list):
+        return [_view(r) for r in result]
+    if isinstance(result, tuple):
+        return result
+    return (tuple(result.namespace), result.key, result.value, result.created_at, result.updated_at)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(operations=ops_strategy)
+def test_backends_answer_like_memory(
+    make_store: Callable[..., Any], store_backend: str, operations: list[tuple]
+) -> None:
+    """Every backend gives the in-memory store's answers to the same operations."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(clock=clock)
+    reference = create_store(clock=clock)
+    for ns in (("a",), ("c",)):
+        store.delete_namespace(ns)
+    try:
+        for op in operations:
+            clock.advance(1)
+            kind = op[0]
+            if kind == "put":
+                results = [s.put(op[1], op[2], op[3]) for s in (store, reference)]
+            elif kind == "delete":
+                results = [s.delete(op[1], op[2]) for s in (store, reference)]
+            elif kind == "get":
+                results = [s.get(op[1], op[2]) for s in (store, reference)]
+            elif kind == "search":
+                results = [
+                    s.search(op[1], filter=op[2], limit=op[3], offset=op[4])
+                    for s in (store, reference)
+                ]
+            elif kind == "namespaces":
+                results = [
+                    s.list_namespaces(prefix=op[1], max_depth=op[2]) for s in (store, reference)
+                ]
+            else:
+                results = [s.delete_namespace(op[1]) for s in (store, reference)]
+            assert _view(results[0]) == _view(results[1]), op
+    finally:
+        reference.close()
