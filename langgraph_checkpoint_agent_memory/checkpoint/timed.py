@@ -279,9 +279,7 @@ class TimedInMemorySaver(InMemorySaver):
         with self._lock:
             now = self._clock()
             last = self._activity.get(thread_id)
-            if thread_id in self._tombstones or (
-                last is not None and now - last > self.ttl_seconds
-            ):
+            if last is None or now - last > self.ttl_seconds:  # new or idle: check fully
                 self._admit_write(thread_id, checkpoint_ns, parent_id, now)
             self.storage[thread_id][checkpoint_ns][checkpoint["id"]] = entry
             self.blobs.update(blobs)
@@ -327,7 +325,9 @@ class TimedInMemorySaver(InMemorySaver):
         with self._lock:
             now = self._clock()
             last = activity.get(thread_id)
-            if last is None or now - last > self.ttl_seconds or thread_id in self._tombstones:
+            # A thread with activity never holds a tombstone: only new or idle ones need
+            # the full admission check.
+            if last is None or now - last > self.ttl_seconds:
                 self._admit_write(thread_id, checkpoint_ns, checkpoint_id, now)
             stored = self.writes.get(outer_key)
             if stored is None:  # a checkpoint's first writes: index them for eviction
