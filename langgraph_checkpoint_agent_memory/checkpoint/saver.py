@@ -69,7 +69,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.migrations import migrate_plan
+from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,
@@ -166,7 +166,7 @@ class _Row:
         self.blob_versions: dict[str, str] = json.loads(blob_versions)
 
 
-class SQLSaver(BaseCheckpointSaver[str]):
+class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
     Args:
@@ -233,8 +233,6 @@ class SQLSaver(BaseCheckpointSaver[str]):
         self.sweep_batch = sweep_batch
         self.auto_setup = auto_setup
         self._clock = clock
-        self._setup_done = False
-        self._setup_lock = threading.Lock()
         # thread -> (time this process last wrote its activity row, the TTL it wrote)
         self._touched: OrderedDict[str, tuple[float, int | None]] = OrderedDict()
         self._sweeper: Sweeper | None = None
@@ -248,25 +246,6 @@ class SQLSaver(BaseCheckpointSaver[str]):
         )
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        self.db.run(migrate_plan(self.dialect, self._clock()))
-        self._setup_done = True
-
-    async def asetup(self) -> None:
-        await self.db.arun(migrate_plan(self.dialect, self._clock()))
-        self._setup_done = True
-
-    def _ready(self) -> None:
-        if not self._setup_done and self.auto_setup:
-            with self._setup_lock:
-                if not self._setup_done:
-                    self.setup()
-
-    async def _aready(self) -> None:
-        if not self._setup_done and self.auto_setup:
-            await self.asetup()
 
     def start_sweeper(self) -> None:
         """Run :meth:`sweep` every ``sweep_interval_seconds`` in a daemon thread."""

@@ -8,12 +8,14 @@ versions and applies the missing ones, each in order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
-from langgraph_checkpoint_agent_memory.db.database import Batch, Migration, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
@@ -72,3 +74,39 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
         )
     yield Batch(statements, write=True)
     return [m.version for m in pending]
+
+
+_SETUP_LOCK = threading.Lock()
+
+
+class SchemaOnFirstUse:
+    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off.
+
+    For the objects that own a :class:`Database` (the saver and the store): they provide
+    ``db``, ``dialect``, ``auto_setup`` and ``_clock``.
+    """
+
+    db: Database[Any]
+    dialect: Dialect
+    auto_setup: bool
+    _clock: Callable[[], float]
+    _setup_done: bool = False
+
+    def setup(self) -> None:
+        """Create or migrate the schema (idempotent, safe from several processes at once)."""
+        self.db.run(migrate_plan(self.dialect, self._clock()))
+        self._setup_done = True
+
+    async def asetup(self) -> None:
+        await self.db.arun(migrate_plan(self.dialect, self._clock()))
+        self._setup_done = True
+
+    def _ready(self) -> None:
+        if not self._setup_done and self.auto_setup:
+            with _SETUP_LOCK:
+                if not self._setup_done:
+                    self.setup()
+
+    async def _aready(self) -> None:
+        if not self._setup_done and self.auto_setup:
+            await self.asetup()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -47,7 +46,7 @@ from langgraph.store.base import (
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.db.migrations import migrate_plan
+from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.db.schema import store_items, store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -213,7 +212,7 @@ class _Statements:
         )
 
 
-class AgentMemoryStore(BaseStore):
+class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -257,8 +256,6 @@ class AgentMemoryStore(BaseStore):
         self.candidates = candidates
         self.auto_setup = auto_setup
         self._clock = clock
-        self._setup_done = False
-        self._setup_lock = threading.Lock()
         self._sweeper: Sweeper | None = None
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
@@ -277,20 +274,6 @@ class AgentMemoryStore(BaseStore):
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        self.db.run(migrate_plan(self.dialect, self._clock()))
-        self._setup_done = True
-
-    async def asetup(self) -> None:
-        await self.db.arun(migrate_plan(self.dialect, self._clock()))
-        self._setup_done = True
-
-    def _ready(self) -> None:
-        if not self._setup_done and self.auto_setup:
-            with self._setup_lock:
-                if not self._setup_done:
-                    self.setup()
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Delete expired items every ``sweep_interval_minutes`` in a daemon thread."""
@@ -346,8 +329,7 @@ class AgentMemoryStore(BaseStore):
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
-        if not self._setup_done and self.auto_setup:
-            await self.asetup()
+        await self._aready()
         result = await self.db.arun(self._batch_plan(ops, puts, vectors, query_vectors))
         self._after_write(puts)
         return result
@@ -700,8 +682,7 @@ class AgentMemoryStore(BaseStore):
         return self.db.run(self._delete_namespace_plan(namespace))
 
     async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
-        if not self._setup_done and self.auto_setup:
-            await self.asetup()
+        await self._aready()
         return await self.db.arun(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
@@ -727,8 +708,7 @@ class AgentMemoryStore(BaseStore):
         return self.db.run(self._sweep_plan())
 
     async def asweep(self) -> int:
-        if not self._setup_done and self.auto_setup:
-            await self.asetup()
+        await self._aready()
         return await self.db.arun(self._sweep_plan())
 
 
