@@ -79,22 +79,21 @@ class SQLiteDialect(Dialect):
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+        """One ``json_extract`` per condition. It may admit rows of another JSON type (SQLite
+        orders every text after every number, and reads JSON true as 1); the exact test in
+        Python drops them, so the pre-filter only has to keep every real match."""
         if any('"' in part for part in path):
             return None  # a JSON path cannot quote it: Python alone decides
-        kind = f"json_type(value, :{param}_path)"
+        at = f"json_extract(value, :{param}_path)"
+        exists = f"json_type(value, :{param}_path) IS NOT NULL"  # JSON null included
         sql_op = _SQL_OPS.get(op)
         if isinstance(value, bool):
-            return f"{kind} = '{'true' if value else 'false'}'" if op == "$eq" else None
+            return f"{at} = {int(value)}" if op == "$eq" else exists
         if value is None:
-            return f"{kind} = 'null'" if op == "$eq" else None
-        if sql_op is not None and isinstance(value, (int, float)):
-            return (
-                f"{kind} IN ('integer', 'real') "
-                f"AND json_extract(value, :{param}_path) {sql_op} :{param}"
-            )
-        if sql_op is not None and isinstance(value, str):
-            return f"{kind} = 'text' AND json_extract(value, :{param}_path) {sql_op} :{param}"
-        return f"{kind} IS NOT NULL"
+            return f"json_type(value, :{param}_path) = 'null'" if op == "$eq" else exists
+        if sql_op is not None and isinstance(value, (int, float, str)):
+            return f"{at} {sql_op} :{param}"
+        return exists
 
     def json_path(self, path: list[str]) -> Any:
         return "$" + "".join(f'."{part}"' for part in path)
