@@ -272,3 +272,40 @@ def test_two_processes_sweep_each_thread_exactly_once(
     assert set(swept[0]).isdisjoint(swept[1])
     assert set(swept[0]) | set(swept[1]) == expected
     assert len(swept[0]) + len(swept[1]) == len(expected)
+
+
+def test_purging_tombstones_removes_rows_left_under_them(
+    make_saver: Callable[..., Any], wall: FakeClock
+) -> None:
+    """A write that raced a sweep can leave rows under a tombstone: invisible while it
+    stands, and gone with it when it is purged, never resurrected."""
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import TOMBSTONE_SECONDS
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+
+    saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
+    put(saver, "t", 1)
+    saver.delete_thread("t")
+
+    def plan(sql: str) -> Any:
+        [rows] = yield Batch([Stmt(Sql(sql), fetch=True)])
+        return rows
+
+    # the racing write's leftovers: a checkpoint row the deletion did not see
+    other = make_saver(clock=wall, activity_precision=0)
+    put(other, "u", 1)
+
+    def move() -> Any:
+        yield Batch(
+            [Stmt(Sql("UPDATE am_checkpoints SET thread_id = 't' WHERE thread_id = 'u'"))],
+            write=True,
+        )
+
+    saver.db.run(move())
+    assert saver.get_tuple(config_for("t")) is None  # invisible under the tombstone
+    wall.advance(TOMBSTONE_SECONDS + 1)
+    saver.sweep()
+    assert (
+        saver.db.run(plan("SELECT COUNT(*) FROM am_checkpoints WHERE thread_id = 't'"))[0][0] == 0
+    )
+    assert saver.get_tuple(config_for("t")) is None

@@ -1324,7 +1324,10 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             batch = [r[0] for r in rows]
             if not batch:
                 horizon = now - max(TOMBSTONE_SECONDS, float(self.ttl_seconds or 0))
-                yield Batch([Stmt(S.purge_tombstones(d), {"horizon": horizon})], write=True)
+                yield Batch(
+                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)],
+                    write=True,
+                )
                 return swept
             if self.strategy == "delete":
                 yield Batch(self._bury(batch, now), write=True)

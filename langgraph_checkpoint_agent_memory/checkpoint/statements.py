@@ -392,11 +392,24 @@ def expire_keep_latest(d: Dialect) -> Sql:
     )
 
 
-def purge_tombstones(d: Dialect) -> Sql:
-    return d.sql(
-        "purge_tombstones",
-        lambda: sa.delete(threads).where(threads.c.deleted_at < B("horizon")),
-    )
+def _purge_rows(t: sa.Table) -> Any:
+    forgotten = sa.select(threads.c.thread_id).where(threads.c.deleted_at < B("horizon"))
+    return sa.delete(t).where(t.c.thread_id.in_(forgotten))
+
+
+def purge_tombstones(d: Dialect) -> list[Sql]:
+    """Forget old tombstones, with any row a write racing the sweep left under them (such
+    rows are invisible while the tombstone stands, and must not reappear after)."""
+    return [
+        *(
+            d.sql(("purge_rows", t.name), partial(_purge_rows, t))
+            for t in (blobs, writes, checkpoints)
+        ),
+        d.sql(
+            "purge_tombstones",
+            lambda: sa.delete(threads).where(threads.c.deleted_at < B("horizon")),
+        ),
+    ]
 
 
 __all__ = ["MAX_KEYS", "bucket", "values_params"]
