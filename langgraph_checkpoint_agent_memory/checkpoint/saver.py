@@ -941,23 +941,14 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         out = [(r, *by_group[(r.thread_id, r.ns)]) for r in rows]
         return out, next_keyset if len(rows) == page_size else None
 
-    def _list_pages(
+    def _list_cursor(
         self,
         config: RunnableConfig | None,
         filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
         limit: int | None,
-    ) -> tuple[int, Callable[[Any], Iterator[CheckpointTuple]]]:
-        page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))
-
-        def emit(page: Sequence[tuple[_Row, Any, Any]]) -> Iterator[CheckpointTuple]:
-            for row, blob_rows, write_rows in page:
-                metadata = json.loads(row.metadata)
-                if not metadata_matches(metadata, filter):
-                    continue
-                writes_here = [w for w in write_rows if w[0] == row.checkpoint_id]
-                yield self._decode(row, blob_rows, writes_here, metadata)
-
-        return page_size, emit
+    ) -> _ListCursor:
+        return _ListCursor(self, config, filter, before, limit)
 
     def list(
         self,
@@ -967,20 +958,9 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        if limit is not None and limit <= 0:
-            return
-        page_size, emit = self._list_pages(config, filter, limit)
-        remaining, keyset = limit, None
-        while True:
-            page, keyset = self._run(self._page_plan(config, filter, before, keyset, page_size))
-            for item in emit(page):
-                yield item
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
-            if keyset is None:
-                return
+        cursor = self._list_cursor(config, filter, before, limit)
+        while not cursor.done:
+            yield from cursor.take(self._run(cursor.next_page()))
 
     async def alist(
         self,
@@ -990,22 +970,10 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        if limit is not None and limit <= 0:
-            return
-        page_size, emit = self._list_pages(config, filter, limit)
-        remaining, keyset = limit, None
-        while True:
-            page, keyset = await self._arun(
-                self._page_plan(config, filter, before, keyset, page_size)
-            )
-            for item in emit(page):
+        cursor = self._list_cursor(config, filter, before, limit)
+        while not cursor.done:
+            for item in cursor.take(await self._arun(cursor.next_page())):
                 yield item
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining <= 0:
-                        return
-            if keyset is None:
-                return
 
     # -- deletion, copy, prune -------------------------------------------------------------
 
@@ -1365,3 +1333,50 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         else:
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
+
+
+class _ListCursor:
+    """The state of one ``list()``: which page comes next, how many items are still wanted,
+    and the exact metadata filter; the sync and async shells only run its page plans."""
+
+    def __init__(
+        self,
+        saver: SQLSaver,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> None:
+        self.saver = saver
+        self.config = config
+        self.filter = filter
+        self.before = before
+        self.remaining = limit
+        self.keyset: tuple[str, str, str] | None = None
+        self.page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))
+        self.done = limit is not None and limit <= 0
+
+    def next_page(self) -> Plan[Any]:
+        return self.saver._page_plan(
+            self.config, self.filter, self.before, self.keyset, self.page_size
+        )
+
+    def take(self, fetched: tuple[Any, tuple[str, str, str] | None]) -> Iterator[CheckpointTuple]:
+        """Decode a fetched page lazily, up to the items still wanted."""
+        page, self.keyset = fetched
+        if self.keyset is None:
+            self.done = True
+        for row, blob_rows, write_rows in page:
+            if self.remaining is not None and self.remaining <= 0:
+                self.done = True
+                return
+            metadata = json.loads(row.metadata)
+            if not metadata_matches(metadata, self.filter):
+                continue
+            writes_here = [w for w in write_rows if w[0] == row.checkpoint_id]
+            yield self.saver._decode(row, blob_rows, writes_here, metadata)
+            if self.remaining is not None:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.done = True
+                    return
