@@ -3,6 +3,8 @@
 Short-term memory is a LangGraph checkpointer (:func:`create_checkpointer`): in memory, or
 persistent on SQLite, PostgreSQL or SAP HANA with a TTL that survives restarts; configuration
 comes from :func:`agent_config` fields that operators can change without touching code.
+Long-term memory is :class:`AgentMemory` over an :class:`AgentMemoryStore`
+(:func:`create_store`): facts and episodes, consolidated by an LLM, decayed, recalled.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -23,6 +25,14 @@ from langgraph_checkpoint_agent_memory.errors import (
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.memory import (
+    AgentMemory,
+    ChatModelExtractor,
+    ExtractionError,
+    Extractor,
+    RuleBasedExtractor,
+    Scope,
+)
 from langgraph_checkpoint_agent_memory.settings import (
     ConfigField,
     ConfigValueError,
@@ -36,17 +46,23 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 __all__ = [
+    "AgentMemory",
     "AgentMemoryError",
     "AgentMemoryStore",
     "AsyncHanaSaver",
     "AsyncPostgresSaver",
     "AsyncSqliteSaver",
+    "ChatModelExtractor",
     "ConfigField",
     "ConfigValueError",
     "ConfigurationError",
+    "ExtractionError",
+    "Extractor",
     "HanaSaver",
     "PostgresSaver",
+    "RuleBasedExtractor",
     "SQLSaver",
+    "Scope",
     "SqliteSaver",
     "ThreadDeletedError",
     "TimedInMemorySaver",

@@ -1006,6 +1006,23 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(self._delete_thread_plan(thread_id))
 
+    def _erase_threads_plan(self, thread_ids: Sequence[str]) -> Plan[None]:
+        params = [{"thread_id": str(t)} for t in thread_ids]
+        if params:
+            yield Batch(
+                [Stmt(sql, params, many=True) for sql in S.erase_thread_rows(self.dialect)],
+                write=True,
+            )
+        self._forget([str(t) for t in thread_ids])
+
+    def erase_threads(self, thread_ids: Sequence[str]) -> None:
+        """Delete threads leaving no trace, not even a tombstone (for erasing a user's data:
+        unlike :meth:`delete_thread`, a late write could start such a thread afresh)."""
+        self._run(self._erase_threads_plan(thread_ids))
+
+    async def aerase_threads(self, thread_ids: Sequence[str]) -> None:
+        await self._arun(self._erase_threads_plan(thread_ids))
+
     def _thread_snapshot(self, thread_ids: Sequence[str]) -> Plan[dict[str, Any]]:
         """Every checkpoint and blob key of ``thread_ids`` (inside a held transaction)."""
         d = self.dialect

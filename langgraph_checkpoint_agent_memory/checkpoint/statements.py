@@ -130,6 +130,14 @@ def delete_thread_rows(d: Dialect) -> list[Sql]:
     ]
 
 
+def erase_thread_rows(d: Dialect) -> list[Sql]:
+    """Delete every row of one thread (``:thread_id``), its activity row included."""
+    return [
+        *delete_thread_rows(d),
+        d.sql(("erase_thread_rows", threads.name), partial(_delete_thread_rows, threads)),
+    ]
+
+
 def tombstone(d: Dialect) -> Sql:
     return d.sql(
         "tombstone",

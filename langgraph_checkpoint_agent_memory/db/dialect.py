@@ -103,6 +103,9 @@ class Dialect:
 
     #: Whether ``SELECT ... FOR UPDATE`` row locks exist (SQLite locks the whole database).
     row_locks = True
+    #: Raw-SQL suffixes: lock the selected rows; lock them but skip rows others hold.
+    for_update = " FOR UPDATE"
+    for_update_skip_locked = " FOR UPDATE SKIP LOCKED"
     #: Whether an upsert can carry a condition on the existing row (``DO UPDATE ... WHERE``);
     #: without it, plans read the row under a lock and decide in Python.
     conditional_upsert = True
@@ -222,6 +225,11 @@ class Dialect:
         matching row satisfies (the exact test runs in Python), binding ``:param`` (and
         ``:param_path``); ``None`` when the dialect cannot narrow it."""
         return None
+
+    def after_erase(self) -> list[str]:
+        """Statements that purge erased text from secondary structures (a full-text index's
+        segments) so nothing of an erased scope survives anywhere in the database."""
+        return []
 
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""

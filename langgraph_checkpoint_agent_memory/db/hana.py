@@ -32,6 +32,7 @@ ALREADY_EXISTS = {288, 289, 307}
 class HanaDialect(Dialect):
     name = "hana"
     conditional_upsert = False
+    for_update_skip_locked = " FOR UPDATE IGNORE LOCKED"
     transactional_ddl = False
     create_if_not_exists = False
     recursive_cte = False

@@ -19,6 +19,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migra
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
+    MEMORY_TABLES,
     STORE_TABLES,
     migrations,
 )
@@ -28,6 +29,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
     (2, "store tables and full-text index", lambda d: d.ddl(STORE_TABLES) + d.full_text_ddl()),
+    (3, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
 ]
 
 

@@ -117,3 +117,70 @@ store_vectors = sa.Table(
 )
 
 STORE_TABLES = (store_items, store_vectors)
+
+# -- agent memory: the consolidation ledger and decay ------------------------------------
+
+SCOPE = sa.String(1024)
+
+memory_scopes = sa.Table(
+    "am_memory_scopes",
+    metadata,
+    sa.Column("scope", SCOPE, primary_key=True),  # user=alice,agent=support
+    sa.Column("root", sa.String(255), nullable=False),  # the namespace root, e.g. memory
+    sa.Column("lease_owner", sa.String(64)),  # the job holding the scope, while it runs
+    sa.Column("lease_until", sa.Float(53)),
+    sa.Column("failures", sa.Integer, nullable=False),  # consecutive failed jobs
+    sa.Column("next_attempt_at", sa.Float(53)),  # back-off after a failure
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", sa.Float(53), nullable=False),
+)
+
+memory_pending = sa.Table(
+    "am_memory_pending",
+    metadata,
+    sa.Column("scope", SCOPE, primary_key=True),
+    sa.Column("episode_key", sa.String(255), primary_key=True),
+    sa.Column("recorded_at", sa.Float(53), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # pending | parked
+    sa.Index("am_memory_pending_status", "status", "scope"),
+)
+
+memory_jobs = sa.Table(
+    "am_memory_jobs",
+    metadata,
+    sa.Column("job_id", sa.String(255), primary_key=True),
+    sa.Column("scope", SCOPE, nullable=False),
+    sa.Column("episodes", sa.Text, nullable=False),  # JSON list of episode keys
+    sa.Column("extractor_version", sa.String(255), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # completed | failed
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("started_at", sa.Float(53), nullable=False),
+    sa.Column("finished_at", sa.Float(53), nullable=False),
+    sa.Column("outcome", sa.Text),  # JSON: what the job changed
+    sa.Index("am_memory_jobs_scope", "scope"),
+    sa.Index("am_memory_jobs_status", "status", "finished_at"),
+)
+
+memory_decay = sa.Table(
+    "am_memory_decay",
+    metadata,
+    sa.Column("prefix", PREFIX, primary_key=True),
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("scope", SCOPE, nullable=False),
+    # ln(importance): decay is then arithmetic every database has (no POWER, no LN needed)
+    sa.Column("log_importance", sa.Float(53), nullable=False),
+    sa.Column("reinforced_at", sa.Float(53), nullable=False),  # last confirmed or recalled
+    sa.Column("pinned", sa.Integer, nullable=False),
+    sa.Index("am_memory_decay_scope", "scope"),
+)
+
+memory_threads = sa.Table(
+    "am_memory_threads",
+    metadata,
+    sa.Column("scope", SCOPE, primary_key=True),
+    sa.Column("thread_id", sa.String(255), primary_key=True),
+    sa.Column("seen_at", sa.Float(53), nullable=False),
+)
+
+MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)

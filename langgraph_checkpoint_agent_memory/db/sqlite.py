@@ -32,6 +32,8 @@ class SQLiteDialect(Dialect):
         return sa_sqlite.dialect(paramstyle="named")
 
     row_locks = False
+    for_update = ""  # BEGIN IMMEDIATE already holds the database's write lock
+    for_update_skip_locked = ""
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
@@ -64,6 +66,10 @@ class SQLiteDialect(Dialect):
             f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); "
             f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
         ]
+
+    def after_erase(self) -> list[str]:
+        # merging the FTS5 segments drops the deleted entries' terms from the index
+        return ["INSERT INTO am_store_fts(am_store_fts) VALUES ('optimize')"]
 
     def lexical_search(self, filters: str) -> Any:
         return self.sql(

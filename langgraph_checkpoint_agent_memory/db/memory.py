@@ -1,0 +1,757 @@
+"""The SQL of agent memory: the consolidation ledger, set-based decay, erase.
+
+Facts and episodes are ordinary store items (``am_store_items``, their vectors and full-text
+entries); this module adds the tables that make memory safe with many workers:
+
+- ``am_memory_scopes``: one row per scope, the lease a consolidation job holds while it runs
+  (claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``IGNORE LOCKED`` on HANA, the
+  database write lock on SQLite), and its failure count and back-off.
+- ``am_memory_pending``: the episodes waiting for consolidation (or parked after repeated
+  failures).
+- ``am_memory_jobs``: every finished job, completed or failed, with its error.
+- ``am_memory_decay``: ``ln(importance)`` and the last reinforcement of every decaying item,
+  so decay is one set-based ``DELETE`` with plain arithmetic on every database.
+- ``am_memory_threads``: which checkpointer threads a scope used, for erase.
+
+Every function returns a plan (see :mod:`.database`): the domain decides, this module only
+reads and writes, each write in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.schema import (
+    memory_decay,
+    memory_jobs,
+    memory_pending,
+    memory_scopes,
+    memory_threads,
+)
+
+MEMORY_TABLES = (
+    "am_memory_scopes",
+    "am_memory_pending",
+    "am_memory_jobs",
+    "am_memory_decay",
+    "am_memory_threads",
+)
+
+
+def ns(labels: Sequence[str]) -> str:
+    """A namespace as the store keeps it."""
+    return ".".join(labels)
+
+
+@dataclass
+class Claim:
+    """A scope leased to one job, and the episodes the job is to process."""
+
+    scope: str
+    root: str
+    owner: str
+    failures: int
+    episode_keys: list[str]
+
+
+@dataclass
+class Writes:
+    """Everything one consolidation job writes, in one transaction."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)  # store item rows
+    vectors: list[dict[str, Any]] = field(default_factory=list)  # store vector rows
+    decay: list[dict[str, Any]] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StoredRow:
+    """An item with its decay state (``None`` for items that do not decay)."""
+
+    prefix: str
+    key: str
+    value: dict[str, Any]
+    created_at: float
+    updated_at: float
+    log_importance: float | None
+    reinforced_at: float | None
+    pinned: bool
+
+
+class MemorySql:
+    """Statements for one dialect; store item writes reuse the store's own statements."""
+
+    def __init__(self, dialect: Dialect, store_sql: Any) -> None:
+        self.d = dialect
+        self.store = store_sql
+        p = dialect.param
+        self.p = p
+        self.live = f"(i.expires_at IS NULL OR i.expires_at > {p('now')})"
+
+    def _text(self, key: Any, build: Callable[[], str]) -> Sql:
+        return self.d.sql(("memory", key), build)
+
+    # -- writes shared by several plans ----------------------------------------------------
+
+    def ensure_scope(self) -> Sql:
+        return self.d.sql(
+            ("memory", "ensure_scope"), lambda: self.d.insert_ignore(memory_scopes, ["scope"])
+        )
+
+    def insert_item_if_absent(self) -> Sql:
+        from langgraph_checkpoint_agent_memory.db.schema import store_items
+
+        return self.d.sql(
+            ("memory", "insert_item"), lambda: self.d.insert_ignore(store_items, ["prefix", "key"])
+        )
+
+    def add_pending(self) -> Sql:
+        return self.d.sql(
+            ("memory", "add_pending"),
+            lambda: self.d.insert_ignore(memory_pending, ["scope", "episode_key"]),
+        )
+
+    def add_thread(self) -> Sql:
+        return self.d.sql(
+            ("memory", "add_thread"),
+            lambda: self.d.insert_ignore(memory_threads, ["scope", "thread_id"]),
+        )
+
+    def upsert_decay(self) -> Sql:
+        return self.d.sql(
+            ("memory", "upsert_decay"),
+            lambda: self.d.upsert(
+                memory_decay,
+                ["prefix", "key"],
+                ["scope", "log_importance", "reinforced_at", "pinned"],
+            ),
+        )
+
+    def reinforce(self) -> Sql:
+        p = self.p
+        return self._text(
+            "reinforce",
+            lambda: (
+                f"UPDATE am_memory_decay SET reinforced_at = {p('now')} WHERE prefix = "
+                f"{p('prefix')} AND key = {p('key')} AND reinforced_at < {p('now')}"
+            ),
+        )
+
+    def insert_job(self) -> Sql:
+        return self.d.sql(
+            ("memory", "insert_job"), lambda: self.d.insert_ignore(memory_jobs, ["job_id"])
+        )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def rows(self, with_keys: int | None = None) -> Sql:
+        """Items of one namespace with their decay state; optionally only some keys."""
+        p = self.p
+
+        def build() -> str:
+            keys = ""
+            if with_keys:
+                keys = " AND i.key IN (" + ", ".join(p(f"k{j}") for j in range(with_keys)) + ")"
+            return (
+                "SELECT i.prefix, i.key, i.value, i.created_at, i.updated_at, "
+                "d.log_importance, d.reinforced_at, d.pinned FROM am_store_items i "
+                "LEFT JOIN am_memory_decay d ON d.prefix = i.prefix AND d.key = i.key "
+                f"WHERE i.prefix = {p('prefix')} AND {self.live}{keys}"
+            )
+
+        return self._text(("rows", with_keys), build)
+
+    def vectors_of(self) -> Sql:
+        p = self.p
+        return self._text(
+            "vectors_of",
+            lambda: f"SELECT key, vector FROM am_store_vectors WHERE prefix = {p('prefix')}",
+        )
+
+
+def decode(row: Sequence[Any]) -> StoredRow:
+    value = row[2] if isinstance(row[2], dict) else json.loads(row[2])
+    return StoredRow(
+        prefix=row[0],
+        key=row[1],
+        value=value,
+        created_at=float(row[3]),
+        updated_at=float(row[4]),
+        log_importance=None if row[5] is None else float(row[5]),
+        reinforced_at=None if row[6] is None else float(row[6]),
+        pinned=bool(row[7]),
+    )
+
+
+def read_plan(
+    sql: MemorySql, prefix: str, now: float, keys: Sequence[str] | None = None
+) -> Plan[list[StoredRow]]:
+    """A namespace's live items with their decay state (only ``keys`` when given)."""
+    if keys is not None and not keys:
+        return []
+    out: list[StoredRow] = []
+    chunks = [list(keys[i : i + 64]) for i in range(0, len(keys), 64)] if keys else [None]
+    for chunk in chunks:
+        params: dict[str, Any] = {"prefix": prefix, "now": now}
+        if chunk:
+            params.update({f"k{j}": k for j, k in enumerate(chunk)})
+        [rows] = yield Batch([Stmt(sql.rows(len(chunk) if chunk else None), params, fetch=True)])
+        out += [decode(r) for r in rows]
+    return out
+
+
+# -- record --------------------------------------------------------------------------------
+
+
+def record_plan(
+    sql: MemorySql,
+    *,
+    scope: str,
+    root: str,
+    item: dict[str, Any],
+    thread_id: str | None,
+    now: float,
+    reinforce: Sequence[dict[str, Any]] = (),
+) -> Plan[bool]:
+    """Store an episode and queue it, unless that episode was recorded before.
+
+    Returns whether it was new. Recalled items waiting for reinforcement ride along in the
+    same transaction, so reading memory never costs a write of its own.
+    """
+    scope_row = {
+        "scope": scope,
+        "root": root,
+        "lease_owner": None,
+        "lease_until": None,
+        "failures": 0,
+        "next_attempt_at": None,
+        "last_error": None,
+        "created_at": now,
+    }
+    inserted, _ = yield Batch(
+        [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
+        lock=True,
+        hold=True,
+    )
+    writes: list[Stmt] = []
+    if inserted:
+        writes.append(
+            Stmt(
+                sql.add_pending(),
+                {
+                    "scope": scope,
+                    "episode_key": item["key"],
+                    "recorded_at": now,
+                    "status": "pending",
+                },
+            )
+        )
+    if thread_id is not None:
+        writes.append(
+            Stmt(sql.add_thread(), {"scope": scope, "thread_id": thread_id, "seen_at": now})
+        )
+    if reinforce:
+        writes.append(Stmt(sql.reinforce(), list(reinforce), many=True))
+    yield Batch(writes, write=True)
+    return bool(inserted)
+
+
+def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]:
+    if rows:
+        yield Batch([Stmt(sql.reinforce(), list(rows), many=True)], write=True)
+
+
+# -- claim, apply, fail --------------------------------------------------------------------
+
+
+def claim_plan(
+    sql: MemorySql,
+    *,
+    owner: str,
+    now: float,
+    lease_seconds: float,
+    limit: int,
+    scope: str | None = None,
+) -> Plan[Claim | None]:
+    """Lease one scope that has pending episodes and is not leased or backing off."""
+    p, d = sql.p, sql.d
+    only = f" AND s.scope = {p('scope')}" if scope is not None else ""
+    find = sql._text(
+        ("claim", scope is not None),
+        lambda: (
+            "SELECT s.scope, s.root, s.failures FROM am_memory_scopes s WHERE "
+            f"(s.lease_until IS NULL OR s.lease_until < {p('now')}) AND "
+            f"(s.next_attempt_at IS NULL OR s.next_attempt_at <= {p('now')}) AND EXISTS "
+            "(SELECT 1 FROM am_memory_pending q WHERE q.scope = s.scope AND "
+            f"q.status = 'pending'){only} ORDER BY s.scope LIMIT 1{d.for_update_skip_locked}"
+        ),
+    )
+    lease = sql._text(
+        "lease",
+        lambda: (
+            f"UPDATE am_memory_scopes SET lease_owner = {p('owner')}, lease_until = "
+            f"{p('until')} WHERE scope = {p('scope')}"
+        ),
+    )
+    episodes = sql._text(
+        "claim_episodes",
+        lambda: (
+            "SELECT episode_key FROM am_memory_pending WHERE scope = "
+            f"{p('scope')} AND status = 'pending' ORDER BY recorded_at, episode_key "
+            f"LIMIT {p('n')}"
+        ),
+    )
+    params: dict[str, Any] = {"now": now}
+    if scope is not None:
+        params["scope"] = scope
+    [rows] = yield Batch([Stmt(find, params, fetch=True)], lock=True, hold=True)
+    if not rows:
+        yield Batch([], write=True)
+        return None
+    name, root, failures = rows[0]
+    _, keys = yield Batch(
+        [
+            Stmt(lease, {"owner": owner, "until": now + lease_seconds, "scope": name}),
+            Stmt(episodes, {"scope": name, "n": limit}, fetch=True),
+        ],
+        write=True,
+    )
+    return Claim(name, root, owner, int(failures), [k for (k,) in keys])
+
+
+def _lease_check(sql: MemorySql) -> Sql:
+    p = sql.p
+    return sql._text(
+        "lease_check",
+        lambda: (
+            "SELECT lease_owner, failures FROM am_memory_scopes WHERE scope = "
+            f"{p('scope')}{sql.d.for_update}"
+        ),
+    )
+
+
+def _release(sql: MemorySql) -> Sql:
+    p = sql.p
+    return sql._text(
+        "release",
+        lambda: (
+            "UPDATE am_memory_scopes SET lease_owner = NULL, lease_until = NULL, failures = "
+            f"{p('failures')}, next_attempt_at = {p('next')}, last_error = {p('error')} "
+            f"WHERE scope = {p('scope')} AND lease_owner = {p('owner')}"
+        ),
+    )
+
+
+def _done_pending(sql: MemorySql) -> Sql:
+    p = sql.p
+    return sql._text(
+        "done_pending",
+        lambda: (
+            f"DELETE FROM am_memory_pending WHERE scope = {p('scope')} AND episode_key = "
+            f"{p('episode_key')}"
+        ),
+    )
+
+
+def apply_plan(
+    sql: MemorySql,
+    claim: Claim,
+    *,
+    job_id: str,
+    episode_keys: Sequence[str],
+    extractor_version: str,
+    facts_prefix: str,
+    now: float,
+    read_vectors: bool,
+    decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
+    started_at: float,
+) -> Plan[Writes | None]:
+    """Apply a job's result in one transaction, if the job still holds its lease.
+
+    ``decide`` gets the scope's current facts (read inside the transaction, so nothing can
+    change them in between) and returns the rows to write. Returns ``None`` when the lease
+    was lost (the job took too long and another worker took over): nothing is written.
+    """
+    p = sql.p
+    job_done = sql._text(
+        "job_done",
+        lambda: f"SELECT status FROM am_memory_jobs WHERE job_id = {p('job_id')}",
+    )
+    reads = [
+        Stmt(_lease_check(sql), {"scope": claim.scope}, fetch=True),
+        Stmt(job_done, {"job_id": job_id}, fetch=True),
+        Stmt(sql.rows(), {"prefix": facts_prefix, "now": now}, fetch=True),
+    ]
+    if read_vectors:
+        reads.append(Stmt(sql.vectors_of(), {"prefix": facts_prefix}, fetch=True))
+    results = yield Batch(reads, lock=True, hold=True)
+    lease, done, fact_rows = results[0], results[1], results[2]
+    if not lease or lease[0][0] != claim.owner:
+        yield Batch([], write=True)
+        return None
+    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
+    already = bool(done) and done[0][0] == "completed"
+    writes = Writes(outcome={"skipped": "already applied"}) if already else None
+    if writes is None:
+        writes = decide([decode(r) for r in fact_rows], vectors)
+    statements: list[Stmt] = []
+    if writes.items:
+        vec_sql, _ = sql.store.delete_item()
+        keys = [{"prefix": r["prefix"], "key": r["key"]} for r in writes.items]
+        statements += [
+            Stmt(vec_sql, keys, many=True),
+            Stmt(sql.store.upsert_item(), writes.items, many=True),
+        ]
+    if writes.vectors:
+        statements.append(Stmt(sql.store.insert_vector(), writes.vectors, many=True))
+    if writes.decay:
+        statements.append(Stmt(sql.upsert_decay(), writes.decay, many=True))
+    statements.append(
+        Stmt(
+            _done_pending(sql),
+            [{"scope": claim.scope, "episode_key": k} for k in episode_keys],
+            many=True,
+        )
+    )
+    if not already:
+        statements.append(
+            Stmt(
+                sql.insert_job(),
+                {
+                    "job_id": job_id,
+                    "scope": claim.scope,
+                    "episodes": json.dumps(list(episode_keys)),
+                    "extractor_version": extractor_version,
+                    "status": "completed",
+                    "attempt": claim.failures + 1,
+                    "error": None,
+                    "started_at": started_at,
+                    "finished_at": now,
+                    "outcome": json.dumps(writes.outcome),
+                },
+            )
+        )
+    statements.append(
+        Stmt(
+            _release(sql),
+            {
+                "scope": claim.scope,
+                "owner": claim.owner,
+                "failures": 0,
+                "next": None,
+                "error": None,
+            },
+        )
+    )
+    yield Batch(statements, write=True)
+    return writes
+
+
+def fail_plan(
+    sql: MemorySql,
+    claim: Claim,
+    *,
+    job_id: str,
+    episode_keys: Sequence[str],
+    extractor_version: str,
+    error: str,
+    now: float,
+    started_at: float,
+    max_attempts: int,
+    backoff_seconds: float,
+) -> Plan[str]:
+    """Record a failed job and release the scope with a back-off; after ``max_attempts``
+    failures in a row, park the job's episodes (kept, visible, retried on request) so newer
+    episodes are not held up. Returns ``"retry"``, ``"parked"`` or ``"lost"``."""
+    p = sql.p
+    [lease] = yield Batch(
+        [Stmt(_lease_check(sql), {"scope": claim.scope}, fetch=True)], lock=True, hold=True
+    )
+    if not lease or lease[0][0] != claim.owner:
+        yield Batch([], write=True)
+        return "lost"
+    failures = int(lease[0][1]) + 1
+    park = failures >= max_attempts
+    park_sql = sql._text(
+        "park",
+        lambda: (
+            f"UPDATE am_memory_pending SET status = 'parked' WHERE scope = {p('scope')} "
+            f"AND episode_key = {p('episode_key')}"
+        ),
+    )
+    statements = [
+        Stmt(
+            sql.insert_job(),
+            {
+                "job_id": f"{job_id}:{claim.owner}",
+                "scope": claim.scope,
+                "episodes": json.dumps(list(episode_keys)),
+                "extractor_version": extractor_version,
+                "status": "parked" if park else "failed",
+                "attempt": failures,
+                "error": error[:4000],
+                "started_at": started_at,
+                "finished_at": now,
+                "outcome": None,
+            },
+        ),
+        Stmt(
+            _release(sql),
+            {
+                "scope": claim.scope,
+                "owner": claim.owner,
+                "failures": 0 if park else failures,
+                "next": None if park else now + backoff_seconds * 2 ** (failures - 1),
+                "error": error[:4000],
+            },
+        ),
+    ]
+    if park:
+        statements.append(
+            Stmt(
+                park_sql,
+                [{"scope": claim.scope, "episode_key": k} for k in episode_keys],
+                many=True,
+            )
+        )
+    yield Batch(statements, write=True)
+    return "parked" if park else "retry"
+
+
+def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
+    """Queue parked episodes again and clear back-offs (of one scope, or all)."""
+    p = sql.p
+    where = f" AND scope = {p('scope')}" if scope is not None else ""
+    swhere = f" WHERE scope = {p('scope')}" if scope is not None else ""
+    unpark = sql._text(
+        ("unpark", scope is not None),
+        lambda: f"UPDATE am_memory_pending SET status = 'pending' WHERE status = 'parked'{where}",
+    )
+    clear = sql._text(
+        ("clear_backoff", scope is not None),
+        lambda: f"UPDATE am_memory_scopes SET failures = 0, next_attempt_at = NULL{swhere}",
+    )
+    params = {"scope": scope} if scope is not None else {}
+    count, _ = yield Batch([Stmt(unpark, params), Stmt(clear, params)], write=True)
+    return int(count)
+
+
+# -- decay ---------------------------------------------------------------------------------
+
+
+def decay_plan(
+    sql: MemorySql,
+    *,
+    now: float,
+    log_rate_per_second: float,
+    log_threshold: float,
+    scope: str | None = None,
+) -> Plan[int]:
+    """Delete every unpinned item whose decayed importance is under the threshold.
+
+    ``importance * rate ** days < threshold`` is, in logarithms,
+    ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: three
+    set-based DELETEs (vectors, items with their full-text entries, decay rows) in one
+    transaction, whatever the number of facts.
+    """
+    p = sql.p
+    only = f" AND d.scope = {p('scope')}" if scope is not None else ""
+    cond = (
+        f"d.pinned = 0 AND d.log_importance + ({p('now')} - d.reinforced_at) * {p('k')} "
+        f"< {p('c')}{only}"
+    )
+
+    def delete_from(table: str) -> Sql:
+        return sql._text(
+            ("decay", table, scope is not None),
+            lambda: (
+                f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
+                f"d.prefix = {table}.prefix AND d.key = {table}.key AND {cond})"
+            ),
+        )
+
+    rows = sql._text(
+        ("decay_rows", scope is not None),
+        lambda: f"DELETE FROM am_memory_decay WHERE {cond.replace('d.', 'am_memory_decay.')}",
+    )
+    params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
+    if scope is not None:
+        params["scope"] = scope
+    _, items, _ = yield Batch(
+        [
+            Stmt(delete_from("am_store_vectors"), params),
+            Stmt(delete_from("am_store_items"), params),
+            Stmt(rows, params),
+        ],
+        write=True,
+    )
+    return int(items)
+
+
+# -- erase and listings --------------------------------------------------------------------
+
+
+def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
+    """Every scope with a ledger row, and every namespace under ``root`` holding items."""
+    p = sql.p
+    scopes = sql._text(
+        "scopes", lambda: f"SELECT scope FROM am_memory_scopes WHERE root = {p('root')}"
+    )
+    prefixes = sql._text(
+        "prefixes",
+        lambda: (
+            "SELECT DISTINCT prefix FROM am_store_items WHERE "
+            f"{sql.d.substr}(prefix, 1, {p('n')}) = {p('root_dot')}"
+        ),
+    )
+    a, b = yield Batch(
+        [
+            Stmt(scopes, {"root": root}, fetch=True),
+            Stmt(prefixes, {"n": len(root) + 1, "root_dot": root + "."}, fetch=True),
+        ]
+    )
+    found = {s for (s,) in a}
+    for (prefix,) in b:
+        labels = prefix.split(".")[1:-1]
+        if labels:
+            found.add(",".join(labels))
+    return found
+
+
+def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
+    """Per scope: items per kind, pending and parked episodes, failed jobs."""
+    p = sql.p
+    items = sql._text(
+        "stats_items",
+        lambda: (
+            "SELECT i.prefix, COUNT(*) FROM am_store_items i WHERE "
+            f"{sql.d.substr}(i.prefix, 1, {p('n')}) = {p('root_dot')} AND {sql.live} "
+            "GROUP BY i.prefix"
+        ),
+    )
+    pending = sql._text(
+        "stats_pending",
+        lambda: "SELECT scope, status, COUNT(*) FROM am_memory_pending GROUP BY scope, status",
+    )
+    failed = sql._text(
+        "stats_failed",
+        lambda: (
+            "SELECT scope, COUNT(*) FROM am_memory_jobs WHERE status <> 'completed' GROUP BY scope"
+        ),
+    )
+    a, b, c = yield Batch(
+        [
+            Stmt(items, {"n": len(root) + 1, "root_dot": root + ".", "now": now}, fetch=True),
+            Stmt(pending, fetch=True),
+            Stmt(failed, fetch=True),
+        ]
+    )
+    out: dict[str, dict[str, int]] = {}
+
+    def entry(scope: str) -> dict[str, int]:
+        return out.setdefault(
+            scope,
+            {"facts": 0, "history": 0, "episodes": 0, "pending": 0, "parked": 0, "failed": 0},
+        )
+
+    for prefix, count in a:
+        labels = prefix.split(".")
+        if len(labels) >= 3 and labels[-1] in ("facts", "history", "episodes"):
+            entry(",".join(labels[1:-1]))[labels[-1]] += int(count)
+    for scope, status, count in b:
+        entry(scope)[status] = int(count)
+    for scope, count in c:
+        entry(scope)["failed"] = int(count)
+    return out
+
+
+def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
+    p = sql.p
+    marks = ", ".join(p(f"s{i}") for i in range(len(statuses)))
+    query = sql._text(
+        ("jobs", len(statuses)),
+        lambda: (
+            "SELECT job_id, scope, episodes, extractor_version, status, attempt, error, "
+            f"started_at, finished_at, outcome FROM am_memory_jobs WHERE status IN ({marks}) "
+            f"ORDER BY finished_at DESC LIMIT {p('n')}"
+        ),
+    )
+    params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(statuses)}
+    params["n"] = limit
+    [rows] = yield Batch([Stmt(query, params, fetch=True)])
+    names = (
+        "job_id",
+        "scope",
+        "episodes",
+        "extractor_version",
+        "status",
+        "attempt",
+        "error",
+        "started_at",
+        "finished_at",
+        "outcome",
+    )
+    out = [dict(zip(names, r, strict=True)) for r in rows]
+    for job in out:
+        job["episodes"] = json.loads(job["episodes"])
+        job["outcome"] = json.loads(job["outcome"]) if job["outcome"] else None
+    return out
+
+
+def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
+    p = sql.p
+    query = sql._text(
+        "threads", lambda: f"SELECT thread_id FROM am_memory_threads WHERE scope = {p('scope')}"
+    )
+    if not scopes:
+        return []
+    found = yield Batch([Stmt(query, {"scope": s}, fetch=True) for s in scopes])
+    return sorted({t for rows in found for (t,) in rows})
+
+
+def erase_plan(
+    sql: MemorySql, *, root: str, scopes: Sequence[str], after: Sequence[Sql] = ()
+) -> Plan[dict[str, int]]:
+    """Delete every item, vector, text entry and ledger row of ``scopes`` in one
+    transaction; return the rows removed per table."""
+    p = sql.p
+    counts: dict[str, int] = {}
+    statements: list[Stmt] = []
+    labels: list[str] = []
+    for scope in scopes:
+        prefix = ns([root, *scope.split(",")])
+        params = {"ns": prefix, "ns_dot": prefix + ".", "ns_len": len(prefix) + 1}
+        for stmt in sql.store.delete_under():
+            statements.append(Stmt(stmt, params))
+            labels.append(
+                "am_store_vectors" if "am_store_vectors" in stmt.text else "am_store_items"
+            )
+        for table in MEMORY_TABLES:
+            statements.append(
+                Stmt(
+                    sql._text(
+                        ("erase", table),
+                        partial_delete(table, p("scope")),
+                    ),
+                    {"scope": scope},
+                )
+            )
+            labels.append(table)
+    statements += [Stmt(s) for s in after]
+    labels += ["after"] * len(after)
+    if not statements:
+        return counts
+    results = yield Batch(statements, write=True)
+    for label, n in zip(labels, results, strict=True):
+        if label != "after":
+            counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
+    return counts
+
+
+def partial_delete(table: str, scope_param: str) -> Callable[[], str]:
+    return lambda: f"DELETE FROM {table} WHERE scope = {scope_param}"

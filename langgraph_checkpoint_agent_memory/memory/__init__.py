@@ -1,0 +1,50 @@
+"""Agent memory: facts and episodes, consolidation, decay and recall (see ``agent``)."""
+
+from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory, MemorySettings
+from langgraph_checkpoint_agent_memory.memory.consolidate import JobResult, Report
+from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
+from langgraph_checkpoint_agent_memory.memory.extract import (
+    CallableExtractor,
+    ChatModelExtractor,
+    ExtractionError,
+    ExtractionRequest,
+    Extractor,
+    RuleBasedExtractor,
+    parse_extraction,
+)
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Episode,
+    Extraction,
+    Fact,
+    FactCandidate,
+    Scope,
+    ScopeError,
+)
+from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
+from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallWeights
+from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+
+__all__ = [
+    "CONTEXT_MESSAGE_ID",
+    "AgentMemory",
+    "CallableExtractor",
+    "ChatModelExtractor",
+    "DecayPolicy",
+    "Episode",
+    "Extraction",
+    "ExtractionError",
+    "ExtractionRequest",
+    "Extractor",
+    "Fact",
+    "FactCandidate",
+    "JobResult",
+    "MemorySettings",
+    "MemoryWorker",
+    "RecallWeights",
+    "Recalled",
+    "Report",
+    "RuleBasedExtractor",
+    "Scope",
+    "ScopeError",
+    "parse_extraction",
+]

@@ -1,0 +1,757 @@
+"""``AgentMemory``: facts and episodes for LangGraph agents, on an ``AgentMemoryStore``.
+
+Everything here is decided in the memory domain (``model``, ``facts``, ``recall``,
+``decay``, ``consolidate``) and stored through the store's database in plans, so each
+operation is written once and has a sync and an async entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.store.base import SearchOp
+
+from langgraph_checkpoint_agent_memory import settings as config_registry
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.memory import consolidate as C
+from langgraph_checkpoint_agent_memory.memory import recall as R
+from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy, log_importance
+from langgraph_checkpoint_agent_memory.memory.extract import (
+    Extractor,
+    as_extractor,
+    messages_as_dicts,
+)
+from langgraph_checkpoint_agent_memory.memory.model import (
+    SCOPE_KEYS,
+    Episode,
+    Fact,
+    Scope,
+    ScopeError,
+    ScopeLike,
+    namespace,
+    normalize_attribute,
+)
+from langgraph_checkpoint_agent_memory.memory.nodes import (
+    CONTEXT_MESSAGE_ID,
+    current_turn,
+    last_user_text,
+    messages_of,
+    scope_from,
+    turn_key,
+)
+from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Every tunable of :class:`AgentMemory`.
+
+    Each can be passed to ``AgentMemory(...)``, or changed by operators without code through
+    an ``@agent_config("config.memory.<name>", ...)`` field; an argument wins over a field,
+    a field over the default.
+    """
+
+    namespace_root: str = "memory"
+    #: Which configurable keys make a run's scope: the isolation mode (see ``nodes``).
+    scope_keys: tuple[str, ...] = SCOPE_KEYS
+    budget_tokens: int = 1000
+    #: Past episodes considered by recall before ranking.
+    episode_candidates: int = 20
+    relevance_weight: float = 0.6
+    recency_weight: float = 0.2
+    importance_weight: float = 0.2
+    half_life_days: float = 30.0
+    max_episodes_per_job: int = 20
+    #: Current facts shown to the extractor (top-k by relevance, so cost does not grow).
+    relevant_facts: int = 20
+    lease_seconds: float = 300.0
+    max_attempts: int = 3
+    backoff_seconds: float = 30.0
+    decay_rate: float = 0.95
+    decay_threshold: float = 0.05
+    near_duplicate_threshold: float = 0.92
+    near_duplicate_words: float = 0.8
+    #: A recalled item is reinforced at most this often (recall must not write every step).
+    reinforce_every_seconds: float = 3600.0
+    consolidate_every_seconds: float = 30.0
+    decay_every_seconds: float = 3600.0
+    sweep_every_seconds: float = 300.0
+    #: Write the context block to this state key instead of a system message.
+    context_key: str | None = None
+
+    @classmethod
+    def resolve(cls, explicit: dict[str, Any]) -> MemorySettings:
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(explicit) - set(known))
+        if unknown:
+            raise TypeError(
+                f"AgentMemory() got unknown setting(s) {', '.join(unknown)}; known: "
+                + ", ".join(sorted(known))
+            )
+        values: dict[str, Any] = {}
+        for name in known:
+            if name in explicit:
+                values[name] = explicit[name]
+                continue
+            declared = config_registry.get_field(f"config.memory.{name}")
+            if declared is not None:
+                values[name] = declared.value()
+        if "scope_keys" in values:
+            keys = values["scope_keys"]
+            keys = (keys,) if isinstance(keys, str) else tuple(keys)
+            bad = [k for k in keys if k not in SCOPE_KEYS]
+            if bad or not keys:
+                raise ConfigurationError(
+                    f"scope_keys must be a non-empty subset of {SCOPE_KEYS}, got {keys}"
+                )
+            values["scope_keys"] = keys
+        return cls(**values)
+
+    @property
+    def weights(self) -> R.RecallWeights:
+        return R.RecallWeights(
+            self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
+        )
+
+
+class AgentMemory:
+    """Long-term memory for agents: record turns, consolidate them into facts, recall.
+
+    Args:
+        store: An :class:`AgentMemoryStore` (from :func:`create_store`): facts and episodes
+            are ordinary items in it, under :meth:`namespace`.
+        extractor: An :class:`Extractor`, any LangChain chat model, or a ``prompt -> text``
+            callable; default the deterministic :class:`RuleBasedExtractor`.
+        checkpointer: The graph's checkpointer, so :meth:`erase` also removes the scope's
+            conversation threads.
+        tokenizer: A LangChain model (``get_num_tokens``) or ``str -> int`` for the context
+            budget; default an estimate of four characters per token.
+        clock: Seconds since the epoch; injectable for tests.
+        **settings: Any field of :class:`MemorySettings`.
+    """
+
+    def __init__(
+        self,
+        store: AgentMemoryStore,
+        *,
+        extractor: Extractor | Any = None,
+        checkpointer: Any = None,
+        tokenizer: Any = None,
+        clock: Callable[[], float] = time.time,
+        **settings: Any,
+    ) -> None:
+        if not isinstance(store, AgentMemoryStore):
+            raise ConfigurationError(
+                "AgentMemory needs an AgentMemoryStore (create_store(...)): consolidation "
+                f"needs its transactions and row locks; got {type(store).__name__}"
+            )
+        self.store = store
+        self.settings = MemorySettings.resolve(settings)
+        self.extractor = as_extractor(extractor)
+        self.checkpointer = checkpointer
+        self.count_tokens = R.token_counter(tokenizer)
+        self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
+        self._clock = clock
+        self._sql = sqlm.MemorySql(store.dialect, store.sql)
+        self._recalled: dict[tuple[str, str], float] = {}
+        self._reinforced: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+        self._worker: MemoryWorker | None = None
+        self.inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
+        self.record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+
+    def __repr__(self) -> str:
+        return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
+
+    # -- running plans and steps -----------------------------------------------------------
+
+    def _run(self, plan: Plan[Any]) -> Any:
+        self.store._ready()
+        return self.store.db.run(plan)
+
+    async def _arun(self, plan: Plan[Any]) -> Any:
+        await self.store._aready()
+        return await self.store.db.arun(plan)
+
+    def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
+        """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
+        return namespace(self.settings.namespace_root, Scope.of(scope), kind)
+
+    def _prefix(self, scope: Scope, kind: str) -> str:
+        return sqlm.ns(self.namespace(scope, kind))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _facts_plan(self, scope: ScopeLike) -> Plan[list[Fact]]:
+        rows = yield from sqlm.read_plan(
+            self._sql, self._prefix(Scope.of(scope), "facts"), self._clock()
+        )
+        facts = [Fact.from_value(r.key, r.value) for r in rows]
+        return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
+
+    def facts(self, scope: ScopeLike) -> list[Fact]:
+        """The scope's current facts, by attribute."""
+        return self._run(self._facts_plan(scope))  # type: ignore[no-any-return]
+
+    async def afacts(self, scope: ScopeLike) -> list[Fact]:
+        return await self._arun(self._facts_plan(scope))  # type: ignore[no-any-return]
+
+    def _history_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
+        s = Scope.of(scope)
+        now = self._clock()
+        old = yield from sqlm.read_plan(self._sql, self._prefix(s, "history"), now)
+        new = yield from sqlm.read_plan(self._sql, self._prefix(s, "facts"), now)
+        wanted = normalize_attribute(attribute) if attribute is not None else None
+        out = [
+            Fact.from_value(r.key, r.value)
+            for r in (*old, *new)
+            if wanted is None or r.value.get("attribute") == wanted
+        ]
+        return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
+
+    def history(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
+        """Every value an attribute had (all attributes when ``None``), oldest first; the
+        current one last, with ``valid_to`` unset."""
+        return self._run(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+
+    async def ahistory(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
+        return await self._arun(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+
+    def _episodes_plan(self, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
+        rows = yield from sqlm.read_plan(
+            self._sql, self._prefix(Scope.of(scope), "episodes"), self._clock()
+        )
+        eps = [Episode.from_value(r.key, r.value) for r in rows]
+        if status is not None:
+            eps = [e for e in eps if e.status == status]
+        return sorted(eps, key=lambda e: (e.occurred_at, e.key))
+
+    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """The scope's episodes, oldest first; ``status``: pending, done or parked."""
+        return self._run(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+
+    async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        return await self._arun(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+
+    # -- recall ----------------------------------------------------------------------------
+
+    def _recall_steps(
+        self,
+        scope: ScopeLike,
+        query: str,
+        budget_tokens: int | None,
+        exclude_thread: str | None,
+        reinforce: bool,
+    ) -> C.Steps:
+        s = Scope.of(scope)
+        vector = None
+        if query and self.store.embeddings is not None:
+            [vector] = yield C.Embed([query], query=True)
+        recalled = yield C.RunPlan(
+            self._recall_plan(s, query, budget_tokens, exclude_thread, vector)
+        )
+        if reinforce:
+            self._queue_reinforcement(s, recalled)
+        return recalled
+
+    def _recall_plan(
+        self,
+        scope: Scope,
+        query: str,
+        budget_tokens: int | None,
+        exclude_thread: str | None,
+        vector: list[float] | None,
+    ) -> Plan[R.Recalled]:
+        now = self._clock()
+        st = self.settings
+        budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
+        facts_prefix = self._prefix(scope, "facts")
+        rows = yield from sqlm.read_plan(self._sql, facts_prefix, now)
+        facts = {r.key: (Fact.from_value(r.key, r.value), self._importance(r, now)) for r in rows}
+        ordered = sorted(facts, key=lambda k: (-facts[k][1], facts[k][0].attribute, k))
+        cost = sum(self.count_tokens(R.fact_line(facts[k][0])) for k in ordered)
+        if cost > budget and query:
+            ranked = yield from self.store._ranked_plan(
+                SearchOp(self.namespace(scope, "facts"), query=query, limit=len(facts)), now, vector
+            )
+            first = [item.key for item, _ in ranked if item.key in facts]
+            ordered = first + [k for k in ordered if k not in set(first)]
+        candidates = yield from self.store._ranked_plan(
+            SearchOp(
+                self.namespace(scope, "episodes"),
+                query=query or None,
+                limit=st.episode_candidates,
+            ),
+            now,
+            vector,
+        )
+        episodes_prefix = self._prefix(scope, "episodes")
+        keys = [item.key for item, _ in candidates]
+        decay_rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
+        importance = {r.key: self._importance(r, now) for r in decay_rows}
+        best = max((item.score or 0.0 for item, _ in candidates), default=0.0) or 1.0
+        scored: list[tuple[float, Episode]] = []
+        seen_summaries: set[str] = set()
+        for item, _ in candidates:
+            episode = Episode.from_value(item.key, item.value)
+            if exclude_thread is not None and episode.thread_id == exclude_thread:
+                continue
+            if episode.summary:
+                if episode.summary in seen_summaries:
+                    continue
+                seen_summaries.add(episode.summary)
+            relevance = (item.score or 0.0) / best if query else 0.0
+            score = R.episode_score(
+                relevance,
+                episode.occurred_at,
+                importance.get(item.key, episode.importance),
+                now,
+                st.weights,
+            )
+            scored.append((score, episode))
+        scored.sort(key=lambda p: -p[0])
+        return R.render(
+            [facts[k][0] for k in ordered],
+            [e for _, e in scored],
+            now=now,
+            budget_tokens=budget,
+            count=self.count_tokens,
+        )
+
+    def _importance(self, row: sqlm.StoredRow, now: float) -> float:
+        if row.log_importance is None or row.reinforced_at is None:
+            return float(row.value.get("importance", 0.5))
+        return self.policy.importance(row.log_importance, row.reinforced_at, now)
+
+    def recall(
+        self,
+        scope: ScopeLike,
+        query: str = "",
+        *,
+        budget_tokens: int | None = None,
+        exclude_thread: str | None = None,
+        reinforce: bool = False,
+    ) -> R.Recalled:
+        """The context block with the facts and episodes in it (see :mod:`.recall`)."""
+        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
+        return C.run_steps(steps, self.store)  # type: ignore[no-any-return]
+
+    async def arecall(
+        self,
+        scope: ScopeLike,
+        query: str = "",
+        *,
+        budget_tokens: int | None = None,
+        exclude_thread: str | None = None,
+        reinforce: bool = False,
+    ) -> R.Recalled:
+        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
+        return await C.arun_steps(steps, self.store)  # type: ignore[no-any-return]
+
+    def build_context(
+        self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
+    ) -> str:
+        """The dated context block ``inject_node`` would put into state for ``query``."""
+        return self.recall(scope, query, budget_tokens=budget_tokens).text
+
+    async def abuild_context(
+        self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
+    ) -> str:
+        return (await self.arecall(scope, query, budget_tokens=budget_tokens)).text
+
+    def _queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
+        now = self._clock()
+        every = self.settings.reinforce_every_seconds
+        keys = [(self._prefix(scope, "facts"), f.key) for f in recalled.facts]
+        keys += [(self._prefix(scope, "episodes"), e.key) for e in recalled.episodes]
+        with self._lock:
+            for key in keys:
+                if now - self._reinforced.get(key, float("-inf")) >= every:
+                    self._recalled[key] = now
+                    self._reinforced[key] = now
+
+    def _take_reinforcements(self) -> list[dict[str, Any]]:
+        with self._lock:
+            taken, self._recalled = self._recalled, {}
+        return [{"prefix": p, "key": k, "now": t} for (p, k), t in taken.items()]
+
+    # -- recording -------------------------------------------------------------------------
+
+    def _record_plan(
+        self,
+        scope: ScopeLike,
+        messages: Sequence[Any],
+        thread_id: str | None,
+        key: str | None,
+        occurred_at: float | None,
+    ) -> Plan[str | None]:
+        s = Scope.of(scope)
+        dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
+        if not dicts:
+            return None
+        now = self._clock()
+        when = now if occurred_at is None else float(occurred_at)
+        ep_key = key or turn_key(thread_id, 0, list(messages))
+        episode = Episode(ep_key, dicts, when, thread_id=thread_id)
+        item = {
+            "prefix": self._prefix(s, "episodes"),
+            "key": ep_key,
+            "value": json.dumps(episode.to_value(), ensure_ascii=False, separators=(",", ":")),
+            "created_at": when,
+            "updated_at": now,
+            "ttl_minutes": None,
+            "expires_at": None,
+            "doc": episode.text(),
+        }
+        yield from sqlm.record_plan(
+            self._sql,
+            scope=s.key,
+            root=self.settings.namespace_root,
+            item=item,
+            thread_id=thread_id,
+            now=now,
+            reinforce=self._take_reinforcements(),
+        )
+        return ep_key
+
+    def record(
+        self,
+        scope: ScopeLike,
+        messages: Sequence[Any],
+        *,
+        thread_id: str | None = None,
+        key: str | None = None,
+        occurred_at: float | None = None,
+    ) -> str | None:
+        """Store ``messages`` (LangChain messages or role/content dicts) as a pending
+        episode; returns its key. The same key (by default, from the thread and the
+        messages' ids) is stored once, however often it is recorded."""
+        return self._run(  # type: ignore[no-any-return]
+            self._record_plan(scope, messages, thread_id, key, occurred_at)
+        )
+
+    async def arecord(
+        self,
+        scope: ScopeLike,
+        messages: Sequence[Any],
+        *,
+        thread_id: str | None = None,
+        key: str | None = None,
+        occurred_at: float | None = None,
+    ) -> str | None:
+        return await self._arun(  # type: ignore[no-any-return]
+            self._record_plan(scope, messages, thread_id, key, occurred_at)
+        )
+
+    # -- graph nodes -----------------------------------------------------------------------
+
+    def _node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:
+        scope = scope_from(config, state, self.settings.scope_keys)
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        return scope, thread
+
+    def _inject_update(self, state: Any, recalled: R.Recalled) -> dict[str, Any]:
+        key = self.settings.context_key
+        if key is not None:
+            return {key: recalled.text}
+        if recalled.text:
+            return {"messages": [SystemMessage(content=recalled.text, id=CONTEXT_MESSAGE_ID)]}
+        had = any(getattr(m, "id", None) == CONTEXT_MESSAGE_ID for m in messages_of(state))
+        return {"messages": [RemoveMessage(id=CONTEXT_MESSAGE_ID)]} if had else {}
+
+    def _inject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        query = last_user_text(messages_of(state))
+        recalled = self.recall(scope, query, exclude_thread=thread, reinforce=True)
+        return self._inject_update(state, recalled)
+
+    async def _ainject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        query = last_user_text(messages_of(state))
+        recalled = await self.arecall(scope, query, exclude_thread=thread, reinforce=True)
+        return self._inject_update(state, recalled)
+
+    def _turn(self, state: Any, thread: Any) -> tuple[list[Any], str] | None:
+        start, turn = current_turn(messages_of(state))
+        if not turn:
+            return None
+        return turn, turn_key(thread, start, turn)
+
+    def _record(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        found = self._turn(state, thread)
+        if found is not None:
+            self.record(scope, found[0], thread_id=thread, key=found[1])
+        return {}
+
+    async def _arecord(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        found = self._turn(state, thread)
+        if found is not None:
+            await self.arecord(scope, found[0], thread_id=thread, key=found[1])
+        return {}
+
+    # -- consolidation, decay --------------------------------------------------------------
+
+    def consolidate(
+        self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
+    ) -> C.Report:
+        """Consolidate pending episodes (of every scope that has some, or of ``scope``)."""
+        key = Scope.of(scope).key if scope is not None else None
+        self._flush()
+        steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
+        return C.run_steps(steps, self.store)  # type: ignore[no-any-return]
+
+    async def aconsolidate(
+        self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
+    ) -> C.Report:
+        key = Scope.of(scope).key if scope is not None else None
+        await self._aflush()
+        steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
+        return await C.arun_steps(steps, self.store)  # type: ignore[no-any-return]
+
+    def _flush(self) -> None:
+        rows = self._take_reinforcements()
+        if rows:
+            self._run(sqlm.reinforce_plan(self._sql, rows))
+
+    async def _aflush(self) -> None:
+        rows = self._take_reinforcements()
+        if rows:
+            await self._arun(sqlm.reinforce_plan(self._sql, rows))
+
+    def _decay_plan(self, scope: ScopeLike | None) -> Plan[int]:
+        return sqlm.decay_plan(
+            self._sql,
+            now=self._clock(),
+            log_rate_per_second=self.policy.log_rate_per_second,
+            log_threshold=self.policy.log_threshold,
+            scope=Scope.of(scope).key if scope is not None else None,
+        )
+
+    def decay(self, scope: ScopeLike | None = None) -> int:
+        """Delete every unpinned fact and episode whose importance decayed under the
+        threshold; returns how many items went."""
+        self._flush()
+        return self._run(self._decay_plan(scope))  # type: ignore[no-any-return]
+
+    async def adecay(self, scope: ScopeLike | None = None) -> int:
+        await self._aflush()
+        return await self._arun(self._decay_plan(scope))  # type: ignore[no-any-return]
+
+    def _pin_plan(self, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
+        s = Scope.of(scope)
+        prefix = self._prefix(s, "facts")
+        rows = yield from sqlm.read_plan(self._sql, prefix, self._clock())
+        name = normalize_attribute(attribute)
+        hits = [r for r in rows if r.value.get("attribute") == name or r.key == attribute]
+        if not hits:
+            return 0
+        from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+
+        now = self._clock()
+        items, decay = [], []
+        for r in hits:
+            value = {**r.value, "pinned": pinned}
+            items.append(
+                {
+                    "prefix": prefix,
+                    "key": r.key,
+                    "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+                    "created_at": r.created_at,
+                    "updated_at": now,
+                    "ttl_minutes": None,
+                    "expires_at": None,
+                    "doc": Fact.from_value(r.key, value).text(),
+                }
+            )
+            decay.append(
+                {
+                    "prefix": prefix,
+                    "key": r.key,
+                    "scope": s.key,
+                    "log_importance": r.log_importance
+                    if r.log_importance is not None
+                    else log_importance(float(r.value.get("importance", 0.5))),
+                    "reinforced_at": r.reinforced_at if r.reinforced_at is not None else now,
+                    "pinned": int(pinned),
+                }
+            )
+        yield Batch(
+            [
+                Stmt(self.store.sql.upsert_item(), items, many=True),
+                Stmt(self._sql.upsert_decay(), decay, many=True),
+            ],
+            write=True,
+        )
+        return len(hits)
+
+    def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
+        """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
+        decay. Returns how many facts changed."""
+        return self._run(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+
+    async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
+        return await self._arun(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+
+    # -- operations ------------------------------------------------------------------------
+
+    def _covered(self, scope: ScopeLike, known: set[str]) -> list[str]:
+        target = Scope.of(scope)
+        out = []
+        for key in sorted(known):
+            try:
+                if target.covers(Scope.parse(key)):
+                    out.append(key)
+            except ScopeError:
+                continue
+        return out
+
+    def _erase_plan(self, scope: ScopeLike) -> Plan[tuple[dict[str, int], list[str]]]:
+        root = self.settings.namespace_root
+        known = yield from sqlm.known_scopes_plan(self._sql, root)
+        covered = self._covered(scope, known)
+        threads = yield from sqlm.threads_plan(self._sql, covered)
+        after = [Sql(s) for s in self.store.dialect.after_erase()] if covered else []
+        counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered, after=after)
+        counts = {"scopes": len(covered), **counts}
+        return counts, threads
+
+    def _forget_local(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            self._recalled.clear()
+
+    def erase(self, scope: ScopeLike) -> dict[str, int]:
+        """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
+        ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
+        vectors, full-text entries, jobs, and, with a checkpointer, the conversation
+        threads. Returns the rows removed per table."""
+        counts, threads = self._run(self._erase_plan(scope))
+        counts["threads"] = self._erase_threads(threads)
+        self._forget_local(counts)
+        return counts  # type: ignore[no-any-return]
+
+    async def aerase(self, scope: ScopeLike) -> dict[str, int]:
+        counts, threads = await self._arun(self._erase_plan(scope))
+        cp = self.checkpointer
+        if cp is not None and threads:
+            if hasattr(cp, "aerase_threads"):
+                await cp.aerase_threads(threads)
+            else:
+                for t in threads:
+                    await cp.adelete_thread(t)
+        counts["threads"] = len(threads) if cp is not None else 0
+        self._forget_local(counts)
+        return counts  # type: ignore[no-any-return]
+
+    def _erase_threads(self, threads: list[str]) -> int:
+        cp = self.checkpointer
+        if cp is None or not threads:
+            return 0
+        if hasattr(cp, "erase_threads"):
+            cp.erase_threads(threads)
+        else:
+            for t in threads:
+                cp.delete_thread(t)
+        return len(threads)
+
+    def scopes(self) -> dict[str, dict[str, int]]:
+        """Every scope with its counts: facts, history, episodes, pending, parked, failed."""
+        return self._run(  # type: ignore[no-any-return]
+            sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
+        )
+
+    async def ascopes(self) -> dict[str, dict[str, int]]:
+        return await self._arun(  # type: ignore[no-any-return]
+            sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
+        )
+
+    def jobs(
+        self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Recent jobs with these statuses (completed, failed, parked), newest first."""
+        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+
+    async def ajobs(
+        self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+
+    def retry(self, scope: ScopeLike | None = None) -> int:
+        """Queue parked episodes again and lift back-offs; returns how many episodes."""
+        key = Scope.of(scope).key if scope is not None else None
+        return self._run(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+
+    async def aretry(self, scope: ScopeLike | None = None) -> int:
+        key = Scope.of(scope).key if scope is not None else None
+        return await self._arun(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+
+    def sweep(self) -> int:
+        """Run the TTL sweeps of the store and of the checkpointer; returns items + threads
+        removed."""
+        removed = self.store.sweep()
+        sweep = getattr(self.checkpointer, "sweep", None)
+        if callable(sweep):
+            found = sweep()
+            removed += len(found) if isinstance(found, list) else int(found or 0)
+        return removed
+
+    async def asweep(self) -> int:
+        removed = await self.store.asweep()
+        sweep = getattr(self.checkpointer, "asweep", None)
+        if callable(sweep):
+            found = await sweep()
+            removed += len(found) if isinstance(found, list) else int(found or 0)
+        return removed
+
+    # -- the background worker -------------------------------------------------------------
+
+    def worker(self) -> MemoryWorker:
+        if self._worker is None:
+            st = self.settings
+            self._worker = MemoryWorker(
+                self,
+                consolidate_every=st.consolidate_every_seconds,
+                decay_every=st.decay_every_seconds,
+                sweep_every=st.sweep_every_seconds,
+            )
+        return self._worker
+
+    def start(self) -> MemoryWorker:
+        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals."""
+        w = self.worker()
+        w.start()
+        return w
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+
+    async def astart(self) -> MemoryWorker:
+        """The same, as an asyncio task of the running loop."""
+        w = self.worker()
+        await w.astart()
+        return w
+
+    async def astop(self) -> None:
+        if self._worker is not None:
+            await self._worker.astop()
+
+    def setup(self) -> None:
+        """Create or migrate the schema (also done on first use)."""
+        self.store.setup()
+
+    async def asetup(self) -> None:
+        await self.store.asetup()

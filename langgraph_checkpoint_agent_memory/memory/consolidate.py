@@ -1,0 +1,445 @@
+"""Consolidation: claim a scope's pending episodes, extract, apply in one transaction.
+
+One job, written once as a generator of *steps* (a database plan, a search, an embedding, an
+extractor call) so the synchronous and the asynchronous API run the same code (see
+:func:`run_steps` and :func:`arun_steps`)::
+
+    claim (lease the scope; FOR UPDATE SKIP LOCKED / BEGIN IMMEDIATE)
+      -> read the episodes, search the scope's relevant facts (top-k)
+      -> extractor(episodes, facts)                       outside any transaction
+      -> one transaction: check the lease, read current facts, write facts, history,
+         episode summaries, "done" marks, the job record; release the lease
+    or, on any failure: record the failed job with its error, release the scope with a
+    back-off, keep the episodes pending (parked after ``max_attempts`` failures in a row)
+
+A job is identified by its scope, its episode keys and the extractor version, never by
+content: two episodes saying the same words are two episodes, and a job applied once is
+not applied again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory.decay import log_importance
+from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Episode,
+    Extraction,
+    Fact,
+    Scope,
+    digest,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunPlan:
+    plan: Plan[Any]
+
+
+@dataclass
+class Extract:
+    extractor: Extractor
+    request: ExtractionRequest
+
+
+@dataclass
+class Embed:
+    texts: list[str]
+    query: bool = False  # embed as a search query (some models embed queries differently)
+
+
+@dataclass
+class Search:
+    namespace: tuple[str, ...]
+    query: str
+    limit: int
+
+
+Step = RunPlan | Extract | Embed | Search
+Steps = Generator[Step, Any, Any]
+
+
+def run_steps(steps: Steps, store: Any) -> Any:
+    """Drive ``steps`` synchronously."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, RunPlan):
+                    store._ready()
+                    out = store.db.run(step.plan)
+                elif isinstance(step, Extract):
+                    out = step.extractor.extract(step.request)
+                elif isinstance(step, Embed):
+                    e = store.embeddings
+                    if step.query:
+                        out = [e.embed_query(t) for t in step.texts]
+                    else:
+                        out = e.embed_documents(step.texts) if step.texts else []
+                else:
+                    out = store.search(step.namespace, query=step.query, limit=step.limit)
+            except Exception as exc:
+                step = steps.throw(exc)
+                continue
+            step = steps.send(out)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def arun_steps(steps: Steps, store: Any) -> Any:
+    """Drive ``steps`` on the event loop (blocking drivers move to threads)."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                if isinstance(step, RunPlan):
+                    await store._aready()
+                    out = await store.db.arun(step.plan)
+                elif isinstance(step, Extract):
+                    out = await step.extractor.aextract(step.request)
+                elif isinstance(step, Embed):
+                    e = store.embeddings
+                    if step.query:
+                        out = [await e.aembed_query(t) for t in step.texts]
+                    else:
+                        out = await e.aembed_documents(step.texts) if step.texts else []
+                else:
+                    out = await store.asearch(step.namespace, query=step.query, limit=step.limit)
+            except Exception as exc:
+                step = steps.throw(exc)
+                continue
+            step = steps.send(out)
+    except StopIteration as stop:
+        return stop.value
+
+
+# -- one job -------------------------------------------------------------------------------
+
+
+@dataclass
+class JobResult:
+    """What one job did."""
+
+    scope: str
+    job_id: str
+    status: str  # completed | failed | parked | lost
+    episodes: int
+    added: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    superseded: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    """What a :meth:`AgentMemory.consolidate` call did, summed over its jobs."""
+
+    jobs: list[JobResult] = field(default_factory=list)
+
+    def _count(self, status: str) -> int:
+        return sum(1 for j in self.jobs if j.status == status)
+
+    @property
+    def completed(self) -> int:
+        return self._count("completed")
+
+    @property
+    def failed(self) -> int:
+        return self._count("failed") + self._count("parked")
+
+    @property
+    def episodes(self) -> int:
+        return sum(j.episodes for j in self.jobs if j.status == "completed")
+
+    @property
+    def added(self) -> int:
+        return sum(len(j.added) for j in self.jobs)
+
+    @property
+    def confirmed(self) -> int:
+        return sum(len(j.confirmed) for j in self.jobs)
+
+    @property
+    def superseded(self) -> int:
+        return sum(len(j.superseded) for j in self.jobs)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "jobs": len(self.jobs),
+            "completed": self.completed,
+            "failed": self.failed,
+            "episodes": self.episodes,
+            "added": self.added,
+            "confirmed": self.confirmed,
+            "superseded": self.superseded,
+        }
+
+
+def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
+    return digest(scope, extractor_version, *sorted(episode_keys), size=20)
+
+
+def job_steps(memory: Any, *, scope: str | None = None) -> Steps:
+    """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
+    s = memory.settings
+    sql = memory._sql
+    started = memory._clock()
+    owner = uuid.uuid4().hex
+    claim = yield RunPlan(
+        sqlm.claim_plan(
+            sql,
+            owner=owner,
+            now=started,
+            lease_seconds=s.lease_seconds,
+            limit=s.max_episodes_per_job,
+            scope=scope,
+        )
+    )
+    if claim is None:
+        return None
+    the_scope = Scope.parse(claim.scope)
+    extractor: Extractor = memory.extractor
+    jid = job_id(claim.scope, claim.episode_keys, extractor.version)
+    episodes_ns = memory.namespace(the_scope, "episodes")
+    try:
+        rows = yield RunPlan(sqlm.read_plan(sql, sqlm.ns(episodes_ns), started, claim.episode_keys))
+        episodes = sorted(
+            (Episode.from_value(r.key, r.value) for r in rows), key=lambda e: e.occurred_at
+        )
+        extraction: Extraction | None = None
+        relevant: list[Fact] = []
+        candidate_vectors: dict[str, list[float]] = {}
+        episode_vectors: list[list[float]] = []
+        if episodes:
+            query = " ".join(
+                m.get("content", "")
+                for e in episodes
+                for m in e.messages
+                if m.get("role") == "user"
+            )[:2000]
+            found = yield Search(memory.namespace(the_scope, "facts"), query, s.relevant_facts)
+            relevant = [Fact.from_value(i.key, i.value) for i in found]
+            extraction = yield Extract(extractor, ExtractionRequest(the_scope, episodes, relevant))
+            if memory.store.embeddings is not None:
+                texts = [c.statement or f"{c.attribute} {c.value}" for c in extraction.facts]
+                summary = extraction.episode.summary
+                ep_texts = [Episode(**{**e.__dict__, "summary": summary}).text() for e in episodes]
+                vectors = yield Embed(texts + ep_texts)
+                candidate_vectors = dict(zip(texts, vectors[: len(texts)], strict=True))
+                episode_vectors = list(vectors[len(texts) :])
+    except Exception as exc:  # the extractor's, the model's, anything: the job fails
+        return (yield from _fail(memory, claim, jid, str(exc) or type(exc).__name__, started))
+
+    now = memory._clock()
+    changes: list[F.FactChanges] = []
+
+    def decide(rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> sqlm.Writes:
+        return _writes(
+            memory,
+            the_scope,
+            claim.scope,
+            episodes,
+            extraction,
+            rows,
+            vectors,
+            candidate_vectors,
+            episode_vectors,
+            now,
+            changes,
+        )
+
+    try:
+        writes = yield RunPlan(
+            sqlm.apply_plan(
+                sql,
+                claim,
+                job_id=jid,
+                episode_keys=claim.episode_keys,
+                extractor_version=extractor.version,
+                facts_prefix=sqlm.ns(memory.namespace(the_scope, "facts")),
+                now=now,
+                read_vectors=memory.store.embeddings is not None,
+                decide=decide,
+                started_at=started,
+            )
+        )
+    except Exception as exc:
+        logger.warning("consolidation of %s could not be applied: %s", claim.scope, exc)
+        try:
+            yield from _fail(memory, claim, jid, f"apply failed: {exc}", started)
+        except Exception:  # the database is gone: the lease expires and others retry
+            pass
+        raise
+    if writes is None:
+        return JobResult(claim.scope, jid, "lost", len(claim.episode_keys))
+    change = changes[0] if changes else F.FactChanges()
+    return JobResult(
+        claim.scope,
+        jid,
+        "completed",
+        len(claim.episode_keys),
+        added=change.added,
+        confirmed=change.confirmed,
+        superseded=change.superseded,
+    )
+
+
+def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps:
+    s = memory.settings
+    outcome = yield RunPlan(
+        sqlm.fail_plan(
+            memory._sql,
+            claim,
+            job_id=jid,
+            episode_keys=claim.episode_keys,
+            extractor_version=memory.extractor.version,
+            error=error,
+            now=memory._clock(),
+            started_at=started,
+            max_attempts=s.max_attempts,
+            backoff_seconds=s.backoff_seconds,
+        )
+    )
+    logger.warning("consolidation job for %s failed (%s): %s", claim.scope, outcome, error)
+    status = {"retry": "failed", "parked": "parked", "lost": "lost"}[outcome]
+    return JobResult(claim.scope, jid, status, len(claim.episode_keys), error=error)
+
+
+def _writes(
+    memory: Any,
+    scope: Scope,
+    scope_key: str,
+    episodes: list[Episode],
+    extraction: Extraction | None,
+    rows: list[sqlm.StoredRow],
+    stored_vectors: dict[str, bytes],
+    candidate_vectors: dict[str, list[float]],
+    episode_vectors: list[list[float]],
+    now: float,
+    out: list[F.FactChanges],
+) -> sqlm.Writes:
+    """The rows a job writes, from the current facts read inside its transaction."""
+    writes = sqlm.Writes()
+    if extraction is None or not episodes:
+        return writes
+    s = memory.settings
+    when = max(e.occurred_at for e in episodes)
+    current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
+    fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored_vectors.items()}
+    if candidate_vectors and fact_vectors:
+        similar: F.Similar | None = F.by_vectors(
+            candidate_vectors, fact_vectors, s.near_duplicate_threshold
+        )
+    else:
+        similar = F.by_words(s.near_duplicate_words)
+    changes = F.merge(
+        current, extraction.facts, episode_key=episodes[-1].key, now=when, similar=similar
+    )
+    out.append(changes)
+    facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
+    history_prefix = sqlm.ns(memory.namespace(scope, "history"))
+    episodes_prefix = sqlm.ns(memory.namespace(scope, "episodes"))
+
+    def item(prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
+        writes.items.append(
+            {
+                "prefix": prefix,
+                "key": key,
+                "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+                "created_at": created,
+                "updated_at": now,
+                "ttl_minutes": None,
+                "expires_at": None,
+                "doc": doc,
+            }
+        )
+
+    def decay(prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
+        writes.decay.append(
+            {
+                "prefix": prefix,
+                "key": key,
+                "scope": scope_key,
+                "log_importance": log_importance(importance),
+                "reinforced_at": at,
+                "pinned": int(pinned),
+            }
+        )
+
+    for key, fact in changes.current.items():
+        item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        decay(facts_prefix, key, fact.importance, when, fact.pinned)
+        text = fact.statement or f"{fact.attribute} {fact.value}"
+        vector = candidate_vectors.get(text)
+        if key in changes.confirmed and key in stored_vectors:
+            blob = stored_vectors[key]
+        elif vector is not None:
+            blob = np.asarray(vector, dtype="<f4").tobytes()
+        else:
+            blob = None
+        if blob is not None:
+            writes.vectors.append(
+                {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
+            )
+    for key, fact in changes.history.items():
+        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        decay(history_prefix, key, fact.importance, when, fact.pinned)
+    summary = extraction.episode
+    for i, episode in enumerate(episodes):
+        done = Episode(
+            **{
+                **episode.__dict__,
+                "status": "done",
+                "summary": summary.summary,
+                "outcome": summary.outcome,
+                "importance": summary.importance,
+            }
+        )
+        item(episodes_prefix, episode.key, done.to_value(), episode.occurred_at, done.text())
+        decay(episodes_prefix, episode.key, summary.importance, episode.occurred_at, False)
+        if i < len(episode_vectors):
+            writes.vectors.append(
+                {
+                    "prefix": episodes_prefix,
+                    "key": episode.key,
+                    "field": "text#0",
+                    "vector": np.asarray(episode_vectors[i], dtype="<f4").tobytes(),
+                }
+            )
+    writes.outcome = {
+        "added": changes.added,
+        "confirmed": changes.confirmed,
+        "superseded": [list(p) for p in changes.superseded],
+    }
+    return writes
+
+
+def consolidate_steps(
+    memory: Any, *, scope: str | None = None, max_jobs: int | None = None
+) -> Steps:
+    """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
+    report = Report()
+    while max_jobs is None or len(report.jobs) < max_jobs:
+        result = yield from job_steps(memory, scope=scope)
+        if result is None:
+            break
+        report.jobs.append(result)
+        if result.status == "lost":
+            break
+    return report

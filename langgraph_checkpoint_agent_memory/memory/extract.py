@@ -1,0 +1,426 @@
+"""Extractors turn pending episodes into an episode summary and facts.
+
+Three kinds, one protocol (:class:`Extractor`): any LangChain chat model
+(:class:`ChatModelExtractor`: structured output where the model supports it, else tolerant
+JSON parsing), a plain ``prompt -> text`` callable, sync or async (:class:`CallableExtractor`),
+and a deterministic :class:`RuleBasedExtractor` for demos and tests.
+
+Whatever the model says is validated against :class:`~.model.Extraction`; anything else
+(no JSON, truncated JSON, wrong types, an exception, a timeout) raises
+:class:`ExtractionError`, and the consolidation job fails with that message while its
+episodes stay pending. Nothing is ever half-applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Episode,
+    Extraction,
+    Fact,
+    Scope,
+    iso,
+)
+
+
+class ExtractionError(AgentMemoryError):
+    """The extractor failed or answered something that is not a valid extraction."""
+
+
+@dataclass
+class ExtractionRequest:
+    """What an extractor sees: the scope, its pending episodes, and its relevant facts."""
+
+    scope: Scope
+    episodes: list[Episode]
+    facts: list[Fact] = field(default_factory=list)
+
+
+PROMPT = """You maintain the long-term memory of an assistant about {who}.
+
+Known facts (reuse these attribute names when a fact is restated or changes):
+{facts}
+
+New conversation episodes:
+{episodes}
+
+Answer with one JSON object and nothing else:
+{{"episode": {{"summary": "what happened, one or two sentences",
+              "outcome": "how it ended", "importance": 0.0-1.0}},
+ "facts": [{{"attribute": "snake_case name", "value": "the value",
+            "statement": "a sentence stating the fact", "multi": false,
+            "importance": 0.0-1.0}}]}}
+Only facts stated or clearly implied by the user that will matter later. Set "multi" to true
+when the attribute holds several values at once (e.g. languages spoken); a new value of a
+single-valued attribute (e.g. city) replaces the old one."""
+
+
+def build_prompt(request: ExtractionRequest) -> str:
+    facts = "\n".join(f"- {f.attribute}: {f.value}" for f in request.facts) or "- (none)"
+    episodes = "\n\n".join(f"[{iso(e.occurred_at)}]\n{e.transcript()}" for e in request.episodes)
+    who = ", ".join(f"{k} {v}" for k, v in request.scope.as_dict().items())
+    return PROMPT.format(who=who, facts=facts, episodes=episodes)
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
+
+
+def parse_extraction(text: Any) -> Extraction:
+    """The first JSON object in ``text`` that is a valid extraction.
+
+    Tolerates code fences and chatter around the object; refuses truncated JSON, wrong types
+    and empty output with a message that says which.
+    """
+    if isinstance(text, Extraction):
+        return text
+    if isinstance(text, dict):
+        return _validate(text)
+    if not isinstance(text, str):
+        content = getattr(text, "content", None)
+        if not isinstance(content, str):
+            raise ExtractionError(f"the extractor returned {type(text).__name__}, not text")
+        text = content
+    if not text.strip():
+        raise ExtractionError("the extractor returned empty output")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    saw_object = False
+    last_error: str | None = None
+    for candidate in candidates:
+        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+            try:
+                obj, _ = decoder.raw_decode(candidate, start)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            saw_object = True
+            try:
+                return _validate(obj)
+            except ExtractionError as exc:
+                last_error = str(exc)
+                break  # an inner object of an invalid one is not the answer
+    if last_error is not None:
+        raise ExtractionError(last_error)
+    if not saw_object:
+        if "{" in text:
+            raise ExtractionError("the extractor's JSON is truncated or malformed")
+        raise ExtractionError(f"the extractor's output holds no JSON object: {text[:80]!r}")
+    raise ExtractionError("the extractor's output holds no extraction object")
+
+
+def _validate(obj: dict[str, Any]) -> Extraction:
+    try:
+        return Extraction.model_validate(obj)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise ExtractionError(f"the extractor's JSON does not fit the schema: {problems}") from None
+
+
+class Extractor:
+    """Turns an :class:`ExtractionRequest` into an :class:`Extraction`.
+
+    ``version`` is part of a consolidation job's identity: the same episodes processed by a
+    new extractor version are a new job. Subclasses implement :meth:`extract` and, when they
+    have native async I/O, :meth:`aextract` (the default runs :meth:`extract` in a thread, so
+    the event loop is never blocked).
+    """
+
+    version: str = "1"
+
+    def extract(self, request: ExtractionRequest) -> Extraction:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def aextract(self, request: ExtractionRequest) -> Extraction:
+        return await asyncio.to_thread(self.extract, request)
+
+
+class _Timed(Extractor):
+    """Shared timeout handling: a call that outlives ``timeout`` seconds fails the job."""
+
+    timeout: float | None = 120.0
+
+    def _call(self, request: ExtractionRequest) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _acall(self, request: ExtractionRequest) -> Any:
+        return await asyncio.to_thread(self._call, request)
+
+    def extract(self, request: ExtractionRequest) -> Extraction:
+        if self.timeout is None:
+            return parse_extraction(self._guard(self._call, request))
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-memory-extract")
+        try:
+            future = pool.submit(self._guard, self._call, request)
+            try:
+                out = future.result(timeout=self.timeout)
+            except concurrent.futures.TimeoutError:
+                raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
+        finally:
+            pool.shutdown(wait=False)
+        return parse_extraction(out)
+
+    async def aextract(self, request: ExtractionRequest) -> Extraction:
+        try:
+            out = await asyncio.wait_for(self._aguard(request), self.timeout)
+        except asyncio.TimeoutError:
+            raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
+        return parse_extraction(out)
+
+    @staticmethod
+    def _guard(call: Callable[[ExtractionRequest], Any], request: ExtractionRequest) -> Any:
+        try:
+            return call(request)
+        except ExtractionError:
+            raise
+        except Exception as exc:
+            raise ExtractionError(f"the extractor raised {type(exc).__name__}: {exc}") from exc
+
+    async def _aguard(self, request: ExtractionRequest) -> Any:
+        try:
+            return await self._acall(request)
+        except ExtractionError:
+            raise
+        except Exception as exc:
+            raise ExtractionError(f"the extractor raised {type(exc).__name__}: {exc}") from exc
+
+
+class ChatModelExtractor(_Timed):
+    """Any LangChain chat model: ``ChatOpenAI``, SAP AI Core's, Ollama's, a fake one.
+
+    Uses ``with_structured_output`` when the model supports it (``structured=None`` tries),
+    else asks for JSON and parses it tolerantly.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        structured: bool | None = None,
+        timeout: float | None = 120.0,
+        version: str | None = None,
+    ) -> None:
+        self.model = model
+        self.timeout = timeout
+        self._runnable: Any = model
+        self.structured = False
+        if structured is not False:
+            try:
+                self._runnable = model.with_structured_output(Extraction)
+                self.structured = True
+            except (NotImplementedError, AttributeError, TypeError, ValueError):
+                if structured:
+                    raise
+        name = getattr(model, "model_name", None) or getattr(model, "model", None)
+        self.version = version or f"chat:{type(model).__name__}:{name or ''}:1"
+
+    def _call(self, request: ExtractionRequest) -> Any:
+        return self._runnable.invoke(build_prompt(request))
+
+    async def _acall(self, request: ExtractionRequest) -> Any:
+        return await self._runnable.ainvoke(build_prompt(request))
+
+
+class CallableExtractor(_Timed):
+    """A ``prompt -> text`` function (or coroutine function), e.g. around an HTTP client."""
+
+    def __init__(
+        self,
+        fn: Callable[[str], Any],
+        *,
+        timeout: float | None = 120.0,
+        version: str | None = None,
+    ) -> None:
+        self.fn = fn
+        self.timeout = timeout
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.version = version or f"callable:{getattr(fn, '__qualname__', 'fn')}:1"
+
+    def _call(self, request: ExtractionRequest) -> Any:
+        out = self.fn(build_prompt(request))
+        if inspect.isawaitable(out):
+            return asyncio.run(_await(out))
+        return out
+
+    async def _acall(self, request: ExtractionRequest) -> Any:
+        if self.is_async:
+            return await self.fn(build_prompt(request))
+        return await asyncio.to_thread(self._call, request)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+# -- rule-based ----------------------------------------------------------------------------
+
+_END = r"(?=\s*(?:[.!?;,]|\band\b|\bbut\b|$))"
+_VALUE = r"(?P<value>[^.!?;,]+?)"
+#: (pattern, attribute or None to take it from the match, multi, importance, statement)
+_RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
+    (re.compile(rf"\bmy name is {_VALUE}{_END}", re.I), "name", False, 0.8, "is called {v}"),
+    (re.compile(rf"\bcall me {_VALUE}{_END}", re.I), "name", False, 0.8, "is called {v}"),
+    (
+        re.compile(rf"\bI(?:'ve| have)? (?:just )?moved to {_VALUE}{_END}", re.I),
+        "city",
+        False,
+        0.7,
+        "lives in {v}",
+    ),
+    (
+        re.compile(rf"\bI(?: now)? live in {_VALUE}{_END}", re.I),
+        "city",
+        False,
+        0.7,
+        "lives in {v}",
+    ),
+    (re.compile(rf"\bI'?m based in {_VALUE}{_END}", re.I), "city", False, 0.7, "lives in {v}"),
+    (
+        re.compile(rf"\bI(?: now)? work (?:at|for) {_VALUE}{_END}", re.I),
+        "employer",
+        False,
+        0.7,
+        "works at {v}",
+    ),
+    (re.compile(rf"\bI work as an? {_VALUE}{_END}", re.I), "role", False, 0.6, "works as {v}"),
+    (
+        re.compile(rf"\bI (?:really )?(?:like|love|enjoy) {_VALUE}{_END}", re.I),
+        "likes",
+        True,
+        0.5,
+        "likes {v}",
+    ),
+    (re.compile(rf"\bI speak {_VALUE}{_END}", re.I), "languages", True, 0.5, "speaks {v}"),
+    (re.compile(rf"\bI prefer {_VALUE}{_END}", re.I), "preference", False, 0.6, "prefers {v}"),
+    (
+        re.compile(rf"\bmy favou?rite (?P<attr>[a-z ]+?) is {_VALUE}{_END}", re.I),
+        None,
+        False,
+        0.5,
+        "'s favorite {a} is {v}",
+    ),
+    (
+        re.compile(rf"\bmy (?P<attr>[a-z]+(?: [a-z]+)?) (?:is|are) {_VALUE}{_END}", re.I),
+        None,
+        False,
+        0.6,
+        "'s {a} is {v}",
+    ),
+]
+_SKIP_ATTRS = {"name", "favorite", "favourite", "question", "problem", "issue"}
+
+
+class RuleBasedExtractor(Extractor):
+    """Deterministic extraction with regular expressions over what the user said.
+
+    Recognises names, cities, employers, roles, likes, languages, preferences, favourites and
+    ``my <thing> is <value>``. For demos, tests and benchmarks: instant, offline, and the
+    same answer every time.
+    """
+
+    version = "rules:1"
+
+    def __init__(self, subject: str = "The user") -> None:
+        self.subject = subject
+
+    def extract(self, request: ExtractionRequest) -> Extraction:
+        facts: list[dict[str, Any]] = []
+        said: list[str] = []
+        for episode in request.episodes:
+            for message in episode.messages:
+                if message.get("role") not in ("user", "human"):
+                    continue
+                text = str(message.get("content", ""))
+                said.append(text)
+                facts += self._facts(text)
+        first = said[0] if said else ""
+        summary = f"{self.subject} said: {first[:160]}" if first else "No user message."
+        return Extraction.model_validate(
+            {
+                "episode": {
+                    "summary": summary,
+                    "outcome": "answered",
+                    "importance": min(1.0, 0.3 + 0.1 * len(facts)),
+                },
+                "facts": facts,
+            }
+        )
+
+    def _facts(self, text: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        taken: list[tuple[int, int]] = []
+        for pattern, attribute, multi, importance, template in _RULES:
+            for m in pattern.finditer(text):
+                if any(m.start() < end and start < m.end() for start, end in taken):
+                    continue
+                value = m.group("value").strip().strip("'\"")
+                attr = attribute
+                if attr is None:
+                    raw = m.group("attr").strip().lower()
+                    if raw in _SKIP_ATTRS:
+                        continue
+                    attr = ("favorite_" + raw) if "favo" in template else raw
+                if not value:
+                    continue
+                if attr == "likes":
+                    value = value[:1].lower() + value[1:]
+                a = attr.replace("_", " ").removeprefix("favorite ")
+                statement = f"{self.subject}{'' if template.startswith(chr(39)) else ' '}"
+                statement += template.format(v=value, a=a)
+                found.append(
+                    {
+                        "attribute": attr,
+                        "value": value,
+                        "statement": statement,
+                        "multi": multi,
+                        "importance": importance,
+                    }
+                )
+                taken.append((m.start(), m.end()))
+        return found
+
+
+def as_extractor(extractor: Any) -> Extractor:
+    """An :class:`Extractor` from an extractor, a LangChain chat model or a callable."""
+    if extractor is None:
+        return RuleBasedExtractor()
+    if isinstance(extractor, Extractor):
+        return extractor
+    if hasattr(extractor, "invoke") and hasattr(extractor, "ainvoke"):
+        return ChatModelExtractor(extractor)
+    if callable(extractor):
+        return CallableExtractor(extractor)
+    raise TypeError(
+        "extractor must be an Extractor, a LangChain chat model or a prompt -> text callable, "
+        f"not {type(extractor).__name__}"
+    )
+
+
+def messages_as_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
+    """LangChain messages or ``{"role", "content"}`` dicts as plain ``role``/``content``."""
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if isinstance(m, dict):
+            role, content = m.get("role") or m.get("type") or "user", m.get("content", "")
+        else:
+            role, content = getattr(m, "type", "user"), getattr(m, "content", "")
+        role = {"human": "user", "ai": "assistant"}.get(role, role)
+        if not isinstance(content, str):
+            content = " ".join(
+                part.get("text", "") if isinstance(part, dict) else str(part) for part in content
+            )
+        out.append({"role": role, "content": content})
+    return out

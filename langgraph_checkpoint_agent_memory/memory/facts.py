@@ -1,0 +1,170 @@
+"""The rules that keep facts current: confirm, supersede, accumulate, catch near-duplicates.
+
+Pure functions over :class:`~.model.Fact` objects; consolidation reads the scope's current
+facts inside its transaction, calls :func:`merge`, and writes what it returns in the same
+transaction.
+
+- A restated value is *confirmed*: its count and ``last_confirmed`` grow, its importance is
+  the larger of the two, its decay clock restarts. Nothing is duplicated.
+- A new value of a single-valued attribute *supersedes* the current one: the old fact moves to
+  history with ``valid_to`` and ``superseded_by`` set, the new one is current from now on. So at
+  most one value per single-valued attribute is current, and validity windows never overlap.
+- A multi-valued attribute accumulates one fact per distinct value.
+- A candidate whose attribute is new but whose statement is nearly the same as an existing
+  fact's (embedding cosine, or word overlap without an embedder, above a threshold) is that
+  fact under another name: it is merged into it instead of stored twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Fact,
+    FactCandidate,
+    digest,
+    fact_key,
+    normalize_value,
+)
+
+MAX_SOURCES = 20
+
+
+@dataclass
+class FactChanges:
+    """What one extraction does to a scope's facts."""
+
+    current: dict[str, Fact] = field(default_factory=dict)  # facts to write as current
+    history: dict[str, Fact] = field(default_factory=dict)  # superseded versions, by history key
+    added: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    superseded: list[tuple[str, str]] = field(default_factory=list)  # (history key, new key)
+
+    @property
+    def empty(self) -> bool:
+        return not self.current and not self.history
+
+
+def history_key(fact: Fact) -> str:
+    return f"{fact.key}@{fact.valid_from:.6f}#{digest(normalize_value(fact.value), size=4)}"
+
+
+#: ``similar(candidate, facts) -> key of the fact it duplicates, or None``
+Similar = Callable[[FactCandidate, dict[str, Fact]], "str | None"]
+
+
+def merge(
+    facts: dict[str, Fact],
+    candidates: list[FactCandidate],
+    *,
+    episode_key: str,
+    now: float,
+    similar: Similar | None = None,
+) -> FactChanges:
+    """Apply ``candidates`` to the current ``facts`` (by key); ``facts`` is not modified."""
+    current = dict(facts)
+    out = FactChanges()
+    for c in candidates:
+        attribute = c.attribute
+        multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
+        if not any(f.attribute == attribute for f in current.values()) and similar is not None:
+            twin = similar(c, current)
+            if twin is not None:
+                attribute, multi = current[twin].attribute, current[twin].multi
+        key = fact_key(attribute, c.value, multi)
+        old = current.get(key)
+        statement = c.statement or f"{attribute.replace('_', ' ')}: {c.value}"
+        if old is not None and normalize_value(old.value) == normalize_value(c.value):
+            confirmed = Fact(**{**old.__dict__})
+            confirmed.confirmations += 1
+            confirmed.last_confirmed = now
+            confirmed.importance = max(old.importance, c.importance)
+            if episode_key not in confirmed.source_episodes:
+                confirmed.source_episodes = [*old.source_episodes, episode_key][-MAX_SOURCES:]
+            current[key] = out.current[key] = confirmed
+            out.confirmed.append(key)
+            continue
+        new = Fact(
+            key=key,
+            attribute=attribute,
+            value=c.value,
+            statement=statement,
+            multi=multi,
+            importance=c.importance,
+            valid_from=now,
+            last_confirmed=now,
+            source_episodes=[episode_key],
+        )
+        if old is not None:  # single-valued, another value: supersede
+            gone = Fact(**{**old.__dict__})
+            gone.valid_to = now
+            gone.superseded_by = c.value
+            hkey = history_key(gone)
+            gone.key = hkey
+            out.history[hkey] = gone
+            out.superseded.append((hkey, key))
+            new.pinned = old.pinned
+        else:
+            out.added.append(key)
+        current[key] = out.current[key] = new
+    return out
+
+
+_WORD = re.compile(r"\w+", re.U)
+
+
+def words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.casefold()) if len(w) > 1}
+
+
+def jaccard(a: str, b: str) -> float:
+    wa, wb = words(a), words(b)
+    if not wa or not wb:
+        return 0.0
+    return len(wa & wb) / len(wa | wb)
+
+
+def by_words(threshold: float = 0.8) -> Similar:
+    """Near-duplicates by word overlap: the fallback when no embedder is configured."""
+
+    def similar(c: FactCandidate, facts: dict[str, Fact]) -> str | None:
+        text = c.statement or f"{c.attribute} {c.value}"
+        best, score = None, threshold
+        for key, fact in facts.items():
+            s = jaccard(text, fact.text())
+            if s >= score and fact.attribute != c.attribute:
+                best, score = key, s
+        return best
+
+    return similar
+
+
+def by_vectors(
+    candidate_vectors: dict[str, list[float]],
+    fact_vectors: dict[str, np.ndarray],
+    threshold: float = 0.92,
+) -> Similar:
+    """Near-duplicates by cosine similarity of statement embeddings."""
+    keys = [k for k in fact_vectors]
+    matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
+    norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)
+
+    def similar(c: FactCandidate, facts: dict[str, Fact]) -> str | None:
+        vector = candidate_vectors.get(c.statement or f"{c.attribute} {c.value}")
+        if vector is None or not keys:
+            return None
+        q = np.asarray(vector, dtype="f4")
+        sims = (matrix @ q) / np.where(norms == 0, 1.0, norms * (np.linalg.norm(q) or 1.0))
+        for i in np.argsort(-sims):
+            if sims[i] < threshold:
+                return None
+            key = keys[int(i)]
+            if key in facts and facts[key].attribute != c.attribute:
+                return key
+        return None
+
+    return similar

@@ -1,0 +1,330 @@
+"""What memory is made of: scopes, facts, episodes, and the namespaces that hold them.
+
+A **scope** says whose memory something is: any subset of ``user_id``, ``agent_id`` and
+``workflow_id``. It is written the same way everywhere (``user=alice,agent=support``) and
+becomes the middle of every namespace, in a fixed order, so a scope's items sit under exactly
+one namespace per kind and no prefix of one scope's namespace holds another scope's items::
+
+    ("memory", "user=alice", "agent=support", "facts")     current facts
+    ("memory", "user=alice", "agent=support", "history")   superseded values
+    ("memory", "user=alice", "agent=support", "episodes")  what happened, turn by turn
+
+Label values are percent-encoded (``.`` is not allowed in a LangGraph namespace label), so a
+user id such as ``alice@example.com`` is data, never structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+from urllib.parse import quote, unquote
+
+from pydantic import BaseModel, Field, field_validator
+
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+#: The scope keys, in namespace order.
+SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
+_SHORT = {"user": "user_id", "agent": "agent_id", "workflow": "workflow_id"}
+_LONG = {v: k for k, v in _SHORT.items()}
+
+Kind = Literal["facts", "history", "episodes"]
+KINDS: tuple[str, ...] = ("facts", "history", "episodes")
+
+
+class ScopeError(ConfigurationError):
+    """A scope is missing, empty or malformed."""
+
+
+def _encode(value: str) -> str:
+    return quote(value, safe="@:+-_~!$'()").replace(".", "%2E")
+
+
+@dataclass(frozen=True, order=True)
+class Scope:
+    """Whose memory: any non-empty subset of user, agent and workflow."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    workflow_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in SCOPE_KEYS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
+        if self.empty:
+            raise ScopeError("a scope needs at least one of user_id, agent_id, workflow_id")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, k) is None for k in SCOPE_KEYS)
+
+    @classmethod
+    def of(cls, scope: ScopeLike) -> Scope:
+        """A ``Scope`` from a ``Scope``, a mapping or a ``user=alice,agent=support`` string."""
+        if isinstance(scope, Scope):
+            return scope
+        if isinstance(scope, str):
+            return cls.parse(scope)
+        if isinstance(scope, Mapping):
+            values: dict[str, str] = {}
+            for k, v in scope.items():
+                name = _SHORT.get(k, k)
+                if name not in SCOPE_KEYS:
+                    raise ScopeError(f"unknown scope key {k!r}; use user_id, agent_id, workflow_id")
+                if v is not None:
+                    values[name] = v
+            return cls(**values)
+        raise ScopeError(f"a scope is a mapping, a Scope or a string, not {type(scope).__name__}")
+
+    @classmethod
+    def parse(cls, text: str) -> Scope:
+        """Parse ``user=alice,agent=support`` (``user_id=`` etc. work too)."""
+        values: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, value = part.partition("=")
+            key = _SHORT.get(name.strip(), name.strip())
+            if not sep or key not in SCOPE_KEYS or not value:
+                raise ScopeError(
+                    f"cannot read scope {text!r}: write it as user=alice,agent=support "
+                    "(keys: user, agent, workflow)"
+                )
+            if key in values:
+                raise ScopeError(f"scope {text!r} names {name.strip()} twice")
+            values[key] = unquote(value.strip())
+        return cls(**values)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Namespace labels, one per key present, in a fixed order."""
+        return tuple(
+            f"{_LONG[k]}={_encode(v)}" for k in SCOPE_KEYS if (v := getattr(self, k)) is not None
+        )
+
+    @property
+    def key(self) -> str:
+        """The canonical text form, ``user=alice,agent=support``; parses back to this scope."""
+        return ",".join(self.labels)
+
+    def as_dict(self) -> dict[str, str]:
+        return {k: v for k in SCOPE_KEYS if (v := getattr(self, k)) is not None}
+
+    def covers(self, other: Scope) -> bool:
+        """Whether ``other`` is this scope or narrower (erasing this scope erases it)."""
+        return all(getattr(other, k) == v for k, v in self.as_dict().items())
+
+    @classmethod
+    def from_labels(cls, labels: Sequence[str]) -> Scope:
+        return cls.parse(",".join(labels))
+
+    def __str__(self) -> str:
+        return self.key
+
+
+ScopeLike = Scope | Mapping[str, Any] | str
+
+
+def namespace(root: str, scope: Scope, kind: str) -> tuple[str, ...]:
+    if kind not in KINDS:
+        raise ConfigurationError(f"unknown memory kind {kind!r}; one of {', '.join(KINDS)}")
+    return (root, *scope.labels, kind)
+
+
+def scope_of_namespace(root: str, ns: Sequence[str]) -> tuple[Scope, str] | None:
+    """The scope and kind a memory namespace belongs to, or ``None`` for other namespaces."""
+    if len(ns) < 3 or ns[0] != root or ns[-1] not in KINDS:
+        return None
+    try:
+        return Scope.from_labels(ns[1:-1]), ns[-1]
+    except ConfigurationError:
+        return None
+
+
+def normalize_attribute(name: str) -> str:
+    """``"Home City"`` and ``home_city`` are one attribute."""
+    cleaned = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_")
+    if not cleaned:
+        raise ValueError(f"a fact attribute needs letters or digits, got {name!r}")
+    return cleaned
+
+
+def normalize_value(value: str) -> str:
+    return " ".join(str(value).split()).casefold()
+
+
+def digest(*parts: str, size: int = 16) -> str:
+    h = hashlib.blake2b(digest_size=size)
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def fact_key(attribute: str, value: str, multi: bool) -> str:
+    """One current fact per single-valued attribute; one per value of a multi-valued one."""
+    if not multi:
+        return attribute
+    return f"{attribute}#{digest(normalize_value(value), size=8)}"
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+# -- what an extractor returns -------------------------------------------------------------
+
+
+class EpisodeSummary(BaseModel):
+    """What happened in the episodes, in a sentence or two."""
+
+    summary: str = Field(description="What happened, in one or two sentences")
+    outcome: str = Field(default="", description="How it ended: resolved, open, ...")
+    importance: float = Field(default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital")
+
+
+class FactCandidate(BaseModel):
+    """One thing that is true about the scope now."""
+
+    attribute: str = Field(description="snake_case name, e.g. city, employer, likes")
+    value: str = Field(description="The value, e.g. Berlin")
+    statement: str = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
+    multi: bool = Field(default=False, description="True if the attribute holds many values")
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    @field_validator("attribute")
+    @classmethod
+    def _attribute(cls, v: str) -> str:
+        return normalize_attribute(v)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        if not str(v).strip():
+            raise ValueError("a fact value must not be empty")
+        return str(v).strip()
+
+
+class Extraction(BaseModel):
+    """The extractor's answer: a summary of the episodes and the facts they state."""
+
+    episode: EpisodeSummary
+    facts: list[FactCandidate] = Field(default_factory=list)
+
+
+# -- stored memories -----------------------------------------------------------------------
+
+
+@dataclass
+class Fact:
+    """A fact as stored. ``valid_to`` and ``superseded_by`` are set once it is history."""
+
+    key: str
+    attribute: str
+    value: str
+    statement: str
+    multi: bool = False
+    importance: float = 0.5
+    confirmations: int = 1
+    valid_from: float = 0.0
+    valid_to: float | None = None
+    last_confirmed: float = 0.0
+    superseded_by: str | None = None
+    source_episodes: list[str] = field(default_factory=list)
+    pinned: bool = False
+
+    @property
+    def current(self) -> bool:
+        return self.valid_to is None
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "kind": "fact",
+            "attribute": self.attribute,
+            "value": self.value,
+            "statement": self.statement,
+            "multi": self.multi,
+            "importance": self.importance,
+            "confirmations": self.confirmations,
+            "valid_from": self.valid_from,
+            "valid_to": self.valid_to,
+            "last_confirmed": self.last_confirmed,
+            "superseded_by": self.superseded_by,
+            "source_episodes": list(self.source_episodes),
+            "pinned": self.pinned,
+        }
+
+    @classmethod
+    def from_value(cls, key: str, value: Mapping[str, Any]) -> Fact:
+        return cls(
+            key=key,
+            attribute=value["attribute"],
+            value=value["value"],
+            statement=value.get("statement") or "",
+            multi=bool(value.get("multi")),
+            importance=float(value.get("importance", 0.5)),
+            confirmations=int(value.get("confirmations", 1)),
+            valid_from=float(value.get("valid_from") or 0.0),
+            valid_to=value.get("valid_to"),
+            last_confirmed=float(value.get("last_confirmed") or 0.0),
+            superseded_by=value.get("superseded_by"),
+            source_episodes=list(value.get("source_episodes") or []),
+            pinned=bool(value.get("pinned")),
+        )
+
+    def text(self) -> str:
+        """What lexical and vector search index for this fact."""
+        return self.statement or f"{self.attribute.replace('_', ' ')}: {self.value}"
+
+
+@dataclass
+class Episode:
+    """One recorded turn (or a batch of turns) and, once consolidated, its summary."""
+
+    key: str
+    messages: list[dict[str, str]]
+    occurred_at: float
+    thread_id: str | None = None
+    status: str = "pending"  # pending -> done; parked after repeated failures
+    summary: str | None = None
+    outcome: str | None = None
+    importance: float = 0.5
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "kind": "episode",
+            "messages": self.messages,
+            "occurred_at": self.occurred_at,
+            "thread_id": self.thread_id,
+            "status": self.status,
+            "summary": self.summary,
+            "outcome": self.outcome,
+            "importance": self.importance,
+        }
+
+    @classmethod
+    def from_value(cls, key: str, value: Mapping[str, Any]) -> Episode:
+        return cls(
+            key=key,
+            messages=list(value.get("messages") or []),
+            occurred_at=float(value.get("occurred_at") or 0.0),
+            thread_id=value.get("thread_id"),
+            status=value.get("status", "pending"),
+            summary=value.get("summary"),
+            outcome=value.get("outcome"),
+            importance=float(value.get("importance", 0.5)),
+        )
+
+    def transcript(self) -> str:
+        return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in self.messages)
+
+    def text(self) -> str:
+        """What search indexes: the summary once there is one, and the words said."""
+        parts = [self.summary or "", self.transcript()]
+        return "\n".join(p for p in parts if p)

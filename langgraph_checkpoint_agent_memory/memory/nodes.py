@@ -1,0 +1,102 @@
+"""The graph side: whose memory a run is, and which messages are this turn.
+
+**Scope.** A run's scope is read from ``config["configurable"]`` (``user_id``, ``agent_id``,
+``workflow_id``), falling back to state keys of the same names, restricted to the memory's
+``scope_keys`` (its isolation mode): ``("user_id",)`` shares a user's memory across agents,
+``("agent_id",)`` gives an agent one memory for everybody, ``("user_id", "agent_id")`` keeps
+each user's memory per agent, all three also per workflow. Facts and episodes are written to,
+and read from, exactly that scope; a run with none of the keys is refused rather than guessed.
+
+**Turn.** The messages from the last human message to the end of ``state["messages"]``,
+without the memory's own context message. Its key comes from the thread and the messages'
+ids (or positions and contents when they have none), so recording it twice stores it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
+from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, ScopeError, digest
+
+#: The id of the system message ``inject_node`` writes, so each turn replaces the last one.
+CONTEXT_MESSAGE_ID = "agent-memory-context"
+
+
+def scope_from(
+    config: Mapping[str, Any] | None, state: Any, keys: Sequence[str] = SCOPE_KEYS
+) -> Scope:
+    configurable = dict((config or {}).get("configurable") or {})
+    values: dict[str, str] = {}
+    for key in keys:
+        value = configurable.get(key)
+        if value is None:
+            value = _state_get(state, key)
+        if value is not None:
+            values[key] = str(value)
+    if not values:
+        raise ScopeError(
+            "no memory scope for this run: pass "
+            + " or ".join(f"config['configurable']['{k}']" for k in keys)
+            + " (or state keys of the same names)"
+        )
+    return Scope(**values)
+
+
+def _state_get(state: Any, key: str) -> Any:
+    if isinstance(state, Mapping):
+        return state.get(key)
+    return getattr(state, key, None)
+
+
+def messages_of(state: Any) -> list[Any]:
+    messages = _state_get(state, "messages")
+    if messages is None:
+        raise ScopeError("memory nodes need a 'messages' key in the graph state")
+    return list(messages)
+
+
+def _is_context(m: Any) -> bool:
+    mid = m.get("id") if isinstance(m, dict) else getattr(m, "id", None)
+    return mid == CONTEXT_MESSAGE_ID
+
+
+def _role(m: Any) -> str:
+    if isinstance(m, dict):
+        role = str(m.get("role") or m.get("type") or "")
+    else:
+        role = str(getattr(m, "type", ""))
+    return {"human": "user"}.get(role, role)
+
+
+def current_turn(messages: Sequence[Any]) -> tuple[int, list[Any]]:
+    """The index of the turn's first message and the turn's messages."""
+    start = None
+    for i in range(len(messages) - 1, -1, -1):
+        if _is_context(messages[i]):
+            continue
+        if _role(messages[i]) == "user":
+            start = i
+            break
+    if start is None:
+        return len(messages), []
+    turn = [m for m in messages[start:] if not _is_context(m) and _role(m) != "system"]
+    return start, turn
+
+
+def last_user_text(messages: Sequence[Any]) -> str:
+    _, turn = current_turn(messages)
+    if not turn:
+        return ""
+    return messages_as_dicts(turn[:1])[0]["content"]
+
+
+def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
+    ids = [m.get("id") if isinstance(m, dict) else getattr(m, "id", None) for m in turn]
+    if all(ids):
+        return "ep-" + digest(thread_id or "", *[str(i) for i in ids], size=16)
+    dicts = messages_as_dicts(turn)
+    return "ep-" + digest(
+        thread_id or "", str(start), *[f"{d['role']}:{d['content']}" for d in dicts], size=16
+    )
