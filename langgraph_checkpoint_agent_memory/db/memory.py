@@ -277,12 +277,16 @@ def claim_plan(
     lease_seconds: float,
     limit: int,
     scope: str | None = None,
+    skip: Sequence[str] = (),
 ) -> Plan[Claim | None]:
-    """Lease one scope that has pending episodes and is not leased or backing off."""
+    """Lease one scope that has pending episodes and is not leased or backing off (nor in
+    ``skip``: scopes that already failed in this round)."""
     p, d = sql.p, sql.d
     only = f" AND s.scope = {p('scope')}" if scope is not None else ""
+    if skip:
+        only += " AND s.scope NOT IN (" + ", ".join(p(f"x{i}") for i in range(len(skip))) + ")"
     find = sql._text(
-        ("claim", scope is not None),
+        ("claim", scope is not None, len(skip)),
         lambda: (
             "SELECT s.scope, s.root, s.failures FROM am_memory_scopes s WHERE "
             f"(s.lease_until IS NULL OR s.lease_until < {p('now')}) AND "
@@ -306,7 +310,7 @@ def claim_plan(
             f"LIMIT {p('n')}"
         ),
     )
-    params: dict[str, Any] = {"now": now}
+    params: dict[str, Any] = {"now": now, **{f"x{i}": x for i, x in enumerate(skip)}}
     if scope is not None:
         params["scope"] = scope
     [rows] = yield Batch([Stmt(find, params, fetch=True)], lock=True, hold=True)

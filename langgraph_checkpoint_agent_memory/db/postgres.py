@@ -47,7 +47,7 @@ class PostgresDialect(Dialect):
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         # Cast to the unbounded type: a CAST to VARCHAR(n) would truncate silently, while the
         # column's own limit raises a clear error.
-        if isinstance(type_, sa.String):
+        if isinstance(type_, sa.String) and not getattr(type_, "_variant_mapping", None):
             type_ = sa.Text()
         return sa.cast(param, type_)
 

@@ -195,7 +195,7 @@ def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
     return digest(scope, extractor_version, *sorted(episode_keys), size=20)
 
 
-def job_steps(memory: Any, *, scope: str | None = None) -> Steps:
+def job_steps(memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()) -> Steps:
     """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
     s = memory.settings
     sql = memory._sql
@@ -209,6 +209,7 @@ def job_steps(memory: Any, *, scope: str | None = None) -> Steps:
             lease_seconds=s.lease_seconds,
             limit=s.max_episodes_per_job,
             scope=scope,
+            skip=skip,
         )
     )
     if claim is None:
@@ -435,11 +436,12 @@ def consolidate_steps(
 ) -> Steps:
     """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
     report = Report()
+    failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off
     while max_jobs is None or len(report.jobs) < max_jobs:
-        result = yield from job_steps(memory, scope=scope)
+        result = yield from job_steps(memory, scope=scope, skip=tuple(failed))
         if result is None:
             break
         report.jobs.append(result)
-        if result.status == "lost":
-            break
+        if result.status != "completed":
+            failed.append(result.scope)
     return report

@@ -95,29 +95,30 @@ def parse_extraction(text: Any) -> Extraction:
         raise ExtractionError("the extractor returned empty output")
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     decoder = json.JSONDecoder()
-    saw_object = False
+    outer_broken = False
     last_error: str | None = None
     for candidate in candidates:
+        first = True
         for start in (i for i, ch in enumerate(candidate) if ch == "{"):
             try:
                 obj, _ = decoder.raw_decode(candidate, start)
             except json.JSONDecodeError:
+                outer_broken = outer_broken or first
+                first = False
                 continue
+            first = False
             if not isinstance(obj, dict):
                 continue
-            saw_object = True
             try:
                 return _validate(obj)
             except ExtractionError as exc:
-                last_error = str(exc)
-                break  # an inner object of an invalid one is not the answer
+                if last_error is None:
+                    last_error = str(exc)
+    if outer_broken:
+        raise ExtractionError("the extractor's JSON is truncated or malformed")
     if last_error is not None:
         raise ExtractionError(last_error)
-    if not saw_object:
-        if "{" in text:
-            raise ExtractionError("the extractor's JSON is truncated or malformed")
-        raise ExtractionError(f"the extractor's output holds no JSON object: {text[:80]!r}")
-    raise ExtractionError("the extractor's output holds no extraction object")
+    raise ExtractionError(f"the extractor's output holds no JSON object: {text[:80]!r}")
 
 
 def _validate(obj: dict[str, Any]) -> Extraction:
@@ -269,6 +270,7 @@ async def _await(awaitable: Any) -> Any:
 
 _END = r"(?=\s*(?:[.!?;,]|\band\b|\bbut\b|$))"
 _VALUE = r"(?P<value>[^.!?;,]+?)"
+_WORD = r"[a-z][a-z0-9_]*"
 #: (pattern, attribute or None to take it from the match, multi, importance, statement)
 _RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
     (re.compile(rf"\bmy name is {_VALUE}{_END}", re.I), "name", False, 0.8, "is called {v}"),
@@ -313,7 +315,9 @@ _RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
         "'s favorite {a} is {v}",
     ),
     (
-        re.compile(rf"\bmy (?P<attr>[a-z]+(?: [a-z]+)?) (?:is|are) {_VALUE}{_END}", re.I),
+        re.compile(
+            rf"\bmy (?P<attr>[a-z][a-z0-9_]*(?: [a-z][a-z0-9_]*)?) (?:is|are) {_VALUE}{_END}", re.I
+        ),
         None,
         False,
         0.6,
