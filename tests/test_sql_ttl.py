@@ -309,3 +309,28 @@ def test_purging_tombstones_removes_rows_left_under_them(
         saver.db.run(plan("SELECT COUNT(*) FROM am_checkpoints WHERE thread_id = 't'"))[0][0] == 0
     )
     assert saver.get_tuple(config_for("t")) is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_thread_started_by_a_graph_expires(
+    make_saver: Callable[..., Any], wall: FakeClock, mode: str
+) -> None:
+    """A graph reads a new thread before its first write; that read must not count as the
+    thread's recorded activity, or a short conversation would never expire."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    saver = make_saver(ttl_seconds=100, clock=wall)
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", lambda s: {"messages": [AIMessage("ok")]})
+    graph.add_edge(START, "reply")
+    app = graph.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "short"}}
+    if mode == "sync":
+        app.invoke({"messages": [("user", "hi")]}, config)
+    else:
+        await app.ainvoke({"messages": [("user", "hi")]}, config)
+    assert saver.get_tuple(config) is not None
+    wall.advance(200)
+    assert saver.get_tuple(config) is None
+    assert saver.sweep() == ["short"]

@@ -378,6 +378,12 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             )
         ]
 
+    def _refreshed(self, thread_id: str, refresh: list[Stmt], counts: Sequence[Any]) -> None:
+        """A refresh that found no activity row (a new thread, or one written before the TTL
+        was on) refreshed nothing: the next write must record the thread's activity."""
+        if refresh and counts and not counts[0]:
+            self._touched.pop(thread_id, None)
+
     def _run(self, plan: Plan[Any]) -> Any:
         self._ready()
         return self.db.run(plan)
@@ -808,9 +814,10 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         fast = d.fast_get_tuple(checkpoint_id is not None)
         write_rows: builtins.list[Sequence[Any]]
         if fast is not None:
-            [rows, *_] = yield Batch(
+            [rows, *counts] = yield Batch(
                 [Stmt(fast, params, fetch=True), *refresh], write=bool(refresh)
             )
+            self._refreshed(thread_id, refresh, counts)
             head = next((r for r in rows if r[0] == 0), None)
             if head is None:
                 return None
@@ -828,6 +835,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
                 S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True
             )
             results = yield Batch([first, *refresh], write=bool(refresh))
+            self._refreshed(thread_id, refresh, results[1:])
             if not results[0]:
                 return None
             row = _Row(results[0][0])
@@ -917,6 +925,8 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         )
         refresh = self._refresh_stmt(thread_id, now) if thread_id is not None else []
         results = yield Batch([Stmt(sql, params, fetch=True), *refresh], write=bool(refresh))
+        if thread_id is not None:
+            self._refreshed(thread_id, refresh, results[1:])
         rows = [_Row(r) for r in results[0]]
         if not rows:
             return [], None
