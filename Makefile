@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/ttl_demo.py
+	$(VENV)/bin/agent-memory demo --reset
 
 test: $(STAMP)
 	$(PY) -m ruff check langgraph_checkpoint_agent_memory tests benchmarks examples

@@ -1,7 +1,12 @@
-"""The ``agent-memory`` command.
+"""The ``agent-memory`` command: the demo, and what operators need day to day.
 
-Commands print human-readable text on a terminal and JSON with ``--json``; errors go to
-stderr with a non-zero exit status.
+Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
+embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
+or ``~/.local/share/agent-memory``). Output is readable tables on a terminal and JSON with
+``--json``; progress bars appear only on a terminal. Errors go to stderr with exit status 1
+(a runtime failure: unreachable server, unknown scope) or 2 (bad arguments or configuration).
+
+A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 """
 
 from __future__ import annotations
@@ -9,11 +14,409 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from langgraph_checkpoint_agent_memory import __version__, settings
-from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
+
+
+class CommandError(AgentMemoryError):
+    """A command could not do what was asked (exit status 1)."""
+
+
+def data_dir() -> Path:
+    explicit = os.environ.get("AGENT_MEMORY_HOME")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "agent-memory"
+
+
+def default_url() -> str:
+    """The embedded default: one SQLite file in the user's data directory."""
+    return f"sqlite:///{data_dir() / 'agent-memory.db'}"
+
+
+def resolve_url(given: str | None) -> str:
+    return given or os.environ.get(urls.URL_ENV) or default_url()
+
+
+def _console(args: argparse.Namespace) -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=args.command != "demo")
+
+
+def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    else:
+        render(_console(args))
+
+
+@contextmanager
+def _progress(args: argparse.Namespace, description: str, total: int | None) -> Iterator[Any]:
+    """A progress bar on a terminal; silent when piped or with --json."""
+    from rich.progress import Progress
+
+    quiet = getattr(args, "json", False) or not sys.stderr.isatty()
+    with Progress(disable=quiet, transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task, n)
+
+
+@contextmanager
+def _memory(args: argparse.Namespace, extractor: Any = None, **options: Any) -> Iterator[Any]:
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+    from langgraph_checkpoint_agent_memory.memory import AgentMemory
+
+    url = resolve_url(args.url)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    store = create_store(url)
+    checkpointer = create_checkpointer(url=url)
+    try:
+        memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **options)
+        memory.setup()
+        yield memory
+    finally:
+        close = getattr(checkpointer, "close", None)
+        if callable(close):
+            close()
+        store.close()
+
+
+def _scope(memory: Any, text: str, *, must_exist: bool = True) -> Any:
+    from langgraph_checkpoint_agent_memory.memory import Scope
+
+    scope = Scope.parse(text)
+    if must_exist:
+        from langgraph_checkpoint_agent_memory.db import memory as sqlm
+
+        known = memory._run(sqlm.known_scopes_plan(memory._sql, memory.settings.namespace_root))
+        if not any(scope.covers(Scope.parse(k)) for k in known):
+            raise CommandError(
+                f"unknown scope {scope.key}: no memory is stored for it "
+                "(`agent-memory scopes` lists the scopes)"
+            )
+    return scope
+
+
+def _extractor(args: argparse.Namespace) -> Any:
+    if not getattr(args, "model", None):
+        return None
+    try:
+        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ConfigurationError(
+            "--model needs the langchain package and the provider's integration "
+            "(e.g. pip install langchain langchain-openai)"
+        ) from exc
+    return init_chat_model(args.model)
+
+
+def _fact_dict(f: Any) -> dict[str, Any]:
+    return {"key": f.key, **asdict(f)}
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.demo import run_demo
+
+    url = resolve_url(args.url)
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if args.reset:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    run_demo(
+        url,
+        model=args.model,
+        console=_console(args),
+        explicit_url=bool(args.url or os.environ.get(urls.URL_ENV)),
+    )
+    return 0
+
+
+def _cmd_scopes(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        stats = memory.scopes()
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        if not stats:
+            out.print("No scopes yet.")
+            return
+        table = Table(title=f"{len(stats)} scope(s)")
+        columns = ("facts", "history", "episodes", "pending", "parked", "failed")
+        table.add_column("scope")
+        for c in columns:
+            table.add_column(c, justify="right")
+        for scope, counts in sorted(stats.items()):
+            table.add_row(scope, *(str(counts[c]) for c in columns))
+        out.print(table)
+
+    _emit(args, stats, render)
+    return 0
+
+
+def _cmd_facts(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope)
+        facts = memory.history(scope) if args.all else memory.facts(scope)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        table = Table(title=f"{'all facts' if args.all else 'current facts'} of {scope.key}")
+        for c in ("attribute", "value", "statement", "since", "until", "confirmed", "pinned"):
+            table.add_column(c)
+        for f in facts:
+            table.add_row(
+                f.attribute,
+                f.value,
+                f.statement,
+                day(f.valid_from),
+                day(f.valid_to) if f.valid_to else "",
+                str(f.confirmations),
+                "yes" if f.pinned else "",
+            )
+        out.print(table)
+
+    _emit(args, [_fact_dict(f) for f in facts], render)
+    return 0
+
+
+def _cmd_episodes(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope)
+        episodes = memory.episodes(scope, status=args.status)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        table = Table(title=f"episodes of {scope.key}")
+        for c in ("when", "status", "thread", "summary or first words"):
+            table.add_column(c)
+        for e in episodes:
+            first = e.messages[0]["content"] if e.messages else ""
+            table.add_row(day(e.occurred_at), e.status, e.thread_id or "", e.summary or first)
+        out.print(table)
+
+    _emit(args, [{"key": e.key, **asdict(e)} for e in episodes], render)
+    return 0
+
+
+def _cmd_context(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope)
+        recalled = memory.recall(scope, args.query, budget_tokens=args.budget)
+    data = {
+        "scope": scope.key,
+        "query": args.query,
+        "tokens": recalled.tokens,
+        "context": recalled.text,
+    }
+    _emit(args, data, lambda out: out.print(recalled.text or "(nothing to inject)"))
+    return 0
+
+
+def _cmd_erase(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CommandError("erase needs --yes when not run on a terminal")
+            answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("Nothing erased.")
+                return 1
+        counts = memory.erase(scope)
+
+    def render(out: Any) -> None:
+        out.print(f"Erased {scope.key}:")
+        for table, n in counts.items():
+            out.print(f"  {table}: {n}")
+
+    _emit(args, {"scope": scope.key, "removed": counts}, render)
+    return 0
+
+
+def _cmd_consolidate(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.memory import Report, Scope
+
+    with _memory(args, extractor=_extractor(args)) as memory:
+        only = Scope.parse(args.scope) if args.scope else None
+        pending = sum(
+            s["pending"]
+            for k, s in memory.scopes().items()
+            if only is None or only.covers(Scope.parse(k))
+        )
+        total = Report()
+        with _progress(args, "consolidating", pending or None) as advance:
+            while True:
+                report = memory.consolidate(only, max_jobs=1)
+                if not report.jobs:
+                    break
+                total.jobs += report.jobs
+                advance(sum(j.episodes for j in report.jobs))
+                if report.jobs[-1].status != "completed" and only is not None:
+                    break
+    data: dict[str, Any] = dict(total.as_dict())
+    data["errors"] = [j.error for j in total.jobs if j.error]
+
+    def render(out: Any) -> None:
+        out.print(
+            f"{data['completed']} job(s) completed, {data['failed']} failed; "
+            f"{data['episodes']} episode(s); facts: {data['added']} added, "
+            f"{data['confirmed']} confirmed, {data['superseded']} superseded"
+        )
+        for error in data["errors"]:
+            out.print(f"  failed: {error}")
+
+    _emit(args, data, render)
+    return 1 if data["failed"] else 0
+
+
+def _cmd_decay(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope) if args.scope else None
+        removed = memory.decay(scope)
+    _emit(
+        args,
+        {"deleted": removed},
+        lambda out: out.print(f"{removed} decayed item(s) deleted"),
+    )
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        items = memory.store.sweep()
+        sweep = getattr(memory.checkpointer, "sweep", None)
+        threads = list(sweep()) if callable(sweep) else []
+    data = {"store_items": items, "threads": threads}
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
+        ),
+    )
+    return 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.memory import Scope
+
+    statuses = ["completed", "failed", "parked"] if args.all else ["failed", "parked"]
+    with _memory(args) as memory:
+        retried = None
+        if args.retry:
+            retried = memory.retry(Scope.parse(args.scope) if args.scope else None)
+        jobs = memory.jobs(statuses, limit=args.limit)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        if retried is not None:
+            out.print(f"{retried} parked episode(s) queued again")
+        table = Table(title=f"{len(jobs)} job(s)")
+        for c in ("finished", "scope", "status", "attempt", "episodes", "error"):
+            table.add_column(c)
+        for j in jobs:
+            table.add_row(
+                day(j["finished_at"]),
+                j["scope"],
+                j["status"],
+                str(j["attempt"]),
+                str(len(j["episodes"])),
+                (j["error"] or "")[:120],
+            )
+        out.print(table)
+
+    _emit(args, {"retried": retried, "jobs": jobs}, render)
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import signal
+
+    intervals = {
+        f"{name}_every_seconds": value
+        for name in ("consolidate", "decay", "sweep")
+        if (value := getattr(args, f"{name}_every")) is not None
+    }
+    with _memory(args, extractor=_extractor(args), **intervals) as memory:
+        worker = memory.worker()
+        if args.once:
+            stats = worker.run_once()
+        else:
+            signal.signal(signal.SIGTERM, lambda *_: worker.stop(timeout=0))
+            print(
+                f"agent-memory worker on {urls.mask_url(resolve_url(args.url))}: "
+                "Ctrl-C or SIGTERM stops it",
+                file=sys.stderr,
+            )
+            try:
+                worker.run_forever()
+            except KeyboardInterrupt:
+                pass
+            stats = worker.stats
+    data = asdict(stats)
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
+            f"{stats.decayed} decayed, {stats.swept} swept, {len(stats.errors)} error(s)"
+        ),
+    )
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    import time
+
+    from langgraph_checkpoint_agent_memory.db.migrations import MIGRATIONS, migrate_plan
+    from langgraph_checkpoint_agent_memory.factory import create_store
+
+    url = resolve_url(args.url)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    store = create_store(url, auto_setup=False)
+    try:
+        applied = store.db.run(migrate_plan(store.dialect, time.time()))
+    finally:
+        store.close()
+    data = {"applied": applied, "latest": MIGRATIONS[-1][0]}
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"applied migration(s) {', '.join(map(str, applied))}"
+            if applied
+            else f"schema is up to date (version {data['latest']})"
+        ),
+    )
+    return 0
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -32,18 +435,75 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the parser ----------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
+        epilog="SCOPE is written user=alice,agent=support (keys: user, agent, workflow).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    config = commands.add_parser(
-        "config", help="list the @agent_config fields and their effective values"
+    def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        p = commands.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        if name != "config":
+            p.add_argument(
+                "--url",
+                help=f"database URL (default: ${urls.URL_ENV}, else {default_url()})",
+            )
+        if name != "demo":
+            p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        return p
+
+    demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
+    demo.add_argument("--reset", action="store_true", help="delete the SQLite file first")
+    demo.add_argument("--model", help="provider:name for init_chat_model, e.g. openai:gpt-4o-mini")
+
+    command("scopes", "list scopes with their counts", _cmd_scopes)
+    facts = command("facts", "a scope's current facts", _cmd_facts)
+    facts.add_argument("scope", metavar="SCOPE")
+    facts.add_argument("--all", action="store_true", help="include superseded values")
+    episodes = command("episodes", "a scope's episodes", _cmd_episodes)
+    episodes.add_argument("scope", metavar="SCOPE")
+    episodes.add_argument("--status", choices=["pending", "done", "parked"])
+    context = command("context", "what inject_node would inject for QUERY", _cmd_context)
+    context.add_argument("scope", metavar="SCOPE")
+    context.add_argument("query", metavar="QUERY")
+    context.add_argument("--budget", type=int, default=None, help="token budget")
+    erase = command("erase", "erase a scope's memory and conversations", _cmd_erase)
+    erase.add_argument("scope", metavar="SCOPE")
+    erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    consolidate = command("consolidate", "consolidate pending episodes now", _cmd_consolidate)
+    consolidate.add_argument("--scope", help="only this SCOPE")
+    consolidate.add_argument("--model", help="provider:name of the extractor's chat model")
+    decay = command("decay", "delete memories whose importance decayed away", _cmd_decay)
+    decay.add_argument("--scope", help="only this SCOPE")
+    command("sweep", "remove expired store items and checkpointer threads", _cmd_sweep)
+    jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
+    jobs.add_argument("--retry", action="store_true", help="queue parked episodes again")
+    jobs.add_argument("--scope", help="with --retry: only this SCOPE")
+    jobs.add_argument("--all", action="store_true", help="completed jobs too")
+    jobs.add_argument("--limit", type=int, default=50)
+    worker = command("worker", "run the background worker in the foreground", _cmd_worker)
+    worker.add_argument("--once", action="store_true", help="one round, then exit")
+    worker.add_argument("--model", help="provider:name of the extractor's chat model")
+    for name, default in (("consolidate", 30), ("decay", 3600), ("sweep", 300)):
+        worker.add_argument(
+            f"--{name}-every",
+            type=float,
+            metavar="SECONDS",
+            help=f"seconds between {name} rounds (default: config.memory.{name}_every_seconds "
+            f"or {default})",
+        )
+    command("migrate", "apply schema migrations", _cmd_migrate)
+
+    config = command(
+        "config", "list the @agent_config fields and their effective values", _cmd_config
     )
-    config.add_argument("--json", action="store_true", help="print JSON for scripts")
     config.add_argument(
         "--module",
         action="append",
@@ -51,7 +511,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="import MODULE first so its @agent_config fields are registered (repeatable)",
     )
-    config.set_defaults(func=_cmd_config)
     return parser
 
 
@@ -63,9 +522,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args))
-    except (AgentMemoryError, ImportError) as exc:
+    except CommandError as exc:
+        print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except (ConfigurationError, ImportError, ValueError) as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except AgentMemoryError as exc:  # an unreachable database and the like
+        print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -41,3 +41,36 @@ def test_example_runs(
         env=env,
     )
     assert result.returncode == 0, f"{where} failed:\n{result.stderr}"
+
+
+CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for doc in ("README.md", "user-guide.md"):
+        for i, block in enumerate(CONSOLE.findall((ROOT / doc).read_text())):
+            lines = [ln[2:] for ln in block.splitlines() if ln.startswith("$ agent-memory")]
+            if lines:
+                found.append((f"{doc}#console{i + 1}", lines))
+    return found
+
+
+@pytest.mark.parametrize(("where", "lines"), commands(), ids=[w for w, _ in commands()])
+def test_commands_run(where: str, lines: list[str], tmp_path: Path) -> None:
+    """Each ``$ agent-memory ...`` line of a console block, in order, on a fresh default."""
+    import shlex
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENT_MEMORY_HOME": str(tmp_path)}
+    env.pop("AGENT_MEMORY_URL", None)
+    for line in lines:
+        args = shlex.split(line.split("  #")[0])[1:]
+        result = subprocess.run(
+            [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert result.returncode == 0, f"{where}: {line} failed:\n{result.stderr}"

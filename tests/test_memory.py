@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -492,3 +493,28 @@ def test_settings_come_from_agent_config() -> None:
         assert AgentMemory(create_store(), decay_rate=0.7).settings.decay_rate == 0.7
     finally:
         del os.environ["CONFIG__MEMORY__DECAY_RATE"]
+
+
+async def test_background_worker_as_thread_and_task(tmp_path: Path) -> None:
+    memory = AgentMemory(
+        create_store(f"sqlite:///{tmp_path / 'm.db'}"),
+        consolidate_every_seconds=0.05,
+        decay_every_seconds=0.05,
+        sweep_every_seconds=0.05,
+    )
+    u = {"user_id": "u"}
+    memory.record(u, [HumanMessage("I live in Oslo")], key="e1")
+    worker = memory.start()
+    deadline = time.monotonic() + 30
+    while not memory.facts(u) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    memory.stop()
+    assert not worker.running and worker.stats.consolidated == 1
+    assert worker.stats.errors == []
+    memory.record(u, [HumanMessage("I live in Rome")], key="e2")
+    worker = await memory.astart()
+    while memory.facts(u)[0].value != "Rome" and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await memory.astop()
+    assert not worker.running and worker.stats.consolidated == 2
+    assert [f.value for f in memory.history(u, "city")] == ["Oslo", "Rome"]

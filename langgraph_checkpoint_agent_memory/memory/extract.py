@@ -283,7 +283,7 @@ _RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
         "lives in {v}",
     ),
     (
-        re.compile(rf"\bI(?: now)? live in {_VALUE}{_END}", re.I),
+        re.compile(rf"\bI(?: now| still)? live in {_VALUE}{_END}", re.I),
         "city",
         False,
         0.7,
@@ -291,7 +291,7 @@ _RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
     ),
     (re.compile(rf"\bI'?m based in {_VALUE}{_END}", re.I), "city", False, 0.7, "lives in {v}"),
     (
-        re.compile(rf"\bI(?: now)? work (?:at|for) {_VALUE}{_END}", re.I),
+        re.compile(rf"\bI(?: now| still)? work (?:at|for) {_VALUE}{_END}", re.I),
         "employer",
         False,
         0.7,

@@ -1,0 +1,234 @@
+"""``agent-memory demo``: a scripted month in the life of an agent's memory.
+
+A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
+``create_checkpointer`` and the memory store on one SQLite file (or ``--url``). The demo's
+clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
+decay and the checkpointer's TTL all happen in a few seconds:
+
+- day 0, session 1: Alice introduces herself; consolidation adds her facts;
+- day 20, session 2: the agent is reminded of them; she has moved; the city is superseded;
+- day 29: decay deletes what nobody confirmed or recalled; the TTL evicts the idle thread;
+- finally, the context block a new session would receive.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.memory import AgentMemory, Fact, RuleBasedExtractor
+from langgraph_checkpoint_agent_memory.memory.extract import ChatModelExtractor
+from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
+from langgraph_checkpoint_agent_memory.memory.recall import day
+
+DAY = 86400.0
+USER = "alice"
+SESSIONS: list[tuple[float, str, list[str]]] = [
+    (
+        0,
+        "alice-1",
+        [
+            "Hi! My name is Alice. I live in Berlin and I work at ACME.",
+            "My favorite snack is pretzels.",
+        ],
+    ),
+    (20, "alice-2", ["Good news: I moved to Munich. I still work at ACME."]),
+]
+SCRIPTED_REPLIES = [
+    "Nice to meet you, Alice! How can I help with your procurement requests?",
+    "Noted, pretzels it is.",
+    "Congratulations on the move! I have updated your delivery city.",
+]
+
+
+@dataclass
+class DemoClock:
+    """Real time, shifted: the demo starts 30 days ago and jumps forward."""
+
+    offset: float
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance_to(self, days_after_start: float, start: float) -> None:
+        self.offset = start + days_after_start * DAY - time.time()
+
+
+def run_demo(
+    url: str,
+    *,
+    model: str | None = None,
+    console: Console | None = None,
+    explicit_url: bool = False,
+) -> dict[str, Any]:
+    """Run the scripted sessions against ``url``; print what happens; return a summary."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import SystemMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    out = console or Console()
+    start = time.time() - 30 * DAY
+    clock = DemoClock(start - time.time())
+    if model:
+        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+
+        chat = init_chat_model(model)
+        agent_model: Any = chat
+        extractor: Any = ChatModelExtractor(chat)
+        out.print(f"Using [bold]{model}[/] for the agent and the extractor.")
+    else:
+        agent_model = FakeListChatModel(responses=SCRIPTED_REPLIES)
+        extractor = RuleBasedExtractor()
+        out.print(
+            "No model configured (--model provider:name): using a scripted agent and the "
+            "rule-based extractor."
+        )
+    out.print(f"Memory lives in [bold]{url}[/]\n")
+
+    checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
+    store = create_store(url, clock=clock)
+    memory = AgentMemory(
+        store,
+        extractor=extractor,
+        checkpointer=checkpointer,
+        clock=clock,
+        scope_keys=("user_id",),
+        decay_rate=0.9,
+        decay_threshold=0.2,
+        reinforce_every_seconds=0,
+    )
+    scope = {"user_id": USER}
+    memory.erase(scope)  # the demo's own user starts afresh on every run
+
+    seen: dict[str, str] = {}
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        context = [
+            m
+            for m in state["messages"]
+            if isinstance(m, SystemMessage) and m.id == CONTEXT_MESSAGE_ID
+        ]
+        seen["context"] = str(context[0].content) if context else ""
+        return {"messages": [agent_model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("inject_memory", memory.inject_node)
+    graph.add_node("agent", agent)
+    graph.add_node("record_memory", memory.record_node)
+    graph.add_edge(START, "inject_memory")
+    graph.add_edge("inject_memory", "agent")
+    graph.add_edge("agent", "record_memory")
+    app: Any = graph.compile(checkpointer=checkpointer, store=store)
+
+    summary: dict[str, Any] = {"sessions": [], "superseded": [], "decayed": [], "evicted": []}
+    for number, (at, thread, turns) in enumerate(SESSIONS, 1):
+        clock.advance_to(at, start)
+        out.rule(f"Session {number} · {day(clock())} · thread {thread}")
+        config = {"configurable": {"thread_id": thread, "user_id": USER}}
+        for text in turns:
+            result = app.invoke({"messages": [("user", text)]}, config)
+            injected = seen.get("context", "")
+            out.print(
+                Panel(
+                    injected or "(nothing yet)",
+                    title="injected by inject_memory",
+                    border_style="cyan",
+                    expand=False,
+                )
+            )
+            out.print(f"[bold]Alice:[/] {text}")
+            out.print(f"[bold]Agent:[/] {result['messages'][-1].content}\n")
+            summary["sessions"].append({"thread": thread, "said": text, "injected": injected})
+        before = {f.key: f for f in memory.facts(scope)}
+        report = memory.consolidate()
+        after = {f.key: f for f in memory.facts(scope)}
+        table = Table(
+            title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)"
+        )
+        for column in ("change", "attribute", "value", "statement"):
+            table.add_column(column)
+        for job in report.jobs:
+            for key in job.added:
+                f = after[key]
+                table.add_row("[green]added[/]", f.attribute, f.value, f.statement)
+            for key in job.confirmed:
+                f = after[key]
+                table.add_row("[blue]confirmed[/]", f.attribute, f.value, f"{f.confirmations}x")
+            for _, key in job.superseded:
+                f, old = after[key], before.get(key)
+                table.add_row(
+                    "[yellow]superseded[/]",
+                    f.attribute,
+                    f"{old.value if old else '?'} -> {f.value}",
+                    f.statement,
+                )
+                summary["superseded"].append(
+                    {"attribute": f.attribute, "old": old.value if old else None, "new": f.value}
+                )
+        out.print(table)
+
+    out.rule("A fact's history")
+    out.print(history_table(memory.history(scope, "city"), "city"))
+
+    clock.advance_to(29, start)
+    out.rule(f"Day 29 · {day(clock())}: decay and the TTL")
+    before_items = {f.attribute: f for f in memory.facts(scope)}
+    removed = memory.decay()
+    left = {f.attribute for f in memory.facts(scope)}
+    gone = [f for a, f in before_items.items() if a not in left]
+    summary["decayed"] = [f.attribute for f in gone]
+    decay = Table(
+        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
+        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
+    )
+    decay.caption = "importance fades per day since a fact was last confirmed or recalled"
+    for column in ("fact", "last confirmed", "now"):
+        decay.add_column(column)
+    for f in gone:
+        decay.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
+    for f in memory.facts(scope):
+        decay.add_row(f.text(), day(f.last_confirmed), "kept")
+    out.print(decay)
+    summary["evicted"] = sorted(checkpointer.sweep())
+    ttl = Table(title="Checkpointer TTL: 14 days idle")
+    for column in ("thread", "last active", "state"):
+        ttl.add_column(column)
+    for at, thread, _ in SESSIONS:
+        state = "[red]evicted[/]" if thread in summary["evicted"] else "kept"
+        ttl.add_row(thread, day(start + at * DAY), state)
+    out.print(ttl)
+
+    out.rule("What a new session would receive")
+    context = memory.build_context(scope, "Where should my next order be delivered?")
+    summary["context"] = context
+    out.print(Panel(context or "(nothing)", title="build_context", border_style="cyan"))
+    out.print(
+        "\nExplore it: [bold]agent-memory facts user=alice --all[/], "
+        "[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/]"
+        + (f" (each with --url {url})" if explicit_url else "")
+    )
+    close = getattr(checkpointer, "close", None)
+    if callable(close):
+        close()
+    store.close()
+    return summary
+
+
+def history_table(versions: list[Fact], attribute: str) -> Table:
+    table = Table(title=f"history of {attribute!r}")
+    for column in ("value", "valid from", "valid to", "superseded by"):
+        table.add_column(column)
+    for f in versions:
+        table.add_row(
+            f.value,
+            day(f.valid_from),
+            day(f.valid_to) if f.valid_to is not None else "[green]current[/]",
+            f.superseded_by or "",
+        )
+    return table
