@@ -266,3 +266,33 @@ def test_default_offline_embedder(make_store: Callable[..., Any]) -> None:
     store.put(("e",), "food", {"text": "My favourite dish is lasagne"})
     found = store.search(("e",), query="she relocated to a German city")
     assert [i.key for i in found] == ["move", "food"]
+
+
+def test_rank_keys_sees_every_write_through_its_vector_cache(
+    make_store: Any, store_backend: str
+) -> None:
+    """Recall ranks with a cached matrix per namespace; any put or delete, from this store
+    or another one on the same database, must invalidate it."""
+    import time as _time
+
+    emb = WordEmbeddings()
+    a = make_store(index={"dims": emb.dims, "embed": emb})
+    # a second store object on the same database (memory has only the one)
+    b = a if store_backend == "memory" else make_store(index={"dims": emb.dims, "embed": emb})
+    ns = ("memory", "user=u", "episodes")
+
+    def rank(query: str) -> list[str]:
+        vector = emb.embed_query(query)
+        found = a.db.run(a.rank_keys_plan(ns, "", vector, 5, _time.time()))
+        return [k for k, _ in found]
+
+    a.put(ns, "y", {"text": "paris london"})
+    a.put(ns, "x", {"text": "berlin"})
+    a.put(("memory", "user=u", "other"), "z", {"text": "berlin"})
+    assert rank("berlin")[0] == "x"
+    assert "z" not in rank("berlin")  # exactly this namespace
+    assert rank("london")[0] == "y"
+    b.put(ns, "x", {"text": "london"})  # another store object: the cache must notice
+    assert rank("london")[0] == "x"
+    b.delete(ns, "y")
+    assert rank("paris") == ["x"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.suites.locomo import run as locomo
+from benchmarks.suites.memory_pipeline import run as memory_pipeline
 from benchmarks.suites.memory_savers import run as memory_savers
 from benchmarks.suites.savers import run as savers
 from benchmarks.suites.stores import run as stores
@@ -14,6 +15,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
     "savers": savers,
     "stores": stores,
+    "memory-pipeline": memory_pipeline,
     "locomo": locomo,
 }
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
@@ -172,6 +173,42 @@ class MemorySql:
             "vectors_of",
             lambda: f"SELECT key, vector FROM am_store_vectors WHERE prefix = {p('prefix')}",
         )
+
+
+def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
+    """How many live items a namespace holds and when one last changed: a cheap fingerprint
+    that lets recall reuse what it decoded before."""
+    p = sql.p
+    query = sql._text(
+        "version",
+        lambda: (
+            "SELECT COUNT(*), MAX(i.updated_at) FROM am_store_items i WHERE i.prefix = "
+            f"{p('prefix')} AND {sql.live}"
+        ),
+    )
+    [rows] = yield Batch([Stmt(query, {"prefix": prefix, "now": now}, fetch=True)])
+    count, latest = rows[0]
+    return int(count), float(latest or 0.0)
+
+
+def decay_state_plan(
+    sql: MemorySql, prefix: str, keys: Sequence[str]
+) -> Plan[dict[str, tuple[float, float]]]:
+    """``key -> (log_importance, reinforced_at)`` for some items of one namespace."""
+    p = sql.p
+    out: dict[str, tuple[float, float]] = {}
+    for start in range(0, len(keys), 64):
+        chunk = list(keys[start : start + 64])
+        marks = ", ".join(p(f"k{j}") for j in range(len(chunk)))
+        text = (
+            "SELECT key, log_importance, reinforced_at FROM am_memory_decay WHERE prefix = "
+            f"{p('prefix')} AND key IN ({marks})"
+        )
+        query = sql._text(("decay_state", len(chunk)), partial(str, text))
+        params = {"prefix": prefix, **{f"k{j}": k for j, k in enumerate(chunk)}}
+        [rows] = yield Batch([Stmt(query, params, fetch=True)])
+        out.update({r[0]: (float(r[1]), float(r[2])) for r in rows})
+    return out
 
 
 def decode(row: Sequence[Any]) -> StoredRow:

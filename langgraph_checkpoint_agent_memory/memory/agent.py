@@ -11,6 +11,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +167,9 @@ class AgentMemory:
         self._clock = clock
         self._sql = sqlm.MemorySql(store.dialect, store.sql)
         self._recalled: dict[tuple[str, str], float] = {}
+        self._facts_cache: OrderedDict[
+            str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]
+        ] = OrderedDict()
         self._reinforced: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._worker: MemoryWorker | None = None
@@ -277,58 +281,83 @@ class AgentMemory:
         now = self._clock()
         st = self.settings
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
-        facts_prefix = self._prefix(scope, "facts")
-        rows = yield from sqlm.read_plan(self._sql, facts_prefix, now)
-        facts = {r.key: (Fact.from_value(r.key, r.value), self._importance(r, now)) for r in rows}
-        ordered = sorted(facts, key=lambda k: (-facts[k][1], facts[k][0].attribute, k))
-        cost = sum(self.count_tokens(R.fact_line(facts[k][0])) for k in ordered)
+        facts = yield from self._current_facts_plan(scope, now)
+        ordered = [entry[0] for entry in facts]
+        lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
+        cost = sum(entry[2] for entry in facts)
         if cost > budget and query:
-            ranked = yield from self.store._ranked_plan(
-                SearchOp(self.namespace(scope, "facts"), query=query, limit=len(facts)), now, vector
+            # more facts than fit: the most relevant first, then the rest by importance
+            want = max(16, budget // 8)
+            ranked = yield from self.store.rank_keys_plan(
+                self.namespace(scope, "facts"), query, vector, want, now
             )
-            first = [item.key for item, _ in ranked if item.key in facts]
-            ordered = first + [k for k in ordered if k not in set(first)]
-        candidates = yield from self.store._ranked_plan(
-            SearchOp(
-                self.namespace(scope, "episodes"),
-                query=query or None,
-                limit=st.episode_candidates,
-            ),
-            now,
-            vector,
-        )
+            by_key = {f.key: f for f in ordered}
+            first = [by_key[k] for k, _ in ranked if k in by_key]
+            chosen = {f.key for f in first}
+            ordered = first + [f for f in ordered if f.key not in chosen]
         episodes_prefix = self._prefix(scope, "episodes")
-        keys = [item.key for item, _ in candidates]
-        decay_rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
-        importance = {r.key: self._importance(r, now) for r in decay_rows}
-        best = max((item.score or 0.0 for item, _ in candidates), default=0.0) or 1.0
+        rows: list[sqlm.StoredRow]
+        if query:
+            ranked = yield from self.store.rank_keys_plan(
+                self.namespace(scope, "episodes"), query, vector, st.episode_candidates, now
+            )
+            relevance = dict(ranked)
+            rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, list(relevance))
+        else:
+            relevance = {}
+            recent = yield from self.store._ranked_plan(
+                SearchOp(self.namespace(scope, "episodes"), limit=st.episode_candidates),
+                now,
+                None,
+            )
+            keys = [item.key for item, _ in recent]
+            rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
+        best = max(relevance.values(), default=0.0) or 1.0
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
-        for item, _ in candidates:
-            episode = Episode.from_value(item.key, item.value)
+        for row in rows:
+            episode = Episode.from_value(row.key, row.value)
             if exclude_thread is not None and episode.thread_id == exclude_thread:
                 continue
             if episode.summary:
                 if episode.summary in seen_summaries:
                     continue
                 seen_summaries.add(episode.summary)
-            relevance = (item.score or 0.0) / best if query else 0.0
+            importance = self._importance(row, now)
             score = R.episode_score(
-                relevance,
-                episode.occurred_at,
-                importance.get(item.key, episode.importance),
-                now,
-                st.weights,
+                relevance.get(row.key, 0.0) / best, episode.occurred_at, importance, now, st.weights
             )
             scored.append((score, episode))
         scored.sort(key=lambda p: -p[0])
         return R.render(
-            [facts[k][0] for k in ordered],
+            ordered,
             [e for _, e in scored],
             now=now,
             budget_tokens=budget,
             count=self.count_tokens,
+            rendered=lines,
         )
+
+    def _current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
+        """The scope's current facts with each line's token cost, most important first;
+        decoded once and reused while the scope's facts do not change (any process's write
+        changes the fingerprint)."""
+        prefix = self._prefix(scope, "facts")
+        fingerprint = yield from sqlm.version_plan(self._sql, prefix, now)
+        with self._lock:
+            cached = self._facts_cache.get(prefix)
+            if cached is not None and cached[0] == fingerprint:
+                self._facts_cache.move_to_end(prefix)
+                return cached[1]
+        rows = yield from sqlm.read_plan(self._sql, prefix, now)
+        facts = [Fact.from_value(r.key, r.value) for r in rows]
+        facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
+        entries = [(f, line, self.count_tokens(line)) for f in facts if (line := R.fact_line(f))]
+        with self._lock:
+            self._facts_cache[prefix] = (fingerprint, entries)
+            while len(self._facts_cache) > 256:
+                self._facts_cache.popitem(last=False)
+        return entries
 
     def _importance(self, row: sqlm.StoredRow, now: float) -> float:
         if row.log_importance is None or row.reinforced_at is None:
@@ -374,8 +403,9 @@ class AgentMemory:
     def _queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
         now = self._clock()
         every = self.settings.reinforce_every_seconds
-        keys = [(self._prefix(scope, "facts"), f.key) for f in recalled.facts]
-        keys += [(self._prefix(scope, "episodes"), e.key) for e in recalled.episodes]
+        facts, episodes = self._prefix(scope, "facts"), self._prefix(scope, "episodes")
+        keys = [(facts, f.key) for f in recalled.facts]
+        keys += [(episodes, e.key) for e in recalled.episodes]
         with self._lock:
             for key in keys:
                 if now - self._reinforced.get(key, float("-inf")) >= every:

@@ -10,9 +10,9 @@ transaction.
   history with ``valid_to`` and ``superseded_by`` set, the new one is current from now on. So at
   most one value per single-valued attribute is current, and validity windows never overlap.
 - A multi-valued attribute accumulates one fact per distinct value.
-- A candidate whose attribute is new but whose statement is nearly the same as an existing
-  fact's (embedding cosine, or word overlap without an embedder, above a threshold) is that
-  fact under another name: it is merged into it instead of stored twice.
+- A candidate whose attribute is new but whose value is an existing fact's and whose
+  statement is nearly the same (embedding cosine, or word overlap without an embedder, above
+  a threshold) is that fact under another name: it is merged into it instead of stored twice.
 """
 
 from __future__ import annotations
@@ -72,7 +72,14 @@ def merge(
         attribute = c.attribute
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
-            twin = similar(c, current)
+            # only the same value stated under another name is a duplicate: similar sentences
+            # about different values ("item 5 is A", "item 50 is B") are different facts
+            same_value = {
+                k: f
+                for k, f in current.items()
+                if normalize_value(f.value) == normalize_value(c.value)
+            }
+            twin = similar(c, same_value) if same_value else None
             if twin is not None:
                 attribute, multi = current[twin].attribute, current[twin].multi
         key = fact_key(attribute, c.value, multi)

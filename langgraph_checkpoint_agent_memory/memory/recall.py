@@ -24,6 +24,11 @@ from langgraph_checkpoint_agent_memory.memory.model import Episode, Fact
 
 TokenCounter = Callable[[str], int]
 
+#: A section stops looking for lines that fit after this many in a row did not.
+MAX_MISSES = 32
+#: No line is shorter than this many tokens.
+MIN_LINE = 4
+
 
 def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
@@ -96,8 +101,13 @@ def render(
     now: float,
     budget_tokens: int,
     count: TokenCounter = estimate_tokens,
+    rendered: dict[str, tuple[str, int]] | None = None,
 ) -> Recalled:
-    """The dated block, facts then episodes, each in the given order, within the budget."""
+    """The dated block, facts then episodes, each in the given order, within the budget.
+
+    ``rendered``: fact lines already rendered and counted, by key. The scan of a section stops
+    after :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the
+    budget, not the number of facts."""
     header = f"Memory (as of {day(now)}):"
     lines = [header]
     used = count(header)
@@ -114,10 +124,14 @@ def render(
             break
         section = [title]
         section_used = cost
+        misses = 0
         for item in items:
-            text = line(item)
-            c = count(text)
+            known = (rendered or {}).get(getattr(item, "key", ""))
+            text, c = known if known is not None else (text := line(item), count(text))
             if used + section_used + c > budget_tokens:
+                misses += 1
+                if misses >= MAX_MISSES or budget_tokens - used - section_used < MIN_LINE:
+                    break
                 continue  # a shorter line further down may still fit
             section.append(text)
             section_used += c

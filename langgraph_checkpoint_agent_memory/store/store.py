@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from functools import partial
@@ -144,6 +146,27 @@ class _Statements:
             lambda: f"SELECT DISTINCT prefix FROM am_store_items WHERE {where}{self.live}",
         )
 
+    def fingerprint(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "fingerprint",
+            lambda: (
+                "SELECT COUNT(*), MAX(updated_at) FROM am_store_items WHERE prefix = "
+                f"{p('prefix')} AND {self.live}"
+            ),
+        )
+
+    def vectors_exact(self) -> Sql:
+        p = self.d.param
+        return self.text(
+            "vectors_exact",
+            lambda: (
+                "SELECT v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
+                f"ON i.prefix = v.prefix AND i.key = v.key WHERE v.prefix = {p('prefix')} "
+                f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+            ),
+        )
+
     def refresh(self) -> Sql:
         p = self.d.param
         return self.text(
@@ -257,6 +280,10 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         self.auto_setup = auto_setup
         self._clock = clock
         self._sweeper: Sweeper | None = None
+        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
+        self._matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
+        self._matrix_lock = threading.Lock()
+        self.matrix_cache_size = 256
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         index = resolve_index(index)
@@ -527,16 +554,16 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             (_ns(item.namespace), item.key) for item, ttl in found if ttl is not None
         ]
 
-    def _ranked_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
-    ) -> Plan[list[tuple[SearchItem, Any]]]:
-        conds = S.conditions(op.filter)
-        filters, fparams = self._prefilter(conds)
-        base = {**_prefix_params(op.namespace_prefix), "now": now, **fparams}
-        query_terms = S.terms(op.query) if op.query else []
-        if not op.query or (not query_terms and query_vector is None):
-            return (yield from self._recent_plan(op, conds, filters, base))
-        want = max(self.candidates, 4 * (op.limit + op.offset))
+    def _fused_plan(
+        self,
+        query_terms: list[str],
+        query_vector: list[float] | None,
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
+        candidates under ``base``'s namespace prefix, best first, without reading the items."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         if query_terms:
@@ -565,7 +592,78 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
             rankings.append(self._nearest(rows, query_vector, want))
             weights.append(self.weights[1])
-        fused = S.fuse(rankings, weights, k=self.rrf_k)
+        return S.fuse(rankings, weights, k=self.rrf_k)
+
+    def rank_keys_plan(
+        self,
+        namespace: Sequence[str],
+        query: str,
+        query_vector: list[float] | None,
+        want: int,
+        now: float,
+    ) -> Plan[list[tuple[str, float]]]:
+        """Keys of exactly one namespace's best matches for ``query`` with their fused
+        scores, for callers that read the items themselves (agent memory's recall). The
+        namespace's vectors are read once and reused while it does not change."""
+        ns = _ns(namespace)
+        base = {"ns": ns, "ns_dot": "", "ns_len": 1, "now": now}  # this namespace only
+        terms = S.terms(query)
+        fused = yield from self._fused_plan(terms, None, "", base, want)
+        if query_vector is None or self.embeddings is None:
+            return [(key, score) for (_, key), score in fused]
+        keys, matrix = yield from self._matrix_plan(ns, now)
+        rankings = [[k for k, _ in fused]] if terms else []
+        weights = [self.weights[0]] if terms else []
+        if keys:
+            q = np.asarray(query_vector, dtype=np.float32)
+            sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
+            best: dict[str, float] = {}
+            for key, sim in zip(keys, sims, strict=True):
+                if sim > best.get(key, -2.0):
+                    best[key] = sim
+            rankings.append([(ns, k) for k in sorted(best, key=lambda k: -best[k])[:want]])
+            weights.append(self.weights[1])
+        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.rrf_k)]
+
+    def _matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
+        """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
+        item count, latest update) that any write to the namespace changes."""
+        [rows] = yield Batch([Stmt(self.sql.fingerprint(), {"prefix": ns, "now": now}, fetch=True)])
+        fingerprint = (int(rows[0][0]), float(rows[0][1] or 0.0))
+        with self._matrix_lock:
+            cached = self._matrices.get(ns)
+            if cached is not None and cached[0] == fingerprint:
+                self._matrices.move_to_end(ns)
+                return cached[1], cached[2]
+        [rows] = yield Batch(
+            [Stmt(self.sql.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
+        )
+        keys = [r[0] for r in rows]
+        if rows:
+            matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(
+                len(rows), -1
+            )
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            matrix = matrix / np.where(norms == 0, 1.0, norms)
+        else:
+            matrix = np.zeros((0, 1), dtype=np.float32)
+        with self._matrix_lock:
+            self._matrices[ns] = (fingerprint, keys, matrix)
+            while len(self._matrices) > self.matrix_cache_size:
+                self._matrices.popitem(last=False)
+        return keys, matrix
+
+    def _ranked_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        conds = S.conditions(op.filter)
+        filters, fparams = self._prefilter(conds)
+        base = {**_prefix_params(op.namespace_prefix), "now": now, **fparams}
+        query_terms = S.terms(op.query) if op.query else []
+        if not op.query or (not query_terms and query_vector is None):
+            return (yield from self._recent_plan(op, conds, filters, base))
+        want = max(self.candidates, 4 * (op.limit + op.offset))
+        fused = yield from self._fused_plan(query_terms, query_vector, filters, base, want)
         out: list[tuple[Any, Any]] = []
         skip = op.offset
         if op.limit == 0:

@@ -1,0 +1,202 @@
+"""The memory pipeline: consolidation throughput, decay at scale, and ``inject_node`` latency.
+
+- **consolidate**: episodes/s with an instant extractor (the rule-based one), SQLite and
+  PostgreSQL, 50 scopes; target >= 500 episodes/s.
+- **decay**: one ``decay()`` over 1M facts on PostgreSQL (100k in ``--quick``), a third of
+  them under the threshold; target <= 10 s. The facts are bulk-loaded with SQL.
+- **inject**: ``inject_node`` latency for a user with 1k facts and 1k episodes (p50, p99),
+  lexical only and with a (cheap, deterministic) embedder, whose query-embedding time is
+  measured apart and excluded; target p50 <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage
+
+from benchmarks.harness import bar_chart, percentile, print_table, write_results
+from benchmarks.suites.savers import postgres
+from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+
+class HashEmbeddings(Embeddings):
+    """64 dimensions from word hashes: deterministic and nearly free, so the figures show
+    our cost, not a model's."""
+
+    dims = 64
+
+    def _one(self, text: str) -> list[float]:
+        v = [0.0] * self.dims
+        for word in text.lower().split():
+            v[int(hashlib.blake2b(word.encode(), digest_size=4).hexdigest(), 16) % self.dims] += 1
+        return v
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._one(text)
+
+
+def _consolidate(url: str, episodes: int, scopes: int) -> dict[str, float]:
+    store = create_store(url)
+    memory = AgentMemory(store, max_episodes_per_job=50)
+    memory.setup()
+    for n in range(episodes):
+        memory.record(
+            {"user_id": f"u{n % scopes}"},
+            [{"role": "user", "content": f"My code{n} is v{n}. I like topic{n % 7}."}],
+            key=f"e{n}",
+        )
+    started = time.perf_counter()
+    report = memory.consolidate()
+    seconds = time.perf_counter() - started
+    store.close()
+    assert report.episodes == episodes, report.as_dict()
+    return {"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}
+
+
+def _decay(url: str, facts: int) -> dict[str, float]:
+    import psycopg
+
+    store = create_store(url)
+    memory = AgentMemory(store)
+    memory.setup()
+    now = time.time()
+    with psycopg.connect(url, autocommit=True) as conn:
+        # a third were last reinforced 90 days ago (0.5 * 0.95**90 = 0.005 < 0.05), the rest today
+        conn.execute(
+            """
+            INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, doc)
+            SELECT 'memory.user=u' || (g %% 1000) || '.facts', 'f' || g,
+                   jsonb_build_object('attribute', 'f' || g, 'value', 'v', 'statement', 's'),
+                   %(now)s, %(now)s, 'fact ' || g
+            FROM generate_series(1, %(n)s) g
+            """,
+            {"now": now, "n": facts},
+        )
+        conn.execute(
+            """
+            INSERT INTO am_memory_decay (prefix, key, scope, log_importance, reinforced_at, pinned)
+            SELECT 'memory.user=u' || (g %% 1000) || '.facts', 'f' || g, 'user=u' || (g %% 1000),
+                   ln(0.5), CASE WHEN g %% 3 = 0 THEN %(old)s ELSE %(now)s END, 0
+            FROM generate_series(1, %(n)s) g
+            """,
+            {"now": now, "old": now - 90 * 86400, "n": facts},
+        )
+        conn.execute("ANALYZE")
+    started = time.perf_counter()
+    removed = memory.decay()
+    seconds = time.perf_counter() - started
+    store.close()
+    assert removed == facts // 3, removed
+    return {"facts": facts, "deleted": removed, "seconds": seconds}
+
+
+def _populate(memory: AgentMemory, facts: int) -> dict[str, str]:
+    scope = {"user_id": "busy"}
+    for n in range(facts):
+        memory.record(
+            scope,
+            [
+                {"role": "user", "content": f"My item{n} is value{n}. Order {n} shipped late."},
+                {"role": "assistant", "content": f"Sorry about order {n}."},
+            ],
+            key=f"e{n}",
+            occurred_at=time.time() - (facts - n) * 3600,
+        )
+    memory.consolidate()
+    return scope
+
+
+def _inject(url: str, facts: int, rounds: int, embed: bool) -> dict[str, float]:
+    index = {"dims": HashEmbeddings.dims, "embed": HashEmbeddings()} if embed else None
+    store = create_store(url, index=index)
+    memory = AgentMemory(store, budget_tokens=1000, max_episodes_per_job=100)
+    scope = _populate(memory, facts)
+    counts = memory.scopes()["user=busy"]
+    config = {"configurable": {"user_id": scope["user_id"], "thread_id": "bench"}}
+    queries = [f"what happened to order {n}?" for n in range(0, facts, max(1, facts // 50))]
+    samples: list[float] = []
+    embed_samples: list[float] = []
+    for i in range(rounds):
+        state = {"messages": [HumanMessage(queries[i % len(queries)])]}
+        started = time.perf_counter()
+        out = memory.inject_node.invoke(state, config)
+        samples.append(time.perf_counter() - started)
+        if embed:
+            started = time.perf_counter()
+            HashEmbeddings().embed_query(queries[i % len(queries)])
+            embed_samples.append(time.perf_counter() - started)
+        assert out and "Known facts" in out["messages"][0].content
+    store.close()
+    embed_cost = statistics.median(embed_samples) if embed_samples else 0.0
+    return {
+        "facts": counts["facts"],
+        "episodes": counts["episodes"],
+        "p50_ms": (statistics.median(samples) - embed_cost) * 1e3,
+        "p99_ms": (percentile(samples, 99) - embed_cost) * 1e3,
+        "query_embedding_ms": embed_cost * 1e3,
+    }
+
+
+def run(*, quick: bool, out: Path) -> None:
+    episodes = 500 if quick else 5000
+    decay_facts = 100_000 if quick else 1_000_000
+    inject_size = 200 if quick else 1000
+    rounds = 50 if quick else 300
+    results: dict[str, Any] = {"quick": quick}
+    folder = out / ".memory-pipeline"
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        fresh_pg = stack.enter_context(postgres())
+        urls = {
+            "sqlite": lambda name: f"sqlite:///{folder / f'{name}-{time.time_ns()}.db'}",
+            "postgres": lambda name: fresh_pg(),
+        }
+        results["consolidate"] = {
+            b: _consolidate(make("consolidate"), episodes, 50) for b, make in urls.items()
+        }
+        results["decay"] = {"postgres": _decay(fresh_pg(), decay_facts)}
+        results["inject"] = {
+            f"{b}{'+vectors' if embed else ''}": _inject(make("inject"), inject_size, rounds, embed)
+            for b, make in urls.items()
+            for embed in (False, True)
+        }
+    for file in folder.glob("*"):
+        file.unlink()
+    folder.rmdir()
+    rows = [
+        (f"consolidate {b}", f"{r['episodes_per_s']:.0f} episodes/s", ">= 500")
+        for b, r in results["consolidate"].items()
+    ]
+    d = results["decay"]["postgres"]
+    rows.append((f"decay {d['facts']:,} facts (postgres)", f"{d['seconds']:.2f} s", "<= 10 s"))
+    rows += [
+        (
+            f"inject {b} ({r['facts']} facts, {r['episodes']} episodes)",
+            f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms",
+            "p50 <= 10 ms",
+        )
+        for b, r in results["inject"].items()
+    ]
+    print_table("Memory pipeline", rows, ("measure", "ours", "target"))
+    write_results(out, "memory-pipeline", results)
+    bar_chart(
+        out,
+        "memory-pipeline",
+        {
+            "inject p50 (ms)": {b: r["p50_ms"] for b, r in results["inject"].items()},
+            "inject p99 (ms)": {b: r["p99_ms"] for b, r in results["inject"].items()},
+        },
+        "milliseconds",
+    )
+    assert all(math.isfinite(r["p50_ms"]) for r in results["inject"].values())
