@@ -122,6 +122,11 @@ def _inject(url: str, facts: int, rounds: int, embed: bool) -> dict[str, float]:
     store = create_store(url, index=index)
     memory = AgentMemory(store, budget_tokens=1000, max_episodes_per_job=100)
     scope = _populate(memory, facts)
+    if url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ANALYZE")  # what autovacuum does after a bulk load
     counts = memory.scopes()["user=busy"]
     config = {"configurable": {"user_id": scope["user_id"], "thread_id": "bench"}}
     queries = [f"what happened to order {n}?" for n in range(0, facts, max(1, facts // 50))]
