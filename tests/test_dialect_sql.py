@@ -206,3 +206,152 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
         for bad in HANA_FORBIDDEN:
             assert bad not in upper, f"{where} uses {bad!r}: {sql.text}"
         assert " SUBSTR(" not in upper, where
+
+
+def memory_statements(d: Dialect) -> dict[str, Sql]:
+    """Every statement of agent memory, collected by driving each plan with canned results."""
+    from langgraph_checkpoint_agent_memory.db import memory as M
+    from langgraph_checkpoint_agent_memory.db.database import drive
+    from langgraph_checkpoint_agent_memory.store.store import _Statements
+
+    sql = M.MemorySql(d, _Statements(d))
+    seen: dict[str, Sql] = {}
+
+    def execute(batch: Any) -> list[Any]:
+        out: list[Any] = []
+        for stmt in batch.statements:
+            seen[stmt.sql.text] = stmt.sql
+            text = stmt.sql.text
+            if not stmt.fetch:
+                out.append(1)
+            elif "lease_owner, failures" in text:
+                out.append([("owner", 0)])
+            elif "SELECT s.scope" in text:
+                out.append([("user=a", "memory", 0)])
+            elif "COUNT(*), MAX" in text:
+                out.append([(1, 1.0)])
+            else:
+                out.append([])
+        return out
+
+    claim = M.Claim("user=a", "memory", "owner", 0, ["e1"])
+    item = {
+        "prefix": "memory.user=a.episodes",
+        "key": "e1",
+        "value": "{}",
+        "created_at": 1.0,
+        "updated_at": 1.0,
+        "ttl_minutes": None,
+        "expires_at": None,
+        "doc": "hi",
+    }
+    writes = M.Writes(
+        items=[item],
+        vectors=[{"prefix": "p", "key": "e1", "field": "text#0", "vector": b"\0\0\0\0"}],
+        decay=[
+            {
+                "prefix": "p",
+                "key": "e1",
+                "scope": "user=a",
+                "log_importance": 0.0,
+                "reinforced_at": 1.0,
+                "pinned": 0,
+            }
+        ],
+    )
+    reinforce = [{"prefix": "p", "key": "k", "now": 1.0}]
+    plans = [
+        M.record_plan(
+            sql,
+            scope="user=a",
+            root="memory",
+            item=item,
+            thread_id="t",
+            now=1.0,
+            reinforce=reinforce,
+        ),
+        M.reinforce_plan(sql, reinforce),
+        M.claim_plan(sql, owner="o", now=1.0, lease_seconds=1.0, limit=5),
+        M.claim_plan(
+            sql, owner="o", now=1.0, lease_seconds=1.0, limit=5, scope="user=a", skip=["user=b"]
+        ),
+        M.apply_plan(
+            sql,
+            claim,
+            job_id="j",
+            episode_keys=["e1"],
+            extractor_version="v",
+            facts_prefix="p",
+            now=1.0,
+            read_vectors=True,
+            decide=lambda rows, vectors: writes,
+            started_at=1.0,
+        ),
+        M.fail_plan(
+            sql,
+            claim,
+            job_id="j",
+            episode_keys=["e1"],
+            extractor_version="v",
+            error="x",
+            now=1.0,
+            started_at=1.0,
+            max_attempts=1,
+            backoff_seconds=1.0,
+        ),
+        M.retry_plan(sql, None),
+        M.retry_plan(sql, "user=a"),
+        M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0),
+        M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0, scope="user=a"),
+        M.known_scopes_plan(sql, "memory"),
+        M.stats_plan(sql, "memory", 1.0),
+        M.jobs_plan(sql, ["failed", "parked"], 10),
+        M.threads_plan(sql, ["user=a"]),
+        M.erase_plan(sql, root="memory", scopes=["user=a"]),
+        M.version_plan(sql, "p", 1.0),
+        M.decay_state_plan(sql, "p", ["a", "b"]),
+        M.read_plan(sql, "p", 1.0),
+        M.read_plan(sql, "p", 1.0, ["a", "b"]),
+    ]
+    for plan in plans:
+        drive(plan, execute)
+    store = _Statements(d)
+    seen[store.fingerprint().text] = store.fingerprint()
+    seen[store.vectors_exact().text] = store.vectors_exact()
+    return {f"memory#{i}": s for i, s in enumerate(seen.values())}
+
+
+def test_memory_statements_on_every_dialect(tmp_path: Any) -> None:
+    import sqlite3
+
+    pglast = pytest.importorskip("pglast")
+    found = memory_statements(PostgresDialect())
+    assert len(found) >= 35
+    for where, sql in found.items():
+        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)
+        try:
+            pglast.parse_sql(text)
+        except pglast.parser.ParseError as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+    assert any("FOR UPDATE SKIP LOCKED" in s.text for s in found.values())
+    d = SQLiteDialect()
+    conn = sqlite3.connect(tmp_path / "m.db")
+    for m in migrations_for(d):
+        for statement in m.statements:
+            conn.execute(statement)
+    for where, sql in memory_statements(d).items():
+        params = {n: None for n in re.findall(r":(\w+)", sql.text)}
+        try:
+            conn.execute(f"EXPLAIN {sql.text}", params)
+        except sqlite3.Error as exc:  # pragma: no cover - reported
+            raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
+    hana = memory_statements(HanaDialect())
+    for where, sql in hana.items():
+        upper = sql.text.upper()
+        for bad in HANA_FORBIDDEN:
+            assert bad not in upper, f"{where} uses {bad!r}: {sql.text}"
+        assert " SUBSTR(" not in upper, where
+        if upper.startswith("UPSERT") and " VALUES " in upper:
+            assert upper.endswith("WITH PRIMARY KEY"), where
+    claims = [s.text for s in hana.values() if "SELECT s.scope" in s.text]
+    assert claims and all(t.endswith("LIMIT 1 FOR UPDATE IGNORE LOCKED") for t in claims)
