@@ -57,6 +57,52 @@ def score(ranked: list[str], evidence: set[str]) -> dict[str, float]:
     }
 
 
+def when(date: str) -> float:
+    """``"1:56 pm on 8 May, 2023"`` as seconds since the epoch (UTC)."""
+    from datetime import datetime, timezone
+
+    try:
+        parsed = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return 0.0
+    return parsed.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _build_context(
+    conv: dict[str, Any],
+    items: list[dict[str, str]],
+    questions: list[dict[str, Any]],
+    by_id: dict[str, dict[str, str]],
+    embedder: Any,
+    totals: dict[str, list[dict[str, float]]],
+) -> None:
+    """What ``inject_node`` would show: each turn an episode dated by its session, recalled
+    with the documented mix of relevance, recency and importance; the rank of an episode is
+    its position in the context block."""
+    from langgraph_checkpoint_agent_memory import AgentMemory
+
+    index = {"dims": embedder.dims, "embed": embedder, "fields": ["$"]} if embedder else None
+    store = create_store(index=index, candidates=30)
+    last = max((when(t["date"]) for t in items), default=0.0)
+    memory = AgentMemory(store, clock=lambda: last + 86400, episode_candidates=30)
+    scope = {"user_id": conv["sample_id"]}
+    for t in items:
+        memory.record(
+            scope,
+            [{"role": "user", "content": t["text"]}],
+            key=t["id"],
+            occurred_at=when(t["date"]),
+        )
+    for q in questions:
+        evidence = {e.strip() for e in q["evidence"] if e.strip() in by_id}
+        if not evidence:
+            continue
+        recalled = memory.recall(scope, q["question"], budget_tokens=100_000)
+        ranked = [e.key for e in recalled.episodes][:10]
+        totals[CATEGORIES[q["category"]]].append(score(ranked, evidence))
+    store.close()
+
+
 def run(*, quick: bool, out: Path) -> None:
     data = Path(os.environ.get("AGENT_MEMORY_LOCOMO", DEFAULT_DATA))
     if not data.exists():
@@ -71,7 +117,7 @@ def run(*, quick: bool, out: Path) -> None:
     except Exception as exc:  # the embed extra is optional
         print(f"no default embedder ({exc}); vector and hybrid modes are skipped")
         embedder = None
-    modes = ["lexical", "bm25-baseline"]
+    modes = ["lexical", "bm25-baseline", "build_context"]
     if embedder is not None:
         modes += ["vector", "hybrid", "embedder-baseline"]
     totals: dict[str, dict[str, list[dict[str, float]]]] = {m: defaultdict(list) for m in modes}
@@ -114,6 +160,7 @@ def run(*, quick: bool, out: Path) -> None:
                 sims = matrix @ (qv / (np.linalg.norm(qv) + 1e-9))
                 top = [ids[i] for i in np.argsort(-sims)[:10]]
                 totals["embedder-baseline"][category].append(score(top, evidence))
+        _build_context(conv, items, questions, by_id, embedder, totals["build_context"])
         for store in stores.values():
             store.close()
     results: dict[str, Any] = {"quick": quick, "conversations": len(conversations)}

@@ -312,7 +312,7 @@ class AgentMemory:
             )
             keys = [item.key for item, _ in recent]
             rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
-        best = max(relevance.values(), default=0.0) or 1.0
+        relevance = R.spread(relevance)
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
         for row in rows:
@@ -325,7 +325,7 @@ class AgentMemory:
                 seen_summaries.add(episode.summary)
             importance = self._importance(row, now)
             score = R.episode_score(
-                relevance.get(row.key, 0.0) / best, episode.occurred_at, importance, now, st.weights
+                relevance.get(row.key, 0.0), episode.occurred_at, importance, now, st.weights
             )
             scored.append((score, episode))
         scored.sort(key=lambda p: -p[0])

@@ -6,7 +6,8 @@ the query (the store's hybrid search) go first. Then past episodes, ranked by
     score = w_relevance * relevance + w_recency * 0.5 ** (age_days / half_life_days)
             + w_importance * importance_now
 
-where ``relevance`` is the episode's hybrid-search score divided by the best one (0..1),
+where ``relevance`` is the episode's hybrid-search score rescaled among the candidates (the
+best 1, the last 0),
 ``age_days`` counts from when the episode happened, and ``importance_now`` is its decayed
 importance. Lines are added in that order until the token budget is spent, counted with the
 model's tokenizer when one is given, else estimated at four characters per token.
@@ -75,6 +76,17 @@ def episode_score(
     age_days = max(0.0, now - occurred_at) / 86400.0
     recency = 0.5 ** (age_days / w.half_life_days) if w.half_life_days > 0 else 0.0
     return w.relevance * relevance + w.recency * recency + w.importance * importance
+
+
+def spread(scores: dict[str, float]) -> dict[str, float]:
+    """Fused search scores rescaled to 0..1 among the candidates (best 1, worst 0): fusion
+    scores differ by a few percent between ranks, which would let recency decide alone."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high <= low:
+        return dict.fromkeys(scores, 1.0)
+    return {k: (v - low) / (high - low) for k, v in scores.items()}
 
 
 def day(ts: float) -> str:
