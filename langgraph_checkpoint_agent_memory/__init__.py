@@ -7,7 +7,9 @@ Long-term memory is :class:`AgentMemory` over an :class:`AgentMemoryStore`
 (:func:`create_store`): facts and episodes, consolidated by an LLM, decayed, recalled.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.checkpoint import (
     AsyncHanaSaver,
@@ -25,20 +27,45 @@ from langgraph_checkpoint_agent_memory.errors import (
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
-from langgraph_checkpoint_agent_memory.memory import (
-    AgentMemory,
-    ChatModelExtractor,
-    ExtractionError,
-    Extractor,
-    RuleBasedExtractor,
-    Scope,
-)
 from langgraph_checkpoint_agent_memory.settings import (
     ConfigField,
     ConfigValueError,
     agent_config,
 )
 from langgraph_checkpoint_agent_memory.store import AgentMemoryStore
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory import (
+        AgentMemory,
+        ChatModelExtractor,
+        ExtractionError,
+        Extractor,
+        RuleBasedExtractor,
+        Scope,
+    )
+
+#: Agent memory pulls in LangChain's runnables (and LangSmith); a process that only needs a
+#: checkpointer should not pay for that at import, so these load on first access.
+_LAZY = {
+    name: "langgraph_checkpoint_agent_memory.memory"
+    for name in (
+        "AgentMemory",
+        "ChatModelExtractor",
+        "ExtractionError",
+        "Extractor",
+        "RuleBasedExtractor",
+        "Scope",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:
     __version__ = version("langgraph-checkpoint-agent-memory")
