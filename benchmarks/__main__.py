@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--quick", action="store_true", help="small sizes, for CI (< 2 minutes)")
     run.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results go")
+    run.add_argument(
+        "--locomo",
+        type=Path,
+        metavar="PATH",
+        help="LoCoMo data: a folder with locomo-dev.json or the file "
+        "(default: $AGENT_MEMORY_LOCOMO, else ../shared/data/locomo)",
+    )
     commands.add_parser("list", help="list the suites")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -31,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<16} {suite.__doc__.strip().splitlines()[0] if suite.__doc__ else ''}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.locomo is not None:
+        if not args.locomo.exists():
+            parser.error(f"--locomo {args.locomo}: no such file or folder")
+        os.environ["AGENT_MEMORY_LOCOMO"] = str(args.locomo)
     for name in args.suites or list(SUITES):
         started = time.perf_counter()
         print(f"== {name} {'(quick)' if args.quick else ''}", flush=True)
