@@ -112,14 +112,9 @@ def _scope(memory: Any, text: str, *, must_exist: bool = True) -> Any:
 def _extractor(args: argparse.Namespace) -> Any:
     if not getattr(args, "model", None):
         return None
-    try:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise ConfigurationError(
-            "--model needs the langchain package and the provider's integration "
-            "(e.g. pip install langchain langchain-openai)"
-        ) from exc
-    return init_chat_model(args.model)
+    from langgraph_checkpoint_agent_memory.memory.extract import chat_model
+
+    return chat_model(args.model)
 
 
 def _fact_dict(f: Any) -> dict[str, Any]:

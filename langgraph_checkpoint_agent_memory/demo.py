@@ -76,9 +76,9 @@ def run_demo(
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
     if model:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+        from langgraph_checkpoint_agent_memory.memory.extract import chat_model
 
-        chat = init_chat_model(model)
+        chat = chat_model(model)
         agent_model: Any = chat
         extractor: Any = ChatModelExtractor(chat)
         out.print(f"Using [bold]{model}[/] for the agent and the extractor.")

@@ -211,3 +211,13 @@ def test_worker_runs_until_stopped(database_url: str) -> None:
     stats = json.loads(out)
     assert stats["consolidated"] == 1 and stats["rounds"] >= 1
     store.close()
+
+
+def test_model_without_langchain_is_a_clear_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("langchain") is not None:
+        pytest.skip("langchain is installed here; the error path needs it absent")
+    done = cli("demo", "--model", "openai:gpt-4o-mini", "--url", f"sqlite:///{tmp_path / 'd.db'}")
+    assert done.returncode == 2
+    assert "init_chat_model" in done.stderr and "pip install" in done.stderr

@@ -518,3 +518,30 @@ async def test_background_worker_as_thread_and_task(tmp_path: Path) -> None:
     await memory.astop()
     assert not worker.running and worker.stats.consolidated == 2
     assert [f.value for f in memory.history(u, "city")] == ["Oslo", "Rome"]
+
+
+async def test_chat_model_with_structured_output_is_used_structured(tmp_path: Path) -> None:
+    """A model that supports ``with_structured_output`` answers an ``Extraction`` directly."""
+    from langchain_core.runnables import RunnableLambda
+
+    from langgraph_checkpoint_agent_memory.memory import ChatModelExtractor, Extraction
+
+    prompts: list[str] = []
+
+    class Structured(FakeListChatModel):
+        def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:
+            assert schema is Extraction
+
+            def answer(prompt: str) -> Extraction:
+                prompts.append(prompt)
+                return Extraction.model_validate(json.loads(GOOD))
+
+            return RunnableLambda(answer)
+
+    extractor = ChatModelExtractor(Structured(responses=["unused"]))
+    assert extractor.structured
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"), extractor=extractor)
+    memory.record({"user_id": "u"}, [HumanMessage("I live in Berlin")])
+    assert (await memory.aconsolidate()).completed == 1
+    assert [f.value for f in memory.facts({"user_id": "u"})] == ["Berlin"]
+    assert "I live in Berlin" in prompts[0] and "Known facts" in prompts[0]

@@ -397,6 +397,20 @@ class RuleBasedExtractor(Extractor):
         return found
 
 
+def chat_model(spec: str) -> Any:
+    """A chat model from ``provider:name`` through LangChain's ``init_chat_model``."""
+    try:
+        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+    except ImportError as exc:
+        from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"--model {spec} needs LangChain's init_chat_model and the provider's integration: "
+            "pip install langchain langchain-<provider> (and the provider's API key)"
+        ) from exc
+    return init_chat_model(spec)
+
+
 def as_extractor(extractor: Any) -> Extractor:
     """An :class:`Extractor` from an extractor, a LangChain chat model or a callable."""
     if extractor is None:
