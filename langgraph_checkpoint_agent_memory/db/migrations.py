@@ -24,12 +24,17 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     migrations,
 )
 
+RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
+
 #: Every migration, in order. A migration's statements come from the dialect, so the same
 #: version creates the right types on each database.
 MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
     (2, "store tables and full-text index", lambda d: d.ddl(STORE_TABLES) + d.full_text_ddl()),
     (3, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
+    # Listing newest first with a filter walks this index and stops at the first page of
+    # matches, instead of reading and sorting every item under the prefix.
+    (4, "store newest-first index", lambda d: [RECENT_INDEX]),
 ]
 
 
