@@ -67,7 +67,7 @@ def run(*, quick: bool, out: Path) -> None:
     from langgraph.store.postgres import PostgresStore
     from langgraph.store.sqlite import SqliteStore
 
-    sizes = [1000] if quick else [1000, 10000]
+    sizes = [1000] if quick else [1000, 10000, 100000]
     rounds, per_round = (3, 30) if quick else (10, 100)
     results: dict[str, Any] = {"quick": quick}
     rows = []
