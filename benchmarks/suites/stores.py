@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import bar_chart, interleave, print_table, write_results
-from benchmarks.suites.savers import postgres
+from benchmarks.suites.savers import _round_trip_floor, postgres
 from langgraph_checkpoint_agent_memory import create_store
 
 WORDS = [
@@ -78,6 +78,7 @@ def run(*, quick: bool, out: Path) -> None:
         tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp,
     ):
         folder = Path(tmp)
+        results["select_1_us"] = _round_trip_floor(fresh_pg(), 200 if quick else 2000)
         for size in sizes:
             stores: dict[str, Any] = {
                 "ours-memory": create_store(),
@@ -142,7 +143,7 @@ def run(*, quick: bool, out: Path) -> None:
                         )
                     )
     print_table(
-        "per call, µs (median, p99)",
+        f"per call, µs (median, p99); PostgreSQL SELECT 1 floor {results['select_1_us']:.0f} µs",
         rows,
         ("op@items", "ours", "peer", "ours p50", "peer p50", "ours p99", "peer p99", "ours/peer"),
     )
