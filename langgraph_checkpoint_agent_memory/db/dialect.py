@@ -198,6 +198,16 @@ class Dialect:
     #: The substring function of raw SQL text.
     substr = "substr"
 
+    def under(self, column: str = "prefix") -> str:
+        """Raw SQL: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
+        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
+        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
+        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
+        p = self.param
+        return (
+            f"({column} = {p('ns')} OR {self.substr}({column}, 1, {p('ns_len')}) = {p('ns_dot')})"
+        )
+
     def param(self, name: str) -> str:
         """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"

@@ -766,7 +766,12 @@ def erase_plan(
     labels: list[str] = []
     for scope in scopes:
         prefix = ns([root, *scope.split(",")])
-        params = {"ns": prefix, "ns_dot": prefix + ".", "ns_len": len(prefix) + 1}
+        params = {
+            "ns": prefix,
+            "ns_dot": prefix + ".",
+            "ns_len": len(prefix) + 1,
+            "ns_end": prefix + "/",
+        }
         for stmt in sql.store.delete_under():
             statements.append(Stmt(stmt, params))
             labels.append(

@@ -70,6 +70,14 @@ class PostgresDialect(Dialect):
             "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
         ]
 
+    def under(self, column: str = "prefix") -> str:
+        # A byte-order range, so the planner estimates it from the column's statistics (a
+        # substr() comparison is a blind guess that made it scan instead of walking indexes)
+        return (
+            f'({column} = %(ns)s OR ({column} COLLATE "C" >= %(ns_dot)s '
+            f'AND {column} COLLATE "C" < %(ns_end)s))'
+        )
+
     def match_expression(self, terms: list[str]) -> str:
         return " | ".join(terms)
 
@@ -79,13 +87,19 @@ class PostgresDialect(Dialect):
             lambda: (
                 "SELECT prefix, key, ts_rank_cd(doc_tsv, q) FROM am_store_items, "
                 "to_tsquery('english', %(match)s) AS q WHERE doc_tsv @@ q "
-                "AND (prefix = %(ns)s OR substr(prefix, 1, %(ns_len)s) = %(ns_dot)s) "
+                f"AND {self.under()} "
                 f"AND (expires_at IS NULL OR expires_at > %(now)s){filters} "
                 "ORDER BY 3 DESC LIMIT %(n)s"
             ),
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+        """One comparison per condition, in jsonb's own order where it is exact: numbers
+        compare numerically and sort after strings and null, before booleans, arrays and
+        objects, so ``>= 8`` may admit a boolean (Python drops it) but never loses a number,
+        and nothing casts a value that is not a number. Strings compare in byte order
+        ("C"), as Python does. Fewer, simpler conditions also let the planner estimate
+        them, and walk the newest-first index instead of scanning."""
         at = f"CAST(value AS jsonb) #> %({param}_path)s::text[]"
         text = f"(CAST(value AS jsonb) #>> %({param}_path)s::text[])"
         sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
@@ -94,9 +108,13 @@ class PostgresDialect(Dialect):
         if value is None:
             return f"jsonb_typeof({at}) = 'null'" if op == "$eq" else None
         if sql_op is not None and isinstance(value, (int, float)):
-            return f"jsonb_typeof({at}) = 'number' AND {text}::numeric {sql_op} %({param})s"
+            if isinstance(value, float) and value != value:  # NaN: let Python decide
+                return None
+            return f"{at} {sql_op} to_jsonb(%({param})s::numeric)"
+        if op == "$eq" and isinstance(value, str):
+            return f"{at} = to_jsonb(%({param})s::text)"
         if sql_op is not None and isinstance(value, str):
-            return f"jsonb_typeof({at}) = 'string' AND {text} COLLATE \"C\" {sql_op} %({param})s"
+            return f'{text} COLLATE "C" {sql_op} %({param})s'
         return f"{at} IS NOT NULL"
 
     def json_path(self, path: list[str]) -> Any:

@@ -65,7 +65,7 @@ def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
     """Parameters matching a namespace and everything below it, by exact comparison
     (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
     ns = _ns(namespace)
-    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1}
+    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
 
 
 def _time(seconds: float) -> datetime:
@@ -83,7 +83,7 @@ class _Statements:
     def __init__(self, d: Dialect) -> None:
         self.d = d
         p = d.param
-        self.under = f"(prefix = {p('ns')} OR {d.substr}(prefix, 1, {p('ns_len')}) = {p('ns_dot')})"
+        self.under = d.under()
         self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
 
     def text(self, key: Any, build: Callable[[], str]) -> Sql:
@@ -606,7 +606,8 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         scores, for callers that read the items themselves (agent memory's recall). The
         namespace's vectors are read once and reused while it does not change."""
         ns = _ns(namespace)
-        base = {"ns": ns, "ns_dot": "", "ns_len": 1, "now": now}  # this namespace only
+        # this namespace only: the "below" half of the condition matches nothing
+        base = {"ns": ns, "ns_dot": "", "ns_len": 1, "ns_end": "", "now": now}
         terms = S.terms(query)
         fused = yield from self._fused_plan(terms, None, "", base, want)
         if query_vector is None or self.embeddings is None:
