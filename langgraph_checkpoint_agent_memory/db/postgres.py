@@ -111,8 +111,6 @@ class PostgresDialect(Dialect):
             if isinstance(value, float) and value != value:  # NaN: let Python decide
                 return None
             return f"{at} {sql_op} to_jsonb(%({param})s::numeric)"
-        if op == "$eq" and isinstance(value, str):
-            return f"{at} = to_jsonb(%({param})s::text)"
         if sql_op is not None and isinstance(value, str):
             return f'{text} COLLATE "C" {sql_op} %({param})s'
         return f"{at} IS NOT NULL"

@@ -535,7 +535,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     def _prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
         parts: list[str] = []
         params: dict[str, Any] = {}
-        for i, (path, op, value) in enumerate(conds):
+        # equalities first: the database tests them first, and they drop the most rows
+        order = sorted(range(len(conds)), key=lambda i: conds[i][1] != "$eq")
+        for i, (path, op, value) in ((i, conds[i]) for i in order):
             name = f"f{i}"
             sql = self.dialect.json_prefilter(path, op, value, name)
             if sql is None:
