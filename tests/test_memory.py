@@ -184,6 +184,13 @@ CASES: dict[str, tuple[Any, str | None]] = {
 async def test_bad_extractor_output_loses_nothing(database_url: str, case: str, mode: str) -> None:
     fn, error = CASES[case]
     store = create_store(database_url)
+    try:
+        await _bad_output_case(store, fn, error, mode)
+    finally:
+        await store.aclose()  # an async pool belongs to this test's event loop
+
+
+async def _bad_output_case(store: Any, fn: Any, error: str | None, mode: str) -> None:
     memory = AgentMemory(
         store,
         extractor=CallableExtractor(fn, timeout=0.3),
@@ -223,7 +230,6 @@ async def test_bad_extractor_output_loses_nothing(database_url: str, case: str, 
     assert report.completed == 1 and report.episodes == 1
     assert [f.value for f in memory.facts(alice)] == ["Berlin"]
     assert memory.scopes()["user=alice"]["parked"] == 0
-    store.close()
 
 
 def test_chat_model_extractor_with_a_fake_model(tmp_path: Path) -> None:

@@ -328,9 +328,16 @@ async def test_a_thread_started_by_a_graph_expires(
     config = {"configurable": {"thread_id": "short"}}
     if mode == "sync":
         app.invoke({"messages": [("user", "hi")]}, config)
-    else:
+        assert saver.get_tuple(config) is not None
+        wall.advance(200)
+        assert saver.get_tuple(config) is None
+        assert saver.sweep() == ["short"]
+        return
+    try:
         await app.ainvoke({"messages": [("user", "hi")]}, config)
-    assert saver.get_tuple(config) is not None
-    wall.advance(200)
-    assert saver.get_tuple(config) is None
-    assert saver.sweep() == ["short"]
+        assert await saver.aget_tuple(config) is not None
+        wall.advance(200)
+        assert await saver.aget_tuple(config) is None
+        assert await saver.asweep() == ["short"]
+    finally:
+        await saver.aclose()  # the async pool belongs to this test's event loop
