@@ -148,6 +148,12 @@ def test_two_sessions_in_new_processes_supersede_decay_erase(database_url: str) 
     assert rows_mentioning(url, "alice") == {}
     assert rows_mentioning(url, "munich") == {}
     assert rows_mentioning(url, "chess")  # bob's memory is untouched
+    if url.startswith("sqlite"):  # and the bytes left the files, not only the tables
+        path = Path(url.removeprefix("sqlite:///"))
+        for file in (path, Path(f"{path}-wal")):
+            if file.exists():
+                raw = file.read_bytes().lower()
+                assert b"alice" not in raw and b"munich" not in raw, file.name
 
 
 # -- the extractor's bad output ------------------------------------------------------------

@@ -241,6 +241,12 @@ class Dialect:
         segments) so nothing of an erased scope survives anywhere in the database."""
         return []
 
+    def erase_session(self) -> tuple[list[str], list[str]]:
+        """Statements run alone on the erasing connection before and after the erase
+        transaction, so the deleted bytes also leave the database files (not only the
+        tables). Nothing for servers, whose storage the database manages."""
+        return [], []
+
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None

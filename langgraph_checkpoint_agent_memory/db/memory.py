@@ -759,7 +759,20 @@ def erase_plan(
     sql: MemorySql, *, root: str, scopes: Sequence[str], after: Sequence[Sql] = ()
 ) -> Plan[dict[str, int]]:
     """Delete every item, vector, text entry and ledger row of ``scopes`` in one
-    transaction; return the rows removed per table."""
+    transaction; return the rows removed per table. The dialect's erase session (SQLite:
+    secure delete, then a WAL checkpoint) wraps it, so the bytes leave the files too."""
+    before, after_commit = sql.d.erase_session() if scopes else ([], [])
+    for statement in before:
+        yield Batch([Stmt(Sql(statement))])
+    counts = yield from _erase(sql, root=root, scopes=scopes, after=after)
+    for statement in after_commit:
+        yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
+    return counts
+
+
+def _erase(
+    sql: MemorySql, *, root: str, scopes: Sequence[str], after: Sequence[Sql]
+) -> Plan[dict[str, int]]:
     p = sql.p
     counts: dict[str, int] = {}
     statements: list[Stmt] = []

@@ -67,6 +67,15 @@ class SQLiteDialect(Dialect):
             f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
         ]
 
+    def erase_session(self) -> tuple[list[str], list[str]]:
+        # secure_delete zeroes what the erase frees; VACUUM rewrites the file without the
+        # free pages earlier updates and deletes left behind (they may hold old copies of
+        # the scope's rows); the checkpoint empties the write-ahead log of old page images
+        return (
+            ["PRAGMA secure_delete = ON"],
+            ["PRAGMA secure_delete = OFF", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
+        )
+
     def after_erase(self) -> list[str]:
         # merging the FTS5 segments drops the deleted entries' terms from the index
         return ["INSERT INTO am_store_fts(am_store_fts) VALUES ('optimize')"]

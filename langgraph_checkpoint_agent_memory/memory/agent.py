@@ -663,18 +663,25 @@ class AgentMemory:
         with self._lock:
             self._recalled.clear()
 
+    def _threads_plan(self, scope: ScopeLike) -> Plan[list[str]]:
+        known = yield from sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)
+        return (yield from sqlm.threads_plan(self._sql, self._covered(scope, known)))
+
     def erase(self, scope: ScopeLike) -> dict[str, int]:
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
         ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
         vectors, full-text entries, jobs, and, with a checkpointer, the conversation
-        threads. Returns the rows removed per table."""
-        counts, threads = self._run(self._erase_plan(scope))
-        counts["threads"] = self._erase_threads(threads)
+        threads (first, so a SQLite file is compacted after both). Returns the rows
+        removed per table."""
+        threads = self._run(self._threads_plan(scope))
+        erased = self._erase_threads(threads)
+        counts, _ = self._run(self._erase_plan(scope))
+        counts["threads"] = erased
         self._forget_local(counts)
         return counts  # type: ignore[no-any-return]
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
-        counts, threads = await self._arun(self._erase_plan(scope))
+        threads = await self._arun(self._threads_plan(scope))
         cp = self.checkpointer
         if cp is not None and threads:
             if hasattr(cp, "aerase_threads"):
@@ -682,6 +689,7 @@ class AgentMemory:
             else:
                 for t in threads:
                     await cp.adelete_thread(t)
+        counts, _ = await self._arun(self._erase_plan(scope))
         counts["threads"] = len(threads) if cp is not None else 0
         self._forget_local(counts)
         return counts  # type: ignore[no-any-return]
