@@ -296,3 +296,13 @@ def test_rank_keys_sees_every_write_through_its_vector_cache(
     assert rank("london")[0] == "x"
     b.delete(ns, "y")
     assert rank("paris") == ["x"]
+
+
+def test_float_filters_keep_every_digit(make_store: Any) -> None:
+    """A float compared in the database must not lose digits (float8 -> numeric keeps 15)."""
+    store = make_store()
+    x = 0.22551938891410828
+    store.put(("f",), "k", {"n": x})
+    for flt in ({"n": x}, {"n": {"$gte": x}}, {"n": {"$lte": x}}):
+        assert [i.key for i in store.search(("f",), filter=flt)] == ["k"], flt
+    assert store.search(("f",), filter={"n": {"$gt": x}}) == []

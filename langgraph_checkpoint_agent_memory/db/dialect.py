@@ -236,6 +236,12 @@ class Dialect:
         ``:param_path``); ``None`` when the dialect cannot narrow it."""
         return None
 
+    def put_item_clearing_vectors(self) -> Sql | None:
+        """One statement that upserts a store item (the parameters of its row) and deletes
+        its old vectors, for a put without vectors to write; ``None``: separate statements
+        in a transaction."""
+        return None
+
     def after_erase(self) -> list[str]:
         """Statements that purge erased text from secondary structures (a full-text index's
         segments) so nothing of an erased scope survives anywhere in the database."""

@@ -78,6 +78,24 @@ class PostgresDialect(Dialect):
             f'AND {column} COLLATE "C" < %(ns_end)s))'
         )
 
+    def put_item_clearing_vectors(self) -> Sql:
+        # one autocommitted round trip instead of BEGIN, two statements and COMMIT
+        return self.sql(
+            "put_item_clearing_vectors",
+            lambda: (
+                "WITH gone AS (DELETE FROM am_store_vectors WHERE prefix = %(prefix)s "
+                "AND key = %(key)s) "
+                "INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, "
+                "ttl_minutes, expires_at, doc) VALUES (%(prefix)s, %(key)s, "
+                "CAST(%(value)s AS jsonb), %(created_at)s, %(updated_at)s, "
+                "CAST(%(ttl_minutes)s AS double precision), "
+                "CAST(%(expires_at)s AS double precision), CAST(%(doc)s AS text)) "
+                "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
+                "updated_at = EXCLUDED.updated_at, ttl_minutes = EXCLUDED.ttl_minutes, "
+                "expires_at = EXCLUDED.expires_at, doc = EXCLUDED.doc"
+            ),
+        )
+
     def match_expression(self, terms: list[str]) -> str:
         return " | ".join(terms)
 
@@ -110,7 +128,9 @@ class PostgresDialect(Dialect):
         if sql_op is not None and isinstance(value, (int, float)):
             if isinstance(value, float) and value != value:  # NaN: let Python decide
                 return None
-            return f"{at} {sql_op} to_jsonb(%({param})s::numeric)"
+            # through text: a float8 cast straight to numeric keeps only 15 digits, and
+            # 0.22551938891410828 would no longer equal itself
+            return f"{at} {sql_op} to_jsonb(CAST(CAST(%({param})s AS text) AS numeric))"
         if sql_op is not None and isinstance(value, str):
             return f'{text} COLLATE "C" {sql_op} %({param})s'
         return f"{at} IS NOT NULL"

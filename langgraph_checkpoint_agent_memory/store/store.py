@@ -518,6 +518,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                     row["created_at"] = rows[0][0]
         vec_sql, item_sql = self.sql.delete_item()
         removed = [d for d in deletes if puts[(d["prefix"], d["key"])].value is None]
+        single = self.dialect.put_item_clearing_vectors()
+        if single is not None and len(items) == 1 and not removed and not vector_rows:
+            return [Stmt(single, items[0])]
         return [
             Stmt(vec_sql, deletes, many=True),  # an item's old vectors never outlive a put
             Stmt(item_sql, removed, many=True),
