@@ -33,6 +33,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_pending,
     memory_scopes,
     memory_threads,
+    store_items,
 )
 
 MEMORY_TABLES = (
@@ -105,8 +106,6 @@ class MemorySql:
         )
 
     def insert_item_if_absent(self) -> Sql:
-        from langgraph_checkpoint_agent_memory.db.schema import store_items
-
         return self.d.sql(
             ("memory", "insert_item"), lambda: self.d.insert_ignore(store_items, ["prefix", "key"])
         )

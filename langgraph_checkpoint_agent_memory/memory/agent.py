@@ -22,7 +22,7 @@ from langgraph.store.base import SearchOp
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
@@ -589,8 +589,6 @@ class AgentMemory:
         hits = [r for r in rows if r.value.get("attribute") == name or r.key == attribute]
         if not hits:
             return 0
-        from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
-
         now = self._clock()
         items, decay = [], []
         for r in hits:
@@ -649,17 +647,15 @@ class AgentMemory:
                 continue
         return out
 
-    def _erase_plan(self, scope: ScopeLike) -> Plan[tuple[dict[str, int], list[str]]]:
+    def _erase_plan(self, scope: ScopeLike) -> Plan[dict[str, int]]:
         root = self.settings.namespace_root
         known = yield from sqlm.known_scopes_plan(self._sql, root)
         covered = self._covered(scope, known)
-        threads = yield from sqlm.threads_plan(self._sql, covered)
         after = [Sql(s) for s in self.store.dialect.after_erase()] if covered else []
         counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered, after=after)
-        counts = {"scopes": len(covered), **counts}
-        return counts, threads
+        return {"scopes": len(covered), **counts}
 
-    def _forget_local(self, counts: dict[str, int]) -> None:
+    def _forget_local(self) -> None:
         with self._lock:
             self._recalled.clear()
 
@@ -675,9 +671,9 @@ class AgentMemory:
         removed per table."""
         threads = self._run(self._threads_plan(scope))
         erased = self._erase_threads(threads)
-        counts, _ = self._run(self._erase_plan(scope))
+        counts: dict[str, int] = self._run(self._erase_plan(scope))
         counts["threads"] = erased
-        self._forget_local(counts)
+        self._forget_local()
         return counts  # type: ignore[no-any-return]
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
@@ -689,9 +685,9 @@ class AgentMemory:
             else:
                 for t in threads:
                     await cp.adelete_thread(t)
-        counts, _ = await self._arun(self._erase_plan(scope))
+        counts: dict[str, int] = await self._arun(self._erase_plan(scope))
         counts["threads"] = len(threads) if cp is not None else 0
-        self._forget_local(counts)
+        self._forget_local()
         return counts  # type: ignore[no-any-return]
 
     def _erase_threads(self, threads: list[str]) -> int:
