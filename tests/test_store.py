@@ -306,3 +306,16 @@ def test_float_filters_keep_every_digit(make_store: Any) -> None:
     for flt in ({"n": x}, {"n": {"$gte": x}}, {"n": {"$lte": x}}):
         assert [i.key for i in store.search(("f",), filter=flt)] == ["k"], flt
     assert store.search(("f",), filter={"n": {"$gt": x}}) == []
+
+
+def test_vector_cache_stays_within_its_byte_budget(make_store: Any) -> None:
+    import time as _time
+
+    emb = WordEmbeddings()
+    store = make_store(index={"dims": emb.dims, "embed": emb})
+    store.matrix_cache_bytes = 3 * emb.dims * 4  # room for three vectors
+    for ns in (("a",), ("b",)):
+        store.put(ns, "x", {"text": "berlin"})
+        store.put(ns, "y", {"text": "paris"})
+        store.db.run(store.rank_keys_plan(ns, "", emb.embed_query("berlin"), 5, _time.time()))
+    assert list(store._matrices) == ["b"]  # the older namespace went first

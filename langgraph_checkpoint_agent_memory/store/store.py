@@ -283,7 +283,8 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
         self._matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
         self._matrix_lock = threading.Lock()
-        self.matrix_cache_size = 256
+        #: Bytes of cached vectors kept at most, least recently used first out.
+        self.matrix_cache_bytes = 64 * 2**20
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         index = resolve_index(index)
@@ -655,8 +656,10 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             matrix = np.zeros((0, 1), dtype=np.float32)
         with self._matrix_lock:
             self._matrices[ns] = (fingerprint, keys, matrix)
-            while len(self._matrices) > self.matrix_cache_size:
-                self._matrices.popitem(last=False)
+            total = sum(m[2].nbytes for m in self._matrices.values())
+            while total > self.matrix_cache_bytes and len(self._matrices) > 1:
+                _, (_, _, dropped) = self._matrices.popitem(last=False)
+                total -= dropped.nbytes
         return keys, matrix
 
     def _ranked_plan(
