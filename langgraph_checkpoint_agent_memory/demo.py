@@ -69,8 +69,6 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
-    from langchain_core.messages import SystemMessage
-    from langgraph.graph import START, MessagesState, StateGraph
 
     out = console or Console()
     start = time.time() - 30 * DAY
@@ -106,25 +104,7 @@ def run_demo(
     scope = {"user_id": USER}
     memory.erase(scope)  # the demo's own user starts afresh on every run
 
-    seen: dict[str, str] = {}
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        context = [
-            m
-            for m in state["messages"]
-            if isinstance(m, SystemMessage) and m.id == CONTEXT_MESSAGE_ID
-        ]
-        seen["context"] = str(context[0].content) if context else ""
-        return {"messages": [agent_model.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("inject_memory", memory.inject_node)
-    graph.add_node("agent", agent)
-    graph.add_node("record_memory", memory.record_node)
-    graph.add_edge(START, "inject_memory")
-    graph.add_edge("inject_memory", "agent")
-    graph.add_edge("agent", "record_memory")
-    app: Any = graph.compile(checkpointer=checkpointer, store=store)
+    app, seen = memory_graph(memory, agent_model, checkpointer=checkpointer)
 
     summary: dict[str, Any] = {"sessions": [], "superseded": [], "decayed": [], "evicted": []}
     for number, (at, thread, turns) in enumerate(SESSIONS, 1):
@@ -218,6 +198,35 @@ def run_demo(
         close()
     store.close()
     return summary
+
+
+def memory_graph(
+    memory: AgentMemory, model: Any, *, checkpointer: Any
+) -> tuple[Any, dict[str, str]]:
+    """``inject_memory -> agent -> record_memory`` compiled, with ``model`` as the agent; the
+    dict it returns holds the context block the agent last saw, under ``"context"``."""
+    from langchain_core.messages import SystemMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    seen: dict[str, str] = {}
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        context = [
+            m
+            for m in state["messages"]
+            if isinstance(m, SystemMessage) and m.id == CONTEXT_MESSAGE_ID
+        ]
+        seen["context"] = str(context[0].content) if context else ""
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("inject_memory", memory.inject_node)
+    graph.add_node("agent", agent)
+    graph.add_node("record_memory", memory.record_node)
+    graph.add_edge(START, "inject_memory")
+    graph.add_edge("inject_memory", "agent")
+    graph.add_edge("agent", "record_memory")
+    return graph.compile(checkpointer=checkpointer, store=memory.store), seen
 
 
 def history_table(versions: list[Fact], attribute: str) -> Table:

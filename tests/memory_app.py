@@ -18,38 +18,20 @@ import sys
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import SystemMessage
-from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
-from langgraph_checkpoint_agent_memory.memory import CONTEXT_MESSAGE_ID, CallableExtractor
+from langgraph_checkpoint_agent_memory.demo import memory_graph
+from langgraph_checkpoint_agent_memory.memory import CallableExtractor
 
 
 def build(url: str, extractor: Any = None, **settings: Any) -> tuple[Any, AgentMemory, Any]:
     checkpointer = create_checkpointer(url=url)
     store = create_store(url)
     memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **settings)
-    agent_model = FakeListChatModel(responses=["Noted."])
-    seen: dict[str, str] = {}
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        context = [
-            m
-            for m in state["messages"]
-            if isinstance(m, SystemMessage) and m.id == CONTEXT_MESSAGE_ID
-        ]
-        seen["context"] = context[0].content if context else ""  # type: ignore[assignment]
-        return {"messages": [agent_model.invoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("inject_memory", memory.inject_node)
-    graph.add_node("agent", agent)
-    graph.add_node("record_memory", memory.record_node)
-    graph.add_edge(START, "inject_memory")
-    graph.add_edge("inject_memory", "agent")
-    graph.add_edge("agent", "record_memory")
-    app = graph.compile(checkpointer=checkpointer, store=store)
-    app.seen = seen  # type: ignore[attr-defined]
+    app, seen = memory_graph(
+        memory, FakeListChatModel(responses=["Noted."]), checkpointer=checkpointer
+    )
+    app.seen = seen
     return app, memory, store
 
 
