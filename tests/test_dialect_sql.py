@@ -7,7 +7,8 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -17,6 +18,7 @@ from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 
 def every_statement(d: Dialect) -> dict[str, Sql]:
@@ -107,7 +109,9 @@ def test_hana_statements_follow_hana_rules() -> None:
         if upper.startswith("UPSERT") and " VALUES " in upper:
             assert upper.endswith("WITH PRIMARY KEY"), where
     assert "FOR UPDATE IGNORE LOCKED" in compiled["select_expired{}#0"].text
-    assert all("NVARCHAR" in s or "INDEX" in s for s in ddl)
+    assert all(
+        "NVARCHAR" in s or "INDEX" in s or re.match(r"ALTER TABLE \w+ ADD \(", s) for s in ddl
+    )
     assert any("BLOB" in s and "NCLOB" in s for s in ddl)
 
 
@@ -152,6 +156,28 @@ async def test_conformance_on_hana() -> None:  # pragma: no cover - needs a HANA
         assert report.passed_all(), {n: r.failures for n, r in report.results.items()}
 
 
+def backfill_statements(d: Dialect) -> dict[str, Sql]:
+    """The statements that index items older than the lexical index, by driving that plan
+    over one canned row."""
+    from langgraph_checkpoint_agent_memory.db.database import drive
+    from langgraph_checkpoint_agent_memory.db.migrations import _index_existing_items
+
+    seen: dict[str, Sql] = {}
+    rows = [[("ns", "k", "some text")]]
+
+    def execute(batch: Any) -> list[Any]:
+        for stmt in batch.statements:
+            seen[f"backfill#{len(seen)}"] = stmt.sql
+        return (
+            [rows.pop() if rows else []]
+            if batch.statements and batch.statements[0].fetch
+            else [1] * len(batch.statements)
+        )
+
+    assert drive(_index_existing_items(d), execute) == 1
+    return seen
+
+
 def store_statements(d: Dialect) -> dict[str, Sql]:
     from langgraph_checkpoint_agent_memory.store.store import _Statements
 
@@ -165,6 +191,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "created_at",
         "delete_item",
         "insert_vector",
+        "insert_terms",
         "delete_under",
         "count_under",
         "expired",
@@ -172,12 +199,20 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         built = getattr(sql, name)(8) if name == "by_keys" else getattr(sql, name)()
         for i, one in enumerate(built if isinstance(built, list) else [built]):
             out[f"store.{name}#{i}"] = one
-    for name in ("recent", "vectors", "docs"):
+    for name in ("recent", "vectors"):
         out[f"store.{name}"] = getattr(sql, name)("")
     out["store.namespaces"] = sql.namespaces(True)
-    lexical = d.lexical_search("")
-    if lexical is not None:
-        out["store.lexical"] = lexical
+    filters, _ = AgentMemoryStore._prefilter(
+        cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3), (["s"], "$eq", "x")]
+    )
+    out.update(backfill_statements(d))
+    for exact in (False, True):
+        out[f"store.term_counts.{exact}"] = sql.term_counts(3, exact)
+        out[f"store.text_stats.{exact}"] = sql.text_stats(exact)
+        for joined in (False, True):
+            out[f"store.lexical.{exact}.{joined}"] = sql.lexical(
+                3, exact, filters if joined else "", joined
+            )
     return out
 
 

@@ -83,6 +83,13 @@ ops_strategy = st.lists(
             st.integers(0, 2),
         ),
         st.tuples(
+            st.just("query"),
+            st.sampled_from([("a",), ("c",), ()]),
+            st.sampled_from([{}, {"n": {"$gte": 0}}]),
+            st.sampled_from(["b", "ab 10", "9 b", "a b ab", "the"]),
+            st.integers(1, 4),
+        ),
+        st.tuples(
             st.just("namespaces"),
             st.sampled_from([None, ("a",), ("*", "b")]),
             st.sampled_from([None, 1]),
@@ -133,6 +140,14 @@ def test_backends_answer_like_memory(
             elif kind == "search":
                 results = [
                     s.search(op[1], filter=op[2], limit=op[3], offset=op[4])
+                    for s in (store, reference)
+                ]
+            elif kind == "query":  # BM25 over the same index: same order, same scores
+                results = [
+                    [
+                        (*_view(item), round(item.score or 0.0, 9))
+                        for item in s.search(op[1], query=op[3], filter=op[2], limit=op[4])
+                    ]
                     for s in (store, reference)
                 ]
             elif kind == "namespaces":

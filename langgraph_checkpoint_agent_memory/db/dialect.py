@@ -213,39 +213,27 @@ class Dialect:
         return f":{name}"
 
     def full_text_ddl(self) -> list[str]:
-        """Extra DDL maintaining a full-text index over ``am_store_items.doc``."""
+        """The full-text index of schema version 2 (replaced by ``am_store_terms`` in 5)."""
         return []
 
-    def lexical_search(self, filters: str) -> Sql | None:
-        """Best lexical matches: ``(prefix, key, score)`` rows, higher score better, for
-        ``:match`` (the query's terms, see :meth:`match_expression`) under the namespace
-        prefix, not expired, with the SQL pre-filter text ``filters`` appended. ``None``:
-        the store ranks candidates with its own BM25."""
-        return None
+    def drop_full_text_ddl(self) -> list[str]:
+        """Remove what :meth:`full_text_ddl` created."""
+        return []
+
+    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
+        """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
+        kind = column.type.compile(dialect=self.sa)
+        return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
 
     def json_path(self, path: list[str]) -> Any:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
-
-    def match_expression(self, terms: list[str]) -> str:
-        return " OR ".join(f'"{t}"' for t in terms)
 
     def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
         """SQL text for a store filter condition on ``value`` at ``path`` that every
         matching row satisfies (the exact test runs in Python), binding ``:param`` (and
         ``:param_path``); ``None`` when the dialect cannot narrow it."""
         return None
-
-    def put_item_clearing_vectors(self) -> Sql | None:
-        """One statement that upserts a store item (the parameters of its row) and deletes
-        its old vectors, for a put without vectors to write; ``None``: separate statements
-        in a transaction."""
-        return None
-
-    def after_erase(self) -> list[str]:
-        """Statements that purge erased text from secondary structures (a full-text index's
-        segments) so nothing of an erased scope survives anywhere in the database."""
-        return []
 
     def erase_session(self) -> tuple[list[str], list[str]]:
         """Statements run alone on the erasing connection before and after the erase

@@ -53,6 +53,11 @@ class HanaDialect(Dialect):
             return f"{text} WITH PRIMARY KEY"
         return text
 
+    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
+        return (
+            f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
+        )
+
     def upsert(
         self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
     ) -> Any:

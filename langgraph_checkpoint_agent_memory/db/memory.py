@@ -28,6 +28,7 @@ from typing import Any
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
+    STORE_ROW_TABLES,
     memory_decay,
     memory_jobs,
     memory_pending,
@@ -35,6 +36,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_threads,
     store_items,
 )
+from langgraph_checkpoint_agent_memory.store.search import index_rows
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -269,6 +271,7 @@ def record_plan(
         "last_error": None,
         "created_at": now,
     }
+    terms = index_rows([item])  # a new episode has no old postings to replace
     inserted, _ = yield Batch(
         [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
         lock=True,
@@ -276,6 +279,7 @@ def record_plan(
     )
     writes: list[Stmt] = []
     if inserted:
+        writes.append(Stmt(sql.store.insert_terms(), terms, many=True))
         writes.append(
             Stmt(
                 sql.add_pending(),
@@ -441,14 +445,7 @@ def apply_plan(
         writes = decide([decode(r) for r in fact_rows], vectors)
     statements: list[Stmt] = []
     if writes.items:
-        vec_sql, _ = sql.store.delete_item()
-        keys = [{"prefix": r["prefix"], "key": r["key"]} for r in writes.items]
-        statements += [
-            Stmt(vec_sql, keys, many=True),
-            Stmt(sql.store.upsert_item(), writes.items, many=True),
-        ]
-    if writes.vectors:
-        statements.append(Stmt(sql.store.insert_vector(), writes.vectors, many=True))
+        statements += sql.store.writes(writes.items, writes.vectors)
     if writes.decay:
         statements.append(Stmt(sql.upsert_decay(), writes.decay, many=True))
     statements.append(
@@ -622,12 +619,8 @@ def decay_plan(
     params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
     if scope is not None:
         params["scope"] = scope
-    _, items, _ = yield Batch(
-        [
-            Stmt(delete_from("am_store_vectors"), params),
-            Stmt(delete_from("am_store_items"), params),
-            Stmt(rows, params),
-        ],
+    *_, items, _ = yield Batch(
+        [*(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
         write=True,
     )
     return int(items)
@@ -754,24 +747,20 @@ def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
     return sorted({t for rows in found for (t,) in rows})
 
 
-def erase_plan(
-    sql: MemorySql, *, root: str, scopes: Sequence[str], after: Sequence[Sql] = ()
-) -> Plan[dict[str, int]]:
+def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
     """Delete every item, vector, text entry and ledger row of ``scopes`` in one
     transaction; return the rows removed per table. The dialect's erase session (SQLite:
     secure delete, then a WAL checkpoint) wraps it, so the bytes leave the files too."""
     before, after_commit = sql.d.erase_session() if scopes else ([], [])
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root=root, scopes=scopes, after=after)
+    counts = yield from _erase(sql, root=root, scopes=scopes)
     for statement in after_commit:
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
     return counts
 
 
-def _erase(
-    sql: MemorySql, *, root: str, scopes: Sequence[str], after: Sequence[Sql]
-) -> Plan[dict[str, int]]:
+def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
     p = sql.p
     counts: dict[str, int] = {}
     statements: list[Stmt] = []
@@ -784,11 +773,9 @@ def _erase(
             "ns_len": len(prefix) + 1,
             "ns_end": prefix + "/",
         }
-        for stmt in sql.store.delete_under():
+        for table, stmt in zip(STORE_ROW_TABLES, sql.store.delete_under(), strict=True):
             statements.append(Stmt(stmt, params))
-            labels.append(
-                "am_store_vectors" if "am_store_vectors" in stmt.text else "am_store_items"
-            )
+            labels.append(table)
         for table in MEMORY_TABLES:
             statements.append(
                 Stmt(
@@ -800,14 +787,11 @@ def _erase(
                 )
             )
             labels.append(table)
-    statements += [Stmt(s) for s in after]
-    labels += ["after"] * len(after)
     if not statements:
         return counts
     results = yield Batch(statements, write=True)
     for label, n in zip(labels, results, strict=True):
-        if label != "after":
-            counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
+        counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
     return counts
 
 

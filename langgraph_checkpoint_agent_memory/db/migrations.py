@@ -20,22 +20,60 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
-    STORE_TABLES,
     migrations,
+    store_items,
+    store_terms,
+    store_vectors,
 )
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
+
+
+def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
+    """``table`` as an earlier migration created it: without the columns added later."""
+    old = sa.Table(
+        table.name,
+        sa.MetaData(),
+        *(c._copy() for c in table.columns if c.name not in without),
+        **table.kwargs,
+    )
+    for index in table.indexes:
+        if not {c.name for c in index.columns} & without:
+            sa.Index(index.name, *(old.c[c.name] for c in index.columns))
+    return old
+
+
+def _store_v2(d: Dialect) -> list[str]:
+    return d.ddl([_as_of(store_items, without={"doc_len"}), store_vectors]) + d.full_text_ddl()
+
+
+def _store_terms(d: Dialect) -> list[str]:
+    return [
+        d.add_column(store_items, store_items.c.doc_len),
+        *d.ddl([store_terms]),
+        *d.drop_full_text_ddl(),
+    ]
+
+
+#: The version that added the lexical index (items older than it are indexed after it).
+TERMS_VERSION = 5
 
 #: Every migration, in order. A migration's statements come from the dialect, so the same
 #: version creates the right types on each database.
 MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
-    (2, "store tables and full-text index", lambda d: d.ddl(STORE_TABLES) + d.full_text_ddl()),
+    (2, "store tables and full-text index", _store_v2),
     (3, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
     # Listing newest first with a filter walks this index and stops at the first page of
     # matches, instead of reading and sorting every item under the prefix.
     (4, "store newest-first index", lambda d: [RECENT_INDEX]),
+    # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector: they
+    # score every match of a query, and match across all namespaces before filtering).
+    (TERMS_VERSION, "store lexical index", _store_terms),
 ]
+
+#: Items indexed per transaction when the lexical index is filled for items older than it.
+BACKFILL_BATCH = 500
 
 
 def migrations_for(dialect: Dialect) -> list[Migration]:
@@ -80,7 +118,56 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
             Stmt(record, {"version": m.version, "description": m.description, "applied_at": now})
         )
     yield Batch(statements, write=True)
+    if TERMS_VERSION in done | {m.version for m in pending}:
+        yield from _index_existing_items(dialect)
     return [m.version for m in pending]
+
+
+def _index_existing_items(dialect: Dialect) -> Plan[int]:
+    """Index the items stored before the lexical index existed, a batch at a time. Runs on
+    every setup, so an interrupted run resumes with the items still without ``doc_len``;
+    the rows are locked (skipping ones another process holds), so processes share the work."""
+    from langgraph_checkpoint_agent_memory.store.search import postings
+
+    p = dialect.param
+    pending = dialect.sql(
+        "index_pending",
+        lambda: (
+            "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL "
+            f"AND doc_len IS NULL LIMIT {p('n')}{dialect.for_update_skip_locked}"
+        ),
+    )
+    mark = dialect.sql(
+        "index_mark",
+        lambda: (
+            f"UPDATE am_store_items SET doc_len = {p('doc_len')} WHERE prefix = {p('prefix')} "
+            f"AND key = {p('key')}"
+        ),
+    )
+    insert = dialect.sql(
+        "index_insert",
+        lambda: sa.insert(store_terms).values(
+            {c.name: sa.bindparam(c.name) for c in store_terms.c}
+        ),
+    )
+    done = 0
+    while True:
+        [rows] = yield Batch(
+            [Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
+        )
+        if not rows:
+            yield Batch([], write=True)  # end the transaction the read opened
+            return done
+        marks, terms = [], []
+        for prefix, key, doc in rows:
+            counts, length = postings(doc)
+            marks.append({"prefix": prefix, "key": key, "doc_len": length})
+            terms += [
+                {"term": t, "prefix": prefix, "key": key, "tf": n, "dl": length}
+                for t, n in counts.items()
+            ]
+        yield Batch([Stmt(insert, terms, many=True), Stmt(mark, marks, many=True)], write=True)
+        done += len(rows)
 
 
 _SETUP_LOCK = threading.Lock()

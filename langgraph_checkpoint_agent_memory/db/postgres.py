@@ -70,45 +70,18 @@ class PostgresDialect(Dialect):
             "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
         ]
 
+    def drop_full_text_ddl(self) -> list[str]:
+        return [
+            "DROP INDEX IF EXISTS am_store_items_doc_tsv",
+            "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
+        ]
+
     def under(self, column: str = "prefix") -> str:
         # A byte-order range, so the planner estimates it from the column's statistics (a
         # substr() comparison is a blind guess that made it scan instead of walking indexes)
         return (
             f'({column} = %(ns)s OR ({column} COLLATE "C" >= %(ns_dot)s '
             f'AND {column} COLLATE "C" < %(ns_end)s))'
-        )
-
-    def put_item_clearing_vectors(self) -> Sql:
-        # one autocommitted round trip instead of BEGIN, two statements and COMMIT
-        return self.sql(
-            "put_item_clearing_vectors",
-            lambda: (
-                "WITH gone AS (DELETE FROM am_store_vectors WHERE prefix = %(prefix)s "
-                "AND key = %(key)s) "
-                "INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, "
-                "ttl_minutes, expires_at, doc) VALUES (%(prefix)s, %(key)s, "
-                "CAST(%(value)s AS jsonb), %(created_at)s, %(updated_at)s, "
-                "CAST(%(ttl_minutes)s AS double precision), "
-                "CAST(%(expires_at)s AS double precision), CAST(%(doc)s AS text)) "
-                "ON CONFLICT (prefix, key) DO UPDATE SET value = EXCLUDED.value, "
-                "updated_at = EXCLUDED.updated_at, ttl_minutes = EXCLUDED.ttl_minutes, "
-                "expires_at = EXCLUDED.expires_at, doc = EXCLUDED.doc"
-            ),
-        )
-
-    def match_expression(self, terms: list[str]) -> str:
-        return " | ".join(terms)
-
-    def lexical_search(self, filters: str) -> Sql:
-        return self.sql(
-            ("lexical", filters),
-            lambda: (
-                "SELECT prefix, key, ts_rank_cd(doc_tsv, q) FROM am_store_items, "
-                "to_tsquery('english', %(match)s) AS q WHERE doc_tsv @@ q "
-                f"AND {self.under()} "
-                f"AND (expires_at IS NULL OR expires_at > %(now)s){filters} "
-                "ORDER BY 3 DESC LIMIT %(n)s"
-            ),
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:

@@ -103,6 +103,7 @@ store_items = sa.Table(
     sa.Column("ttl_minutes", sa.Float(53)),
     sa.Column("expires_at", sa.Float(53)),
     sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
+    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
 )
@@ -116,7 +117,25 @@ store_vectors = sa.Table(
     sa.Column("vector", sa.LargeBinary, nullable=False),  # float32, little-endian
 )
 
-STORE_TABLES = (store_items, store_vectors)
+# The lexical index: one row per (term, item), with what BM25 needs (the term's frequency in
+# the item, the item's length). Keyed by term first, so a query reads only its terms'
+# postings, from the index alone; the second index finds an item's rows when it changes.
+store_terms = sa.Table(
+    "am_store_terms",
+    metadata,
+    sa.Column("term", sa.String(64), nullable=False),
+    sa.Column("prefix", PREFIX, nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("tf", sa.Integer, nullable=False),
+    sa.Column("dl", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint("term", "prefix", "key", postgresql_include=["tf", "dl"]),
+    sa.Index("am_store_terms_item", "prefix", "key"),
+    sqlite_with_rowid=False,
+)
+
+#: Tables holding an item's rows, the item itself last: every delete of items goes through
+#: all of them, so no vector or posting outlives its item.
+STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
 

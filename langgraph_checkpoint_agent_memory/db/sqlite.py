@@ -67,6 +67,12 @@ class SQLiteDialect(Dialect):
             f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
         ]
 
+    def drop_full_text_ddl(self) -> list[str]:
+        return [
+            *(f"DROP TRIGGER IF EXISTS am_store_items_{t}" for t in ("ai", "ad", "au")),
+            "DROP TABLE IF EXISTS am_store_fts",
+        ]
+
     def erase_session(self) -> tuple[list[str], list[str]]:
         # secure_delete zeroes what the erase frees; VACUUM rewrites the file without the
         # free pages earlier updates and deletes left behind (they may hold old copies of
@@ -74,23 +80,6 @@ class SQLiteDialect(Dialect):
         return (
             ["PRAGMA secure_delete = ON"],
             ["PRAGMA secure_delete = OFF", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
-        )
-
-    def after_erase(self) -> list[str]:
-        # merging the FTS5 segments drops the deleted entries' terms from the index
-        return ["INSERT INTO am_store_fts(am_store_fts) VALUES ('optimize')"]
-
-    def lexical_search(self, filters: str) -> Any:
-        return self.sql(
-            ("lexical", filters),
-            lambda: (
-                "SELECT i.prefix, i.key, -bm25(am_store_fts) FROM am_store_fts "
-                "JOIN am_store_items i ON i.rowid = am_store_fts.rowid "
-                "WHERE am_store_fts MATCH :match AND (i.prefix = :ns OR "
-                "substr(i.prefix, 1, :ns_len) = :ns_dot) "
-                f"AND (i.expires_at IS NULL OR i.expires_at > :now){filters} "
-                "ORDER BY bm25(am_store_fts) LIMIT :n"
-            ),
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:

@@ -23,7 +23,6 @@ from langgraph.store.base import SearchOp
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import recall as R
@@ -618,10 +617,7 @@ class AgentMemory:
                 }
             )
         yield Batch(
-            [
-                Stmt(self.store.sql.upsert_item(), items, many=True),
-                Stmt(self._sql.upsert_decay(), decay, many=True),
-            ],
+            [*self.store.sql.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
             write=True,
         )
         return len(hits)
@@ -651,8 +647,7 @@ class AgentMemory:
         root = self.settings.namespace_root
         known = yield from sqlm.known_scopes_plan(self._sql, root)
         covered = self._covered(scope, known)
-        after = [Sql(s) for s in self.store.dialect.after_erase()] if covered else []
-        counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered, after=after)
+        counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered)
         return {"scopes": len(covered), **counts}
 
     def _forget_local(self) -> None:

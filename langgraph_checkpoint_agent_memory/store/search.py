@@ -1,4 +1,4 @@
-"""Filters, query terms, BM25 and rank fusion: the store's search logic, with no I/O.
+"""Filters, text analysis, BM25 weights and rank fusion: the store's search logic, no I/O.
 
 Filter semantics, the same on every backend: ``{"a.b": 3}`` or ``{"a.b": {"$gt": 2}}`` look
 up nested keys; ``$eq $ne $gt $gte $lt $lte $in $nin``; numbers compare as numbers and strings
@@ -12,7 +12,10 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
+
+import snowballstemmer
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -95,12 +98,80 @@ def matches(value: Any, conds: Iterable[tuple[list[str], str, Any]]) -> bool:
     return all(compare(lookup(value, path), op, expected) for path, op, expected in conds)
 
 
+#: Words too common to tell items apart. Dropping them from documents and queries keeps a
+#: query's postings to the words that rank (BM25 gives them almost no weight anyway).
+STOPWORDS = frozenset(
+    str.split(
+        """
+        a about above after again against all am an and any are as at be because been before
+        being below between both but by can could did do does doing down during each few for
+        from further had has have having he her here hers herself him himself his how i if in
+        into is it its itself just me more most my myself no nor not now of off on once only or
+        other our ours ourselves out over own same she should so some such than that the their
+        theirs them themselves then there these they this those through to too under until up
+        very was we were what when where which while who whom why will with would you your yours
+        yourself yourselves s t d ll m re ve
+        """
+    )
+)
+#: Longest term indexed, in characters (longer words are cut: they are ids, not language).
+MAX_TERM = 64
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _STEMMER.stemWord(word)[:MAX_TERM]
+
+
+def tokens(text: str) -> list[str]:
+    """The indexed terms of a text, in order: lower-cased words without stopwords, stemmed
+    (English Snowball), so "moved" finds "moving". The same analysis for documents and
+    queries on every backend, so an item ranks the same everywhere."""
+    return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
+
+
+def postings(doc: str) -> tuple[Counter[str], int]:
+    """``({term: frequency}, length)`` of a document, as the lexical index stores it."""
+    found = tokens(doc)
+    return Counter(found), len(found)
+
+
+def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lexical index rows of store item rows (each with ``prefix``, ``key``, ``doc``);
+    sets each item's ``doc_len``."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        doc = item.get("doc")
+        if doc is None:
+            item["doc_len"] = None
+            continue
+        counts, length = postings(doc)
+        item["doc_len"] = length
+        prefix, key = item["prefix"], item["key"]
+        out += [
+            {"term": t, "prefix": prefix, "key": key, "tf": n, "dl": length}
+            for t, n in counts.items()
+        ]
+    return out
+
+
 def terms(text: str) -> list[str]:
-    """Lower-cased word terms of a query, at most 32, in order, without repeats."""
+    """A query's distinct terms, at most 32, in order."""
     seen: dict[str, None] = {}
-    for term in _TERM.findall(text.lower()):
+    for term in tokens(text):
         seen.setdefault(term, None)
     return list(seen)[:32]
+
+
+#: BM25's parameters: term-frequency saturation and document-length normalization.
+K1, B = 1.2, 0.75
+
+
+def idf(docs: int, df: int) -> float:
+    """BM25's inverse document frequency, never negative (``docs`` may lag ``df``)."""
+    docs = max(docs, df)
+    return math.log(1 + (docs - df + 0.5) / (df + 0.5))
 
 
 def text_leaves(value: Any) -> list[str]:
@@ -118,30 +189,6 @@ def text_leaves(value: Any) -> list[str]:
         elif isinstance(item, (list, tuple)):
             stack.extend(reversed(list(item)))
     return out
-
-
-def bm25(
-    query: Sequence[str], docs: Mapping[Any, str], k1: float = 1.2, b: float = 0.75
-) -> dict[Any, float]:
-    """Okapi BM25 of each document for the query terms (for dialects without full text)."""
-    tokenized = {key: _TERM.findall(doc.lower()) for key, doc in docs.items()}
-    if not tokenized:
-        return {}
-    avg = sum(len(t) for t in tokenized.values()) / len(tokenized) or 1.0
-    df = Counter(term for toks in tokenized.values() for term in set(toks))
-    n = len(tokenized)
-    scores: dict[Any, float] = {}
-    for key, toks in tokenized.items():
-        counts = Counter(toks)
-        score = 0.0
-        for term in query:
-            if counts[term]:
-                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                tf = counts[term]
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avg))
-        if score > 0:
-            scores[key] = score
-    return scores
 
 
 def fuse(

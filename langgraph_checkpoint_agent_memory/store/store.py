@@ -8,8 +8,8 @@ What it guarantees beyond LangGraph's stores: ``created_at`` survives updates; a
 vectors are replaced when it is updated and removed when it is deleted or put with
 ``index=False``; filters compare numbers as numbers everywhere; expired items are invisible at
 once; :meth:`delete_namespace` removes a whole namespace prefix in one call. A query ranks by
-reciprocal rank fusion of lexical (SQLite FTS5 BM25, PostgreSQL full text) and exact vector
-similarity, so lexical search works with no embedder at all.
+reciprocal rank fusion of lexical (BM25 over the store's own term index, the same on every
+database) and exact vector similarity, so lexical search works with no embedder at all.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
-from langgraph_checkpoint_agent_memory.db.schema import store_items, store_vectors
+from langgraph_checkpoint_agent_memory.db.schema import (
+    STORE_ROW_TABLES,
+    store_items,
+    store_terms,
+    store_vectors,
+)
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.embed import resolve_index
@@ -130,15 +135,6 @@ class _Statements:
             ),
         )
 
-    def docs(self, filters: str) -> Sql:
-        return self.text(
-            ("docs", filters),
-            lambda: (
-                f"SELECT prefix, key, doc FROM am_store_items WHERE {self.under} AND {self.live} "
-                f"AND doc IS NOT NULL{filters}"
-            ),
-        )
-
     def namespaces(self, under: bool) -> Sql:
         where = f"{self.under} AND " if under else ""
         return self.text(
@@ -178,7 +174,7 @@ class _Statements:
         )
 
     def upsert_item(self) -> Sql:
-        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc"]
+        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
         if self.d.conditional_upsert:
             return self.d.sql(
                 ("store", "upsert"), lambda: self.d.upsert(store_items, ["prefix", "key"], update)
@@ -199,25 +195,116 @@ class _Statements:
         )
 
     def delete_item(self) -> list[Sql]:
+        """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
         return [
             self.d.sql(("store", "delete", t.name), partial(_delete_item, t))
-            for t in (store_vectors, store_items)
+            for t in (store_vectors, store_terms, store_items)
         ]
 
     def insert_vector(self) -> Sql:
-        cols = [c.name for c in store_vectors.columns]
+        return self._insert(store_vectors)
+
+    def insert_terms(self) -> Sql:
+        return self._insert(store_terms)
+
+    def _insert(self, table: sa.Table) -> Sql:
+        cols = [c.name for c in table.columns]
         return self.d.sql(
-            ("store", "insert_vector"),
-            lambda: sa.insert(store_vectors).values({c: sa.bindparam(c) for c in cols}),
+            ("store", "insert", table.name),
+            lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
     def delete_under(self) -> list[Sql]:
+        """Per table of :data:`STORE_ROW_TABLES`: delete the rows under a namespace."""
         return [
             self.text(
                 ("delete_under", t), partial(str.format, "DELETE FROM {} WHERE {}", t, self.under)
             )
-            for t in ("am_store_vectors", "am_store_items")
+            for t in STORE_ROW_TABLES
         ]
+
+    def writes(
+        self,
+        items: list[dict[str, Any]],
+        vectors: list[dict[str, Any]] | None = None,
+        removed: Sequence[dict[str, Any]] = (),
+    ) -> list[Stmt]:
+        """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
+        index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
+
+        The item's row goes first: its lock makes a concurrent put of the same key wait, so
+        the deletes that follow (each statement sees what committed before it) find every old
+        vector and posting, and the inserts never collide with another put's rows."""
+        vec_sql, terms_sql, item_sql = self.delete_item()
+        keys = [{"prefix": r["prefix"], "key": r["key"]} for r in (*items, *removed)]
+        terms = S.index_rows(items)
+        out = [
+            Stmt(self.upsert_item(), items, many=True),
+            Stmt(item_sql, list(removed), many=True),
+            Stmt(terms_sql, keys, many=True),
+            Stmt(self.insert_terms(), terms, many=True),
+        ]
+        if vectors is not None:
+            out += [
+                Stmt(vec_sql, keys, many=True),
+                Stmt(self.insert_vector(), vectors, many=True),
+            ]
+        return out
+
+    def _where_ns(self, exact: bool) -> str:
+        # an exact namespace is an index seek after the term; a prefix is a range under it
+        return f"prefix = {self.d.param('ns')}" if exact else self.under
+
+    def term_counts(self, n: int, exact: bool) -> Sql:
+        """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
+        p = self.d.param
+        terms = ", ".join(p(f"t{j}") for j in range(n))
+        return self.text(
+            ("term_counts", n, exact),
+            lambda: (
+                f"SELECT term, COUNT(*) FROM am_store_terms WHERE term IN ({terms}) "
+                f"AND {self._where_ns(exact)} GROUP BY term"
+            ),
+        )
+
+    def text_stats(self, exact: bool) -> Sql:
+        """How many live indexed items the namespace holds, and their total length."""
+        return self.text(
+            ("text_stats", exact),
+            lambda: (
+                "SELECT COUNT(*), SUM(doc_len) FROM am_store_items WHERE "
+                f"{self._where_ns(exact)} AND {self.live} AND doc_len IS NOT NULL"
+            ),
+        )
+
+    def lexical(self, n: int, exact: bool, filters: str, joined: bool) -> Sql:
+        """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``.
+
+        The score is summed from the postings alone, an index-only read; ``:w<j>`` is term
+        j's idf times (k1 + 1), ``:k_base`` and ``:k_len`` fold in the length norm. Joined
+        with the items, it also applies expiry and the filter's pre-filter (for searches
+        with a filter, or when unjoined candidates turned out expired)."""
+        p = self.d.param
+        terms = ", ".join(p(f"t{j}") for j in range(n))
+        weight = " ".join(f"WHEN {p(f't{j}')} THEN {p(f'w{j}')}" for j in range(n))
+
+        def build() -> str:
+            scored = (
+                f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
+                f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
+                f"WHERE term IN ({terms}) AND {self._where_ns(exact)} GROUP BY prefix, key"
+            )
+            if not joined:
+                return f"{scored} ORDER BY score DESC, prefix, key LIMIT {p('n')}"
+            live = self.live.replace("expires_at", "i.expires_at")
+            return (
+                f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
+                f"ON i.prefix = s.prefix AND i.key = s.key WHERE {live}"
+                f"{filters.replace('value', 'i.value')} "
+                f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
+            )
+
+        return self.text(("lexical", n, exact, filters, joined), build)
 
     def count_under(self) -> Sql:
         return self.text(
@@ -285,6 +372,12 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         self._matrix_lock = threading.Lock()
         #: Bytes of cached vectors kept at most, least recently used first out.
         self.matrix_cache_bytes = 64 * 2**20
+        #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
+        #: corpus statistics, re-read after ``stats_seconds`` or once this store has written
+        #: a tenth as many items (they move slowly; df is always counted with the query).
+        self._stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
+        self._writes = 0
+        self.stats_seconds = 60.0
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         index = resolve_index(index)
@@ -471,12 +564,12 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         if not puts:
             return []
         items: list[dict[str, Any]] = []
-        deletes: list[dict[str, Any]] = []
+        removed: list[dict[str, Any]] = []
         vector_rows: list[dict[str, Any]] = []
         at = 0
         for (prefix, key), op in puts.items():
-            deletes.append({"prefix": prefix, "key": key})
             if op.value is None:
+                removed.append({"prefix": prefix, "key": key})
                 continue
             ttl = self._ttl(op)
             items.append(
@@ -517,17 +610,8 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     row["created_at"] = rows[0][0]
-        vec_sql, item_sql = self.sql.delete_item()
-        removed = [d for d in deletes if puts[(d["prefix"], d["key"])].value is None]
-        single = self.dialect.put_item_clearing_vectors()
-        if single is not None and len(items) == 1 and not removed and not vector_rows:
-            return [Stmt(single, items[0])]
-        return [
-            Stmt(vec_sql, deletes, many=True),  # an item's old vectors never outlive a put
-            Stmt(item_sql, removed, many=True),
-            Stmt(self.sql.upsert_item(), items, many=True),
-            Stmt(self.sql.insert_vector(), vector_rows, many=True),
-        ]
+        self._writes += len(puts)
+        return self.sql.writes(items, vector_rows, removed)
 
     def _ttl(self, op: PutOp) -> float | None:
         if op.ttl is NOT_PROVIDED:
@@ -567,38 +651,75 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         filters: str,
         base: dict[str, Any],
         want: int,
-    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        *,
+        exact: bool = False,
+        joined: bool = False,
+    ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
-        candidates under ``base``'s namespace prefix, best first, without reading the items."""
+        candidates under ``base``'s namespace prefix, best first, without reading the items;
+        and whether the lexical list was cut at ``want``."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
+        cut = False
         if query_terms:
-            lexical = self.dialect.lexical_search(filters)
-            if lexical is not None:
-                [rows] = yield Batch(
-                    [
-                        Stmt(
-                            lexical,
-                            {
-                                **base,
-                                "n": want,
-                                "match": self.dialect.match_expression(query_terms),
-                            },
-                            fetch=True,
-                        )
-                    ]
-                )
-                rankings.append([(r[0], r[1]) for r in rows])
-            else:
-                [rows] = yield Batch([Stmt(self.sql.docs(filters), base, fetch=True)])
-                scores = S.bm25(query_terms, {(r[0], r[1]): r[2] or "" for r in rows})
-                rankings.append(sorted(scores, key=lambda k: -scores[k])[:want])
+            lexical = yield from self._lexical_plan(
+                query_terms, filters, base, want, exact=exact, joined=joined
+            )
+            rankings.append(lexical)
             weights.append(self.weights[0])
+            cut = len(lexical) >= want
         if query_vector is not None:
             [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
             rankings.append(self._nearest(rows, query_vector, want))
             weights.append(self.weights[1])
-        return S.fuse(rankings, weights, k=self.rrf_k)
+        return S.fuse(rankings, weights, k=self.rrf_k), cut
+
+    def _lexical_plan(
+        self,
+        terms: list[str],
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+        *,
+        exact: bool,
+        joined: bool,
+    ) -> Plan[list[tuple[str, str]]]:
+        """BM25's best ``want`` items for ``terms``: document frequencies counted under the
+        namespace with the query, the corpus size and average length from the cache."""
+        n = len(terms)
+        params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
+        key = (base["ns"], exact)
+        stats = self._stats.get(key)
+        fresh = stats is not None and (
+            self._clock() - stats[2] < self.stats_seconds
+            and self._writes - stats[3] <= stats[0] // 10
+        )
+        statements = [Stmt(self.sql.term_counts(n, exact), params, fetch=True)]
+        if not fresh:
+            statements.append(Stmt(self.sql.text_stats(exact), params, fetch=True))
+        found = yield Batch(statements)
+        df = {term: int(count) for term, count in found[0]}
+        if not df:
+            return []
+        if not fresh:
+            docs, total = int(found[1][0][0]), float(found[1][0][1] or 0)
+            stats = (docs, total / docs if docs else 1.0, self._clock(), self._writes)
+            self._stats[key] = stats
+            self._stats.move_to_end(key)
+            while len(self._stats) > 4096:
+                self._stats.popitem(last=False)
+        assert stats is not None
+        docs, avgdl = stats[0], stats[1] or 1.0
+        params.update(
+            n=want,
+            k_base=S.K1 * (1 - S.B),
+            k_len=S.K1 * S.B / avgdl,
+            **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
+        )
+        [rows] = yield Batch(
+            [Stmt(self.sql.lexical(n, exact, filters, joined), params, fetch=True)]
+        )
+        return [(r[0], r[1]) for r in rows]
 
     def rank_keys_plan(
         self,
@@ -609,13 +730,13 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         now: float,
     ) -> Plan[list[tuple[str, float]]]:
         """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for callers that read the items themselves (agent memory's recall). The
-        namespace's vectors are read once and reused while it does not change."""
+        scores, for callers that read the items themselves (agent memory's recall, which
+        drops what expired). The namespace's vectors are read once and reused while it does
+        not change."""
         ns = _ns(namespace)
-        # this namespace only: the "below" half of the condition matches nothing
-        base = {"ns": ns, "ns_dot": "", "ns_len": 1, "ns_end": "", "now": now}
+        base = {"ns": ns, "now": now}
         terms = S.terms(query)
-        fused = yield from self._fused_plan(terms, None, "", base, want)
+        fused, _ = yield from self._fused_plan(terms, None, "", base, want, exact=True)
         if query_vector is None or self.embeddings is None:
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self._matrix_plan(ns, now)
@@ -672,7 +793,26 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
         want = max(self.candidates, 4 * (op.limit + op.offset))
-        fused = yield from self._fused_plan(query_terms, query_vector, filters, base, want)
+        # Without a filter the postings alone rank; should expired items fill the list so
+        # that too few remain, rank again joined with the items, which leaves them out.
+        joined = bool(filters)
+        while True:
+            fused, cut = yield from self._fused_plan(
+                query_terms, query_vector, filters, base, want, joined=joined
+            )
+            out = yield from self._read_ranked(fused, conds, op, now)
+            if joined or len(out) >= op.limit or not cut:
+                return out
+            joined = True
+
+    def _read_ranked(
+        self,
+        fused: list[tuple[tuple[str, str], float]],
+        conds: list[tuple[list[str], str, Any]],
+        op: SearchOp,
+        now: float,
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
         out: list[tuple[Any, Any]] = []
         skip = op.offset
         if op.limit == 0:

@@ -1,0 +1,183 @@
+"""The store's own lexical index, on memory, SQLite and PostgreSQL: BM25 over stemmed terms
+without stopwords, postings that follow their item through updates, deletes, expiry and
+concurrent writers, statistics that stay inside a namespace, and the migration that indexes
+items written before the index existed."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory.store import search as S
+from tests.helpers import FakeClock
+
+
+def keys(items: Any) -> list[str]:
+    return [i.key for i in items]
+
+
+def test_analysis_stems_and_drops_stopwords() -> None:
+    assert S.tokens("The user MOVED to Munich, and is moving again!") == [
+        "user",
+        "move",
+        "munich",
+        "move",
+    ]
+    counts, length = S.postings("cats and a cat")
+    assert counts == {"cat": 2} and length == 2
+    assert S.terms("what is the what") == []
+    assert len(S.terms(" ".join(f"w{i}" for i in range(50)))) == 32
+    assert S.idf(10, 20) >= 0  # statistics that lag the counts never go negative
+
+
+def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    store.put(("u", "alice"), "a", {"text": "moving to munich in may"})
+    store.put(("u", "alice"), "b", {"text": "munich munich munich weather report for munich"})
+    store.put(("u", "alice"), "c", {"text": "tea in the morning"})
+    found = store.search(("u", "alice"), query="When did she move to Munich?")
+    assert keys(found) == ["a", "b"]  # two query terms beat one repeated term
+    assert found[0].score > found[1].score > 0
+    before = [i.score for i in found]
+    # another user's items change neither the matches nor the scores (df and N are counted
+    # under the namespace searched)
+    for i in range(30):
+        store.put(("u", "bob"), f"m{i}", {"text": "munich munich"})
+    assert [i.score for i in store.search(("u", "alice"), query="move munich")] == before
+    assert keys(store.search(("u",), query="tea")) == ["c"]
+
+
+def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    store.put(("p",), "x", {"text": "quantum chromodynamics"})
+    assert keys(store.search(("p",), query="quantum")) == ["x"]
+    store.put(("p",), "x", {"text": "baking sourdough bread"})
+    assert store.search(("p",), query="quantum") == []
+    assert keys(store.search(("p",), query="sourdough")) == ["x"]
+    store.put(("p",), "x", {"text": "baking sourdough bread"}, index=False)
+    assert store.search(("p",), query="sourdough") == []
+    store.put(("p",), "y", {"text": "sourdough starter"})
+    store.delete(("p",), "y")
+    assert store.search(("p",), query="sourdough") == []
+    store.put(("p",), "z", {"text": "the and of"})  # nothing but stopwords: no terms
+    assert keys(store.search(("p",), query="the")) == ["z", "x"]  # no terms: newest first
+
+
+def test_expired_items_never_crowd_out_live_ones(make_store: Callable[..., Any]) -> None:
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(clock=clock, candidates=4)
+    for i in range(12):  # the best matches expire
+        store.put(("e",), f"hot{i}", {"text": "invoice invoice invoice"}, ttl=1.0)
+    store.put(("e",), "cold", {"text": "an invoice among many other words here"}, ttl=None)
+    clock.advance(120)
+    assert keys(store.search(("e",), query="invoice", limit=1)) == ["cold"]
+    assert keys(store.search(("e",), query="invoice", filter={"text": {"$ne": "x"}})) == ["cold"]
+
+
+def test_concurrent_puts_of_one_key_leave_only_the_last_text(
+    make_store: Callable[..., Any], store_backend: str
+) -> None:
+    if store_backend == "memory":
+        pytest.skip("a memory store is one process's: the threads share one connection")
+    store = make_store()
+    store.put(("c",), "k", {"text": "seed"})
+    words = ["alpha", "bravo", "charlie", "delta"]
+    errors: list[BaseException] = []
+
+    def writer(word: str) -> None:
+        other = make_store()
+        try:
+            for i in range(25):
+                other.put(("c",), "k", {"text": f"{word} {word}{i}"})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in words]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    text = store.get(("c",), "k").value["text"]
+    [last] = [w for w in words if text.startswith(w)]
+    assert keys(store.search(("c",), query=last)) == ["k"]
+    for word in words:
+        if word != last:
+            assert store.search(("c",), query=word) == [], word
+    assert store.search(("c",), query="seed") == []
+
+
+def _v4_items(url: str | None, path: Any) -> None:
+    """A database at schema version 4 (full-text index, no term table) with two items."""
+    from langgraph_checkpoint_agent_memory.db import migrations as M
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
+
+    original = M.MIGRATIONS
+    M.MIGRATIONS = original[:4]
+    try:
+        from langgraph_checkpoint_agent_memory import create_store
+
+        store = create_store(url, auto_setup=False)
+        assert isinstance(store, AgentMemoryStore)
+        store.setup()
+        store.close()
+    finally:
+        M.MIGRATIONS = original
+    rows = [
+        ("old", "a", '{"text":"shipped the printers to Berlin"}', "shipped the printers to Berlin"),
+        ("old", "b", '{"text":"tea"}', "tea"),
+    ]
+    insert = (
+        "INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, doc) "
+        "VALUES ({0}, {0}, {0}, 1, 1, {0})"
+    )
+    if url is not None and url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS am_store_terms")
+            for row in rows:
+                conn.execute(insert.format("%s"), row)
+    else:
+        conn = sqlite3.connect(path)
+        conn.executemany(insert.format("?"), rows)
+        conn.commit()
+        conn.close()
+
+
+def test_migration_indexes_items_written_before_the_index(
+    store_backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    from langgraph_checkpoint_agent_memory import create_store
+
+    if store_backend == "memory":
+        pytest.skip("a memory store starts empty")
+    if store_backend == "postgres":
+        import psycopg
+
+        url = request.getfixturevalue("pg_url")
+        with psycopg.connect(url, autocommit=True) as conn:  # start from an empty schema
+            conn.execute("DROP SCHEMA public CASCADE")
+            conn.execute("CREATE SCHEMA public")
+        path = None
+    else:
+        path = tmp_path / "v4.db"
+        url = f"sqlite:///{path}"
+    _v4_items(url, path)
+    store = create_store(url)
+    try:
+        assert keys(store.search(("old",), query="printer shipping")) == ["a"]
+        assert keys(store.search(("old",), query="tea")) == ["b"]
+        store.put(("old",), "a", {"text": "nothing about that"})  # replaces the backfilled
+        assert store.search(("old",), query="printer") == []
+    finally:
+        store.close()
+    again = create_store(url)  # setting up again finds nothing left to index
+    try:
+        assert keys(again.search(("old",), query="tea")) == ["b"]
+    finally:
+        again.close()
