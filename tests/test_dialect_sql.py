@@ -17,6 +17,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
+from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
@@ -206,6 +207,9 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3), (["s"], "$eq", "x")]
     )
     out.update(backfill_statements(d))
+    arrays = d.insert_arrays(store_terms)
+    if arrays is not None:
+        out["store.insert_arrays"] = arrays
     for exact in (False, True):
         out[f"store.term_counts.{exact}"] = sql.term_counts(3, exact)
         out[f"store.text_stats.{exact}"] = sql.text_stats(exact)

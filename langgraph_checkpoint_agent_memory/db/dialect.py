@@ -220,6 +220,11 @@ class Dialect:
         """Remove what :meth:`full_text_ddl` created."""
         return []
 
+    def insert_arrays(self, table: sa.Table) -> Sql | None:
+        """One INSERT of many rows whose parameters are one list per column (a postings
+        batch in one statement, not one per row); ``None``: rows go one by one."""
+        return None
+
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
         kind = column.type.compile(dialect=self.sa)

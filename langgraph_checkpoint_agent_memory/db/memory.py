@@ -279,7 +279,7 @@ def record_plan(
     )
     writes: list[Stmt] = []
     if inserted:
-        writes.append(Stmt(sql.store.insert_terms(), terms, many=True))
+        writes.append(sql.store.insert_terms_stmt(terms))
         writes.append(
             Stmt(
                 sql.add_pending(),

@@ -70,6 +70,16 @@ class PostgresDialect(Dialect):
             "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
         ]
 
+    def insert_arrays(self, table: sa.Table) -> Sql:
+        def build() -> str:
+            cols = [c.name for c in table.columns]
+            arrays = ", ".join(
+                f"CAST(%({c})s AS {table.c[c].type.compile(dialect=self.sa)}[])" for c in cols
+            )
+            return f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays})"
+
+        return self.sql(("insert_arrays", table.name), build)
+
     def drop_full_text_ddl(self) -> list[str]:
         return [
             "DROP INDEX IF EXISTS am_store_items_doc_tsv",

@@ -207,6 +207,13 @@ class _Statements:
     def insert_terms(self) -> Sql:
         return self._insert(store_terms)
 
+    def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
+        """Insert postings: in one statement where the dialect takes column arrays."""
+        arrays = self.d.insert_arrays(store_terms)
+        if arrays is None or not rows:
+            return Stmt(self.insert_terms(), rows, many=True)
+        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in store_terms.columns})
+
     def _insert(self, table: sa.Table) -> Sql:
         cols = [c.name for c in table.columns]
         return self.d.sql(
@@ -237,12 +244,11 @@ class _Statements:
         vector and posting, and the inserts never collide with another put's rows."""
         vec_sql, terms_sql, item_sql = self.delete_item()
         keys = [{"prefix": r["prefix"], "key": r["key"]} for r in (*items, *removed)]
-        terms = S.index_rows(items)
         out = [
             Stmt(self.upsert_item(), items, many=True),
             Stmt(item_sql, list(removed), many=True),
             Stmt(terms_sql, keys, many=True),
-            Stmt(self.insert_terms(), terms, many=True),
+            self.insert_terms_stmt(S.index_rows(items)),
         ]
         if vectors is not None:
             out += [
