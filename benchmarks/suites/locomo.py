@@ -156,11 +156,13 @@ def run(*, quick: bool, out: Path) -> None:
         questions = [q for q in conv["qa"] if q.get("category") in CATEGORIES and q.get("evidence")]
         if quick:
             questions = questions[:60]
-        stores = {"lexical": create_store(candidates=30)}
+        stores = {"lexical": create_store()}
         if embedder is not None:
+            # the three modes index the same text: lexical is the hybrid store without vectors
             index = {"dims": embedder.dims, "embed": embedder, "fields": ["text"]}
-            stores["vector"] = create_store(index=index, weights=(0.0, 1.0), candidates=30)
-            stores["hybrid"] = create_store(index=index, candidates=30)  # default fusion
+            stores["lexical"] = create_store(index=index, weights=(1.0, 0.0))
+            stores["vector"] = create_store(index=index, weights=(0.0, 1.0))
+            stores["hybrid"] = create_store(index=index)  # default fusion
         ns = ("locomo", conv["sample_id"])
         from langgraph.store.base import PutOp
 
