@@ -5,6 +5,7 @@ compiler plus HANA's rules. A live HANA run happens when AGENT_MEMORY_TEST_HANA_
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+from langgraph_checkpoint_agent_memory.store.store import ITEM_COLUMNS as ITEM
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 
@@ -179,6 +181,28 @@ def backfill_statements(d: Dialect) -> dict[str, Sql]:
     return seen
 
 
+def vector_backfill_statements(d: Dialect) -> dict[str, Sql]:
+    """The statements that fill a native vector column for older vectors."""
+    from langgraph_checkpoint_agent_memory.db.database import drive
+    from langgraph_checkpoint_agent_memory.db.migrations import _convert_existing_vectors
+
+    seen: dict[str, Sql] = {}
+    rows = [[("ns", "k", "text#0", b"\0\0\x80?")]]
+
+    def execute(batch: Any) -> list[Any]:
+        for stmt in batch.statements:
+            seen[f"vector_backfill#{len(seen)}"] = stmt.sql
+            if not stmt.fetch:
+                assert stmt.params == [
+                    {"prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}
+                ]
+        fetching = batch.statements and batch.statements[0].fetch
+        return [rows.pop() if rows else []] if fetching else [1] * len(batch.statements)
+
+    assert drive(_convert_existing_vectors(d), execute) == 1
+    return seen
+
+
 def store_statements(d: Dialect) -> dict[str, Sql]:
     from langgraph_checkpoint_agent_memory.store.store import _Statements
 
@@ -210,6 +234,17 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     arrays = d.insert_arrays(store_terms)
     if arrays is not None:
         out["store.insert_arrays"] = arrays
+    filters_sql, _ = AgentMemoryStore._prefilter(
+        cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3)]
+    )
+    for name, native in (
+        ("vector_search", sql.vector_search(filters_sql)),
+        ("fill_vector", d.fill_vector()),
+    ):
+        if native is not None:
+            out[f"store.{name}"] = native
+    if d.native_vectors:
+        out.update(vector_backfill_statements(d))
     for exact in (False, True):
         out[f"store.term_counts.{exact}"] = sql.term_counts(3, exact)
         out[f"store.text_stats.{exact}"] = sql.text_stats(exact)
@@ -394,3 +429,52 @@ def test_memory_statements_on_every_dialect(tmp_path: Any) -> None:
             assert upper.endswith("WITH PRIMARY KEY"), where
     claims = [s.text for s in hana.values() if "SELECT s.scope" in s.text]
     assert claims and all(t.endswith("LIMIT 1 FOR UPDATE IGNORE LOCKED") for t in claims)
+
+
+def test_hana_store_computes_similarity_in_the_database() -> None:
+    """Offline: on HANA a put writes each vector's REAL_VECTOR text form too, and a query
+    ranks by COSINE_SIMILARITY in SQL instead of reading every vector under the prefix."""
+    from langgraph_checkpoint_agent_memory.db.database import Database, drive
+    from tests.helpers import WordEmbeddings
+
+    seen: list[tuple[str, Any]] = []
+
+    def execute(batch: Any) -> list[Any]:
+        out: list[Any] = []
+        for stmt in batch.statements:
+            seen.append((stmt.sql.text, stmt.params))
+            text = stmt.sql.text
+            if not stmt.fetch:
+                out.append(1)
+            elif "COSINE_SIMILARITY" in text:
+                out.append([("h", "b", 0.9), ("h", "a", 0.1)])
+            elif text.startswith(f"SELECT {ITEM}"):
+                out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None) for k in ("a", "b")])
+            else:
+                out.append([])
+        return out
+
+    class Offline(Database[Any]):
+        dialect = HanaDialect()
+
+        def _run_sync(self, plan: Any) -> Any:
+            return drive(plan, execute)
+
+    embed = WordEmbeddings(8)
+    store = AgentMemoryStore(
+        Offline(),
+        index={"dims": 8, "embed": embed, "fields": ["text"]},
+        weights=(0.0, 1.0),
+        auto_setup=False,
+    )
+    store.put(("h",), "a", {"text": "alpine hiking"})
+    [(insert, rows)] = [(t, p) for t, p in seen if "INTO am_store_vectors" in t]
+    assert "TO_REAL_VECTOR(:embedding)" in insert
+    assert json.loads(rows[0]["embedding"]) == pytest.approx(embed.embed_query("alpine hiking"))
+    seen.clear()
+    found = store.search(("h",), query="zebra")
+    assert [i.key for i in found] == ["b", "a"]
+    native = [(t, p) for t, p in seen if "COSINE_SIMILARITY" in t]
+    assert len(native) == 1 and native[0][1]["n"] >= 10
+    assert json.loads(native[0][1]["query_vector"]) == pytest.approx(embed.embed_query("zebra"))
+    assert not any("SELECT v.prefix, v.key, v.vector" in t for t, _ in seen)  # no full read

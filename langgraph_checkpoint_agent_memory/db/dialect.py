@@ -220,6 +220,28 @@ class Dialect:
         """Remove what :meth:`full_text_ddl` created."""
         return []
 
+    #: Whether vectors also live in a native vector column (``embedding``), written from
+    #: the text form ``[x, y, ...]`` passed as ``:embedding``, so similarity runs in SQL.
+    native_vectors = False
+
+    def vector_ddl(self) -> list[str]:
+        """DDL adding the native vector column to ``am_store_vectors``."""
+        return []
+
+    def insert_vector(self) -> Sql | None:
+        """The vector insert when :attr:`native_vectors` (``None``: the generic one)."""
+        return None
+
+    def fill_vector(self) -> Sql | None:
+        """Set the native vector column of one stored vector from ``:embedding``."""
+        return None
+
+    def vector_search(self, filters: str, under: str, live: str) -> Sql | None:
+        """Exact best ``:n`` items by cosine similarity to ``:query_vector`` (text form)
+        under the namespace, computed in the database: ``(prefix, key, similarity)``.
+        ``None``: the store computes it in numpy."""
+        return None
+
     def insert_arrays(self, table: sa.Table) -> Sql | None:
         """One INSERT of many rows whose parameters are one list per column (a postings
         batch in one statement, not one per row); ``None``: rows go one by one."""

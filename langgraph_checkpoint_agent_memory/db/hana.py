@@ -53,6 +53,45 @@ class HanaDialect(Dialect):
             return f"{text} WITH PRIMARY KEY"
         return text
 
+    native_vectors = True
+
+    def vector_ddl(self) -> list[str]:
+        # HANA Cloud's vector engine: exact COSINE_SIMILARITY in the database, so a search
+        # reads the best rows, not every vector under the namespace
+        return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
+
+    def insert_vector(self) -> Sql:
+        return self.sql(
+            "insert_vector_native",
+            lambda: (
+                "INSERT INTO am_store_vectors (prefix, key, field, vector, embedding) VALUES "
+                "(:prefix, :key, :field, :vector, TO_REAL_VECTOR(:embedding))"
+            ),
+        )
+
+    def fill_vector(self) -> Sql:
+        return self.sql(
+            "fill_vector",
+            lambda: (
+                "UPDATE am_store_vectors SET embedding = TO_REAL_VECTOR(:embedding) "
+                "WHERE prefix = :prefix AND key = :key AND field = :field"
+            ),
+        )
+
+    def vector_search(self, filters: str, under: str, live: str) -> Sql:
+        return self.sql(
+            ("vector_search", filters),
+            lambda: (
+                "SELECT v.prefix, v.key, MAX(COSINE_SIMILARITY(v.embedding, "
+                "TO_REAL_VECTOR(:query_vector))) AS sim FROM am_store_vectors v "
+                "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                f"WHERE {under.replace('prefix', 'i.prefix')} "
+                f"AND {live.replace('expires_at', 'i.expires_at')}"
+                f"{filters.replace('value', 'i.value')} AND v.embedding IS NOT NULL "
+                "GROUP BY v.prefix, v.key ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
+            ),
+        )
+
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         return (
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"

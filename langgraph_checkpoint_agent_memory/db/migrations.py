@@ -57,6 +57,8 @@ def _store_terms(d: Dialect) -> list[str]:
 
 #: The version that added the lexical index (items older than it are indexed after it).
 TERMS_VERSION = 5
+#: The version that added native vector columns (vectors older than it are converted).
+VECTORS_VERSION = 6
 
 #: Every migration, in order. A migration's statements come from the dialect, so the same
 #: version creates the right types on each database.
@@ -70,6 +72,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector: they
     # score every match of a query, and match across all namespaces before filtering).
     (TERMS_VERSION, "store lexical index", _store_terms),
+    # Databases with a vector type keep each vector in it too, for similarity in SQL.
+    (VECTORS_VERSION, "store native vector column", lambda d: d.vector_ddl()),
 ]
 
 #: Items indexed per transaction when the lexical index is filled for items older than it.
@@ -118,8 +122,11 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
             Stmt(record, {"version": m.version, "description": m.description, "applied_at": now})
         )
     yield Batch(statements, write=True)
-    if TERMS_VERSION in done | {m.version for m in pending}:
+    applied = done | {m.version for m in pending}
+    if TERMS_VERSION in applied:
         yield from _index_existing_items(dialect)
+    if VECTORS_VERSION in applied and dialect.native_vectors:
+        yield from _convert_existing_vectors(dialect)
     return [m.version for m in pending]
 
 
@@ -204,3 +211,34 @@ class SchemaOnFirstUse:
     async def _aready(self) -> None:
         if not self._setup_done and self.auto_setup:
             await self.asetup()
+
+
+def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
+    """Fill the native vector column of vectors stored before it existed, a batch at a
+    time, like :func:`_index_existing_items`."""
+    from langgraph_checkpoint_agent_memory.store.store import vector_text
+
+    p = dialect.param
+    pending = dialect.sql(
+        "vectors_pending",
+        lambda: (
+            "SELECT prefix, key, field, vector FROM am_store_vectors WHERE embedding IS NULL "
+            f"LIMIT {p('n')}{dialect.for_update_skip_locked}"
+        ),
+    )
+    fill = dialect.fill_vector()
+    assert fill is not None
+    done = 0
+    while True:
+        [rows] = yield Batch(
+            [Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
+        )
+        if not rows:
+            yield Batch([], write=True)
+            return done
+        updates = [
+            {"prefix": pr, "key": k, "field": f, "embedding": vector_text(bytes(v))}
+            for pr, k, f, v in rows
+        ]
+        yield Batch([Stmt(fill, updates, many=True)], write=True)
+        done += len(rows)

@@ -129,7 +129,9 @@ store_terms = sa.Table(
     sa.Column("tf", sa.Integer, nullable=False),
     sa.Column("dl", sa.Integer, nullable=False),
     sa.PrimaryKeyConstraint("term", "prefix", "key", postgresql_include=["tf", "dl"]),
-    sa.Index("am_store_terms_item", "prefix", "key"),
+    # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
+    # away from the primary key onto every posting of the namespace
+    sa.Index("am_store_terms_item", "key", "prefix"),
     sqlite_with_rowid=False,
 )
 

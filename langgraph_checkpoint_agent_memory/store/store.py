@@ -73,6 +73,13 @@ def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
     return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
 
 
+def vector_text(vector: bytes | Sequence[float]) -> str:
+    """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
+    columns read (HANA's ``TO_REAL_VECTOR``)."""
+    values = np.frombuffer(vector, dtype="<f4") if isinstance(vector, bytes) else vector
+    return json.dumps([float(x) for x in values], separators=(",", ":"))
+
+
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
@@ -202,7 +209,10 @@ class _Statements:
         ]
 
     def insert_vector(self) -> Sql:
-        return self._insert(store_vectors)
+        return self.d.insert_vector() or self._insert(store_vectors)
+
+    def vector_search(self, filters: str) -> Sql | None:
+        return self.d.vector_search(filters, self.under, self.live)
 
     def insert_terms(self) -> Sql:
         return self._insert(store_terms)
@@ -251,6 +261,9 @@ class _Statements:
             self.insert_terms_stmt(S.index_rows(items)),
         ]
         if vectors is not None:
+            if self.d.native_vectors:
+                for row in vectors:
+                    row["embedding"] = vector_text(row["vector"])
             out += [
                 Stmt(vec_sql, keys, many=True),
                 Stmt(self.insert_vector(), vectors, many=True),
@@ -675,8 +688,14 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             weights.append(self.weights[0])
             cut = len(lexical) >= want
         if query_vector is not None:
-            [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
-            rankings.append(self._nearest(rows, query_vector, want))
+            native = self.sql.vector_search(filters)
+            if native is not None:  # exact similarity computed by the database
+                params = {**base, "n": want, "query_vector": vector_text(query_vector)}
+                [rows] = yield Batch([Stmt(native, params, fetch=True)])
+                rankings.append([(r[0], r[1]) for r in rows])
+            else:
+                [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
+                rankings.append(self._nearest(rows, query_vector, want))
             weights.append(self.weights[1])
         return S.fuse(rankings, weights, k=self.rrf_k), cut
 
@@ -710,10 +729,11 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         if not fresh:
             docs, total = int(found[1][0][0]), float(found[1][0][1] or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self._writes)
-            self._stats[key] = stats
-            self._stats.move_to_end(key)
-            while len(self._stats) > 4096:
-                self._stats.popitem(last=False)
+            with self._matrix_lock:  # graph nodes search from several threads
+                self._stats[key] = stats
+                self._stats.move_to_end(key)
+                while len(self._stats) > 4096:
+                    self._stats.popitem(last=False)
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
         params.update(
