@@ -353,8 +353,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
         weights: ``(lexical, vector)`` weights of reciprocal rank fusion. The default leans on
-            full text, which retrieves conversation turns better than small embedders; with a
-            strong embedding model, raise the vector weight (e.g. ``(1.0, 1.0)``).
+            BM25, which retrieves conversation turns better than small embedders (the vector
+            list mostly breaks its ties); with a strong embedding model, raise the vector
+            weight (e.g. ``(1.0, 1.0)``).
         rrf_k: The fusion constant: larger values flatten the difference between ranks.
             Defaults measured on LoCoMo with the default embedder (``benchmarks``).
         candidates: How many lexical and vector candidates each query considers, at least.
