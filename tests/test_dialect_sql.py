@@ -159,48 +159,27 @@ async def test_conformance_on_hana() -> None:  # pragma: no cover - needs a HANA
         assert report.passed_all(), {n: r.failures for n, r in report.results.items()}
 
 
-def backfill_statements(d: Dialect) -> dict[str, Sql]:
-    """The statements that index items older than the lexical index, by driving that plan
-    over one canned row."""
+def backfill_statements(
+    plan: Any, row: tuple[Any, ...], label: str
+) -> tuple[dict[str, Sql], list[Any]]:
+    """The statements a migration's backfill runs, by driving it over one canned row, and
+    the parameters of its writes."""
     from langgraph_checkpoint_agent_memory.db.database import drive
-    from langgraph_checkpoint_agent_memory.db.migrations import _index_existing_items
 
     seen: dict[str, Sql] = {}
-    rows = [[("ns", "k", "some text")]]
+    rows = [[row]]
+    written: list[Any] = []
 
     def execute(batch: Any) -> list[Any]:
         for stmt in batch.statements:
-            seen[f"backfill#{len(seen)}"] = stmt.sql
-        return (
-            [rows.pop() if rows else []]
-            if batch.statements and batch.statements[0].fetch
-            else [1] * len(batch.statements)
-        )
-
-    assert drive(_index_existing_items(d), execute) == 1
-    return seen
-
-
-def vector_backfill_statements(d: Dialect) -> dict[str, Sql]:
-    """The statements that fill a native vector column for older vectors."""
-    from langgraph_checkpoint_agent_memory.db.database import drive
-    from langgraph_checkpoint_agent_memory.db.migrations import _convert_existing_vectors
-
-    seen: dict[str, Sql] = {}
-    rows = [[("ns", "k", "text#0", b"\0\0\x80?")]]
-
-    def execute(batch: Any) -> list[Any]:
-        for stmt in batch.statements:
-            seen[f"vector_backfill#{len(seen)}"] = stmt.sql
+            seen[f"{label}#{len(seen)}"] = stmt.sql
             if not stmt.fetch:
-                assert stmt.params == [
-                    {"prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}
-                ]
+                written.append(stmt.params)
         fetching = batch.statements and batch.statements[0].fetch
         return [rows.pop() if rows else []] if fetching else [1] * len(batch.statements)
 
-    assert drive(_convert_existing_vectors(d), execute) == 1
-    return seen
+    assert drive(plan, execute) == 1
+    return seen, written
 
 
 def store_statements(d: Dialect) -> dict[str, Sql]:
@@ -230,7 +209,10 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     filters, _ = AgentMemoryStore._prefilter(
         cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3), (["s"], "$eq", "x")]
     )
-    out.update(backfill_statements(d))
+    from langgraph_checkpoint_agent_memory.db import migrations as M
+
+    terms, _ = backfill_statements(M._index_existing_items(d), ("ns", "k", "a text"), "terms")
+    out.update(terms)
     arrays = d.insert_arrays(store_terms)
     if arrays is not None:
         out["store.insert_arrays"] = arrays
@@ -244,7 +226,12 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         if native is not None:
             out[f"store.{name}"] = native
     if d.native_vectors:
-        out.update(vector_backfill_statements(d))
+        vector_row = ("ns", "k", "text#0", b"\0\0\x80?")  # one float32: 1.0
+        vectors, written = backfill_statements(
+            M._convert_existing_vectors(d), vector_row, "vectors"
+        )
+        out.update(vectors)
+        assert written == [[{"prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}]]
     for exact in (False, True):
         out[f"store.term_counts.{exact}"] = sql.term_counts(3, exact)
         out[f"store.text_stats.{exact}"] = sql.text_stats(exact)

@@ -131,19 +131,11 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
 
 
 def _index_existing_items(dialect: Dialect) -> Plan[int]:
-    """Index the items stored before the lexical index existed, a batch at a time. Runs on
-    every setup, so an interrupted run resumes with the items still without ``doc_len``;
-    the rows are locked (skipping ones another process holds), so processes share the work."""
-    from langgraph_checkpoint_agent_memory.store.search import postings
+    """Index the items stored before the lexical index existed."""
+    from langgraph_checkpoint_agent_memory.store.search import index_rows
+    from langgraph_checkpoint_agent_memory.store.store import _Statements
 
     p = dialect.param
-    pending = dialect.sql(
-        "index_pending",
-        lambda: (
-            "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL "
-            f"AND doc_len IS NULL LIMIT {p('n')}{dialect.for_update_skip_locked}"
-        ),
-    )
     mark = dialect.sql(
         "index_mark",
         lambda: (
@@ -151,29 +143,55 @@ def _index_existing_items(dialect: Dialect) -> Plan[int]:
             f"AND key = {p('key')}"
         ),
     )
-    insert = dialect.sql(
-        "index_insert",
-        lambda: sa.insert(store_terms).values(
-            {c.name: sa.bindparam(c.name) for c in store_terms.c}
-        ),
+
+    def write(rows: list[Any]) -> list[Stmt]:
+        items = [{"prefix": prefix, "key": key, "doc": doc} for prefix, key, doc in rows]
+        terms = index_rows(items)  # sets each item's doc_len
+        return [_Statements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
+
+    pending = (
+        "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL AND doc_len IS NULL"
+    )
+    return (yield from _backfill(dialect, "index_pending", pending, write))
+
+
+def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
+    """Fill the native vector column of vectors stored before it existed."""
+    from langgraph_checkpoint_agent_memory.store.store import vector_text
+
+    fill = dialect.fill_vector()
+    assert fill is not None
+
+    def write(rows: list[Any]) -> list[Stmt]:
+        updates = [
+            {"prefix": pr, "key": k, "field": f, "embedding": vector_text(bytes(v))}
+            for pr, k, f, v in rows
+        ]
+        return [Stmt(fill, updates, many=True)]
+
+    pending = "SELECT prefix, key, field, vector FROM am_store_vectors WHERE embedding IS NULL"
+    return (yield from _backfill(dialect, "vectors_pending", pending, write))
+
+
+def _backfill(
+    dialect: Dialect, key: str, pending: str, write: Callable[[list[Any]], list[Stmt]]
+) -> Plan[int]:
+    """Bring rows older than a migration up to it, a batch at a time. Runs on every setup,
+    so an interrupted run resumes with the rows ``pending`` still selects; the rows are
+    locked (skipping ones another process holds), so processes share the work."""
+    select = dialect.sql(
+        key,
+        lambda: f"{pending} LIMIT {dialect.param('n')}{dialect.for_update_skip_locked}",
     )
     done = 0
     while True:
         [rows] = yield Batch(
-            [Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
+            [Stmt(select, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
         )
         if not rows:
             yield Batch([], write=True)  # end the transaction the read opened
             return done
-        marks, terms = [], []
-        for prefix, key, doc in rows:
-            counts, length = postings(doc)
-            marks.append({"prefix": prefix, "key": key, "doc_len": length})
-            terms += [
-                {"term": t, "prefix": prefix, "key": key, "tf": n, "dl": length}
-                for t, n in counts.items()
-            ]
-        yield Batch([Stmt(insert, terms, many=True), Stmt(mark, marks, many=True)], write=True)
+        yield Batch(write(rows), write=True)
         done += len(rows)
 
 
@@ -211,34 +229,3 @@ class SchemaOnFirstUse:
     async def _aready(self) -> None:
         if not self._setup_done and self.auto_setup:
             await self.asetup()
-
-
-def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
-    """Fill the native vector column of vectors stored before it existed, a batch at a
-    time, like :func:`_index_existing_items`."""
-    from langgraph_checkpoint_agent_memory.store.store import vector_text
-
-    p = dialect.param
-    pending = dialect.sql(
-        "vectors_pending",
-        lambda: (
-            "SELECT prefix, key, field, vector FROM am_store_vectors WHERE embedding IS NULL "
-            f"LIMIT {p('n')}{dialect.for_update_skip_locked}"
-        ),
-    )
-    fill = dialect.fill_vector()
-    assert fill is not None
-    done = 0
-    while True:
-        [rows] = yield Batch(
-            [Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
-        )
-        if not rows:
-            yield Batch([], write=True)
-            return done
-        updates = [
-            {"prefix": pr, "key": k, "field": f, "embedding": vector_text(bytes(v))}
-            for pr, k, f, v in rows
-        ]
-        yield Batch([Stmt(fill, updates, many=True)], write=True)
-        done += len(rows)
