@@ -34,6 +34,19 @@ def test_analysis_stems_and_drops_stopwords() -> None:
     assert S.idf(10, 20) >= 0  # statistics that lag the counts never go negative
 
 
+def test_analysis_is_safe_from_many_threads() -> None:
+    """A stemmer keeps state while it works: threads stemming at once must not mix words."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def text(i: int) -> str:
+        return f"walking{i} jumped{i} cats{i} consolidation{i}"
+
+    expected = [S.tokens(text(i)) for i in range(400)]
+    S._stem.cache_clear()  # make every thread stem for real, not read the cache
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda i: S.tokens(text(i)), range(400))) == expected
+
+
 def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., Any]) -> None:
     store = make_store()
     store.put(("u", "alice"), "a", {"text": "moving to munich in may"})

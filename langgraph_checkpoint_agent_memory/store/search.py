@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -116,12 +117,17 @@ STOPWORDS = frozenset(
 )
 #: Longest term indexed, in characters (longer words are cut: they are ids, not language).
 MAX_TERM = 64
-_STEMMER = snowballstemmer.stemmer("english")
+#: A stemmer holds state while it works, so each thread gets its own (graph nodes and
+#: LangGraph's executor threads index and search at once).
+_STEMMERS = threading.local()
 
 
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    return _STEMMER.stemWord(word)[:MAX_TERM]
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+    return stemmer.stemWord(word)[:MAX_TERM]
 
 
 def tokens(text: str) -> list[str]:
