@@ -34,17 +34,31 @@ def test_analysis_stems_and_drops_stopwords() -> None:
     assert S.idf(10, 20) >= 0  # statistics that lag the counts never go negative
 
 
-def test_analysis_is_safe_from_many_threads() -> None:
-    """A stemmer keeps state while it works: threads stemming at once must not mix words."""
+def test_analysis_is_safe_from_many_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stemmer keeps state while it works: threads stemming at once must not mix words
+    (a shared one raises IndexError or returns another thread's stem). The pure-Python
+    stemmer, what runs without PyStemmer, is the one a thread switch can interrupt
+    mid-word, so the test uses it, with thread switches as frequent as they go."""
+    import sys
     from concurrent.futures import ThreadPoolExecutor
 
-    def text(i: int) -> str:
-        return f"walking{i} jumped{i} cats{i} consolidation{i}"
+    from snowballstemmer.english_stemmer import EnglishStemmer
 
-    expected = [S.tokens(text(i)) for i in range(400)]
-    S._stem.cache_clear()  # make every thread stem for real, not read the cache
-    with ThreadPoolExecutor(8) as pool:
-        assert list(pool.map(lambda i: S.tokens(text(i)), range(400))) == expected
+    monkeypatch.setattr(S, "_new_stemmer", EnglishStemmer)
+    monkeypatch.setattr(S, "_STEMMERS", threading.local())
+    texts = [f"walking{i} jumped{i} consolidation{i} generously{i}" for i in range(500)]
+    S._stem.cache_clear()
+    expected = [S.tokens(t) for t in texts]
+    S._stem.cache_clear()  # every thread stems for real instead of reading the cache
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(S.tokens, texts))
+    finally:
+        sys.setswitchinterval(switch)
+        S._stem.cache_clear()
+    assert found == expected
 
 
 def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., Any]) -> None:

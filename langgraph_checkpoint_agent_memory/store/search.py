@@ -122,11 +122,15 @@ MAX_TERM = 64
 _STEMMERS = threading.local()
 
 
+def _new_stemmer() -> Any:
+    return snowballstemmer.stemmer("english")
+
+
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     stemmer = getattr(_STEMMERS, "english", None)
     if stemmer is None:
-        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+        stemmer = _STEMMERS.english = _new_stemmer()
     return stemmer.stemWord(word)[:MAX_TERM]
 
 
