@@ -236,10 +236,11 @@ class Dialect:
         """Set the native vector column of one stored vector from ``:embedding``."""
         return None
 
-    def vector_search(self, filters: str, under: str, live: str) -> Sql | None:
-        """Exact best ``:n`` items by cosine similarity to ``:query_vector`` (text form)
-        under the namespace, computed in the database: ``(prefix, key, similarity)``.
-        ``None``: the store computes it in numpy."""
+    def vector_search(self, filters: str, where: str) -> Sql | None:
+        """Exact best ``:n`` items by cosine similarity to ``:query_vector`` (text form),
+        computed in the database: ``(prefix, key, similarity)`` of the vectors ``v`` whose
+        item ``i`` meets ``where`` (built from ``filters``, the cache key). ``None``: the
+        store computes it in numpy."""
         return None
 
     def insert_arrays(self, table: sa.Table) -> Sql | None:

@@ -78,16 +78,14 @@ class HanaDialect(Dialect):
             ),
         )
 
-    def vector_search(self, filters: str, under: str, live: str) -> Sql:
+    def vector_search(self, filters: str, where: str) -> Sql:
         return self.sql(
             ("vector_search", filters),
             lambda: (
                 "SELECT v.prefix, v.key, MAX(COSINE_SIMILARITY(v.embedding, "
                 "TO_REAL_VECTOR(:query_vector))) AS sim FROM am_store_vectors v "
                 "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
-                f"WHERE {under.replace('prefix', 'i.prefix')} "
-                f"AND {live.replace('expires_at', 'i.expires_at')}"
-                f"{filters.replace('value', 'i.value')} AND v.embedding IS NOT NULL "
+                f"WHERE {where} AND v.embedding IS NOT NULL "
                 "GROUP BY v.prefix, v.key ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
             ),
         )

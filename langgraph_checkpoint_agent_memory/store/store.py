@@ -130,15 +130,21 @@ class _Statements:
             lambda: f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE ({keys}) AND {self.live}",
         )
 
+    def on_items(self, filters: str) -> str:
+        """The WHERE condition of a statement joined with the items as ``i``: under the
+        namespace, live, and the filter's pre-filter."""
+        return (
+            f"{self.under.replace('prefix', 'i.prefix')} "
+            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+            f"{filters.replace('value', 'i.value')}"
+        )
+
     def vectors(self, filters: str) -> Sql:
         return self.text(
             ("vectors", filters),
             lambda: (
                 "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                "ON i.prefix = v.prefix AND i.key = v.key "
-                f"WHERE {self.under.replace('prefix', 'i.prefix')} "
-                f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-                f"{filters.replace('value', 'i.value')}"
+                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {self.on_items(filters)}"
             ),
         )
 
@@ -212,7 +218,7 @@ class _Statements:
         return self.d.insert_vector() or self._insert(store_vectors)
 
     def vector_search(self, filters: str) -> Sql | None:
-        return self.d.vector_search(filters, self.under, self.live)
+        return self.d.vector_search(filters, self.on_items(filters))
 
     def insert_terms(self) -> Sql:
         return self._insert(store_terms)
@@ -315,10 +321,10 @@ class _Statements:
             )
             if not joined:
                 return f"{scored} ORDER BY score DESC, prefix, key LIMIT {p('n')}"
-            live = self.live.replace("expires_at", "i.expires_at")
-            return (
+            return (  # the postings already kept the namespace: expiry and filter remain
                 f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
-                f"ON i.prefix = s.prefix AND i.key = s.key WHERE {live}"
+                f"ON i.prefix = s.prefix AND i.key = s.key WHERE "
+                f"{self.live.replace('expires_at', 'i.expires_at')}"
                 f"{filters.replace('value', 'i.value')} "
                 f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
             )
@@ -389,7 +395,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         self._sweeper: Sweeper | None = None
         #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
         self._matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
-        self._matrix_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
         #: Bytes of cached vectors kept at most, least recently used first out.
         self.matrix_cache_bytes = 64 * 2**20
         #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
@@ -730,7 +736,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         if not fresh:
             docs, total = int(found[1][0][0]), float(found[1][0][1] or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self._writes)
-            with self._matrix_lock:  # graph nodes search from several threads
+            with self._cache_lock:  # graph nodes search from several threads
                 self._stats[key] = stats
                 self._stats.move_to_end(key)
                 while len(self._stats) > 4096:
@@ -785,7 +791,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         item count, latest update) that any write to the namespace changes."""
         [rows] = yield Batch([Stmt(self.sql.fingerprint(), {"prefix": ns, "now": now}, fetch=True)])
         fingerprint = (int(rows[0][0]), float(rows[0][1] or 0.0))
-        with self._matrix_lock:
+        with self._cache_lock:
             cached = self._matrices.get(ns)
             if cached is not None and cached[0] == fingerprint:
                 self._matrices.move_to_end(ns)
@@ -802,7 +808,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             matrix = matrix / np.where(norms == 0, 1.0, norms)
         else:
             matrix = np.zeros((0, 1), dtype=np.float32)
-        with self._matrix_lock:
+        with self._cache_lock:
             self._matrices[ns] = (fingerprint, keys, matrix)
             total = sum(m[2].nbytes for m in self._matrices.values())
             while total > self.matrix_cache_bytes and len(self._matrices) > 1:
