@@ -80,7 +80,9 @@ class LocalPostgres:
     def _run(self, *args: str) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if self.as_root:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+            # runuser lives in sbin, which a minimal PATH (cron, env -i, some CI) leaves out
+            search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+            cmd = [shutil.which("runuser", path=search) or "runuser", "-u", "postgres", "--", *cmd]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{args[0]} failed: {result.stderr.strip() or result.stdout}")
