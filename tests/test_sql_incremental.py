@@ -122,3 +122,24 @@ def test_incremental_lists_can_be_turned_off(make_saver: Callable[..., Any]) -> 
         g.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
     assert all(base is None for _, base, _ in blob_rows(saver))
     assert len(g.get_state(config).values["messages"]) == 8
+
+
+def test_the_list_cache_forgets_the_oldest_thread_whole(
+    make_saver: Callable[..., Any], monkeypatch: Any
+) -> None:
+    import langgraph_checkpoint_agent_memory.checkpoint.saver as saver_module
+
+    monkeypatch.setattr(saver_module, "CACHE_THREADS", 3)
+    saver = make_saver()
+    g = graph(saver)
+    for name in ("a", "b", "c", "d"):
+        for turn in range(2):
+            config = {"configurable": {"thread_id": name}}
+            g.invoke({"messages": [HumanMessage(f"{name} {turn}")]}, config)
+    assert [k[0] for k in saver._heads] == ["b", "c", "d"]  # "a" left, lists and all
+    assert all(head.lists for head in saver._heads.values())
+    g.invoke({"messages": [HumanMessage("a again")]}, {"configurable": {"thread_id": "a"}})
+    assert [k[0] for k in saver._heads] == ["c", "d", "a"]
+    config = {"configurable": {"thread_id": "a"}}
+    contents = [m.content for m in graph(make_saver()).get_state(config).values["messages"]]
+    assert contents == ["a 0", "answer 1", "a 1", "answer 3", "a again", "answer 5"]

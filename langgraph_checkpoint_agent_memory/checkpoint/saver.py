@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -138,6 +138,15 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
+class _Head(NamedTuple):
+    """What this process last wrote of a thread namespace, for appending to its lists."""
+
+    checkpoint_id: str
+    blob_versions: dict[str, str]
+    # channel -> (version, the list's items, appends since a full copy)
+    lists: dict[str, tuple[str, list[Any], int]]
+
+
 class _Row:
     """A checkpoint row as fetched: decoded only when asked."""
 
@@ -222,10 +231,9 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             )
         self.activity_precision = float(activity_precision)
         self.incremental_lists = incremental_lists
-        # (thread, ns) -> (checkpoint id, {channel: blob version}) last written or read here
-        self._heads: OrderedDict[tuple[str, str], tuple[str, dict[str, str]]] = OrderedDict()
-        # (thread, ns, channel) -> (version, the list's items, appends since a full copy)
-        self._lists: dict[tuple[str, str, str], tuple[str, list[Any], int]] = {}
+        # (thread, ns) -> the checkpoint last written here, with the lists it holds; one entry
+        # per thread, so evicting the oldest costs the same however many threads are cached
+        self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.sweep_interval_seconds = validate_interval(sweep_interval_seconds) or (
             default_sweep_interval(self.ttl_seconds) if self.ttl_seconds else 60.0
@@ -498,11 +506,15 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             return None
         with self._cache_lock:
             head = self._heads.get((thread_id, ns))
-            known = self._lists.get((thread_id, ns, channel))
-        if head is None or known is None or head[0] != parent_id:
+        if head is None or head.checkpoint_id != parent_id:
+            return None
+        known = head.lists.get(channel)
+        if known is None:
             return None
         version, items, depth = known
-        if head[1].get(channel) != version or depth >= MAX_CHAIN or len(value) <= len(items):
+        if head.blob_versions.get(channel) != version or depth >= MAX_CHAIN:
+            return None
+        if len(value) <= len(items):
             return None
         if any(a is not b for a, b in zip(items, value, strict=False)):  # value is longer
             return None
@@ -519,17 +531,16 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         if not self.incremental_lists:
             return
         with self._cache_lock:
-            self._heads[(thread_id, ns)] = (checkpoint_id, blob_versions)
-            self._heads.move_to_end((thread_id, ns))
+            old = self._heads.pop((thread_id, ns), None)
+            kept = {} if old is None else old.lists
             for channel, state in lists.items():
                 if state is None:
-                    self._lists.pop((thread_id, ns, channel), None)
+                    kept.pop(channel, None)
                 else:
-                    self._lists[(thread_id, ns, channel)] = state
+                    kept[channel] = state
+            self._heads[(thread_id, ns)] = _Head(checkpoint_id, blob_versions, kept)
             while len(self._heads) > CACHE_THREADS:
-                (old_thread, old_ns), _ = self._heads.popitem(last=False)
-                for key in [k for k in self._lists if k[0] == old_thread and k[1] == old_ns]:
-                    del self._lists[key]
+                self._heads.popitem(last=False)
 
     def _forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this process remembers of threads whose history changed under it."""
@@ -537,8 +548,6 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         with self._cache_lock:
             for head in [k for k in self._heads if k[0] in gone]:
                 del self._heads[head]
-            for known in [k for k in self._lists if k[0] in gone]:
-                del self._lists[known]
             for thread_id in gone:
                 self._touched.pop(thread_id, None)
 
@@ -754,7 +763,8 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         appended since.
         """
         if thread is not None and self.incremental_lists:
-            known = self._lists.get((*thread, channel))
+            head = self._heads.get(thread)
+            known = head.lists.get(channel) if head is not None else None
             if known is not None and known[0] == version:
                 return list(known[1]), known[2]
         found = blob_rows.get((channel, version))
