@@ -626,7 +626,9 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         ttl = self._thread_ttl(config)
         thread = self._thread_row(thread_id, now, ttl)
         first_wins: list[dict[str, Any]] = []
-        replace: list[dict[str, Any]] = []
+        # a special channel written twice in one call keeps its last value, as a repeated
+        # call would (and one PostgreSQL statement must not upsert the same row twice)
+        replacing: dict[int, dict[str, Any]] = {}
         for idx, (channel, value) in enumerate(writes):
             kind, blob = dumps(value)
             special = WRITES_IDX_MAP.get(channel)
@@ -642,7 +644,11 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
                 "task_path": task_path,
                 "live_after": thread["live_after"],
             }
-            (first_wins if special is None else replace).append(row)
+            if special is None:
+                first_wins.append(row)
+            else:
+                replacing[special] = row
+        replace = list(replacing.values())
         d = self.dialect
         statements = [
             Stmt(S.insert_write(d, replace=False), first_wins, many=True),
