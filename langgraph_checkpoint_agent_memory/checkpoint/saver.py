@@ -69,6 +69,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import FastWrite
 from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
@@ -92,23 +93,6 @@ CACHE_THREADS = 2000
 IDLE_TOUCH_SECONDS = 600.0
 LIST_PAGE = 32
 NEVER = -1e300  # a "live after" bound that nothing expires before
-
-
-BLOB_ARRAYS = {
-    "channel": "channel",
-    "version": "version",
-    "type": "type",
-    "blob": "blob",
-    "base": "base_version",
-}
-WRITE_ARRAYS = {"idx": "idx", "channel": "channel", "type": "type", "blob": "blob"}
-
-
-def _columns(
-    prefix: str, rows: Sequence[Mapping[str, Any]], names: Mapping[str, str]
-) -> dict[str, list[Any]]:
-    """Rows as one array per column, for dialects that insert ``unnest``ed arrays."""
-    return {f"{prefix}{param}": [r[col] for r in rows] for param, col in names.items()}
 
 
 def _inline(value: Any) -> bool:
@@ -469,11 +453,9 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             Stmt(S.upsert_checkpoint(d), row),
         ]
         touch = self._touch_due(thread_id, now, ttl)
-        fast = d.fast_write("put", touch)
+        fast = d.fast_write("put", touch, {**thread, **row}, {"b": blob_rows})
         if fast is not None:
-            params = {**thread, **row, **_columns("b_", blob_rows, BLOB_ARRAYS)}
-            [[(live,)]] = yield Batch([Stmt(fast, params, fetch=True)], write=True)
-            if live:
+            if (yield from self._fast(fast)):
                 if touch:
                     self._touched_at(thread_id, now, ttl)
                 self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
@@ -551,6 +533,17 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             for thread_id in gone:
                 self._touched.pop(thread_id, None)
 
+    def _fast(self, fast: FastWrite) -> Plan[bool]:
+        """Run a dialect's one-statement write; False when the thread was deleted or
+        expired (nothing was written, and the slow path decides)."""
+        try:
+            [result] = yield Batch([Stmt(fast.sql, fast.params, fetch=fast.fetch)], write=True)
+        except Exception as exc:
+            if self.dialect.thread_gone(exc):
+                return False
+            raise
+        return bool(result[0][0]) if fast.fetch else True
+
     def _admit(
         self,
         thread_id: str,
@@ -627,8 +620,8 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         thread = self._thread_row(thread_id, now, ttl)
         first_wins: list[dict[str, Any]] = []
         # a special channel written twice in one call keeps its last value, as a repeated
-        # call would (and one PostgreSQL statement must not upsert the same row twice)
-        replacing: dict[int, dict[str, Any]] = {}
+        # call would (one statement must not upsert the same row twice)
+        replace: dict[int, dict[str, Any]] = {}
         for idx, (channel, value) in enumerate(writes):
             kind, blob = dumps(value)
             special = WRITES_IDX_MAP.get(channel)
@@ -647,27 +640,24 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             if special is None:
                 first_wins.append(row)
             else:
-                replacing[special] = row
-        replace = list(replacing.values())
+                replace[special] = row
+        replacing = list(replace.values())
         d = self.dialect
         statements = [
             Stmt(S.insert_write(d, replace=False), first_wins, many=True),
-            Stmt(S.insert_write(d, replace=True), replace, many=True),
+            Stmt(S.insert_write(d, replace=True), replacing, many=True),
         ]
         touch = self._touch_due(thread_id, now, ttl)
-        fast = d.fast_write("writes", touch)
+        fixed = {
+            **thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+        }
+        fast = d.fast_write("writes", touch, fixed, {"f": first_wins, "r": replacing})
         if fast is not None:
-            params = {
-                **thread,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "task_id": task_id,
-                "task_path": task_path,
-                **_columns("f_", first_wins, WRITE_ARRAYS),
-                **_columns("r_", replace, WRITE_ARRAYS),
-            }
-            [[(live,)]] = yield Batch([Stmt(fast, params, fetch=True)], write=True)
-            if live:
+            if (yield from self._fast(fast)):
                 if touch:
                     self._touched_at(thread_id, now, ttl)
                 return None

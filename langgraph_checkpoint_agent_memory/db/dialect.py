@@ -14,13 +14,23 @@ locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
+
+
+@dataclass(frozen=True)
+class FastWrite:
+    """A dialect's one-statement write: its SQL, parameters, and whether it returns the
+    thread's liveness as a row (else a refusal comes as an error)."""
+
+    sql: Sql
+    params: Any
+    fetch: bool
 
 
 @dataclass(frozen=True)
@@ -188,12 +198,24 @@ class Dialect:
         0/1/2, for dialects that can express it; ``None`` falls back to two batches."""
         return None
 
-    def fast_write(self, kind: str, touch: bool) -> Sql | None:
+    def fast_write(
+        self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
+    ) -> FastWrite | None:
         """A single statement doing a whole ``put`` (``kind="put"``) or ``put_writes``
-        (``"writes"``) from array parameters, returning one row whose first column is 1 when
-        the thread was live and the rows were written, or ``None`` to use the generic
-        statements in a transaction."""
+        (``"writes"``), which is atomic without BEGIN/COMMIT, or ``None`` to use the generic
+        statements in a transaction.
+
+        ``fixed`` holds the thread row's and the statement's single values; ``rows`` the
+        rows by group: ``"b"`` blobs (a put), ``"f"`` first-write-wins and ``"r"`` replacing
+        writes (put_writes). When the thread turns out deleted or expired, the statement
+        writes nothing, and either returns a first column of 0 (``fetch``) or raises an error
+        that :meth:`thread_gone` recognizes.
+        """
         return None
+
+    def thread_gone(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a fast write refusing a deleted or expired thread."""
+        return False
 
     #: The substring function of raw SQL text.
     substr = "substr"
@@ -218,6 +240,10 @@ class Dialect:
 
     def drop_full_text_ddl(self) -> list[str]:
         """Remove what :meth:`full_text_ddl` created."""
+        return []
+
+    def write_rows_ddl(self) -> list[str]:
+        """Objects a dialect's :meth:`fast_write` needs (schema version 7)."""
         return []
 
     #: Whether vectors also live in a native vector column (``embedding``), written from

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, adrive, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite, Sql
 from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
@@ -32,6 +32,17 @@ from langgraph_checkpoint_agent_memory.errors import (
 )
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+
+
+#: Array parameter suffix -> row key, for rows sent as one ``unnest``ed array per column.
+BLOB_ARRAYS = {
+    "channel": "channel",
+    "version": "version",
+    "type": "type",
+    "blob": "blob",
+    "base": "base_version",
+}
+WRITE_ARRAYS = {"idx": "idx", "channel": "channel", "type": "type", "blob": "blob"}
 
 
 class PostgresDialect(Dialect):
@@ -164,10 +175,18 @@ class PostgresDialect(Dialect):
 
         return self.sql(("fast_get_tuple", by_id), build)
 
-    def fast_write(self, kind: str, touch: bool) -> Sql:
+    def fast_write(
+        self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
+    ) -> FastWrite:
         """One statement, hence one implicit transaction and one round trip, with no
         BEGIN/COMMIT: every insert is a data-modifying CTE conditioned on the thread being
         live, and rows come as arrays."""
+        arrays = BLOB_ARRAYS if kind == "put" else WRITE_ARRAYS
+        params = dict(fixed)
+        for group, group_rows in rows.items():
+            params.update(
+                {f"{group}_{name}": [r[col] for r in group_rows] for name, col in arrays.items()}
+            )
 
         def build() -> str:
             head = (
@@ -222,7 +241,7 @@ class PostgresDialect(Dialect):
                 )
             return head + body + "SELECT COUNT(*) FROM live"
 
-        return self.sql(("fast_write", kind, touch), build)
+        return FastWrite(self.sql(("fast_write", kind, touch), build), params, fetch=True)
 
 
 class PgSession:
