@@ -74,6 +74,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
     (TERMS_VERSION, "store lexical index", _store_terms),
     # Databases with a vector type keep each vector in it too, for similarity in SQL.
     (VECTORS_VERSION, "store native vector column", lambda d: d.vector_ddl()),
+    # A put or put_writes in one statement where the database cannot chain inserts in one.
+    (7, "checkpoint one-statement writes", lambda d: d.write_rows_ddl()),
 ]
 
 #: Items indexed per transaction when the lexical index is filled for items older than it.

@@ -11,8 +11,9 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
-from collections.abc import Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
 from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
 
 
@@ -66,6 +67,81 @@ class SQLiteDialect(Dialect):
             f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); "
             f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
         ]
+
+    def write_rows_ddl(self) -> list[str]:
+        """A view whose INSTEAD OF triggers file each inserted row by its ``kind``, so one
+        multi-row INSERT does a whole put or put_writes: one statement, atomic by itself,
+        where a transaction costs BEGIN, a statement per table and COMMIT. Each of those
+        calls releases the GIL, and inside a graph every release lets another thread in.
+
+        The first row (``kind = 'l'``) checks that the thread is live; its refusal aborts
+        the whole statement. A trigger per kind, with a WHEN clause, runs only its own
+        insert for a row.
+        """
+        columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
+        n = "NEW"
+        bodies = {
+            "l": f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
+            f"WHERE thread_id = {n}.thread_id AND (deleted_at IS NOT NULL "
+            f"OR expires_at < {n}.live_after))",
+            "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
+            f"deleted_at) VALUES ({n}.thread_id, {n}.s1, {n}.s2, {n}.s3, NULL) "
+            "ON CONFLICT (thread_id) DO UPDATE SET last_active = excluded.last_active, "
+            "ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at",
+            "b": "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, "
+            f"type, blob, base_version) VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, "
+            f"{n}.s2, {n}.s3, {n}.s4, {n}.s5) ON CONFLICT DO NOTHING",
+            "c": "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
+            f"VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, "
+            f"{n}.s5, {n}.s6, {n}.s7) "
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+            "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
+            "type = excluded.type, checkpoint = excluded.checkpoint, "
+            "metadata = excluded.metadata, blob_versions = excluded.blob_versions",
+        }
+        write = (
+            "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
+            f"task_id, idx, channel, type, blob, task_path) VALUES ({n}.thread_id, "
+            f"{n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, {n}.s5, {n}.s6, {n}.s7) "
+        )
+        bodies["w"] = write + "ON CONFLICT DO NOTHING"
+        bodies["r"] = write + (
+            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
+            "SET channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
+            "task_path = excluded.task_path"
+        )
+        return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
+            f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
+            f"WHEN {n}.kind = '{kind}' BEGIN {body}; END"
+            for kind, body in bodies.items()
+        ]
+
+    def fast_write(
+        self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
+    ) -> FastWrite | None:
+        out: list[tuple[Any, ...]] = [_LIVE_ROW]
+        if touch:
+            out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
+        if kind == "put":
+            out += [("b", *_BLOB_SLOTS(r), *_PAD2) for r in rows["b"]]
+            out.append(("c", *_CHECKPOINT_SLOTS(fixed)))
+        else:
+            out += [("w", *_WRITE_SLOTS(r)) for r in rows["f"]]
+            out += [("r", *_WRITE_SLOTS(r)) for r in rows["r"]]
+        if len(out) > MAX_WRITE_ROWS:
+            return None
+        size = next(b for b in _ROW_BUCKETS if b >= len(out))
+        out += [_EMPTY_ROW] * (size - len(out))
+        params = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
+        return FastWrite(
+            self.sql(("write_rows", size), lambda: _write_rows_sql(size)),
+            params + tuple(v for row in out for v in row),
+            fetch=False,
+        )
+
+    def thread_gone(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError) and THREAD_GONE in str(exc)
 
     def drop_full_text_ddl(self) -> list[str]:
         return [
@@ -115,6 +191,42 @@ class SQLiteDialect(Dialect):
 
 
 _SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+#: The message of the trigger's refusal of a deleted or expired thread.
+THREAD_GONE = "am_thread_gone"
+#: Columns of ``am_write_rows`` that every row of one statement shares, and the slots whose
+#: meaning depends on the row's kind.
+_FIXED = ("thread_id", "checkpoint_ns", "live_after")
+_SLOTS = tuple(f"s{i}" for i in range(1, 8))
+#: Rows are padded to one of these counts, so a few statements serve every write; a write
+#: of more rows takes the transaction of generic statements.
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+MAX_WRITE_ROWS = _ROW_BUCKETS[-1]
+# what each kind of row carries in its slots s1..s7, in order
+_THREAD_SLOTS = itemgetter("last_active", "ttl_seconds", "expires_at")
+_BLOB_SLOTS = itemgetter("channel", "version", "type", "blob", "base_version")
+_CHECKPOINT_SLOTS = itemgetter(
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "run_id",
+    "type",
+    "checkpoint",
+    "metadata",
+    "blob_versions",
+)
+_WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
+_PAD2 = (None,) * 2
+_PAD4 = (None,) * 4
+_EMPTY_ROW = (None,) * (1 + len(_SLOTS))  # no kind: no trigger fires
+_LIVE_ROW = ("l", *(None,) * len(_SLOTS))  # refuses a deleted or expired thread
+
+
+def _write_rows_sql(rows: int) -> str:
+    values = ", ".join(["(" + ", ".join(["?"] * (1 + len(_SLOTS))) + ")"] * rows)
+    columns = ", ".join(("kind", *_FIXED, *_SLOTS))
+    picked = ", ".join(("v.column1", "?", "?", "?", *(f"v.column{i + 2}" for i in range(7))))
+    # the shared values are bound first: SQLite numbers "?" in the order they appear
+    return f"INSERT INTO am_write_rows ({columns}) SELECT {picked} FROM (VALUES {values}) AS v"
 
 
 class SQLiteDatabase(Database[Any]):
@@ -193,14 +305,8 @@ class SQLiteDatabase(Database[Any]):
             self._slots.release()
 
     def _run_sync(self, plan: Plan[T]) -> T:
-        with self.connection() as conn:
-            session = DbApiSession(
-                conn, begin_write="BEGIN IMMEDIATE", begin_read="BEGIN", write_lock=self._write_lock
-            )
-            try:
-                return drive(plan, session.execute)
-            finally:
-                session.finish()
+        with _Lease(self) as lease:
+            return drive(plan, lease.execute)
 
     def close(self) -> None:
         """Close idle connections now and busy ones when their plan ends (closing a
@@ -217,6 +323,33 @@ class SQLiteDatabase(Database[Any]):
                     conn.close()
                 except sqlite3.Error:
                     pass
+
+
+class _Lease:
+    """What one plan runs on: a pooled connection, taken when a batch first needs it."""
+
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+        self.stack = ExitStack()
+        self.session: DbApiSession | None = None
+
+    def execute(self, batch: Batch) -> list[Any]:
+        if self.session is None:
+            conn = self.stack.enter_context(self.db.connection())
+            self.session = DbApiSession(
+                conn,
+                begin_write="BEGIN IMMEDIATE",
+                begin_read="BEGIN",
+                write_lock=self.db._write_lock,
+            )
+            self.stack.callback(self.session.finish)
+        return self.session.execute(batch)
+
+    def __enter__(self) -> _Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
 
 
 class DbApiSession:
@@ -269,7 +402,24 @@ class DbApiSession:
         finally:
             self._release()
 
+    def _single_write(self, batch: Batch) -> bool:
+        """One plain statement of an autocommit driver is a transaction by itself: it needs
+        no BEGIN/COMMIT, and SQLite takes its write lock before it reads anything."""
+        if self.begin_write is None or self.in_tx or batch.hold or batch.lock:
+            return False
+        return batch.write and len(batch.statements) == 1 and not batch.statements[0].many
+
     def execute(self, batch: Batch) -> list[Any]:
+        if self._single_write(batch):
+            stmt = batch.statements[0]
+            if self.write_lock is not None:
+                self.write_lock.acquire()
+            try:
+                cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+                return [cur.fetchall() if stmt.fetch else cur.rowcount]
+            finally:
+                if self.write_lock is not None:
+                    self.write_lock.release()
         results: list[Any] = []
         cur = self.conn.cursor()
         try:
