@@ -46,6 +46,10 @@ class SqliteSaver(_FromConnString, SQLSaver):
         durability: ``"normal"`` (survives a killed process; the default), ``"full"`` (also a
             power cut, one fsync per commit) or ``"off"``.
         pool_size: Connections kept open (readers run in parallel in WAL mode).
+        native_writes: Run each put and put_writes as one statement on a connection that
+            keeps the GIL, so a write inside a graph is not queued behind the graph's
+            thread. ``None`` (the default) turns it on where it is safe: Linux with a
+            shared SQLite library, and durability other than ``"full"``.
         **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``, ...).
     """
 
@@ -55,13 +59,17 @@ class SqliteSaver(_FromConnString, SQLSaver):
         *,
         durability: Literal["normal", "full", "off"] = "normal",
         pool_size: int = 4,
+        native_writes: bool | None = None,
         **kwargs: Any,
     ) -> None:
         from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
         if isinstance(path, str) and path.startswith("sqlite:"):
             path = parse(path).options["path"]
-        super().__init__(SQLiteDatabase(path, durability=durability, pool_size=pool_size), **kwargs)
+        db = SQLiteDatabase(
+            path, durability=durability, pool_size=pool_size, native_writes=native_writes
+        )
+        super().__init__(db, **kwargs)
 
 
 class PostgresSaver(_FromConnString, SQLSaver):

@@ -8,6 +8,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 
 from __future__ import annotations
 
+import logging
 import queue
 import sqlite3
 import threading
@@ -21,9 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db import native
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
+from langgraph_checkpoint_agent_memory.db.native import NativeWriter
 from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 
 class SQLiteDialect(Dialect):
@@ -240,6 +245,7 @@ class SQLiteDatabase(Database[Any]):
         pool_size: int = 4,
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
+        native_writes: bool | None = None,
     ) -> None:
         self.memory = str(path) == ":memory:"
         if str(path) == "":
@@ -257,6 +263,12 @@ class SQLiteDatabase(Database[Any]):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        if native_writes is None:  # a commit that fsyncs must not hold the GIL
+            native_writes = durability != "full"
+        self._native_ok = bool(native_writes) and not self.memory
+        self._native: NativeWriter | None = None
+        self._native_commits = 0
+        self._checkpoint_due = native.CHECKPOINT_FRAMES // 8  # until the log's growth is known
         self._connect_lock = threading.Lock()
         self._closed = False
 
@@ -308,9 +320,70 @@ class SQLiteDatabase(Database[Any]):
         with _Lease(self) as lease:
             return drive(plan, lease.execute)
 
+    def _native_writer(self) -> NativeWriter | None:
+        if self._native is None and self._native_ok:
+            with self._connect_lock:
+                if self._native is None and self._native_ok:
+                    lib = native.library()
+                    if lib is None:
+                        self._native_ok = False
+                        return None
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._native = NativeWriter(
+                        lib,
+                        str(self.path),
+                        synchronous=self.durability.upper(),
+                        busy_timeout_ms=self.busy_timeout_ms,
+                    )
+        return self._native
+
+    def _write_natively(self, batch: Batch) -> list[Any] | None:
+        """Run a lone small write on the native writer, or return ``None`` to use a pooled
+        connection. Only statements with positional parameters (the one-statement writes)
+        qualify: they are the ones built for it."""
+        if not (batch.write and not batch.lock and not batch.hold and len(batch.statements) == 1):
+            return None
+        stmt = batch.statements[0]
+        if stmt.many or stmt.fetch or type(stmt.params) is not tuple:
+            return None
+        writer = self._native_writer()
+        if writer is None:
+            return None
+        with self._write_lock:
+            if self._native is not writer:  # closed since: its connection is gone
+                raise ClosedError(f"the SQLite saver for {self.path} was closed")
+            changed = writer.execute(stmt.sql.text, stmt.params)
+            self._native_commits += 1
+            due = self._native_commits >= self._checkpoint_due
+            if due:
+                commits, self._native_commits = self._native_commits, 0
+        if due:
+            self._checkpoint(commits)
+        return [changed]
+
+    def _checkpoint(self, commits: int) -> None:
+        """Move the write-ahead log into the database without blocking anyone (PASSIVE),
+        through the ``sqlite3`` module so the copy and its fsync release the GIL. The next
+        one is due when the log will have grown by about as much as SQLite's own automatic
+        checkpoint lets it (the native writer turns that off)."""
+        try:
+            with self.connection() as conn:
+                [(_, log_frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except (sqlite3.Error, ClosedError) as exc:
+            # the write it follows is committed: a checkpoint that fails is retried later
+            logger.warning("checkpointing the write-ahead log of %s failed: %s", self.path, exc)
+            return
+        per_commit = max(log_frames, 1) / max(commits, 1)
+        self._checkpoint_due = max(16, int(native.CHECKPOINT_FRAMES / per_commit))
+
     def close(self) -> None:
         """Close idle connections now and busy ones when their plan ends (closing a
         connection another thread is using would crash the sqlite3 module)."""
+        with self._write_lock:  # the native writer is only ever used under this lock
+            if self._native is not None:
+                self._native.close()
+                self._native = None
+            self._native_ok = False
         with self._lock:
             self._closed = True
             while True:
@@ -326,7 +399,8 @@ class SQLiteDatabase(Database[Any]):
 
 
 class _Lease:
-    """What one plan runs on: a pooled connection, taken when a batch first needs it."""
+    """What one plan runs on: lone small writes go to the native writer, anything else to
+    a pooled connection, taken only when a batch first needs it."""
 
     def __init__(self, db: SQLiteDatabase) -> None:
         self.db = db
@@ -335,6 +409,9 @@ class _Lease:
 
     def execute(self, batch: Batch) -> list[Any]:
         if self.session is None:
+            done = self.db._write_natively(batch)
+            if done is not None:
+                return done
             conn = self.stack.enter_context(self.db.connection())
             self.session = DbApiSession(
                 conn,

@@ -1,0 +1,208 @@
+"""The GIL-keeping SQLite writer: what it binds, how it waits, and that the saver uses it
+only where it is safe."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_checkpoint_agent_memory.checkpoint.backends import SqliteSaver
+from langgraph_checkpoint_agent_memory.db import native
+from langgraph_checkpoint_agent_memory.db.native import NativeWriter
+from langgraph_checkpoint_agent_memory.errors import ClosedError
+
+LIB = native.library()
+needs_native = pytest.mark.skipif(
+    LIB is None,
+    reason="the sqlite3 module does not load a shared libsqlite3 here (static build or no "
+    "/proc/self/maps): the native writer is off, and the generic writes are tested elsewhere",
+)
+
+
+def _table(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v)")
+    return conn
+
+
+def _writer(path: Path, busy_timeout_ms: int = 5_000) -> NativeWriter:
+    return NativeWriter(LIB, str(path), synchronous="NORMAL", busy_timeout_ms=busy_timeout_ms)
+
+
+@needs_native
+def test_values_of_every_type_round_trip(tmp_path: Path) -> None:
+    conn = _table(tmp_path / "t.db")
+    writer = _writer(tmp_path / "t.db")
+    values: list[Any] = [
+        None,
+        0,
+        -(2**63),
+        2**63 - 1,
+        True,
+        1.5,
+        -0.0,
+        "",
+        "naïve ☃ text",
+        b"",
+        b"\x00\xffbytes",
+        bytearray(b"ba"),
+        memoryview(b"mv"),
+    ]
+    for k, value in enumerate(values):
+        assert writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (k, value)) == 1
+    got = [row[0] for row in conn.execute("SELECT v FROM t ORDER BY k")]
+    expected = [
+        bytes(v) if isinstance(v, bytearray | memoryview) else (int(v) if v is True else v)
+        for v in values
+    ]
+    assert got == expected
+    # a statement reused after NULLs and values: no value leaks from one run to the next
+    writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (100, None))
+    assert conn.execute("SELECT v FROM t WHERE k = 100").fetchone() == (None,)
+    writer.close()
+
+
+@needs_native
+def test_errors_are_the_sqlite3_modules_and_leave_nothing(tmp_path: Path) -> None:
+    conn = _table(tmp_path / "t.db")
+    conn.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.v = 'no' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END"
+    )
+    writer = _writer(tmp_path / "t.db")
+    writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (1, "a"))
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        writer.execute("INSERT INTO t (k, v) VALUES (?, ?), (?, ?)", (2, "b", 1, "dup"))
+    with pytest.raises(sqlite3.IntegrityError, match="refused by trigger"):
+        writer.execute("INSERT INTO t (k, v) VALUES (?, ?), (?, ?)", (3, "c", 4, "no"))
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        writer.execute("INSERT INTO missing VALUES (?)", (1,))
+    with pytest.raises(sqlite3.ProgrammingError, match="takes 2 parameters, 1"):
+        writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (5,))
+    with pytest.raises(sqlite3.ProgrammingError, match="unsupported type dict"):
+        writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (6, {}))
+    assert conn.execute("SELECT k, v FROM t").fetchall() == [(1, "a")]  # all or nothing
+    writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (7, "after"))  # still usable
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    writer.close()
+
+
+@needs_native
+def test_a_locked_database_is_waited_for_without_holding_the_gil(tmp_path: Path) -> None:
+    conn = _table(tmp_path / "t.db")
+    writer = _writer(tmp_path / "t.db")
+    conn.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    threading.Timer(0.3, conn.execute, ("COMMIT",)).start()
+    started = time.monotonic()
+    assert writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (1, "waited")) == 1
+    waited = time.monotonic() - started
+    stop.set()
+    counter.join()
+    assert waited >= 0.25
+    assert ticks > 50  # the other thread ran while the writer waited
+    assert conn.execute("SELECT v FROM t").fetchall() == [("waited",)]
+    writer.close()
+
+
+@needs_native
+def test_a_lock_held_past_the_busy_timeout_is_an_error(tmp_path: Path) -> None:
+    conn = _table(tmp_path / "t.db")
+    writer = _writer(tmp_path / "t.db", busy_timeout_ms=100)
+    conn.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (1, "x"))
+    assert 0.09 <= time.monotonic() - started < 2
+    conn.execute("ROLLBACK")
+    assert writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (1, "x")) == 1
+    writer.close()
+
+
+def _put(saver: SqliteSaver, thread: str, value: Any) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": value}
+    cp["channel_versions"] = {"messages": saver.get_next_version(None, None)}
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    return saver.put(config, cp, {"step": 0}, cp["channel_versions"])
+
+
+@needs_native
+def test_the_saver_writes_natively_by_default_and_keeps_the_log_short(tmp_path: Path) -> None:
+    saver = SqliteSaver(tmp_path / "s.db")
+    for i in range(600):
+        config = _put(saver, f"t{i}", [f"message {i}"] * 3)
+    assert saver.db._native is not None
+    got = saver.get_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"]["messages"][0] == "message 599"
+    # the native writer leaves checkpointing to the database, which keeps the log near
+    # SQLite's own 1,000-page threshold instead of letting it grow with every put
+    wal = (tmp_path / "s.db-wal").stat().st_size
+    assert wal < 2 * native.CHECKPOINT_FRAMES * 4096 * 1.1
+    saver.close()
+    assert saver.db._native is None
+
+
+def test_the_native_writer_is_off_when_asked_or_unsafe(tmp_path: Path) -> None:
+    off = SqliteSaver(tmp_path / "off.db", native_writes=False)
+    full = SqliteSaver(tmp_path / "full.db", durability="full")  # an fsync must not hold the GIL
+    for saver in (off, full):
+        config = _put(saver, "t", ["a"])
+        assert saver.get_tuple(config) is not None
+        assert saver.db._native is None
+        saver.close()
+
+
+def test_only_the_library_the_sqlite3_module_loaded_is_used(monkeypatch: Any) -> None:
+    monkeypatch.setattr(native, "_probed", False)
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_mapped_sqlite", lambda: None)  # e.g. a static build
+    assert native.library() is None
+    monkeypatch.setattr(native, "_probed", False)
+    monkeypatch.setattr(native.sqlite3, "sqlite_version_info", (1, 0, 0))
+    monkeypatch.setattr(native, "_mapped_sqlite", lambda: native_path)
+    assert native.library() is None  # a different version: another copy of SQLite
+
+
+native_path = native._mapped_sqlite()
+
+
+def test_threads_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    saver = SqliteSaver(tmp_path / "c.db")
+    configs: dict[str, Any] = {}
+
+    def work(worker: int) -> None:
+        for i in range(40):
+            name = f"w{worker}-{i}"
+            configs[name] = _put(saver, name, [name])
+            assert saver.get_tuple(configs[name]) is not None  # readers meet the writers
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(configs) == 240
+    for name, config in configs.items():
+        got = saver.get_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == [name]
+    saver.close()
+    with pytest.raises(ClosedError, match="closed"):
+        _put(saver, "late", ["x"])
