@@ -134,10 +134,9 @@ class SQLiteDialect(Dialect):
         else:
             out += [("w", *_WRITE_SLOTS(r)) for r in rows["f"]]
             out += [("r", *_WRITE_SLOTS(r)) for r in rows["r"]]
-        if len(out) > MAX_WRITE_ROWS:
+        size = len(out)
+        if size > MAX_WRITE_ROWS:
             return None
-        size = next(b for b in _ROW_BUCKETS if b >= len(out))
-        out += [_EMPTY_ROW] * (size - len(out))
         params = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
         return FastWrite(
             self.sql(("write_rows", size), lambda: _write_rows_sql(size)),
@@ -203,10 +202,9 @@ THREAD_GONE = "am_thread_gone"
 #: meaning depends on the row's kind.
 _FIXED = ("thread_id", "checkpoint_ns", "live_after")
 _SLOTS = tuple(f"s{i}" for i in range(1, 8))
-#: Rows are padded to one of these counts, so a few statements serve every write; a write
-#: of more rows takes the transaction of generic statements.
-_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-MAX_WRITE_ROWS = _ROW_BUCKETS[-1]
+#: A statement (compiled once per row count) takes at most this many rows; a write of more
+#: takes the transaction of generic statements.
+MAX_WRITE_ROWS = 64
 # what each kind of row carries in its slots s1..s7, in order
 _THREAD_SLOTS = itemgetter("last_active", "ttl_seconds", "expires_at")
 _BLOB_SLOTS = itemgetter("channel", "version", "type", "blob", "base_version")
@@ -222,7 +220,6 @@ _CHECKPOINT_SLOTS = itemgetter(
 _WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
 _PAD2 = (None,) * 2
 _PAD4 = (None,) * 4
-_EMPTY_ROW = (None,) * (1 + len(_SLOTS))  # no kind: no trigger fires
 _LIVE_ROW = ("l", *(None,) * len(_SLOTS))  # refuses a deleted or expired thread
 
 
@@ -362,15 +359,16 @@ class SQLiteDatabase(Database[Any]):
         return [changed]
 
     def _checkpoint(self, commits: int) -> None:
-        """Move the write-ahead log into the database without blocking anyone (PASSIVE),
-        through the ``sqlite3`` module so the copy and its fsync release the GIL. The next
-        one is due when the log will have grown by about as much as SQLite's own automatic
-        checkpoint lets it (the native writer turns that off)."""
+        """Move the write-ahead log into the database (PASSIVE: it blocks no one) after the
+        write that made it due, as SQLite's automatic checkpoint would, but through the
+        ``sqlite3`` module so the copy and its fsync release the GIL. Run between writes, it
+        usually copies the whole log, and the next write starts the log over; the next one
+        is due when the log will have grown by about SQLite's usual threshold."""
         try:
             with self.connection() as conn:
                 [(_, log_frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except (sqlite3.Error, ClosedError) as exc:
-            # the write it follows is committed: a checkpoint that fails is retried later
+            # the write before it is committed: a checkpoint that fails is retried later
             logger.warning("checkpointing the write-ahead log of %s failed: %s", self.path, exc)
             return
         per_commit = max(log_frames, 1) / max(commits, 1)
