@@ -209,7 +209,7 @@ class PostgresDialect(Dialect):
                     "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
                     "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
                     "FROM live, unnest(%(b_channel)s::text[], %(b_version)s::text[], "
-                    "%(b_type)s::text[], %(b_blob)s::bytea[], %(b_base)s::text[]) "
+                    "%(b_type)s::text[], %(b_blob)b::bytea[], %(b_base)s::text[]) "
                     "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING), "
                     "cp AS (INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
                     "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
@@ -231,10 +231,10 @@ class PostgresDialect(Dialect):
                 )
                 body = (
                     f"first AS ({columns}unnest(%(f_idx)s::integer[], %(f_channel)s::text[], "
-                    "%(f_type)s::text[], %(f_blob)s::bytea[]) AS u(idx, channel, type, blob) "
+                    "%(f_type)s::text[], %(f_blob)b::bytea[]) AS u(idx, channel, type, blob) "
                     "ON CONFLICT DO NOTHING), "
                     f"special AS ({columns}unnest(%(r_idx)s::integer[], %(r_channel)s::text[], "
-                    "%(r_type)s::text[], %(r_blob)s::bytea[]) AS u(idx, channel, type, blob) "
+                    "%(r_type)s::text[], %(r_blob)b::bytea[]) AS u(idx, channel, type, blob) "
                     "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
                     "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
                     "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) "
