@@ -3,6 +3,7 @@ only where it is safe."""
 
 from __future__ import annotations
 
+import ctypes
 import sqlite3
 import threading
 import time
@@ -206,3 +207,17 @@ def test_threads_writing_at_once_lose_nothing(tmp_path: Path) -> None:
     saver.close()
     with pytest.raises(ClosedError, match="closed"):
         _put(saver, "late", ["x"])
+
+
+@needs_native
+def test_a_second_copy_of_sqlite_is_never_used(monkeypatch: Any) -> None:
+    assert native._same_library(LIB)
+
+    class OtherCopy:  # what a statically linked sqlite3 module meets: other functions
+        sqlite3_libversion = ctypes.CDLL(None).strlen
+
+    assert not native._same_library(OtherCopy())
+    monkeypatch.setattr(native, "_probed", False)
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_same_library", lambda lib: False)
+    assert native.library() is None

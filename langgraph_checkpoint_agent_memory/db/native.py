@@ -9,10 +9,11 @@ about 60 µs, its commit included) runs from start to end like pure Python code 
 
 It is used only where that is safe:
 
-- Only on the shared ``libsqlite3`` the ``sqlite3`` module itself has loaded (found in
-  ``/proc/self/maps``), so both connections share one library and its file locks. Two copies
-  of SQLite in one process would corrupt each other's POSIX locks; a statically linked
-  ``sqlite3`` module, or a platform without ``/proc``, turns the writer off.
+- Only on the shared ``libsqlite3`` the ``sqlite3`` module itself uses (the one library of
+  that name in ``/proc/self/maps``, and the one ``_sqlite3`` resolves SQLite's functions
+  to), so both connections share one library and its file locks. Two copies of SQLite in
+  one process would break each other's POSIX locks; a statically linked ``sqlite3`` module,
+  or a platform without ``/proc``, turns the writer off.
 - Only for single statements that write a few rows: nothing long runs with the GIL held.
 - Never waiting with the GIL held: its busy timeout is 0, and a locked database is retried
   after a ``time.sleep`` (which releases it) until the database's busy timeout runs out.
@@ -73,13 +74,24 @@ def library() -> Any:
             lib.sqlite3_libversion_number.restype = ctypes.c_int
             if lib.sqlite3_libversion_number() != _version_number(sqlite3.sqlite_version_info):
                 return None
-            if lib.sqlite3_threadsafe() == 0:
+            if not _same_library(lib) or lib.sqlite3_threadsafe() == 0:
                 return None
             _declare(lib)
         except (OSError, AttributeError):
             return None
         _library = lib
         return lib
+
+
+def _same_library(lib: Any) -> bool:
+    """Whether the ``_sqlite3`` extension resolves SQLite's functions to ``lib``'s: a
+    statically linked module has its own copy, even when a shared one is loaded too."""
+    import _sqlite3
+
+    module = ctypes.CDLL(_sqlite3.__file__)  # already loaded: the same handle
+    ours = ctypes.cast(lib.sqlite3_libversion, ctypes.c_void_p).value
+    theirs = ctypes.cast(module.sqlite3_libversion, ctypes.c_void_p).value
+    return ours is not None and ours == theirs
 
 
 def _version_number(info: Sequence[int]) -> int:
