@@ -229,16 +229,25 @@ def chat_graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def _graph_case(saver: Any, name: str, long_thread: bool) -> Callable[[], Any]:
+def _graph_case(
+    saver: Any, name: str, long_thread: bool, *, aio: bool = False
+) -> Callable[[], Any]:
+    """One graph invoke per call: ``invoke``, or ``ainvoke`` (a coroutine) for async savers."""
     graph = chat_graph(saver)
     ids = itertools.count()
     message = [HumanMessage("What is the delivery date of purchase order 4500012345? " * 3)]
 
-    def invoke() -> None:
+    def config() -> dict[str, Any]:
         thread = f"{name}-long" if long_thread else f"{name}-short-{next(ids)}"
-        graph.invoke({"messages": message, "counter": 0}, {"configurable": {"thread_id": thread}})
+        return {"configurable": {"thread_id": thread}}
 
-    return invoke
+    def invoke() -> Any:
+        return graph.invoke({"messages": message, "counter": 0}, config())
+
+    def ainvoke() -> Any:
+        return graph.ainvoke({"messages": message, "counter": 0}, config())
+
+    return ainvoke if aio else invoke
 
 
 def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str, int]:
@@ -379,10 +388,20 @@ def run(*, quick: bool, out: Path) -> None:
         stack.callback(relaxed.close)
         graph_savers = {**savers.sync, RELAXED: relaxed}
         for shape in ("long_thread", "short_threads"):
+            long_thread = shape == "long_thread"
             cases = {
-                name: ("sync", _graph_case(s, f"{name}-{shape}", shape == "long_thread"))
+                name: ("sync", _graph_case(s, f"{name}-{shape}", long_thread))
                 for name, s in graph_savers.items()
             }
+            cases.update(
+                {
+                    f"{name} (async)": (
+                        "async",
+                        _graph_case(s, f"{name}-async-{shape}", long_thread, aio=True),
+                    )
+                    for name, s in {**savers.aio, "InMemorySaver": InMemorySaver()}.items()
+                }
+            )
             comparison = interleave_batches(
                 cases, loop=loop, rounds=graph_rounds, per_round=graph_per_round
             )
@@ -434,4 +453,5 @@ PAIRS = [
     ("ours-postgres (async)", "lg-AsyncPostgresSaver (async)"),
     ("ours-sqlite (async)", "lg-AsyncSqliteSaver (async)"),
     ("ours-sqlite", "InMemorySaver"),
+    ("ours-sqlite (async)", "InMemorySaver (async)"),
 ]
