@@ -34,17 +34,6 @@ from langgraph_checkpoint_agent_memory.errors import (
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
 
 
-#: Array parameter suffix -> row key, for rows sent as one ``unnest``ed array per column.
-BLOB_ARRAYS = {
-    "channel": "channel",
-    "version": "version",
-    "type": "type",
-    "blob": "blob",
-    "base": "base_version",
-}
-WRITE_ARRAYS = {"idx": "idx", "channel": "channel", "type": "type", "blob": "blob"}
-
-
 class PostgresDialect(Dialect):
     name = "postgresql"
     pipelines = True
@@ -177,40 +166,48 @@ class PostgresDialect(Dialect):
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
-    ) -> FastWrite:
+    ) -> FastWrite | None:
         """One statement, hence one implicit transaction and one round trip, with no
         BEGIN/COMMIT: every insert is a data-modifying CTE conditioned on the thread being
-        live, and rows come as arrays."""
-        arrays = BLOB_ARRAYS if kind == "put" else WRITE_ARRAYS
+        live. Rows come as a ``VALUES`` list of plain parameters (psycopg adapts an array
+        parameter by inspecting its items on every call, which cost more than the insert),
+        so there is a statement per row count; a write of more rows takes the generic path.
+        """
+        groups = ("b",) if kind == "put" else ("f", "r")
+        counts = tuple(len(rows[g]) for g in groups)
+        if sum(counts) > MAX_VALUES_ROWS:
+            return None
         params = dict(fixed)
-        for group, group_rows in rows.items():
-            params.update(
-                {f"{group}_{name}": [r[col] for r in group_rows] for name, col in arrays.items()}
-            )
+        for group in groups:
+            for i, row in enumerate(rows[group]):
+                for name, column in _ROW_COLUMNS[kind]:
+                    params[f"{group}{i}_{name}"] = row[column]
 
         def build() -> str:
-            head = (
-                "WITH live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
+            ctes = [
+                "live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
                 "WHERE thread_id = %(thread_id)s AND (deleted_at IS NOT NULL "
-                "OR expires_at < %(live_after)s))), "
-            )
+                "OR expires_at < %(live_after)s)))"
+            ]
             if touch:
-                head += (
+                ctes.append(
                     "touch AS (INSERT INTO am_threads (thread_id, last_active, ttl_seconds, "
                     "expires_at, deleted_at) SELECT %(thread_id)s, %(last_active)s, "
                     "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL "
                     "FROM live ON CONFLICT (thread_id) DO UPDATE SET "
                     "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
-                    "expires_at = EXCLUDED.expires_at), "
+                    "expires_at = EXCLUDED.expires_at)"
                 )
             if kind == "put":
-                body = (
-                    "blobs AS (INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, "
-                    "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
-                    "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
-                    "FROM live, unnest(%(b_channel)s::text[], %(b_version)s::text[], "
-                    "%(b_type)s::text[], %(b_blob)b::bytea[], %(b_base)s::text[]) "
-                    "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING), "
+                if counts[0]:
+                    ctes.append(
+                        "blobs AS (INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, "
+                        "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
+                        "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, "
+                        f"u.base_version FROM live, {_values(kind, 'b', counts[0])} "
+                        "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING)"
+                    )
+                ctes.append(
                     "cp AS (INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
                     "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
                     "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
@@ -220,7 +217,7 @@ class PostgresDialect(Dialect):
                     "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
                     "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
                     "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-                    "blob_versions = EXCLUDED.blob_versions) "
+                    "blob_versions = EXCLUDED.blob_versions)"
                 )
             else:
                 columns = (
@@ -229,19 +226,60 @@ class PostgresDialect(Dialect):
                     "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
                     "u.type, u.blob, %(task_path)s FROM live, "
                 )
-                body = (
-                    f"first AS ({columns}unnest(%(f_idx)s::integer[], %(f_channel)s::text[], "
-                    "%(f_type)s::text[], %(f_blob)b::bytea[]) AS u(idx, channel, type, blob) "
-                    "ON CONFLICT DO NOTHING), "
-                    f"special AS ({columns}unnest(%(r_idx)s::integer[], %(r_channel)s::text[], "
-                    "%(r_type)s::text[], %(r_blob)b::bytea[]) AS u(idx, channel, type, blob) "
-                    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
-                    "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
-                    "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path) "
-                )
-            return head + body + "SELECT COUNT(*) FROM live"
+                if counts[0]:
+                    ctes.append(
+                        f"first AS ({columns}{_values(kind, 'f', counts[0])} "
+                        "AS u(idx, channel, type, blob) ON CONFLICT DO NOTHING)"
+                    )
+                if counts[1]:
+                    ctes.append(
+                        f"special AS ({columns}{_values(kind, 'r', counts[1])} "
+                        "AS u(idx, channel, type, blob) "
+                        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+                        "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+                        "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path)"
+                    )
+            return "WITH " + ", ".join(ctes) + " SELECT COUNT(*) FROM live"
 
-        return FastWrite(self.sql(("fast_write", kind, touch), build), params, fetch=True)
+        key = ("fast_write", kind, touch, counts)
+        return FastWrite(self.sql(key, build), params, fetch=True)
+
+
+#: Rows one fast write sends as plain parameters; more take the generic statements.
+MAX_VALUES_ROWS = 64
+#: (parameter suffix, row key, SQL type) of each column a fast write's rows carry.
+_ROW_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "put": [
+        ("channel", "channel"),
+        ("version", "version"),
+        ("type", "type"),
+        ("blob", "blob"),
+        ("base", "base_version"),
+    ],
+    "writes": [("idx", "idx"), ("channel", "channel"), ("type", "type"), ("blob", "blob")],
+}
+_ROW_TYPES = {
+    "channel": "text",
+    "version": "text",
+    "type": "text",
+    "blob": "bytea",
+    "base": "text",
+    "idx": "integer",
+}
+
+
+def _values(kind: str, group: str, count: int) -> str:
+    """``(VALUES (...), ...)`` over ``count`` rows of ``group``'s parameters; the first row
+    carries the types, and blobs travel in binary."""
+    rows = []
+    for i in range(count):
+        cells = []
+        for name, _ in _ROW_COLUMNS[kind]:
+            marker = "b" if name == "blob" else "s"
+            cast = f"::{_ROW_TYPES[name]}" if i == 0 else ""
+            cells.append(f"%({group}{i}_{name}){marker}{cast}")
+        rows.append("(" + ", ".join(cells) + ")")
+    return "(VALUES " + ", ".join(rows) + ")"
 
 
 class PgSession:
