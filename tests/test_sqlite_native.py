@@ -221,3 +221,17 @@ def test_a_second_copy_of_sqlite_is_never_used(monkeypatch: Any) -> None:
     monkeypatch.setattr(native, "_library", None)
     monkeypatch.setattr(native, "_same_library", lambda lib: False)
     assert native.library() is None
+
+
+@needs_native
+def test_a_large_state_is_written_with_the_gil_released(tmp_path: Path) -> None:
+    saver = SqliteSaver(tmp_path / "big.db")
+    _put(saver, "small", ["x"])
+    assert saver.db._native is not None
+    before = saver.db._native_commits
+    big = ["y" * 1000] * (native.MAX_BYTES // 1000 + 10)
+    config = _put(saver, "big", big)
+    assert saver.db._native_commits == before  # not through the native writer
+    got = saver.get_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == big
+    saver.close()

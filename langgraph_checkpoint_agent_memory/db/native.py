@@ -14,7 +14,8 @@ It is used only where that is safe:
   to), so both connections share one library and its file locks. Two copies of SQLite in
   one process would break each other's POSIX locks; a statically linked ``sqlite3`` module,
   or a platform without ``/proc``, turns the writer off.
-- Only for single statements that write a few rows: nothing long runs with the GIL held.
+- Only for single statements that write a few rows and at most :data:`MAX_BYTES` of blobs:
+  nothing long runs with the GIL held.
 - Never waiting with the GIL held: its busy timeout is 0, and a locked database is retried
   after a ``time.sleep`` (which releases it) until the database's busy timeout runs out.
 - Never checkpointing the write-ahead log itself (``wal_autocheckpoint = 0``), since a
@@ -35,6 +36,9 @@ from typing import Any
 #: Pages the write-ahead log may grow by between two passive checkpoints: SQLite's own
 #: automatic checkpoint threshold, which the native writer turns off.
 CHECKPOINT_FRAMES = 1000
+#: Blob bytes above which a write goes through the ``sqlite3`` module (GIL released): about
+#: 64 pages, a few hundred microseconds of writing.
+MAX_BYTES = 256 * 1024
 
 _OK, _BUSY, _LOCKED, _CONSTRAINT, _DONE = 0, 5, 6, 19, 101
 _OPEN_READWRITE, _OPEN_CREATE = 0x2, 0x4

@@ -343,6 +343,8 @@ class SQLiteDatabase(Database[Any]):
         stmt = batch.statements[0]
         if stmt.many or stmt.fetch or type(stmt.params) is not tuple:
             return None
+        if sum(len(v) for v in stmt.params if type(v) is bytes) > native.MAX_BYTES:
+            return None  # a large state is written with the GIL released, like any other
         writer = self._native_writer()
         if writer is None:
             return None
