@@ -104,9 +104,14 @@ def _inline(value: Any) -> bool:
     )
 
 
+#: Encoders built once: ``json.dumps`` builds one per call when given options.
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+_metadata_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
     try:
-        return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))
+        return _metadata_encoder(metadata)
     except (TypeError, ValueError) as exc:
         bad = next((k for k, v in metadata.items() if not _json_ok(v)), "?")
         raise TypeError(
@@ -444,7 +449,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             "type": body_type,
             "checkpoint": body_bytes,
             "metadata": _metadata_json(full_metadata),
-            "blob_versions": json.dumps(blob_versions, separators=(",", ":")),
+            "blob_versions": _compact_json(blob_versions),
             "live_after": live_after,
         }
         d = self.dialect

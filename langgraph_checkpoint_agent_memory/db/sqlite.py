@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
@@ -140,7 +141,7 @@ class SQLiteDialect(Dialect):
         params = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
         return FastWrite(
             self.sql(("write_rows", size), lambda: _write_rows_sql(size)),
-            params + tuple(v for row in out for v in row),
+            params + tuple(chain.from_iterable(out)),
             fetch=False,
         )
 
@@ -404,7 +405,7 @@ class _Lease:
 
     def __init__(self, db: SQLiteDatabase) -> None:
         self.db = db
-        self.stack = ExitStack()
+        self.stack: ExitStack | None = None  # only once a pooled connection is taken
         self.session: DbApiSession | None = None
 
     def execute(self, batch: Batch) -> list[Any]:
@@ -412,6 +413,7 @@ class _Lease:
             done = self.db._write_natively(batch)
             if done is not None:
                 return done
+            self.stack = ExitStack()
             conn = self.stack.enter_context(self.db.connection())
             self.session = DbApiSession(
                 conn,
@@ -426,7 +428,8 @@ class _Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stack.close()
+        if self.stack is not None:
+            self.stack.close()
 
 
 class DbApiSession:
