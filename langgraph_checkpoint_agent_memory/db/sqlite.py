@@ -126,6 +126,8 @@ class SQLiteDialect(Dialect):
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
+        """Rows for ``am_write_rows``, with positional parameters: a lone statement with a
+        tuple of parameters is what the database runs on its native writer."""
         out: list[tuple[Any, ...]] = [_LIVE_ROW]
         if touch:
             out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
