@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_checkpoint_agent_memory.checkpoint.backends import SqliteSaver
 from langgraph_checkpoint_agent_memory.db import native
 from langgraph_checkpoint_agent_memory.db.native import NativeWriter
-from langgraph_checkpoint_agent_memory.errors import ClosedError
+from langgraph_checkpoint_agent_memory.errors import ClosedError, ThreadDeletedError
 
 LIB = native.library()
 needs_native = pytest.mark.skipif(
@@ -234,4 +234,24 @@ def test_a_large_state_is_written_with_the_gil_released(tmp_path: Path) -> None:
     assert saver.db._native_commits == before  # not through the native writer
     got = saver.get_tuple(config)
     assert got is not None and got.checkpoint["channel_values"]["messages"] == big
+    saver.close()
+
+
+@pytest.mark.parametrize("native_writes", [True, False])
+def test_a_late_write_into_a_deleted_thread_is_refused_either_way(
+    tmp_path: Path, native_writes: bool
+) -> None:
+    saver = SqliteSaver(tmp_path / "gone.db", native_writes=native_writes)
+    config = _put(saver, "gone", ["a"])
+    saver.delete_thread("gone")
+    late = {"configurable": {**config["configurable"]}}
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": ["late"]}
+    cp["channel_versions"] = {"messages": saver.get_next_version(None, None)}
+    with pytest.raises(ThreadDeletedError):
+        saver.put(late, cp, {"step": 1}, cp["channel_versions"])  # names a deleted parent
+    with pytest.raises(ThreadDeletedError):
+        saver.put_writes(config, [("messages", ["late"])], "task")
+    assert list(saver.list({"configurable": {"thread_id": "gone"}})) == []
+    assert (saver.db._native is not None) == (native_writes and LIB is not None)
     saver.close()
