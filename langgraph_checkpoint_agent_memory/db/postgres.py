@@ -180,8 +180,8 @@ class PostgresDialect(Dialect):
         params = dict(fixed)
         for group in groups:
             for i, row in enumerate(rows[group]):
-                for name, column in _ROW_COLUMNS[kind]:
-                    params[f"{group}{i}_{name}"] = row[column]
+                for column, _ in _ROW_COLUMNS[kind]:
+                    params[f"{group}{i}_{column}"] = row[column]
 
         def build() -> str:
             ctes = [
@@ -247,24 +247,16 @@ class PostgresDialect(Dialect):
 
 #: Rows one fast write sends as plain parameters; more take the generic statements.
 MAX_VALUES_ROWS = 64
-#: (parameter suffix, row key, SQL type) of each column a fast write's rows carry.
+#: The row keys a fast write's rows carry, in order, with their SQL types.
 _ROW_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "put": [
-        ("channel", "channel"),
-        ("version", "version"),
-        ("type", "type"),
-        ("blob", "blob"),
-        ("base", "base_version"),
+        ("channel", "text"),
+        ("version", "text"),
+        ("type", "text"),
+        ("blob", "bytea"),
+        ("base_version", "text"),
     ],
-    "writes": [("idx", "idx"), ("channel", "channel"), ("type", "type"), ("blob", "blob")],
-}
-_ROW_TYPES = {
-    "channel": "text",
-    "version": "text",
-    "type": "text",
-    "blob": "bytea",
-    "base": "text",
-    "idx": "integer",
+    "writes": [("idx", "integer"), ("channel", "text"), ("type", "text"), ("blob", "bytea")],
 }
 
 
@@ -274,10 +266,10 @@ def _values(kind: str, group: str, count: int) -> str:
     rows = []
     for i in range(count):
         cells = []
-        for name, _ in _ROW_COLUMNS[kind]:
-            marker = "b" if name == "blob" else "s"
-            cast = f"::{_ROW_TYPES[name]}" if i == 0 else ""
-            cells.append(f"%({group}{i}_{name}){marker}{cast}")
+        for column, sql_type in _ROW_COLUMNS[kind]:
+            marker = "b" if sql_type == "bytea" else "s"
+            cast = f"::{sql_type}" if i == 0 else ""
+            cells.append(f"%({group}{i}_{column}){marker}{cast}")
         rows.append("(" + ", ".join(cells) + ")")
     return "(VALUES " + ", ".join(rows) + ")"
 
