@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_checkpoint_agent_memory.checkpoint.backends import SqliteSaver
@@ -68,6 +70,49 @@ def test_values_of_every_type_round_trip(tmp_path: Path) -> None:
     writer.execute("INSERT INTO t (k, v) VALUES (?, ?)", (100, None))
     assert conn.execute("SELECT v FROM t WHERE k = 100").fetchone() == (None,)
     writer.close()
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),  # beyond int64 too: both must refuse
+    st.floats(allow_nan=False),
+    st.text(),
+    st.binary(),
+)
+
+
+@needs_native
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=st.lists(_VALUES, min_size=1, max_size=12))
+def test_any_values_bind_as_the_sqlite3_module_binds_them(
+    tmp_path_factory: pytest.TempPathFactory, values: list[Any]
+) -> None:
+    """The writer binds through untyped ctypes calls: each value must land exactly as the
+    ``sqlite3`` module stores it, and a value it refuses must be refused here too."""
+    path = tmp_path_factory.mktemp("bind") / "t.db"
+    conn = _table(path)
+    conn.execute("CREATE TABLE u (k INTEGER PRIMARY KEY, v)")
+    writer = _writer(path)
+    try:
+        rows = ", ".join("(?, ?)" for _ in values)
+        params = tuple(x for k, v in enumerate(values) for x in (k, v))
+        try:
+            conn.execute(f"INSERT INTO u (k, v) VALUES {rows}", params)
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                writer.execute(f"INSERT INTO t (k, v) VALUES {rows}", params)
+            assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+            return
+        assert writer.execute(f"INSERT INTO t (k, v) VALUES {rows}", params) == len(values)
+        native_rows = conn.execute("SELECT k, v, typeof(v) FROM t ORDER BY k").fetchall()
+        module_rows = conn.execute("SELECT k, v, typeof(v) FROM u ORDER BY k").fetchall()
+        assert native_rows == module_rows
+    finally:
+        writer.close()
+        conn.close()
 
 
 @needs_native

@@ -42,6 +42,7 @@ MAX_BYTES = 256 * 1024
 
 _OK, _BUSY, _LOCKED, _CONSTRAINT, _DONE = 0, 5, 6, 19, 101
 _OPEN_READWRITE, _OPEN_CREATE = 0x2, 0x4
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TRANSIENT = ctypes.c_void_p(-1)  # SQLite copies bound text and blobs at once
 
 _library: Any = None
@@ -109,10 +110,6 @@ def _declare(lib: Any) -> None:
         "sqlite3_close_v2": ([vp], i),
         "sqlite3_exec": ([vp, cp, vp, vp, vp], i),
         "sqlite3_prepare_v2": ([vp, cp, i, ctypes.POINTER(vp), vp], i),
-        "sqlite3_bind_int64": ([vp, i, ctypes.c_int64], i),
-        "sqlite3_bind_double": ([vp, i, ctypes.c_double], i),
-        "sqlite3_bind_text": ([vp, i, cp, i, vp], i),
-        "sqlite3_bind_blob": ([vp, i, cp, i, vp], i),
         "sqlite3_bind_parameter_count": ([vp], i),
         "sqlite3_step": ([vp], i),
         "sqlite3_reset": ([vp], i),
@@ -144,6 +141,13 @@ class NativeWriter:
             lib.sqlite3_close_v2(self._db)
             raise sqlite3.OperationalError(f"cannot open {path}: {message}")
         self._statements: dict[str, ctypes.c_void_p] = {}
+        untyped = ctypes.PyDLL(lib._name)  # the same library, already loaded
+        self._binders = (
+            untyped.sqlite3_bind_text,
+            untyped.sqlite3_bind_blob,
+            untyped.sqlite3_bind_int64,
+            untyped.sqlite3_bind_double,
+        )
         pragmas = ("busy_timeout = 0", f"synchronous = {synchronous}", "wal_autocheckpoint = 0")
         for pragma in pragmas:
             if lib.sqlite3_exec(self._db, f"PRAGMA {pragma}".encode(), None, None, None) != _OK:
@@ -165,26 +169,35 @@ class NativeWriter:
         return stmt
 
     def _bind(self, stmt: ctypes.c_void_p, params: Sequence[Any]) -> None:
-        lib = self._lib
-        if lib.sqlite3_bind_parameter_count(stmt) != len(params):
+        # A write binds a few dozen values, so binding costs as much as SQLite's own work
+        # on the statement: the bind functions come from a handle without declared
+        # argument types, which ctypes converts from int and bytes at about half the cost.
+        expected = self._lib.sqlite3_bind_parameter_count(stmt)
+        if expected != len(params):
             raise sqlite3.ProgrammingError(
-                f"the statement takes {lib.sqlite3_bind_parameter_count(stmt)} parameters, "
-                f"{len(params)} were given"
+                f"the statement takes {expected} parameters, {len(params)} were given"
             )
-        for i, value in enumerate(params, 1):
-            kind = type(value)
+        text, blob, int64, double = self._binders
+        i = 0
+        for value in params:
+            i += 1
             if value is None:
                 continue  # every parameter is NULL after clear_bindings
+            kind = type(value)
             if kind is str:
                 data = value.encode()
-                rc = lib.sqlite3_bind_text(stmt, i, data, len(data), _TRANSIENT)
-            elif kind is bytes or kind is bytearray or kind is memoryview:
-                data = bytes(value)
-                rc = lib.sqlite3_bind_blob(stmt, i, data, len(data), _TRANSIENT)
+                rc = text(stmt, i, data, len(data), _TRANSIENT)
+            elif kind is bytes:
+                rc = blob(stmt, i, value, len(value), _TRANSIENT)
             elif kind is float:
-                rc = lib.sqlite3_bind_double(stmt, i, value)
+                rc = double(stmt, i, ctypes.c_double(value))
             elif kind is int or kind is bool:
-                rc = lib.sqlite3_bind_int64(stmt, i, int(value))
+                if not _INT64_MIN <= value <= _INT64_MAX:  # c_int64 would wrap it silently
+                    raise OverflowError("Python int too large to convert to SQLite INTEGER")
+                rc = int64(stmt, i, ctypes.c_int64(value))
+            elif kind is bytearray or kind is memoryview:
+                data = bytes(value)
+                rc = blob(stmt, i, data, len(data), _TRANSIENT)
             else:
                 raise sqlite3.ProgrammingError(
                     f"parameter {i} has unsupported type {kind.__name__}"
