@@ -147,6 +147,11 @@ def _ops(saver: Any, name: str, history: int) -> dict[str, Callable[[], Any]]:
     threads = [f"{name}-t{i}" for i in range(4)]
     heads = {t: _seed(saver, t, history, factory) for t in threads}
     cycle = itertools.cycle(threads)
+    # put_writes lands on threads of its own: the reads measure a head with its one write,
+    # not one with the hundreds of pending writes the put_writes rounds leave behind
+    writers = [f"{name}-w{i}" for i in range(4)]
+    writer_heads = [_seed(saver, t, history, factory) for t in writers]
+    writer_cycle = itertools.cycle(writer_heads)
     tasks = itertools.count()
 
     def put() -> None:
@@ -162,9 +167,10 @@ def _ops(saver: Any, name: str, history: int) -> dict[str, Callable[[], Any]]:
         heads[t] = saver.put(cfg, cp, md, nv)
 
     def put_writes() -> None:
-        t = next(cycle)
         saver.put_writes(
-            heads[t], [("messages", factory.messages[:2]), ("counter", 1)], f"task-{next(tasks)}"
+            next(writer_cycle),
+            [("messages", factory.messages[:2]), ("counter", 1)],
+            f"task-{next(tasks)}",
         )
 
     def get_tuple() -> None:
@@ -183,6 +189,9 @@ def _aops(
     threads = [f"{name}-t{i}" for i in range(4)]
     heads = {t: loop.run_until_complete(_aseed(saver, t, history, factory)) for t in threads}
     cycle = itertools.cycle(threads)
+    writers = [f"{name}-w{i}" for i in range(4)]  # as in _ops
+    writer_heads = [loop.run_until_complete(_aseed(saver, t, history, factory)) for t in writers]
+    writer_cycle = itertools.cycle(writer_heads)
     tasks = itertools.count()
 
     async def put() -> None:
@@ -198,9 +207,10 @@ def _aops(
         heads[t] = await saver.aput(cfg, cp, md, nv)
 
     async def put_writes() -> None:
-        t = next(cycle)
         await saver.aput_writes(
-            heads[t], [("messages", factory.messages[:2]), ("counter", 1)], f"task-{next(tasks)}"
+            next(writer_cycle),
+            [("messages", factory.messages[:2]), ("counter", 1)],
+            f"task-{next(tasks)}",
         )
 
     async def get_tuple() -> None:
