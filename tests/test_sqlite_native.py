@@ -72,13 +72,33 @@ def test_values_of_every_type_round_trip(tmp_path: Path) -> None:
     writer.close()
 
 
+class _Label(str):
+    """A str subclass (as a ``str`` enum is): bound by its characters."""
+
+    def __str__(self) -> str:
+        return "not what is stored"
+
+
+class _Count(int):
+    """An int subclass (as an ``IntEnum`` is)."""
+
+
+class _Ratio(float):
+    """A float subclass."""
+
+
+_INTS = st.integers(min_value=-(2**70), max_value=2**70)  # beyond int64 too: both must refuse
 _VALUES = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),  # beyond int64 too: both must refuse
+    _INTS,
+    _INTS.map(_Count),
     st.floats(allow_nan=False),
+    st.floats(allow_nan=False).map(_Ratio),
     st.text(),
+    st.text().map(_Label),
     st.binary(),
+    st.binary().map(bytearray),
 )
 
 

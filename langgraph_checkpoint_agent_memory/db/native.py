@@ -195,15 +195,29 @@ class NativeWriter:
                 if not _INT64_MIN <= value <= _INT64_MAX:  # c_int64 would wrap it silently
                     raise OverflowError("Python int too large to convert to SQLite INTEGER")
                 rc = int64(stmt, i, ctypes.c_int64(value))
-            elif kind is bytearray or kind is memoryview:
-                data = bytes(value)
-                rc = blob(stmt, i, data, len(data), _TRANSIENT)
             else:
-                raise sqlite3.ProgrammingError(
-                    f"parameter {i} has unsupported type {kind.__name__}"
-                )
+                rc = self._bind_other(stmt, i, value)
             if rc != _OK:
                 raise sqlite3.OperationalError(self._message())
+
+    def _bind_other(self, stmt: ctypes.c_void_p, i: int, value: Any) -> int:
+        """Byte buffers, and subclasses of the plain types (a ``str`` enum, an ``IntEnum``),
+        bound by their underlying value as the ``sqlite3`` module binds them."""
+        text, blob, int64, double = self._binders
+        if isinstance(value, bytearray | memoryview | bytes):
+            data = bytes(value)
+            return int(blob(stmt, i, data, len(data), _TRANSIENT))
+        if isinstance(value, str):
+            data = str.encode(value)
+            return int(text(stmt, i, data, len(data), _TRANSIENT))
+        if isinstance(value, int):
+            number = int.__index__(value)
+            if not _INT64_MIN <= number <= _INT64_MAX:
+                raise OverflowError("Python int too large to convert to SQLite INTEGER")
+            return int(int64(stmt, i, ctypes.c_int64(number)))
+        if isinstance(value, float):
+            return int(double(stmt, i, ctypes.c_double(float.__float__(value))))
+        raise sqlite3.ProgrammingError(f"parameter {i} has unsupported type {type(value).__name__}")
 
     def execute(self, sql: str, params: Sequence[Any]) -> int:
         """Run one statement in its own implicit transaction; return the rows it changed.
