@@ -68,6 +68,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_interval,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import FastWrite
 from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
@@ -235,6 +236,14 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         self._sweeper: Sweeper | None = None
         self._sweeper_lock = threading.Lock()
         self._sweep_task: asyncio.Task[None] | None = None
+        fork.register(self)
+
+    def _after_fork(self) -> None:
+        """A forked child has none of the parent's threads: its next write starts its own
+        sweeper (the database resets its connections itself)."""
+        self._sweeper, self._sweep_task = None, None
+        self._sweeper_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (

@@ -49,6 +49,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_interval,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ThreadDeletedError
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
@@ -116,6 +117,14 @@ class TimedInMemorySaver(InMemorySaver):
         self._tombstone_seconds = max(TOMBSTONE_SECONDS, float(ttl))
         self._sweeper: Sweeper | None = None
         self._sweeper_lock = threading.Lock()
+        fork.register(self)
+
+    def _after_fork(self) -> None:
+        """A forked child keeps a copy of the threads but not the sweeper thread: its next
+        write starts its own."""
+        self._sweeper = None
+        self._sweeper_lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
@@ -187,10 +188,19 @@ class HanaDatabase(Database[Any]):
         self.dialect = HanaDialect()
         self.connect_args = dict(connect_args)
         self._url = url
+        self.pool_size = pool_size
+        self._fresh_connections()
+        fork.register(self)
+
+    def _fresh_connections(self) -> None:
         self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(pool_size)
+        self._slots = threading.BoundedSemaphore(self.pool_size)
         self._all: list[Any] = []
         self._lock = threading.Lock()
+
+    def _after_fork(self) -> None:
+        fork.set_aside(*self._all)
+        self._fresh_connections()
 
     def describe(self) -> str:
         if self._url:

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, adrive, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite, Sql
 from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
@@ -444,10 +445,7 @@ class PostgresDatabase(Database[Any]):
         self._sync: Any = None  # a ConnectionPool or a Connection
         self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         self._owned_sync = self._owned_async = False
-        self._sync_lock = threading.Lock()
-        self._async_lock: asyncio.Lock | None = None
-        self._async_loop: asyncio.AbstractEventLoop | None = None
-        self._open_lock = threading.Lock()
+        self._fresh_locks()
         if isinstance(source, str):
             self._conninfo = source
         elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
@@ -459,6 +457,24 @@ class PostgresDatabase(Database[Any]):
                 "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
                 f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
             )
+        fork.register(self)
+
+    def _fresh_locks(self) -> None:
+        self._sync_lock = threading.Lock()
+        self._async_lock: asyncio.Lock | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._open_lock = threading.Lock()
+
+    def _after_fork(self) -> None:
+        """Pools opened here are set aside and reopened on first use; a connection or pool
+        the caller passed in is theirs to replace in the child."""
+        if self._owned_sync:
+            fork.set_aside(self._sync)
+            self._sync, self._owned_sync = None, False
+        if self._owned_async:
+            fork.set_aside(self._async)
+            self._async, self._owned_async = None, False
+        self._fresh_locks()
 
     def describe(self) -> str:
         if self._conninfo is not None:

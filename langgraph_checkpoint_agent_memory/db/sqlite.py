@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from langgraph_checkpoint_agent_memory.db import native
+from langgraph_checkpoint_agent_memory.db import fork, native
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
 from langgraph_checkpoint_agent_memory.db.native import NativeWriter
@@ -258,19 +258,29 @@ class SQLiteDatabase(Database[Any]):
         self.dialect = SQLiteDialect()
         self.durability = durability
         self.busy_timeout_ms = busy_timeout_ms
-        self._idle: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(pool_size)
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        self.pool_size = pool_size
         if native_writes is None:  # a commit that fsyncs must not hold the GIL
             native_writes = durability != "full"
         self._native_ok = bool(native_writes) and not self.memory
+        self._closed = False
+        self._fresh_connections()
+        if not self.memory:  # a child's copy of a private in-memory database is its own
+            fork.register(self)
+
+    def _fresh_connections(self) -> None:
+        self._idle: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(self.pool_size)
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._native: NativeWriter | None = None
         self._native_commits = 0
         self._checkpoint_due = native.CHECKPOINT_FRAMES // 8  # until the log's growth is known
         self._connect_lock = threading.Lock()
-        self._closed = False
+
+    def _after_fork(self) -> None:
+        fork.set_aside(*self._all, self._native)
+        self._fresh_connections()
 
     def describe(self) -> str:
         return "memory" if self.memory else f"sqlite:///{self.path}"

@@ -46,6 +46,7 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
@@ -416,9 +417,16 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(index["embed"])
+        fork.register(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
+
+    def _after_fork(self) -> None:
+        """A forked child has none of the parent's threads: its next put starts its own
+        sweeper (the database resets its connections itself)."""
+        self._sweeper = None
+        self._cache_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
 
