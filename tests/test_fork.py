@@ -4,6 +4,7 @@ the parent's connections to the parent."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import traceback
@@ -95,6 +96,39 @@ def test_a_saver_used_before_fork_works_in_the_child(make_saver: Callable[..., A
         check = sqlite3.connect(saver.db.path)
         assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         check.close()
+
+
+def test_the_async_api_works_in_the_child(make_saver: Callable[..., Any]) -> None:
+    saver = make_saver()
+
+    async def write(thread: str, step: int) -> Any:
+        await saver.aput(config_for(thread), _checkpoint(step), {}, {"step": step})
+        if saver.db.dialect.name != "postgresql":
+            return None
+
+        def plan() -> Any:
+            [rows] = yield Batch([Stmt(Sql("SELECT pg_backend_pid()"), fetch=True)])
+            return rows[0][0]
+
+        return await saver.db.arun(plan())
+
+    loop = asyncio.new_event_loop()  # the parent's loop, and its pool, live on
+    try:
+        parent_session = loop.run_until_complete(write("parent", 1))
+
+        def child() -> None:
+            child_session = asyncio.run(write("child", 2))  # the child's own loop
+            if parent_session is not None:
+                _assert_other_session(parent_session, child_session)
+
+        _in_child(child)
+        # the parent's pool was left alone: same session, still working
+        assert loop.run_until_complete(write("parent", 3)) == parent_session
+        seen = loop.run_until_complete(saver.aget_tuple(config_for("child")))
+        assert seen.checkpoint["channel_values"] == {"step": 2}
+    finally:
+        loop.run_until_complete(saver.aclose())
+        loop.close()
 
 
 @pytest.mark.parametrize("store_backend", ["sqlite", "postgres"], indirect=True)
