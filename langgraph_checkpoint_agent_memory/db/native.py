@@ -99,6 +99,12 @@ def _same_library(lib: Any) -> bool:
     return ours is not None and ours == theirs
 
 
+def _int64(value: int) -> ctypes.c_int64:
+    if not _INT64_MIN <= value <= _INT64_MAX:  # c_int64 would wrap it silently
+        raise OverflowError("Python int too large to convert to SQLite INTEGER")
+    return ctypes.c_int64(value)
+
+
 def _version_number(info: Sequence[int]) -> int:
     return info[0] * 1_000_000 + info[1] * 1_000 + info[2]
 
@@ -192,9 +198,7 @@ class NativeWriter:
             elif kind is float:
                 rc = double(stmt, i, ctypes.c_double(value))
             elif kind is int or kind is bool:
-                if not _INT64_MIN <= value <= _INT64_MAX:  # c_int64 would wrap it silently
-                    raise OverflowError("Python int too large to convert to SQLite INTEGER")
-                rc = int64(stmt, i, ctypes.c_int64(value))
+                rc = int64(stmt, i, _int64(value))
             else:
                 rc = self._bind_other(stmt, i, value)
             if rc != _OK:
@@ -211,10 +215,7 @@ class NativeWriter:
             data = str.encode(value)
             return int(text(stmt, i, data, len(data), _TRANSIENT))
         if isinstance(value, int):
-            number = int.__index__(value)
-            if not _INT64_MIN <= number <= _INT64_MAX:
-                raise OverflowError("Python int too large to convert to SQLite INTEGER")
-            return int(int64(stmt, i, ctypes.c_int64(number)))
+            return int(int64(stmt, i, _int64(int.__index__(value))))
         if isinstance(value, float):
             return int(double(stmt, i, ctypes.c_double(float.__float__(value))))
         raise sqlite3.ProgrammingError(f"parameter {i} has unsupported type {type(value).__name__}")
