@@ -286,8 +286,11 @@ class PgSession:
                 "psycopg.connect(..., autocommit=True) or "
                 "ConnectionPool(..., kwargs={'autocommit': True})"
             )
+        from langgraph_checkpoint_agent_memory.db import pgwire  # psycopg is optional
+
         self.conn = conn
         self.in_tx = False
+        self.pgwire = pgwire if pgwire.usable(conn) else None
 
     def _single(self, batch: Batch) -> bool:
         """One plain statement is atomic by itself: it needs no BEGIN/COMMIT (unless a
@@ -302,6 +305,9 @@ class PgSession:
         conn = self.conn
         if self._single(batch):
             stmt = batch.statements[0]
+            if self.pgwire is not None:
+                params = stmt.sql.bind(stmt.params)
+                return [self.pgwire.execute(conn, stmt.sql.text, params, stmt.fetch)]
             cur = conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
             return [cur.fetchall() if stmt.fetch else cur.rowcount]
         cursors: list[Any] = []
@@ -341,6 +347,9 @@ class AsyncPgSession(PgSession):
         conn = self.conn
         if self._single(batch):
             stmt = batch.statements[0]
+            if self.pgwire is not None:
+                params = stmt.sql.bind(stmt.params)
+                return [await self.pgwire.aexecute(conn, stmt.sql.text, params, stmt.fetch)]
             cur = await conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
             return [await cur.fetchall() if stmt.fetch else cur.rowcount]
         cursors: list[Any] = []
