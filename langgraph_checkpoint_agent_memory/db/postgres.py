@@ -524,8 +524,12 @@ class PostgresDatabase(Database[Any]):
                     self._sync = pool
                     self._owned_sync = True
         if isinstance(self._sync, psycopg_pool.ConnectionPool):
-            with self._sync.connection() as conn:
+            sync_pool = self._sync  # getconn/putconn: see _aconnection
+            conn = sync_pool.getconn()
+            try:
                 yield conn
+            finally:
+                sync_pool.putconn(conn)
         else:
             with self._sync_lock:
                 yield self._sync
@@ -589,8 +593,15 @@ class PostgresDatabase(Database[Any]):
             self._owned_async = True
         self._async_loop = loop
         if isinstance(self._async, psycopg_pool.AsyncConnectionPool):
-            async with self._async.connection() as conn:
+            # getconn/putconn, not connection(): its ``async with conn`` ends each use with
+            # a COMMIT check that costs as much as taking the connection (autocommit here),
+            # and putconn rolls back or discards a connection left in a bad state anyway
+            pool = self._async
+            conn = await pool.getconn()
+            try:
                 yield conn
+            finally:
+                await pool.putconn(conn)
         else:
             if self._async_lock is None:
                 self._async_lock = asyncio.Lock()
