@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -454,6 +454,7 @@ class PostgresDatabase(Database[Any]):
         self._sync: Any = None  # a ConnectionPool or a Connection
         self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         self._owned_sync = self._owned_async = False
+        self._async_pooled = True  # a pool opened here, unless a connection is given
         self._fresh_locks()
         if isinstance(source, str):
             self._conninfo = source
@@ -461,6 +462,7 @@ class PostgresDatabase(Database[Any]):
             self._sync = source
         elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
             self._async = source
+            self._async_pooled = isinstance(source, psycopg_pool.AsyncConnectionPool)
         else:
             raise ConfigurationError(
                 "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
@@ -524,7 +526,10 @@ class PostgresDatabase(Database[Any]):
                     self._sync = pool
                     self._owned_sync = True
         if isinstance(self._sync, psycopg_pool.ConnectionPool):
-            sync_pool = self._sync  # getconn/putconn: see _aconnection
+            # getconn/putconn, not connection(): its ``with conn`` ends each use with a
+            # COMMIT check that costs as much as taking the connection (autocommit here),
+            # and putconn rolls back or discards a connection left in a bad state anyway
+            sync_pool = self._sync
             conn = sync_pool.getconn()
             try:
                 yield conn
@@ -559,8 +564,8 @@ class PostgresDatabase(Database[Any]):
 
     # -- async -----------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _aconnection(self) -> AsyncIterator[Any]:
+    async def _atarget(self) -> Any:
+        """The async pool (opened on first use, per event loop) or the connection given."""
         import psycopg_pool
 
         if self._closed:
@@ -592,31 +597,30 @@ class PostgresDatabase(Database[Any]):
             self._async = pool
             self._owned_async = True
         self._async_loop = loop
-        if isinstance(self._async, psycopg_pool.AsyncConnectionPool):
-            # getconn/putconn, not connection(): its ``async with conn`` ends each use with
-            # a COMMIT check that costs as much as taking the connection (autocommit here),
-            # and putconn rolls back or discards a connection left in a bad state anyway
-            pool = self._async
-            conn = await pool.getconn()
-            try:
-                yield conn
-            finally:
-                await pool.putconn(conn)
-        else:
-            if self._async_lock is None:
-                self._async_lock = asyncio.Lock()
-            async with self._async_lock:
-                yield self._async
+        return self._async
 
     async def arun(self, plan: Plan[T]) -> T:
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
-        async with self._aconnection() as conn:
-            session = AsyncPgSession(conn, synchronous_commit=self._session_commit())
+        target = await self._atarget()
+        if self._async_pooled:
+            # getconn/putconn, not connection(): see _connection
+            conn = await target.getconn()
             try:
-                return await adrive(plan, session.execute)
+                return await self._asession(conn, plan)
             finally:
-                await session.afinish()
+                await target.putconn(conn)
+        if self._async_lock is None:
+            self._async_lock = asyncio.Lock()
+        async with self._async_lock:
+            return await self._asession(target, plan)
+
+    async def _asession(self, conn: Any, plan: Plan[T]) -> T:
+        session = AsyncPgSession(conn, synchronous_commit=self._session_commit())
+        try:
+            return await adrive(plan, session.execute)
+        finally:
+            await session.afinish()
 
     def _session_commit(self) -> bool:
         """Whether each transaction must set its own commit mode: pools opened here set it
