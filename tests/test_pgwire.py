@@ -73,7 +73,7 @@ def test_values_and_errors_match_a_cursor(pg_url: str) -> None:
 
 
 def test_row_counts_and_prepared_once(pg_url: str) -> None:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
+    with psycopg.connect(pg_url, autocommit=True, prepare_threshold=0) as conn:
         conn.execute("CREATE TABLE t (k text PRIMARY KEY, v bytea)")
         insert = "INSERT INTO t (k, v) VALUES (%(k)s, %(v)b) ON CONFLICT DO NOTHING"
 
@@ -90,8 +90,29 @@ def test_row_counts_and_prepared_once(pg_url: str) -> None:
         assert len(prepared()) <= 3  # at most one more insert, for the NULL's parameter type
 
 
+def test_prepared_after_the_threshold_and_at_most_prepared_max(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True, prepare_threshold=2) as conn:
+        conn.prepared_max = 2
+
+        def ours() -> list[str]:
+            sql = "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'am\\_%'"
+            return sorted(r[0] for r in conn.execute(sql))
+
+        for expected in ([], [], ["SELECT $1::int + 1"], ["SELECT $1::int + 1"]):
+            assert pgwire.execute(conn, "SELECT %s::int + 1", (1,), True) == [(2,)]
+            assert ours() == expected
+        for _ in range(3):
+            assert pgwire.execute(conn, "SELECT %s::int + 2", (1,), True) == [(3,)]
+            assert pgwire.execute(conn, "SELECT %s::int + 3", (1,), True) == [(4,)]
+        # the third statement to be prepared deallocated the least recently used one
+        assert ours() == ["SELECT $1::int + 2", "SELECT $1::int + 3"]
+        for _ in range(3):
+            assert pgwire.execute(conn, "SELECT %s::int + 1", (1,), True) == [(2,)]
+        assert ours() == ["SELECT $1::int + 1", "SELECT $1::int + 3"]
+
+
 def test_statements_the_server_dropped_are_prepared_again(pg_url: str) -> None:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
+    with psycopg.connect(pg_url, autocommit=True, prepare_threshold=0) as conn:
         conn.execute("CREATE TABLE t (k integer PRIMARY KEY)")
         insert = "INSERT INTO t (k) VALUES (%(k)s)"
         select = "SELECT * FROM t ORDER BY k"
@@ -161,7 +182,7 @@ def test_pgbouncer_style_connections_are_not_prepared_on(pg_url: str) -> None:
     from langgraph_checkpoint_agent_memory import PostgresSaver
     from tests.helpers import config_for, make_checkpoint
 
-    for threshold, expect_prepared in ((None, False), (5, True)):
+    for threshold, expect_prepared in ((None, False), (0, True)):
         conn = psycopg.connect(pg_url, autocommit=True, prepare_threshold=threshold)
         assert pgwire.usable(conn) is expect_prepared
         saver = PostgresSaver(conn)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ _STALE = frozenset({"26000", "0A000"})
 _PLACEHOLDER = re.compile(rb"%(?:\((?P<name>[^)]+)\))?(?P<fmt>[sbt%])")
 _FORMATS = {b"s": PyFormat.AUTO, b"b": PyFormat.BINARY, b"t": PyFormat.TEXT}
 _CONVERTED_MAX = 4096
+#: Statements whose unprepared runs are counted, as a cursor's prepare manager counts them.
+_SEEN_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Converted:
 
 
 _converted: dict[str, Converted] = {}
+_Key = tuple[bytes, tuple[int, ...]]
 
 
 def convert(text: str) -> Converted:
@@ -90,13 +94,15 @@ def convert(text: str) -> Converted:
 
 
 class _State:
-    """What this module keeps per connection: its adapters and its prepared statements."""
+    """What this module keeps per connection: its adapters, how often each statement ran
+    unprepared, and the statements prepared (oldest first, for eviction)."""
 
-    __slots__ = ("counter", "prepared", "tx")
+    __slots__ = ("counter", "prepared", "seen", "tx")
 
     def __init__(self, conn: Any) -> None:
         self.tx = Transformer(conn)
-        self.prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self.seen: OrderedDict[_Key, int] = OrderedDict()
+        self.prepared: OrderedDict[_Key, bytes] = OrderedDict()
         self.counter = 0
 
     def new_name(self) -> bytes:
@@ -147,7 +153,12 @@ def _check(result: Any, state: _State) -> None:
 
 
 def run(conn: Any, text: str, params: Any, fetch: bool) -> Generator[Any, Any, Any]:
-    """The statement's rows (``fetch``) or its row count, as a psycopg wait generator."""
+    """The statement's rows (``fetch``) or its row count, as a psycopg wait generator.
+
+    Like a cursor, a statement runs unprepared until it has run ``conn.prepare_threshold``
+    times (a one-off statement costs one round trip, not two), and at most
+    ``conn.prepared_max`` statements stay prepared: the least recently used is deallocated.
+    """
     converted = convert(text)
     state = _state(conn)
     tx = state.tx
@@ -157,19 +168,30 @@ def run(conn: Any, text: str, params: Any, fetch: bool) -> Generator[Any, Any, A
     pgconn = conn.pgconn
     for attempt in (0, 1):
         name = state.prepared.get(key)
-        if name is None:
+        if name is not None:
+            state.prepared.move_to_end(key)
+        elif state.seen.get(key, 0) < conn.prepare_threshold:
+            state.seen[key] = state.seen.pop(key, 0) + 1
+            while len(state.seen) > _SEEN_MAX:
+                state.seen.popitem(last=False)
+            pgconn.send_query_params(
+                converted.query, dumped, param_formats=formats, param_types=key[1]
+            )
+        else:
+            yield from _evict(conn, state)
             name = state.new_name()
             pgconn.send_prepare(name, converted.query, param_types=key[1])
-            prepared = yield from _send_and_fetch(pgconn)
-            for result in prepared:
+            for result in (yield from _send_and_fetch(pgconn)):
                 _check(result, state)
+            state.seen.pop(key, None)
             state.prepared[key] = name
-        pgconn.send_query_prepared(name, dumped, param_formats=formats)
+        if name is not None:
+            pgconn.send_query_prepared(name, dumped, param_formats=formats)
         results = yield from _send_and_fetch(pgconn)
         result = results[-1]
         if result.status == pq.ExecStatus.FATAL_ERROR:
             sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
-            if attempt == 0 and sqlstate and sqlstate.decode() in _STALE:
+            if name is not None and attempt == 0 and sqlstate and sqlstate.decode() in _STALE:
                 del state.prepared[key]  # the next attempt prepares it anew
                 continue
             _check(result, state)
@@ -179,6 +201,15 @@ def run(conn: Any, text: str, params: Any, fetch: bool) -> Generator[Any, Any, A
         count = result.command_tuples
         return -1 if count is None else count
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _evict(conn: Any, state: _State) -> Generator[Any, Any, None]:
+    """Make room for one more prepared statement."""
+    limit = conn.prepared_max
+    while limit is not None and state.prepared and len(state.prepared) >= limit:
+        _, old = state.prepared.popitem(last=False)
+        conn.pgconn.send_query(b"DEALLOCATE " + old)
+        yield from _send_and_fetch(conn.pgconn)  # gone already (DISCARD ALL) is fine too
 
 
 def _check_open(conn: Any) -> None:
