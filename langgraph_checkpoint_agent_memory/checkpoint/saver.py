@@ -462,19 +462,18 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             "live_after": live_after,
         }
         d = self.dialect
+        touch = self._touch_due(thread_id, now, ttl)
+        fast = d.fast_write("put", touch, {**thread, **row}, {"b": blob_rows})
+        if fast is not None and (yield from self._fast(fast)):
+            if touch:
+                self._touched_at(thread_id, now, ttl)
+            self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
+            return checkpoint_config(thread_id, ns, checkpoint["id"])
         writes = [
             Stmt(S.insert_blob(d), blob_rows, many=True),
             Stmt(S.upsert_checkpoint(d), row),
         ]
-        touch = self._touch_due(thread_id, now, ttl)
-        fast = d.fast_write("put", touch, {**thread, **row}, {"b": blob_rows})
-        if fast is not None:
-            if (yield from self._fast(fast)):
-                if touch:
-                    self._touched_at(thread_id, now, ttl)
-                self._remember(thread_id, ns, checkpoint["id"], blob_versions, remembered)
-                return checkpoint_config(thread_id, ns, checkpoint["id"])
-        elif d.conditional_upsert:
+        if fast is None and d.conditional_upsert:
             head = [Stmt(S.touch_thread(d), thread)] if touch else []
             results = yield Batch([*head, *writes], write=True)
             if results[-1]:  # the checkpoint row was written: the thread is live
@@ -657,10 +656,6 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
                 replace[special] = row
         replacing = list(replace.values())
         d = self.dialect
-        statements = [
-            Stmt(S.insert_write(d, replace=False), first_wins, many=True),
-            Stmt(S.insert_write(d, replace=True), replacing, many=True),
-        ]
         touch = self._touch_due(thread_id, now, ttl)
         fixed = {
             **thread,
@@ -670,12 +665,15 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             "task_path": task_path,
         }
         fast = d.fast_write("writes", touch, fixed, {"f": first_wins, "r": replacing})
-        if fast is not None:
-            if (yield from self._fast(fast)):
-                if touch:
-                    self._touched_at(thread_id, now, ttl)
-                return None
-        elif d.conditional_upsert:
+        if fast is not None and (yield from self._fast(fast)):
+            if touch:
+                self._touched_at(thread_id, now, ttl)
+            return None
+        statements = [
+            Stmt(S.insert_write(d, replace=False), first_wins, many=True),
+            Stmt(S.insert_write(d, replace=True), replacing, many=True),
+        ]
+        if fast is None and d.conditional_upsert:
             head = [Stmt(S.touch_thread(d), thread)] if touch else []
             results = yield Batch([*head, *statements], write=True)
             # Rows written (or the touch) prove the thread live; zero rows may be a repeat of

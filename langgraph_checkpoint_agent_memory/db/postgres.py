@@ -12,6 +12,7 @@ this module creates are configured so.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from collections.abc import Iterator, Mapping
@@ -180,9 +181,9 @@ class PostgresDialect(Dialect):
             return None
         params = dict(fixed)
         for group in groups:
-            for i, row in enumerate(rows[group]):
-                for column, _ in _ROW_COLUMNS[kind]:
-                    params[f"{group}{i}_{column}"] = row[column]
+            for row, cells in zip(rows[group], _cell_names(kind, group), strict=False):
+                for column, name in cells:
+                    params[name] = row[column]
 
         def build() -> str:
             ctes = [
@@ -259,6 +260,15 @@ _ROW_COLUMNS: dict[str, list[tuple[str, str]]] = {
     ],
     "writes": [("idx", "integer"), ("channel", "text"), ("type", "text"), ("blob", "bytea")],
 }
+
+
+@functools.cache
+def _cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Per row of a fast write, each column with the parameter that carries it."""
+    return tuple(
+        tuple((column, f"{group}{i}_{column}") for column, _ in _ROW_COLUMNS[kind])
+        for i in range(MAX_VALUES_ROWS)
+    )
 
 
 def _values(kind: str, group: str, count: int) -> str:
