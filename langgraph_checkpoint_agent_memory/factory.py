@@ -19,6 +19,7 @@ from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 logger = logging.getLogger(__name__)
@@ -118,12 +119,19 @@ def create_store(
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``, ...) and the
-            database's (``pool_size``, ``connect_timeout``).
+            database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
+            ``prepare_threshold``, see :class:`PostgresSaver`).
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
     database_options = {k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options}
+    postgres_options = {k: options.pop(k) for k in ("prepare_threshold",) if k in options}
     target = urls.resolve(url)
+    if postgres_options and (target is None or target.kind != "postgresql"):
+        raise ConfigurationError(
+            f"{', '.join(postgres_options)} applies to PostgreSQL only, not to "
+            f"{'memory' if target is None else target.kind}"
+        )
     database: Any
     if target is None:
         database = SQLiteDatabase(":memory:")
@@ -132,7 +140,7 @@ def create_store(
     elif target.kind == "postgresql":
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
-        database = PostgresDatabase(target.url, **database_options)
+        database = PostgresDatabase(target.url, **database_options, **postgres_options)
     else:
         from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
 

@@ -225,3 +225,44 @@ def test_decimal_and_text_keep_their_types(pg_url: str) -> None:
             conn, "SELECT %(d)s::numeric, %(s)s", {"d": decimal.Decimal("1.50"), "s": "é"}, True
         )
         assert rows == [(decimal.Decimal("1.50"), "é")]
+
+
+@pytest.mark.parametrize(("threshold", "prepared"), [(None, False), (1, True)])
+def test_saver_pools_take_prepare_threshold(pg_url: str, threshold: Any, prepared: bool) -> None:
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+    from tests.helpers import config_for, make_checkpoint
+
+    saver = PostgresSaver(pg_url, pool_size=1, prepare_threshold=threshold)
+    stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    for task in range(7):  # the same statement, more times than psycopg's default threshold
+        saver.put_writes(stored, [("x", 2)], f"task-{task}")
+    assert len(saver.get_tuple(stored).pending_writes) == 7
+
+    def plan() -> Any:
+        # on the pool's one connection, whose prepared statements these are; two statements
+        # go through a cursor, so the count does not prepare itself
+        sql = "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'am\\_%%'"
+        [rows, _] = yield Batch([Stmt(Sql(sql), (), fetch=True), Stmt(Sql("SELECT 1"), fetch=True)])
+        return rows[0][0]
+
+    assert (saver.db.run(plan()) > 0) is prepared
+    saver.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "5", 1.5])
+def test_a_bad_prepare_threshold_is_refused(bad: Any) -> None:
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+    from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="prepare_threshold"):
+        PostgresSaver("postgresql://nobody@127.0.0.1:1/none", prepare_threshold=bad)
+
+
+def test_prepare_threshold_is_for_postgresql_stores_only(tmp_path: Any) -> None:
+    from langgraph_checkpoint_agent_memory import create_store
+    from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="PostgreSQL only, not to sqlite"):
+        create_store(f"sqlite:///{tmp_path / 'x.db'}", prepare_threshold=None)

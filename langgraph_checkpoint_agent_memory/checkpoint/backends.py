@@ -87,6 +87,10 @@ class PostgresSaver(_FromConnString, SQLSaver):
             synchronous_commit TO OFF`` per write transaction), which roughly halves the cost
             of each graph step; a crash of the *server* may then lose the last fraction of a
             second of checkpoints, never leave a half-written one.
+        prepare_threshold: For the pools opened for a connection string: a statement runs
+            this many times (at least 1) before it is prepared on a connection (psycopg's
+            setting, and its default). ``None`` never prepares, for PgBouncer in transaction
+            mode before 1.21; a connection or pool passed in keeps its own setting.
         **kwargs: :class:`SQLSaver` options.
     """
 
@@ -97,6 +101,7 @@ class PostgresSaver(_FromConnString, SQLSaver):
         pool_size: int = 8,
         connect_timeout: float = 10.0,
         synchronous_commit: bool = True,
+        prepare_threshold: int | None = 5,
         **kwargs: Any,
     ) -> None:
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
@@ -107,6 +112,7 @@ class PostgresSaver(_FromConnString, SQLSaver):
                 pool_size=pool_size,
                 connect_timeout=connect_timeout,
                 synchronous_commit=synchronous_commit,
+                prepare_threshold=prepare_threshold,
             ),
             **kwargs,
         )

@@ -446,6 +446,7 @@ class PostgresDatabase(Database[Any]):
         pool_size: int = 8,
         connect_timeout: float = 10.0,
         synchronous_commit: bool = True,
+        prepare_threshold: int | None = 5,
     ) -> None:
         try:
             import psycopg
@@ -459,6 +460,18 @@ class PostgresDatabase(Database[Any]):
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
         self.synchronous_commit = synchronous_commit
+        if prepare_threshold is not None and (
+            isinstance(prepare_threshold, bool)
+            or not isinstance(prepare_threshold, int)
+            or prepare_threshold < 1
+        ):
+            # not 0: psycopg would then prepare a pipeline's BEGIN in the same round trip
+            # as the DEALLOCATE ALL it sends after an ALTER or a ROLLBACK, and lose it
+            raise ConfigurationError(
+                f"prepare_threshold must be None or an int >= 1, got {prepare_threshold!r}"
+            )
+        # for the pools opened here; None for PgBouncer in transaction mode (before 1.21)
+        self.prepare_threshold = prepare_threshold
         self._closed = False
         self._conninfo: str | None = None
         self._sync: Any = None  # a ConnectionPool or a Connection
@@ -522,7 +535,7 @@ class PostgresDatabase(Database[Any]):
                         self._conninfo,
                         min_size=1,
                         max_size=self.pool_size,
-                        kwargs={"autocommit": True},
+                        kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold},
                         open=False,
                         name="agent-memory",
                         timeout=self.connect_timeout,
@@ -593,7 +606,7 @@ class PostgresDatabase(Database[Any]):
                 self._conninfo or "",
                 min_size=1,
                 max_size=self.pool_size,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold},
                 open=False,
                 name="agent-memory-async",
                 timeout=self.connect_timeout,
