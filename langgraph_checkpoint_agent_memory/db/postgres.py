@@ -589,8 +589,6 @@ class PostgresDatabase(Database[Any]):
 
     async def _atarget(self) -> Any:
         """The async pool (opened on first use, per event loop) or the connection given."""
-        import psycopg_pool
-
         if self._closed:
             raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
         loop = asyncio.get_running_loop()
@@ -602,21 +600,22 @@ class PostgresDatabase(Database[Any]):
             except Exception:
                 pass
         if self._async is None:
-            pool = psycopg_pool.AsyncConnectionPool(
+            import psycopg
+
+            from langgraph_checkpoint_agent_memory.db.pgpool import AsyncPool
+
+            pool = AsyncPool(
                 self._conninfo or "",
-                min_size=1,
                 max_size=self.pool_size,
-                kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold},
-                open=False,
-                name="agent-memory-async",
                 timeout=self.connect_timeout,
+                kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold},
                 configure=None if self.synchronous_commit else _arelax_commit,
             )
             try:
-                await pool.open(wait=True, timeout=self.connect_timeout)
-            except psycopg_pool.PoolTimeout:
+                await pool.open()
+            except psycopg.OperationalError as exc:
                 await pool.close()
-                raise self._unavailable() from None
+                raise self._unavailable(str(exc)) from None
             self._async = pool
             self._owned_async = True
         self._async_loop = loop
@@ -650,15 +649,20 @@ class PostgresDatabase(Database[Any]):
         once per connection, so their writes stay single statements."""
         return self.synchronous_commit or self._conninfo is not None
 
-    def _unavailable(self) -> DatabaseUnavailableError:
+    def _unavailable(self, error: str | None = None) -> DatabaseUnavailableError:
+        """The error for a server not reached; ``error`` is the driver's, else one more
+        attempt (a pool's timeout does not say why) finds out why."""
         import psycopg
 
         reason = "no connection within the timeout"
-        try:
-            timeout = max(1, int(self.connect_timeout))
-            psycopg.connect(self._conninfo or "", connect_timeout=timeout).close()
-        except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[0]
+        if error:
+            reason = error.strip().splitlines()[0]
+        else:
+            try:
+                timeout = max(1, int(self.connect_timeout))
+                psycopg.connect(self._conninfo or "", connect_timeout=timeout).close()
+            except psycopg.Error as exc:
+                reason = str(exc).strip().splitlines()[0]
         try:
             secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
         except psycopg.Error:
