@@ -25,6 +25,16 @@ def _pool(url: str, **kwargs: Any) -> AsyncPool:
     return AsyncPool(url, **options)
 
 
+async def _held_and_waiting(url: str) -> tuple[AsyncPool, Any, asyncio.Task[Any]]:
+    """A pool of one connection, held, and a second caller already waiting for it."""
+    pool = _pool(url, max_size=1)
+    held = await pool.getconn()
+    waiting = asyncio.create_task(pool.getconn())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    return pool, held, waiting
+
+
 async def _pid(conn: Any) -> int:
     return int((await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0])
 
@@ -82,10 +92,7 @@ async def test_a_caller_waits_its_turn_or_times_out(pg_url: str) -> None:
 
 
 async def test_a_cancelled_waiter_leaks_nothing(pg_url: str) -> None:
-    pool = _pool(pg_url, max_size=1)
-    held = await pool.getconn()
-    waiting = asyncio.create_task(pool.getconn())
-    await asyncio.sleep(0.05)
+    pool, held, waiting = await _held_and_waiting(pg_url)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -98,10 +105,7 @@ async def test_a_cancelled_waiter_leaks_nothing(pg_url: str) -> None:
 
 
 async def test_a_connection_handed_over_as_its_waiter_is_cancelled_is_kept(pg_url: str) -> None:
-    pool = _pool(pg_url, max_size=1)
-    held = await pool.getconn()
-    waiting = asyncio.create_task(pool.getconn())
-    await asyncio.sleep(0.05)
+    pool, held, waiting = await _held_and_waiting(pg_url)
     await pool.putconn(held)  # handed to the waiter, which has not run yet...
     waiting.cancel()  # ...and is cancelled before it does
     try:
@@ -116,10 +120,7 @@ async def test_a_connection_handed_over_as_its_waiter_is_cancelled_is_kept(pg_ur
 
 
 async def test_a_waiter_opens_a_connection_when_one_is_discarded(pg_url: str) -> None:
-    pool = _pool(pg_url, max_size=1)
-    held = await pool.getconn()
-    waiting = asyncio.create_task(pool.getconn())
-    await asyncio.sleep(0.05)
+    pool, held, waiting = await _held_and_waiting(pg_url)
     await held.execute("BEGIN")
     await pool.putconn(held)  # discarded: the waiter may open a new one
     fresh = await asyncio.wait_for(waiting, 2)
@@ -170,10 +171,7 @@ async def test_idle_and_old_connections_are_replaced(pg_url: str) -> None:
 
 
 async def test_close_ends_every_connection(pg_url: str) -> None:
-    pool = _pool(pg_url, max_size=1)
-    held = await pool.getconn()
-    waiting = asyncio.create_task(pool.getconn())
-    await asyncio.sleep(0.05)
+    pool, held, waiting = await _held_and_waiting(pg_url)
     await pool.close()
     with pytest.raises(ClosedError):
         await waiting
