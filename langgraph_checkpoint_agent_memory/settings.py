@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 CONFIG_FILE_ENV = "AGENT_CONFIG_FILE"
@@ -113,6 +114,14 @@ class ConfigField:
 
 
 _lock = threading.RLock()
+
+
+@fork.after_fork
+def _fresh_lock() -> None:
+    global _lock
+    _lock = threading.RLock()
+
+
 _registry: dict[str, ConfigField] = {}
 _overrides: dict[str, Any] = {}
 _file_cache: dict[str, tuple[float, Any]] = {}

@@ -5,8 +5,11 @@ the parent's connections to the parent."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import os
 import sqlite3
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -176,3 +179,43 @@ def test_a_store_without_a_database_file_is_copied_into_the_child() -> None:
 
     _in_child(child)
     assert store.get(("users", "1"), "child") is None
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("langgraph_checkpoint_agent_memory.db.migrations", "_SETUP_LOCK"),
+        ("langgraph_checkpoint_agent_memory.db.native", "_library_lock"),
+        ("langgraph_checkpoint_agent_memory.settings", "_lock"),
+        pytest.param(
+            "langgraph_checkpoint_agent_memory.db.pgwire",
+            "_states_lock",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("psycopg") is None, reason="needs psycopg"
+            ),
+        ),
+    ],
+)
+def test_module_locks_held_by_another_thread_are_free_in_the_child(module: str, name: str) -> None:
+    lock = getattr(importlib.import_module(module), name)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(5)
+    try:
+
+        def body() -> None:
+            fresh = getattr(importlib.import_module(module), name)
+            assert fresh.acquire(timeout=2), f"{module}.{name} is still held in the child"
+            fresh.release()
+
+        _in_child(body)
+    finally:
+        done.set()
+        holder.join()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class ForkAware(Protocol):
 
 
 _holders: weakref.WeakSet[Any] = weakref.WeakSet()
+_callbacks: list[Callable[[], None]] = []
 #: The parent's connections, kept referenced in the child so that no finalizer closes them.
 _inherited: list[Any] = []
 
@@ -36,12 +38,22 @@ def register(holder: ForkAware) -> None:
     _holders.add(holder)
 
 
+def after_fork(callback: Callable[[], None]) -> Callable[[], None]:
+    """Run ``callback`` in every child, before the registered objects reset: for module-level
+    locks, which another thread of the parent may hold at the moment of the fork (the child
+    would wait on them forever)."""
+    _callbacks.append(callback)
+    return callback
+
+
 def set_aside(*objects: Any) -> None:
     """Keep ``objects`` alive and untouched for the rest of this (child) process."""
     _inherited.extend(o for o in objects if o is not None)
 
 
 def _in_child() -> None:
+    for callback in _callbacks:
+        callback()
     for holder in list(_holders):
         try:
             holder._after_fork()

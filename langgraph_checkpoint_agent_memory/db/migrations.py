@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
@@ -198,6 +199,12 @@ def _backfill(
 
 
 _SETUP_LOCK = threading.Lock()
+
+
+@fork.after_fork
+def _fresh_setup_lock() -> None:
+    global _SETUP_LOCK
+    _SETUP_LOCK = threading.Lock()
 
 
 class SchemaOnFirstUse:

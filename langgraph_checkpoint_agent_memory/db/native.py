@@ -33,6 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.db import fork
+
 #: Pages the write-ahead log may grow by between two passive checkpoints: SQLite's own
 #: automatic checkpoint threshold, which the native writer turns off.
 CHECKPOINT_FRAMES = 1000
@@ -48,6 +50,12 @@ _TRANSIENT = ctypes.c_void_p(-1)  # SQLite copies bound text and blobs at once
 _library: Any = None
 _library_lock = threading.Lock()
 _probed = False
+
+
+@fork.after_fork
+def _fresh_library_lock() -> None:
+    global _library_lock
+    _library_lock = threading.Lock()
 
 
 def _mapped_sqlite() -> str | None:

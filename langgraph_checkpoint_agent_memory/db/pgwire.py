@@ -29,6 +29,8 @@ from psycopg import errors, pq
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.generators import execute as _send_and_fetch
 
+from langgraph_checkpoint_agent_memory.db import fork
+
 #: A prepared statement the server no longer has (``DEALLOCATE``/``DISCARD ALL``), or one
 #: whose result type a schema change altered: re-prepare under a new name and run it again.
 #: Both fail before the statement runs, so running it again cannot apply it twice.
@@ -112,6 +114,12 @@ class _State:
 
 _states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
 _states_lock = threading.Lock()
+
+
+@fork.after_fork
+def _fresh_states_lock() -> None:
+    global _states_lock
+    _states_lock = threading.Lock()
 
 
 def _state(conn: Any) -> _State:
