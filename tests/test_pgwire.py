@@ -120,6 +120,9 @@ def test_statements_the_server_dropped_are_prepared_again(pg_url: str) -> None:
         assert pgwire.execute(conn, select, (), True) == [(1,)]
         conn.execute("DEALLOCATE ALL")  # as a pool's reset with DISCARD ALL would
         assert pgwire.execute(conn, insert, {"k": 2}, False) == 1
+        # every statement was forgotten at once, not each after a failed attempt of its own:
+        # only the insert, just prepared again, is known
+        assert [q for q, _ in pgwire._state(conn).prepared] == [b"INSERT INTO t (k) VALUES ($1)"]
         # applied once: the failed attempt ran nothing
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (2,)
         assert pgwire.execute(conn, select, (), True) == [(1,), (2,)]

@@ -200,7 +200,10 @@ def run(conn: Any, text: str, params: Any, fetch: bool) -> Generator[Any, Any, A
         if result.status == pq.ExecStatus.FATAL_ERROR:
             sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
             if name is not None and attempt == 0 and sqlstate and sqlstate.decode() in _STALE:
-                del state.prepared[key]  # the next attempt prepares it anew
+                if sqlstate == b"26000":  # DEALLOCATE/DISCARD ALL took every one of them
+                    state.prepared.clear()
+                else:
+                    del state.prepared[key]  # the next attempt prepares it anew
                 continue
             _check(result, state)
         if fetch:
