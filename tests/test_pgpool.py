@@ -235,3 +235,19 @@ async def test_saver_reports_a_silent_server_without_blocking(silent_port: int) 
     assert "127.0.0.1" in str(raised.value)
     assert 1.5 < elapsed < 3.5  # one attempt, not a second one to find out why
     assert ticks > elapsed * 50  # the event loop ran on while the pool tried to connect
+
+
+async def test_concurrent_first_calls_open_one_pool(pg_url: str) -> None:
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+
+    saver = PostgresSaver(pg_url, pool_size=4)
+    await saver.asetup()
+    await saver.aclose()
+    saver = PostgresSaver(pg_url, pool_size=4, auto_setup=False)
+    config = {"configurable": {"thread_id": "t"}}
+    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(10)))
+    pool = saver.db._async
+    assert 1 <= pool.size <= 4
+    assert await _backends(pg_url) == pool.size  # no second pool left connected
+    await saver.aclose()
+    assert await _backends(pg_url) == 0

@@ -616,8 +616,11 @@ class PostgresDatabase(Database[Any]):
             except psycopg.OperationalError as exc:
                 await pool.close()
                 raise self._unavailable(str(exc)) from None
-            self._async = pool
-            self._owned_async = True
+            if self._async is None:
+                self._async = pool
+                self._owned_async = True
+            else:  # another task of this loop opened one while this one connected
+                await pool.close()
         self._async_loop = loop
         return self._async
 
