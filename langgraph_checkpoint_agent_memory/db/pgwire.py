@@ -3,8 +3,9 @@
 A checkpoint write or read is one statement, and on the hot path of an async graph the
 client's CPU is the bound. ``cursor.execute`` spends about 20 µs per call above the work
 itself (a cursor, query conversion, the prepared-statement manager, result objects); this
-path converts each statement once, prepares it on first use, and sends it with psycopg's
-own adapters and its C send/fetch generator. Values are dumped and rows loaded by a psycopg
+path converts each statement once, prepares it once it has run ``prepare_threshold`` times
+on a connection (as a cursor would), and sends it with psycopg's own adapters and its C
+send/fetch generator. Values are dumped and rows loaded by a psycopg
 ``Transformer``, so they are exactly what ``cursor.execute`` would send and return.
 
 One generator serves both APIs: ``Connection.wait`` drives it in a thread,

@@ -1,12 +1,14 @@
 """PostgreSQL through psycopg 3: a connection string, a connection or a pool, sync or async.
 
 Each batch travels in one round trip (psycopg pipeline mode: ``BEGIN``, the statements and
-``COMMIT`` are sent together). Given a pool there is no lock around the database object: the
-pool is the concurrency control. Given a single connection, a lock serializes its users, as a
-connection can run one statement at a time.
+``COMMIT`` are sent together); a batch of one statement, which every checkpoint write and read
+is, goes through :mod:`pgwire` without a transaction of its own. Given a pool there is no lock
+around the database object: the pool is the concurrency control. Given a single connection, a
+lock serializes its users, as a connection can run one statement at a time.
 
 Connections must be in autocommit mode (the driver sends its own ``BEGIN``/``COMMIT``); pools
-this module creates are configured so.
+this module opens from a connection string are configured so: a ``psycopg_pool`` pool for the
+sync API, a :class:`~langgraph_checkpoint_agent_memory.db.pgpool.AsyncPool` for the async one.
 """
 
 from __future__ import annotations
@@ -475,7 +477,7 @@ class PostgresDatabase(Database[Any]):
         self._closed = False
         self._conninfo: str | None = None
         self._sync: Any = None  # a ConnectionPool or a Connection
-        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
+        self._async: Any = None  # an AsyncPool, an AsyncConnectionPool or an AsyncConnection
         self._owned_sync = self._owned_async = False
         self._async_pooled = True  # a pool opened here, unless a connection is given
         self._fresh_locks()
@@ -628,8 +630,7 @@ class PostgresDatabase(Database[Any]):
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
         target = await self._atarget()
-        if self._async_pooled:
-            # getconn/putconn, not connection(): see _connection
+        if self._async_pooled:  # our AsyncPool, or a psycopg pool given: see _connection
             conn = await target.getconn()
             try:
                 return await self._asession(conn, plan)
