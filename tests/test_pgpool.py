@@ -39,13 +39,20 @@ async def _pid(conn: Any) -> int:
     return int((await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0])
 
 
-async def _backends(url: str) -> int:
+async def _backends(url: str, expect: int) -> int:
+    """The other sessions on the database, once they number ``expect`` (a closed client's
+    backend leaves ``pg_stat_activity`` a moment after the client) or after 10 s."""
+    deadline = time.monotonic() + 10
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
-        cur = await admin.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return int((await cur.fetchone())[0])
+        while True:
+            cur = await admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            count = int((await cur.fetchone())[0])
+            if count == expect or time.monotonic() > deadline:
+                return count
+            await asyncio.sleep(0.02)
 
 
 async def test_never_more_than_max_size_and_newest_first(pg_url: str) -> None:
@@ -65,13 +72,13 @@ async def test_never_more_than_max_size_and_newest_first(pg_url: str) -> None:
     await asyncio.gather(*(use() for _ in range(20)))
     assert most == 3
     assert pool.size == 3
-    assert await _backends(pg_url) == 3
+    assert await _backends(pg_url, 3) == 3
     first = await pool.getconn()
     await pool.putconn(first)
     assert await pool.getconn() is first  # the one just returned, not the oldest idle one
     await pool.putconn(first)
     await pool.close()
-    assert await _backends(pg_url) == 0
+    assert await _backends(pg_url, 0) == 0
 
 
 async def test_a_caller_waits_its_turn_or_times_out(pg_url: str) -> None:
@@ -136,7 +143,7 @@ async def test_broken_and_unfinished_connections_are_replaced(pg_url: str) -> No
     conn = await pool.getconn()
     pid = await _pid(conn)
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
-        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        await admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
     with pytest.raises(psycopg.OperationalError):
         await conn.execute("SELECT 1")
     await pool.putconn(conn)  # broken: closed, and its place freed
@@ -179,7 +186,7 @@ async def test_close_ends_every_connection(pg_url: str) -> None:
         await pool.getconn()
     await pool.putconn(held)  # returned after the close: closed, not kept
     assert held.closed
-    assert await _backends(pg_url) == 0
+    assert await _backends(pg_url, 0) == 0
 
 
 async def test_a_failing_configure_frees_its_place(pg_url: str) -> None:
@@ -198,7 +205,7 @@ async def test_a_failing_configure_frees_its_place(pg_url: str) -> None:
     conn = await pool.getconn()
     await pool.putconn(conn)
     await pool.close()
-    assert await _backends(pg_url) == 0
+    assert await _backends(pg_url, 0) == 0
 
 
 @pytest.fixture
@@ -248,6 +255,6 @@ async def test_concurrent_first_calls_open_one_pool(pg_url: str) -> None:
     await asyncio.gather(*(saver.aget_tuple(config) for _ in range(10)))
     pool = saver.db._async
     assert 1 <= pool.size <= 4
-    assert await _backends(pg_url) == pool.size  # no second pool left connected
+    assert await _backends(pg_url, pool.size) == pool.size  # no second pool left connected
     await saver.aclose()
-    assert await _backends(pg_url) == 0
+    assert await _backends(pg_url, 0) == 0

@@ -157,7 +157,7 @@ def test_a_dropped_or_closed_connection_is_reported(pg_url: str) -> None:
     conn = psycopg.connect(pg_url, autocommit=True)
     pid = pgwire.execute(conn, "SELECT pg_backend_pid()", (), True)[0][0]
     with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
     with pytest.raises(psycopg.OperationalError):
         pgwire.execute(conn, "SELECT 1", (), True)
     conn.close()
