@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import types
 from typing import Any
 
 import pytest
@@ -160,21 +161,29 @@ async def test_broken_and_unfinished_connections_are_replaced(pg_url: str) -> No
     await pool.close()
 
 
-async def test_idle_and_old_connections_are_replaced(pg_url: str) -> None:
-    for option in ("max_idle", "max_lifetime"):
-        pool = _pool(pg_url, **{option: 0.2})
-        conn = await pool.getconn()
-        pid = await _pid(conn)
-        await pool.putconn(conn)
-        assert await _pid(await pool.getconn()) == pid
-        await pool.putconn(conn)
-        await asyncio.sleep(0.3)
-        fresh = await pool.getconn()
-        assert await _pid(fresh) != pid
-        assert conn.closed
-        await pool.putconn(fresh)
-        assert pool.size == 1
-        await pool.close()
+@pytest.mark.parametrize("option", ["max_idle", "max_lifetime"])
+async def test_idle_and_old_connections_are_replaced(
+    pg_url: str, option: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_agent_memory.db import pgpool
+
+    clock = types.SimpleNamespace(monotonic=lambda: now)
+    now = 1000.0
+    monkeypatch.setattr(pgpool, "time", clock)
+    pool = _pool(pg_url, **{option: 60.0})
+    conn = await pool.getconn()
+    pid = await _pid(conn)
+    await pool.putconn(conn)
+    now += 59.0
+    assert await _pid(await pool.getconn()) == pid
+    await pool.putconn(conn)
+    now += 61.0 if option == "max_idle" else 2.0  # idle 61 s, or 61 s since it opened
+    fresh = await pool.getconn()
+    assert await _pid(fresh) != pid
+    assert conn.closed
+    await pool.putconn(fresh)
+    assert pool.size == 1
+    await pool.close()
 
 
 async def test_close_ends_every_connection(pg_url: str) -> None:
