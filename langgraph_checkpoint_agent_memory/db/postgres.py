@@ -317,10 +317,10 @@ class PgSession:
         conn = self.conn
         if self._single(batch):
             stmt = batch.statements[0]
+            params = stmt.sql.bind(stmt.params)
             if self.pgwire is not None:
-                params = stmt.sql.bind(stmt.params)
                 return [self.pgwire.execute(conn, stmt.sql.text, params, stmt.fetch)]
-            cur = conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            cur = conn.execute(stmt.sql.text, params)
             return [cur.fetchall() if stmt.fetch else cur.rowcount]
         cursors: list[Any] = []
         try:
@@ -359,10 +359,10 @@ class AsyncPgSession(PgSession):
         conn = self.conn
         if self._single(batch):
             stmt = batch.statements[0]
+            params = stmt.sql.bind(stmt.params)
             if self.pgwire is not None:
-                params = stmt.sql.bind(stmt.params)
                 return [await self.pgwire.aexecute(conn, stmt.sql.text, params, stmt.fetch)]
-            cur = await conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            cur = await conn.execute(stmt.sql.text, params)
             return [await cur.fetchall() if stmt.fetch else cur.rowcount]
         cursors: list[Any] = []
         try:
