@@ -267,3 +267,28 @@ async def test_concurrent_first_calls_open_one_pool(pg_url: str) -> None:
     assert await _backends(pg_url, pool.size) == pool.size  # no second pool left connected
     await saver.aclose()
     assert await _backends(pg_url, 0) == 0
+
+
+async def test_async_saver_recovers_from_dropped_connections(pg_url: str) -> None:
+    from langgraph_checkpoint_agent_memory import PostgresSaver
+    from tests.helpers import config_for, make_checkpoint
+
+    saver = PostgresSaver(pg_url, pool_size=3)
+    stored = await saver.aput(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    await asyncio.gather(*(saver.aget_tuple(stored) for _ in range(6)))  # open a few
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    failures = 0
+    for _ in range(10):  # each broken connection fails one call, then is replaced
+        try:
+            got = await saver.aget_tuple(stored)
+            break
+        except psycopg.OperationalError:
+            failures += 1
+    assert got.checkpoint["channel_values"] == {"x": [1]}
+    assert 1 <= failures <= 3
+    assert saver.db._async.size <= 3
+    await saver.aclose()
