@@ -63,7 +63,7 @@ def _session(db: Any) -> Any:
             return rows[0][0]
 
         return db.run(plan())
-    return {id(c) for c in db._all} | ({id(db._native)} if db._native else set())
+    return {id(c) for c in db._all}
 
 
 def _assert_other_session(parent: Any, child: Any) -> None:
@@ -185,15 +185,7 @@ def test_a_store_without_a_database_file_is_copied_into_the_child() -> None:
     ("module", "name"),
     [
         ("langgraph_checkpoint_agent_memory.db.migrations", "_SETUP_LOCK"),
-        ("langgraph_checkpoint_agent_memory.db.native", "_library_lock"),
         ("langgraph_checkpoint_agent_memory.settings", "_lock"),
-        pytest.param(
-            "langgraph_checkpoint_agent_memory.db.pgwire",
-            "_states_lock",
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("psycopg") is None, reason="needs psycopg"
-            ),
-        ),
     ],
 )
 def test_module_locks_held_by_another_thread_are_free_in_the_child(module: str, name: str) -> None:

@@ -7,6 +7,7 @@ the ``Async*`` names make ``from_conn_string`` an async context manager, as in L
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -39,37 +40,39 @@ class _FromConnString:
 
 
 class SqliteSaver(_FromConnString, SQLSaver):
-    """Checkpoints in a SQLite file: ``SqliteSaver("memory.db", ttl_seconds=3600)``.
+    """Checkpoints in SQLite: a file, or a ``sqlite3.Connection`` you own.
 
     Args:
-        path: The file (created with its folders when missing), or a ``sqlite:///`` URL.
-        durability: ``"normal"`` (survives a killed process; the default), ``"full"`` (also a
-            power cut, one fsync per commit) or ``"off"``.
-        pool_size: Connections kept open (readers run in parallel in WAL mode).
-        native_writes: Run each put and put_writes as one statement on a connection that
-            keeps the GIL, so a write inside a graph is not queued behind the graph's
-            thread. ``None`` (the default) turns it on where it is safe: Linux with a
-            shared SQLite library, and durability other than ``"full"``.
+        conn: The file (created with its folders when missing), a ``sqlite:///`` URL, or a
+            ``sqlite3.Connection`` opened with ``check_same_thread=False``, as LangGraph's
+            ``SqliteSaver`` takes it. A connection passed in is used as it is (its pragmas
+            and journal mode are yours), one plan at a time, and is never closed here.
+        durability: For a file: ``"normal"`` (survives a killed process; the default),
+            ``"full"`` (also a power cut, one fsync per commit) or ``"off"``.
+        pool_size: For a file: connections kept open (readers run in parallel in WAL mode).
         **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``, ...).
+
+    Example:
+        >>> import sqlite3
+        >>> from langgraph_checkpoint_agent_memory import SqliteSaver
+        >>> saver = SqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
+        >>> saver.get_tuple({"configurable": {"thread_id": "t1"}}) is None
+        True
     """
 
     def __init__(
         self,
-        path: str | Path,
+        conn: str | Path | sqlite3.Connection,
         *,
         durability: Literal["normal", "full", "off"] = "normal",
         pool_size: int = 4,
-        native_writes: bool | None = None,
         **kwargs: Any,
     ) -> None:
         from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
-        if isinstance(path, str) and path.startswith("sqlite:"):
-            path = parse(path).options["path"]
-        db = SQLiteDatabase(
-            path, durability=durability, pool_size=pool_size, native_writes=native_writes
-        )
-        super().__init__(db, **kwargs)
+        if isinstance(conn, str) and conn.startswith("sqlite:"):
+            conn = parse(conn).options["path"]
+        super().__init__(SQLiteDatabase(conn, durability=durability, pool_size=pool_size), **kwargs)
 
 
 class PostgresSaver(_FromConnString, SQLSaver):
@@ -91,7 +94,15 @@ class PostgresSaver(_FromConnString, SQLSaver):
             this many times (at least 1) before it is prepared on a connection (psycopg's
             setting, and its default). ``None`` never prepares, for PgBouncer in transaction
             mode before 1.21; a connection or pool passed in keeps its own setting.
+        max_idle: For the pools opened for a connection string: seconds an unused
+            connection stays open.
+        max_lifetime: For those pools: seconds after which a connection is replaced.
         **kwargs: :class:`SQLSaver` options.
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory import PostgresSaver
+        >>> with PostgresSaver.from_conn_string("postgresql://localhost/agents") as saver:
+        ...     graph = builder.compile(checkpointer=saver)  # doctest: +SKIP
     """
 
     def __init__(
@@ -102,9 +113,11 @@ class PostgresSaver(_FromConnString, SQLSaver):
         connect_timeout: float = 10.0,
         synchronous_commit: bool = True,
         prepare_threshold: int | None = 5,
+        max_idle: float = 600.0,
+        max_lifetime: float = 3600.0,
         **kwargs: Any,
     ) -> None:
-        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
 
         super().__init__(
             PostgresDatabase(
@@ -113,6 +126,8 @@ class PostgresSaver(_FromConnString, SQLSaver):
                 connect_timeout=connect_timeout,
                 synchronous_commit=synchronous_commit,
                 prepare_threshold=prepare_threshold,
+                max_idle=max_idle,
+                max_lifetime=max_lifetime,
             ),
             **kwargs,
         )

@@ -8,12 +8,11 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 
 from __future__ import annotations
 
-import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -23,13 +22,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from langgraph_checkpoint_agent_memory.db import fork, native
+from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
-from langgraph_checkpoint_agent_memory.db.native import NativeWriter
 from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
-
-logger = logging.getLogger(__name__)
 
 
 class SQLiteDialect(Dialect):
@@ -126,8 +122,8 @@ class SQLiteDialect(Dialect):
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
-        """Rows for ``am_write_rows``, with positional parameters: a lone statement with a
-        tuple of parameters is what the database runs on its native writer."""
+        """A whole put or put_writes as one INSERT into ``am_write_rows``, with positional
+        parameters; ``None`` when it has more rows than one statement takes."""
         out: list[tuple[Any, ...]] = [_LIVE_ROW]
         if touch:
             out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
@@ -235,21 +231,29 @@ def _write_rows_sql(rows: int) -> str:
 
 
 class SQLiteDatabase(Database[Any]):
-    """A small pool of connections to one SQLite file, or (``path=":memory:"``) a single
-    connection to a private in-memory database, which every plan shares in turn."""
+    """A small pool of connections to one SQLite file; or one connection, which every plan
+    uses in turn: a private in-memory database (``path=":memory:"``), or a
+    ``sqlite3.Connection`` the caller passes in (and closes: it is never closed here)."""
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | sqlite3.Connection,
         *,
         pool_size: int = 4,
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
-        native_writes: bool | None = None,
     ) -> None:
-        self.memory = str(path) == ":memory:"
+        self.given: sqlite3.Connection | None = None
+        if isinstance(path, sqlite3.Connection):
+            self.given, path = path, ":memory:"
+        elif not isinstance(path, (str, Path)):
+            raise ConfigurationError(
+                "SQLite needs a file path, a sqlite:/// URL or a sqlite3.Connection, "
+                f"got {type(path).__name__}"
+            )
         if str(path) == "":
             raise ConfigurationError("SQLite needs a file path, e.g. sqlite:///./memory.db")
+        self.memory = str(path) == ":memory:"
         if self.memory:
             pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
@@ -259,9 +263,6 @@ class SQLiteDatabase(Database[Any]):
         self.durability = durability
         self.busy_timeout_ms = busy_timeout_ms
         self.pool_size = pool_size
-        if native_writes is None:  # a commit that fsyncs must not hold the GIL
-            native_writes = durability != "full"
-        self._native_ok = bool(native_writes) and not self.memory
         self._closed = False
         self._fresh_connections()
         if not self.memory:  # a child's copy of a private in-memory database is its own
@@ -273,19 +274,20 @@ class SQLiteDatabase(Database[Any]):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._native: NativeWriter | None = None
-        self._native_commits = 0
-        self._checkpoint_due = native.CHECKPOINT_FRAMES // 8  # until the log's growth is known
         self._connect_lock = threading.Lock()
 
     def _after_fork(self) -> None:
-        fork.set_aside(*self._all, self._native)
+        fork.set_aside(*self._all)
         self._fresh_connections()
 
     def describe(self) -> str:
+        if self.given is not None:
+            return "sqlite (a sqlite3.Connection)"
         return "memory" if self.memory else f"sqlite:///{self.path}"
 
     def _connect(self) -> sqlite3.Connection:
+        if self.given is not None:
+            return self.given
         # One connection at a time: switching a new file to WAL needs exclusive access and
         # fails at once, without the busy handler, if another connection is being opened.
         with self._connect_lock:
@@ -301,9 +303,9 @@ class SQLiteDatabase(Database[Any]):
             return conn
 
     @contextmanager
-    def connection(self) -> Any:
+    def connection(self) -> Iterator[sqlite3.Connection]:
         if self._closed:
-            raise ClosedError(f"the SQLite saver for {self.path} was closed")
+            raise ClosedError(f"the SQLite saver for {self.describe()} was closed")
         self._slots.acquire()
         try:
             try:
@@ -320,83 +322,39 @@ class SQLiteDatabase(Database[Any]):
                 with self._lock:
                     if self._closed:  # closed while in use: close it now that it is free
                         self._all.remove(conn)
-                        conn.close()
+                        self._close(conn)
                     else:
                         self._idle.put(conn)
         finally:
             self._slots.release()
 
     def _run_sync(self, plan: Plan[T]) -> T:
-        with _Lease(self) as lease:
-            return drive(plan, lease.execute)
+        with self.connection() as conn:
+            session = DbApiSession(
+                conn,
+                begin_write="BEGIN IMMEDIATE",
+                begin_read="BEGIN",
+                write_lock=self._write_lock,
+                # a caller's connection may open transactions implicitly (sqlite3's legacy
+                # mode): every write then gets an explicit BEGIN and COMMIT
+                lone_writes=conn.isolation_level is None,
+            )
+            try:
+                return drive(plan, session.execute)
+            finally:
+                session.finish()
 
-    def _native_writer(self) -> NativeWriter | None:
-        if self._native is None and self._native_ok:
-            with self._connect_lock:
-                if self._native is None and self._native_ok:
-                    lib = native.library()
-                    if lib is None:
-                        self._native_ok = False
-                        return None
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._native = NativeWriter(
-                        lib,
-                        str(self.path),
-                        synchronous=self.durability.upper(),
-                        busy_timeout_ms=self.busy_timeout_ms,
-                    )
-        return self._native
-
-    def _write_natively(self, batch: Batch) -> list[Any] | None:
-        """Run a lone small write on the native writer, or return ``None`` to use a pooled
-        connection. Only statements with positional parameters (the one-statement writes)
-        qualify: they are the ones built for it."""
-        if not (batch.write and not batch.lock and not batch.hold and len(batch.statements) == 1):
-            return None
-        stmt = batch.statements[0]
-        if stmt.many or stmt.fetch or type(stmt.params) is not tuple:
-            return None
-        if sum(len(v) for v in stmt.params if type(v) is bytes) > native.MAX_BYTES:
-            return None  # a large state is written with the GIL released, like any other
-        writer = self._native_writer()
-        if writer is None:
-            return None
-        with self._write_lock:
-            if self._native is not writer:  # closed since: its connection is gone
-                raise ClosedError(f"the SQLite saver for {self.path} was closed")
-            changed = writer.execute(stmt.sql.text, stmt.params)
-            self._native_commits += 1
-            due = self._native_commits >= self._checkpoint_due
-            if due:
-                commits, self._native_commits = self._native_commits, 0
-        if due:
-            self._checkpoint(commits)
-        return [changed]
-
-    def _checkpoint(self, commits: int) -> None:
-        """Move the write-ahead log into the database (PASSIVE: it blocks no one) after the
-        write that made it due, as SQLite's automatic checkpoint would, but through the
-        ``sqlite3`` module so the copy and its fsync release the GIL. Run between writes, it
-        usually copies the whole log, and the next write starts the log over; the next one
-        is due when the log will have grown by about SQLite's usual threshold."""
-        try:
-            with self.connection() as conn:
-                [(_, log_frames, _)] = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except (sqlite3.Error, ClosedError) as exc:
-            # the write before it is committed: a checkpoint that fails is retried later
-            logger.warning("checkpointing the write-ahead log of %s failed: %s", self.path, exc)
+    def _close(self, conn: sqlite3.Connection) -> None:
+        if conn is self.given:
             return
-        per_commit = max(log_frames, 1) / max(commits, 1)
-        self._checkpoint_due = max(16, int(native.CHECKPOINT_FRAMES / per_commit))
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
 
     def close(self) -> None:
         """Close idle connections now and busy ones when their plan ends (closing a
         connection another thread is using would crash the sqlite3 module)."""
-        with self._write_lock:  # the native writer is only ever used under this lock
-            if self._native is not None:
-                self._native.close()
-                self._native = None
-            self._native_ok = False
         with self._lock:
             self._closed = True
             while True:
@@ -405,43 +363,7 @@ class SQLiteDatabase(Database[Any]):
                 except queue.Empty:
                     break
                 self._all.remove(conn)
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-
-
-class _Lease:
-    """What one plan runs on: lone small writes go to the native writer, anything else to
-    a pooled connection, taken only when a batch first needs it."""
-
-    def __init__(self, db: SQLiteDatabase) -> None:
-        self.db = db
-        self.stack: ExitStack | None = None  # only once a pooled connection is taken
-        self.session: DbApiSession | None = None
-
-    def execute(self, batch: Batch) -> list[Any]:
-        if self.session is None:
-            done = self.db._write_natively(batch)
-            if done is not None:
-                return done
-            self.stack = ExitStack()
-            conn = self.stack.enter_context(self.db.connection())
-            self.session = DbApiSession(
-                conn,
-                begin_write="BEGIN IMMEDIATE",
-                begin_read="BEGIN",
-                write_lock=self.db._write_lock,
-            )
-            self.stack.callback(self.session.finish)
-        return self.session.execute(batch)
-
-    def __enter__(self) -> _Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.stack is not None:
-            self.stack.close()
+                self._close(conn)
 
 
 class DbApiSession:
@@ -455,8 +377,10 @@ class DbApiSession:
         begin_write: str | None,
         begin_read: str | None,
         write_lock: Any = None,
+        lone_writes: bool = True,
     ) -> None:
         self.conn = conn
+        self.lone_writes = lone_writes
         self.begin_write = begin_write
         self.begin_read = begin_read
         self.write_lock = write_lock
@@ -497,7 +421,9 @@ class DbApiSession:
     def _single_write(self, batch: Batch) -> bool:
         """One plain statement of an autocommit driver is a transaction by itself: it needs
         no BEGIN/COMMIT, and SQLite takes its write lock before it reads anything."""
-        if self.begin_write is None or self.in_tx or batch.hold or batch.lock:
+        if not self.lone_writes or self.begin_write is None or self.in_tx:
+            return False
+        if batch.hold or batch.lock:
             return False
         return batch.write and len(batch.statements) == 1 and not batch.statements[0].many
 
