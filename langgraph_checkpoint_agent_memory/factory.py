@@ -138,7 +138,7 @@ def create_store(
     elif target.kind == "sqlite":
         database = SQLiteDatabase(target.options["path"], **database_options)
     elif target.kind == "postgresql":
-        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
 
         database = PostgresDatabase(target.url, **database_options, **postgres_options)
     else:
