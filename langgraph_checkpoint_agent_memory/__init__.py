@@ -23,7 +23,9 @@ from langgraph_checkpoint_agent_memory.checkpoint import (
 )
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
+    ClosedError,
     ConfigurationError,
+    DatabaseUnavailableError,
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
         Extractor,
         RuleBasedExtractor,
         Scope,
+        ScopeError,
     )
 
 #: Agent memory pulls in LangChain's runnables (and LangSmith); a process that only needs a
@@ -55,6 +58,7 @@ _LAZY = {
         "Extractor",
         "RuleBasedExtractor",
         "Scope",
+        "ScopeError",
     )
 }
 
@@ -80,9 +84,11 @@ __all__ = [
     "AsyncPostgresSaver",
     "AsyncSqliteSaver",
     "ChatModelExtractor",
+    "ClosedError",
     "ConfigField",
     "ConfigValueError",
     "ConfigurationError",
+    "DatabaseUnavailableError",
     "ExtractionError",
     "Extractor",
     "HanaSaver",
@@ -90,6 +96,7 @@ __all__ = [
     "RuleBasedExtractor",
     "SQLSaver",
     "Scope",
+    "ScopeError",
     "SqliteSaver",
     "ThreadDeletedError",
     "TimedInMemorySaver",

@@ -61,10 +61,6 @@ def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = Fals
     return Batch([Stmt(sql, params, fetch=fetch)], write=write)
 
 
-class DatabaseError(Exception):
-    """Raised by drivers in place of driver-specific errors that plans may handle."""
-
-
 @dataclass
 class Migration:
     """One schema version: statements applied in order, in one transaction where the

@@ -1,0 +1,34 @@
+"""Every error the package raises on purpose is exported from the top level and is an
+``AgentMemoryError``, so one ``except`` clause catches the package's failures."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import langgraph_checkpoint_agent_memory as package
+
+#: Modules whose errors never reach a library caller (the command line prints its own).
+INTERNAL = {"langgraph_checkpoint_agent_memory.cli"}
+
+
+def _error_classes() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if info.name in INTERNAL:
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__ == info.name:
+                found[name] = obj
+    return found
+
+
+def test_every_error_of_the_package_is_exported_and_derives_from_the_base() -> None:
+    errors = _error_classes()
+    assert {"DatabaseUnavailableError", "ClosedError", "ThreadDeletedError"} <= set(errors)
+    for name, cls in errors.items():
+        assert issubclass(cls, package.AgentMemoryError), name
+        assert name in package.__all__, f"{name} is not exported from the package"
+        assert getattr(package, name) is cls
