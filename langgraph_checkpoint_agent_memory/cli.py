@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -510,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # psycopg_pool logs each failed connection attempt; the command reports the outcome in
+    # one line of its own, so those attempts would only repeat it
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import langgraph_checkpoint_agent_memory as pkg
 
 
@@ -66,3 +68,20 @@ def test_config_reports_bad_values_with_exit_status(tmp_path: Path) -> None:
     assert "config.x" in result.stderr and "CONFIG__X" in result.stderr
     missing = run("config", "--module", "no_such_module_here")
     assert missing.returncode == 2 and "no_such_module_here" in missing.stderr
+
+
+def test_an_unreachable_postgresql_is_one_line() -> None:
+    pytest.importorskip("psycopg_pool")
+    script = (
+        "import sys\n"
+        "from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase\n"
+        "PostgresDatabase.__init__.__kwdefaults__['connect_timeout'] = 1.0  # a quick refusal\n"
+        "from langgraph_checkpoint_agent_memory.cli import main\n"
+        "sys.exit(main(['scopes', '--url', 'postgresql://agent:pw@127.0.0.1:9/memory']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("agent-memory scopes: error: cannot reach PostgreSQL")
