@@ -120,12 +120,16 @@ def create_store(
             ``sweep_interval_minutes``).
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``, ...) and the
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
-            ``prepare_threshold``, see :class:`PostgresSaver`).
+            ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
+            see :class:`PostgresSaver`).
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
     database_options = {k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options}
-    postgres_options = {k: options.pop(k) for k in ("prepare_threshold",) if k in options}
+    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresOptions
+
+    postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
+    postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
     target = urls.resolve(url)
     if postgres_options and (target is None or target.kind != "postgresql"):
         raise ConfigurationError(

@@ -105,32 +105,14 @@ class PostgresSaver(_FromConnString, SQLSaver):
         ...     graph = builder.compile(checkpointer=saver)  # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        conn: Any,
-        *,
-        pool_size: int = 8,
-        connect_timeout: float = 10.0,
-        synchronous_commit: bool = True,
-        prepare_threshold: int | None = 5,
-        max_idle: float = 600.0,
-        max_lifetime: float = 3600.0,
-        **kwargs: Any,
-    ) -> None:
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
-
-        super().__init__(
-            PostgresDatabase(
-                conn,
-                pool_size=pool_size,
-                connect_timeout=connect_timeout,
-                synchronous_commit=synchronous_commit,
-                prepare_threshold=prepare_threshold,
-                max_idle=max_idle,
-                max_lifetime=max_lifetime,
-            ),
-            **kwargs,
+    def __init__(self, conn: Any, **kwargs: Any) -> None:
+        from langgraph_checkpoint_agent_memory.db.postgres_connection import (
+            PostgresDatabase,
+            PostgresOptions,
         )
+
+        options = {k: kwargs.pop(k) for k in PostgresOptions.names() & kwargs.keys()}
+        super().__init__(PostgresDatabase(conn, **options), **kwargs)
 
 
 class HanaSaver(_FromConnString, SQLSaver):

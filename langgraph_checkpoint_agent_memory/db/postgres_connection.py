@@ -17,6 +17,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import fork
@@ -218,6 +219,57 @@ def with_keepalives(conninfo: str) -> str:
     return make_conninfo(conninfo, **{k: v for k, v in KEEPALIVES.items() if k not in given})
 
 
+def require_psycopg() -> tuple[Any, Any]:
+    """psycopg and psycopg_pool, or an error that says how to install them."""
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one.
+
+    Only ``synchronous_commit`` applies to a connection or pool passed in; the others shape
+    the pools opened from a connection string.
+    """
+
+    pool_size: int = 8
+    connect_timeout: float = 10.0
+    synchronous_commit: bool = True
+    #: ``None`` for PgBouncer in transaction mode (before 1.21)
+    prepare_threshold: int | None = 5
+    max_idle: float = 600.0
+    max_lifetime: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not _whole(self.pool_size, 1):
+            raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
+        # not 0: psycopg would then prepare a pipeline's BEGIN in the same round trip as the
+        # DEALLOCATE ALL it sends after an ALTER or a ROLLBACK, and lose it
+        if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):
+            raise ConfigurationError(
+                f"prepare_threshold must be None or an int >= 1, got {self.prepare_threshold!r}"
+            )
+        for name in ("connect_timeout", "max_idle", "max_lifetime"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 class PostgresDatabase(Database[Any]):
     """PostgreSQL from a connection string, a connection or a pool (sync or async).
 
@@ -229,45 +281,12 @@ class PostgresDatabase(Database[Any]):
     seconds, and turn TCP keepalives on. Objects passed in are used as given, never closed.
     """
 
-    def __init__(
-        self,
-        source: Any,
-        *,
-        pool_size: int = 8,
-        connect_timeout: float = 10.0,
-        synchronous_commit: bool = True,
-        prepare_threshold: int | None = 5,
-        max_idle: float = 600.0,
-        max_lifetime: float = 3600.0,
-    ) -> None:
-        try:
-            import psycopg
-            import psycopg_pool
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigurationError(
-                "PostgreSQL needs psycopg 3: "
-                "pip install 'langgraph-checkpoint-agent-memory[postgres]'"
-            ) from exc
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ConfigurationError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if prepare_threshold is not None and (
-            isinstance(prepare_threshold, bool)
-            or not isinstance(prepare_threshold, int)
-            or prepare_threshold < 1
-        ):
-            # not 0: psycopg would then prepare a pipeline's BEGIN in the same round trip
-            # as the DEALLOCATE ALL it sends after an ALTER or a ROLLBACK, and lose it
-            raise ConfigurationError(
-                f"prepare_threshold must be None or an int >= 1, got {prepare_threshold!r}"
-            )
+    def __init__(self, source: Any, **options: Any) -> None:
+        psycopg, psycopg_pool = require_psycopg()
+        self.options = PostgresOptions(**options)
         self.dialect = PostgresDialect()
-        self.pool_size = pool_size
-        self.connect_timeout = connect_timeout
-        self.synchronous_commit = synchronous_commit
-        # for the pools opened here; None for PgBouncer in transaction mode (before 1.21)
-        self.prepare_threshold = prepare_threshold
-        self.max_idle = max_idle
-        self.max_lifetime = max_lifetime
+        self.pool_size = self.options.pool_size
+        self.connect_timeout = self.options.connect_timeout
         self._closed = False
         self._conninfo: str | None = None
         self._sync: Any = None  # a ConnectionPool or a Connection
@@ -315,20 +334,20 @@ class PostgresDatabase(Database[Any]):
 
         pool_class = psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool
         relax = None
-        if not self.synchronous_commit:
+        if not self.options.synchronous_commit:
             relax = _relax_commit if sync else _arelax_commit
         return {
             "conninfo": with_keepalives(self._conninfo or ""),
             "min_size": 1,
             "max_size": self.pool_size,
-            "kwargs": {"autocommit": True, "prepare_threshold": self.prepare_threshold},
+            "kwargs": {"autocommit": True, "prepare_threshold": self.options.prepare_threshold},
             "open": False,
             "name": "agent-memory",
             "timeout": self.connect_timeout,
             "configure": relax,
             "check": pool_class.check_connection,
-            "max_idle": self.max_idle,
-            "max_lifetime": self.max_lifetime,
+            "max_idle": self.options.max_idle,
+            "max_lifetime": self.options.max_lifetime,
         }
 
     def _check_open(self) -> None:
@@ -466,7 +485,7 @@ class PostgresDatabase(Database[Any]):
     def _session_commit(self) -> bool:
         """Whether each transaction must set its own commit mode: pools opened here set it
         once per connection, so their writes stay single statements."""
-        return self.synchronous_commit or self._conninfo is not None
+        return self.options.synchronous_commit or self._conninfo is not None
 
     # -- errors ----------------------------------------------------------------------------
 
