@@ -26,6 +26,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
     DatabaseUnavailableError,
+    InvalidValueError,
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
@@ -92,6 +93,7 @@ __all__ = [
     "ExtractionError",
     "Extractor",
     "HanaSaver",
+    "InvalidValueError",
     "PostgresSaver",
     "RuleBasedExtractor",
     "SQLSaver",

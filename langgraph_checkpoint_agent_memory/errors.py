@@ -16,6 +16,11 @@ class ConfigurationError(AgentMemoryError, ValueError):
     """A setting, argument or configuration source holds a value that cannot be used."""
 
 
+class InvalidValueError(AgentMemoryError, ValueError):
+    """A value, key, namespace or id that not every backend could store and read back equal
+    (the message says which and why); nothing was written."""
+
+
 class ThreadDeletedError(AgentMemoryError, LookupError):
     """A write named a parent checkpoint of a thread that was deleted or expired.
 

@@ -8,6 +8,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 
 from __future__ import annotations
 
+import json
 import queue
 import sqlite3
 import threading
@@ -165,8 +166,10 @@ class SQLiteDialect(Dialect):
         """One ``json_extract`` per condition. It may admit rows of another JSON type (SQLite
         orders every text after every number, and reads JSON true as 1); the exact test in
         Python drops them, so the pre-filter only has to keep every real match."""
-        if any('"' in part for part in path):
-            return None  # a JSON path cannot quote it: Python alone decides
+        if any(json.dumps(part, ensure_ascii=False)[1:-1] != part for part in path):
+            # SQLite matches a quoted path label against the key as JSON escapes it, and
+            # has no way to write a quote in one: Python alone decides for such keys
+            return None
         at = f"json_extract(value, :{param}_path)"
         exists = f"json_type(value, :{param}_path) IS NOT NULL"  # JSON null included
         sql_op = _SQL_OPS.get(op)
@@ -174,6 +177,8 @@ class SQLiteDialect(Dialect):
             return f"{at} = {int(value)}" if op == "$eq" else exists
         if value is None:
             return f"json_type(value, :{param}_path) = 'null'" if op == "$eq" else exists
+        if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            return exists  # beyond SQLite's integers: Python compares it exactly
         if sql_op is not None and isinstance(value, (int, float, str)):
             return f"{at} {sql_op} :{param}"
         return exists
@@ -193,6 +198,7 @@ class SQLiteDialect(Dialect):
         return int(value) if isinstance(value, bool) else value
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 #: The message of the trigger's refusal of a deleted or expired thread.

@@ -58,6 +58,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 )
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import resolve_index
 
 ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
@@ -499,12 +500,19 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         puts: dict[tuple[str, str], PutOp] = {}
         for op in ops:
             validate_op_namespace(op)
+            V.check_namespace(getattr(op, "namespace", None) or getattr(op, "namespace_prefix", ()))
+            if isinstance(op, (GetOp, PutOp)):
+                V.check_key(op.key)
             if isinstance(op, PutOp):
                 if not op.namespace:
                     raise ConfigurationError("a namespace needs at least one label")
+                if op.value is not None:
+                    V.check_value(op.value)
                 puts[(_ns(op.namespace), op.key)] = op  # the last put of a key wins
-            elif isinstance(op, SearchOp) and (op.limit < 0 or op.offset < 0):
-                raise ConfigurationError("search limit and offset must be >= 0")
+            elif isinstance(op, SearchOp):
+                if op.limit < 0 or op.offset < 0:
+                    raise ConfigurationError("search limit and offset must be >= 0")
+                V.check_filter(op.filter)
         return ops, puts
 
     def _index_texts(self, op: PutOp) -> list[tuple[str, str]]:
@@ -610,7 +618,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 {
                     "prefix": prefix,
                     "key": key,
-                    "value": json.dumps(op.value, ensure_ascii=False, separators=(",", ":")),
+                    "value": V.encode_value(op.value),
                     "created_at": now,
                     "updated_at": now,
                     "ttl_minutes": ttl,

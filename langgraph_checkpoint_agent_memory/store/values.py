@@ -1,0 +1,134 @@
+"""What the store accepts, the same on every backend, checked before anything is written.
+
+A value is a ``dict`` with string keys whose leaves JSON represents exactly: strings,
+numbers, booleans, ``None``, lists (tuples store as lists) and nested dicts. Refused:
+
+* anything but a ``dict`` (LangGraph's ``BaseStore`` stores dicts; PostgreSQL's ``jsonb``
+  would take a bare string and then fail every read of the namespace);
+* ``NaN`` and infinities, which JSON cannot hold (PostgreSQL refuses them, and SQLite's JSON
+  functions then fail on every filtered search that reads the item);
+* the NUL character and lone surrogates (text that is not valid Unicode), in a value, a
+  key or a namespace label (PostgreSQL's ``text`` and ``jsonb`` cannot hold the first, and
+  no database can encode the second);
+* namespaces longer than :data:`MAX_NAMESPACE` characters once joined with dots, and keys
+  longer than :data:`MAX_KEY` (the column sizes of PostgreSQL and SAP HANA; SQLite has no
+  limit, and would otherwise take what the others refuse).
+
+Each refusal is an :class:`InvalidValueError` naming what is wrong and where.
+
+Numbers read back equal in value. PostgreSQL keeps them as decimals (``jsonb``), so a float of
+2**53 or more, which Python writes in exponent form, reads back there as the integer it names
+(``1e16`` as ``10000000000000000``), and dict keys may come back in another order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
+
+#: The longest namespace (labels joined by ".") and key, in characters.
+MAX_NAMESPACE = 1024
+MAX_KEY = 1024
+_NUL = "\x00"
+
+
+def check_namespace(namespace: Sequence[Any] | None) -> None:
+    """Refuse a namespace that some backend could not store or find."""
+    namespace = namespace or ()
+    for label in namespace:
+        if not isinstance(label, str):
+            raise InvalidValueError(
+                f"namespace labels must be strings, got {type(label).__name__} {label!r}"
+            )
+        _check_text(label, f"namespace label {label!r}")
+    joined = sum(len(label) for label in namespace) + max(len(namespace) - 1, 0)
+    if joined > MAX_NAMESPACE:
+        raise InvalidValueError(
+            f"namespace is {joined} characters joined with dots; at most {MAX_NAMESPACE}"
+        )
+
+
+def check_key(key: Any) -> None:
+    if not isinstance(key, str):
+        raise InvalidValueError(f"keys must be strings, got {type(key).__name__} {key!r}")
+    _check_text(key, f"key {key!r}")
+    if len(key) > MAX_KEY:
+        raise InvalidValueError(f"key is {len(key)} characters; at most {MAX_KEY}")
+
+
+def check_value(value: Any) -> None:
+    """Refuse a value that would not read back equal on every backend."""
+    if not isinstance(value, dict):
+        raise InvalidValueError(
+            f"store values must be dicts, got {type(value).__name__}: wrap it, e.g. "
+            "{'value': ...}"
+        )
+    _check(value, "value")
+
+
+def check_filter(filter: Mapping[str, Any] | None) -> None:
+    """Refuse filter keys and strings no stored value can hold (they could never match, and
+    PostgreSQL would fail on them instead)."""
+    for key, spec in (filter or {}).items():
+        if isinstance(key, str):
+            _check_text(key, f"filter key {key!r}")
+        _check_filter_value(spec, f"filter value for {key!r}")
+
+
+def _check_filter_value(spec: Any, where: str) -> None:
+    if isinstance(spec, str):
+        _check_text(spec, where)
+    elif isinstance(spec, Mapping):
+        for item in spec.values():
+            _check_filter_value(item, where)
+    elif isinstance(spec, (list, tuple, set, frozenset)):
+        for item in spec:
+            _check_filter_value(item, where)
+
+
+def encode_value(value: Mapping[str, Any]) -> str:
+    """The stored JSON text of a value :func:`check_value` accepted."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _check_text(text: str, where: str) -> None:
+    if _NUL in text:
+        raise InvalidValueError(f"{where} contains a NUL character")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidValueError(f"{where} is not valid Unicode (a lone surrogate)") from None
+
+
+def _check(node: Any, where: str) -> None:
+    if node is None or isinstance(node, (bool, int)):
+        return
+    if isinstance(node, str):
+        _check_text(node, where)
+        return
+    if isinstance(node, float):
+        if not math.isfinite(node):
+            raise InvalidValueError(f"{where} is {node!r}, which JSON cannot hold")
+        return
+    if isinstance(node, dict):
+        for key, item in node.items():
+            if not isinstance(key, str):
+                raise InvalidValueError(
+                    f"{where} has a {type(key).__name__} key {key!r}; JSON keys are strings"
+                )
+            _check_text(key, f"{where} key {key!r}")
+            _check(item, f"{where}[{key!r}]")
+        return
+    if isinstance(node, (list, tuple)):
+        for i, item in enumerate(node):
+            _check(item, f"{where}[{i}]")
+        return
+    raise InvalidValueError(
+        f"{where} is a {type(node).__name__}, which JSON cannot hold: store strings, numbers, "
+        "booleans, None, lists and dicts"
+    )
