@@ -45,7 +45,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
+from langgraph_checkpoint_agent_memory.background import Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
