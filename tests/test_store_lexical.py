@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock
 
@@ -21,13 +22,13 @@ def keys(items: Any) -> list[str]:
 
 
 def test_analysis_stems_and_drops_stopwords() -> None:
-    assert S.tokens("The user MOVED to Munich, and is moving again!") == [
+    assert T.tokens("The user MOVED to Munich, and is moving again!") == [
         "user",
         "move",
         "munich",
         "move",
     ]
-    counts, length = S.postings("cats and a cat")
+    counts, length = T.postings("cats and a cat")
     assert counts == {"cat": 2} and length == 2
     assert S.terms("what is the what") == []
     assert len(S.terms(" ".join(f"w{i}" for i in range(50)))) == 32
@@ -44,20 +45,20 @@ def test_analysis_is_safe_from_many_threads(monkeypatch: pytest.MonkeyPatch) -> 
 
     from snowballstemmer.english_stemmer import EnglishStemmer
 
-    monkeypatch.setattr(S, "_new_stemmer", EnglishStemmer)
-    monkeypatch.setattr(S, "_STEMMERS", threading.local())
+    monkeypatch.setattr(T, "_new_stemmer", EnglishStemmer)
+    monkeypatch.setattr(T, "_STEMMERS", threading.local())
     texts = [f"walking{i} jumped{i} consolidation{i} generously{i}" for i in range(500)]
-    S._stem.cache_clear()
-    expected = [S.tokens(t) for t in texts]
-    S._stem.cache_clear()  # every thread stems for real instead of reading the cache
+    T._stem.cache_clear()
+    expected = [T.tokens(t) for t in texts]
+    T._stem.cache_clear()  # every thread stems for real instead of reading the cache
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
         with ThreadPoolExecutor(8) as pool:
-            found = list(pool.map(S.tokens, texts))
+            found = list(pool.map(T.tokens, texts))
     finally:
         sys.setswitchinterval(switch)
-        S._stem.cache_clear()
+        T._stem.cache_clear()
     assert found == expected
 
 

@@ -26,6 +26,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_terms,
     store_vectors,
 )
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
@@ -135,9 +136,6 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
 
 def _index_existing_items(dialect: Dialect) -> Plan[int]:
     """Index the items stored before the lexical index existed."""
-    from langgraph_checkpoint_agent_memory.store.search import index_rows
-    from langgraph_checkpoint_agent_memory.store.store import _Statements
-
     p = dialect.param
     mark = dialect.sql(
         "index_mark",
@@ -150,7 +148,7 @@ def _index_existing_items(dialect: Dialect) -> Plan[int]:
     def write(rows: list[Any]) -> list[Stmt]:
         items = [{"prefix": prefix, "key": key, "doc": doc} for prefix, key, doc in rows]
         terms = index_rows(items)  # sets each item's doc_len
-        return [_Statements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
+        return [StoreStatements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
 
     pending = (
         "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL AND doc_len IS NULL"
@@ -160,8 +158,6 @@ def _index_existing_items(dialect: Dialect) -> Plan[int]:
 
 def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
     """Fill the native vector column of vectors stored before it existed."""
-    from langgraph_checkpoint_agent_memory.store.store import vector_text
-
     fill = dialect.fill_vector()
     assert fill is not None
 

@@ -164,7 +164,7 @@ class AgentMemory:
         self.count_tokens = R.token_counter(tokenizer)
         self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
         self._clock = clock
-        self._sql = sqlm.MemorySql(store.dialect, store.sql)
+        self._sql = sqlm.MemorySql(store.dialect, store.statements)
         self._recalled: dict[tuple[str, str], float] = {}
         self._facts_cache: OrderedDict[
             str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]
@@ -617,7 +617,7 @@ class AgentMemory:
                 }
             )
         yield Batch(
-            [*self.store.sql.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
+            [*self._sql.store.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
             write=True,
         )
         return len(hits)
