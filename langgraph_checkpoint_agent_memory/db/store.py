@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -26,6 +26,17 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.text import postings
 
 ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
+
+
+class ItemRow(NamedTuple):
+    """A row of :data:`ITEM_COLUMNS`."""
+
+    prefix: str
+    key: str
+    value: Any  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
+    created_at: float
+    updated_at: float
+    ttl_minutes: float | None
 
 
 def vector_text(vector: bytes | Sequence[float]) -> str:

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from langgraph.store.base import (
@@ -46,11 +46,13 @@ from langgraph.store.base import (
 from langgraph_checkpoint_agent_memory.background import Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, vector_text
+from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.store import ItemRow, StoreStatements, vector_text
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.embed import resolve_index
+
+T = TypeVar("T")
 
 
 def _ns(namespace: Sequence[str]) -> str:
@@ -68,7 +70,7 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -186,6 +188,31 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
+
+    def add_schema(self, component: Component) -> None:
+        """Also create or migrate ``component``'s tables whenever this store sets up its own
+        (on first use, or ``setup()``): for a component that keeps tables beside the store's."""
+        if component not in self.components:
+            self.components = (*self.components, component)
+            self._setup_done = False
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a plan against this store's database, creating the schema on first use."""
+        self._ready()
+        return self.db.run(plan)
+
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        await self._aready()
+        return await self.db.arun(plan)
+
+    def recent_keys_plan(
+        self, namespace: Sequence[str], limit: int, now: float
+    ) -> Plan[list[str]]:
+        """Keys of one namespace's newest live items, newest first."""
+        found = yield from self._ranked_plan(SearchOp(tuple(namespace), limit=limit), now, None)
+        return [item.key for item, _ in found]
+
     # -- batch -----------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -193,8 +220,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
-        self._ready()
-        result = self.db.run(self._batch_plan(ops, puts, vectors, query_vectors))
+        result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
         self._after_write(puts)
         return result
 
@@ -204,8 +230,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
-        await self._aready()
-        result = await self.db.arun(self._batch_plan(ops, puts, vectors, query_vectors))
+        result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
         self._after_write(puts)
         return result
 
@@ -279,9 +304,10 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                         )
                     ]
                 )
-                results[i] = self._item(rows[0]) if rows else None
-                if rows and rows[0][5] is not None and self._refreshes(op.refresh_ttl):
-                    refresh.append({"prefix": rows[0][0], "key": rows[0][1], "now": now})
+                row = ItemRow(*rows[0]) if rows else None
+                results[i] = self._item(row) if row else None
+                if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
+                    refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
                 found, with_ttl = yield from self._search_plan(op, now, query_vectors.get(i))
                 results[i] = found
@@ -301,14 +327,13 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             return refresh_ttl
         return (self.ttl_config or {}).get("refresh_on_read", True)
 
-    def _item(self, row: Sequence[Any], score: float | None = None, scored: bool = False) -> Item:
-        value = row[2] if isinstance(row[2], dict) else json.loads(row[2])
+    def _item(self, row: ItemRow, score: float | None = None, scored: bool = False) -> Item:
         args = dict(
-            value=value,
-            key=row[1],
-            namespace=tuple(row[0].split(".")),
-            created_at=_time(row[3]),
-            updated_at=_time(row[4]),
+            value=self._value(row),
+            key=row.key,
+            namespace=tuple(row.prefix.split(".")),
+            created_at=_time(row.created_at),
+            updated_at=_time(row.updated_at),
         )
         return SearchItem(**args, score=score) if scored else Item(**args)
 
@@ -589,7 +614,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             for j, ((prefix, key), _) in enumerate(chunk):
                 params[f"p{j}"], params[f"k{j}"] = prefix, key
             [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
-            by_key = {(r[0], r[1]): r for r in rows}
+            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
             for (prefix, key), score in chunk:
                 row = by_key.get((prefix, key))
                 if row is None or not S.matches(self._value(row), conds):
@@ -597,14 +622,14 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 if skip:
                     skip -= 1
                     continue
-                out.append((self._item(row, score, scored=True), row[5]))
+                out.append((self._item(row, score, scored=True), row.ttl_minutes))
                 if len(out) >= op.limit:
                     return out
         return out
 
     @staticmethod
-    def _value(row: Sequence[Any]) -> Any:
-        return row[2] if isinstance(row[2], dict) else json.loads(row[2])
+    def _value(row: ItemRow) -> Any:
+        return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
     def _nearest(
         self, rows: Sequence[Sequence[Any]], query: list[float], want: int
@@ -647,13 +672,13 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                     )
                 ]
             )
-            for row in rows:
+            for row in map(ItemRow._make, rows):
                 if not S.matches(self._value(row), conds):
                     continue
                 if skip:
                     skip -= 1
                     continue
-                out.append((self._item(row, None, scored=True), row[5]))
+                out.append((self._item(row, None, scored=True), row.ttl_minutes))
                 if len(out) >= op.limit:
                     return out
             if len(rows) < page:
@@ -696,12 +721,10 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
         """Delete every item (with its vectors and text index) at or below ``namespace``;
         return how many items went."""
-        self._ready()
-        return self.db.run(self._delete_namespace_plan(namespace))
+        return self.run_plan(self._delete_namespace_plan(namespace))
 
     async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
-        await self._aready()
-        return await self.db.arun(self._delete_namespace_plan(namespace))
+        return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
         removed = 0
@@ -730,12 +753,10 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
 
     def sweep(self) -> int:
         """Delete expired items now; return how many."""
-        self._ready()
-        return self.db.run(self._sweep_plan())
+        return self.run_plan(self._sweep_plan())
 
     async def asweep(self) -> int:
-        await self._aready()
-        return await self.db.arun(self._sweep_plan())
+        return await self.arun_plan(self._sweep_plan())
 
 
 def _matches_condition(ns: tuple[str, ...], condition: Any) -> bool:
