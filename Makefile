@@ -19,6 +19,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check langgraph_checkpoint_agent_memory tests benchmarks examples
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 bench: $(STAMP)
@@ -27,3 +28,4 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports

@@ -99,9 +99,7 @@ def _scope(memory: Any, text: str, *, must_exist: bool = True) -> Any:
 
     scope = Scope.parse(text)
     if must_exist:
-        from langgraph_checkpoint_agent_memory.db import memory as sqlm
-
-        known = memory._run(sqlm.known_scopes_plan(memory._sql, memory.settings.namespace_root))
+        known = memory.known_scopes()
         if not any(scope.covers(Scope.parse(k)) for k in known):
             raise CommandError(
                 f"unknown scope {scope.key}: no memory is stored for it "
@@ -389,9 +387,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    import time
-
-    from langgraph_checkpoint_agent_memory.db.migrations import MIGRATIONS, migrate_plan
+    from langgraph_checkpoint_agent_memory.db.migrations import COMPONENTS, migrate
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
@@ -399,17 +395,20 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     store = create_store(url, auto_setup=False)
     try:
-        applied = store.db.run(migrate_plan(store.dialect, time.time()))
+        applied = migrate(store.db, COMPONENTS)
     finally:
         store.close()
-    data = {"applied": applied, "latest": MIGRATIONS[-1][0]}
+    newest = {c.name: c.latest for c in COMPONENTS}
+    data = {"applied": applied, "latest": newest}
+    done = [f"{name} {v}" for name, versions in applied.items() for v in versions]
+    latest = ", ".join(f"{name} {v}" for name, v in newest.items())
     _emit(
         args,
         data,
         lambda out: out.print(
-            f"applied migration(s) {', '.join(map(str, applied))}"
-            if applied
-            else f"schema is up to date (version {data['latest']})"
+            f"applied migration(s) {', '.join(done)}"
+            if done
+            else f"schema is up to date ({latest})"
         ),
     )
     return 0

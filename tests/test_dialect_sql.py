@@ -20,7 +20,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
-from langgraph_checkpoint_agent_memory.store.store import ITEM_COLUMNS as ITEM
+from langgraph_checkpoint_agent_memory.db.store import ITEM_COLUMNS as ITEM
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 
@@ -183,9 +183,9 @@ def backfill_statements(
 
 
 def store_statements(d: Dialect) -> dict[str, Sql]:
-    from langgraph_checkpoint_agent_memory.store.store import _Statements
+    from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
-    sql = _Statements(d)
+    sql = StoreStatements(d)
     out: dict[str, Sql] = {}
     for name in (
         "get",
@@ -273,9 +273,9 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
     """Every statement of agent memory, collected by driving each plan with canned results."""
     from langgraph_checkpoint_agent_memory.db import memory as M
     from langgraph_checkpoint_agent_memory.db.database import drive
-    from langgraph_checkpoint_agent_memory.store.store import _Statements
+    from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
-    sql = M.MemorySql(d, _Statements(d))
+    sql = M.MemorySql(d, StoreStatements(d))
     seen: dict[str, Sql] = {}
 
     def execute(batch: Any) -> list[Any]:
@@ -376,7 +376,7 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
     ]
     for plan in plans:
         drive(plan, execute)
-    store = _Statements(d)
+    store = StoreStatements(d)
     seen[store.fingerprint().text] = store.fingerprint()
     seen[store.vectors_exact().text] = store.vectors_exact()
     return {f"memory#{i}": s for i, s in enumerate(seen.values())}

@@ -8,10 +8,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock
 
@@ -21,13 +23,13 @@ def keys(items: Any) -> list[str]:
 
 
 def test_analysis_stems_and_drops_stopwords() -> None:
-    assert S.tokens("The user MOVED to Munich, and is moving again!") == [
+    assert T.tokens("The user MOVED to Munich, and is moving again!") == [
         "user",
         "move",
         "munich",
         "move",
     ]
-    counts, length = S.postings("cats and a cat")
+    counts, length = T.postings("cats and a cat")
     assert counts == {"cat": 2} and length == 2
     assert S.terms("what is the what") == []
     assert len(S.terms(" ".join(f"w{i}" for i in range(50)))) == 32
@@ -44,20 +46,20 @@ def test_analysis_is_safe_from_many_threads(monkeypatch: pytest.MonkeyPatch) -> 
 
     from snowballstemmer.english_stemmer import EnglishStemmer
 
-    monkeypatch.setattr(S, "_new_stemmer", EnglishStemmer)
-    monkeypatch.setattr(S, "_STEMMERS", threading.local())
+    monkeypatch.setattr(T, "_new_stemmer", EnglishStemmer)
+    monkeypatch.setattr(T, "_STEMMERS", threading.local())
     texts = [f"walking{i} jumped{i} consolidation{i} generously{i}" for i in range(500)]
-    S._stem.cache_clear()
-    expected = [S.tokens(t) for t in texts]
-    S._stem.cache_clear()  # every thread stems for real instead of reading the cache
+    T._stem.cache_clear()
+    expected = [T.tokens(t) for t in texts]
+    T._stem.cache_clear()  # every thread stems for real instead of reading the cache
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
         with ThreadPoolExecutor(8) as pool:
-            found = list(pool.map(S.tokens, texts))
+            found = list(pool.map(T.tokens, texts))
     finally:
         sys.setswitchinterval(switch)
-        S._stem.cache_clear()
+        T._stem.cache_clear()
     assert found == expected
 
 
@@ -139,21 +141,23 @@ def test_concurrent_puts_of_one_key_leave_only_the_last_text(
 
 
 def _v4_items(url: str | None, path: Any) -> None:
-    """A database at schema version 4 (full-text index, no term table) with two items."""
+    """A database as the single global migration list left it at version 4 (full-text
+    index, no term table), with two items."""
+    from langgraph_checkpoint_agent_memory import create_store
     from langgraph_checkpoint_agent_memory.db import migrations as M
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
-    original = M.MIGRATIONS
-    M.MIGRATIONS = original[:4]
+    store = create_store(url, auto_setup=False)
+    assert isinstance(store, AgentMemoryStore)
+    # global versions 1-4: checkpoint 1, store 1, memory 1, store 2
+    old = [(M.CHECKPOINT, 1), (M.STORE, 1), (M.MEMORY, 1), (M.STORE, 2)]
     try:
-        from langgraph_checkpoint_agent_memory import create_store
-
-        store = create_store(url, auto_setup=False)
-        assert isinstance(store, AgentMemoryStore)
-        store.setup()
-        store.close()
+        for global_version, (component, version) in enumerate(old, start=1):
+            first = replace(component, steps=component.steps[:version], backfill=None)
+            store.run_plan(M.migrate_plan(store.dialect, 1.0, [first]))
+            store.run_plan(_relabel(store.dialect, first.ledger_id(version), global_version))
     finally:
-        M.MIGRATIONS = original
+        store.close()
     rows = [
         ("old", "a", '{"text":"shipped the printers to Berlin"}', "shipped the printers to Berlin"),
         ("old", "b", '{"text":"tea"}', "tea"),
@@ -174,6 +178,18 @@ def _v4_items(url: str | None, path: Any) -> None:
         conn.executemany(insert.format("?"), rows)
         conn.commit()
         conn.close()
+
+
+def _relabel(dialect: Any, version: int, global_version: int) -> Any:
+    """Record a migration under its number in the global list, as the old code did."""
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+
+    p = dialect.param
+    relabel = dialect.sql(
+        "test_relabel",
+        lambda: f"UPDATE am_migrations SET version = {p('old')} WHERE version = {p('new')}",
+    )
+    yield Batch([Stmt(relabel, {"old": global_version, "new": version})], write=True)
 
 
 def test_migration_indexes_items_written_before_the_index(

@@ -71,7 +71,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import FastWrite
-from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import (
+    CheckpointSchemaOnFirstUse as SchemaOnFirstUse,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,

@@ -36,7 +36,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_threads,
     store_items,
 )
-from langgraph_checkpoint_agent_memory.store.search import index_rows
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -90,7 +90,7 @@ class StoredRow:
 class MemorySql:
     """Statements for one dialect; store item writes reuse the store's own statements."""
 
-    def __init__(self, dialect: Dialect, store_sql: Any) -> None:
+    def __init__(self, dialect: Dialect, store_sql: StoreStatements) -> None:
         self.d = dialect
         self.store = store_sql
         p = dialect.param

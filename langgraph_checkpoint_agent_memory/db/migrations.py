@@ -1,4 +1,11 @@
-"""Versioned schema migrations, the same list for every dialect.
+"""Versioned schema migrations, one list per component, the same lists for every dialect.
+
+Each component (the checkpointer, the store, agent memory) has its own numbered list, so a
+process that opens only a checkpointer creates only the checkpoint tables. All lists share
+the ledger ``am_migrations``: component ``c``'s version ``v`` is recorded as
+``c.block * 1000 + v``. Databases written before the lists were split recorded one global
+list (versions 1-7); :data:`GLOBAL_VERSIONS` maps those rows to their component versions the
+first time any component migrates, in the same locked transaction.
 
 ``migrate_plan`` is idempotent and safe when several processes start at once: it serializes
 on a lock (PostgreSQL advisory lock, SQLite's write lock; on HANA, whose DDL commits by itself,
@@ -9,7 +16,9 @@ versions and applies the missing ones, each in order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +35,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_terms,
     store_vectors,
 )
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
@@ -56,39 +66,120 @@ def _store_terms(d: Dialect) -> list[str]:
     ]
 
 
-#: The version that added the lexical index (items older than it are indexed after it).
-TERMS_VERSION = 5
-#: The version that added native vector columns (vectors older than it are converted).
-VECTORS_VERSION = 6
-
-#: Every migration, in order. A migration's statements come from the dialect, so the same
-#: version creates the right types on each database.
-MIGRATIONS: list[tuple[int, str, Callable[[Dialect], list[str]]]] = [
-    (1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
-    (2, "store tables and full-text index", _store_v2),
-    (3, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
-    # Listing newest first with a filter walks this index and stops at the first page of
-    # matches, instead of reading and sorting every item under the prefix.
-    (4, "store newest-first index", lambda d: [RECENT_INDEX]),
-    # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector: they
-    # score every match of a query, and match across all namespaces before filtering).
-    (TERMS_VERSION, "store lexical index", _store_terms),
-    # Databases with a vector type keep each vector in it too, for similarity in SQL.
-    (VECTORS_VERSION, "store native vector column", lambda d: d.vector_ddl()),
-    # A put or put_writes in one statement where the database cannot chain inserts in one.
-    (7, "checkpoint one-statement writes", lambda d: d.write_rows_ddl()),
-]
-
+#: The store version that added the lexical index (items older than it are indexed after it).
+TERMS_VERSION = 3
+#: The store version that added native vector columns (vectors older than it are converted).
+VECTORS_VERSION = 4
 #: Items indexed per transaction when the lexical index is filled for items older than it.
 BACKFILL_BATCH = 500
 
 
-def migrations_for(dialect: Dialect) -> list[Migration]:
-    return [Migration(v, desc, build(dialect)) for v, desc, build in MIGRATIONS]
+@dataclass(frozen=True)
+class Step:
+    """One migration of a component: its statements come from the dialect, so the same
+    version creates the right types on each database."""
+
+    version: int
+    description: str
+    build: Callable[[Dialect], list[str]]
 
 
-def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
-    """Apply the migrations this database lacks; return the versions applied."""
+@dataclass(frozen=True)
+class Component:
+    """A component's migrations, in order, and what brings its older rows up to them."""
+
+    name: str
+    block: int  # the ledger records version v as block * 1000 + v
+    steps: tuple[Step, ...]
+    #: Run after every migration of the component, with the versions now applied: resumable
+    #: work on rows older than a migration (it finds nothing to do once done).
+    backfill: Callable[[Dialect, set[int]], Plan[None]] | None = None
+
+    def ledger_id(self, version: int) -> int:
+        return self.block * 1000 + version
+
+    @property
+    def latest(self) -> int:
+        return self.steps[-1].version
+
+
+def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
+    if TERMS_VERSION in applied:
+        yield from _index_existing_items(dialect)
+    if VECTORS_VERSION in applied and dialect.native_vectors:
+        yield from _convert_existing_vectors(dialect)
+
+
+CHECKPOINT = Component(
+    "checkpoint",
+    1,
+    (
+        Step(1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
+        # A put or put_writes in one statement where the database cannot chain inserts in one.
+        Step(2, "checkpoint one-statement writes", lambda d: d.write_rows_ddl()),
+    ),
+)
+STORE = Component(
+    "store",
+    2,
+    (
+        Step(1, "store tables and full-text index", _store_v2),
+        # Listing newest first with a filter walks this index and stops at the first page of
+        # matches, instead of reading and sorting every item under the prefix.
+        Step(2, "store newest-first index", lambda d: [RECENT_INDEX]),
+        # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector:
+        # they score every match of a query, and match across all namespaces before
+        # filtering).
+        Step(TERMS_VERSION, "store lexical index", _store_terms),
+        # Databases with a vector type keep each vector in it too, for similarity in SQL.
+        Step(VECTORS_VERSION, "store native vector column", lambda d: d.vector_ddl()),
+    ),
+    _store_backfill,
+)
+MEMORY = Component(
+    "memory",
+    3,
+    (Step(1, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),),
+)
+#: Every component, in the order ``agent-memory migrate`` applies them.
+COMPONENTS = (CHECKPOINT, STORE, MEMORY)
+
+#: The single global list written before per-component migrations: its version -> the
+#: component version that holds the same statements.
+GLOBAL_VERSIONS: dict[int, tuple[Component, int]] = {
+    1: (CHECKPOINT, 1),
+    2: (STORE, 1),
+    3: (MEMORY, 1),
+    4: (STORE, 2),
+    5: (STORE, 3),
+    6: (STORE, 4),
+    7: (CHECKPOINT, 2),
+}
+
+
+def migrations_for(
+    dialect: Dialect, components: Sequence[Component] = COMPONENTS
+) -> list[Migration]:
+    """The migrations of ``components`` (all by default), in the order they apply."""
+    return [
+        Migration(
+            c.ledger_id(s.version), f"{c.name} {s.version}: {s.description}", s.build(dialect)
+        )
+        for c in components
+        for s in c.steps
+    ]
+
+
+def _description(component: Component, version: int) -> str:
+    [step] = [s for s in component.steps if s.version == version]
+    return step.description
+
+
+def migrate_plan(
+    dialect: Dialect, now: float, components: Sequence[Component] = COMPONENTS
+) -> Plan[dict[str, list[int]]]:
+    """Apply the migrations of ``components`` this database lacks; return the versions
+    applied, by component name."""
     create = dialect.sql(
         "create_migrations",
         lambda: str(
@@ -116,28 +207,51 @@ def migrate_plan(dialect: Dialect, now: float) -> Plan[list[int]]:
         yield from dialect.create_if_missing(create)
     first.append(Stmt(applied_sql, fetch=True))
     results = yield Batch(first, lock=True, hold=True)
-    done = {row[0] for row in results[-1]}
-    pending = [m for m in migrations_for(dialect) if m.version not in done]
+    done = {int(row[0]) for row in results[-1]}
     statements: list[Stmt] = []
-    for m in pending:
-        statements += [Stmt(Sql(sql)) for sql in m.statements]
-        statements.append(
-            Stmt(record, {"version": m.version, "description": m.description, "applied_at": now})
+    old = sorted(v for v in done if v in GLOBAL_VERSIONS)
+    if old:  # written by the global list: record the same state per component
+        forget = dialect.sql(
+            "forget_global_migrations",
+            lambda: sa.delete(migrations).where(migrations.c.version < 1000),
         )
+        statements.append(Stmt(forget))
+        for v in old:
+            component, version = GLOBAL_VERSIONS[v]
+            done.add(component.ledger_id(version))
+            row = {"version": component.ledger_id(version), "applied_at": now}
+            statements.append(
+                Stmt(record, {**row, "description": _description(component, version)})
+            )
+        done -= set(old)
+    applied: dict[str, list[int]] = {}
+    for component in components:
+        pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
+        for s in pending:
+            statements += [Stmt(Sql(sql)) for sql in s.build(dialect)]
+            row = {"version": component.ledger_id(s.version), "applied_at": now}
+            statements.append(Stmt(record, {**row, "description": s.description}))
+        applied[component.name] = [s.version for s in pending]
     yield Batch(statements, write=True)
-    applied = done | {m.version for m in pending}
-    if TERMS_VERSION in applied:
-        yield from _index_existing_items(dialect)
-    if VECTORS_VERSION in applied and dialect.native_vectors:
-        yield from _convert_existing_vectors(dialect)
-    return [m.version for m in pending]
+    for component in components:
+        if component.backfill is not None:
+            versions = {
+                s.version for s in component.steps if component.ledger_id(s.version) in done
+            } | set(applied[component.name])
+            yield from component.backfill(dialect, versions)
+    return applied
+
+
+def migrate(
+    database: Database[Any], components: Sequence[Component] = COMPONENTS
+) -> dict[str, list[int]]:
+    """Create or migrate the tables of ``components`` (all by default) in ``database``;
+    return the versions applied, by component name. Idempotent."""
+    return database.run(migrate_plan(database.dialect, time.time(), components))
 
 
 def _index_existing_items(dialect: Dialect) -> Plan[int]:
     """Index the items stored before the lexical index existed."""
-    from langgraph_checkpoint_agent_memory.store.search import index_rows
-    from langgraph_checkpoint_agent_memory.store.store import _Statements
-
     p = dialect.param
     mark = dialect.sql(
         "index_mark",
@@ -150,7 +264,7 @@ def _index_existing_items(dialect: Dialect) -> Plan[int]:
     def write(rows: list[Any]) -> list[Stmt]:
         items = [{"prefix": prefix, "key": key, "doc": doc} for prefix, key, doc in rows]
         terms = index_rows(items)  # sets each item's doc_len
-        return [_Statements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
+        return [StoreStatements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
 
     pending = (
         "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL AND doc_len IS NULL"
@@ -160,8 +274,6 @@ def _index_existing_items(dialect: Dialect) -> Plan[int]:
 
 def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
     """Fill the native vector column of vectors stored before it existed."""
-    from langgraph_checkpoint_agent_memory.store.store import vector_text
-
     fill = dialect.fill_vector()
     assert fill is not None
 
@@ -211,9 +323,11 @@ class SchemaOnFirstUse:
     """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off.
 
     For the objects that own a :class:`Database` (the saver and the store): they provide
-    ``db``, ``dialect``, ``auto_setup`` and ``_clock``.
+    ``db``, ``dialect``, ``auto_setup`` and ``_clock``, and name the ``components`` whose
+    tables they use.
     """
 
+    components: tuple[Component, ...]
     db: Database[Any]
     dialect: Dialect
     auto_setup: bool
@@ -222,11 +336,11 @@ class SchemaOnFirstUse:
 
     def setup(self) -> None:
         """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        self.db.run(migrate_plan(self.dialect, self._clock()))
+        self.db.run(migrate_plan(self.dialect, self._clock(), self.components))
         self._setup_done = True
 
     async def asetup(self) -> None:
-        await self.db.arun(migrate_plan(self.dialect, self._clock()))
+        await self.db.arun(migrate_plan(self.dialect, self._clock(), self.components))
         self._setup_done = True
 
     def _ready(self) -> None:
@@ -238,3 +352,15 @@ class SchemaOnFirstUse:
     async def _aready(self) -> None:
         if not self._setup_done and self.auto_setup:
             await self.asetup()
+
+
+class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):
+    """The checkpointer's tables only."""
+
+    components: tuple[Component, ...] = (CHECKPOINT,)
+
+
+class StoreSchemaOnFirstUse(SchemaOnFirstUse):
+    """The store's tables only."""
+
+    components: tuple[Component, ...] = (STORE,)

@@ -14,18 +14,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from langgraph.store.base import SearchOp
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import recall as R
+from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy, log_importance
 from langgraph_checkpoint_agent_memory.memory.extract import (
     Extractor,
@@ -51,7 +52,6 @@ from langgraph_checkpoint_agent_memory.memory.nodes import (
     turn_key,
 )
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
-from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,12 @@ class MemorySettings:
         )
 
 
-class AgentMemory:
+#: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
+#: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
+StoreT = TypeVar("StoreT", bound=MemoryStore)
+
+
+class AgentMemory(Generic[StoreT]):
     """Long-term memory for agents: record turns, consolidate them into facts, recall.
 
     Args:
@@ -144,7 +149,7 @@ class AgentMemory:
 
     def __init__(
         self,
-        store: AgentMemoryStore,
+        store: StoreT,
         *,
         extractor: Extractor | Any = None,
         checkpointer: Any = None,
@@ -152,19 +157,20 @@ class AgentMemory:
         clock: Callable[[], float] = time.time,
         **settings: Any,
     ) -> None:
-        if not isinstance(store, AgentMemoryStore):
+        if not isinstance(store, MemoryStore):
             raise ConfigurationError(
                 "AgentMemory needs an AgentMemoryStore (create_store(...)): consolidation "
                 f"needs its transactions and row locks; got {type(store).__name__}"
             )
         self.store = store
+        store.add_schema(MEMORY)
         self.settings = MemorySettings.resolve(settings)
         self.extractor = as_extractor(extractor)
         self.checkpointer = checkpointer
         self.count_tokens = R.token_counter(tokenizer)
         self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
         self._clock = clock
-        self._sql = sqlm.MemorySql(store.dialect, store.sql)
+        self._sql = sqlm.MemorySql(store.dialect, store.statements)
         self._recalled: dict[tuple[str, str], float] = {}
         self._facts_cache: OrderedDict[
             str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]
@@ -181,12 +187,10 @@ class AgentMemory:
     # -- running plans and steps -----------------------------------------------------------
 
     def _run(self, plan: Plan[Any]) -> Any:
-        self.store._ready()
-        return self.store.db.run(plan)
+        return self.store.run_plan(plan)
 
     async def _arun(self, plan: Plan[Any]) -> Any:
-        await self.store._aready()
-        return await self.store.db.arun(plan)
+        return await self.store.arun_plan(plan)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
@@ -304,12 +308,9 @@ class AgentMemory:
             rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, list(relevance))
         else:
             relevance = {}
-            recent = yield from self.store._ranked_plan(
-                SearchOp(self.namespace(scope, "episodes"), limit=st.episode_candidates),
-                now,
-                None,
+            keys = yield from self.store.recent_keys_plan(
+                self.namespace(scope, "episodes"), st.episode_candidates, now
             )
-            keys = [item.key for item, _ in recent]
             rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
         relevance = R.spread(relevance)
         scored: list[tuple[float, Episode]] = []
@@ -374,7 +375,7 @@ class AgentMemory:
     ) -> R.Recalled:
         """The context block with the facts and episodes in it (see :mod:`.recall`)."""
         steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return C.run_steps(steps, self.store)  # type: ignore[no-any-return]
+        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
 
     async def arecall(
         self,
@@ -386,7 +387,7 @@ class AgentMemory:
         reinforce: bool = False,
     ) -> R.Recalled:
         steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return await C.arun_steps(steps, self.store)  # type: ignore[no-any-return]
+        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
 
     def build_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
@@ -541,7 +542,7 @@ class AgentMemory:
         key = Scope.of(scope).key if scope is not None else None
         self._flush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return C.run_steps(steps, self.store)  # type: ignore[no-any-return]
+        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
 
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
@@ -549,7 +550,7 @@ class AgentMemory:
         key = Scope.of(scope).key if scope is not None else None
         await self._aflush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return await C.arun_steps(steps, self.store)  # type: ignore[no-any-return]
+        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
 
     def _flush(self) -> None:
         rows = self._take_reinforcements()
@@ -617,7 +618,7 @@ class AgentMemory:
                 }
             )
         yield Batch(
-            [*self.store.sql.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
+            [*self._sql.store.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
             write=True,
         )
         return len(hits)
@@ -695,6 +696,12 @@ class AgentMemory:
             for t in threads:
                 cp.delete_thread(t)
         return len(threads)
+
+    def known_scopes(self) -> set[str]:
+        """Every scope with memory stored: a ledger row or items under the namespace root."""
+        return self._run(  # type: ignore[no-any-return]
+            sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)
+        )
 
     def scopes(self) -> dict[str, dict[str, int]]:
         """Every scope with its counts: facts, history, episodes, pending, parked, failed."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,15 +75,14 @@ Step = RunPlan | Extract | Embed | Search
 Steps = Generator[Step, Any, Any]
 
 
-def run_steps(steps: Steps, store: Any) -> Any:
-    """Drive ``steps`` synchronously."""
+def run_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Any]) -> Any:
+    """Drive ``steps`` synchronously; ``run`` runs a plan."""
     try:
         step = next(steps)
         while True:
             try:
                 if isinstance(step, RunPlan):
-                    store._ready()
-                    out = store.db.run(step.plan)
+                    out = run(step.plan)
                 elif isinstance(step, Extract):
                     out = step.extractor.extract(step.request)
                 elif isinstance(step, Embed):
@@ -102,15 +101,15 @@ def run_steps(steps: Steps, store: Any) -> Any:
         return stop.value
 
 
-async def arun_steps(steps: Steps, store: Any) -> Any:
-    """Drive ``steps`` on the event loop (blocking drivers move to threads)."""
+async def arun_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> Any:
+    """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run`` runs a
+    plan."""
     try:
         step = next(steps)
         while True:
             try:
                 if isinstance(step, RunPlan):
-                    await store._aready()
-                    out = await store.db.arun(step.plan)
+                    out = await run(step.plan)
                 elif isinstance(step, Extract):
                     out = await step.extractor.aextract(step.request)
                 elif isinstance(step, Embed):

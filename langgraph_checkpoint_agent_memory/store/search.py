@@ -1,4 +1,4 @@
-"""Filters, text analysis, BM25 weights and rank fusion: the store's search logic, no I/O.
+"""Filters, query terms, BM25 weights and rank fusion: the store's search logic, no I/O.
 
 Filter semantics, the same on every backend: ``{"a.b": 3}`` or ``{"a.b": {"$gt": 2}}`` look
 up nested keys; ``$eq $ne $gt $gte $lt $lte $in $nin``; numbers compare as numbers and strings
@@ -9,20 +9,14 @@ never matches. SQL backends narrow rows with a pre-filter and this module decide
 from __future__ import annotations
 
 import math
-import re
-import threading
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
-import snowballstemmer
-
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.text import tokens
 
 OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 _MISSING = object()
-_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def conditions(filter: Mapping[str, Any] | None) -> list[tuple[list[str], str, Any]]:
@@ -97,73 +91,6 @@ def compare(actual: Any, op: str, expected: Any) -> bool:
 
 def matches(value: Any, conds: Iterable[tuple[list[str], str, Any]]) -> bool:
     return all(compare(lookup(value, path), op, expected) for path, op, expected in conds)
-
-
-#: Words too common to tell items apart. Dropping them from documents and queries keeps a
-#: query's postings to the words that rank (BM25 gives them almost no weight anyway).
-STOPWORDS = frozenset(
-    str.split(
-        """
-        a about above after again against all am an and any are as at be because been before
-        being below between both but by can could did do does doing down during each few for
-        from further had has have having he her here hers herself him himself his how i if in
-        into is it its itself just me more most my myself no nor not now of off on once only or
-        other our ours ourselves out over own same she should so some such than that the their
-        theirs them themselves then there these they this those through to too under until up
-        very was we were what when where which while who whom why will with would you your yours
-        yourself yourselves s t d ll m re ve
-        """
-    )
-)
-#: Longest term indexed, in characters (longer words are cut: they are ids, not language).
-MAX_TERM = 64
-#: A stemmer holds state while it works, so each thread gets its own (graph nodes and
-#: LangGraph's executor threads index and search at once).
-_STEMMERS = threading.local()
-
-
-def _new_stemmer() -> Any:
-    return snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    stemmer = getattr(_STEMMERS, "english", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.english = _new_stemmer()
-    return stemmer.stemWord(word)[:MAX_TERM]
-
-
-def tokens(text: str) -> list[str]:
-    """The indexed terms of a text, in order: lower-cased words without stopwords, stemmed
-    (English Snowball), so "moved" finds "moving". The same analysis for documents and
-    queries on every backend, so an item ranks the same everywhere."""
-    return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
-
-
-def postings(doc: str) -> tuple[Counter[str], int]:
-    """``({term: frequency}, length)`` of a document, as the lexical index stores it."""
-    found = tokens(doc)
-    return Counter(found), len(found)
-
-
-def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lexical index rows of store item rows (each with ``prefix``, ``key``, ``doc``);
-    sets each item's ``doc_len``."""
-    out: list[dict[str, Any]] = []
-    for item in items:
-        doc = item.get("doc")
-        if doc is None:
-            item["doc_len"] = None
-            continue
-        counts, length = postings(doc)
-        item["doc_len"] = length
-        prefix, key = item["prefix"], item["key"]
-        out += [
-            {"term": t, "prefix": prefix, "key": key, "tf": n, "dl": length}
-            for t, n in counts.items()
-        ]
-    return out
 
 
 def terms(text: str) -> list[str]:

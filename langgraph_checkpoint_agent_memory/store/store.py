@@ -21,11 +21,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-import sqlalchemy as sa
 from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
@@ -45,23 +43,17 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import Sweeper
+from langgraph_checkpoint_agent_memory.background import Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.db.migrations import SchemaOnFirstUse
-from langgraph_checkpoint_agent_memory.db.schema import (
-    STORE_ROW_TABLES,
-    store_items,
-    store_terms,
-    store_vectors,
-)
+from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.store import ItemRow, StoreStatements, vector_text
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import resolve_index
 
-ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
+T = TypeVar("T")
 
 
 def _ns(namespace: Sequence[str]) -> str:
@@ -75,281 +67,11 @@ def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
     return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
 
 
-def vector_text(vector: bytes | Sequence[float]) -> str:
-    """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
-    columns read (HANA's ``TO_REAL_VECTOR``)."""
-    values = np.frombuffer(vector, dtype="<f4") if isinstance(vector, bytes) else vector
-    return json.dumps([float(x) for x in values], separators=(",", ":"))
-
-
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def _delete_item(t: sa.Table) -> Any:
-    return sa.delete(t).where(t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key"))
-
-
-class _Statements:
-    """The store's SQL for one dialect: writes from SQLAlchemy, reads as text with a slot
-    for the filter's pre-filter."""
-
-    def __init__(self, d: Dialect) -> None:
-        self.d = d
-        p = d.param
-        self.under = d.under()
-        self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
-
-    def text(self, key: Any, build: Callable[[], str]) -> Sql:
-        return self.d.sql(("store", key), build)
-
-    def get(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "get",
-            lambda: (
-                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE prefix = {p('prefix')} "
-                f"AND key = {p('key')} AND {self.live}"
-            ),
-        )
-
-    def recent(self, filters: str) -> Sql:
-        p = self.d.param
-        return self.text(
-            ("recent", filters),
-            lambda: (
-                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE {self.under} AND {self.live}"
-                f"{filters} ORDER BY updated_at DESC, prefix, key "
-                f"LIMIT {p('n')} OFFSET {p('skip')}"
-            ),
-        )
-
-    def by_keys(self, n: int) -> Sql:
-        p = self.d.param
-        keys = " OR ".join(f"(prefix = {p(f'p{i}')} AND key = {p(f'k{i}')})" for i in range(n))
-        return self.text(
-            ("by_keys", n),
-            lambda: f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE ({keys}) AND {self.live}",
-        )
-
-    def on_items(self, filters: str) -> str:
-        """The WHERE condition of a statement joined with the items as ``i``: under the
-        namespace, live, and the filter's pre-filter."""
-        return (
-            f"{self.under.replace('prefix', 'i.prefix')} "
-            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
-
-    def vectors(self, filters: str) -> Sql:
-        return self.text(
-            ("vectors", filters),
-            lambda: (
-                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {self.on_items(filters)}"
-            ),
-        )
-
-    def namespaces(self, under: bool) -> Sql:
-        where = f"{self.under} AND " if under else ""
-        return self.text(
-            ("namespaces", under),
-            lambda: f"SELECT DISTINCT prefix FROM am_store_items WHERE {where}{self.live}",
-        )
-
-    def fingerprint(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "fingerprint",
-            lambda: (
-                "SELECT COUNT(*), MAX(updated_at) FROM am_store_items WHERE prefix = "
-                f"{p('prefix')} AND {self.live}"
-            ),
-        )
-
-    def vectors_exact(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "vectors_exact",
-            lambda: (
-                "SELECT v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE v.prefix = {p('prefix')} "
-                f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-            ),
-        )
-
-    def refresh(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "refresh",
-            lambda: (
-                f"UPDATE am_store_items SET expires_at = {p('now')} + ttl_minutes * 60 "
-                f"WHERE prefix = {p('prefix')} AND key = {p('key')} AND ttl_minutes IS NOT NULL"
-            ),
-        )
-
-    def upsert_item(self) -> Sql:
-        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
-        if self.d.conditional_upsert:
-            return self.d.sql(
-                ("store", "upsert"), lambda: self.d.upsert(store_items, ["prefix", "key"], update)
-            )
-        return self.d.sql(
-            ("store", "upsert"),
-            lambda: self.d.upsert(store_items, ["prefix", "key"], [*update, "created_at"]),
-        )
-
-    def created_at(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "created_at",
-            lambda: (
-                f"SELECT created_at FROM am_store_items WHERE prefix = {p('prefix')} "
-                f"AND key = {p('key')}"
-            ),
-        )
-
-    def delete_item(self) -> list[Sql]:
-        """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
-        return [
-            self.d.sql(("store", "delete", t.name), partial(_delete_item, t))
-            for t in (store_vectors, store_terms, store_items)
-        ]
-
-    def insert_vector(self) -> Sql:
-        return self.d.insert_vector() or self._insert(store_vectors)
-
-    def vector_search(self, filters: str) -> Sql | None:
-        return self.d.vector_search(filters, self.on_items(filters))
-
-    def insert_terms(self) -> Sql:
-        return self._insert(store_terms)
-
-    def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
-        """Insert postings: in one statement where the dialect takes column arrays."""
-        arrays = self.d.insert_arrays(store_terms)
-        if arrays is None or not rows:
-            return Stmt(self.insert_terms(), rows, many=True)
-        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in store_terms.columns})
-
-    def _insert(self, table: sa.Table) -> Sql:
-        cols = [c.name for c in table.columns]
-        return self.d.sql(
-            ("store", "insert", table.name),
-            lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
-        )
-
-    def delete_under(self) -> list[Sql]:
-        """Per table of :data:`STORE_ROW_TABLES`: delete the rows under a namespace."""
-        return [
-            self.text(
-                ("delete_under", t), partial(str.format, "DELETE FROM {} WHERE {}", t, self.under)
-            )
-            for t in STORE_ROW_TABLES
-        ]
-
-    def writes(
-        self,
-        items: list[dict[str, Any]],
-        vectors: list[dict[str, Any]] | None = None,
-        removed: Sequence[dict[str, Any]] = (),
-    ) -> list[Stmt]:
-        """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
-        index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
-
-        The item's row goes first: its lock makes a concurrent put of the same key wait, so
-        the deletes that follow (each statement sees what committed before it) find every old
-        vector and posting, and the inserts never collide with another put's rows."""
-        vec_sql, terms_sql, item_sql = self.delete_item()
-        keys = [{"prefix": r["prefix"], "key": r["key"]} for r in (*items, *removed)]
-        out = [
-            Stmt(self.upsert_item(), items, many=True),
-            Stmt(item_sql, list(removed), many=True),
-            Stmt(terms_sql, keys, many=True),
-            self.insert_terms_stmt(S.index_rows(items)),
-        ]
-        if vectors is not None:
-            if self.d.native_vectors:
-                for row in vectors:
-                    row["embedding"] = vector_text(row["vector"])
-            out += [
-                Stmt(vec_sql, keys, many=True),
-                Stmt(self.insert_vector(), vectors, many=True),
-            ]
-        return out
-
-    def _where_ns(self, exact: bool) -> str:
-        # an exact namespace is an index seek after the term; a prefix is a range under it
-        return f"prefix = {self.d.param('ns')}" if exact else self.under
-
-    def term_counts(self, n: int, exact: bool) -> Sql:
-        """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
-        p = self.d.param
-        terms = ", ".join(p(f"t{j}") for j in range(n))
-        return self.text(
-            ("term_counts", n, exact),
-            lambda: (
-                f"SELECT term, COUNT(*) FROM am_store_terms WHERE term IN ({terms}) "
-                f"AND {self._where_ns(exact)} GROUP BY term"
-            ),
-        )
-
-    def text_stats(self, exact: bool) -> Sql:
-        """How many live indexed items the namespace holds, and their total length."""
-        return self.text(
-            ("text_stats", exact),
-            lambda: (
-                "SELECT COUNT(*), SUM(doc_len) FROM am_store_items WHERE "
-                f"{self._where_ns(exact)} AND {self.live} AND doc_len IS NOT NULL"
-            ),
-        )
-
-    def lexical(self, n: int, exact: bool, filters: str, joined: bool) -> Sql:
-        """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``.
-
-        The score is summed from the postings alone, an index-only read; ``:w<j>`` is term
-        j's idf times (k1 + 1), ``:k_base`` and ``:k_len`` fold in the length norm. Joined
-        with the items, it also applies expiry and the filter's pre-filter (for searches
-        with a filter, or when unjoined candidates turned out expired)."""
-        p = self.d.param
-        terms = ", ".join(p(f"t{j}") for j in range(n))
-        weight = " ".join(f"WHEN {p(f't{j}')} THEN {p(f'w{j}')}" for j in range(n))
-
-        def build() -> str:
-            scored = (
-                f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
-                f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
-                f"WHERE term IN ({terms}) AND {self._where_ns(exact)} GROUP BY prefix, key"
-            )
-            if not joined:
-                return f"{scored} ORDER BY score DESC, prefix, key LIMIT {p('n')}"
-            return (  # the postings already kept the namespace: expiry and filter remain
-                f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
-                f"ON i.prefix = s.prefix AND i.key = s.key WHERE "
-                f"{self.live.replace('expires_at', 'i.expires_at')}"
-                f"{filters.replace('value', 'i.value')} "
-                f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
-            )
-
-        return self.text(("lexical", n, exact, filters, joined), build)
-
-    def count_under(self) -> Sql:
-        return self.text(
-            "count_under", lambda: f"SELECT COUNT(*) FROM am_store_items WHERE {self.under}"
-        )
-
-    def expired(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "expired",
-            lambda: (
-                f"SELECT prefix, key FROM am_store_items WHERE expires_at <= {p('now')} "
-                f"LIMIT {p('n')}"
-            ),
-        )
-
-
-class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -387,7 +109,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     ) -> None:
         self.db = database
         self.dialect = database.dialect
-        self.sql = _Statements(self.dialect)
+        self.statements = StoreStatements(self.dialect)
         self.ttl_config = ttl
         self.weights = weights
         self.rrf_k = rrf_k
@@ -467,6 +189,31 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
+
+    def add_schema(self, component: Component) -> None:
+        """Also create or migrate ``component``'s tables whenever this store sets up its own
+        (on first use, or ``setup()``): for a component that keeps tables beside the store's."""
+        if component not in self.components:
+            self.components = (*self.components, component)
+            self._setup_done = False
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a plan against this store's database, creating the schema on first use."""
+        self._ready()
+        return self.db.run(plan)
+
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        await self._aready()
+        return await self.db.arun(plan)
+
+    def recent_keys_plan(
+        self, namespace: Sequence[str], limit: int, now: float
+    ) -> Plan[list[str]]:
+        """Keys of one namespace's newest live items, newest first."""
+        found = yield from self._ranked_plan(SearchOp(tuple(namespace), limit=limit), now, None)
+        return [item.key for item, _ in found]
+
     # -- batch -----------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -474,8 +221,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
-        self._ready()
-        result = self.db.run(self._batch_plan(ops, puts, vectors, query_vectors))
+        result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
         self._after_write(puts)
         return result
 
@@ -485,8 +231,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
-        await self._aready()
-        result = await self.db.arun(self._batch_plan(ops, puts, vectors, query_vectors))
+        result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
         self._after_write(puts)
         return result
 
@@ -561,15 +306,16 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 [rows] = yield Batch(
                     [
                         Stmt(
-                            self.sql.get(),
+                            self.statements.get(),
                             {"prefix": _ns(op.namespace), "key": op.key, "now": now},
                             fetch=True,
                         )
                     ]
                 )
-                results[i] = self._item(rows[0]) if rows else None
-                if rows and rows[0][5] is not None and self._refreshes(op.refresh_ttl):
-                    refresh.append({"prefix": rows[0][0], "key": rows[0][1], "now": now})
+                row = ItemRow(*rows[0]) if rows else None
+                results[i] = self._item(row) if row else None
+                if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
+                    refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
                 found, with_ttl = yield from self._search_plan(op, now, query_vectors.get(i))
                 results[i] = found
@@ -579,7 +325,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 results[i] = yield from self._namespaces_plan(op, now)
         statements = yield from self._put_statements(puts, vectors, now)
         if refresh:  # only items that have a TTL: reads of the others stay reads
-            statements.append(Stmt(self.sql.refresh(), refresh, many=True))
+            statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
         return results
@@ -589,14 +335,13 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             return refresh_ttl
         return (self.ttl_config or {}).get("refresh_on_read", True)
 
-    def _item(self, row: Sequence[Any], score: float | None = None, scored: bool = False) -> Item:
-        value = row[2] if isinstance(row[2], dict) else json.loads(row[2])
+    def _item(self, row: ItemRow, score: float | None = None, scored: bool = False) -> Item:
         args = dict(
-            value=value,
-            key=row[1],
-            namespace=tuple(row[0].split(".")),
-            created_at=_time(row[3]),
-            updated_at=_time(row[4]),
+            value=self._value(row),
+            key=row.key,
+            namespace=tuple(row.prefix.split(".")),
+            created_at=_time(row.created_at),
+            updated_at=_time(row.updated_at),
         )
         return SearchItem(**args, score=score) if scored else Item(**args)
 
@@ -642,7 +387,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             found = yield Batch(
                 [
                     Stmt(
-                        self.sql.created_at(), {"prefix": r["prefix"], "key": r["key"]}, fetch=True
+                        self.statements.created_at(),
+                        {"prefix": r["prefix"], "key": r["key"]},
+                        fetch=True,
                     )
                     for r in items
                 ],
@@ -653,7 +400,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 if rows:
                     row["created_at"] = rows[0][0]
         self._writes += len(puts)
-        return self.sql.writes(items, vector_rows, removed)
+        return self.statements.writes(items, vector_rows, removed)
 
     def _ttl(self, op: PutOp) -> float | None:
         if op.ttl is NOT_PROVIDED:
@@ -711,13 +458,13 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             weights.append(self.weights[0])
             cut = len(lexical) >= want
         if query_vector is not None:
-            native = self.sql.vector_search(filters)
+            native = self.statements.vector_search(filters)
             if native is not None:  # exact similarity computed by the database
                 params = {**base, "n": want, "query_vector": vector_text(query_vector)}
                 [rows] = yield Batch([Stmt(native, params, fetch=True)])
                 rankings.append([(r[0], r[1]) for r in rows])
             else:
-                [rows] = yield Batch([Stmt(self.sql.vectors(filters), base, fetch=True)])
+                [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
                 rankings.append(self._nearest(rows, query_vector, want))
             weights.append(self.weights[1])
         return S.fuse(rankings, weights, k=self.rrf_k), cut
@@ -742,9 +489,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             self._clock() - stats[2] < self.stats_seconds
             and self._writes - stats[3] <= stats[0] // 10
         )
-        statements = [Stmt(self.sql.term_counts(n, exact), params, fetch=True)]
+        statements = [Stmt(self.statements.term_counts(n, exact), params, fetch=True)]
         if not fresh:
-            statements.append(Stmt(self.sql.text_stats(exact), params, fetch=True))
+            statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
         found = yield Batch(statements)
         df = {term: int(count) for term, count in found[0]}
         if not df:
@@ -766,7 +513,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
         )
         [rows] = yield Batch(
-            [Stmt(self.sql.lexical(n, exact, filters, joined), params, fetch=True)]
+            [Stmt(self.statements.lexical(n, exact, filters, joined), params, fetch=True)]
         )
         return [(r[0], r[1]) for r in rows]
 
@@ -805,7 +552,9 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
     def _matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
         """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
         item count, latest update) that any write to the namespace changes."""
-        [rows] = yield Batch([Stmt(self.sql.fingerprint(), {"prefix": ns, "now": now}, fetch=True)])
+        [rows] = yield Batch(
+            [Stmt(self.statements.fingerprint(), {"prefix": ns, "now": now}, fetch=True)]
+        )
         fingerprint = (int(rows[0][0]), float(rows[0][1] or 0.0))
         with self._cache_lock:
             cached = self._matrices.get(ns)
@@ -813,7 +562,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 self._matrices.move_to_end(ns)
                 return cached[1], cached[2]
         [rows] = yield Batch(
-            [Stmt(self.sql.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
+            [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
         )
         keys = [r[0] for r in rows]
         if rows:
@@ -872,8 +621,8 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             params: dict[str, Any] = {"now": now}
             for j, ((prefix, key), _) in enumerate(chunk):
                 params[f"p{j}"], params[f"k{j}"] = prefix, key
-            [rows] = yield Batch([Stmt(self.sql.by_keys(n), params, fetch=True)])
-            by_key = {(r[0], r[1]): r for r in rows}
+            [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
+            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
             for (prefix, key), score in chunk:
                 row = by_key.get((prefix, key))
                 if row is None or not S.matches(self._value(row), conds):
@@ -881,14 +630,14 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 if skip:
                     skip -= 1
                     continue
-                out.append((self._item(row, score, scored=True), row[5]))
+                out.append((self._item(row, score, scored=True), row.ttl_minutes))
                 if len(out) >= op.limit:
                     return out
         return out
 
     @staticmethod
-    def _value(row: Sequence[Any]) -> Any:
-        return row[2] if isinstance(row[2], dict) else json.loads(row[2])
+    def _value(row: ItemRow) -> Any:
+        return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
     def _nearest(
         self, rows: Sequence[Sequence[Any]], query: list[float], want: int
@@ -923,15 +672,21 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
         skip, cursor, page = op.offset, 0, max(op.limit + op.offset, 16)
         while True:
             [rows] = yield Batch(
-                [Stmt(self.sql.recent(filters), {**base, "n": page, "skip": cursor}, fetch=True)]
+                [
+                    Stmt(
+                        self.statements.recent(filters),
+                        {**base, "n": page, "skip": cursor},
+                        fetch=True,
+                    )
+                ]
             )
-            for row in rows:
+            for row in map(ItemRow._make, rows):
                 if not S.matches(self._value(row), conds):
                     continue
                 if skip:
                     skip -= 1
                     continue
-                out.append((self._item(row, None, scored=True), row[5]))
+                out.append((self._item(row, None, scored=True), row.ttl_minutes))
                 if len(out) >= op.limit:
                     return out
             if len(rows) < page:
@@ -949,7 +704,7 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                     literal.append(label)
                 break
         params: dict[str, Any] = {"now": now, **(_prefix_params(literal) if literal else {})}
-        [rows] = yield Batch([Stmt(self.sql.namespaces(bool(literal)), params, fetch=True)])
+        [rows] = yield Batch([Stmt(self.statements.namespaces(bool(literal)), params, fetch=True)])
         found: set[tuple[str, ...]] = set()
         for (prefix,) in rows:
             ns = tuple(prefix.split("."))
@@ -966,26 +721,30 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
             raise ConfigurationError("delete_namespace needs a namespace prefix")
         params = _prefix_params(namespace)
         [count] = yield Batch(
-            [Stmt(self.sql.count_under(), params, fetch=True)], lock=True, hold=True
+            [Stmt(self.statements.count_under(), params, fetch=True)], lock=True, hold=True
         )
-        yield Batch([Stmt(sql, params) for sql in self.sql.delete_under()], write=True)
+        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under()], write=True)
         return int(count[0][0])
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
         """Delete every item (with its vectors and text index) at or below ``namespace``;
         return how many items went."""
-        self._ready()
-        return self.db.run(self._delete_namespace_plan(namespace))
+        return self.run_plan(self._delete_namespace_plan(namespace))
 
     async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
-        await self._aready()
-        return await self.db.arun(self._delete_namespace_plan(namespace))
+        return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
         removed = 0
         while True:
             [rows] = yield Batch(
-                [Stmt(self.sql.expired(), {"now": self._clock(), "n": batch_size}, fetch=True)],
+                [
+                    Stmt(
+                        self.statements.expired(),
+                        {"now": self._clock(), "n": batch_size},
+                        fetch=True,
+                    )
+                ],
                 lock=True,
                 hold=True,
             )
@@ -993,19 +752,19 @@ class AgentMemoryStore(SchemaOnFirstUse, BaseStore):
                 yield Batch([], write=True)
                 return removed
             keys = [{"prefix": r[0], "key": r[1]} for r in rows]
-            yield Batch([Stmt(sql, keys, many=True) for sql in self.sql.delete_item()], write=True)
+            yield Batch(
+                [Stmt(sql, keys, many=True) for sql in self.statements.delete_item()], write=True
+            )
             removed += len(rows)
             if len(rows) < batch_size:
                 return removed
 
     def sweep(self) -> int:
         """Delete expired items now; return how many."""
-        self._ready()
-        return self.db.run(self._sweep_plan())
+        return self.run_plan(self._sweep_plan())
 
     async def asweep(self) -> int:
-        await self._aready()
-        return await self.db.arun(self._sweep_plan())
+        return await self.arun_plan(self._sweep_plan())
 
 
 def _matches_condition(ns: tuple[str, ...], condition: Any) -> bool:

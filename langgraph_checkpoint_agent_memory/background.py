@@ -1,0 +1,61 @@
+"""Background work with no SQL: a stoppable daemon thread that calls a method periodically.
+
+A neutral module, below every component: the checkpointers sweep expired threads with it and
+the store sweeps expired items, without either depending on the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+
+class Sweeper:
+    """A stoppable daemon thread that calls ``owner.<method>()`` every ``interval`` seconds.
+
+    It holds its owner weakly: when the owner is garbage collected the thread notices at once
+    (a finalizer wakes it) and exits, so no sweeper outlives the saver that started it.
+    """
+
+    def __init__(self, owner: object, method: str, interval: float, name: str) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(weakref.ref(owner), method, interval, self._stop),
+            name=name,
+            daemon=True,
+        )
+        self._finalizer = weakref.finalize(owner, self._stop.set)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Ask the thread to stop and wait for it (unless called from the thread itself)."""
+        self._stop.set()
+        self._finalizer.detach()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @staticmethod
+    def _run(
+        ref: Callable[[], object | None], method: str, interval: float, stop: threading.Event
+    ) -> None:
+        while not stop.wait(interval):
+            owner = ref()
+            if owner is None:
+                return
+            try:
+                getattr(owner, method)()
+            except Exception:  # a failed sweep must not kill the sweeper; the next one retries
+                logger.exception("TTL sweep failed; retrying in %.1f s", interval)
+            del owner

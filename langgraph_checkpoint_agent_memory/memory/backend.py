@@ -1,0 +1,67 @@
+"""What agent memory needs from a store: a small protocol, so memory depends on no store's
+internals (and not on the ``store`` package at all).
+
+:class:`~langgraph_checkpoint_agent_memory.store.AgentMemoryStore` implements it. Memory's own
+tables are a schema component the store creates beside its own (``add_schema``), so the
+first use of either sets up both in one migration, and a memory call costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.migrations import Component
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """A store agent memory can keep facts and episodes in: its items are rows memory's
+    statements join with, in one database that runs memory's plans in transactions."""
+
+    dialect: Dialect
+    statements: StoreStatements
+    #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
+    embeddings: Any
+
+    def add_schema(self, component: Component) -> None:
+        """Set up ``component``'s tables whenever the store sets up its own."""
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a plan in the store's database (schema created on first use)."""
+
+    async def arun_plan(self, plan: Plan[T]) -> T: ...
+
+    def setup(self) -> None: ...
+
+    async def asetup(self) -> None: ...
+
+    def rank_keys_plan(
+        self,
+        namespace: Sequence[str],
+        query: str,
+        query_vector: list[float] | None,
+        want: int,
+        now: float,
+    ) -> Plan[list[tuple[str, float]]]:
+        """Keys of one namespace's best matches for ``query``, with fused scores."""
+
+    def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
+        """Keys of one namespace's newest live items."""
+
+    def search(
+        self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None, limit: int = 10
+    ) -> list[Any]: ...
+
+    async def asearch(
+        self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None, limit: int = 10
+    ) -> list[Any]: ...
+
+    def sweep(self) -> int: ...
+
+    async def asweep(self) -> int: ...

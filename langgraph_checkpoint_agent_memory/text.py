@@ -1,0 +1,65 @@
+"""Text analysis, the same for documents and queries on every backend: no I/O, no SQL.
+
+A low-level module (like :mod:`.settings` and :mod:`.background`): the store analyses
+queries with it and the ``db`` layer indexes rows with it (including the migration that
+indexes items stored before the lexical index existed), so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from functools import lru_cache
+from typing import Any
+
+import snowballstemmer
+
+_TERM = re.compile(r"[^\W_]+", re.UNICODE)
+
+#: Words too common to tell items apart. Dropping them from documents and queries keeps a
+#: query's postings to the words that rank (BM25 gives them almost no weight anyway).
+STOPWORDS = frozenset(
+    str.split(
+        """
+        a about above after again against all am an and any are as at be because been before
+        being below between both but by can could did do does doing down during each few for
+        from further had has have having he her here hers herself him himself his how i if in
+        into is it its itself just me more most my myself no nor not now of off on once only or
+        other our ours ourselves out over own same she should so some such than that the their
+        theirs them themselves then there these they this those through to too under until up
+        very was we were what when where which while who whom why will with would you your yours
+        yourself yourselves s t d ll m re ve
+        """
+    )
+)
+#: Longest term indexed, in characters (longer words are cut: they are ids, not language).
+MAX_TERM = 64
+#: A stemmer holds state while it works, so each thread gets its own (graph nodes and
+#: LangGraph's executor threads index and search at once).
+_STEMMERS = threading.local()
+
+
+def _new_stemmer() -> Any:
+    return snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = _new_stemmer()
+    return stemmer.stemWord(word)[:MAX_TERM]
+
+
+def tokens(text: str) -> list[str]:
+    """The indexed terms of a text, in order: lower-cased words without stopwords, stemmed
+    (English Snowball), so "moved" finds "moving". The same analysis for documents and
+    queries on every backend, so an item ranks the same everywhere."""
+    return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
+
+
+def postings(doc: str) -> tuple[Counter[str], int]:
+    """``({term: frequency}, length)`` of a document, as the lexical index stores it."""
+    found = tokens(doc)
+    return Counter(found), len(found)
