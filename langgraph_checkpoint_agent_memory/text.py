@@ -63,3 +63,16 @@ def postings(doc: str) -> tuple[Counter[str], int]:
     """``({term: frequency}, length)`` of a document, as the lexical index stores it."""
     found = tokens(doc)
     return Counter(found), len(found)
+
+
+def storable(text: str) -> str:
+    """``text`` with what no database can store as text replaced by U+FFFD: NUL characters
+    (PostgreSQL's ``text`` and ``jsonb`` refuse them) and lone surrogates (not Unicode)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -557,3 +557,32 @@ async def test_chat_model_with_structured_output_is_used_structured(tmp_path: Pa
     assert (await memory.aconsolidate()).completed == 1
     assert [f.value for f in memory.facts({"user_id": "u"})] == ["Berlin"]
     assert "I live in Berlin" in prompts[0] and "Known facts" in prompts[0]
+
+
+def test_text_no_database_can_store_is_replaced_not_fatal(database_url: str) -> None:
+    """A NUL character or a lone surrogate in a user's turn or in an extractor's answer is
+    stored as U+FFFD on every backend: the turn is kept, the graph runs on, and the job that
+    met it completes alongside the others."""
+    store = create_store(database_url)
+    answers = {
+        "alice": extraction(("city", "Ber\x00lin", "Alice lives in Ber\x00lin"), summary="a\x00b"),
+        "bob": extraction(("city", "Paris", "Bob lives in Paris")),
+    }
+    memory = AgentMemory(
+        store, extractor=CallableExtractor(lambda p: answers["alice" if "Alice" in p else "bob"])
+    )
+    config = {"configurable": {"user_id": "alice", "thread_id": "t"}}
+    state = {
+        "messages": [HumanMessage("I am Alice \x00 from \ud800 Berlin", id="h1"), AIMessage("ok")]
+    }
+    memory.record_node.invoke(state, config)
+    memory.record({"user_id": "bob"}, [HumanMessage("I am Bob from Paris")], thread_id="u")
+    [episode] = memory.episodes({"user_id": "alice"})
+    assert "I am Alice \ufffd from \ufffd Berlin" in json.dumps(
+        episode.messages, ensure_ascii=False
+    )
+    report = memory.consolidate()
+    assert report.completed == 2 and report.failed == 0
+    assert [f.value for f in memory.facts({"user_id": "alice"})] == ["Ber\ufffdlin"]
+    assert [f.value for f in memory.facts({"user_id": "bob"})] == ["Paris"]
+    store.close()

@@ -32,6 +32,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     iso,
 )
+from langgraph_checkpoint_agent_memory.text import storable
 
 
 class ExtractionError(AgentMemoryError):
@@ -440,5 +441,5 @@ def messages_as_dicts(messages: Sequence[Any]) -> list[dict[str, str]]:
             content = " ".join(
                 part.get("text", "") if isinstance(part, dict) else str(part) for part in content
             )
-        out.append({"role": role, "content": content})
+        out.append({"role": storable(str(role)), "content": storable(content)})
     return out

@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel, Field, field_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.text import storable
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -188,6 +189,11 @@ class EpisodeSummary(BaseModel):
     outcome: str = Field(default="", description="How it ended: resolved, open, ...")
     importance: float = Field(default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital")
 
+    @field_validator("summary", "outcome")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        return storable(v)
+
 
 class FactCandidate(BaseModel):
     """One thing that is true about the scope now."""
@@ -201,14 +207,19 @@ class FactCandidate(BaseModel):
     @field_validator("attribute")
     @classmethod
     def _attribute(cls, v: str) -> str:
-        return normalize_attribute(v)
+        return normalize_attribute(storable(v))
 
     @field_validator("value")
     @classmethod
     def _value(cls, v: str) -> str:
         if not str(v).strip():
             raise ValueError("a fact value must not be empty")
-        return str(v).strip()
+        return storable(str(v).strip())
+
+    @field_validator("statement")
+    @classmethod
+    def _statement(cls, v: str) -> str:
+        return storable(v)
 
 
 class Extraction(BaseModel):
