@@ -75,7 +75,10 @@ def test_an_unreachable_postgresql_is_one_line() -> None:
     script = (
         "import sys\n"
         "from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase\n"
-        "PostgresDatabase.__init__.__kwdefaults__['connect_timeout'] = 1.0  # a quick refusal\n"
+        "opened = PostgresDatabase.__init__\n"
+        "def quick(self, source, **options):  # a refusal in 1 s, not the default 10\n"
+        "    opened(self, source, **{**options, 'connect_timeout': 1.0})\n"
+        "PostgresDatabase.__init__ = quick\n"
         "from langgraph_checkpoint_agent_memory.cli import main\n"
         "sys.exit(main(['scopes', '--url', 'postgresql://agent:pw@127.0.0.1:9/memory']))\n"
     )
