@@ -52,7 +52,6 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_checkpoint_agent_memory.checkpoint import statements as S
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors_to_keep,
     checkpoint_config,
@@ -68,6 +67,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_interval,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import FastWrite
@@ -914,12 +914,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         ns = configurable.get("checkpoint_ns")
         cid = configurable.get("checkpoint_id")
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
-        pushed = tuple(
-            k
-            for k, v in (filter or {}).items()
-            if type(v) in (str, int, float, bool)
-            and d.metadata_prefilter(S.checkpoints.c.metadata, k, None) is not None
-        )
+        pushed = S.pushed_filters(d, filter)
         params: dict[str, Any] = {
             "live_after": self._live_after(now),
             "page_size": page_size,

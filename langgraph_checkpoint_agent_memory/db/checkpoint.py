@@ -1,11 +1,15 @@
 """The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect.
 
+``checkpoint/`` builds plans from these statements and decodes their rows; it never writes
+SQL text itself.
+
 Each function returns a compiled :class:`Sql` from the dialect's cache, so building a
 statement costs a dictionary lookup after the first call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -272,6 +276,17 @@ def select_writes(d: Dialect, n: int) -> Sql:
         )
 
     return d.sql(("select_writes", n), build)
+
+
+def pushed_filters(d: Dialect, filter: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The keys of a ``list(filter=...)`` the dialect can pre-filter in SQL (scalar values
+    only); the exact match still happens on the decoded metadata."""
+    return tuple(
+        k
+        for k, v in (filter or {}).items()
+        if type(v) in (str, int, float, bool)
+        and d.metadata_prefilter(checkpoints.c.metadata, k, None) is not None
+    )
 
 
 def list_page(
