@@ -17,7 +17,7 @@ import builtins
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -35,6 +35,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+    thread_deleted,
+    tombstone_seconds,
+    validate_prune_strategy,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors_to_keep,
     checkpoint_config,
@@ -43,14 +48,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     parent_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
-    Sweeper,
     default_sweep_interval,
     validate_interval,
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.errors import ThreadDeletedError
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -114,16 +118,16 @@ class TimedInMemorySaver(InMemorySaver):
         self._index: dict[str, _ThreadIndex] = {}
         self._run_threads: dict[str, set[str]] = {}
         self._tombstones: OrderedDict[str, float] = OrderedDict()
-        self._tombstone_seconds = max(TOMBSTONE_SECONDS, float(ttl))
-        self._sweeper: Sweeper | None = None
-        self._sweeper_lock = threading.Lock()
+        self._tombstone_seconds = tombstone_seconds(TOMBSTONE_SECONDS, ttl)
+        self._sweeping = SweeperHookup(
+            f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
+        )
         fork.register(self)
 
     def _after_fork(self) -> None:
         """A forked child keeps a copy of the threads but not the sweeper thread: its next
         write starts its own."""
-        self._sweeper = None
-        self._sweeper_lock = threading.Lock()
+        self._sweeping.after_fork()
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -136,10 +140,7 @@ class TimedInMemorySaver(InMemorySaver):
 
     def close(self) -> None:
         """Stop the sweeper thread. The saver stays usable; a later write restarts it."""
-        with self._sweeper_lock:
-            sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.stop()
+        self._sweeping.stop()
 
     def __enter__(self) -> TimedInMemorySaver:
         super().__enter__()
@@ -169,22 +170,8 @@ class TimedInMemorySaver(InMemorySaver):
 
     @property
     def sweeper_running(self) -> bool:
-        sweeper = self._sweeper
-        return sweeper is not None and sweeper.alive
-
-    def _ensure_sweeper(self) -> None:
-        if self._sweeper is not None:
-            return
-        with self._sweeper_lock:
-            if self._sweeper is None:
-                sweeper = Sweeper(
-                    self,
-                    "sweep",
-                    self.sweep_interval_seconds,
-                    name=f"TimedInMemorySaver-sweeper-{id(self):x}",
-                )
-                sweeper.start()
-                self._sweeper = sweeper
+        """Whether the background sweeper thread is alive."""
+        return self._sweeping.running
 
     # -- activity and eviction (callers hold self._lock) -----------------------------------
 
@@ -239,11 +226,7 @@ class TimedInMemorySaver(InMemorySaver):
             del self._tombstones[thread_id]
             return
         if parent_id not in self.storage.get(thread_id, {}).get(checkpoint_ns, {}):
-            raise ThreadDeletedError(
-                f"thread {thread_id!r} was deleted or expired; refusing a write whose parent "
-                f"checkpoint {parent_id!r} no longer exists. Start the thread afresh (a config "
-                "without checkpoint_id) or use a new thread_id."
-            )
+            raise thread_deleted(thread_id, parent_id)
 
     def sweep(self) -> int:
         """Evict every expired thread now; return how many. The sweeper calls this."""
@@ -299,8 +282,8 @@ class TimedInMemorySaver(InMemorySaver):
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
             self._activity[thread_id] = now
             self._activity.move_to_end(thread_id)
-        if self._sweeper is None:
-            self._ensure_sweeper()
+        if self._sweeping.sweeper is None:
+            self._sweeping.start_thread(self, "sweep")
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint["id"])
 
     def put_writes(
@@ -349,8 +332,8 @@ class TimedInMemorySaver(InMemorySaver):
                 stored[task, idx] = value
             activity[thread_id] = now
             activity.move_to_end(thread_id)
-        if self._sweeper is None:
-            self._ensure_sweeper()
+        if self._sweeping.sweeper is None:
+            self._sweeping.start_thread(self, "sweep")
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -516,8 +499,7 @@ class TimedInMemorySaver(InMemorySaver):
             self._touch(src, now)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        validate_prune_strategy(strategy)
         with self._lock:
             now = self._clock()
             for thread_id in map(str, thread_ids):
@@ -575,46 +557,8 @@ class TimedInMemorySaver(InMemorySaver):
         index.blobs &= referenced
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        for item in self.list(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self.get_delta_channel_history(config=config, channels=channels)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        self.delete_thread(thread_id)
+    # (InMemorySaver's aget_tuple, alist, aput, aput_writes, adelete_thread and
+    # aget_delta_channel_history already call the methods above)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         self.delete_for_runs(run_ids)
