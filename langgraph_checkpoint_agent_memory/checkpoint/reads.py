@@ -346,11 +346,8 @@ class ListCursor:
         before: RunnableConfig | None,
         limit: int | None,
     ) -> None:
-        self.reader = reader
-        self.serde = serde
-        self.config = config
-        self.filter = filter
-        self.before = before
+        self.reader, self.serde = reader, serde
+        self.config, self.filter, self.before = config, filter, before
         self.remaining = limit
         self.keyset: Keyset | None = None
         self.page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))

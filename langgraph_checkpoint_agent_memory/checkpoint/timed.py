@@ -19,7 +19,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -146,27 +145,17 @@ class TimedInMemorySaver(InMemorySaver):
         super().__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
+    def __exit__(self, *exc_info: Any) -> bool | None:
         self.close()
-        return super().__exit__(exc_type, exc_value, traceback)
+        return super().__exit__(*exc_info)
 
     async def __aenter__(self) -> TimedInMemorySaver:
         await super().__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
         self.close()
-        return await super().__aexit__(exc_type, exc_value, traceback)
+        return await super().__aexit__(*exc_info)
 
     @property
     def sweeper_running(self) -> bool:

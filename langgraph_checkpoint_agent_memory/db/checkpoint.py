@@ -336,18 +336,25 @@ def list_page(
     return d.sql(("list_page", thread, ns, cid, before, after, filters), build)
 
 
+#: What walking a namespace's history needs of each checkpoint.
+CHAIN_COLUMNS = (
+    checkpoints.c.checkpoint_id,
+    checkpoints.c.parent_checkpoint_id,
+    checkpoints.c.blob_versions,
+    checkpoints.c.type,
+    checkpoints.c.checkpoint,
+)
+
+
 def select_thread_checkpoints(d: Dialect) -> Sql:
     """Every checkpoint of a thread, for prune and blob collection."""
     return d.sql(
         "select_thread_checkpoints",
         lambda: sa.select(
             checkpoints.c.checkpoint_ns,
-            checkpoints.c.checkpoint_id,
-            checkpoints.c.parent_checkpoint_id,
+            *CHAIN_COLUMNS[:2],
             checkpoints.c.metadata,
-            checkpoints.c.blob_versions,
-            checkpoints.c.type,
-            checkpoints.c.checkpoint,
+            *CHAIN_COLUMNS[2:],
         ).where(checkpoints.c.thread_id == B("thread_id")),
     )
 
@@ -374,13 +381,7 @@ def select_chain(d: Dialect) -> Sql:
     """A namespace's checkpoints up to a target, for DeltaChannel history."""
     return d.sql(
         "select_chain",
-        lambda: sa.select(
-            checkpoints.c.checkpoint_id,
-            checkpoints.c.parent_checkpoint_id,
-            checkpoints.c.blob_versions,
-            checkpoints.c.type,
-            checkpoints.c.checkpoint,
-        ).where(
+        lambda: sa.select(*CHAIN_COLUMNS).where(
             checkpoints.c.thread_id == B("thread_id"),
             checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
             checkpoints.c.checkpoint_id <= B("checkpoint_id"),
