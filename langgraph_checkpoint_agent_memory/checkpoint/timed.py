@@ -218,7 +218,16 @@ class TimedInMemorySaver(InMemorySaver):
             raise thread_deleted(thread_id, parent_id)
 
     def sweep(self) -> int:
-        """Evict every expired thread now; return how many. The sweeper calls this."""
+        """Evict every expired thread now; the sweeper calls this.
+
+        Returns:
+            How many threads were evicted.
+
+        Example:
+            >>> saver = TimedInMemorySaver(ttl_seconds=60)
+            >>> saver.sweep()
+            0
+        """
         evicted = 0
         while True:
             with self._lock:
@@ -246,6 +255,25 @@ class TimedInMemorySaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint; a write counts as activity and starts the sweeper.
+
+        Args:
+            config: The thread and, as ``checkpoint_id``, the parent checkpoint.
+            checkpoint: The checkpoint to store.
+            metadata: Its metadata.
+            new_versions: The channels whose values changed since the parent.
+
+        Raises:
+            ThreadDeletedError: The thread was deleted or expired after the parent was read.
+
+        Example:
+            >>> from langgraph.checkpoint.base import empty_checkpoint
+            >>> saver = TimedInMemorySaver(ttl_seconds=60)
+            >>> cfg = saver.put({"configurable": {"thread_id": "1"}}, empty_checkpoint(), {}, {})
+            >>> sorted(cfg["configurable"])
+            ['checkpoint_id', 'checkpoint_ns', 'thread_id']
+            >>> saver.close()
+        """
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         dumps = self.serde.dumps_typed
         stored = checkpoint.copy()
@@ -282,6 +310,17 @@ class TimedInMemorySaver(InMemorySaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        """Store a task's writes to a checkpoint (first write wins; special channels upsert).
+
+        Args:
+            config: Names the checkpoint (``thread_id``, ``checkpoint_id``).
+            writes: ``(channel, value)`` pairs.
+            task_id: The task that wrote them.
+            task_path: The task's path in the graph.
+
+        Example:
+            >>> saver.put_writes(cfg, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
+        """
         try:  # the hot path reads a well-formed config directly
             configurable = config["configurable"]
             thread_id = configurable["thread_id"]
@@ -366,6 +405,14 @@ class TimedInMemorySaver(InMemorySaver):
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the thread's latest; none once it expired.
+
+        Args:
+            config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
+
+        Example:
+            >>> saver.get_tuple({"configurable": {"thread_id": "1"}})  # doctest: +SKIP
+        """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
@@ -385,6 +432,17 @@ class TimedInMemorySaver(InMemorySaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        """List checkpoints newest first, skipping expired threads.
+
+        Args:
+            config: Restrict to a thread (and namespace, and checkpoint id); ``None``: all.
+            filter: Metadata every listed checkpoint has.
+            before: Only checkpoints older than the one this config names.
+            limit: At most this many.
+
+        Example:
+            >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
+        """
         wanted_ns: str | None = None
         wanted_id: str | None = None
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
@@ -433,6 +491,15 @@ class TimedInMemorySaver(InMemorySaver):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """The writes that rebuild each ``DeltaChannel`` at a checkpoint, and their seed.
+
+        Args:
+            config: Names the checkpoint.
+            channels: The delta channels to rebuild.
+
+        Example:
+            >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
+        """
         thread_id, _, _ = thread_coordinates(config)
         with self._lock:
             now = self._clock()
@@ -444,10 +511,26 @@ class TimedInMemorySaver(InMemorySaver):
     # -- thread management -----------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
+        """Forget a thread, leaving a tombstone that refuses late writes into it.
+
+        Args:
+            thread_id: The thread to delete.
+
+        Example:
+            >>> saver.delete_thread("1")  # doctest: +SKIP
+        """
         with self._lock:
             self._evict(str(thread_id), self._clock())
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints runs created, with their writes and unreferenced blobs.
+
+        Args:
+            run_ids: The ``run_id`` values of the checkpoints' metadata.
+
+        Example:
+            >>> saver.delete_for_runs([run_id])  # doctest: +SKIP
+        """
         with self._lock:
             touched: set[str] = set()
             for run_id in run_ids:
@@ -462,6 +545,15 @@ class TimedInMemorySaver(InMemorySaver):
                 self._collect_blobs(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
+
+        Args:
+            source_thread_id: The thread to copy from.
+            target_thread_id: The thread to copy to.
+
+        Example:
+            >>> saver.copy_thread("1", "1-fork")  # doctest: +SKIP
+        """
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             now = self._clock()
@@ -488,6 +580,16 @@ class TimedInMemorySaver(InMemorySaver):
             self._touch(src, now)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Shrink threads' history: ``"keep_latest"`` keeps each namespace's latest checkpoint
+        and the ancestors its ``DeltaChannel`` values need; ``"delete"`` deletes the threads.
+
+        Args:
+            thread_ids: The threads to prune.
+            strategy: ``"keep_latest"`` or ``"delete"``.
+
+        Example:
+            >>> saver.prune(["1"])  # doctest: +SKIP
+        """
         validate_prune_strategy(strategy)
         with self._lock:
             now = self._clock()
@@ -550,10 +652,13 @@ class TimedInMemorySaver(InMemorySaver):
     # aget_delta_channel_history already call the methods above)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Asynchronously :meth:`delete_for_runs` (in-memory work runs inline)."""
         self.delete_for_runs(run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
         self.copy_thread(source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Asynchronously :meth:`prune` (in-memory work runs inline)."""
         self.prune(thread_ids, strategy=strategy)
