@@ -21,6 +21,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import (
@@ -149,6 +150,11 @@ class CheckpointRow:
 
 BlobRows = dict[tuple[str, str], BlobRow]
 
+#: Row constructors from one tuple, in C: the hot path builds a row per blob and write, and
+#: a NamedTuple's own ``__new__`` is a Python call.
+_blob_row: Any = partial(tuple.__new__, BlobRow)
+_write_row: Any = partial(tuple.__new__, WriteRow)
+
 
 def split_details(details: Sequence[Sequence[Sequence[Any]]]) -> tuple[BlobRows, list[WriteRow]]:
     """Sort the results of ``select_blobs`` (5 columns) and ``select_writes`` (7) into
@@ -159,22 +165,13 @@ def split_details(details: Sequence[Sequence[Sequence[Any]]]) -> tuple[BlobRows,
         for r in rows:
             if len(r) == 5:
                 channel, version, kind, blob, base = r
-                blob_rows[(channel, version)] = BlobRow(
-                    kind, bytes(blob) if blob is not None else b"", base
+                blob_rows[(channel, version)] = _blob_row(
+                    (kind, bytes(blob) if blob is not None else b"", base)
                 )
             else:
                 cid, task_id, idx, channel, kind, blob, path = r
-                write_rows.append(
-                    WriteRow(
-                        cid,
-                        task_id,
-                        idx,
-                        channel,
-                        kind,
-                        bytes(blob) if blob is not None else b"",
-                        path,
-                    )
-                )
+                blob = bytes(blob) if blob is not None else b""
+                write_rows.append(_write_row((cid, task_id, idx, channel, kind, blob, path)))
     return blob_rows, write_rows
 
 
@@ -188,12 +185,12 @@ def split_union(
         return None
     row = CheckpointRow((thread_id, ns, *head[1:7]))
     blob_rows = {
-        (r[1], r[2]): BlobRow(r[3], bytes(r[4]) if r[4] is not None else b"", r[5])
+        (r[1], r[2]): _blob_row((r[3], bytes(r[4]) if r[4] is not None else b"", r[5]))
         for r in rows
         if r[0] == 1
     }
     write_rows = [
-        WriteRow(head[1], r[1], r[7], r[2], r[3], bytes(r[4]), r[5]) for r in rows if r[0] == 2
+        _write_row((head[1], r[1], r[7], r[2], r[3], bytes(r[4]), r[5])) for r in rows if r[0] == 2
     ]
     return row, blob_rows, write_rows
 
