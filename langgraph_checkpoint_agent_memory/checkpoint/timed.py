@@ -494,8 +494,9 @@ class TimedInMemorySaver(InMemorySaver):
         """The writes that rebuild each ``DeltaChannel`` at a checkpoint, and their seed.
 
         Args:
-            config: Names the checkpoint.
-            channels: The delta channels to rebuild.
+            config: The checkpoint (its thread's latest when no ``checkpoint_id`` is given);
+                an expired thread has an empty history.
+            channels: Names of the ``DeltaChannel`` channels.
 
         Example:
             >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
