@@ -435,10 +435,11 @@ class TimedInMemorySaver(InMemorySaver):
         """List checkpoints newest first, skipping expired threads.
 
         Args:
-            config: Restrict to a thread (and namespace, and checkpoint id); ``None``: all.
-            filter: Metadata every listed checkpoint has.
-            before: Only checkpoints older than the one this config names.
-            limit: At most this many.
+            config: One thread (and optionally its namespace and checkpoint id), or ``None``
+                for every live thread (which sweeps expired ones first).
+            filter: Metadata keys and values each checkpoint must have.
+            before: List only checkpoints older than this config's ``checkpoint_id``.
+            limit: The most checkpoints to yield.
 
         Example:
             >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
