@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from langgraph_checkpoint_agent_memory.checkpoint import statements as S
+from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
@@ -30,7 +30,7 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
     for name, fn in inspect.getmembers(S, inspect.isfunction):
         if (
             fn.__module__ != S.__name__
-            or name in ("bucket", "thread_is_live")
+            or name in ("bucket", "thread_is_live", "pushed_filters")
             or name.startswith("_")
         ):
             continue

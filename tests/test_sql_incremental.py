@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langgraph_checkpoint_agent_memory.checkpoint.saver import MAX_CHAIN
+from langgraph_checkpoint_agent_memory.checkpoint.codec import MAX_CHAIN
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
@@ -127,19 +127,19 @@ def test_incremental_lists_can_be_turned_off(make_saver: Callable[..., Any]) -> 
 def test_the_list_cache_forgets_the_oldest_thread_whole(
     make_saver: Callable[..., Any], monkeypatch: Any
 ) -> None:
-    import langgraph_checkpoint_agent_memory.checkpoint.saver as saver_module
+    import langgraph_checkpoint_agent_memory.checkpoint.codec as codec_module
 
-    monkeypatch.setattr(saver_module, "CACHE_THREADS", 3)
+    monkeypatch.setattr(codec_module, "CACHE_THREADS", 3)
     saver = make_saver()
     g = graph(saver)
     for name in ("a", "b", "c", "d"):
         for turn in range(2):
             config = {"configurable": {"thread_id": name}}
             g.invoke({"messages": [HumanMessage(f"{name} {turn}")]}, config)
-    assert [k[0] for k in saver._heads] == ["b", "c", "d"]  # "a" left, lists and all
-    assert all(head.lists for head in saver._heads.values())
+    assert [k[0] for k in saver._lists.heads] == ["b", "c", "d"]  # "a" left, lists and all
+    assert all(head.lists for head in saver._lists.heads.values())
     g.invoke({"messages": [HumanMessage("a again")]}, {"configurable": {"thread_id": "a"}})
-    assert [k[0] for k in saver._heads] == ["c", "d", "a"]
+    assert [k[0] for k in saver._lists.heads] == ["c", "d", "a"]
     config = {"configurable": {"thread_id": "a"}}
     contents = [m.content for m in graph(make_saver()).get_state(config).values["messages"]]
     assert contents == ["a 0", "answer 1", "a 1", "answer 3", "a again", "answer 5"]

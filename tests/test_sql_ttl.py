@@ -207,7 +207,7 @@ def test_background_sweeper_thread(make_saver: Callable[..., Any]) -> None:
     while _thread_rows(saver) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _thread_rows(saver) == 0
-    thread = saver._sweeper._thread
+    thread = saver._sweeping.sweeper._thread
     saver.close()
     assert not thread.is_alive() and not saver.sweeper_running
 
@@ -215,7 +215,7 @@ def test_background_sweeper_thread(make_saver: Callable[..., Any]) -> None:
 async def test_background_sweeper_task(make_saver: Callable[..., Any]) -> None:
     saver = make_saver(ttl_seconds=1, sweep_interval_seconds=0.05, refresh_on_read=False)
     await saver.aput(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
-    task = saver._sweep_task
+    task = saver._sweeping.task
     assert task is not None and not task.done()
     deadline = time.monotonic() + 10
     while await asyncio.to_thread(_thread_rows, saver) and time.monotonic() < deadline:
@@ -279,7 +279,7 @@ def test_purging_tombstones_removes_rows_left_under_them(
 ) -> None:
     """A write that raced a sweep can leave rows under a tombstone: invisible while it
     stands, and gone with it when it is purged, never resurrected."""
-    from langgraph_checkpoint_agent_memory.checkpoint.saver import TOMBSTONE_SECONDS
+    from langgraph_checkpoint_agent_memory.checkpoint.maintenance import TOMBSTONE_SECONDS
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 

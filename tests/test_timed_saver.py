@@ -167,7 +167,7 @@ def test_sweeper_starts_lazily_and_close_stops_it() -> None:
     assert not saver.sweeper_running
     put(saver, "t1")
     assert saver.sweeper_running
-    thread = saver._sweeper._thread  # type: ignore[union-attr]
+    thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
     saver.close()
     assert not thread.is_alive()
     assert not saver.sweeper_running
@@ -176,14 +176,14 @@ def test_sweeper_starts_lazily_and_close_stops_it() -> None:
 def test_context_managers_stop_the_sweeper() -> None:
     with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
         put(saver, "t1")
-        thread = saver._sweeper._thread  # type: ignore[union-attr]
+        thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
     assert not thread.is_alive()
 
 
 async def test_async_context_manager_stops_the_sweeper() -> None:
     async with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
         await saver.aput(config_for("t1"), make_checkpoint(), {}, {})
-        thread = saver._sweeper._thread  # type: ignore[union-attr]
+        thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
     thread.join(2)
     assert not thread.is_alive()
 
@@ -191,7 +191,7 @@ async def test_async_context_manager_stops_the_sweeper() -> None:
 def test_garbage_collection_stops_the_sweeper() -> None:
     saver = TimedInMemorySaver(60, sweep_interval_seconds=30)
     put(saver, "t1")
-    thread = saver._sweeper._thread  # type: ignore[union-attr]
+    thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
     ref = weakref.ref(saver)
     del saver
     gc.collect()

@@ -17,9 +17,8 @@ import builtins
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -35,6 +34,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+    thread_deleted,
+    tombstone_seconds,
+    validate_prune_strategy,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors_to_keep,
     checkpoint_config,
@@ -43,14 +47,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     parent_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
-    Sweeper,
     default_sweep_interval,
     validate_interval,
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.errors import ThreadDeletedError
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -114,16 +117,16 @@ class TimedInMemorySaver(InMemorySaver):
         self._index: dict[str, _ThreadIndex] = {}
         self._run_threads: dict[str, set[str]] = {}
         self._tombstones: OrderedDict[str, float] = OrderedDict()
-        self._tombstone_seconds = max(TOMBSTONE_SECONDS, float(ttl))
-        self._sweeper: Sweeper | None = None
-        self._sweeper_lock = threading.Lock()
+        self._tombstone_seconds = tombstone_seconds(TOMBSTONE_SECONDS, ttl)
+        self._sweeping = SweeperHookup(
+            f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
+        )
         fork.register(self)
 
     def _after_fork(self) -> None:
         """A forked child keeps a copy of the threads but not the sweeper thread: its next
         write starts its own."""
-        self._sweeper = None
-        self._sweeper_lock = threading.Lock()
+        self._sweeping.after_fork()
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -136,55 +139,28 @@ class TimedInMemorySaver(InMemorySaver):
 
     def close(self) -> None:
         """Stop the sweeper thread. The saver stays usable; a later write restarts it."""
-        with self._sweeper_lock:
-            sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.stop()
+        self._sweeping.stop()
 
     def __enter__(self) -> TimedInMemorySaver:
         super().__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
+    def __exit__(self, *exc_info: Any) -> bool | None:
         self.close()
-        return super().__exit__(exc_type, exc_value, traceback)
+        return super().__exit__(*exc_info)
 
     async def __aenter__(self) -> TimedInMemorySaver:
         await super().__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
         self.close()
-        return await super().__aexit__(exc_type, exc_value, traceback)
+        return await super().__aexit__(*exc_info)
 
     @property
     def sweeper_running(self) -> bool:
-        sweeper = self._sweeper
-        return sweeper is not None and sweeper.alive
-
-    def _ensure_sweeper(self) -> None:
-        if self._sweeper is not None:
-            return
-        with self._sweeper_lock:
-            if self._sweeper is None:
-                sweeper = Sweeper(
-                    self,
-                    "sweep",
-                    self.sweep_interval_seconds,
-                    name=f"TimedInMemorySaver-sweeper-{id(self):x}",
-                )
-                sweeper.start()
-                self._sweeper = sweeper
+        """Whether the background sweeper thread is alive."""
+        return self._sweeping.running
 
     # -- activity and eviction (callers hold self._lock) -----------------------------------
 
@@ -239,14 +215,19 @@ class TimedInMemorySaver(InMemorySaver):
             del self._tombstones[thread_id]
             return
         if parent_id not in self.storage.get(thread_id, {}).get(checkpoint_ns, {}):
-            raise ThreadDeletedError(
-                f"thread {thread_id!r} was deleted or expired; refusing a write whose parent "
-                f"checkpoint {parent_id!r} no longer exists. Start the thread afresh (a config "
-                "without checkpoint_id) or use a new thread_id."
-            )
+            raise thread_deleted(thread_id, parent_id)
 
     def sweep(self) -> int:
-        """Evict every expired thread now; return how many. The sweeper calls this."""
+        """Evict every expired thread now; the sweeper calls this.
+
+        Returns:
+            How many threads were evicted.
+
+        Example:
+            >>> saver = TimedInMemorySaver(ttl_seconds=60)
+            >>> saver.sweep()
+            0
+        """
         evicted = 0
         while True:
             with self._lock:
@@ -274,6 +255,25 @@ class TimedInMemorySaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        """Store a checkpoint; a write counts as activity and starts the sweeper.
+
+        Args:
+            config: The thread and, as ``checkpoint_id``, the parent checkpoint.
+            checkpoint: The checkpoint to store.
+            metadata: Its metadata.
+            new_versions: The channels whose values changed since the parent.
+
+        Raises:
+            ThreadDeletedError: The thread was deleted or expired after the parent was read.
+
+        Example:
+            >>> from langgraph.checkpoint.base import empty_checkpoint
+            >>> saver = TimedInMemorySaver(ttl_seconds=60)
+            >>> cfg = saver.put({"configurable": {"thread_id": "1"}}, empty_checkpoint(), {}, {})
+            >>> sorted(cfg["configurable"])
+            ['checkpoint_id', 'checkpoint_ns', 'thread_id']
+            >>> saver.close()
+        """
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         dumps = self.serde.dumps_typed
         stored = checkpoint.copy()
@@ -299,8 +299,8 @@ class TimedInMemorySaver(InMemorySaver):
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
             self._activity[thread_id] = now
             self._activity.move_to_end(thread_id)
-        if self._sweeper is None:
-            self._ensure_sweeper()
+        if self._sweeping.sweeper is None:
+            self._sweeping.start_thread(self, "sweep")
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint["id"])
 
     def put_writes(
@@ -310,6 +310,17 @@ class TimedInMemorySaver(InMemorySaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        """Store a task's writes to a checkpoint (first write wins; special channels upsert).
+
+        Args:
+            config: Names the checkpoint (``thread_id``, ``checkpoint_id``).
+            writes: ``(channel, value)`` pairs.
+            task_id: The task that wrote them.
+            task_path: The task's path in the graph.
+
+        Example:
+            >>> saver.put_writes(cfg, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
+        """
         try:  # the hot path reads a well-formed config directly
             configurable = config["configurable"]
             thread_id = configurable["thread_id"]
@@ -349,8 +360,8 @@ class TimedInMemorySaver(InMemorySaver):
                 stored[task, idx] = value
             activity[thread_id] = now
             activity.move_to_end(thread_id)
-        if self._sweeper is None:
-            self._ensure_sweeper()
+        if self._sweeping.sweeper is None:
+            self._sweeping.start_thread(self, "sweep")
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -394,6 +405,14 @@ class TimedInMemorySaver(InMemorySaver):
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the thread's latest; none once it expired.
+
+        Args:
+            config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
+
+        Example:
+            >>> saver.get_tuple({"configurable": {"thread_id": "1"}})  # doctest: +SKIP
+        """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
@@ -413,6 +432,18 @@ class TimedInMemorySaver(InMemorySaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        """List checkpoints newest first, skipping expired threads.
+
+        Args:
+            config: One thread (and optionally its namespace and checkpoint id), or ``None``
+                for every live thread (which sweeps expired ones first).
+            filter: Metadata keys and values each checkpoint must have.
+            before: List only checkpoints older than this config's ``checkpoint_id``.
+            limit: The most checkpoints to yield.
+
+        Example:
+            >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
+        """
         wanted_ns: str | None = None
         wanted_id: str | None = None
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
@@ -461,6 +492,16 @@ class TimedInMemorySaver(InMemorySaver):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        """The writes that rebuild each ``DeltaChannel`` at a checkpoint, and their seed.
+
+        Args:
+            config: The checkpoint (its thread's latest when no ``checkpoint_id`` is given);
+                an expired thread has an empty history.
+            channels: Names of the ``DeltaChannel`` channels.
+
+        Example:
+            >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
+        """
         thread_id, _, _ = thread_coordinates(config)
         with self._lock:
             now = self._clock()
@@ -472,10 +513,26 @@ class TimedInMemorySaver(InMemorySaver):
     # -- thread management -----------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
+        """Forget a thread, leaving a tombstone that refuses late writes into it.
+
+        Args:
+            thread_id: The thread to delete.
+
+        Example:
+            >>> saver.delete_thread("1")  # doctest: +SKIP
+        """
         with self._lock:
             self._evict(str(thread_id), self._clock())
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints runs created, with their writes and unreferenced blobs.
+
+        Args:
+            run_ids: The ``run_id`` values of the checkpoints' metadata.
+
+        Example:
+            >>> saver.delete_for_runs([run_id])  # doctest: +SKIP
+        """
         with self._lock:
             touched: set[str] = set()
             for run_id in run_ids:
@@ -490,6 +547,15 @@ class TimedInMemorySaver(InMemorySaver):
                 self._collect_blobs(thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
+
+        Args:
+            source_thread_id: The thread to copy from.
+            target_thread_id: The thread to copy to.
+
+        Example:
+            >>> saver.copy_thread("1", "1-fork")  # doctest: +SKIP
+        """
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             now = self._clock()
@@ -516,8 +582,17 @@ class TimedInMemorySaver(InMemorySaver):
             self._touch(src, now)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        """Shrink threads' history: ``"keep_latest"`` keeps each namespace's latest checkpoint
+        and the ancestors its ``DeltaChannel`` values need; ``"delete"`` deletes the threads.
+
+        Args:
+            thread_ids: The threads to prune.
+            strategy: ``"keep_latest"`` or ``"delete"``.
+
+        Example:
+            >>> saver.prune(["1"])  # doctest: +SKIP
+        """
+        validate_prune_strategy(strategy)
         with self._lock:
             now = self._clock()
             for thread_id in map(str, thread_ids):
@@ -575,52 +650,17 @@ class TimedInMemorySaver(InMemorySaver):
         index.blobs &= referenced
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        for item in self.list(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self.get_delta_channel_history(config=config, channels=channels)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        self.delete_thread(thread_id)
+    # (InMemorySaver's aget_tuple, alist, aput, aput_writes, adelete_thread and
+    # aget_delta_channel_history already call the methods above)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Asynchronously :meth:`delete_for_runs` (in-memory work runs inline)."""
         self.delete_for_runs(run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
         self.copy_thread(source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Asynchronously :meth:`prune` (in-memory work runs inline)."""
         self.prune(thread_ids, strategy=strategy)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.background import Sweeper
-
-__all__ = ["Sweeper", "default_sweep_interval", "validate_interval", "validate_ttl"]
+__all__ = ["default_sweep_interval", "validate_interval", "validate_ttl"]
 
 #: Sweeps run at most this often and at least this rarely, whatever the TTL.
 MIN_SWEEP_INTERVAL = 0.5

@@ -1,11 +1,15 @@
 """The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect.
 
+``checkpoint/`` builds plans from these statements and decodes their rows; it never writes
+SQL text itself.
+
 Each function returns a compiled :class:`Sql` from the dialect's cache, so building a
 statement costs a dictionary lookup after the first call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -274,6 +278,17 @@ def select_writes(d: Dialect, n: int) -> Sql:
     return d.sql(("select_writes", n), build)
 
 
+def pushed_filters(d: Dialect, filter: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The keys of a ``list(filter=...)`` the dialect can pre-filter in SQL (scalar values
+    only); the exact match still happens on the decoded metadata."""
+    return tuple(
+        k
+        for k, v in (filter or {}).items()
+        if type(v) in (str, int, float, bool)
+        and d.metadata_prefilter(checkpoints.c.metadata, k, None) is not None
+    )
+
+
 def list_page(
     d: Dialect,
     *,
@@ -321,18 +336,25 @@ def list_page(
     return d.sql(("list_page", thread, ns, cid, before, after, filters), build)
 
 
+#: What walking a namespace's history needs of each checkpoint.
+CHAIN_COLUMNS = (
+    checkpoints.c.checkpoint_id,
+    checkpoints.c.parent_checkpoint_id,
+    checkpoints.c.blob_versions,
+    checkpoints.c.type,
+    checkpoints.c.checkpoint,
+)
+
+
 def select_thread_checkpoints(d: Dialect) -> Sql:
     """Every checkpoint of a thread, for prune and blob collection."""
     return d.sql(
         "select_thread_checkpoints",
         lambda: sa.select(
             checkpoints.c.checkpoint_ns,
-            checkpoints.c.checkpoint_id,
-            checkpoints.c.parent_checkpoint_id,
+            *CHAIN_COLUMNS[:2],
             checkpoints.c.metadata,
-            checkpoints.c.blob_versions,
-            checkpoints.c.type,
-            checkpoints.c.checkpoint,
+            *CHAIN_COLUMNS[2:],
         ).where(checkpoints.c.thread_id == B("thread_id")),
     )
 
@@ -359,13 +381,7 @@ def select_chain(d: Dialect) -> Sql:
     """A namespace's checkpoints up to a target, for DeltaChannel history."""
     return d.sql(
         "select_chain",
-        lambda: sa.select(
-            checkpoints.c.checkpoint_id,
-            checkpoints.c.parent_checkpoint_id,
-            checkpoints.c.blob_versions,
-            checkpoints.c.type,
-            checkpoints.c.checkpoint,
-        ).where(
+        lambda: sa.select(*CHAIN_COLUMNS).where(
             checkpoints.c.thread_id == B("thread_id"),
             checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
             checkpoints.c.checkpoint_id <= B("checkpoint_id"),

@@ -1,0 +1,322 @@
+"""The plans that change a thread's history as a whole: delete, erase, delete_for_runs,
+copy, prune and the TTL sweep.
+
+Deleting a thread leaves a tombstone (see :mod:`.activity`); erasing leaves nothing.
+Pruning keeps, per namespace, the latest checkpoint and the ancestors its ``DeltaChannel``
+values are still rebuilt from, and the blobs they need down each appended list's chain.
+The sweep claims expired threads in batches with ``SKIP LOCKED`` where the database has it,
+so any number of processes may sweep at once and each thread is removed by exactly one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from langgraph.checkpoint.base import SerializerProtocol
+
+from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+    ThreadActivity,
+    ThreadState,
+    tombstone_seconds,
+    validate_prune_strategy,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
+from langgraph_checkpoint_agent_memory.checkpoint.core import ancestors_to_keep, delta_channels_of
+from langgraph_checkpoint_agent_memory.db import checkpoint as S
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+
+#: Tombstones are purged after this long (never sooner than the TTL).
+TOMBSTONE_SECONDS = 7 * 24 * 3600.0
+
+
+class StoredCheckpoint(NamedTuple):
+    """A checkpoint of a thread snapshot (``select_thread_checkpoints``)."""
+
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    metadata: str
+    blob_versions: str
+    type: str
+    checkpoint: bytes
+
+
+class StoredBlob(NamedTuple):
+    """A blob key of a thread snapshot (``select_thread_blob_keys``)."""
+
+    ns: str
+    channel: str
+    version: str
+    base_version: str | None
+
+
+class Snapshot(NamedTuple):
+    """Every checkpoint and blob key of one thread, read inside a held transaction."""
+
+    checkpoints: list[StoredCheckpoint]
+    blobs: list[StoredBlob]
+
+
+class Maintenance:
+    """Builds the maintenance plans of one saver.
+
+    Args:
+        dialect: The database's dialect.
+        activity: The saver's TTL policy (clock, strategy, thread rows).
+        cache: The saver's list cache, forgotten for every thread whose history changes.
+        sweep_batch: Threads removed per sweep transaction.
+    """
+
+    def __init__(
+        self, dialect: Dialect, activity: ThreadActivity, cache: ListCache, sweep_batch: int
+    ) -> None:
+        self.dialect = dialect
+        self.activity = activity
+        self.cache = cache
+        self.sweep_batch = sweep_batch
+
+    def forget(self, thread_ids: Sequence[str]) -> None:
+        """Drop what this process remembers of threads whose history changed under it."""
+        gone = set(thread_ids)
+        self.cache.forget(gone)
+        self.activity.forget(gone)
+
+    # -- delete, erase -------------------------------------------------------------------------
+
+    def bury(self, thread_ids: Sequence[str], now: float) -> list[Stmt]:
+        """Statements deleting threads' rows and leaving their tombstones."""
+        d = self.dialect
+        params = [{"thread_id": t} for t in thread_ids]
+        tombs = self.activity.tombstone_rows(thread_ids, now)
+        return [
+            *(Stmt(sql, params, many=True) for sql in S.delete_thread_rows(d)),
+            Stmt(S.tombstone(d), tombs, many=True),
+        ]
+
+    def delete_thread(self, thread_id: str) -> Plan[None]:
+        yield Batch(self.bury([thread_id], self.activity.clock()), write=True)
+        self.forget([thread_id])
+
+    def erase_threads(self, thread_ids: Sequence[str]) -> Plan[None]:
+        params = [{"thread_id": t} for t in thread_ids]
+        if params:
+            yield Batch(
+                [Stmt(sql, params, many=True) for sql in S.erase_thread_rows(self.dialect)],
+                write=True,
+            )
+        self.forget(thread_ids)
+
+    # -- snapshot and drop ---------------------------------------------------------------------
+
+    def snapshot(self, thread_ids: Sequence[str]) -> Plan[dict[str, Snapshot]]:
+        """Every checkpoint and blob key of ``thread_ids`` (inside a held transaction)."""
+        d = self.dialect
+        statements = []
+        for t in thread_ids:
+            statements.append(Stmt(S.select_thread_checkpoints(d), {"thread_id": t}, fetch=True))
+            statements.append(Stmt(S.select_thread_blob_keys(d), {"thread_id": t}, fetch=True))
+        results = yield Batch(statements, lock=True, hold=True)
+        return {
+            t: Snapshot(
+                [StoredCheckpoint(*r) for r in results[2 * i]],
+                [StoredBlob(*r) for r in results[2 * i + 1]],
+            )
+            for i, t in enumerate(thread_ids)
+        }
+
+    def drop(
+        self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
+    ) -> Batch:
+        """Delete every checkpoint not in ``keep[thread]`` and the blobs no kept one needs."""
+        d = self.dialect
+        drop_cp: list[dict[str, Any]] = []
+        drop_blobs: list[dict[str, Any]] = []
+        for thread_id, (cps, blob_keys) in snapshot.items():
+            kept = keep.get(thread_id, set())
+            referenced: set[tuple[str, str, str]] = set()
+            for cp in cps:
+                if (cp.ns, cp.checkpoint_id) in kept:
+                    versions = json.loads(cp.blob_versions)
+                    referenced.update((cp.ns, ch, v) for ch, v in versions.items())
+                else:
+                    drop_cp.append(
+                        {
+                            "thread_id": thread_id,
+                            "checkpoint_ns": cp.ns,
+                            "checkpoint_id": cp.checkpoint_id,
+                        }
+                    )
+            # an appended list needs every base down its chain
+            bases = {(b.ns, b.channel, b.version): b.base_version for b in blob_keys}
+            pending = list(referenced)
+            while pending:
+                ns, ch, v = pending.pop()
+                base = bases.get((ns, ch, v))
+                if base is not None and (ns, ch, base) not in referenced:
+                    referenced.add((ns, ch, base))
+                    pending.append((ns, ch, base))
+            drop_blobs += [
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": b.ns,
+                    "channel": b.channel,
+                    "version": b.version,
+                }
+                for b in blob_keys
+                if (b.ns, b.channel, b.version) not in referenced
+            ]
+        self.forget(list(snapshot))
+        return Batch(
+            [
+                *(Stmt(sql, drop_cp, many=True) for sql in S.delete_checkpoint(d)),
+                Stmt(S.delete_blob(d), drop_blobs, many=True),
+            ],
+            write=True,
+        )
+
+    def keep_latest(
+        self, serde: SerializerProtocol, cps: Sequence[StoredCheckpoint]
+    ) -> set[tuple[str, str]]:
+        """Per namespace: the latest checkpoint and the ancestors its DeltaChannels need."""
+        loads = serde.loads_typed
+        by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
+        for cp in cps:
+            by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
+        keep: set[tuple[str, str]] = set()
+        for ns, rows in by_ns.items():
+            latest = max(rows)
+
+            def has_value(cid: str, ch: str, rows: Mapping[str, StoredCheckpoint] = rows) -> bool:
+                cp = rows[cid]
+                if ch in json.loads(cp.blob_versions):
+                    return True
+                return ch in loads((cp.type, cp.checkpoint))["channel_values"]
+
+            def parent_of(cid: str, rows: Mapping[str, StoredCheckpoint] = rows) -> str | None:
+                parent = rows[cid].parent_id
+                return parent if parent in rows else None
+
+            deltas = delta_channels_of(json.loads(rows[latest].metadata))
+            kept = ancestors_to_keep(latest, deltas, parent_of, has_value)
+            keep.update((ns, cid) for cid in kept)
+        return keep
+
+    # -- delete_for_runs, copy, prune ----------------------------------------------------------
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        if not run_ids:
+            return
+        d = self.dialect
+        found = yield Batch(
+            [Stmt(S.select_run_checkpoints(d), {"run_id": r}, fetch=True) for r in run_ids],
+            lock=True,
+            hold=True,
+        )
+        doomed = {(t, ns, cid) for rows in found for t, ns, cid in rows}
+        threads_hit = sorted({t for t, _, _ in doomed})
+        if not threads_hit:
+            yield Batch([], write=True)
+            return
+        snapshot = yield from self.snapshot(threads_hit)
+        keep = {
+            t: {
+                (cp.ns, cp.checkpoint_id)
+                for cp in snapshot[t].checkpoints
+                if (t, cp.ns, cp.checkpoint_id) not in doomed
+            }
+            for t in threads_hit
+        }
+        yield self.drop(snapshot, keep)
+
+    def copy_thread(self, source: str, target: str) -> Plan[None]:
+        d = self.dialect
+        activity = self.activity
+        now = activity.clock()
+        [state] = yield Batch(
+            [Stmt(S.thread_state(d, lock=True), {"thread_id": source}, fetch=True)],
+            lock=True,
+            hold=True,
+        )
+        if state:
+            source_state = ThreadState(*state[0])
+            if activity.is_gone(source_state, now):
+                yield Batch([], write=True)
+                return
+            ttl = source_state.ttl_seconds
+        else:
+            ttl = activity.ttl_seconds
+        copy = [Stmt(sql, {"src": source, "dst": target}) for sql in S.copy_rows(d)]
+        revive = activity.thread_row(target, now, ttl)
+        touch = activity.thread_row(source, now, ttl)
+        yield Batch(
+            [
+                Stmt(S.revive_thread(d), revive),
+                *copy,
+                *([Stmt(S.revive_thread(d), touch)] if state else []),
+            ],
+            write=True,
+        )
+
+    def prune(
+        self, serde: SerializerProtocol, thread_ids: Sequence[str], strategy: str
+    ) -> Plan[None]:
+        validate_prune_strategy(strategy)
+        if not thread_ids:
+            return
+        if strategy == "delete":
+            for t in thread_ids:
+                yield from self.delete_thread(t)
+            return
+        snapshot = yield from self.snapshot(list(thread_ids))
+        keep = {t: self.keep_latest(serde, s.checkpoints) for t, s in snapshot.items()}
+        yield self.drop(snapshot, keep)
+
+    # -- TTL sweep -----------------------------------------------------------------------------
+
+    def sweep(self, serde: SerializerProtocol) -> Plan[list[str]]:
+        """Remove expired threads batch by batch, then forget old tombstones; return the
+        thread ids this plan removed."""
+        d = self.dialect
+        activity = self.activity
+        swept: list[str] = []
+        while True:
+            now = activity.clock()
+            [rows] = yield Batch(
+                [
+                    Stmt(
+                        S.select_expired(d),
+                        {"now": now, "batch_size": self.sweep_batch},
+                        fetch=True,
+                    )
+                ],
+                lock=True,
+                hold=True,
+            )
+            batch = [r[0] for r in rows]
+            if not batch:
+                horizon = now - tombstone_seconds(TOMBSTONE_SECONDS, activity.ttl_seconds)
+                yield Batch(
+                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)],
+                    write=True,
+                )
+                return swept
+            if activity.strategy == "delete":
+                yield Batch(self.bury(batch, now), write=True)
+                self.forget(batch)
+            else:
+                snapshot = yield from self.snapshot(batch)
+                keep = {t: self.keep_latest(serde, s.checkpoints) for t, s in snapshot.items()}
+                drop = self.drop(snapshot, keep)
+                yield Batch(
+                    [
+                        *drop.statements,
+                        Stmt(S.expire_keep_latest(d), [{"thread_id": t} for t in batch], many=True),
+                    ],
+                    write=True,
+                )
+            swept += batch
+            if len(batch) < self.sweep_batch:
+                return swept

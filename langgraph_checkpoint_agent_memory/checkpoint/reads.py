@@ -1,0 +1,377 @@
+"""The plans of ``get_tuple``, ``list`` and ``get_delta_channel_history``.
+
+``get_tuple`` looks blobs up by their full ``(channel, version)`` key, so its cost does not
+grow with the thread's history; where the dialect has a one-statement read
+(``fast_get_tuple``, PostgreSQL) it is a single statement. ``list`` reads pages (keyset
+pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
+when the caller reaches it. A due refresh-on-read travels in the same batch as the read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, SerializerProtocol
+
+from langgraph_checkpoint_agent_memory.checkpoint.activity import ThreadActivity
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    BlobRows,
+    CheckpointRow,
+    ListCache,
+    ListState,
+    WriteRow,
+    channel_value,
+    decode,
+    pending_writes,
+    split_details,
+    split_union,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    delta_history,
+    metadata_matches,
+    thread_coordinates,
+)
+from langgraph_checkpoint_agent_memory.db import checkpoint as S
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+
+#: Checkpoints per ``list`` page.
+LIST_PAGE = 32
+
+Keyset = tuple[str, str, str]
+
+
+class PageRow(NamedTuple):
+    """One checkpoint of a ``list`` page with the blobs and writes of its namespace."""
+
+    row: CheckpointRow
+    blob_rows: BlobRows
+    write_rows: list[WriteRow]
+
+
+class ChainRow(NamedTuple):
+    """A checkpoint of a namespace's history (``select_chain``)."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    blob_versions: str
+    type: str
+    checkpoint: bytes
+
+
+class Reader:
+    """Builds the read plans of one saver from its dialect, activity policy and list cache."""
+
+    def __init__(self, dialect: Dialect, activity: ThreadActivity, cache: ListCache) -> None:
+        self.dialect = dialect
+        self.activity = activity
+        self.cache = cache
+
+    # -- statements --------------------------------------------------------------------------
+
+    def refresh(self, thread_id: str, now: float) -> list[Stmt]:
+        """The refresh-on-read statement, when due."""
+        activity = self.activity
+        if not activity.refresh_due(thread_id, now):
+            return []
+        params = {"thread_id": thread_id, "now": now, "slack": activity.slack}
+        return [Stmt(S.refresh_thread(self.dialect), params)]
+
+    def details(self, thread_id: str, ns: str, rows: Sequence[CheckpointRow]) -> list[Stmt]:
+        """Statements fetching the blobs and writes of ``rows`` (one thread namespace)."""
+        keys = sorted({(ch, v) for r in rows for ch, v in r.blob_versions.items()})
+        out = self.blob_keys(thread_id, ns, keys)
+        ids = sorted({r.checkpoint_id for r in rows})
+        for start in range(0, len(ids), S.MAX_KEYS):
+            chunk = ids[start : start + S.MAX_KEYS]
+            n = S.bucket(len(chunk))
+            params = {"thread_id": thread_id, "checkpoint_ns": ns}
+            for i, cid in enumerate(chunk + [chunk[-1]] * (n - len(chunk))):
+                params[f"k{i}"] = cid
+            out.append(Stmt(S.select_writes(self.dialect, n), params, fetch=True))
+        return out
+
+    def blob_keys(self, thread_id: str, ns: str, keys: Sequence[tuple[str, str]]) -> list[Stmt]:
+        """Statements fetching blobs by ``(channel, version)``, padded to a few sizes."""
+        out: list[Stmt] = []
+        for start in range(0, len(keys), S.MAX_KEYS):
+            chunk = list(keys[start : start + S.MAX_KEYS])
+            n = S.bucket(len(chunk))
+            padded = chunk + [chunk[-1]] * (n - len(chunk))
+            params: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+            for i, (ch, v) in enumerate(padded):
+                params[f"c{i}"], params[f"v{i}"] = ch, v
+            out.append(Stmt(S.select_blobs(self.dialect, n), params, fetch=True))
+        return out
+
+    def complete_chains(self, thread_id: str, ns: str, blob_rows: BlobRows) -> Plan[None]:
+        """Fetch the bases of appended lists that a dialect without recursive queries left
+        out (a no-op elsewhere: the recursive query already returned them)."""
+        while True:
+            missing = sorted(
+                {
+                    (ch, r.base_version)
+                    for (ch, _), r in blob_rows.items()
+                    if r.base_version is not None and (ch, r.base_version) not in blob_rows
+                }
+            )
+            if not missing:
+                return
+            results = yield Batch(self.blob_keys(thread_id, ns, missing))
+            found, _ = split_details(results)
+            if not found:
+                return
+            blob_rows.update(found)
+
+    # -- get_tuple -----------------------------------------------------------------------------
+
+    def get_tuple(
+        self, serde: SerializerProtocol, config: RunnableConfig
+    ) -> Plan[CheckpointTuple | None]:
+        """The checkpoint ``config`` names (the latest without a ``checkpoint_id``)."""
+        thread_id, ns, checkpoint_id = thread_coordinates(config)
+        activity = self.activity
+        now = activity.clock()
+        d = self.dialect
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "live_after": activity.live_after(now),
+        }
+        refresh = self.refresh(thread_id, now)
+        fast = d.fast_get_tuple(checkpoint_id is not None)
+        if fast is not None:
+            [rows, *counts] = yield Batch(
+                [Stmt(fast, params, fetch=True), *refresh], write=bool(refresh)
+            )
+            activity.refreshed(thread_id, bool(refresh), counts)
+            found = split_union(thread_id, ns, rows)
+            if found is None:
+                return None
+            row, blob_rows, write_rows = found
+        else:
+            first = Stmt(
+                S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True
+            )
+            results = yield Batch([first, *refresh], write=bool(refresh))
+            activity.refreshed(thread_id, bool(refresh), results[1:])
+            if not results[0]:
+                return None
+            row = CheckpointRow(results[0][0])
+            details = yield Batch(self.details(thread_id, ns, [row]))
+            blob_rows, write_rows = split_details(details)
+            yield from self.complete_chains(thread_id, ns, blob_rows)
+        lists: dict[str, ListState | None] = {}
+        tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+        self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
+        return tup
+
+    # -- list ------------------------------------------------------------------------------------
+
+    def page(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        keyset: Keyset | None,
+        page_size: int,
+    ) -> Plan[tuple[list[PageRow], Keyset | None]]:
+        """One page of ``list``: rows plus the blobs and writes they need, undecoded."""
+        d = self.dialect
+        activity = self.activity
+        now = activity.clock()
+        configurable = (config or {}).get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        ns = configurable.get("checkpoint_ns")
+        cid = configurable.get("checkpoint_id")
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        pushed = S.pushed_filters(d, filter)
+        params: dict[str, Any] = {
+            "live_after": activity.live_after(now),
+            "page_size": page_size,
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": cid,
+            "before_id": before_id,
+        }
+        for i, name in enumerate(pushed):
+            params[f"f{i}"] = d.prefilter_value(name, filter[name])  # type: ignore[index]
+        if keyset is not None:
+            params["k_id"], params["k_thread"], params["k_ns"] = keyset
+        sql = S.list_page(
+            d,
+            thread=thread_id is not None,
+            ns=ns is not None,
+            cid=cid is not None,
+            before=before_id is not None,
+            after=keyset is not None,
+            filters=pushed,
+        )
+        refresh = self.refresh(thread_id, now) if thread_id is not None else []
+        results = yield Batch([Stmt(sql, params, fetch=True), *refresh], write=bool(refresh))
+        if thread_id is not None:
+            activity.refreshed(thread_id, bool(refresh), results[1:])
+        rows = [CheckpointRow(r) for r in results[0]]
+        if not rows:
+            return [], None
+        groups: dict[tuple[str, str], list[CheckpointRow]] = {}
+        for r in rows:
+            groups.setdefault((r.thread_id, r.ns), []).append(r)
+        statements: list[Stmt] = []
+        spans: list[tuple[tuple[str, str], int]] = []
+        for group, members in groups.items():
+            stmts = self.details(group[0], group[1], members)
+            spans.append((group, len(stmts)))
+            statements += stmts
+        details = yield Batch(statements)
+        by_group: dict[tuple[str, str], tuple[BlobRows, list[WriteRow]]] = {}
+        at = 0
+        for group, count in spans:
+            by_group[group] = split_details(details[at : at + count])
+            yield from self.complete_chains(group[0], group[1], by_group[group][0])
+            at += count
+        last = rows[-1]
+        next_keyset = (last.checkpoint_id, last.thread_id, last.ns)
+        out = [PageRow(r, *by_group[(r.thread_id, r.ns)]) for r in rows]
+        return out, next_keyset if len(rows) == page_size else None
+
+    # -- DeltaChannel history --------------------------------------------------------------------
+
+    def history(
+        self, serde: SerializerProtocol, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        """``get_delta_channel_history``: one read of the namespace's chain up to the target,
+        then the blobs and writes of only the ancestors each channel needs."""
+        if not channels:
+            return {}
+        thread_id, ns, checkpoint_id = thread_coordinates(config)
+        now = self.activity.clock()
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id or "\U0010ffff",
+            "live_after": self.activity.live_after(now),
+        }
+        [rows] = yield Batch([Stmt(S.select_chain(self.dialect), params, fetch=True)])
+        by_id = {r[0]: ChainRow(*r) for r in rows}
+        target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
+        if target not in by_id:
+            return {ch: {"writes": []} for ch in channels}
+        loads = serde.loads_typed
+        chain: list[str] = []
+        parent = by_id[target].parent_id
+        while parent is not None and parent in by_id:
+            chain.append(parent)
+            parent = by_id[parent].parent_id
+        versions = {cid: json.loads(by_id[cid].blob_versions) for cid in chain}
+        inline_cache: dict[str, dict[str, Any]] = {}
+
+        def inline(cid: str) -> dict[str, Any]:
+            if cid not in inline_cache:
+                body = (by_id[cid].type, by_id[cid].checkpoint)
+                inline_cache[cid] = loads(body)["channel_values"]
+            return inline_cache[cid]
+
+        def has_value(cid: str, ch: str) -> bool:
+            return ch in versions[cid] or ch in inline(cid)
+
+        # Walk once to learn how far back each channel must go, then fetch only that.
+        needed = delta_history(chain, channels, has_value, lambda c, ch: None, lambda c: [])
+        depth = 0
+        remaining = set(channels)
+        for depth, cid in enumerate(chain, start=1):  # noqa: B007 - depth is used below
+            remaining -= {ch for ch in remaining if has_value(cid, ch)}
+            if not remaining:
+                break
+        span = chain[:depth]
+        seed_rows = [
+            CheckpointRow(
+                (
+                    thread_id,
+                    ns,
+                    cid,
+                    None,
+                    by_id[cid].type,
+                    by_id[cid].checkpoint,
+                    "{}",
+                    json.dumps(
+                        {
+                            ch: v
+                            for ch, v in versions[cid].items()
+                            if ch in needed and "seed" in needed[ch]
+                        }
+                    ),
+                )
+            )
+            for cid in span
+        ]
+        blob_rows: BlobRows = {}
+        write_rows: list[WriteRow] = []
+        if span:
+            details = yield Batch(self.details(thread_id, ns, seed_rows))
+            blob_rows, write_rows = split_details(details)
+            yield from self.complete_chains(thread_id, ns, blob_rows)
+        writes_by_cp: dict[str, list[WriteRow]] = {}
+        for w in write_rows:
+            writes_by_cp.setdefault(w.checkpoint_id, []).append(w)
+
+        def value_of(cid: str, ch: str) -> Any:
+            if ch in versions[cid]:
+                return channel_value(serde, self.cache, blob_rows, ch, versions[cid][ch])[0]
+            return inline(cid)[ch]
+
+        return delta_history(
+            span,
+            channels,
+            has_value,
+            value_of,
+            lambda cid: pending_writes(serde, writes_by_cp.get(cid, []), channels),
+        )
+
+
+class ListCursor:
+    """The state of one ``list()``: which page comes next, how many items are still wanted,
+    and the exact metadata filter; the sync and async shells only run its page plans."""
+
+    def __init__(
+        self,
+        reader: Reader,
+        serde: SerializerProtocol,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> None:
+        self.reader, self.serde = reader, serde
+        self.config, self.filter, self.before = config, filter, before
+        self.remaining = limit
+        self.keyset: Keyset | None = None
+        self.page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))
+        self.done = limit is not None and limit <= 0
+
+    def next_page(self) -> Plan[tuple[list[PageRow], Keyset | None]]:
+        return self.reader.page(self.config, self.filter, self.before, self.keyset, self.page_size)
+
+    def take(self, fetched: tuple[list[PageRow], Keyset | None]) -> Iterator[CheckpointTuple]:
+        """Decode a fetched page lazily, up to the items still wanted."""
+        page, self.keyset = fetched
+        if self.keyset is None:
+            self.done = True
+        for row, blob_rows, write_rows in page:
+            if self.remaining is not None and self.remaining <= 0:
+                self.done = True
+                return
+            metadata = json.loads(row.metadata)
+            if not metadata_matches(metadata, self.filter):
+                continue
+            writes_here = [w for w in write_rows if w.checkpoint_id == row.checkpoint_id]
+            yield decode(self.serde, self.reader.cache, row, blob_rows, writes_here, metadata)
+            if self.remaining is not None:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.done = True
+                    return

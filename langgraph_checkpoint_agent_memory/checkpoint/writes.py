@@ -1,0 +1,217 @@
+"""The plans of ``put`` and ``put_writes``: the hot path of every graph step.
+
+Each is one transaction and one round trip where the driver pipelines. A dialect with a
+one-statement write (``fast_write``) gets the thread's activity, the blobs and the
+checkpoint row (or the writes) as one statement; elsewhere a conditional upsert of the
+activity row travels in the same batch. Either way rows are written only while their thread
+is live: zero rows written sends the plan down the slow path (:meth:`Writer.admit`), which
+reads the thread's row under a lock and refuses a late write into a deleted or expired
+thread, or starts it afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    SerializerProtocol,
+    get_checkpoint_metadata,
+)
+
+from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+    ThreadActivity,
+    ThreadState,
+    thread_deleted,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    ListCache,
+    compact_json,
+    encode_checkpoint,
+    metadata_json,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoint_config, thread_coordinates
+from langgraph_checkpoint_agent_memory.db import checkpoint as S
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+
+class Writer:
+    """Builds the write plans of one saver from its dialect, activity policy and list cache."""
+
+    def __init__(self, dialect: Dialect, activity: ThreadActivity, cache: ListCache) -> None:
+        self.dialect = dialect
+        self.activity = activity
+        self.cache = cache
+
+    def put(
+        self,
+        serde: SerializerProtocol,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan[RunnableConfig]:
+        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``."""
+        thread_id, ns, parent_id = thread_coordinates(config)
+        activity = self.activity
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        now = activity.clock()
+        ttl = activity.thread_ttl(config)
+        thread = activity.thread_row(thread_id, now, ttl)
+        live_after = thread["live_after"]
+        encoded = encode_checkpoint(
+            serde, self.cache, thread_id, ns, parent_id, checkpoint, new_versions, live_after
+        )
+        checkpoint_id = checkpoint["id"]
+        row = {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": parent_id,
+            "run_id": full_metadata.get("run_id"),
+            "type": encoded.body_type,
+            "checkpoint": encoded.body,
+            "metadata": metadata_json(full_metadata),
+            "blob_versions": compact_json(encoded.blob_versions),
+            "live_after": live_after,
+        }
+        d = self.dialect
+        touch = activity.touch_due(thread_id, now, ttl)
+        fast = d.fast_write("put", touch, {**thread, **row}, {"b": encoded.blob_rows})
+        done = False
+        if fast is not None and (yield from self._fast(fast)):
+            done = True
+        else:
+            writes = [
+                Stmt(S.insert_blob(d), encoded.blob_rows, many=True),
+                Stmt(S.upsert_checkpoint(d), row),
+            ]
+            if fast is None and d.conditional_upsert:
+                head = [Stmt(S.touch_thread(d), thread)] if touch else []
+                results = yield Batch([*head, *writes], write=True)
+                done = bool(results[-1])  # the checkpoint row was written: the thread is live
+            if not done:
+                yield from self.admit(thread_id, parent_id, thread, now, writes)
+                touch = True
+        if touch:
+            activity.touched_at(thread_id, now, ttl)
+        self.cache.remember(thread_id, ns, checkpoint_id, encoded.blob_versions, encoded.lists)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        serde: SerializerProtocol,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[None]:
+        """Store a task's writes: first write wins, special channels upsert."""
+        thread_id, ns, checkpoint_id = thread_coordinates(config)
+        if checkpoint_id is None:
+            raise ConfigurationError(
+                "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
+                "writes belong to)"
+            )
+        dumps = serde.dumps_typed
+        activity = self.activity
+        now = activity.clock()
+        ttl = activity.thread_ttl(config)
+        thread = activity.thread_row(thread_id, now, ttl)
+        first_wins: list[dict[str, Any]] = []
+        # a special channel written twice in one call keeps its last value, as a repeated
+        # call would (one statement must not upsert the same row twice)
+        replace: dict[int, dict[str, Any]] = {}
+        for idx, (channel, value) in enumerate(writes):
+            kind, blob = dumps(value)
+            special = WRITES_IDX_MAP.get(channel)
+            row = {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "idx": idx if special is None else special,
+                "channel": channel,
+                "type": kind,
+                "blob": blob,
+                "task_path": task_path,
+                "live_after": thread["live_after"],
+            }
+            if special is None:
+                first_wins.append(row)
+            else:
+                replace[special] = row
+        replacing = list(replace.values())
+        d = self.dialect
+        touch = activity.touch_due(thread_id, now, ttl)
+        fixed = {
+            **thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+        }
+        fast = d.fast_write("writes", touch, fixed, {"f": first_wins, "r": replacing})
+        if fast is not None and (yield from self._fast(fast)):
+            if touch:
+                activity.touched_at(thread_id, now, ttl)
+            return None
+        statements = [
+            Stmt(S.insert_write(d, replace=False), first_wins, many=True),
+            Stmt(S.insert_write(d, replace=True), replacing, many=True),
+        ]
+        if fast is None and d.conditional_upsert:
+            head = [Stmt(S.touch_thread(d), thread)] if touch else []
+            results = yield Batch([*head, *statements], write=True)
+            # Rows written (or the touch) prove the thread live; zero rows may be a repeat of
+            # first-write-wins writes or a deleted thread: the slow path tells them apart.
+            if results[0] if touch else results[0] + results[1]:
+                if touch:
+                    activity.touched_at(thread_id, now, ttl)
+                return None
+        yield from self.admit(thread_id, checkpoint_id, thread, now, statements)
+        activity.touched_at(thread_id, now, ttl)
+        return None
+
+    def _fast(self, fast: FastWrite) -> Plan[bool]:
+        """Run a dialect's one-statement write; False when the thread was deleted or
+        expired (nothing was written, and the slow path decides)."""
+        try:
+            [result] = yield Batch([Stmt(fast.sql, fast.params, fetch=fast.fetch)], write=True)
+        except Exception as exc:
+            if self.dialect.thread_gone(exc):
+                return False
+            raise
+        return bool(result[0][0]) if fast.fetch else True
+
+    def admit(
+        self,
+        thread_id: str,
+        parent_id: str | None,
+        thread: dict[str, Any],
+        now: float,
+        writes: list[Stmt],
+    ) -> Plan[None]:
+        """The slow path of a write: read the thread's row under a lock, refuse a late write
+        into a deleted or expired thread, or start it afresh."""
+        d = self.dialect
+        [state] = yield Batch(
+            [Stmt(S.thread_state(d, lock=True), {"thread_id": thread_id}, fetch=True)],
+            lock=True,
+            hold=True,
+        )
+        gone = bool(state) and self.activity.is_gone(ThreadState(*state[0]), now)
+        if gone and parent_id is not None:
+            raise thread_deleted(thread_id, parent_id)
+        statements: list[Stmt] = []
+        if gone:  # a fresh start: drop what an unswept expiry left behind
+            statements += [Stmt(sql, {"thread_id": thread_id}) for sql in S.delete_thread_rows(d)]
+        statements.append(Stmt(S.revive_thread(d), thread))
+        yield Batch([*statements, *writes], write=True)
