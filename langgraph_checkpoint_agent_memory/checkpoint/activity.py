@@ -2,9 +2,10 @@
 
 ``ttl_seconds`` is idle time: every read or write of a thread counts as activity, and an idle
 thread is invisible at once, before any sweep. A deleted or expired thread leaves a
-*tombstone*, so a late write that names one of its checkpoints is refused with
-:class:`ThreadDeletedError` rather than resurrecting it; a write with no parent starts the
-thread afresh. Tombstones are forgotten after :func:`tombstone_seconds`.
+*tombstone* that records where its history ended (:func:`generation_boundary`), so a late
+write that names one of its checkpoints is refused with :class:`ThreadDeletedError` rather
+than resurrecting it (:func:`is_late`); a write with no parent, or naming a newer checkpoint,
+starts the thread afresh. Tombstones are forgotten after :func:`tombstone_seconds`.
 
 :class:`TimedInMemorySaver` keeps activity in a dict ordered by last use; the SQL saver keeps
 it in each thread's row (``expires_at``) and coalesces the writes of that row
@@ -60,12 +61,28 @@ def thread_deleted(thread_id: str, parent_id: str) -> ThreadDeletedError:
     )
 
 
+def generation_boundary(*checkpoint_ids: str | None) -> str | None:
+    """Where a deleted or expired thread's history ended: the newest of its checkpoint ids
+    (LangGraph's ids are time-ordered, so a fresh start's are newer), or ``None``."""
+    return max((c for c in checkpoint_ids if c is not None), default=None)
+
+
+def is_late(named: str | None, boundary: str | None) -> bool:
+    """Whether a write into a deleted or expired thread names a checkpoint of the history
+    that ended (its parent, or for ``put_writes`` its checkpoint): refused, as it would
+    resurrect that history. A write naming none, or a newer one, starts the thread afresh:
+    LangGraph sends a fresh run's ``put_writes`` while its first ``put`` is still on its
+    way, so either may arrive first."""
+    return named is not None and boundary is not None and named <= boundary
+
+
 class ThreadState(NamedTuple):
     """A thread's activity row (``select thread_state``)."""
 
     deleted_at: float | None
     expires_at: float | None
     ttl_seconds: int | None
+    ended_after: str | None
 
 
 class ThreadActivity:
@@ -127,6 +144,7 @@ class ThreadActivity:
             "ttl_seconds": ttl,
             "expires_at": now + ttl * self.slack if ttl else None,
             "deleted_at": None,
+            "ended_after": None,  # kept on an existing row: upserts leave it out
             "live_after": self.live_after(now),
         }
 
@@ -139,6 +157,7 @@ class ThreadActivity:
                 "ttl_seconds": None,
                 "expires_at": None,
                 "deleted_at": now,
+                "ended_after": None,  # set from the thread's rows (end_generation)
             }
             for t in thread_ids
         ]

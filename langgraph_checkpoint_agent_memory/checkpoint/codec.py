@@ -346,6 +346,7 @@ def encode_checkpoint(
                 "blob": blob,
                 "base_version": base.version if base is not None else None,
                 "live_after": live_after,
+                "named": parent_id,
             }
         )
         lists[k] = ListState(str(v), list(value), depth) if type(value) is list else None

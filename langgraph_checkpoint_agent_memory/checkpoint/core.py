@@ -7,28 +7,46 @@ rules live here once.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
+
+#: The longest ``thread_id`` and ``checkpoint_ns``, and ``checkpoint_id``, in characters: the
+#: column sizes on PostgreSQL and SAP HANA, kept by every saver so that one input gets one
+#: outcome everywhere.
+MAX_ID = 255
+MAX_CHECKPOINT_ID = 64
 
 
 def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | None]:
-    """Return ``(thread_id, checkpoint_ns, checkpoint_id)`` or say precisely what is missing."""
-    try:  # the hot path: a well-formed config costs three lookups
+    """Return ``(thread_id, checkpoint_ns, checkpoint_id)`` or say precisely what is wrong."""
+    try:  # the hot path: a well-formed config costs a few lookups and length checks
         configurable = config["configurable"]  # type: ignore[index]
         thread_id = configurable["thread_id"]
-        if type(thread_id) is str and thread_id:
-            return (
-                thread_id,
-                configurable.get("checkpoint_ns") or "",
-                configurable.get("checkpoint_id"),
-            )
+        ns = configurable.get("checkpoint_ns") or ""
+        checkpoint_id = configurable.get("checkpoint_id")
+        if (
+            type(thread_id) is str
+            and 0 < len(thread_id) <= MAX_ID
+            and type(ns) is str
+            and len(ns) <= MAX_ID
+            and (checkpoint_id is None or type(checkpoint_id) is str)
+            and "\x00" not in thread_id
+            and "\x00" not in ns
+            and (checkpoint_id is None or len(checkpoint_id) <= MAX_CHECKPOINT_ID)
+        ):
+            return thread_id, ns, checkpoint_id
     except (KeyError, TypeError):
         pass
+    return _checked_coordinates(config)
+
+
+def _checked_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | None]:
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -36,11 +54,59 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             "config['configurable']['thread_id'] is required by the checkpointer; "
             "pass e.g. {'configurable': {'thread_id': 'user-42'}} to invoke()"
         )
-    return (
-        str(thread_id),
-        configurable.get("checkpoint_ns") or "",
-        configurable.get("checkpoint_id"),
+    ns = configurable.get("checkpoint_ns") or ""
+    checkpoint_id = configurable.get("checkpoint_id")
+    _check_text(ns, "checkpoint_ns", MAX_ID)
+    if checkpoint_id is not None:
+        _check_text(checkpoint_id, "checkpoint_id", MAX_CHECKPOINT_ID)
+    return checked_thread_id(thread_id), ns, checkpoint_id
+
+
+def list_coordinates(config: RunnableConfig | None) -> tuple[str | None, str | None, str | None]:
+    """``(thread_id, checkpoint_ns, checkpoint_id)`` of a ``list`` config, each ``None``
+    where the config leaves it open, checked as :func:`thread_coordinates` checks them."""
+    configurable = (config or {}).get("configurable") or {}
+    thread_id, ns, cid = (
+        configurable.get(k) for k in ("thread_id", "checkpoint_ns", "checkpoint_id")
     )
+    if ns is not None:
+        _check_text(ns, "checkpoint_ns", MAX_ID)
+    if cid is not None:
+        _check_text(cid, "checkpoint_id", MAX_CHECKPOINT_ID)
+    return (None if thread_id is None else checked_thread_id(thread_id)), ns, cid
+
+
+def checked_thread_id(thread_id: Any) -> str:
+    """A thread id as the savers store it: a string, or an int or UUID as its text.
+
+    Raises:
+        InvalidValueError: Anything else (a list or bytes would be stored as its repr), an
+            empty id, one over :data:`MAX_ID` characters or one with a NUL character.
+    """
+    if type(thread_id) is str and 0 < len(thread_id) <= MAX_ID and "\x00" not in thread_id:
+        return thread_id
+    if isinstance(thread_id, uuid.UUID) or (
+        isinstance(thread_id, int) and not isinstance(thread_id, bool)
+    ):
+        thread_id = str(thread_id)
+    if thread_id == "":
+        raise InvalidValueError("thread_id must not be empty")
+    _check_text(thread_id, "thread_id", MAX_ID)
+    return str(thread_id)
+
+
+def _check_text(value: Any, name: str, longest: int) -> None:
+    if not isinstance(value, str):
+        raise InvalidValueError(
+            f"config['configurable']['{name}'] must be a string, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if len(value) > longest:
+        raise InvalidValueError(
+            f"config['configurable']['{name}'] is {len(value)} characters; at most {longest}"
+        )
+    if "\x00" in value:
+        raise InvalidValueError(f"config['configurable']['{name}'] contains a NUL character")
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

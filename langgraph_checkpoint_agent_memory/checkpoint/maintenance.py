@@ -92,8 +92,9 @@ class Maintenance:
         params = [{"thread_id": t} for t in thread_ids]
         tombs = self.activity.tombstone_rows(thread_ids, now)
         return [
-            *(Stmt(sql, params, many=True) for sql in S.delete_thread_rows(d)),
             Stmt(S.tombstone(d), tombs, many=True),
+            Stmt(S.end_generation(d), params, many=True),
+            *(Stmt(sql, params, many=True) for sql in S.delete_ended_rows(d)),
         ]
 
     def delete_thread(self, thread_id: str) -> Plan[None]:
@@ -254,6 +255,7 @@ class Maintenance:
         yield Batch(
             [
                 Stmt(S.revive_thread(d), revive),
+                Stmt(S.forget_generation(d), {"thread_id": target}),
                 *copy,
                 *([Stmt(S.revive_thread(d), touch)] if state else []),
             ],

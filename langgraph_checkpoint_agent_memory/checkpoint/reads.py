@@ -31,6 +31,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     delta_history,
+    list_coordinates,
     metadata_matches,
     thread_coordinates,
 )
@@ -184,10 +185,7 @@ class Reader:
         d = self.dialect
         activity = self.activity
         now = activity.clock()
-        configurable = (config or {}).get("configurable") or {}
-        thread_id = configurable.get("thread_id")
-        ns = configurable.get("checkpoint_ns")
-        cid = configurable.get("checkpoint_id")
+        thread_id, ns, cid = list_coordinates(config)
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
         pushed = S.pushed_filters(d, filter)
         params: dict[str, Any] = {

@@ -49,6 +49,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
+from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
@@ -458,7 +459,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         Example:
             >>> saver.delete_thread("user-42")  # doctest: +SKIP
         """
-        self._run(self._maintenance.delete_thread(str(thread_id)))
+        self._run(self._maintenance.delete_thread(checked_thread_id(thread_id)))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Asynchronously :meth:`delete_thread`.
@@ -469,7 +470,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
         Example:
             >>> await saver.adelete_thread("user-42")  # doctest: +SKIP
         """
-        await self._arun(self._maintenance.delete_thread(str(thread_id)))
+        await self._arun(self._maintenance.delete_thread(checked_thread_id(thread_id)))
 
     def erase_threads(self, thread_ids: Sequence[str]) -> None:
         """Delete threads leaving no trace, not even a tombstone (for erasing a user's data:

@@ -35,14 +35,18 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+    generation_boundary,
+    is_late,
     thread_deleted,
     tombstone_seconds,
     validate_prune_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors_to_keep,
+    checked_thread_id,
     checkpoint_config,
     delta_channels_of,
+    list_coordinates,
     metadata_matches,
     parent_config,
     thread_coordinates,
@@ -116,7 +120,11 @@ class TimedInMemorySaver(InMemorySaver):
         self._activity: OrderedDict[str, float] = OrderedDict()
         self._index: dict[str, _ThreadIndex] = {}
         self._run_threads: dict[str, set[str]] = {}
-        self._tombstones: OrderedDict[str, float] = OrderedDict()
+        # thread -> (when it was deleted or expired, where its history ended)
+        self._tombstones: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        # a thread started afresh -> where its previous history ended: writes naming a
+        # checkpoint at or below it are late
+        self._floors: dict[str, str] = {}
         self._tombstone_seconds = tombstone_seconds(TOMBSTONE_SECONDS, ttl)
         self._sweeping = SweeperHookup(
             f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
@@ -180,7 +188,12 @@ class TimedInMemorySaver(InMemorySaver):
         return False
 
     def _evict(self, thread_id: str, now: float) -> None:
-        self.storage.pop(thread_id, None)
+        namespaces = self.storage.pop(thread_id, None) or {}
+        ended = generation_boundary(
+            self._tombstones.get(thread_id, (now, None))[1],
+            self._floors.pop(thread_id, None),
+            *(max(checkpoints, default=None) for checkpoints in namespaces.values()),
+        )
         index = self._index.pop(thread_id, None)
         if index is not None:
             for wkey in index.writes:
@@ -194,7 +207,7 @@ class TimedInMemorySaver(InMemorySaver):
                     if not threads:
                         del self._run_threads[run_id]
         self._activity.pop(thread_id, None)
-        self._tombstones[thread_id] = now
+        self._tombstones[thread_id] = (now, ended)
         self._tombstones.move_to_end(thread_id)
 
     def _thread_index(self, thread_id: str) -> _ThreadIndex:
@@ -206,16 +219,23 @@ class TimedInMemorySaver(InMemorySaver):
     def _admit_write(
         self, thread_id: str, checkpoint_ns: str, parent_id: str | None, now: float
     ) -> None:
-        """Refuse a late write into a deleted or expired thread; forget the tombstone on a
-        fresh start (a write with no parent)."""
+        """Refuse a late write into a deleted or expired thread (one naming a checkpoint of
+        its ended history); forget the tombstone on a fresh start."""
         self._expire_if_due(thread_id, now)
-        if thread_id not in self._tombstones:
+        tombstone = self._tombstones.get(thread_id)
+        if tombstone is None:
+            self._check_floor(thread_id, parent_id)
             return
-        if parent_id is None:
-            del self._tombstones[thread_id]
-            return
-        if parent_id not in self.storage.get(thread_id, {}).get(checkpoint_ns, {}):
-            raise thread_deleted(thread_id, parent_id)
+        if is_late(parent_id, tombstone[1]):
+            raise thread_deleted(thread_id, parent_id or "")
+        del self._tombstones[thread_id]
+        if tombstone[1] is not None:
+            self._floors[thread_id] = tombstone[1]
+
+    def _check_floor(self, thread_id: str, named: str | None) -> None:
+        """Refuse a write into a thread started afresh that names its ended history."""
+        if is_late(named, self._floors.get(thread_id)):
+            raise thread_deleted(thread_id, named or "")
 
     def sweep(self) -> int:
         """Evict every expired thread now; the sweeper calls this.
@@ -240,7 +260,7 @@ class TimedInMemorySaver(InMemorySaver):
                     self._evict(thread_id, now)
                     batch += 1
                 horizon = now - self._tombstone_seconds
-                while self._tombstones and next(iter(self._tombstones.values())) < horizon:
+                while self._tombstones and next(iter(self._tombstones.values()))[0] < horizon:
                     self._tombstones.popitem(last=False)
             evicted += batch
             if batch < SWEEP_BATCH:
@@ -290,6 +310,8 @@ class TimedInMemorySaver(InMemorySaver):
             last = self._activity.get(thread_id)
             if last is None or now - last > self.ttl_seconds:  # new or idle: check fully
                 self._admit_write(thread_id, checkpoint_ns, parent_id, now)
+            elif self._floors:
+                self._check_floor(thread_id, parent_id)
             self.storage[thread_id][checkpoint_ns][checkpoint["id"]] = entry
             self.blobs.update(blobs)
             index = self._index.get(thread_id) or self._thread_index(thread_id)
@@ -321,19 +343,9 @@ class TimedInMemorySaver(InMemorySaver):
         Example:
             >>> saver.put_writes(cfg, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
         """
-        try:  # the hot path reads a well-formed config directly
-            configurable = config["configurable"]
-            thread_id = configurable["thread_id"]
-            checkpoint_id = configurable["checkpoint_id"]
-            checkpoint_ns = configurable.get("checkpoint_ns") or ""
-            if type(thread_id) is not str or not thread_id:
-                raise KeyError("thread_id")
-        except (KeyError, TypeError):
-            thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
-            if checkpoint_id is None:
-                raise ValueError(
-                    "put_writes needs config['configurable']['checkpoint_id']"
-                ) from None
+        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
+        if checkpoint_id is None:
+            raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
         outer_key = (thread_id, checkpoint_ns, checkpoint_id)
         dumps = self.serde.dumps_typed
         idx_map = WRITES_IDX_MAP
@@ -349,6 +361,8 @@ class TimedInMemorySaver(InMemorySaver):
             # the full admission check.
             if last is None or now - last > self.ttl_seconds:
                 self._admit_write(thread_id, checkpoint_ns, checkpoint_id, now)
+            elif self._floors:
+                self._check_floor(thread_id, checkpoint_id)
             stored = self.writes.get(outer_key)
             if stored is None:  # a checkpoint's first writes: index them for eviction
                 stored = self.writes[outer_key] = {}
@@ -444,17 +458,14 @@ class TimedInMemorySaver(InMemorySaver):
         Example:
             >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
         """
-        wanted_ns: str | None = None
-        wanted_id: str | None = None
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
         with self._lock:
             now = self._clock()
-            if config is not None:
-                thread_id, _, wanted_id = thread_coordinates(config)
-                wanted_ns = config["configurable"].get("checkpoint_ns")
-                if self._expire_if_due(thread_id, now):
+            listed, wanted_ns, wanted_id = list_coordinates(config)
+            if listed is not None:
+                if self._expire_if_due(listed, now):
                     return
-                thread_ids = [thread_id] if thread_id in self.storage else []
+                thread_ids = [listed] if listed in self.storage else []
             else:
                 self.sweep()
                 thread_ids = list(self.storage)
@@ -522,7 +533,7 @@ class TimedInMemorySaver(InMemorySaver):
             >>> saver.delete_thread("1")  # doctest: +SKIP
         """
         with self._lock:
-            self._evict(str(thread_id), self._clock())
+            self._evict(checked_thread_id(thread_id), self._clock())
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints runs created, with their writes and unreferenced blobs.
@@ -578,6 +589,7 @@ class TimedInMemorySaver(InMemorySaver):
                 dst_index.runs.setdefault(run_id, set()).update(members)
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._tombstones.pop(dst, None)
+            self._floors.pop(dst, None)  # the copied history is the target's now
             self._touch(dst, now)
             self._touch(src, now)
 

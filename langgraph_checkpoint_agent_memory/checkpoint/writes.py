@@ -27,6 +27,8 @@ from langgraph.checkpoint.base import (
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     ThreadActivity,
     ThreadState,
+    generation_boundary,
+    is_late,
     thread_deleted,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
@@ -65,6 +67,7 @@ class Writer:
         now = activity.clock()
         ttl = activity.thread_ttl(config)
         thread = activity.thread_row(thread_id, now, ttl)
+        thread["named"] = parent_id
         live_after = thread["live_after"]
         encoded = encode_checkpoint(
             serde, self.cache, thread_id, ns, parent_id, checkpoint, new_versions, live_after
@@ -81,6 +84,7 @@ class Writer:
             "metadata": metadata_json(full_metadata),
             "blob_versions": compact_json(encoded.blob_versions),
             "live_after": live_after,
+            "named": parent_id,
         }
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
@@ -125,6 +129,7 @@ class Writer:
         now = activity.clock()
         ttl = activity.thread_ttl(config)
         thread = activity.thread_row(thread_id, now, ttl)
+        thread["named"] = checkpoint_id
         first_wins: list[dict[str, Any]] = []
         # a special channel written twice in one call keeps its last value, as a repeated
         # call would (one statement must not upsert the same row twice)
@@ -143,6 +148,7 @@ class Writer:
                 "blob": blob,
                 "task_path": task_path,
                 "live_after": thread["live_after"],
+                "named": checkpoint_id,
             }
             if special is None:
                 first_wins.append(row)
@@ -200,18 +206,27 @@ class Writer:
         writes: list[Stmt],
     ) -> Plan[None]:
         """The slow path of a write: read the thread's row under a lock, refuse a late write
-        into a deleted or expired thread, or start it afresh."""
+        into a deleted or expired thread (one naming a checkpoint of its ended history), or
+        start it afresh."""
         d = self.dialect
-        [state] = yield Batch(
-            [Stmt(S.thread_state(d, lock=True), {"thread_id": thread_id}, fetch=True)],
+        key = {"thread_id": thread_id}
+        [state, newest] = yield Batch(
+            [
+                Stmt(S.thread_state(d, lock=True), key, fetch=True),
+                Stmt(S.newest_checkpoint(d), key, fetch=True),
+            ],
             lock=True,
             hold=True,
         )
-        gone = bool(state) and self.activity.is_gone(ThreadState(*state[0]), now)
-        if gone and parent_id is not None:
-            raise thread_deleted(thread_id, parent_id)
         statements: list[Stmt] = []
-        if gone:  # a fresh start: drop what an unswept expiry left behind
-            statements += [Stmt(sql, {"thread_id": thread_id}) for sql in S.delete_thread_rows(d)]
+        row = ThreadState(*state[0]) if state else None
+        gone = row is not None and self.activity.is_gone(row, now)
+        if row is not None:
+            boundary = generation_boundary(row.ended_after, newest[0][0] if gone else None)
+            if is_late(parent_id, boundary):
+                raise thread_deleted(thread_id, parent_id or "")
+        if gone:  # a fresh start: drop what the ended history (or an expiry) left behind
+            statements = [Stmt(S.end_generation(d), key)]
+            statements += [Stmt(sql, key) for sql in S.delete_ended_rows(d)]
         statements.append(Stmt(S.revive_thread(d), thread))
         yield Batch([*statements, *writes], write=True)

@@ -30,13 +30,22 @@ def bucket(n: int) -> int:
     return next(b for b in KEY_BUCKETS if b >= n)
 
 
+def _gone(t: Any) -> list[Any]:
+    return [t.c.deleted_at.is_not(None), t.c.expires_at < B("live_after", type_=sa.Float)]
+
+
 def thread_is_live(thread_id: Any) -> Any:
     """True unless the thread is a tombstone or expired as of ``:live_after``."""
     t = threads.alias("t")
-    return ~sa.exists().where(
-        t.c.thread_id == thread_id,
-        sa.or_(t.c.deleted_at.is_not(None), t.c.expires_at < B("live_after", type_=sa.Float)),
-    )
+    return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t)))
+
+
+def _thread_takes(thread_id: Any) -> Any:
+    """True while the thread is live and the write does not name (``:named``) a checkpoint
+    at or below where its ended history stopped."""
+    t = threads.alias("t")
+    late = t.c.ended_after >= B("named", type_=sa.String)
+    return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), late))
 
 
 # -- writes ------------------------------------------------------------------------------
@@ -71,7 +80,7 @@ def revive_thread(d: Dialect) -> Sql:
 def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> Any:
     """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
     cols = [c.name for c in table.columns]
-    source = d._values(table, cols).where(thread_is_live(B("thread_id")))
+    source = d._values(table, cols).where(_thread_takes(B("thread_id")))
     return d.insert_from_select(
         table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
     )
@@ -93,12 +102,74 @@ def insert_write(d: Dialect, *, replace: bool) -> Sql:
 
 def thread_state(d: Dialect, *, lock: bool) -> Sql:
     def build() -> Any:
-        stmt = sa.select(threads.c.deleted_at, threads.c.expires_at, threads.c.ttl_seconds).where(
-            threads.c.thread_id == B("thread_id")
-        )
+        stmt = sa.select(
+            threads.c.deleted_at,
+            threads.c.expires_at,
+            threads.c.ttl_seconds,
+            threads.c.ended_after,
+        ).where(threads.c.thread_id == B("thread_id"))
         return stmt.with_for_update() if lock and d.row_locks else stmt
 
     return d.sql(("thread_state", lock), build)
+
+
+def _newest_checkpoint(thread_id: Any) -> Any:
+    return sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
+        checkpoints.c.thread_id == thread_id
+    )
+
+
+def newest_checkpoint(d: Dialect) -> Sql:
+    """The newest checkpoint id a thread holds (``:thread_id``), or NULL."""
+    return d.sql("newest_checkpoint", lambda: _newest_checkpoint(B("thread_id")))
+
+
+def end_generation(d: Dialect) -> Sql:
+    """Record on a thread's row where its history ends (its newest checkpoint id, else the
+    boundary already recorded), before that history is deleted."""
+
+    def build() -> Any:
+        newest = _newest_checkpoint(threads.c.thread_id).scalar_subquery()
+        return (
+            sa.update(threads)
+            .where(threads.c.thread_id == B("thread_id"))
+            .values(ended_after=sa.func.coalesce(newest, threads.c.ended_after))
+        )
+
+    return d.sql("end_generation", build)
+
+
+def forget_generation(d: Dialect) -> Sql:
+    """Clear where a thread's ended history stopped (``:thread_id``): a copy gives it a
+    history of its own."""
+    return d.sql(
+        "forget_generation",
+        lambda: (
+            sa.update(threads)
+            .where(threads.c.thread_id == B("thread_id"))
+            .values(ended_after=sa.null())
+        ),
+    )
+
+
+def _delete_ended(t: sa.Table) -> Any:
+    ended = sa.select(threads.c.ended_after).where(threads.c.thread_id == B("thread_id"))
+    return sa.delete(t).where(
+        t.c.thread_id == B("thread_id"), t.c.checkpoint_id <= ended.scalar_subquery()
+    )
+
+
+def delete_ended_rows(d: Dialect) -> list[Sql]:
+    """Delete the history :func:`end_generation` bounded (``:thread_id``): blobs and
+    checkpoints, and the writes of checkpoints at or below the boundary. Writes above it
+    belong to a fresh start whose checkpoint is still on its way; they stay."""
+    return [
+        *(
+            d.sql(("delete_thread_rows", t.name), partial(_delete_thread_rows, t))
+            for t in (blobs, checkpoints)
+        ),
+        d.sql("delete_ended_writes", partial(_delete_ended, writes)),
+    ]
 
 
 def refresh_thread(d: Dialect) -> Sql:

@@ -274,6 +274,10 @@ class Dialect:
         batch in one statement, not one per row); ``None``: rows go one by one."""
         return None
 
+    def live_row_ddl(self) -> list[str]:
+        """DDL bringing a dialect's one-statement write checks up to date (none here)."""
+        return []
+
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
         kind = column.type.compile(dialect=self.sa)

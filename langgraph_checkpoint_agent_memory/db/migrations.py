@@ -34,6 +34,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_items,
     store_terms,
     store_vectors,
+    threads,
 )
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
 
@@ -52,6 +53,24 @@ def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
         if not {c.name for c in index.columns} & without:
             sa.Index(index.name, *(old.c[c.name] for c in index.columns))
     return old
+
+
+#: The boundary given to tombstones older than boundaries: every write naming a checkpoint
+#: stays refused, as it was when they were written, until the sweep forgets them.
+UNKNOWN_BOUNDARY = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+
+
+def _checkpoint_v3(d: Dialect) -> list[str]:
+    return [
+        d.add_column(threads, threads.c.ended_after),
+        f"UPDATE am_threads SET ended_after = '{UNKNOWN_BOUNDARY}' WHERE deleted_at IS NOT NULL",
+        *d.live_row_ddl(),
+    ]
+
+
+def _checkpoint_v1(d: Dialect) -> list[str]:
+    tables = [t for t in CHECKPOINT_TABLES if t is not threads]
+    return d.ddl([*tables, _as_of(threads, without={"ended_after"})])
 
 
 def _store_v2(d: Dialect) -> list[str]:
@@ -114,9 +133,11 @@ CHECKPOINT = Component(
     "checkpoint",
     1,
     (
-        Step(1, "checkpointer tables", lambda d: d.ddl(CHECKPOINT_TABLES)),
+        Step(1, "checkpointer tables", _checkpoint_v1),
         # A put or put_writes in one statement where the database cannot chain inserts in one.
         Step(2, "checkpoint one-statement writes", lambda d: d.write_rows_ddl()),
+        # Where a deleted or expired thread's history ended: later writes start it afresh.
+        Step(3, "thread generation boundary", _checkpoint_v3),
     ),
 )
 STORE = Component(

@@ -171,7 +171,7 @@ class PostgresDialect(Dialect):
             ctes = [
                 "live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
                 "WHERE thread_id = %(thread_id)s AND (deleted_at IS NOT NULL "
-                "OR expires_at < %(live_after)s)))"
+                "OR expires_at < %(live_after)s OR ended_after >= %(named)s::text)))"
             ]
             if touch:
                 ctes.append(

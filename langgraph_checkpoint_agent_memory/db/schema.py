@@ -73,6 +73,9 @@ threads = sa.Table(
     sa.Column("ttl_seconds", sa.Integer),  # NULL: never expires
     sa.Column("expires_at", sa.Float(53)),  # last_active + ttl_seconds
     sa.Column("deleted_at", sa.Float(53)),  # set: a tombstone
+    # A tombstone's boundary: the newest checkpoint id of the generation it ended (ids are
+    # time-ordered). A write naming an id at or below it is late; above it, a fresh start.
+    sa.Column("ended_after", sa.String(64)),
     sa.Index("am_threads_expires_at", "expires_at"),
     sa.Index("am_threads_deleted_at", "deleted_at"),
 )

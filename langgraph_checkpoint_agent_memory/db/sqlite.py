@@ -84,9 +84,7 @@ class SQLiteDialect(Dialect):
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
         n = "NEW"
         bodies = {
-            "l": f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
-            f"WHERE thread_id = {n}.thread_id AND (deleted_at IS NOT NULL "
-            f"OR expires_at < {n}.live_after))",
+            "l": _LIVE_CHECK,
             "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
             f"deleted_at) VALUES ({n}.thread_id, {n}.s1, {n}.s2, {n}.s3, NULL) "
             "ON CONFLICT (thread_id) DO UPDATE SET last_active = excluded.last_active, "
@@ -115,17 +113,20 @@ class SQLiteDialect(Dialect):
             "task_path = excluded.task_path"
         )
         return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
-            f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
-            f"WHEN {n}.kind = '{kind}' BEGIN {body}; END"
-            for kind, body in bodies.items()
+            _trigger(kind, body) for kind, body in bodies.items()
         ]
+
+    def live_row_ddl(self) -> list[str]:
+        """The live check of the one-statement writes as it is now: it also refuses a write
+        naming a checkpoint of a thread's ended history (schema version 3)."""
+        return ["DROP TRIGGER IF EXISTS am_write_rows_l", _trigger("l", _LIVE_CHECK)]
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
         """A whole put or put_writes as one INSERT into ``am_write_rows``, with positional
         parameters; ``None`` when it has more rows than one statement takes."""
-        out: list[tuple[Any, ...]] = [_LIVE_ROW]
+        out: list[tuple[Any, ...]] = [("l", fixed["named"], *_PAD6)]
         if touch:
             out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
         if kind == "put":
@@ -225,7 +226,21 @@ _CHECKPOINT_SLOTS = itemgetter(
 _WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
 _PAD2 = (None,) * 2
 _PAD4 = (None,) * 4
-_LIVE_ROW = ("l", *(None,) * len(_SLOTS))  # refuses a deleted or expired thread
+_PAD6 = (None,) * 6
+#: The first row's trigger: refuses a deleted or expired thread, and a write naming (in
+#: ``s1``) a checkpoint at or below where the thread's ended history stopped.
+_LIVE_CHECK = (
+    f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
+    "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
+    "OR expires_at < NEW.live_after OR ended_after >= NEW.s1))"
+)
+
+
+def _trigger(kind: str, body: str) -> str:
+    return (
+        f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
+        f"WHEN NEW.kind = '{kind}' BEGIN {body}; END"
+    )
 
 
 def _write_rows_sql(rows: int) -> str:

@@ -1,0 +1,127 @@
+"""One outcome for one input on every checkpointer backend: hostile thread ids, namespaces
+and checkpoint ids are stored and read back the same in memory, on SQLite and on
+PostgreSQL, or refused everywhere with the package's own error, before anything is written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from langgraph_checkpoint_agent_memory import (
+    AgentMemoryError,
+    InvalidValueError,
+    TimedInMemorySaver,
+)
+from tests.helpers import make_checkpoint
+
+
+@pytest.fixture(scope="module")
+def savers(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
+    from langgraph_checkpoint_agent_memory import PostgresSaver, SqliteSaver
+
+    path: Path = tmp_path_factory.mktemp("inputs")
+    opened: dict[str, Any] = {
+        "memory": TimedInMemorySaver(ttl_seconds=3600),
+        "sqlite": SqliteSaver(path / "inputs.db"),
+    }
+    try:
+        opened["postgres"] = PostgresSaver(request.getfixturevalue("pg_server").fresh_database())
+    except pytest.skip.Exception:
+        pass
+    yield opened
+    for saver in opened.values():
+        saver.close()
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return ("ok", call())
+    except AgentMemoryError as exc:  # the same class everywhere, compared below
+        return ("refused", type(exc).__name__)
+    except Exception as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+text = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["a" * 255, "a" * 256, "x\x00y", "é", "a.b", "a:b"]),
+)
+thread_ids = st.one_of(
+    text,
+    st.integers(-(2**40), 2**40),
+    st.builds(uuid.uuid4),
+    st.sampled_from([["x"], b"x", 1.5, True, None, ("t",)]),
+)
+namespaces = st.one_of(st.none(), text, st.sampled_from([7, b"ns", ["a"]]))
+counter = iter(range(10**9))
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(thread_id=thread_ids, ns=namespaces)
+def test_thread_ids_and_namespaces_get_one_outcome_everywhere(
+    savers: dict[str, Any], thread_id: Any, ns: Any
+) -> None:
+    step = next(counter)
+    results = {}
+    for name, saver in savers.items():
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        if ns is not None:
+            config["configurable"]["checkpoint_ns"] = ns
+        checkpoint = make_checkpoint({"x": [step]}, step=1)
+        put = _outcome(lambda s=saver, c=config, cp=checkpoint: s.put(c, cp, {}, {"x": 1}))
+        got = _outcome(lambda s=saver, c=config: getattr(s.get_tuple(c), "checkpoint", None))
+        value = got[1]["channel_values"] if got[0] == "ok" and got[1] else None
+        results[name] = (
+            put[0] if put[0] != "ok" else "ok",
+            put[1] if put[0] != "ok" else None,
+            got[0],
+            value,
+        )
+        if put[0] == "ok":
+            stored = put[1]["configurable"]
+            assert isinstance(stored["thread_id"], str) and stored["thread_id"] == str(thread_id)
+    first = results["memory"]
+    assert all(r == first for r in results.values()), (thread_id, ns, results)
+    assert first[0] != "error", results
+    if first[0] == "ok":
+        assert first[3] == {"x": [step]}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["x"], b"x", 1.5, True, "t" * 256, "a\x00b"],
+)
+def test_bad_thread_ids_are_refused_by_every_method(savers: dict[str, Any], bad: Any) -> None:
+    for saver in savers.values():
+        config = {"configurable": {"thread_id": bad}}
+        with pytest.raises(InvalidValueError):
+            saver.put(config, make_checkpoint({"x": [1]}), {}, {"x": 1})
+        with pytest.raises(InvalidValueError):
+            saver.get_tuple(config)
+        with pytest.raises(InvalidValueError):
+            saver.delete_thread(bad)
+        with pytest.raises(AgentMemoryError):  # the package's own error, catchable as one
+            list(saver.list(config))
+
+
+def test_int_and_uuid_thread_ids_are_their_text(savers: dict[str, Any]) -> None:
+    ident = uuid.uuid4()
+    for saver in savers.values():
+        for thread_id in (42, ident):
+            stored = saver.put(
+                {"configurable": {"thread_id": thread_id}}, make_checkpoint({"x": [1]}), {}, {}
+            )
+            assert stored["configurable"]["thread_id"] == str(thread_id)
+            assert saver.get_tuple({"configurable": {"thread_id": str(thread_id)}}) is not None
