@@ -74,13 +74,29 @@ def _progress(args: argparse.Namespace, description: str, total: int | None) -> 
 
 
 @contextmanager
-def _memory(args: argparse.Namespace, extractor: Any = None, **options: Any) -> Iterator[Any]:
+def _memory(
+    args: argparse.Namespace, extractor: Any = None, *, reads: bool = False, **options: Any
+) -> Iterator[Any]:
+    """The memory at ``--url``. With ``reads`` (a command that only reads), a database that
+    does not exist or holds no agent memory is an error, never created."""
+    from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
     url = resolve_url(args.url)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    missing = CommandError(
+        f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
+        "URL` creates one, as does the first run of an app that uses it"
+    )
+    if reads:
+        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+            raise missing
+        probe = create_store(url, auto_setup=False)  # reads the ledger, creates nothing
+        try:
+            if "memory" not in probe.run_plan(installed_plan(probe.dialect)):
+                raise missing
+        finally:
+            probe.close()
     store = create_store(url)
     checkpointer = create_checkpointer(url=url)
     try:
@@ -143,7 +159,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_scopes(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
+    with _memory(args, reads=True) as memory:
         stats = memory.scopes()
 
     def render(out: Any) -> None:
@@ -166,7 +182,7 @@ def _cmd_scopes(args: argparse.Namespace) -> int:
 
 
 def _cmd_facts(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
+    with _memory(args, reads=True) as memory:
         scope = _scope(memory, args.scope)
         facts = memory.history(scope) if args.all else memory.facts(scope)
 
@@ -195,7 +211,7 @@ def _cmd_facts(args: argparse.Namespace) -> int:
 
 
 def _cmd_episodes(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
+    with _memory(args, reads=True) as memory:
         scope = _scope(memory, args.scope)
         episodes = memory.episodes(scope, status=args.status)
 
@@ -217,7 +233,7 @@ def _cmd_episodes(args: argparse.Namespace) -> int:
 
 
 def _cmd_context(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
+    with _memory(args, reads=True) as memory:
         scope = _scope(memory, args.scope)
         recalled = memory.recall(scope, args.query, budget_tokens=args.budget)
     data = {
@@ -319,7 +335,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     statuses = ["completed", "failed", "parked"] if args.all else ["failed", "parked"]
-    with _memory(args) as memory:
+    with _memory(args, reads=True) as memory:
         retried = None
         if args.retry:
             retried = memory.retry(Scope.parse(args.scope) if args.scope else None)

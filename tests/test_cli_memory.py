@@ -222,3 +222,49 @@ def test_model_without_langchain_is_a_clear_error(tmp_path: Path) -> None:
     done = cli("demo", "--model", "openai:gpt-4o-mini", "--url", f"sqlite:///{tmp_path / 'd.db'}")
     assert done.returncode == 2
     assert "init_chat_model" in done.stderr and "pip install" in done.stderr
+
+
+READ_ONLY = [("scopes",), ("facts", "user=alice"), ("episodes", "user=alice"), ("jobs",)]
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_read_only_commands_create_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'absent' / 'memory.db'}"
+    code, _, err = run(capsys, *command, "--url", url)
+    assert code == 1
+    assert err.count("\n") == 1 and "no agent memory database at" in err and "migrate" in err
+    assert not (tmp_path / "absent").exists()
+
+
+def test_read_only_commands_leave_a_database_without_memory_alone(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    code, _, err = run(capsys, "scopes", "--url", pg_url)
+    assert code == 1 and "no agent memory database" in err
+    with psycopg.connect(pg_url) as conn:
+        tables = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchone()[0]
+    assert tables == 0
+
+
+@pytest.mark.parametrize("command", [("scopes",), ("consolidate",)])
+@pytest.mark.parametrize("where", ["not sqlite", "no folder"])
+def test_a_path_that_is_no_database_is_one_line(
+    tmp_path: Path, command: tuple[str, ...], where: str
+) -> None:
+    if where == "not sqlite":
+        path = tmp_path / "notes.db"
+        path.write_text("this is a text file, not a database\n" * 100)
+    else:
+        blocker = tmp_path / "blocker"
+        blocker.write_text("a file where a folder would have to be")
+        path = blocker / "memory.db"
+    done = cli(*command, "--url", f"sqlite:///{path}")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"agent-memory {command[0]}: error:")

@@ -263,6 +263,22 @@ def migrate_plan(
     return applied
 
 
+def installed_plan(dialect: Dialect) -> Plan[set[str]]:
+    """The components whose tables this database holds (none for a database the package
+    never set up); it reads, and creates nothing."""
+    applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
+    try:
+        [rows] = yield Batch([Stmt(applied_sql, fetch=True)])
+    except Exception:  # no ledger: nothing of ours is here
+        return set()
+    names: set[str] = set()
+    for (version,) in rows:
+        if version in GLOBAL_VERSIONS:
+            names.add(GLOBAL_VERSIONS[version][0].name)
+        names |= {c.name for c in COMPONENTS if int(version) // 1000 == c.block}
+    return names
+
+
 def migrate(
     database: Database[Any], components: Sequence[Component] = COMPONENTS
 ) -> dict[str, list[int]]:

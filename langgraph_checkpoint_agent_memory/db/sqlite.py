@@ -26,7 +26,11 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
-from langgraph_checkpoint_agent_memory.errors import ClosedError, ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import (
+    ClosedError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+)
 
 
 class SQLiteDialect(Dialect):
@@ -312,15 +316,26 @@ class SQLiteDatabase(Database[Any]):
         # One connection at a time: switching a new file to WAL needs exclusive access and
         # fails at once, without the busy handler, if another connection is being opened.
         with self._connect_lock:
-            if not self.memory:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+            try:
+                if not self.memory:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    str(self.path), isolation_level=None, check_same_thread=False, timeout=30
+                )
+                try:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL")
+                    conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
+                except BaseException:
+                    conn.close()
+                    raise
+            except (OSError, sqlite3.DatabaseError) as exc:
+                # a folder that cannot be made, a file that is not SQLite, one we may not read
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise DatabaseUnavailableError(
+                    f"cannot open the SQLite database {self.describe()}: {reason}"
+                ) from exc
             return conn
 
     @contextmanager
