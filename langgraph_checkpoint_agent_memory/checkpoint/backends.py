@@ -144,16 +144,16 @@ _ASYNC_FROM_CONN_STRING: Any = classmethod(
 class AsyncSqliteSaver(SqliteSaver):
     """:class:`SqliteSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING
 
 
 class AsyncPostgresSaver(PostgresSaver):
     """:class:`PostgresSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING
 
 
 class AsyncHanaSaver(HanaSaver):
     """:class:`HanaSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING  # type: ignore[assignment]
+    from_conn_string = _ASYNC_FROM_CONN_STRING

@@ -29,9 +29,9 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
-    SerializerProtocol,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoint_config, parent_config
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError

@@ -29,10 +29,10 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     generation_boundary,
@@ -381,7 +381,10 @@ class TimedInMemorySaver(InMemorySaver):
 
     def _read_raw(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
-    ) -> tuple[str, Checkpoint, bytes | tuple[str, bytes], str | None, list, dict] | None:
+    ) -> (
+        tuple[str, Checkpoint, bytes | tuple[str, bytes], str | None, list[Any], dict[str, Any]]
+        | None
+    ):
         """Collect one checkpoint's stored parts; the caller holds the lock."""
         ns_store = self.storage.get(thread_id, {}).get(checkpoint_ns)
         if not ns_store:
@@ -404,7 +407,7 @@ class TimedInMemorySaver(InMemorySaver):
         self,
         thread_id: str,
         checkpoint_ns: str,
-        raw: tuple[str, Checkpoint, Any, str | None, list, dict],
+        raw: tuple[str, Checkpoint, Any, str | None, list[Any], dict[str, Any]],
         metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
         checkpoint_id, checkpoint, metadata_b, parent_id, writes, blobs = raw
