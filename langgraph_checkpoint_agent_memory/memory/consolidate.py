@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
 from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
@@ -77,55 +77,39 @@ Steps = Generator[Step, Any, Any]
 
 def run_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Any]) -> Any:
     """Drive ``steps`` synchronously; ``run`` runs a plan."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                if isinstance(step, RunPlan):
-                    out = run(step.plan)
-                elif isinstance(step, Extract):
-                    out = step.extractor.extract(step.request)
-                elif isinstance(step, Embed):
-                    e = store.embeddings
-                    if step.query:
-                        out = [e.embed_query(t) for t in step.texts]
-                    else:
-                        out = e.embed_documents(step.texts) if step.texts else []
-                else:
-                    out = store.search(step.namespace, query=step.query, limit=step.limit)
-            except Exception as exc:
-                step = steps.throw(exc)
-                continue
-            step = steps.send(out)
-    except StopIteration as stop:
-        return stop.value
+
+    def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return run(step.plan)
+        if isinstance(step, Extract):
+            return step.extractor.extract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [e.embed_query(t) for t in step.texts]
+            return e.embed_documents(step.texts) if step.texts else []
+        return store.search(step.namespace, query=step.query, limit=step.limit)
+
+    return drive(steps, execute)
 
 
 async def arun_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> Any:
     """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run`` runs a
     plan."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                if isinstance(step, RunPlan):
-                    out = await run(step.plan)
-                elif isinstance(step, Extract):
-                    out = await step.extractor.aextract(step.request)
-                elif isinstance(step, Embed):
-                    e = store.embeddings
-                    if step.query:
-                        out = [await e.aembed_query(t) for t in step.texts]
-                    else:
-                        out = await e.aembed_documents(step.texts) if step.texts else []
-                else:
-                    out = await store.asearch(step.namespace, query=step.query, limit=step.limit)
-            except Exception as exc:
-                step = steps.throw(exc)
-                continue
-            step = steps.send(out)
-    except StopIteration as stop:
-        return stop.value
+
+    async def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return await run(step.plan)
+        if isinstance(step, Extract):
+            return await step.extractor.aextract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [await e.aembed_query(t) for t in step.texts]
+            return await e.aembed_documents(step.texts) if step.texts else []
+        return await store.asearch(step.namespace, query=step.query, limit=step.limit)
+
+    return await adrive(steps, execute)
 
 
 # -- one job -------------------------------------------------------------------------------
