@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -52,6 +52,9 @@ from langgraph_checkpoint_agent_memory.memory.nodes import (
     turn_key,
 )
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,30 @@ class MemorySettings:
 #: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
 #: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
+T = TypeVar("T")
+
+
+class RecallOptions(TypedDict, total=False):
+    """Keyword options of :meth:`AgentMemory.recall` and :meth:`AgentMemory.arecall`."""
+
+    #: The block's size in tokens (default the ``budget_tokens`` setting).
+    budget_tokens: int | None
+    #: Leave out the episodes of this thread (its messages are already in the prompt).
+    exclude_thread: str | None
+    #: Count what was recalled as used, so it decays more slowly (what the inject node does).
+    reinforce: bool
+
+
+class RecordOptions(TypedDict, total=False):
+    """Keyword options of :meth:`AgentMemory.record` and :meth:`AgentMemory.arecord`."""
+
+    #: The conversation the messages come from (:meth:`AgentMemory.erase` removes it too).
+    thread_id: str | None
+    #: The episode's key (default: from the thread and the messages' ids); a key already
+    #: stored is not stored again.
+    key: str | None
+    #: When the turn happened, in seconds since the epoch (default: now).
+    occurred_at: float | None
 
 
 class AgentMemory(Generic[StoreT]):
@@ -186,10 +213,10 @@ class AgentMemory(Generic[StoreT]):
 
     # -- running plans and steps -----------------------------------------------------------
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _run(self, plan: Plan[T]) -> T:
         return self.store.run_plan(plan)
 
-    async def _arun(self, plan: Plan[Any]) -> Any:
+    async def _arun(self, plan: Plan[T]) -> T:
         return await self.store.arun_plan(plan)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
@@ -210,10 +237,10 @@ class AgentMemory(Generic[StoreT]):
 
     def facts(self, scope: ScopeLike) -> list[Fact]:
         """The scope's current facts, by attribute."""
-        return self._run(self._facts_plan(scope))  # type: ignore[no-any-return]
+        return self._run(self._facts_plan(scope))
 
     async def afacts(self, scope: ScopeLike) -> list[Fact]:
-        return await self._arun(self._facts_plan(scope))  # type: ignore[no-any-return]
+        return await self._arun(self._facts_plan(scope))
 
     def _history_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
         s = Scope.of(scope)
@@ -231,10 +258,10 @@ class AgentMemory(Generic[StoreT]):
     def history(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
         """Every value an attribute had (all attributes when ``None``), oldest first; the
         current one last, with ``valid_to`` unset."""
-        return self._run(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+        return self._run(self._history_plan(scope, attribute))
 
     async def ahistory(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
-        return await self._arun(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+        return await self._arun(self._history_plan(scope, attribute))
 
     def _episodes_plan(self, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
         rows = yield from sqlm.read_plan(
@@ -247,29 +274,26 @@ class AgentMemory(Generic[StoreT]):
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
         """The scope's episodes, oldest first; ``status``: pending, done or parked."""
-        return self._run(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+        return self._run(self._episodes_plan(scope, status))
 
     async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        return await self._arun(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+        return await self._arun(self._episodes_plan(scope, status))
 
     # -- recall ----------------------------------------------------------------------------
 
     def _recall_steps(
-        self,
-        scope: ScopeLike,
-        query: str,
-        budget_tokens: int | None,
-        exclude_thread: str | None,
-        reinforce: bool,
-    ) -> C.Steps:
+        self, scope: ScopeLike, query: str, options: RecallOptions
+    ) -> C.Steps[R.Recalled]:
         s = Scope.of(scope)
         vector = None
         if query and self.store.embeddings is not None:
             [vector] = yield C.Embed([query], query=True)
-        recalled = yield C.RunPlan(
-            self._recall_plan(s, query, budget_tokens, exclude_thread, vector)
+        recalled: R.Recalled = yield C.RunPlan(
+            self._recall_plan(
+                s, query, options.get("budget_tokens"), options.get("exclude_thread"), vector
+            )
         )
-        if reinforce:
+        if options.get("reinforce", False):
             self._queue_reinforcement(s, recalled)
         return recalled
 
@@ -365,29 +389,32 @@ class AgentMemory(Generic[StoreT]):
         return self.policy.importance(row.log_importance, row.reinforced_at, now)
 
     def recall(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        exclude_thread: str | None = None,
-        reinforce: bool = False,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
-        """The context block with the facts and episodes in it (see :mod:`.recall`)."""
-        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
+        """The context block for ``query`` with the facts and episodes in it (see
+        :mod:`.recall`).
+
+        Args:
+            scope: Whose memory: a :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+            query: What the block should be relevant to (usually the last user message);
+                empty: the most important facts and the most recent episodes.
+            **options: See :class:`RecallOptions`: ``budget_tokens``, ``exclude_thread``,
+                ``reinforce``.
+
+        Example:
+            ```python
+            recalled = memory.recall("user=alice", "where do I live?", budget_tokens=200)
+            print(recalled.text)
+            ```
+        """
+        return C.run_steps(self._recall_steps(scope, query, options), self.store, self._run)
 
     async def arecall(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        exclude_thread: str | None = None,
-        reinforce: bool = False,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
-        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
+        """Async :meth:`recall`."""
+        steps = self._recall_steps(scope, query, options)
+        return await C.arun_steps(steps, self.store, self._arun)
 
     def build_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
@@ -420,13 +447,10 @@ class AgentMemory(Generic[StoreT]):
     # -- recording -------------------------------------------------------------------------
 
     def _record_plan(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        thread_id: str | None,
-        key: str | None,
-        occurred_at: float | None,
+        self, scope: ScopeLike, messages: Sequence[Any], options: RecordOptions
     ) -> Plan[str | None]:
+        thread_id, key = options.get("thread_id"), options.get("key")
+        occurred_at = options.get("occurred_at")
         s = Scope.of(scope)
         dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
         if not dicts:
@@ -457,33 +481,37 @@ class AgentMemory(Generic[StoreT]):
         return ep_key
 
     def record(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        *,
-        thread_id: str | None = None,
-        key: str | None = None,
-        occurred_at: float | None = None,
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
-        """Store ``messages`` (LangChain messages or role/content dicts) as a pending
-        episode; returns its key. The same key (by default, from the thread and the
-        messages' ids) is stored once, however often it is recorded."""
-        return self._run(  # type: ignore[no-any-return]
-            self._record_plan(scope, messages, thread_id, key, occurred_at)
-        )
+        """Store ``messages`` as a pending episode, for :meth:`consolidate` to learn from.
+
+        The same key (by default, from the thread and the messages' ids) is stored once,
+        however often it is recorded, so a retried graph step does not record a turn twice.
+
+        Args:
+            scope: Whose memory the episode belongs to.
+            messages: LangChain messages or ``{"role", "content"}`` dicts.
+            **options: See :class:`RecordOptions`: ``thread_id``, ``key``, ``occurred_at``.
+
+        Returns:
+            The episode's key, or ``None`` when no message had content.
+
+        Example:
+            ```python
+            memory.record(
+                "user=alice",
+                [{"role": "user", "content": "I moved to Berlin"}],
+                thread_id="t1",
+            )
+            ```
+        """
+        return self._run(self._record_plan(scope, messages, options))
 
     async def arecord(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        *,
-        thread_id: str | None = None,
-        key: str | None = None,
-        occurred_at: float | None = None,
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
-        return await self._arun(  # type: ignore[no-any-return]
-            self._record_plan(scope, messages, thread_id, key, occurred_at)
-        )
+        """Async :meth:`record`."""
+        return await self._arun(self._record_plan(scope, messages, options))
 
     # -- graph nodes -----------------------------------------------------------------------
 
@@ -542,7 +570,7 @@ class AgentMemory(Generic[StoreT]):
         key = Scope.of(scope).key if scope is not None else None
         self._flush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
+        return C.run_steps(steps, self.store, self._run)
 
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
@@ -550,7 +578,7 @@ class AgentMemory(Generic[StoreT]):
         key = Scope.of(scope).key if scope is not None else None
         await self._aflush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
+        return await C.arun_steps(steps, self.store, self._arun)
 
     def _flush(self) -> None:
         rows = self._take_reinforcements()
@@ -575,11 +603,11 @@ class AgentMemory(Generic[StoreT]):
         """Delete every unpinned fact and episode whose importance decayed under the
         threshold; returns how many items went."""
         self._flush()
-        return self._run(self._decay_plan(scope))  # type: ignore[no-any-return]
+        return self._run(self._decay_plan(scope))
 
     async def adecay(self, scope: ScopeLike | None = None) -> int:
         await self._aflush()
-        return await self._arun(self._decay_plan(scope))  # type: ignore[no-any-return]
+        return await self._arun(self._decay_plan(scope))
 
     def _pin_plan(self, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
         s = Scope.of(scope)
@@ -626,10 +654,10 @@ class AgentMemory(Generic[StoreT]):
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
         decay. Returns how many facts changed."""
-        return self._run(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+        return self._run(self._pin_plan(scope, attribute, pinned))
 
     async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
-        return await self._arun(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+        return await self._arun(self._pin_plan(scope, attribute, pinned))
 
     # -- operations ------------------------------------------------------------------------
 
@@ -670,7 +698,7 @@ class AgentMemory(Generic[StoreT]):
         counts: dict[str, int] = self._run(self._erase_plan(scope))
         counts["threads"] = erased
         self._forget_local()
-        return counts  # type: ignore[no-any-return]
+        return counts
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
         threads = await self._arun(self._threads_plan(scope))
@@ -684,7 +712,7 @@ class AgentMemory(Generic[StoreT]):
         counts: dict[str, int] = await self._arun(self._erase_plan(scope))
         counts["threads"] = len(threads) if cp is not None else 0
         self._forget_local()
-        return counts  # type: ignore[no-any-return]
+        return counts
 
     def _erase_threads(self, threads: list[str]) -> int:
         cp = self.checkpointer
@@ -699,18 +727,14 @@ class AgentMemory(Generic[StoreT]):
 
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
-        return self._run(  # type: ignore[no-any-return]
-            sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)
-        )
+        return self._run(sqlm.known_scopes_plan(self._sql, self.settings.namespace_root))
 
     def scopes(self) -> dict[str, dict[str, int]]:
         """Every scope with its counts: facts, history, episodes, pending, parked, failed."""
-        return self._run(  # type: ignore[no-any-return]
-            sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
-        )
+        return self._run(sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock()))
 
     async def ascopes(self) -> dict[str, dict[str, int]]:
-        return await self._arun(  # type: ignore[no-any-return]
+        return await self._arun(
             sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
         )
 
@@ -718,21 +742,21 @@ class AgentMemory(Generic[StoreT]):
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Recent jobs with these statuses (completed, failed, parked), newest first."""
-        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
-        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     def retry(self, scope: ScopeLike | None = None) -> int:
         """Queue parked episodes again and lift back-offs; returns how many episodes."""
         key = Scope.of(scope).key if scope is not None else None
-        return self._run(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+        return self._run(sqlm.retry_plan(self._sql, key))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
         key = Scope.of(scope).key if scope is not None else None
-        return await self._arun(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+        return await self._arun(sqlm.retry_plan(self._sql, key))
 
     def sweep(self) -> int:
         """Run the TTL sweeps of the store and of the checkpointer; returns items + threads

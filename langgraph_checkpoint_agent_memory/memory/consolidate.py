@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -72,10 +72,12 @@ class Search:
 
 
 Step = RunPlan | Extract | Embed | Search
-Steps = Generator[Step, Any, Any]
+T = TypeVar("T")
+#: Steps that end with a value of type ``T``.
+Steps = Generator[Step, Any, T]
 
 
-def run_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Any]) -> Any:
+def run_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Any]) -> T:
     """Drive ``steps`` synchronously; ``run`` runs a plan."""
 
     def execute(step: Step) -> Any:
@@ -93,7 +95,7 @@ def run_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Any]) -> Any:
     return drive(steps, execute)
 
 
-async def arun_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> Any:
+async def arun_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> T:
     """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run`` runs a
     plan."""
 
@@ -178,7 +180,9 @@ def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
     return digest(scope, extractor_version, *sorted(episode_keys), size=20)
 
 
-def job_steps(memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()) -> Steps:
+def job_steps(
+    memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()
+) -> Steps[JobResult | None]:
     """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
     s = memory.settings
     sql = memory._sql
@@ -284,7 +288,7 @@ def job_steps(memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = 
     )
 
 
-def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps:
+def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps[JobResult]:
     s = memory.settings
     outcome = yield RunPlan(
         sqlm.fail_plan(
@@ -416,7 +420,7 @@ def _writes(
 
 def consolidate_steps(
     memory: Any, *, scope: str | None = None, max_jobs: int | None = None
-) -> Steps:
+) -> Steps[Report]:
     """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
     report = Report()
     failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off
