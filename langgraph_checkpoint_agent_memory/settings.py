@@ -338,24 +338,15 @@ def _convert(value: Any, annotation: Any, text: bool) -> Any:
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         raise ValueError("expected true/false")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if target is int:
-        if isinstance(value, bool):
-            raise ValueError("expected an integer, got a boolean")
-        if isinstance(value, int):
+        if number and isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, str):
-            return int(value.strip())
-        raise ValueError("expected an integer")
+        return _parse_number(value, int, "an integer")
     if target is float:
-        if isinstance(value, bool):
-            raise ValueError("expected a number, got a boolean")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return float(value.strip())
-        raise ValueError("expected a number")
+        return float(value) if number else _parse_number(value, float, "a number")
     if target is str:
         if isinstance(value, str):
             return value
@@ -374,3 +365,12 @@ def _convert(value: Any, annotation: Any, text: bool) -> Any:
             return value
         return target(value)
     return value
+
+
+def _parse_number(value: Any, parse: Callable[[str], float], what: str) -> float:
+    """A number from text; never from a boolean, though Python counts one as an ``int``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {what}, got a boolean")
+    if isinstance(value, str):
+        return parse(value.strip())
+    raise ValueError(f"expected {what}")
