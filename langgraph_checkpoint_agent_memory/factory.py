@@ -9,7 +9,7 @@ otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -21,6 +21,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
 
 def create_checkpointer(
     ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
-) -> BaseCheckpointSaver:
+) -> BaseCheckpointSaver[str]:
     """Return a LangGraph checkpointer for this environment.
 
     Args:
@@ -159,7 +162,7 @@ def create_store(
     return AgentMemoryStore(database, index=index, ttl=ttl, **options)
 
 
-def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> Any:
+def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
     from langgraph_checkpoint_agent_memory.checkpoint.backends import (
         HanaSaver,
         PostgresSaver,
@@ -167,7 +170,7 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
     )
 
     if target.kind == "sqlite":
-        saver: Any = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+        saver: SQLSaver = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
     elif target.kind == "postgresql":
         saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:

@@ -21,6 +21,8 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: What a :class:`Database` subclass hands out as a connection (a type parameter only).
+ConnT = TypeVar("ConnT")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class Migration:
     statements: Sequence[str] = field(default_factory=list)
 
 
-class Database(Generic[T]):
+class Database(Generic[ConnT]):
     """A connection source of one dialect, with sync and async plan runners.
 
     Subclasses implement :meth:`_run_sync` (and :meth:`_run_async` when the driver has a
