@@ -82,6 +82,15 @@ def create_checkpointer(
     Raises:
         TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
         ValueError: ``ttl_seconds`` is negative.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import create_checkpointer
+
+        checkpointer = create_checkpointer(ttl_seconds=3600, url="sqlite:///checkpoints.db")
+        graph = builder.compile(checkpointer=checkpointer)
+        graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
+        ```
     """
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
@@ -125,6 +134,18 @@ def create_store(
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`).
+
+    Returns:
+        An :class:`AgentMemoryStore`, a LangGraph ``BaseStore``.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+        store = create_store("postgresql://user:pw@localhost/app", index="default")
+        graph = builder.compile(checkpointer=checkpointer, store=store)
+        memory = AgentMemory(store)
+        ```
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 

@@ -132,14 +132,34 @@ def agent_config(
 ) -> Callable[[Callable[[], T]], Callable[[], T]]:
     """Declare a configuration field whose coded default is the decorated function's result.
 
-    Example::
+    Operators change the value without touching code (an environment variable named after
+    the key, or an override); calling the decorated function returns the value in force,
+    converted to its return annotation.
 
-        @agent_config("config.checkpointer.ttl_seconds", "Thread TTL",
-                      "Seconds of inactivity after which a conversation is forgotten")
+    Args:
+        key: The field's dotted name, e.g. ``config.checkpointer.ttl_seconds``;
+            ``create_checkpointer`` and ``AgentMemory`` read the ``config.checkpointer.*``
+            and ``config.memory.*`` fields.
+        label: A short human name, for configuration UIs.
+        description: What the value means, for configuration UIs.
+        **extra: Anything else to export with the field in the configuration schema.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import agent_config
+
+
+        @agent_config(
+            "config.checkpointer.ttl_seconds",
+            "Thread TTL",
+            "Seconds of inactivity after which a conversation is forgotten",
+        )
         def checkpointer_ttl() -> int:
             return 3600
 
+
         checkpointer_ttl()  # 3600, or CONFIG__CHECKPOINTER__TTL_SECONDS if set
+        ```
 
     Raises:
         ConfigurationError: the key is empty, or another function already declared it.

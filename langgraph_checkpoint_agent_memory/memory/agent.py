@@ -172,6 +172,20 @@ class AgentMemory(Generic[StoreT]):
             budget; default an estimate of four characters per token.
         clock: Seconds since the epoch; injectable for tests.
         **settings: Any field of :class:`MemorySettings`.
+
+    In a graph, :attr:`inject_node` and :attr:`record_node` do the reading and recording;
+    :meth:`consolidate` (or the worker of :meth:`start`) learns facts from what was recorded.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+        memory = AgentMemory(create_store("sqlite:///memory.db"), extractor=chat_model)
+        memory.record("user=alice", [{"role": "user", "content": "I moved to Berlin"}])
+        memory.consolidate()
+        memory.facts("user=alice")  # [Fact(attribute="city", value="Berlin", ...)]
+        memory.build_context("user=alice", "where do I live?")
+        ```
     """
 
     def __init__(
@@ -205,8 +219,46 @@ class AgentMemory(Generic[StoreT]):
         self._reinforced: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._worker: MemoryWorker | None = None
-        self.inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
-        self.record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+        self._inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
+        self._record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+
+    @property
+    def inject_node(self) -> RunnableLambda[Any, dict[str, Any]]:
+        """A graph node (sync and async) that puts the scope's memory into state.
+
+        It reads the run's scope from ``config["configurable"]`` (``user_id``, ``agent_id``,
+        ... as ``scope_keys`` says), recalls what is relevant to the last user message and
+        writes a dated, token-budgeted block: a system message with id
+        ``CONTEXT_MESSAGE_ID`` (replaced each turn, removed when empty), or the
+        ``context_key`` state key when that setting is given. Episodes of the current thread
+        are left out; what is recalled is reinforced.
+
+        Example:
+            ```python
+            graph.add_node("inject_memory", memory.inject_node)  # before the agent node
+            graph.add_edge(START, "inject_memory")
+            app = graph.compile(checkpointer=checkpointer)
+            config = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
+            app.invoke({"messages": [("user", "where do I live?")]}, config)
+            ```
+        """
+        return self._inject_node
+
+    @property
+    def record_node(self) -> RunnableLambda[Any, dict[str, Any]]:
+        """A graph node (sync and async) that records the turn as a pending episode.
+
+        The turn is the messages since the last user message; its key comes from the thread
+        and the messages' ids, so a retried step records it once. The node changes no state;
+        :meth:`consolidate` (or the worker of :meth:`start`) later turns episodes into facts.
+
+        Example:
+            ```python
+            graph.add_node("record_memory", memory.record_node)
+            graph.add_edge("agent", "record_memory")
+            ```
+        """
+        return self._record_node
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
@@ -236,10 +288,21 @@ class AgentMemory(Generic[StoreT]):
         return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
     def facts(self, scope: ScopeLike) -> list[Fact]:
-        """The scope's current facts, by attribute."""
+        """The scope's current facts, by attribute.
+
+        Args:
+            scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+
+        Example:
+            ```python
+            for fact in memory.facts("user=alice"):
+                print(fact.attribute, fact.value)
+            ```
+        """
         return self._run(self._facts_plan(scope))
 
     async def afacts(self, scope: ScopeLike) -> list[Fact]:
+        """Async :meth:`facts`."""
         return await self._arun(self._facts_plan(scope))
 
     def _history_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
@@ -273,10 +336,22 @@ class AgentMemory(Generic[StoreT]):
         return sorted(eps, key=lambda e: (e.occurred_at, e.key))
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        """The scope's episodes, oldest first; ``status``: pending, done or parked."""
+        """The scope's episodes (recorded turns), oldest first.
+
+        Args:
+            scope: Whose episodes.
+            status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
+                (failed too often; see :meth:`retry`); ``None``: all.
+
+        Example:
+            ```python
+            waiting = memory.episodes("user=alice", status="pending")
+            ```
+        """
         return self._run(self._episodes_plan(scope, status))
 
     async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """Async :meth:`episodes`."""
         return await self._arun(self._episodes_plan(scope, status))
 
     # -- recall ----------------------------------------------------------------------------
@@ -419,12 +494,24 @@ class AgentMemory(Generic[StoreT]):
     def build_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
     ) -> str:
-        """The dated context block ``inject_node`` would put into state for ``query``."""
+        """The dated context block ``inject_node`` would put into state for ``query``.
+
+        Args:
+            scope: Whose memory.
+            query: What the block should be relevant to.
+            budget_tokens: The block's size in tokens (default the ``budget_tokens`` setting).
+
+        Example:
+            ```python
+            print(memory.build_context("user=alice", "what should I cook tonight?"))
+            ```
+        """
         return self.recall(scope, query, budget_tokens=budget_tokens).text
 
     async def abuild_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
     ) -> str:
+        """Async :meth:`build_context`."""
         return (await self.arecall(scope, query, budget_tokens=budget_tokens)).text
 
     def _queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
@@ -566,7 +653,24 @@ class AgentMemory(Generic[StoreT]):
     def consolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
-        """Consolidate pending episodes (of every scope that has some, or of ``scope``)."""
+        """Consolidate pending episodes into facts: one extractor call per job, its result
+        applied in one transaction (facts confirmed, superseded or added; episodes marked
+        done). A failed job is recorded with its error and its episodes stay pending.
+
+        Args:
+            scope: Only this scope (and no other); ``None``: every scope with pending episodes.
+            max_jobs: Stop after this many jobs; ``None``: until no scope has claimable work.
+
+        Returns:
+            A :class:`Report` of the jobs (``completed``, ``failed``, ``added``, ...).
+
+        Example:
+            ```python
+            memory.record("user=alice", [{"role": "user", "content": "I live in Paris"}])
+            report = memory.consolidate("user=alice")
+            assert report.completed == 1
+            ```
+        """
         key = Scope.of(scope).key if scope is not None else None
         self._flush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
@@ -575,6 +679,7 @@ class AgentMemory(Generic[StoreT]):
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
+        """Async :meth:`consolidate` (a blocking extractor or driver runs in a thread)."""
         key = Scope.of(scope).key if scope is not None else None
         await self._aflush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
@@ -601,11 +706,25 @@ class AgentMemory(Generic[StoreT]):
 
     def decay(self, scope: ScopeLike | None = None) -> int:
         """Delete every unpinned fact and episode whose importance decayed under the
-        threshold; returns how many items went."""
+        ``decay_threshold`` setting (importance falls by ``decay_rate`` a day and is restored
+        when an item is confirmed or recalled); in set-based statements.
+
+        Args:
+            scope: Only this scope; ``None``: all.
+
+        Returns:
+            How many items were deleted.
+
+        Example:
+            ```python
+            removed = memory.decay()
+            ```
+        """
         self._flush()
         return self._run(self._decay_plan(scope))
 
     async def adecay(self, scope: ScopeLike | None = None) -> int:
+        """Async :meth:`decay`."""
         await self._aflush()
         return await self._arun(self._decay_plan(scope))
 
@@ -691,8 +810,19 @@ class AgentMemory(Generic[StoreT]):
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
         ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
         vectors, full-text entries, jobs, and, with a checkpointer, the conversation
-        threads (first, so a SQLite file is compacted after both). Returns the rows
-        removed per table."""
+        threads (first, so a SQLite file is compacted after both).
+
+        Args:
+            scope: The scope to forget, with every narrower scope it covers.
+
+        Returns:
+            The rows removed per table, with ``"scopes"`` and ``"threads"`` counts.
+
+        Example:
+            ```python
+            counts = memory.erase("user=alice")  # a right-to-be-forgotten request
+            ```
+        """
         threads = self._run(self._threads_plan(scope))
         erased = self._erase_threads(threads)
         counts: dict[str, int] = self._run(self._erase_plan(scope))
@@ -701,6 +831,7 @@ class AgentMemory(Generic[StoreT]):
         return counts
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
+        """Async :meth:`erase`."""
         threads = await self._arun(self._threads_plan(scope))
         cp = self.checkpointer
         if cp is not None and threads:
@@ -730,10 +861,18 @@ class AgentMemory(Generic[StoreT]):
         return self._run(sqlm.known_scopes_plan(self._sql, self.settings.namespace_root))
 
     def scopes(self) -> dict[str, dict[str, int]]:
-        """Every scope with its counts: facts, history, episodes, pending, parked, failed."""
+        """Every scope with its counts: facts, history, episodes, pending, parked, failed.
+
+        Example:
+            ```python
+            for scope, counts in memory.scopes().items():
+                print(scope, counts["facts"], counts["pending"])
+            ```
+        """
         return self._run(sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock()))
 
     async def ascopes(self) -> dict[str, dict[str, int]]:
+        """Async :meth:`scopes`."""
         return await self._arun(
             sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
         )
@@ -741,26 +880,61 @@ class AgentMemory(Generic[StoreT]):
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
-        """Recent jobs with these statuses (completed, failed, parked), newest first."""
+        """Recent consolidation jobs, newest first.
+
+        Args:
+            statuses: Which: ``"completed"``, ``"failed"``, ``"parked"``.
+            limit: At most this many.
+
+        Example:
+            ```python
+            for job in memory.jobs(["failed"]):
+                print(job["scope"], job["error"])
+            ```
+        """
         return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
+        """Async :meth:`jobs`."""
         return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     def retry(self, scope: ScopeLike | None = None) -> int:
-        """Queue parked episodes again and lift back-offs; returns how many episodes."""
+        """Queue parked episodes again and lift the scopes' back-offs, e.g. after fixing
+        the extractor.
+
+        Args:
+            scope: Only this scope; ``None``: all.
+
+        Returns:
+            How many episodes are pending again.
+
+        Example:
+            ```python
+            memory.retry("user=alice")
+            memory.consolidate("user=alice")
+            ```
+        """
         key = Scope.of(scope).key if scope is not None else None
         return self._run(sqlm.retry_plan(self._sql, key))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
+        """Async :meth:`retry`."""
         key = Scope.of(scope).key if scope is not None else None
         return await self._arun(sqlm.retry_plan(self._sql, key))
 
     def sweep(self) -> int:
-        """Run the TTL sweeps of the store and of the checkpointer; returns items + threads
-        removed."""
+        """Run the TTL sweeps of the store and of the checkpointer now.
+
+        Returns:
+            How many expired items and threads were removed.
+
+        Example:
+            ```python
+            removed = memory.sweep()
+            ```
+        """
         removed = self.store.sweep()
         sweep = getattr(self.checkpointer, "sweep", None)
         if callable(sweep):
@@ -769,6 +943,7 @@ class AgentMemory(Generic[StoreT]):
         return removed
 
     async def asweep(self) -> int:
+        """Async :meth:`sweep`."""
         removed = await self.store.asweep()
         sweep = getattr(self.checkpointer, "asweep", None)
         if callable(sweep):
@@ -779,6 +954,7 @@ class AgentMemory(Generic[StoreT]):
     # -- the background worker -------------------------------------------------------------
 
     def worker(self) -> MemoryWorker:
+        """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
         if self._worker is None:
             st = self.settings
             self._worker = MemoryWorker(
@@ -790,28 +966,52 @@ class AgentMemory(Generic[StoreT]):
         return self._worker
 
     def start(self) -> MemoryWorker:
-        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals."""
+        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals
+        (``consolidate_every_seconds``, ``decay_every_seconds``, ``sweep_every_seconds``).
+
+        Returns:
+            The running :class:`MemoryWorker`; :meth:`stop` stops it.
+
+        Example:
+            ```python
+            memory.start()
+            try:
+                serve()
+            finally:
+                memory.stop()
+            ```
+        """
         w = self.worker()
         w.start()
         return w
 
     def stop(self) -> None:
+        """Stop the worker of :meth:`start`."""
         if self._worker is not None:
             self._worker.stop()
 
     async def astart(self) -> MemoryWorker:
-        """The same, as an asyncio task of the running loop."""
+        """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
         w = self.worker()
         await w.astart()
         return w
 
     async def astop(self) -> None:
+        """Stop the task of :meth:`astart`."""
         if self._worker is not None:
             await self._worker.astop()
 
     def setup(self) -> None:
-        """Create or migrate the schema (also done on first use)."""
+        """Create or migrate the store's and memory's tables (also done on first use).
+
+        Example:
+            ```python
+            memory = AgentMemory(create_store("postgresql://..."))
+            memory.setup()  # e.g. in a deployment step, before the first request
+            ```
+        """
         self.store.setup()
 
     async def asetup(self) -> None:
+        """Async :meth:`setup`."""
         await self.store.asetup()

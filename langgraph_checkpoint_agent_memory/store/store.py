@@ -133,6 +133,26 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
+
+    Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
+    ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
+    :meth:`delete_namespace`, :meth:`sweep`, ``setup()`` (create or migrate the tables,
+    otherwise done on first use) and :meth:`close`.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import create_store
+
+        with create_store("sqlite:///memory.db", index="default") as store:
+            store.setup()
+            store.put(("users", "alice"), "prefs", {"food": "spicy ramen", "rating": 5})
+            item = store.get(("users", "alice"), "prefs")
+            hits = store.search(
+                ("users",), query="what does alice like to eat?", filter={"rating": {"$gte": 4}}
+            )
+            store.put(("users", "alice"), "mood", {"today": "tired"}, ttl=60)  # minutes
+            store.delete_namespace(("users", "alice"))
+        ```
     """
 
     supports_ttl = True
@@ -194,7 +214,19 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
     # -- lifecycle -------------------------------------------------------------------------
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Delete expired items every ``sweep_interval_minutes`` in a daemon thread."""
+        """Delete expired items every ``sweep_interval_minutes`` in a daemon thread.
+
+        Args:
+            sweep_interval_minutes: How often; default the ``ttl`` config's
+                ``sweep_interval_minutes``, else every minute.
+
+        Example:
+            ```python
+            store.start_ttl_sweeper(5)
+            ...
+            store.stop_ttl_sweeper()
+            ```
+        """
         minutes = (
             sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 1
         )
@@ -205,15 +237,29 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             self._sweeper.start()
 
     def stop_ttl_sweeper(self) -> None:
+        """Stop the thread of :meth:`start_ttl_sweeper`, if one runs."""
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.stop()
 
     def close(self) -> None:
+        """Stop the TTL sweeper and close the connections this store opened (never a
+        connection or pool the caller passed in). ``with store:`` calls it on exit.
+
+        Example:
+            ```python
+            store = create_store("postgresql://...")
+            try:
+                store.put(("docs",), "a", {"text": "hello"})
+            finally:
+                store.close()
+            ```
+        """
         self.stop_ttl_sweeper()
         self.db.close()
 
     async def aclose(self) -> None:
+        """Async :meth:`close`; ``async with store:`` calls it on exit."""
         self.stop_ttl_sweeper()
         await self.db.aclose()
 
@@ -752,11 +798,28 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
-        """Delete every item (with its vectors and text index) at or below ``namespace``;
-        return how many items went."""
+        """Delete every item (with its vectors and text index) at or below ``namespace``,
+        in one transaction.
+
+        Args:
+            namespace: A non-empty namespace prefix: ``("users", "alice")`` also deletes
+                ``("users", "alice", "notes")``, not ``("users", "alice2")``.
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            ConfigurationError: ``namespace`` is empty (that would delete everything).
+
+        Example:
+            ```python
+            removed = store.delete_namespace(("users", "alice"))
+            ```
+        """
         return self.run_plan(self._delete_namespace_plan(namespace))
 
     async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
+        """Async :meth:`delete_namespace`."""
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
@@ -785,10 +848,22 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
                 return removed
 
     def sweep(self) -> int:
-        """Delete expired items now; return how many."""
+        """Delete expired items now (expired items are invisible at once; this reclaims
+        their rows), with their vectors and text index.
+
+        Returns:
+            How many items were deleted.
+
+        Example:
+            ```python
+            store = create_store("sqlite:///memory.db", ttl={"default_ttl": 60})
+            store.sweep()
+            ```
+        """
         return self.run_plan(self._sweep_plan())
 
     async def asweep(self) -> int:
+        """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
 
 
