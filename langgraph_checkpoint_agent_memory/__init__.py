@@ -11,16 +11,8 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from langgraph_checkpoint_agent_memory.checkpoint import (
-    AsyncHanaSaver,
-    AsyncPostgresSaver,
-    AsyncSqliteSaver,
-    HanaSaver,
-    PostgresSaver,
-    SqliteSaver,
-    SQLSaver,
-    TimedInMemorySaver,
-)
+from langgraph_checkpoint_agent_memory import checkpoint as _checkpoint
+from langgraph_checkpoint_agent_memory.checkpoint import *  # noqa: F403 - the savers, as listed in checkpoint.__all__
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ClosedError,
@@ -81,9 +73,6 @@ __all__ = [
     "AgentMemory",
     "AgentMemoryError",
     "AgentMemoryStore",
-    "AsyncHanaSaver",
-    "AsyncPostgresSaver",
-    "AsyncSqliteSaver",
     "ChatModelExtractor",
     "ClosedError",
     "ConfigField",
@@ -92,18 +81,14 @@ __all__ = [
     "DatabaseUnavailableError",
     "ExtractionError",
     "Extractor",
-    "HanaSaver",
     "InvalidValueError",
-    "PostgresSaver",
     "RuleBasedExtractor",
-    "SQLSaver",
     "Scope",
     "ScopeError",
-    "SqliteSaver",
     "ThreadDeletedError",
-    "TimedInMemorySaver",
     "__version__",
     "agent_config",
     "create_checkpointer",
     "create_store",
 ]
+__all__ += _checkpoint.__all__

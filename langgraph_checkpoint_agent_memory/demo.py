@@ -201,7 +201,7 @@ def run_demo(
 
 
 def memory_graph(
-    memory: AgentMemory, model: Any, *, checkpointer: Any
+    memory: AgentMemory[Any], model: Any, *, checkpointer: Any
 ) -> tuple[Any, dict[str, str]]:
     """``inject_memory -> agent -> record_memory`` compiled, with ``model`` as the agent; the
     dict it returns holds the context block the agent last saw, under ``"context"``."""

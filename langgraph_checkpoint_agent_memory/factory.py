@@ -9,7 +9,7 @@ otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -21,6 +21,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
 
 def create_checkpointer(
     ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
-) -> BaseCheckpointSaver:
+) -> BaseCheckpointSaver[str]:
     """Return a LangGraph checkpointer for this environment.
 
     Args:
@@ -79,6 +82,15 @@ def create_checkpointer(
     Raises:
         TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
         ValueError: ``ttl_seconds`` is negative.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import create_checkpointer
+
+        checkpointer = create_checkpointer(ttl_seconds=3600, url="sqlite:///checkpoints.db")
+        graph = builder.compile(checkpointer=checkpointer)
+        graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
+        ```
     """
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
@@ -122,6 +134,18 @@ def create_store(
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`).
+
+    Returns:
+        An :class:`AgentMemoryStore`, a LangGraph ``BaseStore``.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+        store = create_store("postgresql://user:pw@localhost/app", index="default")
+        graph = builder.compile(checkpointer=checkpointer, store=store)
+        memory = AgentMemory(store)
+        ```
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
@@ -159,7 +183,7 @@ def create_store(
     return AgentMemoryStore(database, index=index, ttl=ttl, **options)
 
 
-def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> Any:
+def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
     from langgraph_checkpoint_agent_memory.checkpoint.backends import (
         HanaSaver,
         PostgresSaver,
@@ -167,7 +191,7 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
     )
 
     if target.kind == "sqlite":
-        saver: Any = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+        saver: SQLSaver = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
     elif target.kind == "postgresql":
         saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:

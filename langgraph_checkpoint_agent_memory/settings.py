@@ -132,14 +132,34 @@ def agent_config(
 ) -> Callable[[Callable[[], T]], Callable[[], T]]:
     """Declare a configuration field whose coded default is the decorated function's result.
 
-    Example::
+    Operators change the value without touching code (an environment variable named after
+    the key, or an override); calling the decorated function returns the value in force,
+    converted to its return annotation.
 
-        @agent_config("config.checkpointer.ttl_seconds", "Thread TTL",
-                      "Seconds of inactivity after which a conversation is forgotten")
+    Args:
+        key: The field's dotted name, e.g. ``config.checkpointer.ttl_seconds``;
+            ``create_checkpointer`` and ``AgentMemory`` read the ``config.checkpointer.*``
+            and ``config.memory.*`` fields.
+        label: A short human name, for configuration UIs.
+        description: What the value means, for configuration UIs.
+        **extra: Anything else to export with the field in the configuration schema.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import agent_config
+
+
+        @agent_config(
+            "config.checkpointer.ttl_seconds",
+            "Thread TTL",
+            "Seconds of inactivity after which a conversation is forgotten",
+        )
         def checkpointer_ttl() -> int:
             return 3600
 
+
         checkpointer_ttl()  # 3600, or CONFIG__CHECKPOINTER__TTL_SECONDS if set
+        ```
 
     Raises:
         ConfigurationError: the key is empty, or another function already declared it.
@@ -338,24 +358,15 @@ def _convert(value: Any, annotation: Any, text: bool) -> Any:
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         raise ValueError("expected true/false")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if target is int:
-        if isinstance(value, bool):
-            raise ValueError("expected an integer, got a boolean")
-        if isinstance(value, int):
+        if number and isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, str):
-            return int(value.strip())
-        raise ValueError("expected an integer")
+        return _parse_number(value, int, "an integer")
     if target is float:
-        if isinstance(value, bool):
-            raise ValueError("expected a number, got a boolean")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return float(value.strip())
-        raise ValueError("expected a number")
+        return float(value) if number else _parse_number(value, float, "a number")
     if target is str:
         if isinstance(value, str):
             return value
@@ -374,3 +385,12 @@ def _convert(value: Any, annotation: Any, text: bool) -> Any:
             return value
         return target(value)
     return value
+
+
+def _parse_number(value: Any, parse: Callable[[str], float], what: str) -> float:
+    """A number from text; never from a boolean, though Python counts one as an ``int``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {what}, got a boolean")
+    if isinstance(value, str):
+        return parse(value.strip())
+    raise ValueError(f"expected {what}")

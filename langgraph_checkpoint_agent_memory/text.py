@@ -11,7 +11,7 @@ import re
 import threading
 from collections import Counter
 from functools import lru_cache
-from typing import Any
+from typing import Protocol
 
 import snowballstemmer
 
@@ -40,13 +40,20 @@ MAX_TERM = 64
 _STEMMERS = threading.local()
 
 
-def _new_stemmer() -> Any:
-    return snowballstemmer.stemmer("english")
+class _Stemmer(Protocol):
+    """What this module uses of a ``snowballstemmer`` stemmer (the package has no types)."""
+
+    def stemWord(self, word: str) -> str: ...
+
+
+def _new_stemmer() -> _Stemmer:
+    stemmer: _Stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    stemmer = getattr(_STEMMERS, "english", None)
+    stemmer: _Stemmer | None = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = _new_stemmer()
     return stemmer.stemWord(word)[:MAX_TERM]

@@ -74,3 +74,18 @@ def test_commands_run(where: str, lines: list[str], tmp_path: Path) -> None:
             env=env,
         )
         assert result.returncode == 0, f"{where}: {line} failed:\n{result.stderr}"
+
+
+def test_help_shows_the_graph_nodes_with_their_docs() -> None:
+    """``help(AgentMemory)`` lists ``inject_node`` and ``record_node`` with their own
+    docstrings, not as attributes set in ``__init__`` that help cannot see."""
+    import pydoc
+
+    from langgraph_checkpoint_agent_memory import AgentMemory
+
+    text = pydoc.render_doc(AgentMemory, renderer=pydoc.plaintext)
+    for name in ("inject_node", "record_node"):
+        doc = getattr(AgentMemory, name).__doc__
+        assert doc, f"{name} has no docstring"
+        first_line = doc.strip().splitlines()[0]
+        assert re.search(rf"^[ |]*{name}\n[ |]*{re.escape(first_line)}", text, re.M), name

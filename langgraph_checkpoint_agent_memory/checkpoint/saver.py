@@ -60,7 +60,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.writes import Writer
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Database, Plan
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
 from langgraph_checkpoint_agent_memory.db.migrations import (
     CheckpointSchemaOnFirstUse as SchemaOnFirstUse,
 )
@@ -155,11 +155,11 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             f"strategy={self.strategy!r})"
         )
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _run(self, plan: Plan[T]) -> T:
         self._ready()
         return self.db.run(plan)
 
-    async def _arun(self, plan: Plan[Any]) -> Any:
+    async def _arun(self, plan: Plan[T]) -> T:
         await self._aready()
         return await self.db.arun(plan)
 
@@ -585,7 +585,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             >>> saver.sweep()  # doctest: +SKIP
             ['user-17', 'user-23']
         """
-        return self._run(self._maintenance.sweep(self.serde))  # type: ignore[no-any-return]
+        return self._run(self._maintenance.sweep(self.serde))
 
     async def asweep(self) -> builtins.list[str]:
         """Asynchronously :meth:`sweep`; the async sweeper task calls this.
@@ -594,7 +594,7 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             >>> await saver.asweep()  # doctest: +SKIP
             []
         """
-        return await self._arun(self._maintenance.sweep(self.serde))  # type: ignore[no-any-return]
+        return await self._arun(self._maintenance.sweep(self.serde))
 
     # -- versions --------------------------------------------------------------------------
 

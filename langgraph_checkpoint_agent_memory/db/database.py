@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -21,6 +21,8 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: What a :class:`Database` subclass hands out as a connection (a type parameter only).
+ConnT = TypeVar("ConnT")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class Migration:
     statements: Sequence[str] = field(default_factory=list)
 
 
-class Database(Generic[T]):
+class Database(Generic[ConnT]):
     """A connection source of one dialect, with sync and async plan runners.
 
     Subclasses implement :meth:`_run_sync` (and :meth:`_run_async` when the driver has a
@@ -101,34 +103,63 @@ class Database(Generic[T]):
         return self.dialect.name
 
 
-def drive(plan: Plan[T], execute: Any) -> T:
-    """Run ``plan`` with a synchronous ``execute(batch) -> results`` function."""
-    try:
-        batch = next(plan)
-        while True:
-            try:
-                results = execute(batch)
-            except Exception as exc:
-                batch = plan.throw(exc)
-                continue
-            batch = plan.send(results)
-    except StopIteration as stop:
-        return stop.value
+Y = TypeVar("Y")
+R = TypeVar("R")
 
 
-async def adrive(plan: Plan[T], execute: Any) -> T:
+class _Stepper(Generic[Y, R, T]):
+    """The driver loop's state, written once for :func:`drive` and :func:`adrive`: the item a
+    generator is waiting on (``pending``) until it returns (``done``, ``value``).
+
+    A failed execution is thrown into the generator, which may handle it and go on.
+    """
+
+    def __init__(self, gen: Generator[Y, R, T]) -> None:
+        self._gen = gen
+        self.done = False
+        self.value: T
+        self._advance(gen.__next__)
+
+    def _advance(self, step: Callable[[], Y]) -> None:
+        try:
+            self.pending = step()
+        except StopIteration as stop:
+            self.done, self.value = True, stop.value
+
+    def send(self, result: R) -> None:
+        self._advance(lambda: self._gen.send(result))
+
+    def throw(self, exc: Exception) -> None:
+        self._advance(lambda: self._gen.throw(exc))
+
+
+def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
+    """Run ``plan`` with a synchronous ``execute(batch) -> results`` function.
+
+    Works for any generator driven the same way (the consolidation's steps, too).
+    """
+    stepper: _Stepper[Y, R, T] = _Stepper(plan)
+    while not stepper.done:
+        try:
+            result = execute(stepper.pending)
+        except Exception as exc:
+            stepper.throw(exc)
+        else:
+            stepper.send(result)
+    return stepper.value
+
+
+async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]]) -> T:
     """Run ``plan`` with an asynchronous ``execute(batch) -> results`` coroutine function."""
-    try:
-        batch = next(plan)
-        while True:
-            try:
-                results = await execute(batch)
-            except Exception as exc:
-                batch = plan.throw(exc)
-                continue
-            batch = plan.send(results)
-    except StopIteration as stop:
-        return stop.value
+    stepper: _Stepper[Y, R, T] = _Stepper(plan)
+    while not stepper.done:
+        try:
+            result = await execute(stepper.pending)
+        except Exception as exc:
+            stepper.throw(exc)
+        else:
+            stepper.send(result)
+    return stepper.value
 
 
 def rows_as_dicts(columns: Iterable[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:

@@ -16,11 +16,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
+
+#: Column names (of a key, of an insert, of the columns an upsert overwrites).
+Columns: TypeAlias = Sequence[str]
+#: The SELECT whose rows an ``INSERT ... SELECT`` writes.
+Source: TypeAlias = "sa.Select[Any]"
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,7 @@ class Dialect:
     #: without it, plans read the row under a lock and decide in Python.
     conditional_upsert = True
 
-    def insert_ignore(self, table: sa.Table, keys: Sequence[str]) -> sa.sql.ClauseElement:
+    def insert_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
         """Insert a row unless one with the same ``keys`` exists (first write wins)."""
         cols = [c.name for c in table.columns]
         return self.insert_from_select(table, cols, self._values(table, cols), keys, None)
@@ -132,40 +137,49 @@ class Dialect:
     def upsert(
         self,
         table: sa.Table,
-        keys: Sequence[str],
-        update: Sequence[str],
+        keys: Columns,
+        update: Columns,
         where: Any = None,
     ) -> sa.sql.ClauseElement:
         """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
         overwrite the ``update`` columns."""
         cols = [c.name for c in table.columns]
         stmt = self.insert(table).values(values_params(table, cols))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
-        )
+        return _on_conflict_update(stmt, keys, update, where)
 
     def insert_from_select(
-        self,
-        table: sa.Table,
-        cols: Sequence[str],
-        source: sa.Select[Any],
-        keys: Sequence[str],
-        update: Sequence[str] | None,
+        self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns | None
     ) -> sa.sql.ClauseElement:
         """``INSERT INTO table (cols) <source>``; on a key conflict keep the existing row
         (``update is None``) or overwrite the ``update`` columns."""
-        stmt = self.insert(table).from_select(list(cols), source)
         if update is None:
-            return stmt.on_conflict_do_nothing(index_elements=list(keys))
-        return stmt.on_conflict_do_update(
-            index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
-        )
+            return self.insert_missing(table, cols, source, keys)
+        return self.upsert_select(table, cols, source, keys, update)
+
+    def insert_missing(
+        self, table: sa.Table, cols: Columns, source: Source, keys: Columns
+    ) -> sa.sql.ClauseElement:
+        """``INSERT INTO table (cols) <source>`` of the rows whose ``keys`` are not there yet."""
+        stmt = self._insert_select(table, cols, source)
+        missing: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return missing
+
+    def upsert_select(
+        self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns
+    ) -> sa.sql.ClauseElement:
+        """``INSERT INTO table (cols) <source>``, overwriting ``update`` on a key conflict."""
+        return _on_conflict_update(self._insert_select(table, cols, source), keys, update)
+
+    def _insert_select(self, table: sa.Table, cols: Columns, source: Source) -> Any:
+        """The dialect's ``INSERT ... SELECT`` (with ``on_conflict_do_*``), before the conflict
+        clause."""
+        return self.insert(table).from_select(list(cols), source)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         """A parameter in a SELECT list, typed so the database need not guess."""
         return sa.cast(param, type_)
 
-    def _values(self, table: sa.Table, cols: Sequence[str]) -> sa.Select[Any]:
+    def _values(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
         return sa.select(
             *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
         )
@@ -307,3 +321,14 @@ class Dialect:
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
     """``{column: bindparam(column)}``, typed by the table so drivers bind the right types."""
     return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}
+
+
+def _on_conflict_update(
+    stmt: Any, keys: Columns, update: Columns, where: Any = None
+) -> sa.sql.ClauseElement:
+    """``stmt`` (an INSERT with ``on_conflict_do_update``) overwriting ``update`` on a
+    conflict of ``keys`` where ``where`` holds for the existing row."""
+    upsert: sa.sql.ClauseElement = stmt.on_conflict_do_update(
+        index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+    )
+    return upsert

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,13 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import (
+    Columns,
+    Dialect,
+    Source,
+    Sql,
+    values_params,
+)
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -96,9 +102,7 @@ class HanaDialect(Dialect):
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
         )
 
-    def upsert(
-        self, table: sa.Table, keys: Sequence[str], update: Sequence[str], where: Any = None
-    ) -> Any:
+    def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
         from sqlalchemy_hana.elements import Upsert
 
         if where is not None:
@@ -108,18 +112,15 @@ class HanaDialect(Dialect):
         stmt._hana_with_primary_key = True  # type: ignore[attr-defined]
         return stmt
 
-    def insert_from_select(
-        self,
-        table: sa.Table,
-        cols: Sequence[str],
-        source: sa.Select[Any],
-        keys: Sequence[str],
-        update: Sequence[str] | None,
+    def upsert_select(
+        self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns
     ) -> Any:
         from sqlalchemy_hana.elements import Upsert
 
-        if update is not None:  # UPSERT <table> (<cols>) <subquery> matches on the primary key
-            return Upsert(table).from_select(list(cols), source)
+        # UPSERT <table> (<cols>) <subquery> matches on the primary key
+        return Upsert(table).from_select(list(cols), source)
+
+    def insert_missing(self, table: sa.Table, cols: Columns, source: Source, keys: Columns) -> Any:
         src = source.subquery("src")
         target = table.alias("existing")
         fresh = sa.select(*[src.c[c] for c in cols]).where(
@@ -211,36 +212,28 @@ class HanaDatabase(Database[Any]):
         return f"HanaDatabase({self.describe()})"
 
     def _connect(self) -> Any:
+        """A new connection, registered so :meth:`close` closes it."""
         from hdbcli import dbapi
 
         conn = dbapi.connect(**self.connect_args)
         conn.setautocommit(False)
+        with self._lock:
+            self._all.append(conn)
         return conn
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        self._slots.acquire()
-        try:
+        with self._slots:
             try:
                 conn = self._idle.get_nowait()
             except queue.Empty:
                 conn = self._connect()
-                with self._lock:
-                    self._all.append(conn)
-            ok = False
             try:
                 yield conn
-                ok = True
-            finally:
-                if ok:
-                    self._idle.put(conn)
-                else:  # a connection that failed mid-plan may be broken: drop it
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
-        finally:
-            self._slots.release()
+            except BaseException:  # a connection that failed mid-plan may be broken: drop it
+                _close_quietly(conn)
+                raise
+            self._idle.put(conn)
 
     def _run_sync(self, plan: Plan[T]) -> T:
         with self.connection() as conn:
@@ -253,8 +246,13 @@ class HanaDatabase(Database[Any]):
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+                _close_quietly(conn)
             self._all.clear()
+
+
+def _close_quietly(conn: Any) -> None:
+    """Close ``conn``; a connection that is already broken may fail to close, and that is fine."""
+    try:
+        conn.close()
+    except Exception:
+        pass

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
@@ -208,21 +208,47 @@ def decay_state_plan(
         query = sql._text(("decay_state", len(chunk)), partial(str, text))
         params = {"prefix": prefix, **{f"k{j}": k for j, k in enumerate(chunk)}}
         [rows] = yield Batch([Stmt(query, params, fetch=True)])
-        out.update({r[0]: (float(r[1]), float(r[2])) for r in rows})
+        out.update(
+            {
+                r.key: (float(r.log_importance), float(r.reinforced_at))
+                for r in map(DecayRow._make, rows)
+            }
+        )
     return out
 
 
-def decode(row: Sequence[Any]) -> StoredRow:
-    value = row[2] if isinstance(row[2], dict) else json.loads(row[2])
+class ItemDecayRow(NamedTuple):
+    """A row of :meth:`MemorySql.rows`: an item and its decay state (NULL when it has none)."""
+
+    prefix: str
+    key: str
+    value: Any  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
+    created_at: float
+    updated_at: float
+    log_importance: float | None
+    reinforced_at: float | None
+    pinned: int | None
+
+
+class DecayRow(NamedTuple):
+    """A row of :func:`decay_state_plan`'s query."""
+
+    key: str
+    log_importance: float
+    reinforced_at: float
+
+
+def decode(raw: Sequence[Any]) -> StoredRow:
+    row = ItemDecayRow._make(raw)
     return StoredRow(
-        prefix=row[0],
-        key=row[1],
-        value=value,
-        created_at=float(row[3]),
-        updated_at=float(row[4]),
-        log_importance=None if row[5] is None else float(row[5]),
-        reinforced_at=None if row[6] is None else float(row[6]),
-        pinned=bool(row[7]),
+        prefix=row.prefix,
+        key=row.key,
+        value=row.value if isinstance(row.value, dict) else json.loads(row.value),
+        created_at=float(row.created_at),
+        updated_at=float(row.updated_at),
+        log_importance=None if row.log_importance is None else float(row.log_importance),
+        reinforced_at=None if row.reinforced_at is None else float(row.reinforced_at),
+        pinned=bool(row.pinned),
     )
 
 
@@ -368,38 +394,33 @@ def claim_plan(
     return Claim(name, root, owner, int(failures), [k for (k,) in keys])
 
 
-def _lease_check(sql: MemorySql) -> Sql:
+def _cached(build: Callable[[MemorySql], str]) -> Callable[[MemorySql], Sql]:
+    """``build(sql)``'s text as a statement of ``sql``'s dialect, built once per dialect
+    (named after the function)."""
+    name = build.__name__.lstrip("_")
+    return lambda sql: sql._text(name, partial(build, sql))
+
+
+@_cached
+def _lease_check(sql: MemorySql) -> str:
+    where = f"WHERE scope = {sql.p('scope')}{sql.d.for_update}"
+    return f"SELECT lease_owner, failures FROM am_memory_scopes {where}"
+
+
+@_cached
+def _release(sql: MemorySql) -> str:
     p = sql.p
-    return sql._text(
-        "lease_check",
-        lambda: (
-            "SELECT lease_owner, failures FROM am_memory_scopes WHERE scope = "
-            f"{p('scope')}{sql.d.for_update}"
-        ),
+    return (
+        "UPDATE am_memory_scopes SET lease_owner = NULL, lease_until = NULL, failures = "
+        f"{p('failures')}, next_attempt_at = {p('next')}, last_error = {p('error')} "
+        f"WHERE scope = {p('scope')} AND lease_owner = {p('owner')}"
     )
 
 
-def _release(sql: MemorySql) -> Sql:
-    p = sql.p
-    return sql._text(
-        "release",
-        lambda: (
-            "UPDATE am_memory_scopes SET lease_owner = NULL, lease_until = NULL, failures = "
-            f"{p('failures')}, next_attempt_at = {p('next')}, last_error = {p('error')} "
-            f"WHERE scope = {p('scope')} AND lease_owner = {p('owner')}"
-        ),
-    )
-
-
-def _done_pending(sql: MemorySql) -> Sql:
-    p = sql.p
-    return sql._text(
-        "done_pending",
-        lambda: (
-            f"DELETE FROM am_memory_pending WHERE scope = {p('scope')} AND episode_key = "
-            f"{p('episode_key')}"
-        ),
-    )
+@_cached
+def _done_pending(sql: MemorySql) -> str:
+    where = f"scope = {sql.p('scope')} AND episode_key = {sql.p('episode_key')}"
+    return f"DELETE FROM am_memory_pending WHERE {where}"
 
 
 def apply_plan(

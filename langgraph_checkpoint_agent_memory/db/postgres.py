@@ -23,7 +23,8 @@ class PostgresDialect(Dialect):
     pipelines = True
 
     def _make_sa_dialect(self) -> SADialect:
-        return sa_pg.psycopg.dialect()
+        # SQLAlchemy leaves this dialect's __init__ unannotated
+        return sa_pg.psycopg.dialect()  # type: ignore[no-untyped-call]
 
     def insert(self, table: sa.Table) -> Any:
         return sa_pg.insert(table)

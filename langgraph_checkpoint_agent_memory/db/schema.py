@@ -13,6 +13,8 @@ clock of the TTL and the tombstones that stop a late write from resurrecting a t
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -21,31 +23,58 @@ metadata = sa.MetaData()
 ID = sa.String(255)
 NS = sa.String(255)
 VERSION = sa.String(128)
+PREFIX = sa.String(1024)
+TIME = sa.Float(53)  # seconds since the epoch
+
+ColumnType: TypeAlias = "sa.types.TypeEngine[Any] | type[sa.types.TypeEngine[Any]]"
+
+
+def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
+    return sa.Column(name, type_, nullable=False)
+
+
+def _item_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
+    """The primary key of a row that belongs to one store item: its namespace (the labels
+    joined with ".") and key, then ``extra`` key columns."""
+    prefix = sa.Column("prefix", PREFIX, primary_key=True)
+    key = sa.Column("key", sa.String(1024), primary_key=True)
+    return (prefix, key, *extra)
+
+
+def _thread_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
+    """The primary key of a row of one checkpoint namespace of a thread, then ``extra`` key
+    columns."""
+    thread_id = sa.Column("thread_id", ID, primary_key=True)
+    checkpoint_ns = sa.Column("checkpoint_ns", NS, primary_key=True)
+    return (thread_id, checkpoint_ns, *extra)
+
+
+def _checkpoint_id() -> sa.Column[Any]:
+    return sa.Column("checkpoint_id", sa.String(64), primary_key=True)
+
 
 checkpoints = sa.Table(
     "am_checkpoints",
     metadata,
-    sa.Column("thread_id", ID, primary_key=True),
-    sa.Column("checkpoint_ns", NS, primary_key=True),
-    sa.Column("checkpoint_id", sa.String(64), primary_key=True),
+    *_thread_key(_checkpoint_id()),
     sa.Column("parent_checkpoint_id", sa.String(64)),
     sa.Column("run_id", sa.String(255)),
-    sa.Column("type", sa.String(32), nullable=False),
-    sa.Column("checkpoint", sa.LargeBinary, nullable=False),
-    sa.Column("metadata", sa.Text, nullable=False),
+    _required("type", sa.String(32)),
+    _required("checkpoint", sa.LargeBinary),
+    _required("metadata", sa.Text),
     # {channel: version} of the channels whose value lives in checkpoint_blobs
-    sa.Column("blob_versions", sa.Text, nullable=False),
+    _required("blob_versions", sa.Text),
     sa.Index("am_checkpoints_run_id", "run_id"),
 )
 
 blobs = sa.Table(
     "am_checkpoint_blobs",
     metadata,
-    sa.Column("thread_id", ID, primary_key=True),
-    sa.Column("checkpoint_ns", NS, primary_key=True),
-    sa.Column("channel", sa.String(255), primary_key=True),
-    sa.Column("version", VERSION, primary_key=True),
-    sa.Column("type", sa.String(32), nullable=False),
+    *_thread_key(
+        sa.Column("channel", sa.String(255), primary_key=True),
+        sa.Column("version", VERSION, primary_key=True),
+    ),
+    _required("type", sa.String(32)),
     sa.Column("blob", sa.LargeBinary),
     # set when ``blob`` holds only the items appended to the list at ``base_version``
     sa.Column("base_version", VERSION),
@@ -54,15 +83,15 @@ blobs = sa.Table(
 writes = sa.Table(
     "am_checkpoint_writes",
     metadata,
-    sa.Column("thread_id", ID, primary_key=True),
-    sa.Column("checkpoint_ns", NS, primary_key=True),
-    sa.Column("checkpoint_id", sa.String(64), primary_key=True),
-    sa.Column("task_id", sa.String(255), primary_key=True),
-    sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("channel", sa.String(255), nullable=False),
-    sa.Column("type", sa.String(32), nullable=False),
+    *_thread_key(
+        _checkpoint_id(),
+        sa.Column("task_id", sa.String(255), primary_key=True),
+        sa.Column("idx", sa.Integer, primary_key=True, autoincrement=False),
+    ),
+    _required("channel", sa.String(255)),
+    _required("type", sa.String(32)),
     sa.Column("blob", sa.LargeBinary),
-    sa.Column("task_path", sa.String(1024), nullable=False),
+    _required("task_path", sa.String(1024)),
 )
 
 threads = sa.Table(
@@ -92,19 +121,16 @@ CHECKPOINT_TABLES = (checkpoints, blobs, writes, threads)
 
 # -- the store -----------------------------------------------------------------------------
 
-PREFIX = sa.String(1024)
-
 store_items = sa.Table(
     "am_store_items",
     metadata,
-    sa.Column("prefix", PREFIX, primary_key=True),  # namespace labels joined with "."
-    sa.Column("key", sa.String(1024), primary_key=True),
+    *_item_key(),
     # JSON; JSONB on PostgreSQL, so filters read it without re-parsing every row
-    sa.Column("value", sa.Text().with_variant(JSONB(), "postgresql"), nullable=False),
-    sa.Column("created_at", sa.Float(53), nullable=False),
-    sa.Column("updated_at", sa.Float(53), nullable=False),
-    sa.Column("ttl_minutes", sa.Float(53)),
-    sa.Column("expires_at", sa.Float(53)),
+    _required("value", sa.Text().with_variant(JSONB(), "postgresql")),
+    _required("created_at", TIME),
+    _required("updated_at", TIME),
+    sa.Column("ttl_minutes", TIME),
+    sa.Column("expires_at", TIME),
     sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
     sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
@@ -114,10 +140,8 @@ store_items = sa.Table(
 store_vectors = sa.Table(
     "am_store_vectors",
     metadata,
-    sa.Column("prefix", PREFIX, primary_key=True),
-    sa.Column("key", sa.String(1024), primary_key=True),
-    sa.Column("field", sa.String(512), primary_key=True),
-    sa.Column("vector", sa.LargeBinary, nullable=False),  # float32, little-endian
+    *_item_key(sa.Column("field", sa.String(512), primary_key=True)),
+    _required("vector", sa.LargeBinary),  # float32, little-endian
 )
 
 # The lexical index: one row per (term, item), with what BM25 needs (the term's frequency in
@@ -126,11 +150,11 @@ store_vectors = sa.Table(
 store_terms = sa.Table(
     "am_store_terms",
     metadata,
-    sa.Column("term", sa.String(64), nullable=False),
-    sa.Column("prefix", PREFIX, nullable=False),
-    sa.Column("key", sa.String(1024), nullable=False),
-    sa.Column("tf", sa.Integer, nullable=False),
-    sa.Column("dl", sa.Integer, nullable=False),
+    _required("term", sa.String(64)),
+    _required("prefix", PREFIX),
+    _required("key", sa.String(1024)),
+    _required("tf", sa.Integer),
+    _required("dl", sa.Integer),
     sa.PrimaryKeyConstraint("term", "prefix", "key", postgresql_include=["tf", "dl"]),
     # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
     # away from the primary key onto every posting of the namespace
@@ -146,26 +170,32 @@ STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 
 SCOPE = sa.String(1024)
 
+
+def _scope_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
+    """The primary key of a row that belongs to one memory scope (``user=alice,agent=support``),
+    then ``extra`` key columns."""
+    return (sa.Column("scope", SCOPE, primary_key=True), *extra)
+
+
 memory_scopes = sa.Table(
     "am_memory_scopes",
     metadata,
-    sa.Column("scope", SCOPE, primary_key=True),  # user=alice,agent=support
-    sa.Column("root", sa.String(255), nullable=False),  # the namespace root, e.g. memory
+    *_scope_key(),
+    _required("root", sa.String(255)),  # the namespace root, e.g. memory
     sa.Column("lease_owner", sa.String(64)),  # the job holding the scope, while it runs
-    sa.Column("lease_until", sa.Float(53)),
-    sa.Column("failures", sa.Integer, nullable=False),  # consecutive failed jobs
-    sa.Column("next_attempt_at", sa.Float(53)),  # back-off after a failure
+    sa.Column("lease_until", TIME),
+    _required("failures", sa.Integer),  # consecutive failed jobs
+    sa.Column("next_attempt_at", TIME),  # back-off after a failure
     sa.Column("last_error", sa.Text),
-    sa.Column("created_at", sa.Float(53), nullable=False),
+    _required("created_at", TIME),
 )
 
 memory_pending = sa.Table(
     "am_memory_pending",
     metadata,
-    sa.Column("scope", SCOPE, primary_key=True),
-    sa.Column("episode_key", sa.String(255), primary_key=True),
-    sa.Column("recorded_at", sa.Float(53), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),  # pending | parked
+    *_scope_key(sa.Column("episode_key", sa.String(255), primary_key=True)),
+    _required("recorded_at", TIME),
+    _required("status", sa.String(16)),  # pending | parked
     sa.Index("am_memory_pending_status", "status", "scope"),
 )
 
@@ -173,14 +203,14 @@ memory_jobs = sa.Table(
     "am_memory_jobs",
     metadata,
     sa.Column("job_id", sa.String(255), primary_key=True),
-    sa.Column("scope", SCOPE, nullable=False),
-    sa.Column("episodes", sa.Text, nullable=False),  # JSON list of episode keys
-    sa.Column("extractor_version", sa.String(255), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),  # completed | failed
-    sa.Column("attempt", sa.Integer, nullable=False),
+    _required("scope", SCOPE),
+    _required("episodes", sa.Text),  # JSON list of episode keys
+    _required("extractor_version", sa.String(255)),
+    _required("status", sa.String(16)),  # completed | failed
+    _required("attempt", sa.Integer),
     sa.Column("error", sa.Text),
-    sa.Column("started_at", sa.Float(53), nullable=False),
-    sa.Column("finished_at", sa.Float(53), nullable=False),
+    _required("started_at", TIME),
+    _required("finished_at", TIME),
     sa.Column("outcome", sa.Text),  # JSON: what the job changed
     sa.Index("am_memory_jobs_scope", "scope"),
     sa.Index("am_memory_jobs_status", "status", "finished_at"),
@@ -189,22 +219,20 @@ memory_jobs = sa.Table(
 memory_decay = sa.Table(
     "am_memory_decay",
     metadata,
-    sa.Column("prefix", PREFIX, primary_key=True),
-    sa.Column("key", sa.String(1024), primary_key=True),
-    sa.Column("scope", SCOPE, nullable=False),
+    *_item_key(),
+    _required("scope", SCOPE),
     # ln(importance): decay is then arithmetic every database has (no POWER, no LN needed)
-    sa.Column("log_importance", sa.Float(53), nullable=False),
-    sa.Column("reinforced_at", sa.Float(53), nullable=False),  # last confirmed or recalled
-    sa.Column("pinned", sa.Integer, nullable=False),
+    _required("log_importance", sa.Float(53)),
+    _required("reinforced_at", TIME),  # last confirmed or recalled
+    _required("pinned", sa.Integer),
     sa.Index("am_memory_decay_scope", "scope"),
 )
 
 memory_threads = sa.Table(
     "am_memory_threads",
     metadata,
-    sa.Column("scope", SCOPE, primary_key=True),
-    sa.Column("thread_id", sa.String(255), primary_key=True),
-    sa.Column("seen_at", sa.Float(53), nullable=False),
+    *_scope_key(sa.Column("thread_id", sa.String(255), primary_key=True)),
+    _required("seen_at", TIME),
 )
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)

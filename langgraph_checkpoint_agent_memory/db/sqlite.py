@@ -12,7 +12,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -25,7 +25,7 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
+from langgraph_checkpoint_agent_memory.db.dialect import Columns, Dialect, FastWrite, Source
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -46,17 +46,10 @@ class SQLiteDialect(Dialect):
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
 
-    def insert_from_select(
-        self,
-        table: sa.Table,
-        cols: Sequence[str],
-        source: sa.Select[Any],
-        keys: Sequence[str],
-        update: Sequence[str] | None,
-    ) -> Any:
+    def _insert_select(self, table: sa.Table, cols: Columns, source: Source) -> Any:
         if source.whereclause is None:  # SQLite parses "SELECT ... ON CONFLICT" only after WHERE
             source = source.where(sa.true())
-        return super().insert_from_select(table, cols, source, keys, update)
+        return super()._insert_select(table, cols, source)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         return param  # SQLite stores what it is given; a CAST would only add work

@@ -39,6 +39,51 @@ class ItemRow(NamedTuple):
     ttl_minutes: float | None
 
 
+class ScoredRow(NamedTuple):
+    """A row of :meth:`StoreStatements.lexical` and of a dialect's vector search."""
+
+    prefix: str
+    key: str
+    score: float
+
+
+class VectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.vectors`: one embedded field of an item."""
+
+    prefix: str
+    key: str
+    vector: bytes  # float32, little-endian
+
+
+class KeyVectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.vectors_exact` (one namespace, so no prefix)."""
+
+    key: str
+    vector: bytes
+
+
+class Fingerprint(NamedTuple):
+    """A row of :meth:`StoreStatements.fingerprint`: a namespace's live item count and its
+    latest update, which any write to the namespace changes."""
+
+    items: int
+    latest: float | None
+
+
+class TextStats(NamedTuple):
+    """A row of :meth:`StoreStatements.text_stats`: what BM25 needs of the searched items."""
+
+    docs: int
+    total_len: int | None
+
+
+class ItemKey(NamedTuple):
+    """A row of :meth:`StoreStatements.expired`."""
+
+    prefix: str
+    key: str
+
+
 def vector_text(vector: bytes | Sequence[float]) -> str:
     """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
     columns read (HANA's ``TO_REAL_VECTOR``)."""

@@ -1,6 +1,11 @@
 """Agent memory: facts and episodes, consolidation, decay and recall (see ``agent``)."""
 
-from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory, MemorySettings
+from langgraph_checkpoint_agent_memory.memory.agent import (
+    AgentMemory,
+    MemorySettings,
+    RecallOptions,
+    RecordOptions,
+)
 from langgraph_checkpoint_agent_memory.memory.consolidate import JobResult, Report
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
 from langgraph_checkpoint_agent_memory.memory.extract import (
@@ -40,8 +45,10 @@ __all__ = [
     "JobResult",
     "MemorySettings",
     "MemoryWorker",
+    "RecallOptions",
     "RecallWeights",
     "Recalled",
+    "RecordOptions",
     "Report",
     "RuleBasedExtractor",
     "Scope",

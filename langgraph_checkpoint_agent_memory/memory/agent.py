@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -52,6 +52,9 @@ from langgraph_checkpoint_agent_memory.memory.nodes import (
     turn_key,
 )
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,30 @@ class MemorySettings:
 #: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
 #: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
+T = TypeVar("T")
+
+
+class RecallOptions(TypedDict, total=False):
+    """Keyword options of :meth:`AgentMemory.recall` and :meth:`AgentMemory.arecall`."""
+
+    #: The block's size in tokens (default the ``budget_tokens`` setting).
+    budget_tokens: int | None
+    #: Leave out the episodes of this thread (its messages are already in the prompt).
+    exclude_thread: str | None
+    #: Count what was recalled as used, so it decays more slowly (what the inject node does).
+    reinforce: bool
+
+
+class RecordOptions(TypedDict, total=False):
+    """Keyword options of :meth:`AgentMemory.record` and :meth:`AgentMemory.arecord`."""
+
+    #: The conversation the messages come from (:meth:`AgentMemory.erase` removes it too).
+    thread_id: str | None
+    #: The episode's key (default: from the thread and the messages' ids); a key already
+    #: stored is not stored again.
+    key: str | None
+    #: When the turn happened, in seconds since the epoch (default: now).
+    occurred_at: float | None
 
 
 class AgentMemory(Generic[StoreT]):
@@ -145,6 +172,20 @@ class AgentMemory(Generic[StoreT]):
             budget; default an estimate of four characters per token.
         clock: Seconds since the epoch; injectable for tests.
         **settings: Any field of :class:`MemorySettings`.
+
+    In a graph, :attr:`inject_node` and :attr:`record_node` do the reading and recording;
+    :meth:`consolidate` (or the worker of :meth:`start`) learns facts from what was recorded.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+        memory = AgentMemory(create_store("sqlite:///memory.db"), extractor=chat_model)
+        memory.record("user=alice", [{"role": "user", "content": "I moved to Berlin"}])
+        memory.consolidate()
+        memory.facts("user=alice")  # [Fact(attribute="city", value="Berlin", ...)]
+        memory.build_context("user=alice", "where do I live?")
+        ```
     """
 
     def __init__(
@@ -178,18 +219,56 @@ class AgentMemory(Generic[StoreT]):
         self._reinforced: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._worker: MemoryWorker | None = None
-        self.inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
-        self.record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+        self._inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
+        self._record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+
+    @property
+    def inject_node(self) -> RunnableLambda[Any, dict[str, Any]]:
+        """A graph node (sync and async) that puts the scope's memory into state.
+
+        It reads the run's scope from ``config["configurable"]`` (``user_id``, ``agent_id``,
+        ... as ``scope_keys`` says), recalls what is relevant to the last user message and
+        writes a dated, token-budgeted block: a system message with id
+        ``CONTEXT_MESSAGE_ID`` (replaced each turn, removed when empty), or the
+        ``context_key`` state key when that setting is given. Episodes of the current thread
+        are left out; what is recalled is reinforced.
+
+        Example:
+            ```python
+            graph.add_node("inject_memory", memory.inject_node)  # before the agent node
+            graph.add_edge(START, "inject_memory")
+            app = graph.compile(checkpointer=checkpointer)
+            config = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
+            app.invoke({"messages": [("user", "where do I live?")]}, config)
+            ```
+        """
+        return self._inject_node
+
+    @property
+    def record_node(self) -> RunnableLambda[Any, dict[str, Any]]:
+        """A graph node (sync and async) that records the turn as a pending episode.
+
+        The turn is the messages since the last user message; its key comes from the thread
+        and the messages' ids, so a retried step records it once. The node changes no state;
+        :meth:`consolidate` (or the worker of :meth:`start`) later turns episodes into facts.
+
+        Example:
+            ```python
+            graph.add_node("record_memory", memory.record_node)
+            graph.add_edge("agent", "record_memory")
+            ```
+        """
+        return self._record_node
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
 
     # -- running plans and steps -----------------------------------------------------------
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _run(self, plan: Plan[T]) -> T:
         return self.store.run_plan(plan)
 
-    async def _arun(self, plan: Plan[Any]) -> Any:
+    async def _arun(self, plan: Plan[T]) -> T:
         return await self.store.arun_plan(plan)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
@@ -209,11 +288,22 @@ class AgentMemory(Generic[StoreT]):
         return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
     def facts(self, scope: ScopeLike) -> list[Fact]:
-        """The scope's current facts, by attribute."""
-        return self._run(self._facts_plan(scope))  # type: ignore[no-any-return]
+        """The scope's current facts, by attribute.
+
+        Args:
+            scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+
+        Example:
+            ```python
+            for fact in memory.facts("user=alice"):
+                print(fact.attribute, fact.value)
+            ```
+        """
+        return self._run(self._facts_plan(scope))
 
     async def afacts(self, scope: ScopeLike) -> list[Fact]:
-        return await self._arun(self._facts_plan(scope))  # type: ignore[no-any-return]
+        """Async :meth:`facts`."""
+        return await self._arun(self._facts_plan(scope))
 
     def _history_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
         s = Scope.of(scope)
@@ -231,10 +321,10 @@ class AgentMemory(Generic[StoreT]):
     def history(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
         """Every value an attribute had (all attributes when ``None``), oldest first; the
         current one last, with ``valid_to`` unset."""
-        return self._run(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+        return self._run(self._history_plan(scope, attribute))
 
     async def ahistory(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
-        return await self._arun(self._history_plan(scope, attribute))  # type: ignore[no-any-return]
+        return await self._arun(self._history_plan(scope, attribute))
 
     def _episodes_plan(self, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
         rows = yield from sqlm.read_plan(
@@ -246,30 +336,39 @@ class AgentMemory(Generic[StoreT]):
         return sorted(eps, key=lambda e: (e.occurred_at, e.key))
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        """The scope's episodes, oldest first; ``status``: pending, done or parked."""
-        return self._run(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+        """The scope's episodes (recorded turns), oldest first.
+
+        Args:
+            scope: Whose episodes.
+            status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
+                (failed too often; see :meth:`retry`); ``None``: all.
+
+        Example:
+            ```python
+            waiting = memory.episodes("user=alice", status="pending")
+            ```
+        """
+        return self._run(self._episodes_plan(scope, status))
 
     async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        return await self._arun(self._episodes_plan(scope, status))  # type: ignore[no-any-return]
+        """Async :meth:`episodes`."""
+        return await self._arun(self._episodes_plan(scope, status))
 
     # -- recall ----------------------------------------------------------------------------
 
     def _recall_steps(
-        self,
-        scope: ScopeLike,
-        query: str,
-        budget_tokens: int | None,
-        exclude_thread: str | None,
-        reinforce: bool,
-    ) -> C.Steps:
+        self, scope: ScopeLike, query: str, options: RecallOptions
+    ) -> C.Steps[R.Recalled]:
         s = Scope.of(scope)
         vector = None
         if query and self.store.embeddings is not None:
             [vector] = yield C.Embed([query], query=True)
-        recalled = yield C.RunPlan(
-            self._recall_plan(s, query, budget_tokens, exclude_thread, vector)
+        recalled: R.Recalled = yield C.RunPlan(
+            self._recall_plan(
+                s, query, options.get("budget_tokens"), options.get("exclude_thread"), vector
+            )
         )
-        if reinforce:
+        if options.get("reinforce", False):
             self._queue_reinforcement(s, recalled)
         return recalled
 
@@ -365,39 +464,54 @@ class AgentMemory(Generic[StoreT]):
         return self.policy.importance(row.log_importance, row.reinforced_at, now)
 
     def recall(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        exclude_thread: str | None = None,
-        reinforce: bool = False,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
-        """The context block with the facts and episodes in it (see :mod:`.recall`)."""
-        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
+        """The context block for ``query`` with the facts and episodes in it (see
+        :mod:`.recall`).
+
+        Args:
+            scope: Whose memory: a :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+            query: What the block should be relevant to (usually the last user message);
+                empty: the most important facts and the most recent episodes.
+            **options: See :class:`RecallOptions`: ``budget_tokens``, ``exclude_thread``,
+                ``reinforce``.
+
+        Example:
+            ```python
+            recalled = memory.recall("user=alice", "where do I live?", budget_tokens=200)
+            print(recalled.text)
+            ```
+        """
+        return C.run_steps(self._recall_steps(scope, query, options), self.store, self._run)
 
     async def arecall(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        exclude_thread: str | None = None,
-        reinforce: bool = False,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
-        steps = self._recall_steps(scope, query, budget_tokens, exclude_thread, reinforce)
-        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
+        """Async :meth:`recall`."""
+        steps = self._recall_steps(scope, query, options)
+        return await C.arun_steps(steps, self.store, self._arun)
 
     def build_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
     ) -> str:
-        """The dated context block ``inject_node`` would put into state for ``query``."""
+        """The dated context block ``inject_node`` would put into state for ``query``.
+
+        Args:
+            scope: Whose memory.
+            query: What the block should be relevant to.
+            budget_tokens: The block's size in tokens (default the ``budget_tokens`` setting).
+
+        Example:
+            ```python
+            print(memory.build_context("user=alice", "what should I cook tonight?"))
+            ```
+        """
         return self.recall(scope, query, budget_tokens=budget_tokens).text
 
     async def abuild_context(
         self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
     ) -> str:
+        """Async :meth:`build_context`."""
         return (await self.arecall(scope, query, budget_tokens=budget_tokens)).text
 
     def _queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
@@ -420,13 +534,10 @@ class AgentMemory(Generic[StoreT]):
     # -- recording -------------------------------------------------------------------------
 
     def _record_plan(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        thread_id: str | None,
-        key: str | None,
-        occurred_at: float | None,
+        self, scope: ScopeLike, messages: Sequence[Any], options: RecordOptions
     ) -> Plan[str | None]:
+        thread_id, key = options.get("thread_id"), options.get("key")
+        occurred_at = options.get("occurred_at")
         s = Scope.of(scope)
         dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
         if not dicts:
@@ -457,33 +568,37 @@ class AgentMemory(Generic[StoreT]):
         return ep_key
 
     def record(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        *,
-        thread_id: str | None = None,
-        key: str | None = None,
-        occurred_at: float | None = None,
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
-        """Store ``messages`` (LangChain messages or role/content dicts) as a pending
-        episode; returns its key. The same key (by default, from the thread and the
-        messages' ids) is stored once, however often it is recorded."""
-        return self._run(  # type: ignore[no-any-return]
-            self._record_plan(scope, messages, thread_id, key, occurred_at)
-        )
+        """Store ``messages`` as a pending episode, for :meth:`consolidate` to learn from.
+
+        The same key (by default, from the thread and the messages' ids) is stored once,
+        however often it is recorded, so a retried graph step does not record a turn twice.
+
+        Args:
+            scope: Whose memory the episode belongs to.
+            messages: LangChain messages or ``{"role", "content"}`` dicts.
+            **options: See :class:`RecordOptions`: ``thread_id``, ``key``, ``occurred_at``.
+
+        Returns:
+            The episode's key, or ``None`` when no message had content.
+
+        Example:
+            ```python
+            memory.record(
+                "user=alice",
+                [{"role": "user", "content": "I moved to Berlin"}],
+                thread_id="t1",
+            )
+            ```
+        """
+        return self._run(self._record_plan(scope, messages, options))
 
     async def arecord(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        *,
-        thread_id: str | None = None,
-        key: str | None = None,
-        occurred_at: float | None = None,
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
-        return await self._arun(  # type: ignore[no-any-return]
-            self._record_plan(scope, messages, thread_id, key, occurred_at)
-        )
+        """Async :meth:`record`."""
+        return await self._arun(self._record_plan(scope, messages, options))
 
     # -- graph nodes -----------------------------------------------------------------------
 
@@ -538,19 +653,37 @@ class AgentMemory(Generic[StoreT]):
     def consolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
-        """Consolidate pending episodes (of every scope that has some, or of ``scope``)."""
+        """Consolidate pending episodes into facts: one extractor call per job, its result
+        applied in one transaction (facts confirmed, superseded or added; episodes marked
+        done). A failed job is recorded with its error and its episodes stay pending.
+
+        Args:
+            scope: Only this scope (and no other); ``None``: every scope with pending episodes.
+            max_jobs: Stop after this many jobs; ``None``: until no scope has claimable work.
+
+        Returns:
+            A :class:`Report` of the jobs (``completed``, ``failed``, ``added``, ...).
+
+        Example:
+            ```python
+            memory.record("user=alice", [{"role": "user", "content": "I live in Paris"}])
+            report = memory.consolidate("user=alice")
+            assert report.completed == 1
+            ```
+        """
         key = Scope.of(scope).key if scope is not None else None
         self._flush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return C.run_steps(steps, self.store, self._run)  # type: ignore[no-any-return]
+        return C.run_steps(steps, self.store, self._run)
 
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
+        """Async :meth:`consolidate` (a blocking extractor or driver runs in a thread)."""
         key = Scope.of(scope).key if scope is not None else None
         await self._aflush()
         steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return await C.arun_steps(steps, self.store, self._arun)  # type: ignore[no-any-return]
+        return await C.arun_steps(steps, self.store, self._arun)
 
     def _flush(self) -> None:
         rows = self._take_reinforcements()
@@ -573,13 +706,27 @@ class AgentMemory(Generic[StoreT]):
 
     def decay(self, scope: ScopeLike | None = None) -> int:
         """Delete every unpinned fact and episode whose importance decayed under the
-        threshold; returns how many items went."""
+        ``decay_threshold`` setting (importance falls by ``decay_rate`` a day and is restored
+        when an item is confirmed or recalled); in set-based statements.
+
+        Args:
+            scope: Only this scope; ``None``: all.
+
+        Returns:
+            How many items were deleted.
+
+        Example:
+            ```python
+            removed = memory.decay()
+            ```
+        """
         self._flush()
-        return self._run(self._decay_plan(scope))  # type: ignore[no-any-return]
+        return self._run(self._decay_plan(scope))
 
     async def adecay(self, scope: ScopeLike | None = None) -> int:
+        """Async :meth:`decay`."""
         await self._aflush()
-        return await self._arun(self._decay_plan(scope))  # type: ignore[no-any-return]
+        return await self._arun(self._decay_plan(scope))
 
     def _pin_plan(self, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
         s = Scope.of(scope)
@@ -626,10 +773,10 @@ class AgentMemory(Generic[StoreT]):
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
         decay. Returns how many facts changed."""
-        return self._run(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+        return self._run(self._pin_plan(scope, attribute, pinned))
 
     async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
-        return await self._arun(self._pin_plan(scope, attribute, pinned))  # type: ignore[no-any-return]
+        return await self._arun(self._pin_plan(scope, attribute, pinned))
 
     # -- operations ------------------------------------------------------------------------
 
@@ -663,16 +810,28 @@ class AgentMemory(Generic[StoreT]):
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
         ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
         vectors, full-text entries, jobs, and, with a checkpointer, the conversation
-        threads (first, so a SQLite file is compacted after both). Returns the rows
-        removed per table."""
+        threads (first, so a SQLite file is compacted after both).
+
+        Args:
+            scope: The scope to forget, with every narrower scope it covers.
+
+        Returns:
+            The rows removed per table, with ``"scopes"`` and ``"threads"`` counts.
+
+        Example:
+            ```python
+            counts = memory.erase("user=alice")  # a right-to-be-forgotten request
+            ```
+        """
         threads = self._run(self._threads_plan(scope))
         erased = self._erase_threads(threads)
         counts: dict[str, int] = self._run(self._erase_plan(scope))
         counts["threads"] = erased
         self._forget_local()
-        return counts  # type: ignore[no-any-return]
+        return counts
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
+        """Async :meth:`erase`."""
         threads = await self._arun(self._threads_plan(scope))
         cp = self.checkpointer
         if cp is not None and threads:
@@ -684,7 +843,7 @@ class AgentMemory(Generic[StoreT]):
         counts: dict[str, int] = await self._arun(self._erase_plan(scope))
         counts["threads"] = len(threads) if cp is not None else 0
         self._forget_local()
-        return counts  # type: ignore[no-any-return]
+        return counts
 
     def _erase_threads(self, threads: list[str]) -> int:
         cp = self.checkpointer
@@ -699,44 +858,83 @@ class AgentMemory(Generic[StoreT]):
 
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
-        return self._run(  # type: ignore[no-any-return]
-            sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)
-        )
+        return self._run(sqlm.known_scopes_plan(self._sql, self.settings.namespace_root))
 
     def scopes(self) -> dict[str, dict[str, int]]:
-        """Every scope with its counts: facts, history, episodes, pending, parked, failed."""
-        return self._run(  # type: ignore[no-any-return]
-            sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
-        )
+        """Every scope with its counts: facts, history, episodes, pending, parked, failed.
+
+        Example:
+            ```python
+            for scope, counts in memory.scopes().items():
+                print(scope, counts["facts"], counts["pending"])
+            ```
+        """
+        return self._run(sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock()))
 
     async def ascopes(self) -> dict[str, dict[str, int]]:
-        return await self._arun(  # type: ignore[no-any-return]
+        """Async :meth:`scopes`."""
+        return await self._arun(
             sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
         )
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
-        """Recent jobs with these statuses (completed, failed, parked), newest first."""
-        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+        """Recent consolidation jobs, newest first.
+
+        Args:
+            statuses: Which: ``"completed"``, ``"failed"``, ``"parked"``.
+            limit: At most this many.
+
+        Example:
+            ```python
+            for job in memory.jobs(["failed"]):
+                print(job["scope"], job["error"])
+            ```
+        """
+        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
-        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))  # type: ignore[no-any-return]
+        """Async :meth:`jobs`."""
+        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))
 
     def retry(self, scope: ScopeLike | None = None) -> int:
-        """Queue parked episodes again and lift back-offs; returns how many episodes."""
+        """Queue parked episodes again and lift the scopes' back-offs, e.g. after fixing
+        the extractor.
+
+        Args:
+            scope: Only this scope; ``None``: all.
+
+        Returns:
+            How many episodes are pending again.
+
+        Example:
+            ```python
+            memory.retry("user=alice")
+            memory.consolidate("user=alice")
+            ```
+        """
         key = Scope.of(scope).key if scope is not None else None
-        return self._run(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+        return self._run(sqlm.retry_plan(self._sql, key))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
+        """Async :meth:`retry`."""
         key = Scope.of(scope).key if scope is not None else None
-        return await self._arun(sqlm.retry_plan(self._sql, key))  # type: ignore[no-any-return]
+        return await self._arun(sqlm.retry_plan(self._sql, key))
 
     def sweep(self) -> int:
-        """Run the TTL sweeps of the store and of the checkpointer; returns items + threads
-        removed."""
+        """Run the TTL sweeps of the store and of the checkpointer now.
+
+        Returns:
+            How many expired items and threads were removed.
+
+        Example:
+            ```python
+            removed = memory.sweep()
+            ```
+        """
         removed = self.store.sweep()
         sweep = getattr(self.checkpointer, "sweep", None)
         if callable(sweep):
@@ -745,6 +943,7 @@ class AgentMemory(Generic[StoreT]):
         return removed
 
     async def asweep(self) -> int:
+        """Async :meth:`sweep`."""
         removed = await self.store.asweep()
         sweep = getattr(self.checkpointer, "asweep", None)
         if callable(sweep):
@@ -755,6 +954,7 @@ class AgentMemory(Generic[StoreT]):
     # -- the background worker -------------------------------------------------------------
 
     def worker(self) -> MemoryWorker:
+        """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
         if self._worker is None:
             st = self.settings
             self._worker = MemoryWorker(
@@ -766,28 +966,52 @@ class AgentMemory(Generic[StoreT]):
         return self._worker
 
     def start(self) -> MemoryWorker:
-        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals."""
+        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals
+        (``consolidate_every_seconds``, ``decay_every_seconds``, ``sweep_every_seconds``).
+
+        Returns:
+            The running :class:`MemoryWorker`; :meth:`stop` stops it.
+
+        Example:
+            ```python
+            memory.start()
+            try:
+                serve()
+            finally:
+                memory.stop()
+            ```
+        """
         w = self.worker()
         w.start()
         return w
 
     def stop(self) -> None:
+        """Stop the worker of :meth:`start`."""
         if self._worker is not None:
             self._worker.stop()
 
     async def astart(self) -> MemoryWorker:
-        """The same, as an asyncio task of the running loop."""
+        """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
         w = self.worker()
         await w.astart()
         return w
 
     async def astop(self) -> None:
+        """Stop the task of :meth:`astart`."""
         if self._worker is not None:
             await self._worker.astop()
 
     def setup(self) -> None:
-        """Create or migrate the schema (also done on first use)."""
+        """Create or migrate the store's and memory's tables (also done on first use).
+
+        Example:
+            ```python
+            memory = AgentMemory(create_store("postgresql://..."))
+            memory.setup()  # e.g. in a deployment step, before the first request
+            ```
+        """
         self.store.setup()
 
     async def asetup(self) -> None:
+        """Async :meth:`setup`."""
         await self.store.asetup()

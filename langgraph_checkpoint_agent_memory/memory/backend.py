@@ -9,7 +9,7 @@ first use of either sets up both in one migration, and a memory call costs no ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -17,6 +17,11 @@ from langgraph_checkpoint_agent_memory.db.migrations import Component
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
 T = TypeVar("T")
+
+#: An embedding.
+Vector: TypeAlias = list[float]
+#: Keys with their scores, best first.
+Ranked: TypeAlias = list[tuple[str, float]]
 
 
 @runtime_checkable
@@ -42,14 +47,10 @@ class MemoryStore(Protocol):
     async def asetup(self) -> None: ...
 
     def rank_keys_plan(
-        self,
-        namespace: Sequence[str],
-        query: str,
-        query_vector: list[float] | None,
-        want: int,
-        now: float,
-    ) -> Plan[list[tuple[str, float]]]:
-        """Keys of one namespace's best matches for ``query``, with fused scores."""
+        self, namespace: Sequence[str], query: str, vector: Vector | None, want: int, now: float
+    ) -> Plan[Ranked]:
+        """Keys of one namespace's best matches for ``query`` (``vector``: its embedding, for
+        a hybrid ranking), with fused scores, best first."""
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items."""

@@ -24,12 +24,12 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
 from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
@@ -72,60 +72,46 @@ class Search:
 
 
 Step = RunPlan | Extract | Embed | Search
-Steps = Generator[Step, Any, Any]
+T = TypeVar("T")
+#: Steps that end with a value of type ``T``.
+Steps = Generator[Step, Any, T]
 
 
-def run_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Any]) -> Any:
+def run_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Any]) -> T:
     """Drive ``steps`` synchronously; ``run`` runs a plan."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                if isinstance(step, RunPlan):
-                    out = run(step.plan)
-                elif isinstance(step, Extract):
-                    out = step.extractor.extract(step.request)
-                elif isinstance(step, Embed):
-                    e = store.embeddings
-                    if step.query:
-                        out = [e.embed_query(t) for t in step.texts]
-                    else:
-                        out = e.embed_documents(step.texts) if step.texts else []
-                else:
-                    out = store.search(step.namespace, query=step.query, limit=step.limit)
-            except Exception as exc:
-                step = steps.throw(exc)
-                continue
-            step = steps.send(out)
-    except StopIteration as stop:
-        return stop.value
+
+    def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return run(step.plan)
+        if isinstance(step, Extract):
+            return step.extractor.extract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [e.embed_query(t) for t in step.texts]
+            return e.embed_documents(step.texts) if step.texts else []
+        return store.search(step.namespace, query=step.query, limit=step.limit)
+
+    return drive(steps, execute)
 
 
-async def arun_steps(steps: Steps, store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> Any:
+async def arun_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> T:
     """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run`` runs a
     plan."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                if isinstance(step, RunPlan):
-                    out = await run(step.plan)
-                elif isinstance(step, Extract):
-                    out = await step.extractor.aextract(step.request)
-                elif isinstance(step, Embed):
-                    e = store.embeddings
-                    if step.query:
-                        out = [await e.aembed_query(t) for t in step.texts]
-                    else:
-                        out = await e.aembed_documents(step.texts) if step.texts else []
-                else:
-                    out = await store.asearch(step.namespace, query=step.query, limit=step.limit)
-            except Exception as exc:
-                step = steps.throw(exc)
-                continue
-            step = steps.send(out)
-    except StopIteration as stop:
-        return stop.value
+
+    async def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return await run(step.plan)
+        if isinstance(step, Extract):
+            return await step.extractor.aextract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [await e.aembed_query(t) for t in step.texts]
+            return await e.aembed_documents(step.texts) if step.texts else []
+        return await store.asearch(step.namespace, query=step.query, limit=step.limit)
+
+    return await adrive(steps, execute)
 
 
 # -- one job -------------------------------------------------------------------------------
@@ -194,7 +180,9 @@ def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
     return digest(scope, extractor_version, *sorted(episode_keys), size=20)
 
 
-def job_steps(memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()) -> Steps:
+def job_steps(
+    memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()
+) -> Steps[JobResult | None]:
     """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
     s = memory.settings
     sql = memory._sql
@@ -300,7 +288,7 @@ def job_steps(memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = 
     )
 
 
-def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps:
+def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps[JobResult]:
     s = memory.settings
     outcome = yield RunPlan(
         sqlm.fail_plan(
@@ -432,7 +420,7 @@ def _writes(
 
 def consolidate_steps(
     memory: Any, *, scope: str | None = None, max_jobs: int | None = None
-) -> Steps:
+) -> Steps[Report]:
     """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
     report = Report()
     failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off

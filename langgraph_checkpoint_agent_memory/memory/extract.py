@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -272,58 +272,38 @@ async def _await(awaitable: Any) -> Any:
 _END = r"(?=\s*(?:[.!?;,]|\band\b|\bbut\b|$))"
 _VALUE = r"(?P<value>[^.!?;,]+?)"
 _WORD = r"[a-z][a-z0-9_]*"
-#: (pattern, attribute or None to take it from the match, multi, importance, statement)
-_RULES: list[tuple[re.Pattern[str], str | None, bool, float, str]] = [
-    (re.compile(rf"\bmy name is {_VALUE}{_END}", re.I), "name", False, 0.8, "is called {v}"),
-    (re.compile(rf"\bcall me {_VALUE}{_END}", re.I), "name", False, 0.8, "is called {v}"),
-    (
-        re.compile(rf"\bI(?:'ve| have)? (?:just )?moved to {_VALUE}{_END}", re.I),
-        "city",
-        False,
-        0.7,
-        "lives in {v}",
-    ),
-    (
-        re.compile(rf"\bI(?: now| still)? live in {_VALUE}{_END}", re.I),
-        "city",
-        False,
-        0.7,
-        "lives in {v}",
-    ),
-    (re.compile(rf"\bI'?m based in {_VALUE}{_END}", re.I), "city", False, 0.7, "lives in {v}"),
-    (
-        re.compile(rf"\bI(?: now| still)? work (?:at|for) {_VALUE}{_END}", re.I),
-        "employer",
-        False,
-        0.7,
-        "works at {v}",
-    ),
-    (re.compile(rf"\bI work as an? {_VALUE}{_END}", re.I), "role", False, 0.6, "works as {v}"),
-    (
-        re.compile(rf"\bI (?:really )?(?:like|love|enjoy) {_VALUE}{_END}", re.I),
-        "likes",
-        True,
-        0.5,
-        "likes {v}",
-    ),
-    (re.compile(rf"\bI speak {_VALUE}{_END}", re.I), "languages", True, 0.5, "speaks {v}"),
-    (re.compile(rf"\bI prefer {_VALUE}{_END}", re.I), "preference", False, 0.6, "prefers {v}"),
-    (
-        re.compile(rf"\bmy favou?rite (?P<attr>[a-z ]+?) is {_VALUE}{_END}", re.I),
-        None,
-        False,
-        0.5,
-        "'s favorite {a} is {v}",
-    ),
-    (
-        re.compile(
-            rf"\bmy (?P<attr>[a-z][a-z0-9_]*(?: [a-z][a-z0-9_]*)?) (?:is|are) {_VALUE}{_END}", re.I
-        ),
-        None,
-        False,
-        0.6,
-        "'s {a} is {v}",
-    ),
+
+
+class _Rule(NamedTuple):
+    """``<lead> <value>`` said by the user becomes a fact."""
+
+    pattern: re.Pattern[str]
+    attribute: str | None  # None: take it from the match's ``attr`` group
+    multi: bool
+    importance: float
+    statement: str  # ``{v}``: the value, ``{a}``: the attribute
+
+
+def _rule(
+    lead: str, attribute: str | None, importance: float, statement: str, *, multi: bool = False
+) -> _Rule:
+    pattern = re.compile(rf"\b{lead} {_VALUE}{_END}", re.I)
+    return _Rule(pattern, attribute, multi, importance, statement)
+
+
+_RULES = [
+    _rule("my name is", "name", 0.8, "is called {v}"),
+    _rule("call me", "name", 0.8, "is called {v}"),
+    _rule("I(?:'ve| have)? (?:just )?moved to", "city", 0.7, "lives in {v}"),
+    _rule("I(?: now| still)? live in", "city", 0.7, "lives in {v}"),
+    _rule("I'?m based in", "city", 0.7, "lives in {v}"),
+    _rule("I(?: now| still)? work (?:at|for)", "employer", 0.7, "works at {v}"),
+    _rule("I work as an?", "role", 0.6, "works as {v}"),
+    _rule("I (?:really )?(?:like|love|enjoy)", "likes", 0.5, "likes {v}", multi=True),
+    _rule("I speak", "languages", 0.5, "speaks {v}", multi=True),
+    _rule("I prefer", "preference", 0.6, "prefers {v}"),
+    _rule("my favou?rite (?P<attr>[a-z ]+?) is", None, 0.5, "'s favorite {a} is {v}"),
+    _rule(rf"my (?P<attr>{_WORD}(?: {_WORD})?) (?:is|are)", None, 0.6, "'s {a} is {v}"),
 ]
 _SKIP_ATTRS = {"name", "favorite", "favourite", "question", "problem", "issue"}
 
@@ -401,7 +381,7 @@ class RuleBasedExtractor(Extractor):
 def chat_model(spec: str) -> Any:
     """A chat model from ``provider:name`` through LangChain's ``init_chat_model``."""
     try:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+        from langchain.chat_models import init_chat_model
     except ImportError as exc:
         from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 

@@ -15,6 +15,7 @@ user id such as ``alice@example.com`` is data, never structure.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -232,6 +233,14 @@ class Extraction(BaseModel):
 # -- stored memories -----------------------------------------------------------------------
 
 
+def _stored_value(memory: Fact | Episode, kind: str) -> dict[str, Any]:
+    """A stored memory's fields but its key (the item's key), tagged with its ``kind``;
+    lists are copied, so the value does not change with the object."""
+    value = dataclasses.asdict(memory)
+    del value["key"]
+    return {"kind": kind, **value}
+
+
 @dataclass
 class Fact:
     """A fact as stored. ``valid_to`` and ``superseded_by`` are set once it is history."""
@@ -255,21 +264,8 @@ class Fact:
         return self.valid_to is None
 
     def to_value(self) -> dict[str, Any]:
-        return {
-            "kind": "fact",
-            "attribute": self.attribute,
-            "value": self.value,
-            "statement": self.statement,
-            "multi": self.multi,
-            "importance": self.importance,
-            "confirmations": self.confirmations,
-            "valid_from": self.valid_from,
-            "valid_to": self.valid_to,
-            "last_confirmed": self.last_confirmed,
-            "superseded_by": self.superseded_by,
-            "source_episodes": list(self.source_episodes),
-            "pinned": self.pinned,
-        }
+        """The JSON value stored for this fact (its key is the item's key)."""
+        return _stored_value(self, "fact")
 
     @classmethod
     def from_value(cls, key: str, value: Mapping[str, Any]) -> Fact:
@@ -308,16 +304,8 @@ class Episode:
     importance: float = 0.5
 
     def to_value(self) -> dict[str, Any]:
-        return {
-            "kind": "episode",
-            "messages": self.messages,
-            "occurred_at": self.occurred_at,
-            "thread_id": self.thread_id,
-            "status": self.status,
-            "summary": self.summary,
-            "outcome": self.outcome,
-            "importance": self.importance,
-        }
+        """The JSON value stored for this episode (its key is the item's key)."""
+        return _stored_value(self, "episode")
 
     @classmethod
     def from_value(cls, key: str, value: Mapping[str, Any]) -> Episode:

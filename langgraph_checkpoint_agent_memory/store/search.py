@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -126,6 +127,18 @@ def text_leaves(value: Any) -> list[str]:
         elif isinstance(item, (list, tuple)):
             stack.extend(reversed(list(item)))
     return out
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How hybrid search fuses its lexical and vector rankings (see :func:`fuse`)."""
+
+    lexical_weight: float
+    vector_weight: float
+    #: The fusion constant: larger values flatten the difference between ranks.
+    rrf_k: int
+    #: How many lexical and vector candidates each query considers, at least.
+    candidates: int
 
 
 def fuse(

@@ -25,12 +25,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 from langgraph.store.base import (
-    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
     Item,
     ListNamespacesOp,
+    NotProvided,
     Op,
     PutOp,
     Result,
@@ -47,7 +47,17 @@ from langgraph_checkpoint_agent_memory.background import Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
-from langgraph_checkpoint_agent_memory.db.store import ItemRow, StoreStatements, vector_text
+from langgraph_checkpoint_agent_memory.db.store import (
+    Fingerprint,
+    ItemKey,
+    ItemRow,
+    KeyVectorRow,
+    ScoredRow,
+    StoreStatements,
+    TextStats,
+    VectorRow,
+    vector_text,
+)
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
@@ -67,8 +77,40 @@ def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
     return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
 
 
+def _matrix(vectors: Iterable[bytes]) -> Any:
+    """Float32 little-endian vectors of one length as the rows of a matrix."""
+    blobs = [bytes(v) for v in vectors]
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+
+
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+class _Page:
+    """One page of search results: the rows that pass the filter exactly, after skipping
+    ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
+
+    def __init__(
+        self, store: AgentMemoryStore, conds: list[tuple[list[str], str, Any]], op: SearchOp
+    ) -> None:
+        self._store, self._conds = store, conds
+        self._skip, self._limit = op.offset, op.limit
+        self.items: list[tuple[SearchItem, Any]] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self._limit
+
+    def offer(self, row: ItemRow, score: float | None) -> bool:
+        """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
+        if not S.matches(self._store._value(row), self._conds):
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        self.items.append((self._store._search_item(row, score), row.ttl_minutes))
+        return self.full
 
 
 class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
@@ -91,6 +133,26 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
+
+    Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
+    ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
+    :meth:`delete_namespace`, :meth:`sweep`, ``setup()`` (create or migrate the tables,
+    otherwise done on first use) and :meth:`close`.
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import create_store
+
+        with create_store("sqlite:///memory.db", index="default") as store:
+            store.setup()
+            store.put(("users", "alice"), "prefs", {"food": "spicy ramen", "rating": 5})
+            item = store.get(("users", "alice"), "prefs")
+            hits = store.search(
+                ("users",), query="what does alice like to eat?", filter={"rating": {"$gte": 4}}
+            )
+            store.put(("users", "alice"), "mood", {"today": "tired"}, ttl=60)  # minutes
+            store.delete_namespace(("users", "alice"))
+        ```
     """
 
     supports_ttl = True
@@ -111,9 +173,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         self.dialect = database.dialect
         self.statements = StoreStatements(self.dialect)
         self.ttl_config = ttl
-        self.weights = weights
-        self.rrf_k = rrf_k
-        self.candidates = candidates
+        self.ranking = S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates)
         self.auto_setup = auto_setup
         self._clock = clock
         self._sweeper: Sweeper | None = None
@@ -154,7 +214,19 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
     # -- lifecycle -------------------------------------------------------------------------
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
-        """Delete expired items every ``sweep_interval_minutes`` in a daemon thread."""
+        """Delete expired items every ``sweep_interval_minutes`` in a daemon thread.
+
+        Args:
+            sweep_interval_minutes: How often; default the ``ttl`` config's
+                ``sweep_interval_minutes``, else every minute.
+
+        Example:
+            ```python
+            store.start_ttl_sweeper(5)
+            ...
+            store.stop_ttl_sweeper()
+            ```
+        """
         minutes = (
             sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 1
         )
@@ -165,15 +237,29 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             self._sweeper.start()
 
     def stop_ttl_sweeper(self) -> None:
+        """Stop the thread of :meth:`start_ttl_sweeper`, if one runs."""
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.stop()
 
     def close(self) -> None:
+        """Stop the TTL sweeper and close the connections this store opened (never a
+        connection or pool the caller passed in). ``with store:`` calls it on exit.
+
+        Example:
+            ```python
+            store = create_store("postgresql://...")
+            try:
+                store.put(("docs",), "a", {"text": "hello"})
+            finally:
+                store.close()
+            ```
+        """
         self.stop_ttl_sweeper()
         self.db.close()
 
     async def aclose(self) -> None:
+        """Async :meth:`close`; ``async with store:`` calls it on exit."""
         self.stop_ttl_sweeper()
         await self.db.aclose()
 
@@ -207,9 +293,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         await self._aready()
         return await self.db.arun(plan)
 
-    def recent_keys_plan(
-        self, namespace: Sequence[str], limit: int, now: float
-    ) -> Plan[list[str]]:
+    def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
         found = yield from self._ranked_plan(SearchOp(tuple(namespace), limit=limit), now, None)
         return [item.key for item, _ in found]
@@ -335,15 +419,20 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             return refresh_ttl
         return (self.ttl_config or {}).get("refresh_on_read", True)
 
-    def _item(self, row: ItemRow, score: float | None = None, scored: bool = False) -> Item:
-        args = dict(
+    def _item(self, row: ItemRow) -> Item:
+        return Item(**self._item_fields(row))
+
+    def _search_item(self, row: ItemRow, score: float | None) -> SearchItem:
+        return SearchItem(**self._item_fields(row), score=score)
+
+    def _item_fields(self, row: ItemRow) -> dict[str, Any]:
+        return dict(
             value=self._value(row),
             key=row.key,
             namespace=tuple(row.prefix.split(".")),
             created_at=_time(row.created_at),
             updated_at=_time(row.updated_at),
         )
-        return SearchItem(**args, score=score) if scored else Item(**args)
 
     def _put_statements(
         self, puts: dict[tuple[str, str], PutOp], vectors: list[list[float]], now: float
@@ -398,14 +487,16 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             )
             for row, rows in zip(items, found, strict=True):
                 if rows:
-                    row["created_at"] = rows[0][0]
+                    (row["created_at"],) = rows[0]  # the one column, created_at
         self._writes += len(puts)
         return self.statements.writes(items, vector_rows, removed)
 
     def _ttl(self, op: PutOp) -> float | None:
-        if op.ttl is NOT_PROVIDED:
+        # PutOp declares ``float | None`` but carries NOT_PROVIDED when the caller gave no TTL
+        ttl: float | NotProvided | None = op.ttl
+        if isinstance(ttl, NotProvided):
             return (self.ttl_config or {}).get("default_ttl")
-        return op.ttl  # type: ignore[return-value]
+        return ttl
 
     # -- search ----------------------------------------------------------------------------
 
@@ -455,19 +546,19 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
                 query_terms, filters, base, want, exact=exact, joined=joined
             )
             rankings.append(lexical)
-            weights.append(self.weights[0])
+            weights.append(self.ranking.lexical_weight)
             cut = len(lexical) >= want
         if query_vector is not None:
             native = self.statements.vector_search(filters)
             if native is not None:  # exact similarity computed by the database
                 params = {**base, "n": want, "query_vector": vector_text(query_vector)}
                 [rows] = yield Batch([Stmt(native, params, fetch=True)])
-                rankings.append([(r[0], r[1]) for r in rows])
+                rankings.append([(r.prefix, r.key) for r in map(ScoredRow._make, rows)])
             else:
                 [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
                 rankings.append(self._nearest(rows, query_vector, want))
-            weights.append(self.weights[1])
-        return S.fuse(rankings, weights, k=self.rrf_k), cut
+            weights.append(self.ranking.vector_weight)
+        return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
 
     def _lexical_plan(
         self,
@@ -497,7 +588,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         if not df:
             return []
         if not fresh:
-            docs, total = int(found[1][0][0]), float(found[1][0][1] or 0)
+            text_stats = TextStats._make(found[1][0])
+            docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self._writes)
             with self._cache_lock:  # graph nodes search from several threads
                 self._stats[key] = stats
@@ -515,7 +607,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         [rows] = yield Batch(
             [Stmt(self.statements.lexical(n, exact, filters, joined), params, fetch=True)]
         )
-        return [(r[0], r[1]) for r in rows]
+        return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
 
     def rank_keys_plan(
         self,
@@ -537,7 +629,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self._matrix_plan(ns, now)
         rankings = [[k for k, _ in fused]] if terms else []
-        weights = [self.weights[0]] if terms else []
+        weights = [self.ranking.lexical_weight] if terms else []
         if keys:
             q = np.asarray(query_vector, dtype=np.float32)
             sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
@@ -546,8 +638,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
                 if sim > best.get(key, -2.0):
                     best[key] = sim
             rankings.append([(ns, k) for k in sorted(best, key=lambda k: -best[k])[:want]])
-            weights.append(self.weights[1])
-        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.rrf_k)]
+            weights.append(self.ranking.vector_weight)
+        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
 
     def _matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
         """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
@@ -555,7 +647,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         [rows] = yield Batch(
             [Stmt(self.statements.fingerprint(), {"prefix": ns, "now": now}, fetch=True)]
         )
-        fingerprint = (int(rows[0][0]), float(rows[0][1] or 0.0))
+        found = Fingerprint._make(rows[0])
+        fingerprint = (int(found.items), float(found.latest or 0.0))
         with self._cache_lock:
             cached = self._matrices.get(ns)
             if cached is not None and cached[0] == fingerprint:
@@ -564,11 +657,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         [rows] = yield Batch(
             [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
         )
-        keys = [r[0] for r in rows]
-        if rows:
-            matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(
-                len(rows), -1
-            )
+        vectors = [KeyVectorRow._make(r) for r in rows]
+        keys = [v.key for v in vectors]
+        if vectors:
+            matrix = _matrix(v.vector for v in vectors)
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             matrix = matrix / np.where(norms == 0, 1.0, norms)
         else:
@@ -590,7 +682,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
-        want = max(self.candidates, 4 * (op.limit + op.offset))
+        want = max(self.ranking.candidates, 4 * (op.limit + op.offset))
         # Without a filter the postings alone rank; should expired items fill the list so
         # that too few remain, rank again joined with the items, which leaves them out.
         joined = bool(filters)
@@ -611,10 +703,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         now: float,
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
-        out: list[tuple[Any, Any]] = []
-        skip = op.offset
-        if op.limit == 0:
-            return out
+        page = _Page(self, conds, op)
+        if page.full:
+            return page.items
         for start in range(0, len(fused), 64):
             chunk = fused[start : start + 64]
             n = len(chunk)
@@ -623,17 +714,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
                 params[f"p{j}"], params[f"k{j}"] = prefix, key
             [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
             by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
-            for (prefix, key), score in chunk:
-                row = by_key.get((prefix, key))
-                if row is None or not S.matches(self._value(row), conds):
-                    continue
-                if skip:
-                    skip -= 1
-                    continue
-                out.append((self._item(row, score, scored=True), row.ttl_minutes))
-                if len(out) >= op.limit:
-                    return out
-        return out
+            for item_key, score in chunk:
+                row = by_key.get(item_key)
+                if row is not None and page.offer(row, score):
+                    return page.items
+        return page.items
 
     @staticmethod
     def _value(row: ItemRow) -> Any:
@@ -645,15 +730,14 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         """Exact cosine similarity over every candidate vector; an item's best field wins."""
         if not rows:
             return []
-        matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype="<f4").reshape(
-            len(rows), -1
-        )
+        vectors = [VectorRow._make(r) for r in rows]
+        matrix = _matrix(v.vector for v in vectors)
         q = np.asarray(query, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
         sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
         best: dict[tuple[str, str], float] = {}
-        for row, sim in zip(rows, sims.tolist(), strict=True):
-            key = (row[0], row[1])
+        for row, sim in zip(vectors, sims.tolist(), strict=True):
+            key = (row.prefix, row.key)
             if sim > best.get(key, -2.0):
                 best[key] = sim
         return sorted(best, key=lambda k: -best[k])[:want]
@@ -666,33 +750,20 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
         """No query: newest first, pre-filtered in SQL, decided exactly here."""
-        out: list[tuple[Any, Any]] = []
-        if op.limit == 0:
-            return out
-        skip, cursor, page = op.offset, 0, max(op.limit + op.offset, 16)
+        page = _Page(self, conds, op)
+        if page.full:
+            return page.items
+        cursor, size = 0, max(op.limit + op.offset, 16)
         while True:
-            [rows] = yield Batch(
-                [
-                    Stmt(
-                        self.statements.recent(filters),
-                        {**base, "n": page, "skip": cursor},
-                        fetch=True,
-                    )
-                ]
-            )
+            params = {**base, "n": size, "skip": cursor}
+            [rows] = yield Batch([Stmt(self.statements.recent(filters), params, fetch=True)])
             for row in map(ItemRow._make, rows):
-                if not S.matches(self._value(row), conds):
-                    continue
-                if skip:
-                    skip -= 1
-                    continue
-                out.append((self._item(row, None, scored=True), row.ttl_minutes))
-                if len(out) >= op.limit:
-                    return out
-            if len(rows) < page:
-                return out
-            cursor += page
-            page *= 2
+                if page.offer(row, None):
+                    return page.items
+            if len(rows) < size:
+                return page.items
+            cursor += size
+            size *= 2
 
     def _namespaces_plan(self, op: ListNamespacesOp, now: float) -> Plan[list[tuple[str, ...]]]:
         literal: list[str] = []
@@ -720,18 +791,35 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         if not namespace:
             raise ConfigurationError("delete_namespace needs a namespace prefix")
         params = _prefix_params(namespace)
-        [count] = yield Batch(
+        [[(count,)]] = yield Batch(
             [Stmt(self.statements.count_under(), params, fetch=True)], lock=True, hold=True
         )
         yield Batch([Stmt(sql, params) for sql in self.statements.delete_under()], write=True)
-        return int(count[0][0])
+        return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
-        """Delete every item (with its vectors and text index) at or below ``namespace``;
-        return how many items went."""
+        """Delete every item (with its vectors and text index) at or below ``namespace``,
+        in one transaction.
+
+        Args:
+            namespace: A non-empty namespace prefix: ``("users", "alice")`` also deletes
+                ``("users", "alice", "notes")``, not ``("users", "alice2")``.
+
+        Returns:
+            How many items were deleted.
+
+        Raises:
+            ConfigurationError: ``namespace`` is empty (that would delete everything).
+
+        Example:
+            ```python
+            removed = store.delete_namespace(("users", "alice"))
+            ```
+        """
         return self.run_plan(self._delete_namespace_plan(namespace))
 
     async def adelete_namespace(self, namespace: tuple[str, ...]) -> int:
+        """Async :meth:`delete_namespace`."""
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
@@ -751,7 +839,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
             if not rows:
                 yield Batch([], write=True)
                 return removed
-            keys = [{"prefix": r[0], "key": r[1]} for r in rows]
+            keys = [ItemKey._make(r)._asdict() for r in rows]
             yield Batch(
                 [Stmt(sql, keys, many=True) for sql in self.statements.delete_item()], write=True
             )
@@ -760,10 +848,22 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
                 return removed
 
     def sweep(self) -> int:
-        """Delete expired items now; return how many."""
+        """Delete expired items now (expired items are invisible at once; this reclaims
+        their rows), with their vectors and text index.
+
+        Returns:
+            How many items were deleted.
+
+        Example:
+            ```python
+            store = create_store("sqlite:///memory.db", ttl={"default_ttl": 60})
+            store.sweep()
+            ```
+        """
         return self.run_plan(self._sweep_plan())
 
     async def asweep(self) -> int:
+        """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
 
 
