@@ -11,6 +11,8 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from typing_extensions import Self
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,3 +61,26 @@ class Sweeper:
             except Exception:  # a failed sweep must not kill the sweeper; the next one retries
                 logger.exception("TTL sweep failed; retrying in %.1f s", interval)
             del owner
+
+
+class ClosesOnExit:
+    """``with`` and ``async with`` for an object with ``close()`` and ``aclose()``: the
+    savers and the store stop their background work and release their connections on exit."""
+
+    def close(self) -> None:  # pragma: no cover - provided by the class using the mixin
+        raise NotImplementedError
+
+    async def aclose(self) -> None:  # pragma: no cover - provided by the class using the mixin
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -83,6 +83,10 @@ def _memory(
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
+    if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
+        from langgraph_checkpoint_agent_memory.memory import Scope
+
+        Scope.parse(args.scope)
     url = resolve_url(args.url)
     missing = CommandError(
         f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "

@@ -148,6 +148,9 @@ def test_errors_are_clear_and_non_zero(tmp_path: Path, capsys: pytest.CaptureFix
     code, _, err = run(capsys, "scopes", "--url", "mysql://nowhere/db")
     assert code == 2 and "mysql" in err
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
+    assert code == 1 and "no agent memory database" in err  # and none was created
+    assert run(capsys, "migrate", "--url", url)[0] == 0
+    code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
     assert code == 1 and "unknown scope" in err
     done = cli("erase", "user=zed", "--url", url)
     assert done.returncode == 1 and "unknown scope" in done.stderr

@@ -43,6 +43,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     Strategy,
     ThreadActivity,
@@ -60,7 +61,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.writes import Writer
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
+from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.db.migrations import (
     CheckpointSchemaOnFirstUse as SchemaOnFirstUse,
 )
@@ -68,7 +69,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
 __all__ = ["SQLSaver", "Strategy"]
 
 
-class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
+class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
     Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
@@ -155,14 +156,6 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             f"strategy={self.strategy!r})"
         )
 
-    def _run(self, plan: Plan[T]) -> T:
-        self._ready()
-        return self.db.run(plan)
-
-    async def _arun(self, plan: Plan[T]) -> T:
-        await self._aready()
-        return await self.db.arun(plan)
-
     # -- lifecycle -------------------------------------------------------------------------
 
     def start_sweeper(self) -> None:
@@ -213,18 +206,6 @@ class SQLSaver(SchemaOnFirstUse, BaseCheckpointSaver[str]):
             except (asyncio.CancelledError, Exception):
                 pass
         await self.db.aclose()
-
-    def __enter__(self) -> SQLSaver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> SQLSaver:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def _after_write(self) -> None:
         if self.ttl_seconds and not self._sweeping.started:

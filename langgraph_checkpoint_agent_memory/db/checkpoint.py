@@ -139,17 +139,14 @@ def end_generation(d: Dialect) -> Sql:
     return d.sql("end_generation", build)
 
 
+def _set_on_thread(**values: Any) -> Any:
+    return sa.update(threads).where(threads.c.thread_id == B("thread_id")).values(**values)
+
+
 def forget_generation(d: Dialect) -> Sql:
     """Clear where a thread's ended history stopped (``:thread_id``): a copy gives it a
     history of its own."""
-    return d.sql(
-        "forget_generation",
-        lambda: (
-            sa.update(threads)
-            .where(threads.c.thread_id == B("thread_id"))
-            .values(ended_after=sa.null())
-        ),
-    )
+    return d.sql("forget_generation", partial(_set_on_thread, ended_after=sa.null()))
 
 
 def _delete_ended(t: sa.Table) -> Any:
@@ -479,12 +476,7 @@ def select_expired(d: Dialect) -> Sql:
 def expire_keep_latest(d: Dialect) -> Sql:
     """After pruning an expired thread to its latest checkpoint: it stays, with no expiry
     until its next activity."""
-    return d.sql(
-        "expire_keep_latest",
-        lambda: (
-            sa.update(threads).where(threads.c.thread_id == B("thread_id")).values(expires_at=None)
-        ),
-    )
+    return d.sql("expire_keep_latest", partial(_set_on_thread, expires_at=None))
 
 
 def _purge_rows(t: sa.Table) -> Any:

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
@@ -389,6 +389,15 @@ class SchemaOnFirstUse:
     async def _aready(self) -> None:
         if not self._setup_done and self.auto_setup:
             await self.asetup()
+
+    def _run(self, plan: Plan[T]) -> T:
+        """Run a plan on the database, creating the schema on first use."""
+        self._ready()
+        return self.db.run(plan)
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        await self._aready()
+        return await self.db.arun(plan)
 
 
 class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):

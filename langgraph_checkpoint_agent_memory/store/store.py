@@ -43,7 +43,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from langgraph_checkpoint_agent_memory.background import Sweeper
+from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
@@ -113,7 +113,7 @@ class _Page:
         return self.full
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -263,18 +263,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
         self.stop_ttl_sweeper()
         await self.db.aclose()
 
-    def __enter__(self) -> AgentMemoryStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> AgentMemoryStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
 
     def add_schema(self, component: Component) -> None:
@@ -286,12 +274,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, BaseStore):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a plan against this store's database, creating the schema on first use."""
-        self._ready()
-        return self.db.run(plan)
+        return self._run(plan)
 
     async def arun_plan(self, plan: Plan[T]) -> T:
-        await self._aready()
-        return await self.db.arun(plan)
+        """Async :meth:`run_plan`."""
+        return await self._arun(plan)
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
