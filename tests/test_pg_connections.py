@@ -58,13 +58,17 @@ def test_pools_opened_from_a_url_are_psycopg_pools_that_check(pg_url: str) -> No
     assert pool.closed
 
 
-def test_a_restart_costs_no_call(pg_url: str) -> None:
-    """Connections the server dropped are replaced when they are handed out."""
-    saver = PostgresSaver(pg_url, pool_size=3)
+@pytest.mark.parametrize("check_after_idle", [0.0, 0.5])
+def test_a_restart_costs_no_call(pg_url: str, check_after_idle: float) -> None:
+    """Connections the server dropped are replaced when they are handed out: at every
+    checkout with ``check_after_idle=0``, else once they sat unused that long, which a
+    restart always outlasts."""
+    saver = PostgresSaver(pg_url, pool_size=3, check_after_idle=check_after_idle)
     stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     for _ in range(3):
         assert saver.get_tuple(stored) is not None
     assert _terminate_others(pg_url) >= 1
+    time.sleep(check_after_idle)  # the server is down at least this long
     for step in range(2, 6):  # every call succeeds, the first ones on new connections
         stored = saver.put(
             config_for("t", stored["configurable"]["checkpoint_id"]),
@@ -77,13 +81,35 @@ def test_a_restart_costs_no_call(pg_url: str) -> None:
 
 
 async def test_a_restart_costs_no_async_call(pg_url: str) -> None:
-    saver = PostgresSaver(pg_url, pool_size=3)
+    saver = PostgresSaver(pg_url, pool_size=3, check_after_idle=0.5)
     stored = await saver.aput(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     await asyncio.gather(*(saver.aget_tuple(stored) for _ in range(6)))  # open a few
     await asyncio.to_thread(_terminate_others, pg_url)
+    await asyncio.sleep(0.5)
     got = await asyncio.gather(*(saver.aget_tuple(stored) for _ in range(6)))
     assert all(t.checkpoint["channel_values"] == {"x": [1]} for t in got)
     await saver.aclose()
+
+
+def test_busy_connections_go_out_unchecked_idle_ones_are_checked(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check is a round trip: a pool in use skips it, a connection left idle gets it."""
+    checks = []
+    real = psycopg_pool.ConnectionPool.check_connection
+    monkeypatch.setattr(
+        psycopg_pool.ConnectionPool,
+        "check_connection",
+        staticmethod(lambda conn: (checks.append(conn), real(conn))),
+    )
+    saver = PostgresSaver(pg_url, pool_size=2, check_after_idle=0.3)
+    for _ in range(20):
+        saver.get_tuple(config_for("t"))
+    assert checks == []
+    time.sleep(0.3)
+    saver.get_tuple(config_for("t"))
+    assert len(checks) == 1
+    saver.close()
 
 
 def test_a_connection_lost_mid_call_is_database_unavailable(pg_url: str) -> None:

@@ -97,6 +97,9 @@ class PostgresSaver(_FromConnString, SQLSaver):
         max_idle: For the pools opened for a connection string: seconds an unused
             connection stays open.
         max_lifetime: For those pools: seconds after which a connection is replaced.
+        check_after_idle: For those pools: a connection unused for this many seconds (default
+            1) is checked with a round trip before it is handed out, so one a server restart
+            broke is replaced instead of failing a call; ``0`` checks at every checkout.
         **kwargs: :class:`SQLSaver` options.
 
     Example:

@@ -14,7 +14,10 @@ Connections must be in autocommit mode (the driver sends its own ``BEGIN``/``COM
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -193,12 +196,58 @@ async def _arollback(conn: Any) -> None:
         pass
 
 
-def _relax_commit(conn: Any) -> None:
-    conn.execute("SET synchronous_commit TO off")
+_RELAX_COMMIT = "SET synchronous_commit TO off"
 
 
-async def _arelax_commit(conn: Any) -> None:
-    await conn.execute("SET synchronous_commit TO off")
+class IdleCheck:
+    """The ``configure`` and ``check`` hooks of the pools opened here, and :meth:`returned`,
+    which the database calls as it gives a connection back.
+
+    psycopg_pool's ``check_connection`` costs a round trip; run on every checkout it adds one
+    to every saver call, ten per graph invoke. A connection can only have been broken unseen
+    (a server restart, a network cut) while it sat unused, so it is checked when it has been
+    idle for ``after`` seconds since it was opened or returned (``0``: at every checkout).
+    Under load connections come back within milliseconds and go out unchecked; after a
+    restart, which takes longer than ``after``, each is checked and replaced before use.
+    """
+
+    def __init__(self, after: float, relax_commit: bool) -> None:
+        self.after = after
+        self.relax_commit = relax_commit
+        self._since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    def _stamp(self, conn: Any) -> None:
+        self._since[conn] = time.monotonic()
+
+    def _due(self, conn: Any) -> bool:
+        return time.monotonic() - self._since.get(conn, -math.inf) >= self.after
+
+    def configure(self, conn: Any) -> None:
+        if self.relax_commit:
+            conn.execute(_RELAX_COMMIT)
+        self._stamp(conn)
+
+    def returned(self, conn: Any) -> None:
+        """Note that ``conn`` goes back to its pool now. (Not psycopg_pool's ``reset`` hook:
+        with one, an async pool hands every return to a background task.)"""
+        self._stamp(conn)
+
+    def check(self, conn: Any) -> None:
+        if self._due(conn):
+            import psycopg_pool
+
+            psycopg_pool.ConnectionPool.check_connection(conn)
+
+    async def aconfigure(self, conn: Any) -> None:
+        if self.relax_commit:
+            await conn.execute(_RELAX_COMMIT)
+        self._stamp(conn)
+
+    async def acheck(self, conn: Any) -> None:
+        if self._due(conn):
+            import psycopg_pool
+
+            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
 
 #: Connection parameters a connection string gets unless it sets them: a dead peer (a server
@@ -246,6 +295,8 @@ class PostgresOptions:
     prepare_threshold: int | None = 5
     max_idle: float = 600.0
     max_lifetime: float = 3600.0
+    #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
+    check_after_idle: float = 1.0
 
     def __post_init__(self) -> None:
         if not _whole(self.pool_size, 1):
@@ -256,10 +307,14 @@ class PostgresOptions:
             raise ConfigurationError(
                 f"prepare_threshold must be None or an int >= 1, got {self.prepare_threshold!r}"
             )
-        for name in ("connect_timeout", "max_idle", "max_lifetime"):
+        for name in ("connect_timeout", "max_idle", "max_lifetime", "check_after_idle"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
+            least = 0 if name == "check_after_idle" else 1e-9
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise ConfigurationError(
+                    f"{name} must be a number of seconds {'>= 0' if least == 0 else '> 0'}, "
+                    f"got {value!r}"
+                )
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -275,15 +330,19 @@ class PostgresDatabase(Database[Any]):
 
     With a connection string, ``psycopg_pool`` pools are opened on first use: a
     ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
-    the async one. Both check each connection as they hand it out (``check_connection``), so
-    connections a server restart or a network cut left behind are replaced instead of
-    failing a call, retire connections idle for ``max_idle`` or open for ``max_lifetime``
-    seconds, and turn TCP keepalives on. Objects passed in are used as given, never closed.
+    the async one. Both check a connection that sat unused for ``check_after_idle`` seconds
+    before they hand it out (:class:`IdleCheck`), so connections a server restart or a
+    network cut left behind are replaced instead of failing a call; they retire connections
+    idle for ``max_idle`` or open for ``max_lifetime`` seconds, and turn TCP keepalives on.
+    Objects passed in are used as given, never closed.
     """
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg, psycopg_pool = require_psycopg()
         self.options = PostgresOptions(**options)
+        self._idle_check = IdleCheck(
+            self.options.check_after_idle, relax_commit=not self.options.synchronous_commit
+        )
         self.dialect = PostgresDialect()
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
@@ -312,6 +371,7 @@ class PostgresDatabase(Database[Any]):
         self._async_loop: asyncio.AbstractEventLoop | None = None
         self._open_lock = threading.Lock()
         self._aopen_lock: asyncio.Lock | None = None
+        self._aopen_loop: asyncio.AbstractEventLoop | None = None
 
     def _after_fork(self) -> None:
         """Pools opened here are set aside and reopened on first use; a connection or pool
@@ -330,12 +390,8 @@ class PostgresDatabase(Database[Any]):
         return f"postgresql ({type(self._sync or self._async).__name__})"
 
     def _pool_options(self, *, sync: bool) -> dict[str, Any]:
-        import psycopg_pool
 
-        pool_class = psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool
-        relax = None
-        if not self.options.synchronous_commit:
-            relax = _relax_commit if sync else _arelax_commit
+        hooks = self._idle_check
         return {
             "conninfo": with_keepalives(self._conninfo or ""),
             "min_size": 1,
@@ -344,8 +400,8 @@ class PostgresDatabase(Database[Any]):
             "open": False,
             "name": "agent-memory",
             "timeout": self.connect_timeout,
-            "configure": relax,
-            "check": pool_class.check_connection,
+            "configure": hooks.configure if sync else hooks.aconfigure,
+            "check": hooks.check if sync else hooks.acheck,
             "max_idle": self.options.max_idle,
             "max_lifetime": self.options.max_lifetime,
         }
@@ -391,6 +447,7 @@ class PostgresDatabase(Database[Any]):
             try:
                 yield conn
             finally:
+                self._idle_check.returned(conn)
                 source.putconn(conn)
         else:
             with self._sync_lock:
@@ -427,8 +484,9 @@ class PostgresDatabase(Database[Any]):
         """The async pool of this event loop, opened once however many tasks ask at once."""
         import psycopg_pool
 
-        if self._aopen_lock is None or self._async_loop is not loop:
-            self._aopen_lock = asyncio.Lock()
+        if self._aopen_lock is None or self._aopen_loop is not loop:
+            # set before any await, so every task of this loop shares the one lock
+            self._aopen_lock, self._aopen_loop = asyncio.Lock(), loop
         async with self._aopen_lock:
             if self._async is not None and self._async_loop is not loop:
                 # a pool belongs to the loop that opened it; a new loop gets a new pool
@@ -466,6 +524,7 @@ class PostgresDatabase(Database[Any]):
             try:
                 return await self._asession(conn, plan)
             finally:
+                self._idle_check.returned(conn)
                 await target.putconn(conn)
         if self._async_lock is None:
             self._async_lock = asyncio.Lock()
