@@ -3,7 +3,9 @@
 Each batch travels in one round trip (psycopg pipeline mode: ``BEGIN``, the statements and
 ``COMMIT`` are sent together); a batch of one statement, which every checkpoint write and read
 is, goes through a cursor by itself, without a transaction of its own, and psycopg prepares it
-once it has run ``prepare_threshold`` times on a connection. Given a pool there is no lock
+once it has run ``prepare_threshold`` times on a connection. Rows come back in binary format
+(``binary=True``): checkpoints and blobs are ``bytea``, which the text format would send as
+hex, twice the bytes, to be decoded on the client. Given a pool there is no lock
 around the database object: the pool is the concurrency control. Given a single connection, a
 lock serializes its users, as a connection can run one statement at a time.
 
@@ -111,7 +113,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
     lone = session.lone(batch)
     try:
         if lone is not None:
-            cur = conn.execute(lone.sql.text, _params(lone))
+            cur = conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
             return [cur.fetchall() if lone.fetch else cur.rowcount]
         sent = []
         try:
@@ -119,7 +121,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
                 for sql in session.opening(batch):
                     conn.execute(sql)
                 for stmt in batch.statements:
-                    cur = conn.cursor()
+                    cur = conn.cursor(binary=stmt.fetch)
                     if not stmt.many:
                         cur.execute(stmt.sql.text, _params(stmt))
                     elif stmt.params:
@@ -146,7 +148,7 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
     try:
         if lone is None:
             return await _apipeline(session, batch)
-        cur = await conn.execute(lone.sql.text, _params(lone))
+        cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
         return [await cur.fetchall() if lone.fetch else cur.rowcount]
     except psycopg.OperationalError as exc:
         raise session.lost(exc) from exc
@@ -160,7 +162,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
             for sql in session.opening(batch):
                 await conn.execute(sql)
             for stmt in batch.statements:
-                cur = conn.cursor()
+                cur = conn.cursor(binary=stmt.fetch)
                 if stmt.many and stmt.params:
                     await cur.executemany(stmt.sql.text, _params(stmt))
                 elif not stmt.many:
