@@ -101,11 +101,13 @@ def _memory(
                 raise missing
         finally:
             probe.close()
-    store = create_store(url)
-    checkpointer = create_checkpointer(url=url)
+    # a read leaves the schema as it finds it (a read-only file or replica stays readable)
+    store = create_store(url, auto_setup=not reads)
+    checkpointer = create_checkpointer(url=url, auto_setup=not reads)
     try:
         memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **options)
-        memory.setup()
+        if not reads:
+            memory.setup()
         yield memory
     finally:
         close = getattr(checkpointer, "close", None)

@@ -125,3 +125,14 @@ def test_int_and_uuid_thread_ids_are_their_text(savers: dict[str, Any]) -> None:
             )
             assert stored["configurable"]["thread_id"] == str(thread_id)
             assert saver.get_tuple({"configurable": {"thread_id": str(thread_id)}}) is not None
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "c" * 65, 7])
+def test_bad_checkpoint_ids_are_refused_everywhere(savers: dict[str, Any], bad: Any) -> None:
+    for saver in savers.values():
+        checkpoint = make_checkpoint({"x": [1]})
+        checkpoint["id"] = bad
+        with pytest.raises(InvalidValueError):
+            saver.put({"configurable": {"thread_id": "ids"}}, checkpoint, {}, {"x": 1})
+        with pytest.raises(InvalidValueError):
+            saver.get_tuple({"configurable": {"thread_id": "ids", "checkpoint_id": bad}})

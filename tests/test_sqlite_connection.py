@@ -92,3 +92,18 @@ def test_a_failed_write_leaves_no_transaction_open() -> None:
 def test_anything_else_is_refused(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match=r"sqlite3\.Connection"):
         SqliteSaver(bad)
+
+
+def test_a_transaction_of_the_caller_is_left_alone() -> None:
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    conn.execute("CREATE TABLE mine (x INTEGER)")
+    conn.execute("INSERT INTO mine VALUES (1)")  # sqlite3 opens a transaction for it
+    assert conn.in_transaction
+    with pytest.raises(ConfigurationError, match="commit or roll it back"):
+        saver.get_tuple(config_for("t"))
+    conn.commit()  # the caller's row survived: the saver ended nothing it did not begin
+    assert conn.execute("SELECT x FROM mine").fetchall() == [(1,)]
+    assert saver.get_tuple(config_for("t")) is None
+    conn.close()

@@ -38,7 +38,10 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             and (checkpoint_id is None or type(checkpoint_id) is str)
             and "\x00" not in thread_id
             and "\x00" not in ns
-            and (checkpoint_id is None or len(checkpoint_id) <= MAX_CHECKPOINT_ID)
+            and (
+                checkpoint_id is None
+                or (len(checkpoint_id) <= MAX_CHECKPOINT_ID and "\x00" not in checkpoint_id)
+            )
         ):
             return thread_id, ns, checkpoint_id
     except (KeyError, TypeError):
@@ -74,6 +77,18 @@ def list_coordinates(config: RunnableConfig | None) -> tuple[str | None, str | N
     if cid is not None:
         _check_text(cid, "checkpoint_id", MAX_CHECKPOINT_ID)
     return (None if thread_id is None else checked_thread_id(thread_id)), ns, cid
+
+
+def checked_checkpoint_id(checkpoint_id: Any) -> str:
+    """A checkpoint's own id, checked as every backend can store it."""
+    if (
+        type(checkpoint_id) is str
+        and len(checkpoint_id) <= MAX_CHECKPOINT_ID
+        and "\x00" not in checkpoint_id
+    ):
+        return checkpoint_id
+    _check_text(checkpoint_id, "checkpoint_id", MAX_CHECKPOINT_ID)
+    return str(checkpoint_id)
 
 
 def checked_thread_id(thread_id: Any) -> str:

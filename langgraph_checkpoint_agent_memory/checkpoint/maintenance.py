@@ -93,7 +93,7 @@ class Maintenance:
         tombs = self.activity.tombstone_rows(thread_ids, now)
         return [
             Stmt(S.tombstone(d), tombs, many=True),
-            Stmt(S.end_generation(d), params, many=True),
+            *(Stmt(sql, params, many=True) for sql in S.end_generation(d)),
             *(Stmt(sql, params, many=True) for sql in S.delete_ended_rows(d)),
         ]
 

@@ -43,6 +43,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors_to_keep,
+    checked_checkpoint_id,
     checked_thread_id,
     checkpoint_config,
     delta_channels_of,
@@ -217,7 +218,12 @@ class TimedInMemorySaver(InMemorySaver):
         return index
 
     def _admit_write(
-        self, thread_id: str, checkpoint_ns: str, parent_id: str | None, now: float
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        parent_id: str | None,
+        now: float,
+        own_id: str | None = None,
     ) -> None:
         """Refuse a late write into a deleted or expired thread (one naming a checkpoint of
         its ended history); forget the tombstone on a fresh start."""
@@ -226,8 +232,8 @@ class TimedInMemorySaver(InMemorySaver):
         if tombstone is None:
             self._check_floor(thread_id, parent_id)
             return
-        if is_late(parent_id, tombstone[1]):
-            raise thread_deleted(thread_id, parent_id or "")
+        if is_late(parent_id, tombstone[1]) or is_late(own_id, tombstone[1]):
+            raise thread_deleted(thread_id, parent_id or own_id or "")
         del self._tombstones[thread_id]
         if tombstone[1] is not None:
             self._floors[thread_id] = tombstone[1]
@@ -295,6 +301,7 @@ class TimedInMemorySaver(InMemorySaver):
             >>> saver.close()
         """
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
+        own_id = checked_checkpoint_id(checkpoint["id"])
         dumps = self.serde.dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
@@ -309,7 +316,7 @@ class TimedInMemorySaver(InMemorySaver):
             now = self._clock()
             last = self._activity.get(thread_id)
             if last is None or now - last > self.ttl_seconds:  # new or idle: check fully
-                self._admit_write(thread_id, checkpoint_ns, parent_id, now)
+                self._admit_write(thread_id, checkpoint_ns, parent_id, now, own_id)
             elif self._floors:
                 self._check_floor(thread_id, parent_id)
             self.storage[thread_id][checkpoint_ns][checkpoint["id"]] = entry

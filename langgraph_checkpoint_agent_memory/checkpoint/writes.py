@@ -37,10 +37,15 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     encode_checkpoint,
     metadata_json,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoint_config, thread_coordinates
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    checked_checkpoint_id,
+    checkpoint_config,
+    thread_coordinates,
+)
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
+from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 
@@ -72,7 +77,7 @@ class Writer:
         encoded = encode_checkpoint(
             serde, self.cache, thread_id, ns, parent_id, checkpoint, new_versions, live_after
         )
-        checkpoint_id = checkpoint["id"]
+        checkpoint_id = checked_checkpoint_id(checkpoint["id"])
         row = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -102,7 +107,7 @@ class Writer:
                 results = yield Batch([*head, *writes], write=True)
                 done = bool(results[-1])  # the checkpoint row was written: the thread is live
             if not done:
-                yield from self.admit(thread_id, parent_id, thread, now, writes)
+                yield from self.admit(thread_id, parent_id, thread, now, writes, checkpoint_id)
                 touch = True
         if touch:
             activity.touched_at(thread_id, now, ttl)
@@ -176,9 +181,10 @@ class Writer:
         if fast is None and d.conditional_upsert:
             head = [Stmt(S.touch_thread(d), thread)] if touch else []
             results = yield Batch([*head, *statements], write=True)
-            # Rows written (or the touch) prove the thread live; zero rows may be a repeat of
-            # first-write-wins writes or a deleted thread: the slow path tells them apart.
-            if results[0] if touch else results[0] + results[1]:
+            # Rows written prove the thread live and the write on time; zero rows may be a
+            # repeat of first-write-wins writes, a deleted thread or a late write: the slow
+            # path tells them apart (the touch alone proves nothing about the boundary).
+            if results[-2] + results[-1]:
                 if touch:
                     activity.touched_at(thread_id, now, ttl)
                 return None
@@ -204,29 +210,33 @@ class Writer:
         thread: dict[str, Any],
         now: float,
         writes: list[Stmt],
+        own_id: str | None = None,
     ) -> Plan[None]:
         """The slow path of a write: read the thread's row under a lock, refuse a late write
-        into a deleted or expired thread (one naming a checkpoint of its ended history), or
-        start it afresh."""
+        into a deleted or expired thread (one whose parent, or for a put its own checkpoint,
+        is of the ended history), or start it afresh."""
         d = self.dialect
         key = {"thread_id": thread_id}
-        [state, newest] = yield Batch(
-            [
-                Stmt(S.thread_state(d, lock=True), key, fetch=True),
-                Stmt(S.newest_checkpoint(d), key, fetch=True),
-            ],
-            lock=True,
-            hold=True,
+        [state] = yield Batch(
+            [Stmt(S.thread_state(d, lock=True), key, fetch=True)], lock=True, hold=True
         )
-        statements: list[Stmt] = []
         row = ThreadState(*state[0]) if state else None
-        gone = row is not None and self.activity.is_gone(row, now)
-        if row is not None:
-            boundary = generation_boundary(row.ended_after, newest[0][0] if gone else None)
-            if is_late(parent_id, boundary):
-                raise thread_deleted(thread_id, parent_id or "")
-        if gone:  # a fresh start: drop what the ended history (or an expiry) left behind
-            statements = [Stmt(S.end_generation(d), key)]
+        statements: list[Stmt] = []
+        if row is not None and self.activity.is_gone(row, now):
+            newest = yield Batch(
+                [Stmt(sql, key, fetch=True) for sql in S.newest_ids(d)], lock=True, hold=True
+            )
+            ended = generation_boundary(row.ended_after, *(rows[0][0] for rows in newest))
+            # a boundary from before boundaries were kept is unknown: it refuses every write
+            # naming a parent, as tombstones did then, but not a fresh start, and it is not
+            # carried on past one
+            known = None if ended == UNKNOWN_BOUNDARY else ended
+            if is_late(parent_id, ended) or is_late(own_id, known):
+                raise thread_deleted(thread_id, parent_id or own_id or "")
+            # a fresh start: drop what the ended history (or an expiry) left behind
+            statements = [Stmt(S.set_generation(d), {**key, "ended_after": known})]
             statements += [Stmt(sql, key) for sql in S.delete_ended_rows(d)]
+        elif row is not None and is_late(parent_id, row.ended_after):
+            raise thread_deleted(thread_id, parent_id or "")
         statements.append(Stmt(S.revive_thread(d), thread))
         yield Batch([*statements, *writes], write=True)

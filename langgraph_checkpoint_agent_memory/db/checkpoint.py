@@ -113,30 +113,45 @@ def thread_state(d: Dialect, *, lock: bool) -> Sql:
     return d.sql(("thread_state", lock), build)
 
 
-def _newest_checkpoint(thread_id: Any) -> Any:
-    return sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
-        checkpoints.c.thread_id == thread_id
+def _newest(t: sa.Table, thread_id: Any) -> Any:
+    return sa.select(sa.func.max(t.c.checkpoint_id)).where(t.c.thread_id == thread_id)
+
+
+def newest_ids(d: Dialect) -> list[Sql]:
+    """The newest checkpoint id a thread's checkpoints and its writes name (``:thread_id``),
+    each NULL when there is none."""
+    return [
+        d.sql(("newest_id", t.name), partial(_newest, t, B("thread_id")))
+        for t in (checkpoints, writes)
+    ]
+
+
+def _raise_boundary(t: sa.Table) -> Any:
+    newest = _newest(t, threads.c.thread_id).scalar_subquery()
+    return (
+        sa.update(threads)
+        .where(
+            threads.c.thread_id == B("thread_id"),
+            newest.is_not(None),
+            sa.or_(threads.c.ended_after.is_(None), threads.c.ended_after < newest),
+        )
+        .values(ended_after=newest)
     )
 
 
-def newest_checkpoint(d: Dialect) -> Sql:
-    """The newest checkpoint id a thread holds (``:thread_id``), or NULL."""
-    return d.sql("newest_checkpoint", lambda: _newest_checkpoint(B("thread_id")))
+def end_generation(d: Dialect) -> list[Sql]:
+    """Raise a thread's recorded boundary (``:thread_id``) to the newest checkpoint id its
+    checkpoints and writes name, before that history is deleted: a boundary never moves
+    back."""
+    return [
+        d.sql(("end_generation", t.name), partial(_raise_boundary, t))
+        for t in (checkpoints, writes)
+    ]
 
 
-def end_generation(d: Dialect) -> Sql:
-    """Record on a thread's row where its history ends (its newest checkpoint id, else the
-    boundary already recorded), before that history is deleted."""
-
-    def build() -> Any:
-        newest = _newest_checkpoint(threads.c.thread_id).scalar_subquery()
-        return (
-            sa.update(threads)
-            .where(threads.c.thread_id == B("thread_id"))
-            .values(ended_after=sa.func.coalesce(newest, threads.c.ended_after))
-        )
-
-    return d.sql("end_generation", build)
+def set_generation(d: Dialect) -> Sql:
+    """Record where a thread's ended history stopped (``:thread_id``, ``:ended_after``)."""
+    return d.sql("set_generation", partial(_set_on_thread, ended_after=B("ended_after")))
 
 
 def _set_on_thread(**values: Any) -> Any:

@@ -551,9 +551,12 @@ class PostgresDatabase(Database[Any]):
     # -- errors ----------------------------------------------------------------------------
 
     def _probe(self) -> str | None:
-        """Why no connection came: one direct attempt (the pool's timeout does not say)."""
+        """Why no connection came: one direct attempt (the pool's timeout does not say);
+        ``None`` for a pool the caller passed in, whose server we do not know."""
         import psycopg
 
+        if self._conninfo is None:
+            return None
         try:
             timeout = max(1, int(self.connect_timeout))
             psycopg.connect(self._conninfo or "", connect_timeout=timeout).close()
@@ -564,6 +567,8 @@ class PostgresDatabase(Database[Any]):
     async def _aprobe(self) -> str | None:
         import psycopg
 
+        if self._conninfo is None:
+            return None
         try:
             timeout = max(1, int(self.connect_timeout))
             conn = await psycopg.AsyncConnection.connect(
@@ -582,7 +587,7 @@ class PostgresDatabase(Database[Any]):
         reason = (
             error.strip().splitlines()[0]
             if error and error.strip()
-            else f"all {self.pool_size} pooled connections stayed busy"
+            else "every pooled connection stayed busy"
         )
         try:
             secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")

@@ -343,6 +343,12 @@ class SQLiteDatabase(Database[Any]):
                 conn = self._connect()
                 with self._lock:
                     self._all.append(conn)
+            if conn is self.given and conn.in_transaction:
+                raise ConfigurationError(
+                    "the sqlite3.Connection given to the saver is in a transaction of yours: "
+                    "commit or roll it back first (the saver never ends a transaction it did "
+                    "not begin)"
+                )
             try:
                 yield conn
             finally:
