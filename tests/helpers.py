@@ -121,3 +121,19 @@ class WordEmbeddings(Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         return self.embed_query(text)
+
+
+def outcome(call: Any) -> tuple[str, Any]:
+    """What a call does, comparable across backends: ``("ok", result)``; ``("refused",
+    error class name)`` for the package's errors and LangGraph's own namespace check; or
+    ``("error", text)`` for anything else, which is a disagreement to report."""
+    from langgraph.store.base import InvalidNamespaceError
+
+    from langgraph_checkpoint_agent_memory import AgentMemoryError
+
+    try:
+        return ("ok", call())
+    except (AgentMemoryError, InvalidNamespaceError) as exc:
+        return ("refused", type(exc).__name__)
+    except Exception as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")

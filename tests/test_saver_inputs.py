@@ -18,7 +18,7 @@ from langgraph_checkpoint_agent_memory import (
     InvalidValueError,
     TimedInMemorySaver,
 )
-from tests.helpers import make_checkpoint
+from tests.helpers import make_checkpoint, outcome
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +39,6 @@ def savers(
     yield opened
     for saver in opened.values():
         saver.close()
-
-
-def _outcome(call: Any) -> Any:
-    try:
-        return ("ok", call())
-    except AgentMemoryError as exc:  # the same class everywhere, compared below
-        return ("refused", type(exc).__name__)
-    except Exception as exc:
-        return ("error", f"{type(exc).__name__}: {exc}")
 
 
 text = st.one_of(
@@ -80,8 +71,8 @@ def test_thread_ids_and_namespaces_get_one_outcome_everywhere(
         if ns is not None:
             config["configurable"]["checkpoint_ns"] = ns
         checkpoint = make_checkpoint({"x": [step]}, step=1)
-        put = _outcome(lambda s=saver, c=config, cp=checkpoint: s.put(c, cp, {}, {"x": 1}))
-        got = _outcome(lambda s=saver, c=config: getattr(s.get_tuple(c), "checkpoint", None))
+        put = outcome(lambda s=saver, c=config, cp=checkpoint: s.put(c, cp, {}, {"x": 1}))
+        got = outcome(lambda s=saver, c=config: getattr(s.get_tuple(c), "checkpoint", None))
         value = got[1]["channel_values"] if got[0] == "ok" and got[1] else None
         results[name] = (
             put[0] if put[0] != "ok" else "ok",
