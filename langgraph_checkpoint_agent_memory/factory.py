@@ -150,7 +150,7 @@ def create_store(
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
     database_options = {k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options}
-    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresOptions
+    from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}

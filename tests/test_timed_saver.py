@@ -112,7 +112,7 @@ def test_reads_of_unknown_threads_create_nothing(clock: FakeClock) -> None:
         "x": {"writes": []}
     }
     assert "ghost" not in saver.storage
-    assert saver._activity == {} and saver._index == {}
+    assert saver._life.last_used == {} and saver._index == {}
     assert not saver.sweeper_running  # reads never start the sweeper
 
 
@@ -269,7 +269,7 @@ def test_concurrent_writers_and_sweeper_never_half_evict() -> None:
             owns_keys = any(k[0] == thread_id for k in saver.blobs) or any(
                 k[0] == thread_id for k in saver.writes
             )
-            assert present == (thread_id in saver._index) == (thread_id in saver._activity)
+            assert present == (thread_id in saver._index) == (thread_id in saver._life.last_used)
             if not present:
                 assert not owns_keys, f"{thread_id} was half evicted"
     for thread_id in active:
@@ -292,7 +292,7 @@ def test_delete_thread_touches_only_that_thread(clock: FakeClock) -> None:
     assert saver.get_tuple(config_for("a")) is None
     assert saver.get_tuple(config_for("b")).checkpoint["channel_values"] == {"x": "b"}
     assert {k[0] for k in saver.blobs} == {"b"} and {k[0] for k in saver.writes} == {"b"}
-    assert set(saver._activity) == {"b"}
+    assert set(saver._life.last_used) == {"b"}
     saver.close()
 
 

@@ -109,10 +109,8 @@ class PostgresSaver(_FromConnString, SQLSaver):
     """
 
     def __init__(self, conn: Any, **kwargs: Any) -> None:
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import (
-            PostgresDatabase,
-            PostgresOptions,
-        )
+        from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
+        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
 
         options = {k: kwargs.pop(k) for k in PostgresOptions.names() & kwargs.keys()}
         super().__init__(PostgresDatabase(conn, **options), **kwargs)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,9 +34,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    generation_boundary,
-    is_late,
-    thread_deleted,
     tombstone_seconds,
     validate_prune_strategy,
 )
@@ -53,6 +49,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     thread_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
+from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
     validate_interval,
@@ -118,15 +115,9 @@ class TimedInMemorySaver(InMemorySaver):
         ) or default_sweep_interval(ttl)
         self._clock = clock
         self._lock = threading.RLock()
-        self._activity: OrderedDict[str, float] = OrderedDict()
+        self._life = ThreadLife(ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl))
         self._index: dict[str, _ThreadIndex] = {}
         self._run_threads: dict[str, set[str]] = {}
-        # thread -> (when it was deleted or expired, where its history ended)
-        self._tombstones: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
-        # a thread started afresh -> where its previous history ended: writes naming a
-        # checkpoint at or below it are late
-        self._floors: dict[str, str] = {}
-        self._tombstone_seconds = tombstone_seconds(TOMBSTONE_SECONDS, ttl)
         self._sweeping = SweeperHookup(
             f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
         )
@@ -173,28 +164,16 @@ class TimedInMemorySaver(InMemorySaver):
 
     # -- activity and eviction (callers hold self._lock) -----------------------------------
 
-    def _touch(self, thread_id: str, now: float) -> None:
-        self._activity[thread_id] = now
-        self._activity.move_to_end(thread_id)
-
-    def _is_expired(self, thread_id: str, now: float) -> bool:
-        last = self._activity.get(thread_id)
-        return last is not None and now - last > self.ttl_seconds
-
     def _expire_if_due(self, thread_id: str, now: float) -> bool:
         """Evict ``thread_id`` if it is idle past the TTL; return whether it did."""
-        if self._is_expired(thread_id, now):
+        if self._life.expired(thread_id, now):
             self._evict(thread_id, now)
             return True
         return False
 
     def _evict(self, thread_id: str, now: float) -> None:
         namespaces = self.storage.pop(thread_id, None) or {}
-        ended = generation_boundary(
-            self._tombstones.get(thread_id, (now, None))[1],
-            self._floors.pop(thread_id, None),
-            *(max(checkpoints, default=None) for checkpoints in namespaces.values()),
-        )
+        self._life.end(thread_id, now, [max(c, default=None) for c in namespaces.values()])
         index = self._index.pop(thread_id, None)
         if index is not None:
             for wkey in index.writes:
@@ -207,41 +186,12 @@ class TimedInMemorySaver(InMemorySaver):
                     threads.discard(thread_id)
                     if not threads:
                         del self._run_threads[run_id]
-        self._activity.pop(thread_id, None)
-        self._tombstones[thread_id] = (now, ended)
-        self._tombstones.move_to_end(thread_id)
 
     def _thread_index(self, thread_id: str) -> _ThreadIndex:
         index = self._index.get(thread_id)
         if index is None:
             index = self._index[thread_id] = _ThreadIndex()
         return index
-
-    def _admit_write(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        parent_id: str | None,
-        now: float,
-        own_id: str | None = None,
-    ) -> None:
-        """Refuse a late write into a deleted or expired thread (one naming a checkpoint of
-        its ended history); forget the tombstone on a fresh start."""
-        self._expire_if_due(thread_id, now)
-        tombstone = self._tombstones.get(thread_id)
-        if tombstone is None:
-            self._check_floor(thread_id, parent_id)
-            return
-        if is_late(parent_id, tombstone[1]) or is_late(own_id, tombstone[1]):
-            raise thread_deleted(thread_id, parent_id or own_id or "")
-        del self._tombstones[thread_id]
-        if tombstone[1] is not None:
-            self._floors[thread_id] = tombstone[1]
-
-    def _check_floor(self, thread_id: str, named: str | None) -> None:
-        """Refuse a write into a thread started afresh that names its ended history."""
-        if is_late(named, self._floors.get(thread_id)):
-            raise thread_deleted(thread_id, named or "")
 
     def sweep(self) -> int:
         """Evict every expired thread now; the sweeper calls this.
@@ -258,16 +208,11 @@ class TimedInMemorySaver(InMemorySaver):
         while True:
             with self._lock:
                 now = self._clock()
-                batch = 0
-                while self._activity and batch < SWEEP_BATCH:
-                    thread_id, last = next(iter(self._activity.items()))
-                    if now - last <= self.ttl_seconds:
-                        break
+                idle = self._life.idle(now, SWEEP_BATCH)
+                for thread_id in idle:
                     self._evict(thread_id, now)
-                    batch += 1
-                horizon = now - self._tombstone_seconds
-                while self._tombstones and next(iter(self._tombstones.values()))[0] < horizon:
-                    self._tombstones.popitem(last=False)
+                batch = len(idle)
+                self._life.forget_old_tombstones(now)
             evicted += batch
             if batch < SWEEP_BATCH:
                 return evicted
@@ -312,13 +257,14 @@ class TimedInMemorySaver(InMemorySaver):
         full_metadata = get_checkpoint_metadata(config, metadata)
         entry = (dumps(stored), dumps(full_metadata), parent_id)
         run_id = full_metadata.get("run_id")
+        life = self._life
         with self._lock:
             now = self._clock()
-            last = self._activity.get(thread_id)
-            if last is None or now - last > self.ttl_seconds:  # new or idle: check fully
-                self._admit_write(thread_id, checkpoint_ns, parent_id, now, own_id)
-            elif self._floors:
-                self._check_floor(thread_id, parent_id)
+            if life.needs_admission(thread_id, now):
+                self._expire_if_due(thread_id, now)
+                life.admit(thread_id, parent_id, own_id)
+            else:
+                life.check_floor(thread_id, parent_id)
             self.storage[thread_id][checkpoint_ns][checkpoint["id"]] = entry
             self.blobs.update(blobs)
             index = self._index.get(thread_id) or self._thread_index(thread_id)
@@ -326,8 +272,7 @@ class TimedInMemorySaver(InMemorySaver):
             if isinstance(run_id, str):
                 index.runs.setdefault(run_id, set()).add((checkpoint_ns, checkpoint["id"]))
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
-            self._activity[thread_id] = now
-            self._activity.move_to_end(thread_id)
+            life.touch(thread_id, now)
         if self._sweeping.sweeper is None:
             self._sweeping.start_thread(self, "sweep")
         return checkpoint_config(thread_id, checkpoint_ns, checkpoint["id"])
@@ -360,16 +305,14 @@ class TimedInMemorySaver(InMemorySaver):
             (task_id, idx_map.get(c, idx), (task_id, c, dumps(v), task_path))
             for idx, (c, v) in enumerate(writes)
         ]
-        activity = self._activity
+        life = self._life
         with self._lock:
             now = self._clock()
-            last = activity.get(thread_id)
-            # A thread with activity never holds a tombstone: only new or idle ones need
-            # the full admission check.
-            if last is None or now - last > self.ttl_seconds:
-                self._admit_write(thread_id, checkpoint_ns, checkpoint_id, now)
-            elif self._floors:
-                self._check_floor(thread_id, checkpoint_id)
+            if life.needs_admission(thread_id, now):
+                self._expire_if_due(thread_id, now)
+                life.admit(thread_id, checkpoint_id)
+            else:
+                life.check_floor(thread_id, checkpoint_id)
             stored = self.writes.get(outer_key)
             if stored is None:  # a checkpoint's first writes: index them for eviction
                 stored = self.writes[outer_key] = {}
@@ -379,8 +322,7 @@ class TimedInMemorySaver(InMemorySaver):
                 if idx >= 0 and (task, idx) in stored:
                     continue
                 stored[task, idx] = value
-            activity[thread_id] = now
-            activity.move_to_end(thread_id)
+            life.touch(thread_id, now)
         if self._sweeping.sweeper is None:
             self._sweeping.start_thread(self, "sweep")
 
@@ -445,7 +387,7 @@ class TimedInMemorySaver(InMemorySaver):
             raw = self._read_raw(thread_id, checkpoint_ns, checkpoint_id)
             if raw is None:
                 return None
-            self._touch(thread_id, now)
+            self._life.touch(thread_id, now)
         return self._decode(thread_id, checkpoint_ns, raw)
 
     def list(
@@ -489,13 +431,13 @@ class TimedInMemorySaver(InMemorySaver):
                 and (before_id is None or cid < before_id)
             ]
             for thread_id in thread_ids:
-                self._touch(thread_id, now)
+                self._life.touch(thread_id, now)
         remaining = limit
         for thread_id, ns, cid in candidates:
             if remaining is not None and remaining <= 0:
                 return
             with self._lock:
-                if self._is_expired(thread_id, self._clock()):
+                if self._life.expired(thread_id, self._clock()):
                     continue
                 saved = self.storage.get(thread_id, {}).get(ns, {}).get(cid)
                 if saved is None:
@@ -528,7 +470,7 @@ class TimedInMemorySaver(InMemorySaver):
             now = self._clock()
             if self._expire_if_due(thread_id, now) or thread_id not in self.storage:
                 return {ch: {"writes": []} for ch in channels}
-            self._touch(thread_id, now)
+            self._life.touch(thread_id, now)
             return super().get_delta_channel_history(config=config, channels=channels)
 
     # -- thread management -----------------------------------------------------------------
@@ -598,10 +540,9 @@ class TimedInMemorySaver(InMemorySaver):
             for run_id, members in src_index.runs.items():
                 dst_index.runs.setdefault(run_id, set()).update(members)
                 self._run_threads.setdefault(run_id, set()).add(dst)
-            self._tombstones.pop(dst, None)
-            self._floors.pop(dst, None)  # the copied history is the target's now
-            self._touch(dst, now)
-            self._touch(src, now)
+            self._life.took_history(dst)  # the copied history is the target's now
+            self._life.touch(dst, now)
+            self._life.touch(src, now)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads' history: ``"keep_latest"`` keeps each namespace's latest checkpoint

@@ -1,39 +1,40 @@
 """PostgreSQL through psycopg 3: a connection string, a connection or a pool, sync or async.
 
-Each batch travels in one round trip (psycopg pipeline mode: ``BEGIN``, the statements and
-``COMMIT`` are sent together); a batch of one statement, which every checkpoint write and read
-is, goes through a cursor by itself, without a transaction of its own, and psycopg prepares it
-once it has run ``prepare_threshold`` times on a connection. Rows come back in binary format
-(``binary=True``): checkpoints and blobs are ``bytea``, which the text format would send as
-hex, twice the bytes, to be decoded on the client. Given a pool there is no lock
-around the database object: the pool is the concurrency control. Given a single connection, a
-lock serializes its users, as a connection can run one statement at a time.
-
-Connections must be in autocommit mode (the driver sends its own ``BEGIN``/``COMMIT``); the
-``psycopg_pool`` pools this module opens from a connection string are configured so.
+Statements go out through :mod:`.pg_session`; pools opened from a connection string are
+configured by :mod:`.pg_pool`. Given a pool there is no lock around the database object: the
+pool is the concurrency control. Given a single connection, a lock serializes its users, as
+a connection can run one statement at a time. Connections must be in autocommit mode (the
+driver sends its own ``BEGIN``/``COMMIT``); the pools opened here are configured so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
-import time
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import (
-    Batch,
     Database,
     Plan,
-    Stmt,
     T,
     adrive,
     drive,
+)
+from langgraph_checkpoint_agent_memory.db.pg_pool import (
+    IdleCheck,
+    PostgresOptions,
+    require_psycopg,
+    with_keepalives,
+)
+from langgraph_checkpoint_agent_memory.db.pg_session import (
+    PgSession,
+    aexecute,
+    arollback,
+    execute,
+    rollback,
 )
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
@@ -42,289 +43,6 @@ from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
 )
-
-
-class PgSession:
-    """What a plan's batches send on one psycopg connection, decided without I/O.
-
-    A lone statement (every checkpoint read and write) goes out by itself, atomic as any
-    single statement is; anything else goes in one pipeline: ``BEGIN``, the statements and,
-    unless the batch holds its transaction open for the plan's next batch, ``COMMIT``.
-    :func:`execute` and :func:`aexecute` are the two shells that send it.
-    """
-
-    def __init__(self, conn: Any, *, synchronous_commit: bool = True) -> None:
-        if not conn.autocommit:
-            raise ConfigurationError(
-                "PostgreSQL connections must be in autocommit mode: use "
-                "psycopg.connect(..., autocommit=True) or "
-                "ConnectionPool(..., kwargs={'autocommit': True})"
-            )
-        self.conn = conn
-        self.synchronous_commit = synchronous_commit
-        self.in_tx = False
-
-    def lone(self, batch: Batch) -> Stmt | None:
-        """The statement to send alone, or ``None`` when the batch needs a transaction
-        (several statements, a held one, or a relaxed commit to set for it)."""
-        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
-            return None
-        stmt = batch.statements[0]
-        if stmt.many or (batch.write and not self.synchronous_commit):
-            return None
-        return stmt
-
-    def opening(self, batch: Batch) -> tuple[str, ...]:
-        """What starts the batch's transaction (nothing when a held one goes on)."""
-        if self.in_tx:
-            return ()
-        self.in_tx = True
-        if batch.write and not self.synchronous_commit:
-            return ("BEGIN", "SET LOCAL synchronous_commit TO OFF")
-        return ("BEGIN",)
-
-    def ended(self, batch: Batch, ok: bool) -> bool:
-        """Record how the batch ended; whether a transaction is left to roll back."""
-        left_open = self.in_tx
-        if not ok or not batch.hold:
-            self.in_tx = False
-        return left_open and not ok
-
-    def lost(self, exc: BaseException) -> BaseException:
-        """A broken connection becomes :class:`DatabaseUnavailableError`; any other error
-        (a constraint, a lock timeout, a cancelled query) stays as the server raised it."""
-        if self.conn.closed or self.conn.broken:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return DatabaseUnavailableError(f"the connection to PostgreSQL was lost: {message}")
-        return exc
-
-
-def _params(stmt: Stmt) -> Any:
-    if stmt.many:
-        return [stmt.sql.bind(p) for p in stmt.params]
-    return stmt.sql.bind(stmt.params)
-
-
-def execute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on a sync connection."""
-    import psycopg
-
-    conn = session.conn
-    lone = session.lone(batch)
-    try:
-        if lone is not None:
-            cur = conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
-            return [cur.fetchall() if lone.fetch else cur.rowcount]
-        sent = []
-        try:
-            with conn.pipeline():
-                for sql in session.opening(batch):
-                    conn.execute(sql)
-                for stmt in batch.statements:
-                    cur = conn.cursor(binary=stmt.fetch)
-                    if not stmt.many:
-                        cur.execute(stmt.sql.text, _params(stmt))
-                    elif stmt.params:
-                        cur.executemany(stmt.sql.text, _params(stmt))
-                    sent.append((cur, stmt))
-                if not batch.hold:
-                    conn.execute("COMMIT")
-        except BaseException:
-            if session.ended(batch, ok=False):
-                _rollback(conn)
-            raise
-        session.ended(batch, ok=True)
-        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
-    except psycopg.OperationalError as exc:
-        raise session.lost(exc) from exc
-
-
-async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on an async connection."""
-    import psycopg
-
-    conn = session.conn
-    lone = session.lone(batch)
-    try:
-        if lone is None:
-            return await _apipeline(session, batch)
-        cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
-        return [await cur.fetchall() if lone.fetch else cur.rowcount]
-    except psycopg.OperationalError as exc:
-        raise session.lost(exc) from exc
-
-
-async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
-    conn = session.conn
-    sent = []
-    try:
-        async with conn.pipeline():
-            for sql in session.opening(batch):
-                await conn.execute(sql)
-            for stmt in batch.statements:
-                cur = conn.cursor(binary=stmt.fetch)
-                if stmt.many and stmt.params:
-                    await cur.executemany(stmt.sql.text, _params(stmt))
-                elif not stmt.many:
-                    await cur.execute(stmt.sql.text, _params(stmt))
-                sent.append((cur, stmt))
-            if not batch.hold:
-                await conn.execute("COMMIT")
-    except BaseException:
-        if session.ended(batch, ok=False):
-            await _arollback(conn)
-        raise
-    session.ended(batch, ok=True)
-    return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
-
-
-def _count(cur: Any, stmt: Stmt) -> int:
-    return 0 if stmt.many and not stmt.params else int(cur.rowcount)
-
-
-def _rollback(conn: Any) -> None:
-    try:
-        if not conn.closed:
-            conn.execute("ROLLBACK")
-    except Exception:
-        pass  # a broken connection: the pool discards it
-
-
-async def _arollback(conn: Any) -> None:
-    try:
-        if not conn.closed:
-            await conn.execute("ROLLBACK")
-    except Exception:
-        pass
-
-
-_RELAX_COMMIT = "SET synchronous_commit TO off"
-
-
-class IdleCheck:
-    """The ``configure`` and ``check`` hooks of the pools opened here, and :meth:`returned`,
-    which the database calls as it gives a connection back.
-
-    psycopg_pool's ``check_connection`` costs a round trip; run on every checkout it adds one
-    to every saver call, ten per graph invoke. A connection can only have been broken unseen
-    (a server restart, a network cut) while it sat unused, so it is checked when it has been
-    idle for ``after`` seconds since it was opened or returned (``0``: at every checkout).
-    Under load connections come back within milliseconds and go out unchecked; after a
-    restart, which takes longer than ``after``, each is checked and replaced before use.
-    """
-
-    def __init__(self, after: float, relax_commit: bool) -> None:
-        self.after = after
-        self.relax_commit = relax_commit
-        self._since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-
-    def _stamp(self, conn: Any) -> None:
-        self._since[conn] = time.monotonic()
-
-    def _due(self, conn: Any) -> bool:
-        return time.monotonic() - self._since.get(conn, -math.inf) >= self.after
-
-    def configure(self, conn: Any) -> None:
-        if self.relax_commit:
-            conn.execute(_RELAX_COMMIT)
-        self._stamp(conn)
-
-    def returned(self, conn: Any) -> None:
-        """Note that ``conn`` goes back to its pool now. (Not psycopg_pool's ``reset`` hook:
-        with one, an async pool hands every return to a background task.)"""
-        self._stamp(conn)
-
-    def check(self, conn: Any) -> None:
-        if self._due(conn):
-            import psycopg_pool
-
-            psycopg_pool.ConnectionPool.check_connection(conn)
-
-    async def aconfigure(self, conn: Any) -> None:
-        if self.relax_commit:
-            await conn.execute(_RELAX_COMMIT)
-        self._stamp(conn)
-
-    async def acheck(self, conn: Any) -> None:
-        if self._due(conn):
-            import psycopg_pool
-
-            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
-
-
-#: Connection parameters a connection string gets unless it sets them: a dead peer (a server
-#: gone without closing the socket, a dropped NAT entry) is noticed in about a minute.
-KEEPALIVES = {
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
-
-
-def with_keepalives(conninfo: str) -> str:
-    """``conninfo`` with TCP keepalives turned on, where it does not choose otherwise."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    given = conninfo_to_dict(conninfo)
-    return make_conninfo(conninfo, **{k: v for k, v in KEEPALIVES.items() if k not in given})
-
-
-def require_psycopg() -> tuple[Any, Any]:
-    """psycopg and psycopg_pool, or an error that says how to install them."""
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'"
-        ) from exc
-    return psycopg, psycopg_pool
-
-
-@dataclass(frozen=True)
-class PostgresOptions:
-    """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one.
-
-    Only ``synchronous_commit`` applies to a connection or pool passed in; the others shape
-    the pools opened from a connection string.
-    """
-
-    pool_size: int = 8
-    connect_timeout: float = 10.0
-    synchronous_commit: bool = True
-    #: ``None`` for PgBouncer in transaction mode (before 1.21)
-    prepare_threshold: int | None = 5
-    max_idle: float = 600.0
-    max_lifetime: float = 3600.0
-    #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
-    check_after_idle: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not _whole(self.pool_size, 1):
-            raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
-        # not 0: psycopg would then prepare a pipeline's BEGIN in the same round trip as the
-        # DEALLOCATE ALL it sends after an ALTER or a ROLLBACK, and lose it
-        if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):
-            raise ConfigurationError(
-                f"prepare_threshold must be None or an int >= 1, got {self.prepare_threshold!r}"
-            )
-        for name in ("connect_timeout", "max_idle", "max_lifetime", "check_after_idle"):
-            value = getattr(self, name)
-            least = 0 if name == "check_after_idle" else 1e-9
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
-                raise ConfigurationError(
-                    f"{name} must be a number of seconds {'>= 0' if least == 0 else '> 0'}, "
-                    f"got {value!r}"
-                )
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in fields(cls))
-
-
-def _whole(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 class PostgresDatabase(Database[Any]):
@@ -465,7 +183,7 @@ class PostgresDatabase(Database[Any]):
             finally:
                 if session.in_tx:
                     session.in_tx = False
-                    _rollback(conn)
+                    rollback(conn)
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -541,7 +259,7 @@ class PostgresDatabase(Database[Any]):
         finally:
             if session.in_tx:
                 session.in_tx = False
-                await _arollback(conn)
+                await arollback(conn)
 
     def _session_commit(self) -> bool:
         """Whether each transaction must set its own commit mode: pools opened here set it

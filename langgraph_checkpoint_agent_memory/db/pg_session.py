@@ -1,0 +1,170 @@
+"""One batch on one psycopg connection, sync or async: the only code that sends statements.
+
+A batch of one statement, which every checkpoint write and read is, goes through a cursor by
+itself, without a transaction of its own; psycopg prepares it once it has run
+``prepare_threshold`` times on a connection. A longer batch travels in one round trip through
+pipeline mode (``BEGIN``, the statements and ``COMMIT`` sent together). Rows come back in
+binary format (``binary=True``): checkpoints and blobs are ``bytea``, which the text format
+would send as hex, twice the bytes, to be decoded on the client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
+
+
+class PgSession:
+    """What a plan's batches send on one psycopg connection, decided without I/O.
+
+    A lone statement (every checkpoint read and write) goes out by itself, atomic as any
+    single statement is; anything else goes in one pipeline: ``BEGIN``, the statements and,
+    unless the batch holds its transaction open for the plan's next batch, ``COMMIT``.
+    :func:`execute` and :func:`aexecute` are the two shells that send it.
+    """
+
+    def __init__(self, conn: Any, *, synchronous_commit: bool = True) -> None:
+        if not conn.autocommit:
+            raise ConfigurationError(
+                "PostgreSQL connections must be in autocommit mode: use "
+                "psycopg.connect(..., autocommit=True) or "
+                "ConnectionPool(..., kwargs={'autocommit': True})"
+            )
+        self.conn = conn
+        self.synchronous_commit = synchronous_commit
+        self.in_tx = False
+
+    def lone(self, batch: Batch) -> Stmt | None:
+        """The statement to send alone, or ``None`` when the batch needs a transaction
+        (several statements, a held one, or a relaxed commit to set for it)."""
+        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
+            return None
+        stmt = batch.statements[0]
+        if stmt.many or (batch.write and not self.synchronous_commit):
+            return None
+        return stmt
+
+    def opening(self, batch: Batch) -> tuple[str, ...]:
+        """What starts the batch's transaction (nothing when a held one goes on)."""
+        if self.in_tx:
+            return ()
+        self.in_tx = True
+        if batch.write and not self.synchronous_commit:
+            return ("BEGIN", "SET LOCAL synchronous_commit TO OFF")
+        return ("BEGIN",)
+
+    def ended(self, batch: Batch, ok: bool) -> bool:
+        """Record how the batch ended; whether a transaction is left to roll back."""
+        left_open = self.in_tx
+        if not ok or not batch.hold:
+            self.in_tx = False
+        return left_open and not ok
+
+    def lost(self, exc: BaseException) -> BaseException:
+        """A broken connection becomes :class:`DatabaseUnavailableError`; any other error
+        (a constraint, a lock timeout, a cancelled query) stays as the server raised it."""
+        if self.conn.closed or self.conn.broken:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return DatabaseUnavailableError(f"the connection to PostgreSQL was lost: {message}")
+        return exc
+
+
+def _params(stmt: Stmt) -> Any:
+    if stmt.many:
+        return [stmt.sql.bind(p) for p in stmt.params]
+    return stmt.sql.bind(stmt.params)
+
+
+def execute(session: PgSession, batch: Batch) -> list[Any]:
+    """Send one batch on a sync connection."""
+    import psycopg
+
+    conn = session.conn
+    lone = session.lone(batch)
+    try:
+        if lone is not None:
+            cur = conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
+            return [cur.fetchall() if lone.fetch else cur.rowcount]
+        sent = []
+        try:
+            with conn.pipeline():
+                for sql in session.opening(batch):
+                    conn.execute(sql)
+                for stmt in batch.statements:
+                    cur = conn.cursor(binary=stmt.fetch)
+                    if not stmt.many:
+                        cur.execute(stmt.sql.text, _params(stmt))
+                    elif stmt.params:
+                        cur.executemany(stmt.sql.text, _params(stmt))
+                    sent.append((cur, stmt))
+                if not batch.hold:
+                    conn.execute("COMMIT")
+        except BaseException:
+            if session.ended(batch, ok=False):
+                rollback(conn)
+            raise
+        session.ended(batch, ok=True)
+        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+    except psycopg.OperationalError as exc:
+        raise session.lost(exc) from exc
+
+
+async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
+    """Send one batch on an async connection."""
+    import psycopg
+
+    conn = session.conn
+    lone = session.lone(batch)
+    try:
+        if lone is None:
+            return await _apipeline(session, batch)
+        cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
+        return [await cur.fetchall() if lone.fetch else cur.rowcount]
+    except psycopg.OperationalError as exc:
+        raise session.lost(exc) from exc
+
+
+async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
+    conn = session.conn
+    sent = []
+    try:
+        async with conn.pipeline():
+            for sql in session.opening(batch):
+                await conn.execute(sql)
+            for stmt in batch.statements:
+                cur = conn.cursor(binary=stmt.fetch)
+                if stmt.many and stmt.params:
+                    await cur.executemany(stmt.sql.text, _params(stmt))
+                elif not stmt.many:
+                    await cur.execute(stmt.sql.text, _params(stmt))
+                sent.append((cur, stmt))
+            if not batch.hold:
+                await conn.execute("COMMIT")
+    except BaseException:
+        if session.ended(batch, ok=False):
+            await arollback(conn)
+        raise
+    session.ended(batch, ok=True)
+    return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+
+
+def _count(cur: Any, stmt: Stmt) -> int:
+    return 0 if stmt.many and not stmt.params else int(cur.rowcount)
+
+
+def rollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+    except Exception:
+        pass  # a broken connection: the pool discards it
+
+
+async def arollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            await conn.execute("ROLLBACK")
+    except Exception:
+        pass
