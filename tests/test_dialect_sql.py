@@ -8,8 +8,7 @@ import inspect
 import json
 import os
 import re
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -210,9 +209,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     for name in ("recent", "vectors"):
         out[f"store.{name}"] = getattr(sql, name)("")
     out["store.namespaces"] = sql.namespaces(True)
-    filters, _ = AgentMemoryStore._prefilter(
-        cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3), (["s"], "$eq", "x")]
-    )
+    filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import migrations as M
 
     terms, _ = backfill_statements(M._index_existing_items(d), ("ns", "k", "a text"), "terms")
@@ -220,9 +217,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     arrays = d.insert_arrays(store_terms)
     if arrays is not None:
         out["store.insert_arrays"] = arrays
-    filters_sql, _ = AgentMemoryStore._prefilter(
-        cast(Any, SimpleNamespace(dialect=d)), [(["n"], "$gte", 3)]
-    )
+    filters_sql, _ = sql.prefilter([(["n"], "$gte", 3)])
     for name, native in (
         ("vector_search", sql.vector_search(filters_sql)),
         ("fill_vector", d.fill_vector()),

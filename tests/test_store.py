@@ -318,4 +318,4 @@ def test_vector_cache_stays_within_its_byte_budget(make_store: Any) -> None:
         store.put(ns, "x", {"text": "berlin"})
         store.put(ns, "y", {"text": "paris"})
         store.db.run(store.rank_keys_plan(ns, "", emb.embed_query("berlin"), 5, _time.time()))
-    assert list(store._matrices) == ["b"]  # the older namespace went first
+    assert list(store.ranker.matrices) == ["b"]  # the older namespace went first

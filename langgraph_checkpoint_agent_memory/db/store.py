@@ -114,6 +114,18 @@ def _delete_item(t: sa.Table) -> Any:
     return sa.delete(t).where(t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key"))
 
 
+def ns_text(namespace: Sequence[str]) -> str:
+    """A namespace as the store keeps it: its labels joined by dots."""
+    return ".".join(namespace)
+
+
+def prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
+    """Parameters matching a namespace and everything below it, by exact comparison
+    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
+    ns = ns_text(namespace)
+    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
+
+
 class StoreStatements:
     """The store's SQL for one dialect: writes from SQLAlchemy, reads as text with a slot
     for the filter's pre-filter."""
@@ -123,6 +135,24 @@ class StoreStatements:
         p = d.param
         self.under = d.under()
         self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
+
+    def prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
+        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
+        the conditions the database can decide, ANDed after the WHERE clause; the store
+        applies every condition exactly to what comes back."""
+        parts: list[str] = []
+        params: dict[str, Any] = {}
+        # equalities first: the database tests them first, and they drop the most rows
+        order = sorted(range(len(conds)), key=lambda i: conds[i][1] != "$eq")
+        for i, (path, op, value) in ((i, conds[i]) for i in order):
+            name = f"f{i}"
+            sql = self.d.json_prefilter(path, op, value, name)
+            if sql is None:
+                continue
+            parts.append(sql)
+            params[f"{name}_path"] = self.d.json_path(path)
+            params[name] = value
+        return "".join(f" AND {p}" for p in parts), params
 
     def text(self, key: Any, build: Callable[[], str]) -> Sql:
         return self.d.sql(("store", key), build)

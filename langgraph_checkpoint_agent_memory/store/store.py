@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -40,7 +38,6 @@ from langgraph.store.base import (
     ensure_embeddings,
     get_text_at_path,
     tokenize_path,
-    validate_op_namespace,
 )
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
@@ -48,39 +45,20 @@ from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.db.store import (
-    Fingerprint,
     ItemKey,
     ItemRow,
-    KeyVectorRow,
-    ScoredRow,
     StoreStatements,
-    TextStats,
-    VectorRow,
-    vector_text,
+    ns_text,
+    prefix_params,
 )
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import resolve_index
+from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
+from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 
 T = TypeVar("T")
-
-
-def _ns(namespace: Sequence[str]) -> str:
-    return ".".join(namespace)
-
-
-def _prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
-    """Parameters matching a namespace and everything below it, by exact comparison
-    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
-    ns = _ns(namespace)
-    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
-
-
-def _matrix(vectors: Iterable[bytes]) -> Any:
-    """Float32 little-endian vectors of one length as the rows of a matrix."""
-    blobs = [bytes(v) for v in vectors]
-    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
 
 
 def _time(seconds: float) -> datetime:
@@ -173,21 +151,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.dialect = database.dialect
         self.statements = StoreStatements(self.dialect)
         self.ttl_config = ttl
-        self.ranking = S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates)
         self.auto_setup = auto_setup
         self._clock = clock
         self._sweeper: Sweeper | None = None
-        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
-        self._matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        #: Bytes of cached vectors kept at most, least recently used first out.
-        self.matrix_cache_bytes = 64 * 2**20
-        #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
-        #: corpus statistics, re-read after ``stats_seconds`` or once this store has written
-        #: a tenth as many items (they move slowly; df is always counted with the query).
-        self._stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
-        self._writes = 0
-        self.stats_seconds = 60.0
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         index = resolve_index(index)
@@ -200,6 +166,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(index["embed"])
+        self.ranker = Ranker(
+            self.statements,
+            S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates),
+            embeds=self.embeddings is not None,
+            clock=clock,
+        )
         fork.register(self)
 
     def __repr__(self) -> str:
@@ -209,7 +181,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         """A forked child has none of the parent's threads: its next put starts its own
         sweeper (the database resets its connections itself)."""
         self._sweeper = None
-        self._cache_lock = threading.Lock()
+        self.ranker.after_fork()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -280,6 +252,36 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Async :meth:`run_plan`."""
         return await self._arun(plan)
 
+    def rank_keys_plan(
+        self,
+        namespace: Sequence[str],
+        query: str,
+        query_vector: list[float] | None,
+        want: int,
+        now: float,
+    ) -> Plan[list[tuple[str, float]]]:
+        """Keys of exactly one namespace's best matches for ``query`` with their fused
+        scores, for callers that read the items themselves (see :class:`.Ranker`)."""
+        return self.ranker.rank_keys_plan(namespace, query, query_vector, want, now)
+
+    @property
+    def stats_seconds(self) -> float:
+        """How long BM25's corpus statistics of a namespace are reused (seconds)."""
+        return self.ranker.stats_seconds
+
+    @stats_seconds.setter
+    def stats_seconds(self, seconds: float) -> None:
+        self.ranker.stats_seconds = seconds
+
+    @property
+    def matrix_cache_bytes(self) -> int:
+        """Bytes of namespace vectors recall keeps cached at most."""
+        return self.ranker.matrix_cache_bytes
+
+    @matrix_cache_bytes.setter
+    def matrix_cache_bytes(self, size: int) -> None:
+        self.ranker.matrix_cache_bytes = size
+
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
         found = yield from self._ranked_plan(SearchOp(tuple(namespace), limit=limit), now, None)
@@ -288,7 +290,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     # -- batch -----------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = self._prepare(ops)
+        ops, puts = V.checked_batch(ops)
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
@@ -297,7 +299,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return result
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = self._prepare(ops)
+        ops, puts = V.checked_batch(ops)
         texts, queries = self._embedding_work(ops, puts)
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
@@ -310,26 +312,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
         if puts and minutes and self._sweeper is None:
             self.start_ttl_sweeper(minutes)
-
-    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], PutOp]]:
-        ops = list(ops)
-        puts: dict[tuple[str, str], PutOp] = {}
-        for op in ops:
-            validate_op_namespace(op)
-            V.check_namespace(getattr(op, "namespace", None) or getattr(op, "namespace_prefix", ()))
-            if isinstance(op, (GetOp, PutOp)):
-                V.check_key(op.key)
-            if isinstance(op, PutOp):
-                if not op.namespace:
-                    raise ConfigurationError("a namespace needs at least one label")
-                if op.value is not None:
-                    V.check_value(op.value)
-                puts[(_ns(op.namespace), op.key)] = op  # the last put of a key wins
-            elif isinstance(op, SearchOp):
-                if op.limit < 0 or op.offset < 0:
-                    raise ConfigurationError("search limit and offset must be >= 0")
-                V.check_filter(op.filter)
-        return ops, puts
 
     def _index_texts(self, op: PutOp) -> list[tuple[str, str]]:
         """``(field, text)`` pairs an item is embedded from."""
@@ -378,7 +360,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                     [
                         Stmt(
                             self.statements.get(),
-                            {"prefix": _ns(op.namespace), "key": op.key, "now": now},
+                            {"prefix": ns_text(op.namespace), "key": op.key, "now": now},
                             fetch=True,
                         )
                     ]
@@ -393,7 +375,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 if self._refreshes(op.refresh_ttl):
                     refresh += [{"prefix": p, "key": k, "now": now} for p, k in with_ttl]
             elif isinstance(op, ListNamespacesOp):
-                results[i] = yield from self._namespaces_plan(op, now)
+                results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)
         if refresh:  # only items that have a TTL: reads of the others stay reads
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
@@ -475,7 +457,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
-        self._writes += len(puts)
+        self.ranker.writes += len(puts)
         return self.statements.writes(items, vector_rows, removed)
 
     def _ttl(self, op: PutOp) -> float | None:
@@ -487,194 +469,30 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     # -- search ----------------------------------------------------------------------------
 
-    def _prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
-        parts: list[str] = []
-        params: dict[str, Any] = {}
-        # equalities first: the database tests them first, and they drop the most rows
-        order = sorted(range(len(conds)), key=lambda i: conds[i][1] != "$eq")
-        for i, (path, op, value) in ((i, conds[i]) for i in order):
-            name = f"f{i}"
-            sql = self.dialect.json_prefilter(path, op, value, name)
-            if sql is None:
-                continue
-            parts.append(sql)
-            params[f"{name}_path"] = self.dialect.json_path(path)
-            params[name] = value
-        return "".join(f" AND {p}" for p in parts), params
-
     def _search_plan(
         self, op: SearchOp, now: float, query_vector: list[float] | None
     ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
         """Results, and the keys among them that have a TTL to refresh."""
         found = yield from self._ranked_plan(op, now, query_vector)
         return [item for item, _ in found], [
-            (_ns(item.namespace), item.key) for item, ttl in found if ttl is not None
+            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
         ]
-
-    def _fused_plan(
-        self,
-        query_terms: list[str],
-        query_vector: list[float] | None,
-        filters: str,
-        base: dict[str, Any],
-        want: int,
-        *,
-        exact: bool = False,
-        joined: bool = False,
-    ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
-        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
-        candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether the lexical list was cut at ``want``."""
-        rankings: list[list[tuple[str, str]]] = []
-        weights: list[float] = []
-        cut = False
-        if query_terms:
-            lexical = yield from self._lexical_plan(
-                query_terms, filters, base, want, exact=exact, joined=joined
-            )
-            rankings.append(lexical)
-            weights.append(self.ranking.lexical_weight)
-            cut = len(lexical) >= want
-        if query_vector is not None:
-            native = self.statements.vector_search(filters)
-            if native is not None:  # exact similarity computed by the database
-                params = {**base, "n": want, "query_vector": vector_text(query_vector)}
-                [rows] = yield Batch([Stmt(native, params, fetch=True)])
-                rankings.append([(r.prefix, r.key) for r in map(ScoredRow._make, rows)])
-            else:
-                [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
-                rankings.append(self._nearest(rows, query_vector, want))
-            weights.append(self.ranking.vector_weight)
-        return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
-
-    def _lexical_plan(
-        self,
-        terms: list[str],
-        filters: str,
-        base: dict[str, Any],
-        want: int,
-        *,
-        exact: bool,
-        joined: bool,
-    ) -> Plan[list[tuple[str, str]]]:
-        """BM25's best ``want`` items for ``terms``: document frequencies counted under the
-        namespace with the query, the corpus size and average length from the cache."""
-        n = len(terms)
-        params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
-        key = (base["ns"], exact)
-        stats = self._stats.get(key)
-        fresh = stats is not None and (
-            self._clock() - stats[2] < self.stats_seconds
-            and self._writes - stats[3] <= stats[0] // 10
-        )
-        statements = [Stmt(self.statements.term_counts(n, exact), params, fetch=True)]
-        if not fresh:
-            statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
-        found = yield Batch(statements)
-        df = {term: int(count) for term, count in found[0]}
-        if not df:
-            return []
-        if not fresh:
-            text_stats = TextStats._make(found[1][0])
-            docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
-            stats = (docs, total / docs if docs else 1.0, self._clock(), self._writes)
-            with self._cache_lock:  # graph nodes search from several threads
-                self._stats[key] = stats
-                self._stats.move_to_end(key)
-                while len(self._stats) > 4096:
-                    self._stats.popitem(last=False)
-        assert stats is not None
-        docs, avgdl = stats[0], stats[1] or 1.0
-        params.update(
-            n=want,
-            k_base=S.K1 * (1 - S.B),
-            k_len=S.K1 * S.B / avgdl,
-            **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
-        )
-        [rows] = yield Batch(
-            [Stmt(self.statements.lexical(n, exact, filters, joined), params, fetch=True)]
-        )
-        return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
-
-    def rank_keys_plan(
-        self,
-        namespace: Sequence[str],
-        query: str,
-        query_vector: list[float] | None,
-        want: int,
-        now: float,
-    ) -> Plan[list[tuple[str, float]]]:
-        """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for callers that read the items themselves (agent memory's recall, which
-        drops what expired). The namespace's vectors are read once and reused while it does
-        not change."""
-        ns = _ns(namespace)
-        base = {"ns": ns, "now": now}
-        terms = S.terms(query)
-        fused, _ = yield from self._fused_plan(terms, None, "", base, want, exact=True)
-        if query_vector is None or self.embeddings is None:
-            return [(key, score) for (_, key), score in fused]
-        keys, matrix = yield from self._matrix_plan(ns, now)
-        rankings = [[k for k, _ in fused]] if terms else []
-        weights = [self.ranking.lexical_weight] if terms else []
-        if keys:
-            q = np.asarray(query_vector, dtype=np.float32)
-            sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
-            best: dict[str, float] = {}
-            for key, sim in zip(keys, sims, strict=True):
-                if sim > best.get(key, -2.0):
-                    best[key] = sim
-            rankings.append([(ns, k) for k in sorted(best, key=lambda k: -best[k])[:want]])
-            weights.append(self.ranking.vector_weight)
-        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
-
-    def _matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
-        """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
-        item count, latest update) that any write to the namespace changes."""
-        [rows] = yield Batch(
-            [Stmt(self.statements.fingerprint(), {"prefix": ns, "now": now}, fetch=True)]
-        )
-        found = Fingerprint._make(rows[0])
-        fingerprint = (int(found.items), float(found.latest or 0.0))
-        with self._cache_lock:
-            cached = self._matrices.get(ns)
-            if cached is not None and cached[0] == fingerprint:
-                self._matrices.move_to_end(ns)
-                return cached[1], cached[2]
-        [rows] = yield Batch(
-            [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
-        )
-        vectors = [KeyVectorRow._make(r) for r in rows]
-        keys = [v.key for v in vectors]
-        if vectors:
-            matrix = _matrix(v.vector for v in vectors)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix = matrix / np.where(norms == 0, 1.0, norms)
-        else:
-            matrix = np.zeros((0, 1), dtype=np.float32)
-        with self._cache_lock:
-            self._matrices[ns] = (fingerprint, keys, matrix)
-            total = sum(m[2].nbytes for m in self._matrices.values())
-            while total > self.matrix_cache_bytes and len(self._matrices) > 1:
-                _, (_, _, dropped) = self._matrices.popitem(last=False)
-                total -= dropped.nbytes
-        return keys, matrix
 
     def _ranked_plan(
         self, op: SearchOp, now: float, query_vector: list[float] | None
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = S.conditions(op.filter)
-        filters, fparams = self._prefilter(conds)
-        base = {**_prefix_params(op.namespace_prefix), "now": now, **fparams}
+        filters, fparams = self.statements.prefilter(conds)
+        base = {**prefix_params(op.namespace_prefix), "now": now, **fparams}
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
-        want = max(self.ranking.candidates, 4 * (op.limit + op.offset))
+        want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
         # Without a filter the postings alone rank; should expired items fill the list so
         # that too few remain, rank again joined with the items, which leaves them out.
         joined = bool(filters)
         while True:
-            fused, cut = yield from self._fused_plan(
+            fused, cut = yield from self.ranker.fused_plan(
                 query_terms, query_vector, filters, base, want, joined=joined
             )
             out = yield from self._read_ranked(fused, conds, op, now)
@@ -711,24 +529,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _value(row: ItemRow) -> Any:
         return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
-    def _nearest(
-        self, rows: Sequence[Sequence[Any]], query: list[float], want: int
-    ) -> list[tuple[str, str]]:
-        """Exact cosine similarity over every candidate vector; an item's best field wins."""
-        if not rows:
-            return []
-        vectors = [VectorRow._make(r) for r in rows]
-        matrix = _matrix(v.vector for v in vectors)
-        q = np.asarray(query, dtype=np.float32)
-        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-        sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
-        best: dict[tuple[str, str], float] = {}
-        for row, sim in zip(vectors, sims.tolist(), strict=True):
-            key = (row.prefix, row.key)
-            if sim > best.get(key, -2.0):
-                best[key] = sim
-        return sorted(best, key=lambda k: -best[k])[:want]
-
     def _recent_plan(
         self,
         op: SearchOp,
@@ -752,32 +552,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             cursor += size
             size *= 2
 
-    def _namespaces_plan(self, op: ListNamespacesOp, now: float) -> Plan[list[tuple[str, ...]]]:
-        literal: list[str] = []
-        for condition in op.match_conditions or ():
-            if condition.match_type == "prefix":
-                for label in condition.path:
-                    if label == "*":
-                        break
-                    literal.append(label)
-                break
-        params: dict[str, Any] = {"now": now, **(_prefix_params(literal) if literal else {})}
-        [rows] = yield Batch([Stmt(self.statements.namespaces(bool(literal)), params, fetch=True)])
-        found: set[tuple[str, ...]] = set()
-        for (prefix,) in rows:
-            ns = tuple(prefix.split("."))
-            if not all(_matches_condition(ns, c) for c in op.match_conditions or ()):
-                continue
-            found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
-        ordered = sorted(found)
-        return ordered[op.offset : op.offset + op.limit]
-
     # -- namespaces and TTL ----------------------------------------------------------------
 
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
         if not namespace:
             raise ConfigurationError("delete_namespace needs a namespace prefix")
-        params = _prefix_params(namespace)
+        params = prefix_params(namespace)
         [[(count,)]] = yield Batch(
             [Stmt(self.statements.count_under(), params, fetch=True)], lock=True, hold=True
         )
@@ -852,11 +632,3 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
-
-
-def _matches_condition(ns: tuple[str, ...], condition: Any) -> bool:
-    path = tuple(condition.path)
-    if len(ns) < len(path):
-        return False
-    part = ns[: len(path)] if condition.match_type == "prefix" else ns[len(ns) - len(path) :]
-    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))

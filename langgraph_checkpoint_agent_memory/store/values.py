@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.errors import InvalidValueError
+from langgraph.store.base import GetOp, Op, PutOp, SearchOp, validate_op_namespace
+
+from langgraph_checkpoint_agent_memory.db.store import ns_text
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
 
 #: The longest namespace (labels joined by ".") and key, in characters.
 MAX_NAMESPACE = 1024
@@ -132,3 +135,27 @@ def _check(node: Any, where: str) -> None:
         f"{where} is a {type(node).__name__}, which JSON cannot hold: store strings, numbers, "
         "booleans, None, lists and dicts"
     )
+
+
+def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], PutOp]]:
+    """Check every operation of a batch before anything runs (so a bad one fails the whole
+    batch and writes nothing); return the operations and the puts by item, the last put of a
+    key winning."""
+    ops = list(ops)
+    puts: dict[tuple[str, str], PutOp] = {}
+    for op in ops:
+        validate_op_namespace(op)
+        check_namespace(getattr(op, "namespace", None) or getattr(op, "namespace_prefix", ()))
+        if isinstance(op, (GetOp, PutOp)):
+            check_key(op.key)
+        if isinstance(op, PutOp):
+            if not op.namespace:
+                raise ConfigurationError("a namespace needs at least one label")
+            if op.value is not None:
+                check_value(op.value)
+            puts[(ns_text(op.namespace), op.key)] = op  # the last put of a key wins
+        elif isinstance(op, SearchOp):
+            if op.limit < 0 or op.offset < 0:
+                raise ConfigurationError("search limit and offset must be >= 0")
+            check_filter(op.filter)
+    return ops, puts

@@ -1,0 +1,248 @@
+"""How the store ranks: BM25 over its own term index, exact vector similarity, and their
+reciprocal rank fusion, as plans over the ``db`` layer's statements.
+
+A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; the store
+reads the winners and applies the exact filter. It caches what moves slowly: each namespace's
+BM25 corpus statistics, and for recall's exact search each namespace's normalized vectors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import (
+    Fingerprint,
+    KeyVectorRow,
+    ScoredRow,
+    StoreStatements,
+    TextStats,
+    VectorRow,
+    vector_text,
+)
+from langgraph_checkpoint_agent_memory.store import search as S
+
+
+def as_matrix(vectors: Iterable[bytes]) -> Any:
+    """Float32 little-endian vectors of one length as the rows of a matrix."""
+    blobs = [bytes(v) for v in vectors]
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+
+
+class Ranker:
+    """Ranked candidates for a store's searches.
+
+    Args:
+        statements: The store's SQL for its dialect.
+        ranking: Fusion weights, constant and candidate count.
+        embeds: Whether the store has an embedder (vectors to rank).
+        clock: Seconds since the epoch, as the store's.
+
+    Example:
+        >>> ranker = store.ranker  # each AgentMemoryStore has one  # doctest: +SKIP
+        >>> plan = ranker.rank_keys_plan(("users", "a"), "berlin", None, 5, now)  # doctest: +SKIP
+        >>> store.db.run(plan)  # doctest: +SKIP
+        [('home_city', 0.033)]
+    """
+
+    def __init__(
+        self,
+        statements: StoreStatements,
+        ranking: S.Ranking,
+        *,
+        embeds: bool,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.statements = statements
+        self.ranking = ranking
+        self.embeds = embeds
+        self._clock = clock
+        self.lock = threading.Lock()
+        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
+        self.matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
+        #: Bytes of cached vectors kept at most, least recently used first out.
+        self.matrix_cache_bytes = 64 * 2**20
+        #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
+        #: corpus statistics, re-read after ``stats_seconds`` or once the store has written
+        #: a tenth as many items (they move slowly; df is always counted with the query).
+        self.stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
+        self.stats_seconds = 60.0
+        #: Items the store has written; it adds to this.
+        self.writes = 0
+
+    def after_fork(self) -> None:
+        """A forked child must not inherit a lock another thread of the parent held."""
+        self.lock = threading.Lock()
+
+    def fused_plan(
+        self,
+        query_terms: list[str],
+        query_vector: list[float] | None,
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+        *,
+        exact: bool = False,
+        joined: bool = False,
+    ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
+        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
+        candidates under ``base``'s namespace prefix, best first, without reading the items;
+        and whether the lexical list was cut at ``want``."""
+        rankings: list[list[tuple[str, str]]] = []
+        weights: list[float] = []
+        cut = False
+        if query_terms:
+            lexical = yield from self.lexical_plan(
+                query_terms, filters, base, want, exact=exact, joined=joined
+            )
+            rankings.append(lexical)
+            weights.append(self.ranking.lexical_weight)
+            cut = len(lexical) >= want
+        if query_vector is not None:
+            native = self.statements.vector_search(filters)
+            if native is not None:  # exact similarity computed by the database
+                params = {**base, "n": want, "query_vector": vector_text(query_vector)}
+                [rows] = yield Batch([Stmt(native, params, fetch=True)])
+                rankings.append([(r.prefix, r.key) for r in map(ScoredRow._make, rows)])
+            else:
+                [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
+                rankings.append(self.nearest(rows, query_vector, want))
+            weights.append(self.ranking.vector_weight)
+        return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
+
+    def lexical_plan(
+        self,
+        terms: list[str],
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+        *,
+        exact: bool,
+        joined: bool,
+    ) -> Plan[list[tuple[str, str]]]:
+        """BM25's best ``want`` items for ``terms``: document frequencies counted under the
+        namespace with the query, the corpus size and average length from the cache."""
+        n = len(terms)
+        params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
+        key = (base["ns"], exact)
+        stats = self.stats.get(key)
+        fresh = stats is not None and (
+            self._clock() - stats[2] < self.stats_seconds
+            and self.writes - stats[3] <= stats[0] // 10
+        )
+        statements = [Stmt(self.statements.term_counts(n, exact), params, fetch=True)]
+        if not fresh:
+            statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
+        found = yield Batch(statements)
+        df = {term: int(count) for term, count in found[0]}
+        if not df:
+            return []
+        if not fresh:
+            text_stats = TextStats._make(found[1][0])
+            docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
+            stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
+            with self.lock:  # graph nodes search from several threads
+                self.stats[key] = stats
+                self.stats.move_to_end(key)
+                while len(self.stats) > 4096:
+                    self.stats.popitem(last=False)
+        assert stats is not None
+        docs, avgdl = stats[0], stats[1] or 1.0
+        params.update(
+            n=want,
+            k_base=S.K1 * (1 - S.B),
+            k_len=S.K1 * S.B / avgdl,
+            **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
+        )
+        [rows] = yield Batch(
+            [Stmt(self.statements.lexical(n, exact, filters, joined), params, fetch=True)]
+        )
+        return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
+
+    def rank_keys_plan(
+        self,
+        namespace: Sequence[str],
+        query: str,
+        query_vector: list[float] | None,
+        want: int,
+        now: float,
+    ) -> Plan[list[tuple[str, float]]]:
+        """Keys of exactly one namespace's best matches for ``query`` with their fused
+        scores, for callers that read the items themselves (agent memory's recall, which
+        drops what expired). The namespace's vectors are read once and reused while it does
+        not change."""
+        ns = ".".join(namespace)
+        base = {"ns": ns, "now": now}
+        terms = S.terms(query)
+        fused, _ = yield from self.fused_plan(terms, None, "", base, want, exact=True)
+        if query_vector is None or not self.embeds:
+            return [(key, score) for (_, key), score in fused]
+        keys, matrix = yield from self.matrix_plan(ns, now)
+        rankings = [[k for k, _ in fused]] if terms else []
+        weights = [self.ranking.lexical_weight] if terms else []
+        if keys:
+            q = np.asarray(query_vector, dtype=np.float32)
+            sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
+            best: dict[str, float] = {}
+            for key, sim in zip(keys, sims, strict=True):
+                if sim > best.get(key, -2.0):
+                    best[key] = sim
+            rankings.append([(ns, k) for k in sorted(best, key=lambda k: -best[k])[:want]])
+            weights.append(self.ranking.vector_weight)
+        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
+
+    def matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
+        """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
+        item count, latest update) that any write to the namespace changes."""
+        [rows] = yield Batch(
+            [Stmt(self.statements.fingerprint(), {"prefix": ns, "now": now}, fetch=True)]
+        )
+        found = Fingerprint._make(rows[0])
+        fingerprint = (int(found.items), float(found.latest or 0.0))
+        with self.lock:
+            cached = self.matrices.get(ns)
+            if cached is not None and cached[0] == fingerprint:
+                self.matrices.move_to_end(ns)
+                return cached[1], cached[2]
+        [rows] = yield Batch(
+            [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
+        )
+        vectors = [KeyVectorRow._make(r) for r in rows]
+        keys = [v.key for v in vectors]
+        if vectors:
+            matrix = as_matrix(v.vector for v in vectors)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            matrix = matrix / np.where(norms == 0, 1.0, norms)
+        else:
+            matrix = np.zeros((0, 1), dtype=np.float32)
+        with self.lock:
+            self.matrices[ns] = (fingerprint, keys, matrix)
+            total = sum(m[2].nbytes for m in self.matrices.values())
+            while total > self.matrix_cache_bytes and len(self.matrices) > 1:
+                _, (_, _, dropped) = self.matrices.popitem(last=False)
+                total -= dropped.nbytes
+        return keys, matrix
+
+    def nearest(
+        self, rows: Sequence[Sequence[Any]], query: list[float], want: int
+    ) -> list[tuple[str, str]]:
+        """Exact cosine similarity over every candidate vector; an item's best field wins."""
+        if not rows:
+            return []
+        vectors = [VectorRow._make(r) for r in rows]
+        matrix = as_matrix(v.vector for v in vectors)
+        q = np.asarray(query, dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
+        sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
+        best: dict[tuple[str, str], float] = {}
+        for row, sim in zip(vectors, sims.tolist(), strict=True):
+            key = (row.prefix, row.key)
+            if sim > best.get(key, -2.0):
+                best[key] = sim
+        return sorted(best, key=lambda k: -best[k])[:want]
