@@ -271,6 +271,7 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
 def memory_statements(d: Dialect) -> dict[str, Sql]:
     """Every statement of agent memory, collected by driving each plan with canned results."""
     from langgraph_checkpoint_agent_memory.db import memory as M
+    from langgraph_checkpoint_agent_memory.db import memory_jobs as J
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
@@ -294,7 +295,7 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
                 out.append([])
         return out
 
-    claim = M.Claim("user=a", "memory", "owner", 0, ["e1"])
+    claim = J.Claim("user=a", "memory", "owner", 0, ["e1"])
     item = {
         "prefix": "memory.user=a.episodes",
         "key": "e1",
@@ -305,7 +306,7 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
         "expires_at": None,
         "doc": "hi",
     }
-    writes = M.Writes(
+    writes = J.Writes(
         items=[item],
         vectors=[{"prefix": "p", "key": "e1", "field": "text#0", "vector": b"\0\0\0\0"}],
         decay=[
@@ -331,11 +332,11 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
             reinforce=reinforce,
         ),
         M.reinforce_plan(sql, reinforce),
-        M.claim_plan(sql, owner="o", now=1.0, lease_seconds=1.0, limit=5),
-        M.claim_plan(
+        J.claim_plan(sql, owner="o", now=1.0, lease_seconds=1.0, limit=5),
+        J.claim_plan(
             sql, owner="o", now=1.0, lease_seconds=1.0, limit=5, scope="user=a", skip=["user=b"]
         ),
-        M.apply_plan(
+        J.apply_plan(
             sql,
             claim,
             job_id="j",
@@ -347,7 +348,7 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
             decide=lambda rows, vectors: writes,
             started_at=1.0,
         ),
-        M.fail_plan(
+        J.fail_plan(
             sql,
             claim,
             job_id="j",
@@ -359,13 +360,13 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
             max_attempts=1,
             backoff_seconds=1.0,
         ),
-        M.retry_plan(sql, None),
-        M.retry_plan(sql, "user=a"),
+        J.retry_plan(sql, None),
+        J.retry_plan(sql, "user=a"),
         M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0),
         M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0, scope="user=a"),
         M.known_scopes_plan(sql, "memory"),
         M.stats_plan(sql, "memory", 1.0),
-        M.jobs_plan(sql, ["failed", "parked"], 10),
+        J.jobs_plan(sql, ["failed", "parked"], 10),
         M.threads_plan(sql, ["user=a"]),
         M.erase_plan(sql, root="memory", scopes=["user=a"]),
         M.version_plan(sql, "p", 1.0),

@@ -21,6 +21,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -892,13 +893,13 @@ class AgentMemory(Generic[StoreT]):
                 print(job["scope"], job["error"])
             ```
         """
-        return self._run(sqlm.jobs_plan(self._sql, list(statuses), limit))
+        return self._run(jobsql.jobs_plan(self._sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Async :meth:`jobs`."""
-        return await self._arun(sqlm.jobs_plan(self._sql, list(statuses), limit))
+        return await self._arun(jobsql.jobs_plan(self._sql, list(statuses), limit))
 
     def retry(self, scope: ScopeLike | None = None) -> int:
         """Queue parked episodes again and lift the scopes' back-offs, e.g. after fixing
@@ -917,12 +918,12 @@ class AgentMemory(Generic[StoreT]):
             ```
         """
         key = Scope.of(scope).key if scope is not None else None
-        return self._run(sqlm.retry_plan(self._sql, key))
+        return self._run(jobsql.retry_plan(self._sql, key))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`retry`."""
         key = Scope.of(scope).key if scope is not None else None
-        return await self._arun(sqlm.retry_plan(self._sql, key))
+        return await self._arun(jobsql.retry_plan(self._sql, key))
 
     def sweep(self) -> int:
         """Run the TTL sweeps of the store and of the checkpointer now.

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
@@ -189,7 +190,7 @@ def job_steps(
     started = memory._clock()
     owner = uuid.uuid4().hex
     claim = yield RunPlan(
-        sqlm.claim_plan(
+        jobsql.claim_plan(
             sql,
             owner=owner,
             now=started,
@@ -237,7 +238,7 @@ def job_steps(
     now = memory._clock()
     changes: list[F.FactChanges] = []
 
-    def decide(rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> sqlm.Writes:
+    def decide(rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> jobsql.Writes:
         return _writes(
             memory,
             the_scope,
@@ -254,7 +255,7 @@ def job_steps(
 
     try:
         writes = yield RunPlan(
-            sqlm.apply_plan(
+            jobsql.apply_plan(
                 sql,
                 claim,
                 job_id=jid,
@@ -288,10 +289,12 @@ def job_steps(
     )
 
 
-def _fail(memory: Any, claim: sqlm.Claim, jid: str, error: str, started: float) -> Steps[JobResult]:
+def _fail(
+    memory: Any, claim: jobsql.Claim, jid: str, error: str, started: float
+) -> Steps[JobResult]:
     s = memory.settings
     outcome = yield RunPlan(
-        sqlm.fail_plan(
+        jobsql.fail_plan(
             memory._sql,
             claim,
             job_id=jid,
@@ -321,9 +324,9 @@ def _writes(
     episode_vectors: list[list[float]],
     now: float,
     out: list[F.FactChanges],
-) -> sqlm.Writes:
+) -> jobsql.Writes:
     """The rows a job writes, from the current facts read inside its transaction."""
-    writes = sqlm.Writes()
+    writes = jobsql.Writes()
     if extraction is None or not episodes:
         return writes
     s = memory.settings
