@@ -1,11 +1,6 @@
 """Agent memory: facts and episodes, consolidation, decay and recall (see ``agent``)."""
 
-from langgraph_checkpoint_agent_memory.memory.agent import (
-    AgentMemory,
-    MemorySettings,
-    RecallOptions,
-    RecordOptions,
-)
+from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 from langgraph_checkpoint_agent_memory.memory.consolidate import JobResult, Report
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
 from langgraph_checkpoint_agent_memory.memory.extract import (
@@ -27,6 +22,8 @@ from langgraph_checkpoint_agent_memory.memory.model import (
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallWeights
+from langgraph_checkpoint_agent_memory.memory.recaller import RecallOptions
+from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 
 __all__ = [

@@ -7,19 +7,14 @@ operation is written once and has a sync and an async entry point.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
@@ -35,7 +30,6 @@ from langgraph_checkpoint_agent_memory.memory.extract import (
     messages_as_dicts,
 )
 from langgraph_checkpoint_agent_memory.memory.model import (
-    SCOPE_KEYS,
     Episode,
     Fact,
     Scope,
@@ -52,111 +46,18 @@ from langgraph_checkpoint_agent_memory.memory.nodes import (
     scope_from,
     turn_key,
 )
+from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
+from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-@dataclass(frozen=True)
-class MemorySettings:
-    """Every tunable of :class:`AgentMemory`.
-
-    Each can be passed to ``AgentMemory(...)``, or changed by operators without code through
-    an ``@agent_config("config.memory.<name>", ...)`` field; an argument wins over a field,
-    a field over the default.
-    """
-
-    namespace_root: str = "memory"
-    #: Which configurable keys make a run's scope: the isolation mode (see ``nodes``).
-    scope_keys: tuple[str, ...] = SCOPE_KEYS
-    budget_tokens: int = 1000
-    #: Past episodes considered by recall before ranking.
-    episode_candidates: int = 20
-    relevance_weight: float = 0.6
-    recency_weight: float = 0.2
-    importance_weight: float = 0.2
-    half_life_days: float = 30.0
-    max_episodes_per_job: int = 20
-    #: Current facts shown to the extractor (top-k by relevance, so cost does not grow).
-    relevant_facts: int = 20
-    lease_seconds: float = 300.0
-    max_attempts: int = 3
-    backoff_seconds: float = 30.0
-    decay_rate: float = 0.95
-    decay_threshold: float = 0.05
-    near_duplicate_threshold: float = 0.92
-    near_duplicate_words: float = 0.8
-    #: A recalled item is reinforced at most this often (recall must not write every step).
-    reinforce_every_seconds: float = 3600.0
-    consolidate_every_seconds: float = 30.0
-    decay_every_seconds: float = 3600.0
-    sweep_every_seconds: float = 300.0
-    #: Write the context block to this state key instead of a system message.
-    context_key: str | None = None
-
-    @classmethod
-    def resolve(cls, explicit: dict[str, Any]) -> MemorySettings:
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(explicit) - set(known))
-        if unknown:
-            raise TypeError(
-                f"AgentMemory() got unknown setting(s) {', '.join(unknown)}; known: "
-                + ", ".join(sorted(known))
-            )
-        values: dict[str, Any] = {}
-        for name in known:
-            if name in explicit:
-                values[name] = explicit[name]
-                continue
-            declared = config_registry.get_field(f"config.memory.{name}")
-            if declared is not None:
-                values[name] = declared.value()
-        if "scope_keys" in values:
-            keys = values["scope_keys"]
-            keys = (keys,) if isinstance(keys, str) else tuple(keys)
-            bad = [k for k in keys if k not in SCOPE_KEYS]
-            if bad or not keys:
-                raise ConfigurationError(
-                    f"scope_keys must be a non-empty subset of {SCOPE_KEYS}, got {keys}"
-                )
-            values["scope_keys"] = keys
-        return cls(**values)
-
-    @property
-    def weights(self) -> R.RecallWeights:
-        return R.RecallWeights(
-            self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
-        )
-
-
 #: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
 #: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 T = TypeVar("T")
-
-
-class RecallOptions(TypedDict, total=False):
-    """Keyword options of :meth:`AgentMemory.recall` and :meth:`AgentMemory.arecall`."""
-
-    #: The block's size in tokens (default the ``budget_tokens`` setting).
-    budget_tokens: int | None
-    #: Leave out the episodes of this thread (its messages are already in the prompt).
-    exclude_thread: str | None
-    #: Count what was recalled as used, so it decays more slowly (what the inject node does).
-    reinforce: bool
-
-
-class RecordOptions(TypedDict, total=False):
-    """Keyword options of :meth:`AgentMemory.record` and :meth:`AgentMemory.arecord`."""
-
-    #: The conversation the messages come from (:meth:`AgentMemory.erase` removes it too).
-    thread_id: str | None
-    #: The episode's key (default: from the thread and the messages' ids); a key already
-    #: stored is not stored again.
-    key: str | None
-    #: When the turn happened, in seconds since the epoch (default: now).
-    occurred_at: float | None
 
 
 class AgentMemory(Generic[StoreT]):
@@ -213,12 +114,9 @@ class AgentMemory(Generic[StoreT]):
         self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
         self._clock = clock
         self._sql = sqlm.MemorySql(store.dialect, store.statements)
-        self._recalled: dict[tuple[str, str], float] = {}
-        self._facts_cache: OrderedDict[
-            str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]
-        ] = OrderedDict()
-        self._reinforced: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
+        self._recaller = Recaller(
+            store, self._sql, self.settings, self.policy, self.count_tokens, clock
+        )
         self._worker: MemoryWorker | None = None
         self._inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
         self._record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
@@ -357,113 +255,6 @@ class AgentMemory(Generic[StoreT]):
 
     # -- recall ----------------------------------------------------------------------------
 
-    def _recall_steps(
-        self, scope: ScopeLike, query: str, options: RecallOptions
-    ) -> C.Steps[R.Recalled]:
-        s = Scope.of(scope)
-        vector = None
-        if query and self.store.embeddings is not None:
-            [vector] = yield C.Embed([query], query=True)
-        recalled: R.Recalled = yield C.RunPlan(
-            self._recall_plan(
-                s, query, options.get("budget_tokens"), options.get("exclude_thread"), vector
-            )
-        )
-        if options.get("reinforce", False):
-            self._queue_reinforcement(s, recalled)
-        return recalled
-
-    def _recall_plan(
-        self,
-        scope: Scope,
-        query: str,
-        budget_tokens: int | None,
-        exclude_thread: str | None,
-        vector: list[float] | None,
-    ) -> Plan[R.Recalled]:
-        now = self._clock()
-        st = self.settings
-        budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
-        facts = yield from self._current_facts_plan(scope, now)
-        ordered = [entry[0] for entry in facts]
-        lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
-        cost = sum(entry[2] for entry in facts)
-        if cost > budget and query:
-            # more facts than fit: the most relevant first, then the rest by importance
-            want = max(16, budget // 8)
-            ranked = yield from self.store.rank_keys_plan(
-                self.namespace(scope, "facts"), query, vector, want, now
-            )
-            by_key = {f.key: f for f in ordered}
-            first = [by_key[k] for k, _ in ranked if k in by_key]
-            chosen = {f.key for f in first}
-            ordered = first + [f for f in ordered if f.key not in chosen]
-        episodes_prefix = self._prefix(scope, "episodes")
-        rows: list[sqlm.StoredRow]
-        if query:
-            ranked = yield from self.store.rank_keys_plan(
-                self.namespace(scope, "episodes"), query, vector, st.episode_candidates, now
-            )
-            relevance = dict(ranked)
-            rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, list(relevance))
-        else:
-            relevance = {}
-            keys = yield from self.store.recent_keys_plan(
-                self.namespace(scope, "episodes"), st.episode_candidates, now
-            )
-            rows = yield from sqlm.read_plan(self._sql, episodes_prefix, now, keys)
-        relevance = R.spread(relevance)
-        scored: list[tuple[float, Episode]] = []
-        seen_summaries: set[str] = set()
-        for row in rows:
-            episode = Episode.from_value(row.key, row.value)
-            if exclude_thread is not None and episode.thread_id == exclude_thread:
-                continue
-            if episode.summary:
-                if episode.summary in seen_summaries:
-                    continue
-                seen_summaries.add(episode.summary)
-            importance = self._importance(row, now)
-            score = R.episode_score(
-                relevance.get(row.key, 0.0), episode.occurred_at, importance, now, st.weights
-            )
-            scored.append((score, episode))
-        scored.sort(key=lambda p: -p[0])
-        return R.render(
-            ordered,
-            [e for _, e in scored],
-            now=now,
-            budget_tokens=budget,
-            count=self.count_tokens,
-            rendered=lines,
-        )
-
-    def _current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
-        """The scope's current facts with each line's token cost, most important first;
-        decoded once and reused while the scope's facts do not change (any process's write
-        changes the fingerprint)."""
-        prefix = self._prefix(scope, "facts")
-        fingerprint = yield from sqlm.version_plan(self._sql, prefix, now)
-        with self._lock:
-            cached = self._facts_cache.get(prefix)
-            if cached is not None and cached[0] == fingerprint:
-                self._facts_cache.move_to_end(prefix)
-                return cached[1]
-        rows = yield from sqlm.read_plan(self._sql, prefix, now)
-        facts = [Fact.from_value(r.key, r.value) for r in rows]
-        facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
-        entries = [(f, line, self.count_tokens(line)) for f in facts if (line := R.fact_line(f))]
-        with self._lock:
-            self._facts_cache[prefix] = (fingerprint, entries)
-            while len(self._facts_cache) > 256:
-                self._facts_cache.popitem(last=False)
-        return entries
-
-    def _importance(self, row: sqlm.StoredRow, now: float) -> float:
-        if row.log_importance is None or row.reinforced_at is None:
-            return float(row.value.get("importance", 0.5))
-        return self.policy.importance(row.log_importance, row.reinforced_at, now)
-
     def recall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
@@ -483,13 +274,13 @@ class AgentMemory(Generic[StoreT]):
             print(recalled.text)
             ```
         """
-        return C.run_steps(self._recall_steps(scope, query, options), self.store, self._run)
+        return C.run_steps(self._recaller.steps(scope, query, options), self.store, self._run)
 
     async def arecall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
         """Async :meth:`recall`."""
-        steps = self._recall_steps(scope, query, options)
+        steps = self._recaller.steps(scope, query, options)
         return await C.arun_steps(steps, self.store, self._arun)
 
     def build_context(
@@ -514,23 +305,6 @@ class AgentMemory(Generic[StoreT]):
     ) -> str:
         """Async :meth:`build_context`."""
         return (await self.arecall(scope, query, budget_tokens=budget_tokens)).text
-
-    def _queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
-        now = self._clock()
-        every = self.settings.reinforce_every_seconds
-        facts, episodes = self._prefix(scope, "facts"), self._prefix(scope, "episodes")
-        keys = [(facts, f.key) for f in recalled.facts]
-        keys += [(episodes, e.key) for e in recalled.episodes]
-        with self._lock:
-            for key in keys:
-                if now - self._reinforced.get(key, float("-inf")) >= every:
-                    self._recalled[key] = now
-                    self._reinforced[key] = now
-
-    def _take_reinforcements(self) -> list[dict[str, Any]]:
-        with self._lock:
-            taken, self._recalled = self._recalled, {}
-        return [{"prefix": p, "key": k, "now": t} for (p, k), t in taken.items()]
 
     # -- recording -------------------------------------------------------------------------
 
@@ -564,7 +338,7 @@ class AgentMemory(Generic[StoreT]):
             item=item,
             thread_id=thread_id,
             now=now,
-            reinforce=self._take_reinforcements(),
+            reinforce=self._recaller.take_reinforcements(),
         )
         return ep_key
 
@@ -687,12 +461,12 @@ class AgentMemory(Generic[StoreT]):
         return await C.arun_steps(steps, self.store, self._arun)
 
     def _flush(self) -> None:
-        rows = self._take_reinforcements()
+        rows = self._recaller.take_reinforcements()
         if rows:
             self._run(sqlm.reinforce_plan(self._sql, rows))
 
     async def _aflush(self) -> None:
-        rows = self._take_reinforcements()
+        rows = self._recaller.take_reinforcements()
         if rows:
             await self._arun(sqlm.reinforce_plan(self._sql, rows))
 
@@ -800,8 +574,7 @@ class AgentMemory(Generic[StoreT]):
         return {"scopes": len(covered), **counts}
 
     def _forget_local(self) -> None:
-        with self._lock:
-            self._recalled.clear()
+        self._recaller.forget_queued()
 
     def _threads_plan(self, scope: ScopeLike) -> Plan[list[str]]:
         known = yield from sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)

@@ -1,0 +1,98 @@
+"""What an :class:`~.agent.AgentMemory` can be tuned with: :class:`MemorySettings`, and the
+keyword options of ``record``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from langgraph_checkpoint_agent_memory import settings as config_registry
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.memory import recall as R
+from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Every tunable of :class:`AgentMemory`.
+
+    Each can be passed to ``AgentMemory(...)``, or changed by operators without code through
+    an ``@agent_config("config.memory.<name>", ...)`` field; an argument wins over a field,
+    a field over the default.
+    """
+
+    namespace_root: str = "memory"
+    #: Which configurable keys make a run's scope: the isolation mode (see ``nodes``).
+    scope_keys: tuple[str, ...] = SCOPE_KEYS
+    budget_tokens: int = 1000
+    #: Past episodes considered by recall before ranking.
+    episode_candidates: int = 20
+    relevance_weight: float = 0.6
+    recency_weight: float = 0.2
+    importance_weight: float = 0.2
+    half_life_days: float = 30.0
+    max_episodes_per_job: int = 20
+    #: Current facts shown to the extractor (top-k by relevance, so cost does not grow).
+    relevant_facts: int = 20
+    lease_seconds: float = 300.0
+    max_attempts: int = 3
+    backoff_seconds: float = 30.0
+    decay_rate: float = 0.95
+    decay_threshold: float = 0.05
+    near_duplicate_threshold: float = 0.92
+    near_duplicate_words: float = 0.8
+    #: A recalled item is reinforced at most this often (recall must not write every step).
+    reinforce_every_seconds: float = 3600.0
+    consolidate_every_seconds: float = 30.0
+    decay_every_seconds: float = 3600.0
+    sweep_every_seconds: float = 300.0
+    #: Write the context block to this state key instead of a system message.
+    context_key: str | None = None
+
+    @classmethod
+    def resolve(cls, explicit: dict[str, Any]) -> MemorySettings:
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(explicit) - set(known))
+        if unknown:
+            raise TypeError(
+                f"AgentMemory() got unknown setting(s) {', '.join(unknown)}; known: "
+                + ", ".join(sorted(known))
+            )
+        values: dict[str, Any] = {}
+        for name in known:
+            if name in explicit:
+                values[name] = explicit[name]
+                continue
+            declared = config_registry.get_field(f"config.memory.{name}")
+            if declared is not None:
+                values[name] = declared.value()
+        if "scope_keys" in values:
+            keys = values["scope_keys"]
+            keys = (keys,) if isinstance(keys, str) else tuple(keys)
+            bad = [k for k in keys if k not in SCOPE_KEYS]
+            if bad or not keys:
+                raise ConfigurationError(
+                    f"scope_keys must be a non-empty subset of {SCOPE_KEYS}, got {keys}"
+                )
+            values["scope_keys"] = keys
+        return cls(**values)
+
+    @property
+    def weights(self) -> R.RecallWeights:
+        return R.RecallWeights(
+            self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
+        )
+
+
+class RecordOptions(TypedDict, total=False):
+    """Keyword options of :meth:`AgentMemory.record` and :meth:`AgentMemory.arecord`."""
+
+    #: The conversation the messages come from (:meth:`AgentMemory.erase` removes it too).
+    thread_id: str | None
+    #: The episode's key (default: from the thread and the messages' ids); a key already
+    #: stored is not stored again.
+    key: str | None
+    #: When the turn happened, in seconds since the epoch (default: now).
+    occurred_at: float | None
