@@ -283,7 +283,7 @@ def test_rank_keys_sees_every_write_through_its_vector_cache(
 
     def rank(query: str) -> list[str]:
         vector = emb.embed_query(query)
-        found = a.db.run(a.rank_keys_plan(ns, "", vector, 5, _time.time()))
+        found = a.db.run(a.ranker.rank_keys_plan(ns, "", vector, 5, _time.time()))
         return [k for k, _ in found]
 
     a.put(ns, "y", {"text": "paris london"})
@@ -313,9 +313,11 @@ def test_vector_cache_stays_within_its_byte_budget(make_store: Any) -> None:
 
     emb = WordEmbeddings()
     store = make_store(index={"dims": emb.dims, "embed": emb})
-    store.matrix_cache_bytes = 3 * emb.dims * 4  # room for three vectors
+    store.ranker.matrix_cache_bytes = 3 * emb.dims * 4  # room for three vectors
     for ns in (("a",), ("b",)):
         store.put(ns, "x", {"text": "berlin"})
         store.put(ns, "y", {"text": "paris"})
-        store.db.run(store.rank_keys_plan(ns, "", emb.embed_query("berlin"), 5, _time.time()))
+        store.db.run(
+            store.ranker.rank_keys_plan(ns, "", emb.embed_query("berlin"), 5, _time.time())
+        )
     assert list(store.ranker.matrices) == ["b"]  # the older namespace went first

@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from langchain_core.messages import RemoveMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableLambda
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
@@ -39,11 +38,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     normalize_attribute,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import (
-    CONTEXT_MESSAGE_ID,
-    current_turn,
-    last_user_text,
-    messages_of,
-    scope_from,
+    GraphNodes,
     turn_key,
 )
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
@@ -118,8 +113,7 @@ class AgentMemory(Generic[StoreT]):
             store, self._sql, self.settings, self.policy, self.count_tokens, clock
         )
         self._worker: MemoryWorker | None = None
-        self._inject_node = RunnableLambda(self._inject, afunc=self._ainject, name="inject_memory")
-        self._record_node = RunnableLambda(self._record, afunc=self._arecord, name="record_memory")
+        self._nodes = GraphNodes(self)
 
     @property
     def inject_node(self) -> RunnableLambda[Any, dict[str, Any]]:
@@ -141,7 +135,7 @@ class AgentMemory(Generic[StoreT]):
             app.invoke({"messages": [("user", "where do I live?")]}, config)
             ```
         """
-        return self._inject_node
+        return self._nodes.inject
 
     @property
     def record_node(self) -> RunnableLambda[Any, dict[str, Any]]:
@@ -157,7 +151,7 @@ class AgentMemory(Generic[StoreT]):
             graph.add_edge("agent", "record_memory")
             ```
         """
-        return self._record_node
+        return self._nodes.record
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
@@ -374,54 +368,6 @@ class AgentMemory(Generic[StoreT]):
     ) -> str | None:
         """Async :meth:`record`."""
         return await self._arun(self._record_plan(scope, messages, options))
-
-    # -- graph nodes -----------------------------------------------------------------------
-
-    def _node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:
-        scope = scope_from(config, state, self.settings.scope_keys)
-        thread = ((config or {}).get("configurable") or {}).get("thread_id")
-        return scope, thread
-
-    def _inject_update(self, state: Any, recalled: R.Recalled) -> dict[str, Any]:
-        key = self.settings.context_key
-        if key is not None:
-            return {key: recalled.text}
-        if recalled.text:
-            return {"messages": [SystemMessage(content=recalled.text, id=CONTEXT_MESSAGE_ID)]}
-        had = any(getattr(m, "id", None) == CONTEXT_MESSAGE_ID for m in messages_of(state))
-        return {"messages": [RemoveMessage(id=CONTEXT_MESSAGE_ID)]} if had else {}
-
-    def _inject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
-        query = last_user_text(messages_of(state))
-        recalled = self.recall(scope, query, exclude_thread=thread, reinforce=True)
-        return self._inject_update(state, recalled)
-
-    async def _ainject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
-        query = last_user_text(messages_of(state))
-        recalled = await self.arecall(scope, query, exclude_thread=thread, reinforce=True)
-        return self._inject_update(state, recalled)
-
-    def _turn(self, state: Any, thread: Any) -> tuple[list[Any], str] | None:
-        start, turn = current_turn(messages_of(state))
-        if not turn:
-            return None
-        return turn, turn_key(thread, start, turn)
-
-    def _record(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            self.record(scope, found[0], thread_id=thread, key=found[1])
-        return {}
-
-    async def _arecord(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            await self.arecord(scope, found[0], thread_id=thread, key=found[1])
-        return {}
 
     # -- consolidation, decay --------------------------------------------------------------
 

@@ -24,6 +24,16 @@ Vector: TypeAlias = list[float]
 Ranked: TypeAlias = list[tuple[str, float]]
 
 
+class KeyRanker(Protocol):
+    """Ranks the items of one namespace without reading them."""
+
+    def rank_keys_plan(
+        self, namespace: Sequence[str], query: str, vector: Vector | None, want: int, now: float
+    ) -> Plan[Ranked]:
+        """Keys of one namespace's best matches for ``query`` (``vector``: its embedding, for
+        a hybrid ranking), with fused scores, best first."""
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """A store agent memory can keep facts and episodes in: its items are rows memory's
@@ -46,11 +56,9 @@ class MemoryStore(Protocol):
 
     async def asetup(self) -> None: ...
 
-    def rank_keys_plan(
-        self, namespace: Sequence[str], query: str, vector: Vector | None, want: int, now: float
-    ) -> Plan[Ranked]:
-        """Keys of one namespace's best matches for ``query`` (``vector``: its embedding, for
-        a hybrid ranking), with fused scores, best first."""
+    @property
+    def ranker(self) -> KeyRanker:
+        """Ranks one namespace's items for recall."""
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items."""

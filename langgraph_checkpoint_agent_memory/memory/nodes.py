@@ -15,10 +15,17 @@ ids (or positions and contents when they have none), so recording it twice store
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
 from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, ScopeError, digest
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory import recall as R
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
 #: The id of the system message ``inject_node`` writes, so each turn replaces the last one.
 CONTEXT_MESSAGE_ID = "agent-memory-context"
@@ -100,3 +107,71 @@ def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
     return "ep-" + digest(
         thread_id or "", str(start), *[f"{d['role']}:{d['content']}" for d in dicts], size=16
     )
+
+
+class GraphNodes:
+    """The two graph nodes of one :class:`~.agent.AgentMemory` (sync and async each):
+    :attr:`inject` recalls into state, :attr:`record` records the turn.
+
+    Args:
+        memory: The memory the nodes read and write.
+
+    Example:
+        >>> nodes = GraphNodes(memory)  # AgentMemory builds its own  # doctest: +SKIP
+        >>> graph.add_node("inject_memory", nodes.inject)  # doctest: +SKIP
+    """
+
+    def __init__(self, memory: AgentMemory[Any]) -> None:
+        self.memory = memory
+        self.inject: RunnableLambda[Any, dict[str, Any]] = RunnableLambda(
+            self._inject, afunc=self._ainject, name="inject_memory"
+        )
+        self.record: RunnableLambda[Any, dict[str, Any]] = RunnableLambda(
+            self._record_turn, afunc=self._arecord_turn, name="record_memory"
+        )
+
+    def _node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:
+        scope = scope_from(config, state, self.memory.settings.scope_keys)
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        return scope, thread
+
+    def _inject_update(self, state: Any, recalled: R.Recalled) -> dict[str, Any]:
+        key = self.memory.settings.context_key
+        if key is not None:
+            return {key: recalled.text}
+        if recalled.text:
+            return {"messages": [SystemMessage(content=recalled.text, id=CONTEXT_MESSAGE_ID)]}
+        had = any(getattr(m, "id", None) == CONTEXT_MESSAGE_ID for m in messages_of(state))
+        return {"messages": [RemoveMessage(id=CONTEXT_MESSAGE_ID)]} if had else {}
+
+    def _inject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        query = last_user_text(messages_of(state))
+        recalled = self.memory.recall(scope, query, exclude_thread=thread, reinforce=True)
+        return self._inject_update(state, recalled)
+
+    async def _ainject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        query = last_user_text(messages_of(state))
+        recalled = await self.memory.arecall(scope, query, exclude_thread=thread, reinforce=True)
+        return self._inject_update(state, recalled)
+
+    def _turn(self, state: Any, thread: Any) -> tuple[list[Any], str] | None:
+        start, turn = current_turn(messages_of(state))
+        if not turn:
+            return None
+        return turn, turn_key(thread, start, turn)
+
+    def _record_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        found = self._turn(state, thread)
+        if found is not None:
+            self.memory.record(scope, found[0], thread_id=thread, key=found[1])
+        return {}
+
+    async def _arecord_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        scope, thread = self._node_inputs(state, config)
+        found = self._turn(state, thread)
+        if found is not None:
+            await self.memory.arecord(scope, found[0], thread_id=thread, key=found[1])
+        return {}

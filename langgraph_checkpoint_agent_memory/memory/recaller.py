@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
@@ -41,6 +42,7 @@ class RecallOptions(TypedDict, total=False):
     reinforce: bool
 
 
+@dataclass
 class Recaller:
     """What one :class:`~.agent.AgentMemory` recalls, and what it has recalled.
 
@@ -59,30 +61,21 @@ class Recaller:
         Recalled(text='...', facts=[...], episodes=[...])
     """
 
-    def __init__(
-        self,
-        store: MemoryStore,
-        sql: sqlm.MemorySql,
-        settings: MemorySettings,
-        policy: DecayPolicy,
-        count_tokens: Callable[[str], int],
-        clock: Callable[[], float],
-    ) -> None:
-        self.store = store
-        self.sql = sql
-        self.settings = settings
-        self.policy = policy
-        self.count_tokens = count_tokens
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: facts prefix -> (fingerprint, current facts with their lines and token costs)
-        self.facts_cache: OrderedDict[
-            str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]
-        ] = OrderedDict()
-        #: what recall used and has not yet been reinforced in the database
-        self._recalled: dict[tuple[str, str], float] = {}
-        #: when each item was last queued, so recall does not write every step
-        self._reinforced: dict[tuple[str, str], float] = {}
+    store: MemoryStore
+    sql: sqlm.MemorySql
+    settings: MemorySettings
+    policy: DecayPolicy
+    count_tokens: Callable[[str], int]
+    clock: Callable[[], float]
+    #: facts prefix -> (fingerprint, current facts with their lines and token costs)
+    facts_cache: OrderedDict[str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]] = field(
+        default_factory=OrderedDict
+    )
+    #: what recall used and has not yet been reinforced in the database
+    _recalled: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: when each item was last queued, so recall does not write every step
+    _reinforced: dict[tuple[str, str], float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``kind`` of memory lives."""
@@ -111,7 +104,7 @@ class Recaller:
         exclude_thread: str | None,
         vector: list[float] | None,
     ) -> Plan[R.Recalled]:
-        now = self._clock()
+        now = self.clock()
         st = self.settings
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
         facts = yield from self.current_facts_plan(scope, now)
@@ -121,7 +114,7 @@ class Recaller:
         if cost > budget and query:
             # more facts than fit: the most relevant first, then the rest by importance
             want = max(16, budget // 8)
-            ranked = yield from self.store.rank_keys_plan(
+            ranked = yield from self.store.ranker.rank_keys_plan(
                 self.namespace(scope, "facts"), query, vector, want, now
             )
             by_key = {f.key: f for f in ordered}
@@ -131,7 +124,7 @@ class Recaller:
         episodes_prefix = self._prefix(scope, "episodes")
         rows: list[sqlm.StoredRow]
         if query:
-            ranked = yield from self.store.rank_keys_plan(
+            ranked = yield from self.store.ranker.rank_keys_plan(
                 self.namespace(scope, "episodes"), query, vector, st.episode_candidates, now
             )
             relevance = dict(ranked)
@@ -195,7 +188,7 @@ class Recaller:
         return self.policy.importance(row.log_importance, row.reinforced_at, now)
 
     def queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
-        now = self._clock()
+        now = self.clock()
         every = self.settings.reinforce_every_seconds
         facts, episodes = self._prefix(scope, "facts"), self._prefix(scope, "episodes")
         keys = [(facts, f.key) for f in recalled.facts]

@@ -166,7 +166,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(index["embed"])
-        self.ranker = Ranker(
+        self.ranker: Ranker = Ranker(
             self.statements,
             S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates),
             embeds=self.embeddings is not None,
@@ -251,36 +251,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def arun_plan(self, plan: Plan[T]) -> T:
         """Async :meth:`run_plan`."""
         return await self._arun(plan)
-
-    def rank_keys_plan(
-        self,
-        namespace: Sequence[str],
-        query: str,
-        query_vector: list[float] | None,
-        want: int,
-        now: float,
-    ) -> Plan[list[tuple[str, float]]]:
-        """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for callers that read the items themselves (see :class:`.Ranker`)."""
-        return self.ranker.rank_keys_plan(namespace, query, query_vector, want, now)
-
-    @property
-    def stats_seconds(self) -> float:
-        """How long BM25's corpus statistics of a namespace are reused (seconds)."""
-        return self.ranker.stats_seconds
-
-    @stats_seconds.setter
-    def stats_seconds(self, seconds: float) -> None:
-        self.ranker.stats_seconds = seconds
-
-    @property
-    def matrix_cache_bytes(self) -> int:
-        """Bytes of namespace vectors recall keeps cached at most."""
-        return self.ranker.matrix_cache_bytes
-
-    @matrix_cache_bytes.setter
-    def matrix_cache_bytes(self, size: int) -> None:
-        self.ranker.matrix_cache_bytes = size
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
