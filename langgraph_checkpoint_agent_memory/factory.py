@@ -16,6 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import IndexConfig, TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
+from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
@@ -32,7 +33,7 @@ TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
-_TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock"})
+_TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
 _warned_volatile = False
@@ -71,8 +72,11 @@ def create_checkpointer(
             the ``config.checkpointer.ttl_seconds`` field when one is declared with
             ``@agent_config``; ``None`` or ``0`` in the end means no expiry.
         url: Where to persist checkpoints; ``None`` reads ``AGENT_MEMORY_URL``.
-        **options: Passed to the saver, e.g. ``serde=EncryptedSerializer(...)`` or
-            ``sweep_interval_seconds=5``.
+        **options: Passed to the saver, e.g. ``serde=EncryptedSerializer(...)``,
+            ``sweep_interval_seconds=5``, or ``strategy="keep_latest", keep_last=5`` (an
+            expired thread keeps its last 5 checkpoints per namespace; ``prune`` keeps as many).
+            LangGraph's ``InMemorySaver`` (no TTL) has no sweep and no ``prune``: options of
+            expiry and retention are checked, then ignored.
 
     Returns:
         With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
@@ -103,6 +107,8 @@ def create_checkpointer(
             f"in-memory saver; known: {', '.join(sorted(_MEMORY_OPTIONS))}"
         )
     if ttl is None:
+        if "keep_last" in options:
+            validate_keep_last(options["keep_last"])
         ignored = sorted(set(options) & _TTL_ONLY_OPTIONS)
         if ignored:
             logger.debug("TTL is off; ignoring %s", ", ".join(ignored))

@@ -47,6 +47,23 @@ def validate_prune_strategy(strategy: str) -> None:
         raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
 
 
+def validate_keep_last(value: Any, name: str = "keep_last") -> int:
+    """How many checkpoints of each namespace ``keep_latest`` keeps: a whole number >= 1.
+
+    Raises:
+        ConfigurationError: ``value`` is not a whole number, or is below 1 (a ``ValueError``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{name} must be a whole number of checkpoints, got {type(value).__name__} {value!r}"
+        )
+    if value < 1:
+        raise ConfigurationError(
+            f"{name} must be >= 1 (the latest checkpoint is always kept), got {value}"
+        )
+    return value
+
+
 def tombstone_seconds(default: float, ttl_seconds: float | None) -> float:
     """How long a tombstone is kept: ``default``, never shorter than the TTL itself."""
     return max(default, float(ttl_seconds or 0))

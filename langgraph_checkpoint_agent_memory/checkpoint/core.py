@@ -161,11 +161,11 @@ def ancestors_to_keep(
     parent_of: Callable[[str], str | None],
     has_value: Callable[[str, str], bool],
 ) -> list[str]:
-    """Checkpoint ids that ``prune(strategy="keep_latest")`` must keep for one namespace.
+    """One checkpoint and the ancestors its ``DeltaChannel`` values are rebuilt from.
 
-    The latest checkpoint, plus every ancestor up to the nearest one that stores a value for
-    each ``DeltaChannel`` still being replayed; dropping those would make the channels rebuild
-    as empty without any error.
+    ``latest_id``, plus every ancestor up to the nearest one that stores a value for each
+    ``DeltaChannel`` still being replayed; dropping those would make the channels rebuild as
+    empty without any error. :func:`checkpoints_to_keep` applies it to what a prune keeps.
     """
     keep = [latest_id]
     remaining = set(delta_channels)
@@ -174,6 +174,37 @@ def ancestors_to_keep(
         keep.append(current)
         remaining = {ch for ch in remaining if not has_value(current, ch)}
         current = parent_of(current)
+    return keep
+
+
+def checkpoints_to_keep(
+    newest_first: Sequence[str],
+    keep_last: int,
+    delta_channels_of: Callable[[str], Iterable[str]],
+    parent_of: Callable[[str], str | None],
+    has_value: Callable[[str, str], bool],
+) -> set[str]:
+    """Checkpoint ids that pruning to the last ``keep_last`` checkpoints of one namespace keeps.
+
+    The ``keep_last`` newest of ``newest_first`` and the ancestors :func:`ancestors_to_keep`
+    finds for their ``DeltaChannel`` values, and so on for every ancestor kept that way, so
+    that every checkpoint kept reads back whole, not only the newest: with two delta channels
+    snapshotted at different steps, the ancestor holding one channel's seed may still rebuild
+    the other from further back. ``keep_last=1`` is ``prune(strategy="keep_latest")``.
+    """
+    keep: set[str] = set()
+    pending = list(newest_first[:keep_last])
+    while pending:
+        checkpoint_id = pending.pop()
+        if checkpoint_id in keep:
+            continue
+        keep.add(checkpoint_id)
+        deltas = delta_channels_of(checkpoint_id)
+        pending += [
+            a
+            for a in ancestors_to_keep(checkpoint_id, deltas, parent_of, has_value)
+            if a not in keep
+        ]
     return keep
 
 

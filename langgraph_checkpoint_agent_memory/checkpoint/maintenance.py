@@ -2,8 +2,9 @@
 copy, prune and the TTL sweep.
 
 Deleting a thread leaves a tombstone (see :mod:`.activity`); erasing leaves nothing.
-Pruning keeps, per namespace, the latest checkpoint and the ancestors its ``DeltaChannel``
-values are still rebuilt from, and the blobs they need down each appended list's chain.
+Pruning keeps, per namespace, the last ``keep_last`` checkpoints (1: the latest) and the
+ancestors their ``DeltaChannel`` values are still rebuilt from, and the blobs they need down
+each appended list's chain, so every kept checkpoint reads back whole.
 The sweep claims expired threads in batches with ``SKIP LOCKED`` where the database has it,
 so any number of processes may sweep at once and each thread is removed by exactly one.
 """
@@ -20,10 +21,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     ThreadActivity,
     ThreadState,
     tombstone_seconds,
+    validate_keep_last,
     validate_prune_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
-from langgraph_checkpoint_agent_memory.checkpoint.core import ancestors_to_keep, delta_channels_of
+from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -60,6 +62,14 @@ class Snapshot(NamedTuple):
     blobs: list[StoredBlob]
 
 
+class Doomed(NamedTuple):
+    """What dropping a thread's history down to the kept checkpoints deletes: the key
+    parameters of each checkpoint (with its writes) and of each blob."""
+
+    checkpoints: list[dict[str, Any]]
+    blobs: list[dict[str, Any]]
+
+
 class Maintenance:
     """Builds the maintenance plans of one saver.
 
@@ -68,15 +78,22 @@ class Maintenance:
         activity: The saver's TTL policy (clock, strategy, thread rows).
         cache: The saver's list cache, forgotten for every thread whose history changes.
         sweep_batch: Threads removed per sweep transaction.
+        keep_last: Checkpoints per namespace that ``keep_latest`` keeps (validated).
     """
 
     def __init__(
-        self, dialect: Dialect, activity: ThreadActivity, cache: ListCache, sweep_batch: int
+        self,
+        dialect: Dialect,
+        activity: ThreadActivity,
+        cache: ListCache,
+        sweep_batch: int,
+        keep_last: int = 1,
     ) -> None:
         self.dialect = dialect
         self.activity = activity
         self.cache = cache
         self.sweep_batch = sweep_batch
+        self.keep_last = keep_last
 
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this process remembers of threads whose history changed under it."""
@@ -128,11 +145,11 @@ class Maintenance:
             for i, t in enumerate(thread_ids)
         }
 
-    def drop(
+    def doomed(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
-    ) -> Batch:
-        """Delete every checkpoint not in ``keep[thread]`` and the blobs no kept one needs."""
-        d = self.dialect
+    ) -> Doomed:
+        """Every checkpoint not in ``keep[thread]``, and the blobs no kept one needs (an
+        appended list needs every base down its chain)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
         for thread_id, (cps, blob_keys) in snapshot.items():
@@ -150,7 +167,6 @@ class Maintenance:
                             "checkpoint_id": cp.checkpoint_id,
                         }
                     )
-            # an appended list needs every base down its chain
             bases = {(b.ns, b.channel, b.version): b.base_version for b in blob_keys}
             pending = list(referenced)
             while pending:
@@ -169,39 +185,57 @@ class Maintenance:
                 for b in blob_keys
                 if (b.ns, b.channel, b.version) not in referenced
             ]
+        return Doomed(drop_cp, drop_blobs)
+
+    def drop(
+        self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
+    ) -> Batch:
+        """Delete every checkpoint not in ``keep[thread]`` and the blobs no kept one needs."""
+        d = self.dialect
+        doomed = self.doomed(snapshot, keep)
         self.forget(list(snapshot))
         return Batch(
             [
-                *(Stmt(sql, drop_cp, many=True) for sql in S.delete_checkpoint(d)),
-                Stmt(S.delete_blob(d), drop_blobs, many=True),
+                *(Stmt(sql, doomed.checkpoints, many=True) for sql in S.delete_checkpoint(d)),
+                Stmt(S.delete_blob(d), doomed.blobs, many=True),
             ],
             write=True,
         )
 
-    def keep_latest(
-        self, serde: SerializerProtocol, cps: Sequence[StoredCheckpoint]
+    def kept(
+        self, serde: SerializerProtocol, cps: Sequence[StoredCheckpoint], keep_last: int
     ) -> set[tuple[str, str]]:
-        """Per namespace: the latest checkpoint and the ancestors its DeltaChannels need."""
+        """Per namespace: the last ``keep_last`` checkpoints and the ancestors their
+        DeltaChannels need (see :func:`checkpoints_to_keep`)."""
         loads = serde.loads_typed
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
         for cp in cps:
             by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
         keep: set[tuple[str, str]] = set()
         for ns, rows in by_ns.items():
-            latest = max(rows)
+            held: dict[str, set[str]] = {}  # checkpoint -> channels it stores a value of
 
-            def has_value(cid: str, ch: str, rows: Mapping[str, StoredCheckpoint] = rows) -> bool:
-                cp = rows[cid]
-                if ch in json.loads(cp.blob_versions):
-                    return True
-                return ch in loads((cp.type, cp.checkpoint))["channel_values"]
+            def has_value(
+                cid: str,
+                ch: str,
+                rows: Mapping[str, StoredCheckpoint] = rows,
+                held: dict[str, set[str]] = held,
+            ) -> bool:
+                if cid not in held:
+                    cp = rows[cid]
+                    inline = loads((cp.type, cp.checkpoint))["channel_values"]
+                    held[cid] = set(json.loads(cp.blob_versions)) | set(inline)
+                return ch in held[cid]
 
             def parent_of(cid: str, rows: Mapping[str, StoredCheckpoint] = rows) -> str | None:
                 parent = rows[cid].parent_id
                 return parent if parent in rows else None
 
-            deltas = delta_channels_of(json.loads(rows[latest].metadata))
-            kept = ancestors_to_keep(latest, deltas, parent_of, has_value)
+            def deltas(cid: str, rows: Mapping[str, StoredCheckpoint] = rows) -> set[str]:
+                return delta_channels_of(json.loads(rows[cid].metadata))
+
+            newest_first = sorted(rows, reverse=True)
+            kept = checkpoints_to_keep(newest_first, keep_last, deltas, parent_of, has_value)
             keep.update((ns, cid) for cid in kept)
         return keep
 
@@ -263,9 +297,14 @@ class Maintenance:
         )
 
     def prune(
-        self, serde: SerializerProtocol, thread_ids: Sequence[str], strategy: str
+        self,
+        serde: SerializerProtocol,
+        thread_ids: Sequence[str],
+        strategy: str,
+        keep_last: int | None = None,
     ) -> Plan[None]:
         validate_prune_strategy(strategy)
+        n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         if not thread_ids:
             return
         if strategy == "delete":
@@ -273,7 +312,7 @@ class Maintenance:
                 yield from self.delete_thread(t)
             return
         snapshot = yield from self.snapshot(list(thread_ids))
-        keep = {t: self.keep_latest(serde, s.checkpoints) for t, s in snapshot.items()}
+        keep = {t: self.kept(serde, s.checkpoints, n) for t, s in snapshot.items()}
         yield self.drop(snapshot, keep)
 
     # -- TTL sweep -----------------------------------------------------------------------------
@@ -310,7 +349,9 @@ class Maintenance:
                 self.forget(batch)
             else:
                 snapshot = yield from self.snapshot(batch)
-                keep = {t: self.keep_latest(serde, s.checkpoints) for t, s in snapshot.items()}
+                keep = {
+                    t: self.kept(serde, s.checkpoints, self.keep_last) for t, s in snapshot.items()
+                }
                 drop = self.drop(snapshot, keep)
                 yield Batch(
                     [

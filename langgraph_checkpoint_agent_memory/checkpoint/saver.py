@@ -18,9 +18,9 @@ contributes compiled SQL (:mod:`langgraph_checkpoint_agent_memory.db.checkpoint`
 
 TTL: with ``ttl_seconds`` (or ``config["configurable"]["ttl_seconds"]`` per thread) each thread
 row carries ``expires_at``. Reads ignore expired threads at once; a sweeper deletes them (or
-prunes them to their latest checkpoint with ``strategy="keep_latest"``). A deleted or expired
-thread leaves a tombstone, so a late write that names one of its checkpoints is refused with
-:class:`ThreadDeletedError` instead of resurrecting it.
+prunes them to their last ``keep_last`` checkpoints with ``strategy="keep_latest"``). A
+deleted or expired thread leaves a tombstone, so a late write that names one of its
+checkpoints is refused with :class:`ThreadDeletedError` instead of resurrecting it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     Strategy,
     ThreadActivity,
+    validate_keep_last,
     validate_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
@@ -79,7 +80,12 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         ttl_seconds: Idle seconds after which a thread expires; ``None`` or ``0``: never.
             A thread's own ``config["configurable"]["ttl_seconds"]`` overrides it.
         strategy: What expiry does: ``"delete"`` the thread, or ``"keep_latest"`` (prune its
-            history to the latest checkpoint of each namespace; the thread stays readable).
+            history to the last ``keep_last`` checkpoints of each namespace; the thread stays
+            readable).
+        keep_last: How many checkpoints of each namespace ``keep_latest`` keeps, in the sweep
+            and in :meth:`prune` (at least 1; default 1, the latest). Each kept checkpoint
+            reads back whole: the ancestors its ``DeltaChannel`` values are rebuilt from and
+            the bases of its appended lists are kept with it.
         refresh_on_read: Whether reads count as activity.
         activity_precision: Activity is written to the thread's row at most once per this
             fraction of its TTL (per thread and process), not on every graph step; expiry is
@@ -109,6 +115,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         *,
         ttl_seconds: int | None = None,
         strategy: Strategy = "delete",
+        keep_last: int = 1,
         refresh_on_read: bool = True,
         activity_precision: float = 0.1,
         incremental_lists: bool = True,
@@ -120,6 +127,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde)
         self.strategy: Strategy = validate_strategy(strategy)
+        self.keep_last = validate_keep_last(keep_last)
         self.db = database
         self.dialect = database.dialect
         self.ttl_seconds = validate_ttl(ttl_seconds)
@@ -138,7 +146,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._lists = ListCache(incremental_lists)
         self._writer = Writer(self.dialect, self.activity, self._lists)
         self._reader = Reader(self.dialect, self.activity, self._lists)
-        self._maintenance = Maintenance(self.dialect, self.activity, self._lists, sweep_batch)
+        self._maintenance = Maintenance(
+            self.dialect, self.activity, self._lists, sweep_batch, self.keep_last
+        )
         self._sweeping = SweeperHookup(
             f"{type(self).__name__}-sweeper-{id(self):x}", self.sweep_interval_seconds
         )
@@ -153,7 +163,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.db.describe()}, ttl_seconds={self.ttl_seconds}, "
-            f"strategy={self.strategy!r})"
+            f"strategy={self.strategy!r}, keep_last={self.keep_last})"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -525,35 +535,50 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         plan = self._maintenance.copy_thread(str(source_thread_id), str(target_thread_id))
         await self._arun(plan)
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
         """Shrink threads' history.
 
         Args:
             thread_ids: The threads to prune.
-            strategy: ``"keep_latest"``: keep each namespace's latest checkpoint and the
-                ancestors its ``DeltaChannel`` values are rebuilt from; ``"delete"``: delete
-                the threads as :meth:`delete_thread` does.
+            strategy: ``"keep_latest"``: keep the last ``keep_last`` checkpoints of each
+                namespace and the ancestors their ``DeltaChannel`` values are rebuilt from;
+                ``"delete"``: delete the threads as :meth:`delete_thread` does.
+            keep_last: Checkpoints kept per namespace (at least 1); ``None``: the saver's
+                ``keep_last``.
 
         Example:
-            >>> saver.prune(["user-42"])  # doctest: +SKIP
+            >>> saver.prune(["user-42"], keep_last=3)  # doctest: +SKIP
             >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))  # doctest: +SKIP
-            1
+            3
         """
         thread_ids = [str(t) for t in thread_ids]
-        self._run(self._maintenance.prune(self.serde, thread_ids, strategy))
+        self._run(self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
         """Asynchronously :meth:`prune`.
 
         Args:
             thread_ids: The threads to prune.
             strategy: ``"keep_latest"`` or ``"delete"``.
+            keep_last: Checkpoints kept per namespace; ``None``: the saver's ``keep_last``.
 
         Example:
-            >>> await saver.aprune(["user-42"], strategy="delete")  # doctest: +SKIP
+            >>> await saver.aprune(["user-42"], keep_last=3)  # doctest: +SKIP
         """
         thread_ids = [str(t) for t in thread_ids]
-        await self._arun(self._maintenance.prune(self.serde, thread_ids, strategy))
+        await self._arun(self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
 
     def sweep(self) -> builtins.list[str]:
         """Remove expired threads now (any number of processes may sweep at once; each thread

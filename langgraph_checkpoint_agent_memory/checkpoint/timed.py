@@ -13,7 +13,6 @@ tools that know that class keep working, and adds three things:
 
 from __future__ import annotations
 
-import builtins
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,13 +34,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     tombstone_seconds,
+    validate_keep_last,
     validate_prune_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
-    ancestors_to_keep,
     checked_checkpoint_id,
     checked_thread_id,
     checkpoint_config,
+    checkpoints_to_keep,
     delta_channels_of,
     list_coordinates,
     metadata_matches,
@@ -89,6 +89,9 @@ class TimedInMemorySaver(InMemorySaver):
         ttl_seconds: Idle time after which a thread expires; a positive whole number.
         sweep_interval_seconds: Time between sweeps; defaults to a tenth of the TTL, kept
             between 0.5 s and 60 s.
+        keep_last: How many checkpoints of each namespace :meth:`prune` keeps with
+            ``strategy="keep_latest"`` (at least 1; default 1, the latest), each with what it
+            needs to read back whole.
         serde: Serializer for checkpoints and writes (e.g. LangGraph's
             ``EncryptedSerializer``); defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Monotonic clock in seconds; injectable so tests need not sleep.
@@ -99,10 +102,12 @@ class TimedInMemorySaver(InMemorySaver):
         ttl_seconds: int,
         *,
         sweep_interval_seconds: float | None = None,
+        keep_last: int = 1,
         serde: SerializerProtocol | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
+        self.keep_last = validate_keep_last(keep_last)
         if ttl is None:
             raise ValueError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
@@ -131,7 +136,7 @@ class TimedInMemorySaver(InMemorySaver):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(ttl_seconds={self.ttl_seconds}, "
+            f"{type(self).__name__}(ttl_seconds={self.ttl_seconds}, keep_last={self.keep_last}, "
             f"sweep_interval_seconds={self.sweep_interval_seconds}, threads={len(self._index)})"
         )
 
@@ -544,18 +549,28 @@ class TimedInMemorySaver(InMemorySaver):
             self._life.touch(dst, now)
             self._life.touch(src, now)
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Shrink threads' history: ``"keep_latest"`` keeps each namespace's latest checkpoint
-        and the ancestors its ``DeltaChannel`` values need; ``"delete"`` deletes the threads.
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
+        """Shrink threads' history: ``"keep_latest"`` keeps each namespace's last
+        ``keep_last`` checkpoints and the ancestors their ``DeltaChannel`` values need;
+        ``"delete"`` deletes the threads.
 
         Args:
             thread_ids: The threads to prune.
             strategy: ``"keep_latest"`` or ``"delete"``.
+            keep_last: Checkpoints kept per namespace (at least 1); ``None``: the saver's
+                ``keep_last``.
 
         Example:
-            >>> saver.prune(["1"])  # doctest: +SKIP
+            >>> saver.prune(["1"], keep_last=3)  # doctest: +SKIP
         """
         validate_prune_strategy(strategy)
+        n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         with self._lock:
             now = self._clock()
             for thread_id in map(str, thread_ids):
@@ -568,15 +583,18 @@ class TimedInMemorySaver(InMemorySaver):
                 for ns, ns_store in list(self.storage.get(thread_id, {}).items()):
                     if not ns_store:
                         continue
-                    keep = set(self._ancestors_to_keep(thread_id, ns, ns_store))
+                    keep = self._checkpoints_to_keep(thread_id, ns, ns_store, n)
                     for cid in [c for c in ns_store if c not in keep]:
                         self._drop_checkpoint(thread_id, ns, cid, index)
                 self._collect_blobs(thread_id)
 
-    def _ancestors_to_keep(
-        self, thread_id: str, ns: str, ns_store: dict[str, tuple[Any, Any, str | None]]
-    ) -> builtins.list[str]:
-        latest = max(ns_store)
+    def _checkpoints_to_keep(
+        self,
+        thread_id: str,
+        ns: str,
+        ns_store: dict[str, tuple[Any, Any, str | None]],
+        keep_last: int,
+    ) -> set[str]:
         loads = self.serde.loads_typed
 
         def has_value(cid: str, channel: str) -> bool:
@@ -584,9 +602,10 @@ class TimedInMemorySaver(InMemorySaver):
             blob = self.blobs.get((thread_id, ns, channel, version))
             return blob is not None and blob[0] != "empty"
 
-        return ancestors_to_keep(
-            latest,
-            delta_channels_of(loads(ns_store[latest][1])),
+        return checkpoints_to_keep(
+            sorted(ns_store, reverse=True),
+            keep_last,
+            lambda cid: delta_channels_of(loads(ns_store[cid][1])),
             lambda cid: ns_store[cid][2] if ns_store[cid][2] in ns_store else None,
             has_value,
         )
@@ -624,6 +643,12 @@ class TimedInMemorySaver(InMemorySaver):
         """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
         self.copy_thread(source_thread_id, target_thread_id)
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
         """Asynchronously :meth:`prune` (in-memory work runs inline)."""
-        self.prune(thread_ids, strategy=strategy)
+        self.prune(thread_ids, strategy=strategy, keep_last=keep_last)

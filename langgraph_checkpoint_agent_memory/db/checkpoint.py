@@ -489,7 +489,7 @@ def select_expired(d: Dialect) -> Sql:
 
 
 def expire_keep_latest(d: Dialect) -> Sql:
-    """After pruning an expired thread to its latest checkpoint: it stays, with no expiry
+    """After pruning an expired thread to its last checkpoints: it stays, with no expiry
     until its next activity."""
     return d.sql("expire_keep_latest", partial(_set_on_thread, expires_at=None))
 

@@ -1,0 +1,227 @@
+"""Retention: keeping the last N checkpoints of each thread namespace, in ``prune`` and in the
+TTL sweep's ``keep_latest`` strategy, on SQLite, PostgreSQL and ``TimedInMemorySaver``. Every
+checkpoint kept reads back whole: appended lists keep their bases, ``DeltaChannel`` values
+their ancestors, whatever process reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph import END, START, MessagesState, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_agent_memory import ConfigurationError, TimedInMemorySaver
+from tests.helpers import FakeClock
+
+
+def chat_graph(saver: Any) -> Any:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"answer {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=saver)
+
+
+def extend(state: list[Any], batches: list[Any]) -> list[Any]:
+    return state + [x for batch in batches for x in batch]
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list[Any], DeltaChannel(extend, snapshot_frequency=4)]
+    other: Annotated[list[Any], DeltaChannel(extend, snapshot_frequency=3)]
+
+
+def delta_graph(saver: Any) -> Any:
+    builder = StateGraph(DeltaState)
+    builder.add_node(
+        "add", lambda s: {"items": [len(s["items"])], "other": [f"o{len(s['other'])}"]}
+    )
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder.compile(checkpointer=saver)
+
+
+def states(graph: Any, config: Any) -> dict[str, Any]:
+    """Every checkpoint of the thread as the graph reads it back: id -> state values."""
+    return {
+        s.config["configurable"]["checkpoint_id"]: s.values for s in graph.get_state_history(config)
+    }
+
+
+def talk(graph: Any, config: Any, turns: int) -> None:
+    for turn in range(turns):
+        graph.invoke({"messages": [HumanMessage(f"question {turn} " * 5)]}, config)
+
+
+def grow(graph: Any, config: Any, steps: int) -> None:
+    for _ in range(steps):
+        graph.invoke({"items": [], "other": []}, config)
+
+
+def assert_kept_whole(before: dict[str, Any], after: dict[str, Any], newest: int) -> None:
+    """The ``newest`` latest checkpoints survived, and every survivor reads back as before."""
+    ids = sorted(before, reverse=True)
+    assert set(ids[:newest]) <= set(after)
+    assert set(after) <= set(before)
+    for checkpoint_id, values in after.items():
+        assert values == before[checkpoint_id], checkpoint_id
+
+
+# -- SQLite and PostgreSQL -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [1, 3, 7])
+def test_prune_keeps_the_last_n_of_a_conversation_whole(
+    make_saver: Callable[..., Any], keep: int
+) -> None:
+    saver = make_saver()
+    config = {"configurable": {"thread_id": "chat"}}
+    talk(chat_graph(saver), config, 12)  # 16 appends and more: full copies and deltas
+    before = states(chat_graph(saver), config)
+    saver.prune(["chat"], keep_last=keep)
+    after = states(chat_graph(make_saver()), config)  # a new process: no list cache
+    assert len(after) == keep  # no DeltaChannel: exactly the last N
+    assert_kept_whole(before, after, keep)
+    assert list(after) == sorted(before, reverse=True)[:keep]
+    graph = chat_graph(make_saver())  # and the thread goes on from there
+    graph.invoke({"messages": [HumanMessage("one more")]}, config)
+    messages = graph.get_state(config).values["messages"]
+    assert [m.content for m in messages[-2:]] == ["one more", "answer 25"]
+    assert len(messages) == 26
+
+
+@pytest.mark.parametrize("keep", [1, 2, 5])
+def test_prune_keeps_delta_channel_ancestors_of_every_kept_checkpoint(
+    make_saver: Callable[..., Any], keep: int
+) -> None:
+    saver = make_saver()
+    config = {"configurable": {"thread_id": "d"}}
+    grow(delta_graph(saver), config, 9)
+    before = states(delta_graph(saver), config)
+    saver.prune(["d"], keep_last=keep)
+    after = states(delta_graph(make_saver()), config)
+    assert_kept_whole(before, after, keep)
+    assert len(after) < len(before)
+    graph = delta_graph(make_saver())
+    grow(graph, config, 1)
+    assert graph.get_state(config).values["items"] == list(range(10))
+
+
+def test_the_saver_default_and_the_sweep_keep_the_last_n(
+    make_saver: Callable[..., Any],
+) -> None:
+    wall = FakeClock(start=1_800_000_000.0)
+    saver = make_saver(
+        ttl_seconds=100, clock=wall, strategy="keep_latest", keep_last=3, activity_precision=0
+    )
+    assert saver.keep_last == 3 and "keep_last=3" in repr(saver)
+    config = {"configurable": {"thread_id": "idle"}}
+    talk(chat_graph(saver), config, 5)
+    grow(delta_graph(saver), {"configurable": {"thread_id": "delta"}}, 6)
+    before = states(chat_graph(saver), config)
+    before_delta = states(delta_graph(saver), {"configurable": {"thread_id": "delta"}})
+    wall.advance(101)
+    assert sorted(saver.sweep()) == ["delta", "idle"]
+    fresh = make_saver(strategy="keep_latest", clock=wall)
+    after = states(chat_graph(fresh), config)
+    assert len(after) == 3
+    assert_kept_whole(before, after, 3)
+    after_delta = states(delta_graph(fresh), {"configurable": {"thread_id": "delta"}})
+    assert_kept_whole(before_delta, after_delta, 3)
+    assert saver.sweep() == []  # pruned threads stay, with no expiry until used again
+    saver.prune(["idle"])  # prune keeps the saver's keep_last ...
+    assert len(states(chat_graph(fresh), config)) == 3
+    saver.prune(["idle"], keep_last=1)  # ... unless told otherwise
+    assert len(states(chat_graph(fresh), config)) == 1
+
+
+async def test_async_prune_keeps_the_last_n(make_saver: Callable[..., Any]) -> None:
+    saver = make_saver(keep_last=2)
+    config = {"configurable": {"thread_id": "a"}}
+    graph = chat_graph(saver)
+    for turn in range(4):
+        await graph.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    before = states(graph, config)
+    await saver.aprune(["a"])
+    after = {
+        s.config["configurable"]["checkpoint_id"]: s.values
+        async for s in chat_graph(make_saver()).aget_state_history(config)
+    }
+    assert len(after) == 2
+    assert_kept_whole(before, after, 2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
+def test_keep_last_is_a_whole_number_of_at_least_one(
+    make_saver: Callable[..., Any], bad: Any
+) -> None:
+    with pytest.raises(ConfigurationError, match="keep_last"):
+        make_saver(keep_last=bad)
+    saver = make_saver()
+    with pytest.raises(ValueError, match="keep_last"):
+        saver.prune(["t"], keep_last=bad)
+    with pytest.raises(ValueError, match="keep_last"):
+        TimedInMemorySaver(60, keep_last=bad)
+
+
+# -- TimedInMemorySaver ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [1, 4])
+def test_timed_saver_keeps_the_last_n(keep: int) -> None:
+    saver = TimedInMemorySaver(3600, keep_last=keep)
+    chat, delta = {"configurable": {"thread_id": "c"}}, {"configurable": {"thread_id": "d"}}
+    talk(chat_graph(saver), chat, 6)
+    grow(delta_graph(saver), delta, 9)
+    before_chat, before_delta = states(chat_graph(saver), chat), states(delta_graph(saver), delta)
+    saver.prune(["c", "d"])
+    after_chat = states(chat_graph(saver), chat)
+    assert len(after_chat) == keep
+    assert_kept_whole(before_chat, after_chat, keep)
+    after_delta = states(delta_graph(saver), delta)
+    assert_kept_whole(before_delta, after_delta, keep)
+    assert len(after_delta) < len(before_delta)
+    referenced = {
+        (t, ns, ch, v)
+        for t, by_ns in saver.storage.items()
+        for ns, entries in by_ns.items()
+        for entry in entries.values()
+        for ch, v in saver.serde.loads_typed(entry[0])["channel_versions"].items()
+    }
+    assert set(saver.blobs) <= referenced  # no blob outlives the checkpoints that use it
+    saver.prune(["d"], keep_last=1)
+    assert_kept_whole(before_delta, states(delta_graph(saver), delta), 1)
+    saver.close()
+
+
+async def test_timed_saver_async_prune() -> None:
+    saver = TimedInMemorySaver(3600)
+    config = {"configurable": {"thread_id": "c"}}
+    talk(chat_graph(saver), config, 3)
+    await saver.aprune(["c"], keep_last=2)
+    assert len(states(chat_graph(saver), config)) == 2
+    saver.close()
+
+
+def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_checkpoint_agent_memory import create_checkpointer
+
+    sql = create_checkpointer(url=f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
+    assert sql.keep_last == 4  # type: ignore[attr-defined]
+    sql.close()  # type: ignore[attr-defined]
+    timed = create_checkpointer(60, keep_last=2)
+    assert isinstance(timed, TimedInMemorySaver) and timed.keep_last == 2
+    timed.close()
+    plain = create_checkpointer(keep_last=2)  # no TTL: LangGraph's saver, nothing to prune
+    assert type(plain) is InMemorySaver
+    with pytest.raises(ConfigurationError, match="keep_last"):
+        create_checkpointer(keep_last=0)  # checked even when it has nothing to do
