@@ -43,6 +43,8 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
             variants = [{"replace": True}, {"replace": False}]
         elif "lock" in params:
             variants = [{"lock": True}, {"lock": False}]
+        elif "order" in params:
+            variants = [dict(order=o, expired=e) for o in S.THREAD_ORDERS for e in (False, True)]
         elif "n" in params:
             variants = [{"n": 1}, {"n": 64}]
         elif "filters" in params:

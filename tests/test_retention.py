@@ -225,3 +225,108 @@ def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
     assert type(plain) is InMemorySaver
     with pytest.raises(ConfigurationError, match="keep_last"):
         create_checkpointer(keep_last=0)  # checked even when it has nothing to do
+
+
+# -- what is stored, and what a sweep would free ---------------------------------------------
+
+
+def by_id(infos: Any) -> dict[str, Any]:
+    return {i.thread_id: i for i in infos}
+
+
+def test_threads_lists_counts_bytes_activity_and_expiry(make_saver: Callable[..., Any]) -> None:
+    wall = FakeClock(start=1_800_000_000.0)
+    saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
+    graph = chat_graph(saver)
+    talk(graph, {"configurable": {"thread_id": "small"}}, 1)
+    wall.advance(10)
+    big = {"configurable": {"thread_id": "big"}}
+    graph.invoke({"messages": [HumanMessage("x" * 50_000)]}, big)
+    talk(graph, big, 2)
+    wall.advance(10)
+    forever = {"configurable": {"thread_id": "forever", "ttl_seconds": 0}}
+    talk(graph, forever, 4)
+    talk(graph, {"configurable": {"thread_id": "gone"}}, 1)
+    saver.delete_thread("gone")
+    wall.advance(85)  # "small" was last used 105 s ago: expired
+
+    infos = saver.threads()
+    assert [i.thread_id for i in infos] == ["big", "forever", "small"]  # most bytes first
+    got = by_id(infos)
+    reader = make_saver(strategy="keep_latest")  # one that still reads expired threads
+    for name in ("small", "big", "forever"):
+        config = {"configurable": {"thread_id": name}}
+        assert got[name].checkpoints == len(list(reader.list(config)))
+    assert got["big"].bytes > 50_000 > got["forever"].bytes > got["small"].bytes > 0
+    assert (got["small"].status, got["big"].status, got["forever"].status) == (
+        "expired",
+        "live",
+        "live",
+    )
+    assert got["small"].last_active == 1_800_000_000.0
+    assert got["small"].expires_at == 1_800_000_100.0 and got["small"].ttl_seconds == 100
+    assert got["forever"].expires_at is None and got["forever"].ttl_seconds is None
+    assert [i.thread_id for i in saver.threads(sort="checkpoints")] == ["forever", "big", "small"]
+    assert [i.thread_id for i in saver.threads(sort="last_active")] == ["forever", "big", "small"]
+    assert [i.thread_id for i in saver.threads(sort="expires_at")] == ["small", "big", "forever"]
+    assert [i.thread_id for i in saver.threads(sort="thread_id", limit=2)] == ["big", "forever"]
+    assert saver.threads(limit=0) == []
+    assert got["big"].as_dict()["thread_id"] == "big"
+    with pytest.raises(ValueError, match="order"):
+        saver.threads(sort="size")
+    with pytest.raises(ValueError, match="limit"):
+        saver.threads(limit=-1)
+
+
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_sweep_preview_says_what_the_sweep_then_does(
+    make_saver: Callable[..., Any], strategy: str
+) -> None:
+    wall = FakeClock(start=1_800_000_000.0)
+    saver = make_saver(
+        ttl_seconds=100, clock=wall, strategy=strategy, keep_last=2, activity_precision=0
+    )
+    talk(chat_graph(saver), {"configurable": {"thread_id": "old-chat"}}, 4)
+    grow(delta_graph(saver), {"configurable": {"thread_id": "old-delta"}}, 9)
+    wall.advance(50)
+    talk(chat_graph(saver), {"configurable": {"thread_id": "young"}}, 2)
+    wall.advance(51)
+    before = by_id(saver.threads())
+
+    preview = saver.sweep_preview()
+    assert (preview.strategy, preview.keep_last, preview.now) == (strategy, 2, wall())
+    planned = {t.thread_id: t for t in preview.threads}
+    assert sorted(planned) == ["old-chat", "old-delta"]
+    assert by_id(saver.threads()) == before  # the preview changed nothing
+    action = "delete" if strategy == "delete" else "prune"
+    assert {t.action for t in preview.threads} == {action}
+    if strategy == "keep_latest":  # no DeltaChannel: exactly the last 2 stay
+        assert planned["old-chat"].checkpoints_removed == before["old-chat"].checkpoints - 2
+    data = preview.as_dict()
+    assert data["bytes_freed"] == sum(t["bytes_freed"] for t in data["threads"]) > 0
+
+    assert sorted(saver.sweep()) == sorted(planned)
+    after = by_id(saver.threads())
+    assert after["young"] == before["young"]
+    for name, plan in planned.items():
+        remaining = after.get(name)
+        kept_checkpoints = remaining.checkpoints if remaining else 0
+        kept_bytes = remaining.bytes if remaining else 0
+        assert plan.checkpoints == before[name].checkpoints
+        assert plan.checkpoints_removed == before[name].checkpoints - kept_checkpoints, name
+        assert plan.bytes_freed == before[name].bytes - kept_bytes, name
+    assert preview.bytes_freed == sum(
+        before[n].bytes - (after[n].bytes if n in after else 0) for n in planned
+    )
+    assert saver.sweep_preview().threads == []
+
+
+async def test_threads_and_preview_async(make_saver: Callable[..., Any]) -> None:
+    wall = FakeClock(start=1_800_000_000.0)
+    saver = make_saver(ttl_seconds=10, clock=wall, activity_precision=0)
+    graph = chat_graph(saver)
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}})
+    [info] = await saver.athreads()
+    wall.advance(11)
+    preview = await saver.asweep_preview()
+    assert [(t.thread_id, t.bytes_freed) for t in preview.threads] == [("t", info.bytes)]

@@ -8,6 +8,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.backends import (
     PostgresSaver,
     SqliteSaver,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.retention import (
+    SweepPreview,
+    ThreadInfo,
+    ThreadSweep,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 
@@ -19,5 +24,8 @@ __all__ = [
     "PostgresSaver",
     "SQLSaver",
     "SqliteSaver",
+    "SweepPreview",
+    "ThreadInfo",
+    "ThreadSweep",
     "TimedInMemorySaver",
 ]

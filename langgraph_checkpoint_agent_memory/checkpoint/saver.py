@@ -14,6 +14,7 @@ contributes compiled SQL (:mod:`langgraph_checkpoint_agent_memory.db.checkpoint`
 * :mod:`.writes` and :mod:`.reads`: the plans of the hot path (``put``, ``put_writes``,
   ``get_tuple``) and of ``list`` and ``get_delta_channel_history``;
 * :mod:`.maintenance`: delete, erase, delete_for_runs, copy, prune and the sweep;
+* :mod:`.retention`: what each thread stores, and what a sweep would free;
 * :mod:`.sweeping`: the background sweeper, a thread or a task.
 
 TTL: with ``ttl_seconds`` (or ``config["configurable"]["ttl_seconds"]`` per thread) each thread
@@ -54,6 +55,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
+from langgraph_checkpoint_agent_memory.checkpoint.retention import (
+    SweepPreview,
+    ThreadInfo,
+    ThreadOrder,
+    preview_plan,
+    threads_plan,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
@@ -601,6 +609,67 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             []
         """
         return await self._arun(self._maintenance.sweep(self.serde))
+
+    # -- what is stored ----------------------------------------------------------------------
+
+    def threads(
+        self, *, sort: ThreadOrder = "bytes", limit: int | None = None
+    ) -> builtins.list[ThreadInfo]:
+        """Every thread that holds checkpoints, with its count, size, activity and expiry: a
+        read that changes nothing (``agent-memory threads`` prints it).
+
+        Args:
+            sort: ``"bytes"`` or ``"checkpoints"`` (most first), ``"last_active"`` (the
+                latest first), ``"expires_at"`` (the soonest first; never-expiring threads
+                last) or ``"thread_id"``.
+            limit: At most this many; ``None``: all.
+
+        Returns:
+            One :class:`ThreadInfo` per thread.
+
+        Example:
+            >>> for t in saver.threads(sort="bytes", limit=10):  # doctest: +SKIP
+            ...     print(t.thread_id, t.checkpoints, t.bytes, t.status)
+            user-42 118 2481734 live
+        """
+        return self._run(threads_plan(self._maintenance, sort, limit))
+
+    async def athreads(
+        self, *, sort: ThreadOrder = "bytes", limit: int | None = None
+    ) -> builtins.list[ThreadInfo]:
+        """Asynchronously :meth:`threads`.
+
+        Args:
+            sort: The order, as for :meth:`threads`.
+            limit: At most this many; ``None``: all.
+
+        Example:
+            >>> biggest = await saver.athreads(limit=5)  # doctest: +SKIP
+        """
+        return await self._arun(threads_plan(self._maintenance, sort, limit))
+
+    def sweep_preview(self) -> SweepPreview:
+        """What :meth:`sweep` would remove now, with this saver's ``strategy`` and
+        ``keep_last``, and how many bytes it would free; nothing is locked or written.
+
+        Returns:
+            A :class:`SweepPreview`: each expired thread (``action`` ``"delete"`` or
+            ``"prune"``, checkpoints removed, bytes freed) and the totals.
+
+        Example:
+            >>> preview = saver.sweep_preview()  # doctest: +SKIP
+            >>> preview.bytes_freed, [t.thread_id for t in preview.threads]  # doctest: +SKIP
+            (48213, ['user-17'])
+        """
+        return self._run(preview_plan(self._maintenance, self.serde))
+
+    async def asweep_preview(self) -> SweepPreview:
+        """Asynchronously :meth:`sweep_preview`.
+
+        Example:
+            >>> preview = await saver.asweep_preview()  # doctest: +SKIP
+        """
+        return await self._arun(preview_plan(self._maintenance, self.serde))
 
     # -- versions --------------------------------------------------------------------------
 
