@@ -73,13 +73,40 @@ def _progress(args: argparse.Namespace, description: str, total: int | None) -> 
         yield lambda n=1: progress.advance(task, n)
 
 
+def _installed(url: str) -> set[str]:
+    """The components (``checkpoint``, ``store``, ``memory``) whose tables the database at
+    ``url`` holds, read from its migration ledger; a database that does not exist, or that
+    this package never set up, is an error. Nothing is created or migrated."""
+    from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
+    from langgraph_checkpoint_agent_memory.factory import create_store
+
+    missing = CommandError(
+        f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
+        "URL` creates one, as does the first run of an app that uses it"
+    )
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise missing
+    probe = create_store(url, auto_setup=False)  # reads the ledger, creates nothing
+    try:
+        found: set[str] = probe.run_plan(installed_plan(probe.dialect))
+    finally:
+        probe.close()
+    if not found:
+        raise missing
+    return found
+
+
 @contextmanager
 def _memory(
-    args: argparse.Namespace, extractor: Any = None, *, reads: bool = False, **options: Any
+    args: argparse.Namespace,
+    extractor: Any = None,
+    *,
+    reads: bool = False,
+    checkpointer_options: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Iterator[Any]:
     """The memory at ``--url``. With ``reads`` (a command that only reads), a database that
     does not exist or holds no agent memory is an error, never created."""
-    from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
@@ -88,22 +115,16 @@ def _memory(
 
         Scope.parse(args.scope)
     url = resolve_url(args.url)
-    missing = CommandError(
-        f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
-        "URL` creates one, as does the first run of an app that uses it"
-    )
-    if reads:
-        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-            raise missing
-        probe = create_store(url, auto_setup=False)  # reads the ledger, creates nothing
-        try:
-            if "memory" not in probe.run_plan(installed_plan(probe.dialect)):
-                raise missing
-        finally:
-            probe.close()
+    if reads and "memory" not in _installed(url):
+        raise CommandError(
+            f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
+            "URL` creates one, as does the first run of an app that uses it"
+        )
     # a read leaves the schema as it finds it (a read-only file or replica stays readable)
     store = create_store(url, auto_setup=not reads)
-    checkpointer = create_checkpointer(url=url, auto_setup=not reads)
+    checkpointer = create_checkpointer(
+        url=url, auto_setup=not reads, **(checkpointer_options or {})
+    )
     try:
         memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **options)
         if not reads:
@@ -321,8 +342,64 @@ def _cmd_decay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(n: int) -> str:
+    """Bytes for people: ``512 B``, ``48.2 kB``, ``3.1 MB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _when(ts: float | None, never: str = "") -> str:
+    from datetime import datetime, timezone
+
+    if ts is None:
+        return never
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _cmd_threads(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer
+
+    url = resolve_url(args.url)
+    infos: list[Any] = []
+    if "checkpoint" in _installed(url):
+        saver: Any = create_checkpointer(url=url, auto_setup=False)
+        try:
+            infos = saver.threads(sort=args.sort, limit=args.limit or None)
+        finally:
+            saver.close()
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        if not infos:
+            out.print("No threads.")
+            return
+        more = f"; the first {args.limit} by {args.sort}" if len(infos) == args.limit else ""
+        table = Table(title=f"{len(infos)} thread(s), {_size(sum(i.bytes for i in infos))}{more}")
+        for c in ("thread", "checkpoints", "stored", "last active", "expires", "status"):
+            table.add_column(c, justify="right" if c in ("checkpoints", "stored") else "left")
+        for i in infos:
+            table.add_row(
+                i.thread_id,
+                str(i.checkpoints),
+                _size(i.bytes),
+                _when(i.last_active),
+                _when(i.expires_at, never="never"),
+                i.status,
+            )
+        out.print(table)
+
+    _emit(args, [i.as_dict() for i in infos], render)
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
+    options = {"strategy": args.strategy, "keep_last": args.keep_last}
+    if args.dry_run:
+        return _sweep_dry_run(args, options)
+    with _memory(args, checkpointer_options=options) as memory:
         items = memory.store.sweep()
         sweep = getattr(memory.checkpointer, "sweep", None)
         threads = list(sweep()) if callable(sweep) else []
@@ -334,6 +411,73 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
         ),
     )
+    return 0
+
+
+def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """What ``sweep`` would remove and free now, read without a lock or a write."""
+    import time
+
+    from langgraph_checkpoint_agent_memory.db.store import expired_stats_plan
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+
+    url = resolve_url(args.url)
+    installed = _installed(url)
+    items, item_bytes = 0, 0
+    if "store" in installed:
+        store = create_store(url, auto_setup=False)
+        try:
+            items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
+        finally:
+            store.close()
+    threads: list[dict[str, Any]] = []
+    removed, thread_bytes = 0, 0
+    if "checkpoint" in installed:
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **options)
+        try:
+            preview = saver.sweep_preview()
+        finally:
+            saver.close()
+        threads = preview.as_dict()["threads"]
+        removed, thread_bytes = preview.checkpoints_removed, preview.bytes_freed
+    data = {
+        "dry_run": True,
+        **options,
+        "store_items": items,
+        "threads": [t["thread_id"] for t in threads],
+        "thread_details": threads,
+        "checkpoints_removed": removed,
+        "store_bytes_freed": item_bytes,
+        "checkpoint_bytes_freed": thread_bytes,
+        "bytes_freed": item_bytes + thread_bytes,
+    }
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        verb = "delete" if args.strategy == "delete" else f"prune to their last {args.keep_last}"
+        out.print(
+            f"A sweep now would remove {items} expired store item(s) ({_size(item_bytes)}) "
+            f"and {verb} {len(threads)} expired thread(s) ({removed} checkpoint(s), "
+            f"{_size(thread_bytes)}): {_size(item_bytes + thread_bytes)} freed. "
+            "Nothing was changed."
+        )
+        if threads:
+            table = Table()
+            for c in ("thread", "action", "expired", "checkpoints", "removed", "freed"):
+                table.add_column(c)
+            for t in threads:
+                table.add_row(
+                    t["thread_id"],
+                    t["action"],
+                    _when(t["expires_at"]),
+                    str(t["checkpoints"]),
+                    str(t["checkpoints_removed"]),
+                    _size(t["bytes_freed"]),
+                )
+            out.print(table)
+
+    _emit(args, data, render)
     return 0
 
 
@@ -499,7 +643,39 @@ def build_parser() -> argparse.ArgumentParser:
     consolidate.add_argument("--model", help="provider:name of the extractor's chat model")
     decay = command("decay", "delete memories whose importance decayed away", _cmd_decay)
     decay.add_argument("--scope", help="only this SCOPE")
-    command("sweep", "remove expired store items and checkpointer threads", _cmd_sweep)
+    sweep = command("sweep", "remove expired store items and checkpointer threads", _cmd_sweep)
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would be removed and how many bytes freed; change nothing",
+    )
+    sweep.add_argument(
+        "--strategy",
+        choices=["delete", "keep_latest"],
+        default="delete",
+        help="what to do with an expired thread: delete it (default) or prune it to its last "
+        "--keep-last checkpoints; use the app's strategy",
+    )
+    sweep.add_argument(
+        "--keep-last",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
+    )
+    threads = command(
+        "threads", "threads with their checkpoints, bytes, activity and expiry", _cmd_threads
+    )
+    threads.add_argument(
+        "--sort",
+        choices=["bytes", "checkpoints", "last_active", "expires_at", "thread_id"],
+        default="bytes",
+        help="most bytes or checkpoints first, latest activity first, soonest expiry first, "
+        "or by id (default bytes)",
+    )
+    threads.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most N threads (0: all)"
+    )
     jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
     jobs.add_argument("--retry", action="store_true", help="queue parked episodes again")
     jobs.add_argument("--scope", help="with --retry: only this SCOPE")

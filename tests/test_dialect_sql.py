@@ -204,6 +204,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "delete_under",
         "count_under",
         "expired",
+        "expired_stats",
     ):
         built = getattr(sql, name)(8) if name == "by_keys" else getattr(sql, name)()
         for i, one in enumerate(built if isinstance(built, list) else [built]):

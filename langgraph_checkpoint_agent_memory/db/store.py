@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
 
-from langgraph_checkpoint_agent_memory.db.database import Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
@@ -26,6 +27,24 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.text import postings
 
 ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
+
+
+class text_length(sa.sql.functions.GenericFunction[int]):
+    """``length()`` of a value kept as text, JSON included: PostgreSQL's JSONB has no
+    length of its own, so it is measured as its text there."""
+
+    type = sa.Integer()
+    inherit_cache = True
+
+
+@compiles(text_length)
+def _text_length(element: text_length, compiler: Any, **kw: Any) -> str:
+    return f"length({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(text_length, "postgresql")
+def _text_length_pg(element: text_length, compiler: Any, **kw: Any) -> str:
+    return f"length(CAST({compiler.process(element.clauses, **kw)} AS TEXT))"
 
 
 class ItemRow(NamedTuple):
@@ -124,6 +143,13 @@ def prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
     (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
     ns = ns_text(namespace)
     return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
+
+
+def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[int, int]]:
+    """How many items a sweep at ``now`` would delete, and their size; a read."""
+    [rows] = yield Batch([Stmt(statements.expired_stats(), {"now": now}, fetch=True)])
+    count, size = rows[0]
+    return int(count), int(size or 0)
 
 
 class StoreStatements:
@@ -391,6 +417,22 @@ class StoreStatements:
         return self.text(
             "count_under", lambda: f"SELECT COUNT(*) FROM am_store_items WHERE {self.under}"
         )
+
+    def expired_stats(self) -> Sql:
+        """How many items expired by ``:now`` (what a sweep deletes), and the size of their
+        values and text, as the database measures them."""
+
+        def build() -> Any:
+            zero = sa.literal_column("0", sa.Integer)
+            c = store_items.c
+            size = sa.func.coalesce(text_length(c.value), zero) + sa.func.coalesce(
+                sa.func.length(c.doc), zero
+            )
+            return sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), zero)).where(
+                c.expires_at <= sa.bindparam("now", type_=sa.Float)
+            )
+
+        return self.d.sql(("store", "expired_stats"), build)
 
     def expired(self) -> Sql:
         p = self.d.param
