@@ -351,6 +351,17 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
             decide=lambda rows, vectors: writes,
             started_at=1.0,
         ),
+        J.change_facts_plan(
+            sql,
+            scope="user=a",
+            root="memory",
+            facts_prefix="p",
+            now=1.0,
+            read_vectors=True,
+            decide=lambda rows, vectors: J.Writes(
+                items=[item], decay=writes.decay, removed=[{"prefix": "p", "key": "gone"}]
+            ),
+        ),
         J.fail_plan(
             sql,
             claim,

@@ -123,6 +123,16 @@ class MemorySql:
             ),
         )
 
+    def delete_decay(self) -> Sql:
+        """Delete one item's decay row (``:prefix``, ``:key``)."""
+        p = self.p
+        return self._text(
+            "delete_decay",
+            lambda: (
+                f"DELETE FROM am_memory_decay WHERE prefix = {p('prefix')} AND key = {p('key')}"
+            ),
+        )
+
     def insert_job(self) -> Sql:
         return self.d.sql(
             ("memory", "insert_job"), lambda: self.d.insert_ignore(memory_jobs, ["job_id"])

@@ -39,6 +39,8 @@ class Writes:
     vectors: list[dict[str, Any]] = field(default_factory=list)  # store vector rows
     decay: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
+    #: ``{"prefix", "key"}`` of items to delete, with their vectors, text and decay rows
+    removed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def claim_plan(
@@ -212,6 +214,54 @@ def apply_plan(
             },
         )
     )
+    yield Batch(statements, write=True)
+    return writes
+
+
+def change_facts_plan(
+    sql: MemorySql,
+    *,
+    scope: str,
+    root: str,
+    facts_prefix: str,
+    now: float,
+    read_vectors: bool,
+    decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
+) -> Plan[Writes]:
+    """Change a scope's facts outside a consolidation job (an agent's memory tools), in one
+    transaction that holds the scope's ledger row, so it and a job's :func:`apply_plan`
+    never interleave: each reads the facts the other wrote.
+
+    ``decide`` gets the scope's current facts and their vectors, read inside the
+    transaction, and returns the rows to write and the items to remove.
+    """
+    scope_row = {
+        "scope": scope,
+        "root": root,
+        "lease_owner": None,
+        "lease_until": None,
+        "failures": 0,
+        "next_attempt_at": None,
+        "last_error": None,
+        "created_at": now,
+    }
+    reads = [
+        Stmt(sql.ensure_scope(), scope_row),
+        Stmt(_lease_check(sql), {"scope": scope}, fetch=True),  # locks the ledger row
+        Stmt(sql.rows(), {"prefix": facts_prefix, "now": now}, fetch=True),
+    ]
+    if read_vectors:
+        reads.append(Stmt(sql.vectors_of(), {"prefix": facts_prefix}, fetch=True))
+    results = yield Batch(reads, lock=True, hold=True)
+    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
+    writes = decide([decode(r) for r in results[2]], vectors)
+    statements: list[Stmt] = []
+    if writes.items or writes.removed:
+        statements += sql.store.writes(writes.items, writes.vectors, writes.removed)
+    if writes.decay:
+        statements.append(Stmt(sql.upsert_decay(), writes.decay, many=True))
+    if writes.removed:
+        statements.append(Stmt(sql.delete_decay(), writes.removed, many=True))
     yield Batch(statements, write=True)
     return writes
 

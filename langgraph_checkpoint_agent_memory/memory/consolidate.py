@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
     Extraction,
     Fact,
+    FactCandidate,
     Scope,
     digest,
 )
@@ -312,6 +313,120 @@ def _fail(
     return JobResult(claim.scope, jid, status, len(claim.episode_keys), error=error)
 
 
+@dataclass
+class RowWriter:
+    """Adds one scope's store item rows and decay rows to a transaction's :class:`Writes`.
+
+    Args:
+        writes: Where the rows go.
+        scope_key: The scope the decay rows belong to (``user=alice``).
+        now: The rows' ``updated_at``.
+    """
+
+    writes: jobsql.Writes
+    scope_key: str
+    now: float
+
+    def item(self, prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
+        """An item row (a fact, a past fact or an episode)."""
+        self.writes.items.append(
+            {
+                "prefix": prefix,
+                "key": key,
+                "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+                "created_at": created,
+                "updated_at": self.now,
+                "ttl_minutes": None,
+                "expires_at": None,
+                "doc": doc,
+            }
+        )
+
+    def decay(self, prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
+        """The decay row of an item: its importance, reinforced ``at``."""
+        self.writes.decay.append(
+            {
+                "prefix": prefix,
+                "key": key,
+                "scope": self.scope_key,
+                "log_importance": log_importance(importance),
+                "reinforced_at": at,
+                "pinned": int(pinned),
+            }
+        )
+
+
+def apply_facts(
+    memory: Any,
+    scope: Scope,
+    out: RowWriter,
+    rows: list[sqlm.StoredRow],
+    stored_vectors: dict[str, bytes],
+    candidates: list[FactCandidate],
+    candidate_vectors: dict[str, list[float]],
+    *,
+    episode_key: str,
+    when: float,
+) -> F.FactChanges:
+    """Merge ``candidates`` into the scope's current facts (``rows``, read inside the
+    transaction that writes) and add the rows that change to ``out``: the one way facts are
+    confirmed, superseded, accumulated or merged as near-duplicates, by consolidation and by
+    the memory tools alike.
+
+    Args:
+        memory: The :class:`AgentMemory` (its settings and namespaces).
+        scope: Whose facts.
+        out: Collects the rows to write.
+        rows: The scope's current fact items.
+        stored_vectors: Their statement vectors, by key (empty without an embedder).
+        candidates: What is true now.
+        candidate_vectors: The candidates' statement vectors, by statement.
+        episode_key: What the facts come from (a source of each fact).
+        when: When they became true.
+
+    Returns:
+        What changed, by key.
+    """
+    s = memory.settings
+    current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
+    fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored_vectors.items()}
+    if candidate_vectors and fact_vectors:
+        similar: F.Similar | None = F.by_vectors(
+            candidate_vectors, fact_vectors, s.near_duplicate_threshold
+        )
+    else:
+        similar = F.by_words(s.near_duplicate_words)
+    changes = F.merge(current, candidates, episode_key=episode_key, now=when, similar=similar)
+    facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
+    for key, fact in changes.current.items():
+        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        out.decay(facts_prefix, key, fact.importance, when, fact.pinned)
+        text = fact.statement or f"{fact.attribute} {fact.value}"
+        vector = candidate_vectors.get(text)
+        if key in changes.confirmed and key in stored_vectors:
+            blob = stored_vectors[key]
+        elif vector is not None:
+            blob = np.asarray(vector, dtype="<f4").tobytes()
+        else:
+            blob = None
+        if blob is not None:
+            out.writes.vectors.append(
+                {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
+            )
+    write_history(memory, scope, out, changes, when)
+    return changes
+
+
+def write_history(
+    memory: Any, scope: Scope, out: RowWriter, changes: F.FactChanges, when: float
+) -> None:
+    """Add the rows of the facts ``changes`` moved to history (superseded or retired)."""
+    history_prefix = sqlm.ns(memory.namespace(scope, "history"))
+    for key, fact in changes.history.items():
+        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        out.decay(history_prefix, key, fact.importance, when, fact.pinned)
+
+
 def _writes(
     memory: Any,
     scope: Scope,
@@ -329,68 +444,21 @@ def _writes(
     writes = jobsql.Writes()
     if extraction is None or not episodes:
         return writes
-    s = memory.settings
     when = max(e.occurred_at for e in episodes)
-    current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
-    fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored_vectors.items()}
-    if candidate_vectors and fact_vectors:
-        similar: F.Similar | None = F.by_vectors(
-            candidate_vectors, fact_vectors, s.near_duplicate_threshold
-        )
-    else:
-        similar = F.by_words(s.near_duplicate_words)
-    changes = F.merge(
-        current, extraction.facts, episode_key=episodes[-1].key, now=when, similar=similar
+    rows_out = RowWriter(writes, scope_key, now)
+    changes = apply_facts(
+        memory,
+        scope,
+        rows_out,
+        rows,
+        stored_vectors,
+        extraction.facts,
+        candidate_vectors,
+        episode_key=episodes[-1].key,
+        when=when,
     )
     out.append(changes)
-    facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
-    history_prefix = sqlm.ns(memory.namespace(scope, "history"))
     episodes_prefix = sqlm.ns(memory.namespace(scope, "episodes"))
-
-    def item(prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
-        writes.items.append(
-            {
-                "prefix": prefix,
-                "key": key,
-                "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
-                "created_at": created,
-                "updated_at": now,
-                "ttl_minutes": None,
-                "expires_at": None,
-                "doc": doc,
-            }
-        )
-
-    def decay(prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
-        writes.decay.append(
-            {
-                "prefix": prefix,
-                "key": key,
-                "scope": scope_key,
-                "log_importance": log_importance(importance),
-                "reinforced_at": at,
-                "pinned": int(pinned),
-            }
-        )
-
-    for key, fact in changes.current.items():
-        item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
-        decay(facts_prefix, key, fact.importance, when, fact.pinned)
-        text = fact.statement or f"{fact.attribute} {fact.value}"
-        vector = candidate_vectors.get(text)
-        if key in changes.confirmed and key in stored_vectors:
-            blob = stored_vectors[key]
-        elif vector is not None:
-            blob = np.asarray(vector, dtype="<f4").tobytes()
-        else:
-            blob = None
-        if blob is not None:
-            writes.vectors.append(
-                {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
-            )
-    for key, fact in changes.history.items():
-        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
-        decay(history_prefix, key, fact.importance, when, fact.pinned)
     summary = extraction.episode
     for i, episode in enumerate(episodes):
         done = Episode(
@@ -402,8 +470,10 @@ def _writes(
                 "importance": summary.importance,
             }
         )
-        item(episodes_prefix, episode.key, done.to_value(), episode.occurred_at, done.text())
-        decay(episodes_prefix, episode.key, summary.importance, episode.occurred_at, False)
+        rows_out.item(
+            episodes_prefix, episode.key, done.to_value(), episode.occurred_at, done.text()
+        )
+        rows_out.decay(episodes_prefix, episode.key, summary.importance, episode.occurred_at, False)
         if i < len(episode_vectors):
             writes.vectors.append(
                 {

@@ -10,6 +10,8 @@ transaction.
   history with ``valid_to`` and ``superseded_by`` set, the new one is current from now on. So at
   most one value per single-valued attribute is current, and validity windows never overlap.
 - A multi-valued attribute accumulates one fact per distinct value.
+- A *retired* fact (:func:`retire`, an agent's "forget") moves to history with ``valid_to``
+  set and nothing superseding it.
 - A candidate whose attribute is new but whose value is an existing fact's and whose
   statement is nearly the same (embedding cosine, or word overlap without an embedder, above
   a threshold) is that fact under another name: it is merged into it instead of stored twice.
@@ -43,6 +45,7 @@ class FactChanges:
     added: list[str] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)
     superseded: list[tuple[str, str]] = field(default_factory=list)  # (history key, new key)
+    retired: list[tuple[str, str]] = field(default_factory=list)  # (history key, old key)
 
     @property
     def empty(self) -> bool:
@@ -118,6 +121,26 @@ def merge(
         else:
             out.added.append(key)
         current[key] = out.current[key] = new
+    return out
+
+
+def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: float) -> FactChanges:
+    """End the current facts of ``attribute`` (only the one of ``value`` when given): each
+    moves to history with ``valid_to`` set and no ``superseded_by``, so the attribute has
+    no current value from ``now`` on and its past stays in :meth:`AgentMemory.history`.
+    ``facts`` is not modified."""
+    out = FactChanges()
+    wanted = normalize_value(value) if value is not None else None
+    for key, fact in sorted(facts.items()):
+        if fact.attribute != attribute:
+            continue
+        if wanted is not None and normalize_value(fact.value) != wanted:
+            continue
+        gone = Fact(**{**fact.__dict__})
+        gone.valid_to = now
+        gone.key = history_key(gone)
+        out.history[gone.key] = gone
+        out.retired.append((gone.key, key))
     return out
 
 
