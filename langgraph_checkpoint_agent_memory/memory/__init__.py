@@ -24,6 +24,7 @@ from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallWeights
 from langgraph_checkpoint_agent_memory.memory.recaller import RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
+from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "FactCandidate",
     "JobResult",
     "MemorySettings",
+    "MemoryTools",
     "MemoryWorker",
     "RecallOptions",
     "RecallWeights",

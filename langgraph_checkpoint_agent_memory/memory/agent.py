@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
@@ -43,6 +44,7 @@ from langgraph_checkpoint_agent_memory.memory.nodes import (
 )
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
+from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 
 if TYPE_CHECKING:
@@ -152,6 +154,40 @@ class AgentMemory(Generic[StoreT]):
             ```
         """
         return self._nodes.record
+
+    def tools(
+        self,
+        *,
+        include: Sequence[str] = ("search", "remember", "forget"),
+        budget_tokens: int | None = None,
+    ) -> list[BaseTool]:
+        """LangChain tools (sync and async) with which an agent decides what to remember:
+        ``search_memory``, ``remember_fact`` (applied as consolidation applies facts:
+        confirmed, superseded into history, accumulated when multi-valued) and
+        ``forget_fact`` (the fact moves to history).
+
+        Whose memory comes from the run's config, as for :attr:`inject_node`, never from the
+        model's arguments; an argument the tool does not declare (``user_id``, ...) is
+        refused. See :mod:`.tools`.
+
+        Args:
+            include: Which tools: ``"search"``, ``"remember"``, ``"forget"``.
+            budget_tokens: Size of ``search_memory``'s answer (default the
+                ``budget_tokens`` setting).
+
+        Returns:
+            The tools, in the order of ``include``.
+
+        Example:
+            ```python
+            from langgraph.prebuilt import create_react_agent
+
+            agent = create_react_agent(model, memory.tools(), checkpointer=checkpointer)
+            config = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
+            agent.invoke({"messages": [("user", "I moved to Lyon")]}, config)
+            ```
+        """
+        return MemoryTools(self, budget_tokens=budget_tokens).tools(include)
 
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"

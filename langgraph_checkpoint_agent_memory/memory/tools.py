@@ -1,0 +1,417 @@
+"""Memory tools for agents: the model decides what to look up, remember and forget.
+
+:meth:`AgentMemory.tools` returns LangChain tools for ``create_react_agent``, ``ToolNode`` or
+any ``bind_tools`` model (each sync and async):
+
+* ``search_memory(query)``: the facts and past conversations recall finds for ``query``;
+* ``remember_fact(attribute, value, statement, multi, importance)``: a fact, applied as
+  consolidation applies an extractor's (confirmed, superseded into history, accumulated when
+  multi-valued, merged with a near-duplicate) in one transaction that holds the scope's
+  ledger row, so it never interleaves with a consolidation job of that scope;
+* ``forget_fact(attribute, value)``: ends the current fact(s) of an attribute; they move to
+  history.
+
+**Whose memory** comes from the run's config (``config["configurable"]``: ``user_id``,
+``agent_id``, ``workflow_id`` as the memory's ``scope_keys`` say, like the graph nodes), which
+the tools receive from the runtime, never from the model: the model's arguments cannot name
+a scope, and an argument the schema does not declare (``user_id``, ``config``, ...) is
+refused, so one user's agent can neither read nor write another user's memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.memory import consolidate as C
+from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory import recall as R
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Fact,
+    FactCandidate,
+    Scope,
+    normalize_attribute,
+)
+from langgraph_checkpoint_agent_memory.memory.nodes import scope_from
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
+
+#: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
+TOOL_NAMES = {"search": "search_memory", "remember": "remember_fact", "forget": "forget_fact"}
+
+
+class SearchMemoryArgs(BaseModel):
+    """The model's arguments of ``search_memory``: nothing names whose memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(
+        description="What to look for, in a few words, e.g. 'where the user lives'",
+    )
+
+
+class RememberFactArgs(BaseModel):
+    """The model's arguments of ``remember_fact``: one fact, nothing that names whose."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attribute: str = Field(
+        description="snake_case name of what the fact is about, e.g. city, employer, likes"
+    )
+    value: str = Field(description="The value, e.g. Berlin")
+    statement: str = Field(
+        default="", description="The fact as a sentence, e.g. 'The user lives in Berlin'"
+    )
+    multi: bool = Field(
+        default=False,
+        description="True when the attribute holds several values at once (languages, "
+        "likes); a new value of a single-valued attribute replaces the old one",
+    )
+    importance: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital; important facts last"
+    )
+
+
+class ForgetFactArgs(BaseModel):
+    """The model's arguments of ``forget_fact``: which fact, nothing that names whose."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attribute: str = Field(description="The attribute of the fact to forget, e.g. city")
+    value: str | None = Field(
+        default=None,
+        description="For an attribute with several values: the one to forget (all when omitted)",
+    )
+
+
+SEARCH_DESCRIPTION = (
+    "Search your long-term memory of the user: known facts (attribute = value, since when) "
+    "and past conversations relevant to the query. Use it before answering anything that "
+    "depends on the user's details, preferences or earlier conversations."
+)
+REMEMBER_DESCRIPTION = (
+    "Remember one lasting fact about the user for later conversations: call it when the user "
+    "states something about themselves (where they live, their work, preferences) or asks "
+    "you to remember something. Restating a known fact confirms it; a new value of a "
+    "single-valued attribute replaces the old one, which stays in history; set multi=true "
+    "for attributes with several values at once."
+)
+FORGET_DESCRIPTION = (
+    "Stop remembering a fact: when the user says it is no longer true or asks you to forget "
+    "it. Name its attribute (and the value, for one of several values); the fact leaves "
+    "current memory and stays in history."
+)
+
+
+def fact_line(fact: Fact) -> str:
+    """A fact as the tools show it to the model: attribute, value, statement, since when."""
+    times = f", confirmed {fact.confirmations}x" if fact.confirmations > 1 else ""
+    several = " (one of several)" if fact.multi else ""
+    plain = f"{fact.attribute.replace('_', ' ')}: {fact.value}"  # what merge makes of no statement
+    said = f": {fact.statement}" if fact.statement and fact.statement != plain else ""
+    return (
+        f"- {fact.attribute}{several} = {fact.value}{said} (since {R.day(fact.valid_from)}{times})"
+    )
+
+
+class MemoryTools:
+    """The tools of one :class:`AgentMemory` (see the module docstring).
+
+    Args:
+        memory: Whose facts and episodes the tools use.
+        budget_tokens: Size of ``search_memory``'s answer (default the memory's
+            ``budget_tokens`` setting).
+
+    Example:
+        >>> search, remember, forget = MemoryTools(memory).tools()  # doctest: +SKIP
+        >>> config = {"configurable": {"user_id": "alice"}}
+        >>> remember.invoke({"attribute": "city", "value": "Berlin"}, config)  # doctest: +SKIP
+        'Remembered: city = Berlin.'
+    """
+
+    def __init__(self, memory: AgentMemory[Any], *, budget_tokens: int | None = None) -> None:
+        self.memory = memory
+        self.budget_tokens = budget_tokens
+
+    def tools(self, include: Sequence[str] = tuple(TOOL_NAMES)) -> list[BaseTool]:
+        """LangChain tools, sync and async, in the order of ``include``.
+
+        Args:
+            include: Which: ``"search"``, ``"remember"``, ``"forget"``.
+
+        Raises:
+            ValueError: ``include`` names another tool, or is empty.
+        """
+        unknown = [name for name in include if name not in TOOL_NAMES]
+        if unknown or not include:
+            raise ValueError(
+                f"include takes some of {', '.join(TOOL_NAMES)}, got {list(include)!r}"
+            )
+        built: dict[
+            str, tuple[Callable[..., str], Callable[..., Awaitable[str]], type[BaseModel], str]
+        ]
+        built = {
+            "search": (self.search, self.asearch, SearchMemoryArgs, SEARCH_DESCRIPTION),
+            "remember": (self.remember, self.aremember, RememberFactArgs, REMEMBER_DESCRIPTION),
+            "forget": (self.forget, self.aforget, ForgetFactArgs, FORGET_DESCRIPTION),
+        }
+        out: list[BaseTool] = []
+        for name in include:
+            func, coroutine, schema, description = built[name]
+            tool: BaseTool = StructuredTool.from_function(
+                func=func,
+                coroutine=coroutine,
+                name=TOOL_NAMES[name],
+                description=description,
+                args_schema=schema,
+                infer_schema=False,
+                handle_tool_error=True,  # a mistake of the model goes back to it, as text
+            )
+            out.append(tool)
+        return out
+
+    # -- whose memory ----------------------------------------------------------------------
+
+    def scope(self, config: RunnableConfig | None) -> Scope:
+        """The run's scope, from its config only (see :func:`~.nodes.scope_from`).
+
+        Raises:
+            ScopeError: The config names no scope: the application's mistake, not the
+                model's, so it is raised rather than told to the model.
+        """
+        return scope_from(config, None, self.memory.settings.scope_keys)
+
+    @staticmethod
+    def _thread(config: RunnableConfig | None) -> str | None:
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        return None if thread is None else str(thread)
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search(self, query: str, config: RunnableConfig) -> str:
+        """``search_memory``: what recall finds for ``query`` in the run's scope.
+
+        Args:
+            query: What to look for.
+            config: The run's config (injected by the runtime).
+        """
+        recalled = self.memory.recall(
+            self.scope(config),
+            query,
+            budget_tokens=self.budget_tokens,
+            exclude_thread=self._thread(config),
+            reinforce=True,
+        )
+        return self._found(recalled)
+
+    async def asearch(self, query: str, config: RunnableConfig) -> str:
+        """Async :meth:`search`."""
+        recalled = await self.memory.arecall(
+            self.scope(config),
+            query,
+            budget_tokens=self.budget_tokens,
+            exclude_thread=self._thread(config),
+            reinforce=True,
+        )
+        return self._found(recalled)
+
+    @staticmethod
+    def _found(recalled: R.Recalled) -> str:
+        lines: list[str] = []
+        if recalled.facts:
+            lines += ["Known facts:", *(fact_line(f) for f in recalled.facts)]
+        if recalled.episodes:
+            lines += ["Past conversations:", *(R.episode_line(e) for e in recalled.episodes)]
+        return "\n".join(lines) or "Nothing remembered yet."
+
+    # -- remember --------------------------------------------------------------------------
+
+    def remember(
+        self,
+        attribute: str,
+        value: str,
+        statement: str = "",
+        multi: bool = False,
+        importance: float = 0.5,
+        *,
+        config: RunnableConfig,
+    ) -> str:
+        """``remember_fact``: apply one fact to the run's scope as consolidation would.
+
+        Args:
+            attribute: What the fact is about.
+            value: Its value.
+            statement: The fact as a sentence.
+            multi: Whether the attribute holds several values at once.
+            importance: 0 trivial .. 1 vital.
+            config: The run's config (injected by the runtime).
+        """
+        candidate = _candidate(attribute, value, statement, multi, importance)
+        scope = self.scope(config)
+        steps = self._remember_steps(scope, candidate, self._source(config))
+        changes = C.run_steps(steps, self.memory.store, self.memory._run)
+        return _remembered(changes)
+
+    async def aremember(
+        self,
+        attribute: str,
+        value: str,
+        statement: str = "",
+        multi: bool = False,
+        importance: float = 0.5,
+        *,
+        config: RunnableConfig,
+    ) -> str:
+        """Async :meth:`remember`."""
+        candidate = _candidate(attribute, value, statement, multi, importance)
+        scope = self.scope(config)
+        steps = self._remember_steps(scope, candidate, self._source(config))
+        changes = await C.arun_steps(steps, self.memory.store, self.memory._arun)
+        return _remembered(changes)
+
+    def _source(self, config: RunnableConfig | None) -> str:
+        """What a remembered fact names as its source: the conversation it was said in."""
+        thread = self._thread(config)
+        return f"tool:{thread}" if thread else "tool"
+
+    def _remember_steps(
+        self, scope: Scope, candidate: FactCandidate, source: str
+    ) -> C.Steps[F.FactChanges]:
+        memory = self.memory
+        embedded = memory.store.embeddings is not None
+        vectors: dict[str, list[float]] = {}
+        if embedded:
+            text = candidate.statement or f"{candidate.attribute} {candidate.value}"
+            [vector] = yield C.Embed([text])
+            vectors[text] = vector
+        now = memory._clock()
+        found: list[F.FactChanges] = []
+
+        def decide(rows: list[sqlm.StoredRow], stored: dict[str, bytes]) -> jobsql.Writes:
+            writes = jobsql.Writes()
+            out = C.RowWriter(writes, scope.key, now)
+            found.append(
+                C.apply_facts(
+                    memory,
+                    scope,
+                    out,
+                    rows,
+                    stored,
+                    [candidate],
+                    vectors,
+                    episode_key=source,
+                    when=now,
+                )
+            )
+            return writes
+
+        yield C.RunPlan(self._change_plan(scope, now, embedded, decide))
+        return found[-1]
+
+    # -- forget ----------------------------------------------------------------------------
+
+    def forget(self, attribute: str, value: str | None = None, *, config: RunnableConfig) -> str:
+        """``forget_fact``: end the run's scope's current fact(s) of ``attribute``.
+
+        Args:
+            attribute: What the fact is about.
+            value: Only the fact of this value (for a multi-valued attribute).
+            config: The run's config (injected by the runtime).
+        """
+        name = _attribute(attribute)
+        plan = self._forget_plan(self.scope(config), name, value)
+        return _forgotten(self.memory._run(plan), name, value)
+
+    async def aforget(
+        self, attribute: str, value: str | None = None, *, config: RunnableConfig
+    ) -> str:
+        """Async :meth:`forget`."""
+        name = _attribute(attribute)
+        plan = self._forget_plan(self.scope(config), name, value)
+        return _forgotten(await self.memory._arun(plan), name, value)
+
+    def _forget_plan(self, scope: Scope, attribute: str, value: str | None) -> Plan[F.FactChanges]:
+        memory = self.memory
+        now = memory._clock()
+        facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
+        found: list[F.FactChanges] = []
+
+        def decide(rows: list[sqlm.StoredRow], stored: dict[str, bytes]) -> jobsql.Writes:
+            writes = jobsql.Writes()
+            current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
+            changes = F.retire(current, attribute, value, now=now)
+            C.write_history(memory, scope, C.RowWriter(writes, scope.key, now), changes, now)
+            writes.removed = [{"prefix": facts_prefix, "key": key} for _, key in changes.retired]
+            found.append(changes)
+            return writes
+
+        yield from self._change_plan(scope, now, False, decide)
+        return found[-1]
+
+    def _change_plan(
+        self, scope: Scope, now: float, read_vectors: bool, decide: Any
+    ) -> Plan[jobsql.Writes]:
+        memory = self.memory
+        return jobsql.change_facts_plan(
+            memory._sql,
+            scope=scope.key,
+            root=memory.settings.namespace_root,
+            facts_prefix=sqlm.ns(memory.namespace(scope, "facts")),
+            now=now,
+            read_vectors=read_vectors,
+            decide=decide,
+        )
+
+
+def _candidate(
+    attribute: str, value: str, statement: str, multi: bool, importance: float
+) -> FactCandidate:
+    try:
+        return FactCandidate(
+            attribute=attribute,
+            value=value,
+            statement=statement,
+            multi=multi,
+            importance=importance,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise ToolException(f"not remembered: {problems}") from None
+
+
+def _attribute(attribute: str) -> str:
+    try:
+        return normalize_attribute(attribute)
+    except ValueError as exc:
+        raise ToolException(str(exc)) from None
+
+
+def _remembered(changes: F.FactChanges) -> str:
+    if changes.confirmed:
+        fact = changes.current[changes.confirmed[0]]
+        return (
+            f"Already remembered, now confirmed {fact.confirmations} times: "
+            f"{fact.attribute} = {fact.value}."
+        )
+    if changes.superseded:
+        old_key, new_key = changes.superseded[0]
+        old, new = changes.history[old_key], changes.current[new_key]
+        return f"Updated {new.attribute}: {new.value} (was {old.value})."
+    fact = next(iter(changes.current.values()))
+    return f"Remembered: {fact.attribute} = {fact.value}."
+
+
+def _forgotten(changes: F.FactChanges, attribute: str, value: str | None) -> str:
+    if not changes.retired:
+        about = f"{attribute} = {value}" if value is not None else attribute
+        return f"Nothing remembered about {about}."
+    gone = [changes.history[key] for key, _ in changes.retired]
+    return "Forgot " + ", ".join(f"{f.attribute} = {f.value}" for f in gone) + "."
