@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt import create_react_agent
 
 from langgraph_checkpoint_agent_memory import AgentMemory
+from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.memory import ScopeError
 from tests.helpers import FakeClock, WordEmbeddings
 
@@ -253,3 +254,21 @@ def test_concurrent_remembers_keep_one_current_value(make_store: Callable[..., A
     assert sorted(f.value for f in history) == sorted(f"City {i}" for i in range(8))
     assert [f for f in history if f.valid_to is None] == [current]
     assert sum(1 for f in history if f.superseded_by is not None) == 7
+
+
+def test_a_fact_without_a_statement_is_stored_with_its_vector(
+    make_store: Callable[..., Any],
+) -> None:
+    store = make_store(index={"dims": 64, "embed": WordEmbeddings(64), "fields": ["text"]})
+    memory = AgentMemory(store)
+    [remember] = memory.tools(include=["remember"])
+    remember.invoke({"attribute": "favourite_food", "value": "ramen"}, run("a"))
+    [fact] = memory.facts("user=a")
+    assert fact.statement == "favourite food: ramen"
+
+    def vectors() -> Any:
+        prefix = ".".join(memory.namespace("user=a", "facts"))
+        [rows] = yield Batch([Stmt(memory._sql.vectors_of(), {"prefix": prefix}, fetch=True)])
+        return [key for key, _ in rows]
+
+    assert store.run_plan(vectors()) == [fact.key]

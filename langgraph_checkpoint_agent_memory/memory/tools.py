@@ -375,7 +375,7 @@ def _candidate(
     attribute: str, value: str, statement: str, multi: bool, importance: float
 ) -> FactCandidate:
     try:
-        return FactCandidate(
+        candidate = FactCandidate(
             attribute=attribute,
             value=value,
             statement=statement,
@@ -385,6 +385,12 @@ def _candidate(
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]) for e in exc.errors())
         raise ToolException(f"not remembered: {problems}") from None
+    if candidate.statement:
+        return candidate
+    # the statement merge gives a fact without one, so that the vector embedded for it is
+    # found under the fact's text and the fact is stored with its vector
+    plain = f"{candidate.attribute.replace('_', ' ')}: {candidate.value}"
+    return candidate.model_copy(update={"statement": plain})
 
 
 def _attribute(attribute: str) -> str:
