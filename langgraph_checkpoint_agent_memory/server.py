@@ -231,8 +231,7 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
         logger.info("Agent Server store: %r, ttl=%s", opened, ttl)
         yield opened
     finally:
-        await asyncio.to_thread(opened.stop_ttl_sweeper)  # joins the sweeper thread
-        await opened.aclose()
+        await opened.aclose()  # joins the sweeper thread off the event loop
 
 
 def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:

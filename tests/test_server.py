@@ -207,7 +207,7 @@ async def test_store_ttl_is_the_stores_and_its_sweeper_deletes(
     server_sections(monkeypatch, store_section={"ttl": ttl})
     async with store() as opened:
         assert opened.ttl_config == ttl
-        assert opened._sweeper is not None and opened._sweeper.alive  # from startup
+        assert opened.sweeper_running  # from startup
         await opened.aput(("users", "alice"), "mood", {"today": "tired"})  # default_ttl
         await opened.aput(("users", "alice"), "name", {"is": "Alice"}, ttl=None)  # never
         assert raw_count(database_url, "SELECT count(*) FROM am_store_items") == 2
@@ -226,7 +226,7 @@ async def test_store_without_ttl_starts_no_sweeper(
     server_sections(monkeypatch, store_section={})
     async with store() as opened:
         assert opened.ttl_config is None
-        assert opened._sweeper is None
+        assert not opened.sweeper_running
 
 
 async def test_index_embed_from_a_file_as_the_server_names_it(
