@@ -18,7 +18,7 @@ transaction.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,11 +64,18 @@ def merge(
     episode_key: str,
     now: float,
     similar: Similar | None = None,
+    sources: Sequence[tuple[str, float]] | None = None,
 ) -> FactChanges:
-    """Apply ``candidates`` to the current ``facts`` (by key); ``facts`` is not modified."""
+    """Apply ``candidates``, in order, to the current ``facts`` (by key); ``facts`` is not
+    modified.
+
+    ``episode_key`` and ``now`` are the episode that states the candidates and when; or,
+    per candidate, ``sources``: ``(episode key, when)``, so a fact learned from the first of
+    several episodes is valid from that episode's time."""
     current = dict(facts)
     out = FactChanges()
-    for c in candidates:
+    for i, c in enumerate(candidates):
+        source, at = sources[i] if sources is not None else (episode_key, now)
         attribute = c.attribute
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
@@ -88,10 +95,10 @@ def merge(
         if old is not None and normalize_value(old.value) == normalize_value(c.value):
             confirmed = Fact(**{**old.__dict__})
             confirmed.confirmations += 1
-            confirmed.last_confirmed = now
+            confirmed.last_confirmed = max(old.last_confirmed, at)
             confirmed.importance = max(old.importance, c.importance)
-            if episode_key not in confirmed.source_episodes:
-                confirmed.source_episodes = [*old.source_episodes, episode_key][-MAX_SOURCES:]
+            if source not in confirmed.source_episodes:
+                confirmed.source_episodes = [*old.source_episodes, source][-MAX_SOURCES:]
             current[key] = out.current[key] = confirmed
             out.confirmed.append(key)
             continue
@@ -102,13 +109,13 @@ def merge(
             statement=statement,
             multi=multi,
             importance=c.importance,
-            valid_from=now,
-            last_confirmed=now,
-            source_episodes=[episode_key],
+            valid_from=at,
+            last_confirmed=at,
+            source_episodes=[source],
         )
         if old is not None:  # single-valued, another value: supersede
             gone = Fact(**{**old.__dict__})
-            gone.valid_to = now
+            gone.valid_to = at
             gone.superseded_by = c.value
             hkey = history_key(gone)
             gone.key = hkey

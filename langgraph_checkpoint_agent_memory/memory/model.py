@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.text import storable
@@ -184,7 +184,7 @@ def iso(ts: float | None) -> str | None:
 
 
 class EpisodeSummary(BaseModel):
-    """What happened in the episodes, in a sentence or two."""
+    """What happened in one episode, in a sentence or two."""
 
     summary: str = Field(description="What happened, in one or two sentences")
     outcome: str = Field(default="", description="How it ended: resolved, open, ...")
@@ -196,6 +196,18 @@ class EpisodeSummary(BaseModel):
         return storable(v)
 
 
+class EpisodeEntry(EpisodeSummary):
+    """One episode's summary in an answer about several: which episode, by its number (1
+    for the first episode shown to the extractor) or by its key, and what happened in it.
+
+    When no entry of an answer names its episode, the entries are the episodes in order."""
+
+    episode: int | None = Field(
+        default=None, ge=1, description="The episode's number: 1 for the first episode"
+    )
+    key: str | None = Field(default=None, description="The episode's key, instead of its number")
+
+
 class FactCandidate(BaseModel):
     """One thing that is true about the scope now."""
 
@@ -204,6 +216,11 @@ class FactCandidate(BaseModel):
     statement: str = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
     multi: bool = Field(default=False, description="True if the attribute holds many values")
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    episode: int | None = Field(
+        default=None,
+        ge=1,
+        description="The number of the episode that states it (default: the last episode)",
+    )
 
     @field_validator("attribute")
     @classmethod
@@ -224,10 +241,31 @@ class FactCandidate(BaseModel):
 
 
 class Extraction(BaseModel):
-    """The extractor's answer: a summary of the episodes and the facts they state."""
+    """The extractor's answer: a summary of each episode and the facts they state.
 
-    episode: EpisodeSummary
+    ``episodes`` holds one entry per episode (by number or key). ``episode``, a single
+    summary, is the older form: it is accepted for a job of one episode and refused for a job
+    of several, since one summary cannot tell several episodes apart. An answer gives one
+    form or the other, not both.
+    """
+
+    episodes: list[EpisodeEntry] = Field(
+        default_factory=list, description="One entry per episode, each about that episode alone"
+    )
+    episode: EpisodeSummary | None = Field(
+        default=None, description="The older single-summary form, for one episode only"
+    )
     facts: list[FactCandidate] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Extraction:
+        if self.episode is not None and self.episodes:
+            raise ValueError(
+                "give either 'episodes' (one entry per episode) or 'episode', not both"
+            )
+        if self.episode is None and not self.episodes:
+            raise ValueError("no episode summary: give 'episodes', one entry per episode")
+        return self
 
 
 # -- stored memories -----------------------------------------------------------------------
