@@ -470,7 +470,7 @@ class AgentMemory(Generic[StoreT]):
                     "updated_at": now,
                     "ttl_minutes": None,
                     "expires_at": None,
-                    "doc": Fact.from_value(r.key, value).text(),
+                    "doc": Fact.from_value(r.key, value).search_text(),
                 }
             )
             decay.append(

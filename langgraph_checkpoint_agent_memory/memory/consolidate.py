@@ -236,7 +236,7 @@ def job_steps(
             # an answer that does not summarise every episode on its own fails the job
             summaries = episode_summaries(extraction, episodes)
             if memory.store.embeddings is not None:
-                texts = [c.statement or f"{c.attribute} {c.value}" for c in extraction.facts]
+                texts = [c.search_text() for c in extraction.facts]
                 ep_texts = [
                     Episode(**{**e.__dict__, "summary": s.summary}).text()
                     for e, s in zip(episodes, summaries, strict=True)
@@ -397,14 +397,16 @@ def _writes(
         )
 
     for key, fact in changes.current.items():
-        item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        text = fact.search_text()
+        item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
         decay(facts_prefix, key, fact.importance, when, fact.pinned)
-        text = fact.statement or f"{fact.attribute} {fact.value}"
+        # the embedding of the text just indexed, when a candidate said it exactly; else a
+        # confirmed fact keeps the vector it has
         vector = candidate_vectors.get(text)
-        if key in changes.confirmed and key in stored_vectors:
-            blob = stored_vectors[key]
-        elif vector is not None:
-            blob = np.asarray(vector, dtype="<f4").tobytes()
+        if vector is not None:
+            blob: bytes | None = np.asarray(vector, dtype="<f4").tobytes()
+        elif key in changes.confirmed:
+            blob = stored_vectors.get(key)
         else:
             blob = None
         if blob is not None:
@@ -412,7 +414,7 @@ def _writes(
                 {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
             )
     for key, fact in changes.history.items():
-        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
         decay(history_prefix, key, fact.importance, when, fact.pinned)
     for i, (episode, summary) in enumerate(zip(episodes, summaries, strict=True)):
         done = Episode(

@@ -26,6 +26,7 @@ import numpy as np
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
+    default_statement,
     digest,
     fact_key,
     normalize_value,
@@ -91,7 +92,7 @@ def merge(
                 attribute, multi = current[twin].attribute, current[twin].multi
         key = fact_key(attribute, c.value, multi)
         old = current.get(key)
-        statement = c.statement or f"{attribute.replace('_', ' ')}: {c.value}"
+        statement = c.statement or default_statement(attribute, c.value)
         if old is not None and normalize_value(old.value) == normalize_value(c.value):
             confirmed = Fact(**{**old.__dict__})
             confirmed.confirmations += 1
@@ -162,13 +163,14 @@ def by_vectors(
     fact_vectors: dict[str, np.ndarray],
     threshold: float = 0.92,
 ) -> Similar:
-    """Near-duplicates by cosine similarity of statement embeddings."""
+    """Near-duplicates by cosine similarity of the embeddings of what search indexes
+    (:meth:`~.model.Fact.search_text`): ``candidate_vectors`` by the candidates' text."""
     keys = [k for k in fact_vectors]
     matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
     norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)
 
     def similar(c: FactCandidate, facts: dict[str, Fact]) -> str | None:
-        vector = candidate_vectors.get(c.statement or f"{c.attribute} {c.value}")
+        vector = candidate_vectors.get(c.search_text())
         if vector is None or not keys:
             return None
         q = np.asarray(vector, dtype="f4")

@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.text import storable
+from langgraph_checkpoint_agent_memory.text import fact_text, storable
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -174,6 +174,11 @@ def fact_key(attribute: str, value: str, multi: bool) -> str:
     return f"{attribute}#{digest(normalize_value(value), size=8)}"
 
 
+def default_statement(attribute: str, value: str) -> str:
+    """The statement of a fact the extractor stated without a sentence."""
+    return f"{attribute.replace('_', ' ')}: {value}"
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -238,6 +243,12 @@ class FactCandidate(BaseModel):
     @classmethod
     def _statement(cls, v: str) -> str:
         return storable(v)
+
+    def search_text(self) -> str:
+        """What search will index for the fact this candidate becomes (see
+        :meth:`Fact.search_text`)."""
+        statement = self.statement or default_statement(self.attribute, self.value)
+        return fact_text(self.attribute, self.value, statement)
 
 
 class Extraction(BaseModel):
@@ -324,8 +335,14 @@ class Fact:
         )
 
     def text(self) -> str:
-        """What lexical and vector search index for this fact."""
-        return self.statement or f"{self.attribute.replace('_', ' ')}: {self.value}"
+        """The fact as a sentence: its statement (what the context block shows)."""
+        return self.statement or default_statement(self.attribute, self.value)
+
+    def search_text(self) -> str:
+        """What lexical and vector search index for this fact: its attribute as words, its
+        value and its statement, so ``store.search(facts, query="city")`` finds the fact
+        ``home_city``, whatever its statement says."""
+        return fact_text(self.attribute, self.value, self.statement)
 
 
 @dataclass
