@@ -17,8 +17,9 @@ transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +128,26 @@ def merge(
             out.added.append(key)
         current[key] = out.current[key] = new
     return out
+
+
+def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
+    """The versions of facts learned by ``when`` (``valid_from <= when``), each as it was
+    held then: a version that ended later is shown current (``valid_to`` and
+    ``superseded_by`` unset), since nothing had replaced it yet."""
+    out = []
+    for fact in versions:
+        if fact.valid_from > when:
+            continue
+        if fact.valid_to is not None and fact.valid_to > when:
+            fact = dataclasses.replace(fact, valid_to=None, superseded_by=None)
+        out.append(fact)
+    return out
+
+
+def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
+    """The facts that were current at ``when``: learned by then and not yet superseded
+    (``valid_from <= when < valid_to``), as they were held then (see :func:`known_at`)."""
+    return [f for f in known_at(versions, when) if f.valid_to is None]
 
 
 _WORD = re.compile(r"\w+", re.U)

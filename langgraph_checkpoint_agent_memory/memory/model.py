@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -177,6 +178,44 @@ def fact_key(attribute: str, value: str, multi: bool) -> str:
 def default_statement(attribute: str, value: str) -> str:
     """The statement of a fact the extractor stated without a sentence."""
     return f"{attribute.replace('_', ' ')}: {value}"
+
+
+#: A moment: seconds since the epoch, or a timezone-aware ``datetime``.
+AsOf = float | datetime
+
+
+def as_timestamp(when: AsOf) -> float:
+    """Seconds since the epoch of ``when``.
+
+    Args:
+        when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
+            ``datetime``.
+
+    Raises:
+        ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
+            on the machine's time zone), not a finite number, or of another type.
+
+    Example:
+        ```python
+        from datetime import datetime, timezone
+
+        assert as_timestamp(datetime(1970, 1, 2, tzinfo=timezone.utc)) == 86400.0
+        ```
+    """
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ConfigurationError(
+                f"as_of={when!r} is a naive datetime: give it a time zone "
+                "(datetime(..., tzinfo=timezone.utc)) or pass seconds since the epoch"
+            )
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        if not math.isfinite(when):
+            raise ConfigurationError(f"as_of must be a finite number of seconds, got {when!r}")
+        return float(when)
+    raise ConfigurationError(
+        f"as_of is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
+    )
 
 
 def iso(ts: float | None) -> str | None:
