@@ -7,6 +7,7 @@ extractor call) so the synchronous and the asynchronous API run the same code (s
     claim (lease the scope; FOR UPDATE SKIP LOCKED / BEGIN IMMEDIATE)
       -> read the episodes, search the scope's relevant facts (top-k)
       -> extractor(episodes, facts)                       outside any transaction
+      -> one summary per episode, or the job fails
       -> one transaction: check the lease, read current facts, write facts, history,
          episode summaries, "done" marks, the job record; release the lease
     or, on any failure: record the failed job with its error, release the scope with a
@@ -33,9 +34,14 @@ from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
-from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
+from langgraph_checkpoint_agent_memory.memory.extract import (
+    ExtractionRequest,
+    Extractor,
+    episode_summaries,
+)
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
+    EpisodeSummary,
     Extraction,
     Fact,
     Scope,
@@ -209,9 +215,11 @@ def job_steps(
     try:
         rows = yield RunPlan(sqlm.read_plan(sql, sqlm.ns(episodes_ns), started, claim.episode_keys))
         episodes = sorted(
-            (Episode.from_value(r.key, r.value) for r in rows), key=lambda e: e.occurred_at
+            (Episode.from_value(r.key, r.value) for r in rows),
+            key=lambda e: (e.occurred_at, e.key),
         )
         extraction: Extraction | None = None
+        summaries: list[EpisodeSummary] = []
         relevant: list[Fact] = []
         candidate_vectors: dict[str, list[float]] = {}
         episode_vectors: list[list[float]] = []
@@ -225,10 +233,14 @@ def job_steps(
             found = yield Search(memory.namespace(the_scope, "facts"), query, s.relevant_facts)
             relevant = [Fact.from_value(i.key, i.value) for i in found]
             extraction = yield Extract(extractor, ExtractionRequest(the_scope, episodes, relevant))
+            # an answer that does not summarise every episode on its own fails the job
+            summaries = episode_summaries(extraction, episodes)
             if memory.store.embeddings is not None:
-                texts = [c.statement or f"{c.attribute} {c.value}" for c in extraction.facts]
-                summary = extraction.episode.summary
-                ep_texts = [Episode(**{**e.__dict__, "summary": summary}).text() for e in episodes]
+                texts = [c.search_text() for c in extraction.facts]
+                ep_texts = [
+                    Episode(**{**e.__dict__, "summary": s.summary}).text()
+                    for e, s in zip(episodes, summaries, strict=True)
+                ]
                 vectors = yield Embed(texts + ep_texts)
                 candidate_vectors = dict(zip(texts, vectors[: len(texts)], strict=True))
                 episode_vectors = list(vectors[len(texts) :])
@@ -245,6 +257,7 @@ def job_steps(
             claim.scope,
             episodes,
             extraction,
+            summaries,
             rows,
             vectors,
             candidate_vectors,
@@ -318,6 +331,7 @@ def _writes(
     scope_key: str,
     episodes: list[Episode],
     extraction: Extraction | None,
+    summaries: list[EpisodeSummary],
     rows: list[sqlm.StoredRow],
     stored_vectors: dict[str, bytes],
     candidate_vectors: dict[str, list[float]],
@@ -339,8 +353,17 @@ def _writes(
         )
     else:
         similar = F.by_words(s.near_duplicate_words)
+    # each fact dates from the episode that states it (the last one when it does not say),
+    # applied in the order they were said
+    stated = sorted(
+        extraction.facts,
+        key=lambda c: episodes[(c.episode or len(episodes)) - 1].occurred_at,
+    )
+    sources = [
+        (e.key, e.occurred_at) for e in (episodes[(c.episode or len(episodes)) - 1] for c in stated)
+    ]
     changes = F.merge(
-        current, extraction.facts, episode_key=episodes[-1].key, now=when, similar=similar
+        current, stated, episode_key=episodes[-1].key, now=when, similar=similar, sources=sources
     )
     out.append(changes)
     facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
@@ -374,14 +397,16 @@ def _writes(
         )
 
     for key, fact in changes.current.items():
-        item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        text = fact.search_text()
+        item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
         decay(facts_prefix, key, fact.importance, when, fact.pinned)
-        text = fact.statement or f"{fact.attribute} {fact.value}"
+        # the embedding of the text just indexed, when a candidate said it exactly; else a
+        # confirmed fact keeps the vector it has
         vector = candidate_vectors.get(text)
-        if key in changes.confirmed and key in stored_vectors:
-            blob = stored_vectors[key]
-        elif vector is not None:
-            blob = np.asarray(vector, dtype="<f4").tobytes()
+        if vector is not None:
+            blob: bytes | None = np.asarray(vector, dtype="<f4").tobytes()
+        elif key in changes.confirmed:
+            blob = stored_vectors.get(key)
         else:
             blob = None
         if blob is not None:
@@ -389,10 +414,9 @@ def _writes(
                 {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
             )
     for key, fact in changes.history.items():
-        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
         decay(history_prefix, key, fact.importance, when, fact.pinned)
-    summary = extraction.episode
-    for i, episode in enumerate(episodes):
+    for i, (episode, summary) in enumerate(zip(episodes, summaries, strict=True)):
         done = Episode(
             **{
                 **episode.__dict__,
