@@ -32,17 +32,8 @@ class CommandError(AgentMemoryError):
     """A command could not do what was asked (exit status 1)."""
 
 
-def data_dir() -> Path:
-    explicit = os.environ.get("AGENT_MEMORY_HOME")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "agent-memory"
-
-
-def default_url() -> str:
-    """The embedded default: one SQLite file in the user's data directory."""
-    return f"sqlite:///{data_dir() / 'agent-memory.db'}"
+data_dir = urls.data_dir
+default_url = urls.default_url
 
 
 def resolve_url(given: str | None) -> str:

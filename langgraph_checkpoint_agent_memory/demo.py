@@ -5,7 +5,8 @@ A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) wi
 clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
 decay and the checkpointer's TTL all happen in a few seconds:
 
-- day 0, session 1: Alice introduces herself; consolidation adds her facts;
+- day 0, session 1: Alice introduces herself; consolidation adds her facts and summarises
+  each turn on its own;
 - day 20, session 2: the agent is reminded of them; she has moved; the city is superseded;
 - day 29: decay deletes what nobody confirmed or recalled; the TTL evicts the idle thread;
 - finally, the context block a new session would receive.
@@ -106,7 +107,13 @@ def run_demo(
 
     app, seen = memory_graph(memory, agent_model, checkpointer=checkpointer)
 
-    summary: dict[str, Any] = {"sessions": [], "superseded": [], "decayed": [], "evicted": []}
+    summary: dict[str, Any] = {
+        "sessions": [],
+        "episodes": [],
+        "superseded": [],
+        "decayed": [],
+        "evicted": [],
+    }
     for number, (at, thread, turns) in enumerate(SESSIONS, 1):
         clock.advance_to(at, start)
         out.rule(f"Session {number} · {day(clock())} · thread {thread}")
@@ -152,6 +159,16 @@ def run_demo(
                     {"attribute": f.attribute, "old": old.value if old else None, "new": f.value}
                 )
         out.print(table)
+        episodes = Table(title="Each episode and its own summary")
+        for column in ("when", "the user said", "summary"):
+            episodes.add_column(column)
+        for e in memory.episodes(scope):
+            if e.thread_id != thread:
+                continue
+            said = next((m["content"] for m in e.messages if m.get("role") == "user"), "")
+            episodes.add_row(day(e.occurred_at), said, e.summary or "")
+            summary["episodes"].append({"thread": thread, "said": said, "summary": e.summary})
+        out.print(episodes)
 
     out.rule("A fact's history")
     out.print(history_table(memory.history(scope, "city"), "city"))

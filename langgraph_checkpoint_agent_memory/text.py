@@ -72,6 +72,15 @@ def postings(doc: str) -> tuple[Counter[str], int]:
     return Counter(found), len(found)
 
 
+def fact_text(attribute: str, value: str, statement: str = "") -> str:
+    """What search indexes for a fact: its attribute as words (``home_city`` is "home
+    city"), its value and its statement, so a fact is found by what it is about ("city",
+    "employer") as well as by what it says. Agent memory writes facts with it, and the
+    migration that re-indexes facts stored before it existed uses it too."""
+    head = f"{attribute.replace('_', ' ')}: {value}"
+    return head if not statement or statement == head else f"{head}\n{statement}"
+
+
 def storable(text: str) -> str:
     """``text`` with what no database can store as text replaced by U+FFFD: NUL characters
     (PostgreSQL's ``text`` and ``jsonb`` refuse them) and lone surrogates (not Unicode)."""

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +8,8 @@ import pytest
 
 from langgraph_checkpoint_agent_memory import settings
 from tests.helpers import FakeClock
+from tests.pg import PgServer, PgServers, backend_params, is_postgres, pg_database, pg_params
 
-PG_URL_ENV = "AGENT_MEMORY_TEST_PG_URL"
 HANA_URL_ENV = "AGENT_MEMORY_TEST_HANA_URL"
 
 
@@ -36,45 +35,19 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     settings.clear_override()
 
 
-class PgServer:
-    """A PostgreSQL server for the session: the one in AGENT_MEMORY_TEST_PG_URL, or a
-    throwaway cluster started from the machine's server binaries."""
-
-    def __init__(self) -> None:
-        self.local: Any = None
-        url = os.environ.get(PG_URL_ENV)
-        if url:
-            self.url = url
-        else:
-            from langgraph_checkpoint_agent_memory.testing import LocalPostgres
-
-            self.local = LocalPostgres(fsync=False)
-            self.url = self.local.start()
-
-    def fresh_database(self) -> str:
-        import uuid
-
-        import psycopg
-
-        name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url.rsplit("/", 1)[0] + f"/{name}"
-
-    def stop(self) -> None:
-        if self.local is not None:
-            self.local.stop()
-
-
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    from langgraph_checkpoint_agent_memory.testing import find_pg_bin
+def pg_servers() -> Iterator[PgServers]:
+    """Every PostgreSQL server of the session (tests/pg.py), each started on first use."""
+    servers = PgServers()
+    yield servers
+    servers.stop()
 
-    if not os.environ.get(PG_URL_ENV) and find_pg_bin() is None:
-        pytest.skip(f"no PostgreSQL server binaries on this machine and {PG_URL_ENV} is unset")
-    server = PgServer()
-    yield server
-    server.stop()
+
+@pytest.fixture(params=pg_params())
+def pg_server(request: pytest.FixtureRequest, pg_servers: PgServers) -> PgServer:
+    """One PostgreSQL server; a test that uses it runs once per server (``[pg15]``,
+    ``[pg18vector]``)."""
+    return pg_servers.get(str(request.param))
 
 
 @pytest.fixture
@@ -83,7 +56,7 @@ def pg_url(pg_server: PgServer) -> str:
     return pg_server.fresh_database()
 
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = backend_params("sqlite", "postgres")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -96,7 +69,7 @@ def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
     """A URL for an empty database of the parametrized backend."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'memory.db'}"
-    return request.getfixturevalue("pg_url")
+    return pg_database(request, backend)
 
 
 @pytest.fixture
@@ -121,7 +94,7 @@ def make_saver(database_url: str) -> Iterator[Callable[..., Any]]:
             pass
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
 def store_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -137,7 +110,7 @@ def make_store(
         "memory": None,
         "sqlite": f"sqlite:///{tmp_path / 'store.db'}",
     }.get(store_backend) or (
-        request.getfixturevalue("pg_url") if store_backend == "postgres" else None
+        pg_database(request, store_backend) if is_postgres(store_backend) else None
     )
     opened: list[Any] = []
 

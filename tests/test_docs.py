@@ -9,8 +9,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.pg import pg_database, pg_params
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -24,14 +27,27 @@ def blocks() -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize(("where", "code"), blocks(), ids=[w for w, _ in blocks()])
+def examples() -> list[Any]:
+    """Each block once, or once per PostgreSQL server when it requires one."""
+    found = []
+    for where, code in blocks():
+        if not code.startswith("# requires: postgresql"):
+            found.append(pytest.param(where, code, None, id=where))
+            continue
+        for server in pg_params():
+            sid = server.values[0]
+            found.append(pytest.param(where, code, sid, id=f"{where}-{sid}", marks=server.marks))
+    return found
+
+
+@pytest.mark.parametrize(("where", "code", "server"), examples())
 def test_example_runs(
-    where: str, code: str, tmp_path: Path, request: pytest.FixtureRequest
+    where: str, code: str, server: str | None, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGENT_MEMORY_URL", None)
-    if code.startswith("# requires: postgresql"):
-        env["AGENT_MEMORY_URL"] = request.getfixturevalue("pg_url")
+    if server is not None:
+        env["AGENT_MEMORY_URL"] = pg_database(request, server)
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,

@@ -21,6 +21,7 @@ from langgraph_checkpoint_agent_memory import TimedInMemorySaver, create_store
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from tests.helpers import config_for
+from tests.pg import backend_params
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
 
@@ -134,7 +135,7 @@ def test_the_async_api_works_in_the_child(make_saver: Callable[..., Any]) -> Non
         loop.close()
 
 
-@pytest.mark.parametrize("store_backend", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("store_backend", backend_params("sqlite", "postgres"), indirect=True)
 def test_a_store_used_before_fork_works_in_the_child(make_store: Callable[..., Any]) -> None:
     store = make_store(ttl={"default_ttl": 60, "sweep_interval_minutes": 60})
     store.put(("users", "1"), "parent", {"text": "written before the fork"})

@@ -21,19 +21,20 @@ from typing_extensions import TypedDict
 
 from langgraph_checkpoint_agent_memory import ThreadDeletedError, TimedInMemorySaver
 from tests.helpers import FakeClock, config_for, make_checkpoint
+from tests.pg import backend_params, is_postgres, pg_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
 def saver_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Savers of one backend on one database, all closed at the end."""
     opened: list[Any] = []
     url = None
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    elif request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
+    elif is_postgres(request.param):
+        url = pg_database(request, request.param)
 
     def make(**kwargs: Any) -> Any:
         if url is None:

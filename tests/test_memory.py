@@ -39,10 +39,19 @@ def run_app(url: str, *args: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def extraction(*facts: tuple[str, str, str], summary: str = "talked") -> str:
+def extraction(
+    *facts: tuple[str, str, str], summary: str = "talked", each: tuple[str, ...] = ()
+) -> str:
+    """An extractor's answer: the single-summary form for a one-episode job, or with
+    ``each``, one entry per episode (the form a job of several episodes needs)."""
+    said: dict[str, Any] = (
+        {"episodes": [{"episode": n, "summary": s} for n, s in enumerate(each, 1)]}
+        if each
+        else {"episode": {"summary": summary, "outcome": "ok", "importance": 0.5}}
+    )
     return json.dumps(
         {
-            "episode": {"summary": summary, "outcome": "ok", "importance": 0.5},
+            **said,
             "facts": [
                 {"attribute": a, "value": v, "statement": s, "importance": 0.5} for a, v, s in facts
             ],
@@ -113,7 +122,9 @@ def test_two_sessions_in_new_processes_supersede_decay_erase(database_url: str) 
     report = run_app(
         url,
         "consolidate",
-        extraction(("city", "Munich", "Alice lives in Munich")),  # alice's pending turns
+        extraction(  # alice's two pending turns, each summarised
+            ("city", "Munich", "Alice lives in Munich"), each=("asked for an office", "moved")
+        ),
         extraction(("likes", "chess", "Bob likes chess")),  # bob's
     )
     assert report["completed"] == 2 and report["superseded"] == 1
@@ -122,6 +133,8 @@ def test_two_sessions_in_new_processes_supersede_decay_erase(database_url: str) 
     checkpointer = create_checkpointer(url=url)
     memory = AgentMemory(store, checkpointer=checkpointer)
     alice = {"user_id": "alice"}
+    summaries = [e.summary for e in memory.episodes(alice)]
+    assert summaries == ["talked", "asked for an office", "moved"]
     city = memory.history(alice, "city")
     assert [f.value for f in city] == ["Berlin", "Munich"]
     assert city[0].valid_to is not None and city[0].superseded_by == "Munich"

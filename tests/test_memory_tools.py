@@ -211,7 +211,7 @@ def test_tool_facts_and_consolidation_share_one_set_of_rules(memory: AgentMemory
 
 def test_near_duplicates_merge_with_an_embedder(make_store: Callable[..., Any]) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64), "fields": ["text"]})
-    memory = AgentMemory(store)
+    memory = AgentMemory(store, near_duplicate_threshold=0.9)  # the setting consolidation uses
     [remember] = memory.tools(include=["remember"])
     statement = "The user works at ACME Corporation in Berlin"
     remember.invoke({"attribute": "employer", "value": "ACME", "statement": statement}, run("a"))

@@ -19,6 +19,7 @@ from langgraph_checkpoint_agent_memory import (
     TimedInMemorySaver,
 )
 from tests.helpers import make_checkpoint, outcome
+from tests.pg import SERVER_IDS, PgServers
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +33,9 @@ def savers(
         "memory": TimedInMemorySaver(ttl_seconds=3600),
         "sqlite": SqliteSaver(path / "inputs.db"),
     }
-    try:
-        opened["postgres"] = PostgresSaver(request.getfixturevalue("pg_server").fresh_database())
-    except pytest.skip.Exception:
-        pass
+    servers: PgServers = request.getfixturevalue("pg_servers")
+    for sid in SERVER_IDS:  # every PostgreSQL server of the session
+        opened[f"postgres-{sid}"] = PostgresSaver(servers.fresh_database(sid))
     yield opened
     for saver in opened.values():
         saver.close()

@@ -16,6 +16,7 @@ import pytest
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock
+from tests.pg import is_postgres, pg_database
 
 
 def keys(items: Any) -> list[str]:
@@ -199,10 +200,10 @@ def test_migration_indexes_items_written_before_the_index(
 
     if store_backend == "memory":
         pytest.skip("a memory store starts empty")
-    if store_backend == "postgres":
+    if is_postgres(store_backend):
         import psycopg
 
-        url = request.getfixturevalue("pg_url")
+        url = pg_database(request, store_backend)
         with psycopg.connect(url, autocommit=True) as conn:  # start from an empty schema
             conn.execute("DROP SCHEMA public CASCADE")
             conn.execute("CREATE SCHEMA public")

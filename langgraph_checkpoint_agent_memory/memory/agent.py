@@ -21,6 +21,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
+from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy, log_importance
@@ -30,11 +31,13 @@ from langgraph_checkpoint_agent_memory.memory.extract import (
     messages_as_dicts,
 )
 from langgraph_checkpoint_agent_memory.memory.model import (
+    AsOf,
     Episode,
     Fact,
     Scope,
     ScopeError,
     ScopeLike,
+    as_timestamp,
     namespace,
     normalize_attribute,
 )
@@ -209,51 +212,93 @@ class AgentMemory(Generic[StoreT]):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _facts_plan(self, scope: ScopeLike) -> Plan[list[Fact]]:
-        rows = yield from sqlm.read_plan(
-            self._sql, self._prefix(Scope.of(scope), "facts"), self._clock()
-        )
-        facts = [Fact.from_value(r.key, r.value) for r in rows]
+    def _facts_plan(self, scope: ScopeLike, as_of: AsOf | None) -> Plan[list[Fact]]:
+        if as_of is None:
+            rows = yield from sqlm.read_plan(
+                self._sql, self._prefix(Scope.of(scope), "facts"), self._clock()
+            )
+            facts = [Fact.from_value(r.key, r.value) for r in rows]
+        else:
+            when = as_timestamp(as_of)
+            facts = F.held_at((yield from self._versions_plan(scope, None)), when)
         return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
-    def facts(self, scope: ScopeLike) -> list[Fact]:
-        """The scope's current facts, by attribute.
+    def facts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
+        """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
+        at that moment.
 
         Args:
             scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``; a
+                naive one raises ``ConfigurationError``): the facts learned by then and not
+                yet superseded, each as it was held then (a value superseded later is shown
+                current, with ``valid_to`` unset). Times are those of the episodes that stated
+                the facts. Confirmations and importance are today's; facts that decayed or
+                were erased are gone.
 
         Example:
             ```python
             for fact in memory.facts("user=alice"):
                 print(fact.attribute, fact.value)
+            before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
             ```
         """
-        return self._run(self._facts_plan(scope))
+        return self._run(self._facts_plan(scope, as_of))
 
-    async def afacts(self, scope: ScopeLike) -> list[Fact]:
+    async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
         """Async :meth:`facts`."""
-        return await self._arun(self._facts_plan(scope))
+        return await self._arun(self._facts_plan(scope, as_of))
 
-    def _history_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
+    def _versions_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
+        """Every stored version of the scope's facts (of ``attribute`` when given): the
+        superseded ones and the current ones."""
         s = Scope.of(scope)
         now = self._clock()
         old = yield from sqlm.read_plan(self._sql, self._prefix(s, "history"), now)
         new = yield from sqlm.read_plan(self._sql, self._prefix(s, "facts"), now)
         wanted = normalize_attribute(attribute) if attribute is not None else None
-        out = [
+        return [
             Fact.from_value(r.key, r.value)
             for r in (*old, *new)
             if wanted is None or r.value.get("attribute") == wanted
         ]
+
+    def _history_plan(
+        self, scope: ScopeLike, attribute: str | None, as_of: AsOf | None
+    ) -> Plan[list[Fact]]:
+        when = None if as_of is None else as_timestamp(as_of)
+        out = yield from self._versions_plan(scope, attribute)
+        if when is not None:
+            out = F.known_at(out, when)
         return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
 
-    def history(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
+    def history(
+        self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
+    ) -> list[Fact]:
         """Every value an attribute had (all attributes when ``None``), oldest first; the
-        current one last, with ``valid_to`` unset."""
-        return self._run(self._history_plan(scope, attribute))
+        current one last, with ``valid_to`` unset.
 
-    async def ahistory(self, scope: ScopeLike, attribute: str | None = None) -> list[Fact]:
-        return await self._arun(self._history_plan(scope, attribute))
+        Args:
+            scope: Whose facts.
+            attribute: One attribute (``"home city"`` and ``home_city`` are one); ``None``:
+                all.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
+                history as it was known then: values learned later are left out, and the
+                value current then has ``valid_to`` unset.
+
+        Example:
+            ```python
+            for version in memory.history("user=alice", "city"):
+                print(version.value, version.valid_from, version.valid_to)
+            ```
+        """
+        return self._run(self._history_plan(scope, attribute, as_of))
+
+    async def ahistory(
+        self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
+    ) -> list[Fact]:
+        """Async :meth:`history`."""
+        return await self._arun(self._history_plan(scope, attribute, as_of))
 
     def _episodes_plan(self, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
         rows = yield from sqlm.read_plan(
@@ -296,12 +341,14 @@ class AgentMemory(Generic[StoreT]):
             query: What the block should be relevant to (usually the last user message);
                 empty: the most important facts and the most recent episodes.
             **options: See :class:`RecallOptions`: ``budget_tokens``, ``exclude_thread``,
-                ``reinforce``.
+                ``reinforce``, ``as_of`` (what the memory knew at that moment: the facts that
+                held then, the episodes that had happened; a look back reinforces nothing).
 
         Example:
             ```python
             recalled = memory.recall("user=alice", "where do I live?", budget_tokens=200)
             print(recalled.text)
+            then = memory.recall("user=alice", "where do I live?", as_of=1_700_000_000)
             ```
         """
         return C.run_steps(self._recaller.steps(scope, query, options), self.store, self._run)
@@ -314,27 +361,44 @@ class AgentMemory(Generic[StoreT]):
         return await C.arun_steps(steps, self.store, self._arun)
 
     def build_context(
-        self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
+        self,
+        scope: ScopeLike,
+        query: str = "",
+        *,
+        budget_tokens: int | None = None,
+        as_of: AsOf | None = None,
     ) -> str:
-        """The dated context block ``inject_node`` would put into state for ``query``.
+        """The dated context block ``inject_node`` would put into state for ``query``: each
+        fact with the day it became true, each episode with the day it happened.
 
         Args:
             scope: Whose memory.
             query: What the block should be relevant to.
             budget_tokens: The block's size in tokens (default the ``budget_tokens`` setting).
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
+                block as of then: the facts that held at that moment (a value superseded
+                later shows its old value; a fact learned later is not known) and only the
+                episodes that had happened, ranked for recency from that moment.
 
         Example:
             ```python
             print(memory.build_context("user=alice", "what should I cook tonight?"))
+            last_year = datetime(2024, 6, 1, tzinfo=timezone.utc)
+            print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
             ```
         """
-        return self.recall(scope, query, budget_tokens=budget_tokens).text
+        return self.recall(scope, query, budget_tokens=budget_tokens, as_of=as_of).text
 
     async def abuild_context(
-        self, scope: ScopeLike, query: str = "", *, budget_tokens: int | None = None
+        self,
+        scope: ScopeLike,
+        query: str = "",
+        *,
+        budget_tokens: int | None = None,
+        as_of: AsOf | None = None,
     ) -> str:
         """Async :meth:`build_context`."""
-        return (await self.arecall(scope, query, budget_tokens=budget_tokens)).text
+        return (await self.arecall(scope, query, budget_tokens=budget_tokens, as_of=as_of)).text
 
     # -- recording -------------------------------------------------------------------------
 
@@ -506,7 +570,7 @@ class AgentMemory(Generic[StoreT]):
                     "updated_at": now,
                     "ttl_minutes": None,
                     "expires_at": None,
-                    "doc": Fact.from_value(r.key, value).text(),
+                    "doc": Fact.from_value(r.key, value).search_text(),
                 }
             )
             decay.append(

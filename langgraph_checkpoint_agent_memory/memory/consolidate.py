@@ -7,6 +7,7 @@ extractor call) so the synchronous and the asynchronous API run the same code (s
     claim (lease the scope; FOR UPDATE SKIP LOCKED / BEGIN IMMEDIATE)
       -> read the episodes, search the scope's relevant facts (top-k)
       -> extractor(episodes, facts)                       outside any transaction
+      -> one summary per episode, or the job fails
       -> one transaction: check the lease, read current facts, write facts, history,
          episode summaries, "done" marks, the job record; release the lease
     or, on any failure: record the failed job with its error, release the scope with a
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -33,9 +34,14 @@ from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
-from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
+from langgraph_checkpoint_agent_memory.memory.extract import (
+    ExtractionRequest,
+    Extractor,
+    episode_summaries,
+)
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
+    EpisodeSummary,
     Extraction,
     Fact,
     FactCandidate,
@@ -210,9 +216,11 @@ def job_steps(
     try:
         rows = yield RunPlan(sqlm.read_plan(sql, sqlm.ns(episodes_ns), started, claim.episode_keys))
         episodes = sorted(
-            (Episode.from_value(r.key, r.value) for r in rows), key=lambda e: e.occurred_at
+            (Episode.from_value(r.key, r.value) for r in rows),
+            key=lambda e: (e.occurred_at, e.key),
         )
         extraction: Extraction | None = None
+        summaries: list[EpisodeSummary] = []
         relevant: list[Fact] = []
         candidate_vectors: dict[str, list[float]] = {}
         episode_vectors: list[list[float]] = []
@@ -226,10 +234,14 @@ def job_steps(
             found = yield Search(memory.namespace(the_scope, "facts"), query, s.relevant_facts)
             relevant = [Fact.from_value(i.key, i.value) for i in found]
             extraction = yield Extract(extractor, ExtractionRequest(the_scope, episodes, relevant))
+            # an answer that does not summarise every episode on its own fails the job
+            summaries = episode_summaries(extraction, episodes)
             if memory.store.embeddings is not None:
-                texts = [c.statement or f"{c.attribute} {c.value}" for c in extraction.facts]
-                summary = extraction.episode.summary
-                ep_texts = [Episode(**{**e.__dict__, "summary": summary}).text() for e in episodes]
+                texts = [c.search_text() for c in extraction.facts]
+                ep_texts = [
+                    Episode(**{**e.__dict__, "summary": s.summary}).text()
+                    for e, s in zip(episodes, summaries, strict=True)
+                ]
                 vectors = yield Embed(texts + ep_texts)
                 candidate_vectors = dict(zip(texts, vectors[: len(texts)], strict=True))
                 episode_vectors = list(vectors[len(texts) :])
@@ -246,6 +258,7 @@ def job_steps(
             claim.scope,
             episodes,
             extraction,
+            summaries,
             rows,
             vectors,
             candidate_vectors,
@@ -367,6 +380,7 @@ def apply_facts(
     *,
     episode_key: str,
     when: float,
+    sources: Sequence[tuple[str, float]] | None = None,
 ) -> F.FactChanges:
     """Merge ``candidates`` into the scope's current facts (``rows``, read inside the
     transaction that writes) and add the rows that change to ``out``: the one way facts are
@@ -378,11 +392,13 @@ def apply_facts(
         scope: Whose facts.
         out: Collects the rows to write.
         rows: The scope's current fact items.
-        stored_vectors: Their statement vectors, by key (empty without an embedder).
-        candidates: What is true now.
-        candidate_vectors: The candidates' statement vectors, by statement.
+        stored_vectors: Their vectors, by key (empty without an embedder).
+        candidates: What is true now, in the order it was said.
+        candidate_vectors: The candidates' vectors, by their search text.
         episode_key: What the facts come from (a source of each fact).
-        when: When they became true.
+        when: When they became true (and when the decay clock of each restarts).
+        sources: Per candidate, ``(episode key, when)`` instead of ``episode_key`` and
+            ``when`` (see :func:`~.facts.merge`).
 
     Returns:
         What changed, by key.
@@ -396,17 +412,21 @@ def apply_facts(
         )
     else:
         similar = F.by_words(s.near_duplicate_words)
-    changes = F.merge(current, candidates, episode_key=episode_key, now=when, similar=similar)
+    changes = F.merge(
+        current, candidates, episode_key=episode_key, now=when, similar=similar, sources=sources
+    )
     facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
     for key, fact in changes.current.items():
-        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        text = fact.search_text()
+        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
         out.decay(facts_prefix, key, fact.importance, when, fact.pinned)
-        text = fact.statement or f"{fact.attribute} {fact.value}"
+        # the embedding of the text just indexed, when a candidate said it exactly; else a
+        # confirmed fact keeps the vector it has
         vector = candidate_vectors.get(text)
-        if key in changes.confirmed and key in stored_vectors:
-            blob = stored_vectors[key]
-        elif vector is not None:
-            blob = np.asarray(vector, dtype="<f4").tobytes()
+        if vector is not None:
+            blob: bytes | None = np.asarray(vector, dtype="<f4").tobytes()
+        elif key in changes.confirmed:
+            blob = stored_vectors.get(key)
         else:
             blob = None
         if blob is not None:
@@ -423,7 +443,7 @@ def write_history(
     """Add the rows of the facts ``changes`` moved to history (superseded or retired)."""
     history_prefix = sqlm.ns(memory.namespace(scope, "history"))
     for key, fact in changes.history.items():
-        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.text())
+        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
         out.decay(history_prefix, key, fact.importance, when, fact.pinned)
 
 
@@ -433,6 +453,7 @@ def _writes(
     scope_key: str,
     episodes: list[Episode],
     extraction: Extraction | None,
+    summaries: list[EpisodeSummary],
     rows: list[sqlm.StoredRow],
     stored_vectors: dict[str, bytes],
     candidate_vectors: dict[str, list[float]],
@@ -445,6 +466,15 @@ def _writes(
     if extraction is None or not episodes:
         return writes
     when = max(e.occurred_at for e in episodes)
+    # each fact dates from the episode that states it (the last one when it does not say),
+    # applied in the order they were said
+    stated = sorted(
+        extraction.facts,
+        key=lambda c: episodes[(c.episode or len(episodes)) - 1].occurred_at,
+    )
+    sources = [
+        (e.key, e.occurred_at) for e in (episodes[(c.episode or len(episodes)) - 1] for c in stated)
+    ]
     rows_out = RowWriter(writes, scope_key, now)
     changes = apply_facts(
         memory,
@@ -452,15 +482,15 @@ def _writes(
         rows_out,
         rows,
         stored_vectors,
-        extraction.facts,
+        stated,
         candidate_vectors,
         episode_key=episodes[-1].key,
         when=when,
+        sources=sources,
     )
     out.append(changes)
     episodes_prefix = sqlm.ns(memory.namespace(scope, "episodes"))
-    summary = extraction.episode
-    for i, episode in enumerate(episodes):
+    for i, (episode, summary) in enumerate(zip(episodes, summaries, strict=True)):
         done = Episode(
             **{
                 **episode.__dict__,

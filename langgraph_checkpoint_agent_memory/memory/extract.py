@@ -1,4 +1,4 @@
-"""Extractors turn pending episodes into an episode summary and facts.
+"""Extractors turn pending episodes into a summary of each episode and facts.
 
 Three kinds, one protocol (:class:`Extractor`): any LangChain chat model
 (:class:`ChatModelExtractor`: structured output where the model supports it, else tolerant
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
+    EpisodeSummary,
     Extraction,
     Fact,
     Scope,
@@ -53,25 +54,108 @@ PROMPT = """You maintain the long-term memory of an assistant about {who}.
 Known facts (reuse these attribute names when a fact is restated or changes):
 {facts}
 
-New conversation episodes:
+New conversation episodes, numbered:
 {episodes}
 
 Answer with one JSON object and nothing else:
-{{"episode": {{"summary": "what happened, one or two sentences",
-              "outcome": "how it ended", "importance": 0.0-1.0}},
+{{"episodes": [{{"episode": 1, "summary": "what happened in episode 1, one or two sentences",
+                "outcome": "how it ended", "importance": 0.0-1.0}}],
  "facts": [{{"attribute": "snake_case name", "value": "the value",
             "statement": "a sentence stating the fact", "multi": false,
-            "importance": 0.0-1.0}}]}}
-Only facts stated or clearly implied by the user that will matter later. Set "multi" to true
-when the attribute holds several values at once (e.g. languages spoken); a new value of a
-single-valued attribute (e.g. city) replaces the old one."""
+            "importance": 0.0-1.0, "episode": 1}}]}}
+Give exactly one entry in "episodes" for each of the {count} episode(s) above, by its number,
+each summarising that episode alone. For each fact, "episode" is the number of the episode
+that states it. Only facts stated or clearly implied by the user that will matter later. Set
+"multi" to true when the attribute holds several values at once (e.g. languages spoken); a new
+value of a single-valued attribute (e.g. city) replaces the old one."""
 
 
 def build_prompt(request: ExtractionRequest) -> str:
     facts = "\n".join(f"- {f.attribute}: {f.value}" for f in request.facts) or "- (none)"
-    episodes = "\n\n".join(f"[{iso(e.occurred_at)}]\n{e.transcript()}" for e in request.episodes)
+    episodes = "\n\n".join(
+        f"Episode {n} [{iso(e.occurred_at)}]\n{e.transcript()}"
+        for n, e in enumerate(request.episodes, 1)
+    )
     who = ", ".join(f"{k} {v}" for k, v in request.scope.as_dict().items())
-    return PROMPT.format(who=who, facts=facts, episodes=episodes)
+    return PROMPT.format(who=who, facts=facts, episodes=episodes, count=len(request.episodes))
+
+
+def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> list[EpisodeSummary]:
+    """One summary per episode, in the order of ``episodes``.
+
+    Args:
+        extraction: The extractor's answer.
+        episodes: The episodes it was asked about, in the order it saw them (numbered from 1).
+
+    Returns:
+        The summary of each episode, in that order.
+
+    Raises:
+        ExtractionError: The answer does not cover every episode exactly once: an episode
+            without an entry, an entry naming no episode of the request or one named twice,
+            or the single-summary form (``episode``) for more than one episode. A fact naming
+            an episode the request does not have is refused too.
+
+    Example:
+        ```python
+        hello = Episode("k1", [{"role": "user", "content": "hi"}], occurred_at=1.0)
+        moving = Episode("k2", [{"role": "user", "content": "I moved"}], occurred_at=2.0)
+        answer = parse_extraction(
+            '{"episodes": [{"episode": 2, "summary": "moved"}, {"key": "k1", "summary": "hi"}]}'
+        )
+        [first, second] = episode_summaries(answer, [hello, moving])
+        assert (first.summary, second.summary) == ("hi", "moved")
+        ```
+    """
+    count = len(episodes)
+    for fact in extraction.facts:
+        if fact.episode is not None and fact.episode > count:
+            raise ExtractionError(
+                f"the fact {fact.attribute!r} names episode {fact.episode}, "
+                f"but there {'is' if count == 1 else 'are'} {count}"
+            )
+    if extraction.episode is not None:
+        if count == 1:
+            return [extraction.episode]
+        raise ExtractionError(
+            f"the extractor gave one summary for {count} episodes; it must give one entry "
+            "per episode in 'episodes'"
+        )
+    entries = extraction.episodes
+    named = [e.episode is not None or e.key is not None for e in entries]
+    if any(named) and not all(named):
+        raise ExtractionError("some entries of 'episodes' name their episode and some do not")
+    position = {e.key: i for i, e in enumerate(episodes)}
+    found: dict[int, EpisodeSummary] = {}
+    for j, entry in enumerate(entries):
+        if not any(named):
+            i = j
+        elif entry.key is not None:
+            i = position.get(entry.key, -1)
+            if i < 0:
+                raise ExtractionError(f"an entry of 'episodes' names no episode: {entry.key!r}")
+            if entry.episode is not None and entry.episode != i + 1:
+                raise ExtractionError(
+                    f"an entry of 'episodes' names episode {entry.episode} and the key of "
+                    f"episode {i + 1}"
+                )
+        else:
+            i = (entry.episode or 0) - 1
+        if not 0 <= i < count:
+            raise ExtractionError(
+                f"'episodes' has an entry for episode {i + 1}, but there "
+                f"{'is' if count == 1 else 'are'} {count}"
+            )
+        if i in found:
+            raise ExtractionError(f"'episodes' has two entries for episode {i + 1}")
+        found[i] = entry
+    missing = [str(i + 1) for i in range(count) if i not in found]
+    if missing:
+        raise ExtractionError(
+            f"'episodes' has no entry for episode {', '.join(missing)} of {count}: "
+            "every episode needs its own summary"
+        )
+    return [found[i] for i in range(count)]
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
@@ -227,7 +311,7 @@ class ChatModelExtractor(_Timed):
                 if structured:
                     raise
         name = getattr(model, "model_name", None) or getattr(model, "model", None)
-        self.version = version or f"chat:{type(model).__name__}:{name or ''}:1"
+        self.version = version or f"chat:{type(model).__name__}:{name or ''}:2"
 
     def _call(self, request: ExtractionRequest) -> Any:
         return self._runnable.invoke(build_prompt(request))
@@ -249,7 +333,7 @@ class CallableExtractor(_Timed):
         self.fn = fn
         self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.version = version or f"callable:{getattr(fn, '__qualname__', 'fn')}:1"
+        self.version = version or f"callable:{getattr(fn, '__qualname__', 'fn')}:2"
 
     def _call(self, request: ExtractionRequest) -> Any:
         out = self.fn(build_prompt(request))
@@ -316,33 +400,34 @@ class RuleBasedExtractor(Extractor):
     same answer every time.
     """
 
-    version = "rules:1"
+    version = "rules:2"
 
     def __init__(self, subject: str = "The user") -> None:
         self.subject = subject
 
     def extract(self, request: ExtractionRequest) -> Extraction:
         facts: list[dict[str, Any]] = []
-        said: list[str] = []
-        for episode in request.episodes:
-            for message in episode.messages:
-                if message.get("role") not in ("user", "human"):
-                    continue
-                text = str(message.get("content", ""))
-                said.append(text)
-                facts += self._facts(text)
-        first = said[0] if said else ""
-        summary = f"{self.subject} said: {first[:160]}" if first else "No user message."
-        return Extraction.model_validate(
-            {
-                "episode": {
-                    "summary": summary,
+        entries: list[dict[str, Any]] = []
+        for number, episode in enumerate(request.episodes, 1):
+            said = [
+                str(m.get("content", ""))
+                for m in episode.messages
+                if m.get("role") in ("user", "human")
+            ]
+            found = [{**f, "episode": number} for text in said for f in self._facts(text)]
+            facts += found
+            first = said[0] if said else ""
+            entries.append(
+                {
+                    "episode": number,
+                    "summary": f"{self.subject} said: {first[:160]}"
+                    if first
+                    else "No user message.",
                     "outcome": "answered",
-                    "importance": min(1.0, 0.3 + 0.1 * len(facts)),
-                },
-                "facts": facts,
-            }
-        )
+                    "importance": min(1.0, 0.3 + 0.1 * len(found)),
+                }
+            )
+        return Extraction.model_validate({"episodes": entries, "facts": facts})
 
     def _facts(self, text: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []

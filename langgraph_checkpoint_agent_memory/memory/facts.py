@@ -19,8 +19,9 @@ transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
+    default_statement,
     digest,
     fact_key,
     normalize_value,
@@ -67,11 +69,18 @@ def merge(
     episode_key: str,
     now: float,
     similar: Similar | None = None,
+    sources: Sequence[tuple[str, float]] | None = None,
 ) -> FactChanges:
-    """Apply ``candidates`` to the current ``facts`` (by key); ``facts`` is not modified."""
+    """Apply ``candidates``, in order, to the current ``facts`` (by key); ``facts`` is not
+    modified.
+
+    ``episode_key`` and ``now`` are the episode that states the candidates and when; or,
+    per candidate, ``sources``: ``(episode key, when)``, so a fact learned from the first of
+    several episodes is valid from that episode's time."""
     current = dict(facts)
     out = FactChanges()
-    for c in candidates:
+    for i, c in enumerate(candidates):
+        source, at = sources[i] if sources is not None else (episode_key, now)
         attribute = c.attribute
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
@@ -87,14 +96,14 @@ def merge(
                 attribute, multi = current[twin].attribute, current[twin].multi
         key = fact_key(attribute, c.value, multi)
         old = current.get(key)
-        statement = c.statement or f"{attribute.replace('_', ' ')}: {c.value}"
+        statement = c.statement or default_statement(attribute, c.value)
         if old is not None and normalize_value(old.value) == normalize_value(c.value):
             confirmed = Fact(**{**old.__dict__})
             confirmed.confirmations += 1
-            confirmed.last_confirmed = now
+            confirmed.last_confirmed = max(old.last_confirmed, at)
             confirmed.importance = max(old.importance, c.importance)
-            if episode_key not in confirmed.source_episodes:
-                confirmed.source_episodes = [*old.source_episodes, episode_key][-MAX_SOURCES:]
+            if source not in confirmed.source_episodes:
+                confirmed.source_episodes = [*old.source_episodes, source][-MAX_SOURCES:]
             current[key] = out.current[key] = confirmed
             out.confirmed.append(key)
             continue
@@ -105,13 +114,13 @@ def merge(
             statement=statement,
             multi=multi,
             importance=c.importance,
-            valid_from=now,
-            last_confirmed=now,
-            source_episodes=[episode_key],
+            valid_from=at,
+            last_confirmed=at,
+            source_episodes=[source],
         )
         if old is not None:  # single-valued, another value: supersede
             gone = Fact(**{**old.__dict__})
-            gone.valid_to = now
+            gone.valid_to = at
             gone.superseded_by = c.value
             hkey = history_key(gone)
             gone.key = hkey
@@ -142,6 +151,26 @@ def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: fl
         out.history[gone.key] = gone
         out.retired.append((gone.key, key))
     return out
+
+
+def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
+    """The versions of facts learned by ``when`` (``valid_from <= when``), each as it was
+    held then: a version that ended later is shown current (``valid_to`` and
+    ``superseded_by`` unset), since nothing had replaced it yet."""
+    out = []
+    for fact in versions:
+        if fact.valid_from > when:
+            continue
+        if fact.valid_to is not None and fact.valid_to > when:
+            fact = dataclasses.replace(fact, valid_to=None, superseded_by=None)
+        out.append(fact)
+    return out
+
+
+def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
+    """The facts that were current at ``when``: learned by then and not yet superseded
+    (``valid_from <= when < valid_to``), as they were held then (see :func:`known_at`)."""
+    return [f for f in known_at(versions, when) if f.valid_to is None]
 
 
 _WORD = re.compile(r"\w+", re.U)
@@ -178,13 +207,14 @@ def by_vectors(
     fact_vectors: dict[str, np.ndarray],
     threshold: float = 0.92,
 ) -> Similar:
-    """Near-duplicates by cosine similarity of statement embeddings."""
+    """Near-duplicates by cosine similarity of the embeddings of what search indexes
+    (:meth:`~.model.Fact.search_text`): ``candidate_vectors`` by the candidates' text."""
     keys = [k for k in fact_vectors]
     matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
     norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)
 
     def similar(c: FactCandidate, facts: dict[str, Fact]) -> str | None:
-        vector = candidate_vectors.get(c.statement or f"{c.attribute} {c.value}")
+        vector = candidate_vectors.get(c.search_text())
         if vector is None or not keys:
             return None
         q = np.asarray(vector, dtype="f4")

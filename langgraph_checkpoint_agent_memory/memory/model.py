@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,10 +25,10 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.text import storable
+from langgraph_checkpoint_agent_memory.text import fact_text, storable
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -174,6 +175,49 @@ def fact_key(attribute: str, value: str, multi: bool) -> str:
     return f"{attribute}#{digest(normalize_value(value), size=8)}"
 
 
+def default_statement(attribute: str, value: str) -> str:
+    """The statement of a fact the extractor stated without a sentence."""
+    return f"{attribute.replace('_', ' ')}: {value}"
+
+
+#: A moment: seconds since the epoch, or a timezone-aware ``datetime``.
+AsOf = float | datetime
+
+
+def as_timestamp(when: AsOf) -> float:
+    """Seconds since the epoch of ``when``.
+
+    Args:
+        when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
+            ``datetime``.
+
+    Raises:
+        ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
+            on the machine's time zone), not a finite number, or of another type.
+
+    Example:
+        ```python
+        from datetime import datetime, timezone
+
+        assert as_timestamp(datetime(1970, 1, 2, tzinfo=timezone.utc)) == 86400.0
+        ```
+    """
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ConfigurationError(
+                f"as_of={when!r} is a naive datetime: give it a time zone "
+                "(datetime(..., tzinfo=timezone.utc)) or pass seconds since the epoch"
+            )
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        if not math.isfinite(when):
+            raise ConfigurationError(f"as_of must be a finite number of seconds, got {when!r}")
+        return float(when)
+    raise ConfigurationError(
+        f"as_of is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
+    )
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -184,7 +228,7 @@ def iso(ts: float | None) -> str | None:
 
 
 class EpisodeSummary(BaseModel):
-    """What happened in the episodes, in a sentence or two."""
+    """What happened in one episode, in a sentence or two."""
 
     summary: str = Field(description="What happened, in one or two sentences")
     outcome: str = Field(default="", description="How it ended: resolved, open, ...")
@@ -196,6 +240,18 @@ class EpisodeSummary(BaseModel):
         return storable(v)
 
 
+class EpisodeEntry(EpisodeSummary):
+    """One episode's summary in an answer about several: which episode, by its number (1
+    for the first episode shown to the extractor) or by its key, and what happened in it.
+
+    When no entry of an answer names its episode, the entries are the episodes in order."""
+
+    episode: int | None = Field(
+        default=None, ge=1, description="The episode's number: 1 for the first episode"
+    )
+    key: str | None = Field(default=None, description="The episode's key, instead of its number")
+
+
 class FactCandidate(BaseModel):
     """One thing that is true about the scope now."""
 
@@ -204,6 +260,11 @@ class FactCandidate(BaseModel):
     statement: str = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
     multi: bool = Field(default=False, description="True if the attribute holds many values")
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    episode: int | None = Field(
+        default=None,
+        ge=1,
+        description="The number of the episode that states it (default: the last episode)",
+    )
 
     @field_validator("attribute")
     @classmethod
@@ -222,12 +283,39 @@ class FactCandidate(BaseModel):
     def _statement(cls, v: str) -> str:
         return storable(v)
 
+    def search_text(self) -> str:
+        """What search will index for the fact this candidate becomes (see
+        :meth:`Fact.search_text`)."""
+        statement = self.statement or default_statement(self.attribute, self.value)
+        return fact_text(self.attribute, self.value, statement)
+
 
 class Extraction(BaseModel):
-    """The extractor's answer: a summary of the episodes and the facts they state."""
+    """The extractor's answer: a summary of each episode and the facts they state.
 
-    episode: EpisodeSummary
+    ``episodes`` holds one entry per episode (by number or key). ``episode``, a single
+    summary, is the older form: it is accepted for a job of one episode and refused for a job
+    of several, since one summary cannot tell several episodes apart. An answer gives one
+    form or the other, not both.
+    """
+
+    episodes: list[EpisodeEntry] = Field(
+        default_factory=list, description="One entry per episode, each about that episode alone"
+    )
+    episode: EpisodeSummary | None = Field(
+        default=None, description="The older single-summary form, for one episode only"
+    )
     facts: list[FactCandidate] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Extraction:
+        if self.episode is not None and self.episodes:
+            raise ValueError(
+                "give either 'episodes' (one entry per episode) or 'episode', not both"
+            )
+        if self.episode is None and not self.episodes:
+            raise ValueError("no episode summary: give 'episodes', one entry per episode")
+        return self
 
 
 # -- stored memories -----------------------------------------------------------------------
@@ -286,8 +374,14 @@ class Fact:
         )
 
     def text(self) -> str:
-        """What lexical and vector search index for this fact."""
-        return self.statement or f"{self.attribute.replace('_', ' ')}: {self.value}"
+        """The fact as a sentence: its statement (what the context block shows)."""
+        return self.statement or default_statement(self.attribute, self.value)
+
+    def search_text(self) -> str:
+        """What lexical and vector search index for this fact: its attribute as words, its
+        value and its statement, so ``store.search(facts, query="city")`` finds the fact
+        ``home_city``, whatever its statement says."""
+        return fact_text(self.attribute, self.value, self.statement)
 
 
 @dataclass

@@ -11,6 +11,11 @@ best 1, the last 0),
 ``age_days`` counts from when the episode happened, and ``importance_now`` is its decayed
 importance. Lines are added in that order until the token budget is spent, counted with the
 model's tokenizer when one is given, else estimated at four characters per token.
+
+Every line is dated: a fact by the day it became true (``since``), an episode by the day it
+happened, so "when did I move?" is answered from the block. Recall as of a moment (``as_of``)
+takes the facts that held then and the episodes that had happened by then, and counts ages
+from that moment.
 """
 
 from __future__ import annotations

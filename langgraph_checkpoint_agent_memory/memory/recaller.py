@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
+from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
 from langgraph_checkpoint_agent_memory.memory.model import (
+    AsOf,
     Episode,
     Fact,
     Scope,
     ScopeLike,
+    as_timestamp,
     namespace,
 )
 
@@ -39,7 +42,11 @@ class RecallOptions(TypedDict, total=False):
     #: Leave out the episodes of this thread (its messages are already in the prompt).
     exclude_thread: str | None
     #: Count what was recalled as used, so it decays more slowly (what the inject node does).
+    #: A look back (``as_of``) never counts as use.
     reinforce: bool
+    #: Recall as of this moment (seconds since the epoch, or a timezone-aware ``datetime``):
+    #: the facts that held then, the episodes that had happened by then.
+    as_of: AsOf | None
 
 
 @dataclass
@@ -86,13 +93,22 @@ class Recaller:
 
     def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> C.Steps[R.Recalled]:
         s = Scope.of(scope)
+        as_of = options.get("as_of")
+        when = None if as_of is None else as_timestamp(as_of)
         vector = None
         if query and self.store.embeddings is not None:
             [vector] = yield C.Embed([query], query=True)
         recalled: R.Recalled = yield C.RunPlan(
-            self.plan(s, query, options.get("budget_tokens"), options.get("exclude_thread"), vector)
+            self.plan(
+                s,
+                query,
+                options.get("budget_tokens"),
+                options.get("exclude_thread"),
+                vector,
+                as_of=when,
+            )
         )
-        if options.get("reinforce", False):
+        if options.get("reinforce", False) and when is None:
             self.queue_reinforcement(s, recalled)
         return recalled
 
@@ -103,38 +119,35 @@ class Recaller:
         budget_tokens: int | None,
         exclude_thread: str | None,
         vector: list[float] | None,
+        *,
+        as_of: float | None = None,
     ) -> Plan[R.Recalled]:
-        now = self.clock()
+        now = self.clock()  # what is live is decided now, whatever moment is recalled
+        at = now if as_of is None else as_of
         st = self.settings
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
-        facts = yield from self.current_facts_plan(scope, now)
+        if as_of is None:
+            facts = yield from self.current_facts_plan(scope, now)
+        else:
+            facts = yield from self.facts_held_plan(scope, as_of, now)
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
         if cost > budget and query:
             # more facts than fit: the most relevant first, then the rest by importance
             want = max(16, budget // 8)
-            ranked = yield from self.store.ranker.rank_keys_plan(
-                self.namespace(scope, "facts"), query, vector, want, now
-            )
+            kinds = ("facts",) if as_of is None else ("facts", "history")
+            ranked = []
+            for kind in kinds:
+                ranked += yield from self.store.ranker.rank_keys_plan(
+                    self.namespace(scope, kind), query, vector, want, now
+                )
+            ranked.sort(key=lambda pair: -pair[1])
             by_key = {f.key: f for f in ordered}
             first = [by_key[k] for k, _ in ranked if k in by_key]
             chosen = {f.key for f in first}
             ordered = first + [f for f in ordered if f.key not in chosen]
-        episodes_prefix = self._prefix(scope, "episodes")
-        rows: list[sqlm.StoredRow]
-        if query:
-            ranked = yield from self.store.ranker.rank_keys_plan(
-                self.namespace(scope, "episodes"), query, vector, st.episode_candidates, now
-            )
-            relevance = dict(ranked)
-            rows = yield from sqlm.read_plan(self.sql, episodes_prefix, now, list(relevance))
-        else:
-            relevance = {}
-            keys = yield from self.store.recent_keys_plan(
-                self.namespace(scope, "episodes"), st.episode_candidates, now
-            )
-            rows = yield from sqlm.read_plan(self.sql, episodes_prefix, now, keys)
+        rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         relevance = R.spread(relevance)
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
@@ -146,20 +159,64 @@ class Recaller:
                 if episode.summary in seen_summaries:
                     continue
                 seen_summaries.add(episode.summary)
-            importance = self.importance(row, now)
+            importance = self.importance(row, at)
             score = R.episode_score(
-                relevance.get(row.key, 0.0), episode.occurred_at, importance, now, st.weights
+                relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
             )
             scored.append((score, episode))
         scored.sort(key=lambda p: -p[0])
         return R.render(
             ordered,
             [e for _, e in scored],
-            now=now,
+            now=at,
             budget_tokens=budget,
             count=self.count_tokens,
             rendered=lines,
         )
+
+    def episode_candidates_plan(
+        self,
+        scope: Scope,
+        query: str,
+        vector: list[float] | None,
+        now: float,
+        as_of: float | None,
+    ) -> Plan[tuple[list[sqlm.StoredRow], dict[str, float]]]:
+        """The episodes recall ranks, with the search score of each (none without a query):
+        the best ``episode_candidates`` matches of ``query``, else the newest. With
+        ``as_of``, only episodes that had happened by then: the ranking is asked for more
+        until enough of those are found or it has no more."""
+        st = self.settings
+        episodes = self.namespace(scope, "episodes")
+        prefix = self._prefix(scope, "episodes")
+        ranker = self.store.ranker
+        if as_of is None:
+            if not query:
+                keys = yield from self.store.recent_keys_plan(episodes, st.episode_candidates, now)
+                return (yield from sqlm.read_plan(self.sql, prefix, now, keys)), {}
+            ranked = yield from ranker.rank_keys_plan(
+                episodes, query, vector, st.episode_candidates, now
+            )
+            rows = yield from sqlm.read_plan(self.sql, prefix, now, [k for k, _ in ranked])
+            return rows, dict(ranked)
+
+        def happened(row: sqlm.StoredRow) -> bool:
+            return float(row.value.get("occurred_at") or 0.0) <= as_of
+
+        if not query:  # newest by when they happened, not by when they were written
+            rows = [r for r in (yield from sqlm.read_plan(self.sql, prefix, now)) if happened(r)]
+            rows.sort(key=lambda r: -float(r.value.get("occurred_at") or 0.0))
+            return rows[: st.episode_candidates], {}
+        want = st.episode_candidates
+        while True:
+            ranked = yield from ranker.rank_keys_plan(episodes, query, vector, want, now)
+            found = yield from sqlm.read_plan(self.sql, prefix, now, [k for k, _ in ranked])
+            kept = {r.key: r for r in found if happened(r)}
+            if len(kept) >= st.episode_candidates or len(ranked) < want:
+                break
+            want *= 4
+        best = [(k, score) for k, score in ranked if k in kept][: st.episode_candidates]
+        return [kept[k] for k, _ in best], dict(best)
 
     def current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
         """The scope's current facts with each line's token cost, most important first;
@@ -181,6 +238,19 @@ class Recaller:
             while len(self.facts_cache) > 256:
                 self.facts_cache.popitem(last=False)
         return entries
+
+    def facts_held_plan(
+        self, scope: Scope, as_of: float, now: float
+    ) -> Plan[list[tuple[Fact, str, int]]]:
+        """The facts that held at ``as_of`` (current ones and superseded ones, as they were
+        then) with each line's token cost, most important first."""
+        versions = []
+        for kind in ("history", "facts"):
+            rows = yield from sqlm.read_plan(self.sql, self._prefix(scope, kind), now)
+            versions += [Fact.from_value(r.key, r.value) for r in rows]
+        facts = F.held_at(versions, as_of)
+        facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
+        return [(f, line, self.count_tokens(line)) for f in facts if (line := R.fact_line(f))]
 
     def importance(self, row: sqlm.StoredRow, now: float) -> float:
         if row.log_importance is None or row.reinforced_at is None:

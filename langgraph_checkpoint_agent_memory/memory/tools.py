@@ -37,6 +37,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
     Scope,
+    default_statement,
     normalize_attribute,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import scope_from
@@ -115,7 +116,7 @@ def fact_line(fact: Fact) -> str:
     """A fact as the tools show it to the model: attribute, value, statement, since when."""
     times = f", confirmed {fact.confirmations}x" if fact.confirmations > 1 else ""
     several = " (one of several)" if fact.multi else ""
-    plain = f"{fact.attribute.replace('_', ' ')}: {fact.value}"  # what merge makes of no statement
+    plain = default_statement(fact.attribute, fact.value)  # what merge makes of no statement
     said = f": {fact.statement}" if fact.statement and fact.statement != plain else ""
     return (
         f"- {fact.attribute}{several} = {fact.value}{said} (since {R.day(fact.valid_from)}{times})"
@@ -289,7 +290,7 @@ class MemoryTools:
         embedded = memory.store.embeddings is not None
         vectors: dict[str, list[float]] = {}
         if embedded:
-            text = candidate.statement or f"{candidate.attribute} {candidate.value}"
+            text = candidate.search_text()  # what the fact is indexed, and found, by
             [vector] = yield C.Embed([text])
             vectors[text] = vector
         now = memory._clock()
@@ -375,7 +376,7 @@ def _candidate(
     attribute: str, value: str, statement: str, multi: bool, importance: float
 ) -> FactCandidate:
     try:
-        candidate = FactCandidate(
+        return FactCandidate(
             attribute=attribute,
             value=value,
             statement=statement,
@@ -385,12 +386,6 @@ def _candidate(
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]) for e in exc.errors())
         raise ToolException(f"not remembered: {problems}") from None
-    if candidate.statement:
-        return candidate
-    # the statement merge gives a fact without one, so that the vector embedded for it is
-    # found under the fact's text and the fact is stored with its vector
-    plain = f"{candidate.attribute.replace('_', ' ')}: {candidate.value}"
-    return candidate.model_copy(update={"statement": plain})
 
 
 def _attribute(attribute: str) -> str:

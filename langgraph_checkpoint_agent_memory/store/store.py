@@ -231,9 +231,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.db.close()
 
     async def aclose(self) -> None:
-        """Async :meth:`close`; ``async with store:`` calls it on exit."""
-        self.stop_ttl_sweeper()
+        """Async :meth:`close`; ``async with store:`` calls it on exit. The sweeper thread
+        is joined off the event loop."""
+        await asyncio.to_thread(self.stop_ttl_sweeper)
         await self.db.aclose()
+
+    @property
+    def sweeper_running(self) -> bool:
+        """Whether the TTL sweeper thread of :meth:`start_ttl_sweeper` is alive."""
+        return self._sweeper is not None and self._sweeper.alive
 
     # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
 

