@@ -272,3 +272,16 @@ def test_a_fact_without_a_statement_is_stored_with_its_vector(
         return [key for key, _ in rows]
 
     assert store.run_plan(vectors()) == [fact.key]
+
+
+def test_a_forgotten_fact_is_still_known_as_of_before(make_store: Callable[..., Any]) -> None:
+    clock = FakeClock(start=1_800_000_000.0)
+    memory = AgentMemory(make_store(), clock=clock)
+    _, remember, forget = memory.tools()
+    remember.invoke({"attribute": "pet", "value": "cat"}, run("a"))
+    clock.advance(100)
+    assert forget.invoke({"attribute": "pet"}, run("a")) == "Forgot pet = cat."
+    assert memory.facts("user=a") == []
+    assert [f.value for f in memory.facts("user=a", as_of=1_800_000_050.0)] == ["cat"]
+    [gone] = memory.history("user=a", "pet")
+    assert (gone.valid_to, gone.superseded_by) == (1_800_000_100.0, None)

@@ -150,12 +150,15 @@ async def test_async_prune_keeps_the_last_n(make_saver: Callable[..., Any]) -> N
         await graph.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
     before = states(graph, config)
     await saver.aprune(["a"])
+    reader = make_saver()
     after = {
         s.config["configurable"]["checkpoint_id"]: s.values
-        async for s in chat_graph(make_saver()).aget_state_history(config)
+        async for s in chat_graph(reader).aget_state_history(config)
     }
     assert len(after) == 2
     assert_kept_whole(before, after, 2)
+    await saver.aclose()  # the async pools belong to this test's event loop
+    await reader.aclose()
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
@@ -324,9 +327,13 @@ def test_sweep_preview_says_what_the_sweep_then_does(
 async def test_threads_and_preview_async(make_saver: Callable[..., Any]) -> None:
     wall = FakeClock(start=1_800_000_000.0)
     saver = make_saver(ttl_seconds=10, clock=wall, activity_precision=0)
-    graph = chat_graph(saver)
-    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}})
-    [info] = await saver.athreads()
-    wall.advance(11)
-    preview = await saver.asweep_preview()
-    assert [(t.thread_id, t.bytes_freed) for t in preview.threads] == [("t", info.bytes)]
+    try:
+        graph = chat_graph(saver)
+        config = {"configurable": {"thread_id": "t"}}
+        await graph.ainvoke({"messages": [HumanMessage("hi")]}, config)
+        [info] = await saver.athreads()
+        wall.advance(11)
+        preview = await saver.asweep_preview()
+        assert [(t.thread_id, t.bytes_freed) for t in preview.threads] == [("t", info.bytes)]
+    finally:
+        await saver.aclose()  # its sweeper task and async pool belong to this test's loop
