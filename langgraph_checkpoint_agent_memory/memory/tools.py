@@ -187,6 +187,10 @@ class MemoryTools:
         Raises:
             ScopeError: The config names no scope: the application's mistake, not the
                 model's, so it is raised rather than told to the model.
+
+        Example:
+            >>> MemoryTools(memory).scope({"configurable": {"user_id": "alice"}})  # doctest: +SKIP
+            Scope(user_id='alice', agent_id=None, workflow_id=None)
         """
         return scope_from(config, None, self.memory.settings.scope_keys)
 
@@ -203,6 +207,10 @@ class MemoryTools:
         Args:
             query: What to look for.
             config: The run's config (injected by the runtime).
+
+        Example:
+            >>> tools.search("my city", {"configurable": {"user_id": "a"}})  # doctest: +SKIP
+            'Known facts:\n- city = Lyon: I live in Lyon (since 2026-05-01)'
         """
         recalled = self.memory.recall(
             self.scope(config),
@@ -254,6 +262,11 @@ class MemoryTools:
             multi: Whether the attribute holds several values at once.
             importance: 0 trivial .. 1 vital.
             config: The run's config (injected by the runtime).
+
+        Example:
+            >>> tools.remember("city", "Lyon", config={"configurable": {"user_id": "a"}})
+            ... # doctest: +SKIP
+            'Updated city: Lyon (was Berlin).'
         """
         candidate = _candidate(attribute, value, statement, multi, importance)
         scope = self.scope(config)
@@ -326,6 +339,10 @@ class MemoryTools:
             attribute: What the fact is about.
             value: Only the fact of this value (for a multi-valued attribute).
             config: The run's config (injected by the runtime).
+
+        Example:
+            >>> tools.forget("city", config={"configurable": {"user_id": "a"}})  # doctest: +SKIP
+            'Forgot city = Lyon.'
         """
         name = _attribute(attribute)
         plan = self._forget_plan(self.scope(config), name, value)
