@@ -51,9 +51,11 @@ def pg_server(request: pytest.FixtureRequest, pg_servers: PgServers) -> PgServer
 
 
 @pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    """A fresh, empty database for this test."""
-    return pg_server.fresh_database()
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """A fresh, empty database for this test, dropped after it."""
+    url = pg_server.fresh_database()
+    yield url
+    pg_server.drop(url)
 
 
 BACKENDS = backend_params("sqlite", "postgres")

@@ -88,7 +88,10 @@ def server_id(backend: str) -> str:
 def pg_database(request: pytest.FixtureRequest, backend: str) -> str:
     """A fresh, empty database on the server a ``postgres-<id>`` backend parameter names."""
     servers: PgServers = request.getfixturevalue("pg_servers")
-    return servers.fresh_database(backend)
+    server = servers.get(backend)
+    url = server.fresh_database()
+    request.addfinalizer(lambda: server.drop(url))
+    return url
 
 
 class PgServer:
@@ -112,6 +115,16 @@ class PgServer:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def drop(self, url: str) -> None:
+        """Drop a database :meth:`fresh_database` made, closing what still uses it. A
+        cluster would otherwise keep every test's copy of the catalogs (7-8 MB each, several
+        GB per run), and deleting them all at the end outlasts a timeout on a busy disk."""
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def stop(self) -> None:
         """Stop the throwaway cluster (a server given by URL is left alone)."""
