@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
+from langgraph_checkpoint_agent_memory.db import checkpoint_stats
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
@@ -26,9 +27,14 @@ from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 def every_statement(d: Dialect) -> dict[str, Sql]:
     """Each statement builder of the checkpointer, with every variant it has."""
     out: dict[str, Sql] = {}
-    for name, fn in inspect.getmembers(S, inspect.isfunction):
+    members = [
+        (name, fn, module)
+        for module in (S, checkpoint_stats)
+        for name, fn in inspect.getmembers(module, inspect.isfunction)
+    ]
+    for name, fn, module in members:
         if (
-            fn.__module__ != S.__name__
+            fn.__module__ != module.__name__
             or name in ("bucket", "thread_is_live", "pushed_filters")
             or name.startswith("_")
         ):
@@ -44,7 +50,8 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
         elif "lock" in params:
             variants = [{"lock": True}, {"lock": False}]
         elif "order" in params:
-            variants = [dict(order=o, expired=e) for o in S.THREAD_ORDERS for e in (False, True)]
+            orders = checkpoint_stats.THREAD_ORDERS
+            variants = [dict(order=o, expired=e) for o in orders for e in (False, True)]
         elif "n" in params:
             variants = [{"n": 1}, {"n": 64}]
         elif "filters" in params:

@@ -21,6 +21,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.maintenance import (
     StoredCheckpoint,
 )
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
+from langgraph_checkpoint_agent_memory.db import checkpoint_stats as stats
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 
 #: What ``limit=None`` reads: every thread.
@@ -30,7 +31,7 @@ ThreadOrder = Literal["bytes", "checkpoints", "last_active", "expires_at", "thre
 
 
 class StatsRow(NamedTuple):
-    """A row of :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`."""
+    """A row of :func:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.thread_stats`."""
 
     thread_id: str
     checkpoints: int
@@ -142,12 +143,12 @@ def threads_plan(
     maintenance: Maintenance, order: ThreadOrder, limit: int | None
 ) -> Plan[list[ThreadInfo]]:
     """Every thread with checkpoints (at most ``limit``) in ``order``: see
-    :data:`~langgraph_checkpoint_agent_memory.db.checkpoint.THREAD_ORDERS`."""
+    :data:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.THREAD_ORDERS`."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a whole number >= 0 or None, got {limit!r}")
     d = maintenance.dialect
     now = maintenance.activity.clock()
-    sql = S.thread_stats(d, order=order, expired=False)
+    sql = stats.thread_stats(d, order=order, expired=False)
     params = {"limit": ALL if limit is None else limit}
     [rows] = yield Batch([Stmt(sql, params, fetch=True)])
     return [_info(StatsRow._make(r), now) for r in rows]
@@ -172,7 +173,7 @@ def preview_plan(maintenance: Maintenance, serde: SerializerProtocol) -> Plan[Sw
     d = maintenance.dialect
     activity = maintenance.activity
     now = activity.clock()
-    sql = S.thread_stats(d, order="expires_at", expired=True)
+    sql = stats.thread_stats(d, order="expires_at", expired=True)
     [rows] = yield Batch([Stmt(sql, {"now": now, "limit": ALL}, fetch=True)])
     expired = [StatsRow._make(r) for r in rows]
     preview = SweepPreview(activity.strategy, maintenance.keep_last, now)
@@ -220,7 +221,7 @@ def preview_plan(maintenance: Maintenance, serde: SerializerProtocol) -> Plan[Sw
 
 
 def _checkpoint_size(cp: StoredCheckpoint) -> int:
-    """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats` measures a
+    """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.thread_stats` measures a
     checkpoint row: its body's bytes, its metadata's and version map's characters."""
     return len(bytes(cp.checkpoint)) + len(cp.metadata) + len(cp.blob_versions)
 
@@ -240,8 +241,8 @@ def _sized_snapshots(
         statements += [
             Stmt(S.select_thread_checkpoints(d), params, fetch=True),
             Stmt(S.select_thread_blob_keys(d), params, fetch=True),
-            Stmt(S.select_thread_blob_sizes(d), params, fetch=True),
-            Stmt(S.select_thread_write_sizes(d), params, fetch=True),
+            Stmt(stats.select_thread_blob_sizes(d), params, fetch=True),
+            Stmt(stats.select_thread_write_sizes(d), params, fetch=True),
         ]
     results = yield Batch(statements)
     out: dict[str, SizedSnapshot] = {}

@@ -1,0 +1,273 @@
+"""The ``agent-memory`` commands on agent memory: demo, scopes, facts, episodes,
+context, erase, consolidate, decay, jobs and worker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.cli.common import (
+    CommandError,
+    _console,
+    _emit,
+    _extractor,
+    _fact_dict,
+    _memory,
+    _progress,
+    _scope,
+    resolve_url,
+)
+from langgraph_checkpoint_agent_memory.db import url as urls
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.demo import run_demo
+
+    url = resolve_url(args.url)
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if args.reset:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    run_demo(
+        url,
+        model=args.model,
+        console=_console(args),
+        explicit_url=bool(args.url or os.environ.get(urls.URL_ENV)),
+    )
+    return 0
+
+
+def _cmd_scopes(args: argparse.Namespace) -> int:
+    with _memory(args, reads=True) as memory:
+        stats = memory.scopes()
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        if not stats:
+            out.print("No scopes yet.")
+            return
+        table = Table(title=f"{len(stats)} scope(s)")
+        columns = ("facts", "history", "episodes", "pending", "parked", "failed")
+        table.add_column("scope")
+        for c in columns:
+            table.add_column(c, justify="right")
+        for scope, counts in sorted(stats.items()):
+            table.add_row(scope, *(str(counts[c]) for c in columns))
+        out.print(table)
+
+    _emit(args, stats, render)
+    return 0
+
+
+def _cmd_facts(args: argparse.Namespace) -> int:
+    with _memory(args, reads=True) as memory:
+        scope = _scope(memory, args.scope)
+        facts = memory.history(scope) if args.all else memory.facts(scope)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        table = Table(title=f"{'all facts' if args.all else 'current facts'} of {scope.key}")
+        for c in ("attribute", "value", "statement", "since", "until", "confirmed", "pinned"):
+            table.add_column(c)
+        for f in facts:
+            table.add_row(
+                f.attribute,
+                f.value,
+                f.statement,
+                day(f.valid_from),
+                day(f.valid_to) if f.valid_to else "",
+                str(f.confirmations),
+                "yes" if f.pinned else "",
+            )
+        out.print(table)
+
+    _emit(args, [_fact_dict(f) for f in facts], render)
+    return 0
+
+
+def _cmd_episodes(args: argparse.Namespace) -> int:
+    with _memory(args, reads=True) as memory:
+        scope = _scope(memory, args.scope)
+        episodes = memory.episodes(scope, status=args.status)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        table = Table(title=f"episodes of {scope.key}")
+        for c in ("when", "status", "thread", "summary or first words"):
+            table.add_column(c)
+        for e in episodes:
+            first = e.messages[0]["content"] if e.messages else ""
+            table.add_row(day(e.occurred_at), e.status, e.thread_id or "", e.summary or first)
+        out.print(table)
+
+    _emit(args, [{"key": e.key, **asdict(e)} for e in episodes], render)
+    return 0
+
+
+def _cmd_context(args: argparse.Namespace) -> int:
+    with _memory(args, reads=True) as memory:
+        scope = _scope(memory, args.scope)
+        recalled = memory.recall(scope, args.query, budget_tokens=args.budget)
+    data = {
+        "scope": scope.key,
+        "query": args.query,
+        "tokens": recalled.tokens,
+        "context": recalled.text,
+    }
+    _emit(args, data, lambda out: out.print(recalled.text or "(nothing to inject)"))
+    return 0
+
+
+def _cmd_erase(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CommandError("erase needs --yes when not run on a terminal")
+            answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("Nothing erased.")
+                return 1
+        counts = memory.erase(scope)
+
+    def render(out: Any) -> None:
+        out.print(f"Erased {scope.key}:")
+        for table, n in counts.items():
+            out.print(f"  {table}: {n}")
+
+    _emit(args, {"scope": scope.key, "removed": counts}, render)
+    return 0
+
+
+def _cmd_consolidate(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.memory import Report, Scope
+
+    with _memory(args, extractor=_extractor(args)) as memory:
+        only = Scope.parse(args.scope) if args.scope else None
+        pending = sum(
+            s["pending"]
+            for k, s in memory.scopes().items()
+            if only is None or only.covers(Scope.parse(k))
+        )
+        total = Report()
+        with _progress(args, "consolidating", pending or None) as advance:
+            while True:
+                report = memory.consolidate(only, max_jobs=1)
+                if not report.jobs:
+                    break
+                total.jobs += report.jobs
+                advance(sum(j.episodes for j in report.jobs))
+                if report.jobs[-1].status != "completed" and only is not None:
+                    break
+    data: dict[str, Any] = dict(total.as_dict())
+    data["errors"] = [j.error for j in total.jobs if j.error]
+
+    def render(out: Any) -> None:
+        out.print(
+            f"{data['completed']} job(s) completed, {data['failed']} failed; "
+            f"{data['episodes']} episode(s); facts: {data['added']} added, "
+            f"{data['confirmed']} confirmed, {data['superseded']} superseded"
+        )
+        for error in data["errors"]:
+            out.print(f"  failed: {error}")
+
+    _emit(args, data, render)
+    return 1 if data["failed"] else 0
+
+
+def _cmd_decay(args: argparse.Namespace) -> int:
+    with _memory(args) as memory:
+        scope = _scope(memory, args.scope) if args.scope else None
+        removed = memory.decay(scope)
+    _emit(
+        args,
+        {"deleted": removed},
+        lambda out: out.print(f"{removed} decayed item(s) deleted"),
+    )
+    return 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.memory import Scope
+
+    statuses = ["completed", "failed", "parked"] if args.all else ["failed", "parked"]
+    with _memory(args, reads=True) as memory:
+        retried = None
+        if args.retry:
+            retried = memory.retry(Scope.parse(args.scope) if args.scope else None)
+        jobs = memory.jobs(statuses, limit=args.limit)
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        from langgraph_checkpoint_agent_memory.memory.recall import day
+
+        if retried is not None:
+            out.print(f"{retried} parked episode(s) queued again")
+        table = Table(title=f"{len(jobs)} job(s)")
+        for c in ("finished", "scope", "status", "attempt", "episodes", "error"):
+            table.add_column(c)
+        for j in jobs:
+            table.add_row(
+                day(j["finished_at"]),
+                j["scope"],
+                j["status"],
+                str(j["attempt"]),
+                str(len(j["episodes"])),
+                (j["error"] or "")[:120],
+            )
+        out.print(table)
+
+    _emit(args, {"retried": retried, "jobs": jobs}, render)
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import signal
+
+    intervals = {
+        f"{name}_every_seconds": value
+        for name in ("consolidate", "decay", "sweep")
+        if (value := getattr(args, f"{name}_every")) is not None
+    }
+    with _memory(args, extractor=_extractor(args), **intervals) as memory:
+        worker = memory.worker()
+        if args.once:
+            stats = worker.run_once()
+        else:
+            signal.signal(signal.SIGTERM, lambda *_: worker.stop(timeout=0))
+            print(
+                f"agent-memory worker on {urls.mask_url(resolve_url(args.url))}: "
+                "Ctrl-C or SIGTERM stops it",
+                file=sys.stderr,
+            )
+            try:
+                worker.run_forever()
+            except KeyboardInterrupt:
+                pass
+            stats = worker.stats
+    data = asdict(stats)
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
+            f"{stats.decayed} decayed, {stats.swept} swept, {len(stats.errors)} error(s)"
+        ),
+    )
+    return 0

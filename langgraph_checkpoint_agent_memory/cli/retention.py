@@ -1,0 +1,153 @@
+"""The ``agent-memory`` commands on stored threads: ``threads`` and ``sweep``
+(with ``--dry-run``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.cli.common import (
+    _emit,
+    _installed,
+    _memory,
+    resolve_url,
+)
+
+
+def _size(n: int) -> str:
+    """Bytes for people: ``512 B``, ``48.2 kB``, ``3.1 MB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _when(ts: float | None, never: str = "") -> str:
+    from datetime import datetime, timezone
+
+    if ts is None:
+        return never
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _cmd_threads(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer
+
+    url = resolve_url(args.url)
+    infos: list[Any] = []
+    if "checkpoint" in _installed(url):
+        saver: Any = create_checkpointer(url=url, auto_setup=False)
+        try:
+            infos = saver.threads(sort=args.sort, limit=args.limit or None)
+        finally:
+            saver.close()
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        if not infos:
+            out.print("No threads.")
+            return
+        more = f"; the first {args.limit} by {args.sort}" if len(infos) == args.limit else ""
+        table = Table(title=f"{len(infos)} thread(s), {_size(sum(i.bytes for i in infos))}{more}")
+        for c in ("thread", "checkpoints", "stored", "last active", "expires", "status"):
+            table.add_column(c, justify="right" if c in ("checkpoints", "stored") else "left")
+        for i in infos:
+            table.add_row(
+                i.thread_id,
+                str(i.checkpoints),
+                _size(i.bytes),
+                _when(i.last_active),
+                _when(i.expires_at, never="never"),
+                i.status,
+            )
+        out.print(table)
+
+    _emit(args, [i.as_dict() for i in infos], render)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    options = {"strategy": args.strategy, "keep_last": args.keep_last}
+    if args.dry_run:
+        return _sweep_dry_run(args, options)
+    with _memory(args, checkpointer_options=options) as memory:
+        items = memory.store.sweep()
+        sweep = getattr(memory.checkpointer, "sweep", None)
+        threads = list(sweep()) if callable(sweep) else []
+    data = {"store_items": items, "threads": threads}
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
+        ),
+    )
+    return 0
+
+
+def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """What ``sweep`` would remove and free now, read without a lock or a write."""
+    import time
+
+    from langgraph_checkpoint_agent_memory.db.store import expired_stats_plan
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+
+    url = resolve_url(args.url)
+    installed = _installed(url)
+    items, item_bytes = 0, 0
+    if "store" in installed:
+        store = create_store(url, auto_setup=False)
+        try:
+            items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
+        finally:
+            store.close()
+    threads: list[dict[str, Any]] = []
+    removed, thread_bytes = 0, 0
+    if "checkpoint" in installed:
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **options)
+        try:
+            preview = saver.sweep_preview()
+        finally:
+            saver.close()
+        threads = preview.as_dict()["threads"]
+        removed, thread_bytes = preview.checkpoints_removed, preview.bytes_freed
+    data = {
+        "dry_run": True,
+        **options,
+        "store_items": items,
+        "threads": [t["thread_id"] for t in threads],
+        "thread_details": threads,
+        "checkpoints_removed": removed,
+        "store_bytes_freed": item_bytes,
+        "checkpoint_bytes_freed": thread_bytes,
+        "bytes_freed": item_bytes + thread_bytes,
+    }
+
+    def render(out: Any) -> None:
+        from rich.table import Table
+
+        verb = "delete" if args.strategy == "delete" else f"prune to their last {args.keep_last}"
+        out.print(
+            f"A sweep now would remove {items} expired store item(s) ({_size(item_bytes)}) "
+            f"and {verb} {len(threads)} expired thread(s) ({removed} checkpoint(s), "
+            f"{_size(thread_bytes)}): {_size(item_bytes + thread_bytes)} freed. "
+            "Nothing was changed."
+        )
+        if threads:
+            table = Table()
+            for c in ("thread", "action", "expired", "checkpoints", "removed", "freed"):
+                table.add_column(c)
+            for t in threads:
+                table.add_row(
+                    t["thread_id"],
+                    t["action"],
+                    _when(t["expires_at"]),
+                    str(t["checkpoints"]),
+                    str(t["checkpoints_removed"]),
+                    _size(t["bytes_freed"]),
+                )
+            out.print(table)
+
+    _emit(args, data, render)
+    return 0
