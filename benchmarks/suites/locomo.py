@@ -38,6 +38,7 @@ import math
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -274,8 +275,6 @@ class Memo(Embeddings):
     def _embed(
         self, texts: list[str], cache: dict[str, list[float]], query: bool
     ) -> list[list[float]]:
-        import time
-
         missing = [t for t in dict.fromkeys(texts) if t not in cache]
         if missing:
             start = time.perf_counter()
