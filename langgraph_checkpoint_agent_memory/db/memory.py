@@ -66,6 +66,20 @@ class StoredRow:
     pinned: bool
 
 
+def new_scope_row(scope: str, root: str, now: float) -> dict[str, Any]:
+    """The ``am_memory_scopes`` row a scope starts with: no lease, no failures."""
+    return {
+        "scope": scope,
+        "root": root,
+        "lease_owner": None,
+        "lease_until": None,
+        "failures": 0,
+        "next_attempt_at": None,
+        "last_error": None,
+        "created_at": now,
+    }
+
+
 class MemorySql:
     """Statements for one dialect; store item writes reuse the store's own statements."""
 
@@ -276,16 +290,7 @@ def record_plan(
     Returns whether it was new. Recalled items waiting for reinforcement ride along in the
     same transaction, so reading memory never costs a write of its own.
     """
-    scope_row = {
-        "scope": scope,
-        "root": root,
-        "lease_owner": None,
-        "lease_until": None,
-        "failures": 0,
-        "next_attempt_at": None,
-        "last_error": None,
-        "created_at": now,
-    }
+    scope_row = new_scope_row(scope, root, now)
     terms = index_rows([item])  # a new episode has no old postings to replace
     inserted, _ = yield Batch(
         [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],

@@ -17,7 +17,7 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
-from langgraph_checkpoint_agent_memory.db.memory import MemorySql, StoredRow, decode
+from langgraph_checkpoint_agent_memory.db.memory import MemorySql, StoredRow, decode, new_scope_row
 
 
 @dataclass
@@ -235,16 +235,7 @@ def change_facts_plan(
     ``decide`` gets the scope's current facts and their vectors, read inside the
     transaction, and returns the rows to write and the items to remove.
     """
-    scope_row = {
-        "scope": scope,
-        "root": root,
-        "lease_owner": None,
-        "lease_until": None,
-        "failures": 0,
-        "next_attempt_at": None,
-        "last_error": None,
-        "created_at": now,
-    }
+    scope_row = new_scope_row(scope, root, now)
     reads = [
         Stmt(sql.ensure_scope(), scope_row),
         Stmt(_lease_check(sql), {"scope": scope}, fetch=True),  # locks the ledger row
