@@ -9,14 +9,14 @@ import pkgutil
 
 import langgraph_checkpoint_agent_memory as package
 
-#: Modules whose errors never reach a library caller (the command line prints its own).
-INTERNAL = {"langgraph_checkpoint_agent_memory.cli"}
+#: Packages whose errors never reach a library caller (the command line prints its own).
+INTERNAL = "langgraph_checkpoint_agent_memory.cli"
 
 
 def _error_classes() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        if info.name in INTERNAL:
+        if info.name == INTERNAL or info.name.startswith(INTERNAL + "."):
             continue
         module = importlib.import_module(info.name)
         for name, obj in inspect.getmembers(module, inspect.isclass):
