@@ -1,9 +1,24 @@
-"""How the store ranks: BM25 over its own term index, exact vector similarity, and their
+"""How the store ranks: BM25 over its own term index, vector similarity, and their
 reciprocal rank fusion, as plans over the ``db`` layer's statements.
 
 A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; the store
 reads the winners and applies the exact filter. It caches what moves slowly: each namespace's
-BM25 corpus statistics, and for recall's exact search each namespace's normalized vectors.
+BM25 corpus statistics and vector count, and for recall's exact search each namespace's
+normalized vectors.
+
+Vector similarity takes one of three paths:
+
+- **approximate**, through the database's HNSW index (pgvector, SAP HANA Cloud), when the
+  searched namespace holds more than :attr:`Ranker.exact_max` vectors and a share of the
+  index of at least :attr:`Ranker.ann_min_share`. pgvector's iterative scan reads the index
+  on until enough rows pass the namespace and the filter; should it stop short (a filter
+  that keeps few items), the exact path answers instead, so a search never returns fewer
+  results than there are matches;
+- **exact in SQL**, where the database has vectors but the namespace is small (or the index
+  is missing): the namespace's vectors are read through an index and ranked in the database,
+  which returns only the best;
+- **exact in numpy**, where the database has no vector type (SQLite, memory, PostgreSQL
+  without pgvector): the namespace's vectors are read and ranked in this process.
 """
 
 from __future__ import annotations
@@ -17,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
     Fingerprint,
     KeyVectorRow,
@@ -75,6 +91,28 @@ class Ranker:
         self.stats_seconds = 60.0
         #: Items the store has written; it adds to this.
         self.writes = 0
+        #: The approximate index the store's vectors have (set when the store sets up).
+        self.vector_index: VectorIndex | None = None
+        #: Vectors an item has, at most (its embedded fields): an approximate search asks
+        #: for that many rows per candidate.
+        self.fields = 1
+        #: Vectors under a namespace at or below which search is exact: below it, reading
+        #: the namespace's vectors through its index beats walking the HNSW graph past
+        #: other namespaces' vectors (measured: ``benchmarks run stores``).
+        self.exact_max = 10_000
+        #: The share of the index a namespace must hold for the approximate path: a scan
+        #: reads about ``candidates / share`` index entries before enough pass the namespace.
+        self.ann_min_share = 0.1
+        #: Vectors counted under a namespace at most (a namespace this large takes the
+        #: approximate path whatever its share).
+        self.count_cap = 50_000
+        #: (namespace, index) -> (vectors, index size, when read, writes then), refreshed
+        #: as BM25's statistics are.
+        self.vector_counts: OrderedDict[tuple[str, str], tuple[int, float, float, int]] = (
+            OrderedDict()
+        )
+        #: Approximate searches that stopped short and were answered exactly.
+        self.ann_fallbacks = 0
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
@@ -105,16 +143,67 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
             cut = len(lexical) >= want
         if query_vector is not None:
-            native = self.statements.vector_search(filters)
-            if native is not None:  # exact similarity computed by the database
-                params = {**base, "n": want, "query_vector": vector_text(query_vector)}
-                [rows] = yield Batch([Stmt(native, params, fetch=True)])
-                rankings.append([(r.prefix, r.key) for r in map(ScoredRow._make, rows)])
-            else:
-                [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
-                rankings.append(self.nearest(rows, query_vector, want))
+            nearest = yield from self.vector_plan(query_vector, filters, base, want)
+            rankings.append(nearest)
             weights.append(self.ranking.vector_weight)
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
+
+    def vector_plan(
+        self, query_vector: list[float], filters: str, base: dict[str, Any], want: int
+    ) -> Plan[list[tuple[str, str]]]:
+        """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
+        best first: approximate, exact in SQL or exact in numpy (see the module)."""
+        text = vector_text(query_vector)
+        index = self.vector_index
+        if index is not None and index.dims == len(query_vector):
+            approximate = yield from self._approximate_pays(index, base)
+            if approximate:
+                n = want * self.fields
+                *settings, query = self.statements.ann_search(index, filters)
+                found = yield Batch(
+                    [
+                        *(Stmt(sql) for sql in settings),
+                        Stmt(query, {**base, "n": n, "query_vector": text}, fetch=True),
+                    ]
+                )
+                rows = [ScoredRow._make(r) for r in found[-1]]
+                if len(rows) >= n:
+                    return _best_items(rows, want)
+                # the scan stopped before n rows passed the namespace and the filter: the
+                # exact answer below holds every match
+                self.ann_fallbacks += 1
+        native = self.statements.vector_search(filters, len(query_vector))
+        if native is not None:  # exact similarity computed by the database
+            params = {**base, "n": want, "query_vector": text}
+            [rows] = yield Batch([Stmt(native, params, fetch=True)])
+            return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
+        [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
+        return self.nearest(rows, query_vector, want)
+
+    def _approximate_pays(self, index: VectorIndex, base: dict[str, Any]) -> Plan[bool]:
+        """Whether the namespace is large enough, in vectors and in its share of the index,
+        for the approximate path (counts cached as BM25's statistics are)."""
+        key = (base["ns"], index.name)
+        counts = self.vector_counts.get(key)
+        fresh = counts is not None and (
+            self._clock() - counts[2] < self.stats_seconds
+            and self.writes - counts[3] <= counts[0] // 10
+        )
+        if not fresh:
+            params = {**base, "cap": self.count_cap, "index": index.name}
+            [rows] = yield Batch([Stmt(self.statements.vector_counts(index), params, fetch=True)])
+            vectors, total = int(rows[0][0]), float(rows[0][1] or 0.0)
+            counts = (vectors, total, self._clock(), self.writes)
+            with self.lock:
+                self.vector_counts[key] = counts
+                self.vector_counts.move_to_end(key)
+                while len(self.vector_counts) > 4096:
+                    self.vector_counts.popitem(last=False)
+        assert counts is not None
+        vectors, total = counts[0], max(counts[1], float(counts[0]))
+        if vectors <= self.exact_max:
+            return False
+        return vectors >= self.count_cap or vectors >= self.ann_min_share * total
 
     def lexical_plan(
         self,
@@ -246,3 +335,20 @@ class Ranker:
             if sim > best.get(key, -2.0):
                 best[key] = sim
         return sorted(best, key=lambda k: -best[k])[:want]
+
+
+def _best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
+    """The ``want`` best distinct items of approximate rows (an item once per embedded
+    field, in the index's relaxed order), by similarity."""
+
+    def order(row: ScoredRow) -> float:
+        score = row.score
+        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
+
+    ordered = sorted(rows, key=order)
+    best: dict[tuple[str, str], None] = {}
+    for row in ordered:
+        best.setdefault((row.prefix, row.key), None)
+        if len(best) == want:
+            break
+    return list(best)
