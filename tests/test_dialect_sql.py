@@ -302,6 +302,7 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
         except sqlite3.Error as exc:  # pragma: no cover - reported
             raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
     hana = store_statements(HanaDialect())
+    assert any("CREATE HNSW VECTOR INDEX" in s.text for s in hana.values())
     for where, sql in hana.items():
         upper = sql.text.upper()
         for bad in HANA_FORBIDDEN:
@@ -528,3 +529,26 @@ def test_hana_store_computes_similarity_in_the_database() -> None:
     assert "COSINE_SIMILARITY(v.embedding," in native[0][0]
     assert json.loads(native[0][1]["query_vector"]) == pytest.approx(embed.embed_query("zebra"))
     assert not hana.texts("SELECT v.prefix, v.key, v.vector")  # no full read
+
+
+@pytest.mark.parametrize("vectors_under", [50, 5000])
+def test_hana_store_searches_a_large_namespace_through_its_hnsw_index(
+    vectors_under: int,
+) -> None:
+    """Offline: where the typed column of the store's dimension count exists (it carries
+    the HNSW index), a put fills it too; a search of a namespace above the switch ranks
+    through it, a small one exactly through the generic column."""
+    hana = OfflineHana(typed_column=True, vectors_under=vectors_under)
+    store = hana.store
+    store.put(("h",), "a", {"text": "alpine hiking"})
+    assert store.vector_index == "am_store_vectors_hnsw_8"
+    [(insert, rows)] = hana.texts("INTO am_store_vectors")
+    assert "embedding_8" in insert and rows[0]["embedding_8"] == rows[0]["embedding"]
+    hana.seen.clear()
+    assert [i.key for i in store.search(("h",), query="zebra")] == ["b", "a"]
+    [(search, params)] = hana.texts("COSINE_SIMILARITY")
+    if vectors_under > store.ranker.exact_max:
+        assert "COSINE_SIMILARITY(v.embedding_8," in search and "ORDER BY sim DESC" in search
+        assert params["n"] == 50  # candidates times one field
+    else:
+        assert "COSINE_SIMILARITY(v.embedding," in search
