@@ -230,9 +230,7 @@ class Ranker:
             statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
         found = yield Batch(statements)
         df = {term: int(count) for term, count in found[0]}
-        if not df:
-            return []
-        if not fresh:
+        if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
@@ -241,6 +239,8 @@ class Ranker:
                 self.stats.move_to_end(key)
                 while len(self.stats) > 4096:
                     self.stats.popitem(last=False)
+        if not df:
+            return []
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
         params.update(
