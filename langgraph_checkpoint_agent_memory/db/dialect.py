@@ -395,11 +395,13 @@ class Dialect:
         """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
         return self.under("v.prefix")
 
-    def vector_search(self, filters: str, where: str, dims: int) -> Sql | None:
-        """Exact best ``:n`` items by cosine similarity to ``:query_vector`` (text form),
-        computed in the database: ``(prefix, key, score)`` best first, of the ``dims``-long
-        vectors ``v`` whose item ``i`` meets ``where`` (built from ``filters``, the cache
-        key). ``None``: the store computes it in numpy."""
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+        """Exact similarity to ``:query_vector`` (text form) computed in the database:
+        ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
+        (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
+        ``where`` (built from ``filters``, the cache key); otherwise ``where`` is the
+        namespace alone and the items are not read (the store drops expired ones after).
+        ``None``: the store computes it in numpy."""
         return None
 
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:

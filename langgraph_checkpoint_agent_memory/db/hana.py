@@ -105,15 +105,15 @@ class HanaDialect(Dialect):
             ),
         )
 
-    def vector_search(self, filters: str, where: str, dims: int) -> Sql:
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql:
+        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
         return self.sql(
-            ("vector_search", filters, dims),
+            ("vector_search", filters, dims, joined),
             lambda: (
-                "SELECT v.prefix, v.key, MAX(COSINE_SIMILARITY(v.embedding, "
-                "TO_REAL_VECTOR(:query_vector))) AS sim FROM am_store_vectors v "
-                "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                "SELECT v.prefix, v.key, COSINE_SIMILARITY(v.embedding, "
+                f"TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v{items} "
                 f"WHERE {where} AND v.embedding IS NOT NULL AND LENGTH(v.vector) = {4 * dims} "
-                "GROUP BY v.prefix, v.key ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
+                "ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
             ),
         )
 

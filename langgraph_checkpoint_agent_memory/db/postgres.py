@@ -150,19 +150,18 @@ class PostgresDialect(Dialect):
             'AND (v.prefix = %(ns)s OR v.prefix COLLATE "C" >= %(ns_dot)s))'
         )
 
-    def vector_search(self, filters: str, where: str, dims: int) -> Sql | None:
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
         if not self.native_vectors:
             return None
         # NULLIF: a zero vector's cosine is NaN, which would sort first
         sim = "NULLIF(1 - (v.embedding <=> CAST(%(query_vector)s AS vector)), 'NaN')"
+        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
         return self.sql(
-            ("vector_search", filters, dims),
+            ("vector_search", filters, dims, joined),
             lambda: (
-                f"SELECT v.prefix, v.key, MAX({sim}) AS sim FROM am_store_vectors v "
-                "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                f"SELECT v.prefix, v.key, {sim} AS sim FROM am_store_vectors v{items} "
                 f"WHERE vector_dims(v.embedding) = {int(dims)} AND {where} "
-                "GROUP BY v.prefix, v.key ORDER BY sim DESC NULLS LAST, v.prefix, v.key "
-                "LIMIT %(n)s"
+                "ORDER BY sim DESC NULLS LAST, v.prefix, v.key LIMIT %(n)s"
             ),
         )
 
@@ -228,6 +227,10 @@ class PostgresDialect(Dialect):
                 lambda: f"SET LOCAL hnsw.ef_search = {int(index.ef_search)}",
             ),
             self.sql("ann_iterative", lambda: "SET LOCAL hnsw.iterative_scan = relaxed_order"),
+            # the index is the only plan that needs no sort: a generic plan (psycopg prepares
+            # a statement run often) that cannot see the namespace's size would otherwise
+            # sort the namespace instead
+            self.sql("ann_no_sort", lambda: "SET LOCAL enable_sort = off"),
             self.sql(
                 ("ann_search", index.name, filters),
                 lambda: (

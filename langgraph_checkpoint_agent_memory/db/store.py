@@ -282,9 +282,11 @@ class StoreStatements:
     def insert_vector(self) -> Sql:
         return self.d.insert_vector() or self._insert(store_vectors)
 
-    def vector_search(self, filters: str, dims: int) -> Sql | None:
-        """Exact similarity in SQL (``None`` where the database has no vector column)."""
-        return self.d.vector_search(filters, self.vector_where(filters), dims)
+    def vector_search(self, filters: str, dims: int, *, joined: bool) -> Sql | None:
+        """Exact similarity in SQL (``None`` where the database has no vector column);
+        unjoined, of every vector under the namespace, without reading the items."""
+        where = self.vector_where(filters) if joined else self.d.vector_under()
+        return self.d.vector_search(filters, where, dims, joined=joined)
 
     def ann_search(self, index: VectorIndex, filters: str) -> list[Sql]:
         """An approximate search through ``index``: settings, then the query."""

@@ -143,16 +143,30 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
             cut = len(lexical) >= want
         if query_vector is not None:
-            nearest = yield from self.vector_plan(query_vector, filters, base, want)
+            nearest, vector_cut = yield from self.vector_plan(
+                query_vector, filters, base, want, joined=joined
+            )
             rankings.append(nearest)
             weights.append(self.ranking.vector_weight)
+            cut = cut or vector_cut
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
 
     def vector_plan(
-        self, query_vector: list[float], filters: str, base: dict[str, Any], want: int
-    ) -> Plan[list[tuple[str, str]]]:
+        self,
+        query_vector: list[float],
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+        *,
+        joined: bool = True,
+    ) -> Plan[tuple[list[tuple[str, str]], bool]]:
         """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
-        best first: approximate, exact in SQL or exact in numpy (see the module)."""
+        best first: approximate, exact in SQL or exact in numpy (see the module); and
+        whether the list was ranked without reading the items and cut at ``want``.
+
+        ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
+        much cheaper than reading each one's item; should expired items then leave too few
+        results, the store ranks again joined."""
         text = vector_text(query_vector)
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
@@ -168,17 +182,20 @@ class Ranker:
                 )
                 rows = [ScoredRow._make(r) for r in found[-1]]
                 if len(rows) >= n:
-                    return _best_items(rows, want)
+                    return _best_items(rows, want), False
                 # the scan stopped before n rows passed the namespace and the filter: the
                 # exact answer below holds every match
                 self.ann_fallbacks += 1
-        native = self.statements.vector_search(filters, len(query_vector))
+                joined = True
+        native = self.statements.vector_search(filters, len(query_vector), joined=joined)
         if native is not None:  # exact similarity computed by the database
-            params = {**base, "n": want, "query_vector": text}
-            [rows] = yield Batch([Stmt(native, params, fetch=True)])
-            return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
-        [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
-        return self.nearest(rows, query_vector, want)
+            n = want * self.fields
+            params = {**base, "n": n, "query_vector": text}
+            [found] = yield Batch([Stmt(native, params, fetch=True)])
+            rows = [ScoredRow._make(r) for r in found]
+            return _best_items(rows, want), not joined and len(rows) >= n
+        [found] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
+        return self.nearest(found, query_vector, want), False
 
     def _approximate_pays(self, index: VectorIndex, base: dict[str, Any]) -> Plan[bool]:
         """Whether the namespace is large enough, in vectors and in its share of the index,
