@@ -9,11 +9,11 @@ normalized vectors.
 Vector similarity takes one of three paths:
 
 - **approximate**, through the database's HNSW index (pgvector, SAP HANA Cloud), when the
-  searched namespace holds more than :attr:`Ranker.exact_max` vectors and a share of the
-  index of at least :attr:`Ranker.ann_min_share`. pgvector's iterative scan reads the index
-  on until enough rows pass the namespace and the filter; should it stop short (a filter
-  that keeps few items), the exact path answers instead, so a search never returns fewer
-  results than there are matches;
+  searched namespace is large enough, in vectors and in its share of the index, for the
+  index to beat exact ranking (:meth:`Ranker.takes_index`). pgvector's iterative scan reads
+  the index on until enough rows pass the namespace and the filter; should it stop short
+  (a filter that keeps few items), the exact path answers instead, so a search never
+  returns fewer results than there are matches;
 - **exact in SQL**, where the database has vectors but the namespace is small (or the index
   is missing): the namespace's vectors are read through an index and ranked in the database,
   which returns only the best;
@@ -91,21 +91,25 @@ class Ranker:
         self.stats_seconds = 60.0
         #: Items the store has written; it adds to this.
         self.writes = 0
+        #: The store's vector length (``None``: no embedder).
+        self.dims: int | None = None
         #: The approximate index the store's vectors have (set when the store sets up).
         self.vector_index: VectorIndex | None = None
         #: Vectors an item has, at most (its embedded fields): an approximate search asks
         #: for that many rows per candidate.
         self.fields = 1
-        #: Vectors under a namespace at or below which search is exact: below it, reading
-        #: the namespace's vectors through its index beats walking the HNSW graph past
-        #: other namespaces' vectors (measured: ``benchmarks run stores``).
-        self.exact_max = 10_000
-        #: The share of the index a namespace must hold for the approximate path: a scan
-        #: reads about ``candidates / share`` index entries before enough pass the namespace.
-        self.ann_min_share = 0.1
+        #: The switch between exact and approximate search (measured: ``benchmarks run
+        #: stores``). Exact search of a namespace of N vectors costs about N comparisons;
+        #: the index about ``want / share`` entries, each ``index_cost`` comparisons (a
+        #: graph step, and a heap visit to test the namespace): the namespace's share of
+        #: the index is N / T, so the index pays when N * N >= index_cost * want * T.
+        #: Namespaces of at most ``exact_max`` vectors are ranked exactly whatever their
+        #: share: even an index holding nothing else costs more there.
+        self.exact_max = 2_000
+        self.index_cost = 10.0
         #: Vectors counted under a namespace at most (a namespace this large takes the
-        #: approximate path whatever its share).
-        self.count_cap = 50_000
+        #: index whatever its share).
+        self.count_cap = 200_000
         #: (namespace, index) -> (vectors, index size, when read, writes then), refreshed
         #: as BM25's statistics are.
         self.vector_counts: OrderedDict[tuple[str, str], tuple[int, float, float, int]] = (
@@ -162,7 +166,7 @@ class Ranker:
     ) -> Plan[tuple[list[tuple[str, str]], bool]]:
         """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
         best first: approximate, exact in SQL or exact in numpy (see the module); and
-        whether the list was ranked without reading the items and cut at ``want``.
+        whether the list was cut at ``want`` (more items would have followed).
 
         ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
         much cheaper than reading each one's item; should expired items then leave too few
@@ -170,7 +174,7 @@ class Ranker:
         text = vector_text(query_vector)
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
-            approximate = yield from self._approximate_pays(index, base)
+            approximate = yield from self._approximate_pays(index, base, want)
             if approximate:
                 n = want * self.fields
                 *settings, query = self.statements.ann_search(index, filters)
@@ -182,7 +186,7 @@ class Ranker:
                 )
                 rows = [ScoredRow._make(r) for r in found[-1]]
                 if len(rows) >= n:
-                    return _best_items(rows, want), False
+                    return _best_items(rows, want), True
                 # the scan stopped before n rows passed the namespace and the filter: the
                 # exact answer below holds every match
                 self.ann_fallbacks += 1
@@ -193,11 +197,14 @@ class Ranker:
             params = {**base, "n": n, "query_vector": text}
             [found] = yield Batch([Stmt(native, params, fetch=True)])
             rows = [ScoredRow._make(r) for r in found]
-            return _best_items(rows, want), not joined and len(rows) >= n
+            return _best_items(rows, want), len(rows) >= n
         [found] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
-        return self.nearest(found, query_vector, want), False
+        nearest = self.nearest(found, query_vector, want + 1)
+        return nearest[:want], len(nearest) > want
 
-    def _approximate_pays(self, index: VectorIndex, base: dict[str, Any]) -> Plan[bool]:
+    def _approximate_pays(
+        self, index: VectorIndex, base: dict[str, Any], want: int
+    ) -> Plan[bool]:
         """Whether the namespace is large enough, in vectors and in its share of the index,
         for the approximate path (counts cached as BM25's statistics are)."""
         key = (base["ns"], index.name)
@@ -217,10 +224,15 @@ class Ranker:
                 while len(self.vector_counts) > 4096:
                     self.vector_counts.popitem(last=False)
         assert counts is not None
-        vectors, total = counts[0], max(counts[1], float(counts[0]))
+        return self.takes_index(counts[0], counts[1], want)
+
+    def takes_index(self, vectors: int, total: float, want: int) -> bool:
+        """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
+        up to :attr:`count_cap`) in an index of about ``total`` come from the index."""
         if vectors <= self.exact_max:
             return False
-        return vectors >= self.count_cap or vectors >= self.ann_min_share * total
+        total = max(total, float(vectors))
+        return vectors >= self.count_cap or vectors * vectors >= self.index_cost * want * total
 
     def lexical_plan(
         self,
@@ -319,7 +331,13 @@ class Ranker:
         [rows] = yield Batch(
             [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
         )
-        vectors = [KeyVectorRow._make(r) for r in rows]
+        # stores of other dimension counts may share the namespace: their vectors are not
+        # comparable with this store's queries
+        vectors = [
+            v
+            for v in map(KeyVectorRow._make, rows)
+            if self.dims is None or len(v.vector) == 4 * self.dims
+        ]
         keys = [v.key for v in vectors]
         if vectors:
             matrix = as_matrix(v.vector for v in vectors)
@@ -339,9 +357,10 @@ class Ranker:
         self, rows: Sequence[Sequence[Any]], query: list[float], want: int
     ) -> list[tuple[str, str]]:
         """Exact cosine similarity over every candidate vector; an item's best field wins."""
-        if not rows:
+        size = 4 * len(query)  # float32: other stores' vectors of other lengths are skipped
+        vectors = [v for v in map(VectorRow._make, rows) if len(v.vector) == size]
+        if not vectors:
             return []
-        vectors = [VectorRow._make(r) for r in rows]
         matrix = as_matrix(v.vector for v in vectors)
         q = np.asarray(query, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)

@@ -177,6 +177,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         )
         if self.index_config is not None:
             self.ranker.fields = max(1, len(self.index_config["fields"]))
+            self.ranker.dims = self.index_config["dims"]
         #: Whether this store knows the database's vector support (found at setup, or on
         #: first use without ``auto_setup``).
         self._vectors_known = False
@@ -504,16 +505,21 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
-        # Without a filter the postings alone rank; should expired items fill the list so
-        # that too few remain, rank again joined with the items, which leaves them out.
+        # Without a filter the postings (and vectors) alone rank; should expired items fill
+        # the list so that too few remain, rank again joined with the items, which leaves
+        # them out. With a filter, the database's pre-filter narrows the candidates and the
+        # filter is decided here: should it keep too few of a full list, rank again with
+        # more candidates, until the lists hold every match.
         joined = bool(filters)
         while True:
             fused, cut = yield from self.ranker.fused_plan(
                 query_terms, query_vector, filters, base, want, joined=joined
             )
             out = yield from self._read_ranked(fused, conds, op, now)
-            if joined or len(out) >= op.limit or not cut:
+            if len(out) >= op.limit or not cut:
                 return out
+            if joined:
+                want *= 4
             joined = True
 
     def _read_ranked(
