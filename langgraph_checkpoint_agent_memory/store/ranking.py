@@ -105,8 +105,8 @@ class Ranker:
         #: the index is N / T, so the index pays when N * N >= index_cost * want * T.
         #: Namespaces of at most ``exact_max`` vectors are ranked exactly whatever their
         #: share: even an index holding nothing else costs more there.
-        self.exact_max = 2_000
-        self.index_cost = 10.0
+        self.exact_max = 5_000
+        self.index_cost = 30.0
         #: Vectors counted under a namespace at most (a namespace this large takes the
         #: index whatever its share).
         self.count_cap = 200_000
