@@ -105,8 +105,8 @@ class Ranker:
         #: the index is N / T, so the index pays when N * N >= index_cost * want * T.
         #: Namespaces of at most ``exact_max`` vectors are ranked exactly whatever their
         #: share: even an index holding nothing else costs more there.
-        self.exact_max = 5_000
-        self.index_cost = 30.0
+        self.exact_max = 2_000
+        self.index_cost = 50.0
         #: Vectors counted under a namespace at most (a namespace this large takes the
         #: index whatever its share).
         self.count_cap = 200_000
@@ -135,7 +135,7 @@ class Ranker:
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether the lexical list was cut at ``want``."""
+        and whether a list was cut at ``want`` (more candidates would have followed)."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         cut = False
@@ -202,9 +202,7 @@ class Ranker:
         nearest = self.nearest(found, query_vector, want + 1)
         return nearest[:want], len(nearest) > want
 
-    def _approximate_pays(
-        self, index: VectorIndex, base: dict[str, Any], want: int
-    ) -> Plan[bool]:
+    def _approximate_pays(self, index: VectorIndex, base: dict[str, Any], want: int) -> Plan[bool]:
         """Whether the namespace is large enough, in vectors and in its share of the index,
         for the approximate path (counts cached as BM25's statistics are)."""
         key = (base["ns"], index.name)

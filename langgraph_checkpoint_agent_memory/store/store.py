@@ -533,8 +533,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         page = _Page(self, conds, op)
         if page.full:
             return page.items
-        for start in range(0, len(fused), 64):
-            chunk = fused[start : start + 64]
+        # the first read asks for little more than a page: most candidates pass
+        start, size = 0, min(64, 2 * (op.limit + op.offset) + 8)
+        while start < len(fused):
+            chunk = fused[start : start + size]
+            start, size = start + size, 64
             n = len(chunk)
             params: dict[str, Any] = {"now": now}
             for j, ((prefix, key), _) in enumerate(chunk):
