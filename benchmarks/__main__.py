@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         help="LoCoMo data: a folder with locomo-dev.json or the file "
         "(default: $AGENT_MEMORY_LOCOMO, else ../shared/data/locomo)",
     )
+    run.add_argument(
+        "--vectors",
+        type=int,
+        metavar="N",
+        help="items in the large namespace of the stores suite's vector search part "
+        "(default 1,000,000, 20,000 with --quick; a tenth as many go to user namespaces)",
+    )
     commands.add_parser("list", help="list the suites")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -43,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.locomo.exists():
             parser.error(f"--locomo {args.locomo}: no such file or folder")
         os.environ["AGENT_MEMORY_LOCOMO"] = str(args.locomo)
+    if args.vectors is not None:
+        os.environ["AGENT_MEMORY_BENCH_VECTORS"] = str(args.vectors)
     for name in args.suites or list(SUITES):
         started = time.perf_counter()
         print(f"== {name} {'(quick)' if args.quick else ''}", flush=True)

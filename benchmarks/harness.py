@@ -45,14 +45,21 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def interleave(
-    cases: dict[str, Callable[[], Any]], *, rounds: int, per_round: int, seed: int = 1
+    cases: dict[str, Callable[[], Any]],
+    *,
+    rounds: int,
+    per_round: int,
+    seed: int = 1,
+    per_case: dict[str, int] | None = None,
 ) -> Comparison:
-    """Call each case ``per_round`` times per round, cases shuffled every round."""
+    """Call each case ``per_round`` times per round (``per_case`` overrides that for some,
+    the slow ones), cases shuffled every round."""
     rng = random.Random(seed)
     comparison = Comparison(title="")
     names = list(cases)
+    counts = {name: (per_case or {}).get(name, per_round) for name in names}
     for name in names:  # warm-up
-        for _ in range(max(1, per_round // 4)):
+        for _ in range(max(1, counts[name] // 4)):
             cases[name]()
         comparison.samples[name] = []
     clock = time.perf_counter
@@ -60,7 +67,7 @@ def interleave(
         rng.shuffle(names)
         for name in names:
             fn, out = cases[name], comparison.samples[name]
-            for _ in range(per_round):
+            for _ in range(counts[name]):
                 start = clock()
                 fn()
                 out.append(clock() - start)

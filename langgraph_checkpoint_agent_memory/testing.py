@@ -36,6 +36,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -241,6 +242,9 @@ class LocalPostgres:
         fsync: Keep PostgreSQL's fsync on (benchmarks) or off (faster tests; crash safety
             against a killed *client* process does not depend on it).
         base_dir: Where the cluster's temporary folder goes (the system's default otherwise).
+        settings: Server settings on top of the defaults (``shared_buffers`` 128MB,
+            ``max_connections`` 200), e.g. ``{"shared_buffers": "2GB"}`` for a benchmark
+            whose indexes should stay in PostgreSQL's cache.
     """
 
     def __init__(
@@ -249,10 +253,15 @@ class LocalPostgres:
         *,
         fsync: bool = True,
         base_dir: str | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.binaries = server if isinstance(server, PgBinaries) else choose_binaries(server)
         self.bindir = self.binaries.bindir
         self.fsync = fsync
+        self.settings = {"shared_buffers": "128MB", "max_connections": "200", **(settings or {})}
+        for name, value in self.settings.items():
+            if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[\w.]+", str(value)):
+                raise ValueError(f"not a server setting: {name}={value!r}")
         self.as_root = os.geteuid() == 0
         self.os_user = _server_os_user() if self.as_root else getpass.getuser()
         self.user = "postgres" if self.as_root else self.os_user
@@ -334,8 +343,8 @@ class LocalPostgres:
         )
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} "
-            f"-c fsync={'on' if self.fsync else 'off'} -c max_connections=200 "
-            "-c shared_buffers=128MB"
+            f"-c fsync={'on' if self.fsync else 'off'} "
+            + " ".join(f"-c {name}={value}" for name, value in self.settings.items())
         )
         self._run(
             "pg_ctl",

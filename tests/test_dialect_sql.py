@@ -14,7 +14,7 @@ import pytest
 
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db import checkpoint_stats
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig, Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
@@ -229,11 +229,13 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out["store.insert_arrays"] = arrays
     filters_sql, _ = sql.prefilter([(["n"], "$gte", 3)])
     for name, native in (
-        ("vector_search", sql.vector_search(filters_sql)),
+        ("vector_search", sql.vector_search(filters_sql, 8, joined=True)),
+        ("vector_search_unjoined", sql.vector_search("", 8, joined=False)),
         ("fill_vector", d.fill_vector()),
     ):
         if native is not None:
             out[f"store.{name}"] = native
+    out.update(vector_index_statements(d, sql, filters_sql))
     if d.native_vectors:
         vector_row = ("ns", "k", "text#0", b"\0\0\x80?")  # one float32: 1.0
         vectors, written = backfill_statements(
@@ -251,11 +253,50 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     return out
 
 
+def vector_index_statements(d: Dialect, sql: Any, filters: str) -> dict[str, Sql]:
+    """The statements of the approximate index of 8-long vectors, where the dialect has one:
+    its creation (driven over a database that lacks it), a search, the namespace count."""
+    from langgraph_checkpoint_agent_memory.db.database import drive
+
+    out: dict[str, Sql] = {}
+    index = d.ann_index(8, AnnConfig(m=8, ef_construction=32, ef_search=50))
+    if index is None:
+        return out
+
+    def execute(batch: Any) -> list[Any]:
+        for stmt in batch.statements:
+            out[f"store.ann_index#{len(out)}"] = stmt.sql
+        return [
+            [(0,)] if "COUNT(*)" in s.sql.text else [] if s.fetch else 1 for s in batch.statements
+        ]
+
+    assert drive(d.ann_index_plan(index, AnnConfig(), create=True), execute) is True
+    for i, one in enumerate(sql.ann_search(index, filters)):
+        out[f"store.ann_search#{i}"] = one
+    out["store.vector_counts"] = sql.vector_counts(index)
+    if d.native_vectors:
+        out["store.insert_vector_native"] = sql.insert_vector()
+    return out
+
+
+def pgvector_dialect() -> PostgresDialect:
+    """PostgreSQL as a store sees it once setup found pgvector's column."""
+    d = PostgresDialect()
+    d.native_vectors = True
+    return d
+
+
 def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
     import sqlite3
 
     pglast = pytest.importorskip("pglast")
-    for where, sql in store_statements(PostgresDialect()).items():
+    found = {
+        **store_statements(PostgresDialect()),
+        **{f"pgvector.{k}": v for k, v in store_statements(pgvector_dialect()).items()},
+    }
+    assert any("USING hnsw" in s.text for s in found.values())
+    assert any("hnsw.iterative_scan" in s.text for s in found.values())
+    for where, sql in found.items():
         text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)
         try:
             pglast.parse_sql(text)
@@ -271,7 +312,9 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
             conn.execute(f"EXPLAIN {sql.text}", {n: None for n in re.findall(r":(\w+)", sql.text)})
         except sqlite3.Error as exc:  # pragma: no cover - reported
             raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
-    for where, sql in store_statements(HanaDialect()).items():
+    hana = store_statements(HanaDialect())
+    assert any("CREATE HNSW VECTOR INDEX" in s.text for s in hana.values())
+    for where, sql in hana.items():
         upper = sql.text.upper()
         for bad in HANA_FORBIDDEN:
             assert bad not in upper, f"{where} uses {bad!r}: {sql.text}"
@@ -439,50 +482,97 @@ def test_memory_statements_on_every_dialect(tmp_path: Any) -> None:
     assert claims and all(t.endswith("LIMIT 1 FOR UPDATE IGNORE LOCKED") for t in claims)
 
 
+class OfflineHana:
+    """An AgentMemoryStore over the HANA dialect with no server: every statement is
+    recorded, and canned rows answer the ones a search needs."""
+
+    def __init__(self, *, typed_column: bool, vectors_under: int) -> None:
+        from langgraph_checkpoint_agent_memory.db.database import Database, drive
+        from tests.helpers import WordEmbeddings
+
+        self.seen: list[tuple[str, Any]] = []
+
+        def execute(batch: Any) -> list[Any]:
+            out: list[Any] = []
+            for stmt in batch.statements:
+                self.seen.append((stmt.sql.text, stmt.params))
+                text = stmt.sql.text
+                if not stmt.fetch:
+                    out.append(1)
+                elif "SUM(doc_len)" in text:  # an aggregate answers one row
+                    out.append([(2, 4)])
+                elif "SYS.TABLE_COLUMNS" in text:
+                    out.append([(int(typed_column),)])
+                elif "FROM DUMMY" in text:  # the namespace's vector count, the index's
+                    out.append([(vectors_under, 10 * vectors_under)])
+                elif "COSINE_SIMILARITY" in text:
+                    # the index answers as many rows as asked (the rest of the items are
+                    # gone by the time they are read); exact search, what there is
+                    more = [("h", f"z{i}", 0.0) for i in range(48)] if "_8," in text else []
+                    out.append([("h", "b", 0.9), ("h", "a", 0.1), *more])
+                elif text.startswith(f"SELECT {ITEM}"):
+                    out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None) for k in ("a", "b")])
+                else:
+                    out.append([])
+            return out
+
+        class Offline(Database[Any]):
+            dialect = HanaDialect()
+
+            def _run_sync(self, plan: Any) -> Any:
+                return drive(plan, execute)
+
+        self.embed = WordEmbeddings(8)
+        self.store = AgentMemoryStore(
+            Offline(),
+            index={"dims": 8, "embed": self.embed, "fields": ["text"]},
+            weights=(0.0, 1.0),
+            auto_setup=False,
+        )
+        self.store.ranker.exact_max = 100
+
+    def texts(self, needle: str) -> list[tuple[str, Any]]:
+        return [(t, p) for t, p in self.seen if needle in t]
+
+
 def test_hana_store_computes_similarity_in_the_database() -> None:
     """Offline: on HANA a put writes each vector's REAL_VECTOR text form too, and a query
     ranks by COSINE_SIMILARITY in SQL instead of reading every vector under the prefix."""
-    from langgraph_checkpoint_agent_memory.db.database import Database, drive
-    from tests.helpers import WordEmbeddings
-
-    seen: list[tuple[str, Any]] = []
-
-    def execute(batch: Any) -> list[Any]:
-        out: list[Any] = []
-        for stmt in batch.statements:
-            seen.append((stmt.sql.text, stmt.params))
-            text = stmt.sql.text
-            if not stmt.fetch:
-                out.append(1)
-            elif "COSINE_SIMILARITY" in text:
-                out.append([("h", "b", 0.9), ("h", "a", 0.1)])
-            elif text.startswith(f"SELECT {ITEM}"):
-                out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None) for k in ("a", "b")])
-            else:
-                out.append([])
-        return out
-
-    class Offline(Database[Any]):
-        dialect = HanaDialect()
-
-        def _run_sync(self, plan: Any) -> Any:
-            return drive(plan, execute)
-
-    embed = WordEmbeddings(8)
-    store = AgentMemoryStore(
-        Offline(),
-        index={"dims": 8, "embed": embed, "fields": ["text"]},
-        weights=(0.0, 1.0),
-        auto_setup=False,
-    )
+    hana = OfflineHana(typed_column=False, vectors_under=0)
+    store, embed = hana.store, hana.embed
     store.put(("h",), "a", {"text": "alpine hiking"})
-    [(insert, rows)] = [(t, p) for t, p in seen if "INTO am_store_vectors" in t]
-    assert "TO_REAL_VECTOR(:embedding)" in insert
+    assert store.vector_index is None  # no typed column: exact only
+    [(insert, rows)] = hana.texts("INTO am_store_vectors")
+    assert "TO_REAL_VECTOR(:embedding)" in insert and "embedding_8" not in insert
     assert json.loads(rows[0]["embedding"]) == pytest.approx(embed.embed_query("alpine hiking"))
-    seen.clear()
+    hana.seen.clear()
     found = store.search(("h",), query="zebra")
     assert [i.key for i in found] == ["b", "a"]
-    native = [(t, p) for t, p in seen if "COSINE_SIMILARITY" in t]
+    native = hana.texts("COSINE_SIMILARITY")
     assert len(native) == 1 and native[0][1]["n"] >= 10
+    assert "COSINE_SIMILARITY(v.embedding," in native[0][0]
     assert json.loads(native[0][1]["query_vector"]) == pytest.approx(embed.embed_query("zebra"))
-    assert not any("SELECT v.prefix, v.key, v.vector" in t for t, _ in seen)  # no full read
+    assert not hana.texts("SELECT v.prefix, v.key, v.vector")  # no full read
+
+
+@pytest.mark.parametrize("vectors_under", [50, 5000])
+def test_hana_store_searches_a_large_namespace_through_its_hnsw_index(
+    vectors_under: int,
+) -> None:
+    """Offline: where the typed column of the store's dimension count exists (it carries
+    the HNSW index), a put fills it too; a search of a namespace above the switch ranks
+    through it, a small one exactly through the generic column."""
+    hana = OfflineHana(typed_column=True, vectors_under=vectors_under)
+    store = hana.store
+    store.put(("h",), "a", {"text": "alpine hiking"})
+    assert store.vector_index == "am_store_vectors_hnsw_8"
+    [(insert, rows)] = hana.texts("INTO am_store_vectors")
+    assert "embedding_8" in insert and rows[0]["embedding_8"] == rows[0]["embedding"]
+    hana.seen.clear()
+    assert [i.key for i in store.search(("h",), query="zebra")] == ["b", "a"]
+    [(search, params)] = hana.texts("COSINE_SIMILARITY")
+    if vectors_under > store.ranker.exact_max:
+        assert "COSINE_SIMILARITY(v.embedding_8," in search and "ORDER BY sim DESC" in search
+        assert params["n"] == 50  # candidates times one field
+    else:
+        assert "COSINE_SIMILARITY(v.embedding," in search

@@ -198,6 +198,23 @@ def test_exact_search_survives_a_selective_filter(make_store: Callable[..., Any]
     assert sorted(keys(found)) == sorted(f"k{i}" for i in range(7, 200, 50))
 
 
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_filter_the_database_cannot_narrow_still_fills_the_page(
+    make_store: Callable[..., Any], indexed: bool
+) -> None:
+    """$in is decided exactly in Python after a looser pre-filter: when it keeps few of the
+    ranked candidates, the search ranks again with more of them, until the page is full."""
+    store = make_store(index=INDEX if indexed else None)
+    store.batch(
+        [
+            PutOp(("many",), f"k{i}", {"text": f"note {i} about trains", "tag": i % 25})
+            for i in range(300)
+        ]
+    )
+    found = store.search(("many",), query="trains", filter={"tag": {"$in": [3, 4]}}, limit=20)
+    assert len(found) == 20 and {i.value["tag"] for i in found} == {3, 4}
+
+
 def test_ttl_hides_at_once_refreshes_and_sweeps(make_store: Callable[..., Any]) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(ttl={"default_ttl": 1.0}, clock=clock)  # one minute

@@ -81,6 +81,35 @@ def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., Any]) ->
     assert keys(store.search(("u",), query="tea")) == ["c"]
 
 
+def test_corpus_statistics_are_cached_when_no_term_matches() -> None:
+    """A query none of whose words the namespace holds (a vector search's text, often) reads
+    the corpus statistics once, not on every call."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    store = create_store()
+    store.put(("m",), "a", {"text": "moving to munich"})
+    seen: list[str] = []
+    run = store.db.run
+
+    def recording(plan: Any) -> Any:
+        def watched() -> Any:
+            result = None
+            while True:
+                try:
+                    batch = plan.send(result)
+                except StopIteration as stop:
+                    return stop.value
+                seen.extend(s.sql.text for s in batch.statements)
+                result = yield batch
+
+        return run(watched())
+
+    store.db.run = recording  # type: ignore[method-assign]
+    for _ in range(3):
+        assert store.search(("m",), query="zanzibar") == []
+    assert sum("SUM(doc_len)" in text for text in seen) == 1
+
+
 def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:
     store = make_store()
     store.put(("p",), "x", {"text": "quantum chromodynamics"})

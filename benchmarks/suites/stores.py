@@ -11,15 +11,17 @@ three tags, each of which is in almost half the items: the worst case for any te
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import sqlite3
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import bar_chart, interleave, print_table, write_results
-from benchmarks.suites.data import ZipfText
+from benchmarks.suites.data import ZipfText, query_text
 from benchmarks.suites.savers import _round_trip_floor, postgres
 from langgraph_checkpoint_agent_memory import create_store
 
@@ -163,3 +165,351 @@ def run(*, quick: bool, out: Path) -> None:
     )
     write_results(out, "stores", results)
     bar_chart(out, "stores", chart, "median µs per call")
+    run_vectors(quick=quick, out=out)
+
+
+# -- vector search at scale ----------------------------------------------------------------
+
+#: Items of the large namespace (``python -m benchmarks run stores --vectors N``).
+VECTORS_ENV = "AGENT_MEMORY_BENCH_VECTORS"
+DIMS = 256
+#: Queries whose results are compared with exact search for recall@10.
+RECALL_QUERIES = 100
+
+
+def vector_sizes(quick: bool) -> tuple[int, int, list[int]]:
+    """Items in the large namespace, items over user namespaces of 100 (a tenth as many),
+    and the sizes of the mid namespaces that place the switch between the paths."""
+    big = int(os.environ.get(VECTORS_ENV) or (20_000 if quick else 1_000_000))
+    mids = [n for n in (1_000, 3_000, 10_000, 30_000, 100_000) if n <= max(3_000, big // 10)]
+    return big, max(100, big // 10 // 100 * 100), mids
+
+
+def _vector_store(url: str, embed: Any, kind: str, **ann: Any) -> Any:
+    return create_store(
+        url,
+        index={
+            "dims": DIMS,
+            "embed": embed,
+            "fields": ["id"],
+            "ann_index_config": {"kind": kind, **ann},
+        },
+        weights=(0.0, 1.0),  # the vector ranking alone: recall is the index's
+    )
+
+
+def _load(store: Any, items: list[tuple[tuple[str, ...], str, dict[str, Any]]]) -> float:
+    """Put ``items`` through ``store.batch``, 500 at a time from two threads (a writer per
+    core); seconds taken."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph.store.base import PutOp
+
+    def put(start: int) -> None:
+        store.batch([PutOp(ns, key, value) for ns, key, value in items[start : start + 500]])
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(put, range(0, len(items), 500)))
+    return time.perf_counter() - started
+
+
+def _previous_release(store: Any) -> Any:
+    """``store`` searching as the release before the namespace index on vectors did:
+    numpy over the namespace's vectors, read by joining every item under the namespace
+    (a prefix range no index could walk). The statement is the one that release sent."""
+    statements = store.statements
+    store.dialect.native_vectors = False
+
+    def vectors(filters: str) -> Any:
+        return statements.text(
+            ("vectors_previous_release", filters),
+            lambda: (
+                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
+                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {statements.on_items(filters)}"
+            ),
+        )
+
+    statements.vectors = vectors
+    return store
+
+
+def _keys(found: list[Any]) -> list[str]:
+    return [item.key for item in found]
+
+
+def run_vectors(*, quick: bool, out: Path) -> None:
+    """1M items with 256-dimension vectors in one namespace and 100k over 1,000 user
+    namespaces (``--vectors`` scales both), on PostgreSQL with pgvector: build time, and
+    search p50/p99 and recall@10 of the HNSW path against exact ranking, interleaved with
+    exact search in SQL and the exact numpy path (what runs without pgvector)."""
+    import psycopg
+
+    from benchmarks.suites.data import ClusteredVectors, TableEmbeddings
+
+    with ExitStack() as stack:
+        try:
+            fresh_pg = stack.enter_context(postgres("pgvector"))
+        except RuntimeError as exc:  # no server with pgvector here
+            print(f"\nvector search skipped: {exc}")
+            return
+        _run_vectors(
+            quick=quick,
+            out=out,
+            fresh_pg=fresh_pg,
+            psycopg=psycopg,
+            data=(ClusteredVectors, TableEmbeddings),
+        )
+
+
+def _run_vectors(
+    *, quick: bool, out: Path, fresh_pg: Any, psycopg: Any, data: tuple[Any, Any]
+) -> None:
+    clustered, table = data
+    big, users, mids = vector_sizes(quick)
+    spaces = users // 100
+    rounds = 3 if quick else 10
+    generator = clustered(dims=DIMS, clusters=max(50, big // 1000))
+    started = time.perf_counter()
+    documents = generator.points(big + users + sum(mids))
+    queries = generator.points(200)
+    embed = table(documents, queries)
+    print(
+        f"\nvectors: {big:,} + {users:,} over {spaces} user namespaces + mid {mids}, "
+        f"generated in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    results: dict[str, Any] = {
+        "quick": quick,
+        "items": big,
+        "user_items": users,
+        "user_namespaces": spaces,
+        "dims": DIMS,
+    }
+    url = fresh_pg()
+    big_ns = ("bench", "big")
+    items = [(big_ns, f"k{i}", {"id": f"v{i}", "tag": i % 10}) for i in range(big)]
+    at = big
+    for size in mids:
+        items += [
+            (("mid", f"n{size}"), f"k{at + j}", {"id": f"v{at + j}", "tag": j % 10})
+            for j in range(size)
+        ]
+        at += size
+    rest: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
+    for u in range(spaces):
+        rest += [
+            (("users", f"u{u:04d}"), f"k{at + j}", {"id": f"v{at + j}", "tag": j % 10})
+            for j in range(100)
+        ]
+        at += 100
+
+    # build: the large and mid namespaces loaded without the index, which is then built over
+    # them (faster than inserting into the graph item by item); the users put with it there
+    flat = _vector_store(url, embed, "flat")
+    flat.setup()
+    load_s = _load(flat, items)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} SET maintenance_work_mem = '2GB'")
+    started = time.perf_counter()
+    hnsw = _vector_store(url, embed, "hnsw")
+    hnsw.setup()
+    build_s = time.perf_counter() - started
+    incremental_s = _load(hnsw, rest)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        sizes = conn.execute(
+            "SELECT pg_total_relation_size('am_store_vectors'), pg_relation_size(%s)",
+            (hnsw.vector_index,),
+        ).fetchone()
+    results["build"] = {
+        "load_items": len(items),
+        "load_s": load_s,
+        "index_s": build_s,
+        "put_with_index_items": len(rest),
+        "put_with_index_s": incremental_s,
+        "vectors_table_bytes": sizes[0],
+        "hnsw_index_bytes": sizes[1],
+        "maintenance_work_mem": "2GB",
+    }
+    print(
+        f"build: {len(items):,} items put in {load_s:.0f} s ({len(items) / load_s:,.0f}/s) "
+        "without the "
+        f"index, HNSW index built in {build_s:.0f} s, {len(rest):,} more put with it in "
+        f"{incremental_s:.0f} s ({len(rest) / incremental_s:,.0f}/s); vectors table "
+        f"{sizes[0] / 2**20:,.0f} MB with index {sizes[1] / 2**20:,.0f} MB",
+        flush=True,
+    )
+
+    exact = flat
+    numpy_path = _vector_store(url, embed, "flat")
+    numpy_path.setup()
+    numpy_path.dialect.native_vectors = False  # as on a server without pgvector
+    previous = _vector_store(url, embed, "flat")
+    previous.setup()
+    _previous_release(previous)
+    forced = _vector_store(url, embed, "hnsw")  # the index whatever the namespace's size
+    forced.setup()
+    forced.ranker.exact_max, forced.ranker.index_cost = 0, 0.0
+    stores = {
+        "hnsw": hnsw,
+        "exact-sql": exact,
+        "numpy": numpy_path,
+        "previous-release": previous,
+        "hnsw-forced": forced,
+    }
+    ask = itertools.cycle(range(len(queries)))
+    user = itertools.cycle(range(spaces))
+
+    def search(store: Any, ns: Any, flt: Any = None) -> Any:
+        return lambda: store.search(
+            ns() if callable(ns) else ns, query=query_text(next(ask)), filter=flt, limit=10
+        )
+
+    def user_ns() -> tuple[str, ...]:
+        return ("users", f"u{next(user):04d}")
+
+    slow = {"exact-sql": 2, "numpy": 1, "previous-release": 1}
+    scenarios: list[tuple[str, Any, Any, list[str]]] = [
+        (f"{big:,} in one namespace", big_ns, None, ["hnsw", "exact-sql", "numpy"]),
+        (f"{big:,}, filter keeping 10%", big_ns, {"tag": 3}, ["hnsw", "exact-sql"]),
+        (
+            f"user namespace of 100 ({spaces})",
+            user_ns,
+            None,
+            ["hnsw", "exact-sql", "numpy", "previous-release"],
+        ),
+    ]
+    scenarios += [
+        (
+            f"namespace of {n:,} ({n / (big + users + sum(mids)):.1%} of the index)",
+            ("mid", f"n{n}"),
+            None,
+            ["hnsw-forced", "exact-sql"],
+        )
+        for n in mids
+    ]
+    rows: list[tuple[str, ...]] = []
+    for title, ns, flt, names in scenarios:
+        per_round = 20
+        comparison = interleave(
+            {name: search(stores[name], ns, flt) for name in names},
+            rounds=rounds,
+            per_round=per_round,
+            per_case={n: c for n, c in slow.items() if n in names and ns == big_ns},
+        )
+        summary = comparison.summary()
+        recall = _recall(stores, names, ns, flt, quick, spaces)
+        path = _path(hnsw, ns)
+        results[title] = {"latency": summary, "recall_at_10": recall, "hnsw_store_path": path}
+        for name in names:
+            rows.append(
+                (
+                    title,
+                    name if name != "hnsw" else f"hnsw ({path})",
+                    f"{summary[name]['median_us'] / 1000:.2f}",
+                    f"{summary[name]['p99_us'] / 1000:.2f}",
+                    str(summary[name]["n"]),
+                    f"{recall[name]:.3f}" if name in recall else "",
+                )
+            )
+        print(f"  {title}: done", flush=True)
+    results["ann_fallbacks"] = {n: s.ranker.ann_fallbacks for n, s in stores.items()}
+    for store in stores.values():
+        store.close()
+    sizes = [n for n in mids if n <= 30_000]
+    rows += _switch_by_size(psycopg, fresh_pg, clustered, table, sizes, rounds, results)
+    print_table(
+        "vector search (store.search, limit 10), ms; recall@10 against exact ranking",
+        rows,
+        ("namespace", "path", "p50", "p99", "n", "recall@10"),
+    )
+    write_results(out, "stores-vectors", results)
+
+
+def _switch_by_size(
+    psycopg: Any,
+    fresh_pg: Any,
+    clustered: Any,
+    table: Any,
+    sizes: list[int],
+    rounds: int,
+    results: dict[str, Any],
+) -> list[tuple[str, ...]]:
+    """Where the index starts to pay when the namespace is the whole index: one database
+    per size, the index against exact search in SQL."""
+    rows: list[tuple[str, ...]] = []
+    for size in sizes:
+        generator = clustered(dims=DIMS, clusters=max(50, size // 1000), seed=size)
+        embed = table(generator.points(size), generator.points(200))
+        url = fresh_pg()
+        exact = _vector_store(url, embed, "flat")
+        exact.setup()
+        _load(exact, [(("solo",), f"k{i}", {"id": f"v{i}"}) for i in range(size)])
+        forced = _vector_store(url, embed, "hnsw")
+        forced.setup()
+        forced.ranker.exact_max, forced.ranker.index_cost = 0, 0.0
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ANALYZE")  # as autovacuum would: without statistics, joins stray
+        ask = itertools.cycle(range(200))
+        stores = {"hnsw-forced": forced, "exact-sql": exact}
+        summary = interleave(
+            {
+                name: (
+                    lambda s=store, a=ask: s.search(("solo",), query=query_text(next(a)), limit=10)
+                )
+                for name, store in stores.items()
+            },
+            rounds=rounds,
+            per_round=20,
+        ).summary()
+        recall = _recall(stores, list(stores), ("solo",), None, True, 1)
+        title = f"namespace of {size:,} (the whole index)"
+        results[title] = {"latency": summary, "recall_at_10": recall}
+        for name in stores:
+            rows.append(
+                (
+                    title,
+                    name,
+                    f"{summary[name]['median_us'] / 1000:.2f}",
+                    f"{summary[name]['p99_us'] / 1000:.2f}",
+                    str(summary[name]["n"]),
+                    f"{recall[name]:.3f}" if name in recall else "",
+                )
+            )
+        for store in stores.values():
+            store.close()
+    return rows
+
+
+def _recall(
+    stores: dict[str, Any], names: list[str], ns: Any, flt: Any, quick: bool, spaces: int
+) -> dict[str, float]:
+    """Mean overlap of each path's top 10 with exact search's, over the same queries (in
+    as many user namespaces as queries, for the user case)."""
+    found: dict[str, float] = {}
+    n = 20 if quick else RECALL_QUERIES
+    for name in names:
+        if not name.startswith("hnsw"):  # the exact paths rank exactly by construction
+            continue
+        total = 0.0
+        for j in range(n):
+            where = ("users", f"u{j * 7 % spaces:04d}") if callable(ns) else ns
+            query = {"query": query_text(j), "filter": flt, "limit": 10}
+            truth = set(_keys(stores["exact-sql"].search(where, **query)))
+            got = _keys(stores[name].search(where, **query))
+            total += len(truth & set(got)) / max(1, len(truth))
+        found[name] = total / n
+    return found
+
+
+def _path(store: Any, ns: Any) -> str:
+    """Which path the store's switch took for ``ns`` (its cached count decides)."""
+    where = ns() if callable(ns) else ns
+    store.search(where, query=query_text(0), limit=10)
+    index = store.ranker.vector_index
+    counts = store.ranker.vector_counts.get((".".join(where), index.name)) if index else None
+    if counts is None:
+        return "exact"
+    takes = store.ranker.takes_index(counts[0], counts[1], store.ranker.ranking.candidates)
+    return "index" if takes else "exact"

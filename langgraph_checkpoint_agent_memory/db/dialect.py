@@ -16,16 +16,112 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.db.database import Plan
+
 #: Column names (of a key, of an insert, of the columns an upsert overwrites).
 Columns: TypeAlias = Sequence[str]
 #: The SELECT whose rows an ``INSERT ... SELECT`` writes.
 Source: TypeAlias = "sa.Select[Any]"
+
+
+#: The approximate (ANN) index kinds a store's ``index`` may ask for: ``"hnsw"`` (the default,
+#: where the database offers it) or ``"flat"`` (none: exact similarity only).
+ANN_KINDS = ("hnsw", "flat")
+#: Vector types an HNSW index may hold on PostgreSQL: pgvector's ``vector`` indexes at most
+#: 2,000 dimensions, ``halfvec`` (half precision) at most 4,000.
+VECTOR_TYPES = ("vector", "halfvec")
+#: The most dimensions pgvector's HNSW index takes, per vector type.
+HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
+#: The HNSW parameter ranges every database here accepts (pgvector's, inside SAP HANA's).
+ANN_RANGES = {"m": (4, 100), "ef_construction": (8, 1000), "ef_search": (1, 1000)}
+
+
+@dataclass(frozen=True)
+class AnnConfig:
+    """How a store's vectors are indexed for approximate search: LangGraph's
+    ``PostgresIndexConfig["ann_index_config"]`` (``kind``, ``vector_type``, ``m``,
+    ``ef_construction``), plus ``ef_search``, the breadth of each search.
+
+    Example:
+        >>> AnnConfig.parse({"m": 32, "ef_search": 200}).ef_search
+        200
+    """
+
+    kind: str = "hnsw"
+    #: ``None``: ``vector`` up to 2,000 dimensions, ``halfvec`` above (PostgreSQL).
+    vector_type: str | None = None
+    m: int = 16
+    ef_construction: int = 64
+    ef_search: int = 100
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> AnnConfig:
+        """An ``ann_index_config`` mapping, checked; ``ConfigurationError`` names what is
+        wrong."""
+        raw = dict(raw or {})
+        kind = str(raw.pop("kind", "hnsw"))
+        if kind not in ANN_KINDS:
+            raise ConfigurationError(
+                f"ann_index_config kind must be one of {', '.join(ANN_KINDS)}, not {kind!r}"
+            )
+        vector_type = raw.pop("vector_type", None)
+        if vector_type is not None and vector_type not in VECTOR_TYPES:
+            raise ConfigurationError(
+                f"ann_index_config vector_type must be one of {', '.join(VECTOR_TYPES)}, "
+                f"not {vector_type!r}"
+            )
+        numbers: dict[str, int] = {}
+        for name, (low, high) in ANN_RANGES.items():
+            if name not in raw:
+                continue
+            value = raw.pop(name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(
+                    f"ann_index_config {name} must be an integer from {low} to {high}, "
+                    f"not {value!r}"
+                )
+            numbers[name] = value
+        if raw:
+            raise ConfigurationError(
+                f"unknown ann_index_config keys: {', '.join(sorted(map(str, raw)))}"
+            )
+        config = cls(kind=kind, vector_type=vector_type, **numbers)
+        if config.ef_construction < 2 * config.m:
+            raise ConfigurationError(
+                "ann_index_config ef_construction must be at least twice m "
+                f"({config.ef_construction} < 2 * {config.m})"
+            )
+        return config
+
+
+@dataclass(frozen=True)
+class VectorIndex:
+    """An approximate (HNSW) index over the stored vectors of one dimension count, as a
+    dialect builds and searches it.
+
+    Attributes:
+        name: The index's name in the database.
+        dims: The dimension count of the vectors it holds.
+        vector_type: The type it holds them as (``vector`` or ``halfvec`` on PostgreSQL,
+            ``REAL_VECTOR`` on SAP HANA).
+        column: The SQL expression it indexes, over the vectors table as ``v``.
+        ef_search: The breadth of each search (the index's candidate list).
+    """
+
+    name: str
+    dims: int
+    vector_type: str
+    column: str
+    ef_search: int
 
 
 @dataclass(frozen=True)
@@ -262,11 +358,26 @@ class Dialect:
 
     #: Whether vectors also live in a native vector column (``embedding``), written from
     #: the text form ``[x, y, ...]`` passed as ``:embedding``, so similarity runs in SQL.
+    #: A class setting where the database always has one (SAP HANA); on PostgreSQL it is
+    #: found out at setup (:meth:`vectors_plan`), as pgvector may or may not be installed.
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:
-        """DDL adding the native vector column to ``am_store_vectors``."""
+        """DDL adding the native vector column to ``am_store_vectors`` (store version 4)."""
         return []
+
+    def vector_index_ddl(self) -> list[str]:
+        """DDL of store version 5: what approximate vector search needs on this database
+        (PostgreSQL: the pgvector column where the extension is there or can be created)."""
+        return []
+
+    def vectors_plan(self, *, create: bool = True) -> Plan[None]:
+        """Run at every setup: bring native vector support up to what the database offers
+        now (an extension installed since the last migration) and record it in
+        :attr:`native_vectors`; without ``create``, only find out. Nothing to do by
+        default."""
+        return
+        yield  # pragma: no cover
 
     def insert_vector(self) -> Sql | None:
         """The vector insert when :attr:`native_vectors` (``None``: the generic one)."""
@@ -276,12 +387,47 @@ class Dialect:
         """Set the native vector column of one stored vector from ``:embedding``."""
         return None
 
-    def vector_search(self, filters: str, where: str) -> Sql | None:
-        """Exact best ``:n`` items by cosine similarity to ``:query_vector`` (text form),
-        computed in the database: ``(prefix, key, similarity)`` of the vectors ``v`` whose
-        item ``i`` meets ``where`` (built from ``filters``, the cache key). ``None``: the
-        store computes it in numpy."""
+    def vector_row(self, row: dict[str, Any]) -> None:
+        """Add to a vector row (``vector`` bytes, ``embedding`` text) whatever else
+        :meth:`insert_vector` binds."""
+
+    def vector_under(self) -> str:
+        """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
+        return self.under("v.prefix")
+
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+        """Exact similarity to ``:query_vector`` (text form) computed in the database:
+        ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
+        (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
+        ``where`` (built from ``filters``, the cache key); otherwise ``where`` is the
+        namespace alone and the items are not read (the store drops expired ones after).
+        ``None``: the store computes it in numpy."""
         return None
+
+    def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
+        """The approximate index this database would keep for ``dims``-long vectors, or
+        ``None`` where it has none (no vector index type, too many dimensions, or
+        ``kind="flat"``)."""
+        return None
+
+    def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
+        """Whether ``index`` is there and usable; with ``create``, build it first when it is
+        missing (once, however many processes set up at once)."""
+        return False
+        yield  # pragma: no cover
+
+    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+        """The statements of one approximate search through ``index``, sent in one
+        transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
+        ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
+        meets ``where``; it reads the index further while filtered rows leave fewer than
+        ``:n``."""
+        raise NotImplementedError
+
+    def vector_counts(self, index: VectorIndex) -> Sql:
+        """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
+        about how many ``index`` holds in all."""
+        raise NotImplementedError
 
     def insert_arrays(self, table: sa.Table) -> Sql | None:
         """One INSERT of many rows whose parameters are one list per column (a postings

@@ -10,6 +10,8 @@ by itself on HANA, so a migration that finds its table already created counts it
 
 from __future__ import annotations
 
+import json
+import logging
 import queue
 import threading
 from collections.abc import Iterator
@@ -22,15 +24,19 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import (
+    AnnConfig,
     Columns,
     Dialect,
     Source,
     Sql,
+    VectorIndex,
     values_params,
 )
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 #: hdbcli error codes meaning "that object already exists".
 ALREADY_EXISTS = {288, 289, 307}
@@ -62,19 +68,33 @@ class HanaDialect(Dialect):
 
     native_vectors = True
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: The dimension counts that have a typed column (``embedding_<dims>``) with an HNSW
+        #: index, as found at setup: every vector of such a length is written to it too.
+        self.indexed_dims: frozenset[int] = frozenset()
+
     def vector_ddl(self) -> list[str]:
         # HANA Cloud's vector engine: exact COSINE_SIMILARITY in the database, so a search
         # reads the best rows, not every vector under the namespace
         return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
 
     def insert_vector(self) -> Sql:
-        return self.sql(
-            "insert_vector_native",
-            lambda: (
-                "INSERT INTO am_store_vectors (prefix, key, field, vector, embedding) VALUES "
-                "(:prefix, :key, :field, :vector, TO_REAL_VECTOR(:embedding))"
-            ),
-        )
+        typed = sorted(self.indexed_dims)
+
+        def build() -> str:
+            columns = "".join(f", embedding_{d}" for d in typed)
+            values = "".join(f", TO_REAL_VECTOR(:embedding_{d})" for d in typed)
+            return (
+                f"INSERT INTO am_store_vectors (prefix, key, field, vector, embedding{columns}) "
+                f"VALUES (:prefix, :key, :field, :vector, TO_REAL_VECTOR(:embedding){values})"
+            )
+
+        return self.sql(("insert_vector_native", tuple(typed)), build)
+
+    def vector_row(self, row: dict[str, Any]) -> None:
+        for dims in self.indexed_dims:
+            row[f"embedding_{dims}"] = row["embedding"] if len(row["vector"]) == 4 * dims else None
 
     def fill_vector(self) -> Sql:
         return self.sql(
@@ -85,15 +105,112 @@ class HanaDialect(Dialect):
             ),
         )
 
-    def vector_search(self, filters: str, where: str) -> Sql:
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql:
+        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
         return self.sql(
-            ("vector_search", filters),
+            ("vector_search", filters, dims, joined),
             lambda: (
-                "SELECT v.prefix, v.key, MAX(COSINE_SIMILARITY(v.embedding, "
-                "TO_REAL_VECTOR(:query_vector))) AS sim FROM am_store_vectors v "
-                "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
-                f"WHERE {where} AND v.embedding IS NOT NULL "
-                "GROUP BY v.prefix, v.key ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
+                "SELECT v.prefix, v.key, COSINE_SIMILARITY(v.embedding, "
+                f"TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v{items} "
+                f"WHERE {where} AND v.embedding IS NOT NULL AND LENGTH(v.vector) = {4 * dims} "
+                "ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
+            ),
+        )
+
+    # SAP HANA Cloud's HNSW vector index (CREATE HNSW VECTOR INDEX, QRC 3/2024 and later)
+    # needs one dimension count per column, while am_store_vectors holds the vectors of every
+    # store on the database. So each dimension count gets a typed column, embedding_<dims>,
+    # filled with the vectors of that length, and an index on it: the same design as
+    # PostgreSQL's partial index per dimension count.
+
+    def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
+        if config.kind != "hnsw":
+            return None
+        return VectorIndex(
+            name=f"am_store_vectors_hnsw_{int(dims)}",
+            dims=int(dims),
+            vector_type="REAL_VECTOR",
+            column=f"v.embedding_{int(dims)}",
+            ef_search=config.ef_search,
+        )
+
+    def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
+        column = f"embedding_{index.dims}"
+        probe = Stmt(
+            self.sql(
+                "ann_column_exists",
+                lambda: (
+                    "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+                    "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
+                ),
+            ),
+            {"column": column.upper()},
+            fetch=True,
+        )
+        [rows] = yield Batch([probe])
+        exists = bool(rows[0][0])
+        if create:
+            if not exists:
+                add = f"ALTER TABLE am_store_vectors ADD ({column} REAL_VECTOR({index.dims}))"
+                try:
+                    yield Batch(
+                        [Stmt(self.sql(("ann_column", index.dims), lambda: add))], write=True
+                    )
+                except Exception as exc:  # a concurrent setup added it first
+                    if _error_code(exc) not in ALREADY_EXISTS:
+                        raise
+            fill = (
+                f"UPDATE am_store_vectors SET {column} = embedding WHERE {column} IS NULL "
+                f"AND embedding IS NOT NULL AND LENGTH(vector) = {4 * index.dims}"
+            )
+            yield Batch([Stmt(self.sql(("ann_fill", index.dims), lambda: fill))], write=True)
+            build = json.dumps({"M": config.m, "efConstruction": config.ef_construction})
+            search = json.dumps({"efSearch": config.ef_search})
+            ddl = (
+                f"CREATE HNSW VECTOR INDEX {index.name} ON am_store_vectors ({column}) "
+                f"SIMILARITY FUNCTION COSINE_SIMILARITY BUILD CONFIGURATION '{build}' "
+                f"SEARCH CONFIGURATION '{search}' ONLINE"
+            )
+            try:
+                yield Batch(
+                    [Stmt(self.sql(("ann_index", index.name, build, search), lambda: ddl))],
+                    write=True,
+                )
+            except Exception as exc:
+                if _error_code(exc) not in ALREADY_EXISTS:
+                    # a HANA without the HNSW index: the typed column still ranks exactly
+                    logger.warning(
+                        "no HNSW vector index on this SAP HANA (%s): similarity search over "
+                        "%s stays exact",
+                        exc,
+                        column,
+                    )
+            exists = True
+        if exists:
+            self.indexed_dims = self.indexed_dims | {index.dims}
+        return exists
+
+    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+        return [
+            self.sql(
+                ("ann_search", index.name, filters),
+                lambda: (
+                    f"SELECT v.prefix, v.key, COSINE_SIMILARITY({index.column}, "
+                    "TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v "
+                    "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                    f"WHERE {where} AND {index.column} IS NOT NULL "
+                    "ORDER BY sim DESC LIMIT :n"
+                ),
+            )
+        ]
+
+    def vector_counts(self, index: VectorIndex) -> Sql:
+        return self.sql(
+            ("vector_counts", index.name),
+            lambda: (
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
+                f"{self.vector_under()} LIMIT :cap) s), (SELECT COUNT(*) FROM am_store_vectors "
+                f"WHERE embedding_{index.dims} IS NOT NULL) FROM DUMMY"
             ),
         )
 

@@ -91,6 +91,8 @@ def _store_terms(d: Dialect) -> list[str]:
 TERMS_VERSION = 3
 #: The store version that added native vector columns (vectors older than it are converted).
 VECTORS_VERSION = 4
+#: The store version that prepared approximate vector search (pgvector's column).
+VECTOR_INDEX_VERSION = 5
 #: Items indexed per transaction when the lexical index is filled for items older than it.
 BACKFILL_BATCH = 500
 
@@ -131,6 +133,9 @@ class Component:
 def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
     if TERMS_VERSION in applied:
         yield from _index_existing_items(dialect)
+    if VECTOR_INDEX_VERSION in applied:
+        # what the database offers now: pgvector may have been installed since
+        yield from dialect.vectors_plan()
     if VECTORS_VERSION in applied and dialect.native_vectors:
         yield from _convert_existing_vectors(dialect)
 
@@ -233,6 +238,10 @@ STORE = Component(
         Step(TERMS_VERSION, "store lexical index", _store_terms),
         # Databases with a vector type keep each vector in it too, for similarity in SQL.
         Step(VECTORS_VERSION, "store native vector column", lambda d: d.vector_ddl()),
+        # PostgreSQL: pgvector's column where the extension is there or can be created (the
+        # HNSW index of each dimension count comes when a store of that dimension sets up),
+        # and a namespace index on vectors in byte order, for exact search in a namespace.
+        Step(VECTOR_INDEX_VERSION, "store vector search index", lambda d: d.vector_index_ddl()),
     ),
     _store_backfill,
 )
@@ -465,12 +474,17 @@ class SchemaOnFirstUse:
 
     def setup(self) -> None:
         """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        self.db.run(migrate_plan(self.dialect, self._clock(), self.components))
+        self.db.run(self._setup_plan())
         self._setup_done = True
 
     async def asetup(self) -> None:
-        await self.db.arun(migrate_plan(self.dialect, self._clock(), self.components))
+        await self.db.arun(self._setup_plan())
         self._setup_done = True
+
+    def _setup_plan(self) -> Plan[Any]:
+        """What ``setup()`` runs: the components' migrations (and, for an owner that adds
+        to it, whatever else it keeps in the database)."""
+        return migrate_plan(self.dialect, self._clock(), self.components)
 
     def _ready(self) -> None:
         if not self._setup_done and self.auto_setup:

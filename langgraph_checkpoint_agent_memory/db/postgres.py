@@ -6,16 +6,64 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite, Sql
+from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import (
+    HNSW_MAX_DIMS,
+    AnnConfig,
+    Dialect,
+    FastWrite,
+    Sql,
+    VectorIndex,
+)
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.db.database import Plan
+
+logger = logging.getLogger(__name__)
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+
+#: Where pgvector is installed, or can be: the extension created, and the ``embedding``
+#: column (an untyped ``vector``, so stores of any dimension share the table; each dimension
+#: count gets its own partial HNSW index) added, kept inline in the row (``MAIN``) rather
+#: than in TOAST, so exact search does not fetch each vector from a second table. A role
+#: that may not create the extension leaves the store on exact search. The partial index
+#: finds the vectors written before the column existed, for their conversion.
+PGVECTOR_SETUP = (
+    "DO $$ BEGIN "
+    "IF to_regtype('vector') IS NULL AND EXISTS "
+    "(SELECT 1 FROM pg_available_extensions WHERE name = 'vector') THEN "
+    "BEGIN CREATE EXTENSION IF NOT EXISTS vector; "
+    "EXCEPTION WHEN insufficient_privilege THEN RAISE NOTICE "
+    "'pgvector is available but this role may not create it: vector search stays exact'; "
+    "END; END IF; "
+    "IF to_regtype('vector') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute "
+    "WHERE attrelid = 'am_store_vectors'::regclass AND attname = 'embedding' "
+    "AND NOT attisdropped) THEN "
+    "EXECUTE 'ALTER TABLE am_store_vectors ADD COLUMN embedding vector'; "
+    "EXECUTE 'ALTER TABLE am_store_vectors ALTER COLUMN embedding SET STORAGE MAIN'; "
+    "EXECUTE 'CREATE INDEX am_store_vectors_unconverted ON am_store_vectors (prefix) "
+    "WHERE embedding IS NULL'; "
+    "END IF; END $$"
+)
+#: What the database offers: the ``vector`` type, the ``embedding`` column, the extension.
+PGVECTOR_STATE = (
+    "SELECT to_regtype('vector') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute "
+    "WHERE attrelid = to_regclass('am_store_vectors') AND attname = 'embedding' "
+    "AND NOT attisdropped), EXISTS (SELECT 1 FROM pg_available_extensions "
+    "WHERE name = 'vector')"
+)
+#: A namespace index in byte order, which the prefix range of :meth:`vector_under` can
+#: walk (the primary key's collation is the database's, which that range cannot use).
+VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
 
 
 class PostgresDialect(Dialect):
@@ -47,6 +95,163 @@ class PostgresDialect(Dialect):
 
     def param(self, name: str) -> str:
         return f"%({name})s"
+
+    # -- vectors: pgvector where the database has it ----------------------------------------
+
+    def vector_index_ddl(self) -> list[str]:
+        return [VECTOR_NAMESPACE_INDEX, PGVECTOR_SETUP]
+
+    def vectors_plan(self, *, create: bool = True) -> Plan[None]:
+        state = Stmt(self.sql("pgvector_state", lambda: PGVECTOR_STATE), fetch=True)
+        [rows] = yield Batch([state])
+        has_type, has_column, available = rows[0]
+        if create and not has_column and (has_type or available):
+            # installed (or installable) since the migration ran: add the column now
+            lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+            yield Batch(
+                [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
+            )
+            [rows] = yield Batch([state])
+            has_column = rows[0][1]
+            if not has_column:
+                logger.info(
+                    "pgvector is available on this server but could not be created "
+                    "(CREATE EXTENSION vector needs a superuser): vector search stays exact"
+                )
+        self.native_vectors = bool(has_column)
+
+    def insert_vector(self) -> Sql | None:
+        if not self.native_vectors:
+            return None
+        return self.sql(
+            "insert_vector_native",
+            lambda: (
+                "INSERT INTO am_store_vectors (prefix, key, field, vector, embedding) VALUES "
+                "(%(prefix)s, %(key)s, %(field)s, %(vector)s, CAST(%(embedding)s AS vector))"
+            ),
+        )
+
+    def fill_vector(self) -> Sql | None:
+        if not self.native_vectors:
+            return None
+        return self.sql(
+            "fill_vector",
+            lambda: (
+                "UPDATE am_store_vectors SET embedding = CAST(%(embedding)s AS vector) "
+                "WHERE prefix = %(prefix)s AND key = %(key)s AND field = %(field)s"
+            ),
+        )
+
+    def vector_under(self) -> str:
+        # the byte-order range first, which am_store_vectors_ns walks; then the exact test
+        # (a namespace "a-b" sorts between "a" and "a.", inside the range, not under "a")
+        return (
+            '(v.prefix COLLATE "C" >= %(ns)s AND v.prefix COLLATE "C" < %(ns_end)s '
+            'AND (v.prefix = %(ns)s OR v.prefix COLLATE "C" >= %(ns_dot)s))'
+        )
+
+    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+        if not self.native_vectors:
+            return None
+        # NULLIF: a zero vector's cosine is NaN, which would sort first
+        sim = "NULLIF(1 - (v.embedding <=> CAST(%(query_vector)s AS vector)), 'NaN')"
+        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
+        return self.sql(
+            ("vector_search", filters, dims, joined),
+            lambda: (
+                f"SELECT v.prefix, v.key, {sim} AS sim FROM am_store_vectors v{items} "
+                f"WHERE vector_dims(v.embedding) = {int(dims)} AND {where} "
+                "ORDER BY sim DESC NULLS LAST, v.prefix, v.key LIMIT %(n)s"
+            ),
+        )
+
+    def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
+        if not self.native_vectors or config.kind != "hnsw":
+            return None
+        kind = config.vector_type or ("vector" if dims <= HNSW_MAX_DIMS["vector"] else "halfvec")
+        if dims > HNSW_MAX_DIMS[kind]:
+            return None  # more dimensions than pgvector indexes: exact search
+        return VectorIndex(
+            name=f"am_store_vectors_{kind}_{int(dims)}",
+            dims=int(dims),
+            vector_type=kind,
+            column=f"CAST(v.embedding AS {kind}({int(dims)}))",
+            ef_search=config.ef_search,
+        )
+
+    def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
+        state = Stmt(
+            self.sql(
+                "ann_index_state",
+                lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
+            ),
+            {"index": index.name},
+            fetch=True,
+        )
+        if not create:
+            [rows] = yield Batch([state])
+            return bool(rows and rows[0][0])
+        lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+        _, rows = yield Batch([lock, state], lock=True, hold=True)
+        if rows:  # there already (built by another process, or by hand)
+            yield Batch([], write=True)
+            if not rows[0][0]:
+                logger.warning(
+                    "the vector index %s is not valid (a CREATE INDEX CONCURRENTLY that failed "
+                    "or is still running): vector search stays exact until it is rebuilt",
+                    index.name,
+                )
+            return bool(rows[0][0])
+        kind = index.vector_type
+        create_sql = self.sql(
+            ("ann_index_create", index.name, config.m, config.ef_construction),
+            lambda: (
+                f"CREATE INDEX IF NOT EXISTS {index.name} ON am_store_vectors USING hnsw "
+                f"((CAST(embedding AS {kind}({index.dims}))) {kind}_cosine_ops) "
+                f"WITH (m = {int(config.m)}, ef_construction = {int(config.ef_construction)}) "
+                f"WHERE vector_dims(embedding) = {index.dims}"
+            ),
+        )
+        yield Batch([Stmt(create_sql)], write=True)
+        return True
+
+    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+        kind = index.vector_type
+        distance = f"{index.column} <=> CAST(%(query_vector)s AS {kind}({index.dims}))"
+        # Iterative index scans: a filter or a namespace that drops rows makes the scan
+        # read on (in relaxed order; the store re-sorts by similarity) until :n rows pass,
+        # or until hnsw.max_scan_tuples, when the store falls back to exact search.
+        return [
+            self.sql(
+                ("ann_ef_search", index.ef_search),
+                lambda: f"SET LOCAL hnsw.ef_search = {int(index.ef_search)}",
+            ),
+            self.sql("ann_iterative", lambda: "SET LOCAL hnsw.iterative_scan = relaxed_order"),
+            # the index is the only plan that needs no sort: a generic plan (psycopg prepares
+            # a statement run often) that cannot see the namespace's size would otherwise
+            # sort the namespace instead
+            self.sql("ann_no_sort", lambda: "SET LOCAL enable_sort = off"),
+            self.sql(
+                ("ann_search", index.name, filters),
+                lambda: (
+                    f"SELECT v.prefix, v.key, 1 - ({distance}) AS sim FROM am_store_vectors v "
+                    "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                    f"WHERE vector_dims(v.embedding) = {index.dims} AND {where} "
+                    f"ORDER BY {distance} LIMIT %(n)s"
+                ),
+            ),
+        ]
+
+    def vector_counts(self, index: VectorIndex) -> Sql:
+        return self.sql(
+            ("vector_counts", index.name),
+            lambda: (
+                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
+                f"{self.vector_under()} LIMIT %(cap)s) s), COALESCE((SELECT NULLIF(reltuples, -1) "
+                "FROM pg_class WHERE oid = to_regclass(%(index)s)), (SELECT reltuples "
+                "FROM pg_class WHERE oid = to_regclass('am_store_vectors')), 0)"
+            ),
+        )
 
     def full_text_ddl(self) -> list[str]:
         return [

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
     store_items,
@@ -221,12 +221,21 @@ class StoreStatements:
             f"{filters.replace('value', 'i.value')}"
         )
 
+    def vector_where(self, filters: str) -> str:
+        """The WHERE condition of a statement over vectors ``v`` joined with their items
+        ``i``: the vector under the namespace (through the dialect's namespace index on
+        vectors), its item live and passing the filter's pre-filter."""
+        return (
+            f"{self.d.vector_under()} AND {self.live.replace('expires_at', 'i.expires_at')}"
+            f"{filters.replace('value', 'i.value')}"
+        )
+
     def vectors(self, filters: str) -> Sql:
         return self.text(
             ("vectors", filters),
             lambda: (
                 "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {self.on_items(filters)}"
+                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {self.vector_where(filters)}"
             ),
         )
 
@@ -299,8 +308,18 @@ class StoreStatements:
     def insert_vector(self) -> Sql:
         return self.d.insert_vector() or self._insert(store_vectors)
 
-    def vector_search(self, filters: str) -> Sql | None:
-        return self.d.vector_search(filters, self.on_items(filters))
+    def vector_search(self, filters: str, dims: int, *, joined: bool) -> Sql | None:
+        """Exact similarity in SQL (``None`` where the database has no vector column);
+        unjoined, of every vector under the namespace, without reading the items."""
+        where = self.vector_where(filters) if joined else self.d.vector_under()
+        return self.d.vector_search(filters, where, dims, joined=joined)
+
+    def ann_search(self, index: VectorIndex, filters: str) -> list[Sql]:
+        """An approximate search through ``index``: settings, then the query."""
+        return self.d.ann_search(index, filters, self.vector_where(filters))
+
+    def vector_counts(self, index: VectorIndex) -> Sql:
+        return self.d.vector_counts(index)
 
     def insert_terms(self) -> Sql:
         return self._insert(store_terms)
@@ -352,6 +371,7 @@ class StoreStatements:
             if self.d.native_vectors:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
+                    self.d.vector_row(row)
             out += [
                 Stmt(vec_sql, keys, many=True),
                 Stmt(self.insert_vector(), vectors, many=True),

@@ -1,9 +1,24 @@
-"""How the store ranks: BM25 over its own term index, exact vector similarity, and their
+"""How the store ranks: BM25 over its own term index, vector similarity, and their
 reciprocal rank fusion, as plans over the ``db`` layer's statements.
 
 A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; the store
 reads the winners and applies the exact filter. It caches what moves slowly: each namespace's
-BM25 corpus statistics, and for recall's exact search each namespace's normalized vectors.
+BM25 corpus statistics and vector count, and for recall's exact search each namespace's
+normalized vectors.
+
+Vector similarity takes one of three paths:
+
+- **approximate**, through the database's HNSW index (pgvector, SAP HANA Cloud), when the
+  searched namespace is large enough, in vectors and in its share of the index, for the
+  index to beat exact ranking (:meth:`Ranker.takes_index`). pgvector's iterative scan reads
+  the index on until enough rows pass the namespace and the filter; should it stop short
+  (a filter that keeps few items), the exact path answers instead, so a search never
+  returns fewer results than there are matches;
+- **exact in SQL**, where the database has vectors but the namespace is small (or the index
+  is missing): the namespace's vectors are read through an index and ranked in the database,
+  which returns only the best;
+- **exact in numpy**, where the database has no vector type (SQLite, memory, PostgreSQL
+  without pgvector): the namespace's vectors are read and ranked in this process.
 """
 
 from __future__ import annotations
@@ -17,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
     Fingerprint,
     KeyVectorRow,
@@ -75,6 +91,32 @@ class Ranker:
         self.stats_seconds = 60.0
         #: Items the store has written; it adds to this.
         self.writes = 0
+        #: The store's vector length (``None``: no embedder).
+        self.dims: int | None = None
+        #: The approximate index the store's vectors have (set when the store sets up).
+        self.vector_index: VectorIndex | None = None
+        #: Vectors an item has, at most (its embedded fields): an approximate search asks
+        #: for that many rows per candidate.
+        self.fields = 1
+        #: The switch between exact and approximate search (measured: ``benchmarks run
+        #: stores``). Exact search of a namespace of N vectors costs about N comparisons;
+        #: the index about ``want / share`` entries, each ``index_cost`` comparisons (a
+        #: graph step, and a heap visit to test the namespace): the namespace's share of
+        #: the index is N / T, so the index pays when N * N >= index_cost * want * T.
+        #: Namespaces of at most ``exact_max`` vectors are ranked exactly whatever their
+        #: share: even an index holding nothing else costs more there.
+        self.exact_max = 2_000
+        self.index_cost = 50.0
+        #: Vectors counted under a namespace at most (a namespace this large takes the
+        #: index whatever its share).
+        self.count_cap = 200_000
+        #: (namespace, index) -> (vectors, index size, when read, writes then), refreshed
+        #: as BM25's statistics are.
+        self.vector_counts: OrderedDict[tuple[str, str], tuple[int, float, float, int]] = (
+            OrderedDict()
+        )
+        #: Approximate searches that stopped short and were answered exactly.
+        self.ann_fallbacks = 0
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
@@ -93,7 +135,7 @@ class Ranker:
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether the lexical list was cut at ``want``."""
+        and whether a list was cut at ``want`` (more candidates would have followed)."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         cut = False
@@ -105,16 +147,90 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
             cut = len(lexical) >= want
         if query_vector is not None:
-            native = self.statements.vector_search(filters)
-            if native is not None:  # exact similarity computed by the database
-                params = {**base, "n": want, "query_vector": vector_text(query_vector)}
-                [rows] = yield Batch([Stmt(native, params, fetch=True)])
-                rankings.append([(r.prefix, r.key) for r in map(ScoredRow._make, rows)])
-            else:
-                [rows] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
-                rankings.append(self.nearest(rows, query_vector, want))
+            nearest, vector_cut = yield from self.vector_plan(
+                query_vector, filters, base, want, joined=joined
+            )
+            rankings.append(nearest)
             weights.append(self.ranking.vector_weight)
+            cut = cut or vector_cut
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
+
+    def vector_plan(
+        self,
+        query_vector: list[float],
+        filters: str,
+        base: dict[str, Any],
+        want: int,
+        *,
+        joined: bool = True,
+    ) -> Plan[tuple[list[tuple[str, str]], bool]]:
+        """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
+        best first: approximate, exact in SQL or exact in numpy (see the module); and
+        whether the list was cut at ``want`` (more items would have followed).
+
+        ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
+        much cheaper than reading each one's item; should expired items then leave too few
+        results, the store ranks again joined."""
+        text = vector_text(query_vector)
+        index = self.vector_index
+        if index is not None and index.dims == len(query_vector):
+            approximate = yield from self._approximate_pays(index, base, want)
+            if approximate:
+                n = want * self.fields
+                *settings, query = self.statements.ann_search(index, filters)
+                found = yield Batch(
+                    [
+                        *(Stmt(sql) for sql in settings),
+                        Stmt(query, {**base, "n": n, "query_vector": text}, fetch=True),
+                    ]
+                )
+                rows = [ScoredRow._make(r) for r in found[-1]]
+                if len(rows) >= n:
+                    return _best_items(rows, want), True
+                # the scan stopped before n rows passed the namespace and the filter: the
+                # exact answer below holds every match
+                self.ann_fallbacks += 1
+                joined = True
+        native = self.statements.vector_search(filters, len(query_vector), joined=joined)
+        if native is not None:  # exact similarity computed by the database
+            n = want * self.fields
+            params = {**base, "n": n, "query_vector": text}
+            [found] = yield Batch([Stmt(native, params, fetch=True)])
+            rows = [ScoredRow._make(r) for r in found]
+            return _best_items(rows, want), len(rows) >= n
+        [found] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
+        nearest = self.nearest(found, query_vector, want + 1)
+        return nearest[:want], len(nearest) > want
+
+    def _approximate_pays(self, index: VectorIndex, base: dict[str, Any], want: int) -> Plan[bool]:
+        """Whether the namespace is large enough, in vectors and in its share of the index,
+        for the approximate path (counts cached as BM25's statistics are)."""
+        key = (base["ns"], index.name)
+        counts = self.vector_counts.get(key)
+        fresh = counts is not None and (
+            self._clock() - counts[2] < self.stats_seconds
+            and self.writes - counts[3] <= counts[0] // 10
+        )
+        if not fresh:
+            params = {**base, "cap": self.count_cap, "index": index.name}
+            [rows] = yield Batch([Stmt(self.statements.vector_counts(index), params, fetch=True)])
+            vectors, total = int(rows[0][0]), float(rows[0][1] or 0.0)
+            counts = (vectors, total, self._clock(), self.writes)
+            with self.lock:
+                self.vector_counts[key] = counts
+                self.vector_counts.move_to_end(key)
+                while len(self.vector_counts) > 4096:
+                    self.vector_counts.popitem(last=False)
+        assert counts is not None
+        return self.takes_index(counts[0], counts[1], want)
+
+    def takes_index(self, vectors: int, total: float, want: int) -> bool:
+        """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
+        up to :attr:`count_cap`) in an index of about ``total`` come from the index."""
+        if vectors <= self.exact_max:
+            return False
+        total = max(total, float(vectors))
+        return vectors >= self.count_cap or vectors * vectors >= self.index_cost * want * total
 
     def lexical_plan(
         self,
@@ -141,9 +257,7 @@ class Ranker:
             statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
         found = yield Batch(statements)
         df = {term: int(count) for term, count in found[0]}
-        if not df:
-            return []
-        if not fresh:
+        if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
@@ -152,6 +266,8 @@ class Ranker:
                 self.stats.move_to_end(key)
                 while len(self.stats) > 4096:
                     self.stats.popitem(last=False)
+        if not df:
+            return []
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
         params.update(
@@ -213,7 +329,13 @@ class Ranker:
         [rows] = yield Batch(
             [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
         )
-        vectors = [KeyVectorRow._make(r) for r in rows]
+        # stores of other dimension counts may share the namespace: their vectors are not
+        # comparable with this store's queries
+        vectors = [
+            v
+            for v in map(KeyVectorRow._make, rows)
+            if self.dims is None or len(v.vector) == 4 * self.dims
+        ]
         keys = [v.key for v in vectors]
         if vectors:
             matrix = as_matrix(v.vector for v in vectors)
@@ -233,9 +355,10 @@ class Ranker:
         self, rows: Sequence[Sequence[Any]], query: list[float], want: int
     ) -> list[tuple[str, str]]:
         """Exact cosine similarity over every candidate vector; an item's best field wins."""
-        if not rows:
+        size = 4 * len(query)  # float32: other stores' vectors of other lengths are skipped
+        vectors = [v for v in map(VectorRow._make, rows) if len(v.vector) == size]
+        if not vectors:
             return []
-        vectors = [VectorRow._make(r) for r in rows]
         matrix = as_matrix(v.vector for v in vectors)
         q = np.asarray(query, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
@@ -246,3 +369,20 @@ class Ranker:
             if sim > best.get(key, -2.0):
                 best[key] = sim
         return sorted(best, key=lambda k: -best[k])[:want]
+
+
+def _best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
+    """The ``want`` best distinct items of approximate rows (an item once per embedded
+    field, in the index's relaxed order), by similarity."""
+
+    def order(row: ScoredRow) -> float:
+        score = row.score
+        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
+
+    ordered = sorted(rows, key=order)
+    best: dict[tuple[str, str], None] = {}
+    for row in ordered:
+        best.setdefault((row.prefix, row.key), None)
+        if len(best) == want:
+            break
+    return list(best)

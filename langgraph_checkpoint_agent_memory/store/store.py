@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from langgraph.store.base import (
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
 from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
@@ -158,6 +159,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self._sweeper: Sweeper | None = None
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
+        self.ann_config = AnnConfig()
         index = resolve_index(index)
         if index is not None:
             if "dims" not in index or "embed" not in index:
@@ -168,12 +170,19 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(index["embed"])
+            self.ann_config = _ann_config(index)
         self.ranker: Ranker = Ranker(
             self.statements,
             S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates),
             embeds=self.embeddings is not None,
             clock=clock,
         )
+        if self.index_config is not None:
+            self.ranker.fields = max(1, len(self.index_config["fields"]))
+            self.ranker.dims = self.index_config["dims"]
+        #: Whether this store knows the database's vector support (found at setup, or on
+        #: first use without ``auto_setup``).
+        self._vectors_known = False
         fork.register(self)
 
     def __repr__(self) -> str:
@@ -242,6 +251,36 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     def sweeper_running(self) -> bool:
         """Whether the TTL sweeper thread of :meth:`start_ttl_sweeper` is alive."""
         return self._sweeper is not None and self._sweeper.alive
+
+    # -- vector index ----------------------------------------------------------------------
+
+    def _setup_plan(self) -> Plan[Any]:
+        applied = yield from super()._setup_plan()
+        yield from self._vector_index_plan(create=True)
+        return applied
+
+    def _vector_index_plan(self, *, create: bool) -> Plan[None]:
+        """Find (with ``create``: build where missing) the approximate index of this store's
+        vector length: pgvector's HNSW on PostgreSQL, SAP HANA Cloud's HNSW vector index."""
+        self.ranker.vector_index = None
+        if self.index_config is not None:
+            if not create:  # setup found this out already; a store without setup asks now
+                yield from self.dialect.vectors_plan(create=False)
+            index = self.dialect.ann_index(self.index_config["dims"], self.ann_config)
+            if index is not None:
+                usable = yield from self.dialect.ann_index_plan(
+                    index, self.ann_config, create=create
+                )
+                self.ranker.vector_index = index if usable else None
+        self._vectors_known = True
+
+    @property
+    def vector_index(self) -> str | None:
+        """The name of the approximate (HNSW) index this store's vector search uses, or
+        ``None`` where search is exact only (no index on this database, ``kind="flat"``, or
+        not found out yet: a store finds it at setup)."""
+        index = self.ranker.vector_index
+        return None if index is None else index.name
 
     # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
 
@@ -332,6 +371,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         now = self._clock()
         results: list[Result] = [None] * len(ops)
         refresh: list[dict[str, Any]] = []
+        if self.embeddings is not None and not self._vectors_known:
+            yield from self._vector_index_plan(create=False)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 [rows] = yield Batch(
@@ -466,16 +507,21 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
-        # Without a filter the postings alone rank; should expired items fill the list so
-        # that too few remain, rank again joined with the items, which leaves them out.
+        # Without a filter the postings (and vectors) alone rank; should expired items fill
+        # the list so that too few remain, rank again joined with the items, which leaves
+        # them out. With a filter, the database's pre-filter narrows the candidates and the
+        # filter is decided here: should it keep too few of a full list, rank again with
+        # more candidates, until the lists hold every match.
         joined = bool(filters)
         while True:
             fused, cut = yield from self.ranker.fused_plan(
                 query_terms, query_vector, filters, base, want, joined=joined
             )
             out = yield from self._read_ranked(fused, conds, op, now)
-            if joined or len(out) >= op.limit or not cut:
+            if len(out) >= op.limit or not cut:
                 return out
+            if joined:
+                want *= 4
             joined = True
 
     def _read_ranked(
@@ -489,8 +535,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         page = _Page(self, conds, op)
         if page.full:
             return page.items
-        for start in range(0, len(fused), 64):
-            chunk = fused[start : start + 64]
+        # the first read asks for little more than a page: most candidates pass
+        start, size = 0, min(64, 2 * (op.limit + op.offset) + 8)
+        while start < len(fused):
+            chunk = fused[start : start + size]
+            start, size = start + size, 64
             n = len(chunk)
             params: dict[str, Any] = {"now": now}
             for j, ((prefix, key), _) in enumerate(chunk):
@@ -610,3 +659,21 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
+
+
+def _ann_config(index: Mapping[str, Any]) -> AnnConfig:
+    """The approximate index settings of an ``IndexConfig``: LangGraph's
+    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
+    distance = index.get("distance_type", "cosine")
+    if distance != "cosine":
+        raise ConfigurationError(
+            f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
+            "supported"
+        )
+    config = AnnConfig.parse(index.get("ann_index_config"))
+    if config.vector_type == "vector" and int(index["dims"]) > HNSW_MAX_DIMS["vector"]:
+        raise ConfigurationError(
+            f"vector_type 'vector' indexes at most {HNSW_MAX_DIMS['vector']:,} dimensions, not "
+            f"{int(index['dims']):,}: use 'halfvec' (up to 4,000) or leave vector_type out"
+        )
+    return config
