@@ -37,6 +37,11 @@ NO_SERVER = (
 )
 
 
+#: ``first``: only the first server found (the machine's when it has one); or a comma list of
+#: ids (``pg15,pg18vector``). The oldest-psycopg run of CI tests the client on one server.
+SERVERS_ENV = "AGENT_MEMORY_TEST_PG_SERVERS"
+
+
 def _servers() -> dict[str, PgBinaries | None]:
     """Server id -> binaries to start (``None``: the server at AGENT_MEMORY_TEST_PG_URL)."""
     if os.environ.get(PG_URL_ENV):
@@ -45,6 +50,12 @@ def _servers() -> dict[str, PgBinaries | None]:
     for binaries in available_binaries():
         # a machine server of the same version and extensions as the wheel's adds nothing
         found.setdefault(binaries.name, binaries)
+    chosen = os.environ.get(SERVERS_ENV, "").strip()
+    if chosen == "first":
+        return dict(list(found.items())[:1])
+    if chosen:
+        wanted = {name.strip() for name in chosen.split(",")}
+        return {sid: b for sid, b in found.items() if sid in wanted}
     return found
 
 
