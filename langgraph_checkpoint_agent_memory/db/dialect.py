@@ -61,7 +61,7 @@ class AnnConfig:
     vector_type: str | None = None
     m: int = 16
     ef_construction: int = 64
-    ef_search: int = 100
+    ef_search: int = 300
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> AnnConfig:

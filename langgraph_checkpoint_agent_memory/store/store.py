@@ -9,7 +9,9 @@ vectors are replaced when it is updated and removed when it is deleted or put wi
 ``index=False``; filters compare numbers as numbers everywhere; expired items are invisible at
 once; :meth:`delete_namespace` removes a whole namespace prefix in one call. A query ranks by
 reciprocal rank fusion of lexical (BM25 over the store's own term index, the same on every
-database) and exact vector similarity, so lexical search works with no embedder at all.
+database) and vector similarity (through pgvector's or SAP HANA Cloud's HNSW index for large
+namespaces, exact otherwise: see :mod:`.ranking`), so lexical search works with no embedder
+at all.
 """
 
 from __future__ import annotations
@@ -99,8 +101,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         database: Where items live (see :func:`create_store` for URLs and memory).
         index: LangGraph ``IndexConfig`` (``dims``, ``embed``: LangChain ``Embeddings``, a
             callable or an async callable, ``fields``: JSON paths to embed, default the whole
-            value), or ``"default"`` for the offline embedder (all-MiniLM-L6-v2, int8, the
-            ``embed`` extra). Without it, search is lexical only.
+            value, ``ann_index_config``: the approximate index, as LangGraph's
+            ``PostgresIndexConfig`` has it: ``kind`` ``"hnsw"`` or ``"flat"``, ``vector_type``,
+            ``m``, ``ef_construction``, plus ``ef_search``), or ``"default"`` for the offline
+            embedder (all-MiniLM-L6-v2, int8, the ``embed`` extra). Without it, search is
+            lexical only.
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
         weights: ``(lexical, vector)`` weights of reciprocal rank fusion. The default leans
