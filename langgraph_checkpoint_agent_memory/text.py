@@ -76,9 +76,11 @@ def fact_text(attribute: str, value: str, statement: str = "") -> str:
     """What search indexes for a fact: its attribute as words (``home_city`` is "home
     city"), its value and its statement, so a fact is found by what it is about ("city",
     "employer") as well as by what it says. Agent memory writes facts with it, and the
-    migration that re-indexes facts stored before it existed uses it too."""
+    migration that re-indexes facts stored before it existed uses it too. A statement that
+    only repeats the value is not indexed twice (it would double every term's frequency)."""
     head = f"{attribute.replace('_', ' ')}: {value}"
-    return head if not statement or statement == head else f"{head}\n{statement}"
+    said_already = not statement.strip() or statement.strip() in (head, value.strip())
+    return head if said_already else f"{head}\n{statement}"
 
 
 def storable(text: str) -> str:

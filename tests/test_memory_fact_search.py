@@ -124,6 +124,11 @@ def test_the_indexed_text_of_a_fact() -> None:
     assert fact.text() == "The user lives in Potsdam"
     bare = FactCandidate(attribute="Favorite Color", value="green")
     assert bare.search_text() == "favorite color: green"  # no statement said twice
+    # a statement that is the value itself (a sentence kept as it was said) counts once
+    said = Fact(
+        "k", "caroline", "Caroline went to a support group", "Caroline went to a support group "
+    )
+    assert said.search_text() == "caroline: Caroline went to a support group"
 
 
 # -- facts stored before: the migration re-indexes them -------------------------------------
