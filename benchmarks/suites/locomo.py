@@ -13,12 +13,13 @@ Units, per conversation (one memory scope, ``user_id`` = the conversation's id):
   ``memory.namespace(scope, "episodes")``, dated by its session, summary the session
   summary; it covers every turn of its session.
 
-Each unit is put with the field the memory itself indexes for it (a fact's ``statement``, an
-episode's ``summary``, a turn's ``text``), through a store made by
+Each unit is put as the text the memory itself indexes for it (a fact's
+``Fact.search_text()``: its attribute as words, here the speaker, its value and statement; an
+episode's ``Episode.text()``; a turn's ``text``), through a store made by
 ``create_store(index="default")``; ``lexical`` and ``vector`` are the same store with the
 fusion weights ``(1, 0)`` and ``(0, 1)``, ``hybrid`` the default weights; ``no index`` is
-``create_store()`` without the extra, which indexes every string of the value; the textbook
-``bm25`` ranks the indexed text with plain Okapi BM25 (no stemming, no stopwords).
+``create_store()`` without the extra (lexical search alone); the textbook ``bm25`` ranks the
+indexed text with plain Okapi BM25 (no stemming, no stopwords).
 
 For every question of categories 1-4, a unit is evidence when it covers one of the
 question's evidence turns; a question none of whose evidence turns a unit of that kind covers
@@ -94,17 +95,13 @@ def sessions(conversation: dict[str, Any]) -> Iterator[tuple[int, str, list[dict
 
 @dataclass(frozen=True)
 class Unit:
-    """One item to search: its key, stored value, the field the memory indexes for it, and
-    the dialogue turns it covers."""
+    """One item to search: its key, its value as the memory stores it, the text the memory
+    indexes for it, and the dialogue turns it covers."""
 
     key: str
     value: dict[str, Any]
-    field: str
+    text: str
     covers: frozenset[str]
-
-    @property
-    def text(self) -> str:
-        return str(self.value[self.field])
 
 
 def turns(conversation: dict[str, Any]) -> list[Unit]:
@@ -115,7 +112,7 @@ def turns(conversation: dict[str, Any]) -> list[Unit]:
             if turn.get("blip_caption"):
                 text += f" [shares a photo: {turn['blip_caption']}]"
             value = {"text": f"[{date}] {turn['speaker']}: {text}", "date": date}
-            out.append(Unit(turn["dia_id"], value, "text", frozenset([turn["dia_id"]])))
+            out.append(Unit(turn["dia_id"], value, value["text"], frozenset([turn["dia_id"]])))
     return out
 
 
@@ -150,7 +147,7 @@ def facts(conversation: dict[str, Any]) -> list[Unit]:
         Unit(
             key,
             fact.to_value() | {"source_episodes": sorted(covers)},
-            "statement",
+            fact.search_text(),
             frozenset(covers),
         )
         for key, (fact, covers) in found.items()
@@ -174,7 +171,7 @@ def episodes(conversation: dict[str, Any]) -> list[Unit]:
             summary=summary,
         )
         covers = frozenset(t["dia_id"] for t in session)
-        out.append(Unit(episode.key, episode.to_value(), "summary", covers))
+        out.append(Unit(episode.key, episode.to_value(), episode.text(), covers))
     return out
 
 
@@ -359,7 +356,8 @@ def evaluate(
             units = UNITS[kind](conv)
             ns = namespaces[kind]
             for store in stores.values():
-                store.batch([PutOp(ns, u.key, u.value, index=[u.field]) for u in units])
+                # each store indexes the text the memory indexes for the unit, alone
+                store.batch([PutOp(ns, u.key, {"text": u.text}, index=["text"]) for u in units])
             docs = {u.key: u.text for u in units}
             for q in qs:
                 evidence = {u.key for u in units if u.covers & q["evidence"]}
