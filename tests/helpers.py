@@ -137,3 +137,35 @@ def outcome(call: Any) -> tuple[str, Any]:
         return ("refused", type(exc).__name__)
     except Exception as exc:
         return ("error", f"{type(exc).__name__}: {exc}")
+
+
+class Recorder:
+    """The SQL texts a saver or store sends through ``db.run`` from now on, statement by
+    statement (the plan runs unchanged)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.texts: list[str] = []
+        run = owner.db.run
+
+        def recording(plan: Any) -> Any:
+            def watched() -> Any:
+                result = None
+                while True:
+                    try:
+                        batch = plan.send(result)
+                    except StopIteration as stop:
+                        return stop.value
+                    self.texts.extend(s.sql.text for s in batch.statements)
+                    result = yield batch
+
+            return run(watched())
+
+        owner.db.run = recording
+
+    def took(self, needle: str) -> bool:
+        """Whether some statement sent contains ``needle``."""
+        return any(needle in text for text in self.texts)
+
+    def count(self, *needles: str) -> int:
+        """How many statements sent contain one of ``needles``."""
+        return sum(any(n in text for n in needles) for text in self.texts)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from langgraph_checkpoint_agent_memory import ThreadDeletedError
-from tests.helpers import FakeClock, config_for, make_checkpoint
+from tests.helpers import FakeClock, Recorder, config_for, make_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,24 +70,8 @@ def test_reads_refresh_expiry_coalesced(make_saver: Callable[..., Any], wall: Fa
 
 def _count_thread_updates(saver: Any) -> Callable[[], int]:
     """Count statements that write the thread's activity row from now on."""
-    seen: list[str] = []
-    real_run = saver.db.run
-
-    def spy(plan: Any) -> Any:
-        def watched() -> Any:
-            result = None
-            while True:
-                try:
-                    batch = plan.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                seen.extend(s.sql.text for s in batch.statements)
-                result = yield batch
-
-        return real_run(watched())
-
-    saver.db.run = spy
-    return lambda: sum("UPDATE am_threads" in t or "INTO am_threads" in t for t in seen)
+    sent = Recorder(saver)
+    return lambda: sent.count("UPDATE am_threads", "INTO am_threads")
 
 
 def test_coalesced_activity_expires_between_ttl_and_its_slack(

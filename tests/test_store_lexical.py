@@ -15,7 +15,7 @@ import pytest
 
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, Recorder
 from tests.pg import is_postgres, pg_database
 
 
@@ -88,26 +88,10 @@ def test_corpus_statistics_are_cached_when_no_term_matches() -> None:
 
     store = create_store()
     store.put(("m",), "a", {"text": "moving to munich"})
-    seen: list[str] = []
-    run = store.db.run
-
-    def recording(plan: Any) -> Any:
-        def watched() -> Any:
-            result = None
-            while True:
-                try:
-                    batch = plan.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                seen.extend(s.sql.text for s in batch.statements)
-                result = yield batch
-
-        return run(watched())
-
-    store.db.run = recording  # type: ignore[method-assign]
+    sent = Recorder(store)
     for _ in range(3):
         assert store.search(("m",), query="zanzibar") == []
-    assert sum("SUM(doc_len)" in text for text in seen) == 1
+    assert sent.count("SUM(doc_len)") == 1
 
 
 def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:

@@ -17,6 +17,7 @@ from langgraph.store.base import PutOp
 
 from langgraph_checkpoint_agent_memory import ConfigurationError, create_store
 from langgraph_checkpoint_agent_memory.db.store import prefix_params, vector_text
+from tests.helpers import Recorder
 from tests.pg import SERVERS, PgServers, pg_params
 
 PGVECTOR = [sid for sid, b in SERVERS.items() if b is not None and b.pgvector]
@@ -66,32 +67,6 @@ def index_config(embed: Seeded, **ann: Any) -> dict[str, Any]:
 
 def keys(found: list[Any]) -> list[str]:
     return [item.key for item in found]
-
-
-class Recorder:
-    """The SQL a store sends, statement by statement."""
-
-    def __init__(self, store: Any) -> None:
-        self.texts: list[str] = []
-        run = store.db.run
-
-        def recording(plan: Any) -> Any:
-            def watched() -> Any:
-                result = None
-                while True:
-                    try:
-                        batch = plan.send(result)
-                    except StopIteration as stop:
-                        return stop.value
-                    self.texts.extend(s.sql.text for s in batch.statements)
-                    result = yield batch
-
-            return run(watched())
-
-        store.db.run = recording
-
-    def took(self, needle: str) -> bool:
-        return any(needle in text for text in self.texts)
 
 
 @pytest.fixture
