@@ -77,10 +77,11 @@ def fact_text(attribute: str, value: str, statement: str = "") -> str:
     city"), its value and its statement, so a fact is found by what it is about ("city",
     "employer") as well as by what it says. Agent memory writes facts with it, and the
     migration that re-indexes facts stored before it existed uses it too. A statement that
-    only repeats the value is not indexed twice (it would double every term's frequency)."""
+    only repeats the value or the head, word for word as search sees words ("Berlin." for
+    "Berlin"), is not indexed twice: it would double every term's frequency."""
     head = f"{attribute.replace('_', ' ')}: {value}"
-    said_already = not statement.strip() or statement.strip() in (head, value.strip())
-    return head if said_already else f"{head}\n{statement}"
+    said = tokens(statement)
+    return head if not said or said in (tokens(head), tokens(value)) else f"{head}\n{statement}"
 
 
 def storable(text: str) -> str:

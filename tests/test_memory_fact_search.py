@@ -16,6 +16,7 @@ from langchain_core.embeddings import Embeddings
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_store
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate
+from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from tests.test_migrations import FIXTURES, ledger, query
 
 U = {"user_id": "alice"}
@@ -124,6 +125,8 @@ def test_the_indexed_text_of_a_fact() -> None:
     assert fact.text() == "The user lives in Potsdam"
     bare = FactCandidate(attribute="Favorite Color", value="green")
     assert bare.search_text() == "favorite color: green"  # no statement said twice
+    near = Fact("k", "home_city", "Berlin", "Berlin.")  # the same words, as search sees them
+    assert near.search_text() == "home city: Berlin"
     # a statement that is the value itself (a sentence kept as it was said) counts once
     said = Fact(
         "k", "caroline", "Caroline went to a support group", "Caroline went to a support group "
@@ -215,5 +218,48 @@ def test_the_migration_reindexes_facts_and_history_on_every_database(
         before = query(database_url, docs)
         memory.setup()  # applied once: nothing to do again
         assert query(database_url, docs) == before
+    finally:
+        store.close()
+
+
+def test_a_fact_indexed_with_its_value_twice_is_indexed_once_after_upgrading(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory migration 2 indexed a fact whose statement repeats its value with the sentence
+    twice; migration 3 re-indexes it once, its term counts too, on SQLite and PostgreSQL."""
+    sentence = "Caroline went to a support group"
+    store = create_store(database_url)
+    memory = AgentMemory(store)
+    with monkeypatch.context() as old_code:  # what memory migration 2's text did
+        old_code.setattr(
+            Fact,
+            "search_text",
+            lambda f: f"{f.attribute.replace('_', ' ')}: {f.value}\n{f.statement}",
+        )
+        MemoryTools(memory).remember(
+            "caroline", sentence, sentence, multi=True, config={"configurable": U}
+        )
+    store.close()
+    docs = "SELECT doc, doc_len FROM am_store_items WHERE prefix LIKE '%.facts'"
+    [(doubled, length)] = query(database_url, docs)
+    assert doubled == f"caroline: {sentence}\n{sentence}" and length == 9
+    if database_url.startswith("sqlite"):
+        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+        conn.execute("DELETE FROM am_migrations WHERE version = 3003")
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(database_url) as pg:
+            pg.execute("DELETE FROM am_migrations WHERE version = 3003")
+
+    store = create_store(database_url)
+    try:
+        AgentMemory(store).setup()
+        assert query(database_url, docs) == [(f"caroline: {sentence}", 5)]
+        terms = "SELECT SUM(tf) FROM am_store_terms WHERE prefix LIKE '%.facts'"
+        assert query(database_url, terms) == [(5,)]
+        assert 3003 in ledger(database_url)
     finally:
         store.close()

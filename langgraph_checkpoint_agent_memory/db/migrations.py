@@ -252,6 +252,14 @@ MEMORY = Component(
         Step(1, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
         # Facts and their history are found by attribute and value, not by statement only.
         Step(2, "facts indexed by attribute and value", lambda d: [], rows=_index_facts),
+        # The same re-indexing, for facts whose statement repeats their value (indexed
+        # twice by version 2, which doubled their terms' frequencies).
+        Step(
+            3,
+            "facts indexed once when the statement repeats the value",
+            lambda d: [],
+            rows=_index_facts,
+        ),
     ),
 )
 #: Every component, in the order ``agent-memory migrate`` applies them.
