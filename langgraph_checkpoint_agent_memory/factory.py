@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
@@ -21,7 +21,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySave
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
+from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
@@ -121,7 +121,7 @@ def create_checkpointer(
 def create_store(
     url: str | None = None,
     *,
-    index: IndexConfig | None = None,
+    index: IndexSettings | None = None,
     ttl: TTLConfig | None = None,
     **options: Any,
 ) -> AgentMemoryStore:

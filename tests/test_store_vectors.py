@@ -329,6 +329,10 @@ def test_index_settings_are_checked(stores: Callable[..., Any]) -> None:
         stores(None, index=index_config(Seeded(dims=3000, n=1), vector_type="vector"))
     with pytest.raises(ConfigurationError, match="cosine similarity only"):
         stores(None, index={**index_config(embed), "distance_type": "l2"})
+    with pytest.raises(ConfigurationError, match="IndexConfig mapping or 'default', not 'defualt'"):
+        stores(None, index="defualt")  # a misspelt "default"
+    with pytest.raises(ConfigurationError, match="needs 'dims' and 'embed'"):
+        stores(None, index={"dims": 8})
     ok = stores(None, index=index_config(embed, m=24, ef_construction=100, ef_search=64))
     assert (ok.ann_config.m, ok.ann_config.ef_search) == (24, 64)
     assert ok.vector_index is None  # memory: exact only

@@ -70,8 +70,14 @@ class AnnConfig:
         raw = dict(raw or {})
         kind = str(raw.pop("kind", "hnsw"))
         if kind not in ANN_KINDS:
+            hint = (
+                " (IVFFlat is not offered: its lists are trained on the vectors present when "
+                "it is built, and shared namespaces keep changing; 'hnsw' does not need that)"
+                if kind == "ivfflat"
+                else ""
+            )
             raise ConfigurationError(
-                f"ann_index_config kind must be one of {', '.join(ANN_KINDS)}, not {kind!r}"
+                f"ann_index_config kind must be one of {', '.join(ANN_KINDS)}, not {kind!r}{hint}"
             )
         vector_type = raw.pop("vector_type", None)
         if vector_type is not None and vector_type not in VECTOR_TYPES:

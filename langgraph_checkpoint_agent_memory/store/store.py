@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, Union
 
 import numpy as np
 from langgraph.store.base import (
@@ -62,6 +62,10 @@ from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 
 T = TypeVar("T")
+
+#: What ``index`` accepts: LangGraph's ``IndexConfig``, with ``PostgresIndexConfig``'s
+#: ``ann_index_config`` (plus ``ef_search``), or ``"default"`` for the offline embedder.
+IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
 def _time(seconds: float) -> datetime:
@@ -147,7 +151,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self,
         database: Database[Any],
         *,
-        index: IndexConfig | None = None,
+        index: IndexSettings | None = None,
         ttl: TTLConfig | None = None,
         weights: tuple[float, float] = (1.0, 0.6),
         rrf_k: int = 5,
@@ -165,17 +169,21 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         self.ann_config = AnnConfig()
-        index = resolve_index(index)
-        if index is not None:
-            if "dims" not in index or "embed" not in index:
+        config: Mapping[str, Any] | None = resolve_index(index)
+        if config is not None:
+            if not isinstance(config, Mapping):
+                raise ConfigurationError(
+                    f"index must be an IndexConfig mapping or 'default', not {index!r}"
+                )
+            if "dims" not in config or "embed" not in config:
                 raise ConfigurationError("index needs 'dims' and 'embed'")
-            fields = index.get("fields") or ["$"]
+            fields = config.get("fields") or ["$"]
             self.index_config = {
-                "dims": int(index["dims"]),
+                "dims": int(config["dims"]),
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
-            self.embeddings = ensure_embeddings(index["embed"])
-            self.ann_config = _ann_config(index)
+            self.embeddings = ensure_embeddings(config["embed"])
+            self.ann_config = _ann_config(config)
         self.ranker: Ranker = Ranker(
             self.statements,
             S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates),
