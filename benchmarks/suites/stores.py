@@ -331,18 +331,31 @@ def _run_vectors(
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         sizes = conn.execute(
-            "SELECT pg_total_relation_size('am_store_vectors'), pg_relation_size(%s)",
+            "SELECT pg_total_relation_size('am_store_vectors'), pg_relation_size(%s),"
+            " pg_table_size('am_store_vectors')",
             (hnsw.vector_index,),
         ).fetchone()
+        # what the server runs with (an external server, AGENT_MEMORY_BENCH_PG_URL, has its
+        # own settings), and its versions
+        applied = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("shared_buffers", "maintenance_work_mem", "max_wal_size")
+        }
+        applied["server_version"] = conn.execute("SHOW server_version").fetchone()[0]
+        applied["pgvector"] = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()[0]
     results["build"] = {
         "load_items": len(items),
         "load_s": load_s,
         "index_s": build_s,
         "put_with_index_items": len(rest),
         "put_with_index_s": incremental_s,
-        "vectors_table_bytes": sizes[0],
+        "vectors_table_bytes": sizes[0],  # with its indexes
+        "vectors_table_without_indexes_bytes": sizes[2],
         "hnsw_index_bytes": sizes[1],
-        "server_settings": settings,
+        "server_settings": applied,
+        "server_settings_asked": settings,
     }
     print(
         f"build: {len(items):,} items put in {load_s:.0f} s ({len(items) / load_s:,.0f}/s) "
