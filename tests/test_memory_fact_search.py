@@ -192,16 +192,7 @@ def test_the_migration_reindexes_facts_and_history_on_every_database(
     notes = "SELECT key, doc FROM am_store_items WHERE prefix = 'notes.facts' ORDER BY key"
     written = query(database_url, notes)
     query_rows = "SELECT COUNT(*) FROM am_migrations WHERE version = 3002"
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
-        conn.execute("DELETE FROM am_migrations WHERE version = 3002")
-        conn.commit()
-        conn.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(database_url) as pg:
-            pg.execute("DELETE FROM am_migrations WHERE version = 3002")
+    _forget_migration(database_url, 3002)
     assert query(database_url, query_rows) == [(0,)]
 
     store = create_store(database_url)
@@ -243,16 +234,7 @@ def test_a_fact_indexed_with_its_value_twice_is_indexed_once_after_upgrading(
     docs = "SELECT doc, doc_len FROM am_store_items WHERE prefix LIKE '%.facts'"
     [(doubled, length)] = query(database_url, docs)
     assert doubled == f"caroline: {sentence}\n{sentence}" and length == 9
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
-        conn.execute("DELETE FROM am_migrations WHERE version = 3003")
-        conn.commit()
-        conn.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(database_url) as pg:
-            pg.execute("DELETE FROM am_migrations WHERE version = 3003")
+    _forget_migration(database_url, 3003)
 
     store = create_store(database_url)
     try:
@@ -263,3 +245,17 @@ def test_a_fact_indexed_with_its_value_twice_is_indexed_once_after_upgrading(
         assert 3003 in ledger(database_url)
     finally:
         store.close()
+
+
+def _forget_migration(url: str, version: int) -> None:
+    """Take a migration out of the ledger, as on a database from before it."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        conn.execute("DELETE FROM am_migrations WHERE version = ?", (version,))
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as pg:
+            pg.execute("DELETE FROM am_migrations WHERE version = %s", (version,))
