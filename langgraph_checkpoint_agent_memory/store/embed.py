@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -201,13 +202,43 @@ def default_index(fields: list[str] | None = None) -> dict[str, Any]:
     return config
 
 
-def resolve_index(index: Any) -> Any:
-    """``index="default"`` (or ``{"embed": "default", ...}``) means the offline embedder."""
+#: The keys of LangGraph's ``IndexConfig`` and ``PostgresIndexConfig``.
+INDEX_KEYS = ("dims", "embed", "fields", "ann_index_config", "distance_type")
+
+
+def resolve_index(index: Any) -> dict[str, Any] | None:
+    """The index settings, checked, with ``index="default"`` (or ``{"embed": "default",
+    ...}``) meaning the offline embedder: a mapping of known keys only (a misspelt
+    ``fields`` would index the whole value without a word), ``dims`` a whole number above
+    zero, and ``embed`` given."""
+    if index is None:
+        return None
     if index == "default":
         return default_index()
-    if isinstance(index, dict) and index.get("embed") == "default":
+    if not isinstance(index, Mapping):
+        raise ConfigurationError(
+            f"index must be an IndexConfig mapping or 'default', not {index!r}"
+        )
+    unknown = sorted(set(index) - set(INDEX_KEYS))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown index keys: {', '.join(unknown)} (known: {', '.join(INDEX_KEYS)})"
+        )
+    if index.get("embed") == "default":
+        dims = index.get("dims", DEFAULT_DIMS)
+        if dims != DEFAULT_DIMS:
+            raise ConfigurationError(
+                f"the default embedder makes {DEFAULT_DIMS}-dimension vectors, not {dims!r}: "
+                "leave dims out"
+            )
         return {
             **default_index(index.get("fields")),
             **{k: v for k, v in index.items() if k not in ("embed", "dims")},
         }
-    return index
+    missing = [k for k in ("dims", "embed") if k not in index]
+    if missing:
+        raise ConfigurationError(f"index needs 'dims' and 'embed'; missing: {', '.join(missing)}")
+    dims = index["dims"]
+    if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
+        raise ConfigurationError(f"index dims must be a whole number above 0, not {dims!r}")
+    return dict(index)

@@ -162,21 +162,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.db = database
         self.dialect = database.dialect
         self.statements = StoreStatements(self.dialect)
-        self.ttl_config = ttl
+        self.ttl_config = V.checked_ttl_config(ttl)
         self.auto_setup = auto_setup
         self._clock = clock
         self._sweeper: Sweeper | None = None
         self.index_config: dict[str, Any] | None = None
         self.embeddings: Any = None
         self.ann_config = AnnConfig()
-        config: Mapping[str, Any] | None = resolve_index(index)
+        config = resolve_index(index)  # checked
         if config is not None:
-            if not isinstance(config, Mapping):
-                raise ConfigurationError(
-                    f"index must be an IndexConfig mapping or 'default', not {index!r}"
-                )
-            if "dims" not in config or "embed" not in config:
-                raise ConfigurationError("index needs 'dims' and 'embed'")
             fields = config.get("fields") or ["$"]
             self.index_config = {
                 "dims": int(config["dims"]),
@@ -186,7 +180,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             self.ann_config = _ann_config(config)
         self.ranker: Ranker = Ranker(
             self.statements,
-            S.Ranking(*weights, rrf_k=rrf_k, candidates=candidates),
+            S.Ranking(*V.checked_ranking(weights, rrf_k, candidates)),
             embeds=self.embeddings is not None,
             clock=clock,
         )

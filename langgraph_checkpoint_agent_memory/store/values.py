@@ -28,7 +28,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langgraph.store.base import GetOp, Op, PutOp, SearchOp, validate_op_namespace
+from langgraph.store.base import (
+    GetOp,
+    NotProvided,
+    Op,
+    PutOp,
+    SearchOp,
+    TTLConfig,
+    validate_op_namespace,
+)
 
 from langgraph_checkpoint_agent_memory.db.store import ns_text
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
@@ -153,9 +161,66 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
                 raise ConfigurationError("a namespace needs at least one label")
             if op.value is not None:
                 check_value(op.value)
+            ttl = op.ttl
+            if ttl is not None and not isinstance(ttl, NotProvided):
+                check_minutes(ttl, "put ttl")
             puts[(ns_text(op.namespace), op.key)] = op  # the last put of a key wins
         elif isinstance(op, SearchOp):
             if op.limit < 0 or op.offset < 0:
                 raise ConfigurationError("search limit and offset must be >= 0")
             check_filter(op.filter)
     return ops, puts
+
+
+#: The keys of LangGraph's ``TTLConfig``.
+TTL_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes")
+
+
+def check_minutes(value: Any, name: str) -> None:
+    """A TTL in minutes: a finite number above zero (``None`` means none, checked before)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of minutes, not {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"{name} must be a number of minutes above 0, not {value!r}")
+
+
+def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would
+    keep items forever without a word), positive minutes, a boolean ``refresh_on_read``."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, Mapping):
+        raise ConfigurationError(f"ttl must be a TTLConfig mapping, not {ttl!r}")
+    unknown = sorted(set(ttl) - set(TTL_KEYS))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown ttl keys: {', '.join(unknown)} (known: {', '.join(TTL_KEYS)})"
+        )
+    for name in ("default_ttl", "sweep_interval_minutes"):
+        if ttl.get(name) is not None:
+            check_minutes(ttl.get(name), f"ttl {name}")
+    if not isinstance(ttl.get("refresh_on_read", True), bool):
+        raise ConfigurationError("ttl refresh_on_read must be true or false")
+    return ttl
+
+
+def checked_ranking(weights: Any, rrf_k: Any, candidates: Any) -> tuple[float, float, int, int]:
+    """The fusion settings, checked: two weights that are finite, not negative and not both
+    zero; ``rrf_k`` a whole number >= 0; ``candidates`` a whole number >= 1."""
+    if (
+        not isinstance(weights, Sequence)
+        or isinstance(weights, str)
+        or len(weights) != 2
+        or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
+            for w in weights
+        )
+        or not any(weights)
+    ):
+        raise ConfigurationError(
+            f"weights must be (lexical, vector): two numbers >= 0, not both 0, not {weights!r}"
+        )
+    for name, value, least in (("rrf_k", rrf_k, 0), ("candidates", candidates, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigurationError(f"{name} must be a whole number >= {least}, not {value!r}")
+    return float(weights[0]), float(weights[1]), rrf_k, candidates
