@@ -85,7 +85,7 @@ def create_checkpointer(
 
     Raises:
         TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
-        ValueError: ``ttl_seconds`` is negative.
+        ConfigurationError: ``ttl_seconds`` is negative or not a whole number.
 
     Example:
         ```python
@@ -104,7 +104,7 @@ def create_checkpointer(
     if unknown:
         raise TypeError(
             f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
-            f"in-memory saver; known: {', '.join(sorted(_MEMORY_OPTIONS))}"
+            f"in-memory saver; known: ttl_seconds, url, {', '.join(sorted(_MEMORY_OPTIONS))}"
         )
     if ttl is None:
         if "keep_last" in options:

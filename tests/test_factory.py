@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from langgraph_checkpoint_agent_memory import (
+    ConfigurationError,
     TimedInMemorySaver,
     agent_config,
     create_checkpointer,
@@ -31,12 +33,19 @@ def test_positive_ttl_gives_timed_saver_with_options() -> None:
     assert (saver.ttl_seconds, saver.sweep_interval_seconds) == (120, 2)
 
 
-@pytest.mark.parametrize(
-    ("bad", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError), ("60", TypeError)]
-)
-def test_invalid_ttl_names_the_argument(bad: Any, error: type[Exception]) -> None:
-    with pytest.raises(error, match="ttl_seconds"):
-        create_checkpointer(bad)
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "60", float("nan")])
+@pytest.mark.parametrize("url", [None, "sqlite"])
+def test_invalid_ttl_names_the_argument(bad: Any, url: str | None, tmp_path: Path) -> None:
+    where = None if url is None else f"sqlite:///{tmp_path / 'c.db'}"
+    with pytest.raises(ConfigurationError, match="ttl_seconds"):
+        create_checkpointer(bad, url=where)
+    with pytest.raises(ConfigurationError, match="sweep_interval_seconds"):
+        create_checkpointer(60, url=where, sweep_interval_seconds=-1)
+
+
+def test_an_unknown_option_names_ttl_seconds_among_the_known() -> None:
+    with pytest.raises(TypeError, match="known: ttl_seconds, url, clock"):
+        create_checkpointer(ttl=-1)
 
 
 def test_unknown_option_is_a_type_error() -> None:

@@ -44,7 +44,9 @@ def validate_strategy(strategy: Any) -> Strategy:
 def validate_prune_strategy(strategy: str) -> None:
     """``prune(strategy=...)`` takes the same two strategies; say which when it is neither."""
     if strategy not in ("keep_latest", "delete"):
-        raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        raise ConfigurationError(
+            f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'"
+        )
 
 
 def validate_keep_last(value: Any, name: str = "keep_last") -> int:

@@ -23,6 +23,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.maintenance import (
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db import checkpoint_stats as stats
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 #: What ``limit=None`` reads: every thread.
 ALL = 2**31 - 1
@@ -145,7 +146,7 @@ def threads_plan(
     """Every thread with checkpoints (at most ``limit``) in ``order``: see
     :data:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.THREAD_ORDERS`."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a whole number >= 0 or None, got {limit!r}")
+        raise ConfigurationError(f"limit must be a whole number >= 0 or None, got {limit!r}")
     d = maintenance.dialect
     now = maintenance.activity.clock()
     sql = stats.thread_stats(d, order=order, expired=False)

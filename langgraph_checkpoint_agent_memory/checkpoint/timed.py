@@ -56,6 +56,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -109,7 +110,7 @@ class TimedInMemorySaver(InMemorySaver):
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
         if ttl is None:
-            raise ValueError(
+            raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
                 "use InMemorySaver (or create_checkpointer(ttl_seconds=None)) for no expiry"
             )

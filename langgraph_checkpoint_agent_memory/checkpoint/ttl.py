@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
 __all__ = ["default_sweep_interval", "validate_interval", "validate_ttl"]
 
 #: Sweeps run at most this often and at least this rarely, whatever the TTL.
@@ -21,12 +23,12 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
+        raise ConfigurationError(
             f"{name} must be a whole number of seconds or None, got {type(value).__name__} "
             f"{value!r}"
         )
     if value < 0:
-        raise ValueError(f"{name} must be >= 0 (0 or None turns expiry off), got {value}")
+        raise ConfigurationError(f"{name} must be >= 0 (0 or None turns expiry off), got {value}")
     return value or None
 
 
@@ -34,9 +36,9 @@ def validate_interval(value: Any, name: str = "sweep_interval_seconds") -> float
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+        raise ConfigurationError(f"{name} must be > 0, got {value}")
     return float(value)
 
 

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 B = sa.bindparam
 
@@ -99,7 +100,7 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
         return stmt.order_by(*keys[order], base).limit(B("limit", type_=sa.Integer))
 
     if order not in THREAD_ORDERS:
-        raise ValueError(f"order must be one of {', '.join(THREAD_ORDERS)}, got {order!r}")
+        raise ConfigurationError(f"order must be one of {', '.join(THREAD_ORDERS)}, got {order!r}")
     return d.sql(("thread_stats", order, expired), build)
 
 

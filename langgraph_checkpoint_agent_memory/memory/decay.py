@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
 DAY = 86400.0
 #: The floor stored for importance 0, so its logarithm exists (it decays away at once).
 MIN_IMPORTANCE = 1e-6
@@ -26,9 +28,9 @@ class DecayPolicy:
 
     def __post_init__(self) -> None:
         if not 0 < self.rate <= 1:
-            raise ValueError(f"decay rate must be in (0, 1], got {self.rate}")
+            raise ConfigurationError(f"decay rate must be in (0, 1], got {self.rate}")
         if not 0 <= self.threshold < 1:
-            raise ValueError(f"decay threshold must be in [0, 1), got {self.threshold}")
+            raise ConfigurationError(f"decay threshold must be in [0, 1), got {self.threshold}")
 
     @property
     def log_rate_per_second(self) -> float:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
@@ -149,11 +150,11 @@ class MemoryTools:
             include: Which: ``"search"``, ``"remember"``, ``"forget"``.
 
         Raises:
-            ValueError: ``include`` names another tool, or is empty.
+            ConfigurationError: ``include`` names another tool, or is empty.
         """
         unknown = [name for name in include if name not in TOOL_NAMES]
         if unknown or not include:
-            raise ValueError(
+            raise ConfigurationError(
                 f"include takes some of {', '.join(TOOL_NAMES)}, got {list(include)!r}"
             )
         built: dict[
