@@ -145,6 +145,9 @@ def test_a_moment_must_say_its_time_zone(memory: AgentMemory[Any]) -> None:
         memory.facts(U, as_of="2024-05-01")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="finite"):
         memory.facts(U, as_of=float("nan"))
+    in_ms = int(datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    with pytest.raises(ConfigurationError, match="milliseconds"):
+        memory.build_context(U, "city", as_of=in_ms)
     other_zone = datetime(2024, 4, 10, 11, tzinfo=timezone(timedelta(hours=2)))  # 09:00 UTC
     assert ("city", "Munich") in held(memory.facts(U, as_of=other_zone))
 

@@ -184,6 +184,10 @@ def default_statement(attribute: str, value: str) -> str:
 AsOf = float | datetime
 
 
+#: The last second ``datetime`` can name (9999-12-31T23:59:59 UTC).
+LATEST_SECONDS = 253_402_300_799
+
+
 def as_timestamp(when: AsOf) -> float:
     """Seconds since the epoch of ``when``.
 
@@ -193,7 +197,8 @@ def as_timestamp(when: AsOf) -> float:
 
     Raises:
         ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
-            on the machine's time zone), not a finite number, or of another type.
+            on the machine's time zone), not a finite number, past the year 9999 (a
+            count of milliseconds, most likely), or of another type.
 
     Example:
         ```python
@@ -212,6 +217,11 @@ def as_timestamp(when: AsOf) -> float:
     if isinstance(when, (int, float)) and not isinstance(when, bool):
         if not math.isfinite(when):
             raise ConfigurationError(f"as_of must be a finite number of seconds, got {when!r}")
+        if abs(when) > LATEST_SECONDS:  # past the year 9999: milliseconds, most likely
+            raise ConfigurationError(
+                f"as_of={when!r} is past the year 9999 in seconds since the epoch; "
+                "milliseconds? divide by 1000"
+            )
         return float(when)
     raise ConfigurationError(
         f"as_of is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
