@@ -4,16 +4,24 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the package alone: what the demo needs (the dev extras bring servers, linters, peers)
+BASE_STAMP := $(VENV)/.installed-base
 
 .PHONY: demo test bench lint
 
+$(BASE_STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(BASE_STAMP)
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(BASE_STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(VENV)/bin/agent-memory demo --reset
 
 test: $(STAMP)
