@@ -111,6 +111,27 @@ def test_sweep_dry_run_predicts_the_sweep(
     assert (nothing["threads"], nothing["store_items"], nothing["bytes_freed"]) == ([], 0, 0)
 
 
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_the_worker_sweeps_with_the_apps_strategy(
+    database_url: str, capsys: pytest.CaptureFixture[str], strategy: str
+) -> None:
+    """`agent-memory worker --strategy keep_latest` prunes expired threads as an app that
+    keeps them does; without it, the worker deletes them."""
+    infos = populate(database_url)
+    code, stats, _ = run(
+        capsys,
+        *("worker", "--once", "--strategy", strategy, "--keep-last", "2"),
+        *("--url", database_url, "--json"),
+    )
+    assert code == 0 and stats["swept"] == 3  # two threads and the stale item
+    _, after, _ = run(capsys, "threads", "--url", database_url, "--json")
+    left = {t["thread_id"]: t["checkpoints"] for t in after}
+    if strategy == "delete":
+        assert left == {"live": infos["live"].checkpoints}
+    else:
+        assert left == {"old-1": 2, "old-2": 2, "live": infos["live"].checkpoints}
+
+
 @pytest.mark.parametrize("command", [("threads",), ("sweep", "--dry-run")])
 def test_the_new_read_commands_create_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]

@@ -96,6 +96,26 @@ def _cmd_config(args: argparse.Namespace) -> int:
 # -- the parser ----------------------------------------------------------------------------
 
 
+def _retention_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--strategy`` and ``--keep-last``: what a sweep does with an expired thread, which
+    must be what the app's saver does (a sweep with ``delete`` removes threads an app that
+    prunes meant to keep)."""
+    parser.add_argument(
+        "--strategy",
+        choices=["delete", "keep_latest"],
+        default="delete",
+        help="what to do with an expired thread: delete it (default) or prune it to its last "
+        "--keep-last checkpoints; use the app's strategy",
+    )
+    parser.add_argument(
+        "--keep-last",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory",
@@ -146,20 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="say what would be removed and how many bytes freed; change nothing",
     )
-    sweep.add_argument(
-        "--strategy",
-        choices=["delete", "keep_latest"],
-        default="delete",
-        help="what to do with an expired thread: delete it (default) or prune it to its last "
-        "--keep-last checkpoints; use the app's strategy",
-    )
-    sweep.add_argument(
-        "--keep-last",
-        type=int,
-        default=1,
-        metavar="N",
-        help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
-    )
+    _retention_arguments(sweep)
     threads = command(
         "threads", "threads with their checkpoints, bytes, activity and expiry", _cmd_threads
     )
@@ -181,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = command("worker", "run the background worker in the foreground", _cmd_worker)
     worker.add_argument("--once", action="store_true", help="one round, then exit")
     worker.add_argument("--model", help="provider:name of the extractor's chat model")
+    _retention_arguments(worker)
     for name, default in (("consolidate", 30), ("decay", 3600), ("sweep", 300)):
         worker.add_argument(
             f"--{name}-every",

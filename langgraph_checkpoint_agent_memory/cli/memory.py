@@ -245,7 +245,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         for name in ("consolidate", "decay", "sweep")
         if (value := getattr(args, f"{name}_every")) is not None
     }
-    with _memory(args, extractor=_extractor(args), **intervals) as memory:
+    retention = {"strategy": args.strategy, "keep_last": args.keep_last}
+    with _memory(
+        args, extractor=_extractor(args), checkpointer_options=retention, **intervals
+    ) as memory:
         worker = memory.worker()
         if args.once:
             stats = worker.run_once()
