@@ -207,22 +207,37 @@ class Ranker:
         for the approximate path (counts cached as BM25's statistics are)."""
         key = (base["ns"], index.name)
         counts = self.vector_counts.get(key)
-        fresh = counts is not None and (
-            self._clock() - counts[2] < self.stats_seconds
-            and self.writes - counts[3] <= counts[0] // 10
-        )
-        if not fresh:
+        if not self._fresh(counts):
             params = {**base, "cap": self.count_cap, "index": index.name}
             [rows] = yield Batch([Stmt(self.statements.vector_counts(index), params, fetch=True)])
             vectors, total = int(rows[0][0]), float(rows[0][1] or 0.0)
             counts = (vectors, total, self._clock(), self.writes)
-            with self.lock:
-                self.vector_counts[key] = counts
-                self.vector_counts.move_to_end(key)
-                while len(self.vector_counts) > 4096:
-                    self.vector_counts.popitem(last=False)
+            self._remember(self.vector_counts, key, counts)
         assert counts is not None
         return self.takes_index(counts[0], counts[1], want)
+
+    def _fresh(self, entry: tuple[int, float, float, int] | None) -> bool:
+        """Whether a cached ``(count, value, when read, writes then)`` still serves: read
+        less than :attr:`stats_seconds` ago, and this store has since written at most a
+        tenth as many items as were counted."""
+        return entry is not None and (
+            self._clock() - entry[2] < self.stats_seconds
+            and self.writes - entry[3] <= entry[0] // 10
+        )
+
+    def _remember(
+        self,
+        cache: OrderedDict[Any, tuple[int, float, float, int]],
+        key: Any,
+        entry: tuple[int, float, float, int],
+    ) -> None:
+        """Cache ``entry``, keeping the 4,096 most recently read namespaces (graph nodes
+        search from several threads)."""
+        with self.lock:
+            cache[key] = entry
+            cache.move_to_end(key)
+            while len(cache) > 4096:
+                cache.popitem(last=False)
 
     def takes_index(self, vectors: int, total: float, want: int) -> bool:
         """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
@@ -248,10 +263,7 @@ class Ranker:
         params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
         key = (base["ns"], exact)
         stats = self.stats.get(key)
-        fresh = stats is not None and (
-            self._clock() - stats[2] < self.stats_seconds
-            and self.writes - stats[3] <= stats[0] // 10
-        )
+        fresh = self._fresh(stats)
         statements = [Stmt(self.statements.term_counts(n, exact), params, fetch=True)]
         if not fresh:
             statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
@@ -261,11 +273,7 @@ class Ranker:
             text_stats = TextStats._make(found[1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
-            with self.lock:  # graph nodes search from several threads
-                self.stats[key] = stats
-                self.stats.move_to_end(key)
-                while len(self.stats) > 4096:
-                    self.stats.popitem(last=False)
+            self._remember(self.stats, key, stats)
         if not df:
             return []
         assert stats is not None
