@@ -283,7 +283,20 @@ class Maintenance:
             ttl = source_state.ttl_seconds
         else:
             ttl = activity.ttl_seconds
-        copy = [Stmt(sql, {"src": source, "dst": target}) for sql in S.copy_rows(d)]
+        if d.distributed:  # each statement on one thread's shard: read, then write
+            found = yield Batch(
+                [Stmt(sql, {"src": source}, fetch=True) for sql in S.select_copy_rows(d)],
+                lock=True,
+                hold=True,
+            )
+            rows = S.retarget(found, target)
+            copy = [
+                Stmt(sql, params, many=True)
+                for sql, params in zip(S.insert_copied_rows(d), rows, strict=True)
+                if params
+            ]
+        else:
+            copy = [Stmt(sql, {"src": source, "dst": target}) for sql in S.copy_rows(d)]
         revive = activity.thread_row(target, now, ttl)
         touch = activity.thread_row(source, now, ttl)
         yield Batch(
@@ -336,30 +349,40 @@ class Maintenance:
                 lock=True,
                 hold=True,
             )
-            batch = [r[0] for r in rows]
-            if not batch:
+            candidates = [r[0] for r in rows]
+            if not candidates:
                 horizon = now - tombstone_seconds(TOMBSTONE_SECONDS, activity.ttl_seconds)
                 yield Batch(
                     [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)],
                     write=True,
                 )
                 return swept
-            if activity.strategy == "delete":
-                yield Batch(self.bury(batch, now), write=True)
+            keep_latest = activity.strategy != "delete"
+            claim = S.claim_expired(d, keep=keep_latest)
+            counts = yield Batch(
+                [Stmt(claim, {"thread_id": t, "now": now}) for t in candidates],
+                lock=True,
+                hold=True,
+            )
+            batch = [t for t, n in zip(candidates, counts, strict=True) if n]
+            if not batch:  # another sweeper took them all, or they were used since
+                yield Batch([], write=True)
+            elif not keep_latest:
+                params = [{"thread_id": t} for t in batch]
+                yield Batch(
+                    [
+                        *(Stmt(sql, params, many=True) for sql in S.end_generation(d)),
+                        *(Stmt(sql, params, many=True) for sql in S.delete_ended_rows(d)),
+                    ],
+                    write=True,
+                )
                 self.forget(batch)
             else:
                 snapshot = yield from self.snapshot(batch)
                 keep = {
                     t: self.kept(serde, s.checkpoints, self.keep_last) for t, s in snapshot.items()
                 }
-                drop = self.drop(snapshot, keep)
-                yield Batch(
-                    [
-                        *drop.statements,
-                        Stmt(S.expire_keep_latest(d), [{"thread_id": t} for t in batch], many=True),
-                    ],
-                    write=True,
-                )
+                yield self.drop(snapshot, keep)
             swept += batch
-            if len(batch) < self.sweep_batch:
+            if len(candidates) < self.sweep_batch:
                 return swept

@@ -195,13 +195,17 @@ class Writer:
     def _fast(self, fast: FastWrite) -> Plan[bool]:
         """Run a dialect's one-statement write; False when the thread was deleted or
         expired (nothing was written, and the slow path decides)."""
+        statements = [
+            Stmt(fast.sql, fast.params, fetch=fast.fetch),
+            *(Stmt(sql, params) for sql, params in fast.then),
+        ]
         try:
-            [result] = yield Batch([Stmt(fast.sql, fast.params, fetch=fast.fetch)], write=True)
+            result = (yield Batch(statements, write=True))[0]
         except Exception as exc:
             if self.dialect.thread_gone(exc):
                 return False
             raise
-        return bool(result[0][0]) if fast.fetch else True
+        return bool(result and result[0][0]) if fast.fetch else True
 
     def admit(
         self,

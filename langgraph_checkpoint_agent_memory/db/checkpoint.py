@@ -9,7 +9,7 @@ statement costs a dictionary lookup after the first call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,15 +40,22 @@ def thread_is_live(thread_id: Any) -> Any:
     return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t)))
 
 
+def _late(t: Any) -> Any:
+    """The write names (``:named``) a checkpoint at or below where the thread's ended
+    history stopped."""
+    return t.c.ended_after >= B("named", type_=sa.String)
+
+
 def _thread_takes(thread_id: Any) -> Any:
-    """True while the thread is live and the write does not name (``:named``) a checkpoint
-    at or below where its ended history stopped."""
+    """True while the thread is live and the write is not late (:func:`_late`)."""
     t = threads.alias("t")
-    late = t.c.ended_after >= B("named", type_=sa.String)
-    return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), late))
+    return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), _late(t)))
 
 
 # -- writes ------------------------------------------------------------------------------
+
+#: The tables a thread copy copies, in order.
+COPIED_TABLES = (checkpoints, blobs, writes)
 
 
 def touch_thread(d: Dialect) -> Sql:
@@ -78,26 +85,48 @@ def revive_thread(d: Dialect) -> Sql:
 
 
 def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> Any:
-    """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
+    """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live.
+
+    On a distributed database the row is selected from the thread's own activity row (which
+    must then exist: a thread without one takes the slow path, which writes it first), so
+    the insert goes to that row's shard alone; a source with no table at all cannot be
+    routed there.
+    """
     cols = [c.name for c in table.columns]
-    source = d._values(table, cols).where(_thread_takes(B("thread_id")))
+    if d.distributed:
+        # the thread id comes from the activity row: Citus routes an INSERT ... SELECT to
+        # one shard only when the distribution column is copied from a co-located table
+        t = threads.alias("t")
+        refusals = (*_gone(t), _late(t))  # a NULL (no value, no boundary) refuses nothing
+        values = d._values(table, cols[1:])
+        source = sa.select(t.c.thread_id, *values.selected_columns).where(
+            t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
+        )
+    else:
+        source = d._values(table, cols).where(_thread_takes(B("thread_id")))
     return d.insert_from_select(
         table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
     )
 
 
 def insert_blob(d: Dialect) -> Sql:
-    return d.sql("insert_blob", lambda: _if_live(d, blobs, upsert_cols=None))
+    return d.sql(("insert_blob", d.distributed), lambda: _if_live(d, blobs, upsert_cols=None))
 
 
 def upsert_checkpoint(d: Dialect) -> Sql:
     update = ["parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata", "blob_versions"]
-    return d.sql("upsert_checkpoint", lambda: _if_live(d, checkpoints, upsert_cols=update))
+    return d.sql(
+        ("upsert_checkpoint", d.distributed),
+        lambda: _if_live(d, checkpoints, upsert_cols=update),
+    )
 
 
 def insert_write(d: Dialect, *, replace: bool) -> Sql:
     update = ["channel", "type", "blob", "task_path"] if replace else None
-    return d.sql(("insert_write", replace), lambda: _if_live(d, writes, upsert_cols=update))
+    return d.sql(
+        ("insert_write", replace, d.distributed),
+        lambda: _if_live(d, writes, upsert_cols=update),
+    )
 
 
 def thread_state(d: Dialect, *, lock: bool) -> Sql:
@@ -127,7 +156,9 @@ def newest_ids(d: Dialect) -> list[Sql]:
 
 
 def _raise_boundary(t: sa.Table) -> Any:
-    newest = _newest(t, threads.c.thread_id).scalar_subquery()
+    # the subquery names the thread by parameter, not by correlation: a distributed database
+    # then sends the whole update to the thread's one shard
+    newest = _newest(t, B("thread_id")).scalar_subquery()
     return (
         sa.update(threads)
         .where(
@@ -259,6 +290,47 @@ def delete_blob(d: Dialect) -> Sql:
     )
 
 
+def select_copy_rows(d: Dialect) -> list[Sql]:
+    """Every row of thread ``:src`` in each table :func:`copy_rows` copies, all columns, for
+    a copy that reads then writes (a distributed database: the two threads live on
+    different shards, and each statement should name one)."""
+    return [
+        d.sql(
+            ("select_copy_rows", t.name),
+            partial(lambda t: sa.select(*t.columns).where(t.c.thread_id == B("src")), t),
+        )
+        for t in COPIED_TABLES
+    ]
+
+
+def insert_copied_rows(d: Dialect) -> list[Sql]:
+    """Insert rows :func:`select_copy_rows` read (existing keys are kept), per table."""
+    return [
+        d.sql(
+            ("insert_copied_rows", t.name),
+            partial(
+                lambda t: (
+                    d.insert(t)
+                    .values({c.name: B(c.name, type_=c.type) for c in t.columns})
+                    .on_conflict_do_nothing(index_elements=[c.name for c in t.primary_key])
+                ),
+                t,
+            ),
+        )
+        for t in COPIED_TABLES
+    ]
+
+
+def retarget(found: Sequence[Sequence[Any]], target: str) -> list[list[dict[str, Any]]]:
+    """The rows :func:`select_copy_rows` read, per table, as parameters of
+    :func:`insert_copied_rows` that put them under thread ``target``."""
+    out = []
+    for table, rows in zip(COPIED_TABLES, found, strict=True):
+        names = [c.name for c in table.columns]
+        out.append([{**dict(zip(names, row, strict=True)), "thread_id": target} for row in rows])
+    return out
+
+
 def copy_rows(d: Dialect) -> list[Sql]:
     """Copy every row of ``:src`` to thread ``:dst`` (existing keys are kept)."""
 
@@ -274,7 +346,7 @@ def copy_rows(d: Dialect) -> list[Sql]:
             t, cols, source, keys=[c.name for c in t.primary_key], update=None
         )
 
-    return [d.sql(("copy_rows", t.name), partial(build, t)) for t in (checkpoints, blobs, writes)]
+    return [d.sql(("copy_rows", t.name), partial(build, t)) for t in COPIED_TABLES]
 
 
 # -- reads -------------------------------------------------------------------------------
@@ -474,7 +546,10 @@ def select_chain(d: Dialect) -> Sql:
 
 
 def select_expired(d: Dialect) -> Sql:
-    """Up to ``:batch_size`` expired, live threads, locked so two sweepers never share one."""
+    """Up to ``:batch_size`` expired, live threads: candidates, each then claimed by
+    :func:`claim_expired`. Where row locks reach every row (one database), rows another
+    sweeper holds are skipped, so sweepers work on different threads; a distributed database
+    refuses locks across shards, and there the claims alone keep sweepers apart."""
 
     def build() -> Any:
         stmt = (
@@ -483,15 +558,34 @@ def select_expired(d: Dialect) -> Sql:
             .order_by(threads.c.expires_at)
             .limit(B("batch_size", type_=sa.Integer))
         )
-        return d.skip_locked(stmt)
+        return stmt if d.distributed else d.skip_locked(stmt)
 
-    return d.sql("select_expired", build)
+    return d.sql(("select_expired", d.distributed), build)
 
 
-def expire_keep_latest(d: Dialect) -> Sql:
-    """After pruning an expired thread to its last checkpoints: it stays, with no expiry
-    until its next activity."""
-    return d.sql("expire_keep_latest", partial(_set_on_thread, expires_at=None))
+def _still_expired() -> list[Any]:
+    return [
+        threads.c.thread_id == B("thread_id"),
+        threads.c.deleted_at.is_(None),
+        threads.c.expires_at < B("now"),
+    ]
+
+
+def claim_expired(d: Dialect, *, keep: bool) -> Sql:
+    """Claim one candidate of :func:`select_expired` (``:thread_id``, ``:now``): a write on
+    its row only while it is still expired and live (row count 1: claimed; 0: another
+    sweeper took it, or it was used since). ``keep``: it stays, pruned, with no expiry until
+    its next activity; else it becomes a tombstone."""
+
+    def build() -> Any:
+        update = sa.update(threads).where(*_still_expired())
+        if keep:
+            return update.values(expires_at=None)
+        return update.values(
+            last_active=B("now"), ttl_seconds=None, expires_at=None, deleted_at=B("now")
+        )
+
+    return d.sql(("claim_expired", keep), build)
 
 
 def _purge_rows(t: sa.Table) -> Any:

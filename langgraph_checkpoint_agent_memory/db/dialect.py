@@ -132,12 +132,19 @@ class VectorIndex:
 
 @dataclass(frozen=True)
 class FastWrite:
-    """A dialect's one-statement write: its SQL, parameters, and whether it returns the
-    thread's liveness as a row (else a refusal comes as an error)."""
+    """A dialect's one-round-trip write: its SQL, parameters, and whether it returns the
+    thread's liveness as a row (its first column, no row meaning not live; else a refusal
+    comes as an error).
+
+    ``then`` holds statements (with their parameters) that follow it in the same
+    transaction, where the write takes more than one statement (a distributed database,
+    which routes each statement to one shard but runs a multi-statement CTE in steps).
+    """
 
     sql: Sql
     params: Any
     fetch: bool
+    then: tuple[tuple[Sql, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,11 @@ class Dialect:
     pipelines = False
     #: Whether DDL is transactional (all of a migration or none of it).
     transactional_ddl = True
+    #: Whether the tables are spread over several nodes (Citus): set by
+    #: :func:`~.distribution.detect_plan` on first use. A distributed database refuses row
+    #: locks across shards and runs a statement that names several tables' rows in steps
+    #: unless each names one shard key value.
+    distributed = False
 
     def __init__(self) -> None:
         self._cache: dict[Hashable, Sql] = {}
@@ -303,6 +315,12 @@ class Dialect:
     recursive_cte = True
     #: Whether ``CREATE TABLE IF NOT EXISTS`` exists; otherwise ``create_if_missing`` runs.
     create_if_not_exists = True
+
+    def unless_exists(self, table: str, create: str) -> str:
+        """``create`` (a CREATE TABLE of ``table``) as a statement that does nothing when the
+        table exists, even for a role that may not create tables (PostgreSQL checks the
+        privilege before ``IF NOT EXISTS``)."""
+        return create
 
     def create_if_missing(self, create: Sql) -> Any:
         """A plan creating a table unless it exists (dialects without IF NOT EXISTS)."""

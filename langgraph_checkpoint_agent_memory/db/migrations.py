@@ -28,6 +28,7 @@ from sqlalchemy.schema import CreateTable
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.distribution import detect_plan, distribute_plan
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
@@ -303,11 +304,14 @@ def migrate_plan(
     applied, by component name."""
     create = dialect.sql(
         "create_migrations",
-        lambda: str(
-            CreateTable(migrations, if_not_exists=dialect.create_if_not_exists).compile(
-                dialect=dialect.sa
-            )
-        ).strip(),
+        lambda: dialect.unless_exists(
+            migrations.name,
+            str(
+                CreateTable(migrations, if_not_exists=dialect.create_if_not_exists).compile(
+                    dialect=dialect.sa
+                )
+            ).strip(),
+        ),
     )
     applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
     record = dialect.sql(
@@ -356,13 +360,13 @@ def migrate_plan(
             if s.rows is not None:
                 rewrites.append(s.rows)
         applied[component.name] = [s.version for s in pending]
-    if rewrites:  # the statements, then the rows, then one commit
-        yield Batch(statements, hold=True)
-        for rewrite in rewrites:
-            yield from rewrite(dialect)
-        yield Batch([], write=True)
-    else:
-        yield Batch(statements, write=True)
+    # the statements, then the rows, then the tables distributed where the database is
+    # (Citus), then one commit
+    yield Batch(statements, hold=True)
+    for rewrite in rewrites:
+        yield from rewrite(dialect)
+    yield from distribute_plan(dialect)
+    yield Batch([], write=True)
     for component in components:
         if component.backfill is not None:
             versions = {
@@ -495,14 +499,22 @@ class SchemaOnFirstUse:
         return migrate_plan(self.dialect, self._clock(), self.components)
 
     def _ready(self) -> None:
-        if not self._setup_done and self.auto_setup:
+        if not self._setup_done:
             with _SETUP_LOCK:
                 if not self._setup_done:
-                    self.setup()
+                    if self.auto_setup:
+                        self.setup()
+                    else:  # the schema is someone else's job; what kind of database is it?
+                        self.db.run(detect_plan(self.dialect))
+                        self._setup_done = True
 
     async def _aready(self) -> None:
-        if not self._setup_done and self.auto_setup:
-            await self.asetup()
+        if not self._setup_done:
+            if self.auto_setup:
+                await self.asetup()
+            else:
+                await self.db.arun(detect_plan(self.dialect))
+                self._setup_done = True
 
     def _run(self, plan: Plan[T]) -> T:
         """Run a plan on the database, creating the schema on first use."""

@@ -96,6 +96,13 @@ class PostgresDialect(Dialect):
     def param(self, name: str) -> str:
         return f"%({name})s"
 
+    def unless_exists(self, table: str, create: str) -> str:
+        # a block, as PostgreSQL has no conditional DDL that skips the privilege check
+        return (
+            f"DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN "
+            f"EXECUTE '{create.replace(chr(39), chr(39) * 2)}'; END IF; END $$"
+        )
+
     # -- vectors: pgvector where the database has it ----------------------------------------
 
     def vector_index_ddl(self) -> list[str]:
@@ -348,8 +355,10 @@ class PostgresDialect(Dialect):
                 "UNION ALL "
                 "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
                 "w.task_path::text, NULL, w.idx "
-                "FROM c JOIN am_checkpoint_writes w ON w.thread_id = c.thread_id "
-                "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id"
+                # the thread named by parameter, not only through c: Citus routes a
+                # recursive query only when every table in it is filtered on thread_id
+                "FROM c JOIN am_checkpoint_writes w ON w.thread_id = %(thread_id)s "
+                "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = c.checkpoint_id"
             )
 
         return self.sql(("fast_get_tuple", by_id), build)
@@ -362,6 +371,14 @@ class PostgresDialect(Dialect):
         live. Rows come as a ``VALUES`` list of plain parameters (psycopg adapts an array
         parameter by inspecting its items on every call, which cost more than the insert),
         so there is a statement per row count; a write of more rows takes the generic path.
+
+        On a distributed database the same inserts travel as separate statements in one
+        transaction (still one round trip), each a router query to the thread's shard:
+        Citus runs every data-modifying CTE of a statement as a step of its own through the
+        coordinator, but sends an ``INSERT ... SELECT`` whose rows come from the thread's own
+        activity row straight to that row's shard. The first statement checks the thread is
+        live and locks its row (the touch's upsert, or ``FOR SHARE``), so a delete waits for
+        the write to commit.
         """
         groups = ("b",) if kind == "put" else ("f", "r")
         counts = tuple(len(rows[g]) for g in groups)
@@ -372,6 +389,8 @@ class PostgresDialect(Dialect):
             for row, cells in zip(rows[group], _cell_names(kind, group), strict=False):
                 for column, name in cells:
                     params[name] = row[column]
+        if self.distributed:
+            return self._routed_write(kind, touch, counts, params)
 
         def build() -> str:
             ctes = [
@@ -388,51 +407,129 @@ class PostgresDialect(Dialect):
                     "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
                     "expires_at = EXCLUDED.expires_at)"
                 )
-            if kind == "put":
-                if counts[0]:
-                    ctes.append(
-                        "blobs AS (INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, "
-                        "channel, version, type, blob, base_version) SELECT %(thread_id)s, "
-                        "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, "
-                        f"u.base_version FROM live, {_values(kind, 'b', counts[0])} "
-                        "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING)"
-                    )
-                ctes.append(
-                    "cp AS (INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                    "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-                    "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
-                    "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
-                    "%(metadata)s, %(blob_versions)s FROM live "
-                    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
-                    "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
-                    "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-                    "blob_versions = EXCLUDED.blob_versions)"
-                )
-            else:
-                columns = (
-                    "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-                    "task_id, idx, channel, type, blob, task_path) SELECT %(thread_id)s, "
-                    "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
-                    "u.type, u.blob, %(task_path)s FROM live, "
-                )
-                if counts[0]:
-                    ctes.append(
-                        f"first AS ({columns}{_values(kind, 'f', counts[0])} "
-                        "AS u(idx, channel, type, blob) ON CONFLICT DO NOTHING)"
-                    )
-                if counts[1]:
-                    ctes.append(
-                        f"special AS ({columns}{_values(kind, 'r', counts[1])} "
-                        "AS u(idx, channel, type, blob) "
-                        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
-                        "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
-                        "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path)"
-                    )
+            for name, insert in _row_inserts(kind, counts, "%(thread_id)s", "FROM live"):
+                ctes.append(f"{name} AS ({insert})")
             return "WITH " + ", ".join(ctes) + " SELECT COUNT(*) FROM live"
 
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
+
+    def _routed_write(
+        self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
+    ) -> FastWrite:
+        """:meth:`fast_write` on a distributed database: single-shard statements."""
+        if touch:
+            head = self.sql(
+                "routed_touch",
+                lambda: (
+                    "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
+                    "deleted_at) VALUES (%(thread_id)s, %(last_active)s, "
+                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL) "
+                    "ON CONFLICT (thread_id) DO UPDATE SET last_active = EXCLUDED.last_active, "
+                    "ttl_seconds = EXCLUDED.ttl_seconds, expires_at = EXCLUDED.expires_at "
+                    f"WHERE {_LIVE_ROW.format(t='am_threads')} RETURNING 1"
+                ),
+            )
+        else:
+            head = self.sql(
+                "routed_live",
+                lambda: (
+                    "SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s AND "
+                    f"{_LIVE_ROW.format(t='t')} FOR SHARE"
+                ),
+            )
+        source = (
+            f"FROM am_threads t{{values}} WHERE t.thread_id = %(thread_id)s AND "
+            f"{_LIVE_ROW.format(t='t')}"
+        )
+        then = tuple(
+            (self.sql(("routed_write", kind, name, counts), functools.partial(str, insert)), params)
+            for name, insert in _row_inserts(kind, counts, "t.thread_id", source)
+        )
+        return FastWrite(head, params, fetch=True, then=then)
+
+
+#: A thread's activity row (``{t}``) that takes a write: not a tombstone, not expired as of
+#: ``live_after``, and the write names no checkpoint at or below where its ended history
+#: stopped (a NULL comparison, from a row or a parameter, refuses nothing).
+_LIVE_ROW = (
+    "{t}.deleted_at IS NULL AND ({t}.expires_at < %(live_after)s) IS NOT TRUE "
+    "AND ({t}.ended_after >= %(named)s::text) IS NOT TRUE"
+)
+
+
+def _row_inserts(
+    kind: str, counts: tuple[int, ...], thread: str, source: str
+) -> list[tuple[str, str]]:
+    """The inserts of a fast write, named, each taking its rows ``source``: a clause that
+    starts with ``FROM`` and may hold ``{values}`` where the rows' VALUES list joins it
+    (else it is appended to the FROM list); ``thread`` is the thread id's expression."""
+
+    def rows_from(values: str) -> str:
+        if "{values}" in source:
+            return source.replace("{values}", f", {values}")
+        return f"{source}, {values}"
+
+    out: list[tuple[str, str]] = []
+    if kind == "put":
+        if counts[0]:
+            out.append(
+                (
+                    "blobs",
+                    "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, "
+                    f"version, type, blob, base_version) SELECT {thread}, %(checkpoint_ns)s, "
+                    "u.channel, u.version, u.type, u.blob, u.base_version "
+                    + rows_from(
+                        f"{_values(kind, 'b', counts[0])} "
+                        "AS u(channel, version, type, blob, base_version)"
+                    )
+                    + " ON CONFLICT DO NOTHING",
+                )
+            )
+        out.append(
+            (
+                "cp",
+                "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+                "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
+                f"SELECT {thread}, %(checkpoint_ns)s, %(checkpoint_id)s, "
+                "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
+                "%(metadata)s, %(blob_versions)s "
+                + source.replace("{values}", "")
+                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
+                "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
+                "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
+                "blob_versions = EXCLUDED.blob_versions",
+            )
+        )
+        return out
+    columns = (
+        "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
+        f"task_id, idx, channel, type, blob, task_path) SELECT {thread}, "
+        "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
+        "u.type, u.blob, %(task_path)s "
+    )
+    if counts[0]:
+        out.append(
+            (
+                "first",
+                columns
+                + rows_from(f"{_values(kind, 'f', counts[0])} AS u(idx, channel, type, blob)")
+                + " ON CONFLICT DO NOTHING",
+            )
+        )
+    if counts[1]:
+        out.append(
+            (
+                "special",
+                columns
+                + rows_from(f"{_values(kind, 'r', counts[1])} AS u(idx, channel, type, blob)")
+                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+                "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
+                "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
+            )
+        )
+    return out
 
 
 #: Rows one fast write sends as plain parameters; more take the generic statements.

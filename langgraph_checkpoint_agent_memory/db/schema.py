@@ -119,6 +119,12 @@ migrations = sa.Table(
 
 CHECKPOINT_TABLES = (checkpoints, blobs, writes, threads)
 
+# Where each table lives on a distributed database (db/distribution.py): a thread's rows on
+# one node, by thread id; the migration ledger on every node.
+for _table in CHECKPOINT_TABLES:
+    _table.info["shard_key"] = "thread_id"
+migrations.info["reference"] = True
+
 # -- the store -----------------------------------------------------------------------------
 
 store_items = sa.Table(

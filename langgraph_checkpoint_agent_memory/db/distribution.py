@@ -1,0 +1,115 @@
+"""Citus: the package's tables distributed by their shard key, found and set up on first use.
+
+On a PostgreSQL database where the ``citus`` extension is installed, :func:`distribute_plan`
+(run by every ``setup()`` after the migrations) turns each of the package's tables into a
+Citus table, as ``db/schema.py`` marks it:
+
+- ``info={"shard_key": column}``: hash-distributed by that column, which is part of the
+  table's primary key (``thread_id`` for the checkpoint tables; the namespace's shard key for
+  the store's and agent memory's). Tables with the same shard key column are co-located, so
+  a statement that joins them on one key value runs on one node.
+- ``info={"reference": True}``: small tables every node keeps a copy of (the migration
+  ledger).
+
+It is idempotent: a table already distributed is left alone, one created by a later
+migration is distributed by the next setup, and rows already in a table move into its shards
+(then the coordinator's local copy is emptied). It runs under the migrations' advisory lock,
+so processes starting together distribute each table once.
+
+:func:`detect_plan` only finds out whether the database is distributed, for a process that
+does not run ``setup()`` (``auto_setup=False``); either sets :attr:`Dialect.distributed`,
+which switches the statements that differ (no row locks across shards, writes as single-shard
+statements).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.schema import metadata
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+# Raw SQL throughout: Citus's catalog and its functions have no SQLAlchemy Core form.
+CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+#: Each of the package's tables that exists: whether Citus knows it, and whether this role
+#: owns it (only the owner may distribute a table).
+TABLE_STATE = (
+    "SELECT c.relname, EXISTS (SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid), "
+    "pg_get_userbyid(c.relowner), pg_has_role(c.relowner, 'USAGE') "
+    "FROM pg_class c WHERE c.oid IN "
+    "(SELECT to_regclass(n) FROM unnest(CAST(%(tables)s AS text[])) AS n)"
+)
+
+
+def shard_key(table: sa.Table) -> str | None:
+    """The column ``table`` is distributed by, or ``None`` (a reference table or neither)."""
+    key = table.info.get("shard_key")
+    return str(key) if key is not None else None
+
+
+def citus_tables() -> list[sa.Table]:
+    """The package's tables that have a place on Citus: distributed, then reference ones."""
+    tables = [t for t in metadata.sorted_tables if shard_key(t) or t.info.get("reference")]
+    return sorted(tables, key=lambda t: (shard_key(t) or "~", t.name))
+
+
+def detect_plan(dialect: Dialect) -> Plan[bool]:
+    """Whether the database is distributed (Citus installed); records it on ``dialect``."""
+    if dialect.name != "postgresql":
+        return False
+    [rows] = yield Batch([Stmt(Sql(CITUS_INSTALLED), fetch=True)])
+    dialect.distributed = bool(rows[0][0])
+    return dialect.distributed
+
+
+def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
+    """Distribute (or replicate) every table of the package that exists and Citus does not
+    know yet; return their names. Nothing happens where Citus is not installed.
+
+    Meant to run inside the migrations' transaction, after their statements and under their
+    lock (see :func:`~.migrations.migrate_plan`).
+    """
+    distributed = yield from detect_plan(dialect)
+    if not distributed:
+        return []
+    tables = citus_tables()
+    [rows] = yield Batch(
+        [Stmt(Sql(TABLE_STATE), {"tables": [t.name for t in tables]}, fetch=True)], hold=True
+    )
+    state: dict[str, tuple[bool, str, bool]] = {
+        name: (bool(known), owner, bool(owned)) for name, known, owner, owned in rows
+    }
+    todo = [t for t in tables if t.name in state and not state[t.name][0]]
+    foreign = sorted({state[t.name][1] for t in todo if not state[t.name][2]})
+    if foreign:
+        raise ConfigurationError(
+            "this database has Citus, and the tables "
+            + ", ".join(t.name for t in todo)
+            + f" are not distributed yet; they belong to {', '.join(foreign)}, and only "
+            "their owner can distribute them: run `agent-memory migrate` (or setup()) once "
+            "as that role"
+        )
+    statements = [Stmt(Sql(_distribute(t)), fetch=True) for t in todo]
+    if statements:
+        yield Batch(statements, hold=True)
+    return [t.name for t in todo]
+
+
+def _distribute(table: sa.Table) -> str:
+    """The call that makes ``table`` a Citus table, co-located with the first table (by
+    name) of the same shard key column, which :func:`citus_tables` orders first; then the
+    coordinator's local copy of the rows it moved into shards is emptied."""
+    key = shard_key(table)
+    name = table.name
+    if key is None:
+        call = f"create_reference_table('{name}')"
+    else:
+        anchor = min(t.name for t in metadata.sorted_tables if shard_key(t) == key)
+        colocate = "none" if anchor == name else anchor
+        call = f"create_distributed_table('{name}', '{key}', colocate_with => '{colocate}')"
+    return f"SELECT {call}, truncate_local_data_after_distributing_table('{name}')"
+
+
+__all__ = ["citus_tables", "detect_plan", "distribute_plan", "shard_key"]
