@@ -141,10 +141,12 @@ def outcome(call: Any) -> tuple[str, Any]:
 
 class Recorder:
     """The SQL texts a saver or store sends through ``db.run`` from now on, statement by
-    statement (the plan runs unchanged)."""
+    statement (the plan runs unchanged); ``sent`` has each with the parameters of its first
+    execution, ready for the driver (none for an executemany of no rows)."""
 
     def __init__(self, owner: Any) -> None:
         self.texts: list[str] = []
+        self.sent: list[tuple[str, Any]] = []
         run = owner.db.run
 
         def recording(plan: Any) -> Any:
@@ -156,6 +158,11 @@ class Recorder:
                     except StopIteration as stop:
                         return stop.value
                     self.texts.extend(s.sql.text for s in batch.statements)
+                    self.sent.extend(
+                        (s.sql.text, s.sql.bind(s.params[0] if s.many else s.params))
+                        for s in batch.statements
+                        if s.params or not s.many
+                    )
                     result = yield batch
 
             return run(watched())

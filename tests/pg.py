@@ -25,6 +25,7 @@ from langgraph_checkpoint_agent_memory.testing import (
     PgBinaries,
     available_binaries,
 )
+from langgraph_checkpoint_agent_memory.testing_citus import LocalCitus, citus_binaries
 
 PG_URL_ENV = "AGENT_MEMORY_TEST_PG_URL"
 #: The id of the server given by AGENT_MEMORY_TEST_PG_URL.
@@ -63,6 +64,25 @@ SERVERS = _servers()
 #: The ids of the servers the PostgreSQL tests run on, the machine's first.
 SERVER_IDS = list(SERVERS)
 
+#: The id of the Citus cluster: a coordinator and two workers started from the machine's
+#: PostgreSQL when Citus is installed for it (``bash ../shared/citus/install.sh``). Only
+#: the suites that take the ``"citus"`` backend run on it (conformance, store contract,
+#: agent memory end to end, routing, concurrency), not every PostgreSQL test.
+CITUS = "citus"
+NO_CITUS = (
+    "Citus is not installed for this machine's PostgreSQL "
+    "(bash ../shared/citus/install.sh installs it into Debian's postgresql-15)"
+)
+
+
+def _citus_here() -> bool:
+    if os.environ.get(PG_URL_ENV):  # one given server: the tests run there alone
+        return False
+    return citus_binaries() is not None
+
+
+CITUS_HERE = _citus_here()
+
 
 def pg_params(prefix: str = "") -> list[Any]:
     """One ``pytest.param`` per server, valued and named ``prefix + server id`` and marked
@@ -78,11 +98,26 @@ def pg_params(prefix: str = "") -> list[Any]:
     return [pytest.param(prefix + sid, marks=pytest.mark.postgres) for sid in SERVER_IDS]
 
 
+def citus_params(prefix: str = "") -> list[Any]:
+    """The Citus cluster as one parameter (``prefix + "citus"``), marked ``postgres`` and
+    ``citus``; skipped with the reason where Citus is not installed."""
+    marks: list[Any] = [pytest.mark.postgres, pytest.mark.citus]
+    if not CITUS_HERE:
+        marks.append(pytest.mark.skip(reason=NO_CITUS))
+    return [pytest.param(prefix + CITUS, marks=marks)]
+
+
 def backend_params(*names: str) -> list[Any]:
-    """Backend parameters: each name as is, ``"postgres"`` as one parameter per server."""
+    """Backend parameters: each name as is, ``"postgres"`` as one parameter per server,
+    ``"citus"`` as the Citus cluster's."""
     params: list[Any] = []
     for name in names:
-        params += pg_params(BACKEND_PREFIX) if name == "postgres" else [name]
+        if name == "postgres":
+            params += pg_params(BACKEND_PREFIX)
+        elif name == CITUS:
+            params += citus_params(BACKEND_PREFIX)
+        else:
+            params.append(name)
     return params
 
 
@@ -112,17 +147,31 @@ class PgServer:
     def __init__(self, binaries: PgBinaries | None) -> None:
         self.local: LocalPostgres | None = None
         self.binaries = binaries
+        self.citus: LocalCitus | None = None
         if binaries is None:
             self.url = os.environ[PG_URL_ENV]
         else:
             self.local = LocalPostgres(binaries, fsync=False)
             self.url = self.local.start()
 
+    @classmethod
+    def citus_cluster(cls) -> PgServer:
+        """The Citus cluster: each fresh database is created on every node, with the
+        workers registered (:meth:`LocalCitus.create_database`)."""
+        server = cls.__new__(cls)
+        server.local = None
+        server.binaries = None
+        server.citus = LocalCitus(fsync=False)
+        server.url = server.citus.start()
+        return server
+
     def fresh_database(self) -> str:
         """A new, empty database on this server; returns its URL."""
         import psycopg
 
         name = f"t_{uuid.uuid4().hex[:12]}"
+        if self.citus is not None:
+            return self.citus.create_database(name)
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + f"/{name}"
@@ -133,6 +182,9 @@ class PgServer:
         GB per run), and deleting them all at the end outlasts a timeout on a busy disk."""
         import psycopg
 
+        if self.citus is not None:
+            self.citus.drop_database(url)
+            return
         name = url.rsplit("/", 1)[1]
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -141,6 +193,8 @@ class PgServer:
         """Stop the throwaway cluster (a server given by URL is left alone)."""
         if self.local is not None:
             self.local.stop()
+        if self.citus is not None:
+            self.citus.stop()
 
 
 class PgServers:
@@ -153,13 +207,17 @@ class PgServers:
     def get(self, sid: str) -> PgServer:
         """The running server ``sid`` (``pg15``, or a backend parameter ``postgres-pg15``)."""
         sid = server_id(sid)
-        if sid not in SERVERS:
+        if sid == CITUS and not CITUS_HERE:
+            pytest.skip(NO_CITUS)
+        if sid != CITUS and sid not in SERVERS:
             pytest.skip(NO_SERVER if not SERVERS else f"no PostgreSQL server {sid!r} here")
         if sid in self._failed:  # one failed start, not one per test
             raise RuntimeError(f"PostgreSQL server {sid} did not start: {self._failed[sid]}")
         if sid not in self._running:
             try:
-                self._running[sid] = PgServer(SERVERS[sid])
+                self._running[sid] = (
+                    PgServer.citus_cluster() if sid == CITUS else PgServer(SERVERS[sid])
+                )
             except Exception as exc:
                 self._failed[sid] = str(exc)
                 raise

@@ -12,8 +12,10 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
 from tests.helpers import sync_through_async
+from tests.pg import backend_params
 
 
+@pytest.mark.parametrize("backend", backend_params("sqlite", "postgres", "citus"), indirect=True)
 @pytest.mark.parametrize("api", ["async", "sync"])
 async def test_every_capability_passes(
     make_saver: Callable[..., Any], backend: str, api: str
