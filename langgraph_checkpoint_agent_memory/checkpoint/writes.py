@@ -199,6 +199,10 @@ class Writer:
             Stmt(fast.sql, fast.params, fetch=fast.fetch),
             *(Stmt(sql, params) for sql, params in fast.then),
         ]
+        if fast.then:  # checked, then written, in a transaction the check decides on
+            [head, *_] = yield Batch(statements, hold=True)
+            yield Batch([], write=True, rollback=not head)
+            return bool(head)
         try:
             result = (yield Batch(statements, write=True))[0]
         except Exception as exc:

@@ -45,13 +45,15 @@ class Batch:
     ``write``: run them in one transaction (all or nothing). ``lock``: take the database's
     write lock first (SQLite ``BEGIN IMMEDIATE``), for read-then-write batches. ``hold``: keep
     the transaction open, so the plan's next batch continues it (the plan decides what to
-    write from what it read, with the rows still locked).
+    write from what it read, with the rows still locked). ``rollback``: end the transaction
+    by rolling it back, not committing (a plan that wrote, then found it must not have).
     """
 
     statements: Sequence[Stmt]
     write: bool = False
     lock: bool = False
     hold: bool = False
+    rollback: bool = False
 
 
 #: A plan yields batches, receives one result per statement (a row list when ``fetch``, else

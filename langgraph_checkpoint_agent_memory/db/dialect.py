@@ -138,7 +138,10 @@ class FastWrite:
 
     ``then`` holds statements (with their parameters) that follow it in the same
     transaction, where the write takes more than one statement (a distributed database,
-    which routes each statement to one shard but runs a multi-statement CTE in steps).
+    which routes each statement to one shard but runs a multi-statement CTE in steps). They
+    write unconditionally; the first statement checks the thread and locks its row, and the
+    plan commits only when it found the thread live (else it rolls back and takes the slow
+    path).
     """
 
     sql: Sql

@@ -100,7 +100,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
                         cur.executemany(stmt.sql.text, _params(stmt))
                     sent.append((cur, stmt))
                 if not batch.hold:
-                    conn.execute("COMMIT")
+                    conn.execute("ROLLBACK" if batch.rollback else "COMMIT")
         except BaseException:
             if session.ended(batch, ok=False):
                 rollback(conn)
@@ -141,7 +141,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
                     await cur.execute(stmt.sql.text, _params(stmt))
                 sent.append((cur, stmt))
             if not batch.hold:
-                await conn.execute("COMMIT")
+                await conn.execute("ROLLBACK" if batch.rollback else "COMMIT")
     except BaseException:
         if session.ended(batch, ok=False):
             await arollback(conn)

@@ -407,7 +407,7 @@ class PostgresDialect(Dialect):
                     "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
                     "expires_at = EXCLUDED.expires_at)"
                 )
-            for name, insert in _row_inserts(kind, counts, "%(thread_id)s", "FROM live"):
+            for name, insert in _row_inserts(kind, counts):
                 ctes.append(f"{name} AS ({insert})")
             return "WITH " + ", ".join(ctes) + " SELECT COUNT(*) FROM live"
 
@@ -417,7 +417,11 @@ class PostgresDialect(Dialect):
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
-        """:meth:`fast_write` on a distributed database: single-shard statements."""
+        """:meth:`fast_write` on a distributed database: a check of the thread that locks
+        its row (the touch's conditional upsert, or ``FOR SHARE``), then plain
+        ``INSERT ... VALUES`` statements, each routed to the thread's shard on the fast
+        path of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times
+        the cost); the plan commits only when the check found the thread live."""
         if touch:
             head = self.sql(
                 "routed_touch",
@@ -438,16 +442,91 @@ class PostgresDialect(Dialect):
                     f"{_LIVE_ROW.format(t='t')} FOR SHARE"
                 ),
             )
-        source = (
-            f"FROM am_threads t{{values}} WHERE t.thread_id = %(thread_id)s AND "
-            f"{_LIVE_ROW.format(t='t')}"
-        )
-        then = tuple(
-            (self.sql(("routed_write", kind, name, counts), functools.partial(str, insert)), params)
-            for name, insert in _row_inserts(kind, counts, "t.thread_id", source)
-        )
-        return FastWrite(head, params, fetch=True, then=then)
+        inserts = [
+            self.sql(
+                ("routed_insert", group, count), functools.partial(_routed_insert, group, count)
+            )
+            for group, count in zip(_GROUPS[kind], counts, strict=True)
+            if count
+        ]
+        if kind == "put":
+            inserts.append(self.sql("routed_checkpoint", lambda: _ROUTED_CHECKPOINT))
+        return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
 
+
+#: The key of a pending write, which a special channel's write overwrites.
+_WRITE_KEY = "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
+#: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
+_GROUPS = {"put": ("b",), "writes": ("f", "r")}
+#: Per row group: the table, the columns, each column's value (a fixed parameter, or
+#: ``None`` for the row's own cell), and what a key conflict does.
+_ROUTED_ROWS: dict[str, tuple[str, tuple[tuple[str, str | None], ...], str]] = {
+    "b": (
+        "am_checkpoint_blobs",
+        (
+            ("thread_id", "%(thread_id)s"),
+            ("checkpoint_ns", "%(checkpoint_ns)s"),
+            ("channel", None),
+            ("version", None),
+            ("type", None),
+            ("blob", None),
+            ("base_version", None),
+        ),
+        "ON CONFLICT DO NOTHING",
+    ),
+    **{
+        group: (
+            "am_checkpoint_writes",
+            (
+                ("thread_id", "%(thread_id)s"),
+                ("checkpoint_ns", "%(checkpoint_ns)s"),
+                ("checkpoint_id", "%(checkpoint_id)s"),
+                ("task_id", "%(task_id)s"),
+                ("idx", None),
+                ("channel", None),
+                ("type", None),
+                ("blob", None),
+                ("task_path", "%(task_path)s"),
+            ),
+            conflict,
+        )
+        for group, conflict in (
+            ("f", "ON CONFLICT DO NOTHING"),
+            (
+                "r",
+                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
+                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
+            ),
+        )
+    },
+}
+
+
+def _routed_insert(group: str, count: int) -> str:
+    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
+    :func:`_cell_names`), blobs in binary."""
+    table, columns, conflict = _ROUTED_ROWS[group]
+    rows = []
+    for i in range(count):
+        cells = []
+        for column, fixed in columns:
+            marker = "b" if column == "blob" else "s"
+            cells.append(fixed or f"%({group}{i}_{column}){marker}")
+        rows.append("(" + ", ".join(cells) + ")")
+    names = ", ".join(c for c, _ in columns)
+    return f"INSERT INTO {table} ({names}) VALUES {', '.join(rows)} {conflict}"
+
+
+_ROUTED_CHECKPOINT = (
+    "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+    "run_id, type, checkpoint, metadata, blob_versions) VALUES (%(thread_id)s, "
+    "%(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s, %(run_id)s, %(type)s, "
+    "%(checkpoint)s, %(metadata)s, %(blob_versions)s) "
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
+    "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
+    "blob_versions = EXCLUDED.blob_versions"
+)
 
 #: A thread's activity row (``{t}``) that takes a write: not a tombstone, not expired as of
 #: ``live_after``, and the write names no checkpoint at or below where its ended history
@@ -458,18 +537,9 @@ _LIVE_ROW = (
 )
 
 
-def _row_inserts(
-    kind: str, counts: tuple[int, ...], thread: str, source: str
-) -> list[tuple[str, str]]:
-    """The inserts of a fast write, named, each taking its rows ``source``: a clause that
-    starts with ``FROM`` and may hold ``{values}`` where the rows' VALUES list joins it
-    (else it is appended to the FROM list); ``thread`` is the thread id's expression."""
-
-    def rows_from(values: str) -> str:
-        if "{values}" in source:
-            return source.replace("{values}", f", {values}")
-        return f"{source}, {values}"
-
+def _row_inserts(kind: str, counts: tuple[int, ...]) -> list[tuple[str, str]]:
+    """The data-modifying CTEs of a one-statement fast write, named, each inserting its
+    rows only while the ``live`` CTE holds a row."""
     out: list[tuple[str, str]] = []
     if kind == "put":
         if counts[0]:
@@ -477,13 +547,10 @@ def _row_inserts(
                 (
                     "blobs",
                     "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, "
-                    f"version, type, blob, base_version) SELECT {thread}, %(checkpoint_ns)s, "
-                    "u.channel, u.version, u.type, u.blob, u.base_version "
-                    + rows_from(
-                        f"{_values(kind, 'b', counts[0])} "
-                        "AS u(channel, version, type, blob, base_version)"
-                    )
-                    + " ON CONFLICT DO NOTHING",
+                    "version, type, blob, base_version) SELECT %(thread_id)s, "
+                    "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
+                    f"FROM live, {_values(kind, 'b', counts[0])} "
+                    "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING",
                 )
             )
         out.append(
@@ -491,11 +558,10 @@ def _row_inserts(
                 "cp",
                 "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-                f"SELECT {thread}, %(checkpoint_ns)s, %(checkpoint_id)s, "
+                "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
                 "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
-                "%(metadata)s, %(blob_versions)s "
-                + source.replace("{values}", "")
-                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "%(metadata)s, %(blob_versions)s FROM live "
+                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
                 "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
                 "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
@@ -505,28 +571,25 @@ def _row_inserts(
         return out
     columns = (
         "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-        f"task_id, idx, channel, type, blob, task_path) SELECT {thread}, "
+        "task_id, idx, channel, type, blob, task_path) SELECT %(thread_id)s, "
         "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
-        "u.type, u.blob, %(task_path)s "
+        "u.type, u.blob, %(task_path)s FROM live, "
     )
     if counts[0]:
         out.append(
             (
                 "first",
-                columns
-                + rows_from(f"{_values(kind, 'f', counts[0])} AS u(idx, channel, type, blob)")
-                + " ON CONFLICT DO NOTHING",
+                f"{columns}{_values(kind, 'f', counts[0])} AS u(idx, channel, type, blob) "
+                "ON CONFLICT DO NOTHING",
             )
         )
     if counts[1]:
         out.append(
             (
                 "special",
-                columns
-                + rows_from(f"{_values(kind, 'r', counts[1])} AS u(idx, channel, type, blob)")
-                + " ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
-                "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, "
-                "blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
+                f"{columns}{_values(kind, 'r', counts[1])} AS u(idx, channel, type, blob) "
+                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
+                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
             )
         )
     return out

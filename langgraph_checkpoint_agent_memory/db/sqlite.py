@@ -490,7 +490,7 @@ class DbApiSession:
                 cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
                 results.append(cur.fetchall() if stmt.fetch else cur.rowcount)
             if self.in_tx and not batch.hold:
-                self._end(commit=True)
+                self._end(commit=not batch.rollback)
             elif not self.in_tx and self.begin_write is None:
                 self.conn.commit()  # manual-commit drivers: a lone read still ends its snapshot
         except BaseException:
