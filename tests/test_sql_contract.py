@@ -389,3 +389,30 @@ def test_metadata_is_stored_as_json(make_saver: Callable[..., Any]) -> None:
         return rows[0][0]
 
     assert json.loads(saver.db.run(plan())) == {"step": 3, "source": "loop", "note": "ünïcode ✓"}
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+async def test_a_batch_can_end_its_transaction_by_rolling_back(
+    make_saver: Callable[..., Any], api: str
+) -> None:
+    """``Batch(rollback=True)`` undoes what the held transaction wrote; ``write=True`` alone
+    keeps it (the distributed write path relies on both)."""
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+
+    saver = make_saver()
+    saver.setup()
+
+    def plan(thread: str, rollback: bool) -> Any:
+        insert = Sql(
+            f"INSERT INTO am_threads (thread_id, last_active) VALUES ({saver.dialect.param('t')}, 1)"
+        )
+        yield Batch([Stmt(insert, {"t": thread})], hold=True)
+        yield Batch([], write=True, rollback=rollback)
+
+    for thread, rollback in (("kept", False), ("undone", True)):
+        if api == "sync":
+            saver.db.run(plan(thread, rollback))
+        else:
+            await saver.db.arun(plan(thread, rollback))
+    assert _count(saver, "am_threads") == 1
