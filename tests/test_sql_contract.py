@@ -404,9 +404,8 @@ async def test_a_batch_can_end_its_transaction_by_rolling_back(
     saver.setup()
 
     def plan(thread: str, rollback: bool) -> Any:
-        insert = Sql(
-            f"INSERT INTO am_threads (thread_id, last_active) VALUES ({saver.dialect.param('t')}, 1)"
-        )
+        thread_param = saver.dialect.param("t")
+        insert = Sql(f"INSERT INTO am_threads (thread_id, last_active) VALUES ({thread_param}, 1)")
         yield Batch([Stmt(insert, {"t": thread})], hold=True)
         yield Batch([], write=True, rollback=rollback)
 
