@@ -6,6 +6,12 @@ itself, without a transaction of its own; psycopg prepares it once it has run
 pipeline mode (``BEGIN``, the statements and ``COMMIT`` sent together). Rows come back in
 binary format (``binary=True``): checkpoints and blobs are ``bytea``, which the text format
 would send as hex, twice the bytes, to be decoded on the client.
+
+``BEGIN``, ``SET LOCAL``, ``COMMIT`` and ``ROLLBACK`` are never prepared (``prepare=False``),
+whatever ``prepare_threshold`` says: there is nothing to plan in them, and each prepared
+statement is one more name on the server. Nothing is set for the session: a
+relaxed commit is a ``SET LOCAL`` inside the write's own transaction, so no setting outlives
+it on a server connection that a transaction pooler hands to another client next.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
         try:
             with conn.pipeline():
                 for sql in session.opening(batch):
-                    conn.execute(sql)
+                    conn.execute(sql, prepare=False)
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
                     if not stmt.many:
@@ -100,7 +106,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
                         cur.executemany(stmt.sql.text, _params(stmt))
                     sent.append((cur, stmt))
                 if not batch.hold:
-                    conn.execute("COMMIT")
+                    conn.execute("COMMIT", prepare=False)
         except BaseException:
             if session.ended(batch, ok=False):
                 rollback(conn)
@@ -132,7 +138,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
     try:
         async with conn.pipeline():
             for sql in session.opening(batch):
-                await conn.execute(sql)
+                await conn.execute(sql, prepare=False)
             for stmt in batch.statements:
                 cur = conn.cursor(binary=stmt.fetch)
                 if stmt.many and stmt.params:
@@ -141,7 +147,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
                     await cur.execute(stmt.sql.text, _params(stmt))
                 sent.append((cur, stmt))
             if not batch.hold:
-                await conn.execute("COMMIT")
+                await conn.execute("COMMIT", prepare=False)
     except BaseException:
         if session.ended(batch, ok=False):
             await arollback(conn)
@@ -157,7 +163,7 @@ def _count(cur: Any, stmt: Stmt) -> int:
 def rollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK", prepare=False)
     except Exception:
         pass  # a broken connection: the pool discards it
 
@@ -165,6 +171,6 @@ def rollback(conn: Any) -> None:
 async def arollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            await conn.execute("ROLLBACK")
+            await conn.execute("ROLLBACK", prepare=False)
     except Exception:
         pass

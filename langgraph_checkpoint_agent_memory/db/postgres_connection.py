@@ -5,6 +5,11 @@ configured by :mod:`.pg_pool`. Given a pool there is no lock around the database
 pool is the concurrency control. Given a single connection, a lock serializes its users, as
 a connection can run one statement at a time. Connections must be in autocommit mode (the
 driver sends its own ``BEGIN``/``COMMIT``); the pools opened here are configured so.
+
+Nothing relies on session state, so a transaction pooler (PgBouncer in ``pool_mode =
+transaction``, a managed service's pooler) may sit between the pools and the server: settings
+are per transaction, and a pool that prepares statements by default checks once, as it
+opens, that it talks to the server itself (:func:`.pg_pool.pooler_error`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from langgraph_checkpoint_agent_memory.db.database import (
     drive,
 )
 from langgraph_checkpoint_agent_memory.db.pg_pool import (
+    BACKEND_PID_SQL,
     IdleCheck,
     PostgresOptions,
+    pooler_error,
+    prepare_threshold_of,
     require_psycopg,
     with_keepalives,
 )
@@ -37,7 +45,11 @@ from langgraph_checkpoint_agent_memory.db.pg_session import (
     rollback,
 )
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
-from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
+from langgraph_checkpoint_agent_memory.db.url import (
+    PREPARE_THRESHOLD,
+    mask_conninfo,
+    take_prepare_threshold,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -59,10 +71,17 @@ class PostgresDatabase(Database[Any]):
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg, psycopg_pool = require_psycopg()
+        if isinstance(source, str):
+            source = self._take_url_options(source, options)
+        if PREPARE_THRESHOLD in options:
+            options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
-        self._idle_check = IdleCheck(
-            self.options.check_after_idle, relax_commit=not self.options.synchronous_commit
+        #: whether the pools check that they reach the server itself before they prepare
+        #: statements: only under the default threshold (a chosen one is the caller's call)
+        self._check_pooler = (
+            PREPARE_THRESHOLD not in options and self.options.prepare_threshold is not None
         )
+        self._idle_check = IdleCheck(self.options.check_after_idle)
         self.dialect = PostgresDialect()
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
@@ -84,6 +103,26 @@ class PostgresDatabase(Database[Any]):
                 f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
             )
         fork.register(self)
+
+    @staticmethod
+    def _take_url_options(conninfo: str, options: dict[str, Any]) -> str:
+        """``conninfo`` without this package's ``prepare_threshold``, moved into ``options``
+        (libpq refuses keywords it does not know); the URL and an argument that disagree
+        are refused."""
+        conninfo, raw = take_prepare_threshold(conninfo)
+        if raw is None:
+            return conninfo
+        where = f"the {PREPARE_THRESHOLD} of {mask_conninfo(conninfo)}"
+        value = prepare_threshold_of(raw, where)
+        if PREPARE_THRESHOLD in options:
+            given = prepare_threshold_of(options[PREPARE_THRESHOLD])
+            if given != value:
+                raise ConfigurationError(
+                    f"{where} is {raw!r} but the prepare_threshold argument is "
+                    f"{options[PREPARE_THRESHOLD]!r}: give one of them"
+                )
+        options[PREPARE_THRESHOLD] = value
+        return conninfo
 
     def _fresh_locks(self) -> None:
         self._sync_lock = threading.Lock()
@@ -140,9 +179,16 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
                 try:
                     pool.open(wait=True, timeout=self.connect_timeout)
+                    if self._check_pooler:
+                        with pool.connection() as conn:
+                            server_pid = conn.execute(BACKEND_PID_SQL).fetchone()[0]
+                            self._refuse_pooler(conn, server_pid)
                 except psycopg_pool.PoolTimeout:
                     pool.close()
                     raise self._unavailable(self._probe()) from None
+                except BaseException:
+                    pool.close()
+                    raise
                 self._sync, self._owned_sync = pool, True
         return self._sync
 
@@ -219,9 +265,16 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
+                    if self._check_pooler:
+                        async with pool.connection() as conn:
+                            cur = await conn.execute(BACKEND_PID_SQL)
+                            self._refuse_pooler(conn, (await cur.fetchone())[0])
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
                     raise self._unavailable(await self._aprobe()) from None
+                except BaseException:
+                    await pool.close()
+                    raise
                 self._async, self._owned_async = pool, True
                 self._async_loop = loop
         return self._async
@@ -262,9 +315,16 @@ class PostgresDatabase(Database[Any]):
                 await arollback(conn)
 
     def _session_commit(self) -> bool:
-        """Whether each transaction must set its own commit mode: pools opened here set it
-        once per connection, so their writes stay single statements."""
-        return self.options.synchronous_commit or self._conninfo is not None
+        """The commit mode each write transaction sets for itself (``SET LOCAL``): never
+        for the session, whose settings a transaction pooler would hand to other clients."""
+        return self.options.synchronous_commit
+
+    def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
+        """Raise :func:`.pg_pool.pooler_error` when ``conn`` does not reach the server
+        itself (checked once per pool, before any statement is prepared)."""
+        error = pooler_error(conn.info.backend_pid, server_pid, self.describe())
+        if error is not None:
+            raise error
 
     # -- errors ----------------------------------------------------------------------------
 
