@@ -12,6 +12,13 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
 from tests.helpers import sync_through_async
+from tests.pg import backend_params
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer"))
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, each PostgreSQL server, and PgBouncer in transaction mode (tests/pg.py)."""
+    return str(request.param)
 
 
 @pytest.mark.parametrize("api", ["async", "sync"])
