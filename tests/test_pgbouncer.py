@@ -204,6 +204,23 @@ def test_processes_threads_and_users_lose_nothing(bouncer: BouncedServer, bounce
         assert crossed == []
 
 
+def test_the_cli_takes_the_option_in_its_url(bouncer_url: str) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    refused = cli("migrate", "--url", without_option(bouncer_url))
+    assert refused.returncode != 0 and "prepare_threshold=none" in refused.stderr
+    for args in (("migrate",), ("sweep",), ("scopes", "--json")):
+        done = cli(*args, "--url", bouncer_url)
+        assert done.returncode == 0, done.stderr
+
+
 def test_libpq_never_sees_the_option(bouncer_url: str) -> None:
     """The URL a user writes for this package is not one libpq takes: the package takes the
     option out (a direct psycopg connection with it fails, so the test can fail)."""
