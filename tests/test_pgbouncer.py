@@ -232,3 +232,12 @@ def test_libpq_never_sees_the_option(bouncer_url: str) -> None:
     assert kwargs == {"prepare_threshold": None}
     with psycopg.connect(conninfo, autocommit=True, **kwargs) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_without_the_program_the_reason_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_checkpoint_agent_memory import testing_pgbouncer
+
+    monkeypatch.setenv(testing_pgbouncer.PGBOUNCER_ENV, "/nonexistent/pgbouncer")
+    assert testing_pgbouncer.find_pgbouncer() is None
+    with pytest.raises(RuntimeError, match="apt-get install pgbouncer"):
+        LocalPgBouncer("postgresql://postgres@127.0.0.1:5432/postgres")
