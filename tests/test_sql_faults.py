@@ -185,9 +185,15 @@ def test_relaxed_commit_is_set_per_write_transaction_only(pg_url: str) -> None:
         after = yield from show(write=False)
         return inside, after
 
+    def failing() -> Any:
+        yield Batch([Stmt(Sql("INSERT INTO no_such_table VALUES (1)"))], write=True)
+
     saver = PostgresSaver(pg_url, synchronous_commit=False, pool_size=1)
     saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     assert saver.db.run(both()) == ("off", "on")
+    with pytest.raises(Exception, match="no_such_table"):  # a relaxed write that fails
+        saver.db.run(failing())
+    assert saver.db.run(both()) == ("off", "on")  # leaves neither a transaction nor the mode
     assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [1]}
     saver.close()
     strict = PostgresSaver(pg_url, pool_size=1)
