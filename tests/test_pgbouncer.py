@@ -112,7 +112,8 @@ def test_each_way_of_turning_preparing_off_works(
 
 def test_a_relaxed_commit_does_not_reach_other_clients(bouncer: BouncedServer) -> None:
     """One server connection shared by every client: a session ``SET`` by one is seen by
-    the next (checked first, so the test can fail); the saver's ``SET LOCAL`` is not."""
+    the next (checked first, so the test can fail); the saver's per-transaction setting is
+    not."""
     import psycopg
 
     database = bouncer.behind.fresh_database()

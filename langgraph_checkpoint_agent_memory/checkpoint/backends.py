@@ -86,10 +86,12 @@ class PostgresSaver(_FromConnString, SQLSaver):
         connect_timeout: Seconds to wait for the server before raising
             :class:`DatabaseUnavailableError`.
         synchronous_commit: ``True`` (the default): a write returns once PostgreSQL has
-            flushed it to disk. ``False``: it returns before the flush (``SET LOCAL
-            synchronous_commit TO OFF`` per write transaction), which roughly halves the cost
-            of each graph step; a crash of the *server* may then lose the last fraction of a
-            second of checkpoints, never leave a half-written one.
+            flushed it to disk. ``False``: it returns before the flush (``set_config(
+            'synchronous_commit', 'off', true)`` in each write's own transaction, never for
+            the session, so no other client of a connection pooler inherits it), which saves
+            the flush wait of each graph step (1.1x to 1.8x the invokes per second, measured,
+            more on a busier disk); a crash of the *server* may then lose the last fraction of
+            a second of checkpoints, never leave a half-written one.
         prepare_threshold: For the pools opened for a connection string: a statement runs
             this many times (at least 1) before it is prepared on a connection (psycopg's
             setting; default 5, which makes ``get_tuple`` about 4x faster). ``None`` (or

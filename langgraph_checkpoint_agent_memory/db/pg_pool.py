@@ -171,7 +171,7 @@ class PostgresOptions:
 
     pool_size: int = 8
     connect_timeout: float = 10.0
-    #: ``False``: ``SET LOCAL synchronous_commit TO OFF`` in each write transaction
+    #: ``False``: ``set_config('synchronous_commit', 'off', true)`` in each write transaction
     synchronous_commit: bool = True
     #: ``None`` never prepares (a transaction pooler); see :func:`prepare_threshold_of`
     prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
