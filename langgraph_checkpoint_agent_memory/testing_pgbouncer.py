@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from langgraph_checkpoint_agent_memory.testing import _free_port, _runuser, _server_os_user
 
@@ -79,7 +79,9 @@ class LocalPgBouncer:
             raise ValueError(f"the server URL needs a host and a port: {server_url!r}")
         self.server_url = server_url
         self.server_host, self.server_port = parts.hostname, parts.port
-        self.user = parts.username or "postgres"
+        self.user = unquote(parts.username or "postgres")
+        #: a server that asks for a password gets the URL's (clients need none: trust)
+        self.server_password = unquote(parts.password) if parts.password else None
         self.pool_size = pool_size
         self.as_root = os.geteuid() == 0
         self.os_user = _server_os_user() if self.as_root else None
@@ -92,7 +94,7 @@ class LocalPgBouncer:
     def url_for(self, url: str) -> str:
         """``url`` (a database on the server) as reached through this PgBouncer."""
         parts = urlsplit(url)
-        user = parts.username or self.user
+        user = parts.username or quote(self.user, safe="")
         return urlunsplit(
             parts._replace(netloc=f"{user}@127.0.0.1:{self.port}")  # no password: trust
         )
@@ -103,10 +105,13 @@ class LocalPgBouncer:
         return self.url_for(self.server_url)
 
     def _config(self) -> str:
+        server = f"host={self.server_host} port={self.server_port}"
+        if self.server_password is not None:
+            server += f" user={self.user} password={self.server_password}"
         return "\n".join(
             [
                 "[databases]",
-                f"* = host={self.server_host} port={self.server_port}",
+                f"* = {server}",
                 "[pgbouncer]",
                 "listen_addr = 127.0.0.1",
                 f"listen_port = {self.port}",
