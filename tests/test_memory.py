@@ -31,6 +31,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     """SQLite, each PostgreSQL server, and PgBouncer in transaction mode (tests/pg.py)."""
     return str(request.param)
 
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

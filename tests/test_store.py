@@ -21,6 +21,7 @@ def store_backend(request: pytest.FixtureRequest) -> str:
     """Memory, SQLite, each PostgreSQL server, and PgBouncer in transaction mode."""
     return str(request.param)
 
+
 INDEX = {"dims": 64, "embed": WordEmbeddings(64)}
 
 
