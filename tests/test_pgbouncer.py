@@ -80,6 +80,42 @@ def test_the_defaults_fail_at_once_naming_the_fix(bouncer_url: str) -> None:
     store.close()
 
 
+def test_a_pool_or_connection_passed_in_that_prepares_is_refused_at_once(bouncer_url: str) -> None:
+    """psycopg's own default prepares too: a pool or connection passed in is checked at its
+    first use; created with ``prepare_threshold=None`` it works; a threshold given to the
+    saver says the caller chose it."""
+    import psycopg
+    import psycopg_pool
+
+    url = without_option(bouncer_url)
+    pool = psycopg_pool.ConnectionPool(url, kwargs={"autocommit": True}, open=True)
+    saver = PostgresSaver(pool)
+    for _ in range(2):
+        with pytest.raises(ConfigurationError, match=r"prepare_threshold=None"):
+            saver.setup()
+    trusted = PostgresSaver(pool, prepare_threshold=5)
+    assert trusted.get_tuple(config_for("t")) is None  # one run: nothing prepared yet
+    pool.close()
+
+    plain = psycopg_pool.ConnectionPool(
+        url, kwargs={"autocommit": True, "prepare_threshold": None}, open=True
+    )
+    saver = PostgresSaver(plain)
+    saver.setup()
+    for i in range(8):
+        saver.put(config_for("t"), make_checkpoint({"x": [i]}, version=i + 1), {}, {"x": i + 1})
+    assert len(list(saver.list(config_for("t")))) == 8
+    plain.close()
+
+    async def one_connection() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        with pytest.raises(ConfigurationError, match=r"prepare_threshold=None"):
+            await PostgresSaver(conn).aget_tuple(config_for("t"))
+        await conn.close()
+
+    asyncio.run(one_connection())
+
+
 @pytest.mark.parametrize("given", ["url", "argument", "agent_config"])
 def test_each_way_of_turning_preparing_off_works(
     bouncer_url: str, given: str, monkeypatch: pytest.MonkeyPatch

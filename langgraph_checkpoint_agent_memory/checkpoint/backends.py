@@ -100,7 +100,8 @@ class PostgresSaver(_FromConnString, SQLSaver):
             service's pooler). Under the default, a pool that finds itself behind a pooler
             fails at its first call with a :class:`ConfigurationError` saying so; a threshold
             given explicitly is used as given. A connection or pool passed in keeps its own
-            setting.
+            setting, and is checked the same way at its first use when that setting
+            prepares and this argument is not given.
         max_idle: For the pools opened for a connection string: seconds an unused
             connection stays open.
         max_lifetime: For those pools: seconds after which a connection is replaced.

@@ -65,7 +65,9 @@ def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int |
 BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 
-def pooler_error(told_pid: int, server_pid: int, where: str) -> ConfigurationError | None:
+def pooler_error(
+    told_pid: int, server_pid: int, where: str, *, passed_in: bool = False
+) -> ConfigurationError | None:
     """The refusal to prepare statements when the connection goes through a pooler (the
     process id the client was told at connect time is not the server's), else ``None``.
 
@@ -75,6 +77,17 @@ def pooler_error(told_pid: int, server_pid: int, where: str) -> ConfigurationErr
     """
     if told_pid == server_pid:
         return None
+    if passed_in:
+        return ConfigurationError(
+            f"{where} is reached through a connection pooler (PgBouncer or a managed "
+            "service's pooler), and the connection or pool passed in prepares statements "
+            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: "
+            "create it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs="
+            "{'autocommit': True, 'prepare_threshold': None}). Behind a pooler that keeps "
+            "prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, "
+            "or session mode) pass prepare_threshold=<its threshold> to the saver or store "
+            "to say so"
+        )
     return ConfigurationError(
         f"{where} is reached through a connection pooler (PgBouncer or a managed service's "
         "pooler), where prepared statements of one client reach others: add "

@@ -76,11 +76,10 @@ class PostgresDatabase(Database[Any]):
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
-        #: whether the pools check that they reach the server itself before they prepare
-        #: statements: only under the default threshold (a chosen one is the caller's call)
-        self._check_pooler = (
-            PREPARE_THRESHOLD not in options and self.options.prepare_threshold is not None
-        )
+        #: whether to check, once, that a connection that prepares statements reaches the
+        #: server itself: unless the caller chose a threshold (then it is the caller's call)
+        self._check_pooler = PREPARE_THRESHOLD not in options
+        self._pooler_checked = False
         self._idle_check = IdleCheck(self.options.check_after_idle)
         self.dialect = PostgresDialect()
         self.pool_size = self.options.pool_size
@@ -179,10 +178,8 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
                 try:
                     pool.open(wait=True, timeout=self.connect_timeout)
-                    if self._check_pooler:
-                        with pool.connection() as conn:
-                            server_pid = conn.execute(BACKEND_PID_SQL).fetchone()[0]
-                            self._refuse_pooler(conn, server_pid)
+                    with pool.connection() as conn:
+                        self._verify(conn)
                 except psycopg_pool.PoolTimeout:
                     pool.close()
                     raise self._unavailable(self._probe()) from None
@@ -224,6 +221,7 @@ class PostgresDatabase(Database[Any]):
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
             session = PgSession(conn, synchronous_commit=self._session_commit())
+            self._verify(conn)
             try:
                 return drive(plan, lambda batch: execute(session, batch))
             finally:
@@ -265,10 +263,8 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
-                    if self._check_pooler:
-                        async with pool.connection() as conn:
-                            cur = await conn.execute(BACKEND_PID_SQL)
-                            self._refuse_pooler(conn, (await cur.fetchone())[0])
+                    async with pool.connection() as conn:
+                        await self._averify(conn)
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
                     raise self._unavailable(await self._aprobe()) from None
@@ -307,6 +303,7 @@ class PostgresDatabase(Database[Any]):
 
     async def _asession(self, conn: Any, plan: Plan[T]) -> T:
         session = PgSession(conn, synchronous_commit=self._session_commit())
+        await self._averify(conn)
         try:
             return await adrive(plan, lambda batch: aexecute(session, batch))
         finally:
@@ -319,12 +316,36 @@ class PostgresDatabase(Database[Any]):
         for the session, whose settings a transaction pooler would hand to other clients."""
         return self.options.synchronous_commit
 
+    def _unverified(self, conn: Any) -> bool:
+        """Whether ``conn`` prepares statements on a server not yet known to be reached
+        directly: then :meth:`_verify` asks, once per database object (a pool opened here
+        as it opens; a connection or pool passed in at its first use)."""
+        return (
+            self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
+        )
+
+    def _verify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            server_pid = conn.execute(BACKEND_PID_SQL, prepare=False).fetchone()[0]
+            self._refuse_pooler(conn, server_pid)
+
+    async def _averify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            cur = await conn.execute(BACKEND_PID_SQL, prepare=False)
+            self._refuse_pooler(conn, (await cur.fetchone())[0])
+
     def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
         """Raise :func:`.pg_pool.pooler_error` when ``conn`` does not reach the server
-        itself (checked once per pool, before any statement is prepared)."""
-        error = pooler_error(conn.info.backend_pid, server_pid, self.describe())
+        itself, before any statement is prepared; else remember that it does."""
+        error = pooler_error(
+            conn.info.backend_pid,
+            server_pid,
+            self.describe(),
+            passed_in=self._conninfo is None,
+        )
         if error is not None:
             raise error
+        self._pooler_checked = True
 
     # -- errors ----------------------------------------------------------------------------
 
