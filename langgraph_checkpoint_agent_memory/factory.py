@@ -3,7 +3,10 @@
 The backend comes from, in order: the ``url`` argument, the ``AGENT_MEMORY_URL`` environment
 variable, a SAP HANA service binding (``VCAP_SERVICES`` or ``SERVICE_BINDING_ROOT``), and
 otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
-``@agent_config("config.checkpointer.ttl_seconds", ...)`` field, else no expiry.
+``@agent_config("config.checkpointer.ttl_seconds", ...)`` field, else no expiry. On
+PostgreSQL, ``prepare_threshold`` comes from the argument, else the URL's
+``?prepare_threshold=``, else a declared ``config.postgres.prepare_threshold`` field, else
+psycopg's default (5), refused at once behind a connection pooler.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
+PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
@@ -62,6 +66,22 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
     return validate_ttl(declared.value(), name=TTL_CONFIG_KEY)
 
 
+def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> None:
+    """Add the declared ``config.postgres.prepare_threshold`` to ``options`` for a PostgreSQL
+    target whose argument and URL leave it out."""
+    if target is None or target.kind != "postgresql" or urls.PREPARE_THRESHOLD in options:
+        return
+    if urls.take_prepare_threshold(target.url)[1] is not None:
+        return
+    declared = settings.get_field(PREPARE_CONFIG_KEY)
+    if declared is not None:
+        from langgraph_checkpoint_agent_memory.db.pg_pool import prepare_threshold_of
+
+        options[urls.PREPARE_THRESHOLD] = prepare_threshold_of(
+            declared.value(), f"agent_config {PREPARE_CONFIG_KEY!r}"
+        )
+
+
 def create_checkpointer(
     ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
 ) -> BaseCheckpointSaver[str]:
@@ -76,7 +96,10 @@ def create_checkpointer(
             ``sweep_interval_seconds=5``, or ``strategy="keep_latest", keep_last=5`` (an
             expired thread keeps its last 5 checkpoints per namespace; ``prune`` keeps as many).
             LangGraph's ``InMemorySaver`` (no TTL) has no sweep and no ``prune``: options of
-            expiry and retention are checked, then ignored.
+            expiry and retention are checked, then ignored. On PostgreSQL also the
+            connection options of :class:`PostgresSaver`; ``prepare_threshold`` may instead
+            be written in the URL (``?prepare_threshold=none``) or declared as the
+            ``config.postgres.prepare_threshold`` field of ``@agent_config``.
 
     Returns:
         With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
@@ -99,6 +122,7 @@ def create_checkpointer(
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
     if target is not None:
+        _postgres_settings(target, options)
         return _open_sql_saver(target, ttl, options)
     unknown = sorted(set(options) - _MEMORY_OPTIONS)
     if unknown:
@@ -139,7 +163,8 @@ def create_store(
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``, ...) and the
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
-            see :class:`PostgresSaver`).
+            see :class:`PostgresSaver`; ``prepare_threshold`` also from the URL or the
+            ``config.postgres.prepare_threshold`` field, as for :func:`create_checkpointer`).
 
     Returns:
         An :class:`AgentMemoryStore`, a LangGraph ``BaseStore``.
@@ -161,6 +186,7 @@ def create_store(
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
     target = urls.resolve(url)
+    _postgres_settings(target, postgres_options)
     if postgres_options and (target is None or target.kind != "postgresql"):
         raise ConfigurationError(
             f"{', '.join(postgres_options)} applies to PostgreSQL only, not to "

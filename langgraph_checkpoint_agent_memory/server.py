@@ -28,7 +28,9 @@ The server passes those two sections to the process as JSON in ``LANGGRAPH_CHECK
 the factories read them and run this package's own expiry and sweepers. Where the data lives
 comes from ``AGENT_MEMORY_URL`` (a ``sqlite:///``, ``postgresql://`` or ``hana://`` URL, a
 ``file:`` URL or a plain path of a SQLite file); without it, a SAP HANA service binding, and
-otherwise the embedded default SQLite file (see ``agent-memory --help``).
+otherwise the embedded default SQLite file (see ``agent-memory --help``). Behind PgBouncer in
+transaction mode or a managed transaction pooler, end a PostgreSQL URL with
+``?prepare_threshold=none``; without it the factories fail at startup saying so.
 
 The mapping:
 

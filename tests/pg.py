@@ -10,6 +10,15 @@ A test runs on each server through a parameter from :func:`pg_params`: its id na
 ``-m postgres`` and ``-k postgres`` select every test that runs on PostgreSQL, and
 ``-k pg18vector`` those on one server. Where there is no server at all, the one parameter is
 skipped with the reason.
+
+``pgbouncer`` is one more server for the suites that must hold behind a transaction pooler
+(:func:`bouncer_params`, mark ``pgbouncer``, so ``-m pgbouncer`` selects them): a PgBouncer in
+``pool_mode = transaction`` started once per session in front of the first server. A fresh
+database is created on that server directly; the URL a test gets goes through PgBouncer and
+carries ``?prepare_threshold=none`` (without it the package refuses the pooler at once).
+Where the ``pgbouncer`` program or a server is missing, the parameter is skipped with the
+reason. It is not in :func:`pg_params`: the whole PostgreSQL suite through it would double
+the time of CI for what the named suites already show.
 """
 
 from __future__ import annotations
@@ -26,6 +35,11 @@ from langgraph_checkpoint_agent_memory.testing import (
     available_binaries,
 )
 from langgraph_checkpoint_agent_memory.testing_citus import LocalCitus, citus_binaries
+from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
+    NO_PGBOUNCER,
+    LocalPgBouncer,
+    find_pgbouncer,
+)
 
 PG_URL_ENV = "AGENT_MEMORY_TEST_PG_URL"
 #: The id of the server given by AGENT_MEMORY_TEST_PG_URL.
@@ -84,6 +98,23 @@ def _citus_here() -> bool:
 CITUS_HERE = _citus_here()
 
 
+#: The id of the PgBouncer in front of the first server.
+PGBOUNCER = "pgbouncer"
+#: What the URLs through PgBouncer carry: a transaction pooler needs unprepared statements.
+BOUNCER_QUERY = "prepare_threshold=none"
+
+
+def bouncer_params(prefix: str = "") -> list[Any]:
+    """The PgBouncer parameter (``prefix + "pgbouncer"``), marked ``pgbouncer`` and
+    ``postgres``; skipped with the reason where there is no pgbouncer program or no server."""
+    marks: list[Any] = [pytest.mark.postgres, pytest.mark.pgbouncer]
+    if not SERVER_IDS:
+        marks.append(pytest.mark.skip(reason=NO_SERVER))
+    elif find_pgbouncer() is None:
+        marks.append(pytest.mark.skip(reason=NO_PGBOUNCER))
+    return [pytest.param(prefix + PGBOUNCER, marks=marks)]
+
+
 def pg_params(prefix: str = "") -> list[Any]:
     """One ``pytest.param`` per server, valued and named ``prefix + server id`` and marked
     ``postgres``; where there is none, one skipped parameter (``prefix`` without its dash, or
@@ -109,13 +140,16 @@ def citus_params(prefix: str = "") -> list[Any]:
 
 def backend_params(*names: str) -> list[Any]:
     """Backend parameters: each name as is, ``"postgres"`` as one parameter per server,
-    ``"citus"`` as the Citus cluster's."""
+    ``"citus"`` as the Citus cluster's, ``"pgbouncer"`` as the PgBouncer parameter
+    (``postgres-pgbouncer``)."""
     params: list[Any] = []
     for name in names:
         if name == "postgres":
             params += pg_params(BACKEND_PREFIX)
         elif name == CITUS:
             params += citus_params(BACKEND_PREFIX)
+        elif name == PGBOUNCER:
+            params += bouncer_params(BACKEND_PREFIX)
         else:
             params.append(name)
     return params
@@ -129,6 +163,16 @@ def is_postgres(backend: str) -> bool:
 def server_id(backend: str) -> str:
     """The server a ``postgres-<id>`` backend parameter runs on."""
     return backend[len(BACKEND_PREFIX) :] if is_postgres(backend) else backend
+
+
+def libpq_url(url: str) -> tuple[str, dict[str, Any]]:
+    """A test URL as ``psycopg.connect`` takes it: ``(conninfo, keyword arguments)``, with
+    the package's ``prepare_threshold`` moved out of the URL."""
+    from langgraph_checkpoint_agent_memory.db.pg_pool import prepare_threshold_of
+    from langgraph_checkpoint_agent_memory.db.url import take_prepare_threshold
+
+    conninfo, raw = take_prepare_threshold(url)
+    return conninfo, ({} if raw is None else {"prepare_threshold": prepare_threshold_of(raw)})
 
 
 def pg_database(request: pytest.FixtureRequest, backend: str) -> str:
@@ -197,6 +241,30 @@ class PgServer:
             self.citus.stop()
 
 
+class BouncedServer(PgServer):
+    """A PgBouncer in transaction mode in front of ``behind``: databases are created and
+    dropped on that server directly; the URLs handed out go through PgBouncer."""
+
+    def __init__(self, behind: PgServer) -> None:
+        self.behind = behind
+        self.local = None
+        self.binaries = None
+        self.citus = None
+        self.bouncer = LocalPgBouncer(behind.url)
+        self.bouncer.start()
+        self.url = self.bouncer.url
+
+    def fresh_database(self) -> str:
+        return f"{self.bouncer.url_for(self.behind.fresh_database())}?{BOUNCER_QUERY}"
+
+    def drop(self, url: str) -> None:
+        name = url.split("?", 1)[0].rsplit("/", 1)[1]
+        self.behind.drop(self.behind.url.rsplit("/", 1)[0] + f"/{name}")
+
+    def stop(self) -> None:
+        self.bouncer.stop()
+
+
 class PgServers:
     """The session's servers by id, each started on first use."""
 
@@ -207,6 +275,8 @@ class PgServers:
     def get(self, sid: str) -> PgServer:
         """The running server ``sid`` (``pg15``, or a backend parameter ``postgres-pg15``)."""
         sid = server_id(sid)
+        if sid == PGBOUNCER:
+            return self._bouncer()
         if sid == CITUS and not CITUS_HERE:
             pytest.skip(NO_CITUS)
         if sid != CITUS and sid not in SERVERS:
@@ -223,12 +293,29 @@ class PgServers:
                 raise
         return self._running[sid]
 
+    def _bouncer(self) -> PgServer:
+        """The PgBouncer in front of the first server, started on first use."""
+        if not SERVER_IDS:
+            pytest.skip(NO_SERVER)
+        if find_pgbouncer() is None:
+            pytest.skip(NO_PGBOUNCER)
+        if PGBOUNCER in self._failed:
+            raise RuntimeError(f"PgBouncer did not start: {self._failed[PGBOUNCER]}")
+        if PGBOUNCER not in self._running:
+            behind = self.get(SERVER_IDS[0])
+            try:
+                self._running[PGBOUNCER] = BouncedServer(behind)
+            except Exception as exc:
+                self._failed[PGBOUNCER] = str(exc)
+                raise
+        return self._running[PGBOUNCER]
+
     def fresh_database(self, sid: str) -> str:
         """A new, empty database on server ``sid``; returns its URL."""
         return self.get(sid).fresh_database()
 
     def stop(self) -> None:
-        """Stop every server started."""
-        for server in self._running.values():
-            server.stop()
+        """Stop every server started (PgBouncer first: it holds connections to a server)."""
+        for sid in sorted(self._running, key=lambda s: s != PGBOUNCER):
+            self._running[sid].stop()
         self._running.clear()

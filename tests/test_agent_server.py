@@ -26,6 +26,7 @@ import pytest
 
 import langgraph_checkpoint_agent_memory as package
 from langgraph_checkpoint_agent_memory import create_checkpointer
+from tests.pg import backend_params, libpq_url
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("langgraph_api") is None
@@ -33,6 +34,14 @@ pytestmark = pytest.mark.skipif(
     reason="the Agent Server is not installed (pip install 'langgraph-cli[inmem]' "
     "langgraph-sdk, both in the dev extra)",
 )
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer"))
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, each PostgreSQL server, and PgBouncer in transaction mode: the server gets
+    ``AGENT_MEMORY_URL=...?prepare_threshold=none`` there."""
+    return str(request.param)
+
 
 #: Seconds to wait for anything the server does; the machine may be busy.
 DEADLINE = 120.0
@@ -157,7 +166,8 @@ class Rows:
                 return [tuple(r) for r in raw.execute(sql, params).fetchall()]
         import psycopg
 
-        with psycopg.connect(self.url) as conn:
+        conninfo, kwargs = libpq_url(self.url)
+        with psycopg.connect(conninfo, **kwargs) as conn:
             return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
 
 

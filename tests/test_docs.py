@@ -1,6 +1,7 @@
 """Every ```python block of the README and the user guide runs as written. A block whose
 first line says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh
-PostgreSQL database."""
+PostgreSQL database; ``# requires: pgbouncer`` with it set to a fresh database through
+PgBouncer in transaction mode (the URL carries ``?prepare_threshold=none``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.pg import pg_database, pg_params
+from tests.pg import bouncer_params, pg_database, pg_params
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -31,10 +32,14 @@ def examples() -> list[Any]:
     """Each block once, or once per PostgreSQL server when it requires one."""
     found = []
     for where, code in blocks():
-        if not code.startswith("# requires: postgresql"):
+        if code.startswith("# requires: pgbouncer"):
+            servers = bouncer_params()
+        elif code.startswith("# requires: postgresql"):
+            servers = pg_params()
+        else:
             found.append(pytest.param(where, code, None, id=where))
             continue
-        for server in pg_params():
+        for server in servers:
             sid = server.values[0]
             found.append(pytest.param(where, code, sid, id=f"{where}-{sid}", marks=server.marks))
     return found

@@ -23,6 +23,14 @@ from langgraph_checkpoint_agent_memory.memory import (
     ScopeError,
 )
 from tests.helpers import WordEmbeddings
+from tests.pg import backend_params, libpq_url
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer"))
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, each PostgreSQL server, and PgBouncer in transaction mode (tests/pg.py)."""
+    return str(request.param)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +86,8 @@ def rows_mentioning(url: str, needle: str) -> dict[str, int]:
     else:
         import psycopg
 
-        with psycopg.connect(url) as conn:
+        conninfo, kwargs = libpq_url(url)
+        with psycopg.connect(conninfo, **kwargs) as conn:
             tables = [
                 r[0]
                 for r in conn.execute(

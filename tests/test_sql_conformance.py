@@ -15,7 +15,13 @@ from tests.helpers import sync_through_async
 from tests.pg import backend_params
 
 
-@pytest.mark.parametrize("backend", backend_params("sqlite", "postgres", "citus"), indirect=True)
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer", "citus"))
+def backend(request: pytest.FixtureRequest) -> str:
+    """SQLite, each PostgreSQL server, PgBouncer in transaction mode and the Citus cluster
+    (tests/pg.py)."""
+    return str(request.param)
+
+
 @pytest.mark.parametrize("api", ["async", "sync"])
 async def test_every_capability_passes(
     make_saver: Callable[..., Any], backend: str, api: str

@@ -168,24 +168,36 @@ def test_unreachable_server_is_reported_without_the_password(
     assert all("s3cret" not in r.getMessage() for r in caplog.records)
 
 
-def test_relaxed_commit_is_set_per_connection(pg_url: str) -> None:
+def test_relaxed_commit_is_set_per_write_transaction_only(pg_url: str) -> None:
+    """``synchronous_commit=False`` is a ``SET LOCAL`` of each write's transaction: the
+    write runs with it, and the same pooled connection is back to ``on`` right after, so
+    no other client of a transaction pooler inherits it."""
     from langgraph_checkpoint_agent_memory import PostgresSaver
-
-    saver = PostgresSaver(pg_url, synchronous_commit=False)
-    saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
-
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
-        [rows] = yield Batch([Stmt(Sql("SHOW synchronous_commit"), fetch=True)])
+    def show(*, write: bool) -> Any:
+        [rows] = yield Batch([Stmt(Sql("SHOW synchronous_commit"), fetch=True)], write=write)
         return rows[0][0]
 
-    assert saver.db.run(plan()) == "off"
+    def both() -> Any:
+        inside = yield from show(write=True)
+        after = yield from show(write=False)
+        return inside, after
+
+    def failing() -> Any:
+        yield Batch([Stmt(Sql("INSERT INTO no_such_table VALUES (1)"))], write=True)
+
+    saver = PostgresSaver(pg_url, synchronous_commit=False, pool_size=1)
+    saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    assert saver.db.run(both()) == ("off", "on")
+    with pytest.raises(Exception, match="no_such_table"):  # a relaxed write that fails
+        saver.db.run(failing())
+    assert saver.db.run(both()) == ("off", "on")  # leaves neither a transaction nor the mode
     assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [1]}
     saver.close()
-    strict = PostgresSaver(pg_url)
-    assert strict.db.run(plan()) == "on"
+    strict = PostgresSaver(pg_url, pool_size=1)
+    assert strict.db.run(both()) == ("on", "on")
     strict.close()
 
 

@@ -13,6 +13,14 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 
 from langgraph_checkpoint_agent_memory import ConfigurationError
 from tests.helpers import FakeClock, WordEmbeddings
+from tests.pg import backend_params
+
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres", "pgbouncer"))
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """Memory, SQLite, each PostgreSQL server, and PgBouncer in transaction mode."""
+    return str(request.param)
+
 
 INDEX = {"dims": 64, "embed": WordEmbeddings(64)}
 

@@ -7,6 +7,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import (
     ConfigurationError,
@@ -135,3 +137,71 @@ async def test_async_named_savers_open_their_own_class(tmp_path: Path) -> None:
         assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
     with SqliteSaver.from_conn_string(f"sqlite:///{tmp_path / 'b.db'}") as saver:
         assert type(saver) is SqliteSaver
+
+
+# -- prepare_threshold in a PostgreSQL URL ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "conninfo", "raw"),
+    [
+        ("postgresql://u:p@h:5/db?prepare_threshold=none", "postgresql://u:p@h:5/db", "none"),
+        (
+            "postgresql://h/db?sslmode=require&prepare_threshold=None&application_name=a",
+            "postgresql://h/db?sslmode=require&application_name=a",
+            "None",
+        ),
+        ("postgresql://h/db?prepare_threshold=7", "postgresql://h/db", "7"),
+        ("postgresql://h/db?sslmode=require", "postgresql://h/db?sslmode=require", None),
+        ("host=h prepare_threshold=none dbname=db", "host=h dbname=db", "none"),
+        ("prepare_threshold = '3' host=h", "host=h", "3"),
+    ],
+)
+def test_prepare_threshold_is_taken_out_of_the_url(
+    url: str, conninfo: str, raw: str | None
+) -> None:
+    assert urls.take_prepare_threshold(url) == (conninfo, raw)
+
+
+_KEY = st.sampled_from(["sslmode", "application_name", "connect_timeout", "target_session_attrs"])
+_VALUE = st.text("abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8)
+
+
+@given(
+    before=st.lists(st.tuples(_KEY, _VALUE), max_size=3),
+    after=st.lists(st.tuples(_KEY, _VALUE), max_size=3),
+    value=st.sampled_from(["none", "None", "NONE", "1", "5", "100"]),
+)
+def test_taking_the_option_leaves_every_other_parameter_as_written(
+    before: list[tuple[str, str]], after: list[tuple[str, str]], value: str
+) -> None:
+    params = [f"{k}={v}" for k, v in before] + [f"{k}={v}" for k, v in after]
+    written = [f"{k}={v}" for k, v in before] + [f"prepare_threshold={value}"]
+    written += [f"{k}={v}" for k, v in after]
+    conninfo, raw = urls.take_prepare_threshold("postgresql://u@h:5/db?" + "&".join(written))
+    assert raw == value
+    assert conninfo == "postgresql://u@h:5/db" + ("?" + "&".join(params) if params else "")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "1.5", "true", ""])
+def test_a_bad_prepare_threshold_in_a_url_names_the_accepted_values(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"none .* or a whole number >= 1") as info:
+        PostgresSaver(f"postgresql://agent:s3cret@127.0.0.1:9/db?prepare_threshold={bad}")
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "abc", 1.5, True])
+def test_a_bad_prepare_threshold_argument_names_the_accepted_values(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"none .* or a whole number >= 1"):
+        create_checkpointer(url="postgresql://127.0.0.1:9/db", prepare_threshold=bad)
+
+
+def test_the_url_and_the_argument_must_agree() -> None:
+    url = "postgresql://127.0.0.1:9/db?prepare_threshold=none"
+    with pytest.raises(ConfigurationError, match="give one of them"):
+        PostgresSaver(url, prepare_threshold=5)
+    with pytest.raises(ConfigurationError, match="given 2 times"):
+        PostgresSaver(url + "&prepare_threshold=5")
+    saver = PostgresSaver(url, prepare_threshold="None")  # the same value, written twice
+    assert saver.db.options.prepare_threshold is None
+    assert "prepare_threshold" not in saver.db.describe()

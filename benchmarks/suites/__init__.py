@@ -10,6 +10,7 @@ from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_pipeline import run as memory_pipeline
 from benchmarks.suites.memory_savers import run as memory_savers
 from benchmarks.suites.savers import run as savers
+from benchmarks.suites.scale import run as scale
 from benchmarks.suites.stores import run as stores
 
 SUITES: dict[str, Callable[..., None]] = {
@@ -19,6 +20,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "memory-pipeline": memory_pipeline,
     "locomo": locomo,
     "embedders": embedders,
+    "scale": scale,
 }
 
 __all__ = ["SUITES", "Path"]

@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "config":
             p.add_argument(
                 "--url",
-                help=f"database URL (default: ${urls.URL_ENV}, else {default_url()})",
+                help=f"database URL (default: ${urls.URL_ENV}, else {default_url()}); "
+                "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
             p.add_argument("--json", action="store_true", help="print JSON for scripts")

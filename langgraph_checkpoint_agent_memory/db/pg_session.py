@@ -6,6 +6,15 @@ itself, without a transaction of its own; psycopg prepares it once it has run
 pipeline mode (``BEGIN``, the statements and ``COMMIT`` sent together). Rows come back in
 binary format (``binary=True``): checkpoints and blobs are ``bytea``, which the text format
 would send as hex, twice the bytes, to be decoded on the client.
+
+Nothing is set for the session, so no setting outlives a transaction on a server connection
+that a transaction pooler hands to another client next: a relaxed commit
+(``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's own transaction. A lone
+write goes with it in one pipeline without ``BEGIN``/``COMMIT``, where the two statements
+share the implicit transaction the server commits at the pipeline's sync point (two
+statements in one round trip, not four). ``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the relaxed
+commit are never prepared (``prepare=False``): there is nothing to plan in them, and each
+prepared statement is one more name on the server.
 """
 
 from __future__ import annotations
@@ -14,6 +23,11 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
+
+#: A relaxed commit for the current transaction only: ``set_config``'s third argument is
+#: ``SET LOCAL``'s, and unlike ``SET LOCAL`` it works in an implicit transaction too. (Raw
+#: SQL: a server setting, which SQLAlchemy Core has no form for.)
+RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 class PgSession:
@@ -36,13 +50,26 @@ class PgSession:
         self.synchronous_commit = synchronous_commit
         self.in_tx = False
 
-    def lone(self, batch: Batch) -> Stmt | None:
-        """The statement to send alone, or ``None`` when the batch needs a transaction
-        (several statements, a held one, or a relaxed commit to set for it)."""
+    def _single(self, batch: Batch) -> Stmt | None:
         if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
             return None
         stmt = batch.statements[0]
-        if stmt.many or (batch.write and not self.synchronous_commit):
+        return None if stmt.many else stmt
+
+    def lone(self, batch: Batch) -> Stmt | None:
+        """The statement to send alone, or ``None`` when the batch needs a transaction
+        (several statements, a held one) or a relaxed commit (:meth:`relaxed`)."""
+        stmt = self._single(batch)
+        if stmt is None or (batch.write and not self.synchronous_commit):
+            return None
+        return stmt
+
+    def relaxed(self, batch: Batch) -> Stmt | None:
+        """The write to send after :data:`RELAX_COMMIT` in one implicit transaction (a
+        pipeline with no ``BEGIN``/``COMMIT``: the server commits at its sync point), or
+        ``None``."""
+        stmt = self._single(batch)
+        if stmt is None or not batch.write or self.synchronous_commit:
             return None
         return stmt
 
@@ -52,7 +79,7 @@ class PgSession:
             return ()
         self.in_tx = True
         if batch.write and not self.synchronous_commit:
-            return ("BEGIN", "SET LOCAL synchronous_commit TO OFF")
+            return ("BEGIN", RELAX_COMMIT)
         return ("BEGIN",)
 
     def ended(self, batch: Batch, ok: bool) -> bool:
@@ -83,15 +110,22 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
 
     conn = session.conn
     lone = session.lone(batch)
+    relaxed = session.relaxed(batch)
     try:
         if lone is not None:
             cur = conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
             return [cur.fetchall() if lone.fetch else cur.rowcount]
+        if relaxed is not None:
+            with conn.pipeline():
+                conn.execute(RELAX_COMMIT, prepare=False)
+                cur = conn.cursor(binary=relaxed.fetch)
+                cur.execute(relaxed.sql.text, _params(relaxed))
+            return [cur.fetchall() if relaxed.fetch else cur.rowcount]
         sent = []
         try:
             with conn.pipeline():
                 for sql in session.opening(batch):
-                    conn.execute(sql)
+                    conn.execute(sql, prepare=False)
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
                     if not stmt.many:
@@ -100,7 +134,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
                         cur.executemany(stmt.sql.text, _params(stmt))
                     sent.append((cur, stmt))
                 if not batch.hold:
-                    conn.execute("ROLLBACK" if batch.rollback else "COMMIT")
+                    conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
         except BaseException:
             if session.ended(batch, ok=False):
                 rollback(conn)
@@ -117,11 +151,18 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
 
     conn = session.conn
     lone = session.lone(batch)
+    relaxed = session.relaxed(batch)
     try:
-        if lone is None:
-            return await _apipeline(session, batch)
-        cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
-        return [await cur.fetchall() if lone.fetch else cur.rowcount]
+        if lone is not None:
+            cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
+            return [await cur.fetchall() if lone.fetch else cur.rowcount]
+        if relaxed is not None:
+            async with conn.pipeline():
+                await conn.execute(RELAX_COMMIT, prepare=False)
+                cur = conn.cursor(binary=relaxed.fetch)
+                await cur.execute(relaxed.sql.text, _params(relaxed))
+            return [await cur.fetchall() if relaxed.fetch else cur.rowcount]
+        return await _apipeline(session, batch)
     except psycopg.OperationalError as exc:
         raise session.lost(exc) from exc
 
@@ -132,7 +173,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
     try:
         async with conn.pipeline():
             for sql in session.opening(batch):
-                await conn.execute(sql)
+                await conn.execute(sql, prepare=False)
             for stmt in batch.statements:
                 cur = conn.cursor(binary=stmt.fetch)
                 if stmt.many and stmt.params:
@@ -141,7 +182,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
                     await cur.execute(stmt.sql.text, _params(stmt))
                 sent.append((cur, stmt))
             if not batch.hold:
-                await conn.execute("ROLLBACK" if batch.rollback else "COMMIT")
+                await conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
     except BaseException:
         if session.ended(batch, ok=False):
             await arollback(conn)
@@ -157,7 +198,7 @@ def _count(cur: Any, stmt: Stmt) -> int:
 def rollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK", prepare=False)
     except Exception:
         pass  # a broken connection: the pool discards it
 
@@ -165,6 +206,6 @@ def rollback(conn: Any) -> None:
 async def arollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            await conn.execute("ROLLBACK")
+            await conn.execute("ROLLBACK", prepare=False)
     except Exception:
         pass

@@ -5,6 +5,11 @@ configured by :mod:`.pg_pool`. Given a pool there is no lock around the database
 pool is the concurrency control. Given a single connection, a lock serializes its users, as
 a connection can run one statement at a time. Connections must be in autocommit mode (the
 driver sends its own ``BEGIN``/``COMMIT``); the pools opened here are configured so.
+
+Nothing relies on session state, so a transaction pooler (PgBouncer in ``pool_mode =
+transaction``, a managed service's pooler) may sit between the pools and the server: settings
+are per transaction, and a pool that prepares statements by default checks once, as it
+opens, that it talks to the server itself (:func:`.pg_pool.pooler_error`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from langgraph_checkpoint_agent_memory.db.database import (
     drive,
 )
 from langgraph_checkpoint_agent_memory.db.pg_pool import (
+    BACKEND_PID_SQL,
     IdleCheck,
     PostgresOptions,
+    pooler_error,
+    prepare_threshold_of,
     require_psycopg,
     with_keepalives,
 )
@@ -37,7 +45,11 @@ from langgraph_checkpoint_agent_memory.db.pg_session import (
     rollback,
 )
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
-from langgraph_checkpoint_agent_memory.db.url import mask_conninfo
+from langgraph_checkpoint_agent_memory.db.url import (
+    PREPARE_THRESHOLD,
+    mask_conninfo,
+    take_prepare_threshold,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -59,10 +71,16 @@ class PostgresDatabase(Database[Any]):
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg, psycopg_pool = require_psycopg()
+        if isinstance(source, str):
+            source = self._take_url_options(source, options)
+        if PREPARE_THRESHOLD in options:
+            options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
-        self._idle_check = IdleCheck(
-            self.options.check_after_idle, relax_commit=not self.options.synchronous_commit
-        )
+        #: whether to check, once, that a connection that prepares statements reaches the
+        #: server itself: unless the caller chose a threshold (then it is the caller's call)
+        self._check_pooler = PREPARE_THRESHOLD not in options
+        self._pooler_checked = False
+        self._idle_check = IdleCheck(self.options.check_after_idle)
         self.dialect = PostgresDialect()
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
@@ -84,6 +102,26 @@ class PostgresDatabase(Database[Any]):
                 f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
             )
         fork.register(self)
+
+    @staticmethod
+    def _take_url_options(conninfo: str, options: dict[str, Any]) -> str:
+        """``conninfo`` without this package's ``prepare_threshold``, moved into ``options``
+        (libpq refuses keywords it does not know); the URL and an argument that disagree
+        are refused."""
+        conninfo, raw = take_prepare_threshold(conninfo)
+        if raw is None:
+            return conninfo
+        where = f"the {PREPARE_THRESHOLD} of {mask_conninfo(conninfo)}"
+        value = prepare_threshold_of(raw, where)
+        if PREPARE_THRESHOLD in options:
+            given = prepare_threshold_of(options[PREPARE_THRESHOLD])
+            if given != value:
+                raise ConfigurationError(
+                    f"{where} is {raw!r} but the prepare_threshold argument is "
+                    f"{options[PREPARE_THRESHOLD]!r}: give one of them"
+                )
+        options[PREPARE_THRESHOLD] = value
+        return conninfo
 
     def _fresh_locks(self) -> None:
         self._sync_lock = threading.Lock()
@@ -140,9 +178,14 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
                 try:
                     pool.open(wait=True, timeout=self.connect_timeout)
+                    with pool.connection() as conn:
+                        self._verify(conn)
                 except psycopg_pool.PoolTimeout:
                     pool.close()
                     raise self._unavailable(self._probe()) from None
+                except BaseException:
+                    pool.close()
+                    raise
                 self._sync, self._owned_sync = pool, True
         return self._sync
 
@@ -178,6 +221,7 @@ class PostgresDatabase(Database[Any]):
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
             session = PgSession(conn, synchronous_commit=self._session_commit())
+            self._verify(conn)
             try:
                 return drive(plan, lambda batch: execute(session, batch))
             finally:
@@ -219,9 +263,14 @@ class PostgresDatabase(Database[Any]):
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
+                    async with pool.connection() as conn:
+                        await self._averify(conn)
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
                     raise self._unavailable(await self._aprobe()) from None
+                except BaseException:
+                    await pool.close()
+                    raise
                 self._async, self._owned_async = pool, True
                 self._async_loop = loop
         return self._async
@@ -254,6 +303,7 @@ class PostgresDatabase(Database[Any]):
 
     async def _asession(self, conn: Any, plan: Plan[T]) -> T:
         session = PgSession(conn, synchronous_commit=self._session_commit())
+        await self._averify(conn)
         try:
             return await adrive(plan, lambda batch: aexecute(session, batch))
         finally:
@@ -262,9 +312,40 @@ class PostgresDatabase(Database[Any]):
                 await arollback(conn)
 
     def _session_commit(self) -> bool:
-        """Whether each transaction must set its own commit mode: pools opened here set it
-        once per connection, so their writes stay single statements."""
-        return self.options.synchronous_commit or self._conninfo is not None
+        """The commit mode each write transaction sets for itself (``SET LOCAL``): never
+        for the session, whose settings a transaction pooler would hand to other clients."""
+        return self.options.synchronous_commit
+
+    def _unverified(self, conn: Any) -> bool:
+        """Whether ``conn`` prepares statements on a server not yet known to be reached
+        directly: then :meth:`_verify` asks, once per database object (a pool opened here
+        as it opens; a connection or pool passed in at its first use)."""
+        return (
+            self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
+        )
+
+    def _verify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            server_pid = conn.execute(BACKEND_PID_SQL, prepare=False).fetchone()[0]
+            self._refuse_pooler(conn, server_pid)
+
+    async def _averify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            cur = await conn.execute(BACKEND_PID_SQL, prepare=False)
+            self._refuse_pooler(conn, (await cur.fetchone())[0])
+
+    def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
+        """Raise :func:`.pg_pool.pooler_error` when ``conn`` does not reach the server
+        itself, before any statement is prepared; else remember that it does."""
+        error = pooler_error(
+            conn.info.backend_pid,
+            server_pid,
+            self.describe(),
+            passed_in=self._conninfo is None,
+        )
+        if error is not None:
+            raise error
+        self._pooler_checked = True
 
     # -- errors ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ Accepted URLs::
 
     sqlite:///relative/path.db    sqlite:////absolute/path.db
     postgresql://user:pass@host:5432/db?sslmode=require   (also postgres://, or key=value)
+    postgresql://host/db?prepare_threshold=none   (this package's option, taken out for libpq)
     hana://user:pass@host:443/?encrypt=true&currentSchema=AGENT
 
 Without a URL: ``AGENT_MEMORY_URL``; then a SAP HANA service binding (Cloud Foundry's
@@ -112,6 +113,57 @@ def parse(url: str, source: str = "argument") -> Target:
         f"unsupported memory URL {mask_url(url)!r} (from {source}): use sqlite:///path.db, "
         "postgresql://... or hana://user:password@host:port"
     )
+
+
+#: The query parameter (or key=value keyword) of a PostgreSQL URL that this package reads
+#: itself and removes before the URL reaches libpq, which refuses keywords it does not know.
+PREPARE_THRESHOLD = "prepare_threshold"
+_KV_PREPARE = re.compile(
+    rf"(?:^|\s+){PREPARE_THRESHOLD}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
+)
+
+
+def take_prepare_threshold(conninfo: str) -> tuple[str, str | None]:
+    """``conninfo`` without its ``prepare_threshold`` parameter, and that parameter's raw
+    value (``None`` when it has none).
+
+    Both forms are read: ``postgresql://h/db?sslmode=require&prepare_threshold=none`` and
+    ``host=h dbname=db prepare_threshold=none``. Other parameters are left as written.
+
+    Raises:
+        ConfigurationError: The parameter is given more than once.
+    """
+    if "://" in conninfo:
+        base, sep, rest = conninfo.partition("?")
+        if not sep:
+            return conninfo, None
+        query, hash_, fragment = rest.partition("#")
+        kept, found = [], []
+        for part in query.split("&"):
+            key, _, value = part.partition("=")
+            if unquote(key).strip().lower() == PREPARE_THRESHOLD:
+                found.append(unquote(value))
+            else:
+                kept.append(part)
+        if not found:
+            return conninfo, None
+        if len(found) > 1:
+            raise ConfigurationError(
+                f"{mask_url(conninfo)}: {PREPARE_THRESHOLD} is given {len(found)} times"
+            )
+        query = "&".join(p for p in kept if p)
+        return base + ("?" + query if query else "") + hash_ + fragment, found[0]
+    matches = list(_KV_PREPARE.finditer(conninfo))
+    if not matches:
+        return conninfo, None
+    if len(matches) > 1:
+        raise ConfigurationError(
+            f"{mask_url(conninfo)}: {PREPARE_THRESHOLD} is given {len(matches)} times"
+        )
+    value = matches[0].group(1)
+    if value.startswith("'"):
+        value = re.sub(r"\\(.)", r"\1", value[1:-1])
+    return _KV_PREPARE.sub("", conninfo).strip(), value
 
 
 def hana_connect_args(url: str) -> dict[str, Any]:

@@ -1,0 +1,205 @@
+"""Scaling out: the savers' graph workload and a store/memory workload on plain PostgreSQL
+and through PgBouncer in transaction mode, in one run, as ratios to plain PostgreSQL.
+
+Targets (:data:`TARGETS`, each a function that adds one or says why it cannot):
+
+- ``postgres``: the package's defaults on a throwaway server (statements prepared after 5
+  runs, psycopg's default);
+- ``postgres-unprepared``: the same server with ``?prepare_threshold=none``: what preparing
+  buys on a direct connection, the figure the default is chosen from;
+- ``pgbouncer``: PgBouncer (``pool_mode = transaction``) in front of the same server, with
+  ``?prepare_threshold=none``, as a transaction pooler needs.
+
+Every target's cases run interleaved (shuffled each round) so noise hits them alike. Per
+target: ``put``, ``put_writes`` and ``get_tuple`` on threads with a history, a 3-node graph's
+``invoke`` (sync) and ``ainvoke`` (async) on short threads, and store ``put``, ``search``
+(a query inside one user's namespace), ``AgentMemory.record`` and ``build_context``. The
+ratio printed for each is throughput (or 1 / median latency) of the target over
+``postgres``; the target for PgBouncer is >= 0.8 for graph invokes.
+
+A target is added by appending a function ``(stack, fresh_plain) -> Target`` to
+:data:`TARGETS` (a distributed cluster, a managed pooler): ``fresh_plain`` makes a fresh
+database on the plain server, and ``stack`` closes what the target opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import interleave_batches, print_table, write_results
+from benchmarks.suites.savers import _graph_case, _ops, postgres
+from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+from langgraph_checkpoint_agent_memory import PostgresSaver as OurPostgres
+
+#: The target every ratio is taken against.
+BASELINE = "postgres"
+#: Graph invokes per second through PgBouncer over plain PostgreSQL: the goal.
+PGBOUNCER_GOAL = 0.8
+
+
+@dataclass
+class Target:
+    """Where one column of the table runs: ``fresh()`` gives a URL of an empty database
+    (as the package takes it: ``?prepare_threshold=`` included where needed), or ``skip``
+    says why the target is not there."""
+
+    name: str
+    fresh: Callable[[], str] | None = None
+    skip: str = ""
+
+
+def plain(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
+    return Target(BASELINE, fresh_plain)
+
+
+def plain_unprepared(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
+    return Target("postgres-unprepared", lambda: f"{fresh_plain()}?prepare_threshold=none")
+
+
+def pgbouncer(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
+    from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
+        NO_PGBOUNCER,
+        LocalPgBouncer,
+        find_pgbouncer,
+    )
+
+    if find_pgbouncer() is None:
+        return Target("pgbouncer", skip=NO_PGBOUNCER)
+    bouncer = LocalPgBouncer(fresh_plain(), pool_size=20)
+    bouncer.start()
+    stack.callback(bouncer.stop)
+    return Target("pgbouncer", lambda: f"{bouncer.url_for(fresh_plain())}?prepare_threshold=none")
+
+
+#: The columns of the table, in order; the first is the baseline.
+TARGETS: list[Callable[[ExitStack, Callable[[], str]], Target]] = [
+    plain,
+    plain_unprepared,
+    pgbouncer,
+]
+
+
+def _store_cases(url: str, name: str, items: int) -> dict[str, Callable[[], Any]]:
+    """Store put and search, memory record and build_context, on users with ``items`` items
+    each, ready to be called."""
+    store = create_store(url)
+    store.setup()
+    memory = AgentMemory(store)
+    users = [f"{name}-u{i}" for i in range(4)]
+    words = ["ramen", "berlin", "invoice", "delivery", "cats", "jazz", "hiking", "tea"]
+    for u in users:
+        for i in range(items):
+            text = f"{words[i % len(words)]} note {i} " + " ".join(words[: 1 + i % 5])
+            store.put(("docs", u), f"k{i}", {"text": text})
+    cycle = itertools.cycle(users)
+    keys = itertools.count(items)
+    turns = itertools.count()
+
+    def put() -> None:
+        store.put(("docs", next(cycle)), f"k{next(keys)}", {"text": "a new note on ramen"})
+
+    def search() -> None:
+        store.search(("docs", next(cycle)), query="ramen delivery", limit=10)
+
+    def record() -> None:
+        n = next(turns)
+        memory.record(
+            f"user={next(cycle)}",
+            [{"role": "user", "content": f"I had ramen in Berlin, turn {n}"}],
+            key=f"turn-{n}",
+        )
+
+    def context() -> None:
+        memory.build_context(f"user={next(cycle)}", "where did I eat ramen?")
+
+    return {"store_put": put, "store_search": search, "record": record, "build_context": context}
+
+
+def run(*, quick: bool, out: Path) -> None:
+    rounds, per_round, history = (3, 20, 20) if quick else (10, 50, 200)
+    graph_rounds, graph_per_round = (2, 5) if quick else (8, 20)
+    items = 50 if quick else 500
+    loop = asyncio.new_event_loop()
+    results: dict[str, Any] = {"quick": quick, "history_per_thread": history, "targets": {}}
+    with ExitStack() as stack, postgres() as fresh_plain:
+        targets = []
+        for make in TARGETS:
+            target = make(stack, fresh_plain)
+            if target.fresh is None:
+                print(f"  {target.name}: skipped ({target.skip})")
+                results["targets"][target.name] = {"skipped": target.skip}
+            else:
+                targets.append(target)
+        savers: dict[str, Any] = {}
+        for target in targets:
+            assert target.fresh is not None
+            saver = OurPostgres(target.fresh())
+            saver.setup()
+            stack.callback(saver.close)
+            savers[target.name] = saver
+
+        per_call: dict[str, dict[str, tuple[str, Callable[[], Any]]]] = {}
+        for target in targets:
+            assert target.fresh is not None
+            ops = _ops(savers[target.name], target.name, history)
+            ops.pop("list_10")
+            ops.update(_store_cases(target.fresh(), target.name, items))
+            for op, fn in ops.items():
+                per_call.setdefault(op, {})[target.name] = ("sync", fn)
+        medians: dict[str, dict[str, float]] = {}
+        for op, cases in per_call.items():
+            summary = interleave_batches(cases, loop=loop, rounds=rounds, per_round=per_round)
+            medians[op] = {k: v["median_us"] for k, v in summary.summary().items()}
+            results.setdefault("per_call_us", {})[op] = summary.summary()
+
+        graph: dict[str, dict[str, float]] = {}
+        for api in ("sync", "async"):
+            cases = {
+                name: (api, _graph_case(s, f"{name}-{api}", False, aio=api == "async"))
+                for name, s in savers.items()
+            }
+            summary = interleave_batches(
+                cases, loop=loop, rounds=graph_rounds, per_round=graph_per_round
+            )
+            graph[api] = {k: 1e6 / v["median_us"] for k, v in summary.summary().items()}
+        results["graph_invokes_per_s"] = graph
+    loop.close()
+
+    names = [t.name for t in targets]
+    ratios: dict[str, dict[str, float]] = {}
+    rows = []
+    for api, per_second in graph.items():
+        row = [f"graph invoke/s ({api})"]
+        for name in names:
+            ratio = per_second[name] / per_second[BASELINE]
+            ratios.setdefault(f"graph_{api}", {})[name] = ratio
+            row.append(f"{per_second[name]:.0f} ({ratio:.2f}x)")
+        rows.append(tuple(row))
+    for op, by_target in medians.items():
+        row = [f"{op} µs"]
+        for name in names:
+            ratio = by_target[BASELINE] / by_target[name]  # as a speed: higher is better
+            ratios.setdefault(op, {})[name] = ratio
+            row.append(f"{by_target[name]:.0f} ({ratio:.2f}x)")
+        rows.append(tuple(row))
+    results["ratios_to_postgres"] = ratios
+    print_table(
+        f"scale: median per target (ratio to {BASELINE}, as a speed: higher is better); "
+        f"{history} checkpoints per thread, {items} store items per user",
+        rows,
+        ("case", *names),
+    )
+    if "pgbouncer" in names:
+        worst = min(ratios["graph_sync"]["pgbouncer"], ratios["graph_async"]["pgbouncer"])
+        verdict = "meets" if worst >= PGBOUNCER_GOAL else "misses"
+        goal = f"{verdict} the {PGBOUNCER_GOAL}x goal"
+        if quick:
+            goal += " (a --quick run is too small to judge it)"
+        print(f"\nPgBouncer graph invokes: {worst:.2f}x plain PostgreSQL, {goal}")
+    write_results(out, "scale", results)

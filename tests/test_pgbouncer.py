@@ -1,0 +1,280 @@
+"""Behind PgBouncer in transaction mode (tests/pg.py starts it; skipped without the program).
+
+- The defaults fail at once, on every call, with a ConfigurationError naming the fix; never a
+  fraction of calls.
+- With ``?prepare_threshold=none``: several processes, threads and users (graph turns, store
+  puts and searches, record, consolidate, sweep, erase) with no error and no lost write, and
+  no statement in the server's log run with another statement's parameters.
+- ``synchronous_commit=False`` does not reach another client of the same server connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory import (
+    AgentMemory,
+    ConfigurationError,
+    PostgresSaver,
+    create_checkpointer,
+    create_store,
+)
+from langgraph_checkpoint_agent_memory.testing_pgbouncer import LocalPgBouncer
+from tests.helpers import config_for, make_checkpoint
+from tests.pg import BouncedServer, PgServers, bouncer_params, libpq_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: What the server logs when a client's statement meets another client's prepared one.
+CROSS_BOUND = (
+    "prepared statement",
+    "bind message supplies",
+    "invalid input syntax",
+)
+
+
+@pytest.fixture(params=bouncer_params())
+def bouncer(request: pytest.FixtureRequest, pg_servers: PgServers) -> BouncedServer:
+    server = pg_servers.get(str(request.param))
+    assert isinstance(server, BouncedServer)
+    return server
+
+
+@pytest.fixture
+def bouncer_url(bouncer: BouncedServer) -> Any:
+    """A fresh database, through PgBouncer, with ``?prepare_threshold=none``."""
+    url = bouncer.fresh_database()
+    yield url
+    bouncer.drop(url)
+
+
+def without_option(url: str) -> str:
+    return url.split("?", 1)[0]
+
+
+def test_the_defaults_fail_at_once_naming_the_fix(bouncer_url: str) -> None:
+    url = without_option(bouncer_url)
+    saver = PostgresSaver(url)
+    for _ in range(3):  # every call, not a fraction of them
+        with pytest.raises(ConfigurationError, match=r"pooler.*\?prepare_threshold=none"):
+            saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+
+    async def async_calls() -> None:
+        for _ in range(3):
+            with pytest.raises(ConfigurationError, match=r"prepare_threshold=none"):
+                await saver.aget_tuple(config_for("t"))
+
+    asyncio.run(async_calls())
+    saver.close()
+    store = create_store(url)
+    with pytest.raises(ConfigurationError, match=r"prepare_threshold=none"):
+        store.put(("users", "u1"), "k", {"v": 1})
+    store.close()
+
+
+def test_a_pool_or_connection_passed_in_that_prepares_is_refused_at_once(bouncer_url: str) -> None:
+    """psycopg's own default prepares too: a pool or connection passed in is checked at its
+    first use; created with ``prepare_threshold=None`` it works; a threshold given to the
+    saver says the caller chose it."""
+    import psycopg
+    import psycopg_pool
+
+    url = without_option(bouncer_url)
+    pool = psycopg_pool.ConnectionPool(url, kwargs={"autocommit": True}, open=True)
+    saver = PostgresSaver(pool)
+    for _ in range(2):
+        with pytest.raises(ConfigurationError, match=r"prepare_threshold=None"):
+            saver.setup()
+    trusted = PostgresSaver(pool, prepare_threshold=5)
+    assert trusted.get_tuple(config_for("t")) is None  # one run: nothing prepared yet
+    pool.close()
+
+    plain = psycopg_pool.ConnectionPool(
+        url, kwargs={"autocommit": True, "prepare_threshold": None}, open=True
+    )
+    saver = PostgresSaver(plain)
+    saver.setup()
+    for i in range(8):
+        saver.put(config_for("t"), make_checkpoint({"x": [i]}, version=i + 1), {}, {"x": i + 1})
+    assert len(list(saver.list(config_for("t")))) == 8
+    plain.close()
+
+    async def one_connection() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        with pytest.raises(ConfigurationError, match=r"prepare_threshold=None"):
+            await PostgresSaver(conn).aget_tuple(config_for("t"))
+        await conn.close()
+
+    asyncio.run(one_connection())
+
+
+@pytest.mark.parametrize("given", ["url", "argument", "agent_config"])
+def test_each_way_of_turning_preparing_off_works(
+    bouncer_url: str, given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_agent_memory import agent_config
+
+    url, options = bouncer_url, {}
+    if given == "argument":
+        url, options = without_option(bouncer_url), {"prepare_threshold": None}
+    elif given == "agent_config":
+        url = without_option(bouncer_url)
+
+        @agent_config("config.postgres.prepare_threshold", "Prepare threshold", "PgBouncer")
+        def prepare_threshold() -> int | None:
+            return 5
+
+        monkeypatch.setenv("CONFIG__POSTGRES__PREPARE_THRESHOLD", "none")
+    saver = create_checkpointer(url=url, **options)
+    store = create_store(url, **options)
+    for i in range(12):  # past psycopg's threshold of 5
+        saver.put(
+            config_for(f"t{i % 3}"), make_checkpoint({"x": [i]}, version=i + 1), {}, {"x": i + 1}
+        )
+        store.put(("users", "u1"), f"k{i}", {"v": i})
+    assert saver.get_tuple(config_for("t2")).checkpoint["channel_values"] == {"x": [11]}
+    assert len(store.search(("users", "u1"), limit=20)) == 12
+    saver.close()  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_a_relaxed_commit_does_not_reach_other_clients(bouncer: BouncedServer) -> None:
+    """One server connection shared by every client: a session ``SET`` by one is seen by
+    the next (checked first, so the test can fail); the saver's per-transaction setting is
+    not."""
+    import psycopg
+
+    database = bouncer.behind.fresh_database()
+    with LocalPgBouncer(bouncer.behind.url, pool_size=1) as single:
+        url = single.url_for(database)
+
+        def shown() -> list[str]:
+            with psycopg.connect(url, autocommit=True, prepare_threshold=None) as other:
+                return [other.execute("SHOW synchronous_commit").fetchone()[0] for _ in range(5)]
+
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as leaky:
+            leaky.execute("SET synchronous_commit TO off")
+            assert shown() == ["off"] * 5  # what a session setting does behind the pooler
+            leaky.execute("RESET synchronous_commit")
+
+        saver = PostgresSaver(url + "?prepare_threshold=none", synchronous_commit=False)
+        for i in range(20):
+            saver.put(
+                config_for(f"t{i % 4}"),
+                make_checkpoint({"x": [i]}, version=i + 1),
+                {},
+                {"x": i + 1},
+            )
+            saver.put_writes(
+                saver.get_tuple(config_for(f"t{i % 4}")).config, [("x", i)], f"task{i}"
+            )
+        assert shown() == ["on"] * 5
+        saver.close()
+    bouncer.behind.drop(database)
+
+
+def server_log(bouncer: BouncedServer) -> Path | None:
+    local = bouncer.behind.local
+    return None if local is None else local.root / "server.log"
+
+
+def test_processes_threads_and_users_lose_nothing(bouncer: BouncedServer, bouncer_url: str) -> None:
+    """3 processes x (2 threads + 2 async tasks) x 4 turns, and an erased user each."""
+    turns = 4
+    log = server_log(bouncer)
+    logged_before = log.stat().st_size if log is not None else 0
+    create_store(bouncer_url).setup()  # first use of a fresh database: its tables
+    saver = create_checkpointer(url=bouncer_url, ttl_seconds=3600)
+    saver.setup()  # type: ignore[attr-defined]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.pooler_app", bouncer_url, f"p{n}", str(turns)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    errors = [e for r in reports for e in r["errors"]]
+    assert errors == []
+
+    store = create_store(bouncer_url)
+    memory = AgentMemory(store, checkpointer=saver)
+    for report in reports:
+        for user in report["users"]:
+            state = saver.get_tuple({"configurable": {"thread_id": f"{user}-thread"}})
+            said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
+            assert [f"I like topic {t}" for t in range(turns)] == [
+                s for s in said if str(s).startswith("I like topic")
+            ]
+            docs = store.search(("docs", user), limit=50)
+            assert sorted(i.key for i in docs) == [f"k{t}" for t in range(turns)]
+            assert len(memory.episodes(f"user={user}")) == turns
+            assert memory.episodes(f"user={user}", status="pending") == []
+        gone = report["gone"]
+        assert saver.get_tuple({"configurable": {"thread_id": f"{gone}-thread"}}) is None
+        assert memory.episodes(f"user={gone}") == []
+    store.close()
+    saver.close()  # type: ignore[attr-defined]
+
+    if log is not None:
+        with log.open("rb") as f:
+            f.seek(logged_before)
+            lines = f.read().decode(errors="replace").splitlines()
+        crossed = [x for x in lines if "ERROR" in x and any(p in x for p in CROSS_BOUND)]
+        assert crossed == []
+
+
+def test_the_cli_takes_the_option_in_its_url(bouncer_url: str) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    refused = cli("migrate", "--url", without_option(bouncer_url))
+    assert refused.returncode != 0 and "prepare_threshold=none" in refused.stderr
+    for args in (("migrate",), ("sweep",), ("scopes", "--json")):
+        done = cli(*args, "--url", bouncer_url)
+        assert done.returncode == 0, done.stderr
+
+
+def test_libpq_never_sees_the_option(bouncer_url: str) -> None:
+    """The URL a user writes for this package is not one libpq takes: the package takes the
+    option out (a direct psycopg connection with it fails, so the test can fail)."""
+    import psycopg
+
+    with pytest.raises(psycopg.ProgrammingError, match="prepare_threshold"):
+        psycopg.connect(bouncer_url).close()
+    conninfo, kwargs = libpq_url(bouncer_url)
+    assert kwargs == {"prepare_threshold": None}
+    with psycopg.connect(conninfo, autocommit=True, **kwargs) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_without_the_program_the_reason_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_checkpoint_agent_memory import testing_pgbouncer
+
+    monkeypatch.setenv(testing_pgbouncer.PGBOUNCER_ENV, "/nonexistent/pgbouncer")
+    assert testing_pgbouncer.find_pgbouncer() is None
+    with pytest.raises(RuntimeError, match="apt-get install pgbouncer"):
+        LocalPgBouncer("postgresql://postgres@127.0.0.1:5432/postgres")
