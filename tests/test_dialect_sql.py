@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import re
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
     for name, fn, module in members:
         if (
             fn.__module__ != module.__name__
-            or name in ("bucket", "thread_is_live", "pushed_filters")
+            or name in ("bucket", "thread_is_live", "pushed_filters", "retarget")
             or name.startswith("_")
         ):
             continue
@@ -49,6 +50,8 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
             variants = [{"replace": True}, {"replace": False}]
         elif "lock" in params:
             variants = [{"lock": True}, {"lock": False}]
+        elif "keep" in params:
+            variants = [{"keep": True}, {"keep": False}]
         elif "order" in params:
             orders = checkpoint_stats.THREAD_ORDERS
             variants = [dict(order=o, expired=e) for o in orders for e in (False, True)]
@@ -68,7 +71,27 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
     for i, sql in enumerate(fast):
         if sql is not None:
             out[f"fast_get_tuple#{i}"] = sql
+    for kind, rows in FAST_WRITE_ROWS.items():
+        for touch in (True, False):
+            fixed: dict[str, Any] = defaultdict(lambda: None)  # every value None
+            write = d.fast_write(kind, touch, fixed, rows)
+            if write is not None:
+                out[f"fast_write {kind} touch={touch}"] = write.sql
+                for i, (sql, _) in enumerate(write.then):
+                    out[f"fast_write {kind} touch={touch} then#{i}"] = sql
     return out
+
+
+def _row(**values: Any) -> dict[str, Any]:
+    """A fast write's row: ``values``, and None for every other column asked for."""
+    return defaultdict(lambda: None, values)
+
+
+#: Rows of one fast write of each kind (their values do not matter to the SQL text).
+FAST_WRITE_ROWS: dict[str, dict[str, list[Any]]] = {
+    "put": {"b": [_row(channel="c", version="1"), _row(channel="d", version="2")]},
+    "writes": {"f": [_row(idx=0, channel="c")], "r": [_row(idx=-1, channel="__error__")]},
+}
 
 
 def test_every_builder_is_covered() -> None:
@@ -82,8 +105,11 @@ def test_postgres_statements_parse_with_postgres_parser() -> None:
     statements += [
         (f"ddl#{i}", Sql(s)) for m in migrations_for(d) for i, s in enumerate(m.statements)
     ]
+    distributed = PostgresDialect()
+    distributed.distributed = True  # Citus: the statements that differ there
+    statements += [(f"citus {k}", v) for k, v in every_statement(distributed).items()]
     for where, sql in statements:
-        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)  # psycopg placeholders -> parameters
+        text = re.sub(r"%\((\w+)\)[sb]", r"$1", sql.text)  # psycopg placeholders -> parameters
         try:
             pglast.parse_sql(text)
         except pglast.parser.ParseError as exc:  # pragma: no cover - reported
@@ -140,7 +166,9 @@ def test_sqlite_statements_prepare_on_a_real_database(tmp_path: Any) -> None:
             conn.execute(statement)
     for where, sql in every_statement(d).items():
         try:  # EXPLAIN compiles the statement without running it
-            conn.execute(f"EXPLAIN {sql.text}", {n: None for n in re.findall(r":(\w+)", sql.text)})
+            names = re.findall(r":(\w+)", sql.text)
+            params: Any = {n: None for n in names} if names else [None] * sql.text.count("?")
+            conn.execute(f"EXPLAIN {sql.text}", params)
         except sqlite3.Error as exc:  # pragma: no cover - reported
             raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
 
@@ -297,7 +325,7 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
     assert any("USING hnsw" in s.text for s in found.values())
     assert any("hnsw.iterative_scan" in s.text for s in found.values())
     for where, sql in found.items():
-        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)
+        text = re.sub(r"%\((\w+)\)[sb]", r"$1", sql.text)
         try:
             pglast.parse_sql(text)
         except pglast.parser.ParseError as exc:  # pragma: no cover - reported
@@ -309,7 +337,9 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
             conn.execute(statement)
     for where, sql in store_statements(d).items():
         try:
-            conn.execute(f"EXPLAIN {sql.text}", {n: None for n in re.findall(r":(\w+)", sql.text)})
+            names = re.findall(r":(\w+)", sql.text)
+            params: Any = {n: None for n in names} if names else [None] * sql.text.count("?")
+            conn.execute(f"EXPLAIN {sql.text}", params)
         except sqlite3.Error as exc:  # pragma: no cover - reported
             raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
     hana = store_statements(HanaDialect())
@@ -453,7 +483,7 @@ def test_memory_statements_on_every_dialect(tmp_path: Any) -> None:
     found = memory_statements(PostgresDialect())
     assert len(found) >= 35
     for where, sql in found.items():
-        text = re.sub(r"%\((\w+)\)s", r"$1", sql.text)
+        text = re.sub(r"%\((\w+)\)[sb]", r"$1", sql.text)
         try:
             pglast.parse_sql(text)
         except pglast.parser.ParseError as exc:  # pragma: no cover - reported

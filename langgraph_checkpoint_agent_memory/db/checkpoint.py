@@ -303,20 +303,20 @@ def select_copy_rows(d: Dialect) -> list[Sql]:
     ]
 
 
+def _insert_copied(d: Dialect, t: sa.Table) -> Any:
+    keys = [c.name for c in t.primary_key]
+    if not d.distributed:
+        return d.insert_ignore(t, keys)
+    # INSERT ... VALUES: Citus routes it to the row's shard (a SELECT of parameters it
+    # would pull through the coordinator)
+    values = {c.name: B(c.name, type_=c.type) for c in t.columns}
+    return d.insert(t).values(values).on_conflict_do_nothing(index_elements=keys)
+
+
 def insert_copied_rows(d: Dialect) -> list[Sql]:
     """Insert rows :func:`select_copy_rows` read (existing keys are kept), per table."""
     return [
-        d.sql(
-            ("insert_copied_rows", t.name),
-            partial(
-                lambda t: (
-                    d.insert(t)
-                    .values({c.name: B(c.name, type_=c.type) for c in t.columns})
-                    .on_conflict_do_nothing(index_elements=[c.name for c in t.primary_key])
-                ),
-                t,
-            ),
-        )
+        d.sql(("insert_copied_rows", t.name, d.distributed), partial(_insert_copied, d, t))
         for t in COPIED_TABLES
     ]
 
@@ -555,7 +555,9 @@ def select_expired(d: Dialect) -> Sql:
         stmt = (
             sa.select(threads.c.thread_id)
             .where(threads.c.expires_at < B("now"), threads.c.deleted_at.is_(None))
-            .order_by(threads.c.expires_at)
+            # one order for every sweeper, ties included: claims then take row locks in the
+            # same order, and two sweepers never wait on each other's locks in a cycle
+            .order_by(threads.c.expires_at, threads.c.thread_id)
             .limit(B("batch_size", type_=sa.Integer))
         )
         return stmt if d.distributed else d.skip_locked(stmt)
