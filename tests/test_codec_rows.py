@@ -31,7 +31,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from tests.helpers import config_for, make_checkpoint
 
 #: Each row kind's fields, and the column each one reads, in the statement's order.
-COLUMNS_OF: dict[type, tuple[str, ...]] = {
+COLUMNS_OF: dict[Any, tuple[str, ...]] = {
     CheckpointRow: (
         "thread_id",
         "checkpoint_ns",
@@ -84,15 +84,15 @@ def fetch(url: str, sql: Sql, params: dict[str, Any]) -> tuple[list[str], list[A
     if url.startswith("sqlite"):
         conn = sqlite3.connect(url.removeprefix("sqlite:///"))
         try:
-            cur = conn.execute(sql.text, sql.bind(params))
-            return [d[0] for d in cur.description], cur.fetchall()
+            lite = conn.execute(sql.text, sql.bind(params))
+            return [d[0] for d in lite.description], lite.fetchall()
         finally:
             conn.close()
     import psycopg
 
     with psycopg.connect(url) as pg, pg.cursor(binary=True) as cur:
         cur.execute(sql.text, sql.bind(params))
-        return [d.name for d in cur.description or []], cur.fetchall()
+        return [d.name for d in cur.description or []], list(cur.fetchall())
 
 
 def test_rows_of_every_read_statement_decode_by_name(
@@ -162,7 +162,9 @@ def test_one_statement_get_tuple_reads_what_two_batches_read(pg_url: str) -> Non
             assert sorted(writes) == sorted(write_rows_of([rows]))
             assert len(writes) == (3 if cid == child_id else 0)
         missing = {**key, "checkpoint_id": "no-such-checkpoint"}
-        assert split_union("t", "", fetch(pg_url, d.fast_get_tuple(True), missing)[1]) is None
+        fast = d.fast_get_tuple(True)
+        assert fast is not None
+        assert split_union("t", "", fetch(pg_url, fast, missing)[1]) is None
     finally:
         saver.close()
 

@@ -97,7 +97,7 @@ class Reader:
         """Statements fetching the blobs and writes of ``rows`` (one thread namespace)."""
         keys = sorted({(ch, v) for r in rows for ch, v in r.blob_versions.items()})
         blob_stmts = self.blob_keys(thread_id, ns, keys)
-        out: list[Stmt] = []
+        write_stmts: list[Stmt] = []
         ids = sorted({r.checkpoint_id for r in rows})
         for start in range(0, len(ids), S.MAX_KEYS):
             chunk = ids[start : start + S.MAX_KEYS]
@@ -105,8 +105,8 @@ class Reader:
             params = {"thread_id": thread_id, "checkpoint_ns": ns}
             for i, cid in enumerate(chunk + [chunk[-1]] * (n - len(chunk))):
                 params[f"k{i}"] = cid
-            out.append(Stmt(S.select_writes(self.dialect, n), params, fetch=True))
-        return Details(blob_stmts, out)
+            write_stmts.append(Stmt(S.select_writes(self.dialect, n), params, fetch=True))
+        return Details(blob_stmts, write_stmts)
 
     def blob_keys(self, thread_id: str, ns: str, keys: Sequence[tuple[str, str]]) -> list[Stmt]:
         """Statements fetching blobs by ``(channel, version)``, padded to a few sizes."""
