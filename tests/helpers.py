@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
@@ -70,6 +70,36 @@ def sync_through_async(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
             return await asyncio.to_thread(saver.prune, thread_ids, strategy=strategy)
 
     return SyncDriven()
+
+
+class TimedContents(NamedTuple):
+    """What a ``TimedInMemorySaver`` holds, each key led by its thread id."""
+
+    #: threads that hold at least one checkpoint
+    threads: set[str]
+    #: (thread, namespace, checkpoint id) -> serialized checkpoint without its values
+    checkpoints: dict[tuple[str, str, str], tuple[str, bytes]]
+    #: (thread, namespace, channel, version) -> serialized value
+    blobs: dict[tuple[Any, ...], tuple[str, bytes]]
+    #: (thread, namespace, checkpoint id) of checkpoints with pending writes
+    writes: set[tuple[str, str, str]]
+
+
+def timed_contents(saver: Any) -> TimedContents:
+    """Look inside a ``TimedInMemorySaver`` (a test of that class may: the layout is its own)."""
+    with saver._lock:
+        threads = dict(saver._threads)
+        return TimedContents(
+            {t for t, th in threads.items() if any(th.checkpoints.values())},
+            {
+                (t, ns, cid): saved.checkpoint
+                for t, th in threads.items()
+                for ns, ids in th.checkpoints.items()
+                for cid, saved in ids.items()
+            },
+            {(t, *key): value for t, th in threads.items() for key, value in th.blobs.items()},
+            {(t, *key) for t, th in threads.items() for key, rows in th.writes.items() if rows},
+        )
 
 
 def make_checkpoint(values: dict[str, Any] | None = None, step: int = 0, version: int = 1) -> Any:

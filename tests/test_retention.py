@@ -15,7 +15,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_agent_memory import ConfigurationError, TimedInMemorySaver
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, timed_contents
 
 
 def chat_graph(saver: Any) -> Any:
@@ -191,14 +191,13 @@ def test_timed_saver_keeps_the_last_n(keep: int) -> None:
     after_delta = states(delta_graph(saver), delta)
     assert_kept_whole(before_delta, after_delta, keep)
     assert len(after_delta) < len(before_delta)
+    held = timed_contents(saver)
     referenced = {
         (t, ns, ch, v)
-        for t, by_ns in saver.storage.items()
-        for ns, entries in by_ns.items()
-        for entry in entries.values()
-        for ch, v in saver.serde.loads_typed(entry[0])["channel_versions"].items()
+        for (t, ns, _), body in held.checkpoints.items()
+        for ch, v in saver.serde.loads_typed(body)["channel_versions"].items()
     }
-    assert set(saver.blobs) <= referenced  # no blob outlives the checkpoints that use it
+    assert set(held.blobs) <= referenced  # no blob outlives the checkpoints that use it
     saver.prune(["d"], keep_last=1)
     assert_kept_whole(before_delta, states(delta_graph(saver), delta), 1)
     saver.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import gc
+import inspect
 import operator
 import random
 import threading
@@ -12,6 +14,7 @@ from typing import Annotated, Any
 
 import pytest
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -21,7 +24,8 @@ from langgraph_checkpoint_agent_memory import (
     ThreadDeletedError,
     TimedInMemorySaver,
 )
-from tests.helpers import FakeClock, config_for, make_checkpoint
+from langgraph_checkpoint_agent_memory.checkpoint import timed, timed_life
+from tests.helpers import FakeClock, config_for, make_checkpoint, timed_contents
 
 _versions = iter(range(1, 10**9))
 
@@ -49,8 +53,8 @@ def test_rejects_a_ttl_that_is_not_a_positive_whole_number(bad: Any) -> None:
         TimedInMemorySaver(bad)
 
 
-def test_is_an_in_memory_saver_with_documented_default_interval() -> None:
-    assert isinstance(TimedInMemorySaver(3600), InMemorySaver)
+def test_is_a_checkpoint_saver_with_documented_default_interval() -> None:
+    assert isinstance(TimedInMemorySaver(3600), BaseCheckpointSaver)
     assert TimedInMemorySaver(3600).sweep_interval_seconds == 60
     assert TimedInMemorySaver(30).sweep_interval_seconds == 3
     assert TimedInMemorySaver(2).sweep_interval_seconds == 0.5
@@ -110,8 +114,7 @@ def test_reads_of_unknown_threads_create_nothing(clock: FakeClock) -> None:
     assert saver.get_delta_channel_history(config=config_for("ghost"), channels=["x"]) == {
         "x": {"writes": []}
     }
-    assert "ghost" not in saver.storage
-    assert saver._life.last_used == {} and saver._index == {}
+    assert saver._life.last_used == {} and saver._threads == {}
     assert not saver.sweeper_running  # reads never start the sweeper
 
 
@@ -123,10 +126,11 @@ def test_sweep_frees_memory_of_expired_threads_only(clock: FakeClock) -> None:
     young = put(saver, "young", {"a": "y"})
     saver.put_writes(young, [("a", 2)], "task")
     clock.advance(6)
+    assert {k[0] for k in timed_contents(saver).blobs} == {"old", "young"}
     assert saver.sweep() == 1
-    assert "old" not in saver.storage
-    assert all(k[0] != "old" for k in saver.writes)
-    assert all(k[0] != "old" for k in saver.blobs)
+    held = timed_contents(saver)
+    assert held.threads == {"young"} and "old" not in saver._threads
+    assert {k[0] for k in held.blobs} == {k[0] for k in held.writes} == {"young"}
     assert saver.get_tuple(config_for("young")).pending_writes == [("task", "a", 2)]
     saver.close()
 
@@ -203,9 +207,10 @@ def test_real_sweeper_evicts_in_the_background() -> None:
     saver = TimedInMemorySaver(1, sweep_interval_seconds=0.05)
     put(saver, "t1", {"a": 1})
     deadline = time.monotonic() + 5
-    while "t1" in saver.storage and time.monotonic() < deadline:
+    while "t1" in timed_contents(saver).threads and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "t1" not in saver.storage and not saver.blobs
+    held = timed_contents(saver)
+    assert not held.threads and not held.checkpoints and not held.blobs and not saver._threads
     saver.close()
 
 
@@ -262,13 +267,14 @@ def test_concurrent_writers_and_sweeper_never_half_evict() -> None:
     clock.advance(1)
     assert not errors
     saver.sweep()
+    held = timed_contents(saver)
     with saver._lock:
         for thread_id in active + idle:
-            present = thread_id in saver.storage
-            owns_keys = any(k[0] == thread_id for k in saver.blobs) or any(
-                k[0] == thread_id for k in saver.writes
+            present = thread_id in held.threads
+            owns_keys = any(k[0] == thread_id for k in held.blobs) or any(
+                k[0] == thread_id for k in held.writes
             )
-            assert present == (thread_id in saver._index) == (thread_id in saver._life.last_used)
+            assert present == (thread_id in saver._threads) == (thread_id in saver._life.last_used)
             if not present:
                 assert not owns_keys, f"{thread_id} was half evicted"
     for thread_id in active:
@@ -290,7 +296,8 @@ def test_delete_thread_touches_only_that_thread(clock: FakeClock) -> None:
     saver.delete_thread("a")
     assert saver.get_tuple(config_for("a")) is None
     assert saver.get_tuple(config_for("b")).checkpoint["channel_values"] == {"x": "b"}
-    assert {k[0] for k in saver.blobs} == {"b"} and {k[0] for k in saver.writes} == {"b"}
+    held = timed_contents(saver)
+    assert {k[0] for k in held.blobs} == {"b"} and {k[0] for k in held.writes} == {"b"}
     assert set(saver._life.last_used) == {"b"}
     saver.close()
 
@@ -309,7 +316,7 @@ def test_copy_thread_copies_everything_and_refreshes_activity(clock: FakeClock) 
     saver.delete_for_runs(["r1"])  # the run index follows the copy
     assert list(saver.list(config_for("dst"))) == []
     assert list(saver.list(config_for("src"))) == []
-    assert not saver.blobs
+    assert not timed_contents(saver).blobs
     saver.close()
 
 
@@ -323,8 +330,9 @@ def test_delete_for_runs_removes_checkpoints_writes_and_orphan_blobs(clock: Fake
     saver.delete_for_runs(["drop", "unknown"])
     remaining = list(saver.list(config_for("t")))
     assert [t.metadata["run_id"] for t in remaining] == ["keep"]
-    assert set(saver.blobs) == {("t", "", "x", c1_version)}
-    assert set(saver.writes) == {("t", "", c1["configurable"]["checkpoint_id"])}
+    held = timed_contents(saver)
+    assert set(held.blobs) == {("t", "", "x", c1_version)}
+    assert held.writes == {("t", "", c1["configurable"]["checkpoint_id"])}
     saver.close()
 
 
@@ -443,4 +451,97 @@ def test_randomized_graph_threads_expire_independently() -> None:
         counts[thread_id] = counts.get(thread_id, 0) + 1 if expected_alive else 1
         assert graph.invoke({"count": 0}, config) == {"count": counts[thread_id]}
         last_seen[thread_id] = clock()
+    saver.close()
+
+
+# -- public LangGraph APIs only ---------------------------------------------------------------
+
+
+def foreign_private_names(source: str) -> set[str]:
+    """``_name`` attributes a module reads or writes without defining them itself.
+
+    Defined: methods and nested functions, names assigned as ``<anything>._name = ...``,
+    and class-level fields. Dunder names (``__enter__``) are Python's protocol, not private.
+    """
+    tree = ast.parse(source)
+    defined: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+        elif isinstance(node, ast.Attribute):
+            if isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            used.add(node.attr)
+    return {
+        name
+        for name in used - defined
+        if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+    }
+
+
+def test_the_checker_finds_a_reach_into_a_private_attribute() -> None:
+    reach = (
+        "class S(InMemorySaver):\n"
+        "    def get(self, t, ns, cid):\n"
+        "        self._mine = 1\n"
+        "        return self._ordered_writes(t, ns, cid), self._mine, self.__class__\n"
+    )
+    assert foreign_private_names(reach) == {"_ordered_writes"}
+
+
+@pytest.mark.parametrize("module", [timed, timed_life])
+def test_no_private_attribute_of_another_class_is_touched(module: Any) -> None:
+    assert foreign_private_names(inspect.getsource(module)) == set()
+
+
+def langgraph_private_names() -> set[str]:
+    """Private attributes of LangGraph's saver classes (and of ``InMemorySaver``'s layout)."""
+    names = {"storage", "writes", "blobs", "stack"}
+    for cls in (BaseCheckpointSaver, InMemorySaver):
+        names |= {n for n in dir(cls) if n.startswith("_") and not n.startswith("__")}
+    return names
+
+
+class Guarded(TimedInMemorySaver):
+    """Raises on any use of a LangGraph private attribute, through ``self`` or its type."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in langgraph_private_names():
+            raise AssertionError(f"TimedInMemorySaver used LangGraph's private {name!r}")
+        return super().__getattribute__(name)
+
+
+async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock) -> None:
+    assert "_ordered_writes" in langgraph_private_names()  # the guard knows what to refuse
+    assert InMemorySaver not in TimedInMemorySaver.__mro__
+    saver = Guarded(10, clock=clock)
+    graph = delta_graph(saver)
+    config = {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}
+    for _ in range(5):
+        graph.invoke({"items": []}, config)
+    await graph.ainvoke({"items": []}, config)
+    assert graph.get_state(config).values["items"] == [0, 1, 2, 3, 4, 5]
+    stored = put(saver, "t", {"x": 1}, run_id="r")
+    saver.put_writes(stored, [("x", 2)], "task")
+    await saver.aput_writes(stored, [("x", 3)], "other")
+    assert saver.get_tuple(stored).pending_writes == [("other", "x", 3), ("task", "x", 2)]
+    assert len(list(saver.list(None, filter={"run_id": "r"}))) == 1
+    assert len([t async for t in saver.alist(config, limit=2)]) == 2
+    saver.copy_thread("d", "d2")
+    await saver.acopy_thread("t", "t2")
+    saver.prune(["d"], keep_last=2)
+    await saver.aprune(["d2"], strategy="delete")
+    assert graph.get_state(config).values["items"] == [0, 1, 2, 3, 4, 5]
+    saver.delete_for_runs(["r"])
+    await saver.adelete_for_runs(["r"])
+    assert saver.get_tuple(stored) is None
+    saver.delete_thread("d")
+    await saver.adelete_thread("t2")
+    clock.advance(11)
+    assert saver.sweep() >= 1
+    with saver.with_allowlist([("x",)]) as clone:
+        assert clone.get_tuple(config) is None
     saver.close()

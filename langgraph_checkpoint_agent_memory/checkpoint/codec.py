@@ -80,19 +80,40 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
-# -- rows --------------------------------------------------------------------------------
+# -- rows ---------------------------------------------------------------------------------
+#
+# One NamedTuple per kind of fetched row, its fields in the order of the statement's columns
+# (tests/test_codec_rows.py holds each to its statement), built straight from the row the
+# driver returns and read by name from then on.
+
+
+class CheckpointRow(NamedTuple):
+    """A checkpoint row as fetched (``CHECKPOINT_COLUMNS``), with ``blob_versions`` decoded
+    by :func:`checkpoint_row`; the body and metadata are decoded only when asked."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    type: str
+    body: bytes
+    metadata: str
+    blob_versions: dict[str, str]
 
 
 class BlobRow(NamedTuple):
-    """A stored channel value, keyed elsewhere by ``(channel, version)``."""
+    """A stored channel value (``BLOB_COLUMNS``), keyed in :data:`BlobRows` by
+    ``(channel, version)``."""
 
+    channel: str
+    version: str
     type: str
     blob: bytes
     base_version: str | None
 
 
 class WriteRow(NamedTuple):
-    """A pending write as stored."""
+    """A pending write as stored (the columns of ``select_writes``)."""
 
     checkpoint_id: str
     task_id: str
@@ -101,6 +122,68 @@ class WriteRow(NamedTuple):
     type: str
     blob: bytes
     task_path: str
+
+
+class ChainRow(NamedTuple):
+    """A checkpoint of a namespace's history (``CHAIN_COLUMNS``, ``select_chain``)."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    blob_versions: str
+    type: str
+    checkpoint: bytes
+
+
+# The rows of a dialect's one-statement ``get_tuple`` (``fast_get_tuple``): one column layout
+# shared by three kinds, told apart by the tag in the first column.
+
+
+class UnionHead(NamedTuple):
+    """Tag 0: the checkpoint."""
+
+    tag: int
+    checkpoint_id: str
+    parent_id: str | None
+    type: str
+    body: bytes
+    metadata: str
+    blob_versions: str
+    unused: None
+
+
+class UnionBlob(NamedTuple):
+    """Tag 1: a blob (one per channel of the checkpoint, then the bases of appended lists)."""
+
+    tag: int
+    channel: str
+    version: str
+    type: str
+    blob: bytes | None
+    base_version: str | None
+    unused: None
+    unused2: None
+
+
+class UnionWrite(NamedTuple):
+    """Tag 2: a pending write of the checkpoint."""
+
+    tag: int
+    task_id: str
+    channel: str
+    type: str
+    blob: bytes
+    task_path: str
+    unused: None
+    idx: int
+
+
+#: Where every row of the one-statement ``get_tuple`` holds its tag, and the kind per tag.
+UNION_TAG = 0
+UNION_KINDS: tuple[type[UnionHead], type[UnionBlob], type[UnionWrite]] = (
+    UnionHead,
+    UnionBlob,
+    UnionWrite,
+)
 
 
 class ListState(NamedTuple):
@@ -120,77 +203,103 @@ class Head(NamedTuple):
     lists: dict[str, ListState]
 
 
-class CheckpointRow:
-    """A checkpoint row as fetched (``CHECKPOINT_COLUMNS``): decoded only when asked."""
-
-    __slots__ = (
-        "blob_versions",
-        "body",
-        "checkpoint_id",
-        "metadata",
-        "ns",
-        "parent_id",
-        "thread_id",
-        "type",
-    )
-
-    def __init__(self, row: Sequence[Any]) -> None:
-        (
-            self.thread_id,
-            self.ns,
-            self.checkpoint_id,
-            self.parent_id,
-            self.type,
-            self.body,
-            self.metadata,
-            blob_versions,
-        ) = row
-        self.blob_versions: dict[str, str] = json.loads(blob_versions)
-
-
 BlobRows = dict[tuple[str, str], BlobRow]
 
-#: Row constructors from one tuple, in C: the hot path builds a row per blob and write, and
-#: a NamedTuple's own ``__new__`` is a Python call.
+#: Row constructors from one fetched tuple, in C: the hot path builds a row per blob and
+#: write, and a NamedTuple's own ``__new__`` is a Python call.
+_checkpoint_row: Any = partial(tuple.__new__, CheckpointRow)
 _blob_row: Any = partial(tuple.__new__, BlobRow)
 _write_row: Any = partial(tuple.__new__, WriteRow)
+_union_rows: Any = tuple(partial(tuple.__new__, kind) for kind in UNION_KINDS)
+chain_row: Any = partial(tuple.__new__, ChainRow)
 
 
-def split_details(details: Sequence[Sequence[Sequence[Any]]]) -> tuple[BlobRows, list[WriteRow]]:
-    """Sort the results of ``select_blobs`` (5 columns) and ``select_writes`` (7) into
-    blob rows by ``(channel, version)`` and write rows."""
-    blob_rows: BlobRows = {}
-    write_rows: list[WriteRow] = []
-    for rows in details:
-        for r in rows:
-            if len(r) == 5:
-                channel, version, kind, blob, base = r
-                blob_rows[(channel, version)] = _blob_row(
-                    (kind, bytes(blob) if blob is not None else b"", base)
-                )
-            else:
-                cid, task_id, idx, channel, kind, blob, path = r
-                blob = bytes(blob) if blob is not None else b""
-                write_rows.append(_write_row((cid, task_id, idx, channel, kind, blob, path)))
-    return blob_rows, write_rows
+def checkpoint_row(fetched: Sequence[Any]) -> CheckpointRow:
+    """A fetched checkpoint row (``CHECKPOINT_COLUMNS``), named, its ``blob_versions`` decoded."""
+    row: CheckpointRow = _checkpoint_row(fetched)
+    return row._replace(blob_versions=json.loads(row.blob_versions))  # type: ignore[arg-type]
+
+
+def _blob(value: Any) -> bytes:
+    """A fetched ``bytea``/``BLOB`` as bytes (``b""`` for NULL, the value of an empty channel)."""
+    return b"" if value is None else bytes(value)
+
+
+def blob_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> BlobRows:
+    """The rows of ``select_blobs`` statements by ``(channel, version)``."""
+    found: BlobRows = {}
+    for rows in results:
+        for fetched in rows:
+            row: BlobRow = _blob_row(fetched)
+            if type(row.blob) is not bytes:
+                row = row._replace(blob=_blob(row.blob))
+            found[(row.channel, row.version)] = row
+    return found
+
+
+def write_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> list[WriteRow]:
+    """The rows of ``select_writes`` statements."""
+    found: list[WriteRow] = []
+    for rows in results:
+        for fetched in rows:
+            row: WriteRow = _write_row(fetched)
+            if type(row.blob) is not bytes:
+                row = row._replace(blob=_blob(row.blob))
+            found.append(row)
+    return found
 
 
 def split_union(
     thread_id: str, ns: str, rows: Sequence[Sequence[Any]]
 ) -> tuple[CheckpointRow, BlobRows, list[WriteRow]] | None:
     """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``): rows tagged
-    0 (the checkpoint), 1 (a blob) and 2 (a write); None when there is no checkpoint."""
-    head = next((r for r in rows if r[0] == 0), None)
+    0 (:class:`UnionHead`), 1 (:class:`UnionBlob`) and 2 (:class:`UnionWrite`); None when
+    there is no checkpoint."""
+    head: UnionHead | None = None
+    blob_rows: BlobRows = {}
+    writes: list[UnionWrite] = []
+    kinds = _union_rows
+    for fetched in rows:
+        part = kinds[fetched[UNION_TAG]](fetched)
+        if type(part) is UnionBlob:
+            blob = part.blob
+            if type(blob) is not bytes:
+                blob = _blob(blob)
+            blob_rows[(part.channel, part.version)] = _blob_row(
+                (part.channel, part.version, part.type, blob, part.base_version)
+            )
+        elif type(part) is UnionWrite:
+            writes.append(part)
+        else:
+            head = part
     if head is None:
         return None
-    row = CheckpointRow((thread_id, ns, *head[1:7]))
-    blob_rows = {
-        (r[1], r[2]): _blob_row((r[3], bytes(r[4]) if r[4] is not None else b"", r[5]))
-        for r in rows
-        if r[0] == 1
-    }
+    cid = head.checkpoint_id
+    row: CheckpointRow = _checkpoint_row(
+        (
+            thread_id,
+            ns,
+            cid,
+            head.parent_id,
+            head.type,
+            head.body,
+            head.metadata,
+            json.loads(head.blob_versions),
+        )
+    )
     write_rows = [
-        _write_row((head[1], r[1], r[7], r[2], r[3], bytes(r[4]), r[5])) for r in rows if r[0] == 2
+        _write_row(
+            (
+                cid,
+                w.task_id,
+                w.idx,
+                w.channel,
+                w.type,
+                w.blob if type(w.blob) is bytes else _blob(w.blob),
+                w.task_path,
+            )
+        )
+        for w in writes
     ]
     return row, blob_rows, write_rows
 

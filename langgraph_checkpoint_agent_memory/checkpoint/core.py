@@ -7,6 +7,7 @@ rules live here once.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -139,6 +140,25 @@ def parent_config(
     thread_id: str, checkpoint_ns: str, parent_id: str | None
 ) -> RunnableConfig | None:
     return checkpoint_config(thread_id, checkpoint_ns, parent_id) if parent_id else None
+
+
+def next_channel_version(current: str | int | None) -> str:
+    """The channel version after ``current``: a zero-padded counter and a random tail, the
+    form LangGraph's savers use (an ``int`` version, as older checkpoints hold, counts too).
+
+    Example:
+        >>> next_channel_version(None)[:32]
+        '00000000000000000000000000000001'
+        >>> next_channel_version("00000000000000000000000000000041.25")[:32]
+        '00000000000000000000000000000042'
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, int):
+        counter = current
+    else:
+        counter = int(current.split(".")[0])
+    return f"{counter + 1:032}.{random.random():016}"
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:

@@ -20,15 +20,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_checkpoint_agent_memory.checkpoint.activity import ThreadActivity
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     BlobRows,
+    ChainRow,
     CheckpointRow,
     ListCache,
     ListState,
     WriteRow,
+    blob_rows_of,
+    chain_row,
     channel_value,
+    checkpoint_row,
     decode,
     pending_writes,
-    split_details,
     split_union,
+    write_rows_of,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     delta_history,
@@ -54,14 +58,21 @@ class PageRow(NamedTuple):
     write_rows: list[WriteRow]
 
 
-class ChainRow(NamedTuple):
-    """A checkpoint of a namespace's history (``select_chain``)."""
+class Details(NamedTuple):
+    """The statements fetching the blobs and the writes of some checkpoints of one thread
+    namespace; their results come back in this order, blobs first."""
 
-    checkpoint_id: str
-    parent_id: str | None
-    blob_versions: str
-    type: str
-    checkpoint: bytes
+    blobs: list[Stmt]
+    writes: list[Stmt]
+
+    @property
+    def statements(self) -> list[Stmt]:
+        return [*self.blobs, *self.writes]
+
+    def split(self, results: Sequence[Any]) -> tuple[BlobRows, list[WriteRow]]:
+        """The blob rows and write rows of these statements' ``results``."""
+        n = len(self.blobs)
+        return blob_rows_of(results[:n]), write_rows_of(results[n : n + len(self.writes)])
 
 
 class Reader:
@@ -82,10 +93,11 @@ class Reader:
         params = {"thread_id": thread_id, "now": now, "slack": activity.slack}
         return [Stmt(S.refresh_thread(self.dialect), params)]
 
-    def details(self, thread_id: str, ns: str, rows: Sequence[CheckpointRow]) -> list[Stmt]:
+    def details(self, thread_id: str, ns: str, rows: Sequence[CheckpointRow]) -> Details:
         """Statements fetching the blobs and writes of ``rows`` (one thread namespace)."""
         keys = sorted({(ch, v) for r in rows for ch, v in r.blob_versions.items()})
-        out = self.blob_keys(thread_id, ns, keys)
+        blob_stmts = self.blob_keys(thread_id, ns, keys)
+        write_stmts: list[Stmt] = []
         ids = sorted({r.checkpoint_id for r in rows})
         for start in range(0, len(ids), S.MAX_KEYS):
             chunk = ids[start : start + S.MAX_KEYS]
@@ -93,8 +105,8 @@ class Reader:
             params = {"thread_id": thread_id, "checkpoint_ns": ns}
             for i, cid in enumerate(chunk + [chunk[-1]] * (n - len(chunk))):
                 params[f"k{i}"] = cid
-            out.append(Stmt(S.select_writes(self.dialect, n), params, fetch=True))
-        return out
+            write_stmts.append(Stmt(S.select_writes(self.dialect, n), params, fetch=True))
+        return Details(blob_stmts, write_stmts)
 
     def blob_keys(self, thread_id: str, ns: str, keys: Sequence[tuple[str, str]]) -> list[Stmt]:
         """Statements fetching blobs by ``(channel, version)``, padded to a few sizes."""
@@ -123,7 +135,7 @@ class Reader:
             if not missing:
                 return
             results = yield Batch(self.blob_keys(thread_id, ns, missing))
-            found, _ = split_details(results)
+            found = blob_rows_of(results)
             if not found:
                 return
             blob_rows.update(found)
@@ -163,9 +175,9 @@ class Reader:
             activity.refreshed(thread_id, bool(refresh), results[1:])
             if not results[0]:
                 return None
-            row = CheckpointRow(results[0][0])
-            details = yield Batch(self.details(thread_id, ns, [row]))
-            blob_rows, write_rows = split_details(details)
+            row = checkpoint_row(results[0][0])
+            details = self.details(thread_id, ns, [row])
+            blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
         lists: dict[str, ListState | None] = {}
         tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
@@ -214,23 +226,24 @@ class Reader:
         results = yield Batch([Stmt(sql, params, fetch=True), *refresh], write=bool(refresh))
         if thread_id is not None:
             activity.refreshed(thread_id, bool(refresh), results[1:])
-        rows = [CheckpointRow(r) for r in results[0]]
+        rows = [checkpoint_row(r) for r in results[0]]
         if not rows:
             return [], None
         groups: dict[tuple[str, str], list[CheckpointRow]] = {}
         for r in rows:
             groups.setdefault((r.thread_id, r.ns), []).append(r)
         statements: list[Stmt] = []
-        spans: list[tuple[tuple[str, str], int]] = []
+        spans: list[tuple[tuple[str, str], Details]] = []
         for group, members in groups.items():
-            stmts = self.details(group[0], group[1], members)
-            spans.append((group, len(stmts)))
-            statements += stmts
-        details = yield Batch(statements)
+            details = self.details(group[0], group[1], members)
+            spans.append((group, details))
+            statements += details.statements
+        results = yield Batch(statements)
         by_group: dict[tuple[str, str], tuple[BlobRows, list[WriteRow]]] = {}
         at = 0
-        for group, count in spans:
-            by_group[group] = split_details(details[at : at + count])
+        for group, details in spans:
+            count = len(details.blobs) + len(details.writes)
+            by_group[group] = details.split(results[at : at + count])
             yield from self.complete_chains(group[0], group[1], by_group[group][0])
             at += count
         last = rows[-1]
@@ -256,7 +269,10 @@ class Reader:
             "live_after": self.activity.live_after(now),
         }
         [rows] = yield Batch([Stmt(S.select_chain(self.dialect), params, fetch=True)])
-        by_id = {r[0]: ChainRow(*r) for r in rows}
+        by_id: dict[str, ChainRow] = {}
+        for fetched in rows:
+            chained: ChainRow = chain_row(fetched)
+            by_id[chained.checkpoint_id] = chained
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
         if target not in by_id:
             return {ch: {"writes": []} for ch in channels}
@@ -289,30 +305,26 @@ class Reader:
         span = chain[:depth]
         seed_rows = [
             CheckpointRow(
-                (
-                    thread_id,
-                    ns,
-                    cid,
-                    None,
-                    by_id[cid].type,
-                    by_id[cid].checkpoint,
-                    "{}",
-                    json.dumps(
-                        {
-                            ch: v
-                            for ch, v in versions[cid].items()
-                            if ch in needed and "seed" in needed[ch]
-                        }
-                    ),
-                )
+                thread_id=thread_id,
+                ns=ns,
+                checkpoint_id=cid,
+                parent_id=None,
+                type=by_id[cid].type,
+                body=by_id[cid].checkpoint,
+                metadata="{}",
+                blob_versions={
+                    ch: v
+                    for ch, v in versions[cid].items()
+                    if ch in needed and "seed" in needed[ch]
+                },
             )
             for cid in span
         ]
         blob_rows: BlobRows = {}
         write_rows: list[WriteRow] = []
         if span:
-            details = yield Batch(self.details(thread_id, ns, seed_rows))
-            blob_rows, write_rows = split_details(details)
+            details = self.details(thread_id, ns, seed_rows)
+            blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
         writes_by_cp: dict[str, list[WriteRow]] = {}
         for w in write_rows:

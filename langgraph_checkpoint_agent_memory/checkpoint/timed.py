@@ -1,12 +1,28 @@
-"""``TimedInMemorySaver``: LangGraph's ``InMemorySaver`` whose idle threads expire.
+"""``TimedInMemorySaver``: an in-memory checkpointer whose idle threads expire.
 
-It keeps ``InMemorySaver``'s data layout (``storage``, ``writes``, ``blobs``), so code and
-tools that know that class keep working, and adds three things:
+It is built on LangGraph's public ``BaseCheckpointSaver`` and keeps its data itself, rather
+than on ``InMemorySaver``. Expiry needs three things ``InMemorySaver``'s public methods do
+not give: evicting a thread at a cost proportional to that thread (its ``delete_thread``
+scans every key of the saver), making a write and an eviction of one thread atomic, and
+dropping single checkpoints for ``prune(strategy="keep_latest")``. Getting them from a
+subclass meant reading and writing its ``storage``, ``writes`` and ``blobs`` dicts and
+calling its private ``_ordered_writes``: a layout a LangGraph release may change without
+notice, and would break silently. So the class uses only what LangGraph exports for savers
+(the ``BaseCheckpointSaver`` interface, its serializer, ``get_checkpoint_metadata``,
+``WRITES_IDX_MAP``) and the package's own pieces: the thread-life policy of
+:mod:`.timed_life` and :mod:`.activity` (idle time, tombstones that refuse late writes), the
+codec's :class:`~.codec.WriteRow` and :func:`~.codec.pending_writes` (the one ordering of
+pending writes, shared with the SQL saver), and :mod:`.core`'s rules for ``DeltaChannel``
+history and what a prune keeps. ``tests/test_timed_saver.py`` checks that no private
+attribute of a LangGraph class is touched.
+
+It answers as ``InMemorySaver`` does (the same values, metadata, pending writes, parents and
+``list`` order; ``tests/test_timed_properties.py`` compares the two), plus:
 
 * an activity clock per thread, ordered by last use, so a sweep pops expired threads from the
   front in time proportional to what it evicts;
-* an index of each thread's write and blob keys, so evicting or deleting a thread costs its
-  own size, not the whole saver's (``InMemorySaver.delete_thread`` scans every key);
+* one record per thread (:class:`_Thread`) holding its checkpoints, channel values, writes
+  and runs, so evicting or deleting a thread costs its own size, not the whole saver's;
 * one lock that makes a write and an eviction of the same thread atomic with respect to each
   other. Serialization and deserialization of channel values happen outside the lock.
 """
@@ -15,13 +31,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
+    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -29,7 +47,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     get_checkpoint_metadata,
 )
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
@@ -37,14 +54,17 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_keep_last,
     validate_prune_strategy,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.codec import WriteRow, pending_writes
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_thread_id,
     checkpoint_config,
     checkpoints_to_keep,
     delta_channels_of,
+    delta_history,
     list_coordinates,
     metadata_matches,
+    next_channel_version,
     parent_config,
     thread_coordinates,
 )
@@ -65,21 +85,50 @@ TOMBSTONE_SECONDS = 3600.0
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
 
-BlobKey = tuple[str, str, str, str | int | float]
-WriteKey = tuple[str, str, str]
+#: The stored value of a channel that has a version but no value.
+EMPTY: tuple[str, bytes] = ("empty", b"")
+
+Version = str | int | float
+#: A write row from one tuple, in C (a NamedTuple's own ``__new__`` is a Python call).
+_write_row: Any = partial(tuple.__new__, WriteRow)
+Typed = tuple[str, bytes]
 
 
-@dataclass
-class _ThreadIndex:
-    """Every key one thread owns in the shared dicts, and its checkpoints grouped by run."""
+class _Saved(NamedTuple):
+    """One checkpoint as stored: the serialized checkpoint without its channel values, the
+    serialized metadata, and the parent's id."""
 
-    writes: set[WriteKey] = field(default_factory=set)
-    blobs: set[BlobKey] = field(default_factory=set)
+    checkpoint: Typed
+    metadata: Typed
+    parent_id: str | None
+
+
+@dataclass(slots=True)
+class _Thread:
+    """Everything one thread holds."""
+
+    #: namespace -> checkpoint id -> checkpoint
+    checkpoints: dict[str, dict[str, _Saved]] = field(default_factory=dict)
+    #: (namespace, channel, version) -> serialized value (:data:`EMPTY` for none)
+    blobs: dict[tuple[str, str, Version], Typed] = field(default_factory=dict)
+    #: (namespace, checkpoint id) -> (task id, write index) -> write
+    writes: dict[tuple[str, str], dict[tuple[str, int], WriteRow]] = field(default_factory=dict)
+    #: run id -> the (namespace, checkpoint id) it created
     runs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
 
-class TimedInMemorySaver(InMemorySaver):
-    """An ``InMemorySaver`` that forgets threads idle for more than ``ttl_seconds``.
+class _Found(NamedTuple):
+    """One checkpoint's stored parts, collected under the lock and decoded outside it."""
+
+    checkpoint_id: str
+    checkpoint: Checkpoint
+    saved: _Saved
+    blobs: dict[str, Typed | None]
+    writes: list[WriteRow]
+
+
+class TimedInMemorySaver(BaseCheckpointSaver[str]):
+    """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
     as activity. An idle thread is invisible to reads at once; a daemon sweeper, started on the
@@ -96,6 +145,11 @@ class TimedInMemorySaver(InMemorySaver):
         serde: Serializer for checkpoints and writes (e.g. LangGraph's
             ``EncryptedSerializer``); defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Monotonic clock in seconds; injectable so tests need not sleep.
+
+    Example:
+        >>> with TimedInMemorySaver(ttl_seconds=600) as saver:
+        ...     saver.ttl_seconds, saver.sweep_interval_seconds
+        (600, 60.0)
     """
 
     def __init__(
@@ -122,7 +176,8 @@ class TimedInMemorySaver(InMemorySaver):
         self._clock = clock
         self._lock = threading.RLock()
         self._life = ThreadLife(ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl))
-        self._index: dict[str, _ThreadIndex] = {}
+        #: thread id -> its data, in the order threads got their first checkpoint
+        self._threads: dict[str, _Thread] = {}
         self._run_threads: dict[str, set[str]] = {}
         self._sweeping = SweeperHookup(
             f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
@@ -138,30 +193,33 @@ class TimedInMemorySaver(InMemorySaver):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(ttl_seconds={self.ttl_seconds}, keep_last={self.keep_last}, "
-            f"sweep_interval_seconds={self.sweep_interval_seconds}, threads={len(self._index)})"
+            f"sweep_interval_seconds={self.sweep_interval_seconds}, threads={len(self._threads)})"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the sweeper thread. The saver stays usable; a later write restarts it."""
+        """Stop the sweeper thread. The saver stays usable; a later write restarts it.
+
+        Example:
+            >>> saver = TimedInMemorySaver(ttl_seconds=60)
+            >>> saver.close()
+            >>> saver.sweeper_running
+            False
+        """
         self._sweeping.stop()
 
     def __enter__(self) -> TimedInMemorySaver:
-        super().__enter__()
         return self
 
-    def __exit__(self, *exc_info: Any) -> bool | None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
-        return super().__exit__(*exc_info)
 
     async def __aenter__(self) -> TimedInMemorySaver:
-        await super().__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.close()
-        return await super().__aexit__(*exc_info)
 
     @property
     def sweeper_running(self) -> bool:
@@ -178,26 +236,24 @@ class TimedInMemorySaver(InMemorySaver):
         return False
 
     def _evict(self, thread_id: str, now: float) -> None:
-        namespaces = self.storage.pop(thread_id, None) or {}
-        self._life.end(thread_id, now, [max(c, default=None) for c in namespaces.values()])
-        index = self._index.pop(thread_id, None)
-        if index is not None:
-            for wkey in index.writes:
-                self.writes.pop(wkey, None)
-            for bkey in index.blobs:
-                self.blobs.pop(bkey, None)
-            for run_id in index.runs:
-                threads = self._run_threads.get(run_id)
-                if threads is not None:
-                    threads.discard(thread_id)
-                    if not threads:
-                        del self._run_threads[run_id]
+        thread = self._threads.pop(thread_id, None)
+        namespaces = thread.checkpoints.values() if thread is not None else ()
+        self._life.end(thread_id, now, [max(ids, default=None) for ids in namespaces])
+        if thread is None:
+            return
+        for run_id in thread.runs:
+            threads = self._run_threads.get(run_id)
+            if threads is not None:
+                threads.discard(thread_id)
+                if not threads:
+                    del self._run_threads[run_id]
 
-    def _thread_index(self, thread_id: str) -> _ThreadIndex:
-        index = self._index.get(thread_id)
-        if index is None:
-            index = self._index[thread_id] = _ThreadIndex()
-        return index
+    def _thread(self, thread_id: str) -> _Thread:
+        """The record of ``thread_id``, created on first use."""
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread()
+        return thread
 
     def sweep(self) -> int:
         """Evict every expired thread now; the sweeper calls this.
@@ -257,11 +313,11 @@ class TimedInMemorySaver(InMemorySaver):
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
         blobs = {
-            (thread_id, checkpoint_ns, k, v): dumps(values[k]) if k in values else ("empty", b"")
+            (checkpoint_ns, k, v): dumps(values[k]) if k in values else EMPTY
             for k, v in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
-        entry = (dumps(stored), dumps(full_metadata), parent_id)
+        saved = _Saved(dumps(stored), dumps(full_metadata), parent_id)
         run_id = full_metadata.get("run_id")
         life = self._life
         with self._lock:
@@ -271,17 +327,18 @@ class TimedInMemorySaver(InMemorySaver):
                 life.admit(thread_id, parent_id, own_id)
             else:
                 life.check_floor(thread_id, parent_id)
-            self.storage[thread_id][checkpoint_ns][checkpoint["id"]] = entry
-            self.blobs.update(blobs)
-            index = self._index.get(thread_id) or self._thread_index(thread_id)
-            index.blobs.update(blobs)
+            thread = self._threads.get(thread_id) or self._thread(thread_id)
+            if not thread.checkpoints:  # listed in the order of first checkpoints
+                self._threads[thread_id] = self._threads.pop(thread_id)
+            thread.checkpoints.setdefault(checkpoint_ns, {})[own_id] = saved
+            thread.blobs.update(blobs)
             if isinstance(run_id, str):
-                index.runs.setdefault(run_id, set()).add((checkpoint_ns, checkpoint["id"]))
+                thread.runs.setdefault(run_id, set()).add((checkpoint_ns, own_id))
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
             life.touch(thread_id, now)
         if self._sweeping.sweeper is None:
             self._sweeping.start_thread(self, "sweep")
-        return checkpoint_config(thread_id, checkpoint_ns, checkpoint["id"])
+        return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
     def put_writes(
         self,
@@ -304,13 +361,15 @@ class TimedInMemorySaver(InMemorySaver):
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
-        outer_key = (thread_id, checkpoint_ns, checkpoint_id)
         dumps = self.serde.dumps_typed
         idx_map = WRITES_IDX_MAP
-        encoded = [
-            (task_id, idx_map.get(c, idx), (task_id, c, dumps(v), task_path))
-            for idx, (c, v) in enumerate(writes)
-        ]
+        rows: list[tuple[int, WriteRow]] = []
+        for i, (channel, value) in enumerate(writes):
+            idx = idx_map.get(channel, i)
+            kind, blob = dumps(value)
+            rows.append(
+                (idx, _write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
+            )
         life = self._life
         with self._lock:
             now = self._clock()
@@ -319,29 +378,27 @@ class TimedInMemorySaver(InMemorySaver):
                 life.admit(thread_id, checkpoint_id)
             else:
                 life.check_floor(thread_id, checkpoint_id)
-            stored = self.writes.get(outer_key)
-            if stored is None:  # a checkpoint's first writes: index them for eviction
-                stored = self.writes[outer_key] = {}
-                self._thread_index(thread_id).writes.add(outer_key)
-            for task, idx, value in encoded:
+            thread = self._threads.get(thread_id) or self._thread(thread_id)
+            key = (checkpoint_ns, checkpoint_id)
+            stored = thread.writes.get(key)
+            if stored is None:
+                stored = thread.writes[key] = {}
+            for idx, row in rows:
                 # Regular writes: first write wins; special channels (negative idx) upsert.
-                if idx >= 0 and (task, idx) in stored:
+                if idx >= 0 and (task_id, idx) in stored:
                     continue
-                stored[task, idx] = value
+                stored[task_id, idx] = row
             life.touch(thread_id, now)
         if self._sweeping.sweeper is None:
             self._sweeping.start_thread(self, "sweep")
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _read_raw(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
-    ) -> (
-        tuple[str, Checkpoint, bytes | tuple[str, bytes], str | None, list[Any], dict[str, Any]]
-        | None
-    ):
+    def _find(
+        self, thread: _Thread, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> _Found | None:
         """Collect one checkpoint's stored parts; the caller holds the lock."""
-        ns_store = self.storage.get(thread_id, {}).get(checkpoint_ns)
+        ns_store = thread.checkpoints.get(checkpoint_ns)
         if not ns_store:
             return None
         if checkpoint_id is None:
@@ -349,31 +406,32 @@ class TimedInMemorySaver(InMemorySaver):
         saved = ns_store.get(checkpoint_id)
         if saved is None:
             return None
-        checkpoint_b, metadata_b, parent_id = saved
-        checkpoint: Checkpoint = self.serde.loads_typed(checkpoint_b)
-        blobs = {
-            k: self.blobs.get((thread_id, checkpoint_ns, k, v))
-            for k, v in checkpoint["channel_versions"].items()
+        checkpoint: Checkpoint = self.serde.loads_typed(saved.checkpoint)
+        blobs = thread.blobs
+        values = {
+            k: blobs.get((checkpoint_ns, k, v)) for k, v in checkpoint["channel_versions"].items()
         }
-        writes = self._ordered_writes(thread_id, checkpoint_ns, checkpoint_id)
-        return checkpoint_id, checkpoint, metadata_b, parent_id, writes, blobs
+        writes = thread.writes.get((checkpoint_ns, checkpoint_id))
+        return _Found(
+            checkpoint_id, checkpoint, saved, values, list(writes.values()) if writes else []
+        )
 
     def _decode(
         self,
         thread_id: str,
         checkpoint_ns: str,
-        raw: tuple[str, Checkpoint, Any, str | None, list[Any], dict[str, Any]],
+        found: _Found,
         metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
-        checkpoint_id, checkpoint, metadata_b, parent_id, writes, blobs = raw
-        loads = self.serde.loads_typed
-        values = {k: loads(b) for k, b in blobs.items() if b is not None and b[0] != "empty"}
+        serde = self.serde
+        loads = serde.loads_typed
+        values = {k: loads(b) for k, b in found.blobs.items() if b is not None and b[0] != "empty"}
         return CheckpointTuple(
-            config=checkpoint_config(thread_id, checkpoint_ns, checkpoint_id),
-            checkpoint={**checkpoint, "channel_values": values},
-            metadata=metadata if metadata is not None else loads(metadata_b),
-            parent_config=parent_config(thread_id, checkpoint_ns, parent_id),
-            pending_writes=[(tid, c, loads(v)) for tid, c, v, _ in writes],
+            config=checkpoint_config(thread_id, checkpoint_ns, found.checkpoint_id),
+            checkpoint={**found.checkpoint, "channel_values": values},
+            metadata=metadata if metadata is not None else loads(found.saved.metadata),
+            parent_config=parent_config(thread_id, checkpoint_ns, found.saved.parent_id),
+            pending_writes=pending_writes(serde, found.writes),
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -390,11 +448,12 @@ class TimedInMemorySaver(InMemorySaver):
             now = self._clock()
             if self._expire_if_due(thread_id, now):
                 return None
-            raw = self._read_raw(thread_id, checkpoint_ns, checkpoint_id)
-            if raw is None:
+            thread = self._threads.get(thread_id)
+            found = None if thread is None else self._find(thread, checkpoint_ns, checkpoint_id)
+            if found is None:
                 return None
             self._life.touch(thread_id, now)
-        return self._decode(thread_id, checkpoint_ns, raw)
+        return self._decode(thread_id, checkpoint_ns, found)
 
     def list(
         self,
@@ -423,14 +482,14 @@ class TimedInMemorySaver(InMemorySaver):
             if listed is not None:
                 if self._expire_if_due(listed, now):
                     return
-                thread_ids = [listed] if listed in self.storage else []
+                thread_ids = [listed] if listed in self._threads else []
             else:
                 self.sweep()
-                thread_ids = list(self.storage)
+                thread_ids = list(self._threads)
             candidates = [
                 (thread_id, ns, cid)
                 for thread_id in thread_ids
-                for ns, ns_store in list(self.storage[thread_id].items())
+                for ns, ns_store in self._threads[thread_id].checkpoints.items()
                 if wanted_ns is None or ns == wanted_ns
                 for cid in sorted(ns_store, reverse=True)
                 if (wanted_id is None or cid == wanted_id)
@@ -439,24 +498,26 @@ class TimedInMemorySaver(InMemorySaver):
             for thread_id in thread_ids:
                 self._life.touch(thread_id, now)
         remaining = limit
+        loads = self.serde.loads_typed
         for thread_id, ns, cid in candidates:
             if remaining is not None and remaining <= 0:
                 return
             with self._lock:
-                if self._life.expired(thread_id, self._clock()):
+                thread = self._threads.get(thread_id)
+                if thread is None or self._life.expired(thread_id, self._clock()):
                     continue
-                saved = self.storage.get(thread_id, {}).get(ns, {}).get(cid)
+                saved = thread.checkpoints.get(ns, {}).get(cid)
                 if saved is None:
                     continue
-                metadata = self.serde.loads_typed(saved[1])
+                metadata = loads(saved.metadata)
                 if not metadata_matches(metadata, filter):
                     continue
-                raw = self._read_raw(thread_id, ns, cid)
-            if raw is None:
+                found = self._find(thread, ns, cid)
+            if found is None:
                 continue
             if remaining is not None:
                 remaining -= 1
-            yield self._decode(thread_id, ns, raw, metadata)
+            yield self._decode(thread_id, ns, found, metadata)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -471,13 +532,62 @@ class TimedInMemorySaver(InMemorySaver):
         Example:
             >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
         """
-        thread_id, _, _ = thread_coordinates(config)
+        if not channels:
+            return {}
+        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
+        serde = self.serde
+        loads = serde.loads_typed
         with self._lock:
             now = self._clock()
-            if self._expire_if_due(thread_id, now) or thread_id not in self.storage:
+            thread = None if self._expire_if_due(thread_id, now) else self._threads.get(thread_id)
+            if thread is None:
                 return {ch: {"writes": []} for ch in channels}
             self._life.touch(thread_id, now)
-            return super().get_delta_channel_history(config=config, channels=channels)
+            ns_store = thread.checkpoints.get(checkpoint_ns, {})
+            target = ns_store.get(checkpoint_id or max(ns_store, default=""))
+            chain: list[str] = []
+            parent = target.parent_id if target is not None else None
+            while parent is not None and parent in ns_store:
+                chain.append(parent)
+                parent = ns_store[parent].parent_id
+            versions: dict[str, ChannelVersions] = {}
+
+            def blob(cid: str, channel: str) -> Typed | None:
+                if cid not in versions:
+                    versions[cid] = loads(ns_store[cid].checkpoint)["channel_versions"]
+                version = versions[cid].get(channel)
+                if version is None:
+                    return None
+                found = thread.blobs.get((checkpoint_ns, channel, version))
+                return found if found is not None and found[0] != "empty" else None
+
+            def value_of(cid: str, channel: str) -> Any:
+                return loads(blob(cid, channel) or EMPTY)
+
+            def writes_of(cid: str) -> list[Any]:
+                stored = thread.writes.get((checkpoint_ns, cid))
+                return pending_writes(serde, list(stored.values()), channels) if stored else []
+
+            return delta_history(
+                chain,
+                channels,
+                lambda cid, ch: blob(cid, ch) is not None,
+                value_of,
+                writes_of,
+            )
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The channel version after ``current``: a zero-padded counter and a random tail.
+
+        Args:
+            current: The current version (``None`` for a new channel).
+            channel: Unused (LangGraph's signature).
+
+        Example:
+            >>> TimedInMemorySaver(60).get_next_version(None, None)[:32]
+            '00000000000000000000000000000001'
+        """
+        return next_channel_version(current)
 
     # -- thread management -----------------------------------------------------------------
 
@@ -506,14 +616,14 @@ class TimedInMemorySaver(InMemorySaver):
             touched: set[str] = set()
             for run_id in run_ids:
                 for thread_id in self._run_threads.pop(run_id, set()):
-                    index = self._index.get(thread_id)
-                    if index is None:
+                    thread = self._threads.get(thread_id)
+                    if thread is None:
                         continue
-                    for ns, cid in index.runs.pop(run_id, set()):
-                        self._drop_checkpoint(thread_id, ns, cid, index)
+                    for ns, cid in thread.runs.pop(run_id, set()):
+                        self._drop_checkpoint(thread, ns, cid)
                     touched.add(thread_id)
             for thread_id in touched:
-                self._collect_blobs(thread_id)
+                self._collect_blobs(self._threads[thread_id])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
@@ -528,23 +638,18 @@ class TimedInMemorySaver(InMemorySaver):
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             now = self._clock()
-            if self._expire_if_due(src, now) or src not in self._index:
+            if self._expire_if_due(src, now) or src not in self._threads:
                 return
             self._expire_if_due(dst, now)
-            src_index = self._index[src]
-            dst_index = self._thread_index(dst)
-            for ns, ns_store in self.storage.get(src, {}).items():
-                self.storage[dst][ns].update(ns_store)
-            for _, ns, cid in src_index.writes:
-                wkey = (dst, ns, cid)
-                self.writes[wkey] = dict(self.writes.get((src, ns, cid), {}))
-                dst_index.writes.add(wkey)
-            for _, ns, ch, version in src_index.blobs:
-                bkey = (dst, ns, ch, version)
-                self.blobs[bkey] = self.blobs[(src, ns, ch, version)]
-                dst_index.blobs.add(bkey)
-            for run_id, members in src_index.runs.items():
-                dst_index.runs.setdefault(run_id, set()).update(members)
+            source = self._threads[src]
+            target = self._thread(dst)
+            for ns, ns_store in source.checkpoints.items():
+                target.checkpoints.setdefault(ns, {}).update(ns_store)
+            target.blobs.update(source.blobs)
+            for key, stored in source.writes.items():
+                target.writes[key] = dict(stored)
+            for run_id, members in source.runs.items():
+                target.runs.setdefault(run_id, set()).update(members)
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._life.took_history(dst)  # the copied history is the target's now
             self._life.touch(dst, now)
@@ -575,66 +680,105 @@ class TimedInMemorySaver(InMemorySaver):
         with self._lock:
             now = self._clock()
             for thread_id in map(str, thread_ids):
-                if self._expire_if_due(thread_id, now) or thread_id not in self._index:
+                if self._expire_if_due(thread_id, now) or thread_id not in self._threads:
                     continue
                 if strategy == "delete":
                     self._evict(thread_id, now)
                     continue
-                index = self._index[thread_id]
-                for ns, ns_store in list(self.storage.get(thread_id, {}).items()):
+                thread = self._threads[thread_id]
+                for ns, ns_store in list(thread.checkpoints.items()):
                     if not ns_store:
                         continue
-                    keep = self._checkpoints_to_keep(thread_id, ns, ns_store, n)
+                    keep = self._checkpoints_to_keep(thread, ns, ns_store, n)
                     for cid in [c for c in ns_store if c not in keep]:
-                        self._drop_checkpoint(thread_id, ns, cid, index)
-                self._collect_blobs(thread_id)
+                        self._drop_checkpoint(thread, ns, cid)
+                self._collect_blobs(thread)
 
     def _checkpoints_to_keep(
-        self,
-        thread_id: str,
-        ns: str,
-        ns_store: dict[str, tuple[Any, Any, str | None]],
-        keep_last: int,
+        self, thread: _Thread, ns: str, ns_store: dict[str, _Saved], keep_last: int
     ) -> set[str]:
         loads = self.serde.loads_typed
 
         def has_value(cid: str, channel: str) -> bool:
-            version = loads(ns_store[cid][0])["channel_versions"].get(channel)
-            blob = self.blobs.get((thread_id, ns, channel, version))
+            version = loads(ns_store[cid].checkpoint)["channel_versions"].get(channel)
+            blob = thread.blobs.get((ns, channel, version)) if version is not None else None
             return blob is not None and blob[0] != "empty"
+
+        def parent_of(cid: str) -> str | None:
+            parent = ns_store[cid].parent_id
+            return parent if parent in ns_store else None
 
         return checkpoints_to_keep(
             sorted(ns_store, reverse=True),
             keep_last,
-            lambda cid: delta_channels_of(loads(ns_store[cid][1])),
-            lambda cid: ns_store[cid][2] if ns_store[cid][2] in ns_store else None,
+            lambda cid: delta_channels_of(loads(ns_store[cid].metadata)),
+            parent_of,
             has_value,
         )
 
-    def _drop_checkpoint(self, thread_id: str, ns: str, cid: str, index: _ThreadIndex) -> None:
-        self.storage.get(thread_id, {}).get(ns, {}).pop(cid, None)
-        self.writes.pop((thread_id, ns, cid), None)
-        index.writes.discard((thread_id, ns, cid))
+    @staticmethod
+    def _drop_checkpoint(thread: _Thread, ns: str, cid: str) -> None:
+        thread.checkpoints.get(ns, {}).pop(cid, None)
+        thread.writes.pop((ns, cid), None)
 
-    def _collect_blobs(self, thread_id: str) -> None:
-        """Drop the blobs of ``thread_id`` that no remaining checkpoint refers to."""
-        index = self._index.get(thread_id)
-        if index is None:
-            return
+    def _collect_blobs(self, thread: _Thread) -> None:
+        """Drop the blobs of ``thread`` that no remaining checkpoint refers to."""
         loads = self.serde.loads_typed
         referenced = {
-            (thread_id, ns, ch, v)
-            for ns, ns_store in self.storage.get(thread_id, {}).items()
+            (ns, ch, v)
+            for ns, ns_store in thread.checkpoints.items()
             for saved in ns_store.values()
-            for ch, v in loads(saved[0])["channel_versions"].items()
+            for ch, v in loads(saved.checkpoint)["channel_versions"].items()
         }
-        for key in index.blobs - referenced:
-            self.blobs.pop(key, None)
-        index.blobs &= referenced
+        thread.blobs = {k: b for k, b in thread.blobs.items() if k in referenced}
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
-    # (InMemorySaver's aget_tuple, alist, aput, aput_writes, adelete_thread and
-    # aget_delta_channel_history already call the methods above)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Asynchronously :meth:`get_tuple` (in-memory work runs inline)."""
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Asynchronously :meth:`list` (in-memory work runs inline)."""
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Asynchronously :meth:`put` (in-memory work runs inline)."""
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Asynchronously :meth:`put_writes` (in-memory work runs inline)."""
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Asynchronously :meth:`get_delta_channel_history` (in-memory work runs inline)."""
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Asynchronously :meth:`delete_thread` (in-memory work runs inline)."""
+        self.delete_thread(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Asynchronously :meth:`delete_for_runs` (in-memory work runs inline)."""
