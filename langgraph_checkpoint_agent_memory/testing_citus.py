@@ -19,6 +19,11 @@ from pathlib import Path
 
 from langgraph_checkpoint_agent_memory.testing import LocalPostgres, PgBinaries, machine_binaries
 
+#: Why a Citus cluster cannot start here.
+NO_CITUS = (
+    "Citus is not installed for this machine's PostgreSQL "
+    "(bash ../shared/citus/install.sh installs it into Debian's postgresql-15)"
+)
 #: Workers of the test cluster: two, so that a statement that is not a router query shows
 #: up as a plan with tasks on more than one node.
 DEFAULT_WORKERS = 2
@@ -68,10 +73,7 @@ class LocalCitus:
     ) -> None:
         binaries = citus_binaries()
         if binaries is None:
-            raise RuntimeError(
-                "Citus is not installed for this machine's PostgreSQL "
-                "(bash ../shared/citus/install.sh installs it into Debian's postgresql-15)"
-            )
+            raise RuntimeError(NO_CITUS)
         node_settings = {
             "shared_preload_libraries": "citus",
             # each test database adds connections from the coordinator to every worker

@@ -34,7 +34,7 @@ from langgraph_checkpoint_agent_memory.testing import (
     PgBinaries,
     available_binaries,
 )
-from langgraph_checkpoint_agent_memory.testing_citus import LocalCitus, citus_binaries
+from langgraph_checkpoint_agent_memory.testing_citus import NO_CITUS, LocalCitus, citus_binaries
 from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
     NO_PGBOUNCER,
     LocalPgBouncer,
@@ -83,10 +83,6 @@ SERVER_IDS = list(SERVERS)
 #: the suites that take the ``"citus"`` backend run on it (conformance, store contract,
 #: agent memory end to end, routing, concurrency), not every PostgreSQL test.
 CITUS = "citus"
-NO_CITUS = (
-    "Citus is not installed for this machine's PostgreSQL "
-    "(bash ../shared/citus/install.sh installs it into Debian's postgresql-15)"
-)
 
 
 def _citus_here() -> bool:

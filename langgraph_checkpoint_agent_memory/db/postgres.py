@@ -356,9 +356,12 @@ class PostgresDialect(Dialect):
                 "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
                 "w.task_path::text, NULL, w.idx "
                 # the thread named by parameter, not only through c: Citus routes a
-                # recursive query only when every table in it is filtered on thread_id
-                "FROM c JOIN am_checkpoint_writes w ON w.thread_id = %(thread_id)s "
-                "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = c.checkpoint_id"
+                # recursive query only when every table in it is filtered on thread_id;
+                # the checkpoint id as a scalar, so the whole key is the index condition
+                # (as a join condition it may become a filter over the thread's writes)
+                "FROM am_checkpoint_writes w WHERE w.thread_id = %(thread_id)s "
+                "AND w.checkpoint_ns = %(checkpoint_ns)s "
+                "AND w.checkpoint_id = (SELECT checkpoint_id FROM c)"
             )
 
         return self.sql(("fast_get_tuple", by_id), build)
