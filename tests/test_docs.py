@@ -1,7 +1,8 @@
 """Every ```python block of the README and the user guide runs as written. A block whose
 first line says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh
 PostgreSQL database; ``# requires: pgbouncer`` with it set to a fresh database through
-PgBouncer in transaction mode (the URL carries ``?prepare_threshold=none``)."""
+PgBouncer in transaction mode (the URL carries ``?prepare_threshold=none``); ``# requires:
+citus`` with it set to a fresh database on the Citus cluster's coordinator."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.pg import bouncer_params, pg_database, pg_params
+from tests.pg import bouncer_params, citus_params, pg_database, pg_params
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -34,6 +35,8 @@ def examples() -> list[Any]:
     for where, code in blocks():
         if code.startswith("# requires: pgbouncer"):
             servers = bouncer_params()
+        elif code.startswith("# requires: citus"):
+            servers = citus_params()
         elif code.startswith("# requires: postgresql"):
             servers = pg_params()
         else:
