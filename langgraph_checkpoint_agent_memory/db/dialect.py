@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -401,7 +401,9 @@ class Dialect:
         """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
         return self.under("v.prefix")
 
-    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+    def vector_search(
+        self, filters: Hashable, where: str, dims: int, *, joined: bool
+    ) -> Sql | None:
         """Exact similarity to ``:query_vector`` (text form) computed in the database:
         ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
         (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
@@ -422,7 +424,7 @@ class Dialect:
         return False
         yield  # pragma: no cover
 
-    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
         """The statements of one approximate search through ``index``, sent in one
         transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
         ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
@@ -430,7 +432,7 @@ class Dialect:
         ``:n``."""
         raise NotImplementedError
 
-    def vector_counts(self, index: VectorIndex) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
         """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
         about how many ``index`` holds in all."""
         raise NotImplementedError
@@ -448,6 +450,16 @@ class Dialect:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
         kind = column.type.compile(dialect=self.sa)
         return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
+
+    def rekey_ddl(self, table: sa.Table) -> list[str]:
+        """DDL giving an existing ``table`` (whose columns are all there, the new key
+        columns filled) the primary key :mod:`.schema` declares, its new key columns
+        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one."""
+        added = [c for c in table.primary_key.columns if c.name == "shard"]
+        out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
+        out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
+        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
+        return out
 
     def json_path(self, path: list[str]) -> Any:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
+import sqlalchemy as sa
+
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import (
@@ -35,8 +37,10 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_scopes,
     memory_threads,
     store_items,
+    store_vectors,
 )
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows
+from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, scoped
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -66,9 +70,10 @@ class StoredRow:
     pinned: bool
 
 
-def new_scope_row(scope: str, root: str, now: float) -> dict[str, Any]:
+def new_scope_row(scope: str, root: str, now: float, shard: str) -> dict[str, Any]:
     """The ``am_memory_scopes`` row a scope starts with: no lease, no failures."""
     return {
+        "shard": shard,
         "scope": scope,
         "root": root,
         "lease_owner": None,
@@ -81,11 +86,16 @@ def new_scope_row(scope: str, root: str, now: float) -> dict[str, Any]:
 
 
 class MemorySql:
-    """Statements for one dialect; store item writes reuse the store's own statements."""
+    """Statements for one dialect; store item writes reuse the store's own statements.
 
-    def __init__(self, dialect: Dialect, store_sql: StoreStatements) -> None:
+    Every row carries its shard key (see :mod:`.shard`): an item's or decay row's from its
+    namespace, a scope's ledger rows from the scope's namespace ``(root, *labels)``, with
+    the store's ``shard_depth``. Statements of one scope or one namespace name that key."""
+
+    def __init__(self, dialect: Dialect, store_sql: StoreStatements, root: str = "memory") -> None:
         self.d = dialect
         self.store = store_sql
+        self.root = root
         p = dialect.param
         self.p = p
         self.live = f"(i.expires_at IS NULL OR i.expires_at > {p('now')})"
@@ -93,28 +103,60 @@ class MemorySql:
     def _text(self, key: Any, build: Callable[[], str]) -> Sql:
         return self.d.sql(("memory", key), build)
 
+    # -- shard keys ------------------------------------------------------------------------
+
+    def scope_labels(self, scope: str) -> tuple[str, ...]:
+        """The namespace of ``scope`` (``user=alice,agent=support``): root, then labels."""
+        return (self.root, *scope.split(","))
+
+    def scope_shard(self, scope: str) -> str:
+        """The shard key of a scope's ledger rows."""
+        return shard_key(self.scope_labels(scope), self.store.shard_depth)
+
+    def scope_covers(self, scope: str) -> bool:
+        """Whether a scope's items share its shard key (its namespace holds at least
+        ``shard_depth`` labels); else they are spread over several keys."""
+        return covers(self.scope_labels(scope), self.store.shard_depth)
+
+    def shard(self, prefix: str) -> str:
+        """The shard key of the namespace kept as ``prefix``."""
+        return self.store.shard(prefix)
+
+    def scoped_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (each with a ``scope``), each given its scope's ``shard``."""
+        out = list(rows)
+        for row in out:
+            row["shard"] = self.scope_shard(row["scope"])
+        return out
+
+    def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
+        """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""
+        return Stmt(self.upsert_decay(), self.store.keyed(rows), many=True)
+
     # -- writes shared by several plans ----------------------------------------------------
 
     def ensure_scope(self) -> Sql:
         return self.d.sql(
-            ("memory", "ensure_scope"), lambda: self.d.insert_ignore(memory_scopes, ["scope"])
+            ("memory", "ensure_scope"),
+            lambda: self.d.insert_ignore(memory_scopes, ["shard", "scope"]),
         )
 
     def insert_item_if_absent(self) -> Sql:
         return self.d.sql(
-            ("memory", "insert_item"), lambda: self.d.insert_ignore(store_items, ["prefix", "key"])
+            ("memory", "insert_item"),
+            lambda: self.d.insert_ignore(store_items, ["shard", "prefix", "key"]),
         )
 
     def add_pending(self) -> Sql:
         return self.d.sql(
             ("memory", "add_pending"),
-            lambda: self.d.insert_ignore(memory_pending, ["scope", "episode_key"]),
+            lambda: self.d.insert_ignore(memory_pending, ["shard", "scope", "episode_key"]),
         )
 
     def add_thread(self) -> Sql:
         return self.d.sql(
             ("memory", "add_thread"),
-            lambda: self.d.insert_ignore(memory_threads, ["scope", "thread_id"]),
+            lambda: self.d.insert_ignore(memory_threads, ["shard", "scope", "thread_id"]),
         )
 
     def upsert_decay(self) -> Sql:
@@ -122,34 +164,30 @@ class MemorySql:
             ("memory", "upsert_decay"),
             lambda: self.d.upsert(
                 memory_decay,
-                ["prefix", "key"],
+                ["shard", "prefix", "key"],
                 ["scope", "log_importance", "reinforced_at", "pinned"],
             ),
         )
 
     def reinforce(self) -> Sql:
-        p = self.p
-        return self._text(
-            "reinforce",
-            lambda: (
-                f"UPDATE am_memory_decay SET reinforced_at = {p('now')} WHERE prefix = "
-                f"{p('prefix')} AND key = {p('key')} AND reinforced_at < {p('now')}"
-            ),
+        """Mark one item (``:shard``, ``:prefix``, ``:key``) reinforced at ``:now``."""
+        t = memory_decay
+        now = sa.bindparam("now", type_=sa.Float)
+        return self.d.sql(
+            ("memory", "reinforce"),
+            lambda: sa.update(t).where(_item(t), t.c.reinforced_at < now).values(reinforced_at=now),
         )
 
     def delete_decay(self) -> Sql:
-        """Delete one item's decay row (``:prefix``, ``:key``)."""
-        p = self.p
-        return self._text(
-            "delete_decay",
-            lambda: (
-                f"DELETE FROM am_memory_decay WHERE prefix = {p('prefix')} AND key = {p('key')}"
-            ),
+        """Delete one item's decay row (``:shard``, ``:prefix``, ``:key``)."""
+        return self.d.sql(
+            ("memory", "delete_decay"), lambda: sa.delete(memory_decay).where(_item(memory_decay))
         )
 
     def insert_job(self) -> Sql:
         return self.d.sql(
-            ("memory", "insert_job"), lambda: self.d.insert_ignore(memory_jobs, ["job_id"])
+            ("memory", "insert_job"),
+            lambda: self.d.insert_ignore(memory_jobs, ["shard", "job_id"]),
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -165,32 +203,42 @@ class MemorySql:
             return (
                 "SELECT i.prefix, i.key, i.value, i.created_at, i.updated_at, "
                 "d.log_importance, d.reinforced_at, d.pinned FROM am_store_items i "
-                "LEFT JOIN am_memory_decay d ON d.prefix = i.prefix AND d.key = i.key "
-                f"WHERE i.prefix = {p('prefix')} AND {self.live}{keys}"
+                "LEFT JOIN am_memory_decay d ON d.shard = i.shard AND d.prefix = i.prefix "
+                f"AND d.key = i.key WHERE i.shard = {p('shard')} AND i.prefix = {p('prefix')} "
+                f"AND {self.live}{keys}"
             )
 
         return self._text(("rows", with_keys), build)
 
     def vectors_of(self) -> Sql:
-        p = self.p
-        return self._text(
-            "vectors_of",
-            lambda: f"SELECT key, vector FROM am_store_vectors WHERE prefix = {p('prefix')}",
+        """``(key, vector)`` of the namespace ``:prefix`` (``:shard``)."""
+        v = store_vectors
+        return self.d.sql(
+            ("memory", "vectors_of"),
+            lambda: sa.select(v.c.key, v.c.vector).where(
+                v.c.shard == sa.bindparam("shard"), v.c.prefix == sa.bindparam("prefix")
+            ),
         )
+
+    def one_ns(self, prefix: str, **more: Any) -> dict[str, Any]:
+        """Parameters naming exactly the namespace ``prefix``, with its shard key."""
+        return {"shard": self.shard(prefix), "prefix": prefix, **more}
+
+
+def _item(t: sa.Table) -> Any:
+    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``)."""
+    return sa.and_(
+        t.c.shard == sa.bindparam("shard"),
+        t.c.prefix == sa.bindparam("prefix"),
+        t.c.key == sa.bindparam("key"),
+    )
 
 
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
     """How many live items a namespace holds and when one last changed: a cheap fingerprint
     that lets recall reuse what it decoded before."""
-    p = sql.p
-    query = sql._text(
-        "version",
-        lambda: (
-            "SELECT COUNT(*), MAX(i.updated_at) FROM am_store_items i WHERE i.prefix = "
-            f"{p('prefix')} AND {sql.live}"
-        ),
-    )
-    [rows] = yield Batch([Stmt(query, {"prefix": prefix, "now": now}, fetch=True)])
+    query = sql.store.fingerprint()
+    [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
     return int(count), float(latest or 0.0)
 
@@ -205,11 +253,11 @@ def decay_state_plan(
         chunk = list(keys[start : start + 64])
         marks = ", ".join(p(f"k{j}") for j in range(len(chunk)))
         text = (
-            "SELECT key, log_importance, reinforced_at FROM am_memory_decay WHERE prefix = "
-            f"{p('prefix')} AND key IN ({marks})"
+            "SELECT key, log_importance, reinforced_at FROM am_memory_decay WHERE shard = "
+            f"{p('shard')} AND prefix = {p('prefix')} AND key IN ({marks})"
         )
         query = sql._text(("decay_state", len(chunk)), partial(str, text))
-        params = {"prefix": prefix, **{f"k{j}": k for j, k in enumerate(chunk)}}
+        params = sql.one_ns(prefix, **{f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(query, params, fetch=True)])
         out.update(
             {
@@ -264,7 +312,7 @@ def read_plan(
     out: list[StoredRow] = []
     chunks = [list(keys[i : i + 64]) for i in range(0, len(keys), 64)] if keys else [None]
     for chunk in chunks:
-        params: dict[str, Any] = {"prefix": prefix, "now": now}
+        params: dict[str, Any] = sql.one_ns(prefix, now=now)
         if chunk:
             params.update({f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(sql.rows(len(chunk) if chunk else None), params, fetch=True)])
@@ -290,7 +338,9 @@ def record_plan(
     Returns whether it was new. Recalled items waiting for reinforcement ride along in the
     same transaction, so reading memory never costs a write of its own.
     """
-    scope_row = new_scope_row(scope, root, now)
+    shard = sql.scope_shard(scope)
+    scope_row = new_scope_row(scope, root, now, shard)
+    [item] = sql.store.keyed([item])
     terms = index_rows([item])  # a new episode has no old postings to replace
     inserted, _ = yield Batch(
         [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
@@ -304,6 +354,7 @@ def record_plan(
             Stmt(
                 sql.add_pending(),
                 {
+                    "shard": shard,
                     "scope": scope,
                     "episode_key": item["key"],
                     "recorded_at": now,
@@ -313,17 +364,20 @@ def record_plan(
         )
     if thread_id is not None:
         writes.append(
-            Stmt(sql.add_thread(), {"scope": scope, "thread_id": thread_id, "seen_at": now})
+            Stmt(
+                sql.add_thread(),
+                {"shard": shard, "scope": scope, "thread_id": thread_id, "seen_at": now},
+            )
         )
     if reinforce:
-        writes.append(Stmt(sql.reinforce(), list(reinforce), many=True))
+        writes.append(Stmt(sql.reinforce(), sql.store.keyed(reinforce), many=True))
     yield Batch(writes, write=True)
     return bool(inserted)
 
 
 def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]:
     if rows:
-        yield Batch([Stmt(sql.reinforce(), list(rows), many=True)], write=True)
+        yield Batch([Stmt(sql.reinforce(), sql.store.keyed(rows), many=True)], write=True)
 
 
 # -- decay ---------------------------------------------------------------------------------
@@ -342,10 +396,16 @@ def decay_plan(
     ``importance * rate ** days < threshold`` is, in logarithms,
     ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: three
     set-based DELETEs (vectors, items with their full-text entries, decay rows) in one
-    transaction, whatever the number of facts.
+    transaction, whatever the number of facts. With a ``scope``, every statement names the
+    scope's shard key; without, they run on every shard, without row locks (set-based
+    deletes, each row's condition decided where it lives).
     """
     p = sql.p
+    # a scope's decay rows carry its items' shard key: one key when the scope covers it
+    one = scope is not None and sql.scope_covers(scope)
     only = f" AND d.scope = {p('scope')}" if scope is not None else ""
+    if one:
+        only = f" AND d.shard = {p('shard')}{only}"
     cond = (
         f"d.pinned = 0 AND d.log_importance + ({p('now')} - d.reinforced_at) * {p('k')} "
         f"< {p('c')}{only}"
@@ -353,20 +413,23 @@ def decay_plan(
 
     def delete_from(table: str) -> Sql:
         return sql._text(
-            ("decay", table, scope is not None),
+            ("decay", table, scope is not None, one),
             lambda: (
                 f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
-                f"d.prefix = {table}.prefix AND d.key = {table}.key AND {cond})"
+                f"d.shard = {table}.shard AND d.prefix = {table}.prefix AND d.key = {table}.key "
+                f"AND {cond})"
             ),
         )
 
     rows = sql._text(
-        ("decay_rows", scope is not None),
+        ("decay_rows", scope is not None, one),
         lambda: f"DELETE FROM am_memory_decay WHERE {cond.replace('d.', 'am_memory_decay.')}",
     )
     params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
     if scope is not None:
         params["scope"] = scope
+        if one:
+            params["shard"] = sql.scope_shard(scope)
     *_, items, _ = yield Batch(
         [*(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
         write=True,
@@ -454,11 +517,17 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
     p = sql.p
     query = sql._text(
-        "threads", lambda: f"SELECT thread_id FROM am_memory_threads WHERE scope = {p('scope')}"
+        "threads",
+        lambda: (
+            f"SELECT thread_id FROM am_memory_threads WHERE shard = {p('shard')} "
+            f"AND scope = {p('scope')}"
+        ),
     )
     if not scopes:
         return []
-    found = yield Batch([Stmt(query, {"scope": s}, fetch=True) for s in scopes])
+    found = yield Batch(
+        [Stmt(query, {"shard": sql.scope_shard(s), "scope": s}, fetch=True) for s in scopes]
+    )
     return sorted({t for rows in found for (t,) in rows})
 
 
@@ -481,24 +550,20 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
     statements: list[Stmt] = []
     labels: list[str] = []
     for scope in scopes:
-        prefix = ns([root, *scope.split(",")])
-        params = {
-            "ns": prefix,
-            "ns_dot": prefix + ".",
-            "ns_len": len(prefix) + 1,
-            "ns_end": prefix + "/",
-        }
-        for table, stmt in zip(STORE_ROW_TABLES, sql.store.delete_under(), strict=True):
+        # the scope's items: on its shard when its namespace covers the shard key, else
+        # (a scope of fewer labels than the key) on every shard, by prefix
+        # (decay rows too: they carry their items' keys, and lie under the same namespace)
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        by_prefix = (*STORE_ROW_TABLES, "am_memory_decay")
+        deletes = sql.store.delete_under(scoped(params), by_prefix)
+        for table, stmt in zip(by_prefix, deletes, strict=True):
             statements.append(Stmt(stmt, params))
             labels.append(table)
-        for table in MEMORY_TABLES:
+        for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
             statements.append(
                 Stmt(
-                    sql._text(
-                        ("erase", table),
-                        partial_delete(table, p("scope")),
-                    ),
-                    {"scope": scope},
+                    sql._text(("erase", table), partial_delete(table, p("shard"), p("scope"))),
+                    {"shard": sql.scope_shard(scope), "scope": scope},
                 )
             )
             labels.append(table)
@@ -510,5 +575,5 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
     return counts
 
 
-def partial_delete(table: str, scope_param: str) -> Callable[[], str]:
-    return lambda: f"DELETE FROM {table} WHERE scope = {scope_param}"
+def partial_delete(table: str, shard_param: str, scope_param: str) -> Callable[[], str]:
+    return lambda: f"DELETE FROM {table} WHERE shard = {shard_param} AND scope = {scope_param}"

@@ -47,12 +47,13 @@ from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
 from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
     StoreStatements,
     ns_text,
-    prefix_params,
+    scoped,
 )
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -123,6 +124,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
+        shard_depth: How many leading namespace labels form the shard key of a row (default
+            2: ``("users", "alice", ...)`` -> ``"users.alice"``). Recorded in the database at
+            the first setup and fixed from then on: a store opened with another value gets
+            a ``ConfigurationError``. A search or listing under a prefix of fewer labels
+            reads every shard (see the user guide, "The shard key").
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -158,10 +164,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: int = 50,
         auto_setup: bool = True,
         clock: Callable[[], float] = time.time,
+        shard_depth: int = DEFAULT_SHARD_DEPTH,
     ) -> None:
         self.db = database
         self.dialect = database.dialect
-        self.statements = StoreStatements(self.dialect)
+        self.statements = StoreStatements(self.dialect, shard_depth)
+        self.shard_depth = self.statements.shard_depth
         self.ttl_config = V.checked_ttl_config(ttl)
         self.auto_setup = auto_setup
         self._clock = clock
@@ -386,7 +394,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                     [
                         Stmt(
                             self.statements.get(),
-                            {"prefix": ns_text(op.namespace), "key": op.key, "now": now},
+                            {
+                                "shard": self.statements.shard(ns_text(op.namespace)),
+                                "prefix": ns_text(op.namespace),
+                                "key": op.key,
+                                "now": now,
+                            },
                             fetch=True,
                         )
                     ]
@@ -404,6 +417,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)
         if refresh:  # only items that have a TTL: reads of the others stay reads
+            refresh = self.statements.keyed(refresh)
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
@@ -472,7 +486,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 [
                     Stmt(
                         self.statements.created_at(),
-                        {"prefix": r["prefix"], "key": r["key"]},
+                        {
+                            "shard": self.statements.shard(r["prefix"]),
+                            "prefix": r["prefix"],
+                            "key": r["key"],
+                        },
                         fetch=True,
                     )
                     for r in items
@@ -509,7 +527,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = S.conditions(op.filter)
         filters, fparams = self.statements.prefilter(conds)
-        base = {**prefix_params(op.namespace_prefix), "now": now, **fparams}
+        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
@@ -551,6 +569,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             params: dict[str, Any] = {"now": now}
             for j, ((prefix, key), _) in enumerate(chunk):
                 params[f"p{j}"], params[f"k{j}"] = prefix, key
+                params[f"s{j}"] = self.statements.shard(prefix)
             [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
             by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
             for item_key, score in chunk:
@@ -577,7 +596,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         cursor, size = 0, max(op.limit + op.offset, 16)
         while True:
             params = {**base, "n": size, "skip": cursor}
-            [rows] = yield Batch([Stmt(self.statements.recent(filters), params, fetch=True)])
+            recent = self.statements.recent(filters, scoped(base))
+            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
             for row in map(ItemRow._make, rows):
                 if page.offer(row, None):
                     return page.items
@@ -591,11 +611,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
         if not namespace:
             raise ConfigurationError("delete_namespace needs a namespace prefix")
-        params = prefix_params(namespace)
+        params = self.statements.prefix_params(namespace)
+        one = scoped(params)  # the prefix covers the shard key; else it spans shards
         [[(count,)]] = yield Batch(
-            [Stmt(self.statements.count_under(), params, fetch=True)], lock=True, hold=True
+            [Stmt(self.statements.count_under(one), params, fetch=True)], lock=True, hold=True
         )
-        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under()], write=True)
+        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under(one)], write=True)
         return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
@@ -624,6 +645,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
+        # Candidates are read without row locks (they span shards); each delete names its
+        # item's shard key, and deleting an item another sweep deleted first is a no-op.
         removed = 0
         while True:
             [rows] = yield Batch(
