@@ -412,10 +412,11 @@ def decay_plan(
     )
 
     def delete_from(table: str) -> Sql:
+        routed = f"{table}.shard = {p('shard')} AND " if one else ""
         return sql._text(
             ("decay", table, scope is not None, one),
             lambda: (
-                f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
+                f"DELETE FROM {table} WHERE {routed}EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
                 f"d.shard = {table}.shard AND d.prefix = {table}.prefix AND d.key = {table}.key "
                 f"AND {cond})"
             ),
