@@ -397,3 +397,23 @@ def iter_plan(*texts: str) -> Plan[None]:
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
     yield Batch([Stmt(Sql(t)) for t in texts], write=True)
+
+
+def test_on_a_distributed_database_rows_go_in_by_values(database_url: str) -> None:
+    """Where the tables are distributed, every insert of a put and of a record is an
+    ``INSERT ... VALUES`` (routed to the row's shard), never an ``INSERT ... SELECT`` (which
+    a distributed database first pulls to its coordinator); the data is the same."""
+    store = create_store(database_url)
+    memory = AgentMemory(store)
+    store.setup()
+    store.dialect.distributed = True
+    watch = Watch(store)
+    store.put(("users", "alice"), "a", {"text": "green tea in the morning"})
+    memory.record("user=alice", [HumanMessage("I drink green tea")], thread_id="t", key="e")
+    inserts = [t for t, p in watch.take() if re.match(r"\s*INSERT", t) and p != []]
+    assert len(inserts) >= 6
+    assert not [t for t in inserts if re.search(r"\bSELECT\b", t)]
+    [hit] = store.search(("users", "alice"), query="green tea")
+    assert hit.key == "a"
+    assert [e.key for e in memory.episodes("user=alice")] == ["e"]
+    store.close()

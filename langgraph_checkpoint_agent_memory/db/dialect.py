@@ -169,6 +169,9 @@ class Dialect:
     name = "generic"
     #: Whether several statements can travel in one round trip (psycopg pipeline).
     pipelines = False
+    #: Whether the tables are distributed (Citus): rows then go in by ``INSERT ... VALUES``,
+    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
+    distributed = False
     #: Whether DDL is transactional (all of a migration or none of it).
     transactional_ddl = True
 
@@ -235,6 +238,15 @@ class Dialect:
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
         raise NotImplementedError
+
+    def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
+        """Insert one row unless one with the same ``keys`` exists, as ``INSERT ... VALUES``:
+        a distributed database routes it to the shard of the row's key (an ``INSERT ...
+        SELECT`` is first pulled to its coordinator)."""
+        cols = [c.name for c in table.columns]
+        stmt = self.insert(table).values(values_params(table, cols))
+        ignored: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return ignored
 
     def upsert(
         self,

@@ -255,6 +255,9 @@ class HanaDialect(Dialect):
         # UPSERT <table> (<cols>) <subquery> matches on the primary key
         return Upsert(table).from_select(list(cols), source)
 
+    def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
+        return self.insert_ignore(table, keys)  # no ON CONFLICT: INSERT ... WHERE NOT EXISTS
+
     def insert_missing(self, table: sa.Table, cols: Columns, source: Source, keys: Columns) -> Any:
         src = source.subquery("src")
         target = table.alias("existing")

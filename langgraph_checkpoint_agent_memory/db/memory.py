@@ -138,25 +138,25 @@ class MemorySql:
     def ensure_scope(self) -> Sql:
         return self.d.sql(
             ("memory", "ensure_scope"),
-            lambda: self.d.insert_ignore(memory_scopes, ["shard", "scope"]),
+            lambda: self.d.insert_row_ignore(memory_scopes, ["shard", "scope"]),
         )
 
     def insert_item_if_absent(self) -> Sql:
         return self.d.sql(
             ("memory", "insert_item"),
-            lambda: self.d.insert_ignore(store_items, ["shard", "prefix", "key"]),
+            lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
         )
 
     def add_pending(self) -> Sql:
         return self.d.sql(
             ("memory", "add_pending"),
-            lambda: self.d.insert_ignore(memory_pending, ["shard", "scope", "episode_key"]),
+            lambda: self.d.insert_row_ignore(memory_pending, ["shard", "scope", "episode_key"]),
         )
 
     def add_thread(self) -> Sql:
         return self.d.sql(
             ("memory", "add_thread"),
-            lambda: self.d.insert_ignore(memory_threads, ["shard", "scope", "thread_id"]),
+            lambda: self.d.insert_row_ignore(memory_threads, ["shard", "scope", "thread_id"]),
         )
 
     def upsert_decay(self) -> Sql:
@@ -187,7 +187,7 @@ class MemorySql:
     def insert_job(self) -> Sql:
         return self.d.sql(
             ("memory", "insert_job"),
-            lambda: self.d.insert_ignore(memory_jobs, ["shard", "job_id"]),
+            lambda: self.d.insert_row_ignore(memory_jobs, ["shard", "job_id"]),
         )
 
     # -- reads -----------------------------------------------------------------------------

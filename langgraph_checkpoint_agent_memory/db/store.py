@@ -418,7 +418,7 @@ class StoreStatements:
     def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
         """Insert postings: in one statement where the dialect takes column arrays."""
         arrays = self.d.insert_arrays(store_terms)
-        if arrays is None or not rows:
+        if arrays is None or not rows or self.d.distributed:
             return Stmt(self.insert_terms(), rows, many=True)
         return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in store_terms.columns})
 
@@ -530,10 +530,12 @@ class StoreStatements:
                     f"SELECT prefix, key, score FROM ({scored}) s "
                     f"ORDER BY score DESC, prefix, key LIMIT {p('n')}"
                 )
+            # the shard key named on both sides, so a distributed database routes the join
+            routed = f"i.shard = {p('shard')} AND " if exact or scoped else ""
             return (  # the postings already kept the namespace: expiry and filter remain
                 f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
                 "ON i.shard = s.shard AND i.prefix = s.prefix AND i.key = s.key WHERE "
-                f"{self.live.replace('expires_at', 'i.expires_at')}"
+                f"{routed}{self.live.replace('expires_at', 'i.expires_at')}"
                 f"{filters.replace('value', 'i.value')} "
                 f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
             )
