@@ -358,6 +358,16 @@ class Dialect:
             f"({column} = {p('ns')} OR {self.substr}({column}, 1, {p('ns_len')}) = {p('ns_dot')})"
         )
 
+    def substring(self, column: Any, length: Any) -> Any:
+        """Core: the first ``length`` characters of ``column`` (``substr``; HANA's
+        ``SUBSTRING``)."""
+        return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
+
+    def under_clause(self, column: Any) -> Any:
+        """Core form of :meth:`under`: ``column`` is the namespace ``:ns`` or below it."""
+        head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
+        return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+
     def param(self, name: str) -> str:
         """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"

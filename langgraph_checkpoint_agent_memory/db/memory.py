@@ -4,8 +4,8 @@ Facts and episodes are ordinary store items (``am_store_items``, their vectors a
 entries); this module adds the tables that make memory safe with many workers:
 
 - ``am_memory_scopes``: one row per scope, the lease a consolidation job holds while it runs
-  (claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``IGNORE LOCKED`` on HANA, the
-  database write lock on SQLite), and its failure count and back-off.
+  (claimed by a conditional write of that row, see :mod:`.memory_jobs`), and its failure
+  count and back-off.
 - ``am_memory_pending``: the episodes waiting for consolidation (or parked after repeated
   failures).
 - ``am_memory_jobs``: every finished job, completed or failed, with its error.
@@ -14,13 +14,14 @@ entries); this module adds the tables that make memory safe with many workers:
 - ``am_memory_threads``: which checkpointer threads a scope used, for erase.
 
 Every function returns a plan (see :mod:`.database`): the domain decides, this module only
-reads and writes, each write in one transaction.
+reads and writes, each write in one transaction. Statements are SQLAlchemy Core over
+:mod:`.schema`'s tables; every row carries its shard key (see :mod:`.shard`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -36,6 +37,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_pending,
     memory_scopes,
     memory_threads,
+    metadata,
     store_items,
     store_vectors,
 )
@@ -96,12 +98,6 @@ class MemorySql:
         self.d = dialect
         self.store = store_sql
         self.root = root
-        p = dialect.param
-        self.p = p
-        self.live = f"(i.expires_at IS NULL OR i.expires_at > {p('now')})"
-
-    def _text(self, key: Any, build: Callable[[], str]) -> Sql:
-        return self.d.sql(("memory", key), build)
 
     # -- shard keys ------------------------------------------------------------------------
 
@@ -193,22 +189,37 @@ class MemorySql:
     # -- reads -----------------------------------------------------------------------------
 
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Items of one namespace with their decay state; optionally only some keys."""
-        p = self.p
+        """Items of one namespace (``:shard``, ``:prefix``, live at ``:now``) with their
+        decay state; optionally only keys ``:k0`` ... (``with_keys`` of them)."""
+        i, d = store_items.alias("i"), memory_decay.alias("d")
 
-        def build() -> str:
-            keys = ""
+        def build() -> Any:
+            same = sa.and_(d.c.shard == i.c.shard, d.c.prefix == i.c.prefix, d.c.key == i.c.key)
+            where = [
+                i.c.shard == sa.bindparam("shard"),
+                i.c.prefix == sa.bindparam("prefix"),
+                _live(i),
+            ]
             if with_keys:
-                keys = " AND i.key IN (" + ", ".join(p(f"k{j}") for j in range(with_keys)) + ")"
-            return (
-                "SELECT i.prefix, i.key, i.value, i.created_at, i.updated_at, "
-                "d.log_importance, d.reinforced_at, d.pinned FROM am_store_items i "
-                "LEFT JOIN am_memory_decay d ON d.shard = i.shard AND d.prefix = i.prefix "
-                f"AND d.key = i.key WHERE i.shard = {p('shard')} AND i.prefix = {p('prefix')} "
-                f"AND {self.live}{keys}"
-            )
+                where.append(i.c.key.in_(_marks("k", with_keys)))
+            columns = (i.c.prefix, i.c.key, i.c.value, i.c.created_at, i.c.updated_at)
+            decay = (d.c.log_importance, d.c.reinforced_at, d.c.pinned)
+            return sa.select(*columns, *decay).select_from(i.outerjoin(d, same)).where(*where)
 
-        return self._text(("rows", with_keys), build)
+        return self.d.sql(("memory", "rows", with_keys), build)
+
+    def decay_state(self, n: int) -> Sql:
+        """``(key, log_importance, reinforced_at)`` of keys ``:k0`` ... ``:k<n-1>`` of one
+        namespace (``:shard``, ``:prefix``)."""
+        t = memory_decay
+        return self.d.sql(
+            ("memory", "decay_state", n),
+            lambda: sa.select(t.c.key, t.c.log_importance, t.c.reinforced_at).where(
+                t.c.shard == sa.bindparam("shard"),
+                t.c.prefix == sa.bindparam("prefix"),
+                t.c.key.in_(_marks("k", n)),
+            ),
+        )
 
     def vectors_of(self) -> Sql:
         """``(key, vector)`` of the namespace ``:prefix`` (``:shard``)."""
@@ -223,6 +234,23 @@ class MemorySql:
     def one_ns(self, prefix: str, **more: Any) -> dict[str, Any]:
         """Parameters naming exactly the namespace ``prefix``, with its shard key."""
         return {"shard": self.shard(prefix), "prefix": prefix, **more}
+
+
+def _marks(name: str, n: int) -> list[Any]:
+    """Core: parameters ``:<name>0`` ... ``:<name><n-1>``."""
+    return [sa.bindparam(f"{name}{j}", type_=sa.String) for j in range(n)]
+
+
+def _live(t: Any) -> Any:
+    """Core: ``t``'s item has not expired at ``:now``."""
+    return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
+
+
+def _under_root(sql: MemorySql, t: Any) -> Any:
+    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters)."""
+    return sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer)) == sa.bindparam(
+        "root_dot"
+    )
 
 
 def _item(t: sa.Table) -> Any:
@@ -247,16 +275,10 @@ def decay_state_plan(
     sql: MemorySql, prefix: str, keys: Sequence[str]
 ) -> Plan[dict[str, tuple[float, float]]]:
     """``key -> (log_importance, reinforced_at)`` for some items of one namespace."""
-    p = sql.p
     out: dict[str, tuple[float, float]] = {}
     for start in range(0, len(keys), 64):
         chunk = list(keys[start : start + 64])
-        marks = ", ".join(p(f"k{j}") for j in range(len(chunk)))
-        text = (
-            "SELECT key, log_importance, reinforced_at FROM am_memory_decay WHERE shard = "
-            f"{p('shard')} AND prefix = {p('prefix')} AND key IN ({marks})"
-        )
-        query = sql._text(("decay_state", len(chunk)), partial(str, text))
+        query = sql.decay_state(len(chunk))
         params = sql.one_ns(prefix, **{f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(query, params, fetch=True)])
         out.update(
@@ -400,31 +422,35 @@ def decay_plan(
     scope's shard key; without, they run on every shard, without row locks (set-based
     deletes, each row's condition decided where it lives).
     """
-    p = sql.p
     # a scope's decay rows carry its items' shard key: one key when the scope covers it
     one = scope is not None and sql.scope_covers(scope)
-    only = f" AND d.scope = {p('scope')}" if scope is not None else ""
-    if one:
-        only = f" AND d.shard = {p('shard')}{only}"
-    cond = (
-        f"d.pinned = 0 AND d.log_importance + ({p('now')} - d.reinforced_at) * {p('k')} "
-        f"< {p('c')}{only}"
-    )
 
-    def delete_from(table: str) -> Sql:
-        routed = f"{table}.shard = {p('shard')} AND " if one else ""
-        return sql._text(
-            ("decay", table, scope is not None, one),
-            lambda: (
-                f"DELETE FROM {table} WHERE {routed}EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
-                f"d.shard = {table}.shard AND d.prefix = {table}.prefix AND d.key = {table}.key "
-                f"AND {cond})"
-            ),
-        )
+    def decayed(d: Any) -> list[Any]:
+        """Core: decay row ``d`` fell under the threshold (and is of the scope)."""
+        now, k = sa.bindparam("now", type_=sa.Float), sa.bindparam("k", type_=sa.Float)
+        out = [
+            d.c.pinned == 0,
+            d.c.log_importance + (now - d.c.reinforced_at) * k < sa.bindparam("c", type_=sa.Float),
+        ]
+        if one:
+            out.append(d.c.shard == sa.bindparam("shard"))
+        if scope is not None:
+            out.append(d.c.scope == sa.bindparam("scope"))
+        return out
 
-    rows = sql._text(
-        ("decay_rows", scope is not None, one),
-        lambda: f"DELETE FROM am_memory_decay WHERE {cond.replace('d.', 'am_memory_decay.')}",
+    def delete_from(name: str) -> Sql:
+        t, d = metadata.tables[name], memory_decay.alias("d")
+
+        def build() -> Any:
+            item = sa.and_(d.c.shard == t.c.shard, d.c.prefix == t.c.prefix, d.c.key == t.c.key)
+            routed = [t.c.shard == sa.bindparam("shard")] if one else []
+            return sa.delete(t).where(*routed, sa.exists().where(item, *decayed(d)))
+
+        return sql.d.sql(("memory", "decay", name, scope is not None, one), build)
+
+    rows = sql.d.sql(
+        ("memory", "decay_rows", scope is not None, one),
+        lambda: sa.delete(memory_decay).where(*decayed(memory_decay)),
     )
     params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
     if scope is not None:
@@ -443,16 +469,14 @@ def decay_plan(
 
 def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
     """Every scope with a ledger row, and every namespace under ``root`` holding items."""
-    p = sql.p
-    scopes = sql._text(
-        "scopes", lambda: f"SELECT scope FROM am_memory_scopes WHERE root = {p('root')}"
+    s, i = memory_scopes, store_items
+    scopes = sql.d.sql(
+        ("memory", "scopes"),
+        lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root")),
     )
-    prefixes = sql._text(
-        "prefixes",
-        lambda: (
-            "SELECT DISTINCT prefix FROM am_store_items WHERE "
-            f"{sql.d.substr}(prefix, 1, {p('n')}) = {p('root_dot')}"
-        ),
+    prefixes = sql.d.sql(
+        ("memory", "prefixes"),
+        lambda: sa.select(i.c.prefix).distinct().where(_under_root(sql, i)),
     )
     a, b = yield Batch(
         [
@@ -470,23 +494,25 @@ def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
 
 def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
     """Per scope: items per kind, pending and parked episodes, failed jobs."""
-    p = sql.p
-    items = sql._text(
-        "stats_items",
+    i, q, j = store_items, memory_pending, memory_jobs
+    items = sql.d.sql(
+        ("memory", "stats_items"),
         lambda: (
-            "SELECT i.prefix, COUNT(*) FROM am_store_items i WHERE "
-            f"{sql.d.substr}(i.prefix, 1, {p('n')}) = {p('root_dot')} AND {sql.live} "
-            "GROUP BY i.prefix"
+            sa.select(i.c.prefix, sa.func.count())
+            .where(_under_root(sql, i), _live(i))
+            .group_by(i.c.prefix)
         ),
     )
-    pending = sql._text(
-        "stats_pending",
-        lambda: "SELECT scope, status, COUNT(*) FROM am_memory_pending GROUP BY scope, status",
+    pending = sql.d.sql(
+        ("memory", "stats_pending"),
+        lambda: sa.select(q.c.scope, q.c.status, sa.func.count()).group_by(q.c.scope, q.c.status),
     )
-    failed = sql._text(
-        "stats_failed",
+    failed = sql.d.sql(
+        ("memory", "stats_failed"),
         lambda: (
-            "SELECT scope, COUNT(*) FROM am_memory_jobs WHERE status <> 'completed' GROUP BY scope"
+            sa.select(j.c.scope, sa.func.count())
+            .where(j.c.status != "completed")
+            .group_by(j.c.scope)
         ),
     )
     a, b, c = yield Batch(
@@ -516,14 +542,8 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
-    p = sql.p
-    query = sql._text(
-        "threads",
-        lambda: (
-            f"SELECT thread_id FROM am_memory_threads WHERE shard = {p('shard')} "
-            f"AND scope = {p('scope')}"
-        ),
-    )
+    t = memory_threads
+    query = sql.d.sql(("memory", "threads"), lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
     if not scopes:
         return []
     found = yield Batch(
@@ -545,8 +565,12 @@ def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict
     return counts
 
 
+def _of_scope(t: Any) -> list[Any]:
+    """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
+    return [t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope")]
+
+
 def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
-    p = sql.p
     counts: dict[str, int] = {}
     statements: list[Stmt] = []
     labels: list[str] = []
@@ -563,7 +587,7 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
         for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
             statements.append(
                 Stmt(
-                    sql._text(("erase", table), partial_delete(table, p("shard"), p("scope"))),
+                    sql.d.sql(("memory", "erase", table), partial(_delete_scope, table)),
                     {"shard": sql.scope_shard(scope), "scope": scope},
                 )
             )
@@ -576,5 +600,7 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
     return counts
 
 
-def partial_delete(table: str, shard_param: str, scope_param: str) -> Callable[[], str]:
-    return lambda: f"DELETE FROM {table} WHERE shard = {shard_param} AND scope = {scope_param}"
+def _delete_scope(name: str) -> Any:
+    """Core: delete table ``name``'s rows of one scope."""
+    t = metadata.tables[name]
+    return sa.delete(t).where(*_of_scope(t))

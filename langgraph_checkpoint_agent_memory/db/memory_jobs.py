@@ -65,21 +65,8 @@ def claim_plan(
     refuses them); each is then claimed by a conditional write of its own ledger row, on its
     shard: the lease is taken only if it is still free, so of several workers that found the
     same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
-    p = sql.p
-    only = f" AND s.scope = {p('scope')}" if scope is not None else ""
-    if scope is not None:
-        only = f" AND s.shard = {p('shard')}{only}"
-    if skip:
-        only += " AND s.scope NOT IN (" + ", ".join(p(f"x{i}") for i in range(len(skip))) + ")"
-    find = sql._text(
-        ("claim", scope is not None, len(skip)),
-        lambda: (
-            "SELECT s.shard, s.scope, s.root FROM am_memory_scopes s WHERE "
-            f"(s.lease_until IS NULL OR s.lease_until < {p('now')}) AND "
-            f"(s.next_attempt_at IS NULL OR s.next_attempt_at <= {p('now')}) AND EXISTS "
-            "(SELECT 1 FROM am_memory_pending q WHERE q.shard = s.shard AND q.scope = s.scope "
-            f"AND q.status = 'pending'){only} ORDER BY s.scope LIMIT {p('n')}"
-        ),
+    find = sql.d.sql(
+        ("memory", "claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
     )
     params: dict[str, Any] = {
         "now": now,
@@ -127,15 +114,35 @@ def _claim_first(
     return None
 
 
+def _candidates(scope: str | None, skip: int) -> Any:
+    """Core: up to ``:n`` scopes with pending episodes, neither leased nor backing off at
+    ``:now`` (only ``:scope`` of shard ``:shard``, when given; none of ``:x0`` ...)."""
+    s, q = memory_scopes.alias("s"), memory_pending.alias("q")
+    now = sa.bindparam("now", type_=sa.Float)
+    pending = sa.exists().where(
+        q.c.shard == s.c.shard, q.c.scope == s.c.scope, q.c.status == "pending"
+    )
+    where = [
+        sa.or_(s.c.lease_until.is_(None), s.c.lease_until < now),
+        sa.or_(s.c.next_attempt_at.is_(None), s.c.next_attempt_at <= now),
+        pending,
+    ]
+    if scope is not None:
+        where += [s.c.shard == sa.bindparam("shard"), s.c.scope == sa.bindparam("scope")]
+    if skip:
+        where.append(
+            s.c.scope.not_in([sa.bindparam(f"x{i}", type_=sa.String) for i in range(skip)])
+        )
+    return (
+        sa.select(s.c.shard, s.c.scope, s.c.root)
+        .where(*where)
+        .order_by(s.c.scope)
+        .limit(sa.bindparam("n", type_=sa.Integer))
+    )
+
+
 #: Scopes a claim considers at once: should others take the first, it tries the next.
 CLAIM_CANDIDATES = 8
-
-
-def _cached(build: Callable[[MemorySql], str]) -> Callable[[MemorySql], Sql]:
-    """``build(sql)``'s text as a statement of ``sql``'s dialect, built once per dialect
-    (named after the function)."""
-    name = build.__name__.lstrip("_")
-    return lambda sql: sql._text(name, partial(build, sql))
 
 
 def _one_scope(t: Any) -> Any:
@@ -189,12 +196,14 @@ def _episodes(sql: MemorySql) -> Sql:
     )
 
 
-@_cached
-def _lease_check(sql: MemorySql) -> str:
-    # one row of one shard: a lock a distributed database routes to that shard
-    p = sql.p
-    where = f"WHERE shard = {p('shard')} AND scope = {p('scope')}{sql.d.for_update}"
-    return f"SELECT lease_owner, failures FROM am_memory_scopes {where}"
+def _lease_check(sql: MemorySql) -> Sql:
+    """A scope's lease owner and failures, its row locked (one row of one shard: a lock a
+    distributed database routes to that shard; SQLite holds its write lock already)."""
+    t = memory_scopes
+    return sql.d.sql(
+        ("memory", "lease_check"),
+        lambda: sa.select(t.c.lease_owner, t.c.failures).where(_one_scope(t)).with_for_update(),
+    )
 
 
 def _release(sql: MemorySql) -> Sql:
@@ -365,7 +374,6 @@ def fail_plan(
     """Record a failed job and release the scope with a back-off; after ``max_attempts``
     failures in a row, park the job's episodes (kept, visible, retried on request) so newer
     episodes are not held up. Returns ``"retry"``, ``"parked"`` or ``"lost"``."""
-    p = sql.p
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     [lease] = yield Batch([Stmt(_lease_check(sql), key, fetch=True)], lock=True, hold=True)
     if not lease or lease[0][0] != claim.owner:
@@ -373,11 +381,13 @@ def fail_plan(
         return "lost"
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
-    park_sql = sql._text(
-        "park",
+    q = memory_pending
+    park_sql = sql.d.sql(
+        ("memory", "park"),
         lambda: (
-            f"UPDATE am_memory_pending SET status = 'parked' WHERE shard = {p('shard')} "
-            f"AND scope = {p('scope')} AND episode_key = {p('episode_key')}"
+            sa.update(q)
+            .where(_one_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
+            .values(status="parked")
         ),
     )
     statements = [
@@ -422,17 +432,22 @@ def fail_plan(
 
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
     """Queue parked episodes again and clear back-offs (of one scope, or all)."""
-    p = sql.p
-    one = f"shard = {p('shard')} AND scope = {p('scope')}"
-    where = f" AND {one}" if scope is not None else ""
-    swhere = f" WHERE {one}" if scope is not None else ""
-    unpark = sql._text(
-        ("unpark", scope is not None),
-        lambda: f"UPDATE am_memory_pending SET status = 'pending' WHERE status = 'parked'{where}",
+    q, t = memory_pending, memory_scopes
+    unpark = sql.d.sql(
+        ("memory", "unpark", scope is not None),
+        lambda: (
+            sa.update(q)
+            .where(q.c.status == "parked", *([_one_scope(q)] if scope is not None else []))
+            .values(status="pending")
+        ),
     )
-    clear = sql._text(
-        ("clear_backoff", scope is not None),
-        lambda: f"UPDATE am_memory_scopes SET failures = 0, next_attempt_at = NULL{swhere}",
+    clear = sql.d.sql(
+        ("memory", "clear_backoff", scope is not None),
+        lambda: (
+            sa.update(t)
+            .where(*([_one_scope(t)] if scope is not None else []))
+            .values(failures=0, next_attempt_at=None)
+        ),
     )
     params = {"shard": sql.scope_shard(scope), "scope": scope} if scope is not None else {}
     count, _ = yield Batch([Stmt(unpark, params), Stmt(clear, params)], write=True)
@@ -440,33 +455,40 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
 
 
 def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
-    p = sql.p
-    marks = ", ".join(p(f"s{i}") for i in range(len(statuses)))
-    query = sql._text(
-        ("jobs", len(statuses)),
+    j = memory_jobs
+    query = sql.d.sql(
+        ("memory", "jobs", len(statuses)),
         lambda: (
-            "SELECT job_id, scope, episodes, extractor_version, status, attempt, error, "
-            f"started_at, finished_at, outcome FROM am_memory_jobs WHERE status IN ({marks}) "
-            f"ORDER BY finished_at DESC LIMIT {p('n')}"
+            sa.select(*(j.c[n] for n in JOB_FIELDS))
+            .where(
+                j.c.status.in_(
+                    [sa.bindparam(f"s{i}", type_=sa.String) for i in range(len(statuses))]
+                )
+            )
+            .order_by(j.c.finished_at.desc())
+            .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
     params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(statuses)}
     params["n"] = limit
     [rows] = yield Batch([Stmt(query, params, fetch=True)])
-    names = (
-        "job_id",
-        "scope",
-        "episodes",
-        "extractor_version",
-        "status",
-        "attempt",
-        "error",
-        "started_at",
-        "finished_at",
-        "outcome",
-    )
-    out = [dict(zip(names, r, strict=True)) for r in rows]
+    out = [dict(zip(JOB_FIELDS, r, strict=True)) for r in rows]
     for job in out:
         job["episodes"] = json.loads(job["episodes"])
         job["outcome"] = json.loads(job["outcome"]) if job["outcome"] else None
     return out
+
+
+#: The columns of a finished job, as :func:`jobs_plan` returns them.
+JOB_FIELDS = (
+    "job_id",
+    "scope",
+    "episodes",
+    "extractor_version",
+    "status",
+    "attempt",
+    "error",
+    "started_at",
+    "finished_at",
+    "outcome",
+)

@@ -285,6 +285,14 @@ class PostgresDialect(Dialect):
             "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
         ]
 
+    def under_clause(self, column: Any) -> Any:
+        # the byte-order range of :meth:`under`
+        c = column.collate("C")
+        return sa.or_(
+            column == sa.bindparam("ns"),
+            sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
+        )
+
     def under(self, column: str = "prefix") -> str:
         # A byte-order range, so the planner estimates it from the column's statistics (a
         # substr() comparison is a blind guess that made it scan instead of walking indexes)

@@ -1,8 +1,10 @@
 """The store's SQL, for one dialect: items, their vectors and their lexical index.
 
-Writes come from SQLAlchemy; reads are text with a slot for a filter's pre-filter (the
-store builds the filter from :meth:`Dialect.json_prefilter`). The store builds plans from
-these statements and decodes their rows; it writes no SQL itself.
+Statements are SQLAlchemy Core over :mod:`.schema`'s tables, except the reads that carry a
+filter's pre-filter (raw SQL per dialect from :meth:`Dialect.json_prefilter`: JSON path
+operators have no Core form common to SQLite, PostgreSQL and HANA) or rank (BM25's per-query
+CASE of term weights, and the dialects' vector operators). The store builds plans from these
+statements and decodes their rows; it writes no SQL itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
+    metadata,
     store_items,
     store_terms,
     store_vectors,
@@ -389,11 +392,19 @@ class StoreStatements:
             ),
         )
 
+    def namespace_of(self, t: Any, scoped: bool) -> list[Any]:
+        """Core: ``t``'s row lies at or below the namespace ``:ns``; when ``scoped``, first
+        its shard key is ``:shard``."""
+        under = self.d.under_clause(t.c.prefix)
+        return [t.c.shard == sa.bindparam("shard"), under] if scoped else [under]
+
     def namespaces(self, under: bool, scoped: bool = False) -> Sql:
-        where = f"{self.under(scoped)} AND " if under else ""
-        return self.text(
+        """The distinct namespaces of live items (under ``:ns`` when ``under``)."""
+        t = store_items
+        where = self.namespace_of(t, scoped) if under else []
+        return self.core(
             ("namespaces", under, scoped),
-            lambda: f"SELECT DISTINCT prefix FROM am_store_items WHERE {where}{self.live}",
+            lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
         )
 
     def insert_vector(self) -> Sql:
@@ -432,12 +443,13 @@ class StoreStatements:
     def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_ROW_TABLES) -> list[Sql]:
         """Per table (of :data:`STORE_ROW_TABLES` by default): delete the rows under a
         namespace."""
+
+        def build(t: sa.Table) -> Any:
+            return sa.delete(t).where(*self.namespace_of(t, scoped))
+
         return [
-            self.text(
-                ("delete_under", t, scoped),
-                partial(str.format, "DELETE FROM {} WHERE {}", t, self.under(scoped)),
-            )
-            for t in tables
+            self.core(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            for name in tables
         ]
 
     def writes(
@@ -478,6 +490,12 @@ class StoreStatements:
             ]
         return out
 
+    def _ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
+        """Core form of :meth:`_where_ns` over ``t``."""
+        if not exact:
+            return self.namespace_of(t, scoped)
+        return [t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("ns")]
+
     def _where_ns(self, exact: bool, scoped: bool) -> str:
         # an exact namespace is an index seek after the term; a prefix is a range under it
         if not exact:
@@ -486,23 +504,23 @@ class StoreStatements:
 
     def term_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
         """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
-        p = self.d.param
-        terms = ", ".join(p(f"t{j}") for j in range(n))
-        return self.text(
+        t = store_terms
+        return self.core(
             ("term_counts", n, exact, scoped),
             lambda: (
-                f"SELECT term, COUNT(*) FROM am_store_terms WHERE term IN ({terms}) "
-                f"AND {self._where_ns(exact, scoped)} GROUP BY term"
+                sa.select(t.c.term, sa.func.count())
+                .where(_terms_in(t, n), *self._ns_of(t, exact, scoped))
+                .group_by(t.c.term)
             ),
         )
 
     def text_stats(self, exact: bool, scoped: bool) -> Sql:
         """How many live indexed items the namespace holds, and their total length."""
-        return self.text(
+        t = store_items
+        return self.core(
             ("text_stats", exact, scoped),
-            lambda: (
-                "SELECT COUNT(*), SUM(doc_len) FROM am_store_items WHERE "
-                f"{self._where_ns(exact, scoped)} AND {self.live} AND doc_len IS NOT NULL"
+            lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
+                *self._ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
             ),
         )
 
@@ -543,9 +561,10 @@ class StoreStatements:
         return self.text(("lexical", n, exact, filters, joined, scoped), build)
 
     def count_under(self, scoped: bool) -> Sql:
-        return self.text(
+        t = store_items
+        return self.core(
             ("count_under", scoped),
-            lambda: f"SELECT COUNT(*) FROM am_store_items WHERE {self.under(scoped)}",
+            lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
 
     # -- across shards ---------------------------------------------------------------------
@@ -582,6 +601,11 @@ class StoreStatements:
 
 #: Raw SQL: the join of vectors ``v`` with their items ``i`` (shard key first: co-located).
 ITEMS_JOIN = "i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
+
+
+def _terms_in(t: Any, n: int) -> Any:
+    """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
+    return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
 
 
 def _same_item(a: Any, b: Any) -> Any:
