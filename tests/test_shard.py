@@ -414,3 +414,62 @@ def test_on_a_distributed_database_rows_go_in_by_values(database_url: str) -> No
     assert hit.key == "a"
     assert [e.key for e in memory.episodes("user=alice")] == ["e"]
     store.close()
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_any_depth_gives_the_default_depths_results(depth: int, tmp_path: Path) -> None:
+    """The rule decides where rows live, never what calls return: with keys of one label
+    (every prefix covers them) or of four (most prefixes fan out), the same calls give the
+    results of the default rule."""
+
+    def session(store: Any) -> list[Any]:
+        out: list[Any] = []
+        for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d", "e"), ("z", "y")]:
+            for k in ("k1", "k2"):
+                store.put(ns, k, {"text": f"green tea {'.'.join(ns)} {k}", "n": len(ns)})
+        for prefix in [("a",), ("a", "b"), ("a", "b", "c", "d"), ("z",), ("q",)]:
+            out.append([(i.namespace, i.key) for i in store.search(prefix, query="green tea")])
+            out.append(
+                [(i.namespace, i.key) for i in store.search(prefix, filter={"n": {"$gte": 3}})]
+            )
+            out.append(store.list_namespaces(prefix=prefix))
+        out.append(store.get(("a", "b", "c"), "k2").value)  # type: ignore[union-attr]
+        store.delete(("a", "b", "c"), "k2")
+        out.append(store.delete_namespace(("a", "b")))
+        out.append(store.list_namespaces())
+        return out
+
+    with create_store(f"sqlite:///{tmp_path / 'default.db'}") as default:
+        expected = session(default)
+    with create_store(f"sqlite:///{tmp_path / 'other.db'}", shard_depth=depth) as other:
+        assert session(other) == expected
+
+
+def test_scopes_of_fewer_labels_than_the_key_still_consolidate_decay_and_erase(
+    database_url: str,
+) -> None:
+    """With ``shard_depth=4`` a ``user=alice`` scope's items are spread over several keys
+    (``memory.user=alice.facts``, ``...episodes``); its calls fan out and stay correct."""
+    answers = iter([extraction(("city", "Munich", "alice lives in Munich"))])
+    store = create_store(database_url, shard_depth=4)
+    memory = AgentMemory(
+        store, extractor=CallableExtractor(lambda p: next(answers)), decay_threshold=0.9
+    )
+    alice = "user=alice"
+    memory.record(alice, [HumanMessage("I moved to Munich")], thread_id="t1", key="e1")
+    assert memory.consolidate(alice).completed == 1
+    assert [f.value for f in memory.facts(alice)] == ["Munich"]
+    shards = {s for (s,) in rows(database_url, "SELECT DISTINCT shard FROM am_store_items")}
+    assert shards == {"memory.user=alice.facts", "memory.user=alice.episodes"}
+    assert rows(database_url, "SELECT DISTINCT shard FROM am_memory_scopes") == [
+        ("memory.user=alice",)
+    ]
+    assert memory.recall(alice, "where does alice live", budget_tokens=100).facts
+    assert memory.decay(alice) >= 1  # importance 0.5, under the 0.9 threshold
+    assert memory.facts(alice) == []
+    memory.record(alice, [HumanMessage("still in Munich")], thread_id="t1", key="e2")
+    erased = memory.erase(alice)
+    assert erased["scopes"] == 1 and erased["am_store_items"] >= 1
+    for name in SHARDED_TABLES:
+        assert rows(database_url, f"SELECT COUNT(*) FROM {name}") == [(0,)], name
+    store.close()

@@ -176,21 +176,37 @@ def _index_facts(dialect: Dialect, shard_depth: int) -> Plan[int]:
     ``doc`` was the statement alone), with :func:`~..text.fact_text`: the same text agent
     memory now writes. Runs inside the migration's transaction (see :attr:`Step.rows`), a
     page of items at a time; items that are not facts are left alone."""
-    p = dialect.param
+    t = store_items
+    after_p = sa.bindparam("after_p", type_=sa.String)
     select = dialect.sql(
         "facts_to_index",
         lambda: (
-            "SELECT shard, prefix, key, value, doc FROM am_store_items WHERE "
-            f"(prefix LIKE {p('facts')} OR prefix LIKE {p('history')}) AND "
-            f"(prefix > {p('after_p')} OR (prefix = {p('after_p')} AND key > {p('after_k')})) "
-            f"ORDER BY prefix, key LIMIT {p('n')}"
+            sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.value, t.c.doc)
+            .where(
+                sa.or_(
+                    t.c.prefix.like(sa.bindparam("facts")), t.c.prefix.like(sa.bindparam("history"))
+                ),
+                sa.or_(
+                    t.c.prefix > after_p,
+                    sa.and_(
+                        t.c.prefix == after_p, t.c.key > sa.bindparam("after_k", type_=sa.String)
+                    ),
+                ),
+            )
+            .order_by(t.c.prefix, t.c.key)
+            .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
     update = dialect.sql(
         "fact_doc",
         lambda: (
-            f"UPDATE am_store_items SET doc = {p('doc')}, doc_len = {p('doc_len')} "
-            f"WHERE shard = {p('shard')} AND prefix = {p('prefix')} AND key = {p('key')}"
+            sa.update(t)
+            .where(
+                t.c.shard == sa.bindparam("shard"),
+                t.c.prefix == sa.bindparam("prefix"),
+                t.c.key == sa.bindparam("key"),
+            )
+            .values(doc=sa.bindparam("b_doc"), doc_len=sa.bindparam("b_doc_len"))
         ),
     )
     statements = StoreStatements(dialect, shard_depth)
@@ -217,7 +233,18 @@ def _index_facts(dialect: Dialect, shard_depth: int) -> Plan[int]:
             keys = [{"shard": i["shard"], "prefix": i["prefix"], "key": i["key"]} for i in items]
             yield Batch(
                 [
-                    Stmt(update, items, many=True),
+                    Stmt(
+                        update,
+                        [
+                            {
+                                "b_doc": i["doc"],
+                                "b_doc_len": i["doc_len"],
+                                **{k: i[k] for k in ("shard", "prefix", "key")},
+                            }
+                            for i in items
+                        ],
+                        many=True,
+                    ),
                     Stmt(delete_terms, keys, many=True),
                     statements.insert_terms_stmt(terms),
                 ],

@@ -365,15 +365,6 @@ class StoreStatements:
             ),
         )
 
-    def on_items(self, filters: str, scoped: bool) -> str:
-        """The WHERE condition of a statement joined with the items as ``i``: under the
-        namespace, live, and the filter's pre-filter."""
-        return (
-            f"{self.under(scoped, 'i')} "
-            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
-
     def vector_where(self, filters: str, scoped: bool) -> str:
         """The WHERE condition of a statement over vectors ``v`` joined with their items
         ``i``: the vector under the namespace (through the dialect's namespace index on
