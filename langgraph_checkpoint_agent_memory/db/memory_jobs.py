@@ -33,7 +33,6 @@ class Claim:
     owner: str
     failures: int
     episode_keys: list[str]
-    shard: str = ""
 
 
 @dataclass
@@ -110,7 +109,7 @@ def _claim_first(
         )
         taken, held, keys = results
         if taken == 1 and held:
-            return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys], shard)
+            return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys])
     return None
 
 
