@@ -93,12 +93,14 @@ def test_the_key_is_the_first_labels_or_the_whole_namespace(labels: list[str], d
             assert (shard_key(below, depth) + ".").startswith(key + ".")
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2", None])
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2"])
 def test_a_shard_depth_must_be_a_positive_integer(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="shard_depth must be an integer >= 1"):
         checked_depth(bad)
     with pytest.raises(ConfigurationError, match="shard_depth"):
         create_store(shard_depth=bad)
+    with pytest.raises(ConfigurationError, match="shard_depth"):
+        M.migrate(create_store(auto_setup=False).db, shard_depth=bad)
 
 
 def test_every_store_and_memory_table_is_keyed_by_shard_first() -> None:
@@ -117,20 +119,34 @@ def test_every_store_and_memory_table_is_keyed_by_shard_first() -> None:
 def test_the_rule_is_recorded_and_another_is_refused(database_url: str) -> None:
     with create_store(database_url, shard_depth=3) as store:
         store.put(("users", "alice", "notes"), "n", {"text": "hello"})
-    with create_store(database_url) as other:  # the default, 2
+    with create_store(database_url, shard_depth=2) as other:
         with pytest.raises(ConfigurationError) as refused:
             other.put(("users", "alice", "notes"), "m", {"text": "written?"})
         message = str(refused.value)
         assert "shard_depth=3" in message and "shard_depth=2" in message
         assert "fixed once data is written" in message
-    with create_store(database_url, shard_depth=3) as again:
+    # without a shard_depth, a store takes the one its database records
+    with create_store(database_url) as again:
         assert again.get(("users", "alice", "notes"), "m") is None  # nothing was written
         assert again.get(("users", "alice", "notes"), "n") is not None
-        assert rows(database_url, "SELECT shard FROM am_store_items") == [("users.alice.notes",)]
+        again.put(("users", "bob", "notes"), "b", {"text": "hi"})
+        assert again.statements.shard_depth == 3
+    assert sorted(rows(database_url, "SELECT shard FROM am_store_items")) == [
+        ("users.alice.notes",),
+        ("users.bob.notes",),
+    ]
     assert rows(database_url, "SELECT name, value FROM am_settings") == [("shard_depth", "3")]
     with create_store(database_url, auto_setup=False) as plain:
         applied = M.migrate(plain.db)  # no shard_depth: the recorded one
     assert applied == {"checkpoint": [1, 2, 3], "store": [], "memory": [1, 2, 3, 4]}
+
+
+def test_a_new_database_records_the_default_rule(database_url: str) -> None:
+    with create_store(database_url) as store:
+        store.put(("users", "alice", "notes"), "n", {"text": "hello"})
+        assert store.statements.shard_depth == DEFAULT_SHARD_DEPTH == 2
+    assert rows(database_url, "SELECT name, value FROM am_settings") == [("shard_depth", "2")]
+    assert rows(database_url, "SELECT shard FROM am_store_items") == [("users.alice",)]
 
 
 def rows(url: str, sql: str) -> list[tuple[Any, ...]]:

@@ -563,6 +563,19 @@ def _record_setting(dialect: Dialect) -> Sql:
     )
 
 
+def _read_setting(dialect: Dialect) -> Sql:
+    return dialect.sql(
+        "read_setting",
+        lambda: sa.select(settings.c.value).where(settings.c.name == sa.bindparam("b_name")),
+    )
+
+
+def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:
+    """The shard depth a set-up database records (see :mod:`.shard`)."""
+    [rows] = yield Batch([Stmt(_read_setting(dialect), {"b_name": "shard_depth"}, fetch=True)])
+    return int(rows[0][0]) if rows else DEFAULT_SHARD_DEPTH
+
+
 def _shard_rule(
     dialect: Dialect, done: set[int], asked: int | None
 ) -> Plan[tuple[int, dict[str, Any] | None]]:
@@ -573,10 +586,7 @@ def _shard_rule(
         checked_depth(asked)
     recorded: int | None = None
     if STORE.ledger_id(STORE_SHARD_VERSION) in done:
-        read = dialect.sql(
-            "read_setting",
-            lambda: sa.select(settings.c.value).where(settings.c.name == sa.bindparam("b_name")),
-        )
+        read = _read_setting(dialect)
         [rows] = yield Batch([Stmt(read, {"b_name": "shard_depth"}, fetch=True)], hold=True)
         recorded = int(rows[0][0]) if rows else None
     if recorded is not None:

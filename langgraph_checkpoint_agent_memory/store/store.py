@@ -46,7 +46,11 @@ from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
-from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import (
+    Component,
+    StoreSchemaOnFirstUse,
+    recorded_shard_depth_plan,
+)
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
@@ -124,11 +128,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
-        shard_depth: How many leading namespace labels form the shard key of a row (default
-            2: ``("users", "alice", ...)`` -> ``"users.alice"``). Recorded in the database at
-            the first setup and fixed from then on: a store opened with another value gets
-            a ``ConfigurationError``. A search or listing under a prefix of fewer labels
-            reads every shard (see the user guide, "The shard key").
+        shard_depth: How many leading namespace labels form the shard key of a row
+            (``("users", "alice", ...)`` -> ``"users.alice"`` with 2). Recorded in the
+            database at the first setup and fixed from then on. ``None`` (the default): the
+            rule the database records, or 2 for a new database; another value than the
+            recorded one gets a ``ConfigurationError``. A search or listing under a prefix of
+            fewer labels reads every shard (see the user guide, "The shard key").
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -164,12 +169,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: int = 50,
         auto_setup: bool = True,
         clock: Callable[[], float] = time.time,
-        shard_depth: int = DEFAULT_SHARD_DEPTH,
+        shard_depth: int | None = None,
     ) -> None:
         self.db = database
         self.dialect = database.dialect
-        self.statements = StoreStatements(self.dialect, shard_depth)
-        self.shard_depth = self.statements.shard_depth
+        depth = DEFAULT_SHARD_DEPTH if shard_depth is None else shard_depth
+        self.statements = StoreStatements(self.dialect, depth)
+        #: The rule asked for (``None``: the database's); the rule in use is
+        #: ``statements.shard_depth``, the recorded one once set up.
+        self.shard_depth = None if shard_depth is None else self.statements.shard_depth
         self.ttl_config = V.checked_ttl_config(ttl)
         self.auto_setup = auto_setup
         self._clock = clock
@@ -271,6 +279,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     def _setup_plan(self) -> Plan[Any]:
         applied = yield from super()._setup_plan()
+        # the rule this database records (what was asked for, or what an earlier setup set)
+        self.statements.shard_depth = yield from recorded_shard_depth_plan(self.dialect)
         yield from self._vector_index_plan(create=True)
         return applied
 
