@@ -365,6 +365,15 @@ class StoreStatements:
             ),
         )
 
+    def on_items(self, filters: str, scoped: bool) -> str:
+        """The WHERE condition of a statement joined with the items as ``i``: under the
+        namespace, live, and the filter's pre-filter."""
+        return (
+            f"{self.under(scoped, 'i')} "
+            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+            f"{filters.replace('value', 'i.value')}"
+        )
+
     def vector_where(self, filters: str, scoped: bool) -> str:
         """The WHERE condition of a statement over vectors ``v`` joined with their items
         ``i``: the vector under the namespace (through the dialect's namespace index on
@@ -534,10 +543,12 @@ class StoreStatements:
                 f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
                 "GROUP BY shard, prefix, key"
             )
-            if not joined:
+            if not joined:  # a namespace's prefix is its key's: the key need not group
                 return (
-                    f"SELECT prefix, key, score FROM ({scored}) s "
-                    f"ORDER BY score DESC, prefix, key LIMIT {p('n')}"
+                    f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
+                    f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
+                    f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
+                    f"GROUP BY prefix, key ORDER BY score DESC, prefix, key LIMIT {p('n')}"
                 )
             # the shard key named on both sides, so a distributed database routes the join
             routed = f"i.shard = {p('shard')} AND " if exact or scoped else ""
