@@ -489,3 +489,64 @@ def test_scopes_of_fewer_labels_than_the_key_still_consolidate_decay_and_erase(
     for name in SHARDED_TABLES:
         assert rows(database_url, f"SELECT COUNT(*) FROM {name}") == [(0,)], name
     store.close()
+
+
+# -- work across shards, without row locks ---------------------------------------------------
+
+
+def test_concurrent_claims_lease_each_scope_to_exactly_one_worker(database_url: str) -> None:
+    """Claims find candidates without locks and take each lease by a conditional write:
+    eight workers racing over five scopes lease every scope once, to one of them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph_checkpoint_agent_memory.db import memory_jobs as J
+
+    store = create_store(database_url)
+    memory = AgentMemory(store)
+    scopes = [f"user=u{i}" for i in range(5)]
+    for i, scope in enumerate(scopes):
+        memory.record(scope, [HumanMessage(f"turn {i}")], key=f"e{i}")
+    sql = memory._sql
+
+    def worker(n: int) -> list[Any]:
+        claims = []
+        while True:
+            claim = store.run_plan(
+                J.claim_plan(sql, owner=f"w{n}", now=1e12, lease_seconds=1e9, limit=10)
+            )
+            if claim is None:
+                return claims
+            claims.append(claim)
+
+    with ThreadPoolExecutor(8) as pool:
+        found = [c for claims in pool.map(worker, range(8)) for c in claims]
+    assert sorted(c.scope for c in found) == scopes  # each once
+    assert all(c.episode_keys == [f"e{scopes.index(c.scope)}"] for c in found)
+    owners = dict(rows(database_url, "SELECT scope, lease_owner FROM am_memory_scopes"))
+    assert owners == {c.scope: c.owner for c in found}
+    store.close()
+
+
+def test_concurrent_backfills_index_each_item_once(database_url: str) -> None:
+    """The lexical backfill of items older than the index claims each item by a conditional
+    write of its own row: four at once index every item exactly once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = create_store(database_url)
+    for i in range(1200):
+        store.put(("docs", f"d{i % 7}"), f"k{i}", {"text": f"alpha beta gamma{i}"})
+    postings = rows(database_url, "SELECT COUNT(*) FROM am_store_terms")[0][0]
+    assert postings == 3 * 1200
+    store.db.run(
+        iter_plan("DELETE FROM am_store_terms", "UPDATE am_store_items SET doc_len = NULL")
+    )
+
+    def backfill(_: int) -> int:
+        return int(store.db.run(M._index_existing_items(store.dialect)))
+
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(backfill, range(4)))
+    assert sum(done) == 1200  # each item claimed by one of them
+    assert rows(database_url, "SELECT COUNT(*) FROM am_store_terms") == [(postings,)]
+    assert rows(database_url, "SELECT COUNT(*) FROM am_store_items WHERE doc_len IS NULL") == [(0,)]
+    store.close()
