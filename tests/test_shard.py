@@ -323,6 +323,14 @@ def load_old_rows(db: Database[Any]) -> Plan[None]:
     yield Batch(statements, write=True)
 
 
+def indexes(url: str) -> set[str]:
+    if url.startswith("sqlite:///"):
+        sql = "SELECT name FROM sqlite_master WHERE type = 'index'"
+    else:
+        sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+    return {name for (name,) in rows(url, sql)}
+
+
 def primary_key(url: str, table: str) -> list[str]:
     if url.startswith("sqlite:///"):
         info = rows(url, f"PRAGMA table_info({table})")
@@ -392,6 +400,16 @@ def test_a_database_written_before_shard_keys_migrates_with_no_row_lost(
         assert rows(database_url, "SELECT name, value FROM am_settings") == [
             ("shard_depth", str(DEFAULT_SHARD_DEPTH))
         ]
+        assert indexes(database_url) >= {
+            "am_store_items_recent",  # created by store migration 2, outside schema.py
+            "am_store_items_updated_at",
+            "am_store_items_expires_at",
+            "am_store_terms_item",
+            "am_memory_decay_scope",
+            "am_memory_jobs_scope",
+            "am_memory_jobs_status",
+            "am_memory_pending_status",
+        }
         # the data reads and works as before
         [hit] = store.search(("docs",), query="printer")
         assert hit.key == "a"

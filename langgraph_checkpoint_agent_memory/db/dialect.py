@@ -473,10 +473,12 @@ class Dialect:
         kind = column.type.compile(dialect=self.sa)
         return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
 
-    def rekey_ddl(self, table: sa.Table) -> list[str]:
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         """DDL giving an existing ``table`` (whose columns are all there, the new key
         columns filled) the primary key :mod:`.schema` declares, its new key columns
-        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one."""
+        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one. ``keep``:
+        ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
+        declare, for dialects that rebuild the table (SQLite)."""
         added = [c for c in table.primary_key.columns if c.name == "shard"]
         out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
         out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")

@@ -14,7 +14,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -227,7 +227,7 @@ class HanaDialect(Dialect):
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
         )
 
-    def rekey_ddl(self, table: sa.Table) -> list[str]:
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         added = [c for c in table.primary_key.columns if c.name == "shard"]
         out = [
             f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"

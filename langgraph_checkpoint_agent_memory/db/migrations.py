@@ -287,11 +287,16 @@ def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     return build
 
 
+#: Indexes an earlier migration created outside :mod:`.schema`, by table: a table rebuilt
+#: to change its key (SQLite) gets them again.
+EXTRA_INDEXES = {"am_store_items": [RECENT_INDEX]}
+
+
 def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     """The step's finish: each of ``tables`` keyed as :mod:`.schema` declares it."""
 
     def build(d: Dialect) -> list[str]:
-        return [sql for t in tables for sql in d.rekey_ddl(t)]
+        return [sql for t in tables for sql in d.rekey_ddl(t, EXTRA_INDEXES.get(t.name, []))]
 
     return build
 

@@ -12,7 +12,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -146,10 +146,10 @@ class SQLiteDialect(Dialect):
     def thread_gone(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and THREAD_GONE in str(exc)
 
-    def rekey_ddl(self, table: sa.Table) -> list[str]:
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
-        rows copied, the old one dropped, the new one renamed, its indexes created), inside
-        the migration's transaction."""
+        rows copied, the old one dropped, the new one renamed, its indexes created, those
+        of ``keep`` too), inside the migration's transaction."""
         new = sa.Table(
             f"{table.name}__rekeyed",
             sa.MetaData(),
@@ -171,6 +171,7 @@ class SQLiteDialect(Dialect):
                 str(CreateIndex(index).compile(dialect=self.sa)).strip()
                 for index in sorted(table.indexes, key=lambda i: i.name or "")
             ),
+            *keep,
         ]
 
     def drop_full_text_ddl(self) -> list[str]:
