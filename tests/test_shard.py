@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
@@ -32,8 +32,10 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 )
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Scope
 from langgraph_checkpoint_agent_memory.memory.model import KINDS, namespace
-from tests.helpers import WordEmbeddings
+from tests.helpers import FakeClock, WordEmbeddings
 from tests.test_memory import extraction
+from tests.test_store_properties import _view as view
+from tests.test_store_properties import ops_strategy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARDED_TABLES = (
@@ -568,3 +570,44 @@ def test_concurrent_backfills_index_each_item_once(database_url: str) -> None:
     assert rows(database_url, "SELECT COUNT(*) FROM am_store_terms") == [(postings,)]
     assert rows(database_url, "SELECT COUNT(*) FROM am_store_items WHERE doc_len IS NULL") == [(0,)]
     store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(1, 3), operations=ops_strategy)
+def test_random_operations_answer_alike_under_any_depth(
+    depth: int, operations: list[tuple[Any, ...]]
+) -> None:
+    """Hypothesis: any sequence of puts, deletes, gets, searches (filter, query), listings
+    and namespace deletes gives the same answers whatever the shard depth (namespaces of one
+    and two labels: covering the key or not)."""
+    clock = FakeClock(start=1_800_000_000)
+    keyed = create_store(clock=clock, shard_depth=depth)
+    default = create_store(clock=clock)
+    try:
+        for op in operations:
+            clock.advance(1)
+            answers = [apply(s, op) for s in (keyed, default)]
+            assert answers[0] == answers[1], op
+    finally:
+        keyed.close()
+        default.close()
+
+
+def apply(store: Any, op: tuple[Any, ...]) -> Any:
+    """One operation of :data:`tests.test_store_properties.ops_strategy`, its answer viewed
+    as plain values."""
+    kind = op[0]
+    if kind == "put":
+        return view(store.put(op[1], op[2], op[3]))
+    if kind == "delete":
+        return view(store.delete(op[1], op[2]))
+    if kind == "get":
+        return view(store.get(op[1], op[2]))
+    if kind == "search":
+        return view(store.search(op[1], filter=op[2], limit=op[3], offset=op[4]))
+    if kind == "query":
+        found = store.search(op[1], query=op[3], filter=op[2], limit=op[4])
+        return [(*view(i), round(i.score or 0.0, 9)) for i in found]
+    if kind == "namespaces":
+        return store.list_namespaces(prefix=op[1], max_depth=op[2])
+    return store.delete_namespace(op[1])
