@@ -230,9 +230,9 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
-    from langgraph_checkpoint_agent_memory.db import migrations as M
+    from langgraph_checkpoint_agent_memory.db import row_migrations as R
 
-    terms, _ = backfill_statements(M._index_existing_items(d), ("ns", "ns", "k", "a text"), "terms")
+    terms, _ = backfill_statements(R.index_existing_items(d), ("ns", "ns", "k", "a text"), "terms")
     out.update(terms)
     arrays = d.insert_arrays(store_terms)
     if arrays is not None:
@@ -249,9 +249,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     out.update(vector_index_statements(d, sql, filters_sql))
     if d.native_vectors:
         vector_row = ("ns", "ns", "k", "text#0", b"\0\0\x80?")  # one float32: 1.0
-        vectors, written = backfill_statements(
-            M._convert_existing_vectors(d), vector_row, "vectors"
-        )
+        vectors, written = backfill_statements(R.convert_existing_vectors(d), vector_row, "vectors")
         out.update(vectors)
         assert written == [
             [{"shard": "ns", "prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}]

@@ -21,6 +21,7 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_checkpoint_agent_memory import AgentMemory, ConfigurationError, create_store
 from langgraph_checkpoint_agent_memory.db import migrations as M
+from langgraph_checkpoint_agent_memory.db import row_migrations as R
 from langgraph_checkpoint_agent_memory.db import schema
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.shard import (
@@ -562,7 +563,7 @@ def test_concurrent_backfills_index_each_item_once(database_url: str) -> None:
     )
 
     def backfill(_: int) -> int:
-        return int(store.db.run(M._index_existing_items(store.dialect)))
+        return int(store.db.run(R.index_existing_items(store.dialect)))
 
     with ThreadPoolExecutor(4) as pool:
         done = list(pool.map(backfill, range(4)))

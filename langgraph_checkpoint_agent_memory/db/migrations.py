@@ -15,12 +15,10 @@ versions and applies the missing ones, each in order.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,11 +27,17 @@ from sqlalchemy.schema import CreateTable
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.row_migrations import (
+    STORE_TABLES,
+    convert_existing_vectors,
+    fill_memory_shards,
+    fill_store_shards,
+    index_existing_items,
+    index_facts,
+)
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
-    memory_decay,
-    memory_scopes,
     migrations,
     settings,
     store_items,
@@ -44,12 +48,8 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
     checked_depth,
-    prefix_shard,
-    shard_key,
 )
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.text import fact_text
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
@@ -113,8 +113,6 @@ TERMS_VERSION = 3
 VECTORS_VERSION = 4
 #: The store version that prepared approximate vector search (pgvector's column).
 VECTOR_INDEX_VERSION = 5
-#: Items indexed per transaction when the lexical index is filled for items older than it.
-BACKFILL_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -159,122 +157,18 @@ class Component:
 
 def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
     if TERMS_VERSION in applied:
-        yield from _index_existing_items(dialect)
+        yield from index_existing_items(dialect)
     if VECTOR_INDEX_VERSION in applied:
         # what the database offers now: pgvector may have been installed since
         yield from dialect.vectors_plan()
     if VECTORS_VERSION in applied and dialect.native_vectors:
-        yield from _convert_existing_vectors(dialect)
-
-
-#: The kinds of memory namespace that hold facts (``<root>.<scope>.facts``, ``...history``).
-FACT_NAMESPACES = ("facts", "history")
-
-
-def _index_facts(dialect: Dialect, shard_depth: int) -> Plan[int]:
-    """Re-index the facts stored before facts were indexed by attribute and value (their
-    ``doc`` was the statement alone), with :func:`~..text.fact_text`: the same text agent
-    memory now writes. Runs inside the migration's transaction (see :attr:`Step.rows`), a
-    page of items at a time; items that are not facts are left alone."""
-    t = store_items
-    after_p = sa.bindparam("after_p", type_=sa.String)
-    select = dialect.sql(
-        "facts_to_index",
-        lambda: (
-            sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.value, t.c.doc)
-            .where(
-                sa.or_(
-                    t.c.prefix.like(sa.bindparam("facts")), t.c.prefix.like(sa.bindparam("history"))
-                ),
-                sa.or_(
-                    t.c.prefix > after_p,
-                    sa.and_(
-                        t.c.prefix == after_p, t.c.key > sa.bindparam("after_k", type_=sa.String)
-                    ),
-                ),
-            )
-            .order_by(t.c.prefix, t.c.key)
-            .limit(sa.bindparam("n", type_=sa.Integer))
-        ),
-    )
-    update = dialect.sql(
-        "fact_doc",
-        lambda: (
-            sa.update(t)
-            .where(
-                t.c.shard == sa.bindparam("shard"),
-                t.c.prefix == sa.bindparam("prefix"),
-                t.c.key == sa.bindparam("key"),
-            )
-            .values(doc=sa.bindparam("b_doc"), doc_len=sa.bindparam("b_doc_len"))
-        ),
-    )
-    statements = StoreStatements(dialect, shard_depth)
-    _, delete_terms, _ = statements.delete_item()
-    after: tuple[str, str] = ("", "")
-    done = 0
-    while True:
-        params = {
-            "facts": "%.facts",
-            "history": "%.history",
-            "after_p": after[0],
-            "after_k": after[1],
-            "n": BACKFILL_BATCH,
-        }
-        [rows] = yield Batch([Stmt(select, params, fetch=True)], hold=True)
-        items = []
-        for shard, prefix, key, raw, doc in rows:
-            value = raw if isinstance(raw, dict) else json.loads(raw)
-            text = _fact_doc(prefix, value)
-            if text is not None and text != doc:
-                items.append({"shard": shard, "prefix": prefix, "key": key, "doc": text})
-        if items:
-            terms = index_rows(items)  # sets each item's doc_len
-            keys = [{"shard": i["shard"], "prefix": i["prefix"], "key": i["key"]} for i in items]
-            yield Batch(
-                [
-                    Stmt(
-                        update,
-                        [
-                            {
-                                "b_doc": i["doc"],
-                                "b_doc_len": i["doc_len"],
-                                **{k: i[k] for k in ("shard", "prefix", "key")},
-                            }
-                            for i in items
-                        ],
-                        many=True,
-                    ),
-                    Stmt(delete_terms, keys, many=True),
-                    statements.insert_terms_stmt(terms),
-                ],
-                hold=True,
-            )
-            done += len(items)
-        if len(rows) < BACKFILL_BATCH:
-            return done
-        after = (rows[-1][1], rows[-1][2])
-
-
-def _fact_doc(prefix: str, value: Any) -> str | None:
-    """The text a fact stored under ``prefix`` is indexed by; ``None`` for anything else."""
-    if prefix.rsplit(".", 1)[-1] not in FACT_NAMESPACES or not isinstance(value, dict):
-        return None
-    attribute, said = value.get("attribute"), value.get("value")
-    if value.get("kind") != "fact" or not isinstance(attribute, str) or not isinstance(said, str):
-        return None
-    statement = value.get("statement")
-    return fact_text(attribute, said, statement if isinstance(statement, str) else "")
+        yield from convert_existing_vectors(dialect)
 
 
 #: The store version that gave every store row its shard key.
 STORE_SHARD_VERSION = 6
 #: The memory version that gave every memory row its shard key.
 MEMORY_SHARD_VERSION = 4
-#: The namespace root memory rows are keyed under when their scope has no ledger row to
-#: name its root (agent memory's default root).
-DEFAULT_MEMORY_ROOT = "memory"
-STORE_TABLES = (store_items, store_vectors, store_terms)
 
 
 def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
@@ -299,67 +193,6 @@ def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
         return [sql for t in tables for sql in d.rekey_ddl(t, EXTRA_INDEXES.get(t.name, []))]
 
     return build
-
-
-def _unkeyed(t: sa.Table, column: str) -> sa.Select[Any]:
-    """The distinct values of ``column`` among ``t``'s rows that have no shard key yet."""
-    return sa.select(t.c[column]).where(t.c.shard.is_(None)).distinct()
-
-
-def _set_shard(t: sa.Table, column: str) -> sa.Update:
-    """Set the shard key (``:b_shard``) of ``t``'s rows whose ``column`` is ``:b_value``."""
-    return (
-        sa.update(t)
-        .where(t.c[column] == sa.bindparam("b_value"), t.c.shard.is_(None))
-        .values(shard=sa.bindparam("b_shard"))
-    )
-
-
-def _fill_store_shards(dialect: Dialect, shard_depth: int) -> Plan[int]:
-    """Give every store row its shard key, computed from its namespace by the rule."""
-    done = 0
-    for t in STORE_TABLES:
-        select = dialect.sql(("unkeyed", t.name), partial(_unkeyed, t, "prefix"))
-        [rows] = yield Batch([Stmt(select, fetch=True)], hold=True)
-        updates = [
-            {"b_value": prefix, "b_shard": prefix_shard(prefix, shard_depth)} for (prefix,) in rows
-        ]
-        if updates:
-            update = dialect.sql(("set_shard", t.name), partial(_set_shard, t, "prefix"))
-            yield Batch([Stmt(update, updates, many=True)], hold=True)
-        done += len(updates)
-    return done
-
-
-def _fill_memory_shards(dialect: Dialect, shard_depth: int) -> Plan[int]:
-    """Give every memory row its shard key: a decay row by its item's namespace, a scope's
-    rows by the namespace ``(root, *scope labels)`` (the root from the scope's ledger row)."""
-    roots_sql = dialect.sql(
-        "scope_roots", lambda: sa.select(memory_scopes.c.scope, memory_scopes.c.root)
-    )
-    [roots] = yield Batch([Stmt(roots_sql, fetch=True)], hold=True)
-    root_of = {scope: root for scope, root in roots}
-    done = 0
-    for t in (*(t for t in MEMORY_TABLES if t is not memory_decay), memory_decay):
-        column = "prefix" if t is memory_decay else "scope"
-        select = dialect.sql(("unkeyed", t.name), partial(_unkeyed, t, column))
-        [rows] = yield Batch([Stmt(select, fetch=True)], hold=True)
-        updates = [
-            {
-                "b_value": value,
-                "b_shard": prefix_shard(value, shard_depth)
-                if column == "prefix"
-                else shard_key(
-                    (root_of.get(value, DEFAULT_MEMORY_ROOT), *value.split(",")), shard_depth
-                ),
-            }
-            for (value,) in rows
-        ]
-        if updates:
-            update = dialect.sql(("set_shard", t.name), partial(_set_shard, t, column))
-            yield Batch([Stmt(update, updates, many=True)], hold=True)
-        done += len(updates)
-    return done
 
 
 CHECKPOINT = Component(
@@ -398,7 +231,7 @@ STORE = Component(
             STORE_SHARD_VERSION,
             "store shard key",
             lambda d: [*_add_shard(STORE_TABLES)(d), *d.ddl([settings])],
-            rows=_fill_store_shards,
+            rows=fill_store_shards,
             finish=_rekey(STORE_TABLES),
         ),
     ),
@@ -414,14 +247,14 @@ MEMORY = Component(
             lambda d: d.ddl([_as_of(t, without=SHARD) for t in MEMORY_TABLES]),
         ),
         # Facts and their history are found by attribute and value, not by statement only.
-        Step(2, "facts indexed by attribute and value", lambda d: [], rows=_index_facts),
+        Step(2, "facts indexed by attribute and value", lambda d: [], rows=index_facts),
         # The same re-indexing, for facts whose statement repeats their value (indexed
         # twice by version 2, which doubled their terms' frequencies).
         Step(
             3,
             "facts indexed once when the statement repeats the value",
             lambda d: [],
-            rows=_index_facts,
+            rows=index_facts,
         ),
         # Every ledger, decay and thread row keyed by its scope's shard key, which the
         # scope's items share under the default rule.
@@ -429,7 +262,7 @@ MEMORY = Component(
             MEMORY_SHARD_VERSION,
             "memory shard key",
             _add_shard(MEMORY_TABLES),
-            rows=_fill_memory_shards,
+            rows=fill_memory_shards,
             finish=_rekey(MEMORY_TABLES),
         ),
     ),
@@ -632,100 +465,6 @@ def migrate(
     return the versions applied, by component name. Idempotent. ``shard_depth``: the
     store's shard-key rule (``None``: the one recorded, else the default)."""
     return database.run(migrate_plan(database.dialect, time.time(), components, shard_depth))
-
-
-def _index_existing_items(dialect: Dialect) -> Plan[int]:
-    """Index the items stored before the lexical index existed.
-
-    Each candidate is claimed by a conditional write of its own row (``doc_len`` set where
-    it is still NULL); only the items claimed get postings, so processes that backfill at
-    once never index an item twice, and no read locks rows across shards."""
-    t = store_items
-    claim = dialect.sql(
-        "index_claim",
-        lambda: (
-            sa.update(t)
-            .where(
-                t.c.shard == sa.bindparam("b_shard"),
-                t.c.prefix == sa.bindparam("b_prefix"),
-                t.c.key == sa.bindparam("b_key"),
-                t.c.doc_len.is_(None),
-            )
-            .values(doc_len=sa.bindparam("b_doc_len"))
-        ),
-    )
-    pending = dialect.sql(
-        "index_pending",
-        lambda: (
-            sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.doc)
-            .where(t.c.doc.is_not(None), t.c.doc_len.is_(None))
-            .limit(sa.bindparam("n", type_=sa.Integer))
-        ),
-    )
-
-    def write(rows: list[Any]) -> Plan[int]:
-        items = [{"shard": sh, "prefix": pr, "key": k, "doc": doc} for sh, pr, k, doc in rows]
-        terms = index_rows(items)  # sets each item's doc_len
-        claims = [
-            Stmt(
-                claim,
-                {
-                    "b_shard": i["shard"],
-                    "b_prefix": i["prefix"],
-                    "b_key": i["key"],
-                    "b_doc_len": i["doc_len"],
-                },
-            )
-            for i in items
-        ]
-        counts = yield Batch(claims, lock=True, hold=True)
-        won = {(i["shard"], i["prefix"], i["key"]) for i, n in zip(items, counts, strict=True) if n}
-        mine = [r for r in terms if (r["shard"], r["prefix"], r["key"]) in won]
-        yield Batch([StoreStatements(dialect).insert_terms_stmt(mine)] if mine else [], write=True)
-        return len(won)
-
-    return (yield from _backfill(pending, write))
-
-
-def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
-    """Fill the native vector column of vectors stored before it existed (each write sets
-    it only where it is still NULL, so concurrent backfills agree)."""
-    fill = dialect.fill_vector()
-    assert fill is not None
-    v = store_vectors
-    pending = dialect.sql(
-        "vectors_pending",
-        lambda: (
-            sa.select(v.c.shard, v.c.prefix, v.c.key, v.c.field, v.c.vector)
-            .where(sa.column("embedding").is_(None))
-            .select_from(v)
-            .limit(sa.bindparam("n", type_=sa.Integer))
-        ),
-    )
-
-    def write(rows: list[Any]) -> Plan[int]:
-        updates = [
-            {"shard": sh, "prefix": pr, "key": k, "field": f, "embedding": vector_text(bytes(vec))}
-            for sh, pr, k, f, vec in rows
-        ]
-        yield Batch([Stmt(fill, updates, many=True)], write=True)
-        return len(updates)
-
-    return (yield from _backfill(pending, write))
-
-
-def _backfill(pending: Sql, write: Callable[[list[Any]], Plan[int]]) -> Plan[int]:
-    """Bring rows older than a migration up to it, a batch at a time. Runs on every setup,
-    so an interrupted run resumes with the rows ``pending`` still selects. Candidates are
-    read without row locks (a lock across shards is refused by a distributed database);
-    ``write`` makes each change conditional on the row still needing it, so processes that
-    run at once share the work and each row changes once."""
-    done = 0
-    while True:
-        [rows] = yield Batch([Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)])
-        if not rows:
-            return done
-        done += yield from write(rows)
 
 
 _SETUP_LOCK = threading.Lock()

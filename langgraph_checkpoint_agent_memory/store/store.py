@@ -45,7 +45,7 @@ from langgraph.store.base import (
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
+from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
 from langgraph_checkpoint_agent_memory.db.migrations import (
     Component,
     StoreSchemaOnFirstUse,
@@ -62,7 +62,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
-from langgraph_checkpoint_agent_memory.store.embed import resolve_index
+from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 
@@ -128,12 +128,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
-        shard_depth: How many leading namespace labels form the shard key of a row
-            (``("users", "alice", ...)`` -> ``"users.alice"`` with 2). Recorded in the
-            database at the first setup and fixed from then on. ``None`` (the default): the
-            rule the database records, or 2 for a new database; another value than the
-            recorded one gets a ``ConfigurationError``. A search or listing under a prefix of
-            fewer labels reads every shard (see the user guide, "The shard key").
+        shard_depth: How many leading namespace labels form a row's shard key (2:
+            ``("users", "alice", ...)`` -> ``"users.alice"``), fixed for a database at its
+            first setup. ``None``: the database's rule, 2 for a new one; another value than
+            the recorded one gets a ``ConfigurationError``. Searches under a shorter prefix
+            read every shard (see the user guide, "The shard key").
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -193,7 +192,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(config["embed"])
-            self.ann_config = _ann_config(config)
+            self.ann_config = ann_config(config)
         self.ranker: Ranker = Ranker(
             self.statements,
             S.Ranking(*V.checked_ranking(weights, rrf_k, candidates)),
@@ -699,21 +698,3 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
-
-
-def _ann_config(index: Mapping[str, Any]) -> AnnConfig:
-    """The approximate index settings of an ``IndexConfig``: LangGraph's
-    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
-    distance = index.get("distance_type", "cosine")
-    if distance != "cosine":
-        raise ConfigurationError(
-            f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
-            "supported"
-        )
-    config = AnnConfig.parse(index.get("ann_index_config"))
-    if config.vector_type == "vector" and int(index["dims"]) > HNSW_MAX_DIMS["vector"]:
-        raise ConfigurationError(
-            f"vector_type 'vector' indexes at most {HNSW_MAX_DIMS['vector']:,} dimensions, not "
-            f"{int(index['dims']):,}: use 'halfvec' (up to 4,000) or leave vector_type out"
-        )
-    return config
