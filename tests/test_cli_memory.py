@@ -110,7 +110,7 @@ def test_operator_commands(
     assert code == 0 and {j["status"] for j in data["jobs"]} == {"completed"}
     code, data, _ = run(capsys, "migrate", "--url", url, "--json")
     assert code == 0 and data["applied"] == {"checkpoint": [], "store": [], "memory": []}
-    assert data["latest"] == {"checkpoint": 3, "store": 5, "memory": 3}
+    assert data["latest"] == {"checkpoint": 3, "store": 6, "memory": 4}
     code, data, _ = run(capsys, "worker", "--once", "--url", url, "--json")
     assert code == 0 and data["rounds"] == 1 and data["errors"] == []
 

@@ -268,7 +268,8 @@ def test_a_fact_without_a_statement_is_stored_with_its_vector(
 
     def vectors() -> Any:
         prefix = ".".join(memory.namespace("user=a", "facts"))
-        [rows] = yield Batch([Stmt(memory._sql.vectors_of(), {"prefix": prefix}, fetch=True)])
+        params = memory._sql.one_ns(prefix)
+        [rows] = yield Batch([Stmt(memory._sql.vectors_of(), params, fetch=True)])
         return [key for key, _ in rows]
 
     assert store.run_plan(vectors()) == [fact.key]

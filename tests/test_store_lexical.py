@@ -91,7 +91,7 @@ def test_corpus_statistics_are_cached_when_no_term_matches() -> None:
     sent = Recorder(store)
     for _ in range(3):
         assert store.search(("m",), query="zanzibar") == []
-    assert sent.count("SUM(doc_len)") == 1
+    assert sent.count("sum(am_store_items.doc_len)") == 1
 
 
 def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:

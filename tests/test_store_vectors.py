@@ -117,8 +117,8 @@ def test_a_large_namespace_is_searched_through_the_hnsw_index(
         "n": 50,
         "query_vector": vector_text(embed.embed_query("q")),
     }
-    *settings, query = store.statements.ann_search(index, "")
-    exact = store.statements.vector_search("", 16, joined=False)
+    *settings, query = store.statements.ann_search(index, "", scoped=False)
+    exact = store.statements.vector_search("", 16, joined=False, scoped=False)
     with psycopg.connect(url) as conn:
         for sql in settings:
             conn.execute(sql.text)

@@ -221,12 +221,13 @@ def _previous_release(store: Any) -> Any:
     statements = store.statements
     store.dialect.native_vectors = False
 
-    def vectors(filters: str) -> Any:
+    def vectors(filters: str, scoped: bool) -> Any:
         return statements.text(
-            ("vectors_previous_release", filters),
+            ("vectors_previous_release", filters, scoped),
             lambda: (
                 "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {statements.on_items(filters)}"
+                "ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key "
+                f"WHERE {statements.on_items(filters, scoped)}"
             ),
         )
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -179,6 +179,9 @@ class Dialect:
     name = "generic"
     #: Whether several statements can travel in one round trip (psycopg pipeline).
     pipelines = False
+    #: Whether the tables are distributed (Citus): rows then go in by ``INSERT ... VALUES``,
+    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
+    distributed = False
     #: Whether DDL is transactional (all of a migration or none of it).
     transactional_ddl = True
     #: Whether the tables are spread over several nodes (Citus): set by
@@ -250,6 +253,15 @@ class Dialect:
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
         raise NotImplementedError
+
+    def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
+        """Insert one row unless one with the same ``keys`` exists, as ``INSERT ... VALUES``:
+        a distributed database routes it to the shard of the row's key (an ``INSERT ...
+        SELECT`` is first pulled to its coordinator)."""
+        cols = [c.name for c in table.columns]
+        stmt = self.insert(table).values(values_params(table, cols))
+        ignored: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        return ignored
 
     def upsert(
         self,
@@ -367,6 +379,16 @@ class Dialect:
             f"({column} = {p('ns')} OR {self.substr}({column}, 1, {p('ns_len')}) = {p('ns_dot')})"
         )
 
+    def substring(self, column: Any, length: Any) -> Any:
+        """Core: the first ``length`` characters of ``column`` (``substr``; HANA's
+        ``SUBSTRING``)."""
+        return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
+
+    def under_clause(self, column: Any) -> Any:
+        """Core form of :meth:`under`: ``column`` is the namespace ``:ns`` or below it."""
+        head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
+        return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+
     def param(self, name: str) -> str:
         """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"
@@ -422,7 +444,9 @@ class Dialect:
         """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
         return self.under("v.prefix")
 
-    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+    def vector_search(
+        self, filters: Hashable, where: str, dims: int, *, joined: bool
+    ) -> Sql | None:
         """Exact similarity to ``:query_vector`` (text form) computed in the database:
         ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
         (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
@@ -443,7 +467,7 @@ class Dialect:
         return False
         yield  # pragma: no cover
 
-    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
         """The statements of one approximate search through ``index``, sent in one
         transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
         ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
@@ -451,7 +475,7 @@ class Dialect:
         ``:n``."""
         raise NotImplementedError
 
-    def vector_counts(self, index: VectorIndex) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
         """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
         about how many ``index`` holds in all."""
         raise NotImplementedError
@@ -469,6 +493,18 @@ class Dialect:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
         kind = column.type.compile(dialect=self.sa)
         return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
+
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
+        """DDL giving an existing ``table`` (whose columns are all there, the new key
+        columns filled) the primary key :mod:`.schema` declares, its new key columns
+        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one. ``keep``:
+        ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
+        declare, for dialects that rebuild the table (SQLite)."""
+        added = [c for c in table.primary_key.columns if c.name == "shard"]
+        out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
+        out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
+        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
+        return out
 
     def json_path(self, path: list[str]) -> Any:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""

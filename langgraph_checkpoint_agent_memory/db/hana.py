@@ -14,12 +14,13 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.schema import AddConstraint
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
@@ -86,8 +87,9 @@ class HanaDialect(Dialect):
             columns = "".join(f", embedding_{d}" for d in typed)
             values = "".join(f", TO_REAL_VECTOR(:embedding_{d})" for d in typed)
             return (
-                f"INSERT INTO am_store_vectors (prefix, key, field, vector, embedding{columns}) "
-                f"VALUES (:prefix, :key, :field, :vector, TO_REAL_VECTOR(:embedding){values})"
+                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, "
+                f"embedding{columns}) VALUES (:shard, :prefix, :key, :field, :vector, "
+                f"TO_REAL_VECTOR(:embedding){values})"
             )
 
         return self.sql(("insert_vector_native", tuple(typed)), build)
@@ -101,12 +103,17 @@ class HanaDialect(Dialect):
             "fill_vector",
             lambda: (
                 "UPDATE am_store_vectors SET embedding = TO_REAL_VECTOR(:embedding) "
-                "WHERE prefix = :prefix AND key = :key AND field = :field"
+                "WHERE shard = :shard AND prefix = :prefix AND key = :key AND field = :field "
+                "AND embedding IS NULL"
             ),
         )
 
-    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql:
-        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
+    def vector_search(self, filters: Hashable, where: str, dims: int, *, joined: bool) -> Sql:
+        items = (
+            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
+            if joined
+            else ""
+        )
         return self.sql(
             ("vector_search", filters, dims, joined),
             lambda: (
@@ -190,26 +197,27 @@ class HanaDialect(Dialect):
             self.indexed_dims = self.indexed_dims | {index.dims}
         return exists
 
-    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
         return [
             self.sql(
                 ("ann_search", index.name, filters),
                 lambda: (
                     f"SELECT v.prefix, v.key, COSINE_SIMILARITY({index.column}, "
                     "TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
+                    "AND i.key = v.key "
                     f"WHERE {where} AND {index.column} IS NOT NULL "
                     "ORDER BY sim DESC LIMIT :n"
                 ),
             )
         ]
 
-    def vector_counts(self, index: VectorIndex) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
         return self.sql(
-            ("vector_counts", index.name),
+            ("vector_counts", index.name, scoped),
             lambda: (
                 "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{self.vector_under()} LIMIT :cap) s), (SELECT COUNT(*) FROM am_store_vectors "
+                f"{under} LIMIT :cap) s), (SELECT COUNT(*) FROM am_store_vectors "
                 f"WHERE embedding_{index.dims} IS NOT NULL) FROM DUMMY"
             ),
         )
@@ -218,6 +226,16 @@ class HanaDialect(Dialect):
         return (
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
         )
+
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
+        added = [c for c in table.primary_key.columns if c.name == "shard"]
+        out = [
+            f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"
+            for c in added
+        ]
+        out.append(f"ALTER TABLE {table.name} DROP PRIMARY KEY")
+        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
+        return out
 
     def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
         from sqlalchemy_hana.elements import Upsert
@@ -236,6 +254,9 @@ class HanaDialect(Dialect):
 
         # UPSERT <table> (<cols>) <subquery> matches on the primary key
         return Upsert(table).from_select(list(cols), source)
+
+    def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
+        return self.insert_ignore(table, keys)  # no ON CONFLICT: INSERT ... WHERE NOT EXISTS
 
     def insert_missing(self, table: sa.Table, cols: Columns, source: Source, keys: Columns) -> Any:
         src = source.subquery("src")

@@ -4,8 +4,8 @@ Facts and episodes are ordinary store items (``am_store_items``, their vectors a
 entries); this module adds the tables that make memory safe with many workers:
 
 - ``am_memory_scopes``: one row per scope, the lease a consolidation job holds while it runs
-  (claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``IGNORE LOCKED`` on HANA, the
-  database write lock on SQLite), and its failure count and back-off.
+  (claimed by a conditional write of that row, see :mod:`.memory_jobs`), and its failure
+  count and back-off.
 - ``am_memory_pending``: the episodes waiting for consolidation (or parked after repeated
   failures).
 - ``am_memory_jobs``: every finished job, completed or failed, with its error.
@@ -14,16 +14,19 @@ entries); this module adds the tables that make memory safe with many workers:
 - ``am_memory_threads``: which checkpointer threads a scope used, for erase.
 
 Every function returns a plan (see :mod:`.database`): the domain decides, this module only
-reads and writes, each write in one transaction.
+reads and writes, each write in one transaction. Statements are SQLAlchemy Core over
+:mod:`.schema`'s tables; every row carries its shard key (see :mod:`.shard`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
+
+import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
@@ -34,9 +37,12 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_pending,
     memory_scopes,
     memory_threads,
+    metadata,
     store_items,
+    store_vectors,
 )
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows
+from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, scoped
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -66,9 +72,10 @@ class StoredRow:
     pinned: bool
 
 
-def new_scope_row(scope: str, root: str, now: float) -> dict[str, Any]:
+def new_scope_row(scope: str, root: str, now: float, shard: str) -> dict[str, Any]:
     """The ``am_memory_scopes`` row a scope starts with: no lease, no failures."""
     return {
+        "shard": shard,
         "scope": scope,
         "root": root,
         "lease_owner": None,
@@ -81,40 +88,71 @@ def new_scope_row(scope: str, root: str, now: float) -> dict[str, Any]:
 
 
 class MemorySql:
-    """Statements for one dialect; store item writes reuse the store's own statements."""
+    """Statements for one dialect; store item writes reuse the store's own statements.
 
-    def __init__(self, dialect: Dialect, store_sql: StoreStatements) -> None:
+    Every row carries its shard key (see :mod:`.shard`): an item's or decay row's from its
+    namespace, a scope's ledger rows from the scope's namespace ``(root, *labels)``, with
+    the store's ``shard_depth``. Statements of one scope or one namespace name that key."""
+
+    def __init__(self, dialect: Dialect, store_sql: StoreStatements, root: str = "memory") -> None:
         self.d = dialect
         self.store = store_sql
-        p = dialect.param
-        self.p = p
-        self.live = f"(i.expires_at IS NULL OR i.expires_at > {p('now')})"
+        self.root = root
 
-    def _text(self, key: Any, build: Callable[[], str]) -> Sql:
-        return self.d.sql(("memory", key), build)
+    # -- shard keys ------------------------------------------------------------------------
+
+    def scope_labels(self, scope: str) -> tuple[str, ...]:
+        """The namespace of ``scope`` (``user=alice,agent=support``): root, then labels."""
+        return (self.root, *scope.split(","))
+
+    def scope_shard(self, scope: str) -> str:
+        """The shard key of a scope's ledger rows."""
+        return shard_key(self.scope_labels(scope), self.store.shard_depth)
+
+    def scope_covers(self, scope: str) -> bool:
+        """Whether a scope's items share its shard key (its namespace holds at least
+        ``shard_depth`` labels); else they are spread over several keys."""
+        return covers(self.scope_labels(scope), self.store.shard_depth)
+
+    def shard(self, prefix: str) -> str:
+        """The shard key of the namespace kept as ``prefix``."""
+        return self.store.shard(prefix)
+
+    def scoped_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (each with a ``scope``), each given its scope's ``shard``."""
+        out = list(rows)
+        for row in out:
+            row["shard"] = self.scope_shard(row["scope"])
+        return out
+
+    def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
+        """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""
+        return Stmt(self.upsert_decay(), self.store.keyed(rows), many=True)
 
     # -- writes shared by several plans ----------------------------------------------------
 
     def ensure_scope(self) -> Sql:
         return self.d.sql(
-            ("memory", "ensure_scope"), lambda: self.d.insert_ignore(memory_scopes, ["scope"])
+            ("memory", "ensure_scope"),
+            lambda: self.d.insert_row_ignore(memory_scopes, ["shard", "scope"]),
         )
 
     def insert_item_if_absent(self) -> Sql:
         return self.d.sql(
-            ("memory", "insert_item"), lambda: self.d.insert_ignore(store_items, ["prefix", "key"])
+            ("memory", "insert_item"),
+            lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
         )
 
     def add_pending(self) -> Sql:
         return self.d.sql(
             ("memory", "add_pending"),
-            lambda: self.d.insert_ignore(memory_pending, ["scope", "episode_key"]),
+            lambda: self.d.insert_row_ignore(memory_pending, ["shard", "scope", "episode_key"]),
         )
 
     def add_thread(self) -> Sql:
         return self.d.sql(
             ("memory", "add_thread"),
-            lambda: self.d.insert_ignore(memory_threads, ["scope", "thread_id"]),
+            lambda: self.d.insert_row_ignore(memory_threads, ["shard", "scope", "thread_id"]),
         )
 
     def upsert_decay(self) -> Sql:
@@ -122,75 +160,113 @@ class MemorySql:
             ("memory", "upsert_decay"),
             lambda: self.d.upsert(
                 memory_decay,
-                ["prefix", "key"],
+                ["shard", "prefix", "key"],
                 ["scope", "log_importance", "reinforced_at", "pinned"],
             ),
         )
 
     def reinforce(self) -> Sql:
-        p = self.p
-        return self._text(
-            "reinforce",
-            lambda: (
-                f"UPDATE am_memory_decay SET reinforced_at = {p('now')} WHERE prefix = "
-                f"{p('prefix')} AND key = {p('key')} AND reinforced_at < {p('now')}"
-            ),
+        """Mark one item (``:shard``, ``:prefix``, ``:key``) reinforced at ``:now``."""
+        t = memory_decay
+        now = sa.bindparam("now", type_=sa.Float)
+        return self.d.sql(
+            ("memory", "reinforce"),
+            lambda: sa.update(t).where(_item(t), t.c.reinforced_at < now).values(reinforced_at=now),
         )
 
     def delete_decay(self) -> Sql:
-        """Delete one item's decay row (``:prefix``, ``:key``)."""
-        p = self.p
-        return self._text(
-            "delete_decay",
-            lambda: (
-                f"DELETE FROM am_memory_decay WHERE prefix = {p('prefix')} AND key = {p('key')}"
-            ),
+        """Delete one item's decay row (``:shard``, ``:prefix``, ``:key``)."""
+        return self.d.sql(
+            ("memory", "delete_decay"), lambda: sa.delete(memory_decay).where(_item(memory_decay))
         )
 
     def insert_job(self) -> Sql:
         return self.d.sql(
-            ("memory", "insert_job"), lambda: self.d.insert_ignore(memory_jobs, ["job_id"])
+            ("memory", "insert_job"),
+            lambda: self.d.insert_row_ignore(memory_jobs, ["shard", "job_id"]),
         )
 
     # -- reads -----------------------------------------------------------------------------
 
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Items of one namespace with their decay state; optionally only some keys."""
-        p = self.p
+        """Items of one namespace (``:shard``, ``:prefix``, live at ``:now``) with their
+        decay state; optionally only keys ``:k0`` ... (``with_keys`` of them)."""
+        i, d = store_items.alias("i"), memory_decay.alias("d")
 
-        def build() -> str:
-            keys = ""
+        def build() -> Any:
+            same = sa.and_(d.c.shard == i.c.shard, d.c.prefix == i.c.prefix, d.c.key == i.c.key)
+            where = [
+                i.c.shard == sa.bindparam("shard"),
+                i.c.prefix == sa.bindparam("prefix"),
+                _live(i),
+            ]
             if with_keys:
-                keys = " AND i.key IN (" + ", ".join(p(f"k{j}") for j in range(with_keys)) + ")"
-            return (
-                "SELECT i.prefix, i.key, i.value, i.created_at, i.updated_at, "
-                "d.log_importance, d.reinforced_at, d.pinned FROM am_store_items i "
-                "LEFT JOIN am_memory_decay d ON d.prefix = i.prefix AND d.key = i.key "
-                f"WHERE i.prefix = {p('prefix')} AND {self.live}{keys}"
-            )
+                where.append(i.c.key.in_(_marks("k", with_keys)))
+            columns = (i.c.prefix, i.c.key, i.c.value, i.c.created_at, i.c.updated_at)
+            decay = (d.c.log_importance, d.c.reinforced_at, d.c.pinned)
+            return sa.select(*columns, *decay).select_from(i.outerjoin(d, same)).where(*where)
 
-        return self._text(("rows", with_keys), build)
+        return self.d.sql(("memory", "rows", with_keys), build)
+
+    def decay_state(self, n: int) -> Sql:
+        """``(key, log_importance, reinforced_at)`` of keys ``:k0`` ... ``:k<n-1>`` of one
+        namespace (``:shard``, ``:prefix``)."""
+        t = memory_decay
+        return self.d.sql(
+            ("memory", "decay_state", n),
+            lambda: sa.select(t.c.key, t.c.log_importance, t.c.reinforced_at).where(
+                t.c.shard == sa.bindparam("shard"),
+                t.c.prefix == sa.bindparam("prefix"),
+                t.c.key.in_(_marks("k", n)),
+            ),
+        )
 
     def vectors_of(self) -> Sql:
-        p = self.p
-        return self._text(
-            "vectors_of",
-            lambda: f"SELECT key, vector FROM am_store_vectors WHERE prefix = {p('prefix')}",
+        """``(key, vector)`` of the namespace ``:prefix`` (``:shard``)."""
+        v = store_vectors
+        return self.d.sql(
+            ("memory", "vectors_of"),
+            lambda: sa.select(v.c.key, v.c.vector).where(
+                v.c.shard == sa.bindparam("shard"), v.c.prefix == sa.bindparam("prefix")
+            ),
         )
+
+    def one_ns(self, prefix: str, **more: Any) -> dict[str, Any]:
+        """Parameters naming exactly the namespace ``prefix``, with its shard key."""
+        return {"shard": self.shard(prefix), "prefix": prefix, **more}
+
+
+def _marks(name: str, n: int) -> list[Any]:
+    """Core: parameters ``:<name>0`` ... ``:<name><n-1>``."""
+    return [sa.bindparam(f"{name}{j}", type_=sa.String) for j in range(n)]
+
+
+def _live(t: Any) -> Any:
+    """Core: ``t``'s item has not expired at ``:now``."""
+    return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
+
+
+def _under_root(sql: MemorySql, t: Any) -> Any:
+    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters)."""
+    return sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer)) == sa.bindparam(
+        "root_dot"
+    )
+
+
+def _item(t: sa.Table) -> Any:
+    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``)."""
+    return sa.and_(
+        t.c.shard == sa.bindparam("shard"),
+        t.c.prefix == sa.bindparam("prefix"),
+        t.c.key == sa.bindparam("key"),
+    )
 
 
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
     """How many live items a namespace holds and when one last changed: a cheap fingerprint
     that lets recall reuse what it decoded before."""
-    p = sql.p
-    query = sql._text(
-        "version",
-        lambda: (
-            "SELECT COUNT(*), MAX(i.updated_at) FROM am_store_items i WHERE i.prefix = "
-            f"{p('prefix')} AND {sql.live}"
-        ),
-    )
-    [rows] = yield Batch([Stmt(query, {"prefix": prefix, "now": now}, fetch=True)])
+    query = sql.store.fingerprint()
+    [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
     return int(count), float(latest or 0.0)
 
@@ -199,17 +275,11 @@ def decay_state_plan(
     sql: MemorySql, prefix: str, keys: Sequence[str]
 ) -> Plan[dict[str, tuple[float, float]]]:
     """``key -> (log_importance, reinforced_at)`` for some items of one namespace."""
-    p = sql.p
     out: dict[str, tuple[float, float]] = {}
     for start in range(0, len(keys), 64):
         chunk = list(keys[start : start + 64])
-        marks = ", ".join(p(f"k{j}") for j in range(len(chunk)))
-        text = (
-            "SELECT key, log_importance, reinforced_at FROM am_memory_decay WHERE prefix = "
-            f"{p('prefix')} AND key IN ({marks})"
-        )
-        query = sql._text(("decay_state", len(chunk)), partial(str, text))
-        params = {"prefix": prefix, **{f"k{j}": k for j, k in enumerate(chunk)}}
+        query = sql.decay_state(len(chunk))
+        params = sql.one_ns(prefix, **{f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(query, params, fetch=True)])
         out.update(
             {
@@ -264,7 +334,7 @@ def read_plan(
     out: list[StoredRow] = []
     chunks = [list(keys[i : i + 64]) for i in range(0, len(keys), 64)] if keys else [None]
     for chunk in chunks:
-        params: dict[str, Any] = {"prefix": prefix, "now": now}
+        params: dict[str, Any] = sql.one_ns(prefix, now=now)
         if chunk:
             params.update({f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(sql.rows(len(chunk) if chunk else None), params, fetch=True)])
@@ -290,7 +360,9 @@ def record_plan(
     Returns whether it was new. Recalled items waiting for reinforcement ride along in the
     same transaction, so reading memory never costs a write of its own.
     """
-    scope_row = new_scope_row(scope, root, now)
+    shard = sql.scope_shard(scope)
+    scope_row = new_scope_row(scope, root, now, shard)
+    [item] = sql.store.keyed([item])
     terms = index_rows([item])  # a new episode has no old postings to replace
     inserted, _ = yield Batch(
         [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
@@ -304,6 +376,7 @@ def record_plan(
             Stmt(
                 sql.add_pending(),
                 {
+                    "shard": shard,
                     "scope": scope,
                     "episode_key": item["key"],
                     "recorded_at": now,
@@ -313,17 +386,20 @@ def record_plan(
         )
     if thread_id is not None:
         writes.append(
-            Stmt(sql.add_thread(), {"scope": scope, "thread_id": thread_id, "seen_at": now})
+            Stmt(
+                sql.add_thread(),
+                {"shard": shard, "scope": scope, "thread_id": thread_id, "seen_at": now},
+            )
         )
     if reinforce:
-        writes.append(Stmt(sql.reinforce(), list(reinforce), many=True))
+        writes.append(Stmt(sql.reinforce(), sql.store.keyed(reinforce), many=True))
     yield Batch(writes, write=True)
     return bool(inserted)
 
 
 def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]:
     if rows:
-        yield Batch([Stmt(sql.reinforce(), list(rows), many=True)], write=True)
+        yield Batch([Stmt(sql.reinforce(), sql.store.keyed(rows), many=True)], write=True)
 
 
 # -- decay ---------------------------------------------------------------------------------
@@ -342,31 +418,45 @@ def decay_plan(
     ``importance * rate ** days < threshold`` is, in logarithms,
     ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: three
     set-based DELETEs (vectors, items with their full-text entries, decay rows) in one
-    transaction, whatever the number of facts.
+    transaction, whatever the number of facts. With a ``scope``, every statement names the
+    scope's shard key; without, they run on every shard, without row locks (set-based
+    deletes, each row's condition decided where it lives).
     """
-    p = sql.p
-    only = f" AND d.scope = {p('scope')}" if scope is not None else ""
-    cond = (
-        f"d.pinned = 0 AND d.log_importance + ({p('now')} - d.reinforced_at) * {p('k')} "
-        f"< {p('c')}{only}"
-    )
+    # a scope's decay rows carry its items' shard key: one key when the scope covers it
+    one = scope is not None and sql.scope_covers(scope)
 
-    def delete_from(table: str) -> Sql:
-        return sql._text(
-            ("decay", table, scope is not None),
-            lambda: (
-                f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM am_memory_decay d WHERE "
-                f"d.prefix = {table}.prefix AND d.key = {table}.key AND {cond})"
-            ),
-        )
+    def decayed(d: Any) -> list[Any]:
+        """Core: decay row ``d`` fell under the threshold (and is of the scope)."""
+        now, k = sa.bindparam("now", type_=sa.Float), sa.bindparam("k", type_=sa.Float)
+        out = [
+            d.c.pinned == 0,
+            d.c.log_importance + (now - d.c.reinforced_at) * k < sa.bindparam("c", type_=sa.Float),
+        ]
+        if one:
+            out.append(d.c.shard == sa.bindparam("shard"))
+        if scope is not None:
+            out.append(d.c.scope == sa.bindparam("scope"))
+        return out
 
-    rows = sql._text(
-        ("decay_rows", scope is not None),
-        lambda: f"DELETE FROM am_memory_decay WHERE {cond.replace('d.', 'am_memory_decay.')}",
+    def delete_from(name: str) -> Sql:
+        t, d = metadata.tables[name], memory_decay.alias("d")
+
+        def build() -> Any:
+            item = sa.and_(d.c.shard == t.c.shard, d.c.prefix == t.c.prefix, d.c.key == t.c.key)
+            routed = [t.c.shard == sa.bindparam("shard")] if one else []
+            return sa.delete(t).where(*routed, sa.exists().where(item, *decayed(d)))
+
+        return sql.d.sql(("memory", "decay", name, scope is not None, one), build)
+
+    rows = sql.d.sql(
+        ("memory", "decay_rows", scope is not None, one),
+        lambda: sa.delete(memory_decay).where(*decayed(memory_decay)),
     )
     params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
     if scope is not None:
         params["scope"] = scope
+        if one:
+            params["shard"] = sql.scope_shard(scope)
     *_, items, _ = yield Batch(
         [*(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
         write=True,
@@ -379,16 +469,14 @@ def decay_plan(
 
 def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
     """Every scope with a ledger row, and every namespace under ``root`` holding items."""
-    p = sql.p
-    scopes = sql._text(
-        "scopes", lambda: f"SELECT scope FROM am_memory_scopes WHERE root = {p('root')}"
+    s, i = memory_scopes, store_items
+    scopes = sql.d.sql(
+        ("memory", "scopes"),
+        lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root")),
     )
-    prefixes = sql._text(
-        "prefixes",
-        lambda: (
-            "SELECT DISTINCT prefix FROM am_store_items WHERE "
-            f"{sql.d.substr}(prefix, 1, {p('n')}) = {p('root_dot')}"
-        ),
+    prefixes = sql.d.sql(
+        ("memory", "prefixes"),
+        lambda: sa.select(i.c.prefix).distinct().where(_under_root(sql, i)),
     )
     a, b = yield Batch(
         [
@@ -406,23 +494,25 @@ def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
 
 def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
     """Per scope: items per kind, pending and parked episodes, failed jobs."""
-    p = sql.p
-    items = sql._text(
-        "stats_items",
+    i, q, j = store_items, memory_pending, memory_jobs
+    items = sql.d.sql(
+        ("memory", "stats_items"),
         lambda: (
-            "SELECT i.prefix, COUNT(*) FROM am_store_items i WHERE "
-            f"{sql.d.substr}(i.prefix, 1, {p('n')}) = {p('root_dot')} AND {sql.live} "
-            "GROUP BY i.prefix"
+            sa.select(i.c.prefix, sa.func.count())
+            .where(_under_root(sql, i), _live(i))
+            .group_by(i.c.prefix)
         ),
     )
-    pending = sql._text(
-        "stats_pending",
-        lambda: "SELECT scope, status, COUNT(*) FROM am_memory_pending GROUP BY scope, status",
+    pending = sql.d.sql(
+        ("memory", "stats_pending"),
+        lambda: sa.select(q.c.scope, q.c.status, sa.func.count()).group_by(q.c.scope, q.c.status),
     )
-    failed = sql._text(
-        "stats_failed",
+    failed = sql.d.sql(
+        ("memory", "stats_failed"),
         lambda: (
-            "SELECT scope, COUNT(*) FROM am_memory_jobs WHERE status <> 'completed' GROUP BY scope"
+            sa.select(j.c.scope, sa.func.count())
+            .where(j.c.status != "completed")
+            .group_by(j.c.scope)
         ),
     )
     a, b, c = yield Batch(
@@ -452,13 +542,13 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
-    p = sql.p
-    query = sql._text(
-        "threads", lambda: f"SELECT thread_id FROM am_memory_threads WHERE scope = {p('scope')}"
-    )
+    t = memory_threads
+    query = sql.d.sql(("memory", "threads"), lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
     if not scopes:
         return []
-    found = yield Batch([Stmt(query, {"scope": s}, fetch=True) for s in scopes])
+    found = yield Batch(
+        [Stmt(query, {"shard": sql.scope_shard(s), "scope": s}, fetch=True) for s in scopes]
+    )
     return sorted({t for rows in found for (t,) in rows})
 
 
@@ -475,30 +565,30 @@ def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict
     return counts
 
 
+def _of_scope(t: Any) -> list[Any]:
+    """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
+    return [t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope")]
+
+
 def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
-    p = sql.p
     counts: dict[str, int] = {}
     statements: list[Stmt] = []
     labels: list[str] = []
     for scope in scopes:
-        prefix = ns([root, *scope.split(",")])
-        params = {
-            "ns": prefix,
-            "ns_dot": prefix + ".",
-            "ns_len": len(prefix) + 1,
-            "ns_end": prefix + "/",
-        }
-        for table, stmt in zip(STORE_ROW_TABLES, sql.store.delete_under(), strict=True):
+        # the scope's items: on its shard when its namespace covers the shard key, else
+        # (a scope of fewer labels than the key) on every shard, by prefix
+        # (decay rows too: they carry their items' keys, and lie under the same namespace)
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        by_prefix = (*STORE_ROW_TABLES, "am_memory_decay")
+        deletes = sql.store.delete_under(scoped(params), by_prefix)
+        for table, stmt in zip(by_prefix, deletes, strict=True):
             statements.append(Stmt(stmt, params))
             labels.append(table)
-        for table in MEMORY_TABLES:
+        for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
             statements.append(
                 Stmt(
-                    sql._text(
-                        ("erase", table),
-                        partial_delete(table, p("scope")),
-                    ),
-                    {"scope": scope},
+                    sql.d.sql(("memory", "erase", table), partial(_delete_scope, table)),
+                    {"shard": sql.scope_shard(scope), "scope": scope},
                 )
             )
             labels.append(table)
@@ -510,5 +600,7 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
     return counts
 
 
-def partial_delete(table: str, scope_param: str) -> Callable[[], str]:
-    return lambda: f"DELETE FROM {table} WHERE scope = {scope_param}"
+def _delete_scope(name: str) -> Any:
+    """Core: delete table ``name``'s rows of one scope."""
+    t = metadata.tables[name]
+    return sa.delete(t).where(*_of_scope(t))

@@ -2,9 +2,10 @@
 job's writes and release the lease in one transaction, record a failure with back-off, retry
 parked episodes, and list finished jobs.
 
-A lease is a row of ``am_memory_scopes`` (claimed with ``FOR UPDATE SKIP LOCKED`` on
-PostgreSQL, ``IGNORE LOCKED`` on HANA, the database write lock on SQLite); a job's writes
-count only while its lease holds, so a job that outlived its lease writes nothing.
+A lease is a row of ``am_memory_scopes``, claimed by a conditional write of that one row
+(found without row locks, which a distributed database refuses across shards); a job's
+writes count only while its lease holds, so a job that outlived its lease writes nothing.
+Every statement of one scope names the scope's shard key.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import sqlalchemy as sa
+
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.memory import MemorySql, StoredRow, decode, new_scope_row
+from langgraph_checkpoint_agent_memory.db.schema import memory_jobs, memory_pending, memory_scopes
 
 
 @dataclass
@@ -54,81 +58,182 @@ def claim_plan(
     skip: Sequence[str] = (),
 ) -> Plan[Claim | None]:
     """Lease one scope that has pending episodes and is not leased or backing off (nor in
-    ``skip``: scopes that already failed in this round)."""
-    p, d = sql.p, sql.d
-    only = f" AND s.scope = {p('scope')}" if scope is not None else ""
-    if skip:
-        only += " AND s.scope NOT IN (" + ", ".join(p(f"x{i}") for i in range(len(skip))) + ")"
-    find = sql._text(
-        ("claim", scope is not None, len(skip)),
-        lambda: (
-            "SELECT s.scope, s.root, s.failures FROM am_memory_scopes s WHERE "
-            f"(s.lease_until IS NULL OR s.lease_until < {p('now')}) AND "
-            f"(s.next_attempt_at IS NULL OR s.next_attempt_at <= {p('now')}) AND EXISTS "
-            "(SELECT 1 FROM am_memory_pending q WHERE q.scope = s.scope AND "
-            f"q.status = 'pending'){only} ORDER BY s.scope LIMIT 1{d.for_update_skip_locked}"
-        ),
+    ``skip``: scopes that already failed in this round).
+
+    Candidates are found without row locks (they span shards, where a distributed database
+    refuses them); each is then claimed by a conditional write of its own ledger row, on its
+    shard: the lease is taken only if it is still free, so of several workers that found the
+    same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
+    find = sql.d.sql(
+        ("memory", "claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
     )
-    lease = sql._text(
-        "lease",
-        lambda: (
-            f"UPDATE am_memory_scopes SET lease_owner = {p('owner')}, lease_until = "
-            f"{p('until')} WHERE scope = {p('scope')}"
-        ),
-    )
-    episodes = sql._text(
-        "claim_episodes",
-        lambda: (
-            "SELECT episode_key FROM am_memory_pending WHERE scope = "
-            f"{p('scope')} AND status = 'pending' ORDER BY recorded_at, episode_key "
-            f"LIMIT {p('n')}"
-        ),
-    )
-    params: dict[str, Any] = {"now": now, **{f"x{i}": x for i, x in enumerate(skip)}}
+    params: dict[str, Any] = {
+        "now": now,
+        "n": CLAIM_CANDIDATES,
+        **{f"x{i}": x for i, x in enumerate(skip)},
+    }
     if scope is not None:
-        params["scope"] = scope
-    [rows] = yield Batch([Stmt(find, params, fetch=True)], lock=True, hold=True)
-    if not rows:
-        yield Batch([], write=True)
-        return None
-    name, root, failures = rows[0]
-    _, keys = yield Batch(
-        [
-            Stmt(lease, {"owner": owner, "until": now + lease_seconds, "scope": name}),
-            Stmt(episodes, {"scope": name, "n": limit}, fetch=True),
-        ],
-        write=True,
+        params.update(scope=scope, shard=sql.scope_shard(scope))
+    while True:
+        [candidates] = yield Batch([Stmt(find, params, fetch=True)])
+        if not candidates:
+            return None
+        claim = yield from _claim_first(sql, candidates, owner, now, lease_seconds, limit)
+        if claim is not None:
+            return claim
+        # others took every candidate meanwhile (their leases now exclude them): look again
+
+
+def _claim_first(
+    sql: MemorySql,
+    candidates: list[Any],
+    owner: str,
+    now: float,
+    lease_seconds: float,
+    limit: int,
+) -> Plan[Claim | None]:
+    """Lease the first of ``candidates`` (``(shard, scope, root)`` rows) still free."""
+    for shard, name, root in candidates:
+        key = {"shard": shard, "scope": name}
+        results = yield Batch(
+            [
+                Stmt(
+                    _take_lease(sql),
+                    {**key, "owner": owner, "until": now + lease_seconds, "now": now},
+                ),
+                Stmt(_held_by(sql), {**key, "owner": owner}, fetch=True),
+                Stmt(_episodes(sql), {**key, "n": limit}, fetch=True),
+            ],
+            lock=True,
+            write=True,
+        )
+        taken, held, keys = results
+        if taken == 1 and held:
+            return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys])
+    return None
+
+
+def _candidates(scope: str | None, skip: int) -> Any:
+    """Core: up to ``:n`` scopes with pending episodes, neither leased nor backing off at
+    ``:now`` (only ``:scope`` of shard ``:shard``, when given; none of ``:x0`` ...)."""
+    s, q = memory_scopes.alias("s"), memory_pending.alias("q")
+    now = sa.bindparam("now", type_=sa.Float)
+    pending = sa.exists().where(
+        q.c.shard == s.c.shard, q.c.scope == s.c.scope, q.c.status == "pending"
     )
-    return Claim(name, root, owner, int(failures), [k for (k,) in keys])
-
-
-def _cached(build: Callable[[MemorySql], str]) -> Callable[[MemorySql], Sql]:
-    """``build(sql)``'s text as a statement of ``sql``'s dialect, built once per dialect
-    (named after the function)."""
-    name = build.__name__.lstrip("_")
-    return lambda sql: sql._text(name, partial(build, sql))
-
-
-@_cached
-def _lease_check(sql: MemorySql) -> str:
-    where = f"WHERE scope = {sql.p('scope')}{sql.d.for_update}"
-    return f"SELECT lease_owner, failures FROM am_memory_scopes {where}"
-
-
-@_cached
-def _release(sql: MemorySql) -> str:
-    p = sql.p
+    where = [
+        sa.or_(s.c.lease_until.is_(None), s.c.lease_until < now),
+        sa.or_(s.c.next_attempt_at.is_(None), s.c.next_attempt_at <= now),
+        pending,
+    ]
+    if scope is not None:
+        where += [s.c.shard == sa.bindparam("shard"), s.c.scope == sa.bindparam("scope")]
+    if skip:
+        where.append(
+            s.c.scope.not_in([sa.bindparam(f"x{i}", type_=sa.String) for i in range(skip)])
+        )
     return (
-        "UPDATE am_memory_scopes SET lease_owner = NULL, lease_until = NULL, failures = "
-        f"{p('failures')}, next_attempt_at = {p('next')}, last_error = {p('error')} "
-        f"WHERE scope = {p('scope')} AND lease_owner = {p('owner')}"
+        sa.select(s.c.shard, s.c.scope, s.c.root)
+        .where(*where)
+        .order_by(s.c.scope)
+        .limit(sa.bindparam("n", type_=sa.Integer))
     )
 
 
-@_cached
-def _done_pending(sql: MemorySql) -> str:
-    where = f"scope = {sql.p('scope')} AND episode_key = {sql.p('episode_key')}"
-    return f"DELETE FROM am_memory_pending WHERE {where}"
+#: Scopes a claim considers at once: should others take the first, it tries the next.
+CLAIM_CANDIDATES = 8
+
+
+def _one_scope(t: Any) -> Any:
+    """Core: ``t``'s rows of one scope (``:shard``, ``:scope``)."""
+    return sa.and_(t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope"))
+
+
+def _take_lease(sql: MemorySql) -> Sql:
+    """Lease a scope to ``:owner`` until ``:until`` if it is free at ``:now`` (a single-row
+    conditional write: rowcount 1 means claimed)."""
+    t = memory_scopes
+    now = sa.bindparam("now", type_=sa.Float)
+
+    def build() -> Any:
+        free = sa.or_(t.c.lease_until.is_(None), t.c.lease_until < now)
+        ready = sa.or_(t.c.next_attempt_at.is_(None), t.c.next_attempt_at <= now)
+        return (
+            sa.update(t)
+            .where(_one_scope(t), free, ready)
+            .values(
+                lease_owner=sa.bindparam("owner", type_=sa.String),
+                lease_until=sa.bindparam("until", type_=sa.Float),
+            )
+        )
+
+    return sql.d.sql(("memory", "take_lease"), build)
+
+
+def _held_by(sql: MemorySql) -> Sql:
+    """The failure count of a scope whose lease ``:owner`` holds (no row: not held)."""
+    t = memory_scopes
+    return sql.d.sql(
+        ("memory", "held_by"),
+        lambda: sa.select(t.c.failures).where(
+            _one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
+        ),
+    )
+
+
+def _episodes(sql: MemorySql) -> Sql:
+    """Up to ``:n`` of a scope's pending episodes, oldest first."""
+    t = memory_pending
+    return sql.d.sql(
+        ("memory", "claim_episodes"),
+        lambda: (
+            sa.select(t.c.episode_key)
+            .where(_one_scope(t), t.c.status == "pending")
+            .order_by(t.c.recorded_at, t.c.episode_key)
+            .limit(sa.bindparam("n", type_=sa.Integer))
+        ),
+    )
+
+
+def _lease_check(sql: MemorySql) -> Sql:
+    """A scope's lease owner and failures, its row locked (one row of one shard: a lock a
+    distributed database routes to that shard; SQLite holds its write lock already)."""
+    t = memory_scopes
+    return sql.d.sql(
+        ("memory", "lease_check"),
+        lambda: sa.select(t.c.lease_owner, t.c.failures).where(_one_scope(t)).with_for_update(),
+    )
+
+
+def _release(sql: MemorySql) -> Sql:
+    """Release a scope's lease held by ``:owner``, recording ``:b_failures``, ``:next``
+    (the back-off) and ``:error``."""
+    t = memory_scopes
+    return sql.d.sql(
+        ("memory", "release"),
+        lambda: (
+            sa.update(t)
+            .where(_one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String))
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                failures=sa.bindparam("b_failures", type_=sa.Integer),
+                next_attempt_at=sa.bindparam("next", type_=sa.Float),
+                last_error=sa.bindparam("error", type_=sa.Text),
+            )
+        ),
+    )
+
+
+def _done_pending(sql: MemorySql) -> Sql:
+    """Delete one pending episode (``:shard``, ``:scope``, ``:episode_key``)."""
+    t = memory_pending
+    return sql.d.sql(
+        ("memory", "done_pending"),
+        lambda: sa.delete(t).where(
+            _one_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
+        ),
+    )
 
 
 def apply_plan(
@@ -150,18 +255,21 @@ def apply_plan(
     change them in between) and returns the rows to write. Returns ``None`` when the lease
     was lost (the job took too long and another worker took over): nothing is written.
     """
-    p = sql.p
-    job_done = sql._text(
-        "job_done",
-        lambda: f"SELECT status FROM am_memory_jobs WHERE job_id = {p('job_id')}",
+    jobs = memory_jobs
+    job_done = sql.d.sql(
+        ("memory", "job_done"),
+        lambda: sa.select(jobs.c.status).where(
+            jobs.c.shard == sa.bindparam("shard"), jobs.c.job_id == sa.bindparam("job_id")
+        ),
     )
+    key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     reads = [
-        Stmt(_lease_check(sql), {"scope": claim.scope}, fetch=True),
-        Stmt(job_done, {"job_id": job_id}, fetch=True),
-        Stmt(sql.rows(), {"prefix": facts_prefix, "now": now}, fetch=True),
+        Stmt(_lease_check(sql), key, fetch=True),
+        Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True),
+        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
     ]
     if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), {"prefix": facts_prefix}, fetch=True))
+        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
     lease, done, fact_rows = results[0], results[1], results[2]
     if not lease or lease[0][0] != claim.owner:
@@ -176,19 +284,16 @@ def apply_plan(
     if writes.items:
         statements += sql.store.writes(writes.items, writes.vectors)
     if writes.decay:
-        statements.append(Stmt(sql.upsert_decay(), writes.decay, many=True))
+        statements.append(sql.decay_stmt(writes.decay))
     statements.append(
-        Stmt(
-            _done_pending(sql),
-            [{"scope": claim.scope, "episode_key": k} for k in episode_keys],
-            many=True,
-        )
+        Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
     )
     if not already:
         statements.append(
             Stmt(
                 sql.insert_job(),
                 {
+                    "shard": key["shard"],
                     "job_id": job_id,
                     "scope": claim.scope,
                     "episodes": json.dumps(list(episode_keys)),
@@ -205,13 +310,7 @@ def apply_plan(
     statements.append(
         Stmt(
             _release(sql),
-            {
-                "scope": claim.scope,
-                "owner": claim.owner,
-                "failures": 0,
-                "next": None,
-                "error": None,
-            },
+            {**key, "owner": claim.owner, "b_failures": 0, "next": None, "error": None},
         )
     )
     yield Batch(statements, write=True)
@@ -235,14 +334,15 @@ def change_facts_plan(
     ``decide`` gets the scope's current facts and their vectors, read inside the
     transaction, and returns the rows to write and the items to remove.
     """
-    scope_row = new_scope_row(scope, root, now)
+    shard = sql.scope_shard(scope)
+    scope_row = new_scope_row(scope, root, now, shard)
     reads = [
         Stmt(sql.ensure_scope(), scope_row),
-        Stmt(_lease_check(sql), {"scope": scope}, fetch=True),  # locks the ledger row
-        Stmt(sql.rows(), {"prefix": facts_prefix, "now": now}, fetch=True),
+        Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True),  # locks it
+        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
     ]
     if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), {"prefix": facts_prefix}, fetch=True))
+        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
     vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
     writes = decide([decode(r) for r in results[2]], vectors)
@@ -250,9 +350,9 @@ def change_facts_plan(
     if writes.items or writes.removed:
         statements += sql.store.writes(writes.items, writes.vectors, writes.removed)
     if writes.decay:
-        statements.append(Stmt(sql.upsert_decay(), writes.decay, many=True))
+        statements.append(sql.decay_stmt(writes.decay))
     if writes.removed:
-        statements.append(Stmt(sql.delete_decay(), writes.removed, many=True))
+        statements.append(Stmt(sql.delete_decay(), sql.store.keyed(writes.removed), many=True))
     yield Batch(statements, write=True)
     return writes
 
@@ -273,26 +373,27 @@ def fail_plan(
     """Record a failed job and release the scope with a back-off; after ``max_attempts``
     failures in a row, park the job's episodes (kept, visible, retried on request) so newer
     episodes are not held up. Returns ``"retry"``, ``"parked"`` or ``"lost"``."""
-    p = sql.p
-    [lease] = yield Batch(
-        [Stmt(_lease_check(sql), {"scope": claim.scope}, fetch=True)], lock=True, hold=True
-    )
+    key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
+    [lease] = yield Batch([Stmt(_lease_check(sql), key, fetch=True)], lock=True, hold=True)
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
         return "lost"
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
-    park_sql = sql._text(
-        "park",
+    q = memory_pending
+    park_sql = sql.d.sql(
+        ("memory", "park"),
         lambda: (
-            f"UPDATE am_memory_pending SET status = 'parked' WHERE scope = {p('scope')} "
-            f"AND episode_key = {p('episode_key')}"
+            sa.update(q)
+            .where(_one_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
+            .values(status="parked")
         ),
     )
     statements = [
         Stmt(
             sql.insert_job(),
             {
+                "shard": key["shard"],
                 "job_id": f"{job_id}:{claim.owner}",
                 "scope": claim.scope,
                 "episodes": json.dumps(list(episode_keys)),
@@ -308,9 +409,9 @@ def fail_plan(
         Stmt(
             _release(sql),
             {
-                "scope": claim.scope,
+                **key,
                 "owner": claim.owner,
-                "failures": 0 if park else failures,
+                "b_failures": 0 if park else failures,
                 "next": None if park else now + backoff_seconds * 2 ** (failures - 1),
                 "error": error[:4000],
             },
@@ -320,7 +421,7 @@ def fail_plan(
         statements.append(
             Stmt(
                 park_sql,
-                [{"scope": claim.scope, "episode_key": k} for k in episode_keys],
+                [{**key, "episode_key": k} for k in episode_keys],
                 many=True,
             )
         )
@@ -330,50 +431,63 @@ def fail_plan(
 
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
     """Queue parked episodes again and clear back-offs (of one scope, or all)."""
-    p = sql.p
-    where = f" AND scope = {p('scope')}" if scope is not None else ""
-    swhere = f" WHERE scope = {p('scope')}" if scope is not None else ""
-    unpark = sql._text(
-        ("unpark", scope is not None),
-        lambda: f"UPDATE am_memory_pending SET status = 'pending' WHERE status = 'parked'{where}",
+    q, t = memory_pending, memory_scopes
+    unpark = sql.d.sql(
+        ("memory", "unpark", scope is not None),
+        lambda: (
+            sa.update(q)
+            .where(q.c.status == "parked", *([_one_scope(q)] if scope is not None else []))
+            .values(status="pending")
+        ),
     )
-    clear = sql._text(
-        ("clear_backoff", scope is not None),
-        lambda: f"UPDATE am_memory_scopes SET failures = 0, next_attempt_at = NULL{swhere}",
+    clear = sql.d.sql(
+        ("memory", "clear_backoff", scope is not None),
+        lambda: (
+            sa.update(t)
+            .where(*([_one_scope(t)] if scope is not None else []))
+            .values(failures=0, next_attempt_at=None)
+        ),
     )
-    params = {"scope": scope} if scope is not None else {}
+    params = {"shard": sql.scope_shard(scope), "scope": scope} if scope is not None else {}
     count, _ = yield Batch([Stmt(unpark, params), Stmt(clear, params)], write=True)
     return int(count)
 
 
 def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
-    p = sql.p
-    marks = ", ".join(p(f"s{i}") for i in range(len(statuses)))
-    query = sql._text(
-        ("jobs", len(statuses)),
+    j = memory_jobs
+    query = sql.d.sql(
+        ("memory", "jobs", len(statuses)),
         lambda: (
-            "SELECT job_id, scope, episodes, extractor_version, status, attempt, error, "
-            f"started_at, finished_at, outcome FROM am_memory_jobs WHERE status IN ({marks}) "
-            f"ORDER BY finished_at DESC LIMIT {p('n')}"
+            sa.select(*(j.c[n] for n in JOB_FIELDS))
+            .where(
+                j.c.status.in_(
+                    [sa.bindparam(f"s{i}", type_=sa.String) for i in range(len(statuses))]
+                )
+            )
+            .order_by(j.c.finished_at.desc())
+            .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
     params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(statuses)}
     params["n"] = limit
     [rows] = yield Batch([Stmt(query, params, fetch=True)])
-    names = (
-        "job_id",
-        "scope",
-        "episodes",
-        "extractor_version",
-        "status",
-        "attempt",
-        "error",
-        "started_at",
-        "finished_at",
-        "outcome",
-    )
-    out = [dict(zip(names, r, strict=True)) for r in rows]
+    out = [dict(zip(JOB_FIELDS, r, strict=True)) for r in rows]
     for job in out:
         job["episodes"] = json.loads(job["episodes"])
         job["outcome"] = json.loads(job["outcome"]) if job["outcome"] else None
     return out
+
+
+#: The columns of a finished job, as :func:`jobs_plan` returns them.
+JOB_FIELDS = (
+    "job_id",
+    "scope",
+    "episodes",
+    "extractor_version",
+    "status",
+    "attempt",
+    "error",
+    "started_at",
+    "finished_at",
+    "outcome",
+)

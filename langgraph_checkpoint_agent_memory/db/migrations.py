@@ -15,7 +15,6 @@ versions and applies the missing ones, each in order.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,29 +28,45 @@ from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan, distribute_plan
+from langgraph_checkpoint_agent_memory.db.row_migrations import (
+    STORE_TABLES,
+    convert_existing_vectors,
+    fill_memory_shards,
+    fill_store_shards,
+    index_existing_items,
+    index_facts,
+)
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
     migrations,
+    settings,
     store_items,
     store_terms,
     store_vectors,
     threads,
 )
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
-from langgraph_checkpoint_agent_memory.text import fact_text
+from langgraph_checkpoint_agent_memory.db.shard import (
+    DEFAULT_SHARD_DEPTH,
+    checked_depth,
+)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
 
 def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
-    """``table`` as an earlier migration created it: without the columns added later."""
+    """``table`` as an earlier migration created it: without the columns added later (and
+    without them in its primary key)."""
     old = sa.Table(
         table.name,
         sa.MetaData(),
         *(c._copy() for c in table.columns if c.name not in without),
         **table.kwargs,
     )
+    if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
+        key = [c.name for c in table.primary_key.columns if c.name not in without]
+        old.append_constraint(sa.PrimaryKeyConstraint(*key, **table.primary_key.dialect_kwargs))
     for index in table.indexes:
         if not {c.name for c in index.columns} & without:
             sa.Index(index.name, *(old.c[c.name] for c in index.columns))
@@ -71,19 +86,24 @@ def _checkpoint_v3(d: Dialect) -> list[str]:
     ]
 
 
+#: Columns added by the shard-key migrations (store 6, memory 4).
+SHARD = {"shard"}
+
+
 def _checkpoint_v1(d: Dialect) -> list[str]:
     tables = [t for t in CHECKPOINT_TABLES if t is not threads]
     return d.ddl([*tables, _as_of(threads, without={"ended_after"})])
 
 
 def _store_v2(d: Dialect) -> list[str]:
-    return d.ddl([_as_of(store_items, without={"doc_len"}), store_vectors]) + d.full_text_ddl()
+    items = _as_of(store_items, without={"doc_len", *SHARD})
+    return d.ddl([items, _as_of(store_vectors, without=SHARD)]) + d.full_text_ddl()
 
 
 def _store_terms(d: Dialect) -> list[str]:
     return [
         d.add_column(store_items, store_items.c.doc_len),
-        *d.ddl([store_terms]),
+        *d.ddl([_as_of(store_terms, without=SHARD)]),
         *d.drop_full_text_ddl(),
     ]
 
@@ -94,8 +114,6 @@ TERMS_VERSION = 3
 VECTORS_VERSION = 4
 #: The store version that prepared approximate vector search (pgvector's column).
 VECTOR_INDEX_VERSION = 5
-#: Items indexed per transaction when the lexical index is filled for items older than it.
-BACKFILL_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -106,10 +124,17 @@ class Step:
     version: int
     description: str
     build: Callable[[Dialect], list[str]]
-    #: Work on rows that SQL alone cannot do (text analysis): a plan run inside the
-    #: migration's transaction, after its statements, so the ledger records the step only
-    #: together with it (a failure rolls both back and the next setup tries again).
-    rows: Callable[[Dialect], Plan[int]] | None = None
+    #: Work on rows that SQL alone cannot do (text analysis, the shard-key rule): a plan
+    #: run inside the migration's transaction, after its statements, with the database's
+    #: ``shard_depth``, so the ledger records the step only together with it (a failure
+    #: rolls both back and the next setup tries again).
+    rows: Callable[[Dialect, int], Plan[int]] | None = None
+    #: Statements run after :attr:`rows` (a primary key rebuilt over filled columns).
+    finish: Callable[[Dialect], list[str]] | None = None
+
+    def statements(self, dialect: Dialect) -> list[str]:
+        """Every statement of the step, :attr:`rows`' aside."""
+        return self.build(dialect) + (self.finish(dialect) if self.finish else [])
 
 
 @dataclass(frozen=True)
@@ -133,85 +158,42 @@ class Component:
 
 def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
     if TERMS_VERSION in applied:
-        yield from _index_existing_items(dialect)
+        yield from index_existing_items(dialect)
     if VECTOR_INDEX_VERSION in applied:
         # what the database offers now: pgvector may have been installed since
         yield from dialect.vectors_plan()
     if VECTORS_VERSION in applied and dialect.native_vectors:
-        yield from _convert_existing_vectors(dialect)
+        yield from convert_existing_vectors(dialect)
 
 
-#: The kinds of memory namespace that hold facts (``<root>.<scope>.facts``, ``...history``).
-FACT_NAMESPACES = ("facts", "history")
+#: The store version that gave every store row its shard key.
+STORE_SHARD_VERSION = 6
+#: The memory version that gave every memory row its shard key.
+MEMORY_SHARD_VERSION = 4
 
 
-def _index_facts(dialect: Dialect) -> Plan[int]:
-    """Re-index the facts stored before facts were indexed by attribute and value (their
-    ``doc`` was the statement alone), with :func:`~..text.fact_text`: the same text agent
-    memory now writes. Runs inside the migration's transaction (see :attr:`Step.rows`), a
-    page of items at a time; items that are not facts are left alone."""
-    p = dialect.param
-    select = dialect.sql(
-        "facts_to_index",
-        lambda: (
-            "SELECT prefix, key, value, doc FROM am_store_items WHERE "
-            f"(prefix LIKE {p('facts')} OR prefix LIKE {p('history')}) AND "
-            f"(prefix > {p('after_p')} OR (prefix = {p('after_p')} AND key > {p('after_k')})) "
-            f"ORDER BY prefix, key LIMIT {p('n')}"
-        ),
-    )
-    update = dialect.sql(
-        "fact_doc",
-        lambda: (
-            f"UPDATE am_store_items SET doc = {p('doc')}, doc_len = {p('doc_len')} "
-            f"WHERE prefix = {p('prefix')} AND key = {p('key')}"
-        ),
-    )
-    statements = StoreStatements(dialect)
-    _, delete_terms, _ = statements.delete_item()
-    after: tuple[str, str] = ("", "")
-    done = 0
-    while True:
-        params = {
-            "facts": "%.facts",
-            "history": "%.history",
-            "after_p": after[0],
-            "after_k": after[1],
-            "n": BACKFILL_BATCH,
-        }
-        [rows] = yield Batch([Stmt(select, params, fetch=True)], hold=True)
-        items = []
-        for prefix, key, raw, doc in rows:
-            value = raw if isinstance(raw, dict) else json.loads(raw)
-            text = _fact_doc(prefix, value)
-            if text is not None and text != doc:
-                items.append({"prefix": prefix, "key": key, "doc": text})
-        if items:
-            terms = index_rows(items)  # sets each item's doc_len
-            keys = [{"prefix": i["prefix"], "key": i["key"]} for i in items]
-            yield Batch(
-                [
-                    Stmt(update, items, many=True),
-                    Stmt(delete_terms, keys, many=True),
-                    statements.insert_terms_stmt(terms),
-                ],
-                hold=True,
-            )
-            done += len(items)
-        if len(rows) < BACKFILL_BATCH:
-            return done
-        after = (rows[-1][0], rows[-1][1])
+def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
+    """The step's DDL: a nullable ``shard`` column on each of ``tables`` (filled by its
+    rows plan, made part of the key by its finish)."""
+
+    def build(d: Dialect) -> list[str]:
+        return [d.add_column(t, sa.Column("shard", t.c.shard.type)) for t in tables]
+
+    return build
 
 
-def _fact_doc(prefix: str, value: Any) -> str | None:
-    """The text a fact stored under ``prefix`` is indexed by; ``None`` for anything else."""
-    if prefix.rsplit(".", 1)[-1] not in FACT_NAMESPACES or not isinstance(value, dict):
-        return None
-    attribute, said = value.get("attribute"), value.get("value")
-    if value.get("kind") != "fact" or not isinstance(attribute, str) or not isinstance(said, str):
-        return None
-    statement = value.get("statement")
-    return fact_text(attribute, said, statement if isinstance(statement, str) else "")
+#: Indexes an earlier migration created outside :mod:`.schema`, by table: a table rebuilt
+#: to change its key (SQLite) gets them again.
+EXTRA_INDEXES = {"am_store_items": [RECENT_INDEX]}
+
+
+def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
+    """The step's finish: each of ``tables`` keyed as :mod:`.schema` declares it."""
+
+    def build(d: Dialect) -> list[str]:
+        return [sql for t in tables for sql in d.rekey_ddl(t, EXTRA_INDEXES.get(t.name, []))]
+
+    return build
 
 
 CHECKPOINT = Component(
@@ -243,6 +225,16 @@ STORE = Component(
         # HNSW index of each dimension count comes when a store of that dimension sets up),
         # and a namespace index on vectors in byte order, for exact search in a namespace.
         Step(VECTOR_INDEX_VERSION, "store vector search index", lambda d: d.vector_index_ddl()),
+        # Every row keyed by its namespace's shard key (the first shard_depth labels), first
+        # in its primary key: the distribution column of a distributed database, and the
+        # settings table that records the rule.
+        Step(
+            STORE_SHARD_VERSION,
+            "store shard key",
+            lambda d: [*_add_shard(STORE_TABLES)(d), *d.ddl([settings])],
+            rows=fill_store_shards,
+            finish=_rekey(STORE_TABLES),
+        ),
     ),
     _store_backfill,
 )
@@ -250,16 +242,29 @@ MEMORY = Component(
     "memory",
     3,
     (
-        Step(1, "agent memory ledger and decay", lambda d: d.ddl(MEMORY_TABLES)),
+        Step(
+            1,
+            "agent memory ledger and decay",
+            lambda d: d.ddl([_as_of(t, without=SHARD) for t in MEMORY_TABLES]),
+        ),
         # Facts and their history are found by attribute and value, not by statement only.
-        Step(2, "facts indexed by attribute and value", lambda d: [], rows=_index_facts),
+        Step(2, "facts indexed by attribute and value", lambda d: [], rows=index_facts),
         # The same re-indexing, for facts whose statement repeats their value (indexed
         # twice by version 2, which doubled their terms' frequencies).
         Step(
             3,
             "facts indexed once when the statement repeats the value",
             lambda d: [],
-            rows=_index_facts,
+            rows=index_facts,
+        ),
+        # Every ledger, decay and thread row keyed by its scope's shard key, which the
+        # scope's items share under the default rule.
+        Step(
+            MEMORY_SHARD_VERSION,
+            "memory shard key",
+            _add_shard(MEMORY_TABLES),
+            rows=fill_memory_shards,
+            finish=_rekey(MEMORY_TABLES),
         ),
     ),
 )
@@ -285,7 +290,9 @@ def migrations_for(
     """The migrations of ``components`` (all by default), in the order they apply."""
     return [
         Migration(
-            c.ledger_id(s.version), f"{c.name} {s.version}: {s.description}", s.build(dialect)
+            c.ledger_id(s.version),
+            f"{c.name} {s.version}: {s.description}",
+            s.statements(dialect),
         )
         for c in components
         for s in c.steps
@@ -298,10 +305,18 @@ def _description(component: Component, version: int) -> str:
 
 
 def migrate_plan(
-    dialect: Dialect, now: float, components: Sequence[Component] = COMPONENTS
+    dialect: Dialect,
+    now: float,
+    components: Sequence[Component] = COMPONENTS,
+    shard_depth: int | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; return the versions
-    applied, by component name."""
+    applied, by component name.
+
+    With the store among ``components``, it also checks the shard-key rule: the database
+    records ``shard_depth`` at the first setup (``None``: the recorded value, else
+    :data:`.shard.DEFAULT_SHARD_DEPTH`), and a different ``shard_depth`` later is refused
+    with a ``ConfigurationError``, before anything is written."""
     create = dialect.sql(
         "create_migrations",
         lambda: dialect.unless_exists(
@@ -349,8 +364,12 @@ def migrate_plan(
                 Stmt(record, {**row, "description": _description(component, version)})
             )
         done -= set(old)
+    depth, to_record = shard_depth or DEFAULT_SHARD_DEPTH, None
+    if STORE in components:
+        depth, to_record = yield from _shard_rule(dialect, done, shard_depth)
+    statements_after = [Stmt(_record_setting(dialect), to_record)] if to_record else []
     applied: dict[str, list[int]] = {}
-    rewrites: list[Callable[[Dialect], Plan[int]]] = []
+    # in order, each step's statements, then its rows, then its finish; then one commit
     for component in components:
         pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
         for s in pending:
@@ -358,13 +377,15 @@ def migrate_plan(
             row = {"version": component.ledger_id(s.version), "applied_at": now}
             statements.append(Stmt(record, {**row, "description": s.description}))
             if s.rows is not None:
-                rewrites.append(s.rows)
+                yield Batch(statements, hold=True)
+                statements = []
+                yield from s.rows(dialect, depth)
+            if s.finish is not None:
+                statements += [Stmt(Sql(sql)) for sql in s.finish(dialect)]
         applied[component.name] = [s.version for s in pending]
-    # the statements, then the rows, then the tables distributed where the database is
-    # (Citus), then one commit
+    statements += statements_after
+    # then the tables distributed where the database is (Citus), and one commit
     yield Batch(statements, hold=True)
-    for rewrite in rewrites:
-        yield from rewrite(dialect)
     yield from distribute_plan(dialect)
     yield Batch([], write=True)
     for component in components:
@@ -374,6 +395,54 @@ def migrate_plan(
             } | set(applied[component.name])
             yield from component.backfill(dialect, versions)
     return applied
+
+
+def _record_setting(dialect: Dialect) -> Sql:
+    return dialect.sql(
+        "record_setting",
+        lambda: sa.insert(settings).values(
+            name=sa.bindparam("b_name"), value=sa.bindparam("b_value")
+        ),
+    )
+
+
+def _read_setting(dialect: Dialect) -> Sql:
+    return dialect.sql(
+        "read_setting",
+        lambda: sa.select(settings.c.value).where(settings.c.name == sa.bindparam("b_name")),
+    )
+
+
+def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:
+    """The shard depth a set-up database records (see :mod:`.shard`)."""
+    [rows] = yield Batch([Stmt(_read_setting(dialect), {"b_name": "shard_depth"}, fetch=True)])
+    return int(rows[0][0]) if rows else DEFAULT_SHARD_DEPTH
+
+
+def _shard_rule(
+    dialect: Dialect, done: set[int], asked: int | None
+) -> Plan[tuple[int, dict[str, Any] | None]]:
+    """The shard depth this database uses, and the settings row to record (``None`` when
+    one is recorded already). Refuses an ``asked`` depth that differs from the recorded one:
+    rows already carry keys computed by it."""
+    if asked is not None:
+        checked_depth(asked)
+    recorded: int | None = None
+    if STORE.ledger_id(STORE_SHARD_VERSION) in done:
+        read = _read_setting(dialect)
+        [rows] = yield Batch([Stmt(read, {"b_name": "shard_depth"}, fetch=True)], hold=True)
+        recorded = int(rows[0][0]) if rows else None
+    if recorded is not None:
+        if asked is not None and asked != recorded:
+            yield Batch([], write=True)  # end the migration's transaction: nothing written
+            raise ConfigurationError(
+                f"this database's store uses shard_depth={recorded}, and this store was "
+                f"opened with shard_depth={asked}: the shard-key rule is fixed once data is "
+                f"written (open it with shard_depth={recorded})"
+            )
+        return recorded, None
+    depth = asked or DEFAULT_SHARD_DEPTH
+    return depth, {"b_name": "shard_depth", "b_value": str(depth)}
 
 
 def installed_plan(dialect: Dialect) -> Plan[set[str]]:
@@ -393,71 +462,14 @@ def installed_plan(dialect: Dialect) -> Plan[set[str]]:
 
 
 def migrate(
-    database: Database[Any], components: Sequence[Component] = COMPONENTS
+    database: Database[Any],
+    components: Sequence[Component] = COMPONENTS,
+    shard_depth: int | None = None,
 ) -> dict[str, list[int]]:
     """Create or migrate the tables of ``components`` (all by default) in ``database``;
-    return the versions applied, by component name. Idempotent."""
-    return database.run(migrate_plan(database.dialect, time.time(), components))
-
-
-def _index_existing_items(dialect: Dialect) -> Plan[int]:
-    """Index the items stored before the lexical index existed."""
-    p = dialect.param
-    mark = dialect.sql(
-        "index_mark",
-        lambda: (
-            f"UPDATE am_store_items SET doc_len = {p('doc_len')} WHERE prefix = {p('prefix')} "
-            f"AND key = {p('key')}"
-        ),
-    )
-
-    def write(rows: list[Any]) -> list[Stmt]:
-        items = [{"prefix": prefix, "key": key, "doc": doc} for prefix, key, doc in rows]
-        terms = index_rows(items)  # sets each item's doc_len
-        return [StoreStatements(dialect).insert_terms_stmt(terms), Stmt(mark, items, many=True)]
-
-    pending = (
-        "SELECT prefix, key, doc FROM am_store_items WHERE doc IS NOT NULL AND doc_len IS NULL"
-    )
-    return (yield from _backfill(dialect, "index_pending", pending, write))
-
-
-def _convert_existing_vectors(dialect: Dialect) -> Plan[int]:
-    """Fill the native vector column of vectors stored before it existed."""
-    fill = dialect.fill_vector()
-    assert fill is not None
-
-    def write(rows: list[Any]) -> list[Stmt]:
-        updates = [
-            {"prefix": pr, "key": k, "field": f, "embedding": vector_text(bytes(v))}
-            for pr, k, f, v in rows
-        ]
-        return [Stmt(fill, updates, many=True)]
-
-    pending = "SELECT prefix, key, field, vector FROM am_store_vectors WHERE embedding IS NULL"
-    return (yield from _backfill(dialect, "vectors_pending", pending, write))
-
-
-def _backfill(
-    dialect: Dialect, key: str, pending: str, write: Callable[[list[Any]], list[Stmt]]
-) -> Plan[int]:
-    """Bring rows older than a migration up to it, a batch at a time. Runs on every setup,
-    so an interrupted run resumes with the rows ``pending`` still selects; the rows are
-    locked (skipping ones another process holds), so processes share the work."""
-    select = dialect.sql(
-        key,
-        lambda: f"{pending} LIMIT {dialect.param('n')}{dialect.for_update_skip_locked}",
-    )
-    done = 0
-    while True:
-        [rows] = yield Batch(
-            [Stmt(select, {"n": BACKFILL_BATCH}, fetch=True)], lock=True, hold=True
-        )
-        if not rows:
-            yield Batch([], write=True)  # end the transaction the read opened
-            return done
-        yield Batch(write(rows), write=True)
-        done += len(rows)
+    return the versions applied, by component name. Idempotent. ``shard_depth``: the
+    store's shard-key rule (``None``: the one recorded, else the default)."""
+    return database.run(migrate_plan(database.dialect, time.time(), components, shard_depth))
 
 
 _SETUP_LOCK = threading.Lock()
@@ -493,10 +505,13 @@ class SchemaOnFirstUse:
         await self.db.arun(self._setup_plan())
         self._setup_done = True
 
+    #: The store's shard-key rule (``None``: owners without store tables).
+    shard_depth: int | None = None
+
     def _setup_plan(self) -> Plan[Any]:
         """What ``setup()`` runs: the components' migrations (and, for an owner that adds
         to it, whatever else it keeps in the database)."""
-        return migrate_plan(self.dialect, self._clock(), self.components)
+        return migrate_plan(self.dialect, self._clock(), self.components, self.shard_depth)
 
     def _ready(self) -> None:
         if not self._setup_done:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -133,8 +133,9 @@ class PostgresDialect(Dialect):
         return self.sql(
             "insert_vector_native",
             lambda: (
-                "INSERT INTO am_store_vectors (prefix, key, field, vector, embedding) VALUES "
-                "(%(prefix)s, %(key)s, %(field)s, %(vector)s, CAST(%(embedding)s AS vector))"
+                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, embedding) "
+                "VALUES (%(shard)s, %(prefix)s, %(key)s, %(field)s, %(vector)s, "
+                "CAST(%(embedding)s AS vector))"
             ),
         )
 
@@ -145,7 +146,8 @@ class PostgresDialect(Dialect):
             "fill_vector",
             lambda: (
                 "UPDATE am_store_vectors SET embedding = CAST(%(embedding)s AS vector) "
-                "WHERE prefix = %(prefix)s AND key = %(key)s AND field = %(field)s"
+                "WHERE shard = %(shard)s AND prefix = %(prefix)s AND key = %(key)s "
+                "AND field = %(field)s AND embedding IS NULL"
             ),
         )
 
@@ -157,12 +159,18 @@ class PostgresDialect(Dialect):
             'AND (v.prefix = %(ns)s OR v.prefix COLLATE "C" >= %(ns_dot)s))'
         )
 
-    def vector_search(self, filters: str, where: str, dims: int, *, joined: bool) -> Sql | None:
+    def vector_search(
+        self, filters: Hashable, where: str, dims: int, *, joined: bool
+    ) -> Sql | None:
         if not self.native_vectors:
             return None
         # NULLIF: a zero vector's cosine is NaN, which would sort first
         sim = "NULLIF(1 - (v.embedding <=> CAST(%(query_vector)s AS vector)), 'NaN')"
-        items = " JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key" if joined else ""
+        items = (
+            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
+            if joined
+            else ""
+        )
         return self.sql(
             ("vector_search", filters, dims, joined),
             lambda: (
@@ -222,7 +230,7 @@ class PostgresDialect(Dialect):
         yield Batch([Stmt(create_sql)], write=True)
         return True
 
-    def ann_search(self, index: VectorIndex, filters: str, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
         kind = index.vector_type
         distance = f"{index.column} <=> CAST(%(query_vector)s AS {kind}({index.dims}))"
         # Iterative index scans: a filter or a namespace that drops rows makes the scan
@@ -242,19 +250,20 @@ class PostgresDialect(Dialect):
                 ("ann_search", index.name, filters),
                 lambda: (
                     f"SELECT v.prefix, v.key, 1 - ({distance}) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.prefix = v.prefix AND i.key = v.key "
+                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
+                    "AND i.key = v.key "
                     f"WHERE vector_dims(v.embedding) = {index.dims} AND {where} "
                     f"ORDER BY {distance} LIMIT %(n)s"
                 ),
             ),
         ]
 
-    def vector_counts(self, index: VectorIndex) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
         return self.sql(
-            ("vector_counts", index.name),
+            ("vector_counts", index.name, scoped),
             lambda: (
                 "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{self.vector_under()} LIMIT %(cap)s) s), COALESCE((SELECT NULLIF(reltuples, -1) "
+                f"{under} LIMIT %(cap)s) s), COALESCE((SELECT NULLIF(reltuples, -1) "
                 "FROM pg_class WHERE oid = to_regclass(%(index)s)), (SELECT reltuples "
                 "FROM pg_class WHERE oid = to_regclass('am_store_vectors')), 0)"
             ),
@@ -282,6 +291,14 @@ class PostgresDialect(Dialect):
             "DROP INDEX IF EXISTS am_store_items_doc_tsv",
             "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
         ]
+
+    def under_clause(self, column: Any) -> Any:
+        # the byte-order range of :meth:`under`
+        c = column.collate("C")
+        return sa.or_(
+            column == sa.bindparam("ns"),
+            sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
+        )
 
     def under(self, column: str = "prefix") -> str:
         # A byte-order range, so the planner estimates it from the column's statistics (a

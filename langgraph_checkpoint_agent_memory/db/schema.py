@@ -33,12 +33,22 @@ def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
     return sa.Column(name, type_, nullable=False)
 
 
+def _shard() -> sa.Column[Any]:
+    """The shard key (see :mod:`.shard`): the first labels of the row's namespace. First in
+    the primary key of every store and memory table, and their distribution column."""
+    return sa.Column("shard", PREFIX, primary_key=True)
+
+
+#: ``info`` of a table distributed by its shard key (read by the distribution step).
+SHARDED = {"shard_key": "shard"}
+
+
 def _item_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The primary key of a row that belongs to one store item: its namespace (the labels
-    joined with ".") and key, then ``extra`` key columns."""
+    """The primary key of a row that belongs to one store item: its shard key, namespace
+    (the labels joined with ".") and key, then ``extra`` key columns."""
     prefix = sa.Column("prefix", PREFIX, primary_key=True)
     key = sa.Column("key", sa.String(1024), primary_key=True)
-    return (prefix, key, *extra)
+    return (_shard(), prefix, key, *extra)
 
 
 def _thread_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
@@ -141,6 +151,7 @@ store_items = sa.Table(
     sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
+    info=SHARDED,
 )
 
 store_vectors = sa.Table(
@@ -148,6 +159,7 @@ store_vectors = sa.Table(
     metadata,
     *_item_key(sa.Column("field", sa.String(512), primary_key=True)),
     _required("vector", sa.LargeBinary),  # float32, little-endian
+    info=SHARDED,
 )
 
 # The lexical index: one row per (term, item), with what BM25 needs (the term's frequency in
@@ -157,15 +169,17 @@ store_terms = sa.Table(
     "am_store_terms",
     metadata,
     _required("term", sa.String(64)),
+    _required("shard", PREFIX),
     _required("prefix", PREFIX),
     _required("key", sa.String(1024)),
     _required("tf", sa.Integer),
     _required("dl", sa.Integer),
-    sa.PrimaryKeyConstraint("term", "prefix", "key", postgresql_include=["tf", "dl"]),
+    sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
     # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
     # away from the primary key onto every posting of the namespace
     sa.Index("am_store_terms_item", "key", "prefix"),
     sqlite_with_rowid=False,
+    info=SHARDED,
 )
 
 #: Tables holding an item's rows, the item itself last: every delete of items goes through
@@ -178,9 +192,9 @@ SCOPE = sa.String(1024)
 
 
 def _scope_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The primary key of a row that belongs to one memory scope (``user=alice,agent=support``),
-    then ``extra`` key columns."""
-    return (sa.Column("scope", SCOPE, primary_key=True), *extra)
+    """The primary key of a row that belongs to one memory scope (``user=alice,agent=support``):
+    the scope's shard key, the scope, then ``extra`` key columns."""
+    return (_shard(), sa.Column("scope", SCOPE, primary_key=True), *extra)
 
 
 memory_scopes = sa.Table(
@@ -194,6 +208,7 @@ memory_scopes = sa.Table(
     sa.Column("next_attempt_at", TIME),  # back-off after a failure
     sa.Column("last_error", sa.Text),
     _required("created_at", TIME),
+    info=SHARDED,
 )
 
 memory_pending = sa.Table(
@@ -203,11 +218,13 @@ memory_pending = sa.Table(
     _required("recorded_at", TIME),
     _required("status", sa.String(16)),  # pending | parked
     sa.Index("am_memory_pending_status", "status", "scope"),
+    info=SHARDED,
 )
 
 memory_jobs = sa.Table(
     "am_memory_jobs",
     metadata,
+    _shard(),
     sa.Column("job_id", sa.String(255), primary_key=True),
     _required("scope", SCOPE),
     _required("episodes", sa.Text),  # JSON list of episode keys
@@ -220,6 +237,7 @@ memory_jobs = sa.Table(
     sa.Column("outcome", sa.Text),  # JSON: what the job changed
     sa.Index("am_memory_jobs_scope", "scope"),
     sa.Index("am_memory_jobs_status", "status", "finished_at"),
+    info=SHARDED,
 )
 
 memory_decay = sa.Table(
@@ -232,6 +250,7 @@ memory_decay = sa.Table(
     _required("reinforced_at", TIME),  # last confirmed or recalled
     _required("pinned", sa.Integer),
     sa.Index("am_memory_decay_scope", "scope"),
+    info=SHARDED,
 )
 
 memory_threads = sa.Table(
@@ -239,6 +258,19 @@ memory_threads = sa.Table(
     metadata,
     *_scope_key(sa.Column("thread_id", sa.String(255), primary_key=True)),
     _required("seen_at", TIME),
+    info=SHARDED,
 )
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)
+
+# -- settings fixed for a database ---------------------------------------------------------
+
+#: Settings recorded at the first setup that later processes must share (``shard_depth``:
+#: the shard-key rule, fixed once rows carry keys computed by it). Small: a reference table.
+settings = sa.Table(
+    "am_settings",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    _required("value", sa.String(255)),
+    info={"reference": True},
+)

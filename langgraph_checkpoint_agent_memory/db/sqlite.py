@@ -12,7 +12,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -22,6 +22,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
@@ -144,6 +145,34 @@ class SQLiteDialect(Dialect):
 
     def thread_gone(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and THREAD_GONE in str(exc)
+
+    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
+        """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
+        rows copied, the old one dropped, the new one renamed, its indexes created, those
+        of ``keep`` too), inside the migration's transaction."""
+        new = sa.Table(
+            f"{table.name}__rekeyed",
+            sa.MetaData(),
+            *(c._copy() for c in table.columns),
+            *(
+                [sa.PrimaryKeyConstraint(*(c.name for c in table.primary_key.columns))]
+                if not any(c.primary_key for c in table.columns)
+                else []
+            ),
+            **table.kwargs,
+        )
+        cols = ", ".join(c.name for c in table.columns)
+        return [
+            str(CreateTable(new).compile(dialect=self.sa)).strip(),
+            f"INSERT INTO {new.name} ({cols}) SELECT {cols} FROM {table.name}",
+            f"DROP TABLE {table.name}",
+            f"ALTER TABLE {new.name} RENAME TO {table.name}",
+            *(
+                str(CreateIndex(index).compile(dialect=self.sa)).strip()
+                for index in sorted(table.indexes, key=lambda i: i.name or "")
+            ),
+            *keep,
+        ]
 
     def drop_full_text_ddl(self) -> list[str]:
         return [

@@ -1,14 +1,16 @@
 """The store's SQL, for one dialect: items, their vectors and their lexical index.
 
-Writes come from SQLAlchemy; reads are text with a slot for a filter's pre-filter (the
-store builds the filter from :meth:`Dialect.json_prefilter`). The store builds plans from
-these statements and decodes their rows; it writes no SQL itself.
+Statements are SQLAlchemy Core over :mod:`.schema`'s tables, except the reads that carry a
+filter's pre-filter (raw SQL per dialect from :meth:`Dialect.json_prefilter`: JSON path
+operators have no Core form common to SQLite, PostgreSQL and HANA) or rank (BM25's per-query
+CASE of term weights, and the dialects' vector operators). The store builds plans from these
+statements and decodes their rows; it writes no SQL itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -20,13 +22,23 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
+    metadata,
     store_items,
     store_terms,
     store_vectors,
 )
+from langgraph_checkpoint_agent_memory.db.shard import (
+    DEFAULT_SHARD_DEPTH,
+    checked_depth,
+    covers,
+    prefix_shard,
+    shard_key,
+)
 from langgraph_checkpoint_agent_memory.text import postings
 
 ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
+#: The columns of :class:`ItemRow`.
+ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes")
 
 
 class text_length(sa.sql.functions.GenericFunction[int]):
@@ -99,6 +111,7 @@ class TextStats(NamedTuple):
 class ItemKey(NamedTuple):
     """A row of :meth:`StoreStatements.expired`."""
 
+    shard: str
     prefix: str
     key: str
 
@@ -111,8 +124,8 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lexical index rows of store item rows (each with ``prefix``, ``key``, ``doc``);
-    sets each item's ``doc_len``."""
+    """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
+    ``doc``); sets each item's ``doc_len``."""
     out: list[dict[str, Any]] = []
     for item in items:
         doc = item.get("doc")
@@ -121,16 +134,31 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         counts, length = postings(doc)
         item["doc_len"] = length
-        prefix, key = item["prefix"], item["key"]
+        shard, prefix, key = item["shard"], item["prefix"], item["key"]
         out += [
-            {"term": t, "prefix": prefix, "key": key, "tf": n, "dl": length}
+            {"term": t, "shard": shard, "prefix": prefix, "key": key, "tf": n, "dl": length}
             for t, n in counts.items()
         ]
     return out
 
 
+def _key_match(t: Any) -> Any:
+    """``t``'s row of one item: its shard key, namespace and key (``:shard``, ``:prefix``,
+    ``:key``), the shard key first, so a distributed database routes it to one shard."""
+    return sa.and_(
+        t.c.shard == sa.bindparam("shard"),
+        t.c.prefix == sa.bindparam("prefix"),
+        t.c.key == sa.bindparam("key"),
+    )
+
+
 def _delete_item(t: sa.Table) -> Any:
-    return sa.delete(t).where(t.c.prefix == sa.bindparam("prefix"), t.c.key == sa.bindparam("key"))
+    return sa.delete(t).where(_key_match(t))
+
+
+def _live(t: Any) -> Any:
+    """``t``'s item has not expired at ``:now``."""
+    return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
 
 
 def ns_text(namespace: Sequence[str]) -> str:
@@ -138,11 +166,25 @@ def ns_text(namespace: Sequence[str]) -> str:
     return ".".join(namespace)
 
 
-def prefix_params(namespace: Sequence[str]) -> dict[str, Any]:
+def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> dict[str, Any]:
     """Parameters matching a namespace and everything below it, by exact comparison
-    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite)."""
+    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite); with ``shard`` when
+    the namespace covers the shard key (see :func:`.shard.covers`), so statements name it."""
     ns = ns_text(namespace)
-    return {"ns": ns, "ns_dot": ns + ".", "ns_len": len(ns) + 1, "ns_end": ns + "/"}
+    params: dict[str, Any] = {
+        "ns": ns,
+        "ns_dot": ns + ".",
+        "ns_len": len(ns) + 1,
+        "ns_end": ns + "/",
+    }
+    if covers(namespace, depth):
+        params["shard"] = shard_key(namespace, depth)
+    return params
+
+
+def scoped(params: Mapping[str, Any]) -> bool:
+    """Whether parameters of :func:`prefix_params` name one shard key."""
+    return "shard" in params
 
 
 def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[int, int]]:
@@ -153,14 +195,50 @@ def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[in
 
 
 class StoreStatements:
-    """The store's SQL for one dialect: writes from SQLAlchemy, reads as text with a slot
-    for the filter's pre-filter."""
+    """The store's SQL for one dialect: SQLAlchemy Core over :mod:`.schema`'s tables, and text
+    where a statement carries a filter's pre-filter (JSON operators per dialect, no Core form)
+    or ranks (BM25's weights, vector operators).
 
-    def __init__(self, d: Dialect) -> None:
+    Every statement of one item or one namespace names its shard key (``:shard``, computed
+    by :meth:`shard`), so a distributed database routes it to one shard; a namespace prefix
+    shorter than the key (``scoped=False``) matches by prefix alone and reads every shard.
+    """
+
+    def __init__(self, d: Dialect, shard_depth: int = DEFAULT_SHARD_DEPTH) -> None:
         self.d = d
+        self.shard_depth = checked_depth(shard_depth)
         p = d.param
-        self.under = d.under()
+        self._under = d.under()
         self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
+
+    # -- the shard key ---------------------------------------------------------------------
+
+    def shard(self, prefix: str) -> str:
+        """The shard key of the namespace kept as ``prefix`` (see :mod:`.shard`)."""
+        return prefix_shard(prefix, self.shard_depth)
+
+    def keyed(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (each with a ``prefix``), each given its ``shard``."""
+        out = list(rows)
+        for row in out:
+            row["shard"] = self.shard(row["prefix"])
+        return out
+
+    def prefix_params(self, namespace: Sequence[str]) -> dict[str, Any]:
+        """:func:`prefix_params` under this store's rule."""
+        return prefix_params(namespace, self.shard_depth)
+
+    def under(self, scoped: bool, alias: str = "") -> str:
+        """Raw SQL: the row (of table ``alias``) lies at or below the namespace ``:ns``; when
+        ``scoped``, first its shard key is ``:shard`` (pruning on a distributed database)."""
+        under = self._under if not alias else self._under.replace("prefix", f"{alias}.prefix")
+        if not scoped:
+            return under
+        return f"{alias + '.' if alias else ''}shard = {self.d.param('shard')} AND {under}"
+
+    def _vector_under(self, scoped: bool) -> str:
+        under = self.d.vector_under()
+        return f"v.shard = {self.d.param('shard')} AND {under}" if scoped else under
 
     def prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
         """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
@@ -183,120 +261,89 @@ class StoreStatements:
     def text(self, key: Any, build: Callable[[], str]) -> Sql:
         return self.d.sql(("store", key), build)
 
-    def get(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "get",
-            lambda: (
-                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE prefix = {p('prefix')} "
-                f"AND key = {p('key')} AND {self.live}"
-            ),
-        )
+    def core(self, key: Any, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
+        return self.d.sql(("store", key), build)
 
-    def recent(self, filters: str) -> Sql:
-        p = self.d.param
-        return self.text(
-            ("recent", filters),
-            lambda: (
-                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE {self.under} AND {self.live}"
-                f"{filters} ORDER BY updated_at DESC, prefix, key "
-                f"LIMIT {p('n')} OFFSET {p('skip')}"
-            ),
+    # -- one item --------------------------------------------------------------------------
+
+    def get(self) -> Sql:
+        """One live item by ``:shard``, ``:prefix``, ``:key``."""
+        t = store_items
+        return self.core(
+            "get",
+            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(_key_match(t), _live(t)),
         )
 
     def by_keys(self, n: int) -> Sql:
-        p = self.d.param
-        keys = " OR ".join(f"(prefix = {p(f'p{i}')} AND key = {p(f'k{i}')})" for i in range(n))
-        return self.text(
-            ("by_keys", n),
-            lambda: f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE ({keys}) AND {self.live}",
-        )
+        """Live items of ``n`` keys (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
+        t = store_items
 
-    def on_items(self, filters: str) -> str:
-        """The WHERE condition of a statement joined with the items as ``i``: under the
-        namespace, live, and the filter's pre-filter."""
-        return (
-            f"{self.under.replace('prefix', 'i.prefix')} "
-            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
+        def build() -> Any:
+            keys = sa.or_(
+                *(
+                    sa.and_(
+                        t.c.shard == sa.bindparam(f"s{j}"),
+                        t.c.prefix == sa.bindparam(f"p{j}"),
+                        t.c.key == sa.bindparam(f"k{j}"),
+                    )
+                    for j in range(n)
+                )
+            )
+            return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(keys, _live(t))
 
-    def vector_where(self, filters: str) -> str:
-        """The WHERE condition of a statement over vectors ``v`` joined with their items
-        ``i``: the vector under the namespace (through the dialect's namespace index on
-        vectors), its item live and passing the filter's pre-filter."""
-        return (
-            f"{self.d.vector_under()} AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
-
-    def vectors(self, filters: str) -> Sql:
-        return self.text(
-            ("vectors", filters),
-            lambda: (
-                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE {self.vector_where(filters)}"
-            ),
-        )
-
-    def namespaces(self, under: bool) -> Sql:
-        where = f"{self.under} AND " if under else ""
-        return self.text(
-            ("namespaces", under),
-            lambda: f"SELECT DISTINCT prefix FROM am_store_items WHERE {where}{self.live}",
-        )
+        return self.core(("by_keys", n), build)
 
     def fingerprint(self) -> Sql:
-        p = self.d.param
-        return self.text(
+        """Live item count and latest update of the namespace ``:prefix`` (``:shard``)."""
+        t = store_items
+        return self.core(
             "fingerprint",
-            lambda: (
-                "SELECT COUNT(*), MAX(updated_at) FROM am_store_items WHERE prefix = "
-                f"{p('prefix')} AND {self.live}"
+            lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
+                t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix"), _live(t)
             ),
         )
 
     def vectors_exact(self) -> Sql:
-        p = self.d.param
-        return self.text(
+        """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
+        v, i = store_vectors.alias("v"), store_items.alias("i")
+        return self.core(
             "vectors_exact",
             lambda: (
-                "SELECT v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON i.prefix = v.prefix AND i.key = v.key WHERE v.prefix = {p('prefix')} "
-                f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+                sa.select(v.c.key, v.c.vector)
+                .select_from(v.join(i, _same_item(v, i)))
+                .where(
+                    v.c.shard == sa.bindparam("shard"),
+                    v.c.prefix == sa.bindparam("prefix"),
+                    _live(i),
+                )
             ),
         )
 
     def refresh(self) -> Sql:
-        p = self.d.param
-        return self.text(
+        """Restart the TTL of one item (``:shard``, ``:prefix``, ``:key``) at ``:now``."""
+        t = store_items
+        return self.core(
             "refresh",
             lambda: (
-                f"UPDATE am_store_items SET expires_at = {p('now')} + ttl_minutes * 60 "
-                f"WHERE prefix = {p('prefix')} AND key = {p('key')} AND ttl_minutes IS NOT NULL"
+                sa.update(t)
+                .where(_key_match(t), t.c.ttl_minutes.is_not(None))
+                .values(expires_at=sa.bindparam("now", type_=sa.Float) + t.c.ttl_minutes * 60)
             ),
         )
 
     def upsert_item(self) -> Sql:
         update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
+        keys = ["shard", "prefix", "key"]
         if self.d.conditional_upsert:
-            return self.d.sql(
-                ("store", "upsert"), lambda: self.d.upsert(store_items, ["prefix", "key"], update)
-            )
+            return self.d.sql(("store", "upsert"), lambda: self.d.upsert(store_items, keys, update))
         return self.d.sql(
             ("store", "upsert"),
-            lambda: self.d.upsert(store_items, ["prefix", "key"], [*update, "created_at"]),
+            lambda: self.d.upsert(store_items, keys, [*update, "created_at"]),
         )
 
     def created_at(self) -> Sql:
-        p = self.d.param
-        return self.text(
-            "created_at",
-            lambda: (
-                f"SELECT created_at FROM am_store_items WHERE prefix = {p('prefix')} "
-                f"AND key = {p('key')}"
-            ),
-        )
+        t = store_items
+        return self.core("created_at", lambda: sa.select(t.c.created_at).where(_key_match(t)))
 
     def delete_item(self) -> list[Sql]:
         """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
@@ -305,21 +352,76 @@ class StoreStatements:
             for t in (store_vectors, store_terms, store_items)
         ]
 
+    # -- a namespace prefix ----------------------------------------------------------------
+
+    def recent(self, filters: str, scoped: bool) -> Sql:
+        p = self.d.param
+        return self.text(
+            ("recent", filters, scoped),
+            lambda: (
+                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE {self.under(scoped)} "
+                f"AND {self.live}{filters} ORDER BY updated_at DESC, prefix, key "
+                f"LIMIT {p('n')} OFFSET {p('skip')}"
+            ),
+        )
+
+    def on_items(self, filters: str, scoped: bool) -> str:
+        """The WHERE condition of a statement joined with the items as ``i``: under the
+        namespace, live, and the filter's pre-filter."""
+        return (
+            f"{self.under(scoped, 'i')} "
+            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
+            f"{filters.replace('value', 'i.value')}"
+        )
+
+    def vector_where(self, filters: str, scoped: bool) -> str:
+        """The WHERE condition of a statement over vectors ``v`` joined with their items
+        ``i``: the vector under the namespace (through the dialect's namespace index on
+        vectors), its item live and passing the filter's pre-filter."""
+        return (
+            f"{self._vector_under(scoped)} AND {self.live.replace('expires_at', 'i.expires_at')}"
+            f"{filters.replace('value', 'i.value')}"
+        )
+
+    def vectors(self, filters: str, scoped: bool) -> Sql:
+        return self.text(
+            ("vectors", filters, scoped),
+            lambda: (
+                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
+                f"ON {ITEMS_JOIN} WHERE {self.vector_where(filters, scoped)}"
+            ),
+        )
+
+    def namespace_of(self, t: Any, scoped: bool) -> list[Any]:
+        """Core: ``t``'s row lies at or below the namespace ``:ns``; when ``scoped``, first
+        its shard key is ``:shard``."""
+        under = self.d.under_clause(t.c.prefix)
+        return [t.c.shard == sa.bindparam("shard"), under] if scoped else [under]
+
+    def namespaces(self, under: bool, scoped: bool = False) -> Sql:
+        """The distinct namespaces of live items (under ``:ns`` when ``under``)."""
+        t = store_items
+        where = self.namespace_of(t, scoped) if under else []
+        return self.core(
+            ("namespaces", under, scoped),
+            lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
+        )
+
     def insert_vector(self) -> Sql:
         return self.d.insert_vector() or self._insert(store_vectors)
 
-    def vector_search(self, filters: str, dims: int, *, joined: bool) -> Sql | None:
+    def vector_search(self, filters: str, dims: int, *, joined: bool, scoped: bool) -> Sql | None:
         """Exact similarity in SQL (``None`` where the database has no vector column);
         unjoined, of every vector under the namespace, without reading the items."""
-        where = self.vector_where(filters) if joined else self.d.vector_under()
-        return self.d.vector_search(filters, where, dims, joined=joined)
+        where = self.vector_where(filters, scoped) if joined else self._vector_under(scoped)
+        return self.d.vector_search((filters, scoped), where, dims, joined=joined)
 
-    def ann_search(self, index: VectorIndex, filters: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: str, scoped: bool) -> list[Sql]:
         """An approximate search through ``index``: settings, then the query."""
-        return self.d.ann_search(index, filters, self.vector_where(filters))
+        return self.d.ann_search(index, (filters, scoped), self.vector_where(filters, scoped))
 
-    def vector_counts(self, index: VectorIndex) -> Sql:
-        return self.d.vector_counts(index)
+    def vector_counts(self, index: VectorIndex, scoped: bool) -> Sql:
+        return self.d.vector_counts(index, self._vector_under(scoped), scoped)
 
     def insert_terms(self) -> Sql:
         return self._insert(store_terms)
@@ -327,7 +429,7 @@ class StoreStatements:
     def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
         """Insert postings: in one statement where the dialect takes column arrays."""
         arrays = self.d.insert_arrays(store_terms)
-        if arrays is None or not rows:
+        if arrays is None or not rows or self.d.distributed:
             return Stmt(self.insert_terms(), rows, many=True)
         return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in store_terms.columns})
 
@@ -338,13 +440,16 @@ class StoreStatements:
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
-    def delete_under(self) -> list[Sql]:
-        """Per table of :data:`STORE_ROW_TABLES`: delete the rows under a namespace."""
+    def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_ROW_TABLES) -> list[Sql]:
+        """Per table (of :data:`STORE_ROW_TABLES` by default): delete the rows under a
+        namespace."""
+
+        def build(t: sa.Table) -> Any:
+            return sa.delete(t).where(*self.namespace_of(t, scoped))
+
         return [
-            self.text(
-                ("delete_under", t), partial(str.format, "DELETE FROM {} WHERE {}", t, self.under)
-            )
-            for t in STORE_ROW_TABLES
+            self.core(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            for name in tables
         ]
 
     def writes(
@@ -355,12 +460,18 @@ class StoreStatements:
     ) -> list[Stmt]:
         """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
         index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
+        Every row gets its shard key here, from its ``prefix``.
 
         The item's row goes first: its lock makes a concurrent put of the same key wait, so
         the deletes that follow (each statement sees what committed before it) find every old
         vector and posting, and the inserts never collide with another put's rows."""
         vec_sql, terms_sql, item_sql = self.delete_item()
-        keys = [{"prefix": r["prefix"], "key": r["key"]} for r in (*items, *removed)]
+        items = self.keyed(items)
+        removed = self.keyed(removed)
+        keys = [
+            {"shard": r["shard"], "prefix": r["prefix"], "key": r["key"]}
+            for r in (*items, *removed)
+        ]
         out = [
             Stmt(self.upsert_item(), items, many=True),
             Stmt(item_sql, list(removed), many=True),
@@ -368,6 +479,7 @@ class StoreStatements:
             self.insert_terms_stmt(index_rows(items)),
         ]
         if vectors is not None:
+            vectors = self.keyed(vectors)
             if self.d.native_vectors:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
@@ -378,65 +490,86 @@ class StoreStatements:
             ]
         return out
 
-    def _where_ns(self, exact: bool) -> str:
+    def _ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
+        """Core form of :meth:`_where_ns` over ``t``."""
+        if not exact:
+            return self.namespace_of(t, scoped)
+        return [t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("ns")]
+
+    def _where_ns(self, exact: bool, scoped: bool) -> str:
         # an exact namespace is an index seek after the term; a prefix is a range under it
-        return f"prefix = {self.d.param('ns')}" if exact else self.under
+        if not exact:
+            return self.under(scoped)
+        return f"shard = {self.d.param('shard')} AND prefix = {self.d.param('ns')}"
 
-    def term_counts(self, n: int, exact: bool) -> Sql:
+    def term_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
         """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
-        p = self.d.param
-        terms = ", ".join(p(f"t{j}") for j in range(n))
-        return self.text(
-            ("term_counts", n, exact),
+        t = store_terms
+        return self.core(
+            ("term_counts", n, exact, scoped),
             lambda: (
-                f"SELECT term, COUNT(*) FROM am_store_terms WHERE term IN ({terms}) "
-                f"AND {self._where_ns(exact)} GROUP BY term"
+                sa.select(t.c.term, sa.func.count())
+                .where(_terms_in(t, n), *self._ns_of(t, exact, scoped))
+                .group_by(t.c.term)
             ),
         )
 
-    def text_stats(self, exact: bool) -> Sql:
+    def text_stats(self, exact: bool, scoped: bool) -> Sql:
         """How many live indexed items the namespace holds, and their total length."""
-        return self.text(
-            ("text_stats", exact),
-            lambda: (
-                "SELECT COUNT(*), SUM(doc_len) FROM am_store_items WHERE "
-                f"{self._where_ns(exact)} AND {self.live} AND doc_len IS NOT NULL"
+        t = store_items
+        return self.core(
+            ("text_stats", exact, scoped),
+            lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
+                *self._ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
             ),
         )
 
-    def lexical(self, n: int, exact: bool, filters: str, joined: bool) -> Sql:
+    def lexical(self, n: int, exact: bool, filters: str, joined: bool, scoped: bool) -> Sql:
         """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``.
 
         The score is summed from the postings alone, an index-only read; ``:w<j>`` is term
         j's idf times (k1 + 1), ``:k_base`` and ``:k_len`` fold in the length norm. Joined
         with the items, it also applies expiry and the filter's pre-filter (for searches
-        with a filter, or when unjoined candidates turned out expired)."""
+        with a filter, or when unjoined candidates turned out expired). Raw text: the
+        weights are a CASE over the query's terms, bound per query."""
         p = self.d.param
         terms = ", ".join(p(f"t{j}") for j in range(n))
         weight = " ".join(f"WHEN {p(f't{j}')} THEN {p(f'w{j}')}" for j in range(n))
 
         def build() -> str:
             scored = (
-                f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
+                f"SELECT shard, prefix, key, SUM((CASE term {weight} END) * tf / "
                 f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
-                f"WHERE term IN ({terms}) AND {self._where_ns(exact)} GROUP BY prefix, key"
+                f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
+                "GROUP BY shard, prefix, key"
             )
-            if not joined:
-                return f"{scored} ORDER BY score DESC, prefix, key LIMIT {p('n')}"
+            if not joined:  # a namespace's prefix is its key's: the key need not group
+                return (
+                    f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
+                    f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
+                    f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
+                    f"GROUP BY prefix, key ORDER BY score DESC, prefix, key LIMIT {p('n')}"
+                )
+            # the shard key named on both sides, so a distributed database routes the join
+            routed = f"i.shard = {p('shard')} AND " if exact or scoped else ""
             return (  # the postings already kept the namespace: expiry and filter remain
                 f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
-                f"ON i.prefix = s.prefix AND i.key = s.key WHERE "
-                f"{self.live.replace('expires_at', 'i.expires_at')}"
+                "ON i.shard = s.shard AND i.prefix = s.prefix AND i.key = s.key WHERE "
+                f"{routed}{self.live.replace('expires_at', 'i.expires_at')}"
                 f"{filters.replace('value', 'i.value')} "
                 f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
             )
 
-        return self.text(("lexical", n, exact, filters, joined), build)
+        return self.text(("lexical", n, exact, filters, joined, scoped), build)
 
-    def count_under(self) -> Sql:
-        return self.text(
-            "count_under", lambda: f"SELECT COUNT(*) FROM am_store_items WHERE {self.under}"
+    def count_under(self, scoped: bool) -> Sql:
+        t = store_items
+        return self.core(
+            ("count_under", scoped),
+            lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
+
+    # -- across shards ---------------------------------------------------------------------
 
     def expired_stats(self) -> Sql:
         """How many items expired by ``:now`` (what a sweep deletes), and the size of their
@@ -455,11 +588,28 @@ class StoreStatements:
         return self.d.sql(("store", "expired_stats"), build)
 
     def expired(self) -> Sql:
-        p = self.d.param
-        return self.text(
+        """Up to ``:n`` items expired by ``:now``, ``(shard, prefix, key)``: candidates read
+        without locks (across shards); each is deleted by its own key."""
+        t = store_items
+        return self.core(
             "expired",
             lambda: (
-                f"SELECT prefix, key FROM am_store_items WHERE expires_at <= {p('now')} "
-                f"LIMIT {p('n')}"
+                sa.select(t.c.shard, t.c.prefix, t.c.key)
+                .where(t.c.expires_at <= sa.bindparam("now", type_=sa.Float))
+                .limit(sa.bindparam("n", type_=sa.Integer))
             ),
         )
+
+
+#: Raw SQL: the join of vectors ``v`` with their items ``i`` (shard key first: co-located).
+ITEMS_JOIN = "i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
+
+
+def _terms_in(t: Any, n: int) -> Any:
+    """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
+    return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
+
+
+def _same_item(a: Any, b: Any) -> Any:
+    """Core: rows ``a`` and ``b`` belong to the same item."""
+    return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)

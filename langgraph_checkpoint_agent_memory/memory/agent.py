@@ -17,7 +17,7 @@ from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
@@ -113,7 +113,7 @@ class AgentMemory(Generic[StoreT]):
         self.count_tokens = R.token_counter(tokenizer)
         self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
         self._clock = clock
-        self._sql = sqlm.MemorySql(store.dialect, store.statements)
+        self._sql = sqlm.MemorySql(store.dialect, store.statements, self.settings.namespace_root)
         self._recaller = Recaller(
             store, self._sql, self.settings, self.policy, self.count_tokens, clock
         )
@@ -586,7 +586,7 @@ class AgentMemory(Generic[StoreT]):
                 }
             )
         yield Batch(
-            [*self._sql.store.writes(items), Stmt(self._sql.upsert_decay(), decay, many=True)],
+            [*self._sql.store.writes(items), self._sql.decay_stmt(decay)],
             write=True,
         )
         return len(hits)

@@ -26,6 +26,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 #: Dimensions of the default embedder's vectors.
@@ -242,3 +243,21 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
     if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
         raise ConfigurationError(f"index dims must be a whole number above 0, not {dims!r}")
     return dict(index)
+
+
+def ann_config(index: Mapping[str, Any]) -> AnnConfig:
+    """The approximate index settings of an ``IndexConfig``: LangGraph's
+    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
+    distance = index.get("distance_type", "cosine")
+    if distance != "cosine":
+        raise ConfigurationError(
+            f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
+            "supported"
+        )
+    config = AnnConfig.parse(index.get("ann_index_config"))
+    if config.vector_type == "vector" and int(index["dims"]) > HNSW_MAX_DIMS["vector"]:
+        raise ConfigurationError(
+            f"vector_type 'vector' indexes at most {HNSW_MAX_DIMS['vector']:,} dimensions, not "
+            f"{int(index['dims']):,}: use 'halfvec' (up to 4,000) or leave vector_type out"
+        )
+    return config

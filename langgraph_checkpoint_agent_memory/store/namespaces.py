@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.store.base import ListNamespacesOp
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, prefix_params
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, scoped
 
 
 def namespaces_plan(
@@ -21,8 +21,10 @@ def namespaces_plan(
                     break
                 literal.append(label)
             break
-    params: dict[str, Any] = {"now": now, **(prefix_params(literal) if literal else {})}
-    [rows] = yield Batch([Stmt(statements.namespaces(bool(literal)), params, fetch=True)])
+    params: dict[str, Any] = {"now": now, **(statements.prefix_params(literal) if literal else {})}
+    # one shard when the literal labels cover the shard key; otherwise every shard
+    query = statements.namespaces(bool(literal), scoped(params))
+    [rows] = yield Batch([Stmt(query, params, fetch=True)])
     found: set[tuple[str, ...]] = set()
     for (prefix,) in rows:
         ns = tuple(prefix.split("."))

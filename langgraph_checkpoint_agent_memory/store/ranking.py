@@ -40,6 +40,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     StoreStatements,
     TextStats,
     VectorRow,
+    scoped,
     vector_text,
 )
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -177,7 +178,7 @@ class Ranker:
             approximate = yield from self._approximate_pays(index, base, want)
             if approximate:
                 n = want * self.fields
-                *settings, query = self.statements.ann_search(index, filters)
+                *settings, query = self.statements.ann_search(index, filters, scoped(base))
                 found = yield Batch(
                     [
                         *(Stmt(sql) for sql in settings),
@@ -191,14 +192,18 @@ class Ranker:
                 # exact answer below holds every match
                 self.ann_fallbacks += 1
                 joined = True
-        native = self.statements.vector_search(filters, len(query_vector), joined=joined)
+        native = self.statements.vector_search(
+            filters, len(query_vector), joined=joined, scoped=scoped(base)
+        )
         if native is not None:  # exact similarity computed by the database
             n = want * self.fields
             params = {**base, "n": n, "query_vector": text}
             [found] = yield Batch([Stmt(native, params, fetch=True)])
             rows = [ScoredRow._make(r) for r in found]
             return _best_items(rows, want), len(rows) >= n
-        [found] = yield Batch([Stmt(self.statements.vectors(filters), base, fetch=True)])
+        [found] = yield Batch(
+            [Stmt(self.statements.vectors(filters, scoped(base)), base, fetch=True)]
+        )
         nearest = self.nearest(found, query_vector, want + 1)
         return nearest[:want], len(nearest) > want
 
@@ -209,7 +214,8 @@ class Ranker:
         counts = self.vector_counts.get(key)
         if not self._fresh(counts):
             params = {**base, "cap": self.count_cap, "index": index.name}
-            [rows] = yield Batch([Stmt(self.statements.vector_counts(index), params, fetch=True)])
+            counts_sql = self.statements.vector_counts(index, scoped(base))
+            [rows] = yield Batch([Stmt(counts_sql, params, fetch=True)])
             vectors, total = int(rows[0][0]), float(rows[0][1] or 0.0)
             counts = (vectors, total, self._clock(), self.writes)
             self._remember(self.vector_counts, key, counts)
@@ -264,9 +270,10 @@ class Ranker:
         key = (base["ns"], exact)
         stats = self.stats.get(key)
         fresh = self._fresh(stats)
-        statements = [Stmt(self.statements.term_counts(n, exact), params, fetch=True)]
+        one = scoped(base)
+        statements = [Stmt(self.statements.term_counts(n, exact, one), params, fetch=True)]
         if not fresh:
-            statements.append(Stmt(self.statements.text_stats(exact), params, fetch=True))
+            statements.append(Stmt(self.statements.text_stats(exact, one), params, fetch=True))
         found = yield Batch(statements)
         df = {term: int(count) for term, count in found[0]}
         if not fresh:  # kept even when no term matched: the next query needs them as much
@@ -285,7 +292,7 @@ class Ranker:
             **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
         )
         [rows] = yield Batch(
-            [Stmt(self.statements.lexical(n, exact, filters, joined), params, fetch=True)]
+            [Stmt(self.statements.lexical(n, exact, filters, joined, one), params, fetch=True)]
         )
         return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
 
@@ -302,7 +309,7 @@ class Ranker:
         drops what expired). The namespace's vectors are read once and reused while it does
         not change."""
         ns = ".".join(namespace)
-        base = {"ns": ns, "now": now}
+        base = {"ns": ns, "shard": self.statements.shard(ns), "now": now}
         terms = S.terms(query)
         fused, _ = yield from self.fused_plan(terms, None, "", base, want, exact=True)
         if query_vector is None or not self.embeds:
@@ -321,11 +328,15 @@ class Ranker:
             weights.append(self.ranking.vector_weight)
         return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
 
+    def _one_ns(self, ns: str, now: float) -> dict[str, Any]:
+        """Parameters naming exactly the namespace ``ns`` (with its shard key)."""
+        return {"shard": self.statements.shard(ns), "prefix": ns, "now": now}
+
     def matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
         """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
         item count, latest update) that any write to the namespace changes."""
         [rows] = yield Batch(
-            [Stmt(self.statements.fingerprint(), {"prefix": ns, "now": now}, fetch=True)]
+            [Stmt(self.statements.fingerprint(), self._one_ns(ns, now), fetch=True)]
         )
         found = Fingerprint._make(rows[0])
         fingerprint = (int(found.items), float(found.latest or 0.0))
@@ -335,7 +346,7 @@ class Ranker:
                 self.matrices.move_to_end(ns)
                 return cached[1], cached[2]
         [rows] = yield Batch(
-            [Stmt(self.statements.vectors_exact(), {"prefix": ns, "now": now}, fetch=True)]
+            [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
         )
         # stores of other dimension counts may share the namespace: their vectors are not
         # comparable with this store's queries

@@ -45,19 +45,24 @@ from langgraph.store.base import (
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
-from langgraph_checkpoint_agent_memory.db.migrations import Component, StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
+from langgraph_checkpoint_agent_memory.db.migrations import (
+    Component,
+    StoreSchemaOnFirstUse,
+    recorded_shard_depth_plan,
+)
+from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
     StoreStatements,
     ns_text,
-    prefix_params,
+    scoped,
 )
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
-from langgraph_checkpoint_agent_memory.store.embed import resolve_index
+from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 
@@ -123,6 +128,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: How many lexical and vector candidates each query considers, at least.
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
+        shard_depth: How many leading namespace labels form a row's shard key (2:
+            ``("users", "alice", ...)`` -> ``"users.alice"``), fixed for a database at its
+            first setup. ``None``: the database's rule, 2 for a new one; another value than
+            the recorded one gets a ``ConfigurationError``. Searches under a shorter prefix
+            read every shard (see the user guide, "The shard key").
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -158,10 +168,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         candidates: int = 50,
         auto_setup: bool = True,
         clock: Callable[[], float] = time.time,
+        shard_depth: int | None = None,
     ) -> None:
         self.db = database
         self.dialect = database.dialect
-        self.statements = StoreStatements(self.dialect)
+        depth = DEFAULT_SHARD_DEPTH if shard_depth is None else shard_depth
+        self.statements = StoreStatements(self.dialect, depth)
+        #: The rule asked for (``None``: the database's); the rule in use is
+        #: ``statements.shard_depth``, the recorded one once set up.
+        self.shard_depth = None if shard_depth is None else self.statements.shard_depth
         self.ttl_config = V.checked_ttl_config(ttl)
         self.auto_setup = auto_setup
         self._clock = clock
@@ -177,7 +192,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
             }
             self.embeddings = ensure_embeddings(config["embed"])
-            self.ann_config = _ann_config(config)
+            self.ann_config = ann_config(config)
         self.ranker: Ranker = Ranker(
             self.statements,
             S.Ranking(*V.checked_ranking(weights, rrf_k, candidates)),
@@ -263,6 +278,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     def _setup_plan(self) -> Plan[Any]:
         applied = yield from super()._setup_plan()
+        # the rule this database records (what was asked for, or what an earlier setup set)
+        self.statements.shard_depth = yield from recorded_shard_depth_plan(self.dialect)
         yield from self._vector_index_plan(create=True)
         return applied
 
@@ -386,7 +403,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                     [
                         Stmt(
                             self.statements.get(),
-                            {"prefix": ns_text(op.namespace), "key": op.key, "now": now},
+                            {
+                                "shard": self.statements.shard(ns_text(op.namespace)),
+                                "prefix": ns_text(op.namespace),
+                                "key": op.key,
+                                "now": now,
+                            },
                             fetch=True,
                         )
                     ]
@@ -404,6 +426,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)
         if refresh:  # only items that have a TTL: reads of the others stay reads
+            refresh = self.statements.keyed(refresh)
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
@@ -472,7 +495,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 [
                     Stmt(
                         self.statements.created_at(),
-                        {"prefix": r["prefix"], "key": r["key"]},
+                        {
+                            "shard": self.statements.shard(r["prefix"]),
+                            "prefix": r["prefix"],
+                            "key": r["key"],
+                        },
                         fetch=True,
                     )
                     for r in items
@@ -509,7 +536,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = S.conditions(op.filter)
         filters, fparams = self.statements.prefilter(conds)
-        base = {**prefix_params(op.namespace_prefix), "now": now, **fparams}
+        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
@@ -551,6 +578,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             params: dict[str, Any] = {"now": now}
             for j, ((prefix, key), _) in enumerate(chunk):
                 params[f"p{j}"], params[f"k{j}"] = prefix, key
+                params[f"s{j}"] = self.statements.shard(prefix)
             [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
             by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
             for item_key, score in chunk:
@@ -577,7 +605,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         cursor, size = 0, max(op.limit + op.offset, 16)
         while True:
             params = {**base, "n": size, "skip": cursor}
-            [rows] = yield Batch([Stmt(self.statements.recent(filters), params, fetch=True)])
+            recent = self.statements.recent(filters, scoped(base))
+            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
             for row in map(ItemRow._make, rows):
                 if page.offer(row, None):
                     return page.items
@@ -591,11 +620,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
         if not namespace:
             raise ConfigurationError("delete_namespace needs a namespace prefix")
-        params = prefix_params(namespace)
+        params = self.statements.prefix_params(namespace)
+        one = scoped(params)  # the prefix covers the shard key; else it spans shards
         [[(count,)]] = yield Batch(
-            [Stmt(self.statements.count_under(), params, fetch=True)], lock=True, hold=True
+            [Stmt(self.statements.count_under(one), params, fetch=True)], lock=True, hold=True
         )
-        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under()], write=True)
+        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under(one)], write=True)
         return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
@@ -624,6 +654,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
     def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
+        # Candidates are read without row locks (they span shards); each delete names its
+        # item's shard key, and deleting an item another sweep deleted first is a no-op.
         removed = 0
         while True:
             [rows] = yield Batch(
@@ -666,21 +698,3 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
-
-
-def _ann_config(index: Mapping[str, Any]) -> AnnConfig:
-    """The approximate index settings of an ``IndexConfig``: LangGraph's
-    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
-    distance = index.get("distance_type", "cosine")
-    if distance != "cosine":
-        raise ConfigurationError(
-            f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
-            "supported"
-        )
-    config = AnnConfig.parse(index.get("ann_index_config"))
-    if config.vector_type == "vector" and int(index["dims"]) > HNSW_MAX_DIMS["vector"]:
-        raise ConfigurationError(
-            f"vector_type 'vector' indexes at most {HNSW_MAX_DIMS['vector']:,} dimensions, not "
-            f"{int(index['dims']):,}: use 'halfvec' (up to 4,000) or leave vector_type out"
-        )
-    return config
