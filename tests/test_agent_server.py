@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer"))
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer", "citus"))
 def backend(request: pytest.FixtureRequest) -> str:
     """SQLite, each PostgreSQL server, and PgBouncer in transaction mode: the server gets
     ``AGENT_MEMORY_URL=...?prepare_threshold=none`` there."""

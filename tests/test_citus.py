@@ -204,3 +204,101 @@ def test_a_role_that_does_not_own_undistributed_tables_is_told_what_to_do(
             _open(savers, app_url).setup()
     finally:
         cluster.drop(url)
+
+
+STORE_AND_MEMORY_TABLES = {
+    "am_store_items",
+    "am_store_vectors",
+    "am_store_terms",
+    "am_memory_scopes",
+    "am_memory_pending",
+    "am_memory_jobs",
+    "am_memory_decay",
+    "am_memory_threads",
+}
+
+
+@pytest.fixture
+def memory(citus_url: str) -> Iterator[Any]:
+    """An AgentMemory on a store with a vector index, on the cluster, set up."""
+    from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+    from langgraph_checkpoint_agent_memory.memory.extract import RuleBasedExtractor
+    from tests.helpers import WordEmbeddings
+
+    store = create_store(citus_url, index={"dims": 64, "embed": WordEmbeddings()})
+    agent_memory = AgentMemory(store, extractor=RuleBasedExtractor())
+    store.setup()
+    yield agent_memory
+    store.close()
+
+
+def test_setup_distributes_the_store_and_memory_tables_by_their_shard_key(
+    citus_url: str, memory: Any
+) -> None:
+    placement = _placement(citus_url)
+    assert {n: placement[n][:2] for n in STORE_AND_MEMORY_TABLES} == {
+        n: ("h", "shard") for n in STORE_AND_MEMORY_TABLES
+    }
+    assert len({placement[n][2] for n in STORE_AND_MEMORY_TABLES}) == 1  # co-located
+    assert placement["am_settings"][0] == "n"
+
+
+def test_every_hot_store_and_memory_statement_is_a_router_query(
+    citus_url: str, memory: Any
+) -> None:
+    store = memory.store
+    alice, ns = "user=alice", ("docs", "alice")
+    log = Recorder(store)
+    store.put(ns, "k1", {"text": "ramen in Berlin", "n": 1})
+    store.put(ns, "k2", {"text": "jazz on Sunday", "n": 2})
+    assert store.get(ns, "k1") is not None
+    assert [i.key for i in store.search(ns, query="ramen")][:1] == ["k1"]
+    assert [i.key for i in store.search(ns, filter={"n": 2})] == ["k2"]
+    assert store.search(ns, query="Sunday jazz", filter={"n": {"$gte": 1}})
+    assert store.list_namespaces(prefix=ns) == [ns]
+    store.delete(ns, "k2")
+    memory.record(alice, [{"role": "user", "content": "I live in Berlin and I like jazz"}])
+    report = memory.consolidate(alice)
+    assert report.completed == 1
+    assert "Berlin" in memory.build_context(alice, "where do I live")
+    tools = {t.name: t for t in memory.tools()}
+    config = {"configurable": {"thread_id": "t", "user_id": "alice"}}
+    tools["remember_fact"].invoke({"attribute": "city", "value": "Lyon"}, config)
+    assert "Lyon" in tools["search_memory"].invoke({"query": "city"}, config)
+    tools["forget_fact"].invoke({"attribute": "likes"}, config)
+    counts = memory.erase(alice)
+    assert counts["am_store_items"] > 0
+    assert memory.facts(alice) == []
+    texts = {text for text, _ in log.sent}
+    assert any("am_memory_pending" in t for t in texts)  # memory's statements were seen too
+    assert any("am_store_vectors" in t for t in texts)
+    assert not_routed(citus_url, log) == []
+
+
+def test_a_search_above_the_shard_key_still_finds_every_user(citus_url: str, memory: Any) -> None:
+    store = memory.store
+    for user in ("alice", "bob", "carol"):
+        store.put(("docs", user), "note", {"text": f"{user} likes ramen"})
+    found = store.search(("docs",), query="ramen")
+    assert sorted(i.namespace[1] for i in found) == ["alice", "bob", "carol"]
+    assert sorted(store.list_namespaces(prefix=("docs",))) == [
+        ("docs", "alice"),
+        ("docs", "bob"),
+        ("docs", "carol"),
+    ]
+
+
+def test_tables_of_a_component_set_up_later_join_the_same_co_location_group(
+    citus_url: str,
+) -> None:
+    from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+    store = create_store(citus_url)
+    store.setup()  # the store's tables alone
+    assert "am_memory_scopes" not in _placement(citus_url)
+    later = create_store(citus_url)
+    AgentMemory(later).record("user=alice", [{"role": "user", "content": "hi"}])
+    placement = _placement(citus_url)
+    assert len({placement[n][2] for n in STORE_AND_MEMORY_TABLES}) == 1
+    store.close()
+    later.close()

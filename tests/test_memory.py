@@ -26,9 +26,10 @@ from tests.helpers import WordEmbeddings
 from tests.pg import backend_params, libpq_url
 
 
-@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer"))
+@pytest.fixture(params=backend_params("sqlite", "postgres", "pgbouncer", "citus"))
 def backend(request: pytest.FixtureRequest) -> str:
-    """SQLite, each PostgreSQL server, and PgBouncer in transaction mode (tests/pg.py)."""
+    """SQLite, each PostgreSQL server, PgBouncer in transaction mode and the Citus cluster
+    (tests/pg.py)."""
     return str(request.param)
 
 

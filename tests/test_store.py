@@ -16,7 +16,7 @@ from tests.helpers import FakeClock, WordEmbeddings
 from tests.pg import backend_params
 
 
-@pytest.fixture(params=backend_params("memory", "sqlite", "postgres", "pgbouncer"))
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres", "pgbouncer", "citus"))
 def store_backend(request: pytest.FixtureRequest) -> str:
     """Memory, SQLite, each PostgreSQL server, and PgBouncer in transaction mode."""
     return str(request.param)

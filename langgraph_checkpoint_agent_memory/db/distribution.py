@@ -55,11 +55,17 @@ def citus_tables() -> list[sa.Table]:
     return sorted(tables, key=lambda t: (shard_key(t) or "~", t.name))
 
 
-def detect_plan(dialect: Dialect) -> Plan[bool]:
-    """Whether the database is distributed (Citus installed); records it on ``dialect``."""
+def detect_plan(dialect: Dialect, *, hold: bool = False) -> Plan[bool]:
+    """Whether the database is distributed (Citus installed); records it on ``dialect``.
+
+    Args:
+        dialect: The dialect to record it on.
+        hold: Inside a transaction the caller goes on with (setup's, under its lock): keep
+            it open.
+    """
     if dialect.name != "postgresql":
         return False
-    [rows] = yield Batch([Stmt(Sql(CITUS_INSTALLED), fetch=True)])
+    [rows] = yield Batch([Stmt(Sql(CITUS_INSTALLED), fetch=True)], hold=hold)
     dialect.distributed = bool(rows[0][0])
     return dialect.distributed
 
@@ -71,7 +77,7 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
     Meant to run inside the migrations' transaction, after their statements and under their
     lock (see :func:`~.migrations.migrate_plan`).
     """
-    distributed = yield from detect_plan(dialect)
+    distributed = yield from detect_plan(dialect, hold=True)
     if not distributed:
         return []
     tables = citus_tables()
@@ -91,22 +97,28 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
             "their owner can distribute them: run `agent-memory migrate` (or setup()) once "
             "as that role"
         )
-    statements = [Stmt(Sql(_distribute(t)), fetch=True) for t in todo]
+    # each group of one shard key column co-located with a table of it that Citus knows,
+    # else with the first of the group distributed here (which starts the group)
+    anchors = {shard_key(t): t.name for t in tables if t.name in state and state[t.name][0]}
+    statements = []
+    for table in todo:
+        key = shard_key(table)
+        anchor = anchors.setdefault(key, table.name)
+        statements.append(Stmt(Sql(_distribute(table, anchor)), fetch=True))
     if statements:
         yield Batch(statements, hold=True)
     return [t.name for t in todo]
 
 
-def _distribute(table: sa.Table) -> str:
-    """The call that makes ``table`` a Citus table, co-located with the first table (by
-    name) of the same shard key column, which :func:`citus_tables` orders first; then the
-    coordinator's local copy of the rows it moved into shards is emptied."""
+def _distribute(table: sa.Table, anchor: str) -> str:
+    """The call that makes ``table`` a Citus table, co-located with table ``anchor`` (a
+    new co-location group when it is ``table`` itself); then the coordinator's local copy of
+    the rows it moved into shards is emptied."""
     key = shard_key(table)
     name = table.name
     if key is None:
         call = f"create_reference_table('{name}')"
     else:
-        anchor = min(t.name for t in metadata.sorted_tables if shard_key(t) == key)
         colocate = "none" if anchor == name else anchor
         call = f"create_distributed_table('{name}', '{key}', colocate_with => '{colocate}')"
     return f"SELECT {call}, truncate_local_data_after_distributing_table('{name}')"

@@ -467,21 +467,31 @@ def decay_plan(
 # -- erase and listings --------------------------------------------------------------------
 
 
-def known_scopes_plan(sql: MemorySql, root: str) -> Plan[set[str]]:
-    """Every scope with a ledger row, and every namespace under ``root`` holding items."""
+def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Plan[set[str]]:
+    """Every scope with a ledger row, and every namespace under ``root`` holding items; with
+    ``shard``, only those whose rows carry that shard key (one shard, not all)."""
     s, i = memory_scopes, store_items
+    one = shard is not None
+
+    def on_shard(t: Any) -> list[Any]:
+        return [t.c.shard == sa.bindparam("shard")] if one else []
+
     scopes = sql.d.sql(
-        ("memory", "scopes"),
-        lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root")),
+        ("memory", "scopes", one),
+        lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root"), *on_shard(s)),
     )
     prefixes = sql.d.sql(
-        ("memory", "prefixes"),
-        lambda: sa.select(i.c.prefix).distinct().where(_under_root(sql, i)),
+        ("memory", "prefixes", one),
+        lambda: sa.select(i.c.prefix).distinct().where(*on_shard(i), _under_root(sql, i)),
     )
     a, b = yield Batch(
         [
-            Stmt(scopes, {"root": root}, fetch=True),
-            Stmt(prefixes, {"n": len(root) + 1, "root_dot": root + "."}, fetch=True),
+            Stmt(scopes, {"root": root, "shard": shard}, fetch=True),
+            Stmt(
+                prefixes,
+                {"n": len(root) + 1, "root_dot": root + ".", "shard": shard},
+                fetch=True,
+            ),
         ]
     )
     found = {s for (s,) in a}

@@ -31,6 +31,7 @@ from langgraph_checkpoint_agent_memory.memory.extract import (
     messages_as_dicts,
 )
 from langgraph_checkpoint_agent_memory.memory.model import (
+    SCOPE_KEYS,
     AsOf,
     Episode,
     Fact,
@@ -612,10 +613,29 @@ class AgentMemory(Generic[StoreT]):
                 continue
         return out
 
+    def _covering_shard(self, scope: ScopeLike) -> str | None:
+        """The one shard key under which ``scope`` and every narrower scope it covers keep
+        their rows, or ``None`` when a narrower scope may carry another (a scope without the
+        leading keys the shard key is made of: under the default ``shard_depth`` of 2,
+        ``agent=support`` covers ``user=bob,agent=support``, keyed ``memory.user=bob``)."""
+        target = Scope.of(scope)
+        leading = list(SCOPE_KEYS[: self._sql.store.shard_depth - 1])
+        present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
+        if present[: len(leading)] != leading:
+            return None
+        return self._sql.scope_shard(target.key)
+
+    def _covered_plan(self, scope: ScopeLike) -> Plan[list[str]]:
+        """``scope`` and the narrower scopes it covers that hold memory: found on their one
+        shard where they share one, else across all."""
+        root = self.settings.namespace_root
+        shard = self._covering_shard(scope)
+        known = yield from sqlm.known_scopes_plan(self._sql, root, shard)
+        return self._covered(scope, known)
+
     def _erase_plan(self, scope: ScopeLike) -> Plan[dict[str, int]]:
         root = self.settings.namespace_root
-        known = yield from sqlm.known_scopes_plan(self._sql, root)
-        covered = self._covered(scope, known)
+        covered = yield from self._covered_plan(scope)
         counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered)
         return {"scopes": len(covered), **counts}
 
@@ -623,8 +643,8 @@ class AgentMemory(Generic[StoreT]):
         self._recaller.forget_queued()
 
     def _threads_plan(self, scope: ScopeLike) -> Plan[list[str]]:
-        known = yield from sqlm.known_scopes_plan(self._sql, self.settings.namespace_root)
-        return (yield from sqlm.threads_plan(self._sql, self._covered(scope, known)))
+        covered = yield from self._covered_plan(scope)
+        return (yield from sqlm.threads_plan(self._sql, covered))
 
     def erase(self, scope: ScopeLike) -> dict[str, int]:
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
