@@ -1,4 +1,7 @@
-"""One process of the concurrency test through a connection pooler (tests/test_pgbouncer.py).
+"""The concurrency test of the scale-out deployments (through PgBouncer, on Citus), and one
+process of it.
+
+:func:`run_users_and_check` starts the processes and checks that nothing was lost.
 
 ``python -m tests.pooler_app URL NAME TURNS`` runs, at once: two threads on the sync API and
 one event loop with two tasks on the async API, each a user of its own (``NAME-s0``,
@@ -81,6 +84,59 @@ def main(url: str, name: str, turns: int) -> dict[str, Any]:
     checkpointer.close()  # type: ignore[attr-defined]
     users = [f"{name}-s0", f"{name}-s1", f"{name}-a0", f"{name}-a1"]
     return {"users": users, "gone": gone, "errors": errors}
+
+
+def run_users_and_check(url: str, *, processes: int, turns: int) -> None:
+    """Run ``processes`` processes of :func:`main` on database ``url`` at once; assert that
+    none reported an error, that every user's turns, notes and episodes are all there (and
+    consolidated), and that each erased user left nothing."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    create_store(url).setup()  # first use of a fresh database: its tables
+    saver = create_checkpointer(url=url, ttl_seconds=3600)
+    saver.setup()  # type: ignore[attr-defined]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.pooler_app", url, f"p{n}", str(turns)],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(processes)
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    errors = [e for r in reports for e in r["errors"]]
+    assert errors == []
+
+    store = create_store(url)
+    memory = AgentMemory(store, checkpointer=saver)
+    for report in reports:
+        for user in report["users"]:
+            state = saver.get_tuple({"configurable": {"thread_id": f"{user}-thread"}})
+            assert state is not None, user
+            said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
+            assert [f"I like topic {t}" for t in range(turns)] == [
+                s for s in said if str(s).startswith("I like topic")
+            ]
+            docs = store.search(("docs", user), limit=50)
+            assert sorted(i.key for i in docs) == [f"k{t}" for t in range(turns)]
+            assert len(memory.episodes(f"user={user}")) == turns
+            assert memory.episodes(f"user={user}", status="pending") == []
+        gone = report["gone"]
+        assert saver.get_tuple({"configurable": {"thread_id": f"{gone}-thread"}}) is None
+        assert memory.episodes(f"user={gone}") == []
+    store.close()
+    saver.close()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -302,3 +302,11 @@ def test_tables_of_a_component_set_up_later_join_the_same_co_location_group(
     assert len({placement[n][2] for n in STORE_AND_MEMORY_TABLES}) == 1
     store.close()
     later.close()
+
+
+def test_processes_threads_and_users_lose_nothing(citus_url: str) -> None:
+    """3 processes x (2 threads + 2 async tasks) x 4 turns (graph turns with memory, store
+    puts and searches, consolidate, sweep), and an erased user each: no error, nothing lost."""
+    from tests.pooler_app import run_users_and_check
+
+    run_users_and_check(citus_url, processes=3, turns=4)

@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +19,6 @@ from typing import Any
 import pytest
 
 from langgraph_checkpoint_agent_memory import (
-    AgentMemory,
     ConfigurationError,
     PostgresSaver,
     create_checkpointer,
@@ -30,6 +27,7 @@ from langgraph_checkpoint_agent_memory import (
 from langgraph_checkpoint_agent_memory.testing_pgbouncer import LocalPgBouncer
 from tests.helpers import config_for, make_checkpoint
 from tests.pg import BouncedServer, PgServers, bouncer_params, libpq_url
+from tests.pooler_app import run_users_and_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,50 +186,9 @@ def server_log(bouncer: BouncedServer) -> Path | None:
 
 def test_processes_threads_and_users_lose_nothing(bouncer: BouncedServer, bouncer_url: str) -> None:
     """3 processes x (2 threads + 2 async tasks) x 4 turns, and an erased user each."""
-    turns = 4
     log = server_log(bouncer)
     logged_before = log.stat().st_size if log is not None else 0
-    create_store(bouncer_url).setup()  # first use of a fresh database: its tables
-    saver = create_checkpointer(url=bouncer_url, ttl_seconds=3600)
-    saver.setup()  # type: ignore[attr-defined]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.pooler_app", bouncer_url, f"p{n}", str(turns)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(3)
-    ]
-    reports = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err[-3000:]
-        reports.append(json.loads(out.strip().splitlines()[-1]))
-    errors = [e for r in reports for e in r["errors"]]
-    assert errors == []
-
-    store = create_store(bouncer_url)
-    memory = AgentMemory(store, checkpointer=saver)
-    for report in reports:
-        for user in report["users"]:
-            state = saver.get_tuple({"configurable": {"thread_id": f"{user}-thread"}})
-            said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
-            assert [f"I like topic {t}" for t in range(turns)] == [
-                s for s in said if str(s).startswith("I like topic")
-            ]
-            docs = store.search(("docs", user), limit=50)
-            assert sorted(i.key for i in docs) == [f"k{t}" for t in range(turns)]
-            assert len(memory.episodes(f"user={user}")) == turns
-            assert memory.episodes(f"user={user}", status="pending") == []
-        gone = report["gone"]
-        assert saver.get_tuple({"configurable": {"thread_id": f"{gone}-thread"}}) is None
-        assert memory.episodes(f"user={gone}") == []
-    store.close()
-    saver.close()  # type: ignore[attr-defined]
+    run_users_and_check(bouncer_url, processes=3, turns=4)
 
     if log is not None:
         with log.open("rb") as f:
