@@ -23,6 +23,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
+SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
@@ -160,7 +162,9 @@ def create_store(
         index: LangGraph ``IndexConfig`` for vector search (``dims``, ``embed``, ``fields``).
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
-        **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``, ...) and the
+        **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``,
+            ``shard_depth``, which a declared ``config.store.shard_depth`` field also sets,
+            ...) and the
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`; ``prepare_threshold`` also from the URL or the
@@ -185,6 +189,10 @@ def create_store(
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
+    if options.get("shard_depth") is None:
+        declared = settings.get_field(SHARD_DEPTH_CONFIG_KEY)
+        if declared is not None and declared.value() is not None:
+            options["shard_depth"] = checked_depth(declared.value())
     target = urls.resolve(url)
     _postgres_settings(target, postgres_options)
     if postgres_options and (target is None or target.kind != "postgresql"):

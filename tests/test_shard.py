@@ -612,3 +612,47 @@ def apply(store: Any, op: tuple[Any, ...]) -> Any:
     if kind == "namespaces":
         return store.list_namespaces(prefix=op[1], max_depth=op[2])
     return store.delete_namespace(op[1])
+
+
+def test_a_store_without_setup_uses_the_rule_its_database_records(database_url: str) -> None:
+    """``auto_setup=False`` (migrations run by ``agent-memory migrate`` at deploy time):
+    the first use reads the recorded rule, so its keys are the ones setup wrote."""
+    with create_store(database_url, shard_depth=3) as store:
+        store.put(("users", "alice", "notes"), "n", {"text": "hello"})
+    with create_store(database_url, auto_setup=False) as plain:
+        assert plain.get(("users", "alice", "notes"), "n") is not None
+        plain.put(("users", "alice", "notes"), "m", {"text": "again"})
+        assert plain.statements.shard_depth == 3
+    wrong = create_store(database_url, auto_setup=False, shard_depth=2)
+    with wrong, pytest.raises(ConfigurationError, match="shard_depth=3"):
+        wrong.get(("users", "alice", "notes"), "n")
+    assert sorted(rows(database_url, "SELECT shard FROM am_store_items")) == [
+        ("users.alice.notes",),
+        ("users.alice.notes",),
+    ]
+
+
+def test_the_rule_comes_from_agent_config_and_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_agent_memory import agent_config
+    from langgraph_checkpoint_agent_memory.cli import main
+
+    @agent_config("config.store.shard_depth", "Shard depth", "Scaling out")
+    def shard_depth() -> int:
+        return 2
+
+    monkeypatch.setenv("CONFIG__STORE__SHARD_DEPTH", "3")
+    configured = f"sqlite:///{tmp_path / 'configured.db'}"
+    with create_store(configured) as store:
+        store.put(("users", "alice", "notes"), "n", {"text": "hello"})
+    assert rows(configured, "SELECT value FROM am_settings") == [("3",)]
+
+    by_cli = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["migrate", "--url", by_cli, "--shard-depth", "1"]) == 0
+    assert rows(by_cli, "SELECT value FROM am_settings") == [("1",)]
+    monkeypatch.delenv("CONFIG__STORE__SHARD_DEPTH")
+    store = create_store(by_cli, shard_depth=None)  # config says 2: refused
+    with store, pytest.raises(ConfigurationError, match="shard_depth=1"):
+        store.put(("users", "alice"), "n", {"text": "hi"})
+    assert main(["migrate", "--url", by_cli, "--shard-depth", "2"]) != 0

@@ -56,9 +56,9 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    store = create_store(url, auto_setup=False)
+    store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
-        applied = migrate(store.db, COMPONENTS)
+        applied = migrate(store.db, COMPONENTS, store.shard_depth)
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}
@@ -198,7 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"seconds between {name} rounds (default: config.memory.{name}_every_seconds "
             f"or {default})",
         )
-    command("migrate", "apply schema migrations", _cmd_migrate)
+    migrate = command("migrate", "apply schema migrations", _cmd_migrate)
+    migrate.add_argument(
+        "--shard-depth",
+        type=int,
+        metavar="N",
+        help="for a new database: the store's shard key is a namespace's first N labels "
+        "(default: config.store.shard_depth or 2); a database records its rule once written, "
+        "and refuses another",
+    )
 
     config = command(
         "config", "list the @agent_config fields and their effective values", _cmd_config

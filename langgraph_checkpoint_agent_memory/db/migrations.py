@@ -49,8 +49,8 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
     checked_depth,
+    rule_refused,
 )
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
@@ -435,11 +435,7 @@ def _shard_rule(
     if recorded is not None:
         if asked is not None and asked != recorded:
             yield Batch([], write=True)  # end the migration's transaction: nothing written
-            raise ConfigurationError(
-                f"this database's store uses shard_depth={recorded}, and this store was "
-                f"opened with shard_depth={asked}: the shard-key rule is fixed once data is "
-                f"written (open it with shard_depth={recorded})"
-            )
+            raise rule_refused(recorded, asked)
         return recorded, None
     depth = asked or DEFAULT_SHARD_DEPTH
     return depth, {"b_name": "shard_depth", "b_value": str(depth)}
@@ -513,6 +509,12 @@ class SchemaOnFirstUse:
         to it, whatever else it keeps in the database)."""
         return migrate_plan(self.dialect, self._clock(), self.components, self.shard_depth)
 
+    def _probe_plan(self) -> Plan[Any]:
+        """What the first use runs instead of ``setup()`` when ``auto_setup`` is off: it
+        creates nothing, and finds out what the statements depend on (whether the database
+        is distributed; for an owner that adds to it, what the database records)."""
+        return detect_plan(self.dialect)
+
     def _ready(self) -> None:
         if not self._setup_done:
             with _SETUP_LOCK:
@@ -520,7 +522,7 @@ class SchemaOnFirstUse:
                     if self.auto_setup:
                         self.setup()
                     else:  # the schema is someone else's job; what kind of database is it?
-                        self.db.run(detect_plan(self.dialect))
+                        self.db.run(self._probe_plan())
                         self._setup_done = True
 
     async def _aready(self) -> None:
@@ -528,7 +530,7 @@ class SchemaOnFirstUse:
             if self.auto_setup:
                 await self.asetup()
             else:
-                await self.db.arun(detect_plan(self.dialect))
+                await self.db.arun(self._probe_plan())
                 self._setup_done = True
 
     def _run(self, plan: Plan[T]) -> T:

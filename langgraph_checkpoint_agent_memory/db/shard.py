@@ -84,3 +84,17 @@ def covers(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> bool:
         (True, False)
     """
     return len(namespace) >= depth
+
+
+def rule_refused(recorded: int, asked: int) -> ConfigurationError:
+    """The error for a store opened with a ``shard_depth`` its database does not record.
+
+    Example:
+        >>> str(rule_refused(3, 2)).startswith("this database's store uses shard_depth=3")
+        True
+    """
+    return ConfigurationError(
+        f"this database's store uses shard_depth={recorded}, and this store was opened with "
+        f"shard_depth={asked}: the shard-key rule is fixed once data is written (open it "
+        f"with shard_depth={recorded}, or leave shard_depth out to take the database's)"
+    )

@@ -51,7 +51,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
     StoreSchemaOnFirstUse,
     recorded_shard_depth_plan,
 )
-from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH
+from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
@@ -275,6 +275,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return self._sweeper is not None and self._sweeper.alive
 
     # -- vector index ----------------------------------------------------------------------
+
+    def _probe_plan(self) -> Plan[Any]:
+        """Without setup: the database's kind, and the shard-key rule it records (a rule
+        asked for that differs is refused, as setup refuses it)."""
+        yield from super()._probe_plan()
+        recorded = yield from recorded_shard_depth_plan(self.dialect)
+        if self.shard_depth is not None and self.shard_depth != recorded:
+            raise rule_refused(recorded, self.shard_depth)
+        self.statements.shard_depth = recorded
 
     def _setup_plan(self) -> Plan[Any]:
         applied = yield from super()._setup_plan()
