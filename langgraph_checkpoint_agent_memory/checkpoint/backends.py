@@ -108,6 +108,10 @@ class PostgresSaver(_FromConnString, SQLSaver):
         check_after_idle: For those pools: a connection unused for this many seconds (default
             1) is checked with a round trip before it is handed out, so one a server restart
             broke is replaced instead of failing a call; ``0`` checks at every checkout.
+        schema: The PostgreSQL schema of the package's tables (created at setup when
+            missing; also ``?schema=name`` in the URL): every statement names its tables
+            there, so apps or tenants share one database, through a transaction pooler
+            too. ``None``: the search path's (``public``).
         **kwargs: :class:`SQLSaver` options.
 
     Example:

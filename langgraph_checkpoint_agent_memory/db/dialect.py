@@ -331,6 +331,18 @@ class Dialect:
     #: Whether ``CREATE TABLE IF NOT EXISTS`` exists; otherwise ``create_if_missing`` runs.
     create_if_not_exists = True
 
+    def schema_ddl(self) -> list[str]:
+        """What creates the schema the package's tables live in, where one is set."""
+        return []
+
+    def qualified(self, table: str) -> str:
+        """``table`` as the database knows it (schema-qualified where one is set)."""
+        return table
+
+    def qualify(self, text: str) -> str:
+        """Statement ``text`` as sent: its tables schema-qualified where a schema is set."""
+        return text
+
     def unless_exists(self, table: str, create: str) -> str:
         """``create`` (a CREATE TABLE of ``table``) as a statement that does nothing when the
         table exists, even for a role that may not create tables (PostgreSQL checks the

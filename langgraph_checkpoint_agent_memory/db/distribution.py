@@ -82,7 +82,14 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
         return []
     tables = citus_tables()
     [rows] = yield Batch(
-        [Stmt(Sql(TABLE_STATE), {"tables": [t.name for t in tables]}, fetch=True)], hold=True
+        [
+            Stmt(
+                Sql(TABLE_STATE),
+                {"tables": [dialect.qualified(t.name) for t in tables]},
+                fetch=True,
+            )
+        ],
+        hold=True,
     )
     state: dict[str, tuple[bool, str, bool]] = {
         name: (bool(known), owner, bool(owned)) for name, known, owner, owned in rows

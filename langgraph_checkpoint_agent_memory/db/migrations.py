@@ -341,6 +341,7 @@ def migrate_plan(
     lock = dialect.migration_lock()
     if lock:
         first.append(Stmt(Sql(lock), fetch=True))
+    first += [Stmt(Sql(sql)) for sql in dialect.schema_ddl()]
     if dialect.create_if_not_exists:
         first.append(Stmt(create))
     else:

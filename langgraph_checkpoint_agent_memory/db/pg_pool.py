@@ -14,6 +14,7 @@ other clients of the same server connection. Settings are per transaction (``SET
 from __future__ import annotations
 
 import math
+import re
 import time
 import weakref
 from dataclasses import dataclass, fields
@@ -25,6 +26,8 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 #: (benchmarks ``scale``), prepared statements make ``get_tuple`` about 4x and a graph
 #: invoke about 1.3x faster.
 DEFAULT_PREPARE_THRESHOLD = 5
+#: What ``schema=`` accepts: a plain identifier, so it is never SQL (it is quoted where used).
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a statement is prepared)"
 
 
@@ -192,8 +195,18 @@ class PostgresOptions:
     max_lifetime: float = 3600.0
     #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
     check_after_idle: float = 1.0
+    #: the PostgreSQL schema of the package's tables (``None``: the search path's, public)
+    schema: str | None = None
 
     def __post_init__(self) -> None:
+        if self.schema is not None and (
+            not isinstance(self.schema, str) or not SCHEMA_NAME.fullmatch(self.schema)
+        ):
+            raise ConfigurationError(
+                "schema must be a PostgreSQL identifier of letters, digits and underscores, "
+                f"starting with a letter or underscore, at most 63 characters; got "
+                f"{self.schema!r}"
+            )
         if not _whole(self.pool_size, 1):
             raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
         if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):

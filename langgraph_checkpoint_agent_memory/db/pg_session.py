@@ -19,6 +19,7 @@ prepared statement is one more name on the server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
@@ -39,7 +40,13 @@ class PgSession:
     :func:`execute` and :func:`aexecute` are the two shells that send it.
     """
 
-    def __init__(self, conn: Any, *, synchronous_commit: bool = True) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        synchronous_commit: bool = True,
+        qualify: Callable[[str], str] | None = None,
+    ) -> None:
         if not conn.autocommit:
             raise ConfigurationError(
                 "PostgreSQL connections must be in autocommit mode: use "
@@ -48,6 +55,13 @@ class PgSession:
             )
         self.conn = conn
         self.synchronous_commit = synchronous_commit
+        #: The statement text as sent: the tables named in the package's schema, where it
+        #: has one (see :meth:`PostgresDialect.qualify`).
+        self.text: Callable[[Stmt], str] = (
+            (lambda stmt: stmt.sql.text)
+            if qualify is None
+            else (lambda stmt: qualify(stmt.sql.text))
+        )
         self.in_tx = False
 
     def _single(self, batch: Batch) -> Stmt | None:
@@ -113,13 +127,13 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
     relaxed = session.relaxed(batch)
     try:
         if lone is not None:
-            cur = conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
+            cur = conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
             return [cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
             with conn.pipeline():
                 conn.execute(RELAX_COMMIT, prepare=False)
                 cur = conn.cursor(binary=relaxed.fetch)
-                cur.execute(relaxed.sql.text, _params(relaxed))
+                cur.execute(session.text(relaxed), _params(relaxed))
             return [cur.fetchall() if relaxed.fetch else cur.rowcount]
         sent = []
         try:
@@ -129,9 +143,9 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
                     if not stmt.many:
-                        cur.execute(stmt.sql.text, _params(stmt))
+                        cur.execute(session.text(stmt), _params(stmt))
                     elif stmt.params:
-                        cur.executemany(stmt.sql.text, _params(stmt))
+                        cur.executemany(session.text(stmt), _params(stmt))
                     sent.append((cur, stmt))
                 if not batch.hold:
                     conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
@@ -154,13 +168,13 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
     relaxed = session.relaxed(batch)
     try:
         if lone is not None:
-            cur = await conn.execute(lone.sql.text, _params(lone), binary=lone.fetch)
+            cur = await conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
             async with conn.pipeline():
                 await conn.execute(RELAX_COMMIT, prepare=False)
                 cur = conn.cursor(binary=relaxed.fetch)
-                await cur.execute(relaxed.sql.text, _params(relaxed))
+                await cur.execute(session.text(relaxed), _params(relaxed))
             return [await cur.fetchall() if relaxed.fetch else cur.rowcount]
         return await _apipeline(session, batch)
     except psycopg.OperationalError as exc:
@@ -177,9 +191,9 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
             for stmt in batch.statements:
                 cur = conn.cursor(binary=stmt.fetch)
                 if stmt.many and stmt.params:
-                    await cur.executemany(stmt.sql.text, _params(stmt))
+                    await cur.executemany(session.text(stmt), _params(stmt))
                 elif not stmt.many:
-                    await cur.execute(stmt.sql.text, _params(stmt))
+                    await cur.execute(session.text(stmt), _params(stmt))
                 sent.append((cur, stmt))
             if not batch.hold:
                 await conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)

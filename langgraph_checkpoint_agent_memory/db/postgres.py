@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Sql,
     VectorIndex,
 )
+from langgraph_checkpoint_agent_memory.db.schema import metadata
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Plan
@@ -67,8 +69,50 @@ VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (
 
 
 class PostgresDialect(Dialect):
+    """PostgreSQL's SQL; with ``schema``, every statement names the package's tables in that
+    schema (:meth:`qualify`), so apps or tenants can share one database through a pooler
+    (qualified names: no ``search_path``, which is session state)."""
+
     name = "postgresql"
     pipelines = True
+
+    def __init__(self, schema: str | None = None) -> None:
+        super().__init__()
+        self.schema = schema
+        self._qualified: dict[str, str] = {}
+        self._tables = re.compile(
+            r'(?<![\w".])(' + "|".join(sorted(metadata.tables, key=len, reverse=True)) + r")\b"
+        )
+
+    def qualified(self, table: str) -> str:
+        """``table`` as statements name it: ``"schema".table``, or bare without a schema."""
+        return table if self.schema is None else f'"{self.schema}".{table}'
+
+    def qualify(self, text: str) -> str:
+        """``text`` with every table of the package named in :attr:`schema` (unchanged
+        without one). Statements are written with bare table names, in Core and in text
+        alike; this is the one place that places them, applied to each statement as it is
+        sent, and remembered per text. A table name is a whole word of the statement (an
+        index or constraint named after its table, ``am_threads_pkey``, is another word),
+        inside string literals too: ``to_regclass('am_threads')`` must find the same table.
+        """
+        if self.schema is None:
+            return text
+        done = self._qualified.get(text)
+        if done is None:
+            done = self._tables.sub(lambda m: self.qualified(m.group(1)), text)
+            self._qualified[text] = done
+        return done
+
+    def schema_ddl(self) -> list[str]:
+        """Create the schema unless it exists (a role may lack the privilege to create one
+        that exists already, which ``IF NOT EXISTS`` would still check)."""
+        if self.schema is None:
+            return []
+        return [
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = "
+            f"'{self.schema}') THEN EXECUTE 'CREATE SCHEMA \"{self.schema}\"'; END IF; END $$"
+        ]
 
     def _make_sa_dialect(self) -> SADialect:
         # SQLAlchemy leaves this dialect's __init__ unannotated

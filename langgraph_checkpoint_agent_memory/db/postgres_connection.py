@@ -47,8 +47,10 @@ from langgraph_checkpoint_agent_memory.db.pg_session import (
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.url import (
     PREPARE_THRESHOLD,
+    SCHEMA,
     mask_conninfo,
     take_prepare_threshold,
+    take_url_option,
 )
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
@@ -81,7 +83,7 @@ class PostgresDatabase(Database[Any]):
         self._check_pooler = PREPARE_THRESHOLD not in options
         self._pooler_checked = False
         self._idle_check = IdleCheck(self.options.check_after_idle)
-        self.dialect = PostgresDialect()
+        self.dialect = PostgresDialect(schema=self.options.schema)
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
         self._closed = False
@@ -108,6 +110,14 @@ class PostgresDatabase(Database[Any]):
         """``conninfo`` without this package's ``prepare_threshold``, moved into ``options``
         (libpq refuses keywords it does not know); the URL and an argument that disagree
         are refused."""
+        conninfo, schema = take_url_option(conninfo, SCHEMA)
+        if schema is not None:
+            if options.get(SCHEMA) not in (None, schema):
+                raise ConfigurationError(
+                    f"the {SCHEMA} of {mask_conninfo(conninfo)} is {schema!r} but the schema "
+                    f"argument is {options[SCHEMA]!r}: give one of them"
+                )
+            options[SCHEMA] = schema
         conninfo, raw = take_prepare_threshold(conninfo)
         if raw is None:
             return conninfo
@@ -220,7 +230,9 @@ class PostgresDatabase(Database[Any]):
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
-            session = PgSession(conn, synchronous_commit=self._session_commit())
+            session = PgSession(
+                conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
+            )
             self._verify(conn)
             try:
                 return drive(plan, lambda batch: execute(session, batch))
@@ -302,7 +314,9 @@ class PostgresDatabase(Database[Any]):
             return await self._asession(target, plan)
 
     async def _asession(self, conn: Any, plan: Plan[T]) -> T:
-        session = PgSession(conn, synchronous_commit=self._session_commit())
+        session = PgSession(
+            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
+        )
         await self._averify(conn)
         try:
             return await adrive(plan, lambda batch: aexecute(session, batch))

@@ -115,23 +115,33 @@ def parse(url: str, source: str = "argument") -> Target:
     )
 
 
-#: The query parameter (or key=value keyword) of a PostgreSQL URL that this package reads
+#: The query parameters (or key=value keywords) of a PostgreSQL URL that this package reads
 #: itself and removes before the URL reaches libpq, which refuses keywords it does not know.
 PREPARE_THRESHOLD = "prepare_threshold"
-_KV_PREPARE = re.compile(
-    rf"(?:^|\s+){PREPARE_THRESHOLD}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
-)
+SCHEMA = "schema"
 
 
-def take_prepare_threshold(conninfo: str) -> tuple[str, str | None]:
-    """``conninfo`` without its ``prepare_threshold`` parameter, and that parameter's raw
-    value (``None`` when it has none).
+def _kv_option(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|\s+){name}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
+    """``conninfo`` without its ``name`` parameter, and that parameter's raw value
+    (``None`` when it has none).
 
     Both forms are read: ``postgresql://h/db?sslmode=require&prepare_threshold=none`` and
     ``host=h dbname=db prepare_threshold=none``. Other parameters are left as written.
 
+    Args:
+        conninfo: A PostgreSQL URL or key=value connection string.
+        name: The package's own parameter (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`).
+
     Raises:
         ConfigurationError: The parameter is given more than once.
+
+    Example:
+        >>> take_url_option("postgresql://h/db?schema=app&sslmode=require", "schema")
+        ('postgresql://h/db?sslmode=require', 'app')
     """
     if "://" in conninfo:
         base, sep, rest = conninfo.partition("?")
@@ -141,29 +151,31 @@ def take_prepare_threshold(conninfo: str) -> tuple[str, str | None]:
         kept, found = [], []
         for part in query.split("&"):
             key, _, value = part.partition("=")
-            if unquote(key).strip().lower() == PREPARE_THRESHOLD:
+            if unquote(key).strip().lower() == name:
                 found.append(unquote(value))
             else:
                 kept.append(part)
         if not found:
             return conninfo, None
         if len(found) > 1:
-            raise ConfigurationError(
-                f"{mask_url(conninfo)}: {PREPARE_THRESHOLD} is given {len(found)} times"
-            )
+            raise ConfigurationError(f"{mask_url(conninfo)}: {name} is given {len(found)} times")
         query = "&".join(p for p in kept if p)
         return base + ("?" + query if query else "") + hash_ + fragment, found[0]
-    matches = list(_KV_PREPARE.finditer(conninfo))
+    pattern = _kv_option(name)
+    matches = list(pattern.finditer(conninfo))
     if not matches:
         return conninfo, None
     if len(matches) > 1:
-        raise ConfigurationError(
-            f"{mask_url(conninfo)}: {PREPARE_THRESHOLD} is given {len(matches)} times"
-        )
+        raise ConfigurationError(f"{mask_url(conninfo)}: {name} is given {len(matches)} times")
     value = matches[0].group(1)
     if value.startswith("'"):
         value = re.sub(r"\\(.)", r"\1", value[1:-1])
-    return _KV_PREPARE.sub("", conninfo).strip(), value
+    return pattern.sub("", conninfo).strip(), value
+
+
+def take_prepare_threshold(conninfo: str) -> tuple[str, str | None]:
+    """:func:`take_url_option` for ``prepare_threshold``."""
+    return take_url_option(conninfo, PREPARE_THRESHOLD)
 
 
 def hana_connect_args(url: str) -> dict[str, Any]:
