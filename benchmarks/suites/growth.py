@@ -123,3 +123,84 @@ def checkpoint_growth(
 
 def _config(thread: str) -> Any:
     return {"configurable": {"thread_id": thread}}
+
+
+#: Store items of a full run, and of ``--quick``: users of :data:`ITEMS_PER_USER` items each.
+ITEM_SIZES = (100_000, 1_000_000)
+QUICK_ITEM_SIZES = (5_000, 20_000)
+ITEMS_PER_USER = 100
+WORDS = ("ramen", "berlin", "invoice", "delivery", "cats", "jazz", "hiking", "tea", "chess", "oslo")
+
+
+def fill_items(url: str, start: int, stop: int) -> float:
+    """Copy the template user's items and postings to users ``u<start>`` .. ``u<stop - 1>``
+    (namespace ``("docs", "u<i>")``, so shard key ``docs.u<i>``); seconds taken."""
+    import psycopg
+
+    began = time.perf_counter()
+    template = "docs.template"
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("am_store_items", "am_store_terms"):
+            cols = _columns(conn, table)
+            picked = ", ".join(
+                "'docs.u' || i" if c in ("shard", "prefix") else f"t.{c}" for c in cols
+            )
+            for low in range(start, stop, CHUNK // 10):
+                high = min(stop, low + CHUNK // 10) - 1
+                conn.execute(
+                    f"INSERT INTO {table} ({', '.join(cols)}) SELECT {picked} "
+                    f"FROM {table} t, generate_series(%s::int, %s::int) AS i "
+                    "WHERE t.shard = %s",
+                    (low, high, template),
+                )
+        conn.execute("ANALYZE")
+    return time.perf_counter() - began
+
+
+def store_growth(
+    targets: dict[str, Callable[[], str]], *, quick: bool
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """For each target, at each size of :data:`ITEM_SIZES`: ``ops``, the p50 and p99 (µs) of
+    store ``put``, ``get``, ``search`` by query and by filter in a random user's namespace,
+    and ``fill_s``."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    sizes = QUICK_ITEM_SIZES if quick else ITEM_SIZES
+    calls = 60 if quick else 300
+    results: dict[str, dict[int, dict[str, Any]]] = {}
+    for name, fresh in targets.items():
+        url = fresh()
+        store = create_store(url)
+        for i in range(ITEMS_PER_USER):
+            words = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(1 + i % 4))
+            store.put(("docs", "template"), f"k{i}", {"text": f"note {i}: {words}", "n": i})
+        users = 0
+        results[name] = {}
+        for size in sizes:
+            took = fill_items(url, users, size // ITEMS_PER_USER)
+            users = size // ITEMS_PER_USER
+            rng = random.Random(size)
+            samples: dict[str, list[float]] = defaultdict(list)
+
+            for n in range(calls):
+                ns = ("docs", f"u{rng.randrange(users)}")
+                key = f"k{rng.randrange(ITEMS_PER_USER)}"
+                word = WORDS[rng.randrange(len(WORDS))]
+                _time(samples["get"], store.get, ns, key)
+                _time(samples["search"], store.search, ns, query=f"{word} note", limit=10)
+                _time(samples["filter"], store.search, ns, filter={"n": 7}, limit=10)
+                _time(samples["put"], store.put, ns, f"new{n}", {"text": f"new {word}", "n": n})
+            ops = {
+                op: {"p50_us": percentile(xs, 50) * 1e6, "p99_us": percentile(xs, 99) * 1e6}
+                for op, xs in samples.items()
+            }
+            results[name][size] = {"ops": ops, "fill_s": took}
+            print(f"  {name}: {size:,} store items filled in {took:.0f} s", flush=True)
+        store.close()
+    return results
+
+
+def _time(out: list[float], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    began = time.perf_counter()
+    fn(*args, **kwargs)
+    out.append(time.perf_counter() - began)

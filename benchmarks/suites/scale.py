@@ -228,7 +228,7 @@ def run(*, quick: bool, out: Path) -> None:
 def _growth(quick: bool) -> dict[str, Any]:
     """The hot calls' latency as the database grows (:mod:`.growth`), on plain PostgreSQL
     and on Citus, in fresh servers of their own (the copies fill gigabytes)."""
-    from benchmarks.suites.growth import checkpoint_growth
+    from benchmarks.suites.growth import checkpoint_growth, store_growth
 
     with ExitStack() as stack, postgres() as fresh_plain:
         fresh = {"postgres": fresh_plain}
@@ -236,6 +236,7 @@ def _growth(quick: bool) -> dict[str, Any]:
         if on_citus.fresh is not None:
             fresh["citus"] = on_citus.fresh
         found = checkpoint_growth(fresh, chat_graph, quick=quick)
+        items = store_growth(fresh, quick=quick)
     rows = []
     for name, sizes in found.items():
         for size, measured in sizes.items():
@@ -250,4 +251,19 @@ def _growth(quick: bool) -> dict[str, Any]:
         rows,
         ("target", "threads", "get_tuple", "put", "put_writes", "list", "fill s"),
     )
-    return found
+    rows = []
+    for name, sizes in items.items():
+        for size, measured in sizes.items():
+            ops = measured["ops"]
+            cells = [
+                f"{ops[op]['p50_us'] / 1000:.2f} / {ops[op]['p99_us'] / 1000:.1f}"
+                for op in ("put", "get", "search", "filter")
+            ]
+            rows.append((name, f"{size:,}", *cells, f"{measured['fill_s']:.0f}"))
+    print_table(
+        "growth: p50 / p99 ms of each store call at N items (a random user's 100, query search "
+        "and filter inside that namespace)",
+        rows,
+        ("target", "items", "put", "get", "search", "filter", "fill s"),
+    )
+    return {"threads": found, "store_items": items}
