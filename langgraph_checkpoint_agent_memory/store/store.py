@@ -59,7 +59,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ns_text,
     scoped,
 )
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
@@ -280,7 +280,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Without setup: the database's kind, and the shard-key rule it records (a rule
         asked for that differs is refused, as setup refuses it)."""
         yield from super()._probe_plan()
-        recorded = yield from recorded_shard_depth_plan(self.dialect)
+        try:
+            recorded = yield from recorded_shard_depth_plan(self.dialect)
+        except AgentMemoryError:
+            raise
+        except Exception:  # no settings table: a database never set up, which the caller's
+            return  # statements will say; commands that only read must not create it
         if self.shard_depth is not None and self.shard_depth != recorded:
             raise rule_refused(recorded, self.shard_depth)
         self.statements.shard_depth = recorded
