@@ -78,8 +78,9 @@ def _decay(url: str, facts: int) -> dict[str, float]:
         # a third were last reinforced 90 days ago (0.5 * 0.95**90 = 0.005 < 0.05), the rest today
         conn.execute(
             """
-            INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, doc)
-            SELECT 'memory.user=u' || (g %% 1000) || '.facts', 'f' || g,
+            INSERT INTO am_store_items (shard, prefix, key, value, created_at, updated_at, doc)
+            SELECT 'memory.user=u' || (g %% 1000), 'memory.user=u' || (g %% 1000) || '.facts',
+                   'f' || g,
                    jsonb_build_object('attribute', 'f' || g, 'value', 'v', 'statement', 's'),
                    %(now)s, %(now)s, 'fact ' || g
             FROM generate_series(1, %(n)s) g
@@ -88,8 +89,10 @@ def _decay(url: str, facts: int) -> dict[str, float]:
         )
         conn.execute(
             """
-            INSERT INTO am_memory_decay (prefix, key, scope, log_importance, reinforced_at, pinned)
-            SELECT 'memory.user=u' || (g %% 1000) || '.facts', 'f' || g, 'user=u' || (g %% 1000),
+            INSERT INTO am_memory_decay
+                (shard, prefix, key, scope, log_importance, reinforced_at, pinned)
+            SELECT 'memory.user=u' || (g %% 1000), 'memory.user=u' || (g %% 1000) || '.facts',
+                   'f' || g, 'user=u' || (g %% 1000),
                    ln(0.5), CASE WHEN g %% 3 = 0 THEN %(old)s ELSE %(now)s END, 0
             FROM generate_series(1, %(n)s) g
             """,
