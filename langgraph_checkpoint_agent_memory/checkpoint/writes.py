@@ -1,6 +1,7 @@
 """The plans of ``put`` and ``put_writes``: the hot path of every graph step.
 
-Each is one transaction and one round trip where the driver pipelines. A dialect with a
+Each is one transaction and one round trip where the driver pipelines (on a distributed
+database two: the statements, then the commit or the rollback their check decides). A dialect with a
 one-statement write (``fast_write``) gets the thread's activity, the blobs and the
 checkpoint row (or the writes) as one statement; elsewhere a conditional upsert of the
 activity row travels in the same batch. Either way rows are written only while their thread

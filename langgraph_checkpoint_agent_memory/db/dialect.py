@@ -132,7 +132,7 @@ class VectorIndex:
 
 @dataclass(frozen=True)
 class FastWrite:
-    """A dialect's one-round-trip write: its SQL, parameters, and whether it returns the
+    """A dialect's fast write: its SQL, parameters, and whether it returns the
     thread's liveness as a row (its first column, no row meaning not live; else a refusal
     comes as an error).
 

@@ -9,7 +9,7 @@ Citus table, as ``db/schema.py`` marks it:
   the store's and agent memory's). Tables with the same shard key column are co-located, so
   a statement that joins them on one key value runs on one node.
 - ``info={"reference": True}``: small tables every node keeps a copy of (the migration
-  ledger).
+  ledger, the store's recorded settings).
 
 It is idempotent: a table already distributed is left alone, one created by a later
 migration is distributed by the next setup, and rows already in a table move into its shards
