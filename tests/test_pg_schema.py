@@ -89,3 +89,29 @@ def test_a_schema_that_is_not_a_plain_identifier_is_refused(url: str, bad: str) 
 def test_a_url_and_an_argument_that_disagree_are_refused(url: str) -> None:
     with pytest.raises(ConfigurationError, match="give one of them"):
         create_store(_with(url, schema="app_one"), schema="app_two")
+
+
+def test_the_vector_index_is_found_in_the_schema(pg_server: Any) -> None:
+    """pgvector's HNSW index lives in the tables' schema; setup and a store without setup
+    both find it there."""
+    from tests.helpers import WordEmbeddings
+
+    if not (pg_server.binaries and pg_server.binaries.pgvector):
+        pytest.skip("pgvector is not installed on this server")
+    url = pg_server.fresh_database()
+    index = {"dims": 64, "embed": WordEmbeddings(64)}
+    store = create_store(url, schema="app_one", index=index)
+    store.put(("docs", "alice"), "k", {"text": "ramen"})
+    assert store.ranker.vector_index is not None
+    store.close()
+    plain = create_store(url, schema="app_one", index=index, auto_setup=False)
+    assert plain.search(("docs", "alice"), query="ramen")
+    assert plain.ranker.vector_index is not None
+    plain.close()
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'app_one' "
+            "AND indexname LIKE 'am_store_vectors_vector_%'"
+        ).fetchone()
+    assert found == (1,)
+    pg_server.drop(url)

@@ -121,6 +121,8 @@ class VectorIndex:
             ``REAL_VECTOR`` on SAP HANA).
         column: The SQL expression it indexes, over the vectors table as ``v``.
         ef_search: The breadth of each search (the index's candidate list).
+        relation: How a catalog lookup names it (schema-qualified where the tables have a
+            schema); the bare name otherwise.
     """
 
     name: str
@@ -128,6 +130,11 @@ class VectorIndex:
     vector_type: str
     column: str
     ef_search: int
+    relation: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.relation:
+            object.__setattr__(self, "relation", self.name)
 
 
 @dataclass(frozen=True)

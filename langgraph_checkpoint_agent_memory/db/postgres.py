@@ -236,6 +236,7 @@ class PostgresDialect(Dialect):
             vector_type=kind,
             column=f"CAST(v.embedding AS {kind}({int(dims)}))",
             ef_search=config.ef_search,
+            relation=self.qualified(f"am_store_vectors_{kind}_{int(dims)}"),
         )
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
@@ -244,7 +245,7 @@ class PostgresDialect(Dialect):
                 "ann_index_state",
                 lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
             ),
-            {"index": index.name},
+            {"index": index.relation},
             fetch=True,
         )
         if not create:

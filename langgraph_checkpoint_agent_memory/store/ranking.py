@@ -213,7 +213,7 @@ class Ranker:
         key = (base["ns"], index.name)
         counts = self.vector_counts.get(key)
         if not self._fresh(counts):
-            params = {**base, "cap": self.count_cap, "index": index.name}
+            params = {**base, "cap": self.count_cap, "index": index.relation}
             counts_sql = self.statements.vector_counts(index, scoped(base))
             [rows] = yield Batch([Stmt(counts_sql, params, fetch=True)])
             vectors, total = int(rows[0][0]), float(rows[0][1] or 0.0)
