@@ -17,6 +17,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from tests.helpers import FakeClock, Recorder
 from tests.pg import CITUS, PgServer, PgServers, citus_params
 from tests.routing import not_routed
+from tests.test_shard import SHARDED_TABLES
 
 pytestmark = pytest.mark.parametrize("cluster", citus_params(), indirect=True)
 
@@ -206,16 +207,7 @@ def test_a_role_that_does_not_own_undistributed_tables_is_told_what_to_do(
         cluster.drop(url)
 
 
-STORE_AND_MEMORY_TABLES = {
-    "am_store_items",
-    "am_store_vectors",
-    "am_store_terms",
-    "am_memory_scopes",
-    "am_memory_pending",
-    "am_memory_jobs",
-    "am_memory_decay",
-    "am_memory_threads",
-}
+STORE_AND_MEMORY_TABLES = set(SHARDED_TABLES)
 
 
 @pytest.fixture
