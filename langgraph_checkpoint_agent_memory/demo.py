@@ -69,25 +69,10 @@ def run_demo(
     explicit_url: bool = False,
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary."""
-    from langchain_core.language_models.fake_chat_models import FakeListChatModel
-
     out = console or Console()
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
-    if model:
-        from langgraph_checkpoint_agent_memory.memory.extract import chat_model
-
-        chat = chat_model(model)
-        agent_model: Any = chat
-        extractor: Any = ChatModelExtractor(chat)
-        out.print(f"Using [bold]{model}[/] for the agent and the extractor.")
-    else:
-        agent_model = FakeListChatModel(responses=SCRIPTED_REPLIES)
-        extractor = RuleBasedExtractor()
-        out.print(
-            "No model configured (--model provider:name): using a scripted agent and the "
-            "rule-based extractor."
-        )
+    agent_model, extractor = _models(model, out)
     out.print(f"Memory lives in [bold]{url}[/]\n")
 
     checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
@@ -132,74 +117,17 @@ def run_demo(
             out.print(f"[bold]Alice:[/] {text}")
             out.print(f"[bold]Agent:[/] {result['messages'][-1].content}\n")
             summary["sessions"].append({"thread": thread, "said": text, "injected": injected})
-        before = {f.key: f for f in memory.facts(scope)}
-        report = memory.consolidate()
-        after = {f.key: f for f in memory.facts(scope)}
-        table = Table(
-            title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)"
-        )
-        for column in ("change", "attribute", "value", "statement"):
-            table.add_column(column)
-        for job in report.jobs:
-            for key in job.added:
-                f = after[key]
-                table.add_row("[green]added[/]", f.attribute, f.value, f.statement)
-            for key in job.confirmed:
-                f = after[key]
-                table.add_row("[blue]confirmed[/]", f.attribute, f.value, f"{f.confirmations}x")
-            for _, key in job.superseded:
-                f, old = after[key], before.get(key)
-                table.add_row(
-                    "[yellow]superseded[/]",
-                    f.attribute,
-                    f"{old.value if old else '?'} -> {f.value}",
-                    f.statement,
-                )
-                summary["superseded"].append(
-                    {"attribute": f.attribute, "old": old.value if old else None, "new": f.value}
-                )
-        out.print(table)
-        episodes = Table(title="Each episode and its own summary")
-        for column in ("when", "the user said", "summary"):
-            episodes.add_column(column)
-        for e in memory.episodes(scope):
-            if e.thread_id != thread:
-                continue
-            said = next((m["content"] for m in e.messages if m.get("role") == "user"), "")
-            episodes.add_row(day(e.occurred_at), said, e.summary or "")
-            summary["episodes"].append({"thread": thread, "said": said, "summary": e.summary})
-        out.print(episodes)
+        out.print(_consolidate(memory, scope, summary))
+        out.print(_episodes(memory, scope, thread, summary))
 
     out.rule("A fact's history")
     out.print(history_table(memory.history(scope, "city"), "city"))
 
     clock.advance_to(29, start)
     out.rule(f"Day 29 · {day(clock())}: decay and the TTL")
-    before_items = {f.attribute: f for f in memory.facts(scope)}
-    removed = memory.decay()
-    left = {f.attribute for f in memory.facts(scope)}
-    gone = [f for a, f in before_items.items() if a not in left]
-    summary["decayed"] = [f.attribute for f in gone]
-    decay = Table(
-        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
-        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
-    )
-    decay.caption = "importance fades per day since a fact was last confirmed or recalled"
-    for column in ("fact", "last confirmed", "now"):
-        decay.add_column(column)
-    for f in gone:
-        decay.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
-    for f in memory.facts(scope):
-        decay.add_row(f.text(), day(f.last_confirmed), "kept")
-    out.print(decay)
+    out.print(_decay(memory, scope, summary))
     summary["evicted"] = sorted(checkpointer.sweep())
-    ttl = Table(title="Checkpointer TTL: 14 days idle")
-    for column in ("thread", "last active", "state"):
-        ttl.add_column(column)
-    for at, thread, _ in SESSIONS:
-        state = "[red]evicted[/]" if thread in summary["evicted"] else "kept"
-        ttl.add_row(thread, day(start + at * DAY), state)
-    out.print(ttl)
+    out.print(_ttl(start, summary["evicted"]))
 
     out.rule("What a new session would receive")
     context = memory.build_context(scope, "Where should my next order be delivered?")
@@ -215,6 +143,97 @@ def run_demo(
         close()
     store.close()
     return summary
+
+
+def _models(model: str | None, out: Console) -> tuple[Any, Any]:
+    """The agent's chat model and the extractor: ``model``'s, or the scripted ones."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    if model:
+        from langgraph_checkpoint_agent_memory.memory.extract import chat_model
+
+        chat = chat_model(model)
+        out.print(f"Using [bold]{model}[/] for the agent and the extractor.")
+        return chat, ChatModelExtractor(chat)
+    out.print(
+        "No model configured (--model provider:name): using a scripted agent and the "
+        "rule-based extractor."
+    )
+    return FakeListChatModel(responses=SCRIPTED_REPLIES), RuleBasedExtractor()
+
+
+def _consolidate(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, Any]) -> Table:
+    """Consolidate what the session recorded; a table of the facts it changed."""
+    before = {f.key: f for f in memory.facts(scope)}
+    report = memory.consolidate()
+    after = {f.key: f for f in memory.facts(scope)}
+    table = Table(title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)")
+    for column in ("change", "attribute", "value", "statement"):
+        table.add_column(column)
+    for job in report.jobs:
+        for key in job.added:
+            f = after[key]
+            table.add_row("[green]added[/]", f.attribute, f.value, f.statement)
+        for key in job.confirmed:
+            f = after[key]
+            table.add_row("[blue]confirmed[/]", f.attribute, f.value, f"{f.confirmations}x")
+        for _, key in job.superseded:
+            f, old = after[key], before.get(key)
+            was = old.value if old else None
+            table.add_row(
+                "[yellow]superseded[/]", f.attribute, f"{was or '?'} -> {f.value}", f.statement
+            )
+            summary["superseded"].append({"attribute": f.attribute, "old": was, "new": f.value})
+    return table
+
+
+def _episodes(
+    memory: AgentMemory[Any], scope: dict[str, str], thread: str, summary: dict[str, Any]
+) -> Table:
+    """A table of the episodes of ``thread``, each with its own summary."""
+    table = Table(title="Each episode and its own summary")
+    for column in ("when", "the user said", "summary"):
+        table.add_column(column)
+    for e in memory.episodes(scope):
+        if e.thread_id != thread:
+            continue
+        said = next((m["content"] for m in e.messages if m.get("role") == "user"), "")
+        table.add_row(day(e.occurred_at), said, e.summary or "")
+        summary["episodes"].append({"thread": thread, "said": said, "summary": e.summary})
+    return table
+
+
+def _decay(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, Any]) -> Table:
+    """Run decay; a table of the facts it deleted and those it kept."""
+    before = {f.attribute: f for f in memory.facts(scope)}
+    removed = memory.decay()
+    kept = memory.facts(scope)
+    left = {f.attribute for f in kept}
+    gone = [f for a, f in before.items() if a not in left]
+    summary["decayed"] = [f.attribute for f in gone]
+    table = Table(
+        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
+        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
+    )
+    table.caption = "importance fades per day since a fact was last confirmed or recalled"
+    for column in ("fact", "last confirmed", "now"):
+        table.add_column(column)
+    for f in gone:
+        table.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
+    for f in kept:
+        table.add_row(f.text(), day(f.last_confirmed), "kept")
+    return table
+
+
+def _ttl(start: float, evicted: list[str]) -> Table:
+    """A table of the demo's threads, evicted or kept by the checkpointer's TTL."""
+    table = Table(title="Checkpointer TTL: 14 days idle")
+    for column in ("thread", "last active", "state"):
+        table.add_column(column)
+    for at, thread, _ in SESSIONS:
+        state = "[red]evicted[/]" if thread in evicted else "kept"
+        table.add_row(thread, day(start + at * DAY), state)
+    return table
 
 
 def memory_graph(
