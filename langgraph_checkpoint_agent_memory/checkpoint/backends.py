@@ -115,9 +115,13 @@ class PostgresSaver(_FromConnString, SQLSaver):
         **kwargs: :class:`SQLSaver` options.
 
     Example:
-        >>> from langgraph_checkpoint_agent_memory import PostgresSaver
-        >>> with PostgresSaver.from_conn_string("postgresql://localhost/agents") as saver:
-        ...     graph = builder.compile(checkpointer=saver)  # doctest: +SKIP
+        ```python
+        # not run: needs a PostgreSQL server
+        from langgraph_checkpoint_agent_memory import PostgresSaver
+
+        with PostgresSaver.from_conn_string("postgresql://localhost/agents") as saver:
+            graph = builder.compile(checkpointer=saver)
+        ```
     """
 
     def __init__(self, conn: Any, **kwargs: Any) -> None:

@@ -321,7 +321,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             task_path: The task's path in the graph.
 
         Example:
-            >>> saver.put_writes(cfg, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
+            >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
@@ -384,7 +384,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
 
         Example:
-            >>> saver.get_tuple({"configurable": {"thread_id": "1"}})  # doctest: +SKIP
+            >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
+            True
         """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
@@ -420,7 +421,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             limit: The most checkpoints to yield.
 
         Example:
-            >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
+            >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "user-42"}})]
+            [4, 3, 2, 1, 0, -1]
         """
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
         candidates = self._list_candidates(config, before_id)
@@ -487,7 +489,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             channels: Names of the ``DeltaChannel`` channels.
 
         Example:
-            >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
+            >>> saver.get_delta_channel_history(config=saved, channels=["messages"])
+            {'messages': {'writes': [...]...}}
         """
         if not channels:
             return {}
@@ -522,7 +525,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             thread_id: The thread to delete.
 
         Example:
-            >>> saver.delete_thread("1")  # doctest: +SKIP
+            >>> saver.delete_thread("user-42")
         """
         with self._lock:
             self._evict(checked_thread_id(thread_id), self._clock())
@@ -534,7 +537,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             run_ids: The ``run_id`` values of the checkpoints' metadata.
 
         Example:
-            >>> saver.delete_for_runs([run_id])  # doctest: +SKIP
+            >>> saver.delete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
         """
         with self._lock:
             touched: set[str] = set()
@@ -557,7 +560,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             target_thread_id: The thread to copy to.
 
         Example:
-            >>> saver.copy_thread("1", "1-fork")  # doctest: +SKIP
+            >>> saver.copy_thread("user-42", "user-42-fork")
         """
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
@@ -591,7 +594,9 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                 ``keep_last``.
 
         Example:
-            >>> saver.prune(["1"], keep_last=3)  # doctest: +SKIP
+            >>> saver.prune(["user-42"], keep_last=3)
+            >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))
+            3
         """
         validate_prune_strategy(strategy)
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
