@@ -9,8 +9,9 @@ Two forms, both run here:
 Each runs in the namespace of its module (as :mod:`doctest` gives it), in a fresh directory,
 with the objects a reader of the docs has at hand already made (:func:`make_world`): a
 ``saver`` (also ``checkpointer``) with thread ``"user-42"``, whose latest checkpoint is
-``saved``, and thread ``"user-17"``, expired; a ``store``, an ``AgentMemory`` called ``memory`` with a fact, a graph ``builder`` (also
-``graph``), a fake chat ``model``, and ``config``. An example that cannot run here (it needs a
+``saved``, and thread ``"user-17"``, expired; a ``store``, an ``AgentMemory`` called
+``memory`` with a fact, a graph ``builder`` (also ``graph``), a fake chat ``model``, and
+``config``. An example that cannot run here (it needs a
 PostgreSQL server, a real LLM, ...) is a fenced block whose first line is
 ``# not run: <reason>``; ``+SKIP`` is not used.
 """
