@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -52,7 +51,10 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
-from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    checked_thread_id,
+    next_channel_version,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
 from langgraph_checkpoint_agent_memory.checkpoint.retention import (
@@ -714,10 +716,4 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.get_next_version(None, None)[:32]
             '00000000000000000000000000000001'
         """
-        if current is None:
-            current_v = 0
-        elif isinstance(current, int):
-            current_v = current
-        else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+        return next_channel_version(current)

@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     tombstone_seconds,
     validate_keep_last,
@@ -92,7 +93,7 @@ SWEEP_BATCH = 256
 _write_row: Any = partial(tuple.__new__, WriteRow)
 
 
-class TimedInMemorySaver(BaseCheckpointSaver[str]):
+class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -174,16 +175,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
         """
         self._sweeping.stop()
 
-    def __enter__(self) -> TimedInMemorySaver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> TimedInMemorySaver:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def aclose(self) -> None:
+        """Asynchronously :meth:`close` (it only signals the sweeper thread)."""
         self.close()
 
     @property
