@@ -148,7 +148,7 @@ def test_errors_are_clear_and_non_zero(tmp_path: Path, capsys: pytest.CaptureFix
     code, _, err = run(capsys, "scopes", "--url", "mysql://nowhere/db")
     assert code == 2 and "mysql" in err
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
-    assert code == 1 and "no agent memory database" in err  # and none was created
+    assert code == 2 and "does not exist" in err  # and none was created
     assert run(capsys, "migrate", "--url", url)[0] == 0
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
     assert code == 1 and "unknown scope" in err
@@ -236,8 +236,8 @@ def test_read_only_commands_create_nothing(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'absent' / 'memory.db'}"
     code, _, err = run(capsys, *command, "--url", url)
-    assert code == 1
-    assert err.count("\n") == 1 and "no agent memory database at" in err and "migrate" in err
+    assert code == 2
+    assert err.count("\n") == 1 and "does not exist" in err and "migrate" in err
     assert not (tmp_path / "absent").exists()
 
 
@@ -268,6 +268,6 @@ def test_a_path_that_is_no_database_is_one_line(
         blocker.write_text("a file where a folder would have to be")
         path = blocker / "memory.db"
     done = cli(*command, "--url", f"sqlite:///{path}")
-    assert done.returncode == 1
+    assert done.returncode == (1 if where == "not sqlite" else 2)  # 2: it does not exist
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"agent-memory {command[0]}: error:")

@@ -2,9 +2,11 @@
 
 Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
 embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
-or ``~/.local/share/agent-memory``). Output is readable tables on a terminal and JSON with
-``--json``; progress bars appear only on a terminal. Errors go to stderr with exit status 1
-(a runtime failure: unreachable server, unknown scope) or 2 (bad arguments or configuration).
+or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
+existing one.
+Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
+on a terminal. Errors go to stderr with exit status 1 (a runtime failure: unreachable server,
+unknown scope) or 2 (bad arguments or configuration, a database that does not exist).
 
 A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 """
@@ -44,7 +46,11 @@ from langgraph_checkpoint_agent_memory.cli.retention import (
     _cmd_threads,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import (
+    AgentMemoryError,
+    ConfigurationError,
+    DatabaseNotFoundError,
+)
 
 __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url"]
 
@@ -235,6 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except DatabaseNotFoundError as exc:  # only migrate creates a database
+        url = urls.mask_url(resolve_url(args.url))
+        print(
+            f"agent-memory {args.command}: error: {exc}; `agent-memory migrate --url {url}` "
+            "creates one",
+            file=sys.stderr,
+        )
+        return 2
     except (ConfigurationError, ImportError, ValueError) as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 2
