@@ -1,7 +1,7 @@
 """``agent-memory demo``: a scripted month in the life of an agent's memory.
 
 A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
-``create_checkpointer`` and the memory store on one SQLite file (or ``--url``). The demo's
+``create_checkpointer`` and the memory store on one database of the demo's own. The demo's
 clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
 decay and the checkpointer's TTL all happen in a few seconds:
 
@@ -10,24 +10,46 @@ decay and the checkpointer's TTL all happen in a few seconds:
 - day 20, session 2: the agent is reminded of them; she has moved; the city is superseded;
 - day 29: decay deletes what nobody confirmed or recalled; the TTL evicts the idle thread;
 - finally, the context block a new session would receive.
+
+The demo writes only to a database it created and marked as its own (:mod:`.db.marks`): by
+default ``agent-memory-demo.db`` in the current folder, never ``AGENT_MEMORY_URL`` nor the
+embedded default, which may hold an app's memory. The current folder, not the user's data
+folder: the file is where the user ran the demo, seen and removed there, and the commands
+that explore it name it by a short relative URL. ``--url`` may name a new SQLite file, a
+database that holds no table at all (an empty PostgreSQL database), or one the demo marked
+before; any other is refused before anything is written. ``--reset`` deletes a marked SQLite
+file (on PostgreSQL, the demo's user is erased on every run anyway).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.marks import (
+    holds_tables_plan,
+    mark_plan,
+    write_mark_plan,
+)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.memory import AgentMemory, Fact, RuleBasedExtractor
 from langgraph_checkpoint_agent_memory.memory.extract import ChatModelExtractor
 from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import day
 
+#: The demo's own database when ``--url`` is not given: a file in the current folder.
+DEMO_FILE = "agent-memory-demo.db"
+DEMO_URL = f"sqlite:///{DEMO_FILE}"
+#: The mark the demo writes into a database it creates (``am_settings.created_by``).
+DEMO_MARK = "agent-memory demo"
 DAY = 86400.0
 USER = "alice"
 SESSIONS: list[tuple[float, str, list[str]]] = [
@@ -62,18 +84,25 @@ class DemoClock:
 
 
 def run_demo(
-    url: str,
+    url: str = DEMO_URL,
     *,
     model: str | None = None,
     console: Console | None = None,
-    explicit_url: bool = False,
 ) -> dict[str, Any]:
-    """Run the scripted sessions against ``url``; print what happens; return a summary."""
+    """Run the scripted sessions against ``url``; print what happens; return a summary.
+
+    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
+    empty database is created and marked; any other is refused before anything is written.
+
+    Raises:
+        ConfigurationError: ``url`` names a database the demo did not create.
+    """
+    claim_database(url)
     out = console or Console()
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
     agent_model, extractor = _models(model, out)
-    out.print(f"Memory lives in [bold]{url}[/]\n")
+    out.print(f"Memory lives in [bold]{url}[/], the demo's own database\n")
 
     checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
     store = create_store(url, clock=clock)
@@ -135,14 +164,108 @@ def run_demo(
     out.print(Panel(context or "(nothing)", title="build_context", border_style="cyan"))
     out.print(
         "\nExplore it: [bold]agent-memory facts user=alice --all[/], "
-        "[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/]"
-        + (f" (each with --url {url})" if explicit_url else "")
+        f"[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/] (each with "
+        f"--url {url})"
     )
     close = getattr(checkpointer, "close", None)
     if callable(close):
         close()
     store.close()
     return summary
+
+
+def claim_database(url: str) -> None:
+    """Make sure ``url`` is the demo's own database: one it marked before; or a SQLite file
+    that does not exist or a database that holds no table, which it sets up and marks now.
+
+    Raises:
+        ConfigurationError: Any other database (an app's, a file that is not a database): it
+            is refused before anything is written to it.
+        DatabaseUnavailableError: The database cannot be reached, or the file not created.
+    """
+    target = urls.parse(url)
+    if target.kind == "hana":
+        raise ConfigurationError(
+            f"{target.masked()}: the demo runs on a SQLite file or a PostgreSQL database"
+        )
+    if target.kind == "sqlite":
+        _create_file(Path(target.options["path"]), target.masked())
+    mark, holds_tables = _inspect(url)
+    if mark == DEMO_MARK:
+        return
+    if holds_tables:
+        raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
+    store = create_store(url, **_existing(url))
+    try:
+        store.setup()  # the store's tables, with the settings table that keeps the mark
+        store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
+    finally:
+        store.close()
+
+
+def reset_database(url: str) -> bool:
+    """``--reset``: delete the demo's SQLite file, if it is the demo's; ``True`` if deleted.
+
+    On PostgreSQL nothing is deleted: every run erases the demo's user first.
+
+    Raises:
+        ConfigurationError: The file is not the demo's (it is left as it is).
+    """
+    target = urls.parse(url)
+    if target.kind != "sqlite":
+        return False
+    path = Path(target.options["path"])
+    if not path.exists():
+        return False
+    mark, _ = _inspect(url)
+    if mark != DEMO_MARK:
+        raise _not_the_demos(target.masked(), "it has no mark of the demo; nothing was deleted")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return True
+
+
+def _create_file(path: Path, where: str) -> None:
+    """Create the SQLite file, empty, unless it exists (atomically: never over another)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=False)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DatabaseUnavailableError(
+            f"cannot create the SQLite database {where}: {exc.strerror or exc}"
+        ) from None
+
+
+def _existing(url: str) -> dict[str, Any]:
+    """Open options that never create a SQLite file (the demo creates its own itself)."""
+    return {"mode": "rw"} if urls.parse(url).kind == "sqlite" else {}
+
+
+def _inspect(url: str) -> tuple[str | None, bool]:
+    """The database's mark and whether it holds any table, read without changing it (a
+    SQLite file is opened read-only)."""
+    target = urls.parse(url)
+    options: dict[str, Any] = {"mode": "ro"} if target.kind == "sqlite" else {}
+    probe = create_store(url, auto_setup=False, **options)
+    try:
+        holds_tables = probe.db.run(holds_tables_plan(probe.dialect))
+        mark = probe.db.run(mark_plan(probe.dialect)) if holds_tables else None
+    except DatabaseUnavailableError as exc:
+        if target.kind != "sqlite":
+            raise  # an unreachable server is not a refusal
+        raise _not_the_demos(target.masked(), str(exc.__cause__ or exc)) from None
+    finally:
+        probe.close()
+    return mark, holds_tables
+
+
+def _not_the_demos(where: str, why: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{where} is not a database the demo created ({why}): the demo writes only to its "
+        f"own; leave --url out (it uses ./{DEMO_FILE}) or name a new file"
+    )
 
 
 def _models(model: str | None, out: Console) -> tuple[Any, Any]:

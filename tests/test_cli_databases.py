@@ -1,7 +1,10 @@
-"""Which databases the ``agent-memory`` commands may create and write to.
+"""Which databases the ``agent-memory`` commands may create, write to and delete.
 
-Every command but ``migrate`` opens an existing database only: on a SQLite path that does not
-exist it says so, with status 2, and creates nothing.
+The demo writes only to a database it created and marked as its own (by default
+``./agent-memory-demo.db``, never ``AGENT_MEMORY_URL``), refuses any other in one line with
+status 2, and ``--reset`` deletes only its own file. Every other command but ``migrate``
+opens an existing database only: on a SQLite path that does not exist it says so, with
+status 2, and creates nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +62,114 @@ def one_line_error(done: Any, command: str, code: int) -> None:
     assert done.returncode == code, (done.returncode, done.stderr)
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"agent-memory {command}: error:"), done.stderr
+
+
+# -- the demo ------------------------------------------------------------------------------
+
+
+def test_the_demo_uses_its_own_file_not_agent_memory_url(tmp_path: Path) -> None:
+    app = tmp_path / "app.db"
+    env = {"AGENT_MEMORY_URL": app_database(app), "AGENT_MEMORY_HOME": str(tmp_path / "home")}
+    before = digest(app)
+    for _ in range(2):  # `make demo` twice in a row: --reset deletes the demo's own file
+        done = cli("demo", "--reset", cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"sqlite:///{DEMO_FILE}" in done.stdout
+    assert digest(app) == before  # the app's database was not touched
+    assert not (tmp_path / "home").exists()  # nor was the embedded default created
+    scopes = cli("scopes", "--json", "--url", f"sqlite:///{DEMO_FILE}", cwd=tmp_path)
+    assert scopes.returncode == 0 and '"user=alice"' in scopes.stdout
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["run", "reset"])
+@pytest.mark.parametrize("kind", ["app database", "plain sqlite", "not a database"])
+def test_the_demo_refuses_a_database_it_did_not_create(
+    tmp_path: Path, kind: str, reset: bool
+) -> None:
+    path = tmp_path / "target.db"
+    if kind == "app database":
+        app_database(path)
+    elif kind == "plain sqlite":  # another program's SQLite file, not in WAL mode
+        import sqlite3
+
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute("INSERT INTO notes VALUES ('keep me')")
+        conn.close()
+    else:  # a copy of /etc/passwd, say
+        path.write_text("root:x:0:0:root:/root:/bin/bash\n" * 40)
+    before = digest(path)
+    args = ["demo", "--url", f"sqlite:///{path}"] + (["--reset"] if reset else [])
+    done = cli(*args, cwd=tmp_path)
+    one_line_error(done, "demo", 2)
+    assert "not a database the demo created" in done.stderr
+    assert path.exists() and digest(path) == before  # nothing written, nothing deleted
+    assert not (tmp_path / DEMO_FILE).exists()
+
+
+def test_the_demo_marks_a_file_it_creates_and_runs_on_it_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sub' / 'mine.db'}"
+    first = cli("demo", "--url", url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = cli("demo", "--url", url, cwd=tmp_path)  # marked: its own, so allowed
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("superseded") == first.stdout.count("superseded")
+    reset = cli("demo", "--url", url, "--reset", cwd=tmp_path)
+    assert reset.returncode == 0, reset.stderr
+
+
+def test_an_empty_postgresql_database_becomes_the_demos(pg_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    first = cli("demo", "--url", pg_url, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = cli("demo", "--url", pg_url, "--reset", cwd=tmp_path)  # the demo's own: allowed
+    assert again.returncode == 0, again.stderr
+    with psycopg.connect(pg_url) as conn:
+        [(mark,)] = conn.execute(
+            "SELECT value FROM am_settings WHERE name = 'created_by'"
+        ).fetchall()
+    assert mark == "agent-memory demo"
+    assert not (tmp_path / DEMO_FILE).exists()
+
+
+@pytest.mark.parametrize("kind", ["app database", "other tables"])
+def test_the_demo_refuses_a_postgresql_database_it_did_not_create(
+    pg_url: str, tmp_path: Path, kind: str
+) -> None:
+    import psycopg
+
+    from langgraph_checkpoint_agent_memory import AgentMemory
+
+    if kind == "app database":
+        store = create_store(pg_url)
+        AgentMemory(store).record({"user_id": "alice"}, [{"role": "user", "content": "real"}])
+        store.close()
+    else:
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO orders VALUES (1)")
+
+    def tables() -> dict[str, int]:
+        with psycopg.connect(pg_url) as conn:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+                )
+            ]
+            return {
+                n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]  # type: ignore[index]
+                for n in names
+            }
+
+    before = tables()
+    for reset in ([], ["--reset"]):
+        done = cli("demo", "--url", pg_url, *reset, cwd=tmp_path)
+        one_line_error(done, "demo", 2)
+        assert "not a database the demo created" in done.stderr
+    assert tables() == before
 
 
 # -- commands on a database that does not exist --------------------------------------------

@@ -3,7 +3,7 @@
 Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
 embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
 or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
-existing one.
+existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
 Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
 on a terminal. Errors go to stderr with exit status 1 (a runtime failure: unreachable server,
 unknown scope) or 2 (bad arguments or configuration, a database that does not exist).
@@ -46,6 +46,7 @@ from langgraph_checkpoint_agent_memory.cli.retention import (
     _cmd_threads,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.demo import DEMO_FILE
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
-        if name != "config":
+        if name not in ("config", "demo"):
             p.add_argument(
                 "--url",
                 help=f"database URL (default: ${urls.URL_ENV}, else {default_url()}); "
@@ -145,7 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
-    demo.add_argument("--reset", action="store_true", help="delete the SQLite file first")
+    demo.add_argument(
+        "--url",
+        help=f"the demo's own database (default: sqlite:///{DEMO_FILE} in the current folder; "
+        f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
+        "created before; any other is refused",
+    )
+    demo.add_argument(
+        "--reset",
+        action="store_true",
+        help="delete the demo's SQLite file first (only a file the demo created)",
+    )
     demo.add_argument("--model", help="provider:name for init_chat_model, e.g. openai:gpt-4o-mini")
 
     command("scopes", "list scopes with their counts", _cmd_scopes)
