@@ -75,6 +75,7 @@ def test_the_demo_uses_its_own_file_not_agent_memory_url(tmp_path: Path) -> None
         done = cli("demo", "--reset", cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         assert f"sqlite:///{DEMO_FILE}" in done.stdout
+        assert "AGENT_MEMORY_URL is left alone" in done.stdout
     assert digest(app) == before  # the app's database was not touched
     assert not (tmp_path / "home").exists()  # nor was the embedded default created
     scopes = cli("scopes", "--json", "--url", f"sqlite:///{DEMO_FILE}", cwd=tmp_path)

@@ -4,6 +4,7 @@ context, erase, consolidate, decay, jobs and worker."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -31,7 +32,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     url = DEMO_URL if args.url is None else args.url
     if args.reset:
         reset_database(url)
-    run_demo(url, model=args.model, console=_console(args))
+    console = _console(args)
+    if args.url is None and os.environ.get(urls.URL_ENV):
+        console.print(f"{urls.URL_ENV} is left alone: the demo writes only to its own database.")
+    run_demo(url, model=args.model, console=console)
     return 0
 
 
