@@ -303,3 +303,19 @@ def test_mode_is_for_sqlite_files_only(monkeypatch: pytest.MonkeyPatch) -> None:
         create_store(mode="rw")
     with pytest.raises(ConfigurationError, match="mode must be"):
         SqliteSaver("x.db", mode="w")  # type: ignore[arg-type]
+
+
+def test_writing_commands_leave_an_empty_postgresql_database_alone(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    for command in WRITES:
+        code = main([*command, "--url", pg_url])
+        _, err = capsys.readouterr()
+        assert code == 1 and "no agent memory database" in err, (command, err)
+    with psycopg.connect(pg_url) as conn:
+        [(tables,)] = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+    assert tables == 0  # nothing was set up
