@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP) $(BASE_STAMP)
 
+# the demo writes ./agent-memory-demo.db, a file of its own (never $AGENT_MEMORY_URL's
+# database); --reset deletes only that file, so running it again starts afresh
 demo: $(BASE_STAMP)
 	$(VENV)/bin/agent-memory demo --reset
 

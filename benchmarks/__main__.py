@@ -1,8 +1,10 @@
-"""``python -m benchmarks run [SUITE...] [--quick]``."""
+"""``python -m benchmarks run [SUITE...] [--quick]``, ``python -m benchmarks compare REV
+[SUITE...]``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -40,7 +42,27 @@ def main(argv: list[str] | None = None) -> int:
         "(default 1,000,000, 20,000 with --quick; a tenth as many go to user namespaces)",
     )
     commands.add_parser("list", help="list the suites")
+    comparing = commands.add_parser(
+        "compare", help="the code at a git revision against this tree, in one run"
+    )
+    comparing.add_argument("rev", help="the revision measured as 'before'")
+    comparing.add_argument(
+        "suites", nargs="*", choices=[[], *SUITES], metavar="SUITE", help="default: all"
+    )
+    comparing.add_argument("--quick", action="store_true", help="small sizes")
+    comparing.add_argument(
+        "--repeat", type=int, default=2, help="runs of each side, alternating (default 2)"
+    )
+    comparing.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        from benchmarks.compare import compare, print_rows
+
+        rows = compare(args.rev, args.suites or list(SUITES), quick=args.quick, repeat=args.repeat)
+        print_rows(rows)
+        if args.json is not None:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return 0
     if args.command == "list":
         for name, suite in SUITES.items():
             print(f"{name:<16} {suite.__doc__.strip().splitlines()[0] if suite.__doc__ else ''}")

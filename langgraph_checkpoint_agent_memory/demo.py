@@ -1,7 +1,7 @@
 """``agent-memory demo``: a scripted month in the life of an agent's memory.
 
 A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
-``create_checkpointer`` and the memory store on one SQLite file (or ``--url``). The demo's
+``create_checkpointer`` and the memory store on one database of the demo's own. The demo's
 clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
 decay and the checkpointer's TTL all happen in a few seconds:
 
@@ -10,24 +10,46 @@ decay and the checkpointer's TTL all happen in a few seconds:
 - day 20, session 2: the agent is reminded of them; she has moved; the city is superseded;
 - day 29: decay deletes what nobody confirmed or recalled; the TTL evicts the idle thread;
 - finally, the context block a new session would receive.
+
+The demo writes only to a database it created and marked as its own (:mod:`.db.marks`): by
+default ``agent-memory-demo.db`` in the current folder, never ``AGENT_MEMORY_URL`` nor the
+embedded default, which may hold an app's memory. The current folder, not the user's data
+folder: the file is where the user ran the demo, seen and removed there, and the commands
+that explore it name it by a short relative URL. ``--url`` may name a new SQLite file, a
+database that holds no table at all (an empty PostgreSQL database), or one the demo marked
+before; any other is refused before anything is written. ``--reset`` deletes a marked SQLite
+file (on PostgreSQL, the demo's user is erased on every run anyway).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.marks import (
+    holds_tables_plan,
+    mark_plan,
+    write_mark_plan,
+)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.memory import AgentMemory, Fact, RuleBasedExtractor
 from langgraph_checkpoint_agent_memory.memory.extract import ChatModelExtractor
 from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import day
 
+#: The demo's own database when ``--url`` is not given: a file in the current folder.
+DEMO_FILE = "agent-memory-demo.db"
+DEMO_URL = f"sqlite:///{DEMO_FILE}"
+#: The mark the demo writes into a database it creates (``am_settings.created_by``).
+DEMO_MARK = "agent-memory demo"
 DAY = 86400.0
 USER = "alice"
 SESSIONS: list[tuple[float, str, list[str]]] = [
@@ -62,33 +84,25 @@ class DemoClock:
 
 
 def run_demo(
-    url: str,
+    url: str = DEMO_URL,
     *,
     model: str | None = None,
     console: Console | None = None,
-    explicit_url: bool = False,
 ) -> dict[str, Any]:
-    """Run the scripted sessions against ``url``; print what happens; return a summary."""
-    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    """Run the scripted sessions against ``url``; print what happens; return a summary.
 
+    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
+    empty database is created and marked; any other is refused before anything is written.
+
+    Raises:
+        ConfigurationError: ``url`` names a database the demo did not create.
+    """
+    claim_database(url)
     out = console or Console()
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
-    if model:
-        from langgraph_checkpoint_agent_memory.memory.extract import chat_model
-
-        chat = chat_model(model)
-        agent_model: Any = chat
-        extractor: Any = ChatModelExtractor(chat)
-        out.print(f"Using [bold]{model}[/] for the agent and the extractor.")
-    else:
-        agent_model = FakeListChatModel(responses=SCRIPTED_REPLIES)
-        extractor = RuleBasedExtractor()
-        out.print(
-            "No model configured (--model provider:name): using a scripted agent and the "
-            "rule-based extractor."
-        )
-    out.print(f"Memory lives in [bold]{url}[/]\n")
+    agent_model, extractor = _models(model, out)
+    out.print(f"Memory lives in [bold]{url}[/], the demo's own database\n")
 
     checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
     store = create_store(url, clock=clock)
@@ -132,74 +146,17 @@ def run_demo(
             out.print(f"[bold]Alice:[/] {text}")
             out.print(f"[bold]Agent:[/] {result['messages'][-1].content}\n")
             summary["sessions"].append({"thread": thread, "said": text, "injected": injected})
-        before = {f.key: f for f in memory.facts(scope)}
-        report = memory.consolidate()
-        after = {f.key: f for f in memory.facts(scope)}
-        table = Table(
-            title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)"
-        )
-        for column in ("change", "attribute", "value", "statement"):
-            table.add_column(column)
-        for job in report.jobs:
-            for key in job.added:
-                f = after[key]
-                table.add_row("[green]added[/]", f.attribute, f.value, f.statement)
-            for key in job.confirmed:
-                f = after[key]
-                table.add_row("[blue]confirmed[/]", f.attribute, f.value, f"{f.confirmations}x")
-            for _, key in job.superseded:
-                f, old = after[key], before.get(key)
-                table.add_row(
-                    "[yellow]superseded[/]",
-                    f.attribute,
-                    f"{old.value if old else '?'} -> {f.value}",
-                    f.statement,
-                )
-                summary["superseded"].append(
-                    {"attribute": f.attribute, "old": old.value if old else None, "new": f.value}
-                )
-        out.print(table)
-        episodes = Table(title="Each episode and its own summary")
-        for column in ("when", "the user said", "summary"):
-            episodes.add_column(column)
-        for e in memory.episodes(scope):
-            if e.thread_id != thread:
-                continue
-            said = next((m["content"] for m in e.messages if m.get("role") == "user"), "")
-            episodes.add_row(day(e.occurred_at), said, e.summary or "")
-            summary["episodes"].append({"thread": thread, "said": said, "summary": e.summary})
-        out.print(episodes)
+        out.print(_consolidate(memory, scope, summary))
+        out.print(_episodes(memory, scope, thread, summary))
 
     out.rule("A fact's history")
     out.print(history_table(memory.history(scope, "city"), "city"))
 
     clock.advance_to(29, start)
     out.rule(f"Day 29 · {day(clock())}: decay and the TTL")
-    before_items = {f.attribute: f for f in memory.facts(scope)}
-    removed = memory.decay()
-    left = {f.attribute for f in memory.facts(scope)}
-    gone = [f for a, f in before_items.items() if a not in left]
-    summary["decayed"] = [f.attribute for f in gone]
-    decay = Table(
-        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
-        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
-    )
-    decay.caption = "importance fades per day since a fact was last confirmed or recalled"
-    for column in ("fact", "last confirmed", "now"):
-        decay.add_column(column)
-    for f in gone:
-        decay.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
-    for f in memory.facts(scope):
-        decay.add_row(f.text(), day(f.last_confirmed), "kept")
-    out.print(decay)
+    out.print(_decay(memory, scope, summary))
     summary["evicted"] = sorted(checkpointer.sweep())
-    ttl = Table(title="Checkpointer TTL: 14 days idle")
-    for column in ("thread", "last active", "state"):
-        ttl.add_column(column)
-    for at, thread, _ in SESSIONS:
-        state = "[red]evicted[/]" if thread in summary["evicted"] else "kept"
-        ttl.add_row(thread, day(start + at * DAY), state)
-    out.print(ttl)
+    out.print(_ttl(start, summary["evicted"]))
 
     out.rule("What a new session would receive")
     context = memory.build_context(scope, "Where should my next order be delivered?")
@@ -207,14 +164,199 @@ def run_demo(
     out.print(Panel(context or "(nothing)", title="build_context", border_style="cyan"))
     out.print(
         "\nExplore it: [bold]agent-memory facts user=alice --all[/], "
-        "[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/]"
-        + (f" (each with --url {url})" if explicit_url else "")
+        f"[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/] (each with "
+        f"--url {url})"
     )
     close = getattr(checkpointer, "close", None)
     if callable(close):
         close()
     store.close()
     return summary
+
+
+def claim_database(url: str) -> None:
+    """Make sure ``url`` is the demo's own database: one it marked before; or a SQLite file
+    that does not exist or a database that holds no table, which it sets up and marks now.
+
+    Raises:
+        ConfigurationError: Any other database (an app's, a file that is not a database): it
+            is refused before anything is written to it.
+        DatabaseUnavailableError: The database cannot be reached, or the file not created.
+    """
+    target = urls.parse(url)
+    if target.kind == "hana":
+        raise ConfigurationError(
+            f"{target.masked()}: the demo runs on a SQLite file or a PostgreSQL database"
+        )
+    if target.kind == "sqlite":
+        _create_file(Path(target.options["path"]), target.masked())
+    mark, holds_tables = _inspect(url)
+    if mark == DEMO_MARK:
+        return
+    if holds_tables:
+        raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
+    store = create_store(url, **_existing(url))
+    try:
+        store.setup()  # the store's tables, with the settings table that keeps the mark
+        store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
+    finally:
+        store.close()
+
+
+def reset_database(url: str) -> bool:
+    """``--reset``: delete the demo's SQLite file, if it is the demo's; ``True`` if deleted.
+
+    On PostgreSQL nothing is deleted: every run erases the demo's user first.
+
+    Raises:
+        ConfigurationError: The file is not the demo's (it is left as it is).
+    """
+    target = urls.parse(url)
+    if target.kind != "sqlite":
+        return False
+    path = Path(target.options["path"])
+    if not path.exists():
+        return False
+    mark, _ = _inspect(url)
+    if mark != DEMO_MARK:
+        raise _not_the_demos(target.masked(), "it has no mark of the demo; nothing was deleted")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return True
+
+
+def _create_file(path: Path, where: str) -> None:
+    """Create the SQLite file, empty, unless it exists (atomically: never over another)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=False)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise DatabaseUnavailableError(
+            f"cannot create the SQLite database {where}: {exc.strerror or exc}"
+        ) from None
+
+
+def _existing(url: str) -> dict[str, Any]:
+    """Open options that never create a SQLite file (the demo creates its own itself)."""
+    return {"mode": "rw"} if urls.parse(url).kind == "sqlite" else {}
+
+
+def _inspect(url: str) -> tuple[str | None, bool]:
+    """The database's mark and whether it holds any table, read without changing it (a
+    SQLite file is opened read-only)."""
+    target = urls.parse(url)
+    options: dict[str, Any] = {"mode": "ro"} if target.kind == "sqlite" else {}
+    probe = create_store(url, auto_setup=False, **options)
+    try:
+        holds_tables = probe.db.run(holds_tables_plan(probe.dialect))
+        mark = probe.db.run(mark_plan(probe.dialect)) if holds_tables else None
+    except DatabaseUnavailableError as exc:
+        if target.kind != "sqlite":
+            raise  # an unreachable server is not a refusal
+        raise _not_the_demos(target.masked(), str(exc.__cause__ or exc)) from None
+    finally:
+        probe.close()
+    return mark, holds_tables
+
+
+def _not_the_demos(where: str, why: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{where} is not a database the demo created ({why}): the demo writes only to its "
+        f"own; leave --url out (it uses ./{DEMO_FILE}) or name a new file"
+    )
+
+
+def _models(model: str | None, out: Console) -> tuple[Any, Any]:
+    """The agent's chat model and the extractor: ``model``'s, or the scripted ones."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    if model:
+        from langgraph_checkpoint_agent_memory.memory.extract import chat_model
+
+        chat = chat_model(model)
+        out.print(f"Using [bold]{model}[/] for the agent and the extractor.")
+        return chat, ChatModelExtractor(chat)
+    out.print(
+        "No model configured (--model provider:name): using a scripted agent and the "
+        "rule-based extractor."
+    )
+    return FakeListChatModel(responses=SCRIPTED_REPLIES), RuleBasedExtractor()
+
+
+def _consolidate(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, Any]) -> Table:
+    """Consolidate what the session recorded; a table of the facts it changed."""
+    before = {f.key: f for f in memory.facts(scope)}
+    report = memory.consolidate()
+    after = {f.key: f for f in memory.facts(scope)}
+    table = Table(title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)")
+    for column in ("change", "attribute", "value", "statement"):
+        table.add_column(column)
+    for job in report.jobs:
+        for key in job.added:
+            f = after[key]
+            table.add_row("[green]added[/]", f.attribute, f.value, f.statement)
+        for key in job.confirmed:
+            f = after[key]
+            table.add_row("[blue]confirmed[/]", f.attribute, f.value, f"{f.confirmations}x")
+        for _, key in job.superseded:
+            f, old = after[key], before.get(key)
+            was = old.value if old else None
+            table.add_row(
+                "[yellow]superseded[/]", f.attribute, f"{was or '?'} -> {f.value}", f.statement
+            )
+            summary["superseded"].append({"attribute": f.attribute, "old": was, "new": f.value})
+    return table
+
+
+def _episodes(
+    memory: AgentMemory[Any], scope: dict[str, str], thread: str, summary: dict[str, Any]
+) -> Table:
+    """A table of the episodes of ``thread``, each with its own summary."""
+    table = Table(title="Each episode and its own summary")
+    for column in ("when", "the user said", "summary"):
+        table.add_column(column)
+    for e in memory.episodes(scope):
+        if e.thread_id != thread:
+            continue
+        said = next((m["content"] for m in e.messages if m.get("role") == "user"), "")
+        table.add_row(day(e.occurred_at), said, e.summary or "")
+        summary["episodes"].append({"thread": thread, "said": said, "summary": e.summary})
+    return table
+
+
+def _decay(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, Any]) -> Table:
+    """Run decay; a table of the facts it deleted and those it kept."""
+    before = {f.attribute: f for f in memory.facts(scope)}
+    removed = memory.decay()
+    kept = memory.facts(scope)
+    left = {f.attribute for f in kept}
+    gone = [f for a, f in before.items() if a not in left]
+    summary["decayed"] = [f.attribute for f in gone]
+    table = Table(
+        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
+        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
+    )
+    table.caption = "importance fades per day since a fact was last confirmed or recalled"
+    for column in ("fact", "last confirmed", "now"):
+        table.add_column(column)
+    for f in gone:
+        table.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
+    for f in kept:
+        table.add_row(f.text(), day(f.last_confirmed), "kept")
+    return table
+
+
+def _ttl(start: float, evicted: list[str]) -> Table:
+    """A table of the demo's threads, evicted or kept by the checkpointer's TTL."""
+    table = Table(title="Checkpointer TTL: 14 days idle")
+    for column in ("thread", "last active", "state"):
+        table.add_column(column)
+    for at, thread, _ in SESSIONS:
+        state = "[red]evicted[/]" if thread in evicted else "kept"
+        table.add_row(thread, day(start + at * DAY), state)
+    return table
 
 
 def memory_graph(

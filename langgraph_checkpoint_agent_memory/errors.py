@@ -16,6 +16,11 @@ class ConfigurationError(AgentMemoryError, ValueError):
     """A setting, argument or configuration source holds a value that cannot be used."""
 
 
+class DatabaseNotFoundError(ConfigurationError):
+    """The database named does not exist, and was opened in a way that creates none (a SQLite
+    file with ``mode="rw"`` or ``"ro"``): nothing was created. The message names it."""
+
+
 class InvalidValueError(AgentMemoryError, ValueError):
     """A value, key, namespace or id that not every backend could store and read back equal
     (the message says which and why); nothing was written."""

@@ -84,6 +84,13 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
         )
 
 
+def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
+    """Refuse ``mode`` (how a SQLite file is opened) for any other backend."""
+    if "mode" in options and (target is None or target.kind != "sqlite"):
+        where = "memory" if target is None else target.kind
+        raise ConfigurationError(f"mode applies to a SQLite file only, not to {where}")
+
+
 def create_checkpointer(
     ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
 ) -> BaseCheckpointSaver[str]:
@@ -101,7 +108,9 @@ def create_checkpointer(
             expiry and retention are checked, then ignored. On PostgreSQL also the
             connection options of :class:`PostgresSaver`; ``prepare_threshold`` may instead
             be written in the URL (``?prepare_threshold=none``) or declared as the
-            ``config.postgres.prepare_threshold`` field of ``@agent_config``.
+            ``config.postgres.prepare_threshold`` field of ``@agent_config``. On SQLite
+            also ``mode``: ``"rw"`` opens an existing file only (a missing one raises
+            :class:`DatabaseNotFoundError` and is not created), ``"ro"`` reads it only.
 
     Returns:
         With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
@@ -110,7 +119,8 @@ def create_checkpointer(
 
     Raises:
         TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
-        ConfigurationError: ``ttl_seconds`` is negative or not a whole number.
+        ConfigurationError: ``ttl_seconds`` is negative or not a whole number, or ``mode``
+            is given for a backend other than a SQLite file.
 
     Example:
         ```python
@@ -123,6 +133,7 @@ def create_checkpointer(
     """
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
+    _sqlite_only(target, options)
     if target is not None:
         _postgres_settings(target, options)
         return _open_sql_saver(target, ttl, options)
@@ -168,7 +179,8 @@ def create_store(
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`; ``prepare_threshold`` also from the URL or the
-            ``config.postgres.prepare_threshold`` field, as for :func:`create_checkpointer`).
+            ``config.postgres.prepare_threshold`` field, as for :func:`create_checkpointer`;
+            on SQLite ``mode``: ``"rw"`` for an existing file only, ``"ro"`` to read it only).
 
     Returns:
         An :class:`AgentMemoryStore`, a LangGraph ``BaseStore``.
@@ -184,7 +196,9 @@ def create_store(
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
-    database_options = {k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options}
+    database_options: dict[str, Any] = {
+        k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
+    }
     from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
@@ -194,6 +208,9 @@ def create_store(
         if declared is not None and declared.value() is not None:
             options["shard_depth"] = checked_depth(declared.value())
     target = urls.resolve(url)
+    _sqlite_only(target, options)
+    if "mode" in options:
+        database_options["mode"] = options.pop("mode")
     _postgres_settings(target, postgres_options)
     if postgres_options and (target is None or target.kind != "postgresql"):
         raise ConfigurationError(

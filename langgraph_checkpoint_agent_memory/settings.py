@@ -324,67 +324,105 @@ def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = 
 
 
 def _convert(value: Any, annotation: Any, text: bool) -> Any:
+    """``value`` as ``annotation`` says; ``text``: it came from an environment variable or a
+    file, so ``"none"`` may mean null and containers come as JSON."""
     if annotation is _MISSING or annotation is Any:
         return value
     origin = typing.get_origin(annotation)
     if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        args = typing.get_args(annotation)
-        if type(None) in args and (value is None or (text and str(value).strip().lower() in _NONE)):
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _convert(value, arg, text)
-            except (TypeError, ValueError) as exc:
-                errors.append(str(exc))
-        raise ValueError("; ".join(errors))
+        return _to_union(value, typing.get_args(annotation), text)
     if annotation is type(None):
-        if value is None or (text and str(value).strip().lower() in _NONE):
+        if _is_null(value, text):
             return None
         raise ValueError("expected null")
     if origin is typing.Literal:
-        choices = typing.get_args(annotation)
-        for choice in choices:
-            try:
-                if _convert(value, type(choice), text) == choice:
-                    return choice
-            except (TypeError, ValueError):
-                continue
-        raise ValueError(f"expected one of {list(choices)}")
+        return _to_literal(value, typing.get_args(annotation), text)
     target = origin or annotation
-    if target is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ValueError("expected true/false")
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if target is int:
-        if number and isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return _parse_number(value, int, "an integer")
-    if target is float:
-        return float(value) if number else _parse_number(value, float, "a number")
-    if target is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError("expected a string")
-    if target in (list, dict, tuple, set, frozenset):
-        if isinstance(value, str) and text:
-            value = json.loads(value)
-        container = {list: list, tuple: list, set: list, frozenset: list, dict: dict}[target]
-        if not isinstance(value, container):
-            raise ValueError(f"expected a JSON {'object' if target is dict else 'array'}")
-        return target(value)
-    if isinstance(target, type):
-        if isinstance(value, target):
-            return value
+    scalar = _SCALARS.get(target)
+    if scalar is not None:
+        return scalar(value)
+    if target in _CONTAINERS:
+        return _to_container(value, target, text)
+    if isinstance(target, type) and not isinstance(value, target):
         return target(value)
     return value
+
+
+def _is_null(value: Any, text: bool) -> bool:
+    return value is None or (text and str(value).strip().lower() in _NONE)
+
+
+def _to_union(value: Any, args: tuple[Any, ...], text: bool) -> Any:
+    if type(None) in args and _is_null(value, text):
+        return None
+    errors = []
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return _convert(value, arg, text)
+        except (TypeError, ValueError) as exc:
+            errors.append(str(exc))
+    raise ValueError("; ".join(errors))
+
+
+def _to_literal(value: Any, choices: tuple[Any, ...], text: bool) -> Any:
+    for choice in choices:
+        try:
+            if _convert(value, type(choice), text) == choice:
+                return choice
+        except (TypeError, ValueError):
+            continue
+    raise ValueError(f"expected one of {list(choices)}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("expected true/false")
+
+
+def _to_int(value: Any) -> Any:
+    if _is_number(value) and isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _parse_number(value, int, "an integer")
+
+
+def _to_float(value: Any) -> float:
+    return float(value) if _is_number(value) else _parse_number(value, float, "a number")
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if _is_number(value):
+        return str(value)
+    raise ValueError("expected a string")
+
+
+_SCALARS: dict[Any, Callable[[Any], Any]] = {
+    bool: _to_bool,
+    int: _to_int,
+    float: _to_float,
+    str: _to_str,
+}
+
+#: A container annotation -> the JSON value it is built from.
+_CONTAINERS: dict[Any, type] = {list: list, tuple: list, set: list, frozenset: list, dict: dict}
+
+
+def _to_container(value: Any, target: Any, text: bool) -> Any:
+    if isinstance(value, str) and text:
+        value = json.loads(value)
+    if not isinstance(value, _CONTAINERS[target]):
+        raise ValueError(f"expected a JSON {'object' if target is dict else 'array'}")
+    return target(value)
 
 
 def _parse_number(value: Any, parse: Callable[[str], float], what: str) -> float:

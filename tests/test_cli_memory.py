@@ -16,14 +16,16 @@ from langgraph_checkpoint_agent_memory.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=180,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
 
@@ -37,13 +39,14 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
     return code, data, err
 
 
-def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
+def test_demo_runs_on_its_own_file(tmp_path: Path) -> None:
     env = {"AGENT_MEMORY_HOME": str(tmp_path / "home")}
-    first = cli("demo", "--reset", env=env)
+    first = cli("demo", "--reset", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "No model configured" in out
-    assert (tmp_path / "home" / "agent-memory.db").exists()
+    assert (tmp_path / "agent-memory-demo.db").exists()
+    assert not (tmp_path / "home").exists()  # the embedded default is an app's, not the demo's
     for expected in (
         "added",
         "The user lives in Berlin",
@@ -59,7 +62,7 @@ def test_demo_runs_on_the_embedded_default(tmp_path: Path) -> None:
         assert expected in out, expected
     context = out.split("What a new session would receive")[1]
     assert "lives in Munich" in context and "pretzels" not in context
-    again = cli("demo", env=env)  # a second run starts the demo user afresh
+    again = cli("demo", env=env, cwd=tmp_path)  # a second run starts the demo user afresh
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("superseded") == out.count("superseded")
 
@@ -148,7 +151,7 @@ def test_errors_are_clear_and_non_zero(tmp_path: Path, capsys: pytest.CaptureFix
     code, _, err = run(capsys, "scopes", "--url", "mysql://nowhere/db")
     assert code == 2 and "mysql" in err
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
-    assert code == 1 and "no agent memory database" in err  # and none was created
+    assert code == 2 and "does not exist" in err  # and none was created
     assert run(capsys, "migrate", "--url", url)[0] == 0
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
     assert code == 1 and "unknown scope" in err
@@ -222,7 +225,7 @@ def test_model_without_langchain_is_a_clear_error(tmp_path: Path) -> None:
 
     if importlib.util.find_spec("langchain") is not None:
         pytest.skip("langchain is installed here; the error path needs it absent")
-    done = cli("demo", "--model", "openai:gpt-4o-mini", "--url", f"sqlite:///{tmp_path / 'd.db'}")
+    done = cli("demo", "--model", "openai:gpt-4o-mini", cwd=tmp_path)
     assert done.returncode == 2
     assert "init_chat_model" in done.stderr and "pip install" in done.stderr
 
@@ -236,8 +239,8 @@ def test_read_only_commands_create_nothing(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'absent' / 'memory.db'}"
     code, _, err = run(capsys, *command, "--url", url)
-    assert code == 1
-    assert err.count("\n") == 1 and "no agent memory database at" in err and "migrate" in err
+    assert code == 2
+    assert err.count("\n") == 1 and "does not exist" in err and "migrate" in err
     assert not (tmp_path / "absent").exists()
 
 
@@ -268,6 +271,6 @@ def test_a_path_that_is_no_database_is_one_line(
         blocker.write_text("a file where a folder would have to be")
         path = blocker / "memory.db"
     done = cli(*command, "--url", f"sqlite:///{path}")
-    assert done.returncode == 1
+    assert done.returncode == (1 if where == "not sqlite" else 2)  # 2: it does not exist
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"agent-memory {command[0]}: error:")

@@ -138,7 +138,7 @@ def test_the_new_read_commands_create_nothing(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'absent' / 'memory.db'}"
     code, _, err = run(capsys, *command, "--url", url)
-    assert code == 1 and err.count("\n") == 1 and "no agent memory database at" in err
+    assert code == 2 and err.count("\n") == 1 and "does not exist" in err
     assert not (tmp_path / "absent").exists()
 
 

@@ -74,21 +74,30 @@ def commands() -> list[tuple[str, list[str]]]:
     found = []
     for doc in ("README.md", "user-guide.md"):
         for i, block in enumerate(CONSOLE.findall((ROOT / doc).read_text())):
-            lines = [ln[2:] for ln in block.splitlines() if ln.startswith("$ agent-memory")]
-            if lines:
+            lines = [
+                ln[2:]
+                for ln in block.splitlines()
+                if ln.startswith(("$ agent-memory", "$ export "))
+            ]
+            if any(ln.startswith("agent-memory") for ln in lines):
                 found.append((f"{doc}#console{i + 1}", lines))
     return found
 
 
 @pytest.mark.parametrize(("where", "lines"), commands(), ids=[w for w, _ in commands()])
 def test_commands_run(where: str, lines: list[str], tmp_path: Path) -> None:
-    """Each ``$ agent-memory ...`` line of a console block, in order, on a fresh default."""
+    """Each ``$ agent-memory ...`` line of a console block, in order, on a fresh default,
+    in a fresh folder; a ``$ export NAME=value`` line sets the variable for the lines after."""
     import shlex
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENT_MEMORY_HOME": str(tmp_path)}
     env.pop("AGENT_MEMORY_URL", None)
     for line in lines:
         args = shlex.split(line.split("  #")[0])[1:]
+        if line.startswith("export "):
+            name, _, value = args[0].partition("=")
+            env[name] = value
+            continue
         result = subprocess.run(
             [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
             cwd=tmp_path,

@@ -24,7 +24,7 @@ from langgraph_checkpoint_agent_memory import (
     ThreadDeletedError,
     TimedInMemorySaver,
 )
-from langgraph_checkpoint_agent_memory.checkpoint import timed, timed_life
+from langgraph_checkpoint_agent_memory.checkpoint import timed, timed_life, timed_thread
 from tests.helpers import FakeClock, config_for, make_checkpoint, timed_contents
 
 _versions = iter(range(1, 10**9))
@@ -492,7 +492,7 @@ def test_the_checker_finds_a_reach_into_a_private_attribute() -> None:
     assert foreign_private_names(reach) == {"_ordered_writes"}
 
 
-@pytest.mark.parametrize("module", [timed, timed_life])
+@pytest.mark.parametrize("module", [timed, timed_life, timed_thread])
 def test_no_private_attribute_of_another_class_is_touched(module: Any) -> None:
     assert foreign_private_names(inspect.getsource(module)) == set()
 

@@ -43,13 +43,18 @@ class SqliteSaver(_FromConnString, SQLSaver):
     """Checkpoints in SQLite: a file, or a ``sqlite3.Connection`` you own.
 
     Args:
-        conn: The file (created with its folders when missing), a ``sqlite:///`` URL, or a
+        conn: The file (created with its folders when missing, unless ``mode`` says
+            otherwise), a ``sqlite:///`` URL, or a
             ``sqlite3.Connection`` opened with ``check_same_thread=False``, as LangGraph's
             ``SqliteSaver`` takes it. A connection passed in is used as it is (its pragmas
             and journal mode are yours), one plan at a time, and is never closed here.
         durability: For a file: ``"normal"`` (survives a killed process; the default),
             ``"full"`` (also a power cut, one fsync per commit) or ``"off"``.
         pool_size: For a file: connections kept open (readers run in parallel in WAL mode).
+        mode: For a file: ``"rwc"`` (the default) creates it when missing; ``"rw"`` opens an
+            existing file only, and ``"ro"`` reads one without changing it; both raise
+            :class:`DatabaseNotFoundError` at the first call when the file does not exist,
+            and create nothing (SQLite's own ``mode=`` URI parameter, so no check races).
         **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``, ...).
 
     Example:
@@ -66,13 +71,15 @@ class SqliteSaver(_FromConnString, SQLSaver):
         *,
         durability: Literal["normal", "full", "off"] = "normal",
         pool_size: int = 4,
+        mode: Literal["rwc", "rw", "ro"] = "rwc",
         **kwargs: Any,
     ) -> None:
         from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
         if isinstance(conn, str) and conn.startswith("sqlite:"):
             conn = parse(conn).options["path"]
-        super().__init__(SQLiteDatabase(conn, durability=durability, pool_size=pool_size), **kwargs)
+        database = SQLiteDatabase(conn, durability=durability, pool_size=pool_size, mode=mode)
+        super().__init__(database, **kwargs)
 
 
 class PostgresSaver(_FromConnString, SQLSaver):
@@ -115,9 +122,13 @@ class PostgresSaver(_FromConnString, SQLSaver):
         **kwargs: :class:`SQLSaver` options.
 
     Example:
-        >>> from langgraph_checkpoint_agent_memory import PostgresSaver
-        >>> with PostgresSaver.from_conn_string("postgresql://localhost/agents") as saver:
-        ...     graph = builder.compile(checkpointer=saver)  # doctest: +SKIP
+        ```python
+        # not run: needs a PostgreSQL server
+        from langgraph_checkpoint_agent_memory import PostgresSaver
+
+        with PostgresSaver.from_conn_string("postgresql://localhost/agents") as saver:
+            graph = builder.compile(checkpointer=saver)
+        ```
     """
 
     def __init__(self, conn: Any, **kwargs: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -70,30 +71,20 @@ class Doomed(NamedTuple):
     blobs: list[dict[str, Any]]
 
 
+@dataclass
 class Maintenance:
-    """Builds the maintenance plans of one saver.
+    """Builds the maintenance plans of one saver."""
 
-    Args:
-        dialect: The database's dialect.
-        activity: The saver's TTL policy (clock, strategy, thread rows).
-        cache: The saver's list cache, forgotten for every thread whose history changes.
-        sweep_batch: Threads removed per sweep transaction.
-        keep_last: Checkpoints per namespace that ``keep_latest`` keeps (validated).
-    """
-
-    def __init__(
-        self,
-        dialect: Dialect,
-        activity: ThreadActivity,
-        cache: ListCache,
-        sweep_batch: int,
-        keep_last: int = 1,
-    ) -> None:
-        self.dialect = dialect
-        self.activity = activity
-        self.cache = cache
-        self.sweep_batch = sweep_batch
-        self.keep_last = keep_last
+    #: The database's dialect.
+    dialect: Dialect
+    #: The saver's TTL policy (clock, strategy, thread rows).
+    activity: ThreadActivity
+    #: The saver's list cache, forgotten for every thread whose history changes.
+    cache: ListCache
+    #: Threads removed per sweep transaction.
+    sweep_batch: int
+    #: Checkpoints per namespace that ``keep_latest`` keeps (validated).
+    keep_last: int = 1
 
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this process remembers of threads whose history changed under it."""

@@ -10,7 +10,7 @@ when the caller reaches it. A due refresh-on-read travels in the same batch as t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -269,19 +269,12 @@ class Reader:
             "live_after": self.activity.live_after(now),
         }
         [rows] = yield Batch([Stmt(S.select_chain(self.dialect), params, fetch=True)])
-        by_id: dict[str, ChainRow] = {}
-        for fetched in rows:
-            chained: ChainRow = chain_row(fetched)
-            by_id[chained.checkpoint_id] = chained
+        by_id = {r.checkpoint_id: r for r in map(chain_row, rows)}
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
-        if target not in by_id:
+        if target is None or target not in by_id:
             return {ch: {"writes": []} for ch in channels}
         loads = serde.loads_typed
-        chain: list[str] = []
-        parent = by_id[target].parent_id
-        while parent is not None and parent in by_id:
-            chain.append(parent)
-            parent = by_id[parent].parent_id
+        chain = _ancestors(by_id, target)
         versions = {cid: json.loads(by_id[cid].blob_versions) for cid in chain}
         inline_cache: dict[str, dict[str, Any]] = {}
 
@@ -296,13 +289,7 @@ class Reader:
 
         # Walk once to learn how far back each channel must go, then fetch only that.
         needed = delta_history(chain, channels, has_value, lambda c, ch: None, lambda c: [])
-        depth = 0
-        remaining = set(channels)
-        for depth, cid in enumerate(chain, start=1):  # noqa: B007 - depth is used below
-            remaining -= {ch for ch in remaining if has_value(cid, ch)}
-            if not remaining:
-                break
-        span = chain[:depth]
+        span = _span(chain, channels, has_value)
         seed_rows = [
             CheckpointRow(
                 thread_id=thread_id,
@@ -342,6 +329,28 @@ class Reader:
             value_of,
             lambda cid: pending_writes(serde, writes_by_cp.get(cid, []), channels),
         )
+
+
+def _ancestors(by_id: Mapping[str, ChainRow], target: str) -> list[str]:
+    """The ancestors of ``target`` among ``by_id``, nearest first."""
+    chain: list[str] = []
+    parent = by_id[target].parent_id
+    while parent is not None and parent in by_id:
+        chain.append(parent)
+        parent = by_id[parent].parent_id
+    return chain
+
+
+def _span(
+    chain: Sequence[str], channels: Sequence[str], has_value: Callable[[str, str], bool]
+) -> Sequence[str]:
+    """The part of ``chain`` up to the nearest ancestor that seeds each of ``channels``."""
+    remaining = set(channels)
+    for depth, cid in enumerate(chain, start=1):
+        remaining -= {ch for ch in remaining if has_value(cid, ch)}
+        if not remaining:
+            return chain[:depth]
+    return chain
 
 
 class ListCursor:

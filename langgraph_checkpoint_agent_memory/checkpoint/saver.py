@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -52,7 +51,10 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
-from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    checked_thread_id,
+    next_channel_version,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
 from langgraph_checkpoint_agent_memory.checkpoint.retention import (
@@ -113,8 +115,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     Example:
         >>> from langgraph_checkpoint_agent_memory import SqliteSaver
         >>> saver = SqliteSaver("memory.db", ttl_seconds=3600)  # an SQLSaver over SQLite
-        >>> graph = builder.compile(checkpointer=saver)  # doctest: +SKIP
-        >>> graph.invoke(inputs, {"configurable": {"thread_id": "user-42"}})  # doctest: +SKIP
+        >>> graph = builder.compile(checkpointer=saver)
+        >>> result = graph.invoke(inputs, {"configurable": {"thread_id": "user-42"}})
+        >>> saver.close()
     """
 
     def __init__(
@@ -182,8 +185,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         The first write starts it when a TTL is set; call this to start it earlier.
 
         Example:
-            >>> saver.start_sweeper()  # doctest: +SKIP
-            >>> saver.sweeper_running  # doctest: +SKIP
+            >>> saver.start_sweeper()
+            >>> saver.sweeper_running
             True
         """
         self._sweeping.start_thread(self, "sweep")
@@ -209,7 +212,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         """Stop the sweeper and release connections this saver opened.
 
         Example:
-            >>> with SqliteSaver("memory.db") as saver:  # doctest: +SKIP
+            >>> from langgraph_checkpoint_agent_memory import SqliteSaver
+            >>> with SqliteSaver("memory.db") as saver:
             ...     graph = builder.compile(checkpointer=saver)
         """
         self._sweeping.stop()
@@ -259,9 +263,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> from langgraph.checkpoint.base import empty_checkpoint
             >>> config = {"configurable": {"thread_id": "1", "checkpoint_ns": ""}}
-            >>> saved = saver.put(config, empty_checkpoint(), {"step": -1}, {})  # doctest: +SKIP
-            >>> saved["configurable"]["checkpoint_id"]  # doctest: +SKIP
-            '1ef4f797-8335-6428-8001-8a1503f9b875'
+            >>> saved = saver.put(config, empty_checkpoint(), {"step": -1}, {})
+            >>> sorted(saved["configurable"])
+            ['checkpoint_id', 'checkpoint_ns', 'thread_id']
         """
         result = self._run(self._writer.put(self.serde, config, checkpoint, metadata, new_versions))
         self._after_write()
@@ -283,7 +287,11 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             new_versions: The channels whose values changed since the parent.
 
         Example:
-            >>> saved = await saver.aput(config, checkpoint, {"step": 1}, {})  # doctest: +SKIP
+            ```python
+            from langgraph.checkpoint.base import empty_checkpoint
+
+            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
+            ```
         """
         plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions)
         result = await self._arun(plan)
@@ -309,7 +317,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             task_path: The task's path in the graph.
 
         Example:
-            >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
+            >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
         self._run(self._writer.put_writes(self.serde, config, writes, task_id, task_path))
         self._after_write()
@@ -330,7 +338,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             task_path: The task's path in the graph.
 
         Example:
-            >>> await saver.aput_writes(saved, [("x", 1)], task_id="t1")  # doctest: +SKIP
+            ```python
+            await saver.aput_writes(saved, [("x", 1)], task_id="t1")
+            ```
         """
         await self._arun(self._writer.put_writes(self.serde, config, writes, task_id, task_path))
         self._after_write()
@@ -348,8 +358,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             The checkpoint tuple, or ``None`` when there is none.
 
         Example:
-            >>> latest = saver.get_tuple({"configurable": {"thread_id": "1"}})  # doctest: +SKIP
-            >>> latest.checkpoint["channel_values"]  # doctest: +SKIP
+            >>> latest = saver.get_tuple({"configurable": {"thread_id": "user-42"}})
+            >>> latest.checkpoint["channel_values"]
             {'messages': [...]}
         """
         return self._run(self._reader.get_tuple(self.serde, config))
@@ -361,7 +371,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
 
         Example:
-            >>> latest = await saver.aget_tuple(config)  # doctest: +SKIP
+            ```python
+            latest = await saver.aget_tuple({"configurable": {"thread_id": "user-42"}})
+            ```
         """
         return await self._arun(self._reader.get_tuple(self.serde, config))
 
@@ -384,9 +396,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             limit: At most this many.
 
         Example:
-            >>> config = {"configurable": {"thread_id": "1"}}
-            >>> [t.metadata["step"] for t in saver.list(config, limit=2)]  # doctest: +SKIP
-            [3, 2]
+            >>> config = {"configurable": {"thread_id": "user-42"}}
+            >>> [t.metadata["step"] for t in saver.list(config, limit=2)]
+            [4, 3]
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
@@ -409,8 +421,10 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             limit: At most this many.
 
         Example:
-            >>> async for t in saver.alist({"configurable": {"thread_id": "1"}}):  # doctest: +SKIP
-            ...     print(t.config["configurable"]["checkpoint_id"])
+            ```python
+            async for t in saver.alist({"configurable": {"thread_id": "user-42"}}):
+                print(t.config["configurable"]["checkpoint_id"])
+            ```
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
@@ -427,8 +441,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             channels: The delta channels to rebuild.
 
         Example:
-            >>> saver.get_delta_channel_history(config=cfg, channels=["messages"])  # doctest: +SKIP
-            {'messages': {'writes': [...], 'seed': [...]}}
+            >>> saver.get_delta_channel_history(config=saved, channels=["messages"])
+            {'messages': {'writes': [...]...}}
         """
         return self._run(self._reader.history(self.serde, config, channels))
 
@@ -442,7 +456,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             channels: The delta channels to rebuild.
 
         Example:
-            >>> await saver.aget_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
+            ```python
+            history = await saver.aget_delta_channel_history(config=saved, channels=["messages"])
+            ```
         """
         return await self._arun(self._reader.history(self.serde, config, channels))
 
@@ -456,7 +472,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             thread_id: The thread to delete.
 
         Example:
-            >>> saver.delete_thread("user-42")  # doctest: +SKIP
+            >>> saver.delete_thread("user-42")
         """
         self._run(self._maintenance.delete_thread(checked_thread_id(thread_id)))
 
@@ -467,7 +483,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             thread_id: The thread to delete.
 
         Example:
-            >>> await saver.adelete_thread("user-42")  # doctest: +SKIP
+            ```python
+            await saver.adelete_thread("user-42")
+            ```
         """
         await self._arun(self._maintenance.delete_thread(checked_thread_id(thread_id)))
 
@@ -479,7 +497,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             thread_ids: The threads to erase.
 
         Example:
-            >>> saver.erase_threads(["user-42", "user-42-draft"])  # doctest: +SKIP
+            >>> saver.erase_threads(["user-42", "user-42-draft"])
         """
         self._run(self._maintenance.erase_threads([str(t) for t in thread_ids]))
 
@@ -490,7 +508,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             thread_ids: The threads to erase.
 
         Example:
-            >>> await saver.aerase_threads(["user-42"])  # doctest: +SKIP
+            ```python
+            await saver.aerase_threads(["user-42"])
+            ```
         """
         await self._arun(self._maintenance.erase_threads([str(t) for t in thread_ids]))
 
@@ -502,7 +522,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             run_ids: The ``run_id`` values of the checkpoints' metadata.
 
         Example:
-            >>> saver.delete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])  # doctest: +SKIP
+            >>> saver.delete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
         """
         self._run(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
@@ -513,7 +533,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             run_ids: The ``run_id`` values of the checkpoints' metadata.
 
         Example:
-            >>> await saver.adelete_for_runs([run_id])  # doctest: +SKIP
+            ```python
+            await saver.adelete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
+            ```
         """
         await self._arun(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
@@ -526,7 +548,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             target_thread_id: The thread to copy to.
 
         Example:
-            >>> saver.copy_thread("user-42", "user-42-fork")  # doctest: +SKIP
+            >>> saver.copy_thread("user-42", "user-42-fork")
         """
         self._run(self._maintenance.copy_thread(str(source_thread_id), str(target_thread_id)))
 
@@ -538,7 +560,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             target_thread_id: The thread to copy to.
 
         Example:
-            >>> await saver.acopy_thread("user-42", "user-42-fork")  # doctest: +SKIP
+            ```python
+            await saver.acopy_thread("user-42", "user-42-fork")
+            ```
         """
         plan = self._maintenance.copy_thread(str(source_thread_id), str(target_thread_id))
         await self._arun(plan)
@@ -561,8 +585,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
                 ``keep_last``.
 
         Example:
-            >>> saver.prune(["user-42"], keep_last=3)  # doctest: +SKIP
-            >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))  # doctest: +SKIP
+            >>> saver.prune(["user-42"], keep_last=3)
+            >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))
             3
         """
         thread_ids = [str(t) for t in thread_ids]
@@ -583,7 +607,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             keep_last: Checkpoints kept per namespace; ``None``: the saver's ``keep_last``.
 
         Example:
-            >>> await saver.aprune(["user-42"], keep_last=3)  # doctest: +SKIP
+            ```python
+            await saver.aprune(["user-42"], keep_last=3)
+            ```
         """
         thread_ids = [str(t) for t in thread_ids]
         await self._arun(self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
@@ -596,8 +622,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             The thread ids this call removed (or pruned, with ``strategy="keep_latest"``).
 
         Example:
-            >>> saver.sweep()  # doctest: +SKIP
-            ['user-17', 'user-23']
+            >>> saver.sweep()
+            ['user-17']
         """
         return self._run(self._maintenance.sweep(self.serde))
 
@@ -605,8 +631,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         """Asynchronously :meth:`sweep`; the async sweeper task calls this.
 
         Example:
-            >>> await saver.asweep()  # doctest: +SKIP
-            []
+            ```python
+            removed = await saver.asweep()
+            ```
         """
         return await self._arun(self._maintenance.sweep(self.serde))
 
@@ -628,9 +655,10 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             One :class:`ThreadInfo` per thread.
 
         Example:
-            >>> for t in saver.threads(sort="bytes", limit=10):  # doctest: +SKIP
+            >>> for t in saver.threads(sort="bytes", limit=10):
             ...     print(t.thread_id, t.checkpoints, t.bytes, t.status)
-            user-42 118 2481734 live
+            user-42 6 ... live
+            user-17 1 ... expired
         """
         return self._run(threads_plan(self._maintenance, sort, limit))
 
@@ -644,7 +672,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             limit: At most this many; ``None``: all.
 
         Example:
-            >>> biggest = await saver.athreads(limit=5)  # doctest: +SKIP
+            ```python
+            biggest = await saver.athreads(limit=5)
+            ```
         """
         return await self._arun(threads_plan(self._maintenance, sort, limit))
 
@@ -657,9 +687,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             ``"prune"``, checkpoints removed, bytes freed) and the totals.
 
         Example:
-            >>> preview = saver.sweep_preview()  # doctest: +SKIP
-            >>> preview.bytes_freed, [t.thread_id for t in preview.threads]  # doctest: +SKIP
-            (48213, ['user-17'])
+            >>> preview = saver.sweep_preview()
+            >>> preview.bytes_freed, [t.thread_id for t in preview.threads]
+            (..., ['user-17'])
         """
         return self._run(preview_plan(self._maintenance, self.serde))
 
@@ -667,7 +697,9 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         """Asynchronously :meth:`sweep_preview`.
 
         Example:
-            >>> preview = await saver.asweep_preview()  # doctest: +SKIP
+            ```python
+            preview = await saver.asweep_preview()
+            ```
         """
         return await self._arun(preview_plan(self._maintenance, self.serde))
 
@@ -681,13 +713,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             channel: Unused (LangGraph's signature).
 
         Example:
-            >>> saver.get_next_version(None, None)[:32]  # doctest: +SKIP
+            >>> saver.get_next_version(None, None)[:32]
             '00000000000000000000000000000001'
         """
-        if current is None:
-            current_v = 0
-        elif isinstance(current, int):
-            current_v = current
-        else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+        return next_channel_version(current)

@@ -21,8 +21,9 @@ It answers as ``InMemorySaver`` does (the same values, metadata, pending writes,
 
 * an activity clock per thread, ordered by last use, so a sweep pops expired threads from the
   front in time proportional to what it evicts;
-* one record per thread (:class:`_Thread`) holding its checkpoints, channel values, writes
-  and runs, so evicting or deleting a thread costs its own size, not the whole saver's;
+* one record per thread (:class:`~.timed_thread.ThreadData`) holding its checkpoints,
+  channel values, writes and runs, so evicting or deleting a thread costs its own size, not
+  the whole saver's;
 * one lock that makes a write and an eviction of the same thread atomic with respect to each
   other. Serialization and deserialization of channel values happen outside the lock.
 """
@@ -32,9 +33,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     tombstone_seconds,
     validate_keep_last,
@@ -59,9 +60,6 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_thread_id,
     checkpoint_config,
-    checkpoints_to_keep,
-    delta_channels_of,
-    delta_history,
     list_coordinates,
     metadata_matches,
     next_channel_version,
@@ -70,6 +68,12 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
+from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
+    EMPTY,
+    Found,
+    Saved,
+    ThreadData,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
     validate_interval,
@@ -85,49 +89,11 @@ TOMBSTONE_SECONDS = 3600.0
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
 
-#: The stored value of a channel that has a version but no value.
-EMPTY: tuple[str, bytes] = ("empty", b"")
-
-Version = str | int | float
 #: A write row from one tuple, in C (a NamedTuple's own ``__new__`` is a Python call).
 _write_row: Any = partial(tuple.__new__, WriteRow)
-Typed = tuple[str, bytes]
 
 
-class _Saved(NamedTuple):
-    """One checkpoint as stored: the serialized checkpoint without its channel values, the
-    serialized metadata, and the parent's id."""
-
-    checkpoint: Typed
-    metadata: Typed
-    parent_id: str | None
-
-
-@dataclass(slots=True)
-class _Thread:
-    """Everything one thread holds."""
-
-    #: namespace -> checkpoint id -> checkpoint
-    checkpoints: dict[str, dict[str, _Saved]] = field(default_factory=dict)
-    #: (namespace, channel, version) -> serialized value (:data:`EMPTY` for none)
-    blobs: dict[tuple[str, str, Version], Typed] = field(default_factory=dict)
-    #: (namespace, checkpoint id) -> (task id, write index) -> write
-    writes: dict[tuple[str, str], dict[tuple[str, int], WriteRow]] = field(default_factory=dict)
-    #: run id -> the (namespace, checkpoint id) it created
-    runs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
-
-
-class _Found(NamedTuple):
-    """One checkpoint's stored parts, collected under the lock and decoded outside it."""
-
-    checkpoint_id: str
-    checkpoint: Checkpoint
-    saved: _Saved
-    blobs: dict[str, Typed | None]
-    writes: list[WriteRow]
-
-
-class TimedInMemorySaver(BaseCheckpointSaver[str]):
+class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -177,7 +143,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
         self._lock = threading.RLock()
         self._life = ThreadLife(ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl))
         #: thread id -> its data, in the order threads got their first checkpoint
-        self._threads: dict[str, _Thread] = {}
+        self._threads: dict[str, ThreadData] = {}
         self._run_threads: dict[str, set[str]] = {}
         self._sweeping = SweeperHookup(
             f"TimedInMemorySaver-sweeper-{id(self):x}", self.sweep_interval_seconds
@@ -209,16 +175,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
         """
         self._sweeping.stop()
 
-    def __enter__(self) -> TimedInMemorySaver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> TimedInMemorySaver:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def aclose(self) -> None:
+        """Asynchronously :meth:`close` (it only signals the sweeper thread)."""
         self.close()
 
     @property
@@ -248,11 +206,11 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                 if not threads:
                     del self._run_threads[run_id]
 
-    def _thread(self, thread_id: str) -> _Thread:
+    def _thread(self, thread_id: str) -> ThreadData:
         """The record of ``thread_id``, created on first use."""
         thread = self._threads.get(thread_id)
         if thread is None:
-            thread = self._threads[thread_id] = _Thread()
+            thread = self._threads[thread_id] = ThreadData()
         return thread
 
     def sweep(self) -> int:
@@ -317,7 +275,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             for k, v in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
-        saved = _Saved(dumps(stored), dumps(full_metadata), parent_id)
+        saved = Saved(dumps(stored), dumps(full_metadata), parent_id)
         run_id = full_metadata.get("run_id")
         life = self._life
         with self._lock:
@@ -356,7 +314,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             task_path: The task's path in the graph.
 
         Example:
-            >>> saver.put_writes(cfg, [("messages", ["hi"])], task_id="t1")  # doctest: +SKIP
+            >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
@@ -394,33 +352,11 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _find(
-        self, thread: _Thread, checkpoint_ns: str, checkpoint_id: str | None
-    ) -> _Found | None:
-        """Collect one checkpoint's stored parts; the caller holds the lock."""
-        ns_store = thread.checkpoints.get(checkpoint_ns)
-        if not ns_store:
-            return None
-        if checkpoint_id is None:
-            checkpoint_id = max(ns_store)
-        saved = ns_store.get(checkpoint_id)
-        if saved is None:
-            return None
-        checkpoint: Checkpoint = self.serde.loads_typed(saved.checkpoint)
-        blobs = thread.blobs
-        values = {
-            k: blobs.get((checkpoint_ns, k, v)) for k, v in checkpoint["channel_versions"].items()
-        }
-        writes = thread.writes.get((checkpoint_ns, checkpoint_id))
-        return _Found(
-            checkpoint_id, checkpoint, saved, values, list(writes.values()) if writes else []
-        )
-
     def _decode(
         self,
         thread_id: str,
         checkpoint_ns: str,
-        found: _Found,
+        found: Found,
         metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
         serde = self.serde
@@ -441,7 +377,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
 
         Example:
-            >>> saver.get_tuple({"configurable": {"thread_id": "1"}})  # doctest: +SKIP
+            >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
+            True
         """
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
@@ -449,7 +386,11 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             if self._expire_if_due(thread_id, now):
                 return None
             thread = self._threads.get(thread_id)
-            found = None if thread is None else self._find(thread, checkpoint_ns, checkpoint_id)
+            found = (
+                None
+                if thread is None
+                else thread.find(checkpoint_ns, checkpoint_id, self.serde.loads_typed)
+            )
             if found is None:
                 return None
             self._life.touch(thread_id, now)
@@ -473,51 +414,62 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             limit: The most checkpoints to yield.
 
         Example:
-            >>> list(saver.list({"configurable": {"thread_id": "1"}}, limit=1))  # doctest: +SKIP
+            >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "user-42"}})]
+            [4, 3, 2, 1, 0, -1]
         """
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
+        candidates = self._list_candidates(config, before_id)
+        remaining = limit
+        for thread_id, ns, cid in candidates:
+            if remaining is not None and remaining <= 0:
+                return
+            listed = self._listed(thread_id, ns, cid, filter)
+            if listed is None:
+                continue
+            if remaining is not None:
+                remaining -= 1
+            yield self._decode(thread_id, ns, *listed)
+
+    def _list_candidates(
+        self, config: RunnableConfig | None, before_id: str | None
+    ) -> Sequence[tuple[str, str, str]]:
+        """The checkpoints a ``list`` call selects, as ``(thread, namespace, id)``; the
+        threads it names count as active."""
         with self._lock:
             now = self._clock()
             listed, wanted_ns, wanted_id = list_coordinates(config)
             if listed is not None:
                 if self._expire_if_due(listed, now):
-                    return
+                    return []
                 thread_ids = [listed] if listed in self._threads else []
             else:
                 self.sweep()
                 thread_ids = list(self._threads)
-            candidates = [
-                (thread_id, ns, cid)
-                for thread_id in thread_ids
-                for ns, ns_store in self._threads[thread_id].checkpoints.items()
-                if wanted_ns is None or ns == wanted_ns
-                for cid in sorted(ns_store, reverse=True)
-                if (wanted_id is None or cid == wanted_id)
-                and (before_id is None or cid < before_id)
-            ]
             for thread_id in thread_ids:
                 self._life.touch(thread_id, now)
-        remaining = limit
+            return [
+                (thread_id, ns, cid)
+                for thread_id in thread_ids
+                for ns, cid in self._threads[thread_id].listed(wanted_ns, wanted_id, before_id)
+            ]
+
+    def _listed(
+        self, thread_id: str, ns: str, cid: str, filter: dict[str, Any] | None
+    ) -> tuple[Found, CheckpointMetadata] | None:
+        """One listed checkpoint's parts and metadata, if it is still there and matches."""
         loads = self.serde.loads_typed
-        for thread_id, ns, cid in candidates:
-            if remaining is not None and remaining <= 0:
-                return
-            with self._lock:
-                thread = self._threads.get(thread_id)
-                if thread is None or self._life.expired(thread_id, self._clock()):
-                    continue
-                saved = thread.checkpoints.get(ns, {}).get(cid)
-                if saved is None:
-                    continue
-                metadata = loads(saved.metadata)
-                if not metadata_matches(metadata, filter):
-                    continue
-                found = self._find(thread, ns, cid)
-            if found is None:
-                continue
-            if remaining is not None:
-                remaining -= 1
-            yield self._decode(thread_id, ns, found, metadata)
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or self._life.expired(thread_id, self._clock()):
+                return None
+            saved = thread.checkpoints.get(ns, {}).get(cid)
+            if saved is None:
+                return None
+            metadata: CheckpointMetadata = loads(saved.metadata)
+            if not metadata_matches(metadata, filter):
+                return None
+            found = thread.find(ns, cid, loads)
+        return None if found is None else (found, metadata)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -530,51 +482,19 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             channels: Names of the ``DeltaChannel`` channels.
 
         Example:
-            >>> saver.get_delta_channel_history(config=cfg, channels=["m"])  # doctest: +SKIP
+            >>> saver.get_delta_channel_history(config=saved, channels=["messages"])
+            {'messages': {'writes': [...]...}}
         """
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
-        serde = self.serde
-        loads = serde.loads_typed
         with self._lock:
             now = self._clock()
             thread = None if self._expire_if_due(thread_id, now) else self._threads.get(thread_id)
             if thread is None:
                 return {ch: {"writes": []} for ch in channels}
             self._life.touch(thread_id, now)
-            ns_store = thread.checkpoints.get(checkpoint_ns, {})
-            target = ns_store.get(checkpoint_id or max(ns_store, default=""))
-            chain: list[str] = []
-            parent = target.parent_id if target is not None else None
-            while parent is not None and parent in ns_store:
-                chain.append(parent)
-                parent = ns_store[parent].parent_id
-            versions: dict[str, ChannelVersions] = {}
-
-            def blob(cid: str, channel: str) -> Typed | None:
-                if cid not in versions:
-                    versions[cid] = loads(ns_store[cid].checkpoint)["channel_versions"]
-                version = versions[cid].get(channel)
-                if version is None:
-                    return None
-                found = thread.blobs.get((checkpoint_ns, channel, version))
-                return found if found is not None and found[0] != "empty" else None
-
-            def value_of(cid: str, channel: str) -> Any:
-                return loads(blob(cid, channel) or EMPTY)
-
-            def writes_of(cid: str) -> list[Any]:
-                stored = thread.writes.get((checkpoint_ns, cid))
-                return pending_writes(serde, list(stored.values()), channels) if stored else []
-
-            return delta_history(
-                chain,
-                channels,
-                lambda cid, ch: blob(cid, ch) is not None,
-                value_of,
-                writes_of,
-            )
+            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, self.serde)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The channel version after ``current``: a zero-padded counter and a random tail.
@@ -598,7 +518,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             thread_id: The thread to delete.
 
         Example:
-            >>> saver.delete_thread("1")  # doctest: +SKIP
+            >>> saver.delete_thread("user-42")
         """
         with self._lock:
             self._evict(checked_thread_id(thread_id), self._clock())
@@ -610,7 +530,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             run_ids: The ``run_id`` values of the checkpoints' metadata.
 
         Example:
-            >>> saver.delete_for_runs([run_id])  # doctest: +SKIP
+            >>> saver.delete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
         """
         with self._lock:
             touched: set[str] = set()
@@ -620,10 +540,10 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                     if thread is None:
                         continue
                     for ns, cid in thread.runs.pop(run_id, set()):
-                        self._drop_checkpoint(thread, ns, cid)
+                        thread.drop_checkpoint(ns, cid)
                     touched.add(thread_id)
             for thread_id in touched:
-                self._collect_blobs(self._threads[thread_id])
+                self._threads[thread_id].collect_blobs(self.serde.loads_typed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
@@ -633,7 +553,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
             target_thread_id: The thread to copy to.
 
         Example:
-            >>> saver.copy_thread("1", "1-fork")  # doctest: +SKIP
+            >>> saver.copy_thread("user-42", "user-42-fork")
         """
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
@@ -642,14 +562,8 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                 return
             self._expire_if_due(dst, now)
             source = self._threads[src]
-            target = self._thread(dst)
-            for ns, ns_store in source.checkpoints.items():
-                target.checkpoints.setdefault(ns, {}).update(ns_store)
-            target.blobs.update(source.blobs)
-            for key, stored in source.writes.items():
-                target.writes[key] = dict(stored)
-            for run_id, members in source.runs.items():
-                target.runs.setdefault(run_id, set()).update(members)
+            source.copy_into(self._thread(dst))
+            for run_id in source.runs:
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._life.took_history(dst)  # the copied history is the target's now
             self._life.touch(dst, now)
@@ -673,7 +587,9 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                 ``keep_last``.
 
         Example:
-            >>> saver.prune(["1"], keep_last=3)  # doctest: +SKIP
+            >>> saver.prune(["user-42"], keep_last=3)
+            >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))
+            3
         """
         validate_prune_strategy(strategy)
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
@@ -685,52 +601,7 @@ class TimedInMemorySaver(BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     self._evict(thread_id, now)
                     continue
-                thread = self._threads[thread_id]
-                for ns, ns_store in list(thread.checkpoints.items()):
-                    if not ns_store:
-                        continue
-                    keep = self._checkpoints_to_keep(thread, ns, ns_store, n)
-                    for cid in [c for c in ns_store if c not in keep]:
-                        self._drop_checkpoint(thread, ns, cid)
-                self._collect_blobs(thread)
-
-    def _checkpoints_to_keep(
-        self, thread: _Thread, ns: str, ns_store: dict[str, _Saved], keep_last: int
-    ) -> set[str]:
-        loads = self.serde.loads_typed
-
-        def has_value(cid: str, channel: str) -> bool:
-            version = loads(ns_store[cid].checkpoint)["channel_versions"].get(channel)
-            blob = thread.blobs.get((ns, channel, version)) if version is not None else None
-            return blob is not None and blob[0] != "empty"
-
-        def parent_of(cid: str) -> str | None:
-            parent = ns_store[cid].parent_id
-            return parent if parent in ns_store else None
-
-        return checkpoints_to_keep(
-            sorted(ns_store, reverse=True),
-            keep_last,
-            lambda cid: delta_channels_of(loads(ns_store[cid].metadata)),
-            parent_of,
-            has_value,
-        )
-
-    @staticmethod
-    def _drop_checkpoint(thread: _Thread, ns: str, cid: str) -> None:
-        thread.checkpoints.get(ns, {}).pop(cid, None)
-        thread.writes.pop((ns, cid), None)
-
-    def _collect_blobs(self, thread: _Thread) -> None:
-        """Drop the blobs of ``thread`` that no remaining checkpoint refers to."""
-        loads = self.serde.loads_typed
-        referenced = {
-            (ns, ch, v)
-            for ns, ns_store in thread.checkpoints.items()
-            for saved in ns_store.values()
-            for ch, v in loads(saved.checkpoint)["channel_versions"].items()
-        }
-        thread.blobs = {k: b for k, b in thread.blobs.items() if k in referenced}
+                self._threads[thread_id].keep_latest(n, self.serde.loads_typed)
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
 

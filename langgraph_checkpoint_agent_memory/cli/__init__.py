@@ -2,9 +2,11 @@
 
 Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
 embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
-or ``~/.local/share/agent-memory``). Output is readable tables on a terminal and JSON with
-``--json``; progress bars appear only on a terminal. Errors go to stderr with exit status 1
-(a runtime failure: unreachable server, unknown scope) or 2 (bad arguments or configuration).
+or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
+existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
+Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
+on a terminal. Errors go to stderr with exit status 1 (a runtime failure: unreachable server,
+unknown scope) or 2 (bad arguments or configuration, a database that does not exist).
 
 A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 """
@@ -44,7 +46,12 @@ from langgraph_checkpoint_agent_memory.cli.retention import (
     _cmd_threads,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
+from langgraph_checkpoint_agent_memory.demo import DEMO_FILE
+from langgraph_checkpoint_agent_memory.errors import (
+    AgentMemoryError,
+    ConfigurationError,
+    DatabaseNotFoundError,
+)
 
 __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url"]
 
@@ -128,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
-        if name != "config":
+        if name not in ("config", "demo"):
             p.add_argument(
                 "--url",
                 help=f"database URL (default: ${urls.URL_ENV}, else {default_url()}); "
@@ -139,7 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
-    demo.add_argument("--reset", action="store_true", help="delete the SQLite file first")
+    demo.add_argument(
+        "--url",
+        help=f"the demo's own database (default: sqlite:///{DEMO_FILE} in the current folder; "
+        f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
+        "created before; any other is refused",
+    )
+    demo.add_argument(
+        "--reset",
+        action="store_true",
+        help="delete the demo's SQLite file first (only a file the demo created)",
+    )
     demo.add_argument("--model", help="provider:name for init_chat_model, e.g. openai:gpt-4o-mini")
 
     command("scopes", "list scopes with their counts", _cmd_scopes)
@@ -235,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except DatabaseNotFoundError as exc:  # only migrate creates a database
+        url = urls.mask_url(resolve_url(args.url))
+        print(
+            f"agent-memory {args.command}: error: {exc}; `agent-memory migrate --url {url}` "
+            "creates one",
+            file=sys.stderr,
+        )
+        return 2
     except (ConfigurationError, ImportError, ValueError) as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import url as urls
@@ -53,27 +52,38 @@ def _progress(args: argparse.Namespace, description: str, total: int | None) -> 
         yield lambda n=1: progress.advance(task, n)
 
 
+def existing(url: str, mode: str = "rw") -> dict[str, Any]:
+    """Options that open the database at ``url`` only if it exists: on SQLite ``mode="rw"``
+    (or ``"ro"``, which also leaves the file as it is), so that SQLite itself refuses a
+    missing file (no check that races the open, and no file created); a server's database
+    is never created by opening it."""
+    return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
+
+
 def _installed(url: str) -> set[str]:
     """The components (``checkpoint``, ``store``, ``memory``) whose tables the database at
-    ``url`` holds, read from its migration ledger; a database that does not exist, or that
-    this package never set up, is an error. Nothing is created or migrated."""
+    ``url`` holds, read from its migration ledger. A database that does not exist is a
+    :class:`DatabaseNotFoundError`, one this package never set up a :class:`CommandError`.
+    Nothing is created or migrated."""
     from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_store
 
-    missing = CommandError(
-        f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
-        "URL` creates one, as does the first run of an app that uses it"
-    )
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise missing
-    probe = create_store(url, auto_setup=False)  # reads the ledger, creates nothing
+    # read only: a file of another program is not even switched to WAL
+    probe = create_store(url, auto_setup=False, **existing(url, "ro"))
     try:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
     finally:
         probe.close()
     if not found:
-        raise missing
+        raise _no_memory(url)
     return found
+
+
+def _no_memory(url: str) -> CommandError:
+    return CommandError(
+        f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
+        "URL` creates one, as does the first run of an app that uses it"
+    )
 
 
 @contextmanager
@@ -85,8 +95,9 @@ def _memory(
     checkpointer_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Iterator[Any]:
-    """The memory at ``--url``. With ``reads`` (a command that only reads), a database that
-    does not exist or holds no agent memory is an error, never created."""
+    """The memory at ``--url``, which must exist and hold this package's tables: only
+    ``migrate`` creates a database. With ``reads`` (a command that only reads), it must hold
+    agent memory, and nothing is migrated."""
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
@@ -95,15 +106,12 @@ def _memory(
 
         Scope.parse(args.scope)
     url = resolve_url(args.url)
-    if reads and "memory" not in _installed(url):
-        raise CommandError(
-            f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
-            "URL` creates one, as does the first run of an app that uses it"
-        )
+    if "memory" not in _installed(url) and reads:
+        raise _no_memory(url)
     # a read leaves the schema as it finds it (a read-only file or replica stays readable)
-    store = create_store(url, auto_setup=not reads)
+    store = create_store(url, auto_setup=not reads, **existing(url))
     checkpointer = create_checkpointer(
-        url=url, auto_setup=not reads, **(checkpointer_options or {})
+        url=url, auto_setup=not reads, **existing(url), **(checkpointer_options or {})
     )
     try:
         memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **options)

@@ -7,7 +7,6 @@ import argparse
 import os
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import (
@@ -27,21 +26,16 @@ from langgraph_checkpoint_agent_memory.db import url as urls
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.demo import run_demo
+    from langgraph_checkpoint_agent_memory.demo import DEMO_URL, reset_database, run_demo
 
-    url = resolve_url(args.url)
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if args.reset:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-    run_demo(
-        url,
-        model=args.model,
-        console=_console(args),
-        explicit_url=bool(args.url or os.environ.get(urls.URL_ENV)),
-    )
+    # the demo's own database, never AGENT_MEMORY_URL's: it may be an app's
+    url = DEMO_URL if args.url is None else args.url
+    if args.reset:
+        reset_database(url)
+    console = _console(args)
+    if args.url is None and os.environ.get(urls.URL_ENV):
+        console.print(f"{urls.URL_ENV} is left alone: the demo writes only to its own database.")
+    run_demo(url, model=args.model, console=console)
     return 0
 
 

@@ -10,6 +10,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     _emit,
     _installed,
     _memory,
+    existing,
     resolve_url,
 )
 
@@ -36,7 +37,7 @@ def _cmd_threads(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     infos: list[Any] = []
     if "checkpoint" in _installed(url):
-        saver: Any = create_checkpointer(url=url, auto_setup=False)
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url))
         try:
             infos = saver.threads(sort=args.sort, limit=args.limit or None)
         finally:
@@ -97,7 +98,7 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     installed = _installed(url)
     items, item_bytes = 0, 0
     if "store" in installed:
-        store = create_store(url, auto_setup=False)
+        store = create_store(url, auto_setup=False, **existing(url))
         try:
             items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
         finally:
@@ -105,7 +106,7 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     threads: list[dict[str, Any]] = []
     removed, thread_bytes = 0, 0
     if "checkpoint" in installed:
-        saver: Any = create_checkpointer(url=url, auto_setup=False, **options)
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url), **options)
         try:
             preview = saver.sweep_preview()
         finally:

@@ -18,6 +18,7 @@ from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
@@ -30,6 +31,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Columns, Dialect, FastW
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
+    DatabaseNotFoundError,
     DatabaseUnavailableError,
 )
 
@@ -277,10 +279,21 @@ def _write_rows_sql(rows: int) -> str:
     return f"INSERT INTO am_write_rows ({columns}) SELECT {picked} FROM (VALUES {values}) AS v"
 
 
+#: How a file is opened, in the words of SQLite's URI parameter ``mode``: read, write and
+#: create it (with its folders) when missing; read and write an existing file only; read only.
+OpenMode = Literal["rwc", "rw", "ro"]
+OPEN_MODES: tuple[OpenMode, ...] = ("rwc", "rw", "ro")
+
+
 class SQLiteDatabase(Database[Any]):
     """A small pool of connections to one SQLite file; or one connection, which every plan
     uses in turn: a private in-memory database (``path=":memory:"``), or a
-    ``sqlite3.Connection`` the caller passes in (and closes: it is never closed here)."""
+    ``sqlite3.Connection`` the caller passes in (and closes: it is never closed here).
+
+    ``mode`` (a file only): ``"rwc"`` creates the file and its folders when missing;
+    ``"rw"`` and ``"ro"`` open an existing file only (SQLite's ``mode=`` URI parameter, so
+    no check races the open) and raise :class:`DatabaseNotFoundError` for a missing one;
+    ``"ro"`` also leaves the file as it is (no switch to WAL; writes fail)."""
 
     def __init__(
         self,
@@ -289,6 +302,7 @@ class SQLiteDatabase(Database[Any]):
         pool_size: int = 4,
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
+        mode: OpenMode = "rwc",
     ) -> None:
         self.given: sqlite3.Connection | None = None
         if isinstance(path, sqlite3.Connection):
@@ -305,6 +319,9 @@ class SQLiteDatabase(Database[Any]):
             pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
             raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
+        if mode not in OPEN_MODES:
+            raise ConfigurationError(f"mode must be rwc, rw or ro, got {mode!r}")
+        self.mode = mode
         self.path = Path(path)
         self.dialect = SQLiteDialect()
         self.durability = durability
@@ -339,14 +356,11 @@ class SQLiteDatabase(Database[Any]):
         # fails at once, without the busy handler, if another connection is being opened.
         with self._connect_lock:
             try:
-                if not self.memory:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(
-                    str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-                )
+                conn = self._open()
                 try:
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-                    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    journal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
+                    if journal != "wal" and self.mode != "ro":
                         conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
                 except BaseException:
@@ -359,6 +373,27 @@ class SQLiteDatabase(Database[Any]):
                     f"cannot open the SQLite database {self.describe()}: {reason}"
                 ) from exc
             return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection, in :attr:`mode`; a file missing where none may be created is
+        a :class:`DatabaseNotFoundError`."""
+        if self.memory or self.mode == "rwc":
+            if not self.memory:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            return sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
+            )
+        uri = f"file:{quote(str(self.path.absolute()))}?mode={self.mode}"
+        try:
+            return sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
+            )
+        except sqlite3.OperationalError as exc:
+            if self.path.exists():
+                raise
+            raise DatabaseNotFoundError(
+                f"the SQLite database {self.describe()} does not exist (nothing was created)"
+            ) from exc
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:

@@ -62,10 +62,12 @@ class Ranker:
         clock: Seconds since the epoch, as the store's.
 
     Example:
-        >>> ranker = store.ranker  # each AgentMemoryStore has one  # doctest: +SKIP
-        >>> plan = ranker.rank_keys_plan(("users", "a"), "berlin", None, 5, now)  # doctest: +SKIP
-        >>> store.db.run(plan)  # doctest: +SKIP
-        [('home_city', 0.033)]
+        >>> import time
+        >>> store.put(("users", "a"), "home_city", {"text": "I live in Berlin"})
+        >>> ranker = store.ranker  # each AgentMemoryStore has one
+        >>> plan = ranker.rank_keys_plan(("users", "a"), "berlin", None, 5, time.time())
+        >>> [key for key, score in store.db.run(plan)]
+        ['home_city']
     """
 
     def __init__(

@@ -253,7 +253,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
         Example:
             ```python
-            store = create_store("postgresql://...")
+            from langgraph_checkpoint_agent_memory import create_store
+
+            store = create_store("sqlite:///memory.db")
             try:
                 store.put(("docs",), "a", {"text": "hello"})
             finally:
@@ -703,8 +705,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
         Example:
             ```python
-            store = create_store("sqlite:///memory.db", ttl={"default_ttl": 60})
-            store.sweep()
+            from langgraph_checkpoint_agent_memory import create_store
+
+            with create_store("sqlite:///memory.db", ttl={"default_ttl": 60}) as store:
+                store.sweep()
             ```
         """
         return self.run_plan(self._sweep_plan())
