@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
@@ -135,7 +136,8 @@ def job_steps(
     )
     if claim is None:
         return None
-    job = Job(claim, job_id(claim.scope, claim.episode_keys, context.extractor.version), started)
+    version = context.extractor.version
+    job = Job(claim, job_id(claim.scope, claim.episode_keys, version), version, started)
     try:
         learned = yield from learn_steps(context, job)
     except Exception as exc:  # the extractor's, the model's, anything: the job fails
@@ -143,13 +145,34 @@ def job_steps(
     return (yield from _apply(context, job, learned))
 
 
+class JobRecord(TypedDict):
+    """The arguments of a job's ledger plans that name the job."""
+
+    job_id: str
+    episode_keys: list[str]
+    extractor_version: str
+    started_at: float
+
+
 @dataclass(frozen=True)
 class Job:
-    """One consolidation job: its claim on a scope, its id, when it started."""
+    """One consolidation job: its claim on a scope, its id, the version of the extractor
+    it asks, when it started."""
 
     claim: jobsql.Claim
     id: str
+    extractor_version: str
     started: float
+
+    @property
+    def ledger(self) -> JobRecord:
+        """What the job's record in the ledger says of it, completed or failed."""
+        return {
+            "job_id": self.id,
+            "episode_keys": self.claim.episode_keys,
+            "extractor_version": self.extractor_version,
+            "started_at": self.started,
+        }
 
     def result(
         self, status: str, *, changes: F.FactChanges | None = None, error: str | None = None
@@ -243,14 +266,11 @@ def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResul
             jobsql.apply_plan(
                 context.sql,
                 claim,
-                job_id=job.id,
-                episode_keys=claim.episode_keys,
-                extractor_version=context.extractor.version,
+                **job.ledger,
                 facts_prefix=context.prefix(learned.scope, "facts"),
                 now=now,
                 read_vectors=context.embeds,
                 decide=decider,
-                started_at=job.started,
             )
         )
     except Exception as exc:
@@ -273,12 +293,9 @@ def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
         jobsql.fail_plan(
             context.sql,
             claim,
-            job_id=job.id,
-            episode_keys=claim.episode_keys,
-            extractor_version=context.extractor.version,
+            **job.ledger,
             error=error,
             now=context.clock(),
-            started_at=job.started,
             max_attempts=s.max_attempts,
             backoff_seconds=s.backoff_seconds,
         )
