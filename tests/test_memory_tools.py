@@ -268,8 +268,8 @@ def test_a_fact_without_a_statement_is_stored_with_its_vector(
 
     def vectors() -> Any:
         prefix = ".".join(memory.namespace("user=a", "facts"))
-        params = memory._sql.one_ns(prefix)
-        [rows] = yield Batch([Stmt(memory._sql.vectors_of(), params, fetch=True)])
+        params = memory.context.sql.one_ns(prefix)
+        [rows] = yield Batch([Stmt(memory.context.sql.vectors_of(), params, fetch=True)])
         return [key for key, _ in rows]
 
     assert store.run_plan(vectors()) == [fact.key]

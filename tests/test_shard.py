@@ -527,7 +527,7 @@ def test_concurrent_claims_lease_each_scope_to_exactly_one_worker(database_url: 
     scopes = [f"user=u{i}" for i in range(5)]
     for i, scope in enumerate(scopes):
         memory.record(scope, [HumanMessage(f"turn {i}")], key=f"e{i}")
-    sql = memory._sql
+    sql = memory.context.sql
 
     def worker(n: int) -> list[Any]:
         claims = []

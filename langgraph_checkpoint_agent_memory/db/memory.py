@@ -101,6 +101,11 @@ class MemorySql:
 
     # -- shard keys ------------------------------------------------------------------------
 
+    @property
+    def shard_depth(self) -> int:
+        """How many leading labels of a namespace make its shard key (the store's rule)."""
+        return self.store.shard_depth
+
     def scope_labels(self, scope: str) -> tuple[str, ...]:
         """The namespace of ``scope`` (``user=alice,agent=support``): root, then labels."""
         return (self.root, *scope.split(","))
@@ -124,6 +129,10 @@ class MemorySql:
         for row in out:
             row["shard"] = self.scope_shard(row["scope"])
         return out
+
+    def item_writes(self, items: list[dict[str, Any]]) -> list[Stmt]:
+        """Upsert memory's store item rows (vectors kept), as the store writes items."""
+        return self.store.writes(items)
 
     def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
         """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""

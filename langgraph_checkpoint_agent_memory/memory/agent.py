@@ -7,7 +7,7 @@ operation is written once and has a sync and an async entry point.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -17,36 +17,24 @@ from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
+from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
-from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory import erasing, reading, upkeep
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy, log_importance
-from langgraph_checkpoint_agent_memory.memory.extract import (
-    Extractor,
-    as_extractor,
-    messages_as_dicts,
-)
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
+from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
 from langgraph_checkpoint_agent_memory.memory.model import (
-    SCOPE_KEYS,
     AsOf,
     Episode,
     Fact,
-    Scope,
-    ScopeError,
     ScopeLike,
-    as_timestamp,
-    namespace,
-    normalize_attribute,
 )
-from langgraph_checkpoint_agent_memory.memory.nodes import (
-    GraphNodes,
-    turn_key,
-)
+from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
+from langgraph_checkpoint_agent_memory.memory.recording import record_plan
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
@@ -58,7 +46,6 @@ if TYPE_CHECKING:
 #: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
 #: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
-T = TypeVar("T")
 
 
 class AgentMemory(Generic[StoreT]):
@@ -109,17 +96,25 @@ class AgentMemory(Generic[StoreT]):
         self.store = store
         store.add_schema(MEMORY)
         self.settings = MemorySettings.resolve(settings)
-        self.extractor = as_extractor(extractor)
         self.checkpointer = checkpointer
         self.count_tokens = R.token_counter(tokenizer)
-        self.policy = DecayPolicy(self.settings.decay_rate, self.settings.decay_threshold)
-        self._clock = clock
-        self._sql = sqlm.MemorySql(store.dialect, store.statements, self.settings.namespace_root)
-        self._recaller = Recaller(
-            store, self._sql, self.settings, self.policy, self.count_tokens, clock
-        )
+        #: What the parts of memory work with (store, SQL, settings, extractor, policy,
+        #: clock): see :class:`~.context.MemoryContext`.
+        self.context = MemoryContext.of(store, self.settings, as_extractor(extractor), clock)
+        self.policy = self.context.policy
+        self._recaller = Recaller(self.context, self.count_tokens)
         self._worker: MemoryWorker | None = None
         self._nodes = GraphNodes(self)
+
+    @property
+    def extractor(self) -> Extractor:
+        """The extractor consolidation asks; assigning one (e.g. after fixing a failing
+        model) takes effect from the next job."""
+        return self.context.extractor
+
+    @extractor.setter
+    def extractor(self, extractor: Extractor | Any) -> None:
+        self.context = dataclasses.replace(self.context, extractor=as_extractor(extractor))
 
     @property
     def inject_node(self) -> RunnableLambda[Any, dict[str, Any]]:
@@ -196,33 +191,11 @@ class AgentMemory(Generic[StoreT]):
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
 
-    # -- running plans and steps -----------------------------------------------------------
-
-    def _run(self, plan: Plan[T]) -> T:
-        return self.store.run_plan(plan)
-
-    async def _arun(self, plan: Plan[T]) -> T:
-        return await self.store.arun_plan(plan)
-
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
-        return namespace(self.settings.namespace_root, Scope.of(scope), kind)
-
-    def _prefix(self, scope: Scope, kind: str) -> str:
-        return sqlm.ns(self.namespace(scope, kind))
+        return self.context.namespace(scope, kind)
 
     # -- reading ---------------------------------------------------------------------------
-
-    def _facts_plan(self, scope: ScopeLike, as_of: AsOf | None) -> Plan[list[Fact]]:
-        if as_of is None:
-            rows = yield from sqlm.read_plan(
-                self._sql, self._prefix(Scope.of(scope), "facts"), self._clock()
-            )
-            facts = [Fact.from_value(r.key, r.value) for r in rows]
-        else:
-            when = as_timestamp(as_of)
-            facts = F.held_at((yield from self._versions_plan(scope, None)), when)
-        return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
     def facts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
         """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
@@ -244,34 +217,11 @@ class AgentMemory(Generic[StoreT]):
             before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
             ```
         """
-        return self._run(self._facts_plan(scope, as_of))
+        return self.context.run(reading.facts_plan(self.context, scope, as_of))
 
     async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
         """Async :meth:`facts`."""
-        return await self._arun(self._facts_plan(scope, as_of))
-
-    def _versions_plan(self, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
-        """Every stored version of the scope's facts (of ``attribute`` when given): the
-        superseded ones and the current ones."""
-        s = Scope.of(scope)
-        now = self._clock()
-        old = yield from sqlm.read_plan(self._sql, self._prefix(s, "history"), now)
-        new = yield from sqlm.read_plan(self._sql, self._prefix(s, "facts"), now)
-        wanted = normalize_attribute(attribute) if attribute is not None else None
-        return [
-            Fact.from_value(r.key, r.value)
-            for r in (*old, *new)
-            if wanted is None or r.value.get("attribute") == wanted
-        ]
-
-    def _history_plan(
-        self, scope: ScopeLike, attribute: str | None, as_of: AsOf | None
-    ) -> Plan[list[Fact]]:
-        when = None if as_of is None else as_timestamp(as_of)
-        out = yield from self._versions_plan(scope, attribute)
-        if when is not None:
-            out = F.known_at(out, when)
-        return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
+        return await self.context.arun(reading.facts_plan(self.context, scope, as_of))
 
     def history(
         self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
@@ -293,22 +243,14 @@ class AgentMemory(Generic[StoreT]):
                 print(version.value, version.valid_from, version.valid_to)
             ```
         """
-        return self._run(self._history_plan(scope, attribute, as_of))
+        return self.context.run(reading.history_plan(self.context, scope, attribute, as_of))
 
     async def ahistory(
         self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
     ) -> list[Fact]:
         """Async :meth:`history`."""
-        return await self._arun(self._history_plan(scope, attribute, as_of))
-
-    def _episodes_plan(self, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
-        rows = yield from sqlm.read_plan(
-            self._sql, self._prefix(Scope.of(scope), "episodes"), self._clock()
-        )
-        eps = [Episode.from_value(r.key, r.value) for r in rows]
-        if status is not None:
-            eps = [e for e in eps if e.status == status]
-        return sorted(eps, key=lambda e: (e.occurred_at, e.key))
+        plan = reading.history_plan(self.context, scope, attribute, as_of)
+        return await self.context.arun(plan)
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
         """The scope's episodes (recorded turns), oldest first.
@@ -323,11 +265,11 @@ class AgentMemory(Generic[StoreT]):
             waiting = memory.episodes("user=alice", status="pending")
             ```
         """
-        return self._run(self._episodes_plan(scope, status))
+        return self.context.run(reading.episodes_plan(self.context, scope, status))
 
     async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
         """Async :meth:`episodes`."""
-        return await self._arun(self._episodes_plan(scope, status))
+        return await self.context.arun(reading.episodes_plan(self.context, scope, status))
 
     # -- recall ----------------------------------------------------------------------------
 
@@ -352,14 +294,13 @@ class AgentMemory(Generic[StoreT]):
             then = memory.recall("user=alice", "where do I live?", as_of=1_700_000_000)
             ```
         """
-        return C.run_steps(self._recaller.steps(scope, query, options), self.store, self._run)
+        return self.context.run_steps(self._recaller.steps(scope, query, options))
 
     async def arecall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
         """Async :meth:`recall`."""
-        steps = self._recaller.steps(scope, query, options)
-        return await C.arun_steps(steps, self.store, self._arun)
+        return await self.context.arun_steps(self._recaller.steps(scope, query, options))
 
     def build_context(
         self,
@@ -406,36 +347,8 @@ class AgentMemory(Generic[StoreT]):
     def _record_plan(
         self, scope: ScopeLike, messages: Sequence[Any], options: RecordOptions
     ) -> Plan[str | None]:
-        thread_id, key = options.get("thread_id"), options.get("key")
-        occurred_at = options.get("occurred_at")
-        s = Scope.of(scope)
-        dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
-        if not dicts:
-            return None
-        now = self._clock()
-        when = now if occurred_at is None else float(occurred_at)
-        ep_key = key or turn_key(thread_id, 0, list(messages))
-        episode = Episode(ep_key, dicts, when, thread_id=thread_id)
-        item = {
-            "prefix": self._prefix(s, "episodes"),
-            "key": ep_key,
-            "value": json.dumps(episode.to_value(), ensure_ascii=False, separators=(",", ":")),
-            "created_at": when,
-            "updated_at": now,
-            "ttl_minutes": None,
-            "expires_at": None,
-            "doc": episode.text(),
-        }
-        yield from sqlm.record_plan(
-            self._sql,
-            scope=s.key,
-            root=self.settings.namespace_root,
-            item=item,
-            thread_id=thread_id,
-            now=now,
-            reinforce=self._recaller.take_reinforcements(),
-        )
-        return ep_key
+        take = self._recaller.take_reinforcements
+        return record_plan(self.context, scope, messages, options, reinforcements=take)
 
     def record(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
@@ -462,13 +375,13 @@ class AgentMemory(Generic[StoreT]):
             )
             ```
         """
-        return self._run(self._record_plan(scope, messages, options))
+        return self.context.run(self._record_plan(scope, messages, options))
 
     async def arecord(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
         """Async :meth:`record`."""
-        return await self._arun(self._record_plan(scope, messages, options))
+        return await self.context.arun(self._record_plan(scope, messages, options))
 
     # -- consolidation, decay --------------------------------------------------------------
 
@@ -493,38 +406,27 @@ class AgentMemory(Generic[StoreT]):
             assert report.completed == 1
             ```
         """
-        key = Scope.of(scope).key if scope is not None else None
         self._flush()
-        steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return C.run_steps(steps, self.store, self._run)
+        steps = C.consolidate_steps(self.context, scope=scope_key(scope), max_jobs=max_jobs)
+        return self.context.run_steps(steps)
 
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
         """Async :meth:`consolidate` (a blocking extractor or driver runs in a thread)."""
-        key = Scope.of(scope).key if scope is not None else None
         await self._aflush()
-        steps = C.consolidate_steps(self, scope=key, max_jobs=max_jobs)
-        return await C.arun_steps(steps, self.store, self._arun)
+        steps = C.consolidate_steps(self.context, scope=scope_key(scope), max_jobs=max_jobs)
+        return await self.context.arun_steps(steps)
 
     def _flush(self) -> None:
         rows = self._recaller.take_reinforcements()
         if rows:
-            self._run(sqlm.reinforce_plan(self._sql, rows))
+            self.context.run(sqlm.reinforce_plan(self.context.sql, rows))
 
     async def _aflush(self) -> None:
         rows = self._recaller.take_reinforcements()
         if rows:
-            await self._arun(sqlm.reinforce_plan(self._sql, rows))
-
-    def _decay_plan(self, scope: ScopeLike | None) -> Plan[int]:
-        return sqlm.decay_plan(
-            self._sql,
-            now=self._clock(),
-            log_rate_per_second=self.policy.log_rate_per_second,
-            log_threshold=self.policy.log_threshold,
-            scope=Scope.of(scope).key if scope is not None else None,
-        )
+            await self.context.arun(sqlm.reinforce_plan(self.context.sql, rows))
 
     def decay(self, scope: ScopeLike | None = None) -> int:
         """Delete every unpinned fact and episode whose importance decayed under the
@@ -543,108 +445,23 @@ class AgentMemory(Generic[StoreT]):
             ```
         """
         self._flush()
-        return self._run(self._decay_plan(scope))
+        return self.context.run(upkeep.decay_plan(self.context, scope))
 
     async def adecay(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`decay`."""
         await self._aflush()
-        return await self._arun(self._decay_plan(scope))
-
-    def _pin_plan(self, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
-        s = Scope.of(scope)
-        prefix = self._prefix(s, "facts")
-        rows = yield from sqlm.read_plan(self._sql, prefix, self._clock())
-        name = normalize_attribute(attribute)
-        hits = [r for r in rows if r.value.get("attribute") == name or r.key == attribute]
-        if not hits:
-            return 0
-        now = self._clock()
-        items, decay = [], []
-        for r in hits:
-            value = {**r.value, "pinned": pinned}
-            items.append(
-                {
-                    "prefix": prefix,
-                    "key": r.key,
-                    "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
-                    "created_at": r.created_at,
-                    "updated_at": now,
-                    "ttl_minutes": None,
-                    "expires_at": None,
-                    "doc": Fact.from_value(r.key, value).search_text(),
-                }
-            )
-            decay.append(
-                {
-                    "prefix": prefix,
-                    "key": r.key,
-                    "scope": s.key,
-                    "log_importance": r.log_importance
-                    if r.log_importance is not None
-                    else log_importance(float(r.value.get("importance", 0.5))),
-                    "reinforced_at": r.reinforced_at if r.reinforced_at is not None else now,
-                    "pinned": int(pinned),
-                }
-            )
-        yield Batch(
-            [*self._sql.store.writes(items), self._sql.decay_stmt(decay)],
-            write=True,
-        )
-        return len(hits)
+        return await self.context.arun(upkeep.decay_plan(self.context, scope))
 
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
         decay. Returns how many facts changed."""
-        return self._run(self._pin_plan(scope, attribute, pinned))
+        return self.context.run(upkeep.pin_plan(self.context, scope, attribute, pinned))
 
     async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
-        return await self._arun(self._pin_plan(scope, attribute, pinned))
+        """Async :meth:`pin`."""
+        return await self.context.arun(upkeep.pin_plan(self.context, scope, attribute, pinned))
 
     # -- operations ------------------------------------------------------------------------
-
-    def _covered(self, scope: ScopeLike, known: set[str]) -> list[str]:
-        target = Scope.of(scope)
-        out = []
-        for key in sorted(known):
-            try:
-                if target.covers(Scope.parse(key)):
-                    out.append(key)
-            except ScopeError:
-                continue
-        return out
-
-    def _covering_shard(self, scope: ScopeLike) -> str | None:
-        """The one shard key under which ``scope`` and every narrower scope it covers keep
-        their rows, or ``None`` when a narrower scope may carry another (a scope without the
-        leading keys the shard key is made of: under the default ``shard_depth`` of 2,
-        ``agent=support`` covers ``user=bob,agent=support``, keyed ``memory.user=bob``)."""
-        target = Scope.of(scope)
-        leading = list(SCOPE_KEYS[: self._sql.store.shard_depth - 1])
-        present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
-        if present[: len(leading)] != leading:
-            return None
-        return self._sql.scope_shard(target.key)
-
-    def _covered_plan(self, scope: ScopeLike) -> Plan[list[str]]:
-        """``scope`` and the narrower scopes it covers that hold memory: found on their one
-        shard where they share one, else across all."""
-        root = self.settings.namespace_root
-        shard = self._covering_shard(scope)
-        known = yield from sqlm.known_scopes_plan(self._sql, root, shard)
-        return self._covered(scope, known)
-
-    def _erase_plan(self, scope: ScopeLike) -> Plan[dict[str, int]]:
-        root = self.settings.namespace_root
-        covered = yield from self._covered_plan(scope)
-        counts = yield from sqlm.erase_plan(self._sql, root=root, scopes=covered)
-        return {"scopes": len(covered), **counts}
-
-    def _forget_local(self) -> None:
-        self._recaller.forget_queued()
-
-    def _threads_plan(self, scope: ScopeLike) -> Plan[list[str]]:
-        covered = yield from self._covered_plan(scope)
-        return (yield from sqlm.threads_plan(self._sql, covered))
 
     def erase(self, scope: ScopeLike) -> dict[str, int]:
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
@@ -663,42 +480,27 @@ class AgentMemory(Generic[StoreT]):
             counts = memory.erase("user=alice")  # a right-to-be-forgotten request
             ```
         """
-        threads = self._run(self._threads_plan(scope))
-        erased = self._erase_threads(threads)
-        counts: dict[str, int] = self._run(self._erase_plan(scope))
+        threads = self.context.run(erasing.threads_plan(self.context, scope))
+        erased = erasing.erase_threads(self.checkpointer, threads)
+        counts: dict[str, int] = self.context.run(erasing.erase_plan(self.context, scope))
         counts["threads"] = erased
-        self._forget_local()
+        self._recaller.forget_queued()
         return counts
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
         """Async :meth:`erase`."""
-        threads = await self._arun(self._threads_plan(scope))
-        cp = self.checkpointer
-        if cp is not None and threads:
-            if hasattr(cp, "aerase_threads"):
-                await cp.aerase_threads(threads)
-            else:
-                for t in threads:
-                    await cp.adelete_thread(t)
-        counts: dict[str, int] = await self._arun(self._erase_plan(scope))
-        counts["threads"] = len(threads) if cp is not None else 0
-        self._forget_local()
+        threads = await self.context.arun(erasing.threads_plan(self.context, scope))
+        erased = await erasing.aerase_threads(self.checkpointer, threads)
+        counts: dict[str, int] = await self.context.arun(erasing.erase_plan(self.context, scope))
+        counts["threads"] = erased
+        self._recaller.forget_queued()
         return counts
-
-    def _erase_threads(self, threads: list[str]) -> int:
-        cp = self.checkpointer
-        if cp is None or not threads:
-            return 0
-        if hasattr(cp, "erase_threads"):
-            cp.erase_threads(threads)
-        else:
-            for t in threads:
-                cp.delete_thread(t)
-        return len(threads)
 
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
-        return self._run(sqlm.known_scopes_plan(self._sql, self.settings.namespace_root))
+        return self.context.run(
+            sqlm.known_scopes_plan(self.context.sql, self.settings.namespace_root)
+        )
 
     def scopes(self) -> dict[str, dict[str, int]]:
         """Every scope with its counts: facts, history, episodes, pending, parked, failed.
@@ -709,13 +511,15 @@ class AgentMemory(Generic[StoreT]):
                 print(scope, counts["facts"], counts["pending"])
             ```
         """
-        return self._run(sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock()))
+        return self.context.run(self._stats_plan())
 
     async def ascopes(self) -> dict[str, dict[str, int]]:
         """Async :meth:`scopes`."""
-        return await self._arun(
-            sqlm.stats_plan(self._sql, self.settings.namespace_root, self._clock())
-        )
+        return await self.context.arun(self._stats_plan())
+
+    def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
+        root = self.settings.namespace_root
+        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
@@ -732,13 +536,13 @@ class AgentMemory(Generic[StoreT]):
                 print(job["scope"], job["error"])
             ```
         """
-        return self._run(jobsql.jobs_plan(self._sql, list(statuses), limit))
+        return self.context.run(jobsql.jobs_plan(self.context.sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Async :meth:`jobs`."""
-        return await self._arun(jobsql.jobs_plan(self._sql, list(statuses), limit))
+        return await self.context.arun(jobsql.jobs_plan(self.context.sql, list(statuses), limit))
 
     def retry(self, scope: ScopeLike | None = None) -> int:
         """Queue parked episodes again and lift the scopes' back-offs, e.g. after fixing
@@ -756,13 +560,11 @@ class AgentMemory(Generic[StoreT]):
             memory.consolidate("user=alice")
             ```
         """
-        key = Scope.of(scope).key if scope is not None else None
-        return self._run(jobsql.retry_plan(self._sql, key))
+        return self.context.run(jobsql.retry_plan(self.context.sql, scope_key(scope)))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`retry`."""
-        key = Scope.of(scope).key if scope is not None else None
-        return await self._arun(jobsql.retry_plan(self._sql, key))
+        return await self.context.arun(jobsql.retry_plan(self.context.sql, scope_key(scope)))
 
     def sweep(self) -> int:
         """Run the TTL sweeps of the store and of the checkpointer now.

@@ -40,6 +40,10 @@ class MemoryStore(Protocol):
     statements join with, in one database that runs memory's plans in transactions."""
 
     dialect: Dialect
+    #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes:
+    #: memory writes store items through them and keys its rows by their shard rule (the
+    #: depth recorded at setup lives there). Read once, by ``MemoryContext.of``, and handed
+    #: to the SQL layer; no memory module uses it otherwise.
     statements: StoreStatements
     #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
     embeddings: Any

@@ -1,8 +1,7 @@
 """Consolidation: claim a scope's pending episodes, extract, apply in one transaction.
 
-One job, written once as a generator of *steps* (a database plan, a search, an embedding, an
-extractor call) so the synchronous and the asynchronous API run the same code (see
-:func:`run_steps` and :func:`arun_steps`)::
+One job, written once as a generator of steps (see :mod:`.steps`) so the synchronous and the
+asynchronous API run the same code::
 
     claim (lease the scope; FOR UPDATE SKIP LOCKED / BEGIN IMMEDIATE)
       -> read the episodes, search the scope's relevant facts (top-k)
@@ -20,106 +19,36 @@ not applied again.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
 from langgraph_checkpoint_agent_memory.memory import facts as F
-from langgraph_checkpoint_agent_memory.memory.decay import log_importance
-from langgraph_checkpoint_agent_memory.memory.extract import (
-    ExtractionRequest,
-    Extractor,
-    episode_summaries,
-)
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, episode_summaries
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
     EpisodeSummary,
     Extraction,
     Fact,
-    FactCandidate,
     Scope,
     digest,
 )
+from langgraph_checkpoint_agent_memory.memory.steps import Embed, Extract, RunPlan, Search, Steps
+from langgraph_checkpoint_agent_memory.memory.writes import (
+    Decider,
+    FactWrites,
+    RowWriter,
+    Said,
+    StoredFacts,
+    apply_facts,
+    as_blob,
+)
 
 logger = logging.getLogger(__name__)
-
-
-# -- steps ---------------------------------------------------------------------------------
-
-
-@dataclass
-class RunPlan:
-    plan: Plan[Any]
-
-
-@dataclass
-class Extract:
-    extractor: Extractor
-    request: ExtractionRequest
-
-
-@dataclass
-class Embed:
-    texts: list[str]
-    query: bool = False  # embed as a search query (some models embed queries differently)
-
-
-@dataclass
-class Search:
-    namespace: tuple[str, ...]
-    query: str
-    limit: int
-
-
-Step = RunPlan | Extract | Embed | Search
-T = TypeVar("T")
-#: Steps that end with a value of type ``T``.
-Steps = Generator[Step, Any, T]
-
-
-def run_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Any]) -> T:
-    """Drive ``steps`` synchronously; ``run`` runs a plan."""
-
-    def execute(step: Step) -> Any:
-        if isinstance(step, RunPlan):
-            return run(step.plan)
-        if isinstance(step, Extract):
-            return step.extractor.extract(step.request)
-        if isinstance(step, Embed):
-            e = store.embeddings
-            if step.query:
-                return [e.embed_query(t) for t in step.texts]
-            return e.embed_documents(step.texts) if step.texts else []
-        return store.search(step.namespace, query=step.query, limit=step.limit)
-
-    return drive(steps, execute)
-
-
-async def arun_steps(steps: Steps[T], store: Any, run: Callable[[Plan[Any]], Awaitable[Any]]) -> T:
-    """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run`` runs a
-    plan."""
-
-    async def execute(step: Step) -> Any:
-        if isinstance(step, RunPlan):
-            return await run(step.plan)
-        if isinstance(step, Extract):
-            return await step.extractor.aextract(step.request)
-        if isinstance(step, Embed):
-            e = store.embeddings
-            if step.query:
-                return [await e.aembed_query(t) for t in step.texts]
-            return await e.aembed_documents(step.texts) if step.texts else []
-        return await store.asearch(step.namespace, query=step.query, limit=step.limit)
-
-    return await adrive(steps, execute)
 
 
 # -- one job -------------------------------------------------------------------------------
@@ -189,17 +118,15 @@ def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
 
 
 def job_steps(
-    memory: Any, *, scope: str | None = None, skip: tuple[str, ...] = ()
+    context: MemoryContext, *, scope: str | None = None, skip: tuple[str, ...] = ()
 ) -> Steps[JobResult | None]:
     """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
-    s = memory.settings
-    sql = memory._sql
-    started = memory._clock()
-    owner = uuid.uuid4().hex
+    s = context.settings
+    started = context.clock()
     claim = yield RunPlan(
         jobsql.claim_plan(
-            sql,
-            owner=owner,
+            context.sql,
+            owner=uuid.uuid4().hex,
             now=started,
             lease_seconds=s.lease_seconds,
             limit=s.max_episodes_per_job,
@@ -209,263 +136,184 @@ def job_steps(
     )
     if claim is None:
         return None
-    the_scope = Scope.parse(claim.scope)
-    extractor: Extractor = memory.extractor
-    jid = job_id(claim.scope, claim.episode_keys, extractor.version)
-    episodes_ns = memory.namespace(the_scope, "episodes")
+    version = context.extractor.version
+    job = Job(claim, job_id(claim.scope, claim.episode_keys, version), version, started)
     try:
-        rows = yield RunPlan(sqlm.read_plan(sql, sqlm.ns(episodes_ns), started, claim.episode_keys))
-        episodes = sorted(
-            (Episode.from_value(r.key, r.value) for r in rows),
-            key=lambda e: (e.occurred_at, e.key),
-        )
-        extraction: Extraction | None = None
-        summaries: list[EpisodeSummary] = []
-        relevant: list[Fact] = []
-        candidate_vectors: dict[str, list[float]] = {}
-        episode_vectors: list[list[float]] = []
-        if episodes:
-            query = " ".join(
-                m.get("content", "")
-                for e in episodes
-                for m in e.messages
-                if m.get("role") == "user"
-            )[:2000]
-            found = yield Search(memory.namespace(the_scope, "facts"), query, s.relevant_facts)
-            relevant = [Fact.from_value(i.key, i.value) for i in found]
-            extraction = yield Extract(extractor, ExtractionRequest(the_scope, episodes, relevant))
-            # an answer that does not summarise every episode on its own fails the job
-            summaries = episode_summaries(extraction, episodes)
-            if memory.store.embeddings is not None:
-                texts = [c.search_text() for c in extraction.facts]
-                ep_texts = [
-                    Episode(**{**e.__dict__, "summary": s.summary}).text()
-                    for e, s in zip(episodes, summaries, strict=True)
-                ]
-                vectors = yield Embed(texts + ep_texts)
-                candidate_vectors = dict(zip(texts, vectors[: len(texts)], strict=True))
-                episode_vectors = list(vectors[len(texts) :])
+        learned = yield from learn_steps(context, job)
     except Exception as exc:  # the extractor's, the model's, anything: the job fails
-        return (yield from _fail(memory, claim, jid, str(exc) or type(exc).__name__, started))
+        return (yield from _fail(context, job, str(exc) or type(exc).__name__))
+    return (yield from _apply(context, job, learned))
 
-    now = memory._clock()
-    changes: list[F.FactChanges] = []
 
-    def decide(rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> jobsql.Writes:
-        return _writes(
-            memory,
-            the_scope,
-            claim.scope,
-            episodes,
-            extraction,
-            summaries,
-            rows,
-            vectors,
-            candidate_vectors,
-            episode_vectors,
-            now,
-            changes,
+class JobRecord(TypedDict):
+    """The arguments of a job's ledger plans that name the job."""
+
+    job_id: str
+    episode_keys: list[str]
+    extractor_version: str
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Job:
+    """One consolidation job: its claim on a scope, its id, the version of the extractor
+    it asks, when it started."""
+
+    claim: jobsql.Claim
+    id: str
+    extractor_version: str
+    started: float
+
+    @property
+    def ledger(self) -> JobRecord:
+        """What the job's record in the ledger says of it, completed or failed."""
+        return {
+            "job_id": self.id,
+            "episode_keys": self.claim.episode_keys,
+            "extractor_version": self.extractor_version,
+            "started_at": self.started,
+        }
+
+    def result(
+        self, status: str, *, changes: F.FactChanges | None = None, error: str | None = None
+    ) -> JobResult:
+        """What the job did: ``status``, the facts it changed, its error."""
+        c = changes if changes is not None else F.FactChanges()
+        return JobResult(
+            self.claim.scope,
+            self.id,
+            status,
+            len(self.claim.episode_keys),
+            added=c.added,
+            confirmed=c.confirmed,
+            superseded=c.superseded,
+            error=error,
         )
 
+
+@dataclass(frozen=True)
+class Learned:
+    """What a job learned before its transaction.
+
+    Args:
+        scope: Whose episodes.
+        scope_key: The scope as the ledger names it.
+        episodes: The claimed episodes, oldest first.
+        extraction: The extractor's answer (``None`` when no episode was left to read).
+        summaries: Each episode's summary, in the order of ``episodes``.
+        fact_vectors: The vectors of the facts said, by their search text.
+        episode_vectors: The vectors of the summarised episodes, in order.
+    """
+
+    scope: Scope
+    scope_key: str
+    episodes: list[Episode]
+    extraction: Extraction | None = None
+    summaries: list[EpisodeSummary] = field(default_factory=list)
+    fact_vectors: dict[str, list[float]] = field(default_factory=dict)
+    episode_vectors: list[list[float]] = field(default_factory=list)
+
+
+def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
+    """Read the job's episodes, ask the extractor about them with the scope's relevant
+    facts, check it summarised every episode, and embed what will be indexed."""
+    claim = job.claim
+    scope = Scope.parse(claim.scope)
+    prefix = context.prefix(scope, "episodes")
+    rows = yield RunPlan(sqlm.read_plan(context.sql, prefix, job.started, claim.episode_keys))
+    episodes = sorted(
+        (Episode.from_value(r.key, r.value) for r in rows),
+        key=lambda e: (e.occurred_at, e.key),
+    )
+    if not episodes:
+        return Learned(scope, claim.scope, episodes)
+    query = " ".join(
+        m.get("content", "") for e in episodes for m in e.messages if m.get("role") == "user"
+    )[:2000]
+    limit = context.settings.relevant_facts
+    found = yield Search(context.namespace(scope, "facts"), query, limit)
+    relevant = [Fact.from_value(i.key, i.value) for i in found]
+    extraction = yield Extract(context.extractor, ExtractionRequest(scope, episodes, relevant))
+    # an answer that does not summarise every episode on its own fails the job
+    summaries = episode_summaries(extraction, episodes)
+    learned = Learned(scope, claim.scope, episodes, extraction, summaries)
+    if not context.embeds:
+        return learned
+    texts = [c.search_text() for c in extraction.facts]
+    ep_texts = [
+        Episode(**{**e.__dict__, "summary": s.summary}).text()
+        for e, s in zip(episodes, summaries, strict=True)
+    ]
+    vectors = yield Embed(texts + ep_texts)
+    return Learned(
+        scope,
+        claim.scope,
+        episodes,
+        extraction,
+        summaries,
+        fact_vectors=dict(zip(texts, vectors[: len(texts)], strict=True)),
+        episode_vectors=list(vectors[len(texts) :]),
+    )
+
+
+def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResult]:
+    """Write what the job learned in one transaction, if it still holds its lease."""
+    claim = job.claim
+    now = context.clock()
+    decider = Decider(lambda stored: job_writes(context, learned, stored, now=now))
     try:
         writes = yield RunPlan(
             jobsql.apply_plan(
-                sql,
+                context.sql,
                 claim,
-                job_id=jid,
-                episode_keys=claim.episode_keys,
-                extractor_version=extractor.version,
-                facts_prefix=sqlm.ns(memory.namespace(the_scope, "facts")),
+                **job.ledger,
+                facts_prefix=context.prefix(learned.scope, "facts"),
                 now=now,
-                read_vectors=memory.store.embeddings is not None,
-                decide=decide,
-                started_at=started,
+                read_vectors=context.embeds,
+                decide=decider,
             )
         )
     except Exception as exc:
         logger.warning("consolidation of %s could not be applied: %s", claim.scope, exc)
         try:
-            yield from _fail(memory, claim, jid, f"apply failed: {exc}", started)
+            yield from _fail(context, job, f"apply failed: {exc}")
         except Exception:  # the database is gone: the lease expires and others retry
             pass
         raise
     if writes is None:
-        return JobResult(claim.scope, jid, "lost", len(claim.episode_keys))
-    change = changes[0] if changes else F.FactChanges()
-    return JobResult(
-        claim.scope,
-        jid,
-        "completed",
-        len(claim.episode_keys),
-        added=change.added,
-        confirmed=change.confirmed,
-        superseded=change.superseded,
-    )
+        return job.result("lost")
+    decided = decider.decided
+    return job.result("completed", changes=decided.changes if decided is not None else None)
 
 
-def _fail(
-    memory: Any, claim: jobsql.Claim, jid: str, error: str, started: float
-) -> Steps[JobResult]:
-    s = memory.settings
+def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
+    s = context.settings
+    claim = job.claim
     outcome = yield RunPlan(
         jobsql.fail_plan(
-            memory._sql,
+            context.sql,
             claim,
-            job_id=jid,
-            episode_keys=claim.episode_keys,
-            extractor_version=memory.extractor.version,
+            **job.ledger,
             error=error,
-            now=memory._clock(),
-            started_at=started,
+            now=context.clock(),
             max_attempts=s.max_attempts,
             backoff_seconds=s.backoff_seconds,
         )
     )
     logger.warning("consolidation job for %s failed (%s): %s", claim.scope, outcome, error)
     status = {"retry": "failed", "parked": "parked", "lost": "lost"}[outcome]
-    return JobResult(claim.scope, jid, status, len(claim.episode_keys), error=error)
+    return job.result(status, error=error)
 
 
-@dataclass
-class RowWriter:
-    """Adds one scope's store item rows and decay rows to a transaction's :class:`Writes`.
-
-    Args:
-        writes: Where the rows go.
-        scope_key: The scope the decay rows belong to (``user=alice``).
-        now: The rows' ``updated_at``.
-    """
-
-    writes: jobsql.Writes
-    scope_key: str
-    now: float
-
-    def item(self, prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
-        """An item row (a fact, a past fact or an episode)."""
-        self.writes.items.append(
-            {
-                "prefix": prefix,
-                "key": key,
-                "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
-                "created_at": created,
-                "updated_at": self.now,
-                "ttl_minutes": None,
-                "expires_at": None,
-                "doc": doc,
-            }
-        )
-
-    def decay(self, prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
-        """The decay row of an item: its importance, reinforced ``at``."""
-        self.writes.decay.append(
-            {
-                "prefix": prefix,
-                "key": key,
-                "scope": self.scope_key,
-                "log_importance": log_importance(importance),
-                "reinforced_at": at,
-                "pinned": int(pinned),
-            }
-        )
-
-
-def apply_facts(
-    memory: Any,
-    scope: Scope,
-    out: RowWriter,
-    rows: list[sqlm.StoredRow],
-    stored_vectors: dict[str, bytes],
-    candidates: list[FactCandidate],
-    candidate_vectors: dict[str, list[float]],
-    *,
-    episode_key: str,
-    when: float,
-    sources: Sequence[tuple[str, float]] | None = None,
-) -> F.FactChanges:
-    """Merge ``candidates`` into the scope's current facts (``rows``, read inside the
-    transaction that writes) and add the rows that change to ``out``: the one way facts are
-    confirmed, superseded, accumulated or merged as near-duplicates, by consolidation and by
-    the memory tools alike.
-
-    Args:
-        memory: The :class:`AgentMemory` (its settings and namespaces).
-        scope: Whose facts.
-        out: Collects the rows to write.
-        rows: The scope's current fact items.
-        stored_vectors: Their vectors, by key (empty without an embedder).
-        candidates: What is true now, in the order it was said.
-        candidate_vectors: The candidates' vectors, by their search text.
-        episode_key: What the facts come from (a source of each fact).
-        when: When they became true (and when the decay clock of each restarts).
-        sources: Per candidate, ``(episode key, when)`` instead of ``episode_key`` and
-            ``when`` (see :func:`~.facts.merge`).
-
-    Returns:
-        What changed, by key.
-    """
-    s = memory.settings
-    current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
-    fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored_vectors.items()}
-    if candidate_vectors and fact_vectors:
-        similar: F.Similar | None = F.by_vectors(
-            candidate_vectors, fact_vectors, s.near_duplicate_threshold
-        )
-    else:
-        similar = F.by_words(s.near_duplicate_words)
-    changes = F.merge(
-        current, candidates, episode_key=episode_key, now=when, similar=similar, sources=sources
-    )
-    facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
-    for key, fact in changes.current.items():
-        text = fact.search_text()
-        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
-        out.decay(facts_prefix, key, fact.importance, when, fact.pinned)
-        # the embedding of the text just indexed, when a candidate said it exactly; else a
-        # confirmed fact keeps the vector it has
-        vector = candidate_vectors.get(text)
-        if vector is not None:
-            blob: bytes | None = np.asarray(vector, dtype="<f4").tobytes()
-        elif key in changes.confirmed:
-            blob = stored_vectors.get(key)
-        else:
-            blob = None
-        if blob is not None:
-            out.writes.vectors.append(
-                {"prefix": facts_prefix, "key": key, "field": "text#0", "vector": blob}
-            )
-    write_history(memory, scope, out, changes, when)
-    return changes
-
-
-def write_history(
-    memory: Any, scope: Scope, out: RowWriter, changes: F.FactChanges, when: float
-) -> None:
-    """Add the rows of the facts ``changes`` moved to history (superseded or retired)."""
-    history_prefix = sqlm.ns(memory.namespace(scope, "history"))
-    for key, fact in changes.history.items():
-        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
-        out.decay(history_prefix, key, fact.importance, when, fact.pinned)
-
-
-def _writes(
-    memory: Any,
-    scope: Scope,
-    scope_key: str,
-    episodes: list[Episode],
-    extraction: Extraction | None,
-    summaries: list[EpisodeSummary],
-    rows: list[sqlm.StoredRow],
-    stored_vectors: dict[str, bytes],
-    candidate_vectors: dict[str, list[float]],
-    episode_vectors: list[list[float]],
-    now: float,
-    out: list[F.FactChanges],
-) -> jobsql.Writes:
-    """The rows a job writes, from the current facts read inside its transaction."""
+def job_writes(
+    context: MemoryContext, learned: Learned, stored: StoredFacts, *, now: float
+) -> FactWrites:
+    """The rows a job writes, from the current facts read inside its transaction: the facts
+    said merged in, each episode done with its summary, the job's outcome."""
     writes = jobsql.Writes()
+    episodes, extraction = learned.episodes, learned.extraction
     if extraction is None or not episodes:
-        return writes
-    when = max(e.occurred_at for e in episodes)
+        return FactWrites(writes, F.FactChanges())
     # each fact dates from the episode that states it (the last one when it does not say),
     # applied in the order they were said
     stated = sorted(
@@ -475,22 +323,28 @@ def _writes(
     sources = [
         (e.key, e.occurred_at) for e in (episodes[(c.episode or len(episodes)) - 1] for c in stated)
     ]
-    rows_out = RowWriter(writes, scope_key, now)
-    changes = apply_facts(
-        memory,
-        scope,
-        rows_out,
-        rows,
-        stored_vectors,
+    out = RowWriter(writes, learned.scope_key, now)
+    said = Said(
         stated,
-        candidate_vectors,
+        learned.fact_vectors,
         episode_key=episodes[-1].key,
-        when=when,
+        when=max(e.occurred_at for e in episodes),
         sources=sources,
     )
-    out.append(changes)
-    episodes_prefix = sqlm.ns(memory.namespace(scope, "episodes"))
-    for i, (episode, summary) in enumerate(zip(episodes, summaries, strict=True)):
+    changes = apply_facts(context, learned.scope, out, stored, said)
+    _write_episodes(context, learned, out)
+    writes.outcome = {
+        "added": changes.added,
+        "confirmed": changes.confirmed,
+        "superseded": [list(p) for p in changes.superseded],
+    }
+    return FactWrites(writes, changes)
+
+
+def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) -> None:
+    """Add each episode's row, done and summarised, with its decay row and vector."""
+    prefix = context.prefix(learned.scope, "episodes")
+    for i, (episode, summary) in enumerate(zip(learned.episodes, learned.summaries, strict=True)):
         done = Episode(
             **{
                 **episode.__dict__,
@@ -500,35 +354,20 @@ def _writes(
                 "importance": summary.importance,
             }
         )
-        rows_out.item(
-            episodes_prefix, episode.key, done.to_value(), episode.occurred_at, done.text()
-        )
-        rows_out.decay(episodes_prefix, episode.key, summary.importance, episode.occurred_at, False)
-        if i < len(episode_vectors):
-            writes.vectors.append(
-                {
-                    "prefix": episodes_prefix,
-                    "key": episode.key,
-                    "field": "text#0",
-                    "vector": np.asarray(episode_vectors[i], dtype="<f4").tobytes(),
-                }
-            )
-    writes.outcome = {
-        "added": changes.added,
-        "confirmed": changes.confirmed,
-        "superseded": [list(p) for p in changes.superseded],
-    }
-    return writes
+        out.item(prefix, episode.key, done.to_value(), episode.occurred_at, done.text())
+        out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
+        if i < len(learned.episode_vectors):
+            out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))
 
 
 def consolidate_steps(
-    memory: Any, *, scope: str | None = None, max_jobs: int | None = None
+    context: MemoryContext, *, scope: str | None = None, max_jobs: int | None = None
 ) -> Steps[Report]:
     """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
     report = Report()
     failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off
     while max_jobs is None or len(report.jobs) < max_jobs:
-        result = yield from job_steps(memory, scope=scope, skip=tuple(failed))
+        result = yield from job_steps(context, scope=scope, skip=tuple(failed))
         if result is None:
             break
         report.jobs.append(result)

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
+    EpisodeEntry,
     EpisodeSummary,
     Extraction,
     Fact,
@@ -108,12 +109,7 @@ def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> li
         ```
     """
     count = len(episodes)
-    for fact in extraction.facts:
-        if fact.episode is not None and fact.episode > count:
-            raise ExtractionError(
-                f"the fact {fact.attribute!r} names episode {fact.episode}, "
-                f"but there {'is' if count == 1 else 'are'} {count}"
-            )
+    _check_fact_episodes(extraction, count)
     if extraction.episode is not None:
         if count == 1:
             return [extraction.episode]
@@ -128,23 +124,10 @@ def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> li
     position = {e.key: i for i, e in enumerate(episodes)}
     found: dict[int, EpisodeSummary] = {}
     for j, entry in enumerate(entries):
-        if not any(named):
-            i = j
-        elif entry.key is not None:
-            i = position.get(entry.key, -1)
-            if i < 0:
-                raise ExtractionError(f"an entry of 'episodes' names no episode: {entry.key!r}")
-            if entry.episode is not None and entry.episode != i + 1:
-                raise ExtractionError(
-                    f"an entry of 'episodes' names episode {entry.episode} and the key of "
-                    f"episode {i + 1}"
-                )
-        else:
-            i = (entry.episode or 0) - 1
+        i = _entry_index(entry, position) if named[j] else j
         if not 0 <= i < count:
             raise ExtractionError(
-                f"'episodes' has an entry for episode {i + 1}, but there "
-                f"{'is' if count == 1 else 'are'} {count}"
+                f"'episodes' has an entry for episode {i + 1}, but there {_are(count)}"
             )
         if i in found:
             raise ExtractionError(f"'episodes' has two entries for episode {i + 1}")
@@ -156,6 +139,40 @@ def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> li
             "every episode needs its own summary"
         )
     return [found[i] for i in range(count)]
+
+
+def _are(count: int) -> str:
+    """``"is 1"`` or ``"are 3"``: how many episodes a request has, in an error."""
+    return f"{'is' if count == 1 else 'are'} {count}"
+
+
+def _check_fact_episodes(extraction: Extraction, count: int) -> None:
+    """Refuse a fact that names an episode the request does not have."""
+    for fact in extraction.facts:
+        if fact.episode is not None and fact.episode > count:
+            raise ExtractionError(
+                f"the fact {fact.attribute!r} names episode {fact.episode}, but there {_are(count)}"
+            )
+
+
+def _entry_index(entry: EpisodeEntry, position: dict[str, int]) -> int:
+    """The index (from 0) of the episode an entry names, by its key or its number; -1 or
+    beyond the request when it names none of the request's episodes.
+
+    Raises:
+        ExtractionError: The entry names a key no episode has, or a key and a number of two
+            different episodes.
+    """
+    if entry.key is None:
+        return (entry.episode or 0) - 1
+    i = position.get(entry.key, -1)
+    if i < 0:
+        raise ExtractionError(f"an entry of 'episodes' names no episode: {entry.key!r}")
+    if entry.episode is not None and entry.episode != i + 1:
+        raise ExtractionError(
+            f"an entry of 'episodes' names episode {entry.episode} and the key of episode {i + 1}"
+        )
+    return i
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
@@ -171,39 +188,65 @@ def parse_extraction(text: Any) -> Extraction:
         return text
     if isinstance(text, dict):
         return _validate(text)
-    if not isinstance(text, str):
-        content = getattr(text, "content", None)
-        if not isinstance(content, str):
-            raise ExtractionError(f"the extractor returned {type(text).__name__}, not text")
-        text = content
+    text = _as_text(text)
     if not text.strip():
         raise ExtractionError("the extractor returned empty output")
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
     outer_broken = False
     last_error: str | None = None
     for candidate in candidates:
-        first = True
-        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
-            try:
-                obj, _ = decoder.raw_decode(candidate, start)
-            except json.JSONDecodeError:
-                outer_broken = outer_broken or first
-                first = False
-                continue
-            first = False
-            if not isinstance(obj, dict):
-                continue
-            try:
-                return _validate(obj)
-            except ExtractionError as exc:
-                if last_error is None:
-                    last_error = str(exc)
+        found = _first_valid(candidate)
+        if isinstance(found, Extraction):
+            return found
+        outer_broken = outer_broken or found.outer_broken
+        last_error = last_error if last_error is not None else found.error
     if outer_broken:
         raise ExtractionError("the extractor's JSON is truncated or malformed")
     if last_error is not None:
         raise ExtractionError(last_error)
     raise ExtractionError(f"the extractor's output holds no JSON object: {text[:80]!r}")
+
+
+def _as_text(answer: Any) -> str:
+    """A model's answer as text: a string, or a message's string ``content``."""
+    if isinstance(answer, str):
+        return answer
+    content = getattr(answer, "content", None)
+    if not isinstance(content, str):
+        raise ExtractionError(f"the extractor returned {type(answer).__name__}, not text")
+    return content
+
+
+class _NoExtraction(NamedTuple):
+    """Why a piece of text held no valid extraction."""
+
+    #: The JSON object that starts at the first ``{`` could not be decoded.
+    outer_broken: bool
+    #: The first schema error of an object that was decoded, if any.
+    error: str | None
+
+
+def _first_valid(candidate: str) -> Extraction | _NoExtraction:
+    """The first JSON object in ``candidate``, at any ``{``, that is a valid extraction."""
+    decoder = json.JSONDecoder()
+    outer_broken = False
+    error: str | None = None
+    first = True
+    for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+        try:
+            obj, _ = decoder.raw_decode(candidate, start)
+        except json.JSONDecodeError:
+            outer_broken = outer_broken or first
+            first = False
+            continue
+        first = False
+        if not isinstance(obj, dict):
+            continue
+        try:
+            return _validate(obj)
+        except ExtractionError as exc:
+            error = error if error is not None else str(exc)
+    return _NoExtraction(outer_broken, error)
 
 
 def _validate(obj: dict[str, Any]) -> Extraction:

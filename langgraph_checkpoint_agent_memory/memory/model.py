@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -331,17 +331,26 @@ class Extraction(BaseModel):
 # -- stored memories -----------------------------------------------------------------------
 
 
-def _stored_value(memory: Fact | Episode, kind: str) -> dict[str, Any]:
-    """A stored memory's fields but its key (the item's key), tagged with its ``kind``;
-    lists are copied, so the value does not change with the object."""
-    value = dataclasses.asdict(memory)
-    del value["key"]
-    return {"kind": kind, **value}
+class StoredMemory:
+    """What facts and episodes share: each is stored as an item whose value is its fields
+    but its key (the item's key), tagged with its ``KIND``."""
+
+    KIND: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def to_value(self) -> dict[str, Any]:
+        """The JSON value stored for this memory (its key is the item's key); lists are
+        copied, so the value does not change with the object."""
+        value = dataclasses.asdict(self)
+        del value["key"]
+        return {"kind": self.KIND, **value}
 
 
 @dataclass
-class Fact:
+class Fact(StoredMemory):
     """A fact as stored. ``valid_to`` and ``superseded_by`` are set once it is history."""
+
+    KIND: ClassVar[str] = "fact"
 
     key: str
     attribute: str
@@ -360,10 +369,6 @@ class Fact:
     @property
     def current(self) -> bool:
         return self.valid_to is None
-
-    def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this fact (its key is the item's key)."""
-        return _stored_value(self, "fact")
 
     @classmethod
     def from_value(cls, key: str, value: Mapping[str, Any]) -> Fact:
@@ -395,8 +400,10 @@ class Fact:
 
 
 @dataclass
-class Episode:
+class Episode(StoredMemory):
     """One recorded turn (or a batch of turns) and, once consolidated, its summary."""
+
+    KIND: ClassVar[str] = "episode"
 
     key: str
     messages: list[dict[str, str]]
@@ -406,10 +413,6 @@ class Episode:
     summary: str | None = None
     outcome: str | None = None
     importance: float = 0.5
-
-    def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this episode (its key is the item's key)."""
-        return _stored_value(self, "episode")
 
     @classmethod
     def from_value(cls, key: str, value: Mapping[str, Any]) -> Episode:

@@ -15,11 +15,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
-from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
 from langgraph_checkpoint_agent_memory.memory.model import (
     AsOf,
     Episode,
@@ -27,10 +24,12 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     ScopeLike,
     as_timestamp,
-    namespace,
 )
+from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
 
 if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
+    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
     from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 
 
@@ -54,26 +53,20 @@ class Recaller:
     """What one :class:`~.agent.AgentMemory` recalls, and what it has recalled.
 
     Args:
-        store: The memory's store (ranking and item reads).
-        sql: The memory SQL for the store's dialect.
-        settings: The memory's settings (budget, candidates, weights, namespace root).
-        policy: The decay policy that turns stored decay state into importance.
+        context: The memory's store (ranking and item reads), SQL, settings (budget,
+            candidates, weights, namespace root), decay policy (stored decay state to
+            importance) and clock.
         count_tokens: Counts a text's tokens for the budget.
-        clock: Seconds since the epoch.
 
     Example:
-        >>> recaller = memory._recaller  # each AgentMemory has one  # doctest: +SKIP
-        >>> memory.store.run_plan(recaller.plan(Scope.of("user=a"), "city", 200, None, None))
+        >>> recaller = Recaller(memory.context, memory.count_tokens)  # doctest: +SKIP
+        >>> memory.context.run(recaller.plan(Scope.of("user=a"), "city", 200, None, None))
         ...  # doctest: +SKIP
         Recalled(text='...', facts=[...], episodes=[...])
     """
 
-    store: MemoryStore
-    sql: sqlm.MemorySql
-    settings: MemorySettings
-    policy: DecayPolicy
+    context: MemoryContext
     count_tokens: Callable[[str], int]
-    clock: Callable[[], float]
     #: facts prefix -> (fingerprint, current facts with their lines and token costs)
     facts_cache: OrderedDict[str, tuple[tuple[int, float], list[tuple[Fact, str, int]]]] = field(
         default_factory=OrderedDict
@@ -84,21 +77,33 @@ class Recaller:
     _reinforced: dict[tuple[str, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def settings(self) -> MemorySettings:
+        return self.context.settings
+
+    @property
+    def store(self) -> MemoryStore:
+        return self.context.store
+
+    @property
+    def sql(self) -> sqlm.MemorySql:
+        return self.context.sql
+
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``kind`` of memory lives."""
-        return namespace(self.settings.namespace_root, Scope.of(scope), kind)
+        return self.context.namespace(scope, kind)
 
     def _prefix(self, scope: Scope, kind: str) -> str:
-        return sqlm.ns(self.namespace(scope, kind))
+        return self.context.prefix(scope, kind)
 
-    def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> C.Steps[R.Recalled]:
+    def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> Steps[R.Recalled]:
         s = Scope.of(scope)
         as_of = options.get("as_of")
         when = None if as_of is None else as_timestamp(as_of)
         vector = None
         if query and self.store.embeddings is not None:
-            [vector] = yield C.Embed([query], query=True)
-        recalled: R.Recalled = yield C.RunPlan(
+            [vector] = yield Embed([query], query=True)
+        recalled: R.Recalled = yield RunPlan(
             self.plan(
                 s,
                 query,
@@ -122,7 +127,7 @@ class Recaller:
         *,
         as_of: float | None = None,
     ) -> Plan[R.Recalled]:
-        now = self.clock()  # what is live is decided now, whatever moment is recalled
+        now = self.context.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
         st = self.settings
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
@@ -255,10 +260,10 @@ class Recaller:
     def importance(self, row: sqlm.StoredRow, now: float) -> float:
         if row.log_importance is None or row.reinforced_at is None:
             return float(row.value.get("importance", 0.5))
-        return self.policy.importance(row.log_importance, row.reinforced_at, now)
+        return self.context.policy.importance(row.log_importance, row.reinforced_at, now)
 
     def queue_reinforcement(self, scope: Scope, recalled: R.Recalled) -> None:
-        now = self.clock()
+        now = self.context.clock()
         every = self.settings.reinforce_every_seconds
         facts, episodes = self._prefix(scope, "facts"), self._prefix(scope, "episodes")
         keys = [(facts, f.key) for f in recalled.facts]

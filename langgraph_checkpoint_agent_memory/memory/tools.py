@@ -21,19 +21,19 @@ refused, so one user's agent can neither read nor write another user's memory.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
+from langgraph_checkpoint_agent_memory.memory import writes as W
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
@@ -41,10 +41,8 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     default_statement,
     normalize_attribute,
 )
-from langgraph_checkpoint_agent_memory.memory.nodes import scope_from
-
-if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
+from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
+from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
 
 #: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
 TOOL_NAMES = {"search": "search_memory", "remember": "remember_fact", "forget": "forget_fact"}
@@ -124,6 +122,13 @@ def fact_line(fact: Fact) -> str:
     )
 
 
+class Recalling(Recalls, Protocol):
+    """What the tools use of an :class:`~.agent.AgentMemory`: recall, and its context."""
+
+    @property
+    def context(self) -> MemoryContext: ...
+
+
 class MemoryTools:
     """The tools of one :class:`AgentMemory` (see the module docstring).
 
@@ -139,9 +144,14 @@ class MemoryTools:
         'Remembered: city = Berlin.'
     """
 
-    def __init__(self, memory: AgentMemory[Any], *, budget_tokens: int | None = None) -> None:
+    def __init__(self, memory: Recalling, *, budget_tokens: int | None = None) -> None:
         self.memory = memory
         self.budget_tokens = budget_tokens
+
+    @property
+    def context(self) -> MemoryContext:
+        """The memory's context (read at each call: the memory may replace it)."""
+        return self.memory.context
 
     def tools(self, include: Sequence[str] = tuple(TOOL_NAMES)) -> list[BaseTool]:
         """LangChain tools, sync and async, in the order of ``include``.
@@ -193,7 +203,7 @@ class MemoryTools:
             >>> MemoryTools(memory).scope({"configurable": {"user_id": "alice"}})  # doctest: +SKIP
             Scope(user_id='alice', agent_id=None, workflow_id=None)
         """
-        return scope_from(config, None, self.memory.settings.scope_keys)
+        return scope_from(config, None, self.context.settings.scope_keys)
 
     @staticmethod
     def _thread(config: RunnableConfig | None) -> str | None:
@@ -270,10 +280,7 @@ class MemoryTools:
             'Updated city: Lyon (was Berlin).'
         """
         candidate = _candidate(attribute, value, statement, multi, importance)
-        scope = self.scope(config)
-        steps = self._remember_steps(scope, candidate, self._source(config))
-        changes = C.run_steps(steps, self.memory.store, self.memory._run)
-        return _remembered(changes)
+        return _remembered(self.context.run_steps(self._remember_steps(candidate, config)))
 
     async def aremember(
         self,
@@ -287,10 +294,7 @@ class MemoryTools:
     ) -> str:
         """Async :meth:`remember`."""
         candidate = _candidate(attribute, value, statement, multi, importance)
-        scope = self.scope(config)
-        steps = self._remember_steps(scope, candidate, self._source(config))
-        changes = await C.arun_steps(steps, self.memory.store, self.memory._arun)
-        return _remembered(changes)
+        return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
     def _source(self, config: RunnableConfig | None) -> str:
         """What a remembered fact names as its source: the conversation it was said in."""
@@ -298,38 +302,29 @@ class MemoryTools:
         return f"tool:{thread}" if thread else "tool"
 
     def _remember_steps(
-        self, scope: Scope, candidate: FactCandidate, source: str
-    ) -> C.Steps[F.FactChanges]:
-        memory = self.memory
-        embedded = memory.store.embeddings is not None
+        self, candidate: FactCandidate, config: RunnableConfig | None
+    ) -> Steps[F.FactChanges]:
+        """Apply ``candidate`` to the run's scope, as consolidation applies a fact."""
+        context = self.context
+        scope = self.scope(config)
+        source = self._source(config)
         vectors: dict[str, list[float]] = {}
-        if embedded:
+        if context.embeds:
             text = candidate.search_text()  # what the fact is indexed, and found, by
-            [vector] = yield C.Embed([text])
+            [vector] = yield Embed([text])
             vectors[text] = vector
-        now = memory._clock()
-        found: list[F.FactChanges] = []
+        now = context.clock()
+        said = W.Said([candidate], vectors, episode_key=source, when=now)
 
-        def decide(rows: list[sqlm.StoredRow], stored: dict[str, bytes]) -> jobsql.Writes:
+        def decide(stored: W.StoredFacts) -> W.FactWrites:
             writes = jobsql.Writes()
-            out = C.RowWriter(writes, scope.key, now)
-            found.append(
-                C.apply_facts(
-                    memory,
-                    scope,
-                    out,
-                    rows,
-                    stored,
-                    [candidate],
-                    vectors,
-                    episode_key=source,
-                    when=now,
-                )
-            )
-            return writes
+            out = W.RowWriter(writes, scope.key, now)
+            return W.FactWrites(writes, W.apply_facts(context, scope, out, stored, said))
 
-        yield C.RunPlan(self._change_plan(scope, now, embedded, decide))
-        return found[-1]
+        changes: F.FactChanges = yield RunPlan(
+            self._change_plan(scope, now, context.embeds, decide)
+        )
+        return changes
 
     # -- forget ----------------------------------------------------------------------------
 
@@ -347,7 +342,7 @@ class MemoryTools:
         """
         name = _attribute(attribute)
         plan = self._forget_plan(self.scope(config), name, value)
-        return _forgotten(self.memory._run(plan), name, value)
+        return _forgotten(self.context.run(plan), name, value)
 
     async def aforget(
         self, attribute: str, value: str | None = None, *, config: RunnableConfig
@@ -355,39 +350,43 @@ class MemoryTools:
         """Async :meth:`forget`."""
         name = _attribute(attribute)
         plan = self._forget_plan(self.scope(config), name, value)
-        return _forgotten(await self.memory._arun(plan), name, value)
+        return _forgotten(await self.context.arun(plan), name, value)
 
     def _forget_plan(self, scope: Scope, attribute: str, value: str | None) -> Plan[F.FactChanges]:
-        memory = self.memory
-        now = memory._clock()
-        facts_prefix = sqlm.ns(memory.namespace(scope, "facts"))
-        found: list[F.FactChanges] = []
+        context = self.context
+        now = context.clock()
+        facts_prefix = context.prefix(scope, "facts")
 
-        def decide(rows: list[sqlm.StoredRow], stored: dict[str, bytes]) -> jobsql.Writes:
+        def decide(stored: W.StoredFacts) -> W.FactWrites:
             writes = jobsql.Writes()
-            current = {r.key: Fact.from_value(r.key, r.value) for r in rows}
-            changes = F.retire(current, attribute, value, now=now)
-            C.write_history(memory, scope, C.RowWriter(writes, scope.key, now), changes, now)
+            changes = F.retire(stored.current(), attribute, value, now=now)
+            W.write_history(context, scope, W.RowWriter(writes, scope.key, now), changes, now)
             writes.removed = [{"prefix": facts_prefix, "key": key} for _, key in changes.retired]
-            found.append(changes)
-            return writes
+            return W.FactWrites(writes, changes)
 
-        yield from self._change_plan(scope, now, False, decide)
-        return found[-1]
+        return (yield from self._change_plan(scope, now, False, decide))
 
     def _change_plan(
-        self, scope: Scope, now: float, read_vectors: bool, decide: Any
-    ) -> Plan[jobsql.Writes]:
-        memory = self.memory
-        return jobsql.change_facts_plan(
-            memory._sql,
+        self,
+        scope: Scope,
+        now: float,
+        read_vectors: bool,
+        decide: Callable[[W.StoredFacts], W.FactWrites],
+    ) -> Plan[F.FactChanges]:
+        """Change the scope's facts in one transaction that holds its ledger row; what
+        ``decide`` decided changes."""
+        decider = W.Decider(decide)
+        yield from jobsql.change_facts_plan(
+            self.context.sql,
             scope=scope.key,
-            root=memory.settings.namespace_root,
-            facts_prefix=sqlm.ns(memory.namespace(scope, "facts")),
+            root=self.context.settings.namespace_root,
+            facts_prefix=self.context.prefix(scope, "facts"),
             now=now,
             read_vectors=read_vectors,
-            decide=decide,
+            decide=decider,
         )
+        assert decider.decided is not None  # the plan always decides
+        return decider.decided.changes
 
 
 def _candidate(

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,31 @@ class WorkerStats:
     decayed: int = 0
     swept: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+class Consolidated(Protocol):
+    """What a consolidation round reports (a :class:`~.consolidate.Report`)."""
+
+    @property
+    def episodes(self) -> int:
+        """How many episodes became facts."""
+
+
+class Maintained(Protocol):
+    """What a worker maintains (an :class:`~.agent.AgentMemory`): consolidation, decay and
+    sweeps, sync and async."""
+
+    def consolidate(self) -> Consolidated: ...
+
+    async def aconsolidate(self) -> Consolidated: ...
+
+    def decay(self) -> int: ...
+
+    async def adecay(self) -> int: ...
+
+    def sweep(self) -> int: ...
+
+    async def asweep(self) -> int: ...
 
 
 class MemoryWorker:
@@ -42,7 +67,7 @@ class MemoryWorker:
 
     def __init__(
         self,
-        memory: Any,
+        memory: Maintained,
         *,
         consolidate_every: float,
         decay_every: float,

@@ -1,0 +1,104 @@
+"""``MemoryContext``: what the parts of agent memory work with.
+
+An :class:`~.agent.AgentMemory` builds one context and hands it to the modules that do the
+work (reading, recording, recall, consolidation, upkeep, erase, the tools), so none of them
+needs the façade or its private attributes: the store (to run plans and steps), the memory
+SQL for the store's dialect, the settings, the extractor, the decay policy and the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
+from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
+from langgraph_checkpoint_agent_memory.memory.extract import Extractor
+from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, namespace
+from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
+from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """The parts one :class:`~.agent.AgentMemory` is made of, shared by its modules.
+
+    Args:
+        store: Where facts and episodes are kept; runs plans, embeds, searches.
+        sql: The memory statements for the store's dialect.
+        settings: The memory's settings.
+        extractor: Turns episodes into summaries and facts.
+        policy: The decay policy (importance over time).
+        clock: Seconds since the epoch.
+
+    Example:
+        ```python
+        context = memory.context  # each AgentMemory has one
+        facts = context.run(reading.facts_plan(context, "user=alice", None))
+        ```
+    """
+
+    store: MemoryStore
+    sql: sqlm.MemorySql
+    settings: MemorySettings
+    extractor: Extractor
+    policy: DecayPolicy
+    clock: Callable[[], float]
+
+    @classmethod
+    def of(
+        cls,
+        store: MemoryStore,
+        settings: MemorySettings,
+        extractor: Extractor,
+        clock: Callable[[], float],
+    ) -> MemoryContext:
+        """The context of a memory on ``store``: its SQL built for the store's dialect, its
+        decay policy from ``settings``."""
+        return cls(
+            store=store,
+            sql=sqlm.MemorySql(store.dialect, store.statements, settings.namespace_root),
+            settings=settings,
+            extractor=extractor,
+            policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
+            clock=clock,
+        )
+
+    @property
+    def embeds(self) -> bool:
+        """Whether the store embeds (else recall and near-duplicates are lexical)."""
+        return self.store.embeddings is not None
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run a plan in the store's database."""
+        return self.store.run_plan(plan)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        """Async :meth:`run`."""
+        return await self.store.arun_plan(plan)
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
+        return run_steps(steps, self.store)
+
+    async def arun_steps(self, steps: Steps[T]) -> T:
+        """Async :meth:`run_steps`."""
+        return await arun_steps(steps, self.store)
+
+    def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
+        """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
+        return namespace(self.settings.namespace_root, Scope.of(scope), kind)
+
+    def prefix(self, scope: ScopeLike, kind: str) -> str:
+        """:meth:`namespace` as the store keeps it (labels joined with ``.``)."""
+        return sqlm.ns(self.namespace(scope, kind))
+
+
+def scope_key(scope: ScopeLike | None) -> str | None:
+    """The key of ``scope`` (``"user=alice"``), or ``None`` for every scope."""
+    return Scope.of(scope).key if scope is not None else None

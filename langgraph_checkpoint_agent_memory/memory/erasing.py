@@ -1,0 +1,91 @@
+"""Erasing a scope: everything of it and of the narrower scopes it covers, in the memory's
+tables and, with a checkpointer, its conversation threads (see
+:meth:`~.agent.AgentMemory.erase`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.model import (
+    SCOPE_KEYS,
+    Scope,
+    ScopeError,
+    ScopeLike,
+)
+
+
+def covered(scope: ScopeLike, known: set[str]) -> list[str]:
+    """The scopes of ``known`` that ``scope`` covers (itself included), sorted."""
+    target = Scope.of(scope)
+    out = []
+    for key in sorted(known):
+        try:
+            if target.covers(Scope.parse(key)):
+                out.append(key)
+        except ScopeError:
+            continue
+    return out
+
+
+def covering_shard(context: MemoryContext, scope: ScopeLike) -> str | None:
+    """The one shard key under which ``scope`` and every narrower scope it covers keep
+    their rows, or ``None`` when a narrower scope may carry another (a scope without the
+    leading keys the shard key is made of: under the default ``shard_depth`` of 2,
+    ``agent=support`` covers ``user=bob,agent=support``, keyed ``memory.user=bob``)."""
+    target = Scope.of(scope)
+    leading = list(SCOPE_KEYS[: context.sql.shard_depth - 1])
+    present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
+    if present[: len(leading)] != leading:
+        return None
+    return context.sql.scope_shard(target.key)
+
+
+def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
+    """``scope`` and the narrower scopes it covers that hold memory: found on their one
+    shard where they share one, else across all."""
+    root = context.settings.namespace_root
+    shard = covering_shard(context, scope)
+    known = yield from sqlm.known_scopes_plan(context.sql, root, shard)
+    return covered(scope, known)
+
+
+def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[dict[str, int]]:
+    """Delete every row of ``scope`` and the scopes it covers; the rows removed per table,
+    with ``"scopes"``."""
+    root = context.settings.namespace_root
+    scopes = yield from covered_plan(context, scope)
+    counts = yield from sqlm.erase_plan(context.sql, root=root, scopes=scopes)
+    return {"scopes": len(scopes), **counts}
+
+
+def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
+    """The conversation threads ``scope`` and the scopes it covers recorded turns of."""
+    scopes = yield from covered_plan(context, scope)
+    return (yield from sqlm.threads_plan(context.sql, scopes))
+
+
+def erase_threads(checkpointer: Any, threads: list[str]) -> int:
+    """Delete ``threads`` from ``checkpointer`` (at once where it can); how many."""
+    if checkpointer is None or not threads:
+        return 0
+    if hasattr(checkpointer, "erase_threads"):
+        checkpointer.erase_threads(threads)
+    else:
+        for t in threads:
+            checkpointer.delete_thread(t)
+    return len(threads)
+
+
+async def aerase_threads(checkpointer: Any, threads: list[str]) -> int:
+    """Async :func:`erase_threads`."""
+    if checkpointer is None or not threads:
+        return 0
+    if hasattr(checkpointer, "aerase_threads"):
+        await checkpointer.aerase_threads(threads)
+    else:
+        for t in threads:
+            await checkpointer.adelete_thread(t)
+    return len(threads)

@@ -1,0 +1,70 @@
+"""Reading a scope's memory as it is stored: its facts (now, or as of a moment), every
+version of them, its episodes. Plans over a :class:`~.context.MemoryContext`, run by the
+sync and the async methods of :class:`~.agent.AgentMemory` alike."""
+
+from __future__ import annotations
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.model import (
+    AsOf,
+    Episode,
+    Fact,
+    ScopeLike,
+    as_timestamp,
+    normalize_attribute,
+)
+
+
+def facts_plan(context: MemoryContext, scope: ScopeLike, as_of: AsOf | None) -> Plan[list[Fact]]:
+    """The scope's current facts; with ``as_of``, those that held then (see
+    :meth:`~.agent.AgentMemory.facts`)."""
+    if as_of is None:
+        prefix = context.prefix(scope, "facts")
+        rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
+        facts = [Fact.from_value(r.key, r.value) for r in rows]
+    else:
+        facts = F.held_at((yield from versions_plan(context, scope, None)), as_timestamp(as_of))
+    return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
+
+
+def versions_plan(
+    context: MemoryContext, scope: ScopeLike, attribute: str | None
+) -> Plan[list[Fact]]:
+    """Every stored version of the scope's facts (of ``attribute`` when given): the
+    superseded ones and the current ones."""
+    now = context.clock()
+    old = yield from sqlm.read_plan(context.sql, context.prefix(scope, "history"), now)
+    new = yield from sqlm.read_plan(context.sql, context.prefix(scope, "facts"), now)
+    wanted = normalize_attribute(attribute) if attribute is not None else None
+    return [
+        Fact.from_value(r.key, r.value)
+        for r in (*old, *new)
+        if wanted is None or r.value.get("attribute") == wanted
+    ]
+
+
+def history_plan(
+    context: MemoryContext, scope: ScopeLike, attribute: str | None, as_of: AsOf | None
+) -> Plan[list[Fact]]:
+    """Every value of an attribute (all when ``None``), oldest first; with ``as_of``, as
+    known then (see :meth:`~.agent.AgentMemory.history`)."""
+    when = None if as_of is None else as_timestamp(as_of)
+    out = yield from versions_plan(context, scope, attribute)
+    if when is not None:
+        out = F.known_at(out, when)
+    return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
+
+
+def episodes_plan(
+    context: MemoryContext, scope: ScopeLike, status: str | None
+) -> Plan[list[Episode]]:
+    """The scope's episodes (of ``status`` when given), oldest first."""
+    prefix = context.prefix(scope, "episodes")
+    rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
+    eps = [Episode.from_value(r.key, r.value) for r in rows]
+    if status is not None:
+        eps = [e for e in eps if e.status == status]
+    return sorted(eps, key=lambda e: (e.occurred_at, e.key))

@@ -1,0 +1,102 @@
+"""Steps: what memory's operations ask of the world, so each is written once.
+
+An operation that needs more than the database (a search through the store, an embedding,
+an extractor call) is a generator of *steps*; :func:`run_steps` drives it synchronously and
+:func:`arun_steps` on the event loop, so the synchronous and the asynchronous API run the
+same code (as :mod:`..db.database`'s plans do for statements).
+
+Example:
+    ```python
+    def count_facts(scope: Scope) -> Steps[int]:
+        found = yield Search(namespace("memory", scope, "facts"), "city", 5)
+        return len(found)
+
+    run_steps(count_facts(Scope.of("user=alice")), store)
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
+    from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
+
+
+@dataclass
+class RunPlan:
+    """Run a database plan; the step's value is the plan's."""
+
+    plan: Plan[Any]
+
+
+@dataclass
+class Extract:
+    """Ask the extractor; the step's value is its :class:`~.model.Extraction`."""
+
+    extractor: Extractor
+    request: ExtractionRequest
+
+
+@dataclass
+class Embed:
+    """Embed texts; the step's value is their vectors, in order."""
+
+    texts: list[str]
+    query: bool = False  # embed as a search query (some models embed queries differently)
+
+
+@dataclass
+class Search:
+    """Search one namespace of the store; the step's value is its items, best first."""
+
+    namespace: tuple[str, ...]
+    query: str
+    limit: int
+
+
+Step = RunPlan | Extract | Embed | Search
+T = TypeVar("T")
+#: Steps that end with a value of type ``T``.
+Steps = Generator[Step, Any, T]
+
+
+def run_steps(steps: Steps[T], store: MemoryStore) -> T:
+    """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search."""
+
+    def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return store.run_plan(step.plan)
+        if isinstance(step, Extract):
+            return step.extractor.extract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [e.embed_query(t) for t in step.texts]
+            return e.embed_documents(step.texts) if step.texts else []
+        return store.search(step.namespace, query=step.query, limit=step.limit)
+
+    return drive(steps, execute)
+
+
+async def arun_steps(steps: Steps[T], store: MemoryStore) -> T:
+    """Drive ``steps`` on the event loop (blocking drivers move to threads)."""
+
+    async def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            return await store.arun_plan(step.plan)
+        if isinstance(step, Extract):
+            return await step.extractor.aextract(step.request)
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [await e.aembed_query(t) for t in step.texts]
+            return await e.aembed_documents(step.texts) if step.texts else []
+        return await store.asearch(step.namespace, query=step.query, limit=step.limit)
+
+    return await adrive(steps, execute)

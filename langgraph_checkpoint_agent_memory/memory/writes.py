@@ -1,0 +1,226 @@
+"""The rows a change of a scope's memory writes, decided inside the transaction that
+writes them.
+
+Consolidation (:mod:`.consolidate`) and the memory tools (:mod:`.tools`) change facts the
+same way: the database plan reads the scope's current facts in a transaction and calls back
+with them (:class:`StoredFacts`); the callback (a :class:`Decider`) merges what was said
+(:class:`Said`) into them with :func:`apply_facts` and returns the rows to write
+(:class:`FactWrites`), which the plan writes in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
+from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory.decay import log_importance
+from langgraph_checkpoint_agent_memory.memory.model import Fact, FactCandidate, Scope
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+
+
+@dataclass(frozen=True)
+class StoredFacts:
+    """A scope's current facts as read inside the transaction that changes them.
+
+    Args:
+        rows: The fact items.
+        vectors: Their vectors, by key (empty without an embedder).
+    """
+
+    rows: list[sqlm.StoredRow]
+    vectors: dict[str, bytes] = field(default_factory=dict)
+
+    def current(self) -> dict[str, Fact]:
+        """The facts, by key."""
+        return {r.key: Fact.from_value(r.key, r.value) for r in self.rows}
+
+
+@dataclass(frozen=True)
+class Said:
+    """Facts said to be true now, to merge into a scope's current facts.
+
+    Args:
+        candidates: The facts, in the order they were said.
+        vectors: Their vectors, by their search text (empty without an embedder).
+        episode_key: What they come from (a source of each fact).
+        when: When they became true (and when the decay clock of each restarts).
+        sources: Per candidate, ``(episode key, when)`` instead of ``episode_key`` and
+            ``when`` (see :func:`~.facts.merge`).
+    """
+
+    candidates: list[FactCandidate]
+    vectors: dict[str, list[float]]
+    episode_key: str
+    when: float
+    sources: Sequence[tuple[str, float]] | None = None
+
+
+@dataclass(frozen=True)
+class FactWrites:
+    """What a change decided: the rows to write, and what changed among the facts."""
+
+    writes: jobsql.Writes
+    changes: F.FactChanges
+
+
+class Decider:
+    """The callback a fact-changing plan calls with the facts it read; it keeps what it
+    decided last (the plan returns only the rows).
+
+    Args:
+        decide: Turns the stored facts into the rows to write and the changes.
+
+    Example:
+        ```python
+        decider = Decider(lambda stored: FactWrites(jobsql.Writes(), F.FactChanges()))
+        context.run(jobsql.change_facts_plan(context.sql, ..., decide=decider))
+        decider.decided.changes
+        ```
+    """
+
+    def __init__(self, decide: Callable[[StoredFacts], FactWrites]) -> None:
+        self._decide = decide
+        self._decided: FactWrites | None = None
+
+    def __call__(self, rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> jobsql.Writes:
+        self._decided = self._decide(StoredFacts(rows, vectors))
+        return self._decided.writes
+
+    @property
+    def decided(self) -> FactWrites | None:
+        """What the last call decided; ``None`` when the plan did not call."""
+        return self._decided
+
+
+@dataclass
+class RowWriter:
+    """Adds one scope's store item rows and decay rows to a transaction's :class:`Writes`.
+
+    Args:
+        writes: Where the rows go.
+        scope_key: The scope the decay rows belong to (``user=alice``).
+        now: The rows' ``updated_at``.
+    """
+
+    writes: jobsql.Writes
+    scope_key: str
+    now: float
+
+    def item(self, prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
+        """An item row (a fact, a past fact or an episode)."""
+        self.writes.items.append(
+            item_row(prefix, key, value, created=created, updated=self.now, doc=doc)
+        )
+
+    def decay(self, prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
+        """The decay row of an item: its importance, reinforced ``at``."""
+        self.writes.decay.append(
+            {
+                "prefix": prefix,
+                "key": key,
+                "scope": self.scope_key,
+                "log_importance": log_importance(importance),
+                "reinforced_at": at,
+                "pinned": int(pinned),
+            }
+        )
+
+    def vector(self, prefix: str, key: str, vector: bytes) -> None:
+        """The vector row of an item's indexed text."""
+        self.writes.vectors.append(
+            {"prefix": prefix, "key": key, "field": "text#0", "vector": vector}
+        )
+
+
+def item_row(
+    prefix: str, key: str, value: dict[str, Any], *, created: float, updated: float, doc: str
+) -> dict[str, Any]:
+    """A store item row of memory's (no TTL): ``value`` as compact JSON, ``doc`` the text
+    the lexical index keeps."""
+    return {
+        "prefix": prefix,
+        "key": key,
+        "value": json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+        "created_at": created,
+        "updated_at": updated,
+        "ttl_minutes": None,
+        "expires_at": None,
+        "doc": doc,
+    }
+
+
+def as_blob(vector: Sequence[float]) -> bytes:
+    """A vector as the store keeps it: little-endian float32."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def apply_facts(
+    context: MemoryContext, scope: Scope, out: RowWriter, stored: StoredFacts, said: Said
+) -> F.FactChanges:
+    """Merge what was ``said`` into the scope's ``stored`` facts and add the rows that
+    change to ``out``: the one way facts are confirmed, superseded, accumulated or merged as
+    near-duplicates, by consolidation and by the memory tools alike.
+
+    Args:
+        context: The memory's settings and namespaces.
+        scope: Whose facts.
+        out: Collects the rows to write.
+        stored: The scope's current facts and their vectors.
+        said: The facts to merge in.
+
+    Returns:
+        What changed, by key.
+    """
+    s = context.settings
+    fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored.vectors.items()}
+    if said.vectors and fact_vectors:
+        similar: F.Similar | None = F.by_vectors(
+            said.vectors, fact_vectors, s.near_duplicate_threshold
+        )
+    else:
+        similar = F.by_words(s.near_duplicate_words)
+    changes = F.merge(
+        stored.current(),
+        said.candidates,
+        episode_key=said.episode_key,
+        now=said.when,
+        similar=similar,
+        sources=said.sources,
+    )
+    facts_prefix = context.prefix(scope, "facts")
+    for key, fact in changes.current.items():
+        text = fact.search_text()
+        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
+        out.decay(facts_prefix, key, fact.importance, said.when, fact.pinned)
+        # the embedding of the text just indexed, when a candidate said it exactly; else a
+        # confirmed fact keeps the vector it has
+        vector = said.vectors.get(text)
+        if vector is not None:
+            blob: bytes | None = as_blob(vector)
+        elif key in changes.confirmed:
+            blob = stored.vectors.get(key)
+        else:
+            blob = None
+        if blob is not None:
+            out.vector(facts_prefix, key, blob)
+    write_history(context, scope, out, changes, said.when)
+    return changes
+
+
+def write_history(
+    context: MemoryContext, scope: Scope, out: RowWriter, changes: F.FactChanges, when: float
+) -> None:
+    """Add the rows of the facts ``changes`` moved to history (superseded or retired)."""
+    history_prefix = context.prefix(scope, "history")
+    for key, fact in changes.history.items():
+        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
+        out.decay(history_prefix, key, fact.importance, when, fact.pinned)
