@@ -9,13 +9,14 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from langgraph_checkpoint_agent_memory import SQLSaver
 from langgraph_checkpoint_agent_memory.checkpoint.codec import MAX_CHAIN
-from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
 
 def graph(saver: Any) -> Any:
-    def agent(state: MessagesState) -> dict:
+    def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [AIMessage(f"answer {len(state['messages'])}")]}
 
     builder = StateGraph(MessagesState)
@@ -25,8 +26,8 @@ def graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def blob_rows(saver: Any) -> list[tuple[str, str | None, int]]:
-    def plan() -> Any:
+def blob_rows(saver: SQLSaver) -> list[tuple[str, str | None, int]]:
+    def plan() -> Plan[list[tuple[str, str | None, int]]]:
         [rows] = yield Batch(
             [
                 Stmt(

@@ -73,7 +73,7 @@ def test_search_without_query_is_newest_first_with_paging(make_store: Callable[.
     ],
 )
 def test_filters_have_one_semantics(
-    make_store: Callable[..., Any], flt: dict, expected: list[str]
+    make_store: Callable[..., Any], flt: dict[str, Any], expected: list[str]
 ) -> None:
     store = make_store()
     store.put(("f",), "nine", {"n": 9})

@@ -183,10 +183,10 @@ def _v4_items(url: str | None, path: Any) -> None:
     if url is not None and url.startswith("postgresql"):
         import psycopg
 
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS am_store_terms")
+        with psycopg.connect(url, autocommit=True) as pg_conn:
+            pg_conn.execute("DROP TABLE IF EXISTS am_store_terms")
             for row in rows:
-                conn.execute(insert.format("%s"), row)
+                pg_conn.execute(insert.format("%s"), row)
     else:
         conn = sqlite3.connect(path)
         conn.executemany(insert.format("?"), rows)

@@ -44,7 +44,7 @@ filters = st.dictionaries(
 )
 @given(items=st.lists(values, min_size=1, max_size=12), flt=filters)
 def test_filters_match_the_model(
-    make_store: Callable[..., Any], items: list[dict], flt: dict
+    make_store: Callable[..., Any], items: list[dict[str, Any]], flt: dict[str, Any]
 ) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)
@@ -117,7 +117,7 @@ def _view(result: Any) -> Any:
 )
 @given(operations=ops_strategy)
 def test_backends_answer_like_memory(
-    make_store: Callable[..., Any], store_backend: str, operations: list[tuple]
+    make_store: Callable[..., Any], store_backend: str, operations: list[tuple[Any, ...]]
 ) -> None:
     """Every backend gives the in-memory store's answers to the same operations."""
     from langgraph_checkpoint_agent_memory import create_store
