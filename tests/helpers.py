@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -17,6 +17,9 @@ from langgraph.checkpoint.base import (
     empty_checkpoint,
 )
 from langgraph.checkpoint.base.id import uuid6
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory import SQLSaver
 
 T = TypeVar("T")
 
@@ -136,6 +139,16 @@ def timed_contents(saver: Any) -> TimedContents:
             {(t, *key): value for t, th in threads.items() for key, value in th.blobs.items()},
             {(t, *key) for t, th in threads.items() for key, rows in th.writes.items() if rows},
         )
+
+
+def sql_checkpointer(url: str, ttl_seconds: int | None = None, **options: Any) -> SQLSaver:
+    """``create_checkpointer(ttl_seconds, url=url, **options)``, which gives an ``SQLSaver``
+    for a URL (its return type is LangGraph's base class, without ``close`` or ``sweep``)."""
+    from langgraph_checkpoint_agent_memory import SQLSaver, create_checkpointer
+
+    saver = create_checkpointer(ttl_seconds, url=url, **options)
+    assert isinstance(saver, SQLSaver), type(saver)
+    return saver
 
 
 def make_checkpoint(

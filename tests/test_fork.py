@@ -20,7 +20,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_checkpoint_agent_memory import TimedInMemorySaver, create_store
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
-from tests.helpers import config_for
+from tests.helpers import config_for, present
 from tests.pg import backend_params
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
@@ -160,7 +160,8 @@ def test_timed_in_memory_saver_restarts_its_sweeper_in_the_child() -> None:
 
         def child() -> None:
             assert not saver.sweeper_running
-            assert saver.get_tuple(head).checkpoint["channel_values"] == {"step": 1}  # a copy
+            found = present(saver.get_tuple(head))
+            assert found.checkpoint["channel_values"] == {"step": 1}  # a copy
             saver.put(config_for("child"), _checkpoint(3), {}, {"step": 3})
             assert saver.sweeper_running
 

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import create_react_agent
+from pydantic import BaseModel
 
 from langgraph_checkpoint_agent_memory import AgentMemory
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
@@ -50,7 +53,7 @@ def tool_results(state: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
-def run(user: str, thread: str = "t") -> dict[str, Any]:
+def run(user: str, thread: str = "t") -> RunnableConfig:
     return {"configurable": {"thread_id": thread, "user_id": user}}
 
 
@@ -144,10 +147,15 @@ def test_a_model_naming_another_user_is_refused_and_changes_nothing(
     assert everything(memory, "alice") == ([], [], [])
 
 
+def arguments(tool: BaseTool) -> set[str]:
+    """The arguments a model sees in ``tool``'s schema (a pydantic model, for these tools)."""
+    schema = tool.tool_call_schema
+    assert isinstance(schema, type) and issubclass(schema, BaseModel)
+    return set(schema.model_json_schema()["properties"])
+
+
 def test_the_model_sees_only_the_declared_arguments(memory: AgentMemory[Any]) -> None:
-    schemas = {
-        t.name: set(t.tool_call_schema.model_json_schema()["properties"]) for t in memory.tools()
-    }
+    schemas = {t.name: arguments(t) for t in memory.tools()}
     assert schemas == {
         "search_memory": {"query"},
         "remember_fact": {"attribute", "value", "statement", "multi", "importance"},
@@ -163,7 +171,9 @@ def test_scope_comes_from_the_config_as_the_memory_isolates(
 ) -> None:
     per_user = AgentMemory(make_store(), scope_keys=("user_id",))
     [remember] = per_user.tools(include=["remember"])
-    config = {"configurable": {"user_id": "alice", "agent_id": "support", "thread_id": "x"}}
+    config: RunnableConfig = {
+        "configurable": {"user_id": "alice", "agent_id": "support", "thread_id": "x"}
+    }
     remember.invoke({"attribute": "city", "value": "Rome"}, config)
     assert [f.value for f in per_user.facts("user=alice")] == ["Rome"]
     assert per_user.facts("user=alice,agent=support") == []

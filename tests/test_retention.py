@@ -15,7 +15,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_agent_memory import ConfigurationError, TimedInMemorySaver
-from tests.helpers import FakeClock, timed_contents
+from tests.helpers import FakeClock, sql_checkpointer, timed_contents
 
 
 def chat_graph(saver: Any) -> Any:
@@ -217,9 +217,9 @@ def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
 
     from langgraph_checkpoint_agent_memory import create_checkpointer
 
-    sql = create_checkpointer(url=f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
-    assert sql.keep_last == 4  # type: ignore[attr-defined]
-    sql.close()  # type: ignore[attr-defined]
+    sql = sql_checkpointer(f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
+    assert sql.keep_last == 4
+    sql.close()
     timed = create_checkpointer(60, keep_last=2)
     assert isinstance(timed, TimedInMemorySaver) and timed.keep_last == 2
     timed.close()

@@ -27,7 +27,7 @@ async def test_every_capability_passes(
     make_saver: Callable[..., Any], backend: str, api: str
 ) -> None:
     @checkpointer_test(name=f"{backend}-{api}")
-    async def factory() -> AsyncIterator[BaseCheckpointSaver]:
+    async def factory() -> AsyncIterator[BaseCheckpointSaver[str]]:
         saver = make_saver(ttl_seconds=3600)
         yield sync_through_async(saver) if api == "sync" else saver
 

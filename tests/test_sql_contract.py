@@ -13,28 +13,29 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_agent_memory import ConfigurationError
+from langgraph_checkpoint_agent_memory import ConfigurationError, SQLSaver
 from tests.helpers import config_for, make_checkpoint
 
 
 def put(
     saver: Any,
     thread: str,
-    values: dict,
+    values: dict[str, Any],
     *,
     parent: Any = None,
     version: int = 1,
-    metadata: dict | None = None,
+    metadata: dict[str, Any] | None = None,
     ns: str = "",
-    config_extra: dict | None = None,
+    config_extra: RunnableConfig | None = None,
 ) -> Any:
     config = config_for(thread, parent["configurable"]["checkpoint_id"] if parent else None, ns)
     config.update(config_extra or {})
@@ -182,13 +183,14 @@ def test_channel_values_are_stored_once_per_version(make_saver: Callable[..., An
     assert latest.checkpoint["channel_values"] == {"messages": big, "counter": 2, "route": None}
 
 
-def _count(saver: Any, table: str) -> int:
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+def _count(saver: SQLSaver, table: str) -> int:
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
+    def plan() -> Plan[int]:
         [rows] = yield Batch([Stmt(Sql(f"SELECT COUNT(*) FROM {table}"), fetch=True)])
-        return rows[0][0]
+        count: int = rows[0][0]
+        return count
 
     return saver.db.run(plan())
 
@@ -205,11 +207,11 @@ def test_encrypted_serializer_passes_through(make_saver: Callable[..., Any]) -> 
     assert raw and all(b"launch code" not in blob and kind.endswith("+aes") for kind, blob in raw)
 
 
-def _raw_blobs(saver: Any) -> list[tuple[str, bytes]]:
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+def _raw_blobs(saver: SQLSaver) -> list[tuple[str, bytes]]:
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
+    def plan() -> Plan[list[tuple[str, bytes]]]:
         [rows] = yield Batch([Stmt(Sql("SELECT type, blob FROM am_checkpoint_blobs"), fetch=True)])
         return [(r[0], bytes(r[1])) for r in rows]
 
@@ -219,13 +221,13 @@ def _raw_blobs(saver: Any) -> list[tuple[str, bytes]]:
 # -- DeltaChannel ---------------------------------------------------------------------------
 
 
-def extend(state: list, batches: list) -> list:
+def extend(state: list[Any], batches: list[list[Any]]) -> list[Any]:
     return state + [x for batch in batches for x in batch]
 
 
 class DeltaState(TypedDict):
-    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
-    other: Annotated[list, DeltaChannel(extend, snapshot_frequency=3)]
+    items: Annotated[list[int], DeltaChannel(extend, snapshot_frequency=4)]
+    other: Annotated[list[str], DeltaChannel(extend, snapshot_frequency=3)]
 
 
 def delta_graph(saver: Any) -> Any:
@@ -246,7 +248,7 @@ def _without_task_ids(history: Any) -> Any:
 def test_delta_channel_history_matches_in_memory_saver(make_saver: Callable[..., Any]) -> None:
     ours, reference = make_saver(), InMemorySaver()
     graphs = [delta_graph(ours), delta_graph(reference)]
-    config = {"configurable": {"thread_id": "d"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "d"}}
     for _ in range(7):
         for g in graphs:
             g.invoke({"items": [], "other": []}, config)
@@ -286,10 +288,10 @@ class Chat(MessagesState):
 
 
 def chat_graph(saver: Any) -> Any:
-    def agent(state: Chat) -> dict:
+    def agent(state: Chat) -> dict[str, Any]:
         return {"messages": [AIMessage(f"reply to {state['messages'][-1].content}")], "turns": 1}
 
-    def review(state: Chat) -> dict:
+    def review(state: Chat) -> dict[str, Any]:
         answer = interrupt({"question": "approve?"})
         return {"messages": [AIMessage(f"reviewed: {answer}")]}
 
@@ -368,7 +370,7 @@ def test_list_streams_pages_lazily(make_saver: Callable[..., Any]) -> None:
         calls += 1
         return real_run(plan)
 
-    saver.db.run = counting_run  # type: ignore[method-assign]
+    saver.db.run = counting_run
     iterator = saver.list(config_for("t"))
     first = next(iterator)
     assert first.checkpoint["channel_values"] == {"x": 99}

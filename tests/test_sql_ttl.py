@@ -301,7 +301,8 @@ async def test_a_thread_started_by_a_graph_expires(
 ) -> None:
     """A graph reads a new thread before its first write; that read must not count as the
     thread's recorded activity, or a short conversation would never expire."""
-    from langchain_core.messages import AIMessage
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, MessagesState, StateGraph
 
     saver = make_saver(ttl_seconds=100, clock=wall)
@@ -309,16 +310,16 @@ async def test_a_thread_started_by_a_graph_expires(
     graph.add_node("reply", lambda s: {"messages": [AIMessage("ok")]})
     graph.add_edge(START, "reply")
     app = graph.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "short"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "short"}}
     if mode == "sync":
-        app.invoke({"messages": [("user", "hi")]}, config)
+        app.invoke({"messages": [HumanMessage("hi")]}, config)
         assert saver.get_tuple(config) is not None
         wall.advance(200)
         assert saver.get_tuple(config) is None
         assert saver.sweep() == ["short"]
         return
     try:
-        await app.ainvoke({"messages": [("user", "hi")]}, config)
+        await app.ainvoke({"messages": [HumanMessage("hi")]}, config)
         assert await saver.aget_tuple(config) is not None
         wall.advance(200)
         assert await saver.aget_tuple(config) is None
