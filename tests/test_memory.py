@@ -46,7 +46,8 @@ def run_app(url: str, *args: str) -> dict[str, Any]:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
 
 
 def extraction(
