@@ -4,13 +4,13 @@ through the async API and through the sync API."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
+from langgraph_checkpoint_agent_memory import SQLSaver
 from tests.helpers import sync_through_async
 from tests.pg import backend_params
 
@@ -24,7 +24,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.parametrize("api", ["async", "sync"])
 async def test_every_capability_passes(
-    make_saver: Callable[..., Any], backend: str, api: str
+    make_saver: Callable[..., SQLSaver], backend: str, api: str
 ) -> None:
     @checkpointer_test(name=f"{backend}-{api}")
     async def factory() -> AsyncIterator[BaseCheckpointSaver[str]]:

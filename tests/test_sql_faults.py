@@ -63,7 +63,7 @@ def integrity(saver: SQLSaver) -> tuple[int, int]:
 
 @pytest.mark.parametrize("steps", [1, 3, 7])
 def test_killed_writer_leaves_last_complete_checkpoint(
-    database_url: str, make_saver: Callable[..., Any], steps: int
+    database_url: str, make_saver: Callable[..., SQLSaver], steps: int
 ) -> None:
     """The writer is killed once it has reported ``steps`` steps, so mid-way through a
     later put, however slowly a busy machine starts it."""
