@@ -21,13 +21,13 @@ scalars = st.one_of(
     st.booleans(),
     st.none(),
 )
-values = st.dictionaries(
+values: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
     st.sampled_from(["n", "s", "x"]),
     st.one_of(scalars, st.dictionaries(st.sampled_from(["n", "s"]), scalars, max_size=2)),
     max_size=3,
 )
 operators = st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"])
-filters = st.dictionaries(
+filters: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
     st.sampled_from(["n", "s", "x.n", "x.s"]),
     st.one_of(
         scalars,
@@ -58,7 +58,7 @@ def test_filters_match_the_model(
     assert [it.key for it in store.search(("p",), filter=flt, limit=100)] == expected
 
 
-ops_strategy = st.lists(
+ops_strategy: st.SearchStrategy[list[tuple[Any, ...]]] = st.lists(
     st.one_of(
         st.tuples(
             st.just("put"),

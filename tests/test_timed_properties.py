@@ -17,7 +17,7 @@ THREADS = st.sampled_from(["a", "b", "c"])
 NAMESPACES = st.sampled_from(["", "child:1"])
 CHANNELS = st.sampled_from(["x", "y", *WRITES_IDX_MAP])
 
-ops = st.lists(
+ops: st.SearchStrategy[list[tuple[Any, ...]]] = st.lists(
     st.one_of(
         st.tuples(
             st.just("put"),
