@@ -142,7 +142,7 @@ def test_a_moment_must_say_its_time_zone(memory: AgentMemory[Any]) -> None:
         with pytest.raises(ConfigurationError, match="naive datetime"):
             call()
     with pytest.raises(ConfigurationError, match="seconds since the epoch"):
-        memory.facts(U, as_of="2024-05-01")  # type: ignore[arg-type]
+        memory.facts(U, as_of="2024-05-01")  # type: ignore[arg-type]  # a bad type, on purpose
     with pytest.raises(ConfigurationError, match="finite"):
         memory.facts(U, as_of=float("nan"))
     in_ms = int(datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp() * 1000)

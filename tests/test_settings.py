@@ -125,7 +125,7 @@ def test_bad_override_is_reported() -> None:
 @pytest.mark.parametrize("key", ["", "   ", None])
 def test_empty_key_raises_at_decoration(key: object) -> None:
     with pytest.raises(ConfigurationError, match="non-empty"):
-        agent_config(key, "label", "description")  # type: ignore[arg-type]
+        agent_config(key, "label", "description")  # type: ignore[arg-type]  # bad keys, on purpose
 
 
 def test_two_functions_with_one_key_raise() -> None:
