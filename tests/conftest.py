@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory import settings
+from langgraph_checkpoint_agent_memory import AgentMemoryStore, SQLSaver, settings
 from tests.helpers import FakeClock
 from tests.pg import PgServer, PgServers, backend_params, is_postgres, pg_database, pg_params
 
@@ -75,13 +75,13 @@ def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 
 @pytest.fixture
-def make_saver(database_url: str) -> Iterator[Callable[..., Any]]:
+def make_saver(database_url: str) -> Iterator[Callable[..., SQLSaver]]:
     """Open savers on this test's database; all are closed at the end."""
     from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver, SqliteSaver
 
-    opened: list[Any] = []
+    opened: list[SQLSaver] = []
 
-    def make(**kwargs: Any) -> Any:
+    def make(**kwargs: Any) -> SQLSaver:
         cls = SqliteSaver if database_url.startswith("sqlite") else PostgresSaver
         saver = cls(database_url, **kwargs)
         opened.append(saver)
@@ -104,7 +104,7 @@ def store_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def make_store(
     store_backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Callable[..., Any]]:
+) -> Iterator[Callable[..., AgentMemoryStore]]:
     """Open stores of the parametrized backend on one database; all closed at the end."""
     from langgraph_checkpoint_agent_memory import create_store
 
@@ -114,9 +114,9 @@ def make_store(
     }.get(store_backend) or (
         pg_database(request, store_backend) if is_postgres(store_backend) else None
     )
-    opened: list[Any] = []
+    opened: list[AgentMemoryStore] = []
 
-    def make(**kwargs: Any) -> Any:
+    def make(**kwargs: Any) -> AgentMemoryStore:
         store = create_store(url, **kwargs)
         opened.append(store)
         return store

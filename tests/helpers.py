@@ -5,10 +5,29 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    empty_checkpoint,
+)
 from langgraph.checkpoint.base.id import uuid6
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory import SQLSaver
+
+T = TypeVar("T")
+
+
+def present(value: T | None) -> T:
+    """``value``, which the test expects to be there: fails the test when it is ``None``."""
+    assert value is not None, "expected a value, got None"
+    return value
 
 
 class FakeClock:
@@ -27,13 +46,14 @@ class FakeClock:
             self._now += seconds
 
 
-def sync_through_async(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
+def sync_through_async(saver: BaseCheckpointSaver[str]) -> BaseCheckpointSaver[str]:
     """Wrap ``saver`` so its ``a*`` methods run the *sync* methods in a worker thread.
 
     The conformance suite only calls the async API; this makes it test the sync one.
     """
     base = type(saver)
 
+    # the class derives from the saver's own class, which mypy cannot see statically
     class SyncDriven(base):  # type: ignore[valid-type, misc]
         def __init__(self) -> None:  # state is shared with the wrapped saver
             pass
@@ -41,33 +61,52 @@ def sync_through_async(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
         def __getattr__(self, name: str) -> Any:
             return getattr(saver, name)
 
-        async def aget_tuple(self, config):  # type: ignore[no-untyped-def]
+        async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
             return await asyncio.to_thread(saver.get_tuple, config)
 
-        async def alist(self, config, *, filter=None, before=None, limit=None) -> AsyncIterator:  # type: ignore[no-untyped-def]
+        async def alist(
+            self,
+            config: RunnableConfig | None,
+            *,
+            filter: dict[str, Any] | None = None,
+            before: RunnableConfig | None = None,
+            limit: int | None = None,
+        ) -> AsyncIterator[CheckpointTuple]:
             items = await asyncio.to_thread(
                 lambda: list(saver.list(config, filter=filter, before=before, limit=limit))
             )
             for item in items:
                 yield item
 
-        async def aput(self, config, checkpoint, metadata, new_versions):  # type: ignore[no-untyped-def]
+        async def aput(
+            self,
+            config: RunnableConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: ChannelVersions,
+        ) -> RunnableConfig:
             return await asyncio.to_thread(saver.put, config, checkpoint, metadata, new_versions)
 
-        async def aput_writes(self, config, writes, task_id, task_path=""):  # type: ignore[no-untyped-def]
-            return await asyncio.to_thread(saver.put_writes, config, writes, task_id, task_path)
+        async def aput_writes(
+            self,
+            config: RunnableConfig,
+            writes: Sequence[tuple[str, Any]],
+            task_id: str,
+            task_path: str = "",
+        ) -> None:
+            await asyncio.to_thread(saver.put_writes, config, writes, task_id, task_path)
 
-        async def adelete_thread(self, thread_id):  # type: ignore[no-untyped-def]
-            return await asyncio.to_thread(saver.delete_thread, thread_id)
+        async def adelete_thread(self, thread_id: str) -> None:
+            await asyncio.to_thread(saver.delete_thread, thread_id)
 
-        async def adelete_for_runs(self, run_ids: Sequence[str]):  # type: ignore[no-untyped-def]
-            return await asyncio.to_thread(saver.delete_for_runs, run_ids)
+        async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+            await asyncio.to_thread(saver.delete_for_runs, run_ids)
 
-        async def acopy_thread(self, source_thread_id, target_thread_id):  # type: ignore[no-untyped-def]
-            return await asyncio.to_thread(saver.copy_thread, source_thread_id, target_thread_id)
+        async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+            await asyncio.to_thread(saver.copy_thread, source_thread_id, target_thread_id)
 
-        async def aprune(self, thread_ids, *, strategy="keep_latest"):  # type: ignore[no-untyped-def]
-            return await asyncio.to_thread(saver.prune, thread_ids, strategy=strategy)
+        async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+            await asyncio.to_thread(saver.prune, thread_ids, strategy=strategy)
 
     return SyncDriven()
 
@@ -102,7 +141,19 @@ def timed_contents(saver: Any) -> TimedContents:
         )
 
 
-def make_checkpoint(values: dict[str, Any] | None = None, step: int = 0, version: int = 1) -> Any:
+def sql_checkpointer(url: str, ttl_seconds: int | None = None, **options: Any) -> SQLSaver:
+    """``create_checkpointer(ttl_seconds, url=url, **options)``, which gives an ``SQLSaver``
+    for a URL (its return type is LangGraph's base class, without ``close`` or ``sweep``)."""
+    from langgraph_checkpoint_agent_memory import SQLSaver, create_checkpointer
+
+    saver = create_checkpointer(ttl_seconds, url=url, **options)
+    assert isinstance(saver, SQLSaver), type(saver)
+    return saver
+
+
+def make_checkpoint(
+    values: dict[str, Any] | None = None, step: int = 0, version: int = 1
+) -> Checkpoint:
     checkpoint = empty_checkpoint()
     checkpoint["id"] = str(uuid6(clock_seq=step))
     values = values or {}
@@ -111,7 +162,7 @@ def make_checkpoint(values: dict[str, Any] | None = None, step: int = 0, version
     return checkpoint
 
 
-def config_for(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+def config_for(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> RunnableConfig:
     configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id is not None:
         configurable["checkpoint_id"] = checkpoint_id

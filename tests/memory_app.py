@@ -19,12 +19,19 @@ from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory import (
+    AgentMemory,
+    AgentMemoryStore,
+    create_checkpointer,
+    create_store,
+)
 from langgraph_checkpoint_agent_memory.demo import memory_graph
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor
 
 
-def build(url: str, extractor: Any = None, **settings: Any) -> tuple[Any, AgentMemory, Any]:
+def build(
+    url: str, extractor: Any = None, **settings: Any
+) -> tuple[Any, AgentMemory[AgentMemoryStore], AgentMemoryStore]:
     checkpointer = create_checkpointer(url=url)
     store = create_store(url)
     memory = AgentMemory(store, extractor=extractor, checkpointer=checkpointer, **settings)

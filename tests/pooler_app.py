@@ -23,8 +23,9 @@ from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory import AgentMemory, create_store
 from langgraph_checkpoint_agent_memory.demo import memory_graph
+from tests.helpers import sql_checkpointer
 
 
 def note(user: str, turn: int) -> dict[str, str]:
@@ -32,7 +33,7 @@ def note(user: str, turn: int) -> dict[str, str]:
 
 
 def main(url: str, name: str, turns: int) -> dict[str, Any]:
-    checkpointer = create_checkpointer(url=url, ttl_seconds=3600)
+    checkpointer = sql_checkpointer(url, ttl_seconds=3600)
     store = create_store(url)
     memory = AgentMemory(store, checkpointer=checkpointer)
     app, _ = memory_graph(
@@ -81,7 +82,7 @@ def main(url: str, name: str, turns: int) -> dict[str, Any]:
     for t in threads:
         t.join()
     store.close()
-    checkpointer.close()  # type: ignore[attr-defined]
+    checkpointer.close()
     users = [f"{name}-s0", f"{name}-s1", f"{name}-a0", f"{name}-a1"]
     return {"users": users, "gone": gone, "errors": errors}
 
@@ -96,8 +97,8 @@ def run_users_and_check(url: str, *, processes: int, turns: int) -> None:
 
     root = Path(__file__).resolve().parent.parent
     create_store(url).setup()  # first use of a fresh database: its tables
-    saver = create_checkpointer(url=url, ttl_seconds=3600)
-    saver.setup()  # type: ignore[attr-defined]
+    saver = sql_checkpointer(url, ttl_seconds=3600)
+    saver.setup()
     env = {**os.environ, "PYTHONPATH": str(root)}
     procs = [
         subprocess.Popen(
@@ -136,7 +137,7 @@ def run_users_and_check(url: str, *, processes: int, turns: int) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": f"{gone}-thread"}}) is None
         assert memory.episodes(f"user={gone}") == []
     store.close()
-    saver.close()  # type: ignore[attr-defined]
+    saver.close()
 
 
 if __name__ == "__main__":

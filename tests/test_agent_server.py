@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import langgraph_checkpoint_agent_memory as package
-from langgraph_checkpoint_agent_memory import create_checkpointer
+from langgraph_checkpoint_agent_memory import SQLSaver, create_checkpointer
 from tests.pg import backend_params, libpq_url
 
 pytestmark = pytest.mark.skipif(
@@ -222,15 +222,16 @@ async def test_agent_server_runs_on_our_saver_and_store(server: Server, database
 
     # threads, runs, state and history go through the package's saver
     thread_id = (await client.threads.create())["thread_id"]
-    output = await client.runs.wait(thread_id, "echo", input={"turns": ["hello"]})
+    hello: dict[str, Any] = {"turns": ["hello"]}
+    output = await client.runs.wait(thread_id, "echo", input=hello)
     assert output == {"turns": ["hello", "echo: hello"]}
     state = await client.threads.get_state(thread_id)
     assert state["values"] == {"turns": ["hello", "echo: hello"]}
     history = await client.threads.get_history(thread_id)
     stored = rows("SELECT checkpoint_id FROM am_checkpoints WHERE thread_id = ?", thread_id)
     assert len(history) >= 2
-    assert {h["checkpoint_id"] for h in history} == {r[0] for r in stored}
-    assert state["checkpoint_id"] == max(r[0] for r in stored)
+    assert {h["checkpoint"]["checkpoint_id"] for h in history} == {r[0] for r in stored}
+    assert state["checkpoint"]["checkpoint_id"] == max(r[0] for r in stored)
     # the TTL of langgraph.json, in the thread's row: 0.1 minutes -> 6 seconds
     [(ttl_seconds,)] = rows("SELECT ttl_seconds FROM am_threads WHERE thread_id = ?", thread_id)
     assert ttl_seconds == 6
@@ -258,6 +259,7 @@ async def test_agent_server_runs_on_our_saver_and_store(server: Server, database
 
     # a sweep (any process may run one; the server's runs each minute) deletes the rows
     saver = create_checkpointer(url=database_url)
+    assert isinstance(saver, SQLSaver)
     try:
         await saver.asweep()
     finally:
@@ -265,5 +267,6 @@ async def test_agent_server_runs_on_our_saver_and_store(server: Server, database
     assert rows("SELECT count(*) FROM am_checkpoints WHERE thread_id = ?", thread_id) == [(0,)]
 
     # the expired history is not resurrected: a new run on the thread starts afresh
-    output = await client.runs.wait(thread_id, "echo", input={"turns": ["again"]})
+    again: dict[str, Any] = {"turns": ["again"]}
+    output = await client.runs.wait(thread_id, "echo", input=again)
     assert output == {"turns": ["again", "echo: again"]}

@@ -13,7 +13,9 @@ import pytest
 import langgraph_checkpoint_agent_memory as pkg
 
 
-def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+def run(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
         capture_output=True,

@@ -252,10 +252,11 @@ def test_read_only_commands_leave_a_database_without_memory_alone(
     code, _, err = run(capsys, "scopes", "--url", pg_url)
     assert code == 1 and "no agent memory database" in err
     with psycopg.connect(pg_url) as conn:
-        tables = conn.execute(
+        row = conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
-        ).fetchone()[0]
-    assert tables == 0
+        ).fetchone()
+    assert row is not None
+    assert row[0] == 0
 
 
 @pytest.mark.parametrize("command", [("scopes",), ("consolidate",)])

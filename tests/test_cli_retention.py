@@ -151,10 +151,11 @@ def test_the_new_read_commands_leave_an_empty_postgresql_alone(
     code, _, err = run(capsys, *command, "--url", pg_url)
     assert code == 1 and "no agent memory database" in err
     with psycopg.connect(pg_url) as conn:
-        tables = conn.execute(
+        row = conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
-        ).fetchone()[0]
-    assert tables == 0
+        ).fetchone()
+    assert row is not None
+    assert row[0] == 0
 
 
 def test_a_database_of_a_store_only_has_no_threads(

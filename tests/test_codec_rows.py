@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from langgraph_checkpoint_agent_memory import SQLSaver
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     UNION_KINDS,
     UNION_TAG,
@@ -96,7 +97,7 @@ def fetch(url: str, sql: Sql, params: dict[str, Any]) -> tuple[list[str], list[A
 
 
 def test_rows_of_every_read_statement_decode_by_name(
-    database_url: str, make_saver: Callable[..., Any]
+    database_url: str, make_saver: Callable[..., SQLSaver]
 ) -> None:
     saver = make_saver()
     child_id, parent_id = a_thread(saver)

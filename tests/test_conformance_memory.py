@@ -13,18 +13,18 @@ from langgraph_checkpoint_agent_memory import TimedInMemorySaver
 from tests.helpers import sync_through_async
 
 
-def timed() -> BaseCheckpointSaver:
+def timed() -> BaseCheckpointSaver[str]:
     return TimedInMemorySaver(3600)
 
 
-def timed_sync() -> BaseCheckpointSaver:
+def timed_sync() -> BaseCheckpointSaver[str]:
     return sync_through_async(TimedInMemorySaver(3600))
 
 
 @pytest.mark.parametrize("make", [timed, timed_sync], ids=["async-api", "sync-api"])
-async def test_every_capability_passes(make: Callable[[], BaseCheckpointSaver]) -> None:
+async def test_every_capability_passes(make: Callable[[], BaseCheckpointSaver[str]]) -> None:
     @checkpointer_test(name=f"TimedInMemorySaver-{make.__name__}")
-    async def factory() -> AsyncIterator[BaseCheckpointSaver]:
+    async def factory() -> AsyncIterator[BaseCheckpointSaver[str]]:
         saver = make()
         yield saver
         getattr(saver, "close", lambda: None)()

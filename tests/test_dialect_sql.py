@@ -192,11 +192,13 @@ async def test_conformance_on_hana() -> None:  # pragma: no cover - needs a HANA
     from langgraph_checkpoint_agent_memory import HanaSaver
     from tests.helpers import sync_through_async
 
+    url = HANA_URL
+    assert url is not None  # the test is skipped without it
     for api in ("async", "sync"):
 
         @checkpointer_test(name=f"hana-{api}")
         async def factory(api: str = api) -> Any:
-            saver = HanaSaver(HANA_URL, ttl_seconds=3600)
+            saver = HanaSaver(url, ttl_seconds=3600)
             yield sync_through_async(saver) if api == "sync" else saver
             saver.close()
 

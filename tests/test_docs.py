@@ -116,7 +116,8 @@ def test_help_shows_the_graph_nodes_with_their_docs() -> None:
 
     from langgraph_checkpoint_agent_memory import AgentMemory
 
-    text = pydoc.render_doc(AgentMemory, renderer=pydoc.plaintext)
+    # pydoc.plaintext is public (help() renders with it) but missing from typeshed's stub
+    text = pydoc.render_doc(AgentMemory, renderer=pydoc.plaintext)  # type: ignore[attr-defined]
     for name in ("inject_node", "record_node"):
         doc = getattr(AgentMemory, name).__doc__
         assert doc, f"{name} has no docstring"

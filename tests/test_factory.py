@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
@@ -18,7 +20,7 @@ from langgraph_checkpoint_agent_memory import (
     factory,
     settings,
 )
-from tests.helpers import config_for, make_checkpoint, timed_contents
+from tests.helpers import config_for, make_checkpoint, present, timed_contents
 
 
 @pytest.mark.parametrize("ttl", [None, 0])
@@ -64,10 +66,15 @@ def test_custom_serde_reaches_both_savers() -> None:
     for ttl in (None, 60):
         saver = create_checkpointer(ttl, serde=serde)
         stored = saver.put(config_for("t"), make_checkpoint({"a": "secret"}), {}, {"a": 1})
-        held = saver.blobs if ttl is None else timed_contents(saver).blobs
+        held: Mapping[Any, tuple[str, bytes]]
+        if ttl is None:
+            assert isinstance(saver, InMemorySaver)
+            held = saver.blobs
+        else:
+            held = timed_contents(saver).blobs
         raw = next(iter(held.values()))
         assert raw[0].endswith("+aes") and b"secret" not in raw[1]
-        assert saver.get_tuple(stored).checkpoint["channel_values"] == {"a": "secret"}
+        assert present(saver.get_tuple(stored)).checkpoint["channel_values"] == {"a": "secret"}
 
 
 def _has_crypto() -> bool:
@@ -76,6 +83,12 @@ def _has_crypto() -> bool:
     except ImportError:
         return False
     return True
+
+
+def ttl_of(saver: BaseCheckpointSaver[str]) -> int:
+    """The TTL of a saver the test expects to be a ``TimedInMemorySaver``."""
+    assert isinstance(saver, TimedInMemorySaver)
+    return saver.ttl_seconds
 
 
 def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,16 +101,18 @@ def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -
     saver = create_checkpointer()
     assert isinstance(saver, TimedInMemorySaver) and saver.ttl_seconds == 900
     monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "30")
-    assert create_checkpointer().ttl_seconds == 30
+    assert ttl_of(create_checkpointer()) == 30
     with settings.overrides({factory.TTL_CONFIG_KEY: 0}):
         assert type(create_checkpointer()) is InMemorySaver
-    assert create_checkpointer(5).ttl_seconds == 5  # an explicit argument wins
+    assert ttl_of(create_checkpointer(5)) == 5  # an explicit argument wins
     monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "-4")
     with pytest.raises(ValueError, match=r"config\.checkpointer\.ttl_seconds"):
         create_checkpointer()
 
 
-def test_volatile_warning_is_logged_once(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
+def test_volatile_warning_is_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(factory, "_warned_volatile", False)
     with caplog.at_level(logging.WARNING, logger=factory.__name__):
         create_checkpointer()

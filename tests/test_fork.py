@@ -17,10 +17,16 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_checkpoint_agent_memory import TimedInMemorySaver, create_store
+from langgraph_checkpoint_agent_memory import (
+    AgentMemoryStore,
+    SQLSaver,
+    TimedInMemorySaver,
+    create_store,
+)
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
-from tests.helpers import config_for
+from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+from tests.helpers import config_for, present
 from tests.pg import backend_params
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
@@ -74,7 +80,7 @@ def _assert_other_session(parent: Any, child: Any) -> None:
         assert child != parent, "the child used its parent's PostgreSQL session"
 
 
-def test_a_saver_used_before_fork_works_in_the_child(make_saver: Callable[..., Any]) -> None:
+def test_a_saver_used_before_fork_works_in_the_child(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver(ttl_seconds=3600)
     head = saver.put(config_for("parent"), _checkpoint(1), {}, {"step": 1})
     saver.put_writes(head, [("step", 2)], "parent-task")
@@ -83,7 +89,9 @@ def test_a_saver_used_before_fork_works_in_the_child(make_saver: Callable[..., A
 
     def child() -> None:
         assert not saver.sweeper_running  # the thread stayed in the parent
-        assert saver.get_tuple(config_for("parent")).pending_writes == [("parent-task", "step", 2)]
+        assert present(saver.get_tuple(config_for("parent"))).pending_writes == [
+            ("parent-task", "step", 2)
+        ]
         mine = saver.put(config_for("child"), _checkpoint(7), {}, {"step": 7})
         saver.put_writes(mine, [("step", 8)], "child-task")
         assert saver.sweeper_running  # its own, started by the write
@@ -91,18 +99,21 @@ def test_a_saver_used_before_fork_works_in_the_child(make_saver: Callable[..., A
 
     _in_child(child)
     assert _session(saver.db) == parent_session  # the parent kept its connections
-    seen = saver.get_tuple(config_for("child"))
+    seen = present(saver.get_tuple(config_for("child")))
     assert seen.checkpoint["channel_values"] == {"step": 7}
     assert seen.pending_writes == [("child-task", "step", 8)]
     saver.put(head, _checkpoint(2), {}, {"step": 2})  # and still writes on them
-    assert saver.get_tuple(config_for("parent")).checkpoint["channel_values"] == {"step": 2}
+    assert present(saver.get_tuple(config_for("parent"))).checkpoint["channel_values"] == {
+        "step": 2
+    }
     if saver.db.dialect.name == "sqlite":
+        assert isinstance(saver.db, SQLiteDatabase)
         check = sqlite3.connect(saver.db.path)
         assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         check.close()
 
 
-def test_the_async_api_works_in_the_child(make_saver: Callable[..., Any]) -> None:
+def test_the_async_api_works_in_the_child(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
 
     async def write(thread: str, step: int) -> Any:
@@ -128,7 +139,7 @@ def test_the_async_api_works_in_the_child(make_saver: Callable[..., Any]) -> Non
         _in_child(child)
         # the parent's pool was left alone: same session, still working
         assert loop.run_until_complete(write("parent", 3)) == parent_session
-        seen = loop.run_until_complete(saver.aget_tuple(config_for("child")))
+        seen = present(loop.run_until_complete(saver.aget_tuple(config_for("child"))))
         assert seen.checkpoint["channel_values"] == {"step": 2}
     finally:
         loop.run_until_complete(saver.aclose())
@@ -136,20 +147,24 @@ def test_the_async_api_works_in_the_child(make_saver: Callable[..., Any]) -> Non
 
 
 @pytest.mark.parametrize("store_backend", backend_params("sqlite", "postgres"), indirect=True)
-def test_a_store_used_before_fork_works_in_the_child(make_store: Callable[..., Any]) -> None:
+def test_a_store_used_before_fork_works_in_the_child(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     store = make_store(ttl={"default_ttl": 60, "sweep_interval_minutes": 60})
     store.put(("users", "1"), "parent", {"text": "written before the fork"})
     parent_session = _session(store.db)
 
     def child() -> None:
-        assert store.get(("users", "1"), "parent").value == {"text": "written before the fork"}
+        assert present(store.get(("users", "1"), "parent")).value == {
+            "text": "written before the fork"
+        }
         store.put(("users", "1"), "child", {"text": "written by the child"})
         assert [i.key for i in store.search(("users", "1"), query="child")][:1] == ["child"]
         _assert_other_session(parent_session, _session(store.db))
 
     _in_child(child)
     assert _session(store.db) == parent_session
-    assert store.get(("users", "1"), "child").value == {"text": "written by the child"}
+    assert present(store.get(("users", "1"), "child")).value == {"text": "written by the child"}
 
 
 def test_timed_in_memory_saver_restarts_its_sweeper_in_the_child() -> None:
@@ -160,7 +175,8 @@ def test_timed_in_memory_saver_restarts_its_sweeper_in_the_child() -> None:
 
         def child() -> None:
             assert not saver.sweeper_running
-            assert saver.get_tuple(head).checkpoint["channel_values"] == {"step": 1}  # a copy
+            found = present(saver.get_tuple(head))
+            assert found.checkpoint["channel_values"] == {"step": 1}  # a copy
             saver.put(config_for("child"), _checkpoint(3), {}, {"step": 3})
             assert saver.sweeper_running
 

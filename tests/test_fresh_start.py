@@ -11,7 +11,7 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,18 +26,16 @@ from tests.pg import backend_params, is_postgres, pg_database
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
-def saver_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Savers of one backend on one database, all closed at the end."""
-    opened: list[Any] = []
-    url = None
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    elif is_postgres(request.param):
-        url = pg_database(request, request.param)
+class SaverFactory:
+    """Opens savers of one backend on one database (``url``; ``None`` for the in-memory
+    saver) and remembers them, to close them at the end."""
 
-    def make(**kwargs: Any) -> Any:
-        if url is None:
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.opened: list[Any] = []
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.url is None:
             saver: Any = TimedInMemorySaver(**{"ttl_seconds": 3600, **kwargs})
         else:
             from langgraph_checkpoint_agent_memory.checkpoint.backends import (
@@ -45,14 +43,23 @@ def saver_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
                 SqliteSaver,
             )
 
-            cls = SqliteSaver if url.startswith("sqlite") else PostgresSaver
-            saver = cls(url, **kwargs)
-        opened.append(saver)
+            cls = SqliteSaver if self.url.startswith("sqlite") else PostgresSaver
+            saver = cls(self.url, **kwargs)
+        self.opened.append(saver)
         return saver
 
-    make.url = url  # type: ignore[attr-defined]
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+def saver_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverFactory]:
+    """Savers of one backend on one database, all closed at the end."""
+    url = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    elif is_postgres(request.param):
+        url = pg_database(request, request.param)
+    make = SaverFactory(url)
     yield make
-    for saver in opened:
+    for saver in make.opened:
         saver.close()
 
 
@@ -68,7 +75,7 @@ def _end(saver: Any, how: str, clock: FakeClock, thread: str) -> None:
 @pytest.mark.parametrize("how", ["delete", "expire", "sweep"])
 @pytest.mark.parametrize("writes_first", [True, False])
 def test_a_fresh_start_is_accepted_in_either_order(
-    saver_factory: Callable[..., Any], how: str, writes_first: bool
+    saver_factory: SaverFactory, how: str, writes_first: bool
 ) -> None:
     clock = FakeClock(start=1_000_000.0)
     saver = saver_factory(ttl_seconds=60, clock=clock)
@@ -106,7 +113,7 @@ def test_a_fresh_start_is_accepted_in_either_order(
     assert saver.get_tuple(config_for("t")).pending_writes == [("task-new", "x", "new write")]
 
 
-async def test_a_fresh_start_through_the_async_api(saver_factory: Callable[..., Any]) -> None:
+async def test_a_fresh_start_through_the_async_api(saver_factory: SaverFactory) -> None:
     saver = saver_factory()
     old = await saver.aput(config_for("t"), make_checkpoint({"x": ["old"]}, step=1), {}, {"x": 1})
     await saver.adelete_thread("t")
@@ -173,7 +180,7 @@ WORKERS = 6
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_many_fresh_starts_with_sweepers_in_this_and_another_process(
-    saver_factory: Callable[..., Any], tmp_path: Path, api: str
+    saver_factory: SaverFactory, tmp_path: Path, api: str
 ) -> None:
     """Workers run conversations on threads of their own, round after round, and end them
     at random: by deleting them, or (between rounds, when the clock jumps past the 20 s
@@ -181,7 +188,7 @@ def test_many_fresh_starts_with_sweepers_in_this_and_another_process(
     threads. Every invoke succeeds, under every durability mode, and each sees exactly the
     turns it should: a fresh start after a delete or an expiry, the whole thread
     otherwise."""
-    url = saver_factory.url  # type: ignore[attr-defined]
+    url = saver_factory.url
     clock = SharedClock(tmp_path / "clock")
     saver = saver_factory(ttl_seconds=20, clock=clock)
     graph = _graph(saver)
@@ -283,7 +290,7 @@ def test_many_fresh_starts_with_sweepers_in_this_and_another_process(
 
 
 def test_a_copy_into_a_deleted_thread_takes_writes_to_its_copied_history(
-    saver_factory: Callable[..., Any],
+    saver_factory: SaverFactory,
 ) -> None:
     saver = saver_factory()
     # the source's checkpoint is older than the target's ended history
@@ -297,7 +304,7 @@ def test_a_copy_into_a_deleted_thread_takes_writes_to_its_copied_history(
 
 
 def test_a_tombstone_from_before_boundaries_restarts_cleanly(
-    saver_factory: Callable[..., Any],
+    saver_factory: SaverFactory,
 ) -> None:
     """Migration 3 gives tombstones it finds an unknown boundary, which refuses every named
     write; a fresh start on such a thread must not carry it on, or every later step of the
@@ -306,7 +313,7 @@ def test_a_tombstone_from_before_boundaries_restarts_cleanly(
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
     from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
 
-    if saver_factory.url is None:  # type: ignore[attr-defined]
+    if saver_factory.url is None:
         pytest.skip("only SQL databases have tombstones from an earlier schema")
     saver = saver_factory()
     old = saver.put(config_for("t"), make_checkpoint({"x": ["old"]}, step=1), {}, {"x": 1})
@@ -329,7 +336,7 @@ def test_a_tombstone_from_before_boundaries_restarts_cleanly(
 
 
 def test_a_late_write_too_large_for_one_statement_is_refused_too(
-    saver_factory: Callable[..., Any],
+    saver_factory: SaverFactory,
 ) -> None:
     """More rows than the one-statement write takes go through the generic statements; a
     late write there is refused as it is on the fast path, never dropped in silence."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.memory import (
@@ -22,7 +23,7 @@ from langgraph_checkpoint_agent_memory.memory import (
     Scope,
     ScopeError,
 )
-from tests.helpers import WordEmbeddings
+from tests.helpers import WordEmbeddings, present
 from tests.pg import backend_params, libpq_url
 
 
@@ -45,7 +46,8 @@ def run_app(url: str, *args: str) -> dict[str, Any]:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
 
 
 def extraction(
@@ -88,19 +90,20 @@ def rows_mentioning(url: str, needle: str) -> dict[str, int]:
         import psycopg
 
         conninfo, kwargs = libpq_url(url)
-        with psycopg.connect(conninfo, **kwargs) as conn:
+        with psycopg.connect(conninfo, **kwargs) as pg_conn:
             tables = [
                 r[0]
-                for r in conn.execute(
+                for r in pg_conn.execute(
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
                 ).fetchall()
             ]
             for t in tables:
-                n = conn.execute(
+                row = pg_conn.execute(
                     f'SELECT count(*) FROM "{t}" x WHERE lower(x::text) LIKE %s '
                     f"OR position(%s::bytea in convert_to(lower(x::text), 'UTF8')) > 0",
                     (f"%{needle}%", needle.encode()),
-                ).fetchone()[0]
+                ).fetchone()
+                n = present(row)[0]
                 if n:
                     found[t] = n
     return found
@@ -341,7 +344,7 @@ def test_a_worker_killed_mid_job_leaves_its_episodes_pending(database_url: str) 
 def test_recording_a_turn_twice_stores_it_once(tmp_path: Path) -> None:
     memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
     state = {"messages": [HumanMessage("hello", id="h1"), AIMessage("hi", id="a1")]}
-    config = {"configurable": {"user_id": "alice", "thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"user_id": "alice", "thread_id": "t"}}
     memory.record_node.invoke(state, config)
     memory.record_node.invoke(state, config)
     assert len(memory.episodes({"user_id": "alice"})) == 1
@@ -510,7 +513,7 @@ def test_agent_memory_needs_our_store() -> None:
     from langgraph_checkpoint_agent_memory import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="AgentMemoryStore"):
-        AgentMemory(InMemoryStore())  # type: ignore[arg-type]
+        AgentMemory(InMemoryStore())  # type: ignore[type-var]  # the wrong store, on purpose
     with pytest.raises(TypeError, match="unknown setting"):
         AgentMemory(create_store(), decay_speed=2)
 
@@ -594,7 +597,7 @@ def test_text_no_database_can_store_is_replaced_not_fatal(database_url: str) -> 
     memory = AgentMemory(
         store, extractor=CallableExtractor(lambda p: answers["alice" if "Alice" in p else "bob"])
     )
-    config = {"configurable": {"user_id": "alice", "thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"user_id": "alice", "thread_id": "t"}}
     state = {
         "messages": [HumanMessage("I am Alice \x00 from \ud800 Berlin", id="h1"), AIMessage("ok")]
     }

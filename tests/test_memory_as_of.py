@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory import AgentMemory, ConfigurationError
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import Fact
 
 U = "user=alice"
@@ -33,7 +33,7 @@ def day(d: str) -> datetime:
 
 
 @pytest.fixture
-def memory(make_store: Callable[..., Any]) -> AgentMemory[Any]:
+def memory(make_store: Callable[..., AgentMemoryStore]) -> AgentMemory[Any]:
     """The scripted year, each turn consolidated on its own."""
     memory = AgentMemory(make_store(), clock=lambda: NOW)
     for when, text in SCRIPT:
@@ -142,7 +142,7 @@ def test_a_moment_must_say_its_time_zone(memory: AgentMemory[Any]) -> None:
         with pytest.raises(ConfigurationError, match="naive datetime"):
             call()
     with pytest.raises(ConfigurationError, match="seconds since the epoch"):
-        memory.facts(U, as_of="2024-05-01")  # type: ignore[arg-type]
+        memory.facts(U, as_of="2024-05-01")  # type: ignore[arg-type]  # a bad type, on purpose
     with pytest.raises(ConfigurationError, match="finite"):
         memory.facts(U, as_of=float("nan"))
     in_ms = int(datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp() * 1000)
@@ -153,7 +153,7 @@ def test_a_moment_must_say_its_time_zone(memory: AgentMemory[Any]) -> None:
 
 
 def test_earlier_episodes_are_found_past_many_later_matches(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     """The ranking's first candidates all happened after the moment: recall asks it for more
     until it finds the episodes that had happened."""
@@ -174,7 +174,7 @@ def test_earlier_episodes_are_found_past_many_later_matches(
     assert [e.key for e in memory.recall(U, as_of=5000.0).episodes] == ["early"]  # no query
 
 
-def test_a_look_back_reinforces_nothing(make_store: Callable[..., Any]) -> None:
+def test_a_look_back_reinforces_nothing(make_store: Callable[..., AgentMemoryStore]) -> None:
     now = [1_000_000.0]
     memory = AgentMemory(
         make_store(),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from tests.test_migrations import FIXTURES, ledger, query
@@ -59,7 +59,7 @@ def keys(hits: list[Any]) -> list[str]:
 
 @pytest.mark.parametrize("index", ["lexical", "vector"])
 def test_a_fact_is_found_by_its_attribute_value_and_statement(
-    make_store: Callable[..., Any], index: str
+    make_store: Callable[..., AgentMemoryStore], index: str
 ) -> None:
     vectors = {"dims": 64, "embed": ConceptEmbeddings()}
     store = make_store(**({"index": vectors} if index == "vector" else {}))
@@ -85,7 +85,7 @@ def test_a_fact_is_found_by_its_attribute_value_and_statement(
 
 
 def test_by_vector_alone_a_fact_is_found_by_what_it_is_about(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     """Queries that share no word with any fact, so only the vectors can rank: each finds
     the fact whose attribute it means (with only statements embedded, no vector would tell
@@ -98,7 +98,9 @@ def test_by_vector_alone_a_fact_is_found_by_what_it_is_about(
     assert keys(store.search(facts, query="called", limit=1)) == ["name"]
 
 
-def test_history_and_pinned_facts_keep_being_found(make_store: Callable[..., Any]) -> None:
+def test_history_and_pinned_facts_keep_being_found(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     answers = iter(
         [
             '{"episode": {"summary": "a"}, "facts": [{"attribute": "home_city", "value": '

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
 from langgraph_checkpoint_agent_memory.memory import (
     ChatModelExtractor,
     Episode,
@@ -73,7 +73,9 @@ def chat(responses: list[str], prompts: list[str] | None = None) -> ChatModelExt
 # -- the rule-based extractor, on every backend --------------------------------------------
 
 
-def test_each_episode_of_a_job_gets_its_own_summary(make_store: Callable[..., Any]) -> None:
+def test_each_episode_of_a_job_gets_its_own_summary(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     memory = AgentMemory(make_store())
     record_two(memory)
     report = memory.consolidate()
@@ -88,7 +90,9 @@ def test_each_episode_of_a_job_gets_its_own_summary(make_store: Callable[..., An
     assert [h.key for h in hits] == [second.key]
 
 
-def test_facts_date_from_the_episode_that_states_them(make_store: Callable[..., Any]) -> None:
+def test_facts_date_from_the_episode_that_states_them(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     """A move stated in the second episode of a job supersedes the city from the first one
     at the second episode's time, not both at the last."""
     memory = AgentMemory(make_store())
@@ -117,7 +121,7 @@ def test_facts_date_from_the_episode_that_states_them(make_store: Callable[..., 
     ids=["by-number", "by-key", "key-and-number", "in-order"],
 )
 def test_a_chat_model_answers_one_entry_per_episode(
-    make_store: Callable[..., Any], entries: list[dict[str, Any]]
+    make_store: Callable[..., AgentMemoryStore], entries: list[dict[str, Any]]
 ) -> None:
     prompts: list[str] = []
     memory = AgentMemory(make_store(), extractor=chat([answer(entries)], prompts))
@@ -136,7 +140,7 @@ def test_a_chat_model_answers_one_entry_per_episode(
 
 
 def test_the_single_summary_form_still_works_for_one_episode(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     old = json.dumps(
         {
@@ -224,7 +228,7 @@ def test_an_answer_that_does_not_cover_every_episode_fails_the_job(
 
 
 def test_a_missing_entry_keeps_the_episodes_pending_on_every_backend(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     text, error = BAD["an episode missing"]
     memory = AgentMemory(make_store(), extractor=chat([text]))
@@ -235,7 +239,9 @@ def test_a_missing_entry_keeps_the_episodes_pending_on_every_backend(
     assert memory.facts(U) == [] and memory.scopes()["user=alice"]["pending"] == 2
 
 
-def test_a_structured_model_answers_the_batch_form(make_store: Callable[..., Any]) -> None:
+def test_a_structured_model_answers_the_batch_form(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     """A model with ``with_structured_output`` returns an ``Extraction`` of the batch form."""
     from langchain_core.runnables import RunnableLambda
 

@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt import create_react_agent
+from pydantic import BaseModel
 
-from langgraph_checkpoint_agent_memory import AgentMemory
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.memory import ScopeError
 from tests.helpers import FakeClock, WordEmbeddings
@@ -50,7 +53,7 @@ def tool_results(state: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
-def run(user: str, thread: str = "t") -> dict[str, Any]:
+def run(user: str, thread: str = "t") -> RunnableConfig:
     return {"configurable": {"thread_id": thread, "user_id": user}}
 
 
@@ -61,7 +64,7 @@ def everything(memory: AgentMemory[Any], user: str) -> Any:
 
 
 @pytest.fixture
-def memory(make_store: Callable[..., Any]) -> AgentMemory[Any]:
+def memory(make_store: Callable[..., AgentMemoryStore]) -> AgentMemory[Any]:
     return AgentMemory(make_store(), clock=FakeClock(start=1_800_000_000.0))
 
 
@@ -144,10 +147,15 @@ def test_a_model_naming_another_user_is_refused_and_changes_nothing(
     assert everything(memory, "alice") == ([], [], [])
 
 
+def arguments(tool: BaseTool) -> set[str]:
+    """The arguments a model sees in ``tool``'s schema (a pydantic model, for these tools)."""
+    schema = tool.tool_call_schema
+    assert isinstance(schema, type) and issubclass(schema, BaseModel)
+    return set(schema.model_json_schema()["properties"])
+
+
 def test_the_model_sees_only_the_declared_arguments(memory: AgentMemory[Any]) -> None:
-    schemas = {
-        t.name: set(t.tool_call_schema.model_json_schema()["properties"]) for t in memory.tools()
-    }
+    schemas = {t.name: arguments(t) for t in memory.tools()}
     assert schemas == {
         "search_memory": {"query"},
         "remember_fact": {"attribute", "value", "statement", "multi", "importance"},
@@ -159,11 +167,13 @@ def test_the_model_sees_only_the_declared_arguments(memory: AgentMemory[Any]) ->
 
 
 def test_scope_comes_from_the_config_as_the_memory_isolates(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     per_user = AgentMemory(make_store(), scope_keys=("user_id",))
     [remember] = per_user.tools(include=["remember"])
-    config = {"configurable": {"user_id": "alice", "agent_id": "support", "thread_id": "x"}}
+    config: RunnableConfig = {
+        "configurable": {"user_id": "alice", "agent_id": "support", "thread_id": "x"}
+    }
     remember.invoke({"attribute": "city", "value": "Rome"}, config)
     assert [f.value for f in per_user.facts("user=alice")] == ["Rome"]
     assert per_user.facts("user=alice,agent=support") == []
@@ -209,7 +219,9 @@ def test_tool_facts_and_consolidation_share_one_set_of_rules(memory: AgentMemory
     assert [(f.value, f.superseded_by) for f in history] == [("Berlin", "Munich"), ("Munich", None)]
 
 
-def test_near_duplicates_merge_with_an_embedder(make_store: Callable[..., Any]) -> None:
+def test_near_duplicates_merge_with_an_embedder(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64), "fields": ["text"]})
     memory = AgentMemory(store, near_duplicate_threshold=0.9)  # the setting consolidation uses
     [remember] = memory.tools(include=["remember"])
@@ -233,7 +245,9 @@ async def test_async_tools_on_the_event_loop(memory: AgentMemory[Any]) -> None:
     assert await memory.afacts("user=al") == []
 
 
-def test_concurrent_remembers_keep_one_current_value(make_store: Callable[..., Any]) -> None:
+def test_concurrent_remembers_keep_one_current_value(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     """Eight threads state eight cities at once: one stays current, the seven others are in
     history once each (no update lost between reading the facts and writing them)."""
     memory = AgentMemory(make_store())
@@ -257,7 +271,7 @@ def test_concurrent_remembers_keep_one_current_value(make_store: Callable[..., A
 
 
 def test_a_fact_without_a_statement_is_stored_with_its_vector(
-    make_store: Callable[..., Any],
+    make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64), "fields": ["text"]})
     memory = AgentMemory(store)
@@ -275,7 +289,9 @@ def test_a_fact_without_a_statement_is_stored_with_its_vector(
     assert store.run_plan(vectors()) == [fact.key]
 
 
-def test_a_forgotten_fact_is_still_known_as_of_before(make_store: Callable[..., Any]) -> None:
+def test_a_forgotten_fact_is_still_known_as_of_before(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     clock = FakeClock(start=1_800_000_000.0)
     memory = AgentMemory(make_store(), clock=clock)
     _, remember, forget = memory.tools()

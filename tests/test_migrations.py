@@ -11,8 +11,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_checkpoint_agent_memory import create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory import create_store
 from langgraph_checkpoint_agent_memory.memory import AgentMemory
+from tests.helpers import sql_checkpointer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHECKPOINT_TABLES = {"am_checkpoints", "am_checkpoint_blobs", "am_checkpoint_writes", "am_threads"}
@@ -58,11 +59,11 @@ def config(thread: str) -> RunnableConfig:
 
 
 def test_each_component_creates_only_its_tables(database_url: str) -> None:
-    saver = create_checkpointer(url=database_url)
+    saver = sql_checkpointer(database_url)
     try:
         saver.put(config("t"), empty_checkpoint(), {}, {})
     finally:
-        saver.close()  # type: ignore[attr-defined]
+        saver.close()
     assert tables(database_url) == CHECKPOINT_TABLES | {"am_migrations"}
     assert ledger(database_url) == {1001, 1002, 1003}
 
@@ -119,12 +120,12 @@ def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(
     assert descriptions[1002] == "checkpoint one-statement writes"
     assert descriptions[2003] == "store lexical index"
 
-    saver = create_checkpointer(url=url)
+    saver = sql_checkpointer(url)
     try:
         saved = saver.get_tuple(config("t1"))
         assert saved is not None and saved.checkpoint["channel_values"] == {"x": "hello"}
     finally:
-        saver.close()  # type: ignore[attr-defined]
+        saver.close()
     assert ledger(url) == CURRENT
 
     assert main(["migrate", "--url", url, "--json"]) == 0

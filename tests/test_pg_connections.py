@@ -17,8 +17,17 @@ psycopg_pool = pytest.importorskip("psycopg_pool")
 
 from langgraph_checkpoint_agent_memory import AgentMemoryError, PostgresSaver  # noqa: E402
 from langgraph_checkpoint_agent_memory.db.pg_pool import with_keepalives  # noqa: E402
+from langgraph_checkpoint_agent_memory.db.postgres_connection import (  # noqa: E402
+    PostgresDatabase,
+)
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError  # noqa: E402
-from tests.helpers import config_for, make_checkpoint  # noqa: E402
+from tests.helpers import config_for, make_checkpoint, present  # noqa: E402
+
+
+def postgres_db(saver: PostgresSaver) -> PostgresDatabase:
+    """The saver's database, as its class (``SQLSaver.db`` is typed as the base class)."""
+    assert isinstance(saver.db, PostgresDatabase)
+    return saver.db
 
 
 def _terminate_others(url: str) -> int:
@@ -49,7 +58,7 @@ def _sessions(url: str, expect: int) -> int:
 def test_pools_opened_from_a_url_are_psycopg_pools_that_check(pg_url: str) -> None:
     saver = PostgresSaver(pg_url, pool_size=3, max_idle=120, max_lifetime=900)
     saver.get_tuple(config_for("t"))
-    pool = saver.db._sync
+    pool = postgres_db(saver)._sync
     assert isinstance(pool, psycopg_pool.ConnectionPool)
     assert pool.max_size == 3 and pool.max_idle == 120 and pool.max_lifetime == 900
     saver.close()
@@ -74,7 +83,8 @@ def test_a_restart_costs_no_call(pg_url: str, check_after_idle: float) -> None:
             {},
             {"x": step},
         )
-        assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [step]}
+        latest = present(saver.get_tuple(config_for("t")))
+        assert latest.checkpoint["channel_values"] == {"x": [step]}
     saver.close()
 
 
@@ -85,7 +95,7 @@ async def test_a_restart_costs_no_async_call(pg_url: str) -> None:
     await asyncio.to_thread(_terminate_others, pg_url)
     await asyncio.sleep(0.5)
     got = await asyncio.gather(*(saver.aget_tuple(stored) for _ in range(6)))
-    assert all(t.checkpoint["channel_values"] == {"x": [1]} for t in got)
+    assert all(present(t).checkpoint["channel_values"] == {"x": [1]} for t in got)
     await saver.aclose()
 
 
@@ -93,13 +103,14 @@ def test_busy_connections_go_out_unchecked_idle_ones_are_checked(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A check is a round trip: a pool in use skips it, a connection left idle gets it."""
-    checks = []
+    checks: list[Any] = []
     real = psycopg_pool.ConnectionPool.check_connection
-    monkeypatch.setattr(
-        psycopg_pool.ConnectionPool,
-        "check_connection",
-        staticmethod(lambda conn: (checks.append(conn), real(conn))),
-    )
+
+    def counted(conn: Any) -> Any:
+        checks.append(conn)
+        return real(conn)
+
+    monkeypatch.setattr(psycopg_pool.ConnectionPool, "check_connection", staticmethod(counted))
     busy = PostgresSaver(pg_url, pool_size=2, check_after_idle=30)  # no call waits that long
     for _ in range(20):
         busy.get_tuple(config_for("t"))
@@ -156,12 +167,12 @@ def test_server_errors_other_than_a_lost_connection_pass_through(pg_url: str) ->
 def test_pool_exhausted_is_database_unavailable(pg_url: str) -> None:
     saver = PostgresSaver(pg_url, pool_size=1, connect_timeout=0.5)
     saver.setup()
-    held = saver.db._sync.getconn()  # the only connection, busy elsewhere
+    held = postgres_db(saver)._sync.getconn()  # the only connection, busy elsewhere
     try:
         with pytest.raises(DatabaseUnavailableError, match=r"within 0\.5 s"):
             saver.get_tuple(config_for("t"))
     finally:
-        saver.db._sync.putconn(held)
+        postgres_db(saver)._sync.putconn(held)
     assert saver.get_tuple(config_for("t")) is None
     saver.close()
 
@@ -212,7 +223,7 @@ async def test_concurrent_first_calls_open_one_pool(pg_url: str) -> None:
     await saver.aclose()
     saver = PostgresSaver(pg_url, pool_size=4, auto_setup=False)
     await asyncio.gather(*(saver.aget_tuple(config_for("t")) for _ in range(10)))
-    pool = saver.db._async
+    pool = postgres_db(saver)._async
     assert isinstance(pool, psycopg_pool.AsyncConnectionPool)
     size = pool.get_stats()["pool_size"]
     assert 1 <= size <= 4

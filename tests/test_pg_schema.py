@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_checkpoint_agent_memory import (
@@ -16,6 +17,7 @@ from langgraph_checkpoint_agent_memory import (
     create_checkpointer,
     create_store,
 )
+from tests.helpers import sql_checkpointer
 from tests.pg import backend_params, libpq_url, pg_database
 
 
@@ -50,9 +52,9 @@ def _with(url: str, **params: str) -> str:
 
 
 def test_two_apps_share_a_database_each_in_its_schema(url: str) -> None:
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     for app in ("app_one", "app_two"):
-        with create_checkpointer(url=url, schema=app) as saver:
+        with sql_checkpointer(url, schema=app) as saver:
             graph = _graph(saver)
             for _ in range(2 if app == "app_one" else 1):
                 graph.invoke({"messages": [("user", f"hi from {app}")]}, config)
@@ -65,9 +67,9 @@ def test_two_apps_share_a_database_each_in_its_schema(url: str) -> None:
     assert set(tables) == {"app_one", "app_two"}  # nothing in public
     assert tables["app_one"] == tables["app_two"]
     assert {"am_checkpoints", "am_store_items", "am_memory_pending"} <= tables["app_one"]
-    with create_checkpointer(url=url, schema="app_one") as one:
+    with sql_checkpointer(url, schema="app_one") as one:
         assert len(_graph(one).get_state(config).values["messages"]) == 4
-    with create_checkpointer(url=url, schema="app_two") as two:
+    with sql_checkpointer(url, schema="app_two") as two:
         assert len(_graph(two).get_state(config).values["messages"]) == 2
     for app in ("app_one", "app_two"):
         store = create_store(url, schema=app)

@@ -90,7 +90,7 @@ def test_choices_pick_the_machine_server_first_and_name_what_is_missing(
     with pytest.raises(RuntimeError, match="no PostgreSQL server with pgvector"):
         choose_binaries("pgvector")
     with pytest.raises(ValueError, match="'any', 'machine' or 'pgvector'"):
-        choose_binaries("newest")  # type: ignore[arg-type]
+        choose_binaries("newest")  # type: ignore[arg-type]  # an unknown choice, on purpose
 
 
 @needs_wheel

@@ -21,11 +21,10 @@ import pytest
 from langgraph_checkpoint_agent_memory import (
     ConfigurationError,
     PostgresSaver,
-    create_checkpointer,
     create_store,
 )
 from langgraph_checkpoint_agent_memory.testing_pgbouncer import LocalPgBouncer
-from tests.helpers import config_for, make_checkpoint
+from tests.helpers import config_for, make_checkpoint, present, sql_checkpointer
 from tests.pg import BouncedServer, PgServers, bouncer_params, libpq_url
 from tests.pooler_app import run_users_and_check
 
@@ -131,16 +130,16 @@ def test_each_way_of_turning_preparing_off_works(
             return 5
 
         monkeypatch.setenv("CONFIG__POSTGRES__PREPARE_THRESHOLD", "none")
-    saver = create_checkpointer(url=url, **options)
+    saver = sql_checkpointer(url, **options)
     store = create_store(url, **options)
     for i in range(12):  # past psycopg's threshold of 5
         saver.put(
             config_for(f"t{i % 3}"), make_checkpoint({"x": [i]}, version=i + 1), {}, {"x": i + 1}
         )
         store.put(("users", "u1"), f"k{i}", {"v": i})
-    assert saver.get_tuple(config_for("t2")).checkpoint["channel_values"] == {"x": [11]}
+    assert present(saver.get_tuple(config_for("t2"))).checkpoint["channel_values"] == {"x": [11]}
     assert len(store.search(("users", "u1"), limit=20)) == 12
-    saver.close()  # type: ignore[attr-defined]
+    saver.close()
     store.close()
 
 
@@ -156,7 +155,10 @@ def test_a_relaxed_commit_does_not_reach_other_clients(bouncer: BouncedServer) -
 
         def shown() -> list[str]:
             with psycopg.connect(url, autocommit=True, prepare_threshold=None) as other:
-                return [other.execute("SHOW synchronous_commit").fetchone()[0] for _ in range(5)]
+                return [
+                    present(other.execute("SHOW synchronous_commit").fetchone())[0]
+                    for _ in range(5)
+                ]
 
         with psycopg.connect(url, autocommit=True, prepare_threshold=None) as leaky:
             leaky.execute("SET synchronous_commit TO off")
@@ -172,7 +174,7 @@ def test_a_relaxed_commit_does_not_reach_other_clients(bouncer: BouncedServer) -
                 {"x": i + 1},
             )
             saver.put_writes(
-                saver.get_tuple(config_for(f"t{i % 4}")).config, [("x", i)], f"task{i}"
+                present(saver.get_tuple(config_for(f"t{i % 4}"))).config, [("x", i)], f"task{i}"
             )
         assert shown() == ["on"] * 5
         saver.close()

@@ -17,11 +17,12 @@ WATCHED = ("psycopg", "psycopg_pool", "sqlite3")
 def _violations(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
         for name in names:
             parts = name.split(".")
             private = parts[0] in WATCHED and any(p.startswith("_") for p in parts[1:])

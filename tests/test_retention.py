@@ -10,12 +10,13 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, MessagesState, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_agent_memory import ConfigurationError, TimedInMemorySaver
-from tests.helpers import FakeClock, timed_contents
+from langgraph_checkpoint_agent_memory import ConfigurationError, SQLSaver, TimedInMemorySaver
+from tests.helpers import FakeClock, sql_checkpointer, timed_contents
 
 
 def chat_graph(saver: Any) -> Any:
@@ -79,7 +80,7 @@ def assert_kept_whole(before: dict[str, Any], after: dict[str, Any], newest: int
 
 @pytest.mark.parametrize("keep", [1, 3, 7])
 def test_prune_keeps_the_last_n_of_a_conversation_whole(
-    make_saver: Callable[..., Any], keep: int
+    make_saver: Callable[..., SQLSaver], keep: int
 ) -> None:
     saver = make_saver()
     config = {"configurable": {"thread_id": "chat"}}
@@ -99,7 +100,7 @@ def test_prune_keeps_the_last_n_of_a_conversation_whole(
 
 @pytest.mark.parametrize("keep", [1, 2, 5])
 def test_prune_keeps_delta_channel_ancestors_of_every_kept_checkpoint(
-    make_saver: Callable[..., Any], keep: int
+    make_saver: Callable[..., SQLSaver], keep: int
 ) -> None:
     saver = make_saver()
     config = {"configurable": {"thread_id": "d"}}
@@ -115,7 +116,7 @@ def test_prune_keeps_delta_channel_ancestors_of_every_kept_checkpoint(
 
 
 def test_the_saver_default_and_the_sweep_keep_the_last_n(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     wall = FakeClock(start=1_800_000_000.0)
     saver = make_saver(
@@ -142,7 +143,7 @@ def test_the_saver_default_and_the_sweep_keep_the_last_n(
     assert len(states(chat_graph(fresh), config)) == 1
 
 
-async def test_async_prune_keeps_the_last_n(make_saver: Callable[..., Any]) -> None:
+async def test_async_prune_keeps_the_last_n(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver(keep_last=2)
     config = {"configurable": {"thread_id": "a"}}
     graph = chat_graph(saver)
@@ -163,7 +164,7 @@ async def test_async_prune_keeps_the_last_n(make_saver: Callable[..., Any]) -> N
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
 def test_keep_last_is_a_whole_number_of_at_least_one(
-    make_saver: Callable[..., Any], bad: Any
+    make_saver: Callable[..., SQLSaver], bad: Any
 ) -> None:
     with pytest.raises(ConfigurationError, match="keep_last"):
         make_saver(keep_last=bad)
@@ -217,9 +218,9 @@ def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
 
     from langgraph_checkpoint_agent_memory import create_checkpointer
 
-    sql = create_checkpointer(url=f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
-    assert sql.keep_last == 4  # type: ignore[attr-defined]
-    sql.close()  # type: ignore[attr-defined]
+    sql = sql_checkpointer(f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
+    assert sql.keep_last == 4
+    sql.close()
     timed = create_checkpointer(60, keep_last=2)
     assert isinstance(timed, TimedInMemorySaver) and timed.keep_last == 2
     timed.close()
@@ -236,7 +237,9 @@ def by_id(infos: Any) -> dict[str, Any]:
     return {i.thread_id: i for i in infos}
 
 
-def test_threads_lists_counts_bytes_activity_and_expiry(make_saver: Callable[..., Any]) -> None:
+def test_threads_lists_counts_bytes_activity_and_expiry(
+    make_saver: Callable[..., SQLSaver],
+) -> None:
     wall = FakeClock(start=1_800_000_000.0)
     saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     graph = chat_graph(saver)
@@ -257,7 +260,7 @@ def test_threads_lists_counts_bytes_activity_and_expiry(make_saver: Callable[...
     got = by_id(infos)
     reader = make_saver(strategy="keep_latest")  # one that still reads expired threads
     for name in ("small", "big", "forever"):
-        config = {"configurable": {"thread_id": name}}
+        config: RunnableConfig = {"configurable": {"thread_id": name}}
         assert got[name].checkpoints == len(list(reader.list(config)))
     assert got["big"].bytes > 50_000 > got["forever"].bytes > got["small"].bytes > 0
     assert (got["small"].status, got["big"].status, got["forever"].status) == (
@@ -275,14 +278,14 @@ def test_threads_lists_counts_bytes_activity_and_expiry(make_saver: Callable[...
     assert saver.threads(limit=0) == []
     assert got["big"].as_dict()["thread_id"] == "big"
     with pytest.raises(ValueError, match="order"):
-        saver.threads(sort="size")
+        saver.threads(sort="size")  # type: ignore[arg-type]  # an unknown order, on purpose
     with pytest.raises(ValueError, match="limit"):
         saver.threads(limit=-1)
 
 
 @pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
 def test_sweep_preview_says_what_the_sweep_then_does(
-    make_saver: Callable[..., Any], strategy: str
+    make_saver: Callable[..., SQLSaver], strategy: str
 ) -> None:
     wall = FakeClock(start=1_800_000_000.0)
     saver = make_saver(
@@ -323,7 +326,7 @@ def test_sweep_preview_says_what_the_sweep_then_does(
     assert saver.sweep_preview().threads == []
 
 
-async def test_threads_and_preview_async(make_saver: Callable[..., Any]) -> None:
+async def test_threads_and_preview_async(make_saver: Callable[..., SQLSaver]) -> None:
     wall = FakeClock(start=1_800_000_000.0)
     saver = make_saver(ttl_seconds=10, clock=wall, activity_precision=0)
     try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Protocol, cast
 
 import pytest
 
 from langgraph_checkpoint_agent_memory import (
+    ConfigField,
     ConfigurationError,
     ConfigValueError,
     agent_config,
@@ -16,12 +17,21 @@ from langgraph_checkpoint_agent_memory import (
 )
 
 
-def declare_ttl() -> object:
+class DeclaredTTL(Protocol):
+    """What ``@agent_config`` makes of ``def ttl() -> int``: the value in force, and its field."""
+
+    config_field: ConfigField
+
+    def __call__(self) -> int: ...
+
+
+def declare_ttl() -> DeclaredTTL:
     @agent_config("config.checkpointer.ttl_seconds", "Thread TTL", "Idle seconds", unit="s")
     def ttl() -> int:
         return 3600
 
-    return ttl
+    # agent_config is typed as returning Callable[[], T]: its config_field is not in the type
+    return cast(DeclaredTTL, ttl)
 
 
 def test_env_var_name() -> None:
@@ -115,7 +125,7 @@ def test_bad_override_is_reported() -> None:
 @pytest.mark.parametrize("key", ["", "   ", None])
 def test_empty_key_raises_at_decoration(key: object) -> None:
     with pytest.raises(ConfigurationError, match="non-empty"):
-        agent_config(key, "label", "description")  # type: ignore[arg-type]
+        agent_config(key, "label", "description")  # type: ignore[arg-type]  # bad keys, on purpose
 
 
 def test_two_functions_with_one_key_raise() -> None:

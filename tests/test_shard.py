@@ -19,7 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
-from langgraph_checkpoint_agent_memory import AgentMemory, ConfigurationError, create_store
+from langgraph_checkpoint_agent_memory import (
+    AgentMemory,
+    AgentMemoryStore,
+    ConfigurationError,
+    create_store,
+)
 from langgraph_checkpoint_agent_memory.db import migrations as M
 from langgraph_checkpoint_agent_memory.db import row_migrations as R
 from langgraph_checkpoint_agent_memory.db import schema
@@ -33,7 +38,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 )
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Scope
 from langgraph_checkpoint_agent_memory.memory.model import KINDS, namespace
-from tests.helpers import FakeClock, WordEmbeddings
+from tests.helpers import FakeClock, WordEmbeddings, present
 from tests.test_memory import extraction
 from tests.test_store_properties import _view as view
 from tests.test_store_properties import ops_strategy
@@ -53,7 +58,7 @@ SHARDED_TABLES = (
 # -- the rule ------------------------------------------------------------------------------
 
 # labels as LangGraph accepts them (no "." inside a label)
-label = st.text(st.characters(blacklist_characters=".", blacklist_categories=("Cs",)), min_size=1)
+label = st.text(st.characters(exclude_characters=".", exclude_categories=["Cs"]), min_size=1)
 scope_values = st.text(
     st.characters(whitelist_categories=("L", "N"), whitelist_characters="-_@ %."),
     min_size=1,
@@ -176,14 +181,13 @@ class Watch:
         run, arun = store.db.run, store.db.arun
 
         def watched(plan: Plan[Any]) -> Plan[Any]:
-            result = None
-            while True:
-                try:
-                    batch = plan.send(result)
-                except StopIteration as stop:
-                    return stop.value
-                self.sent += [(s.sql.text, s.params) for s in batch.statements]
-                result = yield batch
+            try:
+                batch = next(plan)
+                while True:
+                    self.sent += [(s.sql.text, s.params) for s in batch.statements]
+                    batch = plan.send((yield batch))
+            except StopIteration as stop:
+                return stop.value
 
         store.db.run = lambda plan: run(watched(plan))
         store.db.arun = lambda plan: arun(watched(plan))
@@ -459,7 +463,7 @@ def test_any_depth_gives_the_default_depths_results(depth: int, tmp_path: Path) 
     (every prefix covers them) or of four (most prefixes fan out), the same calls give the
     results of the default rule."""
 
-    def session(store: Any) -> list[Any]:
+    def session(store: AgentMemoryStore) -> list[Any]:
         out: list[Any] = []
         for ns in [("a",), ("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d", "e"), ("z", "y")]:
             for k in ("k1", "k2"):
@@ -470,7 +474,7 @@ def test_any_depth_gives_the_default_depths_results(depth: int, tmp_path: Path) 
                 [(i.namespace, i.key) for i in store.search(prefix, filter={"n": {"$gte": 3}})]
             )
             out.append(store.list_namespaces(prefix=prefix))
-        out.append(store.get(("a", "b", "c"), "k2").value)  # type: ignore[union-attr]
+        out.append(present(store.get(("a", "b", "c"), "k2")).value)
         store.delete(("a", "b", "c"), "k2")
         out.append(store.delete_namespace(("a", "b")))
         out.append(store.list_namespaces())
@@ -530,7 +534,7 @@ def test_concurrent_claims_lease_each_scope_to_exactly_one_worker(database_url: 
     sql = memory.context.sql
 
     def worker(n: int) -> list[Any]:
-        claims = []
+        claims: list[J.Claim] = []
         while True:
             claim = store.run_plan(
                 J.claim_plan(sql, owner=f"w{n}", now=1e12, lease_seconds=1e9, limit=10)

@@ -4,13 +4,13 @@ through the async API and through the sync API."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
+from langgraph_checkpoint_agent_memory import SQLSaver
 from tests.helpers import sync_through_async
 from tests.pg import backend_params
 
@@ -24,10 +24,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.mark.parametrize("api", ["async", "sync"])
 async def test_every_capability_passes(
-    make_saver: Callable[..., Any], backend: str, api: str
+    make_saver: Callable[..., SQLSaver], backend: str, api: str
 ) -> None:
     @checkpointer_test(name=f"{backend}-{api}")
-    async def factory() -> AsyncIterator[BaseCheckpointSaver]:
+    async def factory() -> AsyncIterator[BaseCheckpointSaver[str]]:
         saver = make_saver(ttl_seconds=3600)
         yield sync_through_async(saver) if api == "sync" else saver
 

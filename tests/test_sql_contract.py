@@ -13,28 +13,29 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_agent_memory import ConfigurationError
-from tests.helpers import config_for, make_checkpoint
+from langgraph_checkpoint_agent_memory import ConfigurationError, SQLSaver
+from tests.helpers import config_for, make_checkpoint, present
 
 
 def put(
     saver: Any,
     thread: str,
-    values: dict,
+    values: dict[str, Any],
     *,
     parent: Any = None,
     version: int = 1,
-    metadata: dict | None = None,
+    metadata: dict[str, Any] | None = None,
     ns: str = "",
-    config_extra: dict | None = None,
+    config_extra: RunnableConfig | None = None,
 ) -> Any:
     config = config_for(thread, parent["configurable"]["checkpoint_id"] if parent else None, ns)
     config.update(config_extra or {})
@@ -47,7 +48,7 @@ def put(
     )
 
 
-def test_limit_applies_after_the_metadata_filter(make_saver: Callable[..., Any]) -> None:
+def test_limit_applies_after_the_metadata_filter(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     parent = None
     for i in range(40):  # more than a page; only every fourth matches
@@ -67,7 +68,7 @@ def test_limit_applies_after_the_metadata_filter(make_saver: Callable[..., Any])
 
 
 def test_filter_keys_that_look_like_sql_or_json_paths_are_data(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     saver = make_saver()
     weird = {"a.b": 1, "x') OR 1=1 --": "y", "$.step": 2, 'q"uote': True}
@@ -81,7 +82,7 @@ def test_filter_keys_that_look_like_sql_or_json_paths_are_data(
 
 
 def test_first_write_wins_and_special_channels_are_replaced(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     saver = make_saver()
     stored = put(saver, "t", {"x": 1})
@@ -89,14 +90,14 @@ def test_first_write_wins_and_special_channels_are_replaced(
     saver.put_writes(stored, [("a", "second"), ("b", 2)], "task")  # same idx: ignored
     saver.put_writes(stored, [(ERROR, "boom-1"), (INTERRUPT, "i-1")], "task")
     saver.put_writes(stored, [(ERROR, "boom-2"), (INTERRUPT, "i-2")], "task")  # replaced
-    writes = saver.get_tuple(stored).pending_writes
+    writes = present(present(saver.get_tuple(stored)).pending_writes)
     assert ("task", "a", "first") in writes and ("task", "b", 1) in writes
     assert ("task", ERROR, "boom-2") in writes and ("task", INTERRUPT, "i-2") in writes
     assert len(writes) == 4
 
 
 def test_pending_writes_come_back_in_writes_sort_key_order(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     saver = make_saver()
     stored = put(saver, "t", {"x": 1})
@@ -111,12 +112,12 @@ def test_pending_writes_come_back_in_writes_sort_key_order(
         ("task-b", "c", 3),
         ("task-b", "d", 4),
     ]
-    assert saver.get_tuple(stored).pending_writes == expected
+    assert present(saver.get_tuple(stored)).pending_writes == expected
     assert next(iter(saver.list(config_for("t")))).pending_writes == expected
 
 
 def test_metadata_merges_config_metadata_and_scalar_configurables(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     saver = make_saver()
     stored = put(
@@ -126,7 +127,7 @@ def test_metadata_merges_config_metadata_and_scalar_configurables(
         metadata={"source": "input", "step": -1},
         config_extra={"metadata": {"user": "alice", "nested": {"no": 1}}},
     )
-    config = {
+    config: RunnableConfig = {
         "configurable": {
             "thread_id": "t2",
             "checkpoint_ns": "",
@@ -139,12 +140,16 @@ def test_metadata_merges_config_metadata_and_scalar_configurables(
     }
     checkpoint = make_checkpoint({"x": 1})
     saver.put(config, checkpoint, {"step": 0}, {"x": 1})
-    assert saver.get_tuple(stored).metadata == {"source": "input", "step": -1, "user": "alice"}
-    merged = saver.get_tuple(config_for("t2")).metadata
+    assert present(saver.get_tuple(stored)).metadata == {
+        "source": "input",
+        "step": -1,
+        "user": "alice",
+    }
+    merged = present(saver.get_tuple(config_for("t2"))).metadata
     assert merged == {"step": 0, "tenant": "acme", "retries": 3, "flag": True}
 
 
-def test_missing_thread_id_is_a_precise_error(make_saver: Callable[..., Any]) -> None:
+def test_missing_thread_id_is_a_precise_error(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     with pytest.raises(ConfigurationError, match="thread_id"):
         saver.get_tuple({"configurable": {}})
@@ -155,7 +160,7 @@ def test_missing_thread_id_is_a_precise_error(make_saver: Callable[..., Any]) ->
 
 
 def test_unserializable_value_leaves_the_database_consistent(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     saver = make_saver()
     stored = put(saver, "t", {"x": 1})
@@ -163,12 +168,12 @@ def test_unserializable_value_leaves_the_database_consistent(
         put(saver, "t", {"x": 2, "bad": object()}, parent=stored, version=2)
     with pytest.raises(TypeError, match="metadata"):
         put(saver, "t", {"x": 3}, parent=stored, version=3, metadata={"step": 1, "bad": object()})
-    latest = saver.get_tuple(config_for("t"))
+    latest = present(saver.get_tuple(config_for("t")))
     assert latest.config == stored and latest.checkpoint["channel_values"] == {"x": 1}
     assert len(list(saver.list(config_for("t")))) == 1
 
 
-def test_channel_values_are_stored_once_per_version(make_saver: Callable[..., Any]) -> None:
+def test_channel_values_are_stored_once_per_version(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     big = [f"message {i} " * 20 for i in range(5)]
     first = put(saver, "t", {"messages": big, "counter": 1, "route": None})
@@ -178,38 +183,39 @@ def test_channel_values_are_stored_once_per_version(make_saver: Callable[..., An
     saver.put(config, checkpoint, {"step": 2}, {"counter": 2})  # messages unchanged
     rows = _count(saver, "am_checkpoint_blobs")
     assert rows == 1  # one blob for the message list; primitives are inline
-    latest = saver.get_tuple(config_for("t"))
+    latest = present(saver.get_tuple(config_for("t")))
     assert latest.checkpoint["channel_values"] == {"messages": big, "counter": 2, "route": None}
 
 
-def _count(saver: Any, table: str) -> int:
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+def _count(saver: SQLSaver, table: str) -> int:
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
+    def plan() -> Plan[int]:
         [rows] = yield Batch([Stmt(Sql(f"SELECT COUNT(*) FROM {table}"), fetch=True)])
-        return rows[0][0]
+        count: int = rows[0][0]
+        return count
 
     return saver.db.run(plan())
 
 
-def test_encrypted_serializer_passes_through(make_saver: Callable[..., Any]) -> None:
+def test_encrypted_serializer_passes_through(make_saver: Callable[..., SQLSaver]) -> None:
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
     saver = make_saver(serde=serde)
     stored = put(saver, "t", {"secret": ["the launch code is 1234"] * 3})
     saver.put_writes(stored, [("secret", "written secret")], "task")
-    tup = saver.get_tuple(stored)
+    tup = present(saver.get_tuple(stored))
     assert tup.checkpoint["channel_values"]["secret"] == ["the launch code is 1234"] * 3
     assert tup.pending_writes == [("task", "secret", "written secret")]
     raw = _raw_blobs(saver)
     assert raw and all(b"launch code" not in blob and kind.endswith("+aes") for kind, blob in raw)
 
 
-def _raw_blobs(saver: Any) -> list[tuple[str, bytes]]:
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+def _raw_blobs(saver: SQLSaver) -> list[tuple[str, bytes]]:
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
+    def plan() -> Plan[list[tuple[str, bytes]]]:
         [rows] = yield Batch([Stmt(Sql("SELECT type, blob FROM am_checkpoint_blobs"), fetch=True)])
         return [(r[0], bytes(r[1])) for r in rows]
 
@@ -219,13 +225,13 @@ def _raw_blobs(saver: Any) -> list[tuple[str, bytes]]:
 # -- DeltaChannel ---------------------------------------------------------------------------
 
 
-def extend(state: list, batches: list) -> list:
+def extend(state: list[Any], batches: list[list[Any]]) -> list[Any]:
     return state + [x for batch in batches for x in batch]
 
 
 class DeltaState(TypedDict):
-    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
-    other: Annotated[list, DeltaChannel(extend, snapshot_frequency=3)]
+    items: Annotated[list[int], DeltaChannel(extend, snapshot_frequency=4)]
+    other: Annotated[list[str], DeltaChannel(extend, snapshot_frequency=3)]
 
 
 def delta_graph(saver: Any) -> Any:
@@ -243,10 +249,10 @@ def _without_task_ids(history: Any) -> Any:
     return {ch: {**e, "writes": [w[1:] for w in e["writes"]]} for ch, e in history.items()}
 
 
-def test_delta_channel_history_matches_in_memory_saver(make_saver: Callable[..., Any]) -> None:
+def test_delta_channel_history_matches_in_memory_saver(make_saver: Callable[..., SQLSaver]) -> None:
     ours, reference = make_saver(), InMemorySaver()
     graphs = [delta_graph(ours), delta_graph(reference)]
-    config = {"configurable": {"thread_id": "d"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "d"}}
     for _ in range(7):
         for g in graphs:
             g.invoke({"items": [], "other": []}, config)
@@ -261,17 +267,17 @@ def test_delta_channel_history_matches_in_memory_saver(make_saver: Callable[...,
         assert _without_task_ids(got) == _without_task_ids(want), mine.metadata["step"]
         with_seed += "seed" in got["items"] and bool(got["items"]["writes"])
     assert with_seed > 3  # the comparison covered real seeds and replayed writes
-    latest = ours.get_tuple(config).config
+    latest = present(ours.get_tuple(config)).config
     ours.prune(["d"], strategy="keep_latest")
     assert graphs[0].get_state(config).values == graphs[1].get_state(config).values
     assert len(list(ours.list(config))) < len(list(reference.list(config)))
-    assert ours.get_tuple(config).config == latest
+    assert present(ours.get_tuple(config)).config == latest
 
 
-async def test_async_delta_channel_history(make_saver: Callable[..., Any]) -> None:
+async def test_async_delta_channel_history(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     graph = delta_graph(saver)
-    config = {"configurable": {"thread_id": "d"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "d"}}
     for _ in range(5):
         await graph.ainvoke({"items": [], "other": []}, config)
     assert (await graph.aget_state(config)).values["items"] == [0, 1, 2, 3, 4]
@@ -286,10 +292,10 @@ class Chat(MessagesState):
 
 
 def chat_graph(saver: Any) -> Any:
-    def agent(state: Chat) -> dict:
+    def agent(state: Chat) -> dict[str, Any]:
         return {"messages": [AIMessage(f"reply to {state['messages'][-1].content}")], "turns": 1}
 
-    def review(state: Chat) -> dict:
+    def review(state: Chat) -> dict[str, Any]:
         answer = interrupt({"question": "approve?"})
         return {"messages": [AIMessage(f"reviewed: {answer}")]}
 
@@ -303,7 +309,7 @@ def chat_graph(saver: Any) -> Any:
 
 
 def test_graph_with_interrupt_resumes_from_a_new_saver(
-    make_saver: Callable[..., Any],
+    make_saver: Callable[..., SQLSaver],
 ) -> None:
     graph = chat_graph(make_saver())
     config = {"configurable": {"thread_id": "c"}}
@@ -316,7 +322,7 @@ def test_graph_with_interrupt_resumes_from_a_new_saver(
     assert len(history) >= 4 and history[0].values["turns"] == 1
 
 
-async def test_many_async_tasks_share_one_saver(make_saver: Callable[..., Any]) -> None:
+async def test_many_async_tasks_share_one_saver(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     graph = chat_graph(saver)
 
@@ -331,7 +337,7 @@ async def test_many_async_tasks_share_one_saver(make_saver: Callable[..., Any]) 
         assert state.values["messages"][-1].content == f"reviewed: ok{i}"
 
 
-def test_many_os_threads_share_one_saver(make_saver: Callable[..., Any]) -> None:
+def test_many_os_threads_share_one_saver(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     graph = chat_graph(saver)
     errors: list[BaseException] = []
@@ -355,7 +361,9 @@ def test_many_os_threads_share_one_saver(make_saver: Callable[..., Any]) -> None
         assert graph.get_state({"configurable": {"thread_id": f"t{i}"}}).values["turns"] == 3
 
 
-def test_list_streams_pages_lazily(make_saver: Callable[..., Any]) -> None:
+def test_list_streams_pages_lazily(
+    make_saver: Callable[..., SQLSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
     saver = make_saver()
     parent = None
     for i in range(100):
@@ -368,7 +376,7 @@ def test_list_streams_pages_lazily(make_saver: Callable[..., Any]) -> None:
         calls += 1
         return real_run(plan)
 
-    saver.db.run = counting_run  # type: ignore[method-assign]
+    monkeypatch.setattr(saver.db, "run", counting_run)
     iterator = saver.list(config_for("t"))
     first = next(iterator)
     assert first.checkpoint["channel_values"] == {"x": 99}
@@ -377,7 +385,7 @@ def test_list_streams_pages_lazily(make_saver: Callable[..., Any]) -> None:
     assert calls == 4
 
 
-def test_metadata_is_stored_as_json(make_saver: Callable[..., Any]) -> None:
+def test_metadata_is_stored_as_json(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     put(saver, "t", {"x": 1}, metadata={"step": 3, "source": "loop", "note": "ünïcode ✓"})
 
@@ -393,7 +401,7 @@ def test_metadata_is_stored_as_json(make_saver: Callable[..., Any]) -> None:
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 async def test_a_batch_can_end_its_transaction_by_rolling_back(
-    make_saver: Callable[..., Any], api: str
+    make_saver: Callable[..., SQLSaver], api: str
 ) -> None:
     """``Batch(rollback=True)`` undoes what the held transaction wrote; ``write=True`` alone
     keeps it (the distributed write path relies on both)."""

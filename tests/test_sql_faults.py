@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory import create_checkpointer
+from langgraph_checkpoint_agent_memory import SQLSaver, create_checkpointer
 from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavailableError
-from tests.helpers import config_for, make_checkpoint
+from tests.helpers import config_for, make_checkpoint, present
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,12 +39,12 @@ for step in range(1, 100000):
 """
 
 
-def integrity(saver: Any) -> tuple[int, int]:
+def integrity(saver: SQLSaver) -> tuple[int, int]:
     """(checkpoints, checkpoints whose blobs are all present); both must be equal."""
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
-    def plan() -> Any:
+    def plan() -> Plan[tuple[int, int]]:
         [cps, blobs] = yield Batch(
             [
                 Stmt(Sql("SELECT checkpoint_ns, blob_versions FROM am_checkpoints"), fetch=True),
@@ -63,7 +63,7 @@ def integrity(saver: Any) -> tuple[int, int]:
 
 @pytest.mark.parametrize("steps", [1, 3, 7])
 def test_killed_writer_leaves_last_complete_checkpoint(
-    database_url: str, make_saver: Callable[..., Any], steps: int
+    database_url: str, make_saver: Callable[..., SQLSaver], steps: int
 ) -> None:
     """The writer is killed once it has reported ``steps`` steps, so mid-way through a
     later put, however slowly a busy machine starts it."""
@@ -88,10 +88,10 @@ def test_killed_writer_leaves_last_complete_checkpoint(
     total, whole = integrity(saver)
     assert total == whole, "a checkpoint row exists without its blobs"
     assert total in (reported[-1], reported[-1] + 1)  # the last print may not have happened
-    latest = saver.get_tuple(config_for("victim"))
+    latest = present(saver.get_tuple(config_for("victim")))
     step = latest.checkpoint["channel_values"]["step"]
-    steps = sorted(t.checkpoint["channel_values"]["step"] for t in saver.list(None))
-    assert steps == list(range(1, total + 1)), (steps, reported[-3:])
+    listed = sorted(t.checkpoint["channel_values"]["step"] for t in saver.list(None))
+    assert listed == list(range(1, total + 1)), (listed, reported[-3:])
     assert step == total and len(latest.checkpoint["channel_values"]["big"]) == 40
     if step == reported[-1]:
         assert latest.pending_writes == [(f"task-{step}", "big", step)]
@@ -119,6 +119,7 @@ def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
     import psycopg
 
     from langgraph_checkpoint_agent_memory import PostgresSaver
+    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
 
     saver = PostgresSaver(pg_url)
     stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
@@ -132,10 +133,11 @@ def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
     # call, then is replaced (test_pg_connections covers a drop the checks catch)
     for _ in range(10):
         try:
-            assert saver.get_tuple(stored).checkpoint["channel_values"] == {"x": [1]}
+            assert present(saver.get_tuple(stored)).checkpoint["channel_values"] == {"x": [1]}
             break
         except DatabaseUnavailableError:  # never psycopg's own error
             failures += 1
+    assert isinstance(saver.db, PostgresDatabase)
     assert failures <= saver.db.pool_size
     saver.put(
         config_for("t", stored["configurable"]["checkpoint_id"]),
@@ -143,12 +145,13 @@ def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
         {},
         {"x": 2},
     )
-    assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [2]}
+    assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [2]}
     saver.close()
 
 
 def test_closed_saver_says_so(database_url: str) -> None:
     saver = create_checkpointer(url=database_url)
+    assert isinstance(saver, SQLSaver)
     saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     saver.close()
     with pytest.raises(ClosedError, match="closed"):
@@ -194,7 +197,7 @@ def test_relaxed_commit_is_set_per_write_transaction_only(pg_url: str) -> None:
     with pytest.raises(Exception, match="no_such_table"):  # a relaxed write that fails
         saver.db.run(failing())
     assert saver.db.run(both()) == ("off", "on")  # leaves neither a transaction nor the mode
-    assert saver.get_tuple(config_for("t")).checkpoint["channel_values"] == {"x": [1]}
+    assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [1]}
     saver.close()
     strict = PostgresSaver(pg_url, pool_size=1)
     assert strict.db.run(both()) == ("on", "on")

@@ -7,15 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from langgraph_checkpoint_agent_memory import SQLSaver
 from langgraph_checkpoint_agent_memory.checkpoint.codec import MAX_CHAIN
-from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
 
 def graph(saver: Any) -> Any:
-    def agent(state: MessagesState) -> dict:
+    def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [AIMessage(f"answer {len(state['messages'])}")]}
 
     builder = StateGraph(MessagesState)
@@ -25,8 +27,8 @@ def graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def blob_rows(saver: Any) -> list[tuple[str, str | None, int]]:
-    def plan() -> Any:
+def blob_rows(saver: SQLSaver) -> list[tuple[str, str | None, int]]:
+    def plan() -> Plan[list[tuple[str, str | None, int]]]:
         [rows] = yield Batch(
             [
                 Stmt(
@@ -43,7 +45,7 @@ def blob_rows(saver: Any) -> list[tuple[str, str | None, int]]:
     return saver.db.run(plan())
 
 
-def test_a_conversation_is_stored_incrementally(make_saver: Callable[..., Any]) -> None:
+def test_a_conversation_is_stored_incrementally(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     g = graph(saver)
     config = {"configurable": {"thread_id": "c"}}
@@ -63,7 +65,7 @@ def test_a_conversation_is_stored_incrementally(make_saver: Callable[..., Any]) 
         assert [m.content for m in snapshot.values.get("messages", [])] == expected[:n]
 
 
-async def test_async_conversation_reads_back(make_saver: Callable[..., Any]) -> None:
+async def test_async_conversation_reads_back(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     g = graph(saver)
     config = {"configurable": {"thread_id": "a"}}
@@ -74,10 +76,10 @@ async def test_async_conversation_reads_back(make_saver: Callable[..., Any]) -> 
     assert [m.content for m in state.values["messages"]][-2:] == ["q9", "answer 19"]
 
 
-def test_changed_items_are_written_in_full(make_saver: Callable[..., Any]) -> None:
+def test_changed_items_are_written_in_full(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     g = graph(saver)
-    config = {"configurable": {"thread_id": "e"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "e"}}
     for turn in range(3):
         g.invoke({"messages": [HumanMessage(f"q{turn}")]}, config)
     first = g.get_state(config).values["messages"][0]
@@ -90,10 +92,10 @@ def test_changed_items_are_written_in_full(make_saver: Callable[..., Any]) -> No
     assert [m.content for m in graph(make_saver()).get_state(config).values["messages"]] == contents
 
 
-def test_prune_and_delete_for_runs_keep_the_bases(make_saver: Callable[..., Any]) -> None:
+def test_prune_and_delete_for_runs_keep_the_bases(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver()
     g = graph(saver)
-    config = {"configurable": {"thread_id": "p"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "p"}}
     runs = [uuid.uuid4() for _ in range(6)]
     for turn, run_id in enumerate(runs):
         g.invoke(
@@ -114,7 +116,7 @@ def test_prune_and_delete_for_runs_keep_the_bases(make_saver: Callable[..., Any]
     ]
 
 
-def test_incremental_lists_can_be_turned_off(make_saver: Callable[..., Any]) -> None:
+def test_incremental_lists_can_be_turned_off(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver(incremental_lists=False)
     g = graph(saver)
     config = {"configurable": {"thread_id": "off"}}
@@ -125,7 +127,7 @@ def test_incremental_lists_can_be_turned_off(make_saver: Callable[..., Any]) -> 
 
 
 def test_the_list_cache_forgets_the_oldest_thread_whole(
-    make_saver: Callable[..., Any], monkeypatch: Any
+    make_saver: Callable[..., SQLSaver], monkeypatch: Any
 ) -> None:
     import langgraph_checkpoint_agent_memory.checkpoint.codec as codec_module
 

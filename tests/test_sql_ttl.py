@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory import ThreadDeletedError
-from tests.helpers import FakeClock, Recorder, config_for, make_checkpoint
+from langgraph_checkpoint_agent_memory import SQLSaver, ThreadDeletedError
+from tests.helpers import FakeClock, Recorder, config_for, make_checkpoint, present
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def wall() -> FakeClock:
 
 
 def test_expired_thread_is_invisible_before_any_sweep(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False, activity_precision=0)
     stored = put(saver, "t", 1)
@@ -50,7 +50,9 @@ def test_expired_thread_is_invisible_before_any_sweep(
     assert saver.sweep() == []
 
 
-def test_reads_refresh_expiry_coalesced(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+def test_reads_refresh_expiry_coalesced(
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
+) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall)
     put(saver, "t", 1)
     for _ in range(6):  # 6 x 60 s = 360 s, far past the TTL, but read every 60 s
@@ -75,7 +77,7 @@ def _count_thread_updates(saver: Any) -> Callable[[], int]:
 
 
 def test_coalesced_activity_expires_between_ttl_and_its_slack(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     """With activity_precision=0.1 a TTL of 100 s expires an idle thread after 100 to 110 s
     of true idleness, while writing the thread's row at most every 10 s."""
@@ -91,7 +93,9 @@ def test_coalesced_activity_expires_between_ttl_and_its_slack(
         make_saver(activity_precision=2)
 
 
-def test_refresh_on_read_can_be_turned_off(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+def test_refresh_on_read_can_be_turned_off(
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
+) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall, refresh_on_read=False, activity_precision=0)
     put(saver, "t", 1)
     wall.advance(60)
@@ -101,15 +105,15 @@ def test_refresh_on_read_can_be_turned_off(make_saver: Callable[..., Any], wall:
 
 
 def test_keep_latest_strategy_prunes_history_and_keeps_the_thread(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall, strategy="keep_latest", activity_precision=0)
     parent = None
     for i in range(1, 5):
         parent = put(saver, "t", i, parent)
-    saver.put_writes(parent, [("x", 42)], "task")
+    saver.put_writes(present(parent), [("x", 42)], "task")
     wall.advance(500)
-    assert saver.get_tuple(config_for("t")).config == parent  # still readable
+    assert present(saver.get_tuple(config_for("t"))).config == parent  # still readable
     assert saver.sweep() == ["t"]
     remaining = list(saver.list(config_for("t")))
     assert [t.config for t in remaining] == [parent]
@@ -122,7 +126,7 @@ def test_keep_latest_strategy_prunes_history_and_keeps_the_thread(
 
 
 def test_per_thread_ttl_overrides_the_saver(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     saver = make_saver(ttl_seconds=1000, clock=wall, activity_precision=0)
     put(saver, "short", 1, ttl_seconds=10)
@@ -138,7 +142,7 @@ def test_per_thread_ttl_overrides_the_saver(
         put(saver, "bad", 1, ttl_seconds=-3)
 
 
-def test_late_writes_never_resurrect(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+def test_late_writes_never_resurrect(make_saver: Callable[..., SQLSaver], wall: FakeClock) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     first = put(saver, "t", 1)
     wall.advance(101)
@@ -157,7 +161,7 @@ def test_late_writes_never_resurrect(make_saver: Callable[..., Any], wall: FakeC
 
 
 async def test_async_late_write_and_fresh_start(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     saver = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     checkpoint = make_checkpoint({"x": [1]})
@@ -166,10 +170,10 @@ async def test_async_late_write_and_fresh_start(
     with pytest.raises(ThreadDeletedError):
         await saver.aput_writes(first, [("x", 2)], "task")
     again = await saver.aput(config_for("t"), make_checkpoint({"x": [3]}, step=3), {}, {"x": 3})
-    assert (await saver.aget_tuple(config_for("t"))).config == again
+    assert present(await saver.aget_tuple(config_for("t"))).config == again
 
 
-def test_ttl_survives_a_restart(make_saver: Callable[..., Any], wall: FakeClock) -> None:
+def test_ttl_survives_a_restart(make_saver: Callable[..., SQLSaver], wall: FakeClock) -> None:
     first = make_saver(ttl_seconds=100, clock=wall, activity_precision=0)
     put(first, "old", 1)
     put(first, "young", 1, ttl_seconds=1000)
@@ -183,7 +187,7 @@ def test_ttl_survives_a_restart(make_saver: Callable[..., Any], wall: FakeClock)
     assert second.sweep() == ["old"]
 
 
-def test_background_sweeper_thread(make_saver: Callable[..., Any]) -> None:
+def test_background_sweeper_thread(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver(ttl_seconds=1, sweep_interval_seconds=0.05, refresh_on_read=False)
     put(saver, "t", 1)
     assert saver.sweeper_running
@@ -191,12 +195,12 @@ def test_background_sweeper_thread(make_saver: Callable[..., Any]) -> None:
     while _thread_rows(saver) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _thread_rows(saver) == 0
-    thread = saver._sweeping.sweeper._thread
+    thread = present(saver._sweeping.sweeper)._thread
     saver.close()
     assert not thread.is_alive() and not saver.sweeper_running
 
 
-async def test_background_sweeper_task(make_saver: Callable[..., Any]) -> None:
+async def test_background_sweeper_task(make_saver: Callable[..., SQLSaver]) -> None:
     saver = make_saver(ttl_seconds=1, sweep_interval_seconds=0.05, refresh_on_read=False)
     await saver.aput(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     task = saver._sweeping.task
@@ -230,7 +234,7 @@ saver.close()
 
 
 def test_two_processes_sweep_each_thread_exactly_once(
-    make_saver: Callable[..., Any], database_url: str
+    make_saver: Callable[..., SQLSaver], database_url: str
 ) -> None:
     past = FakeClock(start=time.time() - 10_000)
     saver = make_saver(ttl_seconds=60, clock=past)
@@ -259,7 +263,7 @@ def test_two_processes_sweep_each_thread_exactly_once(
 
 
 def test_purging_tombstones_removes_rows_left_under_them(
-    make_saver: Callable[..., Any], wall: FakeClock
+    make_saver: Callable[..., SQLSaver], wall: FakeClock
 ) -> None:
     """A write that raced a sweep can leave rows under a tombstone: invisible while it
     stands, and gone with it when it is purged, never resurrected."""
@@ -297,11 +301,12 @@ def test_purging_tombstones_removes_rows_left_under_them(
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_a_thread_started_by_a_graph_expires(
-    make_saver: Callable[..., Any], wall: FakeClock, mode: str
+    make_saver: Callable[..., SQLSaver], wall: FakeClock, mode: str
 ) -> None:
     """A graph reads a new thread before its first write; that read must not count as the
     thread's recorded activity, or a short conversation would never expire."""
-    from langchain_core.messages import AIMessage
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.runnables import RunnableConfig
     from langgraph.graph import START, MessagesState, StateGraph
 
     saver = make_saver(ttl_seconds=100, clock=wall)
@@ -309,16 +314,16 @@ async def test_a_thread_started_by_a_graph_expires(
     graph.add_node("reply", lambda s: {"messages": [AIMessage("ok")]})
     graph.add_edge(START, "reply")
     app = graph.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "short"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "short"}}
     if mode == "sync":
-        app.invoke({"messages": [("user", "hi")]}, config)
+        app.invoke({"messages": [HumanMessage("hi")]}, config)
         assert saver.get_tuple(config) is not None
         wall.advance(200)
         assert saver.get_tuple(config) is None
         assert saver.sweep() == ["short"]
         return
     try:
-        await app.ainvoke({"messages": [("user", "hi")]}, config)
+        await app.ainvoke({"messages": [HumanMessage("hi")]}, config)
         assert await saver.aget_tuple(config) is not None
         wall.advance(200)
         assert await saver.aget_tuple(config) is None

@@ -8,14 +8,15 @@ import asyncio
 import operator
 import sqlite3
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_agent_memory import ConfigurationError, SqliteSaver
-from tests.helpers import config_for, make_checkpoint
+from tests.helpers import config_for, make_checkpoint, present
 
 
 class State(TypedDict):
@@ -31,11 +32,18 @@ def _graph(saver: Any) -> Any:
 
 
 @pytest.mark.parametrize("isolation_level", [None, "", "DEFERRED"])
-def test_a_graph_runs_on_a_connection_passed_in(isolation_level: str | None) -> None:
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=isolation_level)
+def test_a_graph_runs_on_a_connection_passed_in(
+    isolation_level: Literal["", "DEFERRED"] | None,
+) -> None:
+    # typeshed's connect() omits "", which sqlite3 documents as an alias of "DEFERRED"
+    conn = sqlite3.connect(
+        ":memory:",
+        check_same_thread=False,
+        isolation_level=isolation_level,  # type: ignore[arg-type]
+    )
     saver = SqliteSaver(conn)
     graph = _graph(saver)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     graph.invoke({"turns": ["hi"]}, config)
     assert graph.invoke({"turns": ["again"]}, config)["turns"] == [
         "hi",
@@ -53,10 +61,10 @@ def test_a_graph_runs_on_a_connection_passed_in(isolation_level: str | None) -> 
 async def test_the_async_api_on_a_connection_passed_in() -> None:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     saver = SqliteSaver(conn)
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     await _graph(saver).ainvoke({"turns": ["hi"]}, config)
     await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
-    assert (await saver.aget_tuple(config)).checkpoint["channel_values"]["turns"] == [
+    assert present(await saver.aget_tuple(config)).checkpoint["channel_values"]["turns"] == [
         "hi",
         "echo 1",
     ]
@@ -70,7 +78,7 @@ def test_a_file_connection_is_seen_by_a_saver_on_the_path(tmp_path: Path) -> Non
     saver = SqliteSaver(conn)
     stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     other = SqliteSaver(path)
-    assert other.get_tuple(stored).checkpoint["channel_values"] == {"x": [1]}
+    assert present(other.get_tuple(stored)).checkpoint["channel_values"] == {"x": [1]}
     other.close()
     saver.close()
     conn.close()

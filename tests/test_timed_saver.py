@@ -13,8 +13,9 @@ import weakref
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointMetadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
@@ -25,18 +26,26 @@ from langgraph_checkpoint_agent_memory import (
     TimedInMemorySaver,
 )
 from langgraph_checkpoint_agent_memory.checkpoint import timed, timed_life, timed_thread
-from tests.helpers import FakeClock, config_for, make_checkpoint, timed_contents
+from tests.helpers import FakeClock, config_for, make_checkpoint, present, timed_contents
 
 _versions = iter(range(1, 10**9))
 
 
-def put(saver: Any, thread_id: str, values: dict | None = None, parent: Any = None, **md: Any):
+def put(
+    saver: BaseCheckpointSaver[str],
+    thread_id: str,
+    values: dict[str, Any] | None = None,
+    parent: RunnableConfig | None = None,
+    *,
+    run_id: str | None = None,
+) -> RunnableConfig:
     """Store a checkpoint whose channels all get a new version, as a real step would."""
     config = config_for(thread_id, parent["configurable"]["checkpoint_id"] if parent else None)
     checkpoint = make_checkpoint(values, version=next(_versions))
-    return saver.put(
-        config, checkpoint, {"source": "loop", "step": 0, **md}, checkpoint["channel_versions"]
-    )
+    metadata = CheckpointMetadata(source="loop", step=0)
+    if run_id is not None:
+        metadata["run_id"] = run_id
+    return saver.put(config, checkpoint, metadata, checkpoint["channel_versions"])
 
 
 def sweeper_threads() -> list[threading.Thread]:
@@ -131,7 +140,7 @@ def test_sweep_frees_memory_of_expired_threads_only(clock: FakeClock) -> None:
     held = timed_contents(saver)
     assert held.threads == {"young"} and "old" not in saver._threads
     assert {k[0] for k in held.blobs} == {k[0] for k in held.writes} == {"young"}
-    assert saver.get_tuple(config_for("young")).pending_writes == [("task", "a", 2)]
+    assert present(saver.get_tuple(config_for("young"))).pending_writes == [("task", "a", 2)]
     saver.close()
 
 
@@ -147,7 +156,7 @@ def test_late_write_into_expired_thread_is_refused_but_fresh_start_allowed(
         saver.put_writes(first, [("a", 3)], "task")
     assert saver.get_tuple(config_for("t1")) is None  # nothing was resurrected
     fresh = put(saver, "t1", {"a": 4})
-    assert saver.get_tuple(config_for("t1")).checkpoint["channel_values"] == {"a": 4}
+    assert present(saver.get_tuple(config_for("t1"))).checkpoint["channel_values"] == {"a": 4}
     put(saver, "t1", {"a": 5}, parent=fresh)
     saver.close()
 
@@ -170,7 +179,7 @@ def test_sweeper_starts_lazily_and_close_stops_it() -> None:
     assert not saver.sweeper_running
     put(saver, "t1")
     assert saver.sweeper_running
-    thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
+    thread = present(saver._sweeping.sweeper)._thread
     saver.close()
     assert not thread.is_alive()
     assert not saver.sweeper_running
@@ -179,14 +188,14 @@ def test_sweeper_starts_lazily_and_close_stops_it() -> None:
 def test_context_managers_stop_the_sweeper() -> None:
     with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
         put(saver, "t1")
-        thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
+        thread = present(saver._sweeping.sweeper)._thread
     assert not thread.is_alive()
 
 
 async def test_async_context_manager_stops_the_sweeper() -> None:
     async with TimedInMemorySaver(60, sweep_interval_seconds=0.05) as saver:
         await saver.aput(config_for("t1"), make_checkpoint(), {}, {})
-        thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
+        thread = present(saver._sweeping.sweeper)._thread
     thread.join(2)
     assert not thread.is_alive()
 
@@ -194,7 +203,7 @@ async def test_async_context_manager_stops_the_sweeper() -> None:
 def test_garbage_collection_stops_the_sweeper() -> None:
     saver = TimedInMemorySaver(60, sweep_interval_seconds=30)
     put(saver, "t1")
-    thread = saver._sweeping.sweeper._thread  # type: ignore[union-attr]
+    thread = present(saver._sweeping.sweeper)._thread
     ref = weakref.ref(saver)
     del saver
     gc.collect()
@@ -295,7 +304,7 @@ def test_delete_thread_touches_only_that_thread(clock: FakeClock) -> None:
         saver.put_writes(stored, [("x", 1)], "task")
     saver.delete_thread("a")
     assert saver.get_tuple(config_for("a")) is None
-    assert saver.get_tuple(config_for("b")).checkpoint["channel_values"] == {"x": "b"}
+    assert present(saver.get_tuple(config_for("b"))).checkpoint["channel_values"] == {"x": "b"}
     held = timed_contents(saver)
     assert {k[0] for k in held.blobs} == {"b"} and {k[0] for k in held.writes} == {"b"}
     assert set(saver._life.last_used) == {"b"}
@@ -324,7 +333,7 @@ def test_delete_for_runs_removes_checkpoints_writes_and_orphan_blobs(clock: Fake
     saver = TimedInMemorySaver(10, clock=clock)
     c1 = put(saver, "t", {"x": "kept"}, run_id="keep")
     saver.put_writes(c1, [("x", 1)], "task")
-    c1_version = saver.get_tuple(c1).checkpoint["channel_versions"]["x"]
+    c1_version = present(saver.get_tuple(c1)).checkpoint["channel_versions"]["x"]
     c2 = put(saver, "t", {"x": "gone"}, parent=c1, run_id="drop")
     saver.put_writes(c2, [("x", 2)], "task")
     saver.delete_for_runs(["drop", "unknown"])
@@ -341,12 +350,12 @@ def test_prune_rejects_unknown_strategy() -> None:
         TimedInMemorySaver(10).prune(["t"], strategy="everything")
 
 
-def extend(state: list, batches: list) -> list:
+def extend(state: list[int], batches: list[list[int]]) -> list[int]:
     return state + [x for batch in batches for x in batch]
 
 
 class DeltaState(TypedDict):
-    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
+    items: Annotated[list[int], DeltaChannel(extend, snapshot_frequency=4)]
 
 
 def delta_graph(saver: Any) -> Any:
@@ -360,10 +369,10 @@ def delta_graph(saver: Any) -> Any:
 def test_prune_keep_latest_keeps_delta_channel_ancestors() -> None:
     saver = TimedInMemorySaver(3600)
     graph = delta_graph(saver)
-    config = {"configurable": {"thread_id": "d"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "d"}}
     for _ in range(5):
         graph.invoke({"items": []}, config)
-    latest = saver.get_tuple(config)
+    latest = present(saver.get_tuple(config))
     assert latest.metadata["counters_since_delta_snapshot"]  # the latest is not a snapshot
     before = graph.get_state(config).values["items"]
     assert before == [0, 1, 2, 3, 4]
@@ -388,7 +397,7 @@ def test_prune_keep_latest_without_delta_channels_keeps_one_per_namespace() -> N
     put(saver, "other", {"x": 1})
     saver.prune(["t"], strategy="keep_latest")
     assert [t.config for t in saver.list(config_for("t"))] == [second]
-    assert saver.get_tuple(second).pending_writes == [("task", "x", 9)]
+    assert present(saver.get_tuple(second)).pending_writes == [("task", "x", 9)]
     assert len(list(saver.list(config_for("other")))) == 1
     saver.close()
 
@@ -519,7 +528,7 @@ async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock
     assert InMemorySaver not in TimedInMemorySaver.__mro__
     saver = Guarded(10, clock=clock)
     graph = delta_graph(saver)
-    config = {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "d", "checkpoint_ns": ""}}
     for _ in range(5):
         graph.invoke({"items": []}, config)
     await graph.ainvoke({"items": []}, config)
@@ -527,7 +536,7 @@ async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock
     stored = put(saver, "t", {"x": 1}, run_id="r")
     saver.put_writes(stored, [("x", 2)], "task")
     await saver.aput_writes(stored, [("x", 3)], "other")
-    assert saver.get_tuple(stored).pending_writes == [("other", "x", 3), ("task", "x", 2)]
+    assert present(saver.get_tuple(stored)).pending_writes == [("other", "x", 3), ("task", "x", 2)]
     assert len(list(saver.list(None, filter={"run_id": "r"}))) == 1
     assert len([t async for t in saver.alist(config, limit=2)]) == 2
     saver.copy_thread("d", "d2")
@@ -542,6 +551,8 @@ async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock
     await saver.adelete_thread("t2")
     clock.advance(11)
     assert saver.sweep() >= 1
-    with saver.with_allowlist([("x",)]) as clone:
+    clone = saver.with_allowlist([("x",)])
+    assert isinstance(clone, TimedInMemorySaver)  # LangGraph types the clone as the base class
+    with clone:
         assert clone.get_tuple(config) is None
     saver.close()

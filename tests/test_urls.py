@@ -17,6 +17,7 @@ from langgraph_checkpoint_agent_memory import (
     create_checkpointer,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
 
 
 @pytest.mark.parametrize(
@@ -203,5 +204,6 @@ def test_the_url_and_the_argument_must_agree() -> None:
     with pytest.raises(ConfigurationError, match="given 2 times"):
         PostgresSaver(url + "&prepare_threshold=5")
     saver = PostgresSaver(url, prepare_threshold="None")  # the same value, written twice
+    assert isinstance(saver.db, PostgresDatabase)
     assert saver.db.options.prepare_threshold is None
     assert "prepare_threshold" not in saver.db.describe()
