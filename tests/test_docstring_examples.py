@@ -135,6 +135,8 @@ def make_world(tmp_path: Path, module: str) -> dict[str, Any]:
     ``TimedInMemorySaver``, elsewhere a SQLite saver; each with thread ``"user-17"`` idle for
     two hours (past its one-hour TTL) and thread ``"user-42"`` that ran a graph twice."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import HumanMessage
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.graph import START, MessagesState, StateGraph
 
@@ -167,8 +169,8 @@ def make_world(tmp_path: Path, module: str) -> dict[str, Any]:
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
     builder.add_edge(START, "agent")
-    config: dict[str, Any] = {"configurable": {"thread_id": "user-42", "user_id": "alice"}}
-    inputs = {"messages": [("user", "hi")]}
+    config: RunnableConfig = {"configurable": {"thread_id": "user-42", "user_id": "alice"}}
+    inputs = MessagesState(messages=[HumanMessage(content="hi")])
     app = builder.compile(checkpointer=saver)
     app.invoke(inputs, config)
     app.invoke(inputs, config)

@@ -129,6 +129,8 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
+            from langgraph.graph import START
+
             graph.add_node("inject_memory", memory.inject_node)  # before the agent node
             graph.add_edge(START, "inject_memory")
             app = graph.compile(checkpointer=checkpointer)
@@ -179,6 +181,7 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
+            # not run: needs a chat model that calls tools (an LLM)
             from langgraph.prebuilt import create_react_agent
 
             agent = create_react_agent(model, memory.tools(), checkpointer=checkpointer)
@@ -212,6 +215,8 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
+            from datetime import datetime, timezone
+
             for fact in memory.facts("user=alice"):
                 print(fact.attribute, fact.value)
             before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
@@ -324,6 +329,8 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
+            from datetime import datetime, timezone
+
             print(memory.build_context("user=alice", "what should I cook tonight?"))
             last_year = datetime(2024, 6, 1, tzinfo=timezone.utc)
             print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
@@ -618,7 +625,7 @@ class AgentMemory(Generic[StoreT]):
             ```python
             memory.start()
             try:
-                serve()
+                ...  # serve the app
             finally:
                 memory.stop()
             ```
@@ -648,7 +655,9 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
-            memory = AgentMemory(create_store("postgresql://..."))
+            from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+            memory = AgentMemory(create_store("sqlite:///memory.db"))
             memory.setup()  # e.g. in a deployment step, before the first request
             ```
         """

@@ -38,6 +38,8 @@ class MemoryContext:
 
     Example:
         ```python
+        from langgraph_checkpoint_agent_memory.memory import reading
+
         context = memory.context  # each AgentMemory has one
         facts = context.run(reading.facts_plan(context, "user=alice", None))
         ```

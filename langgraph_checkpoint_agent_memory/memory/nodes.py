@@ -150,8 +150,9 @@ class GraphNodes:
         memory: The memory the nodes read and write.
 
     Example:
-        >>> nodes = GraphNodes(memory)  # AgentMemory builds its own  # doctest: +SKIP
-        >>> graph.add_node("inject_memory", nodes.inject)  # doctest: +SKIP
+        >>> nodes = GraphNodes(memory)  # AgentMemory builds its own
+        >>> graph.add_node("inject_memory", nodes.inject)
+        <langgraph.graph.state.StateGraph object at ...>
     """
 
     def __init__(self, memory: Remembering) -> None:

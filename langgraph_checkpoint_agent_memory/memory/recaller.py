@@ -59,10 +59,10 @@ class Recaller:
         count_tokens: Counts a text's tokens for the budget.
 
     Example:
-        >>> recaller = Recaller(memory.context, memory.count_tokens)  # doctest: +SKIP
-        >>> memory.context.run(recaller.plan(Scope.of("user=a"), "city", 200, None, None))
-        ...  # doctest: +SKIP
-        Recalled(text='...', facts=[...], episodes=[...])
+        >>> recaller = Recaller(memory.context, memory.count_tokens)
+        >>> plan = recaller.plan(Scope.of("user=alice"), "city", 200, None, None)
+        >>> [fact.value for fact in memory.context.run(plan).facts]
+        ['Berlin']
     """
 
     context: MemoryContext

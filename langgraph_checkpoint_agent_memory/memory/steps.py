@@ -7,11 +7,13 @@ same code (as :mod:`..db.database`'s plans do for statements).
 
 Example:
     ```python
+    from langgraph_checkpoint_agent_memory.memory.model import Scope
+
     def count_facts(scope: Scope) -> Steps[int]:
-        found = yield Search(namespace("memory", scope, "facts"), "city", 5)
+        found = yield Search(memory.namespace(scope, "facts"), "city", 5)
         return len(found)
 
-    run_steps(count_facts(Scope.of("user=alice")), store)
+    assert run_steps(count_facts(Scope.parse("user=alice")), store) == 1
     ```
 """
 

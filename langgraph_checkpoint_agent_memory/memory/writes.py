@@ -81,6 +81,7 @@ class Decider:
 
     Example:
         ```python
+        # not run: a sketch; the plan's other arguments are elided
         decider = Decider(lambda stored: FactWrites(jobsql.Writes(), F.FactChanges()))
         context.run(jobsql.change_facts_plan(context.sql, ..., decide=decider))
         decider.decided.changes
