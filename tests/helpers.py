@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base.id import uuid6
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory import SQLSaver
+    from langgraph_checkpoint_agent_memory import SQLSaver, TimedInMemorySaver
 
 T = TypeVar("T")
 
@@ -124,7 +124,7 @@ class TimedContents(NamedTuple):
     writes: set[tuple[str, str, str]]
 
 
-def timed_contents(saver: Any) -> TimedContents:
+def timed_contents(saver: TimedInMemorySaver) -> TimedContents:
     """Look inside a ``TimedInMemorySaver`` (a test of that class may: the layout is its own)."""
     with saver._lock:
         threads = dict(saver._threads)

@@ -71,6 +71,7 @@ def test_custom_serde_reaches_both_savers() -> None:
             assert isinstance(saver, InMemorySaver)
             held = saver.blobs
         else:
+            assert isinstance(saver, TimedInMemorySaver)
             held = timed_contents(saver).blobs
         raw = next(iter(held.values()))
         assert raw[0].endswith("+aes") and b"secret" not in raw[1]
