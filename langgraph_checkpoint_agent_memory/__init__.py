@@ -25,6 +25,7 @@ from langgraph_checkpoint_agent_memory.errors import (
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.settings import (
     ConfigField,
+    ConfigValue,
     ConfigValueError,
     agent_config,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "ChatModelExtractor",
     "ClosedError",
     "ConfigField",
+    "ConfigValue",
     "ConfigValueError",
     "ConfigurationError",
     "DatabaseNotFoundError",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, Protocol, TypeVar, Union
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -37,6 +37,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 CONFIG_FILE_ENV = "AGENT_CONFIG_FILE"
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 _MISSING: Any = object()
 
 
@@ -127,9 +128,18 @@ _overrides: dict[str, Any] = {}
 _file_cache: dict[str, tuple[float, Any]] = {}
 
 
+class ConfigValue(Protocol[T_co]):
+    """What :func:`agent_config` makes of a function: called, the value in force;
+    ``config_field``, the declared :class:`ConfigField`."""
+
+    config_field: ConfigField
+
+    def __call__(self) -> T_co: ...
+
+
 def agent_config(
     key: str, label: str, description: str, **extra: Any
-) -> Callable[[Callable[[], T]], Callable[[], T]]:
+) -> Callable[[Callable[[], T]], ConfigValue[T]]:
     """Declare a configuration field whose coded default is the decorated function's result.
 
     Operators change the value without touching code (an environment variable named after
@@ -168,7 +178,7 @@ def agent_config(
         raise ConfigurationError(f"agent_config key must be a non-empty string, got {key!r}")
     key = key.strip()
 
-    def decorator(fn: Callable[[], T]) -> Callable[[], T]:
+    def decorator(fn: Callable[[], T]) -> ConfigValue[T]:
         origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         try:
             annotation = typing.get_type_hints(fn).get("return", _MISSING)
@@ -197,8 +207,8 @@ def agent_config(
         def effective() -> T:
             return typing.cast(T, declared.value())
 
-        effective.config_field = declared  # type: ignore[attr-defined]
-        return effective
+        setattr(effective, "config_field", declared)  # noqa: B010 - a function's attribute
+        return typing.cast(ConfigValue[T], effective)
 
     return decorator
 

@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional, Protocol, cast
+from typing import Literal, Optional
 
 import pytest
 
 from langgraph_checkpoint_agent_memory import (
-    ConfigField,
     ConfigurationError,
+    ConfigValue,
     ConfigValueError,
     agent_config,
     settings,
 )
 
 
-class DeclaredTTL(Protocol):
-    """What ``@agent_config`` makes of ``def ttl() -> int``: the value in force, and its field."""
-
-    config_field: ConfigField
-
-    def __call__(self) -> int: ...
-
-
-def declare_ttl() -> DeclaredTTL:
+def declare_ttl() -> ConfigValue[int]:
     @agent_config("config.checkpointer.ttl_seconds", "Thread TTL", "Idle seconds", unit="s")
     def ttl() -> int:
         return 3600
 
-    # agent_config is typed as returning Callable[[], T]: its config_field is not in the type
-    return cast(DeclaredTTL, ttl)
+    return ttl
 
 
 def test_env_var_name() -> None:
