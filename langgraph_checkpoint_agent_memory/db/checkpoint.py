@@ -98,12 +98,12 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
         # one shard only when the distribution column is copied from a co-located table
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))  # a NULL (no value, no boundary) refuses nothing
-        values = d._values(table, cols[1:])
+        values = d.values_select(table, cols[1:])
         source = sa.select(t.c.thread_id, *values.selected_columns).where(
             t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
         )
     else:
-        source = d._values(table, cols).where(_thread_takes(B("thread_id")))
+        source = d.values_select(table, cols).where(_thread_takes(B("thread_id")))
     return d.insert_from_select(
         table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
     )

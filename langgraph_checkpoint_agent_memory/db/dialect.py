@@ -215,7 +215,12 @@ class Dialect:
             for bind in compiled.binds.values()
             if not bind.required and bind in compiled.bind_names
         )
-        return Sql(self._finish(str(compiled), statement), names, defaults)
+        return Sql(str(compiled), names, defaults)
+
+    def literal(self, statement: sa.sql.ClauseElement) -> str:
+        """``statement`` as text with its values written in (a migration's statements run
+        without parameters)."""
+        return str(statement.compile(dialect=self.sa, compile_kwargs={"literal_binds": True}))
 
     def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement | str]) -> Sql:
         """The compiled statement for ``key``, built and compiled on first use only."""
@@ -227,10 +232,6 @@ class Dialect:
         with self._lock:
             self._cache[key] = compiled
         return compiled
-
-    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
-        """Last-mile textual adjustments a dialect needs (HANA's ``WITH PRIMARY KEY``)."""
-        return text
 
     def ddl(self, tables: Sequence[sa.Table]) -> list[str]:
         """CREATE TABLE and CREATE INDEX statements for ``tables``, in this dialect."""
@@ -255,7 +256,7 @@ class Dialect:
     def insert_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
         """Insert a row unless one with the same ``keys`` exists (first write wins)."""
         cols = [c.name for c in table.columns]
-        return self.insert_from_select(table, cols, self._values(table, cols), keys, None)
+        return self.insert_from_select(table, cols, self.values_select(table, cols), keys, None)
 
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
@@ -315,7 +316,9 @@ class Dialect:
         """A parameter in a SELECT list, typed so the database need not guess."""
         return sa.cast(param, type_)
 
-    def _values(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
+    def values_select(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
+        """``SELECT :c1 AS c1, ...``: one row of parameters named after ``table``'s columns
+        ``cols``, typed by them (the source of an ``INSERT ... SELECT`` of one row)."""
         return sa.select(
             *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
         )

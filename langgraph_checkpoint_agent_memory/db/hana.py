@@ -10,6 +10,7 @@ by itself on HANA, so a migration that finds its table already created counts it
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -20,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import AddConstraint
 
 from langgraph_checkpoint_agent_memory.db import fork
@@ -43,6 +45,23 @@ logger = logging.getLogger(__name__)
 ALREADY_EXISTS = {288, 289, 307}
 
 
+@functools.cache
+def upsert_by_key() -> Any:
+    """sqlalchemy-hana's ``Upsert`` that matches the existing row by the table's primary key
+    (``UPSERT ... VALUES ... WITH PRIMARY KEY``): its ``Upsert`` has no option for the clause.
+    Built on first use, as sqlalchemy-hana is an optional dependency."""
+    from sqlalchemy_hana.elements import Upsert
+
+    class UpsertByKey(Upsert):
+        inherit_cache = False
+
+    @compiles(UpsertByKey)
+    def _compile(element: Any, compiler: Any, **kw: Any) -> str:
+        return f"{compiler.visit_upsert(element, **kw)} WITH PRIMARY KEY"
+
+    return UpsertByKey
+
+
 class HanaDialect(Dialect):
     name = "hana"
     conditional_upsert = False
@@ -61,11 +80,6 @@ class HanaDialect(Dialect):
                 "pip install 'langgraph-checkpoint-agent-memory[hana]'"
             ) from exc
         return HANAHDBCLIDialect()
-
-    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
-        if getattr(statement, "_hana_with_primary_key", False):
-            return f"{text} WITH PRIMARY KEY"
-        return text
 
     native_vectors = True
 
@@ -238,14 +252,10 @@ class HanaDialect(Dialect):
         return out
 
     def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
-        from sqlalchemy_hana.elements import Upsert
-
         if where is not None:
             raise NotImplementedError("HANA plans do not use conditional upserts")
         cols = [c.name for c in table.columns]
-        stmt = Upsert(table).values(values_params(table, cols))
-        stmt._hana_with_primary_key = True  # type: ignore[attr-defined]
-        return stmt
+        return upsert_by_key()(table).values(values_params(table, cols))
 
     def upsert_select(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns
@@ -337,7 +347,8 @@ class HanaDatabase(Database[Any]):
         self._all: list[Any] = []
         self._lock = threading.Lock()
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """In a forked child: set the parent's connections aside and open fresh ones."""
         fork.set_aside(*self._all)
         self._fresh_connections()
 

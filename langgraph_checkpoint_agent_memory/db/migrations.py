@@ -55,13 +55,24 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
 
 
+def _column_like(column: sa.Column[Any]) -> sa.Column[Any]:
+    """A new column declared as ``column`` is (the tables of :mod:`.schema` set no defaults)."""
+    return sa.Column(
+        column.name,
+        column.type,
+        primary_key=column.primary_key,
+        nullable=column.nullable,
+        autoincrement=column.autoincrement,
+    )
+
+
 def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
     """``table`` as an earlier migration created it: without the columns added later (and
     without them in its primary key)."""
     old = sa.Table(
         table.name,
         sa.MetaData(),
-        *(c._copy() for c in table.columns if c.name not in without),
+        *(_column_like(c) for c in table.columns if c.name not in without),
         **table.kwargs,
     )
     if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
@@ -81,7 +92,11 @@ UNKNOWN_BOUNDARY = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 def _checkpoint_v3(d: Dialect) -> list[str]:
     return [
         d.add_column(threads, threads.c.ended_after),
-        f"UPDATE am_threads SET ended_after = '{UNKNOWN_BOUNDARY}' WHERE deleted_at IS NOT NULL",
+        d.literal(
+            sa.update(threads)
+            .where(threads.c.deleted_at.is_not(None))
+            .values(ended_after=UNKNOWN_BOUNDARY)
+        ),
         *d.live_row_ddl(),
     ]
 

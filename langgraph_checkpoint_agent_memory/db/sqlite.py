@@ -150,21 +150,13 @@ class SQLiteDialect(Dialect):
         """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
         rows copied, the old one dropped, the new one renamed, its indexes created, those
         of ``keep`` too), inside the migration's transaction."""
-        new = sa.Table(
-            f"{table.name}__rekeyed",
-            sa.MetaData(),
-            *(c._copy() for c in table.columns),
-            *(
-                [sa.PrimaryKeyConstraint(*(c.name for c in table.primary_key.columns))]
-                if not any(c.primary_key for c in table.columns)
-                else []
-            ),
-            **table.kwargs,
-        )
-        cols = ", ".join(c.name for c in table.columns)
+        new = table.to_metadata(sa.MetaData(), name=f"{table.name}__rekeyed")
+        cols = [c.name for c in table.columns]
+        copy = sa.insert(new).from_select(cols, sa.select(*table.columns))
         return [
             str(CreateTable(new).compile(dialect=self.sa)).strip(),
-            f"INSERT INTO {new.name} ({cols}) SELECT {cols} FROM {table.name}",
+            self.literal(copy),
+            # raw: ALTER TABLE and DROP TABLE of a rebuild have no Core form
             f"DROP TABLE {table.name}",
             f"ALTER TABLE {new.name} RENAME TO {table.name}",
             *(
@@ -323,7 +315,8 @@ class SQLiteDatabase(Database[Any]):
         self._write_lock = threading.Lock()
         self._connect_lock = threading.Lock()
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """In a forked child: set the parent's connections aside and open fresh ones."""
         fork.set_aside(*self._all)
         self._fresh_connections()
 
