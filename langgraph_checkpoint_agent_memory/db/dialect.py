@@ -13,6 +13,7 @@ locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,15 @@ Columns: TypeAlias = Sequence[str]
 #: The SELECT whose rows an ``INSERT ... SELECT`` writes.
 Source: TypeAlias = "sa.Select[Any]"
 
+
+#: The store filter operators a dialect's JSON pre-filter compares with, as Core operators.
+JSON_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "$eq": operator.eq,
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
 
 #: The approximate (ANN) index kinds a store's ``index`` may ask for: ``"hnsw"`` (the default,
 #: where the database offers it) or ``"flat"`` (none: exact similarity only).
@@ -388,18 +398,8 @@ class Dialect:
         """Whether ``exc`` is a fast write refusing a deleted or expired thread."""
         return False
 
-    #: The substring function of raw SQL text.
+    #: The name of the substring function (HANA's ``SUBSTRING``).
     substr = "substr"
-
-    def under(self, column: str = "prefix") -> str:
-        """Raw SQL: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
-        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
-        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
-        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
-        p = self.param
-        return (
-            f"({column} = {p('ns')} OR {self.substr}({column}, 1, {p('ns_len')}) = {p('ns_dot')})"
-        )
 
     def substring(self, column: Any, length: Any) -> Any:
         """Core: the first ``length`` characters of ``column`` (``substr``; HANA's
@@ -407,9 +407,17 @@ class Dialect:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
     def under_clause(self, column: Any) -> Any:
-        """Core form of :meth:`under`: ``column`` is the namespace ``:ns`` or below it."""
+        """Core: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
+        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
+        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
+        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+
+    def vector_under_clause(self, column: Any) -> Any:
+        """Core: the vector row's ``column`` (its namespace) is under ``:ns``, in the form
+        the dialect's namespace index on vectors can walk (:meth:`under_clause` here)."""
+        return self.under_clause(column)
 
     def param(self, name: str) -> str:
         """How a named parameter is written in raw SQL text for this driver."""
@@ -462,18 +470,15 @@ class Dialect:
         """Add to a vector row (``vector`` bytes, ``embedding`` text) whatever else
         :meth:`insert_vector` binds."""
 
-    def vector_under(self) -> str:
-        """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
-        return self.under("v.prefix")
-
     def vector_search(
-        self, filters: Hashable, where: str, dims: int, *, joined: bool
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
         """Exact similarity to ``:query_vector`` (text form) computed in the database:
         ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
         (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
-        ``where`` (built from ``filters``, the cache key); otherwise ``where`` is the
-        namespace alone and the items are not read (the store drops expired ones after).
+        ``where`` (Core conditions over :data:`.schema.vectors_v` and :data:`.schema.items_i`,
+        built from ``filters``, the cache key); otherwise ``where`` is the namespace alone
+        and the items are not read (the store drops expired ones after).
         ``None``: the store computes it in numpy."""
         return None
 
@@ -489,7 +494,7 @@ class Dialect:
         return False
         yield  # pragma: no cover
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
         """The statements of one approximate search through ``index``, sent in one
         transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
         ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
@@ -497,7 +502,7 @@ class Dialect:
         ``:n``."""
         raise NotImplementedError
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
         about how many ``index`` holds in all."""
         raise NotImplementedError
@@ -532,11 +537,16 @@ class Dialect:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
 
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
-        """SQL text for a store filter condition on ``value`` at ``path`` that every
-        matching row satisfies (the exact test runs in Python), binding ``:param`` (and
-        ``:param_path``); ``None`` when the dialect cannot narrow it."""
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
+        """The shape of a SQL condition for a store filter condition on ``value`` at ``path``
+        that every matching row satisfies (the exact test runs in Python): a hashable that
+        :meth:`json_condition` builds from; ``None`` when the dialect cannot narrow it."""
         return None
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        """Core: the condition of :meth:`json_prefilter`'s ``shape`` on the JSON column
+        ``value``, binding ``:param`` (the compared value) and ``:param_path``."""
+        raise NotImplementedError
 
     def erase_session(self) -> tuple[list[str], list[str]]:
         """Statements run alone on the erasing connection before and after the erase
@@ -547,6 +557,12 @@ class Dialect:
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None
+
+
+def same_item(a: Any, b: Any) -> Any:
+    """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and
+    ``key``) belong to the same store item (the shard key first: co-located)."""
+    return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:

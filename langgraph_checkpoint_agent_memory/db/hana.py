@@ -33,8 +33,10 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
     VectorIndex,
+    same_item,
     values_params,
 )
+from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -60,6 +62,19 @@ def upsert_by_key() -> Any:
         return f"{compiler.visit_upsert(element, **kw)} WITH PRIMARY KEY"
 
     return UpsertByKey
+
+
+def _column(name: str) -> Any:
+    """Raw: a vector column of the vectors ``v`` that :mod:`.schema` does not declare
+    (``embedding``, and the typed ``embedding_<dims>`` of each indexed dimension count)."""
+    return sa.literal_column(f"{vectors_v.name}.{name}")
+
+
+def _similarity(embedding: Any) -> Any:
+    """Raw: HANA's vector functions, ``COSINE_SIMILARITY(embedding,
+    TO_REAL_VECTOR(:query_vector)) AS sim``."""
+    query = sa.func.TO_REAL_VECTOR(sa.bindparam("query_vector"))
+    return sa.func.COSINE_SIMILARITY(embedding, query).label("sim")
 
 
 class HanaDialect(Dialect):
@@ -122,21 +137,26 @@ class HanaDialect(Dialect):
             ),
         )
 
-    def vector_search(self, filters: Hashable, where: str, dims: int, *, joined: bool) -> Sql:
-        items = (
-            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
-            if joined
-            else ""
-        )
-        return self.sql(
-            ("vector_search", filters, dims, joined),
-            lambda: (
-                "SELECT v.prefix, v.key, COSINE_SIMILARITY(v.embedding, "
-                f"TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v{items} "
-                f"WHERE {where} AND v.embedding IS NOT NULL AND LENGTH(v.vector) = {4 * dims} "
-                "ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
-            ),
-        )
+    def vector_search(
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
+    ) -> Sql:
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            embedding = _column("embedding")
+            return (
+                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
+                .select_from(v.join(i, same_item(i, v)) if joined else v)
+                .where(
+                    *where,
+                    embedding.is_not(None),
+                    sa.func.length(v.c.vector) == sa.literal_column(str(4 * int(dims))),
+                )
+                .order_by(sa.desc("sim"), v.c.prefix, v.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.sql(("vector_search", filters, dims, joined), build)
 
     # SAP HANA Cloud's HNSW vector index (CREATE HNSW VECTOR INDEX, QRC 3/2024 and later)
     # needs one dimension count per column, while am_store_vectors holds the vectors of every
@@ -211,30 +231,41 @@ class HanaDialect(Dialect):
             self.indexed_dims = self.indexed_dims | {index.dims}
         return exists
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
-        return [
-            self.sql(
-                ("ann_search", index.name, filters),
-                lambda: (
-                    f"SELECT v.prefix, v.key, COSINE_SIMILARITY({index.column}, "
-                    "TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
-                    "AND i.key = v.key "
-                    f"WHERE {where} AND {index.column} IS NOT NULL "
-                    "ORDER BY sim DESC LIMIT :n"
-                ),
-            )
-        ]
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
+        v, i = vectors_v, items_i
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
-        return self.sql(
-            ("vector_counts", index.name, scoped),
-            lambda: (
-                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{under} LIMIT :cap) s), (SELECT COUNT(*) FROM am_store_vectors "
-                f"WHERE embedding_{index.dims} IS NOT NULL) FROM DUMMY"
-            ),
-        )
+        def build() -> Any:
+            embedding = _column(f"embedding_{index.dims}")
+            return (
+                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(*where, embedding.is_not(None))
+                .order_by(sa.desc("sim"))
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return [self.sql(("ann_search", index.name, filters), build)]
+
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
+        def build() -> Any:
+            capped = (
+                sa.select(sa.literal_column("1"))
+                .select_from(vectors_v)
+                .where(*under)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .subquery("s")
+            )
+            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
+            typed: Any = sa.literal_column(f"embedding_{index.dims}")  # raw: see _column
+            indexed = (
+                sa.select(sa.func.count())
+                .select_from(store_vectors)
+                .where(typed.is_not(None))
+                .scalar_subquery()
+            )
+            return sa.select(near, indexed)
+
+        return self.sql(("vector_counts", index.name, scoped), build)
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         return (

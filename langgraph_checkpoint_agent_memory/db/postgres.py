@@ -8,8 +8,8 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Hashable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
@@ -18,13 +18,15 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
+    JSON_OPS,
     AnnConfig,
     Dialect,
     FastWrite,
     Sql,
     VectorIndex,
+    same_item,
 )
-from langgraph_checkpoint_agent_memory.db.schema import metadata
+from langgraph_checkpoint_agent_memory.db.schema import items_i, metadata, vectors_v
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Plan
@@ -66,6 +68,41 @@ PGVECTOR_STATE = (
 #: A namespace index in byte order, which the prefix range of :meth:`vector_under` can
 #: walk (the primary key's collation is the database's, which that range cannot use).
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
+
+
+class PgVector(sa.types.UserDefinedType[Any]):
+    """pgvector's types (``vector``, ``halfvec(n)``), for casts: raw, SQLAlchemy has none."""
+
+    cache_ok = True
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.spec
+
+
+_ONE: Any = sa.literal_column("1")
+_ZERO: Any = sa.literal_column("0")
+#: PostgreSQL's catalog of relations, for the planner's row estimates.
+_PG_CLASS = sa.table("pg_class", sa.column("oid"), sa.column("reltuples"))
+
+
+def _embedding() -> Any:
+    """Raw: the vectors' pgvector column, which :mod:`.schema` does not declare (it exists
+    only where the extension does), named through the vectors' alias."""
+    return sa.literal_column(f"{vectors_v.name}.embedding")
+
+
+def _query_vector(spec: str) -> Any:
+    """``:query_vector`` (text form) as a pgvector value of type ``spec``."""
+    return sa.cast(sa.bindparam("query_vector"), PgVector(spec))
+
+
+def _dims_are(dims: int) -> Any:
+    """The vector has ``dims`` dimensions: a literal, as in the partial HNSW index's
+    predicate, so the planner can use the index."""
+    return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
 
 
 class PostgresDialect(Dialect):
@@ -195,34 +232,38 @@ class PostgresDialect(Dialect):
             ),
         )
 
-    def vector_under(self) -> str:
+    def vector_under_clause(self, column: Any) -> Any:
         # the byte-order range first, which am_store_vectors_ns walks; then the exact test
         # (a namespace "a-b" sorts between "a" and "a.", inside the range, not under "a")
-        return (
-            '(v.prefix COLLATE "C" >= %(ns)s AND v.prefix COLLATE "C" < %(ns_end)s '
-            'AND (v.prefix = %(ns)s OR v.prefix COLLATE "C" >= %(ns_dot)s))'
+        c = column.collate("C")
+        return sa.and_(
+            c >= sa.bindparam("ns"),
+            c < sa.bindparam("ns_end"),
+            sa.or_(column == sa.bindparam("ns"), c >= sa.bindparam("ns_dot")),
         )
 
     def vector_search(
-        self, filters: Hashable, where: str, dims: int, *, joined: bool
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
         if not self.native_vectors:
             return None
-        # NULLIF: a zero vector's cosine is NaN, which would sort first
-        sim = "NULLIF(1 - (v.embedding <=> CAST(%(query_vector)s AS vector)), 'NaN')"
-        items = (
-            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
-            if joined
-            else ""
-        )
-        return self.sql(
-            ("vector_search", filters, dims, joined),
-            lambda: (
-                f"SELECT v.prefix, v.key, {sim} AS sim FROM am_store_vectors v{items} "
-                f"WHERE vector_dims(v.embedding) = {int(dims)} AND {where} "
-                "ORDER BY sim DESC NULLS LAST, v.prefix, v.key LIMIT %(n)s"
-            ),
-        )
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            # NULLIF: a zero vector's cosine is NaN, which would sort first
+            sim = sa.func.nullif(
+                _ONE - _embedding().op("<=>", return_type=sa.Float)(_query_vector("vector")),
+                sa.literal_column("'NaN'"),
+            ).label("sim")
+            return (
+                sa.select(v.c.prefix, v.c.key, sim)
+                .select_from(v.join(i, same_item(i, v)) if joined else v)
+                .where(_dims_are(dims), *where)
+                .order_by(sa.nulls_last(sa.desc("sim")), v.c.prefix, v.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.sql(("vector_search", filters, dims, joined), build)
 
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
         if not self.native_vectors or config.kind != "hnsw":
@@ -275,13 +316,27 @@ class PostgresDialect(Dialect):
         yield Batch([Stmt(create_sql)], write=True)
         return True
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
-        kind = index.vector_type
-        distance = f"{index.column} <=> CAST(%(query_vector)s AS {kind}({index.dims}))"
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            # raw: the indexed expression and pgvector's operator have no Core form
+            distance = sa.literal_column(index.column).op("<=>", return_type=sa.Float)(
+                _query_vector(f"{index.vector_type}({index.dims})")
+            )
+            return (
+                sa.select(v.c.prefix, v.c.key, (_ONE - distance).label("sim"))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(_dims_are(index.dims), *where)
+                .order_by(distance)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
         # Iterative index scans: a filter or a namespace that drops rows makes the scan
         # read on (in relaxed order; the store re-sorts by similarity) until :n rows pass,
         # or until hnsw.max_scan_tuples, when the store falls back to exact search.
         return [
+            # raw: pgvector's settings, no Core form
             self.sql(
                 ("ann_ef_search", index.ef_search),
                 lambda: f"SET LOCAL hnsw.ef_search = {int(index.ef_search)}",
@@ -291,28 +346,35 @@ class PostgresDialect(Dialect):
             # a statement run often) that cannot see the namespace's size would otherwise
             # sort the namespace instead
             self.sql("ann_no_sort", lambda: "SET LOCAL enable_sort = off"),
-            self.sql(
-                ("ann_search", index.name, filters),
-                lambda: (
-                    f"SELECT v.prefix, v.key, 1 - ({distance}) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
-                    "AND i.key = v.key "
-                    f"WHERE vector_dims(v.embedding) = {index.dims} AND {where} "
-                    f"ORDER BY {distance} LIMIT %(n)s"
-                ),
-            ),
+            self.sql(("ann_search", index.name, filters), build),
         ]
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
-        return self.sql(
-            ("vector_counts", index.name, scoped),
-            lambda: (
-                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{under} LIMIT %(cap)s) s), COALESCE((SELECT NULLIF(reltuples, -1) "
-                "FROM pg_class WHERE oid = to_regclass(%(index)s)), (SELECT reltuples "
-                "FROM pg_class WHERE oid = to_regclass('am_store_vectors')), 0)"
-            ),
-        )
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
+        def build() -> Any:
+            capped = (
+                sa.select(_ONE)
+                .select_from(vectors_v)
+                .where(*under)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .subquery("s")
+            )
+            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
+            # the planner's row estimates, from the catalog (PostgreSQL's own tables)
+            index_rows = (
+                sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
+                .where(_PG_CLASS.c.oid == sa.func.to_regclass(sa.bindparam("index")))
+                .scalar_subquery()
+            )
+            # a literal, which qualify() places in the schema
+            table: Any = sa.literal_column("'am_store_vectors'")
+            table_rows = (
+                sa.select(_PG_CLASS.c.reltuples)
+                .where(_PG_CLASS.c.oid == sa.func.to_regclass(table))
+                .scalar_subquery()
+            )
+            return sa.select(near, sa.func.coalesce(index_rows, table_rows, _ZERO))
+
+        return self.sql(("vector_counts", index.name, scoped), build)
 
     def full_text_ddl(self) -> list[str]:
         return [
@@ -338,44 +400,52 @@ class PostgresDialect(Dialect):
         ]
 
     def under_clause(self, column: Any) -> Any:
-        # the byte-order range of :meth:`under`
+        # A byte-order range, so the planner estimates it from the column's statistics (a
+        # substr() comparison is a blind guess that made it scan instead of walking indexes)
         c = column.collate("C")
         return sa.or_(
             column == sa.bindparam("ns"),
             sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
         )
 
-    def under(self, column: str = "prefix") -> str:
-        # A byte-order range, so the planner estimates it from the column's statistics (a
-        # substr() comparison is a blind guess that made it scan instead of walking indexes)
-        return (
-            f'({column} = %(ns)s OR ({column} COLLATE "C" >= %(ns_dot)s '
-            f'AND {column} COLLATE "C" < %(ns_end)s))'
-        )
-
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
         """One comparison per condition, in jsonb's own order where it is exact: numbers
         compare numerically and sort after strings and null, before booleans, arrays and
         objects, so ``>= 8`` may admit a boolean (Python drops it) but never loses a number,
         and nothing casts a value that is not a number. Strings compare in byte order
         ("C"), as Python does. Fewer, simpler conditions also let the planner estimate
         them, and walk the newest-first index instead of scanning."""
-        at = f"CAST(value AS jsonb) #> %({param}_path)s::text[]"
-        text = f"(CAST(value AS jsonb) #>> %({param}_path)s::text[])"
-        sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
         if isinstance(value, bool):
-            return f"{at} = to_jsonb(%({param})s::boolean)" if op == "$eq" else None
+            return ("boolean",) if op == "$eq" else None
         if value is None:
-            return f"jsonb_typeof({at}) = 'null'" if op == "$eq" else None
-        if sql_op is not None and isinstance(value, (int, float)):
+            return ("null",) if op == "$eq" else None
+        if op in JSON_OPS and isinstance(value, (int, float)):
             if isinstance(value, float) and value != value:  # NaN: let Python decide
                 return None
+            return ("number", op)
+        if op in JSON_OPS and isinstance(value, str):
+            return ("string", op)
+        return ("exists",)
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        kind, *rest = cast(tuple[Any, ...], shape)
+        doc = sa.cast(value, sa_pg.JSONB)
+        path = sa.cast(sa.bindparam(f"{param}_path"), sa_pg.ARRAY(sa.Text))
+        compared: Any = sa.bindparam(param)
+        if kind == "string":
+            text = doc.op("#>>", return_type=sa.Text)(path).self_group().collate("C")
+            return JSON_OPS[rest[0]](text, compared)
+        at = doc.op("#>", return_type=sa_pg.JSONB)(path)
+        if kind == "boolean":
+            return at == sa.func.to_jsonb(sa.cast(compared, sa.Boolean))
+        if kind == "null":
+            return sa.func.jsonb_typeof(at) == sa.literal_column("'null'")
+        if kind == "number":
             # through text: a float8 cast straight to numeric keeps only 15 digits, and
             # 0.22551938891410828 would no longer equal itself
-            return f"{at} {sql_op} to_jsonb(CAST(CAST(%({param})s AS text) AS numeric))"
-        if sql_op is not None and isinstance(value, str):
-            return f'{text} COLLATE "C" {sql_op} %({param})s'
-        return f"{at} IS NOT NULL"
+            number = sa.func.to_jsonb(sa.cast(sa.cast(compared, sa.Text), sa.Numeric))
+            return JSON_OPS[rest[0]](at, number)
+        return at.is_not(None)
 
     def json_path(self, path: list[str]) -> Any:
         return list(path)

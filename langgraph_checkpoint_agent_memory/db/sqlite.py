@@ -12,12 +12,12 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
@@ -26,7 +26,13 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Columns, Dialect, FastWrite, Source
+from langgraph_checkpoint_agent_memory.db.dialect import (
+    JSON_OPS,
+    Columns,
+    Dialect,
+    FastWrite,
+    Source,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -181,7 +187,7 @@ class SQLiteDialect(Dialect):
             ["PRAGMA secure_delete = OFF", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
         )
 
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
         """One ``json_extract`` per condition. It may admit rows of another JSON type (SQLite
         orders every text after every number, and reads JSON true as 1); the exact test in
         Python drops them, so the pre-filter only has to keep every real match."""
@@ -189,18 +195,27 @@ class SQLiteDialect(Dialect):
             # SQLite matches a quoted path label against the key as JSON escapes it, and
             # has no way to write a quote in one: Python alone decides for such keys
             return None
-        at = f"json_extract(value, :{param}_path)"
-        exists = f"json_type(value, :{param}_path) IS NOT NULL"  # JSON null included
-        sql_op = _SQL_OPS.get(op)
         if isinstance(value, bool):
-            return f"{at} = {int(value)}" if op == "$eq" else exists
+            return ("is", int(value)) if op == "$eq" else ("exists",)
         if value is None:
-            return f"json_type(value, :{param}_path) = 'null'" if op == "$eq" else exists
+            return ("null",) if op == "$eq" else ("exists",)
         if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
-            return exists  # beyond SQLite's integers: Python compares it exactly
-        if sql_op is not None and isinstance(value, (int, float, str)):
-            return f"{at} {sql_op} :{param}"
-        return exists
+            return ("exists",)  # beyond SQLite's integers: Python compares it exactly
+        if op in JSON_OPS and isinstance(value, (int, float, str)):
+            return ("compare", op)
+        return ("exists",)
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        path: Any = sa.bindparam(f"{param}_path")
+        kind, *rest = cast(tuple[Any, ...], shape)
+        if kind == "exists":
+            return sa.func.json_type(value, path).is_not(None)  # JSON null included
+        if kind == "null":
+            return sa.func.json_type(value, path) == sa.literal_column("'null'")
+        at = sa.func.json_extract(value, path)
+        if kind == "is":  # a boolean, which json_extract reads as 0 or 1
+            return at == sa.literal_column(str(int(rest[0])))
+        return JSON_OPS[rest[0]](at, sa.bindparam(param))
 
     def json_path(self, path: list[str]) -> Any:
         return "$" + "".join(f'."{part}"' for part in path)
@@ -218,7 +233,6 @@ class SQLiteDialect(Dialect):
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 #: The message of the trigger's refusal of a deleted or expired thread.
 THREAD_GONE = "am_thread_gone"

@@ -55,6 +55,7 @@ from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
+    Prefilter,
     StoreStatements,
     ns_text,
     scoped,
@@ -607,7 +608,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         self,
         op: SearchOp,
         conds: list[tuple[list[str], str, Any]],
-        filters: str,
+        filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
         """No query: newest first, pre-filtered in SQL, decided exactly here."""
