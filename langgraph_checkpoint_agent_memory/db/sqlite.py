@@ -25,7 +25,7 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
@@ -500,31 +500,14 @@ class DbApiSession:
 
     def execute(self, batch: Batch) -> list[Any]:
         if self._single_write(batch):
-            stmt = batch.statements[0]
-            if self.write_lock is not None:
-                self.write_lock.acquire()
-            try:
-                cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-                return [cur.fetchall() if stmt.fetch else cur.rowcount]
-            finally:
-                if self.write_lock is not None:
-                    self.write_lock.release()
-        results: list[Any] = []
+            return self._lone_write(batch.statements[0])
         cur = self.conn.cursor()
         try:
             if not self.in_tx and (
                 batch.write or batch.hold or batch.lock or len(batch.statements) > 1
             ):
                 self._begin(cur, batch)
-            for stmt in batch.statements:
-                if stmt.many:
-                    params = [stmt.sql.bind(p) for p in stmt.params]
-                    if params:
-                        cur.executemany(stmt.sql.text, params)
-                    results.append([] if stmt.fetch else (cur.rowcount if params else 0))
-                    continue
-                cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-                results.append(cur.fetchall() if stmt.fetch else cur.rowcount)
+            results = [_run(cur, stmt) for stmt in batch.statements]
             if self.in_tx and not batch.hold:
                 self._end(commit=not batch.rollback)
             elif not self.in_tx and self.begin_write is None:
@@ -540,7 +523,29 @@ class DbApiSession:
             cur.close()
         return results
 
+    def _lone_write(self, stmt: Stmt) -> list[Any]:
+        """One write in its own implicit transaction, under the process's write lock."""
+        if self.write_lock is not None:
+            self.write_lock.acquire()
+        try:
+            cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            return [cur.fetchall() if stmt.fetch else cur.rowcount]
+        finally:
+            if self.write_lock is not None:
+                self.write_lock.release()
+
     def finish(self) -> None:
         """A plan that ended while holding a transaction did not ask for its writes."""
         if self.in_tx:
             self._end(commit=False)
+
+
+def _run(cur: Any, stmt: Stmt) -> Any:
+    """Execute ``stmt`` on ``cur``: its rows, or the count of rows it changed."""
+    if stmt.many:
+        params = [stmt.sql.bind(p) for p in stmt.params]
+        if params:
+            cur.executemany(stmt.sql.text, params)
+        return [] if stmt.fetch else (cur.rowcount if params else 0)
+    cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+    return cur.fetchall() if stmt.fetch else cur.rowcount
