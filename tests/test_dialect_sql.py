@@ -588,7 +588,7 @@ def test_hana_store_computes_similarity_in_the_database() -> None:
     store.put(("h",), "a", {"text": "alpine hiking"})
     assert store.vector_index is None  # no typed column: exact only
     [(insert, rows)] = hana.texts("INTO am_store_vectors")
-    assert "TO_REAL_VECTOR(:embedding)" in insert and "embedding_8" not in insert
+    assert "TO_REAL_VECTOR(?)" in insert and "embedding_8" not in insert
     assert json.loads(rows[0]["embedding"]) == pytest.approx(embed.embed_query("alpine hiking"))
     hana.seen.clear()
     found = store.search(("h",), query="zebra")

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
 
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -458,13 +459,57 @@ class Dialect:
         return
         yield  # pragma: no cover
 
+    def to_vector(self, text: Any) -> Any:
+        """Raw: the database's conversion of a vector's text form to its vector type (no
+        Core form)."""
+        raise NotImplementedError
+
+    def vector_columns(self) -> tuple[str, ...]:
+        """The native vector columns every stored vector is written to (``embedding``, and
+        where the dialect keeps them, typed columns per dimension count)."""
+        return ("embedding",)
+
+    def _native_vectors(self, columns: Sequence[str]) -> sa.TableClause:
+        # the vectors table with its native columns, which schema.py does not declare
+        # (they exist only where the database offers a vector type)
+        return sa.table(
+            store_vectors.name,
+            *(sa.column(c.name) for c in store_vectors.columns),
+            *(sa.column(c) for c in columns),
+        )
+
     def insert_vector(self) -> Sql | None:
-        """The vector insert when :attr:`native_vectors` (``None``: the generic one)."""
-        return None
+        """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
+        native column from the parameter of its name, a vector's text form."""
+        if not self.native_vectors:
+            return None
+        columns = self.vector_columns()
+
+        def build() -> Any:
+            values: dict[str, Any] = {c.name: sa.bindparam(c.name) for c in store_vectors.columns}
+            values |= {c: self.to_vector(sa.bindparam(c)) for c in columns}
+            return sa.insert(self._native_vectors(columns)).values(values)
+
+        return self.sql(("insert_vector_native", columns), build)
 
     def fill_vector(self) -> Sql | None:
-        """Set the native vector column of one stored vector from ``:embedding``."""
-        return None
+        """Set the native vector column of one stored vector from ``:embedding``, where it
+        is still empty."""
+        if not self.native_vectors:
+            return None
+
+        def build() -> Any:
+            t = self._native_vectors(["embedding"])
+            return (
+                sa.update(t)
+                .where(
+                    *(t.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field")),
+                    t.c.embedding.is_(None),
+                )
+                .values(embedding=self.to_vector(sa.bindparam("embedding")))
+            )
+
+        return self.sql("fill_vector", build)
 
     def vector_row(self, row: dict[str, Any]) -> None:
         """Add to a vector row (``vector`` bytes, ``embedding`` text) whatever else

@@ -109,33 +109,15 @@ class HanaDialect(Dialect):
         # reads the best rows, not every vector under the namespace
         return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
 
-    def insert_vector(self) -> Sql:
-        typed = sorted(self.indexed_dims)
+    def to_vector(self, text: Any) -> Any:
+        return sa.func.TO_REAL_VECTOR(text)
 
-        def build() -> str:
-            columns = "".join(f", embedding_{d}" for d in typed)
-            values = "".join(f", TO_REAL_VECTOR(:embedding_{d})" for d in typed)
-            return (
-                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, "
-                f"embedding{columns}) VALUES (:shard, :prefix, :key, :field, :vector, "
-                f"TO_REAL_VECTOR(:embedding){values})"
-            )
-
-        return self.sql(("insert_vector_native", tuple(typed)), build)
+    def vector_columns(self) -> tuple[str, ...]:
+        return ("embedding", *(f"embedding_{d}" for d in sorted(self.indexed_dims)))
 
     def vector_row(self, row: dict[str, Any]) -> None:
         for dims in self.indexed_dims:
             row[f"embedding_{dims}"] = row["embedding"] if len(row["vector"]) == 4 * dims else None
-
-    def fill_vector(self) -> Sql:
-        return self.sql(
-            "fill_vector",
-            lambda: (
-                "UPDATE am_store_vectors SET embedding = TO_REAL_VECTOR(:embedding) "
-                "WHERE shard = :shard AND prefix = :prefix AND key = :key AND field = :field "
-                "AND embedding IS NULL"
-            ),
-        )
 
     def vector_search(
         self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool

@@ -131,29 +131,22 @@ class MemorySql:
 
     # -- writes shared by several plans ----------------------------------------------------
 
+    def _insert_ignore(self, name: str, table: sa.Table) -> Sql:
+        """Insert one row of ``table`` unless its primary key is there (first write wins)."""
+        keys = [c.name for c in table.primary_key.columns]
+        return self.d.sql(("memory", name), lambda: self.d.insert_row_ignore(table, keys))
+
     def ensure_scope(self) -> Sql:
-        return self.d.sql(
-            ("memory", "ensure_scope"),
-            lambda: self.d.insert_row_ignore(memory_scopes, ["shard", "scope"]),
-        )
+        return self._insert_ignore("ensure_scope", memory_scopes)
 
     def insert_item_if_absent(self) -> Sql:
-        return self.d.sql(
-            ("memory", "insert_item"),
-            lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
-        )
+        return self._insert_ignore("insert_item", store_items)
 
     def add_pending(self) -> Sql:
-        return self.d.sql(
-            ("memory", "add_pending"),
-            lambda: self.d.insert_row_ignore(memory_pending, ["shard", "scope", "episode_key"]),
-        )
+        return self._insert_ignore("add_pending", memory_pending)
 
     def add_thread(self) -> Sql:
-        return self.d.sql(
-            ("memory", "add_thread"),
-            lambda: self.d.insert_row_ignore(memory_threads, ["shard", "scope", "thread_id"]),
-        )
+        return self._insert_ignore("add_thread", memory_threads)
 
     def upsert_decay(self) -> Sql:
         return self.d.sql(

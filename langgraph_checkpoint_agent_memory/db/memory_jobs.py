@@ -266,25 +266,18 @@ def apply_plan(
     reads = [
         Stmt(_lease_check(sql), key, fetch=True),
         Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True),
-        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
+        *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
-    lease, done, fact_rows = results[0], results[1], results[2]
+    lease, done = results[0], results[1]
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
         return None
-    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
     already = bool(done) and done[0][0] == "completed"
     writes = Writes(outcome={"skipped": "already applied"}) if already else None
     if writes is None:
-        writes = decide([decode(r) for r in fact_rows], vectors)
-    statements: list[Stmt] = []
-    if writes.items:
-        statements += sql.store.writes(writes.items, writes.vectors)
-    if writes.decay:
-        statements.append(sql.decay_stmt(writes.decay))
+        writes = decide(*_facts_read(results[2:]))
+    statements = _facts_writes(sql, writes)
     statements.append(
         Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
     )
@@ -339,13 +332,31 @@ def change_facts_plan(
     reads = [
         Stmt(sql.ensure_scope(), scope_row),
         Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True),  # locks it
-        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
+        *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
-    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
-    writes = decide([decode(r) for r in results[2]], vectors)
+    writes = decide(*_facts_read(results[2:]))
+    yield Batch(_facts_writes(sql, writes), write=True)
+    return writes
+
+
+def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
+    """Read a scope's live facts and, with ``vectors``, their vectors."""
+    reads = [Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
+    if vectors:
+        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
+    return reads
+
+
+def _facts_read(results: Sequence[Any]) -> tuple[list[StoredRow], dict[str, bytes]]:
+    """What :func:`_facts_reads` read: the facts, and their vectors by key (none unread)."""
+    vectors = {k: bytes(v) for k, v in results[1]} if len(results) > 1 else {}
+    return [decode(r) for r in results[0]], vectors
+
+
+def _facts_writes(sql: MemorySql, writes: Writes) -> list[Stmt]:
+    """The statements writing ``writes``' items, vectors and decay rows, and deleting the
+    removed items with their decay rows."""
     statements: list[Stmt] = []
     if writes.items or writes.removed:
         statements += sql.store.writes(writes.items, writes.vectors, writes.removed)
@@ -353,8 +364,7 @@ def change_facts_plan(
         statements.append(sql.decay_stmt(writes.decay))
     if writes.removed:
         statements.append(Stmt(sql.delete_decay(), sql.store.keyed(writes.removed), many=True))
-    yield Batch(statements, write=True)
-    return writes
+    return statements
 
 
 def fail_plan(

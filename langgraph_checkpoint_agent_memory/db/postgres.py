@@ -208,29 +208,8 @@ class PostgresDialect(Dialect):
                 )
         self.native_vectors = bool(has_column)
 
-    def insert_vector(self) -> Sql | None:
-        if not self.native_vectors:
-            return None
-        return self.sql(
-            "insert_vector_native",
-            lambda: (
-                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, embedding) "
-                "VALUES (%(shard)s, %(prefix)s, %(key)s, %(field)s, %(vector)s, "
-                "CAST(%(embedding)s AS vector))"
-            ),
-        )
-
-    def fill_vector(self) -> Sql | None:
-        if not self.native_vectors:
-            return None
-        return self.sql(
-            "fill_vector",
-            lambda: (
-                "UPDATE am_store_vectors SET embedding = CAST(%(embedding)s AS vector) "
-                "WHERE shard = %(shard)s AND prefix = %(prefix)s AND key = %(key)s "
-                "AND field = %(field)s AND embedding IS NULL"
-            ),
-        )
+    def to_vector(self, text: Any) -> Any:
+        return sa.cast(text, PgVector("vector"))
 
     def vector_under_clause(self, column: Any) -> Any:
         # the byte-order range first, which am_store_vectors_ns walks; then the exact test

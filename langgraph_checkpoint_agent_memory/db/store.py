@@ -148,18 +148,19 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _key_match(t: Any) -> Any:
-    """``t``'s row of one item: its shard key, namespace and key (``:shard``, ``:prefix``,
-    ``:key``), the shard key first, so a distributed database routes it to one shard."""
+def key_match(t: Any, names: str = "") -> Any:
+    """Core: ``t``'s row of one item: its shard key, namespace and key (``:shard``,
+    ``:prefix``, ``:key``, each name after ``names``), the shard key first, so a distributed
+    database routes it to one shard."""
     return sa.and_(
-        t.c.shard == sa.bindparam("shard"),
-        t.c.prefix == sa.bindparam("prefix"),
-        t.c.key == sa.bindparam("key"),
+        t.c.shard == sa.bindparam(f"{names}shard"),
+        t.c.prefix == sa.bindparam(f"{names}prefix"),
+        t.c.key == sa.bindparam(f"{names}key"),
     )
 
 
 def _delete_item(t: sa.Table) -> Any:
-    return sa.delete(t).where(_key_match(t))
+    return sa.delete(t).where(key_match(t))
 
 
 def _live(t: Any) -> Any:
@@ -271,7 +272,7 @@ class StoreStatements:
         t = store_items
         return self.core(
             "get",
-            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(_key_match(t), _live(t)),
+            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(key_match(t), _live(t)),
         )
 
     def by_keys(self, n: int) -> Sql:
@@ -326,7 +327,7 @@ class StoreStatements:
             "refresh",
             lambda: (
                 sa.update(t)
-                .where(_key_match(t), t.c.ttl_minutes.is_not(None))
+                .where(key_match(t), t.c.ttl_minutes.is_not(None))
                 .values(expires_at=sa.bindparam("now", type_=sa.Float) + t.c.ttl_minutes * 60)
             ),
         )
@@ -343,7 +344,7 @@ class StoreStatements:
 
     def created_at(self) -> Sql:
         t = store_items
-        return self.core("created_at", lambda: sa.select(t.c.created_at).where(_key_match(t)))
+        return self.core("created_at", lambda: sa.select(t.c.created_at).where(key_match(t)))
 
     def delete_item(self) -> list[Sql]:
         """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
