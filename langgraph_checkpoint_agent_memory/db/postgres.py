@@ -26,7 +26,15 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     VectorIndex,
     same_item,
 )
-from langgraph_checkpoint_agent_memory.db.schema import items_i, metadata, vectors_v
+from langgraph_checkpoint_agent_memory.db.schema import (
+    blobs,
+    checkpoints,
+    items_i,
+    metadata,
+    threads,
+    vectors_v,
+    writes,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Plan
@@ -434,48 +442,7 @@ class PostgresDialect(Dialect):
         full primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it
         into a scan of the thread's blobs), each followed down its chain of appended-list
         bases (tag 1); its writes (tag 2)."""
-
-        def build() -> str:
-            by = "AND checkpoint_id = %(checkpoint_id)s " if by_id else ""
-            blob = (
-                "JOIN LATERAL (SELECT channel, version, type, blob, base_version "
-                "FROM am_checkpoint_blobs bb WHERE bb.thread_id = %(thread_id)s "
-                "AND bb.checkpoint_ns = %(checkpoint_ns)s "
-            )
-            return (
-                "WITH RECURSIVE c AS (SELECT thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, type, checkpoint, metadata, blob_versions "
-                "FROM am_checkpoints WHERE thread_id = %(thread_id)s "
-                f"AND checkpoint_ns = %(checkpoint_ns)s {by}"
-                "AND NOT EXISTS (SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s "
-                "AND (t.deleted_at IS NOT NULL OR t.expires_at < %(live_after)s)) "
-                "ORDER BY checkpoint_id DESC LIMIT 1), "
-                "chain AS ("
-                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM c "
-                "CROSS JOIN LATERAL jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
-                f"{blob}AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
-                "UNION ALL "
-                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM chain "
-                f"{blob}AND bb.channel = chain.channel AND bb.version = chain.base_version "
-                "LIMIT 1) b ON true) "
-                "SELECT 0, c.checkpoint_id::text, c.parent_checkpoint_id::text, c.type::text, "
-                "c.checkpoint, c.metadata, c.blob_versions, NULL::integer FROM c "
-                "UNION ALL "
-                "SELECT 1, channel::text, version::text, type::text, blob, base_version::text, "
-                "NULL, NULL FROM chain "
-                "UNION ALL "
-                "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
-                "w.task_path::text, NULL, w.idx "
-                # the thread named by parameter, not only through c: Citus routes a
-                # recursive query only when every table in it is filtered on thread_id;
-                # the checkpoint id as a scalar, so the whole key is the index condition
-                # (as a join condition it may become a filter over the thread's writes)
-                "FROM am_checkpoint_writes w WHERE w.thread_id = %(thread_id)s "
-                "AND w.checkpoint_ns = %(checkpoint_ns)s "
-                "AND w.checkpoint_id = (SELECT checkpoint_id FROM c)"
-            )
-
-        return self.sql(("fast_get_tuple", by_id), build)
+        return self.sql(("fast_get_tuple", by_id), functools.partial(_get_tuple, by_id))
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
@@ -566,6 +533,109 @@ class PostgresDialect(Dialect):
         if kind == "put":
             inserts.append(self.sql("routed_checkpoint", lambda: _ROUTED_CHECKPOINT))
         return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
+
+
+def _get_tuple(by_id: bool) -> Any:
+    """The statement of :meth:`PostgresDialect.fast_get_tuple`."""
+    thread: Any = sa.bindparam("thread_id")
+    ns: Any = sa.bindparam("checkpoint_ns")
+    one = sa.literal_column("1", sa.Integer)  # a literal: each lookup reads one row
+    cp, t = checkpoints, threads.alias("t")
+    gone = sa.exists().where(
+        t.c.thread_id == thread,
+        sa.or_(t.c.deleted_at.is_not(None), t.c.expires_at < sa.bindparam("live_after")),
+    )
+    by = [cp.c.checkpoint_id == sa.bindparam("checkpoint_id")] if by_id else []
+    c = (
+        sa.select(
+            cp.c.thread_id,
+            cp.c.checkpoint_ns,
+            cp.c.checkpoint_id,
+            cp.c.parent_checkpoint_id,
+            cp.c.type,
+            cp.c.checkpoint,
+            cp.c.metadata,
+            cp.c.blob_versions,
+        )
+        .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, ~gone)
+        .order_by(cp.c.checkpoint_id.desc())
+        .limit(one)
+        .cte("c")
+    )
+
+    def blob(channel: Any, version: Any) -> Any:
+        # one blob by its full primary key, the thread named by parameter: Citus routes a
+        # recursive query only when every table in it is filtered on thread_id
+        bb = blobs.alias("bb")
+        found = sa.select(bb.c.channel, bb.c.version, bb.c.type, bb.c.blob, bb.c.base_version)
+        return (
+            found.where(
+                bb.c.thread_id == thread,
+                bb.c.checkpoint_ns == ns,
+                bb.c.channel == channel,
+                bb.c.version == version,
+            )
+            .limit(one)
+            .lateral("b")
+        )
+
+    versions = (
+        sa.func.jsonb_each_text(sa.cast(c.c.blob_versions, sa_pg.JSONB))
+        .table_valued("key", "value")
+        .render_derived(name="v")
+        .lateral()
+    )
+    first = blob(versions.c.key, versions.c.value)
+    chain = (
+        sa.select(*first.c)
+        .select_from(c.join(versions, sa.true()).join(first, sa.true()))
+        .cte("chain", recursive=True)
+    )
+    base = blob(chain.c.channel, chain.c.base_version)
+    chain = chain.union_all(sa.select(*base.c).select_from(chain.join(base, sa.true())))
+    w = writes.alias("w")
+
+    def text(column: Any) -> Any:
+        return sa.cast(column, sa.Text)
+
+    return sa.union_all(
+        sa.select(
+            sa.literal_column("0"),
+            text(c.c.checkpoint_id),
+            text(c.c.parent_checkpoint_id),
+            text(c.c.type),
+            c.c.checkpoint,
+            c.c.metadata,
+            c.c.blob_versions,
+            sa.cast(sa.null(), sa.Integer),
+        ),
+        sa.select(
+            sa.literal_column("1"),
+            text(chain.c.channel),
+            text(chain.c.version),
+            text(chain.c.type),
+            chain.c.blob,
+            text(chain.c.base_version),
+            sa.null(),
+            sa.null(),
+        ),
+        # the checkpoint id as a scalar, so the whole key is the index condition (as a
+        # join condition it may become a filter over the thread's writes)
+        sa.select(
+            sa.literal_column("2"),
+            text(w.c.task_id),
+            text(w.c.channel),
+            text(w.c.type),
+            w.c.blob,
+            text(w.c.task_path),
+            sa.null(),
+            w.c.idx,
+        ).where(
+            w.c.thread_id == thread,
+            w.c.checkpoint_ns == ns,
+            w.c.checkpoint_id == sa.select(c.c.checkpoint_id).scalar_subquery(),
+        ),
+    )
 
 
 #: The key of a pending write, which a special channel's write overwrites.
