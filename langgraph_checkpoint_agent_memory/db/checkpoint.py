@@ -46,6 +46,14 @@ def _late(t: Any) -> Any:
     return t.c.ended_after >= B("named", type_=sa.String)
 
 
+def takes_write(t: Any) -> list[Any]:
+    """Core: the activity row ``t`` takes a write: not a tombstone, not expired as of
+    ``:live_after``, and the write is not late (:func:`_late`); a NULL comparison, from a
+    row or a parameter, refuses nothing."""
+    late = (t.c.expires_at < B("live_after", type_=sa.Float), _late(t))
+    return [t.c.deleted_at.is_(None), *(r.is_not(sa.true()) for r in late)]
+
+
 def _thread_takes(thread_id: Any) -> Any:
     """True while the thread is live and the write is not late (:func:`_late`)."""
     t = threads.alias("t")

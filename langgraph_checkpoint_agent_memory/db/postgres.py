@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db.checkpoint import takes_write, thread_is_live
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
@@ -371,12 +372,11 @@ class PostgresDialect(Dialect):
         ]
 
     def insert_arrays(self, table: sa.Table) -> Sql:
-        def build() -> str:
+        def build() -> Any:
             cols = [c.name for c in table.columns]
-            arrays = ", ".join(
-                f"CAST(%({c})s AS {table.c[c].type.compile(dialect=self.sa)}[])" for c in cols
-            )
-            return f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays})"
+            arrays = [sa.cast(sa.bindparam(c), sa_pg.ARRAY(table.c[c].type)) for c in cols]
+            rows = sa.func.unnest(*arrays).table_valued(*cols).render_derived(name="u")
+            return sa.insert(table).from_select(cols, sa.select(*rows.c))
 
         return self.sql(("insert_arrays", table.name), build)
 
@@ -495,6 +495,11 @@ class PostgresDialect(Dialect):
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
 
+    def _routed_checkpoint(self) -> Any:
+        keys = [c.name for c in checkpoints.primary_key.columns]
+        update = [c.name for c in checkpoints.columns if c.name not in keys]
+        return self.upsert(checkpoints, keys, update)
+
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
@@ -504,25 +509,9 @@ class PostgresDialect(Dialect):
         path of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times
         the cost); the plan commits only when the check found the thread live."""
         if touch:
-            head = self.sql(
-                "routed_touch",
-                lambda: (
-                    "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
-                    "deleted_at) VALUES (%(thread_id)s, %(last_active)s, "
-                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL) "
-                    "ON CONFLICT (thread_id) DO UPDATE SET last_active = EXCLUDED.last_active, "
-                    "ttl_seconds = EXCLUDED.ttl_seconds, expires_at = EXCLUDED.expires_at "
-                    f"WHERE {_LIVE_ROW.format(t='am_threads')} RETURNING 1"
-                ),
-            )
+            head = self.sql("routed_touch", _routed_touch)
         else:
-            head = self.sql(
-                "routed_live",
-                lambda: (
-                    "SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s AND "
-                    f"{_LIVE_ROW.format(t='t')} FOR SHARE"
-                ),
-            )
+            head = self.sql("routed_live", _routed_live)
         inserts = [
             self.sql(
                 ("routed_insert", group, count), functools.partial(_routed_insert, group, count)
@@ -531,7 +520,7 @@ class PostgresDialect(Dialect):
             if count
         ]
         if kind == "put":
-            inserts.append(self.sql("routed_checkpoint", lambda: _ROUTED_CHECKPOINT))
+            inserts.append(self.sql("routed_checkpoint", self._routed_checkpoint))
         return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
 
 
@@ -540,11 +529,7 @@ def _get_tuple(by_id: bool) -> Any:
     thread: Any = sa.bindparam("thread_id")
     ns: Any = sa.bindparam("checkpoint_ns")
     one = sa.literal_column("1", sa.Integer)  # a literal: each lookup reads one row
-    cp, t = checkpoints, threads.alias("t")
-    gone = sa.exists().where(
-        t.c.thread_id == thread,
-        sa.or_(t.c.deleted_at.is_not(None), t.c.expires_at < sa.bindparam("live_after")),
-    )
+    cp = checkpoints
     by = [cp.c.checkpoint_id == sa.bindparam("checkpoint_id")] if by_id else []
     c = (
         sa.select(
@@ -557,7 +542,7 @@ def _get_tuple(by_id: bool) -> Any:
             cp.c.metadata,
             cp.c.blob_versions,
         )
-        .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, ~gone)
+        .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, thread_is_live(thread))
         .order_by(cp.c.checkpoint_id.desc())
         .limit(one)
         .cte("c")
@@ -642,83 +627,63 @@ def _get_tuple(by_id: bool) -> Any:
 _WRITE_KEY = "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
 #: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
 _GROUPS = {"put": ("b",), "writes": ("f", "r")}
-#: Per row group: the table, the columns, each column's value (a fixed parameter, or
-#: ``None`` for the row's own cell), and what a key conflict does.
-_ROUTED_ROWS: dict[str, tuple[str, tuple[tuple[str, str | None], ...], str]] = {
-    "b": (
-        "am_checkpoint_blobs",
-        (
-            ("thread_id", "%(thread_id)s"),
-            ("checkpoint_ns", "%(checkpoint_ns)s"),
-            ("channel", None),
-            ("version", None),
-            ("type", None),
-            ("blob", None),
-            ("base_version", None),
-        ),
-        "ON CONFLICT DO NOTHING",
-    ),
+#: Per row group: the table, the columns whose value is a fixed parameter of their name (the
+#: others take the row's own cell), and whether a key conflict overwrites the row.
+_ROUTED_ROWS: dict[str, tuple[sa.Table, frozenset[str], bool]] = {
+    "b": (blobs, frozenset({"thread_id", "checkpoint_ns"}), False),
     **{
         group: (
-            "am_checkpoint_writes",
-            (
-                ("thread_id", "%(thread_id)s"),
-                ("checkpoint_ns", "%(checkpoint_ns)s"),
-                ("checkpoint_id", "%(checkpoint_id)s"),
-                ("task_id", "%(task_id)s"),
-                ("idx", None),
-                ("channel", None),
-                ("type", None),
-                ("blob", None),
-                ("task_path", "%(task_path)s"),
-            ),
-            conflict,
+            writes,
+            frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path"}),
+            overwrite,
         )
-        for group, conflict in (
-            ("f", "ON CONFLICT DO NOTHING"),
-            (
-                "r",
-                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
-                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
-            ),
-        )
+        for group, overwrite in (("f", False), ("r", True))
     },
 }
 
 
-def _routed_insert(group: str, count: int) -> str:
+def _routed_insert(group: str, count: int) -> Any:
     """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
-    :func:`_cell_names`), blobs in binary."""
-    table, columns, conflict = _ROUTED_ROWS[group]
-    rows = []
-    for i in range(count):
-        cells = []
-        for column, fixed in columns:
-            marker = "b" if column == "blob" else "s"
-            cells.append(fixed or f"%({group}{i}_{column}){marker}")
-        rows.append("(" + ", ".join(cells) + ")")
-    names = ", ".join(c for c, _ in columns)
-    return f"INSERT INTO {table} ({names}) VALUES {', '.join(rows)} {conflict}"
+    :func:`_cell_names`)."""
+    table, fixed, overwrite = _ROUTED_ROWS[group]
+    rows: list[dict[str, Any]] = [
+        {
+            c.name: sa.bindparam(c.name if c.name in fixed else f"{group}{i}_{c.name}")
+            for c in table.columns
+        }
+        for i in range(count)
+    ]
+    stmt = sa_pg.insert(table).values(rows)
+    if not overwrite:
+        return stmt.on_conflict_do_nothing()
+    # a special channel's write overwrites the pending write of the same key
+    return stmt.on_conflict_do_update(
+        index_elements=list(table.primary_key.columns),
+        set_={c: stmt.excluded[c] for c in ("channel", "type", "blob", "task_path")},
+    )
 
 
-_ROUTED_CHECKPOINT = (
-    "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
-    "run_id, type, checkpoint, metadata, blob_versions) VALUES (%(thread_id)s, "
-    "%(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s, %(run_id)s, %(type)s, "
-    "%(checkpoint)s, %(metadata)s, %(blob_versions)s) "
-    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
-    "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-    "blob_versions = EXCLUDED.blob_versions"
-)
+def _routed_touch() -> Any:
+    """Touch the thread's activity row where it takes the write, returning a row if so."""
+    t = threads
+    cols = ("thread_id", "last_active", "ttl_seconds", "expires_at")
+    stmt = sa_pg.insert(t).values({**{c: sa.bindparam(c) for c in cols}, "deleted_at": sa.null()})
+    return stmt.on_conflict_do_update(
+        index_elements=[t.c.thread_id],
+        set_={c: stmt.excluded[c] for c in cols[1:]},
+        where=sa.and_(*takes_write(t)),
+    ).returning(sa.literal_column("1"))
 
-#: A thread's activity row (``{t}``) that takes a write: not a tombstone, not expired as of
-#: ``live_after``, and the write names no checkpoint at or below where its ended history
-#: stopped (a NULL comparison, from a row or a parameter, refuses nothing).
-_LIVE_ROW = (
-    "{t}.deleted_at IS NULL AND ({t}.expires_at < %(live_after)s) IS NOT TRUE "
-    "AND ({t}.ended_after >= %(named)s::text) IS NOT TRUE"
-)
+
+def _routed_live() -> Any:
+    """The thread's activity row, locked for share, where it takes the write."""
+    t = threads.alias("t")
+    return (
+        sa.select(sa.literal_column("1"))
+        .select_from(t)
+        .where(t.c.thread_id == sa.bindparam("thread_id"), *takes_write(t))
+        .with_for_update(read=True)
+    )
 
 
 def _row_inserts(kind: str, counts: tuple[int, ...]) -> list[tuple[str, str]]:
