@@ -54,7 +54,7 @@ def takes_write(t: Any) -> list[Any]:
     return [t.c.deleted_at.is_(None), *(r.is_not(sa.true()) for r in late)]
 
 
-def _thread_takes(thread_id: Any) -> Any:
+def thread_takes(thread_id: Any) -> Any:
     """True while the thread is live and the write is not late (:func:`_late`)."""
     t = threads.alias("t")
     return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), _late(t)))
@@ -111,7 +111,7 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
             t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
         )
     else:
-        source = d.values_select(table, cols).where(_thread_takes(B("thread_id")))
+        source = d.values_select(table, cols).where(thread_takes(B("thread_id")))
     return d.insert_from_select(
         table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
     )

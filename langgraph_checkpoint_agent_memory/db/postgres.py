@@ -15,7 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from langgraph_checkpoint_agent_memory.db.checkpoint import takes_write, thread_is_live
+from langgraph_checkpoint_agent_memory.db.checkpoint import (
+    takes_write,
+    thread_is_live,
+    thread_takes,
+)
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
@@ -28,6 +32,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     same_item,
 )
 from langgraph_checkpoint_agent_memory.db.schema import (
+    TIME,
     blobs,
     checkpoints,
     items_i,
@@ -473,24 +478,8 @@ class PostgresDialect(Dialect):
         if self.distributed:
             return self._routed_write(kind, touch, counts, params)
 
-        def build() -> str:
-            ctes = [
-                "live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
-                "WHERE thread_id = %(thread_id)s AND (deleted_at IS NOT NULL "
-                "OR expires_at < %(live_after)s OR ended_after >= %(named)s::text)))"
-            ]
-            if touch:
-                ctes.append(
-                    "touch AS (INSERT INTO am_threads (thread_id, last_active, ttl_seconds, "
-                    "expires_at, deleted_at) SELECT %(thread_id)s, %(last_active)s, "
-                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL "
-                    "FROM live ON CONFLICT (thread_id) DO UPDATE SET "
-                    "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
-                    "expires_at = EXCLUDED.expires_at)"
-                )
-            for name, insert in _row_inserts(kind, counts):
-                ctes.append(f"{name} AS ({insert})")
-            return "WITH " + ", ".join(ctes) + " SELECT COUNT(*) FROM live"
+        def build() -> Any:
+            return _fast_write(self, kind, touch, counts)
 
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
@@ -686,76 +675,88 @@ def _routed_live() -> Any:
     )
 
 
-def _row_inserts(kind: str, counts: tuple[int, ...]) -> list[tuple[str, str]]:
-    """The data-modifying CTEs of a one-statement fast write, named, each inserting its
-    rows only while the ``live`` CTE holds a row."""
-    out: list[tuple[str, str]] = []
+def _fast_write(d: PostgresDialect, kind: str, touch: bool, counts: tuple[int, ...]) -> Any:
+    """The one statement of :meth:`PostgresDialect.fast_write`: data-modifying CTEs, each
+    inserting its rows only while the ``live`` CTE holds a row; the count of that row."""
+    live = sa.select(_ONE.label("ok")).where(thread_takes(sa.bindparam("thread_id"))).cte("live")
+    ctes = []
+    if touch:
+        t = threads
+        touched: Any = sa.select(
+            sa.bindparam("thread_id"),
+            sa.bindparam("last_active"),
+            sa.cast(sa.bindparam("ttl_seconds"), sa.Integer),
+            sa.cast(sa.bindparam("expires_at"), TIME),
+            sa.null(),
+        ).select_from(live)
+        cols = ["thread_id", "last_active", "ttl_seconds", "expires_at", "deleted_at"]
+        touch_stmt: Any = d.upsert_select(t, cols, touched, ["thread_id"], cols[1:4])
+        ctes.append(touch_stmt.cte("touch"))
+    for name, insert in _row_inserts(d, kind, counts, live):
+        ctes.append(insert.cte(name))
+    return sa.select(sa.func.count()).select_from(live).add_cte(*ctes)
+
+
+def _row_inserts(
+    d: PostgresDialect, kind: str, counts: tuple[int, ...], live: Any
+) -> list[tuple[str, Any]]:
+    """The inserts of a one-statement fast write, named, each selecting from ``live``."""
+    fixed: dict[str, Any] = {
+        c: sa.bindparam(c) for c in ("thread_id", "checkpoint_ns", "checkpoint_id")
+    }
+    fixed |= {c: sa.bindparam(c) for c in ("task_id", "task_path")}
     if kind == "put":
+        out = []
         if counts[0]:
-            out.append(
-                (
-                    "blobs",
-                    "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, "
-                    "version, type, blob, base_version) SELECT %(thread_id)s, "
-                    "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
-                    f"FROM live, {_values(kind, 'b', counts[0])} "
-                    "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING",
-                )
-            )
-        out.append(
-            (
-                "cp",
-                "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-                "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
-                "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
-                "%(metadata)s, %(blob_versions)s FROM live "
-                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
-                "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
-                "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-                "blob_versions = EXCLUDED.blob_versions",
-            )
-        )
+            out.append(("blobs", _rows_insert(d, blobs, "b", counts[0], fixed, live, False)))
+        cols = [c.name for c in checkpoints.columns]
+        row: Any = sa.select(*(sa.bindparam(c) for c in cols)).select_from(live)
+        keys = [c.name for c in checkpoints.primary_key.columns]
+        out.append(("cp", d.upsert_select(checkpoints, cols, row, keys, cols[len(keys) :])))
         return out
-    columns = (
-        "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-        "task_id, idx, channel, type, blob, task_path) SELECT %(thread_id)s, "
-        "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
-        "u.type, u.blob, %(task_path)s FROM live, "
-    )
-    if counts[0]:
-        out.append(
-            (
-                "first",
-                f"{columns}{_values(kind, 'f', counts[0])} AS u(idx, channel, type, blob) "
-                "ON CONFLICT DO NOTHING",
-            )
-        )
-    if counts[1]:
-        out.append(
-            (
-                "special",
-                f"{columns}{_values(kind, 'r', counts[1])} AS u(idx, channel, type, blob) "
-                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
-                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
-            )
-        )
-    return out
+    groups = (("first", "f", False), ("special", "r", True))
+    return [
+        (name, _rows_insert(d, writes, group, count, fixed, live, overwrite))
+        for (name, group, overwrite), count in zip(groups, counts, strict=True)
+        if count
+    ]
+
+
+def _rows_insert(
+    d: PostgresDialect,
+    table: sa.Table,
+    group: str,
+    count: int,
+    fixed: Mapping[str, Any],
+    live: Any,
+    overwrite: bool,
+) -> Any:
+    """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
+    (VALUES ...) AS u`` of ``count`` rows of ``group``; on a key conflict, keep the row or
+    (``overwrite``: a special channel's write) overwrite its value."""
+    kind = "put" if table is blobs else "writes"
+    rows = _values(kind, group, count)
+    cols = [c.name for c in table.columns]
+    source = sa.select(*(fixed[c] if c in fixed else rows.c[c] for c in cols))
+    keys = [c.name for c in table.primary_key.columns]
+    if not overwrite:
+        return d.insert_missing(table, cols, source.select_from(live).select_from(rows), keys)
+    update = ["channel", "type", "blob", "task_path"]
+    return d.upsert_select(table, cols, source.select_from(live).select_from(rows), keys, update)
 
 
 #: Rows one fast write sends as plain parameters; more take the generic statements.
 MAX_VALUES_ROWS = 64
 #: The row keys a fast write's rows carry, in order, with their SQL types.
-_ROW_COLUMNS: dict[str, list[tuple[str, str]]] = {
+_ROW_COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "put": [
-        ("channel", "text"),
-        ("version", "text"),
-        ("type", "text"),
-        ("blob", "bytea"),
-        ("base_version", "text"),
+        ("channel", sa.Text),
+        ("version", sa.Text),
+        ("type", sa.Text),
+        ("blob", sa_pg.BYTEA),
+        ("base_version", sa.Text),
     ],
-    "writes": [("idx", "integer"), ("channel", "text"), ("type", "text"), ("blob", "bytea")],
+    "writes": [("idx", sa.Integer), ("channel", sa.Text), ("type", sa.Text), ("blob", sa_pg.BYTEA)],
 }
 
 
@@ -768,15 +769,17 @@ def _cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...
     )
 
 
-def _values(kind: str, group: str, count: int) -> str:
-    """``(VALUES (...), ...)`` over ``count`` rows of ``group``'s parameters; the first row
-    carries the types, and blobs travel in binary."""
-    rows = []
-    for i in range(count):
-        cells = []
-        for column, sql_type in _ROW_COLUMNS[kind]:
-            marker = "b" if sql_type == "bytea" else "s"
-            cast = f"::{sql_type}" if i == 0 else ""
-            cells.append(f"%({group}{i}_{column}){marker}{cast}")
-        rows.append("(" + ", ".join(cells) + ")")
-    return "(VALUES " + ", ".join(rows) + ")"
+def _values(kind: str, group: str, count: int) -> Any:
+    """``(VALUES (...), ...) AS u`` over ``count`` rows of ``group``'s parameters; the first
+    row carries the types (a parameter alone in VALUES would be taken as text)."""
+    columns = _ROW_COLUMNS[kind]
+    rows = [
+        tuple(
+            sa.cast(sa.bindparam(f"{group}{i}_{c}"), t)
+            if i == 0
+            else sa.bindparam(f"{group}{i}_{c}")
+            for c, t in columns
+        )
+        for i in range(count)
+    ]
+    return sa.values(*(sa.column(c, t) for c, t in columns), name="u").data(rows)
