@@ -35,7 +35,8 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
     for name, fn, module in members:
         if (
             fn.__module__ != module.__name__
-            or name in ("bucket", "thread_is_live", "pushed_filters", "retarget")
+            or name in ("bucket", "thread_is_live", "thread_takes", "takes_write")
+            or name in ("pushed_filters", "retarget")
             or name.startswith("_")
         ):
             continue

@@ -563,6 +563,7 @@ class Dialect:
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
+        # raw: ALTER TABLE ... ADD COLUMN has no Core form
         kind = column.type.compile(dialect=self.sa)
         return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
 
@@ -573,6 +574,7 @@ class Dialect:
         ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
         declare, for dialects that rebuild the table (SQLite)."""
         added = [c for c in table.primary_key.columns if c.name == "shard"]
+        # raw: ALTER COLUMN and DROP CONSTRAINT have no Core form (AddConstraint is Core)
         out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
         out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
         out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())

@@ -107,6 +107,7 @@ class HanaDialect(Dialect):
     def vector_ddl(self) -> list[str]:
         # HANA Cloud's vector engine: exact COSINE_SIMILARITY in the database, so a search
         # reads the best rows, not every vector under the namespace
+        # raw: ALTER TABLE and HANA's REAL_VECTOR type have no Core form
         return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
 
     def to_vector(self, text: Any) -> Any:
@@ -118,6 +119,20 @@ class HanaDialect(Dialect):
     def vector_row(self, row: dict[str, Any]) -> None:
         for dims in self.indexed_dims:
             row[f"embedding_{dims}"] = row["embedding"] if len(row["vector"]) == 4 * dims else None
+
+    def _fill_typed(self, dims: int) -> Any:
+        """Copy the vectors of ``dims`` dimensions into their typed column, where empty."""
+        typed = f"embedding_{dims}"
+        t = self._native_vectors(["embedding", typed])
+        return (
+            sa.update(t)
+            .where(
+                t.c[typed].is_(None),
+                t.c.embedding.is_not(None),
+                sa.func.length(t.c.vector) == sa.literal_column(str(4 * int(dims))),
+            )
+            .values({typed: t.c.embedding})
+        )
 
     def vector_search(
         self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
@@ -163,6 +178,7 @@ class HanaDialect(Dialect):
             self.sql(
                 "ann_column_exists",
                 lambda: (
+                    # raw: HANA catalog lookup
                     "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
                     "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
                 ),
@@ -174,6 +190,7 @@ class HanaDialect(Dialect):
         exists = bool(rows[0][0])
         if create:
             if not exists:
+                # raw: ALTER TABLE and REAL_VECTOR have no Core form
                 add = f"ALTER TABLE am_store_vectors ADD ({column} REAL_VECTOR({index.dims}))"
                 try:
                     yield Batch(
@@ -182,13 +199,11 @@ class HanaDialect(Dialect):
                 except Exception as exc:  # a concurrent setup added it first
                     if _error_code(exc) not in ALREADY_EXISTS:
                         raise
-            fill = (
-                f"UPDATE am_store_vectors SET {column} = embedding WHERE {column} IS NULL "
-                f"AND embedding IS NOT NULL AND LENGTH(vector) = {4 * index.dims}"
-            )
-            yield Batch([Stmt(self.sql(("ann_fill", index.dims), lambda: fill))], write=True)
+            fill = self.sql(("ann_fill", index.dims), lambda: self._fill_typed(index.dims))
+            yield Batch([Stmt(fill)], write=True)
             build = json.dumps({"M": config.m, "efConstruction": config.ef_construction})
             search = json.dumps({"efSearch": config.ef_search})
+            # raw: HANA's HNSW vector index DDL has no Core form
             ddl = (
                 f"CREATE HNSW VECTOR INDEX {index.name} ON am_store_vectors ({column}) "
                 f"SIMILARITY FUNCTION COSINE_SIMILARITY BUILD CONFIGURATION '{build}' "
@@ -251,12 +266,14 @@ class HanaDialect(Dialect):
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         return (
+            # raw: ALTER TABLE has no Core form
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
         )
 
     def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         added = [c for c in table.primary_key.columns if c.name == "shard"]
         out = [
+            # raw: ALTER TABLE has no Core form (AddConstraint is Core)
             f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"
             for c in added
         ]
@@ -296,6 +313,7 @@ class HanaDialect(Dialect):
                     self.sql(
                         "migrations_table_exists",
                         lambda: sa.text(
+                            # raw: HANA catalog lookup
                             "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
                             "AND TABLE_NAME = 'AM_MIGRATIONS'"
                         ),

@@ -564,6 +564,7 @@ def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict
         yield Batch([Stmt(Sql(statement))])
     counts = yield from _erase(sql, root=root, scopes=scopes)
     for statement in after_commit:
+        # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
     return counts
 

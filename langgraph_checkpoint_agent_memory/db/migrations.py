@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.schema import CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.db.row_migrations import (
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
+    TIME,
     migrations,
     settings,
     store_items,
@@ -52,7 +53,13 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     rule_refused,
 )
 
-RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
+
+def _recent_index(d: Dialect) -> str:
+    """The items' newest-first index (store step 2), declared apart from :mod:`.schema`'s
+    tables, which an earlier step created without it."""
+    items = sa.Table(store_items.name, sa.MetaData(), sa.Column("updated_at", TIME))
+    index = sa.Index("am_store_items_recent", items.c.updated_at)
+    return str(CreateIndex(index).compile(dialect=d.sa)).strip()
 
 
 def _column_like(column: sa.Column[Any]) -> sa.Column[Any]:
@@ -199,14 +206,15 @@ def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
 
 #: Indexes an earlier migration created outside :mod:`.schema`, by table: a table rebuilt
 #: to change its key (SQLite) gets them again.
-EXTRA_INDEXES = {"am_store_items": [RECENT_INDEX]}
+EXTRA_INDEXES: dict[str, Callable[[Dialect], str]] = {"am_store_items": _recent_index}
 
 
 def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     """The step's finish: each of ``tables`` keyed as :mod:`.schema` declares it."""
 
     def build(d: Dialect) -> list[str]:
-        return [sql for t in tables for sql in d.rekey_ddl(t, EXTRA_INDEXES.get(t.name, []))]
+        extra = {name: [index(d)] for name, index in EXTRA_INDEXES.items()}
+        return [sql for t in tables for sql in d.rekey_ddl(t, extra.get(t.name, []))]
 
     return build
 
@@ -229,7 +237,7 @@ STORE = Component(
         Step(1, "store tables and full-text index", _store_v2),
         # Listing newest first with a filter walks this index and stops at the first page of
         # matches, instead of reading and sorting every item under the prefix.
-        Step(2, "store newest-first index", lambda d: [RECENT_INDEX]),
+        Step(2, "store newest-first index", lambda d: [_recent_index(d)]),
         # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector:
         # they score every match of a query, and match across all namespaces before
         # filtering).

@@ -55,6 +55,7 @@ MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
 #: than in TOAST, so exact search does not fetch each vector from a second table. A role
 #: that may not create the extension leaves the store on exact search. The partial index
 #: finds the vectors written before the column existed, for their conversion.
+# raw: a PL/pgSQL block (CREATE EXTENSION, ALTER TABLE), no Core form
 PGVECTOR_SETUP = (
     "DO $$ BEGIN "
     "IF to_regtype('vector') IS NULL AND EXISTS "
@@ -73,6 +74,7 @@ PGVECTOR_SETUP = (
     "END IF; END $$"
 )
 #: What the database offers: the ``vector`` type, the ``embedding`` column, the extension.
+# raw: PostgreSQL catalog lookups
 PGVECTOR_STATE = (
     "SELECT to_regtype('vector') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute "
     "WHERE attrelid = to_regclass('am_store_vectors') AND attname = 'embedding' "
@@ -81,6 +83,7 @@ PGVECTOR_STATE = (
 )
 #: A namespace index in byte order, which the prefix range of :meth:`vector_under` can
 #: walk (the primary key's collation is the database's, which that range cannot use).
+# raw: an expression index with a collation, declared apart from schema.py's tables
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
 
 
@@ -161,6 +164,7 @@ class PostgresDialect(Dialect):
         if self.schema is None:
             return []
         return [
+            # raw: a PL/pgSQL block (conditional CREATE SCHEMA), no Core form
             f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = "
             f"'{self.schema}') THEN EXECUTE 'CREATE SCHEMA \"{self.schema}\"'; END IF; END $$"
         ]
@@ -186,6 +190,7 @@ class PostgresDialect(Dialect):
         return json.dumps({key: value})
 
     def migration_lock(self) -> str | None:
+        # raw: advisory lock
         return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 
     def param(self, name: str) -> str:
@@ -194,6 +199,7 @@ class PostgresDialect(Dialect):
     def unless_exists(self, table: str, create: str) -> str:
         # a block, as PostgreSQL has no conditional DDL that skips the privilege check
         return (
+            # raw: a PL/pgSQL block (conditional DDL), no Core form
             f"DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN "
             f"EXECUTE '{create.replace(chr(39), chr(39) * 2)}'; END IF; END $$"
         )
@@ -209,6 +215,8 @@ class PostgresDialect(Dialect):
         has_type, has_column, available = rows[0]
         if create and not has_column and (has_type or available):
             # installed (or installable) since the migration ran: add the column now
+            # raw: advisory lock
+            # raw: advisory lock
             lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
@@ -277,6 +285,7 @@ class PostgresDialect(Dialect):
         state = Stmt(
             self.sql(
                 "ann_index_state",
+                # raw: PostgreSQL catalog lookup
                 lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
             ),
             {"index": index.relation},
@@ -300,6 +309,7 @@ class PostgresDialect(Dialect):
         create_sql = self.sql(
             ("ann_index_create", index.name, config.m, config.ef_construction),
             lambda: (
+                # raw: pgvector's HNSW index (operator class, WITH options), no Core form
                 f"CREATE INDEX IF NOT EXISTS {index.name} ON am_store_vectors USING hnsw "
                 f"((CAST(embedding AS {kind}({index.dims}))) {kind}_cosine_ops) "
                 f"WITH (m = {int(config.m)}, ef_construction = {int(config.ef_construction)}) "
@@ -371,6 +381,7 @@ class PostgresDialect(Dialect):
 
     def full_text_ddl(self) -> list[str]:
         return [
+            # raw: generated tsvector column and GIN index, no Core form
             "ALTER TABLE am_store_items ADD COLUMN doc_tsv tsvector GENERATED ALWAYS AS "
             "(to_tsvector('english', coalesce(doc, ''))) STORED",
             "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
@@ -387,6 +398,7 @@ class PostgresDialect(Dialect):
 
     def drop_full_text_ddl(self) -> list[str]:
         return [
+            # raw: DROP ... IF EXISTS and ALTER TABLE DROP COLUMN
             "DROP INDEX IF EXISTS am_store_items_doc_tsv",
             "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
         ]

@@ -64,6 +64,7 @@ class SQLiteDialect(Dialect):
     def full_text_ddl(self) -> list[str]:
         fts = "am_store_fts"
         return [
+            # raw: FTS5 virtual table and its triggers, no Core form
             f"CREATE VIRTUAL TABLE {fts} USING fts5(doc, content='am_store_items', "
             "content_rowid='rowid', tokenize='porter unicode61')",
             f"CREATE TRIGGER am_store_items_ai AFTER INSERT ON am_store_items BEGIN "
@@ -87,6 +88,7 @@ class SQLiteDialect(Dialect):
         """
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
         n = "NEW"
+        # raw: trigger bodies (NEW.<column>) and the view, part of the trigger DDL, no Core form
         bodies = {
             "l": _LIVE_CHECK,
             "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
@@ -174,6 +176,7 @@ class SQLiteDialect(Dialect):
 
     def drop_full_text_ddl(self) -> list[str]:
         return [
+            # raw: DROP TRIGGER / DROP TABLE IF EXISTS of the FTS5 index
             *(f"DROP TRIGGER IF EXISTS am_store_items_{t}" for t in ("ai", "ad", "au")),
             "DROP TABLE IF EXISTS am_store_fts",
         ]
@@ -183,6 +186,7 @@ class SQLiteDialect(Dialect):
         # free pages earlier updates and deletes left behind (they may hold old copies of
         # the scope's rows); the checkpoint empties the write-ahead log of old page images
         return (
+            # raw: PRAGMAs and VACUUM, no Core form
             ["PRAGMA secure_delete = ON"],
             ["PRAGMA secure_delete = OFF", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
         )
@@ -261,6 +265,7 @@ _PAD4 = (None,) * 4
 _PAD6 = (None,) * 6
 #: The first row's trigger: refuses a deleted or expired thread, and a write naming (in
 #: ``s1``) a checkpoint at or below where the thread's ended history stopped.
+# raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
     f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
     "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
@@ -268,6 +273,7 @@ _LIVE_CHECK = (
 )
 
 
+# raw: INSTEAD OF triggers on a view, no Core form
 def _trigger(kind: str, body: str) -> str:
     return (
         f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
@@ -275,6 +281,8 @@ def _trigger(kind: str, body: str) -> str:
     )
 
 
+# raw: the insert into the view its triggers split; its parameters go by position, bound as
+# one flat tuple per call on the hot path (see fast_write)
 def _write_rows_sql(rows: int) -> str:
     values = ", ".join(["(" + ", ".join(["?"] * (1 + len(_SLOTS))) + ")"] * rows)
     columns = ", ".join(("kind", *_FIXED, *_SLOTS))
@@ -352,6 +360,7 @@ class SQLiteDatabase(Database[Any]):
                     str(self.path), isolation_level=None, check_same_thread=False, timeout=30
                 )
                 try:
+                    # raw: connection PRAGMAs
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
                     if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                         conn.execute("PRAGMA journal_mode = WAL")
@@ -403,6 +412,7 @@ class SQLiteDatabase(Database[Any]):
         with self.connection() as conn:
             session = DbApiSession(
                 conn,
+                # raw: transaction control
                 begin_write="BEGIN IMMEDIATE",
                 begin_read="BEGIN",
                 write_lock=self._write_lock,
