@@ -64,8 +64,8 @@ def claim_plan(
     refuses them); each is then claimed by a conditional write of its own ledger row, on its
     shard: the lease is taken only if it is still free, so of several workers that found the
     same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
-    find = sql.d.sql(
-        ("memory", "claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
+    find = sql.statement(
+        ("claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
     )
     params: dict[str, Any] = {
         "now": now,
@@ -167,14 +167,14 @@ def _take_lease(sql: MemorySql) -> Sql:
             )
         )
 
-    return sql.d.sql(("memory", "take_lease"), build)
+    return sql.statement("take_lease", build)
 
 
 def _held_by(sql: MemorySql) -> Sql:
     """The failure count of a scope whose lease ``:owner`` holds (no row: not held)."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "held_by"),
+    return sql.statement(
+        "held_by",
         lambda: sa.select(t.c.failures).where(
             _one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
         ),
@@ -184,8 +184,8 @@ def _held_by(sql: MemorySql) -> Sql:
 def _episodes(sql: MemorySql) -> Sql:
     """Up to ``:n`` of a scope's pending episodes, oldest first."""
     t = memory_pending
-    return sql.d.sql(
-        ("memory", "claim_episodes"),
+    return sql.statement(
+        "claim_episodes",
         lambda: (
             sa.select(t.c.episode_key)
             .where(_one_scope(t), t.c.status == "pending")
@@ -199,8 +199,8 @@ def _lease_check(sql: MemorySql) -> Sql:
     """A scope's lease owner and failures, its row locked (one row of one shard: a lock a
     distributed database routes to that shard; SQLite holds its write lock already)."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "lease_check"),
+    return sql.statement(
+        "lease_check",
         lambda: sa.select(t.c.lease_owner, t.c.failures).where(_one_scope(t)).with_for_update(),
     )
 
@@ -209,8 +209,8 @@ def _release(sql: MemorySql) -> Sql:
     """Release a scope's lease held by ``:owner``, recording ``:b_failures``, ``:next``
     (the back-off) and ``:error``."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "release"),
+    return sql.statement(
+        "release",
         lambda: (
             sa.update(t)
             .where(_one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String))
@@ -228,8 +228,8 @@ def _release(sql: MemorySql) -> Sql:
 def _done_pending(sql: MemorySql) -> Sql:
     """Delete one pending episode (``:shard``, ``:scope``, ``:episode_key``)."""
     t = memory_pending
-    return sql.d.sql(
-        ("memory", "done_pending"),
+    return sql.statement(
+        "done_pending",
         lambda: sa.delete(t).where(
             _one_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
         ),
@@ -256,8 +256,8 @@ def apply_plan(
     was lost (the job took too long and another worker took over): nothing is written.
     """
     jobs = memory_jobs
-    job_done = sql.d.sql(
-        ("memory", "job_done"),
+    job_done = sql.statement(
+        "job_done",
         lambda: sa.select(jobs.c.status).where(
             jobs.c.shard == sa.bindparam("shard"), jobs.c.job_id == sa.bindparam("job_id")
         ),
@@ -391,8 +391,8 @@ def fail_plan(
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
     q = memory_pending
-    park_sql = sql.d.sql(
-        ("memory", "park"),
+    park_sql = sql.statement(
+        "park",
         lambda: (
             sa.update(q)
             .where(_one_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
@@ -442,16 +442,16 @@ def fail_plan(
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
     """Queue parked episodes again and clear back-offs (of one scope, or all)."""
     q, t = memory_pending, memory_scopes
-    unpark = sql.d.sql(
-        ("memory", "unpark", scope is not None),
+    unpark = sql.statement(
+        ("unpark", scope is not None),
         lambda: (
             sa.update(q)
             .where(q.c.status == "parked", *([_one_scope(q)] if scope is not None else []))
             .values(status="pending")
         ),
     )
-    clear = sql.d.sql(
-        ("memory", "clear_backoff", scope is not None),
+    clear = sql.statement(
+        ("clear_backoff", scope is not None),
         lambda: (
             sa.update(t)
             .where(*([_one_scope(t)] if scope is not None else []))
@@ -465,8 +465,8 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
 
 def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
     j = memory_jobs
-    query = sql.d.sql(
-        ("memory", "jobs", len(statuses)),
+    query = sql.statement(
+        ("jobs", len(statuses)),
         lambda: (
             sa.select(*(j.c[n] for n in JOB_FIELDS))
             .where(

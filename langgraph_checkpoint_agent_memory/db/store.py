@@ -262,7 +262,10 @@ class StoreStatements:
         """Core: the conditions of ``filters`` on the item ``value`` column."""
         return [self.d.json_condition(value, shape, name) for name, shape in filters]
 
-    def core(self, key: Any, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
+    def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
+        """The store's statement ``key``, built by ``build`` and compiled on first use only:
+        the store's registry of cached statements (in the dialect's cache, under
+        ``"store"``)."""
         return self.d.sql(("store", key), build)
 
     # -- one item --------------------------------------------------------------------------
@@ -270,7 +273,7 @@ class StoreStatements:
     def get(self) -> Sql:
         """One live item by ``:shard``, ``:prefix``, ``:key``."""
         t = store_items
-        return self.core(
+        return self.statement(
             "get",
             lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(key_match(t), _live(t)),
         )
@@ -292,12 +295,12 @@ class StoreStatements:
             )
             return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(keys, _live(t))
 
-        return self.core(("by_keys", n), build)
+        return self.statement(("by_keys", n), build)
 
     def fingerprint(self) -> Sql:
         """Live item count and latest update of the namespace ``:prefix`` (``:shard``)."""
         t = store_items
-        return self.core(
+        return self.statement(
             "fingerprint",
             lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
                 t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix"), _live(t)
@@ -307,7 +310,7 @@ class StoreStatements:
     def vectors_exact(self) -> Sql:
         """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
         v, i = store_vectors.alias("v"), store_items.alias("i")
-        return self.core(
+        return self.statement(
             "vectors_exact",
             lambda: (
                 sa.select(v.c.key, v.c.vector)
@@ -323,7 +326,7 @@ class StoreStatements:
     def refresh(self) -> Sql:
         """Restart the TTL of one item (``:shard``, ``:prefix``, ``:key``) at ``:now``."""
         t = store_items
-        return self.core(
+        return self.statement(
             "refresh",
             lambda: (
                 sa.update(t)
@@ -336,20 +339,20 @@ class StoreStatements:
         update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
         keys = ["shard", "prefix", "key"]
         if self.d.conditional_upsert:
-            return self.d.sql(("store", "upsert"), lambda: self.d.upsert(store_items, keys, update))
-        return self.d.sql(
-            ("store", "upsert"),
+            return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
+        return self.statement(
+            "upsert",
             lambda: self.d.upsert(store_items, keys, [*update, "created_at"]),
         )
 
     def created_at(self) -> Sql:
         t = store_items
-        return self.core("created_at", lambda: sa.select(t.c.created_at).where(key_match(t)))
+        return self.statement("created_at", lambda: sa.select(t.c.created_at).where(key_match(t)))
 
     def delete_item(self) -> list[Sql]:
         """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
         return [
-            self.d.sql(("store", "delete", t.name), partial(_delete_item, t))
+            self.statement(("delete", t.name), partial(_delete_item, t))
             for t in (store_vectors, store_terms, store_items)
         ]
 
@@ -359,7 +362,7 @@ class StoreStatements:
         """Live items under the namespace passing the pre-filter, newest first, ``:n`` from
         ``:skip``."""
         t = store_items
-        return self.core(
+        return self.statement(
             ("recent", filters, scoped),
             lambda: (
                 sa.select(*(t.c[f] for f in ITEM_FIELDS))
@@ -381,7 +384,7 @@ class StoreStatements:
         """``(prefix, key, vector)`` of the live vectors under the namespace that pass the
         pre-filter (exact search in numpy)."""
         v, i = vectors_v, items_i
-        return self.core(
+        return self.statement(
             ("vectors", filters, scoped),
             lambda: (
                 sa.select(v.c.prefix, v.c.key, v.c.vector)
@@ -400,7 +403,7 @@ class StoreStatements:
         """The distinct namespaces of live items (under ``:ns`` when ``under``)."""
         t = store_items
         where = self.namespace_of(t, scoped) if under else []
-        return self.core(
+        return self.statement(
             ("namespaces", under, scoped),
             lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
         )
@@ -435,8 +438,8 @@ class StoreStatements:
 
     def _insert(self, table: sa.Table) -> Sql:
         cols = [c.name for c in table.columns]
-        return self.d.sql(
-            ("store", "insert", table.name),
+        return self.statement(
+            ("insert", table.name),
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
@@ -448,7 +451,7 @@ class StoreStatements:
             return sa.delete(t).where(*self.namespace_of(t, scoped))
 
         return [
-            self.core(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            self.statement(("delete_under", name, scoped), partial(build, metadata.tables[name]))
             for name in tables
         ]
 
@@ -500,7 +503,7 @@ class StoreStatements:
     def term_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
         """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
         t = store_terms
-        return self.core(
+        return self.statement(
             ("term_counts", n, exact, scoped),
             lambda: (
                 sa.select(t.c.term, sa.func.count())
@@ -512,7 +515,7 @@ class StoreStatements:
     def text_stats(self, exact: bool, scoped: bool) -> Sql:
         """How many live indexed items the namespace holds, and their total length."""
         t = store_items
-        return self.core(
+        return self.statement(
             ("text_stats", exact, scoped),
             lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
                 *self._ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
@@ -573,11 +576,11 @@ class StoreStatements:
                 .limit(limit)
             )
 
-        return self.core(("lexical", n, exact, filters, joined, scoped), build)
+        return self.statement(("lexical", n, exact, filters, joined, scoped), build)
 
     def count_under(self, scoped: bool) -> Sql:
         t = store_items
-        return self.core(
+        return self.statement(
             ("count_under", scoped),
             lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
@@ -598,13 +601,13 @@ class StoreStatements:
                 c.expires_at <= sa.bindparam("now", type_=sa.Float)
             )
 
-        return self.d.sql(("store", "expired_stats"), build)
+        return self.statement("expired_stats", build)
 
     def expired(self) -> Sql:
         """Up to ``:n`` items expired by ``:now``, ``(shard, prefix, key)``: candidates read
         without locks (across shards); each is deleted by its own key."""
         t = store_items
-        return self.core(
+        return self.statement(
             "expired",
             lambda: (
                 sa.select(t.c.shard, t.c.prefix, t.c.key)
