@@ -257,9 +257,6 @@ class Dialect:
 
     #: Whether ``SELECT ... FOR UPDATE`` row locks exist (SQLite locks the whole database).
     row_locks = True
-    #: Raw-SQL suffixes: lock the selected rows; lock them but skip rows others hold.
-    for_update = " FOR UPDATE"
-    for_update_skip_locked = " FOR UPDATE SKIP LOCKED"
     #: Whether an upsert can carry a condition on the existing row (``DO UPDATE ... WHERE``);
     #: without it, plans read the row under a lock and decide in Python.
     conditional_upsert = True

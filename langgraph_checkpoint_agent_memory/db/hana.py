@@ -80,7 +80,6 @@ def _similarity(embedding: Any) -> Any:
 class HanaDialect(Dialect):
     name = "hana"
     conditional_upsert = False
-    for_update_skip_locked = " FOR UPDATE IGNORE LOCKED"
     transactional_ddl = False
     create_if_not_exists = False
     recursive_cte = False

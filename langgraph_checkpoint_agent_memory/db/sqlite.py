@@ -47,8 +47,6 @@ class SQLiteDialect(Dialect):
         return sa_sqlite.dialect(paramstyle="named")
 
     row_locks = False
-    for_update = ""  # BEGIN IMMEDIATE already holds the database's write lock
-    for_update_skip_locked = ""
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
