@@ -32,7 +32,6 @@ from langgraph_checkpoint_agent_memory.db.schema import metadata
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 # Raw SQL throughout: Citus's catalog and its functions have no SQLAlchemy Core form.
-# raw: Citus catalog lookups and functions (PostgreSQL-only catalog, no Core form)
 CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
 #: Each of the package's tables that exists: whether Citus knows it, and whether this role
 #: owns it (only the owner may distribute a table).

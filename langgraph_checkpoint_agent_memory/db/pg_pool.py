@@ -65,7 +65,6 @@ def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int |
 #: also learns from the server at connect time. A pooler (PgBouncer, Supavisor, RDS Proxy,
 #: ...) answers the connect itself with an id of its own, as its clients share servers.
 #: (Raw SQL: a function call with no table; there is no Core form worth its import here.)
-# raw: a session function the pool sends on a bare connection
 BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 

@@ -218,7 +218,6 @@ class PostgresDialect(Dialect):
         if create and not has_column and (has_type or available):
             # installed (or installable) since the migration ran: add the column now
             # raw: advisory lock
-            # raw: advisory lock
             lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
@@ -296,6 +295,7 @@ class PostgresDialect(Dialect):
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
+        # raw: advisory lock
         lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
         _, rows = yield Batch([lock, state], lock=True, hold=True)
         if rows:  # there already (built by another process, or by hand)
