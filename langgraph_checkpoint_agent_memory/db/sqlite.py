@@ -142,10 +142,10 @@ class SQLiteDialect(Dialect):
         size = len(out)
         if size > MAX_WRITE_ROWS:
             return None
-        params = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
+        shared = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
         return FastWrite(
-            self.sql(("write_rows", size), lambda: _write_rows_sql(size)),
-            params + tuple(chain.from_iterable(out)),
+            self.sql(("write_rows", size), lambda: _write_rows_text(size)),
+            (*chain.from_iterable(out), *shared),
             fetch=False,
         )
 
@@ -279,14 +279,35 @@ def _trigger(kind: str, body: str) -> str:
     )
 
 
-# raw: the insert into the view its triggers split; its parameters go by position, bound as
-# one flat tuple per call on the hot path (see fast_write)
-def _write_rows_sql(rows: int) -> str:
-    values = ", ".join(["(" + ", ".join(["?"] * (1 + len(_SLOTS))) + ")"] * rows)
-    columns = ", ".join(("kind", *_FIXED, *_SLOTS))
-    picked = ", ".join(("v.column1", "?", "?", "?", *(f"v.column{i + 2}" for i in range(7))))
-    # the shared values are bound first: SQLite numbers "?" in the order they appear
-    return f"INSERT INTO am_write_rows ({columns}) SELECT {picked} FROM (VALUES {values}) AS v"
+#: The view the one-statement writes insert into (see :meth:`SQLiteDialect.write_rows_ddl`).
+_WRITE_ROWS = sa.table("am_write_rows", *(sa.column(c) for c in ("kind", *_FIXED, *_SLOTS)))
+#: The cells of each row of a one-statement write.
+_CELLS = ("kind", *_SLOTS)
+
+
+def _write_rows(rows: int) -> Any:
+    """``INSERT INTO am_write_rows`` of ``rows`` rows: each row's cells from a ``VALUES``
+    CTE (SQLite names no columns of a ``VALUES`` subquery), the shared values once."""
+    cells: list[tuple[Any, ...]] = [
+        tuple(sa.bindparam(f"r{i}_{c}") for c in _CELLS) for i in range(rows)
+    ]
+    v = sa.values(*(sa.column(c) for c in _CELLS), name="v").data(cells).cte("v")
+    picked = [v.c.kind, *(sa.bindparam(c) for c in _FIXED), *(v.c[c] for c in _SLOTS)]
+    return sa.insert(_WRITE_ROWS).from_select(["kind", *_FIXED, *_SLOTS], sa.select(*picked))
+
+
+#: SQLite's dialect binding by position, for the one-statement writes.
+_BY_POSITION = sa_sqlite.dialect(paramstyle="qmark")
+
+
+def _write_rows_text(rows: int) -> str:
+    """:func:`_write_rows` as text binding by position: the rows' cells in order, then the
+    shared values (a flat tuple per call on the hot path costs less than a mapping)."""
+    compiled: Any = _write_rows(rows).compile(dialect=_BY_POSITION)
+    expected = (*(f"r{i}_{c}" for i in range(rows) for c in _CELLS), *_FIXED)
+    if tuple(compiled.positiontup) != expected:  # the order fast_write binds in
+        raise RuntimeError(f"unexpected parameter order: {compiled.positiontup}")
+    return str(compiled)
 
 
 class SQLiteDatabase(Database[Any]):
