@@ -121,7 +121,7 @@ def test_a_large_namespace_is_searched_through_the_hnsw_index(
         "query_vector": vector_text(embed.embed_query("q")),
     }
     *settings, query = store.statements.ann_search(index, "", scoped=False)
-    exact = store.statements.vector_search("", 16, joined=False, scoped=False)
+    exact = store.statements.vector_search((), 16, joined=False, scoped=False)
     with psycopg.connect(url) as conn:
         for sql in settings:
             conn.execute(sql.text)
@@ -286,7 +286,7 @@ def test_without_pgvector_search_stays_exact_in_numpy(
         assert store.dialect.native_vectors == server.binaries.pgvector
     if not store.dialect.native_vectors:  # pg15
         assert store.vector_index is None
-        assert recorder.took("SELECT v.prefix, v.key, v.vector FROM am_store_vectors")
+        assert recorder.took("SELECT v.prefix, v.key, v.vector \nFROM am_store_vectors")
         with psycopg.connect(url) as conn:
             columns = {
                 r[0]

@@ -46,7 +46,15 @@ def _late(t: Any) -> Any:
     return t.c.ended_after >= B("named", type_=sa.String)
 
 
-def _thread_takes(thread_id: Any) -> Any:
+def takes_write(t: Any) -> list[Any]:
+    """Core: the activity row ``t`` takes a write: not a tombstone, not expired as of
+    ``:live_after``, and the write is not late (:func:`_late`); a NULL comparison, from a
+    row or a parameter, refuses nothing."""
+    late = (t.c.expires_at < B("live_after", type_=sa.Float), _late(t))
+    return [t.c.deleted_at.is_(None), *(r.is_not(sa.true()) for r in late)]
+
+
+def thread_takes(thread_id: Any) -> Any:
     """True while the thread is live and the write is not late (:func:`_late`)."""
     t = threads.alias("t")
     return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), _late(t)))
@@ -98,12 +106,12 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
         # one shard only when the distribution column is copied from a co-located table
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))  # a NULL (no value, no boundary) refuses nothing
-        values = d._values(table, cols[1:])
+        values = d.values_select(table, cols[1:])
         source = sa.select(t.c.thread_id, *values.selected_columns).where(
             t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
         )
     else:
-        source = d._values(table, cols).where(_thread_takes(B("thread_id")))
+        source = d.values_select(table, cols).where(thread_takes(B("thread_id")))
     return d.insert_from_select(
         table, cols, source, keys=[c.name for c in table.primary_key], update=upsert_cols
     )

@@ -13,6 +13,7 @@ locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
 
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -32,6 +34,15 @@ Columns: TypeAlias = Sequence[str]
 #: The SELECT whose rows an ``INSERT ... SELECT`` writes.
 Source: TypeAlias = "sa.Select[Any]"
 
+
+#: The store filter operators a dialect's JSON pre-filter compares with, as Core operators.
+JSON_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "$eq": operator.eq,
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
 
 #: The approximate (ANN) index kinds a store's ``index`` may ask for: ``"hnsw"`` (the default,
 #: where the database offers it) or ``"flat"`` (none: exact similarity only).
@@ -215,7 +226,12 @@ class Dialect:
             for bind in compiled.binds.values()
             if not bind.required and bind in compiled.bind_names
         )
-        return Sql(self._finish(str(compiled), statement), names, defaults)
+        return Sql(str(compiled), names, defaults)
+
+    def literal(self, statement: sa.sql.ClauseElement) -> str:
+        """``statement`` as text with its values written in (a migration's statements run
+        without parameters)."""
+        return str(statement.compile(dialect=self.sa, compile_kwargs={"literal_binds": True}))
 
     def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement | str]) -> Sql:
         """The compiled statement for ``key``, built and compiled on first use only."""
@@ -227,10 +243,6 @@ class Dialect:
         with self._lock:
             self._cache[key] = compiled
         return compiled
-
-    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
-        """Last-mile textual adjustments a dialect needs (HANA's ``WITH PRIMARY KEY``)."""
-        return text
 
     def ddl(self, tables: Sequence[sa.Table]) -> list[str]:
         """CREATE TABLE and CREATE INDEX statements for ``tables``, in this dialect."""
@@ -245,9 +257,6 @@ class Dialect:
 
     #: Whether ``SELECT ... FOR UPDATE`` row locks exist (SQLite locks the whole database).
     row_locks = True
-    #: Raw-SQL suffixes: lock the selected rows; lock them but skip rows others hold.
-    for_update = " FOR UPDATE"
-    for_update_skip_locked = " FOR UPDATE SKIP LOCKED"
     #: Whether an upsert can carry a condition on the existing row (``DO UPDATE ... WHERE``);
     #: without it, plans read the row under a lock and decide in Python.
     conditional_upsert = True
@@ -255,7 +264,7 @@ class Dialect:
     def insert_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
         """Insert a row unless one with the same ``keys`` exists (first write wins)."""
         cols = [c.name for c in table.columns]
-        return self.insert_from_select(table, cols, self._values(table, cols), keys, None)
+        return self.insert_from_select(table, cols, self.values_select(table, cols), keys, None)
 
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
@@ -315,7 +324,9 @@ class Dialect:
         """A parameter in a SELECT list, typed so the database need not guess."""
         return sa.cast(param, type_)
 
-    def _values(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
+    def values_select(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
+        """``SELECT :c1 AS c1, ...``: one row of parameters named after ``table``'s columns
+        ``cols``, typed by them (the source of an ``INSERT ... SELECT`` of one row)."""
         return sa.select(
             *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
         )
@@ -385,18 +396,8 @@ class Dialect:
         """Whether ``exc`` is a fast write refusing a deleted or expired thread."""
         return False
 
-    #: The substring function of raw SQL text.
+    #: The name of the substring function (HANA's ``SUBSTRING``).
     substr = "substr"
-
-    def under(self, column: str = "prefix") -> str:
-        """Raw SQL: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
-        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
-        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
-        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
-        p = self.param
-        return (
-            f"({column} = {p('ns')} OR {self.substr}({column}, 1, {p('ns_len')}) = {p('ns_dot')})"
-        )
 
     def substring(self, column: Any, length: Any) -> Any:
         """Core: the first ``length`` characters of ``column`` (``substr``; HANA's
@@ -404,9 +405,17 @@ class Dialect:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
     def under_clause(self, column: Any) -> Any:
-        """Core form of :meth:`under`: ``column`` is the namespace ``:ns`` or below it."""
+        """Core: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
+        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
+        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
+        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+
+    def vector_under_clause(self, column: Any) -> Any:
+        """Core: the vector row's ``column`` (its namespace) is under ``:ns``, in the form
+        the dialect's namespace index on vectors can walk (:meth:`under_clause` here)."""
+        return self.under_clause(column)
 
     def param(self, name: str) -> str:
         """How a named parameter is written in raw SQL text for this driver."""
@@ -447,30 +456,71 @@ class Dialect:
         return
         yield  # pragma: no cover
 
+    def to_vector(self, text: Any) -> Any:
+        """Raw: the database's conversion of a vector's text form to its vector type (no
+        Core form)."""
+        raise NotImplementedError
+
+    def vector_columns(self) -> tuple[str, ...]:
+        """The native vector columns every stored vector is written to (``embedding``, and
+        where the dialect keeps them, typed columns per dimension count)."""
+        return ("embedding",)
+
+    def _native_vectors(self, columns: Sequence[str]) -> sa.TableClause:
+        # the vectors table with its native columns, which schema.py does not declare
+        # (they exist only where the database offers a vector type)
+        return sa.table(
+            store_vectors.name,
+            *(sa.column(c.name) for c in store_vectors.columns),
+            *(sa.column(c) for c in columns),
+        )
+
     def insert_vector(self) -> Sql | None:
-        """The vector insert when :attr:`native_vectors` (``None``: the generic one)."""
-        return None
+        """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
+        native column from the parameter of its name, a vector's text form."""
+        if not self.native_vectors:
+            return None
+        columns = self.vector_columns()
+
+        def build() -> Any:
+            values: dict[str, Any] = {c.name: sa.bindparam(c.name) for c in store_vectors.columns}
+            values |= {c: self.to_vector(sa.bindparam(c)) for c in columns}
+            return sa.insert(self._native_vectors(columns)).values(values)
+
+        return self.sql(("insert_vector_native", columns), build)
 
     def fill_vector(self) -> Sql | None:
-        """Set the native vector column of one stored vector from ``:embedding``."""
-        return None
+        """Set the native vector column of one stored vector from ``:embedding``, where it
+        is still empty."""
+        if not self.native_vectors:
+            return None
+
+        def build() -> Any:
+            t = self._native_vectors(["embedding"])
+            return (
+                sa.update(t)
+                .where(
+                    *(t.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field")),
+                    t.c.embedding.is_(None),
+                )
+                .values(embedding=self.to_vector(sa.bindparam("embedding")))
+            )
+
+        return self.sql("fill_vector", build)
 
     def vector_row(self, row: dict[str, Any]) -> None:
         """Add to a vector row (``vector`` bytes, ``embedding`` text) whatever else
         :meth:`insert_vector` binds."""
 
-    def vector_under(self) -> str:
-        """Raw SQL: the vector row ``v`` is under the namespace (as :meth:`under`)."""
-        return self.under("v.prefix")
-
     def vector_search(
-        self, filters: Hashable, where: str, dims: int, *, joined: bool
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
         """Exact similarity to ``:query_vector`` (text form) computed in the database:
         ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
         (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
-        ``where`` (built from ``filters``, the cache key); otherwise ``where`` is the
-        namespace alone and the items are not read (the store drops expired ones after).
+        ``where`` (Core conditions over :data:`.schema.vectors_v` and :data:`.schema.items_i`,
+        built from ``filters``, the cache key); otherwise ``where`` is the namespace alone
+        and the items are not read (the store drops expired ones after).
         ``None``: the store computes it in numpy."""
         return None
 
@@ -486,7 +536,7 @@ class Dialect:
         return False
         yield  # pragma: no cover
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
         """The statements of one approximate search through ``index``, sent in one
         transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
         ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
@@ -494,7 +544,7 @@ class Dialect:
         ``:n``."""
         raise NotImplementedError
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
         about how many ``index`` holds in all."""
         raise NotImplementedError
@@ -510,6 +560,7 @@ class Dialect:
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
+        # raw: ALTER TABLE ... ADD COLUMN has no Core form
         kind = column.type.compile(dialect=self.sa)
         return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
 
@@ -520,6 +571,7 @@ class Dialect:
         ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
         declare, for dialects that rebuild the table (SQLite)."""
         added = [c for c in table.primary_key.columns if c.name == "shard"]
+        # raw: ALTER COLUMN and DROP CONSTRAINT have no Core form (AddConstraint is Core)
         out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
         out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
         out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
@@ -529,11 +581,16 @@ class Dialect:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
 
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
-        """SQL text for a store filter condition on ``value`` at ``path`` that every
-        matching row satisfies (the exact test runs in Python), binding ``:param`` (and
-        ``:param_path``); ``None`` when the dialect cannot narrow it."""
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
+        """The shape of a SQL condition for a store filter condition on ``value`` at ``path``
+        that every matching row satisfies (the exact test runs in Python): a hashable that
+        :meth:`json_condition` builds from; ``None`` when the dialect cannot narrow it."""
         return None
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        """Core: the condition of :meth:`json_prefilter`'s ``shape`` on the JSON column
+        ``value``, binding ``:param`` (the compared value) and ``:param_path``."""
+        raise NotImplementedError
 
     def erase_session(self) -> tuple[list[str], list[str]]:
         """Statements run alone on the erasing connection before and after the erase
@@ -544,6 +601,12 @@ class Dialect:
     def migration_lock(self) -> str | None:
         """A statement serializing concurrent migrations inside their transaction."""
         return None
+
+
+def same_item(a: Any, b: Any) -> Any:
+    """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and
+    ``key``) belong to the same store item (the shard key first: co-located)."""
+    return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:

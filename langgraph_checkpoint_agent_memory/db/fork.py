@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class ForkAware(Protocol):
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """Called in the child, right after the fork, before any other thread exists."""
 
 
@@ -34,8 +34,18 @@ _callbacks: list[Callable[[], None]] = []
 _inherited: list[Any] = []
 
 
-def register(holder: ForkAware) -> None:
+def register(holder: Any) -> None:
+    """Reset ``holder`` (a :class:`ForkAware`) in every child process."""
     _holders.add(holder)
+
+
+def _reset(holder: Any) -> None:
+    reset = getattr(holder, "after_fork", None)
+    if reset is None:
+        # transitional: checkpoint/saver.py and checkpoint/timed.py still name their reset
+        # _after_fork; once they name it after_fork, this branch goes
+        reset = holder._after_fork
+    reset()
 
 
 def after_fork(callback: Callable[[], None]) -> Callable[[], None]:
@@ -56,7 +66,7 @@ def _in_child() -> None:
         callback()
     for holder in list(_holders):
         try:
-            holder._after_fork()
+            _reset(holder)
         except Exception:  # one holder's failure must not leave the others shared
             logger.exception("resetting %r after fork failed", holder)
 

@@ -10,6 +10,7 @@ by itself on HANA, so a migration that finds its table already created counts it
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -20,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import AddConstraint
 
 from langgraph_checkpoint_agent_memory.db import fork
@@ -31,8 +33,10 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
     VectorIndex,
+    same_item,
     values_params,
 )
+from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -43,10 +47,39 @@ logger = logging.getLogger(__name__)
 ALREADY_EXISTS = {288, 289, 307}
 
 
+@functools.cache
+def upsert_by_key() -> Any:
+    """sqlalchemy-hana's ``Upsert`` that matches the existing row by the table's primary key
+    (``UPSERT ... VALUES ... WITH PRIMARY KEY``): its ``Upsert`` has no option for the clause.
+    Built on first use, as sqlalchemy-hana is an optional dependency."""
+    from sqlalchemy_hana.elements import Upsert
+
+    class UpsertByKey(Upsert):
+        inherit_cache = False
+
+    @compiles(UpsertByKey)
+    def _compile(element: Any, compiler: Any, **kw: Any) -> str:
+        return f"{compiler.visit_upsert(element, **kw)} WITH PRIMARY KEY"
+
+    return UpsertByKey
+
+
+def _column(name: str) -> Any:
+    """Raw: a vector column of the vectors ``v`` that :mod:`.schema` does not declare
+    (``embedding``, and the typed ``embedding_<dims>`` of each indexed dimension count)."""
+    return sa.literal_column(f"{vectors_v.name}.{name}")
+
+
+def _similarity(embedding: Any) -> Any:
+    """Raw: HANA's vector functions, ``COSINE_SIMILARITY(embedding,
+    TO_REAL_VECTOR(:query_vector)) AS sim``."""
+    query = sa.func.TO_REAL_VECTOR(sa.bindparam("query_vector"))
+    return sa.func.COSINE_SIMILARITY(embedding, query).label("sim")
+
+
 class HanaDialect(Dialect):
     name = "hana"
     conditional_upsert = False
-    for_update_skip_locked = " FOR UPDATE IGNORE LOCKED"
     transactional_ddl = False
     create_if_not_exists = False
     recursive_cte = False
@@ -62,11 +95,6 @@ class HanaDialect(Dialect):
             ) from exc
         return HANAHDBCLIDialect()
 
-    def _finish(self, text: str, statement: sa.sql.ClauseElement) -> str:
-        if getattr(statement, "_hana_with_primary_key", False):
-            return f"{text} WITH PRIMARY KEY"
-        return text
-
     native_vectors = True
 
     def __init__(self) -> None:
@@ -78,51 +106,53 @@ class HanaDialect(Dialect):
     def vector_ddl(self) -> list[str]:
         # HANA Cloud's vector engine: exact COSINE_SIMILARITY in the database, so a search
         # reads the best rows, not every vector under the namespace
+        # raw: ALTER TABLE and HANA's REAL_VECTOR type have no Core form
         return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
 
-    def insert_vector(self) -> Sql:
-        typed = sorted(self.indexed_dims)
+    def to_vector(self, text: Any) -> Any:
+        return sa.func.TO_REAL_VECTOR(text)
 
-        def build() -> str:
-            columns = "".join(f", embedding_{d}" for d in typed)
-            values = "".join(f", TO_REAL_VECTOR(:embedding_{d})" for d in typed)
-            return (
-                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, "
-                f"embedding{columns}) VALUES (:shard, :prefix, :key, :field, :vector, "
-                f"TO_REAL_VECTOR(:embedding){values})"
-            )
-
-        return self.sql(("insert_vector_native", tuple(typed)), build)
+    def vector_columns(self) -> tuple[str, ...]:
+        return ("embedding", *(f"embedding_{d}" for d in sorted(self.indexed_dims)))
 
     def vector_row(self, row: dict[str, Any]) -> None:
         for dims in self.indexed_dims:
             row[f"embedding_{dims}"] = row["embedding"] if len(row["vector"]) == 4 * dims else None
 
-    def fill_vector(self) -> Sql:
-        return self.sql(
-            "fill_vector",
-            lambda: (
-                "UPDATE am_store_vectors SET embedding = TO_REAL_VECTOR(:embedding) "
-                "WHERE shard = :shard AND prefix = :prefix AND key = :key AND field = :field "
-                "AND embedding IS NULL"
-            ),
+    def _fill_typed(self, dims: int) -> Any:
+        """Copy the vectors of ``dims`` dimensions into their typed column, where empty."""
+        typed = f"embedding_{dims}"
+        t = self._native_vectors(["embedding", typed])
+        return (
+            sa.update(t)
+            .where(
+                t.c[typed].is_(None),
+                t.c.embedding.is_not(None),
+                sa.func.length(t.c.vector) == sa.literal_column(str(4 * int(dims))),
+            )
+            .values({typed: t.c.embedding})
         )
 
-    def vector_search(self, filters: Hashable, where: str, dims: int, *, joined: bool) -> Sql:
-        items = (
-            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
-            if joined
-            else ""
-        )
-        return self.sql(
-            ("vector_search", filters, dims, joined),
-            lambda: (
-                "SELECT v.prefix, v.key, COSINE_SIMILARITY(v.embedding, "
-                f"TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v{items} "
-                f"WHERE {where} AND v.embedding IS NOT NULL AND LENGTH(v.vector) = {4 * dims} "
-                "ORDER BY sim DESC, v.prefix, v.key LIMIT :n"
-            ),
-        )
+    def vector_search(
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
+    ) -> Sql:
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            embedding = _column("embedding")
+            return (
+                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
+                .select_from(v.join(i, same_item(i, v)) if joined else v)
+                .where(
+                    *where,
+                    embedding.is_not(None),
+                    sa.func.length(v.c.vector) == sa.literal_column(str(4 * int(dims))),
+                )
+                .order_by(sa.desc("sim"), v.c.prefix, v.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.sql(("vector_search", filters, dims, joined), build)
 
     # SAP HANA Cloud's HNSW vector index (CREATE HNSW VECTOR INDEX, QRC 3/2024 and later)
     # needs one dimension count per column, while am_store_vectors holds the vectors of every
@@ -147,6 +177,7 @@ class HanaDialect(Dialect):
             self.sql(
                 "ann_column_exists",
                 lambda: (
+                    # raw: HANA catalog lookup
                     "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
                     "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
                 ),
@@ -158,6 +189,7 @@ class HanaDialect(Dialect):
         exists = bool(rows[0][0])
         if create:
             if not exists:
+                # raw: ALTER TABLE and REAL_VECTOR have no Core form
                 add = f"ALTER TABLE am_store_vectors ADD ({column} REAL_VECTOR({index.dims}))"
                 try:
                     yield Batch(
@@ -166,13 +198,11 @@ class HanaDialect(Dialect):
                 except Exception as exc:  # a concurrent setup added it first
                     if _error_code(exc) not in ALREADY_EXISTS:
                         raise
-            fill = (
-                f"UPDATE am_store_vectors SET {column} = embedding WHERE {column} IS NULL "
-                f"AND embedding IS NOT NULL AND LENGTH(vector) = {4 * index.dims}"
-            )
-            yield Batch([Stmt(self.sql(("ann_fill", index.dims), lambda: fill))], write=True)
+            fill = self.sql(("ann_fill", index.dims), lambda: self._fill_typed(index.dims))
+            yield Batch([Stmt(fill)], write=True)
             build = json.dumps({"M": config.m, "efConstruction": config.ef_construction})
             search = json.dumps({"efSearch": config.ef_search})
+            # raw: HANA's HNSW vector index DDL has no Core form
             ddl = (
                 f"CREATE HNSW VECTOR INDEX {index.name} ON am_store_vectors ({column}) "
                 f"SIMILARITY FUNCTION COSINE_SIMILARITY BUILD CONFIGURATION '{build}' "
@@ -197,39 +227,52 @@ class HanaDialect(Dialect):
             self.indexed_dims = self.indexed_dims | {index.dims}
         return exists
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
-        return [
-            self.sql(
-                ("ann_search", index.name, filters),
-                lambda: (
-                    f"SELECT v.prefix, v.key, COSINE_SIMILARITY({index.column}, "
-                    "TO_REAL_VECTOR(:query_vector)) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
-                    "AND i.key = v.key "
-                    f"WHERE {where} AND {index.column} IS NOT NULL "
-                    "ORDER BY sim DESC LIMIT :n"
-                ),
-            )
-        ]
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
+        v, i = vectors_v, items_i
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
-        return self.sql(
-            ("vector_counts", index.name, scoped),
-            lambda: (
-                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{under} LIMIT :cap) s), (SELECT COUNT(*) FROM am_store_vectors "
-                f"WHERE embedding_{index.dims} IS NOT NULL) FROM DUMMY"
-            ),
-        )
+        def build() -> Any:
+            embedding = _column(f"embedding_{index.dims}")
+            return (
+                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(*where, embedding.is_not(None))
+                .order_by(sa.desc("sim"))
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return [self.sql(("ann_search", index.name, filters), build)]
+
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
+        def build() -> Any:
+            capped = (
+                sa.select(sa.literal_column("1"))
+                .select_from(vectors_v)
+                .where(*under)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .subquery("s")
+            )
+            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
+            typed: Any = sa.literal_column(f"embedding_{index.dims}")  # raw: see _column
+            indexed = (
+                sa.select(sa.func.count())
+                .select_from(store_vectors)
+                .where(typed.is_not(None))
+                .scalar_subquery()
+            )
+            return sa.select(near, indexed)
+
+        return self.sql(("vector_counts", index.name, scoped), build)
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         return (
+            # raw: ALTER TABLE has no Core form
             f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
         )
 
     def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         added = [c for c in table.primary_key.columns if c.name == "shard"]
         out = [
+            # raw: ALTER TABLE has no Core form (AddConstraint is Core)
             f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"
             for c in added
         ]
@@ -238,14 +281,10 @@ class HanaDialect(Dialect):
         return out
 
     def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
-        from sqlalchemy_hana.elements import Upsert
-
         if where is not None:
             raise NotImplementedError("HANA plans do not use conditional upserts")
         cols = [c.name for c in table.columns]
-        stmt = Upsert(table).values(values_params(table, cols))
-        stmt._hana_with_primary_key = True  # type: ignore[attr-defined]
-        return stmt
+        return upsert_by_key()(table).values(values_params(table, cols))
 
     def upsert_select(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns
@@ -273,6 +312,7 @@ class HanaDialect(Dialect):
                     self.sql(
                         "migrations_table_exists",
                         lambda: sa.text(
+                            # raw: HANA catalog lookup
                             "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
                             "AND TABLE_NAME = 'AM_MIGRATIONS'"
                         ),
@@ -337,7 +377,8 @@ class HanaDatabase(Database[Any]):
         self._all: list[Any] = []
         self._lock = threading.Lock()
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """In a forked child: set the parent's connections aside and open fresh ones."""
         fork.set_aside(*self._all)
         self._fresh_connections()
 

@@ -21,7 +21,7 @@ reads and writes, each write in one transaction. Statements are SQLAlchemy Core 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -99,6 +99,12 @@ class MemorySql:
         self.store = store_sql
         self.root = root
 
+    def statement(self, key: Hashable, build: Callable[[], Any]) -> Sql:
+        """Memory's statement ``key``, built by ``build`` and compiled on first use only:
+        memory's registry of cached statements (in the dialect's cache, under
+        ``"memory"``)."""
+        return self.d.sql(("memory", key), build)
+
     # -- shard keys ------------------------------------------------------------------------
 
     @property
@@ -140,33 +146,26 @@ class MemorySql:
 
     # -- writes shared by several plans ----------------------------------------------------
 
+    def _insert_ignore(self, name: str, table: sa.Table) -> Sql:
+        """Insert one row of ``table`` unless its primary key is there (first write wins)."""
+        keys = [c.name for c in table.primary_key.columns]
+        return self.statement(name, lambda: self.d.insert_row_ignore(table, keys))
+
     def ensure_scope(self) -> Sql:
-        return self.d.sql(
-            ("memory", "ensure_scope"),
-            lambda: self.d.insert_row_ignore(memory_scopes, ["shard", "scope"]),
-        )
+        return self._insert_ignore("ensure_scope", memory_scopes)
 
     def insert_item_if_absent(self) -> Sql:
-        return self.d.sql(
-            ("memory", "insert_item"),
-            lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
-        )
+        return self._insert_ignore("insert_item", store_items)
 
     def add_pending(self) -> Sql:
-        return self.d.sql(
-            ("memory", "add_pending"),
-            lambda: self.d.insert_row_ignore(memory_pending, ["shard", "scope", "episode_key"]),
-        )
+        return self._insert_ignore("add_pending", memory_pending)
 
     def add_thread(self) -> Sql:
-        return self.d.sql(
-            ("memory", "add_thread"),
-            lambda: self.d.insert_row_ignore(memory_threads, ["shard", "scope", "thread_id"]),
-        )
+        return self._insert_ignore("add_thread", memory_threads)
 
     def upsert_decay(self) -> Sql:
-        return self.d.sql(
-            ("memory", "upsert_decay"),
+        return self.statement(
+            "upsert_decay",
             lambda: self.d.upsert(
                 memory_decay,
                 ["shard", "prefix", "key"],
@@ -178,20 +177,20 @@ class MemorySql:
         """Mark one item (``:shard``, ``:prefix``, ``:key``) reinforced at ``:now``."""
         t = memory_decay
         now = sa.bindparam("now", type_=sa.Float)
-        return self.d.sql(
-            ("memory", "reinforce"),
+        return self.statement(
+            "reinforce",
             lambda: sa.update(t).where(_item(t), t.c.reinforced_at < now).values(reinforced_at=now),
         )
 
     def delete_decay(self) -> Sql:
         """Delete one item's decay row (``:shard``, ``:prefix``, ``:key``)."""
-        return self.d.sql(
-            ("memory", "delete_decay"), lambda: sa.delete(memory_decay).where(_item(memory_decay))
+        return self.statement(
+            "delete_decay", lambda: sa.delete(memory_decay).where(_item(memory_decay))
         )
 
     def insert_job(self) -> Sql:
-        return self.d.sql(
-            ("memory", "insert_job"),
+        return self.statement(
+            "insert_job",
             lambda: self.d.insert_row_ignore(memory_jobs, ["shard", "job_id"]),
         )
 
@@ -215,14 +214,14 @@ class MemorySql:
             decay = (d.c.log_importance, d.c.reinforced_at, d.c.pinned)
             return sa.select(*columns, *decay).select_from(i.outerjoin(d, same)).where(*where)
 
-        return self.d.sql(("memory", "rows", with_keys), build)
+        return self.statement(("rows", with_keys), build)
 
     def decay_state(self, n: int) -> Sql:
         """``(key, log_importance, reinforced_at)`` of keys ``:k0`` ... ``:k<n-1>`` of one
         namespace (``:shard``, ``:prefix``)."""
         t = memory_decay
-        return self.d.sql(
-            ("memory", "decay_state", n),
+        return self.statement(
+            ("decay_state", n),
             lambda: sa.select(t.c.key, t.c.log_importance, t.c.reinforced_at).where(
                 t.c.shard == sa.bindparam("shard"),
                 t.c.prefix == sa.bindparam("prefix"),
@@ -233,8 +232,8 @@ class MemorySql:
     def vectors_of(self) -> Sql:
         """``(key, vector)`` of the namespace ``:prefix`` (``:shard``)."""
         v = store_vectors
-        return self.d.sql(
-            ("memory", "vectors_of"),
+        return self.statement(
+            "vectors_of",
             lambda: sa.select(v.c.key, v.c.vector).where(
                 v.c.shard == sa.bindparam("shard"), v.c.prefix == sa.bindparam("prefix")
             ),
@@ -455,10 +454,10 @@ def decay_plan(
             routed = [t.c.shard == sa.bindparam("shard")] if one else []
             return sa.delete(t).where(*routed, sa.exists().where(item, *decayed(d)))
 
-        return sql.d.sql(("memory", "decay", name, scope is not None, one), build)
+        return sql.statement(("decay", name, scope is not None, one), build)
 
-    rows = sql.d.sql(
-        ("memory", "decay_rows", scope is not None, one),
+    rows = sql.statement(
+        ("decay_rows", scope is not None, one),
         lambda: sa.delete(memory_decay).where(*decayed(memory_decay)),
     )
     params: dict[str, Any] = {"now": now, "k": log_rate_per_second, "c": log_threshold}
@@ -485,12 +484,12 @@ def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Pl
     def on_shard(t: Any) -> list[Any]:
         return [t.c.shard == sa.bindparam("shard")] if one else []
 
-    scopes = sql.d.sql(
-        ("memory", "scopes", one),
+    scopes = sql.statement(
+        ("scopes", one),
         lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root"), *on_shard(s)),
     )
-    prefixes = sql.d.sql(
-        ("memory", "prefixes", one),
+    prefixes = sql.statement(
+        ("prefixes", one),
         lambda: sa.select(i.c.prefix).distinct().where(*on_shard(i), _under_root(sql, i)),
     )
     a, b = yield Batch(
@@ -514,20 +513,20 @@ def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Pl
 def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
     """Per scope: items per kind, pending and parked episodes, failed jobs."""
     i, q, j = store_items, memory_pending, memory_jobs
-    items = sql.d.sql(
-        ("memory", "stats_items"),
+    items = sql.statement(
+        "stats_items",
         lambda: (
             sa.select(i.c.prefix, sa.func.count())
             .where(_under_root(sql, i), _live(i))
             .group_by(i.c.prefix)
         ),
     )
-    pending = sql.d.sql(
-        ("memory", "stats_pending"),
+    pending = sql.statement(
+        "stats_pending",
         lambda: sa.select(q.c.scope, q.c.status, sa.func.count()).group_by(q.c.scope, q.c.status),
     )
-    failed = sql.d.sql(
-        ("memory", "stats_failed"),
+    failed = sql.statement(
+        "stats_failed",
         lambda: (
             sa.select(j.c.scope, sa.func.count())
             .where(j.c.status != "completed")
@@ -562,7 +561,7 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
     t = memory_threads
-    query = sql.d.sql(("memory", "threads"), lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
+    query = sql.statement("threads", lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
     if not scopes:
         return []
     found = yield Batch(
@@ -580,6 +579,7 @@ def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict
         yield Batch([Stmt(Sql(statement))])
     counts = yield from _erase(sql, root=root, scopes=scopes)
     for statement in after_commit:
+        # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
     return counts
 
@@ -606,7 +606,7 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
         for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
             statements.append(
                 Stmt(
-                    sql.d.sql(("memory", "erase", table), partial(_delete_scope, table)),
+                    sql.statement(("erase", table), partial(_delete_scope, table)),
                     {"shard": sql.scope_shard(scope), "scope": scope},
                 )
             )

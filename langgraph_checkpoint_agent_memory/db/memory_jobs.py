@@ -64,8 +64,8 @@ def claim_plan(
     refuses them); each is then claimed by a conditional write of its own ledger row, on its
     shard: the lease is taken only if it is still free, so of several workers that found the
     same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
-    find = sql.d.sql(
-        ("memory", "claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
+    find = sql.statement(
+        ("claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
     )
     params: dict[str, Any] = {
         "now": now,
@@ -167,14 +167,14 @@ def _take_lease(sql: MemorySql) -> Sql:
             )
         )
 
-    return sql.d.sql(("memory", "take_lease"), build)
+    return sql.statement("take_lease", build)
 
 
 def _held_by(sql: MemorySql) -> Sql:
     """The failure count of a scope whose lease ``:owner`` holds (no row: not held)."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "held_by"),
+    return sql.statement(
+        "held_by",
         lambda: sa.select(t.c.failures).where(
             _one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
         ),
@@ -184,8 +184,8 @@ def _held_by(sql: MemorySql) -> Sql:
 def _episodes(sql: MemorySql) -> Sql:
     """Up to ``:n`` of a scope's pending episodes, oldest first."""
     t = memory_pending
-    return sql.d.sql(
-        ("memory", "claim_episodes"),
+    return sql.statement(
+        "claim_episodes",
         lambda: (
             sa.select(t.c.episode_key)
             .where(_one_scope(t), t.c.status == "pending")
@@ -199,8 +199,8 @@ def _lease_check(sql: MemorySql) -> Sql:
     """A scope's lease owner and failures, its row locked (one row of one shard: a lock a
     distributed database routes to that shard; SQLite holds its write lock already)."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "lease_check"),
+    return sql.statement(
+        "lease_check",
         lambda: sa.select(t.c.lease_owner, t.c.failures).where(_one_scope(t)).with_for_update(),
     )
 
@@ -209,8 +209,8 @@ def _release(sql: MemorySql) -> Sql:
     """Release a scope's lease held by ``:owner``, recording ``:b_failures``, ``:next``
     (the back-off) and ``:error``."""
     t = memory_scopes
-    return sql.d.sql(
-        ("memory", "release"),
+    return sql.statement(
+        "release",
         lambda: (
             sa.update(t)
             .where(_one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String))
@@ -228,8 +228,8 @@ def _release(sql: MemorySql) -> Sql:
 def _done_pending(sql: MemorySql) -> Sql:
     """Delete one pending episode (``:shard``, ``:scope``, ``:episode_key``)."""
     t = memory_pending
-    return sql.d.sql(
-        ("memory", "done_pending"),
+    return sql.statement(
+        "done_pending",
         lambda: sa.delete(t).where(
             _one_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
         ),
@@ -256,8 +256,8 @@ def apply_plan(
     was lost (the job took too long and another worker took over): nothing is written.
     """
     jobs = memory_jobs
-    job_done = sql.d.sql(
-        ("memory", "job_done"),
+    job_done = sql.statement(
+        "job_done",
         lambda: sa.select(jobs.c.status).where(
             jobs.c.shard == sa.bindparam("shard"), jobs.c.job_id == sa.bindparam("job_id")
         ),
@@ -266,25 +266,18 @@ def apply_plan(
     reads = [
         Stmt(_lease_check(sql), key, fetch=True),
         Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True),
-        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
+        *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
-    lease, done, fact_rows = results[0], results[1], results[2]
+    lease, done = results[0], results[1]
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
         return None
-    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
     already = bool(done) and done[0][0] == "completed"
     writes = Writes(outcome={"skipped": "already applied"}) if already else None
     if writes is None:
-        writes = decide([decode(r) for r in fact_rows], vectors)
-    statements: list[Stmt] = []
-    if writes.items:
-        statements += sql.store.writes(writes.items, writes.vectors)
-    if writes.decay:
-        statements.append(sql.decay_stmt(writes.decay))
+        writes = decide(*_facts_read(results[2:]))
+    statements = _facts_writes(sql, writes)
     statements.append(
         Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
     )
@@ -339,13 +332,31 @@ def change_facts_plan(
     reads = [
         Stmt(sql.ensure_scope(), scope_row),
         Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True),  # locks it
-        Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True),
+        *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    if read_vectors:
-        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
     results = yield Batch(reads, lock=True, hold=True)
-    vectors = {k: bytes(v) for k, v in results[3]} if read_vectors else {}
-    writes = decide([decode(r) for r in results[2]], vectors)
+    writes = decide(*_facts_read(results[2:]))
+    yield Batch(_facts_writes(sql, writes), write=True)
+    return writes
+
+
+def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
+    """Read a scope's live facts and, with ``vectors``, their vectors."""
+    reads = [Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
+    if vectors:
+        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
+    return reads
+
+
+def _facts_read(results: Sequence[Any]) -> tuple[list[StoredRow], dict[str, bytes]]:
+    """What :func:`_facts_reads` read: the facts, and their vectors by key (none unread)."""
+    vectors = {k: bytes(v) for k, v in results[1]} if len(results) > 1 else {}
+    return [decode(r) for r in results[0]], vectors
+
+
+def _facts_writes(sql: MemorySql, writes: Writes) -> list[Stmt]:
+    """The statements writing ``writes``' items, vectors and decay rows, and deleting the
+    removed items with their decay rows."""
     statements: list[Stmt] = []
     if writes.items or writes.removed:
         statements += sql.store.writes(writes.items, writes.vectors, writes.removed)
@@ -353,8 +364,7 @@ def change_facts_plan(
         statements.append(sql.decay_stmt(writes.decay))
     if writes.removed:
         statements.append(Stmt(sql.delete_decay(), sql.store.keyed(writes.removed), many=True))
-    yield Batch(statements, write=True)
-    return writes
+    return statements
 
 
 def fail_plan(
@@ -381,8 +391,8 @@ def fail_plan(
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
     q = memory_pending
-    park_sql = sql.d.sql(
-        ("memory", "park"),
+    park_sql = sql.statement(
+        "park",
         lambda: (
             sa.update(q)
             .where(_one_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
@@ -432,16 +442,16 @@ def fail_plan(
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
     """Queue parked episodes again and clear back-offs (of one scope, or all)."""
     q, t = memory_pending, memory_scopes
-    unpark = sql.d.sql(
-        ("memory", "unpark", scope is not None),
+    unpark = sql.statement(
+        ("unpark", scope is not None),
         lambda: (
             sa.update(q)
             .where(q.c.status == "parked", *([_one_scope(q)] if scope is not None else []))
             .values(status="pending")
         ),
     )
-    clear = sql.d.sql(
-        ("memory", "clear_backoff", scope is not None),
+    clear = sql.statement(
+        ("clear_backoff", scope is not None),
         lambda: (
             sa.update(t)
             .where(*([_one_scope(t)] if scope is not None else []))
@@ -455,8 +465,8 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
 
 def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
     j = memory_jobs
-    query = sql.d.sql(
-        ("memory", "jobs", len(statuses)),
+    query = sql.statement(
+        ("jobs", len(statuses)),
         lambda: (
             sa.select(*(j.c[n] for n in JOB_FIELDS))
             .where(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.schema import CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.db.row_migrations import (
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
+    TIME,
     migrations,
     settings,
     store_items,
@@ -52,7 +53,24 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     rule_refused,
 )
 
-RECENT_INDEX = "CREATE INDEX am_store_items_recent ON am_store_items (updated_at)"
+
+def _recent_index(d: Dialect) -> str:
+    """The items' newest-first index (store step 2), declared apart from :mod:`.schema`'s
+    tables, which an earlier step created without it."""
+    items = sa.Table(store_items.name, sa.MetaData(), sa.Column("updated_at", TIME))
+    index = sa.Index("am_store_items_recent", items.c.updated_at)
+    return str(CreateIndex(index).compile(dialect=d.sa)).strip()
+
+
+def _column_like(column: sa.Column[Any]) -> sa.Column[Any]:
+    """A new column declared as ``column`` is (the tables of :mod:`.schema` set no defaults)."""
+    return sa.Column(
+        column.name,
+        column.type,
+        primary_key=column.primary_key,
+        nullable=column.nullable,
+        autoincrement=column.autoincrement,
+    )
 
 
 def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
@@ -61,7 +79,7 @@ def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
     old = sa.Table(
         table.name,
         sa.MetaData(),
-        *(c._copy() for c in table.columns if c.name not in without),
+        *(_column_like(c) for c in table.columns if c.name not in without),
         **table.kwargs,
     )
     if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
@@ -81,7 +99,11 @@ UNKNOWN_BOUNDARY = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 def _checkpoint_v3(d: Dialect) -> list[str]:
     return [
         d.add_column(threads, threads.c.ended_after),
-        f"UPDATE am_threads SET ended_after = '{UNKNOWN_BOUNDARY}' WHERE deleted_at IS NOT NULL",
+        d.literal(
+            sa.update(threads)
+            .where(threads.c.deleted_at.is_not(None))
+            .values(ended_after=UNKNOWN_BOUNDARY)
+        ),
         *d.live_row_ddl(),
     ]
 
@@ -184,14 +206,15 @@ def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
 
 #: Indexes an earlier migration created outside :mod:`.schema`, by table: a table rebuilt
 #: to change its key (SQLite) gets them again.
-EXTRA_INDEXES = {"am_store_items": [RECENT_INDEX]}
+EXTRA_INDEXES: dict[str, Callable[[Dialect], str]] = {"am_store_items": _recent_index}
 
 
 def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     """The step's finish: each of ``tables`` keyed as :mod:`.schema` declares it."""
 
     def build(d: Dialect) -> list[str]:
-        return [sql for t in tables for sql in d.rekey_ddl(t, EXTRA_INDEXES.get(t.name, []))]
+        extra = {name: [index(d)] for name, index in EXTRA_INDEXES.items()}
+        return [sql for t in tables for sql in d.rekey_ddl(t, extra.get(t.name, []))]
 
     return build
 
@@ -214,7 +237,7 @@ STORE = Component(
         Step(1, "store tables and full-text index", _store_v2),
         # Listing newest first with a filter walks this index and stops at the first page of
         # matches, instead of reading and sorting every item under the prefix.
-        Step(2, "store newest-first index", lambda d: [RECENT_INDEX]),
+        Step(2, "store newest-first index", lambda d: [_recent_index(d)]),
         # One lexical index and one BM25 on every database (it replaces FTS5 and tsvector:
         # they score every match of a query, and match across all namespaces before
         # filtering).
@@ -317,6 +340,36 @@ def migrate_plan(
     records ``shard_depth`` at the first setup (``None``: the recorded value, else
     :data:`.shard.DEFAULT_SHARD_DEPTH`), and a different ``shard_depth`` later is refused
     with a ``ConfigurationError``, before anything is written."""
+    done = yield from _ledger_plan(dialect)
+    statements = _from_global_list(dialect, done, now)
+    depth, to_record = shard_depth or DEFAULT_SHARD_DEPTH, None
+    if STORE in components:
+        depth, to_record = yield from _shard_rule(dialect, done, shard_depth)
+    applied: dict[str, list[int]] = {}
+    # in order, each step's statements, then its rows, then its finish; then one commit
+    for component in components:
+        pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
+        for step in pending:
+            statements = yield from _step_plan(dialect, component, step, now, depth, statements)
+        applied[component.name] = [s.version for s in pending]
+    if to_record:
+        statements.append(Stmt(_record_setting(dialect), to_record))
+    # then the tables distributed where the database is (Citus), and one commit
+    yield Batch(statements, hold=True)
+    yield from distribute_plan(dialect)
+    yield Batch([], write=True)
+    for component in components:
+        if component.backfill is not None:
+            versions = {
+                s.version for s in component.steps if component.ledger_id(s.version) in done
+            } | set(applied[component.name])
+            yield from component.backfill(dialect, versions)
+    return applied
+
+
+def _ledger_plan(dialect: Dialect) -> Plan[set[int]]:
+    """Lock migrations (where the database can), create the schema and the ledger where
+    missing, and read the versions it records; the transaction stays open."""
     create = dialect.sql(
         "create_migrations",
         lambda: dialect.unless_exists(
@@ -329,14 +382,6 @@ def migrate_plan(
         ),
     )
     applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
-    record = dialect.sql(
-        "record_migration",
-        lambda: sa.insert(migrations).values(
-            version=sa.bindparam("version"),
-            description=sa.bindparam("description"),
-            applied_at=sa.bindparam("applied_at"),
-        ),
-    )
     first: list[Stmt] = []
     lock = dialect.migration_lock()
     if lock:
@@ -348,54 +393,73 @@ def migrate_plan(
         yield from dialect.create_if_missing(create)
     first.append(Stmt(applied_sql, fetch=True))
     results = yield Batch(first, lock=True, hold=True)
-    done = {int(row[0]) for row in results[-1]}
-    statements: list[Stmt] = []
+    return {int(row[0]) for row in results[-1]}
+
+
+def _record(dialect: Dialect) -> Sql:
+    """Record one version in the ledger (``:version``, ``:description``, ``:applied_at``)."""
+    return dialect.sql(
+        "record_migration",
+        lambda: sa.insert(migrations).values(
+            version=sa.bindparam("version"),
+            description=sa.bindparam("description"),
+            applied_at=sa.bindparam("applied_at"),
+        ),
+    )
+
+
+def _recorded(dialect: Dialect, component: Component, version: int, now: float) -> Stmt:
+    """The ledger row of ``component``'s ``version``."""
+    row = {
+        "version": component.ledger_id(version),
+        "applied_at": now,
+        "description": _description(component, version),
+    }
+    return Stmt(_record(dialect), row)
+
+
+def _from_global_list(dialect: Dialect, done: set[int], now: float) -> list[Stmt]:
+    """Statements recording per component the versions the older global list recorded
+    (``done`` is brought up to date in place)."""
     old = sorted(v for v in done if v in GLOBAL_VERSIONS)
-    if old:  # written by the global list: record the same state per component
-        forget = dialect.sql(
-            "forget_global_migrations",
-            lambda: sa.delete(migrations).where(migrations.c.version < 1000),
-        )
-        statements.append(Stmt(forget))
-        for v in old:
-            component, version = GLOBAL_VERSIONS[v]
-            done.add(component.ledger_id(version))
-            row = {"version": component.ledger_id(version), "applied_at": now}
-            statements.append(
-                Stmt(record, {**row, "description": _description(component, version)})
-            )
-        done -= set(old)
-    depth, to_record = shard_depth or DEFAULT_SHARD_DEPTH, None
-    if STORE in components:
-        depth, to_record = yield from _shard_rule(dialect, done, shard_depth)
-    statements_after = [Stmt(_record_setting(dialect), to_record)] if to_record else []
-    applied: dict[str, list[int]] = {}
-    # in order, each step's statements, then its rows, then its finish; then one commit
-    for component in components:
-        pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
-        for s in pending:
-            statements += [Stmt(Sql(sql)) for sql in s.build(dialect)]
-            row = {"version": component.ledger_id(s.version), "applied_at": now}
-            statements.append(Stmt(record, {**row, "description": s.description}))
-            if s.rows is not None:
-                yield Batch(statements, hold=True)
-                statements = []
-                yield from s.rows(dialect, depth)
-            if s.finish is not None:
-                statements += [Stmt(Sql(sql)) for sql in s.finish(dialect)]
-        applied[component.name] = [s.version for s in pending]
-    statements += statements_after
-    # then the tables distributed where the database is (Citus), and one commit
-    yield Batch(statements, hold=True)
-    yield from distribute_plan(dialect)
-    yield Batch([], write=True)
-    for component in components:
-        if component.backfill is not None:
-            versions = {
-                s.version for s in component.steps if component.ledger_id(s.version) in done
-            } | set(applied[component.name])
-            yield from component.backfill(dialect, versions)
-    return applied
+    if not old:
+        return []
+    forget = dialect.sql(
+        "forget_global_migrations",
+        lambda: sa.delete(migrations).where(migrations.c.version < 1000),
+    )
+    statements = [Stmt(forget)]
+    for v in old:
+        component, version = GLOBAL_VERSIONS[v]
+        done.add(component.ledger_id(version))
+        statements.append(_recorded(dialect, component, version, now))
+    done -= set(old)
+    return statements
+
+
+def _step_plan(
+    dialect: Dialect,
+    component: Component,
+    step: Step,
+    now: float,
+    depth: int,
+    statements: list[Stmt],
+) -> Plan[list[Stmt]]:
+    """Add ``step``'s statements and its ledger row to ``statements``; a step with rows to
+    bring up to date sends them first (inside the open transaction) and runs its rows
+    plan. Returns the statements still to send."""
+    statements = [
+        *statements,
+        *(Stmt(Sql(sql)) for sql in step.build(dialect)),
+        _recorded(dialect, component, step.version, now),
+    ]
+    if step.rows is not None:
+        yield Batch(statements, hold=True)
+        statements = []
+        yield from step.rows(dialect, depth)
+    if step.finish is not None:
+        statements += [Stmt(Sql(sql)) for sql in step.finish(dialect)]
+    return statements
 
 
 def _record_setting(dialect: Dialect) -> Sql:

@@ -122,41 +122,52 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
     """Send one batch on a sync connection."""
     import psycopg
 
-    conn = session.conn
     lone = session.lone(batch)
     relaxed = session.relaxed(batch)
     try:
         if lone is not None:
-            cur = conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
+            cur = session.conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
             return [cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
-            with conn.pipeline():
-                conn.execute(RELAX_COMMIT, prepare=False)
-                cur = conn.cursor(binary=relaxed.fetch)
-                cur.execute(session.text(relaxed), _params(relaxed))
-            return [cur.fetchall() if relaxed.fetch else cur.rowcount]
-        sent = []
-        try:
-            with conn.pipeline():
-                for sql in session.opening(batch):
-                    conn.execute(sql, prepare=False)
-                for stmt in batch.statements:
-                    cur = conn.cursor(binary=stmt.fetch)
-                    if not stmt.many:
-                        cur.execute(session.text(stmt), _params(stmt))
-                    elif stmt.params:
-                        cur.executemany(session.text(stmt), _params(stmt))
-                    sent.append((cur, stmt))
-                if not batch.hold:
-                    conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
-        except BaseException:
-            if session.ended(batch, ok=False):
-                rollback(conn)
-            raise
-        session.ended(batch, ok=True)
-        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+            return _relaxed(session, relaxed)
+        return _pipeline(session, batch)
     except psycopg.OperationalError as exc:
         raise session.lost(exc) from exc
+
+
+def _relaxed(session: PgSession, stmt: Stmt) -> list[Any]:
+    """One write in its own transaction, its commit not waiting for the disk."""
+    conn = session.conn
+    with conn.pipeline():
+        conn.execute(RELAX_COMMIT, prepare=False)
+        cur = conn.cursor(binary=stmt.fetch)
+        cur.execute(session.text(stmt), _params(stmt))
+    return [cur.fetchall() if stmt.fetch else cur.rowcount]
+
+
+def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
+    """The batch's statements in one pipeline, inside its transaction."""
+    conn = session.conn
+    sent = []
+    try:
+        with conn.pipeline():
+            for sql in session.opening(batch):
+                conn.execute(sql, prepare=False)
+            for stmt in batch.statements:
+                cur = conn.cursor(binary=stmt.fetch)
+                if not stmt.many:
+                    cur.execute(session.text(stmt), _params(stmt))
+                elif stmt.params:
+                    cur.executemany(session.text(stmt), _params(stmt))
+                sent.append((cur, stmt))
+            if not batch.hold:
+                conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
+    except BaseException:
+        if session.ended(batch, ok=False):
+            rollback(conn)
+        raise
+    session.ended(batch, ok=True)
+    return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
 
 
 async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
@@ -171,17 +182,24 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
             cur = await conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
-            async with conn.pipeline():
-                await conn.execute(RELAX_COMMIT, prepare=False)
-                cur = conn.cursor(binary=relaxed.fetch)
-                await cur.execute(session.text(relaxed), _params(relaxed))
-            return [await cur.fetchall() if relaxed.fetch else cur.rowcount]
+            return await _arelaxed(session, relaxed)
         return await _apipeline(session, batch)
     except psycopg.OperationalError as exc:
         raise session.lost(exc) from exc
 
 
+async def _arelaxed(session: PgSession, stmt: Stmt) -> list[Any]:
+    """:func:`_relaxed` on an async connection."""
+    conn = session.conn
+    async with conn.pipeline():
+        await conn.execute(RELAX_COMMIT, prepare=False)
+        cur = conn.cursor(binary=stmt.fetch)
+        await cur.execute(session.text(stmt), _params(stmt))
+    return [await cur.fetchall() if stmt.fetch else cur.rowcount]
+
+
 async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
+    """:func:`_pipeline` on an async connection."""
     conn = session.conn
     sent = []
     try:

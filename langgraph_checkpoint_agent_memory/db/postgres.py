@@ -1,5 +1,6 @@
-"""What PostgreSQL's SQL looks like: the dialect, and the one-statement checkpoint reads and
-writes. Connections, pools and sessions live in :mod:`.postgres_connection`.
+"""What PostgreSQL's SQL looks like: the dialect. Its one-statement checkpoint reads and
+writes are built in :mod:`.pg_checkpoint`; connections, pools and sessions live in
+:mod:`.postgres_connection`.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Hashable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
@@ -18,13 +19,30 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
+    JSON_OPS,
     AnnConfig,
     Dialect,
     FastWrite,
     Sql,
     VectorIndex,
+    same_item,
 )
-from langgraph_checkpoint_agent_memory.db.schema import metadata
+from langgraph_checkpoint_agent_memory.db.pg_checkpoint import (
+    GROUPS,
+    MAX_VALUES_ROWS,
+    cell_names,
+    fast_write_statement,
+    get_tuple_statement,
+    routed_insert,
+    routed_live,
+    routed_touch,
+)
+from langgraph_checkpoint_agent_memory.db.schema import (
+    checkpoints,
+    items_i,
+    metadata,
+    vectors_v,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Plan
@@ -39,6 +57,7 @@ MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
 #: than in TOAST, so exact search does not fetch each vector from a second table. A role
 #: that may not create the extension leaves the store on exact search. The partial index
 #: finds the vectors written before the column existed, for their conversion.
+# raw: a PL/pgSQL block (CREATE EXTENSION, ALTER TABLE), no Core form
 PGVECTOR_SETUP = (
     "DO $$ BEGIN "
     "IF to_regtype('vector') IS NULL AND EXISTS "
@@ -57,6 +76,7 @@ PGVECTOR_SETUP = (
     "END IF; END $$"
 )
 #: What the database offers: the ``vector`` type, the ``embedding`` column, the extension.
+# raw: PostgreSQL catalog lookups
 PGVECTOR_STATE = (
     "SELECT to_regtype('vector') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute "
     "WHERE attrelid = to_regclass('am_store_vectors') AND attname = 'embedding' "
@@ -65,7 +85,43 @@ PGVECTOR_STATE = (
 )
 #: A namespace index in byte order, which the prefix range of :meth:`vector_under` can
 #: walk (the primary key's collation is the database's, which that range cannot use).
+# raw: an expression index with a collation, declared apart from schema.py's tables
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
+
+
+class PgVector(sa.types.UserDefinedType[Any]):
+    """pgvector's types (``vector``, ``halfvec(n)``), for casts: raw, SQLAlchemy has none."""
+
+    cache_ok = True
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.spec
+
+
+_ONE: Any = sa.literal_column("1")
+_ZERO: Any = sa.literal_column("0")
+#: PostgreSQL's catalog of relations, for the planner's row estimates.
+_PG_CLASS = sa.table("pg_class", sa.column("oid"), sa.column("reltuples"))
+
+
+def _embedding() -> Any:
+    """Raw: the vectors' pgvector column, which :mod:`.schema` does not declare (it exists
+    only where the extension does), named through the vectors' alias."""
+    return sa.literal_column(f"{vectors_v.name}.embedding")
+
+
+def _query_vector(spec: str) -> Any:
+    """``:query_vector`` (text form) as a pgvector value of type ``spec``."""
+    return sa.cast(sa.bindparam("query_vector"), PgVector(spec))
+
+
+def _dims_are(dims: int) -> Any:
+    """The vector has ``dims`` dimensions: a literal, as in the partial HNSW index's
+    predicate, so the planner can use the index."""
+    return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
 
 
 class PostgresDialect(Dialect):
@@ -110,6 +166,7 @@ class PostgresDialect(Dialect):
         if self.schema is None:
             return []
         return [
+            # raw: a PL/pgSQL block (conditional CREATE SCHEMA), no Core form
             f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = "
             f"'{self.schema}') THEN EXECUTE 'CREATE SCHEMA \"{self.schema}\"'; END IF; END $$"
         ]
@@ -135,6 +192,7 @@ class PostgresDialect(Dialect):
         return json.dumps({key: value})
 
     def migration_lock(self) -> str | None:
+        # raw: advisory lock
         return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 
     def param(self, name: str) -> str:
@@ -143,6 +201,7 @@ class PostgresDialect(Dialect):
     def unless_exists(self, table: str, create: str) -> str:
         # a block, as PostgreSQL has no conditional DDL that skips the privilege check
         return (
+            # raw: a PL/pgSQL block (conditional DDL), no Core form
             f"DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN "
             f"EXECUTE '{create.replace(chr(39), chr(39) * 2)}'; END IF; END $$"
         )
@@ -158,6 +217,7 @@ class PostgresDialect(Dialect):
         has_type, has_column, available = rows[0]
         if create and not has_column and (has_type or available):
             # installed (or installable) since the migration ran: add the column now
+            # raw: advisory lock
             lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
@@ -171,58 +231,41 @@ class PostgresDialect(Dialect):
                 )
         self.native_vectors = bool(has_column)
 
-    def insert_vector(self) -> Sql | None:
-        if not self.native_vectors:
-            return None
-        return self.sql(
-            "insert_vector_native",
-            lambda: (
-                "INSERT INTO am_store_vectors (shard, prefix, key, field, vector, embedding) "
-                "VALUES (%(shard)s, %(prefix)s, %(key)s, %(field)s, %(vector)s, "
-                "CAST(%(embedding)s AS vector))"
-            ),
-        )
+    def to_vector(self, text: Any) -> Any:
+        return sa.cast(text, PgVector("vector"))
 
-    def fill_vector(self) -> Sql | None:
-        if not self.native_vectors:
-            return None
-        return self.sql(
-            "fill_vector",
-            lambda: (
-                "UPDATE am_store_vectors SET embedding = CAST(%(embedding)s AS vector) "
-                "WHERE shard = %(shard)s AND prefix = %(prefix)s AND key = %(key)s "
-                "AND field = %(field)s AND embedding IS NULL"
-            ),
-        )
-
-    def vector_under(self) -> str:
+    def vector_under_clause(self, column: Any) -> Any:
         # the byte-order range first, which am_store_vectors_ns walks; then the exact test
         # (a namespace "a-b" sorts between "a" and "a.", inside the range, not under "a")
-        return (
-            '(v.prefix COLLATE "C" >= %(ns)s AND v.prefix COLLATE "C" < %(ns_end)s '
-            'AND (v.prefix = %(ns)s OR v.prefix COLLATE "C" >= %(ns_dot)s))'
+        c = column.collate("C")
+        return sa.and_(
+            c >= sa.bindparam("ns"),
+            c < sa.bindparam("ns_end"),
+            sa.or_(column == sa.bindparam("ns"), c >= sa.bindparam("ns_dot")),
         )
 
     def vector_search(
-        self, filters: Hashable, where: str, dims: int, *, joined: bool
+        self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
         if not self.native_vectors:
             return None
-        # NULLIF: a zero vector's cosine is NaN, which would sort first
-        sim = "NULLIF(1 - (v.embedding <=> CAST(%(query_vector)s AS vector)), 'NaN')"
-        items = (
-            " JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
-            if joined
-            else ""
-        )
-        return self.sql(
-            ("vector_search", filters, dims, joined),
-            lambda: (
-                f"SELECT v.prefix, v.key, {sim} AS sim FROM am_store_vectors v{items} "
-                f"WHERE vector_dims(v.embedding) = {int(dims)} AND {where} "
-                "ORDER BY sim DESC NULLS LAST, v.prefix, v.key LIMIT %(n)s"
-            ),
-        )
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            # NULLIF: a zero vector's cosine is NaN, which would sort first
+            sim = sa.func.nullif(
+                _ONE - _embedding().op("<=>", return_type=sa.Float)(_query_vector("vector")),
+                sa.literal_column("'NaN'"),
+            ).label("sim")
+            return (
+                sa.select(v.c.prefix, v.c.key, sim)
+                .select_from(v.join(i, same_item(i, v)) if joined else v)
+                .where(_dims_are(dims), *where)
+                .order_by(sa.nulls_last(sa.desc("sim")), v.c.prefix, v.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.sql(("vector_search", filters, dims, joined), build)
 
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
         if not self.native_vectors or config.kind != "hnsw":
@@ -243,6 +286,7 @@ class PostgresDialect(Dialect):
         state = Stmt(
             self.sql(
                 "ann_index_state",
+                # raw: PostgreSQL catalog lookup
                 lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
             ),
             {"index": index.relation},
@@ -251,6 +295,7 @@ class PostgresDialect(Dialect):
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
+        # raw: advisory lock
         lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
         _, rows = yield Batch([lock, state], lock=True, hold=True)
         if rows:  # there already (built by another process, or by hand)
@@ -266,6 +311,7 @@ class PostgresDialect(Dialect):
         create_sql = self.sql(
             ("ann_index_create", index.name, config.m, config.ef_construction),
             lambda: (
+                # raw: pgvector's HNSW index (operator class, WITH options), no Core form
                 f"CREATE INDEX IF NOT EXISTS {index.name} ON am_store_vectors USING hnsw "
                 f"((CAST(embedding AS {kind}({index.dims}))) {kind}_cosine_ops) "
                 f"WITH (m = {int(config.m)}, ef_construction = {int(config.ef_construction)}) "
@@ -275,13 +321,27 @@ class PostgresDialect(Dialect):
         yield Batch([Stmt(create_sql)], write=True)
         return True
 
-    def ann_search(self, index: VectorIndex, filters: Hashable, where: str) -> list[Sql]:
-        kind = index.vector_type
-        distance = f"{index.column} <=> CAST(%(query_vector)s AS {kind}({index.dims}))"
+    def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
+        v, i = vectors_v, items_i
+
+        def build() -> Any:
+            # raw: the indexed expression and pgvector's operator have no Core form
+            distance = sa.literal_column(index.column).op("<=>", return_type=sa.Float)(
+                _query_vector(f"{index.vector_type}({index.dims})")
+            )
+            return (
+                sa.select(v.c.prefix, v.c.key, (_ONE - distance).label("sim"))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(_dims_are(index.dims), *where)
+                .order_by(distance)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
         # Iterative index scans: a filter or a namespace that drops rows makes the scan
         # read on (in relaxed order; the store re-sorts by similarity) until :n rows pass,
         # or until hnsw.max_scan_tuples, when the store falls back to exact search.
         return [
+            # raw: pgvector's settings, no Core form
             self.sql(
                 ("ann_ef_search", index.ef_search),
                 lambda: f"SET LOCAL hnsw.ef_search = {int(index.ef_search)}",
@@ -291,91 +351,107 @@ class PostgresDialect(Dialect):
             # a statement run often) that cannot see the namespace's size would otherwise
             # sort the namespace instead
             self.sql("ann_no_sort", lambda: "SET LOCAL enable_sort = off"),
-            self.sql(
-                ("ann_search", index.name, filters),
-                lambda: (
-                    f"SELECT v.prefix, v.key, 1 - ({distance}) AS sim FROM am_store_vectors v "
-                    "JOIN am_store_items i ON i.shard = v.shard AND i.prefix = v.prefix "
-                    "AND i.key = v.key "
-                    f"WHERE vector_dims(v.embedding) = {index.dims} AND {where} "
-                    f"ORDER BY {distance} LIMIT %(n)s"
-                ),
-            ),
+            self.sql(("ann_search", index.name, filters), build),
         ]
 
-    def vector_counts(self, index: VectorIndex, under: str, scoped: bool) -> Sql:
-        return self.sql(
-            ("vector_counts", index.name, scoped),
-            lambda: (
-                "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM am_store_vectors v WHERE "
-                f"{under} LIMIT %(cap)s) s), COALESCE((SELECT NULLIF(reltuples, -1) "
-                "FROM pg_class WHERE oid = to_regclass(%(index)s)), (SELECT reltuples "
-                "FROM pg_class WHERE oid = to_regclass('am_store_vectors')), 0)"
-            ),
-        )
+    def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
+        def build() -> Any:
+            capped = (
+                sa.select(_ONE)
+                .select_from(vectors_v)
+                .where(*under)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .subquery("s")
+            )
+            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
+            # the planner's row estimates, from the catalog (PostgreSQL's own tables)
+            index_rows = (
+                sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
+                .where(_PG_CLASS.c.oid == sa.func.to_regclass(sa.bindparam("index")))
+                .scalar_subquery()
+            )
+            # a literal, which qualify() places in the schema
+            table: Any = sa.literal_column("'am_store_vectors'")
+            table_rows = (
+                sa.select(_PG_CLASS.c.reltuples)
+                .where(_PG_CLASS.c.oid == sa.func.to_regclass(table))
+                .scalar_subquery()
+            )
+            return sa.select(near, sa.func.coalesce(index_rows, table_rows, _ZERO))
+
+        return self.sql(("vector_counts", index.name, scoped), build)
 
     def full_text_ddl(self) -> list[str]:
         return [
+            # raw: generated tsvector column and GIN index, no Core form
             "ALTER TABLE am_store_items ADD COLUMN doc_tsv tsvector GENERATED ALWAYS AS "
             "(to_tsvector('english', coalesce(doc, ''))) STORED",
             "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
         ]
 
     def insert_arrays(self, table: sa.Table) -> Sql:
-        def build() -> str:
+        def build() -> Any:
             cols = [c.name for c in table.columns]
-            arrays = ", ".join(
-                f"CAST(%({c})s AS {table.c[c].type.compile(dialect=self.sa)}[])" for c in cols
-            )
-            return f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays})"
+            arrays = [sa.cast(sa.bindparam(c), sa_pg.ARRAY(table.c[c].type)) for c in cols]
+            rows = sa.func.unnest(*arrays).table_valued(*cols).render_derived(name="u")
+            return sa.insert(table).from_select(cols, sa.select(*rows.c))
 
         return self.sql(("insert_arrays", table.name), build)
 
     def drop_full_text_ddl(self) -> list[str]:
         return [
+            # raw: DROP ... IF EXISTS and ALTER TABLE DROP COLUMN
             "DROP INDEX IF EXISTS am_store_items_doc_tsv",
             "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
         ]
 
     def under_clause(self, column: Any) -> Any:
-        # the byte-order range of :meth:`under`
+        # A byte-order range, so the planner estimates it from the column's statistics (a
+        # substr() comparison is a blind guess that made it scan instead of walking indexes)
         c = column.collate("C")
         return sa.or_(
             column == sa.bindparam("ns"),
             sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
         )
 
-    def under(self, column: str = "prefix") -> str:
-        # A byte-order range, so the planner estimates it from the column's statistics (a
-        # substr() comparison is a blind guess that made it scan instead of walking indexes)
-        return (
-            f'({column} = %(ns)s OR ({column} COLLATE "C" >= %(ns_dot)s '
-            f'AND {column} COLLATE "C" < %(ns_end)s))'
-        )
-
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
         """One comparison per condition, in jsonb's own order where it is exact: numbers
         compare numerically and sort after strings and null, before booleans, arrays and
         objects, so ``>= 8`` may admit a boolean (Python drops it) but never loses a number,
         and nothing casts a value that is not a number. Strings compare in byte order
         ("C"), as Python does. Fewer, simpler conditions also let the planner estimate
         them, and walk the newest-first index instead of scanning."""
-        at = f"CAST(value AS jsonb) #> %({param}_path)s::text[]"
-        text = f"(CAST(value AS jsonb) #>> %({param}_path)s::text[])"
-        sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
         if isinstance(value, bool):
-            return f"{at} = to_jsonb(%({param})s::boolean)" if op == "$eq" else None
+            return ("boolean",) if op == "$eq" else None
         if value is None:
-            return f"jsonb_typeof({at}) = 'null'" if op == "$eq" else None
-        if sql_op is not None and isinstance(value, (int, float)):
+            return ("null",) if op == "$eq" else None
+        if op in JSON_OPS and isinstance(value, (int, float)):
             if isinstance(value, float) and value != value:  # NaN: let Python decide
                 return None
+            return ("number", op)
+        if op in JSON_OPS and isinstance(value, str):
+            return ("string", op)
+        return ("exists",)
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        kind, *rest = cast(tuple[Any, ...], shape)
+        doc = sa.cast(value, sa_pg.JSONB)
+        path = sa.cast(sa.bindparam(f"{param}_path"), sa_pg.ARRAY(sa.Text))
+        compared: Any = sa.bindparam(param)
+        if kind == "string":
+            text = doc.op("#>>", return_type=sa.Text)(path).self_group().collate("C")
+            return JSON_OPS[rest[0]](text, compared)
+        at = doc.op("#>", return_type=sa_pg.JSONB)(path)
+        if kind == "boolean":
+            return at == sa.func.to_jsonb(sa.cast(compared, sa.Boolean))
+        if kind == "null":
+            return sa.func.jsonb_typeof(at) == sa.literal_column("'null'")
+        if kind == "number":
             # through text: a float8 cast straight to numeric keeps only 15 digits, and
             # 0.22551938891410828 would no longer equal itself
-            return f"{at} {sql_op} to_jsonb(CAST(CAST(%({param})s AS text) AS numeric))"
-        if sql_op is not None and isinstance(value, str):
-            return f'{text} COLLATE "C" {sql_op} %({param})s'
-        return f"{at} IS NOT NULL"
+            number = sa.func.to_jsonb(sa.cast(sa.cast(compared, sa.Text), sa.Numeric))
+            return JSON_OPS[rest[0]](at, number)
+        return at.is_not(None)
 
     def json_path(self, path: list[str]) -> Any:
         return list(path)
@@ -385,48 +461,7 @@ class PostgresDialect(Dialect):
         full primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it
         into a scan of the thread's blobs), each followed down its chain of appended-list
         bases (tag 1); its writes (tag 2)."""
-
-        def build() -> str:
-            by = "AND checkpoint_id = %(checkpoint_id)s " if by_id else ""
-            blob = (
-                "JOIN LATERAL (SELECT channel, version, type, blob, base_version "
-                "FROM am_checkpoint_blobs bb WHERE bb.thread_id = %(thread_id)s "
-                "AND bb.checkpoint_ns = %(checkpoint_ns)s "
-            )
-            return (
-                "WITH RECURSIVE c AS (SELECT thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, type, checkpoint, metadata, blob_versions "
-                "FROM am_checkpoints WHERE thread_id = %(thread_id)s "
-                f"AND checkpoint_ns = %(checkpoint_ns)s {by}"
-                "AND NOT EXISTS (SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s "
-                "AND (t.deleted_at IS NOT NULL OR t.expires_at < %(live_after)s)) "
-                "ORDER BY checkpoint_id DESC LIMIT 1), "
-                "chain AS ("
-                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM c "
-                "CROSS JOIN LATERAL jsonb_each_text(c.blob_versions::jsonb) AS v(key, value) "
-                f"{blob}AND bb.channel = v.key AND bb.version = v.value LIMIT 1) b ON true "
-                "UNION ALL "
-                "SELECT b.channel, b.version, b.type, b.blob, b.base_version FROM chain "
-                f"{blob}AND bb.channel = chain.channel AND bb.version = chain.base_version "
-                "LIMIT 1) b ON true) "
-                "SELECT 0, c.checkpoint_id::text, c.parent_checkpoint_id::text, c.type::text, "
-                "c.checkpoint, c.metadata, c.blob_versions, NULL::integer FROM c "
-                "UNION ALL "
-                "SELECT 1, channel::text, version::text, type::text, blob, base_version::text, "
-                "NULL, NULL FROM chain "
-                "UNION ALL "
-                "SELECT 2, w.task_id::text, w.channel::text, w.type::text, w.blob, "
-                "w.task_path::text, NULL, w.idx "
-                # the thread named by parameter, not only through c: Citus routes a
-                # recursive query only when every table in it is filtered on thread_id;
-                # the checkpoint id as a scalar, so the whole key is the index condition
-                # (as a join condition it may become a filter over the thread's writes)
-                "FROM am_checkpoint_writes w WHERE w.thread_id = %(thread_id)s "
-                "AND w.checkpoint_ns = %(checkpoint_ns)s "
-                "AND w.checkpoint_id = (SELECT checkpoint_id FROM c)"
-            )
-
-        return self.sql(("fast_get_tuple", by_id), build)
+        return self.sql(("fast_get_tuple", by_id), functools.partial(get_tuple_statement, by_id))
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
@@ -451,33 +486,22 @@ class PostgresDialect(Dialect):
             return None
         params = dict(fixed)
         for group in groups:
-            for row, cells in zip(rows[group], _cell_names(kind, group), strict=False):
+            for row, cells in zip(rows[group], cell_names(kind, group), strict=False):
                 for column, name in cells:
                     params[name] = row[column]
         if self.distributed:
             return self._routed_write(kind, touch, counts, params)
 
-        def build() -> str:
-            ctes = [
-                "live AS (SELECT 1 AS ok WHERE NOT EXISTS (SELECT 1 FROM am_threads "
-                "WHERE thread_id = %(thread_id)s AND (deleted_at IS NOT NULL "
-                "OR expires_at < %(live_after)s OR ended_after >= %(named)s::text)))"
-            ]
-            if touch:
-                ctes.append(
-                    "touch AS (INSERT INTO am_threads (thread_id, last_active, ttl_seconds, "
-                    "expires_at, deleted_at) SELECT %(thread_id)s, %(last_active)s, "
-                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL "
-                    "FROM live ON CONFLICT (thread_id) DO UPDATE SET "
-                    "last_active = EXCLUDED.last_active, ttl_seconds = EXCLUDED.ttl_seconds, "
-                    "expires_at = EXCLUDED.expires_at)"
-                )
-            for name, insert in _row_inserts(kind, counts):
-                ctes.append(f"{name} AS ({insert})")
-            return "WITH " + ", ".join(ctes) + " SELECT COUNT(*) FROM live"
+        def build() -> Any:
+            return fast_write_statement(self, kind, touch, counts)
 
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
+
+    def _routed_checkpoint(self) -> Any:
+        keys = [c.name for c in checkpoints.primary_key.columns]
+        update = [c.name for c in checkpoints.columns if c.name not in keys]
+        return self.upsert(checkpoints, keys, update)
 
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
@@ -488,211 +512,16 @@ class PostgresDialect(Dialect):
         path of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times
         the cost); the plan commits only when the check found the thread live."""
         if touch:
-            head = self.sql(
-                "routed_touch",
-                lambda: (
-                    "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
-                    "deleted_at) VALUES (%(thread_id)s, %(last_active)s, "
-                    "%(ttl_seconds)s::integer, %(expires_at)s::double precision, NULL) "
-                    "ON CONFLICT (thread_id) DO UPDATE SET last_active = EXCLUDED.last_active, "
-                    "ttl_seconds = EXCLUDED.ttl_seconds, expires_at = EXCLUDED.expires_at "
-                    f"WHERE {_LIVE_ROW.format(t='am_threads')} RETURNING 1"
-                ),
-            )
+            head = self.sql("routed_touch", routed_touch)
         else:
-            head = self.sql(
-                "routed_live",
-                lambda: (
-                    "SELECT 1 FROM am_threads t WHERE t.thread_id = %(thread_id)s AND "
-                    f"{_LIVE_ROW.format(t='t')} FOR SHARE"
-                ),
-            )
+            head = self.sql("routed_live", routed_live)
         inserts = [
             self.sql(
-                ("routed_insert", group, count), functools.partial(_routed_insert, group, count)
+                ("routed_insert", group, count), functools.partial(routed_insert, group, count)
             )
-            for group, count in zip(_GROUPS[kind], counts, strict=True)
+            for group, count in zip(GROUPS[kind], counts, strict=True)
             if count
         ]
         if kind == "put":
-            inserts.append(self.sql("routed_checkpoint", lambda: _ROUTED_CHECKPOINT))
+            inserts.append(self.sql("routed_checkpoint", self._routed_checkpoint))
         return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
-
-
-#: The key of a pending write, which a special channel's write overwrites.
-_WRITE_KEY = "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
-#: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
-_GROUPS = {"put": ("b",), "writes": ("f", "r")}
-#: Per row group: the table, the columns, each column's value (a fixed parameter, or
-#: ``None`` for the row's own cell), and what a key conflict does.
-_ROUTED_ROWS: dict[str, tuple[str, tuple[tuple[str, str | None], ...], str]] = {
-    "b": (
-        "am_checkpoint_blobs",
-        (
-            ("thread_id", "%(thread_id)s"),
-            ("checkpoint_ns", "%(checkpoint_ns)s"),
-            ("channel", None),
-            ("version", None),
-            ("type", None),
-            ("blob", None),
-            ("base_version", None),
-        ),
-        "ON CONFLICT DO NOTHING",
-    ),
-    **{
-        group: (
-            "am_checkpoint_writes",
-            (
-                ("thread_id", "%(thread_id)s"),
-                ("checkpoint_ns", "%(checkpoint_ns)s"),
-                ("checkpoint_id", "%(checkpoint_id)s"),
-                ("task_id", "%(task_id)s"),
-                ("idx", None),
-                ("channel", None),
-                ("type", None),
-                ("blob", None),
-                ("task_path", "%(task_path)s"),
-            ),
-            conflict,
-        )
-        for group, conflict in (
-            ("f", "ON CONFLICT DO NOTHING"),
-            (
-                "r",
-                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
-                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
-            ),
-        )
-    },
-}
-
-
-def _routed_insert(group: str, count: int) -> str:
-    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
-    :func:`_cell_names`), blobs in binary."""
-    table, columns, conflict = _ROUTED_ROWS[group]
-    rows = []
-    for i in range(count):
-        cells = []
-        for column, fixed in columns:
-            marker = "b" if column == "blob" else "s"
-            cells.append(fixed or f"%({group}{i}_{column}){marker}")
-        rows.append("(" + ", ".join(cells) + ")")
-    names = ", ".join(c for c, _ in columns)
-    return f"INSERT INTO {table} ({names}) VALUES {', '.join(rows)} {conflict}"
-
-
-_ROUTED_CHECKPOINT = (
-    "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
-    "run_id, type, checkpoint, metadata, blob_versions) VALUES (%(thread_id)s, "
-    "%(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s, %(run_id)s, %(type)s, "
-    "%(checkpoint)s, %(metadata)s, %(blob_versions)s) "
-    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-    "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id, "
-    "type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-    "blob_versions = EXCLUDED.blob_versions"
-)
-
-#: A thread's activity row (``{t}``) that takes a write: not a tombstone, not expired as of
-#: ``live_after``, and the write names no checkpoint at or below where its ended history
-#: stopped (a NULL comparison, from a row or a parameter, refuses nothing).
-_LIVE_ROW = (
-    "{t}.deleted_at IS NULL AND ({t}.expires_at < %(live_after)s) IS NOT TRUE "
-    "AND ({t}.ended_after >= %(named)s::text) IS NOT TRUE"
-)
-
-
-def _row_inserts(kind: str, counts: tuple[int, ...]) -> list[tuple[str, str]]:
-    """The data-modifying CTEs of a one-statement fast write, named, each inserting its
-    rows only while the ``live`` CTE holds a row."""
-    out: list[tuple[str, str]] = []
-    if kind == "put":
-        if counts[0]:
-            out.append(
-                (
-                    "blobs",
-                    "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, "
-                    "version, type, blob, base_version) SELECT %(thread_id)s, "
-                    "%(checkpoint_ns)s, u.channel, u.version, u.type, u.blob, u.base_version "
-                    f"FROM live, {_values(kind, 'b', counts[0])} "
-                    "AS u(channel, version, type, blob, base_version) ON CONFLICT DO NOTHING",
-                )
-            )
-        out.append(
-            (
-                "cp",
-                "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-                "SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
-                "%(parent_checkpoint_id)s, %(run_id)s, %(type)s, %(checkpoint)s, "
-                "%(metadata)s, %(blob_versions)s FROM live "
-                "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-                "parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, "
-                "run_id = EXCLUDED.run_id, type = EXCLUDED.type, "
-                "checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, "
-                "blob_versions = EXCLUDED.blob_versions",
-            )
-        )
-        return out
-    columns = (
-        "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-        "task_id, idx, channel, type, blob, task_path) SELECT %(thread_id)s, "
-        "%(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, u.idx, u.channel, "
-        "u.type, u.blob, %(task_path)s FROM live, "
-    )
-    if counts[0]:
-        out.append(
-            (
-                "first",
-                f"{columns}{_values(kind, 'f', counts[0])} AS u(idx, channel, type, blob) "
-                "ON CONFLICT DO NOTHING",
-            )
-        )
-    if counts[1]:
-        out.append(
-            (
-                "special",
-                f"{columns}{_values(kind, 'r', counts[1])} AS u(idx, channel, type, blob) "
-                f"ON CONFLICT {_WRITE_KEY} DO UPDATE SET channel = EXCLUDED.channel, "
-                "type = EXCLUDED.type, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
-            )
-        )
-    return out
-
-
-#: Rows one fast write sends as plain parameters; more take the generic statements.
-MAX_VALUES_ROWS = 64
-#: The row keys a fast write's rows carry, in order, with their SQL types.
-_ROW_COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "put": [
-        ("channel", "text"),
-        ("version", "text"),
-        ("type", "text"),
-        ("blob", "bytea"),
-        ("base_version", "text"),
-    ],
-    "writes": [("idx", "integer"), ("channel", "text"), ("type", "text"), ("blob", "bytea")],
-}
-
-
-@functools.cache
-def _cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]:
-    """Per row of a fast write, each column with the parameter that carries it."""
-    return tuple(
-        tuple((column, f"{group}{i}_{column}") for column, _ in _ROW_COLUMNS[kind])
-        for i in range(MAX_VALUES_ROWS)
-    )
-
-
-def _values(kind: str, group: str, count: int) -> str:
-    """``(VALUES (...), ...)`` over ``count`` rows of ``group``'s parameters; the first row
-    carries the types, and blobs travel in binary."""
-    rows = []
-    for i in range(count):
-        cells = []
-        for column, sql_type in _ROW_COLUMNS[kind]:
-            marker = "b" if sql_type == "bytea" else "s"
-            cast = f"::{sql_type}" if i == 0 else ""
-            cells.append(f"%({group}{i}_{column}){marker}{cast}")
-        rows.append("(" + ", ".join(cells) + ")")
-    return "(VALUES " + ", ".join(rows) + ")"

@@ -141,7 +141,7 @@ class PostgresDatabase(Database[Any]):
         self._aopen_lock: asyncio.Lock | None = None
         self._aopen_loop: asyncio.AbstractEventLoop | None = None
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """Pools opened here are set aside and reopened on first use; a connection or pool
         the caller passed in is theirs to replace in the child."""
         if self._owned_sync:

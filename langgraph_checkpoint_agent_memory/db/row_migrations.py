@@ -29,7 +29,12 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import prefix_shard, shard_key
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, vector_text
+from langgraph_checkpoint_agent_memory.db.store import (
+    StoreStatements,
+    index_rows,
+    key_match,
+    vector_text,
+)
 from langgraph_checkpoint_agent_memory.text import fact_text
 
 #: Items indexed per transaction when the lexical index is filled for items older than it.
@@ -74,11 +79,7 @@ def index_facts(dialect: Dialect, shard_depth: int) -> Plan[int]:
         "fact_doc",
         lambda: (
             sa.update(t)
-            .where(
-                t.c.shard == sa.bindparam("shard"),
-                t.c.prefix == sa.bindparam("prefix"),
-                t.c.key == sa.bindparam("key"),
-            )
+            .where(key_match(t))
             .values(doc=sa.bindparam("b_doc"), doc_len=sa.bindparam("b_doc_len"))
         ),
     )
@@ -212,12 +213,7 @@ def index_existing_items(dialect: Dialect) -> Plan[int]:
         "index_claim",
         lambda: (
             sa.update(t)
-            .where(
-                t.c.shard == sa.bindparam("b_shard"),
-                t.c.prefix == sa.bindparam("b_prefix"),
-                t.c.key == sa.bindparam("b_key"),
-                t.c.doc_len.is_(None),
-            )
+            .where(key_match(t, "b_"), t.c.doc_len.is_(None))
             .values(doc_len=sa.bindparam("b_doc_len"))
         ),
     )

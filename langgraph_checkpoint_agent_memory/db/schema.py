@@ -274,3 +274,10 @@ settings = sa.Table(
     _required("value", sa.String(255)),
     info={"reference": True},
 )
+
+# -- the aliases the store's joined statements name their tables by -------------------------
+
+#: ``am_store_vectors AS v`` and ``am_store_items AS i``: one pair shared by the store's
+#: statements and the dialects' vector searches, whose conditions they combine.
+vectors_v = store_vectors.alias("v")
+items_i = store_items.alias("i")

@@ -12,12 +12,12 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -26,8 +26,14 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, T, drive
-from langgraph_checkpoint_agent_memory.db.dialect import Columns, Dialect, FastWrite, Source
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.dialect import (
+    JSON_OPS,
+    Columns,
+    Dialect,
+    FastWrite,
+    Source,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -43,8 +49,6 @@ class SQLiteDialect(Dialect):
         return sa_sqlite.dialect(paramstyle="named")
 
     row_locks = False
-    for_update = ""  # BEGIN IMMEDIATE already holds the database's write lock
-    for_update_skip_locked = ""
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
@@ -60,6 +64,7 @@ class SQLiteDialect(Dialect):
     def full_text_ddl(self) -> list[str]:
         fts = "am_store_fts"
         return [
+            # raw: FTS5 virtual table and its triggers, no Core form
             f"CREATE VIRTUAL TABLE {fts} USING fts5(doc, content='am_store_items', "
             "content_rowid='rowid', tokenize='porter unicode61')",
             f"CREATE TRIGGER am_store_items_ai AFTER INSERT ON am_store_items BEGIN "
@@ -83,6 +88,7 @@ class SQLiteDialect(Dialect):
         """
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
         n = "NEW"
+        # raw: trigger bodies (NEW.<column>) and the view, part of the trigger DDL, no Core form
         bodies = {
             "l": _LIVE_CHECK,
             "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
@@ -138,10 +144,10 @@ class SQLiteDialect(Dialect):
         size = len(out)
         if size > MAX_WRITE_ROWS:
             return None
-        params = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
+        shared = (fixed["thread_id"], fixed["checkpoint_ns"], fixed["live_after"])
         return FastWrite(
-            self.sql(("write_rows", size), lambda: _write_rows_sql(size)),
-            params + tuple(chain.from_iterable(out)),
+            self.sql(("write_rows", size), lambda: _write_rows_text(size)),
+            (*chain.from_iterable(out), *shared),
             fetch=False,
         )
 
@@ -152,21 +158,13 @@ class SQLiteDialect(Dialect):
         """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
         rows copied, the old one dropped, the new one renamed, its indexes created, those
         of ``keep`` too), inside the migration's transaction."""
-        new = sa.Table(
-            f"{table.name}__rekeyed",
-            sa.MetaData(),
-            *(c._copy() for c in table.columns),
-            *(
-                [sa.PrimaryKeyConstraint(*(c.name for c in table.primary_key.columns))]
-                if not any(c.primary_key for c in table.columns)
-                else []
-            ),
-            **table.kwargs,
-        )
-        cols = ", ".join(c.name for c in table.columns)
+        new = table.to_metadata(sa.MetaData(), name=f"{table.name}__rekeyed")
+        cols = [c.name for c in table.columns]
+        copy = sa.insert(new).from_select(cols, sa.select(*table.columns))
         return [
             str(CreateTable(new).compile(dialect=self.sa)).strip(),
-            f"INSERT INTO {new.name} ({cols}) SELECT {cols} FROM {table.name}",
+            self.literal(copy),
+            # raw: ALTER TABLE and DROP TABLE of a rebuild have no Core form
             f"DROP TABLE {table.name}",
             f"ALTER TABLE {new.name} RENAME TO {table.name}",
             *(
@@ -178,6 +176,7 @@ class SQLiteDialect(Dialect):
 
     def drop_full_text_ddl(self) -> list[str]:
         return [
+            # raw: DROP TRIGGER / DROP TABLE IF EXISTS of the FTS5 index
             *(f"DROP TRIGGER IF EXISTS am_store_items_{t}" for t in ("ai", "ad", "au")),
             "DROP TABLE IF EXISTS am_store_fts",
         ]
@@ -187,11 +186,12 @@ class SQLiteDialect(Dialect):
         # free pages earlier updates and deletes left behind (they may hold old copies of
         # the scope's rows); the checkpoint empties the write-ahead log of old page images
         return (
+            # raw: PRAGMAs and VACUUM, no Core form
             ["PRAGMA secure_delete = ON"],
             ["PRAGMA secure_delete = OFF", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
         )
 
-    def json_prefilter(self, path: list[str], op: str, value: Any, param: str) -> str | None:
+    def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
         """One ``json_extract`` per condition. It may admit rows of another JSON type (SQLite
         orders every text after every number, and reads JSON true as 1); the exact test in
         Python drops them, so the pre-filter only has to keep every real match."""
@@ -199,18 +199,27 @@ class SQLiteDialect(Dialect):
             # SQLite matches a quoted path label against the key as JSON escapes it, and
             # has no way to write a quote in one: Python alone decides for such keys
             return None
-        at = f"json_extract(value, :{param}_path)"
-        exists = f"json_type(value, :{param}_path) IS NOT NULL"  # JSON null included
-        sql_op = _SQL_OPS.get(op)
         if isinstance(value, bool):
-            return f"{at} = {int(value)}" if op == "$eq" else exists
+            return ("is", int(value)) if op == "$eq" else ("exists",)
         if value is None:
-            return f"json_type(value, :{param}_path) = 'null'" if op == "$eq" else exists
+            return ("null",) if op == "$eq" else ("exists",)
         if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
-            return exists  # beyond SQLite's integers: Python compares it exactly
-        if sql_op is not None and isinstance(value, (int, float, str)):
-            return f"{at} {sql_op} :{param}"
-        return exists
+            return ("exists",)  # beyond SQLite's integers: Python compares it exactly
+        if op in JSON_OPS and isinstance(value, (int, float, str)):
+            return ("compare", op)
+        return ("exists",)
+
+    def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
+        path: Any = sa.bindparam(f"{param}_path")
+        kind, *rest = cast(tuple[Any, ...], shape)
+        if kind == "exists":
+            return sa.func.json_type(value, path).is_not(None)  # JSON null included
+        if kind == "null":
+            return sa.func.json_type(value, path) == sa.literal_column("'null'")
+        at = sa.func.json_extract(value, path)
+        if kind == "is":  # a boolean, which json_extract reads as 0 or 1
+            return at == sa.literal_column(str(int(rest[0])))
+        return JSON_OPS[rest[0]](at, sa.bindparam(param))
 
     def json_path(self, path: list[str]) -> Any:
         return "$" + "".join(f'."{part}"' for part in path)
@@ -228,7 +237,6 @@ class SQLiteDialect(Dialect):
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_SQL_OPS = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 #: The message of the trigger's refusal of a deleted or expired thread.
 THREAD_GONE = "am_thread_gone"
@@ -257,6 +265,7 @@ _PAD4 = (None,) * 4
 _PAD6 = (None,) * 6
 #: The first row's trigger: refuses a deleted or expired thread, and a write naming (in
 #: ``s1``) a checkpoint at or below where the thread's ended history stopped.
+# raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
     f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
     "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
@@ -264,6 +273,7 @@ _LIVE_CHECK = (
 )
 
 
+# raw: INSTEAD OF triggers on a view, no Core form
 def _trigger(kind: str, body: str) -> str:
     return (
         f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
@@ -271,12 +281,35 @@ def _trigger(kind: str, body: str) -> str:
     )
 
 
-def _write_rows_sql(rows: int) -> str:
-    values = ", ".join(["(" + ", ".join(["?"] * (1 + len(_SLOTS))) + ")"] * rows)
-    columns = ", ".join(("kind", *_FIXED, *_SLOTS))
-    picked = ", ".join(("v.column1", "?", "?", "?", *(f"v.column{i + 2}" for i in range(7))))
-    # the shared values are bound first: SQLite numbers "?" in the order they appear
-    return f"INSERT INTO am_write_rows ({columns}) SELECT {picked} FROM (VALUES {values}) AS v"
+#: The view the one-statement writes insert into (see :meth:`SQLiteDialect.write_rows_ddl`).
+_WRITE_ROWS = sa.table("am_write_rows", *(sa.column(c) for c in ("kind", *_FIXED, *_SLOTS)))
+#: The cells of each row of a one-statement write.
+_CELLS = ("kind", *_SLOTS)
+
+
+def _write_rows(rows: int) -> Any:
+    """``INSERT INTO am_write_rows`` of ``rows`` rows: each row's cells from a ``VALUES``
+    CTE (SQLite names no columns of a ``VALUES`` subquery), the shared values once."""
+    cells: list[tuple[Any, ...]] = [
+        tuple(sa.bindparam(f"r{i}_{c}") for c in _CELLS) for i in range(rows)
+    ]
+    v = sa.values(*(sa.column(c) for c in _CELLS), name="v").data(cells).cte("v")
+    picked = [v.c.kind, *(sa.bindparam(c) for c in _FIXED), *(v.c[c] for c in _SLOTS)]
+    return sa.insert(_WRITE_ROWS).from_select(["kind", *_FIXED, *_SLOTS], sa.select(*picked))
+
+
+#: SQLite's dialect binding by position, for the one-statement writes.
+_BY_POSITION = sa_sqlite.dialect(paramstyle="qmark")
+
+
+def _write_rows_text(rows: int) -> str:
+    """:func:`_write_rows` as text binding by position: the rows' cells in order, then the
+    shared values (a flat tuple per call on the hot path costs less than a mapping)."""
+    compiled: Any = _write_rows(rows).compile(dialect=_BY_POSITION)
+    expected = (*(f"r{i}_{c}" for i in range(rows) for c in _CELLS), *_FIXED)
+    if tuple(compiled.positiontup) != expected:  # the order fast_write binds in
+        raise RuntimeError(f"unexpected parameter order: {compiled.positiontup}")
+    return str(compiled)
 
 
 #: How a file is opened, in the words of SQLite's URI parameter ``mode``: read, write and
@@ -340,7 +373,8 @@ class SQLiteDatabase(Database[Any]):
         self._write_lock = threading.Lock()
         self._connect_lock = threading.Lock()
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """In a forked child: set the parent's connections aside and open fresh ones."""
         fork.set_aside(*self._all)
         self._fresh_connections()
 
@@ -358,6 +392,7 @@ class SQLiteDatabase(Database[Any]):
             try:
                 conn = self._open()
                 try:
+                    # raw: connection PRAGMAs
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
                     journal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
                     if journal != "wal" and self.mode != "ro":
@@ -431,6 +466,7 @@ class SQLiteDatabase(Database[Any]):
         with self.connection() as conn:
             session = DbApiSession(
                 conn,
+                # raw: transaction control
                 begin_write="BEGIN IMMEDIATE",
                 begin_read="BEGIN",
                 write_lock=self._write_lock,
@@ -528,31 +564,14 @@ class DbApiSession:
 
     def execute(self, batch: Batch) -> list[Any]:
         if self._single_write(batch):
-            stmt = batch.statements[0]
-            if self.write_lock is not None:
-                self.write_lock.acquire()
-            try:
-                cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-                return [cur.fetchall() if stmt.fetch else cur.rowcount]
-            finally:
-                if self.write_lock is not None:
-                    self.write_lock.release()
-        results: list[Any] = []
+            return self._lone_write(batch.statements[0])
         cur = self.conn.cursor()
         try:
             if not self.in_tx and (
                 batch.write or batch.hold or batch.lock or len(batch.statements) > 1
             ):
                 self._begin(cur, batch)
-            for stmt in batch.statements:
-                if stmt.many:
-                    params = [stmt.sql.bind(p) for p in stmt.params]
-                    if params:
-                        cur.executemany(stmt.sql.text, params)
-                    results.append([] if stmt.fetch else (cur.rowcount if params else 0))
-                    continue
-                cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-                results.append(cur.fetchall() if stmt.fetch else cur.rowcount)
+            results = [_run(cur, stmt) for stmt in batch.statements]
             if self.in_tx and not batch.hold:
                 self._end(commit=not batch.rollback)
             elif not self.in_tx and self.begin_write is None:
@@ -568,7 +587,29 @@ class DbApiSession:
             cur.close()
         return results
 
+    def _lone_write(self, stmt: Stmt) -> list[Any]:
+        """One write in its own implicit transaction, under the process's write lock."""
+        if self.write_lock is not None:
+            self.write_lock.acquire()
+        try:
+            cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+            return [cur.fetchall() if stmt.fetch else cur.rowcount]
+        finally:
+            if self.write_lock is not None:
+                self.write_lock.release()
+
     def finish(self) -> None:
         """A plan that ended while holding a transaction did not ask for its writes."""
         if self.in_tx:
             self._end(commit=False)
+
+
+def _run(cur: Any, stmt: Stmt) -> Any:
+    """Execute ``stmt`` on ``cur``: its rows, or the count of rows it changed."""
+    if stmt.many:
+        params = [stmt.sql.bind(p) for p in stmt.params]
+        if params:
+            cur.executemany(stmt.sql.text, params)
+        return [] if stmt.fetch else (cur.rowcount if params else 0)
+    cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
+    return cur.fetchall() if stmt.fetch else cur.rowcount

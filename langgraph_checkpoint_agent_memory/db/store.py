@@ -1,31 +1,35 @@
 """The store's SQL, for one dialect: items, their vectors and their lexical index.
 
-Statements are SQLAlchemy Core over :mod:`.schema`'s tables, except the reads that carry a
-filter's pre-filter (raw SQL per dialect from :meth:`Dialect.json_prefilter`: JSON path
-operators have no Core form common to SQLite, PostgreSQL and HANA) or rank (BM25's per-query
-CASE of term weights, and the dialects' vector operators). The store builds plans from these
-statements and decodes their rows; it writes no SQL itself.
+Statements are SQLAlchemy Core over :mod:`.schema`'s tables; joined statements name them by
+the aliases :data:`.schema.vectors_v` and :data:`.schema.items_i`. A filter's pre-filter is a
+Core condition per dialect (:meth:`Dialect.json_prefilter` chooses its shape,
+:meth:`Dialect.json_condition` builds it over the item's ``value`` column), and BM25's
+per-query weights are a ``CASE term WHEN ...`` of bound parameters. Only the dialects' vector
+operators are raw SQL fragments (see :mod:`.postgres`, :mod:`.hana`). The store builds plans
+from these statements and decodes their rows; it writes no SQL itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex, same_item
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
+    items_i,
     metadata,
     store_items,
     store_terms,
     store_vectors,
+    vectors_v,
 )
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
@@ -36,9 +40,11 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 )
 from langgraph_checkpoint_agent_memory.text import postings
 
-ITEM_COLUMNS = "prefix, key, value, created_at, updated_at, ttl_minutes"
 #: The columns of :class:`ItemRow`.
 ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes")
+#: A filter's pre-filter, as :meth:`StoreStatements.prefilter` returns it: per condition the
+#: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
+Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
 
 
 class text_length(sa.sql.functions.GenericFunction[int]):
@@ -60,7 +66,7 @@ def _text_length_pg(element: text_length, compiler: Any, **kw: Any) -> str:
 
 
 class ItemRow(NamedTuple):
-    """A row of :data:`ITEM_COLUMNS`."""
+    """A row of :data:`ITEM_FIELDS`."""
 
     prefix: str
     key: str
@@ -142,18 +148,19 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _key_match(t: Any) -> Any:
-    """``t``'s row of one item: its shard key, namespace and key (``:shard``, ``:prefix``,
-    ``:key``), the shard key first, so a distributed database routes it to one shard."""
+def key_match(t: Any, names: str = "") -> Any:
+    """Core: ``t``'s row of one item: its shard key, namespace and key (``:shard``,
+    ``:prefix``, ``:key``, each name after ``names``), the shard key first, so a distributed
+    database routes it to one shard."""
     return sa.and_(
-        t.c.shard == sa.bindparam("shard"),
-        t.c.prefix == sa.bindparam("prefix"),
-        t.c.key == sa.bindparam("key"),
+        t.c.shard == sa.bindparam(f"{names}shard"),
+        t.c.prefix == sa.bindparam(f"{names}prefix"),
+        t.c.key == sa.bindparam(f"{names}key"),
     )
 
 
 def _delete_item(t: sa.Table) -> Any:
-    return sa.delete(t).where(_key_match(t))
+    return sa.delete(t).where(key_match(t))
 
 
 def _live(t: Any) -> Any:
@@ -195,9 +202,8 @@ def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[in
 
 
 class StoreStatements:
-    """The store's SQL for one dialect: SQLAlchemy Core over :mod:`.schema`'s tables, and text
-    where a statement carries a filter's pre-filter (JSON operators per dialect, no Core form)
-    or ranks (BM25's weights, vector operators).
+    """The store's SQL for one dialect: SQLAlchemy Core over :mod:`.schema`'s tables (the
+    dialects' vector searches carry their vector operators as raw fragments).
 
     Every statement of one item or one namespace names its shard key (``:shard``, computed
     by :meth:`shard`), so a distributed database routes it to one shard; a namespace prefix
@@ -207,9 +213,6 @@ class StoreStatements:
     def __init__(self, d: Dialect, shard_depth: int = DEFAULT_SHARD_DEPTH) -> None:
         self.d = d
         self.shard_depth = checked_depth(shard_depth)
-        p = d.param
-        self._under = d.under()
-        self.live = f"(expires_at IS NULL OR expires_at > {p('now')})"
 
     # -- the shard key ---------------------------------------------------------------------
 
@@ -228,40 +231,41 @@ class StoreStatements:
         """:func:`prefix_params` under this store's rule."""
         return prefix_params(namespace, self.shard_depth)
 
-    def under(self, scoped: bool, alias: str = "") -> str:
-        """Raw SQL: the row (of table ``alias``) lies at or below the namespace ``:ns``; when
-        ``scoped``, first its shard key is ``:shard`` (pruning on a distributed database)."""
-        under = self._under if not alias else self._under.replace("prefix", f"{alias}.prefix")
-        if not scoped:
-            return under
-        return f"{alias + '.' if alias else ''}shard = {self.d.param('shard')} AND {under}"
+    def _vector_under(self, scoped: bool) -> list[Any]:
+        """Core: the vector ``v`` lies under the namespace, through the dialect's namespace
+        index on vectors; when ``scoped``, first its shard key is ``:shard``."""
+        v = vectors_v
+        under = self.d.vector_under_clause(v.c.prefix)
+        return [v.c.shard == sa.bindparam("shard"), under] if scoped else [under]
 
-    def _vector_under(self, scoped: bool) -> str:
-        under = self.d.vector_under()
-        return f"v.shard = {self.d.param('shard')} AND {under}" if scoped else under
-
-    def prefilter(self, conds: list[tuple[list[str], str, Any]]) -> tuple[str, dict[str, Any]]:
+    def prefilter(
+        self, conds: list[tuple[list[str], str, Any]]
+    ) -> tuple[Prefilter, dict[str, Any]]:
         """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
-        the conditions the database can decide, ANDed after the WHERE clause; the store
-        applies every condition exactly to what comes back."""
-        parts: list[str] = []
+        the conditions the database can decide, ANDed to the WHERE clause by
+        :meth:`filtered`; the store applies every condition exactly to what comes back."""
+        parts: list[tuple[str, Hashable]] = []
         params: dict[str, Any] = {}
         # equalities first: the database tests them first, and they drop the most rows
         order = sorted(range(len(conds)), key=lambda i: conds[i][1] != "$eq")
         for i, (path, op, value) in ((i, conds[i]) for i in order):
             name = f"f{i}"
-            sql = self.d.json_prefilter(path, op, value, name)
-            if sql is None:
+            shape = self.d.json_prefilter(path, op, value)
+            if shape is None:
                 continue
-            parts.append(sql)
+            parts.append((name, shape))
             params[f"{name}_path"] = self.d.json_path(path)
             params[name] = value
-        return "".join(f" AND {p}" for p in parts), params
+        return tuple(parts), params
 
-    def text(self, key: Any, build: Callable[[], str]) -> Sql:
-        return self.d.sql(("store", key), build)
+    def filtered(self, value: Any, filters: Prefilter) -> list[Any]:
+        """Core: the conditions of ``filters`` on the item ``value`` column."""
+        return [self.d.json_condition(value, shape, name) for name, shape in filters]
 
-    def core(self, key: Any, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
+    def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
+        """The store's statement ``key``, built by ``build`` and compiled on first use only:
+        the store's registry of cached statements (in the dialect's cache, under
+        ``"store"``)."""
         return self.d.sql(("store", key), build)
 
     # -- one item --------------------------------------------------------------------------
@@ -269,9 +273,9 @@ class StoreStatements:
     def get(self) -> Sql:
         """One live item by ``:shard``, ``:prefix``, ``:key``."""
         t = store_items
-        return self.core(
+        return self.statement(
             "get",
-            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(_key_match(t), _live(t)),
+            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(key_match(t), _live(t)),
         )
 
     def by_keys(self, n: int) -> Sql:
@@ -291,12 +295,12 @@ class StoreStatements:
             )
             return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(keys, _live(t))
 
-        return self.core(("by_keys", n), build)
+        return self.statement(("by_keys", n), build)
 
     def fingerprint(self) -> Sql:
         """Live item count and latest update of the namespace ``:prefix`` (``:shard``)."""
         t = store_items
-        return self.core(
+        return self.statement(
             "fingerprint",
             lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
                 t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix"), _live(t)
@@ -306,11 +310,11 @@ class StoreStatements:
     def vectors_exact(self) -> Sql:
         """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
         v, i = store_vectors.alias("v"), store_items.alias("i")
-        return self.core(
+        return self.statement(
             "vectors_exact",
             lambda: (
                 sa.select(v.c.key, v.c.vector)
-                .select_from(v.join(i, _same_item(v, i)))
+                .select_from(v.join(i, same_item(v, i)))
                 .where(
                     v.c.shard == sa.bindparam("shard"),
                     v.c.prefix == sa.bindparam("prefix"),
@@ -322,11 +326,11 @@ class StoreStatements:
     def refresh(self) -> Sql:
         """Restart the TTL of one item (``:shard``, ``:prefix``, ``:key``) at ``:now``."""
         t = store_items
-        return self.core(
+        return self.statement(
             "refresh",
             lambda: (
                 sa.update(t)
-                .where(_key_match(t), t.c.ttl_minutes.is_not(None))
+                .where(key_match(t), t.c.ttl_minutes.is_not(None))
                 .values(expires_at=sa.bindparam("now", type_=sa.Float) + t.c.ttl_minutes * 60)
             ),
         )
@@ -335,60 +339,57 @@ class StoreStatements:
         update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
         keys = ["shard", "prefix", "key"]
         if self.d.conditional_upsert:
-            return self.d.sql(("store", "upsert"), lambda: self.d.upsert(store_items, keys, update))
-        return self.d.sql(
-            ("store", "upsert"),
+            return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
+        return self.statement(
+            "upsert",
             lambda: self.d.upsert(store_items, keys, [*update, "created_at"]),
         )
 
     def created_at(self) -> Sql:
         t = store_items
-        return self.core("created_at", lambda: sa.select(t.c.created_at).where(_key_match(t)))
+        return self.statement("created_at", lambda: sa.select(t.c.created_at).where(key_match(t)))
 
     def delete_item(self) -> list[Sql]:
         """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
         return [
-            self.d.sql(("store", "delete", t.name), partial(_delete_item, t))
+            self.statement(("delete", t.name), partial(_delete_item, t))
             for t in (store_vectors, store_terms, store_items)
         ]
 
     # -- a namespace prefix ----------------------------------------------------------------
 
-    def recent(self, filters: str, scoped: bool) -> Sql:
-        p = self.d.param
-        return self.text(
+    def recent(self, filters: Prefilter, scoped: bool) -> Sql:
+        """Live items under the namespace passing the pre-filter, newest first, ``:n`` from
+        ``:skip``."""
+        t = store_items
+        return self.statement(
             ("recent", filters, scoped),
             lambda: (
-                f"SELECT {ITEM_COLUMNS} FROM am_store_items WHERE {self.under(scoped)} "
-                f"AND {self.live}{filters} ORDER BY updated_at DESC, prefix, key "
-                f"LIMIT {p('n')} OFFSET {p('skip')}"
+                sa.select(*(t.c[f] for f in ITEM_FIELDS))
+                .where(*self.namespace_of(t, scoped), _live(t), *self.filtered(t.c.value, filters))
+                .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+                .offset(sa.bindparam("skip", type_=sa.Integer))
             ),
         )
 
-    def on_items(self, filters: str, scoped: bool) -> str:
-        """The WHERE condition of a statement joined with the items as ``i``: under the
-        namespace, live, and the filter's pre-filter."""
-        return (
-            f"{self.under(scoped, 'i')} "
-            f"AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
-
-    def vector_where(self, filters: str, scoped: bool) -> str:
-        """The WHERE condition of a statement over vectors ``v`` joined with their items
+    def vector_where(self, filters: Prefilter, scoped: bool) -> list[Any]:
+        """Core: the conditions of a statement over vectors ``v`` joined with their items
         ``i``: the vector under the namespace (through the dialect's namespace index on
         vectors), its item live and passing the filter's pre-filter."""
-        return (
-            f"{self._vector_under(scoped)} AND {self.live.replace('expires_at', 'i.expires_at')}"
-            f"{filters.replace('value', 'i.value')}"
-        )
+        i = items_i
+        return [*self._vector_under(scoped), _live(i), *self.filtered(i.c.value, filters)]
 
-    def vectors(self, filters: str, scoped: bool) -> Sql:
-        return self.text(
+    def vectors(self, filters: Prefilter, scoped: bool) -> Sql:
+        """``(prefix, key, vector)`` of the live vectors under the namespace that pass the
+        pre-filter (exact search in numpy)."""
+        v, i = vectors_v, items_i
+        return self.statement(
             ("vectors", filters, scoped),
             lambda: (
-                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                f"ON {ITEMS_JOIN} WHERE {self.vector_where(filters, scoped)}"
+                sa.select(v.c.prefix, v.c.key, v.c.vector)
+                .select_from(v.join(i, same_item(i, v)))
+                .where(*self.vector_where(filters, scoped))
             ),
         )
 
@@ -402,7 +403,7 @@ class StoreStatements:
         """The distinct namespaces of live items (under ``:ns`` when ``under``)."""
         t = store_items
         where = self.namespace_of(t, scoped) if under else []
-        return self.core(
+        return self.statement(
             ("namespaces", under, scoped),
             lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
         )
@@ -410,13 +411,15 @@ class StoreStatements:
     def insert_vector(self) -> Sql:
         return self.d.insert_vector() or self._insert(store_vectors)
 
-    def vector_search(self, filters: str, dims: int, *, joined: bool, scoped: bool) -> Sql | None:
+    def vector_search(
+        self, filters: Prefilter, dims: int, *, joined: bool, scoped: bool
+    ) -> Sql | None:
         """Exact similarity in SQL (``None`` where the database has no vector column);
         unjoined, of every vector under the namespace, without reading the items."""
         where = self.vector_where(filters, scoped) if joined else self._vector_under(scoped)
         return self.d.vector_search((filters, scoped), where, dims, joined=joined)
 
-    def ann_search(self, index: VectorIndex, filters: str, scoped: bool) -> list[Sql]:
+    def ann_search(self, index: VectorIndex, filters: Prefilter, scoped: bool) -> list[Sql]:
         """An approximate search through ``index``: settings, then the query."""
         return self.d.ann_search(index, (filters, scoped), self.vector_where(filters, scoped))
 
@@ -435,8 +438,8 @@ class StoreStatements:
 
     def _insert(self, table: sa.Table) -> Sql:
         cols = [c.name for c in table.columns]
-        return self.d.sql(
-            ("store", "insert", table.name),
+        return self.statement(
+            ("insert", table.name),
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
@@ -448,7 +451,7 @@ class StoreStatements:
             return sa.delete(t).where(*self.namespace_of(t, scoped))
 
         return [
-            self.core(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            self.statement(("delete_under", name, scoped), partial(build, metadata.tables[name]))
             for name in tables
         ]
 
@@ -491,21 +494,16 @@ class StoreStatements:
         return out
 
     def _ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
-        """Core form of :meth:`_where_ns` over ``t``."""
+        """Core: ``t``'s row is in the namespace ``:ns`` (``exact``: an index seek after the
+        term) or under it (a range)."""
         if not exact:
             return self.namespace_of(t, scoped)
         return [t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("ns")]
 
-    def _where_ns(self, exact: bool, scoped: bool) -> str:
-        # an exact namespace is an index seek after the term; a prefix is a range under it
-        if not exact:
-            return self.under(scoped)
-        return f"shard = {self.d.param('shard')} AND prefix = {self.d.param('ns')}"
-
     def term_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
         """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
         t = store_terms
-        return self.core(
+        return self.statement(
             ("term_counts", n, exact, scoped),
             lambda: (
                 sa.select(t.c.term, sa.func.count())
@@ -517,54 +515,72 @@ class StoreStatements:
     def text_stats(self, exact: bool, scoped: bool) -> Sql:
         """How many live indexed items the namespace holds, and their total length."""
         t = store_items
-        return self.core(
+        return self.statement(
             ("text_stats", exact, scoped),
             lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
                 *self._ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
             ),
         )
 
-    def lexical(self, n: int, exact: bool, filters: str, joined: bool, scoped: bool) -> Sql:
+    def lexical(self, n: int, exact: bool, filters: Prefilter, joined: bool, scoped: bool) -> Sql:
         """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``.
 
         The score is summed from the postings alone, an index-only read; ``:w<j>`` is term
-        j's idf times (k1 + 1), ``:k_base`` and ``:k_len`` fold in the length norm. Joined
-        with the items, it also applies expiry and the filter's pre-filter (for searches
-        with a filter, or when unjoined candidates turned out expired). Raw text: the
-        weights are a CASE over the query's terms, bound per query."""
-        p = self.d.param
-        terms = ", ".join(p(f"t{j}") for j in range(n))
-        weight = " ".join(f"WHEN {p(f't{j}')} THEN {p(f'w{j}')}" for j in range(n))
+        j's idf times (k1 + 1), bound per query in a ``CASE term WHEN :t<j> THEN :w<j>``;
+        ``:k_base`` and ``:k_len`` fold in the length norm. Joined with the items, it also
+        applies expiry and the filter's pre-filter (for searches with a filter, or when
+        unjoined candidates turned out expired)."""
+        t = store_terms
+        i = items_i
 
-        def build() -> str:
-            scored = (
-                f"SELECT shard, prefix, key, SUM((CASE term {weight} END) * tf / "
-                f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
-                f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
-                "GROUP BY shard, prefix, key"
+        def score() -> Any:
+            weight = sa.case(
+                *(
+                    (sa.bindparam(f"t{j}", type_=sa.String), sa.bindparam(f"w{j}", type_=sa.Float))
+                    for j in range(n)
+                ),
+                value=t.c.term,
             )
+            # a float first, so no dialect adds a cast for a division of integers
+            norm = (
+                sa.bindparam("k_base", type_=sa.Float)
+                + t.c.tf
+                + sa.bindparam("k_len", type_=sa.Float) * t.c.dl
+            )
+            return sa.func.sum(weight * t.c.tf / norm).label("score")
+
+        def build() -> Any:
+            where = (_terms_in(t, n), *self._ns_of(t, exact, scoped))
+            limit = sa.bindparam("n", type_=sa.Integer)
             if not joined:  # a namespace's prefix is its key's: the key need not group
                 return (
-                    f"SELECT prefix, key, SUM((CASE term {weight} END) * tf / "
-                    f"(tf + {p('k_base')} + {p('k_len')} * dl)) AS score FROM am_store_terms "
-                    f"WHERE term IN ({terms}) AND {self._where_ns(exact, scoped)} "
-                    f"GROUP BY prefix, key ORDER BY score DESC, prefix, key LIMIT {p('n')}"
+                    sa.select(t.c.prefix, t.c.key, score())
+                    .where(*where)
+                    .group_by(t.c.prefix, t.c.key)
+                    .order_by(sa.desc("score"), t.c.prefix, t.c.key)
+                    .limit(limit)
                 )
+            s = (
+                sa.select(t.c.shard, t.c.prefix, t.c.key, score())
+                .where(*where)
+                .group_by(t.c.shard, t.c.prefix, t.c.key)
+                .subquery("s")
+            )
             # the shard key named on both sides, so a distributed database routes the join
-            routed = f"i.shard = {p('shard')} AND " if exact or scoped else ""
+            routed = [i.c.shard == sa.bindparam("shard")] if exact or scoped else []
             return (  # the postings already kept the namespace: expiry and filter remain
-                f"SELECT s.prefix, s.key, s.score FROM ({scored}) s JOIN am_store_items i "
-                "ON i.shard = s.shard AND i.prefix = s.prefix AND i.key = s.key WHERE "
-                f"{routed}{self.live.replace('expires_at', 'i.expires_at')}"
-                f"{filters.replace('value', 'i.value')} "
-                f"ORDER BY s.score DESC, s.prefix, s.key LIMIT {p('n')}"
+                sa.select(s.c.prefix, s.c.key, s.c.score)
+                .select_from(s.join(i, same_item(i, s)))
+                .where(*routed, _live(i), *self.filtered(i.c.value, filters))
+                .order_by(s.c.score.desc(), s.c.prefix, s.c.key)
+                .limit(limit)
             )
 
-        return self.text(("lexical", n, exact, filters, joined, scoped), build)
+        return self.statement(("lexical", n, exact, filters, joined, scoped), build)
 
     def count_under(self, scoped: bool) -> Sql:
         t = store_items
-        return self.core(
+        return self.statement(
             ("count_under", scoped),
             lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
@@ -585,13 +601,13 @@ class StoreStatements:
                 c.expires_at <= sa.bindparam("now", type_=sa.Float)
             )
 
-        return self.d.sql(("store", "expired_stats"), build)
+        return self.statement("expired_stats", build)
 
     def expired(self) -> Sql:
         """Up to ``:n`` items expired by ``:now``, ``(shard, prefix, key)``: candidates read
         without locks (across shards); each is deleted by its own key."""
         t = store_items
-        return self.core(
+        return self.statement(
             "expired",
             lambda: (
                 sa.select(t.c.shard, t.c.prefix, t.c.key)
@@ -601,15 +617,6 @@ class StoreStatements:
         )
 
 
-#: Raw SQL: the join of vectors ``v`` with their items ``i`` (shard key first: co-located).
-ITEMS_JOIN = "i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key"
-
-
 def _terms_in(t: Any, n: int) -> Any:
     """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
     return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
-
-
-def _same_item(a: Any, b: Any) -> Any:
-    """Core: rows ``a`` and ``b`` belong to the same item."""
-    return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)

@@ -36,6 +36,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
     Fingerprint,
     KeyVectorRow,
+    Prefilter,
     ScoredRow,
     StoreStatements,
     TextStats,
@@ -129,7 +130,7 @@ class Ranker:
         self,
         query_terms: list[str],
         query_vector: list[float] | None,
-        filters: str,
+        filters: Prefilter,
         base: dict[str, Any],
         want: int,
         *,
@@ -161,7 +162,7 @@ class Ranker:
     def vector_plan(
         self,
         query_vector: list[float],
-        filters: str,
+        filters: Prefilter,
         base: dict[str, Any],
         want: int,
         *,
@@ -258,7 +259,7 @@ class Ranker:
     def lexical_plan(
         self,
         terms: list[str],
-        filters: str,
+        filters: Prefilter,
         base: dict[str, Any],
         want: int,
         *,
@@ -313,7 +314,7 @@ class Ranker:
         ns = ".".join(namespace)
         base = {"ns": ns, "shard": self.statements.shard(ns), "now": now}
         terms = S.terms(query)
-        fused, _ = yield from self.fused_plan(terms, None, "", base, want, exact=True)
+        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True)
         if query_vector is None or not self.embeds:
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self.matrix_plan(ns, now)

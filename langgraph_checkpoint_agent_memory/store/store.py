@@ -55,6 +55,7 @@ from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
+    Prefilter,
     StoreStatements,
     ns_text,
     scoped,
@@ -77,14 +78,28 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
+def _row_value(row: ItemRow) -> Any:
+    """An item row's value as a dict (the driver may have decoded its JSON already)."""
+    return row.value if isinstance(row.value, dict) else json.loads(row.value)
+
+
+def _item_fields(row: ItemRow) -> dict[str, Any]:
+    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
+    return dict(
+        value=_row_value(row),
+        key=row.key,
+        namespace=tuple(row.prefix.split(".")),
+        created_at=_time(row.created_at),
+        updated_at=_time(row.updated_at),
+    )
+
+
 class _Page:
     """One page of search results: the rows that pass the filter exactly, after skipping
     ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
 
-    def __init__(
-        self, store: AgentMemoryStore, conds: list[tuple[list[str], str, Any]], op: SearchOp
-    ) -> None:
-        self._store, self._conds = store, conds
+    def __init__(self, conds: list[tuple[list[str], str, Any]], op: SearchOp) -> None:
+        self._conds = conds
         self._skip, self._limit = op.offset, op.limit
         self.items: list[tuple[SearchItem, Any]] = []
 
@@ -94,12 +109,12 @@ class _Page:
 
     def offer(self, row: ItemRow, score: float | None) -> bool:
         """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
-        if not S.matches(self._store._value(row), self._conds):
+        if not S.matches(_row_value(row), self._conds):
             return False
         if self._skip:
             self._skip -= 1
             return False
-        self.items.append((self._store._search_item(row, score), row.ttl_minutes))
+        self.items.append((SearchItem(**_item_fields(row), score=score), row.ttl_minutes))
         return self.full
 
 
@@ -210,7 +225,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """A forked child has none of the parent's threads: its next put starts its own
         sweeper (the database resets its connections itself)."""
         self._sweeper = None
@@ -454,19 +469,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return (self.ttl_config or {}).get("refresh_on_read", True)
 
     def _item(self, row: ItemRow) -> Item:
-        return Item(**self._item_fields(row))
-
-    def _search_item(self, row: ItemRow, score: float | None) -> SearchItem:
-        return SearchItem(**self._item_fields(row), score=score)
-
-    def _item_fields(self, row: ItemRow) -> dict[str, Any]:
-        return dict(
-            value=self._value(row),
-            key=row.key,
-            namespace=tuple(row.prefix.split(".")),
-            created_at=_time(row.created_at),
-            updated_at=_time(row.updated_at),
-        )
+        return Item(**_item_fields(row))
 
     def _put_statements(
         self, puts: dict[tuple[str, str], PutOp], vectors: list[list[float]], now: float
@@ -582,7 +585,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         now: float,
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
-        page = _Page(self, conds, op)
+        page = _Page(conds, op)
         if page.full:
             return page.items
         # the first read asks for little more than a page: most candidates pass
@@ -603,19 +606,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                     return page.items
         return page.items
 
-    @staticmethod
-    def _value(row: ItemRow) -> Any:
-        return row.value if isinstance(row.value, dict) else json.loads(row.value)
-
     def _recent_plan(
         self,
         op: SearchOp,
         conds: list[tuple[list[str], str, Any]],
-        filters: str,
+        filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
         """No query: newest first, pre-filtered in SQL, decided exactly here."""
-        page = _Page(self, conds, op)
+        page = _Page(conds, op)
         if page.full:
             return page.items
         cursor, size = 0, max(op.limit + op.offset, 16)
