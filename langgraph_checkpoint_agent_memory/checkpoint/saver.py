@@ -165,7 +165,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         )
         fork.register(self)
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """A forked child has none of the parent's threads: its next write starts its own
         sweeper (the database resets its connections itself)."""
         self._sweeping.after_fork()

@@ -150,7 +150,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         )
         fork.register(self)
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
         """A forked child keeps a copy of the threads but not the sweeper thread: its next
         write starts its own."""
         self._sweeping.after_fork()

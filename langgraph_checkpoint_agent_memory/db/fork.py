@@ -39,15 +39,6 @@ def register(holder: Any) -> None:
     _holders.add(holder)
 
 
-def _reset(holder: Any) -> None:
-    reset = getattr(holder, "after_fork", None)
-    if reset is None:
-        # transitional: checkpoint/saver.py and checkpoint/timed.py still name their reset
-        # _after_fork; once they name it after_fork, this branch goes
-        reset = holder._after_fork
-    reset()
-
-
 def after_fork(callback: Callable[[], None]) -> Callable[[], None]:
     """Run ``callback`` in every child, before the registered objects reset: for module-level
     locks, which another thread of the parent may hold at the moment of the fork (the child
@@ -66,7 +57,7 @@ def _in_child() -> None:
         callback()
     for holder in list(_holders):
         try:
-            _reset(holder)
+            holder.after_fork()
         except Exception:  # one holder's failure must not leave the others shared
             logger.exception("resetting %r after fork failed", holder)
 

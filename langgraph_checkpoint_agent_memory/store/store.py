@@ -17,10 +17,8 @@ at all.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar, Union
 
 import numpy as np
@@ -28,13 +26,11 @@ from langgraph.store.base import (
     BaseStore,
     GetOp,
     IndexConfig,
-    Item,
     ListNamespacesOp,
     NotProvided,
     Op,
     PutOp,
     Result,
-    SearchItem,
     SearchOp,
     TTLConfig,
     ensure_embeddings,
@@ -55,7 +51,6 @@ from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
-    Prefilter,
     StoreStatements,
     ns_text,
     scoped,
@@ -66,56 +61,13 @@ from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
+from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of
 
 T = TypeVar("T")
 
 #: What ``index`` accepts: LangGraph's ``IndexConfig``, with ``PostgresIndexConfig``'s
 #: ``ann_index_config`` (plus ``ef_search``), or ``"default"`` for the offline embedder.
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
-
-
-def _time(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
-
-
-def _row_value(row: ItemRow) -> Any:
-    """An item row's value as a dict (the driver may have decoded its JSON already)."""
-    return row.value if isinstance(row.value, dict) else json.loads(row.value)
-
-
-def _item_fields(row: ItemRow) -> dict[str, Any]:
-    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
-    return dict(
-        value=_row_value(row),
-        key=row.key,
-        namespace=tuple(row.prefix.split(".")),
-        created_at=_time(row.created_at),
-        updated_at=_time(row.updated_at),
-    )
-
-
-class _Page:
-    """One page of search results: the rows that pass the filter exactly, after skipping
-    ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
-
-    def __init__(self, conds: list[tuple[list[str], str, Any]], op: SearchOp) -> None:
-        self._conds = conds
-        self._skip, self._limit = op.offset, op.limit
-        self.items: list[tuple[SearchItem, Any]] = []
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self._limit
-
-    def offer(self, row: ItemRow, score: float | None) -> bool:
-        """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
-        if not S.matches(_row_value(row), self._conds):
-            return False
-        if self._skip:
-            self._skip -= 1
-            return False
-        self.items.append((SearchItem(**_item_fields(row), score=score), row.ttl_minutes))
-        return self.full
 
 
 class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
@@ -217,6 +169,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         if self.index_config is not None:
             self.ranker.fields = max(1, len(self.index_config["fields"]))
             self.ranker.dims = self.index_config["dims"]
+        self.searcher = Searcher(self.statements, self.ranker)
         #: Whether this store knows the database's vector support (found at setup, or on
         #: first use without ``auto_setup``).
         self._vectors_known = False
@@ -356,7 +309,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
-        found = yield from self._ranked_plan(SearchOp(tuple(namespace), limit=limit), now, None)
+        found = yield from self.searcher.ranked_plan(
+            SearchOp(tuple(namespace), limit=limit), now, None
+        )
         return [item.key for item, _ in found]
 
     # -- batch -----------------------------------------------------------------------------
@@ -445,11 +400,13 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                     ]
                 )
                 row = ItemRow(*rows[0]) if rows else None
-                results[i] = self._item(row) if row else None
+                results[i] = item_of(row) if row else None
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
-                found, with_ttl = yield from self._search_plan(op, now, query_vectors.get(i))
+                found, with_ttl = yield from self.searcher.search_plan(
+                    op, now, query_vectors.get(i)
+                )
                 results[i] = found
                 if self._refreshes(op.refresh_ttl):
                     refresh += [{"prefix": p, "key": k, "now": now} for p, k in with_ttl]
@@ -467,9 +424,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         if refresh_ttl is not None:
             return refresh_ttl
         return (self.ttl_config or {}).get("refresh_on_read", True)
-
-    def _item(self, row: ItemRow) -> Item:
-        return Item(**_item_fields(row))
 
     def _put_statements(
         self, puts: dict[tuple[str, str], PutOp], vectors: list[list[float]], now: float
@@ -538,97 +492,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         if isinstance(ttl, NotProvided):
             return (self.ttl_config or {}).get("default_ttl")
         return ttl
-
-    # -- search ----------------------------------------------------------------------------
-
-    def _search_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
-    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
-        """Results, and the keys among them that have a TTL to refresh."""
-        found = yield from self._ranked_plan(op, now, query_vector)
-        return [item for item, _ in found], [
-            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
-        ]
-
-    def _ranked_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
-    ) -> Plan[list[tuple[SearchItem, Any]]]:
-        conds = S.conditions(op.filter)
-        filters, fparams = self.statements.prefilter(conds)
-        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
-        query_terms = S.terms(op.query) if op.query else []
-        if not op.query or (not query_terms and query_vector is None):
-            return (yield from self._recent_plan(op, conds, filters, base))
-        want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
-        # Without a filter the postings (and vectors) alone rank; should expired items fill
-        # the list so that too few remain, rank again joined with the items, which leaves
-        # them out. With a filter, the database's pre-filter narrows the candidates and the
-        # filter is decided here: should it keep too few of a full list, rank again with
-        # more candidates, until the lists hold every match.
-        joined = bool(filters)
-        while True:
-            fused, cut = yield from self.ranker.fused_plan(
-                query_terms, query_vector, filters, base, want, joined=joined
-            )
-            out = yield from self._read_ranked(fused, conds, op, now)
-            if len(out) >= op.limit or not cut:
-                return out
-            if joined:
-                want *= 4
-            joined = True
-
-    def _read_ranked(
-        self,
-        fused: list[tuple[tuple[str, str], float]],
-        conds: list[tuple[list[str], str, Any]],
-        op: SearchOp,
-        now: float,
-    ) -> Plan[list[tuple[SearchItem, Any]]]:
-        """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
-        page = _Page(conds, op)
-        if page.full:
-            return page.items
-        # the first read asks for little more than a page: most candidates pass
-        start, size = 0, min(64, 2 * (op.limit + op.offset) + 8)
-        while start < len(fused):
-            chunk = fused[start : start + size]
-            start, size = start + size, 64
-            n = len(chunk)
-            params: dict[str, Any] = {"now": now}
-            for j, ((prefix, key), _) in enumerate(chunk):
-                params[f"p{j}"], params[f"k{j}"] = prefix, key
-                params[f"s{j}"] = self.statements.shard(prefix)
-            [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
-            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
-            for item_key, score in chunk:
-                row = by_key.get(item_key)
-                if row is not None and page.offer(row, score):
-                    return page.items
-        return page.items
-
-    def _recent_plan(
-        self,
-        op: SearchOp,
-        conds: list[tuple[list[str], str, Any]],
-        filters: Prefilter,
-        base: dict[str, Any],
-    ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here."""
-        page = _Page(conds, op)
-        if page.full:
-            return page.items
-        cursor, size = 0, max(op.limit + op.offset, 16)
-        while True:
-            params = {**base, "n": size, "skip": cursor}
-            recent = self.statements.recent(filters, scoped(base))
-            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            for row in map(ItemRow._make, rows):
-                if page.offer(row, None):
-                    return page.items
-            if len(rows) < size:
-                return page.items
-            cursor += size
-            size *= 2
 
     # -- namespaces and TTL ----------------------------------------------------------------
 
