@@ -1,0 +1,176 @@
+"""The store's searches: candidates ranked (BM25 over the term postings, vectors, fused) or
+newest first, then read back in pages and decided exactly against the filter.
+
+:class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
+database like every other plan.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph.store.base import Item, SearchItem, SearchOp
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import (
+    ItemRow,
+    Prefilter,
+    StoreStatements,
+    ns_text,
+    scoped,
+)
+from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store.ranking import Ranker
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def _row_value(row: ItemRow) -> Any:
+    """An item row's value as a dict (the driver may have decoded its JSON already)."""
+    return row.value if isinstance(row.value, dict) else json.loads(row.value)
+
+
+def item_fields(row: ItemRow) -> dict[str, Any]:
+    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
+    return dict(
+        value=_row_value(row),
+        key=row.key,
+        namespace=tuple(row.prefix.split(".")),
+        created_at=_time(row.created_at),
+        updated_at=_time(row.updated_at),
+    )
+
+
+class _Page:
+    """One page of search results: the rows that pass the filter exactly, after skipping
+    ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
+
+    def __init__(self, conds: list[tuple[list[str], str, Any]], op: SearchOp) -> None:
+        self._conds = conds
+        self._skip, self._limit = op.offset, op.limit
+        self.items: list[tuple[SearchItem, Any]] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self._limit
+
+    def offer(self, row: ItemRow, score: float | None) -> bool:
+        """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
+        if not S.matches(_row_value(row), self._conds):
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        self.items.append((SearchItem(**item_fields(row), score=score), row.ttl_minutes))
+        return self.full
+
+
+def item_of(row: ItemRow) -> Item:
+    """The ``Item`` of an item row."""
+    return Item(**item_fields(row))
+
+
+class Searcher:
+    """Builds the search plans of one store.
+
+    Args:
+        statements: The store's statements (their shard rule may be set later, in place).
+        ranker: Ranks a namespace's items by terms and vectors.
+    """
+
+    def __init__(self, statements: StoreStatements, ranker: Ranker) -> None:
+        self.statements = statements
+        self.ranker = ranker
+
+    def search_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
+        """Results, and the keys among them that have a TTL to refresh."""
+        found = yield from self.ranked_plan(op, now, query_vector)
+        return [item for item, _ in found], [
+            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
+        ]
+
+    def ranked_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        conds = S.conditions(op.filter)
+        filters, fparams = self.statements.prefilter(conds)
+        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
+        query_terms = S.terms(op.query) if op.query else []
+        if not op.query or (not query_terms and query_vector is None):
+            return (yield from self._recent_plan(op, conds, filters, base))
+        want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
+        # Without a filter the postings (and vectors) alone rank; should expired items fill
+        # the list so that too few remain, rank again joined with the items, which leaves
+        # them out. With a filter, the database's pre-filter narrows the candidates and the
+        # filter is decided here: should it keep too few of a full list, rank again with
+        # more candidates, until the lists hold every match.
+        joined = bool(filters)
+        while True:
+            fused, cut = yield from self.ranker.fused_plan(
+                query_terms, query_vector, filters, base, want, joined=joined
+            )
+            out = yield from self._read_ranked(fused, conds, op, now)
+            if len(out) >= op.limit or not cut:
+                return out
+            if joined:
+                want *= 4
+            joined = True
+
+    def _read_ranked(
+        self,
+        fused: list[tuple[tuple[str, str], float]],
+        conds: list[tuple[list[str], str, Any]],
+        op: SearchOp,
+        now: float,
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
+        page = _Page(conds, op)
+        if page.full:
+            return page.items
+        # the first read asks for little more than a page: most candidates pass
+        start, size = 0, min(64, 2 * (op.limit + op.offset) + 8)
+        while start < len(fused):
+            chunk = fused[start : start + size]
+            start, size = start + size, 64
+            n = len(chunk)
+            params: dict[str, Any] = {"now": now}
+            for j, ((prefix, key), _) in enumerate(chunk):
+                params[f"p{j}"], params[f"k{j}"] = prefix, key
+                params[f"s{j}"] = self.statements.shard(prefix)
+            [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
+            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
+            for item_key, score in chunk:
+                row = by_key.get(item_key)
+                if row is not None and page.offer(row, score):
+                    return page.items
+        return page.items
+
+    def _recent_plan(
+        self,
+        op: SearchOp,
+        conds: list[tuple[list[str], str, Any]],
+        filters: Prefilter,
+        base: dict[str, Any],
+    ) -> Plan[list[tuple[Any, Any]]]:
+        """No query: newest first, pre-filtered in SQL, decided exactly here."""
+        page = _Page(conds, op)
+        if page.full:
+            return page.items
+        cursor, size = 0, max(op.limit + op.offset, 16)
+        while True:
+            params = {**base, "n": size, "skip": cursor}
+            recent = self.statements.recent(filters, scoped(base))
+            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+            for row in map(ItemRow._make, rows):
+                if page.offer(row, None):
+                    return page.items
+            if len(rows) < size:
+                return page.items
+            cursor += size
+            size *= 2
