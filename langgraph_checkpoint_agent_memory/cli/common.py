@@ -10,10 +10,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory import AgentMemory, Scope
 
 
 class CommandError(AgentMemoryError):
@@ -125,7 +128,7 @@ def _memory(
         store.close()
 
 
-def _scope(memory: Any, text: str, *, must_exist: bool = True) -> Any:
+def _scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     scope = Scope.parse(text)
