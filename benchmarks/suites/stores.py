@@ -221,13 +221,24 @@ def _previous_release(store: Any) -> Any:
     statements = store.statements
     store.dialect.native_vectors = False
 
-    def vectors(filters: str, scoped: bool) -> Any:
-        return statements.text(
+    def vectors(filters: Any, scoped: bool) -> Any:
+        import sqlalchemy as sa
+
+        from langgraph_checkpoint_agent_memory.db.schema import store_items, store_vectors
+
+        v, i = store_vectors.alias("v"), store_items.alias("i")
+        joined = (i.c.shard == v.c.shard) & (i.c.prefix == v.c.prefix) & (i.c.key == v.c.key)
+        under = [store.dialect.under_clause(i.c.prefix)]  # on the items: no index walks it
+        if scoped:
+            under.insert(0, i.c.shard == sa.bindparam("shard"))
+        now = sa.bindparam("now", type_=sa.Float)
+        live = sa.or_(i.c.expires_at.is_(None), i.c.expires_at > now)
+        return statements.statement(
             ("vectors_previous_release", filters, scoped),
             lambda: (
-                "SELECT v.prefix, v.key, v.vector FROM am_store_vectors v JOIN am_store_items i "
-                "ON i.shard = v.shard AND i.prefix = v.prefix AND i.key = v.key "
-                f"WHERE {statements.on_items(filters, scoped)}"
+                sa.select(v.c.prefix, v.c.key, v.c.vector)
+                .select_from(v.join(i, joined))
+                .where(*under, live, *statements.filtered(i.c.value, filters))
             ),
         )
 
