@@ -74,7 +74,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import TTLConfig
@@ -115,7 +114,7 @@ _THREAD_TTL_KEYS = (
     "sweep_interval_minutes",
     "sweep_limit",
 )
-_STORE_TTL_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes")
+_STORE_TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_minutes")
 _INDEX_KEYS = ("dims", "embed", "fields")
 _SERDE_KEYS = ("allowed_json_modules", "pickle_fallback")
 #: Top-level keys of the sections that this module reads or that only the server uses.
@@ -286,15 +285,7 @@ def _memory_url(environ: Mapping[str, str]) -> str:
     if not raw:
         target = urls.resolve(None, environ=dict(environ))
         return target.url if target is not None else urls.default_url()
-    if raw.lower().startswith("file:"):
-        path = unquote(urlsplit(raw).path)
-        if not path:
-            raise ConfigurationError(f"{urls.URL_ENV}={raw!r}: a file: URL needs a path")
-        raw = f"sqlite:///{path}"
-    elif "://" not in raw and not ("=" in raw and ("host=" in raw or "dbname=" in raw)):
-        raw = f"sqlite:///{Path(raw).expanduser()}"
-    urls.parse(raw, urls.URL_ENV)  # an unsupported URL fails here, naming the variable
-    return raw
+    return urls.as_url(raw, urls.URL_ENV)
 
 
 # -- reading the server's JSON -------------------------------------------------------------
@@ -465,6 +456,8 @@ def _store_ttl(section: _Fields | None) -> TTLConfig | None:
         return None
     section.only(_STORE_TTL_KEYS)
     ttl: TTLConfig = {"refresh_on_read": section.flag("refresh_on_read", True)}
+    if "omit_expired" in section.data:  # accepted; the store never returns expired items
+        ttl["omit_expired"] = section.flag("omit_expired", True)
     minutes = section.number("default_ttl")
     if minutes is not None:
         ttl["default_ttl"] = minutes
