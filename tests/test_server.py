@@ -220,6 +220,21 @@ async def test_store_ttl_is_the_stores_and_its_sweeper_deletes(
         assert [item.key for item in kept] == ["name"]
 
 
+@pytest.mark.parametrize("omit", [True, False])
+async def test_store_ttl_accepts_omit_expired(
+    db_file: Path, monkeypatch: pytest.MonkeyPatch, omit: bool
+) -> None:
+    server_sections(monkeypatch, store_section={"ttl": {"default_ttl": 5, "omit_expired": omit}})
+    async with store() as opened:
+        assert opened.ttl_config == {
+            "default_ttl": 5,
+            "omit_expired": omit,
+            "refresh_on_read": True,
+        }
+        await opened.aput(("a",), "k", {"v": 1})
+        assert (await opened.aget(("a",), "k")) is not None
+
+
 async def test_store_without_ttl_starts_no_sweeper(
     db_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
