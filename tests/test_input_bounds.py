@@ -226,12 +226,16 @@ def test_a_bad_namespace_is_both_errors_everywhere(
     make_store: Any, namespace: tuple[str, ...]
 ) -> None:
     store = make_store()
-    for put in (
-        lambda: store.put(namespace, "k", {"v": 1}),
-        lambda: store.batch([PutOp(namespace, "k", {"v": 1})]),
-    ):
+
+    def put() -> None:
+        store.put(namespace, "k", {"v": 1})
+
+    def batch() -> None:
+        store.batch([PutOp(namespace, "k", {"v": 1})])
+
+    for write in (put, batch):
         with pytest.raises(InvalidNamespaceValueError) as caught:
-            put()
+            write()
         assert isinstance(caught.value, InvalidValueError)
         assert isinstance(caught.value, InvalidNamespaceError)
     assert store.search(("ok",)) == []
@@ -260,9 +264,10 @@ def test_record_refuses_what_some_backend_cannot_store_and_consolidates_the_rest
     key = (step + "k" * key_len)[:key_len] if key_len else None
     namespace_len = len("memory.user=") + len(user) + len(".episodes")
     fits = thread_len <= MAX_THREAD_ID and key_len <= MAX_EPISODE_KEY and namespace_len <= 1024
-    call = lambda: memory.record(  # noqa: E731
-        {"user_id": user}, said("I live in Berlin"), thread_id=thread, key=key
-    )
+
+    def call() -> str | None:
+        return memory.record({"user_id": user}, said("I live in Berlin"), thread_id=thread, key=key)
+
     if not fits:
         with pytest.raises(InvalidValueError):
             call()
@@ -277,9 +282,12 @@ def test_record_refuses_what_some_backend_cannot_store_and_consolidates_the_rest
 
 def test_budget_and_counts_are_refused_below_one(make_store: Any) -> None:
     store = make_store()
-    for bad in ({"budget_tokens": -5}, {"budget_tokens": 0}, {"max_attempts": 0}):
-        with pytest.raises(ConfigurationError, match=next(iter(bad))):
-            AgentMemory(store, **bad)
+    with pytest.raises(ConfigurationError, match="budget_tokens"):
+        AgentMemory(store, budget_tokens=-5)
+    with pytest.raises(ConfigurationError, match="budget_tokens"):
+        AgentMemory(store, budget_tokens=0)
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        AgentMemory(store, max_attempts=0)
     with pytest.raises(ConfigurationError, match="consolidate_every_seconds"):
         AgentMemory(store, consolidate_every_seconds=0)
     with pytest.raises(ConfigurationError, match="budget_tokens"):

@@ -48,11 +48,14 @@ class Parser(argparse.ArgumentParser):
 def url_argument(text: str) -> str:
     """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file (the
     rule of ``AGENT_MEMORY_URL`` in the Agent Server); an empty one is refused, not replaced
-    by the default."""
+    by the default. A URL of an unsupported database is refused by the command (status 2
+    too), which names it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
         return urls.as_url(text, "--url")
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except ConfigurationError:
+        return text  # refused when the command opens it, with the same one line
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
