@@ -80,6 +80,7 @@ from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.store.embed import (
@@ -395,6 +396,7 @@ def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
         ttl.only(_THREAD_TTL_KEYS)
         minutes = ttl.number("default_ttl")
         if minutes is not None:
+            _bounded_minutes(ttl, "default_ttl", minutes)
             # whole seconds, rounded up; round() first so that 0.1 min is 6 s, not 7
             options["ttl_seconds"] = max(1, math.ceil(round(minutes * 60, 6)))
         options["strategy"] = ttl.choice("strategy", ("delete", "keep_latest"), "delete")
@@ -451,6 +453,13 @@ def _serde(section: _Fields) -> JsonPlusSerializer:
 # -- the store's options -------------------------------------------------------------------
 
 
+def _bounded_minutes(section: _Fields, key: str, minutes: float) -> float:
+    """``minutes``, at most the package's longest TTL (2**31 - 1 seconds, about 68 years)."""
+    if minutes * 60 > MAX_TTL_SECONDS:
+        raise section.fail(key, f"at most {MAX_TTL_SECONDS // 60} minutes (about 68 years)")
+    return minutes
+
+
 def _store_ttl(section: _Fields | None) -> TTLConfig | None:
     if section is None:
         return None
@@ -460,9 +469,10 @@ def _store_ttl(section: _Fields | None) -> TTLConfig | None:
         ttl["omit_expired"] = section.flag("omit_expired", True)
     minutes = section.number("default_ttl")
     if minutes is not None:
-        ttl["default_ttl"] = minutes
+        ttl["default_ttl"] = _bounded_minutes(section, "default_ttl", minutes)
     interval = section.number("sweep_interval_minutes")
     if interval is not None:
+        _bounded_minutes(section, "sweep_interval_minutes", interval)
         ttl["sweep_interval_minutes"] = interval  # type: ignore[typeddict-item]
     return ttl
 

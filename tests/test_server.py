@@ -336,6 +336,11 @@ BAD = [
     (STORE_ENV, '{"index": {"embed": "./emb.py:f", "dims": 2, "fields": "text"}}', "index.fields"),
     (STORE_ENV, '{"index": {"embed": "default", "dims": 4}}', "index.dims must be 384"),
     ("AGENT_MEMORY_URL", "mysql://db/app", "AGENT_MEMORY_URL"),
+    (THREAD_TTL_ENV, "1e300", "LANGGRAPH_THREAD_TTL field default_ttl must be at most"),
+    (CHECKPOINTER_ENV, '{"ttl": {"default_ttl": 1e12}}', "ttl.default_ttl must be at most"),
+    (STORE_ENV, '{"ttl": {"default_ttl": 1e12}}', "LANGGRAPH_STORE field ttl.default_ttl"),
+    (STORE_ENV, '{"ttl": {"sweep_interval_minutes": 1e12}}', "ttl.sweep_interval_minutes"),
+    (STORE_ENV, '{"ttl": {"omit_expired": "no"}}', "LANGGRAPH_STORE field ttl.omit_expired"),
 ]
 
 
