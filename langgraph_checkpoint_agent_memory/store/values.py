@@ -12,9 +12,15 @@ numbers, booleans, ``None``, lists (tuples store as lists) and nested dicts. Ref
   no database can encode the second);
 * namespaces longer than :data:`MAX_NAMESPACE` characters once joined with dots, and keys
   longer than :data:`MAX_KEY` (the column sizes of PostgreSQL and SAP HANA; SQLite has no
-  limit, and would otherwise take what the others refuse).
+  limit, and would otherwise take what the others refuse);
+* dicts and lists nested deeper than :data:`MAX_DEPTH` (checked by a walk without
+  recursion, so a value of any depth is refused, never a ``RecursionError``);
+* in a filter, ``NaN`` and infinities (no stored value holds one, and PostgreSQL would order
+  an infinity differently from the others).
 
-Each refusal is an :class:`InvalidValueError` naming what is wrong and where.
+Each refusal is an :class:`InvalidValueError` naming what is wrong and where; a namespace's
+is an :class:`InvalidNamespaceValueError`, also LangGraph's ``InvalidNamespaceError``. TTLs
+in minutes are at most :data:`MAX_TTL_MINUTES` (:class:`ConfigurationError` otherwise).
 
 Numbers read back equal in value. PostgreSQL keeps them as decimals (``jsonb``), so a float of
 2**53 or more, which Python writes in exponent form, reads back there as the integer it names
