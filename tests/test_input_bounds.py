@@ -8,6 +8,7 @@ anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -233,7 +234,10 @@ def test_a_bad_namespace_is_both_errors_everywhere(
     def batch() -> None:
         store.batch([PutOp(namespace, "k", {"v": 1})])
 
-    for write in (put, batch):
+    def aput() -> None:
+        asyncio.run(store.aput(namespace, "k", {"v": 1}))
+
+    for write in (put, batch, aput):
         with pytest.raises(InvalidNamespaceValueError) as caught:
             write()
         assert isinstance(caught.value, InvalidValueError)
