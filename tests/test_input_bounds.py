@@ -284,6 +284,12 @@ def test_record_refuses_what_some_backend_cannot_store_and_consolidates_the_rest
     assert report.completed == 1 and report.failed == 0
 
 
+def test_a_scope_that_is_not_unicode_is_refused(make_store: Any) -> None:
+    memory = AgentMemory(make_store())
+    with pytest.raises(InvalidValueError, match="Unicode"):
+        memory.record({"user_id": "a\ud800"}, said("hi"))
+
+
 def test_budget_and_counts_are_refused_below_one(make_store: Any) -> None:
     store = make_store()
     with pytest.raises(ConfigurationError, match="budget_tokens"):

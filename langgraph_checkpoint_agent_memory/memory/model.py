@@ -50,6 +50,15 @@ MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
 
 
+def _surrogates(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (no database can encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def checked_identifier(value: Any, name: str, longest: int) -> str:
     """``value`` as an identifier every backend stores: a non-empty string of at most
     ``longest`` characters with no NUL and no lone surrogate (a thread id may also be an int
@@ -70,7 +79,7 @@ def checked_identifier(value: Any, name: str, longest: int) -> str:
         raise InvalidValueError(f"{name} is {len(value)} characters; at most {longest}")
     if "\x00" in value:
         raise InvalidValueError(f"{name} contains a NUL character")
-    if not value.isascii() and storable(value) != value:
+    if not value.isascii() and _surrogates(value):
         raise InvalidValueError(f"{name} is not valid Unicode (a lone surrogate)")
     return value
 
@@ -103,6 +112,8 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
+            if value is not None and not value.isascii() and _surrogates(value):
+                raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
             raise ScopeError("a scope needs at least one of user_id, agent_id, workflow_id")
 
