@@ -19,6 +19,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseNotFoundError,
     DatabaseUnavailableError,
+    InvalidNamespaceValueError,
     InvalidValueError,
     ThreadDeletedError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "ExtractionError",
     "Extractor",
+    "InvalidNamespaceValueError",
     "InvalidValueError",
     "RuleBasedExtractor",
     "Scope",

@@ -7,6 +7,8 @@ against LangGraph's own savers keeps working.
 
 from __future__ import annotations
 
+from langgraph.store.base import InvalidNamespaceError
+
 
 class AgentMemoryError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -24,6 +26,16 @@ class DatabaseNotFoundError(ConfigurationError):
 class InvalidValueError(AgentMemoryError, ValueError):
     """A value, key, namespace or id that not every backend could store and read back equal
     (the message says which and why); nothing was written."""
+
+
+class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
+    """A store namespace that not every backend could store (a label with a NUL character or
+    a lone surrogate, a label that is not a string, one too long) or that LangGraph refuses (an
+    empty label, a dot in a label): nothing was written.
+
+    It is an :class:`InvalidValueError` and also LangGraph's ``InvalidNamespaceError``, so
+    code written against either catches it.
+    """
 
 
 class ThreadDeletedError(AgentMemoryError, LookupError):

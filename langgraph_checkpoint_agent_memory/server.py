@@ -74,13 +74,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.store.embed import (
@@ -115,7 +115,7 @@ _THREAD_TTL_KEYS = (
     "sweep_interval_minutes",
     "sweep_limit",
 )
-_STORE_TTL_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes")
+_STORE_TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_minutes")
 _INDEX_KEYS = ("dims", "embed", "fields")
 _SERDE_KEYS = ("allowed_json_modules", "pickle_fallback")
 #: Top-level keys of the sections that this module reads or that only the server uses.
@@ -286,15 +286,7 @@ def _memory_url(environ: Mapping[str, str]) -> str:
     if not raw:
         target = urls.resolve(None, environ=dict(environ))
         return target.url if target is not None else urls.default_url()
-    if raw.lower().startswith("file:"):
-        path = unquote(urlsplit(raw).path)
-        if not path:
-            raise ConfigurationError(f"{urls.URL_ENV}={raw!r}: a file: URL needs a path")
-        raw = f"sqlite:///{path}"
-    elif "://" not in raw and not ("=" in raw and ("host=" in raw or "dbname=" in raw)):
-        raw = f"sqlite:///{Path(raw).expanduser()}"
-    urls.parse(raw, urls.URL_ENV)  # an unsupported URL fails here, naming the variable
-    return raw
+    return urls.as_url(raw, urls.URL_ENV)
 
 
 # -- reading the server's JSON -------------------------------------------------------------
@@ -404,6 +396,7 @@ def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
         ttl.only(_THREAD_TTL_KEYS)
         minutes = ttl.number("default_ttl")
         if minutes is not None:
+            _bounded_minutes(ttl, "default_ttl", minutes)
             # whole seconds, rounded up; round() first so that 0.1 min is 6 s, not 7
             options["ttl_seconds"] = max(1, math.ceil(round(minutes * 60, 6)))
         options["strategy"] = ttl.choice("strategy", ("delete", "keep_latest"), "delete")
@@ -460,16 +453,26 @@ def _serde(section: _Fields) -> JsonPlusSerializer:
 # -- the store's options -------------------------------------------------------------------
 
 
+def _bounded_minutes(section: _Fields, key: str, minutes: float) -> float:
+    """``minutes``, at most the package's longest TTL (2**31 - 1 seconds, about 68 years)."""
+    if minutes * 60 > MAX_TTL_SECONDS:
+        raise section.fail(key, f"at most {MAX_TTL_SECONDS // 60} minutes (about 68 years)")
+    return minutes
+
+
 def _store_ttl(section: _Fields | None) -> TTLConfig | None:
     if section is None:
         return None
     section.only(_STORE_TTL_KEYS)
     ttl: TTLConfig = {"refresh_on_read": section.flag("refresh_on_read", True)}
+    if "omit_expired" in section.data:  # accepted; the store never returns expired items
+        ttl["omit_expired"] = section.flag("omit_expired", True)
     minutes = section.number("default_ttl")
     if minutes is not None:
-        ttl["default_ttl"] = minutes
+        ttl["default_ttl"] = _bounded_minutes(section, "default_ttl", minutes)
     interval = section.number("sweep_interval_minutes")
     if interval is not None:
+        _bounded_minutes(section, "sweep_interval_minutes", interval)
         ttl["sweep_interval_minutes"] = interval  # type: ignore[typeddict-item]
     return ttl
 

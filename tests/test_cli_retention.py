@@ -21,7 +21,10 @@ from tests.test_retention import chat_graph, talk
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
-    code = main(list(args))
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # an argument refused while parsing: argparse exits
+        code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
     return code, json.loads(out) if "--json" in args and code == 0 else out, err
 

@@ -35,7 +35,9 @@ def test_positive_ttl_gives_timed_saver_with_options() -> None:
     assert (saver.ttl_seconds, saver.sweep_interval_seconds) == (120, 2)
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "60", float("nan")])
+@pytest.mark.parametrize(
+    "bad", [-1, 1.5, True, "60", float("nan"), 2**31, 10**400], ids=lambda v: repr(v)[:12]
+)
 @pytest.mark.parametrize("url", [None, "sqlite"])
 def test_invalid_ttl_names_the_argument(bad: Any, url: str | None, tmp_path: Path) -> None:
     where = None if url is None else f"sqlite:///{tmp_path / 'c.db'}"
@@ -43,6 +45,8 @@ def test_invalid_ttl_names_the_argument(bad: Any, url: str | None, tmp_path: Pat
         create_checkpointer(bad, url=where)
     with pytest.raises(ConfigurationError, match="sweep_interval_seconds"):
         create_checkpointer(60, url=where, sweep_interval_seconds=-1)
+    with pytest.raises(ConfigurationError, match="sweep_interval_seconds"):
+        create_checkpointer(60, url=where, sweep_interval_seconds=float("inf"))
 
 
 def test_an_unknown_option_names_ttl_seconds_among_the_known() -> None:
@@ -108,6 +112,9 @@ def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -
     assert ttl_of(create_checkpointer(5)) == 5  # an explicit argument wins
     monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "-4")
     with pytest.raises(ValueError, match=r"config\.checkpointer\.ttl_seconds"):
+        create_checkpointer()
+    monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", str(2**31))  # over 68 years
+    with pytest.raises(ConfigurationError, match=r"config\.checkpointer\.ttl_seconds"):
         create_checkpointer()
 
 

@@ -220,6 +220,21 @@ async def test_store_ttl_is_the_stores_and_its_sweeper_deletes(
         assert [item.key for item in kept] == ["name"]
 
 
+@pytest.mark.parametrize("omit", [True, False])
+async def test_store_ttl_accepts_omit_expired(
+    db_file: Path, monkeypatch: pytest.MonkeyPatch, omit: bool
+) -> None:
+    server_sections(monkeypatch, store_section={"ttl": {"default_ttl": 5, "omit_expired": omit}})
+    async with store() as opened:
+        assert opened.ttl_config == {
+            "default_ttl": 5,
+            "omit_expired": omit,
+            "refresh_on_read": True,
+        }
+        await opened.aput(("a",), "k", {"v": 1})
+        assert (await opened.aget(("a",), "k")) is not None
+
+
 async def test_store_without_ttl_starts_no_sweeper(
     db_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,6 +336,11 @@ BAD = [
     (STORE_ENV, '{"index": {"embed": "./emb.py:f", "dims": 2, "fields": "text"}}', "index.fields"),
     (STORE_ENV, '{"index": {"embed": "default", "dims": 4}}', "index.dims must be 384"),
     ("AGENT_MEMORY_URL", "mysql://db/app", "AGENT_MEMORY_URL"),
+    (THREAD_TTL_ENV, "1e300", "LANGGRAPH_THREAD_TTL field default_ttl must be at most"),
+    (CHECKPOINTER_ENV, '{"ttl": {"default_ttl": 1e12}}', "ttl.default_ttl must be at most"),
+    (STORE_ENV, '{"ttl": {"default_ttl": 1e12}}', "LANGGRAPH_STORE field ttl.default_ttl"),
+    (STORE_ENV, '{"ttl": {"sweep_interval_minutes": 1e12}}', "ttl.sweep_interval_minutes"),
+    (STORE_ENV, '{"ttl": {"omit_expired": "no"}}', "LANGGRAPH_STORE field ttl.omit_expired"),
 ]
 
 

@@ -267,6 +267,9 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         """
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
+        override = (config.get("configurable") or {}).get("ttl_seconds")
+        if override is not None:  # refused as the SQL savers refuse it, before any write
+            validate_ttl(override, name="config['configurable']['ttl_seconds']")
         dumps = self.serde.dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
-__all__ = ["default_sweep_interval", "validate_interval", "validate_ttl"]
+__all__ = ["MAX_TTL_SECONDS", "default_sweep_interval", "validate_interval", "validate_ttl"]
 
 #: Sweeps run at most this often and at least this rarely, whatever the TTL.
 MIN_SWEEP_INTERVAL = 0.5
@@ -19,7 +20,8 @@ MAX_SWEEP_INTERVAL = 60.0
 
 
 def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
-    """Accept ``None``, ``0`` (off) or a positive whole number of seconds; name the culprit."""
+    """Accept ``None``, ``0`` (off) or a whole number of seconds from 1 to
+    :data:`MAX_TTL_SECONDS` (2**31 - 1, about 68 years); name the culprit."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -29,16 +31,22 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
         )
     if value < 0:
         raise ConfigurationError(f"{name} must be >= 0 (0 or None turns expiry off), got {value}")
+    if value > MAX_TTL_SECONDS:
+        raise ConfigurationError(
+            f"{name} must be at most {MAX_TTL_SECONDS} seconds (about 68 years), got {value}"
+        )
     return value or None
 
 
 def validate_interval(value: Any, name: str = "sweep_interval_seconds") -> float | None:
+    """Accept ``None`` (the default) or a number of seconds above 0 and at most
+    :data:`MAX_TTL_SECONDS`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not value > 0:
-        raise ConfigurationError(f"{name} must be > 0, got {value}")
+    if not 0 < value <= MAX_TTL_SECONDS:  # NaN fails both
+        raise ConfigurationError(f"{name} must be > 0 and <= {MAX_TTL_SECONDS}, got {value}")
     return float(value)
 
 

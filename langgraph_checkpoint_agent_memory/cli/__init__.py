@@ -25,9 +25,13 @@ from typing import Any
 from langgraph_checkpoint_agent_memory import __version__, settings
 from langgraph_checkpoint_agent_memory.cli.common import (
     CommandError,
+    Parser,
     _emit,
+    count_argument,
     default_url,
     resolve_url,
+    seconds_argument,
+    url_argument,
 )
 from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_consolidate,
@@ -124,7 +128,7 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
         epilog="SCOPE is written user=alice,agent=support (keys: user, agent, workflow).",
@@ -138,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name not in ("config", "demo"):
             p.add_argument(
                 "--url",
-                help=f"database URL (default: ${urls.URL_ENV}, else {default_url()}); "
+                type=url_argument,
+                help="database URL or path of a SQLite file "
+                f"(default: ${urls.URL_ENV}, else {default_url()}); "
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
@@ -148,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
     demo.add_argument(
         "--url",
+        type=url_argument,
         help=f"the demo's own database (default: sqlite:///{DEMO_FILE} in the current folder; "
         f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
         "created before; any other is refused",
@@ -169,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     context = command("context", "what inject_node would inject for QUERY", _cmd_context)
     context.add_argument("scope", metavar="SCOPE")
     context.add_argument("query", metavar="QUERY")
-    context.add_argument("--budget", type=int, default=None, help="token budget")
+    context.add_argument("--budget", type=count_argument(1), default=None, help="token budget")
     erase = command("erase", "erase a scope's memory and conversations", _cmd_erase)
     erase.add_argument("scope", metavar="SCOPE")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -196,13 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
         "or by id (default bytes)",
     )
     threads.add_argument(
-        "--limit", type=int, default=50, metavar="N", help="at most N threads (0: all)"
+        "--limit",
+        type=count_argument(0),
+        default=50,
+        metavar="N",
+        help="at most N threads (0: all)",
     )
     jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
     jobs.add_argument("--retry", action="store_true", help="queue parked episodes again")
     jobs.add_argument("--scope", help="with --retry: only this SCOPE")
     jobs.add_argument("--all", action="store_true", help="completed jobs too")
-    jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--limit", type=count_argument(1), default=50, metavar="N")
     worker = command("worker", "run the background worker in the foreground", _cmd_worker)
     worker.add_argument("--once", action="store_true", help="one round, then exit")
     worker.add_argument("--model", help="provider:name of the extractor's chat model")
@@ -210,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, default in (("consolidate", 30), ("decay", 3600), ("sweep", 300)):
         worker.add_argument(
             f"--{name}-every",
-            type=float,
+            type=seconds_argument,
             metavar="SECONDS",
             help=f"seconds between {name} rounds (default: config.memory.{name}_every_seconds "
             f"or {default})",

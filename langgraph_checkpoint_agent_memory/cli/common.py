@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory import AgentMemory, Scope
@@ -28,7 +29,65 @@ default_url = urls.default_url
 
 
 def resolve_url(given: str | None) -> str:
-    return given or os.environ.get(urls.URL_ENV) or default_url()
+    """``--url`` (already a URL, see :func:`url_argument`), else ``AGENT_MEMORY_URL`` read by
+    the same rule, else the default file."""
+    if given is not None:
+        return given
+    env = os.environ.get(urls.URL_ENV)
+    return urls.as_url(env, urls.URL_ENV) if env else default_url()
+
+
+# -- argument types: a bad value exits with status 2 and one line, before anything runs ----
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line, ``agent-memory CMD: error:
+    ...``, with exit status 2, like the commands' own errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def url_argument(text: str) -> str:
+    """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file (the
+    rule of ``AGENT_MEMORY_URL`` in the Agent Server); an empty one is refused, not replaced
+    by the default. A URL of an unsupported database is refused by the command (status 2
+    too), which names it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
+    try:
+        return urls.as_url(text, "--url")
+    except ConfigurationError:
+        return text  # refused when the command opens it, with the same one line
+
+
+def _number(text: str, kind: Callable[[str], float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    return value
+
+
+def count_argument(least: int) -> Callable[[str], int]:
+    """A whole number >= ``least``."""
+
+    def parse(text: str) -> int:
+        value = int(_number(text, int))
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, not {text}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its message
+    return parse
+
+
+def seconds_argument(text: str) -> float:
+    """A number of seconds above 0 (an interval a loop waits: 0 or less would spin)."""
+    value = _number(text, float)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
 
 
 def _console(args: argparse.Namespace) -> Any:

@@ -26,6 +26,12 @@ VERSION = sa.String(128)
 PREFIX = sa.String(1024)
 TIME = sa.Float(53)  # seconds since the epoch
 
+#: The longest TTL, in seconds, anywhere in the package (about 68 years): the largest value of
+#: the 32-bit ``INTEGER`` column that keeps a thread's ``ttl_seconds`` on PostgreSQL and SAP
+#: HANA. The savers and the store (its TTL in minutes, times 60) refuse anything longer when
+#: it is given, so a TTL that is accepted works on every backend.
+MAX_TTL_SECONDS = 2**31 - 1
+
 ColumnType: TypeAlias = "sa.types.TypeEngine[Any] | type[sa.types.TypeEngine[Any]]"
 
 

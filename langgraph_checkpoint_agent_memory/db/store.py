@@ -42,6 +42,12 @@ from langgraph_checkpoint_agent_memory.text import postings
 
 #: The columns of :class:`ItemRow`.
 ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes")
+#: The most conditions of a filter the database narrows rows by. A chain of ANDs is as deep
+#: as it is long, and SQLite refuses an expression tree deeper than 1000 ("Expression tree is
+#: too large"), so a filter of any size narrows by its first conditions (equalities first) and
+#: the store decides the rest on the rows that pass: the same results on every backend.
+MAX_PREFILTER = 32
+
 #: A filter's pre-filter, as :meth:`StoreStatements.prefilter` returns it: per condition the
 #: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
@@ -242,8 +248,9 @@ class StoreStatements:
         self, conds: list[tuple[list[str], str, Any]]
     ) -> tuple[Prefilter, dict[str, Any]]:
         """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
-        the conditions the database can decide, ANDed to the WHERE clause by
-        :meth:`filtered`; the store applies every condition exactly to what comes back."""
+        the conditions the database can decide, at most :data:`MAX_PREFILTER` of them, ANDed
+        to the WHERE clause by :meth:`filtered`; the store applies every condition exactly to
+        what comes back."""
         parts: list[tuple[str, Hashable]] = []
         params: dict[str, Any] = {}
         # equalities first: the database tests them first, and they drop the most rows
@@ -253,6 +260,8 @@ class StoreStatements:
             shape = self.d.json_prefilter(path, op, value)
             if shape is None:
                 continue
+            if len(parts) == MAX_PREFILTER:  # the rest are decided on the rows that come back
+                break
             parts.append((name, shape))
             params[f"{name}_path"] = self.d.json_path(path)
             params[name] = value

@@ -87,6 +87,30 @@ def resolve(url: str | None, *, environ: dict[str, str] | None = None) -> Target
     return _vcap_hana(env) or _k8s_hana(env)
 
 
+def as_url(text: str, source: str = "argument") -> str:
+    """What a person may write for a database, as a URL :func:`parse` takes: a URL or
+    libpq ``key=value`` string as is; a ``file:`` URL or a plain path of a SQLite file as
+    ``sqlite:///<path>`` (``~`` expanded). The one rule of the command line and the Agent
+    Server's ``AGENT_MEMORY_URL``.
+
+    Raises:
+        ConfigurationError: An empty text, a ``file:`` URL without a path, or a URL of a
+            database this package does not support (naming ``source``).
+    """
+    raw = text.strip() if isinstance(text, str) else ""
+    if not raw:
+        raise ConfigurationError(f"memory URL from {source} is empty")
+    if raw.lower().startswith("file:"):
+        path = unquote(urlsplit(raw).path)
+        if not path:
+            raise ConfigurationError(f"{source}={raw!r}: a file: URL needs a path")
+        raw = f"sqlite:///{path}"
+    elif "://" not in raw and not ("=" in raw and ("host=" in raw or "dbname=" in raw)):
+        raw = f"sqlite:///{Path(raw).expanduser()}"
+    parse(raw, source)  # an unsupported URL fails here, naming its source
+    return raw
+
+
 def parse(url: str, source: str = "argument") -> Target:
     if not isinstance(url, str) or not url.strip():
         raise ConfigurationError(f"memory URL from {source} is empty")

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import math
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,7 +28,7 @@ from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
 from langgraph_checkpoint_agent_memory.text import fact_text, storable
 
 #: The scope keys, in namespace order.
@@ -37,6 +38,57 @@ _LONG = {v: k for k, v in _SHORT.items()}
 
 Kind = Literal["facts", "history", "episodes"]
 KINDS: tuple[str, ...] = ("facts", "history", "episodes")
+
+
+#: The longest identifiers memory keeps, in characters: the column sizes on PostgreSQL and SAP
+#: HANA, checked before anything is written so every backend gives one outcome (SQLite
+#: would store longer ones). A thread id as the checkpointers take it; an episode's key (its
+#: row in the consolidation ledger); a scope's namespace (``memory.user=alice.episodes``,
+#: the store's limit, which also bounds the scope's own text).
+MAX_THREAD_ID = 255
+MAX_EPISODE_KEY = 255
+MAX_NAMESPACE = 1024
+
+
+def _surrogates(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (no database can encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def checked_identifier(value: Any, name: str, longest: int) -> str:
+    """``value`` as an identifier every backend stores: a non-empty string of at most
+    ``longest`` characters with no NUL and no lone surrogate (a thread id may also be an int
+    or a UUID, stored as its text, as the checkpointers do).
+
+    Raises:
+        InvalidValueError: Saying what is wrong with it; nothing was written.
+    """
+    if name == "thread_id" and (
+        isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool))
+    ):
+        value = str(value)
+    if not isinstance(value, str):
+        raise InvalidValueError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    if not value:
+        raise InvalidValueError(f"{name} must not be empty")
+    if len(value) > longest:
+        raise InvalidValueError(f"{name} is {len(value)} characters; at most {longest}")
+    if "\x00" in value:
+        raise InvalidValueError(f"{name} contains a NUL character")
+    if not value.isascii() and _surrogates(value):
+        raise InvalidValueError(f"{name} is not valid Unicode (a lone surrogate)")
+    return value
+
+
+def check_count(value: Any, name: str) -> int:
+    """``value`` if it is a whole number >= 1, else a :class:`ConfigurationError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
 
 
 class ScopeError(ConfigurationError):
@@ -60,6 +112,8 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
+            if value is not None and not value.isascii() and _surrogates(value):
+                raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
             raise ScopeError("a scope needs at least one of user_id, agent_id, workflow_id")
 
@@ -133,9 +187,24 @@ ScopeLike = Scope | Mapping[str, Any] | str
 
 
 def namespace(root: str, scope: Scope, kind: str) -> tuple[str, ...]:
+    """Where ``scope``'s items of ``kind`` live under ``root``.
+
+    Raises:
+        InvalidValueError: The namespace would be longer than :data:`MAX_NAMESPACE` characters
+            joined with dots (the scope's values are too long).
+    """
     if kind not in KINDS:
         raise ConfigurationError(f"unknown memory kind {kind!r}; one of {', '.join(KINDS)}")
-    return (root, *scope.labels, kind)
+    labels = (root, *scope.labels, kind)
+    joined = sum(map(len, labels)) + len(labels) - 1
+    # the longest kind decides, so that a scope fits all of its namespaces or none
+    longest = joined - len(kind) + max(map(len, KINDS))
+    if longest > MAX_NAMESPACE:
+        raise InvalidValueError(
+            f"scope {scope.key[:40]!r}... is too long: its namespaces would be {longest} "
+            f"characters; at most {MAX_NAMESPACE} (shorter user, agent or workflow ids)"
+        )
+    return labels
 
 
 def scope_of_namespace(root: str, ns: Sequence[str]) -> tuple[Scope, str] | None:

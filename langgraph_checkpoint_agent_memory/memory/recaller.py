@@ -24,6 +24,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     ScopeLike,
     as_timestamp,
+    check_count,
 )
 from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
 
@@ -98,6 +99,8 @@ class Recaller:
 
     def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> Steps[R.Recalled]:
         s = Scope.of(scope)
+        if options.get("budget_tokens") is not None:
+            check_count(options.get("budget_tokens"), "budget_tokens")
         as_of = options.get("as_of")
         when = None if as_of is None else as_timestamp(as_of)
         vector = None

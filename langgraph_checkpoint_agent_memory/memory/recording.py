@@ -10,7 +10,14 @@ from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
-from langgraph_checkpoint_agent_memory.memory.model import Episode, Scope, ScopeLike
+from langgraph_checkpoint_agent_memory.memory.model import (
+    MAX_EPISODE_KEY,
+    MAX_THREAD_ID,
+    Episode,
+    Scope,
+    ScopeLike,
+    checked_identifier,
+)
 from langgraph_checkpoint_agent_memory.memory.nodes import turn_key
 from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 from langgraph_checkpoint_agent_memory.memory.writes import item_row
@@ -32,8 +39,13 @@ def record_plan(
         The episode's key, or ``None`` when no message had content (nothing is written).
     """
     thread_id, key = options.get("thread_id"), options.get("key")
+    if thread_id is not None:
+        thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
+    if key is not None:
+        key = checked_identifier(key, "key", MAX_EPISODE_KEY)
     occurred_at = options.get("occurred_at")
     s = Scope.of(scope)
+    context.namespace(s, "episodes")  # refuses a scope too long to store
     dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
     if not dicts:
         return None

@@ -5,13 +5,33 @@ keyword options of ``record``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import recall as R
-from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS
+from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, check_count
+
+#: The settings that count something: whole numbers >= 1.
+_COUNTS = (
+    "budget_tokens",
+    "episode_candidates",
+    "max_episodes_per_job",
+    "relevant_facts",
+    "max_attempts",
+)
+#: The settings that are times: whether 0 is refused (an interval a loop waits, a lease).
+_TIMES = {
+    "half_life_days": True,
+    "lease_seconds": True,
+    "backoff_seconds": False,
+    "reinforce_every_seconds": False,
+    "consolidate_every_seconds": True,
+    "decay_every_seconds": True,
+    "sweep_every_seconds": True,
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,24 @@ class MemorySettings:
     sweep_every_seconds: float = 300.0
     #: Write the context block to this state key instead of a system message.
     context_key: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse counts below 1 and times that are negative, zero where a loop waits that
+        long, or not finite, naming the setting (a negative budget or interval would be taken
+        without a word, and a zero interval spins a worker)."""
+        for name in _COUNTS:
+            check_count(getattr(self, name), name)
+        for name, least_open in _TIMES.items():
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+                or (least_open and value == 0)
+            ):
+                bound = "> 0" if least_open else ">= 0"
+                raise ConfigurationError(f"{name} must be a finite number {bound}, got {value!r}")
 
     @classmethod
     def resolve(cls, explicit: dict[str, Any]) -> MemorySettings:

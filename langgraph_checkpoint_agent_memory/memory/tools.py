@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
     Scope,
+    check_count,
     default_statement,
     normalize_attribute,
 )
@@ -146,6 +147,8 @@ class MemoryTools:
 
     def __init__(self, memory: Recalling, *, budget_tokens: int | None = None) -> None:
         self.memory = memory
+        if budget_tokens is not None:
+            check_count(budget_tokens, "budget_tokens")
         self.budget_tokens = budget_tokens
 
     @property

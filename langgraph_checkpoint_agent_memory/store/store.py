@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar, Union
 
 import numpy as np
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
@@ -315,6 +316,46 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         return [item.key for item, _ in found]
 
     # -- batch -----------------------------------------------------------------------------
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """LangGraph's ``put``, whose namespace check raises the package's error
+        (:class:`InvalidNamespaceValueError`, also LangGraph's ``InvalidNamespaceError``).
+
+        Args:
+            namespace: Where the item lives, e.g. ``("users", "alice")``.
+            key: The item's key in the namespace.
+            value: A dict of JSON values (see the user guide, "Limits").
+            index: Fields to index for search; ``False``: none.
+            ttl: Minutes to keep the item (default the ``ttl`` config's ``default_ttl``).
+
+        Example:
+            ```python
+            store.put(("users", "alice"), "prefs", {"food": "ramen"}, ttl=60)
+            ```
+        """
+        with V.namespace_errors():
+            super().put(namespace, key, value, index, ttl=ttl)
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """Async :meth:`put`."""
+        with V.namespace_errors():
+            await super().aput(namespace, key, value, index, ttl=ttl)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops, puts = V.checked_batch(ops)

@@ -12,9 +12,15 @@ numbers, booleans, ``None``, lists (tuples store as lists) and nested dicts. Ref
   no database can encode the second);
 * namespaces longer than :data:`MAX_NAMESPACE` characters once joined with dots, and keys
   longer than :data:`MAX_KEY` (the column sizes of PostgreSQL and SAP HANA; SQLite has no
-  limit, and would otherwise take what the others refuse).
+  limit, and would otherwise take what the others refuse);
+* dicts and lists nested deeper than :data:`MAX_DEPTH` (checked by a walk without
+  recursion, so a value of any depth is refused, never a ``RecursionError``);
+* in a filter, ``NaN`` and infinities (no stored value holds one, and PostgreSQL would order
+  an infinity differently from the others).
 
-Each refusal is an :class:`InvalidValueError` naming what is wrong and where.
+Each refusal is an :class:`InvalidValueError` naming what is wrong and where; a namespace's
+is an :class:`InvalidNamespaceValueError`, also LangGraph's ``InvalidNamespaceError``. TTLs
+in minutes are at most :data:`MAX_TTL_MINUTES` (:class:`ConfigurationError` otherwise).
 
 Numbers read back equal in value. PostgreSQL keeps them as decimals (``jsonb``), so a float of
 2**53 or more, which Python writes in exponent form, reads back there as the integer it names
@@ -25,11 +31,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from langgraph.store.base import (
     GetOp,
+    InvalidNamespaceError,
     NotProvided,
     Op,
     PutOp,
@@ -38,29 +46,59 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.db.store import ns_text
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    InvalidNamespaceValueError,
+    InvalidValueError,
+)
 
 #: The longest namespace (labels joined by ".") and key, in characters.
 MAX_NAMESPACE = 1024
 MAX_KEY = 1024
+#: How deep dicts and lists may nest in a value (``{"a": {"b": 1}}`` is 2 levels): far below
+#: SQLite's JSON limit (1000 levels, beyond which every filtered search over the item fails)
+#: and Python's recursion limit (which ``json`` needs to encode and decode).
+MAX_DEPTH = 200
+#: The longest TTL in minutes: :data:`MAX_TTL_SECONDS` (about 68 years), so that every
+#: backend can keep ``now + ttl * 60``.
+MAX_TTL_MINUTES = MAX_TTL_SECONDS / 60
 _NUL = "\x00"
 
 
 def check_namespace(namespace: Sequence[Any] | None) -> None:
-    """Refuse a namespace that some backend could not store or find."""
+    """Refuse a namespace that some backend could not store or find, with
+    :class:`InvalidNamespaceValueError` (an ``InvalidValueError`` and LangGraph's
+    ``InvalidNamespaceError``)."""
     namespace = namespace or ()
-    for label in namespace:
-        if not isinstance(label, str):
-            raise InvalidValueError(
-                f"namespace labels must be strings, got {type(label).__name__} {label!r}"
-            )
-        _check_text(label, f"namespace label {label!r}")
+    try:
+        for label in namespace:
+            if not isinstance(label, str):
+                raise InvalidValueError(
+                    f"namespace labels must be strings, got {type(label).__name__} {label!r}"
+                )
+            _check_text(label, f"namespace label {label!r}")
+    except InvalidValueError as exc:
+        raise InvalidNamespaceValueError(str(exc)) from None
     joined = sum(len(label) for label in namespace) + max(len(namespace) - 1, 0)
     if joined > MAX_NAMESPACE:
-        raise InvalidValueError(
+        raise InvalidNamespaceValueError(
             f"namespace is {joined} characters joined with dots; at most {MAX_NAMESPACE}"
         )
+
+
+@contextmanager
+def namespace_errors() -> Iterator[None]:
+    """LangGraph's own namespace check (``BaseStore.put``'s, ``validate_op_namespace``)
+    raising its ``InvalidNamespaceError`` raises :class:`InvalidNamespaceValueError` instead,
+    which is both that and the package's ``InvalidValueError``."""
+    try:
+        yield
+    except InvalidNamespaceValueError:
+        raise
+    except InvalidNamespaceError as exc:
+        raise InvalidNamespaceValueError(str(exc)) from None
 
 
 def check_key(key: Any) -> None:
@@ -83,7 +121,9 @@ def check_value(value: Any) -> None:
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
     """Refuse filter keys and strings no stored value can hold (they could never match, and
-    PostgreSQL would fail on them instead)."""
+    PostgreSQL would fail on them instead), numbers that are not finite (no stored value holds
+    one, and the backends would order them differently), and operands nested deeper than
+    :data:`MAX_DEPTH`."""
     for key, spec in (filter or {}).items():
         if isinstance(key, str):
             _check_text(key, f"filter key {key!r}")
@@ -91,14 +131,21 @@ def check_filter(filter: Mapping[str, Any] | None) -> None:
 
 
 def _check_filter_value(spec: Any, where: str) -> None:
-    if isinstance(spec, str):
-        _check_text(spec, where)
-    elif isinstance(spec, Mapping):
-        for item in spec.values():
-            _check_filter_value(item, where)
-    elif isinstance(spec, (list, tuple, set, frozenset)):
-        for item in spec:
-            _check_filter_value(item, where)
+    stack: list[tuple[Any, int]] = [(spec, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            _check_text(node, where)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise InvalidValueError(
+                f"{where} holds {node!r}: filters compare finite numbers only (no stored value "
+                "is NaN or infinite)"
+            )
+        elif isinstance(node, (Mapping, list, tuple, set, frozenset)):
+            if depth > MAX_DEPTH:
+                raise InvalidValueError(f"{where} nests more than {MAX_DEPTH} levels deep")
+            items = node.values() if isinstance(node, Mapping) else node
+            stack.extend((item, depth + 1) for item in items)
 
 
 def encode_value(value: Mapping[str, Any]) -> str:
@@ -116,31 +163,44 @@ def _check_text(text: str, where: str) -> None:
             raise InvalidValueError(f"{where} is not valid Unicode (a lone surrogate)") from None
 
 
-def _check(node: Any, where: str) -> None:
+def _check(value: Any, where: str) -> None:
+    """Walk ``value`` without recursion (a deep value must not exhaust Python's stack)."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 1)]
+    while stack:
+        node, at, depth = stack.pop()
+        if _leaf(node, at):
+            continue
+        if depth > MAX_DEPTH:
+            raise InvalidValueError(
+                f"{where} nests dicts and lists more than {MAX_DEPTH} levels deep"
+            )
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise InvalidValueError(
+                        f"{at} has a {type(key).__name__} key {key!r}; JSON keys are strings"
+                    )
+                _check_text(key, f"{at} key {key!r}")
+                stack.append((item, f"{at}[{key!r}]", depth + 1))
+        else:
+            stack.extend((item, f"{at}[{i}]", depth + 1) for i, item in enumerate(node))
+
+
+def _leaf(node: Any, at: str) -> bool:
+    """Check ``node`` if it is a leaf and say so; ``False`` for a dict, list or tuple."""
     if node is None or isinstance(node, (bool, int)):
-        return
+        return True
     if isinstance(node, str):
-        _check_text(node, where)
-        return
+        _check_text(node, at)
+        return True
     if isinstance(node, float):
         if not math.isfinite(node):
-            raise InvalidValueError(f"{where} is {node!r}, which JSON cannot hold")
-        return
-    if isinstance(node, dict):
-        for key, item in node.items():
-            if not isinstance(key, str):
-                raise InvalidValueError(
-                    f"{where} has a {type(key).__name__} key {key!r}; JSON keys are strings"
-                )
-            _check_text(key, f"{where} key {key!r}")
-            _check(item, f"{where}[{key!r}]")
-        return
-    if isinstance(node, (list, tuple)):
-        for i, item in enumerate(node):
-            _check(item, f"{where}[{i}]")
-        return
+            raise InvalidValueError(f"{at} is {node!r}, which JSON cannot hold")
+        return True
+    if isinstance(node, (dict, list, tuple)):
+        return False
     raise InvalidValueError(
-        f"{where} is a {type(node).__name__}, which JSON cannot hold: store strings, numbers, "
+        f"{at} is a {type(node).__name__}, which JSON cannot hold: store strings, numbers, "
         "booleans, None, lists and dicts"
     )
 
@@ -152,7 +212,8 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
     ops = list(ops)
     puts: dict[tuple[str, str], PutOp] = {}
     for op in ops:
-        validate_op_namespace(op)
+        with namespace_errors():
+            validate_op_namespace(op)
         check_namespace(getattr(op, "namespace", None) or getattr(op, "namespace_prefix", ()))
         if isinstance(op, (GetOp, PutOp)):
             check_key(op.key)
@@ -173,20 +234,29 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
 
 
 #: The keys of LangGraph's ``TTLConfig``.
-TTL_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes")
+TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_minutes")
 
 
 def check_minutes(value: Any, name: str) -> None:
-    """A TTL in minutes: a finite number above zero (``None`` means none, checked before)."""
+    """A TTL in minutes: a number above zero and at most :data:`MAX_TTL_MINUTES` (``None``
+    means none, checked before)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of minutes, not {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigurationError(f"{name} must be a number of minutes above 0, not {value!r}")
+    if not 0 < value <= MAX_TTL_MINUTES:  # NaN fails both; an int of any size compares
+        raise ConfigurationError(
+            f"{name} must be a number of minutes above 0 and at most {MAX_TTL_MINUTES:.0f} "
+            f"(about 68 years), not {value!r}"
+        )
 
 
 def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would
-    keep items forever without a word), positive minutes, a boolean ``refresh_on_read``."""
+    keep items forever without a word), positive minutes, booleans for ``refresh_on_read``
+    and ``omit_expired``.
+
+    ``omit_expired`` is accepted either way and changes nothing: this store never returns an
+    expired item (from ``get``, ``search`` or ``list_namespaces``), on every backend, even
+    before a sweep deletes it; ``False`` does not bring expired items back."""
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):
@@ -199,8 +269,9 @@ def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     for name in ("default_ttl", "sweep_interval_minutes"):
         if ttl.get(name) is not None:
             check_minutes(ttl.get(name), f"ttl {name}")
-    if not isinstance(ttl.get("refresh_on_read", True), bool):
-        raise ConfigurationError("ttl refresh_on_read must be true or false")
+    for flag in ("refresh_on_read", "omit_expired"):
+        if not isinstance(ttl.get(flag, True), bool):
+            raise ConfigurationError(f"ttl {flag} must be true or false")
     return ttl
 
 

@@ -1,0 +1,304 @@
+"""One outcome for one input on every backend, at the bounds: TTLs, identifier lengths,
+value depth, filter size and non-finite filter numbers, namespace errors, ``omit_expired``.
+
+Each test runs on memory, SQLite and every PostgreSQL server; an input is either accepted
+and works (read back, searched, consolidated) or refused with the package's error before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.store.base import InvalidNamespaceError, PutOp
+
+from langgraph_checkpoint_agent_memory import (
+    AgentMemory,
+    ConfigurationError,
+    InvalidNamespaceValueError,
+    InvalidValueError,
+    create_checkpointer,
+)
+from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
+from langgraph_checkpoint_agent_memory.memory.model import MAX_EPISODE_KEY, MAX_THREAD_ID
+from langgraph_checkpoint_agent_memory.store.values import MAX_DEPTH, MAX_TTL_MINUTES
+from tests.helpers import FakeClock, make_checkpoint
+from tests.pg import backend_params, is_postgres, pg_database
+
+SLOW = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+counter = iter(range(10**9))
+
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+def saver_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    """``None`` (the in-memory saver), a SQLite file, or a fresh PostgreSQL database."""
+    backend = str(request.param)
+    if backend == "memory":
+        return None
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'ttl.db'}"
+    assert is_postgres(backend)
+    return pg_database(request, backend)
+
+
+@pytest.fixture
+def open_saver(saver_url: str | None) -> Iterator[Callable[[int], Any]]:
+    opened: list[Any] = []
+
+    def make(ttl_seconds: int) -> Any:
+        saver = create_checkpointer(ttl_seconds, url=saver_url)
+        opened.append(saver)
+        return saver
+
+    yield make
+    for saver in opened:
+        saver.close()
+
+
+# -- 1. TTLs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ttl", [2**31, 2**63, 10**400, -1, 1.5], ids=["2**31", "2**63", "10**400", "-1", "1.5"]
+)
+def test_a_ttl_out_of_range_is_refused_when_given(open_saver: Any, ttl: Any) -> None:
+    with pytest.raises(ConfigurationError, match="ttl_seconds"):
+        open_saver(ttl)
+
+
+@SLOW
+@given(
+    ttl=st.one_of(
+        st.integers(1, MAX_TTL_SECONDS),
+        st.integers(MAX_TTL_SECONDS + 1, 10**400),
+        st.sampled_from([MAX_TTL_SECONDS, MAX_TTL_SECONDS + 1]),
+    )
+)
+def test_the_longest_ttl_works_and_a_longer_is_refused_per_thread_too(
+    open_saver: Any, ttl: int
+) -> None:
+    saver = open_saver(60)
+    config: dict[str, Any] = {
+        "configurable": {"thread_id": f"t{next(counter)}", "checkpoint_ns": "", "ttl_seconds": ttl}
+    }
+    if ttl > MAX_TTL_SECONDS:
+        with pytest.raises(ConfigurationError, match="ttl_seconds"):
+            saver.put(config, make_checkpoint({"x": [1]}), {}, {"x": 1})
+        del config["configurable"]["ttl_seconds"]
+        assert saver.get_tuple(config) is None  # nothing was written
+        return
+    stored = saver.put(config, make_checkpoint({"x": [1]}), {}, {"x": 1})
+    assert saver.get_tuple(stored).checkpoint["channel_values"] == {"x": [1]}
+
+
+def test_the_longest_ttl_serves_a_whole_thread(open_saver: Any) -> None:
+    saver = open_saver(MAX_TTL_SECONDS)
+    config = {"configurable": {"thread_id": "long-lived", "checkpoint_ns": ""}}
+    stored = saver.put(config, make_checkpoint({"x": [1]}), {}, {"x": 1})
+    assert saver.get_tuple(stored) is not None
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(config)] == ["long-lived"]
+
+
+@SLOW
+@given(
+    minutes=st.one_of(
+        st.floats(0.001, MAX_TTL_MINUTES),
+        st.floats(MAX_TTL_MINUTES, 1e300).filter(lambda m: m > MAX_TTL_MINUTES),
+        st.sampled_from([10**30, math.inf, math.nan, MAX_TTL_MINUTES, 0, -1]),
+    )
+)
+def test_store_ttls_have_one_range_everywhere(make_store: Any, minutes: float) -> None:
+    store = make_store()
+    ns = ("ttl", f"n{next(counter)}")
+    if 0 < minutes <= MAX_TTL_MINUTES:
+        store.put(ns, "k", {"v": 1}, ttl=minutes)
+        assert store.get(ns, "k").value == {"v": 1}
+        return
+    with pytest.raises(ConfigurationError, match="ttl"):
+        store.put(ns, "k", {"v": 1}, ttl=minutes)
+    assert store.get(ns, "k") is None
+    with pytest.raises(ConfigurationError, match="default_ttl"):
+        make_store(ttl={"default_ttl": minutes})
+
+
+@pytest.mark.parametrize("omit", [True, False])
+def test_omit_expired_is_accepted_and_expired_items_stay_hidden(
+    make_store: Any, omit: bool
+) -> None:
+    clock = FakeClock(time.time())
+    store = make_store(ttl={"default_ttl": 1, "omit_expired": omit}, clock=clock)
+    store.put(("o",), "k", {"v": 1})
+    assert store.get(("o",), "k") is not None
+    clock.advance(120)
+    assert store.get(("o",), "k") is None
+    assert store.search(("o",)) == []
+    with pytest.raises(ConfigurationError, match="omit_expired"):
+        make_store(ttl={"omit_expired": "yes"})
+
+
+# -- 3, 4, 5, 6. values, filters, namespaces ------------------------------------------------
+
+
+def nested(depth: int, as_list: bool) -> dict[str, Any]:
+    """A value whose dicts (or lists, below the top dict) nest ``depth`` levels."""
+    inner: Any = 1
+    for _ in range(depth - 1):
+        inner = [inner] if as_list else {"a": inner}
+    return {"a": inner}
+
+
+@SLOW
+@given(
+    depth=st.one_of(st.integers(1, 2 * MAX_DEPTH), st.sampled_from([MAX_DEPTH, MAX_DEPTH + 1])),
+    as_list=st.booleans(),
+)
+def test_values_deeper_than_the_bound_are_refused_everywhere(
+    make_store: Any, depth: int, as_list: bool
+) -> None:
+    store = make_store()
+    ns = ("deep", f"n{next(counter)}")
+    store.put(ns, "flat", {"n": 1})
+    if depth <= MAX_DEPTH:
+        store.put(ns, "deep", nested(depth, as_list))
+        assert store.get(ns, "deep").value == nested(depth, as_list)
+    else:
+        with pytest.raises(InvalidValueError, match="levels deep"):
+            store.put(ns, "deep", nested(depth, as_list))
+        assert store.get(ns, "deep") is None
+    assert [i.key for i in store.search(ns, filter={"n": 1})] == ["flat"]
+
+
+def test_a_value_far_too_deep_is_refused_without_recursion(make_store: Any) -> None:
+    with pytest.raises(InvalidValueError, match="levels deep"):
+        make_store().put(("deep",), "k", nested(50_000, as_list=False))
+
+
+@SLOW
+@given(keys=st.integers(1, 1200), differ=st.integers(0, 1199))
+def test_filters_of_any_size_give_the_same_results_everywhere(
+    make_store: Any, keys: int, differ: int
+) -> None:
+    store = make_store()
+    ns = ("wide", f"n{next(counter)}")
+    every = {f"k{i}": i for i in range(keys)}
+    store.put(ns, "all", every)
+    store.put(ns, "one-off", {**every, f"k{differ % keys}": -1})
+    store.put(ns, "other", {"z": 1})
+    found = [i.key for i in store.search(ns, filter=every)]
+    assert found == ["all"]
+    ranges = {k: {"$gte": v} for k, v in every.items()}
+    assert sorted(i.key for i in store.search(ns, filter=ranges)) == ["all"]
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [
+        {"x": {"$lt": math.inf}},
+        {"x": {"$gt": -math.inf}},
+        {"x": math.nan},
+        {"x": {"$ne": math.nan}},
+        {"x": {"$in": [1, math.nan]}},
+        {"x": math.inf},
+    ],
+)
+def test_non_finite_filter_numbers_are_refused_everywhere(
+    make_store: Any, flt: dict[str, Any]
+) -> None:
+    store = make_store()
+    store.put(("nf",), "k", {"x": 5})
+    with pytest.raises(InvalidValueError, match="finite"):
+        store.search(("nf",), filter=flt)
+
+
+@pytest.mark.parametrize("namespace", [("a\x00b",), ("ok", "x\x00"), ("a.b",), ("",)])
+def test_a_bad_namespace_is_both_errors_everywhere(
+    make_store: Any, namespace: tuple[str, ...]
+) -> None:
+    store = make_store()
+
+    def put() -> None:
+        store.put(namespace, "k", {"v": 1})
+
+    def batch() -> None:
+        store.batch([PutOp(namespace, "k", {"v": 1})])
+
+    def aput() -> None:
+        asyncio.run(store.aput(namespace, "k", {"v": 1}))
+
+    for write in (put, batch, aput):
+        with pytest.raises(InvalidNamespaceValueError) as caught:
+            write()
+        assert isinstance(caught.value, InvalidValueError)
+        assert isinstance(caught.value, InvalidNamespaceError)
+    assert store.search(("ok",)) == []
+
+
+# -- 2. memory identifiers ----------------------------------------------------------------
+
+
+def said(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@SLOW
+@given(
+    thread_len=st.sampled_from([1, MAX_THREAD_ID, MAX_THREAD_ID + 1, 300]),
+    key_len=st.sampled_from([0, 1, MAX_EPISODE_KEY, MAX_EPISODE_KEY + 1, 1100]),
+    user_len=st.sampled_from([20, 900, 1003, 1004, 1100]),
+)
+def test_record_refuses_what_some_backend_cannot_store_and_consolidates_the_rest(
+    make_store: Any, thread_len: int, key_len: int, user_len: int
+) -> None:
+    memory = AgentMemory(make_store())
+    step = f"{next(counter)}-"
+    user = (step + "u" * user_len)[:user_len]  # a scope of its own
+    thread = "t" * thread_len
+    key = (step + "k" * key_len)[:key_len] if key_len else None
+    namespace_len = len("memory.user=") + len(user) + len(".episodes")
+    fits = thread_len <= MAX_THREAD_ID and key_len <= MAX_EPISODE_KEY and namespace_len <= 1024
+
+    def call() -> str | None:
+        return memory.record({"user_id": user}, said("I live in Berlin"), thread_id=thread, key=key)
+
+    if not fits:
+        with pytest.raises(InvalidValueError):
+            call()
+        if namespace_len <= 1024:
+            assert memory.episodes({"user_id": user}) == []  # nothing was written
+        return
+    got = call()
+    assert got is not None and (key is None or got == key)
+    report = memory.consolidate({"user_id": user})
+    assert report.completed == 1 and report.failed == 0
+
+
+def test_a_scope_that_is_not_unicode_is_refused(make_store: Any) -> None:
+    memory = AgentMemory(make_store())
+    with pytest.raises(InvalidValueError, match="Unicode"):
+        memory.record({"user_id": "a\ud800"}, said("hi"))
+
+
+def test_budget_and_counts_are_refused_below_one(make_store: Any) -> None:
+    store = make_store()
+    with pytest.raises(ConfigurationError, match="budget_tokens"):
+        AgentMemory(store, budget_tokens=-5)
+    with pytest.raises(ConfigurationError, match="budget_tokens"):
+        AgentMemory(store, budget_tokens=0)
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        AgentMemory(store, max_attempts=0)
+    with pytest.raises(ConfigurationError, match="consolidate_every_seconds"):
+        AgentMemory(store, consolidate_every_seconds=0)
+    with pytest.raises(ConfigurationError, match="budget_tokens"):
+        AgentMemory(store).recall("user=alice", "where?", budget_tokens=-1)
