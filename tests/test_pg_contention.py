@@ -1,0 +1,176 @@
+"""Memory's writers on one scope under contention on PostgreSQL: erase, record and a
+consolidation job meet in a chosen order, forced by a transaction of the test that holds a
+row lock one writer needs, and released once the others wait. Their outcomes, not their
+timing, are asserted: no deadlock reaches a caller, nothing of an erased scope remains.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_checkpoint_agent_memory import AgentMemory, RuleBasedExtractor, create_store
+from tests.pg import backend_params, libpq_url, pg_database
+
+SCOPE = {"user_id": "u1"}
+#: How long a step may take before the test gives up waiting (a bound, never asserted).
+PATIENCE = 60.0
+
+
+@pytest.fixture(params=backend_params("postgres"))
+def url(request: pytest.FixtureRequest) -> str:
+    return pg_database(request, str(request.param))
+
+
+@pytest.fixture
+def memory(url: str) -> Iterator[AgentMemory[Any]]:
+    store = create_store(url)
+    yield AgentMemory(store, extractor=RuleBasedExtractor())
+    store.close()
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    conninfo, kwargs = libpq_url(url)
+    return psycopg.connect(conninfo, **kwargs)
+
+
+def lock_waiters(conn: psycopg.Connection[Any]) -> int:
+    """How many other sessions of this database wait for a lock."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not check():
+        if time.monotonic() > deadline:  # pragma: no cover - a hang, reported as such
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.02)
+
+
+class Call(threading.Thread):
+    """A call in its own thread: :meth:`value` is what it returned, or raises what it
+    raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self.call = call
+        self.result: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = (True, self.call())
+        except BaseException as exc:
+            self.result = (False, exc)
+
+    def value(self) -> Any:
+        self.join(PATIENCE)
+        assert self.result is not None, "the call did not end"
+        ok, value = self.result
+        if not ok:
+            raise value
+        return value
+
+
+def say(memory: AgentMemory[Any], key: str, where: str) -> str | None:
+    return memory.record(
+        SCOPE, [{"role": "user", "content": f"I live in {where}"}], thread_id="t1", key=key
+    )
+
+
+def residue(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """The rows left under the scope's shard key, per table."""
+    out = {}
+    for table in (
+        "am_store_items",
+        "am_store_terms",
+        "am_store_vectors",
+        "am_memory_decay",
+        "am_memory_scopes",
+        "am_memory_pending",
+        "am_memory_jobs",
+        "am_memory_threads",
+    ):
+        row = conn.execute(
+            f"SELECT count(*) FROM {table} WHERE shard = 'memory.user=u1'"
+        ).fetchone()
+        assert row is not None
+        if row[0]:
+            out[table] = int(row[0])
+    return out
+
+
+def test_erase_and_a_consolidation_job_queue_instead_of_deadlocking(
+    memory: AgentMemory[Any], url: str
+) -> None:
+    """Erase deletes the scope's items, then waits (for the test's lock on its decay rows);
+    a consolidation job then writes the same items. Today's order is: the job waits for
+    erase, erase for the job's ledger row: a deadlock. Taken in one order, they queue."""
+    say(memory, "e1", "Paris")
+    assert memory.consolidate().completed == 1
+    say(memory, "e2", "Rome")
+    with connect(url) as blocker, connect(url) as watch:
+        watch.autocommit = True
+        blocker.execute("SELECT 1 FROM am_memory_decay FOR UPDATE")
+        erase = Call(lambda: memory.erase(SCOPE))
+        erase.start()
+        wait_until(lambda: lock_waiters(watch) >= 1, "erase waits for the test's lock")
+        consolidate = Call(memory.consolidate)
+        consolidate.start()
+        wait_until(
+            lambda: lock_waiters(watch) >= 2 or not consolidate.is_alive(),
+            "the job waits, or is done",
+        )
+        blocker.rollback()
+        erased = erase.value()
+        report = consolidate.value()
+    assert erased["scopes"] == 1
+    assert all(job.status in ("completed", "erased") for job in report.jobs), report.jobs
+
+
+def test_a_record_during_erase_leaves_no_orphan_and_can_be_repeated(
+    memory: AgentMemory[Any], url: str
+) -> None:
+    """A record that commits while erase is between its deletes (held there by the test's
+    lock on an item) must not leave half an episode behind (its item without its place in
+    the queue, its text index without its item), and recording the same key again, twice
+    at once, stores it once and returns normally in both callers."""
+    say(memory, "e0", "Paris")
+    with connect(url) as blocker, connect(url) as watch:
+        watch.autocommit = True
+        blocker.execute("SELECT 1 FROM am_store_items WHERE key = 'e0' FOR UPDATE")
+        erase = Call(lambda: memory.erase(SCOPE))
+        erase.start()
+        wait_until(lambda: lock_waiters(watch) >= 1, "erase waits for the test's lock")
+        record = Call(lambda: say(memory, "k", "Rome"))
+        record.start()
+        wait_until(
+            lambda: lock_waiters(watch) >= 2 or not record.is_alive(),
+            "the record waits, or is done",
+        )
+        blocker.rollback()
+        erase.value()
+        assert record.value() == "k"
+        # the record went in before the erase (nothing left) or after it (all of it)
+        left = residue(watch)
+        assert not left or (
+            left.get("am_store_items") == 1
+            and left.get("am_store_terms", 0) > 0
+            and left.get("am_memory_pending") == 1
+            and left.get("am_memory_scopes") == 1
+        ), left
+        again = [Call(lambda: say(memory, "k", "Rome")) for _ in range(2)]
+        for call in again:
+            call.start()
+        assert [call.value() for call in again] == ["k", "k"]
+        assert [e.key for e in memory.episodes(SCOPE)] == ["k"]
+        assert residue(watch)["am_memory_pending"] == 1
