@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from langgraph_checkpoint_agent_memory import AgentMemory, RuleBasedExtractor, create_store
+from tests.helpers import present
 from tests.pg import backend_params, libpq_url, pg_database
 
 SCOPE = {"user_id": "u1"}
@@ -174,3 +175,49 @@ def test_a_record_during_erase_leaves_no_orphan_and_can_be_repeated(
         assert [call.value() for call in again] == ["k", "k"]
         assert [e.key for e in memory.episodes(SCOPE)] == ["k"]
         assert residue(watch)["am_memory_pending"] == 1
+
+
+def test_a_read_racing_a_sweep_sees_the_thread_kept_or_gone(url: str) -> None:
+    """A sweeper claims an expired thread (by its clock) and, before it commits, a reader
+    whose clock still finds the thread live reads it. The reader must see the thread as the
+    sweep leaves it: gone (its next write then starts afresh), not read live and then
+    refused with ThreadDeletedError at its next write."""
+    from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver
+    from tests.helpers import FakeClock, config_for, make_checkpoint
+
+    def put(saver: PostgresSaver, value: int, parent: Any = None) -> Any:
+        config = config_for("t", parent["configurable"]["checkpoint_id"] if parent else None)
+        checkpoint = make_checkpoint({"x": [value]}, step=value, version=value)
+        return saver.put(config, checkpoint, {"step": value}, {"x": value})
+
+    reader_clock, sweeper_clock = FakeClock(start=1_800_000_000.0), FakeClock(start=0.0)
+    reader = PostgresSaver(url, ttl_seconds=100, clock=reader_clock, activity_precision=0)
+    sweeper = PostgresSaver(url, ttl_seconds=100, clock=sweeper_clock)
+    try:
+        put(reader, 1)
+        reader.stop_sweeper()  # the test's sweeper is the one that sweeps
+        reader_clock.advance(99)  # live for the reader, about to expire
+        sweeper_clock.advance(1_800_000_000.0 + 101)  # expired for the sweeper
+        with connect(url) as blocker, connect(url) as watch:
+            watch.autocommit = True
+            # the sweep claims the thread, then waits for the test's lock on its checkpoint
+            blocker.execute("SELECT 1 FROM am_checkpoints WHERE thread_id = 't' FOR UPDATE")
+            sweep = Call(sweeper.sweep)
+            sweep.start()
+            wait_until(lambda: lock_waiters(watch) >= 1, "the sweep waits for the test's lock")
+            read = Call(lambda: reader.get_tuple(config_for("t")))
+            read.start()
+            wait_until(
+                lambda: lock_waiters(watch) >= 2 or not read.is_alive(),
+                "the read waits, or is done",
+            )
+            blocker.rollback()
+            assert sweep.value() == ["t"]
+            seen = read.value()
+        # the thread is gone: a reader that saw it gone starts afresh; one that saw it
+        # live must be able to continue it
+        put(reader, 2, parent=seen.config if seen is not None else None)
+        assert present(reader.get_tuple(config_for("t"))).metadata["step"] == 2
+    finally:
+        reader.close()
+        sweeper.close()
