@@ -221,3 +221,35 @@ def test_a_read_racing_a_sweep_sees_the_thread_kept_or_gone(url: str) -> None:
     finally:
         reader.close()
         sweeper.close()
+
+
+def test_a_write_that_raced_an_erase_reads_as_a_thread_gone_and_starts_afresh(url: str) -> None:
+    """A graph step read the thread, another process erased it, then the step's write
+    committed: the write's appended list names a base the erase removed. Reading the thread
+    answers as for a thread that is gone (no "damaged" error, no KeyError), in get_tuple and
+    the DeltaChannel history, and the next write starts it afresh."""
+    from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver
+    from tests.helpers import config_for, make_checkpoint
+
+    writer, eraser = PostgresSaver(url), PostgresSaver(url)
+    try:
+        said = ["hello"]
+        first = writer.put(
+            config_for("t"), make_checkpoint({"x": said}, step=1, version=1), {}, {"x": 1}
+        )
+        eraser.erase_threads(["t"])
+        # the step's write, decided before the erase: the list grew by one item
+        late = make_checkpoint({"x": [*said, "again"]}, step=2, version=2)
+        writer.put(first, late, {}, {"x": 2})
+        # another process (no list of this thread in memory) reads what is stored
+        assert eraser.get_tuple(config_for("t")) is None
+        history = eraser.get_delta_channel_history(config=config_for("t"), channels=["x"])
+        assert history == {"x": {"writes": []}}
+        fresh = make_checkpoint({"x": ["anew"]}, step=3, version=1)
+        writer.put(config_for("t"), fresh, {}, {"x": 1})
+        assert present(eraser.get_tuple(config_for("t"))).checkpoint["channel_values"] == {
+            "x": ["anew"]
+        }
+    finally:
+        writer.close()
+        eraser.close()

@@ -27,6 +27,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     CheckpointRow,
     ListCache,
     ListState,
+    MissingBlob,
     WriteRow,
     blob_rows_of,
     chain_row,
@@ -183,7 +184,10 @@ class Reader:
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
         lists: dict[str, ListState | None] = {}
-        tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+        try:
+            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+        except MissingBlob:
+            return None  # a delete or erase raced this read, or the write of this checkpoint
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
         return tup
 
@@ -325,13 +329,28 @@ class Reader:
                 return channel_value(serde, self.cache, blob_rows, ch, versions[cid][ch])[0]
             return inline(cid)[ch]
 
-        return delta_history(
+        return _history_or_gone(
             span,
             channels,
             has_value,
             value_of,
             lambda cid: pending_writes(serde, writes_by_cp.get(cid, []), channels),
         )
+
+
+def _history_or_gone(
+    span: Sequence[str],
+    channels: Sequence[str],
+    has_value: Callable[[str, str], bool],
+    value_of: Callable[[str, str], Any],
+    writes_of: Callable[[str], Any],
+) -> Mapping[str, DeltaChannelHistory]:
+    """:func:`delta_history`, or the history of a thread that is gone when a value it
+    needs was deleted after the chain was read (a delete or erase racing the read)."""
+    try:
+        return delta_history(span, channels, has_value, value_of, writes_of)
+    except MissingBlob:
+        return {ch: {"writes": []} for ch in channels}
 
 
 def _ancestors(by_id: Mapping[str, ChainRow], target: str) -> list[str]:
