@@ -253,3 +253,54 @@ def test_a_write_that_raced_an_erase_reads_as_a_thread_gone_and_starts_afresh(ur
     finally:
         writer.close()
         eraser.close()
+
+
+def test_a_connection_a_pipelined_batch_failed_on_is_not_handed_out_again(url: str) -> None:
+    """After an error inside a pipeline, psycopg's cache of prepared statements and the
+    server's may disagree ("prepared statement _pg3_N does not exist" on a later call): the
+    pool gets that connection back closed, so it is replaced, and the same statements run
+    again without error, sync and async."""
+    import asyncio
+
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+
+    db = PostgresDatabase(url, prepare_threshold=1, pool_size=1)
+    pids = Sql("SELECT pg_backend_pid()")
+    count = Sql("SELECT count(*) FROM pg_class WHERE relpages >= %(n)s")
+    divide = Sql("SELECT 1 / %(d)s")
+
+    def batch(d: int) -> Plan[int]:
+        pid, _, _, _ = yield Batch(
+            [
+                Stmt(pids, fetch=True),
+                Stmt(count, {"n": 0}, fetch=True),
+                Stmt(divide, {"d": d}, fetch=True),
+                Stmt(count, {"n": 1}, fetch=True),
+            ]
+        )
+        return int(pid[0][0])
+
+    def pid() -> Plan[int]:
+        [rows] = yield Batch([Stmt(pids, fetch=True)])
+        return int(rows[0][0])
+
+    try:
+        first = db.run(batch(1))
+        assert db.run(batch(1)) == first  # one connection; its statements prepared now
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            db.run(batch(0))
+        assert db.run(batch(1)) != first  # a new connection
+        assert db.run(batch(1)) == db.run(pid())
+
+        async def on_the_loop() -> None:
+            first = await db.arun(batch(1))
+            assert await db.arun(batch(1)) == first
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await db.arun(batch(0))
+            assert await db.arun(batch(1)) != first
+
+        asyncio.run(on_the_loop())
+    finally:
+        db.close()
