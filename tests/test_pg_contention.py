@@ -304,3 +304,41 @@ def test_a_connection_a_pipelined_batch_failed_on_is_not_handed_out_again(url: s
         asyncio.run(on_the_loop())
     finally:
         db.close()
+
+
+def test_an_erase_and_a_fresh_start_over_an_expired_thread_queue(url: str) -> None:
+    """A write that starts an expired thread afresh locks its activity row, then deletes
+    the ended history; an erase of the thread (held by the test after its first deletes)
+    must take the same rows in the same order: both end, nothing of the old history stays."""
+    from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver
+    from tests.helpers import FakeClock, config_for, make_checkpoint
+
+    wall = FakeClock(start=1_800_000_000.0)
+    writer = PostgresSaver(url, ttl_seconds=100, clock=wall, activity_precision=0)
+    eraser = PostgresSaver(url)
+    try:
+        writer.put(config_for("t"), make_checkpoint({"x": [1]}, step=1, version=1), {}, {"x": 1})
+        writer.stop_sweeper()
+        wall.advance(101)  # expired, not swept: its rows are still there
+        with connect(url) as blocker, connect(url) as watch:
+            watch.autocommit = True
+            blocker.execute("SELECT 1 FROM am_checkpoints WHERE thread_id = 't' FOR UPDATE")
+            erase = Call(lambda: eraser.erase_threads(["t"]))
+            erase.start()
+            wait_until(lambda: lock_waiters(watch) >= 1, "the erase waits for the test's lock")
+            fresh = make_checkpoint({"x": [2]}, step=2, version=1)
+            start = Call(lambda: writer.put(config_for("t"), fresh, {}, {"x": 1}))
+            start.start()
+            wait_until(
+                lambda: lock_waiters(watch) >= 2 or not start.is_alive(),
+                "the fresh start waits, or is done",
+            )
+            blocker.rollback()
+            erase.value()
+            start.value()
+        # the fresh start came after the erase (it is there) or before it (erased too)
+        found = eraser.get_tuple(config_for("t"))
+        assert found is None or found.checkpoint["channel_values"] == {"x": [2]}
+    finally:
+        writer.close()
+        eraser.close()
