@@ -342,3 +342,39 @@ def test_an_erase_and_a_fresh_start_over_an_expired_thread_queue(url: str) -> No
     finally:
         writer.close()
         eraser.close()
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres"))
+def any_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    backend = str(request.param)
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'memory.db'}"
+    return pg_database(request, backend)
+
+
+def test_a_job_whose_scope_is_erased_while_it_runs_ends_erased(any_url: str) -> None:
+    """The scope is erased while the job's extractor runs (outside any transaction): the
+    job writes nothing and ends "erased", not a failure to retry or a lost lease."""
+    from langgraph_checkpoint_agent_memory.memory.extract import (
+        Extraction,
+        ExtractionRequest,
+    )
+
+    store = create_store(any_url)
+    memory: AgentMemory[Any] = AgentMemory(store, extractor=RuleBasedExtractor())
+
+    class ErasedMeanwhile(RuleBasedExtractor):
+        def extract(self, request: ExtractionRequest) -> Extraction:
+            memory.erase(SCOPE)
+            return super().extract(request)
+
+    try:
+        say(memory, "e1", "Paris")
+        memory.extractor = ErasedMeanwhile()
+        report = memory.consolidate()
+        assert [job.status for job in report.jobs] == ["erased"]
+        assert report.failed == 0
+        assert memory.facts(SCOPE) == [] and memory.episodes(SCOPE) == []
+        assert memory.jobs() == []
+    finally:
+        store.close()
