@@ -355,10 +355,7 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
 def test_a_job_whose_scope_is_erased_while_it_runs_ends_erased(any_url: str) -> None:
     """The scope is erased while the job's extractor runs (outside any transaction): the
     job writes nothing and ends "erased", not a failure to retry or a lost lease."""
-    from langgraph_checkpoint_agent_memory.memory.extract import (
-        Extraction,
-        ExtractionRequest,
-    )
+    from langgraph_checkpoint_agent_memory.memory import Extraction, ExtractionRequest
 
     store = create_store(any_url)
     memory: AgentMemory[Any] = AgentMemory(store, extractor=RuleBasedExtractor())
@@ -376,5 +373,46 @@ def test_a_job_whose_scope_is_erased_while_it_runs_ends_erased(any_url: str) -> 
         assert report.failed == 0
         assert memory.facts(SCOPE) == [] and memory.episodes(SCOPE) == []
         assert memory.jobs() == []
+    finally:
+        store.close()
+
+
+def test_a_transaction_the_server_aborted_for_another_runs_again(tmp_path: Any) -> None:
+    """Set-based writes across scopes (decay, retry of every scope) run again, from a plan
+    built anew, when the server aborts them as a deadlock's victim or for serialization,
+    a bounded number of times; any other error reaches the caller at once."""
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
+    from langgraph_checkpoint_agent_memory.memory.context import ATTEMPTS
+
+    class Aborted(Exception):
+        def __init__(self, sqlstate: str) -> None:
+            super().__init__(sqlstate)
+            self.sqlstate = sqlstate
+
+    store = create_store(f"sqlite:///{tmp_path / 'memory.db'}")
+    memory: AgentMemory[Any] = AgentMemory(store, extractor=RuleBasedExtractor())
+    built: list[int] = []
+
+    def plan(fail_first: int, sqlstate: str) -> Callable[[], Plan[int]]:
+        def make() -> Plan[int]:
+            built.append(1)
+            yield Batch([])
+            if len(built) <= fail_first:
+                raise Aborted(sqlstate)
+            return len(built)
+
+        return make
+
+    try:
+        assert memory.context.run_again(plan(ATTEMPTS - 1, "40P01")) == ATTEMPTS
+        built.clear()
+        with pytest.raises(Aborted):
+            memory.context.run_again(plan(ATTEMPTS, "40001"))
+        assert len(built) == ATTEMPTS
+        built.clear()
+        with pytest.raises(Aborted):
+            memory.context.run_again(plan(1, "23505"))  # a unique violation: not again
+        assert len(built) == 1
+        assert memory.decay() == 0 and memory.retry() == 0
     finally:
         store.close()

@@ -126,14 +126,17 @@ class MemorySql:
         """The statements that lock ``scopes``' shard keys, sorted, to start a transaction
         that writes them (none where the dialect has no such lock: see
         :meth:`~.dialect.Dialect.scope_lock`)."""
+        return self.lock_shards(self.scope_shard(s) for s in scopes)
+
+    def lock_shards(self, keys: Iterable[str]) -> list[Stmt]:
+        """:meth:`lock_scopes` by the shard keys themselves (rows that carry one)."""
         if self._scope_lock is None:
             built = self.d.scope_lock()
             self._scope_lock = False if built is None else self.d.compile(built)
         lock = self._scope_lock
         if not isinstance(lock, Sql):
             return []
-        keys = sorted({self.scope_shard(s) for s in scopes})
-        return [Stmt(lock, {"lock_key": k}) for k in keys]
+        return [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
 
     def scope_covers(self, scope: str) -> bool:
         """Whether a scope's items share its shard key (its namespace holds at least
@@ -423,7 +426,9 @@ def record_plan(
 
 def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]:
     if rows:
-        yield Batch([Stmt(sql.reinforce(), sql.store.keyed(rows), many=True)], write=True)
+        keyed = sql.store.keyed(rows)
+        locks = sql.lock_shards(r["shard"] for r in keyed)
+        yield Batch([*locks, Stmt(sql.reinforce(), keyed, many=True)], write=True)
 
 
 # -- decay ---------------------------------------------------------------------------------
