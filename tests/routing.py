@@ -31,6 +31,12 @@ class Routing:
         """One shard, in one step: what every hot statement must be."""
         return self.tasks == [1] and not self.steps
 
+    @property
+    def local(self) -> bool:
+        """Run by the coordinator alone, naming no table of the package: no shard at all
+        (the advisory lock of a memory scope's shard key, taken first by its writers)."""
+        return not self.tasks and not self.steps and not re.search(r"\bam_\w+", self.text)
+
     def __str__(self) -> str:
         return f"tasks={self.tasks} steps={self.steps}: {self.text[:160]}"
 
@@ -50,7 +56,8 @@ def routing(url: str, text: str, params: Any) -> Routing:
 
 
 def not_routed(url: str, recorder: Recorder) -> list[str]:
-    """The statements ``recorder`` saw that are not router queries (empty: all are)."""
+    """The statements ``recorder`` saw that are not router queries (empty: all are); a
+    statement that touches no shard (:attr:`Routing.local`) is none of them."""
     seen: set[str] = set()
     out: list[str] = []
     for text, params in recorder.sent:
@@ -58,6 +65,6 @@ def not_routed(url: str, recorder: Recorder) -> list[str]:
             continue
         seen.add(text)
         found = routing(url, text, params)
-        if not found.router:
+        if not (found.router or found.local):
             out.append(str(found))
     return out

@@ -485,17 +485,23 @@ def channel_value(
             return list(known.items), known.depth
     found = blob_rows.get((channel, version))
     if found is None:
-        raise KeyError((channel, version))
+        raise MissingBlob(f"stored channel {channel!r} lacks its value at version {version}")
     if found.base_version is None:
         return serde.loads_typed((found.type, found.blob)), 0
     try:
         head, depth = channel_value(serde, cache, blob_rows, channel, found.base_version, thread)
-    except KeyError:
-        raise AgentMemoryError(
-            f"stored list {channel!r} at version {version} lacks its base "
-            f"{found.base_version}; the checkpoint data is damaged"
+    except MissingBlob:
+        raise MissingBlob(
+            f"stored list {channel!r} at version {version} lacks its base {found.base_version}"
         ) from None
     return head + serde.loads_typed((found.type[len(APPEND) :], found.blob)), depth + 1
+
+
+class MissingBlob(AgentMemoryError):
+    """A checkpoint names a channel value (or an appended list's base) that is not stored:
+    a delete or an erase of the thread removed it between the statements of a read, or
+    before a write that raced it committed its appended list. The readers answer as for a
+    thread that is gone (``get_tuple``: ``None``), which the next write starts afresh."""
 
 
 def decode(

@@ -110,7 +110,8 @@ class Maintenance:
         self.forget([thread_id])
 
     def erase_threads(self, thread_ids: Sequence[str]) -> Plan[None]:
-        params = [{"thread_id": t} for t in thread_ids]
+        # their activity rows locked in one order (sorted), as by every erase
+        params = [{"thread_id": t} for t in sorted(set(thread_ids))]
         if params:
             yield Batch(
                 [Stmt(sql, params, many=True) for sql in S.erase_thread_rows(self.dialect)],

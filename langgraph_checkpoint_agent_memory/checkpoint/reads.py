@@ -4,7 +4,10 @@
 grow with the thread's history; where the dialect has a one-statement read
 (``fast_get_tuple``, PostgreSQL) it is a single statement. ``list`` reads pages (keyset
 pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
-when the caller reaches it. A due refresh-on-read travels in the same batch as the read.
+when the caller reaches it. A due refresh-on-read travels in the same batch as the read, and
+goes first: it waits for a sweep that holds the thread's row, so the read after it sees the
+thread as the sweep left it (gone, or kept because the refresh came first), never a thread
+read live and swept before the reader's next write.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     CheckpointRow,
     ListCache,
     ListState,
+    MissingBlob,
     WriteRow,
     blob_rows_of,
     chain_row,
@@ -159,8 +163,8 @@ class Reader:
         refresh = self.refresh(thread_id, now)
         fast = d.fast_get_tuple(checkpoint_id is not None)
         if fast is not None:
-            [rows, *counts] = yield Batch(
-                [Stmt(fast, params, fetch=True), *refresh], write=bool(refresh)
+            *counts, rows = yield Batch(
+                [*refresh, Stmt(fast, params, fetch=True)], write=bool(refresh)
             )
             activity.refreshed(thread_id, bool(refresh), counts)
             found = split_union(thread_id, ns, rows)
@@ -171,16 +175,19 @@ class Reader:
             first = Stmt(
                 S.select_checkpoint(d, by_id=checkpoint_id is not None), params, fetch=True
             )
-            results = yield Batch([first, *refresh], write=bool(refresh))
-            activity.refreshed(thread_id, bool(refresh), results[1:])
-            if not results[0]:
+            *counts, found_rows = yield Batch([*refresh, first], write=bool(refresh))
+            activity.refreshed(thread_id, bool(refresh), counts)
+            if not found_rows:
                 return None
-            row = checkpoint_row(results[0][0])
+            row = checkpoint_row(found_rows[0])
             details = self.details(thread_id, ns, [row])
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
         lists: dict[str, ListState | None] = {}
-        tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+        try:
+            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+        except MissingBlob:
+            return None  # a delete or erase raced this read, or the write of this checkpoint
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
         return tup
 
@@ -223,10 +230,10 @@ class Reader:
             filters=pushed,
         )
         refresh = self.refresh(thread_id, now) if thread_id is not None else []
-        results = yield Batch([Stmt(sql, params, fetch=True), *refresh], write=bool(refresh))
+        *counts, found = yield Batch([*refresh, Stmt(sql, params, fetch=True)], write=bool(refresh))
         if thread_id is not None:
-            activity.refreshed(thread_id, bool(refresh), results[1:])
-        rows = [checkpoint_row(r) for r in results[0]]
+            activity.refreshed(thread_id, bool(refresh), counts)
+        rows = [checkpoint_row(r) for r in found]
         if not rows:
             return [], None
         groups: dict[tuple[str, str], list[CheckpointRow]] = {}
@@ -322,13 +329,28 @@ class Reader:
                 return channel_value(serde, self.cache, blob_rows, ch, versions[cid][ch])[0]
             return inline(cid)[ch]
 
-        return delta_history(
+        return _history_or_gone(
             span,
             channels,
             has_value,
             value_of,
             lambda cid: pending_writes(serde, writes_by_cp.get(cid, []), channels),
         )
+
+
+def _history_or_gone(
+    span: Sequence[str],
+    channels: Sequence[str],
+    has_value: Callable[[str, str], bool],
+    value_of: Callable[[str, str], Any],
+    writes_of: Callable[[str], Any],
+) -> Mapping[str, DeltaChannelHistory]:
+    """:func:`delta_history`, or the history of a thread that is gone when a value it
+    needs was deleted after the chain was read (a delete or erase racing the read)."""
+    try:
+        return delta_history(span, channels, has_value, value_of, writes_of)
+    except MissingBlob:
+        return {ch: {"writes": []} for ch in channels}
 
 
 def _ancestors(by_id: Mapping[str, ChainRow], target: str) -> list[str]:

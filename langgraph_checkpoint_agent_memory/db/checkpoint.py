@@ -257,10 +257,13 @@ def delete_thread_rows(d: Dialect) -> list[Sql]:
 
 
 def erase_thread_rows(d: Dialect) -> list[Sql]:
-    """Delete every row of one thread (``:thread_id``), its activity row included."""
+    """Delete every row of one thread (``:thread_id``), its activity row first: every
+    transaction that changes a thread's history (a delete's tombstone, a sweep's claim, a
+    fresh start over an ended history) locks that row before the thread's other rows, so
+    an erase takes them in the same order and waits instead of deadlocking."""
     return [
-        *delete_thread_rows(d),
         d.sql(("erase_thread_rows", threads.name), partial(_delete_thread_rows, threads)),
+        *delete_thread_rows(d),
     ]
 
 

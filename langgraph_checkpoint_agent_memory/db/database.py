@@ -164,6 +164,17 @@ async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]])
     return stepper.value
 
 
+#: SQLSTATEs of a transaction the server aborted for another's sake (a deadlock's victim,
+#: a serialization failure): nothing of it was written, and running it again is the remedy.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server aborting a transaction that may simply run again
+    (:data:`RETRYABLE_SQLSTATES`, read from the driver error's ``sqlstate``)."""
+    return getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES
+
+
 def rows_as_dicts(columns: Iterable[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in rows]

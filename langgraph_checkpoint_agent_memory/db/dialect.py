@@ -602,6 +602,18 @@ class Dialect:
         """A statement serializing concurrent migrations inside their transaction."""
         return None
 
+    def scope_lock(self) -> sa.sql.ClauseElement | None:
+        """Core: a statement taking, until its transaction ends, the lock of one shard key
+        (``:lock_key``), or ``None`` where a transaction that writes locks the whole
+        database already (SQLite's ``BEGIN IMMEDIATE``).
+
+        Every transaction that writes a memory scope (record, a consolidation job's claim,
+        apply and failure, an agent's fact changes, erase) takes the locks of the scopes it
+        writes first, in one order (sorted): their row locks then never interleave, so they
+        queue instead of deadlocking.
+        """
+        return None
+
 
 def same_item(a: Any, b: Any) -> Any:
     """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and

@@ -21,7 +21,7 @@ reads and writes, each write in one transaction. Statements are SQLAlchemy Core 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
@@ -98,6 +98,8 @@ class MemorySql:
         self.d = dialect
         self.store = store_sql
         self.root = root
+        #: the compiled :meth:`~.dialect.Dialect.scope_lock` (``False``: the dialect has none)
+        self._scope_lock: Sql | bool | None = None
 
     def statement(self, key: Hashable, build: Callable[[], Any]) -> Sql:
         """Memory's statement ``key``, built by ``build`` and compiled on first use only:
@@ -119,6 +121,22 @@ class MemorySql:
     def scope_shard(self, scope: str) -> str:
         """The shard key of a scope's ledger rows."""
         return shard_key(self.scope_labels(scope), self.store.shard_depth)
+
+    def lock_scopes(self, scopes: Iterable[str]) -> list[Stmt]:
+        """The statements that lock ``scopes``' shard keys, sorted, to start a transaction
+        that writes them (none where the dialect has no such lock: see
+        :meth:`~.dialect.Dialect.scope_lock`)."""
+        return self.lock_shards(self.scope_shard(s) for s in scopes)
+
+    def lock_shards(self, keys: Iterable[str]) -> list[Stmt]:
+        """:meth:`lock_scopes` by the shard keys themselves (rows that carry one)."""
+        if self._scope_lock is None:
+            built = self.d.scope_lock()
+            self._scope_lock = False if built is None else self.d.compile(built)
+        lock = self._scope_lock
+        if not isinstance(lock, Sql):
+            return []
+        return [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
 
     def scope_covers(self, scope: str) -> bool:
         """Whether a scope's items share its shard key (its namespace holds at least
@@ -372,8 +390,9 @@ def record_plan(
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
     terms = index_rows([item])  # a new episode has no old postings to replace
-    inserted, _ = yield Batch(
-        [Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
+    locks = sql.lock_scopes([scope])
+    *_, inserted, _ = yield Batch(
+        [*locks, Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
         lock=True,
         hold=True,
     )
@@ -407,7 +426,9 @@ def record_plan(
 
 def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]:
     if rows:
-        yield Batch([Stmt(sql.reinforce(), sql.store.keyed(rows), many=True)], write=True)
+        keyed = sql.store.keyed(rows)
+        locks = sql.lock_shards(r["shard"] for r in keyed)
+        yield Batch([*locks, Stmt(sql.reinforce(), keyed, many=True)], write=True)
 
 
 # -- decay ---------------------------------------------------------------------------------
@@ -465,8 +486,9 @@ def decay_plan(
         params["scope"] = scope
         if one:
             params["shard"] = sql.scope_shard(scope)
+    locks = sql.lock_scopes([scope]) if scope is not None else []
     *_, items, _ = yield Batch(
-        [*(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
+        [*locks, *(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
         write=True,
     )
     return int(items)
@@ -613,8 +635,9 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
             labels.append(table)
     if not statements:
         return counts
-    results = yield Batch(statements, write=True)
-    for label, n in zip(labels, results, strict=True):
+    locks = sql.lock_scopes(scopes)
+    results = yield Batch([*locks, *statements], write=True)
+    for label, n in zip(labels, results[len(locks) :], strict=True):
         counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
     return counts
 

@@ -47,6 +47,11 @@ class Writes:
     removed: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: What :func:`apply_plan` returns when the scope was erased while the job ran (its ledger
+#: row is gone): nothing written, nothing to retry.
+ERASED = Writes(outcome={"skipped": "scope erased"})
+
+
 def claim_plan(
     sql: MemorySql,
     *,
@@ -95,8 +100,10 @@ def _claim_first(
     """Lease the first of ``candidates`` (``(shard, scope, root)`` rows) still free."""
     for shard, name, root in candidates:
         key = {"shard": shard, "scope": name}
+        locks = sql.lock_scopes([name])
         results = yield Batch(
             [
+                *locks,
                 Stmt(
                     _take_lease(sql),
                     {**key, "owner": owner, "until": now + lease_seconds, "now": now},
@@ -107,7 +114,7 @@ def _claim_first(
             lock=True,
             write=True,
         )
-        taken, held, keys = results
+        taken, held, keys = results[len(locks) :]
         if taken == 1 and held:
             return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys])
     return None
@@ -253,7 +260,8 @@ def apply_plan(
 
     ``decide`` gets the scope's current facts (read inside the transaction, so nothing can
     change them in between) and returns the rows to write. Returns ``None`` when the lease
-    was lost (the job took too long and another worker took over): nothing is written.
+    was lost (the job took too long and another worker took over), :data:`ERASED` when the
+    scope was erased meanwhile: nothing is written either way.
     """
     jobs = memory_jobs
     job_done = sql.statement(
@@ -263,16 +271,18 @@ def apply_plan(
         ),
     )
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
+    locks = sql.lock_scopes([claim.scope])
     reads = [
+        *locks,
         Stmt(_lease_check(sql), key, fetch=True),
         Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True),
         *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    results = yield Batch(reads, lock=True, hold=True)
+    results = (yield Batch(reads, lock=True, hold=True))[len(locks) :]
     lease, done = results[0], results[1]
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
-        return None
+        return None if lease else ERASED
     already = bool(done) and done[0][0] == "completed"
     writes = Writes(outcome={"skipped": "already applied"}) if already else None
     if writes is None:
@@ -329,12 +339,14 @@ def change_facts_plan(
     """
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
+    locks = sql.lock_scopes([scope])
     reads = [
+        *locks,
         Stmt(sql.ensure_scope(), scope_row),
         Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True),  # locks it
         *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
-    results = yield Batch(reads, lock=True, hold=True)
+    results = (yield Batch(reads, lock=True, hold=True))[len(locks) :]
     writes = decide(*_facts_read(results[2:]))
     yield Batch(_facts_writes(sql, writes), write=True)
     return writes
@@ -382,12 +394,17 @@ def fail_plan(
 ) -> Plan[str]:
     """Record a failed job and release the scope with a back-off; after ``max_attempts``
     failures in a row, park the job's episodes (kept, visible, retried on request) so newer
-    episodes are not held up. Returns ``"retry"``, ``"parked"`` or ``"lost"``."""
+    episodes are not held up. Returns ``"retry"``, ``"parked"``, ``"lost"`` (another job
+    holds the lease now) or ``"erased"`` (the scope was erased meanwhile: nothing to
+    record)."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
-    [lease] = yield Batch([Stmt(_lease_check(sql), key, fetch=True)], lock=True, hold=True)
+    locks = sql.lock_scopes([claim.scope])
+    *_, lease = yield Batch(
+        [*locks, Stmt(_lease_check(sql), key, fetch=True)], lock=True, hold=True
+    )
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
-        return "lost"
+        return "lost" if lease else "erased"
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
     q = memory_pending
@@ -459,7 +476,8 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
         ),
     )
     params = {"shard": sql.scope_shard(scope), "scope": scope} if scope is not None else {}
-    count, _ = yield Batch([Stmt(unpark, params), Stmt(clear, params)], write=True)
+    locks = sql.lock_scopes([scope]) if scope is not None else []
+    *_, count, _ = yield Batch([*locks, Stmt(unpark, params), Stmt(clear, params)], write=True)
     return int(count)
 
 

@@ -63,6 +63,9 @@ class PgSession:
             else (lambda stmt: qualify(stmt.sql.text))
         )
         self.in_tx = False
+        #: A pipelined batch failed on this connection: psycopg's cache of prepared
+        #: statements and the server's may no longer agree, so a pool discards it.
+        self.unsure = False
 
     def _single(self, batch: Batch) -> Stmt | None:
         if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
@@ -138,10 +141,14 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
 def _relaxed(session: PgSession, stmt: Stmt) -> list[Any]:
     """One write in its own transaction, its commit not waiting for the disk."""
     conn = session.conn
-    with conn.pipeline():
-        conn.execute(RELAX_COMMIT, prepare=False)
-        cur = conn.cursor(binary=stmt.fetch)
-        cur.execute(session.text(stmt), _params(stmt))
+    try:
+        with conn.pipeline():
+            conn.execute(RELAX_COMMIT, prepare=False)
+            cur = conn.cursor(binary=stmt.fetch)
+            cur.execute(session.text(stmt), _params(stmt))
+    except BaseException:
+        session.unsure = True
+        raise
     return [cur.fetchall() if stmt.fetch else cur.rowcount]
 
 
@@ -163,6 +170,7 @@ def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
             if not batch.hold:
                 conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
     except BaseException:
+        session.unsure = True
         if session.ended(batch, ok=False):
             rollback(conn)
         raise
@@ -191,10 +199,14 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
 async def _arelaxed(session: PgSession, stmt: Stmt) -> list[Any]:
     """:func:`_relaxed` on an async connection."""
     conn = session.conn
-    async with conn.pipeline():
-        await conn.execute(RELAX_COMMIT, prepare=False)
-        cur = conn.cursor(binary=stmt.fetch)
-        await cur.execute(session.text(stmt), _params(stmt))
+    try:
+        async with conn.pipeline():
+            await conn.execute(RELAX_COMMIT, prepare=False)
+            cur = conn.cursor(binary=stmt.fetch)
+            await cur.execute(session.text(stmt), _params(stmt))
+    except BaseException:
+        session.unsure = True
+        raise
     return [await cur.fetchall() if stmt.fetch else cur.rowcount]
 
 
@@ -216,6 +228,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
             if not batch.hold:
                 await conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
     except BaseException:
+        session.unsure = True
         if session.ended(batch, ok=False):
             await arollback(conn)
         raise

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+#: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
+#: a key space of the package's own, apart from the one-key locks (migrations).
+SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
 
 #: Where pgvector is installed, or can be: the extension created, and the ``embedding``
 #: column (an untyped ``vector``, so stores of any dimension share the table; each dimension
@@ -194,6 +197,15 @@ class PostgresDialect(Dialect):
     def migration_lock(self) -> str | None:
         # raw: advisory lock
         return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+
+    def scope_lock(self) -> sa.sql.ClauseElement | None:
+        # pg_advisory_xact_lock(int, int): released at commit or rollback, so a
+        # transaction pooler may hand the server connection on; taken on the coordinator
+        # under Citus, before any row lock on a worker
+        key = sa.func.hashtext(sa.bindparam("lock_key", type_=sa.Text))
+        return sa.select(
+            sa.func.pg_advisory_xact_lock(sa.literal_column(str(SCOPE_LOCK_CLASS)), key)
+        )
 
     def param(self, name: str) -> str:
         return f"%({name})s"

@@ -240,6 +240,8 @@ class PostgresDatabase(Database[Any]):
                 if session.in_tx:
                     session.in_tx = False
                     rollback(conn)
+                if session.unsure and conn is not self._sync:
+                    conn.close()  # a pooled one: putconn discards a closed connection
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -324,6 +326,8 @@ class PostgresDatabase(Database[Any]):
             if session.in_tx:
                 session.in_tx = False
                 await arollback(conn)
+            if session.unsure and conn is not self._async:
+                await conn.close()  # a pooled one: putconn discards a closed connection
 
     def _session_commit(self) -> bool:
         """The commit mode each write transaction sets for itself (``SET LOCAL``): never

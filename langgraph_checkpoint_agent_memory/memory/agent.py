@@ -452,12 +452,12 @@ class AgentMemory(Generic[StoreT]):
             ```
         """
         self._flush()
-        return self.context.run(upkeep.decay_plan(self.context, scope))
+        return self.context.run_again(lambda: upkeep.decay_plan(self.context, scope))
 
     async def adecay(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`decay`."""
         await self._aflush()
-        return await self.context.arun(upkeep.decay_plan(self.context, scope))
+        return await self.context.arun_again(lambda: upkeep.decay_plan(self.context, scope))
 
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
@@ -567,11 +567,13 @@ class AgentMemory(Generic[StoreT]):
             memory.consolidate("user=alice")
             ```
         """
-        return self.context.run(jobsql.retry_plan(self.context.sql, scope_key(scope)))
+        key = scope_key(scope)
+        return self.context.run_again(lambda: jobsql.retry_plan(self.context.sql, key))
 
     async def aretry(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`retry`."""
-        return await self.context.arun(jobsql.retry_plan(self.context.sql, scope_key(scope)))
+        key = scope_key(scope)
+        return await self.context.arun_again(lambda: jobsql.retry_plan(self.context.sql, key))
 
     def sweep(self) -> int:
         """Run the TTL sweeps of the store and of the checkpointer now.

@@ -60,7 +60,7 @@ class JobResult:
 
     scope: str
     job_id: str
-    status: str  # completed | failed | parked | lost
+    status: str  # completed | failed | parked | lost | erased (the scope, while it ran)
     episodes: int
     added: list[str] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)
@@ -282,6 +282,8 @@ def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResul
         raise
     if writes is None:
         return job.result("lost")
+    if writes is jobsql.ERASED:
+        return job.result("erased")
     decided = decider.decided
     return job.result("completed", changes=decided.changes if decided is not None else None)
 
@@ -300,6 +302,8 @@ def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
             backoff_seconds=s.backoff_seconds,
         )
     )
+    if outcome == "erased":
+        return job.result("erased")
     logger.warning("consolidation job for %s failed (%s): %s", claim.scope, outcome, error)
     status = {"retry": "failed", "parked": "parked", "lost": "lost"}[outcome]
     return job.result(status, error=error)

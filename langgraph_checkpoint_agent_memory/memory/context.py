@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Plan, retryable
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor
@@ -22,6 +22,8 @@ from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
 
 T = TypeVar("T")
+#: How many times :meth:`MemoryContext.run_again` runs a plan at most.
+ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,29 @@ class MemoryContext:
     async def arun(self, plan: Plan[T]) -> T:
         """Async :meth:`run`."""
         return await self.store.arun_plan(plan)
+
+    def run_again(self, make: Callable[[], Plan[T]]) -> T:
+        """Run the plan ``make`` builds; should the server abort its transaction for
+        another's sake (:func:`~.database.retryable`), build and run it again, up to
+        :data:`ATTEMPTS` times in all. For set-based writes across scopes, which no scope's
+        lock orders."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return self.run(make())
+            except Exception as exc:
+                if attempt == ATTEMPTS or not retryable(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def arun_again(self, make: Callable[[], Plan[T]]) -> T:
+        """Async :meth:`run_again`."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return await self.arun(make())
+            except Exception as exc:
+                if attempt == ATTEMPTS or not retryable(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
