@@ -136,6 +136,8 @@ class IdleCheck:
             import psycopg_pool
 
             psycopg_pool.ConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
 
     async def aconfigure(self, conn: Any) -> None:
         self._stamp(conn)
@@ -145,6 +147,67 @@ class IdleCheck:
             import psycopg_pool
 
             await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
+
+
+def closed_by_server(conn: Any) -> None:
+    """Raise ``psycopg.OperationalError`` when the server has closed ``conn`` (a restart, an
+    administrator's ``pg_terminate_backend``), found without a round trip: libpq reads what
+    already arrived on the socket (``PQconsumeInput``, which never blocks), and a server that
+    ended the session sent its goodbye and closed it. A connection cut without a word (a
+    network gone) is found by the round trip of the idle check or by the keepalives."""
+    import psycopg
+
+    conn.pgconn.consume_input()  # raises OperationalError on a closed socket
+    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the server closed the connection")
+
+
+#: What a server says when it refuses a connection for now, not for good: it is starting
+#: up, shutting down or in recovery, or out of connection slots. (libpq reports a refused
+#: connect as a message only: no SQLSTATE reaches the client before a session exists.)
+TRANSIENT_WORDS = (
+    "starting up",
+    "shutting down",
+    "recovery",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots",
+    "too many connections",
+)
+#: What libpq says when the server refused the connect itself (``FATAL``: a database or role
+#: that does not exist, a wrong password, no ``pg_hba.conf`` entry), nothing listens on the
+#: port, or the host name is unknown.
+DEFINITE_WORDS = (
+    "FATAL:",
+    "Connection refused",
+    "could not translate host name",
+)
+
+
+def definite_refusal(exc: BaseException) -> bool:
+    """Whether a failed connect is final, so trying again for ``connect_timeout`` seconds
+    would only delay the error: the server refused with a FATAL error, or nothing listens
+    on the port. A server starting up or out of slots, or one not answering, is tried again.
+
+    Example:
+        >>> import psycopg
+        >>> definite_refusal(psycopg.OperationalError('FATAL:  database "x" does not exist'))
+        True
+        >>> definite_refusal(psycopg.OperationalError("FATAL:  the database system is starting up"))
+        False
+    """
+    import psycopg
+
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    if exc.sqlstate:  # a server's error from a session (or built by hand)
+        return not exc.sqlstate.startswith(("57P03", "53", "08"))
+    text = str(exc)
+    if any(word in text for word in TRANSIENT_WORDS):
+        return False
+    return any(word in text for word in DEFINITE_WORDS)
 
 
 #: Connection parameters a connection string gets unless it sets them: a dead peer (a server

@@ -32,6 +32,7 @@ from langgraph_checkpoint_agent_memory.db.pg_pool import (
     BACKEND_PID_SQL,
     IdleCheck,
     PostgresOptions,
+    definite_refusal,
     pooler_error,
     prepare_threshold_of,
     require_psycopg,
@@ -168,6 +169,10 @@ class PostgresDatabase(Database[Any]):
             "open": False,
             "name": "agent-memory",
             "timeout": self.connect_timeout,
+            # a reconnection that failed for this long starts afresh at the next request,
+            # instead of backing off (1, 2, 4, ... s) for the 5 minutes psycopg_pool
+            # defaults to: once an outage ends, the next call connects at once
+            "reconnect_timeout": self.connect_timeout,
             "configure": hooks.configure if sync else hooks.aconfigure,
             "check": hooks.check if sync else hooks.acheck,
             "max_idle": self.options.max_idle,
@@ -181,10 +186,12 @@ class PostgresDatabase(Database[Any]):
     # -- sync ------------------------------------------------------------------------------
 
     def _sync_pool(self) -> Any:
+        import psycopg
         import psycopg_pool
 
         with self._open_lock:
             if self._sync is None:
+                self._first_contact()
                 pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
                 try:
                     pool.open(wait=True, timeout=self.connect_timeout)
@@ -193,6 +200,9 @@ class PostgresDatabase(Database[Any]):
                 except psycopg_pool.PoolTimeout:
                     pool.close()
                     raise self._unavailable(self._probe()) from None
+                except psycopg.OperationalError as exc:
+                    pool.close()
+                    raise self._unavailable(str(exc)) from exc
                 except BaseException:
                     pool.close()
                     raise
@@ -227,15 +237,19 @@ class PostgresDatabase(Database[Any]):
                 yield source
 
     def _run_sync(self, plan: Plan[T]) -> T:
+        import psycopg
+
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as conn:
             session = PgSession(
                 conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
             )
-            self._verify(conn)
             try:
+                self._verify(conn)
                 return drive(plan, lambda batch: execute(session, batch))
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                raise session.lost(exc) from exc
             finally:
                 if session.in_tx:
                     session.in_tx = False
@@ -258,6 +272,7 @@ class PostgresDatabase(Database[Any]):
 
     async def _async_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
         """The async pool of this event loop, opened once however many tasks ask at once."""
+        import psycopg
         import psycopg_pool
 
         if self._aopen_lock is None or self._aopen_loop is not loop:
@@ -272,6 +287,7 @@ class PostgresDatabase(Database[Any]):
                 except Exception:
                     pass
             if self._async is None:
+                await self._afirst_contact()
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
@@ -280,6 +296,9 @@ class PostgresDatabase(Database[Any]):
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
                     raise self._unavailable(await self._aprobe()) from None
+                except psycopg.OperationalError as exc:
+                    await pool.close()
+                    raise self._unavailable(str(exc)) from exc
                 except BaseException:
                     await pool.close()
                     raise
@@ -317,9 +336,13 @@ class PostgresDatabase(Database[Any]):
         session = PgSession(
             conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
         )
-        await self._averify(conn)
+        import psycopg
+
         try:
+            await self._averify(conn)
             return await adrive(plan, lambda batch: aexecute(session, batch))
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise session.lost(exc) from exc
         finally:
             if session.in_tx:
                 session.in_tx = False
@@ -363,6 +386,60 @@ class PostgresDatabase(Database[Any]):
 
     # -- errors ----------------------------------------------------------------------------
 
+    def _first_contact(self) -> None:
+        """Before a pool opens: one direct connect, so a definite refusal (a database or
+        role that does not exist, a wrong password, nothing listening on the port) is an
+        error at once, not after the pool retried it for ``connect_timeout`` seconds. A
+        transient failure (a server starting up) is left to the pool, which retries."""
+        import psycopg
+
+        try:
+            psycopg.connect(self._contact_info(), connect_timeout=self._whole_timeout()).close()
+        except psycopg.OperationalError as exc:
+            if definite_refusal(exc):
+                raise self._refused(exc) from None
+
+    async def _afirst_contact(self) -> None:
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._contact_info(), connect_timeout=self._whole_timeout()
+            )
+            await conn.close()
+        except psycopg.OperationalError as exc:
+            if definite_refusal(exc):
+                raise self._refused(exc) from None
+
+    def _contact_info(self) -> str:
+        return with_keepalives(self._conninfo or "")
+
+    def _whole_timeout(self) -> int:
+        """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""
+        return max(1, int(self.connect_timeout))
+
+    def _refused(self, exc: BaseException) -> DatabaseUnavailableError:
+        """The error for a server that refused the connection, in its words."""
+        return DatabaseUnavailableError(
+            f"PostgreSQL at {self.describe()} refused the connection: {self._reason(str(exc))}"
+        )
+
+    def _reason(self, error: str) -> str:
+        """The server's words from libpq's message (after its last ``failed:``), on one
+        line, the password masked."""
+        import psycopg
+
+        lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+        reason = lines[0].rsplit("failed: ", 1)[-1] if lines else error
+        reason = reason.replace("FATAL:  ", "")
+        try:
+            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
+        except psycopg.Error:
+            secret = None
+        if secret:
+            reason = reason.replace(str(secret), "***")
+        return reason
+
     def _probe(self) -> str | None:
         """Why no connection came: one direct attempt (the pool's timeout does not say);
         ``None`` for a pool the caller passed in, whose server we do not know."""
@@ -395,19 +472,11 @@ class PostgresDatabase(Database[Any]):
     def _unavailable(self, error: str | None) -> DatabaseUnavailableError:
         """The error for a server not reached (or a pool whose every connection stayed
         busy), naming the server with its password masked."""
-        import psycopg
-
         reason = (
-            error.strip().splitlines()[0]
+            self._reason(error)
             if error and error.strip()
             else "every pooled connection stayed busy"
         )
-        try:
-            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
-        except psycopg.Error:
-            secret = None
-        if secret:
-            reason = reason.replace(str(secret), "***")
         return DatabaseUnavailableError(
             f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
             f"{reason}"
