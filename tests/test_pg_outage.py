@@ -159,6 +159,8 @@ def _counting_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(cls, conninfo, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "connect", classmethod(connect))
+    # psycopg.connect is the classmethod bound at import: count it too
+    monkeypatch.setattr(psycopg, "connect", psycopg.Connection.connect)
     return attempts
 
 
@@ -209,11 +211,10 @@ def test_an_open_pool_rides_out_a_short_outage(up: Server) -> None:
 @pytest.mark.parametrize(
     ("error", "definite"),
     [
-        (psycopg.errors.InvalidCatalogName('database "x" does not exist'), True),
-        (psycopg.errors.InvalidAuthorizationSpecification('role "y" does not exist'), True),
-        (psycopg.errors.InvalidPassword("password authentication failed"), True),
-        (psycopg.errors.CannotConnectNow("the database system is starting up"), False),
-        (psycopg.errors.TooManyConnections("sorry, too many clients already"), False),
+        (psycopg.OperationalError('failed: FATAL:  database "x" does not exist'), True),
+        (psycopg.OperationalError("failed: FATAL:  password authentication failed"), True),
+        (psycopg.OperationalError("failed: FATAL:  sorry, too many clients already"), False),
+        (psycopg.OperationalError("failed: FATAL:  the database system is shutting down"), False),
         (psycopg.OperationalError("connection timeout expired"), False),
         (psycopg.OperationalError("failed: FATAL:  the database system is starting up"), False),
         (psycopg.OperationalError('failed: FATAL:  role "y" does not exist'), True),
@@ -230,3 +231,19 @@ def test_which_connect_failures_are_definite(error: Exception, definite: bool) -
     from langgraph_checkpoint_agent_memory.db.pg_pool import definite_refusal
 
     assert definite_refusal(error) is definite
+
+
+def test_a_client_side_failure_mid_pipeline_is_database_unavailable(up: Server) -> None:
+    """libpq's own failures carry no SQLSTATE; on a socket closed mid-pipeline psycopg
+    raises one ("cannot exit pipeline mode while busy") before it marks the connection
+    broken. A server's error about a statement stays as it is."""
+    from langgraph_checkpoint_agent_memory.db.pg_session import PgSession
+
+    with psycopg.connect(up.url, autocommit=True) as conn:
+        session = PgSession(conn)
+        busy = psycopg.OperationalError("cannot exit pipeline mode while busy")
+        assert isinstance(session.lost(busy), DatabaseUnavailableError)
+        shutdown = psycopg.errors.AdminShutdown("terminating connection")
+        assert isinstance(session.lost(shutdown), DatabaseUnavailableError)
+        cancelled = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+        assert session.lost(cancelled) is cancelled

@@ -159,8 +159,13 @@ def closed_by_server(conn: Any) -> None:
     network gone) is found by the round trip of the idle check or by the keepalives."""
     import psycopg
 
-    conn.pgconn.consume_input()  # raises OperationalError on a closed socket
-    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+    pgconn = conn.pgconn
+    # the first read takes what arrived (the server's "terminating connection" notice),
+    # which is_busy() parses; the second meets the closed socket and raises
+    pgconn.consume_input()
+    pgconn.is_busy()
+    pgconn.consume_input()
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
         raise psycopg.OperationalError("the server closed the connection")
 
 
@@ -202,8 +207,6 @@ def definite_refusal(exc: BaseException) -> bool:
 
     if not isinstance(exc, psycopg.OperationalError):
         return False
-    if exc.sqlstate:  # a server's error from a session (or built by hand)
-        return not exc.sqlstate.startswith(("57P03", "53", "08"))
     text = str(exc)
     if any(word in text for word in TRANSIENT_WORDS):
         return False
