@@ -55,9 +55,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    if not SERVER_IDS or SERVERS[SERVER_IDS[0]] is None:
+    binaries = SERVERS[SERVER_IDS[0]] if SERVER_IDS else None
+    if binaries is None:
         pytest.skip("no PostgreSQL server this machine can start")
-    with LocalPostgres(SERVERS[SERVER_IDS[0]], fsync=False) as local:
+    with LocalPostgres(binaries, fsync=False) as local:
         yield Server(local)
 
 
@@ -72,10 +73,10 @@ def up(server: Server) -> Iterator[Server]:
         server.start()
 
 
-def _calls(url: str, connect_timeout: float = 10) -> tuple[PostgresSaver, Any, AgentMemory]:
+def _calls(url: str, connect_timeout: float = 10) -> tuple[PostgresSaver, Any, AgentMemory[Any]]:
     """A saver, a store and a memory whose pooled connections go out unchecked for 60 s,
     so a call meets what the outage did to them."""
-    options = {"connect_timeout": connect_timeout, "check_after_idle": 60}
+    options: dict[str, Any] = {"connect_timeout": connect_timeout, "check_after_idle": 60}
     saver = PostgresSaver(url, **options)
     store = create_store(url, **options)
     memory = AgentMemory(store)
@@ -86,7 +87,9 @@ def _calls(url: str, connect_timeout: float = 10) -> tuple[PostgresSaver, Any, A
     return saver, store, memory
 
 
-def _each_call(saver: PostgresSaver, store: Any, memory: AgentMemory, n: int) -> dict[str, Any]:
+def _each_call(
+    saver: PostgresSaver, store: Any, memory: AgentMemory[Any], n: int
+) -> dict[str, Any]:
     return {
         "saver.put": lambda: saver.put(
             config_for("t"), make_checkpoint({"x": [n]}, step=n, version=n), {}, {"x": n}
@@ -134,7 +137,9 @@ def test_a_restart_between_two_calls_costs_no_call(up: Server, mode: str) -> Non
     store.close()
 
 
-async def _acall(saver: PostgresSaver, store: Any, memory: AgentMemory, name: str, n: int) -> Any:
+async def _acall(
+    saver: PostgresSaver, store: Any, memory: AgentMemory[Any], name: str, n: int
+) -> Any:
     if name == "saver.put":
         return await saver.aput(
             config_for("t"), make_checkpoint({"x": [4]}, step=4, version=4), {}, {"x": 4}
@@ -154,7 +159,7 @@ def _counting_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     attempts: list[str] = []
     real = psycopg.Connection.connect.__func__
 
-    def connect(cls: Any, conninfo: str = "", **kwargs: Any) -> Any:
+    def connect(cls: Any, /, conninfo: str = "", **kwargs: Any) -> Any:
         attempts.append(conninfo)
         return real(cls, conninfo, **kwargs)
 
