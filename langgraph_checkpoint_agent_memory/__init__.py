@@ -20,6 +20,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     DatabaseNotFoundError,
     DatabaseUnavailableError,
     InvalidValueError,
+    ReadOnlyDatabaseError,
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
@@ -86,6 +87,7 @@ __all__ = [
     "ExtractionError",
     "Extractor",
     "InvalidValueError",
+    "ReadOnlyDatabaseError",
     "RuleBasedExtractor",
     "Scope",
     "ScopeError",
