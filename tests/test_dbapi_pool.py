@@ -68,15 +68,36 @@ def test_a_closed_connection_is_dropped_and_replaced(tmp_path: Path) -> None:
 
 
 def test_every_checkout_is_checked(tmp_path: Path) -> None:
-    """The pool's check (``pre_ping``) runs on a connection that was used before."""
-    db = SQLiteDatabase(tmp_path / "a.db", pool_size=1)
+    """A connection that was used before is checked as it goes out again: by the local
+    check given (SQLite's), else by the dialect's ping, a statement (HANA's)."""
+    from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+
+    from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+
+    def pool(check: Any = None) -> DbApiPool:
+        return DbApiPool(
+            lambda: sqlite3.connect(tmp_path / "a.db", check_same_thread=False),
+            dialect=SQLiteDialect_pysqlite(dbapi=sqlite3),
+            size=1,
+            timeout=1,
+            describe=lambda: "a.db",
+            check=check,
+        )
+
+    checked: list[Any] = []
+    local = pool(checked.append)
+    with local.connection() as first:
+        assert checked == []  # a new connection needs no check
+    with local.connection():
+        assert checked == [first]
+    local.close()
     traced: list[str] = []
-    conn = _conn_of(db)
-    conn.set_trace_callback(traced.append)
-    with db.connection():
-        pass
-    assert traced == ["SELECT 1"]
-    db.close()
+    pinged = pool()
+    with pinged.connection() as conn:
+        conn.set_trace_callback(traced.append)
+    with pinged.connection():
+        assert traced == ["SELECT 1"]
+    pinged.close()
 
 
 def test_a_closed_database_closes_a_busy_connection_when_its_plan_ends(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -448,7 +449,11 @@ class SQLiteDatabase(Database[Any]):
             raise ClosedError(f"the SQLite saver for {self.describe()} was closed")
         if self.given is None and not self.memory:
             with self._connections().connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:  # never hand a connection back mid-transaction
+                        conn.rollback()
             return
         with self._single_lock:
             if self._single is None:
@@ -475,6 +480,9 @@ class SQLiteDatabase(Database[Any]):
                     size=self.pool_size,
                     timeout=max(1.0, self.busy_timeout_ms / 1000),
                     describe=self.describe,
+                    # a closed sqlite3.Connection refuses any use, a property read too
+                    check=operator.attrgetter("total_changes"),
+                    reset=False,  # connection() rolls back a transaction left open
                 )
             return self._pool
 
