@@ -152,7 +152,7 @@ def test_a_lost_hana_connection_is_classified_by_hdbcli() -> None:
 
     pool = DbApiPool(
         lambda: None,
-        dialect=HANAHDBCLIDialect(dbapi=dbapi),
+        dialect=HANAHDBCLIDialect(dbapi=dbapi, paramstyle="qmark"),
         size=1,
         timeout=1,
         describe=lambda: "hana",
@@ -219,3 +219,85 @@ def test_a_full_database_is_database_unavailable_and_loses_nothing(tmp_path: Pat
     conn.execute("PRAGMA max_page_count = 1073741823")
     saver.put(config_for("after"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     conn.close()
+
+
+class FakeHanaConnection:
+    """Stands in for ``hdbcli.dbapi.Connection`` (no HANA server can run here): what the
+    pool and the dialect call, with hdbcli's real error class when it is closed."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def setautocommit(self, _on: bool) -> None:
+        pass
+
+    def isconnected(self) -> bool:
+        return self.open
+
+    def cursor(self) -> Any:
+        from hdbcli import dbapi
+
+        if not self.open:
+            raise dbapi.Error(-10807, "Connection down: socket closed")
+        return FakeHanaCursor()
+
+    def rollback(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.open = False
+
+
+class FakeHanaCursor:
+    def execute(self, _sql: str, *_args: Any) -> None:
+        pass
+
+    def fetchall(self) -> list[Any]:
+        return [(1,)]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def hana(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[FakeHanaConnection]]]:
+    dbapi = pytest.importorskip("hdbcli.dbapi")
+    pytest.importorskip("sqlalchemy_hana")
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+    made: list[FakeHanaConnection] = []
+
+    def connect(**_args: Any) -> FakeHanaConnection:
+        made.append(FakeHanaConnection())
+        return made[-1]
+
+    monkeypatch.setattr(dbapi, "connect", connect)
+    db = HanaDatabase({"address": "h", "port": 1, "user": "u", "password": "p"}, pool_size=1)
+    yield db, made
+    db.close()
+
+
+def test_the_hana_pool_keeps_a_connection_after_an_application_error(
+    hana: tuple[Any, list[FakeHanaConnection]],
+) -> None:
+    db, made = hana
+    with pytest.raises(ThreadDeletedError), db.connection():
+        raise ThreadDeletedError("the thread was deleted")
+    with db.connection() as conn:
+        assert conn is made[0] and conn.open
+    assert len(made) == 1
+
+
+def test_the_hana_pool_checks_on_checkout_and_drops_a_closed_connection(
+    hana: tuple[Any, list[FakeHanaConnection]],
+) -> None:
+    db, made = hana
+    with db.connection() as conn:
+        pass
+    conn.open = False  # the server dropped the session while it sat idle
+    with db.connection() as fresh:
+        assert fresh is not conn and fresh.open
+    assert len(made) == 2

@@ -379,7 +379,8 @@ class HanaDatabase(Database[Any]):
 
             self._pool = DbApiPool(
                 self._connect,
-                dialect=HANAHDBCLIDialect(dbapi=dbapi),
+                # hdbcli names two paramstyles; the ping needs one
+                dialect=HANAHDBCLIDialect(dbapi=dbapi, paramstyle="qmark"),
                 size=self.pool_size,
                 timeout=30,
                 describe=self.describe,
