@@ -101,6 +101,11 @@ class DbApiPool:
         fork.set_aside(*self._open.values())
         self._fresh()
 
+    def open_connections(self) -> list[Any]:
+        """The connections open now, idle or in use."""
+        with self._lock:
+            return list(self._open.values())
+
     def lost(self, error: BaseException, conn: Any) -> bool:
         """Whether ``error`` says ``conn`` is disconnected (the dialect's judgement)."""
         if not isinstance(error, self._dialect.loaded_dbapi.Error):

@@ -471,6 +471,12 @@ class SQLiteDatabase(Database[Any]):
                 if conn.in_transaction:  # never leave a connection mid-transaction
                     conn.rollback()
 
+    def open_connections(self) -> list[sqlite3.Connection]:
+        """The connections this database has open now (idle or in use)."""
+        if self._pool is not None:
+            return self._pool.open_connections()
+        return [] if self._single is None else [self._single]
+
     def _connections(self) -> DbApiPool:
         with self._single_lock:
             if self._pool is None:
