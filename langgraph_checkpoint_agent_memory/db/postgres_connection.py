@@ -66,9 +66,11 @@ class PostgresDatabase(Database[Any]):
     With a connection string, ``psycopg_pool`` pools are opened on first use: a
     ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
     the async one. Both check a connection that sat unused for ``check_after_idle`` seconds
-    before they hand it out (:class:`IdleCheck`), so connections a server restart or a
-    network cut left behind are replaced instead of failing a call; they retire connections
-    idle for ``max_idle`` or open for ``max_lifetime`` seconds, and turn TCP keepalives on.
+    before they hand it out, and every connection for a goodbye of the server already on its
+    socket (:class:`IdleCheck`), so connections a server restart or a network cut left behind
+    are replaced instead of failing a call. They retire connections idle for ``max_idle`` or
+    open for ``max_lifetime`` seconds, and turn TCP keepalives on. A definite refusal at the
+    first connect fails at once (:meth:`_first_contact`).
     Objects passed in are used as given, never closed.
     """
 
