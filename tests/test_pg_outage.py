@@ -118,23 +118,37 @@ def test_an_outage_is_database_unavailable_for_every_call(up: Server) -> None:
     store.close()
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_restart_between_two_calls_costs_no_call(up: Server, mode: str) -> None:
+def test_a_restart_between_two_calls_costs_no_call(up: Server) -> None:
     """Idle pooled connections a restart closed are found broken at checkout and
     replaced, though they sat unused for far less than ``check_after_idle``."""
     saver, store, memory = _calls(up.url)
-    up.restart()
-    for n, (name, call) in enumerate(_each_call(saver, store, memory, 4).items()):
-        if mode == "sync":
+    try:
+        up.restart()
+        for call in _each_call(saver, store, memory, 4).values():
             call()
-        else:
-            import asyncio
+        latest = present(saver.get_tuple(config_for("t")))
+        assert latest.checkpoint["channel_values"] == {"x": [4]}
+    finally:
+        saver.close()
+        store.close()
 
-            asyncio.run(_acall(saver, store, memory, name, n))
-    latest = present(saver.get_tuple(config_for("t")))
-    assert latest.checkpoint["channel_values"] == {"x": [4]}
-    saver.close()
-    store.close()
+
+async def test_a_restart_between_two_async_calls_costs_no_call(up: Server) -> None:
+    import asyncio
+
+    saver, store, memory = _calls(up.url)
+    try:
+        names = list(_each_call(saver, store, memory, 0))
+        for n, name in enumerate(names):  # the async pools of this loop hold connections
+            await _acall(saver, store, memory, name, n)
+        await asyncio.to_thread(up.restart)
+        for n, name in enumerate(names):
+            await _acall(saver, store, memory, name, n)
+        latest = present(await saver.aget_tuple(config_for("t")))
+        assert latest.checkpoint["channel_values"] == {"x": [4]}
+    finally:  # a failure must not leave pools behind
+        await saver.aclose()
+        await store.aclose()
 
 
 async def _acall(
@@ -252,3 +266,51 @@ def test_a_client_side_failure_mid_pipeline_is_database_unavailable(up: Server) 
         assert isinstance(session.lost(shutdown), DatabaseUnavailableError)
         cancelled = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
         assert session.lost(cancelled) is cancelled
+
+
+def _switch_off_the_checkout_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_checkpoint_agent_memory.db import pg_pool
+
+    monkeypatch.setattr(pg_pool, "closed_by_server", lambda conn: None)
+
+
+def test_a_read_found_lost_at_first_use_is_sent_again_a_write_is_not(
+    up: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection lost in a way the checkout check cannot see (cut without the server's
+    goodbye; simulated by turning that check off) fails at its first batch: a read is sent
+    again on a fresh connection; a write, which may have been applied, is not."""
+    _switch_off_the_checkout_check(monkeypatch)
+    # one connection: the call after the failed write gets the fresh one
+    saver = PostgresSaver(up.url, pool_size=1, connect_timeout=10, check_after_idle=60)
+    stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    up.restart()
+    assert present(saver.get_tuple(stored)).checkpoint["channel_values"] == {"x": [1]}
+    up.restart()
+    with pytest.raises(DatabaseUnavailableError, match="lost"):
+        saver.put(config_for("t"), make_checkpoint({"x": [2]}, step=2, version=2), {}, {"x": 2})
+    saver.put(config_for("t"), make_checkpoint({"x": [3]}, step=3, version=3), {}, {"x": 3})
+    latest = present(saver.get_tuple(config_for("t")))
+    assert latest.checkpoint["channel_values"] == {"x": [3]}
+    saver.close()
+
+
+async def test_an_async_read_found_lost_at_first_use_is_sent_again_a_write_is_not(
+    up: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    _switch_off_the_checkout_check(monkeypatch)
+    saver = PostgresSaver(up.url, pool_size=1, connect_timeout=10, check_after_idle=60)
+    stored = await saver.aput(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    await asyncio.to_thread(up.restart)
+    assert present(await saver.aget_tuple(stored)).checkpoint["channel_values"] == {"x": [1]}
+    await asyncio.to_thread(up.restart)
+    with pytest.raises(DatabaseUnavailableError, match="lost"):
+        await saver.aput(
+            config_for("t"), make_checkpoint({"x": [2]}, step=2, version=2), {}, {"x": 2}
+        )
+    await saver.aput(config_for("t"), make_checkpoint({"x": [3]}, step=3, version=3), {}, {"x": 3})
+    latest = present(await saver.aget_tuple(config_for("t")))
+    assert latest.checkpoint["channel_values"] == {"x": [3]}
+    await saver.aclose()

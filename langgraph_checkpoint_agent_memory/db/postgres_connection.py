@@ -22,6 +22,7 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
     Database,
     Plan,
     T,
@@ -225,37 +226,62 @@ class PostgresDatabase(Database[Any]):
             self._sync_pool()
         source = self._sync
         if isinstance(source, psycopg_pool.ConnectionPool):
+            lease = _Lease(self._getconn(source), source)
             try:
-                conn = source.getconn()
-            except psycopg_pool.PoolTimeout:
-                raise self._unavailable(self._probe()) from None
-            try:
-                yield conn
+                yield lease
             finally:
-                self._idle_check.returned(conn)
-                source.putconn(conn)
+                self._idle_check.returned(lease.conn)
+                source.putconn(lease.conn)
         else:
             with self._sync_lock:
-                yield source
+                yield _Lease(source, None)
+
+    def _getconn(self, pool: Any) -> Any:
+        import psycopg_pool
+
+        try:
+            return pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(self._probe()) from None
+
+    def _session(self, conn: Any) -> PgSession:
+        return PgSession(
+            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
+        )
 
     def _run_sync(self, plan: Plan[T]) -> T:
         import psycopg
 
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
-        with self._connection() as conn:
-            session = PgSession(
-                conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
-            )
+        with self._connection() as lease:
+            session = self._session(lease.conn)
+            first = True
+
+            def run(batch: Batch) -> list[Any]:
+                """One batch; the plan's first, a read, once more on a fresh connection
+                when its own was found lost (nothing it sent could have changed data)."""
+                nonlocal session, first
+                resendable, first = first and lease.pool is not None and _reads(batch), False
+                try:
+                    return execute(session, batch)
+                except DatabaseUnavailableError:
+                    if not resendable:
+                        raise
+                lease.pool.putconn(lease.conn)  # broken: the pool discards it
+                lease.conn = self._getconn(lease.pool)
+                session = self._session(lease.conn)
+                return execute(session, batch)
+
             try:
-                self._verify(conn)
-                return drive(plan, lambda batch: execute(session, batch))
+                self._verify(lease.conn)
+                return drive(plan, run)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 raise session.lost(exc) from exc
             finally:
                 if session.in_tx:
                     session.in_tx = False
-                    rollback(conn)
+                    rollback(lease.conn)
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -319,36 +345,55 @@ class PostgresDatabase(Database[Any]):
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
             target = await self._async_pool(loop)
         if isinstance(target, psycopg_pool.AsyncConnectionPool):
+            lease = _Lease(await self._agetconn(target), target)
             try:
-                conn = await target.getconn()
-            except psycopg_pool.PoolTimeout:
-                raise self._unavailable(await self._aprobe()) from None
-            try:
-                return await self._asession(conn, plan)
+                return await self._asession(lease, plan)
             finally:
-                self._idle_check.returned(conn)
-                await target.putconn(conn)
+                self._idle_check.returned(lease.conn)
+                await target.putconn(lease.conn)
         if self._async_lock is None:
             self._async_lock = asyncio.Lock()
         self._async_loop = loop
         async with self._async_lock:
-            return await self._asession(target, plan)
+            return await self._asession(_Lease(target, None), plan)
 
-    async def _asession(self, conn: Any, plan: Plan[T]) -> T:
-        session = PgSession(
-            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
-        )
-        import psycopg
+    async def _agetconn(self, pool: Any) -> Any:
+        import psycopg_pool
 
         try:
-            await self._averify(conn)
-            return await adrive(plan, lambda batch: aexecute(session, batch))
+            return await pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(await self._aprobe()) from None
+
+    async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
+        """:meth:`_run_sync`'s plan on an async connection."""
+        import psycopg
+
+        session = self._session(lease.conn)
+        first = True
+
+        async def run(batch: Batch) -> list[Any]:
+            nonlocal session, first
+            resendable, first = first and lease.pool is not None and _reads(batch), False
+            try:
+                return await aexecute(session, batch)
+            except DatabaseUnavailableError:
+                if not resendable:
+                    raise
+            await lease.pool.putconn(lease.conn)
+            lease.conn = await self._agetconn(lease.pool)
+            session = self._session(lease.conn)
+            return await aexecute(session, batch)
+
+        try:
+            await self._averify(lease.conn)
+            return await adrive(plan, run)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise session.lost(exc) from exc
         finally:
             if session.in_tx:
                 session.in_tx = False
-                await arollback(conn)
+                await arollback(lease.conn)
 
     def _session_commit(self) -> bool:
         """The commit mode each write transaction sets for itself (``SET LOCAL``): never
@@ -505,3 +550,17 @@ class PostgresDatabase(Database[Any]):
         if self._owned_sync and self._sync is not None:
             pool, self._sync, self._owned_sync = self._sync, None, False
             await asyncio.to_thread(pool.close)
+
+
+class _Lease:
+    """The connection a plan runs on, and the pool it came from (``None``: a connection
+    passed in, which cannot be replaced)."""
+
+    def __init__(self, conn: Any, pool: Any) -> None:
+        self.conn = conn
+        self.pool = pool
+
+
+def _reads(batch: Batch) -> bool:
+    """Whether ``batch`` only reads, so sending it again cannot change data twice."""
+    return not (batch.write or batch.hold or batch.lock)
