@@ -21,6 +21,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     DatabaseUnavailableError,
     InvalidNamespaceValueError,
     InvalidValueError,
+    ReadOnlyDatabaseError,
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
@@ -88,6 +89,7 @@ __all__ = [
     "Extractor",
     "InvalidNamespaceValueError",
     "InvalidValueError",
+    "ReadOnlyDatabaseError",
     "RuleBasedExtractor",
     "Scope",
     "ScopeError",

@@ -50,5 +50,12 @@ class DatabaseUnavailableError(AgentMemoryError, ConnectionError):
     """The database could not be reached (the message names it, with the password masked)."""
 
 
+class ReadOnlyDatabaseError(DatabaseUnavailableError):
+    """A write reached a database that cannot be written (a read-only SQLite file, or one in
+    a folder where its write-ahead log cannot be made): nothing was written, and reads still
+    work. A :class:`DatabaseUnavailableError`, so code that handles an unreachable database
+    handles this too; its own class, because waiting and retrying will not cure it."""
+
+
 class ClosedError(AgentMemoryError, RuntimeError):
     """The saver or store was closed; open a new one."""

@@ -70,7 +70,7 @@ def _session(db: Any) -> Any:
             return rows[0][0]
 
         return db.run(plan())
-    return {id(c) for c in db._all}
+    return {id(c) for c in db.open_connections()}
 
 
 def _assert_other_session(parent: Any, child: Any) -> None:

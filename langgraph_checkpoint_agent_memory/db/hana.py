@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import queue
-import threading
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,8 +22,8 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import AddConstraint
 
-from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
 from langgraph_checkpoint_agent_memory.db.dialect import (
     AnnConfig,
     Columns,
@@ -39,7 +37,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
 from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -359,7 +357,11 @@ def _read_lob(value: Any) -> Any:
 
 
 class HanaDatabase(Database[Any]):
-    """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`)."""
+    """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`),
+    through the DB-API pool shared with SQLite (:class:`.dbapi_pool.DbApiPool`): each
+    connection checked as it is handed out, kept after an application's error, dropped
+    when hdbcli says it is disconnected. A server that cannot be reached, or a connection
+    lost mid-plan, is :class:`DatabaseUnavailableError`."""
 
     def __init__(
         self, connect_args: dict[str, Any], *, pool_size: int = 4, url: str | None = None
@@ -368,19 +370,22 @@ class HanaDatabase(Database[Any]):
         self.connect_args = dict(connect_args)
         self._url = url
         self.pool_size = pool_size
-        self._fresh_connections()
-        fork.register(self)
+        self._pool: DbApiPool | None = None
 
-    def _fresh_connections(self) -> None:
-        self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(self.pool_size)
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
+    def _connections(self) -> DbApiPool:
+        if self._pool is None:
+            from hdbcli import dbapi
+            from sqlalchemy_hana.dialect import HANAHDBCLIDialect
 
-    def after_fork(self) -> None:
-        """In a forked child: set the parent's connections aside and open fresh ones."""
-        fork.set_aside(*self._all)
-        self._fresh_connections()
+            self._pool = DbApiPool(
+                self._connect,
+                # hdbcli names two paramstyles; the ping needs one
+                dialect=HANAHDBCLIDialect(dbapi=dbapi, paramstyle="qmark"),
+                size=self.pool_size,
+                timeout=30,
+                describe=self.describe,
+            )
+        return self._pool
 
     def describe(self) -> str:
         if self._url:
@@ -391,28 +396,32 @@ class HanaDatabase(Database[Any]):
         return f"HanaDatabase({self.describe()})"
 
     def _connect(self) -> Any:
-        """A new connection, registered so :meth:`close` closes it."""
+        """A new connection in manual-commit mode; a server not reached (or refusing the
+        login) is :class:`DatabaseUnavailableError`, in hdbcli's words."""
         from hdbcli import dbapi
 
-        conn = dbapi.connect(**self.connect_args)
+        try:
+            conn = dbapi.connect(**self.connect_args)
+        except dbapi.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot reach SAP HANA at {self.describe()}: {_hana_reason(exc)}"
+            ) from exc
         conn.setautocommit(False)
-        with self._lock:
-            self._all.append(conn)
         return conn
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        with self._slots:
-            try:
-                conn = self._idle.get_nowait()
-            except queue.Empty:
-                conn = self._connect()
+        pool = self._connections()
+        with pool.connection() as conn:
             try:
                 yield conn
-            except BaseException:  # a connection that failed mid-plan may be broken: drop it
-                _close_quietly(conn)
+            except Exception as exc:
+                if pool.lost(exc, conn):
+                    raise DatabaseUnavailableError(
+                        f"the connection to SAP HANA at {self.describe()} was lost: "
+                        f"{_hana_reason(exc)}"
+                    ) from exc
                 raise
-            self._idle.put(conn)
 
     def _run_sync(self, plan: Plan[T]) -> T:
         with self.connection() as conn:
@@ -423,15 +432,14 @@ class HanaDatabase(Database[Any]):
                 session.finish()
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                _close_quietly(conn)
-            self._all.clear()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
-def _close_quietly(conn: Any) -> None:
-    """Close ``conn``; a connection that is already broken may fail to close, and that is fine."""
-    try:
-        conn.close()
-    except Exception:
-        pass
+def _hana_reason(exc: BaseException) -> str:
+    """hdbcli's error text on one line, with its code."""
+    text = str(getattr(exc, "errortext", "") or exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    code = _error_code(exc)
+    return f"{line} (error {code})" if code is not None else line

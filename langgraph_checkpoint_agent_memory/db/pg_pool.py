@@ -109,8 +109,9 @@ class IdleCheck:
     to every saver call, ten per graph invoke. A connection can only have been broken unseen
     (a server restart, a network cut) while it sat unused, so it is checked when it has been
     idle for ``after`` seconds since it was opened or returned (``0``: at every checkout).
-    Under load connections come back within milliseconds and go out unchecked; after a
-    restart, which takes longer than ``after``, each is checked and replaced before use.
+    Under load connections come back within milliseconds and go out without that round
+    trip; every checkout still runs :func:`closed_by_server`, which costs none, so a
+    connection a restart closed is replaced before use however briefly it sat idle.
     """
 
     def __init__(self, after: float) -> None:
@@ -136,6 +137,8 @@ class IdleCheck:
             import psycopg_pool
 
             psycopg_pool.ConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
 
     async def aconfigure(self, conn: Any) -> None:
         self._stamp(conn)
@@ -145,6 +148,70 @@ class IdleCheck:
             import psycopg_pool
 
             await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
+
+
+def closed_by_server(conn: Any) -> None:
+    """Raise ``psycopg.OperationalError`` when the server has closed ``conn`` (a restart, an
+    administrator's ``pg_terminate_backend``), found without a round trip: libpq reads what
+    already arrived on the socket (``PQconsumeInput``, which never blocks), and a server that
+    ended the session sent its goodbye and closed it. A connection cut without a word (a
+    network gone) is found by the round trip of the idle check or by the keepalives."""
+    import psycopg
+
+    pgconn = conn.pgconn
+    # the first read takes what arrived (the server's "terminating connection" notice),
+    # which is_busy() parses; the second meets the closed socket and raises
+    pgconn.consume_input()
+    pgconn.is_busy()
+    pgconn.consume_input()
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the server closed the connection")
+
+
+#: What a server says when it refuses a connection for now, not for good: it is starting
+#: up, shutting down or in recovery, or out of connection slots. (libpq reports a refused
+#: connect as a message only: no SQLSTATE reaches the client before a session exists.)
+TRANSIENT_WORDS = (
+    "starting up",
+    "shutting down",
+    "recovery",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots",
+    "too many connections",
+)
+#: What libpq says when the server refused the connect itself (``FATAL``: a database or role
+#: that does not exist, a wrong password, no ``pg_hba.conf`` entry), nothing listens on the
+#: port, or the host name is unknown.
+DEFINITE_WORDS = (
+    "FATAL:",
+    "Connection refused",
+    "could not translate host name",
+)
+
+
+def definite_refusal(exc: BaseException) -> bool:
+    """Whether a failed connect is final, so trying again for ``connect_timeout`` seconds
+    would only delay the error: the server refused with a FATAL error, or nothing listens
+    on the port. A server starting up or out of slots, or one not answering, is tried again.
+
+    Example:
+        >>> import psycopg
+        >>> definite_refusal(psycopg.OperationalError('FATAL:  database "x" does not exist'))
+        True
+        >>> definite_refusal(psycopg.OperationalError("FATAL:  the database system is starting up"))
+        False
+    """
+    import psycopg
+
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    text = str(exc)
+    if any(word in text for word in TRANSIENT_WORDS):
+        return False
+    return any(word in text for word in DEFINITE_WORDS)
 
 
 #: Connection parameters a connection string gets unless it sets them: a dead peer (a server

@@ -108,11 +108,34 @@ class PgSession:
 
     def lost(self, exc: BaseException) -> BaseException:
         """A broken connection becomes :class:`DatabaseUnavailableError`; any other error
-        (a constraint, a lock timeout, a cancelled query) stays as the server raised it."""
-        if self.conn.closed or self.conn.broken:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return DatabaseUnavailableError(f"the connection to PostgreSQL was lost: {message}")
+        (a constraint, a lock timeout, a cancelled query) stays as the server raised it.
+
+        Broken is: the connection says so, the server ended the session (SQLSTATE class
+        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), or libpq failed with
+        no SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
+        gives "cannot exit pipeline mode while busy" before psycopg marks the connection
+        broken)."""
+        if self.conn.closed or self.conn.broken or connection_failure(exc):
+            return DatabaseUnavailableError(f"the connection to PostgreSQL was lost: {_line(exc)}")
         return exc
+
+
+def connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection failed, rather than a statement."""
+    import psycopg
+
+    if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if isinstance(exc, psycopg.errors.PipelineAborted):
+        return False  # a statement before it failed: that error is the one to report
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "57P01", "57P02", "57P03"))
+
+
+def _line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its class's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _params(stmt: Stmt) -> Any:
@@ -134,7 +157,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
         if relaxed is not None:
             return _relaxed(session, relaxed)
         return _pipeline(session, batch)
-    except psycopg.OperationalError as exc:
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise session.lost(exc) from exc
 
 
@@ -192,7 +215,7 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
         if relaxed is not None:
             return await _arelaxed(session, relaxed)
         return await _apipeline(session, batch)
-    except psycopg.OperationalError as exc:
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise session.lost(exc) from exc
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
     Database,
     Plan,
     T,
@@ -32,6 +33,7 @@ from langgraph_checkpoint_agent_memory.db.pg_pool import (
     BACKEND_PID_SQL,
     IdleCheck,
     PostgresOptions,
+    definite_refusal,
     pooler_error,
     prepare_threshold_of,
     require_psycopg,
@@ -65,9 +67,11 @@ class PostgresDatabase(Database[Any]):
     With a connection string, ``psycopg_pool`` pools are opened on first use: a
     ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
     the async one. Both check a connection that sat unused for ``check_after_idle`` seconds
-    before they hand it out (:class:`IdleCheck`), so connections a server restart or a
-    network cut left behind are replaced instead of failing a call; they retire connections
-    idle for ``max_idle`` or open for ``max_lifetime`` seconds, and turn TCP keepalives on.
+    before they hand it out, and every connection for a goodbye of the server already on its
+    socket (:class:`IdleCheck`), so connections a server restart or a network cut left behind
+    are replaced instead of failing a call. They retire connections idle for ``max_idle`` or
+    open for ``max_lifetime`` seconds, and turn TCP keepalives on. A definite refusal at the
+    first connect fails at once (:meth:`_first_contact`).
     Objects passed in are used as given, never closed.
     """
 
@@ -168,6 +172,10 @@ class PostgresDatabase(Database[Any]):
             "open": False,
             "name": "agent-memory",
             "timeout": self.connect_timeout,
+            # a reconnection that failed for this long starts afresh at the next request,
+            # instead of backing off (1, 2, 4, ... s) for the 5 minutes psycopg_pool
+            # defaults to: once an outage ends, the next call connects at once
+            "reconnect_timeout": self.connect_timeout,
             "configure": hooks.configure if sync else hooks.aconfigure,
             "check": hooks.check if sync else hooks.acheck,
             "max_idle": self.options.max_idle,
@@ -181,10 +189,12 @@ class PostgresDatabase(Database[Any]):
     # -- sync ------------------------------------------------------------------------------
 
     def _sync_pool(self) -> Any:
+        import psycopg
         import psycopg_pool
 
         with self._open_lock:
             if self._sync is None:
+                self._first_contact()
                 pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
                 try:
                     pool.open(wait=True, timeout=self.connect_timeout)
@@ -193,6 +203,9 @@ class PostgresDatabase(Database[Any]):
                 except psycopg_pool.PoolTimeout:
                     pool.close()
                     raise self._unavailable(self._probe()) from None
+                except psycopg.OperationalError as exc:
+                    pool.close()
+                    raise self._unavailable(str(exc)) from exc
                 except BaseException:
                     pool.close()
                     raise
@@ -213,35 +226,64 @@ class PostgresDatabase(Database[Any]):
             self._sync_pool()
         source = self._sync
         if isinstance(source, psycopg_pool.ConnectionPool):
+            lease = _Lease(self._getconn(source), source)
             try:
-                conn = source.getconn()
-            except psycopg_pool.PoolTimeout:
-                raise self._unavailable(self._probe()) from None
-            try:
-                yield conn
+                yield lease
             finally:
-                self._idle_check.returned(conn)
-                source.putconn(conn)
+                self._idle_check.returned(lease.conn)
+                source.putconn(lease.conn)
         else:
             with self._sync_lock:
-                yield source
+                yield _Lease(source, None)
+
+    def _getconn(self, pool: Any) -> Any:
+        import psycopg_pool
+
+        try:
+            return pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(self._probe()) from None
+
+    def _session(self, conn: Any) -> PgSession:
+        return PgSession(
+            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
+        )
 
     def _run_sync(self, plan: Plan[T]) -> T:
+        import psycopg
+
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
-        with self._connection() as conn:
-            session = PgSession(
-                conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
-            )
-            self._verify(conn)
+        with self._connection() as lease:
+            session = self._session(lease.conn)
+            first = True
+
+            def run(batch: Batch) -> list[Any]:
+                """One batch; the plan's first, a read, once more on a fresh connection
+                when its own was found lost (nothing it sent could have changed data)."""
+                nonlocal session, first
+                resendable, first = first and lease.pool is not None and _reads(batch), False
+                try:
+                    return execute(session, batch)
+                except DatabaseUnavailableError:
+                    if not resendable:
+                        raise
+                lease.pool.putconn(lease.conn)  # broken: the pool discards it
+                lease.conn = self._getconn(lease.pool)
+                session = self._session(lease.conn)
+                return execute(session, batch)
+
             try:
-                return drive(plan, lambda batch: execute(session, batch))
+                self._verify(lease.conn)
+                return drive(plan, run)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                raise session.lost(exc) from exc
             finally:
                 if session.in_tx:
                     session.in_tx = False
-                    rollback(conn)
-                if session.unsure and conn is not self._sync:
-                    conn.close()  # a pooled one: putconn discards a closed connection
+                    rollback(lease.conn)
+                if session.unsure and lease.pool is not None:
+                    lease.conn.close()  # a pooled one: putconn discards a closed connection
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -260,6 +302,7 @@ class PostgresDatabase(Database[Any]):
 
     async def _async_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
         """The async pool of this event loop, opened once however many tasks ask at once."""
+        import psycopg
         import psycopg_pool
 
         if self._aopen_lock is None or self._aopen_loop is not loop:
@@ -274,6 +317,7 @@ class PostgresDatabase(Database[Any]):
                 except Exception:
                     pass
             if self._async is None:
+                await self._afirst_contact()
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
@@ -282,6 +326,9 @@ class PostgresDatabase(Database[Any]):
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
                     raise self._unavailable(await self._aprobe()) from None
+                except psycopg.OperationalError as exc:
+                    await pool.close()
+                    raise self._unavailable(str(exc)) from exc
                 except BaseException:
                     await pool.close()
                     raise
@@ -300,34 +347,57 @@ class PostgresDatabase(Database[Any]):
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
             target = await self._async_pool(loop)
         if isinstance(target, psycopg_pool.AsyncConnectionPool):
+            lease = _Lease(await self._agetconn(target), target)
             try:
-                conn = await target.getconn()
-            except psycopg_pool.PoolTimeout:
-                raise self._unavailable(await self._aprobe()) from None
-            try:
-                return await self._asession(conn, plan)
+                return await self._asession(lease, plan)
             finally:
-                self._idle_check.returned(conn)
-                await target.putconn(conn)
+                self._idle_check.returned(lease.conn)
+                await target.putconn(lease.conn)
         if self._async_lock is None:
             self._async_lock = asyncio.Lock()
         self._async_loop = loop
         async with self._async_lock:
-            return await self._asession(target, plan)
+            return await self._asession(_Lease(target, None), plan)
 
-    async def _asession(self, conn: Any, plan: Plan[T]) -> T:
-        session = PgSession(
-            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
-        )
-        await self._averify(conn)
+    async def _agetconn(self, pool: Any) -> Any:
+        import psycopg_pool
+
         try:
-            return await adrive(plan, lambda batch: aexecute(session, batch))
+            return await pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(await self._aprobe()) from None
+
+    async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
+        """:meth:`_run_sync`'s plan on an async connection."""
+        import psycopg
+
+        session = self._session(lease.conn)
+        first = True
+
+        async def run(batch: Batch) -> list[Any]:
+            nonlocal session, first
+            resendable, first = first and lease.pool is not None and _reads(batch), False
+            try:
+                return await aexecute(session, batch)
+            except DatabaseUnavailableError:
+                if not resendable:
+                    raise
+            await lease.pool.putconn(lease.conn)
+            lease.conn = await self._agetconn(lease.pool)
+            session = self._session(lease.conn)
+            return await aexecute(session, batch)
+
+        try:
+            await self._averify(lease.conn)
+            return await adrive(plan, run)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise session.lost(exc) from exc
         finally:
             if session.in_tx:
                 session.in_tx = False
-                await arollback(conn)
-            if session.unsure and conn is not self._async:
-                await conn.close()  # a pooled one: putconn discards a closed connection
+                await arollback(lease.conn)
+            if session.unsure and lease.pool is not None:
+                await lease.conn.close()  # a pooled one: putconn discards a closed connection
 
     def _session_commit(self) -> bool:
         """The commit mode each write transaction sets for itself (``SET LOCAL``): never
@@ -367,6 +437,60 @@ class PostgresDatabase(Database[Any]):
 
     # -- errors ----------------------------------------------------------------------------
 
+    def _first_contact(self) -> None:
+        """Before a pool opens: one direct connect, so a definite refusal (a database or
+        role that does not exist, a wrong password, nothing listening on the port) is an
+        error at once, not after the pool retried it for ``connect_timeout`` seconds. A
+        transient failure (a server starting up) is left to the pool, which retries."""
+        import psycopg
+
+        try:
+            psycopg.connect(self._contact_info(), connect_timeout=self._whole_timeout()).close()
+        except psycopg.OperationalError as exc:
+            if definite_refusal(exc):
+                raise self._refused(exc) from None
+
+    async def _afirst_contact(self) -> None:
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._contact_info(), connect_timeout=self._whole_timeout()
+            )
+            await conn.close()
+        except psycopg.OperationalError as exc:
+            if definite_refusal(exc):
+                raise self._refused(exc) from None
+
+    def _contact_info(self) -> str:
+        return with_keepalives(self._conninfo or "")
+
+    def _whole_timeout(self) -> int:
+        """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""
+        return max(1, int(self.connect_timeout))
+
+    def _refused(self, exc: BaseException) -> DatabaseUnavailableError:
+        """The error for a server that refused the connection, in its words."""
+        return DatabaseUnavailableError(
+            f"PostgreSQL at {self.describe()} refused the connection: {self._reason(str(exc))}"
+        )
+
+    def _reason(self, error: str) -> str:
+        """The server's words from libpq's message (after its last ``failed:``), on one
+        line, the password masked."""
+        import psycopg
+
+        lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+        reason = lines[0].rsplit("failed: ", 1)[-1] if lines else error
+        reason = reason.replace("FATAL:  ", "")
+        try:
+            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
+        except psycopg.Error:
+            secret = None
+        if secret:
+            reason = reason.replace(str(secret), "***")
+        return reason
+
     def _probe(self) -> str | None:
         """Why no connection came: one direct attempt (the pool's timeout does not say);
         ``None`` for a pool the caller passed in, whose server we do not know."""
@@ -399,19 +523,11 @@ class PostgresDatabase(Database[Any]):
     def _unavailable(self, error: str | None) -> DatabaseUnavailableError:
         """The error for a server not reached (or a pool whose every connection stayed
         busy), naming the server with its password masked."""
-        import psycopg
-
         reason = (
-            error.strip().splitlines()[0]
+            self._reason(error)
             if error and error.strip()
             else "every pooled connection stayed busy"
         )
-        try:
-            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
-        except psycopg.Error:
-            secret = None
-        if secret:
-            reason = reason.replace(str(secret), "***")
         return DatabaseUnavailableError(
             f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
             f"{reason}"
@@ -438,3 +554,17 @@ class PostgresDatabase(Database[Any]):
         if self._owned_sync and self._sync is not None:
             pool, self._sync, self._owned_sync = self._sync, None, False
             await asyncio.to_thread(pool.close)
+
+
+class _Lease:
+    """The connection a plan runs on, and the pool it came from (``None``: a connection
+    passed in, which cannot be replaced)."""
+
+    def __init__(self, conn: Any, pool: Any) -> None:
+        self.conn = conn
+        self.pool = pool
+
+
+def _reads(batch: Batch) -> bool:
+    """Whether ``batch`` only reads, so sending it again cannot change data twice."""
+    return not (batch.write or batch.hold or batch.lock)

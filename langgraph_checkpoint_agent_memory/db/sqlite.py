@@ -9,7 +9,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 from __future__ import annotations
 
 import json
-import queue
+import operator
 import sqlite3
 import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -22,11 +22,13 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
@@ -39,6 +41,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseNotFoundError,
     DatabaseUnavailableError,
+    ReadOnlyDatabaseError,
 )
 
 
@@ -312,6 +315,10 @@ def _write_rows_text(rows: int) -> str:
     return str(compiled)
 
 
+#: SQLite's primary result codes (https://sqlite.org/rescode.html) that say the database
+#: cannot take a call (sqlite3 has them from Python 3.11, its type stubs not yet).
+SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
+
 #: How a file is opened, in the words of SQLite's URI parameter ``mode``: read, write and
 #: create it (with its folders) when missing; read and write an existing file only; read only.
 OpenMode = Literal["rwc", "rw", "ro"]
@@ -366,17 +373,20 @@ class SQLiteDatabase(Database[Any]):
             fork.register(self)
 
     def _fresh_connections(self) -> None:
-        self._idle: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(self.pool_size)
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._connect_lock = threading.Lock()
+        #: the one connection of a private in-memory database or of the caller's
+        #: connection, used by one plan at a time
+        self._single: sqlite3.Connection | None = None
+        self._single_lock = threading.Lock()
+        self._pool: DbApiPool | None = None
 
     def after_fork(self) -> None:
-        """In a forked child: set the parent's connections aside and open fresh ones."""
-        fork.set_aside(*self._all)
+        """In a forked child: fresh locks; the pool sets the parent's connections aside
+        itself (:meth:`.DbApiPool.after_fork`)."""
+        pool = self._pool
         self._fresh_connections()
+        self._pool = pool
 
     def describe(self) -> str:
         if self.given is not None:
@@ -396,7 +406,7 @@ class SQLiteDatabase(Database[Any]):
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
                     journal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
                     if journal != "wal" and self.mode != "ro":
-                        conn.execute("PRAGMA journal_mode = WAL")
+                        _to_wal(conn)
                     conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
                 except BaseException:
                     conn.close()
@@ -432,16 +442,23 @@ class SQLiteDatabase(Database[Any]):
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one plan: from the pool of a file (:class:`.DbApiPool`,
+        checked on checkout, kept after an application's error, dropped when closed), or
+        the one connection of an in-memory database or of the caller."""
         if self._closed:
             raise ClosedError(f"the SQLite saver for {self.describe()} was closed")
-        self._slots.acquire()
-        try:
-            try:
-                conn = self._idle.get_nowait()
-            except queue.Empty:
-                conn = self._connect()
-                with self._lock:
-                    self._all.append(conn)
+        if self.given is None and not self.memory:
+            with self._connections().connection() as conn:
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:  # never hand a connection back mid-transaction
+                        conn.rollback()
+            return
+        with self._single_lock:
+            if self._single is None:
+                self._single = self._connect()
+            conn = self._single
             if conn is self.given and conn.in_transaction:
                 raise ConfigurationError(
                     "the sqlite3.Connection given to the saver is in a transaction of yours: "
@@ -451,16 +468,29 @@ class SQLiteDatabase(Database[Any]):
             try:
                 yield conn
             finally:
-                if conn.in_transaction:  # never hand a connection back mid-transaction
+                if conn.in_transaction:  # never leave a connection mid-transaction
                     conn.rollback()
-                with self._lock:
-                    if self._closed:  # closed while in use: close it now that it is free
-                        self._all.remove(conn)
-                        self._close(conn)
-                    else:
-                        self._idle.put(conn)
-        finally:
-            self._slots.release()
+
+    def open_connections(self) -> list[sqlite3.Connection]:
+        """The connections this database has open now (idle or in use)."""
+        if self._pool is not None:
+            return self._pool.open_connections()
+        return [] if self._single is None else [self._single]
+
+    def _connections(self) -> DbApiPool:
+        with self._single_lock:
+            if self._pool is None:
+                self._pool = DbApiPool(
+                    self._connect,
+                    dialect=SQLiteDialect_pysqlite(dbapi=sqlite3),
+                    size=self.pool_size,
+                    timeout=max(1.0, self.busy_timeout_ms / 1000),
+                    describe=self.describe,
+                    # a closed sqlite3.Connection refuses any use, a property read too
+                    check=operator.attrgetter("total_changes"),
+                    reset=False,  # connection() rolls back a transaction left open
+                )
+            return self._pool
 
     def _run_sync(self, plan: Plan[T]) -> T:
         with self.connection() as conn:
@@ -476,29 +506,52 @@ class SQLiteDatabase(Database[Any]):
             )
             try:
                 return drive(plan, session.execute)
+            except sqlite3.OperationalError as exc:
+                raise self._unusable(exc) or exc from exc
             finally:
                 session.finish()
 
-    def _close(self, conn: sqlite3.Connection) -> None:
-        if conn is self.given:
-            return
-        try:
-            conn.close()
-        except sqlite3.Error:
-            pass
+    def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
+        """The package's error for a database that cannot take the call (a read-only
+        file, a full disk, an I/O error), or ``None`` for any other failure. The statement
+        failed as a whole, so nothing of it was written and everything committed before
+        is still there."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary result code
+        where = self.describe()
+        if code == SQLITE_READONLY:
+            return ReadOnlyDatabaseError(
+                f"the SQLite database {where} is read-only ({exc}): reads work, writes "
+                "need write access to the file and its folder"
+            )
+        if code == SQLITE_FULL:
+            return DatabaseUnavailableError(
+                f"the SQLite database {where} is full ({exc}): nothing of this call was "
+                "written; free disk space (or raise max_page_count) and retry"
+            )
+        if code in (SQLITE_IOERR, SQLITE_CANTOPEN):
+            return DatabaseUnavailableError(f"cannot use the SQLite database {where}: {exc}")
+        return None
 
     def close(self) -> None:
         """Close idle connections now and busy ones when their plan ends (closing a
         connection another thread is using would crash the sqlite3 module)."""
-        with self._lock:
-            self._closed = True
-            while True:
-                try:
-                    conn = self._idle.get_nowait()
-                except queue.Empty:
-                    break
-                self._all.remove(conn)
-                self._close(conn)
+        self._closed = True
+        if self._pool is not None:
+            self._pool.close()
+        with self._single_lock:
+            if self._single is not None and self._single is not self.given:
+                self._single.close()
+            self._single = None
+
+
+def _to_wal(conn: sqlite3.Connection) -> None:
+    """Switch ``conn``'s file to WAL; a read-only file stays as it is, for reads (its
+    writes then fail with :class:`ReadOnlyDatabaseError`)."""
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")  # raw: a connection PRAGMA
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != SQLITE_READONLY:
+            raise
 
 
 class DbApiSession:

@@ -1,0 +1,303 @@
+"""The DB-API pool of SQLite files and SAP HANA (SQLAlchemy's ``QueuePool``), and their
+failures as the package's errors: a connection kept after an application's error, a closed
+one dropped, each checked on checkout; an unreachable HANA, a read-only SQLite file and a
+full one as :class:`DatabaseUnavailableError` (:class:`ReadOnlyDatabaseError`)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_checkpoint_agent_memory import (
+    DatabaseUnavailableError,
+    ReadOnlyDatabaseError,
+    SqliteSaver,
+    ThreadDeletedError,
+    create_store,
+)
+from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+from tests.helpers import config_for, make_checkpoint, present
+
+
+def _conn_of(db: SQLiteDatabase) -> Any:
+    """The connection a plan runs on (each plan checks one out)."""
+
+    def plan() -> Any:
+        yield Batch([Stmt(Sql("SELECT 1"), fetch=True)])
+
+    seen: list[Any] = []
+    with db.connection() as conn:
+        seen.append(conn)
+    db.run(plan())
+    return seen[0]
+
+
+def test_an_application_error_in_a_plan_keeps_the_connection(tmp_path: Path) -> None:
+    db = SQLiteDatabase(tmp_path / "a.db", pool_size=1)
+    first = _conn_of(db)
+
+    def refused() -> Any:
+        yield Batch([Stmt(Sql("SELECT 1"), fetch=True)])
+        raise ThreadDeletedError("the thread was deleted")
+
+    with pytest.raises(ThreadDeletedError):
+        db.run(refused())
+    with db.connection() as conn:
+        assert conn is first  # kept, not closed
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+    db.close()
+
+
+def test_a_closed_connection_is_dropped_and_replaced(tmp_path: Path) -> None:
+    db = SQLiteDatabase(tmp_path / "a.db", pool_size=1)
+    first = _conn_of(db)
+    first.close()  # closed behind the pool's back
+    with db.connection() as conn:  # the check on checkout finds it closed
+        assert conn is not first
+        assert conn.execute("SELECT 3").fetchone() == (3,)
+    db.close()
+
+
+def test_every_checkout_is_checked(tmp_path: Path) -> None:
+    """A connection that was used before is checked as it goes out again: by the local
+    check given (SQLite's), else by the dialect's ping, a statement (HANA's)."""
+    from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+
+    from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+
+    def pool(check: Any = None) -> DbApiPool:
+        return DbApiPool(
+            lambda: sqlite3.connect(tmp_path / "a.db", check_same_thread=False),
+            dialect=SQLiteDialect_pysqlite(dbapi=sqlite3),
+            size=1,
+            timeout=1,
+            describe=lambda: "a.db",
+            check=check,
+        )
+
+    checked: list[Any] = []
+    local = pool(checked.append)
+    with local.connection() as first:
+        assert checked == []  # a new connection needs no check
+    with local.connection():
+        assert checked == [first]
+    local.close()
+    traced: list[str] = []
+    pinged = pool()
+    with pinged.connection() as conn:
+        conn.set_trace_callback(traced.append)
+    with pinged.connection():
+        assert traced == ["SELECT 1"]
+    pinged.close()
+
+
+def test_a_closed_database_closes_a_busy_connection_when_its_plan_ends(tmp_path: Path) -> None:
+    db = SQLiteDatabase(tmp_path / "a.db", pool_size=2)
+    with db.connection() as conn:
+        db.close()
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # still usable mid-plan
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")
+
+
+def test_an_unreachable_hana_is_database_unavailable() -> None:
+    pytest.importorskip("hdbcli")
+    pytest.importorskip("sqlalchemy_hana")
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+    db = HanaDatabase(
+        {"address": "127.0.0.1", "port": 9, "user": "agent", "password": "s3cret-pw"},
+        url="hana://agent:s3cret-pw@127.0.0.1:9",
+    )
+
+    def plan() -> Any:
+        yield Batch([Stmt(Sql("SELECT 1 FROM DUMMY"), fetch=True)])
+
+    with pytest.raises(DatabaseUnavailableError, match="cannot reach SAP HANA") as raised:
+        db.run(plan())
+    message = str(raised.value)
+    assert "127.0.0.1" in message and "s3cret-pw" not in message and "\n" not in message
+    assert "-10709" in message  # hdbcli's code: connection failed
+    db.close()
+
+
+def test_the_cli_says_one_line_for_an_unreachable_hana(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("hdbcli")
+    pytest.importorskip("sqlalchemy_hana")
+    from langgraph_checkpoint_agent_memory.cli import main
+
+    code = main(["threads", "--url", "hana://agent:s3cret-pw@127.0.0.1:9"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0
+    assert len(err.splitlines()) == 1 and "SAP HANA" in err and "Traceback" not in err
+
+
+def test_a_lost_hana_connection_is_classified_by_hdbcli() -> None:
+    """hdbcli's own error classes and codes, offline: a failed connect (-10709) is a lost
+    connection for the pool; a SQL error on a live connection is not."""
+    dbapi = pytest.importorskip("hdbcli.dbapi")
+    pytest.importorskip("sqlalchemy_hana")
+    from sqlalchemy_hana.dialect import HANAHDBCLIDialect
+
+    from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+
+    pool = DbApiPool(
+        lambda: None,
+        dialect=HANAHDBCLIDialect(dbapi=dbapi, paramstyle="qmark"),
+        size=1,
+        timeout=1,
+        describe=lambda: "hana",
+    )
+    assert pool.lost(dbapi.Error(-10709, "Connection failed"), None)
+    assert not pool.lost(ThreadDeletedError("gone"), None)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A SQLite file with a checkpoint and a store item, then made read-only (``chattr
+    +i``: root too cannot write it)."""
+    path = tmp_path / "ro.db"
+    saver = SqliteSaver(path)
+    saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    saver.close()
+    store = create_store(f"sqlite:///{path}")
+    store.put(("docs",), "a", {"text": "hello"})
+    store.close()
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i does not work on this filesystem")
+    else:
+        path.chmod(0o444)
+    yield path
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_file_reads_and_refuses_writes_with_the_packages_error(
+    read_only: Path,
+) -> None:
+    saver = SqliteSaver(read_only)
+    assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [1]}
+    with pytest.raises(ReadOnlyDatabaseError, match="read-only") as raised:
+        saver.put(config_for("t"), empty_checkpoint(), {}, {})
+    assert isinstance(raised.value, DatabaseUnavailableError)
+    store = create_store(f"sqlite:///{read_only}")
+    assert store.get(("docs",), "a") is not None
+    with pytest.raises(ReadOnlyDatabaseError):
+        store.put(("docs",), "b", {"text": "more"})
+    saver.close()
+    store.close()
+
+
+def test_a_full_database_is_database_unavailable_and_loses_nothing(tmp_path: Path) -> None:
+    """``PRAGMA max_page_count`` makes SQLite report SQLITE_FULL, the error of a full disk."""
+    conn = sqlite3.connect(tmp_path / "full.db", isolation_level=None, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    stored = []
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    conn.execute(f"PRAGMA max_page_count = {pages + 4}")
+    big = "x" * 3000
+    with pytest.raises(DatabaseUnavailableError, match="is full") as raised:
+        for n in range(100):
+            stored.append(
+                saver.put(config_for(f"t{n}"), make_checkpoint({"x": [big]}), {}, {"x": 1})
+            )
+    assert not isinstance(raised.value, sqlite3.Error)
+    assert stored  # some fitted
+    for config in stored:  # every acknowledged write is there
+        assert present(saver.get_tuple(config)).checkpoint["channel_values"] == {"x": [big]}
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    saver.put(config_for("after"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    conn.close()
+
+
+class FakeHanaConnection:
+    """Stands in for ``hdbcli.dbapi.Connection`` (no HANA server can run here): what the
+    pool and the dialect call, with hdbcli's real error class when it is closed."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def setautocommit(self, _on: bool) -> None:
+        pass
+
+    def isconnected(self) -> bool:
+        return self.open
+
+    def cursor(self) -> Any:
+        from hdbcli import dbapi
+
+        if not self.open:
+            raise dbapi.Error(-10807, "Connection down: socket closed")
+        return FakeHanaCursor()
+
+    def rollback(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.open = False
+
+
+class FakeHanaCursor:
+    def execute(self, _sql: str, *_args: Any) -> None:
+        pass
+
+    def fetchall(self) -> list[Any]:
+        return [(1,)]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def hana(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[FakeHanaConnection]]]:
+    dbapi = pytest.importorskip("hdbcli.dbapi")
+    pytest.importorskip("sqlalchemy_hana")
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+    made: list[FakeHanaConnection] = []
+
+    def connect(**_args: Any) -> FakeHanaConnection:
+        made.append(FakeHanaConnection())
+        return made[-1]
+
+    monkeypatch.setattr(dbapi, "connect", connect)
+    db = HanaDatabase({"address": "h", "port": 1, "user": "u", "password": "p"}, pool_size=1)
+    yield db, made
+    db.close()
+
+
+def test_the_hana_pool_keeps_a_connection_after_an_application_error(
+    hana: tuple[Any, list[FakeHanaConnection]],
+) -> None:
+    db, made = hana
+    with pytest.raises(ThreadDeletedError), db.connection():
+        raise ThreadDeletedError("the thread was deleted")
+    with db.connection() as conn:
+        assert conn is made[0] and conn.open
+    assert len(made) == 1
+
+
+def test_the_hana_pool_checks_on_checkout_and_drops_a_closed_connection(
+    hana: tuple[Any, list[FakeHanaConnection]],
+) -> None:
+    db, made = hana
+    with db.connection() as conn:
+        pass
+    conn.open = False  # the server dropped the session while it sat idle
+    with db.connection() as fresh:
+        assert fresh is not conn and fresh.open
+    assert len(made) == 2
