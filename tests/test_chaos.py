@@ -3,8 +3,8 @@
 Threads of this process and a second process share one database (a SQLite file, each
 PostgreSQL server): graph invokes on threads of their own and on threads shared with a
 deleter and a sweeper (with a one-second TTL), store puts and searches, ``record`` on a scope
-that is kept and on one that is erased over and over, ``consolidate``, ``erase``, and the
-memory tools. Each worker makes a fixed number of calls (no deadline: a slow machine takes
+that is kept and on one that is erased over and over (by two recorders at once, with the same
+keys), ``consolidate`` twice at once, ``erase``, and the memory tools. Each worker makes a fixed number of calls (no deadline: a slow machine takes
 longer, it does not change what is asserted). Then:
 
 * every exception a call raised is one the user guide documents for that call (a graph
@@ -46,7 +46,7 @@ from tests.pg import backend_params, is_postgres, pg_database
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Calls per worker.
-ROUNDS = 24
+ROUNDS = 40
 KEEP, GONE = "user=keep", "user=gone"
 
 #: The other process: store puts and records on the kept scope, acknowledged on stdout.
@@ -224,6 +224,8 @@ def workers(saver: SQLSaver, memory: AgentMemory[Any], out: Outcomes) -> list[Ca
         sweeper,
         store_worker,
         recorder,
+        recorder,  # the same keys at once: each episode stored once, both calls return
+        consolidator,
         consolidator,
         eraser,
         tools,
@@ -276,6 +278,7 @@ def test_many_writers_lose_nothing_and_raise_only_what_is_documented(
 
     # every acknowledged episode of the kept scope, of both processes
     recorded = set(out.acknowledged.get("record", []))
+    assert len(out.acknowledged.get("record", [])) == 2 * ROUNDS  # both recorders, every key
     recorded |= {a["record"] for a in other_acks if "record" in a}
     assert len(recorded) == 2 * ROUNDS
     kept = {e.key for e in memory.episodes(KEEP)}
