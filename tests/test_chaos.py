@@ -4,8 +4,9 @@ Threads of this process and a second process share one database (a SQLite file, 
 PostgreSQL server): graph invokes on threads of their own and on threads shared with a
 deleter and a sweeper (with a one-second TTL), store puts and searches, ``record`` on a scope
 that is kept and on one that is erased over and over (by two recorders at once, with the same
-keys), ``consolidate`` twice at once, ``erase``, and the memory tools. Each worker makes a fixed number of calls (no deadline: a slow machine takes
-longer, it does not change what is asserted). Then:
+keys), ``consolidate`` twice at once, ``erase``, and the memory tools. Each worker makes a
+fixed number of calls (no deadline: a slow machine takes longer, it does not change what is
+asserted). Then:
 
 * every exception a call raised is one the user guide documents for that call (a graph
   invoke on a thread that is deleted, erased or swept may raise ``ThreadDeletedError``;
