@@ -89,4 +89,7 @@ def test_an_unreachable_postgresql_is_one_line() -> None:
     )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("agent-memory scopes: error: cannot reach PostgreSQL")
+    # a refused port is a definite refusal: said at once, in the server's words, password masked
+    assert done.stderr.startswith("agent-memory scopes: error: PostgreSQL at "), done.stderr
+    assert "refused the connection" in done.stderr
+    assert "pw" not in done.stderr

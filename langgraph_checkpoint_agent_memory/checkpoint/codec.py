@@ -501,7 +501,8 @@ class MissingBlob(AgentMemoryError):
     """A checkpoint names a channel value (or an appended list's base) that is not stored:
     a delete or an erase of the thread removed it between the statements of a read, or
     before a write that raced it committed its appended list. The readers answer as for a
-    thread that is gone (``get_tuple``: ``None``), which the next write starts afresh."""
+    thread that is gone (``get_tuple``: ``None``, ``list``: not listed), which the next
+    write starts afresh: a signal inside the package, never raised to a caller."""
 
 
 def decode(

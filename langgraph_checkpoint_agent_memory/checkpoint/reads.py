@@ -411,7 +411,11 @@ class ListCursor:
             if not metadata_matches(metadata, self.filter):
                 continue
             writes_here = [w for w in write_rows if w.checkpoint_id == row.checkpoint_id]
-            yield decode(self.serde, self.reader.cache, row, blob_rows, writes_here, metadata)
+            try:
+                tup = decode(self.serde, self.reader.cache, row, blob_rows, writes_here, metadata)
+            except MissingBlob:
+                continue  # a delete or erase of its thread raced this page: listed as gone
+            yield tup
             if self.remaining is not None:
                 self.remaining -= 1
                 if self.remaining <= 0:
