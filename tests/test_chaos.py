@@ -33,7 +33,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 
 from langgraph_checkpoint_agent_memory import (
     AgentMemory,
@@ -43,6 +43,7 @@ from langgraph_checkpoint_agent_memory import (
     create_store,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+from langgraph_checkpoint_agent_memory.demo import memory_graph
 from tests.pg import backend_params, is_postgres, pg_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,22 +125,6 @@ def parts(url: str) -> Iterator[tuple[SQLSaver, AgentMemory[Any]]]:
     store.close()
 
 
-def graph_of(saver: SQLSaver, memory: AgentMemory[Any]) -> Any:
-    model = FakeListChatModel(responses=["Noted."] * 10_000)
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("inject_memory", memory.inject_node)
-    builder.add_node("agent", agent)
-    builder.add_node("record_memory", memory.record_node)
-    builder.add_edge(START, "inject_memory")
-    builder.add_edge("inject_memory", "agent")
-    builder.add_edge("agent", "record_memory")
-    return builder.compile(checkpointer=saver, store=memory.store)
-
-
 def config(thread: str, user: str, ttl: int | None = None) -> RunnableConfig:
     configurable: dict[str, Any] = {"thread_id": thread, "user_id": user}
     if ttl is not None:
@@ -152,7 +137,8 @@ def turn(n: int) -> MessagesState:
 
 
 def workers(saver: SQLSaver, memory: AgentMemory[Any], out: Outcomes) -> list[Callable[[], None]]:
-    graph = graph_of(saver, memory)
+    model = FakeListChatModel(responses=["Noted."] * 10_000)
+    graph, _ = memory_graph(memory, model, checkpointer=saver)
     store = memory.store
     shared = [f"shared-{i}" for i in range(3)]
 
