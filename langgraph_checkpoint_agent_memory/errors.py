@@ -59,3 +59,29 @@ class ReadOnlyDatabaseError(DatabaseUnavailableError):
 
 class ClosedError(AgentMemoryError, RuntimeError):
     """The saver or store was closed; open a new one."""
+
+
+class EncryptionError(AgentMemoryError):
+    """Encrypted data could not be written or read as encryption requires (the subclasses
+    say why); nothing was written, and nothing unreadable was returned as if it were data."""
+
+
+class KeyMissingError(EncryptionError, LookupError):
+    """A row is encrypted under a data key the key store does not hold: its scope or thread
+    was erased (the key destroyed, so the row is unreadable by design), or the key store in
+    use is not the one the row was written with. ``key_id`` names the key."""
+
+    def __init__(self, message: str, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
+class PlaintextRowError(EncryptionError, ValueError):
+    """Encryption is on and a row holds plaintext (written before encryption was turned on,
+    or by a process without it). Run ``agent-memory encrypt`` to encrypt such rows, or open
+    with ``Encryption(..., allow_plaintext=True)`` while migrating."""
+
+
+class DecryptionError(EncryptionError, ValueError):
+    """An encrypted row failed authentication: it was altered, moved to another row or
+    scope, or its data key was unwrapped with the wrong master key."""

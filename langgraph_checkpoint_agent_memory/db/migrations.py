@@ -40,6 +40,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
     TIME,
+    data_keys,
     migrations,
     settings,
     store_items,
@@ -291,8 +292,15 @@ MEMORY = Component(
         ),
     ),
 )
+#: The key store of encryption at rest: the wrapped data keys, in the data's database unless
+#: a key store of its own is configured (then its tables are there, and only there).
+KEYS = Component(
+    "keys",
+    4,
+    (Step(1, "data keys of encryption at rest", lambda d: d.ddl([data_keys])),),
+)
 #: Every component, in the order ``agent-memory migrate`` applies them.
-COMPONENTS = (CHECKPOINT, STORE, MEMORY)
+COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 
 #: The single global list written before per-component migrations: its version -> the
 #: component version that holds the same statements.

@@ -281,6 +281,23 @@ settings = sa.Table(
     info={"reference": True},
 )
 
+# -- data keys of encryption at rest ---------------------------------------------------------
+
+#: One data key per owner (a store shard key, a thread), wrapped by the master key or the key
+#: provider (see :mod:`..crypto`). ``key_id`` is random and never reused, so a row names the
+#: key it was sealed with, and a key destroyed by an erase leaves that row unreadable for good.
+#: Small and read by id: a reference table on a distributed database.
+data_keys = sa.Table(
+    "am_keys",
+    metadata,
+    sa.Column("key_id", sa.String(16), primary_key=True),
+    _required("owner", sa.String(1100)),
+    _required("wrapped", sa.LargeBinary),
+    _required("created_at", TIME),
+    sa.Index("am_keys_owner", "owner", unique=True),
+    info={"reference": True},
+)
+
 # -- the aliases the store's joined statements name their tables by -------------------------
 
 #: ``am_store_vectors AS v`` and ``am_store_items AS i``: one pair shared by the store's

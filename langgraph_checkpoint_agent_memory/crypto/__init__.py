@@ -1,0 +1,37 @@
+"""Encryption at rest: envelope encryption with a data key per scope.
+
+* :mod:`.cipher`: sealing and opening with one data key (AES-256-GCM), keyed term hashes.
+* :mod:`.provider`: what wraps data keys (a master key, or a KMS through the protocol).
+* :mod:`.keystore`: where wrapped data keys live (a table, in the data's database or its own).
+* :mod:`.keyring`: keys by owner and by id, cached; create, destroy, rotate.
+* :mod:`.config`: the ``encryption=`` setting and the environment's defaults.
+"""
+
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad
+from langgraph_checkpoint_agent_memory.crypto.config import (
+    Encryption,
+    EncryptionLike,
+    from_environment,
+    from_langgraph_aes_key,
+    resolve,
+)
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.crypto.provider import (
+    KeyProvider,
+    MasterKeyProvider,
+    generate_master_key,
+)
+
+__all__ = [
+    "DataKey",
+    "Encryption",
+    "EncryptionLike",
+    "KeyProvider",
+    "Keyring",
+    "MasterKeyProvider",
+    "aad",
+    "from_environment",
+    "from_langgraph_aes_key",
+    "generate_master_key",
+    "resolve",
+]

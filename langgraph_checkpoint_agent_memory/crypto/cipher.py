@@ -1,0 +1,202 @@
+"""Sealing and opening with one data key, with no I/O.
+
+A sealed value is ``marker (1) | key id (8) | nonce (12) | ciphertext | tag (16)``: AES-256
+in GCM mode (authenticated encryption), the marker and key id authenticated with the row's
+identity as associated data, so a sealed value copied into another row, or another owner's
+row, does not open. The marker says whether the plaintext was compressed first (values of at
+least :data:`COMPRESS_MIN` bytes that zlib shrinks by a tenth). Text columns hold the same
+bytes in base64 after ``"!"`` (:meth:`DataKey.seal_text`).
+
+Terms of the lexical index are keyed hashes (HMAC-SHA256 under a key derived from the data
+key, cut to 96 bits), so a query's terms are found by equality while the stored ones do not
+say which words they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import zlib
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.errors import (
+    DecryptionError,
+    EncryptionError,
+    PlaintextRowError,
+)
+
+#: First byte of a sealed value: plaintext as given, or zlib-compressed first.
+PLAIN, COMPRESSED = 0xA5, 0xA6
+KEY_ID_BYTES = 8
+NONCE_BYTES = 12
+TAG_BYTES = 16
+HEADER_BYTES = 1 + KEY_ID_BYTES
+#: What sealing adds to a value (before compression).
+OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
+#: Plaintexts at least this long are compressed when that saves a tenth.
+COMPRESS_MIN = 256
+#: The prefix of a sealed value kept in a text column (base64 follows).
+TEXT_PREFIX = "!"
+#: Bytes of a term's keyed hash (before base64).
+TERM_BYTES = 12
+
+
+def aesgcm(key: bytes) -> Any:
+    """``cryptography``'s AES-GCM over ``key``; a clear error when the package is missing."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EncryptionError(
+            "encryption needs the 'cryptography' package: "
+            "pip install 'langgraph-checkpoint-agent-memory[encryption]'"
+        ) from exc
+    return AESGCM(key)
+
+
+def new_key() -> bytes:
+    """A fresh random 256-bit key."""
+    return os.urandom(32)
+
+
+def new_key_id() -> str:
+    """A fresh random key id (16 hex digits)."""
+    return os.urandom(KEY_ID_BYTES).hex()
+
+
+def is_sealed(value: bytes | bytearray | memoryview) -> bool:
+    """Whether ``value`` is a sealed value (by its marker and length). A plaintext
+    serialization can start with a marker byte only when it is shorter than any sealed
+    value (msgpack's 5- and 6-character strings), so the test is unambiguous."""
+    return len(value) >= OVERHEAD and value[0] in (PLAIN, COMPRESSED)
+
+
+def is_sealed_text(value: str) -> bool:
+    """Whether a text column's ``value`` holds a sealed value."""
+    return value.startswith(TEXT_PREFIX)
+
+
+def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
+    """The id of the key ``sealed`` was sealed with."""
+    return bytes(sealed[1:HEADER_BYTES]).hex()
+
+
+def text_bytes(value: str) -> bytes:
+    """The sealed bytes a text column's sealed ``value`` holds."""
+    try:
+        return base64.b64decode(value[len(TEXT_PREFIX) :], validate=True)
+    except ValueError:
+        raise DecryptionError("a sealed text value is not valid base64 (altered?)") from None
+
+
+def plaintext_refused(what: str) -> PlaintextRowError:
+    """The error for a plaintext ``what`` read with encryption on."""
+    return PlaintextRowError(
+        f"{what} is not encrypted, and encryption is on: encrypt existing rows with "
+        "`agent-memory encrypt` (or open with Encryption(..., allow_plaintext=True) while "
+        "migrating)"
+    )
+
+
+class DataKey:
+    """One owner's data key, unwrapped: seals, opens and hashes terms.
+
+    Args:
+        key_id: The key's id (16 hex digits), written into every value it seals.
+        owner: Whose key it is (a store shard key such as ``"store:memory.user=alice"``, or
+            ``"thread:<id>"``).
+        secret: The 32 key bytes.
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory.crypto.cipher import new_key, new_key_id
+        >>> key = DataKey(new_key_id(), "thread:t1", new_key())
+        >>> sealed = key.seal(b"hello", b"row-1")
+        >>> key.open(sealed, b"row-1")
+        b'hello'
+    """
+
+    __slots__ = ("_aead", "_header", "_terms", "key_id", "owner")
+
+    def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
+        if len(secret) != 32:
+            raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
+        self.key_id = key_id
+        self.owner = owner
+        self._aead = aesgcm(secret)
+        self._header = bytes.fromhex(key_id)
+        self._terms = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
+
+    def seal(self, plaintext: bytes, aad: bytes) -> bytes:
+        """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
+        identity).
+
+        Args:
+            plaintext: What to protect.
+            aad: Associated data: the same bytes must be given to :meth:`open`.
+
+        Returns:
+            The sealed value.
+        """
+        marker = PLAIN
+        if len(plaintext) >= COMPRESS_MIN:
+            packed = zlib.compress(plaintext, 1)
+            if len(packed) * 10 <= len(plaintext) * 9:
+                plaintext, marker = packed, COMPRESSED
+        header = bytes((marker,)) + self._header
+        nonce = os.urandom(NONCE_BYTES)
+        return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
+
+    def open(self, sealed: bytes | bytearray | memoryview, aad: bytes) -> bytes:
+        """The plaintext of ``sealed``.
+
+        Args:
+            sealed: A value :meth:`seal` returned for the same ``aad``.
+            aad: The row's identity, as given to :meth:`seal`.
+
+        Raises:
+            DecryptionError: ``sealed`` was altered, or sealed for another row or key.
+        """
+        data = bytes(sealed)
+        header = data[:HEADER_BYTES]
+        nonce = data[HEADER_BYTES : HEADER_BYTES + NONCE_BYTES]
+        try:
+            plain: bytes = self._aead.decrypt(
+                nonce, data[HEADER_BYTES + NONCE_BYTES :], header + aad
+            )
+        except Exception:
+            raise DecryptionError(
+                f"a value sealed with data key {self.key_id} of {self.owner!r} does not "
+                "authenticate: it was altered or belongs to another row"
+            ) from None
+        return zlib.decompress(plain) if data[0] == COMPRESSED else plain
+
+    def seal_text(self, plaintext: bytes, aad: bytes) -> str:
+        """:meth:`seal` for a text column: ``"!"`` and base64."""
+        return TEXT_PREFIX + base64.b64encode(self.seal(plaintext, aad)).decode("ascii")
+
+    def open_text(self, sealed: str, aad: bytes) -> bytes:
+        """:meth:`open` of a value :meth:`seal_text` returned."""
+        return self.open(text_bytes(sealed), aad)
+
+    def term(self, term: str) -> str:
+        """The keyed hash stored in place of ``term`` in the lexical index (16 characters).
+
+        Example:
+            >>> from langgraph_checkpoint_agent_memory.crypto.cipher import new_key, new_key_id
+            >>> key = DataKey(new_key_id(), "store:docs", new_key())
+            >>> key.term("lyon") == key.term("lyon") != key.term("paris")
+            True
+        """
+        digest = hmac.new(self._terms, term.encode("utf-8"), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest[:TERM_BYTES]).decode("ascii")
+
+
+def aad(*parts: str | int | None) -> bytes:
+    """Associated data naming a row: its identifying parts, NUL-separated.
+
+    Example:
+        >>> aad("blob", "t1", "", "messages", "3")
+        b'blob\\x00t1\\x00\\x00messages\\x003'
+    """
+    return "\x00".join("" if p is None else str(p) for p in parts).encode("utf-8")

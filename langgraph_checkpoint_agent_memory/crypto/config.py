@@ -1,0 +1,183 @@
+"""The encryption setting: what ``encryption=`` accepts, and the environment's defaults.
+
+``encryption=`` of :func:`create_checkpointer`, :func:`create_store` (and so of
+``AgentMemory``), the Agent Server factories and the savers and stores themselves takes:
+
+* ``None`` (the default): the environment decides: ``AGENT_MEMORY_MASTER_KEY`` (base64
+  256-bit keys, comma-separated, newest first) turns encryption on, and
+  ``AGENT_MEMORY_KEYSTORE_URL`` puts the key store in a database of its own;
+* ``False``: off, whatever the environment says;
+* ``True``: on, from the environment (a clear error when it holds no master key);
+* a master key (base64 text), or a :class:`~.provider.KeyProvider`;
+* an :class:`Encryption`, for everything else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.crypto.keystore import (
+    KEYSTORE_URL_ENV,
+    KeyStore,
+    memory_keystore,
+    open_database,
+)
+from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider, MasterKeyProvider
+from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
+#: The Agent Server's own encryption key (16, 24 or 32 characters), honoured by its factories.
+LANGGRAPH_AES_KEY_ENV = "LANGGRAPH_AES_KEY"
+
+
+@dataclass(frozen=True)
+class Encryption:
+    """Encryption at rest with a data key per scope (see the user guide's "Encryption and
+    erasure").
+
+    Args:
+        master_keys: Base64 master keys, newest first (the first wraps new data keys, all
+            unwrap). Give these or ``provider``.
+        provider: A :class:`~.provider.KeyProvider` (a KMS, a credential store) instead of
+            master keys.
+        keystore_url: A database of its own for the data keys; ``None``: a table of the
+            data's database.
+        allow_plaintext: Read rows written without encryption (they are encrypted when next
+            written, and by ``agent-memory encrypt``). Off: such a row is refused.
+        recheck_seconds: How long a process uses a cached key before asking the key store
+            again (an erase in another process takes effect within it).
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import Encryption, create_checkpointer
+
+        encryption = Encryption(master_keys=[os.environ["MY_MASTER_KEY"]],
+                                keystore_url="postgresql://keys-db/keys")
+        checkpointer = create_checkpointer(url="sqlite:///chk.db", encryption=encryption)
+        ```
+    """
+
+    master_keys: Sequence[str | bytes] = ()
+    provider: KeyProvider | None = None
+    keystore_url: str | None = None
+    allow_plaintext: bool = False
+    recheck_seconds: float = 60.0
+    _label: str = field(default="argument", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.master_keys, (str, bytes)):
+            object.__setattr__(self, "master_keys", (self.master_keys,))
+        if bool(self.master_keys) == (self.provider is not None):
+            raise ConfigurationError(
+                "Encryption needs master_keys or a provider (exactly one of them)"
+            )
+        if self.recheck_seconds < 0:
+            raise ConfigurationError("Encryption.recheck_seconds must be >= 0")
+
+    def key_provider(self) -> KeyProvider:
+        """The provider that wraps data keys."""
+        if self.provider is not None:
+            return self.provider
+        return MasterKeyProvider(list(self.master_keys))
+
+    def open_keyring(self, database: Database[Any] | None) -> Keyring:
+        """A keyring over this setting's key store: ``keystore_url``'s database, else
+        ``database`` (the data's), else a private in-memory one.
+
+        Args:
+            database: The data's database, or ``None`` for data kept in memory.
+        """
+        provider = self.key_provider()
+        if self.keystore_url:
+            keystore = KeyStore(open_database(self.keystore_url), owned=True)
+        elif database is not None:
+            keystore = KeyStore(database, owned=False)
+        else:
+            keystore = memory_keystore()
+        return Keyring(
+            keystore,
+            provider,
+            allow_plaintext=self.allow_plaintext,
+            recheck_seconds=self.recheck_seconds,
+        )
+
+
+EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> Encryption | None:
+    """The setting the environment gives (``AGENT_MEMORY_MASTER_KEY``,
+    ``AGENT_MEMORY_KEYSTORE_URL``), or ``None`` when it gives no master key."""
+    env = os.environ if environ is None else environ
+    raw = env.get(MASTER_KEY_ENV, "").strip()
+    if not raw:
+        return None
+    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    return Encryption(
+        master_keys=tuple(keys),
+        keystore_url=env.get(KEYSTORE_URL_ENV) or None,
+        _label=MASTER_KEY_ENV,
+    )
+
+
+def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -> Encryption | None:
+    """The :class:`Encryption` an ``encryption=`` argument stands for (``None``: off).
+
+    Example:
+        >>> resolve(False) is None
+        True
+        >>> resolve(None, environ={}) is None
+        True
+    """
+    env = os.environ if environ is None else environ
+    if setting is False:
+        return None
+    if setting is None or setting is True:
+        found = from_environment(env)
+        if found is None and setting is True:
+            raise ConfigurationError(
+                f"encryption=True needs a master key: set {MASTER_KEY_ENV} (base64 of 32 "
+                "random bytes, e.g. from `agent-memory new-key`) or pass encryption=Encryption(...)"
+            )
+        return found
+    if isinstance(setting, Encryption):
+        return setting
+    if isinstance(setting, str):
+        return Encryption(master_keys=(setting,), keystore_url=env.get(KEYSTORE_URL_ENV) or None)
+    if isinstance(setting, KeyProvider):
+        return Encryption(provider=setting, keystore_url=env.get(KEYSTORE_URL_ENV) or None)
+    raise ConfigurationError(
+        "encryption must be None, True, False, a base64 master key, a KeyProvider or an "
+        f"Encryption, not {type(setting).__name__}"
+    )
+
+
+def from_langgraph_aes_key(environ: Mapping[str, str] | None = None) -> Encryption | None:
+    """The setting of an Agent Server deployment: the package's own variables when set,
+    else ``LANGGRAPH_AES_KEY`` (16, 24 or 32 characters, as the Agent Server takes it),
+    from which a master key is derived (SHA-256 of it, so every length gives 256 bits)."""
+    env = os.environ if environ is None else environ
+    own = from_environment(env)
+    if own is not None:
+        return own
+    aes = env.get(LANGGRAPH_AES_KEY_ENV, "")
+    if not aes:
+        return None
+    if len(aes.encode()) not in (16, 24, 32):
+        raise ConfigurationError(
+            f"{LANGGRAPH_AES_KEY_ENV} must be 16, 24 or 32 characters long (the Agent "
+            f"Server's rule), not {len(aes.encode())}"
+        )
+    derived = hashlib.sha256(b"agent-memory from LANGGRAPH_AES_KEY" + aes.encode()).digest()
+    return Encryption(
+        master_keys=(base64.b64encode(derived).decode("ascii"),),
+        keystore_url=env.get(KEYSTORE_URL_ENV) or None,
+        _label=LANGGRAPH_AES_KEY_ENV,
+    )

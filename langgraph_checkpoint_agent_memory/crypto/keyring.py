@@ -1,0 +1,247 @@
+"""The keyring: data keys by owner and by id, unwrapped once and kept in memory.
+
+One :class:`Keyring` serves a saver or a store. Asking for an owner's key (:meth:`key`)
+finds it in the key store or creates it (a race between processes keeps one); opening a
+sealed value finds its key by the id the value carries (:meth:`by_id`). Unwrapped keys are
+cached; an owner's key is looked up again after ``recheck_seconds``, so a key another process
+destroyed (an erase) stops being used for new rows within that time. Every lookup is a plan
+of :mod:`..db.keys`, so the sync and async methods share one implementation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
+from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
+from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
+from langgraph_checkpoint_agent_memory.db import keys as sqlk
+from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.errors import KeyMissingError
+
+#: Unwrapped keys kept in memory per keyring (least recently used leave first).
+CACHE_KEYS = 10_000
+#: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
+ROTATE_BATCH = 500
+
+
+class Keyring:
+    """Data keys of one key store, wrapped by one provider.
+
+    Args:
+        keystore: Where wrapped keys are kept.
+        provider: What wraps them (:class:`~.provider.MasterKeyProvider` or a KMS's).
+        allow_plaintext: Whether readers accept rows written without encryption (the
+            migration mode of ``agent-memory encrypt``).
+        recheck_seconds: How long an owner's cached key is used before the key store is
+            asked again.
+        clock: Seconds now (tests pass a fake one).
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory.crypto import Keyring, MasterKeyProvider
+        from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+
+        keyring = Keyring(memory_keystore(), MasterKeyProvider([master_key]))
+        key = keyring.key("thread:t1")
+        assert keyring.by_id(key.key_id).owner == "thread:t1"
+        ```
+    """
+
+    def __init__(
+        self,
+        keystore: KeyStore,
+        provider: KeyProvider,
+        *,
+        allow_plaintext: bool = False,
+        recheck_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.keystore = keystore
+        self.provider = provider
+        self.allow_plaintext = allow_plaintext
+        self.recheck_seconds = recheck_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
+        self._by_id: OrderedDict[str, DataKey] = OrderedDict()
+
+    # -- the cache -------------------------------------------------------------------------
+
+    def cached(self, owner: str) -> DataKey | None:
+        """``owner``'s key when the cache holds a fresh one (no I/O)."""
+        with self._lock:
+            entry = self._by_owner.get(owner)
+            if entry is None or self._clock() - entry[1] > self.recheck_seconds:
+                return None
+            self._by_owner.move_to_end(owner)
+            return entry[0]
+
+    def _remember(self, key: DataKey, *, owner_checked: bool) -> DataKey:
+        with self._lock:
+            self._by_id[key.key_id] = key
+            self._by_id.move_to_end(key.key_id)
+            if owner_checked:
+                self._by_owner[key.owner] = (key, self._clock())
+                self._by_owner.move_to_end(key.owner)
+            while len(self._by_id) > CACHE_KEYS:
+                self._by_id.popitem(last=False)
+            while len(self._by_owner) > CACHE_KEYS:
+                self._by_owner.popitem(last=False)
+        return key
+
+    def forget(self, owners: Sequence[str]) -> None:
+        """Drop ``owners``' keys from the cache (their keys were destroyed)."""
+        with self._lock:
+            for owner in owners:
+                entry = self._by_owner.pop(owner, None)
+                if entry is not None:
+                    self._by_id.pop(entry[0].key_id, None)
+            for key_id in [k for k, v in self._by_id.items() if v.owner in owners]:
+                del self._by_id[key_id]
+
+    # -- plans -----------------------------------------------------------------------------
+
+    def _unwrapped(self, row: sqlk.KeyRow) -> DataKey:
+        return DataKey(row.key_id, row.owner, self.provider.unwrap(row.wrapped, row.owner))
+
+    def key_plan(self, owner: str, *, create: bool = True) -> Plan[DataKey | None]:
+        """``owner``'s key from the cache or the key store; created when missing and
+        ``create`` (else ``None``)."""
+        found = self.cached(owner)
+        if found is not None:
+            return found
+        row = yield from sqlk.by_owner_plan(self.keystore.dialect, owner)
+        if row is None:
+            if not create:
+                return None
+            secret = new_key()
+            fresh = sqlk.KeyRow(new_key_id(), owner, self.provider.wrap(secret, owner), time.time())
+            row = yield from sqlk.create_plan(self.keystore.dialect, fresh)
+            if row.key_id == fresh.key_id:
+                return self._remember(DataKey(row.key_id, owner, secret), owner_checked=True)
+        return self._remember(self._unwrapped(row), owner_checked=True)
+
+    def by_id_plan(self, key_id: str) -> Plan[DataKey]:
+        """The key named ``key_id`` (a sealed value's), or :class:`KeyMissingError`."""
+        with self._lock:
+            found = self._by_id.get(key_id)
+        if found is not None:
+            return found
+        row = yield from sqlk.by_id_plan(self.keystore.dialect, key_id)
+        if row is None:
+            raise KeyMissingError(
+                f"data key {key_id} is not in the key store ({self.keystore.describe()}): "
+                "its scope or thread was erased, so what it sealed is unreadable by design, "
+                "or this is not the key store the data was written with",
+                key_id,
+            )
+        return self._remember(self._unwrapped(row), owner_checked=False)
+
+    def destroy_plan(self, owners: Sequence[str]) -> Plan[list[str]]:
+        """Destroy the keys of ``owners`` (the provider first, then the key store's rows);
+        the ids of the keys destroyed."""
+        unique = sorted(set(owners))
+        rows = yield from sqlk.destroy_plan(self.keystore.dialect, unique)
+        for row in rows:
+            self.provider.destroy(row.wrapped, row.owner)
+        self.forget(unique)
+        return [r.key_id for r in rows]
+
+    def rotate_plan(self) -> Plan[int]:
+        """Re-wrap every data key with the provider's current master key (keys already
+        under it are left as they are); how many were re-wrapped. The data is not touched,
+        and readers keep working throughout (the provider unwraps under old and new)."""
+        is_current = getattr(self.provider, "is_current", None)
+        after, done = "", 0
+        while True:
+            page = yield from sqlk.page_plan(self.keystore.dialect, after, ROTATE_BATCH)
+            if not page:
+                return done
+            todo = [r for r in page if is_current is None or not is_current(r.wrapped)]
+            rewrapped = [
+                (r.key_id, self.provider.wrap(self.provider.unwrap(r.wrapped, r.owner), r.owner))
+                for r in todo
+            ]
+            done += yield from sqlk.rewrap_plan(self.keystore.dialect, rewrapped)
+            after = page[-1].key_id
+
+    # -- sync and async shells -------------------------------------------------------------
+
+    def key(self, owner: str) -> DataKey:
+        """``owner``'s data key, created on first use.
+
+        Args:
+            owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
+        """
+        found = self.cached(owner)
+        if found is not None:
+            return found
+        key = self.keystore.run(self.key_plan(owner))
+        assert key is not None
+        return key
+
+    async def akey(self, owner: str) -> DataKey:
+        """Async :meth:`key`."""
+        found = self.cached(owner)
+        if found is not None:
+            return found
+        key = await self.keystore.arun(self.key_plan(owner))
+        assert key is not None
+        return key
+
+    def find(self, owner: str) -> DataKey | None:
+        """``owner``'s data key, or ``None`` when it has none (nothing is created)."""
+        return self.cached(owner) or self.keystore.run(self.key_plan(owner, create=False))
+
+    async def afind(self, owner: str) -> DataKey | None:
+        """Async :meth:`find`."""
+        return self.cached(owner) or await self.keystore.arun(self.key_plan(owner, create=False))
+
+    def by_id(self, key_id: str) -> DataKey:
+        """The data key named ``key_id``.
+
+        Raises:
+            KeyMissingError: The key store does not hold it (destroyed by an erase, or
+                another key store's).
+        """
+        with self._lock:
+            found = self._by_id.get(key_id)
+        return found if found is not None else self.keystore.run(self.by_id_plan(key_id))
+
+    async def aby_id(self, key_id: str) -> DataKey:
+        """Async :meth:`by_id`."""
+        with self._lock:
+            found = self._by_id.get(key_id)
+        return found if found is not None else await self.keystore.arun(self.by_id_plan(key_id))
+
+    def destroy(self, owners: Sequence[str]) -> list[str]:
+        """Destroy the keys of ``owners``: whatever they sealed, in this database and in
+        every backup of it, can no longer be read. Returns the key ids destroyed."""
+        return self.keystore.run(self.destroy_plan(owners))
+
+    async def adestroy(self, owners: Sequence[str]) -> list[str]:
+        """Async :meth:`destroy`."""
+        return await self.keystore.arun(self.destroy_plan(owners))
+
+    def rotate(self) -> int:
+        """Re-wrap every data key under the provider's current master key (see
+        :meth:`rotate_plan`)."""
+        return self.keystore.run(self.rotate_plan())
+
+    async def arotate(self) -> int:
+        """Async :meth:`rotate`."""
+        return await self.keystore.arun(self.rotate_plan())
+
+    def close(self) -> None:
+        """Close the key store's database when it was opened for it."""
+        self.keystore.close()
+
+    def describe(self) -> dict[str, Any]:
+        """Where the keys are and how many are cached."""
+        with self._lock:
+            return {"keystore": self.keystore.describe(), "cached": len(self._by_id)}

@@ -1,0 +1,120 @@
+"""The statements of the key store: the ``am_keys`` table of wrapped data keys.
+
+Plans only (no I/O): :class:`~..crypto.keyring.Keyring` runs them on the database that
+keeps the keys, which is the data's database by default or a database of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.schema import data_keys
+
+_COLUMNS = (data_keys.c.key_id, data_keys.c.owner, data_keys.c.wrapped, data_keys.c.created_at)
+
+
+class KeyRow(NamedTuple):
+    """A stored data key, still wrapped."""
+
+    key_id: str
+    owner: str
+    wrapped: bytes
+    created_at: float
+
+
+def _row(raw: Sequence[Any]) -> KeyRow:
+    key_id, owner, wrapped, created_at = raw
+    return KeyRow(str(key_id), str(owner), bytes(wrapped), float(created_at))
+
+
+def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
+    """The key of ``owner``, or ``None``."""
+    sql = dialect.sql(
+        "key_by_owner",
+        lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
+    )
+    [rows] = yield Batch([Stmt(sql, {"b_owner": owner}, fetch=True)])
+    return _row(rows[0]) if rows else None
+
+
+def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
+    """The key named ``key_id``, or ``None`` (never made here, or destroyed)."""
+    sql = dialect.sql(
+        "key_by_id",
+        lambda: sa.select(*_COLUMNS).where(data_keys.c.key_id == sa.bindparam("b_key_id")),
+    )
+    [rows] = yield Batch([Stmt(sql, {"b_key_id": key_id}, fetch=True)])
+    return _row(rows[0]) if rows else None
+
+
+def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
+    """Store ``row`` unless its owner has a key already; the owner's key either way (a
+    process that lost the race to create it gets the winner's)."""
+    insert = dialect.sql("key_insert", lambda: dialect.insert_row_ignore(data_keys, ["owner"]))
+    params = {
+        "key_id": row.key_id,
+        "owner": row.owner,
+        "wrapped": row.wrapped,
+        "created_at": row.created_at,
+    }
+    yield Batch([Stmt(insert, params)], write=True)
+    found = yield from by_owner_plan(dialect, row.owner)
+    if found is None:  # pragma: no cover - a concurrent destroy between the two batches
+        raise LookupError(f"the data key of {row.owner!r} was destroyed while being created")
+    return found
+
+
+def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
+    """Delete the keys of ``owners`` in one transaction; the keys deleted."""
+    if not owners:
+        return []
+    find = dialect.sql(
+        "keys_of",
+        lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
+    )
+    delete = dialect.sql(
+        "key_delete",
+        lambda: sa.delete(data_keys).where(data_keys.c.owner == sa.bindparam("b_owner")),
+    )
+    statements = []
+    for owner in owners:
+        statements += [Stmt(find, {"b_owner": owner}, fetch=True), Stmt(delete, {"b_owner": owner})]
+    results = yield Batch(statements, write=True)
+    return [_row(r) for rows in results[::2] for r in rows]
+
+
+def page_plan(dialect: Dialect, after: str, limit: int) -> Plan[list[KeyRow]]:
+    """Up to ``limit`` keys whose id sorts after ``after``, in id order (for rotation)."""
+    sql = dialect.sql(
+        "key_page",
+        lambda: (
+            sa.select(*_COLUMNS)
+            .where(data_keys.c.key_id > sa.bindparam("b_after"))
+            .order_by(data_keys.c.key_id)
+            .limit(sa.bindparam("b_limit", type_=sa.Integer))
+        ),
+    )
+    [rows] = yield Batch([Stmt(sql, {"b_after": after, "b_limit": limit}, fetch=True)])
+    return [_row(r) for r in rows]
+
+
+def rewrap_plan(dialect: Dialect, rows: Sequence[tuple[str, bytes]]) -> Plan[int]:
+    """Replace the wrapped form of each ``(key_id, wrapped)``; how many keys changed."""
+    if not rows:
+        return 0
+    sql = dialect.sql(
+        "key_rewrap",
+        lambda: (
+            sa.update(data_keys)
+            .where(data_keys.c.key_id == sa.bindparam("b_key_id"))
+            .values(wrapped=sa.bindparam("b_wrapped"))
+        ),
+    )
+    params = [{"b_key_id": k, "b_wrapped": w} for k, w in rows]
+    [count] = yield Batch([Stmt(sql, params, many=True)], write=True)
+    return int(count) if isinstance(count, int) and count >= 0 else len(rows)
