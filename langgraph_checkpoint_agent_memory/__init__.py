@@ -13,14 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory import checkpoint as _checkpoint
 from langgraph_checkpoint_agent_memory.checkpoint import *  # noqa: F403 - the savers, as listed in checkpoint.__all__
+from langgraph_checkpoint_agent_memory.crypto import (
+    Encryption,
+    KeyProvider,
+    MasterKeyProvider,
+    generate_master_key,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ClosedError,
     ConfigurationError,
     DatabaseNotFoundError,
     DatabaseUnavailableError,
+    DecryptionError,
+    EncryptionError,
     InvalidNamespaceValueError,
     InvalidValueError,
+    KeyMissingError,
+    PlaintextRowError,
     ReadOnlyDatabaseError,
     ThreadDeletedError,
 )
@@ -85,10 +95,17 @@ __all__ = [
     "ConfigurationError",
     "DatabaseNotFoundError",
     "DatabaseUnavailableError",
+    "DecryptionError",
+    "Encryption",
+    "EncryptionError",
     "ExtractionError",
     "Extractor",
     "InvalidNamespaceValueError",
     "InvalidValueError",
+    "KeyMissingError",
+    "KeyProvider",
+    "MasterKeyProvider",
+    "PlaintextRowError",
     "ReadOnlyDatabaseError",
     "RuleBasedExtractor",
     "Scope",
@@ -98,5 +115,6 @@ __all__ = [
     "agent_config",
     "create_checkpointer",
     "create_store",
+    "generate_master_key",
 ]
 __all__ += _checkpoint.__all__

@@ -11,6 +11,7 @@ psycopg's default (5), refused at once behind a connection pooler.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
+from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -36,6 +39,10 @@ URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
+#: Declared ``@agent_config`` fields of encryption: on or off (the master key itself comes
+#: from ``AGENT_MEMORY_MASTER_KEY``, never from configuration), and the key store's database.
+ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
+KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
@@ -66,6 +73,33 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
     if declared is None:
         return None
     return validate_ttl(declared.value(), name=TTL_CONFIG_KEY)
+
+
+def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
+    """The encryption to use: the argument when given, else the declared
+    ``config.encryption.enabled`` field (``True``: the environment's master key, which must
+    be set; ``False``: off), else the environment (``AGENT_MEMORY_MASTER_KEY``). A declared
+    ``config.encryption.keystore_url`` sets the key store's database when the argument does
+    not.
+
+    Example:
+        >>> resolve_encryption(False) is None
+        True
+    """
+    if setting is None:
+        declared = settings.get_field(ENCRYPTION_CONFIG_KEY)
+        if declared is not None and declared.value() is not None:
+            enabled = declared.value()
+            if not isinstance(enabled, bool):
+                raise ConfigurationError(
+                    f"agent_config {ENCRYPTION_CONFIG_KEY!r} must be true or false, not {enabled!r}"
+                )
+            setting = enabled
+    found = crypto_config.resolve(setting)
+    if found is None or found.keystore_url or isinstance(setting, crypto_config.Encryption):
+        return found
+    keystore = settings.effective_value(KEYSTORE_CONFIG_KEY)
+    return dataclasses.replace(found, keystore_url=keystore) if keystore else found
 
 
 def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> None:

@@ -7,7 +7,13 @@
 * :mod:`.config`: the ``encryption=`` setting and the environment's defaults.
 """
 
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    SCOPE_CONFIG_KEY,
+    DataKey,
+    aad,
+    store_owner,
+    thread_owner,
+)
 from langgraph_checkpoint_agent_memory.crypto.config import (
     Encryption,
     EncryptionLike,
@@ -23,6 +29,7 @@ from langgraph_checkpoint_agent_memory.crypto.provider import (
 )
 
 __all__ = [
+    "SCOPE_CONFIG_KEY",
     "DataKey",
     "Encryption",
     "EncryptionLike",
@@ -34,4 +41,6 @@ __all__ = [
     "from_langgraph_aes_key",
     "generate_master_key",
     "resolve",
+    "store_owner",
+    "thread_owner",
 ]

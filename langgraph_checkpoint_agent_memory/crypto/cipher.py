@@ -192,6 +192,32 @@ class DataKey:
         return base64.urlsafe_b64encode(digest[:TERM_BYTES]).decode("ascii")
 
 
+def thread_owner(thread_id: str) -> str:
+    """The key owner of a checkpoint thread that names no scope of its own.
+
+    Example:
+        >>> thread_owner("t1")
+        'thread:t1'
+    """
+    return f"thread:{thread_id}"
+
+
+def store_owner(shard: str) -> str:
+    """The key owner of a store shard key (a user's memory under the default rule), which
+    a thread's checkpoints share when its config names it (``encryption_scope``).
+
+    Example:
+        >>> store_owner("memory.user=alice")
+        'store:memory.user=alice'
+    """
+    return f"store:{shard}"
+
+
+#: The ``config["configurable"]`` key naming the store shard key whose data key a thread's
+#: checkpoints use (so erasing that scope destroys them too, backups included).
+SCOPE_CONFIG_KEY = "encryption_scope"
+
+
 def aad(*parts: str | int | None) -> bytes:
     """Associated data naming a row: its identifying parts, NUL-separated.
 

@@ -56,6 +56,7 @@ class Encryption:
 
     Example:
         ```python
+        # not run: needs a PostgreSQL server for the key store
         from langgraph_checkpoint_agent_memory import Encryption, create_checkpointer
 
         encryption = Encryption(master_keys=[os.environ["MY_MASTER_KEY"]],

@@ -43,10 +43,14 @@ class Keyring:
 
     Example:
         ```python
-        from langgraph_checkpoint_agent_memory.crypto import Keyring, MasterKeyProvider
+        from langgraph_checkpoint_agent_memory.crypto import (
+            Keyring,
+            MasterKeyProvider,
+            generate_master_key,
+        )
         from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
 
-        keyring = Keyring(memory_keystore(), MasterKeyProvider([master_key]))
+        keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
         key = keyring.key("thread:t1")
         assert keyring.by_id(key.key_id).owner == "thread:t1"
         ```
