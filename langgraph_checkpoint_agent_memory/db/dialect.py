@@ -475,6 +475,10 @@ class Dialect:
             *(sa.column(c) for c in columns),
         )
 
+    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
+        """The vectors table with the native ``columns`` (for statements of other modules)."""
+        return self._native_vectors(columns)
+
     def insert_vector(self) -> Sql | None:
         """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
         native column from the parameter of its name, a vector's text form."""

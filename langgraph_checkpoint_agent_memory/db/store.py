@@ -41,7 +41,9 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 from langgraph_checkpoint_agent_memory.text import postings
 
 #: The columns of :class:`ItemRow`.
-ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes")
+ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes", "sealed")
+#: What ``value`` holds when ``sealed`` holds the item's value (encryption at rest).
+SEALED_VALUE = "{}"
 #: The most conditions of a filter the database narrows rows by. A chain of ANDs is as deep
 #: as it is long, and SQLite refuses an expression tree deeper than 1000 ("Expression tree is
 #: too large"), so a filter of any size narrows by its first conditions (equalities first) and
@@ -80,6 +82,42 @@ class ItemRow(NamedTuple):
     created_at: float
     updated_at: float
     ttl_minutes: float | None
+    sealed: bytes | None  # the value sealed (encryption at rest), else None
+
+
+class SealedVectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.sealed_vectors`: one embedded field of an item, its
+    vector sealed unless ``plain`` (its item was written without encryption)."""
+
+    prefix: str
+    key: str
+    field: str
+    vector: bytes
+    plain: bool
+
+
+class PlainItem(NamedTuple):
+    """A row of :meth:`StoreStatements.plaintext_items`."""
+
+    shard: str
+    prefix: str
+    key: str
+    value: Any
+
+
+class PostingRow(NamedTuple):
+    """A row of :meth:`StoreStatements.item_postings`."""
+
+    term: str
+    tf: int
+    dl: int
+
+
+class FieldVectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.item_vectors`."""
+
+    field: str
+    vector: bytes
 
 
 class ScoredRow(NamedTuple):
@@ -137,14 +175,23 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
-    ``doc``); sets each item's ``doc_len``."""
+    ``doc``); sets each item's ``doc_len``. An item may carry ``index_text`` (indexed in
+    place of ``doc``, which then is not stored) and ``term_of`` (what is stored for each
+    term: its keyed hash, with encryption on); both are taken out of the row."""
     out: list[dict[str, Any]] = []
     for item in items:
-        doc = item.get("doc")
+        doc = item.pop("index_text", item.get("doc"))
+        term_of: Callable[[str], str] | None = item.pop("term_of", None)
         if doc is None:
             item["doc_len"] = None
             continue
-        counts, length = postings(doc)
+        found, length = postings(doc)
+        counts: dict[str, int] = dict(found)
+        if term_of is not None:
+            counts = {}
+            for term, n in found.items():
+                stored = term_of(term)
+                counts[stored] = counts.get(stored, 0) + n
         item["doc_len"] = length
         shard, prefix, key = item["shard"], item["prefix"], item["key"]
         out += [
@@ -345,7 +392,7 @@ class StoreStatements:
         )
 
     def upsert_item(self) -> Sql:
-        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
+        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len", "sealed"]
         keys = ["shard", "prefix", "key"]
         if self.d.conditional_upsert:
             return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
@@ -417,8 +464,10 @@ class StoreStatements:
             lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
         )
 
-    def insert_vector(self) -> Sql:
-        return self.d.insert_vector() or self._insert(store_vectors)
+    def insert_vector(self, native: bool = True) -> Sql:
+        """Insert a vector row; ``native`` off: the sealed bytes only, whatever the
+        database's vector columns (they stay NULL)."""
+        return (self.d.insert_vector() if native else None) or self._insert(store_vectors)
 
     def vector_search(
         self, filters: Prefilter, dims: int, *, joined: bool, scoped: bool
@@ -469,10 +518,14 @@ class StoreStatements:
         items: list[dict[str, Any]],
         vectors: list[dict[str, Any]] | None = None,
         removed: Sequence[dict[str, Any]] = (),
+        *,
+        native_vectors: bool = True,
     ) -> list[Stmt]:
         """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
         index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
-        Every row gets its shard key here, from its ``prefix``.
+        Every row gets its shard key here, from its ``prefix``. ``native_vectors`` off
+        (encryption at rest): vectors go in as the bytes given, the database's vector
+        columns stay empty.
 
         The item's row goes first: its lock makes a concurrent put of the same key wait, so
         the deletes that follow (each statement sees what committed before it) find every old
@@ -492,13 +545,14 @@ class StoreStatements:
         ]
         if vectors is not None:
             vectors = self.keyed(vectors)
-            if self.d.native_vectors:
+            native = native_vectors and self.d.native_vectors
+            if native:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
                     self.d.vector_row(row)
             out += [
                 Stmt(vec_sql, keys, many=True),
-                Stmt(self.insert_vector(), vectors, many=True),
+                Stmt(self.insert_vector(native), vectors, many=True),
             ]
         return out
 
@@ -593,6 +647,121 @@ class StoreStatements:
             ("count_under", scoped),
             lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
+
+    # -- encryption at rest ----------------------------------------------------------------
+
+    def sealed_vectors(self, scoped: bool) -> Sql:
+        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace
+        (exact search over vectors decrypted in the store); ``plain``: the item was written
+        without encryption."""
+        v, i = vectors_v, items_i
+        return self.statement(
+            ("sealed_vectors", scoped),
+            lambda: (
+                sa.select(v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(*self.vector_where((), scoped))
+            ),
+        )
+
+    def sealed_vectors_exact(self) -> Sql:
+        """:meth:`sealed_vectors` of exactly the namespace ``:prefix`` (``:shard``)."""
+        v, i = store_vectors.alias("v"), store_items.alias("i")
+        return self.statement(
+            "sealed_vectors_exact",
+            lambda: (
+                sa.select(v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None))
+                .select_from(v.join(i, same_item(v, i)))
+                .where(
+                    v.c.shard == sa.bindparam("shard"),
+                    v.c.prefix == sa.bindparam("prefix"),
+                    _live(i),
+                )
+            ),
+        )
+
+    def shards_under(self, scoped: bool) -> Sql:
+        """The distinct shard keys of live items under the namespace (whose data keys a
+        query's terms are hashed with)."""
+        t = store_items
+        return self.statement(
+            ("shards_under", scoped),
+            lambda: sa.select(t.c.shard).distinct().where(*self.namespace_of(t, scoped), _live(t)),
+        )
+
+    def plaintext_items(self) -> Sql:
+        """Up to ``:n`` items not sealed, after ``(:a_shard, :a_prefix, :a_key)`` in key
+        order: ``(shard, prefix, key, value)``, read without locks across shards."""
+        t = store_items
+        after: tuple[Any, ...] = (
+            sa.bindparam("a_shard"),
+            sa.bindparam("a_prefix"),
+            sa.bindparam("a_key"),
+        )
+
+        def build() -> Any:
+            later = sa.or_(
+                t.c.shard > after[0],
+                sa.and_(t.c.shard == after[0], t.c.prefix > after[1]),
+                sa.and_(t.c.shard == after[0], t.c.prefix == after[1], t.c.key > after[2]),
+            )
+            return (
+                sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.value)
+                .where(t.c.sealed.is_(None), later)
+                .order_by(t.c.shard, t.c.prefix, t.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.statement("plaintext_items", build)
+
+    def item_postings(self) -> Sql:
+        """``(term, tf, dl)`` of one item's postings."""
+        t = store_terms
+        return self.statement(
+            "item_postings", lambda: sa.select(t.c.term, t.c.tf, t.c.dl).where(key_match(t))
+        )
+
+    def item_vectors(self) -> Sql:
+        """``(field, vector)`` of one item's vectors."""
+        t = store_vectors
+        return self.statement(
+            "item_vectors", lambda: sa.select(t.c.field, t.c.vector).where(key_match(t))
+        )
+
+    def seal_item(self) -> Sql:
+        """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
+        in, ``value`` emptied, ``doc`` dropped."""
+        t = store_items
+        return self.statement(
+            "seal_item",
+            lambda: (
+                sa.update(t)
+                .where(key_match(t), t.c.sealed.is_(None))
+                .values(
+                    sealed=sa.bindparam("sealed", type_=sa.LargeBinary),
+                    value=sa.bindparam("value", type_=t.c.value.type),
+                    doc=None,
+                )
+            ),
+        )
+
+    def seal_vector(self) -> Sql:
+        """Replace one vector (``:shard``, ``:prefix``, ``:key``, ``:field``) by
+        ``:vector``, its native columns emptied."""
+        t = store_vectors
+        columns = {c: None for c in self.d.vector_columns()} if self.d.native_vectors else {}
+
+        def build() -> Any:
+            table = self.d.native_vectors_table(list(columns)) if columns else t
+            return (
+                sa.update(table)
+                .where(
+                    *(table.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field"))
+                )
+                .values(vector=sa.bindparam("vector", type_=sa.LargeBinary), **columns)
+            )
+
+        return self.statement(("seal_vector", tuple(columns)), build)
 
     # -- across shards ---------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     KeyVectorRow,
     Prefilter,
     ScoredRow,
+    SealedVectorRow,
     StoreStatements,
     TextStats,
     VectorRow,
@@ -45,6 +46,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     vector_text,
 )
 from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 
 
 def as_matrix(vectors: Iterable[bytes]) -> Any:
@@ -121,6 +123,9 @@ class Ranker:
         )
         #: Approximate searches that stopped short and were answered exactly.
         self.ann_fallbacks = 0
+        #: Encryption at rest (``None``: off): vectors are read sealed and ranked exactly
+        #: here, query terms hashed with each searched shard's key.
+        self.sealer: Sealer | None = None
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
@@ -136,16 +141,18 @@ class Ranker:
         *,
         exact: bool = False,
         joined: bool = False,
+        forms: list[list[str]] | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether a list was cut at ``want`` (more candidates would have followed)."""
+        and whether a list was cut at ``want`` (more candidates would have followed).
+        ``forms``: per query term, what the index stores for it (see :meth:`lexical_plan`)."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         cut = False
-        if query_terms:
+        if query_terms and (forms is None or any(forms)):
             lexical = yield from self.lexical_plan(
-                query_terms, filters, base, want, exact=exact, joined=joined
+                query_terms, filters, base, want, exact=exact, joined=joined, forms=forms
             )
             rankings.append(lexical)
             weights.append(self.ranking.lexical_weight)
@@ -175,6 +182,8 @@ class Ranker:
         ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
         much cheaper than reading each one's item; should expired items then leave too few
         results, the store ranks again joined."""
+        if self.sealer is not None:
+            return (yield from self._sealed_vector_plan(query_vector, base, want))
         text = vector_text(query_vector)
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
@@ -209,6 +218,33 @@ class Ranker:
         )
         nearest = self.nearest(found, query_vector, want + 1)
         return nearest[:want], len(nearest) > want
+
+    def _sealed_vector_plan(
+        self, query_vector: list[float], base: dict[str, Any], want: int
+    ) -> Plan[tuple[list[tuple[str, str]], bool]]:
+        """Exact search over the namespace's vectors, decrypted here (encryption at rest:
+        no index can read them)."""
+        assert self.sealer is not None
+        [found] = yield Batch(
+            [Stmt(self.statements.sealed_vectors(scoped(base)), base, fetch=True)]
+        )
+        rows = yield from self._opened(found)
+        nearest = self.nearest(rows, query_vector, want + 1)
+        return nearest[:want], len(nearest) > want
+
+    def _opened(self, found: Sequence[Sequence[Any]]) -> Plan[list[VectorRow]]:
+        """Sealed vector rows, opened (their keys loaded first)."""
+        assert self.sealer is not None
+        rows = [SealedVectorRow._make(r) for r in found]
+        yield from self.sealer.ids_plan(None if r.plain else bytes(r.vector) for r in rows)
+        return [
+            VectorRow(
+                r.prefix,
+                r.key,
+                self.sealer.open_vector(r.prefix, r.key, r.field, r.vector, bool(r.plain)),
+            )
+            for r in rows
+        ]
 
     def _approximate_pays(self, index: VectorIndex, base: dict[str, Any], want: int) -> Plan[bool]:
         """Whether the namespace is large enough, in vectors and in its share of the index,
@@ -265,11 +301,20 @@ class Ranker:
         *,
         exact: bool,
         joined: bool,
+        forms: list[list[str]] | None = None,
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best ``want`` items for ``terms``: document frequencies counted under the
-        namespace with the query, the corpus size and average length from the cache."""
-        n = len(terms)
-        params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
+        namespace with the query, the corpus size and average length from the cache.
+
+        ``forms``: per term, what the index stores for it (with encryption on, its keyed
+        hash under each searched shard's key): a term's document frequency is the sum over
+        its forms, and each form weighs as its term, so the scores are those of the terms
+        themselves. ``None``: each term as it is."""
+        groups = forms if forms is not None else [[t] for t in terms]
+        flat = [f for group in groups for f in group]
+        group_of = [g for g, group in enumerate(groups) for _ in group]
+        n = len(flat)
+        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
         key = (base["ns"], exact)
         stats = self.stats.get(key)
         fresh = self._fresh(stats)
@@ -288,11 +333,12 @@ class Ranker:
             return []
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
+        group_df = [sum(df.get(f, 0) for f in group) for group in groups]
         params.update(
             n=want,
             k_base=S.K1 * (1 - S.B),
             k_len=S.K1 * S.B / avgdl,
-            **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
+            **{f"w{j}": S.idf(docs, group_df[group_of[j]]) * (S.K1 + 1) for j in range(n)},
         )
         [rows] = yield Batch(
             [Stmt(self.statements.lexical(n, exact, filters, joined, one), params, fetch=True)]
@@ -312,9 +358,13 @@ class Ranker:
         drops what expired). The namespace's vectors are read once and reused while it does
         not change."""
         ns = ".".join(namespace)
-        base = {"ns": ns, "shard": self.statements.shard(ns), "now": now}
+        shard = self.statements.shard(ns)
+        base = {"ns": ns, "shard": shard, "now": now}
         terms = S.terms(query)
-        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True)
+        forms = None
+        if self.sealer is not None and terms:
+            forms = yield from self.sealer.term_forms_plan(terms, [shard])
+        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True, forms=forms)
         if query_vector is None or not self.embeds:
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self.matrix_plan(ns, now)
@@ -348,16 +398,20 @@ class Ranker:
             if cached is not None and cached[0] == fingerprint:
                 self.matrices.move_to_end(ns)
                 return cached[1], cached[2]
-        [rows] = yield Batch(
-            [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
-        )
+        if self.sealer is None:
+            [rows] = yield Batch(
+                [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
+            )
+            found_rows = list(map(KeyVectorRow._make, rows))
+        else:
+            [rows] = yield Batch(
+                [Stmt(self.statements.sealed_vectors_exact(), self._one_ns(ns, now), fetch=True)]
+            )
+            opened = yield from self._opened(rows)
+            found_rows = [KeyVectorRow(r.key, r.vector) for r in opened]
         # stores of other dimension counts may share the namespace: their vectors are not
         # comparable with this store's queries
-        vectors = [
-            v
-            for v in map(KeyVectorRow._make, rows)
-            if self.dims is None or len(v.vector) == 4 * self.dims
-        ]
+        vectors = [v for v in found_rows if self.dims is None or len(v.vector) == 4 * self.dims]
         keys = [v.key for v in vectors]
         if vectors:
             matrix = as_matrix(v.vector for v in vectors)

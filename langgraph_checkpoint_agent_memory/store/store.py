@@ -12,12 +12,16 @@ reciprocal rank fusion of lexical (BM25 over the store's own term index, the sam
 database) and vector similarity (through pgvector's or SAP HANA Cloud's HNSW index for large
 namespaces, exact otherwise: see :mod:`.ranking`), so lexical search works with no embedder
 at all.
+
+With ``encryption=`` on, values, vectors and the term index are sealed per shard key (see
+:mod:`.sealing`); searches, filters, BM25 and TTLs work as without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, Union
 
@@ -40,16 +44,21 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, store_owner
+from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike, resolve
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
 from langgraph_checkpoint_agent_memory.db.migrations import (
+    KEYS,
     Component,
     StoreSchemaOnFirstUse,
     recorded_shard_depth_plan,
 )
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
+    SEALED_VALUE,
     ItemKey,
     ItemRow,
     StoreStatements,
@@ -62,7 +71,8 @@ from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
-from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
+from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
 
 T = TypeVar("T")
 
@@ -101,6 +111,14 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             first setup. ``None``: the database's rule, 2 for a new one; another value than
             the recorded one gets a ``ConfigurationError``. Searches under a shorter prefix
             read every shard (see the user guide, "The shard key").
+        encryption: Encryption at rest with a data key per shard key (see the user guide,
+            "Encryption and erasure"): ``None`` (default) follows ``AGENT_MEMORY_MASTER_KEY``
+            and ``AGENT_MEMORY_KEYSTORE_URL``; ``False`` is off; a base64 master key, a
+            ``KeyProvider`` or an :class:`Encryption`. Values, vectors and the term index
+            are sealed; the key store is a table of this database unless the setting names
+            another. Vectors are then ranked exactly, decrypted in the store: pgvector's and
+            SAP HANA's vector columns and HNSW index are not used (a warning says so when
+            ``ann_index_config`` asks for one); filters are decided on decrypted values.
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -137,6 +155,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         auto_setup: bool = True,
         clock: Callable[[], float] = time.time,
         shard_depth: int | None = None,
+        encryption: EncryptionLike = None,
     ) -> None:
         self.db = database
         self.dialect = database.dialect
@@ -171,10 +190,31 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             self.ranker.fields = max(1, len(self.index_config["fields"]))
             self.ranker.dims = self.index_config["dims"]
         self.searcher = Searcher(self.statements, self.ranker)
+        #: The data keys of encryption at rest (``None``: off).
+        self.keyring: Keyring | None = None
+        self.sealer: Sealer | None = None
+        setting = encryption if isinstance(encryption, Encryption) else resolve(encryption)
+        if setting is not None:
+            self._encrypt(setting, index)
         #: Whether this store knows the database's vector support (found at setup, or on
         #: first use without ``auto_setup``).
         self._vectors_known = False
         fork.register(self)
+
+    def _encrypt(self, setting: Encryption, index: IndexSettings | None) -> None:
+        self.keyring = setting.open_keyring(self.db)
+        local = self.keyring.keystore.db is self.db
+        if local:  # the key table is set up with the store's
+            self.add_schema(KEYS)
+        self.sealer = Sealer(self.keyring, local=local, shard=self.statements.shard)
+        self.ranker.sealer = self.searcher.sealer = self.sealer
+        if isinstance(index, Mapping) and index.get("ann_index_config"):
+            warnings.warn(
+                "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
+                "this store; vector search is exact over each searched namespace's vectors, "
+                "decrypted in the store",
+                stacklevel=3,
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
@@ -232,12 +272,16 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             ```
         """
         self.stop_ttl_sweeper()
+        if self.keyring is not None:
+            self.keyring.close()
         self.db.close()
 
     async def aclose(self) -> None:
         """Async :meth:`close`; ``async with store:`` calls it on exit. The sweeper thread
         is joined off the event loop."""
         await asyncio.to_thread(self.stop_ttl_sweeper)
+        if self.keyring is not None:
+            await asyncio.to_thread(self.keyring.close)
         await self.db.aclose()
 
     @property
@@ -272,7 +316,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Find (with ``create``: build where missing) the approximate index of this store's
         vector length: pgvector's HNSW on PostgreSQL, SAP HANA Cloud's HNSW vector index."""
         self.ranker.vector_index = None
-        if self.index_config is not None:
+        if self.index_config is not None and self.sealer is None:
             if not create:  # setup found this out already; a store without setup asks now
                 yield from self.dialect.vectors_plan(create=False)
             index = self.dialect.ann_index(self.index_config["dims"], self.ann_config)
@@ -362,7 +406,17 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
-        result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        if self.sealer is None:
+            result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        else:
+            self._ready()
+
+            def plan() -> Plan[list[Result]]:
+                assert self.sealer is not None
+                self.sealer.preload(self._owners(puts))
+                return self._batch_plan(ops, puts, vectors, query_vectors)
+
+            result = self.sealer.call(self.run_plan, plan)
         self._after_write(puts)
         return result
 
@@ -372,9 +426,30 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
-        result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        if self.sealer is None:
+            result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        else:
+            await self._aready()
+            owners = self._owners(puts)
+            result = await self.sealer.acall(
+                self._arun_preloaded(owners),
+                lambda: self._batch_plan(ops, puts, vectors, query_vectors),
+            )
         self._after_write(puts)
         return result
+
+    def _owners(self, puts: dict[tuple[str, str], PutOp]) -> list[str]:
+        """The key owners of the items ``puts`` writes."""
+        shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
+        return [store_owner(s) for s in sorted(shards)]
+
+    def _arun_preloaded(self, owners: list[str]) -> Callable[[Plan[T]], Any]:
+        async def run(plan: Plan[T]) -> T:
+            assert self.sealer is not None
+            await self.sealer.apreload(owners)
+            return await self.arun_plan(plan)
+
+        return run
 
     def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
@@ -426,22 +501,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             yield from self._vector_index_plan(create=False)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
-                [rows] = yield Batch(
-                    [
-                        Stmt(
-                            self.statements.get(),
-                            {
-                                "shard": self.statements.shard(ns_text(op.namespace)),
-                                "prefix": ns_text(op.namespace),
-                                "key": op.key,
-                                "now": now,
-                            },
-                            fetch=True,
-                        )
-                    ]
-                )
-                row = ItemRow(*rows[0]) if rows else None
-                results[i] = item_of(row) if row else None
+                row = yield from self._get_plan(op, now)
+                results[i] = item_of(row, self.sealer) if row else None
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
@@ -461,6 +522,16 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             yield Batch(statements, write=True)
         return results
 
+    def _get_plan(self, op: GetOp, now: float) -> Plan[ItemRow | None]:
+        """One live item's row (its data key loaded when sealed)."""
+        prefix = ns_text(op.namespace)
+        params = {"shard": self.statements.shard(prefix), "prefix": prefix, "key": op.key}
+        [rows] = yield Batch([Stmt(self.statements.get(), {**params, "now": now}, fetch=True)])
+        row = ItemRow(*rows[0]) if rows else None
+        if row is not None and self.sealer is not None:
+            yield from self.sealer.ids_plan(sealed_of([row]))
+        return row
+
     def _refreshes(self, refresh_ttl: bool | None) -> bool:
         if refresh_ttl is not None:
             return refresh_ttl
@@ -479,19 +550,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             if op.value is None:
                 removed.append({"prefix": prefix, "key": key})
                 continue
-            ttl = self._ttl(op)
-            items.append(
-                {
-                    "prefix": prefix,
-                    "key": key,
-                    "value": V.encode_value(op.value),
-                    "created_at": now,
-                    "updated_at": now,
-                    "ttl_minutes": ttl,
-                    "expires_at": now + ttl * 60 if ttl is not None else None,
-                    "doc": self._doc(op),
-                }
-            )
+            row, data_key = yield from self._item_row(prefix, key, op, now)
+            items.append(row)
             for field, _ in self._index_texts(op):
                 vector = np.asarray(vectors[at], dtype="<f4")
                 at += 1
@@ -500,9 +560,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                         f"the embedder returned {vector.shape[0]} dimensions, index says "
                         f"{self.index_config['dims']}"  # type: ignore[index]
                     )
-                vector_rows.append(
-                    {"prefix": prefix, "key": key, "field": field, "vector": vector.tobytes()}
-                )
+                blob = vector.tobytes()
+                if self.sealer is not None and data_key is not None:
+                    blob = self.sealer.seal_vector(data_key, prefix, key, field, blob)
+                vector_rows.append({"prefix": prefix, "key": key, "field": field, "vector": blob})
         if not self.dialect.conditional_upsert and items:
             # UPSERT replaces every column: carry created_at over explicitly
             found = yield Batch(
@@ -525,7 +586,40 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
         self.ranker.writes += len(puts)
-        return self.statements.writes(items, vector_rows, removed)
+        return self.statements.writes(
+            items, vector_rows, removed, native_vectors=self.sealer is None
+        )
+
+    def _item_row(
+        self, prefix: str, key: str, op: PutOp, now: float
+    ) -> Plan[tuple[dict[str, Any], DataKey | None]]:
+        """The item row a put writes, sealed with its shard's data key when encryption is
+        on (returned too, for its vectors)."""
+        assert op.value is not None
+        ttl = self._ttl(op)
+        text = V.encode_value(op.value)
+        row: dict[str, Any] = {
+            "prefix": prefix,
+            "key": key,
+            "value": text,
+            "created_at": now,
+            "updated_at": now,
+            "ttl_minutes": ttl,
+            "expires_at": now + ttl * 60 if ttl is not None else None,
+            "doc": self._doc(op),
+        }
+        if self.sealer is None:
+            return row, None
+        data_key = yield from self.sealer.owner_key_plan(self.statements.shard(prefix), create=True)
+        assert data_key is not None
+        row.update(
+            sealed=self.sealer.seal_value(data_key, prefix, key, text),
+            value=SEALED_VALUE,
+            index_text=row["doc"],  # indexed as keyed hashes, not stored
+            doc=None,
+            term_of=data_key.term,
+        )
+        return row, data_key
 
     def _ttl(self, op: PutOp) -> float | None:
         # PutOp declares ``float | None`` but carries NOT_PROVIDED when the caller gave no TTL
@@ -619,3 +713,76 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
+
+    # -- encryption at rest ----------------------------------------------------------------
+
+    def destroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Destroy the data keys of ``shards`` (store shard keys, e.g. ``"users.alice"``):
+        whatever they sealed, in this database and in every copy or backup of it, can no
+        longer be read (reads raise :class:`KeyMissingError`). The rows themselves stay
+        until deleted (agent memory's erase deletes them too). With encryption off there
+        is nothing to destroy.
+
+        Args:
+            shards: Shard keys, as :meth:`AgentMemoryStore.statements.shard` gives them for
+                a namespace (its first ``shard_depth`` labels joined by dots).
+
+        Returns:
+            The ids of the data keys destroyed.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory import create_store, generate_master_key
+
+            with create_store("sqlite:///memory.db", encryption=generate_master_key()) as store:
+                store.put(("users", "alice"), "prefs", {"food": "ramen"})
+                store.destroy_keys(["users.alice"])  # alice's items are unreadable now
+            ```
+        """
+        if self.keyring is None:
+            return []
+        self._ready()
+        return self.keyring.destroy([store_owner(s) for s in shards])
+
+    async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Async :meth:`destroy_keys`."""
+        if self.keyring is None:
+            return []
+        await self._aready()
+        return await self.keyring.adestroy([store_owner(s) for s in shards])
+
+    def encrypt_plaintext(self) -> dict[str, int]:
+        """Seal every item written before encryption was on (values, vectors; terms
+        re-hashed): what ``agent-memory encrypt`` runs. Idempotent: a second run finds
+        nothing; safe while the store is in use.
+
+        Returns:
+            ``{"items": ..., "vectors": ..., "terms": ...}``: how many were sealed.
+
+        Raises:
+            ConfigurationError: Encryption is off for this store.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory import Encryption, create_store
+
+            setting = Encryption(master_keys=[key], allow_plaintext=True)
+            with create_store("sqlite:///memory.db", encryption=setting) as store:
+                print(store.encrypt_plaintext())  # {'items': 12, 'vectors': 0, 'terms': 80}
+            ```
+        """
+        sealer = self.sealer
+        if sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        self._ready()
+        return sealer.call(self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer))
+
+    async def aencrypt_plaintext(self) -> dict[str, int]:
+        """Async :meth:`encrypt_plaintext`."""
+        sealer = self.sealer
+        if sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        await self._aready()
+        return await sealer.acall(
+            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer)
+        )
