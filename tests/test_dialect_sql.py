@@ -247,6 +247,13 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "expired_stats",
         "fingerprint",
         "vectors_exact",
+        # encryption at rest
+        "sealed_vectors_exact",
+        "plaintext_items",
+        "item_postings",
+        "item_vectors",
+        "seal_item",
+        "seal_vector",
     ):
         built = getattr(sql, name)(8) if name == "by_keys" else getattr(sql, name)()
         for i, one in enumerate(built if isinstance(built, list) else [built]):
@@ -258,6 +265,8 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         for name in ("recent", "vectors"):
             out[f"store.{name}.{one}"] = getattr(sql, name)((), one)
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
+        out[f"store.sealed_vectors.{one}"] = sql.sealed_vectors(one)
+        out[f"store.shards_under.{one}"] = sql.shards_under(one)
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R
@@ -559,7 +568,7 @@ class OfflineHana:
                     more = [("h", f"z{i}", 0.0) for i in range(48)] if "_8," in text else []
                     out.append([("h", "b", 0.9), ("h", "a", 0.1), *more])
                 elif "am_store_items.value" in text:
-                    out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None) for k in ("a", "b")])
+                    out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None, None) for k in ("a", "b")])
                 else:
                     out.append([])
             return out
