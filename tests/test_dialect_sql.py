@@ -568,7 +568,9 @@ class OfflineHana:
                     more = [("h", f"z{i}", 0.0) for i in range(48)] if "_8," in text else []
                     out.append([("h", "b", 0.9), ("h", "a", 0.1), *more])
                 elif "am_store_items.value" in text:
-                    out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None, None) for k in ("a", "b")])
+                    out.append(
+                        [("h", k, '{"text": "x"}', 1.0, 1.0, None, None) for k in ("a", "b")]
+                    )
                 else:
                     out.append([])
             return out

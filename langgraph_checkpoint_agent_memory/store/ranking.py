@@ -166,6 +166,44 @@ class Ranker:
             cut = cut or vector_cut
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
 
+    def kept_plan(
+        self,
+        query_terms: list[str],
+        query_vector: list[float] | None,
+        base: dict[str, Any],
+        want: int,
+        keep: set[tuple[str, str]],
+        forms: list[list[str]] | None,
+    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
+        the items of ``keep`` (those the filter kept, decided on their decrypted values), as
+        the database's pre-filter does without encryption, so the fused scores are the
+        same. The lexical list is read again with more candidates until it holds ``want``
+        kept items or every match; vectors are all read and decrypted anyway."""
+        rankings: list[list[tuple[str, str]]] = []
+        weights: list[float] = []
+        if query_terms and (forms is None or any(forms)):
+            size = want
+            while True:
+                raw = yield from self.lexical_plan(
+                    query_terms, (), base, size, exact=False, joined=True, forms=forms
+                )
+                kept = [k for k in raw if k in keep]
+                if len(kept) >= want or len(raw) < size:
+                    break
+                size *= 4
+            rankings.append(kept[:want])
+            weights.append(self.ranking.lexical_weight)
+        if query_vector is not None:
+            [found] = yield Batch(
+                [Stmt(self.statements.sealed_vectors(scoped(base)), base, fetch=True)]
+            )
+            rows = yield from self._opened(found)
+            rows = [r for r in rows if (r.prefix, r.key) in keep]
+            rankings.append(self.nearest(rows, query_vector, want))
+            weights.append(self.ranking.vector_weight)
+        return S.fuse(rankings, weights, k=self.ranking.rrf_k)
+
     def vector_plan(
         self,
         query_vector: list[float],

@@ -1,11 +1,14 @@
 """The store's searches: candidates ranked (BM25 over the term postings, vectors, fused) or
 newest first, then read back in pages and decided exactly against the filter.
 
-With encryption on, values are sealed, so the database cannot pre-filter them: every
-candidate is read, decrypted here and decided against the filter (limit and offset count
-the rows that pass, as without encryption). A filtered search thus reads and decrypts
-every item of the namespace that the ranking (or, without a query, the newest-first
-order) puts before the last result it returns.
+With encryption on, values are sealed, so the database cannot pre-filter them; filters
+are decided here on decrypted values, with the same results, scores, limit and offset as
+without encryption. What it costs: a filtered search with a query reads and decrypts every
+live item under the namespace prefix first (to rank only the items the filter keeps, as
+the database's pre-filter does), then ranks; a filtered search without a query reads and
+decrypts items newest first until the page is full, so a filter that keeps few items reads
+most of the namespace. An unfiltered search decrypts only the items it returns (and, with
+vectors, every vector under the prefix: see :mod:`.ranking`).
 
 :class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
 database like every other plan.
@@ -139,6 +142,12 @@ class Searcher:
         if self.sealer is not None and query_terms:
             forms = yield from self._term_forms(query_terms, base)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
+        if self.sealer is not None and conds:
+            keep = yield from self._kept_plan(conds, base)
+            fused = yield from self.ranker.kept_plan(
+                query_terms, query_vector, base, want, keep, forms
+            )
+            return (yield from self._read_ranked(fused, conds, op, now))
         # Without a filter the postings (and vectors) alone rank; should expired items fill
         # the list so that too few remain, rank again joined with the items, which leaves
         # them out. With a filter, the database's pre-filter narrows the candidates and the
@@ -155,6 +164,27 @@ class Searcher:
             if joined:
                 want *= 4
             joined = True
+
+    def _kept_plan(
+        self, conds: list[tuple[list[str], str, Any]], base: dict[str, Any]
+    ) -> Plan[set[tuple[str, str]]]:
+        """The live items under the namespace whose decrypted values pass the filter (a
+        filtered search with encryption on reads and decrypts every one of them)."""
+        assert self.sealer is not None
+        kept: set[tuple[str, str]] = set()
+        recent = self.statements.recent((), scoped(base))
+        cursor, size = 0, 500
+        while True:
+            params = {**base, "n": size, "skip": cursor}
+            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+            found = list(map(ItemRow._make, rows))
+            yield from self.sealer.ids_plan(sealed_of(found))
+            for row in found:
+                if S.matches(row_value(row, self.sealer), conds):
+                    kept.add((row.prefix, row.key))
+            if len(rows) < size:
+                return kept
+            cursor += size
 
     def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
         """Per query term, its keyed hash under each shard key the search reads (one when
