@@ -64,6 +64,17 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
 
 
 @pytest.fixture
+def other_url(url: str | None, request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    """A second empty database of the same backend as ``url``."""
+    backend = str(request.node.callspec.params["url"])
+    if backend == "memory":
+        return None
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'other.db'}"
+    return pg_database(request, backend)
+
+
+@pytest.fixture
 def stores() -> Iterator[Callable[..., AgentMemoryStore]]:
     opened: list[AgentMemoryStore] = []
 
@@ -204,11 +215,9 @@ def test_no_secret_word_in_postgresql_files(
 
 
 def test_search_filters_and_bm25_equal_with_and_without_encryption(
-    url: str | None, stores: Callable[..., AgentMemoryStore]
+    url: str | None, other_url: str | None, stores: Callable[..., AgentMemoryStore]
 ) -> None:
-    # the reference: the same data in memory without encryption (every backend answers as
-    # memory does, tests/test_store_properties.py)
-    plain = stores(None, encryption=False, index=word_index())
+    plain = stores(other_url, encryption=False, index=word_index())
     sealed = stores(url, encryption=generate_master_key(), index=word_index())
     texts = [
         "the cat sat on the mat",
