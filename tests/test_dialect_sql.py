@@ -230,6 +230,7 @@ def backfill_statements(
 
 
 def store_statements(d: Dialect) -> dict[str, Sql]:
+    from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
     sql = StoreStatements(d)
@@ -247,13 +248,6 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "expired_stats",
         "fingerprint",
         "vectors_exact",
-        # encryption at rest
-        "sealed_vectors_exact",
-        "plaintext_items",
-        "item_postings",
-        "item_vectors",
-        "seal_item",
-        "seal_vector",
     ):
         built = getattr(sql, name)(8) if name == "by_keys" else getattr(sql, name)()
         for i, one in enumerate(built if isinstance(built, list) else [built]):
@@ -265,8 +259,17 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         for name in ("recent", "vectors"):
             out[f"store.{name}.{one}"] = getattr(sql, name)((), one)
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
-        out[f"store.sealed_vectors.{one}"] = sql.sealed_vectors(one)
-        out[f"store.shards_under.{one}"] = sql.shards_under(one)
+        out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
+        out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
+    for name in (  # encryption at rest
+        "sealed_vectors_exact",
+        "plaintext_items",
+        "item_postings",
+        "item_vectors",
+        "seal_item",
+        "seal_vector",
+    ):
+        out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
@@ -38,13 +39,13 @@ from langgraph_checkpoint_agent_memory.db.store import (
     KeyVectorRow,
     Prefilter,
     ScoredRow,
-    SealedVectorRow,
     StoreStatements,
     TextStats,
     VectorRow,
     scoped,
     vector_text,
 )
+from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 
@@ -196,7 +197,7 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
         if query_vector is not None:
             [found] = yield Batch(
-                [Stmt(self.statements.sealed_vectors(scoped(base)), base, fetch=True)]
+                [Stmt(sealed_sql.sealed_vectors(self.statements, scoped(base)), base, fetch=True)]
             )
             rows = yield from self._opened(found)
             rows = [r for r in rows if (r.prefix, r.key) in keep]
@@ -264,7 +265,7 @@ class Ranker:
         no index can read them)."""
         assert self.sealer is not None
         [found] = yield Batch(
-            [Stmt(self.statements.sealed_vectors(scoped(base)), base, fetch=True)]
+            [Stmt(sealed_sql.sealed_vectors(self.statements, scoped(base)), base, fetch=True)]
         )
         rows = yield from self._opened(found)
         nearest = self.nearest(rows, query_vector, want + 1)
@@ -443,7 +444,13 @@ class Ranker:
             found_rows = list(map(KeyVectorRow._make, rows))
         else:
             [rows] = yield Batch(
-                [Stmt(self.statements.sealed_vectors_exact(), self._one_ns(ns, now), fetch=True)]
+                [
+                    Stmt(
+                        sealed_sql.sealed_vectors_exact(self.statements),
+                        self._one_ns(ns, now),
+                        fetch=True,
+                    )
+                ]
             )
             opened = yield from self._opened(rows)
             found_rows = [KeyVectorRow(r.key, r.vector) for r in opened]

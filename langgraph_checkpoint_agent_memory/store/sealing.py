@@ -34,14 +34,10 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     store_owner,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import (
-    SEALED_VALUE,
-    FieldVectorRow,
-    PlainItem,
-    PostingRow,
-    StoreStatements,
-)
+from langgraph_checkpoint_agent_memory.db.store import SEALED_VALUE, StoreStatements
+from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
 from langgraph_checkpoint_agent_memory.errors import EncryptionError
 
 T = TypeVar("T")
@@ -284,7 +280,9 @@ def encrypt_plaintext_plan(
     counts = {"items": 0, "vectors": 0, "terms": 0}
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
-        [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
+        [rows] = yield Batch(
+            [Stmt(sealed_sql.plaintext_items(st), {**after, "n": batch_size}, fetch=True)]
+        )
         for item in map(PlainItem._make, rows):
             key = yield from sealer.owner_key_plan(item.shard, create=True)
             assert key is not None
@@ -293,9 +291,11 @@ def encrypt_plaintext_plan(
             sealed = sealer.seal_value(key, item.prefix, item.key, text)
             claimed, postings, vectors = yield Batch(
                 [
-                    Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
-                    Stmt(st.item_postings(), ident, fetch=True),
-                    Stmt(st.item_vectors(), ident, fetch=True),
+                    Stmt(
+                        sealed_sql.seal_item(st), {**ident, "sealed": sealed, "value": SEALED_VALUE}
+                    ),
+                    Stmt(sealed_sql.item_postings(st), ident, fetch=True),
+                    Stmt(sealed_sql.item_vectors(st), ident, fetch=True),
                 ],
                 write=True,
                 lock=True,
@@ -324,7 +324,7 @@ def encrypt_plaintext_plan(
             if term_rows:
                 writes.append(st.insert_terms_stmt(term_rows))
             if vector_rows:
-                writes.append(Stmt(st.seal_vector(), vector_rows, many=True))
+                writes.append(Stmt(sealed_sql.seal_vector(st), vector_rows, many=True))
             yield Batch(writes, write=True)
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)

@@ -22,6 +22,7 @@ from typing import Any
 
 from langgraph.store.base import Item, SearchItem, SearchOp
 
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemRow,
@@ -193,7 +194,9 @@ class Searcher:
         if scoped(base):
             shards = [base["shard"]]
         else:
-            [rows] = yield Batch([Stmt(self.statements.shards_under(False), base, fetch=True)])
+            [rows] = yield Batch(
+                [Stmt(sealed_sql.shards_under(self.statements, False), base, fetch=True)]
+            )
             shards = [r[0] for r in rows]
         return (yield from self.sealer.term_forms_plan(terms, shards))
 

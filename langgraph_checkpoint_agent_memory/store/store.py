@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, Union
 
@@ -44,14 +43,13 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, store_owner
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike, resolve
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
 from langgraph_checkpoint_agent_memory.db.migrations import (
-    KEYS,
     Component,
     StoreSchemaOnFirstUse,
     recorded_shard_depth_plan,
@@ -69,9 +67,10 @@ from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, Configura
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
+from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
-from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
 
 T = TypeVar("T")
@@ -81,7 +80,7 @@ T = TypeVar("T")
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -200,21 +199,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         #: first use without ``auto_setup``).
         self._vectors_known = False
         fork.register(self)
-
-    def _encrypt(self, setting: Encryption, index: IndexSettings | None) -> None:
-        self.keyring = setting.open_keyring(self.db)
-        local = self.keyring.keystore.db is self.db
-        if local:  # the key table is set up with the store's
-            self.add_schema(KEYS)
-        self.sealer = Sealer(self.keyring, local=local, shard=self.statements.shard)
-        self.ranker.sealer = self.searcher.sealer = self.sealer
-        if isinstance(index, Mapping) and index.get("ann_index_config"):
-            warnings.warn(
-                "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
-                "this store; vector search is exact over each searched namespace's vectors, "
-                "decrypted in the store",
-                stacklevel=3,
-            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
@@ -437,19 +421,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             )
         self._after_write(puts)
         return result
-
-    def _owners(self, puts: dict[tuple[str, str], PutOp]) -> list[str]:
-        """The key owners of the items ``puts`` writes."""
-        shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
-        return [store_owner(s) for s in sorted(shards)]
-
-    def _arun_preloaded(self, owners: list[str]) -> Callable[[Plan[T]], Any]:
-        async def run(plan: Plan[T]) -> T:
-            assert self.sealer is not None
-            await self.sealer.apreload(owners)
-            return await self.arun_plan(plan)
-
-        return run
 
     def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
@@ -713,76 +684,3 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
         return await self.arun_plan(self._sweep_plan())
-
-    # -- encryption at rest ----------------------------------------------------------------
-
-    def destroy_keys(self, shards: Sequence[str]) -> list[str]:
-        """Destroy the data keys of ``shards`` (store shard keys, e.g. ``"users.alice"``):
-        whatever they sealed, in this database and in every copy or backup of it, can no
-        longer be read (reads raise :class:`KeyMissingError`). The rows themselves stay
-        until deleted (agent memory's erase deletes them too). With encryption off there
-        is nothing to destroy.
-
-        Args:
-            shards: Shard keys, as :meth:`AgentMemoryStore.statements.shard` gives them for
-                a namespace (its first ``shard_depth`` labels joined by dots).
-
-        Returns:
-            The ids of the data keys destroyed.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory import create_store, generate_master_key
-
-            with create_store("sqlite:///memory.db", encryption=generate_master_key()) as store:
-                store.put(("users", "alice"), "prefs", {"food": "ramen"})
-                store.destroy_keys(["users.alice"])  # alice's items are unreadable now
-            ```
-        """
-        if self.keyring is None:
-            return []
-        self._ready()
-        return self.keyring.destroy([store_owner(s) for s in shards])
-
-    async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
-        """Async :meth:`destroy_keys`."""
-        if self.keyring is None:
-            return []
-        await self._aready()
-        return await self.keyring.adestroy([store_owner(s) for s in shards])
-
-    def encrypt_plaintext(self) -> dict[str, int]:
-        """Seal every item written before encryption was on (values, vectors; terms
-        re-hashed): what ``agent-memory encrypt`` runs. Idempotent: a second run finds
-        nothing; safe while the store is in use.
-
-        Returns:
-            ``{"items": ..., "vectors": ..., "terms": ...}``: how many were sealed.
-
-        Raises:
-            ConfigurationError: Encryption is off for this store.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory import Encryption, create_store
-
-            setting = Encryption(master_keys=[key], allow_plaintext=True)
-            with create_store("sqlite:///memory.db", encryption=setting) as store:
-                print(store.encrypt_plaintext())  # {'items': 12, 'vectors': 0, 'terms': 80}
-            ```
-        """
-        sealer = self.sealer
-        if sealer is None:
-            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
-        self._ready()
-        return sealer.call(self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer))
-
-    async def aencrypt_plaintext(self) -> dict[str, int]:
-        """Async :meth:`encrypt_plaintext`."""
-        sealer = self.sealer
-        if sealer is None:
-            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
-        await self._aready()
-        return await sealer.acall(
-            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer)
-        )
