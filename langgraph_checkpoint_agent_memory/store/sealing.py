@@ -194,12 +194,11 @@ class Sealer:
         """Load the keys the ``sealed`` values name (``KeyMissingError`` for one the key
         store does not hold)."""
         call = _CALL.get()
+        named = {key_id_of(s) for s in sealed if s is not None}
         missing = {
-            key_id_of(s)
-            for s in sealed
-            if s is not None
-            and self.keyring.cached_id(key_id_of(s)) is None
-            and (call is None or key_id_of(s) not in call.ids)
+            key_id
+            for key_id in named
+            if (call is None or key_id not in call.ids) and self.keyring.cached_id(key_id) is None
         }
         if not missing:
             return
@@ -211,13 +210,15 @@ class Sealer:
                 call.ids[key_id] = key
 
     def _by_id(self, key_id: str) -> DataKey:
-        found = self.keyring.cached_id(key_id)
-        if found is not None:
-            return found
         call = _CALL.get()
         if call is not None and key_id in call.ids:
             return call.ids[key_id]
-        raise KeysNeeded(ids=[key_id])
+        found = self.keyring.cached_id(key_id)
+        if found is None:
+            raise KeysNeeded(ids=[key_id])
+        if call is not None:  # the rest of this call finds it without the keyring's lock
+            call.ids[key_id] = found
+        return found
 
     # -- values ----------------------------------------------------------------------------
 
@@ -232,10 +233,8 @@ class Sealer:
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"store item {prefix!r} / {item_key!r}")
             return value if isinstance(value, dict) else json.loads(value)
-        data = bytes(sealed)
-        key = self._by_id(key_id_of(data))
-        plain = key.open(data, aad(ITEM, self.shard(prefix), prefix, item_key))
-        return json.loads(plain)
+        key = self._by_id(key_id_of(sealed))
+        return json.loads(key.open(sealed, aad(ITEM, self.shard(prefix), prefix, item_key)))
 
     def seal_vector(
         self, key: DataKey, prefix: str, item_key: str, field: str, vector: bytes
