@@ -27,7 +27,7 @@ from langgraph_checkpoint_agent_memory import (
 )
 from langgraph_checkpoint_agent_memory.text import tokens
 from tests.helpers import WordEmbeddings
-from tests.pg import PgServers, backend_params, is_postgres, pg_database
+from tests.pg import SERVERS, PgServers, backend_params, is_postgres, pg_database
 
 
 def secret_words(n: int = 6) -> list[str]:
@@ -379,3 +379,58 @@ def test_an_hnsw_setting_is_warned_about(stores: Callable[..., AgentMemoryStore]
     with pytest.warns(UserWarning, match="no approximate"):
         store = stores(None, encryption=generate_master_key(), index=index)
     assert store.vector_index is None
+
+
+def test_a_key_store_of_its_own_serves_the_async_api(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    setting = Encryption(
+        master_keys=[generate_master_key()], keystore_url=f"sqlite:///{tmp_path / 'keys.db'}"
+    )
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    writer = stores(url, encryption=setting, index=word_index())
+
+    async def write() -> None:
+        for user in ("alice", "bob", "carol"):
+            await writer.aput(("users", user), "note", {"text": f"{user} went to lyon"})
+
+    asyncio.run(write())
+    reader = stores(url, encryption=setting, index=word_index())  # nothing cached yet
+
+    async def read() -> list[tuple[str, ...]]:
+        found = await reader.asearch(("users",), query="lyon", filter={"text": {"$ne": "x"}})
+        return sorted(tuple(i.namespace) for i in found)
+
+    assert asyncio.run(read()) == [("users", u) for u in ("alice", "bob", "carol")]
+    with sqlite3.connect(tmp_path / "data.db") as conn:  # no key in the data's database
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert "am_keys" not in tables
+
+
+PGVECTOR = [sid for sid, b in SERVERS.items() if b is not None and b.pgvector]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sid", PGVECTOR or [pytest.param("none", marks=pytest.mark.skip)])
+def test_pgvector_columns_stay_empty_and_search_is_exact(
+    sid: str, pg_servers: PgServers, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    import psycopg
+
+    url = pg_servers.fresh_database(sid)
+    store = stores(url, encryption=generate_master_key(), index=word_index())
+    texts = ["red apples", "green apples", "red cars", "blue sky"]
+    for i, text in enumerate(texts):
+        store.put(("users", f"u{i % 2}"), f"k{i}", {"text": text})
+    again = stores(url, encryption=store.keyring.provider, index=word_index())  # type: ignore[union-attr]
+    again.setup()  # the vector backfill leaves sealed vectors alone (and ends)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT count(*), count(embedding) FROM am_store_vectors").fetchone()
+    assert rows == (4, 0)
+    plain = stores(pg_servers.fresh_database(sid), encryption=False, index=word_index())
+    for i, text in enumerate(texts):
+        plain.put(("users", f"u{i % 2}"), f"k{i}", {"text": text})
+    for query in ("red apples", "sky", "green"):
+        assert [(i.key, round(i.score or 0, 9)) for i in again.search(("users",), query=query)] == [
+            (i.key, round(i.score or 0, 9)) for i in plain.search(("users",), query=query)
+        ]
