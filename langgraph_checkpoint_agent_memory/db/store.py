@@ -626,8 +626,10 @@ class StoreStatements:
         def build() -> Any:
             zero = sa.literal_column("0", sa.Integer)
             c = store_items.c
-            size = sa.func.coalesce(text_length(c.value), zero) + sa.func.coalesce(
-                sa.func.length(c.doc), zero
+            size = (
+                sa.func.coalesce(text_length(c.value), zero)
+                + sa.func.coalesce(sa.func.length(c.doc), zero)
+                + sa.func.coalesce(sa.func.length(c.sealed), zero)  # encryption at rest
             )
             return sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), zero)).where(
                 c.expires_at <= sa.bindparam("now", type_=sa.Float)
