@@ -74,14 +74,26 @@ class EncryptedStore:
         if self.keyring is None:
             return []
         self._ready()
-        return self.keyring.destroy([store_owner(s) for s in shards])
+        destroyed = self.keyring.destroy([store_owner(s) for s in shards])
+        self._forget_plaintext()
+        return destroyed
 
     async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Async :meth:`destroy_keys`."""
         if self.keyring is None:
             return []
         await self._aready()
-        return await self.keyring.adestroy([store_owner(s) for s in shards])
+        destroyed = await self.keyring.adestroy([store_owner(s) for s in shards])
+        self._forget_plaintext()
+        return destroyed
+
+    def _forget_plaintext(self) -> None:
+        """Drop what this process remembers decrypted: term hashes and the vectors recall
+        caches per namespace (a destroyed key's shard must not be served from memory)."""
+        if self.sealer is not None:
+            self.sealer.forget()
+        with self.ranker.lock:
+            self.ranker.matrices.clear()
 
     def encrypt_plaintext(self) -> dict[str, int]:
         """Seal every item written before encryption was on (values, vectors; terms

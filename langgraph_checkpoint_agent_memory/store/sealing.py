@@ -46,6 +46,8 @@ T = TypeVar("T")
 ITEM, VECTOR = "store_item", "store_vector"
 #: How many times one call fetches keys and runs its plan again before giving up.
 MAX_ROUNDS = 8
+#: Keyed term hashes a sealer remembers.
+TERM_CACHE = 100_000
 
 
 class KeysNeeded(EncryptionError):
@@ -95,6 +97,9 @@ class Sealer:
         self.keyring = keyring
         self.local = local
         self.shard = shard
+        #: (key id, term) -> the term's keyed hash: words repeat across items, and an HMAC
+        #: per posting is most of what sealing adds to a put. Emptied when full.
+        self._terms: dict[tuple[str, str], str] = {}
 
     @property
     def allow_plaintext(self) -> bool:
@@ -257,6 +262,24 @@ class Sealer:
 
     # -- terms -----------------------------------------------------------------------------
 
+    def forget(self) -> None:
+        """Drop what this sealer remembers of terms (after keys were destroyed)."""
+        self._terms.clear()
+
+    def term_of(self, key: DataKey) -> Callable[[str], str]:
+        """``key``'s keyed hash of a term, remembered (up to :data:`TERM_CACHE` terms)."""
+        cache = self._terms
+
+        def term(word: str) -> str:
+            found = cache.get((key.key_id, word))
+            if found is None:
+                if len(cache) >= TERM_CACHE:
+                    cache.clear()
+                found = cache[(key.key_id, word)] = key.term(word)
+            return found
+
+        return term
+
     def term_forms_plan(self, terms: list[str], shards: Iterable[str]) -> Plan[list[list[str]]]:
         """Per query term, what the index stores for it in each of ``shards``: its keyed
         hash under each shard's data key (and the term itself with ``allow_plaintext``,
@@ -267,7 +290,8 @@ class Sealer:
             if key is not None:
                 keys.append(key)
         plain = self.keyring.allow_plaintext
-        return [[k.term(t) for k in keys] + ([t] if plain else []) for t in terms]
+        hashes = [self.term_of(k) for k in keys]
+        return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]
 
 
 def encrypt_plaintext_plan(

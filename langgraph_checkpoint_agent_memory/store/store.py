@@ -588,7 +588,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             value=SEALED_VALUE,
             index_text=row["doc"],  # indexed as keyed hashes, not stored
             doc=None,
-            term_of=data_key.term,
+            term_of=self.sealer.term_of(data_key),
         )
         return row, data_key
 
