@@ -261,6 +261,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
         out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
         out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
+        out[f"store.fingerprint_under.{one}"] = sealed_sql.fingerprint_under(sql, one)
     for name in (  # encryption at rest
         "sealed_vectors_exact",
         "plaintext_items",

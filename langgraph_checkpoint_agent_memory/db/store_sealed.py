@@ -172,3 +172,15 @@ def seal_vector(st: StoreStatements) -> Sql:
         )
 
     return st.statement(("seal_vector", tuple(columns)), build)
+
+
+def fingerprint_under(st: StoreStatements, scoped: bool) -> Sql:
+    """Live item count and latest update under the namespace ``:ns``: any write below it
+    changes them (the cache key of its decrypted vectors)."""
+    t = store_items
+    return st.statement(
+        ("fingerprint_under", scoped),
+        lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
+            *st.namespace_of(t, scoped), live(t)
+        ),
+    )

@@ -94,6 +94,7 @@ class EncryptedStore:
             self.sealer.forget()
         with self.ranker.lock:
             self.ranker.matrices.clear()
+            self.ranker.opened.clear()
 
     def encrypt_plaintext(self) -> dict[str, int]:
         """Seal every item written before encryption was on (values, vectors; terms

@@ -49,6 +49,9 @@ from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 
+#: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
+OPENED_NAMESPACES = 256
+
 
 def as_matrix(vectors: Iterable[bytes]) -> Any:
     """Float32 little-endian vectors of one length as the rows of a matrix."""
@@ -127,6 +130,10 @@ class Ranker:
         #: Encryption at rest (``None``: off): vectors are read sealed and ranked exactly
         #: here, query terms hashed with each searched shard's key.
         self.sealer: Sealer | None = None
+        #: (namespace, scoped) -> (fingerprint, vectors decrypted), for encrypted searches.
+        self.opened: OrderedDict[
+            tuple[str, bool], tuple[tuple[int, float, int], list[VectorRow]]
+        ] = OrderedDict()
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
@@ -196,10 +203,7 @@ class Ranker:
             rankings.append(kept[:want])
             weights.append(self.ranking.lexical_weight)
         if query_vector is not None:
-            [found] = yield Batch(
-                [Stmt(sealed_sql.sealed_vectors(self.statements, scoped(base)), base, fetch=True)]
-            )
-            rows = yield from self._opened(found)
+            rows = yield from self._sealed_rows_plan(base)
             rows = [r for r in rows if (r.prefix, r.key) in keep]
             rankings.append(self.nearest(rows, query_vector, want))
             weights.append(self.ranking.vector_weight)
@@ -263,13 +267,34 @@ class Ranker:
     ) -> Plan[tuple[list[tuple[str, str]], bool]]:
         """Exact search over the namespace's vectors, decrypted here (encryption at rest:
         no index can read them)."""
-        assert self.sealer is not None
-        [found] = yield Batch(
-            [Stmt(sealed_sql.sealed_vectors(self.statements, scoped(base)), base, fetch=True)]
-        )
-        rows = yield from self._opened(found)
+        rows = yield from self._sealed_rows_plan(base)
         nearest = self.nearest(rows, query_vector, want + 1)
         return nearest[:want], len(nearest) > want
+
+    def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
+        """The vectors under ``base``'s namespace, decrypted; kept while a fingerprint of
+        the namespace (live items, latest update, this store's writes) is unchanged, so a
+        namespace searched again costs one small read instead of a decryption per vector."""
+        one = scoped(base)
+        [fp] = yield Batch(
+            [Stmt(sealed_sql.fingerprint_under(self.statements, one), base, fetch=True)]
+        )
+        fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
+        key = (base["ns"], one)
+        with self.lock:
+            cached = self.opened.get(key)
+            if cached is not None and cached[0] == fingerprint:
+                self.opened.move_to_end(key)
+                return cached[1]
+        [found] = yield Batch(
+            [Stmt(sealed_sql.sealed_vectors(self.statements, one), base, fetch=True)]
+        )
+        rows = yield from self._opened(found)
+        with self.lock:
+            self.opened[key] = (fingerprint, rows)
+            while len(self.opened) > OPENED_NAMESPACES:
+                self.opened.popitem(last=False)
+        return rows
 
     def _opened(self, found: Sequence[Sequence[Any]]) -> Plan[list[VectorRow]]:
         """Sealed vector rows, opened (their keys loaded first)."""
