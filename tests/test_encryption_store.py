@@ -434,3 +434,21 @@ def test_pgvector_columns_stay_empty_and_search_is_exact(
         assert [(i.key, round(i.score or 0, 9)) for i in again.search(("users",), query=query)] == [
             (i.key, round(i.score or 0, 9)) for i in plain.search(("users",), query=query)
         ]
+
+
+def test_encrypt_plaintext_counts_everything_with_a_key_store_of_its_own(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    plain = stores(url, encryption=False)
+    for n in range(12):  # twelve shard keys: twelve data keys created on the way
+        plain.put(("users", f"u{n}"), "k", {"text": f"hello {n}"})
+    setting = Encryption(
+        master_keys=[generate_master_key()],
+        keystore_url=f"sqlite:///{tmp_path / 'keys.db'}",
+        allow_plaintext=True,
+    )
+    store = stores(url, encryption=setting)
+    assert store.encrypt_plaintext()["items"] == 12
+    assert store.encrypt_plaintext()["items"] == 0
+    assert len(store.search(("users",), query="hello", limit=20)) == 12

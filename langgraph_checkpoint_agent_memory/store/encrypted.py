@@ -127,7 +127,10 @@ class EncryptedStore:
         if sealer is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         self._ready()
-        return sealer.call(self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer))
+        counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
+        return sealer.call(
+            self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
+        )
 
     async def aencrypt_plaintext(self) -> dict[str, int]:
         """Async :meth:`encrypt_plaintext`."""
@@ -135,8 +138,9 @@ class EncryptedStore:
         if sealer is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         await self._aready()
+        counts = {"items": 0, "vectors": 0, "terms": 0}
         return await sealer.acall(
-            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer)
+            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
         )
 
     def _encrypt(self, setting: Encryption, index: Any) -> None:

@@ -44,8 +44,9 @@ T = TypeVar("T")
 
 #: Associated-data kinds of the store's sealed rows.
 ITEM, VECTOR = "store_item", "store_vector"
-#: How many times one call fetches keys and runs its plan again before giving up.
-MAX_ROUNDS = 8
+#: How many times in a row one call runs its plan again for keys it loaded already (no
+#: progress) before giving up; rounds that load new keys are not counted.
+MAX_ROUNDS = 3
 #: Keyed term hashes a sealer remembers.
 TERM_CACHE = 100_000
 
@@ -69,6 +70,11 @@ class _Call:
     def __init__(self) -> None:
         self.owners: dict[str, DataKey | None] = {}
         self.ids: dict[str, DataKey] = {}
+
+    def knows(self, need: KeysNeeded) -> bool:
+        """Whether every key ``need`` asks for was loaded before in this call (a plan that
+        asks again makes no progress)."""
+        return all(o in self.owners for o in need.owners) and all(i in self.ids for i in need.ids)
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
@@ -111,12 +117,15 @@ class Sealer:
         """Run the plan ``make`` builds, loading the keys it asks for and running it again."""
         call, token = self._enter()
         try:
-            for _ in range(MAX_ROUNDS):
+            stalls = 0
+            while True:
                 try:
                     return run(make())
                 except KeysNeeded as need:
+                    stalls = stalls + 1 if call.knows(need) else 0
+                    if stalls > MAX_ROUNDS:
+                        raise
                     self._load(call, need)
-            return run(make())
         finally:
             if token is not None:
                 _CALL.reset(token)
@@ -125,14 +134,16 @@ class Sealer:
         """Async :meth:`call` (``run`` is awaited)."""
         call, token = self._enter()
         try:
-            for _ in range(MAX_ROUNDS):
+            stalls = 0
+            while True:
                 try:
                     result: T = await run(make())
                     return result
                 except KeysNeeded as need:
+                    stalls = stalls + 1 if call.knows(need) else 0
+                    if stalls > MAX_ROUNDS:
+                        raise
                     await self._aload(call, need)
-            found: T = await run(make())
-            return found
         finally:
             if token is not None:
                 _CALL.reset(token)
@@ -194,6 +205,18 @@ class Sealer:
         if call is not None:
             call.owners[owner] = key
         return key
+
+    def preload_plan(self, shards: Iterable[str]) -> Plan[None]:
+        """Find or create the data keys of ``shards`` (with a key store of its own: all
+        asked for at once, so a page of items costs one round of key loading)."""
+        missing = []
+        for shard in shards:
+            try:
+                yield from self.owner_key_plan(shard, create=True)
+            except KeysNeeded:
+                missing.append(store_owner(shard))
+        if missing:
+            raise KeysNeeded(owners=missing, create=True)
 
     def ids_plan(self, sealed: Iterable[bytes | None]) -> Plan[None]:
         """Load the keys the ``sealed`` values name (``KeyMissingError`` for one the key
@@ -295,17 +318,23 @@ class Sealer:
 
 
 def encrypt_plaintext_plan(
-    st: StoreStatements, sealer: Sealer, batch_size: int = 200
+    st: StoreStatements,
+    sealer: Sealer,
+    counts: dict[str, int] | None = None,
+    batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
     """Seal every item written without encryption, its vectors, and re-hash its terms;
     each item in a transaction of its own, claimed by sealing its row first (an item
-    sealed meanwhile is left alone), so runs may overlap and resume."""
-    counts = {"items": 0, "vectors": 0, "terms": 0}
+    sealed meanwhile is left alone), so runs may overlap and resume. ``counts`` (added
+    to): what was sealed, kept across a run started again to load keys."""
+    if counts is None:
+        counts = {"items": 0, "vectors": 0, "terms": 0}
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
         [rows] = yield Batch(
             [Stmt(sealed_sql.plaintext_items(st), {**after, "n": batch_size}, fetch=True)]
         )
+        yield from sealer.preload_plan(sorted({PlainItem._make(r).shard for r in rows}))
         for item in map(PlainItem._make, rows):
             key = yield from sealer.owner_key_plan(item.shard, create=True)
             assert key is not None
