@@ -194,6 +194,7 @@ def create_store(
     *,
     index: IndexSettings | None = None,
     ttl: TTLConfig | None = None,
+    encryption: EncryptionLike = None,
     **options: Any,
 ) -> AgentMemoryStore:
     """Return the long-term memory store for this environment.
@@ -207,6 +208,9 @@ def create_store(
         index: LangGraph ``IndexConfig`` for vector search (``dims``, ``embed``, ``fields``).
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` in minutes, ``refresh_on_read``,
             ``sweep_interval_minutes``).
+        encryption: Encryption at rest (see :class:`AgentMemoryStore`): the argument, else
+            a declared ``config.encryption.enabled`` field, else ``AGENT_MEMORY_MASTER_KEY``
+            (see :func:`resolve_encryption`). A store in memory keeps its keys in memory.
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``,
             ``shard_depth``, which a declared ``config.store.shard_depth`` field also sets,
             ...) and the
@@ -230,6 +234,7 @@ def create_store(
     """
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
+    resolved = resolve_encryption(encryption)  # a bad setting fails before any connection
     database_options: dict[str, Any] = {
         k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
     }
@@ -271,7 +276,7 @@ def create_store(
             logger.info(
                 "create_store(): %s at %s (from %s)", target.kind, target.masked(), target.source
             )
-    return AgentMemoryStore(database, index=index, ttl=ttl, **options)
+    return AgentMemoryStore(database, index=index, ttl=ttl, encryption=resolved or False, **options)
 
 
 def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:

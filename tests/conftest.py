@@ -101,11 +101,39 @@ def store_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+#: Test modules (by name prefix) whose stores of :func:`make_store` run both without and
+#: with encryption at rest; the others use plain stores only.
+ENCRYPTED_MODULES = ("test_store",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_encryption" in metafunc.fixturenames:
+        both = metafunc.module.__name__.rsplit(".", 1)[-1].startswith(ENCRYPTED_MODULES)
+        params = ["plain", "encrypted"] if both else ["plain"]
+        metafunc.parametrize("store_encryption", params, indirect=True)
+
+
+@pytest.fixture
+def store_encryption(request: pytest.FixtureRequest) -> str | bool:
+    """Stores of :func:`make_store` without encryption, and, in the modules of
+    :data:`ENCRYPTED_MODULES`, with it (one master key per test, so stores reopened in a
+    test read what earlier ones wrote): the same tests, the same results."""
+    if request.param == "plain":
+        return False
+    from langgraph_checkpoint_agent_memory import generate_master_key
+
+    return generate_master_key()
+
+
 @pytest.fixture
 def make_store(
-    store_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_backend: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    store_encryption: str | bool,
 ) -> Iterator[Callable[..., AgentMemoryStore]]:
-    """Open stores of the parametrized backend on one database; all closed at the end."""
+    """Open stores of the parametrized backend on one database, with and without
+    encryption (``store_encryption``); all closed at the end."""
     from langgraph_checkpoint_agent_memory import create_store
 
     url = {
@@ -117,6 +145,7 @@ def make_store(
     opened: list[AgentMemoryStore] = []
 
     def make(**kwargs: Any) -> AgentMemoryStore:
+        kwargs.setdefault("encryption", store_encryption)
         store = create_store(url, **kwargs)
         opened.append(store)
         return store

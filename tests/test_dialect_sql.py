@@ -230,6 +230,7 @@ def backfill_statements(
 
 
 def store_statements(d: Dialect) -> dict[str, Sql]:
+    from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
     sql = StoreStatements(d)
@@ -258,6 +259,18 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         for name in ("recent", "vectors"):
             out[f"store.{name}.{one}"] = getattr(sql, name)((), one)
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
+        out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
+        out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
+        out[f"store.fingerprint_under.{one}"] = sealed_sql.fingerprint_under(sql, one)
+    for name in (  # encryption at rest
+        "sealed_vectors_exact",
+        "plaintext_items",
+        "item_postings",
+        "item_vectors",
+        "seal_item",
+        "seal_vector",
+    ):
+        out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R
@@ -559,7 +572,9 @@ class OfflineHana:
                     more = [("h", f"z{i}", 0.0) for i in range(48)] if "_8," in text else []
                     out.append([("h", "b", 0.9), ("h", "a", 0.1), *more])
                 elif "am_store_items.value" in text:
-                    out.append([("h", k, '{"text": "x"}', 1.0, 1.0, None) for k in ("a", "b")])
+                    out.append(
+                        [("h", k, '{"text": "x"}', 1.0, 1.0, None, None) for k in ("a", "b")]
+                    )
                 else:
                     out.append([])
             return out

@@ -12,8 +12,10 @@ import langgraph_checkpoint_agent_memory as package
 #: Packages whose errors never reach a library caller (the command line prints its own).
 INTERNAL = "langgraph_checkpoint_agent_memory.cli"
 #: Signals raised and caught inside the package: the readers turn a checkpoint whose
-#: values a racing delete removed into a thread that is gone (tests/test_pg_contention.py).
-SIGNALS = {"MissingBlob"}
+#: values a racing delete removed into a thread that is gone (tests/test_pg_contention.py);
+#: a store plan stops with KeysNeeded to have data keys loaded from a key store of its own
+#: and runs again (an EncryptionError should it reach a caller of ``run_plan``).
+SIGNALS = {"MissingBlob", "KeysNeeded"}
 
 
 def _error_classes() -> dict[str, type[BaseException]]:

@@ -26,7 +26,7 @@ MEMORY_TABLES = {
     "am_memory_threads",
 }
 #: The ledger once every component is current: block * 1000 + version.
-CURRENT = {1001, 1002, 1003, 2001, 2002, 2003, 2004, 2005, 2006, 3001, 3002, 3003, 3004}
+CURRENT = {1001, 1002, 1003, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 3001, 3002, 3003, 3004}
 
 
 def query(url: str, sql: str) -> list[tuple[Any, ...]]:
@@ -88,7 +88,7 @@ def test_a_store_alone_has_no_checkpoint_or_memory_tables(database_url: str) -> 
     finally:
         store.close()
     assert tables(database_url) == STORE_TABLES | {"am_migrations"}
-    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006}
+    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007}
 
 
 def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from langgraph_checkpoint_agent_memory import InvalidValueError, create_store
+from langgraph_checkpoint_agent_memory import InvalidValueError, create_store, generate_master_key
 from tests.helpers import outcome
 from tests.pg import SERVER_IDS, PgServers
 
@@ -61,6 +61,14 @@ def stores(
     servers: PgServers = request.getfixturevalue("pg_servers")
     for sid in SERVER_IDS:  # every PostgreSQL server of the session
         opened[f"postgres-{sid}"] = create_store(servers.fresh_database(sid))
+    # and with encryption on: values sealed, filters decided on decrypted values
+    key = generate_master_key()
+    opened["memory-encrypted"] = create_store(None, encryption=key)
+    opened["sqlite-encrypted"] = create_store(f"sqlite:///{path / 'e.db'}", encryption=key)
+    for sid in SERVER_IDS:
+        opened[f"postgres-{sid}-encrypted"] = create_store(
+            servers.fresh_database(sid), encryption=key
+        )
     yield opened
     for store in opened.values():
         store.close()

@@ -475,6 +475,10 @@ class Dialect:
             *(sa.column(c) for c in columns),
         )
 
+    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
+        """The vectors table with the native ``columns`` (for statements of other modules)."""
+        return self._native_vectors(columns)
+
     def insert_vector(self) -> Sql | None:
         """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
         native column from the parameter of its name, a vector's text form."""
@@ -622,8 +626,14 @@ def same_item(a: Any, b: Any) -> Any:
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
-    """``{column: bindparam(column)}``, typed by the table so drivers bind the right types."""
-    return {c: sa.bindparam(c, type_=table.c[c].type) for c in columns}
+    """``{column: bindparam(column)}``, typed by the table so drivers bind the right types;
+    a column marked ``info={"optional": True}`` binds NULL when a row does not name it."""
+    return {
+        c: sa.bindparam(c, None, type_=table.c[c].type, required=False)
+        if table.c[c].info.get("optional")
+        else sa.bindparam(c, type_=table.c[c].type)
+        for c in columns
+    }
 
 
 def _on_conflict_update(

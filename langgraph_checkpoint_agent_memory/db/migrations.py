@@ -119,7 +119,7 @@ def _checkpoint_v1(d: Dialect) -> list[str]:
 
 
 def _store_v2(d: Dialect) -> list[str]:
-    items = _as_of(store_items, without={"doc_len", *SHARD})
+    items = _as_of(store_items, without={"doc_len", "sealed", *SHARD})
     return d.ddl([items, _as_of(store_vectors, without=SHARD)]) + d.full_text_ddl()
 
 
@@ -191,6 +191,8 @@ def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
 
 #: The store version that gave every store row its shard key.
 STORE_SHARD_VERSION = 6
+#: The store version that added the sealed value of encryption at rest.
+SEALED_VERSION = 7
 #: The memory version that gave every memory row its shard key.
 MEMORY_SHARD_VERSION = 4
 
@@ -257,7 +259,17 @@ STORE = Component(
             "store shard key",
             lambda d: [*_add_shard(STORE_TABLES)(d), *d.ddl([settings])],
             rows=fill_store_shards,
-            finish=_rekey(STORE_TABLES),
+            # the tables as they were then (a rebuild copies the columns they had)
+            finish=_rekey(
+                [_as_of(t, without={"sealed"}) if t is store_items else t for t in STORE_TABLES]
+            ),
+        ),
+        # Encryption at rest: an item's value sealed under its shard key's data key, as
+        # bytes (base64 inside the JSON column would cost a third more).
+        Step(
+            SEALED_VERSION,
+            "store sealed values",
+            lambda d: [d.add_column(store_items, store_items.c.sealed)],
         ),
     ),
     _store_backfill,

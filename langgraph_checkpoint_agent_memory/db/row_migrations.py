@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
 from langgraph_checkpoint_agent_memory.db.schema import (
     MEMORY_TABLES,
     memory_decay,
@@ -255,12 +255,16 @@ def convert_existing_vectors(dialect: Dialect) -> Plan[int]:
     it only where it is still NULL, so concurrent backfills agree)."""
     fill = dialect.fill_vector()
     assert fill is not None
-    v = store_vectors
+    v, i = store_vectors, store_items.alias("i")
     pending = dialect.sql(
         "vectors_pending",
         lambda: (
             sa.select(v.c.shard, v.c.prefix, v.c.key, v.c.field, v.c.vector)
-            .where(sa.column("embedding").is_(None))
+            .where(
+                sa.column("embedding").is_(None),
+                # sealed vectors (encryption at rest) keep their native columns empty
+                ~sa.exists().where(same_item(i, v), i.c.sealed.is_not(None)),
+            )
             .select_from(v)
             .limit(sa.bindparam("n", type_=sa.Integer))
         ),

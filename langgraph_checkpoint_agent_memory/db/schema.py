@@ -155,6 +155,9 @@ store_items = sa.Table(
     sa.Column("expires_at", TIME),
     sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
     sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
+    # With encryption on: the value sealed under its shard key's data key (``value`` then
+    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given (store 7).
+    sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
     info=SHARDED,

@@ -41,7 +41,9 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 from langgraph_checkpoint_agent_memory.text import postings
 
 #: The columns of :class:`ItemRow`.
-ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes")
+ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes", "sealed")
+#: What ``value`` holds when ``sealed`` holds the item's value (encryption at rest).
+SEALED_VALUE = "{}"
 #: The most conditions of a filter the database narrows rows by. A chain of ANDs is as deep
 #: as it is long, and SQLite refuses an expression tree deeper than 1000 ("Expression tree is
 #: too large"), so a filter of any size narrows by its first conditions (equalities first) and
@@ -80,6 +82,7 @@ class ItemRow(NamedTuple):
     created_at: float
     updated_at: float
     ttl_minutes: float | None
+    sealed: bytes | None  # the value sealed (encryption at rest), else None
 
 
 class ScoredRow(NamedTuple):
@@ -137,14 +140,23 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
-    ``doc``); sets each item's ``doc_len``."""
+    ``doc``); sets each item's ``doc_len``. An item may carry ``index_text`` (indexed in
+    place of ``doc``, which then is not stored) and ``term_of`` (what is stored for each
+    term: its keyed hash, with encryption on); both are taken out of the row."""
     out: list[dict[str, Any]] = []
     for item in items:
-        doc = item.get("doc")
+        doc = item.pop("index_text", item.get("doc"))
+        term_of: Callable[[str], str] | None = item.pop("term_of", None)
         if doc is None:
             item["doc_len"] = None
             continue
-        counts, length = postings(doc)
+        found, length = postings(doc)
+        counts: dict[str, int] = dict(found)
+        if term_of is not None:
+            counts = {}
+            for term, n in found.items():
+                stored = term_of(term)
+                counts[stored] = counts.get(stored, 0) + n
         item["doc_len"] = length
         shard, prefix, key = item["shard"], item["prefix"], item["key"]
         out += [
@@ -172,6 +184,10 @@ def _delete_item(t: sa.Table) -> Any:
 def _live(t: Any) -> Any:
     """``t``'s item has not expired at ``:now``."""
     return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
+
+
+#: :func:`_live`, for the statements of other modules (:mod:`.store_sealed`).
+live = _live
 
 
 def ns_text(namespace: Sequence[str]) -> str:
@@ -345,7 +361,7 @@ class StoreStatements:
         )
 
     def upsert_item(self) -> Sql:
-        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len"]
+        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len", "sealed"]
         keys = ["shard", "prefix", "key"]
         if self.d.conditional_upsert:
             return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
@@ -417,8 +433,10 @@ class StoreStatements:
             lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
         )
 
-    def insert_vector(self) -> Sql:
-        return self.d.insert_vector() or self._insert(store_vectors)
+    def insert_vector(self, native: bool = True) -> Sql:
+        """Insert a vector row; ``native`` off: the sealed bytes only, whatever the
+        database's vector columns (they stay NULL)."""
+        return (self.d.insert_vector() if native else None) or self._insert(store_vectors)
 
     def vector_search(
         self, filters: Prefilter, dims: int, *, joined: bool, scoped: bool
@@ -469,10 +487,14 @@ class StoreStatements:
         items: list[dict[str, Any]],
         vectors: list[dict[str, Any]] | None = None,
         removed: Sequence[dict[str, Any]] = (),
+        *,
+        native_vectors: bool = True,
     ) -> list[Stmt]:
         """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
         index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
-        Every row gets its shard key here, from its ``prefix``.
+        Every row gets its shard key here, from its ``prefix``. ``native_vectors`` off
+        (encryption at rest): vectors go in as the bytes given, the database's vector
+        columns stay empty.
 
         The item's row goes first: its lock makes a concurrent put of the same key wait, so
         the deletes that follow (each statement sees what committed before it) find every old
@@ -492,13 +514,14 @@ class StoreStatements:
         ]
         if vectors is not None:
             vectors = self.keyed(vectors)
-            if self.d.native_vectors:
+            native = native_vectors and self.d.native_vectors
+            if native:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
                     self.d.vector_row(row)
             out += [
                 Stmt(vec_sql, keys, many=True),
-                Stmt(self.insert_vector(), vectors, many=True),
+                Stmt(self.insert_vector(native), vectors, many=True),
             ]
         return out
 
@@ -603,8 +626,10 @@ class StoreStatements:
         def build() -> Any:
             zero = sa.literal_column("0", sa.Integer)
             c = store_items.c
-            size = sa.func.coalesce(text_length(c.value), zero) + sa.func.coalesce(
-                sa.func.length(c.doc), zero
+            size = (
+                sa.func.coalesce(text_length(c.value), zero)
+                + sa.func.coalesce(sa.func.length(c.doc), zero)
+                + sa.func.coalesce(sa.func.length(c.sealed), zero)  # encryption at rest
             )
             return sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), zero)).where(
                 c.expires_at <= sa.bindparam("now", type_=sa.Float)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
@@ -44,7 +45,12 @@ from langgraph_checkpoint_agent_memory.db.store import (
     scoped,
     vector_text,
 )
+from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer
+
+#: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
+OPENED_NAMESPACES = 256
 
 
 def as_matrix(vectors: Iterable[bytes]) -> Any:
@@ -121,6 +127,13 @@ class Ranker:
         )
         #: Approximate searches that stopped short and were answered exactly.
         self.ann_fallbacks = 0
+        #: Encryption at rest (``None``: off): vectors are read sealed and ranked exactly
+        #: here, query terms hashed with each searched shard's key.
+        self.sealer: Sealer | None = None
+        #: (namespace, scoped) -> (fingerprint, vectors decrypted), for encrypted searches.
+        self.opened: OrderedDict[
+            tuple[str, bool], tuple[tuple[int, float, int], list[VectorRow]]
+        ] = OrderedDict()
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
@@ -136,16 +149,18 @@ class Ranker:
         *,
         exact: bool = False,
         joined: bool = False,
+        forms: list[list[str]] | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether a list was cut at ``want`` (more candidates would have followed)."""
+        and whether a list was cut at ``want`` (more candidates would have followed).
+        ``forms``: per query term, what the index stores for it (see :meth:`lexical_plan`)."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         cut = False
-        if query_terms:
+        if query_terms and (forms is None or any(forms)):
             lexical = yield from self.lexical_plan(
-                query_terms, filters, base, want, exact=exact, joined=joined
+                query_terms, filters, base, want, exact=exact, joined=joined, forms=forms
             )
             rankings.append(lexical)
             weights.append(self.ranking.lexical_weight)
@@ -158,6 +173,41 @@ class Ranker:
             weights.append(self.ranking.vector_weight)
             cut = cut or vector_cut
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
+
+    def kept_plan(
+        self,
+        query_terms: list[str],
+        query_vector: list[float] | None,
+        base: dict[str, Any],
+        want: int,
+        keep: set[tuple[str, str]],
+        forms: list[list[str]] | None,
+    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
+        the items of ``keep`` (those the filter kept, decided on their decrypted values), as
+        the database's pre-filter does without encryption, so the fused scores are the
+        same. The lexical list is read again with more candidates until it holds ``want``
+        kept items or every match; vectors are all read and decrypted anyway."""
+        rankings: list[list[tuple[str, str]]] = []
+        weights: list[float] = []
+        if query_terms and (forms is None or any(forms)):
+            size = want
+            while True:
+                raw = yield from self.lexical_plan(
+                    query_terms, (), base, size, exact=False, joined=True, forms=forms
+                )
+                kept = [k for k in raw if k in keep]
+                if len(kept) >= want or len(raw) < size:
+                    break
+                size *= 4
+            rankings.append(kept[:want])
+            weights.append(self.ranking.lexical_weight)
+        if query_vector is not None:
+            rows = yield from self._sealed_rows_plan(base)
+            rows = [r for r in rows if (r.prefix, r.key) in keep]
+            rankings.append(self.nearest(rows, query_vector, want))
+            weights.append(self.ranking.vector_weight)
+        return S.fuse(rankings, weights, k=self.ranking.rrf_k)
 
     def vector_plan(
         self,
@@ -175,6 +225,8 @@ class Ranker:
         ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
         much cheaper than reading each one's item; should expired items then leave too few
         results, the store ranks again joined."""
+        if self.sealer is not None:
+            return (yield from self._sealed_vector_plan(query_vector, base, want))
         text = vector_text(query_vector)
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
@@ -209,6 +261,54 @@ class Ranker:
         )
         nearest = self.nearest(found, query_vector, want + 1)
         return nearest[:want], len(nearest) > want
+
+    def _sealed_vector_plan(
+        self, query_vector: list[float], base: dict[str, Any], want: int
+    ) -> Plan[tuple[list[tuple[str, str]], bool]]:
+        """Exact search over the namespace's vectors, decrypted here (encryption at rest:
+        no index can read them)."""
+        rows = yield from self._sealed_rows_plan(base)
+        nearest = self.nearest(rows, query_vector, want + 1)
+        return nearest[:want], len(nearest) > want
+
+    def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
+        """The vectors under ``base``'s namespace, decrypted; kept while a fingerprint of
+        the namespace (live items, latest update, this store's writes) is unchanged, so a
+        namespace searched again costs one small read instead of a decryption per vector."""
+        one = scoped(base)
+        [fp] = yield Batch(
+            [Stmt(sealed_sql.fingerprint_under(self.statements, one), base, fetch=True)]
+        )
+        fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
+        key = (base["ns"], one)
+        with self.lock:
+            cached = self.opened.get(key)
+            if cached is not None and cached[0] == fingerprint:
+                self.opened.move_to_end(key)
+                return cached[1]
+        [found] = yield Batch(
+            [Stmt(sealed_sql.sealed_vectors(self.statements, one), base, fetch=True)]
+        )
+        rows = yield from self._opened(found)
+        with self.lock:
+            self.opened[key] = (fingerprint, rows)
+            while len(self.opened) > OPENED_NAMESPACES:
+                self.opened.popitem(last=False)
+        return rows
+
+    def _opened(self, found: Sequence[Sequence[Any]]) -> Plan[list[VectorRow]]:
+        """Sealed vector rows, opened (their keys loaded first)."""
+        assert self.sealer is not None
+        rows = [SealedVectorRow._make(r) for r in found]
+        yield from self.sealer.ids_plan(None if r.plain else bytes(r.vector) for r in rows)
+        return [
+            VectorRow(
+                r.prefix,
+                r.key,
+                self.sealer.open_vector(r.prefix, r.key, r.field, r.vector, bool(r.plain)),
+            )
+            for r in rows
+        ]
 
     def _approximate_pays(self, index: VectorIndex, base: dict[str, Any], want: int) -> Plan[bool]:
         """Whether the namespace is large enough, in vectors and in its share of the index,
@@ -265,11 +365,20 @@ class Ranker:
         *,
         exact: bool,
         joined: bool,
+        forms: list[list[str]] | None = None,
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best ``want`` items for ``terms``: document frequencies counted under the
-        namespace with the query, the corpus size and average length from the cache."""
-        n = len(terms)
-        params = {**base, **{f"t{j}": t for j, t in enumerate(terms)}}
+        namespace with the query, the corpus size and average length from the cache.
+
+        ``forms``: per term, what the index stores for it (with encryption on, its keyed
+        hash under each searched shard's key): a term's document frequency is the sum over
+        its forms, and each form weighs as its term, so the scores are those of the terms
+        themselves. ``None``: each term as it is."""
+        groups = forms if forms is not None else [[t] for t in terms]
+        flat = [f for group in groups for f in group]
+        group_of = [g for g, group in enumerate(groups) for _ in group]
+        n = len(flat)
+        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
         key = (base["ns"], exact)
         stats = self.stats.get(key)
         fresh = self._fresh(stats)
@@ -288,11 +397,12 @@ class Ranker:
             return []
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
+        group_df = [sum(df.get(f, 0) for f in group) for group in groups]
         params.update(
             n=want,
             k_base=S.K1 * (1 - S.B),
             k_len=S.K1 * S.B / avgdl,
-            **{f"w{j}": S.idf(docs, df.get(t, 0)) * (S.K1 + 1) for j, t in enumerate(terms)},
+            **{f"w{j}": S.idf(docs, group_df[group_of[j]]) * (S.K1 + 1) for j in range(n)},
         )
         [rows] = yield Batch(
             [Stmt(self.statements.lexical(n, exact, filters, joined, one), params, fetch=True)]
@@ -312,9 +422,13 @@ class Ranker:
         drops what expired). The namespace's vectors are read once and reused while it does
         not change."""
         ns = ".".join(namespace)
-        base = {"ns": ns, "shard": self.statements.shard(ns), "now": now}
+        shard = self.statements.shard(ns)
+        base = {"ns": ns, "shard": shard, "now": now}
         terms = S.terms(query)
-        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True)
+        forms = None
+        if self.sealer is not None and terms:
+            forms = yield from self.sealer.term_forms_plan(terms, [shard])
+        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True, forms=forms)
         if query_vector is None or not self.embeds:
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self.matrix_plan(ns, now)
@@ -348,16 +462,26 @@ class Ranker:
             if cached is not None and cached[0] == fingerprint:
                 self.matrices.move_to_end(ns)
                 return cached[1], cached[2]
-        [rows] = yield Batch(
-            [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
-        )
+        if self.sealer is None:
+            [rows] = yield Batch(
+                [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
+            )
+            found_rows = list(map(KeyVectorRow._make, rows))
+        else:
+            [rows] = yield Batch(
+                [
+                    Stmt(
+                        sealed_sql.sealed_vectors_exact(self.statements),
+                        self._one_ns(ns, now),
+                        fetch=True,
+                    )
+                ]
+            )
+            opened = yield from self._opened(rows)
+            found_rows = [KeyVectorRow(r.key, r.vector) for r in opened]
         # stores of other dimension counts may share the namespace: their vectors are not
         # comparable with this store's queries
-        vectors = [
-            v
-            for v in map(KeyVectorRow._make, rows)
-            if self.dims is None or len(v.vector) == 4 * self.dims
-        ]
+        vectors = [v for v in found_rows if self.dims is None or len(v.vector) == 4 * self.dims]
         keys = [v.key for v in vectors]
         if vectors:
             matrix = as_matrix(v.vector for v in vectors)

@@ -1,6 +1,15 @@
 """The store's searches: candidates ranked (BM25 over the term postings, vectors, fused) or
 newest first, then read back in pages and decided exactly against the filter.
 
+With encryption on, values are sealed, so the database cannot pre-filter them; filters
+are decided here on decrypted values, with the same results, scores, limit and offset as
+without encryption. What it costs: a filtered search with a query reads and decrypts every
+live item under the namespace prefix first (to rank only the items the filter keeps, as
+the database's pre-filter does), then ranks; a filtered search without a query reads and
+decrypts items newest first until the page is full, so a filter that keeps few items reads
+most of the namespace. An unfiltered search decrypts only the items it returns (and, with
+vectors, every vector under the prefix: see :mod:`.ranking`).
+
 :class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
 database like every other plan.
 """
@@ -13,6 +22,7 @@ from typing import Any
 
 from langgraph.store.base import Item, SearchItem, SearchOp
 
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemRow,
@@ -21,23 +31,34 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ns_text,
     scoped,
 )
+from langgraph_checkpoint_agent_memory.errors import EncryptionError
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 
 
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def _row_value(row: ItemRow) -> Any:
-    """An item row's value as a dict (the driver may have decoded its JSON already)."""
+def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
+    """An item row's value as a dict (the driver may have decoded its JSON already);
+    opened with ``sealer`` when encryption is on (its keys loaded first: see
+    :meth:`Sealer.ids_plan`)."""
+    if sealer is not None:
+        return sealer.open_value(row.prefix, row.key, row.value, row.sealed)
+    if row.sealed is not None:
+        raise EncryptionError(
+            f"store item {row.prefix!r} / {row.key!r} is encrypted: open the store with "
+            "its encryption setting (encryption=..., or AGENT_MEMORY_MASTER_KEY)"
+        )
     return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
 
-def item_fields(row: ItemRow) -> dict[str, Any]:
+def item_fields(row: ItemRow, sealer: Sealer | None = None) -> dict[str, Any]:
     """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
     return dict(
-        value=_row_value(row),
+        value=row_value(row, sealer),
         key=row.key,
         namespace=tuple(row.prefix.split(".")),
         created_at=_time(row.created_at),
@@ -49,8 +70,11 @@ class _Page:
     """One page of search results: the rows that pass the filter exactly, after skipping
     ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
 
-    def __init__(self, conds: list[tuple[list[str], str, Any]], op: SearchOp) -> None:
+    def __init__(
+        self, conds: list[tuple[list[str], str, Any]], op: SearchOp, sealer: Sealer | None
+    ) -> None:
         self._conds = conds
+        self._sealer = sealer
         self._skip, self._limit = op.offset, op.limit
         self.items: list[tuple[SearchItem, Any]] = []
 
@@ -60,18 +84,24 @@ class _Page:
 
     def offer(self, row: ItemRow, score: float | None) -> bool:
         """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
-        if not S.matches(_row_value(row), self._conds):
+        fields = item_fields(row, self._sealer)
+        if not S.matches(fields["value"], self._conds):
             return False
         if self._skip:
             self._skip -= 1
             return False
-        self.items.append((SearchItem(**item_fields(row), score=score), row.ttl_minutes))
+        self.items.append((SearchItem(**fields, score=score), row.ttl_minutes))
         return self.full
 
 
-def item_of(row: ItemRow) -> Item:
+def item_of(row: ItemRow, sealer: Sealer | None = None) -> Item:
     """The ``Item`` of an item row."""
-    return Item(**item_fields(row))
+    return Item(**item_fields(row, sealer))
+
+
+def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:
+    """The sealed values of item rows (whose keys a page must load before opening them)."""
+    return [None if r.sealed is None else bytes(r.sealed) for r in rows]
 
 
 class Searcher:
@@ -85,6 +115,8 @@ class Searcher:
     def __init__(self, statements: StoreStatements, ranker: Ranker) -> None:
         self.statements = statements
         self.ranker = ranker
+        #: Encryption at rest (``None``: off).
+        self.sealer: Sealer | None = None
 
     def search_plan(
         self, op: SearchOp, now: float, query_vector: list[float] | None
@@ -99,12 +131,24 @@ class Searcher:
         self, op: SearchOp, now: float, query_vector: list[float] | None
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = S.conditions(op.filter)
-        filters, fparams = self.statements.prefilter(conds)
+        if self.sealer is None:
+            filters, fparams = self.statements.prefilter(conds)
+        else:  # sealed values: every condition is decided here, on the values opened
+            filters, fparams = (), {}
         base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
             return (yield from self._recent_plan(op, conds, filters, base))
+        forms = None
+        if self.sealer is not None and query_terms:
+            forms = yield from self._term_forms(query_terms, base)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
+        if self.sealer is not None and conds:
+            keep = yield from self._kept_plan(conds, base)
+            fused = yield from self.ranker.kept_plan(
+                query_terms, query_vector, base, want, keep, forms
+            )
+            return (yield from self._read_ranked(fused, conds, op, now))
         # Without a filter the postings (and vectors) alone rank; should expired items fill
         # the list so that too few remain, rank again joined with the items, which leaves
         # them out. With a filter, the database's pre-filter narrows the candidates and the
@@ -113,7 +157,7 @@ class Searcher:
         joined = bool(filters)
         while True:
             fused, cut = yield from self.ranker.fused_plan(
-                query_terms, query_vector, filters, base, want, joined=joined
+                query_terms, query_vector, filters, base, want, joined=joined, forms=forms
             )
             out = yield from self._read_ranked(fused, conds, op, now)
             if len(out) >= op.limit or not cut:
@@ -121,6 +165,40 @@ class Searcher:
             if joined:
                 want *= 4
             joined = True
+
+    def _kept_plan(
+        self, conds: list[tuple[list[str], str, Any]], base: dict[str, Any]
+    ) -> Plan[set[tuple[str, str]]]:
+        """The live items under the namespace whose decrypted values pass the filter (a
+        filtered search with encryption on reads and decrypts every one of them)."""
+        assert self.sealer is not None
+        kept: set[tuple[str, str]] = set()
+        recent = self.statements.recent((), scoped(base))
+        cursor, size = 0, 500
+        while True:
+            params = {**base, "n": size, "skip": cursor}
+            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+            found = list(map(ItemRow._make, rows))
+            yield from self.sealer.ids_plan(sealed_of(found))
+            for row in found:
+                if S.matches(row_value(row, self.sealer), conds):
+                    kept.add((row.prefix, row.key))
+            if len(rows) < size:
+                return kept
+            cursor += size
+
+    def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
+        """Per query term, its keyed hash under each shard key the search reads (one when
+        the prefix names the shard key; else those of the items under it)."""
+        assert self.sealer is not None
+        if scoped(base):
+            shards = [base["shard"]]
+        else:
+            [rows] = yield Batch(
+                [Stmt(sealed_sql.shards_under(self.statements, False), base, fetch=True)]
+            )
+            shards = [r[0] for r in rows]
+        return (yield from self.sealer.term_forms_plan(terms, shards))
 
     def _read_ranked(
         self,
@@ -130,7 +208,7 @@ class Searcher:
         now: float,
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
-        page = _Page(conds, op)
+        page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
         # the first read asks for little more than a page: most candidates pass
@@ -145,6 +223,8 @@ class Searcher:
                 params[f"s{j}"] = self.statements.shard(prefix)
             [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
             by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
+            if self.sealer is not None:
+                yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
             for item_key, score in chunk:
                 row = by_key.get(item_key)
                 if row is not None and page.offer(row, score):
@@ -159,7 +239,7 @@ class Searcher:
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
         """No query: newest first, pre-filtered in SQL, decided exactly here."""
-        page = _Page(conds, op)
+        page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
         cursor, size = 0, max(op.limit + op.offset, 16)
@@ -167,7 +247,10 @@ class Searcher:
             params = {**base, "n": size, "skip": cursor}
             recent = self.statements.recent(filters, scoped(base))
             [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            for row in map(ItemRow._make, rows):
+            found = list(map(ItemRow._make, rows))
+            if self.sealer is not None:
+                yield from self.sealer.ids_plan(sealed_of(found))
+            for row in found:
                 if page.offer(row, None):
                     return page.items
             if len(rows) < size:

@@ -12,6 +12,9 @@ reciprocal rank fusion of lexical (BM25 over the store's own term index, the sam
 database) and vector similarity (through pgvector's or SAP HANA Cloud's HNSW index for large
 namespaces, exact otherwise: see :mod:`.ranking`), so lexical search works with no embedder
 at all.
+
+With ``encryption=`` on, values, vectors and the term index are sealed per shard key (see
+:mod:`.sealing`); searches, filters, BM25 and TTLs work as without it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
+from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike, resolve
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
@@ -50,6 +56,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
 )
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
+    SEALED_VALUE,
     ItemKey,
     ItemRow,
     StoreStatements,
@@ -60,9 +67,11 @@ from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, Configura
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
+from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
-from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer
+from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
 
 T = TypeVar("T")
 
@@ -71,7 +80,7 @@ T = TypeVar("T")
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -101,6 +110,14 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             first setup. ``None``: the database's rule, 2 for a new one; another value than
             the recorded one gets a ``ConfigurationError``. Searches under a shorter prefix
             read every shard (see the user guide, "The shard key").
+        encryption: Encryption at rest with a data key per shard key (see the user guide,
+            "Encryption and erasure"): ``None`` (default) follows ``AGENT_MEMORY_MASTER_KEY``
+            and ``AGENT_MEMORY_KEYSTORE_URL``; ``False`` is off; a base64 master key, a
+            ``KeyProvider`` or an :class:`Encryption`. Values, vectors and the term index
+            are sealed; the key store is a table of this database unless the setting names
+            another. Vectors are then ranked exactly, decrypted in the store: pgvector's and
+            SAP HANA's vector columns and HNSW index are not used (a warning says so when
+            ``ann_index_config`` asks for one); filters are decided on decrypted values.
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -137,6 +154,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         auto_setup: bool = True,
         clock: Callable[[], float] = time.time,
         shard_depth: int | None = None,
+        encryption: EncryptionLike = None,
     ) -> None:
         self.db = database
         self.dialect = database.dialect
@@ -171,6 +189,12 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             self.ranker.fields = max(1, len(self.index_config["fields"]))
             self.ranker.dims = self.index_config["dims"]
         self.searcher = Searcher(self.statements, self.ranker)
+        #: The data keys of encryption at rest (``None``: off).
+        self.keyring: Keyring | None = None
+        self.sealer: Sealer | None = None
+        setting = encryption if isinstance(encryption, Encryption) else resolve(encryption)
+        if setting is not None:
+            self._encrypt(setting, index)
         #: Whether this store knows the database's vector support (found at setup, or on
         #: first use without ``auto_setup``).
         self._vectors_known = False
@@ -232,12 +256,16 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             ```
         """
         self.stop_ttl_sweeper()
+        if self.keyring is not None:
+            self.keyring.close()
         self.db.close()
 
     async def aclose(self) -> None:
         """Async :meth:`close`; ``async with store:`` calls it on exit. The sweeper thread
         is joined off the event loop."""
         await asyncio.to_thread(self.stop_ttl_sweeper)
+        if self.keyring is not None:
+            await asyncio.to_thread(self.keyring.close)
         await self.db.aclose()
 
     @property
@@ -272,7 +300,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Find (with ``create``: build where missing) the approximate index of this store's
         vector length: pgvector's HNSW on PostgreSQL, SAP HANA Cloud's HNSW vector index."""
         self.ranker.vector_index = None
-        if self.index_config is not None:
+        if self.index_config is not None and self.sealer is None:
             if not create:  # setup found this out already; a store without setup asks now
                 yield from self.dialect.vectors_plan(create=False)
             index = self.dialect.ann_index(self.index_config["dims"], self.ann_config)
@@ -362,7 +390,17 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
-        result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        if self.sealer is None:
+            result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        else:
+            self._ready()
+
+            def plan() -> Plan[list[Result]]:
+                assert self.sealer is not None
+                self.sealer.preload(self._owners(puts))
+                return self._batch_plan(ops, puts, vectors, query_vectors)
+
+            result = self.sealer.call(self.run_plan, plan)
         self._after_write(puts)
         return result
 
@@ -372,7 +410,15 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
-        result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        if self.sealer is None:
+            result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        else:
+            await self._aready()
+            owners = self._owners(puts)
+            result = await self.sealer.acall(
+                self._arun_preloaded(owners),
+                lambda: self._batch_plan(ops, puts, vectors, query_vectors),
+            )
         self._after_write(puts)
         return result
 
@@ -426,22 +472,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             yield from self._vector_index_plan(create=False)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
-                [rows] = yield Batch(
-                    [
-                        Stmt(
-                            self.statements.get(),
-                            {
-                                "shard": self.statements.shard(ns_text(op.namespace)),
-                                "prefix": ns_text(op.namespace),
-                                "key": op.key,
-                                "now": now,
-                            },
-                            fetch=True,
-                        )
-                    ]
-                )
-                row = ItemRow(*rows[0]) if rows else None
-                results[i] = item_of(row) if row else None
+                row = yield from self._get_plan(op, now)
+                results[i] = item_of(row, self.sealer) if row else None
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
@@ -461,6 +493,16 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             yield Batch(statements, write=True)
         return results
 
+    def _get_plan(self, op: GetOp, now: float) -> Plan[ItemRow | None]:
+        """One live item's row (its data key loaded when sealed)."""
+        prefix = ns_text(op.namespace)
+        params = {"shard": self.statements.shard(prefix), "prefix": prefix, "key": op.key}
+        [rows] = yield Batch([Stmt(self.statements.get(), {**params, "now": now}, fetch=True)])
+        row = ItemRow(*rows[0]) if rows else None
+        if row is not None and self.sealer is not None:
+            yield from self.sealer.ids_plan(sealed_of([row]))
+        return row
+
     def _refreshes(self, refresh_ttl: bool | None) -> bool:
         if refresh_ttl is not None:
             return refresh_ttl
@@ -479,19 +521,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
             if op.value is None:
                 removed.append({"prefix": prefix, "key": key})
                 continue
-            ttl = self._ttl(op)
-            items.append(
-                {
-                    "prefix": prefix,
-                    "key": key,
-                    "value": V.encode_value(op.value),
-                    "created_at": now,
-                    "updated_at": now,
-                    "ttl_minutes": ttl,
-                    "expires_at": now + ttl * 60 if ttl is not None else None,
-                    "doc": self._doc(op),
-                }
-            )
+            row, data_key = yield from self._item_row(prefix, key, op, now)
+            items.append(row)
             for field, _ in self._index_texts(op):
                 vector = np.asarray(vectors[at], dtype="<f4")
                 at += 1
@@ -500,9 +531,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                         f"the embedder returned {vector.shape[0]} dimensions, index says "
                         f"{self.index_config['dims']}"  # type: ignore[index]
                     )
-                vector_rows.append(
-                    {"prefix": prefix, "key": key, "field": field, "vector": vector.tobytes()}
-                )
+                blob = vector.tobytes()
+                if self.sealer is not None and data_key is not None:
+                    blob = self.sealer.seal_vector(data_key, prefix, key, field, blob)
+                vector_rows.append({"prefix": prefix, "key": key, "field": field, "vector": blob})
         if not self.dialect.conditional_upsert and items:
             # UPSERT replaces every column: carry created_at over explicitly
             found = yield Batch(
@@ -525,7 +557,40 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
         self.ranker.writes += len(puts)
-        return self.statements.writes(items, vector_rows, removed)
+        return self.statements.writes(
+            items, vector_rows, removed, native_vectors=self.sealer is None
+        )
+
+    def _item_row(
+        self, prefix: str, key: str, op: PutOp, now: float
+    ) -> Plan[tuple[dict[str, Any], DataKey | None]]:
+        """The item row a put writes, sealed with its shard's data key when encryption is
+        on (returned too, for its vectors)."""
+        assert op.value is not None
+        ttl = self._ttl(op)
+        text = V.encode_value(op.value)
+        row: dict[str, Any] = {
+            "prefix": prefix,
+            "key": key,
+            "value": text,
+            "created_at": now,
+            "updated_at": now,
+            "ttl_minutes": ttl,
+            "expires_at": now + ttl * 60 if ttl is not None else None,
+            "doc": self._doc(op),
+        }
+        if self.sealer is None:
+            return row, None
+        data_key = yield from self.sealer.owner_key_plan(self.statements.shard(prefix), create=True)
+        assert data_key is not None
+        row.update(
+            sealed=self.sealer.seal_value(data_key, prefix, key, text),
+            value=SEALED_VALUE,
+            index_text=row["doc"],  # indexed as keyed hashes, not stored
+            doc=None,
+            term_of=self.sealer.term_of(data_key),
+        )
+        return row, data_key
 
     def _ttl(self, op: PutOp) -> float | None:
         # PutOp declares ``float | None`` but carries NOT_PROVIDED when the caller gave no TTL

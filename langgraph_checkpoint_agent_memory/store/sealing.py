@@ -1,0 +1,392 @@
+"""Encryption at rest for the store: what is sealed, under which key, and how plans find keys.
+
+With encryption on, every item is sealed under the data key of its shard key (owner
+:func:`~..crypto.cipher.store_owner`), with the row's identity as associated data:
+
+* the value goes into ``am_store_items.sealed`` (bytes; ``value`` holds ``{}``), and the
+  text lexical search indexed (``doc``) is not stored;
+* each vector in ``am_store_vectors.vector`` is sealed (the database's native vector
+  columns stay empty, so no HNSW index serves an encrypted store: exact search over the
+  vectors decrypted in the store);
+* each term of the lexical index is stored as its keyed hash (:meth:`DataKey.term`); a
+  query hashes its terms with the key of each shard it searches, so BM25 scores exactly as
+  without encryption.
+
+Plans find keys without I/O of their own: the keyring's cache first; then, when the key
+store is the store's own database, the keyring's plans run inside the store's plan; else the
+plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the key store
+and runs the plan again (reads only: every plan writes last). Keys found during one call are
+kept for that call (a context variable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    DataKey,
+    aad,
+    key_id_of,
+    plaintext_refused,
+    store_owner,
+)
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import SEALED_VALUE, StoreStatements
+from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
+from langgraph_checkpoint_agent_memory.errors import EncryptionError
+
+T = TypeVar("T")
+
+#: Associated-data kinds of the store's sealed rows.
+ITEM, VECTOR = "store_item", "store_vector"
+#: How many times in a row one call runs its plan again for keys it loaded already (no
+#: progress) before giving up; rounds that load new keys are not counted.
+MAX_ROUNDS = 3
+#: Keyed term hashes a sealer remembers.
+TERM_CACHE = 100_000
+
+
+class KeysNeeded(EncryptionError):
+    """A plan needs data keys the keyring has not loaded (the key store is another
+    database): the store's call loads them and runs the plan again. Seen by a caller only
+    when it runs a store plan itself (``run_plan``) with such a key store."""
+
+    def __init__(self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False):
+        self.owners, self.ids, self.create = list(owners), list(ids), create
+        super().__init__(
+            f"data keys not loaded (owners {self.owners}, ids {self.ids}): run the store's "
+            "own methods, which load them from the key store"
+        )
+
+
+class _Call:
+    """Keys found during one call of the store."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, DataKey | None] = {}
+        self.ids: dict[str, DataKey] = {}
+
+    def knows(self, need: KeysNeeded) -> bool:
+        """Whether every key ``need`` asks for was loaded before in this call (a plan that
+        asks again makes no progress)."""
+        return all(o in self.owners for o in need.owners) and all(i in self.ids for i in need.ids)
+
+
+_CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
+
+
+class Sealer:
+    """Seals and opens one store's rows, with the data keys of one keyring.
+
+    Args:
+        keyring: The keyring (its key store, provider, ``allow_plaintext``).
+        local: Whether the key store is the store's own database (keys are then read
+            inside the store's plans, with no second transaction).
+        shard: The store's shard-key rule (namespace as kept -> shard key).
+
+    Example:
+        ```python
+        from langgraph_checkpoint_agent_memory import create_store, generate_master_key
+
+        with create_store("sqlite:///memory.db", encryption=generate_master_key()) as store:
+            store.put(("users", "alice"), "prefs", {"food": "ramen"})
+            assert store.keyring is not None
+        ```
+    """
+
+    def __init__(self, keyring: Keyring, *, local: bool, shard: Callable[[str], str]) -> None:
+        self.keyring = keyring
+        self.local = local
+        self.shard = shard
+        #: (key id, term) -> the term's keyed hash: words repeat across items, and an HMAC
+        #: per posting is most of what sealing adds to a put. Emptied when full.
+        self._terms: dict[tuple[str, str], str] = {}
+
+    @property
+    def allow_plaintext(self) -> bool:
+        return self.keyring.allow_plaintext
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def call(self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]]) -> T:
+        """Run the plan ``make`` builds, loading the keys it asks for and running it again."""
+        call, token = self._enter()
+        try:
+            stalls = 0
+            while True:
+                try:
+                    return run(make())
+                except KeysNeeded as need:
+                    stalls = stalls + 1 if call.knows(need) else 0
+                    if stalls > MAX_ROUNDS:
+                        raise
+                    self._load(call, need)
+        finally:
+            if token is not None:
+                _CALL.reset(token)
+
+    async def acall(self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]]) -> T:
+        """Async :meth:`call` (``run`` is awaited)."""
+        call, token = self._enter()
+        try:
+            stalls = 0
+            while True:
+                try:
+                    result: T = await run(make())
+                    return result
+                except KeysNeeded as need:
+                    stalls = stalls + 1 if call.knows(need) else 0
+                    if stalls > MAX_ROUNDS:
+                        raise
+                    await self._aload(call, need)
+        finally:
+            if token is not None:
+                _CALL.reset(token)
+
+    def _enter(self) -> tuple[_Call, Any]:
+        call = _CALL.get()
+        if call is not None:
+            return call, None
+        call = _Call()
+        return call, _CALL.set(call)
+
+    def _load(self, call: _Call, need: KeysNeeded) -> None:
+        for owner in need.owners:
+            call.owners[owner] = (
+                self.keyring.key(owner) if need.create else self.keyring.find(owner)
+            )
+        for key_id in need.ids:
+            call.ids[key_id] = self.keyring.by_id(key_id)
+
+    async def _aload(self, call: _Call, need: KeysNeeded) -> None:
+        for owner in need.owners:
+            call.owners[owner] = await (
+                self.keyring.akey(owner) if need.create else self.keyring.afind(owner)
+            )
+        for key_id in need.ids:
+            call.ids[key_id] = await self.keyring.aby_id(key_id)
+
+    def preload(self, owners: Iterable[str]) -> None:
+        """Find or create the keys of ``owners`` before a call's plan runs (a put's)."""
+        call = _CALL.get()
+        for owner in owners:
+            key = self.keyring.key(owner)
+            if call is not None:
+                call.owners[owner] = key
+
+    async def apreload(self, owners: Iterable[str]) -> None:
+        """Async :meth:`preload`."""
+        call = _CALL.get()
+        for owner in owners:
+            key = await self.keyring.akey(owner)
+            if call is not None:
+                call.owners[owner] = key
+
+    # -- keys inside plans -----------------------------------------------------------------
+
+    def owner_key_plan(self, shard: str, *, create: bool) -> Plan[DataKey | None]:
+        """The data key of ``shard`` (created when ``create``; else ``None`` when it has
+        none), without I/O of its own (see the module)."""
+        owner = store_owner(shard)
+        found = self.keyring.cached(owner)
+        if found is not None:
+            return found
+        call = _CALL.get()
+        if call is not None and owner in call.owners and (call.owners[owner] or not create):
+            return call.owners[owner]
+        if not self.local:
+            raise KeysNeeded(owners=[owner], create=create)
+        key = yield from self.keyring.key_plan(owner, create=create)
+        if call is not None:
+            call.owners[owner] = key
+        return key
+
+    def preload_plan(self, shards: Iterable[str]) -> Plan[None]:
+        """Find or create the data keys of ``shards`` (with a key store of its own: all
+        asked for at once, so a page of items costs one round of key loading)."""
+        missing = []
+        for shard in shards:
+            try:
+                yield from self.owner_key_plan(shard, create=True)
+            except KeysNeeded:
+                missing.append(store_owner(shard))
+        if missing:
+            raise KeysNeeded(owners=missing, create=True)
+
+    def ids_plan(self, sealed: Iterable[bytes | None]) -> Plan[None]:
+        """Load the keys the ``sealed`` values name (``KeyMissingError`` for one the key
+        store does not hold)."""
+        call = _CALL.get()
+        named = {key_id_of(s) for s in sealed if s is not None}
+        missing = {
+            key_id
+            for key_id in named
+            if (call is None or key_id not in call.ids) and self.keyring.cached_id(key_id) is None
+        }
+        if not missing:
+            return
+        if not self.local:
+            raise KeysNeeded(ids=sorted(missing))
+        for key_id in sorted(missing):
+            key = yield from self.keyring.by_id_plan(key_id)
+            if call is not None:
+                call.ids[key_id] = key
+
+    def _by_id(self, key_id: str) -> DataKey:
+        call = _CALL.get()
+        if call is not None and key_id in call.ids:
+            return call.ids[key_id]
+        found = self.keyring.cached_id(key_id)
+        if found is None:
+            raise KeysNeeded(ids=[key_id])
+        if call is not None:  # the rest of this call finds it without the keyring's lock
+            call.ids[key_id] = found
+        return found
+
+    # -- values ----------------------------------------------------------------------------
+
+    def seal_value(self, key: DataKey, prefix: str, item_key: str, text: str) -> bytes:
+        """An item's JSON text sealed for its row."""
+        return key.seal(text.encode("utf-8"), aad(ITEM, self.shard(prefix), prefix, item_key))
+
+    def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
+        """An item row's value as a dict: opened when sealed; a plaintext row only with
+        ``allow_plaintext`` (else :class:`PlaintextRowError`)."""
+        if sealed is None:
+            if not self.keyring.allow_plaintext:
+                raise plaintext_refused(f"store item {prefix!r} / {item_key!r}")
+            return value if isinstance(value, dict) else json.loads(value)
+        key = self._by_id(key_id_of(sealed))
+        return json.loads(key.open(sealed, aad(ITEM, self.shard(prefix), prefix, item_key)))
+
+    def seal_vector(
+        self, key: DataKey, prefix: str, item_key: str, field: str, vector: bytes
+    ) -> bytes:
+        """One embedded field's float32 vector sealed for its row."""
+        return key.seal(vector, aad(VECTOR, self.shard(prefix), prefix, item_key, field))
+
+    def open_vector(
+        self, prefix: str, item_key: str, field: str, vector: bytes, plain: bool
+    ) -> bytes:
+        """A vector row's float32 bytes (``plain``: its item was written without
+        encryption, read only with ``allow_plaintext``)."""
+        if plain:
+            if not self.keyring.allow_plaintext:
+                raise plaintext_refused(f"the vector of store item {prefix!r} / {item_key!r}")
+            return bytes(vector)
+        data = bytes(vector)
+        key = self._by_id(key_id_of(data))
+        return key.open(data, aad(VECTOR, self.shard(prefix), prefix, item_key, field))
+
+    # -- terms -----------------------------------------------------------------------------
+
+    def forget(self) -> None:
+        """Drop what this sealer remembers of terms (after keys were destroyed)."""
+        self._terms.clear()
+
+    def term_of(self, key: DataKey) -> Callable[[str], str]:
+        """``key``'s keyed hash of a term, remembered (up to :data:`TERM_CACHE` terms)."""
+        cache = self._terms
+
+        def term(word: str) -> str:
+            found = cache.get((key.key_id, word))
+            if found is None:
+                if len(cache) >= TERM_CACHE:
+                    cache.clear()
+                found = cache[(key.key_id, word)] = key.term(word)
+            return found
+
+        return term
+
+    def term_forms_plan(self, terms: list[str], shards: Iterable[str]) -> Plan[list[list[str]]]:
+        """Per query term, what the index stores for it in each of ``shards``: its keyed
+        hash under each shard's data key (and the term itself with ``allow_plaintext``,
+        for rows not yet encrypted)."""
+        keys: list[DataKey] = []
+        for shard in sorted(set(shards)):
+            key = yield from self.owner_key_plan(shard, create=False)
+            if key is not None:
+                keys.append(key)
+        plain = self.keyring.allow_plaintext
+        hashes = [self.term_of(k) for k in keys]
+        return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]
+
+
+def encrypt_plaintext_plan(
+    st: StoreStatements,
+    sealer: Sealer,
+    counts: dict[str, int] | None = None,
+    batch_size: int = 200,
+) -> Plan[dict[str, int]]:
+    """Seal every item written without encryption, its vectors, and re-hash its terms;
+    each item in a transaction of its own, claimed by sealing its row first (an item
+    sealed meanwhile is left alone), so runs may overlap and resume. ``counts`` (added
+    to): what was sealed, kept across a run started again to load keys."""
+    if counts is None:
+        counts = {"items": 0, "vectors": 0, "terms": 0}
+    after = {"a_shard": "", "a_prefix": "", "a_key": ""}
+    while True:
+        [rows] = yield Batch(
+            [Stmt(sealed_sql.plaintext_items(st), {**after, "n": batch_size}, fetch=True)]
+        )
+        yield from sealer.preload_plan(sorted({PlainItem._make(r).shard for r in rows}))
+        for item in map(PlainItem._make, rows):
+            key = yield from sealer.owner_key_plan(item.shard, create=True)
+            assert key is not None
+            text = item.value if isinstance(item.value, str) else _json(item.value)
+            ident = {"shard": item.shard, "prefix": item.prefix, "key": item.key}
+            sealed = sealer.seal_value(key, item.prefix, item.key, text)
+            claimed, postings, vectors = yield Batch(
+                [
+                    Stmt(
+                        sealed_sql.seal_item(st), {**ident, "sealed": sealed, "value": SEALED_VALUE}
+                    ),
+                    Stmt(sealed_sql.item_postings(st), ident, fetch=True),
+                    Stmt(sealed_sql.item_vectors(st), ident, fetch=True),
+                ],
+                write=True,
+                lock=True,
+                hold=True,
+            )
+            if not claimed:
+                yield Batch([], write=True)
+                continue
+            terms: dict[str, tuple[int, int]] = {}
+            for p in map(PostingRow._make, postings):
+                stored = key.term(p.term)
+                tf = terms.get(stored, (0, p.dl))[0] + p.tf
+                terms[stored] = (tf, p.dl)
+            term_rows = [{**ident, "term": t, "tf": tf, "dl": dl} for t, (tf, dl) in terms.items()]
+            vector_rows = [
+                {
+                    **ident,
+                    "field": v.field,
+                    "vector": sealer.seal_vector(
+                        key, item.prefix, item.key, v.field, bytes(v.vector)
+                    ),
+                }
+                for v in map(FieldVectorRow._make, vectors)
+            ]
+            writes = [Stmt(st.delete_item()[1], ident)]
+            if term_rows:
+                writes.append(st.insert_terms_stmt(term_rows))
+            if vector_rows:
+                writes.append(Stmt(sealed_sql.seal_vector(st), vector_rows, many=True))
+            yield Batch(writes, write=True)
+            counts["items"] += 1
+            counts["vectors"] += len(vector_rows)
+            counts["terms"] += len(term_rows)
+        if len(rows) < batch_size:
+            return counts
+        last = PlainItem._make(rows[-1])
+        after = {"a_shard": last.shard, "a_prefix": last.prefix, "a_key": last.key}
+
+
+def _json(value: Any) -> str:
+    """A value the driver decoded (PostgreSQL's JSONB) as the store's JSON text."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
