@@ -56,6 +56,12 @@ The mapping:
   package's offline embedder, 256 dimensions). The server resolves ``embed`` itself at startup
   too, so it must be loadable there.
 
+Encryption at rest follows the package's variables (``AGENT_MEMORY_MASTER_KEY``,
+``AGENT_MEMORY_KEYSTORE_URL``) and, when they are not set, the Agent Server's own
+``LANGGRAPH_AES_KEY`` (a master key is derived from it), so a deployment that sets the
+variable the Agent Server documents gets encrypted checkpoints and store items, as it
+expects. See the user guide's "Encryption and erasure".
+
 Every bad value raises :class:`ConfigurationError` naming the variable and the field, before
 the server accepts a request.
 """
@@ -79,6 +85,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+from langgraph_checkpoint_agent_memory.crypto.config import from_langgraph_aes_key
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -134,7 +141,8 @@ async def checkpointer() -> AsyncIterator[SQLSaver]:
         None: The server calls it with no arguments. It reads ``LANGGRAPH_CHECKPOINTER`` (the
             ``"checkpointer"`` section: ``ttl`` with ``strategy``, ``default_ttl`` in
             minutes, ``sweep_interval_minutes``, ``sweep_limit``, ``refresh_on_read``; and
-            ``serde``), ``LANGGRAPH_THREAD_TTL`` when set, and ``AGENT_MEMORY_URL``.
+            ``serde``), ``LANGGRAPH_THREAD_TTL`` when set, ``AGENT_MEMORY_URL``, and the
+            encryption variables (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         A :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver` whose schema is
@@ -169,7 +177,9 @@ async def checkpointer() -> AsyncIterator[SQLSaver]:
         ```
     """
     options = _checkpointer_options(os.environ)
-    saver = create_checkpointer(url=_memory_url(os.environ), **options)
+    saver = create_checkpointer(
+        url=_memory_url(os.environ), encryption=from_langgraph_aes_key(os.environ), **options
+    )
     if not isinstance(saver, SQLSaver):  # pragma: no cover - a URL always gives a SQL saver
         raise TypeError(f"expected a SQL saver for a URL, got {type(saver).__name__}")
     try:
@@ -191,7 +201,8 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
         None: The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the
             ``"store"`` section: ``ttl`` with ``default_ttl`` in minutes,
             ``refresh_on_read`` and ``sweep_interval_minutes``; ``index`` with ``dims``,
-            ``embed`` and ``fields``) and ``AGENT_MEMORY_URL``.
+            ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption variables
+            (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         The store, its schema set up and its TTL sweeper running when the ``ttl`` section
@@ -228,7 +239,12 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
     section.warn_unknown(_STORE_KEYS)
     index = _index(section.section("index"))
     ttl = _store_ttl(section.section("ttl"))
-    opened = create_store(_memory_url(os.environ), index=index, ttl=ttl)
+    opened = create_store(
+        _memory_url(os.environ),
+        index=index,
+        ttl=ttl,
+        encryption=from_langgraph_aes_key(os.environ),
+    )
     try:
         await opened.asetup()
         if ttl and (ttl.get("default_ttl") or ttl.get("sweep_interval_minutes")):

@@ -27,6 +27,9 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "AGENT_MEMORY_URL",
         "VCAP_SERVICES",
         "SERVICE_BINDING_ROOT",
+        "AGENT_MEMORY_MASTER_KEY",
+        "AGENT_MEMORY_KEYSTORE_URL",
+        "LANGGRAPH_AES_KEY",
     ):
         monkeypatch.delenv(name, raising=False)
     yield

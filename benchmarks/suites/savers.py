@@ -286,14 +286,15 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
             ).fetchone()
             return int(row[0]) if row else 0
 
-    url = fresh_pg()
-    ours = OurPostgres(url)
-    graph = chat_graph(ours)
-    empty = pg_bytes(url) if ours.setup() is None else 0
-    for _ in range(turns):
-        graph.invoke({"messages": message, "counter": 0}, config)
-    ours.close()
-    out["ours-postgres"] = pg_bytes(url) - empty
+    for name, options in (("ours-postgres", {}), (ENCRYPTED_POSTGRES, {"encryption": True})):
+        url = fresh_pg()
+        ours = OurPostgres(url, **_storage_options(options))
+        graph = chat_graph(ours)
+        empty = pg_bytes(url) if ours.setup() is None else 0
+        for _ in range(turns):
+            graph.invoke({"messages": message, "counter": 0}, config)
+        ours.close()
+        out[name] = pg_bytes(url) - empty
 
     url = fresh_pg()
     with LgPostgres.from_conn_string(url) as lg:
@@ -311,15 +312,16 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
         conn.close()
         return path.stat().st_size
 
-    path = folder / "storage-ours.db"
-    ours_sq = OurSqlite(path)
-    ours_sq.setup()
-    empty = sqlite_bytes(path)
-    graph = chat_graph(ours_sq)
-    for _ in range(turns):
-        graph.invoke({"messages": message, "counter": 0}, config)
-    ours_sq.close()
-    out["ours-sqlite"] = sqlite_bytes(path) - empty
+    for name, options in (("ours-sqlite", {}), (ENCRYPTED_SQLITE, {"encryption": True})):
+        path = folder / f"storage-{len(out)}.db"
+        ours_sq = OurSqlite(path, **_storage_options(options))
+        ours_sq.setup()
+        empty = sqlite_bytes(path)
+        graph = chat_graph(ours_sq)
+        for _ in range(turns):
+            graph.invoke({"messages": message, "counter": 0}, config)
+        ours_sq.close()
+        out[name] = sqlite_bytes(path) - empty
 
     path = folder / "storage-lg.db"
     conn = sqlite3.connect(path, check_same_thread=False)
@@ -333,6 +335,12 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
     conn.close()
     out["lg-SqliteSaver"] = sqlite_bytes(path) - empty
     return out
+
+
+def _storage_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A saver's options, ``encryption`` made a setting of its own (with the key table in
+    place before the empty size is taken, so it counts as schema, not as the thread's)."""
+    return {**options, "encryption": _encryption()} if options.get("encryption") else options
 
 
 def _round_trip_floor(url: str, rounds: int) -> float:
@@ -402,7 +410,13 @@ def run(*, quick: bool, out: Path) -> None:
         graph_rows = []
         relaxed = OurPostgres(fresh_pg(), synchronous_commit=False)
         stack.callback(relaxed.close)
-        graph_savers = {**savers.sync, RELAXED: relaxed}
+        encrypted = {
+            ENCRYPTED_SQLITE: OurSqlite(folder / "ours-encrypted.db", encryption=_encryption()),
+            ENCRYPTED_POSTGRES: OurPostgres(fresh_pg(), encryption=_encryption()),
+        }
+        for saver in encrypted.values():
+            stack.callback(saver.close)
+        graph_savers = {**savers.sync, RELAXED: relaxed, **encrypted}
         for shape in ("long_thread", "short_threads"):
             long_thread = shape == "long_thread"
             cases = {
@@ -461,6 +475,17 @@ def run(*, quick: bool, out: Path) -> None:
 
 
 RELAXED = "ours-postgres (synchronous_commit off)"
+#: Ours with encryption at rest on (a master key of the run; the key store a table of the same
+#: database), measured against ours without it.
+ENCRYPTED_SQLITE = "ours-sqlite (encrypted)"
+ENCRYPTED_POSTGRES = "ours-postgres (encrypted)"
+
+
+def _encryption() -> Any:
+    from langgraph_checkpoint_agent_memory import Encryption, generate_master_key
+
+    return Encryption(master_keys=[generate_master_key()])
+
 
 PAIRS = [
     ("ours-postgres", "lg-PostgresSaver"),
@@ -470,4 +495,6 @@ PAIRS = [
     ("ours-sqlite (async)", "lg-AsyncSqliteSaver (async)"),
     ("ours-sqlite", "InMemorySaver"),
     ("ours-sqlite (async)", "InMemorySaver (async)"),
+    (ENCRYPTED_SQLITE, "ours-sqlite"),
+    (ENCRYPTED_POSTGRES, "ours-postgres"),
 ]

@@ -97,6 +97,10 @@ def run(*, quick: bool, out: Path) -> None:
                 "ours-memory": create_store(),
                 "ours-sqlite": create_store(f"sqlite:///{folder / f'ours-{size}.db'}"),
                 "ours-postgres": create_store(fresh_pg()),
+                ENCRYPTED_SQLITE: create_store(
+                    f"sqlite:///{folder / f'ours-enc-{size}.db'}", encryption=_encryption()
+                ),
+                ENCRYPTED_POSTGRES: create_store(fresh_pg(), encryption=_encryption()),
                 "lg-InMemoryStore": InMemoryStore(),
             }
             conn = sqlite3.connect(
@@ -144,6 +148,8 @@ def run(*, quick: bool, out: Path) -> None:
                     ("ours-memory", "lg-InMemoryStore"),
                     ("ours-sqlite", "lg-SqliteStore"),
                     ("ours-postgres", "lg-PostgresStore"),
+                    (ENCRYPTED_SQLITE, "ours-sqlite"),
+                    (ENCRYPTED_POSTGRES, "ours-postgres"),
                 ):
                     r = summary[ours]["median_us"] / summary[peer]["median_us"]
                     rows.append(
@@ -158,6 +164,22 @@ def run(*, quick: bool, out: Path) -> None:
                             f"{r:.2f}",
                         )
                     )
+            results[f"storage_bytes@{size}"] = sizes_on_disk = {
+                "ours-sqlite": _sqlite_bytes(folder / f"ours-{size}.db"),
+                ENCRYPTED_SQLITE: _sqlite_bytes(folder / f"ours-enc-{size}.db"),
+            }
+            rows.append(
+                (
+                    f"bytes@{size}",
+                    ENCRYPTED_SQLITE,
+                    "ours-sqlite",
+                    f"{sizes_on_disk[ENCRYPTED_SQLITE]:,}",
+                    f"{sizes_on_disk['ours-sqlite']:,}",
+                    "",
+                    "",
+                    f"{sizes_on_disk[ENCRYPTED_SQLITE] / sizes_on_disk['ours-sqlite']:.2f}",
+                )
+            )
     print_table(
         f"per call, µs (median, p99); PostgreSQL SELECT 1 floor {results['select_1_us']:.0f} µs",
         rows,
@@ -166,6 +188,27 @@ def run(*, quick: bool, out: Path) -> None:
     write_results(out, "stores", results)
     bar_chart(out, "stores", chart, "median µs per call")
     run_vectors(quick=quick, out=out)
+
+
+#: The same stores with encryption at rest on (a master key of the run, the key store a table
+#: of the same database), measured against ours without it.
+ENCRYPTED_SQLITE = "ours-sqlite (encrypted)"
+ENCRYPTED_POSTGRES = "ours-postgres (encrypted)"
+
+
+def _encryption() -> Any:
+    from langgraph_checkpoint_agent_memory import Encryption, generate_master_key
+
+    return Encryption(master_keys=[generate_master_key()])
+
+
+def _sqlite_bytes(path: Path) -> int:
+    """The size of a SQLite file once its log is folded in and free pages are dropped."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("VACUUM")
+    conn.close()
+    return path.stat().st_size
 
 
 # -- vector search at scale ----------------------------------------------------------------

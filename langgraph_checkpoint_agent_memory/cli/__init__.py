@@ -33,6 +33,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     seconds_argument,
     url_argument,
 )
+from langgraph_checkpoint_agent_memory.cli.keys import add_commands as _key_commands
 from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_consolidate,
     _cmd_context,
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
-        if name not in ("config", "demo"):
+        if name not in ("config", "demo", "new-key"):
             p.add_argument(
                 "--url",
                 type=url_argument,
@@ -235,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: config.store.shard_depth or 2); a database records its rule once written, "
         "and refuses another",
     )
+
+    _key_commands(command)
 
     config = command(
         "config", "list the @agent_config fields and their effective values", _cmd_config

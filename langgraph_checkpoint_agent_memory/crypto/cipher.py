@@ -66,9 +66,13 @@ def new_key_id() -> str:
 
 
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
-    """Whether ``value`` is a sealed value (by its marker and length). A plaintext
-    serialization can start with a marker byte only when it is shorter than any sealed
-    value (msgpack's 5- and 6-character strings), so the test is unambiguous."""
+    """Whether ``value`` looks like a sealed value (its marker and length).
+
+    Serializations of LangGraph's serde never do (msgpack starts a value of 37 bytes or more
+    with another byte; JSON and pickle too), except raw ``bytes`` stored as they are: where a
+    column can hold caller's bytes, a row's type (or another column) must say whether it is
+    sealed, and this test only confirms it.
+    """
     return len(value) >= OVERHEAD and value[0] in (PLAIN, COMPRESSED)
 
 

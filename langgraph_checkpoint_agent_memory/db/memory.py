@@ -646,3 +646,36 @@ def _delete_scope(name: str) -> Any:
     """Core: delete table ``name``'s rows of one scope."""
     t = metadata.tables[name]
     return sa.delete(t).where(*_of_scope(t))
+
+
+def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[set[str]]:
+    """The shard keys of the store items under ``scopes``' namespaces (their data keys are
+    the ones an erase may destroy)."""
+    i = store_items
+    if not scopes:
+        return set()
+
+    def build(one_shard: bool) -> Any:
+        return sa.select(i.c.shard).distinct().where(*sql.store.namespace_of(i, one_shard))
+
+    statements = []
+    for scope in scopes:
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        query = sql.statement(("shards_under", scoped(params)), partial(build, scoped(params)))
+        statements.append(Stmt(query, params, fetch=True))
+    found = yield Batch(statements)
+    return {str(s) for rows in found for (s,) in rows} | {sql.scope_shard(s) for s in scopes}
+
+
+def emptied_shards_plan(sql: MemorySql, shards: Sequence[str]) -> Plan[list[str]]:
+    """Those of ``shards`` that hold no store item any more (an erase emptied them), sorted."""
+    i = store_items
+    query = sql.statement(
+        "shard_has_items",
+        lambda: sa.select(i.c.key).where(i.c.shard == sa.bindparam("shard")).limit(1),
+    )
+    ordered = sorted(set(shards))
+    if not ordered:
+        return []
+    found = yield Batch([Stmt(query, {"shard": s}, fetch=True) for s in ordered])
+    return [s for s, rows in zip(ordered, found, strict=True) if not rows]

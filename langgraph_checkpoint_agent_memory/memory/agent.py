@@ -480,7 +480,11 @@ class AgentMemory(Generic[StoreT]):
             scope: The scope to forget, with every narrower scope it covers.
 
         Returns:
-            The rows removed per table, with ``"scopes"`` and ``"threads"`` counts.
+            The rows removed per table, with ``"scopes"`` and ``"threads"`` counts, and
+            ``"keys"``: the data keys destroyed when the store encrypts (one per shard key
+            the erase emptied, a user's under the default rule), which makes the erased rows
+            unreadable in every earlier backup of the database too (keep the key store apart
+            from the data's backups; see the user guide's "Encryption and erasure").
 
         Example:
             ```python
@@ -489,8 +493,9 @@ class AgentMemory(Generic[StoreT]):
         """
         threads = self.context.run(erasing.threads_plan(self.context, scope))
         erased = erasing.erase_threads(self.checkpointer, threads)
-        counts: dict[str, int] = self.context.run(erasing.erase_plan(self.context, scope))
+        counts, emptied = self.context.run(erasing.erase_plan(self.context, scope))
         counts["threads"] = erased
+        counts["keys"] = erasing.destroy_keys(self.context, emptied)
         self._recaller.forget_queued()
         return counts
 
@@ -498,8 +503,9 @@ class AgentMemory(Generic[StoreT]):
         """Async :meth:`erase`."""
         threads = await self.context.arun(erasing.threads_plan(self.context, scope))
         erased = await erasing.aerase_threads(self.checkpointer, threads)
-        counts: dict[str, int] = await self.context.arun(erasing.erase_plan(self.context, scope))
+        counts, emptied = await self.context.arun(erasing.erase_plan(self.context, scope))
         counts["threads"] = erased
+        counts["keys"] = await erasing.adestroy_keys(self.context, emptied)
         self._recaller.forget_queued()
         return counts
 

@@ -47,6 +47,14 @@ class MemoryStore(Protocol):
     statements: StoreStatements
     #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
     embeddings: Any
+    #: The data keys of encryption at rest (``crypto.Keyring``), or ``None`` when the store
+    #: does not encrypt.
+    keyring: Any
+
+    def destroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Destroy the data keys of the shard keys ``shards``; the ids destroyed."""
+
+    async def adestroy_keys(self, shards: Sequence[str]) -> list[str]: ...
 
     def add_schema(self, component: Component) -> None:
         """Set up ``component``'s tables whenever the store sets up its own."""

@@ -52,13 +52,31 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     return covered(scope, known)
 
 
-def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[dict[str, int]]:
+def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[tuple[dict[str, int], list[str]]]:
     """Delete every row of ``scope`` and the scopes it covers; the rows removed per table,
-    with ``"scopes"``."""
+    with ``"scopes"``, and the shard keys the erase left without any item (whose data keys
+    :func:`destroy_keys` destroys)."""
     root = context.settings.namespace_root
     scopes = yield from covered_plan(context, scope)
+    shards = yield from sqlm.shards_under_plan(context.sql, root=root, scopes=scopes)
     counts = yield from sqlm.erase_plan(context.sql, root=root, scopes=scopes)
-    return {"scopes": len(scopes), **counts}
+    emptied = yield from sqlm.emptied_shards_plan(context.sql, sorted(shards))
+    return {"scopes": len(scopes), **counts}, emptied
+
+
+def destroy_keys(context: MemoryContext, shards: list[str]) -> int:
+    """Destroy the data keys of ``shards`` (an erase emptied them) when the store encrypts:
+    the erased rows can then not be read from any earlier backup either. How many."""
+    if not shards or context.store.keyring is None:
+        return 0
+    return len(context.store.destroy_keys(shards))
+
+
+async def adestroy_keys(context: MemoryContext, shards: list[str]) -> int:
+    """Async :func:`destroy_keys`."""
+    if not shards or context.store.keyring is None:
+        return 0
+    return len(await context.store.adestroy_keys(shards))
 
 
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:

@@ -1,0 +1,122 @@
+"""The ``agent-memory`` commands of encryption at rest: ``new-key``, ``rotate-key`` and
+``encrypt``.
+
+They read the encryption setting the way the application does (``AGENT_MEMORY_MASTER_KEY``,
+``AGENT_MEMORY_KEYSTORE_URL``, a declared ``config.encryption.*`` field), so an operator runs
+them with the application's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.cli.common import (
+    CommandError,
+    _emit,
+    _installed,
+    existing,
+    resolve_url,
+)
+from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV, Encryption
+from langgraph_checkpoint_agent_memory.crypto.provider import generate_master_key
+
+
+def _required_encryption() -> Encryption:
+    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
+
+    found = resolve_encryption(None)
+    if found is None:
+        raise CommandError(
+            f"encryption is not configured: set {MASTER_KEY_ENV} (base64 master keys, newest "
+            "first; `agent-memory new-key` makes one)"
+        )
+    return found
+
+
+def _cmd_new_key(args: argparse.Namespace) -> int:
+    key = generate_master_key()
+    _emit(args, {"master_key": key}, lambda out: print(key))
+    return 0
+
+
+def _cmd_rotate_key(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+
+    encryption = _required_encryption()
+    url = encryption.keystore_url or resolve_url(args.url)
+    if not encryption.keystore_url and "keys" not in _installed(url):
+        raise CommandError(f"{url} holds no key store (nothing was ever encrypted there)")
+    from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+
+    keyring = Keyring(
+        KeyStore(open_database(url), owned=True, auto_setup=False), encryption.key_provider()
+    )
+    try:
+        rewrapped = keyring.rotate()
+    finally:
+        keyring.close()
+    data = {"rewrapped": rewrapped, "keystore": keyring.keystore.describe()}
+    _emit(
+        args,
+        data,
+        lambda out: out.print(
+            f"re-wrapped {rewrapped} data key(s) under the first master key of "
+            f"{MASTER_KEY_ENV}; the data was not rewritten. Once every process runs with "
+            "the new key alone, the old one can go."
+        ),
+    )
+    return 0
+
+
+def _cmd_encrypt(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+
+    encryption = dataclasses.replace(_required_encryption(), allow_plaintext=True)
+    url = resolve_url(args.url)
+    installed = _installed(url)
+    counts: dict[str, Any] = {}
+    if "checkpoint" in installed:
+        saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
+        try:
+            counts["checkpoints"] = saver.encrypt_plaintext()
+        finally:
+            saver.close()
+    if "store" in installed:
+        store = create_store(url, encryption=encryption, **existing(url))
+        try:
+            counts["store"] = store.encrypt_plaintext()
+            if "memory" in installed:
+                from langgraph_checkpoint_agent_memory.memory import AgentMemory
+
+                counts["memory"] = AgentMemory(store).encrypt_plaintext()
+        finally:
+            store.close()
+    if not counts:
+        raise CommandError(f"{url} holds no checkpoints, store or memory of this package")
+
+    def render(out: Any) -> None:
+        for part, numbers in counts.items():
+            said = ", ".join(f"{n} {what}" for what, n in numbers.items())
+            out.print(f"{part}: encrypted {said}")
+
+    _emit(args, counts, render)
+    return 0
+
+
+def add_commands(command: Any) -> None:
+    """Add the key commands with ``command(name, help, func)`` (the parser's helper)."""
+    command("new-key", "print a new random master key (base64)", _cmd_new_key)
+    command(
+        "rotate-key",
+        f"re-wrap every data key under the first master key of {MASTER_KEY_ENV} "
+        "(give the new key first, then the old)",
+        _cmd_rotate_key,
+    )
+    command(
+        "encrypt",
+        "encrypt rows written before encryption was turned on (idempotent)",
+        _cmd_encrypt,
+    )
