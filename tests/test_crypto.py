@@ -82,7 +82,7 @@ def test_master_keys_are_checked_and_wrap_bound_to_their_owner() -> None:
     with pytest.raises(ConfigurationError, match="32 random bytes"):
         MasterKeyProvider(["c2hvcnQ="])
     with pytest.raises(ConfigurationError, match="list"):
-        MasterKeyProvider(generate_master_key())  # type: ignore[arg-type]
+        MasterKeyProvider(generate_master_key())
     provider = MasterKeyProvider([generate_master_key()])
     wrapped = provider.wrap(bytes(range(32)), "thread:a")
     assert provider.unwrap(wrapped, "thread:a") == bytes(range(32))
