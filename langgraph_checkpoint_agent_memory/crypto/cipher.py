@@ -40,7 +40,7 @@ COMPRESS_MIN = 256
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
 #: Bytes of a term's keyed hash (before base64).
-TERM_BYTES = 12
+TERM_BYTES = 9
 
 
 def aesgcm(key: bytes) -> Any:
@@ -184,7 +184,7 @@ class DataKey:
         return self.open(text_bytes(sealed), aad)
 
     def term(self, term: str) -> str:
-        """The keyed hash stored in place of ``term`` in the lexical index (16 characters).
+        """The keyed hash stored in place of ``term`` in the lexical index (12 characters).
 
         Example:
             >>> from langgraph_checkpoint_agent_memory.crypto.cipher import new_key, new_key_id
