@@ -85,6 +85,11 @@ class Keyring:
             self._by_owner.move_to_end(owner)
             return entry[0]
 
+    def cached_id(self, key_id: str) -> DataKey | None:
+        """The key named ``key_id`` when the cache holds it (no I/O)."""
+        with self._lock:
+            return self._by_id.get(key_id)
+
     def _remember(self, key: DataKey, *, owner_checked: bool) -> DataKey:
         with self._lock:
             self._by_id[key.key_id] = key

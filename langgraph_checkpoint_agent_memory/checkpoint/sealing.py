@@ -1,0 +1,221 @@
+"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O.
+
+With encryption on, every value column of the checkpoint tables is sealed (see
+:mod:`..crypto.cipher`): the checkpoint body (which holds the inline channel values), every
+blob row (appended list items too), every pending write, and the metadata (the whole JSON,
+sealed as text: its keys say as much as its values, e.g. which writes a step made, and a
+filter on it is matched after decrypting anyway). Each value carries its row's identity as
+associated data (thread, namespace and checkpoint id; or channel and version; or task id
+and index; and the serde type), so a value moved to another row or thread does not open.
+
+Keys: a write uses the data key of the thread's owner (:func:`owner_of`), which the saver's
+shell fetches before the plan runs (cached: no I/O after its first use). A read finds each
+value's key by the id it carries; the plans ask :meth:`Sealer.ensure` for every id a fetch
+returned before opening anything, and a key not yet in memory ends the plan with
+:class:`NeedKeys`, which the shell answers by loading the keys (one lookup each, the first
+time only) and running the plan again. So the hot path keeps its round trips, and the key
+store may be another database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    SCOPE_CONFIG_KEY,
+    DataKey,
+    aad,
+    is_sealed,
+    is_sealed_text,
+    key_id_of,
+    plaintext_refused,
+    store_owner,
+    text_bytes,
+    thread_owner,
+)
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, InvalidValueError
+
+
+class NeedKeys(AgentMemoryError):  # noqa: N818 - a signal, caught inside the package
+    """A read met values sealed under keys this process has not loaded yet: the shell loads
+    them and runs the plan again. Never raised to a caller."""
+
+    def __init__(self, key_ids: Iterable[str]) -> None:
+        self.key_ids = sorted(set(key_ids))
+        super().__init__(f"data keys to load: {', '.join(self.key_ids)}")
+
+
+def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
+    """The key owner of a write to ``thread_id``: the store scope the config names
+    (``config["configurable"]["encryption_scope"]``), else the thread itself.
+
+    Example:
+        >>> owner_of("t1", {"configurable": {"thread_id": "t1"}})
+        'thread:t1'
+        >>> owner_of("t1", {"configurable": {"encryption_scope": "memory.user=alice"}})
+        'store:memory.user=alice'
+    """
+    scope = ((config or {}).get("configurable") or {}).get(SCOPE_CONFIG_KEY)
+    if scope is None or scope == "":
+        return thread_owner(thread_id)
+    if not isinstance(scope, str):
+        raise InvalidValueError(
+            f"config['configurable']['{SCOPE_CONFIG_KEY}'] must be a store shard key (a "
+            f"string), got {type(scope).__name__}"
+        )
+    return store_owner(scope)
+
+
+# associated data of each kind of sealed value (the row's key columns, and its type)
+
+
+def body_aad(thread_id: str, ns: str, checkpoint_id: str, kind: str) -> bytes:
+    return aad("checkpoint", thread_id, ns, checkpoint_id, kind)
+
+
+def metadata_aad(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
+    return aad("metadata", thread_id, ns, checkpoint_id)
+
+
+def blob_aad(
+    thread_id: str, ns: str, channel: str, version: str, kind: str, base: str | None
+) -> bytes:
+    return aad("blob", thread_id, ns, channel, version, kind, base)
+
+
+def write_aad(
+    thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
+) -> bytes:
+    return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+
+
+class Sealer:
+    """Seals and opens the values of one saver's rows with the keys of one keyring.
+
+    Args:
+        keyring: Where data keys are found (and created, and destroyed).
+    """
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    @property
+    def allow_plaintext(self) -> bool:
+        return self.keyring.allow_plaintext
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def ensure(self, key_ids: Iterable[str]) -> None:
+        """Raise :class:`NeedKeys` for the ids whose keys are not in memory yet."""
+        missing = {k for k in key_ids if self.keyring.cached_id(k) is None}
+        if missing:
+            raise NeedKeys(missing)
+
+    def _key(self, key_id: str) -> DataKey:
+        found = self.keyring.cached_id(key_id)
+        if found is None:
+            raise NeedKeys([key_id])
+        return found
+
+    @staticmethod
+    def ids(values: Iterable[bytes | str | None]) -> set[str]:
+        """The key ids of the sealed values among ``values`` (text or bytes)."""
+        out = set()
+        for v in values:
+            if isinstance(v, str):
+                if is_sealed_text(v):
+                    out.add(key_id_of(text_bytes(v)))
+            elif v and is_sealed(v):
+                out.add(key_id_of(v))
+        return out
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def open(self, value: bytes, associated: bytes, what: str) -> bytes:
+        """The plaintext of a bytes column (empty stays empty: it hides nothing)."""
+        if not value:
+            return value
+        if is_sealed(value):
+            return self._key(key_id_of(value)).open(value, associated)
+        if self.allow_plaintext:
+            return value
+        raise plaintext_refused(what)
+
+    def open_text(self, value: str, associated: bytes, what: str) -> str:
+        """The plaintext of a text column."""
+        if is_sealed_text(value):
+            raw = text_bytes(value)
+            return self._key(key_id_of(raw)).open(raw, associated).decode("utf-8")
+        if self.allow_plaintext:
+            return value
+        raise plaintext_refused(what)
+
+    def open_body(self, thread_id: str, ns: str, checkpoint_id: str, kind: str, body: Any) -> bytes:
+        what = f"checkpoint {checkpoint_id} of thread {thread_id!r}"
+        return self.open(bytes(body), body_aad(thread_id, ns, checkpoint_id, kind), what)
+
+    def open_metadata(self, thread_id: str, ns: str, checkpoint_id: str, text: str) -> str:
+        what = f"the metadata of checkpoint {checkpoint_id} of thread {thread_id!r}"
+        return self.open_text(text, metadata_aad(thread_id, ns, checkpoint_id), what)
+
+    def open_blob(
+        self,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        kind: str,
+        base: str | None,
+        blob: bytes,
+    ) -> bytes:
+        what = f"the value of channel {channel!r} at version {version} of thread {thread_id!r}"
+        return self.open(blob, blob_aad(thread_id, ns, channel, version, kind, base), what)
+
+    def open_write(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        idx: int,
+        channel: str,
+        kind: str,
+        blob: bytes,
+    ) -> bytes:
+        what = f"a pending write of task {task_id!r} in thread {thread_id!r}"
+        associated = write_aad(thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+        return self.open(blob, associated, what)
+
+    # -- sealing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def seal_blob_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
+        """Seal the ``blob`` of blob rows (insert parameters) in place."""
+        for r in rows:
+            associated = blob_aad(
+                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+                r["base_version"],
+            )  # fmt: skip
+            r["blob"] = key.seal(r["blob"] or b"", associated)
+
+    @staticmethod
+    def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
+        """Seal the ``blob`` of pending-write rows (insert parameters) in place."""
+        for r in rows:
+            associated = write_aad(
+                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
+                r["channel"], r["type"],
+            )  # fmt: skip
+            r["blob"] = key.seal(r["blob"] or b"", associated)
+
+    @staticmethod
+    def seal_checkpoint_row(key: DataKey, row: dict[str, Any]) -> None:
+        """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
+        t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
+        row["checkpoint"] = key.seal(bytes(row["checkpoint"]), body_aad(t, ns, cid, row["type"]))
+        row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
+
