@@ -24,6 +24,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_checkpoint_agent_memory.checkpoint.codec import BlobRows, CheckpointRow, WriteRow
 from langgraph_checkpoint_agent_memory.crypto.cipher import (
     SCOPE_CONFIG_KEY,
     DataKey,
@@ -219,3 +220,51 @@ class Sealer:
         row["checkpoint"] = key.seal(bytes(row["checkpoint"]), body_aad(t, ns, cid, row["type"]))
         row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
 
+
+
+# -- rows as fetched ----------------------------------------------------------------------
+
+
+def opened_rows(
+    sealer: Sealer,
+    thread_id: str,
+    ns: str,
+    rows: Sequence[CheckpointRow],
+    blob_rows: BlobRows,
+    write_rows: Sequence[WriteRow],
+) -> tuple[list[CheckpointRow], BlobRows, list[WriteRow]]:
+    """Checkpoint, blob and write rows of one thread namespace, their values opened (or
+    :class:`NeedKeys` first, when a key is not in memory)."""
+    sealer.ensure(
+        Sealer.ids(
+            [
+                *(v for r in rows for v in (r.body, r.metadata)),
+                *(b.blob for b in blob_rows.values()),
+                *(w.blob for w in write_rows),
+            ]
+        )
+    )
+    out_rows = [
+        r._replace(
+            body=sealer.open_body(thread_id, ns, r.checkpoint_id, r.type, r.body),
+            metadata=sealer.open_metadata(thread_id, ns, r.checkpoint_id, r.metadata),
+        )
+        for r in rows
+    ]
+    out_blobs = {
+        k: b._replace(
+            blob=sealer.open_blob(
+                thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob
+            )
+        )
+        for k, b in blob_rows.items()
+    }
+    out_writes = [
+        w._replace(
+            blob=sealer.open_write(
+                thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob
+            )
+        )
+        for w in write_rows
+    ]
+    return out_rows, out_blobs, out_writes
