@@ -291,6 +291,28 @@ class Reader:
 
     # -- DeltaChannel history --------------------------------------------------------------------
 
+    def opened_details(
+        self, thread_id: str, ns: str, blob_rows: BlobRows, write_rows: list[WriteRow]
+    ) -> tuple[BlobRows, list[WriteRow]]:
+        """Blob and write rows of a namespace with their values opened (encryption on)."""
+        if self.sealer is None:
+            return blob_rows, write_rows
+        _, blobs, writes = opened_rows(self.sealer, thread_id, ns, [], blob_rows, write_rows)
+        return blobs, writes
+
+    def opened_chain(
+        self, thread_id: str, ns: str, by_id: dict[str, ChainRow]
+    ) -> dict[str, ChainRow]:
+        """A namespace's chain rows with their bodies opened (encryption on)."""
+        sealer = self.sealer
+        if sealer is None:
+            return by_id
+        sealer.ensure(Sealer.ids(r.checkpoint for r in by_id.values()))
+        return {
+            cid: r._replace(checkpoint=sealer.open_body(thread_id, ns, cid, r.type, r.checkpoint))
+            for cid, r in by_id.items()
+        }
+
     def history(
         self, serde: SerializerProtocol, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Mapping[str, DeltaChannelHistory]]:
@@ -307,16 +329,7 @@ class Reader:
             "live_after": self.activity.live_after(now),
         }
         [rows] = yield Batch([Stmt(S.select_chain(self.dialect), params, fetch=True)])
-        by_id = {r.checkpoint_id: r for r in map(chain_row, rows)}
-        sealer = self.sealer
-        if sealer is not None:
-            sealer.ensure(Sealer.ids(r.checkpoint for r in by_id.values()))
-            by_id = {
-                cid: r._replace(
-                    checkpoint=sealer.open_body(thread_id, ns, cid, r.type, r.checkpoint)
-                )
-                for cid, r in by_id.items()
-            }
+        by_id = self.opened_chain(thread_id, ns, {r.checkpoint_id: r for r in map(chain_row, rows)})
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
         if target is None or target not in by_id:
             return {ch: {"writes": []} for ch in channels}
@@ -360,10 +373,7 @@ class Reader:
             details = self.details(thread_id, ns, seed_rows)
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
-            if sealer is not None:
-                _, blob_rows, write_rows = opened_rows(
-                    sealer, thread_id, ns, [], blob_rows, write_rows
-                )
+            blob_rows, write_rows = self.opened_details(thread_id, ns, blob_rows, write_rows)
         writes_by_cp: dict[str, list[WriteRow]] = {}
         for w in write_rows:
             writes_by_cp.setdefault(w.checkpoint_id, []).append(w)

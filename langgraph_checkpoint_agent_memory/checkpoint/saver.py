@@ -57,13 +57,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
     validate_interval,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.checkpoint.upkeep import ThreadUpkeep
 from langgraph_checkpoint_agent_memory.checkpoint.writes import Writer
 from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve

@@ -41,7 +41,7 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, InvalidValueError
 
 
-class NeedKeys(AgentMemoryError):  # noqa: N818 - a signal, caught inside the package
+class NeedKeys(AgentMemoryError):
     """A read met values sealed under keys this process has not loaded yet: the shell loads
     them and runs the plan again. Never raised to a caller."""
 
@@ -221,7 +221,6 @@ class Sealer:
         row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
 
 
-
 # -- rows as fetched ----------------------------------------------------------------------
 
 
@@ -268,3 +267,55 @@ def opened_rows(
         for w in write_rows
     ]
     return out_rows, out_blobs, out_writes
+
+
+# -- the in-memory saver ------------------------------------------------------------------
+
+
+class ThreadSerde:
+    """A serializer sealing what it dumps with one thread's key, and opening what it loads
+    (its key found by id): how :class:`~.timed.TimedInMemorySaver` encrypts. Associated
+    data: the thread and the serde type (the in-memory saver's values have no row key
+    columns; a copy to another thread re-seals through :meth:`resealed`).
+
+    Args:
+        inner: The saver's serializer.
+        keyring: Where keys are found.
+        thread_id: The thread whose values these are.
+        key: The key to seal with (``None``: this serializer only loads).
+    """
+
+    def __init__(
+        self, inner: Any, keyring: Keyring, thread_id: str, key: DataKey | None = None
+    ) -> None:
+        self.inner, self.keyring, self.thread_id, self.key = inner, keyring, thread_id, key
+
+    def _aad(self, kind: str) -> bytes:
+        return aad("memory", self.thread_id, kind)
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        kind, data = self.inner.dumps_typed(obj)
+        assert self.key is not None
+        return kind, self.key.seal(data, self._aad(kind))
+
+    def opened(self, data: tuple[str, bytes]) -> tuple[str, bytes]:
+        """``data`` (a stored typed value) with its bytes opened."""
+        kind, raw = data
+        if kind == "empty" or not raw:
+            return data
+        if is_sealed(raw):
+            return kind, self.keyring.by_id(key_id_of(raw)).open(raw, self._aad(kind))
+        if self.keyring.allow_plaintext:
+            return data
+        raise plaintext_refused(f"a value of thread {self.thread_id!r}")
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(self.opened(data))
+
+    def resealed(self, data: tuple[str, bytes], target: ThreadSerde) -> tuple[str, bytes]:
+        """``data`` opened as this thread's and sealed as ``target``'s."""
+        kind, raw = self.opened(data)
+        if kind == "empty" or not raw:
+            return data
+        assert target.key is not None
+        return kind, target.key.seal(raw, target._aad(kind))

@@ -30,6 +30,7 @@ It answers as ``InMemorySaver`` does (the same values, metadata, pending writes,
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -66,6 +67,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     parent_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import ThreadSerde, owner_of
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
 from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
@@ -79,6 +81,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_interval,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
+from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -111,6 +116,10 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         serde: Serializer for checkpoints and writes (e.g. LangGraph's
             ``EncryptedSerializer``); defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Monotonic clock in seconds; injectable so tests need not sleep.
+        encryption: As for the SQL savers (``None``: the environment decides): values,
+            writes and metadata are kept sealed with a data key per thread (in a private
+            in-memory key store), and deleting or evicting a thread destroys its key. With
+            encryption on, ``ttl_seconds=None`` is accepted: threads never expire.
 
     Example:
         >>> with TimedInMemorySaver(ttl_seconds=600) as saver:
@@ -120,28 +129,34 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        ttl_seconds: int,
+        ttl_seconds: int | None,
         *,
         sweep_interval_seconds: float | None = None,
         keep_last: int = 1,
         serde: SerializerProtocol | None = None,
         clock: Callable[[], float] = time.monotonic,
+        encryption: EncryptionLike = None,
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        if ttl is None:
+        setting = resolve(encryption)
+        #: The data keys (encryption on), else ``None``.
+        self.keyring: Keyring | None = setting.open_keyring(None) if setting else None
+        if ttl is None and self.keyring is None:
             raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
                 "use InMemorySaver (or create_checkpointer(ttl_seconds=None)) for no expiry"
             )
         super().__init__(serde=serde)
-        self.ttl_seconds: int = ttl
-        self.sweep_interval_seconds: float = validate_interval(
-            sweep_interval_seconds
-        ) or default_sweep_interval(ttl)
+        self.ttl_seconds: int | None = ttl
+        self.sweep_interval_seconds: float = validate_interval(sweep_interval_seconds) or (
+            default_sweep_interval(ttl) if ttl else 60.0
+        )
         self._clock = clock
         self._lock = threading.RLock()
-        self._life = ThreadLife(ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl))
+        self._life = ThreadLife(
+            math.inf if ttl is None else ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl)
+        )
         #: thread id -> its data, in the order threads got their first checkpoint
         self._threads: dict[str, ThreadData] = {}
         self._run_threads: dict[str, set[str]] = {}
@@ -163,6 +178,19 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         )
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
+        """The serializer of ``thread_id``'s values: the saver's, or (encryption on) one
+        that seals with the key of the thread's owner (when ``config`` is given: a write)
+        and opens with the key each value names."""
+        if self.keyring is None:
+            return self.serde
+        key = None if config is None else self.keyring.key(owner_of(thread_id, config))
+        return ThreadSerde(self.serde, self.keyring, thread_id, key)
+
+    def _start_sweeper(self) -> None:
+        if self._sweeping.sweeper is None and self.ttl_seconds is not None:
+            self._sweeping.start_thread(self, "sweep")
 
     def close(self) -> None:
         """Stop the sweeper thread. The saver stays usable; a later write restarts it.
@@ -197,6 +225,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         thread = self._threads.pop(thread_id, None)
         namespaces = thread.checkpoints.values() if thread is not None else ()
         self._life.end(thread_id, now, [max(ids, default=None) for ids in namespaces])
+        if self.keyring is not None:  # deleted or expired: its key goes too
+            self.keyring.destroy([thread_owner(thread_id)])
         if thread is None:
             return
         for run_id in thread.runs:
@@ -270,7 +300,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         override = (config.get("configurable") or {}).get("ttl_seconds")
         if override is not None:  # refused as the SQL savers refuse it, before any write
             validate_ttl(override, name="config['configurable']['ttl_seconds']")
-        dumps = self.serde.dumps_typed
+        dumps = self._serde_for(thread_id, config).dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
         blobs = {
@@ -297,8 +327,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 thread.runs.setdefault(run_id, set()).add((checkpoint_ns, own_id))
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
             life.touch(thread_id, now)
-        if self._sweeping.sweeper is None:
-            self._sweeping.start_thread(self, "sweep")
+        self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
     def put_writes(
@@ -322,7 +351,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
-        dumps = self.serde.dumps_typed
+        dumps = self._serde_for(thread_id, config).dumps_typed
         idx_map = WRITES_IDX_MAP
         rows: list[tuple[int, WriteRow]] = []
         for i, (channel, value) in enumerate(writes):
@@ -350,8 +379,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                     continue
                 stored[task_id, idx] = row
             life.touch(thread_id, now)
-        if self._sweeping.sweeper is None:
-            self._sweeping.start_thread(self, "sweep")
+        self._start_sweeper()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -362,7 +390,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         found: Found,
         metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
-        serde = self.serde
+        serde = self._serde_for(thread_id)
         loads = serde.loads_typed
         values = {k: loads(b) for k, b in found.blobs.items() if b is not None and b[0] != "empty"}
         return CheckpointTuple(
@@ -392,7 +420,9 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             found = (
                 None
                 if thread is None
-                else thread.find(checkpoint_ns, checkpoint_id, self.serde.loads_typed)
+                else thread.find(
+                    checkpoint_ns, checkpoint_id, self._serde_for(thread_id).loads_typed
+                )
             )
             if found is None:
                 return None
@@ -460,7 +490,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self, thread_id: str, ns: str, cid: str, filter: dict[str, Any] | None
     ) -> tuple[Found, CheckpointMetadata] | None:
         """One listed checkpoint's parts and metadata, if it is still there and matches."""
-        loads = self.serde.loads_typed
+        loads = self._serde_for(thread_id).loads_typed
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or self._life.expired(thread_id, self._clock()):
@@ -497,7 +527,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             if thread is None:
                 return {ch: {"writes": []} for ch in channels}
             self._life.touch(thread_id, now)
-            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, self.serde)
+            serde = self._serde_for(thread_id)
+            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The channel version after ``current``: a zero-padded counter and a random tail.
@@ -546,7 +577,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                         thread.drop_checkpoint(ns, cid)
                     touched.add(thread_id)
             for thread_id in touched:
-                self._threads[thread_id].collect_blobs(self.serde.loads_typed)
+                self._threads[thread_id].collect_blobs(self._serde_for(thread_id).loads_typed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
@@ -565,12 +596,38 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 return
             self._expire_if_due(dst, now)
             source = self._threads[src]
+            if self.keyring is not None:  # sealed for the source: re-sealed for the target
+                source = self._resealed(source, src, dst)
             source.copy_into(self._thread(dst))
             for run_id in source.runs:
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._life.took_history(dst)  # the copied history is the target's now
             self._life.touch(dst, now)
             self._life.touch(src, now)
+
+    def _resealed(self, source: ThreadData, src: str, dst: str) -> ThreadData:
+        """A copy of ``source``'s data with every value sealed for thread ``dst``."""
+        assert self.keyring is not None
+        before = ThreadSerde(self.serde, self.keyring, src)
+        after = ThreadSerde(self.serde, self.keyring, dst, self.keyring.key(thread_owner(dst)))
+        copy = ThreadData()
+        source.copy_into(copy)
+        for saved_by_id in copy.checkpoints.values():
+            for cid, saved in saved_by_id.items():
+                saved_by_id[cid] = Saved(
+                    before.resealed(saved.checkpoint, after),
+                    before.resealed(saved.metadata, after),
+                    saved.parent_id,
+                )
+        for k, typed in copy.blobs.items():
+            copy.blobs[k] = typed if typed is None else before.resealed(typed, after)
+        for rows in copy.writes.values():
+            for k2, w in rows.items():
+                kind, blob = before.resealed((w.type, w.blob), after)
+                rows[k2] = _write_row(
+                    (w.checkpoint_id, w.task_id, w.idx, w.channel, kind, blob, w.task_path)
+                )
+        return copy
 
     def prune(
         self,
@@ -604,7 +661,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     self._evict(thread_id, now)
                     continue
-                self._threads[thread_id].keep_latest(n, self.serde.loads_typed)
+                self._threads[thread_id].keep_latest(n, self._serde_for(thread_id).loads_typed)
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
 
