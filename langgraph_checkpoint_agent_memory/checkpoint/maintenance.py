@@ -28,7 +28,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, is_sealed, is_sealed_text
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -63,6 +63,11 @@ class Snapshot(NamedTuple):
 
     checkpoints: list[StoredCheckpoint]
     blobs: list[StoredBlob]
+
+
+def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
+    """A row's primary key as the ``k_<column>`` parameters of :func:`S.reseal_rows`."""
+    return {f"k_{c.name}": row[c.name] for c in table.primary_key}
 
 
 class Doomed(NamedTuple):
@@ -387,6 +392,54 @@ class Maintenance:
         snapshot = yield from self.snapshot(list(thread_ids))
         keep = {t: self.kept(serde, t, s.checkpoints, n) for t, s in snapshot.items()}
         yield self.drop(snapshot, keep)
+
+    # -- encrypting plaintext rows -------------------------------------------------------------
+
+    def thread_ids_page(self, table: int, after: str, size: int) -> Plan[list[str]]:
+        """The next ``size`` thread ids (after ``after``) holding rows in checkpoint table
+        ``table`` (0: checkpoints, 1: blobs, 2: writes)."""
+        sql = S.select_thread_ids_after(self.dialect)[table]
+        [rows] = yield Batch([Stmt(sql, {"after": after, "page_size": size}, fetch=True)])
+        return [r[0] for r in rows]
+
+    def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[tuple[int, int, int]]:
+        """Seal every plaintext value of ``thread_id`` with ``key`` (sealed ones are left
+        as they are); how many checkpoints, blobs and writes were sealed."""
+        d = self.dialect
+        found = yield Batch(
+            [Stmt(sql, {"src": thread_id}, fetch=True) for sql in S.select_copy_rows(d)],
+            lock=True,
+            hold=True,
+        )
+        cps, blobs, writes = S.retarget(found, thread_id)
+        updates: list[list[dict[str, Any]]] = [[], [], []]
+        for r in cps:
+            body, meta = bytes(r["checkpoint"]), r["metadata"]
+            if is_sealed(body) and is_sealed_text(meta):
+                continue
+            sealed = dict(r, checkpoint=body)
+            Sealer.seal_checkpoint_row(key, sealed)  # each half kept when already sealed
+            body = body if is_sealed(body) else sealed["checkpoint"]
+            meta = meta if is_sealed_text(meta) else sealed["metadata"]
+            updates[0].append(
+                {**_keys(r, S.COPIED_TABLES[0]), "v_checkpoint": body, "v_metadata": meta}
+            )
+        for i, (rows, seal) in enumerate(
+            ((blobs, Sealer.seal_blob_rows), (writes, Sealer.seal_write_rows)), start=1
+        ):
+            todo = [dict(r, blob=bytes(r["blob"])) for r in rows if r["blob"]]
+            todo = [r for r in todo if not is_sealed(r["blob"])]
+            seal(key, todo)
+            updates[i] = [{**_keys(r, S.COPIED_TABLES[i]), "v_blob": r["blob"]} for r in todo]
+        statements = [
+            Stmt(sql, params, many=True)
+            for sql, params in zip(S.reseal_rows(d), updates, strict=True)
+            if params
+        ]
+        yield Batch(statements, write=True)
+        if statements:
+            self.forget([thread_id])
+        return len(updates[0]), len(updates[1]), len(updates[2])
 
     # -- TTL sweep -----------------------------------------------------------------------------
 

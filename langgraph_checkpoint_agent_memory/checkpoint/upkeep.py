@@ -28,9 +28,19 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owne
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db.database import Plan, T
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 #: Times a read is run again after loading the data keys it lacked.
 KEY_ATTEMPTS = 3
+#: Thread ids read per page by :meth:`ThreadUpkeep.encrypt_plaintext`.
+ENCRYPT_PAGE = 200
+
+
+def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
+    counts["checkpoints"] += sealed[0]
+    counts["blobs"] += sealed[1]
+    counts["writes"] += sealed[2]
+    counts["threads"] += any(sealed)
 
 
 class ThreadUpkeep(CheckpointSchemaOnFirstUse):
@@ -283,6 +293,78 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         if self._maintenance.activity.strategy == "delete":
             await self._adestroy_keys(swept)
         return swept
+
+    # -- encryption ------------------------------------------------------------------------
+
+    def _needs_keyring(self) -> Keyring:
+        if self.keyring is None:
+            raise ConfigurationError(
+                "encrypt_plaintext() needs a saver opened with encryption on (encryption=... "
+                "or AGENT_MEMORY_MASTER_KEY)"
+            )
+        return self.keyring
+
+    def encrypt_plaintext(self) -> dict[str, int]:
+        """Seal every row written without encryption (what ``agent-memory encrypt`` runs
+        when turning encryption on for an existing database), each thread with its own data
+        key. Idempotent: sealed rows are left as they are, so it may be run again (after an
+        interruption, or while writers still run with encryption off).
+
+        Returns:
+            How many were sealed: ``{"threads": ..., "checkpoints": ..., "blobs": ...,
+            "writes": ...}`` (``threads``: threads in which something was sealed).
+
+        Raises:
+            ConfigurationError: The saver has encryption off.
+
+        Example:
+            >>> saver = SqliteSaver("old.db", encryption=Encryption(master_keys=[key],
+            ...                                                     allow_plaintext=True))
+            >>> saver.encrypt_plaintext()
+            {'threads': 12, 'checkpoints': 340, 'blobs': 512, 'writes': 96}
+            >>> saver.encrypt_plaintext()["checkpoints"]
+            0
+        """
+        keyring = self._needs_keyring()
+        m = self._maintenance
+        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
+        done: set[str] = set()
+        for table in range(3):
+            after = ""
+            while page := self._run(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
+                for thread_id in page:
+                    if thread_id not in done:
+                        key = keyring.key(thread_owner(thread_id))
+                        _add(counts, self._run(m.encrypt_thread(thread_id, key)))
+                        done.add(thread_id)
+                after = page[-1]
+        return counts
+
+    async def aencrypt_plaintext(self) -> dict[str, int]:
+        """Asynchronously :meth:`encrypt_plaintext`.
+
+        Returns:
+            How many threads, checkpoints, blobs and writes were sealed.
+
+        Example:
+            ```python
+            counts = await saver.aencrypt_plaintext()
+            ```
+        """
+        keyring = self._needs_keyring()
+        m = self._maintenance
+        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
+        done: set[str] = set()
+        for table in range(3):
+            after = ""
+            while page := await self._arun(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
+                for thread_id in page:
+                    if thread_id not in done:
+                        key = await keyring.akey(thread_owner(thread_id))
+                        _add(counts, await self._arun(m.encrypt_thread(thread_id, key)))
+                        done.add(thread_id)
+                after = page[-1]
+        return counts
 
     # -- what is stored ----------------------------------------------------------------------
 
