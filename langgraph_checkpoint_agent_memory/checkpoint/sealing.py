@@ -319,3 +319,23 @@ class ThreadSerde:
             return data
         assert target.key is not None
         return kind, target.key.seal(raw, target._aad(kind))
+
+
+def thread_serde(
+    serde: Any, keyring: Keyring | None, thread_id: str, config: RunnableConfig | None = None
+) -> Any:
+    """The serializer of an in-memory thread's values: ``serde`` itself with encryption
+    off, else a :class:`ThreadSerde` sealing with the key of the thread's owner (when
+    ``config`` is given: a write) and opening with the key each value names."""
+    if keyring is None:
+        return serde
+    key = None if config is None else keyring.key(owner_of(thread_id, config))
+    return ThreadSerde(serde, keyring, thread_id, key)
+
+
+def resealed_copy(serde: Any, keyring: Keyring, source: Any, src: str, dst: str) -> Any:
+    """A copy of in-memory thread data ``source`` (a ``ThreadData`` of thread ``src``)
+    with every value sealed for thread ``dst``."""
+    before = ThreadSerde(serde, keyring, src)
+    after = ThreadSerde(serde, keyring, dst, keyring.key(thread_owner(dst)))
+    return source.mapped(lambda typed: before.resealed(typed, after))

@@ -67,7 +67,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     parent_config,
     thread_coordinates,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import ThreadSerde, owner_of
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy, thread_serde
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
 from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
@@ -116,10 +116,9 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         serde: Serializer for checkpoints and writes (e.g. LangGraph's
             ``EncryptedSerializer``); defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Monotonic clock in seconds; injectable so tests need not sleep.
-        encryption: As for the SQL savers (``None``: the environment decides): values,
-            writes and metadata are kept sealed with a data key per thread (in a private
-            in-memory key store), and deleting or evicting a thread destroys its key. With
-            encryption on, ``ttl_seconds=None`` is accepted: threads never expire.
+        encryption: As for the SQL savers: values sealed with a key per thread (kept in
+            memory), destroyed when the thread is deleted or evicted; with it on,
+            ``ttl_seconds=None`` is accepted (threads never expire).
 
     Example:
         >>> with TimedInMemorySaver(ttl_seconds=600) as saver:
@@ -180,13 +179,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
-        """The serializer of ``thread_id``'s values: the saver's, or (encryption on) one
-        that seals with the key of the thread's owner (when ``config`` is given: a write)
-        and opens with the key each value names."""
-        if self.keyring is None:
-            return self.serde
-        key = None if config is None else self.keyring.key(owner_of(thread_id, config))
-        return ThreadSerde(self.serde, self.keyring, thread_id, key)
+        """The serializer of ``thread_id``'s values (see :func:`.sealing.thread_serde`)."""
+        return thread_serde(self.serde, self.keyring, thread_id, config)
 
     def _start_sweeper(self) -> None:
         if self._sweeping.sweeper is None and self.ttl_seconds is not None:
@@ -597,37 +591,13 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._expire_if_due(dst, now)
             source = self._threads[src]
             if self.keyring is not None:  # sealed for the source: re-sealed for the target
-                source = self._resealed(source, src, dst)
+                source = resealed_copy(self.serde, self.keyring, source, src, dst)
             source.copy_into(self._thread(dst))
             for run_id in source.runs:
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._life.took_history(dst)  # the copied history is the target's now
             self._life.touch(dst, now)
             self._life.touch(src, now)
-
-    def _resealed(self, source: ThreadData, src: str, dst: str) -> ThreadData:
-        """A copy of ``source``'s data with every value sealed for thread ``dst``."""
-        assert self.keyring is not None
-        before = ThreadSerde(self.serde, self.keyring, src)
-        after = ThreadSerde(self.serde, self.keyring, dst, self.keyring.key(thread_owner(dst)))
-        copy = ThreadData()
-        source.copy_into(copy)
-        for saved_by_id in copy.checkpoints.values():
-            for cid, saved in saved_by_id.items():
-                saved_by_id[cid] = Saved(
-                    before.resealed(saved.checkpoint, after),
-                    before.resealed(saved.metadata, after),
-                    saved.parent_id,
-                )
-        for k, typed in copy.blobs.items():
-            copy.blobs[k] = typed if typed is None else before.resealed(typed, after)
-        for rows in copy.writes.values():
-            for k2, w in rows.items():
-                kind, blob = before.resealed((w.type, w.blob), after)
-                rows[k2] = _write_row(
-                    (w.checkpoint_id, w.task_id, w.idx, w.channel, kind, blob, w.task_path)
-                )
-        return copy
 
     def prune(
         self,

@@ -318,11 +318,16 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             ConfigurationError: The saver has encryption off.
 
         Example:
-            >>> saver = SqliteSaver("old.db", encryption=Encryption(master_keys=[key],
-            ...                                                     allow_plaintext=True))
-            >>> saver.encrypt_plaintext()
-            {'threads': 12, 'checkpoints': 340, 'blobs': 512, 'writes': 96}
-            >>> saver.encrypt_plaintext()["checkpoints"]
+            >>> from langgraph.checkpoint.base import empty_checkpoint
+            >>> from langgraph_checkpoint_agent_memory import (
+            ...     Encryption, SqliteSaver, generate_master_key)
+            >>> old = SqliteSaver("old.db", encryption=False)
+            >>> _ = old.put({"configurable": {"thread_id": "t1"}}, empty_checkpoint(), {}, {})
+            >>> setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
+            >>> migrating = SqliteSaver("old.db", encryption=setting)
+            >>> migrating.encrypt_plaintext()
+            {'threads': 1, 'checkpoints': 1, 'blobs': 0, 'writes': 0}
+            >>> migrating.encrypt_plaintext()["checkpoints"]
             0
         """
         keyring = self._needs_keyring()
@@ -348,7 +353,15 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
 
         Example:
             ```python
-            counts = await saver.aencrypt_plaintext()
+            from langgraph_checkpoint_agent_memory import (
+                Encryption,
+                SqliteSaver,
+                generate_master_key,
+            )
+
+            setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
+            migrating = SqliteSaver("plain.db", encryption=setting)
+            counts = await migrating.aencrypt_plaintext()
             ```
         """
         keyring = self._needs_keyring()
