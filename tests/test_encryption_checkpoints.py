@@ -460,3 +460,49 @@ def test_the_key_table_comes_with_setup(make_saver: Callable[..., SQLSaver], mas
     saver.setup()
     [[count]] = run_sql(saver, "SELECT count(*) FROM am_keys")  # the table is there
     assert count == 0
+
+
+# -- cost -----------------------------------------------------------------------------------
+
+
+def count_batches(saver: SQLSaver, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make ``saver.db.run`` count the batches (round trips) of every plan it runs."""
+    counted = [0]
+    real_run = saver.db.run
+
+    def watched(plan: Any) -> Any:
+        try:
+            batch = plan.send(None)
+            while True:
+                counted[0] += 1
+                try:
+                    value = yield batch
+                except Exception as exc:
+                    batch = plan.throw(exc)
+                else:
+                    batch = plan.send(value)
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(saver.db, "run", lambda plan: real_run(watched(plan)))
+    return counted
+
+
+def test_the_hot_path_keeps_its_round_trips(
+    make_saver: Callable[..., SQLSaver], master: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a thread's key is in memory, put, put_writes, get_tuple and list send as many
+    batches with encryption as without."""
+    per_saver = []
+    for i, setting in enumerate((master, False)):
+        saver = make_saver(encryption=setting)
+        thread = f"hot{i}"
+        parent = saver.put(config_for(thread), make_checkpoint({"x": "y" * 300}), {}, {"x": 1})
+        counted = count_batches(saver, monkeypatch)
+        second = make_checkpoint({"x": "z" * 300}, step=1, version=2)
+        saved = saver.put(parent, second, {"step": 1}, {"x": 2})
+        saver.put_writes(saved, [("x", "w")], "task")
+        assert saver.get_tuple(config_for(thread)) is not None
+        assert len(list(saver.list(config_for(thread)))) == 2
+        per_saver.append(counted[0])
+    assert per_saver[0] == per_saver[1] > 0
