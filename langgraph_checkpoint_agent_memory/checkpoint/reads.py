@@ -44,7 +44,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     metadata_matches,
     thread_coordinates,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, opened_rows
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
+    Sealer,
+    lazily_opened,
+    opened_rows,
+)
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -191,13 +195,14 @@ class Reader:
             details = self.details(thread_id, ns, [row])
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
+        opener = None
         if self.sealer is not None:
-            [row], blob_rows, write_rows = opened_rows(
-                self.sealer, thread_id, ns, [row], blob_rows, write_rows
+            row, write_rows, opener = lazily_opened(
+                self.sealer, thread_id, ns, row, blob_rows, write_rows
             )
         lists: dict[str, ListState | None] = {}
         try:
-            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists, opener=opener)
         except MissingBlob:
             return None  # a delete or erase raced this read, or the write of this checkpoint
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)

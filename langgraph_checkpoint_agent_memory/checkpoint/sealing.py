@@ -24,7 +24,13 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_checkpoint_agent_memory.checkpoint.codec import BlobRows, CheckpointRow, WriteRow
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    BlobOpener,
+    BlobRow,
+    BlobRows,
+    CheckpointRow,
+    WriteRow,
+)
 from langgraph_checkpoint_agent_memory.crypto.cipher import (
     SCOPE_CONFIG_KEY,
     DataKey,
@@ -222,6 +228,26 @@ class Sealer:
 
 
 # -- rows as fetched ----------------------------------------------------------------------
+
+
+def lazily_opened(
+    sealer: Sealer,
+    thread_id: str,
+    ns: str,
+    row: CheckpointRow,
+    blob_rows: BlobRows,
+    write_rows: Sequence[WriteRow],
+) -> tuple[CheckpointRow, list[WriteRow], BlobOpener]:
+    """:func:`opened_rows` for ``get_tuple``: the checkpoint and its writes opened, and an
+    opener of blobs for the decoder, so only the blobs it decodes are opened (not the list
+    versions this process already holds). Every key is checked for first."""
+    sealer.ensure(Sealer.ids([row.body, row.metadata, *(b.blob for b in blob_rows.values())]))
+    [opened], _, writes = opened_rows(sealer, thread_id, ns, [row], {}, write_rows)
+
+    def opener(b: BlobRow) -> bytes:
+        return sealer.open_blob(thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob)
+
+    return opened, writes, opener
 
 
 def opened_rows(
