@@ -506,3 +506,23 @@ def test_the_hot_path_keeps_its_round_trips(
         assert len(list(saver.list(config_for(thread)))) == 2
         per_saver.append(counted[0])
     assert per_saver[0] == per_saver[1] > 0
+
+
+def test_savers_creating_a_thread_key_at_once_share_one(
+    make_saver: Callable[..., SQLSaver], master: str
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    savers = [make_saver(encryption=master) for _ in range(4)]
+    for saver in savers:
+        saver.setup()
+    owners = [thread_owner(f"race-{i}") for i in range(10)]
+
+    def keys_of(saver: SQLSaver) -> list[str]:
+        assert saver.keyring is not None
+        return [saver.keyring.key(owner).key_id for owner in owners]
+
+    with ThreadPoolExecutor(len(savers)) as pool:
+        found = list(pool.map(keys_of, savers))
+    assert all(ids == found[0] for ids in found)
+    assert len(set(found[0])) == len(owners)
