@@ -36,6 +36,15 @@ KEY_ATTEMPTS = 3
 ENCRYPT_PAGE = 200
 
 
+def _owner_and_newness(config: RunnableConfig) -> tuple[str, bool]:
+    """The key owner of a write, and whether its key is likely new: a thread's first
+    checkpoint names no parent, so its key is created at once (one round trip, not a
+    lookup and then a creation)."""
+    thread_id, _, parent_id = thread_coordinates(config)
+    owner = owner_of(thread_id, config)
+    return owner, parent_id is None and owner == thread_owner(thread_id)
+
+
 def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
     counts["checkpoints"] += sealed[0]
     counts["blobs"] += sealed[1]
@@ -59,12 +68,14 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         first use), or ``None`` with encryption off."""
         if self.keyring is None:
             return None
-        return self.keyring.key(owner_of(thread_coordinates(config)[0], config))
+        owner, new = _owner_and_newness(config)
+        return self.keyring.key(owner, likely_new=new)
 
     async def _awrite_key(self, config: RunnableConfig) -> DataKey | None:
         if self.keyring is None:
             return None
-        return await self.keyring.akey(owner_of(thread_coordinates(config)[0], config))
+        owner, new = _owner_and_newness(config)
+        return await self.keyring.akey(owner, likely_new=new)
 
     def _read(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds; when it meets keys not loaded yet, load them and
