@@ -397,38 +397,52 @@ def test_encrypt_plaintext_needs_encryption(make_saver: Callable[..., SQLSaver])
 # -- erasure --------------------------------------------------------------------------------
 
 
+#: The background sweeper never runs during the test: the test sweeps itself.
+NO_SWEEPER: dict[str, Any] = {"sweep_interval_seconds": 3600}
+
+
 def open_copy(path: Path, encryption: Encryption) -> SqliteSaver:
     """The backup, read at the time it was taken (its threads live then)."""
     return SqliteSaver(path, encryption=encryption, ttl_seconds=60, clock=FakeClock(1_000_000.0))
 
 
+@pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize("how", ["delete_thread", "erase_threads", "sweep"])
 def test_a_backup_taken_before_a_delete_cannot_be_read_for_that_thread(
-    tmp_path: Path, master: str, how: str
+    tmp_path: Path, master: str, how: str, api: str
 ) -> None:
     clock = FakeClock(start=1_000_000.0)
     encryption = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'keys.db'}")
     path = tmp_path / "data.db"
-    saver = SqliteSaver(path, encryption=encryption, ttl_seconds=60, clock=clock)
+    saver = SqliteSaver(path, encryption=encryption, ttl_seconds=60, clock=clock, **NO_SWEEPER)
     for thread in ("gone", "kept"):
         saver.put(config_for(thread), make_checkpoint({"x": thread * 100}), {}, {"x": 1})
     saver.close()
     shutil.copy(path, tmp_path / "backup.db")
-    saver = SqliteSaver(path, encryption=encryption, ttl_seconds=60, clock=clock)
+    saver = SqliteSaver(path, encryption=encryption, ttl_seconds=60, clock=clock, **NO_SWEEPER)
     gone_key = key_id_of(
         bytes(
             run_sql(saver, "SELECT checkpoint FROM am_checkpoints WHERE thread_id = 'gone'")[0][0]
         )
     )
-    if how == "delete_thread":
-        saver.delete_thread("gone")
-    elif how == "erase_threads":
-        saver.erase_threads(["gone"])
+    clock.advance(30)
+    saver.get_tuple(config_for("kept"))  # activity: it stays
+    clock.advance(45)  # "gone" has expired
+    if api == "sync":
+        removed = {
+            "delete_thread": lambda: saver.delete_thread("gone"),
+            "erase_threads": lambda: saver.erase_threads(["gone"]),
+            "sweep": saver.sweep,
+        }[how]()
     else:
-        clock.advance(30)
-        saver.get_tuple(config_for("kept"))  # activity: it stays
-        clock.advance(45)
-        assert saver.sweep() == ["gone"]
+        removed = asyncio.run(
+            {
+                "delete_thread": lambda: saver.adelete_thread("gone"),
+                "erase_threads": lambda: saver.aerase_threads(["gone"]),
+                "sweep": saver.asweep,
+            }[how]()
+        )
+    assert removed == (["gone"] if how == "sweep" else None)
     saver.close()
     backup = open_copy(tmp_path / "backup.db", encryption)
     with pytest.raises(KeyMissingError) as missing:
