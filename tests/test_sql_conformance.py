@@ -43,9 +43,8 @@ async def test_every_capability_passes(
 async def test_every_capability_passes_encrypted(
     make_saver: Callable[..., SQLSaver], backend: str, api: str
 ) -> None:
-    """The same suite with encryption on: every value, write and metadata sealed."""
-    if "pgbouncer" in backend or "citus" in backend:
-        pytest.skip("the encrypted variant runs on SQLite and each PostgreSQL server")
+    """The same suite with encryption on (every value, write and metadata sealed), on
+    every backend, PgBouncer and Citus included."""
     master = generate_master_key()
 
     @checkpointer_test(name=f"{backend}-{api}-encrypted")
