@@ -540,3 +540,27 @@ def test_savers_creating_a_thread_key_at_once_share_one(
         found = list(pool.map(keys_of, savers))
     assert all(ids == found[0] for ids in found)
     assert len(set(found[0])) == len(owners)
+
+
+def test_tasks_missing_one_key_look_it_up_once(
+    make_saver: Callable[..., SQLSaver], master: str
+) -> None:
+    saver = make_saver(encryption=master)
+    saver.setup()
+    keyring = saver.keyring
+    assert keyring is not None
+    runs = [0]
+    real = keyring.keystore.arun
+
+    async def counted(plan: Any) -> Any:
+        runs[0] += 1
+        return await real(plan)
+
+    keyring.keystore.arun = counted  # type: ignore[method-assign]
+
+    async def scenario() -> list[str]:
+        keys = await asyncio.gather(*(keyring.akey(thread_owner("t")) for _ in range(8)))
+        return [k.key_id for k in keys]
+
+    ids = asyncio.run(scenario())
+    assert len(set(ids)) == 1 and runs[0] == 1

@@ -10,6 +10,7 @@ of :mod:`..db.keys`, so the sync and async methods share one implementation.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -76,6 +77,7 @@ class Keyring:
         #: Striped locks: threads missing the same owner's key look it up once, not each
         #: (a graph's background writes of one step would otherwise race to it).
         self._lookups = [threading.Lock() for _ in range(LOOKUP_STRIPES)]
+        self._inflight: dict[tuple[int, str], asyncio.Future[DataKey | None]] = {}
         self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[str, DataKey] = OrderedDict()
 
@@ -206,11 +208,27 @@ class Keyring:
         return key
 
     async def akey(self, owner: str, *, likely_new: bool = False) -> DataKey:
-        """Async :meth:`key`."""
+        """Async :meth:`key` (tasks of one loop missing the same owner's key look it up
+        once)."""
         found = self.cached(owner)
         if found is not None:
             return found
-        key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), owner)
+        pending = self._inflight.get(slot)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            if shared is not None:
+                return shared  # else the lookup failed: this task tries on its own
+        future: asyncio.Future[DataKey | None] = loop.create_future()
+        self._inflight[slot] = future
+        key = None
+        try:
+            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+        finally:
+            future.set_result(key)
+            if self._inflight.get(slot) is future:
+                del self._inflight[slot]
         assert key is not None
         return key
 
