@@ -126,7 +126,11 @@ def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
 
 
 def create_checkpointer(
-    ttl_seconds: int | None = None, *, url: str | None = None, **options: Any
+    ttl_seconds: int | None = None,
+    *,
+    url: str | None = None,
+    encryption: EncryptionLike = None,
+    **options: Any,
 ) -> BaseCheckpointSaver[str]:
     """Return a LangGraph checkpointer for this environment.
 
@@ -135,6 +139,11 @@ def create_checkpointer(
             the ``config.checkpointer.ttl_seconds`` field when one is declared with
             ``@agent_config``; ``None`` or ``0`` in the end means no expiry.
         url: Where to persist checkpoints; ``None`` reads ``AGENT_MEMORY_URL``.
+        encryption: Encryption at rest of checkpoint values, writes and metadata, with a
+            data key per thread (see :func:`resolve_encryption`): ``None`` reads a declared
+            ``config.encryption.enabled`` field, else ``AGENT_MEMORY_MASTER_KEY``;
+            ``False`` is off. In memory, an encrypting ``TimedInMemorySaver`` is returned
+            (without expiry when no TTL is set).
         **options: Passed to the saver, e.g. ``serde=EncryptedSerializer(...)``,
             ``sweep_interval_seconds=5``, or ``strategy="keep_latest", keep_last=5`` (an
             expired thread keeps its last 5 checkpoints per namespace; ``prune`` keeps as many).
@@ -168,15 +177,19 @@ def create_checkpointer(
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
     _sqlite_only(target, options)
+    setting = resolve_encryption(encryption)
     if target is not None:
         _postgres_settings(target, options)
-        return _open_sql_saver(target, ttl, options)
+        return _open_sql_saver(target, ttl, {**options, "encryption": setting or False})
     unknown = sorted(set(options) - _MEMORY_OPTIONS)
     if unknown:
         raise TypeError(
             f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
             f"in-memory saver; known: ttl_seconds, url, {', '.join(sorted(_MEMORY_OPTIONS))}"
         )
+    if setting is not None:  # LangGraph's InMemorySaver cannot seal: the package's saver
+        _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl}, encrypted)")
+        return TimedInMemorySaver(ttl, encryption=setting, **options)
     if ttl is None:
         if "keep_last" in options:
             validate_keep_last(options["keep_last"])

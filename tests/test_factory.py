@@ -93,6 +93,7 @@ def _has_crypto() -> bool:
 def ttl_of(saver: BaseCheckpointSaver[str]) -> int:
     """The TTL of a saver the test expects to be a ``TimedInMemorySaver``."""
     assert isinstance(saver, TimedInMemorySaver)
+    assert saver.ttl_seconds is not None
     return saver.ttl_seconds
 
 

@@ -10,7 +10,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from langgraph_checkpoint_agent_memory import SQLSaver
+from langgraph_checkpoint_agent_memory import SQLSaver, generate_master_key
 from tests.helpers import sync_through_async
 from tests.pg import backend_params
 
@@ -34,6 +34,26 @@ async def test_every_capability_passes(
     report = await validate(factory)
     detected = {name for name, result in report.results.items() if result.detected}
     assert detected == {c.value for c in ALL_CAPABILITIES}
+    failures = {n: r.failures for n, r in report.results.items() if r.failures}
+    assert report.passed_all(), failures
+    assert sum(r.tests_passed for r in report.results.values()) == 81
+
+
+@pytest.mark.parametrize("api", ["async", "sync"])
+async def test_every_capability_passes_encrypted(
+    make_saver: Callable[..., SQLSaver], backend: str, api: str
+) -> None:
+    """The same suite with encryption on (every value, write and metadata sealed), on
+    every backend, PgBouncer and Citus included."""
+    master = generate_master_key()
+
+    @checkpointer_test(name=f"{backend}-{api}-encrypted")
+    async def factory() -> AsyncIterator[BaseCheckpointSaver[str]]:
+        saver = make_saver(ttl_seconds=3600, encryption=master)
+        assert saver.keyring is not None
+        yield sync_through_async(saver) if api == "sync" else saver
+
+    report = await validate(factory)
     failures = {n: r.failures for n, r in report.results.items() if r.failures}
     assert report.passed_all(), failures
     assert sum(r.tests_passed for r in report.results.values()) == 81

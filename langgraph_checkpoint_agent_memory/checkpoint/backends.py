@@ -55,7 +55,8 @@ class SqliteSaver(_FromConnString, SQLSaver):
             existing file only, and ``"ro"`` reads one without changing it; both raise
             :class:`DatabaseNotFoundError` at the first call when the file does not exist,
             and create nothing (SQLite's own ``mode=`` URI parameter, so no check races).
-        **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``, ...).
+        **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``,
+            ``encryption``, ...).
 
     Example:
         >>> import sqlite3
@@ -119,7 +120,9 @@ class PostgresSaver(_FromConnString, SQLSaver):
             missing; also ``?schema=name`` in the URL): every statement names its tables
             there, so apps or tenants share one database, through a transaction pooler
             too. ``None``: the search path's (``public``).
-        **kwargs: :class:`SQLSaver` options.
+        **kwargs: :class:`SQLSaver` options (``encryption=`` among them: sealed values,
+            data keys in the ``am_keys`` table of this database unless a key store URL is
+            given).
 
     Example:
         ```python
@@ -146,7 +149,7 @@ class HanaSaver(_FromConnString, SQLSaver):
         conn: A ``hana://user:password@host:port/?encrypt=true&currentSchema=S`` URL or a dict
             of ``hdbcli.dbapi.connect`` arguments.
         pool_size: Connections kept open (hdbcli connections are not shared between threads).
-        **kwargs: :class:`SQLSaver` options.
+        **kwargs: :class:`SQLSaver` options (``encryption=`` among them).
     """
 
     def __init__(self, conn: str | dict[str, Any], *, pool_size: int = 4, **kwargs: Any) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -204,6 +204,8 @@ class Head(NamedTuple):
 
 
 BlobRows = dict[tuple[str, str], BlobRow]
+#: The plaintext of a stored blob (encryption on), called only for blobs decoded.
+BlobOpener = Callable[[BlobRow], bytes]
 
 #: Row constructors from one fetched tuple, in C: the hot path builds a row per blob and
 #: write, and a NamedTuple's own ``__new__`` is a Python call.
@@ -472,12 +474,14 @@ def channel_value(
     channel: str,
     version: str,
     thread: tuple[str, str] | None = None,
+    opener: BlobOpener | None = None,
 ) -> tuple[Any, int]:
     """A channel's value at ``version`` and the number of appends it is made of.
 
     A list version this process wrote or read last for ``thread`` is taken from the cache
     (a new list of the same items), so reading a conversation decodes only what was
-    appended since.
+    appended since. ``opener`` gives a stored blob's plaintext (encryption on: only the
+    blobs actually decoded are opened).
     """
     if thread is not None:
         known = cache.known(thread, channel, version)
@@ -486,15 +490,18 @@ def channel_value(
     found = blob_rows.get((channel, version))
     if found is None:
         raise MissingBlob(f"stored channel {channel!r} lacks its value at version {version}")
+    blob = found.blob if opener is None else opener(found)
     if found.base_version is None:
-        return serde.loads_typed((found.type, found.blob)), 0
+        return serde.loads_typed((found.type, blob)), 0
     try:
-        head, depth = channel_value(serde, cache, blob_rows, channel, found.base_version, thread)
+        head, depth = channel_value(
+            serde, cache, blob_rows, channel, found.base_version, thread, opener
+        )
     except MissingBlob:
         raise MissingBlob(
             f"stored list {channel!r} at version {version} lacks its base {found.base_version}"
         ) from None
-    return head + serde.loads_typed((found.type[len(APPEND) :], found.blob)), depth + 1
+    return head + serde.loads_typed((found.type[len(APPEND) :], blob)), depth + 1
 
 
 class MissingBlob(AgentMemoryError):
@@ -513,16 +520,18 @@ def decode(
     write_rows: Sequence[WriteRow],
     metadata: CheckpointMetadata | None = None,
     lists: dict[str, ListState | None] | None = None,
+    opener: BlobOpener | None = None,
 ) -> CheckpointTuple:
     """A checkpoint tuple from its row, blobs and writes; fills ``lists`` (when given) with
-    the list channels read, for :meth:`ListCache.remember`."""
+    the list channels read, for :meth:`ListCache.remember`; ``opener``: as for
+    :func:`channel_value`."""
     checkpoint: Checkpoint = serde.loads_typed((row.type, bytes(row.body)))
     values = dict(checkpoint["channel_values"])
     thread = (row.thread_id, row.ns)
     for ch, v in row.blob_versions.items():
         found = blob_rows.get((ch, v))
         if found is not None and found.type != "empty":
-            values[ch], depth = channel_value(serde, cache, blob_rows, ch, v, thread)
+            values[ch], depth = channel_value(serde, cache, blob_rows, ch, v, thread, opener)
             if lists is not None:
                 value = values[ch]
                 lists[ch] = ListState(v, list(value), depth) if type(value) is list else None

@@ -27,6 +27,8 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, is_sealed, is_sealed_text
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -63,6 +65,11 @@ class Snapshot(NamedTuple):
     blobs: list[StoredBlob]
 
 
+def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
+    """A row's primary key as the ``k_<column>`` parameters of :func:`S.reseal_rows`."""
+    return {f"k_{c.name}": row[c.name] for c in table.primary_key}
+
+
 class Doomed(NamedTuple):
     """What dropping a thread's history down to the kept checkpoints deletes: the key
     parameters of each checkpoint (with its writes) and of each blob."""
@@ -85,6 +92,8 @@ class Maintenance:
     sweep_batch: int
     #: Checkpoints per namespace that ``keep_latest`` keeps (validated).
     keep_last: int = 1
+    #: Opens sealed rows (encryption on), else ``None``.
+    sealer: Sealer | None = None
 
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this process remembers of threads whose history changed under it."""
@@ -194,12 +203,33 @@ class Maintenance:
             write=True,
         )
 
+    def opened(self, thread_id: str, cps: Sequence[StoredCheckpoint]) -> list[StoredCheckpoint]:
+        """``cps`` with their bodies and metadata opened (as they are without encryption)."""
+        sealer = self.sealer
+        if sealer is None:
+            return list(cps)
+        sealer.ensure(Sealer.ids(v for cp in cps for v in (cp.checkpoint, cp.metadata)))
+        return [
+            cp._replace(
+                checkpoint=sealer.open_body(
+                    thread_id, cp.ns, cp.checkpoint_id, cp.type, cp.checkpoint
+                ),
+                metadata=sealer.open_metadata(thread_id, cp.ns, cp.checkpoint_id, cp.metadata),
+            )
+            for cp in cps
+        ]
+
     def kept(
-        self, serde: SerializerProtocol, cps: Sequence[StoredCheckpoint], keep_last: int
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        cps: Sequence[StoredCheckpoint],
+        keep_last: int,
     ) -> set[tuple[str, str]]:
         """Per namespace: the last ``keep_last`` checkpoints and the ancestors their
         DeltaChannels need (see :func:`checkpoints_to_keep`)."""
         loads = serde.loads_typed
+        cps = self.opened(thread_id, cps)
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
         for cp in cps:
             by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
@@ -258,7 +288,9 @@ class Maintenance:
         }
         yield self.drop(snapshot, keep)
 
-    def copy_thread(self, source: str, target: str) -> Plan[None]:
+    def copy_thread(self, source: str, target: str, key: DataKey | None = None) -> Plan[None]:
+        """Copy ``source``'s rows to ``target``; with encryption on (``key``: the target's
+        data key) each value is opened under its source row and sealed under its new one."""
         d = self.dialect
         activity = self.activity
         now = activity.clock()
@@ -275,13 +307,16 @@ class Maintenance:
             ttl = source_state.ttl_seconds
         else:
             ttl = activity.ttl_seconds
-        if d.distributed:  # each statement on one thread's shard: read, then write
+        if d.distributed or key is not None:  # read, then write (one shard each; or reseal)
             found = yield Batch(
                 [Stmt(sql, {"src": source}, fetch=True) for sql in S.select_copy_rows(d)],
                 lock=True,
                 hold=True,
             )
-            rows = S.retarget(found, target)
+            if key is not None:
+                rows = self.resealed(S.retarget(found, source), target, key)
+            else:
+                rows = S.retarget(found, target)
             copy = [
                 Stmt(sql, params, many=True)
                 for sql, params in zip(S.insert_copied_rows(d), rows, strict=True)
@@ -301,6 +336,44 @@ class Maintenance:
             write=True,
         )
 
+    def resealed(
+        self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
+    ) -> list[list[dict[str, Any]]]:
+        """The rows of a thread (checkpoints, blobs, writes; as :func:`S.retarget` gives
+        them) opened under their own identity and sealed under ``target``'s."""
+        sealer = self.sealer
+        assert sealer is not None
+        cps, blobs, writes = tables
+        sealer.ensure(
+            Sealer.ids(
+                [
+                    *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
+                    *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
+                ]
+            )
+        )
+        for r in cps:
+            t, ns, cid = r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"]
+            r["checkpoint"] = sealer.open_body(t, ns, cid, r["type"], r["checkpoint"])
+            r["metadata"] = sealer.open_metadata(t, ns, cid, r["metadata"])
+            r["thread_id"] = target
+            Sealer.seal_checkpoint_row(key, r)
+        for r in blobs:
+            r["blob"] = sealer.open_blob(
+                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+                r["base_version"], bytes(r["blob"] or b""),
+            )  # fmt: skip
+            r["thread_id"] = target
+        Sealer.seal_blob_rows(key, blobs)
+        for r in writes:
+            r["blob"] = sealer.open_write(
+                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
+                r["channel"], r["type"], bytes(r["blob"] or b""),
+            )  # fmt: skip
+            r["thread_id"] = target
+        Sealer.seal_write_rows(key, writes)
+        return [cps, blobs, writes]
+
     def prune(
         self,
         serde: SerializerProtocol,
@@ -317,8 +390,56 @@ class Maintenance:
                 yield from self.delete_thread(t)
             return
         snapshot = yield from self.snapshot(list(thread_ids))
-        keep = {t: self.kept(serde, s.checkpoints, n) for t, s in snapshot.items()}
+        keep = {t: self.kept(serde, t, s.checkpoints, n) for t, s in snapshot.items()}
         yield self.drop(snapshot, keep)
+
+    # -- encrypting plaintext rows -------------------------------------------------------------
+
+    def thread_ids_page(self, table: int, after: str, size: int) -> Plan[list[str]]:
+        """The next ``size`` thread ids (after ``after``) holding rows in checkpoint table
+        ``table`` (0: checkpoints, 1: blobs, 2: writes)."""
+        sql = S.select_thread_ids_after(self.dialect)[table]
+        [rows] = yield Batch([Stmt(sql, {"after": after, "page_size": size}, fetch=True)])
+        return [r[0] for r in rows]
+
+    def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[tuple[int, int, int]]:
+        """Seal every plaintext value of ``thread_id`` with ``key`` (sealed ones are left
+        as they are); how many checkpoints, blobs and writes were sealed."""
+        d = self.dialect
+        found = yield Batch(
+            [Stmt(sql, {"src": thread_id}, fetch=True) for sql in S.select_copy_rows(d)],
+            lock=True,
+            hold=True,
+        )
+        cps, blobs, writes = S.retarget(found, thread_id)
+        updates: list[list[dict[str, Any]]] = [[], [], []]
+        for r in cps:
+            body, meta = bytes(r["checkpoint"]), r["metadata"]
+            if is_sealed(body) and is_sealed_text(meta):
+                continue
+            sealed = dict(r, checkpoint=body)
+            Sealer.seal_checkpoint_row(key, sealed)  # each half kept when already sealed
+            body = body if is_sealed(body) else sealed["checkpoint"]
+            meta = meta if is_sealed_text(meta) else sealed["metadata"]
+            updates[0].append(
+                {**_keys(r, S.COPIED_TABLES[0]), "v_checkpoint": body, "v_metadata": meta}
+            )
+        for i, (rows, seal) in enumerate(
+            ((blobs, Sealer.seal_blob_rows), (writes, Sealer.seal_write_rows)), start=1
+        ):
+            todo = [dict(r, blob=bytes(r["blob"])) for r in rows if r["blob"]]
+            todo = [r for r in todo if not is_sealed(r["blob"])]
+            seal(key, todo)
+            updates[i] = [{**_keys(r, S.COPIED_TABLES[i]), "v_blob": r["blob"]} for r in todo]
+        statements = [
+            Stmt(sql, params, many=True)
+            for sql, params in zip(S.reseal_rows(d), updates, strict=True)
+            if params
+        ]
+        yield Batch(statements, write=True)
+        if statements:
+            self.forget([thread_id])
+        return len(updates[0]), len(updates[1]), len(updates[2])
 
     # -- TTL sweep -----------------------------------------------------------------------------
 
@@ -372,7 +493,8 @@ class Maintenance:
             else:
                 snapshot = yield from self.snapshot(batch)
                 keep = {
-                    t: self.kept(serde, s.checkpoints, self.keep_last) for t, s in snapshot.items()
+                    t: self.kept(serde, t, s.checkpoints, self.keep_last)
+                    for t, s in snapshot.items()
                 }
                 yield self.drop(snapshot, keep)
             swept += batch

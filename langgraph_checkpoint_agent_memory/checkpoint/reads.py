@@ -44,6 +44,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     metadata_matches,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
+    Sealer,
+    lazily_opened,
+    opened_rows,
+)
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -82,10 +87,17 @@ class Details(NamedTuple):
 class Reader:
     """Builds the read plans of one saver from its dialect, activity policy and list cache."""
 
-    def __init__(self, dialect: Dialect, activity: ThreadActivity, cache: ListCache) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        activity: ThreadActivity,
+        cache: ListCache,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.dialect = dialect
         self.activity = activity
         self.cache = cache
+        self.sealer = sealer
 
     # -- statements --------------------------------------------------------------------------
 
@@ -183,9 +195,14 @@ class Reader:
             details = self.details(thread_id, ns, [row])
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
+        opener = None
+        if self.sealer is not None:
+            row, write_rows, opener = lazily_opened(
+                self.sealer, thread_id, ns, row, blob_rows, write_rows
+            )
         lists: dict[str, ListState | None] = {}
         try:
-            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists)
+            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists, opener=opener)
         except MissingBlob:
             return None  # a delete or erase raced this read, or the write of this checkpoint
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
@@ -207,7 +224,8 @@ class Reader:
         now = activity.clock()
         thread_id, ns, cid = list_coordinates(config)
         before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
-        pushed = S.pushed_filters(d, filter)
+        # sealed metadata is matched after opening (ListCursor.take), never in SQL
+        pushed = S.pushed_filters(d, filter) if self.sealer is None else ()
         params: dict[str, Any] = {
             "live_after": activity.live_after(now),
             "page_size": page_size,
@@ -255,10 +273,50 @@ class Reader:
             at += count
         last = rows[-1]
         next_keyset = (last.checkpoint_id, last.thread_id, last.ns)
+        if self.sealer is not None:
+            self.sealer.ensure(
+                Sealer.ids(
+                    [
+                        *(v for r in rows for v in (r.body, r.metadata)),
+                        *(b.blob for blobs, _ in by_group.values() for b in blobs.values()),
+                        *(w.blob for _, writes in by_group.values() for w in writes),
+                    ]
+                )
+            )
+            opened: dict[tuple[str, str, str], CheckpointRow] = {}
+            for group, members in groups.items():
+                plain, blobs, writes = opened_rows(
+                    self.sealer, group[0], group[1], members, *by_group[group]
+                )
+                opened.update(((r.thread_id, r.ns, r.checkpoint_id), r) for r in plain)
+                by_group[group] = (blobs, writes)
+            rows = [opened[(r.thread_id, r.ns, r.checkpoint_id)] for r in rows]
         out = [PageRow(r, *by_group[(r.thread_id, r.ns)]) for r in rows]
         return out, next_keyset if len(rows) == page_size else None
 
     # -- DeltaChannel history --------------------------------------------------------------------
+
+    def opened_details(
+        self, thread_id: str, ns: str, blob_rows: BlobRows, write_rows: list[WriteRow]
+    ) -> tuple[BlobRows, list[WriteRow]]:
+        """Blob and write rows of a namespace with their values opened (encryption on)."""
+        if self.sealer is None:
+            return blob_rows, write_rows
+        _, blobs, writes = opened_rows(self.sealer, thread_id, ns, [], blob_rows, write_rows)
+        return blobs, writes
+
+    def opened_chain(
+        self, thread_id: str, ns: str, by_id: dict[str, ChainRow]
+    ) -> dict[str, ChainRow]:
+        """A namespace's chain rows with their bodies opened (encryption on)."""
+        sealer = self.sealer
+        if sealer is None:
+            return by_id
+        sealer.ensure(Sealer.ids(r.checkpoint for r in by_id.values()))
+        return {
+            cid: r._replace(checkpoint=sealer.open_body(thread_id, ns, cid, r.type, r.checkpoint))
+            for cid, r in by_id.items()
+        }
 
     def history(
         self, serde: SerializerProtocol, config: RunnableConfig, channels: Sequence[str]
@@ -276,7 +334,7 @@ class Reader:
             "live_after": self.activity.live_after(now),
         }
         [rows] = yield Batch([Stmt(S.select_chain(self.dialect), params, fetch=True)])
-        by_id = {r.checkpoint_id: r for r in map(chain_row, rows)}
+        by_id = self.opened_chain(thread_id, ns, {r.checkpoint_id: r for r in map(chain_row, rows)})
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
         if target is None or target not in by_id:
             return {ch: {"writes": []} for ch in channels}
@@ -320,6 +378,7 @@ class Reader:
             details = self.details(thread_id, ns, seed_rows)
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
             yield from self.complete_chains(thread_id, ns, blob_rows)
+            blob_rows, write_rows = self.opened_details(thread_id, ns, blob_rows, write_rows)
         writes_by_cp: dict[str, list[WriteRow]] = {}
         for w in write_rows:
             writes_by_cp.setdefault(w.checkpoint_id, []).append(w)

@@ -196,7 +196,7 @@ def preview_plan(maintenance: Maintenance, serde: SerializerProtocol) -> Plan[Sw
         sized = yield from _sized_snapshots([r.thread_id for r in batch], maintenance)
         for r in batch:
             snapshot, blob_sizes, write_sizes = sized[r.thread_id]
-            keep = maintenance.kept(serde, snapshot.checkpoints, maintenance.keep_last)
+            keep = maintenance.kept(serde, r.thread_id, snapshot.checkpoints, maintenance.keep_last)
             doomed = maintenance.doomed({r.thread_id: snapshot}, {r.thread_id: keep})
             sizes = {(cp.ns, cp.checkpoint_id): _checkpoint_size(cp) for cp in snapshot.checkpoints}
             freed = sum(

@@ -57,6 +57,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
@@ -65,8 +66,10 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.upkeep import ThreadUpkeep
 from langgraph_checkpoint_agent_memory.checkpoint.writes import Writer
+from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.db.migrations import CHECKPOINT, KEYS
 
 __all__ = ["SQLSaver", "Strategy"]
 
@@ -102,6 +105,13 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         auto_setup: Create or migrate the schema on first use.
         serde: Serializer; defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Wall clock in seconds since the epoch (shared by processes through the rows).
+        encryption: Encryption at rest (see the user guide's "Encryption and erasure"):
+            ``None`` (the default) follows the environment (``AGENT_MEMORY_MASTER_KEY``,
+            ``AGENT_MEMORY_KEYSTORE_URL``), ``False`` is off, or a master key, a
+            ``KeyProvider`` or an ``Encryption``. On: checkpoint bodies, channel values,
+            pending writes and metadata are sealed with the data key of the thread (or of
+            the store scope ``config["configurable"]["encryption_scope"]`` names), and
+            deleting, erasing or sweeping a thread destroys its key.
 
     Example:
         >>> from langgraph_checkpoint_agent_memory import SqliteSaver
@@ -126,8 +136,14 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         auto_setup: bool = True,
         serde: SerializerProtocol | None = None,
         clock: Callable[[], float] = time.time,
+        encryption: EncryptionLike = None,
     ) -> None:
         super().__init__(serde=serde)
+        setting = resolve(encryption)
+        self.keyring = setting.open_keyring(database) if setting is not None else None
+        self._sealer = Sealer(self.keyring) if self.keyring is not None else None
+        if self.keyring is not None and self.keyring.keystore.db is database:
+            self.components = (CHECKPOINT, KEYS)  # the key table comes with the setup
         self.strategy: Strategy = validate_strategy(strategy)
         self.keep_last = validate_keep_last(keep_last)
         self.db = database
@@ -147,9 +163,9 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         self._clock = clock
         self._lists = ListCache(incremental_lists)
         self._writer = Writer(self.dialect, self.activity, self._lists)
-        self._reader = Reader(self.dialect, self.activity, self._lists)
+        self._reader = Reader(self.dialect, self.activity, self._lists, self._sealer)
         self._maintenance = Maintenance(
-            self.dialect, self.activity, self._lists, sweep_batch, self.keep_last
+            self.dialect, self.activity, self._lists, sweep_batch, self.keep_last, self._sealer
         )
         self._sweeping = SweeperHookup(
             f"{type(self).__name__}-sweeper-{id(self):x}", self.sweep_interval_seconds
@@ -209,6 +225,8 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         self._sweeping.stop()
         self.db.close()
+        if self.keyring is not None:
+            self.keyring.close()
 
     async def aclose(self) -> None:
         """Stop the sweeper (awaiting its task) and release connections this saver opened."""
@@ -219,6 +237,8 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             except (asyncio.CancelledError, Exception):
                 pass
         await self.db.aclose()
+        if self.keyring is not None:
+            self.keyring.close()
 
     def _after_write(self) -> None:
         if self.ttl_seconds and not self._sweeping.started:
@@ -258,7 +278,9 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> sorted(saved["configurable"])
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
         """
-        result = self._run(self._writer.put(self.serde, config, checkpoint, metadata, new_versions))
+        key = self._write_key(config)
+        plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions, key)
+        result = self._run(plan)
         self._after_write()
         return result
 
@@ -284,7 +306,8 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
             ```
         """
-        plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions)
+        key = await self._awrite_key(config)
+        plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions, key)
         result = await self._arun(plan)
         self._after_write()
         return result
@@ -310,7 +333,8 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
-        self._run(self._writer.put_writes(self.serde, config, writes, task_id, task_path))
+        key = self._write_key(config)
+        self._run(self._writer.put_writes(self.serde, config, writes, task_id, task_path, key))
         self._after_write()
 
     async def aput_writes(
@@ -333,7 +357,9 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             await saver.aput_writes(saved, [("x", 1)], task_id="t1")
             ```
         """
-        await self._arun(self._writer.put_writes(self.serde, config, writes, task_id, task_path))
+        key = await self._awrite_key(config)
+        plan = self._writer.put_writes(self.serde, config, writes, task_id, task_path, key)
+        await self._arun(plan)
         self._after_write()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -353,7 +379,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> latest.checkpoint["channel_values"]
             {'messages': [...]}
         """
-        return self._run(self._reader.get_tuple(self.serde, config))
+        return self._read(lambda: self._reader.get_tuple(self.serde, config))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Asynchronously fetch a checkpoint tuple: :meth:`get_tuple` for async code.
@@ -366,7 +392,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             latest = await saver.aget_tuple({"configurable": {"thread_id": "user-42"}})
             ```
         """
-        return await self._arun(self._reader.get_tuple(self.serde, config))
+        return await self._aread(lambda: self._reader.get_tuple(self.serde, config))
 
     # -- list ------------------------------------------------------------------------------
 
@@ -393,7 +419,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
-            yield from cursor.take(self._run(cursor.next_page()))
+            yield from cursor.take(self._read(cursor.next_page))
 
     async def alist(
         self,
@@ -419,7 +445,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
-            for item in cursor.take(await self._arun(cursor.next_page())):
+            for item in cursor.take(await self._aread(cursor.next_page)):
                 yield item
 
     def get_delta_channel_history(
@@ -435,7 +461,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.get_delta_channel_history(config=saved, channels=["messages"])
             {'messages': {'writes': [...]...}}
         """
-        return self._run(self._reader.history(self.serde, config, channels))
+        return self._read(lambda: self._reader.history(self.serde, config, channels))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -451,7 +477,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             history = await saver.aget_delta_channel_history(config=saved, channels=["messages"])
             ```
         """
-        return await self._arun(self._reader.history(self.serde, config, channels))
+        return await self._aread(lambda: self._reader.history(self.serde, config, channels))
 
     # -- versions --------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ It answers as ``InMemorySaver`` does (the same values, metadata, pending writes,
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -66,6 +67,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     parent_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy, thread_serde
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
 from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
 from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
@@ -79,6 +81,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     validate_interval,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
+from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -111,6 +116,9 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         serde: Serializer for checkpoints and writes (e.g. LangGraph's
             ``EncryptedSerializer``); defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Monotonic clock in seconds; injectable so tests need not sleep.
+        encryption: As for the SQL savers: values sealed with a key per thread (kept in
+            memory), destroyed when the thread is deleted or evicted; with it on,
+            ``ttl_seconds=None`` is accepted (threads never expire).
 
     Example:
         >>> with TimedInMemorySaver(ttl_seconds=600) as saver:
@@ -120,28 +128,34 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        ttl_seconds: int,
+        ttl_seconds: int | None,
         *,
         sweep_interval_seconds: float | None = None,
         keep_last: int = 1,
         serde: SerializerProtocol | None = None,
         clock: Callable[[], float] = time.monotonic,
+        encryption: EncryptionLike = None,
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        if ttl is None:
+        setting = resolve(encryption)
+        #: The data keys (encryption on), else ``None``.
+        self.keyring: Keyring | None = setting.open_keyring(None) if setting else None
+        if ttl is None and self.keyring is None:
             raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
                 "use InMemorySaver (or create_checkpointer(ttl_seconds=None)) for no expiry"
             )
         super().__init__(serde=serde)
-        self.ttl_seconds: int = ttl
-        self.sweep_interval_seconds: float = validate_interval(
-            sweep_interval_seconds
-        ) or default_sweep_interval(ttl)
+        self.ttl_seconds: int | None = ttl
+        self.sweep_interval_seconds: float = validate_interval(sweep_interval_seconds) or (
+            default_sweep_interval(ttl) if ttl else 60.0
+        )
         self._clock = clock
         self._lock = threading.RLock()
-        self._life = ThreadLife(ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl))
+        self._life = ThreadLife(
+            math.inf if ttl is None else ttl, tombstone_seconds(TOMBSTONE_SECONDS, ttl)
+        )
         #: thread id -> its data, in the order threads got their first checkpoint
         self._threads: dict[str, ThreadData] = {}
         self._run_threads: dict[str, set[str]] = {}
@@ -163,6 +177,14 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         )
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
+        """The serializer of ``thread_id``'s values (see :func:`.sealing.thread_serde`)."""
+        return thread_serde(self.serde, self.keyring, thread_id, config)
+
+    def _start_sweeper(self) -> None:
+        if self._sweeping.sweeper is None and self.ttl_seconds is not None:
+            self._sweeping.start_thread(self, "sweep")
 
     def close(self) -> None:
         """Stop the sweeper thread. The saver stays usable; a later write restarts it.
@@ -197,6 +219,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         thread = self._threads.pop(thread_id, None)
         namespaces = thread.checkpoints.values() if thread is not None else ()
         self._life.end(thread_id, now, [max(ids, default=None) for ids in namespaces])
+        if self.keyring is not None:  # deleted or expired: its key goes too
+            self.keyring.destroy([thread_owner(thread_id)])
         if thread is None:
             return
         for run_id in thread.runs:
@@ -270,7 +294,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         override = (config.get("configurable") or {}).get("ttl_seconds")
         if override is not None:  # refused as the SQL savers refuse it, before any write
             validate_ttl(override, name="config['configurable']['ttl_seconds']")
-        dumps = self.serde.dumps_typed
+        dumps = self._serde_for(thread_id, config).dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
         blobs = {
@@ -297,8 +321,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 thread.runs.setdefault(run_id, set()).add((checkpoint_ns, own_id))
                 self._run_threads.setdefault(run_id, set()).add(thread_id)
             life.touch(thread_id, now)
-        if self._sweeping.sweeper is None:
-            self._sweeping.start_thread(self, "sweep")
+        self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
     def put_writes(
@@ -322,7 +345,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
-        dumps = self.serde.dumps_typed
+        dumps = self._serde_for(thread_id, config).dumps_typed
         idx_map = WRITES_IDX_MAP
         rows: list[tuple[int, WriteRow]] = []
         for i, (channel, value) in enumerate(writes):
@@ -350,8 +373,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                     continue
                 stored[task_id, idx] = row
             life.touch(thread_id, now)
-        if self._sweeping.sweeper is None:
-            self._sweeping.start_thread(self, "sweep")
+        self._start_sweeper()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -362,7 +384,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         found: Found,
         metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
-        serde = self.serde
+        serde = self._serde_for(thread_id)
         loads = serde.loads_typed
         values = {k: loads(b) for k, b in found.blobs.items() if b is not None and b[0] != "empty"}
         return CheckpointTuple(
@@ -392,7 +414,9 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             found = (
                 None
                 if thread is None
-                else thread.find(checkpoint_ns, checkpoint_id, self.serde.loads_typed)
+                else thread.find(
+                    checkpoint_ns, checkpoint_id, self._serde_for(thread_id).loads_typed
+                )
             )
             if found is None:
                 return None
@@ -460,7 +484,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self, thread_id: str, ns: str, cid: str, filter: dict[str, Any] | None
     ) -> tuple[Found, CheckpointMetadata] | None:
         """One listed checkpoint's parts and metadata, if it is still there and matches."""
-        loads = self.serde.loads_typed
+        loads = self._serde_for(thread_id).loads_typed
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or self._life.expired(thread_id, self._clock()):
@@ -497,7 +521,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             if thread is None:
                 return {ch: {"writes": []} for ch in channels}
             self._life.touch(thread_id, now)
-            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, self.serde)
+            serde = self._serde_for(thread_id)
+            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The channel version after ``current``: a zero-padded counter and a random tail.
@@ -546,7 +571,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                         thread.drop_checkpoint(ns, cid)
                     touched.add(thread_id)
             for thread_id in touched:
-                self._threads[thread_id].collect_blobs(self.serde.loads_typed)
+                self._threads[thread_id].collect_blobs(self._serde_for(thread_id).loads_typed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a live thread's checkpoints, writes and blobs to another; both count as active.
@@ -565,6 +590,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 return
             self._expire_if_due(dst, now)
             source = self._threads[src]
+            if self.keyring is not None:  # sealed for the source: re-sealed for the target
+                source = resealed_copy(self.serde, self.keyring, source, src, dst)
             source.copy_into(self._thread(dst))
             for run_id in source.runs:
                 self._run_threads.setdefault(run_id, set()).add(dst)
@@ -604,7 +631,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 if strategy == "delete":
                     self._evict(thread_id, now)
                     continue
-                self._threads[thread_id].keep_latest(n, self.serde.loads_typed)
+                self._threads[thread_id].keep_latest(n, self._serde_for(thread_id).loads_typed)
 
     # -- async API: the work is in-memory and short, so it runs inline ---------------------
 

@@ -147,6 +147,26 @@ class ThreadData:
         for run_id, members in self.runs.items():
             target.runs.setdefault(run_id, set()).update(members)
 
+    def mapped(self, change: Callable[[Typed], Typed]) -> ThreadData:
+        """A copy with every stored value (checkpoint, metadata, channel value, write)
+        passed through ``change`` (the in-memory saver re-seals a copy with it)."""
+        copy = ThreadData()
+        self.copy_into(copy)
+        for by_id in copy.checkpoints.values():
+            for cid, saved in by_id.items():
+                by_id[cid] = Saved(
+                    change(saved.checkpoint), change(saved.metadata), saved.parent_id
+                )
+        for key, typed in copy.blobs.items():
+            copy.blobs[key] = change(typed)
+        for rows in copy.writes.values():
+            for k, w in rows.items():
+                kind, blob = change((w.type, w.blob))
+                rows[k] = WriteRow(
+                    w.checkpoint_id, w.task_id, w.idx, w.channel, kind, blob, w.task_path
+                )
+        return copy
+
     def keep_latest(self, keep_last: int, loads: Loads) -> None:
         """Keep each namespace's last ``keep_last`` checkpoints and the ancestors their
         ``DeltaChannel`` values need; drop the rest and the values nothing refers to."""

@@ -9,11 +9,12 @@ through the saver's database like the hot path's.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id
+from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id, thread_coordinates
 from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.retention import (
     SweepPreview,
@@ -22,7 +23,33 @@ from langgraph_checkpoint_agent_memory.checkpoint.retention import (
     preview_plan,
     threads_plan,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import NeedKeys, Sealer, owner_of
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owner
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.db.database import Plan, T
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+#: Times a read is run again after loading the data keys it lacked.
+KEY_ATTEMPTS = 3
+#: Thread ids read per page by :meth:`ThreadUpkeep.encrypt_plaintext`.
+ENCRYPT_PAGE = 200
+
+
+def _owner_and_newness(config: RunnableConfig) -> tuple[str, bool]:
+    """The key owner of a write, and whether its key is likely new: a thread's first
+    checkpoint names no parent, so its key is created at once (one round trip, not a
+    lookup and then a creation)."""
+    thread_id, _, parent_id = thread_coordinates(config)
+    owner = owner_of(thread_id, config)
+    return owner, parent_id is None and owner == thread_owner(thread_id)
+
+
+def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
+    counts["checkpoints"] += sealed[0]
+    counts["blobs"] += sealed[1]
+    counts["writes"] += sealed[2]
+    counts["threads"] += any(sealed)
 
 
 class ThreadUpkeep(CheckpointSchemaOnFirstUse):
@@ -30,6 +57,56 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
 
     serde: SerializerProtocol
     _maintenance: Maintenance
+    #: The data keys (encryption on), else ``None``.
+    keyring: Keyring | None
+    _sealer: Sealer | None
+
+    # -- keys (encryption on) --------------------------------------------------------------
+
+    def _write_key(self, config: RunnableConfig) -> DataKey | None:
+        """The key a write to ``config``'s thread seals with (cached: no I/O after its
+        first use), or ``None`` with encryption off."""
+        if self.keyring is None:
+            return None
+        owner, new = _owner_and_newness(config)
+        return self.keyring.key(owner, likely_new=new)
+
+    async def _awrite_key(self, config: RunnableConfig) -> DataKey | None:
+        if self.keyring is None:
+            return None
+        owner, new = _owner_and_newness(config)
+        return await self.keyring.akey(owner, likely_new=new)
+
+    def _read(self, make: Callable[[], Plan[T]]) -> T:
+        """Run the plan ``make`` builds; when it meets keys not loaded yet, load them and
+        run it again (only the first time a key is met: they stay cached)."""
+        for _ in range(KEY_ATTEMPTS):
+            try:
+                return self._run(make())
+            except NeedKeys as need:
+                assert self.keyring is not None
+                for key_id in need.key_ids:
+                    self.keyring.by_id(key_id)
+        return self._run(make())
+
+    async def _aread(self, make: Callable[[], Plan[T]]) -> T:
+        for _ in range(KEY_ATTEMPTS):
+            try:
+                return await self._arun(make())
+            except NeedKeys as need:
+                assert self.keyring is not None
+                for key_id in need.key_ids:
+                    await self.keyring.aby_id(key_id)
+        return await self._arun(make())
+
+    def _destroy_keys(self, thread_ids: Sequence[str]) -> None:
+        """Destroy the data keys of deleted threads (never a store scope's key)."""
+        if self.keyring is not None and thread_ids:
+            self.keyring.destroy([thread_owner(t) for t in thread_ids])
+
+    async def _adestroy_keys(self, thread_ids: Sequence[str]) -> None:
+        if self.keyring is not None and thread_ids:
+            await self.keyring.adestroy([thread_owner(t) for t in thread_ids])
 
     # -- deletion, copy, prune, sweep ------------------------------------------------------
 
@@ -43,7 +120,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         Example:
             >>> saver.delete_thread("user-42")
         """
-        self._run(self._maintenance.delete_thread(checked_thread_id(thread_id)))
+        thread_id = checked_thread_id(thread_id)
+        self._run(self._maintenance.delete_thread(thread_id))
+        self._destroy_keys([thread_id])
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Asynchronously :meth:`delete_thread`.
@@ -56,7 +135,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             await saver.adelete_thread("user-42")
             ```
         """
-        await self._arun(self._maintenance.delete_thread(checked_thread_id(thread_id)))
+        thread_id = checked_thread_id(thread_id)
+        await self._arun(self._maintenance.delete_thread(thread_id))
+        await self._adestroy_keys([thread_id])
 
     def erase_threads(self, thread_ids: Sequence[str]) -> None:
         """Delete threads leaving no trace, not even a tombstone (for erasing a user's data:
@@ -68,7 +149,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         Example:
             >>> saver.erase_threads(["user-42", "user-42-draft"])
         """
-        self._run(self._maintenance.erase_threads([str(t) for t in thread_ids]))
+        ids = [str(t) for t in thread_ids]
+        self._run(self._maintenance.erase_threads(ids))
+        self._destroy_keys(ids)
 
     async def aerase_threads(self, thread_ids: Sequence[str]) -> None:
         """Asynchronously :meth:`erase_threads`.
@@ -81,7 +164,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             await saver.aerase_threads(["user-42"])
             ```
         """
-        await self._arun(self._maintenance.erase_threads([str(t) for t in thread_ids]))
+        ids = [str(t) for t in thread_ids]
+        await self._arun(self._maintenance.erase_threads(ids))
+        await self._adestroy_keys(ids)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) that runs created, and the blobs no
@@ -119,7 +204,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         Example:
             >>> saver.copy_thread("user-42", "user-42-fork")
         """
-        self._run(self._maintenance.copy_thread(str(source_thread_id), str(target_thread_id)))
+        source, target = str(source_thread_id), str(target_thread_id)
+        key = self.keyring.key(thread_owner(target)) if self.keyring is not None else None
+        self._read(lambda: self._maintenance.copy_thread(source, target, key))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Asynchronously :meth:`copy_thread`.
@@ -133,8 +220,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             await saver.acopy_thread("user-42", "user-42-fork")
             ```
         """
-        plan = self._maintenance.copy_thread(str(source_thread_id), str(target_thread_id))
-        await self._arun(plan)
+        source, target = str(source_thread_id), str(target_thread_id)
+        key = await self.keyring.akey(thread_owner(target)) if self.keyring is not None else None
+        await self._aread(lambda: self._maintenance.copy_thread(source, target, key))
 
     def prune(
         self,
@@ -159,7 +247,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             3
         """
         thread_ids = [str(t) for t in thread_ids]
-        self._run(self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
+        self._read(lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
+        if strategy == "delete":
+            self._destroy_keys(thread_ids)
 
     async def aprune(
         self,
@@ -181,7 +271,10 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             ```
         """
         thread_ids = [str(t) for t in thread_ids]
-        await self._arun(self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
+        plan = lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last)  # noqa: E731
+        await self._aread(plan)
+        if strategy == "delete":
+            await self._adestroy_keys(thread_ids)
 
     def sweep(self) -> builtins.list[str]:
         """Remove expired threads now (any number of processes may sweep at once; each thread
@@ -194,7 +287,10 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             >>> saver.sweep()
             ['user-17']
         """
-        return self._run(self._maintenance.sweep(self.serde))
+        swept = self._read(lambda: self._maintenance.sweep(self.serde))
+        if self._maintenance.activity.strategy == "delete":
+            self._destroy_keys(swept)
+        return swept
 
     async def asweep(self) -> builtins.list[str]:
         """Asynchronously :meth:`sweep`; the async sweeper task calls this.
@@ -204,7 +300,95 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             removed = await saver.asweep()
             ```
         """
-        return await self._arun(self._maintenance.sweep(self.serde))
+        swept = await self._aread(lambda: self._maintenance.sweep(self.serde))
+        if self._maintenance.activity.strategy == "delete":
+            await self._adestroy_keys(swept)
+        return swept
+
+    # -- encryption ------------------------------------------------------------------------
+
+    def _needs_keyring(self) -> Keyring:
+        if self.keyring is None:
+            raise ConfigurationError(
+                "encrypt_plaintext() needs a saver opened with encryption on (encryption=... "
+                "or AGENT_MEMORY_MASTER_KEY)"
+            )
+        return self.keyring
+
+    def encrypt_plaintext(self) -> dict[str, int]:
+        """Seal every row written without encryption (what ``agent-memory encrypt`` runs
+        when turning encryption on for an existing database), each thread with its own data
+        key. Idempotent: sealed rows are left as they are, so it may be run again (after an
+        interruption, or while writers still run with encryption off).
+
+        Returns:
+            How many were sealed: ``{"threads": ..., "checkpoints": ..., "blobs": ...,
+            "writes": ...}`` (``threads``: threads in which something was sealed).
+
+        Raises:
+            ConfigurationError: The saver has encryption off.
+
+        Example:
+            >>> from langgraph.checkpoint.base import empty_checkpoint
+            >>> from langgraph_checkpoint_agent_memory import (
+            ...     Encryption, SqliteSaver, generate_master_key)
+            >>> old = SqliteSaver("old.db", encryption=False)
+            >>> _ = old.put({"configurable": {"thread_id": "t1"}}, empty_checkpoint(), {}, {})
+            >>> setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
+            >>> migrating = SqliteSaver("old.db", encryption=setting)
+            >>> migrating.encrypt_plaintext()
+            {'threads': 1, 'checkpoints': 1, 'blobs': 0, 'writes': 0}
+            >>> migrating.encrypt_plaintext()["checkpoints"]
+            0
+        """
+        keyring = self._needs_keyring()
+        m = self._maintenance
+        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
+        done: set[str] = set()
+        for table in range(3):
+            after = ""
+            while page := self._run(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
+                for thread_id in page:
+                    if thread_id not in done:
+                        key = keyring.key(thread_owner(thread_id))
+                        _add(counts, self._run(m.encrypt_thread(thread_id, key)))
+                        done.add(thread_id)
+                after = page[-1]
+        return counts
+
+    async def aencrypt_plaintext(self) -> dict[str, int]:
+        """Asynchronously :meth:`encrypt_plaintext`.
+
+        Returns:
+            How many threads, checkpoints, blobs and writes were sealed.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory import (
+                Encryption,
+                SqliteSaver,
+                generate_master_key,
+            )
+
+            setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
+            migrating = SqliteSaver("plain.db", encryption=setting)
+            counts = await migrating.aencrypt_plaintext()
+            ```
+        """
+        keyring = self._needs_keyring()
+        m = self._maintenance
+        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
+        done: set[str] = set()
+        for table in range(3):
+            after = ""
+            while page := await self._arun(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
+                for thread_id in page:
+                    if thread_id not in done:
+                        key = await keyring.akey(thread_owner(thread_id))
+                        _add(counts, await self._arun(m.encrypt_thread(thread_id, key)))
+                        done.add(thread_id)
+                after = page[-1]
+        return counts
 
     # -- what is stored ----------------------------------------------------------------------
 
@@ -260,7 +444,7 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             >>> preview.bytes_freed, [t.thread_id for t in preview.threads]
             (..., ['user-17'])
         """
-        return self._run(preview_plan(self._maintenance, self.serde))
+        return self._read(lambda: preview_plan(self._maintenance, self.serde))
 
     async def asweep_preview(self) -> SweepPreview:
         """Asynchronously :meth:`sweep_preview`.
@@ -270,4 +454,4 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             preview = await saver.asweep_preview()
             ```
         """
-        return await self._arun(preview_plan(self._maintenance, self.serde))
+        return await self._aread(lambda: preview_plan(self._maintenance, self.serde))

@@ -43,6 +43,8 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checkpoint_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
@@ -65,8 +67,10 @@ class Writer:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        key: DataKey | None = None,
     ) -> Plan[RunnableConfig]:
-        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``."""
+        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``; with
+        ``key`` (encryption on), the body, metadata and blobs sealed with it."""
         thread_id, ns, parent_id = thread_coordinates(config)
         activity = self.activity
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -92,6 +96,9 @@ class Writer:
             "live_after": live_after,
             "named": parent_id,
         }
+        if key is not None:
+            Sealer.seal_blob_rows(key, encoded.blob_rows)
+            Sealer.seal_checkpoint_row(key, row)
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fast = d.fast_write("put", touch, {**thread, **row}, {"b": encoded.blob_rows})
@@ -122,8 +129,10 @@ class Writer:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        key: DataKey | None = None,
     ) -> Plan[None]:
-        """Store a task's writes: first write wins, special channels upsert."""
+        """Store a task's writes: first write wins, special channels upsert; with ``key``
+        (encryption on), their values sealed with it."""
         thread_id, ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ConfigurationError(
@@ -161,6 +170,9 @@ class Writer:
             else:
                 replace[special] = row
         replacing = list(replace.values())
+        if key is not None:
+            Sealer.seal_write_rows(key, first_wins)
+            Sealer.seal_write_rows(key, replacing)
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fixed = {

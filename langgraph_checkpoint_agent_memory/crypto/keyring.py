@@ -10,6 +10,7 @@ of :mod:`..db.keys`, so the sync and async methods share one implementation.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +26,8 @@ from langgraph_checkpoint_agent_memory.errors import KeyMissingError
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
+#: Locks that let one thread look an owner's key up while others wait for it.
+LOOKUP_STRIPES = 64
 #: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
 ROTATE_BATCH = 500
 
@@ -71,6 +74,10 @@ class Keyring:
         self.recheck_seconds = recheck_seconds
         self._clock = clock
         self._lock = threading.Lock()
+        #: Striped locks: threads missing the same owner's key look it up once, not each
+        #: (a graph's background writes of one step would otherwise race to it).
+        self._lookups = [threading.Lock() for _ in range(LOOKUP_STRIPES)]
+        self._inflight: dict[tuple[int, str], asyncio.Future[DataKey | None]] = {}
         self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[str, DataKey] = OrderedDict()
 
@@ -118,13 +125,17 @@ class Keyring:
     def _unwrapped(self, row: sqlk.KeyRow) -> DataKey:
         return DataKey(row.key_id, row.owner, self.provider.unwrap(row.wrapped, row.owner))
 
-    def key_plan(self, owner: str, *, create: bool = True) -> Plan[DataKey | None]:
+    def key_plan(
+        self, owner: str, *, create: bool = True, likely_new: bool = False
+    ) -> Plan[DataKey | None]:
         """``owner``'s key from the cache or the key store; created when missing and
-        ``create`` (else ``None``)."""
+        ``create`` (else ``None``). ``likely_new``: skip the lookup and create at once (one
+        round trip, a write, instead of two for an owner that has no key yet; the owner's
+        existing key is returned all the same)."""
         found = self.cached(owner)
         if found is not None:
             return found
-        row = yield from sqlk.by_owner_plan(self.keystore.dialect, owner)
+        row = None if likely_new else (yield from sqlk.by_owner_plan(self.keystore.dialect, owner))
         if row is None:
             if not create:
                 return None
@@ -181,25 +192,43 @@ class Keyring:
 
     # -- sync and async shells -------------------------------------------------------------
 
-    def key(self, owner: str) -> DataKey:
+    def key(self, owner: str, *, likely_new: bool = False) -> DataKey:
         """``owner``'s data key, created on first use.
 
         Args:
             owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
+            likely_new: Create without looking first (see :meth:`key_plan`).
         """
         found = self.cached(owner)
         if found is not None:
             return found
-        key = self.keystore.run(self.key_plan(owner))
+        with self._lookups[hash(owner) % LOOKUP_STRIPES]:
+            key = self.keystore.run(self.key_plan(owner, likely_new=likely_new))
         assert key is not None
         return key
 
-    async def akey(self, owner: str) -> DataKey:
-        """Async :meth:`key`."""
+    async def akey(self, owner: str, *, likely_new: bool = False) -> DataKey:
+        """Async :meth:`key` (tasks of one loop missing the same owner's key look it up
+        once)."""
         found = self.cached(owner)
         if found is not None:
             return found
-        key = await self.keystore.arun(self.key_plan(owner))
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), owner)
+        pending = self._inflight.get(slot)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            if shared is not None:
+                return shared  # else the lookup failed: this task tries on its own
+        future: asyncio.Future[DataKey | None] = loop.create_future()
+        self._inflight[slot] = future
+        key = None
+        try:
+            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+        finally:
+            future.set_result(key)
+            if self._inflight.get(slot) is future:
+                del self._inflight[slot]
         assert key is not None
         return key
 

@@ -622,3 +622,48 @@ def purge_tombstones(d: Dialect) -> list[Sql]:
 
 
 __all__ = ["MAX_KEYS", "bucket", "values_params"]
+
+
+# -- encryption of plaintext rows ------------------------------------------------------------
+
+
+def select_thread_ids_after(d: Dialect) -> list[Sql]:
+    """A page of the thread ids holding rows in each checkpoint table, after ``:after`` in
+    order (what ``encrypt_plaintext`` walks)."""
+    return [
+        d.sql(
+            ("select_thread_ids_after", t.name),
+            partial(
+                lambda t: (
+                    sa.select(t.c.thread_id)
+                    .where(t.c.thread_id > B("after"))
+                    .group_by(t.c.thread_id)
+                    .order_by(t.c.thread_id)
+                    .limit(B("page_size", type_=sa.Integer))
+                ),
+                t,
+            ),
+        )
+        for t in COPIED_TABLES
+    ]
+
+
+def _reseal(t: sa.Table, columns: tuple[str, ...]) -> Any:
+    return (
+        sa.update(t)
+        .where(*(c == B(f"k_{c.name}", type_=c.type) for c in t.primary_key))
+        .values({name: B(f"v_{name}", type_=t.c[name].type) for name in columns})
+    )
+
+
+def reseal_rows(d: Dialect) -> list[Sql]:
+    """Rewrite the value columns of one row by its key (``k_<column>`` parameters; the
+    values as ``v_<column>``), per table of :data:`COPIED_TABLES`: the checkpoint body and
+    metadata, a blob, a write."""
+    return [
+        d.sql(
+            ("reseal_rows", t.name),
+            partial(_reseal, t, ("checkpoint", "metadata") if t is checkpoints else ("blob",)),
+        )
+        for t in COPIED_TABLES
+    ]

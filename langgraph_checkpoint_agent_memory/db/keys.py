@@ -32,13 +32,16 @@ def _row(raw: Sequence[Any]) -> KeyRow:
     return KeyRow(str(key_id), str(owner), bytes(wrapped), float(created_at))
 
 
-def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
-    """The key of ``owner``, or ``None``."""
-    sql = dialect.sql(
+def _by_owner(dialect: Dialect) -> Any:
+    return dialect.sql(
         "key_by_owner",
         lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
     )
-    [rows] = yield Batch([Stmt(sql, {"b_owner": owner}, fetch=True)])
+
+
+def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
+    """The key of ``owner``, or ``None``."""
+    [rows] = yield Batch([Stmt(_by_owner(dialect), {"b_owner": owner}, fetch=True)])
     return _row(rows[0]) if rows else None
 
 
@@ -62,11 +65,14 @@ def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
         "wrapped": row.wrapped,
         "created_at": row.created_at,
     }
-    yield Batch([Stmt(insert, params)], write=True)
-    found = yield from by_owner_plan(dialect, row.owner)
-    if found is None:  # pragma: no cover - a concurrent destroy between the two batches
+    # one round trip: the insert, then the owner's key as the same transaction sees it
+    _, rows = yield Batch(
+        [Stmt(insert, params), Stmt(_by_owner(dialect), {"b_owner": row.owner}, fetch=True)],
+        write=True,
+    )
+    if not rows:  # pragma: no cover - the insert or the key it lost to is there
         raise LookupError(f"the data key of {row.owner!r} was destroyed while being created")
-    return found
+    return _row(rows[0])
 
 
 def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:

@@ -1,0 +1,367 @@
+"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O.
+
+With encryption on, every value column of the checkpoint tables is sealed (see
+:mod:`..crypto.cipher`): the checkpoint body (which holds the inline channel values), every
+blob row (appended list items too), every pending write, and the metadata (the whole JSON,
+sealed as text: its keys say as much as its values, e.g. which writes a step made, and a
+filter on it is matched after decrypting anyway). Each value carries its row's identity as
+associated data (thread, namespace and checkpoint id; or channel and version; or task id
+and index; and the serde type), so a value moved to another row or thread does not open.
+
+Keys: a write uses the data key of the thread's owner (:func:`owner_of`), which the saver's
+shell fetches before the plan runs (cached: no I/O after its first use). A read finds each
+value's key by the id it carries; the plans ask :meth:`Sealer.ensure` for every id a fetch
+returned before opening anything, and a key not yet in memory ends the plan with
+:class:`NeedKeys`, which the shell answers by loading the keys (one lookup each, the first
+time only) and running the plan again. So the hot path keeps its round trips, and the key
+store may be another database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    BlobOpener,
+    BlobRow,
+    BlobRows,
+    CheckpointRow,
+    WriteRow,
+)
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    SCOPE_CONFIG_KEY,
+    DataKey,
+    aad,
+    is_sealed,
+    is_sealed_text,
+    key_id_of,
+    plaintext_refused,
+    store_owner,
+    text_bytes,
+    thread_owner,
+)
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, InvalidValueError
+
+
+class NeedKeys(AgentMemoryError):
+    """A read met values sealed under keys this process has not loaded yet: the shell loads
+    them and runs the plan again. Never raised to a caller."""
+
+    def __init__(self, key_ids: Iterable[str]) -> None:
+        self.key_ids = sorted(set(key_ids))
+        super().__init__(f"data keys to load: {', '.join(self.key_ids)}")
+
+
+def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
+    """The key owner of a write to ``thread_id``: the store scope the config names
+    (``config["configurable"]["encryption_scope"]``), else the thread itself.
+
+    Example:
+        >>> owner_of("t1", {"configurable": {"thread_id": "t1"}})
+        'thread:t1'
+        >>> owner_of("t1", {"configurable": {"encryption_scope": "memory.user=alice"}})
+        'store:memory.user=alice'
+    """
+    scope = ((config or {}).get("configurable") or {}).get(SCOPE_CONFIG_KEY)
+    if scope is None or scope == "":
+        return thread_owner(thread_id)
+    if not isinstance(scope, str):
+        raise InvalidValueError(
+            f"config['configurable']['{SCOPE_CONFIG_KEY}'] must be a store shard key (a "
+            f"string), got {type(scope).__name__}"
+        )
+    return store_owner(scope)
+
+
+# associated data of each kind of sealed value (the row's key columns, and its type)
+
+
+def body_aad(thread_id: str, ns: str, checkpoint_id: str, kind: str) -> bytes:
+    return aad("checkpoint", thread_id, ns, checkpoint_id, kind)
+
+
+def metadata_aad(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
+    return aad("metadata", thread_id, ns, checkpoint_id)
+
+
+def blob_aad(
+    thread_id: str, ns: str, channel: str, version: str, kind: str, base: str | None
+) -> bytes:
+    return aad("blob", thread_id, ns, channel, version, kind, base)
+
+
+def write_aad(
+    thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
+) -> bytes:
+    return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+
+
+class Sealer:
+    """Seals and opens the values of one saver's rows with the keys of one keyring.
+
+    Args:
+        keyring: Where data keys are found (and created, and destroyed).
+    """
+
+    def __init__(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    @property
+    def allow_plaintext(self) -> bool:
+        return self.keyring.allow_plaintext
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def ensure(self, key_ids: Iterable[str]) -> None:
+        """Raise :class:`NeedKeys` for the ids whose keys are not in memory yet."""
+        missing = {k for k in key_ids if self.keyring.cached_id(k) is None}
+        if missing:
+            raise NeedKeys(missing)
+
+    def _key(self, key_id: str) -> DataKey:
+        found = self.keyring.cached_id(key_id)
+        if found is None:
+            raise NeedKeys([key_id])
+        return found
+
+    @staticmethod
+    def ids(values: Iterable[bytes | str | None]) -> set[str]:
+        """The key ids of the sealed values among ``values`` (text or bytes)."""
+        out = set()
+        for v in values:
+            if isinstance(v, str):
+                if is_sealed_text(v):
+                    out.add(key_id_of(text_bytes(v)))
+            elif v and is_sealed(v):
+                out.add(key_id_of(v))
+        return out
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def open(self, value: bytes, associated: bytes, what: str) -> bytes:
+        """The plaintext of a bytes column (empty stays empty: it hides nothing)."""
+        if not value:
+            return value
+        if is_sealed(value):
+            return self._key(key_id_of(value)).open(value, associated)
+        if self.allow_plaintext:
+            return value
+        raise plaintext_refused(what)
+
+    def open_text(self, value: str, associated: bytes, what: str) -> str:
+        """The plaintext of a text column."""
+        if is_sealed_text(value):
+            raw = text_bytes(value)
+            return self._key(key_id_of(raw)).open(raw, associated).decode("utf-8")
+        if self.allow_plaintext:
+            return value
+        raise plaintext_refused(what)
+
+    def open_body(self, thread_id: str, ns: str, checkpoint_id: str, kind: str, body: Any) -> bytes:
+        what = f"checkpoint {checkpoint_id} of thread {thread_id!r}"
+        return self.open(bytes(body), body_aad(thread_id, ns, checkpoint_id, kind), what)
+
+    def open_metadata(self, thread_id: str, ns: str, checkpoint_id: str, text: str) -> str:
+        what = f"the metadata of checkpoint {checkpoint_id} of thread {thread_id!r}"
+        return self.open_text(text, metadata_aad(thread_id, ns, checkpoint_id), what)
+
+    def open_blob(
+        self,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        kind: str,
+        base: str | None,
+        blob: bytes,
+    ) -> bytes:
+        what = f"the value of channel {channel!r} at version {version} of thread {thread_id!r}"
+        return self.open(blob, blob_aad(thread_id, ns, channel, version, kind, base), what)
+
+    def open_write(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        idx: int,
+        channel: str,
+        kind: str,
+        blob: bytes,
+    ) -> bytes:
+        what = f"a pending write of task {task_id!r} in thread {thread_id!r}"
+        associated = write_aad(thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+        return self.open(blob, associated, what)
+
+    # -- sealing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def seal_blob_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
+        """Seal the ``blob`` of blob rows (insert parameters) in place."""
+        for r in rows:
+            associated = blob_aad(
+                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+                r["base_version"],
+            )  # fmt: skip
+            r["blob"] = key.seal(r["blob"] or b"", associated)
+
+    @staticmethod
+    def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
+        """Seal the ``blob`` of pending-write rows (insert parameters) in place."""
+        for r in rows:
+            associated = write_aad(
+                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
+                r["channel"], r["type"],
+            )  # fmt: skip
+            r["blob"] = key.seal(r["blob"] or b"", associated)
+
+    @staticmethod
+    def seal_checkpoint_row(key: DataKey, row: dict[str, Any]) -> None:
+        """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
+        t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
+        row["checkpoint"] = key.seal(bytes(row["checkpoint"]), body_aad(t, ns, cid, row["type"]))
+        row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
+
+
+# -- rows as fetched ----------------------------------------------------------------------
+
+
+def lazily_opened(
+    sealer: Sealer,
+    thread_id: str,
+    ns: str,
+    row: CheckpointRow,
+    blob_rows: BlobRows,
+    write_rows: Sequence[WriteRow],
+) -> tuple[CheckpointRow, list[WriteRow], BlobOpener]:
+    """:func:`opened_rows` for ``get_tuple``: the checkpoint and its writes opened, and an
+    opener of blobs for the decoder, so only the blobs it decodes are opened (not the list
+    versions this process already holds). Every key is checked for first."""
+    sealer.ensure(Sealer.ids([row.body, row.metadata, *(b.blob for b in blob_rows.values())]))
+    [opened], _, writes = opened_rows(sealer, thread_id, ns, [row], {}, write_rows)
+
+    def opener(b: BlobRow) -> bytes:
+        return sealer.open_blob(thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob)
+
+    return opened, writes, opener
+
+
+def opened_rows(
+    sealer: Sealer,
+    thread_id: str,
+    ns: str,
+    rows: Sequence[CheckpointRow],
+    blob_rows: BlobRows,
+    write_rows: Sequence[WriteRow],
+) -> tuple[list[CheckpointRow], BlobRows, list[WriteRow]]:
+    """Checkpoint, blob and write rows of one thread namespace, their values opened (or
+    :class:`NeedKeys` first, when a key is not in memory)."""
+    sealer.ensure(
+        Sealer.ids(
+            [
+                *(v for r in rows for v in (r.body, r.metadata)),
+                *(b.blob for b in blob_rows.values()),
+                *(w.blob for w in write_rows),
+            ]
+        )
+    )
+    out_rows = [
+        r._replace(
+            body=sealer.open_body(thread_id, ns, r.checkpoint_id, r.type, r.body),
+            metadata=sealer.open_metadata(thread_id, ns, r.checkpoint_id, r.metadata),
+        )
+        for r in rows
+    ]
+    out_blobs = {
+        k: b._replace(
+            blob=sealer.open_blob(
+                thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob
+            )
+        )
+        for k, b in blob_rows.items()
+    }
+    out_writes = [
+        w._replace(
+            blob=sealer.open_write(
+                thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob
+            )
+        )
+        for w in write_rows
+    ]
+    return out_rows, out_blobs, out_writes
+
+
+# -- the in-memory saver ------------------------------------------------------------------
+
+
+class ThreadSerde:
+    """A serializer sealing what it dumps with one thread's key, and opening what it loads
+    (its key found by id): how :class:`~.timed.TimedInMemorySaver` encrypts. Associated
+    data: the thread and the serde type (the in-memory saver's values have no row key
+    columns; a copy to another thread re-seals through :meth:`resealed`).
+
+    Args:
+        inner: The saver's serializer.
+        keyring: Where keys are found.
+        thread_id: The thread whose values these are.
+        key: The key to seal with (``None``: this serializer only loads).
+    """
+
+    def __init__(
+        self, inner: Any, keyring: Keyring, thread_id: str, key: DataKey | None = None
+    ) -> None:
+        self.inner, self.keyring, self.thread_id, self.key = inner, keyring, thread_id, key
+
+    def _aad(self, kind: str) -> bytes:
+        return aad("memory", self.thread_id, kind)
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        kind, data = self.inner.dumps_typed(obj)
+        assert self.key is not None
+        return kind, self.key.seal(data, self._aad(kind))
+
+    def opened(self, data: tuple[str, bytes]) -> tuple[str, bytes]:
+        """``data`` (a stored typed value) with its bytes opened."""
+        kind, raw = data
+        if kind == "empty" or not raw:
+            return data
+        if is_sealed(raw):
+            return kind, self.keyring.by_id(key_id_of(raw)).open(raw, self._aad(kind))
+        if self.keyring.allow_plaintext:
+            return data
+        raise plaintext_refused(f"a value of thread {self.thread_id!r}")
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(self.opened(data))
+
+    def resealed(self, data: tuple[str, bytes], target: ThreadSerde) -> tuple[str, bytes]:
+        """``data`` opened as this thread's and sealed as ``target``'s."""
+        kind, raw = self.opened(data)
+        if kind == "empty" or not raw:
+            return data
+        assert target.key is not None
+        return kind, target.key.seal(raw, target._aad(kind))
+
+
+def thread_serde(
+    serde: Any, keyring: Keyring | None, thread_id: str, config: RunnableConfig | None = None
+) -> Any:
+    """The serializer of an in-memory thread's values: ``serde`` itself with encryption
+    off, else a :class:`ThreadSerde` sealing with the key of the thread's owner (when
+    ``config`` is given: a write) and opening with the key each value names."""
+    if keyring is None:
+        return serde
+    key = None if config is None else keyring.key(owner_of(thread_id, config))
+    return ThreadSerde(serde, keyring, thread_id, key)
+
+
+def resealed_copy(serde: Any, keyring: Keyring, source: Any, src: str, dst: str) -> Any:
+    """A copy of in-memory thread data ``source`` (a ``ThreadData`` of thread ``src``)
+    with every value sealed for thread ``dst``."""
+    before = ThreadSerde(serde, keyring, src)
+    after = ThreadSerde(serde, keyring, dst, keyring.key(thread_owner(dst)))
+    return source.mapped(lambda typed: before.resealed(typed, after))
