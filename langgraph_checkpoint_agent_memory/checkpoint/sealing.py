@@ -12,9 +12,9 @@ Keys: a write uses the data key of the thread's owner (:func:`owner_of`), which 
 shell fetches before the plan runs (cached: no I/O after its first use). A read finds each
 value's key by the id it carries; the plans ask :meth:`Sealer.ensure` for every id a fetch
 returned before opening anything, and a key not yet in memory ends the plan with
-:class:`NeedKeys`, which the shell answers by loading the keys (one lookup each, the first
-time only) and running the plan again. So the hot path keeps its round trips, and the key
-store may be another database.
+:class:`~..crypto.keyring.KeysNeeded`, which the shell answers by loading the keys (one
+lookup each, the first time only) and running the plan again. So the hot path keeps its
+round trips, and the key store may be another database.
 """
 
 from __future__ import annotations
@@ -43,17 +43,8 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     text_bytes,
     thread_owner,
 )
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
-from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, InvalidValueError
-
-
-class NeedKeys(AgentMemoryError):
-    """A read met values sealed under keys this process has not loaded yet: the shell loads
-    them and runs the plan again. Never raised to a caller."""
-
-    def __init__(self, key_ids: Iterable[str]) -> None:
-        self.key_ids = sorted(set(key_ids))
-        super().__init__(f"data keys to load: {', '.join(self.key_ids)}")
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 
 
 def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
@@ -117,15 +108,16 @@ class Sealer:
     # -- keys ------------------------------------------------------------------------------
 
     def ensure(self, key_ids: Iterable[str]) -> None:
-        """Raise :class:`NeedKeys` for the ids whose keys are not in memory yet."""
+        """Raise :class:`~..crypto.keyring.KeysNeeded` for the ids whose keys are not in
+        memory yet."""
         missing = {k for k in key_ids if self.keyring.cached_id(k) is None}
         if missing:
-            raise NeedKeys(missing)
+            raise KeysNeeded(ids=missing)
 
     def _key(self, key_id: str) -> DataKey:
         found = self.keyring.cached_id(key_id)
         if found is None:
-            raise NeedKeys([key_id])
+            raise KeysNeeded(ids=[key_id])
         return found
 
     @staticmethod
@@ -259,7 +251,7 @@ def opened_rows(
     write_rows: Sequence[WriteRow],
 ) -> tuple[list[CheckpointRow], BlobRows, list[WriteRow]]:
     """Checkpoint, blob and write rows of one thread namespace, their values opened (or
-    :class:`NeedKeys` first, when a key is not in memory)."""
+    :class:`~..crypto.keyring.KeysNeeded` first, when a key is not in memory)."""
     sealer.ensure(
         Sealer.ids(
             [

@@ -23,9 +23,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.retention import (
     preview_plan,
     threads_plan,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import NeedKeys, Sealer, owner_of
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, owner_of
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owner
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db.database import Plan, T
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -83,9 +83,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         for _ in range(KEY_ATTEMPTS):
             try:
                 return self._run(make())
-            except NeedKeys as need:
+            except KeysNeeded as need:
                 assert self.keyring is not None
-                for key_id in need.key_ids:
+                for key_id in need.ids:
                     self.keyring.by_id(key_id)
         return self._run(make())
 
@@ -93,9 +93,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         for _ in range(KEY_ATTEMPTS):
             try:
                 return await self._arun(make())
-            except NeedKeys as need:
+            except KeysNeeded as need:
                 assert self.keyring is not None
-                for key_id in need.key_ids:
+                for key_id in need.ids:
                     await self.keyring.aby_id(key_id)
         return await self._arun(make())
 

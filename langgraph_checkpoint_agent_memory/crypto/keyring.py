@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
@@ -22,7 +22,7 @@ from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
 from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
 from langgraph_checkpoint_agent_memory.db.database import Plan
-from langgraph_checkpoint_agent_memory.errors import KeyMissingError
+from langgraph_checkpoint_agent_memory.errors import EncryptionError, KeyMissingError
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
@@ -30,6 +30,23 @@ CACHE_KEYS = 10_000
 LOOKUP_STRIPES = 64
 #: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
 ROTATE_BATCH = 500
+
+
+class KeysNeeded(EncryptionError):
+    """A plan met data keys this process has not loaded, and cannot load them itself (plans
+    do no I/O of their own; the key store may be another database): the call that ran it
+    loads them (``owners`` by owner, created when ``create``; ``ids`` by id) and runs the
+    plan again. The savers', the store's and agent memory's calls all do, so a caller sees
+    it only when running such a plan itself."""
+
+    def __init__(
+        self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False
+    ) -> None:
+        self.owners, self.ids, self.create = list(owners), sorted(set(ids)), create
+        super().__init__(
+            f"data keys not loaded (owners {self.owners}, ids {self.ids}): the package's own "
+            "calls load them from the key store"
+        )
 
 
 class Keyring:

@@ -33,12 +33,11 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     plaintext_refused,
     store_owner,
 )
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import SEALED_VALUE, StoreStatements
 from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
-from langgraph_checkpoint_agent_memory.errors import EncryptionError
 
 T = TypeVar("T")
 
@@ -49,19 +48,6 @@ ITEM, VECTOR = "store_item", "store_vector"
 MAX_ROUNDS = 3
 #: Keyed term hashes a sealer remembers.
 TERM_CACHE = 100_000
-
-
-class KeysNeeded(EncryptionError):
-    """A plan needs data keys the keyring has not loaded (the key store is another
-    database): the store's call loads them and runs the plan again. Seen by a caller only
-    when it runs a store plan itself (``run_plan``) with such a key store."""
-
-    def __init__(self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False):
-        self.owners, self.ids, self.create = list(owners), list(ids), create
-        super().__init__(
-            f"data keys not loaded (owners {self.owners}, ids {self.ids}): run the store's "
-            "own methods, which load them from the key store"
-        )
 
 
 class _Call:
