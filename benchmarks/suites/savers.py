@@ -305,13 +305,6 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
             graph.invoke({"messages": message, "counter": 0}, config)
     out["lg-PostgresSaver"] = pg_bytes(url) - empty
 
-    def sqlite_bytes(path: Path) -> int:
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("VACUUM")
-        conn.close()
-        return path.stat().st_size
-
     for name, options in (("ours-sqlite", {}), (ENCRYPTED_SQLITE, {"encryption": True})):
         path = folder / f"storage-{len(out)}.db"
         ours_sq = OurSqlite(path, **_storage_options(options))
@@ -335,6 +328,15 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
     conn.close()
     out["lg-SqliteSaver"] = sqlite_bytes(path) - empty
     return out
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The size of a SQLite file once its log is folded in and free pages are dropped."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("VACUUM")
+    conn.close()
+    return path.stat().st_size
 
 
 def _storage_options(options: dict[str, Any]) -> dict[str, Any]:

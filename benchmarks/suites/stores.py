@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.harness import bar_chart, interleave, print_table, write_results
 from benchmarks.suites.data import ZipfText, query_text
-from benchmarks.suites.savers import _round_trip_floor, postgres
+from benchmarks.suites.savers import _round_trip_floor, postgres, sqlite_bytes
 from langgraph_checkpoint_agent_memory import create_store
 
 WORDS = [
@@ -165,8 +165,8 @@ def run(*, quick: bool, out: Path) -> None:
                         )
                     )
             results[f"storage_bytes@{size}"] = sizes_on_disk = {
-                "ours-sqlite": _sqlite_bytes(folder / f"ours-{size}.db"),
-                ENCRYPTED_SQLITE: _sqlite_bytes(folder / f"ours-enc-{size}.db"),
+                "ours-sqlite": sqlite_bytes(folder / f"ours-{size}.db"),
+                ENCRYPTED_SQLITE: sqlite_bytes(folder / f"ours-enc-{size}.db"),
             }
             rows.append(
                 (
@@ -200,15 +200,6 @@ def _encryption() -> Any:
     from langgraph_checkpoint_agent_memory import Encryption, generate_master_key
 
     return Encryption(master_keys=[generate_master_key()])
-
-
-def _sqlite_bytes(path: Path) -> int:
-    """The size of a SQLite file once its log is folded in and free pages are dropped."""
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.execute("VACUUM")
-    conn.close()
-    return path.stat().st_size
 
 
 # -- vector search at scale ----------------------------------------------------------------

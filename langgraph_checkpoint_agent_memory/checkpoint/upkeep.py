@@ -9,7 +9,8 @@ through the saver's database like the hot path's.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -26,7 +27,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.retention import (
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, owner_of
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owner
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
-from langgraph_checkpoint_agent_memory.db.database import Plan, T
+from langgraph_checkpoint_agent_memory.db.database import Plan, T, adrive, drive
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -342,19 +343,10 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             0
         """
         keyring = self._needs_keyring()
-        m = self._maintenance
-        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
-        done: set[str] = set()
-        for table in range(3):
-            after = ""
-            while page := self._run(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
-                for thread_id in page:
-                    if thread_id not in done:
-                        key = keyring.key(thread_owner(thread_id))
-                        _add(counts, self._run(m.encrypt_thread(thread_id, key)))
-                        done.add(thread_id)
-                after = page[-1]
-        return counts
+        return drive(
+            self._encrypt_steps(),
+            lambda step: keyring.key(step) if isinstance(step, str) else self._run(step),
+        )
 
     async def aencrypt_plaintext(self) -> dict[str, int]:
         """Asynchronously :meth:`encrypt_plaintext`.
@@ -376,16 +368,25 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             ```
         """
         keyring = self._needs_keyring()
+
+        async def step(step: str | Plan[Any]) -> Any:
+            return await (keyring.akey(step) if isinstance(step, str) else self._arun(step))
+
+        return await adrive(self._encrypt_steps(), step)
+
+    def _encrypt_steps(self) -> Generator[str | Plan[Any], Any, dict[str, int]]:
+        """:meth:`encrypt_plaintext`, written once: it yields a plan to run, or a key
+        owner whose data key it needs, and receives the result."""
         m = self._maintenance
         counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
         done: set[str] = set()
         for table in range(3):
             after = ""
-            while page := await self._arun(m.thread_ids_page(table, after, ENCRYPT_PAGE)):
+            while page := (yield m.thread_ids_page(table, after, ENCRYPT_PAGE)):
                 for thread_id in page:
                     if thread_id not in done:
-                        key = await keyring.akey(thread_owner(thread_id))
-                        _add(counts, await self._arun(m.encrypt_thread(thread_id, key)))
+                        key = yield thread_owner(thread_id)
+                        _add(counts, (yield m.encrypt_thread(thread_id, key)))
                         done.add(thread_id)
                 after = page[-1]
         return counts
