@@ -191,6 +191,8 @@ COMMANDS = [
     ("context", "user=alice", "where"),
     ("jobs",),
     ("threads",),
+    ("encrypt",),
+    ("rotate-key",),
 ]
 
 
@@ -200,7 +202,7 @@ def test_every_command_with_url_is_covered(capsys: pytest.CaptureFixture[str]) -
 
     with pytest.raises(SystemExit):
         main(["--help"])
-    names = re.findall(r"^    ([a-z]+)", capsys.readouterr().out, re.M)
+    names = re.findall(r"^    ([a-z][a-z-]*)", capsys.readouterr().out, re.M)
     with_url = set()
     for name in names:
         with pytest.raises(SystemExit):

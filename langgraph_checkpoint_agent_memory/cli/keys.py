@@ -41,22 +41,27 @@ def _cmd_new_key(args: argparse.Namespace) -> int:
 
 
 def _cmd_rotate_key(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
-
-    encryption = _required_encryption()
-    url = encryption.keystore_url or resolve_url(args.url)
-    if not encryption.keystore_url and "keys" not in _installed(url):
-        raise CommandError(f"{url} holds no key store (nothing was ever encrypted there)")
     from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
+    found = resolve_encryption(None)
+    if found is not None and found.keystore_url:
+        url = found.keystore_url
+    else:  # the key store is a table of the data's database: it must exist and hold one
+        url = resolve_url(args.url)
+        if "keys" not in _installed(url):
+            raise CommandError(f"{url} holds no key store (nothing was ever encrypted there)")
+    encryption = _required_encryption()
     keyring = Keyring(
         KeyStore(open_database(url), owned=True, auto_setup=False), encryption.key_provider()
     )
     try:
         rewrapped = keyring.rotate()
+        where = keyring.keystore.describe()
     finally:
         keyring.close()
-    data = {"rewrapped": rewrapped, "keystore": keyring.keystore.describe()}
+    data = {"rewrapped": rewrapped, "keystore": where}
     _emit(
         args,
         data,
@@ -74,9 +79,9 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
 
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 
-    encryption = dataclasses.replace(_required_encryption(), allow_plaintext=True)
     url = resolve_url(args.url)
-    installed = _installed(url)
+    installed = _installed(url)  # a database that does not exist is said first
+    encryption = dataclasses.replace(_required_encryption(), allow_plaintext=True)
     counts: dict[str, Any] = {}
     if "checkpoint" in installed:
         saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
