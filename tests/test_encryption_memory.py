@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_checkpoint_agent_memory import (
     AgentMemoryStore,
@@ -83,7 +84,7 @@ def workload(memory: AgentMemory[Any], clock: FakeClock, words: list[str]) -> No
         memory.consolidate()
         clock.advance(60)
     tools = MemoryTools(memory)
-    alice = {"configurable": {"user_id": "alice"}}
+    alice: RunnableConfig = {"configurable": {"user_id": "alice"}}
     tools.remember("employer", words[5], f"Alice works at {words[5]}", config=alice)
     clock.advance(60)
     tools.remember("pet", "cat", "Alice has a cat", config=alice)
@@ -99,7 +100,7 @@ async def aworkload(memory: AgentMemory[Any], clock: FakeClock, words: list[str]
         await memory.aconsolidate()
         clock.advance(60)
     tools = MemoryTools(memory)
-    alice = {"configurable": {"user_id": "alice"}}
+    alice: RunnableConfig = {"configurable": {"user_id": "alice"}}
     await tools.aremember("employer", words[5], f"Alice works at {words[5]}", config=alice)
     clock.advance(60)
     await tools.aremember("pet", "cat", "Alice has a cat", config=alice)
@@ -378,3 +379,54 @@ def test_erase_reaches_a_backup_taken_before_it(
         assert bob is not None and words[2] in bob.checkpoint["channel_values"]["said"]
     finally:
         close(backup)
+
+
+# -- migrations ----------------------------------------------------------------------------
+
+
+def test_re_indexing_facts_passes_sealed_facts_by(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    from langgraph_checkpoint_agent_memory.db.row_migrations import index_facts
+
+    store = stores(f"sqlite:///{tmp_path / 'migrate.db'}", encryption=generate_master_key())
+    memory = AgentMemory(store)
+    memory.record("user=alice", [HumanMessage("I live in Lyon")], thread_id="a1")
+    memory.consolidate()
+    before = memory.facts("user=alice")
+    assert [f.value for f in before] == ["Lyon"]
+    assert store.run_plan(index_facts(store.dialect, store.statements.shard_depth)) == 0
+    assert memory.facts("user=alice") == before
+    assert [f.key for f in memory.recall("user=alice", "Lyon").facts] == ["city"]
+
+
+def test_the_encrypt_command_seals_memory_then_everything_reads_encrypted(
+    tmp_path: Path,
+    stores: Callable[..., AgentMemoryStore],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from langgraph_checkpoint_agent_memory.cli import main
+
+    path = tmp_path / "cli.db"
+    words = secret_words(2)
+    plain = stores(f"sqlite:///{path}", encryption=False)
+    memory = AgentMemory(plain, extractor=Failing())
+    memory.record("user=carol", [HumanMessage(f"I love {words[0]}")], thread_id="c1")
+    memory.consolidate()
+    AgentMemory(plain).record("user=carol", [HumanMessage(f"I live in {words[1]}")])
+    plain.close()
+    master = generate_master_key()
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", master)
+    assert main(["encrypt", "--url", f"sqlite:///{path}", "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["memory"] == {"job_errors": 1, "scope_errors": 1}
+    assert counts["store"]["items"] == 2  # the two episodes
+    memory = AgentMemory(stores(f"sqlite:///{path}", encryption=master))
+    assert len(memory.episodes("user=carol")) == 2
+    assert words[0] in memory.jobs(["failed"])[0]["error"]
+    with sqlite3.connect(path) as conn:
+        conn.execute("VACUUM")
+    assert found_in(sqlite_files(path), words) == set()
