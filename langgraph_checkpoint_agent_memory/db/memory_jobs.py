@@ -283,6 +283,7 @@ def apply_plan(
         ),
     )
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
+    yield from _preload_keys(sql, facts_prefix)
     locks = sql.lock_scopes([claim.scope])
     reads = [
         *locks,
@@ -351,6 +352,7 @@ def change_facts_plan(
     """
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
+    yield from _preload_keys(sql, facts_prefix)
     locks = sql.lock_scopes([scope])
     reads = [
         *locks,
@@ -362,6 +364,18 @@ def change_facts_plan(
     writes = decide(*(yield from _facts_read(sql, results[2:])))
     yield Batch((yield from _facts_writes(sql, writes)), write=True)
     return writes
+
+
+def _preload_keys(sql: MemorySql, facts_prefix: str) -> Plan[None]:
+    """With a sealer: find or create the data keys a change of the scope whose facts live
+    at ``facts_prefix`` seals with (its facts', history's and episodes' shard keys), before
+    the transaction that reads and writes them begins: creating a key commits, which must
+    not happen inside that transaction."""
+    if sql.sealer is None:
+        return
+    base = facts_prefix.rsplit(".", 1)[0]
+    kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
+    yield from sql.sealer.preload_plan(sorted({sql.shard(p) for p in kinds}))
 
 
 def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
