@@ -430,3 +430,24 @@ def test_the_encrypt_command_seals_memory_then_everything_reads_encrypted(
     with sqlite3.connect(path) as conn:
         conn.execute("VACUUM")
     assert found_in(sqlite_files(path), words) == set()
+
+
+@pytest.mark.parametrize("keystore", ["same database", "its own database"])
+def test_the_tools_change_a_new_scopes_facts_creating_its_key(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore], keystore: str
+) -> None:
+    master = generate_master_key()
+    setting: Any = master
+    if keystore != "same database":
+        setting = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
+    store = stores(f"sqlite:///{tmp_path / 'tools.db'}", encryption=setting, index=word_index())
+    memory = AgentMemory(store)
+    tools = MemoryTools(memory)
+    frank: RunnableConfig = {"configurable": {"user_id": "frank"}}
+    assert asyncio.run(tools.aremember("city", "Oslo", config=frank)).startswith("Remembered")
+    assert tools.remember("city", "Bergen", config=frank).startswith("Updated")
+    assert [(f.attribute, f.value) for f in memory.facts("user=frank")] == [("city", "Bergen")]
+    assert [f.value for f in memory.history("user=frank", "city")] == ["Oslo", "Bergen"]
+    with sqlite3.connect(tmp_path / "tools.db") as conn:
+        rows = conn.execute("SELECT value, sealed FROM am_store_items").fetchall()
+    assert rows and all(v == "{}" and s is not None for v, s in rows)
