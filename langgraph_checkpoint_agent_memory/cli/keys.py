@@ -92,11 +92,16 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
     if "store" in installed:
         store = create_store(url, encryption=encryption, **existing(url))
         try:
-            counts["store"] = store.encrypt_plaintext()
+            memory: Any = None
             if "memory" in installed:
                 from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
-                counts["memory"] = AgentMemory(store).encrypt_plaintext()
+                # first: memory's pending migrations (re-indexing facts) run on plaintext
+                # rows, with the store's setup, before the store seals them
+                memory = AgentMemory(store)
+            counts["store"] = store.encrypt_plaintext()
+            if memory is not None:
+                counts["memory"] = memory.encrypt_plaintext()
         finally:
             store.close()
     if not counts:

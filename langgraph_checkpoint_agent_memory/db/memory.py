@@ -16,6 +16,13 @@ entries); this module adds the tables that make memory safe with many workers:
 Every function returns a plan (see :mod:`.database`): the domain decides, this module only
 reads and writes, each write in one transaction. Statements are SQLAlchemy Core over
 :mod:`.schema`'s tables; every row carries its shard key (see :mod:`.shard`).
+
+Encryption at rest: when the store encrypts, :class:`MemorySql` carries its sealer (a
+:class:`~.row_sealer.RowSealer`), and memory's item rows are sealed and opened as the
+store's own are: values in ``sealed`` (``value`` holds ``{}``, ``doc`` is not stored), terms
+as keyed hashes, vectors sealed (:func:`seal_items_plan`, :func:`read_plan`); a job's error
+is sealed under its scope's data key (:mod:`.memory_jobs`). Without a sealer the statements
+and rows are exactly those of a plain store.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_ROW_TABLES,
     memory_decay,
@@ -42,7 +50,13 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, index_rows, scoped
+from langgraph_checkpoint_agent_memory.db.store import (
+    SEALED_VALUE,
+    StoreStatements,
+    index_rows,
+    scoped,
+)
+from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow, sealed_vectors_exact
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -92,12 +106,21 @@ class MemorySql:
 
     Every row carries its shard key (see :mod:`.shard`): an item's or decay row's from its
     namespace, a scope's ledger rows from the scope's namespace ``(root, *labels)``, with
-    the store's ``shard_depth``. Statements of one scope or one namespace name that key."""
+    the store's ``shard_depth``. Statements of one scope or one namespace name that key.
 
-    def __init__(self, dialect: Dialect, store_sql: StoreStatements, root: str = "memory") -> None:
+    ``sealer``: the store's sealer when it encrypts at rest (see the module), else ``None``."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        store_sql: StoreStatements,
+        root: str = "memory",
+        sealer: RowSealer | None = None,
+    ) -> None:
         self.d = dialect
         self.store = store_sql
         self.root = root
+        self.sealer = sealer
         #: the compiled :meth:`~.dialect.Dialect.scope_lock` (``False``: the dialect has none)
         self._scope_lock: Sql | bool | None = None
 
@@ -154,9 +177,16 @@ class MemorySql:
             row["shard"] = self.scope_shard(row["scope"])
         return out
 
-    def item_writes(self, items: list[dict[str, Any]]) -> list[Stmt]:
-        """Upsert memory's store item rows (vectors kept), as the store writes items."""
-        return self.store.writes(items)
+    def item_writes(
+        self,
+        items: list[dict[str, Any]],
+        vectors: list[dict[str, Any]] | None = None,
+        removed: Sequence[dict[str, Any]] = (),
+    ) -> list[Stmt]:
+        """Upsert memory's store item rows (``vectors``: their new vectors, ``None``: keep
+        the old ones) and delete ``removed``, as the store writes items; the rows sealed
+        already when the store encrypts (:func:`seal_items_plan`)."""
+        return self.store.writes(items, vectors, removed, native_vectors=self.sealer is None)
 
     def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
         """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""
@@ -216,8 +246,10 @@ class MemorySql:
 
     def rows(self, with_keys: int | None = None) -> Sql:
         """Items of one namespace (``:shard``, ``:prefix``, live at ``:now``) with their
-        decay state; optionally only keys ``:k0`` ... (``with_keys`` of them)."""
+        decay state; optionally only keys ``:k0`` ... (``with_keys`` of them); with a
+        sealer, each row ends with the item's ``sealed`` value."""
         i, d = store_items.alias("i"), memory_decay.alias("d")
+        sealed = self.sealer is not None
 
         def build() -> Any:
             same = sa.and_(d.c.shard == i.c.shard, d.c.prefix == i.c.prefix, d.c.key == i.c.key)
@@ -230,9 +262,11 @@ class MemorySql:
                 where.append(i.c.key.in_(_marks("k", with_keys)))
             columns = (i.c.prefix, i.c.key, i.c.value, i.c.created_at, i.c.updated_at)
             decay = (d.c.log_importance, d.c.reinforced_at, d.c.pinned)
-            return sa.select(*columns, *decay).select_from(i.outerjoin(d, same)).where(*where)
+            more = (i.c.sealed,) if sealed else ()
+            query = sa.select(*columns, *decay, *more)
+            return query.select_from(i.outerjoin(d, same)).where(*where)
 
-        return self.statement(("rows", with_keys), build)
+        return self.statement(("rows", with_keys, sealed), build)
 
     def decay_state(self, n: int) -> Sql:
         """``(key, log_importance, reinforced_at)`` of keys ``:k0`` ... ``:k<n-1>`` of one
@@ -248,7 +282,11 @@ class MemorySql:
         )
 
     def vectors_of(self) -> Sql:
-        """``(key, vector)`` of the namespace ``:prefix`` (``:shard``)."""
+        """``(key, vector)`` of the namespace ``:prefix`` (``:shard``); with a sealer,
+        :func:`~.store_sealed.sealed_vectors_exact`'s rows (live at ``:now``), opened by
+        :func:`vectors_plan`."""
+        if self.sealer is not None:
+            return sealed_vectors_exact(self.store)
         v = store_vectors
         return self.statement(
             "vectors_of",
@@ -337,12 +375,21 @@ class DecayRow(NamedTuple):
     reinforced_at: float
 
 
-def decode(raw: Sequence[Any]) -> StoredRow:
-    row = ItemDecayRow._make(raw)
+def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:
+    """A row of :meth:`MemorySql.rows` (opened with ``sealer``, whose keys
+    :func:`open_rows_plan` loaded)."""
+    row = ItemDecayRow._make(raw[:8])
+    if sealer is not None:
+        sealed = raw[8]
+        value = sealer.open_value(
+            row.prefix, row.key, row.value, None if sealed is None else bytes(sealed)
+        )
+    else:
+        value = row.value if isinstance(row.value, dict) else json.loads(row.value)
     return StoredRow(
         prefix=row.prefix,
         key=row.key,
-        value=row.value if isinstance(row.value, dict) else json.loads(row.value),
+        value=value,
         created_at=float(row.created_at),
         updated_at=float(row.updated_at),
         log_importance=None if row.log_importance is None else float(row.log_importance),
@@ -364,8 +411,62 @@ def read_plan(
         if chunk:
             params.update({f"k{j}": k for j, k in enumerate(chunk)})
         [rows] = yield Batch([Stmt(sql.rows(len(chunk) if chunk else None), params, fetch=True)])
-        out += [decode(r) for r in rows]
+        out += yield from open_rows_plan(sql, rows)
     return out
+
+
+def open_rows_plan(sql: MemorySql, rows: Sequence[Sequence[Any]]) -> Plan[list[StoredRow]]:
+    """Rows of :meth:`MemorySql.rows` decoded; with a sealer, the keys they name loaded
+    first and their values opened."""
+    if sql.sealer is not None and rows:
+        yield from sql.sealer.ids_plan(None if r[8] is None else bytes(r[8]) for r in rows)
+    return [decode(r, sql.sealer) for r in rows]
+
+
+def vectors_plan(sql: MemorySql, rows: Sequence[Sequence[Any]]) -> Plan[dict[str, bytes]]:
+    """Rows of :meth:`MemorySql.vectors_of` as float32 bytes by key (opened with a
+    sealer, after loading the keys they name)."""
+    sealer = sql.sealer
+    if sealer is None:
+        return {k: bytes(v) for k, v in rows}
+    found = [SealedVectorRow._make(r) for r in rows]
+    yield from sealer.ids_plan(bytes(r.vector) for r in found if not r.plain)
+    return {
+        r.key: sealer.open_vector(r.prefix, r.key, r.field, bytes(r.vector), bool(r.plain))
+        for r in found
+    }
+
+
+def seal_items_plan(
+    sql: MemorySql, items: Sequence[dict[str, Any]], vectors: Sequence[dict[str, Any]] = ()
+) -> Plan[None]:
+    """Seal memory's item rows (from ``writes.item_row``: ``value`` as JSON text, ``doc``)
+    and vector rows in place, each with the data key of its namespace's shard key, as the
+    store's put seals: ``sealed`` set, ``value`` emptied, ``doc`` indexed as keyed term
+    hashes and not stored, vectors sealed. Nothing to do without a sealer. Key lookups
+    come first, so a plan that must load keys stops before it writes."""
+    sealer = sql.sealer
+    if sealer is None or not (items or vectors):
+        return
+    shards = sorted({sql.shard(r["prefix"]) for r in (*items, *vectors)})
+    yield from sealer.preload_plan(shards)
+    keys: dict[str, Any] = {}
+    for shard in shards:
+        keys[shard] = yield from sealer.owner_key_plan(shard, create=True)
+    for item in items:
+        key = keys[sql.shard(item["prefix"])]
+        item.update(
+            sealed=sealer.seal_value(key, item["prefix"], item["key"], item["value"]),
+            value=SEALED_VALUE,
+            index_text=item.get("doc"),
+            doc=None,
+            term_of=sealer.term_of(key),
+        )
+    for row in vectors:
+        key = keys[sql.shard(row["prefix"])]
+        row["vector"] = sealer.seal_vector(
+            key, row["prefix"], row["key"], row["field"], bytes(row["vector"])
+        )
 
 
 # -- record --------------------------------------------------------------------------------
@@ -389,6 +490,7 @@ def record_plan(
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
+    yield from seal_items_plan(sql, [item])
     terms = index_rows([item])  # a new episode has no old postings to replace
     locks = sql.lock_scopes([scope])
     *_, inserted, _ = yield Batch(

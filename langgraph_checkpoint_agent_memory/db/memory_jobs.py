@@ -6,6 +6,11 @@ A lease is a row of ``am_memory_scopes``, claimed by a conditional write of that
 (found without row locks, which a distributed database refuses across shards); a job's
 writes count only while its lease holds, so a job that outlived its lease writes nothing.
 Every statement of one scope names the scope's shard key.
+
+A failed job's error (``am_memory_jobs.error``, ``am_memory_scopes.last_error``) may quote
+what the extractor was given: when the store encrypts, it is sealed under the scope's data
+key (a text column: ``"!"`` and base64, see :func:`seal_error_plan`), opened by
+:func:`jobs_plan`, and :func:`encrypt_errors_plan` seals those written before.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
-from langgraph_checkpoint_agent_memory.db.memory import MemorySql, StoredRow, decode, new_scope_row
+from langgraph_checkpoint_agent_memory.db.memory import (
+    MemorySql,
+    StoredRow,
+    new_scope_row,
+    open_rows_plan,
+    seal_items_plan,
+    vectors_plan,
+)
 from langgraph_checkpoint_agent_memory.db.schema import memory_jobs, memory_pending, memory_scopes
 
 
@@ -271,6 +283,7 @@ def apply_plan(
         ),
     )
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
+    yield from _preload_keys(sql, facts_prefix)
     locks = sql.lock_scopes([claim.scope])
     reads = [
         *locks,
@@ -286,8 +299,8 @@ def apply_plan(
     already = bool(done) and done[0][0] == "completed"
     writes = Writes(outcome={"skipped": "already applied"}) if already else None
     if writes is None:
-        writes = decide(*_facts_read(results[2:]))
-    statements = _facts_writes(sql, writes)
+        writes = decide(*(yield from _facts_read(sql, results[2:])))
+    statements = yield from _facts_writes(sql, writes)
     statements.append(
         Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
     )
@@ -339,6 +352,7 @@ def change_facts_plan(
     """
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
+    yield from _preload_keys(sql, facts_prefix)
     locks = sql.lock_scopes([scope])
     reads = [
         *locks,
@@ -347,31 +361,49 @@ def change_facts_plan(
         *_facts_reads(sql, facts_prefix, now, read_vectors),
     ]
     results = (yield Batch(reads, lock=True, hold=True))[len(locks) :]
-    writes = decide(*_facts_read(results[2:]))
-    yield Batch(_facts_writes(sql, writes), write=True)
+    writes = decide(*(yield from _facts_read(sql, results[2:])))
+    yield Batch((yield from _facts_writes(sql, writes)), write=True)
     return writes
+
+
+def _preload_keys(sql: MemorySql, facts_prefix: str) -> Plan[None]:
+    """With a sealer: find or create the data keys a change of the scope whose facts live
+    at ``facts_prefix`` seals with (its facts', history's and episodes' shard keys), before
+    the transaction that reads and writes them begins: creating a key commits, which must
+    not happen inside that transaction."""
+    if sql.sealer is None:
+        return
+    base = facts_prefix.rsplit(".", 1)[0]
+    kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
+    yield from sql.sealer.preload_plan(sorted({sql.shard(p) for p in kinds}))
 
 
 def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
     """Read a scope's live facts and, with ``vectors``, their vectors."""
     reads = [Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
     if vectors:
-        reads.append(Stmt(sql.vectors_of(), sql.one_ns(facts_prefix), fetch=True))
+        params = sql.one_ns(facts_prefix, now=now) if sql.sealer else sql.one_ns(facts_prefix)
+        reads.append(Stmt(sql.vectors_of(), params, fetch=True))
     return reads
 
 
-def _facts_read(results: Sequence[Any]) -> tuple[list[StoredRow], dict[str, bytes]]:
-    """What :func:`_facts_reads` read: the facts, and their vectors by key (none unread)."""
-    vectors = {k: bytes(v) for k, v in results[1]} if len(results) > 1 else {}
-    return [decode(r) for r in results[0]], vectors
+def _facts_read(
+    sql: MemorySql, results: Sequence[Any]
+) -> Plan[tuple[list[StoredRow], dict[str, bytes]]]:
+    """What :func:`_facts_reads` read: the facts, and their vectors by key (none unread),
+    opened when sealed."""
+    vectors = (yield from vectors_plan(sql, results[1])) if len(results) > 1 else {}
+    rows = yield from open_rows_plan(sql, results[0])
+    return rows, vectors
 
 
-def _facts_writes(sql: MemorySql, writes: Writes) -> list[Stmt]:
-    """The statements writing ``writes``' items, vectors and decay rows, and deleting the
-    removed items with their decay rows."""
+def _facts_writes(sql: MemorySql, writes: Writes) -> Plan[list[Stmt]]:
+    """The statements writing ``writes``' items, vectors and decay rows (sealed first
+    when the store encrypts), and deleting the removed items with their decay rows."""
     statements: list[Stmt] = []
     if writes.items or writes.removed:
-        statements += sql.store.writes(writes.items, writes.vectors, writes.removed)
+        yield from seal_items_plan(sql, writes.items, writes.vectors)
+        statements += sql.item_writes(writes.items, writes.vectors, writes.removed)
     if writes.decay:
         statements.append(sql.decay_stmt(writes.decay))
     if writes.removed:
@@ -398,6 +430,10 @@ def fail_plan(
     holds the lease now) or ``"erased"`` (the scope was erased meanwhile: nothing to
     record)."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
+    job_key = f"{job_id}:{claim.owner}"
+    error = error[:4000]
+    job_error = yield from seal_error_plan(sql, key["shard"], JOB_ERROR, job_key, error)
+    scope_error = yield from seal_error_plan(sql, key["shard"], SCOPE_ERROR, claim.scope, error)
     locks = sql.lock_scopes([claim.scope])
     *_, lease = yield Batch(
         [*locks, Stmt(_lease_check(sql), key, fetch=True)], lock=True, hold=True
@@ -421,13 +457,13 @@ def fail_plan(
             sql.insert_job(),
             {
                 "shard": key["shard"],
-                "job_id": f"{job_id}:{claim.owner}",
+                "job_id": job_key,
                 "scope": claim.scope,
                 "episodes": json.dumps(list(episode_keys)),
                 "extractor_version": extractor_version,
                 "status": "parked" if park else "failed",
                 "attempt": failures,
-                "error": error[:4000],
+                "error": job_error,
                 "started_at": started_at,
                 "finished_at": now,
                 "outcome": None,
@@ -440,7 +476,7 @@ def fail_plan(
                 "owner": claim.owner,
                 "b_failures": 0 if park else failures,
                 "next": None if park else now + backoff_seconds * 2 ** (failures - 1),
-                "error": error[:4000],
+                "error": scope_error,
             },
         ),
     ]
@@ -500,10 +536,103 @@ def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[
     params["n"] = limit
     [rows] = yield Batch([Stmt(query, params, fetch=True)])
     out = [dict(zip(JOB_FIELDS, r, strict=True)) for r in rows]
+    sealer = sql.sealer
+    if sealer is not None:
+        yield from sealer.text_ids_plan(job["error"] for job in out)
     for job in out:
         job["episodes"] = json.loads(job["episodes"])
         job["outcome"] = json.loads(job["outcome"]) if job["outcome"] else None
+        if sealer is not None and job["error"] is not None:
+            shard = sql.scope_shard(job["scope"])
+            job["error"] = sealer.open_text(job["error"], JOB_ERROR, shard, job["job_id"])
     return out
+
+
+#: Associated-data kinds of sealed job errors: a job's, a scope's last one.
+JOB_ERROR, SCOPE_ERROR = "memory_job_error", "memory_scope_error"
+
+
+def seal_error_plan(sql: MemorySql, shard: str, kind: str, ident: str, error: str) -> Plan[str]:
+    """``error`` as stored: sealed under the data key of ``shard`` (the scope's), bound to
+    ``(kind, shard, ident)``, when the store encrypts; else as given."""
+    sealer = sql.sealer
+    if sealer is None:
+        return error
+    key = yield from sealer.owner_key_plan(shard, create=True)
+    sealed: str = sealer.seal_text(key, error, kind, shard, ident)
+    return sealed
+
+
+def encrypt_errors_plan(
+    sql: MemorySql, counts: dict[str, int] | None = None, batch_size: int = 200
+) -> Plan[dict[str, int]]:
+    """Seal every job error and scope's last error written before encryption was on (what
+    ``agent-memory encrypt`` runs for memory): a page at a time, each row claimed by
+    comparing its old text, so runs may overlap and resume. ``counts`` (added to): what
+    was sealed, kept across a run started again to load keys."""
+    if counts is None:
+        counts = {"job_errors": 0, "scope_errors": 0}
+    j, t = memory_jobs, memory_scopes
+
+    def plain(c: Any) -> Any:
+        return sa.and_(c.is_not(None), sa.not_(c.startswith("!", autoescape=True)))
+
+    found_jobs = sql.statement(
+        "plain_job_errors",
+        lambda: (
+            sa.select(j.c.shard, j.c.job_id, j.c.error)
+            .where(plain(j.c.error))
+            .limit(sa.bindparam("n", type_=sa.Integer))
+        ),
+    )
+    found_scopes = sql.statement(
+        "plain_scope_errors",
+        lambda: (
+            sa.select(t.c.shard, t.c.scope, t.c.last_error)
+            .where(plain(t.c.last_error))
+            .limit(sa.bindparam("n", type_=sa.Integer))
+        ),
+    )
+    old = sa.bindparam("old", type_=sa.Text)
+    seal_job = sql.statement(
+        "seal_job_error",
+        lambda: (
+            sa.update(j)
+            .where(
+                j.c.shard == sa.bindparam("shard"),
+                j.c.job_id == sa.bindparam("job_id"),
+                j.c.error == old,
+            )
+            .values(error=sa.bindparam("sealed", type_=sa.Text))
+        ),
+    )
+    seal_scope = sql.statement(
+        "seal_scope_error",
+        lambda: (
+            sa.update(t)
+            .where(_one_scope(t), t.c.last_error == old)
+            .values(last_error=sa.bindparam("sealed", type_=sa.Text))
+        ),
+    )
+    parts = (
+        (found_jobs, seal_job, JOB_ERROR, "job_id", "job_errors"),
+        (found_scopes, seal_scope, SCOPE_ERROR, "scope", "scope_errors"),
+    )
+    for find, seal, kind, name, counted in parts:
+        while True:
+            [rows] = yield Batch([Stmt(find, {"n": batch_size}, fetch=True)])
+            updates = []
+            for shard, ident, text in rows:
+                sealed = yield from seal_error_plan(sql, shard, kind, ident, text)
+                updates.append({"shard": shard, name: ident, "old": text, "sealed": sealed})
+            sealed_now = 0
+            if updates:
+                done = yield Batch([Stmt(seal, u) for u in updates], write=True)
+                sealed_now = sum(max(int(n or 0), 0) for n in done)
+                counts[counted] += sealed_now
+            if len(rows) < batch_size or not sealed_now:  # the last page, or no progress
+                break
+    return counts
 
 
 #: The columns of a finished job, as :func:`jobs_plan` returns them.

@@ -53,7 +53,10 @@ def index_facts(dialect: Dialect, shard_depth: int) -> Plan[int]:
     ``doc`` was the statement alone), with :func:`~..text.fact_text`: the same text agent
     memory now writes. Runs inside the migration's transaction (see
     :attr:`.migrations.Step.rows`), a page of items at a time; items that are not facts are
-    left alone."""
+    left alone, and so are items sealed by encryption at rest: their ``value`` holds ``{}``
+    (the value is in ``sealed``, which this migration, older than the column, does not
+    read), and they were written, or sealed by ``agent-memory encrypt``, by a version that
+    indexes facts this way already (the command sets memory's schema up before it seals)."""
     t = store_items
     after_p = sa.bindparam("after_p", type_=sa.String)
     select = dialect.sql(

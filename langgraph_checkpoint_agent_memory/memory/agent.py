@@ -222,11 +222,11 @@ class AgentMemory(Generic[StoreT]):
             before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
             ```
         """
-        return self.context.run(reading.facts_plan(self.context, scope, as_of))
+        return self.context.run(lambda: reading.facts_plan(self.context, scope, as_of))
 
     async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
         """Async :meth:`facts`."""
-        return await self.context.arun(reading.facts_plan(self.context, scope, as_of))
+        return await self.context.arun(lambda: reading.facts_plan(self.context, scope, as_of))
 
     def history(
         self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
@@ -248,14 +248,15 @@ class AgentMemory(Generic[StoreT]):
                 print(version.value, version.valid_from, version.valid_to)
             ```
         """
-        return self.context.run(reading.history_plan(self.context, scope, attribute, as_of))
+        return self.context.run(lambda: reading.history_plan(self.context, scope, attribute, as_of))
 
     async def ahistory(
         self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
     ) -> list[Fact]:
         """Async :meth:`history`."""
-        plan = reading.history_plan(self.context, scope, attribute, as_of)
-        return await self.context.arun(plan)
+        return await self.context.arun(
+            lambda: reading.history_plan(self.context, scope, attribute, as_of)
+        )
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
         """The scope's episodes (recorded turns), oldest first.
@@ -270,11 +271,11 @@ class AgentMemory(Generic[StoreT]):
             waiting = memory.episodes("user=alice", status="pending")
             ```
         """
-        return self.context.run(reading.episodes_plan(self.context, scope, status))
+        return self.context.run(lambda: reading.episodes_plan(self.context, scope, status))
 
     async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
         """Async :meth:`episodes`."""
-        return await self.context.arun(reading.episodes_plan(self.context, scope, status))
+        return await self.context.arun(lambda: reading.episodes_plan(self.context, scope, status))
 
     # -- recall ----------------------------------------------------------------------------
 
@@ -353,9 +354,17 @@ class AgentMemory(Generic[StoreT]):
 
     def _record_plan(
         self, scope: ScopeLike, messages: Sequence[Any], options: RecordOptions
-    ) -> Plan[str | None]:
-        take = self._recaller.take_reinforcements
-        return record_plan(self.context, scope, messages, options, reinforcements=take)
+    ) -> Callable[[], Plan[str | None]]:
+        """What builds the plan of :meth:`record` (built again after loading data keys:
+        the reinforcements recall queued are taken once)."""
+        taken: list[list[dict[str, Any]]] = []
+
+        def take() -> list[dict[str, Any]]:
+            if not taken:
+                taken.append(list(self._recaller.take_reinforcements()))
+            return taken[0]
+
+        return lambda: record_plan(self.context, scope, messages, options, reinforcements=take)
 
     def record(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
@@ -428,12 +437,12 @@ class AgentMemory(Generic[StoreT]):
     def _flush(self) -> None:
         rows = self._recaller.take_reinforcements()
         if rows:
-            self.context.run(sqlm.reinforce_plan(self.context.sql, rows))
+            self.context.run(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     async def _aflush(self) -> None:
         rows = self._recaller.take_reinforcements()
         if rows:
-            await self.context.arun(sqlm.reinforce_plan(self.context.sql, rows))
+            await self.context.arun(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     def decay(self, scope: ScopeLike | None = None) -> int:
         """Delete every unpinned fact and episode whose importance decayed under the
@@ -462,11 +471,13 @@ class AgentMemory(Generic[StoreT]):
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
         decay. Returns how many facts changed."""
-        return self.context.run(upkeep.pin_plan(self.context, scope, attribute, pinned))
+        return self.context.run(lambda: upkeep.pin_plan(self.context, scope, attribute, pinned))
 
     async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Async :meth:`pin`."""
-        return await self.context.arun(upkeep.pin_plan(self.context, scope, attribute, pinned))
+        return await self.context.arun(
+            lambda: upkeep.pin_plan(self.context, scope, attribute, pinned)
+        )
 
     # -- operations ------------------------------------------------------------------------
 
@@ -509,6 +520,40 @@ class AgentMemory(Generic[StoreT]):
         self._recaller.forget_queued()
         return counts
 
+    def encrypt_plaintext(self) -> dict[str, int]:
+        """Seal the consolidation errors written before encryption was on (a failed job's
+        ``error`` and a scope's last error, which may quote what the extractor was given),
+        each under its scope's data key: what ``agent-memory encrypt`` runs after the
+        store's own :meth:`~.store.AgentMemoryStore.encrypt_plaintext` (which seals the
+        facts and episodes, store items like any other). Idempotent.
+
+        Returns:
+            ``{"job_errors": ..., "scope_errors": ...}``: how many were sealed.
+
+        Raises:
+            ConfigurationError: The store does not encrypt.
+
+        Example:
+            ```python
+            # the store opened with Encryption(master_keys=[...], allow_plaintext=True)
+            store.encrypt_plaintext()
+            print(AgentMemory(store).encrypt_plaintext())  # {'job_errors': 2, 'scope_errors': 1}
+            ```
+        """
+        self._needs_sealer()
+        counts = {"job_errors": 0, "scope_errors": 0}  # kept if the plan runs again
+        return self.context.run(lambda: jobsql.encrypt_errors_plan(self.context.sql, counts))
+
+    async def aencrypt_plaintext(self) -> dict[str, int]:
+        """Async :meth:`encrypt_plaintext`."""
+        self._needs_sealer()
+        counts = {"job_errors": 0, "scope_errors": 0}
+        return await self.context.arun(lambda: jobsql.encrypt_errors_plan(self.context.sql, counts))
+
+    def _needs_sealer(self) -> None:
+        if self.context.sql.sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
         return self.context.run(
@@ -549,13 +594,15 @@ class AgentMemory(Generic[StoreT]):
                 print(job["scope"], job["error"])
             ```
         """
-        return self.context.run(jobsql.jobs_plan(self.context.sql, list(statuses), limit))
+        return self.context.run(lambda: jobsql.jobs_plan(self.context.sql, list(statuses), limit))
 
     async def ajobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Async :meth:`jobs`."""
-        return await self.context.arun(jobsql.jobs_plan(self.context.sql, list(statuses), limit))
+        return await self.context.arun(
+            lambda: jobsql.jobs_plan(self.context.sql, list(statuses), limit)
+        )
 
     def retry(self, scope: ScopeLike | None = None) -> int:
         """Queue parked episodes again and lift the scopes' back-offs, e.g. after fixing

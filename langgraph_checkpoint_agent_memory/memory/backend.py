@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.migrations import Component
+from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
 T = TypeVar("T")
@@ -50,6 +51,12 @@ class MemoryStore(Protocol):
     #: The data keys of encryption at rest (``crypto.Keyring``), or ``None`` when the store
     #: does not encrypt.
     keyring: Any
+
+    @property
+    def sealer(self) -> RowSealer | None:
+        """Seals and opens the store's rows with their shard's data key (``None`` when the
+        store does not encrypt): memory's own writes and reads of store items go through
+        it, so they are sealed exactly as the store's."""
 
     def destroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Destroy the data keys of the shard keys ``shards``; the ids destroyed."""

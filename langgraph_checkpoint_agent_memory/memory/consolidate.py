@@ -124,7 +124,7 @@ def job_steps(
     s = context.settings
     started = context.clock()
     claim = yield RunPlan(
-        jobsql.claim_plan(
+        lambda: jobsql.claim_plan(
             context.sql,
             owner=uuid.uuid4().hex,
             now=started,
@@ -220,7 +220,9 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
     claim = job.claim
     scope = Scope.parse(claim.scope)
     prefix = context.prefix(scope, "episodes")
-    rows = yield RunPlan(sqlm.read_plan(context.sql, prefix, job.started, claim.episode_keys))
+    rows = yield RunPlan(
+        lambda: sqlm.read_plan(context.sql, prefix, job.started, claim.episode_keys)
+    )
     episodes = sorted(
         (Episode.from_value(r.key, r.value) for r in rows),
         key=lambda e: (e.occurred_at, e.key),
@@ -263,7 +265,7 @@ def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResul
     decider = Decider(lambda stored: job_writes(context, learned, stored, now=now))
     try:
         writes = yield RunPlan(
-            jobsql.apply_plan(
+            lambda: jobsql.apply_plan(
                 context.sql,
                 claim,
                 **job.ledger,
@@ -292,7 +294,7 @@ def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
     s = context.settings
     claim = job.claim
     outcome = yield RunPlan(
-        jobsql.fail_plan(
+        lambda: jobsql.fail_plan(
             context.sql,
             claim,
             **job.ledger,

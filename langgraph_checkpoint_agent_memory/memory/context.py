@@ -8,9 +8,9 @@ SQL for the store's dialect, the settings, the extractor, the decay policy and t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan, retryable
@@ -22,6 +22,9 @@ from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
 
 T = TypeVar("T")
+#: A plan, or what builds one (a plan that must load data keys from a key store of its own
+#: is built again after they are loaded: see :meth:`MemoryContext.run`).
+PlanLike: TypeAlias = Plan[T] | Callable[[], Plan[T]]
 #: How many times :meth:`MemoryContext.run_again` runs a plan at most.
 ATTEMPTS = 3
 
@@ -66,7 +69,9 @@ class MemoryContext:
         decay policy from ``settings``."""
         return cls(
             store=store,
-            sql=sqlm.MemorySql(store.dialect, store.statements, settings.namespace_root),
+            sql=sqlm.MemorySql(
+                store.dialect, store.statements, settings.namespace_root, store.sealer
+            ),
             settings=settings,
             extractor=extractor,
             policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
@@ -78,13 +83,24 @@ class MemoryContext:
         """Whether the store embeds (else recall and near-duplicates are lexical)."""
         return self.store.embeddings is not None
 
-    def run(self, plan: Plan[T]) -> T:
-        """Run a plan in the store's database."""
-        return self.store.run_plan(plan)
+    def run(self, plan: PlanLike[T]) -> T:
+        """Run a plan in the store's database.
 
-    async def arun(self, plan: Plan[T]) -> T:
+        When the store encrypts, through its sealer's ``call``: with the key store in a
+        database of its own, a plan that needs data keys not loaded yet stops, the keys are
+        loaded and the plan runs again; so give what builds the plan (a function) rather
+        than a plan, which can run only once."""
+        sealer = self.sql.sealer
+        if sealer is None:
+            return self.store.run_plan(plan() if callable(plan) else plan)
+        return sealer.call(self.store.run_plan, _maker(plan))
+
+    async def arun(self, plan: PlanLike[T]) -> T:
         """Async :meth:`run`."""
-        return await self.store.arun_plan(plan)
+        sealer = self.sql.sealer
+        if sealer is None:
+            return await self.store.arun_plan(plan() if callable(plan) else plan)
+        return await sealer.acall(self.store.arun_plan, _maker(plan))
 
     def run_again(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds; should the server abort its transaction for
@@ -93,7 +109,7 @@ class MemoryContext:
         lock orders."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                return self.run(make())
+                return self.run(make)
             except Exception as exc:
                 if attempt == ATTEMPTS or not retryable(exc):
                     raise
@@ -103,7 +119,7 @@ class MemoryContext:
         """Async :meth:`run_again`."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                return await self.arun(make())
+                return await self.arun(make)
             except Exception as exc:
                 if attempt == ATTEMPTS or not retryable(exc):
                     raise
@@ -111,11 +127,11 @@ class MemoryContext:
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
-        return run_steps(steps, self.store)
+        return run_steps(steps, self.store, self.run)
 
     async def arun_steps(self, steps: Steps[T]) -> T:
         """Async :meth:`run_steps`."""
-        return await arun_steps(steps, self.store)
+        return await arun_steps(steps, self.store, self.arun)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
@@ -129,3 +145,18 @@ class MemoryContext:
 def scope_key(scope: ScopeLike | None) -> str | None:
     """The key of ``scope`` (``"user=alice"``), or ``None`` for every scope."""
     return Scope.of(scope).key if scope is not None else None
+
+
+def _maker(plan: PlanLike[T]) -> Callable[[], Plan[T]]:
+    """What builds ``plan``: itself when it is a function; a plan object is handed out
+    once (running it again after keys were loaded needs a function that builds it)."""
+    if callable(plan):
+        return plan
+    given: list[Generator[Any, Any, T]] = [plan]
+
+    def once() -> Plan[T]:
+        if not given:
+            raise RuntimeError("this plan stopped to load data keys and cannot run again")
+        return given.pop()
+
+    return once

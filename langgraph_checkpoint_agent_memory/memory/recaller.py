@@ -107,7 +107,7 @@ class Recaller:
         if query and self.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
         recalled: R.Recalled = yield RunPlan(
-            self.plan(
+            lambda: self.plan(
                 s,
                 query,
                 options.get("budget_tokens"),

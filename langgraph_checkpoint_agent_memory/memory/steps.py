@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunPlan:
-    """Run a database plan; the step's value is the plan's."""
+    """Run a database plan; the step's value is the plan's. ``plan`` may be what builds
+    it (a function), so it can run again after data keys were loaded (encryption with a
+    key store of its own: see ``MemoryContext.run``)."""
 
-    plan: Plan[Any]
+    plan: Plan[Any] | Callable[[], Plan[Any]]
 
 
 @dataclass
@@ -68,12 +70,15 @@ T = TypeVar("T")
 Steps = Generator[Step, Any, T]
 
 
-def run_steps(steps: Steps[T], store: MemoryStore) -> T:
-    """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search."""
+def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
+    """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search;
+    ``run`` runs the plans (a plan or what builds one; default: ``store.run_plan``)."""
 
     def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            return store.run_plan(step.plan)
+            if run is not None:
+                return run(step.plan)
+            return store.run_plan(step.plan() if callable(step.plan) else step.plan)
         if isinstance(step, Extract):
             return step.extractor.extract(step.request)
         if isinstance(step, Embed):
@@ -86,12 +91,17 @@ def run_steps(steps: Steps[T], store: MemoryStore) -> T:
     return drive(steps, execute)
 
 
-async def arun_steps(steps: Steps[T], store: MemoryStore) -> T:
-    """Drive ``steps`` on the event loop (blocking drivers move to threads)."""
+async def arun_steps(
+    steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
+) -> T:
+    """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run``: as
+    :func:`run_steps`'s, awaited."""
 
     async def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            return await store.arun_plan(step.plan)
+            if run is not None:
+                return await run(step.plan)
+            return await store.arun_plan(step.plan() if callable(step.plan) else step.plan)
         if isinstance(step, Extract):
             return await step.extractor.aextract(step.request)
         if isinstance(step, Embed):

@@ -327,7 +327,7 @@ class MemoryTools:
             return W.FactWrites(writes, W.apply_facts(context, scope, out, stored, said))
 
         changes: F.FactChanges = yield RunPlan(
-            self._change_plan(scope, now, context.embeds, decide)
+            lambda: self._change_plan(scope, now, context.embeds, decide)
         )
         return changes
 
@@ -347,16 +347,20 @@ class MemoryTools:
             'Forgot city = Berlin.'
         """
         name = _attribute(attribute)
-        plan = self._forget_plan(self.scope(config), name, value)
-        return _forgotten(self.context.run(plan), name, value)
+        scope = self.scope(config)
+        return _forgotten(
+            self.context.run(lambda: self._forget_plan(scope, name, value)), name, value
+        )
 
     async def aforget(
         self, attribute: str, value: str | None = None, *, config: RunnableConfig
     ) -> str:
         """Async :meth:`forget`."""
         name = _attribute(attribute)
-        plan = self._forget_plan(self.scope(config), name, value)
-        return _forgotten(await self.context.arun(plan), name, value)
+        scope = self.scope(config)
+        return _forgotten(
+            await self.context.arun(lambda: self._forget_plan(scope, name, value)), name, value
+        )
 
     def _forget_plan(self, scope: Scope, attribute: str, value: str | None) -> Plan[F.FactChanges]:
         context = self.context

@@ -48,6 +48,7 @@ def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: b
         doc = Fact.from_value(r.key, value).search_text()
         items.append(item_row(prefix, r.key, value, created=r.created_at, updated=now, doc=doc))
         decay.append(_pinned_decay_row(r, s, pinned, now))
+    yield from sqlm.seal_items_plan(context.sql, items)
     locks = context.sql.lock_scopes([s.key])
     yield Batch(
         [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(decay)], write=True

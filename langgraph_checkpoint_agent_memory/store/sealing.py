@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 from langgraph_checkpoint_agent_memory.crypto.cipher import (
     DataKey,
     aad,
+    is_sealed_text,
     key_id_of,
     plaintext_refused,
     store_owner,
+    text_bytes,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
@@ -223,6 +225,11 @@ class Sealer:
             if call is not None:
                 call.ids[key_id] = key
 
+    def text_ids_plan(self, texts: Iterable[str | None]) -> Plan[None]:
+        """:meth:`ids_plan` of text columns: the keys the sealed texts among ``texts``
+        name (plaintext ones name none)."""
+        yield from self.ids_plan(text_bytes(t) for t in texts if t and is_sealed_text(t))
+
     def _by_id(self, key_id: str) -> DataKey:
         call = _CALL.get()
         if call is not None and key_id in call.ids:
@@ -268,6 +275,21 @@ class Sealer:
         data = bytes(vector)
         key = self._by_id(key_id_of(data))
         return key.open(data, aad(VECTOR, self.shard(prefix), prefix, item_key, field))
+
+    def seal_text(self, key: DataKey, text: str, *identity: str) -> str:
+        """``text`` sealed for a text column (``"!"`` and base64), with ``identity`` (the
+        row's kind and key) as associated data."""
+        return key.seal_text(text.encode("utf-8"), aad(*identity))
+
+    def open_text(self, text: str, *identity: str) -> str:
+        """A text column's value :meth:`seal_text` sealed; a plaintext value only with
+        ``allow_plaintext`` (else :class:`PlaintextRowError`)."""
+        if not is_sealed_text(text):
+            if not self.keyring.allow_plaintext:
+                raise plaintext_refused(f"{identity[0]} of {identity[1:]!r}")
+            return text
+        key = self._by_id(key_id_of(text_bytes(text)))
+        return key.open_text(text, aad(*identity)).decode("utf-8")
 
     # -- terms -----------------------------------------------------------------------------
 
