@@ -383,6 +383,7 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
     """Every statement of agent memory, collected by driving each plan with canned results."""
     from langgraph_checkpoint_agent_memory.db import memory as M
     from langgraph_checkpoint_agent_memory.db import memory_jobs as J
+    from langgraph_checkpoint_agent_memory.db import memory_scopes as MS
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
@@ -488,11 +489,11 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
         J.retry_plan(sql, "user=a"),
         M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0),
         M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0, scope="user=a"),
-        M.known_scopes_plan(sql, "memory"),
-        M.stats_plan(sql, "memory", 1.0),
+        MS.known_scopes_plan(sql, "memory"),
+        MS.stats_plan(sql, "memory", 1.0),
         J.jobs_plan(sql, ["failed", "parked"], 10),
-        M.threads_plan(sql, ["user=a"]),
-        M.erase_plan(sql, root="memory", scopes=["user=a"]),
+        MS.threads_plan(sql, ["user=a"]),
+        MS.erase_plan(sql, root="memory", scopes=["user=a"]),
         M.version_plan(sql, "p", 1.0),
         M.decay_state_plan(sql, "p", ["a", "b"]),
         M.read_plan(sql, "p", 1.0),

@@ -17,6 +17,7 @@ from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
+from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -26,12 +27,7 @@ from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
-from langgraph_checkpoint_agent_memory.memory.model import (
-    AsOf,
-    Episode,
-    Fact,
-    ScopeLike,
-)
+from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.recording import record_plan
@@ -491,41 +487,30 @@ class AgentMemory(Generic[StoreT]):
             scope: The scope to forget, with every narrower scope it covers.
 
         Returns:
-            The rows removed per table, with ``"scopes"`` and ``"threads"`` counts, and
-            ``"keys"``: the data keys destroyed when the store encrypts (one per shard key
-            the erase emptied, a user's under the default rule), which makes the erased rows
-            unreadable in every earlier backup of the database too (keep the key store apart
-            from the data's backups; see the user guide's "Encryption and erasure").
+            The rows removed per table, with ``"scopes"``, ``"threads"`` and ``"keys"``:
+            the data keys destroyed when the store encrypts (each shard key it emptied), so
+            earlier backups cannot be read for it either (user guide: "Encryption and
+            erasure").
 
         Example:
             ```python
             counts = memory.erase("user=alice")  # a right-to-be-forgotten request
             ```
         """
-        threads = self.context.run(erasing.threads_plan(self.context, scope))
-        erased = erasing.erase_threads(self.checkpointer, threads)
-        counts, emptied = self.context.run(erasing.erase_plan(self.context, scope))
-        counts["threads"] = erased
-        counts["keys"] = erasing.destroy_keys(self.context, emptied)
+        counts = erasing.erase(self.context, scope, self.checkpointer)
         self._recaller.forget_queued()
         return counts
 
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
         """Async :meth:`erase`."""
-        threads = await self.context.arun(erasing.threads_plan(self.context, scope))
-        erased = await erasing.aerase_threads(self.checkpointer, threads)
-        counts, emptied = await self.context.arun(erasing.erase_plan(self.context, scope))
-        counts["threads"] = erased
-        counts["keys"] = await erasing.adestroy_keys(self.context, emptied)
+        counts = await erasing.aerase(self.context, scope, self.checkpointer)
         self._recaller.forget_queued()
         return counts
 
     def encrypt_plaintext(self) -> dict[str, int]:
-        """Seal the consolidation errors written before encryption was on (a failed job's
-        ``error`` and a scope's last error, which may quote what the extractor was given),
-        each under its scope's data key: what ``agent-memory encrypt`` runs after the
-        store's own :meth:`~.store.AgentMemoryStore.encrypt_plaintext` (which seals the
-        facts and episodes, store items like any other). Idempotent.
+        """Seal consolidation errors written before encryption was on (they may quote what
+        the extractor was given) under their scopes' data keys; ``agent-memory encrypt``
+        runs it after the store's ``encrypt_plaintext`` (facts, episodes). Idempotent.
 
         Returns:
             ``{"job_errors": ..., "scope_errors": ...}``: how many were sealed.
@@ -535,29 +520,21 @@ class AgentMemory(Generic[StoreT]):
 
         Example:
             ```python
-            # the store opened with Encryption(master_keys=[...], allow_plaintext=True)
+            # not run: needs a store opened with Encryption(..., allow_plaintext=True)
             store.encrypt_plaintext()
             print(AgentMemory(store).encrypt_plaintext())  # {'job_errors': 2, 'scope_errors': 1}
             ```
         """
-        self._needs_sealer()
-        counts = {"job_errors": 0, "scope_errors": 0}  # kept if the plan runs again
-        return self.context.run(lambda: jobsql.encrypt_errors_plan(self.context.sql, counts))
+        return self.context.run(upkeep.encrypt_errors(self.context))
 
     async def aencrypt_plaintext(self) -> dict[str, int]:
         """Async :meth:`encrypt_plaintext`."""
-        self._needs_sealer()
-        counts = {"job_errors": 0, "scope_errors": 0}
-        return await self.context.arun(lambda: jobsql.encrypt_errors_plan(self.context.sql, counts))
-
-    def _needs_sealer(self) -> None:
-        if self.context.sql.sealer is None:
-            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        return await self.context.arun(upkeep.encrypt_errors(self.context))
 
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
         return self.context.run(
-            sqlm.known_scopes_plan(self.context.sql, self.settings.namespace_root)
+            sqls.known_scopes_plan(self.context.sql, self.settings.namespace_root)
         )
 
     def scopes(self) -> dict[str, dict[str, int]]:
@@ -577,7 +554,7 @@ class AgentMemory(Generic[StoreT]):
 
     def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
         root = self.settings.namespace_root
-        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
+        return sqls.stats_plan(self.context.sql, root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100

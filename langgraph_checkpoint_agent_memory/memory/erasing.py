@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.model import (
@@ -48,7 +48,7 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     shard where they share one, else across all."""
     root = context.settings.namespace_root
     shard = covering_shard(context, scope)
-    known = yield from sqlm.known_scopes_plan(context.sql, root, shard)
+    known = yield from sqls.known_scopes_plan(context.sql, root, shard)
     return covered(scope, known)
 
 
@@ -58,9 +58,9 @@ def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[tuple[dict[str,
     :func:`destroy_keys` destroys)."""
     root = context.settings.namespace_root
     scopes = yield from covered_plan(context, scope)
-    shards = yield from sqlm.shards_under_plan(context.sql, root=root, scopes=scopes)
-    counts = yield from sqlm.erase_plan(context.sql, root=root, scopes=scopes)
-    emptied = yield from sqlm.emptied_shards_plan(context.sql, sorted(shards))
+    shards = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
+    counts = yield from sqls.erase_plan(context.sql, root=root, scopes=scopes)
+    emptied = yield from sqls.emptied_shards_plan(context.sql, sorted(shards))
     return {"scopes": len(scopes), **counts}, emptied
 
 
@@ -82,7 +82,7 @@ async def adestroy_keys(context: MemoryContext, shards: list[str]) -> int:
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     """The conversation threads ``scope`` and the scopes it covers recorded turns of."""
     scopes = yield from covered_plan(context, scope)
-    return (yield from sqlm.threads_plan(context.sql, scopes))
+    return (yield from sqls.threads_plan(context.sql, scopes))
 
 
 def erase_threads(checkpointer: Any, threads: list[str]) -> int:
@@ -107,3 +107,24 @@ async def aerase_threads(checkpointer: Any, threads: list[str]) -> int:
         for t in threads:
             await checkpointer.adelete_thread(t)
     return len(threads)
+
+
+def erase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
+    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first, then its
+    rows, then the data keys of the shard keys it emptied; the counts."""
+    threads = context.run(threads_plan(context, scope))
+    erased = erase_threads(checkpointer, threads)
+    counts, emptied = context.run(erase_plan(context, scope))
+    counts["threads"] = erased
+    counts["keys"] = destroy_keys(context, emptied)
+    return counts
+
+
+async def aerase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
+    """Async :func:`erase`."""
+    threads = await context.arun(threads_plan(context, scope))
+    erased = await aerase_threads(checkpointer, threads)
+    counts, emptied = await context.arun(erase_plan(context, scope))
+    counts["threads"] = erased
+    counts["keys"] = await adestroy_keys(context, emptied)
+    return counts

@@ -4,10 +4,13 @@ facts that must never decay (see :meth:`~.agent.AgentMemory.decay` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
 from langgraph_checkpoint_agent_memory.memory.model import (
@@ -71,3 +74,16 @@ def _pinned_decay_row(
         "reinforced_at": row.reinforced_at if row.reinforced_at is not None else now,
         "pinned": int(pinned),
     }
+
+
+def encrypt_errors(context: MemoryContext) -> Callable[[], Plan[dict[str, int]]]:
+    """What builds the plan of :meth:`~.agent.AgentMemory.encrypt_plaintext` (run it with
+    ``context.run``), its counts kept should the plan run again for keys.
+
+    Raises:
+        ConfigurationError: The store does not encrypt.
+    """
+    if context.sql.sealer is None:
+        raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+    counts = {"job_errors": 0, "scope_errors": 0}
+    return lambda: jobsql.encrypt_errors_plan(context.sql, counts)

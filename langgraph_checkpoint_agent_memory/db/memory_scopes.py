@@ -1,0 +1,209 @@
+"""The SQL of agent memory's scopes as a whole: which exist, their counts, the threads they
+used, and erasing them (with the shard keys an erase empties, whose data keys an encrypting
+store then destroys). Plans only, as in :mod:`.memory`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.db.memory import MEMORY_TABLES, MemorySql, live, under_root
+from langgraph_checkpoint_agent_memory.db.schema import (
+    STORE_ROW_TABLES,
+    memory_jobs,
+    memory_pending,
+    memory_scopes,
+    memory_threads,
+    metadata,
+    store_items,
+)
+from langgraph_checkpoint_agent_memory.db.store import scoped
+
+
+def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Plan[set[str]]:
+    """Every scope with a ledger row, and every namespace under ``root`` holding items; with
+    ``shard``, only those whose rows carry that shard key (one shard, not all)."""
+    s, i = memory_scopes, store_items
+    one = shard is not None
+
+    def on_shard(t: Any) -> list[Any]:
+        return [t.c.shard == sa.bindparam("shard")] if one else []
+
+    scopes = sql.statement(
+        ("scopes", one),
+        lambda: sa.select(s.c.scope).where(s.c.root == sa.bindparam("root"), *on_shard(s)),
+    )
+    prefixes = sql.statement(
+        ("prefixes", one),
+        lambda: sa.select(i.c.prefix).distinct().where(*on_shard(i), under_root(sql, i)),
+    )
+    a, b = yield Batch(
+        [
+            Stmt(scopes, {"root": root, "shard": shard}, fetch=True),
+            Stmt(
+                prefixes,
+                {"n": len(root) + 1, "root_dot": root + ".", "shard": shard},
+                fetch=True,
+            ),
+        ]
+    )
+    found = {s for (s,) in a}
+    for (prefix,) in b:
+        labels = prefix.split(".")[1:-1]
+        if labels:
+            found.add(",".join(labels))
+    return found
+
+
+def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
+    """Per scope: items per kind, pending and parked episodes, failed jobs."""
+    i, q, j = store_items, memory_pending, memory_jobs
+    items = sql.statement(
+        "stats_items",
+        lambda: (
+            sa.select(i.c.prefix, sa.func.count())
+            .where(under_root(sql, i), live(i))
+            .group_by(i.c.prefix)
+        ),
+    )
+    pending = sql.statement(
+        "stats_pending",
+        lambda: sa.select(q.c.scope, q.c.status, sa.func.count()).group_by(q.c.scope, q.c.status),
+    )
+    failed = sql.statement(
+        "stats_failed",
+        lambda: (
+            sa.select(j.c.scope, sa.func.count())
+            .where(j.c.status != "completed")
+            .group_by(j.c.scope)
+        ),
+    )
+    a, b, c = yield Batch(
+        [
+            Stmt(items, {"n": len(root) + 1, "root_dot": root + ".", "now": now}, fetch=True),
+            Stmt(pending, fetch=True),
+            Stmt(failed, fetch=True),
+        ]
+    )
+    out: dict[str, dict[str, int]] = {}
+
+    def entry(scope: str) -> dict[str, int]:
+        return out.setdefault(
+            scope,
+            {"facts": 0, "history": 0, "episodes": 0, "pending": 0, "parked": 0, "failed": 0},
+        )
+
+    for prefix, count in a:
+        labels = prefix.split(".")
+        if len(labels) >= 3 and labels[-1] in ("facts", "history", "episodes"):
+            entry(",".join(labels[1:-1]))[labels[-1]] += int(count)
+    for scope, status, count in b:
+        entry(scope)[status] = int(count)
+    for scope, count in c:
+        entry(scope)["failed"] = int(count)
+    return out
+
+
+def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
+    t = memory_threads
+    query = sql.statement("threads", lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
+    if not scopes:
+        return []
+    found = yield Batch(
+        [Stmt(query, {"shard": sql.scope_shard(s), "scope": s}, fetch=True) for s in scopes]
+    )
+    return sorted({t for rows in found for (t,) in rows})
+
+
+def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
+    """Delete every item, vector, text entry and ledger row of ``scopes`` in one
+    transaction; return the rows removed per table. The dialect's erase session (SQLite:
+    secure delete, then a WAL checkpoint) wraps it, so the bytes leave the files too."""
+    before, after_commit = sql.d.erase_session() if scopes else ([], [])
+    for statement in before:
+        yield Batch([Stmt(Sql(statement))])
+    counts = yield from _erase(sql, root=root, scopes=scopes)
+    for statement in after_commit:
+        # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
+        yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
+    return counts
+
+
+def _of_scope(t: Any) -> list[Any]:
+    """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
+    return [t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope")]
+
+
+def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
+    counts: dict[str, int] = {}
+    statements: list[Stmt] = []
+    labels: list[str] = []
+    for scope in scopes:
+        # the scope's items: on its shard when its namespace covers the shard key, else
+        # (a scope of fewer labels than the key) on every shard, by prefix
+        # (decay rows too: they carry their items' keys, and lie under the same namespace)
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        by_prefix = (*STORE_ROW_TABLES, "am_memory_decay")
+        deletes = sql.store.delete_under(scoped(params), by_prefix)
+        for table, stmt in zip(by_prefix, deletes, strict=True):
+            statements.append(Stmt(stmt, params))
+            labels.append(table)
+        for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
+            statements.append(
+                Stmt(
+                    sql.statement(("erase", table), partial(_delete_scope, table)),
+                    {"shard": sql.scope_shard(scope), "scope": scope},
+                )
+            )
+            labels.append(table)
+    if not statements:
+        return counts
+    locks = sql.lock_scopes(scopes)
+    results = yield Batch([*locks, *statements], write=True)
+    for label, n in zip(labels, results[len(locks) :], strict=True):
+        counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
+    return counts
+
+
+def _delete_scope(name: str) -> Any:
+    """Core: delete table ``name``'s rows of one scope."""
+    t = metadata.tables[name]
+    return sa.delete(t).where(*_of_scope(t))
+
+
+def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[set[str]]:
+    """The shard keys of the store items under ``scopes``' namespaces (their data keys are
+    the ones an erase may destroy)."""
+    i = store_items
+    if not scopes:
+        return set()
+
+    def build(one_shard: bool) -> Any:
+        return sa.select(i.c.shard).distinct().where(*sql.store.namespace_of(i, one_shard))
+
+    statements = []
+    for scope in scopes:
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        query = sql.statement(("shards_under", scoped(params)), partial(build, scoped(params)))
+        statements.append(Stmt(query, params, fetch=True))
+    found = yield Batch(statements)
+    return {str(s) for rows in found for (s,) in rows} | {sql.scope_shard(s) for s in scopes}
+
+
+def emptied_shards_plan(sql: MemorySql, shards: Sequence[str]) -> Plan[list[str]]:
+    """Those of ``shards`` that hold no store item any more (an erase emptied them), sorted."""
+    i = store_items
+    query = sql.statement(
+        "shard_has_items",
+        lambda: sa.select(i.c.key).where(i.c.shard == sa.bindparam("shard")).limit(1),
+    )
+    ordered = sorted(set(shards))
+    if not ordered:
+        return []
+    found = yield Batch([Stmt(query, {"shard": s}, fetch=True) for s in ordered])
+    return [s for s, rows in zip(ordered, found, strict=True) if not rows]
