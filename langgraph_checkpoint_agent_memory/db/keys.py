@@ -88,6 +88,8 @@ class KeyTaken(Exception):
         super().__init__(f"the data key of {owner!r} was created meanwhile")
 
 
+#: The columns of a key's row, in :class:`KeyRow`'s order.
+_PARAMS = ("key_id", "owner", "wrapped", "created_at")
 #: The unique index a carried insert may lose to (the owner's key).
 _OWNER_INDEX = next(i for i in data_keys.indexes if i.name == "am_keys_owner")
 
@@ -156,9 +158,6 @@ def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bo
             batch = plan.send(results)
     except StopIteration as stop:
         return stored, stop.value
-
-
-_PARAMS = ("key_id", "owner", "wrapped", "created_at")
 
 
 def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
