@@ -165,6 +165,10 @@ class Keyring:
         again. Returns the key written with (``None`` if it was never stored: the write
         committed nothing) and the write's value."""
         dialect = self.keystore.dialect
+        if not sqlk.carries(dialect):  # the key in a transaction of its own, then the write
+            made = yield from self.key_plan(owner, likely_new=likely_new)
+            assert made is not None
+            return made, (yield from write(made))
         for _ in range(CARRY_ATTEMPTS):
             found = self.cached(owner)
             if found is None and not likely_new:
@@ -173,8 +177,6 @@ class Keyring:
                     found = self._remember(self._unwrapped(row), owner_checked=True)
             if found is not None:
                 return found, (yield from write(found))
-            if not sqlk.carries(dialect):
-                break
             row, key = self._fresh(owner)
             try:
                 stored, value = yield from sqlk.carrying_plan(dialect, row, write(key))
