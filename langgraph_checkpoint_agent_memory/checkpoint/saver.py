@@ -278,9 +278,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> sorted(saved["configurable"])
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
         """
-        key = self._write_key(config)
-        plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions, key)
-        result = self._run(plan)
+        writer, serde = self._writer, self.serde
+        result = self._write(
+            config,
+            lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+        )
         self._after_write()
         return result
 
@@ -306,9 +308,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
             ```
         """
-        key = await self._awrite_key(config)
-        plan = self._writer.put(self.serde, config, checkpoint, metadata, new_versions, key)
-        result = await self._arun(plan)
+        writer, serde = self._writer, self.serde
+        result = await self._awrite(
+            config,
+            lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+        )
         self._after_write()
         return result
 
@@ -333,8 +337,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
-        key = self._write_key(config)
-        self._run(self._writer.put_writes(self.serde, config, writes, task_id, task_path, key))
+        writer, serde = self._writer, self.serde
+        self._write(
+            config, lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key)
+        )
         self._after_write()
 
     async def aput_writes(
@@ -357,9 +363,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             await saver.aput_writes(saved, [("x", 1)], task_id="t1")
             ```
         """
-        key = await self._awrite_key(config)
-        plan = self._writer.put_writes(self.serde, config, writes, task_id, task_path, key)
-        await self._arun(plan)
+        writer, serde = self._writer, self.serde
+        await self._awrite(
+            config, lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key)
+        )
         self._after_write()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -8,8 +8,11 @@ filter on it is matched after decrypting anyway). Each value carries its row's i
 associated data (thread, namespace and checkpoint id; or channel and version; or task id
 and index; and the serde type), so a value moved to another row or thread does not open.
 
-Keys: a write uses the data key of the thread's owner (:func:`owner_of`), which the saver's
-shell fetches before the plan runs (cached: no I/O after its first use). A read finds each
+Keys: a write uses the data key of the thread's owner (:func:`owner_of`), cached after its
+first use. A thread's new key is made by the saver's shell and, where the key store is the
+saver's own database, stored in the transaction of the first write sealed with it (see
+:meth:`~..crypto.keyring.Keyring.sealed`); else it is found or made in the key store before
+the write's plan runs. A read finds each
 value's key by the id it carries; the plans ask :meth:`Sealer.ensure` for every id a fetch
 returned before opening anything, and a key not yet in memory ends the plan with
 :class:`~..crypto.keyring.KeysNeeded`, which the shell answers by loading the keys (one

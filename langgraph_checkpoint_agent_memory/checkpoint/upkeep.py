@@ -64,19 +64,20 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
 
     # -- keys (encryption on) --------------------------------------------------------------
 
-    def _write_key(self, config: RunnableConfig) -> DataKey | None:
-        """The key a write to ``config``'s thread seals with (cached: no I/O after its
-        first use), or ``None`` with encryption off."""
+    def _write(self, config: RunnableConfig, make: Callable[[DataKey | None], Plan[T]]) -> T:
+        """Run the write ``make`` builds from the key it seals with (``None`` with
+        encryption off). A thread's new key is stored in the write's own transaction where
+        the key store is this saver's database (see :meth:`.Keyring.sealed`)."""
         if self.keyring is None:
-            return None
+            return self._run(make(None))
         owner, new = _owner_and_newness(config)
-        return self.keyring.key(owner, likely_new=new)
+        return self.keyring.sealed(owner, make, self._run, database=self.db, likely_new=new)
 
-    async def _awrite_key(self, config: RunnableConfig) -> DataKey | None:
+    async def _awrite(self, config: RunnableConfig, make: Callable[[DataKey | None], Plan[T]]) -> T:
         if self.keyring is None:
-            return None
+            return await self._arun(make(None))
         owner, new = _owner_and_newness(config)
-        return await self.keyring.akey(owner, likely_new=new)
+        return await self.keyring.asealed(owner, make, self._arun, database=self.db, likely_new=new)
 
     def _read(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds; when it meets keys not loaded yet, load them and

@@ -14,14 +14,14 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
 from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
 from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
 from langgraph_checkpoint_agent_memory.errors import EncryptionError, KeyMissingError
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
@@ -30,6 +30,9 @@ CACHE_KEYS = 10_000
 LOOKUP_STRIPES = 64
 #: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
 ROTATE_BATCH = 500
+#: Times a write carrying a new key is tried before the key is created on its own (each
+#: loss means another process made the owner's key, and then it was destroyed meanwhile).
+CARRY_ATTEMPTS = 3
 
 
 class KeysNeeded(EncryptionError):
@@ -156,12 +159,51 @@ class Keyring:
         if row is None:
             if not create:
                 return None
-            secret = new_key()
-            fresh = sqlk.KeyRow(new_key_id(), owner, self.provider.wrap(secret, owner), time.time())
+            fresh, key = self._fresh(owner)
             row = yield from sqlk.create_plan(self.keystore.dialect, fresh)
             if row.key_id == fresh.key_id:
-                return self._remember(DataKey(row.key_id, owner, secret), owner_checked=True)
+                return self._remember(key, owner_checked=True)
         return self._remember(self._unwrapped(row), owner_checked=True)
+
+    def _fresh(self, owner: str) -> tuple[sqlk.KeyRow, DataKey]:
+        """A new key of ``owner``: its row (wrapped) and the key itself."""
+        secret = new_key()
+        row = sqlk.KeyRow(new_key_id(), owner, self.provider.wrap(secret, owner), time.time())
+        return row, DataKey(row.key_id, owner, secret)
+
+    def sealing_plan(
+        self, owner: str, write: Callable[[DataKey], Plan[T]], *, likely_new: bool = False
+    ) -> Plan[tuple[DataKey | None, T]]:
+        """``write`` sealed with ``owner``'s key, where the key store is the database the
+        plan runs on: the key from the cache, else from the key store (``likely_new``:
+        not looked up), else made and stored in the write's own transaction and round trip
+        (:func:`..db.keys.carrying_plan`), not in one of its own. When another process
+        made the owner's key meanwhile, its key is loaded and the write sealed and sent
+        again. Returns the key written with (``None`` if it was never stored: the write
+        committed nothing) and the write's value."""
+        dialect = self.keystore.dialect
+        if not sqlk.carries(dialect):  # the key in a transaction of its own, then the write
+            made = yield from self.key_plan(owner, likely_new=likely_new)
+            assert made is not None
+            return made, (yield from write(made))
+        for _ in range(CARRY_ATTEMPTS):
+            found = self.cached(owner)
+            if found is None and not likely_new:
+                row = yield from sqlk.by_owner_plan(dialect, owner)
+                if row is not None:
+                    found = self._remember(self._unwrapped(row), owner_checked=True)
+            if found is not None:
+                return found, (yield from write(found))
+            row, key = self._fresh(owner)
+            try:
+                stored, value = yield from sqlk.carrying_plan(dialect, row, write(key))
+            except sqlk.KeyTaken:
+                likely_new = False  # the winner's key, then the write again
+                continue
+            return (self._remember(key, owner_checked=True) if stored else None), value
+        made = yield from self.key_plan(owner, likely_new=likely_new)
+        assert made is not None
+        return made, (yield from write(made))
 
     def by_id_plan(self, key_id: str) -> Plan[DataKey]:
         """The key named ``key_id`` (a sealed value's), or :class:`KeyMissingError`."""
@@ -248,6 +290,122 @@ class Keyring:
                 del self._inflight[slot]
         assert key is not None
         return key
+
+    def sealed(
+        self,
+        owner: str,
+        write: Callable[[DataKey], Plan[T]],
+        run: Callable[[Plan[Any]], Any],
+        *,
+        database: Database[Any] | None = None,
+        likely_new: bool = False,
+    ) -> T:
+        """Run ``write`` (a plan sealing with the key it is given) with ``owner``'s key.
+
+        Where the key store is ``database`` (the one ``run`` runs plans on), an owner's
+        new key is stored in the same transaction as the first write sealed with it (see
+        :meth:`sealing_plan`); else the key is found or made first, in the key store.
+
+        Args:
+            owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
+            write: Builds the write from the key.
+            run: Runs a plan on the write's database (the saver's runner).
+            database: The write's database.
+            likely_new: Do not look the key up before creating it.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory.crypto import (
+                Keyring,
+                MasterKeyProvider,
+                generate_master_key,
+            )
+            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+            from langgraph_checkpoint_agent_memory.db.database import Batch
+
+            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
+
+            def write(key):  # a write sealed with ``key`` (here: its transaction only)
+                yield Batch([], write=True)
+                return key.key_id
+
+            store = keyring.keystore
+            key_id = keyring.sealed("thread:t1", write, store.run, database=store.db)
+            assert keyring.find("thread:t1").key_id == key_id
+            ```
+        """
+        found = self.cached(owner)
+        if found is not None:
+            return run(write(found))  # type: ignore[no-any-return]
+        if database is None or self.keystore.db is not database:
+            return run(write(self.key(owner, likely_new=likely_new)))  # type: ignore[no-any-return]
+        with self._lookups[hash(owner) % LOOKUP_STRIPES]:
+            _, value = run(self.sealing_plan(owner, write, likely_new=likely_new))
+        return value  # type: ignore[no-any-return]
+
+    async def asealed(
+        self,
+        owner: str,
+        write: Callable[[DataKey], Plan[T]],
+        arun: Callable[[Plan[Any]], Awaitable[Any]],
+        *,
+        database: Database[Any] | None = None,
+        likely_new: bool = False,
+    ) -> T:
+        """Async :meth:`sealed` (tasks of one loop missing the same owner's key wait for
+        the first one's write, then write with the key it stored).
+
+        Args:
+            owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
+            write: Builds the write from the key.
+            arun: Runs a plan on the write's database, asynchronously.
+            database: The write's database.
+            likely_new: Do not look the key up before creating it.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory.crypto import (
+                Keyring,
+                MasterKeyProvider,
+                generate_master_key,
+            )
+            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+            from langgraph_checkpoint_agent_memory.db.database import Batch
+
+            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
+
+            def write(key):
+                yield Batch([], write=True)
+                return key.key_id
+
+            store = keyring.keystore
+            key_id = await keyring.asealed("thread:t1", write, store.arun, database=store.db)
+            assert (await keyring.afind("thread:t1")).key_id == key_id
+            ```
+        """
+        found = self.cached(owner)
+        if found is not None:
+            return await arun(write(found))  # type: ignore[no-any-return]
+        if database is None or self.keystore.db is not database:
+            key = await self.akey(owner, likely_new=likely_new)
+            return await arun(write(key))  # type: ignore[no-any-return]
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), owner)
+        pending = self._inflight.get(slot)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            if shared is not None:
+                return await arun(write(shared))  # type: ignore[no-any-return]
+        future: asyncio.Future[DataKey | None] = loop.create_future()
+        self._inflight[slot] = future
+        made: DataKey | None = None
+        try:
+            made, value = await arun(self.sealing_plan(owner, write, likely_new=likely_new))
+        finally:
+            future.set_result(made)
+            if self._inflight.get(slot) is future:
+                del self._inflight[slot]
+        return value  # type: ignore[no-any-return]
 
     def find(self, owner: str) -> DataKey | None:
         """``owner``'s data key, or ``None`` when it has none (nothing is created)."""

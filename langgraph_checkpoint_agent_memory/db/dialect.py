@@ -396,6 +396,16 @@ class Dialect:
         """Whether ``exc`` is a fast write refusing a deleted or expired thread."""
         return False
 
+    #: Whether :meth:`unique_violation` recognizes a write refused by a unique index (so a
+    #: plan may insert a row that can lose a race inside a larger transaction, and tell
+    #: that loss from any other failure).
+    tells_unique_violations = False
+
+    def unique_violation(self, exc: BaseException, index: sa.Index) -> bool:
+        """Whether ``exc`` is a statement refused because ``index`` (a unique index) holds
+        its key already."""
+        return False
+
     #: The name of the substring function (HANA's ``SUBSTRING``).
     substr = "substr"
 

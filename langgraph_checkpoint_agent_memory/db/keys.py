@@ -7,13 +7,15 @@ keeps the keys, which is the data's database by default or a database of its own
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
 from langgraph_checkpoint_agent_memory.db.schema import data_keys
+
+T = TypeVar("T")
 
 _COLUMNS = (data_keys.c.key_id, data_keys.c.owner, data_keys.c.wrapped, data_keys.c.created_at)
 
@@ -73,6 +75,89 @@ def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
     if not rows:  # pragma: no cover - the insert or the key it lost to is there
         raise LookupError(f"the data key of {row.owner!r} was destroyed while being created")
     return _row(rows[0])
+
+
+class KeyTaken(Exception):
+    """The insert a write carried lost to another key of the same owner (made meanwhile by
+    another process or thread); nothing of that write's transaction was committed. A
+    signal the keyring raises and catches itself: it loads the winner's key, seals again
+    and writes again."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        super().__init__(f"the data key of {owner!r} was created meanwhile")
+
+
+#: The columns of a key's row, in :class:`KeyRow`'s order.
+_PARAMS = ("key_id", "owner", "wrapped", "created_at")
+#: The unique index a carried insert may lose to (the owner's key).
+_OWNER_INDEX = next(i for i in data_keys.indexes if i.name == "am_keys_owner")
+
+
+def carries(dialect: Dialect) -> bool:
+    """Whether a new key can travel in the transaction of the first write sealed with it
+    (:func:`carrying_plan`): the database tells a lost race on the owner's index from any
+    other failure, and the key table is not a reference table replicated to every node
+    (on a distributed database, a key created with a shard's rows would make each such
+    write a transaction over every node)."""
+    return dialect.tells_unique_violations and not dialect.distributed
+
+
+def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
+    """Run ``plan`` (a write sealed with ``row``'s key) with the key's plain insert at the
+    head of its first transaction, and of each later one until one commits: the key is
+    stored in the same transaction, and round trip where the driver pipelines, as the
+    first write sealed with it, and nothing sealed with it commits without it.
+
+    Returns whether the key was stored (``False`` when the plan committed no transaction)
+    and the plan's value.
+
+    Raises:
+        KeyTaken: The owner has a key already (another process made it meanwhile): the
+            transaction that carried the insert was rolled back, nothing of it written.
+    """
+    head = Stmt(
+        dialect.sql(
+            "key_insert_strict",
+            lambda: sa.insert(data_keys).values(values_params(data_keys, list(_PARAMS))),
+        ),
+        dict(zip(_PARAMS, row, strict=True)),
+    )
+    # carrying: the open transaction holds the insert; stored: a transaction with it committed
+    stored = carrying = in_tx = False
+    try:
+        batch = next(plan)
+        while True:
+            carry = not stored and not in_tx and (batch.write or batch.hold or batch.lock)
+            sent = batch
+            if carry:
+                sent = Batch(
+                    [head, *batch.statements],
+                    write=batch.write,
+                    lock=batch.lock,
+                    hold=batch.hold,
+                    rollback=batch.rollback,
+                )
+                carrying = True
+            try:
+                results = yield sent
+            except Exception as exc:  # the driver rolled the transaction back
+                lost = carrying and dialect.unique_violation(exc, _OWNER_INDEX)
+                in_tx = carrying = False
+                if lost:
+                    plan.close()
+                    raise KeyTaken(row.owner) from exc
+                batch = plan.throw(exc)
+                continue
+            if carry:
+                results = results[1:]
+            in_tx = batch.hold
+            if not in_tx:
+                stored = stored or (carrying and not batch.rollback)
+                carrying = False
+            batch = plan.send(results)
+    except StopIteration as stop:
+        return stored, stop.value
 
 
 def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:

@@ -510,6 +510,16 @@ class PostgresDialect(Dialect):
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
 
+    tells_unique_violations = True
+
+    def unique_violation(self, exc: BaseException, index: sa.Index) -> bool:
+        import psycopg
+
+        return (
+            isinstance(exc, psycopg.errors.UniqueViolation)
+            and exc.diag.constraint_name == index.name
+        )
+
     def _routed_checkpoint(self) -> Any:
         keys = [c.name for c in checkpoints.primary_key.columns]
         update = [c.name for c in checkpoints.columns if c.name not in keys]

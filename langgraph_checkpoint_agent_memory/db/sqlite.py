@@ -157,6 +157,16 @@ class SQLiteDialect(Dialect):
     def thread_gone(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and THREAD_GONE in str(exc)
 
+    tells_unique_violations = True
+
+    def unique_violation(self, exc: BaseException, index: sa.Index) -> bool:
+        # SQLite names the index's columns: "UNIQUE constraint failed: t.a, t.b"
+        assert index.table is not None
+        columns = ", ".join(f"{index.table.name}.{c.name}" for c in index.columns)
+        return isinstance(exc, sqlite3.IntegrityError) and str(exc).endswith(
+            f"UNIQUE constraint failed: {columns}"
+        )
+
     def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
         """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
         rows copied, the old one dropped, the new one renamed, its indexes created, those
