@@ -15,7 +15,7 @@ INTERNAL = "langgraph_checkpoint_agent_memory.cli"
 #: values a racing delete removed into a thread that is gone (tests/test_pg_contention.py);
 #: a store plan stops with KeysNeeded to have data keys loaded from a key store of its own
 #: and runs again (an EncryptionError should it reach a caller of ``run_plan``).
-SIGNALS = {"MissingBlob", "KeysNeeded"}
+SIGNALS = {"MissingBlob", "KeysNeeded", "KeyTaken"}
 
 
 def _error_classes() -> dict[str, type[BaseException]]:
