@@ -45,6 +45,19 @@ def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
     return _row(rows[0]) if rows else None
 
 
+def owners_under_plan(dialect: Dialect, owner: str) -> Plan[list[str]]:
+    """The owners of keys that are ``owner`` or lie below it (``owner + "."`` and more):
+    for a store owner, the shard keys under a namespace that ever had a key (a read of
+    this small table, where the items' distinct shard keys would read every item)."""
+    sql = dialect.sql(
+        "key_owners_under",
+        lambda: sa.select(data_keys.c.owner).where(dialect.under_clause(data_keys.c.owner)),
+    )
+    params = {"ns": owner, "ns_dot": owner + ".", "ns_len": len(owner) + 1, "ns_end": owner + "/"}
+    [rows] = yield Batch([Stmt(sql, params, fetch=True)])
+    return sorted(str(r[0]) for r in rows)
+
+
 def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
     """The key named ``key_id``, or ``None`` (never made here, or destroyed)."""
     sql = dialect.sql(

@@ -188,16 +188,10 @@ class Searcher:
             cursor += size
 
     def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
-        """Per query term, its keyed hash under each shard key the search reads (one when
-        the prefix names the shard key; else those of the items under it)."""
+        """Per query term, its keyed hash under each shard key the search reads (see
+        :meth:`Sealer.shards_plan`)."""
         assert self.sealer is not None
-        if scoped(base):
-            shards = [base["shard"]]
-        else:
-            [rows] = yield Batch(
-                [Stmt(sealed_sql.shards_under(self.statements, False), base, fetch=True)]
-            )
-            shards = [r[0] for r in rows]
+        shards = yield from self.sealer.shards_plan(self.statements, base)
         return (yield from self.sealer.term_forms_plan(terms, shards))
 
     def _read_ranked(
