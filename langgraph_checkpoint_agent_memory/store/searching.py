@@ -55,10 +55,11 @@ def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
     return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
 
-def item_fields(row: ItemRow, sealer: Sealer | None = None) -> dict[str, Any]:
-    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
+def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -> dict[str, Any]:
+    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``
+    (``value``: its value, when :func:`row_value` gave it already)."""
     return dict(
-        value=row_value(row, sealer),
+        value=row_value(row, sealer) if value is None else value,
         key=row.key,
         namespace=tuple(row.prefix.split(".")),
         created_at=_time(row.created_at),
@@ -84,12 +85,13 @@ class _Page:
 
     def offer(self, row: ItemRow, score: float | None) -> bool:
         """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
-        fields = item_fields(row, self._sealer)
-        if not S.matches(fields["value"], self._conds):
+        value = row_value(row, self._sealer)  # the rest only for rows the filter keeps
+        if self._conds and not S.matches(value, self._conds):
             return False
         if self._skip:
             self._skip -= 1
             return False
+        fields = item_fields(row, value=value)
         self.items.append((SearchItem(**fields, score=score), row.ttl_minutes))
         return self.full
 
@@ -173,19 +175,32 @@ class Searcher:
         filtered search with encryption on reads and decrypts every one of them)."""
         assert self.sealer is not None
         kept: set[tuple[str, str]] = set()
-        recent = self.statements.recent((), scoped(base))
-        cursor, size = 0, 500
+        last: ItemRow | None = None
+        size = 500
         while True:
-            params = {**base, "n": size, "skip": cursor}
-            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            found = list(map(ItemRow._make, rows))
+            found = yield from self._newest_plan((), base, size, last)
             yield from self.sealer.ids_plan(sealed_of(found))
             for row in found:
                 if S.matches(row_value(row, self.sealer), conds):
                     kept.add((row.prefix, row.key))
-            if len(rows) < size:
+            if len(found) < size:
                 return kept
-            cursor += size
+            last = found[-1]
+
+    def _newest_plan(
+        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None
+    ) -> Plan[list[ItemRow]]:
+        """Up to ``size`` live items under the namespace passing the pre-filter, newest
+        first, after ``last`` (the previous page's last row; ``None``: from the first)."""
+        one = scoped(base)
+        if last is None:
+            stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
+        else:  # with encryption on, no pre-filter: the next page by keyset
+            assert not filters
+            after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
+            stmt = Stmt(sealed_sql.recent_after(self.statements, one), {**base, "n": size, **after})
+        [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
+        return list(map(ItemRow._make, rows))
 
     def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
         """Per query term, its keyed hash under each shard key the search reads (see
@@ -232,22 +247,33 @@ class Searcher:
         filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here."""
+        """No query: newest first, pre-filtered in SQL, decided exactly here. With
+        encryption on, nothing is pre-filtered: a filter reads pages growing faster, each
+        read on from the last row of the one before."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
         cursor, size = 0, max(op.limit + op.offset, 16)
+        sealed = self.sealer is not None
+        grow = 4 if sealed and conds else 2
+        if grow == 4:
+            size *= grow
+        last: ItemRow | None = None
         while True:
-            params = {**base, "n": size, "skip": cursor}
-            recent = self.statements.recent(filters, scoped(base))
-            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            found = list(map(ItemRow._make, rows))
+            if sealed:
+                found = yield from self._newest_plan(filters, base, size, last)
+            else:
+                params = {**base, "n": size, "skip": cursor}
+                recent = self.statements.recent(filters, scoped(base))
+                [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+                found = list(map(ItemRow._make, rows))
             if self.sealer is not None:
                 yield from self.sealer.ids_plan(sealed_of(found))
             for row in found:
                 if page.offer(row, None):
                     return page.items
-            if len(rows) < size:
+            if len(found) < size:
                 return page.items
             cursor += size
-            size *= 2
+            last = found[-1]
+            size *= grow
