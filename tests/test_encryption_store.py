@@ -255,11 +255,14 @@ def test_filters_reading_many_pages_equal_with_and_without_encryption(
     url: str | None, other_url: str | None, stores: Callable[..., AgentMemoryStore]
 ) -> None:
     """Filters that keep few of many items read page after page of decrypted values (newest
-    first, items written at the same instant ordered by namespace and key); a search under
-    a prefix hashes its terms for every shard key under it, one emptied included."""
+    first, items written at the same instant ordered by namespace and key), or walk ranked
+    lists far down; a search under a prefix hashes its terms for every shard key under it,
+    one emptied included."""
     instant = [1_700_000_000.0]
-    plain = stores(other_url, encryption=False, clock=lambda: instant[0])
-    sealed = stores(url, encryption=generate_master_key(), clock=lambda: instant[0])
+    plain = stores(other_url, encryption=False, clock=lambda: instant[0], index=word_index())
+    sealed = stores(
+        url, encryption=generate_master_key(), clock=lambda: instant[0], index=word_index()
+    )
     words = ["tea", "coffee", "lunch", "park"]
     for store in (plain, sealed):
         store.put(("users", "gone"), "x", {"text": "tea and coffee", "n": 1})
@@ -292,6 +295,7 @@ def test_filters_reading_many_pages_equal_with_and_without_encryption(
         ((("users", "u2"),), {"filter": {"n": {"$lte": 30}}, "limit": 10}),
         ((("users",),), {"filter": {"n": -1}}),
         ((("users",),), {"query": "tea lunch", "filter": {"odd": 1}, "limit": 7, "offset": 2}),
+        ((("users",),), {"query": "park note", "filter": {"n": {"$gte": 630}}, "limit": 5}),
         ((("users",),), {"query": "coffee park", "limit": 10}),
         ((("users", "gone"),), {"query": "tea"}),
     ]

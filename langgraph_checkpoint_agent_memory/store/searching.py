@@ -3,12 +3,13 @@ newest first, then read back in pages and decided exactly against the filter.
 
 With encryption on, values are sealed, so the database cannot pre-filter them; filters
 are decided here on decrypted values, with the same results, scores, limit and offset as
-without encryption. What it costs: a filtered search with a query reads and decrypts every
-live item under the namespace prefix first (to rank only the items the filter keeps, as
-the database's pre-filter does), then ranks; a filtered search without a query reads and
-decrypts items newest first until the page is full, so a filter that keeps few items reads
-most of the namespace. An unfiltered search decrypts only the items it returns (and, with
-vectors, every vector under the prefix: see :mod:`.ranking`).
+without encryption. What it costs: a filtered search with a query ranks only the items
+the filter keeps (as the database's pre-filter does), so it reads and decrypts the
+candidates of each ranked list, best first, until the list holds enough kept items (a
+filter that keeps few items reads most of the matches); a filtered search without a query
+reads and decrypts items newest first until the page is full, so a filter that keeps few
+items reads most of the namespace. An unfiltered search decrypts only the items it
+returns (and, with vectors, every vector under the prefix: see :mod:`.ranking`).
 
 :class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
 database like every other plan.
@@ -17,6 +18,7 @@ database like every other plan.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -146,9 +148,8 @@ class Searcher:
             forms = yield from self._term_forms(query_terms, base)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
         if self.sealer is not None and conds:
-            keep = yield from self._kept_plan(conds, base)
             fused = yield from self.ranker.kept_plan(
-                query_terms, query_vector, base, want, keep, forms
+                query_terms, query_vector, base, want, self._decider(conds, now), forms
             )
             return (yield from self._read_ranked(fused, conds, op, now))
         # Without a filter the postings (and vectors) alone rank; should expired items fill
@@ -168,24 +169,37 @@ class Searcher:
                 want *= 4
             joined = True
 
-    def _kept_plan(
-        self, conds: list[tuple[list[str], str, Any]], base: dict[str, Any]
-    ) -> Plan[set[tuple[str, str]]]:
-        """The live items under the namespace whose decrypted values pass the filter (a
-        filtered search with encryption on reads and decrypts every one of them)."""
-        assert self.sealer is not None
-        kept: set[tuple[str, str]] = set()
-        last: ItemRow | None = None
-        size = 500
-        while True:
-            found = yield from self._newest_plan((), base, size, last)
-            yield from self.sealer.ids_plan(sealed_of(found))
-            for row in found:
-                if S.matches(row_value(row, self.sealer), conds):
-                    kept.add((row.prefix, row.key))
-            if len(found) < size:
-                return kept
-            last = found[-1]
+    def _decider(
+        self, conds: list[tuple[list[str], str, Any]], now: float
+    ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
+        """For a filtered search with encryption on: of the item keys given, the live ones
+        whose decrypted values pass the filter; each item read and decided once per search,
+        only when a ranked list reaches it."""
+        sealer = self.sealer
+        assert sealer is not None
+        decided: dict[tuple[str, str], bool] = {}
+
+        def decide(keys: list[tuple[str, str]]) -> Plan[set[tuple[str, str]]]:
+            todo = [k for k in dict.fromkeys(keys) if k not in decided]
+            for start in range(0, len(todo), 64):
+                chunk = todo[start : start + 64]
+                found = yield from self._rows_plan(chunk, now)
+                yield from sealer.ids_plan(sealed_of(found))
+                decided.update(dict.fromkeys(chunk, False))
+                for row in found:
+                    decided[(row.prefix, row.key)] = S.matches(row_value(row, sealer), conds)
+            return {k for k in keys if decided.get(k)}
+
+        return decide
+
+    def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
+        """The rows of the live items among ``keys`` (at most 64 of them)."""
+        params: dict[str, Any] = {"now": now}
+        for j, (prefix, key) in enumerate(keys):
+            params[f"p{j}"], params[f"k{j}"] = prefix, key
+            params[f"s{j}"] = self.statements.shard(prefix)
+        [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
+        return list(map(ItemRow._make, rows))
 
     def _newest_plan(
         self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None
@@ -225,13 +239,8 @@ class Searcher:
         while start < len(fused):
             chunk = fused[start : start + size]
             start, size = start + size, 64
-            n = len(chunk)
-            params: dict[str, Any] = {"now": now}
-            for j, ((prefix, key), _) in enumerate(chunk):
-                params[f"p{j}"], params[f"k{j}"] = prefix, key
-                params[f"s{j}"] = self.statements.shard(prefix)
-            [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
-            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
+            rows = yield from self._rows_plan([k for k, _ in chunk], now)
+            by_key = {(r.prefix, r.key): r for r in rows}
             if self.sealer is not None:
                 yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
             for item_key, score in chunk:
