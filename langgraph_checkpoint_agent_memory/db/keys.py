@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import data_keys
 
 _COLUMNS = (data_keys.c.key_id, data_keys.c.owner, data_keys.c.wrapped, data_keys.c.created_at)
@@ -45,14 +45,20 @@ def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
     return _row(rows[0]) if rows else None
 
 
+def owners_under(dialect: Dialect) -> Sql:
+    """The owners of keys at or below ``:ns`` (the parameters of the dialect's
+    ``under_clause``)."""
+    return dialect.sql(
+        "key_owners_under",
+        lambda: sa.select(data_keys.c.owner).where(dialect.under_clause(data_keys.c.owner)),
+    )
+
+
 def owners_under_plan(dialect: Dialect, owner: str) -> Plan[list[str]]:
     """The owners of keys that are ``owner`` or lie below it (``owner + "."`` and more):
     for a store owner, the shard keys under a namespace that ever had a key (a read of
     this small table, where the items' distinct shard keys would read every item)."""
-    sql = dialect.sql(
-        "key_owners_under",
-        lambda: sa.select(data_keys.c.owner).where(dialect.under_clause(data_keys.c.owner)),
-    )
+    sql = owners_under(dialect)
     params = {"ns": owner, "ns_dot": owner + ".", "ns_len": len(owner) + 1, "ns_end": owner + "/"}
     [rows] = yield Batch([Stmt(sql, params, fetch=True)])
     return sorted(str(r[0]) for r in rows)
