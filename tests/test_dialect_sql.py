@@ -261,6 +261,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
         out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
         out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
+        out[f"store.recent_after.{one}"] = sealed_sql.recent_after(sql, one)
         out[f"store.fingerprint_under.{one}"] = sealed_sql.fingerprint_under(sql, one)
     for name in (  # encryption at rest
         "sealed_vectors_exact",
@@ -272,6 +273,9 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     ):
         out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)
+    from langgraph_checkpoint_agent_memory.db import keys as sqlk
+
+    out["keys.owners_under"] = sqlk.owners_under(d)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R
 

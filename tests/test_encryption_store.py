@@ -251,6 +251,60 @@ def test_search_filters_and_bm25_equal_with_and_without_encryption(
         assert view(sealed, *args, **kwargs) == view(plain, *args, **kwargs), (args, kwargs)
 
 
+def test_filters_reading_many_pages_equal_with_and_without_encryption(
+    url: str | None, other_url: str | None, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    """Filters that keep few of many items read page after page of decrypted values (newest
+    first, items written at the same instant ordered by namespace and key), or walk ranked
+    lists far down; a search under a prefix hashes its terms for every shard key under it,
+    one emptied included."""
+    instant = [1_700_000_000.0]
+    plain = stores(other_url, encryption=False, clock=lambda: instant[0], index=word_index())
+    sealed = stores(
+        url, encryption=generate_master_key(), clock=lambda: instant[0], index=word_index()
+    )
+    words = ["tea", "coffee", "lunch", "park"]
+    for store in (plain, sealed):
+        store.put(("users", "gone"), "x", {"text": "tea and coffee", "n": 1})
+        store.delete(("users", "gone"), "x")  # its shard key keeps its data key
+        for start in range(0, 640, 160):
+            instant[0] += 1.0  # four instants, 160 items at each
+            for i in range(start, start + 160):
+                store.put(
+                    ("users", f"u{i % 5}", "notes"),
+                    f"k{i:03d}",
+                    {"text": f"{words[i % 4]} {words[i % 3]} note {i}", "n": i, "odd": i % 2},
+                )
+        store.put(("users2", "u0"), "k0", {"text": "tea", "n": 7, "odd": 1})
+
+    def view(store: AgentMemoryStore, *args: Any, **kwargs: Any) -> list[Any]:
+        return [
+            (i.namespace, i.key, i.value, round(i.score or 0.0, 9))
+            for i in store.search(*args, **kwargs)
+        ]
+
+    # items newest first, and some on either side of where a page of 64, then one of 256, ends
+    order = [i.value["n"] for i in plain.search(("users",), limit=1000)]
+    edges = [order[j] for j in (0, 62, 63, 64, 318, 319, 320, 600)]
+    cases: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((("users",),), {"filter": {"n": {"$in": edges}}, "limit": len(edges)}),
+        ((("users",),), {"filter": {"n": {"$in": [3, 170, 333, 500, 639]}}, "limit": 3}),
+        ((("users",),), {"filter": {"n": {"$lt": 20}, "odd": 1}, "limit": 4, "offset": 3}),
+        ((("users",),), {"filter": {"n": {"$gte": 600}}, "limit": 50, "offset": 5}),
+        ((("users",),), {"filter": {"odd": {"$gte": 0}}, "limit": 100, "offset": 40}),
+        ((("users", "u2"),), {"filter": {"n": {"$lte": 30}}, "limit": 10}),
+        ((("users",),), {"filter": {"n": -1}}),
+        ((("users",),), {"query": "tea lunch", "filter": {"odd": 1}, "limit": 7, "offset": 2}),
+        ((("users",),), {"query": "park note", "filter": {"n": {"$gte": 630}}, "limit": 5}),
+        ((("users",),), {"query": "coffee park", "limit": 10}),
+        ((("users", "gone"),), {"query": "tea"}),
+    ]
+    for args, kwargs in cases:
+        found = view(sealed, *args, **kwargs)
+        assert found == view(plain, *args, **kwargs), (args, kwargs)
+        assert found or kwargs.get("filter") == {"n": -1} or args[0] == ("users", "gone")
+
+
 # -- rows moved, keys destroyed, plaintext -------------------------------------------------
 
 

@@ -306,11 +306,16 @@ MEMORY = Component(
 )
 #: The key store of encryption at rest: the wrapped data keys, in the data's database unless
 #: a key store of its own is configured (then its tables are there, and only there).
-KEYS = Component(
-    "keys",
-    4,
-    (Step(1, "data keys of encryption at rest", lambda d: d.ddl([data_keys])),),
-)
+def _keys_v1(d: Dialect) -> list[str]:
+    statements = d.ddl([data_keys])
+    if d.name == "postgresql":
+        # raw: an index in byte order (the unique one has the database's collation), which
+        # the range of owners under a prefix walks (see keys.owners_under)
+        statements.append('CREATE INDEX am_keys_owner_bytes ON am_keys (owner COLLATE "C")')
+    return statements
+
+
+KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1),))
 #: Every component, in the order ``agent-memory migrate`` applies them.
 COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 

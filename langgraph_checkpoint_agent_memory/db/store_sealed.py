@@ -17,7 +17,12 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_vectors,
     vectors_v,
 )
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, key_match, live
+from langgraph_checkpoint_agent_memory.db.store import (
+    ITEM_FIELDS,
+    StoreStatements,
+    key_match,
+    live,
+)
 
 
 class SealedVectorRow(NamedTuple):
@@ -95,6 +100,34 @@ def shards_under(st: StoreStatements, scoped: bool) -> Sql:
         ("shards_under", scoped),
         lambda: sa.select(t.c.shard).distinct().where(*st.namespace_of(t, scoped), live(t)),
     )
+
+
+def recent_after(st: StoreStatements, scoped: bool) -> Sql:
+    """Live items under the namespace, newest first (the order of
+    :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,
+    :a_key)``: the next page of a filter decided on decrypted values, read on from the last
+    row where an offset would sort and skip every earlier row again."""
+    t = store_items
+
+    def build() -> Any:
+        updated = sa.bindparam("a_updated", type_=t.c.updated_at.type)
+        prefix = sa.bindparam("a_prefix", type_=t.c.prefix.type)
+        key = sa.bindparam("a_key", type_=t.c.key.type)
+        after = sa.or_(
+            t.c.updated_at < updated,
+            sa.and_(
+                t.c.updated_at == updated,
+                sa.or_(t.c.prefix > prefix, sa.and_(t.c.prefix == prefix, t.c.key > key)),
+            ),
+        )
+        return (
+            sa.select(*(t.c[f] for f in ITEM_FIELDS))
+            .where(*st.namespace_of(t, scoped), live(t), after)
+            .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
+            .limit(sa.bindparam("n", type_=sa.Integer))
+        )
+
+    return st.statement(("recent_after", scoped), build)
 
 
 def plaintext_items(st: StoreStatements) -> Sql:

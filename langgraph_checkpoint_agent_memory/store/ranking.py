@@ -180,14 +180,16 @@ class Ranker:
         query_vector: list[float] | None,
         base: dict[str, Any],
         want: int,
-        keep: set[tuple[str, str]],
+        decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
         forms: list[list[str]] | None,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
-        the items of ``keep`` (those the filter kept, decided on their decrypted values), as
-        the database's pre-filter does without encryption, so the fused scores are the
-        same. The lexical list is read again with more candidates until it holds ``want``
-        kept items or every match; vectors are all read and decrypted anyway."""
+        the items the filter keeps (``decide``: of the keys given, those live and kept,
+        decided on their decrypted values), as the database's pre-filter does without
+        encryption, so the fused scores are the same. Each list is walked best first, and
+        only its candidates are decided, until it holds ``want`` kept items or every match:
+        the lexical list read again with more candidates, the vectors (all read and
+        decrypted anyway) ranked in full and decided a slice at a time."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         if query_terms and (forms is None or any(forms)):
@@ -196,7 +198,8 @@ class Ranker:
                 raw = yield from self.lexical_plan(
                     query_terms, (), base, size, exact=False, joined=True, forms=forms
                 )
-                kept = [k for k in raw if k in keep]
+                passing = yield from decide(raw)
+                kept = [k for k in raw if k in passing]
                 if len(kept) >= want or len(raw) < size:
                     break
                 size *= 4
@@ -204,8 +207,15 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
-            rows = [r for r in rows if (r.prefix, r.key) in keep]
-            rankings.append(self.nearest(rows, query_vector, want))
+            order = self.nearest(rows, query_vector, len(rows))
+            kept = []
+            for start in range(0, len(order), 2 * want):
+                chunk = order[start : start + 2 * want]
+                passing = yield from decide(chunk)
+                kept += [k for k in chunk if k in passing]
+                if len(kept) >= want:
+                    break
+            rankings.append(kept[:want])
             weights.append(self.ranking.vector_weight)
         return S.fuse(rankings, weights, k=self.ranking.rrf_k)
 

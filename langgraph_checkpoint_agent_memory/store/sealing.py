@@ -36,6 +36,7 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     text_bytes,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
+from langgraph_checkpoint_agent_memory.db import keys as keys_sql
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import SEALED_VALUE, StoreStatements
@@ -310,6 +311,21 @@ class Sealer:
             return found
 
         return term
+
+    def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
+        """The shard keys a search under ``base``'s namespace prefix (of
+        :meth:`StoreStatements.prefix_params`) hashes its terms for: the one it names; else,
+        with the key store in the store's database, those under the prefix that have a data
+        key (a read of the small key table; a shard without live items adds a form nothing
+        matches); else the distinct shard keys of the live items under the prefix."""
+        if "shard" in base:
+            return [base["shard"]]
+        if self.local:
+            root = store_owner(base["ns"])
+            owners = yield from keys_sql.owners_under_plan(self.keyring.keystore.dialect, root)
+            return [o[len(store_owner("")) :] for o in owners]
+        [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements, False), base, fetch=True)])
+        return [str(r[0]) for r in rows]
 
     def term_forms_plan(self, terms: list[str], shards: Iterable[str]) -> Plan[list[list[str]]]:
         """Per query term, what the index stores for it in each of ``shards``: its keyed

@@ -3,12 +3,13 @@ newest first, then read back in pages and decided exactly against the filter.
 
 With encryption on, values are sealed, so the database cannot pre-filter them; filters
 are decided here on decrypted values, with the same results, scores, limit and offset as
-without encryption. What it costs: a filtered search with a query reads and decrypts every
-live item under the namespace prefix first (to rank only the items the filter keeps, as
-the database's pre-filter does), then ranks; a filtered search without a query reads and
-decrypts items newest first until the page is full, so a filter that keeps few items reads
-most of the namespace. An unfiltered search decrypts only the items it returns (and, with
-vectors, every vector under the prefix: see :mod:`.ranking`).
+without encryption. What it costs: a filtered search with a query ranks only the items
+the filter keeps (as the database's pre-filter does), so it reads and decrypts the
+candidates of each ranked list, best first, until the list holds enough kept items (a
+filter that keeps few items reads most of the matches); a filtered search without a query
+reads and decrypts items newest first until the page is full, so a filter that keeps few
+items reads most of the namespace. An unfiltered search decrypts only the items it
+returns (and, with vectors, every vector under the prefix: see :mod:`.ranking`).
 
 :class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
 database like every other plan.
@@ -17,6 +18,7 @@ database like every other plan.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -55,10 +57,11 @@ def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
     return row.value if isinstance(row.value, dict) else json.loads(row.value)
 
 
-def item_fields(row: ItemRow, sealer: Sealer | None = None) -> dict[str, Any]:
-    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``."""
+def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -> dict[str, Any]:
+    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``
+    (``value``: its value, when :func:`row_value` gave it already)."""
     return dict(
-        value=row_value(row, sealer),
+        value=row_value(row, sealer) if value is None else value,
         key=row.key,
         namespace=tuple(row.prefix.split(".")),
         created_at=_time(row.created_at),
@@ -84,12 +87,13 @@ class _Page:
 
     def offer(self, row: ItemRow, score: float | None) -> bool:
         """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
-        fields = item_fields(row, self._sealer)
-        if not S.matches(fields["value"], self._conds):
+        value = row_value(row, self._sealer)  # the rest only for rows the filter keeps
+        if self._conds and not S.matches(value, self._conds):
             return False
         if self._skip:
             self._skip -= 1
             return False
+        fields = item_fields(row, value=value)
         self.items.append((SearchItem(**fields, score=score), row.ttl_minutes))
         return self.full
 
@@ -144,9 +148,8 @@ class Searcher:
             forms = yield from self._term_forms(query_terms, base)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
         if self.sealer is not None and conds:
-            keep = yield from self._kept_plan(conds, base)
             fused = yield from self.ranker.kept_plan(
-                query_terms, query_vector, base, want, keep, forms
+                query_terms, query_vector, base, want, self._decider(conds, now), forms
             )
             return (yield from self._read_ranked(fused, conds, op, now))
         # Without a filter the postings (and vectors) alone rank; should expired items fill
@@ -166,38 +169,58 @@ class Searcher:
                 want *= 4
             joined = True
 
-    def _kept_plan(
-        self, conds: list[tuple[list[str], str, Any]], base: dict[str, Any]
-    ) -> Plan[set[tuple[str, str]]]:
-        """The live items under the namespace whose decrypted values pass the filter (a
-        filtered search with encryption on reads and decrypts every one of them)."""
-        assert self.sealer is not None
-        kept: set[tuple[str, str]] = set()
-        recent = self.statements.recent((), scoped(base))
-        cursor, size = 0, 500
-        while True:
-            params = {**base, "n": size, "skip": cursor}
-            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            found = list(map(ItemRow._make, rows))
-            yield from self.sealer.ids_plan(sealed_of(found))
-            for row in found:
-                if S.matches(row_value(row, self.sealer), conds):
-                    kept.add((row.prefix, row.key))
-            if len(rows) < size:
-                return kept
-            cursor += size
+    def _decider(
+        self, conds: list[tuple[list[str], str, Any]], now: float
+    ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
+        """For a filtered search with encryption on: of the item keys given, the live ones
+        whose decrypted values pass the filter; each item read and decided once per search,
+        only when a ranked list reaches it."""
+        sealer = self.sealer
+        assert sealer is not None
+        decided: dict[tuple[str, str], bool] = {}
+
+        def decide(keys: list[tuple[str, str]]) -> Plan[set[tuple[str, str]]]:
+            todo = [k for k in dict.fromkeys(keys) if k not in decided]
+            for start in range(0, len(todo), 64):
+                chunk = todo[start : start + 64]
+                found = yield from self._rows_plan(chunk, now)
+                yield from sealer.ids_plan(sealed_of(found))
+                decided.update(dict.fromkeys(chunk, False))
+                for row in found:
+                    decided[(row.prefix, row.key)] = S.matches(row_value(row, sealer), conds)
+            return {k for k in keys if decided.get(k)}
+
+        return decide
+
+    def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
+        """The rows of the live items among ``keys`` (at most 64 of them)."""
+        params: dict[str, Any] = {"now": now}
+        for j, (prefix, key) in enumerate(keys):
+            params[f"p{j}"], params[f"k{j}"] = prefix, key
+            params[f"s{j}"] = self.statements.shard(prefix)
+        [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
+        return list(map(ItemRow._make, rows))
+
+    def _newest_plan(
+        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None
+    ) -> Plan[list[ItemRow]]:
+        """Up to ``size`` live items under the namespace passing the pre-filter, newest
+        first, after ``last`` (the previous page's last row; ``None``: from the first)."""
+        one = scoped(base)
+        if last is None:
+            stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
+        else:  # with encryption on, no pre-filter: the next page by keyset
+            assert not filters
+            after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
+            stmt = Stmt(sealed_sql.recent_after(self.statements, one), {**base, "n": size, **after})
+        [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
+        return list(map(ItemRow._make, rows))
 
     def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
-        """Per query term, its keyed hash under each shard key the search reads (one when
-        the prefix names the shard key; else those of the items under it)."""
+        """Per query term, its keyed hash under each shard key the search reads (see
+        :meth:`Sealer.shards_plan`)."""
         assert self.sealer is not None
-        if scoped(base):
-            shards = [base["shard"]]
-        else:
-            [rows] = yield Batch(
-                [Stmt(sealed_sql.shards_under(self.statements, False), base, fetch=True)]
-            )
-            shards = [r[0] for r in rows]
+        shards = yield from self.sealer.shards_plan(self.statements, base)
         return (yield from self.sealer.term_forms_plan(terms, shards))
 
     def _read_ranked(
@@ -216,13 +239,8 @@ class Searcher:
         while start < len(fused):
             chunk = fused[start : start + size]
             start, size = start + size, 64
-            n = len(chunk)
-            params: dict[str, Any] = {"now": now}
-            for j, ((prefix, key), _) in enumerate(chunk):
-                params[f"p{j}"], params[f"k{j}"] = prefix, key
-                params[f"s{j}"] = self.statements.shard(prefix)
-            [rows] = yield Batch([Stmt(self.statements.by_keys(n), params, fetch=True)])
-            by_key = {(r.prefix, r.key): r for r in map(ItemRow._make, rows)}
+            rows = yield from self._rows_plan([k for k, _ in chunk], now)
+            by_key = {(r.prefix, r.key): r for r in rows}
             if self.sealer is not None:
                 yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
             for item_key, score in chunk:
@@ -238,22 +256,33 @@ class Searcher:
         filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here."""
+        """No query: newest first, pre-filtered in SQL, decided exactly here. With
+        encryption on, nothing is pre-filtered: a filter reads pages growing faster, each
+        read on from the last row of the one before."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
         cursor, size = 0, max(op.limit + op.offset, 16)
+        sealed = self.sealer is not None
+        grow = 4 if sealed and conds else 2
+        if grow == 4:
+            size *= grow
+        last: ItemRow | None = None
         while True:
-            params = {**base, "n": size, "skip": cursor}
-            recent = self.statements.recent(filters, scoped(base))
-            [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-            found = list(map(ItemRow._make, rows))
+            if sealed:
+                found = yield from self._newest_plan(filters, base, size, last)
+            else:
+                params = {**base, "n": size, "skip": cursor}
+                recent = self.statements.recent(filters, scoped(base))
+                [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+                found = list(map(ItemRow._make, rows))
             if self.sealer is not None:
                 yield from self.sealer.ids_plan(sealed_of(found))
             for row in found:
                 if page.offer(row, None):
                     return page.items
-            if len(rows) < size:
+            if len(found) < size:
                 return page.items
             cursor += size
-            size *= 2
+            last = found[-1]
+            size *= grow
