@@ -8,7 +8,15 @@ import pytest
 
 from langgraph_checkpoint_agent_memory import AgentMemoryStore, SQLSaver, settings
 from tests.helpers import FakeClock
-from tests.pg import PgServer, PgServers, backend_params, is_postgres, pg_database, pg_params
+from tests.pg import (
+    CITUS,
+    PgServer,
+    PgServers,
+    backend_params,
+    is_postgres,
+    pg_database,
+    pg_params,
+)
 
 HANA_URL_ENV = "AGENT_MEMORY_TEST_HANA_URL"
 
@@ -99,7 +107,11 @@ def make_saver(database_url: str) -> Iterator[Callable[..., SQLSaver]]:
             pass
 
 
-@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+#: The backends of the store's tests (parametrized in :func:`pytest_generate_tests`).
+STORE_BACKENDS = backend_params("memory", "sqlite", "postgres")
+
+
+@pytest.fixture
 def store_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -109,11 +121,52 @@ def store_backend(request: pytest.FixtureRequest) -> str:
 ENCRYPTED_MODULES = ("test_store",)
 
 
+def _store_cases(backends: list[Any]) -> list[Any]:
+    """``(backend, plain|encrypted)`` cases of the modules of :data:`ENCRYPTED_MODULES`: plain
+    on every backend of the module; encrypted on memory, SQLite, the first PostgreSQL server
+    and Citus (not the second server: encryption does not use what tells the servers apart,
+    pgvector, whose column sealed vectors stay out of, as tests/test_encryption_store.py
+    checks; not PgBouncer: the encrypted conformance suite runs through it), to keep the
+    suite's time."""
+    cases = []
+    first_pg = next(
+        (
+            b
+            for b in backends
+            if is_postgres(_value(b)) and not _value(b).endswith((CITUS, "pgbouncer"))
+        ),
+        None,
+    )
+    for backend in backends:
+        marks = getattr(backend, "marks", ())
+        value = _value(backend)
+        cases.append(pytest.param(value, "plain", marks=marks, id=f"{value}-plain"))
+        if not is_postgres(value) or backend is first_pg or value.endswith(CITUS):
+            cases.append(pytest.param(value, "encrypted", marks=marks, id=f"{value}-encrypted"))
+    return cases
+
+
+def _value(param: Any) -> str:
+    return str(param.values[0] if hasattr(param, "values") else param)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "store_encryption" in metafunc.fixturenames:
-        both = metafunc.module.__name__.rsplit(".", 1)[-1].startswith(ENCRYPTED_MODULES)
-        params = ["plain", "encrypted"] if both else ["plain"]
-        metafunc.parametrize("store_encryption", params, indirect=True)
+    names = metafunc.fixturenames
+    if "store_backend" not in names:
+        return
+    own = any(
+        "store_backend" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
+    )
+    both = metafunc.module.__name__.rsplit(".", 1)[-1].startswith(ENCRYPTED_MODULES)
+    backends = getattr(metafunc.module, "STORE_BACKENDS", STORE_BACKENDS)
+    if not own and both and "store_encryption" in names:
+        cases = _store_cases(backends)
+        metafunc.parametrize(("store_backend", "store_encryption"), cases, indirect=True)
+        return
+    if not own:
+        metafunc.parametrize("store_backend", backends, indirect=True)
+    if "store_encryption" in names:
+        metafunc.parametrize("store_encryption", ["plain"], indirect=True)
 
 
 @pytest.fixture

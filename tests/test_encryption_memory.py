@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -314,7 +315,20 @@ def copy_database(backend: str, url: str, pg_servers: PgServers | None) -> str:
     name = url.split("?", 1)[0].rsplit("/", 1)[1]
     copy = f"{name}_copy"
     with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{name}"')  # raw: test setup
+        # a closed pool's sessions may still be ending on the server: end them, then copy
+        for _ in range(300):
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+            try:
+                conn.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{name}"')  # raw: test setup
+                break
+            except psycopg.errors.ObjectInUse:
+                time.sleep(0.1)
+        else:
+            raise AssertionError(f"{name} stays in use: it cannot be copied")
     return url.split("?", 1)[0].rsplit("/", 1)[0] + f"/{copy}"
 
 

@@ -22,11 +22,9 @@ from langgraph_checkpoint_agent_memory import AgentMemoryStore, ConfigurationErr
 from tests.helpers import FakeClock, WordEmbeddings, present
 from tests.pg import backend_params
 
-
-@pytest.fixture(params=backend_params("memory", "sqlite", "postgres", "pgbouncer", "citus"))
-def store_backend(request: pytest.FixtureRequest) -> str:
-    """Memory, SQLite, each PostgreSQL server, and PgBouncer in transaction mode."""
-    return str(request.param)
+#: Memory, SQLite, each PostgreSQL server, PgBouncer in transaction mode and Citus (the
+#: conftest parametrizes ``store_backend`` with them, and with encryption on some).
+STORE_BACKENDS = backend_params("memory", "sqlite", "postgres", "pgbouncer", "citus")
 
 
 INDEX = {"dims": 64, "embed": WordEmbeddings(64)}

@@ -304,6 +304,8 @@ MEMORY = Component(
         ),
     ),
 )
+
+
 #: The key store of encryption at rest: the wrapped data keys, in the data's database unless
 #: a key store of its own is configured (then its tables are there, and only there).
 def _keys_v1(d: Dialect) -> list[str]:
