@@ -9,7 +9,6 @@ import pytest
 from langgraph_checkpoint_agent_memory import AgentMemoryStore, SQLSaver, settings
 from tests.helpers import FakeClock
 from tests.pg import (
-    CITUS,
     PgServer,
     PgServers,
     backend_params,
@@ -123,25 +122,16 @@ ENCRYPTED_MODULES = ("test_store",)
 
 def _store_cases(backends: list[Any]) -> list[Any]:
     """``(backend, plain|encrypted)`` cases of the modules of :data:`ENCRYPTED_MODULES`: plain
-    on every backend of the module; encrypted on memory, SQLite, the first PostgreSQL server
-    and Citus (not the second server: encryption does not use what tells the servers apart,
-    pgvector, whose column sealed vectors stay out of, as tests/test_encryption_store.py
-    checks; not PgBouncer: the encrypted conformance suite runs through it), to keep the
-    suite's time."""
+    on every backend of the module, encrypted on memory and SQLite. Encryption on PostgreSQL
+    (both servers, pgvector's column left out), PgBouncer and Citus is
+    tests/test_encryption_store.py's and the encrypted conformance suite's: the store's whole
+    suite again on each server would add minutes to every run for what those show."""
     cases = []
-    first_pg = next(
-        (
-            b
-            for b in backends
-            if is_postgres(_value(b)) and not _value(b).endswith((CITUS, "pgbouncer"))
-        ),
-        None,
-    )
     for backend in backends:
         marks = getattr(backend, "marks", ())
         value = _value(backend)
         cases.append(pytest.param(value, "plain", marks=marks, id=f"{value}-plain"))
-        if not is_postgres(value) or backend is first_pg or value.endswith(CITUS):
+        if not is_postgres(value):
             cases.append(pytest.param(value, "encrypted", marks=marks, id=f"{value}-encrypted"))
     return cases
 
