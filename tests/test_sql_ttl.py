@@ -213,6 +213,29 @@ async def test_background_sweeper_task(make_saver: Callable[..., SQLSaver]) -> N
     assert task.done() and not saver.sweeper_running
 
 
+async def test_stopping_ends_the_sweep_task_even_when_a_cancellation_is_swallowed() -> None:
+    # psycopg_pool before 3.3 can swallow a cancellation that arrives while it hands a
+    # connection over: the sweep then returns normally, and the task must still end.
+    from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
+
+    hookup = SweeperHookup("sweeper-under-test", 0)
+    sweeps = 0
+
+    async def sweep() -> None:
+        nonlocal sweeps
+        sweeps += 1
+        hookup.stop()  # what aclose() does while this sweep is in flight
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            pass  # swallowed, as such a pool does
+
+    task = hookup.start_task(sweep)
+    await asyncio.wait({task}, timeout=60)
+    assert task.done() and not task.cancelled()
+    assert sweeps == 1 and not hookup.running
+
+
 def _thread_rows(saver: Any) -> int:
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql

@@ -30,6 +30,7 @@ class SweeperHookup:
         self.interval = interval
         self.sweeper: Sweeper | None = None
         self.task: asyncio.Task[None] | None = None
+        self._stopped = threading.Event()
         self._lock = threading.Lock()
 
     def after_fork(self) -> None:
@@ -57,7 +58,10 @@ class SweeperHookup:
     def start_task(self, sweep: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
         """Await ``sweep()`` every ``interval`` seconds in a task of the running loop."""
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._sweep_forever(sweep))
+            self._stopped = threading.Event()
+            self.task = asyncio.get_running_loop().create_task(
+                self._sweep_forever(sweep, self._stopped)
+            )
         return self.task
 
     def start(self, owner: object, method: str, asweep: Callable[[], Awaitable[object]]) -> None:
@@ -69,9 +73,16 @@ class SweeperHookup:
         else:
             self.start_task(asweep)
 
-    async def _sweep_forever(self, sweep: Callable[[], Awaitable[object]]) -> None:
-        while True:
+    async def _sweep_forever(
+        self, sweep: Callable[[], Awaitable[object]], stopped: threading.Event
+    ) -> None:
+        # The flag, not only the cancellation, ends the loop: a pool may swallow a
+        # cancellation that arrives while it hands over a connection (psycopg_pool before
+        # 3.3), and the task would then sweep on forever with its saver closing under it.
+        while not stopped.is_set():
             await asyncio.sleep(self.interval)
+            if stopped.is_set():
+                return
             try:
                 await sweep()
             except Exception:  # the next sweep retries; never let the task die
@@ -85,6 +96,7 @@ class SweeperHookup:
         if sweeper is not None:
             sweeper.stop()
         task, self.task = self.task, None
+        self._stopped.set()
         if task is not None and not task.done():
             task.cancel()
         return task
