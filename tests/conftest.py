@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from langgraph_checkpoint_agent_memory import AgentMemoryStore, SQLSaver, settings
-from tests.helpers import FakeClock
+from tests.helpers import PACKAGE_ENVIRONMENT, FakeClock
 from tests.pg import (
     PgServer,
     PgServers,
@@ -27,22 +28,19 @@ def clock() -> FakeClock:
 
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No test sees another's @agent_config declarations, overrides or environment."""
+    """No test sees another's @agent_config declarations, overrides or environment, even one
+    that a docstring example set in ``os.environ`` directly."""
+    environ = dict(os.environ)
     saved = dict(settings._registry)
-    for name in (
-        settings.CONFIG_FILE_ENV,
-        "AGENT_MEMORY_URL",
-        "VCAP_SERVICES",
-        "SERVICE_BINDING_ROOT",
-        "AGENT_MEMORY_MASTER_KEY",
-        "AGENT_MEMORY_KEYSTORE_URL",
-        "LANGGRAPH_AES_KEY",
-    ):
+    for name in PACKAGE_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     yield
     settings._registry.clear()
     settings._registry.update(saved)
     settings.clear_override()
+    if dict(os.environ) != environ:
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 @pytest.fixture(scope="session")

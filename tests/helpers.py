@@ -24,6 +24,20 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+#: The environment variables the package reads: no test sees another's, or the shell's.
+PACKAGE_ENVIRONMENT = (
+    "AGENT_CONFIG_FILE",
+    "AGENT_MEMORY_URL",
+    "VCAP_SERVICES",
+    "SERVICE_BINDING_ROOT",
+    "AGENT_MEMORY_MASTER_KEY",
+    "AGENT_MEMORY_KEYSTORE_URL",
+    "LANGGRAPH_AES_KEY",
+    "LANGGRAPH_CHECKPOINTER",
+    "LANGGRAPH_STORE",
+)
+
+
 def present(value: T | None) -> T:
     """``value``, which the test expects to be there: fails the test when it is ``None``."""
     assert value is not None, "expected a value, got None"

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import InvalidValueError, create_store, generate_master_key
-from tests.helpers import outcome
+from tests.helpers import PACKAGE_ENVIRONMENT, outcome
 from tests.pg import SERVER_IDS, PgServers
 
 hostile_text = st.one_of(
@@ -57,13 +57,18 @@ def stores(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, Any]]:
     path: Path = tmp_path_factory.mktemp("values")
-    opened = {"memory": create_store(None), "sqlite": create_store(f"sqlite:///{path / 'v.db'}")}
+    key = generate_master_key()
+    with pytest.MonkeyPatch.context() as env:  # memory means memory, whatever the shell says
+        for name in PACKAGE_ENVIRONMENT:
+            env.delenv(name, raising=False)
+        plain_memory, sealed_memory = create_store(None), create_store(None, encryption=key)
+    opened = {"memory": plain_memory}
+    opened["sqlite"] = create_store(f"sqlite:///{path / 'v.db'}")
     servers: PgServers = request.getfixturevalue("pg_servers")
     for sid in SERVER_IDS:  # every PostgreSQL server of the session
         opened[f"postgres-{sid}"] = create_store(servers.fresh_database(sid))
     # and with encryption on: values sealed, filters decided on decrypted values
-    key = generate_master_key()
-    opened["memory-encrypted"] = create_store(None, encryption=key)
+    opened["memory-encrypted"] = sealed_memory
     opened["sqlite-encrypted"] = create_store(f"sqlite:///{path / 'e.db'}", encryption=key)
     for sid in SERVER_IDS:
         opened[f"postgres-{sid}-encrypted"] = create_store(
