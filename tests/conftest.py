@@ -10,6 +10,7 @@ import pytest
 from langgraph_checkpoint_agent_memory import AgentMemoryStore, SQLSaver, settings
 from tests.helpers import PACKAGE_ENVIRONMENT, FakeClock
 from tests.pg import (
+    SERVER_IDS,
     PgServer,
     PgServers,
     backend_params,
@@ -19,6 +20,62 @@ from tests.pg import (
 )
 
 HANA_URL_ENV = "AGENT_MEMORY_TEST_HANA_URL"
+
+#: Set to 1 to run every PostgreSQL test on every server of the machine.
+EVERY_SERVER_ENV = "AGENT_MEMORY_TEST_EVERY_SERVER"
+
+#: Test modules whose PostgreSQL tests run on every server of the machine: those where the
+#: server's version or pgvector changes what the package does (conformance, the store's
+#: searches and vectors, schemas, migrations, first starts, keys). The other modules run on
+#: the first server (with PgBouncer in front of it and Citus built on it): their SQL is the
+#: same on every version, and running them again on the second server cost CI minutes
+#: without finding anything the first did not. ``AGENT_MEMORY_TEST_EVERY_SERVER=1`` runs
+#: everything everywhere.
+EVERY_SERVER_MODULES = frozenset(
+    {
+        "test_codec_rows",
+        "test_crypto",
+        "test_dialect_sql",
+        "test_encryption_store",
+        "test_fresh_start",
+        "test_memory_fact_search",
+        "test_memory_tools",
+        "test_migrations",
+        "test_pg_schema",
+        "test_pg_servers",
+        "test_shard",
+        "test_sql_conformance",
+        "test_store",
+        "test_store_lexical",
+        "test_store_properties",
+        "test_store_settings",
+        "test_store_vectors",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the later servers' runs of the modules outside :data:`EVERY_SERVER_MODULES`."""
+    later = SERVER_IDS[1:]
+    if not later or os.environ.get(EVERY_SERVER_ENV) == "1":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        elsewhere = module not in EVERY_SERVER_MODULES and _runs_on(item, later)
+        (drop if elsewhere else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _runs_on(item: pytest.Item, servers: list[str]) -> bool:
+    """Whether one of the item's parameters names one of ``servers`` (``pg18vector``,
+    ``postgres-pg18vector``)."""
+    params = getattr(item, "callspec", None)
+    values = [v for v in (params.params.values() if params else ()) if isinstance(v, str)]
+    return any(v == sid or v.endswith("-" + sid) for v in values for sid in servers)
 
 
 @pytest.fixture
