@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,6 +179,17 @@ def pg_database(request: pytest.FixtureRequest, backend: str) -> str:
     url = server.fresh_database()
     request.addfinalizer(lambda: server.drop(url))
     return url
+
+
+def backend_url(request: pytest.FixtureRequest, backend: str, path: Path) -> str | None:
+    """A URL of an empty database of ``backend``: ``None`` for ``"memory"``, the SQLite file
+    ``path`` for ``"sqlite"``, else a fresh database on the server the parameter names."""
+    if backend == "memory":
+        return None
+    if backend == "sqlite":
+        return f"sqlite:///{path}"
+    assert is_postgres(backend), backend
+    return pg_database(request, backend)
 
 
 class PgServer:

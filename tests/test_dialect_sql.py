@@ -21,6 +21,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+from langgraph_checkpoint_agent_memory.db.store import HASHED_EQUALITY
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 
@@ -262,6 +263,10 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
         out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
         out[f"store.recent_after.{one}"] = sealed_sql.recent_after(sql, one)
+        # filterable fields of an encrypted store: two values' hashes, one field mark
+        hashed = (("h0", (HASHED_EQUALITY, 2, 1)),)
+        out[f"store.recent_hashed.{one}"] = sql.recent(hashed, one)
+        out[f"store.recent_after_hashed.{one}"] = sealed_sql.recent_after(sql, one, hashed)
         out[f"store.fingerprint_under.{one}"] = sealed_sql.fingerprint_under(sql, one)
     for name in (  # encryption at rest
         "sealed_vectors_exact",

@@ -29,7 +29,7 @@ from langgraph_checkpoint_agent_memory.memory.extract import Extractor
 from langgraph_checkpoint_agent_memory.memory.model import Extraction
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from tests.helpers import FakeClock, WordEmbeddings, config_for, make_checkpoint
-from tests.pg import PgServers, backend_params, is_postgres, pg_database
+from tests.pg import PgServers, backend_params, backend_url, is_postgres
 from tests.test_encryption_store import found_in, pg_files, secret_words, sqlite_files
 
 START = 1_700_000_000.0
@@ -42,15 +42,6 @@ def word_index() -> dict[str, Any]:
 @pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def new_url(request: pytest.FixtureRequest, backend: str, path: Path) -> str | None:
-    if backend == "memory":
-        return None
-    if backend == "sqlite":
-        return f"sqlite:///{path}"
-    assert is_postgres(backend)
-    return pg_database(request, backend)
 
 
 @pytest.fixture
@@ -160,7 +151,7 @@ def test_the_same_answers_on_an_encrypted_store(
     seen = []
     for encryption in (False, generate_master_key()):
         clock = FakeClock(START)
-        url = new_url(request, backend, tmp_path / f"m{bool(encryption)}.db")
+        url = backend_url(request, backend, tmp_path / f"m{bool(encryption)}.db")
         store = stores(url, encryption=encryption, index=word_index())
         memory = AgentMemory(store, clock=clock)
         if api == "sync":
@@ -340,7 +331,7 @@ def test_erase_reaches_a_backup_taken_before_it(
     keys = Encryption(
         master_keys=[generate_master_key()], keystore_url=f"sqlite:///{tmp_path / 'keys.db'}"
     )
-    url = new_url(request, data, tmp_path / "data.db")
+    url = backend_url(request, data, tmp_path / "data.db")
     assert url is not None
     words = secret_words()
 

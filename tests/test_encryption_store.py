@@ -27,7 +27,7 @@ from langgraph_checkpoint_agent_memory import (
 )
 from langgraph_checkpoint_agent_memory.text import tokens
 from tests.helpers import WordEmbeddings
-from tests.pg import SERVERS, PgServers, backend_params, is_postgres, pg_database
+from tests.pg import SERVERS, PgServers, backend_params, backend_url
 
 
 def secret_words(n: int = 6) -> list[str]:
@@ -54,24 +54,13 @@ def word_index() -> dict[str, Any]:
 
 @pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
-    backend = str(request.param)
-    if backend == "memory":
-        return None
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    assert is_postgres(backend)
-    return pg_database(request, backend)
+    return backend_url(request, str(request.param), tmp_path / "store.db")
 
 
 @pytest.fixture
 def other_url(url: str | None, request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     """A second empty database of the same backend as ``url``."""
-    backend = str(request.node.callspec.params["url"])
-    if backend == "memory":
-        return None
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'other.db'}"
-    return pg_database(request, backend)
+    return backend_url(request, str(request.node.callspec.params["url"]), tmp_path / "other.db")
 
 
 @pytest.fixture

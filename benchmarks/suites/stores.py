@@ -213,7 +213,8 @@ def _analyze(urls: list[str]) -> None:
 def _encryption() -> Any:
     from langgraph_checkpoint_agent_memory import Encryption, generate_master_key
 
-    return Encryption(master_keys=[generate_master_key()])
+    # the field its filtered search asks by equality, marked as the user guide says
+    return Encryption(master_keys=[generate_master_key()], filterable_fields=["owner"])
 
 
 # -- vector search at scale ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -33,6 +33,8 @@ from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
+#: Comma-separated dotted paths of store values kept as keyed hashes for equality filters.
+FILTERABLE_ENV = "AGENT_MEMORY_FILTERABLE_FIELDS"
 #: The Agent Server's own encryption key (16, 24 or 32 characters), honoured by its factories.
 LANGGRAPH_AES_KEY_ENV = "LANGGRAPH_AES_KEY"
 
@@ -53,6 +55,10 @@ class Encryption:
             written, and by ``agent-memory encrypt``). Off: such a row is refused.
         recheck_seconds: How long a process uses a cached key before asking the key store
             again (an erase in another process takes effect within it).
+        filterable_fields: Dotted paths into store values (``"owner"``, ``"address.city"``)
+            whose values the store also keeps as keyed hashes, so that ``$eq`` and ``$in``
+            filters on them are narrowed in the database instead of by decrypting every
+            item read. Reveals which items of a shard key share a value of such a field.
 
     Example:
         ```python
@@ -70,6 +76,7 @@ class Encryption:
     keystore_url: str | None = None
     allow_plaintext: bool = False
     recheck_seconds: float = 60.0
+    filterable_fields: Sequence[str] = ()
     _label: str = field(default="argument", repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -81,6 +88,7 @@ class Encryption:
             )
         if self.recheck_seconds < 0:
             raise ConfigurationError("Encryption.recheck_seconds must be >= 0")
+        object.__setattr__(self, "filterable_fields", checked_fields(self.filterable_fields))
 
     def key_provider(self) -> KeyProvider:
         """The provider that wraps data keys."""
@@ -110,6 +118,24 @@ class Encryption:
         )
 
 
+def checked_fields(fields: Iterable[str]) -> tuple[str, ...]:
+    """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked.
+
+    Raises:
+        ConfigurationError: A field is not a string of non-empty, dot-separated labels.
+    """
+    if isinstance(fields, str):
+        fields = [fields]
+    out: set[str] = set()
+    for name in fields:
+        if not isinstance(name, str) or not name or any(not p for p in name.split(".")):
+            raise ConfigurationError(
+                f"filterable fields are dotted paths like 'owner' or 'address.city', not {name!r}"
+            )
+        out.add(name)
+    return tuple(sorted(out))
+
+
 EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"
 
 
@@ -124,8 +150,15 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Encryption | N
     return Encryption(
         master_keys=tuple(keys),
         keystore_url=env.get(KEYSTORE_URL_ENV) or None,
+        filterable_fields=_filterable(env),
         _label=MASTER_KEY_ENV,
     )
+
+
+def _filterable(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The filterable fields the environment names (``AGENT_MEMORY_FILTERABLE_FIELDS``)."""
+    raw = env.get(FILTERABLE_ENV, "")
+    return checked_fields(f.strip() for f in raw.split(",") if f.strip())
 
 
 def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -> Encryption | None:
@@ -150,10 +183,13 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
         return found
     if isinstance(setting, Encryption):
         return setting
+    keystore, filterable = env.get(KEYSTORE_URL_ENV) or None, _filterable(env)
     if isinstance(setting, str):
-        return Encryption(master_keys=(setting,), keystore_url=env.get(KEYSTORE_URL_ENV) or None)
+        return Encryption(
+            master_keys=(setting,), keystore_url=keystore, filterable_fields=filterable
+        )
     if isinstance(setting, KeyProvider):
-        return Encryption(provider=setting, keystore_url=env.get(KEYSTORE_URL_ENV) or None)
+        return Encryption(provider=setting, keystore_url=keystore, filterable_fields=filterable)
     raise ConfigurationError(
         "encryption must be None, True, False, a base64 master key, a KeyProvider or an "
         f"Encryption, not {type(setting).__name__}"
@@ -180,5 +216,6 @@ def from_langgraph_aes_key(environ: Mapping[str, str] | None = None) -> Encrypti
     return Encryption(
         master_keys=(base64.b64encode(derived).decode("ascii"),),
         keystore_url=env.get(KEYSTORE_URL_ENV) or None,
+        filterable_fields=_filterable(env),
         _label=LANGGRAPH_AES_KEY_ENV,
     )

@@ -459,6 +459,7 @@ def seal_items_plan(
             index_text=item.get("doc"),
             doc=None,
             term_of=sealer.term_of(key),
+            filter_terms=sealer.filter_terms(key, item["value"]),
         )
     for row in vectors:
         key = keys[sql.shard(row["prefix"])]

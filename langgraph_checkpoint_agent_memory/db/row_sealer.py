@@ -64,6 +64,10 @@ class RowSealer(Protocol):
     def term_of(self, key: Any) -> Callable[[str], str]:
         """What the lexical index stores for a term under ``key``: its keyed hash."""
 
+    def filter_terms(self, key: Any, text: str) -> list[str]:
+        """What the lexical index's table keeps, under ``key``, for the filterable fields
+        of an item whose value is the JSON ``text``."""
+
     def seal_text(self, key: Any, text: str, *identity: str) -> str:
         """``text`` sealed for a text column (``"!"`` and base64), bound to ``identity``."""
 

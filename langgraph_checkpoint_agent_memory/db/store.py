@@ -53,6 +53,9 @@ MAX_PREFILTER = 32
 #: A filter's pre-filter, as :meth:`StoreStatements.prefilter` returns it: per condition the
 #: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
+#: The shape of a pre-filter condition decided by keyed hashes (encryption at rest's
+#: filterable fields, see ``store/filterable.py``): ``(HASHED_EQUALITY, values, marks)``.
+HASHED_EQUALITY = "hashed"
 
 
 class text_length(sa.sql.functions.GenericFunction[int]):
@@ -141,12 +144,16 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
     ``doc``); sets each item's ``doc_len``. An item may carry ``index_text`` (indexed in
-    place of ``doc``, which then is not stored) and ``term_of`` (what is stored for each
-    term: its keyed hash, with encryption on); both are taken out of the row."""
+    place of ``doc``, which then is not stored), ``term_of`` (what is stored for each
+    term: its keyed hash, with encryption on) and ``filter_terms`` (keyed hashes of its
+    filterable fields, stored as they are); all are taken out of the row."""
     out: list[dict[str, Any]] = []
     for item in items:
         doc = item.pop("index_text", item.get("doc"))
         term_of: Callable[[str], str] | None = item.pop("term_of", None)
+        ident = {"shard": item["shard"], "prefix": item["prefix"], "key": item["key"]}
+        # keyed hashes of filterable fields (encryption at rest): postings no query term has
+        out += [{"term": t, **ident, "tf": 0, "dl": 0} for t in item.pop("filter_terms", ())]
         if doc is None:
             item["doc_len"] = None
             continue
@@ -164,6 +171,23 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             for t, n in counts.items()
         ]
     return out
+
+
+def _hashed(t: Any, name: str, values: int, marks: int) -> Any:
+    """Core: item ``t`` holds one of the keyed hashes ``:<name>_v<j>`` in its postings, or
+    none of its field's marks ``:<name>_m<j>`` (it was not indexed for the field)."""
+
+    def holds(kind: str, n: int) -> Any:
+        p = store_terms.alias(f"{name}_{kind}")
+        terms = [sa.bindparam(f"{name}_{kind}{j}", type_=sa.String) for j in range(n)]
+        return sa.exists().where(
+            p.c.term.in_(terms),
+            p.c.shard == t.c.shard,
+            p.c.prefix == t.c.prefix,
+            p.c.key == t.c.key,
+        )
+
+    return sa.or_(holds("v", values), ~holds("m", marks))
 
 
 def key_match(t: Any, names: str = "") -> Any:
@@ -284,8 +308,14 @@ class StoreStatements:
         return tuple(parts), params
 
     def filtered(self, value: Any, filters: Prefilter) -> list[Any]:
-        """Core: the conditions of ``filters`` on the item ``value`` column."""
-        return [self.d.json_condition(value, shape, name) for name, shape in filters]
+        """Core: the conditions of ``filters`` on the item ``value`` column (and its table's
+        postings, for conditions of keyed hashes)."""
+        return [
+            _hashed(value.table, name, shape[1], shape[2])
+            if isinstance(shape, tuple) and shape[0] == HASHED_EQUALITY
+            else self.d.json_condition(value, shape, name)
+            for name, shape in filters
+        ]
 
     def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
         """The store's statement ``key``, built by ``build`` and compiled on first use only:

@@ -19,6 +19,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 )
 from langgraph_checkpoint_agent_memory.db.store import (
     ITEM_FIELDS,
+    Prefilter,
     StoreStatements,
     key_match,
     live,
@@ -102,8 +103,8 @@ def shards_under(st: StoreStatements, scoped: bool) -> Sql:
     )
 
 
-def recent_after(st: StoreStatements, scoped: bool) -> Sql:
-    """Live items under the namespace, newest first (the order of
+def recent_after(st: StoreStatements, scoped: bool, filters: Prefilter = ()) -> Sql:
+    """Live items under the namespace passing the pre-filter, newest first (the order of
     :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,
     :a_key)``: the next page of a filter decided on decrypted values, read on from the last
     row where an offset would sort and skip every earlier row again."""
@@ -122,12 +123,12 @@ def recent_after(st: StoreStatements, scoped: bool) -> Sql:
         )
         return (
             sa.select(*(t.c[f] for f in ITEM_FIELDS))
-            .where(*st.namespace_of(t, scoped), live(t), after)
+            .where(*st.namespace_of(t, scoped), live(t), after, *st.filtered(t.c.value, filters))
             .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
             .limit(sa.bindparam("n", type_=sa.Integer))
         )
 
-    return st.statement(("recent_after", scoped), build)
+    return st.statement(("recent_after", scoped, filters), build)
 
 
 def plaintext_items(st: StoreStatements) -> Sql:

@@ -150,7 +150,12 @@ class EncryptedStore:
         local = self.keyring.keystore.db is self.db
         if local:  # the key table is set up with the store's
             self.add_schema(KEYS)
-        self.sealer = Sealer(self.keyring, local=local, shard=self.statements.shard)
+        self.sealer = Sealer(
+            self.keyring,
+            local=local,
+            shard=self.statements.shard,
+            filterable=setting.filterable_fields,
+        )
         self.ranker.sealer = self.searcher.sealer = self.sealer
         if isinstance(index, Mapping) and index.get("ann_index_config"):
             warnings.warn(

@@ -39,8 +39,15 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db import keys as keys_sql
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import SEALED_VALUE, StoreStatements
+from langgraph_checkpoint_agent_memory.db.store import (
+    HASHED_EQUALITY,
+    MAX_PREFILTER,
+    SEALED_VALUE,
+    Prefilter,
+    StoreStatements,
+)
 from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
+from langgraph_checkpoint_agent_memory.store.filterable import MAX_SHARDS, Filterable
 
 T = TypeVar("T")
 
@@ -88,10 +95,19 @@ class Sealer:
         ```
     """
 
-    def __init__(self, keyring: Keyring, *, local: bool, shard: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        keyring: Keyring,
+        *,
+        local: bool,
+        shard: Callable[[str], str],
+        filterable: Iterable[str] = (),
+    ) -> None:
         self.keyring = keyring
         self.local = local
         self.shard = shard
+        #: Fields whose values are kept as keyed hashes for equality filters.
+        self.filterable = Filterable(filterable)
         #: (key id, term) -> the term's keyed hash: words repeat across items, and an HMAC
         #: per posting is most of what sealing adds to a put. Emptied when full.
         self._terms: dict[tuple[str, str], str] = {}
@@ -311,6 +327,45 @@ class Sealer:
             return found
 
         return term
+
+    def filter_terms(self, key: DataKey, text: str) -> list[str]:
+        """What an item whose value is the JSON ``text`` keeps for the filterable fields
+        (see :mod:`.filterable`), under its shard key's data key ``key``."""
+        return self.filterable.item_terms(self.term_of(key), text)
+
+    def prefilter_plan(
+        self,
+        statements: StoreStatements,
+        conds: list[tuple[list[str], str, Any]],
+        base: dict[str, Any],
+    ) -> Plan[tuple[Prefilter, dict[str, Any]]]:
+        """The pre-filter the database can apply to a search under ``base``'s namespace with
+        a filter of ``conds``: the ``$eq`` and ``$in`` conditions on filterable fields, as
+        keyed hashes under each shard key searched; with its parameters."""
+        usable = list(self.filterable.usable(conds))[:MAX_PREFILTER]
+        if not usable:
+            return (), {}
+        shards = yield from self.shards_plan(statements, base)
+        if len(shards) > MAX_SHARDS:
+            return (), {}
+        keys: list[DataKey] = []
+        for shard in sorted(set(shards)):
+            key = yield from self.owner_key_plan(shard, create=False)
+            if key is not None:
+                keys.append(key)
+        if not keys:  # nothing under the prefix was sealed
+            return (), {}
+        hashes = [self.term_of(k) for k in keys]
+        parts: list[tuple[str, Any]] = []
+        params: dict[str, Any] = {}
+        for i, name, forms in usable:
+            prefix = f"h{i}"
+            found = [h(Filterable.value(name, f)) for h in hashes for f in forms]
+            marks = [h(Filterable.mark(name)) for h in hashes]
+            params.update({f"{prefix}_v{j}": t for j, t in enumerate(found)})
+            params.update({f"{prefix}_m{j}": t for j, t in enumerate(marks)})
+            parts.append((prefix, (HASHED_EQUALITY, len(found), len(marks))))
+        return tuple(parts), params
 
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
         """The shard keys a search under ``base``'s namespace prefix (of

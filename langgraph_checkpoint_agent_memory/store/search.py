@@ -17,7 +17,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.text import tokens
 
 OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
-_MISSING = object()
+MISSING = object()
 
 
 def conditions(filter: Mapping[str, Any] | None) -> list[tuple[list[str], str, Any]]:
@@ -45,7 +45,7 @@ def conditions(filter: Mapping[str, Any] | None) -> list[tuple[list[str], str, A
 def lookup(value: Any, path: Sequence[str]) -> Any:
     for part in path:
         if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
+            return MISSING
         value = value[part]
     return value
 
@@ -68,7 +68,7 @@ def _equal(actual: Any, expected: Any) -> bool:
 
 
 def compare(actual: Any, op: str, expected: Any) -> bool:
-    if actual is _MISSING:
+    if actual is MISSING:
         return False
     if op == "$eq":
         return _equal(actual, expected)

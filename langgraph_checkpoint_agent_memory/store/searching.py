@@ -8,7 +8,9 @@ the filter keeps (as the database's pre-filter does), so it reads and decrypts t
 candidates of each ranked list, best first, until the list holds enough kept items (a
 filter that keeps few items reads most of the matches); a filtered search without a query
 reads and decrypts items newest first until the page is full, so a filter that keeps few
-items reads most of the namespace. An unfiltered search decrypts only the items it
+items reads most of the namespace, unless its ``$eq``/``$in`` conditions are on fields
+marked filterable, whose keyed hashes narrow the items in the database first (see
+:mod:`.filterable`). An unfiltered search decrypts only the items it
 returns (and, with vectors, every vector under the prefix: see :mod:`.ranking`).
 
 :class:`~.store.AgentMemoryStore` owns one :class:`Searcher`; its plans run in the store's
@@ -135,13 +137,18 @@ class Searcher:
         self, op: SearchOp, now: float, query_vector: list[float] | None
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = S.conditions(op.filter)
+        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now}
+        filters: Prefilter = ()
         if self.sealer is None:
             filters, fparams = self.statements.prefilter(conds)
-        else:  # sealed values: every condition is decided here, on the values opened
-            filters, fparams = (), {}
-        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now, **fparams}
+            base.update(fparams)
         query_terms = S.terms(op.query) if op.query else []
         if not op.query or (not query_terms and query_vector is None):
+            if self.sealer is not None and conds:  # narrowed by keyed hashes, if any
+                filters, fparams = yield from self.sealer.prefilter_plan(
+                    self.statements, conds, base
+                )
+                base.update(fparams)
             return (yield from self._recent_plan(op, conds, filters, base))
         forms = None
         if self.sealer is not None and query_terms:
@@ -209,10 +216,10 @@ class Searcher:
         one = scoped(base)
         if last is None:
             stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
-        else:  # with encryption on, no pre-filter: the next page by keyset
-            assert not filters
+        else:  # with encryption on: the next page by keyset
             after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
-            stmt = Stmt(sealed_sql.recent_after(self.statements, one), {**base, "n": size, **after})
+            sql = sealed_sql.recent_after(self.statements, one, filters)
+            stmt = Stmt(sql, {**base, "n": size, **after})
         [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
         return list(map(ItemRow._make, rows))
 

@@ -589,6 +589,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             index_text=row["doc"],  # indexed as keyed hashes, not stored
             doc=None,
             term_of=self.sealer.term_of(data_key),
+            filter_terms=self.sealer.filter_terms(data_key, text),
         )
         return row, data_key
 
