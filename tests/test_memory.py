@@ -211,7 +211,22 @@ CASES: dict[str, tuple[Any, str | None]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+#: The cases the servers run too: the ledger's paths (completed, failed then parked, a
+#: timeout); the others differ only in what the extractor parses, which SQLite shows.
+SERVER_CASES = ("fenced json", "truncated json", "timeout")
+
+
+def _bad_output_params() -> list[Any]:
+    out = []
+    for param in backend_params("sqlite", "postgres", "pgbouncer", "citus"):
+        backend = str(param.values[0] if hasattr(param, "values") else param)
+        marks = getattr(param, "marks", ())
+        for case in CASES if backend == "sqlite" else SERVER_CASES:
+            out.append(pytest.param(backend, case, marks=marks, id=f"{backend}-{case}"))
+    return out
+
+
+@pytest.mark.parametrize(("backend", "case"), _bad_output_params())
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_bad_extractor_output_loses_nothing(database_url: str, case: str, mode: str) -> None:
     fn, error = CASES[case]
