@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from langgraph_checkpoint_agent_memory.testing import LocalPostgres, PgBinaries, machine_binaries
@@ -108,8 +110,7 @@ class LocalCitus:
         before it was distributed); returns the coordinator's URL of it."""
 
         name = name or f"t_{uuid.uuid4().hex[:12]}"
-        for node in self.nodes:
-            node.create_database(name)
+        self._on_every_node(lambda node: node.create_database(name))
         url = self.coordinator.url.rsplit("/", 1)[0] + f"/{name}"
         if citus:
             self.add_citus(url)
@@ -121,10 +122,13 @@ class LocalCitus:
         import psycopg
 
         name = url.rsplit("/", 1)[1]
-        for node in self.nodes:
+
+        def extension(node: LocalPostgres) -> None:
             node_url = node.url.rsplit("/", 1)[0] + f"/{name}"
             with psycopg.connect(node_url, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+
+        self._on_every_node(extension)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
                 "SELECT citus_set_coordinator_host('127.0.0.1', %s)", (self.coordinator.port,)
@@ -137,9 +141,19 @@ class LocalCitus:
         import psycopg
 
         name = url.rsplit("/", 1)[1]
-        for node in self.nodes:
+
+        def drop(node: LocalPostgres) -> None:
             with psycopg.connect(node.url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        self._on_every_node(drop)
+
+    def _on_every_node(self, step: Callable[[LocalPostgres], object]) -> None:
+        """Run ``step`` on every node at once (each node is a server of its own), raising
+        the first error once all are done."""
+        with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+            for done in [pool.submit(step, node) for node in self.nodes]:
+                done.result()
 
     def stop(self) -> None:
         """Stop every node and remove its folder."""
