@@ -255,3 +255,16 @@ def test_values_equal_as_the_filters_compare_them(
             for flt in ({field: asked}, {field: {"$in": [asked, "zz"]}}):
                 found = [i.key for i in store.search(ns, filter=flt)]
                 assert found == ([key] if kept else []), (stored, flt)
+
+
+def test_items_sealed_by_the_migration_get_their_hashes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with create_store(url, encryption=False) as store:
+        fill(store, 40)
+    key = generate_master_key()
+    setting = Encryption(master_keys=[key], allow_plaintext=True, filterable_fields=["owner"])
+    with create_store(url, encryption=setting) as store:
+        assert store.encrypt_plaintext()["items"] == 40
+        opened = Opened(store)
+        found = store.search(("bench",), filter={"owner": "user3"}, limit=50)
+        assert sorted(i.key for i in found) == ["k23", "k3"] and opened.count == 2

@@ -441,6 +441,9 @@ def encrypt_plaintext_plan(
                 tf = terms.get(stored, (0, p.dl))[0] + p.tf
                 terms[stored] = (tf, p.dl)
             term_rows = [{**ident, "term": t, "tf": tf, "dl": dl} for t, (tf, dl) in terms.items()]
+            term_rows += [  # and the keyed hashes of its filterable fields
+                {**ident, "term": t, "tf": 0, "dl": 0} for t in sealer.filter_terms(key, text)
+            ]
             vector_rows = [
                 {
                     **ident,
@@ -459,7 +462,7 @@ def encrypt_plaintext_plan(
             yield Batch(writes, write=True)
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)
-            counts["terms"] += len(term_rows)
+            counts["terms"] += len(terms)
         if len(rows) < batch_size:
             return counts
         last = PlainItem._make(rows[-1])
