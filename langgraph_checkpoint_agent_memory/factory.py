@@ -43,6 +43,7 @@ SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
 #: from ``AGENT_MEMORY_MASTER_KEY``, never from configuration), and the key store's database.
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
+FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
@@ -79,8 +80,9 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
     """The encryption to use: the argument when given, else the declared
     ``config.encryption.enabled`` field (``True``: the environment's master key, which must
     be set; ``False``: off), else the environment (``AGENT_MEMORY_MASTER_KEY``). A declared
-    ``config.encryption.keystore_url`` sets the key store's database when the argument does
-    not.
+    ``config.encryption.keystore_url`` sets the key store's database, and a declared
+    ``config.encryption.filterable_fields`` (a list, or names separated by commas) the
+    store's filterable fields, when the argument and the environment do not.
 
     Example:
         >>> resolve_encryption(False) is None
@@ -96,10 +98,17 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
                 )
             setting = enabled
     found = crypto_config.resolve(setting)
-    if found is None or found.keystore_url or isinstance(setting, crypto_config.Encryption):
+    if found is None or isinstance(setting, crypto_config.Encryption):
         return found
     keystore = settings.effective_value(KEYSTORE_CONFIG_KEY)
-    return dataclasses.replace(found, keystore_url=keystore) if keystore else found
+    if keystore and not found.keystore_url:
+        found = dataclasses.replace(found, keystore_url=keystore)
+    fields = settings.effective_value(FILTERABLE_CONFIG_KEY)
+    if fields and not found.filterable_fields:
+        if isinstance(fields, str):  # an operator's "owner,status"
+            fields = [f.strip() for f in fields.split(",") if f.strip()]
+        found = dataclasses.replace(found, filterable_fields=fields)
+    return found
 
 
 def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> None:

@@ -211,7 +211,8 @@ def test_the_setting_takes_paths_from_the_argument_and_the_environment() -> None
         "a.c",
         "b",
     )
-    for bad in ("", "a..b", ".a", 3):
+    assert Encryption(master_keys=[key], filterable_fields=None).filterable_fields == ()  # type: ignore[arg-type]
+    for bad in ("", "a..b", ".a", 3, " a", "a. b", "a\x00value\x00sx"):
         with pytest.raises(ConfigurationError, match="dotted paths"):
             Encryption(master_keys=[key], filterable_fields=[bad])  # type: ignore[list-item]
     env = {"AGENT_MEMORY_MASTER_KEY": key, "AGENT_MEMORY_FILTERABLE_FIELDS": " owner , kind "}
@@ -268,3 +269,74 @@ def test_items_sealed_by_the_migration_get_their_hashes(tmp_path: Path) -> None:
         opened = Opened(store)
         found = store.search(("bench",), filter={"owner": "user3"}, limit=50)
         assert sorted(i.key for i in found) == ["k23", "k3"] and opened.count == 2
+
+
+class Fraction(float):
+    """A float subclass that prints otherwise (as numpy's floats do)."""
+
+    def __repr__(self) -> str:
+        return f"Fraction({float(self)})"
+
+
+class Label(str):
+    def __str__(self) -> str:
+        return "something else"
+
+
+def test_subclasses_and_long_integers_filter_as_the_plain_store_does() -> None:
+    setting = Encryption(master_keys=[generate_master_key()], filterable_fields=["n", "s"])
+    with create_store(encryption=setting) as store, create_store() as plain:
+        for target in (store, plain):
+            target.put(("users", "u"), "half", {"n": 0.5, "s": "x"})
+            target.put(("users", "u"), "two", {"n": 2, "s": "y"})
+        for flt in (
+            {"n": Fraction(0.5)},
+            {"n": {"$in": [Fraction(2.0), 7]}},
+            {"s": Label("x")},
+            {"n": 10**5000},
+            {"n": {"$in": [10**5000, 2]}},
+        ):
+            assert [i.key for i in store.search(("users",), filter=flt)] == [
+                i.key for i in plain.search(("users",), filter=flt)
+            ], flt
+
+
+def test_a_long_in_list_is_decided_on_decrypted_values(
+    open_store: Callable[..., AgentMemoryStore],
+) -> None:
+    store = open_store(("owner",))
+    fill(store, 40)
+    sealer = store.sealer
+    assert sealer is not None
+    base = store.statements.prefix_params(("bench",))
+
+    def prefilter(values: list[str]) -> Any:
+        conds: list[tuple[list[str], str, Any]] = [(["owner"], "$in", values)]
+        return store.run_plan(sealer.prefilter_plan(store.statements, conds, base))[0]
+
+    assert [shape for _, shape in prefilter(["user1", "user2", "user3"])] == [("hashed", 4, 1)]
+    wanted = [f"user{i}" for i in range(600)]  # more hashes than a statement should bind
+    assert prefilter(wanted) == ()
+    found = store.search(("bench",), filter={"owner": {"$in": wanted}}, limit=100)
+    assert len(found) == 40
+
+
+def test_operators_name_filterable_fields_through_agent_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langgraph_checkpoint_agent_memory import agent_config
+    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
+
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", generate_master_key())
+    found = resolve_encryption()
+    assert found is not None and found.filterable_fields == ()
+
+    @agent_config("config.encryption.filterable_fields", "Encryption", "Filterable fields")
+    def _declared() -> str:
+        return "status, customer.id"
+
+    found = resolve_encryption()
+    assert found is not None and found.filterable_fields == ("customer.id", "status")
+    monkeypatch.setenv("AGENT_MEMORY_FILTERABLE_FIELDS", "owner")  # the environment first
+    found = resolve_encryption()
+    assert found is not None and found.filterable_fields == ("owner",)

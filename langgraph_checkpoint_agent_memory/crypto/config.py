@@ -118,22 +118,30 @@ class Encryption:
         )
 
 
-def checked_fields(fields: Iterable[str]) -> tuple[str, ...]:
+def checked_fields(fields: Iterable[str] | None) -> tuple[str, ...]:
     """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked.
 
     Raises:
         ConfigurationError: A field is not a string of non-empty, dot-separated labels.
     """
+    if fields is None:
+        return ()
     if isinstance(fields, str):
         fields = [fields]
     out: set[str] = set()
     for name in fields:
-        if not isinstance(name, str) or not name or any(not p for p in name.split(".")):
+        if not isinstance(name, str) or not all(_label(p) for p in name.split(".")):
             raise ConfigurationError(
                 f"filterable fields are dotted paths like 'owner' or 'address.city', not {name!r}"
             )
         out.add(name)
     return tuple(sorted(out))
+
+
+def _label(part: str) -> bool:
+    """A label of a filterable field's path: not empty, no space around it, no control
+    character."""
+    return bool(part) and part == part.strip() and all(ch.isprintable() for ch in part)
 
 
 EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"

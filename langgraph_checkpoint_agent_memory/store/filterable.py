@@ -28,16 +28,23 @@ from typing import Any
 from langgraph_checkpoint_agent_memory.crypto.config import checked_fields
 from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup
 
-_MARK = "\x00field\x00"
+#: The domains of the texts hashed: a field's mark, and its value. The mark names the
+#: format of :func:`scalar_form`, so items hashed by another format count as not marked.
+_MARK = "\x00field1\x00"
 _VALUE = "\x00value\x00"
 #: A search over more shard keys than this decides its filter on decrypted values only:
 #: its hashes would be one per shard key and value.
 MAX_SHARDS = 64
+#: A condition needing more hashes than this (shard keys times values) is decided on
+#: decrypted values only: its statement would bind too many parameters.
+MAX_HASHES = 512
 
 
 def scalar_form(value: Any) -> str | None:
     """The text a JSON scalar is hashed as, alike for values the store's filters find equal
-    (``1`` and ``1.0``; never ``True`` and ``1``); ``None`` for lists, objects and NaN.
+    (``1`` and ``1.0``; never ``True`` and ``1``); ``None`` for lists, objects, NaN and
+    integers too long to print. Subclasses of ``int``, ``float`` and ``str`` (a numpy
+    float) hash as their base values, as they compare.
 
     Example:
         >>> scalar_form(1) == scalar_form(1.0), scalar_form(True) == scalar_form(1)
@@ -48,16 +55,23 @@ def scalar_form(value: Any) -> str | None:
     if isinstance(value, bool):
         return "b1" if value else "b0"
     if isinstance(value, int):
-        return f"n{value}"
+        return _integer(value)
     if isinstance(value, float):
         if math.isnan(value):
             return None
         if math.isfinite(value) and value.is_integer():
-            return f"n{int(value)}"
-        return f"n{value!r}"
+            return _integer(int(value))
+        return "n" + float.__repr__(value)
     if isinstance(value, str):
-        return "s" + value
+        return "s" + str.__str__(value)
     return None
+
+
+def _integer(value: int) -> str | None:
+    try:
+        return "n" + int.__repr__(value)
+    except ValueError:  # longer than Python prints; no stored JSON number equals it
+        return None
 
 
 class Filterable:
@@ -96,9 +110,9 @@ class Filterable:
             if op not in ("$eq", "$in") or name not in self.fields:
                 continue
             values = [expected] if op == "$eq" else list(expected)
-            forms = [scalar_form(v) for v in values]
-            if forms and all(f is not None for f in forms):
-                yield i, name, [f for f in forms if f is not None]
+            forms = {scalar_form(v) for v in values}
+            if forms and None not in forms:
+                yield i, name, sorted(f for f in forms if f is not None)
 
     @staticmethod
     def mark(name: str) -> str:

@@ -47,7 +47,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     StoreStatements,
 )
 from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
-from langgraph_checkpoint_agent_memory.store.filterable import MAX_SHARDS, Filterable
+from langgraph_checkpoint_agent_memory.store.filterable import MAX_HASHES, MAX_SHARDS, Filterable
 
 T = TypeVar("T")
 
@@ -359,9 +359,11 @@ class Sealer:
         parts: list[tuple[str, Any]] = []
         params: dict[str, Any] = {}
         for i, name, forms in usable:
+            if len(hashes) * (len(forms) + 1) > MAX_HASHES:
+                continue  # decided on decrypted values only
             prefix = f"h{i}"
-            found = [h(Filterable.value(name, f)) for h in hashes for f in forms]
-            marks = [h(Filterable.mark(name)) for h in hashes]
+            found = _padded([h(Filterable.value(name, f)) for h in hashes for f in forms])
+            marks = _padded([h(Filterable.mark(name)) for h in hashes])
             params.update({f"{prefix}_v{j}": t for j, t in enumerate(found)})
             params.update({f"{prefix}_m{j}": t for j, t in enumerate(marks)})
             parts.append((prefix, (HASHED_EQUALITY, len(found), len(marks))))
@@ -394,6 +396,13 @@ class Sealer:
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
         return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]
+
+
+def _padded(hashes: list[str]) -> list[str]:
+    """``hashes``, the last repeated up to a power of two: searches of other sizes share a
+    statement (each size is a statement compiled and kept)."""
+    size = 1 << (len(hashes) - 1).bit_length()
+    return hashes + hashes[-1:] * (size - len(hashes))
 
 
 def encrypt_plaintext_plan(

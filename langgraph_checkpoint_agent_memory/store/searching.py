@@ -264,8 +264,9 @@ class Searcher:
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
         """No query: newest first, pre-filtered in SQL, decided exactly here. With
-        encryption on, nothing is pre-filtered: a filter reads pages growing faster, each
-        read on from the last row of the one before."""
+        encryption on, only conditions on filterable fields are pre-filtered (by their
+        keyed hashes): a filter reads pages growing faster, each read on from the last row
+        of the one before."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
