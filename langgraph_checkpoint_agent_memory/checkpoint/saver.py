@@ -279,10 +279,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
         """
         writer, serde = self._writer, self.serde
-        result = self._write(
-            config,
-            lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
-        )
+        with self._traced("put", config):
+            result = self._write(
+                config,
+                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+            )
         self._after_write()
         return result
 
@@ -309,10 +310,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ```
         """
         writer, serde = self._writer, self.serde
-        result = await self._awrite(
-            config,
-            lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
-        )
+        with self._traced("put", config):
+            result = await self._awrite(
+                config,
+                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+            )
         self._after_write()
         return result
 
@@ -338,9 +340,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
         writer, serde = self._writer, self.serde
-        self._write(
-            config, lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key)
-        )
+        with self._traced("put_writes", config):
+            self._write(
+                config,
+                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key),
+            )
         self._after_write()
 
     async def aput_writes(
@@ -364,9 +368,11 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ```
         """
         writer, serde = self._writer, self.serde
-        await self._awrite(
-            config, lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key)
-        )
+        with self._traced("put_writes", config):
+            await self._awrite(
+                config,
+                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key),
+            )
         self._after_write()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -386,7 +392,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> latest.checkpoint["channel_values"]
             {'messages': [...]}
         """
-        return self._read(lambda: self._reader.get_tuple(self.serde, config))
+        with self._traced("get_tuple", config) as op:
+            found = self._read(lambda: self._reader.get_tuple(self.serde, config))
+            op.set("agent_memory.result_count", int(found is not None))
+            return found
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Asynchronously fetch a checkpoint tuple: :meth:`get_tuple` for async code.
@@ -399,7 +408,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             latest = await saver.aget_tuple({"configurable": {"thread_id": "user-42"}})
             ```
         """
-        return await self._aread(lambda: self._reader.get_tuple(self.serde, config))
+        with self._traced("get_tuple", config) as op:
+            found = await self._aread(lambda: self._reader.get_tuple(self.serde, config))
+            op.set("agent_memory.result_count", int(found is not None))
+            return found
 
     # -- list ------------------------------------------------------------------------------
 
@@ -426,7 +438,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
-            yield from cursor.take(self._read(cursor.next_page))
+            with self._traced("list", config) as op:  # a span per page read
+                page = self._read(cursor.next_page)
+                op.set("agent_memory.result_count", len(page[0]))
+            yield from cursor.take(page)
 
     async def alist(
         self,
@@ -452,7 +467,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
-            for item in cursor.take(await self._aread(cursor.next_page)):
+            with self._traced("list", config) as op:  # a span per page read
+                page = await self._aread(cursor.next_page)
+                op.set("agent_memory.result_count", len(page[0]))
+            for item in cursor.take(page):
                 yield item
 
     def get_delta_channel_history(

@@ -30,6 +30,7 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db.database import Plan, T, adrive, drive
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, tracing
 
 #: Times a read is run again after loading the data keys it lacked.
 KEY_ATTEMPTS = 3
@@ -61,6 +62,24 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
     #: The data keys (encryption on), else ``None``.
     keyring: Keyring | None
     _sealer: Sealer | None
+
+    # -- spans -----------------------------------------------------------------------------
+
+    def _traced(self, name: str, config: RunnableConfig | None = None) -> Any:
+        """The span of operation ``name`` on ``config``'s thread (its id left out with
+        encryption on: ids are what an operator filters by, and may name a user)."""
+        if not tracing():
+            return IDLE
+        conf = (config or {}).get("configurable", {})
+        return db_operation(
+            f"checkpoint.{name}",
+            self.dialect.name,
+            "am_checkpoints",
+            **{
+                "langgraph.thread_id": None if self.keyring else conf.get("thread_id"),
+                "langgraph.checkpoint_ns": conf.get("checkpoint_ns"),
+            },
+        )
 
     # -- keys (encryption on) --------------------------------------------------------------
 
@@ -123,8 +142,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             >>> saver.delete_thread("user-42")
         """
         thread_id = checked_thread_id(thread_id)
-        self._run(self._maintenance.delete_thread(thread_id))
-        self._destroy_keys([thread_id])
+        with self._traced("delete_thread", {"configurable": {"thread_id": thread_id}}):
+            self._run(self._maintenance.delete_thread(thread_id))
+            self._destroy_keys([thread_id])
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Asynchronously :meth:`delete_thread`.
@@ -138,8 +158,9 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             ```
         """
         thread_id = checked_thread_id(thread_id)
-        await self._arun(self._maintenance.delete_thread(thread_id))
-        await self._adestroy_keys([thread_id])
+        with self._traced("delete_thread", {"configurable": {"thread_id": thread_id}}):
+            await self._arun(self._maintenance.delete_thread(thread_id))
+            await self._adestroy_keys([thread_id])
 
     def erase_threads(self, thread_ids: Sequence[str]) -> None:
         """Delete threads leaving no trace, not even a tombstone (for erasing a user's data:
@@ -249,9 +270,11 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             3
         """
         thread_ids = [str(t) for t in thread_ids]
-        self._read(lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
-        if strategy == "delete":
-            self._destroy_keys(thread_ids)
+        with self._traced("prune") as op:
+            op.set("agent_memory.thread_count", len(thread_ids))
+            self._read(lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last))
+            if strategy == "delete":
+                self._destroy_keys(thread_ids)
 
     async def aprune(
         self,
@@ -274,9 +297,11 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         """
         thread_ids = [str(t) for t in thread_ids]
         plan = lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last)  # noqa: E731
-        await self._aread(plan)
-        if strategy == "delete":
-            await self._adestroy_keys(thread_ids)
+        with self._traced("prune") as op:
+            op.set("agent_memory.thread_count", len(thread_ids))
+            await self._aread(plan)
+            if strategy == "delete":
+                await self._adestroy_keys(thread_ids)
 
     def sweep(self) -> builtins.list[str]:
         """Remove expired threads now (any number of processes may sweep at once; each thread
@@ -289,9 +314,11 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             >>> saver.sweep()
             ['user-17']
         """
-        swept = self._read(lambda: self._maintenance.sweep(self.serde))
-        if self._maintenance.activity.strategy == "delete":
-            self._destroy_keys(swept)
+        with self._traced("sweep") as op:
+            swept = self._read(lambda: self._maintenance.sweep(self.serde))
+            if self._maintenance.activity.strategy == "delete":
+                self._destroy_keys(swept)
+            op.set("agent_memory.thread_count", len(swept))
         return swept
 
     async def asweep(self) -> builtins.list[str]:
@@ -302,9 +329,11 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             removed = await saver.asweep()
             ```
         """
-        swept = await self._aread(lambda: self._maintenance.sweep(self.serde))
-        if self._maintenance.activity.strategy == "delete":
-            await self._adestroy_keys(swept)
+        with self._traced("sweep") as op:
+            swept = await self._aread(lambda: self._maintenance.sweep(self.serde))
+            if self._maintenance.activity.strategy == "delete":
+                await self._adestroy_keys(swept)
+            op.set("agent_memory.thread_count", len(swept))
         return swept
 
     # -- encryption ------------------------------------------------------------------------

@@ -72,6 +72,7 @@ from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
+from langgraph_checkpoint_agent_memory.store.traced import batch_span
 
 T = TypeVar("T")
 
@@ -386,41 +387,48 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             await super().aput(namespace, key, value, index, ttl=ttl)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = V.checked_batch(ops)
+        ops = list(ops)
+        with batch_span(self.db.dialect.name, ops, sealed=self.sealer is not None):
+            ops, puts = V.checked_batch(ops)  # a refused batch is an error span too
+            result = self._batch(ops, puts)
+        self._after_write(puts)
+        return result
+
+    def _batch(self, ops: list[Op], puts: dict[tuple[str, str], PutOp]) -> list[Result]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
         if self.sealer is None:
-            result = self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
-        else:
-            self._ready()
+            return self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        self._ready()
 
-            def plan() -> Plan[list[Result]]:
-                assert self.sealer is not None
-                self.sealer.preload(self._owners(puts))
-                return self._batch_plan(ops, puts, vectors, query_vectors)
+        def plan() -> Plan[list[Result]]:
+            assert self.sealer is not None
+            self.sealer.preload(self._owners(puts))
+            return self._batch_plan(ops, puts, vectors, query_vectors)
 
-            result = self.sealer.call(self.run_plan, plan)
+        return self.sealer.call(self.run_plan, plan)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        with batch_span(self.db.dialect.name, ops, sealed=self.sealer is not None):
+            ops, puts = V.checked_batch(ops)  # a refused batch is an error span too
+            result = await self._abatch(ops, puts)
         self._after_write(puts)
         return result
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = V.checked_batch(ops)
+    async def _abatch(self, ops: list[Op], puts: dict[tuple[str, str], PutOp]) -> list[Result]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
         if self.sealer is None:
-            result = await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
-        else:
-            await self._aready()
-            owners = self._owners(puts)
-            result = await self.sealer.acall(
-                self._arun_preloaded(owners),
-                lambda: self._batch_plan(ops, puts, vectors, query_vectors),
-            )
-        self._after_write(puts)
-        return result
+            return await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+        await self._aready()
+        return await self.sealer.acall(
+            self._arun_preloaded(self._owners(puts)),
+            lambda: self._batch_plan(ops, puts, vectors, query_vectors),
+        )
 
     def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")

@@ -1,0 +1,49 @@
+"""The store's spans (see :mod:`..telemetry.tracing`): one per batch, named after what it
+does (``store.search``, ``store.put``, ``store.get``, ``store.delete``,
+``store.list_namespaces``; ``store.batch`` when it mixes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
+
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, tracing
+
+
+def _kind(op: Op) -> str:
+    if isinstance(op, SearchOp):
+        return "search"
+    if isinstance(op, GetOp):
+        return "get"
+    if isinstance(op, PutOp):
+        return "put" if op.value is not None else "delete"
+    if isinstance(op, ListNamespacesOp):
+        return "list_namespaces"
+    return "batch"
+
+
+def _namespace(op: Op) -> tuple[str, ...] | None:
+    if isinstance(op, SearchOp):
+        return op.namespace_prefix
+    if isinstance(op, (GetOp, PutOp)):
+        return op.namespace
+    return None
+
+
+def batch_span(system: str, ops: Sequence[Op], *, sealed: bool) -> Any:
+    """The span of a batch of ``ops`` on a store whose dialect is ``system``; the namespace
+    is left out when the store is ``sealed`` (encryption on: namespaces may name users)."""
+    if not tracing():
+        return IDLE
+    kinds = {_kind(op) for op in ops}
+    name = kinds.pop() if len(kinds) == 1 else "batch"
+    spaces = {_namespace(op) for op in ops} - {None}
+    namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
+    return db_operation(
+        f"store.{name}",
+        system,
+        "am_store_items",
+        **{"agent_memory.namespace": namespace, "agent_memory.op_count": len(ops)},
+    )

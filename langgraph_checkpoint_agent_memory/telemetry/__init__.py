@@ -1,0 +1,1 @@
+"""OpenTelemetry traces and metrics of the package's operations (see :mod:`.tracing`)."""

@@ -1,0 +1,260 @@
+"""OpenTelemetry spans of the savers: names, database conventions, thread attributes (left
+out with encryption on), errors, and parent links through a LangGraph graph, on memory,
+SQLite and PostgreSQL, sync and async."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_agent_memory import (
+    InvalidValueError,
+    create_store,
+    generate_master_key,
+)
+from langgraph_checkpoint_agent_memory.telemetry.tracing import (
+    IDLE,
+    operation,
+    tracing,
+    use_tracer_provider,
+)
+from tests.helpers import config_for, sql_checkpointer
+from tests.pg import backend_params, backend_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def provider() -> Iterator[TracerProvider]:
+    """A tracer provider of this test's own, given to the package."""
+    provider = TracerProvider()
+    use_tracer_provider(provider)
+    yield provider
+    use_tracer_provider(None)
+    provider.shutdown()
+
+
+@pytest.fixture
+def spans(provider: TracerProvider) -> InMemorySpanExporter:
+    """The spans of this test."""
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres"))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return backend_url(request, str(request.param), tmp_path / "chk.db")
+
+
+def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+def test_nothing_is_recorded_without_a_provider() -> None:
+    assert not tracing()
+    assert operation("checkpoint.put") is IDLE
+
+
+def test_each_saver_operation_is_a_span_with_the_database_conventions(
+    spans: InMemorySpanExporter, url: str
+) -> None:
+    with sql_checkpointer(url) as saver:
+        config = config_for("t-1")
+        saved = saver.put(config, empty_checkpoint(), {"step": -1}, {})
+        saver.put_writes(saved, [("x", 1)], task_id="task")
+        assert saver.get_tuple(config) is not None
+        assert saver.get_tuple(config_for("nobody")) is None
+    got = [(s.name, s.attributes) for s in named(spans, "checkpoint.")]
+    assert [n for n, _ in got] == [
+        "checkpoint.put",
+        "checkpoint.put_writes",
+        "checkpoint.get_tuple",
+        "checkpoint.get_tuple",
+    ]
+    system = "sqlite" if url.startswith("sqlite") else "postgresql"
+    for name, attrs in got:
+        assert attrs is not None
+        assert attrs["db.system.name"] == system
+        assert attrs["db.operation.name"] == name.split(".", 1)[1]
+        assert attrs["db.collection.name"] == "am_checkpoints"
+    assert got[0][1] is not None and got[0][1]["langgraph.thread_id"] == "t-1"
+    assert [a["agent_memory.result_count"] for _, a in got[2:] if a] == [1, 0]
+
+
+async def test_async_operations_are_spans_too(spans: InMemorySpanExporter, url: str) -> None:
+    saver = sql_checkpointer(url)
+    try:
+        config = config_for("t-2")
+        saved = await saver.aput(config, empty_checkpoint(), {"step": -1}, {})
+        await saver.aput_writes(saved, [("x", 1)], task_id="task")
+        assert await saver.aget_tuple(config) is not None
+    finally:
+        await saver.aclose()
+    names = [s.name for s in named(spans, "checkpoint.")]
+    assert names == ["checkpoint.put", "checkpoint.put_writes", "checkpoint.get_tuple"]
+
+
+def test_thread_ids_are_left_out_with_encryption_on(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with sql_checkpointer(url, encryption=generate_master_key()) as saver:
+        config = config_for("alice-private")
+        saver.put(config, empty_checkpoint(), {"step": -1}, {})
+        saver.get_tuple(config)
+    for span in named(spans, "checkpoint."):
+        assert span.attributes is not None
+        assert "langgraph.thread_id" not in span.attributes
+        assert "alice-private" not in str(dict(span.attributes))
+
+
+def test_a_failed_operation_is_an_error_span(spans: InMemorySpanExporter, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with sql_checkpointer(url) as saver, pytest.raises(Exception) as raised:
+        saver.put({"configurable": {}}, empty_checkpoint(), {}, {})  # no thread_id
+    [span] = named(spans, "checkpoint.put")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == type(raised.value).__qualname__
+    assert any(e.name == "exception" for e in span.events)
+
+
+class State(TypedDict):
+    n: int
+
+
+def _graph(saver: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("step", lambda s: {"n": s["n"] + 1})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_spans_are_children_of_the_applications_span(
+    spans: InMemorySpanExporter, provider: TracerProvider, tmp_path: Path
+) -> None:
+    app = provider.get_tracer("app")
+    with sql_checkpointer(f"sqlite:///{tmp_path / 'g.db'}") as saver:
+        graph = _graph(saver)
+        with app.start_as_current_span("handle-request") as root:
+            graph.invoke({"n": 1}, {"configurable": {"thread_id": "g"}})
+    ours = named(spans, "checkpoint.")
+    assert {s.name for s in ours} >= {"checkpoint.get_tuple", "checkpoint.put"}
+    trace_id = root.get_span_context().trace_id
+    assert all(s.context is not None and s.context.trace_id == trace_id for s in ours)
+    assert all(s.parent is not None for s in ours)
+
+
+def test_listing_deleting_pruning_and_sweeping_are_spans(
+    spans: InMemorySpanExporter, url: str
+) -> None:
+    with sql_checkpointer(url, ttl_seconds=3600) as saver:
+        saved = saver.put(config_for("a"), empty_checkpoint(), {"step": -1}, {})
+        saver.put(saved, empty_checkpoint(), {"step": 0}, {})
+        assert len(list(saver.list(config_for("a")))) == 2
+        saver.prune(["a"], keep_last=1)
+        saver.delete_thread("a")
+        saver.sweep()
+    by_name = {s.name: s.attributes for s in named(spans, "checkpoint.")}
+    assert {"checkpoint.list", "checkpoint.prune", "checkpoint.delete_thread"} <= set(by_name)
+    assert "checkpoint.sweep" in by_name
+    listed = by_name["checkpoint.list"]
+    assert listed is not None and listed["agent_memory.result_count"] == 2
+    deleted = by_name["checkpoint.delete_thread"]
+    assert deleted is not None and deleted["langgraph.thread_id"] == "a"
+    swept = by_name["checkpoint.sweep"]
+    assert swept is not None and swept["agent_memory.thread_count"] == 0
+
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return backend_url(request, str(request.param), tmp_path / "store.db")
+
+
+def test_store_operations_are_spans(spans: InMemorySpanExporter, store_url: str | None) -> None:
+    with create_store(store_url) as store:
+        store.put(("users", "alice"), "prefs", {"food": "ramen"})
+        assert store.get(("users", "alice"), "prefs") is not None
+        assert len(store.search(("users",), query="ramen")) == 1
+        store.list_namespaces(prefix=("users",))
+        store.delete(("users", "alice"), "prefs")
+        with pytest.raises(InvalidValueError):
+            store.put(("users", "alice"), "k", {"x": float("nan")})
+    got = [(s.name, s.attributes, s.status.status_code) for s in named(spans, "store.")]
+    assert [n for n, _, _ in got] == [
+        "store.put",
+        "store.get",
+        "store.search",
+        "store.list_namespaces",
+        "store.delete",
+        "store.put",
+    ]
+    system = "postgresql" if store_url and store_url.startswith("postgresql") else "sqlite"
+    for name, attrs, _ in got:
+        assert attrs is not None and attrs["db.system.name"] == system
+        assert attrs["db.operation.name"] == name.split(".", 1)[1]
+    assert got[0][1] is not None and got[0][1]["agent_memory.namespace"] == "users.alice"
+    assert got[-1][2] is StatusCode.ERROR
+
+
+async def test_async_store_operations_are_spans_without_namespaces_when_encrypted(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    async with create_store(url, encryption=generate_master_key()) as store:
+        await store.aput(("users", "alice"), "prefs", {"food": "ramen"})
+        await store.asearch(("users", "alice"))
+    got = named(spans, "store.")
+    assert [s.name for s in got] == ["store.put", "store.search"]
+    assert all(
+        s.attributes is not None and "agent_memory.namespace" not in s.attributes for s in got
+    )
+
+
+GLOBAL_PROVIDER = """
+import sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph_checkpoint_agent_memory import create_checkpointer
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # as an application configures OpenTelemetry
+saver = create_checkpointer(url=sys.argv[1])
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+saver.put(config, empty_checkpoint(), {}, {})
+print(",".join(s.name for s in exporter.get_finished_spans()))
+"""
+
+
+def test_the_global_tracer_provider_is_used_once_the_application_sets_it(
+    tmp_path: Path,
+) -> None:
+    # in a process of its own: OpenTelemetry's global provider can be set once per process
+    result = subprocess.run(
+        [sys.executable, "-c", GLOBAL_PROVIDER, f"sqlite:///{tmp_path / 'g.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "checkpoint.put"
