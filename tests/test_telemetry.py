@@ -6,52 +6,35 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_agent_memory import (
     InvalidValueError,
+    TimedInMemorySaver,
     create_store,
     generate_master_key,
 )
 from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     IDLE,
+    Target,
     operation,
     tracing,
-    use_tracer_provider,
 )
 from tests.helpers import config_for, sql_checkpointer
+from tests.otel import named, provider, spans
 from tests.pg import backend_params, backend_url
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def provider() -> Iterator[TracerProvider]:
-    """A tracer provider of this test's own, given to the package."""
-    provider = TracerProvider()
-    use_tracer_provider(provider)
-    yield provider
-    use_tracer_provider(None)
-    provider.shutdown()
-
-
-@pytest.fixture
-def spans(provider: TracerProvider) -> InMemorySpanExporter:
-    """The spans of this test."""
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+__all__ = ["provider", "spans"]  # fixtures
 
 
 @pytest.fixture(params=backend_params("sqlite", "postgres"))
@@ -59,13 +42,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     return backend_url(request, str(request.param), tmp_path / "chk.db")
 
 
-def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
-
-
 def test_nothing_is_recorded_without_a_provider() -> None:
     assert not tracing()
-    assert operation("checkpoint.put") is IDLE
+    assert operation("memory.record", Target("sqlite")) is IDLE
 
 
 def test_each_saver_operation_is_a_span_with_the_database_conventions(
@@ -258,3 +237,32 @@ def test_the_global_tracer_provider_is_used_once_the_application_sets_it(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "checkpoint.put"
+
+
+async def test_the_in_memory_saver_has_the_same_spans(spans: InMemorySpanExporter) -> None:
+    clock = [1_000_000.0]
+    with TimedInMemorySaver(ttl_seconds=60, clock=lambda: clock[0]) as saver:
+        config = config_for("mem-1")
+        saved = saver.put(config, empty_checkpoint(), {"step": -1}, {})
+        await saver.aput_writes(saved, [("x", 1)], task_id="task")
+        assert await saver.aget_tuple(config) is not None
+        assert len(list(saver.list(config))) == 1
+        saver.prune(["mem-1"], keep_last=1)
+        clock[0] += 3600
+        assert saver.sweep() == 1
+        saver.delete_thread("mem-1")
+    got = {s.name: dict(s.attributes or {}) for s in named(spans, "checkpoint.")}
+    assert set(got) == {
+        "checkpoint.put",
+        "checkpoint.put_writes",
+        "checkpoint.get_tuple",
+        "checkpoint.list",
+        "checkpoint.prune",
+        "checkpoint.sweep",
+        "checkpoint.delete_thread",
+    }
+    assert all(a["db.system.name"] == "memory" for a in got.values())
+    assert got["checkpoint.put"]["langgraph.thread_id"] == "mem-1"
+    assert got["checkpoint.get_tuple"]["agent_memory.result_count"] == 1
+    assert got["checkpoint.list"]["agent_memory.result_count"] == 1
+    assert got["checkpoint.sweep"]["agent_memory.thread_count"] == 1

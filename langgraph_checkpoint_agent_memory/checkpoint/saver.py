@@ -279,10 +279,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
         """
         writer, serde = self._writer, self.serde
-        with self._traced("put", config):
+        with self._traced("put", config) as op:
             result = self._write(
                 config,
-                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key, op),
             )
         self._after_write()
         return result
@@ -310,10 +310,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ```
         """
         writer, serde = self._writer, self.serde
-        with self._traced("put", config):
+        with self._traced("put", config) as op:
             result = await self._awrite(
                 config,
-                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key),
+                lambda key: writer.put(serde, config, checkpoint, metadata, new_versions, key, op),
             )
         self._after_write()
         return result
@@ -340,10 +340,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
         writer, serde = self._writer, self.serde
-        with self._traced("put_writes", config):
+        with self._traced("put_writes", config) as op:
             self._write(
                 config,
-                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key),
+                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key, op),
             )
         self._after_write()
 
@@ -368,10 +368,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
             ```
         """
         writer, serde = self._writer, self.serde
-        with self._traced("put_writes", config):
+        with self._traced("put_writes", config) as op:
             await self._awrite(
                 config,
-                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key),
+                lambda key: writer.put_writes(serde, config, writes, task_id, task_path, key, op),
             )
         self._after_write()
 

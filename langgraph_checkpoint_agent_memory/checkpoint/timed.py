@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -69,6 +69,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy, thread_serde
 from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
+from langgraph_checkpoint_agent_memory.checkpoint.timed_async import InlineAsync
 from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
 from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
     EMPTY,
@@ -76,6 +77,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
     Saved,
     ThreadData,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.traced import found, listed, swept, traced
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
     validate_interval,
@@ -98,7 +100,7 @@ SWEEP_BATCH = 256
 _write_row: Any = partial(tuple.__new__, WriteRow)
 
 
-class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
+class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -237,6 +239,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             thread = self._threads[thread_id] = ThreadData()
         return thread
 
+    @traced("sweep", swept)
     def sweep(self) -> int:
         """Evict every expired thread now; the sweeper calls this.
 
@@ -263,6 +266,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     # -- writes ----------------------------------------------------------------------------
 
+    @traced("put")
     def put(
         self,
         config: RunnableConfig,
@@ -324,6 +328,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
+    @traced("put_writes")
     def put_writes(
         self,
         config: RunnableConfig,
@@ -395,6 +400,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             pending_writes=pending_writes(serde, found.writes),
         )
 
+    @traced("get_tuple", found)
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; none once it expired.
 
@@ -457,6 +463,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 remaining -= 1
             yield self._decode(thread_id, ns, *listed)
 
+    @traced("list", listed)  # the span of finding what to list; tuples decode lazily
     def _list_candidates(
         self, config: RunnableConfig | None, before_id: str | None
     ) -> Sequence[tuple[str, str, str]]:
@@ -539,6 +546,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     # -- thread management -----------------------------------------------------------------
 
+    @traced("delete_thread")
     def delete_thread(self, thread_id: str) -> None:
         """Forget a thread, leaving a tombstone that refuses late writes into it.
 
@@ -599,6 +607,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._life.touch(dst, now)
             self._life.touch(src, now)
 
+    @traced("prune")
     def prune(
         self,
         thread_ids: Sequence[str],
@@ -632,69 +641,3 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
                     self._evict(thread_id, now)
                     continue
                 self._threads[thread_id].keep_latest(n, self._serde_for(thread_id).loads_typed)
-
-    # -- async API: the work is in-memory and short, so it runs inline ---------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Asynchronously :meth:`get_tuple` (in-memory work runs inline)."""
-        return self.get_tuple(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Asynchronously :meth:`list` (in-memory work runs inline)."""
-        for item in self.list(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Asynchronously :meth:`put` (in-memory work runs inline)."""
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Asynchronously :meth:`put_writes` (in-memory work runs inline)."""
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """Asynchronously :meth:`get_delta_channel_history` (in-memory work runs inline)."""
-        return self.get_delta_channel_history(config=config, channels=channels)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Asynchronously :meth:`delete_thread` (in-memory work runs inline)."""
-        self.delete_thread(thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Asynchronously :meth:`delete_for_runs` (in-memory work runs inline)."""
-        self.delete_for_runs(run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
-        self.copy_thread(source_thread_id, target_thread_id)
-
-    async def aprune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-    ) -> None:
-        """Asynchronously :meth:`prune` (in-memory work runs inline)."""
-        self.prune(thread_ids, strategy=strategy, keep_last=keep_last)

@@ -30,7 +30,8 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db.database import Plan, T, adrive, drive
 from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, tracing
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
 
 #: Times a read is run again after loading the data keys it lacked.
 KEY_ATTEMPTS = 3
@@ -68,18 +69,24 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
     def _traced(self, name: str, config: RunnableConfig | None = None) -> Any:
         """The span of operation ``name`` on ``config``'s thread (its id left out with
         encryption on: ids are what an operator filters by, and may name a user)."""
-        if not tracing():
+        if not live():
             return IDLE
         conf = (config or {}).get("configurable", {})
         return db_operation(
             f"checkpoint.{name}",
-            self.dialect.name,
+            target_of(self.db),
             "am_checkpoints",
             **{
                 "langgraph.thread_id": None if self.keyring else conf.get("thread_id"),
                 "langgraph.checkpoint_ns": conf.get("checkpoint_ns"),
             },
         )
+
+    def _swept(self, op: Any, swept: builtins.list[str]) -> None:
+        """Count what a sweep removed: on its span, and in
+        ``agent_memory.checkpoint.threads_swept``."""
+        op.set("agent_memory.thread_count", len(swept))
+        metrics.add("threads_swept", len(swept), {"db.system.name": target_of(self.db).system})
 
     # -- keys (encryption on) --------------------------------------------------------------
 
@@ -318,7 +325,7 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             swept = self._read(lambda: self._maintenance.sweep(self.serde))
             if self._maintenance.activity.strategy == "delete":
                 self._destroy_keys(swept)
-            op.set("agent_memory.thread_count", len(swept))
+            self._swept(op, swept)
         return swept
 
     async def asweep(self) -> builtins.list[str]:
@@ -333,7 +340,7 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             swept = await self._aread(lambda: self._maintenance.sweep(self.serde))
             if self._maintenance.activity.strategy == "delete":
                 await self._adestroy_keys(swept)
-            op.set("agent_memory.thread_count", len(swept))
+            self._swept(op, swept)
         return swept
 
     # -- encryption ------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
 from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE
 
 
 class Writer:
@@ -68,9 +69,11 @@ class Writer:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         key: DataKey | None = None,
+        op: Any = IDLE,
     ) -> Plan[RunnableConfig]:
         """Store ``checkpoint`` and the blobs of the channels in ``new_versions``; with
-        ``key`` (encryption on), the body, metadata and blobs sealed with it."""
+        ``key`` (encryption on), the body, metadata and blobs sealed with it; the bytes
+        stored are told to the operation ``op`` (its span and metrics)."""
         thread_id, ns, parent_id = thread_coordinates(config)
         activity = self.activity
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -99,6 +102,8 @@ class Writer:
         if key is not None:
             Sealer.seal_blob_rows(key, encoded.blob_rows)
             Sealer.seal_checkpoint_row(key, row)
+        if op.live:
+            op.written(_size(row, "checkpoint", "metadata") + _blobs(encoded.blob_rows))
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fast = d.fast_write("put", touch, {**thread, **row}, {"b": encoded.blob_rows})
@@ -130,9 +135,10 @@ class Writer:
         task_id: str,
         task_path: str,
         key: DataKey | None = None,
+        op: Any = IDLE,
     ) -> Plan[None]:
         """Store a task's writes: first write wins, special channels upsert; with ``key``
-        (encryption on), their values sealed with it."""
+        (encryption on), their values sealed with it; the bytes told to ``op``."""
         thread_id, ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ConfigurationError(
@@ -173,6 +179,7 @@ class Writer:
         if key is not None:
             Sealer.seal_write_rows(key, first_wins)
             Sealer.seal_write_rows(key, replacing)
+        op.written(_blobs(first_wins) + _blobs(replacing))  # a sum of a few lengths
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fixed = {
@@ -261,3 +268,14 @@ class Writer:
             raise thread_deleted(thread_id, parent_id or "")
         statements.append(Stmt(S.revive_thread(d), thread))
         yield Batch([*statements, *writes], write=True)
+
+
+def _size(row: dict[str, Any], *columns: str) -> int:
+    """Bytes of ``row``'s ``columns`` (bytes, or text counted as UTF-8 would be close
+    enough: its length)."""
+    return sum(len(row[c]) for c in columns if row.get(c) is not None)
+
+
+def _blobs(rows: Sequence[dict[str, Any]]) -> int:
+    """Bytes of the ``blob`` column of ``rows``."""
+    return sum(_size(r, "blob") for r in rows)

@@ -75,6 +75,27 @@ class Migration:
     statements: Sequence[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """What one connection pool holds now, for OpenTelemetry's connection metrics.
+
+    Args:
+        name: Names the pool (its database, password masked, and ``sync``/``async``).
+        used: Connections lent out.
+        idle: Connections open and free.
+        max: The most connections the pool opens.
+        pending: Callers waiting for a connection.
+        wait_seconds: Seconds callers waited for a connection since the pool opened.
+    """
+
+    name: str
+    used: int
+    idle: int
+    max: int
+    pending: int
+    wait_seconds: float
+
+
 class Database(Generic[ConnT]):
     """A connection source of one dialect, with sync and async plan runners.
 
@@ -103,6 +124,14 @@ class Database(Generic[ConnT]):
     def describe(self) -> str:
         """Where this database is, with any password masked."""
         return self.dialect.name
+
+    def server(self) -> tuple[str | None, int | None]:
+        """The server's host and port (``None`` when there is no server, or unknown)."""
+        return None, None
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """What this database's connection pools hold now (none open: an empty list)."""
+        return []
 
 
 Y = TypeVar("Y")

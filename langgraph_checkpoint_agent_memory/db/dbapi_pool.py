@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.database import PoolUsage
 from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavailableError
 
 
@@ -94,6 +96,9 @@ class DbApiPool:
         self._slots = threading.BoundedSemaphore(self._size)
         #: every connection open now, for :meth:`close` and for a forked child
         self._open: dict[int, Any] = {}
+        #: callers waiting for a connection, and the seconds callers have waited
+        self._pending = 0
+        self._waited = 0.0
 
     def after_fork(self) -> None:
         """In a forked child: the parent's connections are set aside untouched; new ones
@@ -121,7 +126,7 @@ class DbApiPool:
         said it was lost (then it is closed, and the next checkout opens another)."""
         if self._closed:
             raise ClosedError(f"the saver for {self._describe()} was closed")
-        if not self._slots.acquire(timeout=self._timeout):
+        if not self._slots.acquire(blocking=False) and not self._wait_for_slot():
             raise DatabaseUnavailableError(
                 f"every connection to {self._describe()} stayed busy for {self._timeout:g} s"
             )
@@ -142,6 +147,26 @@ class DbApiPool:
                     self._discard(conn)
         finally:
             self._slots.release()
+
+    def _wait_for_slot(self) -> bool:
+        """Wait for a connection to come back (every one is lent out), counted for
+        :meth:`usage`; whether one did within the timeout."""
+        started = time.perf_counter()
+        with self._lock:
+            self._pending += 1
+        try:
+            return self._slots.acquire(timeout=self._timeout)
+        finally:
+            with self._lock:
+                self._pending -= 1
+                self._waited += time.perf_counter() - started
+
+    def usage(self, name: str) -> PoolUsage:
+        """What the pool holds now, named ``name``."""
+        with self._lock:
+            open_now, pending, waited = len(self._open), self._pending, self._waited
+        idle = min(self._idle.qsize(), open_now)
+        return PoolUsage(name, open_now - idle, idle, self._size, pending, waited)
 
     def _checkout(self) -> Any:
         """An idle connection that passes the check, or a new one."""

@@ -22,7 +22,15 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import AddConstraint
 
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
+    Database,
+    Plan,
+    PoolUsage,
+    Stmt,
+    T,
+    drive,
+)
 from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
 from langgraph_checkpoint_agent_memory.db.dialect import (
     AnnConfig,
@@ -386,6 +394,15 @@ class HanaDatabase(Database[Any]):
                 describe=self.describe,
             )
         return self._pool
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """The connection pool, once opened."""
+        return [] if self._pool is None else [self._pool.usage(self.describe())]
+
+    def server(self) -> tuple[str | None, int | None]:
+        """hdbcli's ``address`` and ``port``."""
+        port = self.connect_args.get("port")
+        return self.connect_args.get("address"), int(port) if port is not None else None
 
     def describe(self) -> str:
         if self._url:

@@ -25,6 +25,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Batch,
     Database,
     Plan,
+    PoolUsage,
     T,
     adrive,
     drive,
@@ -160,6 +161,45 @@ class PostgresDatabase(Database[Any]):
         if self._conninfo is not None:
             return mask_conninfo(self._conninfo)
         return f"postgresql ({type(self._sync or self._async).__name__})"
+
+    def server(self) -> tuple[str | None, int | None]:
+        """The host and port of the conninfo (the first of a list), as libpq reads them."""
+        if self._conninfo is None:
+            return None, None
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            params = conninfo_to_dict(self._conninfo)
+        except Exception:  # an unreadable conninfo fails later, with a message of its own
+            return None, None
+        host = str(params.get("host") or params.get("hostaddr") or "").split(",")[0]
+        port = str(params.get("port") or "").split(",")[0]
+        return host or None, int(port) if port.isdigit() else None
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """The usage of the pools (sync and async) open now, from psycopg_pool's
+        ``get_stats()``; a single connection passed in has no pool to report."""
+        import psycopg_pool
+
+        usage = []
+        for kind, pool in (("sync", self._sync), ("async", self._async)):
+            if not isinstance(
+                pool, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
+            ):
+                continue
+            stats = pool.get_stats()
+            size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
+            usage.append(
+                PoolUsage(
+                    name=f"{self.describe()} ({kind})",
+                    used=max(size - available, 0),
+                    idle=available,
+                    max=stats.get("pool_max", pool.max_size),
+                    pending=stats.get("requests_waiting", 0),
+                    wait_seconds=stats.get("requests_wait_ms", 0) / 1000,
+                )
+            )
+        return usage
 
     def _pool_options(self, *, sync: bool) -> dict[str, Any]:
 

@@ -27,7 +27,15 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
+    Database,
+    Plan,
+    PoolUsage,
+    Stmt,
+    T,
+    drive,
+)
 from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
@@ -397,6 +405,11 @@ class SQLiteDatabase(Database[Any]):
         pool = self._pool
         self._fresh_connections()
         self._pool = pool
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """The file's connection pool (a private in-memory database or a connection
+        passed in has none)."""
+        return [] if self._pool is None else [self._pool.usage(self.describe())]
 
     def describe(self) -> str:
         if self.given is not None:

@@ -48,6 +48,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
 from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
+from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 #: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
 OPENED_NAMESPACES = 256
@@ -293,7 +294,9 @@ class Ranker:
         key = (base["ns"], one)
         with self.lock:
             cached = self.opened.get(key)
-            if cached is not None and cached[0] == fingerprint:
+            hit = cached is not None and cached[0] == fingerprint
+            metrics.cache_lookup("opened_vectors", hit)
+            if cached is not None and hit:
                 self.opened.move_to_end(key)
                 return cached[1]
         [found] = yield Batch(
@@ -325,7 +328,7 @@ class Ranker:
         for the approximate path (counts cached as BM25's statistics are)."""
         key = (base["ns"], index.name)
         counts = self.vector_counts.get(key)
-        if not self._fresh(counts):
+        if not self._fresh(counts, "vector_counts"):
             params = {**base, "cap": self.count_cap, "index": index.relation}
             counts_sql = self.statements.vector_counts(index, scoped(base))
             [rows] = yield Batch([Stmt(counts_sql, params, fetch=True)])
@@ -335,14 +338,16 @@ class Ranker:
         assert counts is not None
         return self.takes_index(counts[0], counts[1], want)
 
-    def _fresh(self, entry: tuple[int, float, float, int] | None) -> bool:
-        """Whether a cached ``(count, value, when read, writes then)`` still serves: read
-        less than :attr:`stats_seconds` ago, and this store has since written at most a
-        tenth as many items as were counted."""
-        return entry is not None and (
+    def _fresh(self, entry: tuple[int, float, float, int] | None, cache: str) -> bool:
+        """Whether a cached ``(count, value, when read, writes then)`` of the cache named
+        ``cache`` still serves: read less than :attr:`stats_seconds` ago, and this store has
+        since written at most a tenth as many items as were counted."""
+        fresh = entry is not None and (
             self._clock() - entry[2] < self.stats_seconds
             and self.writes - entry[3] <= entry[0] // 10
         )
+        metrics.cache_lookup(cache, fresh)
+        return fresh
 
     def _remember(
         self,
@@ -391,7 +396,7 @@ class Ranker:
         params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
         key = (base["ns"], exact)
         stats = self.stats.get(key)
-        fresh = self._fresh(stats)
+        fresh = self._fresh(stats, "text_statistics")
         one = scoped(base)
         statements = [Stmt(self.statements.term_counts(n, exact, one), params, fetch=True)]
         if not fresh:
@@ -469,7 +474,9 @@ class Ranker:
         fingerprint = (int(found.items), float(found.latest or 0.0))
         with self.lock:
             cached = self.matrices.get(ns)
-            if cached is not None and cached[0] == fingerprint:
+            hit = cached is not None and cached[0] == fingerprint
+            metrics.cache_lookup("matrices", hit)
+            if cached is not None and hit:
                 self.matrices.move_to_end(ns)
                 return cached[1], cached[2]
         if self.sealer is None:

@@ -57,24 +57,28 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
-    ItemKey,
     ItemRow,
     StoreStatements,
     ns_text,
     scoped,
 )
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
+from langgraph_checkpoint_agent_memory.store import expiry
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
+from langgraph_checkpoint_agent_memory.store.expiry import sweep_plan
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
 from langgraph_checkpoint_agent_memory.store.traced import batch_span
+from langgraph_checkpoint_agent_memory.telemetry.tracing import live
 
 T = TypeVar("T")
+#: A batch's puts, by namespace and key (the last of each).
+Puts = dict[tuple[str, str], PutOp]
 
 #: What ``index`` accepts: LangGraph's ``IndexConfig``, with ``PostgresIndexConfig``'s
 #: ``ann_index_config`` (plus ``ef_search``), or ``"default"`` for the offline embedder.
@@ -388,18 +392,20 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
-        with batch_span(self.db.dialect.name, ops, sealed=self.sealer is not None):
-            ops, puts = V.checked_batch(ops)  # a refused batch is an error span too
-            result = self._batch(ops, puts)
+        if not live():  # the common case, without even an idle span's cost
+            result, puts = self._batch(*V.checked_batch(ops))
+        else:
+            with batch_span(self.db, ops, sealed=self.sealer is not None):
+                result, puts = self._batch(*V.checked_batch(ops))  # refused: an error span
         self._after_write(puts)
         return result
 
-    def _batch(self, ops: list[Op], puts: dict[tuple[str, str], PutOp]) -> list[Result]:
+    def _batch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
         query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
         if self.sealer is None:
-            return self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+            return self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors)), puts
         self._ready()
 
         def plan() -> Plan[list[Result]]:
@@ -407,28 +413,32 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             self.sealer.preload(self._owners(puts))
             return self._batch_plan(ops, puts, vectors, query_vectors)
 
-        return self.sealer.call(self.run_plan, plan)
+        return self.sealer.call(self.run_plan, plan), puts
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
-        with batch_span(self.db.dialect.name, ops, sealed=self.sealer is not None):
-            ops, puts = V.checked_batch(ops)  # a refused batch is an error span too
-            result = await self._abatch(ops, puts)
+        if not live():
+            result, puts = await self._abatch(*V.checked_batch(ops))
+        else:
+            with batch_span(self.db, ops, sealed=self.sealer is not None):
+                result, puts = await self._abatch(*V.checked_batch(ops))
         self._after_write(puts)
         return result
 
-    async def _abatch(self, ops: list[Op], puts: dict[tuple[str, str], PutOp]) -> list[Result]:
+    async def _abatch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
         found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
         query_vectors = dict(zip(queries, found, strict=True))
         if self.sealer is None:
-            return await self.arun_plan(self._batch_plan(ops, puts, vectors, query_vectors))
+            plan = self._batch_plan(ops, puts, vectors, query_vectors)
+            return await self.arun_plan(plan), puts
         await self._aready()
-        return await self.sealer.acall(
+        result = await self.sealer.acall(
             self._arun_preloaded(self._owners(puts)),
             lambda: self._batch_plan(ops, puts, vectors, query_vectors),
         )
+        return result, puts
 
     def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
@@ -646,33 +656,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
         """Async :meth:`delete_namespace`."""
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
-    def _sweep_plan(self, batch_size: int = 1000) -> Plan[int]:
-        # Candidates are read without row locks (they span shards); each delete names its
-        # item's shard key, and deleting an item another sweep deleted first is a no-op.
-        removed = 0
-        while True:
-            [rows] = yield Batch(
-                [
-                    Stmt(
-                        self.statements.expired(),
-                        {"now": self._clock(), "n": batch_size},
-                        fetch=True,
-                    )
-                ],
-                lock=True,
-                hold=True,
-            )
-            if not rows:
-                yield Batch([], write=True)
-                return removed
-            keys = [ItemKey._make(r)._asdict() for r in rows]
-            yield Batch(
-                [Stmt(sql, keys, many=True) for sql in self.statements.delete_item()], write=True
-            )
-            removed += len(rows)
-            if len(rows) < batch_size:
-                return removed
-
     def sweep(self) -> int:
         """Delete expired items now (expired items are invisible at once; this reclaims
         their rows), with their vectors and text index.
@@ -688,8 +671,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
                 store.sweep()
             ```
         """
-        return self.run_plan(self._sweep_plan())
+        return expiry.sweep(self.run_plan, self.db, sweep_plan(self.statements, self._clock))
 
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
-        return await self.arun_plan(self._sweep_plan())
+        plan = sweep_plan(self.statements, self._clock)
+        return await expiry.asweep(self.arun_plan, self.db, plan)

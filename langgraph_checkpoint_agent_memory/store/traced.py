@@ -9,7 +9,8 @@ from typing import Any
 
 from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
 
-from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, tracing
+from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
 
 
 def _kind(op: Op) -> str:
@@ -32,10 +33,10 @@ def _namespace(op: Op) -> tuple[str, ...] | None:
     return None
 
 
-def batch_span(system: str, ops: Sequence[Op], *, sealed: bool) -> Any:
-    """The span of a batch of ``ops`` on a store whose dialect is ``system``; the namespace
-    is left out when the store is ``sealed`` (encryption on: namespaces may name users)."""
-    if not tracing():
+def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
+    """The span of a batch of ``ops`` on a store in ``database``; the namespace is left out
+    when the store is ``sealed`` (encryption on: namespaces may name users)."""
+    if not live():
         return IDLE
     kinds = {_kind(op) for op in ops}
     name = kinds.pop() if len(kinds) == 1 else "batch"
@@ -43,7 +44,7 @@ def batch_span(system: str, ops: Sequence[Op], *, sealed: bool) -> Any:
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
     return db_operation(
         f"store.{name}",
-        system,
+        target_of(database),
         "am_store_items",
         **{"agent_memory.namespace": namespace, "agent_memory.op_count": len(ops)},
     )

@@ -6,23 +6,31 @@ whatever span is current (LangGraph's, the application's), with ``db.system.name
 ``db.operation.name``, ``server.address`` and what an operator filters by. An exception
 marks the span as an error, with ``error.type``.
 
-No cost when off: without ``opentelemetry-api`` installed, or while the application has
-not set a tracer provider, :func:`operation` returns one shared object that does nothing.
+The same object measures the operation's duration for the metrics (see :mod:`.metrics`).
+No cost when off: without ``opentelemetry-api`` installed, or while the application has set
+neither a tracer nor a meter provider, :func:`operation` returns one shared object that does
+nothing.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+
+from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.metrics import RECHECK_SECONDS, SCOPE
 
 try:  # the [otel] extra
     from opentelemetry import trace as _trace
 except ImportError:  # pragma: no cover - exercised in a process without it
     _trace = None  # type: ignore[assignment]
 
-#: The instrumentation scope of every span and instrument of the package.
-SCOPE = "langgraph_checkpoint_agent_memory"
+__all__ = ["IDLE", "SCOPE", "Target", "db_operation", "live", "operation", "target_of", "tracing"]
+
 #: ``db.system.name`` of each dialect (OpenTelemetry's well-known values).
 SYSTEMS = {"sqlite": "sqlite", "postgresql": "postgresql", "hana": "sap.hana"}
 
@@ -30,9 +38,10 @@ AttributeValue = str | bool | int | float
 
 
 class _Idle:
-    """The operation when tracing is off: enters and leaves, records nothing."""
+    """The operation when telemetry is off: enters and leaves, records nothing."""
 
     recording = False
+    live = False
 
     def __enter__(self) -> _Idle:
         return self
@@ -43,8 +52,61 @@ class _Idle:
     def set(self, name: str, value: AttributeValue | None) -> None:
         """Nothing to record."""
 
+    def fail(self, error_type: str, description: str = "") -> None:
+        """Nothing to record."""
+
+    def written(self, size: int) -> None:
+        """Nothing to record."""
+
 
 IDLE = _Idle()
+
+
+@dataclass(frozen=True)
+class Target:
+    """What spans and metrics say of a database: ``db.system.name``, ``server.address``,
+    ``server.port``.
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+        >>> Target.of(SQLiteDatabase(":memory:")).attributes()
+        {'db.system.name': 'sqlite'}
+    """
+
+    system: str
+    address: str | None = None
+    port: int | None = None
+
+    @classmethod
+    def of(cls, database: Database[Any]) -> Target:
+        """The target of ``database`` (its dialect and server)."""
+        address, port = database.server()
+        return cls(SYSTEMS.get(database.dialect.name, "other_sql"), address, port)
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        """The conventions' attributes of this target (those known)."""
+        found = {"server.address": self.address, "server.port": self.port}
+        return {"db.system.name": self.system, **{k: v for k, v in found.items() if v}}
+
+
+_targets: weakref.WeakKeyDictionary[Any, Target] = weakref.WeakKeyDictionary()
+
+
+def target_of(database: Database[Any]) -> Target:
+    """``database``'s :class:`Target`, read once; its pools are reported in the connection
+    metrics from then on (:func:`.metrics.watch`).
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+        >>> target_of(SQLiteDatabase(":memory:")).system
+        'sqlite'
+    """
+    target = _targets.get(database)
+    if target is None:
+        target = _targets[database] = Target.of(database)
+        metrics.watch(database)
+    return target
+
 
 #: A tracer provider given to :func:`use_tracer_provider` (``None``: the global one).
 _provider: Any = None
@@ -65,54 +127,23 @@ def use_tracer_provider(provider: Any) -> None:
     """
     global _provider
     _provider = provider
+    metrics.recheck()
+
+
+_tracers: dict[str, Any] = {"provider": None, "tracer": None}
 
 
 def _tracer() -> Any:
+    """The package's tracer of the provider in use, made once per provider (an SDK makes
+    a new tracer, and checks its arguments, at each ``get_tracer``)."""
     assert _trace is not None
-    if _provider is not None:
-        return _provider.get_tracer(SCOPE)
-    return _trace.get_tracer(SCOPE)
+    provider = _provider if _provider is not None else _trace.get_tracer_provider()
+    if _tracers["provider"] is not provider:
+        _tracers["tracer"] = provider.get_tracer(SCOPE, metrics.version())
+        _tracers["provider"] = provider
+    return _tracers["tracer"]
 
 
-class _Traced:
-    """One operation's span, current while the ``with`` block runs."""
-
-    recording = True
-
-    def __init__(self, name: str, attributes: dict[str, AttributeValue]) -> None:
-        assert _trace is not None
-        self._manager = _tracer().start_as_current_span(
-            name,
-            kind=_trace.SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=True,
-            set_status_on_exception=True,
-        )
-        self._span: Any = None
-
-    def __enter__(self) -> _Traced:
-        self._span = self._manager.__enter__()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if error is not None and self._span is not None:
-            self._span.set_attribute("error.type", type(error).__qualname__)
-        self._manager.__exit__(kind, error, tb)
-
-    def set(self, name: str, value: AttributeValue | None) -> None:
-        """Add an attribute to the span (``None``: leave it out)."""
-        if value is not None and self._span is not None:
-            self._span.set_attribute(name, value)
-
-
-#: Seconds between two looks at OpenTelemetry's global tracer provider: the look costs
-#: about 0.7 µs (it reads the environment), a store read from memory about 20 µs.
-RECHECK_SECONDS = 1.0
 _global = {"on": False, "checked": -RECHECK_SECONDS}
 
 
@@ -132,31 +163,167 @@ def tracing() -> bool:
     return bool(_global["on"])
 
 
-def db_operation(
-    name: str, system: str, collection: str, **attributes: AttributeValue | None
-) -> _Idle | _Traced:
-    """:func:`operation` of a database client: ``<component>.<operation>`` (``name``) with
-    the conventions' ``db.system.name`` (of dialect ``system``), ``db.operation.name`` and
-    ``db.collection.name`` (the table the operation is about)."""
-    if not tracing():
+def live() -> bool:
+    """Whether operations are recorded at all: spans (:func:`tracing`) or metrics
+    (:func:`.metrics.metering`)."""
+    return metrics.live(tracing)
+
+
+class _Live:
+    """One operation: its span (current while the ``with`` block runs) when tracing is on,
+    its duration in ``histogram`` when metrics are on."""
+
+    __slots__ = (
+        "_histogram",
+        "_manager",
+        "_measured",
+        "_span",
+        "_started",
+        "_written",
+        "recording",
+    )
+    live = True
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        attributes: dict[str, AttributeValue],
+        histogram: Any,
+        measured: dict[str, AttributeValue],
+        traced: bool,
+    ) -> None:
+        self._manager: Any = None
+        if traced:
+            assert _trace is not None
+            self._manager = _tracer().start_as_current_span(
+                name,
+                kind=_trace.SpanKind.CLIENT if kind == "client" else _trace.SpanKind.INTERNAL,
+                attributes=attributes,
+                record_exception=True,
+                set_status_on_exception=True,
+            )
+        self.recording = self._manager is not None
+        self._span: Any = None
+        self._histogram = histogram
+        self._measured = measured
+        self._started = 0.0
+        self._written = 0
+
+    def __enter__(self) -> _Live:
+        if self._manager is not None:
+            self._span = self._manager.__enter__()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if error is not None:
+            self._error_type(type(error).__qualname__)
+        if self._histogram is not None:
+            self._histogram.record(time.perf_counter() - self._started, self._measured)
+            if self._written and error is None:
+                system = {"db.system.name": self._measured["db.system.name"]}
+                metrics.add("bytes_written", self._written, system)
+        if self._manager is not None:
+            self._manager.__exit__(kind, error, tb)
+
+    def _error_type(self, error_type: str) -> None:
+        self._measured = {**self._measured, "error.type": error_type}
+        self.set("error.type", error_type)
+
+    def set(self, name: str, value: AttributeValue | None) -> None:
+        """Add an attribute to the span (``None``: leave it out)."""
+        if value is not None and self._span is not None:
+            self._span.set_attribute(name, value)
+
+    def written(self, size: int) -> None:
+        """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
+        added to ``agent_memory.checkpoint.bytes_written`` once it succeeds (a write
+        built again, after data keys were loaded, replaces the size, never adds to it)."""
+        self._written = size
+        self.set("agent_memory.bytes_written", size)
+
+    def fail(self, error_type: str, description: str = "") -> None:
+        """Mark the operation failed without an exception (a consolidation job whose
+        extractor failed is recorded, not raised): ``error.type`` and an error status."""
+        self._error_type(error_type)
+        if self._span is not None:
+            assert _trace is not None
+            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, description or None))
+
+
+#: The attributes an operation is measured by, per operation and target (made once: an
+#: operation runs thousands of times a second, on a few targets).
+_measured: dict[tuple[str, Target, str | None, bool], dict[str, AttributeValue]] = {}
+
+
+def _measured_by(
+    name: str, target: Target, collection: str | None, client: bool
+) -> dict[str, AttributeValue]:
+    key = (name, target, collection, client)
+    found = _measured.get(key)
+    if found is None:
+        named: dict[str, AttributeValue] = (
+            {"db.operation.name": name.rsplit(".", 1)[-1]}
+            if client
+            else {"agent_memory.operation.name": name}
+        )
+        if collection is not None:
+            named["db.collection.name"] = collection
+        found = _measured[key] = {**target.attributes(), **named}
+    return found
+
+
+def _start(
+    name: str,
+    target: Target,
+    collection: str | None,
+    attributes: dict[str, Any],
+    *,
+    client: bool,
+) -> _Idle | _Live:
+    made, traced = metrics.instruments(), tracing()
+    if made is None and not traced:
         return IDLE
-    conventions: dict[str, AttributeValue | None] = {
-        "db.system.name": SYSTEMS.get(system, "other_sql"),
-        "db.operation.name": name.rsplit(".", 1)[-1],
-        "db.collection.name": collection,
-    }
-    return operation(name, **conventions, **attributes)
+    measured = _measured_by(name, target, collection, client)
+    histogram = None
+    if made is not None:
+        histogram = made.db_duration if client else made.memory_duration
+    described = measured
+    if traced:
+        described = {**measured, **{k: v for k, v in attributes.items() if v is not None}}
+    return _Live(name, "client" if client else "internal", described, histogram, measured, traced)
 
 
-def operation(name: str, **attributes: AttributeValue | None) -> _Idle | _Traced:
-    """The span of one operation, to run the operation in: ``with operation("checkpoint.put",
-    **{"db.system.name": "sqlite"}) as op: ...``; ``op.set(...)`` adds what is learned on
-    the way (counts, bytes). Attributes that are ``None`` are left out.
+def db_operation(
+    name: str, target: Target, collection: str | None, **attributes: AttributeValue | None
+) -> _Idle | _Live:
+    """The operation of a database client: ``<component>.<operation>`` (``name``), a
+    ``CLIENT`` span with the conventions' ``db.system.name``, ``server.address``,
+    ``db.operation.name`` and ``db.collection.name`` (the table the operation is about),
+    measured in ``db.client.operation.duration``; ``collection`` ``None``: no table (the
+    in-memory saver).
 
     Example:
-        >>> with operation("checkpoint.get_tuple", **{"db.system.name": "sqlite"}) as op:
+        >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
         ...     op.set("agent_memory.result_count", 1)
     """
-    if not tracing():
-        return IDLE
-    return _Traced(name, {k: v for k, v in attributes.items() if v is not None})
+    return _start(name, target, collection, attributes, client=True)
+
+
+def operation(name: str, target: Target, **attributes: AttributeValue | None) -> _Idle | _Live:
+    """The span of one operation of agent memory (``memory.record``, ...), to run the
+    operation in, measured in ``agent_memory.operation.duration``: ``with
+    operation("memory.record", target) as op: ...``; ``op.set(...)`` adds what is learned on
+    the way (counts). Attributes that are ``None`` are left out.
+
+    Example:
+        >>> with operation("memory.recall", Target("sqlite")) as op:
+        ...     op.set("agent_memory.result_count", 1)
+    """
+    return _start(name, target, None, attributes, client=False)

@@ -1,0 +1,79 @@
+"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`), as the
+SQL savers have them: ``checkpoint.put``, ``checkpoint.get_tuple``, ... with
+``db.system.name`` ``memory`` and the thread (left out with encryption on)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import (
+    AttributeValue,
+    Target,
+    db_operation,
+    live,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The target of the in-memory saver's operations: no database, no server.
+MEMORY = Target("memory")
+
+
+def _thread(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The thread a call is about: a config's, a thread id, or none."""
+    first = args[0] if args else kwargs.get("config", kwargs.get("thread_id"))
+    if isinstance(first, Mapping):
+        return (first.get("configurable") or {}).get("thread_id")
+    return first if isinstance(first, str) else None
+
+
+def traced(
+    name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
+) -> Callable[[F], F]:
+    """Run a method of the in-memory saver in the span ``checkpoint.<name>``, with the
+    thread its first argument names and the attributes ``counts`` reads from its result.
+
+    Example:
+        >>> class Saver:
+        ...     keyring = None
+        ...     @traced("get_tuple")
+        ...     def get_tuple(self, config): return None
+        >>> Saver().get_tuple({"configurable": {"thread_id": "t"}}) is None
+        True
+    """
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(saver: Any, *args: Any, **kwargs: Any) -> Any:
+            if not live():
+                return method(saver, *args, **kwargs)
+            thread = None if saver.keyring is not None else _thread(args, kwargs)
+            with db_operation(
+                f"checkpoint.{name}", MEMORY, None, **{"langgraph.thread_id": thread}
+            ) as op:
+                result = method(saver, *args, **kwargs)
+                for key, value in (counts(result) if counts else {}).items():
+                    op.set(key, value)
+                return result
+
+        return cast(F, run)
+
+    return wrap
+
+
+def found(result: Any) -> dict[str, AttributeValue]:
+    """Whether a read found its checkpoint."""
+    return {"agent_memory.result_count": int(result is not None)}
+
+
+def listed(result: Any) -> dict[str, AttributeValue]:
+    """How many checkpoints a listing selected."""
+    return {"agent_memory.result_count": len(result)}
+
+
+def swept(result: int) -> dict[str, AttributeValue]:
+    """How many threads a sweep evicted, also counted in the swept-threads metric."""
+    metrics.add("threads_swept", result, {"db.system.name": MEMORY.system})
+    return {"agent_memory.thread_count": result}
