@@ -31,9 +31,16 @@ from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, 
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.recording import record_plan
+from langgraph_checkpoint_agent_memory.memory.running import Running
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
-from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+from langgraph_checkpoint_agent_memory.memory.traced import (
+    erase_counts,
+    item_count,
+    recalled_counts,
+    report_counts,
+    traced,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -44,7 +51,7 @@ if TYPE_CHECKING:
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 
 
-class AgentMemory(Generic[StoreT]):
+class AgentMemory(Running, Generic[StoreT]):
     """Long-term memory for agents: record turns, consolidate them into facts, recall.
 
     Args:
@@ -99,7 +106,6 @@ class AgentMemory(Generic[StoreT]):
         self.context = MemoryContext.of(store, self.settings, as_extractor(extractor), clock)
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)
-        self._worker: MemoryWorker | None = None
         self._nodes = GraphNodes(self)
 
     @property
@@ -275,6 +281,7 @@ class AgentMemory(Generic[StoreT]):
 
     # -- recall ----------------------------------------------------------------------------
 
+    @traced("recall", counts=recalled_counts)
     def recall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
@@ -298,12 +305,14 @@ class AgentMemory(Generic[StoreT]):
         """
         return self.context.run_steps(self._recaller.steps(scope, query, options))
 
+    @traced("recall", counts=recalled_counts)
     async def arecall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> R.Recalled:
         """Async :meth:`recall`."""
         return await self.context.arun_steps(self._recaller.steps(scope, query, options))
 
+    @traced("build_context")
     def build_context(
         self,
         scope: ScopeLike,
@@ -335,6 +344,7 @@ class AgentMemory(Generic[StoreT]):
         """
         return self.recall(scope, query, budget_tokens=budget_tokens, as_of=as_of).text
 
+    @traced("build_context")
     async def abuild_context(
         self,
         scope: ScopeLike,
@@ -362,6 +372,7 @@ class AgentMemory(Generic[StoreT]):
 
         return lambda: record_plan(self.context, scope, messages, options, reinforcements=take)
 
+    @traced("record")
     def record(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
@@ -389,6 +400,7 @@ class AgentMemory(Generic[StoreT]):
         """
         return self.context.run(self._record_plan(scope, messages, options))
 
+    @traced("record")
     async def arecord(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
@@ -397,6 +409,7 @@ class AgentMemory(Generic[StoreT]):
 
     # -- consolidation, decay --------------------------------------------------------------
 
+    @traced("consolidate", counts=report_counts)
     def consolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
@@ -422,6 +435,7 @@ class AgentMemory(Generic[StoreT]):
         steps = C.consolidate_steps(self.context, scope=scope_key(scope), max_jobs=max_jobs)
         return self.context.run_steps(steps)
 
+    @traced("consolidate", counts=report_counts)
     async def aconsolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
     ) -> C.Report:
@@ -440,6 +454,7 @@ class AgentMemory(Generic[StoreT]):
         if rows:
             await self.context.arun(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
+    @traced("decay", counts=item_count)
     def decay(self, scope: ScopeLike | None = None) -> int:
         """Delete every unpinned fact and episode whose importance decayed under the
         ``decay_threshold`` setting (importance falls by ``decay_rate`` a day and is restored
@@ -459,6 +474,7 @@ class AgentMemory(Generic[StoreT]):
         self._flush()
         return self.context.run_again(lambda: upkeep.decay_plan(self.context, scope))
 
+    @traced("decay", counts=item_count)
     async def adecay(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`decay`."""
         await self._aflush()
@@ -477,6 +493,7 @@ class AgentMemory(Generic[StoreT]):
 
     # -- operations ------------------------------------------------------------------------
 
+    @traced("erase", counts=erase_counts)
     def erase(self, scope: ScopeLike) -> dict[str, int]:
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
         ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
@@ -501,6 +518,7 @@ class AgentMemory(Generic[StoreT]):
         self._recaller.forget_queued()
         return counts
 
+    @traced("erase", counts=erase_counts)
     async def aerase(self, scope: ScopeLike) -> dict[str, int]:
         """Async :meth:`erase`."""
         counts = await erasing.aerase(self.context, scope, self.checkpointer)
@@ -631,56 +649,6 @@ class AgentMemory(Generic[StoreT]):
             found = await sweep()
             removed += len(found) if isinstance(found, list) else int(found or 0)
         return removed
-
-    # -- the background worker -------------------------------------------------------------
-
-    def worker(self) -> MemoryWorker:
-        """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
-        if self._worker is None:
-            st = self.settings
-            self._worker = MemoryWorker(
-                self,
-                consolidate_every=st.consolidate_every_seconds,
-                decay_every=st.decay_every_seconds,
-                sweep_every=st.sweep_every_seconds,
-            )
-        return self._worker
-
-    def start(self) -> MemoryWorker:
-        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals
-        (``consolidate_every_seconds``, ``decay_every_seconds``, ``sweep_every_seconds``).
-
-        Returns:
-            The running :class:`MemoryWorker`; :meth:`stop` stops it.
-
-        Example:
-            ```python
-            memory.start()
-            try:
-                ...  # serve the app
-            finally:
-                memory.stop()
-            ```
-        """
-        w = self.worker()
-        w.start()
-        return w
-
-    def stop(self) -> None:
-        """Stop the worker of :meth:`start`."""
-        if self._worker is not None:
-            self._worker.stop()
-
-    async def astart(self) -> MemoryWorker:
-        """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
-        w = self.worker()
-        await w.astart()
-        return w
-
-    async def astop(self) -> None:
-        """Stop the task of :meth:`astart`."""
-        if self._worker is not None:
-            await self._worker.astop()
 
     def setup(self) -> None:
         """Create or migrate the store's and memory's tables (also done on first use).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
-from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.migrations import Component
 from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
@@ -41,6 +41,9 @@ class MemoryStore(Protocol):
     statements join with, in one database that runs memory's plans in transactions."""
 
     dialect: Dialect
+    #: The database the store keeps its items in (its pools and server are what memory's
+    #: spans and metrics report).
+    db: Database[Any]
     #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes:
     #: memory writes store items through them and keys its rows by their shard rule (the
     #: depth recorded at setup lives there). Read once, by ``MemoryContext.of``, and handed

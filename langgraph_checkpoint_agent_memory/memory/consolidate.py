@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
@@ -37,7 +37,16 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     digest,
 )
-from langgraph_checkpoint_agent_memory.memory.steps import Embed, Extract, RunPlan, Search, Steps
+from langgraph_checkpoint_agent_memory.memory.steps import (
+    Embed,
+    Extract,
+    RunPlan,
+    Search,
+    Steps,
+    Within,
+    one,
+)
+from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.memory.writes import (
     Decider,
     FactWrites,
@@ -47,6 +56,8 @@ from langgraph_checkpoint_agent_memory.memory.writes import (
     apply_facts,
     as_blob,
 )
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 logger = logging.getLogger(__name__)
 
@@ -138,11 +149,37 @@ def job_steps(
         return None
     version = context.extractor.version
     job = Job(claim, job_id(claim.scope, claim.episode_keys, version), version, started)
+    attributes = {
+        "agent_memory.job.id": job.id,
+        "agent_memory.episode_count": len(claim.episode_keys),
+    }
+    result: JobResult = yield Within(
+        lambda: memory_span(context, "consolidate.job", claim.scope, **attributes),
+        _job_steps(context, job),
+        lambda op, result: _job_ended(context, op, result),
+    )
+    return result
+
+
+def _job_steps(context: MemoryContext, job: Job) -> Steps[JobResult]:
+    """Learn from the job's episodes and apply what was learned; a failure to learn fails
+    the job (recorded, not raised)."""
     try:
         learned = yield from learn_steps(context, job)
     except Exception as exc:  # the extractor's, the model's, anything: the job fails
         return (yield from _fail(context, job, str(exc) or type(exc).__name__))
     return (yield from _apply(context, job, learned))
+
+
+def _job_ended(context: MemoryContext, op: Any, result: JobResult) -> None:
+    """Tell a job's span and the jobs counter how it ended."""
+    op.set("agent_memory.job.status", result.status)
+    for name in ("added", "confirmed", "superseded"):
+        op.set(f"agent_memory.{name}_count", len(getattr(result, name)))
+    if result.status in ("failed", "parked"):
+        op.fail(f"job_{result.status}", result.error or "")
+    system = {"db.system.name": target_of(context.store.db).system}
+    metrics.add("jobs", 1, {**system, "agent_memory.job.status": result.status})
 
 
 class JobRecord(TypedDict):
@@ -235,7 +272,18 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
     limit = context.settings.relevant_facts
     found = yield Search(context.namespace(scope, "facts"), query, limit)
     relevant = [Fact.from_value(i.key, i.value) for i in found]
-    extraction = yield Extract(context.extractor, ExtractionRequest(scope, episodes, relevant))
+    extraction = yield Within(
+        lambda: memory_span(
+            context,
+            "extract",
+            claim.scope,
+            **{
+                "agent_memory.episode_count": len(episodes),
+                "agent_memory.extractor": type(context.extractor).__name__,
+            },
+        ),
+        one(Extract(context.extractor, ExtractionRequest(scope, episodes, relevant))),
+    )
     # an answer that does not summarise every episode on its own fails the job
     summaries = episode_summaries(extraction, episodes)
     learned = Learned(scope, claim.scope, episodes, extraction, summaries)

@@ -9,7 +9,7 @@ SQL for the store's dialect, the settings, the extractor, the decay policy and t
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
@@ -20,6 +20,8 @@ from langgraph_checkpoint_agent_memory.memory.extract import Extractor
 from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, namespace
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 T = TypeVar("T")
 #: A plan, or what builds one (a plan that must load data keys from a key store of its own
@@ -40,6 +42,8 @@ class MemoryContext:
         extractor: Turns episodes into summaries and facts.
         policy: The decay policy (importance over time).
         clock: Seconds since the epoch.
+        backlog: The pending episodes the last consolidation round saw, for the
+            consolidation gauges (see :mod:`..telemetry.metrics`).
 
     Example:
         ```python
@@ -56,6 +60,7 @@ class MemoryContext:
     extractor: Extractor
     policy: DecayPolicy
     clock: Callable[[], float]
+    backlog: metrics.Backlog = field(default_factory=lambda: metrics.Backlog({}))
 
     @classmethod
     def of(
@@ -76,6 +81,7 @@ class MemoryContext:
             extractor=extractor,
             policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
             clock=clock,
+            backlog=_watched_backlog(store),
         )
 
     @property
@@ -140,6 +146,14 @@ class MemoryContext:
     def prefix(self, scope: ScopeLike, kind: str) -> str:
         """:meth:`namespace` as the store keeps it (labels joined with ``.``)."""
         return sqlm.ns(self.namespace(scope, kind))
+
+
+def _watched_backlog(store: MemoryStore) -> metrics.Backlog:
+    """A backlog the consolidation gauges report while the memory lives, named by its
+    database (``db.system.name``, ``server.address``)."""
+    backlog = metrics.Backlog(dict(target_of(store.db).attributes()))
+    metrics.watch_backlog(backlog)
+    return backlog
 
 
 def scope_key(scope: ScopeLike | None) -> str | None:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
 from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, ScopeError, digest
+from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -133,6 +135,9 @@ class Remembering(Recalls, Protocol):
     @property
     def settings(self) -> MemorySettings: ...
 
+    @property
+    def context(self) -> MemoryContext: ...
+
     def record(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None: ...
@@ -140,6 +145,13 @@ class Remembering(Recalls, Protocol):
     async def arecord(
         self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None: ...
+
+
+def _node_scope(nodes: GraphNodes, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
+    """The scope of a node's call ``(state, config)``."""
+    state = args[0] if args else kwargs.get("state")
+    config = kwargs["config"] if "config" in kwargs else args[1] if len(args) > 1 else None
+    return nodes.node_inputs(state, config)[0]
 
 
 class GraphNodes:
@@ -164,7 +176,13 @@ class GraphNodes:
             self._record_turn, afunc=self._arecord_turn, name="record_memory"
         )
 
-    def _node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:
+    @property
+    def context(self) -> MemoryContext:
+        """The memory's context (its spans' database)."""
+        return self.memory.context
+
+    def node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:
+        """A node's scope and thread, from its config (and state)."""
         scope = scope_from(config, state, self.memory.settings.scope_keys)
         thread = ((config or {}).get("configurable") or {}).get("thread_id")
         return scope, thread
@@ -178,14 +196,16 @@ class GraphNodes:
         had = any(getattr(m, "id", None) == CONTEXT_MESSAGE_ID for m in messages_of(state))
         return {"messages": [RemoveMessage(id=CONTEXT_MESSAGE_ID)]} if had else {}
 
+    @traced("inject", scope_of=_node_scope)
     def _inject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
+        scope, thread = self.node_inputs(state, config)
         query = last_user_text(messages_of(state))
         recalled = self.memory.recall(scope, query, exclude_thread=thread, reinforce=True)
         return self._inject_update(state, recalled)
 
+    @traced("inject", scope_of=_node_scope)
     async def _ainject(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
+        scope, thread = self.node_inputs(state, config)
         query = last_user_text(messages_of(state))
         recalled = await self.memory.arecall(scope, query, exclude_thread=thread, reinforce=True)
         return self._inject_update(state, recalled)
@@ -197,14 +217,14 @@ class GraphNodes:
         return turn, turn_key(thread, start, turn)
 
     def _record_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
+        scope, thread = self.node_inputs(state, config)
         found = self._turn(state, thread)
         if found is not None:
             self.memory.record(scope, found[0], thread_id=thread, key=found[1])
         return {}
 
     async def _arecord_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        scope, thread = self._node_inputs(state, config)
+        scope, thread = self.node_inputs(state, config)
         found = self._turn(state, thread)
         if found is not None:
             await self.memory.arecord(scope, found[0], thread_id=thread, key=found[1])

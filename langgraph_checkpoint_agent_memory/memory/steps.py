@@ -64,10 +64,28 @@ class Search:
     limit: int
 
 
-Step = RunPlan | Extract | Embed | Search
 T = TypeVar("T")
+
+
+@dataclass
+class Within:
+    """Run ``steps`` inside the operation ``opened()`` returns (a span: see
+    :mod:`..telemetry`); ``ended(op, value)`` tells the operation what they returned. The
+    step's value is the steps'."""
+
+    opened: Callable[[], Any]
+    steps: Generator[Any, Any, Any]
+    ended: Callable[[Any, Any], None] = lambda op, value: None
+
+
+Step = RunPlan | Extract | Embed | Search | Within
 #: Steps that end with a value of type ``T``.
 Steps = Generator[Step, Any, T]
+
+
+def one(step: Step) -> Steps[Any]:
+    """Steps of one step (to run a single step :class:`Within` an operation)."""
+    return (yield step)
 
 
 def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
@@ -81,6 +99,11 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
             return store.run_plan(step.plan() if callable(step.plan) else step.plan)
         if isinstance(step, Extract):
             return step.extractor.extract(step.request)
+        if isinstance(step, Within):
+            with step.opened() as op:
+                value = drive(step.steps, execute)
+                step.ended(op, value)
+                return value
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:
@@ -104,6 +127,11 @@ async def arun_steps(
             return await store.arun_plan(step.plan() if callable(step.plan) else step.plan)
         if isinstance(step, Extract):
             return await step.extractor.aextract(step.request)
+        if isinstance(step, Within):
+            with step.opened() as op:
+                value = await adrive(step.steps, execute)
+                step.ended(op, value)
+                return value
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:

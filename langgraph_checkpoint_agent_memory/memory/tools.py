@@ -20,8 +20,8 @@ refused, so one user's agent can neither read nor write another user's memory.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -44,6 +44,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
 from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
+from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 #: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
 TOOL_NAMES = {"search": "search_memory", "remember": "remember_fact", "forget": "forget_fact"}
@@ -128,6 +129,11 @@ class Recalling(Recalls, Protocol):
 
     @property
     def context(self) -> MemoryContext: ...
+
+
+def _tool_scope(tools: MemoryTools, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
+    """The scope of a tool's call: its run's config's."""
+    return tools.scope(kwargs["config"] if "config" in kwargs else args[-1])
 
 
 class MemoryTools:
@@ -215,6 +221,7 @@ class MemoryTools:
 
     # -- search ----------------------------------------------------------------------------
 
+    @traced("tool.search_memory", scope_of=_tool_scope)
     def search(self, query: str, config: RunnableConfig) -> str:
         """``search_memory``: what recall finds for ``query`` in the run's scope.
 
@@ -237,6 +244,7 @@ class MemoryTools:
         )
         return self._found(recalled)
 
+    @traced("tool.search_memory", scope_of=_tool_scope)
     async def asearch(self, query: str, config: RunnableConfig) -> str:
         """Async :meth:`search`."""
         recalled = await self.memory.arecall(
@@ -259,6 +267,7 @@ class MemoryTools:
 
     # -- remember --------------------------------------------------------------------------
 
+    @traced("tool.remember_fact", scope_of=_tool_scope)
     def remember(
         self,
         attribute: str,
@@ -287,6 +296,7 @@ class MemoryTools:
         candidate = _candidate(attribute, value, statement, multi, importance)
         return _remembered(self.context.run_steps(self._remember_steps(candidate, config)))
 
+    @traced("tool.remember_fact", scope_of=_tool_scope)
     async def aremember(
         self,
         attribute: str,
@@ -333,6 +343,7 @@ class MemoryTools:
 
     # -- forget ----------------------------------------------------------------------------
 
+    @traced("tool.forget_fact", scope_of=_tool_scope)
     def forget(self, attribute: str, value: str | None = None, *, config: RunnableConfig) -> str:
         """``forget_fact``: end the run's scope's current fact(s) of ``attribute``.
 
@@ -352,6 +363,7 @@ class MemoryTools:
             self.context.run(lambda: self._forget_plan(scope, name, value)), name, value
         )
 
+    @traced("tool.forget_fact", scope_of=_tool_scope)
     async def aforget(
         self, attribute: str, value: str | None = None, *, config: RunnableConfig
     ) -> str:
