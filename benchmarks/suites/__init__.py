@@ -12,6 +12,7 @@ from benchmarks.suites.memory_savers import run as memory_savers
 from benchmarks.suites.savers import run as savers
 from benchmarks.suites.scale import run as scale
 from benchmarks.suites.stores import run as stores
+from benchmarks.suites.telemetry import run as telemetry
 
 SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
@@ -21,6 +22,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "locomo": locomo,
     "embedders": embedders,
     "scale": scale,
+    "telemetry": telemetry,
 }
 
 __all__ = ["SUITES", "Path"]
