@@ -38,6 +38,36 @@ PACKAGE_ENVIRONMENT = (
 )
 
 
+def row_counts(url: str) -> dict[str, int]:
+    """Every table of the database at ``url`` (SQLite, or PostgreSQL's schema ``public``)
+    with its row count."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        db = sqlite3.connect(url.removeprefix("sqlite:///"))
+        names = [n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        counts = {n: db.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}
+        db.close()
+        return counts
+    import psycopg
+
+    from tests.pg import libpq_url
+
+    conninfo, options = libpq_url(url)
+    with psycopg.connect(conninfo, **options) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+        ]
+        return {
+            n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]  # type: ignore[index]
+            for n in names
+        }
+
+
 def present(value: T | None) -> T:
     """``value``, which the test expects to be there: fails the test when it is ``None``."""
     assert value is not None, "expected a value, got None"

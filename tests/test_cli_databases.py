@@ -21,6 +21,7 @@ import pytest
 from langgraph_checkpoint_agent_memory import SqliteSaver, create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.cli import main
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from tests.helpers import row_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_FILE = "agent-memory-demo.db"
@@ -151,26 +152,12 @@ def test_the_demo_refuses_a_postgresql_database_it_did_not_create(
             conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
             conn.execute("INSERT INTO orders VALUES (1)")
 
-    def tables() -> dict[str, int]:
-        with psycopg.connect(pg_url) as conn:
-            names = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables "
-                    "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
-                )
-            ]
-            return {
-                n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]  # type: ignore[index]
-                for n in names
-            }
-
-    before = tables()
+    before = row_counts(pg_url)
     for reset in ([], ["--reset"]):
         done = cli("demo", "--url", pg_url, *reset, cwd=tmp_path)
         one_line_error(done, "demo", 2)
         assert "not a database the demo created" in done.stderr
-    assert tables() == before
+    assert row_counts(pg_url) == before
 
 
 # -- commands on a database that does not exist --------------------------------------------
@@ -191,6 +178,7 @@ COMMANDS = [
     ("context", "user=alice", "where"),
     ("jobs",),
     ("threads",),
+    ("stats",),
     ("encrypt",),
     ("rotate-key",),
 ]

@@ -164,6 +164,8 @@ def test_the_new_read_commands_leave_an_empty_postgresql_alone(
 def test_a_database_of_a_store_only_has_no_threads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Nor agent memory: ``threads``, ``sweep --dry-run`` and ``stats`` say so, and the
+    reads create no table."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
     store = create_store(url)
     store.put(("a",), "k", {"v": 1})
@@ -171,6 +173,10 @@ def test_a_database_of_a_store_only_has_no_threads(
     assert run(capsys, "threads", "--url", url, "--json")[:2] == (0, [])
     code, plan, _ = run(capsys, "sweep", "--dry-run", "--url", url, "--json")
     assert code == 0 and plan["threads"] == [] and plan["store_items"] == 0
+    code, stats, _ = run(capsys, "stats", "--url", url, "--json")
+    assert code == 0 and stats["threads"] is None and stats["backlog"] is None
+    assert "checkpoint" not in stats["size"]["components"] and stats["size"]["components"]["store"]
+    assert "no checkpointer tables" in run(capsys, "stats", "--url", url)[1]
     conn = sqlite3.connect(tmp_path / "store.db")
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()

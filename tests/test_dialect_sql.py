@@ -414,6 +414,10 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
                 out.append([(0,)])
             elif "COUNT(*), MAX" in text or "max(am_store_items.updated_at)" in text:
                 out.append([(1, 1.0)])
+            elif "min(am_memory_pending.recorded_at)" in text:  # the backlog
+                out.append([(0, 0, None)])
+            elif "SELECT count(*) AS count_1 \nFROM am_memory_pending" in text:  # parked
+                out.append([(0,)])
             else:
                 out.append([])
         return out
@@ -500,6 +504,8 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
         M.decay_plan(sql, now=1.0, log_rate_per_second=-1e-6, log_threshold=-3.0, scope="user=a"),
         MS.known_scopes_plan(sql, "memory"),
         MS.stats_plan(sql, "memory", 1.0),
+        MS.backlog_plan(sql, 1.0),
+        MS.failures_plan(sql),
         J.jobs_plan(sql, ["failed", "parked"], 10),
         MS.threads_plan(sql, ["user=a"]),
         MS.erase_plan(sql, root="memory", scopes=["user=a"]),

@@ -33,6 +33,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     seconds_argument,
     url_argument,
 )
+from langgraph_checkpoint_agent_memory.cli.health import _cmd_stats
 from langgraph_checkpoint_agent_memory.cli.keys import add_commands as _key_commands
 from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_consolidate,
@@ -209,6 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=50,
         metavar="N",
         help="at most N threads (0: all)",
+    )
+    stats = command(
+        "stats",
+        "health figures: consolidation backlog, failed jobs, thread expiry, database size",
+        _cmd_stats,
+    )
+    stats.add_argument(
+        "--within",
+        type=seconds_argument,
+        default=3600.0,
+        metavar="SECONDS",
+        help="count the threads expiring within SECONDS from now (default 3600)",
     )
     jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
     jobs.add_argument("--retry", action="store_true", help="queue parked episodes again")

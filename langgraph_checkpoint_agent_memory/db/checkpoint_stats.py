@@ -104,6 +104,28 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
     return d.sql(("thread_stats", order, expired), build)
 
 
+def thread_counts(d: Dialect) -> list[Sql]:
+    """Threads by expiry, for a health view: the threads that hold checkpoints (one row, one
+    count), then among the live threads (no tombstone) expiring before ``:until``, one row of
+    those already expired at ``:now`` and of all of them (the expiry index reads only
+    those)."""
+
+    def expiry() -> Any:
+        t = threads.c
+        expired = sa.case((t.expires_at < B("now", type_=sa.Float), _ONE))
+        return sa.select(sa.func.count(expired), sa.func.count()).where(
+            t.deleted_at.is_(None), t.expires_at < B("until", type_=sa.Float)
+        )
+
+    return [
+        d.sql(
+            "count_threads",
+            lambda: sa.select(sa.func.count(sa.distinct(checkpoints.c.thread_id))),
+        ),
+        d.sql("count_thread_expiry", expiry),
+    ]
+
+
 def select_thread_blob_sizes(d: Dialect) -> Sql:
     """The size of each blob of a thread (``:thread_id``), by key."""
     return d.sql(

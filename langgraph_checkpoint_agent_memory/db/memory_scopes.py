@@ -5,6 +5,7 @@ store then destroys). Plans only, as in :mod:`.memory`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -75,14 +76,7 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
         "stats_pending",
         lambda: sa.select(q.c.scope, q.c.status, sa.func.count()).group_by(q.c.scope, q.c.status),
     )
-    failed = sql.statement(
-        "stats_failed",
-        lambda: (
-            sa.select(j.c.scope, sa.func.count())
-            .where(j.c.status != "completed")
-            .group_by(j.c.scope)
-        ),
-    )
+    failed = sql.statement("stats_failed", lambda: _unfinished_jobs(j.c.scope))
     a, b, c = yield Batch(
         [
             Stmt(items, {"n": len(root) + 1, "root_dot": root + ".", "now": now}, fetch=True),
@@ -107,6 +101,80 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
     for scope, count in c:
         entry(scope)["failed"] = int(count)
     return out
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What waits for consolidation, over every scope: read by :func:`backlog_plan`.
+
+    Attributes:
+        pending: Episodes recorded and not consolidated yet (parked ones aside).
+        scopes: How many scopes hold some of them.
+        oldest_at: When the oldest of them was recorded (seconds since the epoch); ``None``
+            when nothing is pending.
+        now: The time the figures were read at.
+    """
+
+    pending: int
+    scopes: int
+    oldest_at: float | None
+    now: float
+
+    @property
+    def oldest_age(self) -> float | None:
+        """Seconds the oldest pending episode has waited (``None``: nothing pending)."""
+        return None if self.oldest_at is None else max(self.now - self.oldest_at, 0.0)
+
+
+def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
+    """The consolidation backlog at ``now``: pending episodes, the scopes holding them and
+    the oldest one's time, in one statement over ``am_memory_pending`` (no items read), so a
+    gauge may poll it.
+
+    Args:
+        sql: Agent memory's statements for the database's dialect.
+        now: The current time (seconds since the epoch), which the age is measured from.
+
+    Example:
+        >>> _ = memory.record("user=bob", [{"role": "user", "content": "I work nights"}])
+        >>> backlog = memory.context.run(backlog_plan(memory.context.sql, now=4e9))
+        >>> backlog.pending, backlog.scopes, backlog.oldest_age > 0
+        (1, 1, True)
+    """
+    q = memory_pending
+    query = sql.statement(
+        "backlog",
+        lambda: sa.select(
+            sa.func.count(), sa.func.count(sa.distinct(q.c.scope)), sa.func.min(q.c.recorded_at)
+        ).where(q.c.status == "pending"),
+    )
+    [[(pending, scopes, oldest)]] = yield Batch([Stmt(query, fetch=True)])
+    return Backlog(int(pending), int(scopes), None if oldest is None else float(oldest), now)
+
+
+def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
+    """Parked episodes (``parked_episodes``) and jobs per unfinished status (``failed_jobs``,
+    ``parked_jobs``), over every scope: the totals of ``scopes``' parked and failed counts."""
+    q = memory_pending
+    parked = sql.statement(
+        "parked_count",
+        lambda: sa.select(sa.func.count()).where(q.c.status == "parked"),
+    )
+    jobs = sql.statement("unfinished_jobs", lambda: _unfinished_jobs(memory_jobs.c.status))
+    [[(episodes,)], by_status] = yield Batch([Stmt(parked, fetch=True), Stmt(jobs, fetch=True)])
+    counts = {str(status): int(n) for status, n in by_status}
+    return {
+        "parked_episodes": int(episodes),
+        "failed_jobs": counts.get("failed", 0),
+        "parked_jobs": counts.get("parked", 0),
+    }
+
+
+def _unfinished_jobs(by: Any) -> Any:
+    """Core: the jobs not completed (failed or parked), counted per value of column ``by``
+    of ``am_memory_jobs``."""
+    j = memory_jobs
+    return sa.select(by, sa.func.count()).where(j.c.status != "completed").group_by(by)
 
 
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
