@@ -68,9 +68,7 @@ def total(reader: InMemoryMetricReader, name: str, **where: Any) -> float:
     """The sum of the points of counter ``name`` (or the count of histogram ``name``) whose
     attributes include ``where``."""
     selected = [
-        p
-        for p in points(reader, name)
-        if all(p.attributes.get(k) == v for k, v in where.items())
+        p for p in points(reader, name) if all(p.attributes.get(k) == v for k, v in where.items())
     ]
     return float(sum(_amount(p) for p in selected))
 

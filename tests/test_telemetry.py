@@ -204,6 +204,19 @@ async def test_async_store_operations_are_spans_without_namespaces_when_encrypte
     )
 
 
+def run_script(code: str, *args: str) -> str:
+    """Run ``code`` in a Python process of its own; what it printed (it must succeed)."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 GLOBAL_PROVIDER = """
 import sys
 from opentelemetry import trace
@@ -228,15 +241,8 @@ def test_the_global_tracer_provider_is_used_once_the_application_sets_it(
     tmp_path: Path,
 ) -> None:
     # in a process of its own: OpenTelemetry's global provider can be set once per process
-    result = subprocess.run(
-        [sys.executable, "-c", GLOBAL_PROVIDER, f"sqlite:///{tmp_path / 'g.db'}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "checkpoint.put"
+    printed = run_script(GLOBAL_PROVIDER, f"sqlite:///{tmp_path / 'g.db'}")
+    assert printed.strip().splitlines()[-1] == "checkpoint.put"
 
 
 async def test_the_in_memory_saver_has_the_same_spans(spans: InMemorySpanExporter) -> None:
@@ -266,3 +272,43 @@ async def test_the_in_memory_saver_has_the_same_spans(spans: InMemorySpanExporte
     assert got["checkpoint.get_tuple"]["agent_memory.result_count"] == 1
     assert got["checkpoint.list"]["agent_memory.result_count"] == 1
     assert got["checkpoint.sweep"]["agent_memory.thread_count"] == 1
+
+
+WITHOUT_OPENTELEMETRY = """
+import sys
+sys.modules["opentelemetry"] = None  # as if the [otel] extra were not installed
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.telemetry import metrics, tracing
+
+saver = create_checkpointer(url=sys.argv[1])
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+saver.put(config, empty_checkpoint(), {}, {})
+assert saver.get_tuple(config) is not None
+memory = AgentMemory(create_store())
+memory.record("user=a", [{"role": "user", "content": "I live in Paris"}])
+assert memory.consolidate().completed == 1
+print(tracing.tracing(), tracing.live(), metrics.instruments())
+"""
+
+
+def test_everything_works_without_opentelemetry_installed(tmp_path: Path) -> None:
+    printed = run_script(WITHOUT_OPENTELEMETRY, f"sqlite:///{tmp_path / 'n.db'}")
+    assert printed.split() == ["False", "False", "None"]
+
+
+async def test_async_graph_spans_are_children_of_the_applications_span(
+    spans: InMemorySpanExporter, provider: TracerProvider, tmp_path: Path
+) -> None:
+    app = provider.get_tracer("app")
+    saver = sql_checkpointer(f"sqlite:///{tmp_path / 'ag.db'}")
+    try:
+        graph = _graph(saver)
+        with app.start_as_current_span("handle-request") as root:
+            await graph.ainvoke({"n": 1}, {"configurable": {"thread_id": "ag"}})
+    finally:
+        await saver.aclose()
+    ours = named(spans, "checkpoint.")
+    assert {s.name for s in ours} >= {"checkpoint.get_tuple", "checkpoint.put"}
+    trace_id = root.get_span_context().trace_id
+    assert all(s.context is not None and s.context.trace_id == trace_id for s in ours)

@@ -90,9 +90,7 @@ async def test_async_operations_and_errors_are_measured(
     assert total(reader, "agent_memory.checkpoint.bytes_written") > 0
 
 
-def test_sweeps_count_what_they_removed(
-    reader: InMemoryMetricReader, url: str
-) -> None:
+def test_sweeps_count_what_they_removed(reader: InMemoryMetricReader, url: str) -> None:
     clock = [1_000_000.0]
     with sql_checkpointer(url, ttl_seconds=60, clock=lambda: clock[0]) as saver:
         for thread in ("a", "b"):
@@ -144,12 +142,27 @@ def test_consolidation_jobs_and_memory_operations_are_measured(
         memory.record("user=bob", [{"role": "user", "content": "I live in Rome"}])
         assert memory.consolidate().failed == 1
         memory.build_context("user=alice", "where?")
+        memory.record("user=carol", [{"role": "user", "content": "I live in Oslo"}])
+        memory.consolidate("user=nobody")  # a round that leaves carol's episode waiting
+        database = store.db.describe()
+    backlog = [
+        p
+        for p in points(reader, "agent_memory.consolidation.backlog")
+        if p.attributes["agent_memory.database"] == database
+    ]
+    assert [p.value for p in backlog] == [1]
+    [age] = [
+        p
+        for p in points(reader, "agent_memory.consolidation.oldest_pending_age")
+        if p.attributes["agent_memory.database"] == database
+    ]
+    assert age.value >= 0
     jobs = "agent_memory.consolidation.jobs"
     assert total(reader, jobs, **{"agent_memory.job.status": "completed"}) == 1
     assert total(reader, jobs, **{"agent_memory.job.status": "parked"}) == 1
     durations = "agent_memory.operation.duration"
     system = {"db.system.name": system_of(store_url)}
-    for name, count in (("memory.consolidate", 2), ("memory.consolidate.job", 2)):
+    for name, count in (("memory.consolidate", 3), ("memory.consolidate.job", 2)):
         assert total(reader, durations, **system, **{"agent_memory.operation.name": name}) == count
     failed = {"agent_memory.operation.name": "memory.consolidate.job", "error.type": "job_parked"}
     assert total(reader, durations, **failed) == 1
@@ -161,9 +174,7 @@ def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     return backend_url(request, str(request.param), tmp_path / "unused")
 
 
-def test_postgres_pools_report_their_connections(
-    reader: InMemoryMetricReader, pg_url: str
-) -> None:
+def test_postgres_pools_report_their_connections(reader: InMemoryMetricReader, pg_url: str) -> None:
     async def use_async(saver: object) -> None:
         await saver.aget_tuple(config_for("t"))  # type: ignore[attr-defined]
 

@@ -77,7 +77,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
     Saved,
     ThreadData,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.traced import found, listed, swept, traced
+from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
     validate_interval,
@@ -88,6 +88,7 @@ from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, reso
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.telemetry.tracing import live
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -266,7 +267,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
 
     # -- writes ----------------------------------------------------------------------------
 
-    @traced("put")
     def put(
         self,
         config: RunnableConfig,
@@ -293,6 +293,18 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
             >>> saver.close()
         """
+        if not live():
+            return self._put(config, checkpoint, metadata, new_versions)
+        with span(self, "put", config):
+            return self._put(config, checkpoint, metadata, new_versions)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
         override = (config.get("configurable") or {}).get("ttl_seconds")
@@ -328,7 +340,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
         self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
-    @traced("put_writes")
     def put_writes(
         self,
         config: RunnableConfig,
@@ -347,6 +358,18 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
+        if not live():
+            return self._put_writes(config, writes, task_id, task_path)
+        with span(self, "put_writes", config):
+            return self._put_writes(config, writes, task_id, task_path)
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
@@ -400,7 +423,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             pending_writes=pending_writes(serde, found.writes),
         )
 
-    @traced("get_tuple", found)
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; none once it expired.
 
@@ -411,6 +433,14 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
             True
         """
+        if not live():
+            return self._get_tuple(config)
+        with span(self, "get_tuple", config) as op:
+            found = self._get_tuple(config)
+            op.set("agent_memory.result_count", int(found is not None))
+            return found
+
+    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()

@@ -26,6 +26,7 @@ from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
+from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, episode_summaries
@@ -427,4 +428,7 @@ def consolidate_steps(
         report.jobs.append(result)
         if result.status != "completed":
             failed.append(result.scope)
+    if metrics.metering():  # what is left, for the backlog gauges
+        left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
+        context.backlog.pending, context.backlog.oldest_age = left.pending, left.oldest_age
     return report

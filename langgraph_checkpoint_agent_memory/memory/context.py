@@ -150,8 +150,9 @@ class MemoryContext:
 
 def _watched_backlog(store: MemoryStore) -> metrics.Backlog:
     """A backlog the consolidation gauges report while the memory lives, named by its
-    database (``db.system.name``, ``server.address``)."""
-    backlog = metrics.Backlog(dict(target_of(store.db).attributes()))
+    database (``db.system.name``, ``server.address``, ``agent_memory.database``)."""
+    database = {"agent_memory.database": store.db.describe()}  # password masked
+    backlog = metrics.Backlog({**target_of(store.db).attributes(), **database})
     metrics.watch_backlog(backlog)
     return backlog
 

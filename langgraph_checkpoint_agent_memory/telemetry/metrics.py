@@ -97,13 +97,28 @@ def recheck() -> None:
     _live[1] = -1.0
 
 
-def live(tracing: Callable[[], bool]) -> bool:
-    """Whether spans (``tracing()``) or metrics are recorded: the answer is kept for
-    :data:`RECHECK_SECONDS` (a look costs a clock read, about 0.1 µs, when it holds)."""
+#: Whether spans are recorded (given by :mod:`.tracing`, which imports this module).
+_tracing: list[Callable[[], bool]] = [lambda: False]
+
+
+def spans_recorded_when(check: Callable[[], bool]) -> None:
+    """Make :func:`live` ask ``check`` whether spans are recorded (the tracing module's).
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory.telemetry import tracing
+        >>> spans_recorded_when(tracing.tracing)
+    """
+    _tracing[0] = check
+    recheck()
+
+
+def live() -> bool:
+    """Whether spans or metrics are recorded: the answer is kept for
+    :data:`RECHECK_SECONDS` (a look costs a clock read, about 0.1 µs, while it holds)."""
     now = time.monotonic()
     if now < _live[1]:
         return bool(_live[0])
-    _live[0] = tracing() or metering()
+    _live[0] = _tracing[0]() or metering()
     _live[1] = now + RECHECK_SECONDS
     return bool(_live[0])
 

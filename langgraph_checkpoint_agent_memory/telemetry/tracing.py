@@ -163,10 +163,10 @@ def tracing() -> bool:
     return bool(_global["on"])
 
 
-def live() -> bool:
-    """Whether operations are recorded at all: spans (:func:`tracing`) or metrics
-    (:func:`.metrics.metering`)."""
-    return metrics.live(tracing)
+#: Whether operations are recorded at all: spans (:func:`tracing`) or metrics
+#: (:func:`.metrics.metering`), one cached answer (see :func:`.metrics.live`).
+live = metrics.live
+metrics.spans_recorded_when(tracing)
 
 
 class _Live:
