@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_store, generate_master_key
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor
+from langgraph_checkpoint_agent_memory.memory.extract import ExtractionError
 from tests.otel import named, provider, spans
 from tests.pg import backend_params, backend_url
 
@@ -129,7 +130,8 @@ def test_a_failed_job_is_an_error_span_with_the_extractors_exception(
     assert attrs(job)["error.type"] == "job_failed"
     assert "model unavailable" in (job.status.description or "")
     assert extract.status.status_code is StatusCode.ERROR
-    assert attrs(extract)["error.type"] == "ExtractionError"  # the model's error, wrapped
+    # the model's error, wrapped; OpenTelemetry's error.type is the class's qualified name
+    assert attrs(extract)["error.type"] == f"{ExtractionError.__module__}.ExtractionError"
     assert any(e.name == "exception" for e in extract.events)
 
 
@@ -181,5 +183,31 @@ def test_graph_nodes_and_tools_are_spans_under_the_applications_span(
     for span in named(spans, "memory."):
         assert span.context.trace_id == trace_id
     [inject] = found["memory.inject"]
+    assert inject.parent is not None
+    assert inject.parent.span_id == root.get_span_context().span_id
+    [recall] = [s for s in found["memory.recall"] if parent_of(s, [inject]) is inject]
+    assert attrs(recall)["agent_memory.scope"] == "user=carol"
     assert attrs(inject)["agent_memory.scope"] == "user=carol"
     assert attrs(found["memory.tool.remember_fact"][0])["agent_memory.scope"] == "user=carol"
+
+
+def _telling(prompt: str) -> str:
+    raise RuntimeError("Alice Secretname lives at 12 Rue Privee")  # a model quoting a user
+
+
+def test_an_encrypted_memory_keeps_error_messages_out_of_its_spans(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sealed-errors.db'}"
+    with create_store(url, encryption=generate_master_key()) as store:
+        memory = AgentMemory(store, extractor=CallableExtractor(_telling))
+        memory.record("user=alice", SAID)
+        assert memory.consolidate().failed == 1
+    found = by_name(spans)
+    [job], [extract] = found["memory.consolidate.job"], found["memory.extract"]
+    for span in (job, extract):
+        assert span.status.status_code is StatusCode.ERROR  # still an error, by its type
+        assert "error.type" in attrs(span)
+        assert "Secretname" not in (span.status.description or "")
+        assert not span.events  # no exception event: its message may quote the user
+    assert "Secretname" not in str([attrs(s) for s in named(spans, "")])

@@ -6,6 +6,7 @@ without a meter provider."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,12 @@ from langgraph.checkpoint.base import empty_checkpoint
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from langgraph_checkpoint_agent_memory import AgentMemory, InvalidValueError, create_store
+from langgraph_checkpoint_agent_memory import (
+    AgentMemory,
+    InvalidValueError,
+    TimedInMemorySaver,
+    create_store,
+)
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from tests.helpers import config_for, sql_checkpointer
@@ -57,7 +63,8 @@ def test_saver_operations_are_measured_with_the_bytes_they_write(
     system = system_of(url)
     where = {"db.system.name": system, "db.collection.name": "am_checkpoints"}
     assert total(reader, DURATION, **where, **{"db.operation.name": "put"}) == 1
-    assert total(reader, DURATION, **where, **{"db.operation.name": "put_writes"}) == 1
+    writes = {**where, "db.collection.name": "am_checkpoint_writes"}
+    assert total(reader, DURATION, **writes, **{"db.operation.name": "put_writes"}) == 1
     assert total(reader, DURATION, **where, **{"db.operation.name": "get_tuple"}) == 3
     for point in points(reader, DURATION):
         assert point.sum >= 0 and "langgraph.thread_id" not in point.attributes
@@ -83,7 +90,8 @@ async def test_async_operations_and_errors_are_measured(
     finally:
         await saver.aclose()
     put = {"db.operation.name": "put", "db.system.name": system_of(url)}
-    failed = {**put, "error.type": type(raised.value).__qualname__}
+    kind = type(raised.value)
+    failed = {**put, "error.type": f"{kind.__module__}.{kind.__qualname__}"}
     assert total(reader, DURATION, **failed) == 1
     assert total(reader, DURATION, **put) == 2  # the failed one included
     # a failed write stores nothing
@@ -118,7 +126,8 @@ def test_store_operations_sweeps_and_ranker_caches_are_measured(
     store_ops = {"db.system.name": system, "db.collection.name": "am_store_items"}
     assert total(reader, DURATION, **store_ops, **{"db.operation.name": "put"}) == 3
     assert total(reader, DURATION, **store_ops, **{"db.operation.name": "search"}) == 3
-    assert total(reader, DURATION, **{"error.type": "InvalidValueError"}) == 1
+    refused = f"{InvalidValueError.__module__}.InvalidValueError"
+    assert total(reader, DURATION, **{"error.type": refused}) == 1
     assert total(reader, "agent_memory.store.items_swept", **{"db.system.name": system}) == 2
     cache = "agent_memory.ranker.cache.requests"
     statistics = {"agent_memory.cache.name": "text_statistics"}
@@ -164,6 +173,12 @@ def test_consolidation_jobs_and_memory_operations_are_measured(
     system = {"db.system.name": system_of(store_url)}
     for name, count in (("memory.consolidate", 3), ("memory.consolidate.job", 2)):
         assert total(reader, durations, **system, **{"agent_memory.operation.name": name}) == count
+    parked = [
+        p
+        for p in points(reader, "agent_memory.consolidation.parked")
+        if p.attributes["agent_memory.database"] == database
+    ]
+    assert [p.value for p in parked] == [1]  # bob's episode, after its one attempt
     failed = {"agent_memory.operation.name": "memory.consolidate.job", "error.type": "job_parked"}
     assert total(reader, durations, **failed) == 1
     assert total(reader, durations, **{"agent_memory.operation.name": "memory.recall"}) == 1
@@ -212,3 +227,62 @@ def test_a_sqlite_pool_reports_its_connections(
             and p.attributes["db.client.connection.state"] == "idle"
         ]
         assert count.value >= 1
+
+
+def _backlog_points(reader: InMemoryMetricReader, name: str, database: str) -> list[Any]:
+    return [p for p in points(reader, name) if p.attributes["agent_memory.database"] == database]
+
+
+def test_the_backlog_is_the_databases_and_its_age_grows(
+    reader: InMemoryMetricReader, tmp_path: Path
+) -> None:
+    two_hours_ago = time.time() - 7200
+    with create_store(f"sqlite:///{tmp_path / 'b.db'}") as store:
+        database = store.db.describe()
+        recorder = AgentMemory(store, clock=lambda: two_hours_ago)
+        other = AgentMemory(store)  # a second memory on the same database, never consolidating
+        assert _backlog_points(reader, "agent_memory.consolidation.backlog", database) == []
+        recorder.record("user=a", [{"role": "user", "content": "I live in Oslo"}])
+        recorder.consolidate("user=nobody")  # a round: the backlog is known from now on
+        [pending] = _backlog_points(reader, "agent_memory.consolidation.backlog", database)
+        assert pending.value == 1
+        [age] = _backlog_points(reader, "agent_memory.consolidation.oldest_pending_age", database)
+        assert age.value >= 7200  # measured at collection, not frozen at the round
+        assert other.context.backlog is recorder.context.backlog
+
+
+async def test_async_memory_and_the_in_memory_saver_are_measured(
+    reader: InMemoryMetricReader,
+) -> None:
+    async with create_store() as store:
+        memory = AgentMemory(store)
+        await memory.arecord("user=a", [{"role": "user", "content": "I live in Oslo"}])
+        assert (await memory.aconsolidate()).completed == 1
+    with TimedInMemorySaver(ttl_seconds=60) as saver:
+        await saver.aput(config_for("m"), empty_checkpoint(), {"step": -1}, {})
+        await saver.aget_tuple(config_for("m"))
+    jobs = "agent_memory.consolidation.jobs"
+    assert total(reader, jobs, **{"agent_memory.job.status": "completed"}) == 1
+    durations = "agent_memory.operation.duration"
+    for name in ("memory.record", "memory.consolidate", "checkpoint.put", "checkpoint.get_tuple"):
+        assert total(reader, durations, **{"agent_memory.operation.name": name}) == 1
+
+
+def test_a_failing_meter_never_fails_an_operation(
+    reader: InMemoryMetricReader,
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    made = metrics.instruments()
+    assert made is not None
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("exporter broke")
+
+    monkeypatch.setattr(made.db_duration, "record", broken)
+    with create_store() as store:
+        store.put(("a",), "k", {"v": 1})
+        assert store.get(("a",), "k") is not None
+    assert [s.name for s in named(spans, "store.")] == ["store.put", "store.get"]  # ended
+    assert "could not record" in caplog.text

@@ -1,6 +1,6 @@
-"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`), as the
-SQL savers have them: ``checkpoint.put``, ``checkpoint.get_tuple``, ... with
-``db.system.name`` ``memory`` and the thread (left out with encryption on)."""
+"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`), named as
+the SQL savers' are (``checkpoint.put``, ``checkpoint.get_tuple``, ...) with the thread (left
+out with encryption on); internal spans, as no database is involved."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     AttributeValue,
     Target,
-    db_operation,
     live,
+    operation,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-#: The target of the in-memory saver's operations: no database, no server.
-MEMORY = Target("memory")
+#: The target of the in-memory saver's operations: no database (no ``db.system.name``),
+#: no server; its spans are internal ones, measured in ``agent_memory.operation.duration``.
+MEMORY = Target("")
 
 
 def _thread(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -41,7 +42,12 @@ def span(saver: Any, name: str, config: Any) -> Any:
         ...     op.set("agent_memory.result_count", 0)
     """
     thread = None if saver.keyring is not None else _thread((config,), {})
-    return db_operation(f"checkpoint.{name}", MEMORY, None, **{"langgraph.thread_id": thread})
+    return operation(
+        f"checkpoint.{name}",
+        MEMORY,
+        {"langgraph.thread_id": thread},
+        sealed=saver.keyring is not None,
+    )
 
 
 def traced(
@@ -66,7 +72,8 @@ def traced(
                 return method(saver, *args, **kwargs)
             thread = None if saver.keyring is not None else _thread(args, kwargs)
             attributes = {"langgraph.thread_id": thread}
-            with db_operation(f"checkpoint.{name}", MEMORY, None, **attributes) as op:
+            sealed = saver.keyring is not None
+            with operation(f"checkpoint.{name}", MEMORY, attributes, sealed=sealed) as op:
                 result = method(saver, *args, **kwargs)
                 for key, value in (counts(result) if counts else {}).items():
                     op.set(key, value)
@@ -78,11 +85,21 @@ def traced(
 
 
 def listed(result: Any) -> dict[str, AttributeValue]:
-    """How many checkpoints a listing selected."""
+    """How many checkpoints a listing selected.
+
+    Example:
+        >>> listed([("t", "", "1"), ("t", "", "2")])
+        {'agent_memory.result_count': 2}
+    """
     return {"agent_memory.result_count": len(result)}
 
 
 def swept(result: int) -> dict[str, AttributeValue]:
-    """How many threads a sweep evicted, also counted in the swept-threads metric."""
-    metrics.add("threads_swept", result, {"db.system.name": MEMORY.system})
+    """How many threads a sweep evicted, also counted in the swept-threads metric.
+
+    Example:
+        >>> swept(3)
+        {'agent_memory.thread_count': 3}
+    """
+    metrics.add("threads_swept", result, {})
     return {"agent_memory.thread_count": result}

@@ -55,6 +55,10 @@ def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
     counts["threads"] += any(sealed)
 
 
+#: The table each operation is about (``db.collection.name``), when not ``am_checkpoints``.
+TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
+
+
 class ThreadUpkeep(CheckpointSchemaOnFirstUse):
     """The thread-level operations of a SQL saver (see :class:`~.saver.SQLSaver`)."""
 
@@ -75,11 +79,12 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         return db_operation(
             f"checkpoint.{name}",
             target_of(self.db),
-            "am_checkpoints",
-            **{
+            TABLES.get(name, "am_checkpoints"),
+            {
                 "langgraph.thread_id": None if self.keyring else conf.get("thread_id"),
                 "langgraph.checkpoint_ns": conf.get("checkpoint_ns"),
             },
+            sealed=self.keyring is not None,
         )
 
     def _swept(self, op: Any, swept: builtins.list[str]) -> None:

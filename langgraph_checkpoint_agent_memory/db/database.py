@@ -126,11 +126,23 @@ class Database(Generic[ConnT]):
         return self.dialect.name
 
     def server(self) -> tuple[str | None, int | None]:
-        """The server's host and port (``None`` when there is no server, or unknown)."""
+        """The server's host and port (``None`` when there is no server, or unknown).
+
+        Example:
+            >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+            >>> SQLiteDatabase(":memory:").server()
+            (None, None)
+        """
         return None, None
 
     def pool_usage(self) -> list[PoolUsage]:
-        """What this database's connection pools hold now (none open: an empty list)."""
+        """What this database's connection pools hold now (none open: an empty list).
+
+        Example:
+            >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+            >>> SQLiteDatabase(":memory:").pool_usage()
+            []
+        """
         return []
 
 

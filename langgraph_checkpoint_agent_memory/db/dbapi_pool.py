@@ -162,7 +162,22 @@ class DbApiPool:
                 self._waited += time.perf_counter() - started
 
     def usage(self, name: str) -> PoolUsage:
-        """What the pool holds now, named ``name``."""
+        """What the pool holds now, named ``name``.
+
+        Example:
+            >>> import sqlite3
+            >>> from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+            >>> pool = DbApiPool(
+            ...     lambda: sqlite3.connect(":memory:", check_same_thread=False),
+            ...     dialect=SQLiteDialect_pysqlite(dbapi=sqlite3), size=2, timeout=1,
+            ...     describe=lambda: "memory", check=lambda conn: conn.total_changes,
+            ... )
+            >>> with pool.connection():
+            ...     pool.usage("memory").used
+            1
+            >>> pool.usage("memory").idle
+            1
+        """
         with self._lock:
             open_now, pending, waited = len(self._open), self._pending, self._waited
         idle = min(self._idle.qsize(), open_now)

@@ -154,7 +154,15 @@ def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
 
 def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
     """Parked episodes (``parked_episodes``) and jobs per unfinished status (``failed_jobs``,
-    ``parked_jobs``), over every scope: the totals of ``scopes``' parked and failed counts."""
+    ``parked_jobs``), over every scope: the totals of ``scopes``' parked and failed counts.
+
+    Args:
+        sql: Agent memory's statements for the database's dialect.
+
+    Example:
+        >>> memory.context.run(failures_plan(memory.context.sql))
+        {'parked_episodes': 0, 'failed_jobs': 0, 'parked_jobs': 0}
+    """
     q = memory_pending
     parked = sql.statement(
         "parked_count",

@@ -178,7 +178,7 @@ def _job_ended(context: MemoryContext, op: Any, result: JobResult) -> None:
     for name in ("added", "confirmed", "superseded"):
         op.set(f"agent_memory.{name}_count", len(getattr(result, name)))
     if result.status in ("failed", "parked"):
-        op.fail(f"job_{result.status}", result.error or "")
+        op.fail(f"job_{result.status}", result.error or "")  # the error left out when sealed
     system = {"db.system.name": target_of(context.store.db).system}
     metrics.add("jobs", 1, {**system, "agent_memory.job.status": result.status})
 
@@ -429,6 +429,13 @@ def consolidate_steps(
         if result.status != "completed":
             failed.append(result.scope)
     if metrics.metering():  # what is left, for the backlog gauges
-        left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
-        context.backlog.pending, context.backlog.oldest_age = left.pending, left.oldest_age
+        try:
+            left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
+            stuck = yield RunPlan(lambda: sqls.failures_plan(context.sql))
+        except Exception:  # the round's jobs are done: a gauge not refreshed must not fail it
+            logger.warning("the consolidation backlog could not be read", exc_info=True)
+        else:
+            backlog = context.backlog
+            backlog.pending, backlog.oldest_at = left.pending, left.oldest_at
+            backlog.parked = stuck["parked_episodes"]
     return report

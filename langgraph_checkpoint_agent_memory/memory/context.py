@@ -149,12 +149,10 @@ class MemoryContext:
 
 
 def _watched_backlog(store: MemoryStore) -> metrics.Backlog:
-    """A backlog the consolidation gauges report while the memory lives, named by its
-    database (``db.system.name``, ``server.address``, ``agent_memory.database``)."""
+    """The backlog the consolidation gauges report for the store's database while a memory
+    on it lives (``db.system.name``, ``server.address``, ``agent_memory.database``)."""
     database = {"agent_memory.database": store.db.describe()}  # password masked
-    backlog = metrics.Backlog({**target_of(store.db).attributes(), **database})
-    metrics.watch_backlog(backlog)
-    return backlog
+    return metrics.backlog_of({**target_of(store.db).attributes(), **database})
 
 
 def scope_key(scope: ScopeLike | None) -> str | None:

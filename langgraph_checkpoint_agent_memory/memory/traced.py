@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.model import ScopeLike
+from langgraph_checkpoint_agent_memory.telemetry.metrics import safely
 from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     IDLE,
     AttributeValue,
@@ -43,7 +44,8 @@ def memory_span(
     return operation(
         f"memory.{name}",
         target_of(context.store.db),
-        **{"agent_memory.scope": about, **attributes},
+        {"agent_memory.scope": about, **attributes},
+        sealed=sealed,
     )
 
 
@@ -67,9 +69,13 @@ class _Traced:
 
     def told(self, op: Any, result: Any) -> Any:
         if self.counts is not None and op.recording:
-            for key, value in self.counts(result).items():
-                op.set(key, value)
+            safely(self._count, op, result)
         return result
+
+    def _count(self, op: Any, result: Any) -> None:
+        assert self.counts is not None
+        for key, value in self.counts(result).items():
+            op.set(key, value)
 
     def __call__(self, method: F) -> F:
         if inspect.iscoroutinefunction(method):
@@ -112,7 +118,12 @@ def traced(
 
 
 def recalled_counts(recalled: Any) -> dict[str, AttributeValue]:
-    """What a recall found: facts, episodes, tokens."""
+    """What a recall found: facts, episodes, tokens.
+
+    Example:
+        >>> recalled_counts(memory.recall("user=alice", "city"))["agent_memory.fact_count"]
+        1
+    """
     return {
         "agent_memory.fact_count": len(recalled.facts),
         "agent_memory.episode_count": len(recalled.episodes),
@@ -121,7 +132,12 @@ def recalled_counts(recalled: Any) -> dict[str, AttributeValue]:
 
 
 def report_counts(report: Any) -> dict[str, AttributeValue]:
-    """What a consolidation did: jobs, completed and failed, episodes consolidated."""
+    """What a consolidation did: jobs, completed and failed, episodes consolidated.
+
+    Example:
+        >>> report_counts(memory.consolidate())["agent_memory.job_count"]
+        0
+    """
     return {
         "agent_memory.job_count": len(report.jobs),
         "agent_memory.completed_count": report.completed,
@@ -131,12 +147,23 @@ def report_counts(report: Any) -> dict[str, AttributeValue]:
 
 
 def item_count(removed: int) -> dict[str, AttributeValue]:
-    """How many items an operation removed."""
+    """How many items an operation removed.
+
+    Example:
+        >>> item_count(3)
+        {'agent_memory.item_count': 3}
+    """
     return {"agent_memory.item_count": removed}
 
 
 def erase_counts(removed: Mapping[str, int]) -> dict[str, AttributeValue]:
-    """What an erase removed: rows, threads, scopes, data keys."""
+    """What an erase removed: rows, threads, scopes, data keys.
+
+    Example:
+        >>> counts = erase_counts({"am_store_items": 4, "scopes": 1, "threads": 2})
+        >>> counts["agent_memory.item_count"], counts["agent_memory.thread_count"]
+        (4, 2)
+    """
     named = ("scopes", "threads", "keys")
     return {
         "agent_memory.item_count": sum(n for k, n in removed.items() if k not in named),

@@ -16,6 +16,11 @@ def sweep_plan(
 ) -> Plan[int]:
     """Delete expired items, ``batch_size`` at a time; how many were deleted.
 
+    Args:
+        statements: The store's statements.
+        clock: Seconds since the epoch (what "expired" is measured against).
+        batch_size: Items read and deleted per transaction.
+
     Candidates are read without row locks (they span shards); each delete names its item's
     shard key, and deleting an item another sweep deleted first is a no-op."""
     removed = 0
@@ -36,7 +41,7 @@ def sweep_plan(
 
 
 def _span(database: Database[Any]) -> Any:
-    return db_operation("store.sweep", target_of(database), "am_store_items")
+    return db_operation("store.sweep", target_of(database), "am_store_items")  # no namespace
 
 
 def _counted(database: Database[Any], op: Any, removed: int) -> int:
@@ -47,7 +52,17 @@ def _counted(database: Database[Any], op: Any, removed: int) -> int:
 
 def sweep(run: Callable[[Plan[int]], int], database: Database[Any], plan: Plan[int]) -> int:
     """Run the sweep ``plan`` with ``run`` in a ``store.sweep`` span, counting what it
-    removed in ``agent_memory.store.items_swept``."""
+    removed in ``agent_memory.store.items_swept``.
+
+    Args:
+        run: Runs a plan in the store's database (``store.run_plan``).
+        database: The store's database (its span's target).
+        plan: The sweep (:func:`sweep_plan`).
+
+    Example:
+        >>> sweep(store.run_plan, store.db, sweep_plan(store.statements, lambda: 4e9))
+        0
+    """
     with _span(database) as op:
         return _counted(database, op, run(plan))
 
@@ -55,6 +70,15 @@ def sweep(run: Callable[[Plan[int]], int], database: Database[Any], plan: Plan[i
 async def asweep(
     run: Callable[[Plan[int]], Awaitable[int]], database: Database[Any], plan: Plan[int]
 ) -> int:
-    """Async :func:`sweep`."""
+    """Async :func:`sweep`.
+
+    Example:
+        ```python
+        import time
+
+        plan = sweep_plan(store.statements, time.time)
+        removed = await asweep(store.arun_plan, store.db, plan)
+        ```
+    """
     with _span(database) as op:
         return _counted(database, op, await run(plan))

@@ -73,7 +73,7 @@ from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
-from langgraph_checkpoint_agent_memory.store.traced import batch_span
+from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
 from langgraph_checkpoint_agent_memory.telemetry.tracing import live
 
 T = TypeVar("T")
@@ -395,8 +395,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
         if not live():  # the common case, without even an idle span's cost
             result, puts = self._batch(*V.checked_batch(ops))
         else:
-            with batch_span(self.db, ops, sealed=self.sealer is not None):
+            with batch_span(self.db, ops, sealed=self.sealer is not None) as op:
                 result, puts = self._batch(*V.checked_batch(ops))  # refused: an error span
+                told(op, ops, result)
         self._after_write(puts)
         return result
 
@@ -420,8 +421,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
         if not live():
             result, puts = await self._abatch(*V.checked_batch(ops))
         else:
-            with batch_span(self.db, ops, sealed=self.sealer is not None):
+            with batch_span(self.db, ops, sealed=self.sealer is not None) as op:
                 result, puts = await self._abatch(*V.checked_batch(ops))
+                told(op, ops, result)
         self._after_write(puts)
         return result
 

@@ -35,16 +35,32 @@ def _namespace(op: Op) -> tuple[str, ...] | None:
 
 def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
     """The span of a batch of ``ops`` on a store in ``database``; the namespace is left out
-    when the store is ``sealed`` (encryption on: namespaces may name users)."""
+    when the store is ``sealed`` (encryption on: namespaces may name users), and so is an
+    exception's message."""
     if not live():
         return IDLE
     kinds = {_kind(op) for op in ops}
     name = kinds.pop() if len(kinds) == 1 else "batch"
     spaces = {_namespace(op) for op in ops} - {None}
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
+    size = len(ops) if len(ops) > 1 else None  # the conventions' size of a batch
     return db_operation(
         f"store.{name}",
         target_of(database),
         "am_store_items",
-        **{"agent_memory.namespace": namespace, "agent_memory.op_count": len(ops)},
+        {"agent_memory.namespace": namespace, "db.operation.batch.size": size},
+        sealed=sealed,
     )
+
+
+def told(op: Any, ops: Sequence[Op], results: Sequence[Any]) -> None:
+    """Tell a batch's span how many items its reads returned (``agent_memory.result_count``:
+    a ``get`` found or not, a search's or a listing's length)."""
+    if not op.recording:
+        return
+    found = 0
+    for request, result in zip(ops, results, strict=False):
+        if isinstance(request, PutOp):
+            continue
+        found += len(result) if isinstance(result, list) else int(result is not None)
+    op.set("agent_memory.result_count", found)

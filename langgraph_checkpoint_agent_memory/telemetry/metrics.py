@@ -12,7 +12,9 @@ Instruments (the meter is named :data:`SCOPE`):
 - ``agent_memory.consolidation.jobs``: jobs by ``agent_memory.job.status`` (``completed``,
   ``failed``, ``parked``, ...);
 - ``agent_memory.consolidation.backlog`` and ``agent_memory.consolidation.oldest_pending_age``
-  (s): pending episodes, as each memory's last consolidation round saw them;
+  (s): pending episodes per database, as the last consolidation round there saw them, and
+  how long the oldest of them has waited (its age at each collection);
+- ``agent_memory.consolidation.parked``: episodes parked after failing every attempt;
 - ``db.client.connection.count`` (by ``db.client.connection.state``: ``idle``, ``used``),
   ``db.client.connection.max``, ``db.client.connection.pending_requests`` and
   ``agent_memory.db.client.connection.wait_time`` (s waited, cumulative), per
@@ -26,6 +28,7 @@ provider, :func:`instruments` returns ``None`` after a cached check, and nothing
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -40,6 +43,8 @@ try:  # the [otel] extra
 except ImportError:  # pragma: no cover - exercised in a process without it
     _metrics = None  # type: ignore[assignment]
 
+logger = logging.getLogger(__name__)
+
 #: The instrumentation scope of every span and instrument of the package.
 SCOPE = "langgraph_checkpoint_agent_memory"
 #: Seconds between two looks at OpenTelemetry's global providers (a look reads the
@@ -50,7 +55,14 @@ RECHECK_SECONDS = 1.0
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 
 _provider: Any = None
-_global = {"on": False, "checked": -RECHECK_SECONDS}
+_lock = threading.Lock()
+#: What telemetry records, as last looked at: ``(until, spans, metrics, generation)``; the
+#: answer holds until the monotonic clock reads ``until``; :func:`recheck` moves to a new
+#: generation, so an answer looked up before it is never kept.
+_state: tuple[float, bool, bool, int] = (-1.0, False, False, 0)
+#: Whether spans are recorded now, uncached (given by :mod:`.tracing`, which imports this
+#: module).
+_spans_now: list[Callable[[], bool]] = [lambda: False]
 
 
 def use_meter_provider(provider: Any) -> None:
@@ -68,59 +80,77 @@ def use_meter_provider(provider: Any) -> None:
     """
     global _provider
     _provider = provider
+    _instruments[0] = (None, None)
     recheck()
+
+
+def _metering_now() -> bool:
+    if _provider is not None:
+        return True
+    if _metrics is None:
+        return False
+    # The API's own providers (the proxy that stands in until one is set, the no-op one)
+    # record nothing; SDK and vendor providers live outside the API's package.
+    provider = _metrics.get_meter_provider()
+    return not type(provider).__module__.startswith("opentelemetry.metrics")
+
+
+def recheck() -> None:
+    """Look at the providers again at the next operation: one was given or taken back."""
+    global _state
+    with _lock:
+        _state = (-1.0, False, False, _state[3] + 1)
+
+
+def spans_recorded_when(check: Callable[[], bool]) -> None:
+    """Make the package ask ``check`` (uncached) whether spans are recorded: the tracing
+    module's.
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory.telemetry import tracing
+        >>> spans_recorded_when(tracing.tracing_now)
+    """
+    _spans_now[0] = check
+    recheck()
+
+
+def current() -> tuple[float, bool, bool, int]:
+    """What telemetry records: ``(until, spans, metrics, generation)``, looked at again at
+    most every :data:`RECHECK_SECONDS` (a look at the global providers reads the
+    environment, about 0.7 µs; an answer that holds costs a clock read)."""
+    global _state
+    state = _state
+    now = time.monotonic()
+    if now < state[0]:
+        return state
+    fresh = (now + RECHECK_SECONDS, _spans_now[0](), _metering_now(), state[3])
+    with _lock:
+        if _state[3] == state[3]:  # no provider was given or taken back since
+            _state = fresh
+    return fresh
+
+
+def live() -> bool:
+    """Whether spans or metrics are recorded (see :func:`current`).
+
+    Example:
+        >>> live()
+        False
+    """
+    state = current()
+    return state[1] or state[2]
 
 
 def metering() -> bool:
     """Whether metrics are recorded: ``opentelemetry-api`` is installed and the application
     gave a meter provider (to :func:`use_meter_provider`, or as OpenTelemetry's global one,
-    seen within :data:`RECHECK_SECONDS` of being set). The API's own providers (the proxy
-    that stands in until one is set, the no-op one) record nothing, so they count as off."""
-    if _provider is not None:
-        return True
-    if _metrics is None:
-        return False
-    now = time.monotonic()
-    if now - _global["checked"] >= RECHECK_SECONDS:
-        provider = _metrics.get_meter_provider()
-        _global["on"] = not type(provider).__module__.startswith("opentelemetry.metrics")
-        _global["checked"] = now
-    return bool(_global["on"])
-
-
-#: Whether anything is recorded (spans or metrics), and until when that answer holds.
-_live: list[Any] = [False, -1.0]
-
-
-def recheck() -> None:
-    """Forget whether telemetry is on: a provider was given or taken back."""
-    _live[1] = -1.0
-
-
-#: Whether spans are recorded (given by :mod:`.tracing`, which imports this module).
-_tracing: list[Callable[[], bool]] = [lambda: False]
-
-
-def spans_recorded_when(check: Callable[[], bool]) -> None:
-    """Make :func:`live` ask ``check`` whether spans are recorded (the tracing module's).
+    seen within :data:`RECHECK_SECONDS` of being set).
 
     Example:
-        >>> from langgraph_checkpoint_agent_memory.telemetry import tracing
-        >>> spans_recorded_when(tracing.tracing)
+        >>> metering()
+        False
     """
-    _tracing[0] = check
-    recheck()
-
-
-def live() -> bool:
-    """Whether spans or metrics are recorded: the answer is kept for
-    :data:`RECHECK_SECONDS` (a look costs a clock read, about 0.1 µs, while it holds)."""
-    now = time.monotonic()
-    if now < _live[1]:
-        return bool(_live[0])
-    _live[0] = _tracing[0]() or metering()
-    _live[1] = now + RECHECK_SECONDS
-    return bool(_live[0])
+    return current()[2]
 
 
 class Watched(Protocol):
@@ -131,23 +161,45 @@ class Watched(Protocol):
 
 @dataclass
 class Backlog:
-    """Pending episodes of one memory, as its last consolidation round saw them.
+    """Pending episodes in one database, as the last consolidation round there saw them
+    (every memory on the database shares one: see :func:`backlog_of`).
 
     Args:
-        attributes: What tells this memory apart (``db.system.name``,
-            ``agent_memory.namespace_root``).
-        pending: Episodes waiting to be consolidated.
-        oldest_age: Seconds the oldest of them has waited (``None``: none pending).
+        attributes: What tells the database apart (``db.system.name``, ``server.address``,
+            ``agent_memory.database``).
+        pending: Episodes waiting to be consolidated (``None``: not known yet, so not
+            reported).
+        oldest_at: When the oldest of them was recorded (seconds since the epoch; ``None``:
+            none pending); the gauge reports its age at each collection.
+        parked: Episodes parked after failing ``max_attempts`` times, waiting for
+            ``retry``.
     """
 
     attributes: dict[str, Any]
-    pending: int = 0
-    oldest_age: float | None = None
+    pending: int | None = None
+    oldest_at: float | None = None
+    parked: int = 0
 
 
-_lock = threading.Lock()
 _databases: weakref.WeakSet[Any] = weakref.WeakSet()
-_backlogs: weakref.WeakValueDictionary[int, Backlog] = weakref.WeakValueDictionary()
+_backlogs: weakref.WeakValueDictionary[tuple[Any, ...], Backlog] = weakref.WeakValueDictionary()
+
+
+def backlog_of(attributes: dict[str, Any]) -> Backlog:
+    """The backlog the consolidation gauges report for the database ``attributes`` name,
+    while a memory holds it (memories on one database share it).
+
+    Example:
+        >>> backlog = backlog_of({"db.system.name": "sqlite"})
+        >>> backlog is backlog_of({"db.system.name": "sqlite"})
+        True
+    """
+    key = tuple(sorted(attributes.items()))
+    with _lock:
+        backlog = _backlogs.get(key)
+        if backlog is None:
+            backlog = _backlogs[key] = Backlog(dict(attributes))
+        return backlog
 
 
 def watch(database: Watched) -> None:
@@ -161,17 +213,6 @@ def watch(database: Watched) -> None:
         _databases.add(database)
 
 
-def watch_backlog(backlog: Backlog) -> None:
-    """Report ``backlog`` in the consolidation gauges while it lives (its owner keeps it).
-
-    Example:
-        >>> backlog = Backlog({"db.system.name": "sqlite"})
-        >>> watch_backlog(backlog)
-    """
-    with _lock:
-        _backlogs[id(backlog)] = backlog
-
-
 def _usage() -> Iterator[PoolUsage]:
     with _lock:
         databases = list(_databases)
@@ -182,27 +223,42 @@ def _usage() -> Iterator[PoolUsage]:
             continue
 
 
-def _pool_callback(read: Callable[[PoolUsage], Iterable[tuple[float, dict[str, Any]]]]) -> Any:
+def _observations(read: Callable[[], Iterable[tuple[float, dict[str, Any]]]]) -> Any:
+    """An observable instrument's callback: ``read()``'s values, or none when reading them
+    fails (a metrics reader's thread must not fail for the package's sake)."""
+
     def callback(options: Any) -> Iterable[Any]:
         assert _metrics is not None
-        return [
-            _metrics.Observation(value, {"db.client.connection.pool.name": u.name, **extra})
+        try:
+            return [_metrics.Observation(value, extra) for value, extra in read()]
+        except Exception:
+            logger.warning("agent memory's metrics could not be read", exc_info=True)
+            return []
+
+    return callback
+
+
+def _pools(
+    read: Callable[[PoolUsage], Iterable[tuple[float, dict[str, Any]]]],
+) -> Any:
+    return _observations(
+        lambda: [
+            (value, {"db.client.connection.pool.name": u.name, **extra})
             for u in _usage()
             for value, extra in read(u)
         ]
+    )
 
-    return callback
 
-
-def _backlog_callback(read: Callable[[Backlog], float | None]) -> Any:
-    def callback(options: Any) -> Iterable[Any]:
-        assert _metrics is not None
+def _backlog(read: Callable[[Backlog, float], float | None]) -> Any:
+    def values() -> list[tuple[float, dict[str, Any]]]:
         with _lock:
             backlogs = list(_backlogs.values())
-        observed = ((read(b), b.attributes) for b in backlogs)
-        return [_metrics.Observation(v, a) for v, a in observed if v is not None]
+        now = time.time()
+        observed = ((read(b, now), b.attributes) for b in backlogs if b.pending is not None)
+        return [(value, attributes) for value, attributes in observed if value is not None]
 
-    return callback
+    return _observations(values)
 
 
 def version() -> str:
@@ -259,20 +315,26 @@ class Instruments:
         )
         meter.create_observable_gauge(
             "agent_memory.consolidation.backlog",
-            [_backlog_callback(lambda b: b.pending)],
+            [_backlog(lambda b, now: b.pending)],
             unit="{episode}",
             description="Episodes waiting to be consolidated.",
         )
         meter.create_observable_gauge(
             "agent_memory.consolidation.oldest_pending_age",
-            [_backlog_callback(lambda b: b.oldest_age)],
+            [_backlog(lambda b, now: None if b.oldest_at is None else max(now - b.oldest_at, 0))],
             unit="s",
             description="How long the oldest pending episode has waited.",
+        )
+        meter.create_observable_gauge(
+            "agent_memory.consolidation.parked",
+            [_backlog(lambda b, now: b.parked)],
+            unit="{episode}",
+            description="Episodes parked after failing every attempt, waiting for a retry.",
         )
         meter.create_observable_up_down_counter(
             "db.client.connection.count",
             [
-                _pool_callback(
+                _pools(
                     lambda u: [
                         (u.idle, {"db.client.connection.state": "idle"}),
                         (u.used, {"db.client.connection.state": "used"}),
@@ -284,25 +346,26 @@ class Instruments:
         )
         meter.create_observable_up_down_counter(
             "db.client.connection.max",
-            [_pool_callback(lambda u: [(u.max, {})])],
+            [_pools(lambda u: [(u.max, {})])],
             unit="{connection}",
             description="The most connections the pool opens.",
         )
         meter.create_observable_up_down_counter(
             "db.client.connection.pending_requests",
-            [_pool_callback(lambda u: [(u.pending, {})])],
+            [_pools(lambda u: [(u.pending, {})])],
             unit="{request}",
             description="Callers waiting for a connection of the pool.",
         )
         meter.create_observable_counter(
             "agent_memory.db.client.connection.wait_time",
-            [_pool_callback(lambda u: [(u.wait_seconds, {})])],
+            [_pools(lambda u: [(u.wait_seconds, {})])],
             unit="s",
             description="Seconds callers have waited for a connection of the pool.",
         )
 
 
-_instruments: dict[str, Any] = {"provider": None, "instruments": None}
+#: The instruments made, and the provider they were made on (replaced as one).
+_instruments: list[tuple[Any, Instruments | None]] = [(None, None)]
 
 
 def instruments() -> Instruments | None:
@@ -314,29 +377,31 @@ def instruments() -> Instruments | None:
         >>> instruments() is None or isinstance(instruments(), Instruments)
         True
     """
-    if not metering():
+    if not current()[2]:
         return None
     assert _metrics is not None
     provider = _provider if _provider is not None else _metrics.get_meter_provider()
-    if _instruments["provider"] is not provider:
+    made_on, made = _instruments[0]
+    if made_on is not provider or made is None:
         with _lock:
-            if _instruments["provider"] is not provider:
-                _instruments["instruments"] = Instruments(provider)
-                _instruments["provider"] = provider
-    made: Instruments = _instruments["instruments"]
+            made_on, made = _instruments[0]
+            if made_on is not provider or made is None:
+                made = Instruments(provider)
+                _instruments[0] = (provider, made)
     return made
 
 
 def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -> None:
     """Add ``amount`` to the counter named by its attribute in :class:`Instruments`
-    (``"bytes_written"``, ``"threads_swept"``, ...); nothing when metrics are off.
+    (``"bytes_written"``, ``"threads_swept"``, ...); nothing when metrics are off, and
+    nothing but a log line when recording fails (telemetry never fails an operation).
 
     Example:
         >>> add("threads_swept", 2, {"db.system.name": "sqlite"})
     """
     made = instruments()
     if made is not None and amount:
-        getattr(made, counter).add(amount, attributes or {})
+        safely(getattr(made, counter).add, amount, attributes or {})
 
 
 def cache_lookup(cache: str, hit: bool) -> None:
@@ -347,4 +412,19 @@ def cache_lookup(cache: str, hit: bool) -> None:
     """
     made = instruments()
     if made is not None:
-        made.cache.add(1, {"agent_memory.cache.name": cache, "agent_memory.cache.hit": hit})
+        attributes = {"agent_memory.cache.name": cache, "agent_memory.cache.hit": hit}
+        safely(made.cache.add, 1, attributes)
+
+
+def safely(record: Callable[..., Any], *args: Any) -> None:
+    """Call ``record(*args)`` (an instrument's), logging instead of raising what it raises:
+    an application's operation must not fail because its telemetry did.
+
+    Example:
+        >>> safely(print, "recorded")
+        recorded
+    """
+    try:
+        record(*args)
+    except Exception:
+        logger.warning("agent memory's telemetry could not record", exc_info=True)

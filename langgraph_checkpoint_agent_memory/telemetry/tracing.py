@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.telemetry import metrics
-from langgraph_checkpoint_agent_memory.telemetry.metrics import RECHECK_SECONDS, SCOPE
+from langgraph_checkpoint_agent_memory.telemetry.metrics import SCOPE
 
 try:  # the [otel] extra
     from opentelemetry import trace as _trace
@@ -85,8 +86,12 @@ class Target:
 
     def attributes(self) -> dict[str, AttributeValue]:
         """The conventions' attributes of this target (those known)."""
-        found = {"server.address": self.address, "server.port": self.port}
-        return {"db.system.name": self.system, **{k: v for k, v in found.items() if v}}
+        found = {
+            "db.system.name": self.system,
+            "server.address": self.address,
+            "server.port": self.port,
+        }
+        return {k: v for k, v in found.items() if v}
 
 
 _targets: weakref.WeakKeyDictionary[Any, Target] = weakref.WeakKeyDictionary()
@@ -127,10 +132,12 @@ def use_tracer_provider(provider: Any) -> None:
     """
     global _provider
     _provider = provider
+    _tracers[0] = (None, None)
     metrics.recheck()
 
 
-_tracers: dict[str, Any] = {"provider": None, "tracer": None}
+#: The package's tracer, and the provider it was made on (replaced as one).
+_tracers: list[tuple[Any, Any]] = [(None, None)]
 
 
 def _tracer() -> Any:
@@ -138,45 +145,70 @@ def _tracer() -> Any:
     a new tracer, and checks its arguments, at each ``get_tracer``)."""
     assert _trace is not None
     provider = _provider if _provider is not None else _trace.get_tracer_provider()
-    if _tracers["provider"] is not provider:
-        _tracers["tracer"] = provider.get_tracer(SCOPE, metrics.version())
-        _tracers["provider"] = provider
-    return _tracers["tracer"]
+    made_on, tracer = _tracers[0]
+    if made_on is not provider:
+        tracer = provider.get_tracer(SCOPE, metrics.version())
+        _tracers[0] = (provider, tracer)
+    return tracer
 
 
-_global = {"on": False, "checked": -RECHECK_SECONDS}
+def tracing_now() -> bool:
+    """Whether spans are recorded, looked at now: ``opentelemetry-api`` is installed and the
+    application gave a tracer provider, to :func:`use_tracer_provider` or as OpenTelemetry's
+    global one (the API's stand-in before one is set, and its no-op one, record nothing).
 
-
-def tracing() -> bool:
-    """Whether spans are recorded: ``opentelemetry-api`` is installed and the application
-    gave a tracer provider (to :func:`use_tracer_provider`, or as OpenTelemetry's global
-    one, which is seen within :data:`RECHECK_SECONDS` of being set)."""
+    Example:
+        >>> tracing_now()
+        False
+    """
     if _provider is not None:
         return True
     if _trace is None:
         return False
-    now = time.monotonic()
-    if now - _global["checked"] >= RECHECK_SECONDS:
-        provider = _trace.get_tracer_provider()
-        _global["on"] = not isinstance(provider, _trace.ProxyTracerProvider)
-        _global["checked"] = now
-    return bool(_global["on"])
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
 
 
-#: Whether operations are recorded at all: spans (:func:`tracing`) or metrics
-#: (:func:`.metrics.metering`), one cached answer (see :func:`.metrics.live`).
+def tracing() -> bool:
+    """Whether spans are recorded (:func:`tracing_now`, looked at again at most every
+    :data:`RECHECK_SECONDS`).
+
+    Example:
+        >>> tracing()
+        False
+    """
+    return metrics.current()[1]
+
+
+#: Whether operations are recorded at all: spans or metrics (see :func:`.metrics.live`).
 live = metrics.live
-metrics.spans_recorded_when(tracing)
+metrics.spans_recorded_when(tracing_now)
+
+
+def error_type(error: BaseException) -> str:
+    """``error.type`` of ``error``: its class's fully qualified name (a built-in's name).
+
+    Example:
+        >>> error_type(ValueError("bad")), error_type(KeyboardInterrupt())
+        ('ValueError', 'KeyboardInterrupt')
+    """
+    kind = type(error)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 class _Live:
     """One operation: its span (current while the ``with`` block runs) when tracing is on,
-    its duration in ``histogram`` when metrics are on."""
+    its duration in ``histogram`` when metrics are on. With ``sealed`` (encryption on), an
+    exception's message, which may quote what was sealed, goes neither into an event nor
+    into the span's status: only its type does."""
 
     __slots__ = (
         "_histogram",
         "_manager",
         "_measured",
+        "_sealed",
         "_span",
         "_started",
         "_written",
@@ -192,6 +224,7 @@ class _Live:
         histogram: Any,
         measured: dict[str, AttributeValue],
         traced: bool,
+        sealed: bool,
     ) -> None:
         self._manager: Any = None
         if traced:
@@ -200,13 +233,14 @@ class _Live:
                 name,
                 kind=_trace.SpanKind.CLIENT if kind == "client" else _trace.SpanKind.INTERNAL,
                 attributes=attributes,
-                record_exception=True,
-                set_status_on_exception=True,
+                record_exception=not sealed,
+                set_status_on_exception=not sealed,
             )
         self.recording = self._manager is not None
         self._span: Any = None
         self._histogram = histogram
         self._measured = measured
+        self._sealed = sealed
         self._started = 0.0
         self._written = 0
 
@@ -222,24 +256,31 @@ class _Live:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if error is not None:
-            self._error_type(type(error).__qualname__)
-        if self._histogram is not None:
-            self._histogram.record(time.perf_counter() - self._started, self._measured)
-            if self._written and error is None:
-                system = {"db.system.name": self._measured["db.system.name"]}
-                metrics.add("bytes_written", self._written, system)
-        if self._manager is not None:
-            self._manager.__exit__(kind, error, tb)
+        try:
+            if error is not None:
+                self._failed(error_type(error), "")
+            if self._histogram is not None:
+                elapsed = time.perf_counter() - self._started
+                metrics.safely(self._histogram.record, elapsed, self._measured)
+                if self._written and error is None:
+                    system = {"db.system.name": self._measured.get("db.system.name", "")}
+                    metrics.add("bytes_written", self._written, system)
+        finally:
+            if self._manager is not None:
+                self._manager.__exit__(kind, error, tb)
 
-    def _error_type(self, error_type: str) -> None:
+    def _failed(self, error_type: str, description: str) -> None:
         self._measured = {**self._measured, "error.type": error_type}
         self.set("error.type", error_type)
+        if self._span is not None and (self._sealed or description):
+            assert _trace is not None
+            said = None if self._sealed else description
+            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, said))
 
     def set(self, name: str, value: AttributeValue | None) -> None:
         """Add an attribute to the span (``None``: leave it out)."""
         if value is not None and self._span is not None:
-            self._span.set_attribute(name, value)
+            metrics.safely(self._span.set_attribute, name, value)
 
     def written(self, size: int) -> None:
         """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
@@ -250,11 +291,9 @@ class _Live:
 
     def fail(self, error_type: str, description: str = "") -> None:
         """Mark the operation failed without an exception (a consolidation job whose
-        extractor failed is recorded, not raised): ``error.type`` and an error status."""
-        self._error_type(error_type)
-        if self._span is not None:
-            assert _trace is not None
-            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, description or None))
+        extractor failed is recorded, not raised): ``error.type`` and an error status, with
+        ``description`` unless the operation is sealed."""
+        self._failed(error_type, description or "failed")
 
 
 #: The attributes an operation is measured by, per operation and target (made once: an
@@ -283,9 +322,10 @@ def _start(
     name: str,
     target: Target,
     collection: str | None,
-    attributes: dict[str, Any],
+    attributes: Mapping[str, AttributeValue | None] | None,
     *,
     client: bool,
+    sealed: bool,
 ) -> _Idle | _Live:
     made, traced = metrics.instruments(), tracing()
     if made is None and not traced:
@@ -295,35 +335,48 @@ def _start(
     if made is not None:
         histogram = made.db_duration if client else made.memory_duration
     described = measured
-    if traced:
+    if traced and attributes:
         described = {**measured, **{k: v for k, v in attributes.items() if v is not None}}
-    return _Live(name, "client" if client else "internal", described, histogram, measured, traced)
+    kind = "client" if client else "internal"
+    return _Live(name, kind, described, histogram, measured, traced, sealed)
 
 
 def db_operation(
-    name: str, target: Target, collection: str | None, **attributes: AttributeValue | None
+    name: str,
+    target: Target,
+    collection: str | None,
+    attributes: Mapping[str, AttributeValue | None] | None = None,
+    *,
+    sealed: bool = False,
 ) -> _Idle | _Live:
     """The operation of a database client: ``<component>.<operation>`` (``name``), a
     ``CLIENT`` span with the conventions' ``db.system.name``, ``server.address``,
     ``db.operation.name`` and ``db.collection.name`` (the table the operation is about),
-    measured in ``db.client.operation.duration``; ``collection`` ``None``: no table (the
-    in-memory saver).
+    measured in ``db.client.operation.duration``; ``sealed``: encryption is on (an
+    exception's message is left out).
 
     Example:
         >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
         ...     op.set("agent_memory.result_count", 1)
     """
-    return _start(name, target, collection, attributes, client=True)
+    return _start(name, target, collection, attributes, client=True, sealed=sealed)
 
 
-def operation(name: str, target: Target, **attributes: AttributeValue | None) -> _Idle | _Live:
+def operation(
+    name: str,
+    target: Target,
+    attributes: Mapping[str, AttributeValue | None] | None = None,
+    *,
+    sealed: bool = False,
+) -> _Idle | _Live:
     """The span of one operation of agent memory (``memory.record``, ...), to run the
     operation in, measured in ``agent_memory.operation.duration``: ``with
     operation("memory.record", target) as op: ...``; ``op.set(...)`` adds what is learned on
-    the way (counts). Attributes that are ``None`` are left out.
+    the way (counts). Attributes that are ``None`` are left out; ``sealed``: encryption is
+    on (an exception's message is left out).
 
     Example:
         >>> with operation("memory.recall", Target("sqlite")) as op:
         ...     op.set("agent_memory.result_count", 1)
     """
-    return _start(name, target, None, attributes, client=False)
+    return _start(name, target, None, attributes, client=False, sealed=sealed)
