@@ -286,3 +286,27 @@ def test_a_failing_meter_never_fails_an_operation(
         assert store.get(("a",), "k") is not None
     assert [s.name for s in named(spans, "store.")] == ["store.put", "store.get"]  # ended
     assert "could not record" in caplog.text
+
+
+def test_instruments_are_made_once_per_provider(tmp_path: Path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    mine = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[mine])
+    try:
+        metrics.use_meter_provider(provider)
+        made = metrics.instruments()
+        metrics.use_meter_provider(MeterProvider())  # another, then back
+        assert metrics.instruments() is not made
+        metrics.use_meter_provider(provider)
+        assert metrics.instruments() is made
+        with create_store(f"sqlite:///{tmp_path / 'once.db'}") as store:
+            store.put(("a",), "k", {"v": 1})
+            seen = [
+                tuple(sorted(p.attributes.items()))
+                for p in points(mine, "db.client.connection.count")
+            ]
+        assert seen and len(seen) == len(set(seen))  # each pool and state observed once
+    finally:
+        metrics.use_meter_provider(None)
+        provider.shutdown()

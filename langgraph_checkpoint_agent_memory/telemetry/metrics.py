@@ -80,7 +80,6 @@ def use_meter_provider(provider: Any) -> None:
     """
     global _provider
     _provider = provider
-    _instruments[0] = (None, None)
     recheck()
 
 
@@ -364,8 +363,10 @@ class Instruments:
         )
 
 
-#: The instruments made, and the provider they were made on (replaced as one).
-_instruments: list[tuple[Any, Instruments | None]] = [(None, None)]
+#: The instruments made on each meter provider (once each: an instrument made again would
+#: register its callbacks twice), and the last one used, with its provider, for a quick look.
+_made: weakref.WeakKeyDictionary[Any, Instruments] = weakref.WeakKeyDictionary()
+_last: list[tuple[Any, Instruments | None]] = [(None, None)]
 
 
 def instruments() -> Instruments | None:
@@ -381,13 +382,13 @@ def instruments() -> Instruments | None:
         return None
     assert _metrics is not None
     provider = _provider if _provider is not None else _metrics.get_meter_provider()
-    made_on, made = _instruments[0]
-    if made_on is not provider or made is None:
+    used, made = _last[0]
+    if used is not provider or made is None:
         with _lock:
-            made_on, made = _instruments[0]
-            if made_on is not provider or made is None:
-                made = Instruments(provider)
-                _instruments[0] = (provider, made)
+            made = _made.get(provider)
+            if made is None:
+                made = _made[provider] = Instruments(provider)
+        _last[0] = (provider, made)
     return made
 
 

@@ -132,7 +132,6 @@ def use_tracer_provider(provider: Any) -> None:
     """
     global _provider
     _provider = provider
-    _tracers[0] = (None, None)
     metrics.recheck()
 
 
