@@ -27,6 +27,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     check_count,
 )
 from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
+from langgraph_checkpoint_agent_memory.memory.when import TimeRange, time_range
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
@@ -157,6 +158,9 @@ class Recaller:
             ordered = first + [f for f in ordered if f.key not in chosen]
         rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         relevance = R.spread(relevance)
+        span = time_range(query, at) if query and st.time_weight else None
+        if span is not None:  # the question names a time: what happened then is a candidate
+            rows += yield from self.dated_episodes_plan(scope, rows, span, now, at)
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
         for row in rows:
@@ -171,6 +175,8 @@ class Recaller:
             score = R.episode_score(
                 relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
             )
+            if span is not None and episode.occurred_at in span:
+                score += st.time_weight
             scored.append((score, episode))
         scored.sort(key=lambda p: -p[0])
         return R.render(
@@ -225,6 +231,22 @@ class Recaller:
             want *= 4
         best = [(k, score) for k, score in ranked if k in kept][: st.episode_candidates]
         return [kept[k] for k, _ in best], dict(best)
+
+    def dated_episodes_plan(
+        self, scope: Scope, rows: list[sqlm.StoredRow], span: TimeRange, now: float, at: float
+    ) -> Plan[list[sqlm.StoredRow]]:
+        """The scope's episodes that happened inside ``span`` (and by ``at``) and are not
+        among ``rows`` yet, the newest ``episode_candidates`` of them: a question that names a
+        time ("last week", "in May 2023") is about what happened then, whatever its words."""
+        known = {r.key for r in rows}
+        every = yield from sqlm.read_plan(self.sql, self._prefix(scope, "episodes"), now)
+
+        def when(row: sqlm.StoredRow) -> float:
+            return float(row.value.get("occurred_at") or 0.0)
+
+        dated = [r for r in every if r.key not in known and when(r) in span and when(r) <= at]
+        dated.sort(key=lambda r: -when(r))
+        return dated[: self.settings.episode_candidates]
 
     def current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
         """The scope's current facts with each line's token cost, most important first;

@@ -53,6 +53,9 @@ class MemorySettings:
     recency_weight: float = 0.2
     importance_weight: float = 0.2
     half_life_days: float = 30.0
+    #: Added to an episode's score when it happened inside the time a question names ("last
+    #: week", "in May 2023": see ``memory.when``); 0 turns time-aware recall off.
+    time_weight: float = 1.0
     max_episodes_per_job: int = 20
     #: Current facts shown to the extractor (top-k by relevance, so cost does not grow).
     relevant_facts: int = 20
@@ -77,6 +80,10 @@ class MemorySettings:
         without a word, and a zero interval spins a worker)."""
         for name in _COUNTS:
             check_count(getattr(self, name), name)
+        if not (isinstance(self.time_weight, (int, float)) and 0 <= self.time_weight < math.inf):
+            raise ConfigurationError(
+                f"time_weight must be a finite number >= 0, got {self.time_weight!r}"
+            )
         for name, least_open in _TIMES.items():
             value = getattr(self, name)
             if (
@@ -120,7 +127,11 @@ class MemorySettings:
     @property
     def weights(self) -> R.RecallWeights:
         return R.RecallWeights(
-            self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
+            self.relevance_weight,
+            self.recency_weight,
+            self.importance_weight,
+            self.half_life_days,
+            self.time_weight,
         )
 
 

@@ -1,0 +1,284 @@
+"""Time in a question: the span of time a query names, read relative to the question's date.
+
+Recall ranks what happened by how well it matches a question; a question that names a time
+("what did I do last week?", "where did I live in May 2023?", "two years ago") also says
+*when* the answer happened. :func:`time_range` finds that span, without a language model,
+relative to ``now`` (the question's date: the caller's ``as_of``, or the clock), so recall
+can favour what is dated inside it.
+
+Understood (case-insensitive, anywhere in the query; the most specific one wins):
+
+- a date: ``2023-05-07``, ``7 May 2023``, ``May 7, 2023``, ``May 7`` (the latest one not after
+  ``now``);
+- a month: ``May 2023``, ``in May`` (the latest May that began by ``now``);
+- a year: ``in 2023``, ``2023`` (a four-digit year between 1900 and 2100, after ``in``,
+  ``during``, ``of``, ``since``, ``from`` or alone);
+- relative: ``today``, ``yesterday``, ``this week|month|year``, ``last week|month|year``
+  (``past`` and ``previous`` too), ``last weekend``, ``N days|weeks|months|years ago``
+  (``N`` in digits, or ``a``, ``an``, ``one`` to ``twelve``, ``a couple of``, ``a few``).
+
+Weeks begin on Monday; every span is in UTC unless ``tz`` says otherwise. A question that
+asks for a time (``when did``, ``what date``, ``how long ago``) names none: see
+:func:`asks_when`.
+
+Example:
+    >>> from datetime import datetime, timezone
+    >>> now = datetime(2023, 6, 15, 12, tzinfo=timezone.utc)
+    >>> span = time_range("What did Caroline do last week?", now)
+    >>> span.start_date.isoformat(), span.end_date.isoformat(), span.phrase
+    ('2023-06-05', '2023-06-11', 'last week')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone, tzinfo
+
+__all__ = ["TimeRange", "asks_when", "time_range"]
+
+MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+}
+
+_MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\b\.?"
+_COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + ")"
+_YEAR = r"(?P<year>(?:19|20)\d\d|2100)"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+
+#: The patterns, most specific first; each maps a match and ``today`` to a span of days.
+_ISO = re.compile(r"\b(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})\b")
+_DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\s*,?\s+{_YEAR}\b")
+_MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY}\s*,?\s+{_YEAR}\b")
+_MONTH_DAY = re.compile(rf"\b(?:on\s+)?{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)")
+_DAY_MONTH = re.compile(rf"\b(?:on\s+)?(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*\d)")
+_MONTH_YEAR = re.compile(rf"\b{_MONTH}\s*,?\s+(?:of\s+)?{_YEAR}\b")
+_AGO = re.compile(rf"\b{_COUNT}\s+(?P<unit>day|week|month|year)s?\s+ago\b")
+_LAST = re.compile(r"\b(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year)\b")
+_DAYWORD = re.compile(r"\b(?P<word>today|yesterday)\b")
+_IN_MONTH = re.compile(rf"\b(?:in|during|of|since)\s+{_MONTH}(?!\s*,?\s*(?:\d|of\b))")
+_YEAR_ALONE = re.compile(rf"(?<![\d-]){_YEAR}(?![\d-])")
+_ASKS_WHEN = re.compile(
+    r"\b(when\s+(?:did|was|were|is|will|do|does|has|have|had)|what\s+(?:date|day|year|month|"
+    r"time)|how\s+long\s+ago|since\s+when)\b"
+)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """A span of time a question names: ``[start, end)`` in seconds since the epoch.
+
+    Args:
+        start: Its first moment.
+        end: The moment after its last.
+        phrase: The words that named it, as written (lower-cased).
+        tz: The time zone its days are counted in.
+    """
+
+    start: float
+    end: float
+    phrase: str
+    tz: tzinfo = timezone.utc
+
+    @property
+    def start_date(self) -> date:
+        """Its first day."""
+        return datetime.fromtimestamp(self.start, self.tz).date()
+
+    @property
+    def end_date(self) -> date:
+        """Its last day."""
+        return datetime.fromtimestamp(self.end, self.tz).date() - timedelta(days=1)
+
+    def __contains__(self, moment: float) -> bool:
+        return self.start <= moment < self.end
+
+
+def asks_when(query: str) -> bool:
+    """Whether ``query`` asks for a time ("when did ...", "what year ...", "how long ago").
+
+    Example:
+        >>> asks_when("When did Melanie paint a sunrise?"), asks_when("Where does she live?")
+        (True, False)
+    """
+    return _ASKS_WHEN.search(query.lower()) is not None
+
+
+def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> TimeRange | None:
+    """The span of time ``query`` names, relative to ``now``; ``None`` when it names none.
+
+    Args:
+        query: The question.
+        now: The question's moment: seconds since the epoch or a timezone-aware
+            ``datetime`` (``as_of``, or the clock).
+        tz: The time zone days, weeks, months and years are counted in.
+
+    Example:
+        >>> from datetime import datetime, timezone
+        >>> now = datetime(2023, 6, 15, tzinfo=timezone.utc)
+        >>> time_range("where did I live in May 2022?", now).start_date.isoformat()
+        '2022-05-01'
+        >>> time_range("two years ago", now).end_date.isoformat()
+        '2021-12-31'
+        >>> time_range("where do I live?", now) is None
+        True
+    """
+    moment = now if isinstance(now, datetime) else datetime.fromtimestamp(now, tz)
+    if moment.tzinfo is None:
+        raise ValueError("now must be timezone-aware (or seconds since the epoch)")
+    today = moment.astimezone(tz).date()
+    text = query.lower()
+    for pattern, read in _READERS:
+        for found in pattern.finditer(text):
+            days = read(found, today)
+            if days is not None:
+                first, last = days
+                return TimeRange(_at(first, tz), _at(last + timedelta(days=1), tz), found[0], tz)
+    return None
+
+
+def _at(day: date, tz: tzinfo) -> float:
+    return datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
+
+
+def _day(year: int, month: int, day: int) -> date | None:
+    try:
+        return date(year, month, day)
+    except ValueError:  # the 31st of June, a 13th month: not a date
+        return None
+
+
+def _month_span(year: int, month: int) -> tuple[date, date]:
+    first = date(year, month, 1)
+    following = date(year + month // 12, month % 12 + 1, 1)
+    return first, following - timedelta(days=1)
+
+
+def _months_back(day: date, months: int) -> tuple[int, int]:
+    index = day.year * 12 + (day.month - 1) - months
+    return index // 12, index % 12 + 1
+
+
+Days = tuple[date, date] | None
+
+
+def _iso(found: re.Match[str], today: date) -> Days:
+    day = _day(int(found["year"]), int(found["month"]), int(found["day"]))
+    return None if day is None else (day, day)
+
+
+def _full_date(found: re.Match[str], today: date) -> Days:
+    day = _day(int(found["year"]), MONTHS[found["month"]], int(found["day"]))
+    return None if day is None else (day, day)
+
+
+def _day_in_year(found: re.Match[str], today: date) -> Days:
+    month, number = MONTHS[found["month"]], int(found["day"])
+    for year in (today.year, today.year - 1):  # the latest one not after today
+        day = _day(year, month, number)
+        if day is not None and day <= today:
+            return day, day
+    return None
+
+
+def _month_of_year(found: re.Match[str], today: date) -> Days:
+    return _month_span(int(found["year"]), MONTHS[found["month"]])
+
+
+def _month(found: re.Match[str], today: date) -> Days:
+    month = MONTHS[found["month"]]
+    year = today.year if month <= today.month else today.year - 1
+    return _month_span(year, month)
+
+
+def _year(found: re.Match[str], today: date) -> Days:
+    year = int(found["year"])
+    return date(year, 1, 1), date(year, 12, 31)
+
+
+def _ago(found: re.Match[str], today: date) -> Days:
+    count = found["count"]
+    n = int(count) if count.isdigit() else NUMBERS[count]
+    unit = found["unit"]
+    if unit == "day":
+        day = today - timedelta(days=n)
+        return day, day
+    if unit == "week":
+        monday = today - timedelta(days=today.weekday() + 7 * n)
+        return monday, monday + timedelta(days=6)
+    if unit == "month":
+        return _month_span(*_months_back(today, n))
+    return date(today.year - n, 1, 1), date(today.year - n, 12, 31)
+
+
+def _last(found: re.Match[str], today: date) -> Days:
+    back = 0 if found["which"] == "this" else 1
+    unit = found["unit"]
+    if unit == "weekend":
+        saturday = today - timedelta(days=today.weekday() + 2 + 7 * (back - 1))
+        if back == 0 and saturday > today:
+            return None
+        return saturday, saturday + timedelta(days=1)
+    if unit == "week":
+        monday = today - timedelta(days=today.weekday() + 7 * back)
+        return monday, monday + timedelta(days=6)
+    if unit == "month":
+        return _month_span(*_months_back(today, back))
+    return date(today.year - back, 1, 1), date(today.year - back, 12, 31)
+
+
+def _dayword(found: re.Match[str], today: date) -> Days:
+    day = today if found["word"] == "today" else today - timedelta(days=1)
+    return day, day
+
+
+#: The patterns, most specific first, each with what reads its span of days.
+_READERS = (
+    (_ISO, _iso),
+    (_DAY_MONTH_YEAR, _full_date),
+    (_MONTH_DAY_YEAR, _full_date),
+    (_MONTH_YEAR, _month_of_year),
+    (_MONTH_DAY, _day_in_year),
+    (_DAY_MONTH, _day_in_year),
+    (_DAYWORD, _dayword),
+    (_AGO, _ago),
+    (_LAST, _last),
+    (_IN_MONTH, _month),
+    (_YEAR_ALONE, _year),
+)

@@ -1,0 +1,82 @@
+"""Recall that knows when: a question that names a time ("last week", "in May") favours what
+happened then, on every backend, sync and async.
+
+A scripted spring: a hike in the Alps (May 6), bread baked (June 5), a cake baked for Anna
+(June 12); the question is asked on Friday, June 14."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, ConfigurationError
+
+U = "user=alice"
+UTC = timezone.utc
+SCRIPT = [
+    (datetime(2024, 5, 6, 10, tzinfo=UTC), "We went hiking in the Alps with Tom."),
+    (datetime(2024, 6, 5, 10, tzinfo=UTC), "I baked bread this morning."),
+    (datetime(2024, 6, 12, 10, tzinfo=UTC), "I baked a cake for Anna."),
+]
+NOW = datetime(2024, 6, 14, 18, tzinfo=UTC).timestamp()
+
+
+def spring(store: AgentMemoryStore, **settings: Any) -> AgentMemory[Any]:
+    memory = AgentMemory(store, clock=lambda: NOW, **settings)
+    for when, text in SCRIPT:
+        memory.record(U, [{"role": "user", "content": text}], occurred_at=when.timestamp())
+    assert memory.consolidate().completed >= 1
+    return memory
+
+
+def days(recalled: Any) -> list[str]:
+    return [datetime.fromtimestamp(e.occurred_at, UTC).strftime("%m-%d") for e in recalled.episodes]
+
+
+def test_a_named_week_brings_what_happened_then_first(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    memory = spring(make_store())
+    # without a time, the newer of two equal matches comes first
+    assert days(memory.recall(U, "what did I bake?"))[0] == "06-12"
+    # last week (June 3-9): the bread, though the cake is newer and matches as well
+    assert days(memory.recall(U, "what did I bake last week?"))[0] == "06-05"
+    block = memory.build_context(U, "what did I bake last week?")
+    assert block.index("bread") < block.index("cake")
+
+
+def test_a_named_month_finds_what_its_words_do_not(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    memory = spring(make_store(), episode_candidates=1)
+    # one candidate by relevance: "bake" finds a cake or bread; the hike only by its month
+    recalled = memory.recall(U, "what did I bake in May?")
+    assert "05-06" in days(recalled)
+    assert days(recalled)[0] == "05-06"
+
+
+def test_time_weight_zero_turns_it_off(make_store: Callable[..., AgentMemoryStore]) -> None:
+    memory = spring(make_store(), time_weight=0)
+    assert days(memory.recall(U, "what did I bake last week?"))[0] == "06-12"
+    with pytest.raises(ConfigurationError, match="time_weight"):
+        AgentMemory(make_store(), time_weight=-1)
+
+
+async def test_async_recall_knows_when_too(make_store: Callable[..., AgentMemoryStore]) -> None:
+    memory = spring(make_store())
+    assert days(await memory.arecall(U, "what did I bake last week?"))[0] == "06-05"
+    block = await memory.abuild_context(U, "anything from last week?")
+    assert "bread" in block
+
+
+def test_a_look_back_counts_weeks_from_its_own_date(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    memory = spring(make_store())
+    # asked as of Sunday May 12: "last week" is April 29 - May 5, before the hike; "this
+    # week" holds it; the June episodes had not happened
+    as_of = datetime(2024, 5, 12, 12, tzinfo=UTC)
+    assert days(memory.recall(U, "where did we go this week?", as_of=as_of)) == ["05-06"]
