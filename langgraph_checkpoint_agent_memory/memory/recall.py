@@ -61,7 +61,7 @@ class RecallWeights:
     importance: float = 0.2
     half_life_days: float = 30.0
     #: Added to the score of an episode dated inside the time a question names.
-    when: float = 1.0
+    when: float = 0.2
 
 
 @dataclass
