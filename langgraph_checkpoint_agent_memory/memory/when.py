@@ -235,32 +235,30 @@ def _year(found: re.Match[str], today: date) -> Days:
 def _ago(found: re.Match[str], today: date) -> Days:
     count = found["count"]
     n = int(count) if count.isdigit() else NUMBERS[count]
-    unit = found["unit"]
-    if unit == "day":
+    if found["unit"] == "day":
         day = today - timedelta(days=n)
         return day, day
+    return _units_back(today, found["unit"], n)
+
+
+def _last(found: re.Match[str], today: date) -> Days:
+    back = 0 if found["which"] == "this" else 1
+    if found["unit"] == "weekend":
+        saturday = today - timedelta(days=today.weekday() + 2 + 7 * (back - 1))
+        if back == 0 and saturday > today:
+            return None
+        return saturday, saturday + timedelta(days=1)
+    return _units_back(today, found["unit"], back)
+
+
+def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
+    """The whole week (from Monday), month or year ``n`` of them before ``today``'s."""
     if unit == "week":
         monday = today - timedelta(days=today.weekday() + 7 * n)
         return monday, monday + timedelta(days=6)
     if unit == "month":
         return _month_span(*_months_back(today, n))
     return date(today.year - n, 1, 1), date(today.year - n, 12, 31)
-
-
-def _last(found: re.Match[str], today: date) -> Days:
-    back = 0 if found["which"] == "this" else 1
-    unit = found["unit"]
-    if unit == "weekend":
-        saturday = today - timedelta(days=today.weekday() + 2 + 7 * (back - 1))
-        if back == 0 and saturday > today:
-            return None
-        return saturday, saturday + timedelta(days=1)
-    if unit == "week":
-        monday = today - timedelta(days=today.weekday() + 7 * back)
-        return monday, monday + timedelta(days=6)
-    if unit == "month":
-        return _month_span(*_months_back(today, back))
-    return date(today.year - back, 1, 1), date(today.year - back, 12, 31)
 
 
 def _dayword(found: re.Match[str], today: date) -> Days:
