@@ -86,11 +86,23 @@ class MemoryStore(Protocol):
         """Keys of one namespace's newest live items."""
 
     def search(
-        self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None, limit: int = 10
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
     ) -> list[Any]: ...
 
     async def asearch(
-        self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None, limit: int = 10
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
     ) -> list[Any]: ...
 
     def sweep(self) -> int: ...

@@ -26,7 +26,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     as_timestamp,
     check_count,
 )
-from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
+from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Search, Steps
 from langgraph_checkpoint_agent_memory.memory.when import TimeRange, time_range
 
 if TYPE_CHECKING:
@@ -107,6 +107,17 @@ class Recaller:
         vector = None
         if query and self.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
+        dated: list[str] = []
+        at = self.context.clock() if when is None else when
+        span = time_range(query, at) if query and self.settings.time_weight else None
+        if span is not None:  # the question names a time: what happened then is a candidate
+            found = yield Search(
+                self.namespace(s, "episodes"),
+                "",
+                self.settings.episode_candidates,
+                filter={"occurred_at": {"$gte": span.start, "$lt": min(span.end, at + 1e-3)}},
+            )
+            dated = [item.key for item in found]
         recalled: R.Recalled = yield RunPlan(
             lambda: self.plan(
                 s,
@@ -115,6 +126,7 @@ class Recaller:
                 options.get("exclude_thread"),
                 vector,
                 as_of=when,
+                dated=(span, dated) if span is not None else None,
             )
         )
         if options.get("reinforce", False) and when is None:
@@ -130,6 +142,7 @@ class Recaller:
         vector: list[float] | None,
         *,
         as_of: float | None = None,
+        dated: tuple[TimeRange, list[str]] | None = None,
     ) -> Plan[R.Recalled]:
         now = self.context.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
@@ -158,9 +171,30 @@ class Recaller:
             ordered = first + [f for f in ordered if f.key not in chosen]
         rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         relevance = R.spread(relevance)
-        span = time_range(query, at) if query and st.time_weight else None
-        if span is not None:  # the question names a time: what happened then is a candidate
-            rows += yield from self.dated_episodes_plan(scope, rows, span, now, at)
+        span = None if dated is None else dated[0]
+        if dated is not None:  # the question names a time: what happened then is a candidate
+            rows += yield from self._more_plan(scope, rows, dated[1], now)
+        scored = self._scored(rows, relevance, exclude_thread, at, span)
+        return R.render(
+            ordered,
+            [e for _, e in scored],
+            now=at,
+            budget_tokens=budget,
+            count=self.count_tokens,
+            rendered=lines,
+        )
+
+    def _scored(
+        self,
+        rows: list[sqlm.StoredRow],
+        relevance: dict[str, float],
+        exclude_thread: str | None,
+        at: float,
+        span: TimeRange | None,
+    ) -> list[tuple[float, Episode]]:
+        """The candidate episodes with their scores, best first: each summary once, the
+        excluded thread's left out, those inside the time a question names raised."""
+        st = self.settings
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
         for row in rows:
@@ -179,14 +213,18 @@ class Recaller:
                 score += st.time_weight
             scored.append((score, episode))
         scored.sort(key=lambda p: -p[0])
-        return R.render(
-            ordered,
-            [e for _, e in scored],
-            now=at,
-            budget_tokens=budget,
-            count=self.count_tokens,
-            rendered=lines,
-        )
+        return scored
+
+    def _more_plan(
+        self, scope: Scope, rows: list[sqlm.StoredRow], keys: list[str], now: float
+    ) -> Plan[list[sqlm.StoredRow]]:
+        """The episodes ``keys`` names that are not among ``rows`` (the dated candidates of a
+        question that names a time), read with their decay state."""
+        known = {r.key for r in rows}
+        more = [k for k in keys if k not in known]
+        if not more:
+            return []
+        return (yield from sqlm.read_plan(self.sql, self._prefix(scope, "episodes"), now, more))
 
     def episode_candidates_plan(
         self,
@@ -231,22 +269,6 @@ class Recaller:
             want *= 4
         best = [(k, score) for k, score in ranked if k in kept][: st.episode_candidates]
         return [kept[k] for k, _ in best], dict(best)
-
-    def dated_episodes_plan(
-        self, scope: Scope, rows: list[sqlm.StoredRow], span: TimeRange, now: float, at: float
-    ) -> Plan[list[sqlm.StoredRow]]:
-        """The scope's episodes that happened inside ``span`` (and by ``at``) and are not
-        among ``rows`` yet, the newest ``episode_candidates`` of them: a question that names a
-        time ("last week", "in May 2023") is about what happened then, whatever its words."""
-        known = {r.key for r in rows}
-        every = yield from sqlm.read_plan(self.sql, self._prefix(scope, "episodes"), now)
-
-        def when(row: sqlm.StoredRow) -> float:
-            return float(row.value.get("occurred_at") or 0.0)
-
-        dated = [r for r in every if r.key not in known and when(r) in span and when(r) <= at]
-        dated.sort(key=lambda r: -when(r))
-        return dated[: self.settings.episode_candidates]
 
     def current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
         """The scope's current facts with each line's token cost, most important first;

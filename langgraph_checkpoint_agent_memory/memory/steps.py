@@ -57,11 +57,13 @@ class Embed:
 
 @dataclass
 class Search:
-    """Search one namespace of the store; the step's value is its items, best first."""
+    """Search one namespace of the store; the step's value is its items, best first (with
+    no query, the newest written first). ``filter``: the store's filter on item values."""
 
     namespace: tuple[str, ...]
     query: str
     limit: int
+    filter: dict[str, Any] | None = None
 
 
 T = TypeVar("T")
@@ -109,7 +111,7 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
             if step.query:
                 return [e.embed_query(t) for t in step.texts]
             return e.embed_documents(step.texts) if step.texts else []
-        return store.search(step.namespace, query=step.query, limit=step.limit)
+        return store.search(step.namespace, query=step.query, filter=step.filter, limit=step.limit)
 
     return drive(steps, execute)
 
@@ -137,6 +139,8 @@ async def arun_steps(
             if step.query:
                 return [await e.aembed_query(t) for t in step.texts]
             return await e.aembed_documents(step.texts) if step.texts else []
-        return await store.asearch(step.namespace, query=step.query, limit=step.limit)
+        return await store.asearch(
+            step.namespace, query=step.query, filter=step.filter, limit=step.limit
+        )
 
     return await adrive(steps, execute)
