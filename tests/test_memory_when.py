@@ -67,8 +67,9 @@ def test_a_named_month_finds_what_its_words_do_not(
 def test_time_weight_zero_turns_it_off(make_store: Callable[..., AgentMemoryStore]) -> None:
     memory = spring(make_store(), time_weight=0)
     assert days(memory.recall(U, "what did I bake last week?"))[0] == "06-12"
-    with pytest.raises(ConfigurationError, match="time_weight"):
-        AgentMemory(make_store(), time_weight=-1)
+    for bad in (-1, float("nan"), True):
+        with pytest.raises(ConfigurationError, match="time_weight"):
+            AgentMemory(make_store(), time_weight=bad)
 
 
 async def test_async_recall_knows_when_too(make_store: Callable[..., AgentMemoryStore]) -> None:
@@ -86,3 +87,30 @@ def test_a_look_back_counts_weeks_from_its_own_date(
     # week" holds it; the June episodes had not happened
     as_of = datetime(2024, 5, 12, 12, tzinfo=UTC)
     assert days(memory.recall(U, "where did we go this week?", as_of=as_of)) == ["05-06"]
+
+
+def test_nothing_after_the_question_is_recalled(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    memory = spring(make_store(), time_weight=1.0)
+    # asked a millisecond before the bread was baked: this week holds nothing yet
+    just_before = SCRIPT[1][0].timestamp() - 0.001
+    assert days(memory.recall(U, "what did I bake this week?", as_of=just_before)) == []
+    assert days(memory.recall(U, "what did I bake this week?", as_of=just_before + 0.001)) == [
+        "06-05"
+    ]
+
+
+def test_an_unreadable_date_is_no_time(make_store: Callable[..., AgentMemoryStore]) -> None:
+    memory = spring(make_store(), time_weight=1.0)
+    recalled = memory.recall(U, "my card is valid until 9999-12-31, what did I bake?")
+    assert days(recalled)[0] == "06-12"  # as without a time
+
+
+def test_an_encrypted_memory_knows_when_too(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    from langgraph_checkpoint_agent_memory import generate_master_key
+
+    memory = spring(make_store(encryption=generate_master_key()), time_weight=1.0)
+    assert days(memory.recall(U, "what did I bake last week?"))[0] == "06-05"

@@ -22,6 +22,9 @@ NOW = datetime(2023, 6, 15, 12, tzinfo=timezone.utc)  # a Thursday
         ("the party on the 7th of May, 2023", "2023-05-07", "2023-05-07"),
         ("on May 7, 2023 we met", "2023-05-07", "2023-05-07"),
         ("what did we do on May 7?", "2023-05-07", "2023-05-07"),
+        ("on the 7th of May", "2023-05-07", "2023-05-07"),
+        ("at 2023-05-07T10:00:00Z", "2023-05-07", "2023-05-07"),
+        ("born on Feb 29", "2020-02-29", "2020-02-29"),  # the latest there was
         ("what did we do on December 24?", "2022-12-24", "2022-12-24"),  # the latest one
         ("where did I live in May 2022?", "2022-05-01", "2022-05-31"),
         ("trips in Feb. 2024", "2024-02-01", "2024-02-29"),
@@ -29,6 +32,11 @@ NOW = datetime(2023, 6, 15, 12, tzinfo=timezone.utc)  # a Thursday
         ("what did I read in March?", "2023-03-01", "2023-03-31"),
         ("what did I read in September?", "2022-09-01", "2022-09-30"),  # not begun yet
         ("the concert in 2021", "2021-01-01", "2021-12-31"),
+        ("during 2019", "2019-01-01", "2019-12-31"),
+        ("what have I done since March?", "2023-03-01", "2023-06-15"),
+        ("since 2020", "2020-01-01", "2023-06-15"),
+        ("since May 2021", "2021-05-01", "2023-06-15"),
+        ("the day before yesterday", "2023-06-13", "2023-06-13"),
         ("what did Caroline do yesterday?", "2023-06-14", "2023-06-14"),
         ("anything today?", "2023-06-15", "2023-06-15"),
         ("what did I do last week?", "2023-06-05", "2023-06-11"),
@@ -58,6 +66,13 @@ def test_each_expression_names_its_span(query: str, first: str, last: str) -> No
         "the marble statue of mars",  # words that begin with a month's abbreviation
         "this weekend",  # not begun by a Thursday
         "what is 12345?",
+        "room 2001",  # a number alone is not a year
+        "I paid $2024 for rent",
+        "may 5 people come?",  # a day and a month need "on"
+        "march 3 miles",
+        "since when?",
+        "since 2030",  # not begun
+        "valid until 9999-12-31",  # past the last day there is
     ],
 )
 def test_a_query_without_a_time_names_none(query: str) -> None:

@@ -60,8 +60,6 @@ class RecallWeights:
     recency: float = 0.2
     importance: float = 0.2
     half_life_days: float = 30.0
-    #: Added to the score of an episode dated inside the time a question names.
-    when: float = 0.2
 
 
 @dataclass

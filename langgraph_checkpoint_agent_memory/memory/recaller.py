@@ -110,12 +110,13 @@ class Recaller:
         dated: list[str] = []
         at = self.context.clock() if when is None else when
         span = time_range(query, at) if query and self.settings.time_weight else None
-        if span is not None:  # the question names a time: what happened then is a candidate
+        if span is not None and span.start <= at:  # what happened then is a candidate
+            until = {"$lt": span.end} if span.end <= at else {"$lte": at}  # not after ``at``
             found = yield Search(
                 self.namespace(s, "episodes"),
                 "",
                 self.settings.episode_candidates,
-                filter={"occurred_at": {"$gte": span.start, "$lt": min(span.end, at + 1e-3)}},
+                filter={"occurred_at": {"$gte": span.start, **until}},
             )
             dated = [item.key for item in found]
         recalled: R.Recalled = yield RunPlan(

@@ -83,7 +83,10 @@ class MemorySettings:
         without a word, and a zero interval spins a worker)."""
         for name in _COUNTS:
             check_count(getattr(self, name), name)
-        if not (isinstance(self.time_weight, (int, float)) and 0 <= self.time_weight < math.inf):
+        weight = self.time_weight
+        if isinstance(weight, bool) or not (
+            isinstance(weight, (int, float)) and 0 <= weight < math.inf
+        ):
             raise ConfigurationError(
                 f"time_weight must be a finite number >= 0, got {self.time_weight!r}"
             )
@@ -130,11 +133,7 @@ class MemorySettings:
     @property
     def weights(self) -> R.RecallWeights:
         return R.RecallWeights(
-            self.relevance_weight,
-            self.recency_weight,
-            self.importance_weight,
-            self.half_life_days,
-            self.time_weight,
+            self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
         )
 
 

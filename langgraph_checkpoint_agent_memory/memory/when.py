@@ -8,13 +8,15 @@ can favour what is dated inside it.
 
 Understood (case-insensitive, anywhere in the query; the most specific one wins):
 
-- a date: ``2023-05-07``, ``7 May 2023``, ``May 7, 2023``, ``May 7`` (the latest one not after
-  ``now``);
+- a date: ``2023-05-07``, ``7 May 2023``, ``May 7, 2023``, ``on May 7``, ``on the 7th of
+  May`` (the latest one not after ``now``);
 - a month: ``May 2023``, ``in May`` (the latest May that began by ``now``);
-- a year: ``in 2023``, ``2023`` (a four-digit year between 1900 and 2100, after ``in``,
-  ``during``, ``of``, ``since``, ``from`` or alone);
-- relative: ``today``, ``yesterday``, ``this week|month|year``, ``last week|month|year``
-  (``past`` and ``previous`` too), ``last weekend``, ``N days|weeks|months|years ago``
+- a year: ``in 2023`` (between 1900 and 2100, after ``in``, ``during``, ``of``, ``from`` or
+  ``for``: a number alone is not taken for a year);
+- since: ``since March``, ``since 2020``, ``since May 2021`` (from then to ``now``);
+- relative: ``today``, ``yesterday``, ``the day before yesterday``, ``this
+  week|month|year``, ``last week|month|year`` (``past`` and ``previous`` too: the calendar
+  week, month or year before this one), ``last weekend``, ``N days|weeks|months|years ago``
   (``N`` in digits, or ``a``, ``an``, ``one`` to ``twelve``, ``a couple of``, ``a few``).
 
 Weeks begin on Monday; every span is in UTC unless ``tz`` says otherwise. A question that
@@ -83,17 +85,21 @@ _YEAR = r"(?P<year>(?:19|20)\d\d|2100)"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 
 #: The patterns, most specific first; each maps a match and ``today`` to a span of days.
-_ISO = re.compile(r"\b(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})\b")
+_ISO = re.compile(rf"\b{_YEAR}-(?P<month>\d\d)-(?P<day>\d\d)(?!\d)")
 _DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\s*,?\s+{_YEAR}\b")
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY}\s*,?\s+{_YEAR}\b")
-_MONTH_DAY = re.compile(rf"\b(?:on\s+)?{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)")
-_DAY_MONTH = re.compile(rf"\b(?:on\s+)?(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*\d)")
+_MONTH_DAY = re.compile(rf"\bon\s+{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)")
+_DAY_MONTH = re.compile(rf"\bon\s+(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}(?!\s*,?\s*\d)")
 _MONTH_YEAR = re.compile(rf"\b{_MONTH}\s*,?\s+(?:of\s+)?{_YEAR}\b")
 _AGO = re.compile(rf"\b{_COUNT}\s+(?P<unit>day|week|month|year)s?\s+ago\b")
 _LAST = re.compile(r"\b(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year)\b")
-_DAYWORD = re.compile(r"\b(?P<word>today|yesterday)\b")
-_IN_MONTH = re.compile(rf"\b(?:in|during|of|since)\s+{_MONTH}(?!\s*,?\s*(?:\d|of\b))")
-_YEAR_ALONE = re.compile(rf"(?<![\d-]){_YEAR}(?![\d-])")
+_DAYWORD = re.compile(r"\b(?P<word>the\s+day\s+before\s+yesterday|today|yesterday)\b")
+_MONTH_NAMES = "|".join(sorted(MONTHS, key=len, reverse=True))
+_SINCE = re.compile(
+    rf"\bsince\s+(?:(?P<month>{_MONTH_NAMES})\b\.?\s*,?\s*)?(?P<year>(?:19|20)\d\d|2100)?\b"
+)
+_IN_MONTH = re.compile(rf"\b(?:in|during|of)\s+{_MONTH}(?!\s*,?\s*(?:\d|of\b))")
+_IN_YEAR = re.compile(rf"\b(?:in|during|of|from|for)\s+(?:the\s+year\s+)?{_YEAR}(?![\d/-])")
 _ASKS_WHEN = re.compile(
     r"\b(when\s+(?:did|was|were|is|will|do|does|has|have|had)|what\s+(?:date|day|year|month|"
     r"time)|how\s+long\s+ago|since\s+when)\b"
@@ -166,10 +172,14 @@ def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> 
     text = query.lower()
     for pattern, read in _READERS:
         for found in pattern.finditer(text):
-            days = read(found, today)
-            if days is not None:
-                first, last = days
-                return TimeRange(_at(first, tz), _at(last + timedelta(days=1), tz), found[0], tz)
+            try:
+                days = read(found, today)
+                if days is not None:
+                    first, last = days
+                    end = _at(last + timedelta(days=1), tz)
+                    return TimeRange(_at(first, tz), end, found[0], tz)
+            except (OverflowError, ValueError):  # a day past year 9999: no span
+                continue
     return None
 
 
@@ -210,7 +220,7 @@ def _full_date(found: re.Match[str], today: date) -> Days:
 
 def _day_in_year(found: re.Match[str], today: date) -> Days:
     month, number = MONTHS[found["month"]], int(found["day"])
-    for year in (today.year, today.year - 1):  # the latest one not after today
+    for year in range(today.year, today.year - 8, -1):  # the latest one by today (Feb 29)
         day = _day(year, month, number)
         if day is not None and day <= today:
             return day, day
@@ -262,13 +272,28 @@ def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
 
 
 def _dayword(found: re.Match[str], today: date) -> Days:
-    day = today if found["word"] == "today" else today - timedelta(days=1)
+    back = {"today": 0, "yesterday": 1}.get(found["word"], 2)  # the day before yesterday
+    day = today - timedelta(days=back)
     return day, day
+
+
+def _since(found: re.Match[str], today: date) -> Days:
+    if found["year"] is None and found["month"] is None:
+        return None  # "since when", "since then"
+    if found["year"] is None:
+        first = _month(found, today)
+        start = None if first is None else first[0]
+    else:
+        start = date(int(found["year"]), MONTHS.get(found["month"] or "", 1), 1)
+    if start is None or start > today:
+        return None
+    return start, today
 
 
 #: The patterns, most specific first, each with what reads its span of days.
 _READERS = (
     (_ISO, _iso),
+    (_SINCE, _since),
     (_DAY_MONTH_YEAR, _full_date),
     (_MONTH_DAY_YEAR, _full_date),
     (_MONTH_YEAR, _month_of_year),
@@ -278,5 +303,5 @@ _READERS = (
     (_AGO, _ago),
     (_LAST, _last),
     (_IN_MONTH, _month),
-    (_YEAR_ALONE, _year),
+    (_IN_YEAR, _year),
 )
