@@ -35,6 +35,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     ThreadDeletedError,
 )
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.rerank import Reranking
 from langgraph_checkpoint_agent_memory.settings import (
     ConfigField,
     ConfigValue,
@@ -107,6 +108,7 @@ __all__ = [
     "MasterKeyProvider",
     "PlaintextRowError",
     "ReadOnlyDatabaseError",
+    "Reranking",
     "RuleBasedExtractor",
     "Scope",
     "ScopeError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
@@ -22,17 +22,21 @@ from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
-from langgraph_checkpoint_agent_memory.memory import erasing, reading, upkeep
+from langgraph_checkpoint_agent_memory.memory import erasing, upkeep
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
-from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
+from langgraph_checkpoint_agent_memory.memory.model import AsOf, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
+from langgraph_checkpoint_agent_memory.memory.reads import Reads
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.recording import record_plan
 from langgraph_checkpoint_agent_memory.memory.running import Running
-from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
+from langgraph_checkpoint_agent_memory.memory.settings import (
+    MemorySettings,
+    RecordOptions,
+)
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (
     erase_counts,
@@ -41,6 +45,7 @@ from langgraph_checkpoint_agent_memory.memory.traced import (
     report_counts,
     traced,
 )
+from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 
 
-class AgentMemory(Running, Generic[StoreT]):
+class AgentMemory(Running, Reads, Generic[StoreT]):
     """Long-term memory for agents: record turns, consolidate them into facts, recall.
 
     Args:
@@ -64,6 +69,10 @@ class AgentMemory(Running, Generic[StoreT]):
         tokenizer: A LangChain model (``get_num_tokens``) or ``str -> int`` for the context
             budget; default an estimate of four characters per token.
         clock: Seconds since the epoch; injectable for tests.
+        reranker: What orders recall's first candidates again (see :mod:`..rerank`): a
+            callable ``(query, texts) -> scores``, a LangChain ``BaseDocumentCompressor``
+            or a :class:`Reranking` (``top_n``, ``timeout``); default the store's
+            ``reranker``, if it has one.
         **settings: Any field of :class:`MemorySettings`.
 
     In a graph, :attr:`inject_node` and :attr:`record_node` do the reading and recording;
@@ -89,6 +98,7 @@ class AgentMemory(Running, Generic[StoreT]):
         checkpointer: Any = None,
         tokenizer: Any = None,
         clock: Callable[[], float] = time.time,
+        reranker: RerankerLike | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(store, MemoryStore):
@@ -103,7 +113,13 @@ class AgentMemory(Running, Generic[StoreT]):
         self.count_tokens = R.token_counter(tokenizer)
         #: What the parts of memory work with (store, SQL, settings, extractor, policy,
         #: clock): see :class:`~.context.MemoryContext`.
-        self.context = MemoryContext.of(store, self.settings, as_extractor(extractor), clock)
+        self.context = MemoryContext.of(
+            store,
+            self.settings,
+            as_extractor(extractor),
+            clock,
+            reranking_of(reranker) or getattr(store, "reranking", None),
+        )
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)
         self._nodes = GraphNodes(self)
@@ -200,85 +216,6 @@ class AgentMemory(Running, Generic[StoreT]):
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
         return self.context.namespace(scope, kind)
 
-    # -- reading ---------------------------------------------------------------------------
-
-    def facts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
-        """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
-        at that moment.
-
-        Args:
-            scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
-            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``; a
-                naive one raises ``ConfigurationError``): the facts learned by then and not
-                yet superseded, each as it was held then (a value superseded later is shown
-                current, with ``valid_to`` unset). Times are those of the episodes that stated
-                the facts. Confirmations and importance are today's; facts that decayed or
-                were erased are gone.
-
-        Example:
-            ```python
-            from datetime import datetime, timezone
-
-            for fact in memory.facts("user=alice"):
-                print(fact.attribute, fact.value)
-            before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
-            ```
-        """
-        return self.context.run(lambda: reading.facts_plan(self.context, scope, as_of))
-
-    async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
-        """Async :meth:`facts`."""
-        return await self.context.arun(lambda: reading.facts_plan(self.context, scope, as_of))
-
-    def history(
-        self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
-    ) -> list[Fact]:
-        """Every value an attribute had (all attributes when ``None``), oldest first; the
-        current one last, with ``valid_to`` unset.
-
-        Args:
-            scope: Whose facts.
-            attribute: One attribute (``"home city"`` and ``home_city`` are one); ``None``:
-                all.
-            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
-                history as it was known then: values learned later are left out, and the
-                value current then has ``valid_to`` unset.
-
-        Example:
-            ```python
-            for version in memory.history("user=alice", "city"):
-                print(version.value, version.valid_from, version.valid_to)
-            ```
-        """
-        return self.context.run(lambda: reading.history_plan(self.context, scope, attribute, as_of))
-
-    async def ahistory(
-        self, scope: ScopeLike, attribute: str | None = None, *, as_of: AsOf | None = None
-    ) -> list[Fact]:
-        """Async :meth:`history`."""
-        return await self.context.arun(
-            lambda: reading.history_plan(self.context, scope, attribute, as_of)
-        )
-
-    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        """The scope's episodes (recorded turns), oldest first.
-
-        Args:
-            scope: Whose episodes.
-            status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
-                (failed too often; see :meth:`retry`); ``None``: all.
-
-        Example:
-            ```python
-            waiting = memory.episodes("user=alice", status="pending")
-            ```
-        """
-        return self.context.run(lambda: reading.episodes_plan(self.context, scope, status))
-
-    async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        """Async :meth:`episodes`."""
-        return await self.context.arun(lambda: reading.episodes_plan(self.context, scope, status))
-
     # -- recall ----------------------------------------------------------------------------
 
     @traced("recall", counts=recalled_counts)
@@ -294,7 +231,8 @@ class AgentMemory(Running, Generic[StoreT]):
                 empty: the most important facts and the most recent episodes.
             **options: See :class:`RecallOptions`: ``budget_tokens``, ``exclude_thread``,
                 ``reinforce``, ``as_of`` (what the memory knew at that moment: the facts that
-                held then, the episodes that had happened; a look back reinforces nothing).
+                held then, the episodes that had happened; a look back reinforces nothing),
+                ``reranker`` (this call's; ``False`` for none).
 
         Example:
             ```python
@@ -320,6 +258,7 @@ class AgentMemory(Running, Generic[StoreT]):
         *,
         budget_tokens: int | None = None,
         as_of: AsOf | None = None,
+        reranker: RerankerLike | Literal[False] | None = None,
     ) -> str:
         """The dated context block ``inject_node`` would put into state for ``query``: each
         fact with the day it became true, each episode with the day it happened.
@@ -332,6 +271,8 @@ class AgentMemory(Running, Generic[StoreT]):
                 block as of then: the facts that held at that moment (a value superseded
                 later shows its old value; a fact learned later is not known) and only the
                 episodes that had happened, ranked for recency from that moment.
+            reranker: Order the first candidates again with this reranker (``False``: none);
+                default the memory's.
 
         Example:
             ```python
@@ -342,7 +283,8 @@ class AgentMemory(Running, Generic[StoreT]):
             print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
             ```
         """
-        return self.recall(scope, query, budget_tokens=budget_tokens, as_of=as_of).text
+        options = RecallOptions(budget_tokens=budget_tokens, as_of=as_of, reranker=reranker)
+        return self.recall(scope, query, **options).text
 
     @traced("build_context")
     async def abuild_context(
@@ -352,9 +294,11 @@ class AgentMemory(Running, Generic[StoreT]):
         *,
         budget_tokens: int | None = None,
         as_of: AsOf | None = None,
+        reranker: RerankerLike | Literal[False] | None = None,
     ) -> str:
         """Async :meth:`build_context`."""
-        return (await self.arecall(scope, query, budget_tokens=budget_tokens, as_of=as_of)).text
+        options = RecallOptions(budget_tokens=budget_tokens, as_of=as_of, reranker=reranker)
+        return (await self.arecall(scope, query, **options)).text
 
     # -- recording -------------------------------------------------------------------------
 
@@ -374,7 +318,10 @@ class AgentMemory(Running, Generic[StoreT]):
 
     @traced("record")
     def record(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
+        self,
+        scope: ScopeLike,
+        messages: Sequence[Any],
+        **options: Unpack[RecordOptions],
     ) -> str | None:
         """Store ``messages`` as a pending episode, for :meth:`consolidate` to learn from.
 
@@ -402,7 +349,10 @@ class AgentMemory(Running, Generic[StoreT]):
 
     @traced("record")
     async def arecord(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
+        self,
+        scope: ScopeLike,
+        messages: Sequence[Any],
+        **options: Unpack[RecordOptions],
     ) -> str | None:
         """Async :meth:`record`."""
         return await self.context.arun(self._record_plan(scope, messages, options))

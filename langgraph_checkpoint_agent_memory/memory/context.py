@@ -20,6 +20,7 @@ from langgraph_checkpoint_agent_memory.memory.extract import Extractor
 from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, namespace
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
+from langgraph_checkpoint_agent_memory.rerank import Reranking
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
@@ -44,6 +45,7 @@ class MemoryContext:
         clock: Seconds since the epoch.
         backlog: The pending episodes the last consolidation round saw, for the
             consolidation gauges (see :mod:`..telemetry.metrics`).
+        reranking: The reranker recall asks by default (see :mod:`..rerank`), if any.
 
     Example:
         ```python
@@ -61,6 +63,7 @@ class MemoryContext:
     policy: DecayPolicy
     clock: Callable[[], float]
     backlog: metrics.Backlog = field(default_factory=lambda: metrics.Backlog({}))
+    reranking: Reranking | None = None
 
     @classmethod
     def of(
@@ -69,6 +72,7 @@ class MemoryContext:
         settings: MemorySettings,
         extractor: Extractor,
         clock: Callable[[], float],
+        reranking: Reranking | None = None,
     ) -> MemoryContext:
         """The context of a memory on ``store``: its SQL built for the store's dialect, its
         decay policy from ``settings``."""
@@ -82,6 +86,7 @@ class MemoryContext:
             policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
             clock=clock,
             backlog=_watched_backlog(store),
+            reranking=reranking,
         )
 
     @property

@@ -7,11 +7,12 @@ module reads through the store and the memory SQL and feeds it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
@@ -26,8 +27,22 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     as_timestamp,
     check_count,
 )
-from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Search, Steps
+from langgraph_checkpoint_agent_memory.memory.steps import (
+    Embed,
+    Rerank,
+    RunPlan,
+    Search,
+    Steps,
+    Within,
+    one,
+)
+from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.memory.when import TimeRange, time_range
+from langgraph_checkpoint_agent_memory.rerank import (
+    RerankerLike,
+    Reranking,
+    reranking_of,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
@@ -45,9 +60,46 @@ class RecallOptions(TypedDict, total=False):
     #: Count what was recalled as used, so it decays more slowly (what the inject node does).
     #: A look back (``as_of``) never counts as use.
     reinforce: bool
+    #: Order the first candidates again with this reranker (a callable, a LangChain
+    #: ``BaseDocumentCompressor`` or a :class:`~..rerank.Reranking`); ``False``: none, even
+    #: when the memory has one; default the memory's ``reranker``.
+    reranker: RerankerLike | Literal[False] | None
     #: Recall as of this moment (seconds since the epoch, or a timezone-aware ``datetime``):
     #: the facts that held then, the episodes that had happened by then.
     as_of: AsOf | None
+
+
+@dataclass
+class Chosen:
+    """What recall chose, best first, before it is rendered within the budget.
+
+    Attributes:
+        facts: The facts to show, in order.
+        ranked: How many of the first facts were ordered by relevance to the query (when the
+            facts do not all fit); the rest follow by importance.
+        lines: Each fact's line and its token cost, by key.
+        episodes: The candidate episodes, best first.
+        at: The moment recalled (now, or ``as_of``).
+        budget: The block's size in tokens.
+    """
+
+    facts: list[Fact]
+    ranked: int
+    lines: dict[str, tuple[str, int]]
+    episodes: list[Episode]
+    at: float
+    budget: int
+
+    def render(self, count: Callable[[str], int]) -> R.Recalled:
+        """The dated block (see :func:`.recall.render`)."""
+        return R.render(
+            self.facts,
+            self.episodes,
+            now=self.at,
+            budget_tokens=self.budget,
+            count=count,
+            rendered=self.lines,
+        )
 
 
 @dataclass
@@ -62,7 +114,7 @@ class Recaller:
 
     Example:
         >>> recaller = Recaller(memory.context, memory.count_tokens)
-        >>> plan = recaller.plan(Scope.of("user=alice"), "city", 200, None, None)
+        >>> plan = recaller.candidates_plan(Scope.of("user=alice"), "city", 200, None, None)
         >>> [fact.value for fact in memory.context.run(plan).facts]
         ['Berlin']
     """
@@ -102,6 +154,7 @@ class Recaller:
         s = Scope.of(scope)
         if options.get("budget_tokens") is not None:
             check_count(options.get("budget_tokens"), "budget_tokens")
+        reranking = self._reranking(options.get("reranker"))
         as_of = options.get("as_of")
         when = None if as_of is None else as_timestamp(as_of)
         vector = None
@@ -119,8 +172,8 @@ class Recaller:
                 filter={"occurred_at": {"$gte": span.start, **until}},
             )
             dated = [item.key for item in found]
-        recalled: R.Recalled = yield RunPlan(
-            lambda: self.plan(
+        chosen: Chosen = yield RunPlan(
+            lambda: self.candidates_plan(
                 s,
                 query,
                 options.get("budget_tokens"),
@@ -130,11 +183,49 @@ class Recaller:
                 dated=(span, dated) if span is not None else None,
             )
         )
+        if reranking is not None and query:  # outside the transaction, as embeddings are
+            chosen = yield from self._reranked(s, chosen, query, reranking)
+        recalled = chosen.render(self.count_tokens)
         if options.get("reinforce", False) and when is None:
             self.queue_reinforcement(s, recalled)
         return recalled
 
-    def plan(
+    def _reranking(self, given: RerankerLike | Literal[False] | None) -> Reranking | None:
+        """The reranker of a call: the one given, none for ``False``, else the memory's."""
+        if given is False:
+            return None
+        return reranking_of(given) if given is not None else self.context.reranking
+
+    def _reranked(
+        self, scope: Scope, chosen: Chosen, query: str, reranking: Reranking
+    ) -> Steps[Chosen]:
+        """``chosen`` with its ranked facts and its first episodes ordered by the reranker,
+        in one call (the first ``top_n`` of each)."""
+        facts = chosen.facts[: min(chosen.ranked, reranking.top_n)]
+        episodes = chosen.episodes[: reranking.top_n]
+        texts = [R.fact_line(f)[2:] for f in facts] + [R.episode_line(e)[2:] for e in episodes]
+        if not texts:
+            return chosen
+        reordered = yield Within(
+            lambda: memory_span(
+                self.context,
+                "rerank",
+                scope,
+                **{"agent_memory.rerank.candidates": len(texts)},
+            ),
+            one(Rerank(dataclasses.replace(reranking, top_n=len(texts)), query, texts)),
+            lambda op, r: op.set("agent_memory.rerank.fallback", r.error),
+        )
+        n = len(facts)
+        fact_order = [facts[i] for i in reordered.order if i < n]
+        episode_order = [episodes[i - n] for i in reordered.order if i >= n]
+        return dataclasses.replace(
+            chosen,
+            facts=fact_order + chosen.facts[n:],
+            episodes=episode_order + chosen.episodes[len(episodes) :],
+        )
+
+    def candidates_plan(
         self,
         scope: Scope,
         query: str,
@@ -144,7 +235,9 @@ class Recaller:
         *,
         as_of: float | None = None,
         dated: tuple[TimeRange, list[str]] | None = None,
-    ) -> Plan[R.Recalled]:
+    ) -> Plan[Chosen]:
+        """What recall may put in the block, in order, before it is rendered (and before a
+        reranker, which runs outside the transaction, orders it again)."""
         now = self.context.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
         st = self.settings
@@ -156,6 +249,7 @@ class Recaller:
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
+        first: list[Fact] = []
         if cost > budget and query:
             # more facts than fit: the most relevant first, then the rest by importance
             want = max(16, budget // 8)
@@ -176,14 +270,7 @@ class Recaller:
         if dated is not None:  # the question names a time: what happened then is a candidate
             rows += yield from self._more_plan(scope, rows, dated[1], now)
         scored = self._scored(rows, relevance, exclude_thread, at, span)
-        return R.render(
-            ordered,
-            [e for _, e in scored],
-            now=at,
-            budget_tokens=budget,
-            count=self.count_tokens,
-            rendered=lines,
-        )
+        return Chosen(ordered, len(first), lines, [e for _, e in scored], at, budget)
 
     def _scored(
         self,
@@ -208,7 +295,11 @@ class Recaller:
                 seen_summaries.add(episode.summary)
             importance = self.importance(row, at)
             score = R.episode_score(
-                relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
+                relevance.get(row.key, 0.0),
+                episode.occurred_at,
+                importance,
+                at,
+                st.weights,
             )
             if span is not None and episode.occurred_at in span:
                 score += st.time_weight

@@ -1,9 +1,9 @@
 """Steps: what memory's operations ask of the world, so each is written once.
 
 An operation that needs more than the database (a search through the store, an embedding,
-an extractor call) is a generator of *steps*; :func:`run_steps` drives it synchronously and
-:func:`arun_steps` on the event loop, so the synchronous and the asynchronous API run the
-same code (as :mod:`..db.database`'s plans do for statements).
+an extractor call, a reranker) is a generator of *steps*; :func:`run_steps` drives it
+synchronously and :func:`arun_steps` on the event loop, so the synchronous and the
+asynchronous API run the same code (as :mod:`..db.database`'s plans do for statements).
 
 Example:
     ```python
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.database import Plan, adrive, drive
+from langgraph_checkpoint_agent_memory.rerank import Reranking
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
@@ -66,6 +67,16 @@ class Search:
     filter: dict[str, Any] | None = None
 
 
+@dataclass
+class Rerank:
+    """Ask a reranker to order the first candidates again (their texts, in fused order); the
+    step's value is its :class:`~..rerank.Reordered` (the fused order when it failed)."""
+
+    reranking: Reranking
+    query: str
+    texts: list[str]
+
+
 T = TypeVar("T")
 
 
@@ -80,7 +91,7 @@ class Within:
     ended: Callable[[Any, Any], None] = lambda op, value: None
 
 
-Step = RunPlan | Extract | Embed | Search | Within
+Step = RunPlan | Extract | Embed | Search | Rerank | Within
 #: Steps that end with a value of type ``T``.
 Steps = Generator[Step, Any, T]
 
@@ -106,6 +117,8 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
                 value = drive(step.steps, execute)
                 step.ended(op, value)
                 return value
+        if isinstance(step, Rerank):
+            return step.reranking.order(step.query, step.texts)
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:
@@ -134,6 +147,8 @@ async def arun_steps(
                 value = await adrive(step.steps, execute)
                 step.ended(op, value)
                 return value
+        if isinstance(step, Rerank):
+            return await step.reranking.aorder(step.query, step.texts)
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, Union
 
 import numpy as np
@@ -63,6 +63,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     scoped,
 )
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
+from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
 from langgraph_checkpoint_agent_memory.store import expiry
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
@@ -71,6 +72,7 @@ from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
 from langgraph_checkpoint_agent_memory.store.expiry import sweep_plan
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
+from langgraph_checkpoint_agent_memory.store.reranked import Reranks
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
 from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
@@ -85,7 +87,7 @@ Puts = dict[tuple[str, str], PutOp]
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, BaseStore):
+class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Reranks, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -123,6 +125,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             another. Vectors are then ranked exactly, decrypted in the store: pgvector's and
             SAP HANA's vector columns and HNSW index are not used (a warning says so when
             ``ann_index_config`` asks for one); filters are decided on decrypted values.
+        reranker: What orders the first candidates of every search with a query again (a
+            callable ``(query, texts) -> scores``, a LangChain ``BaseDocumentCompressor``
+            or a :class:`~..rerank.Reranking`; see :mod:`.reranked`); ``search`` also takes
+            one per call. Default none.
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -160,8 +166,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
         clock: Callable[[], float] = time.time,
         shard_depth: int | None = None,
         encryption: EncryptionLike = None,
+        reranker: RerankerLike | None = None,
     ) -> None:
         self.db = database
+        self.reranking = reranking_of(reranker)
         self.dialect = database.dialect
         depth = DEFAULT_SHARD_DEPTH if shard_depth is None else shard_depth
         self.statements = StoreStatements(self.dialect, depth)
@@ -390,8 +398,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
         with V.namespace_errors():
             await super().aput(namespace, key, value, index, ttl=ttl)
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
+    def _run_batch(self, ops: list[Op]) -> list[Result]:
         if not live():  # the common case, without even an idle span's cost
             result, puts = self._batch(*V.checked_batch(ops))
         else:
@@ -416,8 +423,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
 
         return self.sealer.call(self.run_plan, plan), puts
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
+    async def _arun_batch(self, ops: list[Op]) -> list[Result]:
         if not live():
             result, puts = await self._abatch(*V.checked_batch(ops))
         else:
@@ -459,6 +465,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Base
             for i, text in enumerate(get_text_at_path(op.value, path)):
                 out.append((f"{name}#{i}", text))
         return out
+
+    def _rerank_text(self, value: dict[str, Any]) -> str:
+        return self._doc(PutOp((), "", value)) or ""
 
     def _doc(self, op: PutOp) -> str | None:
         if op.value is None or op.index is False:

@@ -1,0 +1,99 @@
+"""Reading a memory as it is stored: the public ``facts``, ``history`` and ``episodes`` of an
+:class:`~.agent.AgentMemory` (sync and async), over the plans of :mod:`.reading`."""
+
+from __future__ import annotations
+
+from langgraph_checkpoint_agent_memory.memory import reading as R
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
+
+
+class Reads:
+    """What a memory holds, read (a part of :class:`~.agent.AgentMemory`)."""
+
+    context: MemoryContext
+
+    def facts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
+        """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
+        at that moment.
+
+        Args:
+            scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``; a
+                naive one raises ``ConfigurationError``): the facts learned by then and not
+                yet superseded, each as it was held then (a value superseded later is shown
+                current, with ``valid_to`` unset). Times are those of the episodes that stated
+                the facts. Confirmations and importance are today's; facts that decayed or
+                were erased are gone.
+
+        Example:
+            ```python
+            from datetime import datetime, timezone
+
+            for fact in memory.facts("user=alice"):
+                print(fact.attribute, fact.value)
+            before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            ```
+        """
+        return self.context.run(lambda: R.facts_plan(self.context, scope, as_of))
+
+    async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
+        """Async :meth:`facts`."""
+        return await self.context.arun(lambda: R.facts_plan(self.context, scope, as_of))
+
+    def history(
+        self,
+        scope: ScopeLike,
+        attribute: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+    ) -> list[Fact]:
+        """Every value an attribute had (all attributes when ``None``), oldest first; the
+        current one last, with ``valid_to`` unset.
+
+        Args:
+            scope: Whose facts.
+            attribute: One attribute (``"home city"`` and ``home_city`` are one); ``None``:
+                all.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
+                history as it was known then: values learned later are left out, and the
+                value current then has ``valid_to`` unset.
+
+        Example:
+            ```python
+            for version in memory.history("user=alice", "city"):
+                print(version.value, version.valid_from, version.valid_to)
+            ```
+        """
+        return self.context.run(lambda: R.history_plan(self.context, scope, attribute, as_of))
+
+    async def ahistory(
+        self,
+        scope: ScopeLike,
+        attribute: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+    ) -> list[Fact]:
+        """Async :meth:`history`."""
+        return await self.context.arun(
+            lambda: R.history_plan(self.context, scope, attribute, as_of)
+        )
+
+    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """The scope's episodes (recorded turns), oldest first.
+
+        Args:
+            scope: Whose episodes.
+            status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
+                (failed too often; see :meth:`retry`); ``None``: all.
+
+        Example:
+            ```python
+            waiting = memory.episodes("user=alice", status="pending")
+            ```
+        """
+        return self.context.run(lambda: R.episodes_plan(self.context, scope, status))
+
+    async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """Async :meth:`episodes`."""
+        return await self.context.arun(lambda: R.episodes_plan(self.context, scope, status))

@@ -1,0 +1,279 @@
+"""Reranking: a second, slower opinion on the first candidates of a search.
+
+Search fuses a lexical and a vector ranking, both cheap and both blind to what the query
+asks. A reranker reads the query with each candidate's text (a cross-encoder, a hosted rerank
+API, an LLM) and orders the first few again. Two kinds plug in:
+
+- a callable ``(query, texts) -> scores``, one number per text, higher is better; it may be
+  ``async``;
+- a LangChain ``BaseDocumentCompressor`` (``CohereRerank``, ``FlashrankRerank``,
+  ``CrossEncoderReranker``, ``LLMListwiseRerank``...): it gets one ``Document`` per text
+  and returns them best first; its ``relevance_score`` metadata, when it sets one, is the
+  score.
+
+:class:`Reranking` wraps either with what a production call needs: how many candidates it
+sees (``top_n``), a ``timeout``, and a fallback: whatever the reranker raises or returns
+that cannot be read, or a timeout, keeps the fused order and logs a warning. Reranking
+reorders, it never drops: documents a compressor leaves out follow the ones it returned, in
+their fused order, and candidates past ``top_n`` keep their places after those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import os
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+#: A reranking function: the query and the candidates' texts to one score per text.
+RerankFunction = Callable[[str, Sequence[str]], Sequence[float] | Awaitable[Sequence[float]]]
+#: The metadata key that carries a candidate's position through a document compressor.
+INDEX_KEY = "agent_memory_index"
+#: How many candidates a reranker sees by default.
+DEFAULT_TOP_N = 20
+#: Seconds a reranker may take by default before the fused order is kept.
+DEFAULT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Reordered:
+    """A reranker's answer: every candidate's position in the new order.
+
+    Attributes:
+        order: The candidates' indexes, best first (all of them: those the reranker did not
+            see or did not return follow in their fused order).
+        scores: The reranker's score of each candidate it scored, by index.
+        error: The qualified type of what made it fall back (the order is then the fused
+            one), else ``None``.
+    """
+
+    order: list[int]
+    scores: dict[int, float] = field(default_factory=dict)
+    error: str | None = None
+
+    def apply(self, items: Sequence[T]) -> list[T]:
+        """``items`` (the candidates, in fused order) in the new order.
+
+        Example:
+            >>> Reordered([2, 0, 1]).apply(["a", "b", "c"])
+            ['c', 'a', 'b']
+        """
+        return [items[i] for i in self.order]
+
+
+@dataclass(frozen=True)
+class Reranking:
+    """A reranker with its limits: what ``store.search``, ``recall`` and ``build_context``
+    accept (a bare reranker is wrapped with the defaults).
+
+    Args:
+        reranker: A callable ``(query, texts) -> scores`` (sync or ``async``), or a LangChain
+            ``BaseDocumentCompressor``.
+        top_n: How many of the first candidates it sees.
+        timeout: Seconds it may take; then the fused order is kept (a synchronous reranker
+            still running finishes in its worker thread, its answer unused). ``None``: no
+            limit, and a synchronous call runs in the caller's thread.
+
+    Example:
+        >>> def by_length(query, texts):
+        ...     return [-len(t) for t in texts]
+        >>> Reranking(by_length, top_n=3).order("q", ["ccc", "a", "bb", "dddd"]).order
+        [1, 2, 0, 3]
+    """
+
+    reranker: Any
+    top_n: int = DEFAULT_TOP_N
+    timeout: float | None = DEFAULT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        r = self.reranker
+        if isinstance(r, Reranking) or not (_compresses(r) or callable(r)):
+            raise ConfigurationError(
+                "reranker must be a callable (query, texts) -> scores or a LangChain "
+                f"BaseDocumentCompressor; got {type(r).__name__}"
+            )
+        if isinstance(self.top_n, bool) or not isinstance(self.top_n, int) or self.top_n < 1:
+            raise ConfigurationError(f"top_n must be a positive integer; got {self.top_n!r}")
+        t = self.timeout
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0
+        ):
+            raise ConfigurationError(f"timeout must be positive seconds or None; got {t!r}")
+
+    def order(self, query: str, texts: Sequence[str]) -> Reordered:
+        """The candidates (their texts, in fused order) ordered by the reranker: the first
+        ``top_n`` reranked, the rest after them; on failure, the fused order.
+
+        Example:
+            >>> Reranking(lambda q, texts: [t.count(q) for t in texts]).order(
+            ...     "a", ["b", "aa", "a"]
+            ... ).order
+            [1, 2, 0]
+        """
+        n = min(self.top_n, len(texts))
+        if n == 0:
+            return Reordered(list(range(len(texts))))
+        head = list(texts[:n])
+        try:
+            if self.timeout is None:
+                answer = self._ask(query, head)
+            else:
+                answer = _executor().submit(self._ask, query, head).result(self.timeout)
+            return self._read(answer, n, len(texts))
+        except Exception as exc:  # the reranker is a second opinion: the fused order stands
+            return _fell_back(exc, len(texts))
+
+    async def aorder(self, query: str, texts: Sequence[str]) -> Reordered:
+        """Async :meth:`order`: an ``async`` reranker is awaited, a synchronous one runs in
+        a worker thread, so the event loop never waits on it.
+
+        Example:
+            ```python
+            async def by_words(query, texts):  # e.g. a call to a hosted rerank API
+                return [len(set(query.split()) & set(t.split())) for t in texts]
+
+            texts = ["lives in Berlin", "where she lives now", "likes ramen"]
+            reordered = await Reranking(by_words).aorder("where she lives", texts)
+            assert reordered.order == [1, 0, 2]
+            ```
+        """
+        n = min(self.top_n, len(texts))
+        if n == 0:
+            return Reordered(list(range(len(texts))))
+        head = list(texts[:n])
+        try:
+            answer = await asyncio.wait_for(self._aask(query, head), self.timeout)
+            return self._read(answer, n, len(texts))
+        except Exception as exc:
+            return _fell_back(exc, len(texts))
+
+    def _ask(self, query: str, texts: list[str]) -> Any:
+        r = self.reranker
+        if _compresses(r):
+            return r.compress_documents(_documents(texts), query)
+        answer = r(query, texts)
+        if inspect.isawaitable(answer):  # an async reranker called from synchronous code
+            return asyncio.run(_awaited(answer))
+        return answer
+
+    async def _aask(self, query: str, texts: list[str]) -> Any:
+        r = self.reranker
+        if _compresses(r):
+            return await r.acompress_documents(_documents(texts), query)
+        if _is_async(r):
+            return await r(query, texts)
+        answer = await asyncio.to_thread(r, query, texts)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    def _read(self, answer: Any, n: int, total: int) -> Reordered:
+        order, scores = (_from_documents if _compresses(self.reranker) else _from_scores)(answer, n)
+        placed = set(order)
+        return Reordered(order + [i for i in range(total) if i not in placed], scores)
+
+
+RerankerLike = Reranking | RerankFunction | Any
+
+
+def reranking_of(reranker: RerankerLike | None) -> Reranking | None:
+    """``reranker`` as a :class:`Reranking` (a bare one with the defaults); ``None`` stays.
+
+    Example:
+        >>> reranking_of(lambda q, texts: [0.0] * len(texts)).top_n
+        20
+    """
+    if reranker is None or isinstance(reranker, Reranking):
+        return reranker
+    return Reranking(reranker)
+
+
+def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
+    scores = list(answer)
+    if len(scores) != n:
+        raise ValueError(f"the reranker gave {len(scores)} scores for {n} texts")
+    for s in scores:
+        if isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s):
+            raise ValueError(f"the reranker gave a score that is not a finite number: {s!r}")
+    order = sorted(range(n), key=lambda i: (-scores[i], i))  # ties keep the fused order
+    return order, {i: float(scores[i]) for i in range(n)}
+
+
+def _from_documents(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
+    order: list[int] = []
+    scores: dict[int, float] = {}
+    documents = list(answer)
+    for doc in documents:
+        metadata = getattr(doc, "metadata", None) or {}
+        i = metadata.get(INDEX_KEY)
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or i in scores:
+            continue
+        order.append(i)
+        s = metadata.get("relevance_score")
+        if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s):
+            scores[i] = float(s)
+        else:
+            scores[i] = math.nan  # placed, not scored
+    if documents and not order:
+        raise ValueError(f"the reranker's documents lost their {INDEX_KEY!r} metadata")
+    return order, {i: s for i, s in scores.items() if not math.isnan(s)}
+
+
+def _fell_back(exc: Exception, total: int) -> Reordered:
+    timed_out = isinstance(exc, TimeoutError | futures.TimeoutError | asyncio.TimeoutError)
+    kind = "TimeoutError" if timed_out else _qualified(exc)
+    logger.warning("the reranker failed (%s); the fused order is kept", kind, exc_info=exc)
+    return Reordered(list(range(total)), {}, kind)
+
+
+def _qualified(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def _compresses(reranker: Any) -> bool:
+    return callable(getattr(reranker, "compress_documents", None))
+
+
+def _is_async(reranker: Any) -> bool:
+    return inspect.iscoroutinefunction(reranker) or inspect.iscoroutinefunction(
+        getattr(reranker, "__call__", None)  # noqa: B004 (an object's async __call__)
+    )
+
+
+def _documents(texts: list[str]) -> list[Any]:
+    from langchain_core.documents import Document
+
+    return [Document(page_content=t, metadata={INDEX_KEY: i}) for i, t in enumerate(texts)]
+
+
+async def _awaited(answer: Awaitable[T]) -> T:
+    return await answer
+
+
+_lock = threading.Lock()
+_pool: list[ThreadPoolExecutor] = []
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The threads synchronous reranker calls with a timeout run in (shared, started on
+    first use, forgotten in a forked child, whose copy has no threads)."""
+    with _lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(8, thread_name_prefix="agent-memory-rerank"))
+        return _pool[0]
+
+
+os.register_at_fork(after_in_child=_pool.clear)
