@@ -158,7 +158,7 @@ def test_the_model_sees_only_the_declared_arguments(memory: AgentMemory[Any]) ->
     schemas = {t.name: arguments(t) for t in memory.tools()}
     assert schemas == {
         "search_memory": {"query"},
-        "remember_fact": {"attribute", "value", "statement", "multi", "importance"},
+        "remember_fact": {"attribute", "value", "statement", "multi", "importance", "since"},
         "forget_fact": {"attribute", "value"},
     }
     assert [t.name for t in memory.tools(include=["search"])] == ["search_memory"]

@@ -33,10 +33,7 @@ from langgraph_checkpoint_agent_memory.memory.reads import Reads
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.recording import record_plan
 from langgraph_checkpoint_agent_memory.memory.running import Running
-from langgraph_checkpoint_agent_memory.memory.settings import (
-    MemorySettings,
-    RecordOptions,
-)
+from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (
     erase_counts,
@@ -232,7 +229,8 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             **options: See :class:`RecallOptions`: ``budget_tokens``, ``exclude_thread``,
                 ``reinforce``, ``as_of`` (what the memory knew at that moment: the facts that
                 held then, the episodes that had happened; a look back reinforces nothing),
-                ``reranker`` (this call's; ``False`` for none).
+                ``reranker`` (this call's; ``False`` for none), ``known_at`` (what the
+                memory believed at that moment).
 
         Example:
             ```python
@@ -259,6 +257,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         budget_tokens: int | None = None,
         as_of: AsOf | None = None,
         reranker: RerankerLike | Literal[False] | None = None,
+        known_at: AsOf | None = None,
     ) -> str:
         """The dated context block ``inject_node`` would put into state for ``query``: each
         fact with the day it became true, each episode with the day it happened.
@@ -273,6 +272,9 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
                 episodes that had happened, ranked for recency from that moment.
             reranker: Order the first candidates again with this reranker (``False``: none);
                 default the memory's.
+            known_at: A moment (transaction time): the block as the memory believed it
+                then: facts learned later, and corrections made later, are left out
+                (``as_of`` defaults to it).
 
         Example:
             ```python
@@ -283,7 +285,9 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
             ```
         """
-        options = RecallOptions(budget_tokens=budget_tokens, as_of=as_of, reranker=reranker)
+        options = RecallOptions(
+            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
+        )
         return self.recall(scope, query, **options).text
 
     @traced("build_context")
@@ -295,9 +299,12 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         budget_tokens: int | None = None,
         as_of: AsOf | None = None,
         reranker: RerankerLike | Literal[False] | None = None,
+        known_at: AsOf | None = None,
     ) -> str:
         """Async :meth:`build_context`."""
-        options = RecallOptions(budget_tokens=budget_tokens, as_of=as_of, reranker=reranker)
+        options = RecallOptions(
+            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
+        )
         return (await self.arecall(scope, query, **options)).text
 
     # -- recording -------------------------------------------------------------------------
@@ -318,10 +325,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
     @traced("record")
     def record(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        **options: Unpack[RecordOptions],
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
         """Store ``messages`` as a pending episode, for :meth:`consolidate` to learn from.
 
@@ -349,10 +353,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
     @traced("record")
     async def arecord(
-        self,
-        scope: ScopeLike,
-        messages: Sequence[Any],
-        **options: Unpack[RecordOptions],
+        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
     ) -> str | None:
         """Async :meth:`record`."""
         return await self.context.arun(self._record_plan(scope, messages, options))

@@ -68,7 +68,9 @@ Give exactly one entry in "episodes" for each of the {count} episode(s) above, b
 each summarising that episode alone. For each fact, "episode" is the number of the episode
 that states it. Only facts stated or clearly implied by the user that will matter later. Set
 "multi" to true when the attribute holds several values at once (e.g. languages spoken); a new
-value of a single-valued attribute (e.g. city) replaces the old one."""
+value of a single-valued attribute (e.g. city) replaces the old one. Add "since": "YYYY-MM-DD"
+to a fact only when the user says when it became true (e.g. "I moved here in March 2021":
+"2021-03-01")."""
 
 
 def build_prompt(request: ExtractionRequest) -> str:

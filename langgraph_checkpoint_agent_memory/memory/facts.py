@@ -12,6 +12,12 @@ transaction.
 - A multi-valued attribute accumulates one fact per distinct value.
 - A *retired* fact (:func:`retire`, an agent's "forget") moves to history with ``valid_to``
   set and nothing superseding it.
+- A restated value whose candidate says it became true at another time (``since``) is a
+  *correction* of its valid time: the fact moves to the new ``valid_from``, and the version
+  believed before stays in history, *retracted* (``retracted_at``), so what the memory
+  believed then can still be asked (:func:`believed`).
+- Each version records when the memory learned it (``learned_at``) and when it recorded its
+  end (``ended_at``): the transaction time beside the valid time.
 - A candidate whose attribute is new but whose value is an existing fact's and whose
   statement is nearly the same (embedding cosine, or word overlap without an embedder, above
   a threshold) is that fact under another name: it is merged into it instead of stored twice.
@@ -48,6 +54,7 @@ class FactChanges:
     confirmed: list[str] = field(default_factory=list)
     superseded: list[tuple[str, str]] = field(default_factory=list)  # (history key, new key)
     retired: list[tuple[str, str]] = field(default_factory=list)  # (history key, old key)
+    corrected: list[tuple[str, str]] = field(default_factory=list)  # (history key, key)
 
     @property
     def empty(self) -> bool:
@@ -70,17 +77,22 @@ def merge(
     now: float,
     similar: Similar | None = None,
     sources: Sequence[tuple[str, float]] | None = None,
+    learned: float | None = None,
 ) -> FactChanges:
     """Apply ``candidates``, in order, to the current ``facts`` (by key); ``facts`` is not
     modified.
 
     ``episode_key`` and ``now`` are the episode that states the candidates and when; or,
     per candidate, ``sources``: ``(episode key, when)``, so a fact learned from the first of
-    several episodes is valid from that episode's time."""
+    several episodes is valid from that episode's time; a candidate's ``since`` overrides
+    the time. ``learned``: when the memory learns them (transaction time; default
+    ``now``)."""
     current = dict(facts)
     out = FactChanges()
+    learned = now if learned is None else learned
     for i, c in enumerate(candidates):
         source, at = sources[i] if sources is not None else (episode_key, now)
+        at = at if c.valid_from is None else c.valid_from
         attribute = c.attribute
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
@@ -104,6 +116,8 @@ def merge(
             confirmed.importance = max(old.importance, c.importance)
             if source not in confirmed.source_episodes:
                 confirmed.source_episodes = [*old.source_episodes, source][-MAX_SOURCES:]
+            if c.valid_from is not None and c.valid_from != old.valid_from:
+                _correct(out, old, confirmed, c.valid_from, learned)
             current[key] = out.current[key] = confirmed
             out.confirmed.append(key)
             continue
@@ -117,10 +131,12 @@ def merge(
             valid_from=at,
             last_confirmed=at,
             source_episodes=[source],
+            learned_at=learned,
         )
         if old is not None:  # single-valued, another value: supersede
             gone = Fact(**{**old.__dict__})
             gone.valid_to = at
+            gone.ended_at = learned
             gone.superseded_by = c.value
             hkey = history_key(gone)
             gone.key = hkey
@@ -131,6 +147,18 @@ def merge(
             out.added.append(key)
         current[key] = out.current[key] = new
     return out
+
+
+def _correct(out: FactChanges, old: Fact, fact: Fact, valid_from: float, learned: float) -> None:
+    """``fact`` (``old`` restated) moved to ``valid_from``: a new version, learned now; the
+    version believed until now kept in history, retracted."""
+    was = Fact(**{**old.__dict__})
+    was.retracted_at = learned
+    was.key = f"{history_key(old)}!{learned:.6f}"  # one per correction, never overwritten
+    out.history[was.key] = was
+    out.corrected.append((was.key, fact.key))
+    fact.valid_from = valid_from
+    fact.learned_at = learned
 
 
 def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: float) -> FactChanges:
@@ -147,16 +175,45 @@ def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: fl
             continue
         gone = Fact(**{**fact.__dict__})
         gone.valid_to = now
+        gone.ended_at = now
         gone.key = history_key(gone)
         out.history[gone.key] = gone
         out.retired.append((gone.key, key))
     return out
 
 
+def believed(versions: Iterable[Fact], known_at: float | None = None) -> list[Fact]:
+    """What the memory believed at ``known_at`` (transaction time): the versions it had
+    learned by then and not yet retracted, each as recorded then (an end recorded later is
+    unset: ``valid_to`` and ``superseded_by``). ``None``: what it believes now (every
+    version not retracted).
+
+    Example:
+        >>> old = Fact("k", "city", "Paris", "", valid_from=1.0, learned_at=5.0)
+        >>> [f.value for f in believed([old], known_at=4.0)]
+        []
+    """
+    out = []
+    for fact in versions:
+        if known_at is None:
+            if fact.retracted_at is None:
+                out.append(fact)
+            continue
+        if fact.learned > known_at or (
+            fact.retracted_at is not None and fact.retracted_at <= known_at
+        ):
+            continue
+        ended = fact.ended
+        if ended is not None and ended > known_at:
+            fact = dataclasses.replace(fact, valid_to=None, superseded_by=None)
+        out.append(fact)
+    return out
+
+
 def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The versions of facts learned by ``when`` (``valid_from <= when``), each as it was
-    held then: a version that ended later is shown current (``valid_to`` and
-    ``superseded_by`` unset), since nothing had replaced it yet."""
+    """The versions of facts that had begun by ``when`` (``valid_from <= when``, valid
+    time), each as it was held then: a version that ended later is shown current
+    (``valid_to`` and ``superseded_by`` unset), since nothing had replaced it yet."""
     out = []
     for fact in versions:
         if fact.valid_from > when:
@@ -168,9 +225,20 @@ def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
 
 
 def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The facts that were current at ``when``: learned by then and not yet superseded
-    (``valid_from <= when < valid_to``), as they were held then (see :func:`known_at`)."""
-    return [f for f in known_at(versions, when) if f.valid_to is None]
+    """The facts that were current at ``when`` (valid time): begun by then and not yet
+    superseded (``valid_from <= when < valid_to``), as they were held then (see
+    :func:`known_at`). Give it the versions :func:`believed` at some moment.
+
+    Of a single-valued attribute, the value that began last holds: a correction that moved
+    a value's start before its predecessor's recorded end wins from its new start."""
+    held = [f for f in known_at(versions, when) if f.valid_to is None]
+    latest: dict[str, Fact] = {}
+    for f in held:
+        if not f.multi:
+            best = latest.get(f.attribute)
+            if best is None or (f.valid_from, f.learned) > (best.valid_from, best.learned):
+                latest[f.attribute] = f
+    return [f for f in held if f.multi or latest[f.attribute] is f]
 
 
 _WORD = re.compile(r"\w+", re.U)

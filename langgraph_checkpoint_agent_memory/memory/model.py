@@ -257,12 +257,13 @@ AsOf = float | datetime
 LATEST_SECONDS = 253_402_300_799
 
 
-def as_timestamp(when: AsOf) -> float:
+def as_timestamp(when: AsOf, name: str = "as_of") -> float:
     """Seconds since the epoch of ``when``.
 
     Args:
         when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
             ``datetime``.
+        name: The argument's name, for the error message.
 
     Raises:
         ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
@@ -279,22 +280,42 @@ def as_timestamp(when: AsOf) -> float:
     if isinstance(when, datetime):
         if when.tzinfo is None or when.utcoffset() is None:
             raise ConfigurationError(
-                f"as_of={when!r} is a naive datetime: give it a time zone "
+                f"{name}={when!r} is a naive datetime: give it a time zone "
                 "(datetime(..., tzinfo=timezone.utc)) or pass seconds since the epoch"
             )
         return when.timestamp()
     if isinstance(when, (int, float)) and not isinstance(when, bool):
         if not math.isfinite(when):
-            raise ConfigurationError(f"as_of must be a finite number of seconds, got {when!r}")
+            raise ConfigurationError(f"{name} must be a finite number of seconds, got {when!r}")
         if abs(when) > LATEST_SECONDS:  # past the year 9999: milliseconds, most likely
             raise ConfigurationError(
-                f"as_of={when!r} is past the year 9999 in seconds since the epoch; "
+                f"{name}={when!r} is past the year 9999 in seconds since the epoch; "
                 "milliseconds? divide by 1000"
             )
         return float(when)
     raise ConfigurationError(
-        f"as_of is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
+        f"{name} is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
     )
+
+
+def since_timestamp(since: str) -> float:
+    """Seconds since the epoch of an ISO date or date and time (``2023-11-01``,
+    ``2023-11-01T08:00:00+01:00``); a date, or a time without a zone, is read in UTC.
+
+    Raises:
+        ValueError: ``since`` is no ISO date, or is past the year 9999.
+
+    Example:
+        >>> since_timestamp("1970-01-02")
+        86400.0
+    """
+    try:
+        moment = datetime.fromisoformat(since.strip())
+    except ValueError:
+        raise ValueError(f"since={since!r} is not a date (YYYY-MM-DD)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
 
 
 def iso(ts: float | None) -> str | None:
@@ -344,6 +365,23 @@ class FactCandidate(BaseModel):
         ge=1,
         description="The number of the episode that states it (default: the last episode)",
     )
+    since: str | None = Field(
+        default=None,
+        description="When it became true, if said: a date, YYYY-MM-DD (default: when said)",
+    )
+
+    @field_validator("since")
+    @classmethod
+    def _since(cls, v: str | None) -> str | None:
+        if v is None or not str(v).strip():
+            return None
+        since_timestamp(str(v))  # refused here, with the reason, if it names no moment
+        return str(v).strip()
+
+    @property
+    def valid_from(self) -> float | None:
+        """When the fact became true, if the candidate says (``since``), in seconds."""
+        return None if self.since is None else since_timestamp(self.since)
 
     @field_validator("attribute")
     @classmethod
@@ -417,7 +455,15 @@ class StoredMemory:
 
 @dataclass
 class Fact(StoredMemory):
-    """A fact as stored. ``valid_to`` and ``superseded_by`` are set once it is history."""
+    """A fact as stored. ``valid_to`` and ``superseded_by`` are set once it is history.
+
+    Two times (bi-temporal): *valid time*, when the fact held in the world (``valid_from``
+    to ``valid_to``: when it was said, or the ``since`` a source gave), and *transaction
+    time*, when the memory believed it (``learned_at``: this version was written;
+    ``ended_at``: its ``valid_to`` was recorded; ``retracted_at``: a correction replaced it,
+    so from then on it is only a past belief). Rows written before these fields existed read
+    ``learned_at`` as ``valid_from`` and ``ended_at`` as ``valid_to``.
+    """
 
     KIND: ClassVar[str] = "fact"
 
@@ -434,10 +480,26 @@ class Fact(StoredMemory):
     superseded_by: str | None = None
     source_episodes: list[str] = field(default_factory=list)
     pinned: bool = False
+    learned_at: float | None = None
+    ended_at: float | None = None
+    retracted_at: float | None = None
 
     @property
     def current(self) -> bool:
         return self.valid_to is None
+
+    @property
+    def learned(self) -> float:
+        """When the memory learned this version (``valid_from`` for rows written before
+        transaction time was kept)."""
+        return self.valid_from if self.learned_at is None else self.learned_at
+
+    @property
+    def ended(self) -> float | None:
+        """When the memory recorded this version's end (``None`` while current)."""
+        if self.valid_to is None:
+            return None
+        return self.valid_to if self.ended_at is None else self.ended_at
 
     @classmethod
     def from_value(cls, key: str, value: Mapping[str, Any]) -> Fact:
@@ -455,6 +517,9 @@ class Fact(StoredMemory):
             superseded_by=value.get("superseded_by"),
             source_episodes=list(value.get("source_episodes") or []),
             pinned=bool(value.get("pinned")),
+            learned_at=_seconds(value.get("learned_at")),
+            ended_at=_seconds(value.get("ended_at")),
+            retracted_at=_seconds(value.get("retracted_at")),
         )
 
     def text(self) -> str:
@@ -503,3 +568,7 @@ class Episode(StoredMemory):
         """What search indexes: the summary once there is one, and the words said."""
         parts = [self.summary or "", self.transcript()]
         return "\n".join(p for p in parts if p)
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -18,15 +18,21 @@ from langgraph_checkpoint_agent_memory.memory.model import (
 )
 
 
-def facts_plan(context: MemoryContext, scope: ScopeLike, as_of: AsOf | None) -> Plan[list[Fact]]:
-    """The scope's current facts; with ``as_of``, those that held then (see
-    :meth:`~.agent.AgentMemory.facts`)."""
-    if as_of is None:
+def facts_plan(
+    context: MemoryContext, scope: ScopeLike, as_of: AsOf | None, known_at: AsOf | None = None
+) -> Plan[list[Fact]]:
+    """The scope's current facts; with ``as_of``, those that held then; with ``known_at``,
+    as the memory believed then (see :meth:`~.agent.AgentMemory.facts`)."""
+    if as_of is None and known_at is None:
         prefix = context.prefix(scope, "facts")
         rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
         facts = [Fact.from_value(r.key, r.value) for r in rows]
     else:
-        facts = F.held_at((yield from versions_plan(context, scope, None)), as_timestamp(as_of))
+        known = None if known_at is None else as_timestamp(known_at, "known_at")
+        when = known if as_of is None else as_timestamp(as_of)
+        assert when is not None
+        versions = F.believed((yield from versions_plan(context, scope, None)), known)
+        facts = F.held_at(versions, when)
     return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
 
@@ -47,14 +53,19 @@ def versions_plan(
 
 
 def history_plan(
-    context: MemoryContext, scope: ScopeLike, attribute: str | None, as_of: AsOf | None
+    context: MemoryContext,
+    scope: ScopeLike,
+    attribute: str | None,
+    as_of: AsOf | None,
+    known_at: AsOf | None = None,
 ) -> Plan[list[Fact]]:
     """Every value of an attribute (all when ``None``), oldest first; with ``as_of``, as
-    known then (see :meth:`~.agent.AgentMemory.history`)."""
-    when = None if as_of is None else as_timestamp(as_of)
-    out = yield from versions_plan(context, scope, attribute)
-    if when is not None:
-        out = F.known_at(out, when)
+    known then; with ``known_at``, as the memory believed then (see
+    :meth:`~.agent.AgentMemory.history`)."""
+    known = None if known_at is None else as_timestamp(known_at, "known_at")
+    out = F.believed((yield from versions_plan(context, scope, attribute)), known)
+    if as_of is not None:
+        out = F.known_at(out, as_timestamp(as_of))
     return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
 
 

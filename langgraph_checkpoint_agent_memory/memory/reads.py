@@ -13,9 +13,11 @@ class Reads:
 
     context: MemoryContext
 
-    def facts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
+    def facts(
+        self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
+    ) -> list[Fact]:
         """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
-        at that moment.
+        at that moment; with ``known_at``, as the memory believed them at that moment.
 
         Args:
             scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
@@ -25,6 +27,9 @@ class Reads:
                 current, with ``valid_to`` unset). Times are those of the episodes that stated
                 the facts. Confirmations and importance are today's; facts that decayed or
                 were erased are gone.
+            known_at: A moment (transaction time): what the memory believed then: only what
+                it had learned by then, before the corrections it learned later (``as_of``
+                defaults to this moment: "what did we believe on D was true on D").
 
         Example:
             ```python
@@ -33,13 +38,17 @@ class Reads:
             for fact in memory.facts("user=alice"):
                 print(fact.attribute, fact.value)
             before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            new_year = datetime(2024, 1, 1, tzinfo=timezone.utc)
+            believed = memory.facts("user=alice", known_at=new_year)
             ```
         """
-        return self.context.run(lambda: R.facts_plan(self.context, scope, as_of))
+        return self.context.run(lambda: R.facts_plan(self.context, scope, as_of, known_at))
 
-    async def afacts(self, scope: ScopeLike, *, as_of: AsOf | None = None) -> list[Fact]:
+    async def afacts(
+        self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
+    ) -> list[Fact]:
         """Async :meth:`facts`."""
-        return await self.context.arun(lambda: R.facts_plan(self.context, scope, as_of))
+        return await self.context.arun(lambda: R.facts_plan(self.context, scope, as_of, known_at))
 
     def history(
         self,
@@ -47,6 +56,7 @@ class Reads:
         attribute: str | None = None,
         *,
         as_of: AsOf | None = None,
+        known_at: AsOf | None = None,
     ) -> list[Fact]:
         """Every value an attribute had (all attributes when ``None``), oldest first; the
         current one last, with ``valid_to`` unset.
@@ -58,6 +68,8 @@ class Reads:
             as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
                 history as it was known then: values learned later are left out, and the
                 value current then has ``valid_to`` unset.
+            known_at: A moment (transaction time): the history as the memory recorded it
+                then; default now, where a version a correction replaced is left out.
 
         Example:
             ```python
@@ -65,7 +77,9 @@ class Reads:
                 print(version.value, version.valid_from, version.valid_to)
             ```
         """
-        return self.context.run(lambda: R.history_plan(self.context, scope, attribute, as_of))
+        return self.context.run(
+            lambda: R.history_plan(self.context, scope, attribute, as_of, known_at)
+        )
 
     async def ahistory(
         self,
@@ -73,10 +87,11 @@ class Reads:
         attribute: str | None = None,
         *,
         as_of: AsOf | None = None,
+        known_at: AsOf | None = None,
     ) -> list[Fact]:
         """Async :meth:`history`."""
         return await self.context.arun(
-            lambda: R.history_plan(self.context, scope, attribute, as_of)
+            lambda: R.history_plan(self.context, scope, attribute, as_of, known_at)
         )
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:

@@ -38,11 +38,7 @@ from langgraph_checkpoint_agent_memory.memory.steps import (
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.memory.when import TimeRange, time_range
-from langgraph_checkpoint_agent_memory.rerank import (
-    RerankerLike,
-    Reranking,
-    reranking_of,
-)
+from langgraph_checkpoint_agent_memory.rerank import RerankerLike, Reranking, reranking_of
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
@@ -67,6 +63,9 @@ class RecallOptions(TypedDict, total=False):
     #: Recall as of this moment (seconds since the epoch, or a timezone-aware ``datetime``):
     #: the facts that held then, the episodes that had happened by then.
     as_of: AsOf | None
+    #: Recall what the memory believed at this moment (transaction time): the facts it had
+    #: learned by then and not yet corrected, held at ``as_of`` (default this moment).
+    known_at: AsOf | None
 
 
 @dataclass
@@ -155,8 +154,9 @@ class Recaller:
         if options.get("budget_tokens") is not None:
             check_count(options.get("budget_tokens"), "budget_tokens")
         reranking = self._reranking(options.get("reranker"))
-        as_of = options.get("as_of")
-        when = None if as_of is None else as_timestamp(as_of)
+        as_of, known = options.get("as_of"), options.get("known_at")
+        known_at = None if known is None else as_timestamp(known, "known_at")
+        when = known_at if as_of is None else as_timestamp(as_of)  # the moment recalled
         vector = None
         if query and self.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
@@ -181,6 +181,7 @@ class Recaller:
                 vector,
                 as_of=when,
                 dated=(span, dated) if span is not None else None,
+                known_at=known_at,
             )
         )
         if reranking is not None and query:  # outside the transaction, as embeddings are
@@ -208,10 +209,7 @@ class Recaller:
             return chosen
         reordered = yield Within(
             lambda: memory_span(
-                self.context,
-                "rerank",
-                scope,
-                **{"agent_memory.rerank.candidates": len(texts)},
+                self.context, "rerank", scope, **{"agent_memory.rerank.candidates": len(texts)}
             ),
             one(Rerank(dataclasses.replace(reranking, top_n=len(texts)), query, texts)),
             lambda op, r: op.set("agent_memory.rerank.fallback", r.error),
@@ -235,6 +233,7 @@ class Recaller:
         *,
         as_of: float | None = None,
         dated: tuple[TimeRange, list[str]] | None = None,
+        known_at: float | None = None,
     ) -> Plan[Chosen]:
         """What recall may put in the block, in order, before it is rendered (and before a
         reranker, which runs outside the transaction, orders it again)."""
@@ -245,7 +244,7 @@ class Recaller:
         if as_of is None:
             facts = yield from self.current_facts_plan(scope, now)
         else:
-            facts = yield from self.facts_held_plan(scope, as_of, now)
+            facts = yield from self.facts_held_plan(scope, as_of, now, known_at)
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
@@ -295,11 +294,7 @@ class Recaller:
                 seen_summaries.add(episode.summary)
             importance = self.importance(row, at)
             score = R.episode_score(
-                relevance.get(row.key, 0.0),
-                episode.occurred_at,
-                importance,
-                at,
-                st.weights,
+                relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
             )
             if span is not None and episode.occurred_at in span:
                 score += st.time_weight
@@ -384,15 +379,16 @@ class Recaller:
         return entries
 
     def facts_held_plan(
-        self, scope: Scope, as_of: float, now: float
+        self, scope: Scope, as_of: float, now: float, known_at: float | None = None
     ) -> Plan[list[tuple[Fact, str, int]]]:
         """The facts that held at ``as_of`` (current ones and superseded ones, as they were
-        then) with each line's token cost, most important first."""
+        then), as believed at ``known_at`` (default now), with each line's token cost, most
+        important first."""
         versions = []
         for kind in ("history", "facts"):
             rows = yield from sqlm.read_plan(self.sql, self._prefix(scope, kind), now)
             versions += [Fact.from_value(r.key, r.value) for r in rows]
-        facts = F.held_at(versions, as_of)
+        facts = F.held_at(F.believed(versions, known_at), as_of)
         facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
         return [(f, line, self.count_tokens(line)) for f in facts if (line := R.fact_line(f))]
 

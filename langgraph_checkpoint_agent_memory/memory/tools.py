@@ -4,7 +4,7 @@
 any ``bind_tools`` model (each sync and async):
 
 * ``search_memory(query)``: the facts and past conversations recall finds for ``query``;
-* ``remember_fact(attribute, value, statement, multi, importance)``: a fact, applied as
+* ``remember_fact(attribute, value, statement, multi, importance, since)``: a fact, applied as
   consolidation applies an extractor's (confirmed, superseded into history, accumulated when
   multi-valued, merged with a near-duplicate) in one transaction that holds the scope's
   ledger row, so it never interleaves with a consolidation job of that scope;
@@ -79,6 +79,11 @@ class RememberFactArgs(BaseModel):
     )
     importance: float = Field(
         default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital; important facts last"
+    )
+    since: str | None = Field(
+        default=None,
+        description="When it became true, as YYYY-MM-DD, if the user said (e.g. 'I moved "
+        "here in March 2021': 2021-03-01); a known fact with another date is corrected",
     )
 
 
@@ -275,6 +280,7 @@ class MemoryTools:
         statement: str = "",
         multi: bool = False,
         importance: float = 0.5,
+        since: str | None = None,
         *,
         config: RunnableConfig,
     ) -> str:
@@ -286,6 +292,9 @@ class MemoryTools:
             statement: The fact as a sentence.
             multi: Whether the attribute holds several values at once.
             importance: 0 trivial .. 1 vital.
+            since: When it became true (an ISO date), if the user said; default now. A
+                known fact given another date is corrected: the version believed before
+                stays in history, retracted (see :meth:`AgentMemory.facts`'s ``known_at``).
             config: The run's config (injected by the runtime).
 
         Example:
@@ -293,7 +302,7 @@ class MemoryTools:
             >>> tools.remember("city", "Lyon", config={"configurable": {"user_id": "alice"}})
             'Updated city: Lyon (was Berlin).'
         """
-        candidate = _candidate(attribute, value, statement, multi, importance)
+        candidate = _candidate(attribute, value, statement, multi, importance, since)
         return _remembered(self.context.run_steps(self._remember_steps(candidate, config)))
 
     @traced("tool.remember_fact", scope_of=_tool_scope)
@@ -304,11 +313,12 @@ class MemoryTools:
         statement: str = "",
         multi: bool = False,
         importance: float = 0.5,
+        since: str | None = None,
         *,
         config: RunnableConfig,
     ) -> str:
         """Async :meth:`remember`."""
-        candidate = _candidate(attribute, value, statement, multi, importance)
+        candidate = _candidate(attribute, value, statement, multi, importance, since)
         return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
     def _source(self, config: RunnableConfig | None) -> str:
@@ -412,7 +422,7 @@ class MemoryTools:
 
 
 def _candidate(
-    attribute: str, value: str, statement: str, multi: bool, importance: float
+    attribute: str, value: str, statement: str, multi: bool, importance: float, since: str | None
 ) -> FactCandidate:
     try:
         return FactCandidate(
@@ -421,6 +431,7 @@ def _candidate(
             statement=statement,
             multi=multi,
             importance=importance,
+            since=since,
         )
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]) for e in exc.errors())
@@ -435,6 +446,9 @@ def _attribute(attribute: str) -> str:
 
 
 def _remembered(changes: F.FactChanges) -> str:
+    if changes.corrected:
+        fact = changes.current[changes.corrected[0][1]]
+        return f"Corrected: {fact.attribute} = {fact.value} since {R.day(fact.valid_from)}."
     if changes.confirmed:
         fact = changes.current[changes.confirmed[0]]
         return (

@@ -196,6 +196,7 @@ def apply_facts(
         now=said.when,
         similar=similar,
         sources=said.sources,
+        learned=out.now,
     )
     facts_prefix = context.prefix(scope, "facts")
     for key, fact in changes.current.items():
