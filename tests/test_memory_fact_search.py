@@ -161,7 +161,9 @@ def test_a_legacy_database_finds_its_facts_by_attribute_after_upgrading(tmp_path
     [(doc, length)] = query(
         url, "SELECT doc, doc_len FROM am_store_items WHERE prefix = 'memory.user=alice.facts'"
     )
-    assert doc == "city: Munich\nThe user lives in Munich" and length == 5
+    # memory 5 added the day the fact became true, in words
+    assert doc == "city: Munich\nThe user lives in Munich\nNovember 30 30th 2026-11-30"
+    assert length == 11
 
 
 def test_the_migration_reindexes_facts_and_history_on_every_database(
