@@ -137,7 +137,7 @@ def dated_text(text: str, when: float | None) -> str:
 
     Example:
         >>> dated_text("city: Berlin", 1683460800.0)
-        'city: Berlin\nMay 7 7th 2023-05-07'
+        'city: Berlin\\nMay 7 7th 2023-05-07'
         >>> dated_text("city: Berlin", None)
         'city: Berlin'
     """

@@ -17,7 +17,6 @@ from langgraph_checkpoint_agent_memory import (
     AgentMemory,
     AgentMemoryStore,
     Encryption,
-    create_store,
     generate_master_key,
 )
 from langgraph_checkpoint_agent_memory.db.row_migrations import _memory_doc
@@ -29,6 +28,7 @@ from langgraph_checkpoint_agent_memory.memory import (
     lexical_text,
     model,
 )
+from tests import test_encryption_memory
 from tests.pg import backend_params
 from tests.test_memory_fact_search import ConceptEmbeddings, _forget_migration
 from tests.test_migrations import ledger, query
@@ -131,24 +131,12 @@ def test_the_migration_builds_the_text_memory_writes() -> None:
 
 # -- the migration -------------------------------------------------------------------------
 
+stores = test_encryption_memory.stores  # the fixture: stores opened by a test, closed after
+
 
 @pytest.fixture(params=backend_params("sqlite", "postgres", "citus"))
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def stores() -> Iterator[Callable[..., AgentMemoryStore]]:
-    opened: list[AgentMemoryStore] = []
-
-    def make(url: str, **kwargs: Any) -> AgentMemoryStore:
-        store = create_store(url, **kwargs)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
 
 
 def learn_the_old_way(store: AgentMemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:

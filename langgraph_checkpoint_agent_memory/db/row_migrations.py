@@ -175,14 +175,7 @@ def index_sealed_dates(dialect: Dialect, shard_depth: int, sealer: RowSealer) ->
             .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
-    claim = dialect.sql(
-        "memory_sealed_claim",
-        lambda: (
-            sa.update(t)
-            .where(key_match(t, "b_"), t.c.doc_len.is_(None))
-            .values(doc_len=sa.bindparam("b_doc_len"))
-        ),
-    )
+    claim = _claim_doc_len(dialect)
 
     def write(rows: list[Any]) -> Plan[int]:
         items = yield from _sealed_items(rows, sealer)
@@ -383,14 +376,11 @@ def fill_memory_shards(dialect: Dialect, shard_depth: int) -> Plan[int]:
     return done
 
 
-def index_existing_items(dialect: Dialect) -> Plan[int]:
-    """Index the items stored before the lexical index existed.
-
-    Each candidate is claimed by a conditional write of its own row (``doc_len`` set where
-    it is still NULL); only the items claimed get postings, so processes that backfill at
-    once never index an item twice, and no read locks rows across shards."""
+def _claim_doc_len(dialect: Dialect) -> Sql:
+    """Claim an item (``:b_shard``, ``:b_prefix``, ``:b_key``) by setting its ``doc_len``
+    (``:b_doc_len``) where it is still NULL: one process indexes it."""
     t = store_items
-    claim = dialect.sql(
+    return dialect.sql(
         "index_claim",
         lambda: (
             sa.update(t)
@@ -398,6 +388,16 @@ def index_existing_items(dialect: Dialect) -> Plan[int]:
             .values(doc_len=sa.bindparam("b_doc_len"))
         ),
     )
+
+
+def index_existing_items(dialect: Dialect) -> Plan[int]:
+    """Index the items stored before the lexical index existed.
+
+    Each candidate is claimed by a conditional write of its own row (``doc_len`` set where
+    it is still NULL); only the items claimed get postings, so processes that backfill at
+    once never index an item twice, and no read locks rows across shards."""
+    t = store_items
+    claim = _claim_doc_len(dialect)
     pending = dialect.sql(
         "index_pending",
         lambda: (

@@ -519,8 +519,8 @@ def lexical_text(memory: Fact | Episode) -> str:
     Example:
         ```python
         fact = Fact("city", "city", "Berlin", "Alice lives in Berlin", valid_from=1683460800.0)
-        assert lexical_text(fact) == "city: Berlin\nAlice lives in Berlin\nMay 7 7th 2023-05-07"
-        assert fact.search_text() == "city: Berlin\nAlice lives in Berlin"
+        assert lexical_text(fact) == "city: Berlin\\nAlice lives in Berlin\\nMay 7 7th 2023-05-07"
+        assert fact.search_text() == "city: Berlin\\nAlice lives in Berlin"
         ```
     """
     if isinstance(memory, Fact):
