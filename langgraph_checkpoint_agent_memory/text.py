@@ -7,11 +7,14 @@ indexes items stored before the lexical index existed), so neither imports the o
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import snowballstemmer
 
@@ -82,6 +85,64 @@ def fact_text(attribute: str, value: str, statement: str = "") -> str:
     head = f"{attribute.replace('_', ' ')}: {value}"
     said = tokens(statement)
     return head if not said or said in (tokens(head), tokens(value)) else f"{head}\n{statement}"
+
+
+def episode_text(summary: str | None, messages: Iterable[Mapping[str, Any]]) -> str:
+    """What search indexes for an episode: its summary once there is one, and the words said,
+    a line ``role: content`` per message."""
+    said = "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)
+    return "\n".join(p for p in (summary or "", said) if p)
+
+
+_MONTHS = [
+    *("January", "February", "March", "April", "May", "June"),
+    *("July", "August", "September", "October", "November", "December"),
+]
+
+
+def _ordinal(day: int) -> str:
+    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+def date_words(when: float | None) -> str:
+    """The day ``when`` (seconds since the epoch) falls on, in UTC, as the words a question
+    names it by: the month's name, the day of the month as a number and as an ordinal, and
+    the ISO date, which these terms split into year, month and day. So "May 2023", "7 May",
+    "May 7th", "in 2023" and "2023-05-07" each share terms with it. Empty for no date
+    (``None`` or 0, what a fact without a date holds) and for a moment no calendar names.
+
+    Example:
+        >>> date_words(1683460800.0)  # 2023-05-07 12:00 UTC
+        'May 7 7th 2023-05-07'
+        >>> tokens(date_words(1683460800.0))
+        ['may', '7', '7th', '2023', '05', '07']
+        >>> date_words(0.0)
+        ''
+    """
+    if not when or not math.isfinite(when):
+        return ""
+    try:
+        day = datetime.fromtimestamp(when, tz=timezone.utc).date()
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f"{_MONTHS[day.month - 1]} {day.day} {_ordinal(day.day)} {day.isoformat()}"
+
+
+def dated_text(text: str, when: float | None) -> str:
+    """``text`` and, on a line of its own, the words of the day ``when`` falls on
+    (:func:`date_words`): what the lexical index keeps for a memory that has a date, so a
+    question naming the month or the year finds it. Agent memory writes facts and episodes
+    with it, and the migration that re-indexes them uses it too.
+
+    Example:
+        >>> dated_text("city: Berlin", 1683460800.0)
+        'city: Berlin\\nMay 7 7th 2023-05-07'
+        >>> dated_text("city: Berlin", None)
+        'city: Berlin'
+    """
+    words = date_words(when)
+    return f"{text}\n{words}" if words and text else text or words
 
 
 def storable(text: str) -> str:

@@ -38,6 +38,7 @@ EVERY_SERVER_MODULES = frozenset(
         "test_dialect_sql",
         "test_encryption_store",
         "test_fresh_start",
+        "test_memory_dates",
         "test_memory_fact_search",
         "test_memory_tools",
         "test_migrations",

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
-from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate
+from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate, model
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from tests.test_migrations import FIXTURES, ledger, query
 
@@ -161,7 +161,9 @@ def test_a_legacy_database_finds_its_facts_by_attribute_after_upgrading(tmp_path
     [(doc, length)] = query(
         url, "SELECT doc, doc_len FROM am_store_items WHERE prefix = 'memory.user=alice.facts'"
     )
-    assert doc == "city: Munich\nThe user lives in Munich" and length == 5
+    # memory 5 added the day the fact became true, in words
+    assert doc == "city: Munich\nThe user lives in Munich\nNovember 30 30th 2026-11-30"
+    assert length == 11
 
 
 def test_the_migration_reindexes_facts_and_history_on_every_database(
@@ -183,6 +185,7 @@ def test_the_migration_reindexes_facts_and_history_on_every_database(
     memory = AgentMemory(store, extractor=CallableExtractor(lambda p: next(answers)))
     with monkeypatch.context() as old_code:  # what earlier versions indexed
         old_code.setattr(Fact, "search_text", Fact.text)
+        old_code.setattr(model, "dated_text", lambda text, when: text)
         for i in range(2):
             memory.record(U, [{"role": "user", "content": f"turn {i}"}], key=f"e{i}")
             assert memory.consolidate().completed == 1
@@ -224,6 +227,7 @@ def test_a_fact_indexed_with_its_value_twice_is_indexed_once_after_upgrading(
     store = create_store(database_url)
     memory = AgentMemory(store)
     with monkeypatch.context() as old_code:  # what memory migration 2's text did
+        old_code.setattr(model, "dated_text", lambda text, when: text)
         old_code.setattr(
             Fact,
             "search_text",

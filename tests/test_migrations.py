@@ -26,7 +26,7 @@ MEMORY_TABLES = {
     "am_memory_threads",
 }
 #: The ledger once every component is current: block * 1000 + version.
-CURRENT = {1001, 1002, 1003, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 3001, 3002, 3003, 3004}
+CURRENT = {1001, 1002, 1003, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 3001, 3002, 3003, 3004, 3005}
 
 
 def query(url: str, sql: str) -> list[tuple[Any, ...]]:

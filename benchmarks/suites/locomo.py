@@ -13,13 +13,15 @@ Units, per conversation (one memory scope, ``user_id`` = the conversation's id):
   ``memory.namespace(scope, "episodes")``, dated by its session, summary the session
   summary; it covers every turn of its session.
 
-Each unit is put as the text the memory itself indexes for it (a fact's
-``Fact.search_text()``: its attribute as words, here the speaker, its value and statement; an
-episode's ``Episode.text()``; a turn's ``text``), through a store made by
-``create_store(index="default")``; ``lexical`` and ``vector`` are the same store with the
-fusion weights ``(1, 0)`` and ``(0, 1)``, ``hybrid`` the default weights; ``no index`` is
-``create_store()`` without the extra (lexical search alone); the textbook ``bm25`` ranks the
-indexed text with plain Okapi BM25 (no stemming, no stopwords).
+Each unit is written as the memory itself writes it: a fact or an episode with the lexical
+text ``lexical_text`` gives (a fact's ``Fact.search_text()``: its attribute as words, here
+the speaker, its value and statement; an episode's ``Episode.text()``; each with its date in
+words) and its vector embedded from that text without the date; a turn is put with its
+``text``. The stores are made by ``create_store(index="default")``; ``lexical`` and
+``vector`` are the same store with the fusion weights ``(1, 0)`` and ``(0, 1)``, ``hybrid``
+the default weights; ``no index`` is ``create_store()`` without the extra (lexical search
+alone); the textbook ``bm25`` ranks the lexical text with plain Okapi BM25 (no stemming,
+no stopwords).
 
 For every question of categories 1-4, a unit is evidence when it covers one of the
 question's evidence turns; a question none of whose evidence turns a unit of that kind covers
@@ -53,12 +55,15 @@ from langgraph.store.base import PutOp
 
 from benchmarks.harness import bar_chart, print_table, write_results
 from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
     Fact,
     fact_key,
+    lexical_text,
     normalize_attribute,
 )
+from langgraph_checkpoint_agent_memory.memory.writes import as_blob, item_row
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -96,12 +101,19 @@ def sessions(conversation: dict[str, Any]) -> Iterator[tuple[int, str, list[dict
 @dataclass(frozen=True)
 class Unit:
     """One item to search: its key, its value as the memory stores it, the text the memory
-    indexes for it, and the dialogue turns it covers."""
+    embeds for it, the dialogue turns it covers, and the text the memory indexes lexically
+    for it (``None``: ``text``)."""
 
     key: str
     value: dict[str, Any]
     text: str
     covers: frozenset[str]
+    lexical: str | None = None
+
+    @property
+    def doc(self) -> str:
+        """What the lexical index keeps for the unit."""
+        return self.text if self.lexical is None else self.lexical
 
 
 def turns(conversation: dict[str, Any]) -> list[Unit]:
@@ -149,6 +161,7 @@ def facts(conversation: dict[str, Any]) -> list[Unit]:
             fact.to_value() | {"source_episodes": sorted(covers)},
             fact.search_text(),
             frozenset(covers),
+            lexical_text(fact),
         )
         for key, (fact, covers) in found.items()
     ]
@@ -171,7 +184,9 @@ def episodes(conversation: dict[str, Any]) -> list[Unit]:
             summary=summary,
         )
         covers = frozenset(t["dia_id"] for t in session)
-        out.append(Unit(episode.key, episode.to_value(), episode.text(), covers))
+        out.append(
+            Unit(episode.key, episode.to_value(), episode.text(), covers, lexical_text(episode))
+        )
     return out
 
 
@@ -356,9 +371,11 @@ def evaluate(
             units = UNITS[kind](conv)
             ns = namespaces[kind]
             for store in stores.values():
-                # each store indexes the text the memory indexes for the unit, alone
-                store.batch([PutOp(ns, u.key, {"text": u.text}, index=["text"]) for u in units])
-            docs = {u.key: u.text for u in units}
+                if kind == "turns":  # each store indexes the turn's text, alone
+                    store.batch([PutOp(ns, u.key, {"text": u.text}, index=["text"]) for u in units])
+                else:
+                    write_as_memory(store, ns, units)
+            docs = {u.key: u.doc for u in units}
             for q in qs:
                 evidence = {u.key for u in units if u.covers & q["evidence"]}
                 category = CATEGORIES[q["category"]]
@@ -379,6 +396,28 @@ def evaluate(
                 conv, qs, embedder, tallies["turns"].setdefault("build_context", Tally())
             )
     return tallies
+
+
+def write_as_memory(store: AgentMemoryStore, ns: tuple[str, ...], units: list[Unit]) -> None:
+    """Write ``units`` as agent memory writes facts and episodes: each item's lexical text
+    its ``doc``, its vector (when ``store`` embeds) embedded from its ``text``."""
+    prefix, sql = ".".join(ns), AgentMemory(store).context.sql
+    items = [
+        item_row(prefix, u.key, {"text": u.text}, created=0.0, updated=0.0, doc=u.doc)
+        for u in units
+    ]
+    vectors = None
+    if store.embeddings is not None:
+        embedded = store.embeddings.embed_documents([u.text for u in units])
+        vectors = [
+            {"prefix": prefix, "key": u.key, "field": "text#0", "vector": as_blob(v)}
+            for u, v in zip(units, embedded, strict=True)
+        ]
+
+    def plan() -> Plan[None]:
+        yield Batch(sql.item_writes(items, vectors), write=True)
+
+    store.run_plan(plan())
 
 
 def _build_context(

@@ -71,7 +71,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
-        applied = migrate(store.db, COMPONENTS, store.shard_depth)
+        # with the master key configured, the store's sealer: sealed rows are indexed too
+        applied = migrate(store.db, COMPONENTS, store.shard_depth, store.sealer)
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}

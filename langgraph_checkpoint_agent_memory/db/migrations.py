@@ -33,9 +33,12 @@ from langgraph_checkpoint_agent_memory.db.row_migrations import (
     convert_existing_vectors,
     fill_memory_shards,
     fill_store_shards,
+    index_dates,
     index_existing_items,
     index_facts,
+    index_sealed_dates,
 )
+from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
@@ -167,9 +170,10 @@ class Component:
     name: str
     block: int  # the ledger records version v as block * 1000 + v
     steps: tuple[Step, ...]
-    #: Run after every migration of the component, with the versions now applied: resumable
-    #: work on rows older than a migration (it finds nothing to do once done).
-    backfill: Callable[[Dialect, set[int]], Plan[None]] | None = None
+    #: Run after every migration of the component, with the versions now applied, the shard
+    #: depth and the store's sealer (``None`` without encryption at rest): resumable work on
+    #: rows older than a migration (it finds nothing to do once done).
+    backfill: Callable[[Dialect, set[int], int, RowSealer | None], Plan[None]] | None = None
 
     def ledger_id(self, version: int) -> int:
         return self.block * 1000 + version
@@ -179,7 +183,11 @@ class Component:
         return self.steps[-1].version
 
 
-def _store_backfill(dialect: Dialect, applied: set[int]) -> Plan[None]:
+def _store_backfill(
+    dialect: Dialect, applied: set[int], depth: int, sealer: RowSealer | None
+) -> Plan[None]:
+    """Items older than the lexical index indexed, vectors older than native columns
+    converted (sealed items are no concern of these)."""
     if TERMS_VERSION in applied:
         yield from index_existing_items(dialect)
     if VECTOR_INDEX_VERSION in applied:
@@ -195,6 +203,17 @@ STORE_SHARD_VERSION = 6
 SEALED_VERSION = 7
 #: The memory version that gave every memory row its shard key.
 MEMORY_SHARD_VERSION = 4
+#: The memory version that indexed facts and episodes with their dates.
+DATES_VERSION = 5
+
+
+def _memory_backfill(
+    dialect: Dialect, applied: set[int], depth: int, sealer: RowSealer | None
+) -> Plan[None]:
+    """Sealed facts and episodes indexed with their dates, by a setup that has their keys
+    (a setup without them leaves them to the next one with encryption on)."""
+    if DATES_VERSION in applied and sealer is not None:
+        yield from index_sealed_dates(dialect, depth, sealer)
 
 
 def _add_shard(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
@@ -302,7 +321,16 @@ MEMORY = Component(
             rows=fill_memory_shards,
             finish=_rekey(MEMORY_TABLES),
         ),
+        # Facts and episodes found by their date too: the day in words in their lexical
+        # text (items sealed by encryption at rest are indexed by the backfill, with keys).
+        Step(
+            DATES_VERSION,
+            "facts and episodes indexed with their dates",
+            lambda d: [],
+            rows=index_dates,
+        ),
     ),
+    _memory_backfill,
 )
 
 
@@ -359,6 +387,7 @@ def migrate_plan(
     now: float,
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
+    sealer: RowSealer | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; return the versions
     applied, by component name.
@@ -366,7 +395,9 @@ def migrate_plan(
     With the store among ``components``, it also checks the shard-key rule: the database
     records ``shard_depth`` at the first setup (``None``: the recorded value, else
     :data:`.shard.DEFAULT_SHARD_DEPTH`), and a different ``shard_depth`` later is refused
-    with a ``ConfigurationError``, before anything is written."""
+    with a ``ConfigurationError``, before anything is written. ``sealer``: the store's,
+    when it encrypts at rest (the backfills that index sealed rows need it; run the plan
+    with its ``call``, which loads the keys the plan asks for)."""
     done = yield from _ledger_plan(dialect)
     statements = _from_global_list(dialect, done, now)
     depth, to_record = shard_depth or DEFAULT_SHARD_DEPTH, None
@@ -390,7 +421,7 @@ def migrate_plan(
             versions = {
                 s.version for s in component.steps if component.ledger_id(s.version) in done
             } | set(applied[component.name])
-            yield from component.backfill(dialect, versions)
+            yield from component.backfill(dialect, versions, depth, sealer)
     return applied
 
 
@@ -553,11 +584,17 @@ def migrate(
     database: Database[Any],
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
+    sealer: RowSealer | None = None,
 ) -> dict[str, list[int]]:
     """Create or migrate the tables of ``components`` (all by default) in ``database``;
     return the versions applied, by component name. Idempotent. ``shard_depth``: the
-    store's shard-key rule (``None``: the one recorded, else the default)."""
-    return database.run(migrate_plan(database.dialect, time.time(), components, shard_depth))
+    store's shard-key rule (``None``: the one recorded, else the default); ``sealer``: the
+    store's, when it encrypts at rest."""
+
+    def plan() -> Plan[dict[str, list[int]]]:
+        return migrate_plan(database.dialect, time.time(), components, shard_depth, sealer)
+
+    return database.run(plan()) if sealer is None else sealer.call(database.run, plan)
 
 
 _SETUP_LOCK = threading.Lock()
@@ -586,20 +623,30 @@ class SchemaOnFirstUse:
 
     def setup(self) -> None:
         """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        self.db.run(self._setup_plan())
+        if self.row_sealer is None:
+            self.db.run(self._setup_plan())
+        else:  # loading the keys the backfills of sealed rows ask for
+            self.row_sealer.call(self.db.run, self._setup_plan)
         self._setup_done = True
 
     async def asetup(self) -> None:
-        await self.db.arun(self._setup_plan())
+        if self.row_sealer is None:
+            await self.db.arun(self._setup_plan())
+        else:
+            await self.row_sealer.acall(self.db.arun, self._setup_plan)
         self._setup_done = True
 
     #: The store's shard-key rule (``None``: owners without store tables).
     shard_depth: int | None = None
+    #: The store's sealer when it encrypts at rest: the backfills of sealed rows use it.
+    row_sealer: RowSealer | None = None
 
     def _setup_plan(self) -> Plan[Any]:
         """What ``setup()`` runs: the components' migrations (and, for an owner that adds
         to it, whatever else it keeps in the database)."""
-        return migrate_plan(self.dialect, self._clock(), self.components, self.shard_depth)
+        return migrate_plan(
+            self.dialect, self._clock(), self.components, self.shard_depth, self.row_sealer
+        )
 
     def _probe_plan(self) -> Plan[Any]:
         """What the first use runs instead of ``setup()`` when ``auto_setup`` is off: it

@@ -22,6 +22,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     FactCandidate,
     Scope,
     ScopeError,
+    lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallWeights
@@ -58,5 +59,6 @@ __all__ = [
     "Scope",
     "ScopeError",
     "episode_summaries",
+    "lexical_text",
     "parse_extraction",
 ]

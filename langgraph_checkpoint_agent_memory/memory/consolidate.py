@@ -37,6 +37,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     Scope,
     digest,
+    lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.steps import (
     Embed,
@@ -409,7 +410,7 @@ def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) ->
                 "importance": summary.importance,
             }
         )
-        out.item(prefix, episode.key, done.to_value(), episode.occurred_at, done.text())
+        out.item(prefix, episode.key, done.to_value(), episode.occurred_at, lexical_text(done))
         out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
         if i < len(learned.episode_vectors):
             out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))

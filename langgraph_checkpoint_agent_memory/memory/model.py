@@ -29,7 +29,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
-from langgraph_checkpoint_agent_memory.text import fact_text, storable
+from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text, storable
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -527,9 +527,10 @@ class Fact(StoredMemory):
         return self.statement or default_statement(self.attribute, self.value)
 
     def search_text(self) -> str:
-        """What lexical and vector search index for this fact: its attribute as words, its
-        value and its statement, so ``store.search(facts, query="city")`` finds the fact
-        ``home_city``, whatever its statement says."""
+        """What search indexes for this fact: its attribute as words, its value and its
+        statement, so ``store.search(facts, query="city")`` finds the fact ``home_city``,
+        whatever its statement says. Its vector is embedded from this text; the lexical
+        index keeps it with the fact's date (:func:`lexical_text`)."""
         return fact_text(self.attribute, self.value, self.statement)
 
 
@@ -562,12 +563,34 @@ class Episode(StoredMemory):
         )
 
     def transcript(self) -> str:
-        return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in self.messages)
+        return episode_text(None, self.messages)
 
     def text(self) -> str:
-        """What search indexes: the summary once there is one, and the words said."""
-        parts = [self.summary or "", self.transcript()]
-        return "\n".join(p for p in parts if p)
+        """What search indexes: the summary once there is one, and the words said. Its
+        vector is embedded from this text; the lexical index keeps it with the episode's
+        date (:func:`lexical_text`)."""
+        return episode_text(self.summary, self.messages)
+
+
+def lexical_text(memory: Fact | Episode) -> str:
+    """What the lexical index keeps for a fact or an episode: the text its vector is
+    embedded from (:meth:`Fact.search_text`, :meth:`Episode.text`) and the day the fact
+    became true (``valid_from``) or the episode happened (``occurred_at``) as words a
+    question says (:func:`~..text.date_words`), so "what did she do in May 2023?" finds it
+    by its date. The date stays out of the vector's text: measured on LoCoMo, it costs
+    vector search what it gains lexical search. Every write of a fact, a past fact or an
+    episode indexes this text.
+
+    Example:
+        ```python
+        fact = Fact("city", "city", "Berlin", "Alice lives in Berlin", valid_from=1683460800.0)
+        assert lexical_text(fact) == "city: Berlin\\nAlice lives in Berlin\\nMay 7 7th 2023-05-07"
+        assert fact.search_text() == "city: Berlin\\nAlice lives in Berlin"
+        ```
+    """
+    if isinstance(memory, Fact):
+        return dated_text(memory.search_text(), memory.valid_from)
+    return dated_text(memory.text(), memory.occurred_at)
 
 
 def _seconds(value: Any) -> float | None:

@@ -17,6 +17,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     ScopeLike,
     checked_identifier,
+    lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import turn_key
 from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
@@ -55,7 +56,7 @@ def record_plan(
     episode = Episode(ep_key, dicts, when, thread_id=thread_id)
     prefix = context.prefix(s, "episodes")
     item = item_row(
-        prefix, ep_key, episode.to_value(), created=when, updated=now, doc=episode.text()
+        prefix, ep_key, episode.to_value(), created=when, updated=now, doc=lexical_text(episode)
     )
     yield from sqlm.record_plan(
         context.sql,

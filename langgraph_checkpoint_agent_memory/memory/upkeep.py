@@ -17,6 +17,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     Scope,
     ScopeLike,
+    lexical_text,
     normalize_attribute,
 )
 from langgraph_checkpoint_agent_memory.memory.writes import item_row
@@ -48,7 +49,7 @@ def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: b
     items, decay = [], []
     for r in hits:
         value = {**r.value, "pinned": pinned}
-        doc = Fact.from_value(r.key, value).search_text()
+        doc = lexical_text(Fact.from_value(r.key, value))
         items.append(item_row(prefix, r.key, value, created=r.created_at, updated=now, doc=doc))
         decay.append(_pinned_decay_row(r, s, pinned, now))
     yield from sqlm.seal_items_plan(context.sql, items)

@@ -21,7 +21,12 @@ from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
-from langgraph_checkpoint_agent_memory.memory.model import Fact, FactCandidate, Scope
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Fact,
+    FactCandidate,
+    Scope,
+    lexical_text,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
@@ -117,7 +122,8 @@ class RowWriter:
     now: float
 
     def item(self, prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
-        """An item row (a fact, a past fact or an episode)."""
+        """An item row (a fact, a past fact or an episode); ``doc``: its
+        :func:`~.model.lexical_text`."""
         self.writes.items.append(
             item_row(prefix, key, value, created=created, updated=self.now, doc=doc)
         )
@@ -200,12 +206,11 @@ def apply_facts(
     )
     facts_prefix = context.prefix(scope, "facts")
     for key, fact in changes.current.items():
-        text = fact.search_text()
-        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, text)
+        out.item(facts_prefix, key, fact.to_value(), fact.valid_from, lexical_text(fact))
         out.decay(facts_prefix, key, fact.importance, said.when, fact.pinned)
-        # the embedding of the text just indexed, when a candidate said it exactly; else a
-        # confirmed fact keeps the vector it has
-        vector = said.vectors.get(text)
+        # the embedding of the fact's text (its date is in the lexical text only), when a
+        # candidate said it exactly; else a confirmed fact keeps the vector it has
+        vector = said.vectors.get(fact.search_text())
         if vector is not None:
             blob: bytes | None = as_blob(vector)
         elif key in changes.confirmed:
@@ -224,5 +229,5 @@ def write_history(
     """Add the rows of the facts ``changes`` moved to history (superseded or retired)."""
     history_prefix = context.prefix(scope, "history")
     for key, fact in changes.history.items():
-        out.item(history_prefix, key, fact.to_value(), fact.valid_from, fact.search_text())
+        out.item(history_prefix, key, fact.to_value(), fact.valid_from, lexical_text(fact))
         out.decay(history_prefix, key, fact.importance, when, fact.pinned)
