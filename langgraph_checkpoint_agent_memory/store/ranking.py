@@ -97,9 +97,20 @@ class Ranker:
         self.matrix_cache_bytes = 64 * 2**20
         #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
         #: corpus statistics, re-read after ``stats_seconds`` or once the store has written
-        #: a tenth as many items (they move slowly; df is always counted with the query).
+        #: a tenth as many items.
         self.stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
         self.stats_seconds = 60.0
+        #: (namespace, exact, term as stored) -> (document frequency, 0, when read, writes
+        #: then): the df of a common term, kept by the same rule as the corpus statistics
+        #: (a tenth of its df written, or ``stats_seconds``). Counting a term costs a read of
+        #: every posting it has under the namespace: a third of a query of three words each
+        #: in half of 100,000 items. Terms in fewer than :attr:`common_df` items are counted
+        #: with every query (their count is cheap, and a few writes move it).
+        self.term_stats: OrderedDict[tuple[str, bool, str], tuple[int, float, float, int]] = (
+            OrderedDict()
+        )
+        #: The document frequency from which a term's count is cached (``None``: never).
+        self.common_df: int | None = 1_000
         #: Items the store has written; it adds to this.
         self.writes = 0
         #: The store's vector length (``None``: no embedder).
@@ -355,7 +366,7 @@ class Ranker:
         key: Any,
         entry: tuple[int, float, float, int],
     ) -> None:
-        """Cache ``entry``, keeping the 4,096 most recently read namespaces (graph nodes
+        """Cache ``entry``, keeping the 4,096 most recently read entries (graph nodes
         search from several threads)."""
         with self.lock:
             cache[key] = entry
@@ -383,7 +394,8 @@ class Ranker:
         forms: list[list[str]] | None = None,
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best ``want`` items for ``terms``: document frequencies counted under the
-        namespace with the query, the corpus size and average length from the cache.
+        namespace with the query (a common term's from the cache, see :attr:`term_stats`),
+        the corpus size and average length from the cache.
 
         ``forms``: per term, what the index stores for it (with encryption on, its keyed
         hash under each searched shard's key): a term's document frequency is the sum over
@@ -398,17 +410,25 @@ class Ranker:
         stats = self.stats.get(key)
         fresh = self._fresh(stats, "text_statistics")
         one = scoped(base)
-        statements = [Stmt(self.statements.term_counts(n, exact, one), params, fetch=True)]
+        df, uncounted = self._cached_df(base["ns"], exact, flat)
+        statements = []
+        if uncounted:
+            counted = {**base, **{f"t{j}": t for j, t in enumerate(uncounted)}}
+            sql = self.statements.term_counts(len(uncounted), exact, one)
+            statements.append(Stmt(sql, counted, fetch=True))
         if not fresh:
             statements.append(Stmt(self.statements.text_stats(exact, one), params, fetch=True))
-        found = yield Batch(statements)
-        df = {term: int(count) for term, count in found[0]}
+        found = (yield Batch(statements)) if statements else []
+        if uncounted:
+            counts = {term: int(count) for term, count in found[0]}
+            self._remember_df(base["ns"], exact, uncounted, counts)
+            df.update(counts)
         if not fresh:  # kept even when no term matched: the next query needs them as much
-            text_stats = TextStats._make(found[1][0])
+            text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
             self._remember(self.stats, key, stats)
-        if not df:
+        if not any(df.values()):
             return []
         assert stats is not None
         docs, avgdl = stats[0], stats[1] or 1.0
@@ -423,6 +443,30 @@ class Ranker:
             [Stmt(self.statements.lexical(n, exact, filters, joined, one), params, fetch=True)]
         )
         return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
+
+    def _cached_df(self, ns: str, exact: bool, flat: list[str]) -> tuple[dict[str, int], list[str]]:
+        """The document frequencies of ``flat`` (terms as stored) still fresh in
+        :attr:`term_stats`, and the terms (in their order, once each) to count."""
+        df: dict[str, int] = {}
+        uncounted: list[str] = []
+        for term in dict.fromkeys(flat):
+            entry = self.term_stats.get((ns, exact, term))
+            if self._fresh(entry, "term_statistics"):
+                assert entry is not None
+                df[term] = entry[0]
+            else:
+                uncounted.append(term)
+        return df, uncounted
+
+    def _remember_df(self, ns: str, exact: bool, terms: list[str], counts: dict[str, int]) -> None:
+        """Cache the counts of the common ones among ``terms`` (see :attr:`common_df`)."""
+        if self.common_df is None:
+            return
+        now, writes = self._clock(), self.writes
+        for term in terms:
+            count = counts.get(term, 0)
+            if count >= self.common_df:
+                self._remember(self.term_stats, (ns, exact, term), (count, 0.0, now, writes))
 
     def rank_keys_plan(
         self,
