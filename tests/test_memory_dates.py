@@ -220,6 +220,46 @@ def test_the_migration_indexes_sealed_facts_and_episodes_with_their_keys(
     assert not terms & {"may", "2023", "cat"}  # keyed hashes only
 
 
+def test_the_sealed_pass_passes_over_what_an_erase_made_unreadable(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup of the data restored after an erase (the key store, backed up apart, has no
+    key for what was erased): the setup still succeeds; the erased rows stay unreadable and
+    are not asked for again, and another user's rows are indexed with their dates."""
+    import shutil
+
+    from langgraph_checkpoint_agent_memory import KeyMissingError
+
+    master = generate_master_key()
+    setting = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    store = stores(url, encryption=setting)
+    learn_the_old_way(store, monkeypatch)
+    bob = {"user_id": "bob"}
+    with monkeypatch.context() as old_code:
+        old_code.setattr(model, "dated_text", lambda text, when: text)
+        AgentMemory(store).record(bob, [{"role": "user", "content": "hi"}], occurred_at=MAY_7)
+    store.close()
+    shutil.copy(tmp_path / "sealed.db", tmp_path / "backup.db")
+    eraser = stores(url, encryption=setting)
+    AgentMemory(eraser).erase(U)  # alice's key destroyed
+    eraser.close()
+    shutil.copy(tmp_path / "backup.db", tmp_path / "sealed.db")  # last night's backup
+    _forget_migration(url, 3005)
+
+    AgentMemory(stores(url, encryption=False)).setup()  # marks the sealed items
+    pending = "SELECT COUNT(*) FROM am_store_items WHERE sealed IS NOT NULL AND doc_len IS NULL"
+    assert query(url, pending) == [(7,)]  # alice's 6 and bob's episode
+    restored = stores(url, encryption=setting)
+    memory = AgentMemory(restored)
+    memory.setup()
+    assert query(url, pending) == [(0,)]
+    assert keys(restored, memory.namespace(bob, "episodes"), "May 2023") != set()
+    with pytest.raises(KeyMissingError):
+        memory.facts(U)
+    memory.setup()  # nothing left to ask for
+
+
 class OfflineSealer:
     """What :func:`index_sealed_dates` asks of a sealer, with no keys: values open as they
     are, terms are hashed by a prefix (enough to see the statements it sends)."""
@@ -227,6 +267,9 @@ class OfflineSealer:
     def ids_plan(self, sealed: Any) -> Iterator[Any]:
         list(sealed)
         yield from ()
+
+    def key_id(self, sealed: bytes) -> str:
+        return "key"
 
     def owner_key_plan(self, shard: str, *, create: bool) -> Generator[Any, Any, str]:
         yield from ()

@@ -36,6 +36,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     key_match,
     vector_text,
 )
+from langgraph_checkpoint_agent_memory.errors import KeyMissingError
 from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text
 
 #: Items indexed per transaction when the lexical index is filled for items older than it.
@@ -214,16 +215,21 @@ def _sealed_items(rows: list[Any], sealer: RowSealer) -> Plan[list[dict[str, Any
     """Rows of :func:`index_sealed_dates`'s ``pending`` as items to index, their keys looked
     up first: each opened with ``sealer``, with its text (``doc``, not stored) and how it is
     indexed (``term_of``, ``filter_terms``); one that is not a fact or an episode has no
-    ``doc`` and the length its postings say (``doc_len``)."""
-    yield from sealer.ids_plan(bytes(r[4]) for r in rows)
+    ``doc`` and the length its postings say (``doc_len``), and so has one sealed under a key
+    the key store no longer holds (an erased scope's rows in a restored backup): unreadable
+    by design, it is passed over rather than stopping every setup."""
+    gone = yield from _destroyed_keys(sealer, rows)
     owners = {}
     for shard in sorted({r[0] for r in rows}):
         owners[shard] = yield from sealer.owner_key_plan(shard, create=False)
     items: list[dict[str, Any]] = []
     for shard, prefix, key, raw, sealed, dl in rows:
+        item = {"shard": shard, "prefix": prefix, "key": key}
+        if sealer.key_id(bytes(sealed)) in gone:
+            items.append(item | {"doc": None, "doc_len": dl or 0})
+            continue
         value = sealer.open_value(prefix, key, raw, bytes(sealed))
         text, data_key = _memory_doc(prefix, value), owners[shard]
-        item = {"shard": shard, "prefix": prefix, "key": key}
         if text is None or data_key is None:
             items.append(item | {"doc": None, "doc_len": dl or 0})
             continue
@@ -234,6 +240,24 @@ def _sealed_items(rows: list[Any], sealer: RowSealer) -> Plan[list[dict[str, Any
         }
         items.append(item)
     return items
+
+
+def _destroyed_keys(sealer: RowSealer, rows: list[Any]) -> Plan[set[str]]:
+    """Load the keys ``rows`` are sealed under; the ids of those the key store does not
+    hold (asked for one at a time only when some are missing)."""
+    sealed = [bytes(r[4]) for r in rows]
+    try:
+        yield from sealer.ids_plan(sealed)
+        return set()
+    except KeyMissingError:
+        pass
+    gone: set[str] = set()
+    for key_id in sorted({sealer.key_id(s) for s in sealed}):
+        try:
+            yield from sealer.ids_plan(s for s in sealed if sealer.key_id(s) == key_id)
+        except KeyMissingError:
+            gone.add(key_id)
+    return gone
 
 
 def _write_docs(dialect: Dialect, shard_depth: int, items: list[dict[str, Any]]) -> Plan[None]:

@@ -53,6 +53,9 @@ class RowSealer(Protocol):
     def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
         """An item row's value as a dict (opened when sealed)."""
 
+    def key_id(self, sealed: bytes) -> str:
+        """The id of the data key a sealed value names."""
+
     def seal_vector(self, key: Any, prefix: str, item_key: str, field: str, vector: bytes) -> bytes:
         """One embedded field's float32 vector sealed for its row."""
 

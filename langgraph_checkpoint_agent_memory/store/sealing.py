@@ -47,6 +47,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     StoreStatements,
 )
 from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
+from langgraph_checkpoint_agent_memory.errors import KeyMissingError
 from langgraph_checkpoint_agent_memory.store.filterable import MAX_HASHES, MAX_SHARDS, Filterable
 
 T = TypeVar("T")
@@ -66,11 +67,16 @@ class _Call:
     def __init__(self) -> None:
         self.owners: dict[str, DataKey | None] = {}
         self.ids: dict[str, DataKey] = {}
+        #: keys asked for that the key store does not hold: raised inside the plan that
+        #: asks again, as with a local key store, so a plan may pass over what they sealed
+        self.missing: dict[str, KeyMissingError] = {}
 
     def knows(self, need: KeysNeeded) -> bool:
         """Whether every key ``need`` asks for was loaded before in this call (a plan that
         asks again makes no progress)."""
-        return all(o in self.owners for o in need.owners) and all(i in self.ids for i in need.ids)
+        return all(o in self.owners for o in need.owners) and all(
+            i in self.ids or i in self.missing for i in need.ids
+        )
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
@@ -166,7 +172,10 @@ class Sealer:
                 self.keyring.key(owner) if need.create else self.keyring.find(owner)
             )
         for key_id in need.ids:
-            call.ids[key_id] = self.keyring.by_id(key_id)
+            try:
+                call.ids[key_id] = self.keyring.by_id(key_id)
+            except KeyMissingError as missing:
+                call.missing[key_id] = missing
 
     async def _aload(self, call: _Call, need: KeysNeeded) -> None:
         for owner in need.owners:
@@ -174,7 +183,10 @@ class Sealer:
                 self.keyring.akey(owner) if need.create else self.keyring.afind(owner)
             )
         for key_id in need.ids:
-            call.ids[key_id] = await self.keyring.aby_id(key_id)
+            try:
+                call.ids[key_id] = await self.keyring.aby_id(key_id)
+            except KeyMissingError as missing:
+                call.missing[key_id] = missing
 
     def preload(self, owners: Iterable[str]) -> None:
         """Find or create the keys of ``owners`` before a call's plan runs (a put's)."""
@@ -228,6 +240,9 @@ class Sealer:
         store does not hold)."""
         call = _CALL.get()
         named = {key_id_of(s) for s in sealed if s is not None}
+        for key_id in sorted(named):
+            if call is not None and key_id in call.missing:
+                raise call.missing[key_id]
         missing = {
             key_id
             for key_id in named
@@ -251,6 +266,8 @@ class Sealer:
         call = _CALL.get()
         if call is not None and key_id in call.ids:
             return call.ids[key_id]
+        if call is not None and key_id in call.missing:
+            raise call.missing[key_id]
         found = self.keyring.cached_id(key_id)
         if found is None:
             raise KeysNeeded(ids=[key_id])
@@ -263,6 +280,10 @@ class Sealer:
     def seal_value(self, key: DataKey, prefix: str, item_key: str, text: str) -> bytes:
         """An item's JSON text sealed for its row."""
         return key.seal(text.encode("utf-8"), aad(ITEM, self.shard(prefix), prefix, item_key))
+
+    def key_id(self, sealed: bytes) -> str:
+        """The id of the data key a sealed value names."""
+        return key_id_of(sealed)
 
     def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
         """An item row's value as a dict: opened when sealed; a plaintext row only with
