@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_checkpoint_agent_memory.memory.when import asks_when, time_range
+from langgraph_checkpoint_agent_memory.when import asks_when, time_range
 
 NOW = datetime(2023, 6, 15, 12, tzinfo=timezone.utc)  # a Thursday
 

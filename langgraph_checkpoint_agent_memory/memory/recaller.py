@@ -37,8 +37,8 @@ from langgraph_checkpoint_agent_memory.memory.steps import (
     one,
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
-from langgraph_checkpoint_agent_memory.memory.when import TimeRange, time_range
 from langgraph_checkpoint_agent_memory.rerank import RerankerLike, Reranking, reranking_of
+from langgraph_checkpoint_agent_memory.when import TimeRange, time_range
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore

@@ -54,7 +54,7 @@ class MemorySettings:
     importance_weight: float = 0.2
     half_life_days: float = 30.0
     #: Added to an episode's score when it happened inside the time a question names ("last
-    #: week", "in May 2023": see ``memory.when``); 0 turns time-aware recall off. Measured on
+    #: week", "in May 2023": see ``..when``); 0 turns time-aware recall off. Measured on
     #: LoCoMo's turns (build_context, lexical): 0.1-0.2 gain two questions and lose none,
     #: 0.4 and more lose as many as they gain (a conversation's date is when a thing was
     #: said, not always when it happened).

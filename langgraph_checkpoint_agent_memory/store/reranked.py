@@ -12,13 +12,14 @@ Searches without a query (filters, newest first) are never reranked.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 from langgraph.store.base import Op, Result, SearchItem, SearchOp
 
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
 from langgraph_checkpoint_agent_memory.rerank import reranking_of as _reranking_of
+from langgraph_checkpoint_agent_memory.store.dated import stage
 
 #: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None`` for the
 #: store's.
@@ -26,11 +27,15 @@ PerCall = RerankerLike | Literal[False] | None
 
 
 class Reranks:
-    """The part of :class:`~.store.AgentMemoryStore` that reranks searches: ``batch`` and
-    ``search`` (and their async forms) over the store's own batch, ``_run_batch``."""
+    """The part of :class:`~.store.AgentMemoryStore` that reranks searches and puts what a
+    query's time names first (:mod:`.dated`): ``batch`` and ``search`` (and their async
+    forms) over the store's own batch, ``_run_batch``."""
 
     #: The reranker of every search with a query (``reranker=`` of the store), if any.
     reranking: Reranking | None = None
+    #: What dates an item for questions about time (``time_field=`` of the store), if any.
+    time_field: str | None = None
+    _clock: Callable[[], float]
 
     def _run_batch(self, ops: list[Op]) -> list[Result]:
         raise NotImplementedError
@@ -112,49 +117,42 @@ class Reranks:
         return _reranking_of(reranker) if reranker is not None else self.reranking
 
     def _batch_reranked(self, ops: list[Op], reranking: Reranking | None) -> list[Result]:
-        wide = widened(ops, reranking)
-        if reranking is None or wide is ops:
+        staged = stage(ops, reranking, self.time_field, self._clock())
+        if staged is None:
             return self._run_batch(ops)
-        results = self._run_batch(wide)
-        for i, op in enumerate(ops):
-            if wide[i] is not op:
-                search, items = cast(SearchOp, op), cast(list[SearchItem], results[i])
+        results = self._run_batch(staged.ops)
+        out = results[: len(ops)]
+        for i, search in staged.searches.items():
+            items = staged.candidates(i, results, self.time_field or "")
+            if reranking is None:
+                reordered = Reordered(list(range(len(items))))
+            else:
                 texts = [self._rerank_text(item.value) for item in items]
-                results[i] = page(search, items, reranking.order(search.query or "", texts))
-        return results
+                reordered = reranking.order(search.query or "", texts)
+            out[i] = page(search, items, reordered)
+        return out
 
     async def _abatch_reranked(self, ops: list[Op], reranking: Reranking | None) -> list[Result]:
-        wide = widened(ops, reranking)
-        if reranking is None or wide is ops:
+        staged = stage(ops, reranking, self.time_field, self._clock())
+        if staged is None:
             return await self._arun_batch(ops)
-        results = await self._arun_batch(wide)
-        searches = [(i, op) for i, op in enumerate(ops) if wide[i] is not op]
-        candidates = [cast(list[SearchItem], results[i]) for i, _ in searches]
+        results = await self._arun_batch(staged.ops)
+        out = results[: len(ops)]
+        searches = list(staged.searches.items())
+        candidates = [staged.candidates(i, results, self.time_field or "") for i, _ in searches]
+
+        async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
+            if reranking is None:
+                return Reordered(list(range(len(items))))
+            texts = [self._rerank_text(item.value) for item in items]
+            return await reranking.aorder(search.query or "", texts)
+
         answers = await asyncio.gather(
-            *(
-                reranking.aorder(
-                    cast(SearchOp, op).query or "", [self._rerank_text(c.value) for c in items]
-                )
-                for (_, op), items in zip(searches, candidates, strict=True)
-            )
+            *(order(op, items) for (_, op), items in zip(searches, candidates, strict=True))
         )
         for (i, op), items, reordered in zip(searches, candidates, answers, strict=True):
-            results[i] = page(cast(SearchOp, op), items, reordered)
-        return results
-
-
-def widened(ops: list[Op], reranking: Reranking | None) -> list[Op]:
-    """``ops`` with each search that has a query asking for the first ``top_n`` candidates
-    (or ``offset + limit``, if more) from the start; ``ops`` itself when none does."""
-    if reranking is None:
-        return ops
-    wide: list[Op] = []
-    for op in ops:
-        if isinstance(op, SearchOp) and op.query:
-            limit = max(reranking.top_n, op.offset + op.limit)
-            op = SearchOp(op.namespace_prefix, op.filter, limit, 0, op.query, op.refresh_ttl)
-        wide.append(op)
-    return wide if any(a is not b for a, b in zip(wide, ops, strict=True)) else ops
+            out[i] = page(op, items, reordered)
+        return out
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:

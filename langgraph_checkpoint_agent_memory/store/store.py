@@ -129,6 +129,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             callable ``(query, texts) -> scores``, a LangChain ``BaseDocumentCompressor``
             or a :class:`~..rerank.Reranking`; see :mod:`.reranked`); ``search`` also takes
             one per call. Default none.
+        time_field: What dates an item for questions about time (see :mod:`.dated`):
+            ``"created_at"``, ``"updated_at"`` or a field of the value holding seconds
+            since the epoch. A search whose query names a span ("last week", "in May
+            2023") then puts the items dated inside it first. Default none (off).
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -167,9 +171,11 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         shard_depth: int | None = None,
         encryption: EncryptionLike = None,
         reranker: RerankerLike | None = None,
+        time_field: str | None = None,
     ) -> None:
         self.db = database
         self.reranking = reranking_of(reranker)
+        self.time_field = V.checked_time_field(time_field)
         self.dialect = database.dialect
         depth = DEFAULT_SHARD_DEPTH if shard_depth is None else shard_depth
         self.statements = StoreStatements(self.dialect, depth)

@@ -295,3 +295,21 @@ def checked_ranking(weights: Any, rrf_k: Any, candidates: Any) -> tuple[float, f
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigurationError(f"{name} must be a whole number >= {least}, not {value!r}")
     return float(weights[0]), float(weights[1]), rrf_k, candidates
+
+
+def checked_time_field(time_field: Any) -> str | None:
+    """``time_field``, checked: ``None``, or the name of what dates an item (``created_at``,
+    ``updated_at``, or a field of the value): a non-empty string that is no operator.
+
+    Example:
+        >>> checked_time_field("occurred_at")
+        'occurred_at'
+    """
+    if time_field is None:
+        return None
+    if not isinstance(time_field, str) or not time_field.strip() or time_field.startswith("$"):
+        raise ConfigurationError(
+            "time_field must be 'created_at', 'updated_at' or the name of a field of the "
+            f"value holding seconds since the epoch, not {time_field!r}"
+        )
+    return time_field
