@@ -21,9 +21,11 @@ their fused order, and candidates past ``top_n`` keep their places after those.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import math
+import numbers
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -130,7 +132,13 @@ class Reranking:
             if self.timeout is None:
                 answer = self._ask(query, head)
             else:
-                answer = _executor().submit(self._ask, query, head).result(self.timeout)
+                context = contextvars.copy_context()  # the caller's span, in the worker
+                future = _executor().submit(context.run, self._ask, query, head)
+                try:
+                    answer = future.result(self.timeout)
+                except futures.TimeoutError:
+                    future.cancel()  # not started yet (the workers busy): never asked
+                    raise
             return self._read(answer, n, len(texts))
         except Exception as exc:  # the reranker is a second opinion: the fused order stands
             return _fell_back(exc, len(texts))
@@ -202,11 +210,31 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
     scores = list(answer)
     if len(scores) != n:
         raise ValueError(f"the reranker gave {len(scores)} scores for {n} texts")
+    read: list[float] = []
     for s in scores:
-        if isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s):
+        number = _score(s)
+        if number is None:
             raise ValueError(f"the reranker gave a score that is not a finite number: {s!r}")
-    order = sorted(range(n), key=lambda i: (-scores[i], i))  # ties keep the fused order
-    return order, {i: float(scores[i]) for i in range(n)}
+        read.append(number)
+    order = sorted(range(n), key=lambda i: (-read[i], i))  # ties keep the fused order
+    return order, dict(enumerate(read))
+
+
+def _score(s: Any) -> float | None:
+    """A score as a float: any real number (NumPy's and torch's scalars too, as a
+    cross-encoder's ``predict`` returns them), finite and not a bool; else ``None``."""
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        item = getattr(s, "item", None)  # a one-element array or tensor
+        if isinstance(s, bool) or not callable(item):
+            return None
+        try:
+            s = item()
+        except (TypeError, ValueError):
+            return None
+        if isinstance(s, bool) or not isinstance(s, numbers.Real):
+            return None
+    number = float(s)
+    return number if math.isfinite(number) else None
 
 
 def _from_documents(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
@@ -219,11 +247,8 @@ def _from_documents(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n or i in scores:
             continue
         order.append(i)
-        s = metadata.get("relevance_score")
-        if isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s):
-            scores[i] = float(s)
-        else:
-            scores[i] = math.nan  # placed, not scored
+        score = _score(metadata.get("relevance_score"))
+        scores[i] = math.nan if score is None else score  # NaN: placed, not scored
     if documents and not order:
         raise ValueError(f"the reranker's documents lost their {INDEX_KEY!r} metadata")
     return order, {i: s for i, s in scores.items() if not math.isnan(s)}
@@ -232,7 +257,9 @@ def _from_documents(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
 def _fell_back(exc: Exception, total: int) -> Reordered:
     timed_out = isinstance(exc, TimeoutError | futures.TimeoutError | asyncio.TimeoutError)
     kind = "TimeoutError" if timed_out else _qualified(exc)
-    logger.warning("the reranker failed (%s); the fused order is kept", kind, exc_info=exc)
+    # the type only: a reranker's message may quote the candidates (a user's memory)
+    logger.warning("the reranker failed (%s); the fused order is kept", kind)
+    logger.debug("the reranker's failure", exc_info=exc)
     return Reordered(list(range(total)), {}, kind)
 
 

@@ -276,3 +276,43 @@ def test_known_at_answers_what_the_memory_answered_then(steps: list[tuple[str, A
 
 def shape(facts: list[Fact]) -> list[tuple[str, str, float, float | None]]:
     return sorted((f.attribute, f.value, f.valid_from, f.valid_to) for f in facts)
+
+
+@pytest.mark.parametrize(
+    ("since", "dated"),
+    [
+        ("2021-03", "2021-03-01"),  # a month: its first day
+        ("2021", "2021-01-01"),
+        ("sometime in March", "2024-05-01"),  # no date: when it was said
+        ("unknown", "2024-05-01"),
+        (2021, "2021-01-01"),
+        ("2099-01-01", "2024-05-01"),  # to come: no start, when it was said
+    ],
+)
+def test_an_extractors_loose_date_never_costs_the_extraction(
+    make_store: Callable[..., AgentMemoryStore], since: Any, dated: str
+) -> None:
+    import json
+
+    from langgraph_checkpoint_agent_memory.memory import CallableExtractor
+
+    def extract(prompt: str) -> str:
+        facts = [
+            {"attribute": "city", "value": "Lyon", "since": since},
+            {"attribute": "employer", "value": "ACME"},
+        ]
+        return json.dumps({"episodes": [{"episode": 1, "summary": "moved"}], "facts": facts})
+
+    clock = Clock("2024-05-01")
+    memory = AgentMemory(make_store(), clock=clock, extractor=CallableExtractor(extract))
+    say(memory, clock, "2024-05-01", "I live in Lyon and work at ACME")
+    found = {f.attribute: day(f.valid_from) for f in memory.facts(U)}
+    assert found == {"city": dated, "employer": "2024-05-01"}
+
+
+def test_the_tool_refuses_a_date_to_come(years: tuple[AgentMemory[Any], Clock]) -> None:
+    memory, _ = years
+    with pytest.raises(ToolException, match="in the future"):
+        MemoryTools(memory).remember("city", "Berlin", since="2030-01-01", config=ALICE)
+    assert held(memory.facts(U)) == EXPECTED[(None, None)]
+    assert [day(f.valid_from) for f in memory.facts(U) if f.attribute == "city"] == ["2022-11-01"]

@@ -160,3 +160,22 @@ def test_a_span_tells_what_the_reranker_did(
     assert failed.attributes["agent_memory.rerank.fallback"] == "ConnectionError"
     [recall] = [s for s in named(spans, "memory.recall") if s.context.span_id == ok.parent.span_id]  # type: ignore[union-attr]
     assert recall.name == "memory.recall"
+
+
+def test_consolidation_searches_in_the_fused_order(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    """The store's reranker and time stage are for searches asked of it: memory's own (the
+    facts a consolidation job shows its extractor) neither call nor wait on it."""
+    calls: list[list[str]] = []
+    store = make_store(reranker=favouring("paris", calls), time_field="created_at")
+    memory = AgentMemory(store, clock=lambda: NOW)
+    memory.record(U, [{"role": "user", "content": "I live in Berlin"}], occurred_at=NOW)
+    memory.record(U, [{"role": "user", "content": "I moved to Paris last week"}])
+    assert memory.consolidate().completed >= 1
+    assert calls == []
+    off = AgentMemory(store, clock=lambda: NOW, reranker=False)
+    off.recall(U, "where do I live?")
+    assert calls == []  # False: not even the store's
+    memory.recall(U, "where do I live?")
+    assert len(calls) == 1  # the store's, by default

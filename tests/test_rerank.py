@@ -110,12 +110,12 @@ def test_a_compressor_places_what_it_returns_first_and_keeps_the_rest() -> None:
 def test_an_answer_that_cannot_be_read_keeps_the_fused_order(
     answer: Any, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, "langgraph_checkpoint_agent_memory.rerank"):
+    with caplog.at_level(logging.DEBUG, "langgraph_checkpoint_agent_memory.rerank"):
         reordered = Reranking(lambda q, t: answer).order("q", TEXTS)
     assert reordered == Reordered([0, 1, 2, 3], {}, reordered.error)
     assert reordered.error in {"ValueError", "TypeError"}
     assert "the fused order is kept" in caplog.text
-    assert why in caplog.text
+    assert why in caplog.text  # the details, at debug level
 
 
 def test_a_failing_reranker_keeps_the_fused_order(caplog: pytest.LogCaptureFixture) -> None:
@@ -123,13 +123,44 @@ def test_a_failing_reranker_keeps_the_fused_order(caplog: pytest.LogCaptureFixtu
         pass
 
     def down(query: str, texts: Sequence[str]) -> list[float]:
-        raise RerankServiceDown("503")
+        raise RerankServiceDown(f"503 while ranking {texts[0]!r}")
 
     with caplog.at_level(logging.WARNING, "langgraph_checkpoint_agent_memory.rerank"):
         reordered = Reranking(down).order("q", TEXTS)
     assert reordered.order == [0, 1, 2, 3]
     assert reordered.error is not None and reordered.error.endswith("RerankServiceDown")
     assert "RerankServiceDown" in caplog.text
+    assert "the cat sat" not in caplog.text  # a warning names the type, not what it quoted
+
+
+def test_numpy_scores_are_numbers() -> None:
+    import numpy as np
+
+    def predict(query: str, texts: Sequence[str]) -> Any:  # a cross-encoder's answer
+        return np.asarray(overlap(query, texts), dtype=np.float32)
+
+    reordered = Reranking(predict).order("the dog", TEXTS)
+    assert reordered.order == [1, 3, 0, 2] and reordered.error is None
+    assert all(type(v) is float for v in reordered.scores.values())
+    column = Reranking(lambda q, t: np.asarray(overlap(q, t)).reshape(-1, 1)).order(
+        "the dog", TEXTS
+    )
+    assert column.order == [1, 3, 0, 2]  # one score per row
+    assert Reranking(lambda q, t: [np.nan] * len(t)).order("q", TEXTS).error == "ValueError"
+
+    class NumpyScores(OverlapCompressor):
+        def compress_documents(
+            self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+        ) -> Sequence[Document]:
+            out = super().compress_documents(documents, query, callbacks)
+            for d in out:
+                d.metadata["relevance_score"] = np.float32(d.metadata["relevance_score"])
+            return out
+
+    assert Reranking(NumpyScores()).order("the dog", TEXTS).scores == {
+        1: pytest.approx(0.2),
+        3: pytest.approx(0.2),
+    }
 
 
 def test_a_compressor_that_loses_the_metadata_keeps_the_fused_order() -> None:

@@ -164,3 +164,66 @@ async def test_async_searches_are_reranked_alike(
         [SearchOp(NS, None, 1, 0, "ramen"), SearchOp(NS, None, 1, 0, "curry")]
     )
     assert [keys(r) for r in both] == [["b"], ["d"]]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("staged", ["reranker", "time_field"])
+def test_only_the_items_returned_have_their_ttl_refreshed(
+    make_store: Callable[..., AgentMemoryStore], staged: str
+) -> None:
+    from tests.helpers import FakeClock
+
+    clock = FakeClock(start=1_800_000_000)
+    options: dict[str, Any] = {"ttl": {"default_ttl": 1.0}, "clock": clock}  # one minute
+    options.update(
+        {"reranker": spicy_first} if staged == "reranker" else {"time_field": "created_at"}
+    )
+    store = make_store(**options)
+    for key in "abcde":
+        store.put(NS, key, {"food": f"ramen number {key}"})
+    clock.advance(50)
+    query = "ramen" if staged == "reranker" else "ramen from today"
+    [hit] = store.search(NS, query=query, limit=1)
+    clock.advance(20)  # 70 s: what the search did not return has expired
+    assert keys(store.search(NS, refresh_ttl=False)) == [hit.key]
+    assert store.search(NS, query=query, limit=1, refresh_ttl=False)[0].key == hit.key
+    clock.advance(50)
+    assert store.search(NS, refresh_ttl=False) == []
+
+
+@pytest.mark.parametrize(("limit", "offset"), [(-1, 0), (2, -2), ("3", 0), (None, 0), (True, 0)])
+def test_bad_pages_get_the_answer_they_get_without_a_reranker(
+    make_store: Callable[..., AgentMemoryStore], limit: Any, offset: Any
+) -> None:
+    plain, store = filled(make_store()), filled(make_store(reranker=spicy_first))
+
+    def outcome(s: AgentMemoryStore) -> Any:
+        try:
+            return len(s.search(NS, query="ramen", limit=limit, offset=offset))
+        except Exception as exc:
+            return type(exc), str(exc)
+
+    assert outcome(store) == outcome(plain)
+
+
+def test_a_query_searched_twice_in_a_batch_is_embedded_once(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    asked: list[str] = []
+
+    from langchain_core.embeddings import Embeddings
+
+    class Counting(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, float(len(t)), 0.0] for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            asked.append(text)
+            return [1.0, float(len(text)), 0.0]
+
+    store = make_store(index={"dims": 3, "embed": Counting()}, time_field="created_at")
+    store.put(NS, "a", {"food": "ramen"})
+    store.search(NS, query="ramen today")
+    from langgraph.store.base import SearchOp
+
+    store.batch([SearchOp(NS, None, 3, 0, "ramen"), SearchOp(NS, None, 5, 0, "ramen")])
+    assert asked == ["ramen today", "ramen"]

@@ -69,7 +69,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         reranker: What orders recall's first candidates again (see :mod:`..rerank`): a
             callable ``(query, texts) -> scores``, a LangChain ``BaseDocumentCompressor``
             or a :class:`Reranking` (``top_n``, ``timeout``); default the store's
-            ``reranker``, if it has one.
+            ``reranker``, if it has one; ``False``: none, even when the store has one.
         **settings: Any field of :class:`MemorySettings`.
 
     In a graph, :attr:`inject_node` and :attr:`record_node` do the reading and recording;
@@ -95,7 +95,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         checkpointer: Any = None,
         tokenizer: Any = None,
         clock: Callable[[], float] = time.time,
-        reranker: RerankerLike | None = None,
+        reranker: RerankerLike | Literal[False] | None = None,
         **settings: Any,
     ) -> None:
         if not isinstance(store, MemoryStore):
@@ -115,7 +115,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             self.settings,
             as_extractor(extractor),
             clock,
-            reranking_of(reranker) or getattr(store, "reranking", None),
+            None if reranker is False else reranking_of(reranker) or store.reranking,
         )
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)

@@ -9,13 +9,14 @@ first use of either sets up both in one migration, and a memory call costs no ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.migrations import Component
 from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
+from langgraph_checkpoint_agent_memory.rerank import Reranking
 
 T = TypeVar("T")
 
@@ -82,6 +83,10 @@ class MemoryStore(Protocol):
     def ranker(self) -> KeyRanker:
         """Ranks one namespace's items for recall."""
 
+    @property
+    def reranking(self) -> Reranking | None:
+        """The store's reranker, recall's too unless the memory has one of its own."""
+
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items."""
 
@@ -93,6 +98,8 @@ class MemoryStore(Protocol):
         query: str | None = None,
         filter: dict[str, Any] | None = None,
         limit: int = 10,
+        reranker: Literal[False] | None = None,
+        time_field: Literal[False] | None = None,
     ) -> list[Any]: ...
 
     async def asearch(
@@ -103,6 +110,8 @@ class MemoryStore(Protocol):
         query: str | None = None,
         filter: dict[str, Any] | None = None,
         limit: int = 10,
+        reranker: Literal[False] | None = None,
+        time_field: Literal[False] | None = None,
     ) -> list[Any]: ...
 
     def sweep(self) -> int: ...

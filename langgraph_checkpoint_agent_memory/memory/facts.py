@@ -92,7 +92,8 @@ def merge(
     learned = now if learned is None else learned
     for i, c in enumerate(candidates):
         source, at = sources[i] if sources is not None else (episode_key, now)
-        at = at if c.valid_from is None else c.valid_from
+        if c.valid_from is not None and c.valid_from <= learned:  # a date to come is no start
+            at = c.valid_from
         attribute = c.attribute
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
@@ -116,7 +117,7 @@ def merge(
             confirmed.importance = max(old.importance, c.importance)
             if source not in confirmed.source_episodes:
                 confirmed.source_episodes = [*old.source_episodes, source][-MAX_SOURCES:]
-            if c.valid_from is not None and c.valid_from != old.valid_from:
+            if c.valid_from is not None and at != old.valid_from and at == c.valid_from:
                 _correct(out, old, confirmed, c.valid_from, learned)
             current[key] = out.current[key] = confirmed
             out.confirmed.append(key)

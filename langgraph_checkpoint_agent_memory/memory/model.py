@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import math
 import re
 import uuid
@@ -30,6 +31,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
 from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text, storable
+
+logger = logging.getLogger(__name__)
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -300,17 +303,23 @@ def as_timestamp(when: AsOf, name: str = "as_of") -> float:
 
 def since_timestamp(since: str) -> float:
     """Seconds since the epoch of an ISO date or date and time (``2023-11-01``,
-    ``2023-11-01T08:00:00+01:00``); a date, or a time without a zone, is read in UTC.
+    ``2023-11-01T08:00:00+01:00``), or of the first day of a month (``2023-11``) or a year
+    (``2023``); a date, or a time without a zone, is read in UTC.
 
     Raises:
-        ValueError: ``since`` is no ISO date, or is past the year 9999.
+        ValueError: ``since`` is none of these.
 
     Example:
-        >>> since_timestamp("1970-01-02")
-        86400.0
+        >>> since_timestamp("1970-01-02"), since_timestamp("1970-02"), since_timestamp("1971")
+        (86400.0, 2678400.0, 31536000.0)
     """
+    text = since.strip()
+    if re.fullmatch(r"\d{4}", text):
+        text += "-01-01"
+    elif re.fullmatch(r"\d{4}-\d{2}", text):
+        text += "-01"
     try:
-        moment = datetime.fromisoformat(since.strip())
+        moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"since={since!r} is not a date (YYYY-MM-DD)") from None
     if moment.tzinfo is None:
@@ -370,12 +379,18 @@ class FactCandidate(BaseModel):
         description="When it became true, if said: a date, YYYY-MM-DD (default: when said)",
     )
 
-    @field_validator("since")
+    @field_validator("since", mode="before")
     @classmethod
-    def _since(cls, v: str | None) -> str | None:
+    def _since(cls, v: Any) -> str | None:
+        """A date a model may write loosely: one that names no day is left out (the fact
+        is kept, dated when it was said), never the reason to lose the extraction."""
         if v is None or not str(v).strip():
             return None
-        since_timestamp(str(v))  # refused here, with the reason, if it names no moment
+        try:
+            since_timestamp(str(v))
+        except ValueError:
+            logger.warning("a fact's since=%r names no date; it is dated when it was said", v)
+            return None
         return str(v).strip()
 
     @property

@@ -101,6 +101,18 @@ def one(step: Step) -> Steps[Any]:
     return (yield step)
 
 
+def _searched(step: Search) -> dict[str, Any]:
+    """The store's search options of a :class:`Search`: memory's own searches keep the
+    fused order (no reranker, no time stage: recall does its own)."""
+    return {
+        "query": step.query,
+        "filter": step.filter,
+        "limit": step.limit,
+        "reranker": False,
+        "time_field": False,
+    }
+
+
 def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
     """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search;
     ``run`` runs the plans (a plan or what builds one; default: ``store.run_plan``)."""
@@ -124,7 +136,7 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
             if step.query:
                 return [e.embed_query(t) for t in step.texts]
             return e.embed_documents(step.texts) if step.texts else []
-        return store.search(step.namespace, query=step.query, filter=step.filter, limit=step.limit)
+        return store.search(step.namespace, **_searched(step))
 
     return drive(steps, execute)
 
@@ -154,8 +166,6 @@ async def arun_steps(
             if step.query:
                 return [await e.aembed_query(t) for t in step.texts]
             return await e.aembed_documents(step.texts) if step.texts else []
-        return await store.asearch(
-            step.namespace, query=step.query, filter=step.filter, limit=step.limit
-        )
+        return await store.asearch(step.namespace, **_searched(step))
 
     return await adrive(steps, execute)

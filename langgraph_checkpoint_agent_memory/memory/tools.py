@@ -41,6 +41,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     check_count,
     default_statement,
     normalize_attribute,
+    since_timestamp,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
 from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
@@ -339,6 +340,8 @@ class MemoryTools:
             [vector] = yield Embed([text])
             vectors[text] = vector
         now = context.clock()
+        if candidate.valid_from is not None and candidate.valid_from > now:
+            raise ToolException(f"not remembered: since={candidate.since} is in the future")
         said = W.Said([candidate], vectors, episode_key=source, when=now)
 
         def decide(stored: W.StoredFacts) -> W.FactWrites:
@@ -424,6 +427,11 @@ class MemoryTools:
 def _candidate(
     attribute: str, value: str, statement: str, multi: bool, importance: float, since: str | None
 ) -> FactCandidate:
+    if since is not None and str(since).strip():
+        try:  # the model is told why, rather than its date dropped as an extractor's is
+            since_timestamp(str(since))
+        except ValueError as exc:
+            raise ToolException(f"not remembered: {exc}") from None
     try:
         return FactCandidate(
             attribute=attribute,

@@ -57,13 +57,15 @@ class Staged:
         if span is None:
             return found
         if i in self.dated:
+            scored = {(tuple(item.namespace), item.key): item for item in found}
             inside = []
             seen: set[tuple[tuple[str, ...], str]] = set()
             for j in self.dated[i]:  # those its words match, then the newest
                 for item in cast(list[SearchItem], results[j]):
-                    if (tuple(item.namespace), item.key) not in seen:
-                        seen.add((tuple(item.namespace), item.key))
-                        inside.append(item)
+                    k = (tuple(item.namespace), item.key)
+                    if k not in seen:
+                        seen.add(k)
+                        inside.append(scored.get(k, item))  # with its fused score, if any
         else:
             inside = [item for item in found if _moment(item, time_field) in span]
         first = {(tuple(item.namespace), item.key) for item in inside}
@@ -97,12 +99,13 @@ def stage(
             want = max(want, TIME_CANDIDATES)
             staged.spans[i] = span
         staged.searches[i] = op
-        staged.ops[i] = SearchOp(op.namespace_prefix, op.filter, want, 0, op.query, op.refresh_ttl)
+        # candidates are read without refreshing their TTL: the page returned is refreshed
+        staged.ops[i] = SearchOp(op.namespace_prefix, op.filter, want, 0, op.query, False)
         if span is not None and time_field is not None and _filterable(time_field, op):
             staged.dated[i] = (len(ops) + len(extra), len(ops) + len(extra) + 1)
             within = {**(op.filter or {}), time_field: {"$gte": span.start, "$lt": span.end}}
             for query in (op.query, None):
-                extra.append(SearchOp(op.namespace_prefix, within, want, 0, query, op.refresh_ttl))
+                extra.append(SearchOp(op.namespace_prefix, within, want, 0, query, False))
     if not staged.searches:
         return None
     staged.ops += extra

@@ -6,24 +6,40 @@ limit`` asks for more), lets the reranker order them outside the database transa
 returns the page ``offset``/``limit`` asks for from that order. An item's ``score`` is then
 the reranker's score, when it gives one; the fused score otherwise. Pages of the same query
 stay consistent: each reads the same candidates and the reranker orders them the same way.
-Searches without a query (filters, newest first) are never reranked.
+Searches without a query (filters, newest first) are never reranked. Only the items
+returned have their TTL refreshed, as without a reranker, not every candidate read.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from langgraph.store.base import Op, Result, SearchItem, SearchOp
+from langgraph.store.base import GetOp, Op, Result, SearchItem, SearchOp
 
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
 from langgraph_checkpoint_agent_memory.rerank import reranking_of as _reranking_of
-from langgraph_checkpoint_agent_memory.store.dated import stage
+from langgraph_checkpoint_agent_memory.store import values as V
+from langgraph_checkpoint_agent_memory.store.dated import Staged, stage
 
 #: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None`` for the
 #: store's.
 PerCall = RerankerLike | Literal[False] | None
+
+
+@dataclass(frozen=True)
+class Stages:
+    """What a search does beyond the database's ranking: its reranker and what dates its
+    items (see :mod:`.dated`)."""
+
+    reranking: Reranking | None = None
+    time_field: str | None = None
+
+    @property
+    def none(self) -> bool:
+        return self.reranking is None and self.time_field is None
 
 
 class Reranks:
@@ -47,11 +63,14 @@ class Reranks:
         """The text a reranker reads of an item's value (what the store indexes)."""
         raise NotImplementedError
 
+    def _refreshes(self, refresh_ttl: bool | None) -> bool:
+        raise NotImplementedError
+
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return self._batch_reranked(list(ops), self.reranking)
+        return self._batch_staged(list(ops), Stages(self.reranking, self.time_field))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await self._abatch_reranked(list(ops), self.reranking)
+        return await self._abatch_staged(list(ops), Stages(self.reranking, self.time_field))
 
     def search(
         self,
@@ -64,6 +83,7 @@ class Reranks:
         offset: int = 0,
         refresh_ttl: bool | None = None,
         reranker: PerCall = None,
+        time_field: str | Literal[False] | None = None,
     ) -> list[SearchItem]:
         """Search for items under ``namespace_prefix``, best first (LangGraph's
         ``BaseStore.search``), reranked as the module says.
@@ -78,6 +98,9 @@ class Reranks:
             reranker: This search's reranker (a callable, a LangChain
                 ``BaseDocumentCompressor`` or a :class:`~..rerank.Reranking`); ``False``:
                 none, even when the store has one; default the store's.
+            time_field: What dates the items for a query that names a time (see
+                :mod:`.dated`); ``False``: nothing, even when the store dates them; default
+                the store's ``time_field``.
 
         Example:
             ```python
@@ -91,7 +114,7 @@ class Reranks:
             ```
         """
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = self._batch_reranked([op], self._per_call(reranker))
+        [found] = self._batch_staged([op], self._per_call(reranker, time_field))
         return found  # type: ignore[return-value]
 
     async def asearch(
@@ -105,54 +128,84 @@ class Reranks:
         offset: int = 0,
         refresh_ttl: bool | None = None,
         reranker: PerCall = None,
+        time_field: str | Literal[False] | None = None,
     ) -> list[SearchItem]:
         """Async :meth:`search`."""
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = await self._abatch_reranked([op], self._per_call(reranker))
+        [found] = await self._abatch_staged([op], self._per_call(reranker, time_field))
         return found  # type: ignore[return-value]
 
-    def _per_call(self, reranker: PerCall) -> Reranking | None:
+    def _per_call(self, reranker: PerCall, time_field: str | Literal[False] | None) -> Stages:
         if reranker is False:
-            return None
-        return _reranking_of(reranker) if reranker is not None else self.reranking
+            reranking = None
+        else:
+            reranking = _reranking_of(reranker) if reranker is not None else self.reranking
+        if time_field is False:
+            dated = None
+        else:
+            dated = V.checked_time_field(time_field) if time_field is not None else self.time_field
+        return Stages(reranking, dated)
 
-    def _batch_reranked(self, ops: list[Op], reranking: Reranking | None) -> list[Result]:
-        staged = stage(ops, reranking, self.time_field, self._clock())
+    def _staged(self, ops: list[Op], stages: Stages) -> Staged | None:
+        """How ``ops`` run (see :func:`~.dated.stage`), their input checked first, as the
+        plain path checks it; ``None`` when none of their searches is staged."""
+        if stages.none:
+            return None
+        V.checked_batch(ops)  # bad input refused before any search is widened
+        return stage(ops, stages.reranking, stages.time_field, self._clock())
+
+    def _batch_staged(self, ops: list[Op], stages: Stages) -> list[Result]:
+        staged = self._staged(ops, stages)
         if staged is None:
             return self._run_batch(ops)
         results = self._run_batch(staged.ops)
         out = results[: len(ops)]
         for i, search in staged.searches.items():
-            items = staged.candidates(i, results, self.time_field or "")
-            if reranking is None:
-                reordered = Reordered(list(range(len(items))))
-            else:
+            items = staged.candidates(i, results, stages.time_field or "")
+            reordered = Reordered(list(range(len(items))))
+            if stages.reranking is not None:
                 texts = [self._rerank_text(item.value) for item in items]
-                reordered = reranking.order(search.query or "", texts)
+                reordered = stages.reranking.order(search.query or "", texts)
             out[i] = page(search, items, reordered)
+        refresh = self._refresh_ops(staged, out)
+        if refresh:
+            self._run_batch(refresh)
         return out
 
-    async def _abatch_reranked(self, ops: list[Op], reranking: Reranking | None) -> list[Result]:
-        staged = stage(ops, reranking, self.time_field, self._clock())
+    async def _abatch_staged(self, ops: list[Op], stages: Stages) -> list[Result]:
+        staged = self._staged(ops, stages)
         if staged is None:
             return await self._arun_batch(ops)
         results = await self._arun_batch(staged.ops)
         out = results[: len(ops)]
         searches = list(staged.searches.items())
-        candidates = [staged.candidates(i, results, self.time_field or "") for i, _ in searches]
+        candidates = [staged.candidates(i, results, stages.time_field or "") for i, _ in searches]
 
         async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
-            if reranking is None:
+            if stages.reranking is None:
                 return Reordered(list(range(len(items))))
             texts = [self._rerank_text(item.value) for item in items]
-            return await reranking.aorder(search.query or "", texts)
+            return await stages.reranking.aorder(search.query or "", texts)
 
         answers = await asyncio.gather(
             *(order(op, items) for (_, op), items in zip(searches, candidates, strict=True))
         )
         for (i, op), items, reordered in zip(searches, candidates, answers, strict=True):
             out[i] = page(op, items, reordered)
+        refresh = self._refresh_ops(staged, out)
+        if refresh:
+            await self._arun_batch(refresh)
         return out
+
+    def _refresh_ops(self, staged: Staged, out: list[Result]) -> list[Op]:
+        """Reads that refresh the TTL of the items a staged search returned (its candidates
+        were read without refreshing theirs)."""
+        ops: list[Op] = []
+        for i, search in staged.searches.items():
+            if self._refreshes(search.refresh_ttl):
+                found: list[SearchItem] = out[i]  # type: ignore[assignment]
+                ops += [GetOp(tuple(item.namespace), item.key, refresh_ttl=True) for item in found]
+        return ops
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:

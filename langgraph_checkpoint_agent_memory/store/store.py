@@ -417,7 +417,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
     def _batch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
-        query_vectors = {i: self.embeddings.embed_query(q) for i, q in queries.items()}
+        by_text = {q: self.embeddings.embed_query(q) for q in dict.fromkeys(queries.values())}
+        query_vectors = {i: by_text[q] for i, q in queries.items()}  # each text embedded once
         if self.sealer is None:
             return self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors)), puts
         self._ready()
@@ -442,8 +443,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
     async def _abatch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
-        found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries.values()))
-        query_vectors = dict(zip(queries, found, strict=True))
+        distinct = list(dict.fromkeys(queries.values()))
+        found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in distinct))
+        by_text = dict(zip(distinct, found, strict=True))
+        query_vectors = {i: by_text[q] for i, q in queries.items()}
         if self.sealer is None:
             plan = self._batch_plan(ops, puts, vectors, query_vectors)
             return await self.arun_plan(plan), puts
