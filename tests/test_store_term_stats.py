@@ -75,6 +75,7 @@ def test_a_count_is_read_again_after_a_tenth_of_it_is_written(
     clock = FakeClock()
     store = make_store(clock=clock)
     store.ranker.common_df = 10
+    store.ranker.feedback = None  # the query's own terms counted (feedback counts its own)
     ns = ("u", "alice")
     for i in range(10):
         store.put(ns, f"m{i}", {"text": f"munich trip {i}"})
@@ -97,6 +98,7 @@ def test_rare_terms_are_counted_with_every_query(
     make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     store = make_store()
+    store.ranker.feedback = None  # the query's own terms counted (feedback counts its own)
     ns = ("u", "bob")
     store.put(ns, "a", {"text": "zanzibar"})
     sent = Recorder(store)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.suites.embedders import run as embedders
+from benchmarks.suites.feedback import run as feedback
 from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_pipeline import run as memory_pipeline
 from benchmarks.suites.memory_savers import run as memory_savers
@@ -20,6 +21,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "stores": stores,
     "memory-pipeline": memory_pipeline,
     "locomo": locomo,
+    "feedback": feedback,
     "embedders": embedders,
     "scale": scale,
     "telemetry": telemetry,

@@ -338,17 +338,7 @@ class StoreStatements:
         t = store_items
 
         def build() -> Any:
-            keys = sa.or_(
-                *(
-                    sa.and_(
-                        t.c.shard == sa.bindparam(f"s{j}"),
-                        t.c.prefix == sa.bindparam(f"p{j}"),
-                        t.c.key == sa.bindparam(f"k{j}"),
-                    )
-                    for j in range(n)
-                )
-            )
-            return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(keys, _live(t))
+            return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(items_named(t, n), _live(t))
 
         return self.statement(("by_keys", n), build)
 
@@ -679,6 +669,20 @@ class StoreStatements:
                 .limit(sa.bindparam("n", type_=sa.Integer))
             ),
         )
+
+
+def items_named(t: Any, n: int) -> Any:
+    """Core: ``t``'s row is one of ``n`` items (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
+    return sa.or_(
+        *(
+            sa.and_(
+                t.c.shard == sa.bindparam(f"s{j}"),
+                t.c.prefix == sa.bindparam(f"p{j}"),
+                t.c.key == sa.bindparam(f"k{j}"),
+            )
+            for j in range(n)
+        )
+    )
 
 
 def _terms_in(t: Any, n: int) -> Any:

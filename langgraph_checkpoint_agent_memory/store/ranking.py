@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from langgraph_checkpoint_agent_memory.db import store_feedback as feedback_sql
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
@@ -46,6 +47,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     vector_text,
 )
 from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
+from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
@@ -111,6 +113,9 @@ class Ranker:
         )
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
+        #: Pseudo-relevance feedback of the lexical ranking (``None``: off): the query
+        #: expanded with the terms of its first matches (see :mod:`.feedback`).
+        self.feedback: F.Feedback | None = F.Feedback()
         #: Items the store has written; it adds to this.
         self.writes = 0
         #: The store's vector length (``None``: no embedder).
@@ -205,16 +210,8 @@ class Ranker:
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         if query_terms and (forms is None or any(forms)):
-            size = want
-            while True:
-                raw = yield from self.lexical_plan(
-                    query_terms, (), base, size, exact=False, joined=True, forms=forms
-                )
-                passing = yield from decide(raw)
-                kept = [k for k in raw if k in passing]
-                if len(kept) >= want or len(raw) < size:
-                    break
-                size *= 4
+            groups = forms if forms is not None else [[t] for t in query_terms]
+            kept = yield from self._kept_lexical_plan(groups, base, want, decide)
             rankings.append(kept[:want])
             weights.append(self.ranking.lexical_weight)
         if query_vector is not None:
@@ -230,6 +227,36 @@ class Ranker:
             rankings.append(kept[:want])
             weights.append(self.ranking.vector_weight)
         return S.fuse(rankings, weights, k=self.ranking.rrf_k)
+
+    def _kept_lexical_plan(
+        self,
+        groups: list[list[str]],
+        base: dict[str, Any],
+        want: int,
+        decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
+    ) -> Plan[list[tuple[str, str]]]:
+        """:meth:`kept_plan`'s lexical list: read again with more candidates until it holds
+        ``want`` kept items or every match; with :attr:`feedback` on, the query expanded
+        from the first kept matches (as the database's pre-filter keeps them without
+        encryption) and the list read again."""
+        boosts, known = [1.0] * len(groups), dict[str, int]()
+        for expanded in (False, True):
+            size = want
+            while True:
+                how = ((), base, size, False, True)
+                raw = yield from self._bm25_plan(groups, boosts, how, known)
+                passing = yield from decide([k for k, _ in raw])
+                kept = [(k, score) for k, score in raw if k in passing]
+                if len(kept) >= want or len(raw) < size:
+                    break
+                size *= 4
+            if expanded or self.feedback is None or not kept:
+                break
+            added, known = yield from self._expansion_plan(kept, groups, base, False)
+            if not added:
+                break
+            groups, boosts = groups + [[t] for t in added], boosts + list(added.values())
+        return [k for k, _ in kept]
 
     def vector_plan(
         self,
@@ -395,54 +422,129 @@ class Ranker:
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best ``want`` items for ``terms``: document frequencies counted under the
         namespace with the query (a common term's from the cache, see :attr:`term_stats`),
-        the corpus size and average length from the cache.
+        the corpus size and average length from the cache. With :attr:`feedback` on, the
+        query is expanded with the terms of its first matches and ranked again (see
+        :mod:`.feedback`).
 
         ``forms``: per term, what the index stores for it (with encryption on, its keyed
         hash under each searched shard's key): a term's document frequency is the sum over
         its forms, and each form weighs as its term, so the scores are those of the terms
         themselves. ``None``: each term as it is."""
         groups = forms if forms is not None else [[t] for t in terms]
+        how = (filters, base, want, exact, joined)
+        scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {})
+        if self.feedback is None or not scored:
+            return [item for item, _ in scored]
+        added, df = yield from self._expansion_plan(scored, groups, base, exact)
+        if added:
+            more = [[t] for t in added]
+            boosts = [1.0] * len(groups) + list(added.values())
+            scored = yield from self._bm25_plan(groups + more, boosts, how, df)
+        return [item for item, _ in scored]
+
+    def _bm25_plan(
+        self,
+        groups: list[list[str]],
+        boosts: list[float],
+        how: tuple[Prefilter, dict[str, Any], int, bool, bool],
+        known: dict[str, int],
+    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
+        each term's weight its idf times ``boosts``; ``how``: the filter, the namespace's
+        parameters, how many, ``exact`` and ``joined``; ``known``: document frequencies
+        already counted."""
+        filters, base, want, exact, joined = how
         flat = [f for group in groups for f in group]
         group_of = [g for g, group in enumerate(groups) for _ in group]
-        n = len(flat)
+        df, stats = yield from self._counts_plan(base, exact, flat, known)
+        if not any(df.values()):
+            return []
+        docs, avgdl = stats[0], stats[1] or 1.0
+        group_df = [sum(df.get(f, 0) for f in group) for group in groups]
         params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
+        params.update(
+            n=want,
+            k_base=S.K1 * (1 - S.B),
+            k_len=S.K1 * S.B / avgdl,
+            **{
+                f"w{j}": S.idf(docs, group_df[g]) * (S.K1 + 1) * boosts[g]
+                for j, g in enumerate(group_of)
+            },
+        )
+        one = scoped(base)
+        sql = self.statements.lexical(len(flat), exact, filters, joined, one)
+        [rows] = yield Batch([Stmt(sql, params, fetch=True)])
+        return [((r.prefix, r.key), float(r.score)) for r in map(ScoredRow._make, rows)]
+
+    def _counts_plan(
+        self, base: dict[str, Any], exact: bool, flat: list[str], known: dict[str, int]
+    ) -> Plan[tuple[dict[str, int], tuple[int, float, float, int]]]:
+        """The document frequencies of ``flat`` (terms as stored; ``known`` ones and cached
+        ones not counted again) and the namespace's corpus statistics, read in one batch.
+        Terms are counted 32 to a statement (a longer list padded to a multiple of 32, so
+        few statements are compiled)."""
         key = (base["ns"], exact)
         stats = self.stats.get(key)
         fresh = self._fresh(stats, "text_statistics")
         one = scoped(base)
-        df, uncounted = self._cached_df(base["ns"], exact, flat)
+        df, uncounted = self._cached_df(base["ns"], exact, [f for f in flat if f not in known])
+        df.update((f, known[f]) for f in flat if f in known)
         statements = []
-        if uncounted:
-            counted = {**base, **{f"t{j}": t for j, t in enumerate(uncounted)}}
-            sql = self.statements.term_counts(len(uncounted), exact, one)
+        size = len(uncounted) if len(uncounted) <= 32 else 32
+        for start in range(0, len(uncounted), size or 1):
+            chunk = uncounted[start : start + size]
+            chunk += chunk[-1:] * (size - len(chunk))
+            counted = {**base, **{f"t{j}": t for j, t in enumerate(chunk)}}
+            sql = self.statements.term_counts(size, exact, one)
             statements.append(Stmt(sql, counted, fetch=True))
         if not fresh:
-            statements.append(Stmt(self.statements.text_stats(exact, one), params, fetch=True))
+            statements.append(Stmt(self.statements.text_stats(exact, one), base, fetch=True))
         found = (yield Batch(statements)) if statements else []
+        counts = {
+            term: int(count) for rows in found[: len(found) - (not fresh)] for term, count in rows
+        }
         if uncounted:
-            counts = {term: int(count) for term, count in found[0]}
             self._remember_df(base["ns"], exact, uncounted, counts)
-            df.update(counts)
+            df.update({t: counts.get(t, 0) for t in uncounted})
         if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
             self._remember(self.stats, key, stats)
-        if not any(df.values()):
-            return []
         assert stats is not None
-        docs, avgdl = stats[0], stats[1] or 1.0
-        group_df = [sum(df.get(f, 0) for f in group) for group in groups]
-        params.update(
-            n=want,
-            k_base=S.K1 * (1 - S.B),
-            k_len=S.K1 * S.B / avgdl,
-            **{f"w{j}": S.idf(docs, group_df[group_of[j]]) * (S.K1 + 1) for j in range(n)},
+        return df, stats
+
+    def _expansion_plan(
+        self,
+        scored: list[tuple[tuple[str, str], float]],
+        groups: list[list[str]],
+        base: dict[str, Any],
+        exact: bool,
+    ) -> Plan[tuple[dict[str, float], dict[str, int]]]:
+        """The terms to add to a query (:func:`.feedback.expansion`) from the postings of
+        its first matches in ``scored``, and the document frequencies counted for them."""
+        assert self.feedback is not None
+        top = scored[: self.feedback.docs]
+        params: dict[str, Any] = {}
+        for j, ((prefix, key), _) in enumerate(top):
+            params[f"s{j}"], params[f"p{j}"], params[f"k{j}"] = (
+                self.statements.shard(prefix),
+                prefix,
+                key,
+            )
+        sql = feedback_sql.postings_of(self.statements, len(top))
+        [rows] = yield Batch([Stmt(sql, params, fetch=True)])
+        postings = [F.Posting._make(r) for r in rows]
+        query = [f for group in groups for f in group]
+        df, stats = yield from self._counts_plan(base, exact, F.candidates(postings, query), {})
+        added = F.expansion(
+            postings,
+            dict(top),
+            lambda t: F.discriminates(stats[0], df.get(t, 0)),
+            query,
+            self.feedback,
         )
-        [rows] = yield Batch(
-            [Stmt(self.statements.lexical(n, exact, filters, joined, one), params, fetch=True)]
-        )
-        return [(r.prefix, r.key) for r in map(ScoredRow._make, rows)]
+        return added, df
 
     def _cached_df(self, ns: str, exact: bool, flat: list[str]) -> tuple[dict[str, int], list[str]]:
         """The document frequencies of ``flat`` (terms as stored) still fresh in

@@ -1,0 +1,115 @@
+"""Pseudo-relevance feedback for the lexical ranking, no I/O: the terms the best first
+matches share, added to the query with a small weight (RM3, in BM25's terms).
+
+A question names a thing one way ("What did Caroline research?") and the memory that
+answers it another ("adoption agencies"); the first lexical matches often hold the other
+words. The ranker reads the postings of its first ``docs`` matches, weighs each of their
+terms by how much of each match it is (``tf / length``), how well that match scored (its
+BM25 score over the first one's) and how rare it is (BM25's idf), and queries again with
+the ``terms`` best added, the best at ``weight`` times a query term's weight and the others
+in proportion. A term in more than half of the namespace's items is never added: it tells
+the items apart no better than a stopword (BM25 gives it almost no weight) and would only
+append the rest of the namespace to a lexical search's results. Measured on LoCoMo with the
+default embedder (``benchmarks``, suite ``feedback``; the user guide gives the figures):
+hybrid hit@5 rises on turns, facts and episodes, and lexical alone loses on none.
+
+With encryption at rest the postings hold keyed hashes of terms: feedback works on them as
+they are (a hash's count is its term's count under that data key), so a search of one
+namespace ranks the same encrypted or not; under a prefix that spans data keys, an
+expansion term finds only items under the data key of the match it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from langgraph_checkpoint_agent_memory.store.search import idf
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """How the lexical ranking expands a query (see the module).
+
+    Args:
+        docs: How many of the first matches the terms come from.
+        terms: How many terms are added, at most.
+        weight: The best added term's weight, a query term's being 1.
+
+    Example:
+        >>> Feedback()
+        Feedback(docs=4, terms=10, weight=0.5)
+    """
+
+    docs: int = 4
+    terms: int = 10
+    weight: float = 0.5
+
+
+class Posting(NamedTuple):
+    """One term of a matched item, as the index holds it."""
+
+    prefix: str
+    key: str
+    term: str
+    tf: int
+    dl: int
+
+
+def candidates(postings: Sequence[Posting], query: Sequence[str]) -> list[str]:
+    """The terms of the matched items that the query lacks, once each, in order.
+
+    Example:
+        >>> candidates([Posting("ns", "a", "adopt", 1, 3), Posting("ns", "a", "research", 1, 3)],
+        ...            ["research"])
+        ['adopt']
+    """
+    asked = set(query)
+    return [t for t in dict.fromkeys(p.term for p in postings) if t not in asked]
+
+
+def discriminates(docs: int, df: int) -> float:
+    """The idf an added term weighs by: BM25's, or 0 (never added) for a term in more than
+    half of the ``docs`` items.
+
+    Example:
+        >>> round(discriminates(100, 3), 2), discriminates(100, 60)
+        (3.36, 0.0)
+    """
+    return idf(docs, df) if 2 * df <= docs else 0.0
+
+
+def expansion(
+    postings: Sequence[Posting],
+    scores: Mapping[tuple[str, str], float],
+    idf: Callable[[str], float],
+    query: Sequence[str],
+    feedback: Feedback,
+) -> dict[str, float]:
+    """``{term: weight}`` of the terms to add to ``query``: of the terms in ``postings``
+    (the first matches' terms), the ``feedback.terms`` best by the sum over the matches of
+    ``score / best score * tf / length * idf``, weighted ``feedback.weight`` times their
+    share of the best one's. ``scores``: each match's BM25 score; ``idf``: a term's.
+
+    Example:
+        >>> found = [Posting("ns", "a", "research", 1, 2), Posting("ns", "a", "adopt", 1, 2),
+        ...          Posting("ns", "b", "adopt", 2, 4), Posting("ns", "b", "agenc", 2, 4)]
+        >>> expansion(found, {("ns", "a"): 2.0, ("ns", "b"): 1.0}, lambda t: 1.0, ["research"],
+        ...           Feedback(terms=2, weight=0.5))
+        {'adopt': 0.5, 'agenc': 0.16666666666666666}
+    """
+    asked = set(query)
+    best = max(scores.values(), default=0.0)
+    if best <= 0:
+        return {}
+    weights: dict[str, float] = {}
+    for p in postings:
+        share = scores.get((p.prefix, p.key), 0.0) / best
+        if p.term not in asked and share > 0 and p.dl > 0:
+            weights[p.term] = weights.get(p.term, 0.0) + share * p.tf / p.dl * idf(p.term)
+    chosen = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[: feedback.terms]
+    if not chosen or chosen[0][1] <= 0:
+        return {}
+    top = chosen[0][1]
+    return {t: feedback.weight * (w / top) for t, w in chosen if w > 0}
