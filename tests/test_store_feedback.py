@@ -34,6 +34,8 @@ def test_feedback_finds_what_the_first_match_names(
     store = make_store(**LEXICAL)
     _adoption(store, ("u", "caroline"))
     query = "What did Caroline research?"
+    assert keys(store.search(("u", "caroline"), query=query)) == ["said"]  # off by default
+    store.ranker.feedback = Feedback()
     found = store.search(("u", "caroline"), query=query)
     assert keys(found) == ["said", "list"]
     assert found[0].score is not None and found[1].score is not None
@@ -46,6 +48,7 @@ def test_feedback_keeps_to_the_namespace_and_the_filter(
     make_store: Callable[..., AgentMemoryStore],
 ) -> None:
     store = make_store(**LEXICAL)
+    store.ranker.feedback = Feedback()
     _adoption(store, ("u", "a"))
     store.put(("u", "b"), "elsewhere", {"text": "adoption agencies in another namespace"})
     store.put(("u", "a"), "kept", {"text": "agencies for adoption", "kind": "note"})
@@ -63,6 +66,7 @@ def test_off_and_on_agree_when_nothing_is_added(
 ) -> None:
     """Matches whose words are all query words add nothing: the ranking is plain BM25."""
     store = make_store(**LEXICAL)
+    store.ranker.feedback = Feedback()
     store.put(("t",), "a", {"text": "munich munich"})
     store.put(("t",), "b", {"text": "munich"})
     on = [(i.key, i.score) for i in store.search(("t",), query="munich")]
@@ -74,7 +78,10 @@ def test_recall_ranks_keys_with_feedback(make_store: Callable[..., AgentMemorySt
     store = make_store(**LEXICAL)
     _adoption(store, ("m",))
     plan = store.ranker.rank_keys_plan(("m",), "Caroline research", None, 5, 0.0)
-    assert [key for key, _ in store.run_plan(plan)] == ["said", "list"]
+    assert [key for key, _ in store.run_plan(plan)] == ["said", "list"]  # on by default
+    store.ranker.recall_feedback = None
+    plan = store.ranker.rank_keys_plan(("m",), "Caroline research", None, 5, 0.0)
+    assert [key for key, _ in store.run_plan(plan)] == ["said"]
 
 
 TERMS = st.text("abcdef", min_size=1, max_size=3)

@@ -1,5 +1,6 @@
 """Pseudo-relevance feedback on LoCoMo: the ``locomo`` suite's units (turns, facts,
-episodes) searched lexically and hybrid with the store's feedback on (the default) and off,
+episodes) searched lexically and hybrid with the store's feedback on (recall's default; an
+opt-in for ``store.search``) and off,
 question by question on the same stores' data, with McNemar's exact test of on against off
 on hit@5 (``+a -b``: questions only feedback / only the plain query finds), overall and on
 the temporal questions (category 2), and each search's p50 in milliseconds (one SQLite
@@ -24,6 +25,7 @@ from langgraph.store.base import PutOp
 
 from benchmarks.harness import print_table, write_results
 from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
+from langgraph_checkpoint_agent_memory.store.feedback import Feedback
 
 #: ``benchmarks.suites`` binds each suite's ``run`` under the module's name.
 L = importlib.import_module("benchmarks.suites.locomo")
@@ -36,8 +38,7 @@ def _stores(embedder: Any) -> dict[tuple[str, bool], AgentMemoryStore]:
     for mode, weights in WEIGHTS.items():
         for on in (False, True):
             store = create_store(index=index, weights=weights)
-            if not on:
-                store.ranker.feedback = None
+            store.ranker.feedback = Feedback() if on else None
             stores[(mode, on)] = store
     return stores
 

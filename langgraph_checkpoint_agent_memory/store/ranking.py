@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,16 +50,11 @@ from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
+from langgraph_checkpoint_agent_memory.store.similarity import as_matrix, best_items, nearest
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 #: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
 OPENED_NAMESPACES = 256
-
-
-def as_matrix(vectors: Iterable[bytes]) -> Any:
-    """Float32 little-endian vectors of one length as the rows of a matrix."""
-    blobs = [bytes(v) for v in vectors]
-    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
 
 
 class Ranker:
@@ -115,7 +110,9 @@ class Ranker:
         self.common_df: int | None = 1_000
         #: Pseudo-relevance feedback of the lexical ranking (``None``: off): the query
         #: expanded with the terms of its first matches (see :mod:`.feedback`).
-        self.feedback: F.Feedback | None = F.Feedback()
+        self.feedback: F.Feedback | None = None
+        #: The same for agent memory's recall (:meth:`rank_keys_plan`), on by default.
+        self.recall_feedback: F.Feedback | None = F.Feedback()
         #: Items the store has written; it adds to this.
         self.writes = 0
         #: The store's vector length (``None``: no embedder).
@@ -167,26 +164,35 @@ class Ranker:
         exact: bool = False,
         joined: bool = False,
         forms: list[list[str]] | None = None,
+        feedback: F.Feedback | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
         and whether a list was cut at ``want`` (more candidates would have followed).
-        ``forms``: per query term, what the index stores for it (see :meth:`lexical_plan`)."""
+        ``forms``: per query term, what the index stores for it (see :meth:`lexical_plan`);
+        ``feedback``: the lexical list's query expansion (see :mod:`.feedback`), if any."""
         rankings: list[list[tuple[str, str]]] = []
         weights: list[float] = []
         cut = False
         if query_terms and (forms is None or any(forms)):
             lexical = yield from self.lexical_plan(
-                query_terms, filters, base, want, exact=exact, joined=joined, forms=forms
+                query_terms,
+                filters,
+                base,
+                want,
+                exact=exact,
+                joined=joined,
+                forms=forms,
+                feedback=feedback,
             )
             rankings.append(lexical)
             weights.append(self.ranking.lexical_weight)
             cut = len(lexical) >= want
         if query_vector is not None:
-            nearest, vector_cut = yield from self.vector_plan(
+            closest, vector_cut = yield from self.vector_plan(
                 query_vector, filters, base, want, joined=joined
             )
-            rankings.append(nearest)
+            rankings.append(closest)
             weights.append(self.ranking.vector_weight)
             cut = cut or vector_cut
         return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
@@ -216,7 +222,7 @@ class Ranker:
             weights.append(self.ranking.lexical_weight)
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
-            order = self.nearest(rows, query_vector, len(rows))
+            order = nearest(rows, query_vector, len(rows))
             kept = []
             for start in range(0, len(order), 2 * want):
                 chunk = order[start : start + 2 * want]
@@ -252,7 +258,7 @@ class Ranker:
                 size *= 4
             if expanded or self.feedback is None or not kept:
                 break
-            added, known = yield from self._expansion_plan(kept, groups, base, False)
+            added, known = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
             if not added:
                 break
             groups, boosts = groups + [[t] for t in added], boosts + list(added.values())
@@ -291,7 +297,7 @@ class Ranker:
                 )
                 rows = [ScoredRow._make(r) for r in found[-1]]
                 if len(rows) >= n:
-                    return _best_items(rows, want), True
+                    return best_items(rows, want), True
                 # the scan stopped before n rows passed the namespace and the filter: the
                 # exact answer below holds every match
                 self.ann_fallbacks += 1
@@ -304,12 +310,12 @@ class Ranker:
             params = {**base, "n": n, "query_vector": text}
             [found] = yield Batch([Stmt(native, params, fetch=True)])
             rows = [ScoredRow._make(r) for r in found]
-            return _best_items(rows, want), len(rows) >= n
+            return best_items(rows, want), len(rows) >= n
         [found] = yield Batch(
             [Stmt(self.statements.vectors(filters, scoped(base)), base, fetch=True)]
         )
-        nearest = self.nearest(found, query_vector, want + 1)
-        return nearest[:want], len(nearest) > want
+        closest = nearest(found, query_vector, want + 1)
+        return closest[:want], len(closest) > want
 
     def _sealed_vector_plan(
         self, query_vector: list[float], base: dict[str, Any], want: int
@@ -317,8 +323,8 @@ class Ranker:
         """Exact search over the namespace's vectors, decrypted here (encryption at rest:
         no index can read them)."""
         rows = yield from self._sealed_rows_plan(base)
-        nearest = self.nearest(rows, query_vector, want + 1)
-        return nearest[:want], len(nearest) > want
+        closest = nearest(rows, query_vector, want + 1)
+        return closest[:want], len(closest) > want
 
     def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
         """The vectors under ``base``'s namespace, decrypted; kept while a fingerprint of
@@ -419,10 +425,11 @@ class Ranker:
         exact: bool,
         joined: bool,
         forms: list[list[str]] | None = None,
+        feedback: F.Feedback | None = None,
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best ``want`` items for ``terms``: document frequencies counted under the
         namespace with the query (a common term's from the cache, see :attr:`term_stats`),
-        the corpus size and average length from the cache. With :attr:`feedback` on, the
+        the corpus size and average length from the cache. With ``feedback``, the
         query is expanded with the terms of its first matches and ranked again (see
         :mod:`.feedback`).
 
@@ -433,9 +440,9 @@ class Ranker:
         groups = forms if forms is not None else [[t] for t in terms]
         how = (filters, base, want, exact, joined)
         scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {})
-        if self.feedback is None or not scored:
+        if feedback is None or not scored:
             return [item for item, _ in scored]
-        added, df = yield from self._expansion_plan(scored, groups, base, exact)
+        added, df = yield from self._expansion_plan(scored, groups, base, exact, feedback)
         if added:
             more = [[t] for t in added]
             boosts = [1.0] * len(groups) + list(added.values())
@@ -520,11 +527,11 @@ class Ranker:
         groups: list[list[str]],
         base: dict[str, Any],
         exact: bool,
+        feedback: F.Feedback,
     ) -> Plan[tuple[dict[str, float], dict[str, int]]]:
         """The terms to add to a query (:func:`.feedback.expansion`) from the postings of
         its first matches in ``scored``, and the document frequencies counted for them."""
-        assert self.feedback is not None
-        top = scored[: self.feedback.docs]
+        top = scored[: feedback.docs]
         params: dict[str, Any] = {}
         for j, ((prefix, key), _) in enumerate(top):
             params[f"s{j}"], params[f"p{j}"], params[f"k{j}"] = (
@@ -542,7 +549,7 @@ class Ranker:
             dict(top),
             lambda t: F.discriminates(stats[0], df.get(t, 0)),
             query,
-            self.feedback,
+            feedback,
         )
         return added, df
 
@@ -589,7 +596,9 @@ class Ranker:
         forms = None
         if self.sealer is not None and terms:
             forms = yield from self.sealer.term_forms_plan(terms, [shard])
-        fused, _ = yield from self.fused_plan(terms, None, (), base, want, exact=True, forms=forms)
+        fused, _ = yield from self.fused_plan(
+            terms, None, (), base, want, exact=True, forms=forms, feedback=self.recall_feedback
+        )
         if query_vector is None or not self.embeds:
             return [(key, score) for (_, key), score in fused]
         keys, matrix = yield from self.matrix_plan(ns, now)
@@ -659,39 +668,3 @@ class Ranker:
                 _, (_, _, dropped) = self.matrices.popitem(last=False)
                 total -= dropped.nbytes
         return keys, matrix
-
-    def nearest(
-        self, rows: Sequence[Sequence[Any]], query: list[float], want: int
-    ) -> list[tuple[str, str]]:
-        """Exact cosine similarity over every candidate vector; an item's best field wins."""
-        size = 4 * len(query)  # float32: other stores' vectors of other lengths are skipped
-        vectors = [v for v in map(VectorRow._make, rows) if len(v.vector) == size]
-        if not vectors:
-            return []
-        matrix = as_matrix(v.vector for v in vectors)
-        q = np.asarray(query, dtype=np.float32)
-        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-        sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
-        best: dict[tuple[str, str], float] = {}
-        for row, sim in zip(vectors, sims.tolist(), strict=True):
-            key = (row.prefix, row.key)
-            if sim > best.get(key, -2.0):
-                best[key] = sim
-        return sorted(best, key=lambda k: -best[k])[:want]
-
-
-def _best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
-    """The ``want`` best distinct items of approximate rows (an item once per embedded
-    field, in the index's relaxed order), by similarity."""
-
-    def order(row: ScoredRow) -> float:
-        score = row.score
-        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
-
-    ordered = sorted(rows, key=order)
-    best: dict[tuple[str, str], None] = {}
-    for row in ordered:
-        best.setdefault((row.prefix, row.key), None)
-        if len(best) == want:
-            break
-    return list(best)

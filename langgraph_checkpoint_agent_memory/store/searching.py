@@ -167,7 +167,14 @@ class Searcher:
         joined = bool(filters)
         while True:
             fused, cut = yield from self.ranker.fused_plan(
-                query_terms, query_vector, filters, base, want, joined=joined, forms=forms
+                query_terms,
+                query_vector,
+                filters,
+                base,
+                want,
+                joined=joined,
+                forms=forms,
+                feedback=self.ranker.feedback,
             )
             out = yield from self._read_ranked(fused, conds, op, now)
             if len(out) >= op.limit or not cut:
