@@ -38,6 +38,7 @@ class Staged:
     Attributes:
         ops: The batch's operations (each such search widened to its candidates, from the
             first), then the dated searches added for them.
+        asked: How many operations the batch itself has (the first of ``ops``).
         searches: Each such search, by its position in the batch.
         spans: The span of time a search names, by its position (when it names one).
         dated: The positions in ``ops`` of the dated searches added for a search: with its
@@ -45,6 +46,7 @@ class Staged:
     """
 
     ops: list[Op]
+    asked: int = 0
     searches: dict[int, SearchOp] = field(default_factory=dict)
     spans: dict[int, TimeRange] = field(default_factory=dict)
     dated: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -86,7 +88,7 @@ def stage(
         [('what did I buy last week?', {'bought_at': {'$gte': 1699228800.0, '$lt': 1699833600.0}}),
          (None, {'bought_at': {'$gte': 1699228800.0, '$lt': 1699833600.0}})]
     """
-    staged = Staged(list(ops))
+    staged = Staged(list(ops), len(ops))
     extra: list[Op] = []
     for i, op in enumerate(ops):
         if not isinstance(op, SearchOp) or not op.query:

@@ -67,9 +67,13 @@ class Reranks:
         raise NotImplementedError
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        if self.reranking is None and self.time_field is None:  # the common case, at no cost
+            return self._run_batch(list(ops))
         return self._batch_staged(list(ops), Stages(self.reranking, self.time_field))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        if self.reranking is None and self.time_field is None:
+            return await self._arun_batch(list(ops))
         return await self._abatch_staged(list(ops), Stages(self.reranking, self.time_field))
 
     def search(
@@ -159,15 +163,14 @@ class Reranks:
         if staged is None:
             return self._run_batch(ops)
         results = self._run_batch(staged.ops)
-        out = results[: len(ops)]
-        for i, search in staged.searches.items():
-            items = staged.candidates(i, results, stages.time_field or "")
-            reordered = Reordered(list(range(len(items))))
-            if stages.reranking is not None:
-                texts = [self._rerank_text(item.value) for item in items]
-                reordered = stages.reranking.order(search.query or "", texts)
-            out[i] = page(search, items, reordered)
-        refresh = self._refresh_ops(staged, out)
+        asked = self._asked(staged, results, stages)
+        answers = [
+            _unranked(items)
+            if stages.reranking is None
+            else stages.reranking.order(search.query or "", self._texts(items))
+            for _, search, items in asked
+        ]
+        out, refresh = self._paged(staged, results, asked, answers)
         if refresh:
             self._run_batch(refresh)
         return out
@@ -177,25 +180,42 @@ class Reranks:
         if staged is None:
             return await self._arun_batch(ops)
         results = await self._arun_batch(staged.ops)
-        out = results[: len(ops)]
-        searches = list(staged.searches.items())
-        candidates = [staged.candidates(i, results, stages.time_field or "") for i, _ in searches]
+        asked = self._asked(staged, results, stages)
 
         async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
             if stages.reranking is None:
-                return Reordered(list(range(len(items))))
-            texts = [self._rerank_text(item.value) for item in items]
-            return await stages.reranking.aorder(search.query or "", texts)
+                return _unranked(items)
+            return await stages.reranking.aorder(search.query or "", self._texts(items))
 
-        answers = await asyncio.gather(
-            *(order(op, items) for (_, op), items in zip(searches, candidates, strict=True))
-        )
-        for (i, op), items, reordered in zip(searches, candidates, answers, strict=True):
-            out[i] = page(op, items, reordered)
-        refresh = self._refresh_ops(staged, out)
+        answers = await asyncio.gather(*(order(search, items) for _, search, items in asked))
+        out, refresh = self._paged(staged, results, asked, list(answers))
         if refresh:
             await self._arun_batch(refresh)
         return out
+
+    def _asked(
+        self, staged: Staged, results: list[Result], stages: Stages
+    ) -> list[tuple[int, SearchOp, list[SearchItem]]]:
+        """Each staged search, by its position, with its candidates (see :mod:`.dated`)."""
+        field = stages.time_field or ""
+        return [(i, op, staged.candidates(i, results, field)) for i, op in staged.searches.items()]
+
+    def _texts(self, items: list[SearchItem]) -> list[str]:
+        return [self._rerank_text(item.value) for item in items]
+
+    def _paged(
+        self,
+        staged: Staged,
+        results: list[Result],
+        asked: list[tuple[int, SearchOp, list[SearchItem]]],
+        answers: list[Reordered],
+    ) -> tuple[list[Result], list[Op]]:
+        """The batch's results (each staged search's the page it asks for of its candidates,
+        in the order its answer gives) and the reads that refresh those items' TTL."""
+        out = results[: staged.asked]
+        for (i, search, items), reordered in zip(asked, answers, strict=True):
+            out[i] = page(search, items, reordered)
+        return out, self._refresh_ops(staged, out)
 
     def _refresh_ops(self, staged: Staged, out: list[Result]) -> list[Op]:
         """Reads that refresh the TTL of the items a staged search returned (its candidates
@@ -206,6 +226,11 @@ class Reranks:
                 found: list[SearchItem] = out[i]  # type: ignore[assignment]
                 ops += [GetOp(tuple(item.namespace), item.key, refresh_ttl=True) for item in found]
         return ops
+
+
+def _unranked(items: Sequence[SearchItem]) -> Reordered:
+    """The candidates' own order (no reranker)."""
+    return Reordered(list(range(len(items))))
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:
