@@ -43,6 +43,7 @@ from langgraph_checkpoint_agent_memory.settings import (
     agent_config,
 )
 from langgraph_checkpoint_agent_memory.store import AgentMemoryStore
+from langgraph_checkpoint_agent_memory.store.feedback import Feedback
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory import (
@@ -101,6 +102,7 @@ __all__ = [
     "EncryptionError",
     "ExtractionError",
     "Extractor",
+    "Feedback",
     "InvalidNamespaceValueError",
     "InvalidValueError",
     "KeyMissingError",

@@ -39,6 +39,7 @@ URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
+FEEDBACK_CONFIG_KEY = "config.store.feedback"
 #: Declared ``@agent_config`` fields of encryption: on or off (the master key itself comes
 #: from ``AGENT_MEMORY_MASTER_KEY``, never from configuration), and the key store's database.
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
@@ -125,6 +126,23 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
         options[urls.PREPARE_THRESHOLD] = prepare_threshold_of(
             declared.value(), f"agent_config {PREPARE_CONFIG_KEY!r}"
         )
+
+
+def _declared_store_options(options: dict[str, Any]) -> None:
+    """Add to a store's ``options`` the declared fields they leave out:
+    ``config.store.shard_depth`` and ``config.store.feedback`` (true: pseudo-relevance
+    feedback for ``search`` too; false: for nothing)."""
+    if options.get("shard_depth") is None:
+        depth = settings.effective_value(SHARD_DEPTH_CONFIG_KEY)
+        if depth is not None:
+            options["shard_depth"] = checked_depth(depth)
+    if options.get("feedback") is None:
+        value = settings.effective_value(FEEDBACK_CONFIG_KEY)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigurationError(
+                f"agent_config {FEEDBACK_CONFIG_KEY!r} must be true or false, not {value!r}"
+            )
+        options["feedback"] = value
 
 
 def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
@@ -235,7 +253,8 @@ def create_store(
             (see :func:`resolve_encryption`). A store in memory keeps its keys in memory.
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``,
             ``shard_depth``, which a declared ``config.store.shard_depth`` field also sets,
-            ...) and the
+            ``feedback``, which a declared ``config.store.feedback`` field (true or false)
+            also sets, ...) and the
             database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`; ``prepare_threshold`` also from the URL or the
@@ -264,10 +283,7 @@ def create_store(
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
-    if options.get("shard_depth") is None:
-        declared = settings.get_field(SHARD_DEPTH_CONFIG_KEY)
-        if declared is not None and declared.value() is not None:
-            options["shard_depth"] = checked_depth(declared.value())
+    _declared_store_options(options)
     target = urls.resolve(url)
     _sqlite_only(target, options)
     if "mode" in options:

@@ -25,7 +25,6 @@ from langgraph.store.base import PutOp
 
 from benchmarks.harness import print_table, write_results
 from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
-from langgraph_checkpoint_agent_memory.store.feedback import Feedback
 
 #: ``benchmarks.suites`` binds each suite's ``run`` under the module's name.
 L = importlib.import_module("benchmarks.suites.locomo")
@@ -37,9 +36,7 @@ def _stores(embedder: Any) -> dict[tuple[str, bool], AgentMemoryStore]:
     stores = {}
     for mode, weights in WEIGHTS.items():
         for on in (False, True):
-            store = create_store(index=index, weights=weights)
-            store.ranker.feedback = Feedback() if on else None
-            stores[(mode, on)] = store
+            stores[(mode, on)] = create_store(index=index, weights=weights, feedback=on)
     return stores
 
 

@@ -21,10 +21,12 @@ expansion term finds only items under the data key of the match it came from.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.search import idf
 
 
@@ -33,18 +35,58 @@ class Feedback:
     """How the lexical ranking expands a query (see the module).
 
     Args:
-        docs: How many of the first matches the terms come from.
-        terms: How many terms are added, at most.
-        weight: The best added term's weight, a query term's being 1.
+        docs: How many of the first matches the terms come from (a whole number >= 1).
+        terms: How many terms are added, at most (a whole number >= 1).
+        weight: The best added term's weight, a query term's being 1 (a number above 0).
 
     Example:
         >>> Feedback()
         Feedback(docs=4, terms=10, weight=0.5)
+        >>> Feedback(docs=8, terms=5).weight
+        0.5
     """
 
     docs: int = 4
     terms: int = 10
     weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("docs", "terms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"Feedback {name} must be a whole number >= 1, not {value!r}"
+                )
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+            raise ConfigurationError(f"Feedback weight must be a number above 0, not {w!r}")
+
+
+#: What a store's ``feedback=`` takes: ``None`` (the default: on for agent memory's recall,
+#: off for ``search``), ``True`` (on for both, with :class:`Feedback`'s defaults), a
+#: :class:`Feedback` (on for both, with its settings) or ``False`` (off for both).
+FeedbackLike: TypeAlias = "Feedback | bool | None"
+
+
+def feedback_settings(setting: FeedbackLike) -> tuple[Feedback | None, Feedback | None]:
+    """``(search's, recall's)`` feedback for a store's ``feedback=`` (see
+    :data:`FeedbackLike`); anything else is a ``ConfigurationError``.
+
+    Example:
+        >>> feedback_settings(None)
+        (None, Feedback(docs=4, terms=10, weight=0.5))
+        >>> feedback_settings(False)
+        (None, None)
+    """
+    if setting is None:
+        return None, Feedback()
+    if isinstance(setting, bool):
+        return (Feedback(), Feedback()) if setting else (None, None)
+    if isinstance(setting, Feedback):
+        return setting, setting
+    raise ConfigurationError(
+        f"feedback must be True, False, None or a Feedback, not {type(setting).__name__}"
+    )
 
 
 class Posting(NamedTuple):

@@ -70,6 +70,7 @@ from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
 from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
 from langgraph_checkpoint_agent_memory.store.expiry import sweep_plan
+from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedback_settings
 from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.reranked import Reranks
@@ -133,6 +134,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             ``"created_at"``, ``"updated_at"`` or a field of the value holding seconds
             since the epoch. A search whose query names a span ("last week", "in May
             2023") then puts the items dated inside it first. Default none (off).
+        feedback: Pseudo-relevance feedback of the lexical ranking (see :mod:`.feedback`):
+            ``None`` (default) on for agent memory's recall only, ``True`` or a
+            :class:`~.feedback.Feedback` on for ``search`` too, ``False`` off.
 
     Besides LangGraph's ``BaseStore`` API (``put``, ``get``, ``search``, ``delete``,
     ``list_namespaces``, ``batch`` and their ``a``-prefixed async forms), it offers
@@ -172,6 +176,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         encryption: EncryptionLike = None,
         reranker: RerankerLike | None = None,
         time_field: str | None = None,
+        feedback: FeedbackLike = None,
     ) -> None:
         self.db = database
         self.reranking = reranking_of(reranker)
@@ -204,6 +209,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             embeds=self.embeddings is not None,
             clock=clock,
         )
+        self.ranker.feedback, self.ranker.recall_feedback = feedback_settings(feedback)
         if self.index_config is not None:
             self.ranker.fields = max(1, len(self.index_config["fields"]))
             self.ranker.dims = self.index_config["dims"]
@@ -605,7 +611,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         """The item row a put writes, sealed with its shard's data key when encryption is
         on (returned too, for its vectors)."""
         assert op.value is not None
-        ttl = self._ttl(op)
+        ttl = V.put_ttl(op, self.ttl_config)
         text = V.encode_value(op.value)
         row: dict[str, Any] = {
             "prefix": prefix,
@@ -630,13 +636,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             filter_terms=self.sealer.filter_terms(data_key, text),
         )
         return row, data_key
-
-    def _ttl(self, op: PutOp) -> float | None:
-        # PutOp declares ``float | None`` but carries NOT_PROVIDED when the caller gave no TTL
-        ttl: float | NotProvided | None = op.ttl
-        if isinstance(ttl, NotProvided):
-            return (self.ttl_config or {}).get("default_ttl")
-        return ttl
 
     # -- namespaces and TTL ----------------------------------------------------------------
 

@@ -233,6 +233,14 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
     return ops, puts
 
 
+def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
+    """The TTL in minutes a put gives its item: its own, else ``config``'s ``default_ttl``
+    (``PutOp`` declares ``float | None`` but carries ``NOT_PROVIDED`` when the caller gave
+    none)."""
+    ttl: float | NotProvided | None = op.ttl
+    return (config or {}).get("default_ttl") if isinstance(ttl, NotProvided) else ttl
+
+
 #: The keys of LangGraph's ``TTLConfig``.
 TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_minutes")
 
