@@ -29,6 +29,10 @@ Ranked: TypeAlias = list[tuple[str, float]]
 class KeyRanker(Protocol):
     """Ranks the items of one namespace without reading them."""
 
+    @property
+    def rrf_k(self) -> int:
+        """The constant of its reciprocal rank fusion (a fused score's units)."""
+
     def rank_keys_plan(
         self, namespace: Sequence[str], query: str, vector: Vector | None, want: int, now: float
     ) -> Plan[Ranked]:

@@ -12,6 +12,10 @@ best 1, the last 0),
 importance. Lines are added in that order until the token budget is spent, counted with the
 model's tokenizer when one is given, else estimated at four characters per token.
 
+Facts and episodes vouch for each other (:func:`linked`): a fact learned from one of the
+first episodes the query finds ranks higher, and so does an episode that one of the first
+facts was learned from (``source_episodes``).
+
 Every line is dated: a fact by the day it became true (``since``), an episode by the day it
 happened, so "when did I move?" is answered from the block. Recall as of a moment (``as_of``)
 takes the facts that held then and the episodes that had happened by then, and counts ages
@@ -21,7 +25,7 @@ from that moment.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -34,6 +38,35 @@ TokenCounter = Callable[[str], int]
 MAX_MISSES = 32
 #: No line is shorter than this many tokens.
 MIN_LINE = 4
+#: How many of the first facts and of the first episodes lend their links (:func:`linked`).
+LINK_DEPTH = 5
+
+
+def linked(
+    scores: Mapping[str, float],
+    links: Mapping[str, Iterable[str]],
+    first: Sequence[str],
+    weight: float,
+    k: int,
+) -> dict[str, float]:
+    """``scores`` (fused search scores, by key) with the items linked to the first items of
+    the other kind raised: each by ``weight / (k + 1 + r)``, ``r`` the rank (from 0) of the
+    best of ``first[:LINK_DEPTH]`` it links to (``links``: an item's keys of the other
+    kind), in the units of reciprocal rank fusion with constant ``k``. Only scored items
+    are raised.
+
+    Example:
+        >>> raised = linked({"a": 0.1, "b": 0.2}, {"a": ["e1"], "c": ["e2"]}, ["e2", "e1"], 0.3, 5)
+        >>> {key: round(score, 3) for key, score in raised.items()}
+        {'a': 0.143, 'b': 0.2}
+    """
+    rank = {key: r for r, key in reversed(list(enumerate(first[:LINK_DEPTH])))}
+    out = dict(scores)
+    for key, targets in links.items():
+        best = min((rank[t] for t in targets if t in rank), default=None)
+        if key in out and best is not None:
+            out[key] += weight / (k + 1 + best)
+    return out
 
 
 def estimate_tokens(text: str) -> int:

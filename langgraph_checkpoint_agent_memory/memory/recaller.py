@@ -248,28 +248,73 @@ class Recaller:
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
+        link = st.link_weight if query else 0.0
+        ranked: list[tuple[str, float]] = []
+        if query and (cost > budget or link > 0):  # the first facts lend their links too
+            ranked = yield from self._ranked_facts_plan(scope, query, vector, budget, now, as_of)
+        rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
+        by_key = {f.key: f for f in ordered}
+        ranked = [(k, score) for k, score in ranked if k in by_key]
+        if link > 0:
+            ranked, relevance = self._linked(ranked, relevance, by_key, link)
         first: list[Fact] = []
-        if cost > budget and query:
+        if cost > budget and ranked:
             # more facts than fit: the most relevant first, then the rest by importance
-            want = max(16, budget // 8)
-            kinds = ("facts",) if as_of is None else ("facts", "history")
-            ranked = []
-            for kind in kinds:
-                ranked += yield from self.store.ranker.rank_keys_plan(
-                    self.namespace(scope, kind), query, vector, want, now
-                )
-            ranked.sort(key=lambda pair: -pair[1])
-            by_key = {f.key: f for f in ordered}
-            first = [by_key[k] for k, _ in ranked if k in by_key]
+            first = [by_key[k] for k, _ in ranked]
             chosen = {f.key for f in first}
             ordered = first + [f for f in ordered if f.key not in chosen]
-        rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         relevance = R.spread(relevance)
         span = None if dated is None else dated[0]
         if dated is not None:  # the question names a time: what happened then is a candidate
             rows += yield from self._more_plan(scope, rows, dated[1], now)
         scored = self._scored(rows, relevance, exclude_thread, at, span)
         return Chosen(ordered, len(first), lines, [e for _, e in scored], at, budget)
+
+    def _ranked_facts_plan(
+        self,
+        scope: Scope,
+        query: str,
+        vector: list[float] | None,
+        budget: int,
+        now: float,
+        as_of: float | None,
+    ) -> Plan[list[tuple[str, float]]]:
+        """The facts (with their history, for a look back) most relevant to ``query``, with
+        their fused scores, best first."""
+        want = max(16, budget // 8)
+        kinds = ("facts",) if as_of is None else ("facts", "history")
+        ranked = []
+        for kind in kinds:
+            ranked += yield from self.store.ranker.rank_keys_plan(
+                self.namespace(scope, kind), query, vector, want, now
+            )
+        ranked.sort(key=lambda pair: -pair[1])
+        return ranked
+
+    def _linked(
+        self,
+        ranked: list[tuple[str, float]],
+        relevance: dict[str, float],
+        facts: dict[str, Fact],
+        weight: float,
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """Facts and episode candidates that vouch for each other (:func:`.recall.linked`):
+        ``ranked`` facts raised by the first episodes they were learned from, and the
+        ``relevance`` of episodes raised by the first facts learned from them, each from the
+        other's ranking before either is raised."""
+        k = self.store.ranker.rrf_k
+        episodes = sorted(relevance, key=lambda e: -relevance[e])
+        learned = {key: facts[key].source_episodes for key, _ in ranked}
+        firsts = [key for key, _ in ranked[: R.LINK_DEPTH]]
+        vouched: dict[str, list[str]] = {}
+        for key in firsts:
+            for episode in learned[key]:
+                vouched.setdefault(episode, []).append(key)
+        raised = R.linked(dict(ranked), learned, episodes, weight, k)
+        return (
+            sorted(raised.items(), key=lambda pair: -pair[1]),
+            R.linked(relevance, vouched, firsts, weight, k),
+        )
 
     def _scored(
         self,

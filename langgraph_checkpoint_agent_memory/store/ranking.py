@@ -149,6 +149,11 @@ class Ranker:
             tuple[str, bool], tuple[tuple[int, float, int], list[VectorRow]]
         ] = OrderedDict()
 
+    @property
+    def rrf_k(self) -> int:
+        """The constant of the fusion (:func:`.search.fuse`), the units of a fused score."""
+        return self.ranking.rrf_k
+
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
         self.lock = threading.Lock()
