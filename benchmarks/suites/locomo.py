@@ -28,7 +28,12 @@ question's evidence turns; a question none of whose evidence turns a unit of tha
 is a miss. hit@k: some evidence unit in the top k; recall@k: the share of the evidence units
 in the top k; MRR over the first 10. Hybrid is paired with lexical question by question on
 hit@5 (McNemar's exact test on the discordant pairs). ``build_context`` ranks turns as
-``inject_node`` does: each turn an episode, recalled by relevance, recency and importance.
+``inject_node`` does: each turn an episode, recalled by relevance, recency and importance,
+in a memory that also holds the conversation's facts, each learned from its evidence turns
+(``source_episodes``), so facts and episodes vouch for each other (``link_weight``).
+``recall`` ranks facts and episodes as ``AgentMemory.recall`` does, in a memory holding both,
+each fact learned from its session's episode; ``unlinked`` is either with ``link_weight=0``,
+paired with it question by question.
 
 Pass the data with ``--locomo PATH`` or ``AGENT_MEMORY_LOCOMO`` (default
 ``../shared/data/locomo``).
@@ -36,6 +41,7 @@ Pass the data with ``--locomo PATH`` or ``AGENT_MEMORY_LOCOMO`` (default
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -63,12 +69,13 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     lexical_text,
     normalize_attribute,
 )
+from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.memory.writes import as_blob, item_row
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KINDS = ("turns", "facts", "episodes")
-MODES = ("lexical", "vector", "hybrid", "no index", "bm25", "build_context")
+MODES = ("lexical", "vector", "hybrid", "no index", "bm25", "build_context", "recall", "unlinked")
 #: The fusion weights of the modes that are the default-index store with other weights.
 MODE_WEIGHTS: dict[str, tuple[float, float]] = {"lexical": (1.0, 0.0), "vector": (0.0, 1.0)}
 QUICK_QUESTIONS = 60
@@ -392,18 +399,29 @@ def evaluate(
         for store in stores.values():
             store.close()
         if build_context and "turns" in kinds:
-            _build_context(
-                conv, qs, embedder, tallies["turns"].setdefault("build_context", Tally())
-            )
+            _build_context(conv, qs, embedder, tallies["turns"])
+        if build_context and embedder is not None and {"facts", "episodes"} <= set(kinds):
+            _recall(conv, qs, embedder, tallies)
     return tallies
 
 
-def write_as_memory(store: AgentMemoryStore, ns: tuple[str, ...], units: list[Unit]) -> None:
+def write_as_memory(
+    store: AgentMemoryStore, ns: tuple[str, ...], units: list[Unit], *, values: bool = False
+) -> None:
     """Write ``units`` as agent memory writes facts and episodes: each item's lexical text
-    its ``doc``, its vector (when ``store`` embeds) embedded from its ``text``."""
+    its ``doc``, its vector (when ``store`` embeds) embedded from its ``text``; its value
+    ``{"text": ...}``, or with ``values`` the unit's value (a fact or an episode that
+    agent memory reads back)."""
     prefix, sql = ".".join(ns), AgentMemory(store).context.sql
     items = [
-        item_row(prefix, u.key, {"text": u.text}, created=0.0, updated=0.0, doc=u.doc)
+        item_row(
+            prefix,
+            u.key,
+            u.value if values else {"text": u.text},
+            created=0.0,
+            updated=0.0,
+            doc=u.doc,
+        )
         for u in units
     ]
     vectors = None
@@ -421,16 +439,25 @@ def write_as_memory(store: AgentMemoryStore, ns: tuple[str, ...], units: list[Un
 
 
 def _build_context(
-    conv: dict[str, Any], qs: list[dict[str, Any]], embedder: Any, tally: Tally
+    conv: dict[str, Any], qs: list[dict[str, Any]], embedder: Any, tallies: dict[str, Tally]
 ) -> None:
-    """What ``inject_node`` would show: each turn an episode dated by its session, recalled
-    with the documented mix of relevance, recency and importance; the rank of an episode is
-    its position in the context block."""
+    """What ``inject_node`` would show: each turn an episode dated by its session, and the
+    conversation's facts (LoCoMo's observations, each learned from its evidence turns:
+    ``source_episodes``), recalled with the documented mix of relevance, recency and
+    importance, facts and episodes vouching for each other (mode ``build_context``) or not
+    (``link_weight=0``, mode ``unlinked``); the rank of an episode is its position in the
+    context block."""
     items = turns(conv)
     index = {"dims": embedder.dims, "embed": embedder, "fields": ["$"]} if embedder else None
     store = create_store(index=index, candidates=30)
     last = max((when(str(t.value["date"])) for t in items), default=0.0)
-    memory = AgentMemory(store, clock=lambda: last + 86400, episode_candidates=30)
+    memories = {
+        mode: AgentMemory(
+            store, clock=lambda: last + 86400, episode_candidates=30, link_weight=weight
+        )
+        for mode, weight in (("build_context", MemorySettings.link_weight), ("unlinked", 0.0))
+    }
+    memory = memories["build_context"]
     scope = {"user_id": conv["sample_id"]}
     for t in items:
         memory.record(
@@ -439,10 +466,59 @@ def _build_context(
             key=t.key,
             occurred_at=when(str(t.value["date"])),
         )
+    write_as_memory(store, memory.namespace(scope, "facts"), facts(conv), values=True)
     for q in qs:
-        recalled = memory.recall(scope, q["question"], budget_tokens=100_000)
-        ranked = [e.key for e in recalled.episodes][:10]
-        tally.add(CATEGORIES[q["category"]], score(ranked, q["evidence"]))
+        for mode, m in memories.items():
+            recalled = m.recall(scope, q["question"], budget_tokens=100_000)
+            ranked = [e.key for e in recalled.episodes][:10]
+            tallies.setdefault(mode, Tally()).add(
+                CATEGORIES[q["category"]], score(ranked, q["evidence"])
+            )
+    store.close()
+
+
+def _recall(
+    conv: dict[str, Any],
+    qs: list[dict[str, Any]],
+    embedder: Any,
+    tallies: dict[str, dict[str, Tally]],
+) -> None:
+    """Facts and episodes as ``AgentMemory.recall`` ranks them (mode ``recall``), and with
+    ``link_weight=0`` (mode ``unlinked``): the memory holds both, each fact learned from the
+    episodes of the sessions its evidence turns belong to (``source_episodes``, as
+    consolidation records them). The facts' order is the block's, where they do not all fit
+    (the default budget); the episodes' order is the block's with every fact in it."""
+    scope = {"user_id": conv["sample_id"]}
+    store = create_store(index={"dims": embedder.dims, "embed": embedder})
+    last = max((when(date) for _, date, _ in sessions(conv)), default=0.0)
+    memories = {
+        mode: AgentMemory(store, clock=lambda: last + 86400, link_weight=weight)
+        for mode, weight in (("recall", MemorySettings.link_weight), ("unlinked", 0.0))
+    }
+    memory = memories["recall"]
+    facts_ = [
+        dataclasses.replace(
+            u,
+            value={
+                **u.value,
+                "source_episodes": sorted({f"session_{t.split(':')[0][1:]}" for t in u.covers}),
+            },
+        )
+        for u in facts(conv)
+    ]
+    write_as_memory(store, memory.namespace(scope, "facts"), facts_, values=True)
+    sessions_ = episodes(conv)
+    write_as_memory(store, memory.namespace(scope, "episodes"), sessions_, values=True)
+    for q in qs:
+        category = CATEGORIES[q["category"]]
+        for mode, m in memories.items():
+            ranked = [f.key for f in m.recall(scope, q["question"]).facts][:10]
+            evidence = {u.key for u in facts_ if u.covers & q["evidence"]}
+            tallies["facts"].setdefault(mode, Tally()).add(category, score(ranked, evidence))
+            everything = m.recall(scope, q["question"], budget_tokens=1_000_000)
+            ranked = [e.key for e in everything.episodes][:10]
+            evidence = {u.key for u in sessions_ if u.covers & q["evidence"]}
+            tallies["episodes"].setdefault(mode, Tally()).add(category, score(ranked, evidence))
     store.close()
 
 
@@ -463,7 +539,21 @@ def summarize(tallies: dict[str, dict[str, Tally]]) -> dict[str, Any]:
                 "lexical_only": test["only_b"],
                 "p": test["p"],
             }
+        linked = next((m for m in ("build_context", "recall") if m in modes), None)
+        if linked is not None and "unlinked" in modes:
+            test = mcnemar(modes[linked].column("hit@5"), modes["unlinked"].column("hit@5"))
+            out[kind][linked]["mcnemar_vs_unlinked_hit@5"] = {
+                "linked_only": test["only_a"],
+                "unlinked_only": test["only_b"],
+                "p": test["p"],
+            }
     return out
+
+
+def discordant(test: dict[str, Any]) -> tuple[int, int]:
+    """The discordant pairs of a McNemar result: (the mode's wins, the other's)."""
+    a, b = (v for k, v in test.items() if k != "p")
+    return int(a), int(b)
 
 
 def print_summary(summary: dict[str, Any], title: str) -> None:
@@ -471,10 +561,11 @@ def print_summary(summary: dict[str, Any], title: str) -> None:
     for kind, modes in summary.items():
         for mode, result in modes.items():
             o = result["overall"]
-            test = result.get("mcnemar_vs_lexical_hit@5")
-            paired = (
-                f"+{test['hybrid_only']}/-{test['lexical_only']} p={test['p']:.3g}" if test else ""
-            )
+            test = result.get("mcnemar_vs_lexical_hit@5") or result.get("mcnemar_vs_unlinked_hit@5")
+            paired = ""
+            if test:
+                wins, losses = discordant(test)
+                paired = f"+{wins}/-{losses} p={test['p']:.3g}"
             rows.append(
                 (
                     kind,
@@ -500,7 +591,7 @@ def print_summary(summary: dict[str, Any], title: str) -> None:
             "recall@5",
             "MRR",
             "questions",
-            "vs lexical (McNemar, hit@5)",
+            "McNemar hit@5: hybrid vs lexical, linked vs unlinked",
         ),
     )
     rows = []
