@@ -130,8 +130,9 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
 
 def _declared_store_options(options: dict[str, Any]) -> None:
     """Add to a store's ``options`` the declared fields they leave out:
-    ``config.store.shard_depth`` and ``config.store.feedback`` (true: pseudo-relevance
-    feedback for ``search`` too; false: for nothing)."""
+    ``config.store.shard_depth`` and ``config.store.feedback`` (whether ``search`` expands
+    queries too: true is ``feedback=True``; false keeps the default, recall's feedback on,
+    which only code turns off)."""
     if options.get("shard_depth") is None:
         depth = settings.effective_value(SHARD_DEPTH_CONFIG_KEY)
         if depth is not None:
@@ -142,7 +143,7 @@ def _declared_store_options(options: dict[str, Any]) -> None:
             raise ConfigurationError(
                 f"agent_config {FEEDBACK_CONFIG_KEY!r} must be true or false, not {value!r}"
             )
-        options["feedback"] = value
+        options["feedback"] = value or None
 
 
 def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:

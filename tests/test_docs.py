@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,15 @@ import pytest
 from tests.pg import bouncer_params, citus_params, pg_database, pg_params
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: A python block, at the margin or indented under a list item (its indent is removed).
+BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.S | re.M)
 
 
 def blocks() -> list[tuple[str, str]]:
     found = []
     for doc in ("README.md", "user-guide.md"):
-        for i, code in enumerate(BLOCK.findall((ROOT / doc).read_text())):
-            found.append((f"{doc}#{i + 1}", code))
+        for i, (indent, code) in enumerate(BLOCK.findall((ROOT / doc).read_text())):
+            found.append((f"{doc}#{i + 1}", textwrap.dedent(code) if indent else code))
     return found
 
 

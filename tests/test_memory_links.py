@@ -22,10 +22,13 @@ NOW = WHEN + 86400
 
 
 def remembering(store: AgentMemoryStore, said: list[str], **options: Any) -> AgentMemory[Any]:
-    """A memory of ``said``, each an episode of the same moment, consolidated into facts."""
+    """A memory of ``said``, each an episode of the same moment (episode ``e<i>`` of thread
+    ``t<i>``), consolidated into facts."""
     memory = AgentMemory(store, clock=lambda: NOW, **options)
     for i, text in enumerate(said):
-        memory.record(U, [{"role": "user", "content": text}], key=f"e{i}", occurred_at=WHEN)
+        memory.record(
+            U, [{"role": "user", "content": text}], key=f"e{i}", thread_id=f"t{i}", occurred_at=WHEN
+        )
     memory.consolidate()
     return memory
 
@@ -92,12 +95,19 @@ async def test_async_recall_links_as_sync(make_store: Callable[..., AgentMemoryS
     assert said_in(recalled)[0] == CASA[0]
 
 
-def test_no_query_no_links(make_store: Callable[..., AgentMemoryStore]) -> None:
-    """Without a query nothing is ranked, so nothing vouches: the same block either way."""
-    store = make_store()
-    memory = remembering(store, CASA)
-    unlinked = AgentMemory(store, clock=lambda: NOW, link_weight=0)
-    assert memory.recall(U, "").text == unlinked.recall(U, "").text
+def test_links_hold_for_a_look_back_and_spare_the_current_thread(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    """As of a moment the hotels held, the same order; and the episode of the thread in the
+    prompt (``exclude_thread``, as ``inject_node`` passes) vouches for nothing."""
+    query = "which hotel for the Lisbon trip?"
+    store = make_store(feedback=False)
+    memory = remembering(store, HOTELS)
+    then = memory.recall(U, query, budget_tokens=BOTH, as_of=NOW - 60).facts
+    assert [f.value for f in then] == ["the Casa Azul hotel rooms", "the Grand Plaza hotel"]
+    here = memory.recall(U, query, budget_tokens=BOTH, exclude_thread="t0")
+    assert [f.value for f in here.facts] == ["the Grand Plaza hotel", "the Casa Azul hotel rooms"]
+    assert "e0" not in [e.key for e in here.episodes]
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), True, "0.5"])

@@ -111,8 +111,8 @@ def test_a_bad_option_is_refused_before_anything_is_written(tmp_path: Any) -> No
 
 
 def test_agent_config_turns_it_on(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An operator's ``config.store.feedback`` sets it when the code leaves it out; the
-    argument wins."""
+    """An operator's ``config.store.feedback`` turns it on for ``search`` when the code
+    leaves it out (false keeps the default: recall's on); the argument wins."""
 
     @agent_config("config.store.feedback", "Query expansion", "Search")
     def feedback() -> bool:
@@ -122,13 +122,15 @@ def test_agent_config_turns_it_on(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     query = "Caroline research"
     with create_store(url, weights=(1.0, 0.0)) as store:
         _adoption(store, ("m",))
-        assert store.ranker.feedback is None and store.ranker.recall_feedback is None
-        assert _recalled(store, ("m",), query) == ["said"]
+        assert store.ranker.feedback is None and store.ranker.recall_feedback is not None
+        assert keys(store.search(("m",), query=query)) == ["said"]
+        assert _recalled(store, ("m",), query) == ["said", "list"]
     monkeypatch.setenv("CONFIG__STORE__FEEDBACK", "true")
     with create_store(url, weights=(1.0, 0.0)) as store:
         assert keys(store.search(("m",), query=query)) == ["said", "list"]
     with create_store(url, weights=(1.0, 0.0), feedback=False) as store:
         assert keys(store.search(("m",), query=query)) == ["said"]
+        assert _recalled(store, ("m",), query) == ["said"]
     monkeypatch.setenv("CONFIG__STORE__FEEDBACK", "sometimes")
     with pytest.raises(ConfigurationError, match="CONFIG__STORE__FEEDBACK"):
         create_store(url)

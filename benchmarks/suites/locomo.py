@@ -75,7 +75,10 @@ from langgraph_checkpoint_agent_memory.memory.writes import as_blob, item_row
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KINDS = ("turns", "facts", "episodes")
-MODES = ("lexical", "vector", "hybrid", "no index", "bm25", "build_context", "recall", "unlinked")
+MODES = (
+    *("lexical", "vector", "hybrid", "no index", "bm25"),
+    *("build_context", "recall", "unlinked", "guessed"),
+)
 #: The fusion weights of the modes that are the default-index store with other weights.
 MODE_WEIGHTS: dict[str, tuple[float, float]] = {"lexical": (1.0, 0.0), "vector": (0.0, 1.0)}
 QUICK_QUESTIONS = 60
@@ -445,30 +448,35 @@ def _build_context(
     conversation's facts (LoCoMo's observations, each learned from its evidence turns:
     ``source_episodes``), recalled with the documented mix of relevance, recency and
     importance, facts and episodes vouching for each other (mode ``build_context``) or not
-    (``link_weight=0``, mode ``unlinked``); the rank of an episode is its position in the
-    context block."""
+    (``link_weight=0``, mode ``unlinked``); mode ``guessed`` links each fact to the episode
+    consolidation credits when the extractor names none (:func:`_guessed`). The rank of an
+    episode is its position in the context block."""
     items = turns(conv)
     index = {"dims": embedder.dims, "embed": embedder, "fields": ["$"]} if embedder else None
     store = create_store(index=index, candidates=30)
     last = max((when(str(t.value["date"])) for t in items), default=0.0)
-    memories = {
-        mode: AgentMemory(
-            store, clock=lambda: last + 86400, episode_candidates=30, link_weight=weight
-        )
-        for mode, weight in (("build_context", MemorySettings.link_weight), ("unlinked", 0.0))
-    }
-    memory = memories["build_context"]
-    scope = {"user_id": conv["sample_id"]}
-    for t in items:
-        memory.record(
-            scope,
-            [{"role": "user", "content": t.text}],
-            key=t.key,
-            occurred_at=when(str(t.value["date"])),
-        )
-    write_as_memory(store, memory.namespace(scope, "facts"), facts(conv), values=True)
+    order = [t.key for t in items]
+    runs = []
+    for provenance, learned in (("exact", facts(conv)), ("guessed", _guessed(facts(conv), order))):
+        scope = {"user_id": f"{conv['sample_id']}-{provenance}"}
+        modes = (("build_context", MemorySettings.link_weight), ("unlinked", 0.0))
+        for mode, weight in (
+            modes if provenance == "exact" else (("guessed", MemorySettings.link_weight),)
+        ):
+            memory = AgentMemory(
+                store, clock=lambda: last + 86400, episode_candidates=30, link_weight=weight
+            )
+            runs.append((mode, scope, memory))
+        for t in items:
+            memory.record(
+                scope,
+                [{"role": "user", "content": t.text}],
+                key=t.key,
+                occurred_at=when(str(t.value["date"])),
+            )
+        write_as_memory(store, memory.namespace(scope, "facts"), learned, values=True)
     for q in qs:
-        for mode, m in memories.items():
+        for mode, scope, m in runs:
             recalled = m.recall(scope, q["question"], budget_tokens=100_000)
             ranked = [e.key for e in recalled.episodes][:10]
             tallies.setdefault(mode, Tally()).add(
@@ -477,43 +485,75 @@ def _build_context(
     store.close()
 
 
+def _guessed(units: list[Unit], order: list[str], of: Callable[[str], str] = str) -> list[Unit]:
+    """Facts credited as consolidation credits a fact whose extractor names no episode: to
+    the last episode of the job that read it, jobs taking ``max_episodes_per_job`` pending
+    episodes oldest first (``order``; ``of``: the episode of an evidence turn). The worst
+    case of provenance: every episode pending when the worker runs, and an extractor that
+    never says which episode states a fact."""
+    batch = MemorySettings.max_episodes_per_job
+    position = {key: i for i, key in enumerate(order)}
+
+    def last(key: str) -> str:
+        return order[min(len(order), (position[key] // batch + 1) * batch) - 1]
+
+    return [
+        dataclasses.replace(
+            u,
+            value={
+                **u.value,
+                "source_episodes": sorted({last(of(t)) for t in u.covers if of(t) in position}),
+            },
+        )
+        for u in units
+    ]
+
+
+def _session_of(turn: str) -> str:
+    """The episode of the session a turn belongs to (``D3:5`` -> ``session_3``)."""
+    return f"session_{turn.split(':')[0][1:]}"
+
+
 def _recall(
     conv: dict[str, Any],
     qs: list[dict[str, Any]],
     embedder: Any,
     tallies: dict[str, dict[str, Tally]],
 ) -> None:
-    """Facts and episodes as ``AgentMemory.recall`` ranks them (mode ``recall``), and with
-    ``link_weight=0`` (mode ``unlinked``): the memory holds both, each fact learned from the
-    episodes of the sessions its evidence turns belong to (``source_episodes``, as
-    consolidation records them). The facts' order is the block's, where they do not all fit
-    (the default budget); the episodes' order is the block's with every fact in it."""
-    scope = {"user_id": conv["sample_id"]}
+    """Facts and episodes as ``AgentMemory.recall`` ranks them (mode ``recall``), with
+    ``link_weight=0`` (mode ``unlinked``), and with each fact credited as consolidation
+    credits it when the extractor names no episode (mode ``guessed``, :func:`_guessed`): the
+    memory holds both, each fact learned from the episodes of the sessions its evidence
+    turns belong to (``source_episodes``, as consolidation records them). The facts' order
+    is the block's, where they do not all fit (the default budget); the episodes' order is
+    the block's with every fact in it."""
     store = create_store(index={"dims": embedder.dims, "embed": embedder})
     last = max((when(date) for _, date, _ in sessions(conv)), default=0.0)
-    memories = {
-        mode: AgentMemory(store, clock=lambda: last + 86400, link_weight=weight)
-        for mode, weight in (("recall", MemorySettings.link_weight), ("unlinked", 0.0))
-    }
-    memory = memories["recall"]
-    facts_ = [
+    sessions_ = episodes(conv)
+    exact = [
         dataclasses.replace(
             u,
-            value={
-                **u.value,
-                "source_episodes": sorted({f"session_{t.split(':')[0][1:]}" for t in u.covers}),
-            },
+            value={**u.value, "source_episodes": sorted({_session_of(t) for t in u.covers})},
         )
         for u in facts(conv)
     ]
-    write_as_memory(store, memory.namespace(scope, "facts"), facts_, values=True)
-    sessions_ = episodes(conv)
-    write_as_memory(store, memory.namespace(scope, "episodes"), sessions_, values=True)
+    guessed = _guessed(facts(conv), [e.key for e in sessions_], _session_of)
+    runs = []
+    for provenance, learned in (("exact", exact), ("guessed", guessed)):
+        scope = {"user_id": f"{conv['sample_id']}-{provenance}"}
+        modes = (("recall", MemorySettings.link_weight), ("unlinked", 0.0))
+        for mode, weight in (
+            modes if provenance == "exact" else (("guessed", MemorySettings.link_weight),)
+        ):
+            memory = AgentMemory(store, clock=lambda: last + 86400, link_weight=weight)
+            runs.append((mode, scope, memory))
+        write_as_memory(store, memory.namespace(scope, "facts"), learned, values=True)
+        write_as_memory(store, memory.namespace(scope, "episodes"), sessions_, values=True)
     for q in qs:
         category = CATEGORIES[q["category"]]
-        for mode, m in memories.items():
+        for mode, scope, m in runs:
             ranked = [f.key for f in m.recall(scope, q["question"]).facts][:10]
-            evidence = {u.key for u in facts_ if u.covers & q["evidence"]}
+            evidence = {u.key for u in exact if u.covers & q["evidence"]}
             tallies["facts"].setdefault(mode, Tally()).add(category, score(ranked, evidence))
             everything = m.recall(scope, q["question"], budget_tokens=1_000_000)
             ranked = [e.key for e in everything.episodes][:10]
@@ -539,14 +579,14 @@ def summarize(tallies: dict[str, dict[str, Tally]]) -> dict[str, Any]:
                 "lexical_only": test["only_b"],
                 "p": test["p"],
             }
-        linked = next((m for m in ("build_context", "recall") if m in modes), None)
-        if linked is not None and "unlinked" in modes:
-            test = mcnemar(modes[linked].column("hit@5"), modes["unlinked"].column("hit@5"))
-            out[kind][linked]["mcnemar_vs_unlinked_hit@5"] = {
-                "linked_only": test["only_a"],
-                "unlinked_only": test["only_b"],
-                "p": test["p"],
-            }
+        for linked in ("build_context", "recall", "guessed"):
+            if linked in modes and "unlinked" in modes:
+                test = mcnemar(modes[linked].column("hit@5"), modes["unlinked"].column("hit@5"))
+                out[kind][linked]["mcnemar_vs_unlinked_hit@5"] = {
+                    "linked_only": test["only_a"],
+                    "unlinked_only": test["only_b"],
+                    "p": test["p"],
+                }
     return out
 
 

@@ -255,8 +255,13 @@ class Recaller:
         rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         by_key = {f.key: f for f in ordered}
         ranked = [(k, score) for k, score in ranked if k in by_key]
-        if link > 0:
-            ranked, relevance = self._linked(ranked, relevance, by_key, link)
+        if link > 0:  # the excluded thread's episodes are already in the prompt: they lend none
+            shown = {
+                r.key
+                for r in rows
+                if exclude_thread is None or r.value.get("thread_id") != exclude_thread
+            }
+            ranked, relevance = self._linked(ranked, relevance, by_key, link, shown)
         first: list[Fact] = []
         if cost > budget and ranked:
             # more facts than fit: the most relevant first, then the rest by importance
@@ -297,13 +302,14 @@ class Recaller:
         relevance: dict[str, float],
         facts: dict[str, Fact],
         weight: float,
+        shown: set[str],
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """Facts and episode candidates that vouch for each other (:func:`.recall.linked`):
-        ``ranked`` facts raised by the first episodes they were learned from, and the
-        ``relevance`` of episodes raised by the first facts learned from them, each from the
-        other's ranking before either is raised."""
+        ``ranked`` facts raised by the first episodes they were learned from (of those the
+        block may show, ``shown``), and the ``relevance`` of episodes raised by the first
+        facts learned from them, each from the other's ranking before either is raised."""
         k = self.store.ranker.rrf_k
-        episodes = sorted(relevance, key=lambda e: -relevance[e])
+        episodes = sorted((e for e in relevance if e in shown), key=lambda e: -relevance[e])
         learned = {key: facts[key].source_episodes for key, _ in ranked}
         firsts = [key for key, _ in ranked[: R.LINK_DEPTH]]
         vouched: dict[str, list[str]] = {}
