@@ -44,6 +44,7 @@ EVERY_SERVER_MODULES = frozenset(
         "test_migrations",
         "test_pg_schema",
         "test_pg_servers",
+        "test_posting_blocks",
         "test_shard",
         "test_sql_conformance",
         "test_store",

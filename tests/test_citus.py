@@ -4,6 +4,7 @@ coordinator), work across shards without row locks across shards."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -207,7 +208,7 @@ def test_a_role_that_does_not_own_undistributed_tables_is_told_what_to_do(
         cluster.drop(url)
 
 
-STORE_AND_MEMORY_TABLES = set(SHARDED_TABLES)
+STORE_AND_MEMORY_TABLES = {*SHARDED_TABLES, "am_store_blocks"}
 
 
 @pytest.fixture
@@ -302,3 +303,30 @@ def test_processes_threads_and_users_lose_nothing(citus_url: str) -> None:
     from tests.pooler_app import run_users_and_check
 
     run_users_and_check(citus_url, processes=3, turns=4)
+
+
+def test_blocks_of_postings_are_built_and_read_on_the_shards(
+    citus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A common term's block is built and read by router queries within one user's
+    namespace, and a query above the shard key (blocks of several shards, in one
+    statement) answers as the postings do."""
+    from langgraph_checkpoint_agent_memory import create_store
+    from tests.test_posting_blocks import bm25, same_answer, small_blocks, text
+
+    small_blocks(monkeypatch)
+    store = create_store(citus_url)
+    try:
+        rng = random.Random(4)
+        for user in ("alice", "bob"):
+            for i in range(50):
+                store.put(("docs", user), f"k{i}", text(rng))
+        log = Recorder(store)
+        got = bm25(store, ("docs", "alice"), "printer refund", 5, on=True)
+        assert log.took("am_store_blocks")
+        assert not_routed(citus_url, log) == []
+        same_answer(got, bm25(store, ("docs", "alice"), "printer refund", 5, on=False))
+        above = bm25(store, ("docs",), "printer refund coffee", 7, on=True)
+        same_answer(above, bm25(store, ("docs",), "printer refund coffee", 7, on=False))
+    finally:
+        store.close()

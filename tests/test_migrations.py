@@ -17,7 +17,13 @@ from tests.helpers import sql_checkpointer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHECKPOINT_TABLES = {"am_checkpoints", "am_checkpoint_blobs", "am_checkpoint_writes", "am_threads"}
-STORE_TABLES = {"am_store_items", "am_store_vectors", "am_store_terms", "am_settings"}
+STORE_TABLES = {
+    "am_store_items",
+    "am_store_vectors",
+    "am_store_terms",
+    "am_settings",
+    "am_store_blocks",
+}
 MEMORY_TABLES = {
     "am_memory_scopes",
     "am_memory_pending",
@@ -26,7 +32,24 @@ MEMORY_TABLES = {
     "am_memory_threads",
 }
 #: The ledger once every component is current: block * 1000 + version.
-CURRENT = {1001, 1002, 1003, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 3001, 3002, 3003, 3004, 3005}
+CURRENT = {
+    1001,
+    1002,
+    1003,
+    2001,
+    2002,
+    2003,
+    2004,
+    2005,
+    2006,
+    2007,
+    2008,
+    3001,
+    3002,
+    3003,
+    3004,
+    3005,
+}
 
 
 def query(url: str, sql: str) -> list[tuple[Any, ...]]:
@@ -88,7 +111,7 @@ def test_a_store_alone_has_no_checkpoint_or_memory_tables(database_url: str) -> 
     finally:
         store.close()
     assert tables(database_url) == STORE_TABLES | {"am_migrations"}
-    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007}
+    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008}
 
 
 def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from langgraph_checkpoint_agent_memory import (
     create_store,
 )
 from langgraph_checkpoint_agent_memory.testing_pgbouncer import LocalPgBouncer
-from tests.helpers import config_for, make_checkpoint, present, sql_checkpointer
+from tests.helpers import Recorder, config_for, make_checkpoint, present, sql_checkpointer
 from tests.pg import BouncedServer, PgServers, bouncer_params, libpq_url
 from tests.pooler_app import run_users_and_check
 
@@ -237,3 +238,27 @@ def test_without_the_program_the_reason_is_given(monkeypatch: pytest.MonkeyPatch
     assert testing_pgbouncer.find_pgbouncer() is None
     with pytest.raises(RuntimeError, match="apt-get install pgbouncer"):
         LocalPgBouncer("postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def test_blocks_of_postings_work_through_the_pooler(
+    bouncer_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block's build (a transaction of several statements) and the queries that read it
+    run through PgBouncer in transaction mode."""
+    from langgraph_checkpoint_agent_memory import create_store
+    from tests.test_posting_blocks import bm25, same_answer, small_blocks, text
+
+    small_blocks(monkeypatch)
+    store = create_store(bouncer_url)
+    try:
+        rng = random.Random(6)
+        for i in range(80):
+            store.put(("docs", "a"), f"k{i}", text(rng))
+        log = Recorder(store)
+        got = bm25(store, ("docs",), "printer refund", 5, on=True)
+        assert log.took("INSERT INTO am_store_blocks")
+        store.put(("docs", "a"), "k1", {"text": "refund refund printer"})
+        got = bm25(store, ("docs",), "printer refund", 5, on=True)
+        same_answer(got, bm25(store, ("docs",), "printer refund", 5, on=False))
+    finally:
+        store.close()

@@ -29,6 +29,7 @@ from langgraph_checkpoint_agent_memory.db import migrations as M
 from langgraph_checkpoint_agent_memory.db import row_migrations as R
 from langgraph_checkpoint_agent_memory.db import schema
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.schema_history import as_of
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
     checked_depth,
@@ -324,7 +325,7 @@ def load_old_rows(db: Database[Any]) -> Plan[None]:
     d = db.dialect
     statements = []
     for name in SHARDED_TABLES:
-        old = M._as_of(schema.metadata.tables[name], without={"shard", "sealed"})
+        old = as_of(schema.metadata.tables[name], without={"shard", "sealed", "packed"})
         cols = [c.name for c in old.columns]
         insert = d.compile(sa.insert(old).values({c: sa.bindparam(c) for c in cols}))
         values = [

@@ -572,6 +572,30 @@ class Dialect:
         """DDL bringing a dialect's one-statement write checks up to date (none here)."""
         return []
 
+    #: Whether queries of common terms read packed blocks of postings (``store/blocks.py``):
+    #: where the database has partial indexes, which find the postings written since a
+    #: block was built without reading the others.
+    posting_blocks = True
+    #: The columns of the index of unpacked postings (the rest it includes).
+    fresh_index_columns: tuple[str, ...] = ("term", "shard", "prefix", "key")
+
+    def fresh_postings_ddl(self) -> list[str]:
+        """The index of postings no block holds yet (``packed IS NULL``), term first, with
+        what BM25 reads, so the read is the index's alone; none where
+        :attr:`posting_blocks` is off."""
+        if not self.posting_blocks:
+            return []
+        names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
+        terms = sa.Table("am_store_terms", sa.MetaData(), *(sa.Column(c) for c in names))
+        index = sa.Index(
+            "am_store_terms_fresh",
+            *(terms.c[c] for c in self.fresh_index_columns),
+            postgresql_include=["tf", "dl"],
+            postgresql_where=terms.c.packed.is_(None),
+            sqlite_where=terms.c.packed.is_(None),
+        )
+        return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
+
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
         # raw: ALTER TABLE ... ADD COLUMN has no Core form

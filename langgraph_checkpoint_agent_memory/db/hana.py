@@ -85,6 +85,9 @@ def _similarity(embedding: Any) -> Any:
 
 class HanaDialect(Dialect):
     name = "hana"
+    # no partial indexes: the postings written since a block was built cannot be found
+    # apart from the others, so queries read postings (HANA's column store scans them)
+    posting_blocks = False
     conditional_upsert = False
     transactional_ddl = False
     create_if_not_exists = False

@@ -15,7 +15,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.memory import MEMORY_TABLES, MemorySql, live, under_root
 from langgraph_checkpoint_agent_memory.db.schema import (
-    STORE_ROW_TABLES,
+    STORE_NS_TABLES,
     memory_jobs,
     memory_pending,
     memory_scopes,
@@ -224,7 +224,7 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
         # (a scope of fewer labels than the key) on every shard, by prefix
         # (decay rows too: they carry their items' keys, and lie under the same namespace)
         params = sql.store.prefix_params([root, *scope.split(",")])
-        by_prefix = (*STORE_ROW_TABLES, "am_memory_decay")
+        by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
         deletes = sql.store.delete_under(scoped(params), by_prefix)
         for table, stmt in zip(by_prefix, deletes, strict=True):
             statements.append(Stmt(stmt, params))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
@@ -42,58 +42,22 @@ from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
-    TIME,
     data_keys,
     migrations,
     settings,
+    store_blocks,
     store_items,
     store_terms,
     store_vectors,
     threads,
 )
+from langgraph_checkpoint_agent_memory.db.schema_history import as_of as _as_of
+from langgraph_checkpoint_agent_memory.db.schema_history import recent_index as _recent_index
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
     checked_depth,
     rule_refused,
 )
-
-
-def _recent_index(d: Dialect) -> str:
-    """The items' newest-first index (store step 2), declared apart from :mod:`.schema`'s
-    tables, which an earlier step created without it."""
-    items = sa.Table(store_items.name, sa.MetaData(), sa.Column("updated_at", TIME))
-    index = sa.Index("am_store_items_recent", items.c.updated_at)
-    return str(CreateIndex(index).compile(dialect=d.sa)).strip()
-
-
-def _column_like(column: sa.Column[Any]) -> sa.Column[Any]:
-    """A new column declared as ``column`` is (the tables of :mod:`.schema` set no defaults)."""
-    return sa.Column(
-        column.name,
-        column.type,
-        primary_key=column.primary_key,
-        nullable=column.nullable,
-        autoincrement=column.autoincrement,
-    )
-
-
-def _as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
-    """``table`` as an earlier migration created it: without the columns added later (and
-    without them in its primary key)."""
-    old = sa.Table(
-        table.name,
-        sa.MetaData(),
-        *(_column_like(c) for c in table.columns if c.name not in without),
-        **table.kwargs,
-    )
-    if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
-        key = [c.name for c in table.primary_key.columns if c.name not in without]
-        old.append_constraint(sa.PrimaryKeyConstraint(*key, **table.primary_key.dialect_kwargs))
-    for index in table.indexes:
-        if not {c.name for c in index.columns} & without:
-            sa.Index(index.name, *(old.c[c.name] for c in index.columns))
-    return old
-
 
 #: The boundary given to tombstones older than boundaries: every write naming a checkpoint
 #: stays refused, as it was when they were written, until the sweep forgets them.
@@ -129,7 +93,7 @@ def _store_v2(d: Dialect) -> list[str]:
 def _store_terms(d: Dialect) -> list[str]:
     return [
         d.add_column(store_items, store_items.c.doc_len),
-        *d.ddl([_as_of(store_terms, without=SHARD)]),
+        *d.ddl([_as_of(store_terms, without={*SHARD, "packed"})]),
         *d.drop_full_text_ddl(),
     ]
 
@@ -195,6 +159,10 @@ def _store_backfill(
         yield from dialect.vectors_plan()
     if VECTORS_VERSION in applied and dialect.native_vectors:
         yield from convert_existing_vectors(dialect)
+
+
+#: Columns the store's tables gained after the shard key (store 6), by table.
+LATER = {"am_store_items": {"sealed"}, "am_store_terms": {"packed"}}
 
 
 #: The store version that gave every store row its shard key.
@@ -280,7 +248,7 @@ STORE = Component(
             rows=fill_store_shards,
             # the tables as they were then (a rebuild copies the columns they had)
             finish=_rekey(
-                [_as_of(t, without={"sealed"}) if t is store_items else t for t in STORE_TABLES]
+                [_as_of(t, without=LATER[t.name]) if t.name in LATER else t for t in STORE_TABLES]
             ),
         ),
         # Encryption at rest: an item's value sealed under its shard key's data key, as
@@ -289,6 +257,17 @@ STORE = Component(
             SEALED_VERSION,
             "store sealed values",
             lambda d: [d.add_column(store_items, store_items.c.sealed)],
+        ),
+        # A query of common words reads their postings packed in one row per term and
+        # namespace, plus those written since (found by an index of the unpacked ones).
+        Step(
+            8,
+            "store posting blocks",
+            lambda d: [
+                d.add_column(store_terms, store_terms.c.packed),
+                *d.ddl([store_blocks]),
+                *d.fresh_postings_ddl(),
+            ],
         ),
     ),
     _store_backfill,

@@ -42,6 +42,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     items_i,
     metadata,
     vectors_v,
+    written,
 )
 
 if TYPE_CHECKING:
@@ -403,7 +404,7 @@ class PostgresDialect(Dialect):
 
     def insert_arrays(self, table: sa.Table) -> Sql:
         def build() -> Any:
-            cols = [c.name for c in table.columns]
+            cols = [c.name for c in written(table)]
             arrays = [sa.cast(sa.bindparam(c), sa_pg.ARRAY(table.c[c].type)) for c in cols]
             rows = sa.func.unnest(*arrays).table_valued(*cols).render_derived(name="u")
             return sa.insert(table).from_select(cols, sa.select(*rows.c))

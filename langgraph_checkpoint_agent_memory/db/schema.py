@@ -35,6 +35,12 @@ MAX_TTL_SECONDS = 2**31 - 1
 ColumnType: TypeAlias = "sa.types.TypeEngine[Any] | type[sa.types.TypeEngine[Any]]"
 
 
+def written(table: sa.Table) -> list[sa.Column[Any]]:
+    """The columns an insert into ``table`` names: all but those marked
+    ``info={"unwritten": True}``, which other statements set later."""
+    return [c for c in table.columns if not c.info.get("unwritten")]
+
+
 def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
     return sa.Column(name, type_, nullable=False)
 
@@ -183,6 +189,9 @@ store_terms = sa.Table(
     _required("key", sa.String(1024)),
     _required("tf", sa.Integer),
     _required("dl", sa.Integer),
+    # 1 once the posting is in its term's block (``am_store_blocks``); NULL while it is not,
+    # as every posting is when written (inserts do not name it). Store version 8.
+    sa.Column("packed", sa.SmallInteger, info={"unwritten": True}),
     sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
     # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
     # away from the primary key onto every posting of the namespace
@@ -194,6 +203,28 @@ store_terms = sa.Table(
 #: Tables holding an item's rows, the item itself last: every delete of items goes through
 #: all of them, so no vector or posting outlives its item.
 STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
+
+# A common term's postings in one namespace, packed into one row: what a query of that term
+# reads instead of its postings one by one (see ``store/blocks.py``). ``postings``: the
+# entries (item hash, tf, dl) sorted by hash; ``keys``: the items' keys in the same order.
+# A block is a snapshot: postings written since are those whose ``packed`` is NULL, and
+# entries of items deleted since are dropped when a query checks its candidates.
+store_blocks = sa.Table(
+    "am_store_blocks",
+    metadata,
+    _required("term", sa.String(64)),
+    _required("shard", PREFIX),
+    _required("prefix", PREFIX),
+    _required("built", sa.BigInteger),  # which build wrote it: keys are read by it
+    _required("entries", sa.Integer),
+    _required("postings", sa.LargeBinary),
+    _required("keys", sa.LargeBinary),
+    sa.PrimaryKeyConstraint("term", "shard", "prefix"),
+    info=SHARDED,
+)
+
+#: Tables of rows under a namespace: a namespace's delete and an erase go through all of them.
+STORE_NS_TABLES = ("am_store_blocks", *STORE_ROW_TABLES)
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
 

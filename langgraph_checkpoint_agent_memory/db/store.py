@@ -23,13 +23,14 @@ from sqlalchemy.ext.compiler import compiles
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex, same_item
 from langgraph_checkpoint_agent_memory.db.schema import (
-    STORE_ROW_TABLES,
+    STORE_NS_TABLES,
     items_i,
     metadata,
     store_items,
     store_terms,
     store_vectors,
     vectors_v,
+    written,
 )
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
@@ -481,18 +482,18 @@ class StoreStatements:
         arrays = self.d.insert_arrays(store_terms)
         if arrays is None or not rows or self.d.distributed:
             return Stmt(self.insert_terms(), rows, many=True)
-        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in store_terms.columns})
+        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in written(store_terms)})
 
     def _insert(self, table: sa.Table) -> Sql:
-        cols = [c.name for c in table.columns]
+        cols = [c.name for c in written(table)]
         return self.statement(
             ("insert", table.name),
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
-    def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_ROW_TABLES) -> list[Sql]:
-        """Per table (of :data:`STORE_ROW_TABLES` by default): delete the rows under a
-        namespace."""
+    def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES) -> list[Sql]:
+        """Per table (of :data:`STORE_NS_TABLES` by default: the items' rows and the blocks
+        of their postings): delete the rows under a namespace."""
 
         def build(t: sa.Table) -> Any:
             return sa.delete(t).where(*self.namespace_of(t, scoped))
@@ -545,7 +546,7 @@ class StoreStatements:
             ]
         return out
 
-    def _ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
+    def ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
         """Core: ``t``'s row is in the namespace ``:ns`` (``exact``: an index seek after the
         term) or under it (a range)."""
         if not exact:
@@ -559,7 +560,7 @@ class StoreStatements:
             ("term_counts", n, exact, scoped),
             lambda: (
                 sa.select(t.c.term, sa.func.count())
-                .where(_terms_in(t, n), *self._ns_of(t, exact, scoped))
+                .where(terms_in(t, n), *self.ns_of(t, exact, scoped))
                 .group_by(t.c.term)
             ),
         )
@@ -570,7 +571,7 @@ class StoreStatements:
         return self.statement(
             ("text_stats", exact, scoped),
             lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
-                *self._ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
+                *self.ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
             ),
         )
 
@@ -602,7 +603,7 @@ class StoreStatements:
             return sa.func.sum(weight * t.c.tf / norm).label("score")
 
         def build() -> Any:
-            where = (_terms_in(t, n), *self._ns_of(t, exact, scoped))
+            where = (terms_in(t, n), *self.ns_of(t, exact, scoped))
             limit = sa.bindparam("n", type_=sa.Integer)
             if not joined:  # a namespace's prefix is its key's: the key need not group
                 return (
@@ -685,6 +686,6 @@ def items_named(t: Any, n: int) -> Any:
     )
 
 
-def _terms_in(t: Any, n: int) -> Any:
+def terms_in(t: Any, n: int) -> Any:
     """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
     return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])

@@ -47,8 +47,10 @@ from langgraph_checkpoint_agent_memory.db.store import (
     vector_text,
 )
 from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
+from langgraph_checkpoint_agent_memory.store import blocks
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
+from langgraph_checkpoint_agent_memory.store.blocked import blocked_plan
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.store.similarity import as_matrix, best_items, nearest
 from langgraph_checkpoint_agent_memory.telemetry import metrics
@@ -444,14 +446,15 @@ class Ranker:
         themselves. ``None``: each term as it is."""
         groups = forms if forms is not None else [[t] for t in terms]
         how = (filters, base, want, exact, joined)
-        scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {})
+        packed = forms is None  # blocks hold terms as they are, not their keyed hashes
+        scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {}, packed)
         if feedback is None or not scored:
             return [item for item, _ in scored]
         added, df = yield from self._expansion_plan(scored, groups, base, exact, feedback)
         if added:
             more = [[t] for t in added]
             boosts = [1.0] * len(groups) + list(added.values())
-            scored = yield from self._bm25_plan(groups + more, boosts, how, df)
+            scored = yield from self._bm25_plan(groups + more, boosts, how, df, packed)
         return [item for item, _ in scored]
 
     def _bm25_plan(
@@ -460,11 +463,13 @@ class Ranker:
         boosts: list[float],
         how: tuple[Prefilter, dict[str, Any], int, bool, bool],
         known: dict[str, int],
+        packed: bool = False,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
         each term's weight its idf times ``boosts``; ``how``: the filter, the namespace's
         parameters, how many, ``exact`` and ``joined``; ``known``: document frequencies
-        already counted."""
+        already counted; ``packed``: an unjoined query of a common term may read blocks of
+        postings (``store/blocks.py``), where the database keeps them."""
         filters, base, want, exact, joined = how
         flat = [f for group in groups for f in group]
         group_of = [g for g, group in enumerate(groups) for _ in group]
@@ -484,6 +489,18 @@ class Ranker:
             },
         )
         one = scoped(base)
+        common = {f for f in flat if df.get(f, 0) >= blocks.MIN_DF}
+        if common and packed and not joined and self.statements.d.posting_blocks:
+            weights = blocks.Weights(
+                {t: params[f"w{j}"] for j, t in reversed(list(enumerate(flat)))},
+                params["k_base"],
+                params["k_len"],
+            )
+            found = yield from blocked_plan(
+                self.statements, flat, weights, common, base, want, exact=exact, scoped=one
+            )
+            if found is not None:
+                return found
         sql = self.statements.lexical(len(flat), exact, filters, joined, one)
         [rows] = yield Batch([Stmt(sql, params, fetch=True)])
         return [((r.prefix, r.key), float(r.score)) for r in map(ScoredRow._make, rows)]

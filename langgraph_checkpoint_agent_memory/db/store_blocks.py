@@ -1,0 +1,172 @@
+"""The store's SQL of posting blocks (``am_store_blocks``): what a query of common words
+reads, and what builds a block. Functions of a :class:`~.store.StoreStatements`, cached in
+its dialect's statement registry like the others; ``store/blocks.py`` says how they are used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.db.schema import store_blocks, store_terms
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, terms_in
+
+
+def _null(type_: Any, name: str) -> Any:
+    return sa.cast(sa.null(), type_).label(name)
+
+
+def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
+    """In one statement (one snapshot): the blocks of ``n`` terms (``:t<j>``) under the
+    namespace, ``(term, shard, prefix, NULL, NULL, NULL, built, postings)``, and up to
+    ``:cap`` postings of each term no block holds, ``(term, shard, prefix, key, tf, dl,
+    NULL, NULL)``. Each term's postings are read in the order of the index of unpacked
+    postings, so no planner prefers scanning the table for the first ``:cap`` of them
+    (PostgreSQL would, with statistics from before a build packed most of them)."""
+    b, t = store_blocks, store_terms
+
+    def fresh(j: int) -> Any:
+        term = t.c.term == sa.bindparam(f"t{j}", type_=sa.String)
+        part = (
+            sa.select(t.c.term, t.c.shard, t.c.prefix, t.c.key, t.c.tf, t.c.dl)
+            .where(t.c.packed.is_(None), term, *st.ns_of(t, exact, scoped))
+            .order_by(t.c.term, t.c.shard, t.c.prefix, t.c.key)
+            .limit(sa.bindparam("cap", type_=sa.Integer))
+            .subquery(f"f{j}")
+        )
+        return sa.select(*part.c, _null(sa.BigInteger, "built"), _null(sa.LargeBinary, "postings"))
+
+    def build() -> Any:
+        blocks = sa.select(
+            b.c.term,
+            b.c.shard,
+            b.c.prefix,
+            _null(t.c.key.type, "key"),
+            _null(sa.Integer, "tf"),
+            _null(sa.Integer, "dl"),
+            b.c.built,
+            b.c.postings,
+        ).where(terms_in(b, n), *st.ns_of(b, exact, scoped))
+        return sa.union_all(blocks, *(fresh(j) for j in range(n)))
+
+    return st.statement(("blocks_read", n, exact, scoped), build)
+
+
+def fresh_counts(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
+    """``(term, shard, prefix)`` of the namespaces under ``:ns`` where one of ``n`` terms
+    has at least ``:at`` postings no block holds: the blocks to build."""
+    t = store_terms
+
+    def build() -> Any:
+        return (
+            sa.select(t.c.term, t.c.shard, t.c.prefix)
+            .where(terms_in(t, n), *st.ns_of(t, exact, scoped), t.c.packed.is_(None))
+            .group_by(t.c.term, t.c.shard, t.c.prefix)
+            .having(sa.func.count() >= sa.bindparam("at", type_=sa.Integer))
+        )
+
+    return st.statement(("blocks_fresh_counts", n, exact, scoped), build)
+
+
+def _named(n: int) -> Any:
+    """Core: the block is one of ``n`` (``:bt<j>``, ``:bs<j>``, ``:bp<j>``)."""
+    b = store_blocks
+    return sa.or_(
+        *(
+            sa.and_(
+                b.c.term == sa.bindparam(f"bt{j}"),
+                b.c.shard == sa.bindparam(f"bs{j}"),
+                b.c.prefix == sa.bindparam(f"bp{j}"),
+            )
+            for j in range(n)
+        )
+    )
+
+
+def keys(st: StoreStatements, n: int) -> Sql:
+    """``(term, shard, prefix, built, entries, keys)`` of ``n`` blocks."""
+    b = store_blocks
+    return st.statement(
+        ("blocks_keys", n),
+        lambda: sa.select(
+            b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c["keys"]
+        ).where(_named(n)),
+    )
+
+
+def postings_in(st: StoreStatements, terms: int, keys: int) -> Sql:
+    """``(prefix, key, term, tf, dl)`` of the postings of ``terms`` terms (``:t<j>``) in
+    ``keys`` items (``:k<j>``) of one namespace (``:shard``, ``:prefix``): a point read of
+    the primary key each, the candidates' true scores."""
+    t = store_terms
+    return st.statement(
+        ("blocks_postings_in", terms, keys),
+        lambda: sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(
+            terms_in(t, terms),
+            t.c.shard == sa.bindparam("shard"),
+            t.c.prefix == sa.bindparam("prefix"),
+            t.c.key.in_([sa.bindparam(f"k{j}", type_=sa.String) for j in range(keys)]),
+        ),
+    )
+
+
+def _one_block(t: Any) -> list[Any]:
+    return [
+        t.c.term == sa.bindparam("term"),
+        t.c.shard == sa.bindparam("shard"),
+        t.c.prefix == sa.bindparam("prefix"),
+    ]
+
+
+def claim(st: StoreStatements) -> Sql:
+    """A build's first statement: the block's row, created empty or given the build's
+    ``:built``; it holds the row's lock, so builds of one block take turns."""
+    return st.statement(
+        ("blocks_claim",),
+        lambda: st.d.upsert(store_blocks, ["term", "shard", "prefix"], ["built"]),
+    )
+
+
+def mark(st: StoreStatements) -> Sql:
+    """Mark the term's postings in the namespace as packed (the build reads them next).
+    Where rows have locks, postings a write holds are skipped: they stay unpacked, and
+    queries read them one by one, so a build never waits on a write."""
+    t = store_terms
+
+    def build() -> Any:
+        where = [*_one_block(t), t.c.packed.is_(None)]
+        stmt = sa.update(t).values(packed=1)
+        if not st.d.row_locks:
+            return stmt.where(*where)
+        free = st.d.skip_locked(sa.select(t.c.key).where(*where))
+        return stmt.where(*where, t.c.key.in_(free))
+
+    return st.statement(("blocks_mark",), build)
+
+
+def postings(st: StoreStatements) -> Sql:
+    """``(key, tf, dl)`` of every posting of the term in the namespace."""
+    t = store_terms
+    return st.statement(
+        ("blocks_postings",),
+        lambda: sa.select(t.c.key, t.c.tf, t.c.dl).where(*_one_block(t)),
+    )
+
+
+def fill(st: StoreStatements) -> Sql:
+    """A build's last statement: the block's entries and keys."""
+    b = store_blocks
+    return st.statement(
+        ("blocks_fill",),
+        lambda: (
+            sa.update(b)
+            .values(
+                entries=sa.bindparam("entries"),
+                postings=sa.bindparam("postings"),
+                keys=sa.bindparam("keys"),
+            )
+            .where(*_one_block(b), b.c.built == sa.bindparam("built"))
+        ),
+    )

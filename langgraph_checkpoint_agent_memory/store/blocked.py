@@ -1,0 +1,195 @@
+"""BM25 over posting blocks: the plans of a query of common words (``store/blocks.py``
+tells how it stays exact), and of building a block.
+
+A query's plan reads its terms' blocks and the postings no block holds in one statement,
+builds the blocks its common terms call for (then reads again), ranks here, reads its
+candidates' keys and true scores, and returns the answer only when it is settled; ``None``
+sends the query to the postings, as before blocks.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.db import store_blocks as sql
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements
+from langgraph_checkpoint_agent_memory.store import blocks as limits
+from langgraph_checkpoint_agent_memory.store.blocks import (
+    Block,
+    Candidates,
+    Fresh,
+    Weights,
+    candidates,
+    keys_at,
+    pack,
+    settled,
+)
+
+#: Where a block is: its term, shard key and namespace.
+BlockId = tuple[str, str, str]
+#: A ranked item: ``((prefix, key), score)``.
+Scored = tuple[tuple[str, str], float]
+
+
+def build_plan(st: StoreStatements, term: str, shard: str, prefix: str) -> Plan[int]:
+    """Build (or rebuild) the block of ``term``'s postings in the namespace ``prefix``, in
+    one transaction; returns its entries."""
+    built = secrets.randbits(62)
+    one = {"term": term, "shard": shard, "prefix": prefix}
+    empty = {**one, "built": built, "entries": 0, "postings": b"", "keys": b""}
+    _, _, rows = yield Batch(
+        [
+            Stmt(sql.claim(st), empty),
+            Stmt(sql.mark(st), one),
+            Stmt(sql.postings(st), one, fetch=True),
+        ],
+        write=True,
+        lock=True,
+        hold=True,
+    )
+    block = pack(prefix, [(str(k), int(tf), int(dl)) for k, tf, dl in rows])
+    filled = {**one, "built": built, **block._asdict()}
+    yield Batch([Stmt(sql.fill(st), filled)], write=True)
+    return block.entries
+
+
+def blocked_plan(
+    st: StoreStatements,
+    flat: Sequence[str],
+    weights: Weights,
+    common: set[str],
+    base: dict[str, Any],
+    want: int,
+    *,
+    exact: bool,
+    scoped: bool,
+) -> Plan[list[Scored] | None]:
+    """BM25's best ``want`` items for the stored terms ``flat`` (``common``: those found in
+    at least :data:`~.blocks.MIN_DF` items under the namespace), from blocks; ``None``
+    when the postings must answer."""
+    read = sql.read(st, len(flat), exact, scoped)
+    terms = {f"t{j}": t for j, t in enumerate(flat)}
+    params = {**base, **terms, "cap": limits.FRESH_CAP + 1}
+    blocks, fresh = yield from _read_plan(read, params)
+    todo = yield from _todo_plan(st, fresh, common, base, exact, scoped)
+    if todo:
+        for block in todo:
+            yield from build_plan(st, *block)
+        blocks, fresh = yield from _read_plan(read, params)
+    if _capped(fresh):
+        return None
+    found = candidates(blocks, fresh, weights, want + want // 4 + 8)
+    if found is None:
+        return None
+    items = yield from _items_plan(st, blocks, fresh, found)
+    if items is None:
+        return None
+    scored = yield from _exact_plan(st, items, flat, weights)
+    answer = settled(scored, found.bound, want)
+    if answer is None:  # entries of items deleted since crowd the candidates: rebuild
+        gone = {(st.shard(p), p) for (p, _), score in scored if score <= 0}
+        for b in blocks:
+            if (b.shard, b.prefix) in gone:
+                yield from build_plan(st, b.term, b.shard, b.prefix)
+    return answer
+
+
+def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[list[Block], list[Fresh]]]:
+    [rows] = yield Batch([Stmt(read, params, fetch=True)])
+    blocks, fresh = [], []
+    for term, shard, prefix, key, tf, dl, built, postings in rows:
+        if postings is not None:
+            blocks.append(Block(term, shard, prefix, int(built), bytes(postings)))
+        else:
+            fresh.append(Fresh(term, shard, prefix, key, int(tf), int(dl)))
+    return blocks, fresh
+
+
+def _capped(fresh: list[Fresh]) -> bool:
+    """Whether the read left postings of a term out (it read one more than the cap)."""
+    return max(Counter(f.term for f in fresh).values(), default=0) > limits.FRESH_CAP
+
+
+def _todo_plan(
+    st: StoreStatements,
+    fresh: list[Fresh],
+    common: set[str],
+    base: dict[str, Any],
+    exact: bool,
+    scoped: bool,
+) -> Plan[list[BlockId]]:
+    """The blocks to build: of a common term, where it has :data:`~.blocks.BUILD_AT`
+    postings no block holds (counted by the database when more than the read returns)."""
+    if not _capped(fresh):
+        counts = Counter((f.term, f.shard, f.prefix) for f in fresh)
+        return sorted(b for b, n in counts.items() if n >= limits.BUILD_AT and b[0] in common)
+    mine = sorted(common)
+    counted = {**base, **{f"t{j}": t for j, t in enumerate(mine)}, "at": limits.BUILD_AT}
+    stmt = Stmt(sql.fresh_counts(st, len(mine), exact, scoped), counted, fetch=True)
+    [rows] = yield Batch([stmt])
+    return sorted((str(t), str(s), str(p)) for t, s, p in rows)
+
+
+def _items_plan(
+    st: StoreStatements, blocks: list[Block], fresh: list[Fresh], found: Candidates
+) -> Plan[list[tuple[str, str, str]] | None]:
+    """The candidates as ``(shard, prefix, key)``: the keys of block entries read from their
+    blocks (``None`` when one was rebuilt since the read)."""
+    wanted = sorted({s.block for s in found.sources if s.block >= 0})
+    keys: dict[int, tuple[bytes, int]] = {}
+    if wanted:
+        params: dict[str, Any] = {}
+        for j, b in enumerate(wanted + wanted[-1:] * (-len(wanted) % 4)):
+            block = blocks[b]
+            params.update({f"bt{j}": block.term, f"bs{j}": block.shard, f"bp{j}": block.prefix})
+        n = len(wanted) + (-len(wanted) % 4)
+        [rows] = yield Batch([Stmt(sql.keys(st, n), params, fetch=True)])
+        by_id = {(t, s, p): (int(built), bytes(k), int(e)) for t, s, p, built, e, k in rows}
+        for b in wanted:
+            block = blocks[b]
+            built, column, entries = by_id.get((block.term, block.shard, block.prefix), (0, b"", 0))
+            if built != block.built:
+                return None
+            keys[b] = (column, entries)
+    items = []
+    for source in found.sources:
+        if source.block < 0:
+            f = fresh[source.position]
+            items.append((f.shard, f.prefix, f.key))
+        else:
+            block = blocks[source.block]
+            column, entries = keys[source.block]
+            [key] = keys_at(column, entries, [source.position])
+            items.append((block.shard, block.prefix, key))
+    return items
+
+
+def _exact_plan(
+    st: StoreStatements,
+    items: list[tuple[str, str, str]],
+    flat: Sequence[str],
+    weights: Weights,
+) -> Plan[list[Scored]]:
+    """The items' true scores, from their postings of the query's terms (an item without
+    one scores 0): one statement per namespace, keys padded to a multiple of 16."""
+    by_ns: dict[tuple[str, str], list[str]] = {}
+    for shard, prefix, key in items:
+        by_ns.setdefault((shard, prefix), []).append(key)
+    terms = {f"t{j}": t for j, t in enumerate(flat)}
+    statements = []
+    for (shard, prefix), keys in by_ns.items():
+        n = len(keys) + (-len(keys) % 16)
+        padded = keys + keys[-1:] * (n - len(keys))
+        params = {**terms, "shard": shard, "prefix": prefix}
+        params.update({f"k{j}": k for j, k in enumerate(padded)})
+        statements.append(Stmt(sql.postings_in(st, len(flat), n), params, fetch=True))
+    found = yield Batch(statements)
+    scores = {(p, k): 0.0 for _, p, k in items}
+    for rows in found:
+        for prefix, key, term, tf, dl in rows:
+            scores[(prefix, key)] += float(weights.score(term, tf, dl))
+    return list(scores.items())

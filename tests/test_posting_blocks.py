@@ -1,0 +1,231 @@
+"""Blocks of postings (``store/blocks.py``): a query of common words ranks from packed blocks
+and the postings written since, and answers exactly as the postings alone do, through
+writes, rewrites and deletes after a block was built; the blocks go with their namespace.
+
+The thresholds are lowered so a few hundred items make terms common; the answers are checked
+against the same store with blocks off (the query reading every posting, as before)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from langgraph_checkpoint_agent_memory import AgentMemoryStore
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.store import blocks as B
+from langgraph_checkpoint_agent_memory.store import search as S
+from tests.helpers import Recorder
+
+WORDS = [
+    *("order", "invoice", "delivery", "supplier", "berlin"),
+    *("munich", "paris", "coffee", "printer", "refund"),
+]
+
+
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A term in 12 items is common; 6 new postings of one call for its block again."""
+    monkeypatch.setattr(B, "MIN_DF", 12)
+    monkeypatch.setattr(B, "BUILD_AT", 6)
+    monkeypatch.setattr(B, "FRESH_CAP", 60)
+
+
+@pytest.fixture(autouse=True)
+def _small(monkeypatch: pytest.MonkeyPatch) -> None:
+    small_blocks(monkeypatch)
+
+
+Ranked = list[tuple[tuple[str, str], float]]
+
+
+def bm25(store: AgentMemoryStore, ns: tuple[str, ...], query: str, want: int, on: bool) -> Ranked:
+    """The store's BM25 list for ``query`` under ``ns``, from blocks (``on``) or from the
+    postings alone."""
+    store.dialect.posting_blocks = on
+    try:
+        groups = [[t] for t in S.terms(query)]
+        base = {**store.statements.prefix_params(ns), "now": time.time()}
+        how = ((), base, want, False, False)
+        plan = store.ranker._bm25_plan(groups, [1.0] * len(groups), how, {}, True)
+        return store.db.run(plan)
+    finally:
+        del store.dialect.posting_blocks
+
+
+def same_answer(got: Ranked, expected: Ranked) -> None:
+    """The same scores in the same order, and the same items at every score above the last
+    one (items tied at the last score may differ: either is a right answer)."""
+    assert [round(s, 9) for _, s in got] == [round(s, 9) for _, s in expected]
+    if got:
+        last = round(got[-1][1], 9)
+        assert {k for k, s in got if round(s, 9) > last} == {
+            k for k, s in expected if round(s, 9) > last
+        }
+
+
+def text(rng: random.Random) -> dict[str, Any]:
+    return {"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 9)))}
+
+
+@pytest.fixture
+def store(make_store: Callable[..., AgentMemoryStore]) -> Iterator[AgentMemoryStore]:
+    yield make_store()
+
+
+def test_a_common_term_is_ranked_from_its_block(store: AgentMemoryStore) -> None:
+    rng = random.Random(3)
+    for i in range(120):
+        store.put(("docs", "a"), f"k{i}", text(rng))
+    sent = Recorder(store)
+    expected = bm25(store, ("docs",), "printer refund", 10, on=False)
+    assert not sent.took("am_store_blocks")
+    got = bm25(store, ("docs",), "printer refund", 10, on=True)
+    same_answer(got, expected)
+    assert sent.count("INSERT INTO am_store_blocks") == 2  # one block per common term
+    assert len(got) == 10
+    # the blocks serve the next query: nothing is built again
+    built = sent.count("INSERT INTO am_store_blocks")
+    same_answer(bm25(store, ("docs",), "refund printer", 10, on=True), expected)
+    assert sent.count("INSERT INTO am_store_blocks") == built
+
+
+def test_writes_after_a_build_are_in_the_answer(store: AgentMemoryStore) -> None:
+    """New items, rewritten ones (a term added, a term dropped) and deleted ones, in the
+    namespace of the blocks and in another one the query also covers."""
+    rng = random.Random(5)
+    for i in range(120):
+        store.put(("docs", "a"), f"k{i}", text(rng))
+    bm25(store, ("docs",), "printer refund coffee", 8, on=True)  # builds the blocks
+    store.put(("docs", "a"), "new", {"text": "printer printer refund"})
+    store.put(("docs", "a"), "k1", {"text": "printer refund"})
+    store.put(("docs", "a"), "k2", {"text": "nothing of it"})
+    for i in range(3, 40):
+        store.delete(("docs", "a"), f"k{i}")
+    store.put(("docs", "b"), "other", {"text": "refund refund printer"})
+    for query in ("printer refund coffee", "printer", "berlin refund"):
+        for want in (1, 4, 8, 40):
+            expected = bm25(store, ("docs",), query, want, on=False)
+            same_answer(bm25(store, ("docs",), query, want, on=True), expected)
+            exact = bm25(store, ("docs", "a"), query, want, on=False)
+            same_answer(bm25(store, ("docs", "a"), query, want, on=True), exact)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 10_000), want=st.sampled_from([1, 3, 10, 30]))
+def test_any_history_of_writes_gets_the_postings_answer(
+    make_store: Callable[..., AgentMemoryStore], seed: int, want: int
+) -> None:
+    store = make_store()
+    rng = random.Random(seed)
+    ns = ("h", str(seed))
+    for step in range(200):
+        key = f"k{rng.randrange(60)}"
+        if rng.random() < 0.2:
+            store.delete(ns, key)
+        else:
+            store.put(ns, key, text(rng))
+        if step % 25 == 24:
+            query = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
+            expected = bm25(store, ns, query, want, on=False)
+            same_answer(bm25(store, ns, query, want, on=True), expected)
+
+
+def test_search_reads_blocks_and_lists_the_same_items(store: AgentMemoryStore) -> None:
+    rng = random.Random(9)
+    for i in range(150):
+        store.put(("s",), f"k{i}", text(rng))
+    store.dialect.posting_blocks = False
+    try:
+        before = [i.key for i in store.search(("s",), query="refund for the printer", limit=5)]
+        assert len(before) == 5
+    finally:
+        del store.dialect.posting_blocks
+    sent = Recorder(store)
+    after = [i.key for i in store.search(("s",), query="refund for the printer", limit=5)]
+    assert sent.took("am_store_blocks")
+    assert after == before  # two terms: ties are exact, broken by key on both paths
+    same_answer(
+        bm25(store, ("s",), "refund printer", 20, on=True),
+        bm25(store, ("s",), "refund printer", 20, on=False),
+    )
+
+
+def test_a_namespace_delete_takes_its_blocks(store: AgentMemoryStore) -> None:
+    rng = random.Random(2)
+    for i in range(60):
+        store.put(("gone", "x"), f"k{i}", text(rng))
+        store.put(("kept", "y"), f"k{i}", text(rng))
+    bm25(store, ("gone",), "printer refund", 5, on=True)
+    bm25(store, ("kept",), "printer refund", 5, on=True)
+    assert blocks_under(store, "gone") and blocks_under(store, "kept")
+    store.delete_namespace(("gone",))
+    assert not blocks_under(store, "gone")
+    assert blocks_under(store, "kept")
+    assert bm25(store, ("gone",), "printer refund", 5, on=True) == []
+
+
+def blocks_under(store: AgentMemoryStore, root: str) -> int:
+    def plan() -> Plan[int]:
+        sql = Sql(
+            f"SELECT count(*) FROM am_store_blocks WHERE shard >= '{root}.' AND shard < '{root}/'"
+        )
+        [rows] = yield Batch([Stmt(sql, fetch=True)])
+        return int(rows[0][0])
+
+    return store.db.run(plan())
+
+
+# -- the ranking here, against brute force -----------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.sampled_from("abc"), st.integers(1, 4)),
+        min_size=1,
+        max_size=80,
+        unique_by=lambda r: (r[0], r[1]),
+    ),
+    st.integers(1, 12),
+    st.sets(st.integers(0, 30), max_size=6),
+)
+def test_candidates_and_settled_are_the_brute_force_ranking(
+    postings: list[tuple[int, str, int]], want: int, rewritten: set[int]
+) -> None:
+    """Blocks of every posting, the rewritten items' postings fresh too (their block entries
+    must give way): the settled answer is brute force's, whenever it settles without any
+    stale entry."""
+    weights = B.Weights({"a": 1.0, "b": 0.7, "c": 0.3}, 0.3, 0.05)
+    dl = {i: 3 + i % 5 for i in range(31)}
+    blocks = []
+    for term in "abc":
+        rows = [(f"k{i}", tf, dl[i]) for i, t, tf in postings if t == term]
+        if rows:
+            block = B.pack("ns", rows)
+            blocks.append((B.Block(term, "ns", "ns", 1, block.postings), block))
+    fresh = [B.Fresh(t, "ns", "ns", f"k{i}", tf, dl[i]) for i, t, tf in postings if i in rewritten]
+    truth: dict[tuple[str, str], float] = {}
+    for i, t, tf in postings:
+        key = ("ns", f"k{i}")
+        truth[key] = truth.get(key, 0.0) + weights.score(t, tf, dl[i])
+    found = B.candidates([b for b, _ in blocks], fresh, weights, 2 * want)
+    assert found is not None
+    keys = []
+    for source in found.sources:
+        if source.block < 0:
+            keys.append(("ns", fresh[source.position].key))
+        else:
+            packed = blocks[source.block][1]
+            keys.append(("ns", B.keys_at(packed.keys, packed.entries, [source.position])[0]))
+    answer = B.settled([(k, truth[k]) for k in keys], found.bound, want)
+    assert answer is not None  # nothing stale: the candidates' own scores bound the rest
+    best = sorted(truth.items(), key=lambda e: (-e[1], e[0]))[:want]
+    assert [round(s, 9) for _, s in answer] == [round(s, 9) for _, s in best]
