@@ -19,12 +19,12 @@ def _null(type_: Any, name: str) -> Any:
 
 
 def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
-    """In one statement (one snapshot): the blocks of ``n`` terms (``:t<j>``) under the
-    namespace, ``(term, shard, prefix, NULL, NULL, NULL, built, postings)``, and up to
-    ``:cap`` postings of each term no block holds, ``(term, shard, prefix, key, tf, dl,
-    NULL, NULL)``. Each term's postings are read in the order of the index of unpacked
-    postings, so no planner prefers scanning the table for the first ``:cap`` of them
-    (PostgreSQL would, with statistics from before a build packed most of them)."""
+    """In one statement (one snapshot): which blocks of ``n`` terms (``:t<j>``) lie under
+    the namespace, ``(term, shard, prefix, NULL, NULL, NULL, built)``, and up to ``:cap``
+    postings of each term no block holds, ``(term, shard, prefix, key, tf, dl, NULL)``.
+    Each term's postings are read in the order of the index of unpacked postings, so no
+    planner prefers scanning the table for the first ``:cap`` of them (PostgreSQL would,
+    with statistics from before a build packed most of them)."""
     b, t = store_blocks, store_terms
 
     def fresh(j: int) -> Any:
@@ -36,7 +36,7 @@ def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
             .limit(sa.bindparam("cap", type_=sa.Integer))
             .subquery(f"f{j}")
         )
-        return sa.select(*part.c, _null(sa.BigInteger, "built"), _null(sa.LargeBinary, "postings"))
+        return sa.select(*part.c, _null(sa.BigInteger, "built"))
 
     def build() -> Any:
         blocks = sa.select(
@@ -47,7 +47,6 @@ def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
             _null(sa.Integer, "tf"),
             _null(sa.Integer, "dl"),
             b.c.built,
-            b.c.postings,
         ).where(terms_in(b, n), *st.ns_of(b, exact, scoped))
         return sa.union_all(blocks, *(fresh(j) for j in range(n)))
 
@@ -85,13 +84,13 @@ def _named(n: int) -> Any:
     )
 
 
-def keys(st: StoreStatements, n: int) -> Sql:
-    """``(term, shard, prefix, built, entries, keys)`` of ``n`` blocks."""
+def payloads(st: StoreStatements, n: int) -> Sql:
+    """``(term, shard, prefix, built, entries, postings, keys)`` of ``n`` blocks."""
     b = store_blocks
     return st.statement(
-        ("blocks_keys", n),
+        ("blocks_payloads", n),
         lambda: sa.select(
-            b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c["keys"]
+            b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c.postings, b.c["keys"]
         ).where(_named(n)),
     )
 

@@ -14,17 +14,20 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from langgraph_checkpoint_agent_memory.db import store_blocks as sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 from langgraph_checkpoint_agent_memory.store import blocks as limits
 from langgraph_checkpoint_agent_memory.store.blocks import (
+    ENTRY,
     Block,
-    Candidates,
+    BlockCache,
+    BlockKey,
     Fresh,
     Weights,
     candidates,
-    keys_at,
     pack,
     settled,
 )
@@ -59,6 +62,7 @@ def build_plan(st: StoreStatements, term: str, shard: str, prefix: str) -> Plan[
 
 def blocked_plan(
     st: StoreStatements,
+    cache: BlockCache,
     flat: Sequence[str],
     weights: Weights,
     common: set[str],
@@ -69,44 +73,79 @@ def blocked_plan(
     scoped: bool,
 ) -> Plan[list[Scored] | None]:
     """BM25's best ``want`` items for the stored terms ``flat`` (``common``: those found in
-    at least :data:`~.blocks.MIN_DF` items under the namespace), from blocks; ``None``
-    when the postings must answer."""
+    at least :data:`~.blocks.MIN_DF` items under the namespace), from blocks (their content
+    from ``cache`` when this process read it before); ``None`` when the postings must
+    answer."""
     read = sql.read(st, len(flat), exact, scoped)
     terms = {f"t{j}": t for j, t in enumerate(flat)}
     params = {**base, **terms, "cap": limits.FRESH_CAP + 1}
-    blocks, fresh = yield from _read_plan(read, params)
+    heads, fresh = yield from _read_plan(read, params)
     todo = yield from _todo_plan(st, fresh, common, base, exact, scoped)
     if todo:
         for block in todo:
             yield from build_plan(st, *block)
-        blocks, fresh = yield from _read_plan(read, params)
+        heads, fresh = yield from _read_plan(read, params)
     if _capped(fresh):
+        return None
+    blocks = yield from _blocks_plan(st, cache, heads)
+    if blocks is None:
         return None
     found = candidates(blocks, fresh, weights, want + want // 4 + 8)
     if found is None:
         return None
-    items = yield from _items_plan(st, blocks, fresh, found)
-    if items is None:
-        return None
+    items = [
+        (f.shard, f.prefix, f.key)
+        if s.block < 0 and (f := fresh[s.position])
+        else (blocks[s.block].shard, blocks[s.block].prefix, blocks[s.block].key_at(s.position))
+        for s in found.sources
+    ]
     scored = yield from _exact_plan(st, items, flat, weights)
     answer = settled(scored, found.bound, want)
-    if answer is None:  # entries of items deleted since crowd the candidates: rebuild
-        gone = {(st.shard(p), p) for (p, _), score in scored if score <= 0}
+    if answer is None:  # entries of items deleted or rewritten since misled: rebuild
+        stale = {
+            (st.shard(p), p)
+            for ((p, _), true), here in zip(scored, found.scores, strict=True)
+            if true < here - 1e-9 * abs(here)
+        }
         for b in blocks:
-            if (b.shard, b.prefix) in gone:
+            if (b.shard, b.prefix) in stale:
                 yield from build_plan(st, b.term, b.shard, b.prefix)
     return answer
 
 
-def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[list[Block], list[Fresh]]]:
+def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[list[BlockKey], list[Fresh]]]:
     [rows] = yield Batch([Stmt(read, params, fetch=True)])
-    blocks, fresh = [], []
-    for term, shard, prefix, key, tf, dl, built, postings in rows:
-        if postings is not None:
-            blocks.append(Block(term, shard, prefix, int(built), bytes(postings)))
+    heads, fresh = [], []
+    for term, shard, prefix, key, tf, dl, built in rows:
+        if built is not None:
+            heads.append((term, shard, prefix, int(built)))
         else:
             fresh.append(Fresh(term, shard, prefix, key, int(tf), int(dl)))
-    return blocks, fresh
+    return heads, fresh
+
+
+def _blocks_plan(
+    st: StoreStatements, cache: BlockCache, heads: list[BlockKey]
+) -> Plan[list[Block] | None]:
+    """The blocks ``heads`` names, from ``cache`` or read (and cached); ``None`` when one
+    was rebuilt since ``heads`` was read."""
+    found = {h: cache.get(h) for h in heads}
+    missing = [h for h, b in found.items() if b is None]
+    if missing:
+        n = len(missing) + (-len(missing) % 4)
+        params: dict[str, Any] = {}
+        for j, (term, shard, prefix, _) in enumerate(missing + missing[-1:] * (n - len(missing))):
+            params.update({f"bt{j}": term, f"bs{j}": shard, f"bp{j}": prefix})
+        [rows] = yield Batch([Stmt(sql.payloads(st, n), params, fetch=True)])
+        for term, shard, prefix, built, entries, postings, keys in rows:
+            key = (term, shard, prefix, int(built))
+            if key in found and found[key] is None:
+                data = np.frombuffer(bytes(postings), dtype=ENTRY, count=int(entries))
+                block = Block(term, shard, prefix, int(built), data, bytes(keys))
+                cache.put(block)
+                found[key] = block
+    blocks = [b for b in (found[h] for h in heads) if b is not None]
+    return blocks if len(blocks) == len(heads) else None
 
 
 def _capped(fresh: list[Fresh]) -> bool:
@@ -132,40 +171,6 @@ def _todo_plan(
     stmt = Stmt(sql.fresh_counts(st, len(mine), exact, scoped), counted, fetch=True)
     [rows] = yield Batch([stmt])
     return sorted((str(t), str(s), str(p)) for t, s, p in rows)
-
-
-def _items_plan(
-    st: StoreStatements, blocks: list[Block], fresh: list[Fresh], found: Candidates
-) -> Plan[list[tuple[str, str, str]] | None]:
-    """The candidates as ``(shard, prefix, key)``: the keys of block entries read from their
-    blocks (``None`` when one was rebuilt since the read)."""
-    wanted = sorted({s.block for s in found.sources if s.block >= 0})
-    keys: dict[int, tuple[bytes, int]] = {}
-    if wanted:
-        params: dict[str, Any] = {}
-        for j, b in enumerate(wanted + wanted[-1:] * (-len(wanted) % 4)):
-            block = blocks[b]
-            params.update({f"bt{j}": block.term, f"bs{j}": block.shard, f"bp{j}": block.prefix})
-        n = len(wanted) + (-len(wanted) % 4)
-        [rows] = yield Batch([Stmt(sql.keys(st, n), params, fetch=True)])
-        by_id = {(t, s, p): (int(built), bytes(k), int(e)) for t, s, p, built, e, k in rows}
-        for b in wanted:
-            block = blocks[b]
-            built, column, entries = by_id.get((block.term, block.shard, block.prefix), (0, b"", 0))
-            if built != block.built:
-                return None
-            keys[b] = (column, entries)
-    items = []
-    for source in found.sources:
-        if source.block < 0:
-            f = fresh[source.position]
-            items.append((f.shard, f.prefix, f.key))
-        else:
-            block = blocks[source.block]
-            column, entries = keys[source.block]
-            [key] = keys_at(column, entries, [source.position])
-            items.append((block.shard, block.prefix, key))
-    return items
 
 
 def _exact_plan(

@@ -23,6 +23,8 @@ This module does no I/O: :mod:`.blocked` runs the plans.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -93,13 +95,56 @@ def keys_at(keys: bytes, entries: int, positions: Sequence[int]) -> list[str]:
 
 @dataclass(frozen=True)
 class Block:
-    """A block as a query reads it."""
+    """A block as a query ranks with it: its entries decoded, its keys column."""
 
     term: str
     shard: str
     prefix: str
     built: int
-    postings: bytes
+    entries: Any  # an array of ENTRY
+    keys: bytes
+
+    def key_at(self, position: int) -> str:
+        """The key of entry ``position``."""
+        return keys_at(self.keys, len(self.entries), [position])[0]
+
+
+#: What names a block's content: its term, shard key, namespace and build.
+BlockKey = tuple[str, str, str, int]
+
+
+class BlockCache:
+    """Blocks read before, by :data:`BlockKey` (a build's content never changes), the most
+    recently used kept up to ``max_bytes``: a query reads which blocks it needs, and their
+    content only when they are new to this process."""
+
+    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self._blocks: OrderedDict[BlockKey, Block] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: BlockKey) -> Block | None:
+        with self._lock:
+            found = self._blocks.get(key)
+            if found is not None:
+                self._blocks.move_to_end(key)
+            return found
+
+    def put(self, block: Block) -> None:
+        key = (block.term, block.shard, block.prefix, block.built)
+        with self._lock:
+            if key in self._blocks:
+                return
+            self._blocks[key] = block
+            self._bytes += block.entries.nbytes + len(block.keys)
+            while self._bytes > self.max_bytes and len(self._blocks) > 1:
+                _, old = self._blocks.popitem(last=False)
+                self._bytes -= old.entries.nbytes + len(old.keys)
+
+    def after_fork(self) -> None:
+        """A forked child must not inherit a lock another thread of the parent held."""
+        self._lock = threading.Lock()
 
 
 class Fresh(NamedTuple):
@@ -138,10 +183,12 @@ class Source(NamedTuple):
 
 @dataclass(frozen=True)
 class Candidates:
-    """The best items by the scores here: where each one's key is, and ``bound``, the best
-    score of an item left out (0 when every scored item is a candidate)."""
+    """The best items by the scores here: where each one's key is, its score here, and
+    ``bound``, the best score of an item left out (0 when every scored item is a
+    candidate)."""
 
     sources: list[Source]
+    scores: list[float]
     bound: float
 
 
@@ -158,7 +205,7 @@ def candidates(
         mine = np.array([f.term == term for f in fresh])
         newer[term] = np.unique(fresh_hashes[mine])
     for b, block in enumerate(blocks):
-        entries = np.frombuffer(block.postings, dtype=ENTRY)
+        entries = block.entries
         at = np.arange(len(entries), dtype=np.int64)
         if block.term in newer and len(entries):  # rewritten since: scored from the fresh
             found = np.minimum(np.searchsorted(entries["h"], newer[block.term]), len(at) - 1)
@@ -182,7 +229,7 @@ def _best(
     its position."""
     h = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.int64)
     if not len(h):
-        return Candidates([], 0.0)
+        return Candidates([], [], 0.0)
     order = np.argsort(h, kind="stable")  # each list is sorted: runs that merge
     h = h[order]
     starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
@@ -203,6 +250,7 @@ def _best(
             Source(-1 if w >> 32 == fresh_from else int(w >> 32), int(w & 0xFFFFFFFF))
             for w in where.tolist()
         ],
+        totals[chosen].tolist(),
         bound,
     )
 

@@ -108,6 +108,8 @@ class Ranker:
         self.term_stats: OrderedDict[tuple[str, bool, str], tuple[int, float, float, int]] = (
             OrderedDict()
         )
+        #: Blocks of postings read before (``store/blocks.py``).
+        self.blocks = blocks.BlockCache()
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
         #: Pseudo-relevance feedback of the lexical ranking (``None``: off): the query
@@ -159,6 +161,7 @@ class Ranker:
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
         self.lock = threading.Lock()
+        self.blocks.after_fork()
 
     def fused_plan(
         self,
@@ -497,7 +500,15 @@ class Ranker:
                 params["k_len"],
             )
             found = yield from blocked_plan(
-                self.statements, flat, weights, common, base, want, exact=exact, scoped=one
+                self.statements,
+                self.blocks,
+                flat,
+                weights,
+                common,
+                base,
+                want,
+                exact=exact,
+                scoped=one,
             )
             if found is not None:
                 return found
