@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -276,10 +277,10 @@ class Recorder:
 
         def recording(plan: Any) -> Any:
             def watched() -> Any:
-                result = None
+                step = partial(plan.send, None)
                 while True:
                     try:
-                        batch = plan.send(result)
+                        batch = step()
                     except StopIteration as stop:
                         return stop.value
                     self.texts.extend(s.sql.text for s in batch.statements)
@@ -288,7 +289,10 @@ class Recorder:
                         for s in batch.statements
                         if s.params or not s.many
                     )
-                    result = yield batch
+                    try:
+                        step = partial(plan.send, (yield batch))
+                    except Exception as exc:  # a failed batch goes to the plan, as unwatched
+                        step = partial(plan.throw, exc)
 
             return run(watched())
 

@@ -215,6 +215,52 @@ async def test_async_search_reads_blocks_too(store: AgentMemoryStore) -> None:
     assert rows == 2
 
 
+def test_words_spread_over_small_namespaces_are_read_as_postings(
+    store: AgentMemoryStore,
+) -> None:
+    """Above 40 users of 5 items each, a common word has too few postings in any one
+    namespace for a block: the query reads postings, and the next ones do not look again."""
+    rng = random.Random(13)
+    for user in range(40):
+        for i in range(5):
+            store.put(("users", f"u{user}"), f"k{i}", text(rng))
+    sent = Recorder(store)
+    for _ in range(3):
+        same_answer(
+            bm25(store, ("users",), "printer refund", 10, on=True),
+            bm25(store, ("users",), "printer refund", 10, on=False),
+        )
+    assert sent.count("FROM am_store_blocks") == 1  # the first query looked, once
+    assert blocks_under(store, "users") == 0
+
+
+def test_a_database_that_refuses_the_build_gets_the_postings_answer(
+    store: AgentMemoryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A search must not fail for want of blocks: where the build is refused (a read-only
+    replica or file, a locked SQLite database), the postings answer, and the next queries
+    do not try again for a while."""
+    from langgraph_checkpoint_agent_memory.store import blocked
+
+    rng = random.Random(14)
+    for i in range(100):
+        store.put(("ro",), f"k{i}", text(rng))
+
+    def refused(*args: Any) -> Plan[int]:
+        yield Batch([Stmt(Sql("UPDATE no_such_table SET x = 1"))], write=True)
+        return 0
+
+    monkeypatch.setattr(blocked, "build_plan", refused)
+    expected = bm25(store, ("ro",), "printer refund", 6, on=False)
+    sent = Recorder(store)
+    with caplog.at_level("WARNING"):
+        same_answer(bm25(store, ("ro",), "printer refund", 6, on=True), expected)
+    assert "reads postings, not blocks" in caplog.text
+    looked = sent.count("FROM am_store_blocks")
+    same_answer(bm25(store, ("ro",), "printer refund", 6, on=True), expected)
+    assert sent.count("FROM am_store_blocks") == looked == 1
+
+
 def test_a_namespace_delete_takes_its_blocks(store: AgentMemoryStore) -> None:
     rng = random.Random(2)
     for i in range(60):

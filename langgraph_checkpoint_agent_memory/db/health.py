@@ -28,6 +28,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     data_keys,
     migrations,
     settings,
+    store_blocks,
     store_items,
     store_terms,
     store_vectors,
@@ -37,7 +38,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 #: the migration ledger every component shares).
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "checkpoint": CHECKPOINT_TABLES,
-    "store": (store_items, store_vectors, store_terms, settings),
+    "store": (store_items, store_vectors, store_terms, store_blocks, settings),
     "memory": MEMORY_TABLES,
     "keys": (data_keys,),
     "migrations": (migrations,),

@@ -223,8 +223,10 @@ store_blocks = sa.Table(
     info=SHARDED,
 )
 
-#: Tables of rows under a namespace: a namespace's delete and an erase go through all of them.
-STORE_NS_TABLES = ("am_store_blocks", *STORE_ROW_TABLES)
+#: Tables of rows under a namespace: a namespace's delete and an erase go through all of them,
+#: the blocks last (a build under way then either committed first, and its block is deleted,
+#: or waits on the delete and packs none of the deleted postings).
+STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
 

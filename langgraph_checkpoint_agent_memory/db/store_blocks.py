@@ -146,11 +146,23 @@ def mark(st: StoreStatements) -> Sql:
 
 
 def postings(st: StoreStatements) -> Sql:
-    """``(key, tf, dl)`` of every posting of the term in the namespace."""
+    """``(key, tf, dl)`` of the term's packed postings in the namespace: those this build
+    marked (it holds them) and earlier builds' (queries read the others one by one)."""
     t = store_terms
     return st.statement(
         ("blocks_postings",),
-        lambda: sa.select(t.c.key, t.c.tf, t.c.dl).where(*_one_block(t)),
+        lambda: sa.select(t.c.key, t.c.tf, t.c.dl).where(*_one_block(t), t.c.packed == 1),
+    )
+
+
+def drop(st: StoreStatements) -> Sql:
+    """Delete the blocks of one namespace (``:shard``, ``:prefix``)."""
+    b = store_blocks
+    return st.statement(
+        ("blocks_drop",),
+        lambda: sa.delete(b).where(
+            b.c.shard == sa.bindparam("shard"), b.c.prefix == sa.bindparam("prefix")
+        ),
     )
 
 

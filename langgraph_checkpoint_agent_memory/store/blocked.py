@@ -9,6 +9,7 @@ sends the query to the postings, as before blocks.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +33,12 @@ from langgraph_checkpoint_agent_memory.store.blocks import (
     settled,
 )
 
+logger = logging.getLogger(__name__)
+
+#: The most blocks one query builds (the next queries build the rest).
+BUILDS_PER_QUERY = 4
+#: The parameters naming the namespace searched (``prefix_params``, and ``now``).
+NAMESPACE_PARAMS = ("ns", "ns_dot", "ns_len", "ns_end", "shard", "now")
 #: Where a block is: its term, shard key and namespace.
 BlockId = tuple[str, str, str]
 #: A ranked item: ``((prefix, key), score)``.
@@ -64,28 +71,67 @@ def blocked_plan(
     st: StoreStatements,
     cache: BlockCache,
     flat: Sequence[str],
-    weights: Weights,
-    common: set[str],
-    base: dict[str, Any],
-    want: int,
+    df: dict[str, int],
+    params: dict[str, Any],
     *,
     exact: bool,
     scoped: bool,
 ) -> Plan[list[Scored] | None]:
-    """BM25's best ``want`` items for the stored terms ``flat`` (``common``: those found in
-    at least :data:`~.blocks.MIN_DF` items under the namespace), from blocks (their content
-    from ``cache`` when this process read it before); ``None`` when the postings must
-    answer."""
+    """BM25's best ``:n`` items for the stored terms ``flat`` from blocks (their content
+    from ``cache`` when this process read it before), or ``None``: the postings must
+    answer. ``df``: each term's document frequency under the namespace; ``params``: the
+    lexical statement's (the namespace's, ``:t<j>``, ``:w<j>``, ``:k_base``, ``:k_len``).
+
+    A query that cannot use blocks there (its words' postings spread over namespaces too
+    small for them, too many ties, or a database that refuses: a read-only one, a locked
+    SQLite file, a schema before blocks) says so and leaves that query's words to the
+    postings for a minute, rather than finding it out again each time."""
+    common = tuple(sorted(f for f in flat if df.get(f, 0) >= limits.MIN_DF))
+    where = (params["ns"], exact, common)
+    # a distributed database reads a query above the shard key one shard at a time, each
+    # in a snapshot of its own: blocks only for a query within one shard key there
+    if not common or cache.declines(where) or (st.d.distributed and not scoped):
+        return None
+    try:
+        found = yield from _blocked_plan(st, cache, flat, set(common), params, exact, scoped)
+    except Exception as exc:
+        logger.warning("lexical search reads postings, not blocks, for a minute: %r", exc)
+        found = None
+    if found is None:
+        cache.decline(where)
+        return None
+    return found
+
+
+def _blocked_plan(
+    st: StoreStatements,
+    cache: BlockCache,
+    flat: Sequence[str],
+    common: set[str],
+    params: dict[str, Any],
+    exact: bool,
+    scoped: bool,
+    again: bool = True,
+) -> Plan[list[Scored] | None]:
+    """:func:`blocked_plan`'s work; ``again``: after rebuilding blocks that misled it,
+    try once more."""
+    want = int(params["n"])
+    weights = Weights(
+        {t: params[f"w{j}"] for j, t in reversed(list(enumerate(flat)))},
+        params["k_base"],
+        params["k_len"],
+    )
+    base = {k: v for k, v in params.items() if k in NAMESPACE_PARAMS}
     read = sql.read(st, len(flat), exact, scoped)
     terms = {f"t{j}": t for j, t in enumerate(flat)}
-    params = {**base, **terms, "cap": limits.FRESH_CAP + 1}
-    heads, fresh = yield from _read_plan(read, params)
+    reading = {**base, **terms, "cap": limits.FRESH_CAP + 1}
+    heads, fresh = yield from _read_plan(read, reading)
     todo = yield from _todo_plan(st, fresh, common, base, exact, scoped)
     if todo:
-        for block in todo:
+        for block in todo[:BUILDS_PER_QUERY]:
             yield from build_plan(st, *block)
-        heads, fresh = yield from _read_plan(read, params)
-    if _capped(fresh):
+        heads, fresh = yield from _read_plan(read, reading)
+    if _capped(fresh):  # spread over namespaces too small for blocks
         return None
     blocks = yield from _blocks_plan(st, cache, heads)
     if blocks is None:
@@ -107,9 +153,11 @@ def blocked_plan(
             for ((p, _), true), here in zip(scored, found.scores, strict=True)
             if true < here - 1e-9 * abs(here)
         }
-        for b in blocks:
-            if (b.shard, b.prefix) in stale:
-                yield from build_plan(st, b.term, b.shard, b.prefix)
+        rebuilt = [b for b in blocks if (b.shard, b.prefix) in stale][:BUILDS_PER_QUERY]
+        for b in rebuilt:
+            yield from build_plan(st, b.term, b.shard, b.prefix)
+        if rebuilt and again:
+            return (yield from _blocked_plan(st, cache, flat, common, params, exact, scoped, False))
     return answer
 
 
@@ -131,10 +179,11 @@ def _blocks_plan(
     was rebuilt since ``heads`` was read."""
     found = {h: cache.get(h) for h in heads}
     missing = [h for h, b in found.items() if b is None]
-    if missing:
-        n = len(missing) + (-len(missing) % 4)
+    for start in range(0, len(missing), 64):
+        chunk = missing[start : start + 64]
+        n = len(chunk) + (-len(chunk) % 4)
         params: dict[str, Any] = {}
-        for j, (term, shard, prefix, _) in enumerate(missing + missing[-1:] * (n - len(missing))):
+        for j, (term, shard, prefix, _) in enumerate(chunk + chunk[-1:] * (n - len(chunk))):
             params.update({f"bt{j}": term, f"bs{j}": shard, f"bp{j}": prefix})
         [rows] = yield Batch([Stmt(sql.payloads(st, n), params, fetch=True)])
         for term, shard, prefix, built, entries, postings, keys in rows:
@@ -187,11 +236,13 @@ def _exact_plan(
     terms = {f"t{j}": t for j, t in enumerate(flat)}
     statements = []
     for (shard, prefix), keys in by_ns.items():
-        n = len(keys) + (-len(keys) % 16)
-        padded = keys + keys[-1:] * (n - len(keys))
-        params = {**terms, "shard": shard, "prefix": prefix}
-        params.update({f"k{j}": k for j, k in enumerate(padded)})
-        statements.append(Stmt(sql.postings_in(st, len(flat), n), params, fetch=True))
+        for start in range(0, len(keys), 256):  # within any database's parameter limit
+            chunk = keys[start : start + 256]
+            n = len(chunk) + (-len(chunk) % 16)
+            padded = chunk + chunk[-1:] * (n - len(chunk))
+            params = {**terms, "shard": shard, "prefix": prefix}
+            params.update({f"k{j}": k for j, k in enumerate(padded)})
+            statements.append(Stmt(sql.postings_in(st, len(flat), n), params, fetch=True))
     found = yield Batch(statements)
     scores = {(p, k): 0.0 for _, p, k in items}
     for rows in found:

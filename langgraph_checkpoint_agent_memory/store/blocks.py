@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def item_hash(prefix: str, key: str) -> int:
         >>> item_hash("docs", "a") == item_hash("docs", "a") != item_hash("docs", "b")
         True
     """
-    digest = hashlib.blake2b(f"{prefix}\x00{key}".encode(), digest_size=8).digest()
+    named = f"{len(prefix)}:{prefix}{key}".encode()  # no two (prefix, key) give one text
+    digest = hashlib.blake2b(named, digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
 
 
@@ -109,6 +111,8 @@ class Block:
         return keys_at(self.keys, len(self.entries), [position])[0]
 
 
+#: Queries that read postings, not blocks, for a while: namespace, exact, common words.
+Declined = tuple[str, bool, tuple[str, ...]]
 #: What names a block's content: its term, shard key, namespace and build.
 BlockKey = tuple[str, str, str, int]
 
@@ -123,6 +127,22 @@ class BlockCache:
         self._blocks: OrderedDict[BlockKey, Block] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        #: (namespace, exact, common words) -> until when such queries read postings
+        self._declined: dict[Declined, float] = {}
+
+    def declines(self, where: Declined) -> bool:
+        """Whether queries under ``where`` skip blocks for now (see :meth:`decline`)."""
+        until = self._declined.get(where)
+        return until is not None and time.monotonic() < until
+
+    def decline(self, where: Declined, seconds: float = 60.0) -> None:
+        """Queries of ``where`` read postings for ``seconds``: blocks did not answer them
+        (see :func:`~.blocked.blocked_plan`), and finding that out again would cost each
+        query a read of thousands of postings."""
+        with self._lock:
+            if len(self._declined) >= 4096:
+                self._declined.clear()
+            self._declined[where] = time.monotonic() + seconds
 
     def get(self, key: BlockKey) -> Block | None:
         with self._lock:

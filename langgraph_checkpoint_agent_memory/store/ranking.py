@@ -108,7 +108,9 @@ class Ranker:
         self.term_stats: OrderedDict[tuple[str, bool, str], tuple[int, float, float, int]] = (
             OrderedDict()
         )
-        #: Blocks of postings read before (``store/blocks.py``).
+        #: Whether queries of common words read blocks of their postings (``store/blocks.py``),
+        #: and the blocks read before.
+        self.posting_blocks = True
         self.blocks = blocks.BlockCache()
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
@@ -492,23 +494,9 @@ class Ranker:
             },
         )
         one = scoped(base)
-        common = {f for f in flat if df.get(f, 0) >= blocks.MIN_DF}
-        if common and packed and not joined and self.statements.d.posting_blocks:
-            weights = blocks.Weights(
-                {t: params[f"w{j}"] for j, t in reversed(list(enumerate(flat)))},
-                params["k_base"],
-                params["k_len"],
-            )
+        if packed and not joined and self.posting_blocks and self.statements.d.posting_blocks:
             found = yield from blocked_plan(
-                self.statements,
-                self.blocks,
-                flat,
-                weights,
-                common,
-                base,
-                want,
-                exact=exact,
-                scoped=one,
+                self.statements, self.blocks, flat, df, params, exact=exact, scoped=one
             )
             if found is not None:
                 return found

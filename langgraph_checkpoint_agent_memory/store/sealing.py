@@ -37,6 +37,7 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db import keys as keys_sql
+from langgraph_checkpoint_agent_memory.db import store_blocks as blocks_sql
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
@@ -484,7 +485,8 @@ def encrypt_plaintext_plan(
                 }
                 for v in map(FieldVectorRow._make, vectors)
             ]
-            writes = [Stmt(st.delete_item()[1], ident)]
+            # the namespace's blocks hold its words in plaintext: gone with the first item
+            writes = [Stmt(st.delete_item()[1], ident), Stmt(blocks_sql.drop(st), ident)]
             if term_rows:
                 writes.append(st.insert_terms_stmt(term_rows))
             if vector_rows:
