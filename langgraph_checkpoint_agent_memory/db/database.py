@@ -30,12 +30,15 @@ class Stmt:
     """One statement: compiled SQL, its parameters, and whether rows come back.
 
     ``params`` is a mapping for one execution, or a sequence of mappings with ``many=True``.
+    ``prepare=False``: never a prepared statement (PostgreSQL), so each execution is planned
+    with its values; for a statement whose generic plan is far worse than a custom one.
     """
 
     sql: Sql
     params: Any = None
     many: bool = False
     fetch: bool = False
+    prepare: bool = True
 
 
 @dataclass(frozen=True)

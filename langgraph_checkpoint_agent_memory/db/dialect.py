@@ -576,19 +576,31 @@ class Dialect:
     #: where the database has partial indexes, which find the postings written since a
     #: block was built without reading the others.
     posting_blocks = True
-    #: The columns of the index of unpacked postings (the rest it includes).
+    #: The columns of the index of unpacked postings after its first (the rest it includes).
     fresh_index_columns: tuple[str, ...] = ("term", "shard", "prefix", "key")
 
+    def fresh_lead(self, t: Any) -> Any:
+        """The first column of the index of unpacked postings of table ``t``, which a query
+        of them names (equal to 0) and orders by: :func:`unpacked` (the ``packed IS NULL``
+        of a query is left out of a partial index's conditions on PostgreSQL, being its
+        predicate)."""
+        return unpacked(t)
+
     def fresh_postings_ddl(self) -> list[str]:
-        """The index of postings no block holds yet (``packed IS NULL``), term first, with
-        what BM25 reads, so the read is the index's alone; none where
-        :attr:`posting_blocks` is off."""
+        """The index of postings no block holds yet (``packed IS NULL``), with what BM25
+        reads, so the read is the index's alone; none where :attr:`posting_blocks` is off.
+
+        It leads with :meth:`fresh_lead`, which queries name: the primary key cannot serve
+        that condition nor its order, so no planner takes the primary key (and every
+        posting of a term) for the few unpacked ones, whatever its statistics say
+        (PostgreSQL's, from before a build packed most of them, would)."""
         if not self.posting_blocks:
             return []
         names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
         terms = sa.Table("am_store_terms", sa.MetaData(), *(sa.Column(c) for c in names))
         index = sa.Index(
             "am_store_terms_fresh",
+            self.fresh_lead(terms),
             *(terms.c[c] for c in self.fresh_index_columns),
             postgresql_include=["tf", "dl"],
             postgresql_where=terms.c.packed.is_(None),
@@ -651,6 +663,12 @@ class Dialect:
         queue instead of deadlocking.
         """
         return None
+
+
+def unpacked(t: Any) -> Any:
+    """Core: ``COALESCE(t.packed, 0)``, the first column of the index of unpacked postings
+    (0 for every posting it holds; see :meth:`Dialect.fresh_postings_ddl`)."""
+    return sa.func.coalesce(t.c.packed, sa.literal_column("0", sa.Integer))
 
 
 def same_item(a: Any, b: Any) -> Any:

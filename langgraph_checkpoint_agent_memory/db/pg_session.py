@@ -138,6 +138,12 @@ def _line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _prepare(stmt: Stmt) -> bool | None:
+    """psycopg's ``prepare`` for ``stmt``: its threshold decides (``None``), unless the
+    statement asks to be planned with its values every time (``False``)."""
+    return None if stmt.prepare else False
+
+
 def _params(stmt: Stmt) -> Any:
     if stmt.many:
         return [stmt.sql.bind(p) for p in stmt.params]
@@ -152,7 +158,9 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
     relaxed = session.relaxed(batch)
     try:
         if lone is not None:
-            cur = session.conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
+            cur = session.conn.execute(
+                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            )
             return [cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
             return _relaxed(session, relaxed)
@@ -186,7 +194,7 @@ def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
             for stmt in batch.statements:
                 cur = conn.cursor(binary=stmt.fetch)
                 if not stmt.many:
-                    cur.execute(session.text(stmt), _params(stmt))
+                    cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
                 elif stmt.params:
                     cur.executemany(session.text(stmt), _params(stmt))
                 sent.append((cur, stmt))
@@ -210,7 +218,9 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
     relaxed = session.relaxed(batch)
     try:
         if lone is not None:
-            cur = await conn.execute(session.text(lone), _params(lone), binary=lone.fetch)
+            cur = await conn.execute(
+                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            )
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
         if relaxed is not None:
             return await _arelaxed(session, relaxed)
@@ -246,7 +256,7 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
                 if stmt.many and stmt.params:
                     await cur.executemany(session.text(stmt), _params(stmt))
                 elif not stmt.many:
-                    await cur.execute(session.text(stmt), _params(stmt))
+                    await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
                 sent.append((cur, stmt))
             if not batch.hold:
                 await conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)

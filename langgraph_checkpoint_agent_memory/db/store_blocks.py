@@ -22,17 +22,21 @@ def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
     """In one statement (one snapshot): which blocks of ``n`` terms (``:t<j>``) lie under
     the namespace, ``(term, shard, prefix, NULL, NULL, NULL, built)``, and up to ``:cap``
     postings of each term no block holds, ``(term, shard, prefix, key, tf, dl, NULL)``.
-    Each term's postings are read in the order of the index of unpacked postings, so no
-    planner prefers scanning the table for the first ``:cap`` of them (PostgreSQL would,
-    with statistics from before a build packed most of them)."""
+    Each term's postings are read through the index of unpacked postings, by its first
+    column and in its order (see :meth:`.Dialect.fresh_postings_ddl`)."""
     b, t = store_blocks, store_terms
+
+    lead = st.d.fresh_lead(t)
+    unpacked_where = [t.c.packed.is_(None)]
+    if lead is not t.c.packed:
+        unpacked_where.append(lead == 0)
 
     def fresh(j: int) -> Any:
         term = t.c.term == sa.bindparam(f"t{j}", type_=sa.String)
         part = (
             sa.select(t.c.term, t.c.shard, t.c.prefix, t.c.key, t.c.tf, t.c.dl)
-            .where(t.c.packed.is_(None), term, *st.ns_of(t, exact, scoped))
-            .order_by(t.c.term, t.c.shard, t.c.prefix, t.c.key)
+            .where(*unpacked_where, term, *st.ns_of(t, exact, scoped))
+            .order_by(lead, t.c.term, t.c.shard, t.c.prefix, t.c.key)
             .limit(sa.bindparam("cap", type_=sa.Integer))
             .subquery(f"f{j}")
         )
@@ -97,17 +101,23 @@ def payloads(st: StoreStatements, n: int) -> Sql:
 
 def postings_in(st: StoreStatements, terms: int, keys: int) -> Sql:
     """``(prefix, key, term, tf, dl)`` of the postings of ``terms`` terms (``:t<j>``) in
-    ``keys`` items (``:k<j>``) of one namespace (``:shard``, ``:prefix``): a point read of
-    the primary key each, the candidates' true scores."""
+    ``keys`` items (``:k<j>``) of one namespace (``:shard``, ``:prefix``): the candidates'
+    true scores. One part per term, so each is a range of the primary key with the keys
+    as its last column (two lists in one condition leave PostgreSQL 15 filtering every
+    posting of the terms by key)."""
     t = store_terms
-    return st.statement(
-        ("blocks_postings_in", terms, keys),
-        lambda: sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(
-            terms_in(t, terms),
+
+    def part(j: int) -> Any:
+        return sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(
+            t.c.term == sa.bindparam(f"t{j}", type_=sa.String),
             t.c.shard == sa.bindparam("shard"),
             t.c.prefix == sa.bindparam("prefix"),
-            t.c.key.in_([sa.bindparam(f"k{j}", type_=sa.String) for j in range(keys)]),
-        ),
+            t.c.key.in_([sa.bindparam(f"k{i}", type_=sa.String) for i in range(keys)]),
+        )
+
+    return st.statement(
+        ("blocks_postings_in", terms, keys),
+        lambda: sa.union_all(*(part(j) for j in range(terms))),
     )
 
 

@@ -242,7 +242,10 @@ def _exact_plan(
             padded = chunk + chunk[-1:] * (n - len(chunk))
             params = {**terms, "shard": shard, "prefix": prefix}
             params.update({f"k{j}": k for j, k in enumerate(padded)})
-            statements.append(Stmt(sql.postings_in(st, len(flat), n), params, fetch=True))
+            # planned with its keys: PostgreSQL's generic plan of it filters every posting
+            # of the terms in the namespace by key (20 ms at 10,000 items, not 0.7)
+            query = sql.postings_in(st, len(flat), n)
+            statements.append(Stmt(query, params, fetch=True, prepare=False))
     found = yield Batch(statements)
     scores = {(p, k): 0.0 for _, p, k in items}
     for rows in found:
