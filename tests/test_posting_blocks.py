@@ -34,6 +34,7 @@ WORDS = [
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A term in 12 items is common; 6 new postings of one call for its block again."""
     monkeypatch.setattr(B, "MIN_DF", 12)
+    monkeypatch.setattr(B, "MIN_POSTINGS", 12)
     monkeypatch.setattr(B, "BUILD_AT", 6)
     monkeypatch.setattr(B, "FRESH_CAP", 60)
 

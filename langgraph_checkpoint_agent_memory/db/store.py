@@ -672,18 +672,20 @@ class StoreStatements:
         )
 
 
-def items_named(t: Any, n: int) -> Any:
-    """Core: ``t``'s row is one of ``n`` items (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
+def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
+    """Core: ``t``'s row is one of ``n``, each named by its ``(column, parameter prefix)``
+    values ``:<prefix><j>``."""
     return sa.or_(
         *(
-            sa.and_(
-                t.c.shard == sa.bindparam(f"s{j}"),
-                t.c.prefix == sa.bindparam(f"p{j}"),
-                t.c.key == sa.bindparam(f"k{j}"),
-            )
+            sa.and_(*(t.c[column] == sa.bindparam(f"{prefix}{j}") for column, prefix in names))
             for j in range(n)
         )
     )
+
+
+def items_named(t: Any, n: int) -> Any:
+    """Core: ``t``'s row is one of ``n`` items (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
+    return rows_named(t, n, (("shard", "s"), ("prefix", "p"), ("key", "k")))
 
 
 def terms_in(t: Any, n: int) -> Any:

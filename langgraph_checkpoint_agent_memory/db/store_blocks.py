@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.schema import store_blocks, store_terms
-from langgraph_checkpoint_agent_memory.db.store import StoreStatements, terms_in
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, rows_named, terms_in
 
 
 def _null(type_: Any, name: str) -> Any:
@@ -73,21 +73,6 @@ def fresh_counts(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
     return st.statement(("blocks_fresh_counts", n, exact, scoped), build)
 
 
-def _named(n: int) -> Any:
-    """Core: the block is one of ``n`` (``:bt<j>``, ``:bs<j>``, ``:bp<j>``)."""
-    b = store_blocks
-    return sa.or_(
-        *(
-            sa.and_(
-                b.c.term == sa.bindparam(f"bt{j}"),
-                b.c.shard == sa.bindparam(f"bs{j}"),
-                b.c.prefix == sa.bindparam(f"bp{j}"),
-            )
-            for j in range(n)
-        )
-    )
-
-
 def payloads(st: StoreStatements, n: int) -> Sql:
     """``(term, shard, prefix, built, entries, postings, keys)`` of ``n`` blocks."""
     b = store_blocks
@@ -95,7 +80,7 @@ def payloads(st: StoreStatements, n: int) -> Sql:
         ("blocks_payloads", n),
         lambda: sa.select(
             b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c.postings, b.c["keys"]
-        ).where(_named(n)),
+        ).where(rows_named(b, n, (("term", "bt"), ("shard", "bs"), ("prefix", "bp")))),
     )
 
 

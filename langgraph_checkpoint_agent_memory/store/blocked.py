@@ -86,6 +86,8 @@ def blocked_plan(
     small for them, too many ties, or a database that refuses: a read-only one, a locked
     SQLite file, a schema before blocks) says so and leaves that query's words to the
     postings for a minute, rather than finding it out again each time."""
+    if sum(df.get(f, 0) for f in flat) < limits.MIN_POSTINGS:
+        return None
     common = tuple(sorted(f for f in flat if df.get(f, 0) >= limits.MIN_DF))
     where = (params["ns"], exact, common)
     # a distributed database reads a query above the shard key one shard at a time, each
