@@ -36,6 +36,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(B, "MIN_DF", 12)
     monkeypatch.setattr(B, "MIN_POSTINGS", 12)
     monkeypatch.setattr(B, "BUILD_AT", 6)
+    monkeypatch.setattr(B, "BUILD_MIN", 6)
     monkeypatch.setattr(B, "FRESH_CAP", 60)
 
 
@@ -262,6 +263,54 @@ def test_a_database_that_refuses_the_build_gets_the_postings_answer(
     assert sent.count("FROM am_store_blocks") == looked == 1
 
 
+def test_a_small_namespace_gets_its_block_sooner(
+    store: AgentMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block is built again when the postings written since are an eighth of it, at
+    least ``BUILD_MIN`` and at most ``BUILD_AT``: a small namespace's unpacked postings
+    do not wait for ``BUILD_AT`` (each query would read them one by one), a large one's
+    block is not rebuilt for a few."""
+    monkeypatch.setattr(B, "BUILD_AT", 40)
+    rng = random.Random(15)
+    for i in range(480):
+        store.put(("g", "big"), f"k{i}", {"text": f"refund {rng.choice(WORDS)}"})
+    for i in range(8):
+        store.put(("g", "small"), f"k{i}", {"text": "refund"})
+    sent = Recorder(store)
+    bm25(store, ("g",), "refund", 5, on=True)
+    assert sent.count("INSERT INTO am_store_blocks") == 2  # 480 and 8 new: both built
+    for i in range(8, 16):  # 8 more: an eighth of 8 is 1, so BUILD_MIN (6) decides
+        store.put(("g", "small"), f"k{i}", {"text": "refund"})
+    for i in range(480, 500):  # 20 more: an eighth of 480 is 60, so BUILD_AT (40) decides
+        store.put(("g", "big"), f"k{i}", {"text": "refund"})
+    sent = Recorder(store)
+    same_answer(
+        bm25(store, ("g",), "refund", 30, on=True), bm25(store, ("g",), "refund", 30, on=False)
+    )
+    assert sent.count("INSERT INTO am_store_blocks") == 1  # the small namespace's alone
+    assert [B.build_at(n) for n in (0, 8, 480, 4000)] == [6, 6, 40, 40]
+
+
+def test_a_query_due_more_builds_than_it_may_do_leaves_them_to_the_next(
+    store: AgentMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each query builds at most ``BUILDS_PER_QUERY`` blocks; one that left some due is
+    answered by the postings, and the next query builds on (it does not give up on blocks
+    for a minute, as when the words are spread over small namespaces)."""
+    from langgraph_checkpoint_agent_memory.store import blocked
+
+    monkeypatch.setattr(blocked, "BUILDS_PER_QUERY", 1)
+    rng = random.Random(16)
+    for i in range(300):  # each word in about 120 items: more than FRESH_CAP (60) unpacked
+        store.put(("due",), f"k{i}", text(rng))
+    expected = bm25(store, ("due",), "printer refund", 10, on=False)
+    sent = Recorder(store)
+    for built in (1, 2, 2):
+        same_answer(bm25(store, ("due",), "printer refund", 10, on=True), expected)
+        assert sent.count("INSERT INTO am_store_blocks") == built
+    assert blocks_under(store, "due") == 2
+
+
 def test_a_namespace_delete_takes_its_blocks(store: AgentMemoryStore) -> None:
     rng = random.Random(2)
     for i in range(60):
@@ -301,18 +350,20 @@ def blocks_under(store: AgentMemoryStore, root: str) -> int:
     ),
     st.integers(1, 12),
     st.sets(st.integers(0, 30), max_size=6),
+    st.sets(st.integers(0, 30), max_size=6),
 )
 def test_candidates_and_settled_are_the_brute_force_ranking(
-    postings: list[tuple[int, str, int]], want: int, rewritten: set[int]
+    postings: list[tuple[int, str, int]], want: int, rewritten: set[int], new: set[int]
 ) -> None:
-    """Blocks of every posting, the rewritten items' postings fresh too (their block entries
-    must give way): the settled answer is brute force's, whenever it settles without any
-    stale entry."""
+    """Blocks of every posting but the new items', the rewritten items' postings fresh too
+    (their block entries must give way), the new items' fresh alone: the settled answer is
+    brute force's, whenever it settles without any stale entry."""
     weights = B.Weights({"a": 1.0, "b": 0.7, "c": 0.3}, 0.3, 0.05)
     dl = {i: 3 + i % 5 for i in range(31)}
+    rewritten |= new
     blocks = []
     for term in "abc":
-        rows = [(f"k{i}", tf, dl[i]) for i, t, tf in postings if t == term]
+        rows = [(f"k{i}", tf, dl[i]) for i, t, tf in postings if t == term and i not in new]
         if rows:
             block = B.pack("ns", rows)
             entries = np.frombuffer(block.postings, dtype=B.ENTRY)

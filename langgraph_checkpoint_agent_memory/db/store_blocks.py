@@ -20,7 +20,7 @@ def _null(type_: Any, name: str) -> Any:
 
 def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
     """In one statement (one snapshot): which blocks of ``n`` terms (``:t<j>``) lie under
-    the namespace, ``(term, shard, prefix, NULL, NULL, NULL, built)``, and up to ``:cap``
+    the namespace, ``(term, shard, prefix, NULL, entries, NULL, built)``, and up to ``:cap``
     postings of each term no block holds, ``(term, shard, prefix, key, tf, dl, NULL)``.
     Each term's postings are read through the index of unpacked postings, by its first
     column and in its order (see :meth:`.Dialect.fresh_postings_ddl`)."""
@@ -48,7 +48,7 @@ def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
             b.c.shard,
             b.c.prefix,
             _null(t.c.key.type, "key"),
-            _null(sa.Integer, "tf"),
+            b.c.entries.label("tf"),
             _null(sa.Integer, "dl"),
             b.c.built,
         ).where(terms_in(b, n), *st.ns_of(b, exact, scoped))
@@ -58,13 +58,13 @@ def read(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
 
 
 def fresh_counts(st: StoreStatements, n: int, exact: bool, scoped: bool) -> Sql:
-    """``(term, shard, prefix)`` of the namespaces under ``:ns`` where one of ``n`` terms
-    has at least ``:at`` postings no block holds: the blocks to build."""
+    """``(term, shard, prefix, count)`` of the namespaces under ``:ns`` where one of
+    ``n`` terms has ``count``, at least ``:at``, postings no block holds."""
     t = store_terms
 
     def build() -> Any:
         return (
-            sa.select(t.c.term, t.c.shard, t.c.prefix)
+            sa.select(t.c.term, t.c.shard, t.c.prefix, sa.func.count())
             .where(terms_in(t, n), *st.ns_of(t, exact, scoped), t.c.packed.is_(None))
             .group_by(t.c.term, t.c.shard, t.c.prefix)
             .having(sa.func.count() >= sa.bindparam("at", type_=sa.Integer))

@@ -96,6 +96,8 @@ def blocked_plan(
         return None
     try:
         found = yield from _blocked_plan(st, cache, flat, set(common), params, exact, scoped)
+    except _Later:
+        return None
     except Exception as exc:
         logger.warning("lexical search reads postings, not blocks, for a minute: %r", exc)
         found = None
@@ -103,6 +105,11 @@ def blocked_plan(
         cache.decline(where)
         return None
     return found
+
+
+class _Later(Exception):
+    """A query built as many blocks as one may, and more are due: the postings answer it,
+    and the next query builds on."""
 
 
 def _blocked_plan(
@@ -128,17 +135,19 @@ def _blocked_plan(
     terms = {f"t{j}": t for j, t in enumerate(flat)}
     reading = {**base, **terms, "cap": limits.FRESH_CAP + 1}
     heads, fresh = yield from _read_plan(read, reading)
-    todo = yield from _todo_plan(st, fresh, common, base, exact, scoped)
+    todo = yield from _todo_plan(st, heads, fresh, common, base, exact, scoped)
     if todo:
         for block in todo[:BUILDS_PER_QUERY]:
             yield from build_plan(st, *block)
         heads, fresh = yield from _read_plan(read, reading)
-    if _capped(fresh):  # spread over namespaces too small for blocks
-        return None
-    blocks = yield from _blocks_plan(st, cache, heads)
+    if _capped(fresh):
+        if len(todo) > BUILDS_PER_QUERY:  # the next queries build the rest
+            raise _Later
+        return None  # spread over namespaces too small for blocks
+    blocks = yield from _blocks_plan(st, cache, list(heads))
     if blocks is None:
         return None
-    found = candidates(blocks, fresh, weights, want + want // 4 + 8)
+    found = candidates(blocks, fresh, weights, want + want // 4 + 8, cache.items(blocks))
     if found is None:
         return None
     items = [
@@ -163,12 +172,13 @@ def _blocked_plan(
     return answer
 
 
-def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[list[BlockKey], list[Fresh]]]:
+def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[dict[BlockKey, int], list[Fresh]]]:
+    """The blocks under the namespace (with their entries) and the unpacked postings."""
     [rows] = yield Batch([Stmt(read, params, fetch=True)])
-    heads, fresh = [], []
+    heads, fresh = {}, []
     for term, shard, prefix, key, tf, dl, built in rows:
-        if built is not None:
-            heads.append((term, shard, prefix, int(built)))
+        if built is not None:  # a block: ``tf`` is its entries
+            heads[(term, shard, prefix, int(built))] = int(tf)
         else:
             fresh.append(Fresh(term, shard, prefix, key, int(tf), int(dl)))
     return heads, fresh
@@ -206,22 +216,27 @@ def _capped(fresh: list[Fresh]) -> bool:
 
 def _todo_plan(
     st: StoreStatements,
+    heads: dict[BlockKey, int],
     fresh: list[Fresh],
     common: set[str],
     base: dict[str, Any],
     exact: bool,
     scoped: bool,
 ) -> Plan[list[BlockId]]:
-    """The blocks to build: of a common term, where it has :data:`~.blocks.BUILD_AT`
-    postings no block holds (counted by the database when more than the read returns)."""
-    if not _capped(fresh):
+    """The blocks to build, most unpacked postings first: of a common term, where it has as
+    many postings no block holds as :func:`~.blocks.build_at` asks for the entries of its
+    block (``heads``); counted by the database when there are more than the read returns."""
+    entries = {(t, s, p): n for (t, s, p, _), n in heads.items()}
+    if _capped(fresh):
+        mine = sorted(common)
+        counted = {**base, **{f"t{j}": t for j, t in enumerate(mine)}, "at": limits.BUILD_MIN}
+        stmt = Stmt(sql.fresh_counts(st, len(mine), exact, scoped), counted, fetch=True)
+        [rows] = yield Batch([stmt])
+        counts = {(str(t), str(s), str(p)): int(n) for t, s, p, n in rows}
+    else:
         counts = Counter((f.term, f.shard, f.prefix) for f in fresh)
-        return sorted(b for b, n in counts.items() if n >= limits.BUILD_AT and b[0] in common)
-    mine = sorted(common)
-    counted = {**base, **{f"t{j}": t for j, t in enumerate(mine)}, "at": limits.BUILD_AT}
-    stmt = Stmt(sql.fresh_counts(st, len(mine), exact, scoped), counted, fetch=True)
-    [rows] = yield Batch([stmt])
-    return sorted((str(t), str(s), str(p)) for t, s, p in rows)
+    due = [(-n, b) for b, n in counts.items() if b[0] in common]
+    return [b for n, b in sorted(due) if -n >= limits.build_at(entries.get(b, 0))]
 
 
 def _exact_plan(

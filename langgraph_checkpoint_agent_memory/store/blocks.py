@@ -22,6 +22,7 @@ This module does no I/O: :mod:`.blocked` runs the plans.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -40,8 +41,10 @@ MIN_DF = 2048
 #: numpy (about 10 ms; the database sums 1,000 postings in 0.6-0.8 ms).
 MIN_POSTINGS = 32_768
 #: Postings of one term in one namespace written since its block (or never packed) that
-#: make the query build the block (again).
+#: make the query build the block (again), whatever its size (see :func:`build_at`).
 BUILD_AT = 1024
+#: The fewest such postings that call for a build, in a namespace of few postings.
+BUILD_MIN = 256
 #: The most postings of one term no block holds that a query reads; more, and it reads
 #: every posting as before (and builds the blocks they call for).
 FRESH_CAP = 8192
@@ -49,6 +52,19 @@ FRESH_CAP = 8192
 #: One entry of a block: the item's hash (:func:`item_hash`), the term's frequency in it
 #: and its length, little-endian whatever the machine.
 ENTRY = np.dtype([("h", "<i8"), ("tf", "<u4"), ("dl", "<u4")])
+
+
+def build_at(entries: int) -> int:
+    """How many postings no block holds make a query build the block of their term and
+    namespace, whose block holds ``entries`` (0: none yet). A small block is built
+    sooner: its build costs little, while each query reads its unpacked postings one by
+    one. A build reads at most nine postings for each one it newly packs.
+
+    Example:
+        >>> build_at(0), build_at(4000), build_at(50_000)
+        (256, 500, 1024)
+    """
+    return min(BUILD_AT, max(BUILD_MIN, entries // 8))
 
 
 def item_hash(prefix: str, key: str) -> int:
@@ -122,13 +138,14 @@ BlockKey = tuple[str, str, str, int]
 
 
 class BlockCache:
-    """Blocks read before, by :data:`BlockKey` (a build's content never changes), the most
-    recently used kept up to ``max_bytes``: a query reads which blocks it needs, and their
-    content only when they are new to this process."""
+    """Blocks read before, by :data:`BlockKey` (a build's content never changes), and the
+    :class:`Items` of blocks ranked together, the most recently used kept up to
+    ``max_bytes``: a query reads which blocks it needs, and their content only when they
+    are new to this process."""
 
     def __init__(self, max_bytes: int = 64 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._blocks: OrderedDict[BlockKey, Block] = OrderedDict()
+        self._kept: OrderedDict[tuple[Any, ...], Block | Items] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         #: (namespace, exact, common words) -> until when such queries read postings
@@ -149,26 +166,49 @@ class BlockCache:
             self._declined[where] = time.monotonic() + seconds
 
     def get(self, key: BlockKey) -> Block | None:
-        with self._lock:
-            found = self._blocks.get(key)
-            if found is not None:
-                self._blocks.move_to_end(key)
-            return found
+        found = self._get(key)
+        return found if isinstance(found, Block) else None
 
     def put(self, block: Block) -> None:
-        key = (block.term, block.shard, block.prefix, block.built)
+        self._put((block.term, block.shard, block.prefix, block.built), block)
+
+    def items(self, blocks: Sequence[Block]) -> Items:
+        """The :class:`Items` of ``blocks``, numbered the first time they are ranked
+        together."""
+        key = ("items", *((b.term, b.shard, b.prefix, b.built) for b in blocks))
+        found = self._get(key)
+        if isinstance(found, Items):
+            return found
+        made = items_of(blocks)
+        self._put(key, made)
+        return made
+
+    def _get(self, key: tuple[Any, ...]) -> Block | Items | None:
         with self._lock:
-            if key in self._blocks:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
+
+    def _put(self, key: tuple[Any, ...], value: Block | Items) -> None:
+        with self._lock:
+            if key in self._kept:
                 return
-            self._blocks[key] = block
-            self._bytes += block.entries.nbytes + len(block.keys)
-            while self._bytes > self.max_bytes and len(self._blocks) > 1:
-                _, old = self._blocks.popitem(last=False)
-                self._bytes -= old.entries.nbytes + len(old.keys)
+            self._kept[key] = value
+            self._bytes += _nbytes(value)
+            while self._bytes > self.max_bytes and len(self._kept) > 1:
+                _, old = self._kept.popitem(last=False)
+                self._bytes -= _nbytes(old)
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
         self._lock = threading.Lock()
+
+
+def _nbytes(kept: Block | Items) -> int:
+    if isinstance(kept, Block):
+        return int(kept.entries.nbytes) + len(kept.keys)
+    return kept.nbytes
 
 
 class Fresh(NamedTuple):
@@ -216,48 +256,114 @@ class Candidates:
     bound: float
 
 
+@dataclass(frozen=True)
+class Items:
+    """The items of blocks ranked together, numbered once (in hash order): a query of the
+    same blocks sums its scores by these numbers, with no sort. ``hashes``: the items'
+    hashes, sorted; ``ids``: each block's entries' item numbers; ``entries``: how many
+    entries each item has in these blocks; ``first``: each item's first entry, its block
+    times 2**32 plus its position."""
+
+    hashes: Any
+    ids: tuple[Any, ...]
+    entries: Any
+    first: Any
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.hashes, self.entries, self.first, *self.ids)
+        return sum(int(a.nbytes) for a in arrays)
+
+
+def items_of(blocks: Sequence[Block]) -> Items:
+    """The :class:`Items` of ``blocks``."""
+    sizes = [len(b.entries) for b in blocks]
+    if not sum(sizes):
+        none = np.empty(0, dtype=np.int64)
+        return Items(none, tuple(none for _ in blocks), none, none)
+    hashes, first, inverse, entries = np.unique(
+        np.concatenate([b.entries["h"] for b in blocks]),
+        return_index=True,
+        return_inverse=True,
+        return_counts=True,
+    )
+    starts = np.cumsum([0, *sizes])
+    block_of = np.repeat(np.arange(len(blocks), dtype=np.int64), sizes)[first]
+    where = (block_of << 32) | (first - starts[block_of])
+    ids = tuple(np.split(inverse.reshape(-1).astype(np.int64), starts[1:-1]))
+    return Items(hashes, ids, entries, where)
+
+
+#: The hashes of the items met as fresh postings, which the next queries meet again.
+_fresh_hash = functools.lru_cache(maxsize=1 << 16)(item_hash)
+
+
 def candidates(
-    blocks: Sequence[Block], fresh: Sequence[Fresh], weights: Weights, many: int
+    blocks: Sequence[Block],
+    fresh: Sequence[Fresh],
+    weights: Weights,
+    many: int,
+    items: Items | None = None,
 ) -> Candidates | None:
     """The ``many`` best items by the scores of ``blocks`` and ``fresh`` together (more
     when items tie with the last one), or ``None`` when ties would take more than four
-    times as many."""
-    hashes, scores, sources = [], [], []
-    newer: dict[str, Any] = {}
-    fresh_hashes = np.array([item_hash(f.prefix, f.key) for f in fresh], dtype=np.int64)
-    for term in {f.term for f in fresh}:
-        mine = np.array([f.term == term for f in fresh])
-        newer[term] = np.unique(fresh_hashes[mine])
+    times as many. ``items``: the blocks' :class:`Items`, when known."""
+    items = items_of(blocks) if items is None else items
+    total = len(items.hashes)
+    n = len(fresh)
+    fresh_h = np.fromiter((_fresh_hash(f.prefix, f.key) for f in fresh), np.int64, n)
+    terms = sorted({f.term for f in fresh})
+    code = np.fromiter((terms.index(f.term) for f in fresh), np.int64, n)
+    tf = np.fromiter((f.tf for f in fresh), np.float64, n)
+    dl = np.fromiter((f.dl for f in fresh), np.float64, n)
+    weight = np.array([weights.terms[t] for t in terms], dtype=np.float64)[code]
+    fresh_scores = weight * tf / (weights.k_base + tf + weights.k_len * dl)
+    sums = np.zeros(total)
+    left_out = []  # the item numbers of entries that give way to fresh postings
     for b, block in enumerate(blocks):
-        entries = block.entries
-        at = np.arange(len(entries), dtype=np.int64)
-        if block.term in newer and len(entries):  # rewritten since: scored from the fresh
-            found = np.minimum(np.searchsorted(entries["h"], newer[block.term]), len(at) - 1)
-            at = np.delete(at, found[entries["h"][found] == newer[block.term]])
-            entries = entries[at]
-        hashes.append(entries["h"])
-        scores.append(weights.score(block.term, entries["tf"].astype(np.float64), entries["dl"]))
-        sources.append(at | (b << 32))
-    if fresh:
-        hashes.append(fresh_hashes)
-        scores.append(np.array([weights.score(f.term, f.tf, f.dl) for f in fresh]))
-        sources.append(np.arange(len(fresh), dtype=np.int64) | (len(blocks) << 32))
-    return _best(hashes, scores, sources, len(blocks), many)
+        h = block.entries["h"]
+        scores = weights.score(
+            block.term, block.entries["tf"].astype(np.float64), block.entries["dl"]
+        )
+        if block.term in terms:  # rewritten since: scored from the fresh postings
+            at, hit = _find(h, fresh_h[code == terms.index(block.term)])
+            if hit.any():
+                scores[at[hit]] = 0.0
+                left_out.append(items.ids[b][np.unique(at[hit])])
+        sums += np.bincount(items.ids[b], weights=scores, minlength=total)
+    at, inside = _find(items.hashes, fresh_h)
+    np.add.at(sums, at[inside], fresh_scores[inside])
+    first = items.first
+    if left_out:  # an item is left out when no entry nor fresh posting scores it
+        entries = items.entries.copy()
+        np.subtract.at(entries, np.concatenate(left_out), 1)
+        entries[at[inside]] += 1
+        kept = np.flatnonzero(entries > 0)
+        sums, first = sums[kept], first[kept]
+    outside = np.flatnonzero(~inside)  # items no block holds
+    _, once, inverse = np.unique(fresh_h[outside], return_index=True, return_inverse=True)
+    return _best(
+        np.concatenate([sums, np.bincount(inverse.reshape(-1), fresh_scores[outside])]),
+        np.concatenate([first, outside[once] | (len(blocks) << 32)]),
+        len(blocks),
+        many,
+    )
 
 
-def _best(
-    hashes: list[Any], scores: list[Any], sources: list[Any], fresh_from: int, many: int
-) -> Candidates | None:
-    """:func:`candidates`' ranking of the scored entries: summed per item, the best kept;
-    ``sources``: each entry's block (``fresh_from`` for a fresh posting) times 2**32 plus
-    its position."""
-    h = np.concatenate(hashes) if hashes else np.empty(0, dtype=np.int64)
-    if not len(h):
+def _find(hashes: Any, wanted: Any) -> tuple[Any, Any]:
+    """Where each of ``wanted`` would be in the sorted ``hashes``, and whether it is."""
+    if not len(hashes):
+        return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+    at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
+    return at, hashes[at] == wanted
+
+
+def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates | None:
+    """:func:`candidates`' choice among the items' ``totals``: the best kept; ``sources``:
+    each item's first entry, its block (``fresh_from`` for a fresh posting) times 2**32
+    plus its position."""
+    if not len(totals):
         return Candidates([], [], 0.0)
-    order = np.argsort(h, kind="stable")  # each list is sorted: runs that merge
-    h = h[order]
-    starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
-    totals = np.add.reduceat(np.concatenate(scores)[order], starts)
     if len(totals) <= many:
         chosen, bound = np.argsort(-totals, kind="stable"), 0.0
     else:
@@ -268,11 +374,10 @@ def _best(
         rest = np.delete(totals, chosen)
         bound = float(rest.max()) if len(rest) else 0.0
         chosen = chosen[np.argsort(-totals[chosen], kind="stable")]
-    where = np.concatenate(sources)[order[starts[chosen]]]  # each item's first entry
     return Candidates(
         [
             Source(-1 if w >> 32 == fresh_from else int(w >> 32), int(w & 0xFFFFFFFF))
-            for w in where.tolist()
+            for w in sources[chosen].tolist()
         ],
         totals[chosen].tolist(),
         bound,
