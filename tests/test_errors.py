@@ -14,8 +14,9 @@ INTERNAL = "langgraph_checkpoint_agent_memory.cli"
 #: Signals raised and caught inside the package: the readers turn a checkpoint whose
 #: values a racing delete removed into a thread that is gone (tests/test_pg_contention.py);
 #: a store plan stops with KeysNeeded to have data keys loaded from a key store of its own
-#: and runs again (an EncryptionError should it reach a caller of ``run_plan``).
-SIGNALS = {"MissingBlob", "KeysNeeded", "KeyTaken"}
+#: and runs again (an EncryptionError should it reach a caller of ``run_plan``); a search
+#: due more block builds than one query may do stops with MoreBuildsDue and reads postings.
+SIGNALS = {"MissingBlob", "KeysNeeded", "KeyTaken", "MoreBuildsDue"}
 
 
 def _error_classes() -> dict[str, type[BaseException]]:

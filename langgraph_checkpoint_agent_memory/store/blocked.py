@@ -96,7 +96,7 @@ def blocked_plan(
         return None
     try:
         found = yield from _blocked_plan(st, cache, flat, set(common), params, exact, scoped)
-    except _Later:
+    except MoreBuildsDue:
         return None
     except Exception as exc:
         logger.warning("lexical search reads postings, not blocks, for a minute: %r", exc)
@@ -107,7 +107,7 @@ def blocked_plan(
     return found
 
 
-class _Later(Exception):
+class MoreBuildsDue(Exception):
     """A query built as many blocks as one may, and more are due: the postings answer it,
     and the next query builds on."""
 
@@ -142,7 +142,7 @@ def _blocked_plan(
         heads, fresh = yield from _read_plan(read, reading)
     if _capped(fresh):
         if len(todo) > BUILDS_PER_QUERY:  # the next queries build the rest
-            raise _Later
+            raise MoreBuildsDue
         return None  # spread over namespaces too small for blocks
     blocks = yield from _blocks_plan(st, cache, list(heads))
     if blocks is None:
