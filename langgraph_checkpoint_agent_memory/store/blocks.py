@@ -58,7 +58,8 @@ def build_at(entries: int) -> int:
     """How many postings no block holds make a query build the block of their term and
     namespace, whose block holds ``entries`` (0: none yet). A small block is built
     sooner: its build costs little, while each query reads its unpacked postings one by
-    one. A build reads at most nine postings for each one it newly packs.
+    one. Below 8,192 entries, a build reads at most nine postings for each one it newly
+    packs; above, at most one build per 1,024 postings written.
 
     Example:
         >>> build_at(0), build_at(4000), build_at(50_000)
@@ -260,19 +261,16 @@ class Candidates:
 class Items:
     """The items of blocks ranked together, numbered once (in hash order): a query of the
     same blocks sums its scores by these numbers, with no sort. ``hashes``: the items'
-    hashes, sorted; ``ids``: each block's entries' item numbers; ``entries``: how many
-    entries each item has in these blocks; ``first``: each item's first entry, its block
-    times 2**32 plus its position."""
+    hashes, sorted; ``ids``: the item number of every entry, block after block; ``first``:
+    each item's first entry, its block times 2**32 plus its position."""
 
     hashes: Any
-    ids: tuple[Any, ...]
-    entries: Any
+    ids: Any
     first: Any
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.hashes, self.entries, self.first, *self.ids)
-        return sum(int(a.nbytes) for a in arrays)
+        return int(self.hashes.nbytes + self.ids.nbytes + self.first.nbytes)
 
 
 def items_of(blocks: Sequence[Block]) -> Items:
@@ -280,18 +278,14 @@ def items_of(blocks: Sequence[Block]) -> Items:
     sizes = [len(b.entries) for b in blocks]
     if not sum(sizes):
         none = np.empty(0, dtype=np.int64)
-        return Items(none, tuple(none for _ in blocks), none, none)
-    hashes, first, inverse, entries = np.unique(
-        np.concatenate([b.entries["h"] for b in blocks]),
-        return_index=True,
-        return_inverse=True,
-        return_counts=True,
+        return Items(none, none, none)
+    hashes, first, inverse = np.unique(
+        np.concatenate([b.entries["h"] for b in blocks]), return_index=True, return_inverse=True
     )
     starts = np.cumsum([0, *sizes])
     block_of = np.repeat(np.arange(len(blocks), dtype=np.int64), sizes)[first]
     where = (block_of << 32) | (first - starts[block_of])
-    ids = tuple(np.split(inverse.reshape(-1).astype(np.int64), starts[1:-1]))
-    return Items(hashes, ids, entries, where)
+    return Items(hashes, inverse.reshape(-1).astype(np.int64), where)
 
 
 #: The hashes of the items met as fresh postings, which the next queries meet again.
@@ -318,33 +312,22 @@ def candidates(
     dl = np.fromiter((f.dl for f in fresh), np.float64, n)
     weight = np.array([weights.terms[t] for t in terms], dtype=np.float64)[code]
     fresh_scores = weight * tf / (weights.k_base + tf + weights.k_len * dl)
-    sums = np.zeros(total)
-    left_out = []  # the item numbers of entries that give way to fresh postings
-    for b, block in enumerate(blocks):
-        h = block.entries["h"]
-        scores = weights.score(
-            block.term, block.entries["tf"].astype(np.float64), block.entries["dl"]
-        )
+    scores = []
+    for block in blocks:
+        entries = block.entries
+        mine = weights.score(block.term, entries["tf"].astype(np.float64), entries["dl"])
         if block.term in terms:  # rewritten since: scored from the fresh postings
-            at, hit = _find(h, fresh_h[code == terms.index(block.term)])
-            if hit.any():
-                scores[at[hit]] = 0.0
-                left_out.append(items.ids[b][np.unique(at[hit])])
-        sums += np.bincount(items.ids[b], weights=scores, minlength=total)
+            at, hit = _find(entries["h"], fresh_h[code == terms.index(block.term)])
+            mine[at[hit]] = 0.0
+        scores.append(mine)
+    sums = np.bincount(items.ids, np.concatenate(scores), total) if total else np.zeros(0)
     at, inside = _find(items.hashes, fresh_h)
     np.add.at(sums, at[inside], fresh_scores[inside])
-    first = items.first
-    if left_out:  # an item is left out when no entry nor fresh posting scores it
-        entries = items.entries.copy()
-        np.subtract.at(entries, np.concatenate(left_out), 1)
-        entries[at[inside]] += 1
-        kept = np.flatnonzero(entries > 0)
-        sums, first = sums[kept], first[kept]
     outside = np.flatnonzero(~inside)  # items no block holds
     _, once, inverse = np.unique(fresh_h[outside], return_index=True, return_inverse=True)
     return _best(
         np.concatenate([sums, np.bincount(inverse.reshape(-1), fresh_scores[outside])]),
-        np.concatenate([first, outside[once] | (len(blocks) << 32)]),
+        np.concatenate([items.first, outside[once] | (len(blocks) << 32)]),
         len(blocks),
         many,
     )
