@@ -38,8 +38,8 @@ import numpy as np
 MIN_DF = 2048
 #: Blocks serve a query whose terms have this many postings under the namespace, in all:
 #: below it, summing them in the database costs less than the blocks' round trips and
-#: numpy (about 10 ms; the database sums 1,000 postings in 0.6-0.8 ms).
-MIN_POSTINGS = 32_768
+#: numpy (about 2-5 ms with blocks cached; the database sums 1,000 postings in 0.6-0.8 ms).
+MIN_POSTINGS = 8192
 #: Postings of one term in one namespace written since its block (or never packed) that
 #: make the query build the block (again), whatever its size (see :func:`build_at`).
 BUILD_AT = 1024
