@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import AgentMemoryStore
@@ -340,7 +340,13 @@ def blocks_under(store: AgentMemoryStore, root: str) -> int:
 # -- the ranking here, against brute force -----------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
+@example(  # items rewritten in either namespace, each with postings of two terms
+    postings=[(1, "a", 1), (1, "b", 2), (2, "a", 2), (17, "a", 1), (17, "c", 3), (18, "c", 1)],
+    want=2,
+    rewritten={1, 17},
+    new=set(),
+)
 @given(
     st.lists(
         st.tuples(st.integers(0, 30), st.sampled_from("abc"), st.integers(1, 4)),
@@ -355,33 +361,47 @@ def blocks_under(store: AgentMemoryStore, root: str) -> int:
 def test_candidates_and_settled_are_the_brute_force_ranking(
     postings: list[tuple[int, str, int]], want: int, rewritten: set[int], new: set[int]
 ) -> None:
-    """Blocks of every posting but the new items', the rewritten items' postings fresh too
-    (their block entries must give way), the new items' fresh alone: the settled answer is
-    brute force's, whenever it settles without any stale entry."""
+    """Blocks of every posting but the new items', one per term and namespace (items 0-15
+    in one, 16-30 in another), the rewritten items' postings fresh too (their block entries
+    must give way), the new items' fresh alone: the settled answer is brute force's,
+    whenever it settles without any stale entry."""
     weights = B.Weights({"a": 1.0, "b": 0.7, "c": 0.3}, 0.3, 0.05)
     dl = {i: 3 + i % 5 for i in range(31)}
+    ns = {i: "ns" if i < 16 else "mx" for i in range(31)}
     rewritten |= new
     blocks = []
-    for term in "abc":
-        rows = [(f"k{i}", tf, dl[i]) for i, t, tf in postings if t == term and i not in new]
-        if rows:
-            block = B.pack("ns", rows)
-            entries = np.frombuffer(block.postings, dtype=B.ENTRY)
-            blocks.append((B.Block(term, "ns", "ns", 1, entries, block.keys), block))
-    fresh = [B.Fresh(t, "ns", "ns", f"k{i}", tf, dl[i]) for i, t, tf in postings if i in rewritten]
+    for prefix in ("ns", "mx"):
+        for term in "abc":
+            rows = [
+                (f"k{i}", tf, dl[i])
+                for i, t, tf in postings
+                if t == term and i not in new and ns[i] == prefix
+            ]
+            if rows:
+                block = B.pack(prefix, rows)
+                entries = np.frombuffer(block.postings, dtype=B.ENTRY)
+                blocks.append((B.Block(term, prefix, prefix, 1, entries, block.keys), block))
+    fresh = [
+        B.Fresh(t, ns[i], ns[i], f"k{i}", tf, dl[i]) for i, t, tf in postings if i in rewritten
+    ]
     truth: dict[tuple[str, str], float] = {}
     for i, t, tf in postings:
-        key = ("ns", f"k{i}")
+        key = (ns[i], f"k{i}")
         truth[key] = truth.get(key, 0.0) + weights.score(t, tf, dl[i])
     found = B.candidates([b for b, _ in blocks], fresh, weights, 2 * want)
     assert found is not None
     keys = []
     for source in found.sources:
         if source.block < 0:
-            keys.append(("ns", fresh[source.position].key))
+            f = fresh[source.position]
+            keys.append((f.prefix, f.key))
         else:
             packed = blocks[source.block][1]
-            keys.append(("ns", B.keys_at(packed.keys, packed.entries, [source.position])[0]))
+            at = B.keys_at(packed.keys, packed.entries, [source.position])[0]
+            keys.append((blocks[source.block][0].prefix, at))
+    # no entry is stale (a rewritten item's block entries all give way to its fresh
+    # postings), so each candidate's score here is its true one
+    assert [round(s, 9) for s in found.scores] == [round(truth[k], 9) for k in keys]
     answer = B.settled([(k, truth[k]) for k in keys], found.bound, want)
     assert answer is not None  # nothing stale: the candidates' own scores bound the rest
     best = sorted(truth.items(), key=lambda e: (-e[1], e[0]))[:want]

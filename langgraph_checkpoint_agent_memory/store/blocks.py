@@ -235,7 +235,12 @@ class Weights:
     def score(self, term: str, tf: Any, dl: Any) -> Any:
         """Term ``term``'s share of the score of items with ``tf`` and ``dl`` (numbers or
         arrays)."""
-        return self.terms[term] * tf / (self.k_base + tf + self.k_len * dl)
+        return self.score_of(self.terms[term], tf, dl)
+
+    def score_of(self, weight: Any, tf: Any, dl: Any) -> Any:
+        """The share of a term of weight ``weight`` in the score of items with ``tf`` and
+        ``dl`` (numbers or arrays, one weight per item or one for all)."""
+        return weight * tf / (self.k_base + tf + self.k_len * dl)
 
 
 class Source(NamedTuple):
@@ -259,33 +264,56 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Items:
-    """The items of blocks ranked together, numbered once (in hash order): a query of the
-    same blocks sums its scores by these numbers, with no sort. ``hashes``: the items'
-    hashes, sorted; ``ids``: the item number of every entry, block after block; ``first``:
-    each item's first entry, its block times 2**32 plus its position."""
+    """The items of blocks ranked together, numbered once (in hash order), and the blocks'
+    entries laid end to end: a query of the same blocks scores every entry in one
+    expression and sums by item number, with no sort and no loop over blocks.
+
+    ``hashes``: the items' hashes, sorted; ``first``: each item's first entry, its block
+    times 2**32 plus its position; ``sizes``: each block's entries; ``ids``, ``tf``,
+    ``dl``: every entry's item number, term frequency and item length, block after block;
+    ``terms``: the blocks' terms, sorted; ``pairs``: sorted, each entry's term (its index
+    in ``terms``) times 2**32 plus its item number, and ``at``: that entry's place (an
+    item is in at most one block of a term: a block is one term in one namespace)."""
 
     hashes: Any
-    ids: Any
     first: Any
+    sizes: Any
+    ids: Any
+    tf: Any
+    dl: Any
+    terms: tuple[str, ...]
+    pairs: Any
+    at: Any
 
     @property
     def nbytes(self) -> int:
-        return int(self.hashes.nbytes + self.ids.nbytes + self.first.nbytes)
+        arrays = (self.hashes, self.first, self.sizes, self.ids, self.tf, self.dl)
+        return int(sum(a.nbytes for a in (*arrays, self.pairs, self.at)))
 
 
 def items_of(blocks: Sequence[Block]) -> Items:
     """The :class:`Items` of ``blocks``."""
-    sizes = [len(b.entries) for b in blocks]
-    if not sum(sizes):
-        none = np.empty(0, dtype=np.int64)
-        return Items(none, none, none)
-    hashes, first, inverse = np.unique(
-        np.concatenate([b.entries["h"] for b in blocks]), return_index=True, return_inverse=True
+    sizes = np.array([len(b.entries) for b in blocks], dtype=np.int64)
+    entries = np.concatenate([b.entries for b in blocks]) if blocks else np.empty(0, ENTRY)
+    hashes, first, inverse = np.unique(entries["h"], return_index=True, return_inverse=True)
+    starts = np.cumsum(np.concatenate([[0], sizes]))
+    block_of = np.repeat(np.arange(len(blocks), dtype=np.int64), sizes)
+    ids = inverse.reshape(-1).astype(np.int64)
+    terms = tuple(sorted({b.term for b in blocks}))
+    code = np.array([terms.index(b.term) for b in blocks], dtype=np.int64)
+    pairs = (np.repeat(code, sizes) << 32) | ids
+    at = np.argsort(pairs, kind="stable")
+    return Items(
+        hashes=hashes,
+        first=(block_of[first] << 32) | (first - starts[block_of[first]]),
+        sizes=sizes,
+        ids=ids,
+        tf=entries["tf"].astype(np.float64),
+        dl=entries["dl"].astype(np.float64),
+        terms=terms,
+        pairs=pairs[at],
+        at=at,
     )
-    starts = np.cumsum([0, *sizes])
-    block_of = np.repeat(np.arange(len(blocks), dtype=np.int64), sizes)[first]
-    where = (block_of << 32) | (first - starts[block_of])
-    return Items(hashes, inverse.reshape(-1).astype(np.int64), where)
 
 
 #: The hashes of the items met as fresh postings, which the next queries meet again.
@@ -311,17 +339,18 @@ def candidates(
     tf = np.fromiter((f.tf for f in fresh), np.float64, n)
     dl = np.fromiter((f.dl for f in fresh), np.float64, n)
     weight = np.array([weights.terms[t] for t in terms], dtype=np.float64)[code]
-    fresh_scores = weight * tf / (weights.k_base + tf + weights.k_len * dl)
-    scores = []
-    for block in blocks:
-        entries = block.entries
-        mine = weights.score(block.term, entries["tf"].astype(np.float64), entries["dl"])
-        if block.term in terms:  # rewritten since: scored from the fresh postings
-            at, hit = _find(entries["h"], fresh_h[code == terms.index(block.term)])
-            mine[at[hit]] = 0.0
-        scores.append(mine)
-    sums = np.bincount(items.ids, np.concatenate(scores), total) if total else np.zeros(0)
+    fresh_scores = weights.score_of(weight, tf, dl)
+    each = np.repeat(np.array([weights.terms[b.term] for b in blocks]), items.sizes)
+    scores = weights.score_of(each, items.tf, items.dl)
     at, inside = _find(items.hashes, fresh_h)
+    # an item rewritten since its block was built is scored from its fresh postings: the
+    # entries of its fresh postings' terms give way
+    term_at = {t: j for j, t in enumerate(items.terms)}
+    block_term = np.array([term_at.get(t, -1) for t in terms], dtype=np.int64)[code]
+    held = inside & (block_term >= 0)
+    place, hit = _find(items.pairs, (block_term[held] << 32) | at[held])
+    scores[items.at[place[hit]]] = 0.0
+    sums = np.bincount(items.ids, scores, total)
     np.add.at(sums, at[inside], fresh_scores[inside])
     outside = np.flatnonzero(~inside)  # items no block holds
     _, once, inverse = np.unique(fresh_h[outside], return_index=True, return_inverse=True)
