@@ -27,6 +27,7 @@ from langgraph_checkpoint_agent_memory.store.blocks import (
     BlockCache,
     BlockKey,
     Fresh,
+    Source,
     Weights,
     candidates,
     pack,
@@ -150,12 +151,7 @@ def _blocked_plan(
     found = candidates(blocks, fresh, weights, want + want // 4 + 8, cache.items(blocks))
     if found is None:
         return None
-    items = [
-        (f.shard, f.prefix, f.key)
-        if s.block < 0 and (f := fresh[s.position])
-        else (blocks[s.block].shard, blocks[s.block].prefix, blocks[s.block].key_at(s.position))
-        for s in found.sources
-    ]
+    items = [_item(s, blocks, fresh) for s in found.sources]
     scored = yield from _exact_plan(st, items, flat, weights)
     answer = settled(scored, found.bound, want)
     if answer is None:  # entries of items deleted or rewritten since misled: rebuild
@@ -170,6 +166,15 @@ def _blocked_plan(
         if rebuilt and again:
             return (yield from _blocked_plan(st, cache, flat, common, params, exact, scoped, False))
     return answer
+
+
+def _item(source: Source, blocks: list[Block], fresh: list[Fresh]) -> tuple[str, str, str]:
+    """The shard key, namespace and key of the candidate at ``source``."""
+    if source.block < 0:
+        f = fresh[source.position]
+        return f.shard, f.prefix, f.key
+    block = blocks[source.block]
+    return block.shard, block.prefix, block.key_at(source.position)
 
 
 def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[dict[BlockKey, int], list[Fresh]]]:
