@@ -347,6 +347,12 @@ def blocks_under(store: AgentMemoryStore, root: str) -> int:
     rewritten={1, 17},
     new=set(),
 )
+@example(  # a new item of one term only, fresh postings of some of the blocks' terms
+    postings=[(1, "a", 1), (2, "b", 2), (3, "c", 1), (4, "b", 1), (4, "c", 2), (20, "b", 3)],
+    want=3,
+    rewritten={4},
+    new={2},
+)
 @given(
     st.lists(
         st.tuples(st.integers(0, 30), st.sampled_from("abc"), st.integers(1, 4)),
@@ -362,9 +368,10 @@ def test_candidates_and_settled_are_the_brute_force_ranking(
     postings: list[tuple[int, str, int]], want: int, rewritten: set[int], new: set[int]
 ) -> None:
     """Blocks of every posting but the new items', one per term and namespace (items 0-15
-    in one, 16-30 in another), the rewritten items' postings fresh too (their block entries
-    must give way), the new items' fresh alone: the settled answer is brute force's,
-    whenever it settles without any stale entry."""
+    in one, 16-30 in another, with the same keys), the rewritten items' postings fresh too
+    (their block entries must give way), the new items' fresh alone: the settled answer is
+    brute force's, whenever it settles without any stale entry; and the blocks' cached
+    :class:`~.blocks.Items` serve the next query unchanged."""
     weights = B.Weights({"a": 1.0, "b": 0.7, "c": 0.3}, 0.3, 0.05)
     dl = {i: 3 + i % 5 for i in range(31)}
     ns = {i: "ns" if i < 16 else "mx" for i in range(31)}
@@ -373,7 +380,7 @@ def test_candidates_and_settled_are_the_brute_force_ranking(
     for prefix in ("ns", "mx"):
         for term in "abc":
             rows = [
-                (f"k{i}", tf, dl[i])
+                (f"k{i % 16}", tf, dl[i])
                 for i, t, tf in postings
                 if t == term and i not in new and ns[i] == prefix
             ]
@@ -382,13 +389,15 @@ def test_candidates_and_settled_are_the_brute_force_ranking(
                 entries = np.frombuffer(block.postings, dtype=B.ENTRY)
                 blocks.append((B.Block(term, prefix, prefix, 1, entries, block.keys), block))
     fresh = [
-        B.Fresh(t, ns[i], ns[i], f"k{i}", tf, dl[i]) for i, t, tf in postings if i in rewritten
+        B.Fresh(t, ns[i], ns[i], f"k{i % 16}", tf, dl[i]) for i, t, tf in postings if i in rewritten
     ]
     truth: dict[tuple[str, str], float] = {}
     for i, t, tf in postings:
-        key = (ns[i], f"k{i}")
+        key = (ns[i], f"k{i % 16}")
         truth[key] = truth.get(key, 0.0) + weights.score(t, tf, dl[i])
-    found = B.candidates([b for b, _ in blocks], fresh, weights, 2 * want)
+    ranked = [b for b, _ in blocks]
+    items = B.items_of(ranked)
+    found = B.candidates(ranked, fresh, weights, 2 * want, items)
     assert found is not None
     keys = []
     for source in found.sources:
@@ -406,3 +415,5 @@ def test_candidates_and_settled_are_the_brute_force_ranking(
     assert answer is not None  # nothing stale: the candidates' own scores bound the rest
     best = sorted(truth.items(), key=lambda e: (-e[1], e[0]))[:want]
     assert [round(s, 9) for _, s in answer] == [round(s, 9) for _, s in best]
+    # the query left the cached items as they were: the next one ranks as a fresh numbering
+    assert B.candidates(ranked, [], weights, want, items) == B.candidates(ranked, [], weights, want)

@@ -38,7 +38,8 @@ import numpy as np
 MIN_DF = 2048
 #: Blocks serve a query whose terms have this many postings under the namespace, in all:
 #: below it, summing them in the database costs less than the blocks' round trips and
-#: numpy (about 2-5 ms with blocks cached; the database sums 1,000 postings in 0.6-0.8 ms).
+#: numpy (about 2-5 ms once this process has read the blocks, more when a query must read
+#: or build them first; the database sums 1,000 postings in 0.6-0.8 ms).
 MIN_POSTINGS = 8192
 #: Postings of one term in one namespace written since its block (or never packed) that
 #: make the query build the block (again), whatever its size (see :func:`build_at`).
@@ -239,7 +240,7 @@ class Weights:
 
     def score_of(self, weight: Any, tf: Any, dl: Any) -> Any:
         """The share of a term of weight ``weight`` in the score of items with ``tf`` and
-        ``dl`` (numbers or arrays, one weight per item or one for all)."""
+        ``dl`` (numbers or arrays, one weight per entry or posting, or one for all)."""
         return weight * tf / (self.k_base + tf + self.k_len * dl)
 
 
@@ -266,7 +267,7 @@ class Candidates:
 class Items:
     """The items of blocks ranked together, numbered once (in hash order), and the blocks'
     entries laid end to end: a query of the same blocks scores every entry in one
-    expression and sums by item number, with no sort and no loop over blocks.
+    expression and sums by item number, with no sort and no numpy call per block.
 
     ``hashes``: the items' hashes, sorted; ``first``: each item's first entry, its block
     times 2**32 plus its position; ``sizes``: each block's entries; ``ids``, ``tf``,
