@@ -44,6 +44,7 @@ CURRENT = {
     2006,
     2007,
     2008,
+    2009,
     3001,
     3002,
     3003,
@@ -111,7 +112,7 @@ def test_a_store_alone_has_no_checkpoint_or_memory_tables(database_url: str) -> 
     finally:
         store.close()
     assert tables(database_url) == STORE_TABLES | {"am_migrations"}
-    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008}
+    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009}
 
 
 def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(

@@ -325,6 +325,25 @@ def test_a_namespace_delete_takes_its_blocks(store: AgentMemoryStore) -> None:
     assert bm25(store, ("gone",), "printer refund", 5, on=True) == []
 
 
+def test_postgresql_vacuums_what_a_build_marks_soon(store: AgentMemoryStore) -> None:
+    """A build marks up to all of a common term's postings, each then a dead entry of the
+    index of unpacked postings that queries step over until a vacuum: PostgreSQL's
+    autovacuum takes the postings at 1% of them dead (and 10,000), not at a fifth."""
+    if store.dialect.name != "postgresql":
+        pytest.skip("SQLite's index drops a posting's entry as the build marks it")
+    store.put(("docs",), "k", {"text": "printer"})  # sets the store up
+
+    def plan() -> Plan[list[str]]:
+        sql = Sql("SELECT reloptions FROM pg_class WHERE oid = to_regclass('am_store_terms')")
+        [rows] = yield Batch([Stmt(sql, fetch=True)])
+        return list(rows[0][0] or [])
+
+    assert sorted(store.db.run(plan())) == [
+        "autovacuum_vacuum_scale_factor=0.01",
+        "autovacuum_vacuum_threshold=10000",
+    ]
+
+
 def blocks_under(store: AgentMemoryStore, root: str) -> int:
     def plan() -> Plan[int]:
         sql = Sql(

@@ -572,6 +572,27 @@ class Dialect:
         """DDL bringing a dialect's one-statement write checks up to date (none here)."""
         return []
 
+    #: Whether :meth:`one_of` binds its values as one array parameter (PostgreSQL), so one
+    #: statement, and one prepared plan, serves every number of values.
+    array_lists = False
+
+    def list_size(self, n: int) -> int:
+        """The parameters a list of ``n`` values takes in :meth:`one_of`: ``n`` rounded up
+        to a multiple of 16, so a few statements serve every length (PostgreSQL: 1)."""
+        return n + (-n % 16)
+
+    def one_of(self, column: Any, param: str, size: int) -> Any:
+        """Core: ``column`` equals one of the values :meth:`list_params` binds, ``size``
+        (:meth:`list_size`) parameters ``:<param>0`` ... ``:<param><size-1>``."""
+        return column.in_([sa.bindparam(f"{param}{j}", type_=column.type) for j in range(size)])
+
+    def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
+        """The parameters of :meth:`one_of` for ``values`` (at least one), the last repeated
+        up to :meth:`list_size`."""
+        size = self.list_size(len(values))
+        padded = [*values, *[values[-1]] * (size - len(values))]
+        return {f"{param}{j}": v for j, v in enumerate(padded)}
+
     #: Whether queries of common terms read packed blocks of postings (``store/blocks.py``):
     #: where the database has partial indexes, which find the postings written since a
     #: block was built without reading the others.
@@ -607,6 +628,12 @@ class Dialect:
             sqlite_where=terms.c.packed.is_(None),
         )
         return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
+
+    def postings_vacuum_ddl(self) -> list[str]:
+        """DDL that has the database clear, soon after a block's build, the entries the
+        build's marking leaves dead in the index of unpacked postings (none where an
+        update leaves none: SQLite's)."""
+        return []
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
         """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""

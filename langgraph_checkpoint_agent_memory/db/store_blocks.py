@@ -86,10 +86,11 @@ def payloads(st: StoreStatements, n: int) -> Sql:
 
 def postings_in(st: StoreStatements, terms: int, keys: int) -> Sql:
     """``(prefix, key, term, tf, dl)`` of the postings of ``terms`` terms (``:t<j>``) in
-    ``keys`` items (``:k<j>``) of one namespace (``:shard``, ``:prefix``): the candidates'
-    true scores. One part per term, so each is a range of the primary key with the keys
-    as its last column (two lists in one condition leave PostgreSQL 15 filtering every
-    posting of the terms by key)."""
+    items of one namespace (``:shard``, ``:prefix``) whose keys the dialect's list of
+    ``keys`` parameters names (``:k``, see :meth:`.Dialect.one_of`): the candidates' true
+    scores. One part per term, so each is a range of the primary key with the keys as its
+    last column (two lists in one condition leave PostgreSQL 15 filtering every posting
+    of the terms by key)."""
     t = store_terms
 
     def part(j: int) -> Any:
@@ -97,7 +98,7 @@ def postings_in(st: StoreStatements, terms: int, keys: int) -> Sql:
             t.c.term == sa.bindparam(f"t{j}", type_=sa.String),
             t.c.shard == sa.bindparam("shard"),
             t.c.prefix == sa.bindparam("prefix"),
-            t.c.key.in_([sa.bindparam(f"k{i}", type_=sa.String) for i in range(keys)]),
+            st.d.one_of(t.c.key, "k", keys),
         )
 
     return st.statement(
