@@ -572,10 +572,6 @@ class Dialect:
         """DDL bringing a dialect's one-statement write checks up to date (none here)."""
         return []
 
-    #: Whether :meth:`one_of` binds its values as one array parameter (PostgreSQL), so one
-    #: statement, and one prepared plan, serves every number of values.
-    array_lists = False
-
     def list_size(self, n: int) -> int:
         """The parameters a list of ``n`` values takes in :meth:`one_of`: ``n`` rounded up
         to a multiple of 16, so a few statements serve every length (PostgreSQL: 1)."""
@@ -629,10 +625,10 @@ class Dialect:
         )
         return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
 
-    def postings_vacuum_ddl(self) -> list[str]:
-        """DDL that has the database clear, soon after a block's build, the entries the
-        build's marking leaves dead in the index of unpacked postings (none where an
-        update leaves none: SQLite's)."""
+    def postings_upkeep_ddl(self) -> list[str]:
+        """Store step 9: DDL that keeps reading postings an index's work alone where the
+        database needs telling (none here; SQLite's postings are their key's rows, and an
+        update leaves no dead index entry)."""
         return []
 
     def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:

@@ -43,6 +43,9 @@ def as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
     if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
         key = [c.name for c in table.primary_key.columns if c.name not in without]
         old.append_constraint(sa.PrimaryKeyConstraint(*key, **table.primary_key.dialect_kwargs))
+    else:  # a key its columns declare: its options go with it (PostgreSQL's INCLUDE)
+        for name, value in table.primary_key.dialect_kwargs.items():
+            old.primary_key.dialect_kwargs[name] = value
     for index in table.indexes:
         if not {c.name for c in index.columns} & without:
             sa.Index(index.name, *(old.c[c.name] for c in index.columns))
