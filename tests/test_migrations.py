@@ -158,3 +158,21 @@ def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(
     # encryption at rest) comes with `migrate`
     assert data["applied"] == {"checkpoint": [], "store": [], "memory": [], "keys": [1]}
     assert ledger(url) == CURRENT | {4001}
+
+
+def test_every_postgresql_key_of_the_postings_includes_what_bm25_reads() -> None:
+    """The steps that create or re-key the postings' primary key on PostgreSQL include
+    ``tf`` and ``dl`` in it, so a search reads postings from the key alone (the copy of the
+    table as of an earlier step once left them out of step 6's re-keying)."""
+    from langgraph_checkpoint_agent_memory.db.migrations import STORE
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
+
+    d = PostgresDialect()
+    keyed = {
+        step.version: " ".join(sql.split())
+        for step in STORE.steps
+        for sql in step.statements(d)
+        if "am_store_terms" in sql and "PRIMARY KEY" in sql
+    }
+    assert sorted(keyed) == [3, 6, 9]  # created, re-keyed by shard, repaired
+    assert all("INCLUDE (tf, dl)" in sql for sql in keyed.values()), keyed

@@ -338,6 +338,8 @@ def test_postgresql_reads_postings_from_their_key_and_vacuums_them_soon(
     store = make_store()
     store.put(("docs",), "k", {"text": "printer refund"})
     assert postings_upkeep(store) == (["tf", "dl"], VACUUM_SOONER)
+    if store.dialect.distributed:  # and on every shard, where the rows are
+        assert shards_upkeep(store) == {f"2 {','.join(VACUUM_SOONER)}"}
     run_sql(
         store,
         "ALTER TABLE am_store_terms DROP CONSTRAINT am_store_terms_pkey",
@@ -350,6 +352,8 @@ def test_postgresql_reads_postings_from_their_key_and_vacuums_them_soon(
     later = make_store()
     assert [i.key for i in later.search(("docs",), query="printer")] == ["k"]
     assert postings_upkeep(later) == (["tf", "dl"], VACUUM_SOONER)
+    if store.dialect.distributed:
+        assert shards_upkeep(store) == {f"2 {','.join(VACUUM_SOONER)}"}
 
 
 VACUUM_SOONER = ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=10000"]
@@ -368,6 +372,23 @@ def postings_upkeep(store: AgentMemoryStore) -> tuple[list[str], list[str]]:
         options = Sql("SELECT reloptions FROM pg_class WHERE oid = to_regclass('am_store_terms')")
         columns, [(found,)] = yield Batch([Stmt(included, fetch=True), Stmt(options, fetch=True)])
         return [c for (c,) in columns], sorted(found or [])
+
+    return store.db.run(plan())
+
+
+def shards_upkeep(store: AgentMemoryStore) -> set[str]:
+    """Citus: each shard's count of columns its primary key includes, and its options."""
+
+    def plan() -> Plan[set[str]]:
+        sql = Sql(
+            # the shard's name in place of %s (doubled for psycopg)
+            "SELECT result FROM run_command_on_shards('am_store_terms', $c$SELECT "
+            "(SELECT indnatts - indnkeyatts FROM pg_index WHERE indrelid = c.oid "
+            "AND indisprimary) || ' ' || array_to_string(c.reloptions, ',') "
+            "FROM pg_class c WHERE c.oid = '%%s'::regclass$c$)"
+        )
+        [rows] = yield Batch([Stmt(sql, fetch=True)])
+        return {str(r) for (r,) in rows}
 
     return store.db.run(plan())
 

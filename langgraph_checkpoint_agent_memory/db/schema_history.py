@@ -21,11 +21,11 @@ def recent_index(d: Dialect) -> str:
 
 
 def column_like(column: sa.Column[Any]) -> sa.Column[Any]:
-    """A new column declared as ``column`` is (the tables of :mod:`.schema` set no defaults)."""
+    """A new column declared as ``column`` is (the tables of :mod:`.schema` set no
+    defaults), but for the primary key, which :func:`as_of` declares as a constraint."""
     return sa.Column(
         column.name,
         column.type,
-        primary_key=column.primary_key,
         nullable=column.nullable,
         autoincrement=column.autoincrement,
     )
@@ -40,12 +40,14 @@ def as_of(table: sa.Table, *, without: set[str]) -> sa.Table:
         *(column_like(c) for c in table.columns if c.name not in without),
         **table.kwargs,
     )
-    if not any(c.primary_key for c in old.columns):  # a key declared as a constraint
-        key = [c.name for c in table.primary_key.columns if c.name not in without]
-        old.append_constraint(sa.PrimaryKeyConstraint(*key, **table.primary_key.dialect_kwargs))
-    else:  # a key its columns declare: its options go with it (PostgreSQL's INCLUDE)
-        for name, value in table.primary_key.dialect_kwargs.items():
-            old.primary_key.dialect_kwargs[name] = value
+    # the key in its own order, with its options (PostgreSQL's INCLUDE) but the columns left out
+    key = [c.name for c in table.primary_key.columns if c.name not in without]
+    options = dict(table.primary_key.dialect_kwargs)
+    if "postgresql_include" in options:
+        options["postgresql_include"] = [
+            c for c in options["postgresql_include"] if c not in without
+        ]
+    old.append_constraint(sa.PrimaryKeyConstraint(*key, **options))
     for index in table.indexes:
         if not {c.name for c in index.columns} & without:
             sa.Index(index.name, *(old.c[c.name] for c in index.columns))
