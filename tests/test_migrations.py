@@ -163,7 +163,7 @@ def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(
 def test_every_postgresql_key_of_the_postings_includes_what_bm25_reads() -> None:
     """The steps that create or re-key the postings' primary key on PostgreSQL include
     ``tf`` and ``dl`` in it, so a search reads postings from the key alone (the copy of the
-    table as of an earlier step once left them out of step 6's re-keying)."""
+    table as of an earlier step left them out of step 6's re-keying, since step 8)."""
     from langgraph_checkpoint_agent_memory.db.migrations import STORE
     from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 
