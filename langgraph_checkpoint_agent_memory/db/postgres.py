@@ -404,13 +404,12 @@ class PostgresDialect(Dialect):
 
     def postings_upkeep_ddl(self) -> list[str]:
         """The postings' primary key with ``tf`` and ``dl`` included again, so a query's
-        postings are read from it alone (since step 8, step 6 re-keyed a new database's table
-        without them: an ordinary query at 100,000 items then read a table page per
-        posting, 3.9 -> 12 ms),
-        rebuilt only where it lacks them; and autovacuum at 1% of the postings dead, not a
-        fifth: a block's build marks up to all of a common term's postings, each an entry
-        of the index of unpacked ones that queries step over until a vacuum (3 ms of a
-        100,000-item query)."""
+        postings are read from it alone (since step 8, step 6 re-keyed a new database's
+        table without them: an ordinary query at 100,000 items then read a table page per
+        posting, 3.9 -> 12 ms), rebuilt only where it lacks them; and autovacuum at 1% of
+        the postings dead, not a fifth: a block's build marks up to all of a common term's
+        postings, each an entry of the index of unpacked ones that queries step over until
+        a vacuum (3 ms of a 100,000-item query)."""
         return [
             # raw: PL/pgSQL has no Core form. The key as this step gives it, whatever the
             # schema declares later, and named: Citus before 11.2 refuses an unnamed one on
