@@ -1,8 +1,9 @@
 """The sealed value format and its crypto hygiene: a subkey per purpose, an unambiguous row
-identity, damaged values reported as damaged, and databases sealed in format 1 still read:
-``tests/fixtures/sealed_format1.sql`` is a dump of a SQLite database the package wrote before
-format 2 (a store with its lexical and vector index, and a checkpointed graph, under
-:data:`FORMAT1_MASTER`), read on SQLite and, its rows copied, on PostgreSQL."""
+identity, damaged values reported as damaged, a destroyed key reported alike by get and
+search, and databases sealed in format 1 still read: ``tests/fixtures/sealed_format1.sql`` is
+a dump of a SQLite database the package wrote before format 2 (a store with its lexical and
+vector index, and a checkpointed graph, under :data:`FORMAT1_MASTER`), read on SQLite and,
+its rows copied, on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import hashlib
 import hmac
 import operator
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -24,7 +25,10 @@ from hypothesis import strategies as st
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_checkpoint_agent_memory import (
+    AgentMemoryStore,
     DecryptionError,
+    Encryption,
+    KeyMissingError,
     MasterKeyProvider,
     create_checkpointer,
     create_store,
@@ -203,6 +207,41 @@ def test_a_damaged_checkpoint_is_a_decryption_error(
     raw(saver.db, sql, {"v": bad, "c": cid}, True)
     with pytest.raises(DecryptionError):
         saver.get_tuple(config_for("t1"))
+
+
+# -- a destroyed key: get and search alike ---------------------------------------------------
+
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return backend_url(request, str(request.param), tmp_path / "keys-gone.db")
+
+
+@pytest.mark.parametrize("keystore", ["own", "apart"])
+def test_with_its_key_gone_search_answers_as_get(
+    any_url: str | None, keystore: str, tmp_path: Path, opened: list[Any]
+) -> None:
+    master = generate_master_key()
+    setting: Any = master
+    if keystore == "apart":
+        setting = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
+    store: AgentMemoryStore = create_store(any_url, encryption=setting)
+    opened.append(store)
+    store.put(("users", "alice"), "a", {"text": "alice lives in lyon"})
+    store.put(("users", "bob"), "b", {"text": "bob lives in lyon"})
+    assert store.destroy_keys(["users.alice"])
+    calls: list[Callable[[], Any]] = [
+        lambda: store.get(("users", "alice"), "a"),
+        lambda: store.search(("users", "alice"), query="lyon"),
+        lambda: store.search(("users", "alice")),
+        lambda: asyncio.run(store.asearch(("users", "alice"), query="lyon")),
+    ]
+    if keystore == "apart":  # the shards a search spans are the items' (see the user guide)
+        calls.append(lambda: store.search(("users",), query="lyon"))
+    for call in calls:
+        with pytest.raises(KeyMissingError):
+            call()
+    assert [i.key for i in store.search(("users", "bob"), query="lyon")] == ["b"]
 
 
 # -- databases sealed in format 1 ------------------------------------------------------------
