@@ -104,8 +104,9 @@ def new_key_id() -> str:
     return os.urandom(KEY_ID_BYTES).hex()
 
 
-def _check(marker: int, key_id: bytes) -> bytes:
-    return zlib.crc32(bytes((marker,)) + key_id).to_bytes(CHECK_BYTES, "big")
+def _check(head: bytes | bytearray | memoryview) -> int:
+    """The check of a header's marker and key id (``head``: its first 9 bytes)."""
+    return zlib.crc32(head) & 0xFFFFFFFF
 
 
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
@@ -126,8 +127,9 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
     if value and value[0] in FORMATS:
         return True
     head = bytes(value[:HEADER_BYTES])
+    check = int.from_bytes(head[HEADER_BYTES_V1:], "big")
     return len(head) == HEADER_BYTES and any(
-        head[1 + KEY_ID_BYTES :] == _check(m, head[1 : 1 + KEY_ID_BYTES]) for m in FORMATS
+        _check(bytes((m,)) + head[1:HEADER_BYTES_V1]) == check for m in FORMATS
     )
 
 
@@ -147,8 +149,8 @@ def header_length(sealed: bytes | bytearray | memoryview) -> int:
     found = FORMATS.get(sealed[0]) if sealed else None
     if found is None or len(sealed) < found[0] + NONCE_BYTES + TAG_BYTES:
         raise _damaged(len(sealed))
-    if found[0] == HEADER_BYTES and bytes(sealed[1 + KEY_ID_BYTES : HEADER_BYTES]) != _check(
-        sealed[0], bytes(sealed[1 : 1 + KEY_ID_BYTES])
+    if found[0] == HEADER_BYTES and _check(sealed[:HEADER_BYTES_V1]) != int.from_bytes(
+        sealed[HEADER_BYTES_V1:HEADER_BYTES], "big"
     ):
         raise _damaged(len(sealed))
     return found[0]
@@ -234,7 +236,8 @@ class DataKey:
             packed = zlib.compress(plaintext, 1)
             if len(packed) * 10 <= len(plaintext) * 9:
                 plaintext, marker = packed, COMPRESSED
-        header = bytes((marker,)) + self._key_id + _check(marker, self._key_id)
+        head = bytes((marker,)) + self._key_id
+        header = head + _check(head).to_bytes(CHECK_BYTES, "big")
         nonce = os.urandom(NONCE_BYTES)
         return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
 
