@@ -11,17 +11,21 @@ id of a key that is not there (:class:`KeyMissingError`). Text columns hold the 
 base64 after ``"!"`` (:meth:`DataKey.seal_text`). The associated data is the row's identity as
 :func:`aad` encodes it: each part length-prefixed, so no two identities share an encoding.
 
-Each purpose has its own subkey of the 32-byte data key, derived under its own label: the
-value subkey by HKDF-SHA256 (label ``agent-memory values v2``); the term subkey by
-HMAC-SHA256 of the data key over ``agent-memory terms v1`` (a PRF under a label of its own,
-HKDF's expand step in all but its counter byte). The term subkey keeps the derivation it
-has had since encryption came in: the lexical index holds term hashes made with it, and a
-new one would leave every posting of an existing database unmatched by new queries.
+Each purpose has its own subkey of the 32-byte data key, each HMAC-SHA256 under the data key
+over a label of its own, so they are independent: the value subkey by HKDF-SHA256's expand
+step (RFC 5869; no extract step, the data key being 32 random bytes already), label
+``agent-memory values v2``; the term subkey as HMAC-SHA256 over ``agent-memory terms v1``.
+The term subkey keeps the derivation it has had since encryption came in: the lexical
+index holds term hashes made with it, and a new one would leave every posting of an
+existing database unmatched by new queries (a new derivation for new keys only would need a
+version kept with each key, which the key table has no column for; re-hashing means
+decrypting and re-indexing every item).
 
 Format 1 (markers ``0xA5``/``0xA6``, no check), written before, is still read: AES-256-GCM
 under the data key itself, with the identity's parts NUL-joined (``aad("a\\0b", "c")`` and
 ``aad("a", "b\\0c")`` were the same bytes). Nothing writes it any more: values written
-since are format 2, the ones written before stay as they are, readable.
+since are format 2, the ones written before stay as they are, readable (a bit flipped in the
+key id of such a value still reads as a missing key: format 1 has no check).
 
 Terms of the lexical index are keyed hashes (HMAC-SHA256 under the term subkey, cut to 96
 bits), so a query's terms are found by equality while the stored ones do not say which
@@ -87,11 +91,12 @@ def aesgcm(key: bytes) -> Any:
 
 
 def subkey(secret: bytes, label: bytes) -> bytes:
-    """The 32-byte subkey of ``secret`` for one purpose (HKDF-SHA256, ``label`` as info)."""
+    """The 32-byte subkey of ``secret`` (32 random bytes) for one purpose: HKDF-SHA256's
+    expand step, ``label`` as its info."""
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(secret)
+    return HKDFExpand(algorithm=hashes.SHA256(), length=32, info=label).derive(secret)
 
 
 def new_key() -> bytes:
