@@ -98,11 +98,16 @@ def write_aad(
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
     """A bytes column's ``value`` that is not sealed: itself with ``allow_plaintext``;
     else :class:`DecryptionError` when it is rather a damaged sealed value (see
-    :func:`looks_damaged`), :class:`PlaintextRowError` when it is plaintext."""
+    :func:`looks_damaged`), :class:`PlaintextRowError` when it is plaintext. (A plaintext
+    value of a few bytes can start as a sealed one does: a short string's msgpack.)"""
     if allow_plaintext:
         return value
     if looks_damaged(value):
-        raise DecryptionError(f"{what} is damaged: not a whole sealed value ({len(value)} bytes)")
+        raise DecryptionError(
+            f"{what} is not a whole sealed value ({len(value)} bytes): damaged (cut short, "
+            "its header altered), or, if this database held plaintext, a plaintext value "
+            "that starts like a sealed one (`agent-memory encrypt` seals those)"
+        )
     raise plaintext_refused(what)
 
 
