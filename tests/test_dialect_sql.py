@@ -275,6 +275,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "item_vectors",
         "seal_item",
         "seal_vector",
+        "sealed_in_shard",
     ):
         out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)

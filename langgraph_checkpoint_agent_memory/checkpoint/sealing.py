@@ -41,13 +41,14 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     is_sealed,
     is_sealed_text,
     key_id_of,
+    looks_damaged,
     plaintext_refused,
     store_owner,
     text_bytes,
     thread_owner,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
-from langgraph_checkpoint_agent_memory.errors import InvalidValueError
+from langgraph_checkpoint_agent_memory.errors import DecryptionError, InvalidValueError
 
 
 def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
@@ -92,6 +93,22 @@ def write_aad(
     thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
 ) -> bytes:
     return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+
+
+def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
+    """A bytes column's ``value`` that is not sealed: itself with ``allow_plaintext``;
+    else :class:`DecryptionError` when it is rather a damaged sealed value (see
+    :func:`looks_damaged`), :class:`PlaintextRowError` when it is plaintext. (A plaintext
+    value of a few bytes can start as a sealed one does: a short string's msgpack.)"""
+    if allow_plaintext:
+        return value
+    if looks_damaged(value):
+        raise DecryptionError(
+            f"{what} is not a whole sealed value ({len(value)} bytes): damaged (cut short, "
+            "its header altered), or, if this database held plaintext, a plaintext value "
+            "that starts like a sealed one (`agent-memory encrypt` seals those)"
+        )
+    raise plaintext_refused(what)
 
 
 class Sealer:
@@ -143,9 +160,7 @@ class Sealer:
             return value
         if is_sealed(value):
             return self._key(key_id_of(value)).open(value, associated)
-        if self.allow_plaintext:
-            return value
-        raise plaintext_refused(what)
+        return refused_or_plaintext(value, self.allow_plaintext, what)
 
     def open_text(self, value: str, associated: bytes, what: str) -> str:
         """The plaintext of a text column."""
@@ -326,9 +341,8 @@ class ThreadSerde:
             return data
         if is_sealed(raw):
             return kind, self.keyring.by_id(key_id_of(raw)).open(raw, self._aad(kind))
-        if self.keyring.allow_plaintext:
-            return data
-        raise plaintext_refused(f"a value of thread {self.thread_id!r}")
+        what = f"a value of thread {self.thread_id!r}"
+        return kind, refused_or_plaintext(raw, self.keyring.allow_plaintext, what)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         return self.inner.loads_typed(self.opened(data))

@@ -1,15 +1,35 @@
 """Sealing and opening with one data key, with no I/O.
 
-A sealed value is ``marker (1) | key id (8) | nonce (12) | ciphertext | tag (16)``: AES-256
-in GCM mode (authenticated encryption), the marker and key id authenticated with the row's
-identity as associated data, so a sealed value copied into another row, or another owner's
-row, does not open. The marker says whether the plaintext was compressed first (values of at
-least :data:`COMPRESS_MIN` bytes that zlib shrinks by a tenth). Text columns hold the same
-bytes in base64 after ``"!"`` (:meth:`DataKey.seal_text`).
+A sealed value is ``marker (1) | key id (8) | check (4) | nonce (12) | ciphertext | tag (16)``:
+AES-256 in GCM mode (authenticated encryption) under the data key's value subkey, the header
+(marker, key id and check) authenticated with the row's identity as associated data, so a
+sealed value copied into another row, or another owner's row, does not open. The marker says
+the format and whether the plaintext was compressed first (values of at least
+:data:`COMPRESS_MIN` bytes that zlib shrinks by a tenth); the check is a CRC-32 of marker and
+key id, so a damaged header reads as a damaged value (:class:`DecryptionError`), never as the
+id of a key that is not there (:class:`KeyMissingError`). Text columns hold the same bytes in
+base64 after ``"!"`` (:meth:`DataKey.seal_text`). The associated data is the row's identity as
+:func:`aad` encodes it: each part length-prefixed, so no two identities share an encoding.
 
-Terms of the lexical index are keyed hashes (HMAC-SHA256 under a key derived from the data
-key, cut to 96 bits), so a query's terms are found by equality while the stored ones do not
-say which words they are.
+Each purpose has its own subkey of the 32-byte data key, each HMAC-SHA256 under the data key
+over a label of its own, so they are independent: the value subkey by HKDF-SHA256's expand
+step (RFC 5869; no extract step, the data key being 32 random bytes already), label
+``agent-memory values v2``; the term subkey as HMAC-SHA256 over ``agent-memory terms v1``.
+The term subkey keeps the derivation it has had since encryption came in: the lexical
+index holds term hashes made with it, and a new one would leave every posting of an
+existing database unmatched by new queries (a new derivation for new keys only would need a
+version kept with each key, which the key table has no column for; re-hashing means
+decrypting and re-indexing every item).
+
+Format 1 (markers ``0xA5``/``0xA6``, no check), written before, is still read: AES-256-GCM
+under the data key itself, with the identity's parts NUL-joined (``aad("a\\0b", "c")`` and
+``aad("a", "b\\0c")`` were the same bytes). Nothing writes it any more: values written
+since are format 2, the ones written before stay as they are, readable (a bit flipped in the
+key id of such a value still reads as a missing key: format 1 has no check).
+
+Terms of the lexical index are keyed hashes (HMAC-SHA256 under the term subkey, cut to 96
+bits), so a query's terms are found by equality while the stored ones do not say which
+words they are.
 """
 
 from __future__ import annotations
@@ -27,20 +47,35 @@ from langgraph_checkpoint_agent_memory.errors import (
     PlaintextRowError,
 )
 
-#: First byte of a sealed value: plaintext as given, or zlib-compressed first.
-PLAIN, COMPRESSED = 0xA5, 0xA6
+#: First byte of a sealed value of format 2: plaintext as given, or zlib-compressed first.
+PLAIN, COMPRESSED = 0xA7, 0xA8
+#: The same in format 1 (read only).
+PLAIN_V1, COMPRESSED_V1 = 0xA5, 0xA6
 KEY_ID_BYTES = 8
+CHECK_BYTES = 4
 NONCE_BYTES = 12
 TAG_BYTES = 16
-HEADER_BYTES = 1 + KEY_ID_BYTES
+HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
+HEADER_BYTES_V1 = 1 + KEY_ID_BYTES
 #: What sealing adds to a value (before compression).
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
+#: Marker -> (length of its header, compressed).
+FORMATS = {
+    PLAIN: (HEADER_BYTES, False),
+    COMPRESSED: (HEADER_BYTES, True),
+    PLAIN_V1: (HEADER_BYTES_V1, False),
+    COMPRESSED_V1: (HEADER_BYTES_V1, True),
+}
 #: Plaintexts at least this long are compressed when that saves a tenth.
 COMPRESS_MIN = 256
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
 #: Bytes of a term's keyed hash (before base64).
 TERM_BYTES = 9
+#: The HKDF label of the subkey that seals values.
+VALUE_LABEL = b"agent-memory values v2"
+#: The HMAC label of the subkey that hashes terms (see the module: kept for the index).
+TERM_LABEL = b"agent-memory terms v1"
 
 
 def aesgcm(key: bytes) -> Any:
@@ -55,6 +90,15 @@ def aesgcm(key: bytes) -> Any:
     return AESGCM(key)
 
 
+def subkey(secret: bytes, label: bytes) -> bytes:
+    """The 32-byte subkey of ``secret`` (32 random bytes) for one purpose: HKDF-SHA256's
+    expand step, ``label`` as its info."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    return HKDFExpand(algorithm=hashes.SHA256(), length=32, info=label).derive(secret)
+
+
 def new_key() -> bytes:
     """A fresh random 256-bit key."""
     return os.urandom(32)
@@ -65,6 +109,11 @@ def new_key_id() -> str:
     return os.urandom(KEY_ID_BYTES).hex()
 
 
+def _check(head: bytes | bytearray | memoryview) -> int:
+    """The check of a header's marker and key id (``head``: its first 9 bytes)."""
+    return zlib.crc32(head) & 0xFFFFFFFF
+
+
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
     """Whether ``value`` looks like a sealed value (its marker and length).
 
@@ -73,17 +122,58 @@ def is_sealed(value: bytes | bytearray | memoryview) -> bool:
     column can hold caller's bytes, a row's type (or another column) must say whether it is
     sealed, and this test only confirms it.
     """
-    return len(value) >= OVERHEAD and value[0] in (PLAIN, COMPRESSED)
+    found = FORMATS.get(value[0]) if value else None
+    return found is not None and len(value) >= found[0] + NONCE_BYTES + TAG_BYTES
+
+
+def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
+    """Whether ``value``, which :func:`is_sealed` turned down, is rather a sealed value that
+    was cut short, or whose marker was altered (its key id's check still holds)."""
+    if value and value[0] in FORMATS:
+        return True
+    head = bytes(value[:HEADER_BYTES])
+    check = int.from_bytes(head[HEADER_BYTES_V1:], "big")
+    return len(head) == HEADER_BYTES and any(
+        _check(bytes((m,)) + head[1:HEADER_BYTES_V1]) == check for m in FORMATS
+    )
+
+
+def _damaged(size: int) -> DecryptionError:
+    return DecryptionError(
+        f"a sealed value ({size} bytes) is damaged: cut short, or its header altered"
+    )
+
+
+def header_length(sealed: bytes | bytearray | memoryview) -> int:
+    """The length of ``sealed``'s header, checked: its marker, its length, and in format 2
+    the check of its key id.
+
+    Raises:
+        DecryptionError: ``sealed`` is not a whole sealed value (damaged).
+    """
+    found = FORMATS.get(sealed[0]) if sealed else None
+    if found is None or len(sealed) < found[0] + NONCE_BYTES + TAG_BYTES:
+        raise _damaged(len(sealed))
+    if found[0] == HEADER_BYTES and _check(sealed[:HEADER_BYTES_V1]) != int.from_bytes(
+        sealed[HEADER_BYTES_V1:HEADER_BYTES], "big"
+    ):
+        raise _damaged(len(sealed))
+    return found[0]
+
+
+def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
+    """The id of the key ``sealed`` was sealed with.
+
+    Raises:
+        DecryptionError: ``sealed`` is damaged (see :func:`header_length`).
+    """
+    header_length(sealed)
+    return bytes(sealed[1 : 1 + KEY_ID_BYTES]).hex()
 
 
 def is_sealed_text(value: str) -> bool:
     """Whether a text column's ``value`` holds a sealed value."""
     return value.startswith(TEXT_PREFIX)
-
-
-def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
-    """The id of the key ``sealed`` was sealed with."""
-    return bytes(sealed[1:HEADER_BYTES]).hex()
 
 
 def text_bytes(value: str) -> bytes:
@@ -110,26 +200,30 @@ class DataKey:
         key_id: The key's id (16 hex digits), written into every value it seals.
         owner: Whose key it is (a store shard key such as ``"store:memory.user=alice"``, or
             ``"thread:<id>"``).
-        secret: The 32 key bytes.
+        secret: The 32 key bytes (only its subkeys seal and hash, see the module).
 
     Example:
         >>> from langgraph_checkpoint_agent_memory.crypto.cipher import new_key, new_key_id
         >>> key = DataKey(new_key_id(), "thread:t1", new_key())
-        >>> sealed = key.seal(b"hello", b"row-1")
-        >>> key.open(sealed, b"row-1")
+        >>> sealed = key.seal(b"hello", aad("row", "1"))
+        >>> key.open(sealed, aad("row", "1"))
         b'hello'
     """
 
-    __slots__ = ("_aead", "_header", "_terms", "key_id", "owner")
+    __slots__ = ("_aead", "_invalid", "_key_id", "_terms", "_v1", "key_id", "owner")
 
     def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
         if len(secret) != 32:
             raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
         self.key_id = key_id
         self.owner = owner
-        self._aead = aesgcm(secret)
-        self._header = bytes.fromhex(key_id)
-        self._terms = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
+        self._v1 = aesgcm(secret)  # format 1 values only (read)
+        from cryptography.exceptions import InvalidTag
+
+        self._invalid = InvalidTag  # what a failed authentication raises
+        self._aead = aesgcm(subkey(secret, VALUE_LABEL))
+        self._key_id = bytes.fromhex(key_id)
+        self._terms = hmac.new(secret, TERM_LABEL, hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes, aad: bytes) -> bytes:
         """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
@@ -137,7 +231,7 @@ class DataKey:
 
         Args:
             plaintext: What to protect.
-            aad: Associated data: the same bytes must be given to :meth:`open`.
+            aad: Associated data (:func:`aad`): the same bytes must be given to :meth:`open`.
 
         Returns:
             The sealed value.
@@ -147,33 +241,37 @@ class DataKey:
             packed = zlib.compress(plaintext, 1)
             if len(packed) * 10 <= len(plaintext) * 9:
                 plaintext, marker = packed, COMPRESSED
-        header = bytes((marker,)) + self._header
+        head = bytes((marker,)) + self._key_id
+        header = head + _check(head).to_bytes(CHECK_BYTES, "big")
         nonce = os.urandom(NONCE_BYTES)
         return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
 
     def open(self, sealed: bytes | bytearray | memoryview, aad: bytes) -> bytes:
-        """The plaintext of ``sealed``.
+        """The plaintext of ``sealed`` (either format).
 
         Args:
             sealed: A value :meth:`seal` returned for the same ``aad``.
             aad: The row's identity, as given to :meth:`seal`.
 
         Raises:
-            DecryptionError: ``sealed`` was altered, or sealed for another row or key.
+            DecryptionError: ``sealed`` was damaged or altered, or sealed for another row or
+                key.
         """
         data = bytes(sealed)
-        header = data[:HEADER_BYTES]
-        nonce = data[HEADER_BYTES : HEADER_BYTES + NONCE_BYTES]
+        size = header_length(data)
+        header = data[:size]
+        nonce = data[size : size + NONCE_BYTES]
+        aead, associated = self._aead, aad
+        if size == HEADER_BYTES_V1:
+            aead, associated = self._v1, nul_joined(aad)
         try:
-            plain: bytes = self._aead.decrypt(
-                nonce, data[HEADER_BYTES + NONCE_BYTES :], header + aad
-            )
-        except Exception:
+            plain: bytes = aead.decrypt(nonce, data[size + NONCE_BYTES :], header + associated)
+        except self._invalid:
             raise DecryptionError(
                 f"a value sealed with data key {self.key_id} of {self.owner!r} does not "
                 "authenticate: it was altered or belongs to another row"
             ) from None
-        return zlib.decompress(plain) if data[0] == COMPRESSED else plain
+        return zlib.decompress(plain) if FORMATS[data[0]][1] else plain
 
     def seal_text(self, plaintext: bytes, aad: bytes) -> str:
         """:meth:`seal` for a text column: ``"!"`` and base64."""
@@ -223,10 +321,33 @@ SCOPE_CONFIG_KEY = "encryption_scope"
 
 
 def aad(*parts: str | int | None) -> bytes:
-    """Associated data naming a row: its identifying parts, NUL-separated.
+    """Associated data naming a row: its identifying parts, each as its length (4 bytes,
+    big-endian) and its UTF-8 bytes, so distinct identities never share an encoding.
 
     Example:
-        >>> aad("blob", "t1", "", "messages", "3")
-        b'blob\\x00t1\\x00\\x00messages\\x003'
+        >>> aad("blob", "t1")
+        b'\\x00\\x00\\x00\\x04blob\\x00\\x00\\x00\\x02t1'
+        >>> aad("a\\x00b", "c") != aad("a", "b\\x00c")
+        True
     """
-    return "\x00".join("" if p is None else str(p) for p in parts).encode("utf-8")
+    out = bytearray()
+    for part in parts:
+        data = ("" if part is None else str(part)).encode("utf-8")
+        out += len(data).to_bytes(4, "big") + data
+    return bytes(out)
+
+
+def nul_joined(associated: bytes) -> bytes:
+    """Format 1's associated data for the identity :func:`aad` encoded in ``associated``:
+    its parts NUL-separated (``associated`` itself when it is not such an encoding).
+
+    Example:
+        >>> nul_joined(aad("blob", "t1", None))
+        b'blob\\x00t1\\x00'
+    """
+    parts, at = [], 0
+    while at + 4 <= len(associated):
+        end = at + 4 + int.from_bytes(associated[at : at + 4], "big")
+        parts.append(associated[at + 4 : end])
+        at = end
+    return b"\x00".join(parts) if at == len(associated) else associated

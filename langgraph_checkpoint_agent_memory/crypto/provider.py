@@ -134,9 +134,11 @@ class MasterKeyProvider:
                 f"among the master keys given ({', '.join(self._ciphers)}): give it too (the new "
                 "key first) until `agent-memory rotate-key` has re-wrapped every data key"
             )
+        from cryptography.exceptions import InvalidTag
+
         try:
             key: bytes = cipher.decrypt(nonce, sealed, head + owner.encode())
-        except Exception:
+        except InvalidTag:
             raise DecryptionError(
                 f"the wrapped data key of {owner!r} does not authenticate under master key "
                 f"{head.hex()}: altered, or moved from another owner's row"

@@ -103,6 +103,20 @@ def shards_under(st: StoreStatements, scoped: bool) -> Sql:
     )
 
 
+def sealed_in_shard(st: StoreStatements) -> Sql:
+    """One sealed value of an item of the shard key ``:shard`` (it names the data key the
+    shard's items were sealed with: a search asks when the shard has none)."""
+    t = store_items
+    return st.statement(
+        "sealed_in_shard",
+        lambda: (
+            sa.select(t.c.sealed)
+            .where(t.c.shard == sa.bindparam("shard"), t.c.sealed.is_not(None))
+            .limit(1)
+        ),
+    )
+
+
 def recent_after(st: StoreStatements, scoped: bool, filters: Prefilter = ()) -> Sql:
     """Live items under the namespace passing the pre-filter, newest first (the order of
     :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,

@@ -616,7 +616,7 @@ class Ranker:
         terms = S.terms(query)
         forms = None
         if self.sealer is not None and terms:
-            forms = yield from self.sealer.term_forms_plan(terms, [shard])
+            forms = yield from self.sealer.term_forms_plan(self.statements, terms, [shard])
         fused, _ = yield from self.fused_plan(
             terms, None, (), base, want, exact=True, forms=forms, feedback=self.recall_feedback
         )

@@ -406,15 +406,24 @@ class Sealer:
         [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements, False), base, fetch=True)])
         return [str(r[0]) for r in rows]
 
-    def term_forms_plan(self, terms: list[str], shards: Iterable[str]) -> Plan[list[list[str]]]:
+    def term_forms_plan(
+        self, statements: StoreStatements, terms: list[str], shards: Iterable[str]
+    ) -> Plan[list[list[str]]]:
         """Per query term, what the index stores for it in each of ``shards``: its keyed
         hash under each shard's data key (and the term itself with ``allow_plaintext``,
-        for rows not yet encrypted)."""
+        for rows not yet encrypted). A shard with sealed items and no data key (destroyed,
+        its rows still there) raises :class:`KeyMissingError`, as reading one of its items
+        does: no query can match what its key hashed."""
         keys: list[DataKey] = []
         for shard in sorted(set(shards)):
             key = yield from self.owner_key_plan(shard, create=False)
             if key is not None:
                 keys.append(key)
+                continue
+            [rows] = yield Batch(
+                [Stmt(sealed_sql.sealed_in_shard(statements), {"shard": shard}, fetch=True)]
+            )
+            yield from self.ids_plan(bytes(r[0]) for r in rows)
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
         return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]

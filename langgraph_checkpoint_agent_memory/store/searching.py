@@ -235,7 +235,7 @@ class Searcher:
         :meth:`Sealer.shards_plan`)."""
         assert self.sealer is not None
         shards = yield from self.sealer.shards_plan(self.statements, base)
-        return (yield from self.sealer.term_forms_plan(terms, shards))
+        return (yield from self.sealer.term_forms_plan(self.statements, terms, shards))
 
     def _read_ranked(
         self,

@@ -1,0 +1,369 @@
+"""The sealed value format and its crypto hygiene: a subkey per purpose, an unambiguous row
+identity, damaged values reported as damaged, a destroyed key reported alike by get and
+search, and databases sealed in format 1 still read: ``tests/fixtures/sealed_format1.sql`` is
+a dump of a SQLite database the package wrote before format 2 (a store with its lexical and
+vector index, and a checkpointed graph, under :data:`FORMAT1_MASTER`), read on SQLite and,
+its rows copied, on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import operator
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_checkpoint_agent_memory import (
+    AgentMemoryStore,
+    DecryptionError,
+    Encryption,
+    KeyMissingError,
+    MasterKeyProvider,
+    create_checkpointer,
+    create_store,
+    generate_master_key,
+)
+from langgraph_checkpoint_agent_memory.crypto import cipher
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad, new_key, new_key_id
+from tests.helpers import WordEmbeddings, config_for
+from tests.pg import backend_params, backend_url
+
+FIXTURES = Path(__file__).parent / "fixtures"
+#: The master key the format-1 fixture was sealed under.
+FORMAT1_MASTER = base64.b64encode(bytes(range(32))).decode("ascii")
+
+
+def word_index() -> dict[str, Any]:
+    return {"dims": 32, "embed": WordEmbeddings(32), "fields": ["text"]}
+
+
+# -- the cipher ----------------------------------------------------------------------------
+
+parts = st.lists(st.text(max_size=6) | st.integers(-5, 500) | st.none(), max_size=4)
+
+
+@settings(max_examples=300)
+@given(a=parts, b=parts)
+@example(a=["a\x00b", "c"], b=["a", "b\x00c"])
+def test_distinct_row_identities_never_share_associated_data(
+    a: list[str | int | None], b: list[str | int | None]
+) -> None:
+    def normal(p: list[str | int | None]) -> list[str]:
+        return ["" if x is None else str(x) for x in p]
+
+    assert (aad(*a) == aad(*b)) == (normal(a) == normal(b))
+
+
+def test_values_are_sealed_under_a_subkey_and_terms_keep_their_own() -> None:
+    secret = new_key()
+    key = DataKey(new_key_id(), "store:docs", secret)
+    sealed = key.seal(b"lives in Lyon", aad("item", "docs", "k"))
+    header, nonce, body = sealed[: cipher.HEADER_BYTES], sealed[13:25], sealed[25:]
+    associated = header + aad("item", "docs", "k")
+    with pytest.raises(InvalidTag):
+        AESGCM(secret).decrypt(nonce, body, associated)  # the data key itself does not open it
+    # HKDF-SHA256's expand step: one block, HMAC over the label and the counter 1
+    value_key = hmac.new(secret, b"agent-memory values v2\x01", hashlib.sha256).digest()
+    assert value_key != secret
+    assert AESGCM(value_key).decrypt(nonce, body, associated) == b"lives in Lyon"
+    # the term subkey is the one existing indexes were built with (see cipher's docstring)
+    term_key = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
+    digest = hmac.new(term_key, b"lyon", hashlib.sha256).digest()[:9]
+    assert key.term("lyon") == base64.urlsafe_b64encode(digest).decode("ascii")
+    assert value_key != term_key
+
+
+def test_only_a_failed_authentication_is_a_decryption_error() -> None:
+    key = DataKey(new_key_id(), "store:docs", new_key())
+    sealed = key.seal(b"x", aad("item", "k"))
+    with pytest.raises(TypeError):
+        key.open(sealed, "item k")  # type: ignore[arg-type]  # a programming error
+    with pytest.raises(DecryptionError):
+        key.open(sealed, aad("item", "other"))
+    provider = MasterKeyProvider([generate_master_key()])
+    wrapped = provider.wrap(bytes(32), "thread:t")
+    with pytest.raises(AttributeError):
+        provider.unwrap(wrapped, None)  # type: ignore[arg-type]
+    with pytest.raises(DecryptionError):
+        provider.unwrap(wrapped, "thread:u")
+
+
+def damage(sealed: bytes, how: tuple[str, int]) -> bytes:
+    """``sealed`` cut to ``n`` bytes, or with bit ``n`` flipped."""
+    kind, n = how
+    if kind == "cut":
+        return sealed[: n % len(sealed)]
+    flipped = bytearray(sealed)
+    flipped[(n // 8) % len(sealed)] ^= 1 << (n % 8)
+    return bytes(flipped)
+
+
+damages = st.tuples(st.sampled_from(["cut", "flip"]), st.integers(0, 8 * 400))
+
+
+# -- damaged values, in real databases -------------------------------------------------------
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres"))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return backend_url(request, str(request.param), tmp_path / "format.db")
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Any]]:
+    """Stores and savers to close after the test."""
+    things: list[Any] = []
+    yield things
+    for thing in things:
+        thing.close()
+
+
+@pytest.fixture
+def kept() -> dict[str, Any]:
+    """What a property test's examples share (set up by the first one)."""
+    return {}
+
+
+def raw(db: Any, sql: str, params: Any, write: bool = False) -> Any:
+    """``sql`` (with ``:name`` parameters) run on a store's or saver's database; ``params``
+    a mapping, or a list of them (a write)."""
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+
+    many = isinstance(params, list)
+    if db.dialect.name == "postgresql":
+        for name in sorted(params[0] if many else params, key=len, reverse=True):
+            sql = sql.replace(f":{name}", f"%({name})s")
+
+    def plan() -> Plan[Any]:
+        stmt = Stmt(Sql(sql), params, fetch=not write, many=many)
+        [rows] = yield Batch([stmt], write=write)
+        return rows
+
+    return db.run(plan())
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(how=damages)
+@example(how=("cut", 5))
+@example(how=("flip", 8 * 3))  # in the key id
+@example(how=("flip", 2))  # the marker, to a byte that is no marker
+def test_a_damaged_store_value_is_a_decryption_error(
+    url: str, opened: list[Any], kept: dict[str, Any], how: tuple[str, int]
+) -> None:
+    if not kept:
+        store = create_store(url, encryption=generate_master_key())
+        opened.append(store)
+        store.put(("users", "alice"), "a", {"text": "alice lives in lyon " * 20})  # compressed
+        store.put(("users", "alice"), "b", {"text": "alice likes tea"})
+        [[good]] = raw(store.db, "SELECT sealed FROM am_store_items WHERE key = 'a'", {})
+        kept.update(store=store, good=bytes(good))
+    store, good = kept["store"], kept["good"]
+    bad = damage(good, how)
+    raw(store.db, "UPDATE am_store_items SET sealed = :v WHERE key = 'a'", {"v": bad}, True)
+    with pytest.raises(DecryptionError):
+        store.get(("users", "alice"), "a")
+    with pytest.raises(DecryptionError):
+        store.search(("users", "alice"), query="lyon")
+    assert store.get(("users", "alice"), "b").value == {"text": "alice likes tea"}
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(how=damages)
+@example(how=("cut", 5))
+@example(how=("flip", 8 * 3))
+@example(how=("flip", 2))
+def test_a_damaged_checkpoint_is_a_decryption_error(
+    url: str, opened: list[Any], kept: dict[str, Any], how: tuple[str, int]
+) -> None:
+    if not kept:
+        saver: Any = create_checkpointer(url=url, encryption=generate_master_key())
+        opened.append(saver)
+        app = chain(saver)
+        app.invoke({"log": ["hello"]}, config_for("t1"))
+        tip = saver.get_tuple(config_for("t1"))
+        assert tip is not None
+        cid = tip.config["configurable"]["checkpoint_id"]
+        sql = "SELECT checkpoint FROM am_checkpoints WHERE checkpoint_id = :c"
+        [[good]] = raw(saver.db, sql, {"c": cid})
+        kept.update(saver=saver, good=bytes(good), cid=cid)
+    saver, good, cid = kept["saver"], kept["good"], kept["cid"]
+    bad = damage(good, how) or good[:1]  # an empty body is no sealed value to damage
+    sql = "UPDATE am_checkpoints SET checkpoint = :v WHERE checkpoint_id = :c"
+    raw(saver.db, sql, {"v": bad, "c": cid}, True)
+    with pytest.raises(DecryptionError):
+        saver.get_tuple(config_for("t1"))
+
+
+# -- a destroyed key: get and search alike ---------------------------------------------------
+
+
+@pytest.fixture(params=backend_params("memory", "sqlite", "postgres"))
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return backend_url(request, str(request.param), tmp_path / "keys-gone.db")
+
+
+@pytest.mark.parametrize("keystore", ["own", "apart"])
+def test_with_its_key_gone_search_answers_as_get(
+    any_url: str | None, keystore: str, tmp_path: Path, opened: list[Any]
+) -> None:
+    master = generate_master_key()
+    setting: Any = master
+    if keystore == "apart":
+        setting = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
+    store: AgentMemoryStore = create_store(any_url, encryption=setting)
+    opened.append(store)
+    store.put(("users", "alice"), "a", {"text": "alice lives in lyon"})
+    store.put(("users", "bob"), "b", {"text": "bob lives in lyon"})
+    assert store.destroy_keys(["users.alice"])
+    calls: list[Callable[[], Any]] = [
+        lambda: store.get(("users", "alice"), "a"),
+        lambda: store.search(("users", "alice"), query="lyon"),
+        lambda: store.search(("users", "alice")),
+        lambda: asyncio.run(store.asearch(("users", "alice"), query="lyon")),
+    ]
+    if keystore == "apart":  # the shards a search spans are the items' (see the user guide)
+        calls.append(lambda: store.search(("users",), query="lyon"))
+    for call in calls:
+        with pytest.raises(KeyMissingError):
+            call()
+    assert [i.key for i in store.search(("users", "bob"), query="lyon")] == ["b"]
+
+
+# -- databases sealed in format 1 ------------------------------------------------------------
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def chain(saver: Any) -> Any:
+    """The fixture's graph: two steps, each appending to the log."""
+
+    def step(state: State) -> dict[str, Any]:
+        return {"log": [f"step {len(state['log'])}"]}
+
+    builder = StateGraph(State).add_sequence([("a", step), ("b", step)])
+    return builder.add_edge(START, "a").add_edge("b", END).compile(checkpointer=saver)
+
+
+#: The fixture's tables of data and keys (its schema's own tables are the package's).
+FIXTURE_TABLES = (
+    "am_keys",
+    "am_store_items",
+    "am_store_vectors",
+    "am_store_terms",
+    "am_checkpoints",
+    "am_checkpoint_blobs",
+    "am_checkpoint_writes",
+    "am_threads",
+)
+
+
+def format1_database(url: str | None, tmp_path: Path) -> str:
+    """A database sealed in format 1: the fixture loaded into SQLite (``url`` ``None``), or
+    its rows copied into the PostgreSQL database ``url`` (sealed bytes are the same on
+    every backend: the associated data names rows, not databases)."""
+    path = tmp_path / "format1.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript((FIXTURES / "sealed_format1.sql").read_text())
+    if url is None:
+        return f"sqlite:///{path}"
+    store = create_store(url, encryption=FORMAT1_MASTER, index=word_index())
+    saver: Any = create_checkpointer(url=url, encryption=FORMAT1_MASTER)
+    try:  # the schema, made by the package
+        assert store.keyring is not None and store.keyring.find("store:none") is None
+        assert store.get(("none",), "none") is None and saver.get_tuple(config_for("x")) is None
+        with sqlite3.connect(path) as conn:
+            for table in FIXTURE_TABLES:
+                cursor = conn.execute(f"SELECT * FROM {table}")
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, r, strict=True)) for r in cursor]
+                columns, marks = ", ".join(names), ", ".join(f":{n}" for n in names)
+                sql = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
+                raw(store.db, sql, rows, write=True)
+    finally:
+        store.close()
+        saver.close()
+    return url
+
+
+def markers(url: str, column: str, table: str) -> set[int]:
+    """The first bytes of a column's sealed values, read by the driver itself."""
+    sql = f"SELECT {column} FROM {table}"
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            rows = conn.execute(sql).fetchall()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as pg:
+            rows = pg.execute(sql).fetchall()
+    return {bytes(v)[0] for (v,) in rows if v}
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres"))
+def format1_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    backend = str(request.param)
+    url = None if backend == "sqlite" else backend_url(request, backend, tmp_path / "unused")
+    return format1_database(url, tmp_path)
+
+
+def test_a_database_sealed_in_format_1_reads_and_new_writes_use_format_2(
+    format1_url: str, opened: list[Any]
+) -> None:
+    url = format1_url
+    items, bodies = ("sealed", "am_store_items"), ("checkpoint", "am_checkpoints")
+    format2, format1 = {cipher.PLAIN, cipher.COMPRESSED}, {cipher.PLAIN_V1, cipher.COMPRESSED_V1}
+    assert markers(url, *items) == markers(url, *bodies) == format1
+    store = create_store(url, encryption=FORMAT1_MASTER, index=word_index())
+    lexical = create_store(url, encryption=FORMAT1_MASTER)  # the terms alone rank
+    saver: Any = create_checkpointer(url=url, encryption=FORMAT1_MASTER)
+    opened += [store, lexical, saver]
+    # what format 1 sealed reads: values (one compressed), terms, vectors, checkpoints
+    assert store.get(("users", "alice"), "home").value == {  # type: ignore[union-attr]
+        "text": "alice lives in lyon near the river"
+    }
+    diary = store.get(("users", "alice"), "diary")
+    assert diary is not None and diary.value["text"].startswith("green tea every morning")
+    found = lexical.search(("users",), query="lyon")
+    assert sorted((tuple(i.namespace), i.key) for i in found) == [
+        (("users", "alice"), "home"),
+        (("users", "bob"), "home"),
+    ]
+    assert [i.key for i in lexical.search(("users", "alice"), query="green tea")] == ["diary"]
+    near = store.search(("users", "alice"), query="river", limit=1)  # by the vectors too
+    assert [i.key for i in near] == ["home"]
+    tip = saver.get_tuple(config_for("t1"))
+    assert tip is not None and tip.checkpoint["channel_values"]["log"] == [
+        "hello",
+        "step 1",
+        "step 2",
+    ]
+    assert len(list(saver.list(config_for("t1")))) == 4
+    again = asyncio.run(saver.aget_tuple(config_for("t1")))
+    assert again is not None and again.checkpoint == tip.checkpoint
+    # new writes are format 2, and old and new read side by side
+    store.put(("users", "alice"), "work", {"text": "alice works in lyon"})
+    out = chain(saver).invoke({"log": ["again"]}, config_for("t1"))
+    assert out["log"] == ["hello", "step 1", "step 2", "again", "step 4", "step 5"]
+    for where in (items, bodies):
+        assert markers(url, *where) & format2 and markers(url, *where) & format1
+    found = lexical.search(("users", "alice"), query="lyon")
+    assert sorted(i.key for i in found) == ["home", "work"]  # old postings match new queries
+    assert len(list(saver.list(config_for("t1")))) == 8
