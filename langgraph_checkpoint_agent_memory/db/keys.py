@@ -210,6 +210,13 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
     return [_row(r) for rows in results[::2] for r in rows]
 
 
+def count_plan(dialect: Dialect) -> Plan[int]:
+    """How many data keys the key table holds."""
+    sql = dialect.sql("key_count", lambda: sa.select(sa.func.count()).select_from(data_keys))
+    [[(n,)]] = yield Batch([Stmt(sql, fetch=True)])
+    return int(n)
+
+
 def page_plan(dialect: Dialect, after: str, limit: int) -> Plan[list[KeyRow]]:
     """Up to ``limit`` keys whose id sorts after ``after``, in id order (for rotation)."""
     sql = dialect.sql(
