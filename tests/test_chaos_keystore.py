@@ -109,6 +109,13 @@ def remembered(memory: AgentMemory[Any]) -> list[str]:
     return words
 
 
+def forgotten_in(backup: AgentMemory[Any], words: list[str]) -> None:
+    """A backup taken before alice's erase no longer reads her, and reads bob as before."""
+    with pytest.raises(KeyMissingError):
+        backup.facts(ALICE)
+    assert [f.value for f in backup.facts(BOB)] == [words[1]]
+
+
 def owed(url: str) -> int:
     """The data keys the erase ledger of the database at ``url`` owes."""
     store = create_store(url, encryption=False)
@@ -207,10 +214,7 @@ def test_an_erase_with_the_key_store_down_owes_the_key_until_it_is_back(
     assert up.erase(ALICE)["keys"] == 0  # settled once
     assert [f.value for f in up.facts(BOB)] == [words[1]]
     if backup is not None:
-        before = memories(backup, keys.up)
-        with pytest.raises(KeyMissingError):
-            before.facts(ALICE)
-        assert [f.value for f in before.facts(BOB)] == [words[1]]
+        forgotten_in(memories(backup, keys.up), words)
 
 
 def test_a_shard_written_again_before_its_key_is_destroyed_keeps_it_until_erased_again(
@@ -290,9 +294,7 @@ def test_an_erase_killed_before_destroying_the_key_is_finished_by_the_next(
     counts = up.erase(ALICE) if api == "sync" else asyncio.run(up.aerase(ALICE))
     assert counts == {"scopes": 0, "threads": 0, "keys": 1}
     assert owed(url) == 0
-    with pytest.raises(KeyMissingError):
-        memories(backup, keys.up).facts(ALICE)
-    assert [f.value for f in memories(backup, keys.up).facts(BOB)] == [words[1]]
+    forgotten_in(memories(backup, keys.up), words)
 
 
 # -- keys beside the data: said by a warning and by stats ----------------------------------
@@ -339,6 +341,57 @@ def test_the_first_erase_warns_when_the_keys_live_beside_the_data(
     assert stats["erasures"] == {"owed_keys": 0}
     code, text, _ = run(capsys, "stats", "--url", beside)
     assert "its backups hold them" in " ".join(text.split())
+
+
+def test_move_keys_takes_the_keys_out_of_the_data_so_an_erase_reaches_later_backups(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+) -> None:
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = remembered(memories(url, Encryption(master_keys=[keys.master])))
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    _, stats, _ = run(capsys, "stats", "--url", url, "--json")
+    assert stats["keys"]["in_data_database"] == 2 and stats["keys"]["beside_data"] is True
+
+    code, out, err = run(capsys, "move-keys", "--to", keys.url, "--url", url, "--json")
+    assert code == 0, err
+    assert out["moved"] == 2
+    assert run(capsys, "move-keys", "--to", keys.url, "--url", url, "--json")[1]["moved"] == 0
+    _, stats, _ = run(capsys, "stats", "--url", url, "--json")
+    assert stats["keys"]["in_data_database"] == 0 and stats["keys"]["beside_data"] is False
+
+    memory = memories(url, keys.up)  # every process now names the key store
+    assert [f.value for f in memory.facts(ALICE)] == [words[0]]
+    memory.store.close()
+    backup = copy_database("sqlite", url, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the keys are apart now: no warning
+        assert memories(url, keys.up).erase(ALICE)["keys"] == 1
+    forgotten_in(memories(backup, keys.up), words)
+
+
+def test_move_keys_leaves_a_key_the_key_store_holds_another_of(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+) -> None:
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = remembered(memories(url, Encryption(master_keys=[keys.master])))
+    other = memories(f"sqlite:///{tmp_path / 'other.db'}", keys.up)  # a key of alice there
+    other.record(ALICE, [{"role": "user", "content": "hello"}])
+    other.store.close()
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    code, _, err = run(capsys, "move-keys", "--to", keys.url, "--url", url)
+    assert code == 1 and "holds another data key of store:memory.user=alice" in err
+    # nothing lost: the data reads with its keys where they were
+    memory = memories(url, Encryption(master_keys=[keys.master]))
+    assert [f.value for f in memory.facts(ALICE)] == [words[0]]
+    assert [f.value for f in memory.facts(BOB)] == [words[1]]
 
 
 # -- the key store down during rotate-key, and a rotation killed midway ---------------------
