@@ -273,7 +273,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         data,
         lambda out: out.print(
             f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
-            f"{stats.decayed} decayed, {stats.swept} swept, {len(stats.errors)} error(s)"
+            f"{stats.decayed} decayed, {stats.swept} swept, {stats.keys_destroyed} data "
+            f"key(s) erases owed destroyed, {len(stats.errors)} error(s)"
         ),
     )
     return 0
