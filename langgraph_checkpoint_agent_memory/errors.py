@@ -57,6 +57,13 @@ class ReadOnlyDatabaseError(DatabaseUnavailableError):
     handles this too; its own class, because waiting and retrying will not cure it."""
 
 
+class KeysBesideDataWarning(AgentMemoryError, UserWarning):
+    """Warned at the first erase of a process whose data keys live in the data's own
+    database (the default key store): the erase destroys them there, but a backup taken
+    before it still holds them, so the erased scopes stay readable in that backup. Set
+    ``AGENT_MEMORY_KEYSTORE_URL`` (or ``Encryption(keystore_url=...)``) to keep them apart."""
+
+
 class ClosedError(AgentMemoryError, RuntimeError):
     """The saver or store was closed; open a new one."""
 

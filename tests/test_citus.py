@@ -208,7 +208,7 @@ def test_a_role_that_does_not_own_undistributed_tables_is_told_what_to_do(
         cluster.drop(url)
 
 
-STORE_AND_MEMORY_TABLES = {*SHARDED_TABLES, "am_store_blocks"}
+STORE_AND_MEMORY_TABLES = {*SHARDED_TABLES, "am_store_blocks", "am_memory_erasures"}
 
 
 @pytest.fixture

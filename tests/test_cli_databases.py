@@ -181,6 +181,7 @@ COMMANDS = [
     ("stats",),
     ("encrypt",),
     ("rotate-key",),
+    ("move-keys", "--to", "sqlite:///never-made-keys.db"),  # refused before it is opened
 ]
 
 

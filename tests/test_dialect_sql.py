@@ -391,6 +391,7 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
 
 def memory_statements(d: Dialect) -> dict[str, Sql]:
     """Every statement of agent memory, collected by driving each plan with canned results."""
+    from langgraph_checkpoint_agent_memory.db import keys as K
     from langgraph_checkpoint_agent_memory.db import memory as M
     from langgraph_checkpoint_agent_memory.db import memory_jobs as J
     from langgraph_checkpoint_agent_memory.db import memory_scopes as MS
@@ -417,8 +418,10 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
                 out.append([(1, 1.0)])
             elif "min(am_memory_pending.recorded_at)" in text:  # the backlog
                 out.append([(0, 0, None)])
-            elif "SELECT count(*) AS count_1 \nFROM am_memory_pending" in text:  # parked
+            elif text.startswith("SELECT count(*) AS count_1 \nFROM am_memory_"):  # parked, owed
                 out.append([(0,)])
+            elif "FROM am_keys" in text:  # the key store's count, or a key
+                out.append([(0,)] if "count(*)" in text else [("k", "o", b"w", 1.0)])
             else:
                 out.append([])
         return out
@@ -510,6 +513,12 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
         J.jobs_plan(sql, ["failed", "parked"], 10),
         MS.threads_plan(sql, ["user=a"]),
         MS.erase_plan(sql, root="memory", scopes=["user=a"]),
+        MS.erase_plan(sql, root="memory", scopes=["user=a"], owe=["memory.user=a"], now=1.0),
+        MS.owed_plan(sql),
+        MS.settled_plan(sql, ["memory.user=a"]),
+        MS.owed_count_plan(sql),
+        K.count_plan(d),
+        K.copy_plan(d, [K.KeyRow("k", "o", b"w", 1.0)]),
         M.version_plan(sql, "p", 1.0),
         M.decay_state_plan(sql, "p", ["a", "b"]),
         M.read_plan(sql, "p", 1.0),

@@ -30,6 +30,7 @@ MEMORY_TABLES = {
     "am_memory_jobs",
     "am_memory_decay",
     "am_memory_threads",
+    "am_memory_erasures",
 }
 #: The ledger once every component is current: block * 1000 + version.
 CURRENT = {
@@ -50,6 +51,7 @@ CURRENT = {
     3003,
     3004,
     3005,
+    3006,
 }
 
 

@@ -150,7 +150,7 @@ def test_the_rule_is_recorded_and_another_is_refused(database_url: str) -> None:
     assert applied == {
         "checkpoint": [1, 2, 3],
         "store": [],
-        "memory": [1, 2, 3, 4, 5],
+        "memory": [1, 2, 3, 4, 5, 6],
         "keys": [1],
     }
 

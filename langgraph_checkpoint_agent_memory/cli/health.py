@@ -1,6 +1,7 @@
 """``agent-memory stats``: the figures an operator watches, read in a few statements that
 lock and write nothing: the consolidation backlog, parked and failed work, threads by
-expiry, and the database's size per component."""
+expiry, the data keys kept beside the data and those erases still owe, and the database's
+size per component."""
 
 from __future__ import annotations
 
@@ -14,14 +15,21 @@ from langgraph_checkpoint_agent_memory.cli.retention import _size, _when
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
+    from langgraph_checkpoint_agent_memory.db.keys import count_plan
     from langgraph_checkpoint_agent_memory.db.memory import MemorySql
-    from langgraph_checkpoint_agent_memory.db.memory_scopes import backlog_plan, failures_plan
+    from langgraph_checkpoint_agent_memory.db.memory_scopes import (
+        backlog_plan,
+        failures_plan,
+        owed_count_plan,
+    )
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
     installed = _installed(url)
     now = time.time()
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
+    data["keys"] = _keystore()
+    data["erasures"] = None
     # nothing is set up or migrated; a SQLite file that does not exist is not created (and,
     # opened for writing though only read, its WAL files are removed again at close)
     store = create_store(url, auto_setup=False, **existing(url))
@@ -44,11 +52,33 @@ def _cmd_stats(args: argparse.Namespace) -> int:
                 "expiring": counts.expiring,
                 "within_seconds": counts.within_seconds,
             }
-        data["size"] = store.run_plan(sizes_plan(store.dialect)).as_dict()
+        sizes = store.run_plan(sizes_plan(store.dialect))
+        data["size"] = sizes.as_dict()
+        if "am_keys" in sizes.tables:
+            data["keys"]["in_data_database"] = store.run_plan(count_plan(store.dialect))
+        data["keys"]["beside_data"] = bool(data["keys"]["in_data_database"])
+        if "am_memory_erasures" in sizes.tables:
+            sql = MemorySql(store.dialect, store.statements)
+            data["erasures"] = {"owed_keys": store.run_plan(owed_count_plan(sql))}
     finally:
         store.close()
     _emit(args, data, lambda out: _render(out, data))
     return 0
+
+
+def _keystore() -> dict[str, Any]:
+    """Where the environment keeps the data keys: ``keystore`` is ``None`` when it turns
+    no encryption on, ``"data database"`` for the default key store, else the key store's
+    URL (password masked). ``in_data_database`` and ``beside_data`` are filled from the
+    data's database: keys there are in every backup of it, which an erase does not reach."""
+    from langgraph_checkpoint_agent_memory.db import url as urls
+    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
+
+    setting = resolve_encryption(None)
+    where = None
+    if setting is not None:
+        where = urls.mask_url(setting.keystore_url) if setting.keystore_url else "data database"
+    return {"keystore": where, "in_data_database": None, "beside_data": False}
 
 
 def _ago(seconds: float) -> str:
@@ -96,6 +126,15 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         figures.add_row(
             f"expiring within {_ago(threads['within_seconds'])}", str(threads["expiring"])
         )
+    keys, erasures = data["keys"], data["erasures"]
+    if keys["beside_data"]:
+        figures.add_row(
+            "data keys in this database",
+            f"{keys['in_data_database']}: its backups hold them, so an erase does not reach "
+            "them (move them to a key store of their own)",
+        )
+    if erasures is not None:
+        figures.add_row("data keys erases owe", str(erasures["owed_keys"]))
     out.print(figures)
     size = data["size"]
     sizes = Table(title=f"database size ({size['measured_by'] or 'per table unknown'})")

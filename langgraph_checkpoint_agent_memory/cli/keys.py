@@ -1,5 +1,5 @@
-"""The ``agent-memory`` commands of encryption at rest: ``new-key``, ``rotate-key`` and
-``encrypt``.
+"""The ``agent-memory`` commands of encryption at rest: ``new-key``, ``rotate-key``,
+``encrypt`` and ``move-keys``.
 
 They read the encryption setting the way the application does (``AGENT_MEMORY_MASTER_KEY``,
 ``AGENT_MEMORY_KEYSTORE_URL``, a declared ``config.encryption.*`` field), so an operator runs
@@ -116,6 +116,51 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Data keys moved per transaction by ``move-keys``.
+MOVE_BATCH = 500
+
+
+def _cmd_move_keys(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+    from langgraph_checkpoint_agent_memory.db import keys as sqlk
+    from langgraph_checkpoint_agent_memory.db import url as urls
+
+    url = resolve_url(args.url)
+    if urls.mask_url(args.to) == urls.mask_url(url):
+        raise CommandError("--to names the data's own database: give the key store's own")
+    if "keys" not in _installed(url):
+        raise CommandError(f"{urls.mask_url(url)} holds no data keys (nothing to move)")
+    source = KeyStore(open_database(url), owned=True, auto_setup=False)
+    target = KeyStore(open_database(args.to), owned=True)  # its table made on first use
+    moved = 0
+    try:
+        while page := source.run(sqlk.page_plan(source.dialect, "", MOVE_BATCH)):
+            stored = target.run(sqlk.copy_plan(target.dialect, page))
+            for row, kept in zip(page, stored, strict=True):
+                if kept.key_id != row.key_id:
+                    raise CommandError(
+                        f"the key store at {target.describe()} holds another data key of "
+                        f"{row.owner} ({kept.key_id}, not {row.key_id}): was it used by an "
+                        f"application already? {moved} key(s) moved, the rest left in place"
+                    )
+            # copied and committed there: only now deleted here
+            source.run(sqlk.destroy_plan(source.dialect, [r.owner for r in page]))
+            moved += len(page)
+        where = target.describe()
+    finally:
+        source.close()
+        target.close()
+    _emit(
+        args,
+        {"moved": moved, "keystore": where},
+        lambda out: out.print(
+            f"moved {moved} data key(s) to {where}; set AGENT_MEMORY_KEYSTORE_URL to it in "
+            "every process. Backups of the data taken before still hold the keys."
+        ),
+    )
+    return 0
+
+
 def add_commands(command: Any) -> None:
     """Add the key commands with ``command(name, help, func)`` (the parser's helper)."""
     command("new-key", "print a new random master key (base64)", _cmd_new_key)
@@ -130,3 +175,10 @@ def add_commands(command: Any) -> None:
         "encrypt rows written before encryption was turned on (idempotent)",
         _cmd_encrypt,
     )
+    move = command(
+        "move-keys",
+        "move the data keys from the data's database to a key store of its own (stop the "
+        "writers first; then set AGENT_MEMORY_KEYSTORE_URL)",
+        _cmd_move_keys,
+    )
+    move.add_argument("--to", required=True, help="the key store's database URL")

@@ -128,16 +128,25 @@ def _cmd_context(args: argparse.Namespace) -> int:
 
 
 def _cmd_erase(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.memory import Scope
+
     with _memory(args) as memory:
-        scope = _scope(memory, args.scope)
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise CommandError("erase needs --yes when not run on a terminal")
-            answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("Nothing erased.")
-                return 1
-        counts = memory.erase(scope)
+        try:
+            scope = _scope(memory, args.scope)
+        except CommandError:  # erased already: a retry may still owe its data keys
+            keys = memory.settle_erasures()
+            if not keys:
+                raise
+            scope, counts = Scope.parse(args.scope), {"scopes": 0, "threads": 0, "keys": keys}
+        else:
+            if not args.yes:
+                if not sys.stdin.isatty():
+                    raise CommandError("erase needs --yes when not run on a terminal")
+                answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+                if answer.strip().lower() not in ("y", "yes"):
+                    print("Nothing erased.")
+                    return 1
+            counts = memory.erase(scope)
 
     def render(out: Any) -> None:
         out.print(f"Erased {scope.key}:")
@@ -264,7 +273,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         data,
         lambda out: out.print(
             f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
-            f"{stats.decayed} decayed, {stats.swept} swept, {len(stats.errors)} error(s)"
+            f"{stats.decayed} decayed, {stats.swept} swept, {stats.keys_destroyed} data "
+            f"key(s) erases owed destroyed, {len(stats.errors)} error(s)"
         ),
     )
     return 0

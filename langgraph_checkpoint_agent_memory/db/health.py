@@ -26,6 +26,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
     data_keys,
+    memory_erasures,
     migrations,
     settings,
     store_blocks,
@@ -39,7 +40,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "checkpoint": CHECKPOINT_TABLES,
     "store": (store_items, store_vectors, store_terms, store_blocks, settings),
-    "memory": MEMORY_TABLES,
+    "memory": (*MEMORY_TABLES, memory_erasures),
     "keys": (data_keys,),
     "migrations": (migrations,),
 }

@@ -210,6 +210,31 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
     return [_row(r) for rows in results[::2] for r in rows]
 
 
+def copy_plan(dialect: Dialect, rows: Sequence[KeyRow]) -> Plan[list[KeyRow]]:
+    """Store ``rows`` as they are (still wrapped), each unless its owner has a key already,
+    in one transaction and round trip; each owner's key as stored afterwards (another key
+    than the row's where the owner had one: nothing was copied for it)."""
+    if not rows:
+        return []
+    insert = dialect.sql("key_insert", lambda: dialect.insert_row_ignore(data_keys, ["owner"]))
+    params = [dict(zip(_PARAMS, row, strict=True)) for row in rows]
+    found = yield Batch(
+        [
+            Stmt(insert, params, many=True),
+            *[Stmt(_by_owner(dialect), {"b_owner": r.owner}, fetch=True) for r in rows],
+        ],
+        write=True,
+    )
+    return [_row(stored[0]) for stored in found[1:]]
+
+
+def count_plan(dialect: Dialect) -> Plan[int]:
+    """How many data keys the key table holds."""
+    sql = dialect.sql("key_count", lambda: sa.select(sa.func.count()).select_from(data_keys))
+    [[(n,)]] = yield Batch([Stmt(sql, fetch=True)])
+    return int(n)
+
+
 def page_plan(dialect: Dialect, after: str, limit: int) -> Plan[list[KeyRow]]:
     """Up to ``limit`` keys whose id sorts after ``after``, in id order (for rotation)."""
     sql = dialect.sql(

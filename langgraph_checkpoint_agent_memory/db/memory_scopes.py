@@ -1,6 +1,7 @@
 """The SQL of agent memory's scopes as a whole: which exist, their counts, the threads they
-used, and erasing them (with the shard keys an erase empties, whose data keys an encrypting
-store then destroys). Plans only, as in :mod:`.memory`."""
+used, and erasing them, with the erase ledger (``am_memory_erasures``) of the shard keys an
+erase emptied, whose data keys an encrypting store owes the key store until it destroys
+them. Plans only, as in :mod:`.memory`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.memory import MEMORY_TABLES, MemorySql, live, under_root
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_NS_TABLES,
+    memory_erasures,
     memory_jobs,
     memory_pending,
     memory_scopes,
@@ -196,14 +198,24 @@ def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
     return sorted({t for rows in found for (t,) in rows})
 
 
-def erase_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
+def erase_plan(
+    sql: MemorySql,
+    *,
+    root: str,
+    scopes: Sequence[str],
+    owe: Sequence[str] = (),
+    now: float = 0.0,
+) -> Plan[dict[str, int]]:
     """Delete every item, vector, text entry and ledger row of ``scopes`` in one
-    transaction; return the rows removed per table. The dialect's erase session (SQLite:
-    secure delete, then a WAL checkpoint) wraps it, so the bytes leave the files too."""
+    transaction; return the rows removed per table. The same transaction enters in the
+    erase ledger each shard key of ``owe`` it leaves without any item (its data key is
+    owed: see :func:`owed_plan`), so the debt commits with the deletes or not at all. The
+    dialect's erase session (SQLite: secure delete, then a WAL checkpoint) wraps it, so the
+    bytes leave the files too."""
     before, after_commit = sql.d.erase_session() if scopes else ([], [])
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root=root, scopes=scopes)
+    counts = yield from _erase(sql, root=root, scopes=scopes, owe=owe, now=now)
     for statement in after_commit:
         # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
@@ -215,7 +227,9 @@ def _of_scope(t: Any) -> list[Any]:
     return [t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope")]
 
 
-def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str, int]]:
+def _erase(
+    sql: MemorySql, *, root: str, scopes: Sequence[str], owe: Sequence[str], now: float
+) -> Plan[dict[str, int]]:
     counts: dict[str, int] = {}
     statements: list[Stmt] = []
     labels: list[str] = []
@@ -240,8 +254,10 @@ def _erase(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[dict[str
     if not statements:
         return counts
     locks = sql.lock_scopes(scopes)
-    results = yield Batch([*locks, *statements], write=True)
-    for label, n in zip(labels, results[len(locks) :], strict=True):
+    debts = [Stmt(_owe(sql), {"shard": s, "erased_at": now}) for s in sorted(set(owe))]
+    results = yield Batch([*locks, *statements, *debts], write=True)
+    deleted = results[len(locks) : len(locks) + len(statements)]
+    for label, n in zip(labels, deleted, strict=True):
         counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
     return counts
 
@@ -271,15 +287,54 @@ def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Pl
     return {str(s) for rows in found for (s,) in rows} | {sql.scope_shard(s) for s in scopes}
 
 
-def emptied_shards_plan(sql: MemorySql, shards: Sequence[str]) -> Plan[list[str]]:
-    """Those of ``shards`` that hold no store item any more (an erase emptied them), sorted."""
-    i = store_items
+def _owe(sql: MemorySql) -> Sql:
+    """An erase ledger row for the shard key ``:shard`` (erased at ``:erased_at``) when no
+    store item carries that key any more, and the ledger does not owe its key already."""
+    e, i = memory_erasures, store_items
+
+    def build() -> Any:
+        cols = ["shard", "erased_at"]
+        emptied = sql.d.values_select(e, cols).where(
+            ~sa.exists().where(i.c.shard == sa.bindparam("shard"))
+        )
+        return sql.d.insert_missing(e, cols, emptied, ["shard"])
+
+    return sql.statement("owe_key", build)
+
+
+def owed_plan(sql: MemorySql) -> Plan[list[str]]:
+    """The shard keys whose data keys the erase ledger owes and that hold no store item,
+    sorted: the keys to destroy now. A shard key written again since its erase stays owed
+    until a later erase empties it (destroying its key would make the new rows unreadable).
+    """
+    e, i = memory_erasures, store_items
     query = sql.statement(
-        "shard_has_items",
-        lambda: sa.select(i.c.key).where(i.c.shard == sa.bindparam("shard")).limit(1),
+        "owed_keys",
+        lambda: (
+            sa.select(e.c.shard)
+            .where(~sa.exists().where(i.c.shard == e.c.shard))
+            .order_by(e.c.shard)
+        ),
     )
-    ordered = sorted(set(shards))
-    if not ordered:
-        return []
-    found = yield Batch([Stmt(query, {"shard": s}, fetch=True) for s in ordered])
-    return [s for s, rows in zip(ordered, found, strict=True) if not rows]
+    [rows] = yield Batch([Stmt(query, fetch=True)])
+    return [str(shard) for (shard,) in rows]
+
+
+def settled_plan(sql: MemorySql, shards: Sequence[str]) -> Plan[None]:
+    """Remove ``shards`` from the erase ledger: their data keys are destroyed."""
+    e = memory_erasures
+    delete = sql.statement(
+        "settled_key", lambda: sa.delete(e).where(e.c.shard == sa.bindparam("shard"))
+    )
+    if shards:
+        yield Batch([Stmt(delete, [{"shard": s} for s in shards], many=True)], write=True)
+
+
+def owed_count_plan(sql: MemorySql) -> Plan[int]:
+    """How many data keys the erase ledger owes (those of shard keys written again since
+    their erase included)."""
+    query = sql.statement(
+        "owed_count", lambda: sa.select(sa.func.count()).select_from(memory_erasures)
+    )
+    [[(n,)]] = yield Batch([Stmt(query, fetch=True)])
+    return int(n)

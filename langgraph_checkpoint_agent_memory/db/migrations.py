@@ -43,6 +43,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
     data_keys,
+    memory_erasures,
     migrations,
     settings,
     store_blocks,
@@ -317,6 +318,8 @@ MEMORY = Component(
             lambda d: [],
             rows=index_dates,
         ),
+        # What erases owe the key store: a data key to destroy, recorded with the deletes.
+        Step(6, "erase ledger of data keys to destroy", lambda d: d.ddl([memory_erasures])),
     ),
     _memory_backfill,
 )

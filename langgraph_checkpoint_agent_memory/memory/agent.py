@@ -454,11 +454,21 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         Args:
             scope: The scope to forget, with every narrower scope it covers.
 
+        When the store encrypts, the transaction that deletes the rows records in the
+        erase ledger the data key of each shard key it emptied, and the key is then
+        destroyed in the key store (so backups taken before cannot be read for the scope
+        either, when the key store is a database of its own: user guide, "Encryption and
+        erasure"). Should the key store be down, the rows are erased all the same and the
+        keys stay owed in the ledger: a retry, any later erase or the worker
+        (:meth:`settle_erasures`) destroys them once it is back.
+
         Returns:
             The rows removed per table, with ``"scopes"``, ``"threads"`` and ``"keys"``:
-            the data keys destroyed when the store encrypts (each shard key it emptied), so
-            earlier backups cannot be read for it either (user guide: "Encryption and
-            erasure").
+            the data keys destroyed (this erase's, and any an earlier erase still owed).
+
+        Raises:
+            DatabaseUnavailableError: A database is down; when it is the key store, the
+                rows are erased and the keys owed (the message says so).
 
         Example:
             ```python
@@ -475,6 +485,26 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         counts = await erasing.aerase(self.context, scope, self.checkpointer)
         self._recaller.forget_queued()
         return counts
+
+    def settle_erasures(self) -> int:
+        """Destroy the data keys earlier erases still owe (their key store was down, or
+        their process stopped before destroying them), as the worker does on its sweep
+        schedule; how many were destroyed. A shard key written again since its erase keeps
+        its key until a later erase empties it. Nothing when the store does not encrypt.
+
+        Raises:
+            DatabaseUnavailableError: The key store is still down (the debts stay).
+
+        Example:
+            ```python
+            destroyed = memory.settle_erasures()  # e.g. once the key store is back
+            ```
+        """
+        return erasing.settle(self.context)
+
+    async def asettle_erasures(self) -> int:
+        """Async :meth:`settle_erasures`."""
+        return await erasing.asettle(self.context)
 
     def encrypt_plaintext(self) -> dict[str, int]:
         """Seal consolidation errors written before encryption was on (they may quote what

@@ -1,13 +1,25 @@
 """Erasing a scope: everything of it and of the narrower scopes it covers, in the memory's
 tables and, with a checkpointer, its conversation threads (see
-:meth:`~.agent.AgentMemory.erase`)."""
+:meth:`~.agent.AgentMemory.erase`).
+
+When the store encrypts, an erase is all or nothing in two steps that cannot share one
+transaction (the key store may be a database of its own): the transaction that deletes the
+rows also enters in the erase ledger the shard keys it emptied, then their data keys are
+destroyed in the key store and struck from the ledger (:func:`settle`). A key store that is
+down, or a process killed in between, leaves the debt in the ledger, in the data's
+database: a retry, any later erase and the worker settle it once the key store is back, and
+``agent-memory stats`` shows it meanwhile.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
+from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.model import (
     SCOPE_KEYS,
@@ -15,6 +27,9 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     ScopeError,
     ScopeLike,
 )
+
+#: Whether this process has warned that an erase does not reach backups (keys beside data).
+_warned = False
 
 
 def covered(scope: ScopeLike, known: set[str]) -> list[str]:
@@ -52,31 +67,89 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     return covered(scope, known)
 
 
-def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[tuple[dict[str, int], list[str]]]:
-    """Delete every row of ``scope`` and the scopes it covers; the rows removed per table,
-    with ``"scopes"``, and the shard keys the erase left without any item (whose data keys
-    :func:`destroy_keys` destroys)."""
+def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[dict[str, int]]:
+    """Delete every row of ``scope`` and the scopes it covers; when the store encrypts, the
+    same transaction enters the shard keys it left without any item in the erase ledger
+    (their data keys are owed until :func:`settle` destroys them). The rows removed per
+    table, with ``"scopes"``."""
     root = context.settings.namespace_root
     scopes = yield from covered_plan(context, scope)
-    shards = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
-    counts = yield from sqls.erase_plan(context.sql, root=root, scopes=scopes)
-    emptied = yield from sqls.emptied_shards_plan(context.sql, sorted(shards))
-    return {"scopes": len(scopes), **counts}, emptied
+    owe: set[str] = set()
+    if context.store.keyring is not None:
+        owe = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
+    counts = yield from sqls.erase_plan(
+        context.sql, root=root, scopes=scopes, owe=sorted(owe), now=context.clock()
+    )
+    return {"scopes": len(scopes), **counts}
 
 
-def destroy_keys(context: MemoryContext, shards: list[str]) -> int:
-    """Destroy the data keys of ``shards`` (an erase emptied them) when the store encrypts:
-    the erased rows can then not be read from any earlier backup either. How many."""
-    if not shards or context.store.keyring is None:
+def settle(context: MemoryContext) -> int:
+    """Destroy the data keys the erase ledger owes (of shard keys that hold no item), then
+    strike them from it: whatever they sealed can then not be read from any earlier backup
+    either. How many keys were destroyed. Nothing without encryption (the debts wait for a
+    process that has the keys).
+
+    Raises:
+        DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
+    """
+    if context.store.keyring is None:
         return 0
-    return len(context.store.destroy_keys(shards))
-
-
-async def adestroy_keys(context: MemoryContext, shards: list[str]) -> int:
-    """Async :func:`destroy_keys`."""
-    if not shards or context.store.keyring is None:
+    owed = context.run(sqls.owed_plan(context.sql))
+    if not owed:
         return 0
-    return len(await context.store.adestroy_keys(shards))
+    destroyed = context.store.destroy_keys(owed)
+    context.run(sqls.settled_plan(context.sql, owed))
+    return len(destroyed)
+
+
+async def asettle(context: MemoryContext) -> int:
+    """Async :func:`settle`."""
+    if context.store.keyring is None:
+        return 0
+    owed = await context.arun(sqls.owed_plan(context.sql))
+    if not owed:
+        return 0
+    destroyed = await context.store.adestroy_keys(owed)
+    await context.arun(sqls.settled_plan(context.sql, owed))
+    return len(destroyed)
+
+
+def _owed(scope: ScopeLike, exc: DatabaseUnavailableError) -> DatabaseUnavailableError:
+    """The error of an erase whose rows are gone and whose data keys are still owed."""
+    return type(exc)(
+        f"the rows of {Scope.of(scope).key} are erased, but its data key could not be "
+        f"destroyed ({exc}): the erase ledger keeps it owed, and a retry of this erase, any "
+        "later erase or the memory worker destroys it once the key store is back"
+    )
+
+
+def keys_beside_data(store: MemoryStore) -> bool:
+    """Whether ``store`` encrypts with its data keys in its own database (the default key
+    store): a backup of the data then holds the keys, and an erase does not reach it."""
+    keyring = store.keyring
+    # a private in-memory database has no backups
+    return (
+        keyring is not None
+        and keyring.keystore.db is store.db
+        and not getattr(store.db, "memory", False)
+    )
+
+
+def _warn_once(context: MemoryContext) -> None:
+    """Warn, at the first erase of the process, when the keys live beside the data."""
+    global _warned
+    if _warned or not keys_beside_data(context.store):
+        return
+    _warned = True
+    warnings.warn(
+        f"the data keys live in the data's own database ({context.store.db.describe()}): "
+        "an erase destroys them there, but a backup taken before the erase still holds "
+        "them, so the erased scopes stay readable in it. Keep the keys in a key store of "
+        "their own (AGENT_MEMORY_KEYSTORE_URL or Encryption(keystore_url=...); user guide, "
+        '"Encryption and erasure")',
+        KeysBesideDataWarning,
+        stacklevel=5,  # the caller of AgentMemory.erase (through its tracing)
+    )
 
 
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
@@ -111,20 +184,29 @@ async def aerase_threads(checkpointer: Any, threads: list[str]) -> int:
 
 def erase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
     """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first, then its
-    rows, then the data keys of the shard keys it emptied; the counts."""
+    rows (with the erase ledger's entries), then the data keys the ledger owes; the counts.
+    """
+    _warn_once(context)
     threads = context.run(threads_plan(context, scope))
     erased = erase_threads(checkpointer, threads)
-    counts, emptied = context.run(erase_plan(context, scope))
+    counts = context.run(erase_plan(context, scope))
     counts["threads"] = erased
-    counts["keys"] = destroy_keys(context, emptied)
+    try:
+        counts["keys"] = settle(context)
+    except DatabaseUnavailableError as exc:
+        raise _owed(scope, exc) from exc
     return counts
 
 
 async def aerase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
     """Async :func:`erase`."""
+    _warn_once(context)
     threads = await context.arun(threads_plan(context, scope))
     erased = await aerase_threads(checkpointer, threads)
-    counts, emptied = await context.arun(erase_plan(context, scope))
+    counts = await context.arun(erase_plan(context, scope))
     counts["threads"] = erased
-    counts["keys"] = await adestroy_keys(context, emptied)
+    try:
+        counts["keys"] = await asettle(context)
+    except DatabaseUnavailableError as exc:
+        raise _owed(scope, exc) from exc
     return counts

@@ -1,4 +1,5 @@
-"""The background worker: consolidation, decay and TTL sweeps on their own schedules.
+"""The background worker: consolidation, decay and TTL sweeps on their own schedules (the
+sweep also destroys the data keys earlier erases still owe).
 
 Runs as a daemon thread (:meth:`MemoryWorker.start`), an asyncio task
 (:meth:`MemoryWorker.astart`) or in the foreground (``agent-memory worker``). Any number of
@@ -27,6 +28,9 @@ class WorkerStats:
     consolidated: int = 0
     decayed: int = 0
     swept: int = 0
+    #: Data keys destroyed that erases owed (their key store was down, or their process
+    #: stopped first).
+    keys_destroyed: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -54,6 +58,10 @@ class Maintained(Protocol):
 
     async def asweep(self) -> int: ...
 
+    def settle_erasures(self) -> int: ...
+
+    async def asettle_erasures(self) -> int: ...
+
 
 class MemoryWorker:
     """Periodic maintenance for one :class:`AgentMemory`.
@@ -62,7 +70,8 @@ class MemoryWorker:
         memory: The memory to maintain.
         consolidate_every: Seconds between consolidation rounds.
         decay_every: Seconds between decay runs.
-        sweep_every: Seconds between TTL sweeps of the store and the checkpointer.
+        sweep_every: Seconds between TTL sweeps of the store and the checkpointer, each
+            followed by the destruction of the data keys erases still owe.
     """
 
     def __init__(
@@ -116,6 +125,7 @@ class MemoryWorker:
                     self.stats.decayed += self.memory.decay()
                 else:
                     self.stats.swept += self.memory.sweep()
+                    self.stats.keys_destroyed += self.memory.settle_erasures()
             except Exception as exc:
                 self._failed(name, exc)
         self.stats.rounds += 1
@@ -130,6 +140,7 @@ class MemoryWorker:
                     self.stats.decayed += await self.memory.adecay()
                 else:
                     self.stats.swept += await self.memory.asweep()
+                    self.stats.keys_destroyed += await self.memory.asettle_erasures()
             except Exception as exc:
                 self._failed(name, exc)
         self.stats.rounds += 1
