@@ -12,6 +12,9 @@ import pytest
 from langgraph_checkpoint_agent_memory.cli import main
 from langgraph_checkpoint_agent_memory.db.url import as_url
 
+#: The largest count the commands take: a 4-byte INTEGER's largest value.
+MOST = 2**31 - 1
+
 
 @pytest.mark.parametrize(
     "args",
@@ -28,12 +31,21 @@ from langgraph_checkpoint_agent_memory.db.url import as_url
         ["scopes", "--url", ""],
         ["scopes", "--url", "   "],
         ["scopes", "--url", "mysql://nowhere/db"],
+        ["threads", "--limit", "10000000000000000000000"],
+        ["jobs", "--limit", str(2**31)],
+        ["sweep", "--keep-last", str(10**23)],
+        ["sweep", "--keep-last", "0"],
+        ["sweep", "--dry-run", "--keep-last", "0"],
+        ["worker", "--keep-last", "-1"],
+        ["migrate", "--shard-depth", str(10**20)],
+        ["migrate", "--shard-depth", "0"],
     ],
     ids=lambda args: " ".join(args) or "empty",
 )
 def test_bad_arguments_exit_2_with_one_line(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    flag = [a for a in args if a.startswith("--")][-1]  # the argument the error names
     if "--url" not in args:
         args = [*args, "--url", f"sqlite:///{tmp_path / 'never.db'}"]
     try:
@@ -43,7 +55,28 @@ def test_bad_arguments_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"agent-memory {args[0]}: error: "), err
+    assert flag in err
     assert not (tmp_path / "never.db").exists()  # nothing was opened
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["threads", "--limit", str(MOST)],
+        ["jobs", "--limit", str(MOST)],
+        ["sweep", "--strategy", "keep_latest", "--keep-last", str(MOST)],
+        ["sweep", "--dry-run", "--strategy", "keep_latest", "--keep-last", str(MOST)],
+    ],
+    ids=" ".join,
+)
+def test_the_largest_counts_are_held_by_the_database(
+    args: list[str], database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bounds of the counts are ones every backend holds: the largest is taken."""
+    assert main(["migrate", "--url", database_url, "--shard-depth", str(MOST)]) == 0
+    capsys.readouterr()
+    assert main([*args, "--url", database_url, "--json"]) == 0, capsys.readouterr().err
+    assert main(["migrate", "--url", database_url, "--shard-depth", str(MOST)]) == 0
 
 
 @pytest.mark.parametrize("form", ["path", "relative", "file-url", "sqlite-url"])

@@ -123,7 +123,7 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--keep-last",
-        type=int,
+        type=count_argument(1),
         default=1,
         metavar="N",
         help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = command("migrate", "apply schema migrations", _cmd_migrate)
     migrate.add_argument(
         "--shard-depth",
-        type=int,
+        type=count_argument(1),
         metavar="N",
         help="for a new database: the store's shard key is a namespace's first N labels "
         "(default: config.store.shard_depth or 2); a database records its rule once written, "
