@@ -5,8 +5,9 @@ embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/a
 or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
 existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
 Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
-on a terminal. Errors go to stderr with exit status 1 (a runtime failure: unreachable server,
-unknown scope) or 2 (bad arguments or configuration, a database that does not exist).
+on a terminal. Errors go to stderr in one line, with exit status 1 (a runtime failure:
+unreachable server, unknown scope) or 2 (bad arguments or configuration, a database that does
+not exist); Ctrl-C ends a command with one line and status 130.
 
 A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 """
@@ -67,8 +68,16 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    target = urls.parse(url)
+    if target.kind == "sqlite":
+        folder = Path(target.options["path"]).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, a folder the user cannot write
+            why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+            raise CommandError(
+                f"cannot create the folder {folder} of {target.masked()}: {why or exc}"
+            ) from None
     store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
         # with the master key configured, the store's sealer: sealed rows are indexed too
@@ -93,7 +102,12 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _cmd_config(args: argparse.Namespace) -> int:
     for module in args.module:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the module's own error, whatever it is
+            raise ConfigurationError(
+                f"--module {module} cannot be imported: {type(exc).__name__}: {exc}"
+            ) from None
     described = [f.describe() for f in settings.fields()]
     if args.json:
         print(json.dumps(described, indent=2, default=str))
@@ -277,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
+        print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
+        return 130
     except CommandError as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1
