@@ -106,3 +106,28 @@ def test_budget_tokens_must_be_positive_for_memory_too() -> None:
 
     with create_store(None) as store, pytest.raises(ConfigurationError, match="budget_tokens"):
         AgentMemory(store, budget_tokens=-5)
+
+
+def test_a_tilde_in_a_sqlite_url_is_the_home_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_checkpoint_agent_memory import ConfigurationError, create_checkpointer
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert main(["migrate", "--url", "sqlite:///~/memory/m.db"]) == 0
+    assert (home / "memory" / "m.db").exists()
+    with create_checkpointer(url="sqlite:///~/memory/m.db") as saver:  # the same file
+        assert list(saver.list(None)) == []
+    assert main(["scopes", "--url", "sqlite:///~/memory/m.db", "--json"]) == 0
+    assert list(work.iterdir()) == []  # no folder named "~"
+    capsys.readouterr()
+    with pytest.raises(ConfigurationError, match="~no-such-user-here"):
+        create_checkpointer(url="sqlite:///~no-such-user-here/m.db")
+    with pytest.raises(SystemExit):
+        main(["migrate", "--url", "sqlite:///~no-such-user-here/m.db"])
+    assert capsys.readouterr().err.count("\n") == 1
+    assert list(work.iterdir()) == []
