@@ -88,21 +88,29 @@ def run_demo(
     *,
     model: str | None = None,
     console: Console | None = None,
+    reset: bool = False,
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary.
 
     ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
     empty database is created and marked; any other is refused before anything is written.
+    ``model`` is set up first, and ``reset`` (:func:`reset_database`) done next, so that a
+    model that cannot be used leaves the database as it was, or absent. The URL is printed
+    with its password masked.
 
     Raises:
-        ConfigurationError: ``url`` names a database the demo did not create.
+        ConfigurationError: ``url`` names a database the demo did not create, or ``model``
+            cannot be used.
     """
-    claim_database(url)
     out = console or Console()
+    agent_model, extractor = _models(model, out)
+    if reset:
+        reset_database(url)
+    claim_database(url)
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
-    agent_model, extractor = _models(model, out)
-    out.print(f"Memory lives in [bold]{url}[/], the demo's own database\n")
+    shown = urls.mask_url(url)
+    out.print(f"Memory lives in [bold]{shown}[/], the demo's own database\n")
 
     checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
     store = create_store(url, clock=clock)
@@ -165,7 +173,7 @@ def run_demo(
     out.print(
         "\nExplore it: [bold]agent-memory facts user=alice --all[/], "
         f"[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/] (each with "
-        f"--url {url})"
+        f"--url {shown})"
     )
     close = getattr(checkpointer, "close", None)
     if callable(close):
