@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,7 +121,8 @@ def test_a_tilde_in_a_sqlite_url_is_the_home_folder(
     monkeypatch.chdir(work)
     assert main(["migrate", "--url", "sqlite:///~/memory/m.db"]) == 0
     assert (home / "memory" / "m.db").exists()
-    with create_checkpointer(url="sqlite:///~/memory/m.db") as saver:  # the same file
+    saver: Any = create_checkpointer(url="sqlite:///~/memory/m.db")  # the same file
+    with saver:
         assert list(saver.list(None)) == []
     assert main(["scopes", "--url", "sqlite:///~/memory/m.db", "--json"]) == 0
     assert list(work.iterdir()) == []  # no folder named "~"
