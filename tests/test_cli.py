@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,27 @@ def test_migrate_where_no_folder_can_be_made_is_one_line(tmp_path: Path, where: 
     assert done.stderr.startswith("agent-memory migrate: error: cannot create the folder ")
     assert str(blocker) in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
+
+
+def test_no_home_folder_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """No HOME and no account for the user (a container run as an arbitrary uid): the
+    commands that need the default database say how to give one; the others work."""
+    import pwd
+
+    from langgraph_checkpoint_agent_memory.cli import main
+
+    def no_account(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    for name in ("HOME", "AGENT_MEMORY_HOME", "XDG_DATA_HOME", "AGENT_MEMORY_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_account)
+    for command in (["scopes"], ["migrate"], ["threads", "--json"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "AGENT_MEMORY_HOME" in err, err
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    assert main(["migrate", "--url", url, "--json"]) == 0
+    assert main(["scopes", "--url", url, "--json"]) == 0

@@ -144,6 +144,14 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _shown_default() -> str:
+    """The embedded default for the help, or where it would be when there is none."""
+    try:
+        return default_url()
+    except ConfigurationError:
+        return f"a SQLite file under ${urls.HOME_ENV}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="agent-memory",
@@ -161,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--url",
                 type=url_argument,
                 help="database URL or path of a SQLite file "
-                f"(default: ${urls.URL_ENV}, else {default_url()}); "
+                f"(default: ${urls.URL_ENV}, else {_shown_default()}); "
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":

@@ -33,11 +33,24 @@ HOME_ENV = "AGENT_MEMORY_HOME"
 
 def data_dir() -> Path:
     """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
-    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``."""
+    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``.
+
+    Raises:
+        ConfigurationError: None of them can be found: no ``HOME``, and the user has no
+            account to read a home folder from (a container run as an arbitrary uid).
+    """
     explicit = os.environ.get(HOME_ENV)
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = os.environ.get("XDG_DATA_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".local" / "share")
+        except RuntimeError:  # Path.home(): no HOME and no account
+            raise ConfigurationError(
+                "no folder for the default database: HOME is not set and this user has no "
+                f"home folder; set {HOME_ENV} (or XDG_DATA_HOME), or give a database URL"
+            ) from None
     return Path(base) / "agent-memory"
 
 
