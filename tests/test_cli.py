@@ -148,6 +148,17 @@ def test_migrate_where_no_folder_can_be_made_is_one_line(tmp_path: Path, where: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
 
 
+def test_migrate_refused_by_a_setting_creates_no_folder(tmp_path: Path) -> None:
+    done = run(
+        "migrate",
+        "--url",
+        f"sqlite:///{tmp_path / 'new' / 'memory.db'}",
+        env={"AGENT_MEMORY_MASTER_KEY": "not a key"},
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_home_folder_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

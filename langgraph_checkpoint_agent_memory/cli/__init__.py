@@ -69,17 +69,11 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
     url = resolve_url(args.url)
     target = urls.parse(url)
-    if target.kind == "sqlite":
-        folder = Path(target.options["path"]).parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file in the way, a folder the user cannot write
-            why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
-            raise CommandError(
-                f"cannot create the folder {folder} of {target.masked()}: {why or exc}"
-            ) from None
+    # the store first: a setting it refuses (a bad master key) leaves no folder behind
     store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
+        if target.kind == "sqlite":
+            _create_folder(Path(target.options["path"]).parent, target.masked())
         # with the master key configured, the store's sealer: sealed rows are indexed too
         applied = migrate(store.db, COMPONENTS, store.shard_depth, store.sealer)
     finally:
@@ -98,6 +92,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         ),
     )
     return 0
+
+
+def _create_folder(folder: Path, where: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a folder the user cannot write
+        why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+        raise CommandError(f"cannot create the folder {folder} of {where}: {why or exc}") from None
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
