@@ -23,6 +23,7 @@ file (on PostgreSQL, the demo's user is erased on every run anyway).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,19 +197,26 @@ def claim_database(url: str) -> None:
         raise ConfigurationError(
             f"{target.masked()}: the demo runs on a SQLite file or a PostgreSQL database"
         )
-    if target.kind == "sqlite":
+    made = (
         _create_file(Path(target.options["path"]), target.masked())
-    mark, holds_tables = _inspect(url)
-    if mark == DEMO_MARK:
-        return
-    if holds_tables:
-        raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
-    store = create_store(url, **_existing(url))
+        if target.kind == "sqlite"
+        else []
+    )
     try:
-        store.setup()  # the store's tables, with the settings table that keeps the mark
-        store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
-    finally:
-        store.close()
+        mark, holds_tables = _inspect(url)
+        if mark == DEMO_MARK:
+            return
+        if holds_tables:
+            raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
+        store = create_store(url, **_existing(url))
+        try:
+            store.setup()  # the store's tables, with the settings table that keeps the mark
+            store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
+        finally:
+            store.close()
+    except BaseException:  # a setting refused, say: what was made for it goes again
+        _remove(made)
+        raise
 
 
 def reset_database(url: str) -> bool:
@@ -233,17 +241,31 @@ def reset_database(url: str) -> bool:
     return True
 
 
-def _create_file(path: Path, where: str) -> None:
-    """Create the SQLite file, empty, unless it exists (atomically: never over another)."""
+def _create_file(path: Path, where: str) -> list[Path]:
+    """Create the SQLite file, empty, unless it exists (atomically: never over another), and
+    its missing folders; return what was created, outermost first."""
+    made = [folder for folder in reversed(path.parents) if not folder.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=False)
     except FileExistsError:
-        pass
+        return made
     except OSError as exc:
         raise DatabaseUnavailableError(
             f"cannot create the SQLite database {where}: {exc.strerror or exc}"
         ) from None
+    return [*made, path]
+
+
+def _remove(made: list[Path]) -> None:
+    """Remove what :func:`_create_file` created (a folder only while it is empty)."""
+    for path in reversed(made):
+        if path.is_dir():
+            with contextlib.suppress(OSError):  # not empty: something else was put there
+                path.rmdir()
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _existing(url: str) -> dict[str, Any]:

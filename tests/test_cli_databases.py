@@ -178,6 +178,15 @@ def test_a_model_that_cannot_be_used_creates_and_deletes_nothing(
         assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "where", [[], ["--url", "sqlite:///sub/dir/mine.db"]], ids=["default", "url"]
+)
+def test_a_setting_refused_leaves_no_demo_file(tmp_path: Path, where: list[str]) -> None:
+    done = cli("demo", *where, cwd=tmp_path, env={"AGENT_MEMORY_MASTER_KEY": "not a key"})
+    one_line_error(done, "demo", 2)
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- commands on a database that does not exist --------------------------------------------
 
 #: Every command that takes --url, but ``migrate`` (which creates a database) and ``demo``
