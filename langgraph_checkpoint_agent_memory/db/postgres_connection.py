@@ -508,7 +508,8 @@ class PostgresDatabase(Database[Any]):
         """Raise the error of a first connect that trying again cannot cure."""
         wrong = option_error(exc)
         if wrong is not None:
-            raise ConfigurationError(f"PostgreSQL at {self.describe()}: {self._reason(wrong)}")
+            where = f"PostgreSQL at {self.describe()}"
+            raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
         if definite_refusal(exc):
             raise self._refused(exc) from None
 
