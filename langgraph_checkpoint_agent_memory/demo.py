@@ -23,6 +23,7 @@ file (on PostgreSQL, the demo's user is erased on every run anyway).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,21 +89,29 @@ def run_demo(
     *,
     model: str | None = None,
     console: Console | None = None,
+    reset: bool = False,
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary.
 
     ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
     empty database is created and marked; any other is refused before anything is written.
+    ``model`` is set up first, and ``reset`` (:func:`reset_database`) done next, so that a
+    model that cannot be used leaves the database as it was, or absent. The URL is printed
+    with its password masked.
 
     Raises:
-        ConfigurationError: ``url`` names a database the demo did not create.
+        ConfigurationError: ``url`` names a database the demo did not create, or ``model``
+            cannot be used.
     """
-    claim_database(url)
     out = console or Console()
+    agent_model, extractor = _models(model, out)
+    if reset:
+        reset_database(url)
+    claim_database(url)
     start = time.time() - 30 * DAY
     clock = DemoClock(start - time.time())
-    agent_model, extractor = _models(model, out)
-    out.print(f"Memory lives in [bold]{url}[/], the demo's own database\n")
+    shown = urls.mask_url(url)
+    out.print(f"Memory lives in [bold]{shown}[/], the demo's own database\n")
 
     checkpointer: Any = create_checkpointer(14 * 24 * 3600, url=url, clock=clock)
     store = create_store(url, clock=clock)
@@ -165,7 +174,7 @@ def run_demo(
     out.print(
         "\nExplore it: [bold]agent-memory facts user=alice --all[/], "
         f"[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/] (each with "
-        f"--url {url})"
+        f"--url {shown})"
     )
     close = getattr(checkpointer, "close", None)
     if callable(close):
@@ -188,19 +197,26 @@ def claim_database(url: str) -> None:
         raise ConfigurationError(
             f"{target.masked()}: the demo runs on a SQLite file or a PostgreSQL database"
         )
-    if target.kind == "sqlite":
+    made = (
         _create_file(Path(target.options["path"]), target.masked())
-    mark, holds_tables = _inspect(url)
-    if mark == DEMO_MARK:
-        return
-    if holds_tables:
-        raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
-    store = create_store(url, **_existing(url))
+        if target.kind == "sqlite"
+        else []
+    )
     try:
-        store.setup()  # the store's tables, with the settings table that keeps the mark
-        store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
-    finally:
-        store.close()
+        mark, holds_tables = _inspect(url)
+        if mark == DEMO_MARK:
+            return
+        if holds_tables:
+            raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
+        store = create_store(url, **_existing(url))
+        try:
+            store.setup()  # the store's tables, with the settings table that keeps the mark
+            store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
+        finally:
+            store.close()
+    except BaseException:  # a setting refused, say: what was made for it goes again
+        _remove(made)
+        raise
 
 
 def reset_database(url: str) -> bool:
@@ -225,17 +241,31 @@ def reset_database(url: str) -> bool:
     return True
 
 
-def _create_file(path: Path, where: str) -> None:
-    """Create the SQLite file, empty, unless it exists (atomically: never over another)."""
+def _create_file(path: Path, where: str) -> list[Path]:
+    """Create the SQLite file, empty, unless it exists (atomically: never over another), and
+    its missing folders; return what was created, outermost first."""
+    made = [folder for folder in reversed(path.parents) if not folder.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=False)
     except FileExistsError:
-        pass
+        return made
     except OSError as exc:
         raise DatabaseUnavailableError(
             f"cannot create the SQLite database {where}: {exc.strerror or exc}"
         ) from None
+    return [*made, path]
+
+
+def _remove(made: list[Path]) -> None:
+    """Remove what :func:`_create_file` created (a folder only while it is empty)."""
+    for path in reversed(made):
+        if path.is_dir():
+            with contextlib.suppress(OSError):  # not empty: something else was put there
+                path.rmdir()
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _existing(url: str) -> dict[str, Any]:

@@ -123,8 +123,11 @@ def test_the_demo_marks_a_file_it_creates_and_runs_on_it_again(tmp_path: Path) -
 def test_an_empty_postgresql_database_becomes_the_demos(pg_url: str, tmp_path: Path) -> None:
     import psycopg
 
-    first = cli("demo", "--url", pg_url, cwd=tmp_path)
+    secret = pg_url.replace("@", ":s3cret-pw@", 1)  # the test server trusts any password
+    first = cli("demo", "--url", secret, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
+    assert "s3cret-pw" not in first.stdout + first.stderr  # masked, as every command does
+    assert "***" in first.stdout
     again = cli("demo", "--url", pg_url, "--reset", cwd=tmp_path)  # the demo's own: allowed
     assert again.returncode == 0, again.stderr
     with psycopg.connect(pg_url) as conn:
@@ -158,6 +161,30 @@ def test_the_demo_refuses_a_postgresql_database_it_did_not_create(
         one_line_error(done, "demo", 2)
         assert "not a database the demo created" in done.stderr
     assert row_counts(pg_url) == before
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "reset"])
+def test_a_model_that_cannot_be_used_creates_and_deletes_nothing(
+    tmp_path: Path, existing: bool
+) -> None:
+    if existing:
+        assert cli("demo", cwd=tmp_path).returncode == 0
+        before = digest(tmp_path / DEMO_FILE)
+    done = cli("demo", "--model", "nosuch:model", *(["--reset"] if existing else []), cwd=tmp_path)
+    one_line_error(done, "demo", 2)
+    if existing:
+        assert digest(tmp_path / DEMO_FILE) == before
+    else:
+        assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "where", [[], ["--url", "sqlite:///sub/dir/mine.db"]], ids=["default", "url"]
+)
+def test_a_setting_refused_leaves_no_demo_file(tmp_path: Path, where: list[str]) -> None:
+    done = cli("demo", *where, cwd=tmp_path, env={"AGENT_MEMORY_MASTER_KEY": "not a key"})
+    one_line_error(done, "demo", 2)
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- commands on a database that does not exist --------------------------------------------

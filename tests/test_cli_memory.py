@@ -154,8 +154,9 @@ def test_errors_are_clear_and_non_zero(tmp_path: Path, capsys: pytest.CaptureFix
     url = f"sqlite:///{tmp_path / 'x.db'}"
     code, _, err = run(capsys, "facts", "alice", "--url", url)
     assert code == 2 and "user=alice,agent=support" in err
-    code, _, err = run(capsys, "scopes", "--url", "mysql://nowhere/db")
-    assert code == 2 and "mysql" in err
+    with pytest.raises(SystemExit) as refused:  # when parsed, as any bad argument
+        main(["scopes", "--url", "mysql://nowhere/db"])
+    assert refused.value.code == 2 and "mysql" in capsys.readouterr().err
     code, _, err = run(capsys, "episodes", "user=zed", "--url", url)
     assert code == 2 and "does not exist" in err  # and none was created
     assert run(capsys, "migrate", "--url", url)[0] == 0
@@ -281,3 +282,43 @@ def test_a_path_that_is_no_database_is_one_line(
     assert done.returncode == (1 if where == "not sqlite" else 2)  # 2: it does not exist
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"agent-memory {command[0]}: error:")
+
+
+def test_ctrl_c_while_waiting_on_the_database_is_one_line(pg_url: str) -> None:
+    """Ctrl-C while a command waits for a lock another session holds: one line, status
+    130, and its server session gone (the wait was cancelled, the connection closed)."""
+    import signal
+    import time
+
+    import psycopg
+
+    assert main(["migrate", "--url", pg_url, "--json"]) == 0
+    name = pg_url.rsplit("/", 1)[1]
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'"
+    )
+    with psycopg.connect(pg_url) as holder, psycopg.connect(pg_url, autocommit=True) as watch:
+        holder.execute("LOCK TABLE am_migrations IN ACCESS EXCLUSIVE MODE")
+        args = ["scopes", "--url", pg_url]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not watch.execute(waiting, [name]).fetchone()[0]:  # type: ignore[index]
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert (proc.returncode, err) == (130, "agent-memory scopes: interrupted\n")
+        # the cancelled wait ends on the server too (without a cancel it would last as long
+        # as the lock is held)
+        while watch.execute(waiting, [name]).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

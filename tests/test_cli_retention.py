@@ -96,7 +96,8 @@ def test_sweep_dry_run_predicts_the_sweep(
     code, text, _ = run(
         capsys, "sweep", "--dry-run", "--strategy", "keep_latest", "--url", database_url
     )
-    assert "prune to their last 1" in text and "Nothing was changed" in text
+    assert "prune 2 expired thread(s) to their last 1 checkpoint(s) (" in text
+    assert "Nothing was changed" in text
 
     code, done, _ = run(
         capsys,
@@ -187,6 +188,6 @@ def test_bad_retention_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     url = f"sqlite:///{tmp_path / 'm.db'}"
     populate(url)
     code, _, err = run(capsys, "sweep", "--dry-run", "--keep-last", "0", "--url", url)
-    assert code == 2 and "keep_last" in err
+    assert code == 2 and "--keep-last" in err
     code, _, err = run(capsys, "threads", "--limit", "-1", "--url", url)
     assert code == 2 and "limit" in err

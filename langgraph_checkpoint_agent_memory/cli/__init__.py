@@ -5,8 +5,9 @@ embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/a
 or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
 existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
 Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
-on a terminal. Errors go to stderr with exit status 1 (a runtime failure: unreachable server,
-unknown scope) or 2 (bad arguments or configuration, a database that does not exist).
+on a terminal. Errors go to stderr in one line, with exit status 1 (a runtime failure:
+unreachable server, unknown scope) or 2 (bad arguments or configuration, a database that does
+not exist); Ctrl-C ends a command with one line and status 130.
 
 A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 """
@@ -67,10 +68,12 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    target = urls.parse(url)
+    # the store first: a setting it refuses (a bad master key) leaves no folder behind
     store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
+        if target.kind == "sqlite":
+            _create_folder(Path(target.options["path"]).parent, target.masked())
         # with the master key configured, the store's sealer: sealed rows are indexed too
         applied = migrate(store.db, COMPONENTS, store.shard_depth, store.sealer)
     finally:
@@ -91,9 +94,22 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_folder(folder: Path, where: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a folder the user cannot write
+        why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+        raise CommandError(f"cannot create the folder {folder} of {where}: {why or exc}") from None
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     for module in args.module:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the module's own error, whatever it is
+            raise ConfigurationError(
+                f"--module {module} cannot be imported: {type(exc).__name__}: {exc}"
+            ) from None
     described = [f.describe() for f in settings.fields()]
     if args.json:
         print(json.dumps(described, indent=2, default=str))
@@ -123,11 +139,19 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--keep-last",
-        type=int,
+        type=count_argument(1),
         default=1,
         metavar="N",
         help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
     )
+
+
+def _shown_default() -> str:
+    """The embedded default for the help, or where it would be when there is none."""
+    try:
+        return default_url()
+    except ConfigurationError:
+        return f"a SQLite file under ${urls.HOME_ENV}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--url",
                 type=url_argument,
                 help="database URL or path of a SQLite file "
-                f"(default: ${urls.URL_ENV}, else {default_url()}); "
+                f"(default: ${urls.URL_ENV}, else {_shown_default()}); "
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
@@ -244,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = command("migrate", "apply schema migrations", _cmd_migrate)
     migrate.add_argument(
         "--shard-depth",
-        type=int,
+        type=count_argument(1),
         metavar="N",
         help="for a new database: the store's shard key is a namespace's first N labels "
         "(default: config.store.shard_depth or 2); a database records its rule once written, "
@@ -277,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
+        print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
+        return 130
     except CommandError as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -51,14 +51,13 @@ class Parser(argparse.ArgumentParser):
 def url_argument(text: str) -> str:
     """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file (the
     rule of ``AGENT_MEMORY_URL`` in the Agent Server); an empty one is refused, not replaced
-    by the default. A URL of an unsupported database is refused by the command (status 2
-    too), which names it."""
+    by the default, and so is a URL of an unsupported database."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
         return urls.as_url(text, "--url")
-    except ConfigurationError:
-        return text  # refused when the command opens it, with the same one line
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
@@ -69,13 +68,20 @@ def _number(text: str, kind: Callable[[str], float]) -> float:
     return value
 
 
+#: The largest count a command takes (``--limit``, ``--keep-last``, ``--shard-depth``):
+#: the largest value of a 4-byte INTEGER, which every backend's columns and LIMIT hold.
+MOST = 2**31 - 1
+
+
 def count_argument(least: int) -> Callable[[str], int]:
-    """A whole number >= ``least``."""
+    """A whole number from ``least`` to :data:`MOST`."""
 
     def parse(text: str) -> int:
         value = int(_number(text, int))
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, not {text}")
+        if not least <= value <= MOST:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {least} to {MOST}, not {text}"
+            )
         return value
 
     parse.__name__ = "whole number"  # argparse names the type in its message

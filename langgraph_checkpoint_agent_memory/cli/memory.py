@@ -26,16 +26,14 @@ from langgraph_checkpoint_agent_memory.db import url as urls
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.demo import DEMO_URL, reset_database, run_demo
+    from langgraph_checkpoint_agent_memory.demo import DEMO_URL, run_demo
 
     # the demo's own database, never AGENT_MEMORY_URL's: it may be an app's
     url = DEMO_URL if args.url is None else args.url
-    if args.reset:
-        reset_database(url)
     console = _console(args)
     if args.url is None and os.environ.get(urls.URL_ENV):
         console.print(f"{urls.URL_ENV} is left alone: the demo writes only to its own database.")
-    run_demo(url, model=args.model, console=console)
+    run_demo(url, model=args.model, console=console, reset=args.reset)
     return 0
 
 

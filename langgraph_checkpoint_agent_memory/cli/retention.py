@@ -128,11 +128,13 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     def render(out: Any) -> None:
         from rich.table import Table
 
-        verb = "delete" if args.strategy == "delete" else f"prune to their last {args.keep_last}"
+        prune = args.strategy != "delete"
+        to = f" to their last {args.keep_last} checkpoint(s)" if prune else ""
         out.print(
             f"A sweep now would remove {items} expired store item(s) ({_size(item_bytes)}) "
-            f"and {verb} {len(threads)} expired thread(s) ({removed} checkpoint(s), "
-            f"{_size(thread_bytes)}): {_size(item_bytes + thread_bytes)} freed. "
+            f"and {'prune' if prune else 'delete'} {len(threads)} expired thread(s){to} "
+            f"({removed} checkpoint(s), {_size(thread_bytes)}): "
+            f"{_size(item_bytes + thread_bytes)} freed. "
             "Nothing was changed."
         )
         if threads:

@@ -214,6 +214,54 @@ def definite_refusal(exc: BaseException) -> bool:
     return any(word in text for word in DEFINITE_WORDS)
 
 
+#: libpq's refusal of a connection parameter's value, which it reports only as it connects:
+#: ``invalid port number: "99999"``, ``invalid sslmode value: "bogus"``, ``invalid integer
+#: value "abc" for connection option "keepalives"``, ``could not match 2 port numbers to 1
+#: hosts``; and a server's ``invalid value for parameter`` of ``options=-c ...``.
+OPTION_ERROR = re.compile(r"invalid (?:\w+ )?(?:value|number)\b.*|could not match \d+ .*")
+
+
+def option_error(exc: BaseException) -> str | None:
+    """What a failed connect says is wrong in the connection string, or ``None`` when the
+    failure is not the string's: a configuration error, which trying again cannot cure.
+    psycopg's own reading of the string fails with ``ProgrammingError`` (``bad value for
+    connect_timeout``, ``invalid URI query parameter``), libpq's with the words above.
+
+    Example:
+        >>> import psycopg
+        >>> option_error(psycopg.OperationalError('connection is bad: invalid port number: "0"'))
+        'invalid port number: "0"'
+        >>> option_error(psycopg.OperationalError("Connection refused")) is None
+        True
+    """
+    import psycopg
+
+    if isinstance(exc, psycopg.ProgrammingError):
+        return str(exc).strip()
+    found = OPTION_ERROR.search(str(exc)) if isinstance(exc, psycopg.OperationalError) else None
+    return found.group(0).strip() if found else None
+
+
+def checked_conninfo(conninfo: str, where: str) -> dict[str, Any]:
+    """The parameters of ``conninfo`` as libpq reads them (``psycopg.conninfo``).
+
+    Raises:
+        ConfigurationError: A parameter libpq does not know, or a string it cannot read,
+            named in libpq's words; ``where`` is the masked string.
+    """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(
+            f"{where}: {str(exc).strip()} (the parameters libpq knows are listed at "
+            "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS; "
+            "this package adds prepare_threshold and schema)"
+        ) from None
+
+
 #: Connection parameters a connection string gets unless it sets them: a dead peer (a server
 #: gone without closing the socket, a dropped NAT entry) is noticed in about a minute.
 KEEPALIVES = {

@@ -34,7 +34,9 @@ from langgraph_checkpoint_agent_memory.db.pg_pool import (
     BACKEND_PID_SQL,
     IdleCheck,
     PostgresOptions,
+    checked_conninfo,
     definite_refusal,
+    option_error,
     pooler_error,
     prepare_threshold_of,
     require_psycopg,
@@ -78,8 +80,11 @@ class PostgresDatabase(Database[Any]):
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg, psycopg_pool = require_psycopg()
+        #: the conninfo's parameters, as libpq reads them (a bad one is refused here)
+        self._given: dict[str, Any] = {}
         if isinstance(source, str):
             source = self._take_url_options(source, options)
+            self._given = checked_conninfo(source, mask_conninfo(source))
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
@@ -480,30 +485,44 @@ class PostgresDatabase(Database[Any]):
     def _first_contact(self) -> None:
         """Before a pool opens: one direct connect, so a definite refusal (a database or
         role that does not exist, a wrong password, nothing listening on the port) is an
-        error at once, not after the pool retried it for ``connect_timeout`` seconds. A
-        transient failure (a server starting up) is left to the pool, which retries."""
+        error at once, not after the pool retried it for ``connect_timeout`` seconds, and so
+        is a parameter value libpq refuses (a :class:`ConfigurationError`). A transient
+        failure (a server starting up) is left to the pool, which retries."""
         import psycopg
 
         try:
-            psycopg.connect(self._contact_info(), connect_timeout=self._whole_timeout()).close()
-        except psycopg.OperationalError as exc:
-            if definite_refusal(exc):
-                raise self._refused(exc) from None
+            psycopg.connect(self._contact_info()).close()
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            self._refuse(exc)
 
     async def _afirst_contact(self) -> None:
         import psycopg
 
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self._contact_info(), connect_timeout=self._whole_timeout()
-            )
+            conn = await psycopg.AsyncConnection.connect(self._contact_info())
             await conn.close()
-        except psycopg.OperationalError as exc:
-            if definite_refusal(exc):
-                raise self._refused(exc) from None
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            self._refuse(exc)
+
+    def _refuse(self, exc: BaseException) -> None:
+        """Raise the error of a first connect that trying again cannot cure."""
+        wrong = option_error(exc)
+        if wrong is not None:
+            where = f"PostgreSQL at {self.describe()}"
+            raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
+        if definite_refusal(exc):
+            raise self._refused(exc) from None
 
     def _contact_info(self) -> str:
-        return with_keepalives(self._conninfo or "")
+        """The first connect's conninfo: with keepalives, and with :meth:`_whole_timeout` as
+        its ``connect_timeout`` unless it sets its own (which bounds every pooled connect
+        too, so a bad value must show here)."""
+        from psycopg.conninfo import make_conninfo
+
+        conninfo = with_keepalives(self._conninfo or "")
+        if "connect_timeout" in self._given:
+            return conninfo
+        return make_conninfo(conninfo, connect_timeout=self._whole_timeout())
 
     def _whole_timeout(self) -> int:
         """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""

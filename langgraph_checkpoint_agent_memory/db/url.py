@@ -2,7 +2,7 @@
 
 Accepted URLs::
 
-    sqlite:///relative/path.db    sqlite:////absolute/path.db
+    sqlite:///relative/path.db    sqlite:////absolute/path.db    sqlite:///~/in/home.db
     postgresql://user:pass@host:5432/db?sslmode=require   (also postgres://, or key=value)
     postgresql://host/db?prepare_threshold=none   (this package's option, taken out for libpq)
     hana://user:pass@host:443/?encrypt=true&currentSchema=AGENT
@@ -33,11 +33,24 @@ HOME_ENV = "AGENT_MEMORY_HOME"
 
 def data_dir() -> Path:
     """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
-    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``."""
+    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``.
+
+    Raises:
+        ConfigurationError: None of them can be found: no ``HOME``, and the user has no
+            account to read a home folder from (a container run as an arbitrary uid).
+    """
     explicit = os.environ.get(HOME_ENV)
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = os.environ.get("XDG_DATA_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".local" / "share")
+        except RuntimeError:  # Path.home(): no HOME and no account
+            raise ConfigurationError(
+                "no folder for the default database: HOME is not set and this user has no "
+                f"home folder; set {HOME_ENV} (or XDG_DATA_HOME), or give a database URL"
+            ) from None
     return Path(base) / "agent-memory"
 
 
@@ -125,7 +138,7 @@ def parse(url: str, source: str = "argument") -> Target:
             raise ConfigurationError(
                 f"{mask_url(url)}: SQLite needs a file path, e.g. sqlite:///./memory.db"
             )
-        return Target("sqlite", url, source, {"path": unquote(path)})
+        return Target("sqlite", url, source, {"path": _home_expanded(unquote(path), url)})
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         conninfo = "postgresql://" + url.split("://", 1)[1]
         return Target("postgresql", conninfo, source)
@@ -137,6 +150,20 @@ def parse(url: str, source: str = "argument") -> Target:
         f"unsupported memory URL {mask_url(url)!r} (from {source}): use sqlite:///path.db, "
         "postgresql://... or hana://user:password@host:port"
     )
+
+
+def _home_expanded(path: str, url: str) -> str:
+    """A SQLite path with a leading ``~`` or ``~user`` expanded, as a shell would; one that
+    cannot be expanded is refused rather than taken as a folder named ``~``."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        raise ConfigurationError(
+            f"{mask_url(url)}: {path.split('/', 1)[0]} cannot be expanded (no such user, or "
+            "no home folder): write the folder out"
+        )
+    return expanded
 
 
 #: The query parameters (or key=value keywords) of a PostgreSQL URL that this package reads
