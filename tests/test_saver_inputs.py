@@ -4,6 +4,7 @@ PostgreSQL, or refused everywhere with the package's own error, before anything 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_checkpoint_agent_memory import (
     AgentMemoryError,
@@ -43,7 +45,7 @@ def savers(
 
 text = st.one_of(
     st.text(max_size=6),
-    st.sampled_from(["a" * 255, "a" * 256, "x\x00y", "é", "a.b", "a:b"]),
+    st.sampled_from(["a" * 255, "a" * 256, "x\x00y", "é", "a.b", "a:b", "a\ud800", "\udfff"]),
 )
 thread_ids = st.one_of(
     text,
@@ -92,7 +94,7 @@ def test_thread_ids_and_namespaces_get_one_outcome_everywhere(
 
 @pytest.mark.parametrize(
     "bad",
-    [["x"], b"x", 1.5, True, "t" * 256, "a\x00b"],
+    [["x"], b"x", 1.5, True, "t" * 256, "a\x00b", "a\ud800b", "\udc80"],
 )
 def test_bad_thread_ids_are_refused_by_every_method(savers: dict[str, Any], bad: Any) -> None:
     for saver in savers.values():
@@ -105,6 +107,25 @@ def test_bad_thread_ids_are_refused_by_every_method(savers: dict[str, Any], bad:
             saver.delete_thread(bad)
         with pytest.raises(AgentMemoryError):  # the package's own error, catchable as one
             list(saver.list(config))
+        with pytest.raises(InvalidValueError):
+            asyncio.run(saver.aget_tuple(config))
+        with pytest.raises(InvalidValueError):
+            asyncio.run(saver.adelete_thread(bad))
+
+
+@pytest.mark.parametrize("bad", ["a\ud800b", "t" * 256, "a\x00b"])
+def test_a_graph_refuses_a_bad_thread_id_on_every_saver(savers: dict[str, Any], bad: str) -> None:
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", lambda s: {"messages": [("ai", "ok")]})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    for saver in savers.values():
+        graph: Any = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": bad}}
+        with pytest.raises(InvalidValueError):
+            graph.invoke({"messages": [("user", "hi")]}, config)
+        with pytest.raises(InvalidValueError):
+            asyncio.run(graph.ainvoke({"messages": [("user", "hi")]}, config))
 
 
 def test_int_and_uuid_thread_ids_are_their_text(savers: dict[str, Any]) -> None:

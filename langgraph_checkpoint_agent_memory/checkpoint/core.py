@@ -16,6 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
+from langgraph_checkpoint_agent_memory.text import unstorable
 
 #: The longest ``thread_id`` and ``checkpoint_ns``, and ``checkpoint_id``, in characters: the
 #: column sizes on PostgreSQL and SAP HANA, kept by every saver so that one input gets one
@@ -39,9 +40,15 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             and (checkpoint_id is None or type(checkpoint_id) is str)
             and "\x00" not in thread_id
             and "\x00" not in ns
+            and thread_id.isascii()
+            and ns.isascii()
             and (
                 checkpoint_id is None
-                or (len(checkpoint_id) <= MAX_CHECKPOINT_ID and "\x00" not in checkpoint_id)
+                or (
+                    len(checkpoint_id) <= MAX_CHECKPOINT_ID
+                    and "\x00" not in checkpoint_id
+                    and checkpoint_id.isascii()
+                )
             )
         ):
             return thread_id, ns, checkpoint_id
@@ -86,6 +93,7 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
         type(checkpoint_id) is str
         and len(checkpoint_id) <= MAX_CHECKPOINT_ID
         and "\x00" not in checkpoint_id
+        and checkpoint_id.isascii()
     ):
         return checkpoint_id
     _check_text(checkpoint_id, "checkpoint_id", MAX_CHECKPOINT_ID)
@@ -97,9 +105,15 @@ def checked_thread_id(thread_id: Any) -> str:
 
     Raises:
         InvalidValueError: Anything else (a list or bytes would be stored as its repr), an
-            empty id, one over :data:`MAX_ID` characters or one with a NUL character.
+            empty id, one over :data:`MAX_ID` characters, or one with a NUL character or a
+            lone surrogate.
     """
-    if type(thread_id) is str and 0 < len(thread_id) <= MAX_ID and "\x00" not in thread_id:
+    if (
+        type(thread_id) is str
+        and 0 < len(thread_id) <= MAX_ID
+        and "\x00" not in thread_id
+        and thread_id.isascii()
+    ):
         return thread_id
     if isinstance(thread_id, uuid.UUID) or (
         isinstance(thread_id, int) and not isinstance(thread_id, bool)
@@ -121,8 +135,9 @@ def _check_text(value: Any, name: str, longest: int) -> None:
         raise InvalidValueError(
             f"config['configurable']['{name}'] is {len(value)} characters; at most {longest}"
         )
-    if "\x00" in value:
-        raise InvalidValueError(f"config['configurable']['{name}'] contains a NUL character")
+    why = unstorable(value)
+    if why:
+        raise InvalidValueError(f"config['configurable']['{name}'] {why}")
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
