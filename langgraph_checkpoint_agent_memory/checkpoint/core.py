@@ -7,6 +7,7 @@ rules live here once.
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -174,6 +175,54 @@ def next_channel_version(current: str | int | None) -> str:
     else:
         counter = int(current.split(".")[0])
     return f"{counter + 1:032}.{random.random():016}"
+
+
+#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
+#: in-memory savers keep at most 64 bits too).
+_INT_BOUND = 2**63
+
+
+def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata.
+
+    Raises:
+        InvalidValueError: A key that is not a string, or a key or string (also nested in a
+            list or dict) with a NUL character or a lone surrogate, a number that is not
+            finite, or a whole number beyond 64 bits: no metadata holds one the same on
+            every backend, and a database would fail on it or ignore it.
+    """
+    if not filter:
+        return filter
+    if not isinstance(filter, Mapping):
+        raise InvalidValueError(f"list() filter must be a dict, got {type(filter).__name__}")
+    for key, value in filter.items():
+        if not isinstance(key, str):
+            raise InvalidValueError(
+                f"list() filter keys are metadata keys, strings; got {type(key).__name__} {key!r}"
+            )
+        stack: list[Any] = [key, value]
+        while stack:
+            why = _filter_problem(stack.pop(), stack)
+            if why:
+                raise InvalidValueError(f"list() filter on {key!r}: {why}")
+    return filter
+
+
+def _filter_problem(node: Any, stack: list[Any]) -> str | None:
+    """What makes ``node`` of a filter unusable, or ``None`` (its items pushed on ``stack``)."""
+    if isinstance(node, str):
+        why = unstorable(node)
+        return f"{node!r} {why}" if why else None
+    if isinstance(node, float) and not math.isfinite(node):
+        return f"{node!r} is not a finite number (no metadata holds one on every backend)"
+    if type(node) is int and not -_INT_BOUND <= node < _INT_BOUND:
+        return f"{node} is beyond the 64-bit whole numbers metadata holds on every backend"
+    if isinstance(node, Mapping):
+        stack.extend(node.keys())
+        stack.extend(node.values())
+    elif isinstance(node, (list, tuple)):
+        stack.extend(node)
+    return None
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:

@@ -59,6 +59,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
 from langgraph_checkpoint_agent_memory.checkpoint.codec import WriteRow, pending_writes
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
+    checked_filter,
     checked_thread_id,
     checkpoint_config,
     list_coordinates,
@@ -80,6 +81,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
 from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
+    thread_ttl,
     validate_interval,
     validate_ttl,
 )
@@ -307,9 +309,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
-        override = (config.get("configurable") or {}).get("ttl_seconds")
-        if override is not None:  # refused as the SQL savers refuse it, before any write
-            validate_ttl(override, name="config['configurable']['ttl_seconds']")
+        thread_ttl(config, None)  # refused as the SQL savers refuse it, before any write
         dumps = self._serde_for(thread_id, config).dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
@@ -480,6 +480,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "user-42"}})]
             [4, 3, 2, 1, 0, -1]
         """
+        checked_filter(filter)
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
         candidates = self._list_candidates(config, before_id)
         remaining = limit

@@ -260,9 +260,6 @@ class SQLiteDialect(Dialect):
             return None
         return sa.func.json_extract(column, f"$.{key}") == value
 
-    def prefilter_value(self, key: str, value: Any) -> Any:
-        return int(value) if isinstance(value, bool) else value
-
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
