@@ -9,7 +9,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 from __future__ import annotations
 
 import json
-import operator
+import os
 import sqlite3
 import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -432,7 +432,7 @@ class SQLiteDatabase(Database[Any]):
                     # raw: connection PRAGMAs
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
                     journal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
-                    if journal != "wal" and self.mode != "ro":
+                    if journal != "wal" and self.mode != "ro" and not isinstance(conn, Snapshot):
                         _to_wal(conn)
                     conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
                 except BaseException:
@@ -448,7 +448,20 @@ class SQLiteDatabase(Database[Any]):
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, in :attr:`mode`; a file missing where none may be created is
-        a :class:`DatabaseNotFoundError`."""
+        a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
+        without leaving files behind, a :class:`Snapshot`."""
+        if not self.memory and _read_as_snapshot(self.path):
+            uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=30,
+                factory=Snapshot,
+            )
+            conn.wal = _wal_of(self.path)
+            return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -513,8 +526,7 @@ class SQLiteDatabase(Database[Any]):
                     size=self.pool_size,
                     timeout=max(1.0, self.busy_timeout_ms / 1000),
                     describe=self.describe,
-                    # a closed sqlite3.Connection refuses any use, a property read too
-                    check=operator.attrgetter("total_changes"),
+                    check=_check,
                     reset=False,  # connection() rolls back a transaction left open
                 )
             return self._pool
@@ -569,6 +581,43 @@ class SQLiteDatabase(Database[Any]):
             if self._single is not None and self._single is not self.given:
                 self._single.close()
             self._single = None
+
+
+class Snapshot(sqlite3.Connection):
+    """A connection that reads a file as immutable (see :func:`_read_as_snapshot`)."""
+
+    #: Where a writer of the file would keep its write-ahead log.
+    wal: Path
+
+
+def _check(conn: sqlite3.Connection) -> None:
+    """Raise for a connection the pool must replace: a closed one (which refuses any use,
+    a property read too), or a :class:`Snapshot` of a file a writer has opened since (its
+    write-ahead log is there now), which the next connection reads as SQLite does."""
+    conn.total_changes  # noqa: B018
+    if isinstance(conn, Snapshot) and conn.wal.exists():
+        raise sqlite3.OperationalError("a writer opened the file: read it afresh")
+
+
+def _read_as_snapshot(path: Path) -> bool:
+    """Whether to read ``path`` as immutable: a SQLite file in WAL mode that this process
+    cannot write (the file, or the folder where its write-ahead log goes) and that no
+    process has open for writing now (a writer keeps a ``-wal`` file beside it). SQLite
+    would otherwise make ``-wal`` and ``-shm`` files that a reader can never remove, or,
+    in a folder it cannot write, refuse to read at all."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    wal_mode = header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
+    if not wal_mode or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return False
+    return not _wal_of(path).exists()
+
+
+def _wal_of(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
 
 
 def _to_wal(conn: sqlite3.Connection) -> None:
