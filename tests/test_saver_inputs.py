@@ -287,3 +287,33 @@ def test_a_filter_counts_the_limit_after_it_and_a_missing_key_never_matches(
         assert [t.metadata["step"] for t in saver.list(config, filter={"f": False})] == [-1]
         assert [t.metadata["step"] for t in saver.list(config, filter={"f": 0}, limit=1)] == [-1]
         assert list(saver.list(config, limit=0)) == [], name
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"score": math.nan},
+        {"score": -math.inf},
+        {"note": "a\ud800"},  # a NUL in a top-level string LangGraph itself removes
+        {"k\x00": 1},
+        {"nested": {"deep": ["a\x00b", 1]}},
+        {"nested": {"deep": [1, math.inf]}},
+    ],
+    ids=repr,
+)
+def test_metadata_no_backend_stores_alike_is_refused_everywhere(
+    savers: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    """PostgreSQL stored NaN as text its jsonb cast then refused, so every filtered list of
+    the database failed; the in-memory savers kept what the databases refused."""
+    for name, saver in savers.items():
+        config = config_for(f"metadata-{name}")
+        with pytest.raises(InvalidValueError, match="metadata"):
+            saver.put(config, make_checkpoint({"x": [1]}), metadata, {"x": 1})
+        with pytest.raises(InvalidValueError, match="metadata"):
+            asyncio.run(saver.aput(config, make_checkpoint({"x": [1]}), metadata, {"x": 1}))
+        assert saver.get_tuple(config) is None  # nothing was written
+        saver.put(config, make_checkpoint({"x": [1]}), {"note": "é", "score": 1.5}, {"x": 1})
+        found = list(saver.list(None, filter={"note": "é", "score": 1.5}))
+        assert [t.config["configurable"]["thread_id"] for t in found] == [f"metadata-{name}"]
+        saver.delete_thread(f"metadata-{name}")

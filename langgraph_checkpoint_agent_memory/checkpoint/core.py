@@ -200,16 +200,36 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
             raise InvalidValueError(
                 f"list() filter keys are metadata keys, strings; got {type(key).__name__} {key!r}"
             )
-        stack: list[Any] = [key, value]
-        while stack:
-            why = _filter_problem(stack.pop(), stack)
-            if why:
-                raise InvalidValueError(f"list() filter on {key!r}: {why}")
+        why = _json_problem(key, value)
+        if why:
+            raise InvalidValueError(f"list() filter on {key!r}: {why}")
     return filter
 
 
-def _filter_problem(node: Any, stack: list[Any]) -> str | None:
-    """What makes ``node`` of a filter unusable, or ``None`` (its items pushed on ``stack``)."""
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Refuse checkpoint metadata that not every saver could store and filter on alike,
+    with :class:`InvalidValueError` naming the key: what :func:`checked_filter` refuses
+    in a filter (a NUL character or lone surrogate, NaN or an infinity, a whole number
+    beyond 64 bits), nested or not. A walk of every value: the SQL savers call it only
+    when the JSON they wrote hints at one (:func:`.codec.metadata_json`)."""
+    for key, value in metadata.items():
+        why = _json_problem(key, value)
+        if why:
+            raise InvalidValueError(f"checkpoint metadata {key!r}: {why}")
+
+
+def _json_problem(key: Any, value: Any) -> str | None:
+    """What makes ``key: value`` of a filter or of metadata unusable, or ``None``."""
+    stack: list[Any] = [key, value]
+    while stack:
+        why = _node_problem(stack.pop(), stack)
+        if why:
+            return why
+    return None
+
+
+def _node_problem(node: Any, stack: list[Any]) -> str | None:
+    """What makes ``node`` unusable, or ``None`` (its items pushed on ``stack``)."""
     if isinstance(node, str):
         why = unstorable(node)
         return f"{node!r} {why}" if why else None

@@ -22,9 +22,11 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langgraph_checkpoint_agent_memory.checkpoint.codec import metadata_json
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_filter,
@@ -81,10 +83,12 @@ class CheckedInMemorySaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """LangGraph's ``put``, the config, checkpoint id and thread TTL checked first."""
+        """LangGraph's ``put``, the config, checkpoint id, thread TTL and metadata checked
+        first."""
         checked = _checked(config)
         checked_checkpoint_id(checkpoint["id"])
         thread_ttl(config, None)
+        metadata_json(get_checkpoint_metadata(config, metadata))
         return super().put(checked, checkpoint, metadata, new_versions)
 
     def put_writes(

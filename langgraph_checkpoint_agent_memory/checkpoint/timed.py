@@ -56,7 +56,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_keep_last,
     validate_prune_strategy,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.codec import WriteRow, pending_writes
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    WriteRow,
+    metadata_json,
+    pending_writes,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_filter,
@@ -318,6 +322,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             for k, v in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
+        metadata_json(full_metadata)  # refused as the SQL savers refuse it
         saved = Saved(dumps(stored), dumps(full_metadata), parent_id)
         run_id = full_metadata.get("run_id")
         life = self._life
