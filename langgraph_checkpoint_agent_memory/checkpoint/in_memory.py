@@ -5,8 +5,8 @@ written for it keeps working; this subclass adds only the checks of the package'
 (:mod:`.core`, :mod:`.ttl`), so one input gets one outcome in memory as on a database: a
 ``thread_id`` of 1 to 255 characters without NUL or lone surrogate (an int or a UUID stands
 for its text), the same bounds for ``checkpoint_ns`` and ``checkpoint_id``, a thread's own
-``ttl_seconds`` (checked, then ignored: this saver has no expiry), and ``list`` filters
-that every backend can compare, a missing metadata key matching nothing.
+``ttl_seconds`` (checked, then ignored: this saver has no expiry), metadata and ``list``
+filters that every backend can store and compare, a missing metadata key matching nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.ttl import thread_ttl
 
 class CheckedInMemorySaver(InMemorySaver):
     """An ``InMemorySaver`` whose every method (sync and async) checks its input as the
-    package's SQL savers do, raising :class:`InvalidValueError` (ids, filters) or
+    package's SQL savers do, raising :class:`InvalidValueError` (ids, filters, metadata) or
     :class:`ConfigurationError` (a missing ``thread_id``, a thread's ``ttl_seconds``) before
     anything is stored.
 
