@@ -16,11 +16,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
+from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
@@ -185,13 +185,16 @@ def create_checkpointer(
 
     Returns:
         With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
-        (one class serving the sync and the async API). Without: ``InMemorySaver`` without
-        TTL, ``TimedInMemorySaver`` with one.
+        (one class serving the sync and the async API). Without: LangGraph's
+        ``InMemorySaver`` without TTL (a subclass that checks ids, a thread's
+        ``ttl_seconds`` and ``list`` filters as every saver of the package does),
+        ``TimedInMemorySaver`` with one.
 
     Raises:
-        TypeError: ``ttl_seconds`` is not a whole number, or an option is unknown.
-        ConfigurationError: ``ttl_seconds`` is negative or not a whole number, or ``mode``
-            is given for a backend other than a SQLite file.
+        TypeError: An option is unknown.
+        ConfigurationError: ``ttl_seconds`` is not a whole number from 0 to 2**31 - 1 (a
+            float, a string or a bool included), or ``mode`` is given for a backend other
+            than a SQLite file.
 
     Example:
         ```python
@@ -225,7 +228,7 @@ def create_checkpointer(
         if ignored:
             logger.debug("TTL is off; ignoring %s", ", ".join(ignored))
         _warn_volatile_once("InMemorySaver")
-        return InMemorySaver(serde=options.get("serde"))
+        return CheckedInMemorySaver(serde=options.get("serde"))
     _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl})")
     return TimedInMemorySaver(ttl, **options)
 

@@ -155,4 +155,20 @@ def storable(text: str) -> str:
     return text
 
 
+def unstorable(text: str) -> str | None:
+    """Why no database can store ``text`` as it is, or ``None`` when every one can: a NUL
+    character (PostgreSQL's ``text`` and ``jsonb`` refuse it) or a lone surrogate (not
+    Unicode, so no driver can encode it). The reason reads after the value's name.
+
+    Example:
+        >>> unstorable("ok"), unstorable("a\\x00b"), unstorable("a\\ud800")
+        (None, 'contains a NUL character', 'is not valid Unicode (a lone surrogate)')
+    """
+    if "\x00" in text:
+        return "contains a NUL character"
+    if not text.isascii() and _SURROGATE.search(text):
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -5,9 +5,13 @@ full one as :class:`DatabaseUnavailableError` (:class:`ReadOnlyDatabaseError`)."
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sqlite3
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,17 +165,22 @@ def test_a_lost_hana_connection_is_classified_by_hdbcli() -> None:
     assert not pool.lost(ThreadDeletedError("gone"), None)
 
 
-@pytest.fixture
-def read_only(tmp_path: Path) -> Iterator[Path]:
-    """A SQLite file with a checkpoint and a store item, then made read-only (``chattr
-    +i``: root too cannot write it)."""
-    path = tmp_path / "ro.db"
+def _seed(path: Path) -> None:
+    """A SQLite file at ``path`` with a checkpoint of thread ``t`` and a store item, closed."""
     saver = SqliteSaver(path)
     saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
     saver.close()
     store = create_store(f"sqlite:///{path}")
     store.put(("docs",), "a", {"text": "hello"})
     store.close()
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A SQLite file with a checkpoint and a store item, then made read-only (``chattr
+    +i``: root too cannot write it)."""
+    path = tmp_path / "ro.db"
+    _seed(path)
     if os.geteuid() == 0:
         if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
             pytest.skip("chattr +i does not work on this filesystem")
@@ -196,6 +205,118 @@ def test_a_read_only_file_reads_and_refuses_writes_with_the_packages_error(
         store.put(("docs",), "b", {"text": "more"})
     saver.close()
     store.close()
+
+
+#: Reads and writes of the file ``sys.argv[1]`` opened with ``mode=sys.argv[2]`` (``-``: the
+#: default), sync and async, each line of stdin one step; prints what each did.
+READER = """
+import asyncio, json, sys
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph_checkpoint_agent_memory import SqliteSaver, create_store
+
+path, mode = sys.argv[1], sys.argv[2]
+options = {} if mode == "-" else {"mode": mode}
+saver = SqliteSaver(path, **options)
+store = create_store("sqlite:///" + path, **options)
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+def outcome(call):
+    try:
+        return repr(call())
+    except Exception as error:
+        return type(error).__name__
+
+for line in sys.stdin:
+    found = {
+        "get_tuple": outcome(lambda: saver.get_tuple(config).checkpoint["channel_values"]),
+        "aget_tuple": outcome(
+            lambda: asyncio.run(saver.aget_tuple(config)).checkpoint["channel_values"]
+        ),
+        "store.get": outcome(lambda: store.get(("docs",), "a").value),
+    }
+    if line.strip() == "write":
+        found["put"] = outcome(lambda: saver.put(config, empty_checkpoint(), {}, {}))
+        found["store.put"] = outcome(lambda: store.put(("docs",), "b", {"text": "more"}))
+    print(json.dumps(found), flush=True)
+saver.close()
+store.close()
+"""
+
+
+def _reader(path: Path, mode: str) -> subprocess.Popen[str]:
+    """:data:`READER` in a process that file permissions bind (as root: without the
+    capabilities that let root ignore them)."""
+    command = [sys.executable, "-c", READER, str(path), mode]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("setpriv is not installed: root would ignore the permissions")
+        drop = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *command]
+    root = str(Path(__file__).resolve().parents[1])
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+
+
+def _step(reader: subprocess.Popen[str], line: str) -> dict[str, str]:
+    assert reader.stdin is not None and reader.stdout is not None
+    reader.stdin.write(line + "\n")
+    reader.stdin.flush()
+    return dict(json.loads(reader.stdout.readline()))
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder any process may enter (pytest's own folders are the user's alone), with a
+    SQLite file (a checkpoint, a store item) in WAL mode, closed: no ``-wal`` or ``-shm``
+    beside it."""
+    folder = Path(tempfile.mkdtemp(prefix="agent-memory-ro-"))
+    folder.chmod(0o755)
+    path = folder / "ro.db"
+    _seed(path)
+    assert sorted(os.listdir(folder)) == ["ro.db"]
+    yield folder
+    folder.chmod(0o755)
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("mode", ["-", "rw", "ro"])
+@pytest.mark.parametrize("folder_mode", [0o555, 0o755], ids=["folder-read-only", "folder-writable"])
+def test_a_read_only_file_is_read_and_left_as_it_was(
+    shared_folder: Path, mode: str, folder_mode: int
+) -> None:
+    """Reads work and leave no ``-wal``/``-shm`` behind, writes are refused, wherever the
+    file lies; a writer that opens the file later is seen by the next read."""
+    path = shared_folder / "ro.db"
+    path.chmod(0o444)
+    shared_folder.chmod(folder_mode)
+    reader = _reader(path, mode)
+    try:
+        assert _step(reader, "write") == {
+            "get_tuple": "{'x': [1]}",
+            "aget_tuple": "{'x': [1]}",
+            "store.get": "{'text': 'hello'}",
+            "put": "ReadOnlyDatabaseError",
+            "store.put": "ReadOnlyDatabaseError",
+        }
+        # a process that may write it (this one) changes it while the reader is open
+        shared_folder.chmod(0o755)
+        writer = SqliteSaver(path)
+        writer.put(config_for("t"), make_checkpoint({"x": [2]}, step=2, version=2), {}, {"x": 2})
+        seen = _step(reader, "read")
+        writer.close()
+        assert seen["get_tuple"] == seen["aget_tuple"] == "{'x': [2]}"
+        shared_folder.chmod(folder_mode)
+        assert _step(reader, "read")["get_tuple"] == "{'x': [2]}"
+    finally:
+        assert reader.stdin is not None
+        reader.stdin.close()
+        assert reader.wait(timeout=60) == 0
+    assert sorted(os.listdir(shared_folder)) == ["ro.db"]
 
 
 def test_a_full_database_is_database_unavailable_and_loses_nothing(tmp_path: Path) -> None:

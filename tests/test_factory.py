@@ -20,13 +20,14 @@ from langgraph_checkpoint_agent_memory import (
     factory,
     settings,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
 from tests.helpers import config_for, make_checkpoint, present, timed_contents
 
 
 @pytest.mark.parametrize("ttl", [None, 0])
 def test_no_ttl_gives_in_memory_saver(ttl: Any) -> None:
     saver = create_checkpointer(ttl)
-    assert type(saver) is InMemorySaver
+    assert type(saver) is CheckedInMemorySaver and isinstance(saver, InMemorySaver)
 
 
 def test_positive_ttl_gives_timed_saver_with_options() -> None:
@@ -60,7 +61,7 @@ def test_unknown_option_is_a_type_error() -> None:
 
 
 def test_ttl_only_options_are_ignored_when_ttl_is_off() -> None:
-    assert type(create_checkpointer(0, sweep_interval_seconds=3)) is InMemorySaver
+    assert type(create_checkpointer(0, sweep_interval_seconds=3)) is CheckedInMemorySaver
 
 
 def test_custom_serde_reaches_both_savers() -> None:
@@ -98,7 +99,7 @@ def ttl_of(saver: BaseCheckpointSaver[str]) -> int:
 
 
 def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert type(create_checkpointer()) is InMemorySaver  # nothing declared
+    assert type(create_checkpointer()) is CheckedInMemorySaver  # nothing declared
 
     @agent_config(factory.TTL_CONFIG_KEY, "Thread TTL", "Idle seconds before a thread expires")
     def ttl() -> int:
@@ -109,7 +110,7 @@ def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "30")
     assert ttl_of(create_checkpointer()) == 30
     with settings.overrides({factory.TTL_CONFIG_KEY: 0}):
-        assert type(create_checkpointer()) is InMemorySaver
+        assert type(create_checkpointer()) is CheckedInMemorySaver
     assert ttl_of(create_checkpointer(5)) == 5  # an explicit argument wins
     monkeypatch.setenv("CONFIG__CHECKPOINTER__TTL_SECONDS", "-4")
     with pytest.raises(ValueError, match=r"config\.checkpointer\.ttl_seconds"):

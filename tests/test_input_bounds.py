@@ -12,12 +12,15 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
+from langchain_core.prompt_values import ChatPromptValue
 from langgraph.store.base import InvalidNamespaceError, PutOp
 
 from langgraph_checkpoint_agent_memory import (
@@ -28,7 +31,12 @@ from langgraph_checkpoint_agent_memory import (
     create_checkpointer,
 )
 from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
-from langgraph_checkpoint_agent_memory.memory.model import MAX_EPISODE_KEY, MAX_THREAD_ID
+from langgraph_checkpoint_agent_memory.memory.model import (
+    EARLIEST_SECONDS,
+    LATEST_SECONDS,
+    MAX_EPISODE_KEY,
+    MAX_THREAD_ID,
+)
 from langgraph_checkpoint_agent_memory.store.values import MAX_DEPTH, MAX_TTL_MINUTES
 from tests.helpers import FakeClock, make_checkpoint
 from tests.pg import backend_params, is_postgres, pg_database
@@ -302,3 +310,125 @@ def test_budget_and_counts_are_refused_below_one(make_store: Any) -> None:
         AgentMemory(store, consolidate_every_seconds=0)
     with pytest.raises(ConfigurationError, match="budget_tokens"):
         AgentMemory(store).recall("user=alice", "where?", budget_tokens=-1)
+
+
+# -- 3. what record() takes ------------------------------------------------------------------
+
+UTC = timezone.utc
+moments = st.one_of(
+    st.floats(),  # NaN and the infinities too
+    st.integers(-(10**13), 10**13),
+    st.sampled_from(
+        [EARLIEST_SECONDS, EARLIEST_SECONDS - 1, LATEST_SECONDS, LATEST_SECONDS + 1, 1e300, -1e300]
+    ),
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5))])),
+    st.datetimes(),  # naive: which moment depends on the machine's zone
+)
+
+
+def _seconds(moment: Any) -> float | None:
+    """The seconds since the epoch ``record`` stores for ``moment``, ``None`` if refused."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            return None
+        moment = moment.timestamp()
+    if not math.isfinite(moment) or not EARLIEST_SECONDS <= moment <= LATEST_SECONDS:
+        return None
+    return float(moment)
+
+
+@SLOW
+@given(moment=moments)
+def test_occurred_at_is_refused_at_the_door_or_recorded_consolidated_and_recalled(
+    make_store: Any, moment: Any
+) -> None:
+    store = make_store()
+    try:
+        _record_at(AgentMemory(store), moment)
+    finally:
+        store.close()  # one pool per example at most
+
+
+def _record_at(memory: AgentMemory[Any], moment: Any) -> None:
+    scope = {"user_id": f"when-{next(counter)}"}
+    expected = _seconds(moment)
+    if expected is None:
+        with pytest.raises(InvalidValueError, match="occurred_at"):
+            memory.record(scope, said("I live in Berlin"), occurred_at=moment)
+        with pytest.raises(InvalidValueError, match="occurred_at"):
+            asyncio.run(memory.arecord(scope, said("I live in Berlin"), occurred_at=moment))
+        assert memory.episodes(scope) == []  # nothing was written
+        moment = expected = 1_700_000_000.0  # the scope's later good episode is not held up
+    memory.record(scope, said("I live in Berlin"), occurred_at=moment)
+    [episode] = memory.episodes(scope)
+    assert episode.occurred_at == expected
+    report = memory.consolidate(scope)
+    assert (report.completed, report.failed) == (1, 0)
+    assert "Berlin" in memory.recall(scope, "where do I live?").text
+
+
+def test_a_moment_recalled_outside_the_years_1_to_9999_is_refused(make_store: Any) -> None:
+    memory = AgentMemory(make_store())
+    memory.record("user=alice", said("I live in Berlin"), occurred_at=1_700_000_000)
+    for moment in (EARLIEST_SECONDS - 1, LATEST_SECONDS + 1):
+        with pytest.raises(ConfigurationError, match="as_of"):
+            memory.recall("user=alice", "where do I live?", as_of=moment)
+        with pytest.raises(ConfigurationError, match="known_at"):
+            memory.facts("user=alice", known_at=moment)
+
+
+GOOD_MESSAGES: list[Any] = [
+    [("user", "I live in Berlin")],
+    ["I live in Berlin"],
+    [HumanMessage("I live in Berlin")],
+    [{"role": "user", "content": "I live in Berlin"}],
+    [{"type": "human", "content": [{"type": "text", "text": "I live in Berlin"}]}],
+    ({"role": "user", "content": "I live in Berlin"},),
+    ChatPromptValue(messages=[HumanMessage("I live in Berlin")]),
+]
+BAD_MESSAGES: list[Any] = [
+    "user=a",
+    "I live in Berlin",
+    b"I live in Berlin",
+    {"role": "user", "content": "I live in Berlin"},
+    HumanMessage("I live in Berlin"),
+    42,
+    None,
+    [{"role": "user", "content": 1}],
+    [{"role": "user", "content": {"city": "Berlin"}}],
+    [{"content": "I live in Berlin"}],
+    [{"role": "robot", "content": "I live in Berlin"}],
+    [("user", "I live in Berlin"), 7],
+    [("user",)],
+]
+
+
+@pytest.mark.parametrize("messages", GOOD_MESSAGES, ids=lambda m: type(m).__name__)
+def test_record_takes_what_langchain_reads_as_messages(make_store: Any, messages: Any) -> None:
+    memory = AgentMemory(make_store())
+    for i, record in enumerate((memory.record, memory.arecord)):
+        scope = {"user_id": f"reads-{i}"}
+        recorded = record(scope, messages)
+        if asyncio.iscoroutine(recorded):
+            recorded = asyncio.run(recorded)
+        assert recorded is not None
+        [episode] = memory.episodes(scope)
+        assert episode.messages == said("I live in Berlin")
+
+
+def test_record_reads_an_iterator_of_messages_once(make_store: Any) -> None:
+    memory = AgentMemory(make_store())
+    scope = {"user_id": "iterated"}
+    memory.record(scope, iter(said("I live in Berlin")))
+    assert [e.messages for e in memory.episodes(scope)] == [said("I live in Berlin")]
+
+
+@pytest.mark.parametrize("messages", BAD_MESSAGES, ids=repr)
+def test_record_refuses_what_is_not_a_list_of_messages(make_store: Any, messages: Any) -> None:
+    memory = AgentMemory(make_store())
+    scope = {"user_id": "refused"}
+    with pytest.raises(InvalidValueError, match="messages"):
+        memory.record(scope, messages)
+    with pytest.raises(InvalidValueError, match="messages"):
+        asyncio.run(memory.arecord(scope, messages))
+    assert memory.episodes(scope) == []

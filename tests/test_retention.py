@@ -214,9 +214,8 @@ async def test_timed_saver_async_prune() -> None:
 
 
 def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
-    from langgraph.checkpoint.memory import InMemorySaver
-
     from langgraph_checkpoint_agent_memory import create_checkpointer
+    from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
 
     sql = sql_checkpointer(f"sqlite:///{tmp_path / 'k.db'}", keep_last=4)
     assert sql.keep_last == 4
@@ -225,7 +224,7 @@ def test_create_checkpointer_passes_keep_last(tmp_path: Any) -> None:
     assert isinstance(timed, TimedInMemorySaver) and timed.keep_last == 2
     timed.close()
     plain = create_checkpointer(keep_last=2)  # no TTL: LangGraph's saver, nothing to prune
-    assert type(plain) is InMemorySaver
+    assert type(plain) is CheckedInMemorySaver
     with pytest.raises(ConfigurationError, match="keep_last"):
         create_checkpointer(keep_last=0)  # checked even when it has nothing to do
 

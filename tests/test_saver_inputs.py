@@ -4,6 +4,8 @@ PostgreSQL, or refused everywhere with the package's own error, before anything 
 
 from __future__ import annotations
 
+import asyncio
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,13 +14,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_checkpoint_agent_memory import (
     AgentMemoryError,
+    ConfigurationError,
     InvalidValueError,
     TimedInMemorySaver,
+    create_checkpointer,
 )
-from tests.helpers import make_checkpoint, outcome
+from tests.helpers import config_for, make_checkpoint, outcome
 from tests.pg import SERVER_IDS, PgServers
 
 
@@ -31,6 +36,7 @@ def savers(
     path: Path = tmp_path_factory.mktemp("inputs")
     opened: dict[str, Any] = {
         "memory": TimedInMemorySaver(ttl_seconds=3600),
+        "memory-no-ttl": create_checkpointer(),  # LangGraph's InMemorySaver, checking
         "sqlite": SqliteSaver(path / "inputs.db"),
     }
     servers: PgServers = request.getfixturevalue("pg_servers")
@@ -38,12 +44,12 @@ def savers(
         opened[f"postgres-{sid}"] = PostgresSaver(servers.fresh_database(sid))
     yield opened
     for saver in opened.values():
-        saver.close()
+        getattr(saver, "close", lambda: None)()
 
 
 text = st.one_of(
     st.text(max_size=6),
-    st.sampled_from(["a" * 255, "a" * 256, "x\x00y", "é", "a.b", "a:b"]),
+    st.sampled_from(["a" * 255, "a" * 256, "x\x00y", "é", "a.b", "a:b", "a\ud800", "\udfff"]),
 )
 thread_ids = st.one_of(
     text,
@@ -92,7 +98,7 @@ def test_thread_ids_and_namespaces_get_one_outcome_everywhere(
 
 @pytest.mark.parametrize(
     "bad",
-    [["x"], b"x", 1.5, True, "t" * 256, "a\x00b"],
+    [["x"], b"x", 1.5, True, "t" * 256, "a\x00b", "a\ud800b", "\udc80"],
 )
 def test_bad_thread_ids_are_refused_by_every_method(savers: dict[str, Any], bad: Any) -> None:
     for saver in savers.values():
@@ -105,6 +111,25 @@ def test_bad_thread_ids_are_refused_by_every_method(savers: dict[str, Any], bad:
             saver.delete_thread(bad)
         with pytest.raises(AgentMemoryError):  # the package's own error, catchable as one
             list(saver.list(config))
+        with pytest.raises(InvalidValueError):
+            asyncio.run(saver.aget_tuple(config))
+        with pytest.raises(InvalidValueError):
+            asyncio.run(saver.adelete_thread(bad))
+
+
+@pytest.mark.parametrize("bad", ["a\ud800b", "t" * 256, "a\x00b"])
+def test_a_graph_refuses_a_bad_thread_id_on_every_saver(savers: dict[str, Any], bad: str) -> None:
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", lambda s: {"messages": [("ai", "ok")]})
+    builder.add_edge(START, "echo")
+    builder.add_edge("echo", END)
+    for saver in savers.values():
+        graph: Any = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": bad}}
+        with pytest.raises(InvalidValueError):
+            graph.invoke({"messages": [("user", "hi")]}, config)
+        with pytest.raises(InvalidValueError):
+            asyncio.run(graph.ainvoke({"messages": [("user", "hi")]}, config))
 
 
 def test_int_and_uuid_thread_ids_are_their_text(savers: dict[str, Any]) -> None:
@@ -127,3 +152,168 @@ def test_bad_checkpoint_ids_are_refused_everywhere(savers: dict[str, Any], bad: 
             saver.put({"configurable": {"thread_id": "ids"}}, checkpoint, {}, {"x": 1})
         with pytest.raises(InvalidValueError):
             saver.get_tuple({"configurable": {"thread_id": "ids", "checkpoint_id": bad}})
+
+
+def test_ids_of_ten_kilobytes_and_bad_thread_ttls_are_refused_in_memory_too(
+    savers: dict[str, Any],
+) -> None:
+    for name, saver in savers.items():
+        for bad in ("x" * 10_000, "a\x00"):
+            with pytest.raises(InvalidValueError):
+                saver.put(
+                    {"configurable": {"thread_id": bad, "checkpoint_ns": ""}},
+                    make_checkpoint({"x": [1]}),
+                    {},
+                    {"x": 1},
+                )
+        for ttl in (-1, 1.5, "60", 2**31):
+            config = {"configurable": {"thread_id": f"ttl-{name}", "ttl_seconds": ttl}}
+            with pytest.raises(ConfigurationError, match="ttl_seconds"):
+                saver.put(config, make_checkpoint({"x": [1]}), {}, {"x": 1})
+            with pytest.raises(ConfigurationError, match="ttl_seconds"):
+                asyncio.run(saver.aput(config, make_checkpoint({"x": [1]}), {}, {"x": 1}))
+        assert saver.get_tuple({"configurable": {"thread_id": f"ttl-{name}"}}) is None
+
+
+# -- list(filter=...) ------------------------------------------------------------------------
+
+#: The metadata of the checkpoints the filter tests list (on every saver, the same ids).
+LISTED = [
+    {"source": "loop", "step": 1, "n": 2**62, "f": 1.5, "tags": ["a"], "none": None},
+    {"source": "input", "step": -1, "n": -(2**62), "f": 0.0, "tags": [], "é": "ü"},
+]
+
+
+@pytest.fixture(scope="module")
+def listed(savers: dict[str, Any]) -> dict[str, Any]:
+    """Each saver with the checkpoints of :data:`LISTED` in thread ``filtered``."""
+    checkpoints = [make_checkpoint({"x": [i]}, step=i) for i in range(len(LISTED))]
+    for saver in savers.values():
+        for checkpoint, metadata in zip(checkpoints, LISTED, strict=True):
+            saver.put(config_for("filtered"), checkpoint, metadata, {"x": 1})
+    return savers
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([2**62, -(2**62), 2**63, 2**70, -(2**63) - 1, 0, 1, -1]),
+    st.floats(),  # NaN and the infinities too
+    st.text(max_size=3),
+    st.sampled_from(["loop", "input", "a\x00", "a\ud800", "\udfff", "ü"]),
+)
+filter_values = st.one_of(
+    scalars,
+    st.lists(scalars, max_size=2),
+    st.dictionaries(st.text(max_size=2), scalars, max_size=2),
+)
+filter_keys = st.one_of(
+    st.sampled_from([k for metadata in LISTED for k in metadata]),
+    st.text(max_size=3),
+    st.sampled_from(["k\x00", "k\ud800", "a.b", "a b"]),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(filter=st.dictionaries(filter_keys, filter_values, max_size=2))
+def test_a_list_filter_gets_one_outcome_everywhere(
+    listed: dict[str, Any], filter: dict[str, Any]
+) -> None:
+    results = {
+        name: outcome(
+            lambda s=saver: [
+                (t.metadata["step"], t.metadata["source"])
+                for t in s.list(config_for("filtered"), filter=filter)
+            ]
+        )
+        for name, saver in listed.items()
+    }
+    first = results["memory"]
+    assert all(r == first for r in results.values()), (filter, results)
+    assert first[0] != "error", results
+    if first[0] == "ok":
+        expected = [
+            (m["step"], m["source"])
+            for m in LISTED
+            if all(k in m and m[k] == v for k, v in filter.items())
+        ]
+        assert sorted(first[1]) == sorted(expected), (filter, first)
+
+
+@pytest.mark.parametrize(
+    "filter",
+    [
+        {"source": "a\x00"},
+        {"k\x00": 1},
+        {"source": math.nan},
+        {"step": math.inf},
+        {"step": -math.inf},
+        {"source": "a\ud800"},
+        {"k\ud800": "loop"},
+        {"step": 2**70},
+        {"tags": ["a", math.nan]},
+    ],
+    ids=repr,
+)
+def test_a_filter_no_backend_can_compare_is_refused_sync_and_async(
+    listed: dict[str, Any], filter: dict[str, Any]
+) -> None:
+    async def alisted(saver: Any) -> list[Any]:
+        return [t async for t in saver.alist(config_for("filtered"), filter=filter)]
+
+    for saver in listed.values():
+        with pytest.raises(InvalidValueError, match="filter"):
+            list(saver.list(config_for("filtered"), filter=filter))
+        with pytest.raises(InvalidValueError, match="filter"):
+            list(saver.list(None, filter=filter))
+        with pytest.raises(InvalidValueError, match="filter"):
+            asyncio.run(alisted(saver))
+
+
+def test_a_filter_counts_the_limit_after_it_and_a_missing_key_never_matches(
+    listed: dict[str, Any],
+) -> None:
+    for name, saver in listed.items():
+        config = config_for("filtered")
+        assert [t.metadata["step"] for t in saver.list(config, filter={"none": None})] == [1]
+        assert list(saver.list(config, filter={"absent": None})) == [], name
+        # Python's == (LangGraph's rule) holds True == 1, which jsonb does not
+        assert [t.metadata["step"] for t in saver.list(config, filter={"step": True})] == [1]
+        assert [t.metadata["step"] for t in saver.list(config, filter={"f": False})] == [-1]
+        assert [t.metadata["step"] for t in saver.list(config, filter={"f": 0}, limit=1)] == [-1]
+        assert list(saver.list(config, limit=0)) == [], name
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"score": math.nan},
+        {"score": -math.inf},
+        {"note": "a\ud800"},  # a NUL in a top-level string LangGraph itself removes
+        {"k\x00": 1},
+        {"nested": {"deep": ["a\x00b", 1]}},
+        {"nested": {"deep": [1, math.inf]}},
+    ],
+    ids=repr,
+)
+def test_metadata_no_backend_stores_alike_is_refused_everywhere(
+    savers: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    """PostgreSQL stored NaN as text its jsonb cast then refused, so every filtered list of
+    the database failed; the in-memory savers kept what the databases refused."""
+    for name, saver in savers.items():
+        config = config_for(f"metadata-{name}")
+        with pytest.raises(InvalidValueError, match="metadata"):
+            saver.put(config, make_checkpoint({"x": [1]}), metadata, {"x": 1})
+        with pytest.raises(InvalidValueError, match="metadata"):
+            asyncio.run(saver.aput(config, make_checkpoint({"x": [1]}), metadata, {"x": 1}))
+        assert saver.get_tuple(config) is None  # nothing was written
+        saver.put(config, make_checkpoint({"x": [1]}), {"note": "é", "score": 1.5}, {"x": 1})
+        found = list(saver.list(None, filter={"note": "é", "score": 1.5}))
+        assert [t.config["configurable"]["thread_id"] for t in found] == [f"metadata-{name}"]
+        saver.delete_thread(f"metadata-{name}")

@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+from langgraph_checkpoint_agent_memory.checkpoint.ttl import thread_ttl
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, ThreadDeletedError
 
 Strategy = Literal["delete", "keep_latest"]
@@ -150,10 +150,7 @@ class ThreadActivity:
 
     def thread_ttl(self, config: RunnableConfig) -> int | None:
         """The TTL of the thread ``config`` names: its own ``ttl_seconds`` or the saver's."""
-        override = (config.get("configurable") or {}).get("ttl_seconds")
-        if override is None:
-            return self.ttl_seconds
-        return validate_ttl(override, name="config['configurable']['ttl_seconds']")
+        return thread_ttl(config, self.ttl_seconds)
 
     def thread_row(self, thread_id: str, now: float, ttl: int | None) -> dict[str, Any]:
         """Parameters of a live thread row active at ``now`` (with ``live_after``)."""

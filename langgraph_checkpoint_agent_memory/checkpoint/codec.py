@@ -33,7 +33,11 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoint_config, parent_config
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    check_metadata,
+    checkpoint_config,
+    parent_config,
+)
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError
 
 #: A string channel value at most this long stays inline in the checkpoint row.
@@ -58,18 +62,32 @@ def is_inline(value: Any) -> bool:
 
 #: Encoders built once: ``json.dumps`` builds one per call when given options.
 compact_json = json.JSONEncoder(separators=(",", ":")).encode
-_metadata_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_metadata_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False
+).encode
 
 
 def metadata_json(metadata: Mapping[str, Any]) -> str:
-    """Checkpoint metadata as compact JSON, or a ``TypeError`` naming the offending key."""
+    """Checkpoint metadata as compact JSON.
+
+    Raises:
+        TypeError: A value JSON cannot hold (naming its key).
+        InvalidValueError: A value not every saver could store and filter on alike (see
+            :func:`.core.check_metadata`): looked for only where the JSON hints at one
+            (an escaped NUL, text that is not ASCII, a number JSON refused), so the
+            common case costs two scans of the text.
+    """
     try:
-        return _metadata_encoder(metadata)
+        text = _metadata_encoder(metadata)
     except (TypeError, ValueError) as exc:
+        check_metadata(metadata)  # NaN or an infinity: the package's error
         bad = next((k for k, v in metadata.items() if not _json_ok(v)), "?")
         raise TypeError(
             f"checkpoint metadata must be JSON-serializable; key {bad!r} is not ({exc})"
         ) from None
+    if "\\u0000" in text or not text.isascii():
+        check_metadata(metadata)
+    return text
 
 
 def _json_ok(value: Any) -> bool:

@@ -7,6 +7,7 @@ rules live here once.
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
+from langgraph_checkpoint_agent_memory.text import unstorable
 
 #: The longest ``thread_id`` and ``checkpoint_ns``, and ``checkpoint_id``, in characters: the
 #: column sizes on PostgreSQL and SAP HANA, kept by every saver so that one input gets one
@@ -39,9 +41,15 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             and (checkpoint_id is None or type(checkpoint_id) is str)
             and "\x00" not in thread_id
             and "\x00" not in ns
+            and thread_id.isascii()
+            and ns.isascii()
             and (
                 checkpoint_id is None
-                or (len(checkpoint_id) <= MAX_CHECKPOINT_ID and "\x00" not in checkpoint_id)
+                or (
+                    len(checkpoint_id) <= MAX_CHECKPOINT_ID
+                    and "\x00" not in checkpoint_id
+                    and checkpoint_id.isascii()
+                )
             )
         ):
             return thread_id, ns, checkpoint_id
@@ -86,6 +94,7 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
         type(checkpoint_id) is str
         and len(checkpoint_id) <= MAX_CHECKPOINT_ID
         and "\x00" not in checkpoint_id
+        and checkpoint_id.isascii()
     ):
         return checkpoint_id
     _check_text(checkpoint_id, "checkpoint_id", MAX_CHECKPOINT_ID)
@@ -97,9 +106,15 @@ def checked_thread_id(thread_id: Any) -> str:
 
     Raises:
         InvalidValueError: Anything else (a list or bytes would be stored as its repr), an
-            empty id, one over :data:`MAX_ID` characters or one with a NUL character.
+            empty id, one over :data:`MAX_ID` characters, or one with a NUL character or a
+            lone surrogate.
     """
-    if type(thread_id) is str and 0 < len(thread_id) <= MAX_ID and "\x00" not in thread_id:
+    if (
+        type(thread_id) is str
+        and 0 < len(thread_id) <= MAX_ID
+        and "\x00" not in thread_id
+        and thread_id.isascii()
+    ):
         return thread_id
     if isinstance(thread_id, uuid.UUID) or (
         isinstance(thread_id, int) and not isinstance(thread_id, bool)
@@ -121,8 +136,9 @@ def _check_text(value: Any, name: str, longest: int) -> None:
         raise InvalidValueError(
             f"config['configurable']['{name}'] is {len(value)} characters; at most {longest}"
         )
-    if "\x00" in value:
-        raise InvalidValueError(f"config['configurable']['{name}'] contains a NUL character")
+    why = unstorable(value)
+    if why:
+        raise InvalidValueError(f"config['configurable']['{name}'] {why}")
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -159,6 +175,74 @@ def next_channel_version(current: str | int | None) -> str:
     else:
         counter = int(current.split(".")[0])
     return f"{counter + 1:032}.{random.random():016}"
+
+
+#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
+#: in-memory savers keep at most 64 bits too).
+_INT_BOUND = 2**63
+
+
+def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata.
+
+    Raises:
+        InvalidValueError: A key that is not a string, or a key or string (also nested in a
+            list or dict) with a NUL character or a lone surrogate, a number that is not
+            finite, or a whole number beyond 64 bits: no metadata holds one the same on
+            every backend, and a database would fail on it or ignore it.
+    """
+    if not filter:
+        return filter
+    if not isinstance(filter, Mapping):
+        raise InvalidValueError(f"list() filter must be a dict, got {type(filter).__name__}")
+    for key, value in filter.items():
+        if not isinstance(key, str):
+            raise InvalidValueError(
+                f"list() filter keys are metadata keys, strings; got {type(key).__name__} {key!r}"
+            )
+        why = _json_problem(key, value)
+        if why:
+            raise InvalidValueError(f"list() filter on {key!r}: {why}")
+    return filter
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Refuse checkpoint metadata that not every saver could store and filter on alike,
+    with :class:`InvalidValueError` naming the key: what :func:`checked_filter` refuses
+    in a filter (a NUL character or lone surrogate, NaN or an infinity, a whole number
+    beyond 64 bits), nested or not. A walk of every value: the SQL savers call it only
+    when the JSON they wrote hints at one (:func:`.codec.metadata_json`)."""
+    for key, value in metadata.items():
+        why = _json_problem(key, value)
+        if why:
+            raise InvalidValueError(f"checkpoint metadata {key!r}: {why}")
+
+
+def _json_problem(key: Any, value: Any) -> str | None:
+    """What makes ``key: value`` of a filter or of metadata unusable, or ``None``."""
+    stack: list[Any] = [key, value]
+    while stack:
+        why = _node_problem(stack.pop(), stack)
+        if why:
+            return why
+    return None
+
+
+def _node_problem(node: Any, stack: list[Any]) -> str | None:
+    """What makes ``node`` unusable, or ``None`` (its items pushed on ``stack``)."""
+    if isinstance(node, str):
+        why = unstorable(node)
+        return f"{node!r} {why}" if why else None
+    if isinstance(node, float) and not math.isfinite(node):
+        return f"{node!r} is not a finite number (no metadata holds one on every backend)"
+    if type(node) is int and not -_INT_BOUND <= node < _INT_BOUND:
+        return f"{node} is beyond the 64-bit whole numbers metadata holds on every backend"
+    if isinstance(node, Mapping):
+        stack.extend(node.keys())
+        stack.extend(node.values())
+    elif isinstance(node, (list, tuple)):
+        stack.extend(node)
+    return None
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:

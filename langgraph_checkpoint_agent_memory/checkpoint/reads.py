@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     write_rows_of,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    checked_filter,
     delta_history,
     list_coordinates,
     metadata_matches,
@@ -448,7 +449,7 @@ class ListCursor:
         limit: int | None,
     ) -> None:
         self.reader, self.serde = reader, serde
-        self.config, self.filter, self.before = config, filter, before
+        self.config, self.filter, self.before = config, checked_filter(filter), before
         self.remaining = limit
         self.keyset: Keyset | None = None
         self.page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))

@@ -56,9 +56,14 @@ from langgraph_checkpoint_agent_memory.checkpoint.activity import (
     validate_keep_last,
     validate_prune_strategy,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.codec import WriteRow, pending_writes
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    WriteRow,
+    metadata_json,
+    pending_writes,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
+    checked_filter,
     checked_thread_id,
     checkpoint_config,
     list_coordinates,
@@ -80,6 +85,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
 from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
 from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
     default_sweep_interval,
+    thread_ttl,
     validate_interval,
     validate_ttl,
 )
@@ -307,9 +313,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
-        override = (config.get("configurable") or {}).get("ttl_seconds")
-        if override is not None:  # refused as the SQL savers refuse it, before any write
-            validate_ttl(override, name="config['configurable']['ttl_seconds']")
+        thread_ttl(config, None)  # refused as the SQL savers refuse it, before any write
         dumps = self._serde_for(thread_id, config).dumps_typed
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
@@ -318,6 +322,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             for k, v in new_versions.items()
         }
         full_metadata = get_checkpoint_metadata(config, metadata)
+        metadata_json(full_metadata)  # refused as the SQL savers refuse it
         saved = Saved(dumps(stored), dumps(full_metadata), parent_id)
         run_id = full_metadata.get("run_id")
         life = self._life
@@ -480,6 +485,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "user-42"}})]
             [4, 3, 2, 1, 0, -1]
         """
+        checked_filter(filter)
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
         candidates = self._list_candidates(config, before_id)
         remaining = limit

@@ -7,12 +7,19 @@ so the eviction delay bound is ``ttl + sweep interval`` for memory, never for vi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
-__all__ = ["MAX_TTL_SECONDS", "default_sweep_interval", "validate_interval", "validate_ttl"]
+__all__ = [
+    "MAX_TTL_SECONDS",
+    "default_sweep_interval",
+    "thread_ttl",
+    "validate_interval",
+    "validate_ttl",
+]
 
 #: Sweeps run at most this often and at least this rarely, whatever the TTL.
 MIN_SWEEP_INTERVAL = 0.5
@@ -36,6 +43,15 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
             f"{name} must be at most {MAX_TTL_SECONDS} seconds (about 68 years), got {value}"
         )
     return value or None
+
+
+def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
+    """The TTL of the thread ``config`` names: its own ``ttl_seconds``, checked as
+    :func:`validate_ttl` checks it, else ``default``."""
+    override = (config.get("configurable") or {}).get("ttl_seconds")
+    if override is None:
+        return default
+    return validate_ttl(override, name="config['configurable']['ttl_seconds']")
 
 
 def validate_interval(value: Any, name: str = "sweep_interval_seconds") -> float | None:

@@ -445,12 +445,15 @@ def select_writes(d: Dialect, n: int) -> Sql:
 
 
 def pushed_filters(d: Dialect, filter: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The keys of a ``list(filter=...)`` the dialect can pre-filter in SQL (scalar values
-    only); the exact match still happens on the decoded metadata."""
+    """The keys of a ``list(filter=...)`` the dialect can pre-filter in SQL; the exact match
+    still happens on the decoded metadata, with Python's ``==``. Pushed: strings, and numbers
+    that JSON compares as Python does; not booleans and the numbers 0 and 1 (Python holds
+    ``True == 1``, ``jsonb`` does not), nor numbers of 2**53 or more (a float there stands
+    for an integer Python compares exactly, while its decimal text names another)."""
     return tuple(
         k
         for k, v in (filter or {}).items()
-        if type(v) in (str, int, float, bool)
+        if (type(v) is str or (type(v) in (int, float) and v not in (0, 1) and abs(v) < 2**53))
         and d.metadata_prefilter(checkpoints.c.metadata, k, None) is not None
     )
 

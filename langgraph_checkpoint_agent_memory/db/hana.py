@@ -32,6 +32,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     drive,
 )
 from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     AnnConfig,
     Columns,
@@ -43,7 +44,6 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     values_params,
 )
 from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
-from langgraph_checkpoint_agent_memory.db.sqlite import DbApiSession
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 

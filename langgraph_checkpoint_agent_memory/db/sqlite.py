@@ -9,7 +9,7 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 from __future__ import annotations
 
 import json
-import operator
+import os
 import sqlite3
 import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -28,15 +28,14 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import (
-    Batch,
     Database,
     Plan,
     PoolUsage,
-    Stmt,
     T,
     drive,
 )
 from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
@@ -260,9 +259,6 @@ class SQLiteDialect(Dialect):
             return None
         return sa.func.json_extract(column, f"$.{key}") == value
 
-    def prefilter_value(self, key: str, value: Any) -> Any:
-        return int(value) if isinstance(value, bool) else value
-
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -435,7 +431,7 @@ class SQLiteDatabase(Database[Any]):
                     # raw: connection PRAGMAs
                     conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
                     journal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
-                    if journal != "wal" and self.mode != "ro":
+                    if journal != "wal" and self.mode != "ro" and not isinstance(conn, Snapshot):
                         _to_wal(conn)
                     conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
                 except BaseException:
@@ -451,7 +447,20 @@ class SQLiteDatabase(Database[Any]):
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, in :attr:`mode`; a file missing where none may be created is
-        a :class:`DatabaseNotFoundError`."""
+        a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
+        without leaving files behind, a :class:`Snapshot`."""
+        if not self.memory and _read_as_snapshot(self.path):
+            uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=30,
+                factory=Snapshot,
+            )
+            conn.wal = _wal_of(self.path)
+            return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -516,8 +525,7 @@ class SQLiteDatabase(Database[Any]):
                     size=self.pool_size,
                     timeout=max(1.0, self.busy_timeout_ms / 1000),
                     describe=self.describe,
-                    # a closed sqlite3.Connection refuses any use, a property read too
-                    check=operator.attrgetter("total_changes"),
+                    check=_check,
                     reset=False,  # connection() rolls back a transaction left open
                 )
             return self._pool
@@ -574,6 +582,43 @@ class SQLiteDatabase(Database[Any]):
             self._single = None
 
 
+class Snapshot(sqlite3.Connection):
+    """A connection that reads a file as immutable (see :func:`_read_as_snapshot`)."""
+
+    #: Where a writer of the file would keep its write-ahead log.
+    wal: Path
+
+
+def _check(conn: sqlite3.Connection) -> None:
+    """Raise for a connection the pool must replace: a closed one (which refuses any use,
+    a property read too), or a :class:`Snapshot` of a file a writer has opened since (its
+    write-ahead log is there now), which the next connection reads as SQLite does."""
+    conn.total_changes  # noqa: B018
+    if isinstance(conn, Snapshot) and conn.wal.exists():
+        raise sqlite3.OperationalError("a writer opened the file: read it afresh")
+
+
+def _read_as_snapshot(path: Path) -> bool:
+    """Whether to read ``path`` as immutable: a SQLite file in WAL mode that this process
+    cannot write (the file, or the folder where its write-ahead log goes) and that no
+    process has open for writing now (a writer keeps a ``-wal`` file beside it). SQLite
+    would otherwise make ``-wal`` and ``-shm`` files that a reader can never remove, or,
+    in a folder it cannot write, refuse to read at all."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    wal_mode = header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
+    if not wal_mode or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return False
+    return not _wal_of(path).exists()
+
+
+def _wal_of(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
 def _to_wal(conn: sqlite3.Connection) -> None:
     """Switch ``conn``'s file to WAL; a read-only file stays as it is, for reads (its
     writes then fail with :class:`ReadOnlyDatabaseError`)."""
@@ -582,117 +627,3 @@ def _to_wal(conn: sqlite3.Connection) -> None:
     except sqlite3.OperationalError as exc:
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF != SQLITE_READONLY:
             raise
-
-
-class DbApiSession:
-    """Runs a plan's batches on one DB-API connection, keeping a held transaction open
-    between batches. SQLite and HANA share it; they differ in how a transaction starts."""
-
-    def __init__(
-        self,
-        conn: Any,
-        *,
-        begin_write: str | None,
-        begin_read: str | None,
-        write_lock: Any = None,
-        lone_writes: bool = True,
-    ) -> None:
-        self.conn = conn
-        self.lone_writes = lone_writes
-        self.begin_write = begin_write
-        self.begin_read = begin_read
-        self.write_lock = write_lock
-        self.in_tx = False
-        self._holds_lock = False
-
-    def _begin(self, cur: Any, batch: Batch) -> None:
-        writing = batch.write or batch.lock or batch.hold
-        sql = self.begin_write if writing else self.begin_read
-        if writing and self.write_lock is not None:
-            # Writers of this process queue on a mutex, not in SQLite's busy handler,
-            # which sleeps in coarse steps; other processes still meet busy_timeout.
-            self.write_lock.acquire()
-            self._holds_lock = True
-        try:
-            if sql:
-                cur.execute(sql)
-        except BaseException:
-            self._release()
-            raise
-        self.in_tx = True
-
-    def _release(self) -> None:
-        if self._holds_lock:
-            self._holds_lock = False
-            self.write_lock.release()
-
-    def _end(self, commit: bool) -> None:
-        self.in_tx = False
-        try:
-            if self.begin_write is None:  # a driver in manual-commit mode (HANA)
-                (self.conn.commit if commit else self.conn.rollback)()
-            else:
-                self.conn.execute("COMMIT" if commit else "ROLLBACK")
-        finally:
-            self._release()
-
-    def _single_write(self, batch: Batch) -> bool:
-        """One plain statement of an autocommit driver is a transaction by itself: it needs
-        no BEGIN/COMMIT, and SQLite takes its write lock before it reads anything."""
-        if not self.lone_writes or self.begin_write is None or self.in_tx:
-            return False
-        if batch.hold or batch.lock:
-            return False
-        return batch.write and len(batch.statements) == 1 and not batch.statements[0].many
-
-    def execute(self, batch: Batch) -> list[Any]:
-        if self._single_write(batch):
-            return self._lone_write(batch.statements[0])
-        cur = self.conn.cursor()
-        try:
-            if not self.in_tx and (
-                batch.write or batch.hold or batch.lock or len(batch.statements) > 1
-            ):
-                self._begin(cur, batch)
-            results = [_run(cur, stmt) for stmt in batch.statements]
-            if self.in_tx and not batch.hold:
-                self._end(commit=not batch.rollback)
-            elif not self.in_tx and self.begin_write is None:
-                self.conn.commit()  # manual-commit drivers: a lone read still ends its snapshot
-        except BaseException:
-            if self.in_tx:
-                try:
-                    self._end(commit=False)
-                except Exception:
-                    pass
-            raise
-        finally:
-            cur.close()
-        return results
-
-    def _lone_write(self, stmt: Stmt) -> list[Any]:
-        """One write in its own implicit transaction, under the process's write lock."""
-        if self.write_lock is not None:
-            self.write_lock.acquire()
-        try:
-            cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-            return [cur.fetchall() if stmt.fetch else cur.rowcount]
-        finally:
-            if self.write_lock is not None:
-                self.write_lock.release()
-
-    def finish(self) -> None:
-        """A plan that ended while holding a transaction did not ask for its writes."""
-        if self.in_tx:
-            self._end(commit=False)
-
-
-def _run(cur: Any, stmt: Stmt) -> Any:
-    """Execute ``stmt`` on ``cur``: its rows, or the count of rows it changed."""
-    if stmt.many:
-        params = [stmt.sql.bind(p) for p in stmt.params]
-        if params:
-            cur.executemany(stmt.sql.text, params)
-        return [] if stmt.fetch else (cur.rowcount if params else 0)
-    cur.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
-    return cur.fetchall() if stmt.fetch else cur.rowcount

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 
@@ -31,7 +32,7 @@ from langgraph_checkpoint_agent_memory.memory.model import AsOf, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.reads import Reads
 from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
-from langgraph_checkpoint_agent_memory.memory.recording import record_plan
+from langgraph_checkpoint_agent_memory.memory.recording import checked_messages, record_plan
 from langgraph_checkpoint_agent_memory.memory.running import Running
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
@@ -310,7 +311,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
     # -- recording -------------------------------------------------------------------------
 
     def _record_plan(
-        self, scope: ScopeLike, messages: Sequence[Any], options: RecordOptions
+        self, scope: ScopeLike, messages: Iterable[Any] | PromptValue, options: RecordOptions
     ) -> Callable[[], Plan[str | None]]:
         """What builds the plan of :meth:`record` (built again after loading data keys:
         the reinforcements recall queued are taken once)."""
@@ -321,11 +322,15 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
                 taken.append(list(self._recaller.take_reinforcements()))
             return taken[0]
 
-        return lambda: record_plan(self.context, scope, messages, options, reinforcements=take)
+        checked = checked_messages(messages)  # once: an iterator is read once
+        return lambda: record_plan(self.context, scope, checked, options, reinforcements=take)
 
     @traced("record")
     def record(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
+        self,
+        scope: ScopeLike,
+        messages: Iterable[Any] | PromptValue,
+        **options: Unpack[RecordOptions],
     ) -> str | None:
         """Store ``messages`` as a pending episode, for :meth:`consolidate` to learn from.
 
@@ -334,11 +339,19 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
         Args:
             scope: Whose memory the episode belongs to.
-            messages: LangChain messages or ``{"role", "content"}`` dicts.
-            **options: See :class:`RecordOptions`: ``thread_id``, ``key``, ``occurred_at``.
+            messages: A list of what LangChain's ``convert_to_messages`` reads: messages,
+                ``(role, text)`` pairs, ``{"role", "content"}`` dicts.
+            **options: See :class:`RecordOptions`: ``thread_id``, ``key``, ``occurred_at``
+                (seconds since the epoch or a timezone-aware ``datetime``).
 
         Returns:
             The episode's key, or ``None`` when no message had content.
+
+        Raises:
+            InvalidValueError: ``messages`` is not a list of messages (a string, a dict,
+                content that is not text), or ``thread_id``, ``key`` or ``occurred_at`` is
+                out of bounds (``occurred_at``: finite, between the years 1 and 9999);
+                nothing was written.
 
         Example:
             ```python
@@ -353,7 +366,10 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
     @traced("record")
     async def arecord(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
+        self,
+        scope: ScopeLike,
+        messages: Iterable[Any] | PromptValue,
+        **options: Unpack[RecordOptions],
     ) -> str | None:
         """Async :meth:`record`."""
         return await self.context.arun(self._record_plan(scope, messages, options))

@@ -256,22 +256,28 @@ def default_statement(attribute: str, value: str) -> str:
 AsOf = float | datetime
 
 
-#: The last second ``datetime`` can name (9999-12-31T23:59:59 UTC).
+#: The first and the last second ``datetime`` can name (0001-01-01T00:00:00 and
+#: 9999-12-31T23:59:59 UTC): the moments the package's dates hold.
+EARLIEST_SECONDS = -62_135_596_800
 LATEST_SECONDS = 253_402_300_799
 
 
-def as_timestamp(when: AsOf, name: str = "as_of") -> float:
+def as_timestamp(
+    when: AsOf, name: str = "as_of", error: type[ValueError] = ConfigurationError
+) -> float:
     """Seconds since the epoch of ``when``.
 
     Args:
         when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
             ``datetime``.
         name: The argument's name, for the error message.
+        error: What to raise (a :class:`ConfigurationError`, or an
+            :class:`InvalidValueError` for a moment that is data).
 
     Raises:
         ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
-            on the machine's time zone), not a finite number, past the year 9999 (a
-            count of milliseconds, most likely), or of another type.
+            on the machine's time zone), not a finite number, before the year 1 or past
+            the year 9999 (a count of milliseconds, most likely), or of another type.
 
     Example:
         ```python
@@ -282,21 +288,21 @@ def as_timestamp(when: AsOf, name: str = "as_of") -> float:
     """
     if isinstance(when, datetime):
         if when.tzinfo is None or when.utcoffset() is None:
-            raise ConfigurationError(
+            raise error(
                 f"{name}={when!r} is a naive datetime: give it a time zone "
                 "(datetime(..., tzinfo=timezone.utc)) or pass seconds since the epoch"
             )
-        return when.timestamp()
+        when = when.timestamp()  # a moment in UTC: still within the years 1 to 9999?
     if isinstance(when, (int, float)) and not isinstance(when, bool):
         if not math.isfinite(when):
-            raise ConfigurationError(f"{name} must be a finite number of seconds, got {when!r}")
-        if abs(when) > LATEST_SECONDS:  # past the year 9999: milliseconds, most likely
-            raise ConfigurationError(
-                f"{name}={when!r} is past the year 9999 in seconds since the epoch; "
-                "milliseconds? divide by 1000"
+            raise error(f"{name} must be a finite number of seconds, got {when!r}")
+        if not EARLIEST_SECONDS <= when <= LATEST_SECONDS:
+            raise error(  # past the year 9999: milliseconds, most likely
+                f"{name}={when!r} is not between the years 1 and 9999 in seconds since the "
+                "epoch (UTC); milliseconds? divide by 1000"
             )
         return float(when)
-    raise ConfigurationError(
+    raise error(
         f"{name} is seconds since the epoch or a timezone-aware datetime, not {type(when).__name__}"
     )
 

@@ -3,11 +3,15 @@ to learn from (see :meth:`~.agent.AgentMemory.record`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.prompt_values import PromptValue
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
 from langgraph_checkpoint_agent_memory.memory.model import (
@@ -16,6 +20,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
     Scope,
     ScopeLike,
+    as_timestamp,
     checked_identifier,
     lexical_text,
 )
@@ -24,10 +29,41 @@ from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 from langgraph_checkpoint_agent_memory.memory.writes import item_row
 
 
+def checked_messages(messages: Any) -> list[BaseMessage]:
+    """``messages`` as LangChain messages: a list (or other iterable) of what LangChain's
+    ``convert_to_messages`` reads (messages, ``(role, content)`` pairs, ``{"role",
+    "content"}`` dicts, strings as user messages), or a ``PromptValue``.
+
+    Raises:
+        InvalidValueError: ``messages`` is a string, a dict or one message rather than a
+            list of them, or an item is not a message LangChain can read (naming it).
+    """
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, bytes, Mapping, BaseMessage)) or not isinstance(
+        messages, Iterable
+    ):
+        raise InvalidValueError(
+            f"messages must be a list of messages, got {type(messages).__name__} "
+            f"{str(messages)[:40]!r}: wrap one message in a list, e.g. [('user', text)]"
+        )
+    out: list[BaseMessage] = []
+    for i, message in enumerate(messages):
+        try:
+            out.extend(convert_to_messages([message]))
+        except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InvalidValueError(
+                f"messages[{i}] is not a message LangChain can read ({why}); give a "
+                "message, a (role, text) pair or a {'role', 'content'} dict with text content"
+            ) from None
+    return out
+
+
 def record_plan(
     context: MemoryContext,
     scope: ScopeLike,
-    messages: Sequence[Any],
+    messages: Sequence[BaseMessage],
     options: RecordOptions,
     *,
     reinforcements: Callable[[], Sequence[dict[str, Any]]] = list,
@@ -45,13 +81,15 @@ def record_plan(
     if key is not None:
         key = checked_identifier(key, "key", MAX_EPISODE_KEY)
     occurred_at = options.get("occurred_at")
+    if occurred_at is not None:
+        occurred_at = as_timestamp(occurred_at, "occurred_at", InvalidValueError)
     s = Scope.of(scope)
     context.namespace(s, "episodes")  # refuses a scope too long to store
     dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
     if not dicts:
         return None
     now = context.clock()
-    when = now if occurred_at is None else float(occurred_at)
+    when = now if occurred_at is None else occurred_at
     ep_key = key or turn_key(thread_id, 0, list(messages))
     episode = Episode(ep_key, dicts, when, thread_id=thread_id)
     prefix = context.prefix(s, "episodes")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
@@ -150,5 +151,6 @@ class RecordOptions(TypedDict, total=False):
     #: The episode's key (default: from the thread and the messages' ids); a key already
     #: stored is not stored again.
     key: str | None
-    #: When the turn happened, in seconds since the epoch (default: now).
-    occurred_at: float | None
+    #: When the turn happened: seconds since the epoch or a timezone-aware ``datetime``,
+    #: between the years 1 and 9999 (default: now).
+    occurred_at: float | datetime | None

@@ -53,6 +53,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     InvalidNamespaceValueError,
     InvalidValueError,
 )
+from langgraph_checkpoint_agent_memory.text import unstorable
 
 #: The longest namespace (labels joined by ".") and key, in characters.
 MAX_NAMESPACE = 1024
@@ -64,7 +65,6 @@ MAX_DEPTH = 200
 #: The longest TTL in minutes: :data:`MAX_TTL_SECONDS` (about 68 years), so that every
 #: backend can keep ``now + ttl * 60``.
 MAX_TTL_MINUTES = MAX_TTL_SECONDS / 60
-_NUL = "\x00"
 
 
 def check_namespace(namespace: Sequence[Any] | None) -> None:
@@ -154,13 +154,9 @@ def encode_value(value: Mapping[str, Any]) -> str:
 
 
 def _check_text(text: str, where: str) -> None:
-    if _NUL in text:
-        raise InvalidValueError(f"{where} contains a NUL character")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidValueError(f"{where} is not valid Unicode (a lone surrogate)") from None
+    why = unstorable(text)
+    if why:
+        raise InvalidValueError(f"{where} {why}")
 
 
 def _check(value: Any, where: str) -> None:

@@ -1,0 +1,128 @@
+"""LangGraph's ``InMemorySaver``, refusing what the package's other savers refuse.
+
+``create_checkpointer()`` without a URL or a TTL returns LangGraph's own saver, so that code
+written for it keeps working; this subclass adds only the checks of the package's savers
+(:mod:`.core`, :mod:`.ttl`), so one input gets one outcome in memory as on a database: a
+``thread_id`` of 1 to 255 characters without NUL or lone surrogate (an int or a UUID stands
+for its text), the same bounds for ``checkpoint_ns`` and ``checkpoint_id``, a thread's own
+``ttl_seconds`` (checked, then ignored: this saver has no expiry), metadata and ``list``
+filters that every backend can store and compare, a missing metadata key matching nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_checkpoint_agent_memory.checkpoint.codec import metadata_json
+from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    checked_checkpoint_id,
+    checked_filter,
+    checked_thread_id,
+    list_coordinates,
+    metadata_matches,
+    thread_coordinates,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.ttl import thread_ttl
+
+
+class CheckedInMemorySaver(InMemorySaver):
+    """An ``InMemorySaver`` whose every method (sync and async) checks its input as the
+    package's SQL savers do, raising :class:`InvalidValueError` (ids, filters, metadata) or
+    :class:`ConfigurationError` (a missing ``thread_id``, a thread's ``ttl_seconds``) before
+    anything is stored.
+
+    Example:
+        >>> from langgraph_checkpoint_agent_memory import InvalidValueError
+        >>> try:
+        ...     CheckedInMemorySaver().get_tuple({"configurable": {"thread_id": "x" * 256}})
+        ... except InvalidValueError as error:
+        ...     print(error)
+        config['configurable']['thread_id'] is 256 characters; at most 255
+    """
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """LangGraph's ``get_tuple``, the config checked first."""
+        return super().get_tuple(_checked(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """LangGraph's ``list``, the config and filter checked first; a filter's key must be
+        in the metadata (``{"k": None}`` does not match metadata without ``k``), and the
+        limit counts what the filter kept."""
+        checked_filter(filter)
+        if config is not None:
+            thread_id, _, _ = list_coordinates(config)
+            config = _with_ids(config, thread_id, None)
+        found = super().list(config, filter=filter, before=before)
+        kept = (t for t in found if metadata_matches(t.metadata, filter))
+        yield from kept if limit is None else itertools.islice(kept, max(limit, 0))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """LangGraph's ``put``, the config, checkpoint id, thread TTL and metadata checked
+        first."""
+        checked = _checked(config)
+        checked_checkpoint_id(checkpoint["id"])
+        thread_ttl(config, None)
+        metadata_json(get_checkpoint_metadata(config, metadata))
+        return super().put(checked, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """LangGraph's ``put_writes``, the config checked first."""
+        super().put_writes(_checked(config), writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """LangGraph's ``delete_thread``, the id checked first."""
+        super().delete_thread(checked_thread_id(thread_id))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's ``get_delta_channel_history``, the config checked first."""
+        return super().get_delta_channel_history(config=_checked(config), channels=channels)
+
+
+def _checked(config: RunnableConfig) -> RunnableConfig:
+    """``config`` checked as every saver checks it, with its ids as stored: the thread id
+    as text (an int or a UUID), the namespace ``""`` where it is left out."""
+    thread_id, ns, _ = thread_coordinates(config)
+    return _with_ids(config, thread_id, ns)
+
+
+def _with_ids(config: RunnableConfig, thread_id: str | None, ns: str | None) -> RunnableConfig:
+    configurable = config.get("configurable") or {}
+    ids = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if all(v is None or configurable.get(k) is v for k, v in ids.items()):
+        return config
+    updated = {k: v for k, v in ids.items() if v is not None}
+    return {**config, "configurable": {**configurable, **updated}}
