@@ -116,8 +116,9 @@ class PgSession:
         (a constraint, a lock timeout, a cancelled query) stays as the server raised it.
 
         Broken is: the connection says so, the server ended the session (SQLSTATE class
-        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), or libpq failed with
-        no SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
+        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), Citus's coordinator
+        found its postmaster gone (:data:`POSTMASTER_GONE`), or libpq failed with no
+        SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
         gives "cannot exit pipeline mode while busy" before psycopg marks the connection
         broken)."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
@@ -125,10 +126,26 @@ class PgSession:
         return exc
 
 
+#: What Citus's coordinator raises when its postmaster died while a backend waited on a
+#: worker (``kill -9`` of the postmaster under load), under SQLSTATE ``XX000``: Citus gives
+#: it no code of its own, and ``XX000`` alone is any internal error.
+POSTMASTER_GONE = "postmaster was shut down"
+
+
+def failures() -> tuple[type[Exception], ...]:
+    """psycopg's errors that may say the connection failed (:func:`connection_failure`
+    decides): the shells catch these and ask :meth:`PgSession.lost`."""
+    import psycopg
+
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.InternalError_)
+
+
 def connection_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection failed, rather than a statement."""
     import psycopg
 
+    if isinstance(exc, psycopg.errors.InternalError_):
+        return _line(exc).startswith(POSTMASTER_GONE)
     if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False
     if isinstance(exc, psycopg.errors.PipelineAborted):
@@ -157,8 +174,6 @@ def _params(stmt: Stmt) -> Any:
 
 def execute(session: PgSession, batch: Batch) -> list[Any]:
     """Send one batch on a sync connection."""
-    import psycopg
-
     lone = session.lone(batch)
     try:
         if lone is not None:
@@ -167,7 +182,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
             )
             return [cur.fetchall() if lone.fetch else cur.rowcount]
         return _pipeline(session, batch)
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except failures() as exc:
         raise session.lost(exc) from exc
 
 
@@ -200,8 +215,6 @@ def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
 
 async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
     """Send one batch on an async connection."""
-    import psycopg
-
     conn = session.conn
     lone = session.lone(batch)
     try:
@@ -211,7 +224,7 @@ async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
             )
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
         return await _apipeline(session, batch)
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except failures() as exc:
         raise session.lost(exc) from exc
 
 
