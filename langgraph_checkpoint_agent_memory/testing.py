@@ -363,13 +363,22 @@ class LocalPostgres:
         return self.url
 
     def stop(self) -> None:
-        """Stop the server (immediately: the data is thrown away) and remove its folder."""
+        """Stop the server (immediately: the data is thrown away) and remove its folder;
+        a server already gone (its postmaster killed) only has its folder removed."""
         if self._started:
             try:
-                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+                if self._running():
+                    self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
             finally:
                 self._started = False
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _running(self) -> bool:
+        """Whether the postmaster runs (``pg_ctl status`` exits with 3 when it does not)."""
+        status = subprocess.run(
+            self._command("pg_ctl", "-D", str(self.data), "status"), capture_output=True
+        )
+        return status.returncode != 3
 
     def create_database(self, name: str | None = None) -> str:
         """A new empty database on this server; returns its URL."""

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -67,9 +69,18 @@ class LocalPgBouncer:
             not used: every database name is passed through, a wildcard entry).
         pool_size: Server connections per database and user (``default_pool_size``).
         program: The ``pgbouncer`` program (:func:`find_pgbouncer` by default).
+        settings: PgBouncer settings on top of these, e.g. ``{"query_wait_timeout": "5"}``
+            for how long a client may wait for a server connection.
     """
 
-    def __init__(self, server_url: str, *, pool_size: int = 20, program: Path | None = None):
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        pool_size: int = 20,
+        program: Path | None = None,
+        settings: Mapping[str, str] | None = None,
+    ):
         found = program or find_pgbouncer()
         if found is None:
             raise RuntimeError(NO_PGBOUNCER)
@@ -83,6 +94,10 @@ class LocalPgBouncer:
         #: a server that asks for a password gets the URL's (clients need none: trust)
         self.server_password = unquote(parts.password) if parts.password else None
         self.pool_size = pool_size
+        self.settings = dict(settings or {})
+        for name, value in self.settings.items():
+            if not re.fullmatch(r"[a-z_]+", name) or not re.fullmatch(r"[\w.]+", str(value)):
+                raise ValueError(f"not a PgBouncer setting: {name}={value!r}")
         self.as_root = os.geteuid() == 0
         self.os_user = _server_os_user() if self.as_root else None
         self.root = Path(tempfile.mkdtemp(prefix="agent-memory-pgbouncer-"))
@@ -126,6 +141,7 @@ class LocalPgBouncer:
                 f"pidfile = {self._pidfile}",
                 "log_connections = 0",
                 "log_disconnections = 0",
+                *(f"{name} = {value}" for name, value in self.settings.items()),
                 "",
             ]
         )

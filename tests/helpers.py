@@ -266,37 +266,41 @@ def outcome(call: Any) -> tuple[str, Any]:
 
 
 class Recorder:
-    """The SQL texts a saver or store sends through ``db.run`` from now on, statement by
-    statement (the plan runs unchanged); ``sent`` has each with the parameters of its first
-    execution, ready for the driver (none for an executemany of no rows)."""
+    """The SQL texts a saver or store sends through ``db.run`` (and ``db.arun``, with
+    ``also_async``) from now on, statement by statement (the plan runs unchanged); ``sent``
+    has each with the parameters of its first execution, ready for the driver (none for an
+    executemany of no rows)."""
 
-    def __init__(self, owner: Any) -> None:
+    def __init__(self, owner: Any, *, also_async: bool = False) -> None:
         self.texts: list[str] = []
         self.sent: list[tuple[str, Any]] = []
-        run = owner.db.run
+        run, arun = owner.db.run, owner.db.arun
+        owner.db.run = lambda plan: run(self.watched(plan))
+        if also_async:
 
-        def recording(plan: Any) -> Any:
-            def watched() -> Any:
-                step = partial(plan.send, None)
-                while True:
-                    try:
-                        batch = step()
-                    except StopIteration as stop:
-                        return stop.value
-                    self.texts.extend(s.sql.text for s in batch.statements)
-                    self.sent.extend(
-                        (s.sql.text, s.sql.bind(s.params[0] if s.many else s.params))
-                        for s in batch.statements
-                        if s.params or not s.many
-                    )
-                    try:
-                        step = partial(plan.send, (yield batch))
-                    except Exception as exc:  # a failed batch goes to the plan, as unwatched
-                        step = partial(plan.throw, exc)
+            async def arecording(plan: Any) -> Any:
+                return await arun(self.watched(plan))
 
-            return run(watched())
+            owner.db.arun = arecording
 
-        owner.db.run = recording
+    def watched(self, plan: Any) -> Any:
+        """``plan``, its statements recorded as it yields them."""
+        step = partial(plan.send, None)
+        while True:
+            try:
+                batch = step()
+            except StopIteration as stop:
+                return stop.value
+            self.texts.extend(s.sql.text for s in batch.statements)
+            self.sent.extend(
+                (s.sql.text, s.sql.bind(s.params[0] if s.many else s.params))
+                for s in batch.statements
+                if s.params or not s.many
+            )
+            try:
+                step = partial(plan.send, (yield batch))
+            except Exception as exc:  # a failed batch goes to the plan, as unwatched
+                step = partial(plan.throw, exc)
 
     def took(self, needle: str) -> bool:
         """Whether some statement sent contains ``needle``."""

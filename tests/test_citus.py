@@ -330,3 +330,60 @@ def test_blocks_of_postings_are_built_and_read_on_the_shards(
         same_answer(above, bm25(store, ("docs",), "printer refund coffee", 7, on=False))
     finally:
         store.close()
+
+
+def test_a_coordinator_killed_under_load_raises_the_package_s_errors_only(
+    cluster: PgServer,
+) -> None:
+    """``kill -9`` of the coordinator's postmaster (a cluster of the test's own) while four
+    users record, put items and checkpoints and consolidate: every call that fails raises
+    :class:`DatabaseUnavailableError`, never psycopg's error (Citus reports the death to a
+    backend waiting on a worker as ``InternalError_: postmaster was shut down, exiting``).
+    The kill comes once every user made three calls; each stops after two failed calls."""
+    import os
+    import signal
+
+    from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+    from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError
+    from langgraph_checkpoint_agent_memory.testing_citus import LocalCitus
+    from tests.helpers import config_for, make_checkpoint, sql_checkpointer
+
+    with LocalCitus(fsync=False) as own:
+        url = own.create_database()
+        store = create_store(url, connect_timeout=2)
+        saver = sql_checkpointer(url, connect_timeout=2)
+        memory = AgentMemory(store, checkpointer=saver)
+        store.setup()
+        saver.setup()
+        ready = threading.Barrier(5)
+        errors: list[BaseException] = []
+
+        def user(i: int) -> None:
+            failed = 0
+            for n in range(400):
+                if n == 3:
+                    ready.wait()
+                try:
+                    memory.record(f"user=u{i}", [("user", f"I like tea {n}")], key=f"k{n}")
+                    store.put(("docs", f"u{i}"), f"k{n}", {"text": f"note {n}"})
+                    saver.put(config_for(f"t{i}"), make_checkpoint({"x": [n]}), {}, {"x": 1})
+                    if n % 3 == 2:
+                        memory.consolidate(f"user=u{i}")
+                except Exception as exc:
+                    errors.append(exc)
+                    failed += 1
+                    if failed == 2 and n >= 3:  # past the barrier: the kill came
+                        return
+
+        threads = [threading.Thread(target=user, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        ready.wait()
+        postmaster = int((own.coordinator.data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGKILL)
+        for t in threads:
+            t.join()
+        store.close()
+        saver.close()
+    assert len(errors) == 8
+    assert [e for e in errors if not isinstance(e, DatabaseUnavailableError)] == []

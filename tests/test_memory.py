@@ -627,3 +627,43 @@ def test_text_no_database_can_store_is_replaced_not_fatal(database_url: str) -> 
     assert [f.value for f in memory.facts({"user_id": "alice"})] == ["Ber\ufffdlin"]
     assert [f.value for f in memory.facts({"user_id": "bob"})] == ["Paris"]
     store.close()
+
+
+def test_a_consolidation_round_looks_for_scopes_with_work_once(database_url: str) -> None:
+    """``consolidate()`` without a scope looks for scopes with pending episodes once (a
+    query of every shard, on Citus), then claims each scope's jobs on its own shard, one
+    after another while the scope has work; sync and async alike."""
+    from tests.helpers import Recorder
+
+    store = create_store(database_url)
+    memory = AgentMemory(store, max_episodes_per_job=2)
+    log = Recorder(store, also_async=True)
+
+    def record(round_: int) -> None:
+        for u in range(4):
+            for t in range(3):  # two jobs for each scope
+                memory.record(
+                    f"user=u{u}", [("user", f"I like tea {round_}.{t}")], key=f"{round_}.{t}"
+                )
+
+    def discoveries() -> int:
+        return sum(
+            "am_memory_pending" in text
+            and "s.scope =" not in text
+            and "FROM am_memory_scopes" in text
+            for text in log.texts
+        )
+
+    record(0)
+    report = memory.consolidate()
+    assert (report.completed, report.episodes) == (8, 12)
+    assert discoveries() == 1
+    record(1)
+    log.texts.clear()
+    report = asyncio.run(memory.aconsolidate())
+    assert (report.completed, report.episodes) == (8, 12)
+    assert discoveries() == 1
+    assert memory.consolidate().jobs == []
+    for u in range(4):
+        assert memory.episodes(f"user=u{u}", status="pending") == []
+    store.close()

@@ -178,3 +178,28 @@ def test_every_postgresql_key_of_the_postings_includes_what_bm25_reads() -> None
     }
     assert sorted(keyed) == [3, 6, 9]  # created, re-keyed by shard, repaired
     assert all("INCLUDE (tf, dl)" in sql for sql in keyed.values()), keyed
+
+
+def test_items_older_than_the_lexical_index_are_looked_for_until_none_are_left(
+    database_url: str,
+) -> None:
+    """The backfill's search for items older than the lexical index reads the whole items
+    table when it finds none (every shard, on Citus): a setup runs it until it finds none,
+    records that in ``am_settings``, and later setups do not run it again."""
+    from tests.helpers import Recorder
+
+    pending = "doc_len IS NULL"
+    first = create_store(database_url, auto_setup=False)
+    first_log = Recorder(first)
+    first.setup()
+    assert first_log.count(pending) == 1  # looked, found none
+    first.put(("docs", "u1"), "k", {"text": "tea"})
+    first.close()
+    for _ in range(2):
+        again = create_store(database_url, auto_setup=False)
+        log = Recorder(again)
+        again.setup()
+        assert log.count(pending) == 0
+        assert [i.key for i in again.search(("docs",), query="tea")] == ["k"]
+        again.close()
+    assert query(database_url, "SELECT value FROM am_settings WHERE name = 'lexical_filled'")

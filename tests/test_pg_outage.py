@@ -268,6 +268,52 @@ def test_a_client_side_failure_mid_pipeline_is_database_unavailable(up: Server) 
         assert session.lost(cancelled) is cancelled
 
 
+def test_a_coordinator_whose_postmaster_died_is_database_unavailable(up: Server) -> None:
+    """Citus's coordinator reports its postmaster's death while it waits on a worker as
+    ``postmaster was shut down, exiting`` under SQLSTATE XX000 (it gives no code of its
+    own): the database is unavailable, in a lone statement and in a pipeline, sync and
+    async. Raised here by the server itself with that code and message; another XX000
+    error stays as it is."""
+    import asyncio
+
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+    from langgraph_checkpoint_agent_memory.db.dialect import Sql
+    from langgraph_checkpoint_agent_memory.db.pg_session import PgSession
+
+    def raising(message: str) -> Stmt:
+        return Stmt(
+            Sql(
+                "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'XX000', "
+                f"MESSAGE = '{message}'; END $$"
+            )
+        )
+
+    def plan(message: str, *, alone: bool) -> Any:
+        statements = [raising(message)] if alone else [Stmt(Sql("SELECT 1")), raising(message)]
+        yield Batch(statements, write=True)
+
+    saver = PostgresSaver(up.url)
+    for alone in (True, False):
+        with pytest.raises(DatabaseUnavailableError, match="postmaster was shut down"):
+            saver.db.run(plan("postmaster was shut down, exiting", alone=alone))
+        with pytest.raises(psycopg.errors.InternalError_, match="no such block"):
+            saver.db.run(plan("no such block", alone=alone))
+
+    async def calls() -> None:
+        for alone in (True, False):
+            with pytest.raises(DatabaseUnavailableError, match="postmaster was shut down"):
+                await saver.db.arun(plan("postmaster was shut down, exiting", alone=alone))
+        await saver.db.aclose()
+
+    asyncio.run(calls())
+    with psycopg.connect(up.url, autocommit=True) as conn:
+        session = PgSession(conn)
+        gone = psycopg.errors.InternalError_("postmaster was shut down, exiting")
+        assert isinstance(session.lost(gone), DatabaseUnavailableError)
+        other = psycopg.errors.InternalError_("could not find block containing chunk")
+        assert session.lost(other) is other
+
+
 def _switch_off_the_checkout_check(monkeypatch: pytest.MonkeyPatch) -> None:
     from langgraph_checkpoint_agent_memory.db import pg_pool
 

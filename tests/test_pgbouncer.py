@@ -6,14 +6,18 @@
   puts and searches, record, consolidate, sweep, erase) with no error and no lost write, and
   no statement in the server's log run with another statement's parameters.
 - ``synchronous_commit=False`` does not reach another client of the same server connection.
+- Nothing follows the end of a transaction (psycopg's Flush after a pipeline's Sync), so a
+  one-connection pool with a short ``query_wait_timeout`` serves every client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +205,67 @@ def test_processes_threads_and_users_lose_nothing(bouncer: BouncedServer, bounce
         assert crossed == []
 
 
+def test_a_one_connection_pooler_serves_every_client(bouncer: BouncedServer) -> None:
+    """PgBouncer with one server connection and a short ``query_wait_timeout``: threads and
+    async tasks invoking a graph, recording and deleting threads all get their turn (a
+    client holding the server connection while idle would make the others wait past the
+    timeout, and PgBouncer drop them); the loop is bounded by count."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from langgraph_checkpoint_agent_memory import AgentMemory
+    from langgraph_checkpoint_agent_memory.demo import memory_graph
+
+    database = bouncer.behind.fresh_database()
+    settings = {"query_wait_timeout": "5"}
+    with LocalPgBouncer(bouncer.behind.url, pool_size=1, settings=settings) as single:
+        url = single.url_for(database) + "?prepare_threshold=none"
+        saver = sql_checkpointer(url, ttl_seconds=3600)
+        store = create_store(url)
+        memory = AgentMemory(store, checkpointer=saver)
+        app, _ = memory_graph(memory, FakeListChatModel(responses=["Noted."]), checkpointer=saver)
+        errors: list[str] = []
+
+        def config(user: str, turn: int) -> Any:
+            return {"configurable": {"thread_id": f"{user}-{turn}", "user_id": user}}
+
+        def sync_user(user: str) -> None:
+            for turn in range(12):
+                try:
+                    app.invoke({"messages": [("user", f"I like {turn}")]}, config(user, turn))
+                    memory.record(f"user={user}", [("user", f"note {turn}")], key=f"n{turn}")
+                    saver.delete_thread(f"{user}-{turn}")
+                except Exception as exc:
+                    errors.append(f"{user}: {type(exc).__name__}: {exc}")
+
+        async def async_user(user: str) -> None:
+            for turn in range(12):
+                try:
+                    message = {"messages": [("user", f"I like {turn}")]}
+                    await app.ainvoke(message, config(user, turn))
+                    await memory.arecord(f"user={user}", [("user", f"note {turn}")], key=f"n{turn}")
+                    await saver.adelete_thread(f"{user}-{turn}")
+                except Exception as exc:
+                    errors.append(f"{user}: {type(exc).__name__}: {exc}")
+
+        async def async_users() -> None:
+            await asyncio.gather(async_user("a0"), async_user("a1"))
+
+        threads = [threading.Thread(target=sync_user, args=(f"s{i}",)) for i in range(3)]
+        threads.append(threading.Thread(target=lambda: asyncio.run(async_users())))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        for user in ("s0", "s1", "s2", "a0", "a1"):
+            assert len(memory.episodes(f"user={user}")) == 24  # the graph records too
+            assert saver.get_tuple(config(user, 11)) is None
+        store.close()
+        saver.close()
+        assert "query_wait_timeout" not in single.log.read_text()
+    bouncer.behind.drop(database)
+
+
 def test_the_cli_takes_the_option_in_its_url(bouncer_url: str) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -262,3 +327,73 @@ def test_blocks_of_postings_work_through_the_pooler(
         same_answer(got, bm25(store, ("docs",), "printer refund", 5, on=False))
     finally:
         store.close()
+
+
+def flushes_after_commit(trace: str) -> tuple[int, list[str]]:
+    """The Flush messages a libpq trace shows the client sending, and for each whose next
+    ReadyForQuery says the server is idle, the line: a Flush the server reads after the
+    transaction ended. A transaction pooler then hands the client a server connection for
+    the Flush alone and keeps it linked until the client speaks again: seconds, or for
+    ever for a connection left idle in its pool."""
+    flushes, late, waiting = 0, [], False
+    for line in trace.splitlines():
+        fields = line.split("\t")
+        if fields[:1] == ["F"] and fields[2:3] == ["Flush"]:
+            flushes, waiting = flushes + 1, True
+        elif fields[:1] == ["B"] and fields[2:3] == ["ReadyForQuery"] and waiting:
+            waiting = False
+            if fields[3].strip() == "I":
+                late.append(line)
+    return flushes, late
+
+
+def test_no_flush_follows_the_end_of_a_transaction(pg_url: str, tmp_path: Path) -> None:
+    """Every batch of several statements (a relaxed write, delete_thread, record, a store
+    put, sync and async) ends its transaction with nothing sent after the commit: psycopg
+    ends a pipeline with a Sync and then a Flush, so the commit goes after the pipeline."""
+    import psycopg
+
+    from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore
+    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+
+    trace = tmp_path / "trace.txt"
+
+    def traced(conn: Any) -> Any:
+        conn.pgconn.trace(os.open(trace, os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        return conn
+
+    def work(conn: Any) -> tuple[Any, AgentMemory[AgentMemoryStore], AgentMemoryStore]:
+        relaxed = PostgresSaver(conn, synchronous_commit=False)
+        store = AgentMemoryStore(PostgresDatabase(conn))
+        return relaxed, AgentMemory(store, checkpointer=relaxed), store
+
+    with psycopg.connect(pg_url, autocommit=True, prepare_threshold=None) as setup:
+        saver, _, store = work(setup)
+        saver.setup()
+        store.setup()
+    with traced(psycopg.connect(pg_url, autocommit=True, prepare_threshold=None)) as conn:
+        saver, memory, store = work(conn)
+        for i in range(3):
+            saver.put(config_for(f"t{i}"), make_checkpoint({"x": [i]}), {}, {"x": 1})
+            memory.record("user=u1", [("user", f"I like tea {i}")], thread_id=f"t{i}")
+            store.put(("docs", "u1"), f"k{i}", {"text": f"note {i}"})
+            saver.delete_thread(f"t{i}")
+        conn.pgconn.untrace()
+
+    async def async_calls() -> None:
+        conn = traced(
+            await psycopg.AsyncConnection.connect(pg_url, autocommit=True, prepare_threshold=None)
+        )
+        saver, memory, store = work(conn)
+        await saver.aput(config_for("a"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+        await memory.arecord("user=u2", [("user", "I like coffee")], thread_id="a")
+        await store.aput(("docs", "u2"), "k", {"text": "note"})
+        await saver.adelete_thread("a")
+        conn.pgconn.untrace()
+        await conn.close()
+
+    asyncio.run(async_calls())
+    flushes, late = flushes_after_commit(trace.read_text())
+    assert flushes > 0  # the batches did go through pipelines
+    assert late == []

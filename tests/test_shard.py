@@ -45,6 +45,8 @@ from tests.test_store_properties import _view as view
 from tests.test_store_properties import ops_strategy
 
 FIXTURES = Path(__file__).parent / "fixtures"
+#: The recorded rule (``am_settings`` records other things too).
+DEPTH = "SELECT name, value FROM am_settings WHERE name = 'shard_depth'"
 SHARDED_TABLES = (
     "am_store_items",
     "am_store_vectors",
@@ -144,7 +146,7 @@ def test_the_rule_is_recorded_and_another_is_refused(database_url: str) -> None:
         ("users.alice.notes",),
         ("users.bob.notes",),
     ]
-    assert rows(database_url, "SELECT name, value FROM am_settings") == [("shard_depth", "3")]
+    assert rows(database_url, DEPTH) == [("shard_depth", "3")]
     with create_store(database_url, auto_setup=False) as plain:
         applied = M.migrate(plain.db)  # no shard_depth: the recorded one
     assert applied == {
@@ -159,7 +161,7 @@ def test_a_new_database_records_the_default_rule(database_url: str) -> None:
     with create_store(database_url) as store:
         store.put(("users", "alice", "notes"), "n", {"text": "hello"})
         assert store.statements.shard_depth == DEFAULT_SHARD_DEPTH == 2
-    assert rows(database_url, "SELECT name, value FROM am_settings") == [("shard_depth", "2")]
+    assert rows(database_url, DEPTH) == [("shard_depth", "2")]
     assert rows(database_url, "SELECT shard FROM am_store_items") == [("users.alice",)]
 
 
@@ -414,9 +416,7 @@ def test_a_database_written_before_shard_keys_migrates_with_no_row_lost(
                     else shard_key((roots[value], *value.split(",")))
                 )
                 assert shard == expected, (name, value)
-        assert rows(database_url, "SELECT name, value FROM am_settings") == [
-            ("shard_depth", str(DEFAULT_SHARD_DEPTH))
-        ]
+        assert rows(database_url, DEPTH) == [("shard_depth", str(DEFAULT_SHARD_DEPTH))]
         assert indexes(database_url) >= {
             "am_store_items_recent",  # created by store migration 2, outside schema.py
             "am_store_items_updated_at",
@@ -660,11 +660,11 @@ def test_the_rule_comes_from_agent_config_and_the_cli(
     configured = f"sqlite:///{tmp_path / 'configured.db'}"
     with create_store(configured) as store:
         store.put(("users", "alice", "notes"), "n", {"text": "hello"})
-    assert rows(configured, "SELECT value FROM am_settings") == [("3",)]
+    assert rows(configured, DEPTH) == [("shard_depth", "3")]
 
     by_cli = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["migrate", "--url", by_cli, "--shard-depth", "1"]) == 0
-    assert rows(by_cli, "SELECT value FROM am_settings") == [("1",)]
+    assert rows(by_cli, DEPTH) == [("shard_depth", "1")]
     monkeypatch.delenv("CONFIG__STORE__SHARD_DEPTH")
     store = create_store(by_cli, shard_depth=None)  # config says 2: refused
     with store, pytest.raises(ConfigurationError, match="shard_depth=1"):

@@ -81,24 +81,37 @@ def claim_plan(
     refuses them); each is then claimed by a conditional write of its own ledger row, on its
     shard: the lease is taken only if it is still free, so of several workers that found the
     same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
-    find = sql.statement(
-        ("claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
-    )
-    params: dict[str, Any] = {
-        "now": now,
-        "n": CLAIM_CANDIDATES,
-        **{f"x{i}": x for i, x in enumerate(skip)},
-    }
-    if scope is not None:
-        params.update(scope=scope, shard=sql.scope_shard(scope))
+    find = _find(sql, now=now, n=CLAIM_CANDIDATES, scope=scope, skip=skip)
     while True:
-        [candidates] = yield Batch([Stmt(find, params, fetch=True)])
+        [candidates] = yield Batch([find])
         if not candidates:
             return None
         claim = yield from _claim_first(sql, candidates, owner, now, lease_seconds, limit)
         if claim is not None:
             return claim
         # others took every candidate meanwhile (their leases now exclude them): look again
+
+
+def scopes_plan(sql: MemorySql, *, now: float, skip: Sequence[str] = ()) -> Plan[list[str]]:
+    """The scopes a consolidation round works through: up to :data:`ROUND_SCOPES` that have
+    pending episodes and are neither leased nor backing off at ``now`` (nor in ``skip``),
+    in order. The search spans every shard, so a round makes it once, not before each job
+    (:func:`claim_plan` with a scope then claims on that scope's shard alone)."""
+    [rows] = yield Batch([_find(sql, now=now, n=ROUND_SCOPES, skip=skip)])
+    return [name for _, name, _ in rows]
+
+
+def _find(
+    sql: MemorySql, *, now: float, n: int, scope: str | None = None, skip: Sequence[str] = ()
+) -> Stmt:
+    """The search for up to ``n`` scopes with claimable work (:func:`_candidates`)."""
+    find = sql.statement(
+        ("claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
+    )
+    params: dict[str, Any] = {"now": now, "n": n, **{f"x{i}": x for i, x in enumerate(skip)}}
+    if scope is not None:
+        params.update(scope=scope, shard=sql.scope_shard(scope))
+    return Stmt(find, params, fetch=True)
 
 
 def _claim_first(
@@ -161,6 +174,9 @@ def _candidates(scope: str | None, skip: int) -> Any:
 
 #: Scopes a claim considers at once: should others take the first, it tries the next.
 CLAIM_CANDIDATES = 8
+#: Scopes a consolidation round finds at once (:func:`scopes_plan`); it looks again only
+#: after working through a full list.
+ROUND_SCOPES = 1000
 
 
 def _one_scope(t: Any) -> Any:

@@ -148,13 +148,28 @@ class Component:
         return self.steps[-1].version
 
 
+#: The ``am_settings`` row that records that no item older than the lexical index is left
+#: to index: its search reads the whole items table when it finds none (every shard, on a
+#: distributed database), so it runs until it finds none, not at every setup. Every write
+#: since the lexical index sets ``doc_len``.
+LEXICAL_FILLED = "lexical_filled"
+
+
 def _store_backfill(
     dialect: Dialect, applied: set[int], depth: int, sealer: RowSealer | None
 ) -> Plan[None]:
-    """Items older than the lexical index indexed, vectors older than native columns
-    converted (sealed items are no concern of these)."""
+    """Items older than the lexical index indexed (until none is left, see
+    :data:`LEXICAL_FILLED`), vectors older than native columns converted (sealed items are
+    no concern of these)."""
     if TERMS_VERSION in applied:
-        yield from index_existing_items(dialect)
+        read = Stmt(_read_setting(dialect), {"b_name": LEXICAL_FILLED}, fetch=True)
+        [recorded] = yield Batch([read])
+        if not recorded:
+            yield from index_existing_items(dialect)
+            record = dialect.sql(
+                "record_setting_once", lambda: dialect.insert_row_ignore(settings, ["name"])
+            )
+            yield Batch([Stmt(record, {"name": LEXICAL_FILLED, "value": "1"})], write=True)
     if VECTOR_INDEX_VERSION in applied:
         # what the database offers now: pgvector may have been installed since
         yield from dialect.vectors_plan()

@@ -2,19 +2,26 @@
 
 A batch of one statement, which every checkpoint write and read is, goes through a cursor by
 itself, without a transaction of its own; psycopg prepares it once it has run
-``prepare_threshold`` times on a connection. A longer batch travels in one round trip through
-pipeline mode (``BEGIN``, the statements and ``COMMIT`` sent together). Rows come back in
+``prepare_threshold`` times on a connection. A longer batch travels through pipeline mode:
+``BEGIN`` and the statements in one round trip, then ``COMMIT`` by itself. Rows come back in
 binary format (``binary=True``): checkpoints and blobs are ``bytea``, which the text format
 would send as hex, twice the bytes, to be decoded on the client.
 
+The commit is not in the pipeline because psycopg ends a pipeline with a Sync and then a
+Flush. After a Sync that ends the transaction a transaction pooler (PgBouncer in
+``pool_mode = transaction``) has handed the server connection back, and may read the Flush
+only then: it links a server connection to the client for the Flush, which the server does
+not answer, and keeps it until the client sends its next query; a connection left idle in
+its pool holds it for good, and the other clients wait until ``query_wait_timeout`` drops
+them. With the transaction still open at the pipeline's Sync the Flush reaches the server
+connection the client already holds, and the lone ``COMMIT`` ends with a Sync alone.
+
 Nothing is set for the session, so no setting outlives a transaction on a server connection
 that a transaction pooler hands to another client next: a relaxed commit
-(``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's own transaction. A lone
-write goes with it in one pipeline without ``BEGIN``/``COMMIT``, where the two statements
-share the implicit transaction the server commits at the pipeline's sync point (two
-statements in one round trip, not four). ``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the relaxed
-commit are never prepared (``prepare=False``): there is nothing to plan in them, and each
-prepared statement is one more name on the server.
+(``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's own transaction.
+``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the relaxed commit are never prepared
+(``prepare=False``): there is nothing to plan in them, and each prepared statement is one
+more name on the server.
 """
 
 from __future__ import annotations
@@ -26,8 +33,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 
 #: A relaxed commit for the current transaction only: ``set_config``'s third argument is
-#: ``SET LOCAL``'s, and unlike ``SET LOCAL`` it works in an implicit transaction too. (Raw
-#: SQL: a server setting, which SQLAlchemy Core has no form for.)
+#: ``SET LOCAL``'s. (Raw SQL: a server setting, which SQLAlchemy Core has no form for.)
 RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
@@ -35,8 +41,9 @@ class PgSession:
     """What a plan's batches send on one psycopg connection, decided without I/O.
 
     A lone statement (every checkpoint read and write) goes out by itself, atomic as any
-    single statement is; anything else goes in one pipeline: ``BEGIN``, the statements and,
-    unless the batch holds its transaction open for the plan's next batch, ``COMMIT``.
+    single statement is; anything else goes in one pipeline, ``BEGIN`` and the statements,
+    followed, unless the batch holds its transaction open for the plan's next batch, by
+    ``COMMIT`` (:meth:`closing`).
     :func:`execute` and :func:`aexecute` are the two shells that send it.
     """
 
@@ -75,18 +82,9 @@ class PgSession:
 
     def lone(self, batch: Batch) -> Stmt | None:
         """The statement to send alone, or ``None`` when the batch needs a transaction
-        (several statements, a held one) or a relaxed commit (:meth:`relaxed`)."""
+        (several statements, a held one, a write with a relaxed commit)."""
         stmt = self._single(batch)
         if stmt is None or (batch.write and not self.synchronous_commit):
-            return None
-        return stmt
-
-    def relaxed(self, batch: Batch) -> Stmt | None:
-        """The write to send after :data:`RELAX_COMMIT` in one implicit transaction (a
-        pipeline with no ``BEGIN``/``COMMIT``: the server commits at its sync point), or
-        ``None``."""
-        stmt = self._single(batch)
-        if stmt is None or not batch.write or self.synchronous_commit:
             return None
         return stmt
 
@@ -98,6 +96,13 @@ class PgSession:
         if batch.write and not self.synchronous_commit:
             return ("BEGIN", RELAX_COMMIT)
         return ("BEGIN",)
+
+    def closing(self, batch: Batch) -> str | None:
+        """What ends the batch's transaction, sent after its pipeline (``None``: the batch
+        holds it open for the plan's next batch)."""
+        if batch.hold:
+            return None
+        return "ROLLBACK" if batch.rollback else "COMMIT"
 
     def ended(self, batch: Batch, ok: bool) -> bool:
         """Record how the batch ended; whether a transaction is left to roll back."""
@@ -111,8 +116,9 @@ class PgSession:
         (a constraint, a lock timeout, a cancelled query) stays as the server raised it.
 
         Broken is: the connection says so, the server ended the session (SQLSTATE class
-        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), or libpq failed with
-        no SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
+        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), Citus's coordinator
+        found its postmaster gone (:data:`POSTMASTER_GONE`), or libpq failed with no
+        SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
         gives "cannot exit pipeline mode while busy" before psycopg marks the connection
         broken)."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
@@ -120,10 +126,26 @@ class PgSession:
         return exc
 
 
+#: What Citus's coordinator raises when its postmaster died while a backend waited on a
+#: worker (``kill -9`` of the postmaster under load), under SQLSTATE ``XX000``: Citus gives
+#: it no code of its own, and ``XX000`` alone is any internal error.
+POSTMASTER_GONE = "postmaster was shut down"
+
+
+def failures() -> tuple[type[Exception], ...]:
+    """psycopg's errors that may say the connection failed (:func:`connection_failure`
+    decides): the shells catch these and ask :meth:`PgSession.lost`."""
+    import psycopg
+
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.InternalError_)
+
+
 def connection_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection failed, rather than a statement."""
     import psycopg
 
+    if isinstance(exc, psycopg.errors.InternalError_):
+        return _line(exc).startswith(POSTMASTER_GONE)
     if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False
     if isinstance(exc, psycopg.errors.PipelineAborted):
@@ -152,39 +174,21 @@ def _params(stmt: Stmt) -> Any:
 
 def execute(session: PgSession, batch: Batch) -> list[Any]:
     """Send one batch on a sync connection."""
-    import psycopg
-
     lone = session.lone(batch)
-    relaxed = session.relaxed(batch)
     try:
         if lone is not None:
             cur = session.conn.execute(
                 session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
             )
             return [cur.fetchall() if lone.fetch else cur.rowcount]
-        if relaxed is not None:
-            return _relaxed(session, relaxed)
         return _pipeline(session, batch)
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except failures() as exc:
         raise session.lost(exc) from exc
 
 
-def _relaxed(session: PgSession, stmt: Stmt) -> list[Any]:
-    """One write in its own transaction, its commit not waiting for the disk."""
-    conn = session.conn
-    try:
-        with conn.pipeline():
-            conn.execute(RELAX_COMMIT, prepare=False)
-            cur = conn.cursor(binary=stmt.fetch)
-            cur.execute(session.text(stmt), _params(stmt))
-    except BaseException:
-        session.unsure = True
-        raise
-    return [cur.fetchall() if stmt.fetch else cur.rowcount]
-
-
 def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
-    """The batch's statements in one pipeline, inside its transaction."""
+    """The batch's statements in one pipeline, inside its transaction, which ends after
+    the pipeline (see the module's docstring)."""
     conn = session.conn
     sent = []
     try:
@@ -198,8 +202,8 @@ def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
                 elif stmt.params:
                     cur.executemany(session.text(stmt), _params(stmt))
                 sent.append((cur, stmt))
-            if not batch.hold:
-                conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
+        if (closing := session.closing(batch)) is not None:
+            conn.execute(closing, prepare=False)
     except BaseException:
         session.unsure = True
         if session.ended(batch, ok=False):
@@ -211,36 +215,17 @@ def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
 
 async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
     """Send one batch on an async connection."""
-    import psycopg
-
     conn = session.conn
     lone = session.lone(batch)
-    relaxed = session.relaxed(batch)
     try:
         if lone is not None:
             cur = await conn.execute(
                 session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
             )
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
-        if relaxed is not None:
-            return await _arelaxed(session, relaxed)
         return await _apipeline(session, batch)
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+    except failures() as exc:
         raise session.lost(exc) from exc
-
-
-async def _arelaxed(session: PgSession, stmt: Stmt) -> list[Any]:
-    """:func:`_relaxed` on an async connection."""
-    conn = session.conn
-    try:
-        async with conn.pipeline():
-            await conn.execute(RELAX_COMMIT, prepare=False)
-            cur = conn.cursor(binary=stmt.fetch)
-            await cur.execute(session.text(stmt), _params(stmt))
-    except BaseException:
-        session.unsure = True
-        raise
-    return [await cur.fetchall() if stmt.fetch else cur.rowcount]
 
 
 async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
@@ -258,8 +243,8 @@ async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
                 elif not stmt.many:
                     await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
                 sent.append((cur, stmt))
-            if not batch.hold:
-                await conn.execute("ROLLBACK" if batch.rollback else "COMMIT", prepare=False)
+        if (closing := session.closing(batch)) is not None:
+            await conn.execute(closing, prepare=False)
     except BaseException:
         session.unsure = True
         if session.ended(batch, ok=False):

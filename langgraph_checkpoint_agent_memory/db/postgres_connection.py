@@ -47,6 +47,7 @@ from langgraph_checkpoint_agent_memory.db.pg_session import (
     aexecute,
     arollback,
     execute,
+    failures,
     rollback,
 )
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
@@ -295,7 +296,6 @@ class PostgresDatabase(Database[Any]):
         )
 
     def _run_sync(self, plan: Plan[T]) -> T:
-        import psycopg
 
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
@@ -313,7 +313,8 @@ class PostgresDatabase(Database[Any]):
                 except DatabaseUnavailableError:
                     if not resendable:
                         raise
-                lease.pool.putconn(lease.conn)  # broken: the pool discards it
+                lease.conn.close()  # lost, if not yet broken: the pool discards it
+                lease.pool.putconn(lease.conn)
                 lease.conn = self._getconn(lease.pool)
                 session = self._session(lease.conn)
                 return execute(session, batch)
@@ -321,7 +322,7 @@ class PostgresDatabase(Database[Any]):
             try:
                 self._verify(lease.conn)
                 return drive(plan, run)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            except failures() as exc:
                 raise session.lost(exc) from exc
             finally:
                 if session.in_tx:
@@ -414,7 +415,6 @@ class PostgresDatabase(Database[Any]):
 
     async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
         """:meth:`_run_sync`'s plan on an async connection."""
-        import psycopg
 
         session = self._session(lease.conn)
         first = True
@@ -427,6 +427,7 @@ class PostgresDatabase(Database[Any]):
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
+            await lease.conn.close()
             await lease.pool.putconn(lease.conn)
             lease.conn = await self._agetconn(lease.pool)
             session = self._session(lease.conn)
@@ -435,7 +436,7 @@ class PostgresDatabase(Database[Any]):
         try:
             await self._averify(lease.conn)
             return await adrive(plan, run)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except failures() as exc:
             raise session.lost(exc) from exc
         finally:
             if session.in_tx:

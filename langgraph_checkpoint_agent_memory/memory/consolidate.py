@@ -419,24 +419,49 @@ def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) ->
 def consolidate_steps(
     context: MemoryContext, *, scope: str | None = None, max_jobs: int | None = None
 ) -> Steps[Report]:
-    """Run jobs until no scope has claimable work (or ``max_jobs`` ran)."""
+    """Run jobs until no scope has claimable work (or ``max_jobs`` ran).
+
+    Without a scope, the scopes with work are found once (a search of every shard), then
+    each scope's jobs are claimed on its own shard, one after another while it has work;
+    the search runs again only after a full list (:data:`.memory_jobs.ROUND_SCOPES`)."""
     report = Report()
     failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off
-    while max_jobs is None or len(report.jobs) < max_jobs:
-        result = yield from job_steps(context, scope=scope, skip=tuple(failed))
-        if result is None:
-            break
-        report.jobs.append(result)
-        if result.status != "completed":
-            failed.append(result.scope)
-    if metrics.metering():  # what is left, for the backlog gauges
-        try:
-            left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
-            stuck = yield RunPlan(lambda: sqls.failures_plan(context.sql))
-        except Exception:  # the round's jobs are done: a gauge not refreshed must not fail it
-            logger.warning("the consolidation backlog could not be read", exc_info=True)
+
+    def more() -> bool:
+        return max_jobs is None or len(report.jobs) < max_jobs
+
+    while more():
+        if scope is not None:
+            found = [scope]
         else:
-            backlog = context.backlog
-            backlog.pending, backlog.oldest_at = left.pending, left.oldest_at
-            backlog.parked = stuck["parked_episodes"]
+            found = yield RunPlan(
+                lambda: jobsql.scopes_plan(context.sql, now=context.clock(), skip=tuple(failed))
+            )
+        for name in found:
+            while more():
+                result = yield from job_steps(context, scope=name)
+                if result is None:
+                    break
+                report.jobs.append(result)
+                if result.status != "completed":
+                    failed.append(result.scope)
+                    break
+        if scope is not None or len(found) < jobsql.ROUND_SCOPES:
+            break
+    if metrics.metering():  # what is left, for the backlog gauges
+        yield from _backlog_steps(context)
     return report
+
+
+def _backlog_steps(context: MemoryContext) -> Steps[None]:
+    """Read what is left for the backlog gauges; a failure is logged, not raised (the
+    round's jobs are done: a gauge not refreshed must not fail it)."""
+    try:
+        left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
+        stuck = yield RunPlan(lambda: sqls.failures_plan(context.sql))
+    except Exception:
+        logger.warning("the consolidation backlog could not be read", exc_info=True)
+    else:
+        backlog = context.backlog
+        backlog.pending, backlog.oldest_at = left.pending, left.oldest_at
+        backlog.parked = stuck["parked_episodes"]
