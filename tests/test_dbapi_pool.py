@@ -5,6 +5,7 @@ full one as :class:`DatabaseUnavailableError` (:class:`ReadOnlyDatabaseError`)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -206,6 +207,34 @@ def test_a_read_only_file_reads_and_refuses_writes_with_the_packages_error(
         store.put(("docs",), "b", {"text": "more"})
     saver.close()
     store.close()
+
+
+def test_a_file_on_a_read_only_mount_is_read_and_left_as_it_was(tmp_path: Path) -> None:
+    """A file whose permissions let its owner write it, on a file system mounted read-only
+    (a read-only bind mount), is one no one may write: reads work, sync and async, writes
+    raise :class:`ReadOnlyDatabaseError`, and nothing is left beside it."""
+    source, mounted = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    mounted.mkdir()
+    _seed(source / "ro.db")
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a bind mount needs root and mount")
+    if subprocess.run(["mount", "--bind", str(source), str(mounted)]).returncode != 0:
+        pytest.skip("bind mounts are not allowed here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(mounted)]
+        subprocess.run(remount, check=True)
+        path = mounted / "ro.db"
+        saver = SqliteSaver(path)
+        assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [1]}
+        found = asyncio.run(saver.aget_tuple(config_for("t")))
+        assert present(found).checkpoint["channel_values"] == {"x": [1]}
+        with pytest.raises(ReadOnlyDatabaseError):
+            saver.put(config_for("t"), empty_checkpoint(), {}, {})
+        saver.close()
+        assert sorted(os.listdir(mounted)) == ["ro.db"]
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
 
 
 def test_a_frozen_file_changed_during_a_read_raises_rather_than_mixing_pages(
