@@ -614,7 +614,7 @@ class SQLiteDatabase(Database[Any]):
 
 
 class Snapshot(sqlite3.Connection):
-    """A connection that reads a frozen file as immutable (see :func:`_unshareable`)."""
+    """A connection that reads a file as immutable (see :func:`_unshareable`, :func:`_frozen`)."""
 
     path: Path
     #: the file's identity, size and times just before this connection opened it
