@@ -179,17 +179,16 @@ def _seed(path: Path) -> None:
 
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[Path]:
-    """A SQLite file with a checkpoint and a store item, then made read-only (``chattr
-    +i``: root too cannot write it)."""
+    """A SQLite file with a checkpoint and a store item, then made read-only for everyone
+    (``chmod a-w``; as root also ``chattr +i``, since root ignores permissions)."""
     path = tmp_path / "ro.db"
     _seed(path)
-    if os.geteuid() == 0:
-        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-            pytest.skip("chattr +i does not work on this filesystem")
-    else:
-        path.chmod(0o444)
+    path.chmod(0o444)
+    root = os.geteuid() == 0
+    if root and subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("chattr +i does not work on this filesystem")
     yield path
-    if os.geteuid() == 0:
+    if root:
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 

@@ -8,8 +8,8 @@ killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 A file in WAL mode that this process cannot write (or whose folder it cannot write) and
 that no writer has open lacks the ``-wal`` and ``-shm`` files its readers share with a
 writer: SQLite would leave ones behind, or not read at all. It is read as immutable (no
-locks, no look for changes) only if no one may write it (``chmod a-w``, a read-only mount,
-``chattr +i``), as a backup copy; any other is refused, naming the fix. Checking at each
+locks, no look for changes) only if no one may write it (``chmod a-w``, a read-only
+mount), as a backup copy; any other is refused, naming the fix. Checking at each
 checkout whether its inode, size or times changed would not guard a live file's read from a
 writer starting during it (the read may mix old and new pages), nor see a change within one
 clock tick of the last; for a frozen file changed all the same (root ignores permissions),
@@ -18,13 +18,9 @@ that check (a ``stat``, some 5 µs) replaces the connection, and a read it overl
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
-import stat
-import struct
-import sys
 import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -652,26 +648,12 @@ def _unshareable(path: Path) -> bool:
 
 def _frozen(path: Path) -> bool:
     """Whether no process may write ``path``: its permissions let no one write it
-    (``chmod a-w``), its file system is mounted read-only, or it is immutable
-    (``chattr +i``; ``chflags uchg`` on BSD and macOS)."""
+    (``chmod a-w``), or its file system is mounted read-only."""
     with path.open("rb") as file:
         status = os.fstat(file.fileno())
-        if not status.st_mode & 0o222 or os.fstatvfs(file.fileno()).f_flag & os.ST_RDONLY:
-            return True
-        flags = getattr(status, "st_flags", None)  # BSD and macOS
-        if flags is not None:
-            return bool(flags & (stat.UF_IMMUTABLE | stat.SF_IMMUTABLE))
-        try:  # Linux: the file's attributes, an int
-            raw = fcntl.ioctl(file.fileno(), FS_IOC_GETFLAGS, bytes(8))
-        except OSError:  # a file system without them
-            return False
-    return bool(int.from_bytes(raw[:4], sys.byteorder) & FS_IMMUTABLE_FL)
-
-
-#: Linux's ioctl that reads a file's attributes (``_IOR('f', 1, long)``), and the one
-#: attribute that forbids every write to the file, root's too.
-FS_IOC_GETFLAGS = 0x80006601 | struct.calcsize("l") << 16
-FS_IMMUTABLE_FL = 0x10
+        return not status.st_mode & 0o222 or bool(
+            os.fstatvfs(file.fileno()).f_flag & os.ST_RDONLY
+        )
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
