@@ -349,7 +349,9 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
     shared_folder: Path, mode: str, folder_mode: int
 ) -> None:
     """Reads work and leave no ``-wal``/``-shm`` behind, writes are refused, wherever the
-    file lies; a writer that opens the file later is seen by the next read."""
+    file lies; a writer that opens the file later is seen by the next read. A reader that
+    read beside that writer shares its ``-wal`` and ``-shm``, and closing last cannot
+    remove them (that takes a checkpoint, a write): the next writer does."""
     path = shared_folder / "ro.db"
     path.chmod(0o444)
     shared_folder.chmod(folder_mode)
@@ -362,6 +364,7 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
             "put": "ReadOnlyDatabaseError",
             "store.put": "ReadOnlyDatabaseError",
         }
+        assert sorted(os.listdir(shared_folder)) == ["ro.db"]
         # a process that may write it (this one) changes it while the reader is open
         shared_folder.chmod(0o755)
         writer = SqliteSaver(path)
@@ -373,6 +376,10 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
         assert _step(reader, "read")["get_tuple"] == "{'x': [2]}"
     finally:
         _finish(reader)
+    shared_folder.chmod(0o755)
+    cleaner = SqliteSaver(path)
+    cleaner.get_tuple(config_for("t"))
+    cleaner.close()
     assert sorted(os.listdir(shared_folder)) == ["ro.db"]
 
 
@@ -410,6 +417,10 @@ def test_a_frozen_file_changed_between_reads_is_read_afresh(
             assert seen["items"] == str(1 + 300 * (value - 1))
     finally:
         _finish(reader)
+    shared_folder.chmod(0o755)
+    cleaner = SqliteSaver(path)
+    cleaner.get_tuple(config_for("t"))
+    cleaner.close()
     assert sorted(os.listdir(shared_folder)) == ["ro.db"]
 
 

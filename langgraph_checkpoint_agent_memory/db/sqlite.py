@@ -634,26 +634,27 @@ def _check(conn: sqlite3.Connection) -> None:
 def _unshareable(path: Path) -> bool:
     """Whether ``path`` is a file in WAL mode that this process cannot write (the file, or
     the folder where its ``-wal`` and ``-shm`` go) and that no writer has open (a writer
-    keeps a ``-wal`` beside it), which SQLite cannot read as it reads a shared one."""
+    keeps a ``-wal`` beside it), which SQLite cannot read as it reads a shared one.
+
+    The file itself is opened last, only when neither of the other two holds: closing any
+    descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+    included, so a process that may have the file open through SQLite never opens it."""
+    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        return False
+    if _wal_of(path).exists():
+        return False
     try:
         with path.open("rb") as file:
             header = file.read(20)
     except OSError:
         return False
-    wal_mode = header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
-    if not wal_mode or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-        return False
-    return not _wal_of(path).exists()
+    return header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
 
 
 def _frozen(path: Path) -> bool:
     """Whether no process may write ``path``: its permissions let no one write it
     (``chmod a-w``), or its file system is mounted read-only."""
-    with path.open("rb") as file:
-        status = os.fstat(file.fileno())
-        return not status.st_mode & 0o222 or bool(
-            os.fstatvfs(file.fileno()).f_flag & os.ST_RDONLY
-        )
+    return not os.stat(path).st_mode & 0o222 or bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
