@@ -5,6 +5,7 @@ full one as :class:`DatabaseUnavailableError` (:class:`ReadOnlyDatabaseError`)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.store.base import PutOp
 
 from langgraph_checkpoint_agent_memory import (
     DatabaseUnavailableError,
@@ -177,17 +179,16 @@ def _seed(path: Path) -> None:
 
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[Path]:
-    """A SQLite file with a checkpoint and a store item, then made read-only (``chattr
-    +i``: root too cannot write it)."""
+    """A SQLite file with a checkpoint and a store item, then made read-only for everyone
+    (``chmod a-w``; as root also ``chattr +i``, since root ignores permissions)."""
     path = tmp_path / "ro.db"
     _seed(path)
-    if os.geteuid() == 0:
-        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-            pytest.skip("chattr +i does not work on this filesystem")
-    else:
-        path.chmod(0o444)
+    path.chmod(0o444)
+    root = os.geteuid() == 0
+    if root and subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("chattr +i does not work on this filesystem")
     yield path
-    if os.geteuid() == 0:
+    if root:
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
@@ -207,8 +208,58 @@ def test_a_read_only_file_reads_and_refuses_writes_with_the_packages_error(
     store.close()
 
 
+def test_a_file_on_a_read_only_mount_is_read_and_left_as_it_was(tmp_path: Path) -> None:
+    """A file whose permissions let its owner write it, on a file system mounted read-only
+    (a read-only bind mount), is one no one may write: reads work, sync and async, writes
+    raise :class:`ReadOnlyDatabaseError`, and nothing is left beside it."""
+    source, mounted = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    mounted.mkdir()
+    _seed(source / "ro.db")
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a bind mount needs root and mount")
+    if subprocess.run(["mount", "--bind", str(source), str(mounted)]).returncode != 0:
+        pytest.skip("bind mounts are not allowed here")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(mounted)]
+        subprocess.run(remount, check=True)
+        path = mounted / "ro.db"
+        saver = SqliteSaver(path)
+        assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [1]}
+        found = asyncio.run(saver.aget_tuple(config_for("t")))
+        assert present(found).checkpoint["channel_values"] == {"x": [1]}
+        with pytest.raises(ReadOnlyDatabaseError):
+            saver.put(config_for("t"), empty_checkpoint(), {}, {})
+        saver.close()
+        assert sorted(os.listdir(mounted)) == ["ro.db"]
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+
+
+def test_a_frozen_file_changed_during_a_read_raises_rather_than_mixing_pages(
+    read_only: Path,
+) -> None:
+    """A read of a file no one may write takes no lock: a change made anyway while it runs
+    (``chattr -i``, a write, ``chattr +i``) fails that read with the package's error, and
+    the next read sees the change."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a file made immutable needs root")
+    db = SQLiteDatabase(read_only)
+    changed = pytest.raises(DatabaseUnavailableError, match="changed while it was read")
+    with changed, db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+        subprocess.run(["chattr", "-i", str(read_only)], check=True)
+        _write_more(read_only, 2, items=10)
+        subprocess.run(["chattr", "+i", str(read_only)], check=True)
+    db.close()
+    saver = SqliteSaver(read_only)
+    assert present(saver.get_tuple(config_for("t"))).checkpoint["channel_values"] == {"x": [2]}
+    saver.close()
+
+
 #: Reads and writes of the file ``sys.argv[1]`` opened with ``mode=sys.argv[2]`` (``-``: the
-#: default), sync and async, each line of stdin one step; prints what each did.
+#: default), sync and async, each line of stdin one step; prints what each did (an error's
+#: class, and its message too at a step ``why``).
 READER = """
 import asyncio, json, sys
 from langgraph.checkpoint.base import empty_checkpoint
@@ -224,7 +275,7 @@ def outcome(call):
     try:
         return repr(call())
     except Exception as error:
-        return type(error).__name__
+        return type(error).__name__ + (f": {error}" if line.strip() == "why" else "")
 
 for line in sys.stdin:
     found = {
@@ -234,6 +285,8 @@ for line in sys.stdin:
         ),
         "store.get": outcome(lambda: store.get(("docs",), "a").value),
     }
+    if line.strip() == "count":
+        found["items"] = outcome(lambda: len(store.search(("docs",), limit=1000)))
     if line.strip() == "write":
         found["put"] = outcome(lambda: saver.put(config, empty_checkpoint(), {}, {}))
         found["store.put"] = outcome(lambda: store.put(("docs",), "b", {"text": "more"}))
@@ -269,6 +322,12 @@ def _step(reader: subprocess.Popen[str], line: str) -> dict[str, str]:
     return dict(json.loads(reader.stdout.readline()))
 
 
+def _finish(reader: subprocess.Popen[str]) -> None:
+    assert reader.stdin is not None
+    reader.stdin.close()
+    assert reader.wait(timeout=60) == 0
+
+
 @pytest.fixture
 def shared_folder() -> Iterator[Path]:
     """A folder any process may enter (pytest's own folders are the user's alone), with a
@@ -290,7 +349,9 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
     shared_folder: Path, mode: str, folder_mode: int
 ) -> None:
     """Reads work and leave no ``-wal``/``-shm`` behind, writes are refused, wherever the
-    file lies; a writer that opens the file later is seen by the next read."""
+    file lies; a writer that opens the file later is seen by the next read. A reader that
+    read beside that writer shares its ``-wal`` and ``-shm``, and closing last cannot
+    remove them (that takes a checkpoint, a write): the next writer does."""
     path = shared_folder / "ro.db"
     path.chmod(0o444)
     shared_folder.chmod(folder_mode)
@@ -303,6 +364,7 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
             "put": "ReadOnlyDatabaseError",
             "store.put": "ReadOnlyDatabaseError",
         }
+        assert sorted(os.listdir(shared_folder)) == ["ro.db"]
         # a process that may write it (this one) changes it while the reader is open
         shared_folder.chmod(0o755)
         writer = SqliteSaver(path)
@@ -313,10 +375,84 @@ def test_a_read_only_file_is_read_and_left_as_it_was(
         shared_folder.chmod(folder_mode)
         assert _step(reader, "read")["get_tuple"] == "{'x': [2]}"
     finally:
-        assert reader.stdin is not None
-        reader.stdin.close()
-        assert reader.wait(timeout=60) == 0
+        _finish(reader)
+    shared_folder.chmod(0o755)
+    cleaner = SqliteSaver(path)
+    cleaner.get_tuple(config_for("t"))
+    cleaner.close()
     assert sorted(os.listdir(shared_folder)) == ["ro.db"]
+
+
+def _write_more(path: Path, value: int, items: int) -> None:
+    """As a process that may write ``path`` (this one, whose root may write a file read-only
+    for everyone): a checkpoint of thread ``t`` holding ``value``, and ``items`` more store
+    items; closed, so no ``-wal`` stays beside the file."""
+    writer = SqliteSaver(path)
+    checkpoint = make_checkpoint({"x": [value]}, step=value, version=value)
+    writer.put(config_for("t"), checkpoint, {}, {"x": value})
+    writer.close()
+    store = create_store(f"sqlite:///{path}")
+    store.batch([PutOp(("docs",), f"more-{value}-{n}", {"n": n}) for n in range(items)])
+    store.close()
+
+
+@pytest.mark.parametrize("folder_mode", [0o555, 0o755], ids=["folder-read-only", "folder-writable"])
+def test_a_frozen_file_changed_between_reads_is_read_afresh(
+    shared_folder: Path, folder_mode: int
+) -> None:
+    """A file read-only for everyone is read as immutable; one changed anyway between two
+    reads (root ignores the permissions), by a writer that has closed it since, is read
+    afresh: never the old checkpoint, never the old pages mixed with new ones."""
+    path = shared_folder / "ro.db"
+    path.chmod(0o444)
+    shared_folder.chmod(folder_mode)
+    reader = _reader(path, "-")
+    try:
+        assert _step(reader, "count")["items"] == "1"
+        for value in (2, 3):
+            _write_more(path, value, items=300)
+            assert not Path(f"{path}-wal").exists()
+            seen = _step(reader, "count")
+            assert seen["get_tuple"] == seen["aget_tuple"] == f"{{'x': [{value}]}}"
+            assert seen["items"] == str(1 + 300 * (value - 1))
+    finally:
+        _finish(reader)
+    shared_folder.chmod(0o755)
+    cleaner = SqliteSaver(path)
+    cleaner.get_tuple(config_for("t"))
+    cleaner.close()
+    assert sorted(os.listdir(shared_folder)) == ["ro.db"]
+
+
+@pytest.mark.parametrize("folder_mode", [0o555, 0o755], ids=["folder-read-only", "folder-writable"])
+def test_a_live_file_this_process_cannot_write_is_read_only_beside_its_writer(
+    shared_folder: Path, folder_mode: int
+) -> None:
+    """A file its owner may write, which this process may not, is never read as immutable:
+    with no writer there to share SQLite's ``-wal`` and ``-shm`` files, reads raise
+    :class:`DatabaseUnavailableError` naming the fix, and leave nothing behind; beside a
+    writer they read what it commits."""
+    path = shared_folder / "ro.db"
+    if os.geteuid() != 0:
+        pytest.skip("giving the file to another user needs root")
+    os.chown(path, 65534, 65534)  # nobody's, 0644: this reader may not write it
+    shared_folder.chmod(folder_mode)
+    reader = _reader(path, "-")
+    try:
+        refused = _step(reader, "why")
+        assert refused["get_tuple"].startswith("DatabaseUnavailableError: ")
+        assert "chmod a-w" in refused["get_tuple"] and "while a writer" in refused["get_tuple"]
+        assert refused["aget_tuple"] == refused["store.get"] == refused["get_tuple"]
+        assert sorted(os.listdir(shared_folder)) == ["ro.db"]
+        writer = SqliteSaver(path)
+        writer.put(config_for("t"), make_checkpoint({"x": [2]}, step=2, version=2), {}, {"x": 2})
+        seen = _step(reader, "read")
+        assert seen["get_tuple"] == seen["aget_tuple"] == "{'x': [2]}"
+        writer.put(config_for("t"), make_checkpoint({"x": [3]}, step=3, version=3), {}, {"x": 3})
+        assert _step(reader, "read")["get_tuple"] == "{'x': [3]}"
+        writer.close()
+    finally:
+        _finish(reader)
 
 
 def test_a_full_database_is_database_unavailable_and_loses_nothing(tmp_path: Path) -> None:

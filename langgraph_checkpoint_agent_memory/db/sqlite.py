@@ -4,6 +4,16 @@ Connections run in autocommit mode with explicit ``BEGIN``/``COMMIT``; writes ta
 lock up front (``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade. WAL mode
 lets readers run while a writer commits. ``durability="normal"`` (the default) survives a
 killed process; ``"full"`` also survives a power cut, at an fsync per commit.
+
+A file in WAL mode that this process cannot write (or whose folder it cannot write) and
+that no writer has open lacks the ``-wal`` and ``-shm`` files its readers share with a
+writer: SQLite would leave ones behind, or not read at all. It is read as immutable (no
+locks, no look for changes) only if no one may write it (``chmod a-w``, a read-only
+mount), as a backup copy; any other is refused, naming the fix. Checking at each
+checkout whether its inode, size or times changed would not guard a live file's read from a
+writer starting during it (the read may mix old and new pages), nor see a change within one
+clock tick of the last; for a frozen file changed all the same (root ignores permissions),
+that check (a ``stat``, some 5 µs) replaces the connection, and a read it overlapped raises.
 """
 
 from __future__ import annotations
@@ -448,8 +458,20 @@ class SQLiteDatabase(Database[Any]):
     def _open(self) -> sqlite3.Connection:
         """A new connection, in :attr:`mode`; a file missing where none may be created is
         a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
-        without leaving files behind, a :class:`Snapshot`."""
-        if not self.memory and _read_as_snapshot(self.path):
+        without leaving files behind, a :class:`Snapshot` if no one may write it, else
+        a :class:`DatabaseUnavailableError` that says how to read it."""
+        if not self.memory and _unshareable(self.path):
+            if not _frozen(self.path):
+                raise DatabaseUnavailableError(
+                    "this process may not write it or its folder, and no writer has it open "
+                    f"(no {_wal_of(self.path).name} beside it), so SQLite cannot read it "
+                    "beside the -wal and -shm files it shares with a writer; read as "
+                    "immutable, it would not see what its writer changes. Read it while "
+                    "a writer has it open, let this process write the file and its folder, "
+                    "or, if nothing writes it any more, make it read-only for everyone "
+                    f"(chmod a-w {self.path}) or read a copy"
+                )
+            opened = _identity(self.path)
             uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
             conn = sqlite3.connect(
                 uri,
@@ -459,7 +481,7 @@ class SQLiteDatabase(Database[Any]):
                 timeout=30,
                 factory=Snapshot,
             )
-            conn.wal = _wal_of(self.path)
+            conn.path, conn.opened = self.path, opened
             return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
@@ -493,6 +515,11 @@ class SQLiteDatabase(Database[Any]):
                 finally:
                     if conn.in_transaction:  # never hand a connection back mid-transaction
                         conn.rollback()
+                    if isinstance(conn, Snapshot) and conn.rewritten():
+                        raise DatabaseUnavailableError(
+                            f"the SQLite database {self.describe()} changed while it was read "
+                            "as a file no one writes (the read may mix old and new pages): retry"
+                        )
             return
         with self._single_lock:
             if self._single is None:
@@ -583,36 +610,60 @@ class SQLiteDatabase(Database[Any]):
 
 
 class Snapshot(sqlite3.Connection):
-    """A connection that reads a file as immutable (see :func:`_read_as_snapshot`)."""
+    """A connection that reads a file as immutable (see :func:`_unshareable`, :func:`_frozen`)."""
 
-    #: Where a writer of the file would keep its write-ahead log.
-    wal: Path
+    path: Path
+    #: the file's identity, size and times just before this connection opened it
+    opened: tuple[int, ...] | None
+
+    def rewritten(self) -> bool:
+        """Whether the file changed (or went) since this connection opened it."""
+        return _identity(self.path) != self.opened
 
 
 def _check(conn: sqlite3.Connection) -> None:
     """Raise for a connection the pool must replace: a closed one (which refuses any use,
-    a property read too), or a :class:`Snapshot` of a file a writer has opened since (its
-    write-ahead log is there now), which the next connection reads as SQLite does."""
+    a property read too), or a :class:`Snapshot` of a file that changed since it was
+    opened or that a writer has open now (its write-ahead log is there), which the next
+    connection reads as SQLite does."""
     conn.total_changes  # noqa: B018
-    if isinstance(conn, Snapshot) and conn.wal.exists():
-        raise sqlite3.OperationalError("a writer opened the file: read it afresh")
+    if isinstance(conn, Snapshot) and (conn.rewritten() or _wal_of(conn.path).exists()):
+        raise sqlite3.OperationalError("the file changed: read it afresh")
 
 
-def _read_as_snapshot(path: Path) -> bool:
-    """Whether to read ``path`` as immutable: a SQLite file in WAL mode that this process
-    cannot write (the file, or the folder where its write-ahead log goes) and that no
-    process has open for writing now (a writer keeps a ``-wal`` file beside it). SQLite
-    would otherwise make ``-wal`` and ``-shm`` files that a reader can never remove, or,
-    in a folder it cannot write, refuse to read at all."""
+def _unshareable(path: Path) -> bool:
+    """Whether ``path`` is a file in WAL mode that this process cannot write (the file, or
+    the folder where its ``-wal`` and ``-shm`` go) and that no writer has open (a writer
+    keeps a ``-wal`` beside it), which SQLite cannot read as it reads a shared one.
+
+    The file itself is opened last, only when neither of the other two holds: closing any
+    descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+    included, so a process that may have the file open through SQLite never opens it."""
+    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        return False
+    if _wal_of(path).exists():
+        return False
     try:
         with path.open("rb") as file:
             header = file.read(20)
     except OSError:
         return False
-    wal_mode = header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
-    if not wal_mode or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-        return False
-    return not _wal_of(path).exists()
+    return header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
+
+
+def _frozen(path: Path) -> bool:
+    """Whether no process may write ``path``: its permissions let no one write it
+    (``chmod a-w``), or its file system is mounted read-only."""
+    return not os.stat(path).st_mode & 0o222 or bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What changes when anything rewrites ``path`` (``None``: it is gone)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
 
 
 def _wal_of(path: Path) -> Path:
