@@ -373,6 +373,57 @@ def test_move_keys_takes_the_keys_out_of_the_data_so_an_erase_reaches_later_back
     forgotten_in(memories(backup, keys.up), words)
 
 
+def another_spelling(url: str, spelling: str, tmp_path: Path, monkeypatch: Any) -> str:
+    """Another way to write the database of ``url``."""
+    path = url.removeprefix("sqlite:///")
+    if spelling == "bare path":
+        return path
+    if spelling == "relative path":
+        monkeypatch.chdir(tmp_path)
+        return "./" + Path(path).name
+    if spelling == "symbolic link":
+        link = tmp_path / "link.db"
+        link.symlink_to(path)
+        return f"sqlite:///{link}"
+    host = "localhost" if "127.0.0.1" in url else "127.0.0.1"
+    other = url.replace("127.0.0.1", host).replace("@localhost", f"@{host}")
+    sep = "&" if "?" in other else "?"
+    return f"{other}{sep}application_name=another-spelling"
+
+
+@pytest.mark.parametrize(
+    ("data", "spelling"),
+    [
+        *[("sqlite", s) for s in ("bare path", "relative path", "symbolic link")],
+        *crossed(backend_params("postgres"), ["another host"]),
+    ],
+)
+def test_move_keys_refuses_the_data_database_however_it_is_spelled(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+    data: str,
+    spelling: str,
+) -> None:
+    """Moving the keys to the database they are in would find each "already stored" there,
+    then delete it: every value sealed with it lost."""
+    url = backend_url(request, data, tmp_path / "data.db")
+    assert url is not None
+    words = remembered(memories(url, Encryption(master_keys=[keys.master])))
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    to = another_spelling(url, spelling, tmp_path, monkeypatch)
+    code, _, err = run(capsys, "move-keys", "--to", to, "--url", url)
+    assert code == 1 and "--to names the data's own database" in err, err
+    _, stats, _ = run(capsys, "stats", "--url", url, "--json")
+    assert stats["keys"]["in_data_database"] == 2  # no probe left behind
+    memory = memories(url, Encryption(master_keys=[keys.master]))
+    assert [f.value for f in memory.facts(ALICE)] == [words[0]]
+    assert [f.value for f in memory.facts(BOB)] == [words[1]]
+
+
 def test_move_keys_leaves_a_key_the_key_store_holds_another_of(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
