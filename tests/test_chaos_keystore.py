@@ -343,6 +343,37 @@ def test_the_first_erase_warns_when_the_keys_live_beside_the_data(
     assert "its backups hold them" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("api", ["sync", "async", "asyncio.run"])
+def test_the_warning_points_at_the_line_that_erased(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+    api: str,
+) -> None:
+    from langgraph_checkpoint_agent_memory import KeysBesideDataWarning
+    from langgraph_checkpoint_agent_memory.memory import erasing
+
+    monkeypatch.setattr(erasing, "_warned", False)
+    memory = memories(f"sqlite:///{tmp_path / 'beside.db'}", Encryption(master_keys=[keys.master]))
+    remember(memory, secret_words())
+
+    async def in_a_coroutine() -> None:
+        await memory.aerase(ALICE)
+
+    with pytest.warns(KeysBesideDataWarning) as caught:
+        if api == "sync":
+            memory.erase(ALICE)
+        elif api == "async":
+            asyncio.run(in_a_coroutine())
+        else:
+            asyncio.run(memory.aerase(ALICE))
+    [warning] = caught.list
+    assert warning.filename == __file__
+    lines = Path(__file__).read_text().splitlines()
+    assert "erase(ALICE)" in lines[warning.lineno - 1]
+
+
 def test_move_keys_takes_the_keys_out_of_the_data_so_an_erase_reaches_later_backups(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

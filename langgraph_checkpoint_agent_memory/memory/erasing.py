@@ -13,7 +13,11 @@ database: a retry, any later erase and the worker settle it once the key store i
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
@@ -148,8 +152,25 @@ def _warn_once(context: MemoryContext) -> None:
         "their own (AGENT_MEMORY_KEYSTORE_URL or Encryption(keystore_url=...); user guide, "
         '"Encryption and erasure")',
         KeysBesideDataWarning,
-        stacklevel=5,  # the caller of AgentMemory.erase (through its tracing)
+        stacklevel=_caller_level(),
     )
+
+
+#: Where the frames between an application's call of an erase and the warning lie: this
+#: package's, and asyncio's event loop's for an ``aerase`` run by ``asyncio.run``.
+_INNER = (
+    str(Path(__file__).parent.parent) + os.sep,
+    str(Path(asyncio.__file__).parent) + os.sep,
+)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function that points
+    at the application's line which called ``erase`` or ``aerase`` (or ran it)."""
+    frame, level = inspect.currentframe(), 0
+    while frame is not None and frame.f_code.co_filename.startswith(_INNER):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
