@@ -34,11 +34,13 @@ from langgraph_checkpoint_agent_memory import (
     DatabaseUnavailableError,
     Encryption,
     KeyMissingError,
+    create_checkpointer,
     create_store,
     generate_master_key,
 )
 from langgraph_checkpoint_agent_memory.db.memory import MemorySql
 from langgraph_checkpoint_agent_memory.db.memory_scopes import owed_count_plan
+from tests.helpers import config_for, make_checkpoint
 from tests.pg import backend_params, backend_url, is_postgres
 from tests.test_cli_memory import run
 from tests.test_encryption_memory import copy_database
@@ -232,6 +234,119 @@ def test_a_shard_written_again_before_its_key_is_destroyed_keeps_it_until_erased
     assert up.episodes(ALICE)  # readable: its key was kept
     assert up.erase(ALICE)["keys"] == 1
     assert owed(url) == 0
+
+
+def test_a_process_with_another_key_store_settles_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+) -> None:
+    """A process started without the key store's URL looks the keys up beside the data,
+    where none is: it must not strike the debts it could not pay."""
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = remembered(memories(url, keys.up))
+    backup = copy_database("sqlite", url, None)
+    erase_fails(memories(url, keys.down), "sync")
+    wrong = memories(url, Encryption(master_keys=[keys.master]))
+    assert wrong.settle_erasures() == 0
+    assert asyncio.run(wrong.asettle_erasures()) == 0
+    assert wrong.worker().run_once().keys_destroyed == 0
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    monkeypatch.delenv("AGENT_MEMORY_KEYSTORE_URL", raising=False)
+    code, _, err = run(capsys, "erase", ALICE, "--yes", "--url", url)
+    assert code == 1 and "unknown scope" in err
+    assert owed(url) == 1  # still owed, to the key store that holds it
+
+    assert memories(url, keys.up).settle_erasures() == 1
+    assert owed(url) == 0
+    forgotten_in(memories(backup, keys.up), words)
+
+
+def test_a_write_between_reading_the_debt_and_destroying_the_key_keeps_the_key(
+    tmp_path: Path, keys: Keys, memories: Callable[[str, Encryption], AgentMemory[Any]]
+) -> None:
+    """The steps of a settle run one by one, with alice writing again after the debt was
+    read: her new rows keep their key, which stays owed."""
+    from langgraph_checkpoint_agent_memory.memory.erasing import _settling
+
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = secret_words()
+    remember(memories(url, keys.up), words)
+    erase_fails(memories(url, keys.down), "sync")
+    up = memories(url, keys.up)
+    steps = _settling(up.context)
+    where, plan = next(steps)
+    assert where == "data"
+    where, plan = steps.send(up.context.run(plan))  # the debt is read
+    assert where == "keys"
+    up.record(ALICE, [{"role": "user", "content": f"I live in {words[2]}"}])
+    with pytest.raises(StopIteration) as done:
+        while True:
+            ran = up.context.run if where == "data" else up.store.keyring.keystore.run
+            where, plan = steps.send(ran(plan) if where != "destroy" else [])
+            assert where != "destroy" or plan == []  # nothing left to destroy
+    assert done.value.value == 0
+    assert owed(url) == 1 and up.episodes(ALICE)  # readable: its key was kept
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize("data", backend_params("sqlite", "postgres"))
+def test_an_erase_with_a_checkpointer_owes_the_threads_keys_with_the_scopes(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    keys: Keys,
+    data: str,
+    api: str,
+) -> None:
+    """The threads' checkpoints are erased, and their keys owed in the same ledger
+    transaction as the memory's rows: the key store down, nothing is half done, and the
+    next erase destroys both keys."""
+    url = backend_url(request, data, tmp_path / "data.db")
+    assert url is not None
+    words = secret_words()
+    opened: list[AgentMemory[Any]] = []
+
+    def open_memory(at: str, setting: Encryption) -> AgentMemory[Any]:
+        store = create_store(at, encryption=setting)
+        saver = create_checkpointer(url=at, encryption=setting)
+        opened.append(AgentMemory(store, checkpointer=saver))
+        return opened[-1]
+
+    def close(memory: AgentMemory[Any]) -> None:
+        memory.checkpointer.close()
+        memory.store.close()
+
+    try:
+        memory = open_memory(url, keys.up)
+        for scope, thread, said in ((ALICE, "alice-1", words[0]), (BOB, "bob-1", words[1])):
+            memory.checkpointer.put(config_for(thread), make_checkpoint({"s": said}), {}, {})
+            memory.record(
+                scope, [{"role": "user", "content": f"I live in {said}"}], thread_id=thread
+            )
+        assert memory.consolidate().completed == 2
+        close(memory)
+        backup = backup_of(request, data, url)
+
+        down = open_memory(url, keys.down)
+        erase_fails(down, api)
+        assert down.checkpointer.get_tuple(config_for("alice-1")) is None
+        assert owed(url) == 2  # alice's shard key and her thread
+
+        up = open_memory(url, keys.up)
+        counts = up.erase(ALICE) if api == "sync" else asyncio.run(up.aerase(ALICE))
+        assert counts == {"scopes": 0, "threads": 0, "keys": 2}
+        assert owed(url) == 0
+        old = open_memory(backup, keys.up)
+        with pytest.raises(KeyMissingError):
+            old.checkpointer.get_tuple(config_for("alice-1"))
+        forgotten_in(old, words)
+        bob = old.checkpointer.get_tuple(config_for("bob-1"))
+        assert bob is not None and bob.checkpoint["channel_values"]["s"] == words[1]
+    finally:
+        for memory in opened:
+            close(memory)
 
 
 # -- a process killed between the deletes and the keys' destruction ------------------------
