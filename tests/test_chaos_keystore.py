@@ -34,11 +34,13 @@ from langgraph_checkpoint_agent_memory import (
     DatabaseUnavailableError,
     Encryption,
     KeyMissingError,
+    create_checkpointer,
     create_store,
     generate_master_key,
 )
 from langgraph_checkpoint_agent_memory.db.memory import MemorySql
 from langgraph_checkpoint_agent_memory.db.memory_scopes import owed_count_plan
+from tests.helpers import config_for, make_checkpoint
 from tests.pg import backend_params, backend_url, is_postgres
 from tests.test_cli_memory import run
 from tests.test_encryption_memory import copy_database
@@ -207,9 +209,9 @@ def test_an_erase_with_the_key_store_down_owes_the_key_until_it_is_back(
         assert asyncio.run(up.worker().arun_once()).keys_destroyed == 1
     else:
         keys.environ(monkeypatch)
-        code, out, err = run(capsys, "erase", ALICE, "--yes", "--url", url, "--json")
+        code, out, err = run(capsys, "erase", ALICE, "--yes", "--url", url)
         assert code == 0, err
-        assert out["removed"]["keys"] == 1
+        assert "settled 1 owed key(s)" in " ".join(out.split()) and "Erased" not in out
     assert owed(url) == 0
     assert up.erase(ALICE)["keys"] == 0  # settled once
     assert [f.value for f in up.facts(BOB)] == [words[1]]
@@ -232,6 +234,119 @@ def test_a_shard_written_again_before_its_key_is_destroyed_keeps_it_until_erased
     assert up.episodes(ALICE)  # readable: its key was kept
     assert up.erase(ALICE)["keys"] == 1
     assert owed(url) == 0
+
+
+def test_a_process_with_another_key_store_settles_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+) -> None:
+    """A process started without the key store's URL looks the keys up beside the data,
+    where none is: it must not strike the debts it could not pay."""
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = remembered(memories(url, keys.up))
+    backup = copy_database("sqlite", url, None)
+    erase_fails(memories(url, keys.down), "sync")
+    wrong = memories(url, Encryption(master_keys=[keys.master]))
+    assert wrong.settle_erasures() == 0
+    assert asyncio.run(wrong.asettle_erasures()) == 0
+    assert wrong.worker().run_once().keys_destroyed == 0
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    monkeypatch.delenv("AGENT_MEMORY_KEYSTORE_URL", raising=False)
+    code, _, err = run(capsys, "erase", ALICE, "--yes", "--url", url)
+    assert code == 1 and "unknown scope" in err
+    assert owed(url) == 1  # still owed, to the key store that holds it
+
+    assert memories(url, keys.up).settle_erasures() == 1
+    assert owed(url) == 0
+    forgotten_in(memories(backup, keys.up), words)
+
+
+def test_a_write_between_reading_the_debt_and_destroying_the_key_keeps_the_key(
+    tmp_path: Path, keys: Keys, memories: Callable[[str, Encryption], AgentMemory[Any]]
+) -> None:
+    """The steps of a settle run one by one, with alice writing again after the debt was
+    read: her new rows keep their key, which stays owed."""
+    from langgraph_checkpoint_agent_memory.memory.erasing import _settling
+
+    url = f"sqlite:///{tmp_path / 'data.db'}"
+    words = secret_words()
+    remember(memories(url, keys.up), words)
+    erase_fails(memories(url, keys.down), "sync")
+    up = memories(url, keys.up)
+    steps = _settling(up.context)
+    where, plan = next(steps)
+    assert where == "data"
+    where, plan = steps.send(up.context.run(plan))  # the debt is read
+    assert where == "keys"
+    up.record(ALICE, [{"role": "user", "content": f"I live in {words[2]}"}])
+    with pytest.raises(StopIteration) as done:
+        while True:
+            ran = up.context.run if where == "data" else up.store.keyring.keystore.run
+            where, plan = steps.send(ran(plan) if where != "destroy" else [])
+            assert where != "destroy" or plan == []  # nothing left to destroy
+    assert done.value.value == 0
+    assert owed(url) == 1 and up.episodes(ALICE)  # readable: its key was kept
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize("data", backend_params("sqlite", "postgres"))
+def test_an_erase_with_a_checkpointer_owes_the_threads_keys_with_the_scopes(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    keys: Keys,
+    data: str,
+    api: str,
+) -> None:
+    """The threads' checkpoints are erased, and their keys owed in the same ledger
+    transaction as the memory's rows: the key store down, nothing is half done, and the
+    next erase destroys both keys."""
+    url = backend_url(request, data, tmp_path / "data.db")
+    assert url is not None
+    words = secret_words()
+    opened: list[AgentMemory[Any]] = []
+
+    def open_memory(at: str, setting: Encryption) -> AgentMemory[Any]:
+        store = create_store(at, encryption=setting)
+        saver = create_checkpointer(url=at, encryption=setting)
+        opened.append(AgentMemory(store, checkpointer=saver))
+        return opened[-1]
+
+    def close(memory: AgentMemory[Any]) -> None:
+        memory.checkpointer.close()
+        memory.store.close()
+
+    try:
+        memory = open_memory(url, keys.up)
+        for scope, thread, said in ((ALICE, "alice-1", words[0]), (BOB, "bob-1", words[1])):
+            memory.checkpointer.put(config_for(thread), make_checkpoint({"s": said}), {}, {})
+            memory.record(
+                scope, [{"role": "user", "content": f"I live in {said}"}], thread_id=thread
+            )
+        assert memory.consolidate().completed == 2
+        close(memory)
+        backup = backup_of(request, data, url)
+
+        down = open_memory(url, keys.down)
+        erase_fails(down, api)
+        assert down.checkpointer.get_tuple(config_for("alice-1")) is None
+        assert owed(url) == 2  # alice's shard key and her thread
+
+        up = open_memory(url, keys.up)
+        counts = up.erase(ALICE) if api == "sync" else asyncio.run(up.aerase(ALICE))
+        assert counts == {"scopes": 0, "threads": 0, "keys": 2}
+        assert owed(url) == 0
+        old = open_memory(backup, keys.up)
+        with pytest.raises(KeyMissingError):
+            old.checkpointer.get_tuple(config_for("alice-1"))
+        forgotten_in(old, words)
+        bob = old.checkpointer.get_tuple(config_for("bob-1"))
+        assert bob is not None and bob.checkpoint["channel_values"]["s"] == words[1]
+    finally:
+        for memory in opened:
+            close(memory)
 
 
 # -- a process killed between the deletes and the keys' destruction ------------------------
@@ -343,6 +458,37 @@ def test_the_first_erase_warns_when_the_keys_live_beside_the_data(
     assert "its backups hold them" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("api", ["sync", "async", "asyncio.run"])
+def test_the_warning_points_at_the_line_that_erased(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+    api: str,
+) -> None:
+    from langgraph_checkpoint_agent_memory import KeysBesideDataWarning
+    from langgraph_checkpoint_agent_memory.memory import erasing
+
+    monkeypatch.setattr(erasing, "_warned", False)
+    memory = memories(f"sqlite:///{tmp_path / 'beside.db'}", Encryption(master_keys=[keys.master]))
+    remember(memory, secret_words())
+
+    async def in_a_coroutine() -> None:
+        await memory.aerase(ALICE)
+
+    with pytest.warns(KeysBesideDataWarning) as caught:
+        if api == "sync":
+            memory.erase(ALICE)
+        elif api == "async":
+            asyncio.run(in_a_coroutine())
+        else:
+            asyncio.run(memory.aerase(ALICE))
+    [warning] = caught.list
+    assert warning.filename == __file__
+    lines = Path(__file__).read_text().splitlines()
+    assert "erase(ALICE)" in lines[warning.lineno - 1]
+
+
 def test_move_keys_takes_the_keys_out_of_the_data_so_an_erase_reaches_later_backups(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -371,6 +517,57 @@ def test_move_keys_takes_the_keys_out_of_the_data_so_an_erase_reaches_later_back
         warnings.simplefilter("error")  # the keys are apart now: no warning
         assert memories(url, keys.up).erase(ALICE)["keys"] == 1
     forgotten_in(memories(backup, keys.up), words)
+
+
+def another_spelling(url: str, spelling: str, tmp_path: Path, monkeypatch: Any) -> str:
+    """Another way to write the database of ``url``."""
+    path = url.removeprefix("sqlite:///")
+    if spelling == "bare path":
+        return path
+    if spelling == "relative path":
+        monkeypatch.chdir(tmp_path)
+        return "./" + Path(path).name
+    if spelling == "symbolic link":
+        link = tmp_path / "link.db"
+        link.symlink_to(path)
+        return f"sqlite:///{link}"
+    host = "localhost" if "127.0.0.1" in url else "127.0.0.1"
+    other = url.replace("127.0.0.1", host).replace("@localhost", f"@{host}")
+    sep = "&" if "?" in other else "?"
+    return f"{other}{sep}application_name=another-spelling"
+
+
+@pytest.mark.parametrize(
+    ("data", "spelling"),
+    [
+        *[("sqlite", s) for s in ("bare path", "relative path", "symbolic link")],
+        *crossed(backend_params("postgres"), ["another host"]),
+    ],
+)
+def test_move_keys_refuses_the_data_database_however_it_is_spelled(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    keys: Keys,
+    memories: Callable[[str, Encryption], AgentMemory[Any]],
+    data: str,
+    spelling: str,
+) -> None:
+    """Moving the keys to the database they are in would find each "already stored" there,
+    then delete it: every value sealed with it lost."""
+    url = backend_url(request, data, tmp_path / "data.db")
+    assert url is not None
+    words = remembered(memories(url, Encryption(master_keys=[keys.master])))
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
+    to = another_spelling(url, spelling, tmp_path, monkeypatch)
+    code, _, err = run(capsys, "move-keys", "--to", to, "--url", url)
+    assert code == 1 and "--to names the data's own database" in err, err
+    _, stats, _ = run(capsys, "stats", "--url", url, "--json")
+    assert stats["keys"]["in_data_database"] == 2  # no probe left behind
+    memory = memories(url, Encryption(master_keys=[keys.master]))
+    assert [f.value for f in memory.facts(ALICE)] == [words[0]]
+    assert [f.value for f in memory.facts(BOB)] == [words[1]]
 
 
 def test_move_keys_leaves_a_key_the_key_store_holds_another_of(

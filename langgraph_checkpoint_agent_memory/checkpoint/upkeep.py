@@ -174,25 +174,30 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
             await self._arun(self._maintenance.delete_thread(thread_id))
             await self._adestroy_keys([thread_id])
 
-    def erase_threads(self, thread_ids: Sequence[str]) -> None:
+    def erase_threads(self, thread_ids: Sequence[str], *, keep_keys: bool = False) -> None:
         """Delete threads leaving no trace, not even a tombstone (for erasing a user's data:
         unlike :meth:`delete_thread`, a late write could start such a thread afresh).
 
         Args:
             thread_ids: The threads to erase.
+            keep_keys: Leave the threads' data keys for the caller to destroy (agent
+                memory's erase owes them in its erase ledger, which commits with its own
+                deletes), rather than destroying them here.
 
         Example:
             >>> saver.erase_threads(["user-42", "user-42-draft"])
         """
         ids = [str(t) for t in thread_ids]
         self._run(self._maintenance.erase_threads(ids))
-        self._destroy_keys(ids)
+        if not keep_keys:
+            self._destroy_keys(ids)
 
-    async def aerase_threads(self, thread_ids: Sequence[str]) -> None:
+    async def aerase_threads(self, thread_ids: Sequence[str], *, keep_keys: bool = False) -> None:
         """Asynchronously :meth:`erase_threads`.
 
         Args:
             thread_ids: The threads to erase.
+            keep_keys: As for :meth:`erase_threads`.
 
         Example:
             ```python
@@ -201,7 +206,8 @@ class ThreadUpkeep(CheckpointSchemaOnFirstUse):
         """
         ids = [str(t) for t in thread_ids]
         await self._arun(self._maintenance.erase_threads(ids))
-        await self._adestroy_keys(ids)
+        if not keep_keys:
+            await self._adestroy_keys(ids)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) that runs created, and the blobs no

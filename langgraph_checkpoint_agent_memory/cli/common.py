@@ -193,17 +193,27 @@ def _memory(
         store.close()
 
 
+def _stored(memory: AgentMemory[Any], scope: Scope) -> bool:
+    """Whether memory is stored for ``scope`` or a narrower scope it covers."""
+    from langgraph_checkpoint_agent_memory.memory import Scope
+
+    return any(scope.covers(Scope.parse(k)) for k in memory.known_scopes())
+
+
+def _unknown(scope: Scope) -> CommandError:
+    """The error of a command given a scope no memory is stored for."""
+    return CommandError(
+        f"unknown scope {scope.key}: no memory is stored for it "
+        "(`agent-memory scopes` lists the scopes)"
+    )
+
+
 def _scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     scope = Scope.parse(text)
-    if must_exist:
-        known = memory.known_scopes()
-        if not any(scope.covers(Scope.parse(k)) for k in known):
-            raise CommandError(
-                f"unknown scope {scope.key}: no memory is stored for it "
-                "(`agent-memory scopes` lists the scopes)"
-            )
+    if must_exist and not _stored(memory, scope):
+        raise _unknown(scope)
     return scope
 
 

@@ -9,7 +9,7 @@ them with the application's environment.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.cli.common import (
     CommandError,
@@ -20,6 +20,9 @@ from langgraph_checkpoint_agent_memory.cli.common import (
 )
 from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV, Encryption
 from langgraph_checkpoint_agent_memory.crypto.provider import generate_master_key
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
 
 
 def _required_encryption() -> Encryption:
@@ -120,20 +123,40 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
 MOVE_BATCH = 500
 
 
+def _same_database(source: KeyStore, target: KeyStore) -> bool:
+    """Whether the key stores ``source`` and ``target`` are one database, however their
+    URLs spell it (a relative path, a symbolic link, ``localhost`` for ``127.0.0.1``): a
+    probe key of a random owner is written to ``target``, looked for through ``source``,
+    then removed. Moving keys within one database would delete every one of them."""
+    import secrets
+    import time
+
+    from langgraph_checkpoint_agent_memory.crypto.cipher import new_key_id
+    from langgraph_checkpoint_agent_memory.db import keys as sqlk
+
+    probe = f"probe:move-keys:{secrets.token_hex(16)}"
+    row = sqlk.KeyRow(new_key_id(), probe, b"\0", time.time())
+    target.run(sqlk.create_plan(target.dialect, row))
+    try:
+        return source.run(sqlk.by_owner_plan(source.dialect, probe)) is not None
+    finally:
+        target.run(sqlk.destroy_plan(target.dialect, [probe]))
+
+
 def _cmd_move_keys(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
     from langgraph_checkpoint_agent_memory.db import keys as sqlk
     from langgraph_checkpoint_agent_memory.db import url as urls
 
     url = resolve_url(args.url)
-    if urls.mask_url(args.to) == urls.mask_url(url):
-        raise CommandError("--to names the data's own database: give the key store's own")
     if "keys" not in _installed(url):
         raise CommandError(f"{urls.mask_url(url)} holds no data keys (nothing to move)")
     source = KeyStore(open_database(url), owned=True, auto_setup=False)
     target = KeyStore(open_database(args.to), owned=True)  # its table made on first use
     moved = 0
     try:
+        if _same_database(source, target):
+            raise CommandError("--to names the data's own database: give the key store's own")
         while page := source.run(sqlk.page_plan(source.dialect, "", MOVE_BATCH)):
             stored = target.run(sqlk.copy_plan(target.dialect, page))
             for row, kept in zip(page, stored, strict=True):

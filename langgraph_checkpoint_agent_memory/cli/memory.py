@@ -18,6 +18,8 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     _memory,
     _progress,
     _scope,
+    _stored,
+    _unknown,
     resolve_url,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
@@ -126,16 +128,14 @@ def _cmd_context(args: argparse.Namespace) -> int:
 
 
 def _cmd_erase(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.memory import Scope
-
     with _memory(args) as memory:
-        try:
-            scope = _scope(memory, args.scope)
-        except CommandError:  # erased already: a retry may still owe its data keys
-            keys = memory.settle_erasures()
-            if not keys:
-                raise
-            scope, counts = Scope.parse(args.scope), {"scopes": 0, "threads": 0, "keys": keys}
+        scope = _scope(memory, args.scope, must_exist=False)
+        settled = 0
+        if not _stored(memory, scope):  # erased already: a retry may still owe its data keys
+            settled = memory.settle_erasures()
+            if not settled:
+                raise _unknown(scope)
+            counts = {"scopes": 0, "threads": 0, "keys": settled}
         else:
             if not args.yes:
                 if not sys.stdin.isatty():
@@ -147,6 +147,9 @@ def _cmd_erase(args: argparse.Namespace) -> int:
             counts = memory.erase(scope)
 
     def render(out: Any) -> None:
+        if settled:
+            out.print(f"Nothing of {scope.key} is stored; settled {settled} owed key(s)")
+            return
         out.print(f"Erased {scope.key}:")
         for table, n in counts.items():
             out.print(f"  {table}: {n}")

@@ -54,7 +54,13 @@ class Encryption:
         allow_plaintext: Read rows written without encryption (they are encrypted when next
             written, and by ``agent-memory encrypt``). Off: such a row is refused.
         recheck_seconds: How long a process uses a cached key before asking the key store
-            again (an erase in another process takes effect within it).
+            again (an erase in another process takes effect within it). The window an
+            erase leaves: an erase destroys a key only while its shard key holds no row
+            (it reads that again just before destroying), but a process writing to the
+            erased scope within this time of the destruction, or in the instant between
+            that read and the destruction, seals with the key being destroyed, and what it
+            wrote is unreadable (:class:`KeyMissingError`): erase a scope once nothing
+            writes to it.
         filterable_fields: Dotted paths into store values (``"owner"``, ``"address.city"``)
             whose values the store also keeps as keyed hashes, so that ``$eq`` and ``$in``
             filters on them are narrowed in the database instead of by decrypting every

@@ -78,6 +78,14 @@ def owners_under_plan(dialect: Dialect, owner: str) -> Plan[list[str]]:
     return sorted(str(r[0]) for r in rows)
 
 
+def held_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[str]]:
+    """Those of ``owners`` that have a key here, in one round trip."""
+    if not owners:
+        return []
+    found = yield Batch([Stmt(_by_owner(dialect), {"b_owner": o}, fetch=True) for o in owners])
+    return [o for o, rows in zip(owners, found, strict=True) if rows]
+
+
 def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
     """The key named ``key_id``, or ``None`` (never made here, or destroyed)."""
     sql = dialect.sql(

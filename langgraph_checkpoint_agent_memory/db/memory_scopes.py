@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -187,7 +187,16 @@ def _unfinished_jobs(by: Any) -> Any:
     return sa.select(by, sa.func.count()).where(j.c.status != "completed").group_by(by)
 
 
-def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
+class Owed(NamedTuple):
+    """A data key the erase ledger owes: the shard key's own (``thread_id`` empty), or a
+    conversation thread's recorded under that shard key."""
+
+    shard: str
+    thread_id: str
+
+
+def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[Owed]]:
+    """The conversation threads ``scopes`` recorded turns of, each with its shard key."""
     t = memory_threads
     query = sql.statement("threads", lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
     if not scopes:
@@ -195,7 +204,8 @@ def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[str]]:
     found = yield Batch(
         [Stmt(query, {"shard": sql.scope_shard(s), "scope": s}, fetch=True) for s in scopes]
     )
-    return sorted({t for rows in found for (t,) in rows})
+    pairs = zip(scopes, found, strict=True)
+    return sorted({Owed(sql.scope_shard(s), str(t)) for s, rows in pairs for (t,) in rows})
 
 
 def erase_plan(
@@ -204,18 +214,20 @@ def erase_plan(
     root: str,
     scopes: Sequence[str],
     owe: Sequence[str] = (),
+    owe_threads: Sequence[Owed] = (),
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
     """Delete every item, vector, text entry and ledger row of ``scopes`` in one
     transaction; return the rows removed per table. The same transaction enters in the
-    erase ledger each shard key of ``owe`` it leaves without any item (its data key is
-    owed: see :func:`owed_plan`), so the debt commits with the deletes or not at all. The
+    erase ledger each shard key of ``owe`` it leaves without any item, and the threads of
+    ``owe_threads`` (their data keys are owed: see :func:`owed_plan`), so the debt commits
+    with the deletes or not at all. The
     dialect's erase session (SQLite: secure delete, then a WAL checkpoint) wraps it, so the
     bytes leave the files too."""
     before, after_commit = sql.d.erase_session() if scopes else ([], [])
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root=root, scopes=scopes, owe=owe, now=now)
+    counts = yield from _erase(sql, root=root, scopes=scopes, owe=owe, threads=owe_threads, now=now)
     for statement in after_commit:
         # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
@@ -228,7 +240,13 @@ def _of_scope(t: Any) -> list[Any]:
 
 
 def _erase(
-    sql: MemorySql, *, root: str, scopes: Sequence[str], owe: Sequence[str], now: float
+    sql: MemorySql,
+    *,
+    root: str,
+    scopes: Sequence[str],
+    owe: Sequence[str],
+    threads: Sequence[Owed],
+    now: float,
 ) -> Plan[dict[str, int]]:
     counts: dict[str, int] = {}
     statements: list[Stmt] = []
@@ -254,7 +272,13 @@ def _erase(
     if not statements:
         return counts
     locks = sql.lock_scopes(scopes)
-    debts = [Stmt(_owe(sql), {"shard": s, "erased_at": now}) for s in sorted(set(owe))]
+    debts = [
+        *[
+            Stmt(_owe(sql, True), {"shard": s, "thread_id": "", "erased_at": now})
+            for s in sorted(set(owe))
+        ],
+        *[Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in threads],
+    ]
     results = yield Batch([*locks, *statements, *debts], write=True)
     deleted = results[len(locks) : len(locks) + len(statements)]
     for label, n in zip(labels, deleted, strict=True):
@@ -287,47 +311,56 @@ def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Pl
     return {str(s) for rows in found for (s,) in rows} | {sql.scope_shard(s) for s in scopes}
 
 
-def _owe(sql: MemorySql) -> Sql:
-    """An erase ledger row for the shard key ``:shard`` (erased at ``:erased_at``) when no
-    store item carries that key any more, and the ledger does not owe its key already."""
+def _owe(sql: MemorySql, if_emptied: bool) -> Sql:
+    """An erase ledger row for the thread ``:thread_id`` of the shard key ``:shard`` (erased
+    at ``:erased_at``), unless the ledger owes that key already; ``if_emptied``: only when no
+    store item carries the shard key any more (the shard key's own key, ``:thread_id``
+    empty)."""
     e, i = memory_erasures, store_items
 
     def build() -> Any:
-        cols = ["shard", "erased_at"]
-        emptied = sql.d.values_select(e, cols).where(
-            ~sa.exists().where(i.c.shard == sa.bindparam("shard"))
-        )
-        return sql.d.insert_missing(e, cols, emptied, ["shard"])
+        cols = ["shard", "thread_id", "erased_at"]
+        row = sql.d.values_select(e, cols)
+        if if_emptied:
+            row = row.where(~sa.exists().where(i.c.shard == sa.bindparam("shard")))
+        return sql.d.insert_missing(e, cols, row, ["shard", "thread_id"])
 
-    return sql.statement("owe_key", build)
+    return sql.statement(("owe_key", if_emptied), build)
 
 
-def owed_plan(sql: MemorySql) -> Plan[list[str]]:
-    """The shard keys whose data keys the erase ledger owes and that hold no store item,
-    sorted: the keys to destroy now. A shard key written again since its erase stays owed
-    until a later erase empties it (destroying its key would make the new rows unreadable).
+def owed_plan(sql: MemorySql) -> Plan[list[Owed]]:
+    """The data keys the erase ledger owes that nothing was written with since, sorted: the
+    keys to destroy now. A shard key written again since its erase, or a thread that
+    recorded turns again, stays owed until a later erase empties it (destroying its key
+    would make the new rows unreadable).
     """
-    e, i = memory_erasures, store_items
+    e, i, t = memory_erasures, store_items, memory_threads
     query = sql.statement(
         "owed_keys",
         lambda: (
-            sa.select(e.c.shard)
-            .where(~sa.exists().where(i.c.shard == e.c.shard))
-            .order_by(e.c.shard)
+            sa.select(e.c.shard, e.c.thread_id)
+            .where(
+                sa.or_(e.c.thread_id != "", ~sa.exists().where(i.c.shard == e.c.shard)),
+                ~sa.exists().where(t.c.shard == e.c.shard, t.c.thread_id == e.c.thread_id),
+            )
+            .order_by(e.c.shard, e.c.thread_id)
         ),
     )
     [rows] = yield Batch([Stmt(query, fetch=True)])
-    return [str(shard) for (shard,) in rows]
+    return [Owed(str(shard), str(thread)) for shard, thread in rows]
 
 
-def settled_plan(sql: MemorySql, shards: Sequence[str]) -> Plan[None]:
-    """Remove ``shards`` from the erase ledger: their data keys are destroyed."""
+def settled_plan(sql: MemorySql, owed: Sequence[Owed]) -> Plan[None]:
+    """Remove ``owed`` from the erase ledger: their data keys are destroyed."""
     e = memory_erasures
     delete = sql.statement(
-        "settled_key", lambda: sa.delete(e).where(e.c.shard == sa.bindparam("shard"))
+        "settled_key",
+        lambda: sa.delete(e).where(
+            e.c.shard == sa.bindparam("shard"), e.c.thread_id == sa.bindparam("thread_id")
+        ),
     )
-    if shards:
-        yield Batch([Stmt(delete, [{"shard": s} for s in shards], many=True)], write=True)
+    if owed:
+        yield Batch([Stmt(delete, [o._asdict() for o in owed], many=True)], write=True)
 
 
 def owed_count_plan(sql: MemorySql) -> Plan[int]:
@@ -338,3 +371,15 @@ def owed_count_plan(sql: MemorySql) -> Plan[int]:
     )
     [[(n,)]] = yield Batch([Stmt(query, fetch=True)])
     return int(n)
+
+
+def some_shards_plan(sql: MemorySql, limit: int) -> Plan[list[str]]:
+    """Up to ``limit`` shard keys that store items carry (any: a sample whose data keys tell
+    whether a key store is this database's)."""
+    i = store_items
+    query = sql.statement(
+        "some_shards",
+        lambda: sa.select(i.c.shard).distinct().limit(sa.bindparam("n", type_=sa.Integer)),
+    )
+    [rows] = yield Batch([Stmt(query, {"n": limit}, fetch=True)])
+    return [str(shard) for (shard,) in rows]

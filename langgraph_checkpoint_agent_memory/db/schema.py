@@ -305,15 +305,19 @@ memory_threads = sa.Table(
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)
 
-#: The erase ledger: the shard keys whose data keys erases still owe the key store, written
-#: in the transaction that deletes the rows, removed once the key is destroyed (a key store
-#: that was down, or a process killed between the two, leaves the debt here, in the data's
-#: database, for the next erase or the worker to settle). Not in :data:`MEMORY_TABLES`:
-#: memory step 6 made it, and an erase writes it rather than deletes from it.
+#: The erase ledger: the data keys erases still owe the key store, written in the
+#: transaction that deletes the rows, removed once the key is destroyed (a key store that
+#: was down, or a process killed between the two, leaves the debt here, in the data's
+#: database, for the next erase or the worker to settle). ``thread_id`` is empty for the
+#: key of the shard key itself, else it names a conversation thread of the shard's scopes
+#: whose key the erase owes (its checkpoints were erased with them). Not in
+#: :data:`MEMORY_TABLES`: memory step 6 made it, and an erase writes it rather than deletes
+#: from it.
 memory_erasures = sa.Table(
     "am_memory_erasures",
     metadata,
     _shard(),
+    sa.Column("thread_id", sa.String(255), primary_key=True),
     _required("erased_at", TIME),
     info=SHARDED,
 )

@@ -13,9 +13,16 @@ database: a retry, any later erase and the worker settle it once the key store i
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
 import warnings
+from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.crypto.cipher import store_owner, thread_owner
+from langgraph_checkpoint_agent_memory.db import keys as sqlk
 from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
@@ -67,51 +74,118 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     return covered(scope, known)
 
 
-def erase_plan(context: MemoryContext, scope: ScopeLike) -> Plan[dict[str, int]]:
+def erase_plan(
+    context: MemoryContext, scope: ScopeLike, threads: Sequence[sqls.Owed] = ()
+) -> Plan[dict[str, int]]:
     """Delete every row of ``scope`` and the scopes it covers; when the store encrypts, the
-    same transaction enters the shard keys it left without any item in the erase ledger
-    (their data keys are owed until :func:`settle` destroys them). The rows removed per
-    table, with ``"scopes"``."""
+    same transaction enters in the erase ledger the shard keys it left without any item and
+    the ``threads`` whose keys it owes (their data keys are owed until :func:`settle`
+    destroys them). The rows removed per table, with ``"scopes"``."""
     root = context.settings.namespace_root
     scopes = yield from covered_plan(context, scope)
     owe: set[str] = set()
     if context.store.keyring is not None:
         owe = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
     counts = yield from sqls.erase_plan(
-        context.sql, root=root, scopes=scopes, owe=sorted(owe), now=context.clock()
+        context.sql,
+        root=root,
+        scopes=scopes,
+        owe=sorted(owe),
+        owe_threads=threads,
+        now=context.clock(),
     )
     return {"scopes": len(scopes), **counts}
 
 
+#: How many of the database's shard keys :func:`settle` looks up in a key store that holds
+#: none of the keys owed, to tell a key store whose keys are destroyed from another's.
+SAMPLE = 16
+
+#: A step of :func:`_settling`: ``("data", plan)`` runs on the data's database, ``("keys",
+#: plan)`` on the key store, ``("destroy", owed)`` destroys the keys of ``owed``.
+Step = tuple[str, Any]
+
+
+def _owner(owed: sqls.Owed) -> str:
+    return thread_owner(owed.thread_id) if owed.thread_id else store_owner(owed.shard)
+
+
+def _settling(context: MemoryContext) -> Generator[Step, Any, int]:
+    """:func:`settle` as steps a sync or an async shell runs. A debt is struck only once
+    its key is destroyed, or is absent from a key store that holds keys of this database
+    (destroyed earlier, or never made): a process pointed at another key store (one started
+    without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and settles nothing."""
+    keys = context.store.keyring.keystore.dialect
+    owed = yield "data", sqls.owed_plan(context.sql)
+    if not owed:
+        return 0
+    held = set((yield "keys", sqlk.held_plan(keys, [_owner(o) for o in owed])))
+    if not held:
+        sample = yield "data", sqls.some_shards_plan(context.sql, SAMPLE)
+        if not (yield "keys", sqlk.held_plan(keys, [store_owner(s) for s in sample])):
+            return 0  # not this database's key store: the debts wait for the right one
+    # read again just before destroying: a shard key or thread written since stays owed
+    # (what remains is the window of a write racing this step: see recheck_seconds)
+    owed = [o for o in (yield "data", sqls.owed_plan(context.sql)) if o in set(owed)]
+    destroyed = yield "destroy", [o for o in owed if _owner(o) in held]
+    yield "data", sqls.settled_plan(context.sql, owed)
+    return len(destroyed)
+
+
 def settle(context: MemoryContext) -> int:
-    """Destroy the data keys the erase ledger owes (of shard keys that hold no item), then
-    strike them from it: whatever they sealed can then not be read from any earlier backup
-    either. How many keys were destroyed. Nothing without encryption (the debts wait for a
-    process that has the keys).
+    """Destroy the data keys the erase ledger owes (of shard keys that hold no item, and of
+    erased threads), then strike them from it: whatever they sealed can then not be read
+    from any earlier backup either. How many keys were destroyed. Nothing without
+    encryption, nor with a key store that holds no key of this database (the debts wait
+    for a process that has the keys).
 
     Raises:
         DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
     """
-    if context.store.keyring is None:
+    keyring = context.store.keyring
+    if keyring is None:
         return 0
-    owed = context.run(sqls.owed_plan(context.sql))
-    if not owed:
-        return 0
-    destroyed = context.store.destroy_keys(owed)
-    context.run(sqls.settled_plan(context.sql, owed))
-    return len(destroyed)
+    steps, result = _settling(context), None
+    try:
+        while True:
+            where, work = steps.send(result)
+            if where == "data":
+                result = context.run(work)
+            elif where == "keys":
+                result = keyring.keystore.run(work)
+            else:
+                store, threads = _split(work)
+                result = context.store.destroy_keys(store) + keyring.destroy(threads)
+    except StopIteration as stop:
+        return int(stop.value)
 
 
 async def asettle(context: MemoryContext) -> int:
     """Async :func:`settle`."""
-    if context.store.keyring is None:
+    keyring = context.store.keyring
+    if keyring is None:
         return 0
-    owed = await context.arun(sqls.owed_plan(context.sql))
-    if not owed:
-        return 0
-    destroyed = await context.store.adestroy_keys(owed)
-    await context.arun(sqls.settled_plan(context.sql, owed))
-    return len(destroyed)
+    steps, result = _settling(context), None
+    try:
+        while True:
+            where, work = steps.send(result)
+            if where == "data":
+                result = await context.arun(work)
+            elif where == "keys":
+                result = await keyring.keystore.arun(work)
+            else:
+                store, threads = _split(work)
+                result = await context.store.adestroy_keys(store) + await keyring.adestroy(threads)
+    except StopIteration as stop:
+        return int(stop.value)
+
+
+def _split(owed: list[sqls.Owed]) -> tuple[list[str], list[str]]:
+    """The shard keys and the thread owners of ``owed``."""
+    return (
+        [o.shard for o in owed if not o.thread_id],
+        [thread_owner(o.thread_id) for o in owed if o.thread_id],
+    )
 
 
 def _owed(scope: ScopeLike, exc: DatabaseUnavailableError) -> DatabaseUnavailableError:
@@ -148,21 +222,56 @@ def _warn_once(context: MemoryContext) -> None:
         "their own (AGENT_MEMORY_KEYSTORE_URL or Encryption(keystore_url=...); user guide, "
         '"Encryption and erasure")',
         KeysBesideDataWarning,
-        stacklevel=5,  # the caller of AgentMemory.erase (through its tracing)
+        stacklevel=_caller_level(),
     )
 
 
-def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
-    """The conversation threads ``scope`` and the scopes it covers recorded turns of."""
+#: Where the frames between an application's call of an erase and the warning lie: this
+#: package's, and asyncio's event loop's for an ``aerase`` run by ``asyncio.run``.
+_INNER = (
+    str(Path(__file__).parent.parent) + os.sep,
+    str(Path(asyncio.__file__).parent) + os.sep,
+)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function that points
+    at the application's line which called ``erase`` or ``aerase`` (or ran it)."""
+    frame, level = inspect.currentframe(), 0
+    while frame is not None and frame.f_code.co_filename.startswith(_INNER):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqls.Owed]]:
+    """The conversation threads ``scope`` and the scopes it covers recorded turns of, each
+    with its shard key."""
     scopes = yield from covered_plan(context, scope)
     return (yield from sqls.threads_plan(context.sql, scopes))
 
 
-def erase_threads(checkpointer: Any, threads: list[str]) -> int:
-    """Delete ``threads`` from ``checkpointer`` (at once where it can); how many."""
+def owes_threads(context: MemoryContext, checkpointer: Any) -> bool:
+    """Whether an erase leaves the keys of ``checkpointer``'s threads to the erase ledger:
+    it seals them in the store's own key store, and can erase threads keeping their keys.
+    Otherwise it destroys them as it erases them."""
+    mine, theirs = context.store.keyring, getattr(checkpointer, "keyring", None)
+    if mine is None or theirs is None or not hasattr(checkpointer, "erase_threads"):
+        return False
+    a, b = mine.keystore.db, theirs.keystore.db
+    if a is b:
+        return True
+    private = getattr(a, "memory", False) or getattr(b, "memory", False)
+    return not private and bool(a.describe() == b.describe())
+
+
+def erase_threads(checkpointer: Any, threads: list[str], owed: bool = False) -> int:
+    """Delete ``threads`` from ``checkpointer`` (at once where it can; their keys kept when
+    ``owed``: the erase ledger owes them); how many."""
     if checkpointer is None or not threads:
         return 0
-    if hasattr(checkpointer, "erase_threads"):
+    if owed:
+        checkpointer.erase_threads(threads, keep_keys=True)
+    elif hasattr(checkpointer, "erase_threads"):
         checkpointer.erase_threads(threads)
     else:
         for t in threads:
@@ -170,11 +279,13 @@ def erase_threads(checkpointer: Any, threads: list[str]) -> int:
     return len(threads)
 
 
-async def aerase_threads(checkpointer: Any, threads: list[str]) -> int:
+async def aerase_threads(checkpointer: Any, threads: list[str], owed: bool = False) -> int:
     """Async :func:`erase_threads`."""
     if checkpointer is None or not threads:
         return 0
-    if hasattr(checkpointer, "aerase_threads"):
+    if owed:
+        await checkpointer.aerase_threads(threads, keep_keys=True)
+    elif hasattr(checkpointer, "aerase_threads"):
         await checkpointer.aerase_threads(threads)
     else:
         for t in threads:
@@ -183,13 +294,15 @@ async def aerase_threads(checkpointer: Any, threads: list[str]) -> int:
 
 
 def erase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
-    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first, then its
-    rows (with the erase ledger's entries), then the data keys the ledger owes; the counts.
+    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
+    keys owed, where the store's key store holds them), then its rows (with the erase
+    ledger's entries), then the data keys the ledger owes; the counts.
     """
     _warn_once(context)
     threads = context.run(threads_plan(context, scope))
-    erased = erase_threads(checkpointer, threads)
-    counts = context.run(erase_plan(context, scope))
+    owed = owes_threads(context, checkpointer)
+    erased = erase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
+    counts = context.run(erase_plan(context, scope, threads if owed else ()))
     counts["threads"] = erased
     try:
         counts["keys"] = settle(context)
@@ -202,8 +315,9 @@ async def aerase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) ->
     """Async :func:`erase`."""
     _warn_once(context)
     threads = await context.arun(threads_plan(context, scope))
-    erased = await aerase_threads(checkpointer, threads)
-    counts = await context.arun(erase_plan(context, scope))
+    owed = owes_threads(context, checkpointer)
+    erased = await aerase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
+    counts = await context.arun(erase_plan(context, scope, threads if owed else ()))
     counts["threads"] = erased
     try:
         counts["keys"] = await asettle(context)
