@@ -267,6 +267,43 @@ def test_with_its_key_gone_search_answers_as_get(
     assert sorted(i.namespace[1] for i in found) == ["alice", "carol"]
 
 
+#: Labels of users: "a-b" sorts between "a" and "a.", inside the byte range of shard keys
+#: under "a" without lying under it.
+labels = st.sampled_from(["a", "a-b", "b", "c%", "é"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    users=st.sets(st.sampled_from(["alice", "bob", "carol", "dan"]), min_size=1),
+    gone=st.sets(st.sampled_from(["alice", "bob", "carol", "dan", "@other"])),
+    emptied=st.sets(st.sampled_from(["alice", "bob", "carol", "dan"])),
+    root=labels,
+)
+def test_a_prefix_search_raises_exactly_when_a_user_under_it_has_items_and_no_key(
+    users: set[str], gone: set[str], emptied: set[str], root: str
+) -> None:
+    """Whichever users under the prefix lost their key, and whichever of them have no items
+    left; a user of a sibling namespace (``root + "-x"``) losing theirs changes nothing."""
+    store = create_store(None, encryption=encryption_of(generate_master_key(), "own", Path()))
+    with store:
+        for user in users:
+            store.put((root, user), "k", {"text": "lives in lyon", "city": "lyon"})
+        store.put((root + "-x", "@other"), "k", {"text": "lives in lyon", "city": "lyon"})
+        store.destroy_keys([f"{root + '-x' if u == '@other' else root}.{u}" for u in gone])
+        for user in emptied & users:
+            store.delete((root, user), "k")
+        unreadable = (gone & users) - emptied
+        for search in [
+            partial(store.search, (root,), query="lyon", limit=10),
+            partial(store.search, (root,), filter={"city": "lyon"}, limit=10),
+        ]:
+            if unreadable:
+                with pytest.raises(KeyMissingError):
+                    search()
+            else:
+                assert sorted(i.namespace[1] for i in search()) == sorted(users - emptied)
+
+
 @pytest.mark.parametrize("keystore", ["own", "apart"])
 def test_a_key_destroyed_elsewhere_is_not_read_from_the_cache_by_a_search(
     url: str, keystore: str, tmp_path: Path, opened: list[Any]
