@@ -389,7 +389,7 @@ class Sealer:
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
         """The shard keys a search under ``base``'s namespace prefix (of
         :meth:`StoreStatements.prefix_params`) hashes its terms for: the one it names; else
-        the distinct shard keys of the live items under the prefix, wherever the key store
+        the distinct shard keys of the items under the prefix, wherever the key store
         is (a shard whose key is gone while its items stay is among them, and
         :meth:`keys_plan` raises for it)."""
         if "shard" in base:
