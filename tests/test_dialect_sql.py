@@ -261,7 +261,6 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
             out[f"store.{name}.{one}"] = getattr(sql, name)((), one)
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
         out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
-        out[f"store.shards_under.{one}"] = sealed_sql.shards_under(sql, one)
         out[f"store.recent_after.{one}"] = sealed_sql.recent_after(sql, one)
         # filterable fields of an encrypted store: two values' hashes, one field mark
         hashed = (("h0", (HASHED_EQUALITY, 2, 1)),)
@@ -276,12 +275,10 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "seal_item",
         "seal_vector",
         "sealed_in_shard",
+        "shards_under",
     ):
         out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)
-    from langgraph_checkpoint_agent_memory.db import keys as sqlk
-
-    out["keys.owners_under"] = sqlk.owners_under(d)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R
 

@@ -14,6 +14,7 @@ import hmac
 import operator
 import sqlite3
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -218,31 +219,111 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
     return backend_url(request, str(request.param), tmp_path / "keys-gone.db")
 
 
+def encryption_of(master: str, keystore: str, tmp_path: Path) -> Encryption:
+    """Encryption under ``master``, its key store in the data's database (``"own"``) or in
+    a SQLite file of its own (``"apart"``); ``city`` filterable."""
+    url = f"sqlite:///{tmp_path / 'k.db'}" if keystore == "apart" else None
+    return Encryption(master_keys=[master], keystore_url=url, filterable_fields=["city"])
+
+
+def run_async(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return asyncio.run(call(*args, **kwargs))
+
+
+def searches_of(store: AgentMemoryStore, user: str) -> list[Callable[[], Any]]:
+    """Each way to search what ``user`` wrote: its namespace and the prefix over every user,
+    with a query, a filter the database narrows (``city`` is filterable) or neither; sync
+    and async."""
+    calls: list[Callable[[], Any]] = []
+    for ns in [("users", user), ("users",)]:
+        calls += [
+            partial(store.search, ns, query="lyon"),
+            partial(store.search, ns, filter={"city": "lyon"}),
+            partial(store.search, ns, query="lyon", filter={"city": "lyon"}),
+            partial(store.search, ns),
+            partial(run_async, store.asearch, ns, query="lyon"),
+            partial(run_async, store.asearch, ns, filter={"city": "lyon"}),
+        ]
+    return calls
+
+
 @pytest.mark.parametrize("keystore", ["own", "apart"])
 def test_with_its_key_gone_search_answers_as_get(
     any_url: str | None, keystore: str, tmp_path: Path, opened: list[Any]
 ) -> None:
-    master = generate_master_key()
-    setting: Any = master
-    if keystore == "apart":
-        setting = Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
-    store: AgentMemoryStore = create_store(any_url, encryption=setting)
+    encryption = encryption_of(generate_master_key(), keystore, tmp_path)
+    store = create_store(any_url, encryption=encryption)
     opened.append(store)
-    store.put(("users", "alice"), "a", {"text": "alice lives in lyon"})
-    store.put(("users", "bob"), "b", {"text": "bob lives in lyon"})
-    assert store.destroy_keys(["users.alice"])
-    calls: list[Callable[[], Any]] = [
-        lambda: store.get(("users", "alice"), "a"),
-        lambda: store.search(("users", "alice"), query="lyon"),
-        lambda: store.search(("users", "alice")),
-        lambda: asyncio.run(store.asearch(("users", "alice"), query="lyon")),
-    ]
-    if keystore == "apart":  # the shards a search spans are the items' (see the user guide)
-        calls.append(lambda: store.search(("users",), query="lyon"))
-    for call in calls:
+    for user in ["alice", "bob", "carol"]:
+        store.put(("users", user), "k", {"text": f"{user} lives in lyon", "city": "lyon"})
+    assert store.destroy_keys(["users.bob"])
+    calls: list[Callable[[], Any]] = [partial(store.get, ("users", "bob"), "k")]
+    for call in calls + searches_of(store, "bob"):
         with pytest.raises(KeyMissingError):
             call()
-    assert [i.key for i in store.search(("users", "bob"), query="lyon")] == ["b"]
+    assert [i.key for i in store.search(("users", "alice"), query="lyon")] == ["k"]
+    store.delete(("users", "bob"), "k")  # its items gone too: nothing left to answer for
+    found = store.search(("users",), query="lyon", filter={"city": "lyon"})
+    assert sorted(i.namespace[1] for i in found) == ["alice", "carol"]
+
+
+#: Labels of users: "a-b" sorts between "a" and "a.", inside the byte range of shard keys
+#: under "a" without lying under it.
+labels = st.sampled_from(["a", "a-b", "b", "c%", "é"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    users=st.sets(st.sampled_from(["alice", "bob", "carol", "dan"]), min_size=1),
+    gone=st.sets(st.sampled_from(["alice", "bob", "carol", "dan", "@other"])),
+    emptied=st.sets(st.sampled_from(["alice", "bob", "carol", "dan"])),
+    root=labels,
+)
+def test_a_prefix_search_raises_exactly_when_a_user_under_it_has_items_and_no_key(
+    users: set[str], gone: set[str], emptied: set[str], root: str
+) -> None:
+    """Whichever users under the prefix lost their key, and whichever of them have no items
+    left; a user of a sibling namespace (``root + "-x"``) losing theirs changes nothing."""
+    store = create_store(None, encryption=encryption_of(generate_master_key(), "own", Path()))
+    with store:
+        for user in users:
+            store.put((root, user), "k", {"text": "lives in lyon", "city": "lyon"})
+        store.put((root + "-x", "@other"), "k", {"text": "lives in lyon", "city": "lyon"})
+        store.destroy_keys([f"{root + '-x' if u == '@other' else root}.{u}" for u in gone])
+        for user in emptied & users:
+            store.delete((root, user), "k")
+        unreadable = (gone & users) - emptied
+        for search in [
+            partial(store.search, (root,), query="lyon", limit=10),
+            partial(store.search, (root,), filter={"city": "lyon"}, limit=10),
+        ]:
+            if unreadable:
+                with pytest.raises(KeyMissingError):
+                    search()
+            else:
+                assert sorted(i.namespace[1] for i in search()) == sorted(users - emptied)
+
+
+@pytest.mark.parametrize("keystore", ["own", "apart"])
+def test_a_key_destroyed_elsewhere_is_not_read_from_the_cache_by_a_search(
+    url: str, keystore: str, tmp_path: Path, opened: list[Any]
+) -> None:
+    """Another process erased the user while this one holds the key (by id, from a read):
+    a search raises as it does there, and this process stops reading with the key."""
+    encryption = encryption_of(generate_master_key(), keystore, tmp_path)
+    here, there = create_store(url, encryption=encryption), create_store(url, encryption=encryption)
+    opened += [here, there]
+    for user in ["alice", "bob"]:
+        here.put(("users", user), "k", {"text": f"{user} lives in lyon", "city": "lyon"})
+    reader = create_store(url, encryption=encryption)
+    opened.append(reader)
+    assert reader.get(("users", "bob"), "k") is not None  # bob's key, cached by its id
+    assert there.destroy_keys(["users.bob"])
+    for call in searches_of(reader, "bob"):
+        with pytest.raises(KeyMissingError):
+            call()
+    with pytest.raises(KeyMissingError):
+        reader.get(("users", "bob"), "k")
 
 
 # -- databases sealed in format 1 ------------------------------------------------------------

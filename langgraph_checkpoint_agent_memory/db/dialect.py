@@ -423,6 +423,12 @@ class Dialect(PostingsDialect):
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
 
+    def under_range(self, column: Any) -> Any:
+        """Core: :meth:`under_clause` as a range of ``column``'s index where the dialect
+        compares in byte order (SQLite's BINARY, PostgreSQL's ``"C"``), so a statement walks
+        only the rows under ``:ns``; :meth:`under_clause` elsewhere."""
+        return self.under_clause(column)
+
     def vector_under_clause(self, column: Any) -> Any:
         """Core: the vector row's ``column`` (its namespace) is under ``:ns``, in the form
         the dialect's namespace index on vectors can walk (:meth:`under_clause` here)."""

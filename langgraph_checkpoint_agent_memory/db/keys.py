@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
 from langgraph_checkpoint_agent_memory.db.schema import data_keys
 
 T = TypeVar("T")
@@ -45,37 +45,6 @@ def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
     """The key of ``owner``, or ``None``."""
     [rows] = yield Batch([Stmt(_by_owner(dialect), {"b_owner": owner}, fetch=True)])
     return _row(rows[0]) if rows else None
-
-
-def owners_under(dialect: Dialect) -> Sql:
-    """The owners of keys at or below ``:ns`` (the parameters of the dialect's
-    ``under_clause``)."""
-    return dialect.sql("key_owners_under", lambda: sa.select(owner).where(_under(dialect)))
-
-
-owner = data_keys.c.owner
-
-
-def _under(dialect: Dialect) -> Any:
-    """Core: the key's owner is ``:ns`` or below it, as a range of the owner index where the
-    comparison is in byte order (SQLite's BINARY; PostgreSQL's C-collated index of the keys
-    migration), so it reads only the owners under the prefix, never every thread's key."""
-    if dialect.name == "sqlite":
-        return sa.or_(
-            owner == sa.bindparam("ns"),
-            sa.and_(owner >= sa.bindparam("ns_dot"), owner < sa.bindparam("ns_end")),
-        )
-    return dialect.under_clause(owner)
-
-
-def owners_under_plan(dialect: Dialect, owner: str) -> Plan[list[str]]:
-    """The owners of keys that are ``owner`` or lie below it (``owner + "."`` and more):
-    for a store owner, the shard keys under a namespace that ever had a key (a read of
-    this small table, where the items' distinct shard keys would read every item)."""
-    sql = owners_under(dialect)
-    params = {"ns": owner, "ns_dot": owner + ".", "ns_len": len(owner) + 1, "ns_end": owner + "/"}
-    [rows] = yield Batch([Stmt(sql, params, fetch=True)])
-    return sorted(str(r[0]) for r in rows)
 
 
 def held_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[str]]:

@@ -346,7 +346,7 @@ def _keys_v1(d: Dialect) -> list[str]:
     statements = d.ddl([data_keys])
     if d.name == "postgresql":
         # raw: an index in byte order (the unique one has the database's collation), which
-        # the range of owners under a prefix walks (see keys.owners_under)
+        # a read of the owners under a prefix walked (searches now read the items' shard keys)
         statements.append('CREATE INDEX am_keys_owner_bytes ON am_keys (owner COLLATE "C")')
     return statements
 

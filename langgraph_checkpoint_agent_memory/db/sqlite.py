@@ -80,6 +80,12 @@ class SQLiteDialect(Dialect):
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
 
+    def under_range(self, column: Any) -> Any:
+        return sa.or_(
+            column == sa.bindparam("ns"),
+            sa.and_(column >= sa.bindparam("ns_dot"), column < sa.bindparam("ns_end")),
+        )
+
     def _insert_select(self, table: sa.Table, cols: Columns, source: Source) -> Any:
         if source.whereclause is None:  # SQLite parses "SELECT ... ON CONFLICT" only after WHERE
             source = source.where(sa.true())

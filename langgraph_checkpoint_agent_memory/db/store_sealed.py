@@ -93,13 +93,16 @@ def sealed_vectors_exact(st: StoreStatements) -> Sql:
     )
 
 
-def shards_under(st: StoreStatements, scoped: bool) -> Sql:
-    """The distinct shard keys of live items under the namespace (whose data keys a
-    query's terms are hashed with)."""
+def shards_under(st: StoreStatements) -> Sql:
+    """The distinct shard keys of the items under the namespace ``:ns``, shorter than the
+    shard key (whose data keys a query's terms are hashed with; items expired but not yet
+    swept count). Such a namespace's items are those whose shard key lies under it, so
+    this reads the primary key's range of those shard keys alone (:meth:`Dialect.under_range`),
+    not every item's namespace and expiry."""
     t = store_items
     return st.statement(
-        ("shards_under", scoped),
-        lambda: sa.select(t.c.shard).distinct().where(*st.namespace_of(t, scoped), live(t)),
+        "shards_under",
+        lambda: sa.select(t.c.shard).distinct().where(st.d.under_range(t.c.shard)),
     )
 
 

@@ -36,7 +36,6 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     text_bytes,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
-from langgraph_checkpoint_agent_memory.db import keys as keys_sql
 from langgraph_checkpoint_agent_memory.db import store_blocks as blocks_sql
 from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
@@ -370,11 +369,7 @@ class Sealer:
         shards = yield from self.shards_plan(statements, base)
         if len(shards) > MAX_SHARDS:
             return (), {}
-        keys: list[DataKey] = []
-        for shard in sorted(set(shards)):
-            key = yield from self.owner_key_plan(shard, create=False)
-            if key is not None:
-                keys.append(key)
+        keys = yield from self.keys_plan(statements, shards)
         if not keys:  # nothing under the prefix was sealed
             return (), {}
         hashes = [self.term_of(k) for k in keys]
@@ -393,37 +388,52 @@ class Sealer:
 
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
         """The shard keys a search under ``base``'s namespace prefix (of
-        :meth:`StoreStatements.prefix_params`) hashes its terms for: the one it names; else,
-        with the key store in the store's database, those under the prefix that have a data
-        key (a read of the small key table; a shard without live items adds a form nothing
-        matches); else the distinct shard keys of the live items under the prefix."""
+        :meth:`StoreStatements.prefix_params`) hashes its terms for: the one it names; else
+        the distinct shard keys of the items under the prefix, wherever the key store
+        is (a shard whose key is gone while its items stay is among them, and
+        :meth:`keys_plan` raises for it)."""
         if "shard" in base:
             return [base["shard"]]
-        if self.local:
-            root = store_owner(base["ns"])
-            owners = yield from keys_sql.owners_under_plan(self.keyring.keystore.dialect, root)
-            return [o[len(store_owner("")) :] for o in owners]
-        [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements, False), base, fetch=True)])
+        [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements), base, fetch=True)])
         return [str(r[0]) for r in rows]
+
+    def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
+        """The data keys of ``shards`` that have one (with a key store of its own, all
+        asked for at once). A shard with sealed items and no data key (destroyed, its rows
+        still there) raises :class:`KeyMissingError`, as reading one of its items does, also
+        where this process still holds the destroyed key (it is dropped): no query or
+        filter can match what that key hashed."""
+        keys: list[DataKey] = []
+        needed: list[str] = []
+        keyless: list[str] = []
+        for shard in sorted(set(shards)):
+            try:
+                key = yield from self.owner_key_plan(shard, create=False)
+            except KeysNeeded as need:
+                needed.extend(need.owners)
+                continue
+            if key is None:
+                keyless.append(shard)
+            else:
+                keys.append(key)
+        if needed:
+            raise KeysNeeded(owners=needed)
+        for shard in keyless:
+            [rows] = yield Batch(
+                [Stmt(sealed_sql.sealed_in_shard(statements), {"shard": shard}, fetch=True)]
+            )
+            if rows:
+                self.keyring.forget([store_owner(shard)])
+                yield from self.ids_plan(bytes(r[0]) for r in rows)
+        return keys
 
     def term_forms_plan(
         self, statements: StoreStatements, terms: list[str], shards: Iterable[str]
     ) -> Plan[list[list[str]]]:
         """Per query term, what the index stores for it in each of ``shards``: its keyed
         hash under each shard's data key (and the term itself with ``allow_plaintext``,
-        for rows not yet encrypted). A shard with sealed items and no data key (destroyed,
-        its rows still there) raises :class:`KeyMissingError`, as reading one of its items
-        does: no query can match what its key hashed."""
-        keys: list[DataKey] = []
-        for shard in sorted(set(shards)):
-            key = yield from self.owner_key_plan(shard, create=False)
-            if key is not None:
-                keys.append(key)
-                continue
-            [rows] = yield Batch(
-                [Stmt(sealed_sql.sealed_in_shard(statements), {"shard": shard}, fetch=True)]
-            )
-            yield from self.ids_plan(bytes(r[0]) for r in rows)
+        for rows not yet encrypted); :class:`KeyMissingError` as :meth:`keys_plan`."""
+        keys = yield from self.keys_plan(statements, shards)
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
         return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]
