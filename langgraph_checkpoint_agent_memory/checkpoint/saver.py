@@ -142,6 +142,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         setting = resolve(encryption)
         self.keyring = setting.open_keyring(database) if setting is not None else None
         self._sealer = Sealer(self.keyring) if self.keyring is not None else None
+        self.encrypted = self.keyring is not None
         if self.keyring is not None and self.keyring.keystore.db is database:
             self.components = (CHECKPOINT, KEYS)  # the key table comes with the setup
         self.strategy: Strategy = validate_strategy(strategy)

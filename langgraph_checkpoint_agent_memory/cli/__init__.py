@@ -71,8 +71,11 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
     try:
-        # with the master key configured, the store's sealer: sealed rows are indexed too
-        applied = migrate(store.db, COMPONENTS, store.shard_depth, store.sealer)
+        # with the master key configured, the store's sealer: sealed rows are indexed too,
+        # and the database is marked encrypted (without it, an encrypted one is refused)
+        applied = migrate(
+            store.db, COMPONENTS, store.shard_depth, store.sealer, store.keyring is not None
+        )
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}
