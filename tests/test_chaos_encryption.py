@@ -32,6 +32,7 @@ from langgraph.store.base import GetOp, PutOp
 from langgraph_checkpoint_agent_memory import (
     AgentMemory,
     DecryptionError,
+    Encryption,
     EncryptionError,
     SQLSaver,
     create_store,
@@ -169,7 +170,7 @@ CALLS: dict[str, Callable[[str, Any], None]] = {
     "memory.arecord": lambda u, s: with_memory(u, s, lambda m: asyncio.run(m.arecord(ALICE, SAID))),
 }
 
-KEYS = st.sampled_from(["no key", "the environment without it"])
+KEYS = st.sampled_from(["no key", "the environment without it", "a wrong master key"])
 
 
 @settings(
@@ -298,3 +299,29 @@ def test_a_process_without_setup_marks_the_database_with_its_first_write(
         close()
     with pytest.raises(EncryptionError, match="without its master key"):
         again(url, False)
+
+
+@pytest.mark.parametrize("keystore", ["the data's database", "a database of its own"])
+def test_a_wrong_master_key_wraps_nothing(url: str, tmp_path: Path, keystore: str) -> None:
+    def setting(master: str) -> Any:
+        if keystore == "the data's database":
+            return master
+        return Encryption(master_keys=[master], keystore_url=f"sqlite:///{tmp_path / 'k.db'}")
+
+    right, wrong = generate_master_key(), generate_master_key()
+    fill(url, setting(right))
+    keys = f"sqlite:///{tmp_path / 'k.db'}" if keystore != "the data's database" else url
+    held = query(keys, "SELECT key_id, owner, wrapped FROM am_keys")
+    before = snapshot(url)
+    for name in ("store.put for a new user", "graph.invoke on a new thread", "store.aput"):
+        with pytest.raises(DecryptionError, match="cannot unwrap"):
+            CALLS[name](url, setting(wrong))
+    assert query(keys, "SELECT key_id, owner, wrapped FROM am_keys") == held
+    assert snapshot(url) == before
+    # a rotation's pair (the new key first) wraps new keys: the old one unwraps the held ones
+    pair = setting(right)
+    if isinstance(pair, Encryption):
+        pair = Encryption(master_keys=[wrong, right], keystore_url=pair.keystore_url)
+    else:
+        pair = Encryption(master_keys=[wrong, right])
+    CALLS["store.put for a new user"](url, pair)

@@ -145,6 +145,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         self.encrypted = self.keyring is not None
         if self.keyring is not None and self.keyring.keystore.db is database:
             self.components = (CHECKPOINT, KEYS)  # the key table comes with the setup
+            self.key_check = self.keyring.provider_check_plan  # and the master key's check
         self.strategy: Strategy = validate_strategy(strategy)
         self.keep_last = validate_keep_last(keep_last)
         self.db = database

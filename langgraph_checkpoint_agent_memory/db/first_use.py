@@ -77,6 +77,11 @@ class SchemaOnFirstUse:
     #: without setup found an encrypted owner on an unmarked database).
     _mark_owed: bool = False
 
+    #: Where the key store is this owner's database: the check that the master key
+    #: unwraps the keys it holds, run by setup (so the first key made costs no extra round
+    #: trip for it).
+    key_check: Callable[[], Plan[None]] | None = None
+
     def _setup_plan(self) -> Plan[Any]:
         """What ``setup()`` runs: the components' migrations (and, for an owner that adds
         to it, whatever else it keeps in the database)."""
@@ -88,6 +93,8 @@ class SchemaOnFirstUse:
             self.row_sealer,
             self.encrypted,
         )
+        if self.key_check is not None:
+            yield from self.key_check()
         return applied
 
     def _probe_plan(self) -> Plan[Any]:
