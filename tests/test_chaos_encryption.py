@@ -213,6 +213,7 @@ def test_the_right_key_still_reads_and_writes(sealed: tuple[str, str]) -> None:
         ["scopes"],
         ["context", "user=alice", "where"],
         ["stats"],
+        ["migrate"],
     ],
 )
 def test_the_cli_without_the_key_says_so_in_one_line(
@@ -272,9 +273,10 @@ def test_a_database_encrypted_before_the_mark_is_refused_too(url: str, component
         call(url, False)
 
 
+@pytest.mark.parametrize("way", ["sync", "async"])
 @pytest.mark.parametrize("component", ["saver", "store"])
 def test_a_process_without_setup_marks_the_database_with_its_first_write(
-    url: str, component: str
+    url: str, component: str, way: str
 ) -> None:
     master = generate_master_key()
     assert main(["migrate", "--url", url]) == 0  # the schema set up without the key
@@ -282,11 +284,19 @@ def test_a_process_without_setup_marks_the_database_with_its_first_write(
         saver = sql_checkpointer(url, encryption=master, auto_setup=False)
         read: Callable[[], Any] = lambda: saver.get_tuple(config_for("t1"))  # noqa: E731
         write: Callable[[], Any] = lambda: invoke(saver, "t1")  # noqa: E731
+        if way == "async":
+            read = lambda: asyncio.run(saver.aget_tuple(config_for("t1")))  # noqa: E731
+            write = lambda: ainvoke(saver, "t1")  # noqa: E731
         close, again = saver.close, CALLS["saver.get_tuple"]
     else:
         store = create_store(url, encryption=master, auto_setup=False)
         read = lambda: store.get(("docs", "alice"), "d1")  # noqa: E731
         write = lambda: store.put(("docs", "alice"), "d1", {"text": "secret"})  # noqa: E731
+        if way == "async":
+            read = lambda: asyncio.run(store.aget(("docs", "alice"), "d1"))  # noqa: E731
+            write = lambda: asyncio.run(  # noqa: E731
+                store.aput(("docs", "alice"), "d1", {"text": "secret"})
+            )
         close, again = store.close, CALLS["store.get"]
     marked = "SELECT COUNT(*) FROM am_settings WHERE name = 'encrypted_at_rest'"
     try:

@@ -23,13 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
-from langgraph_checkpoint_agent_memory.db.database import (
-    Batch,
-    Database,
-    Migration,
-    Plan,
-    Stmt,
-)
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.distribution import distribute_plan
 from langgraph_checkpoint_agent_memory.db.encryption_mark import (
