@@ -19,6 +19,7 @@ key wraps nothing in a key store of its own either.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,32 +94,52 @@ def snapshot(url: str) -> dict[str, list[str]]:
 # -- the calls ------------------------------------------------------------------------------
 
 
-def with_saver(url: str, setting: Any, call: Callable[[SQLSaver], Any]) -> None:
-    saver = sql_checkpointer(url, encryption=setting)
+#: Opened without the key and without setup (``auto_setup=False``), as the CLI's reads are.
+NO_SETUP = {"encryption": False, "auto_setup": False}
+
+
+def opened(thing: Any, call: Callable[[Any], Any]) -> None:
+    """``call(thing)``, then ``thing`` closed; a coroutine ``call`` returns is awaited and
+    ``thing`` closed in one event loop (an async pool belongs to the loop it opened in)."""
     try:
-        call(saver)
-    finally:
-        saver.close()
+        result = call(thing)
+    except BaseException:
+        thing.close()
+        raise
+    if not inspect.isawaitable(result):
+        thing.close()
+        return
+
+    async def finish() -> None:
+        try:
+            await result
+        finally:
+            await thing.aclose()
+
+    asyncio.run(finish())
+
+
+def options(setting: Any) -> dict[str, Any]:
+    return setting if isinstance(setting, dict) else {"encryption": setting}
+
+
+def with_saver(url: str, setting: Any, call: Callable[[SQLSaver], Any]) -> None:
+    opened(sql_checkpointer(url, **options(setting)), call)
 
 
 def with_store(url: str, setting: Any, call: Callable[[Any], Any]) -> None:
-    store = create_store(url, encryption=setting)
-    try:
-        call(store)
-    finally:
-        store.close()
+    opened(create_store(url, **options(setting)), call)
 
 
 def with_memory(url: str, setting: Any, call: Callable[[AgentMemory[Any]], Any]) -> None:
     with_store(url, setting, lambda store: call(AgentMemory(store)))
 
 
+TURN = {"messages": [HumanMessage("hi")]}
+
+
 def invoke(saver: SQLSaver, thread: str) -> Any:
-    return graph(saver).invoke({"messages": [HumanMessage("hi")]}, config_for(thread))
-
-
-def ainvoke(saver: SQLSaver, thread: str) -> Any:
-    return asyncio.run(graph(saver).ainvoke({"messages": [HumanMessage("hi")]}, config_for(thread)))
+    return graph(saver).invoke(TURN, config_for(thread))
 
 
 SAID = [{"role": "user", "content": "I like tea"}]
@@ -126,15 +147,15 @@ SAID = [{"role": "user", "content": "I like tea"}]
 CALLS: dict[str, Callable[[str, Any], None]] = {
     "saver.get_tuple": lambda u, s: with_saver(u, s, lambda v: v.get_tuple(config_for("t1"))),
     "saver.list": lambda u, s: with_saver(u, s, lambda v: list(v.list(config_for("t1")))),
-    "saver.aget_tuple": lambda u, s: with_saver(
-        u, s, lambda v: asyncio.run(v.aget_tuple(config_for("t1")))
-    ),
+    "saver.aget_tuple": lambda u, s: with_saver(u, s, lambda v: v.aget_tuple(config_for("t1"))),
     "saver.put on a new thread": lambda u, s: with_saver(
         u, s, lambda v: v.put(config_for("new"), make_checkpoint({"x": "y"}), {}, {"x": 1})
     ),
     "graph.invoke": lambda u, s: with_saver(u, s, lambda v: invoke(v, "t1")),
     "graph.invoke on a new thread": lambda u, s: with_saver(u, s, lambda v: invoke(v, "new")),
-    "graph.ainvoke on a new thread": lambda u, s: with_saver(u, s, lambda v: ainvoke(v, "new")),
+    "graph.ainvoke on a new thread": lambda u, s: with_saver(
+        u, s, lambda v: graph(v).ainvoke(TURN, config_for("new"))
+    ),
     "store.get": lambda u, s: with_store(u, s, lambda t: t.get(("docs", "alice"), "d1")),
     "store.search": lambda u, s: with_store(u, s, lambda t: t.search(("docs",), query="passport")),
     "store.search with a filter": lambda u, s: with_store(
@@ -149,25 +170,25 @@ CALLS: dict[str, Callable[[str, Any], None]] = {
         lambda t: t.batch([GetOp(("docs", "alice"), "d1"), PutOp(("docs", "bob"), "d", {})]),
     ),
     "store.asearch": lambda u, s: with_store(
-        u, s, lambda t: asyncio.run(t.asearch(("docs",), query="passport"))
+        u, s, lambda t: t.asearch(("docs",), query="passport")
     ),
     "store.aput": lambda u, s: with_store(
-        u, s, lambda t: asyncio.run(t.aput(("docs", "bob"), "d2", {"text": "hello"}))
+        u, s, lambda t: t.aput(("docs", "bob"), "d2", {"text": "hello"})
     ),
     "memory.facts": lambda u, s: with_memory(u, s, lambda m: m.facts(ALICE)),
-    "memory.afacts": lambda u, s: with_memory(u, s, lambda m: asyncio.run(m.afacts(ALICE))),
+    "memory.afacts": lambda u, s: with_memory(u, s, lambda m: m.afacts(ALICE)),
     "memory.recall": lambda u, s: with_memory(u, s, lambda m: m.recall(ALICE, "where")),
     "memory.build_context": lambda u, s: with_memory(
         u, s, lambda m: m.build_context(ALICE, "where do I live")
     ),
     "memory.consolidate": lambda u, s: with_memory(u, s, lambda m: m.consolidate()),
     "memory.episodes": lambda u, s: with_memory(u, s, lambda m: m.episodes(ALICE)),
-    "memory.aepisodes": lambda u, s: with_memory(u, s, lambda m: asyncio.run(m.aepisodes(ALICE))),
+    "memory.aepisodes": lambda u, s: with_memory(u, s, lambda m: m.aepisodes(ALICE)),
     "memory.record": lambda u, s: with_memory(u, s, lambda m: m.record(ALICE, SAID)),
     "memory.record for a new user": lambda u, s: with_memory(
         u, s, lambda m: m.record({"user_id": "bob"}, SAID)
     ),
-    "memory.arecord": lambda u, s: with_memory(u, s, lambda m: asyncio.run(m.arecord(ALICE, SAID))),
+    "memory.arecord": lambda u, s: with_memory(u, s, lambda m: m.arecord(ALICE, SAID)),
 }
 
 KEYS = st.sampled_from(["no key", "the environment without it", "a wrong master key"])
@@ -259,14 +280,22 @@ def test_a_database_encrypted_before_the_mark_is_refused_too(url: str, component
     if component == "checkpoint":
         with_saver(url, master, lambda v: invoke(v, "t1"))
         call = CALLS["saver.get_tuple"]
+        unset: Callable[[], None] = lambda: with_saver(  # noqa: E731
+            url, NO_SETUP, lambda v: v.get_tuple(config_for("t1"))
+        )
     else:
         with_store(url, master, lambda t: t.put(("docs", "alice"), "d1", {"text": "secret"}))
         call = CALLS["store.get"]
+        unset = lambda: with_store(  # noqa: E731
+            url, NO_SETUP, lambda t: t.get(("docs", "alice"), "d1")
+        )
     _forget_the_mark(url, component)
     before = snapshot(url)
     for _ in range(2):  # the refused migration is rolled back, and found again
         with pytest.raises(EncryptionError, match="without its master key"):
             call(url, False)
+        with pytest.raises(EncryptionError, match="without its master key"):
+            unset()  # without setup: the sealed rows are found all the same
         assert snapshot(url) == before
     call(url, master)  # with the key: migrated and marked
     with pytest.raises(EncryptionError, match="without its master key"):
@@ -280,33 +309,39 @@ def test_a_process_without_setup_marks_the_database_with_its_first_write(
 ) -> None:
     master = generate_master_key()
     assert main(["migrate", "--url", url]) == 0  # the schema set up without the key
+    doc = ("docs", "alice"), "d1"
+    thing: Any
     if component == "saver":
-        saver = sql_checkpointer(url, encryption=master, auto_setup=False)
-        read: Callable[[], Any] = lambda: saver.get_tuple(config_for("t1"))  # noqa: E731
-        write: Callable[[], Any] = lambda: invoke(saver, "t1")  # noqa: E731
-        if way == "async":
-            read = lambda: asyncio.run(saver.aget_tuple(config_for("t1")))  # noqa: E731
-            write = lambda: ainvoke(saver, "t1")  # noqa: E731
-        close, again = saver.close, CALLS["saver.get_tuple"]
-    else:
-        store = create_store(url, encryption=master, auto_setup=False)
-        read = lambda: store.get(("docs", "alice"), "d1")  # noqa: E731
-        write = lambda: store.put(("docs", "alice"), "d1", {"text": "secret"})  # noqa: E731
-        if way == "async":
-            read = lambda: asyncio.run(store.aget(("docs", "alice"), "d1"))  # noqa: E731
-            write = lambda: asyncio.run(  # noqa: E731
-                store.aput(("docs", "alice"), "d1", {"text": "secret"})
+        thing = saver = sql_checkpointer(url, encryption=master, auto_setup=False)
+        calls: Any = (
+            (lambda: saver.get_tuple(config_for("t1")), lambda: invoke(saver, "t1"))
+            if way == "sync"
+            else (
+                lambda: saver.aget_tuple(config_for("t1")),
+                lambda: graph(saver).ainvoke(TURN, config_for("t1")),
             )
-        close, again = store.close, CALLS["store.get"]
+        )
+        again = CALLS["saver.get_tuple"]
+    else:
+        thing = store = create_store(url, encryption=master, auto_setup=False)
+        value = {"text": "secret"}
+        calls = (
+            (lambda: store.get(*doc), lambda: store.put(*doc, value))
+            if way == "sync"
+            else (lambda: store.aget(*doc), lambda: store.aput(*doc, value))
+        )
+        again = CALLS["store.get"]
     marked = "SELECT COUNT(*) FROM am_settings WHERE name = 'encrypted_at_rest'"
-    try:
-        read()
-        assert query(url, marked) == [(0,)]  # a read writes nothing
-        write()
-        assert query(url, marked) == [(1,)]
-        write()
-    finally:
-        close()
+
+    async def steps(_: Any) -> None:
+        read, write = calls
+        for call, marks in ((read, 0), (write, 1), (write, 1)):  # a read writes nothing
+            done = call()
+            if way == "async":
+                await done
+            assert query(url, marked) == [(marks,)]
+
+    opened(thing, steps)
     with pytest.raises(EncryptionError, match="without its master key"):
         again(url, False)
 

@@ -18,6 +18,7 @@ of an encrypted database; it needs the master key all the same.)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -87,20 +88,32 @@ def marked_plan(dialect: Dialect) -> Plan[bool]:
     return bool(rows)
 
 
-def mark_if_sealed(
-    table: sa.Table, sealed: Callable[[], Any]
-) -> Callable[[Dialect, int], Plan[int]]:
-    """A migration's rows plan: mark the database when ``table`` holds a row that
-    ``sealed()`` (a condition on its columns) says is sealed; 1 when it did, else 0."""
+@dataclass(frozen=True)
+class SealedRows:
+    """Where a component's sealed rows show: ``table``, and the condition on its columns
+    (``sealed()``) that a row is sealed."""
 
-    def rows(dialect: Dialect, shard_depth: int) -> Plan[int]:
+    table: sa.Table
+    sealed: Callable[[], Any]
+
+    def found_plan(self, dialect: Dialect, *, hold: bool = False) -> Plan[bool]:
+        """Whether the table holds a sealed row (one row read at most)."""
         find = dialect.sql(
-            ("sealed_row", table.name),
-            lambda: sa.select(sa.literal_column("1")).select_from(table).where(sealed()).limit(1),
+            ("sealed_row", self.table.name),
+            lambda: (
+                sa.select(sa.literal_column("1"))
+                .select_from(self.table)
+                .where(self.sealed())
+                .limit(1)
+            ),
         )
-        [found] = yield Batch([Stmt(find, fetch=True)], hold=True)
-        if found:
-            yield Batch([mark_statement(dialect)], hold=True)
-        return len(found)
+        [found] = yield Batch([Stmt(find, fetch=True)], hold=hold)
+        return bool(found)
 
-    return rows
+    def mark_plan(self, dialect: Dialect, shard_depth: int) -> Plan[int]:
+        """A migration's rows plan: mark the database when the table holds a sealed row;
+        1 when it did, else 0."""
+        if not (yield from self.found_plan(dialect, hold=True)):
+            return 0
+        yield Batch([mark_statement(dialect)], hold=True)
+        return 1

@@ -24,6 +24,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
     STORE,
     Component,
     migrate_plan,
+    sealed_unmarked_plan,
 )
 from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 
@@ -105,6 +106,8 @@ class SchemaOnFirstUse:
         yield from detect_plan(self.dialect)
         if self.encrypted is not None:
             marked = yield from marked_plan(self.dialect)
+            if not (marked or self.encrypted):  # encrypted before the mark, not migrated?
+                marked = yield from sealed_unmarked_plan(self.dialect, self.components)
             if marked and not self.encrypted:
                 raise refused()
             self._mark_owed = self.encrypted and not marked

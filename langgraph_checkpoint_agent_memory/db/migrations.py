@@ -27,7 +27,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migra
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.distribution import distribute_plan
 from langgraph_checkpoint_agent_memory.db.encryption_mark import (
-    mark_if_sealed,
+    SealedRows,
     settings_ddl,
     settle_plan,
 )
@@ -213,6 +213,12 @@ def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     return build
 
 
+#: Sealed rows of the checkpointer (metadata sealed as text) and of the store.
+SEALED_CHECKPOINTS = SealedRows(checkpoints, lambda: checkpoints.c.metadata.like("!%"))
+SEALED_ITEMS = SealedRows(store_items, lambda: store_items.c.sealed.is_not(None))
+#: The migration of each component that marks a database encrypted before the mark existed.
+MARK_STEPS = {"checkpoint": (4, SEALED_CHECKPOINTS), "store": (10, SEALED_ITEMS)}
+
 CHECKPOINT = Component(
     "checkpoint",
     1,
@@ -228,7 +234,7 @@ CHECKPOINT = Component(
             4,
             "encryption mark",
             lambda d: [settings_ddl(d)],
-            rows=mark_if_sealed(checkpoints, lambda: checkpoints.c.metadata.like("!%")),
+            rows=SEALED_CHECKPOINTS.mark_plan,
         ),
     ),
 )
@@ -295,7 +301,7 @@ STORE = Component(
             10,
             "encryption mark",
             lambda d: [],
-            rows=mark_if_sealed(store_items, lambda: store_items.c.sealed.is_not(None)),
+            rows=SEALED_ITEMS.mark_plan,
         ),
     ),
     _store_backfill,
@@ -577,6 +583,27 @@ def _shard_rule(
         return recorded, None
     depth = asked or DEFAULT_SHARD_DEPTH
     return depth, {"b_name": "shard_depth", "b_value": str(depth)}
+
+
+def sealed_unmarked_plan(dialect: Dialect, components: Sequence[Component]) -> Plan[bool]:
+    """Whether the database holds sealed rows of ``components`` that their migration which
+    marks such a database (:data:`MARK_STEPS`) has not seen: a database encrypted before
+    the mark, opened without setup. Reads only."""
+    applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
+    try:
+        [rows] = yield Batch([Stmt(applied_sql, fetch=True)])
+    except Exception:  # no ledger: nothing of ours is here
+        return False
+    done = {int(v) for (v,) in rows}
+    for component in components:
+        version, sealed = MARK_STEPS.get(component.name, (0, None))
+        if sealed is not None and component.ledger_id(version) not in done:
+            try:
+                if (yield from sealed.found_plan(dialect)):
+                    return True
+            except Exception:  # the component's tables are not there
+                continue
+    return False
 
 
 def installed_plan(dialect: Dialect) -> Plan[set[str]]:
