@@ -43,7 +43,8 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
 )
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
-from tests.helpers import FakeClock, config_for, make_checkpoint
+from tests.helpers import FakeClock, config_for, make_checkpoint, sql_checkpointer
+from tests.pg import backend_url
 
 # -- helpers --------------------------------------------------------------------------------
 
@@ -147,9 +148,18 @@ def make_memory_saver() -> Callable[..., TimedInMemorySaver]:
 
 
 def test_a_conversation_reads_back_as_without_encryption(
-    make_saver: Callable[..., SQLSaver], master: str
+    make_saver: Callable[..., SQLSaver],
+    master: str,
+    backend: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    sealed, plain = make_saver(encryption=master), make_saver(encryption=False)
+    sealed = make_saver(encryption=master)
+    # a database of its own: an encrypted one refuses a saver without the key
+    plain_url = backend_url(request, backend, tmp_path / "plain.db")
+    assert plain_url is not None
+    plain = sql_checkpointer(plain_url, encryption=False)
+    request.addfinalizer(plain.close)
     assert sealed.keyring is not None and plain.keyring is None
     graphs = graph(sealed), graph(plain)
     for turn in range(5):
@@ -508,7 +518,8 @@ def test_the_hot_path_keeps_its_round_trips(
     """Once a thread's key is in memory, put, put_writes, get_tuple and list send as many
     batches with encryption as without."""
     per_saver = []
-    for i, setting in enumerate((master, False)):
+    # without encryption first: once encrypted, the database refuses a saver without the key
+    for i, setting in enumerate((False, master)):
         saver = make_saver(encryption=setting)
         thread = f"hot{i}"
         parent = saver.put(config_for(thread), make_checkpoint({"x": "y" * 300}), {}, {"x": 1})

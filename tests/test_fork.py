@@ -201,7 +201,7 @@ def test_a_store_without_a_database_file_is_copied_into_the_child() -> None:
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        ("langgraph_checkpoint_agent_memory.db.migrations", "_SETUP_LOCK"),
+        ("langgraph_checkpoint_agent_memory.db.first_use", "_SETUP_LOCK"),
         ("langgraph_checkpoint_agent_memory.settings", "_lock"),
     ],
 )

@@ -16,7 +16,13 @@ from langgraph_checkpoint_agent_memory.memory import AgentMemory
 from tests.helpers import sql_checkpointer
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CHECKPOINT_TABLES = {"am_checkpoints", "am_checkpoint_blobs", "am_checkpoint_writes", "am_threads"}
+CHECKPOINT_TABLES = {
+    "am_checkpoints",
+    "am_checkpoint_blobs",
+    "am_checkpoint_writes",
+    "am_threads",
+    "am_settings",  # where the database records that it is encrypted
+}
 STORE_TABLES = {
     "am_store_items",
     "am_store_vectors",
@@ -37,6 +43,7 @@ CURRENT = {
     1001,
     1002,
     1003,
+    1004,
     2001,
     2002,
     2003,
@@ -46,6 +53,7 @@ CURRENT = {
     2007,
     2008,
     2009,
+    2010,
     3001,
     3002,
     3003,
@@ -91,7 +99,7 @@ def test_each_component_creates_only_its_tables(database_url: str) -> None:
     finally:
         saver.close()
     assert tables(database_url) == CHECKPOINT_TABLES | {"am_migrations"}
-    assert ledger(database_url) == {1001, 1002, 1003}
+    assert ledger(database_url) == {1001, 1002, 1003, 1004}
 
     store = create_store(database_url)
     try:
@@ -114,7 +122,7 @@ def test_a_store_alone_has_no_checkpoint_or_memory_tables(database_url: str) -> 
     finally:
         store.close()
     assert tables(database_url) == STORE_TABLES | {"am_migrations"}
-    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009}
+    assert ledger(database_url) == {2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010}
 
 
 def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(
@@ -139,9 +147,9 @@ def test_a_database_of_the_global_migration_list_upgrades_and_keeps_its_data(
         assert (fact.attribute, fact.value) == ("city", "Munich")
     finally:
         store.close()
-    # mapped, nothing re-applied (the DDL would have failed); the checkpoint's third
-    # migration waits for a checkpointer
-    assert ledger(url) == CURRENT - {1003}
+    # mapped, nothing re-applied (the DDL would have failed); the checkpoint's third and
+    # fourth migrations wait for a checkpointer
+    assert ledger(url) == CURRENT - {1003, 1004}
     descriptions = dict(query(url, "SELECT version, description FROM am_migrations"))
     assert descriptions[1002] == "checkpoint one-statement writes"
     assert descriptions[2003] == "store lexical index"

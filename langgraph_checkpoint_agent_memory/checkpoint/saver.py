@@ -142,8 +142,10 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         setting = resolve(encryption)
         self.keyring = setting.open_keyring(database) if setting is not None else None
         self._sealer = Sealer(self.keyring) if self.keyring is not None else None
+        self.encrypted = self.keyring is not None
         if self.keyring is not None and self.keyring.keystore.db is database:
             self.components = (CHECKPOINT, KEYS)  # the key table comes with the setup
+            self.key_check = self.keyring.provider_check_plan  # and the master key's check
         self.strategy: Strategy = validate_strategy(strategy)
         self.keep_last = validate_keep_last(keep_last)
         self.db = database

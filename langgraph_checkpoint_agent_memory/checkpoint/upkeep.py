@@ -28,7 +28,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, owner_o
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owner
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db.database import Plan, T, adrive, drive
-from langgraph_checkpoint_agent_memory.db.migrations import CheckpointSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.first_use import CheckpointSchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of

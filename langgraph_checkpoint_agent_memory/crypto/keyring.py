@@ -22,7 +22,11 @@ from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
 from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
-from langgraph_checkpoint_agent_memory.errors import EncryptionError, KeyMissingError
+from langgraph_checkpoint_agent_memory.errors import (
+    DecryptionError,
+    EncryptionError,
+    KeyMissingError,
+)
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
@@ -100,6 +104,9 @@ class Keyring:
         self._inflight: dict[tuple[int, str], asyncio.Future[DataKey | None]] = {}
         self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[str, DataKey] = OrderedDict()
+        #: Whether the provider was found to unwrap the key store's keys (or the key store
+        #: held none): checked once, before the first key this keyring wraps.
+        self._provider_checked = False
 
     # -- the cache -------------------------------------------------------------------------
 
@@ -159,11 +166,36 @@ class Keyring:
         if row is None:
             if not create:
                 return None
+            yield from self.provider_check_plan()
             fresh, key = self._fresh(owner)
             row = yield from sqlk.create_plan(self.keystore.dialect, fresh)
             if row.key_id == fresh.key_id:
                 return self._remember(key, owner_checked=True)
         return self._remember(self._unwrapped(row), owner_checked=True)
+
+    def provider_check_plan(self) -> Plan[None]:
+        """Before this keyring wraps its first key: the provider must unwrap a key the key
+        store holds already (the first by id), so that a wrong master key wraps nothing.
+        Once per keyring: the setup of a saver or store whose key store is its own
+        database runs it, else the first key made does.
+
+        Raises:
+            DecryptionError: It does not (a wrong master key, or the new one of a rotation
+                given without the old one while keys are still wrapped by the old one).
+        """
+        if self._provider_checked:
+            return
+        held = yield from sqlk.page_plan(self.keystore.dialect, "", 1)
+        if held:
+            try:
+                self._unwrapped(held[0])
+            except DecryptionError as exc:
+                raise DecryptionError(
+                    "the master key given cannot unwrap the data keys the key store "
+                    f"({self.keystore.describe()}) holds, so no new key is wrapped with it: "
+                    f"give the master key they were wrapped with ({exc})"
+                ) from None
+        self._provider_checked = True
 
     def _fresh(self, owner: str) -> tuple[sqlk.KeyRow, DataKey]:
         """A new key of ``owner``: its row (wrapped) and the key itself."""
@@ -194,6 +226,7 @@ class Keyring:
                     found = self._remember(self._unwrapped(row), owner_checked=True)
             if found is not None:
                 return found, (yield from write(found))
+            yield from self.provider_check_plan()
             row, key = self._fresh(owner)
             try:
                 stored, value = yield from sqlk.carrying_plan(dialect, row, write(key))

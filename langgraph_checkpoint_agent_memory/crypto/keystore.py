@@ -16,7 +16,8 @@ from typing import Any
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
-from langgraph_checkpoint_agent_memory.db.migrations import KEYS, Component, SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import KEYS, Component
 
 #: The environment variable naming the key store's own database.
 KEYSTORE_URL_ENV = "AGENT_MEMORY_KEYSTORE_URL"

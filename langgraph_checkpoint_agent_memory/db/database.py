@@ -68,6 +68,62 @@ def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = Fals
     return Batch([Stmt(sql, params, fetch=fetch)], write=write)
 
 
+def carry_plan(
+    head: Stmt,
+    plan: Plan[T],
+    lost: Callable[[Exception], Exception | None] | None = None,
+) -> Plan[tuple[bool, T]]:
+    """Run ``plan`` with ``head`` at the start of its first transaction that may write
+    (a batch that writes, locks or holds), and of each later one until one commits: what
+    ``head`` writes commits with the plan's first write, in its round trip, and never
+    without it.
+
+    Args:
+        head: The statement carried (its result is not passed to ``plan``).
+        plan: The plan.
+        lost: For a failed transaction that carried ``head``: the error to raise instead
+            of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
+
+    Returns:
+        Whether a transaction carrying ``head`` committed, and the plan's value.
+    """
+    # carrying: the open transaction holds head; stored: a transaction with it committed
+    stored = carrying = in_tx = False
+    try:
+        batch = next(plan)
+        while True:
+            carry = not stored and not in_tx and (batch.write or batch.hold or batch.lock)
+            sent = batch
+            if carry:
+                sent = Batch(
+                    [head, *batch.statements],
+                    write=batch.write,
+                    lock=batch.lock,
+                    hold=batch.hold,
+                    rollback=batch.rollback,
+                )
+                carrying = True
+            try:
+                results = yield sent
+            except Exception as exc:  # the driver rolled the transaction back
+                failure = lost(exc) if carrying and lost is not None else None
+                in_tx = carrying = False
+                if failure is not None:
+                    plan.close()
+                    raise failure from exc
+                batch = plan.throw(exc)
+                continue
+            if carry:
+                results = results[1:]
+            in_tx = batch.hold
+            if not in_tx:
+                stored = stored or (carrying and not batch.rollback)
+                carrying = False
+            batch = plan.send(results)
+    except StopIteration as stop:
+        return stored, stop.value
+
+
 @dataclass
 class Migration:
     """One schema version: statements applied in order, in one transaction where the

@@ -314,6 +314,14 @@ class HanaDialect(Dialect):
         )
         return sa.insert(table).from_select(list(cols), fresh)
 
+    def unless_exists(self, table: str, create: str) -> str:
+        # raw: an anonymous SQLScript block (conditional DDL), no Core form
+        return (
+            "DO BEGIN DECLARE found INTEGER; SELECT COUNT(*) INTO found FROM TABLES "
+            f"WHERE SCHEMA_NAME = CURRENT_SCHEMA AND TABLE_NAME = '{table.upper()}'; "
+            f"IF :found = 0 THEN EXEC '{create.replace(chr(39), chr(39) * 2)}'; END IF; END"
+        )
+
     def create_if_missing(self, create: Sql) -> Any:
         found = yield Batch(
             [

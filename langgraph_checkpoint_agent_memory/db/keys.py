@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 
-from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, carry_plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
 from langgraph_checkpoint_agent_memory.db.schema import data_keys
 
@@ -131,41 +131,11 @@ def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bo
         ),
         dict(zip(_PARAMS, row, strict=True)),
     )
-    # carrying: the open transaction holds the insert; stored: a transaction with it committed
-    stored = carrying = in_tx = False
-    try:
-        batch = next(plan)
-        while True:
-            carry = not stored and not in_tx and (batch.write or batch.hold or batch.lock)
-            sent = batch
-            if carry:
-                sent = Batch(
-                    [head, *batch.statements],
-                    write=batch.write,
-                    lock=batch.lock,
-                    hold=batch.hold,
-                    rollback=batch.rollback,
-                )
-                carrying = True
-            try:
-                results = yield sent
-            except Exception as exc:  # the driver rolled the transaction back
-                lost = carrying and dialect.unique_violation(exc, _OWNER_INDEX)
-                in_tx = carrying = False
-                if lost:
-                    plan.close()
-                    raise KeyTaken(row.owner) from exc
-                batch = plan.throw(exc)
-                continue
-            if carry:
-                results = results[1:]
-            in_tx = batch.hold
-            if not in_tx:
-                stored = stored or (carrying and not batch.rollback)
-                carrying = False
-            batch = plan.send(results)
-    except StopIteration as stop:
-        return stored, stop.value
+
+    def lost(exc: Exception) -> Exception | None:
+        return KeyTaken(row.owner) if dialect.unique_violation(exc, _OWNER_INDEX) else None
+
+    return (yield from carry_plan(head, plan, lost))
 
 
 def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:

@@ -15,7 +15,6 @@ versions and applies the missing ones, each in order.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,10 +23,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
-from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt, T
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.db.distribution import detect_plan, distribute_plan
+from langgraph_checkpoint_agent_memory.db.distribution import distribute_plan
+from langgraph_checkpoint_agent_memory.db.encryption_mark import (
+    SealedRows,
+    settings_ddl,
+    settle_plan,
+)
 from langgraph_checkpoint_agent_memory.db.row_migrations import (
     STORE_TABLES,
     convert_existing_vectors,
@@ -42,6 +45,7 @@ from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.schema import (
     CHECKPOINT_TABLES,
     MEMORY_TABLES,
+    checkpoints,
     data_keys,
     memory_erasures,
     migrations,
@@ -225,6 +229,12 @@ def _rekey(tables: Sequence[sa.Table]) -> Callable[[Dialect], list[str]]:
     return build
 
 
+#: Sealed rows of the checkpointer (metadata sealed as text) and of the store.
+SEALED_CHECKPOINTS = SealedRows(checkpoints, lambda: checkpoints.c.metadata.like("!%"))
+SEALED_ITEMS = SealedRows(store_items, lambda: store_items.c.sealed.is_not(None))
+#: The migration of each component that marks a database encrypted before the mark existed.
+MARK_STEPS = {"checkpoint": (4, SEALED_CHECKPOINTS), "store": (10, SEALED_ITEMS)}
+
 CHECKPOINT = Component(
     "checkpoint",
     1,
@@ -234,6 +244,14 @@ CHECKPOINT = Component(
         Step(2, "checkpoint one-statement writes", lambda d: d.write_rows_ddl()),
         # Where a deleted or expired thread's history ended: later writes start it afresh.
         Step(3, "thread generation boundary", _checkpoint_v3),
+        # Encryption fails closed: the database records that it holds sealed rows (see
+        # encryption_mark), here for one whose checkpoints were sealed before the mark existed.
+        Step(
+            4,
+            "encryption mark",
+            lambda d: [settings_ddl(d)],
+            rows=SEALED_CHECKPOINTS.mark_plan,
+        ),
     ),
 )
 STORE = Component(
@@ -260,7 +278,7 @@ STORE = Component(
         Step(
             STORE_SHARD_VERSION,
             "store shard key",
-            lambda d: [*_add_shard(STORE_TABLES)(d), *d.ddl([settings])],
+            lambda d: [*_add_shard(STORE_TABLES)(d), settings_ddl(d)],
             rows=fill_store_shards,
             # the tables as they were then (a rebuild copies the columns they had)
             finish=_rekey(
@@ -293,6 +311,13 @@ STORE = Component(
             9,
             "store postings read from their key, vacuumed sooner",
             lambda d: d.postings_upkeep_ddl(),
+        ),
+        # Encryption fails closed: a store whose items were sealed before the mark existed.
+        Step(
+            10,
+            "encryption mark",
+            lambda d: [],
+            rows=SEALED_ITEMS.mark_plan,
         ),
     ),
     _store_backfill,
@@ -394,9 +419,15 @@ def migrate_plan(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     sealer: RowSealer | None = None,
+    encrypted: bool | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; return the versions
     applied, by component name.
+
+    ``encrypted``: whether the data components opening the database encrypt at rest; the
+    same transaction marks the database when they do, and refuses a marked database with
+    an ``EncryptionError`` (nothing migrated) when they do not (see :mod:`.encryption_mark`;
+    ``None``: neither, for the key store's own database).
 
     With the store among ``components``, it also checks the shard-key rule: the database
     records ``shard_depth`` at the first setup (``None``: the recorded value, else
@@ -420,6 +451,8 @@ def migrate_plan(
         statements.append(Stmt(_record_setting(dialect), to_record))
     # then the tables distributed where the database is (Citus), and one commit
     yield Batch(statements, hold=True)
+    if encrypted is not None:
+        yield from settle_plan(dialect, encrypted)
     yield from distribute_plan(dialect)
     yield Batch([], write=True)
     for component in components:
@@ -570,6 +603,27 @@ def _shard_rule(
     return depth, {"b_name": "shard_depth", "b_value": str(depth)}
 
 
+def sealed_unmarked_plan(dialect: Dialect, components: Sequence[Component]) -> Plan[bool]:
+    """Whether the database holds sealed rows of ``components`` that their migration which
+    marks such a database (:data:`MARK_STEPS`) has not seen: a database encrypted before
+    the mark, opened without setup. Reads only."""
+    applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
+    try:
+        [rows] = yield Batch([Stmt(applied_sql, fetch=True)])
+    except Exception:  # no ledger: nothing of ours is here
+        return False
+    done = {int(v) for (v,) in rows}
+    for component in components:
+        version, sealed = MARK_STEPS.get(component.name, (0, None))
+        if sealed is not None and component.ledger_id(version) not in done:
+            try:
+                if (yield from sealed.found_plan(dialect)):
+                    return True
+            except Exception:  # the component's tables are not there
+                continue
+    return False
+
+
 def installed_plan(dialect: Dialect) -> Plan[set[str]]:
     """The components whose tables this database holds (none for a database the package
     never set up); it reads, and creates nothing."""
@@ -591,110 +645,17 @@ def migrate(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     sealer: RowSealer | None = None,
+    encrypted: bool | None = None,
 ) -> dict[str, list[int]]:
     """Create or migrate the tables of ``components`` (all by default) in ``database``;
     return the versions applied, by component name. Idempotent. ``shard_depth``: the
     store's shard-key rule (``None``: the one recorded, else the default); ``sealer``: the
-    store's, when it encrypts at rest."""
+    store's, when it encrypts at rest; ``encrypted``: mark the database encrypted (``True``)
+    or refuse it when it is (``False``), see :func:`migrate_plan`."""
 
     def plan() -> Plan[dict[str, list[int]]]:
-        return migrate_plan(database.dialect, time.time(), components, shard_depth, sealer)
-
-    return database.run(plan()) if sealer is None else sealer.call(database.run, plan)
-
-
-_SETUP_LOCK = threading.Lock()
-
-
-@fork.after_fork
-def _fresh_setup_lock() -> None:
-    global _SETUP_LOCK
-    _SETUP_LOCK = threading.Lock()
-
-
-class SchemaOnFirstUse:
-    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off.
-
-    For the objects that own a :class:`Database` (the saver and the store): they provide
-    ``db``, ``dialect``, ``auto_setup`` and ``_clock``, and name the ``components`` whose
-    tables they use.
-    """
-
-    components: tuple[Component, ...]
-    db: Database[Any]
-    dialect: Dialect
-    auto_setup: bool
-    _clock: Callable[[], float]
-    _setup_done: bool = False
-
-    def setup(self) -> None:
-        """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        if self.row_sealer is None:
-            self.db.run(self._setup_plan())
-        else:  # loading the keys the backfills of sealed rows ask for
-            self.row_sealer.call(self.db.run, self._setup_plan)
-        self._setup_done = True
-
-    async def asetup(self) -> None:
-        if self.row_sealer is None:
-            await self.db.arun(self._setup_plan())
-        else:
-            await self.row_sealer.acall(self.db.arun, self._setup_plan)
-        self._setup_done = True
-
-    #: The store's shard-key rule (``None``: owners without store tables).
-    shard_depth: int | None = None
-    #: The store's sealer when it encrypts at rest: the backfills of sealed rows use it.
-    row_sealer: RowSealer | None = None
-
-    def _setup_plan(self) -> Plan[Any]:
-        """What ``setup()`` runs: the components' migrations (and, for an owner that adds
-        to it, whatever else it keeps in the database)."""
         return migrate_plan(
-            self.dialect, self._clock(), self.components, self.shard_depth, self.row_sealer
+            database.dialect, time.time(), components, shard_depth, sealer, encrypted
         )
 
-    def _probe_plan(self) -> Plan[Any]:
-        """What the first use runs instead of ``setup()`` when ``auto_setup`` is off: it
-        creates nothing, and finds out what the statements depend on (whether the database
-        is distributed; for an owner that adds to it, what the database records)."""
-        return detect_plan(self.dialect)
-
-    def _ready(self) -> None:
-        if not self._setup_done:
-            with _SETUP_LOCK:
-                if not self._setup_done:
-                    if self.auto_setup:
-                        self.setup()
-                    else:  # the schema is someone else's job; what kind of database is it?
-                        self.db.run(self._probe_plan())
-                        self._setup_done = True
-
-    async def _aready(self) -> None:
-        if not self._setup_done:
-            if self.auto_setup:
-                await self.asetup()
-            else:
-                await self.db.arun(self._probe_plan())
-                self._setup_done = True
-
-    def _run(self, plan: Plan[T]) -> T:
-        """Run a plan on the database, creating the schema on first use."""
-        self._ready()
-        return self.db.run(plan)
-
-    async def _arun(self, plan: Plan[T]) -> T:
-        await self._aready()
-        return await self.db.arun(plan)
-
-
-class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):
-    """The checkpointer's tables only."""
-
-    components: tuple[Component, ...] = (CHECKPOINT,)
-
-
-class StoreSchemaOnFirstUse(SchemaOnFirstUse):
-    """The store's tables only."""
-
-    components: tuple[Component, ...] = (STORE,)
+    return database.run(plan()) if sealer is None else sealer.call(database.run, plan)

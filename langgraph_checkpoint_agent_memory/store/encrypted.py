@@ -33,6 +33,7 @@ class EncryptedStore:
     keyring: Keyring | None
     sealer: Sealer | None
     row_sealer: RowSealer | None
+    key_check: Callable[[], Plan[None]] | None
     statements: StoreStatements
 
     if TYPE_CHECKING:  # the store's own (StoreSchemaOnFirstUse's and the store's)
@@ -150,8 +151,9 @@ class EncryptedStore:
         store's when the key store is the store's database."""
         self.keyring = setting.open_keyring(self.db)
         local = self.keyring.keystore.db is self.db
-        if local:  # the key table is set up with the store's
+        if local:  # the key table is set up with the store's, the master key checked
             self.add_schema(KEYS)
+            self.key_check = self.keyring.provider_check_plan
         self.sealer = Sealer(
             self.keyring,
             local=local,

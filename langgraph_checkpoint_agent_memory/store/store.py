@@ -49,11 +49,8 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
-from langgraph_checkpoint_agent_memory.db.migrations import (
-    Component,
-    StoreSchemaOnFirstUse,
-    recorded_shard_depth_plan,
-)
+from langgraph_checkpoint_agent_memory.db.first_use import StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import Component, recorded_shard_depth_plan
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
@@ -220,6 +217,7 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         setting = encryption if isinstance(encryption, Encryption) else resolve(encryption)
         if setting is not None:
             self._encrypt(setting, index)
+        self.encrypted = self.keyring is not None
         #: Whether this store knows the database's vector support (found at setup, or on
         #: first use without ``auto_setup``).
         self._vectors_known = False

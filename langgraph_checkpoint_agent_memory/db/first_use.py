@@ -1,0 +1,160 @@
+"""Schema on first use: the saver, the store and the key store create or migrate their
+tables (``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out
+what their statements depend on; either way, a component of data checks there whether the
+database is encrypted (see :mod:`.encryption_mark`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T, carry_plan
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
+from langgraph_checkpoint_agent_memory.db.encryption_mark import (
+    mark_statement,
+    marked_plan,
+    refused,
+)
+from langgraph_checkpoint_agent_memory.db.migrations import (
+    CHECKPOINT,
+    STORE,
+    Component,
+    migrate_plan,
+    sealed_unmarked_plan,
+)
+from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
+
+_SETUP_LOCK = threading.Lock()
+
+
+@fork.after_fork
+def _fresh_setup_lock() -> None:
+    global _SETUP_LOCK
+    _SETUP_LOCK = threading.Lock()
+
+
+class SchemaOnFirstUse:
+    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off.
+
+    For the objects that own a :class:`Database` (the saver and the store): they provide
+    ``db``, ``dialect``, ``auto_setup`` and ``_clock``, and name the ``components`` whose
+    tables they use.
+    """
+
+    components: tuple[Component, ...]
+    db: Database[Any]
+    dialect: Dialect
+    auto_setup: bool
+    _clock: Callable[[], float]
+    _setup_done: bool = False
+
+    def setup(self) -> None:
+        """Create or migrate the schema (idempotent, safe from several processes at once)."""
+        if self.row_sealer is None:
+            self.db.run(self._setup_plan())
+        else:  # loading the keys the backfills of sealed rows ask for
+            self.row_sealer.call(self.db.run, self._setup_plan)
+        self._setup_done = True
+
+    async def asetup(self) -> None:
+        if self.row_sealer is None:
+            await self.db.arun(self._setup_plan())
+        else:
+            await self.row_sealer.acall(self.db.arun, self._setup_plan)
+        self._setup_done = True
+
+    #: The store's shard-key rule (``None``: owners without store tables).
+    shard_depth: int | None = None
+    #: The store's sealer when it encrypts at rest: the backfills of sealed rows use it.
+    row_sealer: RowSealer | None = None
+    #: Whether this owner's data is encrypted at rest (``None``: it keeps no data of its
+    #: own, the key store): the first use marks the database, or refuses a marked one.
+    encrypted: bool | None = None
+    #: Whether the mark is still to be written, by this owner's first write (a first use
+    #: without setup found an encrypted owner on an unmarked database).
+    _mark_owed: bool = False
+
+    #: Where the key store is this owner's database: the check that the master key
+    #: unwraps the keys it holds, run by setup (so the first key made costs no extra round
+    #: trip for it).
+    key_check: Callable[[], Plan[None]] | None = None
+
+    def _setup_plan(self) -> Plan[Any]:
+        """What ``setup()`` runs: the components' migrations (and, for an owner that adds
+        to it, whatever else it keeps in the database)."""
+        applied = yield from migrate_plan(
+            self.dialect,
+            self._clock(),
+            self.components,
+            self.shard_depth,
+            self.row_sealer,
+            self.encrypted,
+        )
+        if self.key_check is not None:
+            yield from self.key_check()
+        return applied
+
+    def _probe_plan(self) -> Plan[Any]:
+        """What the first use runs instead of ``setup()`` when ``auto_setup`` is off: it
+        creates nothing, and finds out what the statements depend on (whether the database
+        is distributed; whether it is encrypted; for an owner that adds to it, what the
+        database records)."""
+        yield from detect_plan(self.dialect)
+        if self.encrypted is not None:
+            marked = yield from marked_plan(self.dialect)
+            if not (marked or self.encrypted):  # encrypted before the mark, not migrated?
+                marked = yield from sealed_unmarked_plan(self.dialect, self.components)
+            if marked and not self.encrypted:
+                raise refused()
+            self._mark_owed = self.encrypted and not marked
+
+    def _ready(self) -> None:
+        if not self._setup_done:
+            with _SETUP_LOCK:
+                if not self._setup_done:
+                    if self.auto_setup:
+                        self.setup()
+                    else:  # the schema is someone else's job; what kind of database is it?
+                        self.db.run(self._probe_plan())
+                        self._setup_done = True
+
+    async def _aready(self) -> None:
+        if not self._setup_done:
+            if self.auto_setup:
+                await self.asetup()
+            else:
+                await self.db.arun(self._probe_plan())
+                self._setup_done = True
+
+    def _run(self, plan: Plan[T]) -> T:
+        """Run a plan on the database, creating the schema on first use."""
+        self._ready()
+        if not self._mark_owed:
+            return self.db.run(plan)
+        stored, value = self.db.run(carry_plan(mark_statement(self.dialect), plan))
+        self._mark_owed = self._mark_owed and not stored
+        return value
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        await self._aready()
+        if not self._mark_owed:
+            return await self.db.arun(plan)
+        stored, value = await self.db.arun(carry_plan(mark_statement(self.dialect), plan))
+        self._mark_owed = self._mark_owed and not stored
+        return value
+
+
+class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):
+    """The checkpointer's tables only."""
+
+    components: tuple[Component, ...] = (CHECKPOINT,)
+
+
+class StoreSchemaOnFirstUse(SchemaOnFirstUse):
+    """The store's tables only."""
+
+    components: tuple[Component, ...] = (STORE,)
