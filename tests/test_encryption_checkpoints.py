@@ -245,7 +245,7 @@ JSON_VALUES = json_values(st.text(max_size=400))
 #: Metadata is stored as JSON text, which no backend keeps a NUL or a lone surrogate in:
 #: every saver refuses such metadata at ``put`` (tests/test_saver_inputs.py).
 METADATA_VALUES = json_values(
-    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=400)
+    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=400)
 )
 
 
