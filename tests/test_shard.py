@@ -150,7 +150,7 @@ def test_the_rule_is_recorded_and_another_is_refused(database_url: str) -> None:
     with create_store(database_url, auto_setup=False) as plain:
         applied = M.migrate(plain.db)  # no shard_depth: the recorded one
     assert applied == {
-        "checkpoint": [1, 2, 3],
+        "checkpoint": [1, 2, 3, 4],
         "store": [],
         "memory": [1, 2, 3, 4, 5, 6],
         "keys": [1],
