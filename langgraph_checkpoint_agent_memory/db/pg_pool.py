@@ -216,9 +216,12 @@ def definite_refusal(exc: BaseException) -> bool:
 
 #: libpq's refusal of a connection parameter's value, which it reports only as it connects:
 #: ``invalid port number: "99999"``, ``invalid sslmode value: "bogus"``, ``invalid integer
-#: value "abc" for connection option "keepalives"``, ``could not match 2 port numbers to 1
-#: hosts``; and a server's ``invalid value for parameter`` of ``options=-c ...``.
-OPTION_ERROR = re.compile(r"invalid (?:\w+ )?(?:value|number)\b.*|could not match \d+ .*")
+#: value "abc" for connection option "keepalives"`` (older libpq: ``keepalives parameter
+#: must be an integer``), ``could not match 2 port numbers to 1 hosts``; and a server's
+#: ``invalid value for parameter`` of ``options=-c ...``.
+OPTION_ERROR = re.compile(
+    r"invalid (?:\w+ )?(?:value|number)\b.*|could not match \d+ .*|\w+ parameter must be .*"
+)
 
 
 def option_error(exc: BaseException) -> str | None:
