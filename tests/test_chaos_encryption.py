@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -370,3 +371,33 @@ def test_a_wrong_master_key_wraps_nothing(url: str, tmp_path: Path, keystore: st
     else:
         pair = Encryption(master_keys=[wrong, right])
     CALLS["store.put for a new user"](url, pair)
+
+
+def test_a_mark_that_cannot_be_read_refuses_rather_than_passes(pg_url: str) -> None:
+    """Only a missing settings table means a database never set up: a read of the mark that
+    fails otherwise (here a role refused the table, as a lock, a timeout or a lost
+    connection would fail it) is raised, and the keyless component writes nothing."""
+    import psycopg
+
+    with create_store(pg_url, encryption=generate_master_key()) as sealed:
+        sealed.put(("u",), "secret", {"v": "sealed"})
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        conn.execute(f"REVOKE SELECT ON am_settings FROM {role}")
+    as_role = pg_url.replace("://postgres@", f"://{role}@", 1)
+    assert as_role != pg_url
+    try:
+        with create_store(as_role, encryption=False, auto_setup=False) as keyless:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                keyless.put(("x",), "plain", {"v": "plaintext"})
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                keyless.get(("u",), "secret")
+        with psycopg.connect(pg_url) as conn:
+            keys = conn.execute("SELECT key FROM am_store_items ORDER BY key").fetchall()
+        assert keys == [("secret",)]
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")

@@ -78,13 +78,37 @@ def settle_plan(dialect: Dialect, encrypted: bool) -> Plan[None]:
         yield Batch([mark_statement(dialect)], hold=True)
 
 
+def missing_table(exc: BaseException) -> bool:
+    """Whether a driver's error says a table is not there (PostgreSQL's SQLSTATE 42P01,
+    HANA's error 259, SQLite's "no such table"), and nothing else: a lock, a timeout, a
+    lost connection or a refused privilege must not read as a database never set up.
+
+    Example:
+        >>> import sqlite3
+        >>> missing_table(sqlite3.OperationalError("no such table: am_settings"))
+        True
+        >>> missing_table(sqlite3.OperationalError("database is locked"))
+        False
+    """
+    sqlstate = getattr(exc, "sqlstate", None)  # psycopg
+    if sqlstate is not None:
+        return bool(sqlstate == "42P01")
+    code = getattr(exc, "errorcode", None)  # hdbcli
+    if isinstance(code, int):
+        return code == 259
+    return "no such table" in str(exc)
+
+
 def marked_plan(dialect: Dialect) -> Plan[bool]:
     """Whether the database is marked encrypted (a database without ``am_settings`` is not).
-    Reads only."""
+    Reads only; any other failure of the read is raised, so that no component goes on
+    unchecked."""
     try:
         [rows] = yield Batch([Stmt(_read(dialect), {"b_name": MARK}, fetch=True)])
-    except Exception:  # no settings table: a database never set up
-        return False
+    except Exception as exc:
+        if missing_table(exc):  # a database never set up
+            return False
+        raise
     return bool(rows)
 
 

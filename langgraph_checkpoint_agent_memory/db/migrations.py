@@ -28,6 +28,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.distribution import distribute_plan
 from langgraph_checkpoint_agent_memory.db.encryption_mark import (
     SealedRows,
+    missing_table,
     settings_ddl,
     settle_plan,
 )
@@ -610,8 +611,10 @@ def sealed_unmarked_plan(dialect: Dialect, components: Sequence[Component]) -> P
     applied_sql = dialect.sql("applied_migrations", lambda: sa.select(migrations.c.version))
     try:
         [rows] = yield Batch([Stmt(applied_sql, fetch=True)])
-    except Exception:  # no ledger: nothing of ours is here
-        return False
+    except Exception as exc:
+        if missing_table(exc):  # no ledger: nothing of ours is here
+            return False
+        raise
     done = {int(v) for (v,) in rows}
     for component in components:
         version, sealed = MARK_STEPS.get(component.name, (0, None))
@@ -619,8 +622,9 @@ def sealed_unmarked_plan(dialect: Dialect, components: Sequence[Component]) -> P
             try:
                 if (yield from sealed.found_plan(dialect)):
                     return True
-            except Exception:  # the component's tables are not there
-                continue
+            except Exception as exc:
+                if not missing_table(exc):  # else the component's tables are not there
+                    raise
     return False
 
 
