@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory import SQLSaver, generate_master_key
+from langgraph_checkpoint_agent_memory import DecryptionError, SQLSaver, generate_master_key
 from langgraph_checkpoint_agent_memory.crypto.cipher import key_id_of, thread_owner
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
 from tests.helpers import config_for, make_checkpoint
@@ -170,16 +170,38 @@ def test_a_thread_started_afresh_after_a_delete_gets_a_stored_key(
 def test_the_first_put_sends_as_many_batches_as_without_encryption(
     make_saver: Callable[..., SQLSaver], master: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Once the key store holds a key: while it holds none, a keyring checks again before
+    each key it makes (one read), so that a process given another master key is refused
+    as soon as the first key is stored."""
     counts = []
     # without encryption first: once encrypted, the database refuses a saver without the key
     for setting in (False, master):
         saver = make_saver(encryption=setting)
         saver.setup()
+        if setting:
+            saver.put(config_for("first"), make_checkpoint({"x": "y"}), {}, {"x": 1})
+            saver = make_saver(encryption=setting)
+            saver.setup()
         counted = count_batches(saver, monkeypatch)
         saver.put(config_for("new"), make_checkpoint({"x": "y" * 300}), {}, {"x": 1})
         counts.append(counted[0])
     assert counts[0] == counts[1] > 0
     assert sqlk.carries(saver.dialect)
+
+
+def test_a_master_key_checked_on_an_empty_key_store_is_checked_again(
+    make_saver: Callable[..., SQLSaver], master: str
+) -> None:
+    """Two processes given different master keys start on an empty key store: once the
+    first has stored a key, the second wraps none with its own."""
+    other = generate_master_key()
+    stale = make_saver(encryption=other)
+    stale.setup()  # checked while the key store held no key
+    first = make_saver(encryption=master)
+    first.put(config_for("a"), make_checkpoint({"x": "y"}), {}, {"x": 1})
+    with pytest.raises(DecryptionError, match="cannot unwrap"):
+        stale.put(config_for("b"), make_checkpoint({"x": "y"}), {}, {"x": 1})
+    assert stale.keyring is not None and stale.keyring.find(thread_owner("b")) is None
 
 
 def test_a_key_store_of_its_own_keeps_the_key_transaction(

@@ -176,8 +176,10 @@ class Keyring:
     def provider_check_plan(self) -> Plan[None]:
         """Before this keyring wraps its first key: the provider must unwrap a key the key
         store holds already (the first by id), so that a wrong master key wraps nothing.
-        Once per keyring: the setup of a saver or store whose key store is its own
-        database runs it, else the first key made does.
+        Until it has unwrapped one: the setup of a saver or store whose key store is its
+        own database runs it, else the first key made does, and while the key store is
+        empty every key made does, so that a second process given another master key is
+        refused as soon as the first has stored a key.
 
         Raises:
             DecryptionError: It does not (a wrong master key, or the new one of a rotation
@@ -195,7 +197,7 @@ class Keyring:
                     f"({self.keystore.describe()}) holds, so no new key is wrapped with it: "
                     f"give the master key they were wrapped with ({exc})"
                 ) from None
-        self._provider_checked = True
+            self._provider_checked = True
 
     def _fresh(self, owner: str) -> tuple[sqlk.KeyRow, DataKey]:
         """A new key of ``owner``: its row (wrapped) and the key itself."""
