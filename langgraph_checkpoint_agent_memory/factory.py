@@ -7,31 +7,30 @@ otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
 PostgreSQL, ``prepare_threshold`` comes from the argument, else the URL's
 ``?prepare_threshold=``, else a declared ``config.postgres.prepare_threshold`` field, else
 psycopg's default (5), refused at once behind a connection pooler.
+
+Each backend's modules load when it is chosen: an in-memory checkpointer imports none of
+SQLAlchemy, numpy, the drivers, the cipher or OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
-from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
-from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
-from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
-from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
-from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 if TYPE_CHECKING:
+    from langgraph.store.base import TTLConfig
+
     from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+    from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +44,9 @@ FEEDBACK_CONFIG_KEY = "config.store.feedback"
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
+#: crypto.config's MASTER_KEY_ENV, named here so that the factory can tell "no encryption"
+#: without loading the cipher (tests/test_factory.py checks that both names agree).
+MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
@@ -69,6 +71,8 @@ def _warn_volatile_once(kind: str) -> None:
 
 def resolve_ttl(ttl_seconds: int | None) -> int | None:
     """The TTL to use: the argument when given, else the declared config field, else off."""
+    from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+
     if ttl_seconds is not None:
         return validate_ttl(ttl_seconds)
     declared = settings.get_field(TTL_CONFIG_KEY)
@@ -98,6 +102,11 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
                     f"agent_config {ENCRYPTION_CONFIG_KEY!r} must be true or false, not {enabled!r}"
                 )
             setting = enabled
+    # off, and no master key to turn it on: the cipher's modules need not load
+    if setting is False or (setting is None and not os.environ.get(MASTER_KEY_ENV, "").strip()):
+        return None
+    from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
+
     found = crypto_config.resolve(setting)
     if found is None or isinstance(setting, crypto_config.Encryption):
         return found
@@ -133,6 +142,8 @@ def _declared_store_options(options: dict[str, Any]) -> None:
     ``config.store.shard_depth`` and ``config.store.feedback`` (whether ``search`` expands
     queries too: true is ``feedback=True``; false keeps the default, recall's feedback on,
     which only code turns off)."""
+    from langgraph_checkpoint_agent_memory.db.shard import checked_depth
+
     if options.get("shard_depth") is None:
         depth = settings.effective_value(SHARD_DEPTH_CONFIG_KEY)
         if depth is not None:
@@ -205,6 +216,10 @@ def create_checkpointer(
         graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
         ```
     """
+    from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
+    from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
+    from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
+
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
     _sqlite_only(target, options)
@@ -277,13 +292,14 @@ def create_store(
         memory = AgentMemory(store)
         ```
     """
+    from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
     resolved = resolve_encryption(encryption)  # a bad setting fails before any connection
     database_options: dict[str, Any] = {
         k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
     }
-    from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}

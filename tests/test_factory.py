@@ -129,3 +129,10 @@ def test_volatile_warning_is_logged_once(
         create_checkpointer(60)
     warnings = [r for r in caplog.records if "does not survive" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_the_factory_names_the_master_key_variable_as_the_cipher_does() -> None:
+    """The factory tells "no encryption" without loading the cipher, by the variable's name."""
+    from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV
+
+    assert factory.MASTER_KEY_ENV == MASTER_KEY_ENV
