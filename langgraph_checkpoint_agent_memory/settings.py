@@ -12,8 +12,10 @@ the decorated function returns the **effective** value, looked up in this order:
    ``{"config": {"a": {"b": 1}}}``);
 4. the coded default.
 
-Values are coerced to the return annotation; a value that does not convert raises
-:class:`ConfigValueError` naming the key and where the bad value came from.
+Values are converted to the return annotation by ``pydantic.TypeAdapter`` (lax mode: ``"60"``
+is 60, ``"yes"`` is true; from an environment variable also ``"none"`` for null and JSON for a
+list); a value that does not convert raises :class:`ConfigValueError` naming the key, the value
+and where it came from.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import json
 import os
 import re
 import threading
-import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, Union
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -310,8 +313,6 @@ def _file_value(path: str, key: str) -> Any:
     return node
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 _NONE = {"", "none", "null"}
 
 
@@ -323,122 +324,58 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    # a number where text is declared is that text (a file's 5 for a name); a class pydantic
+    # does not know is checked with isinstance
+    config = ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
+    return TypeAdapter(annotation, config=config)
+
+
 def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = False) -> Any:
+    """``value`` as ``annotation`` says, or :class:`ConfigValueError` naming the key, the
+    source and the value."""
+    if annotation is _MISSING or annotation is Any:
+        return value
     try:
-        return _convert(value, annotation, text)
-    except (TypeError, ValueError) as exc:
+        return _validated(_adapter(annotation), value, text)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        reasons = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
         raise ConfigValueError(
             f"agent_config {key!r}: {source} holds {value!r}, which is not a valid "
-            f"{_type_name(annotation)} ({exc})"
+            f"{_type_name(annotation)} ({'; '.join(dict.fromkeys(e['msg'] for e in reasons))})"
         ) from None
 
 
-def _convert(value: Any, annotation: Any, text: bool) -> Any:
-    """``value`` as ``annotation`` says; ``text``: it came from an environment variable or a
-    file, so ``"none"`` may mean null and containers come as JSON."""
-    if annotation is _MISSING or annotation is Any:
-        return value
-    origin = typing.get_origin(annotation)
-    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        return _to_union(value, typing.get_args(annotation), text)
-    if annotation is type(None):
-        if _is_null(value, text):
-            return None
-        raise ValueError("expected null")
-    if origin is typing.Literal:
-        return _to_literal(value, typing.get_args(annotation), text)
-    target = origin or annotation
-    scalar = _SCALARS.get(target)
-    if scalar is not None:
-        return scalar(value)
-    if target in _CONTAINERS:
-        return _to_container(value, target, text)
-    if isinstance(target, type) and not isinstance(value, target):
-        return target(value)
-    return value
-
-
-def _is_null(value: Any, text: bool) -> bool:
-    return value is None or (text and str(value).strip().lower() in _NONE)
-
-
-def _to_union(value: Any, args: tuple[Any, ...], text: bool) -> Any:
-    if type(None) in args and _is_null(value, text):
+def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
+    """By pydantic's lax mode; ``text``: the value came from an environment variable, so
+    ``"none"`` may mean null and what is not text (a list, ``2`` for ``Literal[1, 2]``)
+    comes as JSON."""
+    if text and value.strip().lower() in _NONE and _admits_none(adapter):
         return None
-    errors = []
-    for arg in (a for a in args if a is not type(None)):
+    try:
+        return _no_bool_as_number(adapter, value)
+    except ValidationError as exc:
+        if not text:
+            raise
         try:
-            return _convert(value, arg, text)
-        except (TypeError, ValueError) as exc:
-            errors.append(str(exc))
-    raise ValueError("; ".join(errors))
+            parsed = json.loads(value)
+        except ValueError:
+            raise exc from None  # not JSON either: the error names what was expected
+        return _no_bool_as_number(adapter, parsed)
 
 
-def _to_literal(value: Any, choices: tuple[Any, ...], text: bool) -> Any:
-    for choice in choices:
-        try:
-            if _convert(value, type(choice), text) == choice:
-                return choice
-        except (TypeError, ValueError):
-            continue
-    raise ValueError(f"expected one of {list(choices)}")
+def _no_bool_as_number(adapter: TypeAdapter[Any], value: Any) -> Any:
+    found = adapter.validate_python(value)
+    # pydantic reads True as 1; a flag given where a number is declared is a mistake
+    if isinstance(value, bool) and not isinstance(found, bool):
+        raise ValueError("expected a number, got a boolean")
+    return found
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError("expected true/false")
-
-
-def _to_int(value: Any) -> Any:
-    if _is_number(value) and isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return _parse_number(value, int, "an integer")
-
-
-def _to_float(value: Any) -> float:
-    return float(value) if _is_number(value) else _parse_number(value, float, "a number")
-
-
-def _to_str(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if _is_number(value):
-        return str(value)
-    raise ValueError("expected a string")
-
-
-_SCALARS: dict[Any, Callable[[Any], Any]] = {
-    bool: _to_bool,
-    int: _to_int,
-    float: _to_float,
-    str: _to_str,
-}
-
-#: A container annotation -> the JSON value it is built from.
-_CONTAINERS: dict[Any, type] = {list: list, tuple: list, set: list, frozenset: list, dict: dict}
-
-
-def _to_container(value: Any, target: Any, text: bool) -> Any:
-    if isinstance(value, str) and text:
-        value = json.loads(value)
-    if not isinstance(value, _CONTAINERS[target]):
-        raise ValueError(f"expected a JSON {'object' if target is dict else 'array'}")
-    return target(value)
-
-
-def _parse_number(value: Any, parse: Callable[[str], float], what: str) -> float:
-    """A number from text; never from a boolean, though Python counts one as an ``int``."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {what}, got a boolean")
-    if isinstance(value, str):
-        return parse(value.strip())
-    raise ValueError(f"expected {what}")
+def _admits_none(adapter: TypeAdapter[Any]) -> bool:
+    try:
+        adapter.validate_python(None)
+    except ValidationError:
+        return False
+    return True
