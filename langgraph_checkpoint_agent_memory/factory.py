@@ -53,20 +53,25 @@ MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
-_warned_volatile = False
+#: What was logged already: each backend once per process, and the in-memory warning once.
 _announced: set[str] = set()
 
 
+def _once(key: str, level: int, message: str, *args: Any) -> None:
+    if key not in _announced:
+        _announced.add(key)
+        logger.log(level, message, *args)
+
+
 def _warn_volatile_once(kind: str) -> None:
-    global _warned_volatile
-    if not _warned_volatile:
-        _warned_volatile = True
-        logger.warning(
-            "create_checkpointer(): using %s; conversation state lives in this process only "
-            "and does not survive a restart (pass url= or set %s to persist it)",
-            kind,
-            URL_ENV,
-        )
+    _once(
+        "volatile",
+        logging.WARNING,
+        "create_checkpointer(): using %s; conversation state lives in this process only and "
+        "does not survive a restart (pass url= or set %s to persist it)",
+        kind,
+        URL_ENV,
+    )
 
 
 def resolve_ttl(ttl_seconds: int | None) -> int | None:
@@ -328,12 +333,8 @@ def create_store(
 
         database = HanaDatabase(target.options, url=target.url, **database_options)
     if target is not None:
-        key = f"store:{target.kind}:{target.masked()}"
-        if key not in _announced:
-            _announced.add(key)
-            logger.info(
-                "create_store(): %s at %s (from %s)", target.kind, target.masked(), target.source
-            )
+        where = (target.kind, target.masked(), target.source)
+        _once(f"store:{where}", logging.INFO, "create_store(): %s at %s (from %s)", *where)
     return AgentMemoryStore(database, index=index, ttl=ttl, encryption=resolved or False, **options)
 
 
@@ -350,14 +351,11 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
         saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:
         saver = HanaSaver(target.url, ttl_seconds=ttl, **options)
-    key = f"{target.kind}:{target.masked()}:{ttl}"
-    if key not in _announced:
-        _announced.add(key)
-        logger.info(
-            "create_checkpointer(): %s at %s (from %s), ttl_seconds=%s",
-            target.kind,
-            target.masked(),
-            target.source,
-            ttl,
-        )
+    where = (target.kind, target.masked(), target.source, ttl)
+    _once(
+        f"{where}",
+        logging.INFO,
+        "create_checkpointer(): %s at %s (from %s), ttl_seconds=%s",
+        *where,
+    )
     return saver

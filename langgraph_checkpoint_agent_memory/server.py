@@ -364,13 +364,13 @@ class _Fields:
         for key in sorted(set(self.data) - set(known)):
             logger.warning("%s is not read by this package; ignored", self.name(key))
 
-    def number(self, key: str, *, positive: bool = True) -> float | None:
+    def number(self, key: str) -> float | None:
         value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, "a number of minutes")
-        if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        if not math.isfinite(value) or value <= 0:
             raise self.fail(key, "a number of minutes > 0 (or null)")
         return float(value)
 

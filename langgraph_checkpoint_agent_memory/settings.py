@@ -79,24 +79,22 @@ class ConfigField:
 
     def resolve(self) -> tuple[Any, str]:
         """The effective value and the source it came from."""
+        found, source, where = self._found()
+        return _coerce(found, self.annotation, self.key, where, text=source == "env"), source
+
+    def _found(self) -> tuple[Any, str, str]:
+        """The raw value in force, its source, and how an error names the source."""
         with _lock:
             if self.key in _overrides:
-                return _coerce(_overrides[self.key], self.annotation, self.key, "an override"), (
-                    "override"
-                )
+                return _overrides[self.key], "override", "an override"
         raw = os.environ.get(self.env_var)
         if raw is not None:
-            return _coerce(
-                raw, self.annotation, self.key, f"environment variable {self.env_var}", text=True
-            ), "env"
+            return raw, "env", f"environment variable {self.env_var}"
         path = os.environ.get(CONFIG_FILE_ENV)
-        if path:
-            found = _file_value(path, self.key)
-            if found is not _MISSING:
-                return _coerce(
-                    found, self.annotation, self.key, f"{CONFIG_FILE_ENV} file {path}"
-                ), "file"
-        return self.default(), "default"
+        found = _file_value(path, self.key) if path else _MISSING
+        if found is not _MISSING:
+            return found, "file", f"{CONFIG_FILE_ENV} file {path}"
+        return self.getter(), "default", "the coded default"
 
     def value(self) -> Any:
         return self.resolve()[0]
@@ -268,13 +266,6 @@ def overrides(values: Mapping[str, Any]) -> Iterator[None]:
                     _overrides.pop(k, None)
                 else:
                     _overrides[k] = old
-
-
-def _forget(key: str) -> None:
-    """Drop a declaration (tests only)."""
-    with _lock:
-        _registry.pop(key, None)
-        _overrides.pop(key, None)
 
 
 # -- sources and coercion ------------------------------------------------------------------

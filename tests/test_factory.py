@@ -123,7 +123,7 @@ def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -
 def test_volatile_warning_is_logged_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(factory, "_warned_volatile", False)
+    monkeypatch.setattr(factory, "_announced", set())
     with caplog.at_level(logging.WARNING, logger=factory.__name__):
         create_checkpointer()
         create_checkpointer(60)
