@@ -126,7 +126,6 @@ def _fresh_lock() -> None:
 
 _registry: dict[str, ConfigField] = {}
 _overrides: dict[str, Any] = {}
-_file_cache: dict[str, tuple[float, Any]] = {}
 
 
 class ConfigValue(Protocol[T_co]):
@@ -278,22 +277,7 @@ def _file_value(path: str, key: str) -> Any:
         raise ConfigValueError(
             f"{CONFIG_FILE_ENV} names {path!r}, which cannot be read: {exc.strerror}"
         ) from None
-    with _lock:
-        cached = _file_cache.get(path)
-        if cached is None or cached[0] != mtime:
-            try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise ConfigValueError(
-                    f"{CONFIG_FILE_ENV} file {path!r} is not valid JSON: {exc}"
-                ) from None
-            if not isinstance(data, dict):
-                raise ConfigValueError(
-                    f"{CONFIG_FILE_ENV} file {path!r} must hold a JSON object, "
-                    f"got {type(data).__name__}"
-                )
-            cached = _file_cache[path] = (mtime, data)
-    data = cached[1]
+    data = _file_data(path, mtime)
     if key in data:
         return data[key]
     node: Any = data
@@ -302,6 +286,22 @@ def _file_value(path: str, key: str) -> Any:
             return _MISSING
         node = node[part]
     return node
+
+
+@functools.lru_cache(maxsize=16)
+def _file_data(path: str, mtime: float) -> dict[str, Any]:
+    """The file's JSON object, read again when its modification time changes."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigValueError(
+            f"{CONFIG_FILE_ENV} file {path!r} is not valid JSON: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigValueError(
+            f"{CONFIG_FILE_ENV} file {path!r} must hold a JSON object, got {type(data).__name__}"
+        )
+    return data
 
 
 _NONE = {"", "none", "null"}
