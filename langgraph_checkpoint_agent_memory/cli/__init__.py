@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import sys
 import time
@@ -112,10 +111,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
             raise ConfigurationError(
                 f"--module {module} cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
-    described = [f.describe() for f in settings.fields()]
     if args.json:
-        print(json.dumps(described, indent=2, default=str))
+        print(settings.export_json())
         return 0
+    described = [f.describe() for f in settings.fields()]
     if not described:
         print("No @agent_config fields are declared (import your modules with --module).")
         return 0
