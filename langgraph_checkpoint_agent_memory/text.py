@@ -16,8 +16,6 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Protocol
 
-import snowballstemmer
-
 _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: Words too common to tell items apart. Dropping them from documents and queries keeps a
@@ -50,6 +48,10 @@ class _Stemmer(Protocol):
 
 
 def _new_stemmer() -> _Stemmer:
+    # loaded on the first stem: the checkpointers check text with this module too, and a
+    # process that never indexes a document should not pay for both stemmers at import
+    import snowballstemmer
+
     stemmer: _Stemmer = snowballstemmer.stemmer("english")
     return stemmer
 

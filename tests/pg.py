@@ -30,15 +30,15 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory.testing import (
+from tests.servers import (
+    NO_CITUS,
+    NO_PGBOUNCER,
+    LocalCitus,
+    LocalPgBouncer,
     LocalPostgres,
     PgBinaries,
     available_binaries,
-)
-from langgraph_checkpoint_agent_memory.testing_citus import NO_CITUS, LocalCitus, citus_binaries
-from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
-    NO_PGBOUNCER,
-    LocalPgBouncer,
+    citus_binaries,
     find_pgbouncer,
 )
 

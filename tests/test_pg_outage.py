@@ -20,9 +20,9 @@ from langgraph_checkpoint_agent_memory import (  # noqa: E402
     create_store,
 )
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError  # noqa: E402
-from langgraph_checkpoint_agent_memory.testing import LocalPostgres  # noqa: E402
 from tests.helpers import config_for, make_checkpoint, present  # noqa: E402
 from tests.pg import SERVER_IDS, SERVERS  # noqa: E402
+from tests.servers import LocalPostgres  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
