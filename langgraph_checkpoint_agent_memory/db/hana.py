@@ -31,8 +31,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     T,
     drive,
 )
-from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
-from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
+from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     AnnConfig,
     Columns,
@@ -377,7 +376,7 @@ def _read_lob(value: Any) -> Any:
 
 class HanaDatabase(Database[Any]):
     """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`),
-    through the DB-API pool shared with SQLite (:class:`.dbapi_pool.DbApiPool`): each
+    through the DB-API pool shared with SQLite (:class:`.dbapi.DbApiPool`): each
     connection checked as it is handed out, kept after an application's error, dropped
     when hdbcli says it is disconnected. A server that cannot be reached, or a connection
     lost mid-plan, is :class:`DatabaseUnavailableError`."""

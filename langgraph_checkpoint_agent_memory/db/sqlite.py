@@ -44,8 +44,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     T,
     drive,
 )
-from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
-from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
+from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
