@@ -41,7 +41,7 @@ from typing import Any
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, PoolUsage, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, PoolUsage, Stmt, T, drive
 from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavailableError
 
 
@@ -305,10 +305,14 @@ class DbApiSession:
             if self.write_lock is not None:
                 self.write_lock.release()
 
-    def finish(self) -> None:
-        """A plan that ended while holding a transaction did not ask for its writes."""
-        if self.in_tx:
-            self._end(commit=False)
+    def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` on this session's connection. A plan that ended while holding a
+        transaction did not ask for its writes: they are rolled back."""
+        try:
+            return drive(plan, self.execute)
+        finally:
+            if self.in_tx:
+                self._end(commit=False)
 
 
 def _run(cur: Any, stmt: Stmt) -> Any:

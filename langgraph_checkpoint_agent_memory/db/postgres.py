@@ -46,6 +46,8 @@ from langgraph_checkpoint_agent_memory.db.database import (
     T,
     adrive,
     drive,
+    first_line,
+    require,
 )
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
@@ -173,7 +175,6 @@ class PostgresDialect(Dialect):
     (qualified names: no ``search_path``, which is session state)."""
 
     name = "postgresql"
-    pipelines = True
 
     def __init__(self, schema: str | None = None) -> None:
         super().__init__()
@@ -802,11 +803,10 @@ def definite_refusal(exc: BaseException) -> bool:
     on the port. A server starting up or out of slots, or one not answering, is tried again.
 
     Example:
-        >>> import psycopg
-        >>> definite_refusal(psycopg.OperationalError('FATAL:  database "x" does not exist'))
-        True
-        >>> definite_refusal(psycopg.OperationalError("FATAL:  the database system is starting up"))
-        False
+        >>> from psycopg import OperationalError as Failed
+        >>> gone, starting = 'database "x" does not exist', "the database system is starting up"
+        >>> [definite_refusal(Failed(f"FATAL:  {why}")) for why in (gone, starting)]
+        [True, False]
     """
     import psycopg
 
@@ -887,18 +887,6 @@ def with_keepalives(conninfo: str) -> str:
     return make_conninfo(conninfo, **{k: v for k, v in KEEPALIVES.items() if k not in given})
 
 
-def require_psycopg() -> tuple[Any, Any]:
-    """psycopg and psycopg_pool, or an error that says how to install them."""
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'"
-        ) from exc
-    return psycopg, psycopg_pool
-
-
 @dataclass(frozen=True)
 class PostgresOptions:
     """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one.
@@ -961,13 +949,31 @@ RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 class PgSession:
-    """What a plan's batches send on one psycopg connection, decided without I/O.
-
-    A lone statement (every checkpoint read and write) goes out by itself, atomic as any
-    single statement is; anything else goes in one pipeline, ``BEGIN`` and the statements,
-    followed, unless the batch holds its transaction open for the plan's next batch, by
-    ``COMMIT`` (:meth:`closing`).
+    """What a plan's batches send on one psycopg connection, decided without I/O;
     :func:`execute` and :func:`aexecute` are the two shells that send it.
+
+    A lone statement (every checkpoint read and write) goes out by itself through a cursor,
+    without a transaction of its own, atomic as any single statement is; psycopg prepares
+    it once it has run ``prepare_threshold`` times on a connection. Anything else goes in
+    one pipeline, ``BEGIN`` and the statements, followed, unless the batch holds its
+    transaction open for the plan's next batch, by ``COMMIT`` (:meth:`closing`). Rows come
+    back in binary format: checkpoints and blobs are ``bytea``, which the text format would
+    send as hex, twice the bytes, to be decoded on the client.
+
+    The commit is not in the pipeline because psycopg ends a pipeline with a Sync and then
+    a Flush. After a Sync that ends the transaction a transaction pooler (PgBouncer in
+    ``pool_mode = transaction``) has handed the server connection back, and may read the
+    Flush only then: it links a server connection to the client for the Flush, which the
+    server does not answer, and keeps it until the client sends its next query; a
+    connection left idle in its pool holds it for good, and the other clients wait until
+    ``query_wait_timeout`` drops them. With the transaction still open at the pipeline's
+    Sync the Flush reaches the server connection the client already holds, and the lone
+    ``COMMIT`` ends with a Sync alone.
+
+    A relaxed commit (``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's
+    own transaction, never a session setting. ``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the
+    relaxed commit are never prepared: there is nothing to plan in them, and each prepared
+    statement is one more name on the server.
     """
 
     def __init__(
@@ -985,31 +991,24 @@ class PgSession:
             )
         self.conn = conn
         self.synchronous_commit = synchronous_commit
-        #: The statement text as sent: the tables named in the package's schema, where it
-        #: has one (see :meth:`PostgresDialect.qualify`).
-        self.text: Callable[[Stmt], str] = (
-            (lambda stmt: stmt.sql.text)
-            if qualify is None
-            else (lambda stmt: qualify(stmt.sql.text))
-        )
+        self.qualify = qualify
         self.in_tx = False
         #: A pipelined batch failed on this connection: psycopg's cache of prepared
         #: statements and the server's may no longer agree, so a pool discards it.
         self.unsure = False
 
-    def _single(self, batch: Batch) -> Stmt | None:
-        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
-            return None
-        stmt = batch.statements[0]
-        return None if stmt.many else stmt
+    def text(self, stmt: Stmt) -> str:
+        """The statement as sent: the tables named in the package's schema, where it has
+        one (see :meth:`PostgresDialect.qualify`)."""
+        return stmt.sql.text if self.qualify is None else self.qualify(stmt.sql.text)
 
     def lone(self, batch: Batch) -> Stmt | None:
         """The statement to send alone, or ``None`` when the batch needs a transaction
         (several statements, a held one, a write with a relaxed commit)."""
-        stmt = self._single(batch)
-        if stmt is None or (batch.write and not self.synchronous_commit):
+        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
             return None
-        return stmt
+        stmt = batch.statements[0]
+        return None if stmt.many or (batch.write and not self.synchronous_commit) else stmt
 
     def opening(self, batch: Batch) -> tuple[str, ...]:
         """What starts the batch's transaction (nothing when a held one goes on)."""
@@ -1045,7 +1044,9 @@ class PgSession:
         gives "cannot exit pipeline mode while busy" before psycopg marks the connection
         broken)."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
-            return DatabaseUnavailableError(f"the connection to PostgreSQL was lost: {_line(exc)}")
+            return DatabaseUnavailableError(
+                f"the connection to PostgreSQL was lost: {first_line(exc)}"
+            )
         return exc
 
 
@@ -1068,19 +1069,13 @@ def connection_failure(exc: BaseException) -> bool:
     import psycopg
 
     if isinstance(exc, psycopg.errors.InternalError_):
-        return _line(exc).startswith(POSTMASTER_GONE)
+        return first_line(exc).startswith(POSTMASTER_GONE)
     if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False
     if isinstance(exc, psycopg.errors.PipelineAborted):
         return False  # a statement before it failed: that error is the one to report
     sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(("08", "57P01", "57P02", "57P03"))
-
-
-def _line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message, or its class's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _prepare(stmt: Stmt) -> bool | None:
@@ -1111,7 +1106,7 @@ def execute(session: PgSession, batch: Batch) -> list[Any]:
 
 def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
     """The batch's statements in one pipeline, inside its transaction, which ends after
-    the pipeline (see the module's docstring)."""
+    the pipeline (see :class:`PgSession`)."""
     conn = session.conn
     sent = []
     try:
@@ -1215,7 +1210,8 @@ class PostgresDatabase(Database[Any]):
     """
 
     def __init__(self, source: Any, **options: Any) -> None:
-        psycopg, psycopg_pool = require_psycopg()
+        psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
+        psycopg_pool = require("psycopg_pool", "postgres", "PostgreSQL needs psycopg 3")
         #: the conninfo's parameters, as libpq reads them (a bad one is refused here)
         self._given: dict[str, Any] = {}
         if isinstance(source, str):
@@ -1305,14 +1301,7 @@ class PostgresDatabase(Database[Any]):
 
     def server(self) -> tuple[str | None, int | None]:
         """The host and port of the conninfo (the first of a list), as libpq reads them."""
-        if self._conninfo is None:
-            return None, None
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            params = conninfo_to_dict(self._conninfo)
-        except Exception:  # an unreadable conninfo fails later, with a message of its own
-            return None, None
+        params = self._given
         host = str(params.get("host") or params.get("hostaddr") or "").split(",")[0]
         port = str(params.get("port") or "").split(",")[0]
         return host or None, int(port) if port.isdigit() else None
@@ -1343,7 +1332,6 @@ class PostgresDatabase(Database[Any]):
         return usage
 
     def _pool_options(self, *, sync: bool) -> dict[str, Any]:
-
         hooks = self._idle_check
         return {
             "conninfo": with_keepalives(self._conninfo or ""),
@@ -1426,12 +1414,10 @@ class PostgresDatabase(Database[Any]):
             raise self._unavailable(self._probe()) from None
 
     def _session(self, conn: Any) -> PgSession:
-        return PgSession(
-            conn, synchronous_commit=self._session_commit(), qualify=self.dialect.qualify
-        )
+        commit = self.options.synchronous_commit  # set by each write transaction for itself
+        return PgSession(conn, synchronous_commit=commit, qualify=self.dialect.qualify)
 
     def _run_sync(self, plan: Plan[T]) -> T:
-
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as lease:
@@ -1498,7 +1484,7 @@ class PostgresDatabase(Database[Any]):
                 except Exception:
                     pass
             if self._async is None:
-                await self._afirst_contact()
+                await asyncio.to_thread(self._first_contact)  # once per pool
                 pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
                 try:
                     await pool.open(wait=True, timeout=self.connect_timeout)
@@ -1506,7 +1492,7 @@ class PostgresDatabase(Database[Any]):
                         await self._averify(conn)
                 except psycopg_pool.PoolTimeout:
                     await pool.close()
-                    raise self._unavailable(await self._aprobe()) from None
+                    raise self._unavailable(await asyncio.to_thread(self._probe)) from None
                 except psycopg.OperationalError as exc:
                     await pool.close()
                     raise self._unavailable(str(exc)) from exc
@@ -1546,11 +1532,10 @@ class PostgresDatabase(Database[Any]):
         try:
             return await pool.getconn()
         except psycopg_pool.PoolTimeout:
-            raise self._unavailable(await self._aprobe()) from None
+            raise self._unavailable(await asyncio.to_thread(self._probe)) from None
 
     async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
         """:meth:`_run_sync`'s plan on an async connection."""
-
         session = self._session(lease.conn)
         first = True
 
@@ -1579,11 +1564,6 @@ class PostgresDatabase(Database[Any]):
                 await arollback(lease.conn)
             if session.unsure and lease.pool is not None:
                 await lease.conn.close()  # a pooled one: putconn discards a closed connection
-
-    def _session_commit(self) -> bool:
-        """The commit mode each write transaction sets for itself (``SET LOCAL``): never
-        for the session, whose settings a transaction pooler would hand to other clients."""
-        return self.options.synchronous_commit
 
     def _unverified(self, conn: Any) -> bool:
         """Whether ``conn`` prepares statements on a server not yet known to be reached
@@ -1631,15 +1611,6 @@ class PostgresDatabase(Database[Any]):
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             self._refuse(exc)
 
-    async def _afirst_contact(self) -> None:
-        import psycopg
-
-        try:
-            conn = await psycopg.AsyncConnection.connect(self._contact_info())
-            await conn.close()
-        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
-            self._refuse(exc)
-
     def _refuse(self, exc: BaseException) -> None:
         """Raise the error of a first connect that trying again cannot cure."""
         wrong = option_error(exc)
@@ -1673,15 +1644,10 @@ class PostgresDatabase(Database[Any]):
     def _reason(self, error: str) -> str:
         """The server's words from libpq's message (after its last ``failed:``), on one
         line, the password masked."""
-        import psycopg
-
         lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
         reason = lines[0].rsplit("failed: ", 1)[-1] if lines else error
         reason = reason.replace("FATAL:  ", "")
-        try:
-            secret = psycopg.conninfo.conninfo_to_dict(self._conninfo or "").get("password")
-        except psycopg.Error:
-            secret = None
+        secret = self._given.get("password")
         if secret:
             reason = reason.replace(str(secret), "***")
         return reason
@@ -1694,23 +1660,7 @@ class PostgresDatabase(Database[Any]):
         if self._conninfo is None:
             return None
         try:
-            timeout = max(1, int(self.connect_timeout))
-            psycopg.connect(self._conninfo or "", connect_timeout=timeout).close()
-        except psycopg.Error as exc:
-            return str(exc)
-        return None
-
-    async def _aprobe(self) -> str | None:
-        import psycopg
-
-        if self._conninfo is None:
-            return None
-        try:
-            timeout = max(1, int(self.connect_timeout))
-            conn = await psycopg.AsyncConnection.connect(
-                self._conninfo or "", connect_timeout=timeout
-            )
-            await conn.close()
+            psycopg.connect(self._conninfo, connect_timeout=self._whole_timeout()).close()
         except psycopg.Error as exc:
             return str(exc)
         return None
@@ -1751,13 +1701,13 @@ class PostgresDatabase(Database[Any]):
             await asyncio.to_thread(pool.close)
 
 
+@dataclass
 class _Lease:
     """The connection a plan runs on, and the pool it came from (``None``: a connection
     passed in, which cannot be replaced)."""
 
-    def __init__(self, conn: Any, pool: Any) -> None:
-        self.conn = conn
-        self.pool = pool
+    conn: Any
+    pool: Any
 
 
 def _reads(batch: Batch) -> bool:

@@ -42,7 +42,6 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Plan,
     PoolUsage,
     T,
-    drive,
 )
 from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
@@ -575,11 +574,9 @@ class SQLiteDatabase(Database[Any]):
                 lone_writes=conn.isolation_level is None,
             )
             try:
-                return drive(plan, session.execute)
+                return session.run(plan)
             except sqlite3.OperationalError as exc:
                 raise self._unusable(exc) or exc from exc
-            finally:
-                session.finish()
 
     def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
         """The package's error for a database that cannot take the call (a read-only
