@@ -1091,85 +1091,71 @@ def _params(stmt: Stmt) -> Any:
 
 
 def execute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on a sync connection."""
-    lone = session.lone(batch)
+    """Send one batch on a sync connection: a lone statement by itself, anything else in
+    one pipeline inside its transaction, which ends after the pipeline (see
+    :class:`PgSession`)."""
+    conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
-            cur = session.conn.execute(
+            cur = conn.execute(
                 session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
             )
             return [cur.fetchall() if lone.fetch else cur.rowcount]
-        return _pipeline(session, batch)
+        try:
+            with conn.pipeline():
+                for sql in session.opening(batch):
+                    conn.execute(sql, prepare=False)
+                for stmt in batch.statements:
+                    cur = conn.cursor(binary=stmt.fetch)
+                    if not stmt.many:
+                        cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                    elif stmt.params:
+                        cur.executemany(session.text(stmt), _params(stmt))
+                    sent.append((cur, stmt))
+            if (closing := session.closing(batch)) is not None:
+                conn.execute(closing, prepare=False)
+        except BaseException:
+            session.unsure = True
+            if session.ended(batch, ok=False):
+                rollback(conn)
+            raise
+        session.ended(batch, ok=True)
+        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
 
 
-def _pipeline(session: PgSession, batch: Batch) -> list[Any]:
-    """The batch's statements in one pipeline, inside its transaction, which ends after
-    the pipeline (see :class:`PgSession`)."""
-    conn = session.conn
-    sent = []
-    try:
-        with conn.pipeline():
-            for sql in session.opening(batch):
-                conn.execute(sql, prepare=False)
-            for stmt in batch.statements:
-                cur = conn.cursor(binary=stmt.fetch)
-                if not stmt.many:
-                    cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
-                elif stmt.params:
-                    cur.executemany(session.text(stmt), _params(stmt))
-                sent.append((cur, stmt))
-        if (closing := session.closing(batch)) is not None:
-            conn.execute(closing, prepare=False)
-    except BaseException:
-        session.unsure = True
-        if session.ended(batch, ok=False):
-            rollback(conn)
-        raise
-    session.ended(batch, ok=True)
-    return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
-
-
 async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on an async connection."""
-    conn = session.conn
-    lone = session.lone(batch)
+    """:func:`execute` on an async connection."""
+    conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
             cur = await conn.execute(
                 session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
             )
             return [await cur.fetchall() if lone.fetch else cur.rowcount]
-        return await _apipeline(session, batch)
+        try:
+            async with conn.pipeline():
+                for sql in session.opening(batch):
+                    await conn.execute(sql, prepare=False)
+                for stmt in batch.statements:
+                    cur = conn.cursor(binary=stmt.fetch)
+                    if not stmt.many:
+                        await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                    elif stmt.params:
+                        await cur.executemany(session.text(stmt), _params(stmt))
+                    sent.append((cur, stmt))
+            if (closing := session.closing(batch)) is not None:
+                await conn.execute(closing, prepare=False)
+        except BaseException:
+            session.unsure = True
+            if session.ended(batch, ok=False):
+                await arollback(conn)
+            raise
+        session.ended(batch, ok=True)
+        return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
-
-
-async def _apipeline(session: PgSession, batch: Batch) -> list[Any]:
-    """:func:`_pipeline` on an async connection."""
-    conn = session.conn
-    sent = []
-    try:
-        async with conn.pipeline():
-            for sql in session.opening(batch):
-                await conn.execute(sql, prepare=False)
-            for stmt in batch.statements:
-                cur = conn.cursor(binary=stmt.fetch)
-                if stmt.many and stmt.params:
-                    await cur.executemany(session.text(stmt), _params(stmt))
-                elif not stmt.many:
-                    await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
-                sent.append((cur, stmt))
-        if (closing := session.closing(batch)) is not None:
-            await conn.execute(closing, prepare=False)
-    except BaseException:
-        session.unsure = True
-        if session.ended(batch, ok=False):
-            await arollback(conn)
-        raise
-    session.ended(batch, ok=True)
-    return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
 
 
 def _count(cur: Any, stmt: Stmt) -> int:
@@ -1586,12 +1572,8 @@ class PostgresDatabase(Database[Any]):
     def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
         """Raise :func:`pooler_error` when ``conn`` does not reach the server
         itself, before any statement is prepared; else remember that it does."""
-        error = pooler_error(
-            conn.info.backend_pid,
-            server_pid,
-            self.describe(),
-            passed_in=self._conninfo is None,
-        )
+        where, passed_in = self.describe(), self._conninfo is None
+        error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
         if error is not None:
             raise error
         self._pooler_checked = True
@@ -1613,12 +1595,13 @@ class PostgresDatabase(Database[Any]):
 
     def _refuse(self, exc: BaseException) -> None:
         """Raise the error of a first connect that trying again cannot cure."""
-        wrong = option_error(exc)
-        if wrong is not None:
-            where = f"PostgreSQL at {self.describe()}"
+        where = f"PostgreSQL at {self.describe()}"
+        if (wrong := option_error(exc)) is not None:
             raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
         if definite_refusal(exc):
-            raise self._refused(exc) from None
+            raise DatabaseUnavailableError(
+                f"{where} refused the connection: {self._reason(str(exc))}"
+            ) from None
 
     def _contact_info(self) -> str:
         """The first connect's conninfo: with keepalives, and with :meth:`_whole_timeout` as
@@ -1634,12 +1617,6 @@ class PostgresDatabase(Database[Any]):
     def _whole_timeout(self) -> int:
         """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""
         return max(1, int(self.connect_timeout))
-
-    def _refused(self, exc: BaseException) -> DatabaseUnavailableError:
-        """The error for a server that refused the connection, in its words."""
-        return DatabaseUnavailableError(
-            f"PostgreSQL at {self.describe()} refused the connection: {self._reason(str(exc))}"
-        )
 
     def _reason(self, error: str) -> str:
         """The server's words from libpq's message (after its last ``failed:``), on one
@@ -1668,11 +1645,8 @@ class PostgresDatabase(Database[Any]):
     def _unavailable(self, error: str | None) -> DatabaseUnavailableError:
         """The error for a server not reached (or a pool whose every connection stayed
         busy), naming the server with its password masked."""
-        reason = (
-            self._reason(error)
-            if error and error.strip()
-            else "every pooled connection stayed busy"
-        )
+        busy = "every pooled connection stayed busy"
+        reason = self._reason(error) if error and error.strip() else busy
         return DatabaseUnavailableError(
             f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
             f"{reason}"
