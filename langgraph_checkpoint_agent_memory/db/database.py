@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 #: What a :class:`Database` subclass hands out as a connection (a type parameter only).
@@ -64,10 +61,6 @@ class Batch:
 #: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
 #: the affected row count) and returns its value.
 Plan = Generator[Batch, list[Any], T]
-
-
-def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = False) -> Batch:
-    return Batch([Stmt(sql, params, fetch=fetch)], write=write)
 
 
 def carry_plan(

@@ -79,7 +79,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.db.url import (
     PREPARE_THRESHOLD,
     SCHEMA,
-    mask_conninfo,
+    mask_url,
     take_prepare_threshold,
     take_url_option,
 )
@@ -723,19 +723,15 @@ class IdleCheck:
         self.after = after
         self._since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
-    def _stamp(self, conn: Any) -> None:
-        self._since[conn] = time.monotonic()
-
     def _due(self, conn: Any) -> bool:
         return time.monotonic() - self._since.get(conn, -math.inf) >= self.after
-
-    def configure(self, conn: Any) -> None:
-        self._stamp(conn)
 
     def returned(self, conn: Any) -> None:
         """Note that ``conn`` goes back to its pool now. (Not psycopg_pool's ``reset`` hook:
         with one, an async pool hands every return to a background task.)"""
-        self._stamp(conn)
+        self._since[conn] = time.monotonic()
+
+    configure = returned  # a new connection counts from its opening
 
     def check(self, conn: Any) -> None:
         if self._due(conn):
@@ -746,7 +742,7 @@ class IdleCheck:
             closed_by_server(conn)
 
     async def aconfigure(self, conn: Any) -> None:
-        self._stamp(conn)
+        self.returned(conn)
 
     async def acheck(self, conn: Any) -> None:
         if self._due(conn):
@@ -1202,7 +1198,7 @@ class PostgresDatabase(Database[Any]):
         self._given: dict[str, Any] = {}
         if isinstance(source, str):
             source = self._take_url_options(source, options)
-            self._given = checked_conninfo(source, mask_conninfo(source))
+            self._given = checked_conninfo(source, mask_url(source))
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
@@ -1242,14 +1238,14 @@ class PostgresDatabase(Database[Any]):
         if schema is not None:
             if options.get(SCHEMA) not in (None, schema):
                 raise ConfigurationError(
-                    f"the {SCHEMA} of {mask_conninfo(conninfo)} is {schema!r} but the schema "
+                    f"the {SCHEMA} of {mask_url(conninfo)} is {schema!r} but the schema "
                     f"argument is {options[SCHEMA]!r}: give one of them"
                 )
             options[SCHEMA] = schema
         conninfo, raw = take_prepare_threshold(conninfo)
         if raw is None:
             return conninfo
-        where = f"the {PREPARE_THRESHOLD} of {mask_conninfo(conninfo)}"
+        where = f"the {PREPARE_THRESHOLD} of {mask_url(conninfo)}"
         value = prepare_threshold_of(raw, where)
         if PREPARE_THRESHOLD in options:
             given = prepare_threshold_of(options[PREPARE_THRESHOLD])
@@ -1282,7 +1278,7 @@ class PostgresDatabase(Database[Any]):
 
     def describe(self) -> str:
         if self._conninfo is not None:
-            return mask_conninfo(self._conninfo)
+            return mask_url(self._conninfo)
         return f"postgresql ({type(self._sync or self._async).__name__})"
 
     def server(self) -> tuple[str | None, int | None]:
