@@ -18,6 +18,7 @@ that check (a ``stat``, some 5 µs) replaces the connection, and a read it overl
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -464,6 +465,10 @@ class SQLiteDatabase(Database[Any]):
         a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
         without leaving files behind, a :class:`Snapshot` if no one may write it, else
         a :class:`DatabaseUnavailableError` that says how to read it."""
+        connect = functools.partial(
+            sqlite3.connect, isolation_level=None, check_same_thread=False, timeout=30
+        )
+        uri = f"file:{quote(str(self.path.absolute()))}?mode="
         if not self.memory and _unshareable(self.path):
             if not _frozen(self.path):
                 raise DatabaseUnavailableError(
@@ -476,28 +481,15 @@ class SQLiteDatabase(Database[Any]):
                     f"(chmod a-w {self.path}) or read a copy"
                 )
             opened = _identity(self.path)
-            uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=30,
-                factory=Snapshot,
-            )
+            conn = cast(Snapshot, connect(uri + "ro&immutable=1", uri=True, factory=Snapshot))
             conn.path, conn.opened = self.path, opened
             return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            return sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-            )
-        uri = f"file:{quote(str(self.path.absolute()))}?mode={self.mode}"
+            return connect(str(self.path))
         try:
-            return sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
-            )
+            return connect(uri + self.mode, uri=True)
         except sqlite3.OperationalError as exc:
             if self.path.exists():
                 raise
