@@ -275,11 +275,7 @@ class Dialect(PostingsDialect):
         return ignored
 
     def upsert(
-        self,
-        table: sa.Table,
-        keys: Columns,
-        update: Columns,
-        where: Any = None,
+        self, table: sa.Table, keys: Columns, update: Columns, where: Any = None
     ) -> sa.sql.ClauseElement:
         """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
         overwrite the ``update`` columns."""

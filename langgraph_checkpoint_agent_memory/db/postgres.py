@@ -80,7 +80,6 @@ from langgraph_checkpoint_agent_memory.db.url import (
     PREPARE_THRESHOLD,
     SCHEMA,
     mask_url,
-    take_prepare_threshold,
     take_url_option,
 )
 from langgraph_checkpoint_agent_memory.errors import (
@@ -1231,30 +1230,22 @@ class PostgresDatabase(Database[Any]):
 
     @staticmethod
     def _take_url_options(conninfo: str, options: dict[str, Any]) -> str:
-        """``conninfo`` without this package's ``prepare_threshold``, moved into ``options``
-        (libpq refuses keywords it does not know); the URL and an argument that disagree
-        are refused."""
-        conninfo, schema = take_url_option(conninfo, SCHEMA)
-        if schema is not None:
-            if options.get(SCHEMA) not in (None, schema):
+        """``conninfo`` without this package's ``schema`` and ``prepare_threshold``, moved
+        into ``options`` (libpq refuses keywords it does not know); the URL and an argument
+        that disagree are refused (a ``schema`` argument of ``None`` gives none)."""
+        for name in (SCHEMA, PREPARE_THRESHOLD):
+            conninfo, raw = take_url_option(conninfo, name)
+            if raw is None:
+                continue
+            where = f"the {name} of {mask_url(conninfo)}"
+            read = prepare_threshold_of if name == PREPARE_THRESHOLD else lambda v, _="": v
+            value = read(raw, where)
+            given = options.get(name)
+            if name in options and read(given) != value and (given, name) != (None, SCHEMA):
                 raise ConfigurationError(
-                    f"the {SCHEMA} of {mask_url(conninfo)} is {schema!r} but the schema "
-                    f"argument is {options[SCHEMA]!r}: give one of them"
+                    f"{where} is {raw!r} but the {name} argument is {given!r}: give one of them"
                 )
-            options[SCHEMA] = schema
-        conninfo, raw = take_prepare_threshold(conninfo)
-        if raw is None:
-            return conninfo
-        where = f"the {PREPARE_THRESHOLD} of {mask_url(conninfo)}"
-        value = prepare_threshold_of(raw, where)
-        if PREPARE_THRESHOLD in options:
-            given = prepare_threshold_of(options[PREPARE_THRESHOLD])
-            if given != value:
-                raise ConfigurationError(
-                    f"{where} is {raw!r} but the prepare_threshold argument is "
-                    f"{options[PREPARE_THRESHOLD]!r}: give one of them"
-                )
-        options[PREPARE_THRESHOLD] = value
+            options[name] = value
         return conninfo
 
     def _fresh_locks(self) -> None:
