@@ -91,6 +91,9 @@ from langgraph_checkpoint_agent_memory.errors import (
 logger = logging.getLogger(__name__)
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+#: Serializes migrations, and the setups that change the schema, until the transaction ends.
+# raw: advisory lock
+MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 #: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
 #: a key space of the package's own, apart from the one-key locks (migrations).
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
@@ -235,8 +238,7 @@ class PostgresDialect(Dialect):
         return json.dumps({key: value})
 
     def migration_lock(self) -> str | None:
-        # raw: advisory lock
-        return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+        return MIGRATION_LOCK
 
     def scope_lock(self) -> sa.sql.ClauseElement | None:
         # pg_advisory_xact_lock(int, int): released at commit or rollback, so a
@@ -269,8 +271,7 @@ class PostgresDialect(Dialect):
         has_type, has_column, available = rows[0]
         if create and not has_column and (has_type or available):
             # installed (or installable) since the migration ran: add the column now
-            # raw: advisory lock
-            lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+            lock = Stmt(Sql(MIGRATION_LOCK), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
             )
@@ -347,8 +348,7 @@ class PostgresDialect(Dialect):
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
-        # raw: advisory lock
-        lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+        lock = Stmt(Sql(MIGRATION_LOCK), fetch=True)
         _, rows = yield Batch([lock, state], lock=True, hold=True)
         if rows:  # there already (built by another process, or by hand)
             yield Batch([], write=True)
