@@ -135,7 +135,7 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
         return
     declared = settings.get_field(PREPARE_CONFIG_KEY)
     if declared is not None:
-        from langgraph_checkpoint_agent_memory.db.pg_pool import prepare_threshold_of
+        from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options[urls.PREPARE_THRESHOLD] = prepare_threshold_of(
             declared.value(), f"agent_config {PREPARE_CONFIG_KEY!r}"
@@ -297,7 +297,7 @@ def create_store(
         memory = AgentMemory(store)
         ```
     """
-    from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
@@ -325,7 +325,7 @@ def create_store(
     elif target.kind == "sqlite":
         database = SQLiteDatabase(target.options["path"], **database_options)
     elif target.kind == "postgresql":
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
         database = PostgresDatabase(target.url, **database_options, **postgres_options)
     else:

@@ -354,7 +354,7 @@ def test_no_flush_follows_the_end_of_a_transaction(pg_url: str, tmp_path: Path) 
     import psycopg
 
     from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore
-    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
     trace = tmp_path / "trace.txt"
 

@@ -135,8 +135,7 @@ class PostgresSaver(_FromConnString, SQLSaver):
     """
 
     def __init__(self, conn: Any, **kwargs: Any) -> None:
-        from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase, PostgresOptions
 
         options = {k: kwargs.pop(k) for k in PostgresOptions.names() & kwargs.keys()}
         super().__init__(PostgresDatabase(conn, **options), **kwargs)

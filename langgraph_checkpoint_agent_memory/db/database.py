@@ -11,14 +11,13 @@ batch runs in one round trip where the driver can pipeline, and in one transacti
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+import importlib
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-
-logger = logging.getLogger(__name__)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 T = TypeVar("T")
 #: What a :class:`Database` subclass hands out as a connection (a type parameter only).
@@ -62,10 +61,6 @@ class Batch:
 #: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
 #: the affected row count) and returns its value.
 Plan = Generator[Batch, list[Any], T]
-
-
-def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = False) -> Batch:
-    return Batch([Stmt(sql, params, fetch=fetch)], write=write)
 
 
 def carry_plan(
@@ -275,6 +270,19 @@ def retryable(exc: BaseException) -> bool:
     return getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES
 
 
-def rows_as_dicts(columns: Iterable[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
-    names = list(columns)
-    return [dict(zip(names, row, strict=True)) for row in rows]
+def first_line(error: object) -> str:
+    """The first line of ``error``'s message, or its class's name."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def require(module: str, extra: str, needs: str) -> Any:
+    """``module``, imported: a driver this package installs with the extra ``extra``; when
+    it is missing, a :class:`ConfigurationError` that starts with ``needs`` and says how to
+    install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            f"{needs}: pip install 'langgraph-checkpoint-agent-memory[{extra}]'"
+        ) from exc

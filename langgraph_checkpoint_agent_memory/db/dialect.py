@@ -196,17 +196,11 @@ class Dialect(PostingsDialect):
     """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
 
     name = "generic"
-    #: Whether several statements can travel in one round trip (psycopg pipeline).
-    pipelines = False
-    #: Whether the tables are distributed (Citus): rows then go in by ``INSERT ... VALUES``,
-    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
-    distributed = False
-    #: Whether DDL is transactional (all of a migration or none of it).
-    transactional_ddl = True
     #: Whether the tables are spread over several nodes (Citus): set by
     #: :func:`~.distribution.detect_plan` on first use. A distributed database refuses row
     #: locks across shards and runs a statement that names several tables' rows in steps
-    #: unless each names one shard key value.
+    #: unless each names one shard key value; rows then go in by ``INSERT ... VALUES``,
+    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
     distributed = False
 
     def __init__(self) -> None:
@@ -281,11 +275,7 @@ class Dialect(PostingsDialect):
         return ignored
 
     def upsert(
-        self,
-        table: sa.Table,
-        keys: Columns,
-        update: Columns,
-        where: Any = None,
+        self, table: sa.Table, keys: Columns, update: Columns, where: Any = None
     ) -> sa.sql.ClauseElement:
         """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
         overwrite the ``update`` columns."""
@@ -483,18 +473,14 @@ class Dialect(PostingsDialect):
         where the dialect keeps them, typed columns per dimension count)."""
         return ("embedding",)
 
-    def _native_vectors(self, columns: Sequence[str]) -> sa.TableClause:
-        # the vectors table with its native columns, which schema.py does not declare
-        # (they exist only where the database offers a vector type)
+    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
+        """The vectors table with the native ``columns``, which :mod:`.schema` does not
+        declare (they exist only where the database offers a vector type)."""
         return sa.table(
             store_vectors.name,
             *(sa.column(c.name) for c in store_vectors.columns),
             *(sa.column(c) for c in columns),
         )
-
-    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
-        """The vectors table with the native ``columns`` (for statements of other modules)."""
-        return self._native_vectors(columns)
 
     def insert_vector(self) -> Sql | None:
         """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
@@ -506,7 +492,7 @@ class Dialect(PostingsDialect):
         def build() -> Any:
             values: dict[str, Any] = {c.name: sa.bindparam(c.name) for c in store_vectors.columns}
             values |= {c: self.to_vector(sa.bindparam(c)) for c in columns}
-            return sa.insert(self._native_vectors(columns)).values(values)
+            return sa.insert(self.native_vectors_table(columns)).values(values)
 
         return self.sql(("insert_vector_native", columns), build)
 
@@ -517,7 +503,7 @@ class Dialect(PostingsDialect):
             return None
 
         def build() -> Any:
-            t = self._native_vectors(["embedding"])
+            t = self.native_vectors_table(["embedding"])
             return (
                 sa.update(t)
                 .where(

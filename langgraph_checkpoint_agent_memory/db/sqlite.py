@@ -18,6 +18,7 @@ that check (a ``stat``, some 5 µs) replaces the connection, and a read it overl
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -42,10 +43,8 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Plan,
     PoolUsage,
     T,
-    drive,
 )
-from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
-from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
+from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
@@ -466,6 +465,10 @@ class SQLiteDatabase(Database[Any]):
         a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
         without leaving files behind, a :class:`Snapshot` if no one may write it, else
         a :class:`DatabaseUnavailableError` that says how to read it."""
+        connect = functools.partial(
+            sqlite3.connect, isolation_level=None, check_same_thread=False, timeout=30
+        )
+        uri = f"file:{quote(str(self.path.absolute()))}?mode="
         if not self.memory and _unshareable(self.path):
             if not _frozen(self.path):
                 raise DatabaseUnavailableError(
@@ -478,28 +481,15 @@ class SQLiteDatabase(Database[Any]):
                     f"(chmod a-w {self.path}) or read a copy"
                 )
             opened = _identity(self.path)
-            uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=30,
-                factory=Snapshot,
-            )
+            conn = cast(Snapshot, connect(uri + "ro&immutable=1", uri=True, factory=Snapshot))
             conn.path, conn.opened = self.path, opened
             return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            return sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-            )
-        uri = f"file:{quote(str(self.path.absolute()))}?mode={self.mode}"
+            return connect(str(self.path))
         try:
-            return sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
-            )
+            return connect(uri + self.mode, uri=True)
         except sqlite3.OperationalError as exc:
             if self.path.exists():
                 raise
@@ -576,11 +566,9 @@ class SQLiteDatabase(Database[Any]):
                 lone_writes=conn.isolation_level is None,
             )
             try:
-                return drive(plan, session.execute)
+                return session.run(plan)
             except sqlite3.OperationalError as exc:
                 raise self._unusable(exc) or exc from exc
-            finally:
-                session.finish()
 
     def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
         """The package's error for a database that cannot take the call (a read-only
