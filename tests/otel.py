@@ -52,6 +52,20 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
 
 
+#: The tables of the checkpointer's and the store's operations (``db.collection.name``).
+CHECKPOINT_TABLES = ("am_checkpoints", "am_checkpoint_writes", "am_threads")
+STORE_TABLES = ("am_store_items",)
+
+
+def on(exporter: InMemorySpanExporter, tables: tuple[str, ...]) -> list[ReadableSpan]:
+    """The finished database spans about one of ``tables``, in the order they ended."""
+    return [
+        s
+        for s in exporter.get_finished_spans()
+        if (s.attributes or {}).get("db.collection.name") in tables
+    ]
+
+
 def points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     """The data points of the metric ``name`` read now (none when nothing was recorded)."""
     data = reader.get_metrics_data()

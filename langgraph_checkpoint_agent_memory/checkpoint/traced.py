@@ -1,6 +1,6 @@
-"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`), named as
-the SQL savers' are (``checkpoint.put``, ``checkpoint.get_tuple``, ...) with the thread (left
-out with encryption on); internal spans, as no database is involved."""
+"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`):
+internal spans (no database is involved) named ``checkpoint.put``, ``checkpoint.get_tuple``,
+..., with the thread (left out with encryption on) and the rows returned."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def span(saver: Any, name: str, config: Any) -> Any:
         >>> class Saver:
         ...     keyring = None
         >>> with span(Saver(), "get_tuple", {"configurable": {"thread_id": "t"}}) as op:
-        ...     op.set("agent_memory.result_count", 0)
+        ...     op.set("db.response.returned_rows", 0)
     """
     thread = None if saver.keyring is not None else _thread((config,), {})
     return operation(
@@ -89,9 +89,9 @@ def listed(result: Any) -> dict[str, AttributeValue]:
 
     Example:
         >>> listed([("t", "", "1"), ("t", "", "2")])
-        {'agent_memory.result_count': 2}
+        {'db.response.returned_rows': 2}
     """
-    return {"agent_memory.result_count": len(result)}
+    return {"db.response.returned_rows": len(result)}
 
 
 def swept(result: int) -> dict[str, AttributeValue]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +29,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     PoolUsage,
     T,
     adrive,
+    connection_waited,
     drive,
 )
 from langgraph_checkpoint_agent_memory.db.pg_pool import (
@@ -182,6 +184,17 @@ class PostgresDatabase(Database[Any]):
         port = str(params.get("port") or "").split(",")[0]
         return host or None, int(port) if port.isdigit() else None
 
+    def namespace(self) -> str | None:
+        """``{database}|{schema}``, as OpenTelemetry's conventions name a PostgreSQL
+        namespace: the conninfo's database and the ``schema`` option (either alone)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            database = conninfo_to_dict(self._conninfo or "").get("dbname")
+        except Exception:  # an unreadable conninfo fails later, with a message of its own
+            database = None
+        return "|".join(str(p) for p in (database, self.options.schema) if p) or None
+
     def pool_usage(self) -> list[PoolUsage]:
         """The usage of the pools (sync and async) open now, from psycopg_pool's
         ``get_stats()``; a single connection passed in has no pool to report."""
@@ -202,7 +215,6 @@ class PostgresDatabase(Database[Any]):
                     idle=available,
                     max=stats.get("pool_max", pool.max_size),
                     pending=stats.get("requests_waiting", 0),
-                    wait_seconds=stats.get("requests_wait_ms", 0) / 1000,
                 )
             )
         return usage
@@ -285,10 +297,13 @@ class PostgresDatabase(Database[Any]):
     def _getconn(self, pool: Any) -> Any:
         import psycopg_pool
 
+        started = time.perf_counter()
         try:
-            return pool.getconn()
+            conn = pool.getconn()
         except psycopg_pool.PoolTimeout:
             raise self._unavailable(self._probe()) from None
+        connection_waited(lambda: f"{self.describe()} (sync)", started)
+        return conn
 
     def _session(self, conn: Any) -> PgSession:
         return PgSession(
@@ -408,10 +423,13 @@ class PostgresDatabase(Database[Any]):
     async def _agetconn(self, pool: Any) -> Any:
         import psycopg_pool
 
+        started = time.perf_counter()
         try:
-            return await pool.getconn()
+            conn = await pool.getconn()
         except psycopg_pool.PoolTimeout:
             raise self._unavailable(await self._aprobe()) from None
+        connection_waited(lambda: f"{self.describe()} (async)", started)
+        return conn
 
     async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
         """:meth:`_run_sync`'s plan on an async connection."""

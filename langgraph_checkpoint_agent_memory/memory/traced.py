@@ -12,11 +12,10 @@ from typing import Any, TypeVar, cast
 
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.model import ScopeLike
-from langgraph_checkpoint_agent_memory.telemetry.metrics import safely
+from langgraph_checkpoint_agent_memory.telemetry import live, safely
 from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     IDLE,
     AttributeValue,
-    live,
     operation,
     target_of,
 )
