@@ -66,6 +66,22 @@ def on(exporter: InMemorySpanExporter, tables: tuple[str, ...]) -> list[Readable
     ]
 
 
+def rename_table(url: str, table: str, to: str) -> None:
+    """Rename ``table`` of the database at ``url`` behind the package's back (its next
+    statement on it fails in the database, with the database's error code)."""
+    import sqlite3
+
+    import psycopg
+
+    rename = f"ALTER TABLE {table} RENAME TO {to}"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            conn.execute(rename)
+    else:
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute(rename)
+
+
 def points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     """The data points of the metric ``name`` read now (none when nothing was recorded)."""
     data = reader.get_metrics_data()

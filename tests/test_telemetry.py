@@ -4,13 +4,11 @@ SQLite and PostgreSQL, sync and async."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
@@ -32,7 +30,15 @@ from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     tracing,
 )
 from tests.helpers import config_for, sql_checkpointer
-from tests.otel import CHECKPOINT_TABLES, STORE_TABLES, named, on, provider, spans
+from tests.otel import (
+    CHECKPOINT_TABLES,
+    STORE_TABLES,
+    named,
+    on,
+    provider,
+    rename_table,
+    spans,
+)
 from tests.pg import backend_params, backend_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,12 +75,12 @@ def test_each_saver_operation_is_a_span_with_the_database_conventions(
     for name, kind, attrs in got:
         assert attrs is not None and kind is SpanKind.CLIENT
         assert attrs["db.system.name"] == system
-        assert f"{attrs['db.operation.name']} {attrs['db.collection.name']}" == name
+        assert f"{attrs['db.operation.name']!s} {attrs['db.collection.name']!s}" == name
         assert attrs["db.namespace"]
     if system == "sqlite":
         assert got[0][2] is not None and got[0][2]["db.namespace"] == url.split("///", 1)[1]
     else:  # {database}, the conninfo's (no schema option)
-        assert got[0][2] is not None and got[0][2]["db.namespace"] in url
+        assert got[0][2] is not None and str(got[0][2]["db.namespace"]) in url
     assert got[0][2] is not None and got[0][2]["langgraph.thread_id"] == "t-1"
     assert [a["db.response.returned_rows"] for _, _, a in got[2:] if a] == [1, 0]
 
@@ -200,7 +206,7 @@ def test_store_operations_are_spans(spans: InMemorySpanExporter, store_url: str 
     system = "postgresql" if store_url and store_url.startswith("postgresql") else "sqlite"
     for name, attrs, _ in got:
         assert attrs is not None and attrs["db.system.name"] == system
-        assert name == f"{attrs['db.operation.name']} am_store_items"
+        assert name == f"{attrs['db.operation.name']!s} am_store_items"
     assert got[0][1] is not None and got[0][1]["agent_memory.namespace"] == "users.alice"
     assert got[-1][2] is StatusCode.ERROR
 
@@ -336,13 +342,7 @@ def test_a_database_error_carries_its_status_code(spans: InMemorySpanExporter, u
     with sql_checkpointer(url) as saver:
         config = config_for("t-e")
         saver.put(config, empty_checkpoint(), {"step": -1}, {})
-        rename = "ALTER TABLE am_checkpoints RENAME TO am_checkpoints_gone"
-        if url.startswith("sqlite"):
-            with sqlite3.connect(url.split("///", 1)[1]) as conn:
-                conn.execute(rename)
-        else:
-            with psycopg.connect(url, autocommit=True) as pg:
-                pg.execute(rename)
+        rename_table(url, "am_checkpoints", "am_checkpoints_gone")
         with pytest.raises(Exception) as raised:
             saver.get_tuple(config)
     [failed] = [s for s in on(spans, CHECKPOINT_TABLES) if s.status.status_code is StatusCode.ERROR]
