@@ -160,8 +160,8 @@ connection_waits: list[Callable[[str, float], None]] = []
 
 
 def connection_waited(pool: Callable[[], str], started: float) -> None:
-    """Tell :data:`connection_waits` that a connection of the pool ``pool()`` names was
-    obtained, waited for since ``started`` (a ``time.perf_counter()``)."""
+    """Tell :data:`connection_waits` of a connection of the pool ``pool()`` names, waited
+    for since ``started`` (a ``time.perf_counter()``)."""
     if connection_waits:
         waited, name = time.perf_counter() - started, pool()
         for tell in connection_waits:
@@ -208,14 +208,8 @@ class Database(Generic[ConnT]):
         return None, None
 
     def namespace(self) -> str | None:
-        """The database (and schema) statements run in, as OpenTelemetry's
-        ``db.namespace`` names it (``None``: unknown).
-
-        Example:
-            >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
-            >>> SQLiteDatabase("/data/chk.db").namespace()
-            '/data/chk.db'
-        """
+        """The database (and schema) statements run in, OpenTelemetry's ``db.namespace``
+        (``None``: unknown)."""
         return None
 
     def pool_usage(self) -> list[PoolUsage]:

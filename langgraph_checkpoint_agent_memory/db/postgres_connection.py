@@ -187,13 +187,8 @@ class PostgresDatabase(Database[Any]):
     def namespace(self) -> str | None:
         """``{database}|{schema}``, as OpenTelemetry's conventions name a PostgreSQL
         namespace: the conninfo's database and the ``schema`` option (either alone)."""
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            database = conninfo_to_dict(self._conninfo or "").get("dbname")
-        except Exception:  # an unreadable conninfo fails later, with a message of its own
-            database = None
-        return "|".join(str(p) for p in (database, self.options.schema) if p) or None
+        parts = (self._given.get("dbname"), self.options.schema)
+        return "|".join(str(p) for p in parts if p) or None
 
     def pool_usage(self) -> list[PoolUsage]:
         """The usage of the pools (sync and async) open now, from psycopg_pool's

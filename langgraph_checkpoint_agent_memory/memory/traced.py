@@ -146,12 +146,7 @@ def report_counts(report: Any) -> dict[str, AttributeValue]:
 
 
 def item_count(removed: int) -> dict[str, AttributeValue]:
-    """How many items an operation removed.
-
-    Example:
-        >>> item_count(3)
-        {'agent_memory.item_count': 3}
-    """
+    """How many items an operation removed."""
     return {"agent_memory.item_count": removed}
 
 

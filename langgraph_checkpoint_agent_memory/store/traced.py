@@ -13,17 +13,13 @@ from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
 
+KINDS = {SearchOp: "search", GetOp: "get", ListNamespacesOp: "list_namespaces"}
+
 
 def _kind(op: Op) -> str:
-    if isinstance(op, SearchOp):
-        return "search"
-    if isinstance(op, GetOp):
-        return "get"
     if isinstance(op, PutOp):
         return "put" if op.value is not None else "delete"
-    if isinstance(op, ListNamespacesOp):
-        return "list_namespaces"
-    return "batch"
+    return KINDS.get(type(op), "batch")
 
 
 def _namespace(op: Op) -> tuple[str, ...] | None:

@@ -32,19 +32,28 @@ _lock = threading.Lock()
 
 class Provider:
     """One signal's provider: the one given to the package, else OpenTelemetry's global one
-    (``api`` names the API's module, ``getter`` its function that returns the global one).
-
-    Example:
-        >>> Provider("opentelemetry.trace", "get_tracer_provider", "X").recording()
-        False
-    """
+    (``api`` names the API's module, ``getter`` its function that returns the global one,
+    ``variable`` the environment variable that names one)."""
 
     def __init__(self, api: str, getter: str, variable: str) -> None:
         self.api, self.getter, self.variable = api, getter, variable
         self.given: Any = None
 
     def use(self, provider: Any) -> None:
-        """Record with ``provider`` (``None``: with the global one again)."""
+        """Record the package's spans (:data:`TRACER`: ``tracing.use_tracer_provider``) or
+        metrics (:data:`METER`: ``metrics.use_meter_provider``) with ``provider`` instead of
+        OpenTelemetry's global one (``None``: back to the global one), as OpenTelemetry's
+        instrumentations take a ``tracer_provider`` and a ``meter_provider``.
+
+        Args:
+            provider: An SDK's ``TracerProvider`` or ``MeterProvider`` (or any provider of
+                the signal).
+
+        Example:
+            >>> from opentelemetry.sdk.trace import TracerProvider
+            >>> TRACER.use(TracerProvider())
+            >>> TRACER.use(None)
+        """
         self.given = provider
         recheck()
 

@@ -1,24 +1,9 @@
-"""Metrics of the package's operations, by OpenTelemetry's conventions.
-
-Instruments (the meter is named :data:`SCOPE`; the user guide's table lists each with its
-unit, and a test holds the two together):
-
-- ``db.client.operation.duration`` (s): each saver and store operation, by
-  ``db.system.name``, ``db.namespace``, ``db.operation.name``, ``db.collection.name``,
-  ``error.type`` and ``db.response.status_code``;
-- ``agent_memory.operation.duration`` (s): each memory operation, and each of
-  ``TimedInMemorySaver``'s, by ``agent_memory.operation.name``;
-- ``agent_memory.checkpoint.bytes_written``, ``agent_memory.checkpoint.threads_swept``,
-  ``agent_memory.store.items_swept``, ``agent_memory.consolidation.jobs`` (by
-  ``agent_memory.job.status``), ``agent_memory.ranker.cache.requests`` (by
-  ``agent_memory.cache.name`` and ``agent_memory.cache.hit``): counters;
-- ``agent_memory.consolidation.backlog``, ``.oldest_pending_age`` and ``.parked``: pending
-  episodes per database, as the last consolidation round there saw them (the age measured
-  at each collection);
-- ``db.client.connection.count`` (by ``db.client.connection.state``),
-  ``db.client.connection.max``, ``db.client.connection.pending_requests`` and
-  ``db.client.connection.wait_time`` (s, each wait for a connection), per
-  ``db.client.connection.pool.name``.
+"""Metrics of the package's operations, by OpenTelemetry's conventions: the durations of
+database client operations (``db.client.operation.duration``) and of agent memory's
+(``agent_memory.operation.duration``), the counters of :data:`COUNTERS`, the consolidation
+backlog and the connection pools of :data:`OBSERVED`, and each wait for a pool's
+connection (``db.client.connection.wait_time``). The user guide's table lists each with its
+unit (a test holds the two together).
 
 No cost when off: while no meter provider is set, :func:`instruments` returns ``None`` after
 a cached check, and nothing is measured.
@@ -31,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langgraph_checkpoint_agent_memory.telemetry import (
     METER,
@@ -44,7 +29,7 @@ from langgraph_checkpoint_agent_memory.telemetry import (
 )
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.db.database import PoolUsage
+    from langgraph_checkpoint_agent_memory.db.database import Database, PoolUsage
 
 #: Bucket bounds of the duration histograms (s), as OpenTelemetry's database conventions
 #: advise.
@@ -52,20 +37,9 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 POOL = "db.client.connection.pool.name"
 
 
-def use_meter_provider(provider: Any) -> None:
-    """Record the package's metrics with ``provider`` instead of OpenTelemetry's global one
-    (``None``: back to the global one), as OpenTelemetry's instrumentations take a
-    ``meter_provider``.
-
-    Args:
-        provider: An ``opentelemetry.sdk.metrics.MeterProvider`` (or any meter provider).
-
-    Example:
-        >>> from opentelemetry.sdk.metrics import MeterProvider
-        >>> use_meter_provider(MeterProvider())
-        >>> use_meter_provider(None)
-    """
-    METER.use(provider)
+#: Record the package's metrics with a meter provider of its own (``None``: the global one
+#: again; see :meth:`.Provider.use`).
+use_meter_provider = METER.use
 
 
 def metering() -> bool:
@@ -78,12 +52,6 @@ def metering() -> bool:
         False
     """
     return current()[2]
-
-
-class Watched(Protocol):
-    """A database whose connection pools the metrics report."""
-
-    def pool_usage(self) -> list[PoolUsage]: ...
 
 
 @dataclass
@@ -129,14 +97,9 @@ def backlog_of(attributes: dict[str, Any]) -> Backlog:
         return backlog
 
 
-def watch(database: Watched) -> None:
+def watch(database: Database[Any]) -> None:
     """Report ``database``'s pools in the connection metrics while it lives, and the waits
-    for their connections.
-
-    Example:
-        >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
-        >>> watch(SQLiteDatabase(":memory:"))
-    """
+    for their connections."""
     from langgraph_checkpoint_agent_memory.db.database import connection_waits
 
     with _lock:
@@ -185,85 +148,53 @@ def _oldest_age(backlog: Backlog, now: float) -> float | None:
     return None if backlog.oldest_at is None else max(now - backlog.oldest_at, 0)
 
 
-#: The counters, by the name :func:`add` knows them by: (instrument, unit, description).
+def _by_state(usage: PoolUsage) -> list[tuple[float, dict[str, Any]]]:
+    return [
+        (usage.idle, {"db.client.connection.state": "idle"}),
+        (usage.used, {"db.client.connection.state": "used"}),
+    ]
+
+
+class Spec(NamedTuple):
+    """An instrument: what :class:`Instruments` makes it with (``read``: an observable's
+    values, read at each collection; ``kind``: its kind)."""
+
+    unit: str
+    description: str
+    read: Observed | None = None
+    kind: str = "counter"
+
+
+#: The counters (:func:`add` knows each by its name's last part: ``"threads_swept"``).
 COUNTERS = {
-    "bytes_written": (
-        "agent_memory.checkpoint.bytes_written",
-        "By",
-        "Bytes of checkpoints, channel values and writes stored.",
+    "agent_memory.checkpoint.bytes_written": Spec("By", "Checkpoint, blob and write bytes stored."),
+    "agent_memory.checkpoint.threads_swept": Spec("{thread}", "Expired threads removed by sweeps."),
+    "agent_memory.store.items_swept": Spec("{item}", "Expired store items removed by sweeps."),
+    "agent_memory.consolidation.jobs": Spec("{job}", "Consolidation jobs run, by status."),
+    "agent_memory.ranker.cache.requests": Spec("{request}", "Look-ups of the ranker's caches."),
+}
+#: The instruments read at each collection.
+GAUGE, UP_DOWN = "gauge", "up_down_counter"
+OBSERVED = {
+    "agent_memory.consolidation.backlog": Spec(
+        "{episode}", "Episodes waiting.", _backlog(lambda b, _: b.pending), GAUGE
     ),
-    "threads_swept": (
-        "agent_memory.checkpoint.threads_swept",
-        "{thread}",
-        "Expired checkpointer threads removed (or pruned) by sweeps.",
+    "agent_memory.consolidation.oldest_pending_age": Spec(
+        "s", "How long the oldest pending episode has waited.", _backlog(_oldest_age), GAUGE
     ),
-    "items_swept": (
-        "agent_memory.store.items_swept",
-        "{item}",
-        "Expired store items removed by sweeps.",
+    "agent_memory.consolidation.parked": Spec(
+        "{episode}", "Episodes whose every attempt failed.", _backlog(lambda b, _: b.parked), GAUGE
     ),
-    "jobs": (
-        "agent_memory.consolidation.jobs",
-        "{job}",
-        "Consolidation jobs run, by agent_memory.job.status.",
+    "db.client.connection.count": Spec(
+        "{connection}", "Connections of the pool, by state.", _pools(_by_state), UP_DOWN
     ),
-    "cache": (
-        "agent_memory.ranker.cache.requests",
-        "{request}",
-        "Look-ups of the search ranker's caches, by cache and hit.",
+    "db.client.connection.max": Spec(
+        "{connection}", "The pool's size limit.", _pools(lambda u: [(u.max, {})]), UP_DOWN
+    ),
+    "db.client.connection.pending_requests": Spec(
+        "{request}", "Callers waiting.", _pools(lambda u: [(u.pending, {})]), UP_DOWN
     ),
 }
-
-#: The instruments read at each collection: (kind, instrument, unit, description, read).
-OBSERVED: list[tuple[str, str, str, str, Observed]] = [
-    (
-        "gauge",
-        "agent_memory.consolidation.backlog",
-        "{episode}",
-        "Episodes waiting to be consolidated.",
-        _backlog(lambda b, now: b.pending),
-    ),
-    (
-        "gauge",
-        "agent_memory.consolidation.oldest_pending_age",
-        "s",
-        "How long the oldest pending episode has waited.",
-        _backlog(_oldest_age),
-    ),
-    (
-        "gauge",
-        "agent_memory.consolidation.parked",
-        "{episode}",
-        "Episodes parked after failing every attempt, waiting for a retry.",
-        _backlog(lambda b, now: b.parked),
-    ),
-    (
-        "up_down_counter",
-        "db.client.connection.count",
-        "{connection}",
-        "Connections of the pool, by state.",
-        _pools(
-            lambda u: [
-                (u.idle, {"db.client.connection.state": "idle"}),
-                (u.used, {"db.client.connection.state": "used"}),
-            ]
-        ),
-    ),
-    (
-        "up_down_counter",
-        "db.client.connection.max",
-        "{connection}",
-        "The most connections the pool opens.",
-        _pools(lambda u: [(u.max, {})]),
-    ),
-    (
-        "up_down_counter",
-        "db.client.connection.pending_requests",
-        "{request}",
-        "Callers waiting for a connection of the pool.",
-        _pools(lambda u: [(u.pending, {})]),
-    ),
-]
 
 
 def _callback(read: Observed, observation: Any) -> Callable[[Any], Iterable[Any]]:
@@ -299,12 +230,13 @@ class Instruments:
             description="The time it took to obtain an open connection from the pool.",
         )
         self.counters = {
-            key: meter.create_counter(name, unit=unit, description=description)
-            for key, (name, unit, description) in COUNTERS.items()
+            name.rsplit(".", 1)[1]: meter.create_counter(name, unit=unit, description=desc)
+            for name, (unit, desc, _, _) in COUNTERS.items()
         }
         observation = METER.module().Observation
-        for kind, name, unit, description, read in OBSERVED:
+        for name, (unit, description, read, kind) in OBSERVED.items():
             make = getattr(meter, f"create_observable_{kind}")
+            assert read is not None  # every observed instrument has one
             make(name, [_callback(read, observation)], unit=unit, description=description)
 
 
@@ -337,7 +269,7 @@ def instruments() -> Instruments | None:
 
 
 def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -> None:
-    """Add ``amount`` to the counter :data:`COUNTERS` names ``counter``
+    """Add ``amount`` to the counter of :data:`COUNTERS` whose name ends in ``counter``
     (``"bytes_written"``, ``"threads_swept"``, ...); nothing when metrics are off, and
     nothing but a log line when recording fails (telemetry never fails an operation).
 
@@ -350,9 +282,5 @@ def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -
 
 
 def cache_lookup(cache: str, hit: bool) -> None:
-    """Count one look-up of the ranker's cache named ``cache``.
-
-    Example:
-        >>> cache_lookup("statistics", True)
-    """
-    add("cache", 1, {"agent_memory.cache.name": cache, "agent_memory.cache.hit": hit})
+    """Count one look-up of the ranker's cache named ``cache``."""
+    add("requests", 1, {"agent_memory.cache.name": cache, "agent_memory.cache.hit": hit})

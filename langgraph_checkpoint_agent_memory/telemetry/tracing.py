@@ -1,16 +1,9 @@
-"""Spans for the package's operations, in OpenTelemetry's database conventions.
-
-A saver's or the store's operation on a database runs inside :func:`db_operation`: a
-``CLIENT`` span named ``{db.operation.name} {db.collection.name}`` (``put am_checkpoints``,
-``search am_store_items``), a child of whatever span is current (LangGraph's, the
-application's), with ``db.system.name``, ``db.namespace``, ``server.address``,
-``server.port`` and what an operator filters by. Agent memory's operations, and
-``TimedInMemorySaver``'s (no database), run inside :func:`operation`: ``INTERNAL`` spans named
-``memory.record``, ``checkpoint.put``. An exception marks the span as an error, with
-``error.type`` (the exception's class) and, for a database's error, ``db.response.status_code``.
-
-The same object measures the operation's duration for the metrics (see :mod:`.metrics`).
-When telemetry is off, :func:`operation` returns one shared object that does nothing.
+"""Spans for the package's operations, in OpenTelemetry's database conventions: a saver's or
+the store's operation on a database runs in :func:`db_operation` (a ``CLIENT`` span named
+``{db.operation.name} {db.collection.name}``: ``put am_checkpoints``), agent memory's and
+``TimedInMemorySaver``'s in :func:`operation` (``INTERNAL``: ``memory.record``), each a child
+of the span current when it runs. The same object measures the operation's duration for
+:mod:`.metrics`; when telemetry is off it is one shared object that does nothing.
 """
 
 from __future__ import annotations
@@ -59,13 +52,13 @@ class _Idle:
         return None
 
     def set(self, name: str, value: AttributeValue | None) -> None:
-        """Nothing to record."""
+        return None
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """Nothing to record."""
+        return None
 
     def written(self, size: int) -> None:
-        """Nothing to record."""
+        return None
 
 
 IDLE = _Idle()
@@ -86,13 +79,6 @@ class Target:
     port: int | None = None
     namespace: str | None = None
 
-    @classmethod
-    def of(cls, database: Database[Any]) -> Target:
-        """The target of ``database`` (its dialect, server and namespace)."""
-        address, port = database.server()
-        system = SYSTEMS.get(database.dialect.name, "other_sql")
-        return cls(system, address, port, database.namespace())
-
     def attributes(self) -> dict[str, AttributeValue]:
         """The conventions' attributes of this target (those known)."""
         found = {
@@ -108,8 +94,8 @@ _targets: weakref.WeakKeyDictionary[Any, Target] = weakref.WeakKeyDictionary()
 
 
 def target_of(database: Database[Any]) -> Target:
-    """``database``'s :class:`Target`, read once; its pools are reported in the connection
-    metrics from then on (:func:`.metrics.watch`).
+    """``database``'s :class:`Target` (its dialect, server and namespace), read once; its
+    pools are reported in the connection metrics from then on (:func:`.metrics.watch`).
 
     Example:
         >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
@@ -118,25 +104,15 @@ def target_of(database: Database[Any]) -> Target:
     """
     target = _targets.get(database)
     if target is None:
-        target = _targets[database] = Target.of(database)
+        system = SYSTEMS.get(database.dialect.name, "other_sql")
+        target = _targets[database] = Target(system, *database.server(), database.namespace())
         metrics.watch(database)
     return target
 
 
-def use_tracer_provider(provider: Any) -> None:
-    """Record the package's spans with ``provider`` instead of OpenTelemetry's global one
-    (``None``: back to the global one), as OpenTelemetry's instrumentations take a
-    ``tracer_provider``.
-
-    Args:
-        provider: An ``opentelemetry.sdk.trace.TracerProvider`` (or any tracer provider).
-
-    Example:
-        >>> from opentelemetry.sdk.trace import TracerProvider
-        >>> use_tracer_provider(TracerProvider())
-        >>> use_tracer_provider(None)
-    """
-    TRACER.use(provider)
+#: Record the package's spans with a tracer provider of its own (``None``: the global one
+#: again; see :meth:`.Provider.use`).
+use_tracer_provider = TRACER.use
 
 
 #: The package's tracer, the provider it was made on, and the API's module (replaced as one).
@@ -154,19 +130,8 @@ def _tracer() -> tuple[Any, Any]:
     return tracer, api
 
 
-def tracing_now() -> bool:
-    """Whether spans are recorded, looked at now: a tracer provider was given to
-    :func:`use_tracer_provider`, or the application set OpenTelemetry's global one.
-
-    Example:
-        >>> tracing_now()
-        False
-    """
-    return TRACER.recording()
-
-
 def tracing() -> bool:
-    """Whether spans are recorded (:func:`tracing_now`, looked at again at most every
+    """Whether spans are recorded (:meth:`.Provider.recording`, looked at again at most every
     :data:`~langgraph_checkpoint_agent_memory.telemetry.RECHECK_SECONDS`).
 
     Example:
@@ -194,12 +159,8 @@ def status_code(error: BaseException) -> str | None:
     was raised from (SQLAlchemy's ``orig``, a ``__cause__``), else ``None``.
 
     Example:
-        >>> import sqlite3
-        >>> try:
-        ...     sqlite3.connect(":memory:").execute("select * from missing")
-        ... except sqlite3.Error as error:
-        ...     status_code(RuntimeError("wrapped")) or status_code(error)
-        '1'
+        >>> status_code(RuntimeError("not a driver's")) is None
+        True
     """
     seen: BaseException | None = error
     for _ in range(8):  # a chain of causes, never a cycle
@@ -215,9 +176,9 @@ def status_code(error: BaseException) -> str | None:
 
 class _Live:
     """One operation: its span (current while the ``with`` block runs) when tracing is on,
-    its duration in ``histogram`` when metrics are on. With ``sealed`` (encryption on), an
-    exception's message, which may quote what was sealed, goes neither into an event nor
-    into the span's status: only its type does."""
+    its duration in ``histogram`` when metrics are on. An exception marks it failed, with
+    ``error.type`` and, for a database's error, ``db.response.status_code``; with ``sealed``
+    (encryption on), its message, which may quote what was sealed, is left out."""
 
     __slots__ = (
         "_api",
@@ -278,11 +239,7 @@ class _Live:
     ) -> None:
         try:
             if error is not None:
-                code = status_code(error) if self._client else None
-                if code is not None:
-                    self._measured = {**self._measured, "db.response.status_code": code}
-                    self.set("db.response.status_code", code)
-                self._failed(error_type(error), "")
+                self._failed(error_type(error), "", status_code(error) if self._client else None)
             if self._histogram is not None:
                 elapsed = time.perf_counter() - self._started
                 safely(self._histogram.record, elapsed, self._measured)
@@ -293,9 +250,11 @@ class _Live:
             if self._manager is not None:
                 self._manager.__exit__(kind, error, tb)
 
-    def _failed(self, error_type: str, description: str) -> None:
-        self._measured = {**self._measured, "error.type": error_type}
-        self.set("error.type", error_type)
+    def _failed(self, error_type: str, description: str, code: str | None = None) -> None:
+        failed = {"error.type": error_type, "db.response.status_code": code}
+        self._measured = {**self._measured, **{k: v for k, v in failed.items() if v}}
+        for name, value in failed.items():
+            self.set(name, value)
         if self._span is not None and (self._sealed or description):
             said = None if self._sealed else description
             self._span.set_status(self._api.Status(self._api.StatusCode.ERROR, said))
