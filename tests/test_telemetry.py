@@ -352,3 +352,22 @@ def test_a_database_error_carries_its_status_code(spans: InMemorySpanExporter, u
     assert failed.attributes["db.response.status_code"] == code
     kind = type(raised.value)  # the exception raised to the caller, fully qualified
     assert failed.attributes["error.type"] == f"{kind.__module__}.{kind.__qualname__}"
+
+
+NOT_IMPORTED = """
+import sys
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph_checkpoint_agent_memory import TimedInMemorySaver, create_checkpointer
+
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+for saver in (create_checkpointer(), TimedInMemorySaver(ttl_seconds=60)):
+    saver.put(config, empty_checkpoint(), {}, {})
+    assert saver.get_tuple(config) is not None
+print(sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry"))
+"""
+
+
+def test_opentelemetry_is_not_imported_while_the_application_sets_up_none() -> None:
+    # a global provider can only be set by a process that imported the API: until then
+    # the package has no reason to import it (its import costs every process that never traces)
+    assert run_script(NOT_IMPORTED).strip().splitlines()[-1] == "[]"
