@@ -58,8 +58,8 @@ class Provider:
         recheck()
 
     def module(self) -> Any:
-        """The API's module (imported now if it was not)."""
-        return importlib.import_module(self.api)
+        """The API's module (imported now if it was not: a look-up in ``sys.modules`` else)."""
+        return sys.modules.get(self.api) or importlib.import_module(self.api)
 
     def current(self) -> Any:
         """The provider to record with: the one given, else the global one."""
