@@ -396,7 +396,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         with self._traced("get_tuple", config) as op:
             found = self._read(lambda: self._reader.get_tuple(self.serde, config))
-            op.set("agent_memory.result_count", int(found is not None))
+            op.set("db.response.returned_rows", int(found is not None))
             return found
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -412,7 +412,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         with self._traced("get_tuple", config) as op:
             found = await self._aread(lambda: self._reader.get_tuple(self.serde, config))
-            op.set("agent_memory.result_count", int(found is not None))
+            op.set("db.response.returned_rows", int(found is not None))
             return found
 
     # -- list ------------------------------------------------------------------------------
@@ -442,7 +442,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         while not cursor.done:
             with self._traced("list", config) as op:  # a span per page read
                 page = self._read(cursor.next_page)
-                op.set("agent_memory.result_count", len(page[0]))
+                op.set("db.response.returned_rows", len(page[0]))
             yield from cursor.take(page)
 
     async def alist(
@@ -471,7 +471,7 @@ class SQLSaver(ThreadUpkeep, ClosesOnExit, BaseCheckpointSaver[str]):
         while not cursor.done:
             with self._traced("list", config) as op:  # a span per page read
                 page = await self._aread(cursor.next_page)
-                op.set("agent_memory.result_count", len(page[0]))
+                op.set("db.response.returned_rows", len(page[0]))
             for item in cursor.take(page):
                 yield item
 

@@ -442,7 +442,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             return self._get_tuple(config)
         with span(self, "get_tuple", config) as op:
             found = self._get_tuple(config)
-            op.set("agent_memory.result_count", int(found is not None))
+            op.set("db.response.returned_rows", int(found is not None))
             return found
 
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -139,7 +140,6 @@ class PoolUsage:
         idle: Connections open and free.
         max: The most connections the pool opens.
         pending: Callers waiting for a connection.
-        wait_seconds: Seconds callers waited for a connection since the pool opened.
     """
 
     name: str
@@ -147,7 +147,20 @@ class PoolUsage:
     idle: int
     max: int
     pending: int
-    wait_seconds: float
+
+
+#: Told of each connection a pool lends, ``(pool name, seconds waited for it)``: the
+#: telemetry's ``db.client.connection.wait_time`` (db/ imports no upper layer).
+connection_waits: list[Callable[[str, float], None]] = []
+
+
+def connection_waited(pool: Callable[[], str], started: float) -> None:
+    """Tell :data:`connection_waits` of a connection of the pool ``pool()`` names, waited
+    for since ``started`` (a ``time.perf_counter()``)."""
+    if connection_waits:
+        waited, name = time.perf_counter() - started, pool()
+        for tell in connection_waits:
+            tell(name, waited)
 
 
 class Database(Generic[ConnT]):
@@ -188,6 +201,11 @@ class Database(Generic[ConnT]):
             (None, None)
         """
         return None, None
+
+    def namespace(self) -> str | None:
+        """The database (and schema) statements run in, OpenTelemetry's ``db.namespace``
+        (``None``: unknown)."""
+        return None
 
     def pool_usage(self) -> list[PoolUsage]:
         """What this database's connection pools hold now (none open: an empty list).

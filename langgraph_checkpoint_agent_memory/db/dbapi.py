@@ -41,7 +41,15 @@ from typing import Any
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
-from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, PoolUsage, Stmt, T, drive
+from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
+    Plan,
+    PoolUsage,
+    Stmt,
+    T,
+    connection_waited,
+    drive,
+)
 from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavailableError
 
 
@@ -98,9 +106,8 @@ class DbApiPool:
         self._slots = threading.BoundedSemaphore(self.size)
         #: every connection open now, for :meth:`close` and for a forked child
         self._open: dict[int, Any] = {}
-        #: callers waiting for a connection, and the seconds callers have waited
+        #: callers waiting for a connection
         self._pending = 0
-        self._waited = 0.0
 
     def after_fork(self) -> None:
         """In a forked child: the parent's connections are set aside untouched; new ones
@@ -128,12 +135,14 @@ class DbApiPool:
         said it was lost (then it is closed, and the next checkout opens another)."""
         if self._closed:
             raise ClosedError(f"the saver for {self.describe()} was closed")
+        started = time.perf_counter()
         if not self._slots.acquire(blocking=False) and not self._wait_for_slot():
             raise DatabaseUnavailableError(
                 f"every connection to {self.describe()} stayed busy for {self.timeout:g} s"
             )
         try:
             conn = self._checkout()
+            connection_waited(self.describe, started)
             keep = True
             try:
                 yield conn
@@ -153,7 +162,6 @@ class DbApiPool:
     def _wait_for_slot(self) -> bool:
         """Wait for a connection to come back (every one is lent out), counted for
         :meth:`usage`; whether one did within the timeout."""
-        started = time.perf_counter()
         with self._lock:
             self._pending += 1
         try:
@@ -161,14 +169,13 @@ class DbApiPool:
         finally:
             with self._lock:
                 self._pending -= 1
-                self._waited += time.perf_counter() - started
 
     def usage(self, name: str) -> PoolUsage:
         """What the pool holds now, named ``name`` (see the class's example)."""
         with self._lock:
-            open_now, pending, waited = len(self._open), self._pending, self._waited
+            open_now, pending = len(self._open), self._pending
         idle = min(self._idle.qsize(), open_now)
-        return PoolUsage(name, open_now - idle, idle, self.size, pending, waited)
+        return PoolUsage(name, open_now - idle, idle, self.size, pending)
 
     def _checkout(self) -> Any:
         """An idle connection that passes the check, or a new one."""

@@ -407,6 +407,11 @@ class HanaDatabase(Database[Any]):
         port = self.connect_args.get("port")
         return self.connect_args.get("address"), int(port) if port is not None else None
 
+    def namespace(self) -> str | None:
+        """hdbcli's ``databaseName`` and ``currentSchema``, as ``{database}|{schema}``."""
+        parts = (self.connect_args.get(k) for k in ("databaseName", "currentSchema"))
+        return "|".join(str(p) for p in parts if p) or None
+
     def describe(self) -> str:
         if self._url:
             return mask_url(self._url)

@@ -45,6 +45,7 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Stmt,
     T,
     adrive,
+    connection_waited,
     drive,
     first_line,
     require,
@@ -1279,6 +1280,12 @@ class PostgresDatabase(Database[Any]):
         port = str(params.get("port") or "").split(",")[0]
         return host or None, int(port) if port.isdigit() else None
 
+    def namespace(self) -> str | None:
+        """``{database}|{schema}``, as OpenTelemetry's conventions name a PostgreSQL
+        namespace: the conninfo's database and the ``schema`` option (either alone)."""
+        parts = (self._given.get("dbname"), self.options.schema)
+        return "|".join(str(p) for p in parts if p) or None
+
     def pool_usage(self) -> list[PoolUsage]:
         """The usage of the pools (sync and async) open now, from psycopg_pool's
         ``get_stats()``; a single connection passed in has no pool to report."""
@@ -1299,7 +1306,6 @@ class PostgresDatabase(Database[Any]):
                     idle=available,
                     max=stats.get("pool_max", pool.max_size),
                     pending=stats.get("requests_waiting", 0),
-                    wait_seconds=stats.get("requests_wait_ms", 0) / 1000,
                 )
             )
         return usage
@@ -1381,10 +1387,13 @@ class PostgresDatabase(Database[Any]):
     def _getconn(self, pool: Any) -> Any:
         import psycopg_pool
 
+        started = time.perf_counter()
         try:
-            return pool.getconn()
+            conn = pool.getconn()
         except psycopg_pool.PoolTimeout:
             raise self._unavailable(self._probe()) from None
+        connection_waited(lambda: f"{self.describe()} (sync)", started)
+        return conn
 
     def _session(self, conn: Any) -> PgSession:
         commit = self.options.synchronous_commit  # set by each write transaction for itself
@@ -1502,10 +1511,13 @@ class PostgresDatabase(Database[Any]):
     async def _agetconn(self, pool: Any) -> Any:
         import psycopg_pool
 
+        started = time.perf_counter()
         try:
-            return await pool.getconn()
+            conn = await pool.getconn()
         except psycopg_pool.PoolTimeout:
             raise self._unavailable(await asyncio.to_thread(self._probe)) from None
+        connection_waited(lambda: f"{self.describe()} (async)", started)
+        return conn
 
     async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
         """:meth:`_run_sync`'s plan on an async connection."""

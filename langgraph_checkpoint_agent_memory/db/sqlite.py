@@ -429,6 +429,10 @@ class SQLiteDatabase(Database[Any]):
         passed in has none)."""
         return [] if self._pool is None else [self._pool.usage(self.describe())]
 
+    def namespace(self) -> str | None:
+        """The database file (none for a private in-memory database)."""
+        return None if self.memory else str(self.path)
+
     def describe(self) -> str:
         if self.given is not None:
             return "sqlite (a sqlite3.Connection)"
