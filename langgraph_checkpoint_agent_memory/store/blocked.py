@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from langgraph_checkpoint_agent_memory.db import store_blocks as sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 from langgraph_checkpoint_agent_memory.store import blocks as limits
@@ -54,9 +53,9 @@ def build_plan(st: StoreStatements, term: str, shard: str, prefix: str) -> Plan[
     empty = {**one, "built": built, "entries": 0, "postings": b"", "keys": b""}
     _, _, rows = yield Batch(
         [
-            Stmt(sql.claim(st), empty),
-            Stmt(sql.mark(st), one),
-            Stmt(sql.postings(st), one, fetch=True),
+            Stmt(st.blocks_claim(), empty),
+            Stmt(st.blocks_mark(), one),
+            Stmt(st.blocks_postings(), one, fetch=True),
         ],
         write=True,
         lock=True,
@@ -64,7 +63,7 @@ def build_plan(st: StoreStatements, term: str, shard: str, prefix: str) -> Plan[
     )
     block = pack(prefix, [(str(k), int(tf), int(dl)) for k, tf, dl in rows])
     filled = {**one, "built": built, **block._asdict()}
-    yield Batch([Stmt(sql.fill(st), filled)], write=True)
+    yield Batch([Stmt(st.blocks_fill(), filled)], write=True)
     return block.entries
 
 
@@ -132,7 +131,7 @@ def _blocked_plan(
         params["k_len"],
     )
     base = {k: v for k, v in params.items() if k in NAMESPACE_PARAMS}
-    read = sql.read(st, len(flat), exact, scoped)
+    read = st.blocks_read(len(flat), exact, scoped)
     terms = {f"t{j}": t for j, t in enumerate(flat)}
     reading = {**base, **terms, "cap": limits.FRESH_CAP + 1}
     heads, fresh = yield from _read_plan(read, reading)
@@ -202,7 +201,7 @@ def _blocks_plan(
         params: dict[str, Any] = {}
         for j, (term, shard, prefix, _) in enumerate(chunk + chunk[-1:] * (n - len(chunk))):
             params.update({f"bt{j}": term, f"bs{j}": shard, f"bp{j}": prefix})
-        [rows] = yield Batch([Stmt(sql.payloads(st, n), params, fetch=True)])
+        [rows] = yield Batch([Stmt(st.blocks_payloads(n), params, fetch=True)])
         for term, shard, prefix, built, entries, postings, keys in rows:
             key = (term, shard, prefix, int(built))
             if key in found and found[key] is None:
@@ -235,7 +234,7 @@ def _todo_plan(
     if _capped(fresh):
         mine = sorted(common)
         counted = {**base, **{f"t{j}": t for j, t in enumerate(mine)}, "at": limits.BUILD_MIN}
-        stmt = Stmt(sql.fresh_counts(st, len(mine), exact, scoped), counted, fetch=True)
+        stmt = Stmt(st.blocks_fresh_counts(len(mine), exact, scoped), counted, fetch=True)
         [rows] = yield Batch([stmt])
         counts = {(str(t), str(s), str(p)): int(n) for t, s, p, n in rows}
     else:
@@ -263,7 +262,7 @@ def _exact_plan(
         for start in range(0, len(keys), 256):  # within any database's parameter limit
             chunk = keys[start : start + 256]
             params = {**terms, "shard": shard, "prefix": prefix, **st.d.list_params("k", chunk)}
-            query = sql.postings_in(st, len(flat), st.d.list_size(len(chunk)))
+            query = st.blocks_postings_in(len(flat), st.d.list_size(len(chunk)))
             statements.append(Stmt(query, params, fetch=True, prepare=False))
     found = yield Batch(statements)
     scores = {(p, k): 0.0 for _, p, k in items}

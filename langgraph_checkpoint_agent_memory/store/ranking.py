@@ -31,8 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from langgraph_checkpoint_agent_memory.db import store_feedback as feedback_sql
-from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
@@ -40,13 +38,13 @@ from langgraph_checkpoint_agent_memory.db.store import (
     KeyVectorRow,
     Prefilter,
     ScoredRow,
+    SealedVectorRow,
     StoreStatements,
     TextStats,
     VectorRow,
     scoped,
     vector_text,
 )
-from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import blocks
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -343,9 +341,7 @@ class Ranker:
         the namespace (live items, latest update, this store's writes) is unchanged, so a
         namespace searched again costs one small read instead of a decryption per vector."""
         one = scoped(base)
-        [fp] = yield Batch(
-            [Stmt(sealed_sql.fingerprint_under(self.statements, one), base, fetch=True)]
-        )
+        [fp] = yield Batch([Stmt(self.statements.fingerprint_under(one), base, fetch=True)])
         fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
         key = (base["ns"], one)
         with self.lock:
@@ -355,9 +351,7 @@ class Ranker:
             if cached is not None and hit:
                 self.opened.move_to_end(key)
                 return cached[1]
-        [found] = yield Batch(
-            [Stmt(sealed_sql.sealed_vectors(self.statements, one), base, fetch=True)]
-        )
+        [found] = yield Batch([Stmt(self.statements.sealed_vectors(one), base, fetch=True)])
         rows = yield from self._opened(found)
         with self.lock:
             self.opened[key] = (fingerprint, rows)
@@ -560,7 +554,7 @@ class Ranker:
                 prefix,
                 key,
             )
-        sql = feedback_sql.postings_of(self.statements, len(top))
+        sql = self.statements.feedback_postings(len(top))
         [rows] = yield Batch([Stmt(sql, params, fetch=True)])
         postings = [F.Posting._make(r) for r in rows]
         query = [f for group in groups for f in group]
@@ -664,7 +658,7 @@ class Ranker:
             [rows] = yield Batch(
                 [
                     Stmt(
-                        sealed_sql.sealed_vectors_exact(self.statements),
+                        self.statements.sealed_vectors_exact(),
                         self._one_ns(ns, now),
                         fetch=True,
                     )

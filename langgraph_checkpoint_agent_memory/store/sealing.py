@@ -36,17 +36,17 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     text_bytes,
 )
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
-from langgraph_checkpoint_agent_memory.db import store_blocks as blocks_sql
-from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
     HASHED_EQUALITY,
     MAX_PREFILTER,
     SEALED_VALUE,
+    FieldVectorRow,
+    PlainItem,
+    PostingRow,
     Prefilter,
     StoreStatements,
 )
-from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
 from langgraph_checkpoint_agent_memory.errors import KeyMissingError
 from langgraph_checkpoint_agent_memory.store.filterable import MAX_HASHES, MAX_SHARDS, Filterable
 
@@ -394,7 +394,7 @@ class Sealer:
         :meth:`keys_plan` raises for it)."""
         if "shard" in base:
             return [base["shard"]]
-        [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements), base, fetch=True)])
+        [rows] = yield Batch([Stmt(statements.shards_under(), base, fetch=True)])
         return [str(r[0]) for r in rows]
 
     def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
@@ -419,9 +419,7 @@ class Sealer:
         if needed:
             raise KeysNeeded(owners=needed)
         for shard in keyless:
-            [rows] = yield Batch(
-                [Stmt(sealed_sql.sealed_in_shard(statements), {"shard": shard}, fetch=True)]
-            )
+            [rows] = yield Batch([Stmt(statements.sealed_in_shard(), {"shard": shard}, fetch=True)])
             if rows:
                 self.keyring.forget([store_owner(shard)])
                 yield from self.ids_plan(bytes(r[0]) for r in rows)
@@ -460,9 +458,7 @@ def encrypt_plaintext_plan(
         counts = {"items": 0, "vectors": 0, "terms": 0}
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
-        [rows] = yield Batch(
-            [Stmt(sealed_sql.plaintext_items(st), {**after, "n": batch_size}, fetch=True)]
-        )
+        [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
         yield from sealer.preload_plan(sorted({PlainItem._make(r).shard for r in rows}))
         for item in map(PlainItem._make, rows):
             key = yield from sealer.owner_key_plan(item.shard, create=True)
@@ -472,11 +468,9 @@ def encrypt_plaintext_plan(
             sealed = sealer.seal_value(key, item.prefix, item.key, text)
             claimed, postings, vectors = yield Batch(
                 [
-                    Stmt(
-                        sealed_sql.seal_item(st), {**ident, "sealed": sealed, "value": SEALED_VALUE}
-                    ),
-                    Stmt(sealed_sql.item_postings(st), ident, fetch=True),
-                    Stmt(sealed_sql.item_vectors(st), ident, fetch=True),
+                    Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
+                    Stmt(st.item_postings(), ident, fetch=True),
+                    Stmt(st.item_vectors(), ident, fetch=True),
                 ],
                 write=True,
                 lock=True,
@@ -505,11 +499,11 @@ def encrypt_plaintext_plan(
                 for v in map(FieldVectorRow._make, vectors)
             ]
             # the namespace's blocks hold its words in plaintext: gone with the first item
-            writes = [Stmt(st.delete_item()[1], ident), Stmt(blocks_sql.drop(st), ident)]
+            writes = [Stmt(st.delete_item()[1], ident), Stmt(st.blocks_drop(), ident)]
             if term_rows:
                 writes.append(st.insert_terms_stmt(term_rows))
             if vector_rows:
-                writes.append(Stmt(sealed_sql.seal_vector(st), vector_rows, many=True))
+                writes.append(Stmt(st.seal_vector(), vector_rows, many=True))
             yield Batch(writes, write=True)
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)

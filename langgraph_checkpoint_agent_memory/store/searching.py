@@ -26,7 +26,6 @@ from typing import Any
 
 from langgraph.store.base import Item, SearchItem, SearchOp
 
-from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemRow,
@@ -225,7 +224,7 @@ class Searcher:
             stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
         else:  # with encryption on: the next page by keyset
             after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
-            sql = sealed_sql.recent_after(self.statements, one, filters)
+            sql = self.statements.recent_after(one, filters)
             stmt = Stmt(sql, {**base, "n": size, **after})
         [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
         return list(map(ItemRow._make, rows))
