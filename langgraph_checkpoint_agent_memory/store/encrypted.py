@@ -21,7 +21,7 @@ from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plai
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.store.ranking import Ranker
-    from langgraph_checkpoint_agent_memory.store.searching import Searcher
+    from langgraph_checkpoint_agent_memory.store.search import Searcher
 
 T = TypeVar("T")
 

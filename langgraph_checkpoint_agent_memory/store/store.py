@@ -72,7 +72,7 @@ from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.reranked import Reranks
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
-from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
+from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
 from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
 from langgraph_checkpoint_agent_memory.telemetry.tracing import live
 
