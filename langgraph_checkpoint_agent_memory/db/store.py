@@ -57,7 +57,7 @@ MAX_PREFILTER = 32
 #: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
 #: The shape of a pre-filter condition decided by keyed hashes (encryption at rest's
-#: filterable fields, see ``store/filterable.py``): ``(HASHED_EQUALITY, values, marks)``.
+#: filterable fields, see ``store/sealing.py``): ``(HASHED_EQUALITY, values, marks)``.
 HASHED_EQUALITY = "hashed"
 
 
