@@ -388,11 +388,16 @@ class StoreStatements:
 
     def vectors_exact(self) -> Sql:
         """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
+        return self._vectors_of_namespace("vectors_exact", lambda v, i: (v.c.key, v.c.vector))
+
+    def _vectors_of_namespace(self, name: str, columns: Callable[[Any, Any], Any]) -> Sql:
+        """``columns`` of the vectors ``v`` and items ``i`` of the live items of the
+        namespace ``:prefix`` (``:shard``)."""
         v, i = store_vectors.alias("v"), store_items.alias("i")
         return self.statement(
-            "vectors_exact",
+            name,
             lambda: (
-                sa.select(v.c.key, v.c.vector)
+                sa.select(*columns(v, i))
                 .select_from(v.join(i, same_item(v, i)))
                 .where(
                     v.c.shard == sa.bindparam("shard"),
@@ -722,18 +727,9 @@ class StoreStatements:
 
     def sealed_vectors_exact(self) -> Sql:
         """:meth:`sealed_vectors` of exactly the namespace ``:prefix`` (``:shard``)."""
-        v, i = store_vectors.alias("v"), store_items.alias("i")
-        return self.statement(
+        return self._vectors_of_namespace(
             "sealed_vectors_exact",
-            lambda: (
-                sa.select(v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None))
-                .select_from(v.join(i, same_item(v, i)))
-                .where(
-                    v.c.shard == sa.bindparam("shard"),
-                    v.c.prefix == sa.bindparam("prefix"),
-                    _live(i),
-                )
-            ),
+            lambda v, i: (v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None)),
         )
 
     def shards_under(self) -> Sql:

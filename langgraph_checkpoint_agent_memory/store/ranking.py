@@ -48,7 +48,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
 from langgraph_checkpoint_agent_memory.store import blocks
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
-from langgraph_checkpoint_agent_memory.store.blocked import blocked_plan
+from langgraph_checkpoint_agent_memory.store.blocks import blocked_plan
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
@@ -343,13 +343,8 @@ class Ranker:
         [fp] = yield Batch([Stmt(self.statements.fingerprint_under(one), base, fetch=True)])
         fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
         key = (base["ns"], one)
-        with self.lock:
-            cached = self.opened.get(key)
-            hit = cached is not None and cached[0] == fingerprint
-            metrics.cache_lookup("opened_vectors", hit)
-            if cached is not None and hit:
-                self.opened.move_to_end(key)
-                return cached[1]
+        if (cached := self._cached(self.opened, key, fingerprint, "opened_vectors")) is not None:
+            return cached[1]  # type: ignore[no-any-return]
         [found] = yield Batch([Stmt(self.statements.sealed_vectors(one), base, fetch=True)])
         rows = yield from self._opened(found)
         with self.lock:
@@ -629,6 +624,18 @@ class Ranker:
             weights.append(self.ranking.vector_weight)
         return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
 
+    def _cached(self, cache: OrderedDict[Any, Any], key: Any, fingerprint: Any, name: str) -> Any:
+        """``cache``'s entry for ``key`` (its fingerprint first) while the fingerprint is
+        ``fingerprint``, else ``None``; a hit or a miss of the ``name`` cache."""
+        with self.lock:
+            cached = cache.get(key)
+            hit = cached is not None and cached[0] == fingerprint
+            metrics.cache_lookup(name, hit)
+            if hit:
+                cache.move_to_end(key)
+                return cached
+        return None
+
     def _one_ns(self, ns: str, now: float) -> dict[str, Any]:
         """Parameters naming exactly the namespace ``ns`` (with its shard key)."""
         return {"shard": self.statements.shard(ns), "prefix": ns, "now": now}
@@ -641,13 +648,8 @@ class Ranker:
         )
         found = Fingerprint._make(rows[0])
         fingerprint = (int(found.items), float(found.latest or 0.0))
-        with self.lock:
-            cached = self.matrices.get(ns)
-            hit = cached is not None and cached[0] == fingerprint
-            metrics.cache_lookup("matrices", hit)
-            if cached is not None and hit:
-                self.matrices.move_to_end(ns)
-                return cached[1], cached[2]
+        if (cached := self._cached(self.matrices, ns, fingerprint, "matrices")) is not None:
+            return cached[1], cached[2]
         if self.sealer is None:
             [rows] = yield Batch(
                 [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]

@@ -33,6 +33,7 @@ from langgraph.store.base import (
     GetOp,
     IndexConfig,
     ListNamespacesOp,
+    MatchCondition,
     NotProvided,
     Op,
     PutOp,
@@ -61,6 +62,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import (
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
+    ItemKey,
     ItemRow,
     StoreStatements,
     ns_text,
@@ -68,18 +70,16 @@ from langgraph_checkpoint_agent_memory.db.store import (
 )
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, reranking_of
-from langgraph_checkpoint_agent_memory.store import expiry
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
-from langgraph_checkpoint_agent_memory.store.expiry import sweep_plan
 from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedback_settings
-from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
 from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
 from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
-from langgraph_checkpoint_agent_memory.telemetry.tracing import live
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import db_operation, live, target_of
 
 T = TypeVar("T")
 #: A batch's puts, by namespace and key (the last of each).
@@ -672,18 +672,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
         with V.namespace_errors():
             super().put(namespace, key, value, index, ttl=ttl)
 
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Mapping[str, Any],
-        index: Literal[False] | list[str] | None = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Async :meth:`put`."""
+    async def aput(self, *args: Any, **kwargs: Any) -> None:
+        """Async :meth:`put`, with its arguments."""
         with V.namespace_errors():
-            await super().aput(namespace, key, value, index, ttl=ttl)
+            await super().aput(*args, **kwargs)
 
     def _run_batch(self, ops: list[Op]) -> list[Result]:
         if not live():  # the common case, without even an idle span's cost
@@ -962,9 +954,82 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
                 store.sweep()
             ```
         """
-        return expiry.sweep(self.run_plan, self.db, sweep_plan(self.statements, self._clock))
+        with self._sweep_span() as op:
+            return self._swept(op, self.run_plan(sweep_plan(self.statements, self._clock)))
 
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
-        plan = sweep_plan(self.statements, self._clock)
-        return await expiry.asweep(self.arun_plan, self.db, plan)
+        with self._sweep_span() as op:
+            return self._swept(op, await self.arun_plan(sweep_plan(self.statements, self._clock)))
+
+    def _sweep_span(self) -> Any:
+        return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
+
+    def _swept(self, op: Any, removed: int) -> int:
+        """``removed``, counted on the sweep's span and in ``agent_memory.store.items_swept``."""
+        op.set("agent_memory.item_count", removed)
+        metrics.add("items_swept", removed, {"db.system.name": target_of(self.db).system})
+        return removed
+
+
+def sweep_plan(
+    statements: StoreStatements, clock: Callable[[], float], batch_size: int = 1000
+) -> Plan[int]:
+    """Delete expired items, ``batch_size`` at a time; how many were deleted.
+
+    Args:
+        statements: The store's statements.
+        clock: Seconds since the epoch (what "expired" is measured against).
+        batch_size: Items read and deleted per transaction.
+
+    Candidates are read without row locks (they span shards); each delete names its item's
+    shard key, and deleting an item another sweep deleted first is a no-op."""
+    removed = 0
+    while True:
+        [rows] = yield Batch(
+            [Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)],
+            lock=True,
+            hold=True,
+        )
+        if not rows:
+            yield Batch([], write=True)
+            return removed
+        keys = [ItemKey._make(r)._asdict() for r in rows]
+        yield Batch([Stmt(sql, keys, many=True) for sql in statements.delete_item()], write=True)
+        removed += len(rows)
+        if len(rows) < batch_size:
+            return removed
+
+
+def namespaces_plan(
+    statements: StoreStatements, op: ListNamespacesOp, now: float
+) -> Plan[list[tuple[str, ...]]]:
+    """``list_namespaces`` as a plan."""
+    literal: list[str] = []
+    for condition in op.match_conditions or ():
+        if condition.match_type == "prefix":
+            for label in condition.path:
+                if label == "*":
+                    break
+                literal.append(label)
+            break
+    params: dict[str, Any] = {"now": now, **(statements.prefix_params(literal) if literal else {})}
+    # one shard when the literal labels cover the shard key; otherwise every shard
+    query = statements.namespaces(bool(literal), scoped(params))
+    [rows] = yield Batch([Stmt(query, params, fetch=True)])
+    found: set[tuple[str, ...]] = set()
+    for (prefix,) in rows:
+        ns = tuple(prefix.split("."))
+        if not all(_matches_condition(ns, c) for c in op.match_conditions or ()):
+            continue
+        found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
+    ordered = sorted(found)
+    return ordered[op.offset : op.offset + op.limit]
+
+
+def _matches_condition(ns: tuple[str, ...], condition: MatchCondition) -> bool:
+    path = tuple(condition.path)
+    if len(ns) < len(path):
+        return False
+    part = ns[: len(path)] if condition.match_type == "prefix" else ns[len(ns) - len(path) :]
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
