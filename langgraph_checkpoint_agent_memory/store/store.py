@@ -53,9 +53,10 @@ from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
-from langgraph_checkpoint_agent_memory.db.first_use import StoreSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.db.migrations import (
     KEYS,
+    STORE,
     Component,
     recorded_shard_depth_plan,
 )
@@ -90,7 +91,7 @@ Puts = dict[tuple[str, str], PutOp]
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
+class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -162,6 +163,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, BaseStore):
     """
 
     supports_ttl = True
+    #: The tables this store sets up (:meth:`add_schema` adds a component's).
+    components: tuple[Component, ...] = (STORE,)
 
     def __init__(
         self,
