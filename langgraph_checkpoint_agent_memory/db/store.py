@@ -17,7 +17,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
-import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
@@ -175,7 +174,12 @@ class FieldVectorRow(NamedTuple):
 def vector_text(vector: bytes | Sequence[float]) -> str:
     """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
     columns read (HANA's ``TO_REAL_VECTOR``)."""
-    values = np.frombuffer(vector, dtype="<f4") if isinstance(vector, bytes) else vector
+    if isinstance(vector, bytes):
+        import numpy as np  # here: the checkpointer's path imports this module, not numpy
+
+        values: Any = np.frombuffer(vector, dtype="<f4")
+    else:
+        values = vector
     return json.dumps([float(x) for x in values], separators=(",", ":"))
 
 
