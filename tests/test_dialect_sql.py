@@ -231,7 +231,6 @@ def backfill_statements(
 
 
 def store_statements(d: Dialect) -> dict[str, Sql]:
-    from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
     sql = StoreStatements(d)
@@ -260,13 +259,13 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         for name in ("recent", "vectors"):
             out[f"store.{name}.{one}"] = getattr(sql, name)((), one)
         out[f"store.namespaces.{one}"] = sql.namespaces(True, one)
-        out[f"store.sealed_vectors.{one}"] = sealed_sql.sealed_vectors(sql, one)
-        out[f"store.recent_after.{one}"] = sealed_sql.recent_after(sql, one)
+        out[f"store.sealed_vectors.{one}"] = sql.sealed_vectors(one)
+        out[f"store.recent_after.{one}"] = sql.recent_after(one)
         # filterable fields of an encrypted store: two values' hashes, one field mark
         hashed = (("h0", (HASHED_EQUALITY, 2, 1)),)
         out[f"store.recent_hashed.{one}"] = sql.recent(hashed, one)
-        out[f"store.recent_after_hashed.{one}"] = sealed_sql.recent_after(sql, one, hashed)
-        out[f"store.fingerprint_under.{one}"] = sealed_sql.fingerprint_under(sql, one)
+        out[f"store.recent_after_hashed.{one}"] = sql.recent_after(one, hashed)
+        out[f"store.fingerprint_under.{one}"] = sql.fingerprint_under(one)
     for name in (  # encryption at rest
         "sealed_vectors_exact",
         "plaintext_items",
@@ -277,7 +276,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "sealed_in_shard",
         "shards_under",
     ):
-        out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
+        out[f"store.{name}"] = getattr(sql, name)()
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db import row_migrations as R

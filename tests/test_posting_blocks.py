@@ -243,7 +243,6 @@ def test_a_database_that_refuses_the_build_gets_the_postings_answer(
     """A search must not fail for want of blocks: where the build is refused (a read-only
     replica or file, a locked SQLite database), the postings answer, and the next queries
     do not try again for a while."""
-    from langgraph_checkpoint_agent_memory.store import blocked
 
     rng = random.Random(14)
     for i in range(100):
@@ -253,7 +252,7 @@ def test_a_database_that_refuses_the_build_gets_the_postings_answer(
         yield Batch([Stmt(Sql("UPDATE no_such_table SET x = 1"))], write=True)
         return 0
 
-    monkeypatch.setattr(blocked, "build_plan", refused)
+    monkeypatch.setattr(B, "build_plan", refused)
     expected = bm25(store, ("ro",), "printer refund", 6, on=False)
     sent = Recorder(store)
     with caplog.at_level("WARNING"):
@@ -298,9 +297,8 @@ def test_a_query_due_more_builds_than_it_may_do_leaves_them_to_the_next(
     """Each query builds at most ``BUILDS_PER_QUERY`` blocks; one that left some due is
     answered by the postings, and the next query builds on (it does not give up on blocks
     for a minute, as when the words are spread over small namespaces)."""
-    from langgraph_checkpoint_agent_memory.store import blocked
 
-    monkeypatch.setattr(blocked, "BUILDS_PER_QUERY", 1)
+    monkeypatch.setattr(B, "BUILDS_PER_QUERY", 1)
     rng = random.Random(16)
     for i in range(300):  # each word in about 120 items: more than FRESH_CAP (60) unpacked
         store.put(("due",), f"k{i}", text(rng))
