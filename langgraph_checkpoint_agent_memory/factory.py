@@ -19,10 +19,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
-from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
 from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_keep_last, validate_ttl
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
 from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
 from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
 from langgraph_checkpoint_agent_memory.db import url as urls

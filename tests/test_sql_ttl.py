@@ -216,7 +216,7 @@ async def test_background_sweeper_task(make_saver: Callable[..., SQLSaver]) -> N
 async def test_stopping_ends_the_sweep_task_even_when_a_cancellation_is_swallowed() -> None:
     # psycopg_pool before 3.3 can swallow a cancellation that arrives while it hands a
     # connection over: the sweep then returns normally, and the task must still end.
-    from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import SweeperHookup
 
     hookup = SweeperHookup("sweeper-under-test", 0)
     sweeps = 0
@@ -290,7 +290,7 @@ def test_purging_tombstones_removes_rows_left_under_them(
 ) -> None:
     """A write that raced a sweep can leave rows under a tombstone: invisible while it
     stands, and gone with it when it is purged, never resurrected."""
-    from langgraph_checkpoint_agent_memory.checkpoint.maintenance import TOMBSTONE_SECONDS
+    from langgraph_checkpoint_agent_memory.checkpoint.threads import TOMBSTONE_SECONDS
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 

@@ -20,7 +20,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import ThreadActivity
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     BlobRows,
     ChainRow,
@@ -45,6 +44,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     metadata_matches,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import ThreadActivity
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
     Sealer,
     lazily_opened,

@@ -45,25 +45,23 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    Strategy,
-    ThreadActivity,
-    validate_keep_last,
-    validate_strategy,
-)
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     next_channel_version,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
-from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
-from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
+    Strategy,
+    SweeperHookup,
+    ThreadActivity,
     default_sweep_interval,
     validate_interval,
+    validate_keep_last,
+    validate_strategy,
     validate_ttl,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.reads import ListCursor, Reader
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
+from langgraph_checkpoint_agent_memory.checkpoint.threads import Maintenance
 from langgraph_checkpoint_agent_memory.checkpoint.upkeep import ThreadUpkeep
 from langgraph_checkpoint_agent_memory.checkpoint.writes import Writer
 from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve

@@ -16,15 +16,15 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.core import checked_thread_id, thread_coordinates
-from langgraph_checkpoint_agent_memory.checkpoint.maintenance import Maintenance
-from langgraph_checkpoint_agent_memory.checkpoint.retention import (
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, owner_of
+from langgraph_checkpoint_agent_memory.checkpoint.threads import (
+    Maintenance,
     SweepPreview,
     ThreadInfo,
     ThreadOrder,
     preview_plan,
     threads_plan,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, owner_of
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, thread_owner
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db.database import Plan, T, adrive, drive

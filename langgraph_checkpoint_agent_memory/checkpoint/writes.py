@@ -25,13 +25,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    ThreadActivity,
-    ThreadState,
-    generation_boundary,
-    is_late,
-    thread_deleted,
-)
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     ListCache,
     compact_json,
@@ -42,6 +35,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checkpoint_config,
     thread_coordinates,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
+    ThreadActivity,
+    ThreadState,
+    generation_boundary,
+    is_late,
+    thread_deleted,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
