@@ -9,10 +9,10 @@ The sweep claims expired threads in batches with ``SKIP LOCKED`` where the datab
 so any number of processes may sweep at once and each thread is removed by exactly one.
 
 :meth:`Maintenance.threads` and :meth:`Maintenance.preview` are the reads behind
-``agent-memory threads`` and ``agent-memory sweep --dry-run``. Sizes are the database's measure of each stored value
-(bytes of checkpoint bodies, blobs and pending writes; characters of the JSON metadata),
-summed per thread: what retention frees, not the database's own overhead (row headers,
-indexes, free pages), which comes on top.
+``agent-memory threads`` and ``agent-memory sweep --dry-run``. Sizes are the database's
+measure of each stored value (bytes of checkpoint bodies, blobs and pending writes;
+characters of the JSON metadata), summed per thread: what retention frees, not the
+database's own overhead (row headers, indexes, free pages), which comes on top.
 """
 
 from __future__ import annotations
