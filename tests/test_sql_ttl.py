@@ -353,3 +353,11 @@ async def test_a_thread_started_by_a_graph_expires(
         assert await saver.asweep() == ["short"]
     finally:
         await saver.aclose()  # the async pool belongs to this test's event loop
+
+
+def test_the_longest_ttl_is_the_schema_s() -> None:
+    """The lifetime module keeps its own copy, so that checking a TTL loads no SQL."""
+    from langgraph_checkpoint_agent_memory.checkpoint import lifetime
+    from langgraph_checkpoint_agent_memory.db import schema
+
+    assert lifetime.MAX_TTL_SECONDS == schema.MAX_TTL_SECONDS

@@ -556,3 +556,10 @@ async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock
     with clone:
         assert clone.get_tuple(config) is None
     saver.close()
+
+
+def test_the_master_key_variable_is_the_crypto_package_s() -> None:
+    """The timed saver reads it itself, so that no crypto module loads while it is unset."""
+    from langgraph_checkpoint_agent_memory.crypto import config
+
+    assert timed.MASTER_KEY_ENV == config.MASTER_KEY_ENV

@@ -25,12 +25,13 @@ Serialization and deserialization of channel values happen outside the lock.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -76,14 +77,14 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     validate_prune_strategy,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy, thread_serde
 from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
-from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
-from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry.tracing import live
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
+    from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -91,6 +92,9 @@ TOMBSTONE_SECONDS = 3600.0
 
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
+
+#: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
+MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
 #: A write row from one tuple, in C (a NamedTuple's own ``__new__`` is a Python call).
 _write_row: Any = partial(tuple.__new__, WriteRow)
@@ -287,6 +291,20 @@ class ThreadData:
         self.blobs = {k: b for k, b in self.blobs.items() if k in referenced}
 
 
+def _open_keyring(encryption: EncryptionLike) -> Keyring | None:
+    """The data keys ``encryption=`` asks for, else ``None``. The crypto package (and the
+    key store's SQL it loads) is imported only when encryption may be on: not for ``False``,
+    nor for ``None`` while the environment names no master key."""
+    if encryption is False or (
+        encryption is None and not os.environ.get(MASTER_KEY_ENV, "").strip()
+    ):
+        return None
+    from langgraph_checkpoint_agent_memory.crypto.config import resolve
+
+    setting = resolve(encryption)
+    return setting.open_keyring(None) if setting else None
+
+
 class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
@@ -327,9 +345,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        setting = resolve(encryption)
         #: The data keys (encryption on), else ``None``.
-        self.keyring: Keyring | None = setting.open_keyring(None) if setting else None
+        self.keyring: Keyring | None = _open_keyring(encryption)
         if ttl is None and self.keyring is None:
             raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
@@ -369,6 +386,10 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
         """The serializer of ``thread_id``'s values (see :func:`.sealing.thread_serde`)."""
+        if self.keyring is None:
+            return self.serde
+        from langgraph_checkpoint_agent_memory.checkpoint.sealing import thread_serde
+
         return thread_serde(self.serde, self.keyring, thread_id, config)
 
     def _start_sweeper(self) -> None:
@@ -409,6 +430,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         namespaces = thread.checkpoints.values() if thread is not None else ()
         self._life.end(thread_id, now, [max(ids, default=None) for ids in namespaces])
         if self.keyring is not None:  # deleted or expired: its key goes too
+            from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
+
             self.keyring.destroy([thread_owner(thread_id)])
         if thread is None:
             return
@@ -815,6 +838,8 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._expire_if_due(dst, now)
             source = self._threads[src]
             if self.keyring is not None:  # sealed for the source: re-sealed for the target
+                from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy
+
                 source = resealed_copy(self.serde, self.keyring, source, src, dst)
             source.copy_into(self._thread(dst))
             for run_id in source.runs:
