@@ -77,10 +77,9 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     validate_prune_strategy,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
+from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, swept, traced
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.telemetry.tracing import live
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
@@ -476,6 +475,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     # -- writes ----------------------------------------------------------------------------
 
+    @traced("put")
     def put(
         self,
         config: RunnableConfig,
@@ -502,18 +502,6 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
             >>> saver.close()
         """
-        if not live():
-            return self._put(config, checkpoint, metadata, new_versions)
-        with span(self, "put", config):
-            return self._put(config, checkpoint, metadata, new_versions)
-
-    def _put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
         thread_ttl(config, None)  # refused as the SQL savers refuse it, before any write
@@ -548,6 +536,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
+    @traced("put_writes")
     def put_writes(
         self,
         config: RunnableConfig,
@@ -566,18 +555,6 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
-        if not live():
-            return self._put_writes(config, writes, task_id, task_path)
-        with span(self, "put_writes", config):
-            return self._put_writes(config, writes, task_id, task_path)
-
-    def _put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
@@ -631,6 +608,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             pending_writes=pending_writes(serde, found.writes),
         )
 
+    @traced("get_tuple", lambda found: listed([found] if found else []))
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; none once it expired.
 
@@ -641,14 +619,6 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
             True
         """
-        if not live():
-            return self._get_tuple(config)
-        with span(self, "get_tuple", config) as op:
-            found = self._get_tuple(config)
-            op.set("agent_memory.result_count", int(found is not None))
-            return found
-
-    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
