@@ -36,7 +36,6 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, is_sealed, is_sealed_text
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
-from langgraph_checkpoint_agent_memory.db import checkpoint_stats as stats
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -58,7 +57,7 @@ class StoredCheckpoint(NamedTuple):
 
     @property
     def size(self) -> int:
-        """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.thread_stats`
+        """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`
         measures a checkpoint row: its body's bytes, its metadata's and version map's
         characters."""
         return len(bytes(self.checkpoint)) + len(self.metadata) + len(self.blob_versions)
@@ -90,7 +89,7 @@ ThreadOrder = Literal["bytes", "checkpoints", "last_active", "expires_at", "thre
 
 
 class StatsRow(NamedTuple):
-    """A row of :func:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.thread_stats`."""
+    """A row of :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`."""
 
     thread_id: str
     checkpoints: int
@@ -278,7 +277,7 @@ class Maintenance:
         d = self.dialect
         reads = [S.select_thread_checkpoints(d), S.select_thread_blob_keys(d)]
         if sized:
-            reads += [stats.select_thread_blob_sizes(d), stats.select_thread_write_sizes(d)]
+            reads += [S.select_thread_blob_sizes(d), S.select_thread_write_sizes(d)]
         n = len(reads)
         statements = [Stmt(sql, {"thread_id": t}, fetch=True) for t in thread_ids for sql in reads]
         results = yield Batch(statements, lock=not sized, hold=not sized)
@@ -595,13 +594,13 @@ class Maintenance:
 
     def threads(self, order: ThreadOrder, limit: int | None) -> Plan[list[ThreadInfo]]:
         """Every thread with checkpoints (at most ``limit``) in ``order``: see
-        :data:`~langgraph_checkpoint_agent_memory.db.checkpoint_stats.THREAD_ORDERS`."""
+        :data:`~langgraph_checkpoint_agent_memory.db.checkpoint.THREAD_ORDERS`."""
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
             raise ConfigurationError(f"limit must be a whole number >= 0 or None, got {limit!r}")
         now = self.activity.clock()
-        sql = stats.thread_stats(self.dialect, order=order, expired=False)
+        sql = S.thread_stats(self.dialect, order=order, expired=False)
         [rows] = yield Batch([Stmt(sql, {"limit": ALL if limit is None else limit}, fetch=True)])
         return [StatsRow._make(r).info(now) for r in rows]
 
@@ -610,7 +609,7 @@ class Maintenance:
         write: the expired threads and, with ``keep_latest``, the checkpoints and blobs
         pruning each to its last ``keep_last`` checkpoints per namespace would delete."""
         now = self.activity.clock()
-        sql = stats.thread_stats(self.dialect, order="expires_at", expired=True)
+        sql = S.thread_stats(self.dialect, order="expires_at", expired=True)
         [rows] = yield Batch([Stmt(sql, {"now": now, "limit": ALL}, fetch=True)])
         expired = [StatsRow._make(r) for r in rows]
         preview = SweepPreview(self.activity.strategy, self.keep_last, now)

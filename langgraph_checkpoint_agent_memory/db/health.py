@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from langgraph_checkpoint_agent_memory.db import checkpoint_stats
+from langgraph_checkpoint_agent_memory.db import checkpoint
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
@@ -85,7 +85,7 @@ def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCoun
         >>> counts.threads, counts.expired, counts.expiring
         (2, 2, 0)
     """
-    total, expiry = checkpoint_stats.thread_counts(d)
+    total, expiry = checkpoint.thread_counts(d)
     [[(threads,)], [(expired, soon)]] = yield Batch(
         [
             Stmt(total, fetch=True),
