@@ -67,24 +67,21 @@ def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
     return validate_ttl(override, name="config['configurable']['ttl_seconds']")
 
 
-def validate_interval(value: Any, name: str = "sweep_interval_seconds") -> float | None:
-    """Accept ``None`` (the default) or a number of seconds above 0 and at most
-    :data:`MAX_TTL_SECONDS`."""
+def sweep_interval(value: Any, ttl_seconds: int | None) -> float:
+    """The seconds between sweeps: ``value`` (``sweep_interval_seconds``), a number above 0
+    and at most :data:`MAX_TTL_SECONDS`; by default a tenth of the TTL kept between 0.5 s and
+    60 s, so short TTLs (tests, kiosks) free memory promptly and long ones do not wake a
+    thread needlessly (60 s without a TTL)."""
     if value is None:
-        return None
+        if not ttl_seconds:
+            return MAX_SWEEP_INTERVAL
+        return min(MAX_SWEEP_INTERVAL, max(MIN_SWEEP_INTERVAL, ttl_seconds / 10))
+    name = "sweep_interval_seconds"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not 0 < value <= MAX_TTL_SECONDS:  # NaN fails both
         raise ConfigurationError(f"{name} must be > 0 and <= {MAX_TTL_SECONDS}, got {value}")
     return float(value)
-
-
-def default_sweep_interval(ttl_seconds: float) -> float:
-    """A tenth of the TTL, kept between 0.5 s and 60 s.
-
-    Short TTLs (tests, kiosks) free memory promptly; long ones do not wake a thread needlessly.
-    """
-    return min(MAX_SWEEP_INTERVAL, max(MIN_SWEEP_INTERVAL, ttl_seconds / 10))
 
 
 Strategy = Literal["delete", "keep_latest"]
@@ -96,19 +93,12 @@ IDLE_TOUCH_SECONDS = 600.0
 TOUCHED_THREADS = 10_000
 
 
-def validate_strategy(strategy: Any) -> Strategy:
-    """What expiry does: ``"delete"`` the thread or ``"keep_latest"`` of each namespace."""
+def validate_strategy(strategy: Any, name: str = "strategy") -> Strategy:
+    """What expiry (or ``prune``) does: ``"delete"`` the thread or ``"keep_latest"`` of each
+    namespace."""
     if strategy not in ("delete", "keep_latest"):
-        raise ConfigurationError(f"strategy must be 'delete' or 'keep_latest', got {strategy!r}")
+        raise ConfigurationError(f"{name} must be 'delete' or 'keep_latest', got {strategy!r}")
     return strategy  # type: ignore[no-any-return]
-
-
-def validate_prune_strategy(strategy: str) -> None:
-    """``prune(strategy=...)`` takes the same two strategies; say which when it is neither."""
-    if strategy not in ("keep_latest", "delete"):
-        raise ConfigurationError(
-            f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'"
-        )
 
 
 def validate_keep_last(value: Any, name: str = "keep_last") -> int:

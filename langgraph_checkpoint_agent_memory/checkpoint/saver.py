@@ -53,8 +53,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     Strategy,
     SweeperHookup,
     ThreadActivity,
-    default_sweep_interval,
-    validate_interval,
+    sweep_interval,
     validate_keep_last,
     validate_strategy,
     validate_ttl,
@@ -190,9 +189,7 @@ class SQLSaver(CheckpointSchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str
         self.refresh_on_read = refresh_on_read
         self.activity_precision = self.activity.precision
         self.incremental_lists = incremental_lists
-        self.sweep_interval_seconds = validate_interval(sweep_interval_seconds) or (
-            default_sweep_interval(self.ttl_seconds) if self.ttl_seconds else 60.0
-        )
+        self.sweep_interval_seconds = sweep_interval(sweep_interval_seconds, self.ttl_seconds)
         self.sweep_batch = sweep_batch
         self.auto_setup = auto_setup
         self._clock = clock

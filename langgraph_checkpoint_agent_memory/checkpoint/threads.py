@@ -31,7 +31,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     ThreadState,
     tombstone_seconds,
     validate_keep_last,
-    validate_prune_strategy,
+    validate_strategy,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, is_sealed, is_sealed_text
@@ -530,7 +530,7 @@ class Maintenance:
         strategy: str,
         keep_last: int | None = None,
     ) -> Plan[None]:
-        validate_prune_strategy(strategy)
+        validate_strategy(strategy, "prune strategy")
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         if not thread_ids:
             return

@@ -69,12 +69,11 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     SweeperHookup,
     ThreadLife,
-    default_sweep_interval,
+    sweep_interval,
     thread_ttl,
     tombstone_seconds,
-    validate_interval,
     validate_keep_last,
-    validate_prune_strategy,
+    validate_strategy,
     validate_ttl,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, swept, traced
@@ -353,9 +352,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             )
         super().__init__(serde=serde)
         self.ttl_seconds: int | None = ttl
-        self.sweep_interval_seconds: float = validate_interval(sweep_interval_seconds) or (
-            default_sweep_interval(ttl) if ttl else 60.0
-        )
+        self.sweep_interval_seconds = sweep_interval(sweep_interval_seconds, ttl)
         self._clock = clock
         self._lock = threading.RLock()
         self._life = ThreadLife(
@@ -841,7 +838,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))
             3
         """
-        validate_prune_strategy(strategy)
+        validate_strategy(strategy, "prune strategy")
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         with self._lock:
             now = self._clock()
