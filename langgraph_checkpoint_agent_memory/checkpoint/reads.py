@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -85,20 +86,15 @@ class Details(NamedTuple):
         return blob_rows_of(results[:n]), write_rows_of(results[n : n + len(self.writes)])
 
 
+@dataclass
 class Reader:
     """Builds the read plans of one saver from its dialect, activity policy and list cache."""
 
-    def __init__(
-        self,
-        dialect: Dialect,
-        activity: ThreadActivity,
-        cache: ListCache,
-        sealer: Sealer | None = None,
-    ) -> None:
-        self.dialect = dialect
-        self.activity = activity
-        self.cache = cache
-        self.sealer = sealer
+    dialect: Dialect
+    activity: ThreadActivity
+    cache: ListCache
+    #: Opens sealed rows (encryption on), else ``None``.
+    sealer: Sealer | None = None
 
     # -- statements --------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, reso
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T, adrive, drive
-from langgraph_checkpoint_agent_memory.db.first_use import CheckpointSchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
 from langgraph_checkpoint_agent_memory.db.migrations import CHECKPOINT, KEYS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry import metrics
@@ -106,7 +106,7 @@ def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
 TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
 
 
-class SQLSaver(CheckpointSchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
+class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
     Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
@@ -175,6 +175,7 @@ class SQLSaver(CheckpointSchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str
         self.keyring = setting.open_keyring(database) if setting is not None else None
         self._sealer = Sealer(self.keyring) if self.keyring is not None else None
         self.encrypted = self.keyring is not None
+        self.components = (CHECKPOINT,)  # opening a checkpointer creates only its tables
         if self.keyring is not None and self.keyring.keystore.db is database:
             self.components = (CHECKPOINT, KEYS)  # the key table comes with the setup
             self.key_check = self.keyring.provider_check_plan  # and the master key's check
