@@ -463,7 +463,8 @@ class Maintenance:
                 hold=True,
             )
             if key is not None:
-                rows = self.resealed(S.retarget(found, source), target, key)
+                assert self.sealer is not None
+                rows = self.sealer.resealed(S.retarget(found, source), target, key)
             else:
                 rows = S.retarget(found, target)
             copy = [
@@ -484,44 +485,6 @@ class Maintenance:
             ],
             write=True,
         )
-
-    def resealed(
-        self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
-    ) -> list[list[dict[str, Any]]]:
-        """The rows of a thread (checkpoints, blobs, writes; as :func:`S.retarget` gives
-        them) opened under their own identity and sealed under ``target``'s."""
-        sealer = self.sealer
-        assert sealer is not None
-        cps, blobs, writes = tables
-        sealer.ensure(
-            Sealer.ids(
-                [
-                    *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
-                    *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
-                ]
-            )
-        )
-        for r in cps:
-            t, ns, cid = r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"]
-            r["checkpoint"] = sealer.open_body(t, ns, cid, r["type"], r["checkpoint"])
-            r["metadata"] = sealer.open_metadata(t, ns, cid, r["metadata"])
-            r["thread_id"] = target
-            Sealer.seal_checkpoint_row(key, r)
-        for r in blobs:
-            r["blob"] = sealer.open_blob(
-                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
-                r["base_version"], bytes(r["blob"] or b""),
-            )  # fmt: skip
-            r["thread_id"] = target
-        Sealer.seal_blob_rows(key, blobs)
-        for r in writes:
-            r["blob"] = sealer.open_write(
-                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
-                r["channel"], r["type"], bytes(r["blob"] or b""),
-            )  # fmt: skip
-            r["thread_id"] = target
-        Sealer.seal_write_rows(key, writes)
-        return [cps, blobs, writes]
 
     def prune(
         self,

@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -51,6 +50,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     WriteRow,
     metadata_json,
     pending_writes,
+    write_row,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
@@ -93,9 +93,6 @@ SWEEP_BATCH = 256
 
 #: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
-
-#: A write row from one tuple, in C (a NamedTuple's own ``__new__`` is a Python call).
-_write_row: Any = partial(tuple.__new__, WriteRow)
 
 
 Version = str | int | float
@@ -562,7 +559,7 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             idx = idx_map.get(channel, i)
             kind, blob = dumps(value)
             rows.append(
-                (idx, _write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
+                (idx, write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
             )
         life = self._life
         with self._lock:
