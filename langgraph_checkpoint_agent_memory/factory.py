@@ -76,7 +76,7 @@ def _warn_volatile_once(kind: str) -> None:
 
 def resolve_ttl(ttl_seconds: int | None) -> int | None:
     """The TTL to use: the argument when given, else the declared config field, else off."""
-    from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_ttl
 
     if ttl_seconds is not None:
         return validate_ttl(ttl_seconds)
@@ -221,8 +221,8 @@ def create_checkpointer(
         graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
         ```
     """
-    from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
     from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_keep_last
     from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 
     ttl = resolve_ttl(ttl_seconds)

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
-from langgraph_checkpoint_agent_memory.db import checkpoint_stats
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig, Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
@@ -30,7 +29,7 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
     out: dict[str, Sql] = {}
     members = [
         (name, fn, module)
-        for module in (S, checkpoint_stats)
+        for module in (S,)
         for name, fn in inspect.getmembers(module, inspect.isfunction)
     ]
     for name, fn, module in members:
@@ -54,7 +53,7 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
         elif "keep" in params:
             variants = [{"keep": True}, {"keep": False}]
         elif "order" in params:
-            orders = checkpoint_stats.THREAD_ORDERS
+            orders = S.THREAD_ORDERS
             variants = [dict(order=o, expired=e) for o in orders for e in (False, True)]
         elif "n" in params:
             variants = [{"n": 1}, {"n": 64}]

@@ -13,6 +13,7 @@ thread, or starts it afresh.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -25,13 +26,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    ThreadActivity,
-    ThreadState,
-    generation_boundary,
-    is_late,
-    thread_deleted,
-)
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     ListCache,
     compact_json,
@@ -43,6 +37,13 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checkpoint_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
+    ThreadActivity,
+    ThreadState,
+    generation_boundary,
+    is_late,
+    thread_deleted,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
@@ -53,13 +54,13 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE
 
 
+@dataclass
 class Writer:
     """Builds the write plans of one saver from its dialect, activity policy and list cache."""
 
-    def __init__(self, dialect: Dialect, activity: ThreadActivity, cache: ListCache) -> None:
-        self.dialect = dialect
-        self.activity = activity
-        self.cache = cache
+    dialect: Dialect
+    activity: ThreadActivity
+    cache: ListCache
 
     def put(
         self,

@@ -20,7 +20,6 @@ from langgraph_checkpoint_agent_memory.db.encryption_mark import (
     refused,
 )
 from langgraph_checkpoint_agent_memory.db.migrations import (
-    CHECKPOINT,
     STORE,
     Component,
     migrate_plan,
@@ -146,12 +145,6 @@ class SchemaOnFirstUse:
         stored, value = await self.db.arun(carry_plan(mark_statement(self.dialect), plan))
         self._mark_owed = self._mark_owed and not stored
         return value
-
-
-class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):
-    """The checkpointer's tables only."""
-
-    components: tuple[Component, ...] = (CHECKPOINT,)
 
 
 class StoreSchemaOnFirstUse(SchemaOnFirstUse):
