@@ -280,10 +280,8 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         out[f"store.{name}"] = getattr(sealed_sql, name)(sql)
     out["store.namespaces"] = sql.namespaces(False)
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
-    from langgraph_checkpoint_agent_memory.db import row_migrations as R
+    from langgraph_checkpoint_agent_memory.db.migrations import convert_vectors_plan
 
-    terms, _ = backfill_statements(R.index_existing_items(d), ("ns", "ns", "k", "a text"), "terms")
-    out.update(terms)
     arrays = d.insert_arrays(store_terms)
     if arrays is not None:
         out["store.insert_arrays"] = arrays
@@ -299,7 +297,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     out.update(vector_index_statements(d, sql, filters_sql))
     if d.native_vectors:
         vector_row = ("ns", "ns", "k", "text#0", b"\0\0\x80?")  # one float32: 1.0
-        vectors, written = backfill_statements(R.convert_existing_vectors(d), vector_row, "vectors")
+        vectors, written = backfill_statements(convert_vectors_plan(d), vector_row, "vectors")
         out.update(vectors)
         assert written == [
             [{"shard": "ns", "prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}]

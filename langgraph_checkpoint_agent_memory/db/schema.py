@@ -160,11 +160,14 @@ store_items = sa.Table(
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
     sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
-    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
+    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has
     # With encryption on: the value sealed under its shard key's data key (``value`` then
-    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given (store 7).
+    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given.
     sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
+    # listing newest first with a filter walks it and stops at the first page of matches,
+    # instead of reading and sorting every item under the prefix
+    sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
     info=SHARDED,
 )
@@ -190,7 +193,7 @@ store_terms = sa.Table(
     _required("tf", sa.Integer),
     _required("dl", sa.Integer),
     # 1 once the posting is in its term's block (``am_store_blocks``); NULL while it is not,
-    # as every posting is when written (inserts do not name it). Store version 8.
+    # as every posting is when written (inserts do not name it).
     sa.Column("packed", sa.SmallInteger, info={"unwritten": True}),
     sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
     # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
@@ -227,6 +230,9 @@ store_blocks = sa.Table(
 #: the blocks last (a build under way then either committed first, and its block is deleted,
 #: or waits on the delete and packs none of the deleted postings).
 STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
+
+#: The store's tables, as its migrations create them.
+STORE_TABLES = (store_items, store_vectors, store_terms, store_blocks)
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
 
@@ -311,8 +317,7 @@ MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memor
 #: database, for the next erase or the worker to settle). ``thread_id`` is empty for the
 #: key of the shard key itself, else it names a conversation thread of the shard's scopes
 #: whose key the erase owes (its checkpoints were erased with them). Not in
-#: :data:`MEMORY_TABLES`: memory step 6 made it, and an erase writes it rather than deletes
-#: from it.
+#: :data:`MEMORY_TABLES`: an erase writes it rather than deletes from it.
 memory_erasures = sa.Table(
     "am_memory_erasures",
     metadata,
