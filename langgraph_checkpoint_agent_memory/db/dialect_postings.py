@@ -72,7 +72,7 @@ class PostingsDialect:
         return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
 
     def postings_upkeep_ddl(self) -> list[str]:
-        """Store step 9: DDL that keeps reading postings an index's work alone where the
+        """DDL that keeps reading postings an index's work alone where the
         database needs telling (none here; SQLite's postings are their key's rows, and an
         update leaves no dead index entry)."""
         return []
