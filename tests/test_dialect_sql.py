@@ -17,7 +17,7 @@ from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db import checkpoint_stats
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig, Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
-from langgraph_checkpoint_agent_memory.db.migrations import migrations_for
+from langgraph_checkpoint_agent_memory.db.migrations import statements_of
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
 from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
@@ -103,9 +103,7 @@ def test_postgres_statements_parse_with_postgres_parser() -> None:
     pglast = pytest.importorskip("pglast")
     d = PostgresDialect()
     statements = list(every_statement(d).items())
-    statements += [
-        (f"ddl#{i}", Sql(s)) for m in migrations_for(d) for i, s in enumerate(m.statements)
-    ]
+    statements += [(f"ddl#{i}", Sql(s)) for i, s in enumerate(statements_of(d))]
     distributed = PostgresDialect()
     distributed.distributed = True  # Citus: the statements that differ there
     statements += [(f"citus {k}", v) for k, v in every_statement(distributed).items()]
@@ -136,7 +134,7 @@ HANA_FORBIDDEN = [
 def test_hana_statements_follow_hana_rules() -> None:
     d = HanaDialect()
     compiled = every_statement(d)
-    ddl = [s for m in migrations_for(d) for s in m.statements]
+    ddl = statements_of(d)
     for where, sql in compiled.items():
         upper = sql.text.upper()
         for bad in HANA_FORBIDDEN:
@@ -162,9 +160,8 @@ def test_sqlite_statements_prepare_on_a_real_database(tmp_path: Any) -> None:
 
     d = SQLiteDialect()
     conn = sqlite3.connect(tmp_path / "x.db")
-    for m in migrations_for(d):
-        for statement in m.statements:
-            conn.execute(statement)
+    for statement in statements_of(d):
+        conn.execute(statement)
     for where, sql in every_statement(d).items():
         try:  # EXPLAIN compiles the statement without running it
             names = re.findall(r":(\w+)", sql.text)
@@ -360,9 +357,8 @@ def test_store_statements_on_every_dialect(tmp_path: Any) -> None:
             raise AssertionError(f"{where}: {exc}\n{sql.text}") from None
     d = SQLiteDialect()
     conn = sqlite3.connect(tmp_path / "s.db")
-    for m in migrations_for(d):
-        for statement in m.statements:
-            conn.execute(statement)
+    for statement in statements_of(d):
+        conn.execute(statement)
     for where, sql in store_statements(d).items():
         try:
             names = re.findall(r":(\w+)", sql.text)
@@ -547,9 +543,8 @@ def test_memory_statements_on_every_dialect(tmp_path: Any) -> None:
     assert not any("SKIP LOCKED" in s.text for s in found.values())
     d = SQLiteDialect()
     conn = sqlite3.connect(tmp_path / "m.db")
-    for m in migrations_for(d):
-        for statement in m.statements:
-            conn.execute(statement)
+    for statement in statements_of(d):
+        conn.execute(statement)
     for where, sql in memory_statements(d).items():
         params = {n: None for n in re.findall(r":(\w+)", sql.text)}
         try:

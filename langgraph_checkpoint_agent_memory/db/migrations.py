@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Migration, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
 from langgraph_checkpoint_agent_memory.db.distribution import distribute_plan
 from langgraph_checkpoint_agent_memory.db.marks import (
@@ -176,17 +176,10 @@ KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1
 COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 
 
-def migrations_for(
-    dialect: Dialect, components: Sequence[Component] = COMPONENTS
-) -> list[Migration]:
-    """The migrations of ``components`` (all by default), in the order they apply."""
-    return [
-        Migration(
-            c.ledger_id(s.version), f"{c.name} {s.version}: {s.description}", s.build(dialect)
-        )
-        for c in components
-        for s in c.steps
-    ]
+def statements_of(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
+    """Every statement of the steps of ``components`` (all by default), in the order they
+    apply (what the offline checks of each dialect's DDL read)."""
+    return [sql for c in components for s in c.steps for sql in s.build(dialect)]
 
 
 def migrate_plan(
