@@ -14,7 +14,6 @@ from langgraph_checkpoint_agent_memory.crypto.config import Encryption
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan
 from langgraph_checkpoint_agent_memory.db.migrations import KEYS, Component
-from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
@@ -32,7 +31,6 @@ class EncryptedStore:
 
     keyring: Keyring | None
     sealer: Sealer | None
-    row_sealer: RowSealer | None
     key_check: Callable[[], Plan[None]] | None
     statements: StoreStatements
 
@@ -161,7 +159,6 @@ class EncryptedStore:
             filterable=setting.filterable_fields,
         )
         self.ranker.sealer = self.searcher.sealer = self.sealer
-        self.row_sealer = self.sealer  # its setup indexes sealed rows older than a migration
         if isinstance(index, Mapping) and index.get("ann_index_config"):
             warnings.warn(
                 "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
