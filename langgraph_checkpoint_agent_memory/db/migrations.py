@@ -52,7 +52,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 from langgraph_checkpoint_agent_memory.db.store import vector_text
 
 #: Vectors converted to the native column per batch (see :func:`convert_vectors_plan`).
-BACKFILL_BATCH = 500
+CONVERT_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def convert_vectors_plan(dialect: Dialect) -> Plan[int]:
     )
     done = 0
     while True:
-        [rows] = yield Batch([Stmt(pending, {"n": BACKFILL_BATCH}, fetch=True)])
+        [rows] = yield Batch([Stmt(pending, {"n": CONVERT_BATCH}, fetch=True)])
         if not rows:
             return done
         updates = [
