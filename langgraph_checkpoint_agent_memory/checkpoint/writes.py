@@ -49,7 +49,6 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
-from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE
 
@@ -256,14 +255,10 @@ class Writer:
                 [Stmt(sql, key, fetch=True) for sql in S.newest_ids(d)], lock=True, hold=True
             )
             ended = generation_boundary(row.ended_after, *(rows[0][0] for rows in newest))
-            # a boundary from before boundaries were kept is unknown: it refuses every write
-            # naming a parent, as tombstones did then, but not a fresh start, and it is not
-            # carried on past one
-            known = None if ended == UNKNOWN_BOUNDARY else ended
-            if is_late(parent_id, ended) or is_late(own_id, known):
+            if is_late(parent_id, ended) or is_late(own_id, ended):
                 raise thread_deleted(thread_id, parent_id or own_id or "")
             # a fresh start: drop what the ended history (or an expiry) left behind
-            statements = [Stmt(S.set_generation(d), {**key, "ended_after": known})]
+            statements = [Stmt(S.set_generation(d), {**key, "ended_after": ended})]
             statements += [Stmt(sql, key) for sql in S.delete_ended_rows(d)]
         elif row is not None and is_late(parent_id, row.ended_after):
             raise thread_deleted(thread_id, parent_id or "")

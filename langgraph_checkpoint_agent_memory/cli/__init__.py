@@ -72,11 +72,9 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     try:
         if target.kind == "sqlite":
             _create_folder(Path(target.options["path"]).parent, target.masked())
-        # with the master key configured, the store's sealer: sealed rows are indexed too,
-        # and the database is marked encrypted (without it, an encrypted one is refused)
-        applied = migrate(
-            store.db, COMPONENTS, store.shard_depth, store.sealer, store.keyring is not None
-        )
+        # with the master key configured, the database is marked encrypted (without it,
+        # an encrypted one is refused)
+        applied = migrate(store.db, COMPONENTS, store.shard_depth, store.keyring is not None)
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}

@@ -14,7 +14,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
@@ -118,16 +118,6 @@ def carry_plan(
             batch = plan.send(results)
     except StopIteration as stop:
         return stored, stop.value
-
-
-@dataclass
-class Migration:
-    """One schema version: statements applied in order, in one transaction where the
-    database allows transactional DDL."""
-
-    version: int
-    description: str
-    statements: Sequence[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
-from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db.schema import store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -427,16 +427,8 @@ class Dialect:
         """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"
 
-    def full_text_ddl(self) -> list[str]:
-        """The full-text index of schema version 2 (replaced by ``am_store_terms`` in 5)."""
-        return []
-
-    def drop_full_text_ddl(self) -> list[str]:
-        """Remove what :meth:`full_text_ddl` created."""
-        return []
-
     def write_rows_ddl(self) -> list[str]:
-        """Objects a dialect's :meth:`fast_write` needs (schema version 7)."""
+        """Objects a dialect's :meth:`fast_write` needs."""
         return []
 
     #: Whether vectors also live in a native vector column (``embedding``), written from
@@ -446,11 +438,11 @@ class Dialect:
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:
-        """DDL adding the native vector column to ``am_store_vectors`` (store version 4)."""
+        """DDL adding the native vector column to ``am_store_vectors``."""
         return []
 
     def vector_index_ddl(self) -> list[str]:
-        """DDL of store version 5: what approximate vector search needs on this database
+        """DDL of what approximate vector search needs on this database
         (PostgreSQL: the pgvector column where the extension is there or can be created)."""
         return []
 
@@ -560,29 +552,6 @@ class Dialect:
         batch in one statement, not one per row); ``None``: rows go one by one."""
         return None
 
-    def live_row_ddl(self) -> list[str]:
-        """DDL bringing a dialect's one-statement write checks up to date (none here)."""
-        return []
-
-    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
-        """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
-        # raw: ALTER TABLE ... ADD COLUMN has no Core form
-        kind = column.type.compile(dialect=self.sa)
-        return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
-
-    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
-        """DDL giving an existing ``table`` (whose columns are all there, the new key
-        columns filled) the primary key :mod:`.schema` declares, its new key columns
-        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one. ``keep``:
-        ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
-        declare, for dialects that rebuild the table (SQLite)."""
-        added = [c for c in table.primary_key.columns if c.name == "shard"]
-        # raw: ALTER COLUMN and DROP CONSTRAINT have no Core form (AddConstraint is Core)
-        out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
-        out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
-        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
-        return out
-
     def json_path(self, path: list[str]) -> Any:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
@@ -677,7 +646,7 @@ class Dialect:
         return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
 
     def postings_upkeep_ddl(self) -> list[str]:
-        """Store step 9: DDL that keeps reading postings an index's work alone where the
+        """DDL that keeps reading postings an index's work alone where the
         database needs telling (none here; SQLite's postings are their key's rows, and an
         update leaves no dead index entry)."""
         return []

@@ -20,7 +20,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import AddConstraint
 
 from langgraph_checkpoint_agent_memory.db.database import (
     Batch,
@@ -260,23 +259,6 @@ class HanaDialect(Dialect):
             return sa.select(near, indexed)
 
         return self.sql(("vector_counts", index.name, scoped), build)
-
-    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
-        return (
-            # raw: ALTER TABLE has no Core form
-            f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
-        )
-
-    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
-        added = [c for c in table.primary_key.columns if c.name == "shard"]
-        out = [
-            # raw: ALTER TABLE has no Core form (AddConstraint is Core)
-            f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"
-            for c in added
-        ]
-        out.append(f"ALTER TABLE {table.name} DROP PRIMARY KEY")
-        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
-        return out
 
     def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
         if where is not None:

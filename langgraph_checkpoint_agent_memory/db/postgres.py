@@ -434,31 +434,11 @@ class PostgresDialect(Dialect):
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
-    def full_text_ddl(self) -> list[str]:
-        return [
-            # raw: generated tsvector column and GIN index, no Core form
-            "ALTER TABLE am_store_items ADD COLUMN doc_tsv tsvector GENERATED ALWAYS AS "
-            "(to_tsvector('english', coalesce(doc, ''))) STORED",
-            "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
-        ]
-
     def postings_upkeep_ddl(self) -> list[str]:
-        """The postings' primary key with ``tf`` and ``dl`` included again, so a query's
-        postings are read from it alone (since step 8, step 6 re-keyed a new database's
-        table without them: an ordinary query at 100,000 items then read a table page per
-        posting, 3.9 -> 12 ms), rebuilt only where it lacks them; and autovacuum at 1% of
-        the postings dead, not a fifth: a block's build marks up to all of a common term's
-        postings, each an entry of the index of unpacked ones that queries step over until
-        a vacuum (3 ms of a 100,000-item query)."""
+        """Autovacuum at 1% of the postings dead, not a fifth: a block's build marks up to
+        all of a common term's postings, each an entry of the index of unpacked ones that
+        queries step over until a vacuum (3 ms of a 100,000-item query)."""
         return [
-            # raw: PL/pgSQL has no Core form. The key as this step gives it, whatever the
-            # schema declares later, and named: Citus before 11.2 refuses an unnamed one on
-            # a distributed table.
-            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_index WHERE indrelid = "
-            "to_regclass('am_store_terms') AND indisprimary AND indnatts = indnkeyatts) THEN "
-            "ALTER TABLE am_store_terms DROP CONSTRAINT am_store_terms_pkey; "
-            "ALTER TABLE am_store_terms ADD CONSTRAINT am_store_terms_pkey "
-            "PRIMARY KEY (term, shard, prefix, key) INCLUDE (tf, dl); END IF; END $$",
             # raw: storage parameters have no Core form
             "ALTER TABLE am_store_terms SET (autovacuum_vacuum_scale_factor = 0.01, "
             "autovacuum_vacuum_threshold = 10000)",
@@ -485,13 +465,6 @@ class PostgresDialect(Dialect):
             return sa.insert(table).from_select(cols, sa.select(*rows.c))
 
         return self.sql(("insert_arrays", table.name), build)
-
-    def drop_full_text_ddl(self) -> list[str]:
-        return [
-            # raw: DROP ... IF EXISTS and ALTER TABLE DROP COLUMN
-            "DROP INDEX IF EXISTS am_store_items_doc_tsv",
-            "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
-        ]
 
     def under_clause(self, column: Any) -> Any:
         # A byte-order range, so the planner estimates it from the column's statistics (a

@@ -486,7 +486,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             filterable=setting.filterable_fields,
         )
         self.ranker.sealer = self.searcher.sealer = self.sealer
-        self.row_sealer = self.sealer  # its setup indexes sealed rows older than a migration
         if isinstance(index, Mapping) and index.get("ann_index_config"):
             warnings.warn(
                 "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
