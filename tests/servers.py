@@ -563,8 +563,18 @@ class LocalCitus(_Throwaway):
         name = url.rsplit("/", 1)[1]
 
         def drop(node: LocalPostgres) -> None:
-            with psycopg.connect(node.url, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            # FORCE ends the database's backends but not Citus's maintenance daemon, a
+            # background worker that Citus stops on its own while the drop waits: a drop
+            # that meets it still attached is tried again until the daemon has left.
+            for attempt in range(40):
+                try:
+                    with psycopg.connect(node.url, autocommit=True) as conn:
+                        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                    return
+                except psycopg.errors.ObjectInUse:
+                    if attempt == 39:
+                        raise
+                    time.sleep(0.25)
 
         self._on_every_node(drop)
 
