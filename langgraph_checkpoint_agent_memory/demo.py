@@ -197,7 +197,8 @@ def claim_database(url: str) -> None:
             return
         if holds_tables:
             raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
-        store = create_store(url, **_existing(url))
+        # "rw" never creates a SQLite file: the demo made its own above
+        store = create_store(url, mode="rw") if target.kind == "sqlite" else create_store(url)
         try:
             store.setup()  # the store's tables, with the settings table that keeps the mark
             store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
@@ -258,11 +259,6 @@ def _remove(made: list[Path]) -> None:
                 path.rmdir()
         else:
             _unlink_sqlite(path)
-
-
-def _existing(url: str) -> dict[str, Any]:
-    """Open options that never create a SQLite file (the demo creates its own itself)."""
-    return {"mode": "rw"} if urls.parse(url).kind == "sqlite" else {}
 
 
 def _inspect(url: str) -> tuple[str | None, bool]:

@@ -138,8 +138,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     now = time.time()
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
     data.update(keys=_keystore(), erasures=None)
-    # nothing is set up or migrated; a SQLite file that does not exist is not created (and,
-    # opened for writing though only read, its WAL files are removed again at close)
+    # nothing is set up, migrated or created (opened for writing though only read, a SQLite
+    # file's WAL files are removed again at close)
     store = create_store(url, auto_setup=False, **existing(url))
     try:
         if "memory" in installed:
