@@ -1,16 +1,13 @@
 """``agent-memory demo``: a scripted month in the life of an agent's memory.
 
-A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
-``create_checkpointer`` and the memory store on one database of the demo's own. The demo's
-clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
-decay and the checkpointer's TTL all happen in a few seconds (:data:`SESSIONS` is the script).
+A compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
+``create_checkpointer`` and the memory store on one database. The demo's clock starts 30 days
+ago and moves forward between sessions (:data:`SESSIONS`), so consolidation, supersession,
+decay and the checkpointer's TTL all happen in a few seconds.
 
-The demo writes only to a database it created and marked as its own (:mod:`.db.marks`): by
-default ``agent-memory-demo.db`` in the current folder (where the user ran it, seen and
-removed there), never ``AGENT_MEMORY_URL`` nor the embedded default, which may hold an app's
-memory. ``--url`` may name a new SQLite file, a database that holds no table at all, or one
-the demo marked before; any other is refused before anything is written (see
-:func:`claim_database` and :func:`reset_database`).
+The demo writes only to a database it created and marked as its own (:func:`claim_database`):
+by default ``agent-memory-demo.db`` in the current folder, never ``AGENT_MEMORY_URL`` nor the
+embedded default, which may hold an app's memory.
 """
 
 from __future__ import annotations
@@ -200,7 +197,8 @@ def claim_database(url: str) -> None:
             return
         if holds_tables:
             raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
-        store = create_store(url, **_existing(url))
+        # "rw" never creates a SQLite file: the demo made its own above
+        store = create_store(url, mode="rw") if target.kind == "sqlite" else create_store(url)
         try:
             store.setup()  # the store's tables, with the settings table that keeps the mark
             store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
@@ -228,9 +226,13 @@ def reset_database(url: str) -> bool:
     mark, _ = _inspect(url)
     if mark != DEMO_MARK:
         raise _not_the_demos(target.masked(), "it has no mark of the demo; nothing was deleted")
+    _unlink_sqlite(path)
+    return True
+
+
+def _unlink_sqlite(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    return True
 
 
 def _create_file(path: Path, where: str) -> list[Path]:
@@ -256,13 +258,7 @@ def _remove(made: list[Path]) -> None:
             with contextlib.suppress(OSError):  # not empty: something else was put there
                 path.rmdir()
         else:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _existing(url: str) -> dict[str, Any]:
-    """Open options that never create a SQLite file (the demo creates its own itself)."""
-    return {"mode": "rw"} if urls.parse(url).kind == "sqlite" else {}
+            _unlink_sqlite(path)
 
 
 def _inspect(url: str) -> tuple[str | None, bool]:

@@ -1,15 +1,9 @@
-"""``create_checkpointer()``: the one call a graph needs for short-term memory.
+"""``create_checkpointer()`` and ``create_store()``: the one call a graph needs for each.
 
-The backend comes from, in order: the ``url`` argument, the ``AGENT_MEMORY_URL`` environment
-variable, a SAP HANA service binding (``VCAP_SERVICES`` or ``SERVICE_BINDING_ROOT``), and
-otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
-``@agent_config("config.checkpointer.ttl_seconds", ...)`` field, else no expiry. On
-PostgreSQL, ``prepare_threshold`` comes from the argument, else the URL's
-``?prepare_threshold=``, else a declared ``config.postgres.prepare_threshold`` field, else
-psycopg's default (5), refused at once behind a connection pooler.
-
-Each backend's modules load when it is chosen: an in-memory checkpointer imports none of
-SQLAlchemy, numpy, the drivers, the cipher or OpenTelemetry.
+The backend comes from the ``url`` argument, else ``AGENT_MEMORY_URL``, else a SAP HANA
+service binding (``VCAP_SERVICES`` or ``SERVICE_BINDING_ROOT``), else memory. Each backend's
+modules load when it is chosen: an in-memory checkpointer imports none of SQLAlchemy, numpy,
+the drivers, the cipher or OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -39,8 +33,7 @@ TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
 FEEDBACK_CONFIG_KEY = "config.store.feedback"
-#: Declared ``@agent_config`` fields of encryption: on or off (the master key itself comes
-#: from ``AGENT_MEMORY_MASTER_KEY``, never from configuration), and the key store's database.
+#: Declared fields of encryption (the master key itself never comes from configuration).
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
@@ -53,7 +46,7 @@ MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
-#: What was logged already: each backend once per process, and the in-memory warning once.
+#: What was logged already (each backend, and the in-memory warning, once per process).
 _announced: set[str] = set()
 
 
@@ -75,7 +68,7 @@ def _warn_volatile_once(kind: str) -> None:
 
 
 def resolve_ttl(ttl_seconds: int | None) -> int | None:
-    """The TTL to use: the argument when given, else the declared config field, else off."""
+    """The argument when given, else the declared config field, else off."""
     from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_ttl
 
     if ttl_seconds is not None:
@@ -89,10 +82,9 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
 def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
     """The encryption to use: the argument when given, else the declared
     ``config.encryption.enabled`` field (``True``: the environment's master key, which must
-    be set; ``False``: off), else the environment (``AGENT_MEMORY_MASTER_KEY``). A declared
-    ``config.encryption.keystore_url`` sets the key store's database, and a declared
-    ``config.encryption.filterable_fields`` (a list, or names separated by commas) the
-    store's filterable fields, when the argument and the environment do not.
+    be set), else ``AGENT_MEMORY_MASTER_KEY``. Declared ``config.encryption.keystore_url``
+    and ``config.encryption.filterable_fields`` (a list, or names separated by commas) fill
+    what the argument and the environment leave out.
 
     Example:
         >>> resolve_encryption(False) is None
@@ -127,8 +119,8 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
 
 
 def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> None:
-    """Add the declared ``config.postgres.prepare_threshold`` to ``options`` for a PostgreSQL
-    target whose argument and URL leave it out."""
+    """Add the declared ``config.postgres.prepare_threshold`` when the argument and URL do not
+    set it."""
     if target is None or target.kind != "postgresql" or urls.PREPARE_THRESHOLD in options:
         return
     if urls.take_prepare_threshold(target.url)[1] is not None:
@@ -143,10 +135,9 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
 
 
 def _declared_store_options(options: dict[str, Any]) -> None:
-    """Add to a store's ``options`` the declared fields they leave out:
-    ``config.store.shard_depth`` and ``config.store.feedback`` (whether ``search`` expands
-    queries too: true is ``feedback=True``; false keeps the default, recall's feedback on,
-    which only code turns off)."""
+    """Add the declared ``config.store.shard_depth`` and ``config.store.feedback`` that
+    ``options`` leave out (a declared false keeps the default: only code turns recall's
+    feedback off)."""
     from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 
     if options.get("shard_depth") is None:
@@ -276,10 +267,8 @@ def create_store(
             a declared ``config.encryption.enabled`` field, else ``AGENT_MEMORY_MASTER_KEY``
             (see :func:`resolve_encryption`). A store in memory keeps its keys in memory.
         **options: :class:`AgentMemoryStore` options (``weights``, ``rrf_k``,
-            ``shard_depth``, which a declared ``config.store.shard_depth`` field also sets,
-            ``feedback``, which a declared ``config.store.feedback`` field (true or false)
-            also sets, ...) and the
-            database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
+            ``shard_depth`` and ``feedback``, which declared ``config.store.*`` fields also
+            set, ...) and the database's (``pool_size``, ``connect_timeout``; on PostgreSQL also
             ``prepare_threshold``, ``synchronous_commit``, ``max_idle`` and ``max_lifetime``,
             see :class:`PostgresSaver`; ``prepare_threshold`` also from the URL or the
             ``config.postgres.prepare_threshold`` field, as for :func:`create_checkpointer`;

@@ -1,31 +1,14 @@
 """This package's checkpointer and store in LangGraph's Agent Server.
 
-``langgraph dev``, ``langgraph up`` and LangSmith deployments load a custom checkpointer and
-store from ``langgraph.json``; each is an async context manager the server calls with no
-arguments, enters once at startup and exits at shutdown. :func:`checkpointer` and
-:func:`store` are such factories: a file next to ``langgraph.json`` re-exports them
-(``from langgraph_checkpoint_agent_memory.server import checkpointer, store``) and
-``langgraph.json`` names them (``"checkpointer": {"path": "./backends.py:checkpointer",
-"ttl": {"strategy": "delete", "default_ttl": 1440}}``).
-
-The server passes those sections to the process as JSON in ``LANGGRAPH_CHECKPOINTER`` and
-``LANGGRAPH_STORE``, and applies their ``ttl`` to nothing of a custom checkpointer or store:
-the factories read them and run this package's own expiry and sweepers. The checkpointer's
-``ttl.default_ttl`` (minutes) becomes ``ttl_seconds``, rounded up, and
-``LANGGRAPH_THREAD_TTL`` wins over it as it does in the server; the store's ``ttl`` is its
-``TTLConfig`` as it is, and its ``index.embed`` is resolved as the server resolves it. The
-user guide's section "LangGraph's Agent Server" has the whole mapping, field by field.
-
-Where the data lives comes from ``AGENT_MEMORY_URL`` (a URL, a ``file:`` URL or a plain path
-of a SQLite file), else a SAP HANA service binding, else the embedded default SQLite file;
-behind a transaction pooler, end a PostgreSQL URL with ``?prepare_threshold=none``.
-Encryption at rest follows the package's variables (``AGENT_MEMORY_MASTER_KEY``,
-``AGENT_MEMORY_KEYSTORE_URL``) and, when they are not set, the Agent Server's own
-``LANGGRAPH_AES_KEY`` (a master key is derived from it), so a deployment that sets the
-variable the Agent Server documents gets encrypted checkpoints and store items.
-
-Every bad value raises :class:`ConfigurationError` naming the variable and the field, before
-the server accepts a request.
+``langgraph.json`` names :func:`checkpointer` and :func:`store` (re-exported from a file next
+to it); the server enters each once at startup and passes its ``"checkpointer"`` and
+``"store"`` sections as JSON in ``LANGGRAPH_CHECKPOINTER`` and ``LANGGRAPH_STORE``. It applies
+their ``ttl`` to nothing of a custom checkpointer or store, so the factories read them and run
+the package's own expiry and sweepers; the user guide's section "LangGraph's Agent Server" has
+the mapping, field by field. The database comes from ``AGENT_MEMORY_URL``, else a SAP HANA
+service binding, else the embedded default; encryption from the package's variables, else the
+server's ``LANGGRAPH_AES_KEY``. Every bad value raises :class:`ConfigurationError` naming the
+variable and the field, before the server accepts a request.
 """
 
 from __future__ import annotations
@@ -87,12 +70,9 @@ _THREAD_TTL_KEYS = (
 _STORE_TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_minutes")
 _INDEX_KEYS = ("dims", "embed", "fields")
 _SERDE_KEYS = ("allowed_json_modules", "pickle_fallback")
-#: Top-level keys of the sections that this module reads or that only the server uses.
+#: Top-level keys this module reads or only the server uses.
 _CHECKPOINTER_KEYS = ("backend", "path", "serde", "ttl", "uri")
 _STORE_KEYS = ("index", "path", "ttl")
-
-
-# -- the factories -------------------------------------------------------------------------
 
 
 @asynccontextmanager
@@ -220,8 +200,7 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
 
 def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
     """The package's offline embedder (all-MiniLM-L6-v2, 384 dimensions) as an embedding
-    function,
-    for ``"index": {"embed": ...}`` in ``langgraph.json``.
+    function, for ``"index": {"embed": ...}`` in ``langgraph.json``.
 
     The server resolves ``embed`` itself and accepts only a LangChain identifier (which
     needs ``langchain``) or ``"./file.py:name"``; re-export this function from such a file
@@ -254,9 +233,6 @@ def _offline_model() -> MiniLMEmbeddings:
     return default_embeddings()
 
 
-# -- AGENT_MEMORY_URL ----------------------------------------------------------------------
-
-
 def _memory_url(environ: Mapping[str, str]) -> str:
     """``AGENT_MEMORY_URL`` as a URL the factories take (a path or a ``file:`` URL becomes
     ``sqlite:///``), else a SAP HANA service binding, else the embedded default."""
@@ -265,9 +241,6 @@ def _memory_url(environ: Mapping[str, str]) -> str:
         target = urls.resolve(None, environ=dict(environ))
         return target.url if target is not None else urls.default_url()
     return urls.as_url(raw, urls.URL_ENV)
-
-
-# -- reading the server's JSON -------------------------------------------------------------
 
 
 def _read_object(environ: Mapping[str, str], variable: str) -> dict[str, Any]:
@@ -361,9 +334,6 @@ class _Fields:
         return str(value)
 
 
-# -- the checkpointer's options ------------------------------------------------------------
-
-
 def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
     """``create_checkpointer`` keyword arguments from the server's variables."""
     section = _Fields(CHECKPOINTER_ENV, _read_object(environ, CHECKPOINTER_ENV))
@@ -426,9 +396,6 @@ def _serde(section: _Fields) -> JsonPlusSerializer:
             )
         options["allowed_json_modules"] = [tuple(path) for path in allowed]
     return JsonPlusSerializer(**options)
-
-
-# -- the store's options -------------------------------------------------------------------
 
 
 def _bounded_minutes(section: _Fields, key: str, minutes: float) -> float:

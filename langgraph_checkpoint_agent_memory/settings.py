@@ -324,8 +324,6 @@ def _adapter(annotation: Any) -> TypeAdapter[Any]:
 
 
 def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = False) -> Any:
-    """``value`` as ``annotation`` says, or :class:`ConfigValueError` naming the key, the
-    source and the value."""
     if annotation is _MISSING or annotation is Any:
         return value
     try:
@@ -339,9 +337,8 @@ def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = 
 
 
 def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
-    """By pydantic's lax mode; ``text``: the value came from an environment variable, so
-    ``"none"`` may mean null and what is not text (a list, ``2`` for ``Literal[1, 2]``)
-    comes as JSON."""
+    """By pydantic's lax mode; from an environment variable (``text``) ``"none"`` may mean
+    null and what is not text (a list, ``2`` for ``Literal[1, 2]``) comes as JSON."""
     if text and value.strip().lower() in _NONE and _admits_none(adapter):
         return None
     try:

@@ -1,7 +1,7 @@
 """Text analysis, the same for documents and queries on every backend: no I/O, no SQL.
 
-A low-level module (like :mod:`.settings` and :mod:`.background`): the store analyses
-queries with it and the ``db`` layer indexes rows with it, so neither imports the other.
+A low-level module: the store analyses queries with it and the ``db`` layer indexes rows with
+it, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ class _Stemmer(Protocol):
 
 
 def _new_stemmer() -> _Stemmer:
-    # loaded on the first stem: the checkpointers check text with this module too, and a
-    # process that never indexes a document should not pay for both stemmers at import
+    # loaded on the first stem: a process that never indexes a document does not pay for it
     import snowballstemmer
 
     stemmer: _Stemmer = snowballstemmer.stemmer("english")
@@ -78,10 +77,9 @@ def postings(doc: str) -> tuple[Counter[str], int]:
 
 def fact_text(attribute: str, value: str, statement: str = "") -> str:
     """What search indexes for a fact: its attribute as words (``home_city`` is "home
-    city"), its value and its statement, so a fact is found by what it is about ("city",
-    "employer") as well as by what it says. Agent memory writes facts with it. A statement that
-    only repeats the value or the head, word for word as search sees words ("Berlin." for
-    "Berlin"), is not indexed twice: it would double every term's frequency."""
+    city"), its value and its statement, so a fact is found by what it is about as well as by
+    what it says. A statement that only repeats the value or the head, as search sees words
+    ("Berlin." for "Berlin"), is left out: it would double every term's frequency."""
     head = f"{attribute.replace('_', ' ')}: {value}"
     said = tokens(statement)
     return head if not said or said in (tokens(head), tokens(value)) else f"{head}\n{statement}"
@@ -132,8 +130,7 @@ def date_words(when: float | None) -> str:
 def dated_text(text: str, when: float | None) -> str:
     """``text`` and, on a line of its own, the words of the day ``when`` falls on
     (:func:`date_words`): what the lexical index keeps for a memory that has a date, so a
-    question naming the month or the year finds it. Agent memory writes facts and episodes
-    with it, and the migration that re-indexes them uses it too.
+    question naming the month or the year finds it.
 
     Example:
         >>> dated_text("city: Berlin", 1683460800.0)

@@ -39,47 +39,25 @@ from datetime import date, datetime, timedelta, timezone, tzinfo
 
 __all__ = ["TimeRange", "asks_when", "time_range"]
 
+_MONTH_WORDS = (
+    "january february march april may june july august september october november december"
+)
 MONTHS = {
     name: number
-    for number, names in enumerate(
-        [
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ],
-        start=1,
-    )
-    for name in names
-}
+    for number, month in enumerate(_MONTH_WORDS.split(), start=1)
+    for name in (month, month[:3])
+} | {"sept": 9}
+_NUMBER_WORDS = "one two three four five six seven eight nine ten eleven twelve"
 NUMBERS = {
     "a": 1,
     "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
     "a couple of": 2,
     "a few": 3,
+    **{word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)},
 }
 
-_MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\b\.?"
+_MONTH_NAMES = "|".join(sorted(MONTHS, key=len, reverse=True))
+_MONTH = rf"(?P<month>{_MONTH_NAMES})\b\.?"
 _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + ")"
 _YEAR = r"(?P<year>(?:19|20)\d\d|2100)"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
@@ -94,7 +72,6 @@ _MONTH_YEAR = re.compile(rf"\b{_MONTH}\s*,?\s+(?:of\s+)?{_YEAR}\b")
 _AGO = re.compile(rf"\b{_COUNT}\s+(?P<unit>day|week|month|year)s?\s+ago\b")
 _LAST = re.compile(r"\b(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year)\b")
 _DAYWORD = re.compile(r"\b(?P<word>the\s+day\s+before\s+yesterday|today|yesterday)\b")
-_MONTH_NAMES = "|".join(sorted(MONTHS, key=len, reverse=True))
 _SINCE = re.compile(
     rf"\bsince\s+(?:(?P<month>{_MONTH_NAMES})\b\.?\s*,?\s*)?(?P<year>(?:19|20)\d\d|2100)?\b"
 )

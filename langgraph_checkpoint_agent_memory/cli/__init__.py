@@ -122,12 +122,6 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- stats: the figures an operator watches ------------------------------------------------
-# read in a few statements that lock and write nothing: the consolidation backlog, parked and
-# failed work, threads by expiry, the data keys kept beside the data and those erases still
-# owe, and the database's size per component
-
-
 def _cmd_stats(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
     from langgraph_checkpoint_agent_memory.db.keys import count_plan
@@ -143,10 +137,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     installed = _installed(url)
     now = time.time()
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
-    data["keys"] = _keystore()
-    data["erasures"] = None
-    # nothing is set up or migrated; a SQLite file that does not exist is not created (and,
-    # opened for writing though only read, its WAL files are removed again at close)
+    data.update(keys=_keystore(), erasures=None)
+    # nothing is set up, migrated or created (opened for writing though only read, a SQLite
+    # file's WAL files are removed again at close)
     store = create_store(url, auto_setup=False, **existing(url))
     try:
         if "memory" in installed:
@@ -182,11 +175,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _keystore() -> dict[str, Any]:
-    """Where the environment keeps the data keys: ``keystore`` is ``None`` when it turns
-    no encryption on, ``"data database"`` for the default key store, else the key store's
-    URL (password masked). ``in_data_database`` and ``beside_data`` are filled from the
-    data's database: keys there are in every backup of it, which an erase does not reach."""
-    from langgraph_checkpoint_agent_memory.db import url as urls
+    """Where the environment keeps the data keys: ``None`` (no encryption), ``"data
+    database"`` (the default key store: in every backup of it, which an erase does not
+    reach), else the key store's URL, masked."""
     from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     setting = resolve_encryption(None)
@@ -265,13 +256,9 @@ def _render(out: Any, data: dict[str, Any]) -> None:
     out.print(sizes)
 
 
-# -- the parser ----------------------------------------------------------------------------
-
-
 def _retention_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--strategy`` and ``--keep-last``: what a sweep does with an expired thread, which
-    must be what the app's saver does (a sweep with ``delete`` removes threads an app that
-    prunes meant to keep)."""
+    """``--strategy`` and ``--keep-last``, which must be the app's saver's (a sweep with
+    ``delete`` removes threads an app that prunes meant to keep)."""
     parser.add_argument(
         "--strategy",
         choices=["delete", "keep_latest"],
@@ -287,7 +274,6 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
 def _count_option(
     parser: argparse.ArgumentParser, flag: str, least: int, default: int, help: str
 ) -> None:
-    """An option ``N``: a whole number from ``least``; ``help`` names the default."""
     parser.add_argument(
         flag,
         type=count_argument(least),
@@ -449,9 +435,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
         print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
         return 130
-    except CommandError as exc:
-        print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except DatabaseNotFoundError as exc:  # only migrate creates a database
         url = urls.mask_url(resolve_url(args.url))
         print(
@@ -463,6 +446,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigurationError, ImportError, ValueError) as exc:
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except AgentMemoryError as exc:  # an unreachable database and the like
+    except AgentMemoryError as exc:  # a CommandError, an unreachable database and the like
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -48,9 +48,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def url_argument(text: str) -> str:
-    """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file (the
-    rule of ``AGENT_MEMORY_URL`` in the Agent Server); an empty one is refused, not replaced
-    by the default, and so is a URL of an unsupported database."""
+    """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file; an empty
+    one is refused, not replaced by the default."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
@@ -67,8 +66,8 @@ def _number(text: str, kind: Callable[[str], float]) -> float:
     return value
 
 
-#: The largest count a command takes (``--limit``, ``--keep-last``, ``--shard-depth``):
-#: the largest value of a 4-byte INTEGER, which every backend's columns and LIMIT hold.
+#: The largest count a command takes: a 4-byte INTEGER, which every backend's columns and
+#: LIMIT hold.
 MOST = 2**31 - 1
 
 
@@ -121,17 +120,15 @@ def _progress(args: argparse.Namespace, description: str, total: int | None) -> 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
     """Options that open the database at ``url`` only if it exists: on SQLite ``mode="rw"``
-    (or ``"ro"``, which also leaves the file as it is), so that SQLite itself refuses a
-    missing file (no check that races the open, and no file created); a server's database
-    is never created by opening it."""
+    or ``"ro"``, so that SQLite itself refuses a missing file (no check that races the open);
+    a server's database is never created by opening it."""
     return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
 
 
 def _installed(url: str) -> set[str]:
-    """The components (``checkpoint``, ``store``, ``memory``) whose tables the database at
-    ``url`` holds, read from its migration ledger. A database that does not exist is a
-    :class:`DatabaseNotFoundError`, one this package never set up a :class:`CommandError`.
-    Nothing is created or migrated."""
+    """The components (``checkpoint``, ``store``, ``memory``) the migration ledger at ``url``
+    lists: :class:`DatabaseNotFoundError` for no database, :class:`CommandError` for one this
+    package never set up."""
     from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_store
 
@@ -162,9 +159,8 @@ def _memory(
     checkpointer_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Iterator[Any]:
-    """The memory at ``--url``, which must exist and hold this package's tables: only
-    ``migrate`` creates a database. With ``reads`` (a command that only reads), it must hold
-    agent memory, and nothing is migrated."""
+    """The memory at ``--url``, which must hold this package's tables; with ``reads``, agent
+    memory's, and nothing is migrated."""
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
@@ -193,14 +189,12 @@ def _memory(
 
 
 def _stored(memory: AgentMemory[Any], scope: Scope) -> bool:
-    """Whether memory is stored for ``scope`` or a narrower scope it covers."""
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     return any(scope.covers(Scope.parse(k)) for k in memory.known_scopes())
 
 
 def _unknown(scope: Scope) -> CommandError:
-    """The error of a command given a scope no memory is stored for."""
     return CommandError(
         f"unknown scope {scope.key}: no memory is stored for it "
         "(`agent-memory scopes` lists the scopes)"

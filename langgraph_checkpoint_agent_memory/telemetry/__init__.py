@@ -2,10 +2,9 @@
 operations, and what both share: the providers they record with, and whether they record.
 
 No cost when off: while the application has given no provider, an operation pays one cached
-look (a clock read), and ``opentelemetry`` is not even imported. A global provider can only
-have been set by a process that imported ``opentelemetry`` (or named one in
-``OTEL_PYTHON_TRACER_PROVIDER`` / ``OTEL_PYTHON_METER_PROVIDER``), so the package imports
-the API only then, or when a provider is given to it.
+look (a clock read), and ``opentelemetry`` is not imported: only a process that imported it
+(or named a provider in ``OTEL_PYTHON_TRACER_PROVIDER`` / ``OTEL_PYTHON_METER_PROVIDER``)
+can have set a global provider.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ _lock = threading.Lock()
 
 class Provider:
     """One signal's provider: the one given to the package, else OpenTelemetry's global one
-    (``api`` names the API's module, ``getter`` its function that returns the global one,
-    ``variable`` the environment variable that names one)."""
+    (``getter``, a function of the ``api`` module; ``variable`` may name one)."""
 
     def __init__(self, api: str, getter: str, variable: str) -> None:
         self.api, self.getter, self.variable = api, getter, variable
@@ -58,7 +56,7 @@ class Provider:
         recheck()
 
     def module(self) -> Any:
-        """The API's module (imported now if it was not: a look-up in ``sys.modules`` else)."""
+        """The API's module (a look-up in ``sys.modules`` once imported)."""
         return sys.modules.get(self.api) or importlib.import_module(self.api)
 
     def current(self) -> Any:

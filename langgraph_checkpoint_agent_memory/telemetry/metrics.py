@@ -31,14 +31,12 @@ from langgraph_checkpoint_agent_memory.telemetry import (
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Database, PoolUsage
 
-#: Bucket bounds of the duration histograms (s), as OpenTelemetry's database conventions
-#: advise.
+#: Bucket bounds of the duration histograms (s), as the database conventions advise.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 POOL = "db.client.connection.pool.name"
 
 
-#: Record the package's metrics with a meter provider of its own (``None``: the global one
-#: again; see :meth:`.Provider.use`).
+#: Record the package's metrics with a meter provider of its own (see :meth:`.Provider.use`).
 use_meter_provider = METER.use
 
 
@@ -109,7 +107,6 @@ def watch(database: Database[Any]) -> None:
 
 
 def _waited(pool: str, seconds: float) -> None:
-    """Record a wait of ``seconds`` for a connection of ``pool`` (told by the pools)."""
     made = instruments()
     if made is not None:
         safely(made.connection_wait.record, seconds, {POOL: pool})
@@ -198,8 +195,8 @@ OBSERVED = {
 
 
 def _callback(read: Observed, observation: Any) -> Callable[[Any], Iterable[Any]]:
-    """An observable instrument's callback: ``read()``'s values, or none when reading them
-    fails (a metrics reader's thread must not fail for the package's sake)."""
+    """``read()``'s values, or none when reading fails (a metrics reader's thread must not
+    fail for the package's sake)."""
 
     def callback(options: Any) -> Iterable[Any]:
         try:
@@ -240,8 +237,8 @@ class Instruments:
             make(name, [_callback(read, observation)], unit=unit, description=description)
 
 
-#: The instruments made on each meter provider (once each: an instrument made again would
-#: register its callbacks twice), and the last one used, with its provider, for a quick look.
+#: The instruments made on each meter provider (once: made again, an instrument would
+#: register its callbacks twice), and the last ones used, with their provider.
 _made: weakref.WeakKeyDictionary[Any, Instruments] = weakref.WeakKeyDictionary()
 _last: list[tuple[Any, Instruments | None]] = [(None, None)]
 

@@ -48,17 +48,13 @@ class _Idle:
     def __enter__(self) -> _Idle:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __exit__(self, *exc: object) -> None: ...
 
-    def set(self, name: str, value: AttributeValue | None) -> None:
-        return None
+    def set(self, name: str, value: AttributeValue | None) -> None: ...
 
-    def fail(self, error_type: str, description: str = "") -> None:
-        return None
+    def fail(self, error_type: str, description: str = "") -> None: ...
 
-    def written(self, size: int) -> None:
-        return None
+    def written(self, size: int) -> None: ...
 
 
 IDLE = _Idle()
@@ -110,18 +106,16 @@ def target_of(database: Database[Any]) -> Target:
     return target
 
 
-#: Record the package's spans with a tracer provider of its own (``None``: the global one
-#: again; see :meth:`.Provider.use`).
+#: Record the package's spans with a tracer provider of its own (see :meth:`.Provider.use`).
 use_tracer_provider = TRACER.use
-
 
 #: The package's tracer, the provider it was made on, and the API's module (replaced as one).
 _tracers: list[tuple[Any, Any, Any]] = [(None, None, None)]
 
 
 def _tracer() -> tuple[Any, Any]:
-    """The package's tracer of the provider in use, made once per provider (an SDK makes
-    a new tracer, and checks its arguments, at each ``get_tracer``), and the API."""
+    """The tracer of the provider in use, and the API; made once per provider (an SDK makes
+    a new tracer, and checks its arguments, at each ``get_tracer``)."""
     provider = TRACER.current()
     made_on, tracer, api = _tracers[0]
     if made_on is not provider:
