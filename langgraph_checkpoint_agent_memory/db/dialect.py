@@ -357,6 +357,11 @@ class Dialect:
         privilege before ``IF NOT EXISTS``)."""
         return create
 
+    def create_unless_exists(self, table: sa.Table) -> str:
+        """CREATE TABLE of ``table`` as :meth:`unless_exists` makes it."""
+        create = CreateTable(table, if_not_exists=self.create_if_not_exists)
+        return self.unless_exists(table.name, str(create.compile(dialect=self.sa)).strip())
+
     def create_if_missing(self, create: Sql) -> Any:
         """A plan creating a table unless it exists (dialects without IF NOT EXISTS)."""
         raise NotImplementedError
