@@ -1,10 +1,6 @@
-"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect.
-
-``checkpoint/`` builds plans from these statements and decodes their rows; it never writes
-SQL text itself.
-
-Each function returns a compiled :class:`Sql` from the dialect's cache, so building a
-statement costs a dictionary lookup after the first call.
+"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect (each
+function returns a :class:`Sql` from the dialect's cache); ``checkpoint/`` builds plans from
+these statements and writes no SQL itself.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import store_vectors
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -221,11 +221,6 @@ class Dialect:
             if not bind.required and bind in compiled.bind_names
         )
         return Sql(str(compiled), names, defaults)
-
-    def literal(self, statement: sa.sql.ClauseElement) -> str:
-        """``statement`` as text with its values written in (a migration's statements run
-        without parameters)."""
-        return str(statement.compile(dialect=self.sa, compile_kwargs={"literal_binds": True}))
 
     def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement | str]) -> Sql:
         """The compiled statement for ``key``, built and compiled on first use only."""
@@ -667,6 +662,19 @@ def same_item(a: Any, b: Any) -> Any:
     """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and
     ``key``) belong to the same store item (the shard key first: co-located)."""
     return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
+
+
+def vectors_near(under: Sequence[Any]) -> Any:
+    """Core, a scalar: how many vectors lie ``under`` the namespace, counted up to ``:cap``
+    (the first column of :meth:`Dialect.vector_counts`)."""
+    capped = (
+        sa.select(sa.literal_column("1"))
+        .select_from(vectors_v)
+        .where(*under)
+        .limit(sa.bindparam("cap", type_=sa.Integer))
+        .subquery("s")
+    )
+    return sa.select(sa.func.count()).select_from(capped).scalar_subquery()
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:

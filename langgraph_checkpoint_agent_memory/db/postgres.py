@@ -59,6 +59,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Sql,
     VectorIndex,
     same_item,
+    vectors_near,
 )
 from langgraph_checkpoint_agent_memory.db.pg_checkpoint import (
     GROUPS,
@@ -406,14 +407,6 @@ class PostgresDialect(Dialect):
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         def build() -> Any:
-            capped = (
-                sa.select(_ONE)
-                .select_from(vectors_v)
-                .where(*under)
-                .limit(sa.bindparam("cap", type_=sa.Integer))
-                .subquery("s")
-            )
-            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
             # the planner's row estimates, from the catalog (PostgreSQL's own tables)
             index_rows = (
                 sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
@@ -427,7 +420,7 @@ class PostgresDialect(Dialect):
                 .where(_PG_CLASS.c.oid == sa.func.to_regclass(table))
                 .scalar_subquery()
             )
-            return sa.select(near, sa.func.coalesce(index_rows, table_rows, _ZERO))
+            return sa.select(vectors_near(under), sa.func.coalesce(index_rows, table_rows, _ZERO))
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
