@@ -8,11 +8,9 @@ control. Given a single connection, a lock serializes its users, as a connection
 statement at a time. Connections must be in autocommit mode (the session sends its own
 ``BEGIN``/``COMMIT``); the pools opened here are configured so.
 
-Nothing sets session state on a connection (no ``SET``, no ``options``), so a transaction
-pooler (PgBouncer in ``pool_mode = transaction``, a managed service's pooler) may sit between
-the pools and the server: a session's settings would reach other clients of the same server
-connection, so settings are per transaction (``SET LOCAL``), and a pool that prepares
-statements by default checks once, as it opens, that it talks to the server itself
+Nothing sets session state on a connection (settings are ``SET LOCAL``), so a transaction
+pooler (PgBouncer in ``pool_mode = transaction``) may sit between the pools and the server;
+a pool that prepares statements by default checks once that it talks to the server itself
 (:func:`pooler_error`).
 """
 
