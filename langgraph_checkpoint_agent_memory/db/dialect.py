@@ -1,11 +1,9 @@
 """What differs between SQLite, PostgreSQL and SAP HANA, and nothing else.
 
-Statements are written once, as SQLAlchemy Core expressions over the tables of
-:mod:`langgraph_checkpoint_agent_memory.db.schema`, and compiled here by each database's
-SQLAlchemy dialect into plain SQL strings that the raw DB-API drivers execute (SQLAlchemy is a
-statement compiler for us, never an engine). Compilation happens once per statement and
-dialect. For SAP HANA the compiler is ``sqlalchemy-hana``'s, so HANA SQL is produced and
-checked by HANA's own dialect even on machines with no HANA server.
+Statements are written once, as SQLAlchemy Core over :mod:`.schema`'s tables, and compiled
+here, once per statement, by each database's SQLAlchemy dialect into the SQL text the raw
+drivers execute (SQLAlchemy is a statement compiler for us, never an engine); HANA's is
+``sqlalchemy-hana``'s, so HANA SQL is checked even on machines with no HANA server.
 
 A dialect adds the few constructs SQLAlchemy does not unify: insert-if-absent, upsert, row
 locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
