@@ -1,10 +1,6 @@
-"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect.
-
-``checkpoint/`` builds plans from these statements and decodes their rows; it never writes
-SQL text itself.
-
-Each function returns a compiled :class:`Sql` from the dialect's cache, so building a
-statement costs a dictionary lookup after the first call.
+"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect (each
+function returns a :class:`Sql` from the dialect's cache); ``checkpoint/`` builds plans from
+these statements and writes no SQL itself.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -84,13 +80,17 @@ def touch_thread(d: Dialect) -> Sql:
 
 
 def revive_thread(d: Dialect) -> Sql:
-    """Unconditional upsert: a fresh start of a deleted or expired thread."""
+    """Unconditional upsert of the activity row: a fresh start of a deleted or expired
+    thread, or (as :func:`tombstone`, with ``deleted_at`` set) a thread's tombstone."""
     return d.sql(
         "revive_thread",
         lambda: d.upsert(
             threads, ["thread_id"], ["last_active", "ttl_seconds", "expires_at", "deleted_at"]
         ),
     )
+
+
+tombstone = revive_thread
 
 
 def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> Any:
@@ -266,15 +266,6 @@ def erase_thread_rows(d: Dialect) -> list[Sql]:
         d.sql(("erase_thread_rows", threads.name), partial(_delete_thread_rows, threads)),
         *delete_thread_rows(d),
     ]
-
-
-def tombstone(d: Dialect) -> Sql:
-    return d.sql(
-        "tombstone",
-        lambda: d.upsert(
-            threads, ["thread_id"], ["last_active", "ttl_seconds", "expires_at", "deleted_at"]
-        ),
-    )
 
 
 def delete_checkpoint(d: Dialect) -> list[Sql]:
@@ -580,14 +571,6 @@ def select_expired(d: Dialect) -> Sql:
     return d.sql(("select_expired", d.distributed), build)
 
 
-def _still_expired() -> list[Any]:
-    return [
-        threads.c.thread_id == B("thread_id"),
-        threads.c.deleted_at.is_(None),
-        threads.c.expires_at < B("now"),
-    ]
-
-
 def claim_expired(d: Dialect, *, keep: bool) -> Sql:
     """Claim one candidate of :func:`select_expired` (``:thread_id``, ``:now``): a write on
     its row only while it is still expired and live (row count 1: claimed; 0: another
@@ -595,7 +578,11 @@ def claim_expired(d: Dialect, *, keep: bool) -> Sql:
     its next activity; else it becomes a tombstone."""
 
     def build() -> Any:
-        update = sa.update(threads).where(*_still_expired())
+        update = sa.update(threads).where(
+            threads.c.thread_id == B("thread_id"),
+            threads.c.deleted_at.is_(None),
+            threads.c.expires_at < B("now"),
+        )
         if keep:
             return update.values(expires_at=None)
         return update.values(
@@ -623,9 +610,6 @@ def purge_tombstones(d: Dialect) -> list[Sql]:
             lambda: sa.delete(threads).where(threads.c.deleted_at < B("horizon")),
         ),
     ]
-
-
-__all__ = ["MAX_KEYS", "bucket", "values_params"]
 
 
 # -- encryption of plaintext rows ------------------------------------------------------------

@@ -14,7 +14,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
@@ -89,16 +89,8 @@ def carry_plan(
         batch = next(plan)
         while True:
             carry = not stored and not in_tx and (batch.write or batch.hold or batch.lock)
-            sent = batch
-            if carry:
-                sent = Batch(
-                    [head, *batch.statements],
-                    write=batch.write,
-                    lock=batch.lock,
-                    hold=batch.hold,
-                    rollback=batch.rollback,
-                )
-                carrying = True
+            sent = replace(batch, statements=[head, *batch.statements]) if carry else batch
+            carrying = carrying or carry
             try:
                 results = yield sent
             except Exception as exc:  # the driver rolled the transaction back
@@ -156,9 +148,8 @@ def connection_waited(pool: Callable[[], str], started: float) -> None:
 class Database(Generic[ConnT]):
     """A connection source of one dialect, with sync and async plan runners.
 
-    Subclasses implement :meth:`_run_sync` (and :meth:`_run_async` when the driver has a
-    native async API; otherwise the sync runner moves to a worker thread so the event loop is
-    never blocked).
+    Subclasses implement :meth:`_run_sync`, and override :meth:`arun` where the driver has a
+    native async API (otherwise the sync runner moves to a worker thread).
     """
 
     dialect: Dialect
@@ -239,10 +230,8 @@ class _Stepper(Generic[Y, R, T]):
 
 
 def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
-    """Run ``plan`` with a synchronous ``execute(batch) -> results`` function.
-
-    Works for any generator driven the same way (the consolidation's steps, too).
-    """
+    """Run ``plan`` (or any generator driven the same way) with a synchronous
+    ``execute(batch) -> results`` function."""
     stepper: _Stepper[Y, R, T] = _Stepper(plan)
     while not stepper.done:
         try:

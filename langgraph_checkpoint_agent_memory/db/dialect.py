@@ -1,11 +1,9 @@
 """What differs between SQLite, PostgreSQL and SAP HANA, and nothing else.
 
-Statements are written once, as SQLAlchemy Core expressions over the tables of
-:mod:`langgraph_checkpoint_agent_memory.db.schema`, and compiled here by each database's
-SQLAlchemy dialect into plain SQL strings that the raw DB-API drivers execute (SQLAlchemy is a
-statement compiler for us, never an engine). Compilation happens once per statement and
-dialect. For SAP HANA the compiler is ``sqlalchemy-hana``'s, so HANA SQL is produced and
-checked by HANA's own dialect even on machines with no HANA server.
+Statements are written once, as SQLAlchemy Core over :mod:`.schema`'s tables, and compiled
+here, once per statement, by each database's SQLAlchemy dialect into the SQL text the raw
+drivers execute (SQLAlchemy is a statement compiler for us, never an engine); HANA's is
+``sqlalchemy-hana``'s, so HANA SQL is checked even on machines with no HANA server.
 
 A dialect adds the few constructs SQLAlchemy does not unify: insert-if-absent, upsert, row
 locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
@@ -23,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import store_vectors
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -222,11 +220,6 @@ class Dialect:
         )
         return Sql(str(compiled), names, defaults)
 
-    def literal(self, statement: sa.sql.ClauseElement) -> str:
-        """``statement`` as text with its values written in (a migration's statements run
-        without parameters)."""
-        return str(statement.compile(dialect=self.sa, compile_kwargs={"literal_binds": True}))
-
     def sql(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement | str]) -> Sql:
         """The compiled statement for ``key``, built and compiled on first use only."""
         found = self._cache.get(key)
@@ -356,6 +349,11 @@ class Dialect:
         table exists, even for a role that may not create tables (PostgreSQL checks the
         privilege before ``IF NOT EXISTS``)."""
         return create
+
+    def create_unless_exists(self, table: sa.Table) -> str:
+        """CREATE TABLE of ``table`` as :meth:`unless_exists` makes it."""
+        create = CreateTable(table, if_not_exists=self.create_if_not_exists)
+        return self.unless_exists(table.name, str(create.compile(dialect=self.sa)).strip())
 
     def create_if_missing(self, create: Sql) -> Any:
         """A plan creating a table unless it exists (dialects without IF NOT EXISTS)."""
@@ -662,6 +660,19 @@ def same_item(a: Any, b: Any) -> Any:
     """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and
     ``key``) belong to the same store item (the shard key first: co-located)."""
     return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
+
+
+def vectors_near(under: Sequence[Any]) -> Any:
+    """Core, a scalar: how many vectors lie ``under`` the namespace, counted up to ``:cap``
+    (the first column of :meth:`Dialect.vector_counts`)."""
+    capped = (
+        sa.select(sa.literal_column("1"))
+        .select_from(vectors_v)
+        .where(*under)
+        .limit(sa.bindparam("cap", type_=sa.Integer))
+        .subquery("s")
+    )
+    return sa.select(sa.func.count()).select_from(capped).scalar_subquery()
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:

@@ -11,15 +11,10 @@ Citus table, as ``db/schema.py`` marks it:
 - ``info={"reference": True}``: small tables every node keeps a copy of (the migration
   ledger, the store's recorded settings).
 
-It is idempotent: a table already distributed is left alone, one created by a later
-migration is distributed by the next setup, and rows already in a table move into its shards
-(then the coordinator's local copy is emptied). It runs under the migrations' advisory lock,
-so processes starting together distribute each table once.
-
-:func:`detect_plan` only finds out whether the database is distributed, for a process that
-does not run ``setup()`` (``auto_setup=False``); either sets :attr:`Dialect.distributed`,
-which switches the statements that differ (no row locks across shards, writes as single-shard
-statements).
+It is idempotent, and runs under the migrations' advisory lock, so processes starting
+together distribute each table once; rows already in a table move into its shards.
+:func:`detect_plan` only finds out, for a process that does not run ``setup()``; either sets
+:attr:`Dialect.distributed`, which switches the statements that differ.
 """
 
 from __future__ import annotations

@@ -15,11 +15,7 @@ from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T, car
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
 from langgraph_checkpoint_agent_memory.db.marks import mark_statement, marked_plan, refused
-from langgraph_checkpoint_agent_memory.db.migrations import (
-    STORE,
-    Component,
-    migrate_plan,
-)
+from langgraph_checkpoint_agent_memory.db.migrations import Component, migrate_plan
 
 _SETUP_LOCK = threading.Lock()
 
@@ -128,9 +124,3 @@ class SchemaOnFirstUse:
         stored, value = await self.db.arun(carry_plan(mark_statement(self.dialect), plan))
         self._mark_owed = self._mark_owed and not stored
         return value
-
-
-class StoreSchemaOnFirstUse(SchemaOnFirstUse):
-    """The store's tables only."""
-
-    components: tuple[Component, ...] = (STORE,)

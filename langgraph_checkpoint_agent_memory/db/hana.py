@@ -41,6 +41,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     VectorIndex,
     same_item,
     values_params,
+    vectors_near,
 )
 from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.url import mask_url
@@ -241,14 +242,6 @@ class HanaDialect(Dialect):
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         def build() -> Any:
-            capped = (
-                sa.select(sa.literal_column("1"))
-                .select_from(vectors_v)
-                .where(*under)
-                .limit(sa.bindparam("cap", type_=sa.Integer))
-                .subquery("s")
-            )
-            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
             typed: Any = sa.literal_column(f"embedding_{index.dims}")  # raw: see _column
             indexed = (
                 sa.select(sa.func.count())
@@ -256,7 +249,7 @@ class HanaDialect(Dialect):
                 .where(typed.is_not(None))
                 .scalar_subquery()
             )
-            return sa.select(near, indexed)
+            return sa.select(vectors_near(under), indexed)
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
@@ -351,10 +344,8 @@ def _read_lob(value: Any) -> Any:
 
 class HanaDatabase(Database[Any]):
     """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`),
-    through the DB-API pool shared with SQLite (:class:`.dbapi.DbApiPool`): each
-    connection checked as it is handed out, kept after an application's error, dropped
-    when hdbcli says it is disconnected. A server that cannot be reached, or a connection
-    lost mid-plan, is :class:`DatabaseUnavailableError`."""
+    through the DB-API pool shared with SQLite (:class:`.dbapi.DbApiPool`). A server that
+    cannot be reached, or a connection lost mid-plan, is :class:`DatabaseUnavailableError`."""
 
     def __init__(
         self, connect_args: dict[str, Any], *, pool_size: int = 4, url: str | None = None

@@ -1,14 +1,8 @@
 """What an operator watches that the database itself tells: threads by expiry, and the size
-of each of the package's tables, grouped by component. The reads behind ``agent-memory
-stats``; they lock nothing and write nothing.
-
-Sizes are the database's own measure of a table with its indexes (and, on PostgreSQL, its
-TOAST data): on PostgreSQL ``pg_total_relation_size``, on Citus
-``citus_total_relation_size`` for a distributed or reference table (its shards on the
-workers; the coordinator's own copy is empty), on SQLite the pages the ``dbstat`` virtual
-table counts per table and index (when the sqlite3 library was built with it; otherwise the
-sizes are unknown and only the file's size is given), on SAP HANA the disk size the
-monitoring view ``M_TABLE_PERSISTENCE_STATISTICS`` reports.
+of each of the package's tables (with its indexes, as the database measures it, see
+:attr:`Sizes.measured_by`), grouped by component. The reads behind ``agent-memory stats``;
+they lock nothing and write nothing. On Citus a table's size is its shards' on the workers
+(the coordinator's own copy is empty).
 """
 
 from __future__ import annotations

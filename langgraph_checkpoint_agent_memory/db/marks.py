@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
@@ -42,13 +41,6 @@ _SQLITE_MASTER = sa.table("sqlite_master", sa.column("type"))
 _PG_TABLES = sa.table(
     "tables", sa.column("table_schema"), sa.column("table_type"), schema="information_schema"
 )
-
-
-def settings_ddl(dialect: Dialect) -> str:
-    """CREATE TABLE of ``am_settings`` unless it exists: the checkpointer's migrations and
-    the store's both create it, whichever runs first."""
-    create = CreateTable(settings, if_not_exists=dialect.create_if_not_exists)
-    return dialect.unless_exists(settings.name, str(create.compile(dialect=dialect.sa)).strip())
 
 
 def read_setting(dialect: Dialect) -> Sql:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
@@ -31,7 +30,6 @@ from langgraph_checkpoint_agent_memory.db.marks import (
     SHARD_DEPTH,
     read_setting,
     record_setting,
-    settings_ddl,
     settle_plan,
 )
 from langgraph_checkpoint_agent_memory.db.schema import (
@@ -41,6 +39,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     data_keys,
     memory_erasures,
     migrations,
+    settings,
     store_items,
     store_vectors,
 )
@@ -57,8 +56,7 @@ CONVERT_BATCH = 500
 
 @dataclass(frozen=True)
 class Step:
-    """One migration of a component: its statements come from the dialect, so the same
-    version creates the right types on each database."""
+    """One migration of a component, its statements built for the dialect."""
 
     version: int
     description: str
@@ -85,9 +83,10 @@ class Component:
 
 
 def _checkpoint_v1(d: Dialect) -> list[str]:
-    # the settings table records that the database is encrypted (see marks); the view and
-    # triggers of a one-statement put where the database cannot chain inserts in one
-    return [*d.ddl(CHECKPOINT_TABLES), settings_ddl(d), *d.write_rows_ddl()]
+    # the settings table (which the store creates too) records that the database is
+    # encrypted (see marks); the view and triggers of a one-statement put where the
+    # database cannot chain inserts in one
+    return [*d.ddl(CHECKPOINT_TABLES), d.create_unless_exists(settings), *d.write_rows_ddl()]
 
 
 def _store_v1(d: Dialect) -> list[str]:
@@ -99,7 +98,7 @@ def _store_v1(d: Dialect) -> list[str]:
         *d.vector_ddl(),
         *d.vector_index_ddl(),
         # the shard-key rule (and the encryption mark) are recorded there
-        settings_ddl(d),
+        d.create_unless_exists(settings),
         # a query of common words reads their packed postings plus those written since,
         # found by this index of the unpacked ones
         *d.fresh_postings_ddl(),
@@ -234,17 +233,7 @@ def _applied_sql(dialect: Dialect) -> Sql:
 def _ledger_plan(dialect: Dialect) -> Plan[set[int]]:
     """Lock migrations (where the database can), create the schema and the ledger where
     missing, and read the versions it records; the transaction stays open."""
-    create = dialect.sql(
-        "create_migrations",
-        lambda: dialect.unless_exists(
-            migrations.name,
-            str(
-                CreateTable(migrations, if_not_exists=dialect.create_if_not_exists).compile(
-                    dialect=dialect.sa
-                )
-            ).strip(),
-        ),
-    )
+    create = dialect.sql("create_migrations", lambda: dialect.create_unless_exists(migrations))
     first: list[Stmt] = []
     lock = dialect.migration_lock()
     if lock:
@@ -269,12 +258,8 @@ def _recorded(dialect: Dialect, component: Component, step: Step, now: float) ->
             applied_at=sa.bindparam("applied_at"),
         ),
     )
-    row = {
-        "version": component.ledger_id(step.version),
-        "applied_at": now,
-        "description": step.description,
-    }
-    return Stmt(record, row)
+    version = component.ledger_id(step.version)
+    return Stmt(record, {"version": version, "applied_at": now, "description": step.description})
 
 
 def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:

@@ -8,11 +8,9 @@ control. Given a single connection, a lock serializes its users, as a connection
 statement at a time. Connections must be in autocommit mode (the session sends its own
 ``BEGIN``/``COMMIT``); the pools opened here are configured so.
 
-Nothing sets session state on a connection (no ``SET``, no ``options``), so a transaction
-pooler (PgBouncer in ``pool_mode = transaction``, a managed service's pooler) may sit between
-the pools and the server: a session's settings would reach other clients of the same server
-connection, so settings are per transaction (``SET LOCAL``), and a pool that prepares
-statements by default checks once, as it opens, that it talks to the server itself
+Nothing sets session state on a connection (settings are ``SET LOCAL``), so a transaction
+pooler (PgBouncer in ``pool_mode = transaction``) may sit between the pools and the server;
+a pool that prepares statements by default checks once that it talks to the server itself
 (:func:`pooler_error`).
 """
 
@@ -59,6 +57,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Sql,
     VectorIndex,
     same_item,
+    vectors_near,
 )
 from langgraph_checkpoint_agent_memory.db.pg_checkpoint import (
     GROUPS,
@@ -192,13 +191,10 @@ class PostgresDialect(Dialect):
         return table if self.schema is None else f'"{self.schema}".{table}'
 
     def qualify(self, text: str) -> str:
-        """``text`` with every table of the package named in :attr:`schema` (unchanged
-        without one). Statements are written with bare table names, in Core and in text
-        alike; this is the one place that places them, applied to each statement as it is
-        sent, and remembered per text. A table name is a whole word of the statement (an
-        index or constraint named after its table, ``am_threads_pkey``, is another word),
-        inside string literals too: ``to_regclass('am_threads')`` must find the same table.
-        """
+        """``text`` with every table of the package named in :attr:`schema`, applied to each
+        statement as it is sent (statements name bare tables). A table name is a whole word
+        (``am_threads_pkey`` is another), inside string literals too: ``to_regclass(
+        'am_threads')`` must find the same table."""
         if self.schema is None:
             return text
         done = self._qualified.get(text)
@@ -409,14 +405,6 @@ class PostgresDialect(Dialect):
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         def build() -> Any:
-            capped = (
-                sa.select(_ONE)
-                .select_from(vectors_v)
-                .where(*under)
-                .limit(sa.bindparam("cap", type_=sa.Integer))
-                .subquery("s")
-            )
-            near = sa.select(sa.func.count()).select_from(capped).scalar_subquery()
             # the planner's row estimates, from the catalog (PostgreSQL's own tables)
             index_rows = (
                 sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
@@ -430,7 +418,7 @@ class PostgresDialect(Dialect):
                 .where(_PG_CLASS.c.oid == sa.func.to_regclass(table))
                 .scalar_subquery()
             )
-            return sa.select(near, sa.func.coalesce(index_rows, table_rows, _ZERO))
+            return sa.select(vectors_near(under), sa.func.coalesce(index_rows, table_rows, _ZERO))
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
@@ -532,14 +520,7 @@ class PostgresDialect(Dialect):
         live. Rows come as a ``VALUES`` list of plain parameters (psycopg adapts an array
         parameter by inspecting its items on every call, which cost more than the insert),
         so there is a statement per row count; a write of more rows takes the generic path.
-
-        On a distributed database the same inserts travel as separate statements in one
-        transaction (still one round trip), each a router query to the thread's shard:
-        Citus runs every data-modifying CTE of a statement as a step of its own through the
-        coordinator, but sends an ``INSERT ... SELECT`` whose rows come from the thread's own
-        activity row straight to that row's shard. The first statement checks the thread is
-        live and locks its row (the touch's upsert, or ``FOR SHARE``), so a delete waits for
-        the write to commit.
+        On a distributed database: :meth:`_routed_write`.
         """
         groups = ("b",) if kind == "put" else ("f", "r")
         counts = tuple(len(rows[g]) for g in groups)
@@ -577,11 +558,13 @@ class PostgresDialect(Dialect):
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
-        """:meth:`fast_write` on a distributed database: a check of the thread that locks
-        its row (the touch's conditional upsert, or ``FOR SHARE``), then plain
-        ``INSERT ... VALUES`` statements, each routed to the thread's shard on the fast
-        path of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times
-        the cost); the plan commits only when the check found the thread live."""
+        """:meth:`fast_write` on a distributed database, in one transaction and one round
+        trip (Citus runs each data-modifying CTE as a step of its own through the
+        coordinator): a check of the thread that locks its row (the touch's conditional
+        upsert, or ``FOR SHARE``, so a delete waits for the write to commit), then plain
+        ``INSERT ... VALUES`` statements, each routed to the thread's shard on the fast path
+        of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times the
+        cost); the plan commits only when the check found the thread live."""
         if touch:
             head = self.sql("routed_touch", routed_touch)
         else:
@@ -640,9 +623,8 @@ def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int |
 
 
 #: Asked once of a pool that prepares statements: the server's process id, which a client
-#: also learns from the server at connect time. A pooler (PgBouncer, Supavisor, RDS Proxy,
-#: ...) answers the connect itself with an id of its own, as its clients share servers.
-#: (Raw SQL: a function call with no table; there is no Core form worth its import here.)
+#: also learns at connect time, unless a pooler (PgBouncer, Supavisor, RDS Proxy, ...)
+#: answered the connect with an id of its own.
 BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 
@@ -912,8 +894,7 @@ def _whole(value: Any, least: int) -> bool:
 
 # -- the session ------------------------------------------------------------------------
 
-#: A relaxed commit for the current transaction only: ``set_config``'s third argument is
-#: ``SET LOCAL``'s. (Raw SQL: a server setting, which SQLAlchemy Core has no form for.)
+#: A relaxed commit for the current transaction only (``set_config``'s third argument).
 RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
@@ -967,8 +948,7 @@ class PgSession:
         self.unsure = False
 
     def text(self, stmt: Stmt) -> str:
-        """The statement as sent: the tables named in the package's schema, where it has
-        one (see :meth:`PostgresDialect.qualify`)."""
+        """The statement as sent (:meth:`PostgresDialect.qualify`)."""
         return stmt.sql.text if self.qualify is None else self.qualify(stmt.sql.text)
 
     def lone(self, batch: Batch) -> Stmt | None:
@@ -1026,8 +1006,7 @@ POSTMASTER_GONE = "postmaster was shut down"
 
 
 def failures() -> tuple[type[Exception], ...]:
-    """psycopg's errors that may say the connection failed (:func:`connection_failure`
-    decides): the shells catch these and ask :meth:`PgSession.lost`."""
+    """psycopg's errors that may say the connection failed (:func:`connection_failure`)."""
     import psycopg
 
     return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.InternalError_)
@@ -1155,19 +1134,14 @@ class PostgresDatabase(Database[Any]):
 
     With a connection string, ``psycopg_pool`` pools are opened on first use: a
     ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
-    the async one. Both check a connection that sat unused for ``check_after_idle`` seconds
-    before they hand it out, and every connection for a goodbye of the server already on its
-    socket (:class:`IdleCheck`), so connections a server restart or a network cut left behind
-    are replaced instead of failing a call. They retire connections idle for ``max_idle`` or
-    open for ``max_lifetime`` seconds, and turn TCP keepalives on. A definite refusal at the
-    first connect fails at once (:meth:`_first_contact`).
-    Objects passed in are used as given, never closed.
+    the async one, with :class:`IdleCheck`'s hooks, ``max_idle``, ``max_lifetime`` and TCP
+    keepalives, so connections a server restart or a network cut left behind are replaced
+    instead of failing a call. Objects passed in are used as given, never closed.
     """
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
         psycopg_pool = require("psycopg_pool", "postgres", "PostgreSQL needs psycopg 3")
-        #: the conninfo's parameters, as libpq reads them (a bad one is refused here)
         self._given: dict[str, Any] = {}
         if isinstance(source, str):
             source = self._take_url_options(source, options)
@@ -1175,8 +1149,7 @@ class PostgresDatabase(Database[Any]):
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
-        #: whether to check, once, that a connection that prepares statements reaches the
-        #: server itself: unless the caller chose a threshold (then it is the caller's call)
+        #: unless the caller chose a threshold, check once that the server is reached directly
         self._check_pooler = PREPARE_THRESHOLD not in options
         self._pooler_checked = False
         self._idle_check = IdleCheck(self.options.check_after_idle)
@@ -1260,8 +1233,7 @@ class PostgresDatabase(Database[Any]):
         return "|".join(str(p) for p in parts if p) or None
 
     def pool_usage(self) -> list[PoolUsage]:
-        """The usage of the pools (sync and async) open now, from psycopg_pool's
-        ``get_stats()``; a single connection passed in has no pool to report."""
+        """The pools open now, from psycopg_pool's ``get_stats()``."""
         import psycopg_pool
 
         usage = []
@@ -1493,7 +1465,6 @@ class PostgresDatabase(Database[Any]):
         return conn
 
     async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
-        """:meth:`_run_sync`'s plan on an async connection."""
         session = self._session(lease.conn)
         first = True
 
@@ -1525,8 +1496,7 @@ class PostgresDatabase(Database[Any]):
 
     def _unverified(self, conn: Any) -> bool:
         """Whether ``conn`` prepares statements on a server not yet known to be reached
-        directly: then :meth:`_verify` asks, once per database object (a pool opened here
-        as it opens; a connection or pool passed in at its first use)."""
+        directly (asked once per database object)."""
         return (
             self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
         )
@@ -1542,8 +1512,6 @@ class PostgresDatabase(Database[Any]):
             self._refuse_pooler(conn, (await cur.fetchone())[0])
 
     def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
-        """Raise :func:`pooler_error` when ``conn`` does not reach the server
-        itself, before any statement is prepared; else remember that it does."""
         where, passed_in = self.describe(), self._conninfo is None
         error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
         if error is not None:
@@ -1553,11 +1521,9 @@ class PostgresDatabase(Database[Any]):
     # -- errors ----------------------------------------------------------------------------
 
     def _first_contact(self) -> None:
-        """Before a pool opens: one direct connect, so a definite refusal (a database or
-        role that does not exist, a wrong password, nothing listening on the port) is an
-        error at once, not after the pool retried it for ``connect_timeout`` seconds, and so
-        is a parameter value libpq refuses (a :class:`ConfigurationError`). A transient
-        failure (a server starting up) is left to the pool, which retries."""
+        """Before a pool opens: one direct connect, so a definite refusal or a parameter
+        value libpq refuses is an error at once, not after the pool retried it for
+        ``connect_timeout`` seconds; a transient failure is left to the pool."""
         import psycopg
 
         try:
@@ -1566,7 +1532,6 @@ class PostgresDatabase(Database[Any]):
             self._refuse(exc)
 
     def _refuse(self, exc: BaseException) -> None:
-        """Raise the error of a first connect that trying again cannot cure."""
         where = f"PostgreSQL at {self.describe()}"
         if (wrong := option_error(exc)) is not None:
             raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
@@ -1576,9 +1541,8 @@ class PostgresDatabase(Database[Any]):
             ) from None
 
     def _contact_info(self) -> str:
-        """The first connect's conninfo: with keepalives, and with :meth:`_whole_timeout` as
-        its ``connect_timeout`` unless it sets its own (which bounds every pooled connect
-        too, so a bad value must show here)."""
+        """The first connect's conninfo, with keepalives and a ``connect_timeout`` unless it
+        sets its own (which bounds every pooled connect too, so a bad value must show here)."""
         from psycopg.conninfo import make_conninfo
 
         conninfo = with_keepalives(self._conninfo or "")
@@ -1615,8 +1579,6 @@ class PostgresDatabase(Database[Any]):
         return None
 
     def _unavailable(self, error: str | None) -> DatabaseUnavailableError:
-        """The error for a server not reached (or a pool whose every connection stayed
-        busy), naming the server with its password masked."""
         busy = "every pooled connection stayed busy"
         reason = self._reason(error) if error and error.strip() else busy
         return DatabaseUnavailableError(
@@ -1649,13 +1611,10 @@ class PostgresDatabase(Database[Any]):
 
 @dataclass
 class _Lease:
-    """The connection a plan runs on, and the pool it came from (``None``: a connection
-    passed in, which cannot be replaced)."""
-
     conn: Any
-    pool: Any
+    pool: Any  # None: a connection passed in, which cannot be replaced
 
 
 def _reads(batch: Batch) -> bool:
-    """Whether ``batch`` only reads, so sending it again cannot change data twice."""
+    """Whether ``batch`` only reads, so sending it again cannot change data."""
     return not (batch.write or batch.hold or batch.lock)

@@ -5,15 +5,12 @@ lock up front (``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgr
 lets readers run while a writer commits. ``durability="normal"`` (the default) survives a
 killed process; ``"full"`` also survives a power cut, at an fsync per commit.
 
-A file in WAL mode that this process cannot write (or whose folder it cannot write) and
-that no writer has open lacks the ``-wal`` and ``-shm`` files its readers share with a
-writer: SQLite would leave ones behind, or not read at all. It is read as immutable (no
-locks, no look for changes) only if no one may write it (``chmod a-w``, a read-only
-mount), as a backup copy; any other is refused, naming the fix. Checking at each
-checkout whether its inode, size or times changed would not guard a live file's read from a
-writer starting during it (the read may mix old and new pages), nor see a change within one
-clock tick of the last; for a frozen file changed all the same (root ignores permissions),
-that check (a ``stat``, some 5 µs) replaces the connection, and a read it overlapped raises.
+A WAL file this process cannot share with a writer (:func:`_unshareable`) is read as
+immutable only if no one may write it (:func:`_frozen`), as a backup copy; any other is
+refused, naming the fix. Checking its identity at each checkout could not guard a live
+file's read from a writer starting during it, so it only catches a frozen file changed all
+the same (root ignores permissions): the connection is replaced, and a read it overlapped
+raises.
 """
 
 from __future__ import annotations
@@ -370,8 +367,7 @@ class SQLiteDatabase(Database[Any]):
         self._pool: DbApiPool | None = None
 
     def after_fork(self) -> None:
-        """In a forked child: fresh locks; the pool sets the parent's connections aside
-        itself (:meth:`.DbApiPool.after_fork`)."""
+        """Fresh locks; the pool sets the parent's connections aside itself."""
         pool = self._pool
         self._fresh_connections()
         self._pool = pool
@@ -417,10 +413,8 @@ class SQLiteDatabase(Database[Any]):
             return conn
 
     def _open(self) -> sqlite3.Connection:
-        """A new connection, in :attr:`mode`; a file missing where none may be created is
-        a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
-        without leaving files behind, a :class:`Snapshot` if no one may write it, else
-        a :class:`DatabaseUnavailableError` that says how to read it."""
+        """A new connection, in :attr:`mode` (a :class:`Snapshot` for a file no one may
+        write that SQLite cannot share, see the module)."""
         connect = functools.partial(
             sqlite3.connect, isolation_level=None, check_same_thread=False, timeout=30
         )
@@ -455,9 +449,8 @@ class SQLiteDatabase(Database[Any]):
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
-        """A connection for one plan: from the pool of a file (:class:`.DbApiPool`,
-        checked on checkout, kept after an application's error, dropped when closed), or
-        the one connection of an in-memory database or of the caller."""
+        """A connection for one plan: from the pool of a file, or the one connection of an
+        in-memory database or of the caller."""
         if self._closed:
             raise ClosedError(f"the SQLite saver for {self.describe()} was closed")
         if self.given is None and not self.memory:
@@ -528,9 +521,7 @@ class SQLiteDatabase(Database[Any]):
 
     def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
         """The package's error for a database that cannot take the call (a read-only
-        file, a full disk, an I/O error), or ``None`` for any other failure. The statement
-        failed as a whole, so nothing of it was written and everything committed before
-        is still there."""
+        file, a full disk, an I/O error), or ``None`` for any other failure."""
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         where = self.describe()
         if code == SQLITE_READONLY:
@@ -572,10 +563,9 @@ class Snapshot(sqlite3.Connection):
 
 
 def _check(conn: sqlite3.Connection) -> None:
-    """Raise for a connection the pool must replace: a closed one (which refuses any use,
-    a property read too), or a :class:`Snapshot` of a file that changed since it was
-    opened or that a writer has open now (its write-ahead log is there), which the next
-    connection reads as SQLite does."""
+    """Raise for a connection the pool must replace: a closed one (which refuses even a
+    property read), or a :class:`Snapshot` of a file that changed or that a writer has open
+    now (its write-ahead log is there)."""
     conn.total_changes  # noqa: B018
     if isinstance(conn, Snapshot) and (conn.rewritten() or _wal_of(conn.path).exists()):
         raise sqlite3.OperationalError("the file changed: read it afresh")

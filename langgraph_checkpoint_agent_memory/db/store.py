@@ -1,13 +1,8 @@
 """The store's SQL, for one dialect: items, their vectors, their lexical index and its posting
 blocks, pseudo-relevance feedback's postings, and encryption at rest's sealed rows.
 
-Statements are SQLAlchemy Core over :mod:`.schema`'s tables; joined statements name them by
-the aliases :data:`.schema.vectors_v` and :data:`.schema.items_i`. A filter's pre-filter is a
-Core condition per dialect (:meth:`Dialect.json_prefilter` chooses its shape,
-:meth:`Dialect.json_condition` builds it over the item's ``value`` column), and BM25's
-per-query weights are a ``CASE term WHEN ...`` of bound parameters. Only the dialects' vector
-operators are raw SQL fragments (see :mod:`.postgres`, :mod:`.hana`). The store builds plans
-from these statements and decodes their rows; it writes no SQL itself.
+Statements are SQLAlchemy Core over :mod:`.schema`'s tables (only the dialects' vector
+operators are raw fragments); the store builds plans from them and writes no SQL itself.
 """
 
 from __future__ import annotations
@@ -207,11 +202,7 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 stored = term_of(term)
                 counts[stored] = counts.get(stored, 0) + n
         item["doc_len"] = length
-        shard, prefix, key = item["shard"], item["prefix"], item["key"]
-        out += [
-            {"term": t, "shard": shard, "prefix": prefix, "key": key, "tf": n, "dl": length}
-            for t, n in counts.items()
-        ]
+        out += [{"term": t, **ident, "tf": n, "dl": length} for t, n in counts.items()]
     return out
 
 
@@ -318,9 +309,7 @@ class StoreStatements:
     def _vector_under(self, scoped: bool) -> list[Any]:
         """Core: the vector ``v`` lies under the namespace, through the dialect's namespace
         index on vectors; when ``scoped``, first its shard key is ``:shard``."""
-        v = vectors_v
-        under = self.d.vector_under_clause(v.c.prefix)
-        return [v.c.shard == sa.bindparam("shard"), under] if scoped else [under]
+        return _scoped(vectors_v, self.d.vector_under_clause(vectors_v.c.prefix), scoped)
 
     def prefilter(
         self, conds: list[tuple[list[str], str, Any]]
@@ -385,8 +374,8 @@ class StoreStatements:
         t = store_items
         return self.statement(
             "fingerprint",
-            lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
-                t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix"), _live(t)
+            lambda: _fingerprint(
+                t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix")
             ),
         )
 
@@ -425,13 +414,10 @@ class StoreStatements:
 
     def upsert_item(self) -> Sql:
         update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len", "sealed"]
+        if not self.d.conditional_upsert:
+            update.append("created_at")
         keys = ["shard", "prefix", "key"]
-        if self.d.conditional_upsert:
-            return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
-        return self.statement(
-            "upsert",
-            lambda: self.d.upsert(store_items, keys, [*update, "created_at"]),
-        )
+        return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
 
     def created_at(self) -> Sql:
         t = store_items
@@ -449,16 +435,20 @@ class StoreStatements:
     def recent(self, filters: Prefilter, scoped: bool) -> Sql:
         """Live items under the namespace passing the pre-filter, newest first, ``:n`` from
         ``:skip``."""
-        t = store_items
         return self.statement(
             ("recent", filters, scoped),
-            lambda: (
-                sa.select(*(t.c[f] for f in ITEM_FIELDS))
-                .where(*self.namespace_of(t, scoped), _live(t), *self.filtered(t.c.value, filters))
-                .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
-                .limit(sa.bindparam("n", type_=sa.Integer))
-                .offset(sa.bindparam("skip", type_=sa.Integer))
-            ),
+            lambda: self._newest(scoped, filters).offset(sa.bindparam("skip", type_=sa.Integer)),
+        )
+
+    def _newest(self, scoped: bool, filters: Prefilter, *where: Any) -> Any:
+        t = store_items
+        return (
+            sa.select(*(t.c[f] for f in ITEM_FIELDS))
+            .where(
+                *self.namespace_of(t, scoped), _live(t), *where, *self.filtered(t.c.value, filters)
+            )
+            .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
+            .limit(sa.bindparam("n", type_=sa.Integer))
         )
 
     def vector_where(self, filters: Prefilter, scoped: bool) -> list[Any]:
@@ -484,8 +474,7 @@ class StoreStatements:
     def namespace_of(self, t: Any, scoped: bool) -> list[Any]:
         """Core: ``t``'s row lies at or below the namespace ``:ns``; when ``scoped``, first
         its shard key is ``:shard``."""
-        under = self.d.under_clause(t.c.prefix)
-        return [t.c.shard == sa.bindparam("shard"), under] if scoped else [under]
+        return _scoped(t, self.d.under_clause(t.c.prefix), scoped)
 
     def namespaces(self, under: bool, scoped: bool = False) -> Sql:
         """The distinct namespaces of live items (under ``:ns`` when ``under``)."""
@@ -779,17 +768,7 @@ class StoreStatements:
                     sa.or_(t.c.prefix > prefix, sa.and_(t.c.prefix == prefix, t.c.key > key)),
                 ),
             )
-            return (
-                sa.select(*(t.c[f] for f in ITEM_FIELDS))
-                .where(
-                    *self.namespace_of(t, scoped),
-                    _live(t),
-                    after,
-                    *self.filtered(t.c.value, filters),
-                )
-                .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            )
+            return self._newest(scoped, filters, after)
 
         return self.statement(("recent_after", scoped, filters), build)
 
@@ -870,12 +849,9 @@ class StoreStatements:
     def fingerprint_under(self, scoped: bool) -> Sql:
         """Live item count and latest update under the namespace ``:ns``: any write below it
         changes them (the cache key of its decrypted vectors)."""
-        t = store_items
         return self.statement(
             ("fingerprint_under", scoped),
-            lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
-                *self.namespace_of(t, scoped), _live(t)
-            ),
+            lambda: _fingerprint(*self.namespace_of(store_items, scoped)),
         )
 
     # -- pseudo-relevance feedback: the postings of the first lexical matches
@@ -1059,8 +1035,17 @@ def terms_in(t: Any, n: int) -> Any:
     return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
 
 
+def _fingerprint(*where: Any) -> Any:
+    t = store_items
+    return sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(*where, _live(t))
+
+
 def _null(type_: Any, name: str) -> Any:
     return sa.cast(sa.null(), type_).label(name)
+
+
+def _scoped(t: Any, under: Any, scoped: bool) -> list[Any]:
+    return [t.c.shard == sa.bindparam("shard"), under] if scoped else [under]
 
 
 def _one_block(t: Any) -> list[Any]:
