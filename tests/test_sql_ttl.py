@@ -260,12 +260,13 @@ def test_two_processes_sweep_each_thread_exactly_once(
     make_saver: Callable[..., SQLSaver], database_url: str
 ) -> None:
     past = FakeClock(start=time.time() - 10_000)
-    # this process's own sweeper must not get there first (6 s, on a loaded machine)
+    # this process's own sweepers must not get there first (6 s, on a loaded machine)
     saver = make_saver(ttl_seconds=60, clock=past, sweep_interval_seconds=3600)
     expected = {f"t{i}" for i in range(120)}
     for thread in expected:
         put(saver, thread, 1)
-    put(make_saver(ttl_seconds=60), "alive", 1)  # written now: not expired
+    now = make_saver(ttl_seconds=60, sweep_interval_seconds=3600)
+    put(now, "alive", 1)  # written now: not expired
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", SWEEP_SCRIPT, database_url],
