@@ -21,12 +21,6 @@ existing database unmatched by new queries (a new derivation for new keys only w
 version kept with each key, which the key table has no column for; re-hashing means
 decrypting and re-indexing every item).
 
-Format 1 (markers ``0xA5``/``0xA6``, no check), written before, is still read: AES-256-GCM
-under the data key itself, with the identity's parts NUL-joined (``aad("a\\0b", "c")`` and
-``aad("a", "b\\0c")`` were the same bytes). Nothing writes it any more: values written
-since are format 2, the ones written before stay as they are, readable (a bit flipped in the
-key id of such a value still reads as a missing key: format 1 has no check).
-
 Terms of the lexical index are keyed hashes (HMAC-SHA256 under the term subkey, cut to 96
 bits), so a query's terms are found by equality while the stored ones do not say which
 words they are.
@@ -47,25 +41,19 @@ from langgraph_checkpoint_agent_memory.errors import (
     PlaintextRowError,
 )
 
-#: First byte of a sealed value of format 2: plaintext as given, or zlib-compressed first.
+#: First byte of a sealed value (format 2): plaintext as given, or zlib-compressed first.
 PLAIN, COMPRESSED = 0xA7, 0xA8
-#: The same in format 1 (read only).
-PLAIN_V1, COMPRESSED_V1 = 0xA5, 0xA6
 KEY_ID_BYTES = 8
 CHECK_BYTES = 4
 NONCE_BYTES = 12
 TAG_BYTES = 16
 HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
-HEADER_BYTES_V1 = 1 + KEY_ID_BYTES
 #: What sealing adds to a value (before compression).
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
-#: Marker -> (length of its header, compressed).
-FORMATS = {
-    PLAIN: (HEADER_BYTES, False),
-    COMPRESSED: (HEADER_BYTES, True),
-    PLAIN_V1: (HEADER_BYTES_V1, False),
-    COMPRESSED_V1: (HEADER_BYTES_V1, True),
-}
+#: The markers; whether the plaintext was compressed.
+FORMATS = {PLAIN: False, COMPRESSED: True}
+#: The header's marker and key id, which its check covers.
+CHECKED_BYTES = 1 + KEY_ID_BYTES
 #: Plaintexts at least this long are compressed when that saves a tenth.
 COMPRESS_MIN = 256
 #: The prefix of a sealed value kept in a text column (base64 follows).
@@ -122,8 +110,7 @@ def is_sealed(value: bytes | bytearray | memoryview) -> bool:
     column can hold caller's bytes, a row's type (or another column) must say whether it is
     sealed, and this test only confirms it.
     """
-    found = FORMATS.get(value[0]) if value else None
-    return found is not None and len(value) >= found[0] + NONCE_BYTES + TAG_BYTES
+    return bool(value) and value[0] in FORMATS and len(value) >= OVERHEAD
 
 
 def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
@@ -132,9 +119,9 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
     if value and value[0] in FORMATS:
         return True
     head = bytes(value[:HEADER_BYTES])
-    check = int.from_bytes(head[HEADER_BYTES_V1:], "big")
+    check = int.from_bytes(head[CHECKED_BYTES:], "big")
     return len(head) == HEADER_BYTES and any(
-        _check(bytes((m,)) + head[1:HEADER_BYTES_V1]) == check for m in FORMATS
+        _check(bytes((m,)) + head[1:CHECKED_BYTES]) == check for m in FORMATS
     )
 
 
@@ -144,30 +131,25 @@ def _damaged(size: int) -> DecryptionError:
     )
 
 
-def header_length(sealed: bytes | bytearray | memoryview) -> int:
-    """The length of ``sealed``'s header, checked: its marker, its length, and in format 2
-    the check of its key id.
+def check_header(sealed: bytes | bytearray | memoryview) -> None:
+    """Check ``sealed``'s header: its marker, its length and the check of its key id.
 
     Raises:
         DecryptionError: ``sealed`` is not a whole sealed value (damaged).
     """
-    found = FORMATS.get(sealed[0]) if sealed else None
-    if found is None or len(sealed) < found[0] + NONCE_BYTES + TAG_BYTES:
-        raise _damaged(len(sealed))
-    if found[0] == HEADER_BYTES and _check(sealed[:HEADER_BYTES_V1]) != int.from_bytes(
-        sealed[HEADER_BYTES_V1:HEADER_BYTES], "big"
+    if not is_sealed(sealed) or _check(sealed[:CHECKED_BYTES]) != int.from_bytes(
+        sealed[CHECKED_BYTES:HEADER_BYTES], "big"
     ):
         raise _damaged(len(sealed))
-    return found[0]
 
 
 def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
     """The id of the key ``sealed`` was sealed with.
 
     Raises:
-        DecryptionError: ``sealed`` is damaged (see :func:`header_length`).
+        DecryptionError: ``sealed`` is damaged (see :func:`check_header`).
     """
-    header_length(sealed)
+    check_header(sealed)
     return bytes(sealed[1 : 1 + KEY_ID_BYTES]).hex()
 
 
@@ -210,14 +192,13 @@ class DataKey:
         b'hello'
     """
 
-    __slots__ = ("_aead", "_invalid", "_key_id", "_terms", "_v1", "key_id", "owner")
+    __slots__ = ("_aead", "_invalid", "_key_id", "_terms", "key_id", "owner")
 
     def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
         if len(secret) != 32:
             raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
         self.key_id = key_id
         self.owner = owner
-        self._v1 = aesgcm(secret)  # format 1 values only (read)
         from cryptography.exceptions import InvalidTag
 
         self._invalid = InvalidTag  # what a failed authentication raises
@@ -247,7 +228,7 @@ class DataKey:
         return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
 
     def open(self, sealed: bytes | bytearray | memoryview, aad: bytes) -> bytes:
-        """The plaintext of ``sealed`` (either format).
+        """The plaintext of ``sealed``.
 
         Args:
             sealed: A value :meth:`seal` returned for the same ``aad``.
@@ -258,20 +239,19 @@ class DataKey:
                 key.
         """
         data = bytes(sealed)
-        size = header_length(data)
-        header = data[:size]
-        nonce = data[size : size + NONCE_BYTES]
-        aead, associated = self._aead, aad
-        if size == HEADER_BYTES_V1:
-            aead, associated = self._v1, nul_joined(aad)
+        check_header(data)
+        header = data[:HEADER_BYTES]
+        nonce = data[HEADER_BYTES : HEADER_BYTES + NONCE_BYTES]
         try:
-            plain: bytes = aead.decrypt(nonce, data[size + NONCE_BYTES :], header + associated)
+            plain: bytes = self._aead.decrypt(
+                nonce, data[HEADER_BYTES + NONCE_BYTES :], header + aad
+            )
         except self._invalid:
             raise DecryptionError(
                 f"a value sealed with data key {self.key_id} of {self.owner!r} does not "
                 "authenticate: it was altered or belongs to another row"
             ) from None
-        return zlib.decompress(plain) if FORMATS[data[0]][1] else plain
+        return zlib.decompress(plain) if FORMATS[data[0]] else plain
 
     def seal_text(self, plaintext: bytes, aad: bytes) -> str:
         """:meth:`seal` for a text column: ``"!"`` and base64."""
@@ -335,19 +315,3 @@ def aad(*parts: str | int | None) -> bytes:
         data = ("" if part is None else str(part)).encode("utf-8")
         out += len(data).to_bytes(4, "big") + data
     return bytes(out)
-
-
-def nul_joined(associated: bytes) -> bytes:
-    """Format 1's associated data for the identity :func:`aad` encoded in ``associated``:
-    its parts NUL-separated (``associated`` itself when it is not such an encoding).
-
-    Example:
-        >>> nul_joined(aad("blob", "t1", None))
-        b'blob\\x00t1\\x00'
-    """
-    parts, at = [], 0
-    while at + 4 <= len(associated):
-        end = at + 4 + int.from_bytes(associated[at : at + 4], "big")
-        parts.append(associated[at + 4 : end])
-        at = end
-    return b"\x00".join(parts) if at == len(associated) else associated
