@@ -30,7 +30,7 @@ from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scop
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
 from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
-from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
+from langgraph_checkpoint_agent_memory.memory.recall import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (

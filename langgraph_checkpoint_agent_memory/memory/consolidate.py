@@ -28,7 +28,16 @@ from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.memory import facts as F
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import (
+    Embed,
+    Extract,
+    MemoryContext,
+    RunPlan,
+    Search,
+    Steps,
+    Within,
+    one,
+)
 from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, episode_summaries
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
@@ -38,15 +47,6 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     digest,
     lexical_text,
-)
-from langgraph_checkpoint_agent_memory.memory.steps import (
-    Embed,
-    Extract,
-    RunPlan,
-    Search,
-    Steps,
-    Within,
-    one,
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.memory.writes import (

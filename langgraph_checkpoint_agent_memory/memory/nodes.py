@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from langgraph_checkpoint_agent_memory.memory import recall as R
     from langgraph_checkpoint_agent_memory.memory.model import ScopeLike
-    from langgraph_checkpoint_agent_memory.memory.recaller import RecallOptions
+    from langgraph_checkpoint_agent_memory.memory.recall import RecallOptions
     from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 
 #: The id of the system message ``inject_node`` writes, so each turn replaces the last one.

@@ -33,7 +33,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory import writes as W
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import Embed, MemoryContext, RunPlan, Steps
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
@@ -44,7 +44,6 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     since_timestamp,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
-from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
 from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 #: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
