@@ -16,8 +16,8 @@ from langgraph_checkpoint_agent_memory.cli.retention import _size, _when
 def _cmd_stats(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
     from langgraph_checkpoint_agent_memory.db.keys import count_plan
-    from langgraph_checkpoint_agent_memory.db.memory import MemorySql
-    from langgraph_checkpoint_agent_memory.db.memory_scopes import (
+    from langgraph_checkpoint_agent_memory.db.memory import (
+        MemorySql,
         backlog_plan,
         failures_plan,
         owed_count_plan,

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
 from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
@@ -27,6 +27,8 @@ from langgraph_checkpoint_agent_memory.errors import (
     EncryptionError,
     KeyMissingError,
 )
+
+V = TypeVar("V")
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
@@ -307,24 +309,43 @@ class Keyring:
         found = self.cached(owner)
         if found is not None:
             return found
+
+        async def lookup() -> tuple[DataKey, DataKey]:
+            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+            assert key is not None
+            return key, key
+
+        async def reuse(key: DataKey) -> DataKey:
+            return key
+
+        return await self._looked_up_once(owner, lookup, reuse)
+
+    async def _looked_up_once(
+        self,
+        owner: str,
+        lookup: Callable[[], Awaitable[tuple[DataKey | None, V]]],
+        reuse: Callable[[DataKey], Awaitable[V]],
+    ) -> V:
+        """Tasks of one loop missing ``owner``'s key look it up once: the first runs
+        ``lookup`` (the key it found or made, and its result); the others ``reuse`` that
+        key, or, when the first one's lookup failed, run ``lookup`` on their own."""
         loop = asyncio.get_running_loop()
         slot = (id(loop), owner)
         pending = self._inflight.get(slot)
         if pending is not None:
             shared = await asyncio.shield(pending)
             if shared is not None:
-                return shared  # else the lookup failed: this task tries on its own
+                return await reuse(shared)
         future: asyncio.Future[DataKey | None] = loop.create_future()
         self._inflight[slot] = future
-        key = None
+        key: DataKey | None = None
         try:
-            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+            key, value = await lookup()
         finally:
             future.set_result(key)
             if self._inflight.get(slot) is future:
                 del self._inflight[slot]
-        assert key is not None
-        return key
+        return value
 
     def sealed(
         self,
@@ -424,23 +445,11 @@ class Keyring:
         if database is None or self.keystore.db is not database:
             key = await self.akey(owner, likely_new=likely_new)
             return await arun(write(key))  # type: ignore[no-any-return]
-        loop = asyncio.get_running_loop()
-        slot = (id(loop), owner)
-        pending = self._inflight.get(slot)
-        if pending is not None:
-            shared = await asyncio.shield(pending)
-            if shared is not None:
-                return await arun(write(shared))  # type: ignore[no-any-return]
-        future: asyncio.Future[DataKey | None] = loop.create_future()
-        self._inflight[slot] = future
-        made: DataKey | None = None
-        try:
-            made, value = await arun(self.sealing_plan(owner, write, likely_new=likely_new))
-        finally:
-            future.set_result(made)
-            if self._inflight.get(slot) is future:
-                del self._inflight[slot]
-        return value  # type: ignore[no-any-return]
+        return await self._looked_up_once(
+            owner,
+            lambda: arun(self.sealing_plan(owner, write, likely_new=likely_new)),
+            lambda key: arun(write(key)),
+        )
 
     def find(self, owner: str) -> DataKey | None:
         """``owner``'s data key, or ``None`` when it has none (nothing is created)."""

@@ -18,7 +18,6 @@ from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -355,31 +354,23 @@ class AgentMemory(Generic[StoreT]):
 
     @traced("build_context")
     def build_context(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        as_of: AsOf | None = None,
-        reranker: RerankerLike | Literal[False] | None = None,
-        known_at: AsOf | None = None,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> str:
         """The dated context block ``inject_node`` would put into state for ``query``: each
-        fact with the day it became true, each episode with the day it happened.
+        fact with the day it became true, each episode with the day it happened (the text of
+        :meth:`recall`).
 
         Args:
             scope: Whose memory.
             query: What the block should be relevant to.
-            budget_tokens: The block's size in tokens (default the ``budget_tokens`` setting).
-            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
-                block as of then: the facts that held at that moment (a value superseded
-                later shows its old value; a fact learned later is not known) and only the
-                episodes that had happened, ranked for recency from that moment.
-            reranker: Order the first candidates again with this reranker (``False``: none);
-                default the memory's.
-            known_at: A moment (transaction time): the block as the memory believed it
-                then: facts learned later, and corrections made later, are left out
-                (``as_of`` defaults to it).
+            **options: :class:`RecallOptions`: ``budget_tokens`` (the block's size in
+                tokens, default the ``budget_tokens`` setting); ``as_of`` (a moment, seconds
+                since the epoch or a timezone-aware ``datetime``: the facts that held then,
+                a value superseded later showing its old value, and only the episodes that
+                had happened, ranked for recency from that moment); ``reranker`` (order the
+                first candidates again with it, ``False``: none; default the memory's);
+                ``known_at`` (transaction time: the block as the memory believed it then,
+                facts and corrections learned later left out; ``as_of`` defaults to it).
 
         Example:
             ```python
@@ -390,26 +381,13 @@ class AgentMemory(Generic[StoreT]):
             print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
             ```
         """
-        options = RecallOptions(
-            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
-        )
         return self.recall(scope, query, **options).text
 
     @traced("build_context")
     async def abuild_context(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        as_of: AsOf | None = None,
-        reranker: RerankerLike | Literal[False] | None = None,
-        known_at: AsOf | None = None,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> str:
         """Async :meth:`build_context`."""
-        options = RecallOptions(
-            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
-        )
         return (await self.arecall(scope, query, **options)).text
 
     # -- recording -------------------------------------------------------------------------
@@ -665,7 +643,7 @@ class AgentMemory(Generic[StoreT]):
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
         return self.context.run(
-            sqls.known_scopes_plan(self.context.sql, self.settings.namespace_root)
+            sqlm.known_scopes_plan(self.context.sql, self.settings.namespace_root)
         )
 
     def scopes(self) -> dict[str, dict[str, int]]:
@@ -685,7 +663,7 @@ class AgentMemory(Generic[StoreT]):
 
     def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
         root = self.settings.namespace_root
-        return sqls.stats_plan(self.context.sql, root, self.context.clock())
+        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100

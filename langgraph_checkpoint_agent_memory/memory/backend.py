@@ -9,7 +9,7 @@ first use of either sets up both in one migration, and a memory call costs no ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -94,29 +94,12 @@ class MemoryStore(Protocol):
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items."""
 
-    def search(
-        self,
-        namespace_prefix: tuple[str, ...],
-        /,
-        *,
-        query: str | None = None,
-        filter: dict[str, Any] | None = None,
-        limit: int = 10,
-        reranker: Literal[False] | None = None,
-        time_field: Literal[False] | None = None,
-    ) -> list[Any]: ...
+    def search(self, *args: Any, **options: Any) -> list[Any]:
+        """``BaseStore.search``: memory's steps pass a namespace prefix, ``query``,
+        ``filter``, ``limit``, and ``reranker`` and ``time_field`` off (recall ranks on its
+        own)."""
 
-    async def asearch(
-        self,
-        namespace_prefix: tuple[str, ...],
-        /,
-        *,
-        query: str | None = None,
-        filter: dict[str, Any] | None = None,
-        limit: int = 10,
-        reranker: Literal[False] | None = None,
-        time_field: Literal[False] | None = None,
-    ) -> list[Any]: ...
+    async def asearch(self, *args: Any, **options: Any) -> list[Any]: ...
 
     def sweep(self) -> int: ...
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import store_owner, thread_owner
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
-from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
@@ -70,12 +70,12 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     shard where they share one, else across all."""
     root = context.settings.namespace_root
     shard = covering_shard(context, scope)
-    known = yield from sqls.known_scopes_plan(context.sql, root, shard)
+    known = yield from sqlm.known_scopes_plan(context.sql, root, shard)
     return covered(scope, known)
 
 
 def erase_plan(
-    context: MemoryContext, scope: ScopeLike, threads: Sequence[sqls.Owed] = ()
+    context: MemoryContext, scope: ScopeLike, threads: Sequence[sqlm.Owed] = ()
 ) -> Plan[dict[str, int]]:
     """Delete every row of ``scope`` and the scopes it covers; when the store encrypts, the
     same transaction enters in the erase ledger the shard keys it left without any item and
@@ -85,8 +85,8 @@ def erase_plan(
     scopes = yield from covered_plan(context, scope)
     owe: set[str] = set()
     if context.store.keyring is not None:
-        owe = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
-    counts = yield from sqls.erase_plan(
+        owe = yield from sqlm.shards_under_plan(context.sql, root=root, scopes=scopes)
+    counts = yield from sqlm.erase_plan(
         context.sql,
         root=root,
         scopes=scopes,
@@ -106,7 +106,7 @@ SAMPLE = 16
 Step = tuple[str, Any]
 
 
-def _owner(owed: sqls.Owed) -> str:
+def _owner(owed: sqlm.Owed) -> str:
     return thread_owner(owed.thread_id) if owed.thread_id else store_owner(owed.shard)
 
 
@@ -116,19 +116,19 @@ def _settling(context: MemoryContext) -> Generator[Step, Any, int]:
     (destroyed earlier, or never made): a process pointed at another key store (one started
     without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and settles nothing."""
     keys = context.store.keyring.keystore.dialect
-    owed = yield "data", sqls.owed_plan(context.sql)
+    owed = yield "data", sqlm.owed_plan(context.sql)
     if not owed:
         return 0
     held = set((yield "keys", sqlk.held_plan(keys, [_owner(o) for o in owed])))
     if not held:
-        sample = yield "data", sqls.some_shards_plan(context.sql, SAMPLE)
+        sample = yield "data", sqlm.some_shards_plan(context.sql, SAMPLE)
         if not (yield "keys", sqlk.held_plan(keys, [store_owner(s) for s in sample])):
             return 0  # not this database's key store: the debts wait for the right one
     # read again just before destroying: a shard key or thread written since stays owed
     # (what remains is the window of a write racing this step: see recheck_seconds)
-    owed = [o for o in (yield "data", sqls.owed_plan(context.sql)) if o in set(owed)]
+    owed = [o for o in (yield "data", sqlm.owed_plan(context.sql)) if o in set(owed)]
     destroyed = yield "destroy", [o for o in owed if _owner(o) in held]
-    yield "data", sqls.settled_plan(context.sql, owed)
+    yield "data", sqlm.settled_plan(context.sql, owed)
     return len(destroyed)
 
 
@@ -180,7 +180,7 @@ async def asettle(context: MemoryContext) -> int:
         return int(stop.value)
 
 
-def _split(owed: list[sqls.Owed]) -> tuple[list[str], list[str]]:
+def _split(owed: list[sqlm.Owed]) -> tuple[list[str], list[str]]:
     """The shard keys and the thread owners of ``owed``."""
     return (
         [o.shard for o in owed if not o.thread_id],
@@ -243,11 +243,11 @@ def _caller_level() -> int:
     return level
 
 
-def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqls.Owed]]:
+def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqlm.Owed]]:
     """The conversation threads ``scope`` and the scopes it covers recorded turns of, each
     with its shard key."""
     scopes = yield from covered_plan(context, scope)
-    return (yield from sqls.threads_plan(context.sql, scopes))
+    return (yield from sqlm.threads_plan(context.sql, scopes))
 
 
 def owes_threads(context: MemoryContext, checkpointer: Any) -> bool:

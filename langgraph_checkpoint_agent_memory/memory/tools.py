@@ -306,19 +306,9 @@ class MemoryTools:
         return _remembered(self.context.run_steps(self._remember_steps(candidate, config)))
 
     @traced("tool.remember_fact", scope_of=_tool_scope)
-    async def aremember(
-        self,
-        attribute: str,
-        value: str,
-        statement: str = "",
-        multi: bool = False,
-        importance: float = 0.5,
-        since: str | None = None,
-        *,
-        config: RunnableConfig,
-    ) -> str:
-        """Async :meth:`remember`."""
-        candidate = _candidate(attribute, value, statement, multi, importance, since)
+    async def aremember(self, *fact: Any, config: RunnableConfig, **named: Any) -> str:
+        """Async :meth:`remember` (the same arguments)."""
+        candidate = _candidate(*fact, **named)
         return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
     def _source(self, config: RunnableConfig | None) -> str:
@@ -424,7 +414,12 @@ class MemoryTools:
 
 
 def _candidate(
-    attribute: str, value: str, statement: str, multi: bool, importance: float, since: str | None
+    attribute: str,
+    value: str,
+    statement: str = "",
+    multi: bool = False,
+    importance: float = 0.5,
+    since: str | None = None,
 ) -> FactCandidate:
     if since is not None and str(since).strip():
         try:  # the model is told why, rather than its date dropped as an extractor's is
