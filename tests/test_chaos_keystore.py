@@ -633,8 +633,8 @@ def test_rotate_key_with_the_key_store_down_changes_nothing_and_runs_once_it_is_
 KILLED_ROTATOR = """
 import os, signal, sys
 from langgraph_checkpoint_agent_memory.crypto import keyring
-from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
-from langgraph_checkpoint_agent_memory.crypto.provider import MasterKeyProvider
+from langgraph_checkpoint_agent_memory.crypto.keyring import KeyStore, open_database
+from langgraph_checkpoint_agent_memory.crypto.cipher import MasterKeyProvider
 
 url, new, old = sys.argv[1:]
 

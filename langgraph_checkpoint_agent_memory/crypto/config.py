@@ -21,14 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
-from langgraph_checkpoint_agent_memory.crypto.keystore import (
+from langgraph_checkpoint_agent_memory.crypto.cipher import KeyProvider, MasterKeyProvider
+from langgraph_checkpoint_agent_memory.crypto.keyring import (
     KEYSTORE_URL_ENV,
+    Keyring,
     KeyStore,
     memory_keystore,
     open_database,
 )
-from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider, MasterKeyProvider
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 

@@ -6,6 +6,13 @@ sealed value finds its key by the id the value carries (:meth:`by_id`). Unwrappe
 cached; an owner's key is looked up again after ``recheck_seconds``, so a key another process
 destroyed (an erase) stops being used for new rows within that time. Every lookup is a plan
 of :mod:`..db.keys`, so the sync and async methods share one implementation.
+
+Wrapped data keys live in the ``am_keys`` table of a database (:class:`KeyStore`). By
+default the table is in the data's own database (the saver's or the store's). With
+``AGENT_MEMORY_KEYSTORE_URL`` (or ``Encryption(keystore_url=...)``) it is in a database of
+its own, so a backup of the data holds no key, and erasing a scope (which deletes its key
+there) makes the scope unreadable in every earlier backup of the data. In-memory savers keep
+their keys in a private in-memory SQLite database.
 """
 
 from __future__ import annotations
@@ -17,11 +24,18 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
-from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
-from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    DataKey,
+    KeyProvider,
+    new_key,
+    new_key_id,
+)
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
+from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import KEYS, Component
 from langgraph_checkpoint_agent_memory.errors import (
     DecryptionError,
     EncryptionError,
@@ -77,7 +91,7 @@ class Keyring:
             MasterKeyProvider,
             generate_master_key,
         )
-        from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+        from langgraph_checkpoint_agent_memory.crypto.keyring import memory_keystore
 
         keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
         key = keyring.key("thread:t1")
@@ -376,7 +390,7 @@ class Keyring:
                 MasterKeyProvider,
                 generate_master_key,
             )
-            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+            from langgraph_checkpoint_agent_memory.crypto.keyring import memory_keystore
             from langgraph_checkpoint_agent_memory.db.database import Batch
 
             keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
@@ -408,37 +422,9 @@ class Keyring:
         database: Database[Any] | None = None,
         likely_new: bool = False,
     ) -> T:
-        """Async :meth:`sealed` (tasks of one loop missing the same owner's key wait for
-        the first one's write, then write with the key it stored).
-
-        Args:
-            owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
-            write: Builds the write from the key.
-            arun: Runs a plan on the write's database, asynchronously.
-            database: The write's database.
-            likely_new: Do not look the key up before creating it.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory.crypto import (
-                Keyring,
-                MasterKeyProvider,
-                generate_master_key,
-            )
-            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
-            from langgraph_checkpoint_agent_memory.db.database import Batch
-
-            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
-
-            def write(key):
-                yield Batch([], write=True)
-                return key.key_id
-
-            store = keyring.keystore
-            key_id = await keyring.asealed("thread:t1", write, store.arun, database=store.db)
-            assert (await keyring.afind("thread:t1")).key_id == key_id
-            ```
-        """
+        """Async :meth:`sealed` (``arun`` runs a plan asynchronously); tasks of one loop
+        missing the same owner's key wait for the first one's write, then write with the key
+        it stored."""
         found = self.cached(owner)
         if found is not None:
             return await arun(write(found))  # type: ignore[no-any-return]
@@ -502,3 +488,66 @@ class Keyring:
         """Where the keys are and how many are cached."""
         with self._lock:
             return {"keystore": self.keystore.describe(), "cached": len(self._by_id)}
+
+
+#: The environment variable naming the key store's own database.
+KEYSTORE_URL_ENV = "AGENT_MEMORY_KEYSTORE_URL"
+
+
+class KeyStore(SchemaOnFirstUse):
+    """The key table of one database, created on first use (``auto_setup``).
+
+    Args:
+        db: The database that keeps the keys.
+        owned: Whether closing the key store closes ``db`` (a database opened for it).
+        auto_setup: Create the table on first use.
+    """
+
+    components: tuple[Component, ...] = (KEYS,)
+
+    def __init__(self, db: Database[Any], *, owned: bool, auto_setup: bool = True) -> None:
+        self.db = db
+        self.dialect: Dialect = db.dialect
+        self.owned = owned
+        self.auto_setup = auto_setup
+        self._clock: Callable[[], float] = time.time
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run a plan of :mod:`..db.keys` (creating the table on first use)."""
+        return self._run(plan)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        """Async :meth:`run`."""
+        return await self._arun(plan)
+
+    def describe(self) -> str:
+        """Where the keys are (password masked)."""
+        return self.db.describe()
+
+    def close(self) -> None:
+        """Close the database when it was opened for the key store."""
+        if self.owned:
+            self.db.close()
+
+
+def open_database(url: str) -> Database[Any]:
+    """A database for ``url`` (``sqlite:///...``, ``postgresql://...``, ``hana://...``)."""
+    target = urls.parse(urls.as_url(url, KEYSTORE_URL_ENV), KEYSTORE_URL_ENV)
+    if target.kind == "sqlite":
+        from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+        return SQLiteDatabase(target.options["path"])
+    if target.kind == "postgresql":
+        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+
+        return PostgresDatabase(target.url)
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+    return HanaDatabase(target.options, url=target.url)
+
+
+def memory_keystore() -> KeyStore:
+    """A key store in a private in-memory database (for in-memory savers)."""
+    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+    return KeyStore(SQLiteDatabase(":memory:"), owned=True)

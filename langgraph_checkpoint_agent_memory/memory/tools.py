@@ -240,26 +240,21 @@ class MemoryTools:
             Known facts:
             - ...Berlin...
         """
-        recalled = self.memory.recall(
-            self.scope(config),
-            query,
-            budget_tokens=self.budget_tokens,
-            exclude_thread=self._thread(config),
-            reinforce=True,
-        )
+        recalled = self.memory.recall(self.scope(config), query, **self._recall(config))
         return self._found(recalled)
 
     @traced("tool.search_memory", scope_of=_tool_scope)
     async def asearch(self, query: str, config: RunnableConfig) -> str:
         """Async :meth:`search`."""
-        recalled = await self.memory.arecall(
-            self.scope(config),
-            query,
-            budget_tokens=self.budget_tokens,
-            exclude_thread=self._thread(config),
-            reinforce=True,
-        )
+        recalled = await self.memory.arecall(self.scope(config), query, **self._recall(config))
         return self._found(recalled)
+
+    def _recall(self, config: RunnableConfig) -> R.RecallOptions:
+        """How :meth:`search` recalls: within the tool's budget, the run's own thread left
+        out, what was recalled reinforced."""
+        return R.RecallOptions(
+            budget_tokens=self.budget_tokens, exclude_thread=self._thread(config), reinforce=True
+        )
 
     @staticmethod
     def _found(recalled: R.Recalled) -> str:
