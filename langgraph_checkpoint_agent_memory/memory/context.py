@@ -252,7 +252,17 @@ class Within:
     ended: Callable[[Any, Any], None] = lambda op, value: None
 
 
-Step = RunPlan | Extract | Embed | Search | Rerank | Within
+@dataclass
+class Call:
+    """Call what lies outside the store (a key store of its own, say): ``sync`` from the
+    synchronous API, ``asynchronous`` from the asynchronous one; the step's value is what
+    it returns."""
+
+    sync: Callable[[], Any]
+    asynchronous: Callable[[], Awaitable[Any]]
+
+
+Step = RunPlan | Extract | Embed | Search | Rerank | Within | Call
 #: Steps that end with a value of type ``T``.
 Steps = Generator[Step, Any, T]
 
@@ -292,6 +302,8 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
                 return value
         if isinstance(step, Rerank):
             return step.reranking.order(step.query, step.texts)
+        if isinstance(step, Call):
+            return step.sync()
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:
@@ -322,6 +334,8 @@ async def arun_steps(
                 return value
         if isinstance(step, Rerank):
             return await step.reranking.aorder(step.query, step.texts)
+        if isinstance(step, Call):
+            return await step.asynchronous()
         if isinstance(step, Embed):
             e = store.embeddings
             if step.query:

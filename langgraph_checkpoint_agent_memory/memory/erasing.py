@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import os
 import warnings
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
 from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import Call, MemoryContext, RunPlan, Steps
 from langgraph_checkpoint_agent_memory.memory.model import (
     SCOPE_KEYS,
     Scope,
@@ -101,34 +101,44 @@ def erase_plan(
 #: none of the keys owed, to tell a key store whose keys are destroyed from another's.
 SAMPLE = 16
 
-#: A step of :func:`_settling`: ``("data", plan)`` runs on the data's database, ``("keys",
-#: plan)`` on the key store, ``("destroy", owed)`` destroys the keys of ``owed``.
-Step = tuple[str, Any]
-
 
 def _owner(owed: sqlm.Owed) -> str:
     return thread_owner(owed.thread_id) if owed.thread_id else store_owner(owed.shard)
 
 
-def _settling(context: MemoryContext) -> Generator[Step, Any, int]:
-    """:func:`settle` as steps a sync or an async shell runs. A debt is struck only once
-    its key is destroyed, or is absent from a key store that holds keys of this database
-    (destroyed earlier, or never made): a process pointed at another key store (one started
-    without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and settles nothing."""
-    keys = context.store.keyring.keystore.dialect
-    owed = yield "data", sqlm.owed_plan(context.sql)
+def _settling(context: MemoryContext) -> Steps[int]:
+    """:func:`settle` as steps: plans on the data's database, and calls of the key store. A
+    debt is struck only once its key is destroyed, or is absent from a key store that holds
+    keys of this database (destroyed earlier, or never made): a process pointed at another
+    key store (one started without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and
+    settles nothing."""
+    keyring = context.store.keyring
+    keystore = keyring.keystore
+
+    def held(owners: list[str]) -> Call:
+        plan = sqlk.held_plan(keystore.dialect, owners)
+        return Call(lambda: keystore.run(plan), lambda: keystore.arun(plan))
+
+    owed = yield RunPlan(sqlm.owed_plan(context.sql))
     if not owed:
         return 0
-    held = set((yield "keys", sqlk.held_plan(keys, [_owner(o) for o in owed])))
-    if not held:
-        sample = yield "data", sqlm.some_shards_plan(context.sql, SAMPLE)
-        if not (yield "keys", sqlk.held_plan(keys, [store_owner(s) for s in sample])):
+    found = set((yield held([_owner(o) for o in owed])))
+    if not found:
+        sample = yield RunPlan(sqlm.some_shards_plan(context.sql, SAMPLE))
+        if not (yield held([store_owner(s) for s in sample])):
             return 0  # not this database's key store: the debts wait for the right one
     # read again just before destroying: a shard key or thread written since stays owed
     # (what remains is the window of a write racing this step: see recheck_seconds)
-    owed = [o for o in (yield "data", sqlm.owed_plan(context.sql)) if o in set(owed)]
-    destroyed = yield "destroy", [o for o in owed if _owner(o) in held]
-    yield "data", sqlm.settled_plan(context.sql, owed)
+    owed = [o for o in (yield RunPlan(sqlm.owed_plan(context.sql))) if o in set(owed)]
+    store, threads = _split([o for o in owed if _owner(o) in found])
+
+    async def adestroy() -> list[str]:
+        return [*await context.store.adestroy_keys(store), *await keyring.adestroy(threads)]
+
+    destroyed = yield Call(
+        lambda: context.store.destroy_keys(store) + keyring.destroy(threads), adestroy
+    )
+    yield RunPlan(sqlm.settled_plan(context.sql, owed))
     return len(destroyed)
 
 
@@ -142,42 +152,14 @@ def settle(context: MemoryContext) -> int:
     Raises:
         DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
     """
-    keyring = context.store.keyring
-    if keyring is None:
-        return 0
-    steps, result = _settling(context), None
-    try:
-        while True:
-            where, work = steps.send(result)
-            if where == "data":
-                result = context.run(work)
-            elif where == "keys":
-                result = keyring.keystore.run(work)
-            else:
-                store, threads = _split(work)
-                result = context.store.destroy_keys(store) + keyring.destroy(threads)
-    except StopIteration as stop:
-        return int(stop.value)
+    return 0 if context.store.keyring is None else context.run_steps(_settling(context))
 
 
 async def asettle(context: MemoryContext) -> int:
     """Async :func:`settle`."""
-    keyring = context.store.keyring
-    if keyring is None:
+    if context.store.keyring is None:
         return 0
-    steps, result = _settling(context), None
-    try:
-        while True:
-            where, work = steps.send(result)
-            if where == "data":
-                result = await context.arun(work)
-            elif where == "keys":
-                result = await keyring.keystore.arun(work)
-            else:
-                store, threads = _split(work)
-                result = await context.store.adestroy_keys(store) + await keyring.adestroy(threads)
-    except StopIteration as stop:
-        return int(stop.value)
+    return await context.arun_steps(_settling(context))
 
 
 def _split(owed: list[sqlm.Owed]) -> tuple[list[str], list[str]]:
