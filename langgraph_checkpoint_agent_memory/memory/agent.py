@@ -24,8 +24,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
 from langgraph_checkpoint_agent_memory.memory import decay, erasing, reading, writes
 from langgraph_checkpoint_agent_memory.memory import recall as R
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, MemoryStore, scope_key
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
 from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes

@@ -26,8 +26,13 @@ from langgraph_checkpoint_agent_memory.db import keys as sqlk
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.context import Call, MemoryContext, RunPlan, Steps
+from langgraph_checkpoint_agent_memory.memory.context import (
+    Call,
+    MemoryContext,
+    MemoryStore,
+    RunPlan,
+    Steps,
+)
 from langgraph_checkpoint_agent_memory.memory.model import (
     SCOPE_KEYS,
     Scope,

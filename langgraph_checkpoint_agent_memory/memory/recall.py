@@ -217,8 +217,7 @@ def render(
 
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, MemoryStore
 
 
 class RecallOptions(TypedDict, total=False):
