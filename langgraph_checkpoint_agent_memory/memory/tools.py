@@ -21,7 +21,7 @@ refused, so one user's agent can neither read nor write another user's memory.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -43,11 +43,14 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     normalize_attribute,
     since_timestamp,
 )
-from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
+from langgraph_checkpoint_agent_memory.memory.nodes import scope_from
 from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 #: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
 TOOL_NAMES = {"search": "search_memory", "remember": "remember_fact", "forget": "forget_fact"}
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
 
 class SearchMemoryArgs(BaseModel):
@@ -129,13 +132,6 @@ def fact_line(fact: Fact) -> str:
     )
 
 
-class Recalling(Recalls, Protocol):
-    """What the tools use of an :class:`~.agent.AgentMemory`: recall, and its context."""
-
-    @property
-    def context(self) -> MemoryContext: ...
-
-
 def _tool_scope(tools: MemoryTools, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
     """The scope of a tool's call: its run's config's."""
     return tools.scope(kwargs["config"] if "config" in kwargs else args[-1])
@@ -156,7 +152,7 @@ class MemoryTools:
         'Updated city: Lyon (was Berlin).'
     """
 
-    def __init__(self, memory: Recalling, *, budget_tokens: int | None = None) -> None:
+    def __init__(self, memory: AgentMemory[Any], *, budget_tokens: int | None = None) -> None:
         self.memory = memory
         if budget_tokens is not None:
             check_count(budget_tokens, "budget_tokens")
