@@ -385,15 +385,11 @@ class Keyring:
 
         Example:
             ```python
-            from langgraph_checkpoint_agent_memory.crypto import (
-                Keyring,
-                MasterKeyProvider,
-                generate_master_key,
-            )
-            from langgraph_checkpoint_agent_memory.crypto.keyring import memory_keystore
+            from langgraph_checkpoint_agent_memory.crypto import cipher
             from langgraph_checkpoint_agent_memory.db.database import Batch
 
-            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
+            master = cipher.MasterKeyProvider([cipher.generate_master_key()])
+            keyring = Keyring(memory_keystore(), master)
 
             def write(key):  # a write sealed with ``key`` (here: its transaction only)
                 yield Batch([], write=True)
