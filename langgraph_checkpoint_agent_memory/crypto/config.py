@@ -8,7 +8,7 @@
   ``AGENT_MEMORY_KEYSTORE_URL`` puts the key store in a database of its own;
 * ``False``: off, whatever the environment says;
 * ``True``: on, from the environment (a clear error when it holds no master key);
-* a master key (base64 text), or a :class:`~.provider.KeyProvider`;
+* a master key (base64 text), or a :class:`~.cipher.KeyProvider`;
 * an :class:`Encryption`, for everything else.
 """
 
@@ -47,7 +47,7 @@ class Encryption:
     Args:
         master_keys: Base64 master keys, newest first (the first wraps new data keys, all
             unwrap). Give these or ``provider``.
-        provider: A :class:`~.provider.KeyProvider` (a KMS, a credential store) instead of
+        provider: A :class:`~.cipher.KeyProvider` (a KMS, a credential store) instead of
             master keys.
         keystore_url: A database of its own for the data keys; ``None``: a table of the
             data's database.

@@ -77,7 +77,7 @@ class Keyring:
 
     Args:
         keystore: Where wrapped keys are kept.
-        provider: What wraps them (:class:`~.provider.MasterKeyProvider` or a KMS's).
+        provider: What wraps them (:class:`~.cipher.MasterKeyProvider` or a KMS's).
         allow_plaintext: Whether readers accept rows written without encryption (the
             migration mode of ``agent-memory encrypt``).
         recheck_seconds: How long an owner's cached key is used before the key store is
