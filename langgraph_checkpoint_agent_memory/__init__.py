@@ -11,66 +11,85 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from langgraph_checkpoint_agent_memory import checkpoint as _checkpoint
-from langgraph_checkpoint_agent_memory.checkpoint import *  # noqa: F403 - the savers, as listed in checkpoint.__all__
-from langgraph_checkpoint_agent_memory.crypto import (
-    Encryption,
-    KeyProvider,
-    MasterKeyProvider,
-    generate_master_key,
-)
-from langgraph_checkpoint_agent_memory.errors import (
-    AgentMemoryError,
-    ClosedError,
-    ConfigurationError,
-    DatabaseNotFoundError,
-    DatabaseUnavailableError,
-    DecryptionError,
-    EncryptionError,
-    InvalidNamespaceValueError,
-    InvalidValueError,
-    KeyMissingError,
-    KeysBesideDataWarning,
-    PlaintextRowError,
-    ReadOnlyDatabaseError,
-    ThreadDeletedError,
-)
-from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
-from langgraph_checkpoint_agent_memory.rerank import Reranking
-from langgraph_checkpoint_agent_memory.settings import (
-    ConfigField,
-    ConfigValue,
-    ConfigValueError,
-    agent_config,
-)
-from langgraph_checkpoint_agent_memory.store import AgentMemoryStore
-from langgraph_checkpoint_agent_memory.store.feedback import Feedback
-
 if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.checkpoint import (
+        AsyncHanaSaver as AsyncHanaSaver,
+        AsyncPostgresSaver as AsyncPostgresSaver,
+        AsyncSqliteSaver as AsyncSqliteSaver,
+        HanaSaver as HanaSaver,
+        PostgresSaver as PostgresSaver,
+        SqliteSaver as SqliteSaver,
+        SQLSaver as SQLSaver,
+        SweepPreview as SweepPreview,
+        ThreadInfo as ThreadInfo,
+        ThreadSweep as ThreadSweep,
+        TimedInMemorySaver as TimedInMemorySaver,
+    )
+    from langgraph_checkpoint_agent_memory.crypto import (
+        Encryption as Encryption,
+        KeyProvider as KeyProvider,
+        MasterKeyProvider as MasterKeyProvider,
+        generate_master_key as generate_master_key,
+    )
+    from langgraph_checkpoint_agent_memory.errors import (
+        AgentMemoryError as AgentMemoryError,
+        ClosedError as ClosedError,
+        ConfigurationError as ConfigurationError,
+        DatabaseNotFoundError as DatabaseNotFoundError,
+        DatabaseUnavailableError as DatabaseUnavailableError,
+        DecryptionError as DecryptionError,
+        EncryptionError as EncryptionError,
+        InvalidNamespaceValueError as InvalidNamespaceValueError,
+        InvalidValueError as InvalidValueError,
+        KeyMissingError as KeyMissingError,
+        KeysBesideDataWarning as KeysBesideDataWarning,
+        PlaintextRowError as PlaintextRowError,
+        ReadOnlyDatabaseError as ReadOnlyDatabaseError,
+        ThreadDeletedError as ThreadDeletedError,
+    )
+    from langgraph_checkpoint_agent_memory.factory import (
+        create_checkpointer as create_checkpointer,
+        create_store as create_store,
+    )
     from langgraph_checkpoint_agent_memory.memory import (
-        AgentMemory,
-        ChatModelExtractor,
-        ExtractionError,
-        Extractor,
-        RuleBasedExtractor,
-        Scope,
-        ScopeError,
+        AgentMemory as AgentMemory,
+        ChatModelExtractor as ChatModelExtractor,
+        ExtractionError as ExtractionError,
+        Extractor as Extractor,
+        RuleBasedExtractor as RuleBasedExtractor,
+        Scope as Scope,
+        ScopeError as ScopeError,
     )
+    from langgraph_checkpoint_agent_memory.rerank import Reranking as Reranking
+    from langgraph_checkpoint_agent_memory.settings import (
+        ConfigField as ConfigField,
+        ConfigValue as ConfigValue,
+        ConfigValueError as ConfigValueError,
+        agent_config as agent_config,
+    )
+    from langgraph_checkpoint_agent_memory.store import AgentMemoryStore as AgentMemoryStore
+    from langgraph_checkpoint_agent_memory.store.feedback import Feedback as Feedback
 
-#: Agent memory pulls in LangChain's runnables (and LangSmith); a process that only needs a
-#: checkpointer should not pay for that at import, so these load on first access.
-_LAZY = {
-    name: "langgraph_checkpoint_agent_memory.memory"
-    for name in (
-        "AgentMemory",
-        "ChatModelExtractor",
-        "ExtractionError",
-        "Extractor",
-        "RuleBasedExtractor",
-        "Scope",
-        "ScopeError",
-    )
+#: Each public name -> the module that defines it. A name loads its module on first access,
+#: so a process that only needs an in-memory checkpointer pays for none of SQLAlchemy, numpy,
+#: the drivers, the cipher, OpenTelemetry or LangChain's runnables at import.
+_HOMES = {
+    "checkpoint": """AsyncHanaSaver AsyncPostgresSaver AsyncSqliteSaver HanaSaver PostgresSaver
+        SQLSaver SqliteSaver SweepPreview ThreadInfo ThreadSweep TimedInMemorySaver""",
+    "crypto": "Encryption KeyProvider MasterKeyProvider generate_master_key",
+    "errors": """AgentMemoryError ClosedError ConfigurationError DatabaseNotFoundError
+        DatabaseUnavailableError DecryptionError EncryptionError InvalidNamespaceValueError
+        InvalidValueError KeyMissingError KeysBesideDataWarning PlaintextRowError
+        ReadOnlyDatabaseError ThreadDeletedError""",
+    "factory": "create_checkpointer create_store",
+    "memory": """AgentMemory ChatModelExtractor ExtractionError Extractor RuleBasedExtractor
+        Scope ScopeError""",
+    "rerank": "Reranking",
+    "settings": "ConfigField ConfigValue ConfigValueError agent_config",
+    "store": "AgentMemoryStore",
+    "store.feedback": "Feedback",
 }
+_LAZY = {name: f"{__name__}.{module}" for module, names in _HOMES.items() for name in names.split()}
 
 
 def __getattr__(name: str) -> Any:
@@ -81,46 +100,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 try:
     __version__ = version("langgraph-checkpoint-agent-memory")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
-__all__ = [
-    "AgentMemory",
-    "AgentMemoryError",
-    "AgentMemoryStore",
-    "ChatModelExtractor",
-    "ClosedError",
-    "ConfigField",
-    "ConfigValue",
-    "ConfigValueError",
-    "ConfigurationError",
-    "DatabaseNotFoundError",
-    "DatabaseUnavailableError",
-    "DecryptionError",
-    "Encryption",
-    "EncryptionError",
-    "ExtractionError",
-    "Extractor",
-    "Feedback",
-    "InvalidNamespaceValueError",
-    "InvalidValueError",
-    "KeyMissingError",
-    "KeyProvider",
-    "KeysBesideDataWarning",
-    "MasterKeyProvider",
-    "PlaintextRowError",
-    "ReadOnlyDatabaseError",
-    "Reranking",
-    "RuleBasedExtractor",
-    "Scope",
-    "ScopeError",
-    "ThreadDeletedError",
-    "__version__",
-    "agent_config",
-    "create_checkpointer",
-    "create_store",
-    "generate_master_key",
-]
-__all__ += _checkpoint.__all__
+__all__ = [*_LAZY, "__version__"]

@@ -3,22 +3,14 @@
 A real compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
 ``create_checkpointer`` and the memory store on one database of the demo's own. The demo's
 clock starts 30 days ago and moves forward between sessions, so consolidation, supersession,
-decay and the checkpointer's TTL all happen in a few seconds:
-
-- day 0, session 1: Alice introduces herself; consolidation adds her facts and summarises
-  each turn on its own;
-- day 20, session 2: the agent is reminded of them; she has moved; the city is superseded;
-- day 29: decay deletes what nobody confirmed or recalled; the TTL evicts the idle thread;
-- finally, the context block a new session would receive.
+decay and the checkpointer's TTL all happen in a few seconds (:data:`SESSIONS` is the script).
 
 The demo writes only to a database it created and marked as its own (:mod:`.db.marks`): by
-default ``agent-memory-demo.db`` in the current folder, never ``AGENT_MEMORY_URL`` nor the
-embedded default, which may hold an app's memory. The current folder, not the user's data
-folder: the file is where the user ran the demo, seen and removed there, and the commands
-that explore it name it by a short relative URL. ``--url`` may name a new SQLite file, a
-database that holds no table at all (an empty PostgreSQL database), or one the demo marked
-before; any other is refused before anything is written. ``--reset`` deletes a marked SQLite
-file (on PostgreSQL, the demo's user is erased on every run anyway).
+default ``agent-memory-demo.db`` in the current folder (where the user ran it, seen and
+removed there), never ``AGENT_MEMORY_URL`` nor the embedded default, which may hold an app's
+memory. ``--url`` may name a new SQLite file, a database that holds no table at all, or one
+the demo marked before; any other is refused before anything is written (see
+:func:`claim_database` and :func:`reset_database`).
 """
 
 from __future__ import annotations

@@ -7,31 +7,30 @@ otherwise memory. ``ttl_seconds`` comes from the argument, else from a declared
 PostgreSQL, ``prepare_threshold`` comes from the argument, else the URL's
 ``?prepare_threshold=``, else a declared ``config.postgres.prepare_threshold`` field, else
 psycopg's default (5), refused at once behind a connection pooler.
+
+Each backend's modules load when it is chosen: an in-memory checkpointer imports none of
+SQLAlchemy, numpy, the drivers, the cipher or OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.store.base import TTLConfig
 
 from langgraph_checkpoint_agent_memory import settings
-from langgraph_checkpoint_agent_memory.checkpoint.activity import validate_keep_last
-from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
-from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import validate_ttl
-from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
-from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 if TYPE_CHECKING:
+    from langgraph.store.base import TTLConfig
+
     from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+    from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 logger = logging.getLogger(__name__)
 
@@ -45,30 +44,40 @@ FEEDBACK_CONFIG_KEY = "config.store.feedback"
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
+#: crypto.config's MASTER_KEY_ENV, named here so that the factory can tell "no encryption"
+#: without loading the cipher (tests/test_factory.py checks that both names agree).
+MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
 #: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
 #: so an operator turning the TTL off through configuration does not break the code.
 _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
-_warned_volatile = False
+#: What was logged already: each backend once per process, and the in-memory warning once.
 _announced: set[str] = set()
 
 
+def _once(key: str, level: int, message: str, *args: Any) -> None:
+    if key not in _announced:
+        _announced.add(key)
+        logger.log(level, message, *args)
+
+
 def _warn_volatile_once(kind: str) -> None:
-    global _warned_volatile
-    if not _warned_volatile:
-        _warned_volatile = True
-        logger.warning(
-            "create_checkpointer(): using %s; conversation state lives in this process only "
-            "and does not survive a restart (pass url= or set %s to persist it)",
-            kind,
-            URL_ENV,
-        )
+    _once(
+        "volatile",
+        logging.WARNING,
+        "create_checkpointer(): using %s; conversation state lives in this process only and "
+        "does not survive a restart (pass url= or set %s to persist it)",
+        kind,
+        URL_ENV,
+    )
 
 
 def resolve_ttl(ttl_seconds: int | None) -> int | None:
     """The TTL to use: the argument when given, else the declared config field, else off."""
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_ttl
+
     if ttl_seconds is not None:
         return validate_ttl(ttl_seconds)
     declared = settings.get_field(TTL_CONFIG_KEY)
@@ -98,6 +107,11 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
                     f"agent_config {ENCRYPTION_CONFIG_KEY!r} must be true or false, not {enabled!r}"
                 )
             setting = enabled
+    # off, and no master key to turn it on: the cipher's modules need not load
+    if setting is False or (setting is None and not os.environ.get(MASTER_KEY_ENV, "").strip()):
+        return None
+    from langgraph_checkpoint_agent_memory.crypto import config as crypto_config
+
     found = crypto_config.resolve(setting)
     if found is None or isinstance(setting, crypto_config.Encryption):
         return found
@@ -121,7 +135,7 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
         return
     declared = settings.get_field(PREPARE_CONFIG_KEY)
     if declared is not None:
-        from langgraph_checkpoint_agent_memory.db.pg_pool import prepare_threshold_of
+        from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options[urls.PREPARE_THRESHOLD] = prepare_threshold_of(
             declared.value(), f"agent_config {PREPARE_CONFIG_KEY!r}"
@@ -133,6 +147,8 @@ def _declared_store_options(options: dict[str, Any]) -> None:
     ``config.store.shard_depth`` and ``config.store.feedback`` (whether ``search`` expands
     queries too: true is ``feedback=True``; false keeps the default, recall's feedback on,
     which only code turns off)."""
+    from langgraph_checkpoint_agent_memory.db.shard import checked_depth
+
     if options.get("shard_depth") is None:
         depth = settings.effective_value(SHARD_DEPTH_CONFIG_KEY)
         if depth is not None:
@@ -205,6 +221,10 @@ def create_checkpointer(
         graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
         ```
     """
+    from langgraph_checkpoint_agent_memory.checkpoint.in_memory import CheckedInMemorySaver
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import validate_keep_last
+    from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
+
     ttl = resolve_ttl(ttl_seconds)
     target = urls.resolve(url)
     _sqlite_only(target, options)
@@ -277,13 +297,14 @@ def create_store(
         memory = AgentMemory(store)
         ```
     """
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
     resolved = resolve_encryption(encryption)  # a bad setting fails before any connection
     database_options: dict[str, Any] = {
         k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
     }
-    from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
 
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
@@ -304,7 +325,7 @@ def create_store(
     elif target.kind == "sqlite":
         database = SQLiteDatabase(target.options["path"], **database_options)
     elif target.kind == "postgresql":
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
         database = PostgresDatabase(target.url, **database_options, **postgres_options)
     else:
@@ -312,12 +333,8 @@ def create_store(
 
         database = HanaDatabase(target.options, url=target.url, **database_options)
     if target is not None:
-        key = f"store:{target.kind}:{target.masked()}"
-        if key not in _announced:
-            _announced.add(key)
-            logger.info(
-                "create_store(): %s at %s (from %s)", target.kind, target.masked(), target.source
-            )
+        where = (target.kind, target.masked(), target.source)
+        _once(f"store:{where}", logging.INFO, "create_store(): %s at %s (from %s)", *where)
     return AgentMemoryStore(database, index=index, ttl=ttl, encryption=resolved or False, **options)
 
 
@@ -334,14 +351,11 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
         saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:
         saver = HanaSaver(target.url, ttl_seconds=ttl, **options)
-    key = f"{target.kind}:{target.masked()}:{ttl}"
-    if key not in _announced:
-        _announced.add(key)
-        logger.info(
-            "create_checkpointer(): %s at %s (from %s), ttl_seconds=%s",
-            target.kind,
-            target.masked(),
-            target.source,
-            ttl,
-        )
+    where = (target.kind, target.masked(), target.source, ttl)
+    _once(
+        f"{where}",
+        logging.INFO,
+        "create_checkpointer(): %s at %s (from %s), ttl_seconds=%s",
+        *where,
+    )
     return saver

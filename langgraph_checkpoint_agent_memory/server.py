@@ -3,64 +3,26 @@
 ``langgraph dev``, ``langgraph up`` and LangSmith deployments load a custom checkpointer and
 store from ``langgraph.json``; each is an async context manager the server calls with no
 arguments, enters once at startup and exits at shutdown. :func:`checkpointer` and
-:func:`store` are such factories. A file next to ``langgraph.json`` re-exports them::
+:func:`store` are such factories: a file next to ``langgraph.json`` re-exports them
+(``from langgraph_checkpoint_agent_memory.server import checkpointer, store``) and
+``langgraph.json`` names them (``"checkpointer": {"path": "./backends.py:checkpointer",
+"ttl": {"strategy": "delete", "default_ttl": 1440}}``).
 
-    # backends.py
-    from langgraph_checkpoint_agent_memory.server import checkpointer, store
-
-and ``langgraph.json`` names them, with the server's own TTL and index settings::
-
-    {
-      "dependencies": ["."],
-      "graphs": {"agent": "./agent.py:graph"},
-      "checkpointer": {
-        "path": "./backends.py:checkpointer",
-        "ttl": {"strategy": "delete", "default_ttl": 1440, "sweep_interval_minutes": 10}
-      },
-      "store": {
-        "path": "./backends.py:store",
-        "ttl": {"default_ttl": 10080, "refresh_on_read": true, "sweep_interval_minutes": 60}
-      }
-    }
-
-The server passes those two sections to the process as JSON in ``LANGGRAPH_CHECKPOINTER`` and
+The server passes those sections to the process as JSON in ``LANGGRAPH_CHECKPOINTER`` and
 ``LANGGRAPH_STORE``, and applies their ``ttl`` to nothing of a custom checkpointer or store:
-the factories read them and run this package's own expiry and sweepers. Where the data lives
-comes from ``AGENT_MEMORY_URL`` (a ``sqlite:///``, ``postgresql://`` or ``hana://`` URL, a
-``file:`` URL or a plain path of a SQLite file); without it, a SAP HANA service binding, and
-otherwise the embedded default SQLite file (see ``agent-memory --help``). Behind PgBouncer in
-transaction mode or a managed transaction pooler, end a PostgreSQL URL with
-``?prepare_threshold=none``; without it the factories fail at startup saying so.
+the factories read them and run this package's own expiry and sweepers. The checkpointer's
+``ttl.default_ttl`` (minutes) becomes ``ttl_seconds``, rounded up, and
+``LANGGRAPH_THREAD_TTL`` wins over it as it does in the server; the store's ``ttl`` is its
+``TTLConfig`` as it is, and its ``index.embed`` is resolved as the server resolves it. The
+user guide's section "LangGraph's Agent Server" has the whole mapping, field by field.
 
-The mapping:
-
-* checkpointer ``ttl.default_ttl`` (minutes, a number > 0) is the saver's ``ttl_seconds``,
-  rounded up to whole seconds: a thread idle that long is gone for readers at once;
-  ``ttl.strategy`` is the saver's ``strategy`` (``"delete"`` the thread, or ``"keep_latest"``:
-  prune it to its latest checkpoint, which stays readable); ``ttl.sweep_interval_minutes`` is
-  the saver's sweep interval (default: a tenth of the TTL, between 0.5 s and 60 s);
-  ``ttl.sweep_limit`` is ``sweep_batch`` (threads per sweep transaction). Reads do not extend
-  a thread's life unless ``ttl.refresh_on_read`` (this package's addition) is ``true``; runs
-  do. ``LANGGRAPH_THREAD_TTL``, when set, wins over ``ttl`` as it does in the server.
-  ``serde.pickle_fallback`` and ``serde.allowed_json_modules`` configure LangGraph's
-  ``JsonPlusSerializer`` (its defaults apply to keys left out).
-* store ``ttl`` is the store's LangGraph ``TTLConfig`` as it is (minutes); its sweeper starts
-  with the server when ``default_ttl`` or ``sweep_interval_minutes`` is set (every
-  ``sweep_interval_minutes``, default 1). The server's HTTP store API passes ``ttl=None``
-  for an item put without ``ttl``, which never expires; items a graph puts without ``ttl``
-  get ``default_ttl``.
-* store ``index`` (``dims``, ``embed``, ``fields``) is the store's index: ``embed`` is a
-  LangChain identifier (``"openai:text-embedding-3-small"``, which needs the ``langchain``
-  package and the provider's), a ``"./file.py:name"`` of an ``Embeddings`` object or an
-  embedding function, or :func:`offline_embeddings` re-exported from such a file (the
-  package's offline embedder, 256 dimensions). The server resolves ``embed`` itself at startup
-  too, so it must be loadable there.
-
+Where the data lives comes from ``AGENT_MEMORY_URL`` (a URL, a ``file:`` URL or a plain path
+of a SQLite file), else a SAP HANA service binding, else the embedded default SQLite file;
+behind a transaction pooler, end a PostgreSQL URL with ``?prepare_threshold=none``.
 Encryption at rest follows the package's variables (``AGENT_MEMORY_MASTER_KEY``,
 ``AGENT_MEMORY_KEYSTORE_URL``) and, when they are not set, the Agent Server's own
 ``LANGGRAPH_AES_KEY`` (a master key is derived from it), so a deployment that sets the
-variable the Agent Server documents gets encrypted checkpoints and store items, as it
-expects. See the user guide's "Encryption and erasure".
+variable the Agent Server documents gets encrypted checkpoints and store items.
 
 Every bad value raises :class:`ConfigurationError` naming the variable and the field, before
 the server accepts a request.
@@ -364,13 +326,13 @@ class _Fields:
         for key in sorted(set(self.data) - set(known)):
             logger.warning("%s is not read by this package; ignored", self.name(key))
 
-    def number(self, key: str, *, positive: bool = True) -> float | None:
+    def number(self, key: str) -> float | None:
         value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, "a number of minutes")
-        if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        if not math.isfinite(value) or value <= 0:
             raise self.fail(key, "a number of minutes > 0 (or null)")
         return float(value)
 

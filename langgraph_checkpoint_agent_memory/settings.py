@@ -12,8 +12,10 @@ the decorated function returns the **effective** value, looked up in this order:
    ``{"config": {"a": {"b": 1}}}``);
 4. the coded default.
 
-Values are coerced to the return annotation; a value that does not convert raises
-:class:`ConfigValueError` naming the key and where the bad value came from.
+Values are converted to the return annotation by ``pydantic.TypeAdapter`` (lax mode: ``"60"``
+is 60, ``"yes"`` is true; from an environment variable also ``"none"`` for null and JSON for a
+list); a value that does not convert raises :class:`ConfigValueError` naming the key, the value
+and where it came from.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import json
 import os
 import re
 import threading
-import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, Union
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -76,24 +79,22 @@ class ConfigField:
 
     def resolve(self) -> tuple[Any, str]:
         """The effective value and the source it came from."""
+        found, source, where = self._found()
+        return _coerce(found, self.annotation, self.key, where, text=source == "env"), source
+
+    def _found(self) -> tuple[Any, str, str]:
+        """The raw value in force, its source, and how an error names the source."""
         with _lock:
             if self.key in _overrides:
-                return _coerce(_overrides[self.key], self.annotation, self.key, "an override"), (
-                    "override"
-                )
+                return _overrides[self.key], "override", "an override"
         raw = os.environ.get(self.env_var)
         if raw is not None:
-            return _coerce(
-                raw, self.annotation, self.key, f"environment variable {self.env_var}", text=True
-            ), "env"
+            return raw, "env", f"environment variable {self.env_var}"
         path = os.environ.get(CONFIG_FILE_ENV)
-        if path:
-            found = _file_value(path, self.key)
-            if found is not _MISSING:
-                return _coerce(
-                    found, self.annotation, self.key, f"{CONFIG_FILE_ENV} file {path}"
-                ), "file"
-        return self.default(), "default"
+        found = _file_value(path, self.key) if path else _MISSING
+        if found is not _MISSING:
+            return found, "file", f"{CONFIG_FILE_ENV} file {path}"
+        return self.getter(), "default", "the coded default"
 
     def value(self) -> Any:
         return self.resolve()[0]
@@ -125,7 +126,6 @@ def _fresh_lock() -> None:
 
 _registry: dict[str, ConfigField] = {}
 _overrides: dict[str, Any] = {}
-_file_cache: dict[str, tuple[float, Any]] = {}
 
 
 class ConfigValue(Protocol[T_co]):
@@ -267,13 +267,6 @@ def overrides(values: Mapping[str, Any]) -> Iterator[None]:
                     _overrides[k] = old
 
 
-def _forget(key: str) -> None:
-    """Drop a declaration (tests only)."""
-    with _lock:
-        _registry.pop(key, None)
-        _overrides.pop(key, None)
-
-
 # -- sources and coercion ------------------------------------------------------------------
 
 
@@ -284,22 +277,7 @@ def _file_value(path: str, key: str) -> Any:
         raise ConfigValueError(
             f"{CONFIG_FILE_ENV} names {path!r}, which cannot be read: {exc.strerror}"
         ) from None
-    with _lock:
-        cached = _file_cache.get(path)
-        if cached is None or cached[0] != mtime:
-            try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise ConfigValueError(
-                    f"{CONFIG_FILE_ENV} file {path!r} is not valid JSON: {exc}"
-                ) from None
-            if not isinstance(data, dict):
-                raise ConfigValueError(
-                    f"{CONFIG_FILE_ENV} file {path!r} must hold a JSON object, "
-                    f"got {type(data).__name__}"
-                )
-            cached = _file_cache[path] = (mtime, data)
-    data = cached[1]
+    data = _file_data(path, mtime)
     if key in data:
         return data[key]
     node: Any = data
@@ -310,8 +288,22 @@ def _file_value(path: str, key: str) -> Any:
     return node
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+@functools.lru_cache(maxsize=16)
+def _file_data(path: str, mtime: float) -> dict[str, Any]:
+    """The file's JSON object, read again when its modification time changes."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigValueError(
+            f"{CONFIG_FILE_ENV} file {path!r} is not valid JSON: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigValueError(
+            f"{CONFIG_FILE_ENV} file {path!r} must hold a JSON object, got {type(data).__name__}"
+        )
+    return data
+
+
 _NONE = {"", "none", "null"}
 
 
@@ -323,122 +315,58 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+@functools.cache
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    # a number where text is declared is that text (a file's 5 for a name); a class pydantic
+    # does not know is checked with isinstance
+    config = ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
+    return TypeAdapter(annotation, config=config)
+
+
 def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = False) -> Any:
+    """``value`` as ``annotation`` says, or :class:`ConfigValueError` naming the key, the
+    source and the value."""
+    if annotation is _MISSING or annotation is Any:
+        return value
     try:
-        return _convert(value, annotation, text)
-    except (TypeError, ValueError) as exc:
+        return _validated(_adapter(annotation), value, text)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        reasons = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
         raise ConfigValueError(
             f"agent_config {key!r}: {source} holds {value!r}, which is not a valid "
-            f"{_type_name(annotation)} ({exc})"
+            f"{_type_name(annotation)} ({'; '.join(dict.fromkeys(e['msg'] for e in reasons))})"
         ) from None
 
 
-def _convert(value: Any, annotation: Any, text: bool) -> Any:
-    """``value`` as ``annotation`` says; ``text``: it came from an environment variable or a
-    file, so ``"none"`` may mean null and containers come as JSON."""
-    if annotation is _MISSING or annotation is Any:
-        return value
-    origin = typing.get_origin(annotation)
-    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        return _to_union(value, typing.get_args(annotation), text)
-    if annotation is type(None):
-        if _is_null(value, text):
-            return None
-        raise ValueError("expected null")
-    if origin is typing.Literal:
-        return _to_literal(value, typing.get_args(annotation), text)
-    target = origin or annotation
-    scalar = _SCALARS.get(target)
-    if scalar is not None:
-        return scalar(value)
-    if target in _CONTAINERS:
-        return _to_container(value, target, text)
-    if isinstance(target, type) and not isinstance(value, target):
-        return target(value)
-    return value
-
-
-def _is_null(value: Any, text: bool) -> bool:
-    return value is None or (text and str(value).strip().lower() in _NONE)
-
-
-def _to_union(value: Any, args: tuple[Any, ...], text: bool) -> Any:
-    if type(None) in args and _is_null(value, text):
+def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
+    """By pydantic's lax mode; ``text``: the value came from an environment variable, so
+    ``"none"`` may mean null and what is not text (a list, ``2`` for ``Literal[1, 2]``)
+    comes as JSON."""
+    if text and value.strip().lower() in _NONE and _admits_none(adapter):
         return None
-    errors = []
-    for arg in (a for a in args if a is not type(None)):
+    try:
+        return _no_bool_as_number(adapter, value)
+    except ValidationError as exc:
+        if not text:
+            raise
         try:
-            return _convert(value, arg, text)
-        except (TypeError, ValueError) as exc:
-            errors.append(str(exc))
-    raise ValueError("; ".join(errors))
+            parsed = json.loads(value)
+        except ValueError:
+            raise exc from None  # not JSON either: the error names what was expected
+        return _no_bool_as_number(adapter, parsed)
 
 
-def _to_literal(value: Any, choices: tuple[Any, ...], text: bool) -> Any:
-    for choice in choices:
-        try:
-            if _convert(value, type(choice), text) == choice:
-                return choice
-        except (TypeError, ValueError):
-            continue
-    raise ValueError(f"expected one of {list(choices)}")
+def _no_bool_as_number(adapter: TypeAdapter[Any], value: Any) -> Any:
+    found = adapter.validate_python(value)
+    # pydantic reads True as 1; a flag given where a number is declared is a mistake
+    if isinstance(value, bool) and not isinstance(found, bool):
+        raise ValueError("expected a number, got a boolean")
+    return found
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError("expected true/false")
-
-
-def _to_int(value: Any) -> Any:
-    if _is_number(value) and isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return _parse_number(value, int, "an integer")
-
-
-def _to_float(value: Any) -> float:
-    return float(value) if _is_number(value) else _parse_number(value, float, "a number")
-
-
-def _to_str(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if _is_number(value):
-        return str(value)
-    raise ValueError("expected a string")
-
-
-_SCALARS: dict[Any, Callable[[Any], Any]] = {
-    bool: _to_bool,
-    int: _to_int,
-    float: _to_float,
-    str: _to_str,
-}
-
-#: A container annotation -> the JSON value it is built from.
-_CONTAINERS: dict[Any, type] = {list: list, tuple: list, set: list, frozenset: list, dict: dict}
-
-
-def _to_container(value: Any, target: Any, text: bool) -> Any:
-    if isinstance(value, str) and text:
-        value = json.loads(value)
-    if not isinstance(value, _CONTAINERS[target]):
-        raise ValueError(f"expected a JSON {'object' if target is dict else 'array'}")
-    return target(value)
-
-
-def _parse_number(value: Any, parse: Callable[[str], float], what: str) -> float:
-    """A number from text; never from a boolean, though Python counts one as an ``int``."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {what}, got a boolean")
-    if isinstance(value, str):
-        return parse(value.strip())
-    raise ValueError(f"expected {what}")
+def _admits_none(adapter: TypeAdapter[Any]) -> bool:
+    try:
+        adapter.validate_python(None)
+    except ValidationError:
+        return False
+    return True

@@ -1,8 +1,7 @@
 """Text analysis, the same for documents and queries on every backend: no I/O, no SQL.
 
 A low-level module (like :mod:`.settings` and :mod:`.background`): the store analyses
-queries with it and the ``db`` layer indexes rows with it (including the migration that
-indexes items stored before the lexical index existed), so neither imports the other.
+queries with it and the ``db`` layer indexes rows with it, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Protocol
-
-import snowballstemmer
 
 _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -50,6 +47,10 @@ class _Stemmer(Protocol):
 
 
 def _new_stemmer() -> _Stemmer:
+    # loaded on the first stem: the checkpointers check text with this module too, and a
+    # process that never indexes a document should not pay for both stemmers at import
+    import snowballstemmer
+
     stemmer: _Stemmer = snowballstemmer.stemmer("english")
     return stemmer
 
@@ -78,8 +79,7 @@ def postings(doc: str) -> tuple[Counter[str], int]:
 def fact_text(attribute: str, value: str, statement: str = "") -> str:
     """What search indexes for a fact: its attribute as words (``home_city`` is "home
     city"), its value and its statement, so a fact is found by what it is about ("city",
-    "employer") as well as by what it says. Agent memory writes facts with it, and the
-    migration that re-indexes facts stored before it existed uses it too. A statement that
+    "employer") as well as by what it says. Agent memory writes facts with it. A statement that
     only repeats the value or the head, word for word as search sees words ("Berlin." for
     "Berlin"), is not indexed twice: it would double every term's frequency."""
     head = f"{attribute.replace('_', ' ')}: {value}"

@@ -52,6 +52,36 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
 
 
+#: The tables of the checkpointer's and the store's operations (``db.collection.name``).
+CHECKPOINT_TABLES = ("am_checkpoints", "am_checkpoint_writes", "am_threads")
+STORE_TABLES = ("am_store_items",)
+
+
+def on(exporter: InMemorySpanExporter, tables: tuple[str, ...]) -> list[ReadableSpan]:
+    """The finished database spans about one of ``tables``, in the order they ended."""
+    return [
+        s
+        for s in exporter.get_finished_spans()
+        if (s.attributes or {}).get("db.collection.name") in tables
+    ]
+
+
+def rename_table(url: str, table: str, to: str) -> None:
+    """Rename ``table`` of the database at ``url`` behind the package's back (its next
+    statement on it fails in the database, with the database's error code)."""
+    import sqlite3
+
+    import psycopg
+
+    rename = f"ALTER TABLE {table} RENAME TO {to}"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            conn.execute(rename)
+    else:
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute(rename)
+
+
 def points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     """The data points of the metric ``name`` read now (none when nothing was recorded)."""
     data = reader.get_metrics_data()

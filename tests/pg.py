@@ -30,15 +30,15 @@ from typing import Any
 
 import pytest
 
-from langgraph_checkpoint_agent_memory.testing import (
+from tests.servers import (
+    NO_CITUS,
+    NO_PGBOUNCER,
+    LocalCitus,
+    LocalPgBouncer,
     LocalPostgres,
     PgBinaries,
     available_binaries,
-)
-from langgraph_checkpoint_agent_memory.testing_citus import NO_CITUS, LocalCitus, citus_binaries
-from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
-    NO_PGBOUNCER,
-    LocalPgBouncer,
+    citus_binaries,
     find_pgbouncer,
 )
 
@@ -165,7 +165,7 @@ def server_id(backend: str) -> str:
 def libpq_url(url: str) -> tuple[str, dict[str, Any]]:
     """A test URL as ``psycopg.connect`` takes it: ``(conninfo, keyword arguments)``, with
     the package's ``prepare_threshold`` moved out of the URL."""
-    from langgraph_checkpoint_agent_memory.db.pg_pool import prepare_threshold_of
+    from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
     from langgraph_checkpoint_agent_memory.db.url import take_prepare_threshold
 
     conninfo, raw = take_prepare_threshold(url)

@@ -11,9 +11,8 @@ without the key, ``DecryptionError`` with a wrong one), and every table must be 
 nothing decoded as if it were plaintext, no plaintext written, no data key wrapped by the
 wrong master key.
 
-Beside it: the CLI says so in one line; a database encrypted before the mark existed is
-refused too; a process without setup marks the database with its first write; a wrong master
-key wraps nothing in a key store of its own either.
+Beside it: the CLI says so in one line; a process without setup marks the database with its
+first write; a wrong master key wraps nothing in a key store of its own either.
 """
 
 from __future__ import annotations
@@ -250,18 +249,6 @@ def test_the_cli_without_the_key_says_so_in_one_line(
     assert snapshot(url) == before
 
 
-def _forget_the_mark(url: str, component: str) -> None:
-    """The database as the code before the mark left it: no mark, the migration that
-    brings it not applied (a checkpoint-only database had no settings table then)."""
-    statements = ["DELETE FROM am_settings WHERE name = 'encrypted_at_rest'"]
-    if component == "checkpoint":
-        statements = ["DROP TABLE am_settings", "DELETE FROM am_migrations WHERE version = 1004"]
-    else:
-        statements.append("DELETE FROM am_migrations WHERE version = 2010")
-    for sql in statements:
-        run(url, sql)
-
-
 def run(url: str, sql: str) -> None:
     if url.startswith("sqlite:///"):
         import sqlite3
@@ -273,34 +260,6 @@ def run(url: str, sql: str) -> None:
 
     with psycopg.connect(url) as pg:
         pg.execute(sql)
-
-
-@pytest.mark.parametrize("component", ["checkpoint", "store"])
-def test_a_database_encrypted_before_the_mark_is_refused_too(url: str, component: str) -> None:
-    master = generate_master_key()
-    if component == "checkpoint":
-        with_saver(url, master, lambda v: invoke(v, "t1"))
-        call = CALLS["saver.get_tuple"]
-        unset: Callable[[], None] = lambda: with_saver(  # noqa: E731
-            url, NO_SETUP, lambda v: v.get_tuple(config_for("t1"))
-        )
-    else:
-        with_store(url, master, lambda t: t.put(("docs", "alice"), "d1", {"text": "secret"}))
-        call = CALLS["store.get"]
-        unset = lambda: with_store(  # noqa: E731
-            url, NO_SETUP, lambda t: t.get(("docs", "alice"), "d1")
-        )
-    _forget_the_mark(url, component)
-    before = snapshot(url)
-    for _ in range(2):  # the refused migration is rolled back, and found again
-        with pytest.raises(EncryptionError, match="without its master key"):
-            call(url, False)
-        with pytest.raises(EncryptionError, match="without its master key"):
-            unset()  # without setup: the sealed rows are found all the same
-        assert snapshot(url) == before
-    call(url, master)  # with the key: migrated and marked
-    with pytest.raises(EncryptionError, match="without its master key"):
-        call(url, False)
 
 
 @pytest.mark.parametrize("way", ["sync", "async"])

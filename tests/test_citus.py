@@ -345,8 +345,8 @@ def test_a_coordinator_killed_under_load_raises_the_package_s_errors_only(
 
     from langgraph_checkpoint_agent_memory import AgentMemory, create_store
     from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError
-    from langgraph_checkpoint_agent_memory.testing_citus import LocalCitus
     from tests.helpers import config_for, make_checkpoint, sql_checkpointer
+    from tests.servers import LocalCitus
 
     with LocalCitus(fsync=False) as own:
         url = own.create_database()

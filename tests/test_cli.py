@@ -77,7 +77,7 @@ def test_an_unreachable_postgresql_is_one_line() -> None:
     pytest.importorskip("psycopg_pool")
     script = (
         "import sys\n"
-        "from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase\n"
+        "from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase\n"
         "opened = PostgresDatabase.__init__\n"
         "def quick(self, source, **options):  # a refusal in 1 s, not the default 10\n"
         "    opened(self, source, **{**options, 'connect_timeout': 1.0})\n"

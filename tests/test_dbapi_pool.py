@@ -78,7 +78,7 @@ def test_every_checkout_is_checked(tmp_path: Path) -> None:
     check given (SQLite's), else by the dialect's ping, a statement (HANA's)."""
     from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-    from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+    from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool
 
     def pool(check: Any = None) -> DbApiPool:
         return DbApiPool(
@@ -154,7 +154,7 @@ def test_a_lost_hana_connection_is_classified_by_hdbcli() -> None:
     pytest.importorskip("sqlalchemy_hana")
     from sqlalchemy_hana.dialect import HANAHDBCLIDialect
 
-    from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
+    from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool
 
     pool = DbApiPool(
         lambda: None,

@@ -386,23 +386,7 @@ def test_erase_reaches_a_backup_taken_before_it(
         close(backup)
 
 
-# -- migrations ----------------------------------------------------------------------------
-
-
-def test_re_indexing_facts_passes_sealed_facts_by(
-    tmp_path: Path, stores: Callable[..., AgentMemoryStore]
-) -> None:
-    from langgraph_checkpoint_agent_memory.db.row_migrations import index_facts
-
-    store = stores(f"sqlite:///{tmp_path / 'migrate.db'}", encryption=generate_master_key())
-    memory = AgentMemory(store)
-    memory.record("user=alice", [HumanMessage("I live in Lyon")], thread_id="a1")
-    memory.consolidate()
-    before = memory.facts("user=alice")
-    assert [f.value for f in before] == ["Lyon"]
-    assert store.run_plan(index_facts(store.dialect, store.statements.shard_depth)) == 0
-    assert memory.facts("user=alice") == before
-    assert [f.key for f in memory.recall("user=alice", "Lyon").facts] == ["city"]
+# -- the encrypt command -------------------------------------------------------------------
 
 
 def test_the_encrypt_command_seals_memory_then_everything_reads_encrypted(

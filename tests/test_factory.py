@@ -123,9 +123,16 @@ def test_ttl_comes_from_declared_agent_config(monkeypatch: pytest.MonkeyPatch) -
 def test_volatile_warning_is_logged_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(factory, "_warned_volatile", False)
+    monkeypatch.setattr(factory, "_announced", set())
     with caplog.at_level(logging.WARNING, logger=factory.__name__):
         create_checkpointer()
         create_checkpointer(60)
     warnings = [r for r in caplog.records if "does not survive" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_the_factory_names_the_master_key_variable_as_the_cipher_does() -> None:
+    """The factory tells "no encryption" without loading the cipher, by the variable's name."""
+    from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV
+
+    assert factory.MASTER_KEY_ENV == MASTER_KEY_ENV

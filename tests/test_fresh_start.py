@@ -303,38 +303,6 @@ def test_a_copy_into_a_deleted_thread_takes_writes_to_its_copied_history(
     assert saver.get_tuple(copied).pending_writes == [("task", "x", "w")]
 
 
-def test_a_tombstone_from_before_boundaries_restarts_cleanly(
-    saver_factory: SaverFactory,
-) -> None:
-    """Migration 3 gives tombstones it finds an unknown boundary, which refuses every named
-    write; a fresh start on such a thread must not carry it on, or every later step of the
-    new conversation would be refused."""
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
-    from langgraph_checkpoint_agent_memory.db.dialect import Sql
-    from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
-
-    if saver_factory.url is None:
-        pytest.skip("only SQL databases have tombstones from an earlier schema")
-    saver = saver_factory()
-    old = saver.put(config_for("t"), make_checkpoint({"x": ["old"]}, step=1), {}, {"x": 1})
-    saver.delete_thread("t")
-
-    def legacy() -> Any:
-        yield Batch(
-            [Stmt(Sql(f"UPDATE am_threads SET ended_after = '{UNKNOWN_BOUNDARY}'"))], write=True
-        )
-
-    saver.db.run(legacy())
-    with pytest.raises(ThreadDeletedError):  # as before the upgrade: named writes refused
-        saver.put_writes(old, [("x", "late")], "late")
-    first = saver.put(config_for("t"), make_checkpoint({"x": ["a"]}, step=1), {}, {"x": 1})
-    second = saver.put(first, make_checkpoint({"x": ["a", "b"]}, step=2, version=2), {}, {"x": 2})
-    saver.put_writes(second, [("x", "w")], "task")
-    got = saver.get_tuple(config_for("t"))
-    assert got.checkpoint["channel_values"] == {"x": ["a", "b"]}
-    assert got.pending_writes == [("task", "x", "w")]
-
-
 def test_a_late_write_too_large_for_one_statement_is_refused_too(
     saver_factory: SaverFactory,
 ) -> None:

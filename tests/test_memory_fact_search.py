@@ -1,23 +1,18 @@
 """Facts are found by what they are about: their attribute (``home_city`` by "home" and
-"city"), their value and their statement, lexically and by vector, on every backend; facts
-stored before this indexing are re-indexed by a migration."""
+"city"), their value and their statement, lexically and by vector, on every backend."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore, create_store
-from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate, model
-from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
-from tests.test_migrations import FIXTURES, ledger, query
+from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore
+from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Fact, FactCandidate
 
 U = {"user_id": "alice"}
 SAID = "My name is Alice. I live in Berlin and I work at ACME. My home city is Potsdam."
@@ -134,134 +129,3 @@ def test_the_indexed_text_of_a_fact() -> None:
         "k", "caroline", "Caroline went to a support group", "Caroline went to a support group "
     )
     assert said.search_text() == "caroline: Caroline went to a support group"
-
-
-# -- facts stored before: the migration re-indexes them -------------------------------------
-
-
-def test_a_legacy_database_finds_its_facts_by_attribute_after_upgrading(tmp_path: Path) -> None:
-    """The fixture was written before facts were indexed by attribute: its fact's text was
-    the statement "The user lives in Munich" alone."""
-    path = tmp_path / "legacy.db"
-    conn = sqlite3.connect(path)
-    conn.executescript((FIXTURES / "legacy_global_v7.sql").read_text())
-    conn.close()
-    url = f"sqlite:///{path}"
-    store = create_store(url)
-    try:
-        memory = AgentMemory(store)
-        facts = memory.namespace(U, "facts")
-        [found] = store.search(facts, query="city")
-        assert (found.key, found.value["value"]) == ("city", "Munich")
-        assert keys(store.search(facts, query="lives Munich")) == ["city"]  # and as before
-        assert keys(store.search(("docs",), query="printer")) == ["a"]  # others untouched
-    finally:
-        store.close()
-    assert 3002 in ledger(url)
-    [(doc, length)] = query(
-        url, "SELECT doc, doc_len FROM am_store_items WHERE prefix = 'memory.user=alice.facts'"
-    )
-    # memory 5 added the day the fact became true, in words
-    assert doc == "city: Munich\nThe user lives in Munich\nNovember 30 30th 2026-11-30"
-    assert length == 11
-
-
-def test_the_migration_reindexes_facts_and_history_on_every_database(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Facts written the old way (indexed by statement alone) on SQLite and PostgreSQL are
-    found by attribute once the memory migration 2 runs; an item that only looks like a fact
-    namespace keeps its own text, and a second setup changes nothing."""
-    answers = iter(
-        [
-            '{"episode": {"summary": "a"}, "facts": [{"attribute": "home_city", "value": '
-            '"Berlin", "statement": "Alice lives in Berlin"}, {"attribute": "employer", '
-            '"value": "ACME", "statement": "Alice works at ACME"}]}',
-            '{"episode": {"summary": "b"}, "facts": [{"attribute": "home_city", "value": '
-            '"Munich", "statement": "Alice lives in Munich"}]}',
-        ]
-    )
-    store = create_store(database_url)
-    memory = AgentMemory(store, extractor=CallableExtractor(lambda p: next(answers)))
-    with monkeypatch.context() as old_code:  # what earlier versions indexed
-        old_code.setattr(Fact, "search_text", Fact.text)
-        old_code.setattr(model, "dated_text", lambda text, when: text)
-        for i in range(2):
-            memory.record(U, [{"role": "user", "content": f"turn {i}"}], key=f"e{i}")
-            assert memory.consolidate().completed == 1
-    store.put(("notes", "facts"), "n1", {"kind": "fact", "text": "a city note"})
-    store.put(("notes", "facts"), "n2", {"kind": "note", "attribute": "x", "value": "y"})
-    facts, history = memory.namespace(U, "facts"), memory.namespace(U, "history")
-    assert store.search(facts, query="employer") == []  # the defect, as stored
-    store.close()
-    notes = "SELECT key, doc FROM am_store_items WHERE prefix = 'notes.facts' ORDER BY key"
-    written = query(database_url, notes)
-    query_rows = "SELECT COUNT(*) FROM am_migrations WHERE version = 3002"
-    _forget_migration(database_url, 3002)
-    assert query(database_url, query_rows) == [(0,)]
-
-    store = create_store(database_url)
-    try:
-        memory = AgentMemory(store)
-        memory.setup()
-        assert query(database_url, query_rows) == [(1,)]
-        assert keys(store.search(facts, query="employer")) == ["employer"]
-        assert keys(store.search(facts, query="home city")) == ["home_city"]
-        [old] = store.search(history, query="home")
-        assert old.value["value"] == "Berlin"
-        assert query(database_url, notes) == written  # not facts: left alone
-        docs = "SELECT prefix, key, doc, updated_at FROM am_store_items ORDER BY 1, 2"
-        before = query(database_url, docs)
-        memory.setup()  # applied once: nothing to do again
-        assert query(database_url, docs) == before
-    finally:
-        store.close()
-
-
-def test_a_fact_indexed_with_its_value_twice_is_indexed_once_after_upgrading(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Memory migration 2 indexed a fact whose statement repeats its value with the sentence
-    twice; migration 3 re-indexes it once, its term counts too, on SQLite and PostgreSQL."""
-    sentence = "Caroline went to a support group"
-    store = create_store(database_url)
-    memory = AgentMemory(store)
-    with monkeypatch.context() as old_code:  # what memory migration 2's text did
-        old_code.setattr(model, "dated_text", lambda text, when: text)
-        old_code.setattr(
-            Fact,
-            "search_text",
-            lambda f: f"{f.attribute.replace('_', ' ')}: {f.value}\n{f.statement}",
-        )
-        MemoryTools(memory).remember(
-            "caroline", sentence, sentence, multi=True, config={"configurable": U}
-        )
-    store.close()
-    docs = "SELECT doc, doc_len FROM am_store_items WHERE prefix LIKE '%.facts'"
-    [(doubled, length)] = query(database_url, docs)
-    assert doubled == f"caroline: {sentence}\n{sentence}" and length == 9
-    _forget_migration(database_url, 3003)
-
-    store = create_store(database_url)
-    try:
-        AgentMemory(store).setup()
-        assert query(database_url, docs) == [(f"caroline: {sentence}", 5)]
-        terms = "SELECT SUM(tf) FROM am_store_terms WHERE prefix LIKE '%.facts'"
-        assert query(database_url, terms) == [(5,)]
-        assert 3003 in ledger(database_url)
-    finally:
-        store.close()
-
-
-def _forget_migration(url: str, version: int) -> None:
-    """Take a migration out of the ledger, as on a database from before it."""
-    if url.startswith("sqlite"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        conn.execute("DELETE FROM am_migrations WHERE version = ?", (version,))
-        conn.commit()
-        conn.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(url) as pg:
-            pg.execute("DELETE FROM am_migrations WHERE version = %s", (version,))

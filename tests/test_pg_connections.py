@@ -16,9 +16,9 @@ psycopg = pytest.importorskip("psycopg")
 psycopg_pool = pytest.importorskip("psycopg_pool")
 
 from langgraph_checkpoint_agent_memory import AgentMemoryError, PostgresSaver  # noqa: E402
-from langgraph_checkpoint_agent_memory.db.pg_pool import with_keepalives  # noqa: E402
-from langgraph_checkpoint_agent_memory.db.postgres_connection import (  # noqa: E402
+from langgraph_checkpoint_agent_memory.db.postgres import (  # noqa: E402
     PostgresDatabase,
+    with_keepalives,
 )
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError  # noqa: E402
 from tests.helpers import config_for, make_checkpoint, present  # noqa: E402

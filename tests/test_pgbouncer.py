@@ -28,10 +28,10 @@ from langgraph_checkpoint_agent_memory import (
     PostgresSaver,
     create_store,
 )
-from langgraph_checkpoint_agent_memory.testing_pgbouncer import LocalPgBouncer
 from tests.helpers import Recorder, config_for, make_checkpoint, present, sql_checkpointer
 from tests.pg import BouncedServer, PgServers, bouncer_params, libpq_url
 from tests.pooler_app import run_users_and_check
+from tests.servers import LocalPgBouncer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -297,10 +297,10 @@ def test_libpq_never_sees_the_option(bouncer_url: str) -> None:
 
 
 def test_without_the_program_the_reason_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    from langgraph_checkpoint_agent_memory import testing_pgbouncer
+    from tests import servers
 
-    monkeypatch.setenv(testing_pgbouncer.PGBOUNCER_ENV, "/nonexistent/pgbouncer")
-    assert testing_pgbouncer.find_pgbouncer() is None
+    monkeypatch.setenv(servers.PGBOUNCER_ENV, "/nonexistent/pgbouncer")
+    assert servers.find_pgbouncer() is None
     with pytest.raises(RuntimeError, match="apt-get install pgbouncer"):
         LocalPgBouncer("postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -354,7 +354,7 @@ def test_no_flush_follows_the_end_of_a_transaction(pg_url: str, tmp_path: Path) 
     import psycopg
 
     from langgraph_checkpoint_agent_memory import AgentMemory, AgentMemoryStore
-    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
     trace = tmp_path / "trace.txt"
 

@@ -243,7 +243,6 @@ def test_a_database_that_refuses_the_build_gets_the_postings_answer(
     """A search must not fail for want of blocks: where the build is refused (a read-only
     replica or file, a locked SQLite database), the postings answer, and the next queries
     do not try again for a while."""
-    from langgraph_checkpoint_agent_memory.store import blocked
 
     rng = random.Random(14)
     for i in range(100):
@@ -253,7 +252,7 @@ def test_a_database_that_refuses_the_build_gets_the_postings_answer(
         yield Batch([Stmt(Sql("UPDATE no_such_table SET x = 1"))], write=True)
         return 0
 
-    monkeypatch.setattr(blocked, "build_plan", refused)
+    monkeypatch.setattr(B, "build_plan", refused)
     expected = bm25(store, ("ro",), "printer refund", 6, on=False)
     sent = Recorder(store)
     with caplog.at_level("WARNING"):
@@ -298,9 +297,8 @@ def test_a_query_due_more_builds_than_it_may_do_leaves_them_to_the_next(
     """Each query builds at most ``BUILDS_PER_QUERY`` blocks; one that left some due is
     answered by the postings, and the next query builds on (it does not give up on blocks
     for a minute, as when the words are spread over small namespaces)."""
-    from langgraph_checkpoint_agent_memory.store import blocked
 
-    monkeypatch.setattr(blocked, "BUILDS_PER_QUERY", 1)
+    monkeypatch.setattr(B, "BUILDS_PER_QUERY", 1)
     rng = random.Random(16)
     for i in range(300):  # each word in about 120 items: more than FRESH_CAP (60) unpacked
         store.put(("due",), f"k{i}", text(rng))
@@ -333,26 +331,11 @@ def test_postgresql_reads_postings_from_their_key_and_vacuums_them_soon(
     """The postings' primary key includes ``tf`` and ``dl``, so BM25 reads them from it
     alone; and autovacuum takes them at 1% dead (and 10,000), not at a fifth: a build
     marks up to all of a common term's postings, each then a dead entry of the index of
-    unpacked postings that queries step over until a vacuum. A database from before store
-    step 9 (its key re-keyed without them by step 6) is brought there by its setup."""
+    unpacked postings that queries step over until a vacuum."""
     store = make_store()
     store.put(("docs",), "k", {"text": "printer refund"})
     assert postings_upkeep(store) == (["tf", "dl"], VACUUM_SOONER)
     if store.dialect.distributed:  # and on every shard, where the rows are
-        assert shards_upkeep(store) == {f"2 {','.join(VACUUM_SOONER)}"}
-    run_sql(
-        store,
-        "ALTER TABLE am_store_terms DROP CONSTRAINT am_store_terms_pkey",
-        "ALTER TABLE am_store_terms ADD PRIMARY KEY (term, shard, prefix, key)",
-        "ALTER TABLE am_store_terms RESET (autovacuum_vacuum_scale_factor, "
-        "autovacuum_vacuum_threshold)",
-        "DELETE FROM am_migrations WHERE version = 2009",
-    )
-    assert postings_upkeep(store) == ([], [])
-    later = make_store()
-    assert [i.key for i in later.search(("docs",), query="printer")] == ["k"]
-    assert postings_upkeep(later) == (["tf", "dl"], VACUUM_SOONER)
-    if store.dialect.distributed:
         assert shards_upkeep(store) == {f"2 {','.join(VACUUM_SOONER)}"}
 
 
@@ -391,13 +374,6 @@ def shards_upkeep(store: AgentMemoryStore) -> set[str]:
         return {str(r) for (r,) in rows}
 
     return store.db.run(plan())
-
-
-def run_sql(store: AgentMemoryStore, *statements: str) -> None:
-    def plan() -> Plan[None]:
-        yield Batch([Stmt(Sql(s)) for s in statements], write=True)
-
-    store.db.run(plan())
 
 
 def blocks_under(store: AgentMemoryStore, root: str) -> int:

@@ -169,8 +169,57 @@ def test_types_are_coerced(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigValueError, match=r"config\.t\.mode"):
         mode()
     monkeypatch.setenv("CONFIG__T__FLAG", "perhaps")
-    with pytest.raises(ConfigValueError, match="true/false"):
+    with pytest.raises(ConfigValueError, match="valid boolean"):
         flag()
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("2", 2), ("1", 1), ("none", None), ("", None), ("null", None)],
+)
+def test_env_text_may_be_json_or_null(
+    raw: str, expected: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @agent_config("config.t.level", "Level", "A numbered choice")
+    def level() -> Optional[Literal[1, 2]]:  # noqa: UP045 - the old spelling must work too
+        return 1
+
+    monkeypatch.setenv("CONFIG__T__LEVEL", raw)
+    assert level() == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (True, "got a boolean"),  # pydantic alone would read 1
+        (2.5, "fractional part"),
+        ("an hour", "unable to parse"),
+    ],
+)
+def test_a_bad_number_names_key_value_and_reason(value: object, reason: str) -> None:
+    ttl = declare_ttl()
+    with (
+        settings.overrides({"config.checkpointer.ttl_seconds": value}),
+        pytest.raises(ConfigValueError) as info,
+    ):
+        ttl()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "'config.checkpointer.ttl_seconds'" in message and repr(value) in message
+    assert reason in message
+
+
+def test_text_fields_take_numbers_and_keep_an_empty_string(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @agent_config("config.t.name", "Name", "A name")
+    def name() -> str:
+        return "x"
+
+    with settings.overrides({"config.t.name": 5}):
+        assert name() == "5"
+    monkeypatch.setenv("CONFIG__T__NAME", "")
+    assert name() == ""  # not null: the field does not admit None
 
 
 def test_registry_lists_and_exports_fields(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,12 +1,9 @@
 """The shard key of the store and agent memory: one rule (the first ``shard_depth`` labels of
 a namespace), recorded per database, carried in the primary key of every store and memory
-row and named by every statement of one item, namespace or scope; a database written before
-shard keys migrates in place with no row lost."""
+row and named by every statement of one item, namespace or scope."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -14,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
@@ -26,10 +22,8 @@ from langgraph_checkpoint_agent_memory import (
     create_store,
 )
 from langgraph_checkpoint_agent_memory.db import migrations as M
-from langgraph_checkpoint_agent_memory.db import row_migrations as R
 from langgraph_checkpoint_agent_memory.db import schema
-from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.schema_history import as_of
+from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.shard import (
     DEFAULT_SHARD_DEPTH,
     checked_depth,
@@ -44,7 +38,6 @@ from tests.test_memory import extraction
 from tests.test_store_properties import _view as view
 from tests.test_store_properties import ops_strategy
 
-FIXTURES = Path(__file__).parent / "fixtures"
 #: The recorded rule (``am_settings`` records other things too).
 DEPTH = "SELECT name, value FROM am_settings WHERE name = 'shard_depth'"
 SHARDED_TABLES = (
@@ -150,9 +143,9 @@ def test_the_rule_is_recorded_and_another_is_refused(database_url: str) -> None:
     with create_store(database_url, auto_setup=False) as plain:
         applied = M.migrate(plain.db)  # no shard_depth: the recorded one
     assert applied == {
-        "checkpoint": [1, 2, 3, 4],
+        "checkpoint": [1],
         "store": [],
-        "memory": [1, 2, 3, 4, 5, 6],
+        "memory": [1],
         "keys": [1],
     }
 
@@ -301,152 +294,6 @@ def test_memory_calls_of_one_scope_name_its_shard_key(database_url: str) -> None
     store.close()
 
 
-# -- a database written before shard keys ----------------------------------------------------
-
-#: Rows of every store and memory table, as the package wrote them before shard keys (store
-#: version 5, memory version 3): items, vectors and postings; a consolidated scope (facts,
-#: history, decay, a job), a pending one, a parked one, two threads.
-OLD = json.loads((FIXTURES / "unsharded_rows.json").read_text())
-
-
-def old_components() -> tuple[M.Component, ...]:
-    """The store and memory migrations as they were before shard keys (the facts
-    re-indexing of memory 2 and 3 has no facts to find in a new database)."""
-    store = M.Component("store", M.STORE.block, M.STORE.steps[: M.STORE_SHARD_VERSION - 1])
-    memory = M.Component(
-        "memory",
-        M.MEMORY.block,
-        tuple(
-            dataclasses.replace(s, rows=None) for s in M.MEMORY.steps[: M.MEMORY_SHARD_VERSION - 1]
-        ),
-    )
-    return store, memory
-
-
-def load_old_rows(db: Database[Any]) -> Plan[None]:
-    d = db.dialect
-    statements = []
-    for name in SHARDED_TABLES:
-        old = as_of(schema.metadata.tables[name], without={"shard", "sealed", "packed"})
-        cols = [c.name for c in old.columns]
-        insert = d.compile(sa.insert(old).values({c: sa.bindparam(c) for c in cols}))
-        values = [
-            {c: bytes.fromhex(v["hex"]) if isinstance(v, dict) else v for c, v in r.items()}
-            for r in OLD[name]
-        ]
-        statements.append(Stmt(insert, values, many=True))
-    yield Batch(statements, write=True)
-
-
-def indexes(url: str) -> set[str]:
-    if url.startswith("sqlite:///"):
-        sql = "SELECT name FROM sqlite_master WHERE type = 'index'"
-    else:
-        sql = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
-    return {name for (name,) in rows(url, sql)}
-
-
-def primary_key(url: str, table: str) -> list[str]:
-    if url.startswith("sqlite:///"):
-        info = rows(url, f"PRAGMA table_info({table})")
-        return [name for _, name, *_rest, pk in sorted(info, key=lambda r: r[-1]) if pk]
-    return [
-        name
-        for (name,) in rows(
-            url,
-            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            f"AND a.attnum = ANY(i.indkey) WHERE i.indrelid = '{table}'::regclass AND "
-            "i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)",
-        )
-    ]
-
-
-def test_a_database_written_before_shard_keys_migrates_with_no_row_lost(
-    database_url: str,
-) -> None:
-    legacy = create_store(database_url, auto_setup=False)
-    legacy.db.run(M.migrate_plan(legacy.dialect, 0.0, old_components()))
-    legacy.db.run(load_old_rows(legacy.db))
-    # an item older than the lexical index: the backfill indexes it (without row locks)
-    legacy.db.run(
-        iter_plan(
-            "UPDATE am_store_items SET doc_len = NULL WHERE key = 'n1'",
-            "DELETE FROM am_store_terms WHERE key = 'n1'",
-        )
-    )
-    legacy.close()
-    assert {v for (v,) in rows(database_url, "SELECT version FROM am_migrations")} == {
-        2001,
-        2002,
-        2003,
-        2004,
-        2005,
-        3001,
-        3002,
-        3003,
-    }
-
-    store = create_store(database_url, index={"dims": 8, "embed": WordEmbeddings(8)})
-    extractor = CallableExtractor(
-        lambda p: json.dumps(
-            {"episode": {"summary": "hi", "outcome": "ok", "importance": 0.5}, "facts": []}
-        )
-    )
-    memory = AgentMemory(store, extractor=extractor)
-    try:
-        facts = memory.facts("user=alice,agent=support")
-        assert sorted(f.value for f in facts) == ["Munich", "cat"]
-        for name in SHARDED_TABLES:
-            assert primary_key(database_url, name)[: 2 if name == "am_store_terms" else 1] == (
-                ["term", "shard"] if name == "am_store_terms" else ["shard"]
-            ), name
-            found = rows(database_url, f"SELECT * FROM {name}")
-            if name == "am_store_terms":  # memory 5 indexes facts and episodes' dates too
-                terms = set(rows(database_url, f"SELECT prefix, key, term FROM {name}"))
-                assert {(r["prefix"], r["key"], r["term"]) for r in OLD[name]} <= terms
-            else:
-                assert len(found) == len(OLD[name]), name  # no row lost, none added
-            column = "prefix" if "prefix" in OLD[name][0] else "scope"
-            keys = rows(database_url, f"SELECT shard, {column} FROM {name}")
-            roots = {r["scope"]: r["root"] for r in OLD["am_memory_scopes"]}
-            for shard, value in keys:
-                expected = (
-                    prefix_shard(value)
-                    if column == "prefix"
-                    else shard_key((roots[value], *value.split(",")))
-                )
-                assert shard == expected, (name, value)
-        assert rows(database_url, DEPTH) == [("shard_depth", str(DEFAULT_SHARD_DEPTH))]
-        assert indexes(database_url) >= {
-            "am_store_items_recent",  # created by store migration 2, outside schema.py
-            "am_store_items_updated_at",
-            "am_store_items_expires_at",
-            "am_store_terms_item",
-            "am_memory_decay_scope",
-            "am_memory_jobs_scope",
-            "am_memory_jobs_status",
-            "am_memory_pending_status",
-        }
-        # the data reads and works as before
-        [hit] = store.search(("docs",), query="printer")
-        assert hit.key == "a"
-        assert [i.key for i in store.search(("users", "alice"), query="window seats")] == ["n1"]
-        assert store.get(("users", "bob"), "p") is not None
-        assert memory.consolidate().completed == 1  # bob's pending episode, claimed
-        assert memory.retry("workflow=w9") == 1
-        erased = memory.erase("user=alice")
-        assert erased["scopes"] == 1 and erased["am_memory_decay"] >= 1
-        assert memory.facts("user=alice,agent=support") == []
-    finally:
-        store.close()
-
-
-def iter_plan(*texts: str) -> Plan[None]:
-    from langgraph_checkpoint_agent_memory.db.dialect import Sql
-
-    yield Batch([Stmt(Sql(t)) for t in texts], write=True)
-
-
 def test_on_a_distributed_database_rows_go_in_by_values(database_url: str) -> None:
     """Where the tables are distributed, every insert of a put and of a record is an
     ``INSERT ... VALUES`` (routed to the row's shard), never an ``INSERT ... SELECT`` (which
@@ -559,31 +406,6 @@ def test_concurrent_claims_lease_each_scope_to_exactly_one_worker(database_url: 
     assert all(c.episode_keys == [f"e{scopes.index(c.scope)}"] for c in found)
     owners = dict(rows(database_url, "SELECT scope, lease_owner FROM am_memory_scopes"))
     assert owners == {c.scope: c.owner for c in found}
-    store.close()
-
-
-def test_concurrent_backfills_index_each_item_once(database_url: str) -> None:
-    """The lexical backfill of items older than the index claims each item by a conditional
-    write of its own row: four at once index every item exactly once."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    store = create_store(database_url)
-    for i in range(1200):
-        store.put(("docs", f"d{i % 7}"), f"k{i}", {"text": f"alpha beta gamma{i}"})
-    postings = rows(database_url, "SELECT COUNT(*) FROM am_store_terms")[0][0]
-    assert postings == 3 * 1200
-    store.db.run(
-        iter_plan("DELETE FROM am_store_terms", "UPDATE am_store_items SET doc_len = NULL")
-    )
-
-    def backfill(_: int) -> int:
-        return int(store.db.run(R.index_existing_items(store.dialect)))
-
-    with ThreadPoolExecutor(4) as pool:
-        done = list(pool.map(backfill, range(4)))
-    assert sum(done) == 1200  # each item claimed by one of them
-    assert rows(database_url, "SELECT COUNT(*) FROM am_store_terms") == [(postings,)]
-    assert rows(database_url, "SELECT COUNT(*) FROM am_store_items WHERE doc_len IS NULL") == [(0,)]
     store.close()
 
 

@@ -119,7 +119,7 @@ def test_dropped_connection_raises_then_recovers(pg_url: str) -> None:
     import psycopg
 
     from langgraph_checkpoint_agent_memory import PostgresSaver
-    from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
     saver = PostgresSaver(pg_url)
     stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})

@@ -216,7 +216,7 @@ async def test_background_sweeper_task(make_saver: Callable[..., SQLSaver]) -> N
 async def test_stopping_ends_the_sweep_task_even_when_a_cancellation_is_swallowed() -> None:
     # psycopg_pool before 3.3 can swallow a cancellation that arrives while it hands a
     # connection over: the sweep then returns normally, and the task must still end.
-    from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
+    from langgraph_checkpoint_agent_memory.checkpoint.lifetime import SweeperHookup
 
     hookup = SweeperHookup("sweeper-under-test", 0)
     sweeps = 0
@@ -260,7 +260,8 @@ def test_two_processes_sweep_each_thread_exactly_once(
     make_saver: Callable[..., SQLSaver], database_url: str
 ) -> None:
     past = FakeClock(start=time.time() - 10_000)
-    saver = make_saver(ttl_seconds=60, clock=past)
+    # this process's own sweeper must not get there first (6 s, on a loaded machine)
+    saver = make_saver(ttl_seconds=60, clock=past, sweep_interval_seconds=3600)
     expected = {f"t{i}" for i in range(120)}
     for thread in expected:
         put(saver, thread, 1)
@@ -290,7 +291,7 @@ def test_purging_tombstones_removes_rows_left_under_them(
 ) -> None:
     """A write that raced a sweep can leave rows under a tombstone: invisible while it
     stands, and gone with it when it is purged, never resurrected."""
-    from langgraph_checkpoint_agent_memory.checkpoint.maintenance import TOMBSTONE_SECONDS
+    from langgraph_checkpoint_agent_memory.checkpoint.threads import TOMBSTONE_SECONDS
     from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
     from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
@@ -353,3 +354,11 @@ async def test_a_thread_started_by_a_graph_expires(
         assert await saver.asweep() == ["short"]
     finally:
         await saver.aclose()  # the async pool belongs to this test's event loop
+
+
+def test_the_longest_ttl_is_the_schema_s() -> None:
+    """The lifetime module keeps its own copy, so that checking a TTL loads no SQL."""
+    from langgraph_checkpoint_agent_memory.checkpoint import lifetime
+    from langgraph_checkpoint_agent_memory.db import schema
+
+    assert lifetime.MAX_TTL_SECONDS == schema.MAX_TTL_SECONDS

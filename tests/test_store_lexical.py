@@ -5,10 +5,8 @@ items written before the index existed."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock, Recorder, present
-from tests.pg import is_postgres, pg_database
 
 
 def keys(items: Any) -> list[str]:
@@ -155,89 +152,3 @@ def test_concurrent_puts_of_one_key_leave_only_the_last_text(
         if word != last:
             assert store.search(("c",), query=word) == [], word
     assert store.search(("c",), query="seed") == []
-
-
-def _v4_items(url: str | None, path: Any) -> None:
-    """A database as the single global migration list left it at version 4 (full-text
-    index, no term table), with two items."""
-    from langgraph_checkpoint_agent_memory import create_store
-    from langgraph_checkpoint_agent_memory.db import migrations as M
-    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
-
-    store = create_store(url, auto_setup=False)
-    assert isinstance(store, AgentMemoryStore)
-    # global versions 1-4: checkpoint 1, store 1, memory 1, store 2
-    old = [(M.CHECKPOINT, 1), (M.STORE, 1), (M.MEMORY, 1), (M.STORE, 2)]
-    try:
-        for global_version, (component, version) in enumerate(old, start=1):
-            first = replace(component, steps=component.steps[:version], backfill=None)
-            store.run_plan(M.migrate_plan(store.dialect, 1.0, [first]))
-            store.run_plan(_relabel(store.dialect, first.ledger_id(version), global_version))
-    finally:
-        store.close()
-    rows = [
-        ("old", "a", '{"text":"shipped the printers to Berlin"}', "shipped the printers to Berlin"),
-        ("old", "b", '{"text":"tea"}', "tea"),
-    ]
-    insert = (
-        "INSERT INTO am_store_items (prefix, key, value, created_at, updated_at, doc) "
-        "VALUES ({0}, {0}, {0}, 1, 1, {0})"
-    )
-    if url is not None and url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as pg_conn:
-            pg_conn.execute("DROP TABLE IF EXISTS am_store_terms")
-            for row in rows:
-                pg_conn.execute(insert.format("%s"), row)
-    else:
-        conn = sqlite3.connect(path)
-        conn.executemany(insert.format("?"), rows)
-        conn.commit()
-        conn.close()
-
-
-def _relabel(dialect: Any, version: int, global_version: int) -> Any:
-    """Record a migration under its number in the global list, as the old code did."""
-    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
-
-    p = dialect.param
-    relabel = dialect.sql(
-        "test_relabel",
-        lambda: f"UPDATE am_migrations SET version = {p('old')} WHERE version = {p('new')}",
-    )
-    yield Batch([Stmt(relabel, {"old": global_version, "new": version})], write=True)
-
-
-def test_migration_indexes_items_written_before_the_index(
-    store_backend: str, tmp_path: Any, request: pytest.FixtureRequest
-) -> None:
-    from langgraph_checkpoint_agent_memory import create_store
-
-    if store_backend == "memory":
-        pytest.skip("a memory store starts empty")
-    if is_postgres(store_backend):
-        import psycopg
-
-        url = pg_database(request, store_backend)
-        with psycopg.connect(url, autocommit=True) as conn:  # start from an empty schema
-            conn.execute("DROP SCHEMA public CASCADE")
-            conn.execute("CREATE SCHEMA public")
-        path = None
-    else:
-        path = tmp_path / "v4.db"
-        url = f"sqlite:///{path}"
-    _v4_items(url, path)
-    store = create_store(url)
-    try:
-        assert keys(store.search(("old",), query="printer shipping")) == ["a"]
-        assert keys(store.search(("old",), query="tea")) == ["b"]
-        store.put(("old",), "a", {"text": "nothing about that"})  # replaces the backfilled
-        assert store.search(("old",), query="printer") == []
-    finally:
-        store.close()
-    again = create_store(url)  # setting up again finds nothing left to index
-    try:
-        assert keys(again.search(("old",), query="tea")) == ["b"]
-    finally:
-        again.close()

@@ -25,7 +25,7 @@ from langgraph_checkpoint_agent_memory import (
     ThreadDeletedError,
     TimedInMemorySaver,
 )
-from langgraph_checkpoint_agent_memory.checkpoint import timed, timed_life, timed_thread
+from langgraph_checkpoint_agent_memory.checkpoint import lifetime, timed
 from tests.helpers import FakeClock, config_for, make_checkpoint, present, timed_contents
 
 _versions = iter(range(1, 10**9))
@@ -501,7 +501,7 @@ def test_the_checker_finds_a_reach_into_a_private_attribute() -> None:
     assert foreign_private_names(reach) == {"_ordered_writes"}
 
 
-@pytest.mark.parametrize("module", [timed, timed_life, timed_thread])
+@pytest.mark.parametrize("module", [timed, lifetime])
 def test_no_private_attribute_of_another_class_is_touched(module: Any) -> None:
     assert foreign_private_names(inspect.getsource(module)) == set()
 
@@ -556,3 +556,10 @@ async def test_every_method_runs_on_public_langgraph_apis_alone(clock: FakeClock
     with clone:
         assert clone.get_tuple(config) is None
     saver.close()
+
+
+def test_the_master_key_variable_is_the_crypto_package_s() -> None:
+    """The timed saver reads it itself, so that no crypto module loads while it is unset."""
+    from langgraph_checkpoint_agent_memory.crypto import config
+
+    assert timed.MASTER_KEY_ENV == config.MASTER_KEY_ENV

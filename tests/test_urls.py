@@ -17,7 +17,7 @@ from langgraph_checkpoint_agent_memory import (
     create_checkpointer,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
 
 @pytest.mark.parametrize(

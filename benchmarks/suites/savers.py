@@ -29,7 +29,7 @@ from benchmarks.harness import (
 from benchmarks.suites.data import CheckpointFactory
 from langgraph_checkpoint_agent_memory import PostgresSaver as OurPostgres
 from langgraph_checkpoint_agent_memory import SqliteSaver as OurSqlite
-from langgraph_checkpoint_agent_memory.testing import ServerChoice
+from tests.servers import ServerChoice
 
 PG_URL_ENV = "AGENT_MEMORY_BENCH_PG_URL"
 
@@ -44,7 +44,7 @@ def postgres(
     ``settings``."""
     import psycopg
 
-    from langgraph_checkpoint_agent_memory.testing import LocalPostgres
+    from tests.servers import LocalPostgres
 
     base = os.environ.get(PG_URL_ENV)
     server = None

@@ -63,7 +63,7 @@ def plain_unprepared(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target
 
 
 def pgbouncer(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
-    from langgraph_checkpoint_agent_memory.testing_pgbouncer import (
+    from tests.servers import (
         NO_PGBOUNCER,
         LocalPgBouncer,
         find_pgbouncer,
@@ -80,7 +80,7 @@ def pgbouncer(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
 def citus(stack: ExitStack, fresh_plain: Callable[[], str]) -> Target:
     """A Citus cluster on this machine (a coordinator and two workers, each a throwaway
     PostgreSQL of the machine's server): the package distributes its tables at setup."""
-    from langgraph_checkpoint_agent_memory.testing_citus import (
+    from tests.servers import (
         NO_CITUS,
         LocalCitus,
         citus_binaries,

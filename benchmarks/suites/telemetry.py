@@ -70,7 +70,7 @@ def _providers() -> tuple[Any, Any]:
 #: the attributes ours carry, and its duration recorded: what the SDK costs without us.
 BARE = "bare sdk"
 MEASURED = {"db.system.name": "sqlite", "db.operation.name": "get", "db.collection.name": "t"}
-DESCRIBED = {**MEASURED, "langgraph.thread_id": "t1", "agent_memory.result_count": 1}
+DESCRIBED = {**MEASURED, "langgraph.thread_id": "t1", "db.response.returned_rows": 1}
 
 
 def _in_mode(mode: str, tracer: Any, meter: Any, fn: Callable[[], Any]) -> Callable[[], Any]:

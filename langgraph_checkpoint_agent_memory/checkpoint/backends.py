@@ -8,7 +8,7 @@ the ``Async*`` names make ``from_conn_string`` an async context manager, as in L
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -17,29 +17,35 @@ from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
 from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse
 
 
-class _FromConnString:
-    """LangGraph's ``from_conn_string`` conventions: context managers that close the saver."""
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Iterator[Any]:
-        saver: Any = cls(conn_string, **kwargs)  # type: ignore[call-arg]
-        try:
-            yield saver
-        finally:
-            saver.close()
-
-    @classmethod
-    @asynccontextmanager
-    async def afrom_conn_string(cls, conn_string: str, **kwargs: Any) -> AsyncIterator[Any]:
-        saver: Any = cls(conn_string, **kwargs)  # type: ignore[call-arg]
-        try:
-            yield saver
-        finally:
-            await saver.aclose()
+@contextmanager
+def _from_conn_string(cls: Callable[..., Any], /, conn_string: str, **kwargs: Any) -> Iterator[Any]:
+    """Open the saver ``conn_string`` names, and close it on exit."""
+    saver = cls(conn_string, **kwargs)
+    try:
+        yield saver
+    finally:
+        saver.close()
 
 
-class SqliteSaver(_FromConnString, SQLSaver):
+@asynccontextmanager
+async def _afrom_conn_string(
+    cls: Callable[..., Any], /, conn_string: str, **kwargs: Any
+) -> AsyncIterator[Any]:
+    """Open the saver ``conn_string`` names, and close it on exit (``async with``)."""
+    saver = cls(conn_string, **kwargs)
+    try:
+        yield saver
+    finally:
+        await saver.aclose()
+
+
+#: LangGraph's ``from_conn_string`` conventions, bound to each saver class so each builds
+#: its own: a context manager that closes the saver, and its async twin.
+_FROM_CONN_STRING: Any = classmethod(_from_conn_string)
+_AFROM_CONN_STRING: Any = classmethod(_afrom_conn_string)
+
+
+class SqliteSaver(SQLSaver):
     """Checkpoints in SQLite: a file, or a ``sqlite3.Connection`` you own.
 
     Args:
@@ -66,6 +72,9 @@ class SqliteSaver(_FromConnString, SQLSaver):
         True
     """
 
+    from_conn_string = _FROM_CONN_STRING
+    afrom_conn_string = _AFROM_CONN_STRING
+
     def __init__(
         self,
         conn: str | Path | sqlite3.Connection,
@@ -83,7 +92,7 @@ class SqliteSaver(_FromConnString, SQLSaver):
         super().__init__(database, **kwargs)
 
 
-class PostgresSaver(_FromConnString, SQLSaver):
+class PostgresSaver(SQLSaver):
     """Checkpoints in PostgreSQL.
 
     Args:
@@ -134,15 +143,17 @@ class PostgresSaver(_FromConnString, SQLSaver):
         ```
     """
 
+    from_conn_string = _FROM_CONN_STRING
+    afrom_conn_string = _AFROM_CONN_STRING
+
     def __init__(self, conn: Any, **kwargs: Any) -> None:
-        from langgraph_checkpoint_agent_memory.db.pg_pool import PostgresOptions
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase, PostgresOptions
 
         options = {k: kwargs.pop(k) for k in PostgresOptions.names() & kwargs.keys()}
         super().__init__(PostgresDatabase(conn, **options), **kwargs)
 
 
-class HanaSaver(_FromConnString, SQLSaver):
+class HanaSaver(SQLSaver):
     """Checkpoints in SAP HANA (Cloud).
 
     Args:
@@ -151,6 +162,9 @@ class HanaSaver(_FromConnString, SQLSaver):
         pool_size: Connections kept open (hdbcli connections are not shared between threads).
         **kwargs: :class:`SQLSaver` options (``encryption=`` among them).
     """
+
+    from_conn_string = _FROM_CONN_STRING
+    afrom_conn_string = _AFROM_CONN_STRING
 
     def __init__(self, conn: str | dict[str, Any], *, pool_size: int = 4, **kwargs: Any) -> None:
         from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
@@ -162,25 +176,19 @@ class HanaSaver(_FromConnString, SQLSaver):
         super().__init__(database, **kwargs)
 
 
-# the async context manager, re-bound to each Async* subclass so it builds that class
-_ASYNC_FROM_CONN_STRING: Any = classmethod(
-    _FromConnString.afrom_conn_string.__func__  # type: ignore[attr-defined]
-)
-
-
 class AsyncSqliteSaver(SqliteSaver):
     """:class:`SqliteSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING
+    from_conn_string = _AFROM_CONN_STRING
 
 
 class AsyncPostgresSaver(PostgresSaver):
     """:class:`PostgresSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING
+    from_conn_string = _AFROM_CONN_STRING
 
 
 class AsyncHanaSaver(HanaSaver):
     """:class:`HanaSaver` whose ``from_conn_string`` is an async context manager."""
 
-    from_conn_string = _ASYNC_FROM_CONN_STRING
+    from_conn_string = _AFROM_CONN_STRING

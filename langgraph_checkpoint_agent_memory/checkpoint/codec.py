@@ -229,7 +229,7 @@ BlobOpener = Callable[[BlobRow], bytes]
 #: write, and a NamedTuple's own ``__new__`` is a Python call.
 _checkpoint_row: Any = partial(tuple.__new__, CheckpointRow)
 _blob_row: Any = partial(tuple.__new__, BlobRow)
-_write_row: Any = partial(tuple.__new__, WriteRow)
+write_row: Any = partial(tuple.__new__, WriteRow)
 _union_rows: Any = tuple(partial(tuple.__new__, kind) for kind in UNION_KINDS)
 chain_row: Any = partial(tuple.__new__, ChainRow)
 
@@ -262,7 +262,7 @@ def write_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> list[WriteRow]:
     found: list[WriteRow] = []
     for rows in results:
         for fetched in rows:
-            row: WriteRow = _write_row(fetched)
+            row: WriteRow = write_row(fetched)
             if type(row.blob) is not bytes:
                 row = row._replace(blob=_blob(row.blob))
             found.append(row)
@@ -308,7 +308,7 @@ def split_union(
         )
     )
     write_rows = [
-        _write_row(
+        write_row(
             (
                 cid,
                 w.task_id,

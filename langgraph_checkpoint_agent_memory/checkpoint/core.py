@@ -17,7 +17,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
-from langgraph_checkpoint_agent_memory.text import unstorable
 
 #: The longest ``thread_id`` and ``checkpoint_ns``, and ``checkpoint_id``, in characters: the
 #: column sizes on PostgreSQL and SAP HANA, kept by every saver so that one input gets one
@@ -136,6 +135,8 @@ def _check_text(value: Any, name: str, longest: int) -> None:
         raise InvalidValueError(
             f"config['configurable']['{name}'] is {len(value)} characters; at most {longest}"
         )
+    from langgraph_checkpoint_agent_memory.text import unstorable  # loads the stemmers
+
     why = unstorable(value)
     if why:
         raise InvalidValueError(f"config['configurable']['{name}'] {why}")
@@ -220,15 +221,19 @@ def check_metadata(metadata: Mapping[str, Any]) -> None:
 
 def _json_problem(key: Any, value: Any) -> str | None:
     """What makes ``key: value`` of a filter or of metadata unusable, or ``None``."""
+    from langgraph_checkpoint_agent_memory.text import unstorable  # loads the stemmers
+
     stack: list[Any] = [key, value]
     while stack:
-        why = _node_problem(stack.pop(), stack)
+        why = _node_problem(stack.pop(), stack, unstorable)
         if why:
             return why
     return None
 
 
-def _node_problem(node: Any, stack: list[Any]) -> str | None:
+def _node_problem(
+    node: Any, stack: list[Any], unstorable: Callable[[str], str | None]
+) -> str | None:
     """What makes ``node`` unusable, or ``None`` (its items pushed on ``stack``)."""
     if isinstance(node, str):
         why = unstorable(node)

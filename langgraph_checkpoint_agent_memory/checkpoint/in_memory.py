@@ -35,7 +35,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     metadata_matches,
     thread_coordinates,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import thread_ttl
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import thread_ttl
 
 
 class CheckedInMemorySaver(InMemorySaver):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import ThreadActivity
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     BlobRows,
     ChainRow,
@@ -45,6 +45,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     metadata_matches,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import ThreadActivity
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
     Sealer,
     lazily_opened,
@@ -85,20 +86,15 @@ class Details(NamedTuple):
         return blob_rows_of(results[:n]), write_rows_of(results[n : n + len(self.writes)])
 
 
+@dataclass
 class Reader:
     """Builds the read plans of one saver from its dialect, activity policy and list cache."""
 
-    def __init__(
-        self,
-        dialect: Dialect,
-        activity: ThreadActivity,
-        cache: ListCache,
-        sealer: Sealer | None = None,
-    ) -> None:
-        self.dialect = dialect
-        self.activity = activity
-        self.cache = cache
-        self.sealer = sealer
+    dialect: Dialect
+    activity: ThreadActivity
+    cache: ListCache
+    #: Opens sealed rows (encryption on), else ``None``.
+    sealer: Sealer | None = None
 
     # -- statements --------------------------------------------------------------------------
 

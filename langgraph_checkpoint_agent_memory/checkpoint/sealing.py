@@ -18,6 +18,9 @@ returned before opening anything, and a key not yet in memory ends the plan with
 :class:`~..crypto.keyring.KeysNeeded`, which the shell answers by loading the keys (one
 lookup each, the first time only) and running the plan again. So the hot path keeps its
 round trips, and the key store may be another database.
+
+Every sealing of checkpoint values lives here, for both savers, apart from :mod:`.codec`:
+the codec is what every saver loads, this module only a saver with encryption on.
 """
 
 from __future__ import annotations
@@ -235,6 +238,44 @@ class Sealer:
         t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
         row["checkpoint"] = key.seal(bytes(row["checkpoint"]), body_aad(t, ns, cid, row["type"]))
         row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
+
+    def resealed(
+        self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
+    ) -> list[list[dict[str, Any]]]:
+        """The rows of a thread (checkpoints, blobs, writes; as ``db.checkpoint.retarget``
+        gives them) opened under their own identity and sealed under ``target``'s, for a
+        copy to another thread."""
+        sealer = self
+        cps, blobs, writes = tables
+        sealer.ensure(
+            Sealer.ids(
+                [
+                    *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
+                    *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
+                ]
+            )
+        )
+        for r in cps:
+            t, ns, cid = r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"]
+            r["checkpoint"] = sealer.open_body(t, ns, cid, r["type"], r["checkpoint"])
+            r["metadata"] = sealer.open_metadata(t, ns, cid, r["metadata"])
+            r["thread_id"] = target
+            Sealer.seal_checkpoint_row(key, r)
+        for r in blobs:
+            r["blob"] = sealer.open_blob(
+                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+                r["base_version"], bytes(r["blob"] or b""),
+            )  # fmt: skip
+            r["thread_id"] = target
+        Sealer.seal_blob_rows(key, blobs)
+        for r in writes:
+            r["blob"] = sealer.open_write(
+                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
+                r["channel"], r["type"], bytes(r["blob"] or b""),
+            )  # fmt: skip
+            r["thread_id"] = target
+        Sealer.seal_write_rows(key, writes)
+        return [cps, blobs, writes]
 
 
 # -- rows as fetched ----------------------------------------------------------------------

@@ -5,37 +5,32 @@ than on ``InMemorySaver``. Expiry needs three things ``InMemorySaver``'s public 
 not give: evicting a thread at a cost proportional to that thread (its ``delete_thread``
 scans every key of the saver), making a write and an eviction of one thread atomic, and
 dropping single checkpoints for ``prune(strategy="keep_latest")``. Getting them from a
-subclass meant reading and writing its ``storage``, ``writes`` and ``blobs`` dicts and
-calling its private ``_ordered_writes``: a layout a LangGraph release may change without
-notice, and would break silently. So the class uses only what LangGraph exports for savers
-(the ``BaseCheckpointSaver`` interface, its serializer, ``get_checkpoint_metadata``,
-``WRITES_IDX_MAP``) and the package's own pieces: the thread-life policy of
-:mod:`.timed_life` and :mod:`.activity` (idle time, tombstones that refuse late writes), the
+subclass meant reading its ``storage``, ``writes`` and ``blobs`` dicts and calling its
+private ``_ordered_writes``: a layout a LangGraph release may change without notice. So the
+class uses only what LangGraph exports for savers and the package's own pieces: the
+thread-life policy of :mod:`.lifetime` (idle time, tombstones that refuse late writes), the
 codec's :class:`~.codec.WriteRow` and :func:`~.codec.pending_writes` (the one ordering of
 pending writes, shared with the SQL saver), and :mod:`.core`'s rules for ``DeltaChannel``
 history and what a prune keeps. ``tests/test_timed_saver.py`` checks that no private
 attribute of a LangGraph class is touched.
 
-It answers as ``InMemorySaver`` does (the same values, metadata, pending writes, parents and
-``list`` order; ``tests/test_timed_properties.py`` compares the two), plus:
-
-* an activity clock per thread, ordered by last use, so a sweep pops expired threads from the
-  front in time proportional to what it evicts;
-* one record per thread (:class:`~.timed_thread.ThreadData`) holding its checkpoints,
-  channel values, writes and runs, so evicting or deleting a thread costs its own size, not
-  the whole saver's;
-* one lock that makes a write and an eviction of the same thread atomic with respect to each
-  other. Serialization and deserialization of channel values happen outside the lock.
+It answers as ``InMemorySaver`` does (``tests/test_timed_properties.py`` compares the two),
+plus: an activity clock per thread, ordered by last use, so a sweep pops expired threads
+from the front in time proportional to what it evicts; one record per thread
+(:class:`ThreadData`), so evicting or deleting a thread costs its own size, not the whole
+saver's; and one lock that makes a write and an eviction of the same thread atomic.
+Serialization and deserialization of channel values happen outside the lock.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import partial
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -51,50 +46,43 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    tombstone_seconds,
-    validate_keep_last,
-    validate_prune_strategy,
-)
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     WriteRow,
     metadata_json,
     pending_writes,
+    write_row,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_filter,
     checked_thread_id,
     checkpoint_config,
+    checkpoints_to_keep,
+    delta_channels_of,
+    delta_history,
     list_coordinates,
     metadata_matches,
     next_channel_version,
     parent_config,
     thread_coordinates,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy, thread_serde
-from langgraph_checkpoint_agent_memory.checkpoint.sweeping import SweeperHookup
-from langgraph_checkpoint_agent_memory.checkpoint.timed_async import InlineAsync
-from langgraph_checkpoint_agent_memory.checkpoint.timed_life import ThreadLife
-from langgraph_checkpoint_agent_memory.checkpoint.timed_thread import (
-    EMPTY,
-    Found,
-    Saved,
-    ThreadData,
-)
-from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, span, swept, traced
-from langgraph_checkpoint_agent_memory.checkpoint.ttl import (
-    default_sweep_interval,
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
+    SweeperHookup,
+    ThreadLife,
+    sweep_interval,
     thread_ttl,
-    validate_interval,
+    tombstone_seconds,
+    validate_keep_last,
+    validate_strategy,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
-from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike, resolve
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
+from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, swept, traced
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.telemetry.tracing import live
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
+    from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 
 #: How long a deleted or expired thread is remembered, to refuse late writes that name one of
 #: its checkpoints as parent. Never shorter than the TTL itself.
@@ -103,11 +91,216 @@ TOMBSTONE_SECONDS = 3600.0
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
 
-#: A write row from one tuple, in C (a NamedTuple's own ``__new__`` is a Python call).
-_write_row: Any = partial(tuple.__new__, WriteRow)
+#: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
+MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
 
-class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
+Version = str | int | float
+Typed = tuple[str, bytes]
+Loads = Callable[[Typed], Any]
+
+#: The stored value of a channel that has a version but no value.
+EMPTY: Typed = ("empty", b"")
+
+
+class Saved(NamedTuple):
+    """One checkpoint as stored: the serialized checkpoint without its channel values, the
+    serialized metadata, and the parent's id."""
+
+    checkpoint: Typed
+    metadata: Typed
+    parent_id: str | None
+
+
+class Found(NamedTuple):
+    """One checkpoint's stored parts, collected under the saver's lock and decoded outside it."""
+
+    checkpoint_id: str
+    checkpoint: Checkpoint
+    saved: Saved
+    blobs: dict[str, Typed | None]
+    writes: list[WriteRow]
+
+
+@dataclass(slots=True)
+class ThreadData:
+    """Everything one thread holds."""
+
+    #: namespace -> checkpoint id -> checkpoint
+    checkpoints: dict[str, dict[str, Saved]] = field(default_factory=dict)
+    #: (namespace, channel, version) -> serialized value (:data:`EMPTY` for none)
+    blobs: dict[tuple[str, str, Version], Typed] = field(default_factory=dict)
+    #: (namespace, checkpoint id) -> (task id, write index) -> write
+    writes: dict[tuple[str, str], dict[tuple[str, int], WriteRow]] = field(default_factory=dict)
+    #: run id -> the (namespace, checkpoint id) it created
+    runs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+
+    def find(self, checkpoint_ns: str, checkpoint_id: str | None, loads: Loads) -> Found | None:
+        """One checkpoint's stored parts (the namespace's latest when ``checkpoint_id`` is
+        ``None``), or ``None``."""
+        ns_store = self.checkpoints.get(checkpoint_ns)
+        if not ns_store:
+            return None
+        if checkpoint_id is None:
+            checkpoint_id = max(ns_store)
+        saved = ns_store.get(checkpoint_id)
+        if saved is None:
+            return None
+        checkpoint: Checkpoint = loads(saved.checkpoint)
+        blobs = self.blobs
+        values = {
+            k: blobs.get((checkpoint_ns, k, v)) for k, v in checkpoint["channel_versions"].items()
+        }
+        writes = self.writes.get((checkpoint_ns, checkpoint_id))
+        return Found(
+            checkpoint_id, checkpoint, saved, values, list(writes.values()) if writes else []
+        )
+
+    def listed(
+        self, wanted_ns: str | None, wanted_id: str | None, before_id: str | None
+    ) -> list[tuple[str, str]]:
+        """The ``(namespace, checkpoint id)`` pairs a ``list`` call selects, newest first in
+        each namespace."""
+        return [
+            (ns, cid)
+            for ns, ns_store in self.checkpoints.items()
+            if wanted_ns is None or ns == wanted_ns
+            for cid in sorted(ns_store, reverse=True)
+            if (wanted_id is None or cid == wanted_id) and (before_id is None or cid < before_id)
+        ]
+
+    def value_blob(self, ns: str, channel: str, version: Version | None) -> Typed | None:
+        """The stored value of ``channel`` at ``version``; ``None`` when it has none."""
+        found = self.blobs.get((ns, channel, version)) if version is not None else None
+        return found if found is not None and found[0] != "empty" else None
+
+    def delta_history(
+        self,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        channels: Sequence[str],
+        serde: SerializerProtocol,
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """The writes that rebuild each ``DeltaChannel`` at a checkpoint, and their seed
+        (:func:`~.core.delta_history` over this thread's ancestors of it)."""
+        loads = serde.loads_typed
+        ns_store = self.checkpoints.get(checkpoint_ns, {})
+        target = ns_store.get(checkpoint_id or max(ns_store, default=""))
+        chain: list[str] = []
+        parent = target.parent_id if target is not None else None
+        while parent is not None and parent in ns_store:
+            chain.append(parent)
+            parent = ns_store[parent].parent_id
+        versions: dict[str, ChannelVersions] = {}
+
+        def blob(cid: str, channel: str) -> Typed | None:
+            if cid not in versions:
+                versions[cid] = loads(ns_store[cid].checkpoint)["channel_versions"]
+            return self.value_blob(checkpoint_ns, channel, versions[cid].get(channel))
+
+        def writes_of(cid: str) -> list[Any]:
+            stored = self.writes.get((checkpoint_ns, cid))
+            return pending_writes(serde, list(stored.values()), channels) if stored else []
+
+        return delta_history(
+            chain,
+            channels,
+            lambda cid, ch: blob(cid, ch) is not None,
+            lambda cid, ch: loads(blob(cid, ch) or EMPTY),
+            writes_of,
+        )
+
+    def copy_into(self, target: ThreadData) -> None:
+        """Add this thread's checkpoints, values, writes and runs to ``target``."""
+        for ns, ns_store in self.checkpoints.items():
+            target.checkpoints.setdefault(ns, {}).update(ns_store)
+        target.blobs.update(self.blobs)
+        for key, stored in self.writes.items():
+            target.writes[key] = dict(stored)
+        for run_id, members in self.runs.items():
+            target.runs.setdefault(run_id, set()).update(members)
+
+    def mapped(self, change: Callable[[Typed], Typed]) -> ThreadData:
+        """A copy with every stored value (checkpoint, metadata, channel value, write)
+        passed through ``change`` (the in-memory saver re-seals a copy with it)."""
+        copy = ThreadData()
+        self.copy_into(copy)
+        for by_id in copy.checkpoints.values():
+            for cid, saved in by_id.items():
+                by_id[cid] = Saved(
+                    change(saved.checkpoint), change(saved.metadata), saved.parent_id
+                )
+        for key, typed in copy.blobs.items():
+            copy.blobs[key] = change(typed)
+        for rows in copy.writes.values():
+            for k, w in rows.items():
+                kind, blob = change((w.type, w.blob))
+                rows[k] = WriteRow(
+                    w.checkpoint_id, w.task_id, w.idx, w.channel, kind, blob, w.task_path
+                )
+        return copy
+
+    def keep_latest(self, keep_last: int, loads: Loads) -> None:
+        """Keep each namespace's last ``keep_last`` checkpoints and the ancestors their
+        ``DeltaChannel`` values need; drop the rest and the values nothing refers to."""
+        for ns, ns_store in list(self.checkpoints.items()):
+            if not ns_store:
+                continue
+            keep = self._to_keep(ns, ns_store, keep_last, loads)
+            for cid in [c for c in ns_store if c not in keep]:
+                self.drop_checkpoint(ns, cid)
+        self.collect_blobs(loads)
+
+    def _to_keep(
+        self, ns: str, ns_store: dict[str, Saved], keep_last: int, loads: Loads
+    ) -> set[str]:
+        def has_value(cid: str, channel: str) -> bool:
+            version = loads(ns_store[cid].checkpoint)["channel_versions"].get(channel)
+            return self.value_blob(ns, channel, version) is not None
+
+        def parent_of(cid: str) -> str | None:
+            parent = ns_store[cid].parent_id
+            return parent if parent in ns_store else None
+
+        return checkpoints_to_keep(
+            sorted(ns_store, reverse=True),
+            keep_last,
+            lambda cid: delta_channels_of(loads(ns_store[cid].metadata)),
+            parent_of,
+            has_value,
+        )
+
+    def drop_checkpoint(self, ns: str, cid: str) -> None:
+        """Forget one checkpoint and its writes (its values stay until :meth:`collect_blobs`)."""
+        self.checkpoints.get(ns, {}).pop(cid, None)
+        self.writes.pop((ns, cid), None)
+
+    def collect_blobs(self, loads: Loads) -> None:
+        """Drop the values no remaining checkpoint refers to."""
+        referenced = {
+            (ns, ch, v)
+            for ns, ns_store in self.checkpoints.items()
+            for saved in ns_store.values()
+            for ch, v in loads(saved.checkpoint)["channel_versions"].items()
+        }
+        self.blobs = {k: b for k, b in self.blobs.items() if k in referenced}
+
+
+def _open_keyring(encryption: EncryptionLike) -> Keyring | None:
+    """The data keys ``encryption=`` asks for, else ``None``. The crypto package (and the
+    key store's SQL it loads) is imported only when encryption may be on: not for ``False``,
+    nor for ``None`` while the environment names no master key."""
+    if encryption is False or (
+        encryption is None and not os.environ.get(MASTER_KEY_ENV, "").strip()
+    ):
+        return None
+    from langgraph_checkpoint_agent_memory.crypto.config import resolve
+
+    setting = resolve(encryption)
+    return setting.open_keyring(None) if setting else None
+
+
+class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -147,9 +340,8 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        setting = resolve(encryption)
         #: The data keys (encryption on), else ``None``.
-        self.keyring: Keyring | None = setting.open_keyring(None) if setting else None
+        self.keyring: Keyring | None = _open_keyring(encryption)
         if ttl is None and self.keyring is None:
             raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
@@ -157,9 +349,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             )
         super().__init__(serde=serde)
         self.ttl_seconds: int | None = ttl
-        self.sweep_interval_seconds: float = validate_interval(sweep_interval_seconds) or (
-            default_sweep_interval(ttl) if ttl else 60.0
-        )
+        self.sweep_interval_seconds = sweep_interval(sweep_interval_seconds, ttl)
         self._clock = clock
         self._lock = threading.RLock()
         self._life = ThreadLife(
@@ -189,6 +379,10 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
 
     def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
         """The serializer of ``thread_id``'s values (see :func:`.sealing.thread_serde`)."""
+        if self.keyring is None:
+            return self.serde
+        from langgraph_checkpoint_agent_memory.checkpoint.sealing import thread_serde
+
         return thread_serde(self.serde, self.keyring, thread_id, config)
 
     def _start_sweeper(self) -> None:
@@ -229,6 +423,8 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
         namespaces = thread.checkpoints.values() if thread is not None else ()
         self._life.end(thread_id, now, [max(ids, default=None) for ids in namespaces])
         if self.keyring is not None:  # deleted or expired: its key goes too
+            from langgraph_checkpoint_agent_memory.crypto.cipher import thread_owner
+
             self.keyring.destroy([thread_owner(thread_id)])
         if thread is None:
             return
@@ -273,6 +469,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
 
     # -- writes ----------------------------------------------------------------------------
 
+    @traced("put")
     def put(
         self,
         config: RunnableConfig,
@@ -299,18 +496,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             ['checkpoint_id', 'checkpoint_ns', 'thread_id']
             >>> saver.close()
         """
-        if not live():
-            return self._put(config, checkpoint, metadata, new_versions)
-        with span(self, "put", config):
-            return self._put(config, checkpoint, metadata, new_versions)
-
-    def _put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
         own_id = checked_checkpoint_id(checkpoint["id"])
         thread_ttl(config, None)  # refused as the SQL savers refuse it, before any write
@@ -345,6 +530,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
         self._start_sweeper()
         return checkpoint_config(thread_id, checkpoint_ns, own_id)
 
+    @traced("put_writes")
     def put_writes(
         self,
         config: RunnableConfig,
@@ -363,18 +549,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
-        if not live():
-            return self._put_writes(config, writes, task_id, task_path)
-        with span(self, "put_writes", config):
-            return self._put_writes(config, writes, task_id, task_path)
-
-    def _put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
@@ -385,7 +559,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             idx = idx_map.get(channel, i)
             kind, blob = dumps(value)
             rows.append(
-                (idx, _write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
+                (idx, write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
             )
         life = self._life
         with self._lock:
@@ -428,6 +602,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             pending_writes=pending_writes(serde, found.writes),
         )
 
+    @traced("get_tuple", lambda found: listed([found] if found else []))
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's latest; none once it expired.
 
@@ -438,14 +613,6 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
             True
         """
-        if not live():
-            return self._get_tuple(config)
-        with span(self, "get_tuple", config) as op:
-            found = self._get_tuple(config)
-            op.set("agent_memory.result_count", int(found is not None))
-            return found
-
-    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
@@ -635,6 +802,8 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             self._expire_if_due(dst, now)
             source = self._threads[src]
             if self.keyring is not None:  # sealed for the source: re-sealed for the target
+                from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy
+
                 source = resealed_copy(self.serde, self.keyring, source, src, dst)
             source.copy_into(self._thread(dst))
             for run_id in source.runs:
@@ -666,7 +835,7 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
             >>> len(list(saver.list({"configurable": {"thread_id": "user-42"}})))
             3
         """
-        validate_prune_strategy(strategy)
+        validate_strategy(strategy, "prune strategy")
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         with self._lock:
             now = self._clock()
@@ -677,3 +846,69 @@ class TimedInMemorySaver(InlineAsync, ClosesOnExit, BaseCheckpointSaver[str]):
                     self._evict(thread_id, now)
                     continue
                 self._threads[thread_id].keep_latest(n, self._serde_for(thread_id).loads_typed)
+
+    # -- async: the work is in memory and short, so each runs the sync method inline --------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Asynchronously :meth:`get_tuple` (in-memory work runs inline)."""
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Asynchronously :meth:`list` (in-memory work runs inline)."""
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Asynchronously :meth:`put` (in-memory work runs inline)."""
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Asynchronously :meth:`put_writes` (in-memory work runs inline)."""
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Asynchronously :meth:`get_delta_channel_history` (in-memory work runs inline)."""
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Asynchronously :meth:`delete_thread` (in-memory work runs inline)."""
+        self.delete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Asynchronously :meth:`delete_for_runs` (in-memory work runs inline)."""
+        self.delete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
+        self.copy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
+        """Asynchronously :meth:`prune` (in-memory work runs inline)."""
+        self.prune(thread_ids, strategy=strategy, keep_last=keep_last)

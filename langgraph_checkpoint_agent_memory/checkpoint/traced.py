@@ -1,6 +1,6 @@
-"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`), named as
-the SQL savers' are (``checkpoint.put``, ``checkpoint.get_tuple``, ...) with the thread (left
-out with encryption on); internal spans, as no database is involved."""
+"""Spans and durations of the in-memory saver's operations (see :mod:`..telemetry`):
+internal spans (no database is involved) named ``checkpoint.put``, ``checkpoint.get_tuple``,
+..., with the thread (left out with encryption on) and the rows returned."""
 
 from __future__ import annotations
 
@@ -22,32 +22,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 MEMORY = Target("")
 
 
-def _thread(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """The thread a call is about: a config's, a thread id, or none."""
-    first = args[0] if args else kwargs.get("config", kwargs.get("thread_id"))
-    if isinstance(first, Mapping):
-        return (first.get("configurable") or {}).get("thread_id")
-    return first if isinstance(first, str) else None
-
-
-def span(saver: Any, name: str, config: Any) -> Any:
-    """The span ``checkpoint.<name>`` of an operation of ``saver`` on ``config``'s thread
-    (left out when the saver encrypts); for the hot operations, which check :func:`live`
-    themselves rather than pay a wrapper's call.
+def span(saver: Any, name: str, about: Any) -> Any:
+    """The span ``checkpoint.<name>`` of an operation of ``saver`` on a thread (``about``: a
+    config, or a thread id; left out when the saver encrypts); for the hot operations, which
+    check :func:`live` themselves rather than pay a wrapper's call.
 
     Example:
         >>> class Saver:
         ...     keyring = None
         >>> with span(Saver(), "get_tuple", {"configurable": {"thread_id": "t"}}) as op:
-        ...     op.set("agent_memory.result_count", 0)
+        ...     op.set("db.response.returned_rows", 0)
     """
-    thread = None if saver.keyring is not None else _thread((config,), {})
-    return operation(
-        f"checkpoint.{name}",
-        MEMORY,
-        {"langgraph.thread_id": thread},
-        sealed=saver.keyring is not None,
-    )
+    if isinstance(about, Mapping):
+        about = (about.get("configurable") or {}).get("thread_id")
+    sealed = saver.keyring is not None
+    thread = None if sealed or not isinstance(about, str) else about
+    return operation(f"checkpoint.{name}", MEMORY, {"langgraph.thread_id": thread}, sealed=sealed)
 
 
 def traced(
@@ -70,10 +60,8 @@ def traced(
         def run(saver: Any, *args: Any, **kwargs: Any) -> Any:
             if not live():
                 return method(saver, *args, **kwargs)
-            thread = None if saver.keyring is not None else _thread(args, kwargs)
-            attributes = {"langgraph.thread_id": thread}
-            sealed = saver.keyring is not None
-            with operation(f"checkpoint.{name}", MEMORY, attributes, sealed=sealed) as op:
+            about = args[0] if args else kwargs.get("config", kwargs.get("thread_id"))
+            with span(saver, name, about) as op:
                 result = method(saver, *args, **kwargs)
                 for key, value in (counts(result) if counts else {}).items():
                     op.set(key, value)
@@ -85,21 +73,11 @@ def traced(
 
 
 def listed(result: Any) -> dict[str, AttributeValue]:
-    """How many checkpoints a listing selected.
-
-    Example:
-        >>> listed([("t", "", "1"), ("t", "", "2")])
-        {'agent_memory.result_count': 2}
-    """
-    return {"agent_memory.result_count": len(result)}
+    """How many checkpoints a listing selected."""
+    return {"db.response.returned_rows": len(result)}
 
 
 def swept(result: int) -> dict[str, AttributeValue]:
-    """How many threads a sweep evicted, also counted in the swept-threads metric.
-
-    Example:
-        >>> swept(3)
-        {'agent_memory.thread_count': 3}
-    """
+    """How many threads a sweep evicted, also counted in the swept-threads metric."""
     metrics.add("threads_swept", result, {})
     return {"agent_memory.thread_count": result}

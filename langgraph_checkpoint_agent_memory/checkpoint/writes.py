@@ -13,6 +13,7 @@ thread, or starts it afresh.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -25,13 +26,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
-    ThreadActivity,
-    ThreadState,
-    generation_boundary,
-    is_late,
-    thread_deleted,
-)
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     ListCache,
     compact_json,
@@ -43,23 +37,29 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checkpoint_config,
     thread_coordinates,
 )
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
+    ThreadActivity,
+    ThreadState,
+    generation_boundary,
+    is_late,
+    thread_deleted,
+)
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
-from langgraph_checkpoint_agent_memory.db.migrations import UNKNOWN_BOUNDARY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE
 
 
+@dataclass
 class Writer:
     """Builds the write plans of one saver from its dialect, activity policy and list cache."""
 
-    def __init__(self, dialect: Dialect, activity: ThreadActivity, cache: ListCache) -> None:
-        self.dialect = dialect
-        self.activity = activity
-        self.cache = cache
+    dialect: Dialect
+    activity: ThreadActivity
+    cache: ListCache
 
     def put(
         self,
@@ -255,14 +255,10 @@ class Writer:
                 [Stmt(sql, key, fetch=True) for sql in S.newest_ids(d)], lock=True, hold=True
             )
             ended = generation_boundary(row.ended_after, *(rows[0][0] for rows in newest))
-            # a boundary from before boundaries were kept is unknown: it refuses every write
-            # naming a parent, as tombstones did then, but not a fresh start, and it is not
-            # carried on past one
-            known = None if ended == UNKNOWN_BOUNDARY else ended
-            if is_late(parent_id, ended) or is_late(own_id, known):
+            if is_late(parent_id, ended) or is_late(own_id, ended):
                 raise thread_deleted(thread_id, parent_id or own_id or "")
             # a fresh start: drop what the ended history (or an expiry) left behind
-            statements = [Stmt(S.set_generation(d), {**key, "ended_after": known})]
+            statements = [Stmt(S.set_generation(d), {**key, "ended_after": ended})]
             statements += [Stmt(sql, key) for sql in S.delete_ended_rows(d)]
         elif row is not None and is_late(parent_id, row.ended_after):
             raise thread_deleted(thread_id, parent_id or "")

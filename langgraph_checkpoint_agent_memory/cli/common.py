@@ -24,7 +24,6 @@ class CommandError(AgentMemoryError):
     """A command could not do what was asked (exit status 1)."""
 
 
-data_dir = urls.data_dir
 default_url = urls.default_url
 
 

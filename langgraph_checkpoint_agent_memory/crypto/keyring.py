@@ -534,7 +534,7 @@ def open_database(url: str) -> Database[Any]:
 
         return SQLiteDatabase(target.options["path"])
     if target.kind == "postgresql":
-        from langgraph_checkpoint_agent_memory.db.postgres_connection import PostgresDatabase
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
         return PostgresDatabase(target.url)
     from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase

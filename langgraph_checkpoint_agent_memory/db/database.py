@@ -11,14 +11,14 @@ batch runs in one round trip where the driver can pipeline, and in one transacti
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+import importlib
+import time
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-
-logger = logging.getLogger(__name__)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 T = TypeVar("T")
 #: What a :class:`Database` subclass hands out as a connection (a type parameter only).
@@ -62,10 +62,6 @@ class Batch:
 #: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
 #: the affected row count) and returns its value.
 Plan = Generator[Batch, list[Any], T]
-
-
-def one(sql: Sql, params: Any = None, *, fetch: bool = False, write: bool = False) -> Batch:
-    return Batch([Stmt(sql, params, fetch=fetch)], write=write)
 
 
 def carry_plan(
@@ -124,16 +120,6 @@ def carry_plan(
         return stored, stop.value
 
 
-@dataclass
-class Migration:
-    """One schema version: statements applied in order, in one transaction where the
-    database allows transactional DDL."""
-
-    version: int
-    description: str
-    statements: Sequence[str] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class PoolUsage:
     """What one connection pool holds now, for OpenTelemetry's connection metrics.
@@ -144,7 +130,6 @@ class PoolUsage:
         idle: Connections open and free.
         max: The most connections the pool opens.
         pending: Callers waiting for a connection.
-        wait_seconds: Seconds callers waited for a connection since the pool opened.
     """
 
     name: str
@@ -152,7 +137,20 @@ class PoolUsage:
     idle: int
     max: int
     pending: int
-    wait_seconds: float
+
+
+#: Told of each connection a pool lends, ``(pool name, seconds waited for it)``: the
+#: telemetry's ``db.client.connection.wait_time`` (db/ imports no upper layer).
+connection_waits: list[Callable[[str, float], None]] = []
+
+
+def connection_waited(pool: Callable[[], str], started: float) -> None:
+    """Tell :data:`connection_waits` of a connection of the pool ``pool()`` names, waited
+    for since ``started`` (a ``time.perf_counter()``)."""
+    if connection_waits:
+        waited, name = time.perf_counter() - started, pool()
+        for tell in connection_waits:
+            tell(name, waited)
 
 
 class Database(Generic[ConnT]):
@@ -193,6 +191,11 @@ class Database(Generic[ConnT]):
             (None, None)
         """
         return None, None
+
+    def namespace(self) -> str | None:
+        """The database (and schema) statements run in, OpenTelemetry's ``db.namespace``
+        (``None``: unknown)."""
+        return None
 
     def pool_usage(self) -> list[PoolUsage]:
         """What this database's connection pools hold now (none open: an empty list).
@@ -275,6 +278,19 @@ def retryable(exc: BaseException) -> bool:
     return getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES
 
 
-def rows_as_dicts(columns: Iterable[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
-    names = list(columns)
-    return [dict(zip(names, row, strict=True)) for row in rows]
+def first_line(error: object) -> str:
+    """The first line of ``error``'s message, or its class's name."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def require(module: str, extra: str, needs: str) -> Any:
+    """``module``, imported: a driver this package installs with the extra ``extra``; when
+    it is missing, a :class:`ConfigurationError` that starts with ``needs`` and says how to
+    install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            f"{needs}: pip install 'langgraph-checkpoint-agent-memory[{extra}]'"
+        ) from exc

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
-from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable
+from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.dialect_postings import PostingsDialect
 from langgraph_checkpoint_agent_memory.db.schema import store_vectors
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -192,21 +191,15 @@ class Sql:
         return self.text
 
 
-class Dialect(PostingsDialect):
+class Dialect:
     """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
 
     name = "generic"
-    #: Whether several statements can travel in one round trip (psycopg pipeline).
-    pipelines = False
-    #: Whether the tables are distributed (Citus): rows then go in by ``INSERT ... VALUES``,
-    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
-    distributed = False
-    #: Whether DDL is transactional (all of a migration or none of it).
-    transactional_ddl = True
     #: Whether the tables are spread over several nodes (Citus): set by
     #: :func:`~.distribution.detect_plan` on first use. A distributed database refuses row
     #: locks across shards and runs a statement that names several tables' rows in steps
-    #: unless each names one shard key value.
+    #: unless each names one shard key value; rows then go in by ``INSERT ... VALUES``,
+    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
     distributed = False
 
     def __init__(self) -> None:
@@ -281,11 +274,7 @@ class Dialect(PostingsDialect):
         return ignored
 
     def upsert(
-        self,
-        table: sa.Table,
-        keys: Columns,
-        update: Columns,
-        where: Any = None,
+        self, table: sa.Table, keys: Columns, update: Columns, where: Any = None
     ) -> sa.sql.ClauseElement:
         """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
         overwrite the ``update`` columns."""
@@ -438,16 +427,8 @@ class Dialect(PostingsDialect):
         """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"
 
-    def full_text_ddl(self) -> list[str]:
-        """The full-text index of schema version 2 (replaced by ``am_store_terms`` in 5)."""
-        return []
-
-    def drop_full_text_ddl(self) -> list[str]:
-        """Remove what :meth:`full_text_ddl` created."""
-        return []
-
     def write_rows_ddl(self) -> list[str]:
-        """Objects a dialect's :meth:`fast_write` needs (schema version 7)."""
+        """Objects a dialect's :meth:`fast_write` needs."""
         return []
 
     #: Whether vectors also live in a native vector column (``embedding``), written from
@@ -457,11 +438,11 @@ class Dialect(PostingsDialect):
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:
-        """DDL adding the native vector column to ``am_store_vectors`` (store version 4)."""
+        """DDL adding the native vector column to ``am_store_vectors``."""
         return []
 
     def vector_index_ddl(self) -> list[str]:
-        """DDL of store version 5: what approximate vector search needs on this database
+        """DDL of what approximate vector search needs on this database
         (PostgreSQL: the pgvector column where the extension is there or can be created)."""
         return []
 
@@ -483,18 +464,14 @@ class Dialect(PostingsDialect):
         where the dialect keeps them, typed columns per dimension count)."""
         return ("embedding",)
 
-    def _native_vectors(self, columns: Sequence[str]) -> sa.TableClause:
-        # the vectors table with its native columns, which schema.py does not declare
-        # (they exist only where the database offers a vector type)
+    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
+        """The vectors table with the native ``columns``, which :mod:`.schema` does not
+        declare (they exist only where the database offers a vector type)."""
         return sa.table(
             store_vectors.name,
             *(sa.column(c.name) for c in store_vectors.columns),
             *(sa.column(c) for c in columns),
         )
-
-    def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
-        """The vectors table with the native ``columns`` (for statements of other modules)."""
-        return self._native_vectors(columns)
 
     def insert_vector(self) -> Sql | None:
         """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
@@ -506,7 +483,7 @@ class Dialect(PostingsDialect):
         def build() -> Any:
             values: dict[str, Any] = {c.name: sa.bindparam(c.name) for c in store_vectors.columns}
             values |= {c: self.to_vector(sa.bindparam(c)) for c in columns}
-            return sa.insert(self._native_vectors(columns)).values(values)
+            return sa.insert(self.native_vectors_table(columns)).values(values)
 
         return self.sql(("insert_vector_native", columns), build)
 
@@ -517,7 +494,7 @@ class Dialect(PostingsDialect):
             return None
 
         def build() -> Any:
-            t = self._native_vectors(["embedding"])
+            t = self.native_vectors_table(["embedding"])
             return (
                 sa.update(t)
                 .where(
@@ -575,29 +552,6 @@ class Dialect(PostingsDialect):
         batch in one statement, not one per row); ``None``: rows go one by one."""
         return None
 
-    def live_row_ddl(self) -> list[str]:
-        """DDL bringing a dialect's one-statement write checks up to date (none here)."""
-        return []
-
-    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
-        """``ALTER TABLE`` adding a nullable ``column`` to an existing ``table``."""
-        # raw: ALTER TABLE ... ADD COLUMN has no Core form
-        kind = column.type.compile(dialect=self.sa)
-        return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
-
-    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
-        """DDL giving an existing ``table`` (whose columns are all there, the new key
-        columns filled) the primary key :mod:`.schema` declares, its new key columns
-        ``NOT NULL``. PostgreSQL: drop the old key constraint, add the new one. ``keep``:
-        ``CREATE INDEX`` statements of the table's indexes that :mod:`.schema` does not
-        declare, for dialects that rebuild the table (SQLite)."""
-        added = [c for c in table.primary_key.columns if c.name == "shard"]
-        # raw: ALTER COLUMN and DROP CONSTRAINT have no Core form (AddConstraint is Core)
-        out = [f"ALTER TABLE {table.name} ALTER COLUMN {c.name} SET NOT NULL" for c in added]
-        out.append(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
-        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
-        return out
-
     def json_path(self, path: list[str]) -> Any:
         """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
@@ -634,6 +588,74 @@ class Dialect(PostingsDialect):
         queue instead of deadlocking.
         """
         return None
+
+    # -- the store's term index: lists bound as one parameter or many, the index of postings
+    # no block holds yet (``store/blocks.py``), and keeping the postings' reads an index's work
+
+    def list_size(self, n: int) -> int:
+        """The parameters a list of ``n`` values takes in :meth:`one_of`: ``n`` rounded up
+        to a multiple of 16, so a few statements serve every length (PostgreSQL: 1)."""
+        return n + (-n % 16)
+
+    def one_of(self, column: Any, param: str, size: int) -> Any:
+        """Core: ``column`` equals one of the values :meth:`list_params` binds, ``size``
+        (:meth:`list_size`) parameters ``:<param>0`` ... ``:<param><size-1>``."""
+        return column.in_([sa.bindparam(f"{param}{j}", type_=column.type) for j in range(size)])
+
+    def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
+        """The parameters of :meth:`one_of` for ``values`` (at least one), the last repeated
+        up to :meth:`list_size`."""
+        size = self.list_size(len(values))
+        padded = [*values, *[values[-1]] * (size - len(values))]
+        return {f"{param}{j}": v for j, v in enumerate(padded)}
+
+    #: Whether queries of common terms read packed blocks of postings (``store/blocks.py``):
+    #: where the database has partial indexes, which find the postings written since a
+    #: block was built without reading the others.
+    posting_blocks = True
+    #: The columns of the index of unpacked postings after its first (the rest it includes).
+    fresh_index_columns: tuple[str, ...] = ("term", "shard", "prefix", "key")
+
+    def fresh_lead(self, t: Any) -> Any:
+        """The first column of the index of unpacked postings of table ``t``, which a query
+        of them names (equal to 0) and orders by: :func:`unpacked` (the ``packed IS NULL``
+        of a query is left out of a partial index's conditions on PostgreSQL, being its
+        predicate)."""
+        return unpacked(t)
+
+    def fresh_postings_ddl(self) -> list[str]:
+        """The index of postings no block holds yet (``packed IS NULL``), with what BM25
+        reads, so the read is the index's alone; none where :attr:`posting_blocks` is off.
+
+        It leads with :meth:`fresh_lead`, which queries name: the primary key cannot serve
+        that condition nor its order, so no planner takes the primary key (and every
+        posting of a term) for the few unpacked ones, whatever its statistics say
+        (PostgreSQL's, from before a build packed most of them, would)."""
+        if not self.posting_blocks:
+            return []
+        names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
+        terms = sa.Table("am_store_terms", sa.MetaData(), *(sa.Column(c) for c in names))
+        index = sa.Index(
+            "am_store_terms_fresh",
+            self.fresh_lead(terms),
+            *(terms.c[c] for c in self.fresh_index_columns),
+            postgresql_include=["tf", "dl"],
+            postgresql_where=terms.c.packed.is_(None),
+            sqlite_where=terms.c.packed.is_(None),
+        )
+        return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
+
+    def postings_upkeep_ddl(self) -> list[str]:
+        """DDL that keeps reading postings an index's work alone where the
+        database needs telling (none here; SQLite's postings are their key's rows, and an
+        update leaves no dead index entry)."""
+        return []
+
+
+def unpacked(t: Any) -> Any:
+    """Core: ``COALESCE(t.packed, 0)``, the first column of the index of unpacked postings
+    (0 for every posting it holds; see :meth:`Dialect.fresh_postings_ddl`)."""
+    return sa.func.coalesce(t.c.packed, sa.literal_column("0", sa.Integer))
 
 
 def same_item(a: Any, b: Any) -> Any:

@@ -1,7 +1,7 @@
 """Schema on first use: the saver, the store and the key store create or migrate their
 tables (``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out
 what their statements depend on; either way, a component of data checks there whether the
-database is encrypted (see :mod:`.encryption_mark`).
+database is encrypted (see :mod:`.marks`).
 """
 
 from __future__ import annotations
@@ -14,19 +14,12 @@ from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T, carry_plan
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
-from langgraph_checkpoint_agent_memory.db.encryption_mark import (
-    mark_statement,
-    marked_plan,
-    refused,
-)
+from langgraph_checkpoint_agent_memory.db.marks import mark_statement, marked_plan, refused
 from langgraph_checkpoint_agent_memory.db.migrations import (
-    CHECKPOINT,
     STORE,
     Component,
     migrate_plan,
-    sealed_unmarked_plan,
 )
-from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 
 _SETUP_LOCK = threading.Lock()
 
@@ -54,23 +47,15 @@ class SchemaOnFirstUse:
 
     def setup(self) -> None:
         """Create or migrate the schema (idempotent, safe from several processes at once)."""
-        if self.row_sealer is None:
-            self.db.run(self._setup_plan())
-        else:  # loading the keys the backfills of sealed rows ask for
-            self.row_sealer.call(self.db.run, self._setup_plan)
+        self.db.run(self._setup_plan())
         self._setup_done = True
 
     async def asetup(self) -> None:
-        if self.row_sealer is None:
-            await self.db.arun(self._setup_plan())
-        else:
-            await self.row_sealer.acall(self.db.arun, self._setup_plan)
+        await self.db.arun(self._setup_plan())
         self._setup_done = True
 
     #: The store's shard-key rule (``None``: owners without store tables).
     shard_depth: int | None = None
-    #: The store's sealer when it encrypts at rest: the backfills of sealed rows use it.
-    row_sealer: RowSealer | None = None
     #: Whether this owner's data is encrypted at rest (``None``: it keeps no data of its
     #: own, the key store): the first use marks the database, or refuses a marked one.
     encrypted: bool | None = None
@@ -91,7 +76,6 @@ class SchemaOnFirstUse:
             self._clock(),
             self.components,
             self.shard_depth,
-            self.row_sealer,
             self.encrypted,
         )
         if self.key_check is not None:
@@ -106,8 +90,6 @@ class SchemaOnFirstUse:
         yield from detect_plan(self.dialect)
         if self.encrypted is not None:
             marked = yield from marked_plan(self.dialect)
-            if not (marked or self.encrypted):  # encrypted before the mark, not migrated?
-                marked = yield from sealed_unmarked_plan(self.dialect, self.components)
             if marked and not self.encrypted:
                 raise refused()
             self._mark_owed = self.encrypted and not marked
@@ -146,12 +128,6 @@ class SchemaOnFirstUse:
         stored, value = await self.db.arun(carry_plan(mark_statement(self.dialect), plan))
         self._mark_owed = self._mark_owed and not stored
         return value
-
-
-class CheckpointSchemaOnFirstUse(SchemaOnFirstUse):
-    """The checkpointer's tables only."""
-
-    components: tuple[Component, ...] = (CHECKPOINT,)
 
 
 class StoreSchemaOnFirstUse(SchemaOnFirstUse):

@@ -34,8 +34,8 @@ _callbacks: list[Callable[[], None]] = []
 _inherited: list[Any] = []
 
 
-def register(holder: Any) -> None:
-    """Reset ``holder`` (a :class:`ForkAware`) in every child process."""
+def register(holder: ForkAware) -> None:
+    """Reset ``holder`` in every child process."""
     _holders.add(holder)
 
 

@@ -20,7 +20,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import AddConstraint
 
 from langgraph_checkpoint_agent_memory.db.database import (
     Batch,
@@ -29,10 +28,10 @@ from langgraph_checkpoint_agent_memory.db.database import (
     PoolUsage,
     Stmt,
     T,
-    drive,
+    first_line,
+    require,
 )
-from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
-from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
+from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     AnnConfig,
     Columns,
@@ -45,7 +44,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
 )
 from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.url import mask_url
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
+from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -89,20 +88,14 @@ class HanaDialect(Dialect):
     # apart from the others, so queries read postings (HANA's column store scans them)
     posting_blocks = False
     conditional_upsert = False
-    transactional_ddl = False
     create_if_not_exists = False
     recursive_cte = False
     substr = "SUBSTRING"
 
     def _make_sa_dialect(self) -> SADialect:
-        try:
-            from sqlalchemy_hana.dialect import HANAHDBCLIDialect
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigurationError(
-                "SAP HANA needs sqlalchemy-hana and hdbcli: "
-                "pip install 'langgraph-checkpoint-agent-memory[hana]'"
-            ) from exc
-        return HANAHDBCLIDialect()
+        needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
+        dialect: SADialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect()
+        return dialect
 
     native_vectors = True
 
@@ -131,7 +124,7 @@ class HanaDialect(Dialect):
     def _fill_typed(self, dims: int) -> Any:
         """Copy the vectors of ``dims`` dimensions into their typed column, where empty."""
         typed = f"embedding_{dims}"
-        t = self._native_vectors(["embedding", typed])
+        t = self.native_vectors_table(["embedding", typed])
         return (
             sa.update(t)
             .where(
@@ -200,13 +193,8 @@ class HanaDialect(Dialect):
             if not exists:
                 # raw: ALTER TABLE and REAL_VECTOR have no Core form
                 add = f"ALTER TABLE am_store_vectors ADD ({column} REAL_VECTOR({index.dims}))"
-                try:
-                    yield Batch(
-                        [Stmt(self.sql(("ann_column", index.dims), lambda: add))], write=True
-                    )
-                except Exception as exc:  # a concurrent setup added it first
-                    if _error_code(exc) not in ALREADY_EXISTS:
-                        raise
+                sql = self.sql(("ann_column", index.dims), lambda: add)
+                yield from _unless_there(Batch([Stmt(sql)], write=True))
             fill = self.sql(("ann_fill", index.dims), lambda: self._fill_typed(index.dims))
             yield Batch([Stmt(fill)], write=True)
             build = json.dumps({"M": config.m, "efConstruction": config.ef_construction})
@@ -272,23 +260,6 @@ class HanaDialect(Dialect):
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
-    def add_column(self, table: sa.Table, column: sa.Column[Any]) -> str:
-        return (
-            # raw: ALTER TABLE has no Core form
-            f"ALTER TABLE {table.name} ADD ({column.name} {column.type.compile(dialect=self.sa)})"
-        )
-
-    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
-        added = [c for c in table.primary_key.columns if c.name == "shard"]
-        out = [
-            # raw: ALTER TABLE has no Core form (AddConstraint is Core)
-            f"ALTER TABLE {table.name} ALTER ({c.name} {c.type.compile(dialect=self.sa)} NOT NULL)"
-            for c in added
-        ]
-        out.append(f"ALTER TABLE {table.name} DROP PRIMARY KEY")
-        out.append(str(AddConstraint(table.primary_key).compile(dialect=self.sa)).strip())
-        return out
-
     def upsert(self, table: sa.Table, keys: Columns, update: Columns, where: Any = None) -> Any:
         if where is not None:
             raise NotImplementedError("HANA plans do not use conditional upserts")
@@ -339,14 +310,20 @@ class HanaDialect(Dialect):
             ]
         )
         if not found[0][0][0]:
-            try:
-                yield Batch([Stmt(create)], write=True)
-            except Exception as exc:  # a concurrent process created it first
-                if _error_code(exc) not in ALREADY_EXISTS:
-                    raise
+            yield from _unless_there(Batch([Stmt(create)], write=True))
 
     def migration_lock(self) -> str | None:
         return "LOCK TABLE am_migrations IN EXCLUSIVE MODE"
+
+
+def _unless_there(batch: Batch) -> Plan[None]:
+    """Run ``batch``, which creates something: a concurrent setup that created it first is
+    no error."""
+    try:
+        yield batch
+    except Exception as exc:
+        if _error_code(exc) not in ALREADY_EXISTS:
+            raise
 
 
 def _error_code(exc: BaseException) -> int | None:
@@ -369,15 +346,12 @@ class HanaSession(DbApiSession):
 
 def _read_lob(value: Any) -> Any:
     read = getattr(value, "read", None)
-    if read is None:
-        return value
-    data = read()
-    return data
+    return value if read is None else read()
 
 
 class HanaDatabase(Database[Any]):
     """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`),
-    through the DB-API pool shared with SQLite (:class:`.dbapi_pool.DbApiPool`): each
+    through the DB-API pool shared with SQLite (:class:`.dbapi.DbApiPool`): each
     connection checked as it is handed out, kept after an application's error, dropped
     when hdbcli says it is disconnected. A server that cannot be reached, or a connection
     lost mid-plan, is :class:`DatabaseUnavailableError`."""
@@ -414,6 +388,11 @@ class HanaDatabase(Database[Any]):
         """hdbcli's ``address`` and ``port``."""
         port = self.connect_args.get("port")
         return self.connect_args.get("address"), int(port) if port is not None else None
+
+    def namespace(self) -> str | None:
+        """hdbcli's ``databaseName`` and ``currentSchema``, as ``{database}|{schema}``."""
+        parts = (self.connect_args.get(k) for k in ("databaseName", "currentSchema"))
+        return "|".join(str(p) for p in parts if p) or None
 
     def describe(self) -> str:
         if self._url:
@@ -453,11 +432,7 @@ class HanaDatabase(Database[Any]):
 
     def _run_sync(self, plan: Plan[T]) -> T:
         with self.connection() as conn:
-            session = HanaSession(conn, begin_write=None, begin_read=None)
-            try:
-                return drive(plan, session.execute)
-            finally:
-                session.finish()
+            return HanaSession(conn, begin_write=None, begin_read=None).run(plan)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -467,7 +442,6 @@ class HanaDatabase(Database[Any]):
 
 def _hana_reason(exc: BaseException) -> str:
     """hdbcli's error text on one line, with its code."""
-    text = str(getattr(exc, "errortext", "") or exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
+    line = first_line(getattr(exc, "errortext", "") or exc)
     code = _error_code(exc)
     return f"{line} (error {code})" if code is not None else line

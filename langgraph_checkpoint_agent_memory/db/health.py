@@ -18,31 +18,25 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from langgraph_checkpoint_agent_memory.db import checkpoint_stats
+from langgraph_checkpoint_agent_memory.db import checkpoint, schema
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
-from langgraph_checkpoint_agent_memory.db.schema import (
-    CHECKPOINT_TABLES,
-    MEMORY_TABLES,
-    data_keys,
-    memory_erasures,
-    migrations,
-    settings,
-    store_blocks,
-    store_items,
-    store_terms,
-    store_vectors,
-)
 
 #: The package's tables by component, in the order ``stats`` shows them (``migrations``:
 #: the migration ledger every component shares).
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
-    "checkpoint": CHECKPOINT_TABLES,
-    "store": (store_items, store_vectors, store_terms, store_blocks, settings),
-    "memory": (*MEMORY_TABLES, memory_erasures),
-    "keys": (data_keys,),
-    "migrations": (migrations,),
+    "checkpoint": schema.CHECKPOINT_TABLES,
+    "store": (
+        schema.store_items,
+        schema.store_vectors,
+        schema.store_terms,
+        schema.store_blocks,
+        schema.settings,
+    ),
+    "memory": (*schema.MEMORY_TABLES, schema.memory_erasures),
+    "keys": (schema.data_keys,),
+    "migrations": (schema.migrations,),
 }
 
 #: SQLite's virtual table of the pages of each table and index (compiled in with
@@ -85,7 +79,7 @@ def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCoun
         >>> counts.threads, counts.expired, counts.expiring
         (2, 2, 0)
     """
-    total, expiry = checkpoint_stats.thread_counts(d)
+    total, expiry = checkpoint.thread_counts(d)
     [[(threads,)], [(expired, soon)]] = yield Batch(
         [
             Stmt(total, fetch=True),

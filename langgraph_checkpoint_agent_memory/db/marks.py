@@ -1,22 +1,41 @@
-"""Who made a database: the mark a program writes into a database it created, so that it
-later writes to, or deletes, only a database that carries its mark (the demo does).
+"""What a database records about itself: the rows of ``am_settings``, read and written here.
 
-The mark is a row of ``am_settings`` named ``created_by``; the store's migrations create that
-table. A database that holds no table at all (a new SQLite file, an empty PostgreSQL
-database or schema) has nothing to lose and may be claimed; any other needs the mark.
+- ``shard_depth``: the store's shard-key rule, recorded by the first setup and fixed once rows
+  carry keys computed by it (see :func:`.migrations.migrate_plan`).
+- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed. A setup with
+  encryption on records it in the transaction of its migrations: the saver's, the store's
+  (and so agent memory's), and ``agent-memory migrate`` with the master key; a component
+  without setup (``auto_setup=False``) records it with its first write. A component opened
+  without encryption reads the mark at its first use, in its setup or, with
+  ``auto_setup=False``, on its own, and refuses a marked database before it reads or writes
+  a row: sealed rows are never decoded as if they were plaintext, and no plaintext is
+  written beside them. (``Encryption(allow_plaintext=True)``, the migration mode, reads
+  plaintext rows of an encrypted database; it needs the master key all the same.) The mark
+  lives in the data's own database: the key store may be a database of its own, which holds
+  no data.
+- ``created_by``: who made the database, so that a program (the demo) later writes to, or
+  deletes, only a database that carries its mark. A database that holds no table at all (a
+  new SQLite file, an empty PostgreSQL database or schema) has nothing to lose and may be
+  claimed; any other needs the mark.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.schema import CreateTable
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.schema import settings
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
 
-#: The name of the ``am_settings`` row that holds the mark.
+#: The row that marks a database encrypted, and its value (what it says to a reader).
+MARK = "encrypted_at_rest"
+MARK_VALUE = "sealed rows: open with the master key"
+#: The row that names the program that created the database.
 CREATED_BY = "created_by"
+#: The row of the store's shard-key rule.
+SHARD_DEPTH = "shard_depth"
 
 # catalogs, named as the databases name them (not tables of the package)
 _SQLITE_MASTER = sa.table("sqlite_master", sa.column("type"))
@@ -25,15 +44,106 @@ _PG_TABLES = sa.table(
 )
 
 
-def mark_plan(dialect: Dialect) -> Plan[str | None]:
-    """The mark of the database (``None``: it has none, or no ``am_settings`` table). Reads
-    only."""
-    read = dialect.sql(
-        "read_mark",
+def settings_ddl(dialect: Dialect) -> str:
+    """CREATE TABLE of ``am_settings`` unless it exists: the checkpointer's migrations and
+    the store's both create it, whichever runs first."""
+    create = CreateTable(settings, if_not_exists=dialect.create_if_not_exists)
+    return dialect.unless_exists(settings.name, str(create.compile(dialect=dialect.sa)).strip())
+
+
+def read_setting(dialect: Dialect) -> Sql:
+    """The value of the row named ``:b_name``."""
+    return dialect.sql(
+        "read_setting",
         lambda: sa.select(settings.c.value).where(settings.c.name == sa.bindparam("b_name")),
     )
+
+
+def record_setting(dialect: Dialect) -> Sql:
+    """Insert the row ``:b_name`` = ``:b_value``."""
+    return dialect.sql(
+        "record_setting",
+        lambda: sa.insert(settings).values(
+            name=sa.bindparam("b_name"), value=sa.bindparam("b_value")
+        ),
+    )
+
+
+# -- encrypted at rest ----------------------------------------------------------------------
+
+
+def mark_statement(dialect: Dialect) -> Stmt:
+    """The statement that marks the database encrypted (nothing when it is marked)."""
+    insert = dialect.sql(
+        "write_encryption_mark",
+        lambda: dialect.insert_row_ignore(settings, ["name"]),
+    )
+    return Stmt(insert, {"name": MARK, "value": MARK_VALUE})
+
+
+def refused() -> EncryptionError:
+    """The error of a component opened without encryption on an encrypted database."""
+    return EncryptionError(
+        "this database holds data encrypted at rest, and it was opened without its master "
+        "key: set AGENT_MEMORY_MASTER_KEY (or pass encryption=...) as the processes that "
+        "wrote it do; nothing was read or written"
+    )
+
+
+def settle_plan(dialect: Dialect, encrypted: bool) -> Plan[None]:
+    """Inside the migrations' transaction (held open): mark the database when ``encrypted``;
+    else refuse a marked one, rolling the transaction back."""
+    read = Stmt(read_setting(dialect), {"b_name": MARK}, fetch=True)
+    [rows] = yield Batch([read], hold=True)
+    if rows and not encrypted:
+        yield Batch([], write=True, rollback=True)
+        raise refused()
+    if not rows and encrypted:
+        yield Batch([mark_statement(dialect)], hold=True)
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Whether a driver's error says a table is not there (PostgreSQL's SQLSTATE 42P01,
+    HANA's error 259, SQLite's "no such table"), and nothing else: a lock, a timeout, a
+    lost connection or a refused privilege must not read as a database never set up.
+
+    Example:
+        >>> import sqlite3
+        >>> missing_table(sqlite3.OperationalError("no such table: am_settings"))
+        True
+        >>> missing_table(sqlite3.OperationalError("database is locked"))
+        False
+    """
+    sqlstate = getattr(exc, "sqlstate", None)  # psycopg
+    if sqlstate is not None:
+        return bool(sqlstate == "42P01")
+    code = getattr(exc, "errorcode", None)  # hdbcli
+    if isinstance(code, int):
+        return code == 259
+    return "no such table" in str(exc)
+
+
+def marked_plan(dialect: Dialect) -> Plan[bool]:
+    """Whether the database is marked encrypted (a database without ``am_settings`` is not).
+    Reads only; any other failure of the read is raised, so that no component goes on
+    unchecked."""
     try:
-        [rows] = yield Batch([Stmt(read, {"b_name": CREATED_BY}, fetch=True)])
+        [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": MARK}, fetch=True)])
+    except Exception as exc:
+        if missing_table(exc):  # a database never set up
+            return False
+        raise
+    return bool(rows)
+
+
+# -- created by -----------------------------------------------------------------------------
+
+
+def mark_plan(dialect: Dialect) -> Plan[str | None]:
+    """The program that created the database (``None``: no mark, or no ``am_settings``
+    table). Reads only."""
+    try:
+        [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": CREATED_BY}, fetch=True)])
     except Exception:  # no settings table: nothing of ours marked it
         return None
     return str(rows[0][0]) if rows else None
@@ -78,10 +188,5 @@ def holds_tables_plan(dialect: Dialect) -> Plan[bool]:
 
 def write_mark_plan(dialect: Dialect, owner: str) -> Plan[None]:
     """Mark the database as ``owner``'s (its ``am_settings`` table must exist)."""
-    insert = dialect.sql(
-        "write_mark",
-        lambda: sa.insert(settings).values(
-            name=sa.bindparam("b_name"), value=sa.bindparam("b_value")
-        ),
-    )
-    yield Batch([Stmt(insert, {"b_name": CREATED_BY, "b_value": owner})], write=True)
+    row = {"b_name": CREATED_BY, "b_value": owner}
+    yield Batch([Stmt(record_setting(dialect), row)], write=True)

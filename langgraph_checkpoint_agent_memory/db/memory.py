@@ -54,11 +54,11 @@ from langgraph_checkpoint_agent_memory.db.schema import (
 from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
 from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
+    SealedVectorRow,
     StoreStatements,
     index_rows,
     scoped,
 )
-from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow, sealed_vectors_exact
 
 MEMORY_TABLES = (
     "am_memory_scopes",
@@ -285,10 +285,10 @@ class MemorySql:
 
     def vectors_of(self) -> Sql:
         """``(key, vector)`` of the namespace ``:prefix`` (``:shard``); with a sealer,
-        :func:`~.store_sealed.sealed_vectors_exact`'s rows (live at ``:now``), opened by
+        :meth:`~.store.StoreStatements.sealed_vectors_exact`'s rows (live at ``:now``), opened by
         :func:`vectors_plan`."""
         if self.sealer is not None:
-            return sealed_vectors_exact(self.store)
+            return self.store.sealed_vectors_exact()
         v = store_vectors
         return self.statement(
             "vectors_of",

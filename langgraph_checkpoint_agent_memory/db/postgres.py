@@ -1,22 +1,55 @@
-"""What PostgreSQL's SQL looks like: the dialect. Its one-statement checkpoint reads and
-writes are built in :mod:`.pg_checkpoint`; connections, pools and sessions live in
-:mod:`.postgres_connection`.
+"""PostgreSQL through psycopg 3: the dialect (what its SQL looks like), how connections are
+configured, the session that sends a plan's batches, and the database object that holds a
+connection string's pools or a connection or pool passed in, sync or async. The
+one-statement checkpoint reads and writes are built in :mod:`.pg_checkpoint`.
+
+Given a pool there is no lock around the database object: the pool is the concurrency
+control. Given a single connection, a lock serializes its users, as a connection can run one
+statement at a time. Connections must be in autocommit mode (the session sends its own
+``BEGIN``/``COMMIT``); the pools opened here are configured so.
+
+Nothing sets session state on a connection (no ``SET``, no ``options``), so a transaction
+pooler (PgBouncer in ``pool_mode = transaction``, a managed service's pooler) may sit between
+the pools and the server: a session's settings would reach other clients of the same server
+connection, so settings are per transaction (``SET LOCAL``), and a pool that prepares
+statements by default checks once, as it opens, that it talks to the server itself
+(:func:`pooler_error`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import math
 import re
-from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+import threading
+import time
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.database import (
+    Batch,
+    Database,
+    Plan,
+    PoolUsage,
+    Stmt,
+    T,
+    adrive,
+    connection_waited,
+    drive,
+    first_line,
+    require,
+)
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
     JSON_OPS,
@@ -44,13 +77,24 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     vectors_v,
     written,
 )
-
-if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.db.url import (
+    PREPARE_THRESHOLD,
+    SCHEMA,
+    mask_url,
+    take_url_option,
+)
+from langgraph_checkpoint_agent_memory.errors import (
+    ClosedError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
 MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
+#: Serializes migrations, and the setups that change the schema, until the transaction ends.
+# raw: advisory lock
+MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 #: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
 #: a key space of the package's own, apart from the one-key locks (migrations).
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
@@ -134,7 +178,6 @@ class PostgresDialect(Dialect):
     (qualified names: no ``search_path``, which is session state)."""
 
     name = "postgresql"
-    pipelines = True
 
     def __init__(self, schema: str | None = None) -> None:
         super().__init__()
@@ -196,8 +239,7 @@ class PostgresDialect(Dialect):
         return json.dumps({key: value})
 
     def migration_lock(self) -> str | None:
-        # raw: advisory lock
-        return f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+        return MIGRATION_LOCK
 
     def scope_lock(self) -> sa.sql.ClauseElement | None:
         # pg_advisory_xact_lock(int, int): released at commit or rollback, so a
@@ -230,8 +272,7 @@ class PostgresDialect(Dialect):
         has_type, has_column, available = rows[0]
         if create and not has_column and (has_type or available):
             # installed (or installable) since the migration ran: add the column now
-            # raw: advisory lock
-            lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+            lock = Stmt(Sql(MIGRATION_LOCK), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
             )
@@ -308,8 +349,7 @@ class PostgresDialect(Dialect):
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
-        # raw: advisory lock
-        lock = Stmt(Sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"), fetch=True)
+        lock = Stmt(Sql(MIGRATION_LOCK), fetch=True)
         _, rows = yield Batch([lock, state], lock=True, hold=True)
         if rows:  # there already (built by another process, or by hand)
             yield Batch([], write=True)
@@ -394,31 +434,11 @@ class PostgresDialect(Dialect):
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
-    def full_text_ddl(self) -> list[str]:
-        return [
-            # raw: generated tsvector column and GIN index, no Core form
-            "ALTER TABLE am_store_items ADD COLUMN doc_tsv tsvector GENERATED ALWAYS AS "
-            "(to_tsvector('english', coalesce(doc, ''))) STORED",
-            "CREATE INDEX am_store_items_doc_tsv ON am_store_items USING GIN (doc_tsv)",
-        ]
-
     def postings_upkeep_ddl(self) -> list[str]:
-        """The postings' primary key with ``tf`` and ``dl`` included again, so a query's
-        postings are read from it alone (since step 8, step 6 re-keyed a new database's
-        table without them: an ordinary query at 100,000 items then read a table page per
-        posting, 3.9 -> 12 ms), rebuilt only where it lacks them; and autovacuum at 1% of
-        the postings dead, not a fifth: a block's build marks up to all of a common term's
-        postings, each an entry of the index of unpacked ones that queries step over until
-        a vacuum (3 ms of a 100,000-item query)."""
+        """Autovacuum at 1% of the postings dead, not a fifth: a block's build marks up to
+        all of a common term's postings, each an entry of the index of unpacked ones that
+        queries step over until a vacuum (3 ms of a 100,000-item query)."""
         return [
-            # raw: PL/pgSQL has no Core form. The key as this step gives it, whatever the
-            # schema declares later, and named: Citus before 11.2 refuses an unnamed one on
-            # a distributed table.
-            "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_index WHERE indrelid = "
-            "to_regclass('am_store_terms') AND indisprimary AND indnatts = indnkeyatts) THEN "
-            "ALTER TABLE am_store_terms DROP CONSTRAINT am_store_terms_pkey; "
-            "ALTER TABLE am_store_terms ADD CONSTRAINT am_store_terms_pkey "
-            "PRIMARY KEY (term, shard, prefix, key) INCLUDE (tf, dl); END IF; END $$",
             # raw: storage parameters have no Core form
             "ALTER TABLE am_store_terms SET (autovacuum_vacuum_scale_factor = 0.01, "
             "autovacuum_vacuum_threshold = 10000)",
@@ -445,13 +465,6 @@ class PostgresDialect(Dialect):
             return sa.insert(table).from_select(cols, sa.select(*rows.c))
 
         return self.sql(("insert_arrays", table.name), build)
-
-    def drop_full_text_ddl(self) -> list[str]:
-        return [
-            # raw: DROP ... IF EXISTS and ALTER TABLE DROP COLUMN
-            "DROP INDEX IF EXISTS am_store_items_doc_tsv",
-            "ALTER TABLE am_store_items DROP COLUMN IF EXISTS doc_tsv",
-        ]
 
     def under_clause(self, column: Any) -> Any:
         # A byte-order range, so the planner estimates it from the column's statistics (a
@@ -583,3 +596,1066 @@ class PostgresDialect(Dialect):
         if kind == "put":
             inserts.append(self.sql("routed_checkpoint", self._routed_checkpoint))
         return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
+
+
+# -- connection options ------------------------------------------------------------------
+
+#: psycopg's own default, kept on a direct connection: measured on PostgreSQL 15 on loopback
+#: (benchmarks ``scale``), prepared statements make ``get_tuple`` about 4x and a graph
+#: invoke about 1.3x faster.
+DEFAULT_PREPARE_THRESHOLD = 5
+#: What ``schema=`` accepts: a plain identifier, so it is never SQL (it is quoted where used).
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a statement is prepared)"
+
+
+def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int | None:
+    """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting.
+
+    Args:
+        value: ``None``, ``"none"`` (any case), a whole number >= 1, or its digits.
+        source: Where the value was written, for the error message.
+
+    Raises:
+        ConfigurationError: Anything else, naming the accepted values. 0 (prepare at the
+            first run) is refused: psycopg then prepares statements in the pipeline that
+            carries an ``ALTER`` (a migration), forgets them with the ``DEALLOCATE ALL`` it
+            sends after it, and the next call fails with "prepared statement does not exist".
+
+    Example:
+        >>> prepare_threshold_of("None"), prepare_threshold_of("5"), prepare_threshold_of(1)
+        (None, 5, 1)
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "none":
+            return None
+        if text.isascii() and text.isdigit() and int(text) >= 1:
+            return int(text)
+    elif _whole(value, 1):
+        return int(value)
+    raise ConfigurationError(f"{source} must be {PREPARE_VALUES}, got {value!r}")
+
+
+#: Asked once of a pool that prepares statements: the server's process id, which a client
+#: also learns from the server at connect time. A pooler (PgBouncer, Supavisor, RDS Proxy,
+#: ...) answers the connect itself with an id of its own, as its clients share servers.
+#: (Raw SQL: a function call with no table; there is no Core form worth its import here.)
+BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
+def pooler_error(
+    told_pid: int, server_pid: int, where: str, *, passed_in: bool = False
+) -> ConfigurationError | None:
+    """The refusal to prepare statements when the connection goes through a pooler (the
+    process id the client was told at connect time is not the server's), else ``None``.
+
+    A transaction pooler hands each transaction to any server connection; statements
+    prepared by one client there are seen by others under the same names (psycopg's
+    ``_pg3_0``, ``_pg3_1``, ...), so a statement could run with another's parameters.
+    """
+    if told_pid == server_pid:
+        return None
+    if passed_in:
+        return ConfigurationError(
+            f"{where} is reached through a connection pooler (PgBouncer or a managed "
+            "service's pooler), and the connection or pool passed in prepares statements "
+            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: "
+            "create it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs="
+            "{'autocommit': True, 'prepare_threshold': None}). Behind a pooler that keeps "
+            "prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, "
+            "or session mode) pass prepare_threshold=<its threshold> to the saver or store "
+            "to say so"
+        )
+    return ConfigurationError(
+        f"{where} is reached through a connection pooler (PgBouncer or a managed service's "
+        "pooler), where prepared statements of one client reach others: add "
+        "?prepare_threshold=none to the URL (or pass prepare_threshold=None). Behind a "
+        "pooler that keeps prepared statements per client (PgBouncer >= 1.21 with "
+        "max_prepared_statements, or session mode) choose a threshold explicitly, e.g. "
+        "?prepare_threshold=5"
+    )
+
+
+class IdleCheck:
+    """The ``configure`` and ``check`` hooks of the pools opened here, and :meth:`returned`,
+    which the database calls as it gives a connection back.
+
+    psycopg_pool's ``check_connection`` costs a round trip; run on every checkout it adds one
+    to every saver call, ten per graph invoke. A connection can only have been broken unseen
+    (a server restart, a network cut) while it sat unused, so it is checked when it has been
+    idle for ``after`` seconds since it was opened or returned (``0``: at every checkout).
+    Under load connections come back within milliseconds and go out without that round
+    trip; every checkout still runs :func:`closed_by_server`, which costs none, so a
+    connection a restart closed is replaced before use however briefly it sat idle.
+    """
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self._since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    def _due(self, conn: Any) -> bool:
+        return time.monotonic() - self._since.get(conn, -math.inf) >= self.after
+
+    def returned(self, conn: Any) -> None:
+        """Note that ``conn`` goes back to its pool now. (Not psycopg_pool's ``reset`` hook:
+        with one, an async pool hands every return to a background task.)"""
+        self._since[conn] = time.monotonic()
+
+    configure = returned  # a new connection counts from its opening
+
+    def check(self, conn: Any) -> None:
+        if self._due(conn):
+            import psycopg_pool
+
+            psycopg_pool.ConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
+
+    async def aconfigure(self, conn: Any) -> None:
+        self.returned(conn)
+
+    async def acheck(self, conn: Any) -> None:
+        if self._due(conn):
+            import psycopg_pool
+
+            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        else:
+            closed_by_server(conn)
+
+
+def closed_by_server(conn: Any) -> None:
+    """Raise ``psycopg.OperationalError`` when the server has closed ``conn`` (a restart, an
+    administrator's ``pg_terminate_backend``), found without a round trip: libpq reads what
+    already arrived on the socket (``PQconsumeInput``, which never blocks), and a server that
+    ended the session sent its goodbye and closed it. A connection cut without a word (a
+    network gone) is found by the round trip of the idle check or by the keepalives."""
+    import psycopg
+
+    pgconn = conn.pgconn
+    # the first read takes what arrived (the server's "terminating connection" notice),
+    # which is_busy() parses; the second meets the closed socket and raises
+    pgconn.consume_input()
+    pgconn.is_busy()
+    pgconn.consume_input()
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the server closed the connection")
+
+
+#: What a server says when it refuses a connection for now, not for good: it is starting
+#: up, shutting down or in recovery, or out of connection slots. (libpq reports a refused
+#: connect as a message only: no SQLSTATE reaches the client before a session exists.)
+TRANSIENT_WORDS = (
+    "starting up",
+    "shutting down",
+    "recovery",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots",
+    "too many connections",
+)
+#: What libpq says when the server refused the connect itself (``FATAL``: a database or role
+#: that does not exist, a wrong password, no ``pg_hba.conf`` entry), nothing listens on the
+#: port, or the host name is unknown.
+DEFINITE_WORDS = (
+    "FATAL:",
+    "Connection refused",
+    "could not translate host name",
+)
+
+
+def definite_refusal(exc: BaseException) -> bool:
+    """Whether a failed connect is final, so trying again for ``connect_timeout`` seconds
+    would only delay the error: the server refused with a FATAL error, or nothing listens
+    on the port. A server starting up or out of slots, or one not answering, is tried again.
+
+    Example:
+        >>> from psycopg import OperationalError as Failed
+        >>> gone, starting = 'database "x" does not exist', "the database system is starting up"
+        >>> [definite_refusal(Failed(f"FATAL:  {why}")) for why in (gone, starting)]
+        [True, False]
+    """
+    import psycopg
+
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    text = str(exc)
+    if any(word in text for word in TRANSIENT_WORDS):
+        return False
+    return any(word in text for word in DEFINITE_WORDS)
+
+
+#: libpq's refusal of a connection parameter's value, which it reports only as it connects:
+#: ``invalid port number: "99999"``, ``invalid sslmode value: "bogus"``, ``invalid integer
+#: value "abc" for connection option "keepalives"`` (older libpq: ``keepalives parameter
+#: must be an integer``), ``could not match 2 port numbers to 1 hosts``; and a server's
+#: ``invalid value for parameter`` of ``options=-c ...``.
+OPTION_ERROR = re.compile(
+    r"invalid (?:\w+ )?(?:value|number)\b.*|could not match \d+ .*|\w+ parameter must be .*"
+)
+
+
+def option_error(exc: BaseException) -> str | None:
+    """What a failed connect says is wrong in the connection string, or ``None`` when the
+    failure is not the string's: a configuration error, which trying again cannot cure.
+    psycopg's own reading of the string fails with ``ProgrammingError`` (``bad value for
+    connect_timeout``, ``invalid URI query parameter``), libpq's with the words above.
+
+    Example:
+        >>> import psycopg
+        >>> option_error(psycopg.OperationalError('connection is bad: invalid port number: "0"'))
+        'invalid port number: "0"'
+        >>> option_error(psycopg.OperationalError("Connection refused")) is None
+        True
+    """
+    import psycopg
+
+    if isinstance(exc, psycopg.ProgrammingError):
+        return str(exc).strip()
+    found = OPTION_ERROR.search(str(exc)) if isinstance(exc, psycopg.OperationalError) else None
+    return found.group(0).strip() if found else None
+
+
+def checked_conninfo(conninfo: str, where: str) -> dict[str, Any]:
+    """The parameters of ``conninfo`` as libpq reads them (``psycopg.conninfo``).
+
+    Raises:
+        ConfigurationError: A parameter libpq does not know, or a string it cannot read,
+            named in libpq's words; ``where`` is the masked string.
+    """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(
+            f"{where}: {str(exc).strip()} (the parameters libpq knows are listed at "
+            "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS; "
+            "this package adds prepare_threshold and schema)"
+        ) from None
+
+
+#: Connection parameters a connection string gets unless it sets them: a dead peer (a server
+#: gone without closing the socket, a dropped NAT entry) is noticed in about a minute.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+
+def with_keepalives(conninfo: str) -> str:
+    """``conninfo`` with TCP keepalives turned on, where it does not choose otherwise."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    given = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: v for k, v in KEEPALIVES.items() if k not in given})
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one.
+
+    Only ``synchronous_commit`` applies to a connection or pool passed in; the others shape
+    the pools opened from a connection string.
+    """
+
+    pool_size: int = 8
+    connect_timeout: float = 10.0
+    #: ``False``: ``set_config('synchronous_commit', 'off', true)`` in each write transaction
+    synchronous_commit: bool = True
+    #: ``None`` never prepares (a transaction pooler); see :func:`prepare_threshold_of`
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
+    max_idle: float = 600.0
+    max_lifetime: float = 3600.0
+    #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
+    check_after_idle: float = 1.0
+    #: the PostgreSQL schema of the package's tables (``None``: the search path's, public)
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.schema is not None and (
+            not isinstance(self.schema, str) or not SCHEMA_NAME.fullmatch(self.schema)
+        ):
+            raise ConfigurationError(
+                "schema must be a PostgreSQL identifier of letters, digits and underscores, "
+                f"starting with a letter or underscore, at most 63 characters; got "
+                f"{self.schema!r}"
+            )
+        if not _whole(self.pool_size, 1):
+            raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
+        if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):
+            raise ConfigurationError(
+                f"prepare_threshold must be {PREPARE_VALUES}, got {self.prepare_threshold!r}"
+            )
+        for name in ("connect_timeout", "max_idle", "max_lifetime", "check_after_idle"):
+            value = getattr(self, name)
+            least = 0 if name == "check_after_idle" else 1e-9
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise ConfigurationError(
+                    f"{name} must be a number of seconds {'>= 0' if least == 0 else '> 0'}, "
+                    f"got {value!r}"
+                )
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+# -- the session ------------------------------------------------------------------------
+
+#: A relaxed commit for the current transaction only: ``set_config``'s third argument is
+#: ``SET LOCAL``'s. (Raw SQL: a server setting, which SQLAlchemy Core has no form for.)
+RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
+
+
+class PgSession:
+    """What a plan's batches send on one psycopg connection, decided without I/O;
+    :func:`execute` and :func:`aexecute` are the two shells that send it.
+
+    A lone statement (every checkpoint read and write) goes out by itself through a cursor,
+    without a transaction of its own, atomic as any single statement is; psycopg prepares
+    it once it has run ``prepare_threshold`` times on a connection. Anything else goes in
+    one pipeline, ``BEGIN`` and the statements, followed, unless the batch holds its
+    transaction open for the plan's next batch, by ``COMMIT`` (:meth:`closing`). Rows come
+    back in binary format: checkpoints and blobs are ``bytea``, which the text format would
+    send as hex, twice the bytes, to be decoded on the client.
+
+    The commit is not in the pipeline because psycopg ends a pipeline with a Sync and then
+    a Flush. After a Sync that ends the transaction a transaction pooler (PgBouncer in
+    ``pool_mode = transaction``) has handed the server connection back, and may read the
+    Flush only then: it links a server connection to the client for the Flush, which the
+    server does not answer, and keeps it until the client sends its next query; a
+    connection left idle in its pool holds it for good, and the other clients wait until
+    ``query_wait_timeout`` drops them. With the transaction still open at the pipeline's
+    Sync the Flush reaches the server connection the client already holds, and the lone
+    ``COMMIT`` ends with a Sync alone.
+
+    A relaxed commit (``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's
+    own transaction, never a session setting. ``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the
+    relaxed commit are never prepared: there is nothing to plan in them, and each prepared
+    statement is one more name on the server.
+    """
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        synchronous_commit: bool = True,
+        qualify: Callable[[str], str] | None = None,
+    ) -> None:
+        if not conn.autocommit:
+            raise ConfigurationError(
+                "PostgreSQL connections must be in autocommit mode: use "
+                "psycopg.connect(..., autocommit=True) or "
+                "ConnectionPool(..., kwargs={'autocommit': True})"
+            )
+        self.conn = conn
+        self.synchronous_commit = synchronous_commit
+        self.qualify = qualify
+        self.in_tx = False
+        #: A pipelined batch failed on this connection: psycopg's cache of prepared
+        #: statements and the server's may no longer agree, so a pool discards it.
+        self.unsure = False
+
+    def text(self, stmt: Stmt) -> str:
+        """The statement as sent: the tables named in the package's schema, where it has
+        one (see :meth:`PostgresDialect.qualify`)."""
+        return stmt.sql.text if self.qualify is None else self.qualify(stmt.sql.text)
+
+    def lone(self, batch: Batch) -> Stmt | None:
+        """The statement to send alone, or ``None`` when the batch needs a transaction
+        (several statements, a held one, a write with a relaxed commit)."""
+        if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
+            return None
+        stmt = batch.statements[0]
+        return None if stmt.many or (batch.write and not self.synchronous_commit) else stmt
+
+    def opening(self, batch: Batch) -> tuple[str, ...]:
+        """What starts the batch's transaction (nothing when a held one goes on)."""
+        if self.in_tx:
+            return ()
+        self.in_tx = True
+        if batch.write and not self.synchronous_commit:
+            return ("BEGIN", RELAX_COMMIT)
+        return ("BEGIN",)
+
+    def closing(self, batch: Batch) -> str | None:
+        """What ends the batch's transaction, sent after its pipeline (``None``: the batch
+        holds it open for the plan's next batch)."""
+        if batch.hold:
+            return None
+        return "ROLLBACK" if batch.rollback else "COMMIT"
+
+    def ended(self, batch: Batch, ok: bool) -> bool:
+        """Record how the batch ended; whether a transaction is left to roll back."""
+        left_open = self.in_tx
+        if not ok or not batch.hold:
+            self.in_tx = False
+        return left_open and not ok
+
+    def lost(self, exc: BaseException) -> BaseException:
+        """A broken connection becomes :class:`DatabaseUnavailableError`; any other error
+        (a constraint, a lock timeout, a cancelled query) stays as the server raised it.
+
+        Broken is: the connection says so, the server ended the session (SQLSTATE class
+        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), Citus's coordinator
+        found its postmaster gone (:data:`POSTMASTER_GONE`), or libpq failed with no
+        SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
+        gives "cannot exit pipeline mode while busy" before psycopg marks the connection
+        broken)."""
+        if self.conn.closed or self.conn.broken or connection_failure(exc):
+            return DatabaseUnavailableError(
+                f"the connection to PostgreSQL was lost: {first_line(exc)}"
+            )
+        return exc
+
+
+#: What Citus's coordinator raises when its postmaster died while a backend waited on a
+#: worker (``kill -9`` of the postmaster under load), under SQLSTATE ``XX000``: Citus gives
+#: it no code of its own, and ``XX000`` alone is any internal error.
+POSTMASTER_GONE = "postmaster was shut down"
+
+
+def failures() -> tuple[type[Exception], ...]:
+    """psycopg's errors that may say the connection failed (:func:`connection_failure`
+    decides): the shells catch these and ask :meth:`PgSession.lost`."""
+    import psycopg
+
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.InternalError_)
+
+
+def connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection failed, rather than a statement."""
+    import psycopg
+
+    if isinstance(exc, psycopg.errors.InternalError_):
+        return first_line(exc).startswith(POSTMASTER_GONE)
+    if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if isinstance(exc, psycopg.errors.PipelineAborted):
+        return False  # a statement before it failed: that error is the one to report
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "57P01", "57P02", "57P03"))
+
+
+def _prepare(stmt: Stmt) -> bool | None:
+    """psycopg's ``prepare`` for ``stmt``: its threshold decides (``None``), unless the
+    statement asks to be planned with its values every time (``False``)."""
+    return None if stmt.prepare else False
+
+
+def _params(stmt: Stmt) -> Any:
+    if stmt.many:
+        return [stmt.sql.bind(p) for p in stmt.params]
+    return stmt.sql.bind(stmt.params)
+
+
+def execute(session: PgSession, batch: Batch) -> list[Any]:
+    """Send one batch on a sync connection: a lone statement by itself, anything else in
+    one pipeline inside its transaction, which ends after the pipeline (see
+    :class:`PgSession`)."""
+    conn, lone, sent = session.conn, session.lone(batch), []
+    try:
+        if lone is not None:
+            cur = conn.execute(
+                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            )
+            return [cur.fetchall() if lone.fetch else cur.rowcount]
+        try:
+            with conn.pipeline():
+                for sql in session.opening(batch):
+                    conn.execute(sql, prepare=False)
+                for stmt in batch.statements:
+                    cur = conn.cursor(binary=stmt.fetch)
+                    if not stmt.many:
+                        cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                    elif stmt.params:
+                        cur.executemany(session.text(stmt), _params(stmt))
+                    sent.append((cur, stmt))
+            if (closing := session.closing(batch)) is not None:
+                conn.execute(closing, prepare=False)
+        except BaseException:
+            session.unsure = True
+            if session.ended(batch, ok=False):
+                rollback(conn)
+            raise
+        session.ended(batch, ok=True)
+        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+    except failures() as exc:
+        raise session.lost(exc) from exc
+
+
+async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
+    """:func:`execute` on an async connection."""
+    conn, lone, sent = session.conn, session.lone(batch), []
+    try:
+        if lone is not None:
+            cur = await conn.execute(
+                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            )
+            return [await cur.fetchall() if lone.fetch else cur.rowcount]
+        try:
+            async with conn.pipeline():
+                for sql in session.opening(batch):
+                    await conn.execute(sql, prepare=False)
+                for stmt in batch.statements:
+                    cur = conn.cursor(binary=stmt.fetch)
+                    if not stmt.many:
+                        await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                    elif stmt.params:
+                        await cur.executemany(session.text(stmt), _params(stmt))
+                    sent.append((cur, stmt))
+            if (closing := session.closing(batch)) is not None:
+                await conn.execute(closing, prepare=False)
+        except BaseException:
+            session.unsure = True
+            if session.ended(batch, ok=False):
+                await arollback(conn)
+            raise
+        session.ended(batch, ok=True)
+        return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+    except failures() as exc:
+        raise session.lost(exc) from exc
+
+
+def _count(cur: Any, stmt: Stmt) -> int:
+    return 0 if stmt.many and not stmt.params else int(cur.rowcount)
+
+
+def rollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            conn.execute("ROLLBACK", prepare=False)
+    except Exception:
+        pass  # a broken connection: the pool discards it
+
+
+async def arollback(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            await conn.execute("ROLLBACK", prepare=False)
+    except Exception:
+        pass
+
+
+# -- the database -----------------------------------------------------------------------
+
+
+class PostgresDatabase(Database[Any]):
+    """PostgreSQL from a connection string, a connection or a pool (sync or async).
+
+    With a connection string, ``psycopg_pool`` pools are opened on first use: a
+    ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
+    the async one. Both check a connection that sat unused for ``check_after_idle`` seconds
+    before they hand it out, and every connection for a goodbye of the server already on its
+    socket (:class:`IdleCheck`), so connections a server restart or a network cut left behind
+    are replaced instead of failing a call. They retire connections idle for ``max_idle`` or
+    open for ``max_lifetime`` seconds, and turn TCP keepalives on. A definite refusal at the
+    first connect fails at once (:meth:`_first_contact`).
+    Objects passed in are used as given, never closed.
+    """
+
+    def __init__(self, source: Any, **options: Any) -> None:
+        psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
+        psycopg_pool = require("psycopg_pool", "postgres", "PostgreSQL needs psycopg 3")
+        #: the conninfo's parameters, as libpq reads them (a bad one is refused here)
+        self._given: dict[str, Any] = {}
+        if isinstance(source, str):
+            source = self._take_url_options(source, options)
+            self._given = checked_conninfo(source, mask_url(source))
+        if PREPARE_THRESHOLD in options:
+            options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
+        self.options = PostgresOptions(**options)
+        #: whether to check, once, that a connection that prepares statements reaches the
+        #: server itself: unless the caller chose a threshold (then it is the caller's call)
+        self._check_pooler = PREPARE_THRESHOLD not in options
+        self._pooler_checked = False
+        self._idle_check = IdleCheck(self.options.check_after_idle)
+        self.dialect = PostgresDialect(schema=self.options.schema)
+        self.pool_size = self.options.pool_size
+        self.connect_timeout = self.options.connect_timeout
+        self._closed = False
+        self._conninfo: str | None = None
+        self._sync: Any = None  # a ConnectionPool or a Connection
+        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
+        self._owned_sync = self._owned_async = False
+        self._fresh_locks()
+        if isinstance(source, str):
+            self._conninfo = source
+        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
+            self._sync = source
+        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
+            self._async = source
+        else:
+            raise ConfigurationError(
+                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
+                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
+            )
+        fork.register(self)
+
+    @staticmethod
+    def _take_url_options(conninfo: str, options: dict[str, Any]) -> str:
+        """``conninfo`` without this package's ``schema`` and ``prepare_threshold``, moved
+        into ``options`` (libpq refuses keywords it does not know); the URL and an argument
+        that disagree are refused (a ``schema`` argument of ``None`` gives none)."""
+        for name in (SCHEMA, PREPARE_THRESHOLD):
+            conninfo, raw = take_url_option(conninfo, name)
+            if raw is None:
+                continue
+            where = f"the {name} of {mask_url(conninfo)}"
+            read = prepare_threshold_of if name == PREPARE_THRESHOLD else lambda v, _="": v
+            value = read(raw, where)
+            given = options.get(name)
+            if name in options and read(given) != value and (given, name) != (None, SCHEMA):
+                raise ConfigurationError(
+                    f"{where} is {raw!r} but the {name} argument is {given!r}: give one of them"
+                )
+            options[name] = value
+        return conninfo
+
+    def _fresh_locks(self) -> None:
+        self._sync_lock = threading.Lock()
+        self._async_lock: asyncio.Lock | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._open_lock = threading.Lock()
+        self._aopen_lock: asyncio.Lock | None = None
+        self._aopen_loop: asyncio.AbstractEventLoop | None = None
+
+    def after_fork(self) -> None:
+        """Pools opened here are set aside and reopened on first use; a connection or pool
+        the caller passed in is theirs to replace in the child."""
+        if self._owned_sync:
+            fork.set_aside(self._sync)
+            self._sync, self._owned_sync = None, False
+        if self._owned_async:
+            fork.set_aside(self._async)
+            self._async, self._owned_async = None, False
+        self._fresh_locks()
+
+    def describe(self) -> str:
+        if self._conninfo is not None:
+            return mask_url(self._conninfo)
+        return f"postgresql ({type(self._sync or self._async).__name__})"
+
+    def server(self) -> tuple[str | None, int | None]:
+        """The host and port of the conninfo (the first of a list), as libpq reads them."""
+        params = self._given
+        host = str(params.get("host") or params.get("hostaddr") or "").split(",")[0]
+        port = str(params.get("port") or "").split(",")[0]
+        return host or None, int(port) if port.isdigit() else None
+
+    def namespace(self) -> str | None:
+        """``{database}|{schema}``, as OpenTelemetry's conventions name a PostgreSQL
+        namespace: the conninfo's database and the ``schema`` option (either alone)."""
+        parts = (self._given.get("dbname"), self.options.schema)
+        return "|".join(str(p) for p in parts if p) or None
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """The usage of the pools (sync and async) open now, from psycopg_pool's
+        ``get_stats()``; a single connection passed in has no pool to report."""
+        import psycopg_pool
+
+        usage = []
+        for kind, pool in (("sync", self._sync), ("async", self._async)):
+            if not isinstance(
+                pool, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
+            ):
+                continue
+            stats = pool.get_stats()
+            size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
+            usage.append(
+                PoolUsage(
+                    name=f"{self.describe()} ({kind})",
+                    used=max(size - available, 0),
+                    idle=available,
+                    max=stats.get("pool_max", pool.max_size),
+                    pending=stats.get("requests_waiting", 0),
+                )
+            )
+        return usage
+
+    def _pool_options(self, *, sync: bool) -> dict[str, Any]:
+        hooks = self._idle_check
+        return {
+            "conninfo": with_keepalives(self._conninfo or ""),
+            "min_size": 1,
+            "max_size": self.pool_size,
+            "kwargs": {"autocommit": True, "prepare_threshold": self.options.prepare_threshold},
+            "open": False,
+            "name": "agent-memory",
+            "timeout": self.connect_timeout,
+            # a reconnection that failed for this long starts afresh at the next request,
+            # instead of backing off (1, 2, 4, ... s) for the 5 minutes psycopg_pool
+            # defaults to: once an outage ends, the next call connects at once
+            "reconnect_timeout": self.connect_timeout,
+            "configure": hooks.configure if sync else hooks.aconfigure,
+            "check": hooks.check if sync else hooks.acheck,
+            "max_idle": self.options.max_idle,
+            "max_lifetime": self.options.max_lifetime,
+        }
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
+
+    # -- sync ------------------------------------------------------------------------------
+
+    def _sync_pool(self) -> Any:
+        import psycopg
+        import psycopg_pool
+
+        with self._open_lock:
+            if self._sync is None:
+                self._first_contact()
+                pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
+                try:
+                    pool.open(wait=True, timeout=self.connect_timeout)
+                    with pool.connection() as conn:
+                        self._verify(conn)
+                except psycopg_pool.PoolTimeout:
+                    pool.close()
+                    raise self._unavailable(self._probe()) from None
+                except psycopg.OperationalError as exc:
+                    pool.close()
+                    raise self._unavailable(str(exc)) from exc
+                except BaseException:
+                    pool.close()
+                    raise
+                self._sync, self._owned_sync = pool, True
+        return self._sync
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        import psycopg_pool
+
+        self._check_open()
+        if self._sync is None:
+            if self._conninfo is None:
+                raise ConfigurationError(
+                    "this PostgreSQL saver was given an async connection; call the async "
+                    "methods (aput, aget_tuple, ...) or pass a sync connection or pool"
+                )
+            self._sync_pool()
+        source = self._sync
+        if isinstance(source, psycopg_pool.ConnectionPool):
+            lease = _Lease(self._getconn(source), source)
+            try:
+                yield lease
+            finally:
+                self._idle_check.returned(lease.conn)
+                source.putconn(lease.conn)
+        else:
+            with self._sync_lock:
+                yield _Lease(source, None)
+
+    def _getconn(self, pool: Any) -> Any:
+        import psycopg_pool
+
+        started = time.perf_counter()
+        try:
+            conn = pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(self._probe()) from None
+        connection_waited(lambda: f"{self.describe()} (sync)", started)
+        return conn
+
+    def _session(self, conn: Any) -> PgSession:
+        commit = self.options.synchronous_commit  # set by each write transaction for itself
+        return PgSession(conn, synchronous_commit=commit, qualify=self.dialect.qualify)
+
+    def _run_sync(self, plan: Plan[T]) -> T:
+        if self._sync is None and self._conninfo is None:
+            return self._run_on_async_loop(plan)
+        with self._connection() as lease:
+            session = self._session(lease.conn)
+            first = True
+
+            def run(batch: Batch) -> list[Any]:
+                """One batch; the plan's first, a read, once more on a fresh connection
+                when its own was found lost (nothing it sent could have changed data)."""
+                nonlocal session, first
+                resendable, first = first and lease.pool is not None and _reads(batch), False
+                try:
+                    return execute(session, batch)
+                except DatabaseUnavailableError:
+                    if not resendable:
+                        raise
+                lease.conn.close()  # lost, if not yet broken: the pool discards it
+                lease.pool.putconn(lease.conn)
+                lease.conn = self._getconn(lease.pool)
+                session = self._session(lease.conn)
+                return execute(session, batch)
+
+            try:
+                self._verify(lease.conn)
+                return drive(plan, run)
+            except failures() as exc:
+                raise session.lost(exc) from exc
+            finally:
+                if session.in_tx:
+                    session.in_tx = False
+                    rollback(lease.conn)
+                if session.unsure and lease.pool is not None:
+                    lease.conn.close()  # a pooled one: putconn discards a closed connection
+
+    def _run_on_async_loop(self, plan: Plan[T]) -> T:
+        loop = self._async_loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            raise ConfigurationError(
+                "this PostgreSQL saver was given an async connection: from async code use the "
+                "async methods (aput, aget_tuple, ...); sync calls work only from another thread"
+            )
+        return asyncio.run_coroutine_threadsafe(self.arun(plan), loop).result()
+
+    # -- async -----------------------------------------------------------------------------
+
+    async def _async_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The async pool of this event loop, opened once however many tasks ask at once."""
+        import psycopg
+        import psycopg_pool
+
+        if self._aopen_lock is None or self._aopen_loop is not loop:
+            # set before any await, so every task of this loop shares the one lock
+            self._aopen_lock, self._aopen_loop = asyncio.Lock(), loop
+        async with self._aopen_lock:
+            if self._async is not None and self._async_loop is not loop:
+                # a pool belongs to the loop that opened it; a new loop gets a new pool
+                old, self._async, self._owned_async = self._async, None, False
+                try:
+                    await old.close()
+                except Exception:
+                    pass
+            if self._async is None:
+                await asyncio.to_thread(self._first_contact)  # once per pool
+                pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
+                try:
+                    await pool.open(wait=True, timeout=self.connect_timeout)
+                    async with pool.connection() as conn:
+                        await self._averify(conn)
+                except psycopg_pool.PoolTimeout:
+                    await pool.close()
+                    raise self._unavailable(await asyncio.to_thread(self._probe)) from None
+                except psycopg.OperationalError as exc:
+                    await pool.close()
+                    raise self._unavailable(str(exc)) from exc
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._async, self._owned_async = pool, True
+                self._async_loop = loop
+        return self._async
+
+    async def arun(self, plan: Plan[T]) -> T:
+        import psycopg_pool
+
+        if self._async is None and self._conninfo is None:
+            return await asyncio.to_thread(self._run_sync, plan)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        target = self._async
+        if self._conninfo is not None and (target is None or self._async_loop is not loop):
+            target = await self._async_pool(loop)
+        if isinstance(target, psycopg_pool.AsyncConnectionPool):
+            lease = _Lease(await self._agetconn(target), target)
+            try:
+                return await self._asession(lease, plan)
+            finally:
+                self._idle_check.returned(lease.conn)
+                await target.putconn(lease.conn)
+        if self._async_lock is None:
+            self._async_lock = asyncio.Lock()
+        self._async_loop = loop
+        async with self._async_lock:
+            return await self._asession(_Lease(target, None), plan)
+
+    async def _agetconn(self, pool: Any) -> Any:
+        import psycopg_pool
+
+        started = time.perf_counter()
+        try:
+            conn = await pool.getconn()
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(await asyncio.to_thread(self._probe)) from None
+        connection_waited(lambda: f"{self.describe()} (async)", started)
+        return conn
+
+    async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
+        """:meth:`_run_sync`'s plan on an async connection."""
+        session = self._session(lease.conn)
+        first = True
+
+        async def run(batch: Batch) -> list[Any]:
+            nonlocal session, first
+            resendable, first = first and lease.pool is not None and _reads(batch), False
+            try:
+                return await aexecute(session, batch)
+            except DatabaseUnavailableError:
+                if not resendable:
+                    raise
+            await lease.conn.close()
+            await lease.pool.putconn(lease.conn)
+            lease.conn = await self._agetconn(lease.pool)
+            session = self._session(lease.conn)
+            return await aexecute(session, batch)
+
+        try:
+            await self._averify(lease.conn)
+            return await adrive(plan, run)
+        except failures() as exc:
+            raise session.lost(exc) from exc
+        finally:
+            if session.in_tx:
+                session.in_tx = False
+                await arollback(lease.conn)
+            if session.unsure and lease.pool is not None:
+                await lease.conn.close()  # a pooled one: putconn discards a closed connection
+
+    def _unverified(self, conn: Any) -> bool:
+        """Whether ``conn`` prepares statements on a server not yet known to be reached
+        directly: then :meth:`_verify` asks, once per database object (a pool opened here
+        as it opens; a connection or pool passed in at its first use)."""
+        return (
+            self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
+        )
+
+    def _verify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            server_pid = conn.execute(BACKEND_PID_SQL, prepare=False).fetchone()[0]
+            self._refuse_pooler(conn, server_pid)
+
+    async def _averify(self, conn: Any) -> None:
+        if self._unverified(conn):
+            cur = await conn.execute(BACKEND_PID_SQL, prepare=False)
+            self._refuse_pooler(conn, (await cur.fetchone())[0])
+
+    def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
+        """Raise :func:`pooler_error` when ``conn`` does not reach the server
+        itself, before any statement is prepared; else remember that it does."""
+        where, passed_in = self.describe(), self._conninfo is None
+        error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
+        if error is not None:
+            raise error
+        self._pooler_checked = True
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def _first_contact(self) -> None:
+        """Before a pool opens: one direct connect, so a definite refusal (a database or
+        role that does not exist, a wrong password, nothing listening on the port) is an
+        error at once, not after the pool retried it for ``connect_timeout`` seconds, and so
+        is a parameter value libpq refuses (a :class:`ConfigurationError`). A transient
+        failure (a server starting up) is left to the pool, which retries."""
+        import psycopg
+
+        try:
+            psycopg.connect(self._contact_info()).close()
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            self._refuse(exc)
+
+    def _refuse(self, exc: BaseException) -> None:
+        """Raise the error of a first connect that trying again cannot cure."""
+        where = f"PostgreSQL at {self.describe()}"
+        if (wrong := option_error(exc)) is not None:
+            raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
+        if definite_refusal(exc):
+            raise DatabaseUnavailableError(
+                f"{where} refused the connection: {self._reason(str(exc))}"
+            ) from None
+
+    def _contact_info(self) -> str:
+        """The first connect's conninfo: with keepalives, and with :meth:`_whole_timeout` as
+        its ``connect_timeout`` unless it sets its own (which bounds every pooled connect
+        too, so a bad value must show here)."""
+        from psycopg.conninfo import make_conninfo
+
+        conninfo = with_keepalives(self._conninfo or "")
+        if "connect_timeout" in self._given:
+            return conninfo
+        return make_conninfo(conninfo, connect_timeout=self._whole_timeout())
+
+    def _whole_timeout(self) -> int:
+        """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""
+        return max(1, int(self.connect_timeout))
+
+    def _reason(self, error: str) -> str:
+        """The server's words from libpq's message (after its last ``failed:``), on one
+        line, the password masked."""
+        lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+        reason = lines[0].rsplit("failed: ", 1)[-1] if lines else error
+        reason = reason.replace("FATAL:  ", "")
+        secret = self._given.get("password")
+        if secret:
+            reason = reason.replace(str(secret), "***")
+        return reason
+
+    def _probe(self) -> str | None:
+        """Why no connection came: one direct attempt (the pool's timeout does not say);
+        ``None`` for a pool the caller passed in, whose server we do not know."""
+        import psycopg
+
+        if self._conninfo is None:
+            return None
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=self._whole_timeout()).close()
+        except psycopg.Error as exc:
+            return str(exc)
+        return None
+
+    def _unavailable(self, error: str | None) -> DatabaseUnavailableError:
+        """The error for a server not reached (or a pool whose every connection stayed
+        busy), naming the server with its password masked."""
+        busy = "every pooled connection stayed busy"
+        reason = self._reason(error) if error and error.strip() else busy
+        return DatabaseUnavailableError(
+            f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
+            f"{reason}"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._closed = self._conninfo is not None
+        if self._owned_sync and self._sync is not None:
+            pool, self._sync, self._owned_sync = self._sync, None, False
+            pool.close()
+        if self._owned_async and self._async is not None:
+            pool, self._async, self._owned_async = self._async, None, False
+            loop = self._async_loop
+            if loop is not None and not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(pool.close())
+
+    async def aclose(self) -> None:
+        self._closed = self._conninfo is not None
+        if self._owned_async and self._async is not None:
+            pool, self._async, self._owned_async = self._async, None, False
+            await pool.close()
+        if self._owned_sync and self._sync is not None:
+            pool, self._sync, self._owned_sync = self._sync, None, False
+            await asyncio.to_thread(pool.close)
+
+
+@dataclass
+class _Lease:
+    """The connection a plan runs on, and the pool it came from (``None``: a connection
+    passed in, which cannot be replaced)."""
+
+    conn: Any
+    pool: Any
+
+
+def _reads(batch: Batch) -> bool:
+    """Whether ``batch`` only reads, so sending it again cannot change data twice."""
+    return not (batch.write or batch.hold or batch.lock)

@@ -45,14 +45,17 @@ def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
     return sa.Column(name, type_, nullable=False)
 
 
-def _shard() -> sa.Column[Any]:
-    """The shard key (see :mod:`.shard`): the first labels of the row's namespace. First in
-    the primary key of every store and memory table, and their distribution column."""
-    return sa.Column("shard", PREFIX, primary_key=True)
+def _shard(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
+    """The shard key (see :mod:`.shard`), then ``extra`` key columns: the first labels of the
+    row's namespace, first in the primary key of every store and memory table, and their
+    distribution column."""
+    return (sa.Column("shard", PREFIX, primary_key=True), *extra)
 
 
-#: ``info`` of a table distributed by its shard key (read by the distribution step).
-SHARDED = {"shard_key": "shard"}
+def _sharded(name: str, *items: Any, **options: Any) -> sa.Table:
+    """A table distributed by its shard key on a distributed database (its ``info``, which
+    the distribution step reads)."""
+    return sa.Table(name, metadata, *items, info={"shard_key": "shard"}, **options)
 
 
 def _item_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
@@ -60,7 +63,7 @@ def _item_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
     (the labels joined with ".") and key, then ``extra`` key columns."""
     prefix = sa.Column("prefix", PREFIX, primary_key=True)
     key = sa.Column("key", sa.String(1024), primary_key=True)
-    return (_shard(), prefix, key, *extra)
+    return _shard(prefix, key, *extra)
 
 
 def _thread_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
@@ -149,9 +152,8 @@ migrations.info["reference"] = True
 
 # -- the store -----------------------------------------------------------------------------
 
-store_items = sa.Table(
+store_items = _sharded(
     "am_store_items",
-    metadata,
     *_item_key(),
     # JSON; JSONB on PostgreSQL, so filters read it without re-parsing every row
     _required("value", sa.Text().with_variant(JSONB(), "postgresql")),
@@ -160,44 +162,51 @@ store_items = sa.Table(
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
     sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
-    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has (added by migration 5)
+    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has
     # With encryption on: the value sealed under its shard key's data key (``value`` then
-    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given (store 7).
+    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given.
     sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
+    # listing newest first with a filter walks it and stops at the first page of matches,
+    # instead of reading and sorting every item under the prefix
+    sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
-    info=SHARDED,
 )
 
-store_vectors = sa.Table(
+store_vectors = _sharded(
     "am_store_vectors",
-    metadata,
     *_item_key(sa.Column("field", sa.String(512), primary_key=True)),
     _required("vector", sa.LargeBinary),  # float32, little-endian
-    info=SHARDED,
 )
+
+
+def _term_key() -> tuple[sa.Column[Any], ...]:
+    """What a posting and a block of postings are found by: a term under one namespace (its
+    shard key, then its labels)."""
+    return (
+        _required("term", sa.String(64)),
+        _required("shard", PREFIX),
+        _required("prefix", PREFIX),
+    )
+
 
 # The lexical index: one row per (term, item), with what BM25 needs (the term's frequency in
 # the item, the item's length). Keyed by term first, so a query reads only its terms'
 # postings, from the index alone; the second index finds an item's rows when it changes.
-store_terms = sa.Table(
+store_terms = _sharded(
     "am_store_terms",
-    metadata,
-    _required("term", sa.String(64)),
-    _required("shard", PREFIX),
-    _required("prefix", PREFIX),
+    *_term_key(),
     _required("key", sa.String(1024)),
     _required("tf", sa.Integer),
     _required("dl", sa.Integer),
     # 1 once the posting is in its term's block (``am_store_blocks``); NULL while it is not,
-    # as every posting is when written (inserts do not name it). Store version 8.
+    # as every posting is when written (inserts do not name it).
     sa.Column("packed", sa.SmallInteger, info={"unwritten": True}),
     sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
     # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
     # away from the primary key onto every posting of the namespace
     sa.Index("am_store_terms_item", "key", "prefix"),
     sqlite_with_rowid=False,
-    info=SHARDED,
 )
 
 #: Tables holding an item's rows, the item itself last: every delete of items goes through
@@ -209,24 +218,23 @@ STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 # entries (item hash, tf, dl) sorted by hash; ``keys``: the items' keys in the same order.
 # A block is a snapshot: postings written since are those whose ``packed`` is NULL, and
 # entries of items deleted since are dropped when a query checks its candidates.
-store_blocks = sa.Table(
+store_blocks = _sharded(
     "am_store_blocks",
-    metadata,
-    _required("term", sa.String(64)),
-    _required("shard", PREFIX),
-    _required("prefix", PREFIX),
+    *_term_key(),
     _required("built", sa.BigInteger),  # which build wrote it: keys are read by it
     _required("entries", sa.Integer),
     _required("postings", sa.LargeBinary),
     _required("keys", sa.LargeBinary),
     sa.PrimaryKeyConstraint("term", "shard", "prefix"),
-    info=SHARDED,
 )
 
 #: Tables of rows under a namespace: a namespace's delete and an erase go through all of them,
 #: the blocks last (a build under way then either committed first, and its block is deleted,
 #: or waits on the delete and packs none of the deleted postings).
 STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
+
+#: The store's tables, as its migrations create them.
+STORE_TABLES = (store_items, store_vectors, store_terms, store_blocks)
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
 
@@ -236,12 +244,11 @@ SCOPE = sa.String(1024)
 def _scope_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
     """The primary key of a row that belongs to one memory scope (``user=alice,agent=support``):
     the scope's shard key, the scope, then ``extra`` key columns."""
-    return (_shard(), sa.Column("scope", SCOPE, primary_key=True), *extra)
+    return _shard(sa.Column("scope", SCOPE, primary_key=True), *extra)
 
 
-memory_scopes = sa.Table(
+memory_scopes = _sharded(
     "am_memory_scopes",
-    metadata,
     *_scope_key(),
     _required("root", sa.String(255)),  # the namespace root, e.g. memory
     sa.Column("lease_owner", sa.String(64)),  # the job holding the scope, while it runs
@@ -250,24 +257,19 @@ memory_scopes = sa.Table(
     sa.Column("next_attempt_at", TIME),  # back-off after a failure
     sa.Column("last_error", sa.Text),
     _required("created_at", TIME),
-    info=SHARDED,
 )
 
-memory_pending = sa.Table(
+memory_pending = _sharded(
     "am_memory_pending",
-    metadata,
     *_scope_key(sa.Column("episode_key", sa.String(255), primary_key=True)),
     _required("recorded_at", TIME),
     _required("status", sa.String(16)),  # pending | parked
     sa.Index("am_memory_pending_status", "status", "scope"),
-    info=SHARDED,
 )
 
-memory_jobs = sa.Table(
+memory_jobs = _sharded(
     "am_memory_jobs",
-    metadata,
-    _shard(),
-    sa.Column("job_id", sa.String(255), primary_key=True),
+    *_shard(sa.Column("job_id", sa.String(255), primary_key=True)),
     _required("scope", SCOPE),
     _required("episodes", sa.Text),  # JSON list of episode keys
     _required("extractor_version", sa.String(255)),
@@ -279,12 +281,10 @@ memory_jobs = sa.Table(
     sa.Column("outcome", sa.Text),  # JSON: what the job changed
     sa.Index("am_memory_jobs_scope", "scope"),
     sa.Index("am_memory_jobs_status", "status", "finished_at"),
-    info=SHARDED,
 )
 
-memory_decay = sa.Table(
+memory_decay = _sharded(
     "am_memory_decay",
-    metadata,
     *_item_key(),
     _required("scope", SCOPE),
     # ln(importance): decay is then arithmetic every database has (no POWER, no LN needed)
@@ -292,15 +292,12 @@ memory_decay = sa.Table(
     _required("reinforced_at", TIME),  # last confirmed or recalled
     _required("pinned", sa.Integer),
     sa.Index("am_memory_decay_scope", "scope"),
-    info=SHARDED,
 )
 
-memory_threads = sa.Table(
+memory_threads = _sharded(
     "am_memory_threads",
-    metadata,
     *_scope_key(sa.Column("thread_id", sa.String(255), primary_key=True)),
     _required("seen_at", TIME),
-    info=SHARDED,
 )
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)
@@ -311,15 +308,11 @@ MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memor
 #: database, for the next erase or the worker to settle). ``thread_id`` is empty for the
 #: key of the shard key itself, else it names a conversation thread of the shard's scopes
 #: whose key the erase owes (its checkpoints were erased with them). Not in
-#: :data:`MEMORY_TABLES`: memory step 6 made it, and an erase writes it rather than deletes
-#: from it.
-memory_erasures = sa.Table(
+#: :data:`MEMORY_TABLES`: an erase writes it rather than deletes from it.
+memory_erasures = _sharded(
     "am_memory_erasures",
-    metadata,
-    _shard(),
-    sa.Column("thread_id", sa.String(255), primary_key=True),
+    *_shard(sa.Column("thread_id", sa.String(255), primary_key=True)),
     _required("erased_at", TIME),
-    info=SHARDED,
 )
 
 # -- settings fixed for a database ---------------------------------------------------------

@@ -18,11 +18,12 @@ that check (a ``stat``, some 5 µs) replaces the connection, and a read it overl
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -34,7 +35,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sa_sqlite
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
-from sqlalchemy.schema import CreateIndex, CreateTable
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import (
@@ -42,10 +42,8 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Plan,
     PoolUsage,
     T,
-    drive,
 )
-from langgraph_checkpoint_agent_memory.db.dbapi_pool import DbApiPool
-from langgraph_checkpoint_agent_memory.db.dbapi_session import DbApiSession
+from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
     Columns,
@@ -94,21 +92,6 @@ class SQLiteDialect(Dialect):
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
         return param  # SQLite stores what it is given; a CAST would only add work
 
-    def full_text_ddl(self) -> list[str]:
-        fts = "am_store_fts"
-        return [
-            # raw: FTS5 virtual table and its triggers, no Core form
-            f"CREATE VIRTUAL TABLE {fts} USING fts5(doc, content='am_store_items', "
-            "content_rowid='rowid', tokenize='porter unicode61')",
-            f"CREATE TRIGGER am_store_items_ai AFTER INSERT ON am_store_items BEGIN "
-            f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
-            f"CREATE TRIGGER am_store_items_ad AFTER DELETE ON am_store_items BEGIN "
-            f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); END",
-            f"CREATE TRIGGER am_store_items_au AFTER UPDATE ON am_store_items BEGIN "
-            f"INSERT INTO {fts}({fts}, rowid, doc) VALUES ('delete', old.rowid, old.doc); "
-            f"INSERT INTO {fts}(rowid, doc) VALUES (new.rowid, new.doc); END",
-        ]
-
     def write_rows_ddl(self) -> list[str]:
         """A view whose INSTEAD OF triggers file each inserted row by its ``kind``, so one
         multi-row INSERT does a whole put or put_writes: one statement, atomic by itself,
@@ -155,11 +138,6 @@ class SQLiteDialect(Dialect):
             _trigger(kind, body) for kind, body in bodies.items()
         ]
 
-    def live_row_ddl(self) -> list[str]:
-        """The live check of the one-statement writes as it is now: it also refuses a write
-        naming a checkpoint of a thread's ended history (schema version 3)."""
-        return ["DROP TRIGGER IF EXISTS am_write_rows_l", _trigger("l", _LIVE_CHECK)]
-
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
@@ -196,33 +174,6 @@ class SQLiteDialect(Dialect):
         return isinstance(exc, sqlite3.IntegrityError) and str(exc).endswith(
             f"UNIQUE constraint failed: {columns}"
         )
-
-    def rekey_ddl(self, table: sa.Table, keep: Sequence[str] = ()) -> list[str]:
-        """SQLite cannot change a primary key in place: the table is rebuilt (created anew,
-        rows copied, the old one dropped, the new one renamed, its indexes created, those
-        of ``keep`` too), inside the migration's transaction."""
-        new = table.to_metadata(sa.MetaData(), name=f"{table.name}__rekeyed")
-        cols = [c.name for c in table.columns]
-        copy = sa.insert(new).from_select(cols, sa.select(*table.columns))
-        return [
-            str(CreateTable(new).compile(dialect=self.sa)).strip(),
-            self.literal(copy),
-            # raw: ALTER TABLE and DROP TABLE of a rebuild have no Core form
-            f"DROP TABLE {table.name}",
-            f"ALTER TABLE {new.name} RENAME TO {table.name}",
-            *(
-                str(CreateIndex(index).compile(dialect=self.sa)).strip()
-                for index in sorted(table.indexes, key=lambda i: i.name or "")
-            ),
-            *keep,
-        ]
-
-    def drop_full_text_ddl(self) -> list[str]:
-        return [
-            # raw: DROP TRIGGER / DROP TABLE IF EXISTS of the FTS5 index
-            *(f"DROP TRIGGER IF EXISTS am_store_items_{t}" for t in ("ai", "ad", "au")),
-            "DROP TABLE IF EXISTS am_store_fts",
-        ]
 
     def erase_session(self) -> tuple[list[str], list[str]]:
         # secure_delete zeroes what the erase frees; VACUUM rewrites the file without the
@@ -430,6 +381,10 @@ class SQLiteDatabase(Database[Any]):
         passed in has none)."""
         return [] if self._pool is None else [self._pool.usage(self.describe())]
 
+    def namespace(self) -> str | None:
+        """The database file (none for a private in-memory database)."""
+        return None if self.memory else str(self.path)
+
     def describe(self) -> str:
         if self.given is not None:
             return "sqlite (a sqlite3.Connection)"
@@ -466,6 +421,10 @@ class SQLiteDatabase(Database[Any]):
         a :class:`DatabaseNotFoundError`; a file only SQLite's immutable mode can read
         without leaving files behind, a :class:`Snapshot` if no one may write it, else
         a :class:`DatabaseUnavailableError` that says how to read it."""
+        connect = functools.partial(
+            sqlite3.connect, isolation_level=None, check_same_thread=False, timeout=30
+        )
+        uri = f"file:{quote(str(self.path.absolute()))}?mode="
         if not self.memory and _unshareable(self.path):
             if not _frozen(self.path):
                 raise DatabaseUnavailableError(
@@ -478,28 +437,15 @@ class SQLiteDatabase(Database[Any]):
                     f"(chmod a-w {self.path}) or read a copy"
                 )
             opened = _identity(self.path)
-            uri = f"file:{quote(str(self.path.absolute()))}?mode=ro&immutable=1"
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=30,
-                factory=Snapshot,
-            )
+            conn = cast(Snapshot, connect(uri + "ro&immutable=1", uri=True, factory=Snapshot))
             conn.path, conn.opened = self.path, opened
             return conn
         if self.memory or self.mode == "rwc":
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            return sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False, timeout=30
-            )
-        uri = f"file:{quote(str(self.path.absolute()))}?mode={self.mode}"
+            return connect(str(self.path))
         try:
-            return sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
-            )
+            return connect(uri + self.mode, uri=True)
         except sqlite3.OperationalError as exc:
             if self.path.exists():
                 raise
@@ -576,11 +522,9 @@ class SQLiteDatabase(Database[Any]):
                 lone_writes=conn.isolation_level is None,
             )
             try:
-                return drive(plan, session.execute)
+                return session.run(plan)
             except sqlite3.OperationalError as exc:
                 raise self._unusable(exc) or exc from exc
-            finally:
-                session.finish()
 
     def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
         """The package's error for a database that cannot take the call (a read-only

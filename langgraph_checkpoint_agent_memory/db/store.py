@@ -1,4 +1,5 @@
-"""The store's SQL, for one dialect: items, their vectors and their lexical index.
+"""The store's SQL, for one dialect: items, their vectors, their lexical index and its posting
+blocks, pseudo-relevance feedback's postings, and encryption at rest's sealed rows.
 
 Statements are SQLAlchemy Core over :mod:`.schema`'s tables; joined statements name them by
 the aliases :data:`.schema.vectors_v` and :data:`.schema.items_i`. A filter's pre-filter is a
@@ -16,7 +17,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
-import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
@@ -26,6 +26,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_NS_TABLES,
     items_i,
     metadata,
+    store_blocks,
     store_items,
     store_terms,
     store_vectors,
@@ -55,7 +56,7 @@ MAX_PREFILTER = 32
 #: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
 #: The shape of a pre-filter condition decided by keyed hashes (encryption at rest's
-#: filterable fields, see ``store/filterable.py``): ``(HASHED_EQUALITY, values, marks)``.
+#: filterable fields, see ``store/sealing.py``): ``(HASHED_EQUALITY, values, marks)``.
 HASHED_EQUALITY = "hashed"
 
 
@@ -135,10 +136,50 @@ class ItemKey(NamedTuple):
     key: str
 
 
+class SealedVectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.sealed_vectors`: one embedded field of an item, its
+    vector sealed unless ``plain`` (its item was written without encryption)."""
+
+    prefix: str
+    key: str
+    field: str
+    vector: bytes
+    plain: bool
+
+
+class PlainItem(NamedTuple):
+    """A row of :meth:`StoreStatements.plaintext_items`."""
+
+    shard: str
+    prefix: str
+    key: str
+    value: Any
+
+
+class PostingRow(NamedTuple):
+    """A row of :meth:`StoreStatements.item_postings`."""
+
+    term: str
+    tf: int
+    dl: int
+
+
+class FieldVectorRow(NamedTuple):
+    """A row of :meth:`StoreStatements.item_vectors`."""
+
+    field: str
+    vector: bytes
+
+
 def vector_text(vector: bytes | Sequence[float]) -> str:
     """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
     columns read (HANA's ``TO_REAL_VECTOR``)."""
-    values = np.frombuffer(vector, dtype="<f4") if isinstance(vector, bytes) else vector
+    if isinstance(vector, bytes):
+        import numpy as np  # here: the checkpointer's path imports this module, not numpy
+
+        values: Any = np.frombuffer(vector, dtype="<f4")
+    else:
+        values = vector
     return json.dumps([float(x) for x in values], separators=(",", ":"))
 
 
@@ -209,10 +250,6 @@ def _delete_item(t: sa.Table) -> Any:
 def _live(t: Any) -> Any:
     """``t``'s item has not expired at ``:now``."""
     return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
-
-
-#: :func:`_live`, for the statements of other modules (:mod:`.store_sealed`).
-live = _live
 
 
 def ns_text(namespace: Sequence[str]) -> str:
@@ -355,11 +392,16 @@ class StoreStatements:
 
     def vectors_exact(self) -> Sql:
         """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
+        return self._vectors_of_namespace("vectors_exact", lambda v, i: (v.c.key, v.c.vector))
+
+    def _vectors_of_namespace(self, name: str, columns: Callable[[Any, Any], Any]) -> Sql:
+        """``columns`` of the vectors ``v`` and items ``i`` of the live items of the
+        namespace ``:prefix`` (``:shard``)."""
         v, i = store_vectors.alias("v"), store_items.alias("i")
         return self.statement(
-            "vectors_exact",
+            name,
             lambda: (
-                sa.select(v.c.key, v.c.vector)
+                sa.select(*columns(v, i))
                 .select_from(v.join(i, same_item(v, i)))
                 .where(
                     v.c.shard == sa.bindparam("shard"),
@@ -671,6 +713,330 @@ class StoreStatements:
             ),
         )
 
+    # -- encryption at rest: sealed vectors, the shards a search spans, sealing old rows
+
+    def sealed_vectors(self, scoped: bool) -> Sql:
+        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace
+        (exact search over vectors decrypted in the store); ``plain``: the item was written
+        without encryption."""
+        v, i = vectors_v, items_i
+        return self.statement(
+            ("sealed_vectors", scoped),
+            lambda: (
+                sa.select(v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None))
+                .select_from(v.join(i, same_item(i, v)))
+                .where(*self.vector_where((), scoped))
+            ),
+        )
+
+    def sealed_vectors_exact(self) -> Sql:
+        """:meth:`sealed_vectors` of exactly the namespace ``:prefix`` (``:shard``)."""
+        return self._vectors_of_namespace(
+            "sealed_vectors_exact",
+            lambda v, i: (v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None)),
+        )
+
+    def shards_under(self) -> Sql:
+        """The distinct shard keys of the items under the namespace ``:ns``, shorter than the
+        shard key (whose data keys a query's terms are hashed with; items expired but not yet
+        swept count). Such a namespace's items are those whose shard key lies under it, so
+        this reads the primary key's range of those shard keys alone (:meth:`Dialect.under_range`),
+        not every item's namespace and expiry."""
+        t = store_items
+        return self.statement(
+            "shards_under",
+            lambda: sa.select(t.c.shard).distinct().where(self.d.under_range(t.c.shard)),
+        )
+
+    def sealed_in_shard(self) -> Sql:
+        """One sealed value of an item of the shard key ``:shard`` (it names the data key the
+        shard's items were sealed with: a search asks when the shard has none)."""
+        t = store_items
+        return self.statement(
+            "sealed_in_shard",
+            lambda: (
+                sa.select(t.c.sealed)
+                .where(t.c.shard == sa.bindparam("shard"), t.c.sealed.is_not(None))
+                .limit(1)
+            ),
+        )
+
+    def recent_after(self, scoped: bool, filters: Prefilter = ()) -> Sql:
+        """Live items under the namespace passing the pre-filter, newest first (the order of
+        :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,
+        :a_key)``: the next page of a filter decided on decrypted values, read on from the last
+        row where an offset would sort and skip every earlier row again."""
+        t = store_items
+
+        def build() -> Any:
+            updated = sa.bindparam("a_updated", type_=t.c.updated_at.type)
+            prefix = sa.bindparam("a_prefix", type_=t.c.prefix.type)
+            key = sa.bindparam("a_key", type_=t.c.key.type)
+            after = sa.or_(
+                t.c.updated_at < updated,
+                sa.and_(
+                    t.c.updated_at == updated,
+                    sa.or_(t.c.prefix > prefix, sa.and_(t.c.prefix == prefix, t.c.key > key)),
+                ),
+            )
+            return (
+                sa.select(*(t.c[f] for f in ITEM_FIELDS))
+                .where(
+                    *self.namespace_of(t, scoped),
+                    _live(t),
+                    after,
+                    *self.filtered(t.c.value, filters),
+                )
+                .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.statement(("recent_after", scoped, filters), build)
+
+    def plaintext_items(self) -> Sql:
+        """Up to ``:n`` items not sealed, after ``(:a_shard, :a_prefix, :a_key)`` in key
+        order: ``(shard, prefix, key, value)``, read without locks across shards."""
+        t = store_items
+        after: tuple[Any, ...] = (
+            sa.bindparam("a_shard"),
+            sa.bindparam("a_prefix"),
+            sa.bindparam("a_key"),
+        )
+
+        def build() -> Any:
+            later = sa.or_(
+                t.c.shard > after[0],
+                sa.and_(t.c.shard == after[0], t.c.prefix > after[1]),
+                sa.and_(t.c.shard == after[0], t.c.prefix == after[1], t.c.key > after[2]),
+            )
+            return (
+                sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.value)
+                .where(t.c.sealed.is_(None), later)
+                .order_by(t.c.shard, t.c.prefix, t.c.key)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            )
+
+        return self.statement("plaintext_items", build)
+
+    def item_postings(self) -> Sql:
+        """``(term, tf, dl)`` of one item's postings."""
+        t = store_terms
+        return self.statement(
+            "item_postings", lambda: sa.select(t.c.term, t.c.tf, t.c.dl).where(key_match(t))
+        )
+
+    def item_vectors(self) -> Sql:
+        """``(field, vector)`` of one item's vectors."""
+        t = store_vectors
+        return self.statement(
+            "item_vectors", lambda: sa.select(t.c.field, t.c.vector).where(key_match(t))
+        )
+
+    def seal_item(self) -> Sql:
+        """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
+        in, ``value`` emptied, ``doc`` dropped."""
+        t = store_items
+        return self.statement(
+            "seal_item",
+            lambda: (
+                sa.update(t)
+                .where(key_match(t), t.c.sealed.is_(None))
+                .values(
+                    sealed=sa.bindparam("sealed", type_=sa.LargeBinary),
+                    value=sa.bindparam("value", type_=t.c.value.type),
+                    doc=None,
+                )
+            ),
+        )
+
+    def seal_vector(self) -> Sql:
+        """Replace one vector (``:shard``, ``:prefix``, ``:key``, ``:field``) by
+        ``:vector``, its native columns emptied."""
+        t = store_vectors
+        columns = {c: None for c in self.d.vector_columns()} if self.d.native_vectors else {}
+
+        def build() -> Any:
+            table = self.d.native_vectors_table(list(columns)) if columns else t
+            return (
+                sa.update(table)
+                .where(
+                    *(table.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field"))
+                )
+                .values(vector=sa.bindparam("vector", type_=sa.LargeBinary), **columns)
+            )
+
+        return self.statement(("seal_vector", tuple(columns)), build)
+
+    def fingerprint_under(self, scoped: bool) -> Sql:
+        """Live item count and latest update under the namespace ``:ns``: any write below it
+        changes them (the cache key of its decrypted vectors)."""
+        t = store_items
+        return self.statement(
+            ("fingerprint_under", scoped),
+            lambda: sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(
+                *self.namespace_of(t, scoped), _live(t)
+            ),
+        )
+
+    # -- pseudo-relevance feedback: the postings of the first lexical matches
+
+    def feedback_postings(self, n: int) -> Sql:
+        """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>``,
+        ``:p<j>``, ``:k<j>``), each read through the index by item."""
+        t = store_terms
+
+        def build() -> sa.Select[Any]:
+            return sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(items_named(t, n))
+
+        return self.statement(("feedback_postings", n), build)
+
+    # -- posting blocks (``am_store_blocks``): what a query of common words reads, and
+    # what builds a block (``store/blocks.py`` says how they are used)
+
+    def blocks_read(self, n: int, exact: bool, scoped: bool) -> Sql:
+        """In one statement (one snapshot): which blocks of ``n`` terms (``:t<j>``) lie under
+        the namespace, ``(term, shard, prefix, NULL, entries, NULL, built)``, and up to ``:cap``
+        postings of each term no block holds, ``(term, shard, prefix, key, tf, dl, NULL)``.
+        Each term's postings are read through the index of unpacked postings, by its first
+        column and in its order (see :meth:`.Dialect.fresh_postings_ddl`)."""
+        b, t = store_blocks, store_terms
+
+        lead = self.d.fresh_lead(t)
+        unpacked_where = [t.c.packed.is_(None)]
+        if lead is not t.c.packed:
+            unpacked_where.append(lead == 0)
+
+        def fresh(j: int) -> Any:
+            term = t.c.term == sa.bindparam(f"t{j}", type_=sa.String)
+            part = (
+                sa.select(t.c.term, t.c.shard, t.c.prefix, t.c.key, t.c.tf, t.c.dl)
+                .where(*unpacked_where, term, *self.ns_of(t, exact, scoped))
+                .order_by(lead, t.c.term, t.c.shard, t.c.prefix, t.c.key)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .subquery(f"f{j}")
+            )
+            return sa.select(*part.c, _null(sa.BigInteger, "built"))
+
+        def build() -> Any:
+            blocks = sa.select(
+                b.c.term,
+                b.c.shard,
+                b.c.prefix,
+                _null(t.c.key.type, "key"),
+                b.c.entries.label("tf"),
+                _null(sa.Integer, "dl"),
+                b.c.built,
+            ).where(terms_in(b, n), *self.ns_of(b, exact, scoped))
+            return sa.union_all(blocks, *(fresh(j) for j in range(n)))
+
+        return self.statement(("blocks_read", n, exact, scoped), build)
+
+    def blocks_fresh_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
+        """``(term, shard, prefix, count)`` of the namespaces under ``:ns`` where one of
+        ``n`` terms has ``count``, at least ``:at``, postings no block holds."""
+        t = store_terms
+
+        def build() -> Any:
+            return (
+                sa.select(t.c.term, t.c.shard, t.c.prefix, sa.func.count())
+                .where(terms_in(t, n), *self.ns_of(t, exact, scoped), t.c.packed.is_(None))
+                .group_by(t.c.term, t.c.shard, t.c.prefix)
+                .having(sa.func.count() >= sa.bindparam("at", type_=sa.Integer))
+            )
+
+        return self.statement(("blocks_fresh_counts", n, exact, scoped), build)
+
+    def blocks_payloads(self, n: int) -> Sql:
+        """``(term, shard, prefix, built, entries, postings, keys)`` of ``n`` blocks."""
+        b = store_blocks
+        return self.statement(
+            ("blocks_payloads", n),
+            lambda: sa.select(
+                b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c.postings, b.c["keys"]
+            ).where(rows_named(b, n, (("term", "bt"), ("shard", "bs"), ("prefix", "bp")))),
+        )
+
+    def blocks_postings_in(self, terms: int, keys: int) -> Sql:
+        """``(prefix, key, term, tf, dl)`` of the postings of ``terms`` terms (``:t<j>``) in
+        items of one namespace (``:shard``, ``:prefix``) whose keys the dialect's list of
+        ``keys`` parameters names (``:k``, see :meth:`.Dialect.one_of`): the candidates' true
+        scores. One part per term, so each is a range of the primary key with the keys as its
+        last column (two lists in one condition leave PostgreSQL 15 filtering every posting
+        of the terms by key)."""
+        t = store_terms
+
+        def part(j: int) -> Any:
+            return sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(
+                t.c.term == sa.bindparam(f"t{j}", type_=sa.String),
+                t.c.shard == sa.bindparam("shard"),
+                t.c.prefix == sa.bindparam("prefix"),
+                self.d.one_of(t.c.key, "k", keys),
+            )
+
+        return self.statement(
+            ("blocks_postings_in", terms, keys),
+            lambda: sa.union_all(*(part(j) for j in range(terms))),
+        )
+
+    def blocks_claim(self) -> Sql:
+        """A build's first statement: the block's row, created empty or given the build's
+        ``:built``; it holds the row's lock, so builds of one block take turns."""
+        return self.statement(
+            ("blocks_claim",),
+            lambda: self.d.upsert(store_blocks, ["term", "shard", "prefix"], ["built"]),
+        )
+
+    def blocks_mark(self) -> Sql:
+        """Mark the term's postings in the namespace as packed (the build reads them next).
+        Where rows have locks, postings a write holds are skipped: they stay unpacked, and
+        queries read them one by one, so a build never waits on a write."""
+        t = store_terms
+
+        def build() -> Any:
+            where = [*_one_block(t), t.c.packed.is_(None)]
+            stmt = sa.update(t).values(packed=1)
+            if not self.d.row_locks:
+                return stmt.where(*where)
+            free = self.d.skip_locked(sa.select(t.c.key).where(*where))
+            return stmt.where(*where, t.c.key.in_(free))
+
+        return self.statement(("blocks_mark",), build)
+
+    def blocks_postings(self) -> Sql:
+        """``(key, tf, dl)`` of the term's packed postings in the namespace: those this build
+        marked (it holds them) and earlier builds' (queries read the others one by one)."""
+        t = store_terms
+        return self.statement(
+            ("blocks_postings",),
+            lambda: sa.select(t.c.key, t.c.tf, t.c.dl).where(*_one_block(t), t.c.packed == 1),
+        )
+
+    def blocks_drop(self) -> Sql:
+        """Delete the blocks of one namespace (``:shard``, ``:prefix``)."""
+        b = store_blocks
+        return self.statement(
+            ("blocks_drop",),
+            lambda: sa.delete(b).where(
+                b.c.shard == sa.bindparam("shard"), b.c.prefix == sa.bindparam("prefix")
+            ),
+        )
+
+    def blocks_fill(self) -> Sql:
+        """A build's last statement: the block's entries and keys."""
+        b = store_blocks
+        return self.statement(
+            ("blocks_fill",),
+            lambda: (
+                sa.update(b)
+                .values(
+                    entries=sa.bindparam("entries"),
+                    postings=sa.bindparam("postings"),
+                    keys=sa.bindparam("keys"),
+                )
+                .where(*_one_block(b), b.c.built == sa.bindparam("built"))
+            ),
+        )
+
 
 def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
     """Core: ``t``'s row is one of ``n``, each named by its ``(column, parameter prefix)``
@@ -691,3 +1057,15 @@ def items_named(t: Any, n: int) -> Any:
 def terms_in(t: Any, n: int) -> Any:
     """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
     return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
+
+
+def _null(type_: Any, name: str) -> Any:
+    return sa.cast(sa.null(), type_).label(name)
+
+
+def _one_block(t: Any) -> list[Any]:
+    return [
+        t.c.term == sa.bindparam("term"),
+        t.c.shard == sa.bindparam("shard"),
+        t.c.prefix == sa.bindparam("prefix"),
+    ]

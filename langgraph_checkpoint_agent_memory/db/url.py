@@ -15,7 +15,6 @@ in-memory backends).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,8 +23,6 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-
-logger = logging.getLogger(__name__)
 
 URL_ENV = "AGENT_MEMORY_URL"
 HOME_ENV = "AGENT_MEMORY_HOME"
@@ -85,9 +82,6 @@ def mask_url(url: str) -> str:
         user = netloc[0].split(":", 1)[0]
         url = url.replace(parts.netloc, f"{user}:***@{netloc[1]}", 1)
     return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.I)
-
-
-mask_conninfo = mask_url
 
 
 def resolve(url: str | None, *, environ: dict[str, str] | None = None) -> Target | None:

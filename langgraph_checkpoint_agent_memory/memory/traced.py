@@ -12,11 +12,10 @@ from typing import Any, TypeVar, cast
 
 from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
 from langgraph_checkpoint_agent_memory.memory.model import ScopeLike
-from langgraph_checkpoint_agent_memory.telemetry.metrics import safely
+from langgraph_checkpoint_agent_memory.telemetry import live, safely
 from langgraph_checkpoint_agent_memory.telemetry.tracing import (
     IDLE,
     AttributeValue,
-    live,
     operation,
     target_of,
 )
@@ -147,12 +146,7 @@ def report_counts(report: Any) -> dict[str, AttributeValue]:
 
 
 def item_count(removed: int) -> dict[str, AttributeValue]:
-    """How many items an operation removed.
-
-    Example:
-        >>> item_count(3)
-        {'agent_memory.item_count': 3}
-    """
+    """How many items an operation removed."""
     return {"agent_memory.item_count": removed}
 
 

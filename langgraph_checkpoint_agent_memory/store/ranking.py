@@ -26,13 +26,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from langgraph_checkpoint_agent_memory.db import store_feedback as feedback_sql
-from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import VectorIndex
 from langgraph_checkpoint_agent_memory.db.store import (
@@ -40,19 +38,18 @@ from langgraph_checkpoint_agent_memory.db.store import (
     KeyVectorRow,
     Prefilter,
     ScoredRow,
+    SealedVectorRow,
     StoreStatements,
     TextStats,
     VectorRow,
     scoped,
     vector_text,
 )
-from langgraph_checkpoint_agent_memory.db.store_sealed import SealedVectorRow
 from langgraph_checkpoint_agent_memory.store import blocks
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
-from langgraph_checkpoint_agent_memory.store.blocked import blocked_plan
+from langgraph_checkpoint_agent_memory.store.blocks import blocked_plan
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
-from langgraph_checkpoint_agent_memory.store.similarity import as_matrix, best_items, nearest
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 #: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
@@ -343,21 +340,12 @@ class Ranker:
         the namespace (live items, latest update, this store's writes) is unchanged, so a
         namespace searched again costs one small read instead of a decryption per vector."""
         one = scoped(base)
-        [fp] = yield Batch(
-            [Stmt(sealed_sql.fingerprint_under(self.statements, one), base, fetch=True)]
-        )
+        [fp] = yield Batch([Stmt(self.statements.fingerprint_under(one), base, fetch=True)])
         fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
         key = (base["ns"], one)
-        with self.lock:
-            cached = self.opened.get(key)
-            hit = cached is not None and cached[0] == fingerprint
-            metrics.cache_lookup("opened_vectors", hit)
-            if cached is not None and hit:
-                self.opened.move_to_end(key)
-                return cached[1]
-        [found] = yield Batch(
-            [Stmt(sealed_sql.sealed_vectors(self.statements, one), base, fetch=True)]
-        )
+        if (cached := self._cached(self.opened, key, fingerprint, "opened_vectors")) is not None:
+            return cached[1]  # type: ignore[no-any-return]
+        [found] = yield Batch([Stmt(self.statements.sealed_vectors(one), base, fetch=True)])
         rows = yield from self._opened(found)
         with self.lock:
             self.opened[key] = (fingerprint, rows)
@@ -560,7 +548,7 @@ class Ranker:
                 prefix,
                 key,
             )
-        sql = feedback_sql.postings_of(self.statements, len(top))
+        sql = self.statements.feedback_postings(len(top))
         [rows] = yield Batch([Stmt(sql, params, fetch=True)])
         postings = [F.Posting._make(r) for r in rows]
         query = [f for group in groups for f in group]
@@ -636,6 +624,18 @@ class Ranker:
             weights.append(self.ranking.vector_weight)
         return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
 
+    def _cached(self, cache: OrderedDict[Any, Any], key: Any, fingerprint: Any, name: str) -> Any:
+        """``cache``'s entry for ``key`` (its fingerprint first) while the fingerprint is
+        ``fingerprint``, else ``None``; a hit or a miss of the ``name`` cache."""
+        with self.lock:
+            cached = cache.get(key)
+            hit = cached is not None and cached[0] == fingerprint
+            metrics.cache_lookup(name, hit)
+            if hit:
+                cache.move_to_end(key)
+                return cached
+        return None
+
     def _one_ns(self, ns: str, now: float) -> dict[str, Any]:
         """Parameters naming exactly the namespace ``ns`` (with its shard key)."""
         return {"shard": self.statements.shard(ns), "prefix": ns, "now": now}
@@ -648,13 +648,8 @@ class Ranker:
         )
         found = Fingerprint._make(rows[0])
         fingerprint = (int(found.items), float(found.latest or 0.0))
-        with self.lock:
-            cached = self.matrices.get(ns)
-            hit = cached is not None and cached[0] == fingerprint
-            metrics.cache_lookup("matrices", hit)
-            if cached is not None and hit:
-                self.matrices.move_to_end(ns)
-                return cached[1], cached[2]
+        if (cached := self._cached(self.matrices, ns, fingerprint, "matrices")) is not None:
+            return cached[1], cached[2]
         if self.sealer is None:
             [rows] = yield Batch(
                 [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
@@ -664,7 +659,7 @@ class Ranker:
             [rows] = yield Batch(
                 [
                     Stmt(
-                        sealed_sql.sealed_vectors_exact(self.statements),
+                        self.statements.sealed_vectors_exact(),
                         self._one_ns(ns, now),
                         fetch=True,
                     )
@@ -689,3 +684,44 @@ class Ranker:
                 _, (_, _, dropped) = self.matrices.popitem(last=False)
                 total -= dropped.nbytes
         return keys, matrix
+
+
+def as_matrix(vectors: Iterable[bytes]) -> Any:
+    """Float32 little-endian vectors of one length as the rows of a matrix."""
+    blobs = [bytes(v) for v in vectors]
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+
+
+def nearest(rows: Sequence[Sequence[Any]], query: list[float], want: int) -> list[tuple[str, str]]:
+    """Exact cosine similarity over every candidate vector; an item's best field wins."""
+    size = 4 * len(query)  # float32: other stores' vectors of other lengths are skipped
+    vectors = [v for v in map(VectorRow._make, rows) if len(v.vector) == size]
+    if not vectors:
+        return []
+    matrix = as_matrix(v.vector for v in vectors)
+    q = np.asarray(query, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
+    sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
+    best: dict[tuple[str, str], float] = {}
+    for row, sim in zip(vectors, sims.tolist(), strict=True):
+        key = (row.prefix, row.key)
+        if sim > best.get(key, -2.0):
+            best[key] = sim
+    return sorted(best, key=lambda k: -best[k])[:want]
+
+
+def best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
+    """The ``want`` best distinct items of approximate rows (an item once per embedded
+    field, in the index's relaxed order), by similarity."""
+
+    def order(row: ScoredRow) -> float:
+        score = row.score
+        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
+
+    ordered = sorted(rows, key=order)
+    best: dict[tuple[str, str], None] = {}
+    for row in ordered:
+        best.setdefault((row.prefix, row.key), None)
+        if len(best) == want:
+            break
+    return list(best)

@@ -17,12 +17,29 @@ store is the store's own database, the keyring's plans run inside the store's pl
 plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the key store
 and runs the plan again (reads only: every plan writes last). Keys found during one call are
 kept for that call (a context variable).
+
+Equality filters, decided in the database: a filter is decided on values decrypted in the
+store, so a search with a filter that few items pass decrypts every item it reads until the
+page is full. Fields the user marks *filterable* (``Encryption(filterable_fields=...)``) also
+keep, per item, in the lexical index's table and under the shard key's data key:
+
+* a *mark* per field, ``HMAC("field")``: this item was indexed for the field;
+* when the field's value is a JSON scalar (a string, a number, a boolean, null), its keyed
+  hash, ``HMAC("field" + value)``; numbers in one form, so ``1`` and ``1.0`` hash alike.
+
+An ``$eq`` or ``$in`` condition on a filterable field then reads, in SQL, the items that
+hold one of the hashes of the values asked for, or that lack the field's mark (written
+before the field was marked, or by a path that does not index it): never fewer than the
+filter keeps. The store still decides every condition exactly on the decrypted values.
+What this reveals to someone holding the database: within one shard key, which items share
+a value of a filterable field (not the value), and how many distinct values there are.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -35,20 +52,21 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import (
     store_owner,
     text_bytes,
 )
+from langgraph_checkpoint_agent_memory.crypto.config import checked_fields
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeysNeeded
-from langgraph_checkpoint_agent_memory.db import store_blocks as blocks_sql
-from langgraph_checkpoint_agent_memory.db import store_sealed as sealed_sql
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import (
     HASHED_EQUALITY,
     MAX_PREFILTER,
     SEALED_VALUE,
+    FieldVectorRow,
+    PlainItem,
+    PostingRow,
     Prefilter,
     StoreStatements,
 )
-from langgraph_checkpoint_agent_memory.db.store_sealed import FieldVectorRow, PlainItem, PostingRow
 from langgraph_checkpoint_agent_memory.errors import KeyMissingError
-from langgraph_checkpoint_agent_memory.store.filterable import MAX_HASHES, MAX_SHARDS, Filterable
+from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup
 
 T = TypeVar("T")
 
@@ -351,7 +369,7 @@ class Sealer:
 
     def filter_terms(self, key: DataKey, text: str) -> list[str]:
         """What an item whose value is the JSON ``text`` keeps for the filterable fields
-        (see :mod:`.filterable`), under its shard key's data key ``key``."""
+        (see the module), under its shard key's data key ``key``."""
         return self.filterable.item_terms(self.term_of(key), text)
 
     def prefilter_plan(
@@ -394,7 +412,7 @@ class Sealer:
         :meth:`keys_plan` raises for it)."""
         if "shard" in base:
             return [base["shard"]]
-        [rows] = yield Batch([Stmt(sealed_sql.shards_under(statements), base, fetch=True)])
+        [rows] = yield Batch([Stmt(statements.shards_under(), base, fetch=True)])
         return [str(r[0]) for r in rows]
 
     def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
@@ -419,9 +437,7 @@ class Sealer:
         if needed:
             raise KeysNeeded(owners=needed)
         for shard in keyless:
-            [rows] = yield Batch(
-                [Stmt(sealed_sql.sealed_in_shard(statements), {"shard": shard}, fetch=True)]
-            )
+            [rows] = yield Batch([Stmt(statements.sealed_in_shard(), {"shard": shard}, fetch=True)])
             if rows:
                 self.keyring.forget([store_owner(shard)])
                 yield from self.ids_plan(bytes(r[0]) for r in rows)
@@ -460,9 +476,7 @@ def encrypt_plaintext_plan(
         counts = {"items": 0, "vectors": 0, "terms": 0}
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
-        [rows] = yield Batch(
-            [Stmt(sealed_sql.plaintext_items(st), {**after, "n": batch_size}, fetch=True)]
-        )
+        [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
         yield from sealer.preload_plan(sorted({PlainItem._make(r).shard for r in rows}))
         for item in map(PlainItem._make, rows):
             key = yield from sealer.owner_key_plan(item.shard, create=True)
@@ -472,11 +486,9 @@ def encrypt_plaintext_plan(
             sealed = sealer.seal_value(key, item.prefix, item.key, text)
             claimed, postings, vectors = yield Batch(
                 [
-                    Stmt(
-                        sealed_sql.seal_item(st), {**ident, "sealed": sealed, "value": SEALED_VALUE}
-                    ),
-                    Stmt(sealed_sql.item_postings(st), ident, fetch=True),
-                    Stmt(sealed_sql.item_vectors(st), ident, fetch=True),
+                    Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
+                    Stmt(st.item_postings(), ident, fetch=True),
+                    Stmt(st.item_vectors(), ident, fetch=True),
                 ],
                 write=True,
                 lock=True,
@@ -505,11 +517,11 @@ def encrypt_plaintext_plan(
                 for v in map(FieldVectorRow._make, vectors)
             ]
             # the namespace's blocks hold its words in plaintext: gone with the first item
-            writes = [Stmt(st.delete_item()[1], ident), Stmt(blocks_sql.drop(st), ident)]
+            writes = [Stmt(st.delete_item()[1], ident), Stmt(st.blocks_drop(), ident)]
             if term_rows:
                 writes.append(st.insert_terms_stmt(term_rows))
             if vector_rows:
-                writes.append(Stmt(sealed_sql.seal_vector(st), vector_rows, many=True))
+                writes.append(Stmt(st.seal_vector(), vector_rows, many=True))
             yield Batch(writes, write=True)
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)
@@ -523,3 +535,100 @@ def encrypt_plaintext_plan(
 def _json(value: Any) -> str:
     """A value the driver decoded (PostgreSQL's JSONB) as the store's JSON text."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: The domains of the texts hashed: a field's mark, and its value. The mark names the
+#: format of :func:`scalar_form`, so items hashed by another format count as not marked.
+_MARK = "\x00field1\x00"
+_VALUE = "\x00value\x00"
+#: A search over more shard keys than this decides its filter on decrypted values only:
+#: its hashes would be one per shard key and value.
+MAX_SHARDS = 64
+#: A condition needing more hashes than this (shard keys times values) is decided on
+#: decrypted values only: its statement would bind too many parameters.
+MAX_HASHES = 512
+
+
+def scalar_form(value: Any) -> str | None:
+    """The text a JSON scalar is hashed as, alike for values the store's filters find equal
+    (``1`` and ``1.0``; never ``True`` and ``1``); ``None`` for lists, objects, NaN and
+    integers too long to print. Subclasses of ``int``, ``float`` and ``str`` (a numpy
+    float) hash as their base values, as they compare.
+
+    Example:
+        >>> scalar_form(1) == scalar_form(1.0), scalar_form(True) == scalar_form(1)
+        (True, False)
+    """
+    if value is None:
+        return "z"
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, int):
+        return _integer(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isfinite(value) and value.is_integer():
+            return _integer(int(value))
+        return "n" + float.__repr__(value)
+    if isinstance(value, str):
+        return "s" + str.__str__(value)
+    return None
+
+
+def _integer(value: int) -> str | None:
+    try:
+        return "n" + int.__repr__(value)
+    except ValueError:  # longer than Python prints; no stored JSON number equals it
+        return None
+
+
+class Filterable:
+    """The filterable fields of one store.
+
+    Args:
+        fields: Dotted paths into item values.
+    """
+
+    def __init__(self, fields: Iterable[str]) -> None:
+        self.fields = checked_fields(fields)
+        self._paths = [(name, name.split(".")) for name in self.fields]
+
+    def item_terms(self, term: Callable[[str], str], text: str) -> list[str]:
+        """What an item whose value is the JSON ``text`` stores for the fields, hashed by
+        ``term`` (its shard key's keyed hash): each field's mark, and its value's hash when
+        the value is a scalar. Read from the JSON a reader decodes, so both see one value."""
+        if not self._paths:
+            return []
+        value = json.loads(text)
+        out: list[str] = []
+        for name, path in self._paths:
+            out.append(term(_MARK + name))
+            form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
+            if form is not None:
+                out.append(term(_MARK + name + _VALUE + form))
+        return out
+
+    def usable(
+        self, conds: Sequence[tuple[list[str], str, Any]]
+    ) -> Iterator[tuple[int, str, list[str]]]:
+        """The conditions hashes can narrow: ``(index, field, value forms)`` of each ``$eq``
+        or ``$in`` on a filterable field whose values are all scalars."""
+        for i, (path, op, expected) in enumerate(conds):
+            name = ".".join(path)
+            if op not in ("$eq", "$in") or name not in self.fields:
+                continue
+            values = [expected] if op == "$eq" else list(expected)
+            forms = {scalar_form(v) for v in values}
+            if forms and None not in forms:
+                yield i, name, sorted(f for f in forms if f is not None)
+
+    @staticmethod
+    def mark(name: str) -> str:
+        """The text hashed as field ``name``'s mark."""
+        return _MARK + name
+
+    @staticmethod
+    def value(name: str, form: str) -> str:
+        """The text hashed for field ``name`` holding the value of ``form``."""
+        return _MARK + name + _VALUE + form

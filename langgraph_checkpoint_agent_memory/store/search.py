@@ -1,20 +1,67 @@
-"""Filters, query terms, BM25 weights and rank fusion: the store's search logic, no I/O.
+"""The store's search: filters, query terms, BM25 weights and rank fusion (no I/O), and the
+search plans: candidates ranked (see :mod:`.ranking`) or newest first, then read back in pages
+and decided exactly against the filter.
 
 Filter semantics, the same on every backend: ``{"a.b": 3}`` or ``{"a.b": {"$gt": 2}}`` look
 up nested keys; ``$eq $ne $gt $gte $lt $lte $in $nin``; numbers compare as numbers and strings
 as strings (a string never equals or orders against a number); an item that lacks the key
 never matches. SQL backends narrow rows with a pre-filter and this module decides exactly.
+
+With encryption on, values are sealed, so the database cannot pre-filter them; filters are
+decided here on decrypted values, with the same results, scores, limit and offset. What it
+costs: a filtered search with a query ranks only the items the filter keeps, so it reads and
+decrypts the candidates of each ranked list, best first, until the list holds enough kept
+items; a filtered search without a query reads and decrypts items newest first until the
+page is full (most of the namespace, for a filter that keeps few items), unless its
+``$eq``/``$in`` conditions are on fields marked filterable, whose keyed hashes narrow the
+items in the database first (see :mod:`.sealing`). An unfiltered search decrypts only the
+items it returns (and, with vectors, every vector under the prefix: see :mod:`.ranking`).
+
+After the database's ranking, a search with a query may be staged (:func:`stage` says what
+runs, :meth:`Staged.candidates` what each search ranks):
+
+* Dated: with the store's ``time_field``, a query that names a span of time ("last week",
+  "in May 2023": see :mod:`..when`, read relative to the store's clock) puts the items dated
+  inside it first. An item's date is its ``created_at`` or ``updated_at``, or a field of its
+  value holding seconds since the epoch; for a value field, the batch also runs the same
+  search restricted to the span (the store's filter, in the database), so an item dated then
+  is found even when its words rank it below the first candidates.
+* Reranked: with a reranker (the store's ``reranker=``, or a ``search`` call's), the first
+  ``top_n`` candidates (more when ``offset + limit`` asks for more) are ordered again outside
+  the database transaction, and the page comes from that order; an item's ``score`` is the
+  reranker's, when it gives one. Pages of one query stay consistent: each reads the same
+  candidates, ordered the same way. Searches without a query are never reranked.
+
+Only the items returned have their TTL refreshed, not every candidate read.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph.store.base import Item, Op, Result, SearchItem, SearchOp
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import (
+    ItemRow,
+    Prefilter,
+    StoreStatements,
+    ns_text,
+    scoped,
+)
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
+from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
 from langgraph_checkpoint_agent_memory.text import tokens
+from langgraph_checkpoint_agent_memory.when import TimeRange, time_range
+
+if TYPE_CHECKING:  # below them: the ranker, sealing and feedback read this module's logic
+    from langgraph_checkpoint_agent_memory.store.ranking import Ranker
+    from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 
 OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 MISSING = object()
@@ -157,3 +204,441 @@ def fuse(
         for rank, item in enumerate(ranking, start=1):
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
+    """An item row's value as a dict (the driver may have decoded its JSON already);
+    opened with ``sealer`` when encryption is on (its keys loaded first: see
+    :meth:`Sealer.ids_plan`)."""
+    if sealer is not None:
+        return sealer.open_value(row.prefix, row.key, row.value, row.sealed)
+    if row.sealed is not None:
+        raise EncryptionError(
+            f"store item {row.prefix!r} / {row.key!r} is encrypted: open the store with "
+            "its encryption setting (encryption=..., or AGENT_MEMORY_MASTER_KEY)"
+        )
+    return row.value if isinstance(row.value, dict) else json.loads(row.value)
+
+
+def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -> dict[str, Any]:
+    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``
+    (``value``: its value, when :func:`row_value` gave it already)."""
+    return dict(
+        value=row_value(row, sealer) if value is None else value,
+        key=row.key,
+        namespace=tuple(row.prefix.split(".")),
+        created_at=_time(row.created_at),
+        updated_at=_time(row.updated_at),
+    )
+
+
+class _Page:
+    """One page of search results: the rows that pass the filter exactly, after skipping
+    ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
+
+    def __init__(
+        self, conds: list[tuple[list[str], str, Any]], op: SearchOp, sealer: Sealer | None
+    ) -> None:
+        self._conds = conds
+        self._sealer = sealer
+        self._skip, self._limit = op.offset, op.limit
+        self.items: list[tuple[SearchItem, Any]] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self._limit
+
+    def offer(self, row: ItemRow, score: float | None) -> bool:
+        """Take ``row`` if it passes the filter and the offset; ``True`` once the page is full."""
+        value = row_value(row, self._sealer)  # the rest only for rows the filter keeps
+        if self._conds and not matches(value, self._conds):
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        fields = item_fields(row, value=value)
+        self.items.append((SearchItem(**fields, score=score), row.ttl_minutes))
+        return self.full
+
+
+def item_of(row: ItemRow, sealer: Sealer | None = None) -> Item:
+    """The ``Item`` of an item row."""
+    return Item(**item_fields(row, sealer))
+
+
+def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:
+    """The sealed values of item rows (whose keys a page must load before opening them)."""
+    return [None if r.sealed is None else bytes(r.sealed) for r in rows]
+
+
+class Searcher:
+    """Builds the search plans of one store.
+
+    Args:
+        statements: The store's statements (their shard rule may be set later, in place).
+        ranker: Ranks a namespace's items by terms and vectors.
+    """
+
+    def __init__(self, statements: StoreStatements, ranker: Ranker) -> None:
+        self.statements = statements
+        self.ranker = ranker
+        #: Encryption at rest (``None``: off).
+        self.sealer: Sealer | None = None
+
+    def search_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
+        """Results, and the keys among them that have a TTL to refresh."""
+        found = yield from self.ranked_plan(op, now, query_vector)
+        return [item for item, _ in found], [
+            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
+        ]
+
+    def ranked_plan(
+        self, op: SearchOp, now: float, query_vector: list[float] | None
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        conds = conditions(op.filter)
+        base = {**self.statements.prefix_params(op.namespace_prefix), "now": now}
+        filters: Prefilter = ()
+        if self.sealer is None:
+            filters, fparams = self.statements.prefilter(conds)
+            base.update(fparams)
+        query_terms = terms(op.query) if op.query else []
+        if not op.query or (not query_terms and query_vector is None):
+            if self.sealer is not None and conds:  # narrowed by keyed hashes, if any
+                filters, fparams = yield from self.sealer.prefilter_plan(
+                    self.statements, conds, base
+                )
+                base.update(fparams)
+            return (yield from self._recent_plan(op, conds, filters, base))
+        forms = None
+        if self.sealer is not None and query_terms:
+            forms = yield from self._term_forms(query_terms, base)
+        want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
+        if self.sealer is not None and conds:
+            fused = yield from self.ranker.kept_plan(
+                query_terms, query_vector, base, want, self._decider(conds, now), forms
+            )
+            return (yield from self._read_ranked(fused, conds, op, now))
+        # Without a filter the postings (and vectors) alone rank; should expired items fill
+        # the list so that too few remain, rank again joined with the items, which leaves
+        # them out. With a filter, the database's pre-filter narrows the candidates and the
+        # filter is decided here: should it keep too few of a full list, rank again with
+        # more candidates, until the lists hold every match.
+        joined = bool(filters)
+        while True:
+            fused, cut = yield from self.ranker.fused_plan(
+                query_terms,
+                query_vector,
+                filters,
+                base,
+                want,
+                joined=joined,
+                forms=forms,
+                feedback=self.ranker.feedback,
+            )
+            out = yield from self._read_ranked(fused, conds, op, now)
+            if len(out) >= op.limit or not cut:
+                return out
+            if joined:
+                want *= 4
+            joined = True
+
+    def _decider(
+        self, conds: list[tuple[list[str], str, Any]], now: float
+    ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
+        """For a filtered search with encryption on: of the item keys given, the live ones
+        whose decrypted values pass the filter; each item read and decided once per search,
+        only when a ranked list reaches it."""
+        sealer = self.sealer
+        assert sealer is not None
+        decided: dict[tuple[str, str], bool] = {}
+
+        def decide(keys: list[tuple[str, str]]) -> Plan[set[tuple[str, str]]]:
+            todo = [k for k in dict.fromkeys(keys) if k not in decided]
+            for start in range(0, len(todo), 64):
+                chunk = todo[start : start + 64]
+                found = yield from self._rows_plan(chunk, now)
+                yield from sealer.ids_plan(sealed_of(found))
+                decided.update(dict.fromkeys(chunk, False))
+                for row in found:
+                    decided[(row.prefix, row.key)] = matches(row_value(row, sealer), conds)
+            return {k for k in keys if decided.get(k)}
+
+        return decide
+
+    def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
+        """The rows of the live items among ``keys`` (at most 64 of them)."""
+        params: dict[str, Any] = {"now": now}
+        for j, (prefix, key) in enumerate(keys):
+            params[f"p{j}"], params[f"k{j}"] = prefix, key
+            params[f"s{j}"] = self.statements.shard(prefix)
+        [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
+        return list(map(ItemRow._make, rows))
+
+    def _newest_plan(
+        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None
+    ) -> Plan[list[ItemRow]]:
+        """Up to ``size`` live items under the namespace passing the pre-filter, newest
+        first, after ``last`` (the previous page's last row; ``None``: from the first)."""
+        one = scoped(base)
+        if last is None:
+            stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
+        else:  # with encryption on: the next page by keyset
+            after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
+            sql = self.statements.recent_after(one, filters)
+            stmt = Stmt(sql, {**base, "n": size, **after})
+        [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
+        return list(map(ItemRow._make, rows))
+
+    def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
+        """Per query term, its keyed hash under each shard key the search reads (see
+        :meth:`Sealer.shards_plan`)."""
+        assert self.sealer is not None
+        shards = yield from self.sealer.shards_plan(self.statements, base)
+        return (yield from self.sealer.term_forms_plan(self.statements, terms, shards))
+
+    def _read_ranked(
+        self,
+        fused: list[tuple[tuple[str, str], float]],
+        conds: list[tuple[list[str], str, Any]],
+        op: SearchOp,
+        now: float,
+    ) -> Plan[list[tuple[SearchItem, Any]]]:
+        """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
+        page = _Page(conds, op, self.sealer)
+        if page.full:
+            return page.items
+        # the first read asks for little more than a page: most candidates pass
+        start, size = 0, min(64, 2 * (op.limit + op.offset) + 8)
+        while start < len(fused):
+            chunk = fused[start : start + size]
+            start, size = start + size, 64
+            rows = yield from self._rows_plan([k for k, _ in chunk], now)
+            by_key = {(r.prefix, r.key): r for r in rows}
+            if self.sealer is not None:
+                yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
+            for item_key, score in chunk:
+                row = by_key.get(item_key)
+                if row is not None and page.offer(row, score):
+                    return page.items
+        return page.items
+
+    def _recent_plan(
+        self,
+        op: SearchOp,
+        conds: list[tuple[list[str], str, Any]],
+        filters: Prefilter,
+        base: dict[str, Any],
+    ) -> Plan[list[tuple[Any, Any]]]:
+        """No query: newest first, pre-filtered in SQL, decided exactly here. With
+        encryption on, only conditions on filterable fields are pre-filtered (by their
+        keyed hashes): a filter reads pages growing faster, each read on from the last row
+        of the one before."""
+        page = _Page(conds, op, self.sealer)
+        if page.full:
+            return page.items
+        cursor, size = 0, max(op.limit + op.offset, 16)
+        sealed = self.sealer is not None
+        grow = 4 if sealed and conds else 2
+        if grow == 4:
+            size *= grow
+        last: ItemRow | None = None
+        while True:
+            if sealed:
+                found = yield from self._newest_plan(filters, base, size, last)
+            else:
+                params = {**base, "n": size, "skip": cursor}
+                recent = self.statements.recent(filters, scoped(base))
+                [rows] = yield Batch([Stmt(recent, params, fetch=True)])
+                found = list(map(ItemRow._make, rows))
+            if self.sealer is not None:
+                yield from self.sealer.ids_plan(sealed_of(found))
+            for row in found:
+                if page.offer(row, None):
+                    return page.items
+            if len(found) < size:
+                return page.items
+            cursor += size
+            last = found[-1]
+            size *= grow
+
+
+#: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None`` for the
+#: store's.
+PerCall = RerankerLike | Literal[False] | None
+
+
+@dataclass(frozen=True)
+class Stages:
+    """What a search does beyond the database's ranking: its reranker and what dates its
+    items (see the module)."""
+
+    reranking: Reranking | None = None
+    time_field: str | None = None
+
+
+#: The item columns a ``time_field`` may name; any other name is a field of the value.
+COLUMNS = ("created_at", "updated_at")
+#: How many candidates a search that names a time considers, at least.
+TIME_CANDIDATES = 50
+
+
+@dataclass
+class Staged:
+    """What a batch runs for its searches with a query, and how each is answered.
+
+    Attributes:
+        ops: The batch's operations (each such search widened to its candidates, from the
+            first), then the dated searches added for them.
+        asked: How many operations the batch itself has (the first of ``ops``).
+        searches: Each such search, by its position in the batch.
+        spans: The span of time a search names, by its position (when it names one).
+        dated: The positions in ``ops`` of the dated searches added for a search: with its
+            query, then without (the newest in the span, whatever their words).
+    """
+
+    ops: list[Op]
+    asked: int = 0
+    searches: dict[int, SearchOp] = field(default_factory=dict)
+    spans: dict[int, TimeRange] = field(default_factory=dict)
+    dated: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def candidates(self, i: int, results: Sequence[Result], time_field: str) -> list[SearchItem]:
+        """The candidates of search ``i``, best first: those inside the span it names
+        first, each group in the fused order."""
+        found: list[SearchItem] = list(results[i])  # type: ignore[arg-type]
+        span = self.spans.get(i)
+        if span is None:
+            return found
+        if i in self.dated:
+            scored = {(tuple(item.namespace), item.key): item for item in found}
+            inside = []
+            seen: set[tuple[tuple[str, ...], str]] = set()
+            for j in self.dated[i]:  # those its words match, then the newest
+                for item in cast(list[SearchItem], results[j]):
+                    k = (tuple(item.namespace), item.key)
+                    if k not in seen:
+                        seen.add(k)
+                        inside.append(scored.get(k, item))  # with its fused score, if any
+        else:
+            inside = [item for item in found if _moment(item, time_field) in span]
+        first = {(tuple(item.namespace), item.key) for item in inside}
+        return inside + [item for item in found if (tuple(item.namespace), item.key) not in first]
+
+    def searched(
+        self, results: list[Result], time_field: str | None
+    ) -> list[tuple[int, SearchOp, list[SearchItem]]]:
+        """Each staged search, by its position, with its candidates (:meth:`candidates`)."""
+        field = time_field or ""
+        return [(i, op, self.candidates(i, results, field)) for i, op in self.searches.items()]
+
+    def paged(
+        self,
+        results: list[Result],
+        searched: list[tuple[int, SearchOp, list[SearchItem]]],
+        answers: Sequence[Reordered],
+    ) -> list[Result]:
+        """The batch's results: each staged search's the page it asks for of its
+        candidates, in the order its answer gives."""
+        out = results[: self.asked]
+        for (i, search, items), reordered in zip(searched, answers, strict=True):
+            out[i] = page(search, items, reordered)
+        return out
+
+
+def stage(
+    ops: list[Op], reranking: Reranking | None, time_field: str | None, now: float
+) -> Staged | None:
+    """How ``ops`` run when their searches are reranked (``reranking``) or dated
+    (``time_field``); ``None`` when no search of ``ops`` is either.
+
+    Example:
+        >>> op = SearchOp(("users",), None, 10, 0, "what did I buy last week?")
+        >>> staged = stage([op], None, "bought_at", 1_700_000_000.0)
+        >>> [(o.query, o.filter) for o in staged.ops][1:]  # the search, then two dated
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [('what did I buy last week?', {'bought_at': {'$gte': 1699228800.0, '$lt': 1699833600.0}}),
+         (None, {'bought_at': {'$gte': 1699228800.0, '$lt': 1699833600.0}})]
+    """
+    staged = Staged(list(ops), len(ops))
+    extra: list[Op] = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, SearchOp) or not op.query:
+            continue
+        span = _span(op, time_field, now)
+        if reranking is None and span is None:
+            continue
+        want = max(op.offset + op.limit, reranking.top_n if reranking else 0)
+        if span is not None:
+            want = max(want, TIME_CANDIDATES)
+            staged.spans[i] = span
+        staged.searches[i] = op
+        # candidates are read without refreshing their TTL: the page returned is refreshed
+        staged.ops[i] = SearchOp(op.namespace_prefix, op.filter, want, 0, op.query, False)
+        if span is not None and time_field is not None and _filterable(time_field, op):
+            staged.dated[i] = (len(ops) + len(extra), len(ops) + len(extra) + 1)
+            within = {**(op.filter or {}), time_field: {"$gte": span.start, "$lt": span.end}}
+            for query in (op.query, None):
+                extra.append(SearchOp(op.namespace_prefix, within, want, 0, query, False))
+    if not staged.searches:
+        return None
+    staged.ops += extra
+    return staged
+
+
+def _filterable(time_field: str, op: SearchOp) -> bool:
+    """Whether the span is found through the store's filter: a field of the value the
+    search does not filter on itself."""
+    return time_field not in COLUMNS and time_field not in (op.filter or {})
+
+
+def _span(op: SearchOp, time_field: str | None, now: float) -> TimeRange | None:
+    """The span of time ``op``'s query names, when the store dates its items and the span
+    has begun."""
+    if time_field is None or not op.query:
+        return None
+    span = time_range(op.query, now)
+    return span if span is not None and span.start <= now else None
+
+
+def _moment(item: SearchItem, time_field: str) -> float:
+    """An item's moment by ``time_field``: a column, or a number in its value (NaN for
+    none, which no span holds)."""
+    if time_field in COLUMNS:
+        when: Any = item.created_at if time_field == "created_at" else item.updated_at
+        return float(when.timestamp()) if when is not None else float("nan")
+    value = item.value.get(time_field)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return float("nan")
+
+
+def unranked(items: Sequence[SearchItem]) -> Reordered:
+    """The candidates' own order (no reranker)."""
+    return Reordered(list(range(len(items))))
+
+
+def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:
+    """The page ``op`` asks for of the candidates in the reranker's order, each scored by
+    the reranker when it gave a score."""
+    chosen = reordered.order[op.offset : op.offset + op.limit]
+    out = []
+    for i in chosen:
+        item = items[i]
+        score = reordered.scores.get(i, item.score)
+        out.append(
+            SearchItem(
+                item.namespace,
+                item.key,
+                item.value,
+                item.created_at,
+                item.updated_at,
+                score,
+            )
+        )
+    return out

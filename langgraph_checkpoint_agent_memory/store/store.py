@@ -20,8 +20,10 @@ With ``encryption=`` on, values, vectors and the term index are sealed per shard
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, Union
 
 import numpy as np
@@ -31,10 +33,12 @@ from langgraph.store.base import (
     GetOp,
     IndexConfig,
     ListNamespacesOp,
+    MatchCondition,
     NotProvided,
     Op,
     PutOp,
     Result,
+    SearchItem,
     SearchOp,
     TTLConfig,
     ensure_embeddings,
@@ -43,38 +47,40 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit, Sweeper
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
+from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, store_owner
 from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike, resolve
 from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig
-from langgraph_checkpoint_agent_memory.db.first_use import StoreSchemaOnFirstUse
-from langgraph_checkpoint_agent_memory.db.migrations import Component, recorded_shard_depth_plan
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import (
+    KEYS,
+    STORE,
+    Component,
+    recorded_shard_depth_plan,
+)
 from langgraph_checkpoint_agent_memory.db.shard import DEFAULT_SHARD_DEPTH, rule_refused
 from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
+    ItemKey,
     ItemRow,
     StoreStatements,
     ns_text,
     scoped,
 )
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
-from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
-from langgraph_checkpoint_agent_memory.store import expiry
+from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, reranking_of
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store import values as V
 from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_index
-from langgraph_checkpoint_agent_memory.store.encrypted import EncryptedStore
-from langgraph_checkpoint_agent_memory.store.expiry import sweep_plan
 from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedback_settings
-from langgraph_checkpoint_agent_memory.store.namespaces import namespaces_plan
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
-from langgraph_checkpoint_agent_memory.store.reranked import Reranks
-from langgraph_checkpoint_agent_memory.store.sealing import Sealer
-from langgraph_checkpoint_agent_memory.store.searching import Searcher, item_of, sealed_of
+from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
+from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
 from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
-from langgraph_checkpoint_agent_memory.telemetry.tracing import live
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import db_operation, live, target_of
 
 T = TypeVar("T")
 #: A batch's puts, by namespace and key (the last of each).
@@ -85,7 +91,7 @@ Puts = dict[tuple[str, str], PutOp]
 IndexSettings = Union[IndexConfig, Mapping[str, Any], Literal["default"]]  # noqa: UP007
 
 
-class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Reranks, BaseStore):
+class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     """Long-term memory as a LangGraph ``BaseStore``.
 
     Args:
@@ -125,9 +131,9 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             ``ann_index_config`` asks for one); filters are decided on decrypted values.
         reranker: What orders the first candidates of every search with a query again (a
             callable ``(query, texts) -> scores``, a LangChain ``BaseDocumentCompressor``
-            or a :class:`~..rerank.Reranking`; see :mod:`.reranked`); ``search`` also takes
+            or a :class:`~..rerank.Reranking`; see :mod:`.search`); ``search`` also takes
             one per call. Default none.
-        time_field: What dates an item for questions about time (see :mod:`.dated`):
+        time_field: What dates an item for questions about time (see :mod:`.search`):
             ``"created_at"``, ``"updated_at"`` or a field of the value holding seconds
             since the epoch. A search whose query names a span ("last week", "in May
             2023") then puts the items dated inside it first. Default none (off).
@@ -157,6 +163,8 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
     """
 
     supports_ttl = True
+    #: The tables this store sets up (:meth:`add_schema` adds a component's).
+    components: tuple[Component, ...] = (STORE,)
 
     def __init__(
         self,
@@ -366,6 +374,277 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         )
         return [item.key for item, _ in found]
 
+    # -- encryption at rest: erase's hook, and sealing what was written before ------------
+
+    def destroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Destroy the data keys of ``shards`` (store shard keys, e.g. ``"users.alice"``):
+        whatever they sealed, in this database and in every copy or backup of it, can no
+        longer be read (reads raise :class:`KeyMissingError`). The rows themselves stay
+        until deleted (agent memory's erase deletes them too). With encryption off there
+        is nothing to destroy.
+
+        Args:
+            shards: Shard keys, as :meth:`AgentMemoryStore.statements.shard` gives them for
+                a namespace (its first ``shard_depth`` labels joined by dots).
+
+        Returns:
+            The ids of the data keys destroyed.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory import create_store, generate_master_key
+
+            with create_store("sqlite:///memory.db", encryption=generate_master_key()) as store:
+                store.put(("users", "alice"), "prefs", {"food": "ramen"})
+                store.destroy_keys(["users.alice"])  # alice's items are unreadable now
+            ```
+        """
+        if self.keyring is None:
+            return []
+        self._ready()
+        destroyed = self.keyring.destroy([store_owner(s) for s in shards])
+        self._forget_plaintext()
+        return destroyed
+
+    async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Async :meth:`destroy_keys`."""
+        if self.keyring is None:
+            return []
+        await self._aready()
+        destroyed = await self.keyring.adestroy([store_owner(s) for s in shards])
+        self._forget_plaintext()
+        return destroyed
+
+    def _forget_plaintext(self) -> None:
+        """Drop what this process remembers decrypted: term hashes and the vectors recall
+        caches per namespace (a destroyed key's shard must not be served from memory)."""
+        if self.sealer is not None:
+            self.sealer.forget()
+        with self.ranker.lock:
+            self.ranker.matrices.clear()
+            self.ranker.opened.clear()
+
+    def encrypt_plaintext(self) -> dict[str, int]:
+        """Seal every item written before encryption was on (values, vectors; terms
+        re-hashed): what ``agent-memory encrypt`` runs. Idempotent: a second run finds
+        nothing; safe while the store is in use.
+
+        Returns:
+            ``{"items": ..., "vectors": ..., "terms": ...}``: how many were sealed.
+
+        Raises:
+            ConfigurationError: Encryption is off for this store.
+
+        Example:
+            ```python
+            from langgraph_checkpoint_agent_memory import (
+                Encryption,
+                create_store,
+                generate_master_key,
+            )
+
+            key = generate_master_key()  # in production: the deployment's master key
+            with create_store("sqlite:///memory.db", encryption=False) as store:
+                store.put(("users", "alice"), "prefs", {"food": "ramen"})  # before encryption
+            setting = Encryption(master_keys=[key], allow_plaintext=True)
+            with create_store("sqlite:///memory.db", encryption=setting) as store:
+                print(store.encrypt_plaintext())  # {'items': 1, 'vectors': 0, 'terms': 1}
+            ```
+        """
+        sealer = self.sealer
+        if sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        self._ready()
+        counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
+        return sealer.call(
+            self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
+        )
+
+    async def aencrypt_plaintext(self) -> dict[str, int]:
+        """Async :meth:`encrypt_plaintext`."""
+        sealer = self.sealer
+        if sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        await self._aready()
+        counts = {"items": 0, "vectors": 0, "terms": 0}
+        return await sealer.acall(
+            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
+        )
+
+    def _encrypt(self, setting: Encryption, index: Any) -> None:
+        """Turn encryption at rest on: the keyring, and the key table set up with the
+        store's when the key store is the store's database."""
+        self.keyring = setting.open_keyring(self.db)
+        local = self.keyring.keystore.db is self.db
+        if local:  # the key table is set up with the store's, the master key checked
+            self.add_schema(KEYS)
+            self.key_check = self.keyring.provider_check_plan
+        self.sealer = Sealer(
+            self.keyring,
+            local=local,
+            shard=self.statements.shard,
+            filterable=setting.filterable_fields,
+        )
+        self.ranker.sealer = self.searcher.sealer = self.sealer
+        if isinstance(index, Mapping) and index.get("ann_index_config"):
+            warnings.warn(
+                "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
+                "this store; vector search is exact over each searched namespace's vectors, "
+                "decrypted in the store",
+                stacklevel=3,
+            )
+
+    def _owners(self, puts: dict[tuple[str, str], PutOp]) -> list[str]:
+        """The key owners of the items ``puts`` writes."""
+        shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
+        return [store_owner(s) for s in sorted(shards)]
+
+    def _arun_preloaded(self, owners: list[str]) -> Callable[[Plan[T]], Any]:
+        async def run(plan: Plan[T]) -> T:
+            assert self.sealer is not None
+            await self.sealer.apreload(owners)
+            return await self.arun_plan(plan)
+
+        return run
+
+    # -- search: the database's ranking, then a time span first and a reranker --------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        if self.reranking is None and self.time_field is None:  # the common case, at no cost
+            return self._run_batch(list(ops))
+        return self._batch_staged(list(ops), S.Stages(self.reranking, self.time_field))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        if self.reranking is None and self.time_field is None:
+            return await self._arun_batch(list(ops))
+        return await self._abatch_staged(list(ops), S.Stages(self.reranking, self.time_field))
+
+    def search(
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+        reranker: S.PerCall = None,
+        time_field: str | Literal[False] | None = None,
+    ) -> list[SearchItem]:
+        """Search for items under ``namespace_prefix``, best first (LangGraph's
+        ``BaseStore.search``), then reranked and dated (see :mod:`.search`).
+
+        Args:
+            namespace_prefix: Where to search.
+            query: What to search for; without one, the newest items matching ``filter``.
+            filter: Conditions on the value (``{"rating": {"$gte": 4}}``).
+            limit: How many items.
+            offset: How many to skip.
+            refresh_ttl: Refresh the items' TTL (default the store's ``refresh_on_read``).
+            reranker: This search's reranker (a callable, a LangChain
+                ``BaseDocumentCompressor`` or a :class:`~..rerank.Reranking`); ``False``:
+                none, even when the store has one; default the store's.
+            time_field: What dates the items for a query that names a time (see
+                :mod:`.search`); ``False``: nothing, even when the store dates them; default
+                the store's ``time_field``.
+
+        Example:
+            ```python
+            def prefers_spicy(query, texts):  # e.g. a cross-encoder's predict
+                return [float("spicy" in t) for t in texts]
+
+            store.put(("users", "alice"), "a", {"food": "mild ramen"})
+            store.put(("users", "alice"), "b", {"food": "spicy ramen"})
+            hits = store.search(("users", "alice"), query="ramen", reranker=prefers_spicy)
+            assert hits[0].key == "b" and hits[0].score == 1.0
+            ```
+        """
+        op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
+        [found] = self._batch_staged([op], self._per_call(reranker, time_field))
+        return found  # type: ignore[return-value]
+
+    async def asearch(
+        self, namespace_prefix: tuple[str, ...], /, **kwargs: Any
+    ) -> list[SearchItem]:
+        """Async :meth:`search`, with its arguments."""
+        bound = inspect.signature(AgentMemoryStore.search).bind(self, namespace_prefix, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        op = SearchOp(
+            namespace_prefix, a["filter"], a["limit"], a["offset"], a["query"], a["refresh_ttl"]
+        )
+        [found] = await self._abatch_staged([op], self._per_call(a["reranker"], a["time_field"]))
+        return found  # type: ignore[return-value]
+
+    def _per_call(self, reranker: S.PerCall, time_field: str | Literal[False] | None) -> S.Stages:
+        if reranker is False:
+            reranking = None
+        else:
+            reranking = reranking_of(reranker) if reranker is not None else self.reranking
+        if time_field is False:
+            dated = None
+        else:
+            dated = V.checked_time_field(time_field) if time_field is not None else self.time_field
+        return S.Stages(reranking, dated)
+
+    def _staged(self, ops: list[Op], stages: S.Stages) -> S.Staged | None:
+        """How ``ops`` run (see :func:`~.search.stage`), their input checked first, as the
+        plain path checks it; ``None`` when none of their searches is staged."""
+        if stages.reranking is None and stages.time_field is None:
+            return None
+        V.checked_batch(ops)  # bad input refused before any search is widened
+        return S.stage(ops, stages.reranking, stages.time_field, self._clock())
+
+    def _batch_staged(self, ops: list[Op], stages: S.Stages) -> list[Result]:
+        staged = self._staged(ops, stages)
+        if staged is None:
+            return self._run_batch(ops)
+        results = self._run_batch(staged.ops)
+        searched = staged.searched(results, stages.time_field)
+        answers = [
+            S.unranked(items)
+            if stages.reranking is None
+            else stages.reranking.order(search.query or "", self._texts(items))
+            for _, search, items in searched
+        ]
+        out = staged.paged(results, searched, answers)
+        if refresh := self._refresh_ops(staged, out):
+            self._run_batch(refresh)
+        return out
+
+    async def _abatch_staged(self, ops: list[Op], stages: S.Stages) -> list[Result]:
+        staged = self._staged(ops, stages)
+        if staged is None:
+            return await self._arun_batch(ops)
+        results = await self._arun_batch(staged.ops)
+        searched = staged.searched(results, stages.time_field)
+
+        async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
+            if stages.reranking is None:
+                return S.unranked(items)
+            return await stages.reranking.aorder(search.query or "", self._texts(items))
+
+        answers = await asyncio.gather(*(order(search, items) for _, search, items in searched))
+        out = staged.paged(results, searched, answers)
+        if refresh := self._refresh_ops(staged, out):
+            await self._arun_batch(refresh)
+        return out
+
+    def _texts(self, items: list[SearchItem]) -> list[str]:
+        """The texts a reranker reads of items' values (what the store indexes)."""
+        return [self._doc(PutOp((), "", item.value)) or "" for item in items]
+
+    def _refresh_ops(self, staged: S.Staged, out: list[Result]) -> list[Op]:
+        """Reads that refresh the TTL of the items a staged search returned (its candidates
+        were read without refreshing theirs)."""
+        ops: list[Op] = []
+        for i, search in staged.searches.items():
+            if self._refreshes(search.refresh_ttl):
+                found: list[SearchItem] = out[i]  # type: ignore[assignment]
+                ops += [GetOp(tuple(item.namespace), item.key, refresh_ttl=True) for item in found]
+        return ops
+
     # -- batch -----------------------------------------------------------------------------
 
     def put(
@@ -395,18 +674,10 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
         with V.namespace_errors():
             super().put(namespace, key, value, index, ttl=ttl)
 
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Mapping[str, Any],
-        index: Literal[False] | list[str] | None = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """Async :meth:`put`."""
+    async def aput(self, *args: Any, **kwargs: Any) -> None:
+        """Async :meth:`put`, with its arguments."""
         with V.namespace_errors():
-            await super().aput(namespace, key, value, index, ttl=ttl)
+            await super().aput(*args, **kwargs)
 
     def _run_batch(self, ops: list[Op]) -> list[Result]:
         if not live():  # the common case, without even an idle span's cost
@@ -478,9 +749,6 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
             for i, text in enumerate(get_text_at_path(op.value, path)):
                 out.append((f"{name}#{i}", text))
         return out
-
-    def _rerank_text(self, value: dict[str, Any]) -> str:
-        return self._doc(PutOp((), "", value)) or ""
 
     def _doc(self, op: PutOp) -> str | None:
         if op.value is None or op.index is False:
@@ -688,9 +956,82 @@ class AgentMemoryStore(StoreSchemaOnFirstUse, ClosesOnExit, EncryptedStore, Rera
                 store.sweep()
             ```
         """
-        return expiry.sweep(self.run_plan, self.db, sweep_plan(self.statements, self._clock))
+        with self._sweep_span() as op:
+            return self._swept(op, self.run_plan(sweep_plan(self.statements, self._clock)))
 
     async def asweep(self) -> int:
         """Async :meth:`sweep`."""
-        plan = sweep_plan(self.statements, self._clock)
-        return await expiry.asweep(self.arun_plan, self.db, plan)
+        with self._sweep_span() as op:
+            return self._swept(op, await self.arun_plan(sweep_plan(self.statements, self._clock)))
+
+    def _sweep_span(self) -> Any:
+        return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
+
+    def _swept(self, op: Any, removed: int) -> int:
+        """``removed``, counted on the sweep's span and in ``agent_memory.store.items_swept``."""
+        op.set("agent_memory.item_count", removed)
+        metrics.add("items_swept", removed, {"db.system.name": target_of(self.db).system})
+        return removed
+
+
+def sweep_plan(
+    statements: StoreStatements, clock: Callable[[], float], batch_size: int = 1000
+) -> Plan[int]:
+    """Delete expired items, ``batch_size`` at a time; how many were deleted.
+
+    Args:
+        statements: The store's statements.
+        clock: Seconds since the epoch (what "expired" is measured against).
+        batch_size: Items read and deleted per transaction.
+
+    Candidates are read without row locks (they span shards); each delete names its item's
+    shard key, and deleting an item another sweep deleted first is a no-op."""
+    removed = 0
+    while True:
+        [rows] = yield Batch(
+            [Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)],
+            lock=True,
+            hold=True,
+        )
+        if not rows:
+            yield Batch([], write=True)
+            return removed
+        keys = [ItemKey._make(r)._asdict() for r in rows]
+        yield Batch([Stmt(sql, keys, many=True) for sql in statements.delete_item()], write=True)
+        removed += len(rows)
+        if len(rows) < batch_size:
+            return removed
+
+
+def namespaces_plan(
+    statements: StoreStatements, op: ListNamespacesOp, now: float
+) -> Plan[list[tuple[str, ...]]]:
+    """``list_namespaces`` as a plan."""
+    literal: list[str] = []
+    for condition in op.match_conditions or ():
+        if condition.match_type == "prefix":
+            for label in condition.path:
+                if label == "*":
+                    break
+                literal.append(label)
+            break
+    params: dict[str, Any] = {"now": now, **(statements.prefix_params(literal) if literal else {})}
+    # one shard when the literal labels cover the shard key; otherwise every shard
+    query = statements.namespaces(bool(literal), scoped(params))
+    [rows] = yield Batch([Stmt(query, params, fetch=True)])
+    found: set[tuple[str, ...]] = set()
+    for (prefix,) in rows:
+        ns = tuple(prefix.split("."))
+        if not all(_matches_condition(ns, c) for c in op.match_conditions or ()):
+            continue
+        found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
+    ordered = sorted(found)
+    return ordered[op.offset : op.offset + op.limit]
+
+
+def _matches_condition(ns: tuple[str, ...], condition: MatchCondition) -> bool:
+    path = tuple(condition.path)
+    if len(ns) < len(path):
+        return False
+    part = ns[: len(path)] if condition.match_type == "prefix" else ns[len(ns) - len(path) :]
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))

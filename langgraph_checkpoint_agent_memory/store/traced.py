@@ -1,6 +1,7 @@
 """The store's spans (see :mod:`..telemetry.tracing`): one per batch, named after what it
-does (``store.search``, ``store.put``, ``store.get``, ``store.delete``,
-``store.list_namespaces``; ``store.batch`` when it mixes them)."""
+does (``search am_store_items``, ``put``, ``get``, ``delete``, ``list_namespaces``); a batch of
+several operations is ``BATCH put``, or ``BATCH`` when it mixes them, as the conventions name
+batches."""
 
 from __future__ import annotations
 
@@ -12,17 +13,13 @@ from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
 
+KINDS = {SearchOp: "search", GetOp: "get", ListNamespacesOp: "list_namespaces"}
+
 
 def _kind(op: Op) -> str:
-    if isinstance(op, SearchOp):
-        return "search"
-    if isinstance(op, GetOp):
-        return "get"
     if isinstance(op, PutOp):
         return "put" if op.value is not None else "delete"
-    if isinstance(op, ListNamespacesOp):
-        return "list_namespaces"
-    return "batch"
+    return KINDS.get(type(op), "batch")
 
 
 def _namespace(op: Op) -> tuple[str, ...] | None:
@@ -40,10 +37,12 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
     if not live():
         return IDLE
     kinds = {_kind(op) for op in ops}
-    name = kinds.pop() if len(kinds) == 1 else "batch"
+    kind = kinds.pop() if len(kinds) == 1 else ""
+    single = len(ops) == 1
+    name = kind if single else f"BATCH {kind}".strip()
     spaces = {_namespace(op) for op in ops} - {None}
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
-    size = len(ops) if len(ops) > 1 else None  # the conventions' size of a batch
+    size = None if single else len(ops)  # the conventions' size of a batch
     return db_operation(
         f"store.{name}",
         target_of(database),
@@ -54,7 +53,7 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
 
 
 def told(op: Any, ops: Sequence[Op], results: Sequence[Any]) -> None:
-    """Tell a batch's span how many items its reads returned (``agent_memory.result_count``:
+    """Tell a batch's span how many items its reads returned (``db.response.returned_rows``:
     a ``get`` found or not, a search's or a listing's length)."""
     if not op.recording:
         return
@@ -63,4 +62,4 @@ def told(op: Any, ops: Sequence[Op], results: Sequence[Any]) -> None:
         if isinstance(request, PutOp):
             continue
         found += len(result) if isinstance(result, list) else int(result is not None)
-    op.set("agent_memory.result_count", found)
+    op.set("db.response.returned_rows", found)

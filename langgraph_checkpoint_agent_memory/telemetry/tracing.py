@@ -1,15 +1,9 @@
-"""Spans for the package's operations, following OpenTelemetry's database conventions.
-
-Every public operation of the savers, the store and agent memory runs inside
-:func:`operation`: a span named after it (``checkpoint.put``, ``store.search``), a child of
-whatever span is current (LangGraph's, the application's), with ``db.system.name``,
-``db.operation.name``, ``server.address`` and what an operator filters by. An exception
-marks the span as an error, with ``error.type``.
-
-The same object measures the operation's duration for the metrics (see :mod:`.metrics`).
-No cost when off: without ``opentelemetry-api`` installed, or while the application has set
-neither a tracer nor a meter provider, :func:`operation` returns one shared object that does
-nothing.
+"""Spans for the package's operations, in OpenTelemetry's database conventions: a saver's or
+the store's operation on a database runs in :func:`db_operation` (a ``CLIENT`` span named
+``{db.operation.name} {db.collection.name}``: ``put am_checkpoints``), agent memory's and
+``TimedInMemorySaver``'s in :func:`operation` (``INTERNAL``: ``memory.record``), each a child
+of the span current when it runs. The same object measures the operation's duration for
+:mod:`.metrics`; when telemetry is off it is one shared object that does nothing.
 """
 
 from __future__ import annotations
@@ -19,21 +13,28 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph_checkpoint_agent_memory.db.database import Database
-from langgraph_checkpoint_agent_memory.telemetry import metrics
-from langgraph_checkpoint_agent_memory.telemetry.metrics import SCOPE
+from langgraph_checkpoint_agent_memory.telemetry import (
+    SCOPE,
+    TRACER,
+    current,
+    live,
+    metrics,
+    safely,
+    version,
+)
 
-try:  # the [otel] extra
-    from opentelemetry import trace as _trace
-except ImportError:  # pragma: no cover - exercised in a process without it
-    _trace = None  # type: ignore[assignment]
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.db.database import Database
 
 __all__ = ["IDLE", "SCOPE", "Target", "db_operation", "live", "operation", "target_of", "tracing"]
 
 #: ``db.system.name`` of each dialect (OpenTelemetry's well-known values).
 SYSTEMS = {"sqlite": "sqlite", "postgresql": "postgresql", "hana": "sap.hana"}
+#: Where a driver's error holds its code (``db.response.status_code``): psycopg's SQLSTATE,
+#: sqlite3's extended result code, hdbcli's error code, as the conventions ask of each.
+STATUS_CODES = ("sqlstate", "sqlite_errorcode", "errorcode")
 
 AttributeValue = str | bool | int | float
 
@@ -51,13 +52,13 @@ class _Idle:
         return None
 
     def set(self, name: str, value: AttributeValue | None) -> None:
-        """Nothing to record."""
+        return None
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """Nothing to record."""
+        return None
 
     def written(self, size: int) -> None:
-        """Nothing to record."""
+        return None
 
 
 IDLE = _Idle()
@@ -65,29 +66,24 @@ IDLE = _Idle()
 
 @dataclass(frozen=True)
 class Target:
-    """What spans and metrics say of a database: ``db.system.name``, ``server.address``,
-    ``server.port``.
+    """What spans and metrics say of a database: ``db.system.name``, ``db.namespace``,
+    ``server.address``, ``server.port``.
 
     Example:
-        >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
-        >>> Target.of(SQLiteDatabase(":memory:")).attributes()
-        {'db.system.name': 'sqlite'}
+        >>> Target("sqlite", namespace="/data/chk.db").attributes()
+        {'db.system.name': 'sqlite', 'db.namespace': '/data/chk.db'}
     """
 
     system: str
     address: str | None = None
     port: int | None = None
-
-    @classmethod
-    def of(cls, database: Database[Any]) -> Target:
-        """The target of ``database`` (its dialect and server)."""
-        address, port = database.server()
-        return cls(SYSTEMS.get(database.dialect.name, "other_sql"), address, port)
+    namespace: str | None = None
 
     def attributes(self) -> dict[str, AttributeValue]:
         """The conventions' attributes of this target (those known)."""
         found = {
             "db.system.name": self.system,
+            "db.namespace": self.namespace,
             "server.address": self.address,
             "server.port": self.port,
         }
@@ -98,8 +94,8 @@ _targets: weakref.WeakKeyDictionary[Any, Target] = weakref.WeakKeyDictionary()
 
 
 def target_of(database: Database[Any]) -> Target:
-    """``database``'s :class:`Target`, read once; its pools are reported in the connection
-    metrics from then on (:func:`.metrics.watch`).
+    """``database``'s :class:`Target` (its dialect, server and namespace), read once; its
+    pools are reported in the connection metrics from then on (:func:`.metrics.watch`).
 
     Example:
         >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
@@ -108,80 +104,41 @@ def target_of(database: Database[Any]) -> Target:
     """
     target = _targets.get(database)
     if target is None:
-        target = _targets[database] = Target.of(database)
+        system = SYSTEMS.get(database.dialect.name, "other_sql")
+        target = _targets[database] = Target(system, *database.server(), database.namespace())
         metrics.watch(database)
     return target
 
 
-#: A tracer provider given to :func:`use_tracer_provider` (``None``: the global one).
-_provider: Any = None
+#: Record the package's spans with a tracer provider of its own (``None``: the global one
+#: again; see :meth:`.Provider.use`).
+use_tracer_provider = TRACER.use
 
 
-def use_tracer_provider(provider: Any) -> None:
-    """Record the package's spans with ``provider`` instead of OpenTelemetry's global one
-    (``None``: back to the global one), as OpenTelemetry's instrumentations take a
-    ``tracer_provider``.
-
-    Args:
-        provider: An ``opentelemetry.sdk.trace.TracerProvider`` (or any tracer provider).
-
-    Example:
-        >>> from opentelemetry.sdk.trace import TracerProvider
-        >>> use_tracer_provider(TracerProvider())
-        >>> use_tracer_provider(None)
-    """
-    global _provider
-    _provider = provider
-    metrics.recheck()
+#: The package's tracer, the provider it was made on, and the API's module (replaced as one).
+_tracers: list[tuple[Any, Any, Any]] = [(None, None, None)]
 
 
-#: The package's tracer, and the provider it was made on (replaced as one).
-_tracers: list[tuple[Any, Any]] = [(None, None)]
-
-
-def _tracer() -> Any:
+def _tracer() -> tuple[Any, Any]:
     """The package's tracer of the provider in use, made once per provider (an SDK makes
-    a new tracer, and checks its arguments, at each ``get_tracer``)."""
-    assert _trace is not None
-    provider = _provider if _provider is not None else _trace.get_tracer_provider()
-    made_on, tracer = _tracers[0]
+    a new tracer, and checks its arguments, at each ``get_tracer``), and the API."""
+    provider = TRACER.current()
+    made_on, tracer, api = _tracers[0]
     if made_on is not provider:
-        tracer = provider.get_tracer(SCOPE, metrics.version())
-        _tracers[0] = (provider, tracer)
-    return tracer
-
-
-def tracing_now() -> bool:
-    """Whether spans are recorded, looked at now: ``opentelemetry-api`` is installed and the
-    application gave a tracer provider, to :func:`use_tracer_provider` or as OpenTelemetry's
-    global one (the API's stand-in before one is set, and its no-op one, record nothing).
-
-    Example:
-        >>> tracing_now()
-        False
-    """
-    if _provider is not None:
-        return True
-    if _trace is None:
-        return False
-    provider = _trace.get_tracer_provider()
-    return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
+        tracer, api = provider.get_tracer(SCOPE, version()), TRACER.module()
+        _tracers[0] = (provider, tracer, api)
+    return tracer, api
 
 
 def tracing() -> bool:
-    """Whether spans are recorded (:func:`tracing_now`, looked at again at most every
-    :data:`RECHECK_SECONDS`).
+    """Whether spans are recorded (:meth:`.Provider.recording`, looked at again at most every
+    :data:`~langgraph_checkpoint_agent_memory.telemetry.RECHECK_SECONDS`).
 
     Example:
         >>> tracing()
         False
     """
-    return metrics.current()[1]
-
-
-#: Whether operations are recorded at all: spans or metrics (see :func:`.metrics.live`).
-live = metrics.live
-metrics.spans_recorded_when(tracing_now)
+    return current()[1]
 
 
 def error_type(error: BaseException) -> str:
@@ -197,13 +154,35 @@ def error_type(error: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def status_code(error: BaseException) -> str | None:
+    """``db.response.status_code`` of ``error``: the code of the driver's error it is, or
+    was raised from (SQLAlchemy's ``orig``, a ``__cause__``), else ``None``.
+
+    Example:
+        >>> status_code(RuntimeError("not a driver's")) is None
+        True
+    """
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes, never a cycle
+        if seen is None:
+            return None
+        for name in STATUS_CODES:
+            code = getattr(seen, name, None)
+            if code is not None:
+                return str(code)
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return None
+
+
 class _Live:
     """One operation: its span (current while the ``with`` block runs) when tracing is on,
-    its duration in ``histogram`` when metrics are on. With ``sealed`` (encryption on), an
-    exception's message, which may quote what was sealed, goes neither into an event nor
-    into the span's status: only its type does."""
+    its duration in ``histogram`` when metrics are on. An exception marks it failed, with
+    ``error.type`` and, for a database's error, ``db.response.status_code``; with ``sealed``
+    (encryption on), its message, which may quote what was sealed, is left out."""
 
     __slots__ = (
+        "_api",
+        "_client",
         "_histogram",
         "_manager",
         "_measured",
@@ -218,7 +197,7 @@ class _Live:
     def __init__(
         self,
         name: str,
-        kind: str,
+        client: bool,
         attributes: dict[str, AttributeValue],
         histogram: Any,
         measured: dict[str, AttributeValue],
@@ -226,17 +205,20 @@ class _Live:
         sealed: bool,
     ) -> None:
         self._manager: Any = None
+        self._api: Any = None
         if traced:
-            assert _trace is not None
-            self._manager = _tracer().start_as_current_span(
+            tracer, self._api = _tracer()
+            kinds = self._api.SpanKind
+            self._manager = tracer.start_as_current_span(
                 name,
-                kind=_trace.SpanKind.CLIENT if kind == "client" else _trace.SpanKind.INTERNAL,
+                kind=kinds.CLIENT if client else kinds.INTERNAL,
                 attributes=attributes,
                 record_exception=not sealed,
                 set_status_on_exception=not sealed,
             )
         self.recording = self._manager is not None
         self._span: Any = None
+        self._client = client
         self._histogram = histogram
         self._measured = measured
         self._sealed = sealed
@@ -257,10 +239,10 @@ class _Live:
     ) -> None:
         try:
             if error is not None:
-                self._failed(error_type(error), "")
+                self._failed(error_type(error), "", status_code(error) if self._client else None)
             if self._histogram is not None:
                 elapsed = time.perf_counter() - self._started
-                metrics.safely(self._histogram.record, elapsed, self._measured)
+                safely(self._histogram.record, elapsed, self._measured)
                 if self._written and error is None:
                     system = {"db.system.name": self._measured.get("db.system.name", "")}
                     metrics.add("bytes_written", self._written, system)
@@ -268,18 +250,19 @@ class _Live:
             if self._manager is not None:
                 self._manager.__exit__(kind, error, tb)
 
-    def _failed(self, error_type: str, description: str) -> None:
-        self._measured = {**self._measured, "error.type": error_type}
-        self.set("error.type", error_type)
+    def _failed(self, error_type: str, description: str, code: str | None = None) -> None:
+        failed = {"error.type": error_type, "db.response.status_code": code}
+        self._measured = {**self._measured, **{k: v for k, v in failed.items() if v}}
+        for name, value in failed.items():
+            self.set(name, value)
         if self._span is not None and (self._sealed or description):
-            assert _trace is not None
             said = None if self._sealed else description
-            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, said))
+            self._span.set_status(self._api.Status(self._api.StatusCode.ERROR, said))
 
     def set(self, name: str, value: AttributeValue | None) -> None:
         """Add an attribute to the span (``None``: leave it out)."""
         if value is not None and self._span is not None:
-            metrics.safely(self._span.set_attribute, name, value)
+            safely(self._span.set_attribute, name, value)
 
     def written(self, size: int) -> None:
         """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
@@ -295,25 +278,27 @@ class _Live:
         self._failed(error_type, description or "failed")
 
 
-#: The attributes an operation is measured by, per operation and target (made once: an
-#: operation runs thousands of times a second, on a few targets).
-_measured: dict[tuple[str, Target, str | None, bool], dict[str, AttributeValue]] = {}
+#: Each operation's span name and the attributes it is measured by, per operation and
+#: target (made once: an operation runs thousands of times a second, on a few targets).
+_named: dict[tuple[str, Target, str | None, bool], tuple[str, dict[str, AttributeValue]]] = {}
 
 
-def _measured_by(
+def _name_of(
     name: str, target: Target, collection: str | None, client: bool
-) -> dict[str, AttributeValue]:
+) -> tuple[str, dict[str, AttributeValue]]:
     key = (name, target, collection, client)
-    found = _measured.get(key)
+    found = _named.get(key)
     if found is None:
-        named: dict[str, AttributeValue] = (
-            {"db.operation.name": name.rsplit(".", 1)[-1]}
-            if client
-            else {"agent_memory.operation.name": name}
-        )
-        if collection is not None:
-            named["db.collection.name"] = collection
-        found = _measured[key] = {**target.attributes(), **named}
+        if client:
+            operation = name.rpartition(".")[2]
+            measured = {**target.attributes(), "db.operation.name": operation}
+            if collection is not None:
+                measured["db.collection.name"] = collection
+            about = collection or target.namespace  # the conventions' {target}
+            found = (f"{operation} {about}" if about else operation, measured)
+        else:
+            found = (name, {**target.attributes(), "agent_memory.operation.name": name})
+        _named[key] = found
     return found
 
 
@@ -326,18 +311,18 @@ def _start(
     client: bool,
     sealed: bool,
 ) -> _Idle | _Live:
-    made, traced = metrics.instruments(), tracing()
+    state = current()
+    traced, made = state[1], metrics.instruments() if state[2] else None
     if made is None and not traced:
         return IDLE
-    measured = _measured_by(name, target, collection, client)
+    span_name, measured = _name_of(name, target, collection, client)
     histogram = None
     if made is not None:
         histogram = made.db_duration if client else made.memory_duration
     described = measured
     if traced and attributes:
         described = {**measured, **{k: v for k, v in attributes.items() if v is not None}}
-    kind = "client" if client else "internal"
-    return _Live(name, kind, described, histogram, measured, traced, sealed)
+    return _Live(span_name, client, described, histogram, measured, traced, sealed)
 
 
 def db_operation(
@@ -348,15 +333,15 @@ def db_operation(
     *,
     sealed: bool = False,
 ) -> _Idle | _Live:
-    """The operation of a database client: ``<component>.<operation>`` (``name``), a
-    ``CLIENT`` span with the conventions' ``db.system.name``, ``server.address``,
-    ``db.operation.name`` and ``db.collection.name`` (the table the operation is about),
-    measured in ``db.client.operation.duration``; ``sealed``: encryption is on (an
-    exception's message is left out).
+    """An operation of a database client, ``<component>.<operation>`` (``name``): a
+    ``CLIENT`` span named ``{db.operation.name} {db.collection.name}`` (the table the
+    operation is about), with the target's attributes, measured in
+    ``db.client.operation.duration``; ``sealed``: encryption is on (an exception's message
+    is left out).
 
     Example:
         >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
-        ...     op.set("agent_memory.result_count", 1)
+        ...     op.set("db.response.returned_rows", 1)
     """
     return _start(name, target, collection, attributes, client=True, sealed=sealed)
 
@@ -376,6 +361,6 @@ def operation(
 
     Example:
         >>> with operation("memory.recall", Target("sqlite")) as op:
-        ...     op.set("agent_memory.result_count", 1)
+        ...     op.set("agent_memory.fact_count", 1)
     """
     return _start(name, target, None, attributes, client=False, sealed=sealed)

@@ -1,37 +1,44 @@
-"""The plans that change a thread's history as a whole: delete, erase, delete_for_runs,
-copy, prune and the TTL sweep.
+"""The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune,
+the TTL sweep, encrypting a thread's plaintext, and reading what each thread stores.
 
-Deleting a thread leaves a tombstone (see :mod:`.activity`); erasing leaves nothing.
+Deleting a thread leaves a tombstone (see :mod:`.lifetime`); erasing leaves nothing.
 Pruning keeps, per namespace, the last ``keep_last`` checkpoints (1: the latest) and the
 ancestors their ``DeltaChannel`` values are still rebuilt from, and the blobs they need down
 each appended list's chain, so every kept checkpoint reads back whole.
 The sweep claims expired threads in batches with ``SKIP LOCKED`` where the database has it,
 so any number of processes may sweep at once and each thread is removed by exactly one.
+
+:meth:`Maintenance.threads` and :meth:`Maintenance.preview` are the reads behind
+``agent-memory threads`` and ``agent-memory sweep --dry-run``. Sizes are the database's
+measure of each stored value (bytes of checkpoint bodies, blobs and pending writes;
+characters of the JSON metadata), summed per thread: what retention frees, not the
+database's own overhead (row headers, indexes, free pages), which comes on top.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, NamedTuple
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.activity import (
+from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
+from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
+from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     ThreadActivity,
     ThreadState,
     tombstone_seconds,
     validate_keep_last,
-    validate_prune_strategy,
+    validate_strategy,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
-from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, is_sealed, is_sealed_text
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 #: Tombstones are purged after this long (never sooner than the TTL).
 TOMBSTONE_SECONDS = 7 * 24 * 3600.0
@@ -48,6 +55,13 @@ class StoredCheckpoint(NamedTuple):
     type: str
     checkpoint: bytes
 
+    @property
+    def size(self) -> int:
+        """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`
+        measures a checkpoint row: its body's bytes, its metadata's and version map's
+        characters."""
+        return len(bytes(self.checkpoint)) + len(self.metadata) + len(self.blob_versions)
+
 
 class StoredBlob(NamedTuple):
     """A blob key of a thread snapshot (``select_thread_blob_keys``)."""
@@ -59,10 +73,137 @@ class StoredBlob(NamedTuple):
 
 
 class Snapshot(NamedTuple):
-    """Every checkpoint and blob key of one thread, read inside a held transaction."""
+    """Every checkpoint and blob key of one thread; for a preview, also the size of each
+    blob and of each checkpoint's pending writes."""
 
     checkpoints: list[StoredCheckpoint]
     blobs: list[StoredBlob]
+    blob_sizes: dict[tuple[str, str, str], int] = {}
+    write_sizes: dict[tuple[str, str], int] = {}
+
+
+#: What ``limit=None`` reads: every thread.
+ALL = 2**31 - 1
+
+ThreadOrder = Literal["bytes", "checkpoints", "last_active", "expires_at", "thread_id"]
+
+
+class StatsRow(NamedTuple):
+    """A row of :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`."""
+
+    thread_id: str
+    checkpoints: int
+    stored_bytes: int
+    last_active: float | None
+    expires_at: float | None
+    ttl_seconds: int | None
+    deleted_at: float | None
+
+    def info(self, now: float) -> ThreadInfo:
+        """The row as a :class:`ThreadInfo` as of ``now``."""
+        status: Literal["live", "expired", "deleted"] = "live"
+        if self.deleted_at is not None:
+            status = "deleted"
+        elif self.expires_at is not None and self.expires_at < now:
+            status = "expired"
+        return ThreadInfo(
+            thread_id=self.thread_id,
+            checkpoints=int(self.checkpoints),
+            bytes=int(self.stored_bytes or 0),
+            last_active=None if self.last_active is None else float(self.last_active),
+            expires_at=None if self.expires_at is None else float(self.expires_at),
+            ttl_seconds=None if self.ttl_seconds is None else int(self.ttl_seconds),
+            status=status,
+        )
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One thread as stored.
+
+    Attributes:
+        thread_id: The thread.
+        checkpoints: How many checkpoints it holds (all namespaces).
+        bytes: The size of its checkpoints, blobs and pending writes.
+        last_active: Its last recorded activity, in seconds since the epoch (written at most
+            once per ``activity_precision`` of the TTL); ``None`` when never recorded.
+        expires_at: When it expires, in seconds since the epoch; ``None``: never.
+        ttl_seconds: Its TTL (the saver's, or its own); ``None``: none.
+        status: ``"live"``; ``"expired"`` (past ``expires_at``: invisible with the
+            ``delete`` strategy, and the next sweep removes or prunes it); ``"deleted"``
+            (a tombstone over rows a late write left, which the sweep purges).
+    """
+
+    thread_id: str
+    checkpoints: int
+    bytes: int
+    last_active: float | None
+    expires_at: float | None
+    ttl_seconds: int | None
+    status: Literal["live", "expired", "deleted"]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ThreadSweep:
+    """What a sweep would do to one expired thread.
+
+    Attributes:
+        thread_id: The thread.
+        action: ``"delete"`` (the ``delete`` strategy) or ``"prune"`` (``keep_latest``).
+        expires_at: When it expired, in seconds since the epoch.
+        checkpoints: The checkpoints it holds now.
+        checkpoints_removed: How many of them the sweep would delete.
+        bytes_freed: The size of the rows the sweep would delete.
+    """
+
+    thread_id: str
+    action: Literal["delete", "prune"]
+    expires_at: float | None
+    checkpoints: int
+    checkpoints_removed: int
+    bytes_freed: int
+
+
+@dataclass(frozen=True)
+class SweepPreview:
+    """What :meth:`SQLSaver.sweep` would remove now, from a read that changes nothing.
+
+    Attributes:
+        strategy: The saver's strategy the preview applied.
+        keep_last: Checkpoints per namespace ``keep_latest`` keeps.
+        now: The time the preview was taken at (seconds since the epoch).
+        threads: Each expired thread, soonest expired first.
+    """
+
+    strategy: str
+    keep_last: int
+    now: float
+    threads: list[ThreadSweep] = field(default_factory=list)
+
+    @property
+    def checkpoints_removed(self) -> int:
+        """Checkpoints the sweep would delete, over all threads."""
+        return sum(t.checkpoints_removed for t in self.threads)
+
+    @property
+    def bytes_freed(self) -> int:
+        """Bytes the sweep would free, over all threads."""
+        return sum(t.bytes_freed for t in self.threads)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The preview as a JSON-ready dict, totals included."""
+        return {
+            "strategy": self.strategy,
+            "keep_last": self.keep_last,
+            "now": self.now,
+            "threads": [asdict(t) for t in self.threads],
+            "checkpoints_removed": self.checkpoints_removed,
+            "bytes_freed": self.bytes_freed,
+        }
 
 
 def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
@@ -130,21 +271,28 @@ class Maintenance:
 
     # -- snapshot and drop ---------------------------------------------------------------------
 
-    def snapshot(self, thread_ids: Sequence[str]) -> Plan[dict[str, Snapshot]]:
-        """Every checkpoint and blob key of ``thread_ids`` (inside a held transaction)."""
+    def snapshot(self, thread_ids: Sequence[str], sized: bool = False) -> Plan[dict[str, Snapshot]]:
+        """Every checkpoint and blob key of ``thread_ids``: inside a held transaction, or
+        ``sized`` (for a preview), without a lock and with the sizes of blobs and writes."""
         d = self.dialect
-        statements = []
-        for t in thread_ids:
-            statements.append(Stmt(S.select_thread_checkpoints(d), {"thread_id": t}, fetch=True))
-            statements.append(Stmt(S.select_thread_blob_keys(d), {"thread_id": t}, fetch=True))
-        results = yield Batch(statements, lock=True, hold=True)
-        return {
-            t: Snapshot(
-                [StoredCheckpoint(*r) for r in results[2 * i]],
-                [StoredBlob(*r) for r in results[2 * i + 1]],
-            )
-            for i, t in enumerate(thread_ids)
-        }
+        reads = [S.select_thread_checkpoints(d), S.select_thread_blob_keys(d)]
+        if sized:
+            reads += [S.select_thread_blob_sizes(d), S.select_thread_write_sizes(d)]
+        n = len(reads)
+        statements = [Stmt(sql, {"thread_id": t}, fetch=True) for t in thread_ids for sql in reads]
+        results = yield Batch(statements, lock=not sized, hold=not sized)
+        out = {}
+        for i, t in enumerate(thread_ids):
+            cps, keys, *sizes = results[n * i : n * i + n]
+            snap = Snapshot([StoredCheckpoint(*r) for r in cps], [StoredBlob(*r) for r in keys])
+            if sizes:
+                blob_sizes, write_sizes = sizes
+                snap = snap._replace(
+                    blob_sizes={(ns, ch, v): int(n) for ns, ch, v, n in blob_sizes},
+                    write_sizes={(ns, cid): int(n or 0) for ns, cid, n in write_sizes},
+                )
+            out[t] = snap
+        return out
 
     def doomed(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
@@ -153,7 +301,8 @@ class Maintenance:
         appended list needs every base down its chain)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
-        for thread_id, (cps, blob_keys) in snapshot.items():
+        for thread_id, snap in snapshot.items():
+            cps, blob_keys = snap.checkpoints, snap.blobs
             kept = keep.get(thread_id, set())
             referenced: set[tuple[str, str, str]] = set()
             for cp in cps:
@@ -314,7 +463,8 @@ class Maintenance:
                 hold=True,
             )
             if key is not None:
-                rows = self.resealed(S.retarget(found, source), target, key)
+                assert self.sealer is not None
+                rows = self.sealer.resealed(S.retarget(found, source), target, key)
             else:
                 rows = S.retarget(found, target)
             copy = [
@@ -336,44 +486,6 @@ class Maintenance:
             write=True,
         )
 
-    def resealed(
-        self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
-    ) -> list[list[dict[str, Any]]]:
-        """The rows of a thread (checkpoints, blobs, writes; as :func:`S.retarget` gives
-        them) opened under their own identity and sealed under ``target``'s."""
-        sealer = self.sealer
-        assert sealer is not None
-        cps, blobs, writes = tables
-        sealer.ensure(
-            Sealer.ids(
-                [
-                    *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
-                    *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
-                ]
-            )
-        )
-        for r in cps:
-            t, ns, cid = r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"]
-            r["checkpoint"] = sealer.open_body(t, ns, cid, r["type"], r["checkpoint"])
-            r["metadata"] = sealer.open_metadata(t, ns, cid, r["metadata"])
-            r["thread_id"] = target
-            Sealer.seal_checkpoint_row(key, r)
-        for r in blobs:
-            r["blob"] = sealer.open_blob(
-                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
-                r["base_version"], bytes(r["blob"] or b""),
-            )  # fmt: skip
-            r["thread_id"] = target
-        Sealer.seal_blob_rows(key, blobs)
-        for r in writes:
-            r["blob"] = sealer.open_write(
-                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
-                r["channel"], r["type"], bytes(r["blob"] or b""),
-            )  # fmt: skip
-            r["thread_id"] = target
-        Sealer.seal_write_rows(key, writes)
-        return [cps, blobs, writes]
-
     def prune(
         self,
         serde: SerializerProtocol,
@@ -381,7 +493,7 @@ class Maintenance:
         strategy: str,
         keep_last: int | None = None,
     ) -> Plan[None]:
-        validate_prune_strategy(strategy)
+        validate_strategy(strategy, "prune strategy")
         n = self.keep_last if keep_last is None else validate_keep_last(keep_last)
         if not thread_ids:
             return
@@ -440,6 +552,71 @@ class Maintenance:
         if statements:
             self.forget([thread_id])
         return len(updates[0]), len(updates[1]), len(updates[2])
+
+    # -- what each thread stores, and what a sweep would free ----------------------------------
+
+    def threads(self, order: ThreadOrder, limit: int | None) -> Plan[list[ThreadInfo]]:
+        """Every thread with checkpoints (at most ``limit``) in ``order``: see
+        :data:`~langgraph_checkpoint_agent_memory.db.checkpoint.THREAD_ORDERS`."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ConfigurationError(f"limit must be a whole number >= 0 or None, got {limit!r}")
+        now = self.activity.clock()
+        sql = S.thread_stats(self.dialect, order=order, expired=False)
+        [rows] = yield Batch([Stmt(sql, {"limit": ALL if limit is None else limit}, fetch=True)])
+        return [StatsRow._make(r).info(now) for r in rows]
+
+    def preview(self, serde: SerializerProtocol) -> Plan[SweepPreview]:
+        """What :meth:`sweep` would remove now, computed as it decides, without a lock or a
+        write: the expired threads and, with ``keep_latest``, the checkpoints and blobs
+        pruning each to its last ``keep_last`` checkpoints per namespace would delete."""
+        now = self.activity.clock()
+        sql = S.thread_stats(self.dialect, order="expires_at", expired=True)
+        [rows] = yield Batch([Stmt(sql, {"now": now, "limit": ALL}, fetch=True)])
+        expired = [StatsRow._make(r) for r in rows]
+        preview = SweepPreview(self.activity.strategy, self.keep_last, now)
+        if self.activity.strategy == "delete":
+            preview.threads.extend(
+                ThreadSweep(
+                    r.thread_id,
+                    "delete",
+                    r.expires_at,
+                    int(r.checkpoints),
+                    int(r.checkpoints),
+                    int(r.stored_bytes or 0),
+                )
+                for r in expired
+            )
+            return preview
+        for start in range(0, len(expired), self.sweep_batch):
+            batch = expired[start : start + self.sweep_batch]
+            sized = yield from self.snapshot([r.thread_id for r in batch], sized=True)
+            for r in batch:
+                snap = sized[r.thread_id]
+                keep = self.kept(serde, r.thread_id, snap.checkpoints, self.keep_last)
+                doomed = self.doomed({r.thread_id: snap}, {r.thread_id: keep})
+                sizes = {(cp.ns, cp.checkpoint_id): cp.size for cp in snap.checkpoints}
+                freed = sum(
+                    sizes[key] + snap.write_sizes.get(key, 0)
+                    for key in (
+                        (c["checkpoint_ns"], c["checkpoint_id"]) for c in doomed.checkpoints
+                    )
+                ) + sum(
+                    snap.blob_sizes.get((b["checkpoint_ns"], b["channel"], b["version"]), 0)
+                    for b in doomed.blobs
+                )
+                preview.threads.append(
+                    ThreadSweep(
+                        r.thread_id,
+                        "prune",
+                        r.expires_at,
+                        int(r.checkpoints),
+                        len(doomed.checkpoints),
+                        freed,
+                    )
+                )
+        return preview
 
     # -- TTL sweep -----------------------------------------------------------------------------
 
