@@ -203,8 +203,7 @@ def test_the_statements_compile_for_hana() -> None:
     against HANA's rules, driven with canned rows."""
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
-    from langgraph_checkpoint_agent_memory.db.memory import MemorySql
-    from langgraph_checkpoint_agent_memory.db.memory_scopes import backlog_plan, failures_plan
+    from langgraph_checkpoint_agent_memory.db.memory import MemorySql, backlog_plan, failures_plan
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
     from tests.test_dialect_sql import HANA_FORBIDDEN
 

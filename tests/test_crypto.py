@@ -25,8 +25,7 @@ from langgraph_checkpoint_agent_memory import (
 )
 from langgraph_checkpoint_agent_memory.crypto import cipher, config
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad, new_key, new_key_id
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
-from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeyStore, open_database
 from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
 KEY = DataKey(new_key_id(), "store:docs", new_key())

@@ -377,8 +377,8 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
     """Every statement of agent memory, collected by driving each plan with canned results."""
     from langgraph_checkpoint_agent_memory.db import keys as K
     from langgraph_checkpoint_agent_memory.db import memory as M
+    from langgraph_checkpoint_agent_memory.db import memory as MS
     from langgraph_checkpoint_agent_memory.db import memory_jobs as J
-    from langgraph_checkpoint_agent_memory.db import memory_scopes as MS
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 

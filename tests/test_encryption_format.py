@@ -1,9 +1,6 @@
 """The sealed value format and its crypto hygiene: a subkey per purpose, an unambiguous row
 identity, damaged values reported as damaged, a destroyed key reported alike by get and
-search, and databases sealed in format 1 still read: ``tests/fixtures/sealed_format1.sql`` is
-a dump of a SQLite database the package wrote before format 2 (a store with its lexical and
-vector index, and a checkpointed graph, under :data:`FORMAT1_MASTER`), read on SQLite and,
-its rows copied, on PostgreSQL."""
+search."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ import base64
 import hashlib
 import hmac
 import operator
-import sqlite3
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -39,10 +35,6 @@ from langgraph_checkpoint_agent_memory.crypto import cipher
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad, new_key, new_key_id
 from tests.helpers import WordEmbeddings, config_for
 from tests.pg import backend_params, backend_url
-
-FIXTURES = Path(__file__).parent / "fixtures"
-#: The master key the format-1 fixture was sealed under.
-FORMAT1_MASTER = base64.b64encode(bytes(range(32))).decode("ascii")
 
 
 def word_index() -> dict[str, Any]:
@@ -326,7 +318,7 @@ def test_a_key_destroyed_elsewhere_is_not_read_from_the_cache_by_a_search(
         reader.get(("users", "bob"), "k")
 
 
-# -- databases sealed in format 1 ------------------------------------------------------------
+# -- a checkpointed graph -------------------------------------------------------------------
 
 
 class State(TypedDict):
@@ -334,117 +326,10 @@ class State(TypedDict):
 
 
 def chain(saver: Any) -> Any:
-    """The fixture's graph: two steps, each appending to the log."""
+    """A graph of two steps, each appending to the log."""
 
     def step(state: State) -> dict[str, Any]:
         return {"log": [f"step {len(state['log'])}"]}
 
     builder = StateGraph(State).add_sequence([("a", step), ("b", step)])
     return builder.add_edge(START, "a").add_edge("b", END).compile(checkpointer=saver)
-
-
-#: The fixture's tables of data and keys (its schema's own tables are the package's).
-FIXTURE_TABLES = (
-    "am_keys",
-    "am_store_items",
-    "am_store_vectors",
-    "am_store_terms",
-    "am_checkpoints",
-    "am_checkpoint_blobs",
-    "am_checkpoint_writes",
-    "am_threads",
-)
-
-
-def format1_database(url: str | None, tmp_path: Path) -> str:
-    """A database sealed in format 1: the fixture loaded into SQLite (``url`` ``None``), or
-    its rows copied into the PostgreSQL database ``url`` (sealed bytes are the same on
-    every backend: the associated data names rows, not databases)."""
-    path = tmp_path / "format1.db"
-    with sqlite3.connect(path) as conn:
-        conn.executescript((FIXTURES / "sealed_format1.sql").read_text())
-    if url is None:
-        return f"sqlite:///{path}"
-    store = create_store(url, encryption=FORMAT1_MASTER, index=word_index())
-    saver: Any = create_checkpointer(url=url, encryption=FORMAT1_MASTER)
-    try:  # the schema, made by the package
-        assert store.keyring is not None and store.keyring.find("store:none") is None
-        assert store.get(("none",), "none") is None and saver.get_tuple(config_for("x")) is None
-        with sqlite3.connect(path) as conn:
-            for table in FIXTURE_TABLES:
-                cursor = conn.execute(f"SELECT * FROM {table}")
-                names = [d[0] for d in cursor.description]
-                rows = [dict(zip(names, r, strict=True)) for r in cursor]
-                columns, marks = ", ".join(names), ", ".join(f":{n}" for n in names)
-                sql = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
-                raw(store.db, sql, rows, write=True)
-    finally:
-        store.close()
-        saver.close()
-    return url
-
-
-def markers(url: str, column: str, table: str) -> set[int]:
-    """The first bytes of a column's sealed values, read by the driver itself."""
-    sql = f"SELECT {column} FROM {table}"
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            rows = conn.execute(sql).fetchall()
-    else:
-        import psycopg
-
-        with psycopg.connect(url) as pg:
-            rows = pg.execute(sql).fetchall()
-    return {bytes(v)[0] for (v,) in rows if v}
-
-
-@pytest.fixture(params=backend_params("sqlite", "postgres"))
-def format1_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    backend = str(request.param)
-    url = None if backend == "sqlite" else backend_url(request, backend, tmp_path / "unused")
-    return format1_database(url, tmp_path)
-
-
-def test_a_database_sealed_in_format_1_reads_and_new_writes_use_format_2(
-    format1_url: str, opened: list[Any]
-) -> None:
-    url = format1_url
-    items, bodies = ("sealed", "am_store_items"), ("checkpoint", "am_checkpoints")
-    format2, format1 = {cipher.PLAIN, cipher.COMPRESSED}, {cipher.PLAIN_V1, cipher.COMPRESSED_V1}
-    assert markers(url, *items) == markers(url, *bodies) == format1
-    store = create_store(url, encryption=FORMAT1_MASTER, index=word_index())
-    lexical = create_store(url, encryption=FORMAT1_MASTER)  # the terms alone rank
-    saver: Any = create_checkpointer(url=url, encryption=FORMAT1_MASTER)
-    opened += [store, lexical, saver]
-    # what format 1 sealed reads: values (one compressed), terms, vectors, checkpoints
-    assert store.get(("users", "alice"), "home").value == {  # type: ignore[union-attr]
-        "text": "alice lives in lyon near the river"
-    }
-    diary = store.get(("users", "alice"), "diary")
-    assert diary is not None and diary.value["text"].startswith("green tea every morning")
-    found = lexical.search(("users",), query="lyon")
-    assert sorted((tuple(i.namespace), i.key) for i in found) == [
-        (("users", "alice"), "home"),
-        (("users", "bob"), "home"),
-    ]
-    assert [i.key for i in lexical.search(("users", "alice"), query="green tea")] == ["diary"]
-    near = store.search(("users", "alice"), query="river", limit=1)  # by the vectors too
-    assert [i.key for i in near] == ["home"]
-    tip = saver.get_tuple(config_for("t1"))
-    assert tip is not None and tip.checkpoint["channel_values"]["log"] == [
-        "hello",
-        "step 1",
-        "step 2",
-    ]
-    assert len(list(saver.list(config_for("t1")))) == 4
-    again = asyncio.run(saver.aget_tuple(config_for("t1")))
-    assert again is not None and again.checkpoint == tip.checkpoint
-    # new writes are format 2, and old and new read side by side
-    store.put(("users", "alice"), "work", {"text": "alice works in lyon"})
-    out = chain(saver).invoke({"log": ["again"]}, config_for("t1"))
-    assert out["log"] == ["hello", "step 1", "step 2", "again", "step 4", "step 5"]
-    for where in (items, bodies):
-        assert markers(url, *where) & format2 and markers(url, *where) & format1
-    found = lexical.search(("users", "alice"), query="lyon")
-    assert sorted(i.key for i in found) == ["home", "work"]  # old postings match new queries
-    assert len(list(saver.list(config_for("t1")))) == 8

@@ -125,8 +125,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
     from langgraph_checkpoint_agent_memory.db.keys import count_plan
-    from langgraph_checkpoint_agent_memory.db.memory import MemorySql
-    from langgraph_checkpoint_agent_memory.db.memory_scopes import (
+    from langgraph_checkpoint_agent_memory.db.memory import (
+        MemorySql,
         backlog_plan,
         failures_plan,
         owed_count_plan,

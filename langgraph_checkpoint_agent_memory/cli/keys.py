@@ -18,11 +18,11 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     existing,
     resolve_url,
 )
+from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
 from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV, Encryption
-from langgraph_checkpoint_agent_memory.crypto.provider import generate_master_key
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
+    from langgraph_checkpoint_agent_memory.crypto.keyring import KeyStore
 
 
 def _required_encryption() -> Encryption:
@@ -44,8 +44,7 @@ def _cmd_new_key(args: argparse.Namespace) -> int:
 
 
 def _cmd_rotate_key(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
-    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+    from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeyStore, open_database
     from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     found = resolve_encryption(None)
@@ -144,7 +143,7 @@ def _same_database(source: KeyStore, target: KeyStore) -> bool:
 
 
 def _cmd_move_keys(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore, open_database
+    from langgraph_checkpoint_agent_memory.crypto.keyring import KeyStore, open_database
     from langgraph_checkpoint_agent_memory.db import keys as sqlk
     from langgraph_checkpoint_agent_memory.db import url as urls
 

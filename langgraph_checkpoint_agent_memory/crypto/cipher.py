@@ -1,4 +1,5 @@
-"""Sealing and opening with one data key, with no I/O.
+"""Sealing and opening with one data key, and wrapping data keys with a master key, with
+no I/O.
 
 A sealed value is ``marker (1) | key id (8) | check (4) | nonce (12) | ciphertext | tag (16)``:
 AES-256 in GCM mode (authenticated encryption) under the data key's value subkey, the header
@@ -21,51 +22,47 @@ existing database unmatched by new queries (a new derivation for new keys only w
 version kept with each key, which the key table has no column for; re-hashing means
 decrypting and re-indexing every item).
 
-Format 1 (markers ``0xA5``/``0xA6``, no check), written before, is still read: AES-256-GCM
-under the data key itself, with the identity's parts NUL-joined (``aad("a\\0b", "c")`` and
-``aad("a", "b\\0c")`` were the same bytes). Nothing writes it any more: values written
-since are format 2, the ones written before stay as they are, readable (a bit flipped in the
-key id of such a value still reads as a missing key: format 1 has no check).
-
 Terms of the lexical index are keyed hashes (HMAC-SHA256 under the term subkey, cut to 96
 bits), so a query's terms are found by equality while the stored ones do not say which
 words they are.
+
+A data key is stored only *wrapped* (encrypted) by a key provider. The built-in
+:class:`MasterKeyProvider` wraps with AES-256-GCM under a master key given as configuration
+(``AGENT_MEMORY_MASTER_KEY``). A KMS, SAP's credential store or an HSM plugs in as any object
+with the three methods of :class:`KeyProvider`.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import os
 import zlib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
     DecryptionError,
     EncryptionError,
     PlaintextRowError,
 )
 
-#: First byte of a sealed value of format 2: plaintext as given, or zlib-compressed first.
+#: First byte of a sealed value (format 2): plaintext as given, or zlib-compressed first.
 PLAIN, COMPRESSED = 0xA7, 0xA8
-#: The same in format 1 (read only).
-PLAIN_V1, COMPRESSED_V1 = 0xA5, 0xA6
 KEY_ID_BYTES = 8
 CHECK_BYTES = 4
 NONCE_BYTES = 12
 TAG_BYTES = 16
 HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
-HEADER_BYTES_V1 = 1 + KEY_ID_BYTES
 #: What sealing adds to a value (before compression).
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
-#: Marker -> (length of its header, compressed).
-FORMATS = {
-    PLAIN: (HEADER_BYTES, False),
-    COMPRESSED: (HEADER_BYTES, True),
-    PLAIN_V1: (HEADER_BYTES_V1, False),
-    COMPRESSED_V1: (HEADER_BYTES_V1, True),
-}
+#: The markers; whether the plaintext was compressed.
+FORMATS = {PLAIN: False, COMPRESSED: True}
+#: The header's marker and key id, which its check covers.
+CHECKED_BYTES = 1 + KEY_ID_BYTES
 #: Plaintexts at least this long are compressed when that saves a tenth.
 COMPRESS_MIN = 256
 #: The prefix of a sealed value kept in a text column (base64 follows).
@@ -122,8 +119,7 @@ def is_sealed(value: bytes | bytearray | memoryview) -> bool:
     column can hold caller's bytes, a row's type (or another column) must say whether it is
     sealed, and this test only confirms it.
     """
-    found = FORMATS.get(value[0]) if value else None
-    return found is not None and len(value) >= found[0] + NONCE_BYTES + TAG_BYTES
+    return bool(value) and value[0] in FORMATS and len(value) >= OVERHEAD
 
 
 def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
@@ -132,9 +128,9 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
     if value and value[0] in FORMATS:
         return True
     head = bytes(value[:HEADER_BYTES])
-    check = int.from_bytes(head[HEADER_BYTES_V1:], "big")
+    check = int.from_bytes(head[CHECKED_BYTES:], "big")
     return len(head) == HEADER_BYTES and any(
-        _check(bytes((m,)) + head[1:HEADER_BYTES_V1]) == check for m in FORMATS
+        _check(bytes((m,)) + head[1:CHECKED_BYTES]) == check for m in FORMATS
     )
 
 
@@ -144,30 +140,25 @@ def _damaged(size: int) -> DecryptionError:
     )
 
 
-def header_length(sealed: bytes | bytearray | memoryview) -> int:
-    """The length of ``sealed``'s header, checked: its marker, its length, and in format 2
-    the check of its key id.
+def check_header(sealed: bytes | bytearray | memoryview) -> None:
+    """Check ``sealed``'s header: its marker, its length and the check of its key id.
 
     Raises:
         DecryptionError: ``sealed`` is not a whole sealed value (damaged).
     """
-    found = FORMATS.get(sealed[0]) if sealed else None
-    if found is None or len(sealed) < found[0] + NONCE_BYTES + TAG_BYTES:
-        raise _damaged(len(sealed))
-    if found[0] == HEADER_BYTES and _check(sealed[:HEADER_BYTES_V1]) != int.from_bytes(
-        sealed[HEADER_BYTES_V1:HEADER_BYTES], "big"
+    if not is_sealed(sealed) or _check(sealed[:CHECKED_BYTES]) != int.from_bytes(
+        sealed[CHECKED_BYTES:HEADER_BYTES], "big"
     ):
         raise _damaged(len(sealed))
-    return found[0]
 
 
 def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
     """The id of the key ``sealed`` was sealed with.
 
     Raises:
-        DecryptionError: ``sealed`` is damaged (see :func:`header_length`).
+        DecryptionError: ``sealed`` is damaged (see :func:`check_header`).
     """
-    header_length(sealed)
+    check_header(sealed)
     return bytes(sealed[1 : 1 + KEY_ID_BYTES]).hex()
 
 
@@ -210,14 +201,13 @@ class DataKey:
         b'hello'
     """
 
-    __slots__ = ("_aead", "_invalid", "_key_id", "_terms", "_v1", "key_id", "owner")
+    __slots__ = ("_aead", "_invalid", "_key_id", "_terms", "key_id", "owner")
 
     def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
         if len(secret) != 32:
             raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
         self.key_id = key_id
         self.owner = owner
-        self._v1 = aesgcm(secret)  # format 1 values only (read)
         from cryptography.exceptions import InvalidTag
 
         self._invalid = InvalidTag  # what a failed authentication raises
@@ -247,7 +237,7 @@ class DataKey:
         return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
 
     def open(self, sealed: bytes | bytearray | memoryview, aad: bytes) -> bytes:
-        """The plaintext of ``sealed`` (either format).
+        """The plaintext of ``sealed``.
 
         Args:
             sealed: A value :meth:`seal` returned for the same ``aad``.
@@ -258,20 +248,19 @@ class DataKey:
                 key.
         """
         data = bytes(sealed)
-        size = header_length(data)
-        header = data[:size]
-        nonce = data[size : size + NONCE_BYTES]
-        aead, associated = self._aead, aad
-        if size == HEADER_BYTES_V1:
-            aead, associated = self._v1, nul_joined(aad)
+        check_header(data)
+        header = data[:HEADER_BYTES]
+        nonce = data[HEADER_BYTES : HEADER_BYTES + NONCE_BYTES]
         try:
-            plain: bytes = aead.decrypt(nonce, data[size + NONCE_BYTES :], header + associated)
+            plain: bytes = self._aead.decrypt(
+                nonce, data[HEADER_BYTES + NONCE_BYTES :], header + aad
+            )
         except self._invalid:
             raise DecryptionError(
                 f"a value sealed with data key {self.key_id} of {self.owner!r} does not "
                 "authenticate: it was altered or belongs to another row"
             ) from None
-        return zlib.decompress(plain) if FORMATS[data[0]][1] else plain
+        return zlib.decompress(plain) if FORMATS[data[0]] else plain
 
     def seal_text(self, plaintext: bytes, aad: bytes) -> str:
         """:meth:`seal` for a text column: ``"!"`` and base64."""
@@ -337,17 +326,135 @@ def aad(*parts: str | int | None) -> bytes:
     return bytes(out)
 
 
-def nul_joined(associated: bytes) -> bytes:
-    """Format 1's associated data for the identity :func:`aad` encoded in ``associated``:
-    its parts NUL-separated (``associated`` itself when it is not such an encoding).
+@runtime_checkable
+class KeyProvider(Protocol):
+    """Wraps, unwraps and destroys data keys.
+
+    ``owner`` names whose key it is (``"store:<shard key>"``, ``"thread:<id>"``); a provider
+    should bind the wrapped form to it (as associated data, or as the name it files the key
+    under), so a wrapped key copied to another owner's row does not unwrap.
 
     Example:
-        >>> nul_joined(aad("blob", "t1", None))
-        b'blob\\x00t1\\x00'
+        ```python
+        class KmsProvider:
+            def wrap(self, key: bytes, owner: str) -> bytes:
+                return kms.encrypt(KeyId=ARN, Plaintext=key,
+                                   EncryptionContext={"owner": owner})["CiphertextBlob"]
+
+            def unwrap(self, wrapped: bytes, owner: str) -> bytes:
+                return kms.decrypt(CiphertextBlob=wrapped,
+                                   EncryptionContext={"owner": owner})["Plaintext"]
+
+            def destroy(self, wrapped: bytes, owner: str) -> None:
+                pass  # deleting the wrapped key from the key store destroys it
+        ```
     """
-    parts, at = [], 0
-    while at + 4 <= len(associated):
-        end = at + 4 + int.from_bytes(associated[at : at + 4], "big")
-        parts.append(associated[at + 4 : end])
-        at = end
-    return b"\x00".join(parts) if at == len(associated) else associated
+
+    def wrap(self, key: bytes, owner: str) -> bytes:
+        """``key`` (32 bytes) in a form only this provider can turn back into it."""
+        ...
+
+    def unwrap(self, wrapped: bytes, owner: str) -> bytes:
+        """The key that :meth:`wrap` turned into ``wrapped``."""
+        ...
+
+    def destroy(self, wrapped: bytes, owner: str) -> None:
+        """Forget the key (called when its owner is erased, before the key store deletes
+        the wrapped form); a provider that keeps nothing of its own does nothing."""
+        ...
+
+
+def parse_master_key(value: str | bytes, *, name: str = "master key") -> bytes:
+    """A 256-bit key from its base64 text (or the 32 raw bytes).
+
+    Example:
+        >>> import base64
+        >>> len(parse_master_key(base64.b64encode(bytes(32)).decode()))
+        32
+    """
+    if isinstance(value, bytes) and len(value) == 32:
+        return value
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise ConfigurationError(
+            f"{name} must be 32 random bytes in base64 (44 characters), e.g. from "
+            "`agent-memory new-key`; the value given is not"
+        )
+    return raw
+
+
+def generate_master_key() -> str:
+    """A new random master key, in base64 (what ``AGENT_MEMORY_MASTER_KEY`` holds).
+
+    Example:
+        >>> len(generate_master_key())
+        44
+    """
+    return base64.b64encode(os.urandom(32)).decode("ascii")
+
+
+def master_key_id(key: bytes) -> str:
+    """A short public name of a master key (8 hex digits of a hash of it)."""
+    return hashlib.sha256(b"agent-memory master key id" + key).hexdigest()[:8]
+
+
+class MasterKeyProvider:
+    """Wraps data keys with AES-256-GCM under a master key held in configuration.
+
+    Args:
+        keys: The master keys, newest first: the first wraps, every one unwraps (so during a
+            rotation processes give the new key and the old one, see ``agent-memory
+            rotate-key``). Each is base64 text or 32 raw bytes.
+
+    Example:
+        >>> provider = MasterKeyProvider([generate_master_key()])
+        >>> wrapped = provider.wrap(bytes(32), "thread:t1")
+        >>> provider.unwrap(wrapped, "thread:t1") == bytes(32)
+        True
+    """
+
+    def __init__(self, keys: Sequence[str | bytes]) -> None:
+        if isinstance(keys, (str, bytes)) or not keys:
+            raise ConfigurationError("MasterKeyProvider needs a list of one or more master keys")
+        raw = [parse_master_key(k) for k in keys]
+        self._ciphers = {master_key_id(k): aesgcm(k) for k in raw}
+        self.current = master_key_id(raw[0])
+
+    def wrap(self, key: bytes, owner: str) -> bytes:
+        """``key`` sealed under the newest master key, bound to ``owner``."""
+        nonce = os.urandom(NONCE_BYTES)
+        head = bytes.fromhex(self.current)
+        sealed: bytes = self._ciphers[self.current].encrypt(nonce, key, head + owner.encode())
+        return head + nonce + sealed
+
+    def unwrap(self, wrapped: bytes, owner: str) -> bytes:
+        """The data key in ``wrapped``, under whichever master key wrapped it."""
+        head, nonce, sealed = wrapped[:4], wrapped[4 : 4 + NONCE_BYTES], wrapped[4 + NONCE_BYTES :]
+        cipher = self._ciphers.get(head.hex())
+        if cipher is None:
+            raise DecryptionError(
+                f"the data key of {owner!r} is wrapped by master key {head.hex()}, which is not "
+                f"among the master keys given ({', '.join(self._ciphers)}): give it too (the new "
+                "key first) until `agent-memory rotate-key` has re-wrapped every data key"
+            )
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            key: bytes = cipher.decrypt(nonce, sealed, head + owner.encode())
+        except InvalidTag:
+            raise DecryptionError(
+                f"the wrapped data key of {owner!r} does not authenticate under master key "
+                f"{head.hex()}: altered, or moved from another owner's row"
+            ) from None
+        return key
+
+    def destroy(self, wrapped: bytes, owner: str) -> None:
+        """Nothing to do: the key store's row was the only copy."""
+
+    def is_current(self, wrapped: bytes) -> bool:
+        """Whether ``wrapped`` is wrapped by the newest master key (rotation skips it)."""
+        return wrapped[:4].hex() == self.current

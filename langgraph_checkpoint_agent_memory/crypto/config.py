@@ -8,7 +8,7 @@
   ``AGENT_MEMORY_KEYSTORE_URL`` puts the key store in a database of its own;
 * ``False``: off, whatever the environment says;
 * ``True``: on, from the environment (a clear error when it holds no master key);
-* a master key (base64 text), or a :class:`~.provider.KeyProvider`;
+* a master key (base64 text), or a :class:`~.cipher.KeyProvider`;
 * an :class:`Encryption`, for everything else.
 """
 
@@ -21,14 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
-from langgraph_checkpoint_agent_memory.crypto.keystore import (
+from langgraph_checkpoint_agent_memory.crypto.cipher import KeyProvider, MasterKeyProvider
+from langgraph_checkpoint_agent_memory.crypto.keyring import (
     KEYSTORE_URL_ENV,
+    Keyring,
     KeyStore,
     memory_keystore,
     open_database,
 )
-from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider, MasterKeyProvider
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
@@ -47,7 +47,7 @@ class Encryption:
     Args:
         master_keys: Base64 master keys, newest first (the first wraps new data keys, all
             unwrap). Give these or ``provider``.
-        provider: A :class:`~.provider.KeyProvider` (a KMS, a credential store) instead of
+        provider: A :class:`~.cipher.KeyProvider` (a KMS, a credential store) instead of
             master keys.
         keystore_url: A database of its own for the data keys; ``None``: a table of the
             data's database.

@@ -6,6 +6,13 @@ sealed value finds its key by the id the value carries (:meth:`by_id`). Unwrappe
 cached; an owner's key is looked up again after ``recheck_seconds``, so a key another process
 destroyed (an erase) stops being used for new rows within that time. Every lookup is a plan
 of :mod:`..db.keys`, so the sync and async methods share one implementation.
+
+Wrapped data keys live in the ``am_keys`` table of a database (:class:`KeyStore`). By
+default the table is in the data's own database (the saver's or the store's). With
+``AGENT_MEMORY_KEYSTORE_URL`` (or ``Encryption(keystore_url=...)``) it is in a database of
+its own, so a backup of the data holds no key, and erasing a scope (which deletes its key
+there) makes the scope unreadable in every earlier backup of the data. In-memory savers keep
+their keys in a private in-memory SQLite database.
 """
 
 from __future__ import annotations
@@ -15,18 +22,27 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, new_key, new_key_id
-from langgraph_checkpoint_agent_memory.crypto.keystore import KeyStore
-from langgraph_checkpoint_agent_memory.crypto.provider import KeyProvider
+from langgraph_checkpoint_agent_memory.crypto.cipher import (
+    DataKey,
+    KeyProvider,
+    new_key,
+    new_key_id,
+)
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
+from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.database import Database, Plan, T
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.first_use import SchemaOnFirstUse
+from langgraph_checkpoint_agent_memory.db.migrations import KEYS, Component
 from langgraph_checkpoint_agent_memory.errors import (
     DecryptionError,
     EncryptionError,
     KeyMissingError,
 )
+
+V = TypeVar("V")
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
@@ -61,7 +77,7 @@ class Keyring:
 
     Args:
         keystore: Where wrapped keys are kept.
-        provider: What wraps them (:class:`~.provider.MasterKeyProvider` or a KMS's).
+        provider: What wraps them (:class:`~.cipher.MasterKeyProvider` or a KMS's).
         allow_plaintext: Whether readers accept rows written without encryption (the
             migration mode of ``agent-memory encrypt``).
         recheck_seconds: How long an owner's cached key is used before the key store is
@@ -75,7 +91,7 @@ class Keyring:
             MasterKeyProvider,
             generate_master_key,
         )
-        from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+        from langgraph_checkpoint_agent_memory.crypto.keyring import memory_keystore
 
         keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
         key = keyring.key("thread:t1")
@@ -307,24 +323,43 @@ class Keyring:
         found = self.cached(owner)
         if found is not None:
             return found
+
+        async def lookup() -> tuple[DataKey, DataKey]:
+            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+            assert key is not None
+            return key, key
+
+        async def reuse(key: DataKey) -> DataKey:
+            return key
+
+        return await self._looked_up_once(owner, lookup, reuse)
+
+    async def _looked_up_once(
+        self,
+        owner: str,
+        lookup: Callable[[], Awaitable[tuple[DataKey | None, V]]],
+        reuse: Callable[[DataKey], Awaitable[V]],
+    ) -> V:
+        """Tasks of one loop missing ``owner``'s key look it up once: the first runs
+        ``lookup`` (the key it found or made, and its result); the others ``reuse`` that
+        key, or, when the first one's lookup failed, run ``lookup`` on their own."""
         loop = asyncio.get_running_loop()
         slot = (id(loop), owner)
         pending = self._inflight.get(slot)
         if pending is not None:
             shared = await asyncio.shield(pending)
             if shared is not None:
-                return shared  # else the lookup failed: this task tries on its own
+                return await reuse(shared)
         future: asyncio.Future[DataKey | None] = loop.create_future()
         self._inflight[slot] = future
-        key = None
+        key: DataKey | None = None
         try:
-            key = await self.keystore.arun(self.key_plan(owner, likely_new=likely_new))
+            key, value = await lookup()
         finally:
             future.set_result(key)
             if self._inflight.get(slot) is future:
                 del self._inflight[slot]
-        assert key is not None
-        return key
+        return value
 
     def sealed(
         self,
@@ -350,15 +385,11 @@ class Keyring:
 
         Example:
             ```python
-            from langgraph_checkpoint_agent_memory.crypto import (
-                Keyring,
-                MasterKeyProvider,
-                generate_master_key,
-            )
-            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
+            from langgraph_checkpoint_agent_memory.crypto import cipher
             from langgraph_checkpoint_agent_memory.db.database import Batch
 
-            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
+            master = cipher.MasterKeyProvider([cipher.generate_master_key()])
+            keyring = Keyring(memory_keystore(), master)
 
             def write(key):  # a write sealed with ``key`` (here: its transaction only)
                 yield Batch([], write=True)
@@ -387,60 +418,20 @@ class Keyring:
         database: Database[Any] | None = None,
         likely_new: bool = False,
     ) -> T:
-        """Async :meth:`sealed` (tasks of one loop missing the same owner's key wait for
-        the first one's write, then write with the key it stored).
-
-        Args:
-            owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
-            write: Builds the write from the key.
-            arun: Runs a plan on the write's database, asynchronously.
-            database: The write's database.
-            likely_new: Do not look the key up before creating it.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory.crypto import (
-                Keyring,
-                MasterKeyProvider,
-                generate_master_key,
-            )
-            from langgraph_checkpoint_agent_memory.crypto.keystore import memory_keystore
-            from langgraph_checkpoint_agent_memory.db.database import Batch
-
-            keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
-
-            def write(key):
-                yield Batch([], write=True)
-                return key.key_id
-
-            store = keyring.keystore
-            key_id = await keyring.asealed("thread:t1", write, store.arun, database=store.db)
-            assert (await keyring.afind("thread:t1")).key_id == key_id
-            ```
-        """
+        """Async :meth:`sealed` (``arun`` runs a plan asynchronously); tasks of one loop
+        missing the same owner's key wait for the first one's write, then write with the key
+        it stored."""
         found = self.cached(owner)
         if found is not None:
             return await arun(write(found))  # type: ignore[no-any-return]
         if database is None or self.keystore.db is not database:
             key = await self.akey(owner, likely_new=likely_new)
             return await arun(write(key))  # type: ignore[no-any-return]
-        loop = asyncio.get_running_loop()
-        slot = (id(loop), owner)
-        pending = self._inflight.get(slot)
-        if pending is not None:
-            shared = await asyncio.shield(pending)
-            if shared is not None:
-                return await arun(write(shared))  # type: ignore[no-any-return]
-        future: asyncio.Future[DataKey | None] = loop.create_future()
-        self._inflight[slot] = future
-        made: DataKey | None = None
-        try:
-            made, value = await arun(self.sealing_plan(owner, write, likely_new=likely_new))
-        finally:
-            future.set_result(made)
-            if self._inflight.get(slot) is future:
-                del self._inflight[slot]
-        return value  # type: ignore[no-any-return]
+        return await self._looked_up_once(
+            owner,
+            lambda: arun(self.sealing_plan(owner, write, likely_new=likely_new)),
+            lambda key: arun(write(key)),
+        )
 
     def find(self, owner: str) -> DataKey | None:
         """``owner``'s data key, or ``None`` when it has none (nothing is created)."""
@@ -493,3 +484,66 @@ class Keyring:
         """Where the keys are and how many are cached."""
         with self._lock:
             return {"keystore": self.keystore.describe(), "cached": len(self._by_id)}
+
+
+#: The environment variable naming the key store's own database.
+KEYSTORE_URL_ENV = "AGENT_MEMORY_KEYSTORE_URL"
+
+
+class KeyStore(SchemaOnFirstUse):
+    """The key table of one database, created on first use (``auto_setup``).
+
+    Args:
+        db: The database that keeps the keys.
+        owned: Whether closing the key store closes ``db`` (a database opened for it).
+        auto_setup: Create the table on first use.
+    """
+
+    components: tuple[Component, ...] = (KEYS,)
+
+    def __init__(self, db: Database[Any], *, owned: bool, auto_setup: bool = True) -> None:
+        self.db = db
+        self.dialect: Dialect = db.dialect
+        self.owned = owned
+        self.auto_setup = auto_setup
+        self._clock: Callable[[], float] = time.time
+
+    def run(self, plan: Plan[T]) -> T:
+        """Run a plan of :mod:`..db.keys` (creating the table on first use)."""
+        return self._run(plan)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        """Async :meth:`run`."""
+        return await self._arun(plan)
+
+    def describe(self) -> str:
+        """Where the keys are (password masked)."""
+        return self.db.describe()
+
+    def close(self) -> None:
+        """Close the database when it was opened for the key store."""
+        if self.owned:
+            self.db.close()
+
+
+def open_database(url: str) -> Database[Any]:
+    """A database for ``url`` (``sqlite:///...``, ``postgresql://...``, ``hana://...``)."""
+    target = urls.parse(urls.as_url(url, KEYSTORE_URL_ENV), KEYSTORE_URL_ENV)
+    if target.kind == "sqlite":
+        from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+        return SQLiteDatabase(target.options["path"])
+    if target.kind == "postgresql":
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+
+        return PostgresDatabase(target.url)
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDatabase
+
+    return HanaDatabase(target.options, url=target.url)
+
+
+def memory_keystore() -> KeyStore:
+    """A key store in a private in-memory database (for in-memory savers)."""
+    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
+    return KeyStore(SQLiteDatabase(":memory:"), owned=True)

@@ -590,25 +590,19 @@ def encrypt_errors_plan(
         counts = {"job_errors": 0, "scope_errors": 0}
     j, t = memory_jobs, memory_scopes
 
-    def plain(c: Any) -> Any:
-        return sa.and_(c.is_not(None), sa.not_(c.startswith("!", autoescape=True)))
+    def found_plain(name: str, ident: Any, error: Any) -> Any:
+        """The statement finding a page of rows whose ``error`` is plaintext."""
+        return sql.statement(
+            name,
+            lambda: (
+                sa.select(ident.table.c.shard, ident, error)
+                .where(error.is_not(None), sa.not_(error.startswith("!", autoescape=True)))
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            ),
+        )
 
-    found_jobs = sql.statement(
-        "plain_job_errors",
-        lambda: (
-            sa.select(j.c.shard, j.c.job_id, j.c.error)
-            .where(plain(j.c.error))
-            .limit(sa.bindparam("n", type_=sa.Integer))
-        ),
-    )
-    found_scopes = sql.statement(
-        "plain_scope_errors",
-        lambda: (
-            sa.select(t.c.shard, t.c.scope, t.c.last_error)
-            .where(plain(t.c.last_error))
-            .limit(sa.bindparam("n", type_=sa.Integer))
-        ),
-    )
+    found_jobs = found_plain("plain_job_errors", j.c.job_id, j.c.error)
+    found_scopes = found_plain("plain_scope_errors", t.c.scope, t.c.last_error)
     old = sa.bindparam("old", type_=sa.Text)
     seal_job = sql.statement(
         "seal_job_error",

@@ -25,9 +25,12 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
-from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallWeights
-from langgraph_checkpoint_agent_memory.memory.recaller import RecallOptions
-from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
+from langgraph_checkpoint_agent_memory.memory.recall import Recalled, RecallOptions
+from langgraph_checkpoint_agent_memory.memory.settings import (
+    MemorySettings,
+    RecallWeights,
+    RecordOptions,
+)
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 

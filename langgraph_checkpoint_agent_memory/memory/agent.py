@@ -18,22 +18,17 @@ from langchain_core.tools import BaseTool
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.db.migrations import MEMORY
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import consolidate as C
-from langgraph_checkpoint_agent_memory.memory import erasing, upkeep
+from langgraph_checkpoint_agent_memory.memory import decay, erasing, reading, writes
 from langgraph_checkpoint_agent_memory.memory import recall as R
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, scope_key
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, MemoryStore, scope_key
 from langgraph_checkpoint_agent_memory.memory.extract import Extractor, as_extractor
-from langgraph_checkpoint_agent_memory.memory.model import AsOf, ScopeLike
+from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, ScopeLike
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
-from langgraph_checkpoint_agent_memory.memory.reads import Reads
-from langgraph_checkpoint_agent_memory.memory.recaller import Recaller, RecallOptions
-from langgraph_checkpoint_agent_memory.memory.recording import checked_messages, record_plan
-from langgraph_checkpoint_agent_memory.memory.running import Running
+from langgraph_checkpoint_agent_memory.memory.recall import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
 from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (
@@ -43,6 +38,8 @@ from langgraph_checkpoint_agent_memory.memory.traced import (
     report_counts,
     traced,
 )
+from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
+from langgraph_checkpoint_agent_memory.memory.writes import checked_messages, record_plan
 from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
 
 if TYPE_CHECKING:
@@ -54,7 +51,7 @@ if TYPE_CHECKING:
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 
 
-class AgentMemory(Running, Reads, Generic[StoreT]):
+class AgentMemory(Generic[StoreT]):
     """Long-term memory for agents: record turns, consolidate them into facts, recall.
 
     Args:
@@ -121,6 +118,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)
         self._nodes = GraphNodes(self)
+        self._worker: MemoryWorker | None = None
 
     @property
     def extractor(self) -> Extractor:
@@ -207,6 +205,110 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
         """
         return MemoryTools(self, budget_tokens=budget_tokens).tools(include)
 
+    # -- what a memory holds, read --------------------------------------------------------
+
+    def facts(
+        self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
+    ) -> list[Fact]:
+        """The scope's current facts, by attribute; or, with ``as_of``, the facts that held
+        at that moment; with ``known_at``, as the memory believed them at that moment.
+
+        Args:
+            scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``; a
+                naive one raises ``ConfigurationError``): the facts learned by then and not
+                yet superseded, each as it was held then (a value superseded later is shown
+                current, with ``valid_to`` unset). Times are those of the episodes that stated
+                the facts. Confirmations and importance are today's; facts that decayed or
+                were erased are gone.
+            known_at: A moment (transaction time): what the memory believed then: only what
+                it had learned by then, before the corrections it learned later (``as_of``
+                defaults to this moment: "what did we believe on D was true on D").
+
+        Example:
+            ```python
+            from datetime import datetime, timezone
+
+            for fact in memory.facts("user=alice"):
+                print(fact.attribute, fact.value)
+            before = memory.facts("user=alice", as_of=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            new_year = datetime(2024, 1, 1, tzinfo=timezone.utc)
+            believed = memory.facts("user=alice", known_at=new_year)
+            ```
+        """
+        return self.context.run(lambda: reading.facts_plan(self.context, scope, as_of, known_at))
+
+    async def afacts(
+        self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
+    ) -> list[Fact]:
+        """Async :meth:`facts`."""
+        return await self.context.arun(
+            lambda: reading.facts_plan(self.context, scope, as_of, known_at)
+        )
+
+    def history(
+        self,
+        scope: ScopeLike,
+        attribute: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+        known_at: AsOf | None = None,
+    ) -> list[Fact]:
+        """Every value an attribute had (all attributes when ``None``), oldest first; the
+        current one last, with ``valid_to`` unset.
+
+        Args:
+            scope: Whose facts.
+            attribute: One attribute (``"home city"`` and ``home_city`` are one); ``None``:
+                all.
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
+                history as it was known then: values learned later are left out, and the
+                value current then has ``valid_to`` unset.
+            known_at: A moment (transaction time): the history as the memory recorded it
+                then; default now, where a version a correction replaced is left out.
+
+        Example:
+            ```python
+            for version in memory.history("user=alice", "city"):
+                print(version.value, version.valid_from, version.valid_to)
+            ```
+        """
+        return self.context.run(
+            lambda: reading.history_plan(self.context, scope, attribute, as_of, known_at)
+        )
+
+    async def ahistory(
+        self,
+        scope: ScopeLike,
+        attribute: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+        known_at: AsOf | None = None,
+    ) -> list[Fact]:
+        """Async :meth:`history`."""
+        return await self.context.arun(
+            lambda: reading.history_plan(self.context, scope, attribute, as_of, known_at)
+        )
+
+    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """The scope's episodes (recorded turns), oldest first.
+
+        Args:
+            scope: Whose episodes.
+            status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
+                (failed too often; see :meth:`retry`); ``None``: all.
+
+        Example:
+            ```python
+            waiting = memory.episodes("user=alice", status="pending")
+            ```
+        """
+        return self.context.run(lambda: reading.episodes_plan(self.context, scope, status))
+
+    async def aepisodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        """Async :meth:`episodes`."""
+        return await self.context.arun(lambda: reading.episodes_plan(self.context, scope, status))
+
     def __repr__(self) -> str:
         return f"AgentMemory({self.store!r}, extractor={type(self.extractor).__name__})"
 
@@ -251,31 +353,23 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
     @traced("build_context")
     def build_context(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        as_of: AsOf | None = None,
-        reranker: RerankerLike | Literal[False] | None = None,
-        known_at: AsOf | None = None,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> str:
         """The dated context block ``inject_node`` would put into state for ``query``: each
-        fact with the day it became true, each episode with the day it happened.
+        fact with the day it became true, each episode with the day it happened (the text of
+        :meth:`recall`).
 
         Args:
             scope: Whose memory.
             query: What the block should be relevant to.
-            budget_tokens: The block's size in tokens (default the ``budget_tokens`` setting).
-            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
-                block as of then: the facts that held at that moment (a value superseded
-                later shows its old value; a fact learned later is not known) and only the
-                episodes that had happened, ranked for recency from that moment.
-            reranker: Order the first candidates again with this reranker (``False``: none);
-                default the memory's.
-            known_at: A moment (transaction time): the block as the memory believed it
-                then: facts learned later, and corrections made later, are left out
-                (``as_of`` defaults to it).
+            **options: :class:`RecallOptions`: ``budget_tokens`` (the block's size in
+                tokens, default the ``budget_tokens`` setting); ``as_of`` (a moment, seconds
+                since the epoch or a timezone-aware ``datetime``: the facts that held then,
+                a value superseded later showing its old value, and only the episodes that
+                had happened, ranked for recency from that moment); ``reranker`` (order the
+                first candidates again with it, ``False``: none; default the memory's);
+                ``known_at`` (transaction time: the block as the memory believed it then,
+                facts and corrections learned later left out; ``as_of`` defaults to it).
 
         Example:
             ```python
@@ -286,26 +380,13 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             print(memory.build_context("user=alice", "where did I live?", as_of=last_year))
             ```
         """
-        options = RecallOptions(
-            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
-        )
         return self.recall(scope, query, **options).text
 
     @traced("build_context")
     async def abuild_context(
-        self,
-        scope: ScopeLike,
-        query: str = "",
-        *,
-        budget_tokens: int | None = None,
-        as_of: AsOf | None = None,
-        reranker: RerankerLike | Literal[False] | None = None,
-        known_at: AsOf | None = None,
+        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
     ) -> str:
         """Async :meth:`build_context`."""
-        options = RecallOptions(
-            budget_tokens=budget_tokens, as_of=as_of, reranker=reranker, known_at=known_at
-        )
         return (await self.arecall(scope, query, **options)).text
 
     # -- recording -------------------------------------------------------------------------
@@ -439,23 +520,23 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             ```
         """
         self._flush()
-        return self.context.run_again(lambda: upkeep.decay_plan(self.context, scope))
+        return self.context.run_again(lambda: decay.decay_plan(self.context, scope))
 
     @traced("decay", counts=item_count)
     async def adecay(self, scope: ScopeLike | None = None) -> int:
         """Async :meth:`decay`."""
         await self._aflush()
-        return await self.context.arun_again(lambda: upkeep.decay_plan(self.context, scope))
+        return await self.context.arun_again(lambda: decay.decay_plan(self.context, scope))
 
     def pin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Pin (or unpin) a scope's current facts of ``attribute``: pinned facts never
         decay. Returns how many facts changed."""
-        return self.context.run(lambda: upkeep.pin_plan(self.context, scope, attribute, pinned))
+        return self.context.run(lambda: writes.pin_plan(self.context, scope, attribute, pinned))
 
     async def apin(self, scope: ScopeLike, attribute: str, *, pinned: bool = True) -> int:
         """Async :meth:`pin`."""
         return await self.context.arun(
-            lambda: upkeep.pin_plan(self.context, scope, attribute, pinned)
+            lambda: writes.pin_plan(self.context, scope, attribute, pinned)
         )
 
     # -- operations ------------------------------------------------------------------------
@@ -540,16 +621,28 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
             print(AgentMemory(store).encrypt_plaintext())  # {'job_errors': 2, 'scope_errors': 1}
             ```
         """
-        return self.context.run(upkeep.encrypt_errors(self.context))
+        return self.context.run(self._encrypt_errors())
 
     async def aencrypt_plaintext(self) -> dict[str, int]:
         """Async :meth:`encrypt_plaintext`."""
-        return await self.context.arun(upkeep.encrypt_errors(self.context))
+        return await self.context.arun(self._encrypt_errors())
+
+    def _encrypt_errors(self) -> Callable[[], Plan[dict[str, int]]]:
+        """What builds the plan of :meth:`encrypt_plaintext`, its counts kept should the
+        plan run again for keys.
+
+        Raises:
+            ConfigurationError: The store does not encrypt.
+        """
+        if self.context.sql.sealer is None:
+            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        counts = {"job_errors": 0, "scope_errors": 0}
+        return lambda: jobsql.encrypt_errors_plan(self.context.sql, counts)
 
     def known_scopes(self) -> set[str]:
         """Every scope with memory stored: a ledger row or items under the namespace root."""
         return self.context.run(
-            sqls.known_scopes_plan(self.context.sql, self.settings.namespace_root)
+            sqlm.known_scopes_plan(self.context.sql, self.settings.namespace_root)
         )
 
     def scopes(self) -> dict[str, dict[str, int]]:
@@ -569,7 +662,7 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
 
     def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
         root = self.settings.namespace_root
-        return sqls.stats_plan(self.context.sql, root, self.context.clock())
+        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
@@ -663,3 +756,53 @@ class AgentMemory(Running, Reads, Generic[StoreT]):
     async def asetup(self) -> None:
         """Async :meth:`setup`."""
         await self.store.asetup()
+
+    # -- the background worker -------------------------------------------------------------
+
+    def worker(self) -> MemoryWorker:
+        """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
+        if self._worker is None:
+            st = self.settings
+            self._worker = MemoryWorker(
+                self,
+                consolidate_every=st.consolidate_every_seconds,
+                decay_every=st.decay_every_seconds,
+                sweep_every=st.sweep_every_seconds,
+            )
+        return self._worker
+
+    def start(self) -> MemoryWorker:
+        """Consolidate, decay and sweep in a daemon thread, on the settings' intervals
+        (``consolidate_every_seconds``, ``decay_every_seconds``, ``sweep_every_seconds``).
+
+        Returns:
+            The running :class:`MemoryWorker`; :meth:`stop` stops it.
+
+        Example:
+            ```python
+            memory.start()
+            try:
+                ...  # serve the app
+            finally:
+                memory.stop()
+            ```
+        """
+        w = self.worker()
+        w.start()
+        return w
+
+    def stop(self) -> None:
+        """Stop the worker of :meth:`start`."""
+        if self._worker is not None:
+            self._worker.stop()
+
+    async def astart(self) -> MemoryWorker:
+        """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
+        w = self.worker()
+        await w.astart()
+        return w
+
+    async def astop(self) -> None:
+        """Stop the task of :meth:`astart`."""
+        if self._worker is not None:
+            await self._worker.astop()

@@ -26,9 +26,17 @@ from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
-from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
 from langgraph_checkpoint_agent_memory.memory import facts as F
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import (
+    Embed,
+    Extract,
+    MemoryContext,
+    RunPlan,
+    Search,
+    Steps,
+    Within,
+    one,
+)
 from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, episode_summaries
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
@@ -38,15 +46,6 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     Scope,
     digest,
     lexical_text,
-)
-from langgraph_checkpoint_agent_memory.memory.steps import (
-    Embed,
-    Extract,
-    RunPlan,
-    Search,
-    Steps,
-    Within,
-    one,
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.memory.writes import (
@@ -457,8 +456,8 @@ def _backlog_steps(context: MemoryContext) -> Steps[None]:
     """Read what is left for the backlog gauges; a failure is logged, not raised (the
     round's jobs are done: a gauge not refreshed must not fail it)."""
     try:
-        left = yield RunPlan(lambda: sqls.backlog_plan(context.sql, context.clock()))
-        stuck = yield RunPlan(lambda: sqls.failures_plan(context.sql))
+        left = yield RunPlan(lambda: sqlm.backlog_plan(context.sql, context.clock()))
+        stuck = yield RunPlan(lambda: sqlm.failures_plan(context.sql))
     except Exception:
         logger.warning("the consolidation backlog could not be read", exc_info=True)
     else:

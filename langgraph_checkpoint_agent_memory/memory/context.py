@@ -1,25 +1,50 @@
-"""``MemoryContext``: what the parts of agent memory work with.
+"""``MemoryContext``: what the parts of agent memory work with, and the steps they take.
 
 An :class:`~.agent.AgentMemory` builds one context and hands it to the modules that do the
-work (reading, recording, recall, consolidation, upkeep, erase, the tools), so none of them
+work (reading, recording, recall, consolidation, decay, erase, the tools), so none of them
 needs the façade or its private attributes: the store (to run plans and steps), the memory
 SQL for the store's dialect, the settings, the extractor, the decay policy and the clock.
+
+What memory needs of a store is a small protocol (:class:`MemoryStore`), so memory depends
+on no store's internals (and not on the ``store`` package at all);
+:class:`~langgraph_checkpoint_agent_memory.store.AgentMemoryStore` implements it. Memory's
+own tables are a schema component the store creates beside its own (``add_schema``), so the
+first use of either sets up both in one migration, and a memory call costs no extra round
+trip.
+
+An operation that needs more than the database (a search through the store, an embedding,
+an extractor call, a reranker) is a generator of *steps*; :func:`run_steps` drives it
+synchronously and :func:`arun_steps` on the event loop, so the synchronous and the
+asynchronous API run the same code (as :mod:`..db.database`'s plans do for statements).
+
+Example:
+    ```python
+    from langgraph_checkpoint_agent_memory.memory.model import Scope
+
+    def count_facts(scope: Scope) -> Steps[int]:
+        found = yield Search(memory.namespace(scope, "facts"), "city", 5)
+        return len(found)
+
+    assert run_steps(count_facts(Scope.parse("user=alice")), store) == 1
+    ```
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
-from langgraph_checkpoint_agent_memory.db.database import Plan, retryable
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan, adrive, drive, retryable
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.migrations import Component
+from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
-from langgraph_checkpoint_agent_memory.memory.extract import Extractor
+from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
 from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, namespace
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
-from langgraph_checkpoint_agent_memory.memory.steps import Steps, arun_steps, run_steps
 from langgraph_checkpoint_agent_memory.rerank import Reranking
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
@@ -30,6 +55,96 @@ T = TypeVar("T")
 PlanLike: TypeAlias = Plan[T] | Callable[[], Plan[T]]
 #: How many times :meth:`MemoryContext.run_again` runs a plan at most.
 ATTEMPTS = 3
+
+# -- what memory needs of a store --------------------------------------------------------
+
+#: An embedding.
+Vector: TypeAlias = list[float]
+#: Keys with their scores, best first.
+Ranked: TypeAlias = list[tuple[str, float]]
+
+
+class KeyRanker(Protocol):
+    """Ranks the items of one namespace without reading them."""
+
+    @property
+    def rrf_k(self) -> int:
+        """The constant of its reciprocal rank fusion (a fused score's units)."""
+
+    def rank_keys_plan(
+        self, namespace: Sequence[str], query: str, vector: Vector | None, want: int, now: float
+    ) -> Plan[Ranked]:
+        """Keys of one namespace's best matches for ``query`` (``vector``: its embedding, for
+        a hybrid ranking), with fused scores, best first."""
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """A store agent memory can keep facts and episodes in: its items are rows memory's
+    statements join with, in one database that runs memory's plans in transactions."""
+
+    dialect: Dialect
+    #: The database the store keeps its items in (its pools and server are what memory's
+    #: spans and metrics report).
+    db: Database[Any]
+    #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes:
+    #: memory writes store items through them and keys its rows by their shard rule (the
+    #: depth recorded at setup lives there). Read once, by ``MemoryContext.of``, and handed
+    #: to the SQL layer; no memory module uses it otherwise.
+    statements: StoreStatements
+    #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
+    embeddings: Any
+    #: The data keys of encryption at rest (``crypto.Keyring``), or ``None`` when the store
+    #: does not encrypt.
+    keyring: Any
+
+    @property
+    def sealer(self) -> RowSealer | None:
+        """Seals and opens the store's rows with their shard's data key (``None`` when the
+        store does not encrypt): memory's own writes and reads of store items go through
+        it, so they are sealed exactly as the store's."""
+
+    def destroy_keys(self, shards: Sequence[str]) -> list[str]:
+        """Destroy the data keys of the shard keys ``shards``; the ids destroyed."""
+
+    async def adestroy_keys(self, shards: Sequence[str]) -> list[str]: ...
+
+    def add_schema(self, component: Component) -> None:
+        """Set up ``component``'s tables whenever the store sets up its own."""
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a plan in the store's database (schema created on first use)."""
+
+    async def arun_plan(self, plan: Plan[T]) -> T: ...
+
+    def setup(self) -> None: ...
+
+    async def asetup(self) -> None: ...
+
+    @property
+    def ranker(self) -> KeyRanker:
+        """Ranks one namespace's items for recall."""
+
+    @property
+    def reranking(self) -> Reranking | None:
+        """The store's reranker, recall's too unless the memory has one of its own."""
+
+    def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
+        """Keys of one namespace's newest live items."""
+
+    def search(self, *args: Any, **options: Any) -> list[Any]:
+        """``BaseStore.search``: memory's steps pass a namespace prefix, ``query``,
+        ``filter``, ``limit``, and ``reranker`` and ``time_field`` off (recall ranks on its
+        own)."""
+
+    async def asearch(self, *args: Any, **options: Any) -> list[Any]: ...
+
+    def sweep(self) -> int: ...
+
+    async def asweep(self) -> int: ...
+
+
+# -- the context ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -178,3 +293,154 @@ def _maker(plan: PlanLike[T]) -> Callable[[], Plan[T]]:
         return given.pop()
 
     return once
+
+
+@dataclass
+class RunPlan:
+    """Run a database plan; the step's value is the plan's. ``plan`` may be what builds
+    it (a function), so it can run again after data keys were loaded (encryption with a
+    key store of its own: see ``MemoryContext.run``)."""
+
+    plan: Plan[Any] | Callable[[], Plan[Any]]
+
+
+@dataclass
+class Extract:
+    """Ask the extractor; the step's value is its :class:`~.model.Extraction`."""
+
+    extractor: Extractor
+    request: ExtractionRequest
+
+
+@dataclass
+class Embed:
+    """Embed texts; the step's value is their vectors, in order."""
+
+    texts: list[str]
+    query: bool = False  # embed as a search query (some models embed queries differently)
+
+
+@dataclass
+class Search:
+    """Search one namespace of the store; the step's value is its items, best first (with
+    no query, the newest written first). ``filter``: the store's filter on item values."""
+
+    namespace: tuple[str, ...]
+    query: str
+    limit: int
+    filter: dict[str, Any] | None = None
+
+
+@dataclass
+class Rerank:
+    """Ask a reranker to order the first candidates again (their texts, in fused order); the
+    step's value is its :class:`~..rerank.Reordered` (the fused order when it failed)."""
+
+    reranking: Reranking
+    query: str
+    texts: list[str]
+
+
+@dataclass
+class Within:
+    """Run ``steps`` inside the operation ``opened()`` returns (a span: see
+    :mod:`..telemetry`); ``ended(op, value)`` tells the operation what they returned. The
+    step's value is the steps'."""
+
+    opened: Callable[[], Any]
+    steps: Generator[Any, Any, Any]
+    ended: Callable[[Any, Any], None] = lambda op, value: None
+
+
+@dataclass
+class Call:
+    """Call what lies outside the store (a key store of its own, say): ``sync`` from the
+    synchronous API, ``asynchronous`` from the asynchronous one; the step's value is what
+    it returns."""
+
+    sync: Callable[[], Any]
+    asynchronous: Callable[[], Awaitable[Any]]
+
+
+Step = RunPlan | Extract | Embed | Search | Rerank | Within | Call
+#: Steps that end with a value of type ``T``.
+Steps = Generator[Step, Any, T]
+
+
+def one(step: Step) -> Steps[Any]:
+    """Steps of one step (to run a single step :class:`Within` an operation)."""
+    return (yield step)
+
+
+def _searched(step: Search) -> dict[str, Any]:
+    """The store's search options of a :class:`Search`: memory's own searches keep the
+    fused order (no reranker, no time stage: recall does its own)."""
+    return {
+        "query": step.query,
+        "filter": step.filter,
+        "limit": step.limit,
+        "reranker": False,
+        "time_field": False,
+    }
+
+
+def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
+    """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search;
+    ``run`` runs the plans (a plan or what builds one; default: ``store.run_plan``)."""
+
+    def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            if run is not None:
+                return run(step.plan)
+            return store.run_plan(step.plan() if callable(step.plan) else step.plan)
+        if isinstance(step, Extract):
+            return step.extractor.extract(step.request)
+        if isinstance(step, Within):
+            with step.opened() as op:
+                value = drive(step.steps, execute)
+                step.ended(op, value)
+                return value
+        if isinstance(step, Rerank):
+            return step.reranking.order(step.query, step.texts)
+        if isinstance(step, Call):
+            return step.sync()
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [e.embed_query(t) for t in step.texts]
+            return e.embed_documents(step.texts) if step.texts else []
+        return store.search(step.namespace, **_searched(step))
+
+    return drive(steps, execute)
+
+
+async def arun_steps(
+    steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
+) -> T:
+    """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run``: as
+    :func:`run_steps`'s, awaited."""
+
+    async def execute(step: Step) -> Any:
+        if isinstance(step, RunPlan):
+            if run is not None:
+                return await run(step.plan)
+            return await store.arun_plan(step.plan() if callable(step.plan) else step.plan)
+        if isinstance(step, Extract):
+            return await step.extractor.aextract(step.request)
+        if isinstance(step, Within):
+            with step.opened() as op:
+                value = await adrive(step.steps, execute)
+                step.ended(op, value)
+                return value
+        if isinstance(step, Rerank):
+            return await step.reranking.aorder(step.query, step.texts)
+        if isinstance(step, Call):
+            return await step.asynchronous()
+        if isinstance(step, Embed):
+            e = store.embeddings
+            if step.query:
+                return [await e.aembed_query(t) for t in step.texts]
+            return await e.aembed_documents(step.texts) if step.texts else []
+        return await store.asearch(step.namespace, **_searched(step))
+
+    return await adrive(steps, execute)

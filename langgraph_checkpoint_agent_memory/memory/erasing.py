@@ -17,17 +17,22 @@ import asyncio
 import inspect
 import os
 import warnings
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import store_owner, thread_owner
 from langgraph_checkpoint_agent_memory.db import keys as sqlk
-from langgraph_checkpoint_agent_memory.db import memory_scopes as sqls
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, KeysBesideDataWarning
-from langgraph_checkpoint_agent_memory.memory.backend import MemoryStore
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import (
+    Call,
+    MemoryContext,
+    MemoryStore,
+    RunPlan,
+    Steps,
+)
 from langgraph_checkpoint_agent_memory.memory.model import (
     SCOPE_KEYS,
     Scope,
@@ -70,12 +75,12 @@ def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
     shard where they share one, else across all."""
     root = context.settings.namespace_root
     shard = covering_shard(context, scope)
-    known = yield from sqls.known_scopes_plan(context.sql, root, shard)
+    known = yield from sqlm.known_scopes_plan(context.sql, root, shard)
     return covered(scope, known)
 
 
 def erase_plan(
-    context: MemoryContext, scope: ScopeLike, threads: Sequence[sqls.Owed] = ()
+    context: MemoryContext, scope: ScopeLike, threads: Sequence[sqlm.Owed] = ()
 ) -> Plan[dict[str, int]]:
     """Delete every row of ``scope`` and the scopes it covers; when the store encrypts, the
     same transaction enters in the erase ledger the shard keys it left without any item and
@@ -85,8 +90,8 @@ def erase_plan(
     scopes = yield from covered_plan(context, scope)
     owe: set[str] = set()
     if context.store.keyring is not None:
-        owe = yield from sqls.shards_under_plan(context.sql, root=root, scopes=scopes)
-    counts = yield from sqls.erase_plan(
+        owe = yield from sqlm.shards_under_plan(context.sql, root=root, scopes=scopes)
+    counts = yield from sqlm.erase_plan(
         context.sql,
         root=root,
         scopes=scopes,
@@ -101,34 +106,44 @@ def erase_plan(
 #: none of the keys owed, to tell a key store whose keys are destroyed from another's.
 SAMPLE = 16
 
-#: A step of :func:`_settling`: ``("data", plan)`` runs on the data's database, ``("keys",
-#: plan)`` on the key store, ``("destroy", owed)`` destroys the keys of ``owed``.
-Step = tuple[str, Any]
 
-
-def _owner(owed: sqls.Owed) -> str:
+def _owner(owed: sqlm.Owed) -> str:
     return thread_owner(owed.thread_id) if owed.thread_id else store_owner(owed.shard)
 
 
-def _settling(context: MemoryContext) -> Generator[Step, Any, int]:
-    """:func:`settle` as steps a sync or an async shell runs. A debt is struck only once
-    its key is destroyed, or is absent from a key store that holds keys of this database
-    (destroyed earlier, or never made): a process pointed at another key store (one started
-    without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and settles nothing."""
-    keys = context.store.keyring.keystore.dialect
-    owed = yield "data", sqls.owed_plan(context.sql)
+def _settling(context: MemoryContext) -> Steps[int]:
+    """:func:`settle` as steps: plans on the data's database, and calls of the key store. A
+    debt is struck only once its key is destroyed, or is absent from a key store that holds
+    keys of this database (destroyed earlier, or never made): a process pointed at another
+    key store (one started without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and
+    settles nothing."""
+    keyring = context.store.keyring
+    keystore = keyring.keystore
+
+    def held(owners: list[str]) -> Call:
+        plan = sqlk.held_plan(keystore.dialect, owners)
+        return Call(lambda: keystore.run(plan), lambda: keystore.arun(plan))
+
+    owed = yield RunPlan(sqlm.owed_plan(context.sql))
     if not owed:
         return 0
-    held = set((yield "keys", sqlk.held_plan(keys, [_owner(o) for o in owed])))
-    if not held:
-        sample = yield "data", sqls.some_shards_plan(context.sql, SAMPLE)
-        if not (yield "keys", sqlk.held_plan(keys, [store_owner(s) for s in sample])):
+    found = set((yield held([_owner(o) for o in owed])))
+    if not found:
+        sample = yield RunPlan(sqlm.some_shards_plan(context.sql, SAMPLE))
+        if not (yield held([store_owner(s) for s in sample])):
             return 0  # not this database's key store: the debts wait for the right one
     # read again just before destroying: a shard key or thread written since stays owed
     # (what remains is the window of a write racing this step: see recheck_seconds)
-    owed = [o for o in (yield "data", sqls.owed_plan(context.sql)) if o in set(owed)]
-    destroyed = yield "destroy", [o for o in owed if _owner(o) in held]
-    yield "data", sqls.settled_plan(context.sql, owed)
+    owed = [o for o in (yield RunPlan(sqlm.owed_plan(context.sql))) if o in set(owed)]
+    store, threads = _split([o for o in owed if _owner(o) in found])
+
+    async def adestroy() -> list[str]:
+        return [*await context.store.adestroy_keys(store), *await keyring.adestroy(threads)]
+
+    destroyed = yield Call(
+        lambda: context.store.destroy_keys(store) + keyring.destroy(threads), adestroy
+    )
+    yield RunPlan(sqlm.settled_plan(context.sql, owed))
     return len(destroyed)
 
 
@@ -142,45 +157,17 @@ def settle(context: MemoryContext) -> int:
     Raises:
         DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
     """
-    keyring = context.store.keyring
-    if keyring is None:
-        return 0
-    steps, result = _settling(context), None
-    try:
-        while True:
-            where, work = steps.send(result)
-            if where == "data":
-                result = context.run(work)
-            elif where == "keys":
-                result = keyring.keystore.run(work)
-            else:
-                store, threads = _split(work)
-                result = context.store.destroy_keys(store) + keyring.destroy(threads)
-    except StopIteration as stop:
-        return int(stop.value)
+    return 0 if context.store.keyring is None else context.run_steps(_settling(context))
 
 
 async def asettle(context: MemoryContext) -> int:
     """Async :func:`settle`."""
-    keyring = context.store.keyring
-    if keyring is None:
+    if context.store.keyring is None:
         return 0
-    steps, result = _settling(context), None
-    try:
-        while True:
-            where, work = steps.send(result)
-            if where == "data":
-                result = await context.arun(work)
-            elif where == "keys":
-                result = await keyring.keystore.arun(work)
-            else:
-                store, threads = _split(work)
-                result = await context.store.adestroy_keys(store) + await keyring.adestroy(threads)
-    except StopIteration as stop:
-        return int(stop.value)
+    return await context.arun_steps(_settling(context))
 
 
-def _split(owed: list[sqls.Owed]) -> tuple[list[str], list[str]]:
+def _split(owed: list[sqlm.Owed]) -> tuple[list[str], list[str]]:
     """The shard keys and the thread owners of ``owed``."""
     return (
         [o.shard for o in owed if not o.thread_id],
@@ -243,11 +230,11 @@ def _caller_level() -> int:
     return level
 
 
-def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqls.Owed]]:
+def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqlm.Owed]]:
     """The conversation threads ``scope`` and the scopes it covers recorded turns of, each
     with its shard key."""
     scopes = yield from covered_plan(context, scope)
-    return (yield from sqls.threads_plan(context.sql, scopes))
+    return (yield from sqlm.threads_plan(context.sql, scopes))
 
 
 def owes_threads(context: MemoryContext, checkpointer: Any) -> bool:

@@ -15,7 +15,7 @@ ids (or positions and contents when they have none), so recording it twice store
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -26,12 +26,8 @@ from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, Sc
 from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from langgraph_checkpoint_agent_memory.memory import recall as R
-    from langgraph_checkpoint_agent_memory.memory.model import ScopeLike
-    from langgraph_checkpoint_agent_memory.memory.recaller import RecallOptions
-    from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
 #: The id of the system message ``inject_node`` writes, so each turn replaces the last one.
 CONTEXT_MESSAGE_ID = "agent-memory-context"
@@ -115,38 +111,6 @@ def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
     )
 
 
-class Recalls(Protocol):
-    """Recall of an :class:`~.agent.AgentMemory`, sync and async (it queues what it used
-    for reinforcement)."""
-
-    def recall(
-        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
-    ) -> R.Recalled: ...
-
-    async def arecall(
-        self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
-    ) -> R.Recalled: ...
-
-
-class Remembering(Recalls, Protocol):
-    """What the graph nodes use of an :class:`~.agent.AgentMemory`: its settings, recall
-    and recording, sync and async."""
-
-    @property
-    def settings(self) -> MemorySettings: ...
-
-    @property
-    def context(self) -> MemoryContext: ...
-
-    def record(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
-    ) -> str | None: ...
-
-    async def arecord(
-        self, scope: ScopeLike, messages: Sequence[Any], **options: Unpack[RecordOptions]
-    ) -> str | None: ...
-
-
 def _node_scope(nodes: GraphNodes, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
     """The scope of a node's call ``(state, config)``."""
     state = args[0] if args else kwargs.get("state")
@@ -167,7 +131,7 @@ class GraphNodes:
         <langgraph.graph.state.StateGraph object at ...>
     """
 
-    def __init__(self, memory: Remembering) -> None:
+    def __init__(self, memory: AgentMemory[Any]) -> None:
         self.memory = memory
         self.inject: RunnableLambda[Any, dict[str, Any]] = RunnableLambda(
             self._inject, afunc=self._ainject, name="inject_memory"

@@ -12,7 +12,6 @@ from typing import Any, TypedDict
 
 from langgraph_checkpoint_agent_memory import settings as config_registry
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, check_count
 
 #: The settings that count something: whole numbers >= 1.
@@ -33,6 +32,16 @@ _TIMES = {
     "decay_every_seconds": True,
     "sweep_every_seconds": True,
 }
+
+
+@dataclass(frozen=True)
+class RecallWeights:
+    """How past episodes are ranked (see :mod:`.recall`)."""
+
+    relevance: float = 0.6
+    recency: float = 0.2
+    importance: float = 0.2
+    half_life_days: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -137,8 +146,8 @@ class MemorySettings:
         return cls(**values)
 
     @property
-    def weights(self) -> R.RecallWeights:
-        return R.RecallWeights(
+    def weights(self) -> RecallWeights:
+        return RecallWeights(
             self.relevance_weight, self.recency_weight, self.importance_weight, self.half_life_days
         )
 

@@ -21,7 +21,7 @@ refused, so one user's agent can neither read nor write another user's memory.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -33,7 +33,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory import recall as R
 from langgraph_checkpoint_agent_memory.memory import writes as W
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.context import Embed, MemoryContext, RunPlan, Steps
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
     FactCandidate,
@@ -43,12 +43,14 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     normalize_attribute,
     since_timestamp,
 )
-from langgraph_checkpoint_agent_memory.memory.nodes import Recalls, scope_from
-from langgraph_checkpoint_agent_memory.memory.steps import Embed, RunPlan, Steps
+from langgraph_checkpoint_agent_memory.memory.nodes import scope_from
 from langgraph_checkpoint_agent_memory.memory.traced import traced
 
 #: The tools :meth:`AgentMemory.tools` can return, by the name ``include`` takes.
 TOOL_NAMES = {"search": "search_memory", "remember": "remember_fact", "forget": "forget_fact"}
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
 
 class SearchMemoryArgs(BaseModel):
@@ -130,13 +132,6 @@ def fact_line(fact: Fact) -> str:
     )
 
 
-class Recalling(Recalls, Protocol):
-    """What the tools use of an :class:`~.agent.AgentMemory`: recall, and its context."""
-
-    @property
-    def context(self) -> MemoryContext: ...
-
-
 def _tool_scope(tools: MemoryTools, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
     """The scope of a tool's call: its run's config's."""
     return tools.scope(kwargs["config"] if "config" in kwargs else args[-1])
@@ -157,7 +152,7 @@ class MemoryTools:
         'Updated city: Lyon (was Berlin).'
     """
 
-    def __init__(self, memory: Recalling, *, budget_tokens: int | None = None) -> None:
+    def __init__(self, memory: AgentMemory[Any], *, budget_tokens: int | None = None) -> None:
         self.memory = memory
         if budget_tokens is not None:
             check_count(budget_tokens, "budget_tokens")
@@ -241,26 +236,21 @@ class MemoryTools:
             Known facts:
             - ...Berlin...
         """
-        recalled = self.memory.recall(
-            self.scope(config),
-            query,
-            budget_tokens=self.budget_tokens,
-            exclude_thread=self._thread(config),
-            reinforce=True,
-        )
+        recalled = self.memory.recall(self.scope(config), query, **self._recall(config))
         return self._found(recalled)
 
     @traced("tool.search_memory", scope_of=_tool_scope)
     async def asearch(self, query: str, config: RunnableConfig) -> str:
         """Async :meth:`search`."""
-        recalled = await self.memory.arecall(
-            self.scope(config),
-            query,
-            budget_tokens=self.budget_tokens,
-            exclude_thread=self._thread(config),
-            reinforce=True,
-        )
+        recalled = await self.memory.arecall(self.scope(config), query, **self._recall(config))
         return self._found(recalled)
+
+    def _recall(self, config: RunnableConfig) -> R.RecallOptions:
+        """How :meth:`search` recalls: within the tool's budget, the run's own thread left
+        out, what was recalled reinforced."""
+        return R.RecallOptions(
+            budget_tokens=self.budget_tokens, exclude_thread=self._thread(config), reinforce=True
+        )
 
     @staticmethod
     def _found(recalled: R.Recalled) -> str:
@@ -307,19 +297,9 @@ class MemoryTools:
         return _remembered(self.context.run_steps(self._remember_steps(candidate, config)))
 
     @traced("tool.remember_fact", scope_of=_tool_scope)
-    async def aremember(
-        self,
-        attribute: str,
-        value: str,
-        statement: str = "",
-        multi: bool = False,
-        importance: float = 0.5,
-        since: str | None = None,
-        *,
-        config: RunnableConfig,
-    ) -> str:
-        """Async :meth:`remember`."""
-        candidate = _candidate(attribute, value, statement, multi, importance, since)
+    async def aremember(self, *fact: Any, config: RunnableConfig, **named: Any) -> str:
+        """Async :meth:`remember` (the same arguments)."""
+        candidate = _candidate(*fact, **named)
         return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
     def _source(self, config: RunnableConfig | None) -> str:
@@ -425,7 +405,12 @@ class MemoryTools:
 
 
 def _candidate(
-    attribute: str, value: str, statement: str, multi: bool, importance: float, since: str | None
+    attribute: str,
+    value: str,
+    statement: str = "",
+    multi: bool = False,
+    importance: float = 0.5,
+    since: str | None = None,
 ) -> FactCandidate:
     if since is not None and str(since).strip():
         try:  # the model is told why, rather than its date dropped as an extractor's is

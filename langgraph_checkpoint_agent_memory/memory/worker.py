@@ -17,7 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
 logger = logging.getLogger(__name__)
 
@@ -34,35 +37,6 @@ class WorkerStats:
     errors: list[str] = field(default_factory=list)
 
 
-class Consolidated(Protocol):
-    """What a consolidation round reports (a :class:`~.consolidate.Report`)."""
-
-    @property
-    def episodes(self) -> int:
-        """How many episodes became facts."""
-
-
-class Maintained(Protocol):
-    """What a worker maintains (an :class:`~.agent.AgentMemory`): consolidation, decay and
-    sweeps, sync and async."""
-
-    def consolidate(self) -> Consolidated: ...
-
-    async def aconsolidate(self) -> Consolidated: ...
-
-    def decay(self) -> int: ...
-
-    async def adecay(self) -> int: ...
-
-    def sweep(self) -> int: ...
-
-    async def asweep(self) -> int: ...
-
-    def settle_erasures(self) -> int: ...
-
-    async def asettle_erasures(self) -> int: ...
-
-
 class MemoryWorker:
     """Periodic maintenance for one :class:`AgentMemory`.
 
@@ -76,7 +50,7 @@ class MemoryWorker:
 
     def __init__(
         self,
-        memory: Maintained,
+        memory: AgentMemory[Any],
         *,
         consolidate_every: float,
         decay_every: float,

@@ -1,5 +1,6 @@
 """The rows a change of a scope's memory writes, decided inside the transaction that
-writes them.
+writes them; and recording a turn (its messages stored as a pending episode, for
+consolidation to learn from: :func:`record_plan`).
 
 Consolidation (:mod:`.consolidate`) and the memory tools (:mod:`.tools`) change facts the
 same way: the database plan reads the scope's current facts in a transaction and calls back
@@ -11,25 +12,37 @@ with them (:class:`StoredFacts`); the callback (a :class:`Decider`) merges what 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.prompt_values import PromptValue
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.decay import log_importance
+from langgraph_checkpoint_agent_memory.memory.extract import messages_as_dicts
 from langgraph_checkpoint_agent_memory.memory.model import (
+    MAX_EPISODE_KEY,
+    MAX_THREAD_ID,
+    Episode,
     Fact,
     FactCandidate,
     Scope,
+    ScopeLike,
+    as_timestamp,
+    checked_identifier,
     lexical_text,
+    normalize_attribute,
 )
-
-if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
+from langgraph_checkpoint_agent_memory.memory.nodes import turn_key
+from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 
 
 @dataclass(frozen=True)
@@ -231,3 +244,124 @@ def write_history(
     for key, fact in changes.history.items():
         out.item(history_prefix, key, fact.to_value(), fact.valid_from, lexical_text(fact))
         out.decay(history_prefix, key, fact.importance, when, fact.pinned)
+
+
+def checked_messages(messages: Any) -> list[BaseMessage]:
+    """``messages`` as LangChain messages: a list (or other iterable) of what LangChain's
+    ``convert_to_messages`` reads (messages, ``(role, content)`` pairs, ``{"role",
+    "content"}`` dicts, strings as user messages), or a ``PromptValue``.
+
+    Raises:
+        InvalidValueError: ``messages`` is a string, a dict or one message rather than a
+            list of them, or an item is not a message LangChain can read (naming it).
+    """
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, bytes, Mapping, BaseMessage)) or not isinstance(
+        messages, Iterable
+    ):
+        raise InvalidValueError(
+            f"messages must be a list of messages, got {type(messages).__name__} "
+            f"{str(messages)[:40]!r}: wrap one message in a list, e.g. [('user', text)]"
+        )
+    out: list[BaseMessage] = []
+    for i, message in enumerate(messages):
+        try:
+            out.extend(convert_to_messages([message]))
+        except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InvalidValueError(
+                f"messages[{i}] is not a message LangChain can read ({why}); give a "
+                "message, a (role, text) pair or a {'role', 'content'} dict with text content"
+            ) from None
+    return out
+
+
+def record_plan(
+    context: MemoryContext,
+    scope: ScopeLike,
+    messages: Sequence[BaseMessage],
+    options: RecordOptions,
+    *,
+    reinforcements: Callable[[], Sequence[dict[str, Any]]] = list,
+) -> Plan[str | None]:
+    """Store ``messages`` as a pending episode of ``scope`` (once per key), in one
+    transaction with the reinforcements recall queued (taken from ``reinforcements`` only
+    when there is an episode to write).
+
+    Returns:
+        The episode's key, or ``None`` when no message had content (nothing is written).
+    """
+    thread_id, key = options.get("thread_id"), options.get("key")
+    if thread_id is not None:
+        thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
+    if key is not None:
+        key = checked_identifier(key, "key", MAX_EPISODE_KEY)
+    occurred_at = options.get("occurred_at")
+    if occurred_at is not None:
+        occurred_at = as_timestamp(occurred_at, "occurred_at", InvalidValueError)
+    s = Scope.of(scope)
+    context.namespace(s, "episodes")  # refuses a scope too long to store
+    dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
+    if not dicts:
+        return None
+    now = context.clock()
+    when = now if occurred_at is None else occurred_at
+    ep_key = key or turn_key(thread_id, 0, list(messages))
+    episode = Episode(ep_key, dicts, when, thread_id=thread_id)
+    prefix = context.prefix(s, "episodes")
+    item = item_row(
+        prefix, ep_key, episode.to_value(), created=when, updated=now, doc=lexical_text(episode)
+    )
+    yield from sqlm.record_plan(
+        context.sql,
+        scope=s.key,
+        root=context.settings.namespace_root,
+        item=item,
+        thread_id=thread_id,
+        now=now,
+        reinforce=list(reinforcements()),
+    )
+    return ep_key
+
+
+def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
+    """Pin (or unpin) the scope's current facts of ``attribute`` (or of that key); returns
+    how many facts changed."""
+    s = Scope.of(scope)
+    prefix = context.prefix(s, "facts")
+    rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
+    name = normalize_attribute(attribute)
+    hits = [r for r in rows if r.value.get("attribute") == name or r.key == attribute]
+    if not hits:
+        return 0
+    now = context.clock()
+    items, decay = [], []
+    for r in hits:
+        value = {**r.value, "pinned": pinned}
+        doc = lexical_text(Fact.from_value(r.key, value))
+        items.append(item_row(prefix, r.key, value, created=r.created_at, updated=now, doc=doc))
+        decay.append(_pinned_decay_row(r, s, pinned, now))
+    yield from sqlm.seal_items_plan(context.sql, items)
+    locks = context.sql.lock_scopes([s.key])
+    yield Batch(
+        [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(decay)], write=True
+    )
+    return len(hits)
+
+
+def _pinned_decay_row(
+    row: sqlm.StoredRow, scope: Scope, pinned: bool, now: float
+) -> dict[str, Any]:
+    """A fact's decay row with its pin: its importance and reinforcement kept (from its
+    value when it has no decay row yet)."""
+    return {
+        "prefix": row.prefix,
+        "key": row.key,
+        "scope": scope.key,
+        "log_importance": row.log_importance
+        if row.log_importance is not None
+        else log_importance(float(row.value.get("importance", 0.5))),
+        "reinforced_at": row.reinforced_at if row.reinforced_at is not None else now,
+        "pinned": int(pinned),
+    }

@@ -350,7 +350,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         index = self.ranker.vector_index
         return None if index is None else index.name
 
-    # -- plans, for agent memory (see ``memory.backend.MemoryStore``) -----------------------
+    # -- plans, for agent memory (see ``memory.context.MemoryStore``) -----------------------
 
     def add_schema(self, component: Component) -> None:
         """Also create or migrate ``component``'s tables whenever this store sets up its own
