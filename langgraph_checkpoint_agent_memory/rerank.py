@@ -11,10 +11,9 @@ API, an LLM) and orders the first few again. Two kinds plug in:
   and returns them best first; its ``relevance_score`` metadata, when it sets one, is the
   score.
 
-:class:`Reranking` wraps either with what a production call needs: how many candidates it
-sees (``top_n``), a ``timeout``, and a fallback: whatever the reranker raises or returns
-that cannot be read, or a timeout, keeps the fused order and logs a warning. Reranking
-reorders, it never drops: documents a compressor leaves out follow the ones it returned, in
+:class:`Reranking` adds ``top_n``, a ``timeout`` and a fallback: whatever the reranker
+raises or returns that cannot be read, or a timeout, keeps the fused order and logs a
+warning. It never drops: documents a compressor leaves out follow the ones it returned, in
 their fused order, and candidates past ``top_n`` keep their places after those.
 """
 

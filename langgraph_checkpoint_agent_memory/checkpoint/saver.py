@@ -15,12 +15,6 @@ contributes compiled SQL (:mod:`langgraph_checkpoint_agent_memory.db.checkpoint`
   tombstones) shared with :class:`TimedInMemorySaver`, and the background sweeper;
 * :mod:`.threads`: the plans over whole threads (delete, erase, delete_for_runs, copy,
   prune, the sweep) and what each thread stores.
-
-TTL: with ``ttl_seconds`` (or ``config["configurable"]["ttl_seconds"]`` per thread) each thread
-row carries ``expires_at``. Reads ignore expired threads at once; a sweeper deletes them (or
-prunes them to their last ``keep_last`` checkpoints with ``strategy="keep_latest"``). A
-deleted or expired thread leaves a tombstone, so a late write that names one of its
-checkpoints is refused with :class:`ThreadDeletedError` instead of resurrecting it.
 """
 
 from __future__ import annotations

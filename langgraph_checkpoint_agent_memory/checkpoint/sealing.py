@@ -8,19 +8,14 @@ filter on it is matched after decrypting anyway). Each value carries its row's i
 associated data (thread, namespace and checkpoint id; or channel and version; or task id
 and index; and the serde type), so a value moved to another row or thread does not open.
 
-Keys: a write uses the data key of the thread's owner (:func:`owner_of`), cached after its
-first use. A thread's new key is made by the saver's shell and, where the key store is the
-saver's own database, stored in the transaction of the first write sealed with it (see
-:meth:`~..crypto.keyring.Keyring.sealed`); else it is found or made in the key store before
-the write's plan runs. A read finds each
-value's key by the id it carries; the plans ask :meth:`Sealer.ensure` for every id a fetch
-returned before opening anything, and a key not yet in memory ends the plan with
-:class:`~..crypto.keyring.KeysNeeded`, which the shell answers by loading the keys (one
-lookup each, the first time only) and running the plan again. So the hot path keeps its
-round trips, and the key store may be another database.
-
-Every sealing of checkpoint values lives here, for both savers, apart from :mod:`.codec`:
-the codec is what every saver loads, this module only a saver with encryption on.
+Keys: a write uses the data key of the thread's owner (:func:`owner_of`); a new key is
+stored in the transaction of the first write sealed with it when the key store is the
+saver's own database (:meth:`~..crypto.keyring.Keyring.sealed`), else before the write's plan
+runs. A read's plan asks :meth:`Sealer.ensure` for every key id a fetch returned; a key not
+in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell loads the
+keys and runs it again. So the hot path keeps its round trips, and the key store may be
+another database. This module is apart from :mod:`.codec` so only a saver with encryption
+on loads it.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """``TimedInMemorySaver``: an in-memory checkpointer whose idle threads expire.
 
-It is built on LangGraph's public ``BaseCheckpointSaver`` and keeps its data itself, rather
-than on ``InMemorySaver``. Expiry needs three things ``InMemorySaver``'s public methods do
-not give: evicting a thread at a cost proportional to that thread (its ``delete_thread``
-scans every key of the saver), making a write and an eviction of one thread atomic, and
-dropping single checkpoints for ``prune(strategy="keep_latest")``. Getting them from a
-subclass meant reading its ``storage``, ``writes`` and ``blobs`` dicts and calling its
-private ``_ordered_writes``: a layout a LangGraph release may change without notice. So the
-class uses only what LangGraph exports for savers and the package's own pieces: the
-thread-life policy of :mod:`.lifetime` (idle time, tombstones that refuse late writes), the
-codec's :class:`~.codec.WriteRow` and :func:`~.codec.pending_writes` (the one ordering of
-pending writes, shared with the SQL saver), and :mod:`.core`'s rules for ``DeltaChannel``
-history and what a prune keeps. ``tests/test_timed_saver.py`` checks that no private
-attribute of a LangGraph class is touched.
-
-It answers as ``InMemorySaver`` does (``tests/test_timed_properties.py`` compares the two),
-plus: an activity clock per thread, ordered by last use, so a sweep pops expired threads
-from the front in time proportional to what it evicts; one record per thread
-(:class:`ThreadData`), so evicting or deleting a thread costs its own size, not the whole
-saver's; and one lock that makes a write and an eviction of the same thread atomic.
-Serialization and deserialization of channel values happen outside the lock.
+It keeps its data itself on LangGraph's public ``BaseCheckpointSaver``, not on
+``InMemorySaver``, whose public methods cannot evict a thread at that thread's cost, make a
+write and an eviction atomic, or drop single checkpoints for ``prune`` (a subclass would read
+its private dicts, which a LangGraph release may change; ``tests/test_timed_saver.py`` checks
+that none is touched). It answers as ``InMemorySaver`` does (``tests/test_timed_properties.py``
+compares the two), with one record per thread (:class:`ThreadData`), threads ordered by last
+use so a sweep pops expired ones from the front, and one lock that makes a write and an
+eviction of the same thread atomic; (de)serialization happens outside the lock.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ its best candidates against the postings themselves:
 
 A query's plan reads its terms' blocks and the postings no block holds in one statement,
 builds the blocks its common terms call for (then reads again), ranks here, reads its
-candidates' keys and true scores, and returns the answer only when it is settled; ``None``
-sends the query to the postings, as before blocks.
+candidates' true scores, and returns the answer only when it is settled (``None``: read the
+postings).
 """
 
 from __future__ import annotations

@@ -18,10 +18,9 @@ plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the 
 and runs the plan again (reads only: every plan writes last). Keys found during one call are
 kept for that call (a context variable).
 
-Equality filters, decided in the database: a filter is decided on values decrypted in the
-store, so a search with a filter that few items pass decrypts every item it reads until the
-page is full. Fields the user marks *filterable* (``Encryption(filterable_fields=...)``) also
-keep, per item, in the lexical index's table and under the shard key's data key:
+Equality filters, decided in the database: fields the user marks *filterable*
+(``Encryption(filterable_fields=...)``) also keep, per item, in the lexical index's table and
+under the shard key's data key:
 
 * a *mark* per field, ``HMAC("field")``: this item was indexed for the field;
 * when the field's value is a JSON scalar (a string, a number, a boolean, null), its keyed

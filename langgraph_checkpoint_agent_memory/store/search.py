@@ -7,15 +7,10 @@ up nested keys; ``$eq $ne $gt $gte $lt $lte $in $nin``; numbers compare as numbe
 as strings (a string never equals or orders against a number); an item that lacks the key
 never matches. SQL backends narrow rows with a pre-filter and this module decides exactly.
 
-With encryption on, values are sealed, so the database cannot pre-filter them; filters are
-decided here on decrypted values, with the same results, scores, limit and offset. What it
-costs: a filtered search with a query ranks only the items the filter keeps, so it reads and
-decrypts the candidates of each ranked list, best first, until the list holds enough kept
-items; a filtered search without a query reads and decrypts items newest first until the
-page is full (most of the namespace, for a filter that keeps few items), unless its
-``$eq``/``$in`` conditions are on fields marked filterable, whose keyed hashes narrow the
-items in the database first (see :mod:`.sealing`). An unfiltered search decrypts only the
-items it returns (and, with vectors, every vector under the prefix: see :mod:`.ranking`).
+With encryption on, the database cannot pre-filter sealed values: filters are decided here
+on decrypted values, with the same results, scores, limit and offset, reading and decrypting
+candidates best first (or newest first, without a query) until the page is full, unless
+fields marked filterable narrow them in the database first (see :mod:`.sealing`).
 
 After the database's ranking, a search with a query may be staged (:func:`stage` says what
 runs, :meth:`Staged.candidates` what each search ranks):

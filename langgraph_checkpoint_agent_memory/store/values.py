@@ -18,13 +18,9 @@ numbers, booleans, ``None``, lists (tuples store as lists) and nested dicts. Ref
 * in a filter, ``NaN`` and infinities (no stored value holds one, and PostgreSQL would order
   an infinity differently from the others).
 
-Each refusal is an :class:`InvalidValueError` naming what is wrong and where; a namespace's
-is an :class:`InvalidNamespaceValueError`, also LangGraph's ``InvalidNamespaceError``. TTLs
-in minutes are at most :data:`MAX_TTL_MINUTES` (:class:`ConfigurationError` otherwise).
-
-Numbers read back equal in value. PostgreSQL keeps them as decimals (``jsonb``), so a float of
-2**53 or more, which Python writes in exponent form, reads back there as the integer it names
-(``1e16`` as ``10000000000000000``), and dict keys may come back in another order.
+Each refusal is an :class:`InvalidValueError` (a namespace's an
+:class:`InvalidNamespaceValueError`) naming what is wrong and where; the user guide's "What an
+item may hold" says how numbers read back.
 """
 
 from __future__ import annotations
