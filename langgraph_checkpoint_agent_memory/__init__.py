@@ -8,6 +8,7 @@ Long-term memory is :class:`AgentMemory` over an :class:`AgentMemoryStore`
 """
 
 from importlib import import_module
+from importlib.util import find_spec
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name.isidentifier() and find_spec(f"{__name__}.{name}") is not None:
+        return import_module(f"{__name__}.{name}")  # a submodule, as ``pkg.settings``
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -182,8 +182,8 @@ def agent_config(
         origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         try:
             annotation = typing.get_type_hints(fn).get("return", _MISSING)
-        except Exception:
-            annotation = getattr(fn, "__annotations__", {}).get("return", _MISSING)
+        except Exception:  # a name only imported for type checkers: values pass as given
+            annotation = _MISSING
         declared = ConfigField(
             key=key,
             label=label,
@@ -327,13 +327,32 @@ def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = 
     if annotation is _MISSING or annotation is Any:
         return value
     try:
-        return _validated(_adapter(annotation), value, text)
+        adapter = _adapter(annotation)
+    except (PydanticUserError, TypeError):  # a type pydantic cannot build: pass as given
+        return value
+    try:
+        return _validated(adapter, value, text)
     except ValueError as exc:  # pydantic's ValidationError is one
+        if _constructible(annotation, value):
+            try:  # a class of the application's own, built from the value as it always was
+                return annotation(value)
+            except (TypeError, ValueError):
+                pass
         reasons = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
         raise ConfigValueError(
             f"agent_config {key!r}: {source} holds {value!r}, which is not a valid "
             f"{_type_name(annotation)} ({'; '.join(dict.fromkeys(e['msg'] for e in reasons))})"
         ) from None
+
+
+def _constructible(annotation: Any, value: Any) -> bool:
+    """Whether ``annotation`` is a class of the application's that pydantic only checks with
+    ``isinstance`` (not a builtin scalar, whose constructor reads ``"false"`` as true)."""
+    return (
+        isinstance(annotation, type)
+        and annotation.__module__ != "builtins"
+        and not isinstance(value, annotation)
+    )
 
 
 def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
@@ -346,6 +365,8 @@ def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
     except ValidationError as exc:
         if not text:
             raise
+        if value != value.strip():  # a line an environment file or a YAML block ended
+            return _validated(adapter, value.strip(), text)
         try:
             parsed = json.loads(value)
         except ValueError:

@@ -667,3 +667,16 @@ def test_a_consolidation_round_looks_for_scopes_with_work_once(database_url: str
     for u in range(4):
         assert memory.episodes(f"user=u{u}", status="pending") == []
     store.close()
+
+
+async def test_a_misspelled_recall_option_is_refused(tmp_path: Path) -> None:
+    """``budget=`` for ``budget_tokens=`` would otherwise give a block of the default size
+    without a word."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*budget"):
+        memory.build_context({"user_id": "alice"}, "where do I live", budget=10)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*budget"):
+        await memory.abuild_context({"user_id": "alice"}, "q", budget=10)  # type: ignore[call-arg]
+    assert memory.build_context(
+        {"user_id": "alice"}, "q", budget_tokens=50
+    ) == memory.build_context({"user_id": "alice"}, "q", budget_tokens=50)

@@ -239,3 +239,57 @@ def test_registry_lists_and_exports_fields(monkeypatch: pytest.MonkeyPatch) -> N
         "extra": {"unit": "s"},
     }
     assert "config.checkpointer.ttl_seconds" in [f.key for f in settings.fields()]
+
+
+class Host:
+    """A class of the application's own, built from the text of a setting."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_classes_of_the_application_are_built_from_the_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @agent_config("config.t.host", "Host", "A host")
+    def host() -> Host:
+        return Host("localhost")
+
+    assert host().name == "localhost"
+    monkeypatch.setenv("CONFIG__T__HOST", "db.internal")
+    assert isinstance(host(), Host) and host().name == "db.internal"
+
+
+def test_an_annotation_only_type_checkers_resolve_lets_values_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    namespace: dict[str, object] = {"agent_config": agent_config}
+    exec(  # a return type named only under TYPE_CHECKING, as the string annotation keeps it
+        "from __future__ import annotations\n"
+        "@agent_config('config.t.rate', 'Rate', 'A rate')\n"
+        "def rate() -> Decimal | None:\n"
+        "    return None\n",
+        namespace,
+    )
+    rate = namespace["rate"]
+    assert callable(rate)
+    assert rate() is None
+    monkeypatch.setenv("CONFIG__T__RATE", "1.5")
+    assert rate() == "1.5"
+
+
+@pytest.mark.parametrize("text", ["true\n", "  true", "yes "])
+def test_env_text_around_a_flag_is_trimmed(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    @agent_config("config.t.trimmed", "Trimmed", "A flag")
+    def trimmed() -> bool:
+        return False
+
+    monkeypatch.setenv("CONFIG__T__TRIMMED", text)
+    assert trimmed() is True
+
+
+def test_submodules_are_attributes_of_the_package() -> None:
+    import langgraph_checkpoint_agent_memory as package
+
+    assert package.settings is settings
+    assert package.errors.ConfigurationError is ConfigurationError

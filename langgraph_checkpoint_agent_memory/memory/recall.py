@@ -324,6 +324,9 @@ class Recaller:
         return self.context.prefix(scope, kind)
 
     def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> Steps[Recalled]:
+        unknown = sorted(set(options) - set(RecallOptions.__annotations__))
+        if unknown:  # a misspelled option would otherwise be ignored without a word
+            raise TypeError(f"recall got unexpected keyword argument(s): {', '.join(unknown)}")
         s = Scope.of(scope)
         if options.get("budget_tokens") is not None:
             check_count(options.get("budget_tokens"), "budget_tokens")
