@@ -241,7 +241,7 @@ def _server_os_user() -> str:
         return "nobody"
 
 
-def _runuser() -> str:
+def runuser() -> str:
     # runuser lives in sbin, which a minimal PATH (cron, env -i, some CI) leaves out
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     return shutil.which("runuser", path=search) or "runuser"
@@ -329,7 +329,7 @@ class LocalPostgres(_Throwaway):
     def _command(self, *args: str) -> list[str]:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if self.as_root:
-            cmd = [_runuser(), "-u", self.os_user, "--", *cmd]
+            cmd = [runuser(), "-u", self.os_user, "--", *cmd]
         return cmd
 
     def _run(self, *args: str) -> None:
@@ -717,7 +717,7 @@ class LocalPgBouncer(_Throwaway):
         cmd = [str(self.program), "-d", "-q", str(config)]
         if self.as_root and self.os_user is not None:
             _give_to(self.os_user, self.root, *self.root.iterdir())
-            cmd = [_runuser(), "-u", self.os_user, "--", *cmd]
+            cmd = [runuser(), "-u", self.os_user, "--", *cmd]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"pgbouncer failed: {result.stderr.strip() or self._log_tail()}")

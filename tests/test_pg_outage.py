@@ -22,7 +22,7 @@ from langgraph_checkpoint_agent_memory import (  # noqa: E402
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError  # noqa: E402
 from tests.helpers import config_for, make_checkpoint, present  # noqa: E402
 from tests.pg import SERVER_IDS, SERVERS  # noqa: E402
-from tests.servers import LocalPostgres  # noqa: E402
+from tests.servers import LocalPostgres, runuser  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -37,7 +37,7 @@ class Server:
     def pg_ctl(self, *args: str) -> None:
         cmd = [str(self.local.bindir / "pg_ctl"), "-D", str(self.local.data), "-w", *args]
         if self.local.as_root:
-            cmd = ["runuser", "-u", self.local.os_user, "--", *cmd]
+            cmd = [runuser(), "-u", self.local.os_user, "--", *cmd]
         subprocess.run(cmd, check=True, capture_output=True)
 
     def stop(self) -> None:
