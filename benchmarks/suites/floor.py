@@ -49,7 +49,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import MessagesState
 
 from benchmarks.harness import bar_chart, interleave_batches, print_table, write_results
-from benchmarks.suites.savers import _encryption, _graph_case, langgraph_savers, postgres
+from benchmarks.suites.savers import (
+    _encryption,
+    _graph_case,
+    _round_trip_floor,
+    langgraph_savers,
+    postgres,
+)
 from langgraph_checkpoint_agent_memory import PostgresSaver, SqliteSaver, create_checkpointer
 
 #: The graph: one node over ``MessagesState``.
@@ -674,6 +680,40 @@ def _case(saver: Any, name: str, api: str) -> Callable[[], Any]:
     return _graph_case(saver, name, True, aio=api == "async", nodes=NODES, state=MessagesState)
 
 
+def bounds(fresh_pg: Callable[[], str], folder: Path, rounds: int) -> dict[str, float]:
+    """What one round trip and one committed write cost on this machine, medians in µs: a
+    PostgreSQL ``SELECT 1``, a one-row ``INSERT`` committed on its own (the server's fsync
+    on) on PostgreSQL and on a SQLite file as our saver opens it (WAL, synchronous NORMAL)."""
+    import psycopg
+
+    def median_us(run: Callable[[], Any]) -> float:
+        samples = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples) * 1e6
+
+    url = fresh_pg()
+    out = {"postgres SELECT 1": _round_trip_floor(url, rounds)}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bound (x int)")
+        out["postgres INSERT committed"] = median_us(
+            lambda: conn.execute("INSERT INTO bound VALUES (1)")
+        )
+    lite = sqlite3.connect(folder / "bound.db", isolation_level=None)
+    try:
+        lite.execute("PRAGMA journal_mode = WAL")
+        lite.execute("PRAGMA synchronous = NORMAL")
+        lite.execute("CREATE TABLE bound (x int)")
+        out["sqlite INSERT committed"] = median_us(
+            lambda: lite.execute("INSERT INTO bound VALUES (1)")
+        )
+    finally:
+        lite.close()
+    return out
+
+
 def profile(
     fresh_pg: Callable[[], str],
     folder: Path,
@@ -686,6 +726,7 @@ def profile(
     breakdown of a sync call (cProfile), and statements, round trips and commits per call
     (with TTL off, as ``create_checkpointer`` builds it by default, and on)."""
     out: dict[str, Any] = {"seed_turns": seed, "turns": turns}
+    out["bounds_us"] = bounds(fresh_pg, folder, 20 * turns)
     with ExitStack() as stack:
         for backend in ("sqlite", "postgres"):
             for api in ("sync", "async"):
@@ -828,9 +869,14 @@ def _cells(counted: dict[str, float], where: str) -> tuple[str, ...]:
 
 
 def print_profile(found: dict[str, Any], floor: dict[str, float]) -> None:
+    print_table(
+        "bounds: one round trip, one committed write (median µs)",
+        [(k, f"{v:.0f}") for k, v in found["bounds_us"].items()],
+        ("what", "µs"),
+    )
     rows = []
     for where, entry in found.items():
-        if not isinstance(entry, dict):
+        if where == "bounds_us" or not isinstance(entry, dict):
             continue
         for kind, call in entry["calls"].items():
             counted = entry["statements"]["ttl off"].get(kind, {})
@@ -863,7 +909,7 @@ def print_profile(found: dict[str, Any], floor: dict[str, float]) -> None:
     )
     ttl_rows = []
     for where, entry in found.items():
-        if not isinstance(entry, dict):
+        if where == "bounds_us" or not isinstance(entry, dict):
             continue
         for setting, kinds in entry["statements"].items():
             for kind, counted in kinds.items():
@@ -876,7 +922,7 @@ def print_profile(found: dict[str, Any], floor: dict[str, float]) -> None:
     share_rows = []
     names = [name for name, _ in CATEGORIES]
     for where, entry in found.items():
-        if not isinstance(entry, dict) or "time_shares" not in entry:
+        if where == "bounds_us" or not isinstance(entry, dict) or "time_shares" not in entry:
             continue
         for kind, shares in entry["time_shares"].items():
             wall = entry["calls"].get(kind, {}).get("median_us", 0.0)
