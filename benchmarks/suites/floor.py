@@ -952,7 +952,7 @@ def print_profile(found: dict[str, Any], floor: dict[str, float]) -> None:
 
 def run(*, quick: bool, out: Path) -> None:
     """Our savers, LangGraph's and the floor on a one-node graph; the profile of ours."""
-    long_seed, long_measured, new_invokes, rounds = (20, 10, 30, 2) if quick else (200, 50, 300, 5)
+    long_seed, long_measured, new_invokes, rounds = (20, 10, 30, 2) if quick else (200, 50, 300, 10)
     loop = asyncio.new_event_loop()
     results: dict[str, Any] = {
         "quick": quick,
