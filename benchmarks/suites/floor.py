@@ -995,8 +995,10 @@ def run(*, quick: bool, out: Path) -> None:
             rounds=rounds,
         )
         results["invokes_per_s"] = per_second
-        results["ratios"] = ratios(per_second)
-        print_ratios(results["ratios"])
+        rows = ratios(per_second)
+        print_ratios(rows)
+        # by name, so `benchmarks compare` finds each ratio
+        results["ratios"] = {f"{r['shape']} {r['backend']} {r['api']}": r for r in rows}
         floor = {
             api: per_second["long_thread"][_label("any", api, FLOOR)] for api in ("sync", "async")
         }
