@@ -534,10 +534,15 @@ class StatementCounts:
         self._last = ""
         self._names: dict[str, tuple[str, bool]] = {}
         self._lock = threading.Lock()
-        self.trace: Any = None
+        self._file: Any = None
+        self.each_call = False
 
     def hook(self, kind: str) -> AbstractContextManager[Any]:
-        return self._traced(kind) if self.trace else self._tagged(kind)
+        return self._traced(kind) if self.each_call else self._tagged(kind)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
     @contextmanager
     def _tagged(self, kind: str) -> Iterator[None]:
@@ -597,7 +602,7 @@ class StatementCounts:
         so their statements are counted per invoke)."""
         self._file = open(path, "ab")  # noqa: SIM115 - open for the saver's life
         self._pgconn, self._path = pgconn, path
-        self.trace = per_call or None
+        self.each_call = per_call
 
     def start_trace(self) -> None:
         import psycopg
@@ -859,6 +864,7 @@ def _counted_saver(
         pg = apg
     _closing(stack, saver, api, loop)
     counts.trace_connection(pg.pgconn, path, per_call=api == "sync")
+    stack.callback(counts.close)
     return saver
 
 
