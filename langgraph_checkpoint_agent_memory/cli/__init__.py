@@ -36,6 +36,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     seconds_argument,
     url_argument,
 )
+from langgraph_checkpoint_agent_memory.cli.importing import add_command as _import_command
 from langgraph_checkpoint_agent_memory.cli.keys import add_commands as _key_commands
 from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_consolidate,
@@ -407,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _key_commands(command)
+    _import_command(command)
 
     config = command(
         "config", "list the @agent_config fields and their effective values", _cmd_config

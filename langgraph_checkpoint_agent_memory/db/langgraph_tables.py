@@ -27,8 +27,8 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -105,7 +105,10 @@ class Source:
         if self.kind == "sqlite":
             sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
         else:
-            sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = ANY(current_schemas(false))"
+            sql = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = ANY(current_schemas(false))"
+            )
         return {name for (name,) in self._rows(sql)}
 
     @property
@@ -187,7 +190,9 @@ class Source:
             after = (page[-1][0], page[-1][1])
 
     def _now_param(self, now: float | None = None) -> Any:
-        when = datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
+        when = (
+            datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
+        )
         # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
         return when.isoformat(sep=" ") if self.kind == "sqlite" else when
 
@@ -229,9 +234,7 @@ def open_source(url: str) -> Source:
     if target.kind == "sqlite":
         path = target.options["path"]
         try:
-            conn = sqlite3.connect(
-                f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False
-            )
+            conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False)
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
         except sqlite3.Error as exc:
             raise DatabaseNotFoundError(f"cannot open {where}: {first_line(exc)}") from None
