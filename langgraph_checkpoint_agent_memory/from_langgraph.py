@@ -211,6 +211,16 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
     saver: BaseCheckpointSaver[Any] = getattr(found, name)(src.connection, serde=serde)
+    if src.kind == "sqlite":
+        wal, task_paths = src.sqlite_state()
+        if not wal:  # the saver's setup would switch the file to WAL: refused read-only
+            if not task_paths:
+                raise ConfigurationError(
+                    f"{src.where} is not in WAL mode, as LangGraph's SqliteSaver leaves its "
+                    "files, and predates its task_path column: LangGraph's saver cannot read "
+                    "it read-only. Switch it first: sqlite3 FILE 'PRAGMA journal_mode=WAL'"
+                )
+            saver.is_setup = True  # type: ignore[attr-defined]  # its tables are all there
     return saver
 
 
@@ -365,18 +375,19 @@ def _copy_items(
 
 def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
     """Put the live items of ``page`` and set their times; how many were put."""
-    from langgraph.store.base import NOT_PROVIDED, PutOp
+    from langgraph.store.base import PutOp
 
     from langgraph_checkpoint_agent_memory.db.store import ns_text
 
     live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
+    default = (store.ttl_config or {}).get("default_ttl")  # as a put without ttl= gets
     store.batch(
         [
             PutOp(
                 i.namespace,
                 i.key,
                 i.value,
-                ttl=NOT_PROVIDED if i.ttl_minutes is None else i.ttl_minutes,
+                ttl=default if i.ttl_minutes is None else i.ttl_minutes,
             )
             for i in live
         ]

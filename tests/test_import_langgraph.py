@@ -18,6 +18,7 @@ value reads as it was at the first checkpoint of its version, as it would have f
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from datetime import timezone
 from pathlib import Path
 from typing import Any
@@ -221,6 +223,7 @@ def counts(url: str) -> dict[str, int]:
     store = create_store(url)
     try:
         from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+        from langgraph_checkpoint_agent_memory.db.dialect import Sql
 
         def plan() -> Any:
             tables = (
@@ -229,13 +232,7 @@ def counts(url: str) -> dict[str, int]:
                 "am_checkpoint_writes",
                 "am_store_items",
             )
-            stmts = [
-                Stmt(
-                    store.dialect.sql(("count", t), lambda t=t: f"SELECT count(*) FROM {t}"),
-                    fetch=True,
-                )
-                for t in tables
-            ]
+            stmts = [Stmt(Sql(f"SELECT count(*) FROM {t}"), fetch=True) for t in tables]
             rows = yield Batch(stmts)
             return {t: r[0][0] for t, r in zip(tables, rows, strict=True)}
 
@@ -248,14 +245,13 @@ def source_counts(src: Source) -> dict[str, int]:
     writes = "writes" if src.kind == "sqlite" else "checkpoint_writes"
     sql = [f"SELECT count(*) FROM {t}" for t in ("checkpoints", writes, "store")]
     if src.kind == "sqlite":
-        conn = sqlite3.connect(src.url.removeprefix("sqlite:///"))
-        found = [conn.execute(s).fetchone()[0] for s in sql]
-        conn.close()
+        with closing(sqlite3.connect(src.url.removeprefix("sqlite:///"))) as lite:
+            found = [lite.execute(s).fetchone()[0] for s in sql]
     else:
         import psycopg
 
         with psycopg.connect(src.url) as conn:
-            found = [conn.execute(s).fetchone()[0] for s in sql]  # type: ignore[index]
+            found = [row[0] for s in sql if (row := conn.execute(s).fetchone()) is not None]
     return dict(zip(("checkpoints", "writes", "items"), found, strict=True))
 
 
@@ -428,7 +424,7 @@ def test_a_run_killed_part_way_is_finished_by_the_next(what: str, at: int, tmp_p
 
 def test_sqlite_source_of_the_oldest_saver(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    path.write_bytes((FIXTURES / "sqlite-3.0.2.db").read_bytes())
+    path.write_bytes(gzip.decompress((FIXTURES / "sqlite-3.0.2.db.gz").read_bytes()))
     made = json.loads((FIXTURES / "sources.json").read_text())
     src = Source(f"sqlite:///{path}", "sqlite", made["threads"], made["items"])
     url = f"sqlite:///{tmp_path / 'memory.db'}"
@@ -446,7 +442,8 @@ def test_postgres_source_of_the_oldest_saver(
 
     url = pg_database(request, kind)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute((FIXTURES / "postgres-3.0.3.sql").read_text())  # type: ignore[arg-type]
+        dump = gzip.decompress((FIXTURES / "postgres-3.0.3.sql.gz").read_bytes()).decode()
+        conn.execute(dump)
     made = json.loads((FIXTURES / "sources.json").read_text())
     src = Source(url, "postgresql", made["threads"], made["items"])
     dest = f"sqlite:///{tmp_path / 'memory.db'}"
@@ -494,3 +491,20 @@ def test_a_thread_deleted_here_is_not_brought_back(tmp_path: Path) -> None:
     ours = create_checkpointer(url=url)
     assert ours.get_tuple(G.config(src.threads[0])) is None
     ours.close()  # type: ignore[attr-defined]
+
+
+def test_a_sqlite_source_not_in_wal_mode(tmp_path: Path) -> None:
+    """LangGraph's SqliteSaver switches its file to WAL on first use, which a read-only
+    connection refuses: a file switched back is read as it is."""
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    conn = sqlite3.connect(tmp_path / "langgraph.db")
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    conn.close()
+    before = fingerprint(src)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert import_from_langgraph(src.url, url).threads == len(src.threads)
+    assert fingerprint(src) == before
+    conn = sqlite3.connect(tmp_path / "langgraph.db")  # for LangGraph's saver in the check
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    assert_same_threads(src, url)

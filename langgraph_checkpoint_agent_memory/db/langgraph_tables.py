@@ -124,6 +124,14 @@ class Source:
         )
         return {name for (name,) in self._rows(sql, (table,))}
 
+    def sqlite_state(self) -> tuple[bool, bool]:
+        """Whether the SQLite file is in WAL mode, and whether its ``writes`` table has
+        ``task_path``: what LangGraph's ``SqliteSaver`` sets up on first use (a read-only
+        connection refuses both changes, and takes the WAL switch as a no-op only when the
+        file is in WAL mode already)."""
+        [(mode,)] = self._rows("PRAGMA journal_mode")
+        return str(mode).lower() == "wal", "task_path" in self._columns("writes")
+
     def count(self, what: str) -> int:
         """How many threads (``"threads"``) or live store items (``"items"``) there are."""
         if what == "threads":
@@ -304,7 +312,7 @@ def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
 
     def build(expiry: bool) -> Any:
         t = store_items
-        times = {"created_at": B("created_at"), "updated_at": B("updated_at")}
+        times: dict[str, Any] = {"created_at": B("created_at"), "updated_at": B("updated_at")}
         if expiry:
             times["expires_at"] = B("expires_at")
         return (
