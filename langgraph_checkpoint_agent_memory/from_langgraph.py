@@ -156,10 +156,14 @@ def import_from_langgraph(
 
     Example:
         ```python
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
         from langgraph_checkpoint_agent_memory import import_from_langgraph
 
-        report = import_from_langgraph("postgresql://app@db/langgraph", "sqlite:///memory.db")
-        print(report.threads, report.checkpoints, report.items)
+        with SqliteSaver.from_conn_string("langgraph.db") as theirs:  # the app's until now
+            builder.compile(checkpointer=theirs).invoke(inputs, config)
+        report = import_from_langgraph("sqlite:///langgraph.db", "sqlite:///memory.db")
+        assert (report.threads, report.checkpoints) == (1, 3)  # input, start, agent
         ```
     """
     target = urls.resolve(url)
