@@ -70,12 +70,23 @@ class ImportProgress:
     #: Checkpoints and tasks' writes put so far.
     checkpoints: int = 0
     writes: int = 0
-    started: float = field(default_factory=time.monotonic)
+    #: When the copy of threads, and of items, began (``time.monotonic()``).
+    started: dict[str, float] = field(default_factory=dict)
 
     def rate(self, what: str) -> float:
-        """``"threads"`` or ``"items"`` per second since the start."""
+        """``"threads"`` or ``"items"`` per second since their copy began (0 before).
+
+        Args:
+            what: ``"threads"`` or ``"items"``.
+
+        Example:
+            >>> ImportProgress(threads_total=10).rate("threads")
+            0.0
+        """
+        if what not in self.started:
+            return 0.0
         done = self.threads_done if what == "threads" else self.items_done
-        return done / max(time.monotonic() - self.started, 1e-9)
+        return done / max(time.monotonic() - self.started[what], 1e-9)
 
 
 @dataclass
@@ -97,6 +108,12 @@ class ImportReport:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as a dict of JSON values (what ``agent-memory import --json`` prints).
+
+        Example:
+            >>> ImportReport(threads=2, threads_copied=2).as_dict()["threads_copied"]
+            2
+        """
         return asdict(self)
 
 
@@ -246,6 +263,7 @@ def _copy_threads(
     assert isinstance(saver, SQLSaver)  # a URL was given: a SQL saver
     try:
         saver.setup()
+        progress.started["threads"] = time.monotonic()
         for thread_id in src.thread_ids():
             report.threads += 1
             try:
@@ -368,6 +386,7 @@ def _copy_items(
     store = create_store(url, index=index, ttl=store_ttl, encryption=encryption)
     try:
         store.setup()
+        progress.started["items"] = time.monotonic()
         for page in src.items(time.time()):
             put = _put_items(store, page)
             report.items += put

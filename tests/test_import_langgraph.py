@@ -508,3 +508,50 @@ def test_a_sqlite_source_not_in_wal_mode(tmp_path: Path) -> None:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.close()
     assert_same_threads(src, url)
+
+
+def our_side_statements(d: Any) -> list[Any]:
+    """The statements the import runs on our tables, for dialect ``d``, with no server."""
+    from langgraph_checkpoint_agent_memory.db.database import drive
+    from langgraph_checkpoint_agent_memory.db.langgraph_tables import (
+        stamp_items_plan,
+        thread_shape_plan,
+    )
+
+    seen: list[Any] = []
+
+    def execute(batch: Any) -> list[Any]:
+        seen.extend(batch.statements)
+        return [[] if s.fetch else 1 for s in batch.statements]
+
+    drive(thread_shape_plan(d, "t"), execute)
+    item = {"shard": "s", "prefix": "p", "key": "k", "created_at": 1.0, "updated_at": 2.0}
+    drive(stamp_items_plan(d, [{**item, "expires_at": 3.0}, {**item, "expires_at": None}]), execute)
+    assert len(seen) == 3
+    return seen
+
+
+def test_our_side_sql_on_every_database(tmp_path: Path) -> None:
+    """The statements compile for SQLite (prepared on a real file), PostgreSQL (its own
+    parser) and SAP HANA (its rules, offline)."""
+    import re
+
+    import pglast
+
+    from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
+    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+    from tests.test_dialect_sql import HANA_FORBIDDEN
+
+    create_checkpointer(url=f"sqlite:///{tmp_path / 'x.db'}").setup()  # type: ignore[attr-defined]
+    create_store(f"sqlite:///{tmp_path / 'x.db'}").setup()
+    with closing(sqlite3.connect(tmp_path / "x.db")) as conn:
+        for stmt in our_side_statements(SQLiteDialect()):
+            names = re.findall(r":(\w+)", stmt.sql.text)
+            conn.execute(f"EXPLAIN {stmt.sql.text}", dict.fromkeys(names))
+    for stmt in our_side_statements(PostgresDialect()):
+        pglast.parse_sql(re.sub(r"%\((\w+)\)[sb]", r"$1", stmt.sql.text))
+    for stmt in our_side_statements(HanaDialect()):
+        text = stmt.sql.text
+        assert not [bad for bad in HANA_FORBIDDEN if bad in text.upper()], text
+        assert stmt.sql.names is not None and text.count("?") == len(stmt.sql.names)
