@@ -555,3 +555,36 @@ def test_our_side_sql_on_every_database(tmp_path: Path) -> None:
         text = stmt.sql.text
         assert not [bad for bad in HANA_FORBIDDEN if bad in text.upper()], text
         assert stmt.sql.names is not None and text.count("?") == len(stmt.sql.names)
+
+
+def test_items_keep_their_ttl_and_take_the_default(tmp_path: Path) -> None:
+    """An item with a TTL keeps it and its expiry; one without takes the destination's
+    default TTL; one already expired in the source is not copied."""
+    from langgraph_checkpoint_agent_memory.db.langgraph_tables import seconds
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    with closing(sqlite3.connect(tmp_path / "langgraph.db")) as conn:
+        conn.execute(
+            "UPDATE store SET expires_at = '2001-01-01 00:00:00+00:00', ttl_minutes = 5 "
+            "WHERE key = 'f2' AND prefix = 'users.bob.facts'"
+        )
+        conn.commit()
+        [(expires, ttl)] = conn.execute(
+            "SELECT expires_at, ttl_minutes FROM store WHERE key = 'readme'"
+        ).fetchall()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(src.url, url, store_ttl={"default_ttl": 10})
+    assert report.items == src.items - 1
+    with closing(sqlite3.connect(tmp_path / "memory.db")) as conn:
+        rows = {
+            (prefix, key): (at, minutes)
+            for prefix, key, at, minutes in conn.execute(
+                "SELECT prefix, key, expires_at, ttl_minutes FROM am_store_items"
+            )
+        }
+    assert len(rows) == src.items - 1 and ("users.bob.facts", "f2") not in rows
+    assert rows[("docs", "readme")] == (pytest.approx(seconds(expires)), ttl)
+    assert rows[("users.alice.facts", "f1")][1] == 10
+    bob = create_store(url)
+    assert bob.get(("users", "bob", "facts"), "f2") is None
+    bob.close()
