@@ -588,3 +588,36 @@ def test_items_keep_their_ttl_and_take_the_default(tmp_path: Path) -> None:
     bob = create_store(url)
     assert bob.get(("users", "bob", "facts"), "f2") is None
     bob.close()
+
+
+@pytest.mark.parametrize("kind", backend_params("postgres"))
+def test_postgres_source_in_a_schema_of_its_own(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The source URL's own options (a search_path) are kept beside the read-only one."""
+    import psycopg
+
+    url = pg_database(request, kind)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA lg")
+    in_schema = f"{url}?options=-csearch_path%3Dlg"
+    src = write_postgres_source(in_schema)
+    before = fingerprint(src)
+    dest = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(in_schema, dest)
+    assert (report.threads, report.items) == (len(src.threads), src.items)
+    assert fingerprint(src) == before
+    assert_same_threads(src, dest)
+
+
+def test_the_source_is_opened_read_only(source: Source) -> None:
+    """Whatever runs on the source's connection (LangGraph's saver included) cannot write."""
+    from langgraph_checkpoint_agent_memory.db.langgraph_tables import open_source
+
+    opened = open_source(source.url)
+    try:
+        with pytest.raises(Exception, match="read-only|readonly"):
+            opened.connection.execute("DELETE FROM checkpoints")
+    finally:
+        opened.close()
+    assert source_counts(source)["checkpoints"] > 0

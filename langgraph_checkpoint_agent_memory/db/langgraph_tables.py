@@ -260,16 +260,13 @@ def open_source(url: str) -> Source:
         from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options["prepare_threshold"] = prepare_threshold_of(threshold)
+    # every transaction of the session is read-only, so nothing the import runs can write
+    # to the source (kept beside the URL's own options, a search_path for one)
+    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
+    options["options"] = f"{given} -c default_transaction_read_only=on".strip()
     try:
-        # LangGraph's PostgresSaver wants autocommit and dict rows; every transaction of
-        # the session is read-only, so nothing the import runs can write to the source
-        conn = psycopg.connect(
-            conninfo,
-            autocommit=True,
-            row_factory=dict_row,
-            options="-c default_transaction_read_only=on",
-            **options,
-        )
+        # LangGraph's PostgresSaver wants autocommit and dict rows
+        conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row, **options)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(f"cannot connect to {where}: {first_line(exc)}") from None
     return Source("postgresql", conn, where)
