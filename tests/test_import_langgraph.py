@@ -616,7 +616,7 @@ def test_the_source_is_opened_read_only(source: Source) -> None:
 
     opened = open_source(source.url)
     try:
-        with pytest.raises(Exception, match="read-only|readonly"):
+        with pytest.raises(Exception, match=r"read-only|readonly"):
             opened.connection.execute("DELETE FROM checkpoints")
     finally:
         opened.close()
