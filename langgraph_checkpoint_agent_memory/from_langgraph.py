@@ -21,8 +21,9 @@ transaction, so a run stopped anywhere (even by SIGKILL) leaves whole checkpoint
 
 Why it can run again: a thread whose checkpoints are all here, each with at least as many
 writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
-and the writes of checkpoints that have fewer here are put again (a write already stored is
-kept: the first wins). Items are put again, which changes nothing but their TTL's start.
+(read one by one with their parents when they are few, so that the catch-up of a long
+thread does not decode its whole history again) and the writes of checkpoints that have
+fewer here are put again (a write already stored is kept: the first wins). Items are put again, which changes nothing but their TTL's start.
 So a second run, a run after a crash, or a catch-up after the application switched, ends
 with exactly one copy of each checkpoint, write and item.
 """
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -298,8 +299,7 @@ def _copy_thread(
         return False
     paths = src.task_paths(thread_id)
     versions: dict[tuple[str, str], Versions] = {}
-    # newest first from the saver: reversed, every parent comes before its children
-    for found in reversed(list(theirs.list({"configurable": {"thread_id": thread_id}}))):
+    for found in _oldest_first(theirs, thread_id, set(wanted), todo):
         ns, checkpoint_id = _coordinates(found)
         checkpoint = found.checkpoint
         versions[(ns, checkpoint_id)] = (
@@ -322,6 +322,40 @@ def _copy_thread(
             report.writes += 1
             progress.writes += 1
     return True
+
+
+#: A thread lacking at most this share of its checkpoints here gets them one by one.
+FEW = 0.25
+
+
+def _oldest_first(
+    theirs: BaseCheckpointSaver[Any],
+    thread_id: str,
+    wanted: set[tuple[str, str]],
+    todo: set[tuple[str, str]],
+) -> Iterator[CheckpointTuple]:
+    """The source's checkpoints a copy of ``todo`` needs, every parent before its children:
+    the whole thread through ``list``, or, when few are missing (a catch-up of a long
+    thread), each of them and its parent through ``get_tuple``, so that a thread's history
+    is not decoded again for its last turn."""
+    if len(todo) > FEW * len(wanted):
+        # newest first from the saver: reversed, every parent comes before its children
+        yield from reversed(list(theirs.list({"configurable": {"thread_id": thread_id}})))
+        return
+    done: set[tuple[str, str]] = set()
+    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):  # ids are time-ordered
+        conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        found = theirs.get_tuple({"configurable": conf})
+        if found is None:  # gone from the source since it was counted
+            continue
+        if found.parent_config is not None:
+            parent = (ns, found.parent_config["configurable"]["checkpoint_id"])
+            before = None if parent in done else theirs.get_tuple(found.parent_config)
+            if before is not None:  # its versions decide which channels changed since
+                done.add(parent)
+                yield before
+        done.add((ns, checkpoint_id))
+        yield found
 
 
 def _coordinates(found: CheckpointTuple) -> tuple[str, str]:

@@ -352,10 +352,12 @@ def test_graphs_continue_every_thread(source: Source, destination: str) -> None:
         source.close(theirs)
 
 
-def test_catch_up_after_the_switch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("turns", [3, 12])
+def test_catch_up_after_the_switch(turns: int, tmp_path: Path) -> None:
     """Import, keep writing to the source (the application not yet switched), import
-    again: the second run copies exactly what was added."""
-    src = write_sqlite_source(tmp_path / "langgraph.db")
+    again: the second run copies exactly what was added (for a long thread, reading from
+    the source only the checkpoints it lacks)."""
+    src = write_sqlite_source(tmp_path / "langgraph.db", turns=turns)
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     import_from_langgraph(src.url, url)
     from langgraph.checkpoint.sqlite import SqliteSaver
