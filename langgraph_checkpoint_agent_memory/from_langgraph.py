@@ -23,8 +23,9 @@ Why it can run again: a thread whose checkpoints are all here, each with at leas
 writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
 (read one by one with their parents when they are few, so that the catch-up of a long
 thread does not decode its whole history again) and the writes of checkpoints that have
-fewer here are put again (a write already stored is kept: the first wins). Items are put again, which changes nothing but their TTL's start.
-So a second run, a run after a crash, or a catch-up after the application switched, ends
+fewer here are put again (a write already stored is kept: the first wins). Items are put
+again: their values and times are the source's, and only a default TTL starts anew. So a
+second run, a run after a crash, or a catch-up after the application switched, ends
 with exactly one copy of each checkpoint, write and item.
 """
 
