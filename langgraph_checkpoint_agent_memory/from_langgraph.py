@@ -185,14 +185,15 @@ def import_from_langgraph(
         assert (report.threads, report.checkpoints) == (1, 3)  # input, start, agent
         ```
     """
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+
     target = urls.resolve(url)
     if target is None:
         raise ConfigurationError(
             f"import_from_langgraph() needs a destination: pass url= or set {urls.URL_ENV}"
         )
-    started = time.monotonic()
-    report = ImportReport()
-    notify = on_progress or (lambda progress: None)
+    tally = _Tally(ImportReport(), ImportProgress(), on_progress or (lambda progress: None))
     src = sql.open_source(source)
     try:
         tables = src.tables()
@@ -202,19 +203,70 @@ def import_from_langgraph(
             raise ConfigurationError(
                 f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
             )
-        progress = ImportProgress(
-            threads_total=src.count("threads") if threads else None,
-            items_total=src.count("items") if items else None,
-        )
-        notify(progress)
+        tally.progress.threads_total = src.count("threads") if threads else None
+        tally.progress.items_total = src.count("items") if items else None
+        tally.tell()
         if threads:
-            _copy_threads(src, target.url, ttl_seconds, encryption, serde, progress, report, notify)
+            theirs = _langgraph_saver(src, serde)
+            saver = create_checkpointer(ttl_seconds, url=target.url, encryption=encryption)
+            assert isinstance(saver, SQLSaver)  # a URL was given: a SQL saver
+            try:
+                _copy_threads(src, theirs, saver, tally)
+            finally:
+                saver.close()
         if items:
-            _copy_items(src, target.url, store_ttl, index, encryption, progress, report, notify)
+            store = create_store(target.url, index=index, ttl=store_ttl, encryption=encryption)
+            try:
+                _copy_items(src, store, tally)
+            finally:
+                store.close()
     finally:
         src.close()
-    report.seconds = time.monotonic() - started
-    return report
+    tally.report.seconds = time.monotonic() - tally.began
+    return tally.report
+
+
+@dataclass
+class _Tally:
+    """What an import has done: its report, and its progress told to ``notify``."""
+
+    report: ImportReport
+    progress: ImportProgress
+    notify: Callable[[ImportProgress], None]
+    began: float = field(default_factory=time.monotonic)
+
+    def tell(self) -> None:
+        self.notify(self.progress)
+
+    def begin(self, what: str) -> None:
+        self.progress.started[what] = time.monotonic()
+
+    def thread(self, thread_id: str, copied: bool | None) -> None:
+        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused."""
+        report = self.report
+        report.threads += 1
+        if copied is None:
+            report.threads_refused.append(thread_id)
+        elif copied:
+            report.threads_copied += 1
+        else:
+            report.threads_unchanged += 1
+        self.progress.threads_done += 1
+        self.tell()
+
+    def checkpoint(self) -> None:
+        self.report.checkpoints += 1
+        self.progress.checkpoints += 1
+        self.tell()
+
+    def task_writes(self) -> None:
+        self.report.writes += 1
+        self.progress.writes += 1
+
+    def items(self, n: int) -> None:
+        self.report.items += n
+        self.progress.items_done += n
+        self.tell()
 
 
 def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
@@ -248,39 +300,16 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
 
 
 def _copy_threads(
-    src: sql.Source,
-    url: str,
-    ttl_seconds: int | None,
-    encryption: EncryptionLike,
-    serde: SerializerProtocol | None,
-    progress: ImportProgress,
-    report: ImportReport,
-    notify: Callable[[ImportProgress], None],
+    src: sql.Source, theirs: BaseCheckpointSaver[Any], saver: SQLSaver, tally: _Tally
 ) -> None:
-    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
-    from langgraph_checkpoint_agent_memory.factory import create_checkpointer
-
-    theirs = _langgraph_saver(src, serde)
-    saver = create_checkpointer(ttl_seconds, url=url, encryption=encryption)
-    assert isinstance(saver, SQLSaver)  # a URL was given: a SQL saver
-    try:
-        saver.setup()
-        progress.started["threads"] = time.monotonic()
-        for thread_id in src.thread_ids():
-            report.threads += 1
-            try:
-                copied = _copy_thread(src, theirs, saver, thread_id, progress, report, notify)
-            except ThreadDeletedError:
-                report.threads_refused.append(thread_id)
-            else:
-                if copied:
-                    report.threads_copied += 1
-                else:
-                    report.threads_unchanged += 1
-            progress.threads_done += 1
-            notify(progress)
-    finally:
-        saver.close()
+    saver.setup()
+    tally.begin("threads")
+    for thread_id in src.thread_ids():
+        try:
+            copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
+        except ThreadDeletedError:  # deleted here since: not brought back
+            copied = None
+        tally.thread(thread_id, copied)
 
 
 def _copy_thread(
@@ -288,9 +317,7 @@ def _copy_thread(
     theirs: BaseCheckpointSaver[Any],
     saver: SQLSaver,
     thread_id: str,
-    progress: ImportProgress,
-    report: ImportReport,
-    notify: Callable[[ImportProgress], None],
+    tally: _Tally,
 ) -> bool:
     """Copy what the thread lacks here; ``False`` when it lacked nothing."""
     wanted = src.shape(thread_id)
@@ -311,17 +338,14 @@ def _copy_thread(
             continue
         if (ns, checkpoint_id) not in here:
             _put_checkpoint(saver, thread_id, found, versions)
-            report.checkpoints += 1
-            progress.checkpoints += 1
-            notify(progress)
+            tally.checkpoint()
         by_task: dict[str, list[tuple[str, Any]]] = {}
         for task_id, channel, value in found.pending_writes or ():
             by_task.setdefault(task_id, []).append((channel, value))
         for task_id, task_writes in by_task.items():
             path = paths.get((ns, checkpoint_id, task_id), "")
             _put_writes(saver, found.config, task_writes, task_id, path)
-            report.writes += 1
-            progress.writes += 1
+            tally.task_writes()
     return True
 
 
@@ -406,29 +430,11 @@ def _put_writes(
             saver.put_writes(config, group, task_id, path)
 
 
-def _copy_items(
-    src: sql.Source,
-    url: str,
-    store_ttl: TTLConfig | None,
-    index: IndexSettings | None,
-    encryption: EncryptionLike,
-    progress: ImportProgress,
-    report: ImportReport,
-    notify: Callable[[ImportProgress], None],
-) -> None:
-    from langgraph_checkpoint_agent_memory.factory import create_store
-
-    store = create_store(url, index=index, ttl=store_ttl, encryption=encryption)
-    try:
-        store.setup()
-        progress.started["items"] = time.monotonic()
-        for page in src.items(time.time()):
-            put = _put_items(store, page)
-            report.items += put
-            progress.items_done += put
-            notify(progress)
-    finally:
-        store.close()
+def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
+    store.setup()
+    tally.begin("items")
+    for page in src.items(time.time()):
+        tally.items(_put_items(store, page))
 
 
 def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
