@@ -623,3 +623,42 @@ def test_the_source_is_opened_read_only(source: Source) -> None:
     finally:
         opened.close()
     assert source_counts(source)["checkpoints"] > 0
+
+
+def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal: bars of threads and items with their rates; piped: the summary only."""
+    import pty
+    import select
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    command = [sys.executable, "-m", "langgraph_checkpoint_agent_memory.cli", "import"]
+    command += ["--from", src.url, "--url", f"sqlite:///{tmp_path / 'tty.db'}"]
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(command, env=env, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        try:
+            chunk = os.read(leader, 4096) if ready else b""
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert process.wait(timeout=60) == 0
+    os.close(leader)
+    shown = seen.decode(errors="replace")
+    assert "threads" in shown and "items" in shown and "/s" in shown
+    assert f"{len(src.threads)}/{len(src.threads)}" in shown
+    piped = subprocess.run(
+        [*command[:-1], f"sqlite:///{tmp_path / 'piped.db'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert piped.stdout.startswith(f"threads: {len(src.threads)} ")
+    assert "/s" not in piped.stdout
