@@ -473,7 +473,9 @@ def test_command_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     assert main(["import", "--from", str(tmp_path / "missing.db"), "--url", url]) == 2
-    assert "missing.db" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("agent-memory import: error: --from: cannot open") and "missing.db" in err
+    assert err.count("\n") == 1 and "migrate" not in err
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE other (x)").connection.commit()
     assert main(["import", "--from", str(empty), "--url", url]) == 2

@@ -2,8 +2,9 @@
 
 Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
 embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
-or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
-existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
+or ``~/.local/share/agent-memory``). Only ``migrate`` and ``import`` create a database; the
+others open an existing one (``demo`` excepted: it writes to a database of its own, see
+:mod:`..demo`).
 Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
 on a terminal. Errors go to stderr in one line, with exit status 1 (a runtime failure:
 unreachable server, unknown scope) or 2 (bad arguments or configuration, a database that does

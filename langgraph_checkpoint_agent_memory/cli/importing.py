@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseNotFoundError
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -51,14 +52,17 @@ def _cmd_import(args: argparse.Namespace) -> int:
                     tasks[what] = bar.add_task(what, total=total, rate=0.0)
                 bar.update(tasks[what], completed=done, rate=progress.rate(what))
 
-        report = import_from_langgraph(
-            args.source,
-            url,
-            threads=not args.items_only,
-            items=not args.threads_only,
-            ttl_seconds=args.ttl_seconds,
-            on_progress=show,
-        )
+        try:
+            report = import_from_langgraph(
+                args.source,
+                url,
+                threads=not args.items_only,
+                items=not args.threads_only,
+                ttl_seconds=args.ttl_seconds,
+                on_progress=show,
+            )
+        except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
+            raise ConfigurationError(f"--from: {exc}") from None
     data = report.as_dict()
 
     def render(out: Any) -> None:
