@@ -145,6 +145,29 @@ class Block:
         """The key of entry ``position``."""
         return keys_at(self.keys, len(self.entries), [position])[0]
 
+    @functools.cached_property
+    def heads(self) -> Any:
+        """Each entry's key by its first eight bytes, as one big-endian number (missing
+        bytes zero): UTF-8 bytes sort as their text does, so keys sort no lower than their
+        heads. Computed by the first query that meets a tie in the block."""
+        n = len(self.entries)
+        offsets = np.frombuffer(self.keys, dtype="<u4", count=n + 1).astype(np.int64)
+        text = np.frombuffer(self.keys, dtype=np.uint8, offset=4 * (n + 1))
+        if not len(text):
+            return np.zeros(n, dtype=np.uint64)
+        at = offsets[:-1, None] + np.arange(8)
+        head = np.where(at < offsets[1:, None], text[np.minimum(at, len(text) - 1)], 0)
+        shifts = np.arange(56, -8, -8, dtype=np.uint64)
+        return (head.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
+
+    def first_keys(self, positions: Any, n: int) -> list[str]:
+        """The ``n`` smallest keys of the entries at ``positions``: only those whose head
+        (see :attr:`heads`) is at most the ``n``-th smallest head are read."""
+        if len(positions) > 4 * n:
+            heads = self.heads[positions]
+            positions = positions[heads <= np.partition(heads, n - 1)[n - 1]]
+        return sorted(keys_at(self.keys, len(self.entries), positions.tolist()))[:n]
+
 
 #: Queries that read postings, not blocks, for a while: namespace, exact, common words.
 Declined = tuple[str, bool, tuple[str, ...]]
@@ -221,8 +244,8 @@ class BlockCache:
 
 
 def _nbytes(kept: Block | Items) -> int:
-    if isinstance(kept, Block):
-        return int(kept.entries.nbytes) + len(kept.keys)
+    if isinstance(kept, Block):  # with room for the keys' heads, once a tie computes them
+        return int(kept.entries.nbytes) + len(kept.keys) + 8 * len(kept.entries)
     return kept.nbytes
 
 
@@ -426,8 +449,8 @@ def first_tied(
     tied: Any, blocks: Sequence[Block], fresh: Sequence[Fresh], n: int
 ) -> list[tuple[str, str, str]]:
     """The first ``n`` of the items at ``tied`` (see :class:`Candidates`) in the database's
-    order, by namespace then key: ``(prefix, key, shard)`` each. Keys are compared by
-    their first eight bytes first, so only the few that may be among the first are read.
+    order, by namespace then key: ``(prefix, key, shard)`` each (see
+    :meth:`Block.first_keys`).
 
     Example:
         >>> block = pack("docs", [("b", 1, 2), ("c", 1, 2), ("a", 1, 2)])
@@ -438,27 +461,11 @@ def first_tied(
     """
     where, position = tied >> 32, tied & 0xFFFFFFFF
     found = [(f.prefix, f.key, f.shard) for f in (fresh[p] for p in position[where == len(blocks)])]
-    for b in np.unique(where[where < len(blocks)]).tolist():
+    for b in np.flatnonzero(np.bincount(where[where < len(blocks)])).tolist():
         block = blocks[b]
-        keys = _first_keys(block.keys, len(block.entries), position[where == b], n)
+        keys = block.first_keys(position[where == b], n)
         found += [(block.prefix, key, block.shard) for key in keys]
     return sorted(found)[:n]
-
-
-def _first_keys(keys: bytes, entries: int, positions: Any, n: int) -> list[str]:
-    """The ``n`` smallest keys at ``positions`` of a block's keys column (see
-    :func:`keys_at`): UTF-8 bytes sort as their text does, so the first eight bytes of
-    each, as one big-endian number, rule out every key above the ``n``-th smallest."""
-    offsets = np.frombuffer(keys, dtype="<u4", count=entries + 1).astype(np.int64)
-    text = np.frombuffer(keys, dtype=np.uint8, offset=4 * (entries + 1))
-    if len(positions) > 4 * n and len(text):
-        start, end = offsets[positions], offsets[positions + 1]
-        at = start[:, None] + np.arange(8)
-        head = np.where(at < end[:, None], text[np.minimum(at, len(text) - 1)], 0)
-        shifts = np.arange(56, -8, -8, dtype=np.uint64)
-        number = (head.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
-        positions = positions[number <= np.partition(number, n - 1)[n - 1]]
-    return sorted(keys_at(keys, entries, positions.tolist()))[:n]
 
 
 def settled(
