@@ -244,3 +244,34 @@ def test_any_checkpoint_round_trips(
             assert got.pending_writes == [("task", "a", write)]
     finally:
         saver.close()
+
+
+def sealed_as_before(secret: bytes, key_id: str, plaintext: bytes, associated: bytes) -> bytes:
+    """A value sealed as format 2 did before compression had its module: marker 0xA8 and
+    the plaintext zlib-compressed."""
+    import os
+    import zlib
+
+    from langgraph_checkpoint_agent_memory.crypto.cipher import VALUE_LABEL, aesgcm, subkey
+
+    head = bytes((0xA8,)) + bytes.fromhex(key_id)
+    header = head + (zlib.crc32(head) & 0xFFFFFFFF).to_bytes(4, "big")
+    nonce = os.urandom(12)
+    cipher = aesgcm(subkey(secret, VALUE_LABEL))
+    return header + nonce + cipher.encrypt(nonce, zlib.compress(plaintext), header + associated)
+
+
+def test_values_sealed_with_zlib_still_open_and_a_zlib_bomb_is_refused() -> None:
+    from langgraph_checkpoint_agent_memory import DecryptionError
+    from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey, aad, new_key, new_key_id
+
+    secret, key_id = new_key(), new_key_id()
+    key = DataKey(key_id, "thread:t1", secret)
+    old = sealed_as_before(secret, key_id, LONG.encode(), aad("row", "1"))
+    assert key.open(old, aad("row", "1")) == LONG.encode()
+    fresh = key.seal(LONG.encode(), aad("row", "1"))
+    assert fresh[0] == 0xA9 and len(fresh) < len(old)  # zstd with the dictionary now
+    assert key.open(fresh, aad("row", "1")) == LONG.encode()
+    bomb = sealed_as_before(secret, key_id, bytes(BOUND + 1), aad("row", "1"))
+    with pytest.raises(DecryptionError, match="expands beyond"):
+        key.open(bomb, aad("row", "1"))
