@@ -258,7 +258,8 @@ def sealed_as_before(secret: bytes, key_id: str, plaintext: bytes, associated: b
     header = head + (zlib.crc32(head) & 0xFFFFFFFF).to_bytes(4, "big")
     nonce = os.urandom(12)
     cipher = aesgcm(subkey(secret, VALUE_LABEL))
-    return header + nonce + cipher.encrypt(nonce, zlib.compress(plaintext), header + associated)
+    sealed: bytes = cipher.encrypt(nonce, zlib.compress(plaintext), header + associated)
+    return header + nonce + sealed
 
 
 def test_values_sealed_with_zlib_still_open_and_a_zlib_bomb_is_refused() -> None:
