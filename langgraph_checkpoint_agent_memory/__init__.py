@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         AgentMemoryError as AgentMemoryError,
         ClosedError as ClosedError,
         ConfigurationError as ConfigurationError,
+        DamagedValueError as DamagedValueError,
         DatabaseNotFoundError as DatabaseNotFoundError,
         DatabaseUnavailableError as DatabaseUnavailableError,
         DecryptionError as DecryptionError,
@@ -83,10 +84,10 @@ _HOMES = {
     "checkpoint": """AsyncHanaSaver AsyncPostgresSaver AsyncSqliteSaver HanaSaver PostgresSaver
         SQLSaver SqliteSaver SweepPreview ThreadInfo ThreadSweep TimedInMemorySaver""",
     "crypto": "Encryption KeyProvider MasterKeyProvider generate_master_key",
-    "errors": """AgentMemoryError ClosedError ConfigurationError DatabaseNotFoundError
-        DatabaseUnavailableError DecryptionError EncryptionError InvalidNamespaceValueError
-        InvalidValueError KeyMissingError KeysBesideDataWarning PlaintextRowError
-        ReadOnlyDatabaseError ThreadDeletedError""",
+    "errors": """AgentMemoryError ClosedError ConfigurationError DamagedValueError
+        DatabaseNotFoundError DatabaseUnavailableError DecryptionError EncryptionError
+        InvalidNamespaceValueError InvalidValueError KeyMissingError KeysBesideDataWarning
+        PlaintextRowError ReadOnlyDatabaseError ThreadDeletedError""",
     "factory": "create_checkpointer create_store",
     "from_langgraph": "ImportProgress ImportReport import_from_langgraph",
     "memory": """AgentMemory ChatModelExtractor ExtractionError Extractor RuleBasedExtractor

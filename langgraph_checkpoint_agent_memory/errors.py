@@ -38,6 +38,12 @@ class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
     """
 
 
+class DamagedValueError(AgentMemoryError, ValueError):
+    """A stored value cannot be read back: its compressed form is cut short, altered, or
+    claims to expand beyond the bound the package ever writes (see the user guide, "How
+    conversations are stored"). Nothing is decompressed beyond that bound."""
+
+
 class ThreadDeletedError(AgentMemoryError, LookupError):
     """A write named a parent checkpoint of a thread that was deleted or expired.
 

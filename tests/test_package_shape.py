@@ -22,7 +22,8 @@ import langgraph_checkpoint_agent_memory as package
 
 ROOT = Path(package.__file__).parent
 #: What an application that keeps its conversations in memory must not pay for at import:
-#: SQL, vectors, the drivers, the cipher, telemetry, the CLI's tables, the stemmers (text.py).
+#: SQL, vectors, the drivers, the cipher, telemetry, the CLI's tables, the stemmers (text.py),
+#: zstd (compression.py).
 HEAVY = (
     "sqlalchemy",
     "numpy",
@@ -33,6 +34,7 @@ HEAVY = (
     "rich",
     "snowballstemmer",
     "Stemmer",
+    "zstandard",
 )
 #: A one-node graph run twice on a thread, so the saver writes and reads checkpoints.
 TINY_GRAPH = """

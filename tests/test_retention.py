@@ -5,6 +5,8 @@ their ancestors, whatever process reads them."""
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -245,7 +247,8 @@ def test_threads_lists_counts_bytes_activity_and_expiry(
     talk(graph, {"configurable": {"thread_id": "small"}}, 1)
     wall.advance(10)
     big = {"configurable": {"thread_id": "big"}}
-    graph.invoke({"messages": [HumanMessage("x" * 50_000)]}, big)
+    noise = base64.b64encode(os.urandom(60_000)).decode()  # 80,000 characters compression keeps
+    graph.invoke({"messages": [HumanMessage(noise)]}, big)
     talk(graph, big, 2)
     wall.advance(10)
     forever = {"configurable": {"thread_id": "forever", "ttl_seconds": 0}}

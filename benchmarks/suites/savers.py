@@ -298,15 +298,67 @@ def _graph_case(
     return ainvoke if aio else invoke
 
 
-def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str, int]:
+def locomo_turns(pairs: int) -> list[tuple[str, str]] | None:
+    """``pairs`` (question, answer) of real chat: LoCoMo dialogue turns in order (its
+    conversations one after another, each turn's text as the locomo suite reads it), two
+    turns per pair; None when the data is not there."""
+    from benchmarks.suites.locomo import DEFAULT_DATA, load, sessions
+
+    data = Path(os.environ.get("AGENT_MEMORY_LOCOMO", DEFAULT_DATA))
+    if not data.exists():
+        return None
+    texts = [
+        turn["text"]
+        for conversation in load(data)
+        for _, _, session in sessions(conversation)
+        for turn in session
+    ]
+    return list(zip(texts[0 : 2 * pairs : 2], texts[1 : 2 * pairs : 2], strict=True))
+
+
+def dialogue_graph(saver: Any, answers: Iterator[str]) -> Any:
+    """A graph of one node that answers each human message with the next of ``answers``."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", lambda s: {"messages": [AIMessage(next(answers))]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+#: A thread of ``turns`` graph invokes on a saver.
+Thread = Callable[[Any, int], None]
+
+
+def chat_thread(saver: Any, turns: int) -> None:
+    """The 3-node chat graph's thread (the same question each turn)."""
+    graph = chat_graph(saver)
+    message = [HumanMessage("What is the delivery date of purchase order 4500012345? " * 3)]
+    config = {"configurable": {"thread_id": "storage"}}
+    for _ in range(turns):
+        graph.invoke({"messages": message, "counter": 0}, config)
+
+
+def dialogue_thread(pairs: list[tuple[str, str]]) -> Thread:
+    """A thread of real chat: each invoke a question of ``pairs`` and its answer."""
+
+    def thread(saver: Any, turns: int) -> None:
+        graph = dialogue_graph(saver, iter([a for _, a in pairs[:turns]]))
+        config = {"configurable": {"thread_id": "storage"}}
+        for question, _ in pairs[:turns]:
+            graph.invoke({"messages": [HumanMessage(question)]}, config)
+
+    return thread
+
+
+def _storage(
+    fresh_pg: Callable[[], str], folder: Path, turns: int, thread: Thread = chat_thread
+) -> dict[str, int]:
     """Bytes a thread of ``turns`` graph invokes occupies, per saver."""
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver as LgPostgres
     from langgraph.checkpoint.sqlite import SqliteSaver as LgSqlite
 
     out: dict[str, int] = {}
-    message = [HumanMessage("What is the delivery date of purchase order 4500012345? " * 3)]
-    config = {"configurable": {"thread_id": "storage"}}
 
     def pg_bytes(url: str) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -321,10 +373,8 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
     for name, options in (("ours-postgres", {}), (ENCRYPTED_POSTGRES, {"encryption": True})):
         url = fresh_pg()
         ours = OurPostgres(url, **_storage_options(options))
-        graph = chat_graph(ours)
         empty = pg_bytes(url) if ours.setup() is None else 0
-        for _ in range(turns):
-            graph.invoke({"messages": message, "counter": 0}, config)
+        thread(ours, turns)
         ours.close()
         out[name] = pg_bytes(url) - empty
 
@@ -332,34 +382,38 @@ def _storage(fresh_pg: Callable[[], str], folder: Path, turns: int) -> dict[str,
     with LgPostgres.from_conn_string(url) as lg:
         lg.setup()
         empty = pg_bytes(url)
-        graph = chat_graph(lg)
-        for _ in range(turns):
-            graph.invoke({"messages": message, "counter": 0}, config)
+        thread(lg, turns)
     out["lg-PostgresSaver"] = pg_bytes(url) - empty
 
     for name, options in (("ours-sqlite", {}), (ENCRYPTED_SQLITE, {"encryption": True})):
-        path = folder / f"storage-{len(out)}.db"
+        path = folder / f"storage-{len(os.listdir(folder))}.db"
         ours_sq = OurSqlite(path, **_storage_options(options))
         ours_sq.setup()
         empty = sqlite_bytes(path)
-        graph = chat_graph(ours_sq)
-        for _ in range(turns):
-            graph.invoke({"messages": message, "counter": 0}, config)
+        thread(ours_sq, turns)
         ours_sq.close()
         out[name] = sqlite_bytes(path) - empty
 
-    path = folder / "storage-lg.db"
+    path = folder / f"storage-lg-{len(os.listdir(folder))}.db"
     conn = sqlite3.connect(path, check_same_thread=False)
     lg_sq = LgSqlite(conn)
     lg_sq.setup()
     conn.commit()
     empty = sqlite_bytes(path)
-    graph = chat_graph(lg_sq)
-    for _ in range(turns):
-        graph.invoke({"messages": message, "counter": 0}, config)
+    thread(lg_sq, turns)
     conn.close()
     out["lg-SqliteSaver"] = sqlite_bytes(path) - empty
     return out
+
+
+def _storage_table(title: str, storage: dict[str, int]) -> None:
+    """Bytes per saver, and ours over LangGraph's saver of the same database."""
+    peers = {"postgres": storage["lg-PostgresSaver"], "sqlite": storage["lg-SqliteSaver"]}
+    rows = []
+    for name, size in storage.items():
+        peer = next((v for k, v in peers.items() if k in name and not name.startswith("lg")), 0)
+        rows.append((name, f"{size:,}", f"{size / peer:.3f}" if peer else ""))
+    print_table(title, rows, ("saver", "bytes", "ours/peer"))
 
 
 def sqlite_bytes(path: Path) -> int:
@@ -493,11 +547,16 @@ def run(*, quick: bool, out: Path) -> None:
 
         storage = _storage(fresh_pg, folder, turns)
         results["storage_bytes_per_thread"] = {"turns": turns, **storage}
-        print_table(
-            f"bytes stored for one thread after {turns} turns",
-            [(k, f"{v:,}") for k, v in storage.items()],
-            ("saver", "bytes"),
-        )
+        _storage_table(f"bytes stored for one thread after {turns} turns", storage)
+        pairs = locomo_turns(turns)
+        if pairs is None:
+            print("LoCoMo data not found (AGENT_MEMORY_LOCOMO): no thread of real chat")
+        else:
+            real = _storage(fresh_pg, folder, turns, dialogue_thread(pairs))
+            results["storage_bytes_real_chat"] = {"turns": turns, **real}
+            _storage_table(
+                f"bytes stored for one thread of {turns} turns of real chat (LoCoMo)", real
+            )
     loop.close()
     write_results(out, "savers", results)
     bar_chart(

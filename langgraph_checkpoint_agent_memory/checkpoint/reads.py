@@ -34,6 +34,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     channel_value,
     checkpoint_row,
     decode,
+    load,
     pending_writes,
     split_union,
     write_rows_of,
@@ -335,15 +336,15 @@ class Reader:
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
         if target is None or target not in by_id:
             return {ch: {"writes": []} for ch in channels}
-        loads = serde.loads_typed
         chain = _ancestors(by_id, target)
         versions = {cid: json.loads(by_id[cid].blob_versions) for cid in chain}
         inline_cache: dict[str, dict[str, Any]] = {}
 
         def inline(cid: str) -> dict[str, Any]:
             if cid not in inline_cache:
-                body = (by_id[cid].type, by_id[cid].checkpoint)
-                inline_cache[cid] = loads(body)["channel_values"]
+                row = by_id[cid]
+                what = f"checkpoint {cid} of thread {thread_id!r}"
+                inline_cache[cid] = load(serde, row.type, row.checkpoint, what)["channel_values"]
             return inline_cache[cid]
 
         def has_value(cid: str, ch: str) -> bool:

@@ -8,6 +8,10 @@ filter on it is matched after decrypting anyway). Each value carries its row's i
 associated data (thread, namespace and checkpoint id; or channel and version; or task id
 and index; and the serde type), so a value moved to another row or thread does not open.
 
+Values are compressed by :mod:`.codec` before they are sealed (their type says so), so
+sealing compresses none of them again; the metadata, which stays JSON for filters when
+encryption is off, is compressed by the cipher.
+
 Keys: a write uses the data key of the thread's owner (:func:`owner_of`); a new key is
 stored in the transaction of the first write sealed with it when the key store is the
 saver's own database (:meth:`~..crypto.keyring.Keyring.sealed`), else before the write's plan
@@ -215,7 +219,7 @@ class Sealer:
                 r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
                 r["base_version"],
             )  # fmt: skip
-            r["blob"] = key.seal(r["blob"] or b"", associated)
+            r["blob"] = key.seal(r["blob"] or b"", associated, compress=False)
 
     @staticmethod
     def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
@@ -225,13 +229,14 @@ class Sealer:
                 r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
                 r["channel"], r["type"],
             )  # fmt: skip
-            r["blob"] = key.seal(r["blob"] or b"", associated)
+            r["blob"] = key.seal(r["blob"] or b"", associated, compress=False)
 
     @staticmethod
     def seal_checkpoint_row(key: DataKey, row: dict[str, Any]) -> None:
         """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
         t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
-        row["checkpoint"] = key.seal(bytes(row["checkpoint"]), body_aad(t, ns, cid, row["type"]))
+        body = bytes(row["checkpoint"])
+        row["checkpoint"] = key.seal(body, body_aad(t, ns, cid, row["type"]), compress=False)
         row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
 
     def resealed(

@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
+from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache, load
 from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     ThreadActivity,
@@ -377,7 +377,6 @@ class Maintenance:
     ) -> set[tuple[str, str]]:
         """Per namespace: the last ``keep_last`` checkpoints and the ancestors their
         DeltaChannels need (see :func:`checkpoints_to_keep`)."""
-        loads = serde.loads_typed
         cps = self.opened(thread_id, cps)
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
         for cp in cps:
@@ -394,7 +393,8 @@ class Maintenance:
             ) -> bool:
                 if cid not in held:
                     cp = rows[cid]
-                    inline = loads((cp.type, cp.checkpoint))["channel_values"]
+                    what = f"checkpoint {cid} of thread {thread_id!r}"
+                    inline = load(serde, cp.type, cp.checkpoint, what)["channel_values"]
                     held[cid] = set(json.loads(cp.blob_versions)) | set(inline)
                 return ch in held[cid]
 

@@ -31,6 +31,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     compact_json,
     encode_checkpoint,
     metadata_json,
+    packed,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
@@ -156,7 +157,7 @@ class Writer:
         # call would (one statement must not upsert the same row twice)
         replace: dict[int, dict[str, Any]] = {}
         for idx, (channel, value) in enumerate(writes):
-            kind, blob = dumps(value)
+            kind, blob = packed(*dumps(value))
             special = WRITES_IDX_MAP.get(channel)
             row = {
                 "thread_id": thread_id,

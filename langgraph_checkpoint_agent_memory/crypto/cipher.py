@@ -5,8 +5,9 @@ A sealed value is ``marker (1) | key id (8) | check (4) | nonce (12) | ciphertex
 AES-256 in GCM mode (authenticated encryption) under the data key's value subkey, the header
 (marker, key id and check) authenticated with the row's identity as associated data, so a
 sealed value copied into another row, or another owner's row, does not open. The marker says
-the format and whether the plaintext was compressed first (values of at least
-:data:`COMPRESS_MIN` bytes that zlib shrinks by a tenth); the check is a CRC-32 of marker and
+the format and whether the plaintext was compressed first (by :mod:`..compression`, where that
+makes it smaller; values sealed before that module held zlib streams, still opened); the
+check is a CRC-32 of marker and
 key id, so a damaged header reads as a damaged value (:class:`DecryptionError`), never as the
 id of a key that is not there (:class:`KeyMissingError`). Text columns hold the same bytes in
 base64 after ``"!"`` (:meth:`DataKey.seal_text`). The associated data is the row's identity as
@@ -43,15 +44,18 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from langgraph_checkpoint_agent_memory.compression import pack, unpack, unpack_zlib
 from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
+    DamagedValueError,
     DecryptionError,
     EncryptionError,
     PlaintextRowError,
 )
 
-#: First byte of a sealed value (format 2): plaintext as given, or zlib-compressed first.
-PLAIN, COMPRESSED = 0xA7, 0xA8
+#: First byte of a sealed value (format 2): plaintext as given, zlib-compressed first (as
+#: written before :mod:`..compression`), or compressed by :mod:`..compression` first.
+PLAIN, COMPRESSED, PACKED = 0xA7, 0xA8, 0xA9
 KEY_ID_BYTES = 8
 CHECK_BYTES = 4
 NONCE_BYTES = 12
@@ -60,11 +64,9 @@ HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
 #: What sealing adds to a value (before compression).
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
 #: The markers; whether the plaintext was compressed.
-FORMATS = {PLAIN: False, COMPRESSED: True}
+FORMATS = {PLAIN: False, COMPRESSED: True, PACKED: True}
 #: The header's marker and key id, which its check covers.
 CHECKED_BYTES = 1 + KEY_ID_BYTES
-#: Plaintexts at least this long are compressed when that saves a tenth.
-COMPRESS_MIN = 256
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
 #: Bytes of a term's keyed hash (before base64).
@@ -215,22 +217,23 @@ class DataKey:
         self._key_id = bytes.fromhex(key_id)
         self._terms = hmac.new(secret, TERM_LABEL, hashlib.sha256).digest()
 
-    def seal(self, plaintext: bytes, aad: bytes) -> bytes:
+    def seal(self, plaintext: bytes, aad: bytes, *, compress: bool = True) -> bytes:
         """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
         identity).
 
         Args:
             plaintext: What to protect.
             aad: Associated data (:func:`aad`): the same bytes must be given to :meth:`open`.
+            compress: Compress first where that makes it smaller (``False`` for values
+                compressed already, such as the checkpoint saver's).
 
         Returns:
             The sealed value.
         """
         marker = PLAIN
-        if len(plaintext) >= COMPRESS_MIN:
-            packed = zlib.compress(plaintext, 1)
-            if len(packed) * 10 <= len(plaintext) * 9:
-                plaintext, marker = packed, COMPRESSED
+        packed = pack(plaintext) if compress else None
+        if packed is not None:
+            plaintext, marker = packed, PACKED
         head = bytes((marker,)) + self._key_id
         header = head + _check(head).to_bytes(CHECK_BYTES, "big")
         nonce = os.urandom(NONCE_BYTES)
@@ -260,7 +263,12 @@ class DataKey:
                 f"a value sealed with data key {self.key_id} of {self.owner!r} does not "
                 "authenticate: it was altered or belongs to another row"
             ) from None
-        return zlib.decompress(plain) if FORMATS[data[0]] else plain
+        try:
+            if data[0] == PACKED:
+                return unpack(plain, "a sealed value")
+            return unpack_zlib(plain, "a sealed value") if data[0] == COMPRESSED else plain
+        except DamagedValueError as exc:  # it authenticated: sealed so by a key holder
+            raise DecryptionError(str(exc)) from None
 
     def seal_text(self, plaintext: bytes, aad: bytes) -> str:
         """:meth:`seal` for a text column: ``"!"`` and base64."""

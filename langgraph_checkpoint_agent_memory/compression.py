@@ -1,0 +1,147 @@
+"""Compression of stored values, with no I/O: the one place the package compresses.
+
+A value is a zstd frame made with the package's own dictionary (``values.zdict``, trained on
+what LangGraph's serde writes: checkpoint bodies, messages, pending writes; see
+``benchmarks/dictionary.py``), so even a value of a few hundred bytes shrinks: a checkpoint
+body of 525 bytes to about 125, a chat message of 330 to about 150, where plain zstd gives
+260 and 280. Values shorter than :data:`FLOOR` stay raw, and so do values longer than
+:data:`BOUND` or that compression would not make smaller: the caller marks what it packed
+(the checkpoint saver by a type prefix, the cipher by its marker byte).
+
+Opening is bounded: a frame must state its content size, and one that states more than
+:data:`BOUND` is refused before anything is decompressed, so a crafted row (an expansion
+bomb, a cut frame, garbage) gives :class:`~.errors.DamagedValueError`, never a process out of
+memory.
+
+``zstandard`` is imported on first use. A compressor or decompressor may not be used by two
+threads at once, and building one with the dictionary costs 60 to 300 µs, more than a
+hundred compressions: so they are kept in pools, taken for one call and given back (not
+one per thread: LangGraph's executor runs a graph's writes on threads that live for one
+invoke).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.errors import DamagedValueError
+
+#: Values shorter than this stay raw: a frame's header would eat what compression saves.
+FLOOR = 48
+#: The most a value may expand to: longer values stay raw, and a frame claiming more is refused.
+BOUND = 64 * 1024 * 1024
+#: The zstd level: level 3 is zstd's default, 2x faster than zlib's for the same ratio here.
+LEVEL = 3
+#: The dictionary every frame is made with.
+DICTIONARY = Path(__file__).with_name("values.zdict")
+#: Compressors and decompressors not in use (``list.pop`` and ``append`` are atomic).
+_compressors: list[Any] = []
+_decompressors: list[Any] = []
+_dictionary: list[Any] = []
+
+
+def _zstd_dictionary() -> Any:
+    """The dictionary, read and digested once (a race digests it twice, harmlessly)."""
+    if not _dictionary:
+        import zstandard
+
+        dictionary = zstandard.ZstdCompressionDict(DICTIONARY.read_bytes())
+        dictionary.precompute_compress(level=LEVEL)
+        _dictionary.append(dictionary)
+    return _dictionary[0]
+
+
+def _new_compressor() -> Any:
+    import zstandard
+
+    return zstandard.ZstdCompressor(
+        level=LEVEL, dict_data=_zstd_dictionary(), write_checksum=False, write_dict_id=False
+    )
+
+
+def _new_decompressor() -> Any:
+    import zstandard
+
+    return zstandard.ZstdDecompressor(dict_data=_zstd_dictionary())
+
+
+def _taken(pool: list[Any], new: Callable[[], Any]) -> Any:
+    try:
+        return pool.pop()
+    except IndexError:
+        return new()
+
+
+def pack(data: bytes) -> bytes | None:
+    """``data`` as a zstd frame, or ``None`` when it stays raw (shorter than :data:`FLOOR`,
+    longer than :data:`BOUND`, or no smaller compressed).
+
+    Example:
+        >>> frame = pack(b"a value that repeats, a value that repeats, a value that repeats")
+        >>> unpack(frame, "an example")
+        b'a value that repeats, a value that repeats, a value that repeats'
+        >>> pack(b"short") is None
+        True
+    """
+    if not FLOOR <= len(data) <= BOUND:
+        return None
+    compressor = _taken(_compressors, _new_compressor)
+    try:
+        frame: bytes = compressor.compress(data)
+    finally:
+        _compressors.append(compressor)
+    return frame if len(frame) < len(data) else None
+
+
+def unpack(frame: bytes, what: str) -> bytes:
+    """The value :func:`pack` made ``frame`` of.
+
+    Args:
+        frame: A zstd frame stating its content size, at most :data:`BOUND`.
+        what: The value named in the error.
+
+    Raises:
+        DamagedValueError: ``frame`` is not a whole frame of at most :data:`BOUND` bytes.
+    """
+    import zstandard
+
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size < 0 or size > BOUND:
+            raise DamagedValueError(
+                f"{what} is damaged: its compressed frame "
+                + ("states no size" if size < 0 else f"claims {size:,} bytes")
+                + f" (at most {BOUND:,} are ever written)"
+            )
+        decompressor = _taken(_decompressors, _new_decompressor)
+        try:
+            data: bytes = decompressor.decompress(frame, allow_extra_data=False)
+        finally:
+            _decompressors.append(decompressor)
+    except zstandard.ZstdError as exc:
+        raise DamagedValueError(
+            f"{what} is damaged: not a whole compressed frame ({exc})"
+        ) from None
+    return data
+
+
+def unpack_zlib(data: bytes, what: str) -> bytes:
+    """A zlib stream (what sealed values of format 2 hold when compressed before this module),
+    opened at most :data:`BOUND` bytes long.
+
+    Raises:
+        DamagedValueError: ``data`` is not a whole zlib stream of at most :data:`BOUND` bytes.
+    """
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, BOUND)
+    except zlib.error as exc:
+        raise DamagedValueError(f"{what} is damaged: not a whole zlib stream ({exc})") from None
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise DamagedValueError(
+            f"{what} is damaged: its zlib stream is cut short or expands beyond {BOUND:,} bytes"
+        )
+    return out
