@@ -445,14 +445,30 @@ class PostgresDialect(Dialect):
     def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
         return {param: list(values)}
 
-    def insert_arrays(self, table: sa.Table) -> Sql:
+    def insert_arrays(self, table: sa.Table, owner: sa.Table | None = None) -> Sql:
+        """``INSERT ... SELECT FROM unnest(...)``, one text whatever the number of rows.
+        With ``owner``, its key columns come from the owner's row, named by parameter: Citus
+        then plans a routed ``INSERT ... SELECT`` on the owner's shard (rows co-located with
+        the owner's), where from ``unnest`` alone it pulls the rows through the coordinator
+        and copies them to the shard (measured on Citus 13: 1.46 ms against 1.15 ms for a
+        put's postings, one statement per row 4.3 ms)."""
+
         def build() -> Any:
             cols = [c.name for c in written(table)]
-            arrays = [sa.cast(sa.bindparam(c), sa_pg.ARRAY(table.c[c].type)) for c in cols]
-            rows = sa.func.unnest(*arrays).table_valued(*cols).render_derived(name="u")
-            return sa.insert(table).from_select(cols, sa.select(*rows.c))
+            keys = [c.name for c in owner.primary_key.columns] if owner is not None else []
+            listed = [c for c in cols if c not in keys]
+            arrays = [sa.cast(sa.bindparam(c), sa_pg.ARRAY(table.c[c].type)) for c in listed]
+            rows = sa.func.unnest(*arrays).table_valued(*listed).render_derived(name="u")
+            if owner is None:
+                return sa.insert(table).from_select(cols, sa.select(*rows.c))
+            o = owner.alias("o")
+            picked = [o.c[c] if c in keys else rows.c[c] for c in cols]
+            named = [o.c[k] == sa.bindparam(k, type_=o.c[k].type) for k in keys]
+            source = sa.select(*picked).select_from(o).join(rows, sa.true()).where(*named)
+            return sa.insert(table).from_select(cols, source)
 
-        return self.sql(("insert_arrays", table.name), build)
+        owned = owner.name if owner is not None else None
+        return self.sql(("insert_arrays", table.name, owned), build)
 
     def under_clause(self, column: Any) -> Any:
         # A byte-order range, so the planner estimates it from the column's statistics (a
