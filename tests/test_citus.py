@@ -348,16 +348,27 @@ def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
         short, long = record("ramen", f"{key}-a"), record(text, f"{key}-b")
         assert len(long) == len(short)
         assert _postings_inserts(long) == 1
-        with psycopg.connect(citus_url) as conn:
-            stored = conn.execute(
-                "SELECT count(*) FROM am_store_terms WHERE prefix = %s AND key = %s",
-                (f"docs.{user}", key),
-            ).fetchone()
-        assert stored == (len(words),)
-        # a batch of items: one postings statement per item
+        # a batch of items of other sizes: statements of the mean's size, one per item
+        # but two for the item of twice the mean; every posting of each item stored
+        texts = {"b0": text, "b1": "tea", "b2": f"{text} {text.replace('x', 'y')}"}
         sent.clear()
-        store.batch([PutOp(ns, f"{key}-{i}", {"text": text}) for i in range(3)])
-        assert _postings_inserts(sent) == 3
+        store.batch([PutOp(ns, k, {"text": t}) for k, t in texts.items()])
+        assert _postings_inserts(sent) in (3, 4)  # the largest in two at most
+        with psycopg.connect(citus_url) as conn:
+            stored = dict(
+                conn.execute(
+                    "SELECT key, count(*) FROM am_store_terms WHERE prefix = %s GROUP BY key",
+                    (f"docs.{user}",),
+                ).fetchall()
+            )
+        assert stored == {
+            "first": 1,
+            key: len(words),
+            "b0": len(words),
+            "b1": 1,
+            "b2": 2 * len(words),
+        }
+        assert {i.key for i in store.search(ns, query=f"w{words[0]}y")} == {"b2"}
     finally:
         store.close()
         pool.close()

@@ -21,11 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v, written
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.db.database import Plan
+    from langgraph_checkpoint_agent_memory.db.database import Plan, Stmt
 
 #: Column names (of a key, of an insert, of the columns an upsert overwrites).
 Columns: TypeAlias = Sequence[str]
@@ -545,12 +545,18 @@ class Dialect:
         about how many ``index`` holds in all."""
         raise NotImplementedError
 
-    def insert_arrays(self, table: sa.Table, owner: sa.Table | None = None) -> Sql | None:
+    def insert_arrays(self, table: sa.Table) -> Sql | None:
         """One INSERT of many rows whose parameters are one list per column (a postings
-        batch in one statement, not one per row); ``None``: rows go one by one. With
-        ``owner`` (a table whose primary key columns ``table`` has too): the rows of one
-        owner row, whose key columns are bound once, as plain parameters (see
-        :func:`column_arrays`), and read from the owner's row, which must exist."""
+        batch in one statement, not one per row); ``None``: rows go one by one."""
+        return None
+
+    def insert_owned(
+        self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> Stmt | None:
+        """``rows`` of ``table`` (each carrying the primary key of its ``owner`` row, whose
+        rows they are: an item's postings) inserted as one statement per owner, each
+        naming the owner's key once, so a distributed database routes it to the owner's
+        shard; ``None``: the dialect has no such statement."""
         return None
 
     def json_path(self, path: list[str]) -> Any:
@@ -687,37 +693,6 @@ def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindP
         else sa.bindparam(c, type_=table.c[c].type)
         for c in columns
     }
-
-
-def column_arrays(
-    table: sa.Table, rows: Sequence[Mapping[str, Any]], owner: sa.Table | None = None
-) -> list[dict[str, Any]]:
-    """The parameters of :meth:`Dialect.insert_arrays` for ``rows`` of ``table``: each
-    written column as a list; with ``owner``, one parameter set per owner row (in the order
-    of their first rows) whose primary key columns are plain values.
-
-    Example:
-        >>> from langgraph_checkpoint_agent_memory.db.schema import store_items, store_terms
-        >>> rows = [
-        ...     {"term": t, "shard": "s", "prefix": "p", "key": k, "tf": 1, "dl": 2}
-        ...     for t, k in [("tea", "a"), ("jazz", "b"), ("ramen", "a")]
-        ... ]
-        >>> column_arrays(store_terms, rows)[0]["term"]
-        ['tea', 'jazz', 'ramen']
-        >>> [(p["key"], p["term"]) for p in column_arrays(store_terms, rows, store_items)]
-        [('a', ['tea', 'ramen']), ('b', ['jazz'])]
-    """
-    keys = [c.name for c in owner.primary_key.columns] if owner is not None else []
-    listed = [c.name for c in written(table) if c.name not in keys]
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
-        ident = tuple(row[k] for k in keys)
-        params = out.get(ident)
-        if params is None:
-            params = out[ident] = {**dict(zip(keys, ident, strict=True)), **{c: [] for c in listed}}
-        for c in listed:
-            params[c].append(row[c])
-    return list(out.values())
 
 
 def _on_conflict_update(

@@ -16,13 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import (
-    Dialect,
-    Sql,
-    VectorIndex,
-    column_arrays,
-    same_item,
-)
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex, same_item
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_NS_TABLES,
     items_i,
@@ -515,15 +509,17 @@ class StoreStatements:
         return self._insert(store_terms)
 
     def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
-        """Insert postings (of items whose rows are written already): in one statement where
-        the dialect takes column arrays; on a distributed database, one per item, routed to
-        the item's shard."""
-        owner = store_items if self.d.distributed else None
-        arrays = self.d.insert_arrays(store_terms, owner)
+        """Insert postings: in one statement where the dialect takes column arrays; on a
+        distributed database, one per item, routed to the item's shard (one of arrays
+        alone goes through the coordinator)."""
+        if self.d.distributed and rows:
+            routed = self.d.insert_owned(store_terms, store_items, rows)
+            if routed is not None:
+                return routed
+        arrays = self.d.insert_arrays(store_terms)
         if arrays is None or not rows:
             return Stmt(self.insert_terms(), rows, many=True)
-        params = column_arrays(store_terms, rows, owner)
-        return Stmt(arrays, params, many=True) if owner is not None else Stmt(arrays, params[0])
+        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in written(store_terms)})
 
     def _insert(self, table: sa.Table) -> Sql:
         cols = [c.name for c in written(table)]
