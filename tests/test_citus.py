@@ -355,7 +355,7 @@ def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
         store.batch([PutOp(ns, k, {"text": t}) for k, t in texts.items()])
         assert _postings_inserts(sent) in (3, 4)  # the largest in two at most
         with psycopg.connect(citus_url) as conn:
-            stored = dict(
+            stored: dict[str, int] = dict(
                 conn.execute(
                     "SELECT key, count(*) FROM am_store_terms WHERE prefix = %s GROUP BY key",
                     (f"docs.{user}",),
