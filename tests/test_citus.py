@@ -272,7 +272,7 @@ def test_every_hot_store_and_memory_statement_is_a_router_query(
     assert not_routed(citus_url, log) == []
 
 
-def _counting_store(url: str) -> tuple[Any, Any, list[str]]:
+def _counting_store(url: str, **options: Any) -> tuple[Any, Any, list[str]]:
     """A store on a pool whose cursors note each statement they send to the server (one per
     ``execute``, one per parameter set of ``executemany``), through psycopg's public
     ``cursor_factory``; the pool (the store leaves it open) and the list of texts sent."""
@@ -300,7 +300,7 @@ def _counting_store(url: str) -> tuple[Any, Any, list[str]]:
         open=True,
         kwargs={"autocommit": True, "cursor_factory": Counting},
     )
-    store = AgentMemoryStore(PostgresDatabase(pool))
+    store = AgentMemoryStore(PostgresDatabase(pool), **options)
     store.setup()
     return store, pool, sent
 
@@ -369,6 +369,33 @@ def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
             "b2": 2 * len(words),
         }
         assert {i.key for i in store.search(ns, query=f"w{words[0]}y")} == {"b2"}
+    finally:
+        store.close()
+        pool.close()
+
+
+def test_the_vectors_of_an_item_s_fields_go_in_one_statement(citus_url: str) -> None:
+    """An index of two fields: a put writes its two vectors in one statement, routed to the
+    item's shard, and a search by vector finds the item through either."""
+    from tests.helpers import WordEmbeddings
+
+    index = {"dims": 64, "embed": WordEmbeddings(), "fields": ["text", "title"]}
+    store, pool, sent = _counting_store(citus_url, index=index)
+    log = Recorder(store)
+    try:
+        ns = ("docs", "alice")
+        store.put(ns, "first", {"text": "tea", "title": "drinks"})
+        sent.clear()
+        store.put(ns, "k", {"text": "ramen in Berlin", "title": "jazz on Sunday"})
+        vector_inserts = [t for t in sent if t.lstrip().startswith("INSERT INTO am_store_vectors")]
+        assert len(vector_inserts) == 1
+        with psycopg.connect(citus_url) as conn:
+            fields = conn.execute(
+                "SELECT field FROM am_store_vectors WHERE key = 'k' ORDER BY field"
+            ).fetchall()
+        assert fields == [("text#0",), ("title#0",)]
+        assert store.search(ns, query="jazz Sunday", limit=1)[0].key == "k"
+        assert not_routed(citus_url, log) == []
     finally:
         store.close()
         pool.close()

@@ -577,11 +577,17 @@ class StoreStatements:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
                     self.d.vector_row(row)
-            out += [
-                Stmt(vec_sql, keys, many=True),
-                Stmt(self.insert_vector(native), vectors, many=True),
-            ]
+            out += [Stmt(vec_sql, keys, many=True), self._insert_vectors_stmt(vectors, native)]
         return out
+
+    def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
+        """Insert vector rows (one per embedded field of each item): on a distributed
+        database, as bytes only, one statement per item routed to its shard."""
+        if self.d.distributed and not native and rows:
+            routed = self.d.insert_owned(store_vectors, store_items, rows)
+            if routed is not None:
+                return routed
+        return Stmt(self.insert_vector(native), rows, many=True)
 
     def ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
         """Core: ``t``'s row is in the namespace ``:ns`` (``exact``: an index seek after the
