@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.store.base import PutOp
 
 from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -266,6 +270,136 @@ def test_every_hot_store_and_memory_statement_is_a_router_query(
     assert any("am_memory_pending" in t for t in texts)  # memory's statements were seen too
     assert any("am_store_vectors" in t for t in texts)
     assert not_routed(citus_url, log) == []
+
+
+def _counting_store(url: str, **options: Any) -> tuple[Any, Any, list[str]]:
+    """A store on a pool whose cursors note each statement they send to the server (one per
+    ``execute``, one per parameter set of ``executemany``), through psycopg's public
+    ``cursor_factory``; the pool (the store leaves it open) and the list of texts sent."""
+    import psycopg_pool
+
+    from langgraph_checkpoint_agent_memory import AgentMemoryStore
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+
+    sent: list[str] = []
+
+    class Counting(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            sent.append(str(query))
+            return super().execute(query, params, **kw)
+
+        def executemany(self, query: Any, params_seq: Any, **kw: Any) -> None:
+            each = list(params_seq)
+            sent.extend(str(query) for _ in each)
+            super().executemany(query, each, **kw)
+
+    pool = psycopg_pool.ConnectionPool(
+        url,
+        min_size=1,
+        max_size=2,
+        open=True,
+        kwargs={"autocommit": True, "cursor_factory": Counting},
+    )
+    store = AgentMemoryStore(PostgresDatabase(pool), **options)
+    store.setup()
+    return store, pool, sent
+
+
+def _postings_inserts(sent: list[str]) -> int:
+    return sum(t.lstrip().startswith("INSERT INTO am_store_terms") for t in sent)
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(words=st.lists(st.integers(0, 10_000), min_size=1, max_size=120, unique=True))
+@example(words=[7])  # VALUES, and the arrays from the owner's row (more than 8 rows)
+@example(words=list(range(30)))
+def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
+    citus_url: str, words: list[int]
+) -> None:
+    """However many distinct words an item holds, a put and a record send one statement of
+    postings (routed to the item's shard: ``VALUES`` for a few, arrays read with the item's
+    row for more), and as many statements in all as for one word: postings row by row sent
+    one statement per word (10 for a put of 7 words, 15 for a record of 11)."""
+    from langgraph_checkpoint_agent_memory import AgentMemory
+
+    store, pool, sent = _counting_store(citus_url)
+    memory = AgentMemory(store)
+    try:
+        text = " ".join(f"w{n}x" for n in words)
+        user = f"u{uuid.uuid4().hex[:8]}"  # an example's own namespace and scope
+        ns, key = ("docs", user), "k"
+
+        def put(value: str) -> list[str]:
+            sent.clear()
+            store.put(ns, key, {"text": value})
+            return list(sent)
+
+        def record(value: str, turn: str) -> list[str]:
+            sent.clear()
+            memory.record(f"user={user}", [{"role": "user", "content": value}], key=turn)
+            return list(sent)
+
+        store.put(ns, "first", {"text": "tea"})  # first use: tables and settings checked
+        record("tea", "first")
+        one, many = put("ramen"), put(text)
+        assert len(many) == len(one)
+        assert _postings_inserts(many) == 1
+        assert [i.key for i in store.search(ns, query=f"w{words[-1]}x")] == [key]
+        short, long = record("ramen", f"{key}-a"), record(text, f"{key}-b")
+        assert len(long) == len(short)
+        assert _postings_inserts(long) == 1
+        # a batch of items of other sizes: one statement per item; every posting stored
+        texts = {"b0": text, "b1": "tea", "b2": f"{text} {text.replace('x', 'y')}"}
+        sent.clear()
+        store.batch([PutOp(ns, k, {"text": t}) for k, t in texts.items()])
+        assert _postings_inserts(sent) == 3
+        with psycopg.connect(citus_url) as conn:
+            stored: dict[str, int] = dict(
+                conn.execute(
+                    "SELECT key, count(*) FROM am_store_terms WHERE prefix = %s GROUP BY key",
+                    (f"docs.{user}",),
+                ).fetchall()
+            )
+        assert stored == {
+            "first": 1,
+            key: len(words),
+            "b0": len(words),
+            "b1": 1,
+            "b2": 2 * len(words),
+        }
+        assert {i.key for i in store.search(ns, query=f"w{words[0]}y")} == {"b2"}
+    finally:
+        store.close()
+        pool.close()
+
+
+def test_the_vectors_of_an_item_s_fields_go_in_one_statement(citus_url: str) -> None:
+    """An index of two fields: a put writes its two vectors in one statement, routed to the
+    item's shard, and a search by vector finds the item through either."""
+    from tests.helpers import WordEmbeddings
+
+    index = {"dims": 64, "embed": WordEmbeddings(), "fields": ["text", "title"]}
+    store, pool, sent = _counting_store(citus_url, index=index)
+    log = Recorder(store)
+    try:
+        ns = ("docs", "alice")
+        store.put(ns, "first", {"text": "tea", "title": "drinks"})
+        sent.clear()
+        store.put(ns, "k", {"text": "ramen in Berlin", "title": "jazz on Sunday"})
+        vector_inserts = [t for t in sent if t.lstrip().startswith("INSERT INTO am_store_vectors")]
+        assert len(vector_inserts) == 1
+        with psycopg.connect(citus_url) as conn:
+            fields = conn.execute(
+                "SELECT field FROM am_store_vectors WHERE key = 'k' ORDER BY field"
+            ).fetchall()
+        assert fields == [("text#0",), ("title#0",)]
+        assert store.search(ns, query="jazz Sunday", limit=1)[0].key == "k"
+        assert not_routed(citus_url, log) == []
+    finally:
+        store.close()
+        pool.close()
 
 
 def test_a_search_above_the_shard_key_still_finds_every_user(citus_url: str, memory: Any) -> None:

@@ -294,20 +294,30 @@ def test_memory_calls_of_one_scope_name_its_shard_key(database_url: str) -> None
     store.close()
 
 
-def test_on_a_distributed_database_rows_go_in_by_values(database_url: str) -> None:
+@pytest.mark.parametrize("words", [3, 40])
+def test_on_a_distributed_database_rows_go_in_by_values(database_url: str, words: int) -> None:
     """Where the tables are distributed, every insert of a put and of a record is an
-    ``INSERT ... VALUES`` (routed to the row's shard), never an ``INSERT ... SELECT`` (which
-    a distributed database first pulls to its coordinator); the data is the same."""
+    ``INSERT ... VALUES`` (routed to the row's shard) or, for an item's many postings, one
+    ``INSERT ... SELECT`` from the item's own row named by its shard key (routed to that
+    shard too), never an ``INSERT ... SELECT`` of rows alone (which a distributed database
+    first pulls to its coordinator); the data is the same."""
     store = create_store(database_url)
     memory = AgentMemory(store)
     store.setup()
     store.dialect.distributed = True
     watch = Watch(store)
-    store.put(("users", "alice"), "a", {"text": "green tea in the morning"})
+    more = " ".join(f"word{i}x" for i in range(words - 3))
+    store.put(("users", "alice"), "a", {"text": f"green tea in the morning {more}"})
     memory.record("user=alice", [HumanMessage("I drink green tea")], thread_id="t", key="e")
     inserts = [t for t, p in watch.take() if re.match(r"\s*INSERT", t) and p != []]
     assert len(inserts) >= 6
-    assert not [t for t in inserts if re.search(r"\bSELECT\b", t)]
+    selects = [t for t in inserts if re.search(r"\bSELECT\b", t)]
+    for select in selects:  # postings of more than a few words (PostgreSQL only)
+        assert select.startswith("INSERT INTO am_store_terms")
+        assert "FROM am_store_items AS o" in select and "o.shard = %(shard)s" in select
+    postgres = database_url.startswith("postgresql")
+    assert len(selects) >= (2 if postgres and words > 8 else 0)  # the put's and the record's
+    assert postgres or selects == []
     [hit] = store.search(("users", "alice"), query="green tea")
     assert hit.key == "a"
     assert [e.key for e in memory.episodes("user=alice")] == ["e"]

@@ -12,8 +12,9 @@ Targets (:data:`TARGETS`, each a function that adds one or says why it cannot):
 
 Every target's cases run interleaved (shuffled each round) so noise hits them alike. Per
 target: ``put``, ``put_writes`` and ``get_tuple`` on threads with a history, a 3-node graph's
-``invoke`` (sync) and ``ainvoke`` (async) on short threads, and store ``put``, ``search``
-(a query inside one user's namespace), ``AgentMemory.record`` and ``build_context``. The
+``invoke`` (sync) and ``ainvoke`` (async) on short threads, and store ``put`` (of 4 words,
+and of 30 distinct words: its postings are one statement per item), ``search`` (a query
+inside one user's namespace), ``AgentMemory.record`` and ``build_context``. The
 ratio printed for each is throughput (or 1 / median latency) of the target over
 ``postgres``; the target for PgBouncer is >= 0.8 for graph invokes.
 
@@ -122,6 +123,11 @@ def _store_cases(url: str, name: str, items: int) -> dict[str, Callable[[], Any]
     def put() -> None:
         store.put(("docs", next(cycle)), f"k{next(keys)}", {"text": "a new note on ramen"})
 
+    def put_long() -> None:  # 30 words, as the items of issue-sized loads: 30 postings
+        n = next(keys)
+        text = " ".join(f"{words[i % len(words)]}{n % 7 + i}" for i in range(30))
+        store.put(("docs", next(cycle)), f"k{n}", {"text": text})
+
     def search() -> None:
         store.search(("docs", next(cycle)), query="ramen delivery", limit=10)
 
@@ -136,7 +142,13 @@ def _store_cases(url: str, name: str, items: int) -> dict[str, Callable[[], Any]
     def context() -> None:
         memory.build_context(f"user={next(cycle)}", "where did I eat ramen?")
 
-    return {"store_put": put, "store_search": search, "record": record, "build_context": context}
+    return {
+        "store_put": put,
+        "store_put_30_words": put_long,
+        "store_search": search,
+        "record": record,
+        "build_context": context,
+    }
 
 
 def run(*, quick: bool, out: Path) -> None:

@@ -25,7 +25,7 @@ from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.db.database import Plan
+    from langgraph_checkpoint_agent_memory.db.database import Plan, Stmt
 
 #: Column names (of a key, of an insert, of the columns an upsert overwrites).
 Columns: TypeAlias = Sequence[str]
@@ -548,6 +548,15 @@ class Dialect:
     def insert_arrays(self, table: sa.Table) -> Sql | None:
         """One INSERT of many rows whose parameters are one list per column (a postings
         batch in one statement, not one per row); ``None``: rows go one by one."""
+        return None
+
+    def insert_owned(
+        self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
+    ) -> Stmt | None:
+        """``rows`` of ``table`` (each carrying the primary key of its ``owner`` row, whose
+        rows they are: an item's postings) inserted as one statement per owner, each
+        naming the owner's key once, so a distributed database routes it to the owner's
+        shard; ``None``: the dialect has no such statement."""
         return None
 
     def json_path(self, path: list[str]) -> Any:

@@ -510,9 +510,15 @@ class StoreStatements:
         return self._insert(store_terms)
 
     def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
-        """Insert postings: in one statement where the dialect takes column arrays."""
+        """Insert postings: in one statement where the dialect takes column arrays; on a
+        distributed database, one per item, routed to the item's shard (one of arrays
+        alone goes through the coordinator)."""
+        if self.d.distributed and rows:
+            routed = self.d.insert_owned(store_terms, store_items, rows)
+            if routed is not None:
+                return routed
         arrays = self.d.insert_arrays(store_terms)
-        if arrays is None or not rows or self.d.distributed:
+        if arrays is None or not rows:
             return Stmt(self.insert_terms(), rows, many=True)
         return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in written(store_terms)})
 
@@ -572,11 +578,17 @@ class StoreStatements:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
                     self.d.vector_row(row)
-            out += [
-                Stmt(vec_sql, keys, many=True),
-                Stmt(self.insert_vector(native), vectors, many=True),
-            ]
+            out += [Stmt(vec_sql, keys, many=True), self._insert_vectors_stmt(vectors, native)]
         return out
+
+    def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
+        """Insert vector rows (one per embedded field of each item): on a distributed
+        database, as bytes only, one statement per item routed to its shard."""
+        if self.d.distributed and not native and rows:
+            routed = self.d.insert_owned(store_vectors, store_items, rows)
+            if routed is not None:
+                return routed
+        return Stmt(self.insert_vector(native), rows, many=True)
 
     def ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
         """Core: ``t``'s row is in the namespace ``:ns`` (``exact``: an index seek after the
