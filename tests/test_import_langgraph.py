@@ -423,10 +423,20 @@ def test_a_run_killed_part_way_is_finished_by_the_next(what: str, at: int, tmp_p
 
 # -- sources written by the oldest saver that runs with this LangGraph ------------------------
 
+#: An item's TTL in a fixture ran out an hour after the fixture was written: its expiry is
+#: set from the time the test runs, as a read refreshing it would, so the item is live.
+LIVE_AGAIN = {
+    "sqlite": "CASE WHEN ttl_minutes IS NOT NULL THEN "
+    "strftime('%Y-%m-%d %H:%M:%f+00:00', 'now', '+' || ttl_minutes || ' minutes') END",
+    "postgresql": "now() + ttl_minutes * interval '1 minute'",
+}
+
 
 def test_sqlite_source_of_the_oldest_saver(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     path.write_bytes(gzip.decompress((FIXTURES / "sqlite-3.0.2.db.gz").read_bytes()))
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(f"UPDATE store SET expires_at = {LIVE_AGAIN['sqlite']}")
     made = json.loads((FIXTURES / "sources.json").read_text())
     src = Source(f"sqlite:///{path}", "sqlite", made["threads"], made["items"])
     url = f"sqlite:///{tmp_path / 'memory.db'}"
@@ -446,6 +456,7 @@ def test_postgres_source_of_the_oldest_saver(
     with psycopg.connect(url, autocommit=True) as conn:
         dump = gzip.decompress((FIXTURES / "postgres-3.0.3.sql.gz").read_bytes()).decode()
         conn.execute(dump)
+        conn.execute(f"UPDATE store SET expires_at = {LIVE_AGAIN['postgresql']}")
     made = json.loads((FIXTURES / "sources.json").read_text())
     src = Source(url, "postgresql", made["threads"], made["items"])
     dest = f"sqlite:///{tmp_path / 'memory.db'}"
