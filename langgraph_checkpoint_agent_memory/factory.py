@@ -13,13 +13,12 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
-
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.store.base import TTLConfig
 
     from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver

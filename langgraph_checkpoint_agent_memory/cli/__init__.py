@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_checkpoint_agent_memory import __version__, settings
+from langgraph_checkpoint_agent_memory import __version__
 from langgraph_checkpoint_agent_memory.cli.common import (
     CommandError,
     Parser,
@@ -51,7 +51,6 @@ from langgraph_checkpoint_agent_memory.cli.memory import (
 )
 from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads, _size, _when
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.demo import DEMO_FILE
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,
@@ -102,6 +101,8 @@ def _create_folder(folder: Path, where: str) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory import settings
+
     for module in args.module:
         try:
             importlib.import_module(module)
@@ -319,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url",
         type=url_argument,
-        help=f"the demo's own database (default: sqlite:///{DEMO_FILE} in the current folder; "
+        help=f"the demo's own database (default: sqlite:///{urls.DEMO_FILE} in the current folder; "
         f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
         "created before; any other is refused",
     )

@@ -18,10 +18,10 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     existing,
     resolve_url,
 )
-from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
-from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV, Encryption
+from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
 
 if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.crypto.config import Encryption
     from langgraph_checkpoint_agent_memory.crypto.keyring import KeyStore
 
 
@@ -38,6 +38,8 @@ def _required_encryption() -> Encryption:
 
 
 def _cmd_new_key(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
+
     key = generate_master_key()
     _emit(args, {"master_key": key}, lambda out: print(key))
     return 0
