@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_checkpoint_agent_memory import __version__
+from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
     CommandError,
     Parser,
@@ -49,7 +49,7 @@ from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_scopes,
     _cmd_worker,
 )
-from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads, _size, _when
+from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
@@ -197,7 +197,7 @@ def _ago(seconds: float) -> str:
 
 
 def _known(n: int | None) -> str:
-    return "unknown" if n is None else _size(n)
+    return "unknown" if n is None else output.size(n)
 
 
 def _render(out: Any, data: dict[str, Any]) -> None:
@@ -220,7 +220,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
             "oldest pending",
             "none"
             if oldest is None
-            else f"{_when(oldest)} ({_ago(backlog['oldest_pending_age_seconds'])} ago)",
+            else f"{output.when(oldest)} ({_ago(backlog['oldest_pending_age_seconds'])} ago)",
         )
         figures.add_row("parked episodes", str(jobs["parked_episodes"]))
         figures.add_row("failed jobs", str(jobs["failed_jobs"]))
@@ -253,7 +253,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         sizes.add_row(name, str(count), _known(n))
     sizes.add_row("total", str(len(size["tables"])), _known(size["total_bytes"]))
     if size["file_bytes"] is not None:
-        sizes.add_row("file", "", _size(size["file_bytes"]))
+        sizes.add_row("file", "", output.size(size["file_bytes"]))
     out.print(sizes)
 
 
@@ -292,13 +292,23 @@ def _shown_default() -> str:
         return f"a SQLite file under ${urls.HOME_ENV}"
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import langgraph_checkpoint_agent_memory as package
+
+        print(f"{parser.prog} {package.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
         epilog="SCOPE is written user=alice,agent=support (keys: user, agent, workflow).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:

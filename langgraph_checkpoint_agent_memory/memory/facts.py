@@ -29,8 +29,10 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # loaded by the one function that computes with it: reading needs none
+    import numpy as np
 
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
@@ -278,6 +280,8 @@ def by_vectors(
 ) -> Similar:
     """Near-duplicates by cosine similarity of the embeddings of what search indexes
     (:meth:`~.model.Fact.search_text`): ``candidate_vectors`` by the candidates' text."""
+    import numpy as np
+
     keys = [k for k in fact_vectors]
     matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
     norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)
