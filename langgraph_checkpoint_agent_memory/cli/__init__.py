@@ -49,6 +49,7 @@ from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_scopes,
     _cmd_worker,
 )
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import (
@@ -73,7 +74,9 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
             _create_folder(Path(target.options["path"]).parent, target.masked())
         # with the master key configured, the database is marked encrypted (without it,
         # an encrypted one is refused)
-        applied = migrate(store.db, COMPONENTS, store.shard_depth, store.keyring is not None)
+        encrypted = store.keyring is not None
+        with progress(args, "migrating", "parts") as report:
+            applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}

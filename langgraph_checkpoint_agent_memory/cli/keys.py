@@ -18,6 +18,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     existing,
     resolve_url,
 )
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
         KeyStore(open_database(url), owned=True, auto_setup=False), encryption.key_provider()
     )
     try:
-        rewrapped = keyring.rotate()
+        with progress(args, "re-wrapping data keys", "keys") as report:
+            rewrapped = keyring.rotate(on_progress=report)
         where = keyring.keystore.describe()
     finally:
         keyring.close()
@@ -90,7 +92,8 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
     if "checkpoint" in installed:
         saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
         try:
-            counts["checkpoints"] = saver.encrypt_plaintext()
+            with progress(args, "encrypting threads", "threads") as report:
+                counts["checkpoints"] = saver.encrypt_plaintext(on_progress=report)
         finally:
             saver.close()
     if "store" in installed:
@@ -103,7 +106,8 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
                 # first: memory's pending migrations (re-indexing facts) run on plaintext
                 # rows, with the store's setup, before the store seals them
                 memory = AgentMemory(store)
-            counts["store"] = store.encrypt_plaintext()
+            with progress(args, "encrypting store items", "items") as report:
+                counts["store"] = store.encrypt_plaintext(on_progress=report)
             if memory is not None:
                 counts["memory"] = memory.encrypt_plaintext()
         finally:

@@ -151,7 +151,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
                 if answer.strip().lower() not in ("y", "yes"):
                     print("Nothing erased.")
                     return 1
-            counts = memory.erase(scope)
+            with progress(args, f"erasing {scope.key}", "parts") as report:
+                counts = memory.erase(scope, on_progress=report)
 
     def render(out: Any) -> None:
         if settled:

@@ -70,6 +70,7 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
         MofNCompleteColumn(),
         TextColumn(unit),
         TaskProgressColumn(show_speed=True),
+        TextColumn("elapsed"),
         TimeElapsedColumn(),
         TextColumn("left"),
         TimeRemainingColumn(),

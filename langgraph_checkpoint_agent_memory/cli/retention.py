@@ -15,6 +15,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     resolve_url,
 )
 from langgraph_checkpoint_agent_memory.cli.output import size, when
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
@@ -63,9 +64,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _sweep_dry_run(args, options)
     with _memory(args, checkpointer_options=options) as memory:
-        items = memory.store.sweep()
-        sweep = getattr(memory.checkpointer, "sweep", None)
-        threads = list(sweep()) if callable(sweep) else []
+        with progress(args, "removing expired store items", "items") as report:
+            items = memory.store.sweep(on_progress=report)
+        with progress(args, "removing expired threads", "threads") as report:
+            threads = list(memory.checkpointer.sweep(on_progress=report))
     data = {"store_items": items, "threads": threads}
     _emit(
         args,
