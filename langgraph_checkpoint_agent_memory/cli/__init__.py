@@ -305,7 +305,23 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """A command's parser not built: the command line names another (building the parsers of
+    all twenty commands, with argparse's message lookups, costs a tenth of a second)."""
+
+    def add_argument(self, *args: Any, **options: Any) -> None:
+        """Nothing: the parser is not built."""
+
+
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; given ``argv``, only the parser of the command it names is
+    built in full (all are, without a command or with an unknown one, to list them)."""
+    only = None if argv is None else _named_command(argv)
     parser = Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
@@ -315,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        if only is not None and name != only:
+            return _Unbuilt()
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
         if name not in ("config", "demo", "new-key"):
@@ -432,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="import MODULE first so its @agent_config fields are registered (repeatable)",
     )
+    if only is not None and only not in commands.choices:  # an unknown command: list them all
+        return build_parser()
     return parser
 
 
@@ -439,8 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # psycopg_pool logs each failed connection attempt; the command reports the outcome in
     # one line of its own, so those attempts would only repeat it
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return 0

@@ -96,7 +96,10 @@ def seconds_argument(text: str) -> float:
 def _console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=args.command != "demo")
+    # what the commands print is data, shown as stored: "[x]" or ":smile:" in a fact stays
+    # as it is (only the demo's own text is styled)
+    demo = args.command == "demo"
+    return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
 
 def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
