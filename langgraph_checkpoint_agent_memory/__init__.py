@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         InvalidValueError as InvalidValueError,
         KeyMissingError as KeyMissingError,
         KeysBesideDataWarning as KeysBesideDataWarning,
+        MissingExtraError as MissingExtraError,
         PlaintextRowError as PlaintextRowError,
         ReadOnlyDatabaseError as ReadOnlyDatabaseError,
         ThreadDeletedError as ThreadDeletedError,
@@ -80,7 +81,7 @@ _HOMES = {
     "crypto": "Encryption KeyProvider MasterKeyProvider generate_master_key",
     "errors": """AgentMemoryError ClosedError ConfigurationError DatabaseNotFoundError
         DatabaseUnavailableError DecryptionError EncryptionError InvalidNamespaceValueError
-        InvalidValueError KeyMissingError KeysBesideDataWarning PlaintextRowError
+        InvalidValueError KeyMissingError KeysBesideDataWarning MissingExtraError PlaintextRowError
         ReadOnlyDatabaseError ThreadDeletedError""",
     "factory": "create_checkpointer create_store",
     "memory": """AgentMemory ChatModelExtractor ExtractionError Extractor RuleBasedExtractor

@@ -21,6 +21,42 @@ class ConfigurationError(AgentMemoryError, ValueError):
     """A setting, argument or configuration source holds a value that cannot be used."""
 
 
+class MissingExtraError(ConfigurationError, ImportError):
+    """A feature needs packages of an extra of this package that is not installed; nothing
+    was done. The message is one line: what needs them, and the command that installs the
+    extra (``extra`` names it: ``postgres``, ``hana``, ``encryption``, ``embed``,
+    ``wordllama``). A :class:`ConfigurationError` (the command line exits with status 2) and
+    an ``ImportError``.
+
+    Example:
+        >>> print(MissingExtraError("PostgreSQL needs psycopg 3", "postgres"))
+        PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'
+    """
+
+    def __init__(self, needs: str, extra: str, alternative: str = "") -> None:
+        super().__init__(
+            f"{needs}: pip install 'langgraph-checkpoint-agent-memory[{extra}]'{alternative}"
+        )
+        self.extra = extra
+
+
+def require(module: str, extra: str, needs: str, alternative: str = "") -> Any:
+    """``module``, imported: a package the extra ``extra`` installs; when it is missing,
+    :class:`MissingExtraError` (``needs``: what needs it; ``alternative``: the end of the
+    message, another way out).
+
+    Example:
+        >>> require("json", "postgres", "PostgreSQL needs psycopg 3").__name__
+        'json'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(needs, extra, alternative) from exc
+
+
 class DatabaseNotFoundError(ConfigurationError):
     """The database named does not exist, and was opened in a way that creates none (a SQLite
     file with ``mode="rw"`` or ``"ro"``): nothing was created. The message names it."""
