@@ -17,8 +17,10 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     _installed,
     existing,
     resolve_url,
+    url_argument,
 )
 from langgraph_checkpoint_agent_memory.cli.progress import progress
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
 
 if TYPE_CHECKING:
@@ -30,8 +32,8 @@ def _required_encryption() -> Encryption:
     from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     found = resolve_encryption(None)
-    if found is None:
-        raise CommandError(
+    if found is None:  # configuration: status 2, as every setting that cannot be used
+        raise ConfigurationError(
             f"encryption is not configured: set {MASTER_KEY_ENV} (base64 master keys, newest "
             "first; `agent-memory new-key` makes one)"
         )
@@ -209,4 +211,4 @@ def add_commands(command: Any) -> None:
         "writers first; then set AGENT_MEMORY_KEYSTORE_URL)",
         _cmd_move_keys,
     )
-    move.add_argument("--to", required=True, help="the key store's database URL")
+    move.add_argument("--to", required=True, type=url_argument, help="the key store's database URL")

@@ -11,7 +11,6 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
-    CommandError,
     _console,
     _emit,
     _extractor,
@@ -24,6 +23,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
 )
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 # -- commands ------------------------------------------------------------------------------
 
@@ -145,8 +145,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
             counts = {"scopes": 0, "threads": 0, "keys": settled}
         else:
             if not args.yes:
-                if not sys.stdin.isatty():
-                    raise CommandError("erase needs --yes when not run on a terminal")
+                if not sys.stdin.isatty():  # a usage mistake: status 2
+                    raise ConfigurationError("erase needs --yes when not run on a terminal")
                 answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
                 if answer.strip().lower() not in ("y", "yes"):
                     print("Nothing erased.")
