@@ -78,7 +78,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_help_loads_no_database_layer() -> None:
     modules = loaded("--help")
-    assert heavy(modules, (*FACADE, "sqlalchemy", "numpy", "rich")) == []
+    assert heavy(modules, (*FACADE, "sqlalchemy", "numpy", "pydantic", "rich")) == []
 
 
 @pytest.mark.parametrize(
