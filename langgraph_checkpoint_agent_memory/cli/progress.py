@@ -9,8 +9,14 @@ scripts read stdout and stderr unchanged.
 
 Example:
     ```python
-    with progress(args, "encrypting store items") as report:
-        store.encrypt_plaintext(on_progress=report)
+    import argparse
+
+    from langgraph_checkpoint_agent_memory import create_store
+
+    args = argparse.Namespace(json=False)  # the command's arguments
+    with create_store("sqlite:///memory.db") as store:
+        with progress(args, "removing expired store items", "items") as report:
+            store.sweep(on_progress=report)
     ```
 """
 
