@@ -10,6 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory as AgentMemory
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        EpisodeEntry as EpisodeEntry,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        EpisodeSummary as EpisodeSummary,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        Extraction as Extraction,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        FactCandidate as FactCandidate,
+    )
     from langgraph_checkpoint_agent_memory.memory.consolidate import (
         JobResult as JobResult,
     )
@@ -45,19 +57,7 @@ if TYPE_CHECKING:
         Episode as Episode,
     )
     from langgraph_checkpoint_agent_memory.memory.model import (
-        EpisodeEntry as EpisodeEntry,
-    )
-    from langgraph_checkpoint_agent_memory.memory.model import (
-        EpisodeSummary as EpisodeSummary,
-    )
-    from langgraph_checkpoint_agent_memory.memory.model import (
-        Extraction as Extraction,
-    )
-    from langgraph_checkpoint_agent_memory.memory.model import (
         Fact as Fact,
-    )
-    from langgraph_checkpoint_agent_memory.memory.model import (
-        FactCandidate as FactCandidate,
     )
     from langgraph_checkpoint_agent_memory.memory.model import (
         Scope as Scope,
@@ -92,12 +92,12 @@ if TYPE_CHECKING:
 #: Each public name -> the module (of this package) that defines it.
 _HOMES = {
     "agent": "AgentMemory",
+    "candidates": "EpisodeEntry EpisodeSummary Extraction FactCandidate",
     "consolidate": "JobResult Report",
     "decay": "DecayPolicy",
     "extract": """CallableExtractor ChatModelExtractor ExtractionError ExtractionRequest
         Extractor RuleBasedExtractor episode_summaries parse_extraction""",
-    "model": """Episode EpisodeEntry EpisodeSummary Extraction Fact FactCandidate Scope
-        ScopeError lexical_text""",
+    "model": "Episode Fact Scope ScopeError lexical_text",
     "nodes": "CONTEXT_MESSAGE_ID",
     "recall": "Recalled RecallOptions",
     "settings": "MemorySettings RecallWeights RecordOptions",

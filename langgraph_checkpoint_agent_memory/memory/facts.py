@@ -31,17 +31,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # loaded by the one function that computes with it: reading needs none
-    import numpy as np
-
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
-    FactCandidate,
     default_statement,
     digest,
     fact_key,
     normalize_value,
 )
+
+if TYPE_CHECKING:  # numpy: loaded by the one function that computes with it; reading needs
+    # neither it nor the candidates' pydantic models
+    import numpy as np
+
+    from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate
 
 MAX_SOURCES = 20
 
@@ -68,7 +70,7 @@ def history_key(fact: Fact) -> str:
 
 
 #: ``similar(candidate, facts) -> key of the fact it duplicates, or None``
-Similar = Callable[[FactCandidate, dict[str, Fact]], "str | None"]
+Similar = Callable[["FactCandidate", dict[str, Fact]], "str | None"]
 
 
 def merge(
