@@ -53,6 +53,11 @@ if TYPE_CHECKING:
         create_checkpointer as create_checkpointer,
         create_store as create_store,
     )
+    from langgraph_checkpoint_agent_memory.from_langgraph import (
+        ImportProgress as ImportProgress,
+        ImportReport as ImportReport,
+        import_from_langgraph as import_from_langgraph,
+    )
     from langgraph_checkpoint_agent_memory.memory import (
         AgentMemory as AgentMemory,
         ChatModelExtractor as ChatModelExtractor,
@@ -84,6 +89,7 @@ _HOMES = {
         InvalidValueError KeyMissingError KeysBesideDataWarning MissingExtraError PlaintextRowError
         ReadOnlyDatabaseError ThreadDeletedError""",
     "factory": "create_checkpointer create_store",
+    "from_langgraph": "ImportProgress ImportReport import_from_langgraph",
     "memory": """AgentMemory ChatModelExtractor ExtractionError Extractor RuleBasedExtractor
         Scope ScopeError""",
     "rerank": "Reranking",

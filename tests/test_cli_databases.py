@@ -189,8 +189,8 @@ def test_a_setting_refused_leaves_no_demo_file(tmp_path: Path, where: list[str])
 
 # -- commands on a database that does not exist --------------------------------------------
 
-#: Every command that takes --url, but ``migrate`` (which creates a database) and ``demo``
-#: (which creates its own); each with the arguments it needs.
+#: Every command that takes --url, but ``migrate`` and ``import`` (which create a database)
+#: and ``demo`` (which creates its own); each with the arguments it needs.
 COMMANDS = [
     ("consolidate",),
     ("decay",),
@@ -226,7 +226,7 @@ def test_every_command_with_url_is_covered(capsys: pytest.CaptureFixture[str]) -
         if "--url" in capsys.readouterr().out:
             with_url.add(name)
     assert "consolidate" in names and "config" not in with_url
-    assert with_url - {"migrate", "demo"} == {c[0] for c in COMMANDS}
+    assert with_url - {"migrate", "import", "demo"} == {c[0] for c in COMMANDS}
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -163,6 +163,50 @@ def test_search_reads_blocks_and_lists_the_same_items(store: AgentMemoryStore) -
     )
 
 
+def test_items_tied_by_the_hundred_are_ranked_from_blocks(store: AgentMemoryStore) -> None:
+    """Two words, each once in a random half of items of one length: a hundred items tie for
+    the best score. Blocks rank them as the postings do (the tie broken by namespace and
+    key), through writes since the build, instead of standing aside for a minute."""
+    rng = random.Random(4)
+
+    def tied(i: int) -> dict[str, Any]:
+        first = "printer" if rng.random() < 0.5 else "munich"
+        second = "refund" if rng.random() < 0.5 else "paris"
+        return {"text": f"{first} {second} order invoice"}
+
+    for i in range(400):
+        store.put(("t", "a" if i % 3 else "b"), f"k{i}", tied(i))
+    sent = Recorder(store)
+    for want in (1, 5, 20):
+        expected = bm25(store, ("t",), "printer refund", want, on=False)
+        assert bm25(store, ("t",), "printer refund", want, on=True) == expected
+        exact = bm25(store, ("t", "a"), "printer refund", want, on=False)
+        assert bm25(store, ("t", "a"), "printer refund", want, on=True) == exact
+    assert sent.took("am_store_blocks")
+    assert not store.ranker.blocks.declines(("t", False, ("printer", "refund")))
+    store.put(("t", "a"), "k0", {"text": "munich paris order invoice"})  # out of the tie
+    store.put(("t", "a"), "k1", {"text": "printer refund order invoice"})  # into it
+    store.delete(("t", "a"), "k10")
+    for want in (1, 5, 20):
+        expected = bm25(store, ("t",), "printer refund", want, on=False)
+        assert bm25(store, ("t",), "printer refund", want, on=True) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text("ab\u00e9\U0001f600", max_size=10), min_size=1, max_size=60, unique=True),
+    st.integers(1, 12),
+)
+def test_first_tied_is_the_keys_order(keys: list[str], n: int) -> None:
+    """The first tied items are the smallest keys, as Python (and the database, in byte
+    order) sorts them, whatever their shared beginnings."""
+    block = B.pack("ns", [(k, 1, 3) for k in keys])
+    entries = np.frombuffer(block.postings, dtype=B.ENTRY)
+    at = np.arange(len(keys), dtype=np.int64)
+    first = B.first_tied(at, [B.Block("t", "ns", "ns", 1, entries, block.keys)], [], n)
+    assert [k for _, k, _ in first] == sorted(keys)[:n]
+
+
 def test_writers_and_a_reader_building_blocks_lose_nothing(store: AgentMemoryStore) -> None:
     """Writers put and delete while a reader's queries build and rebuild blocks (a build
     never waits on a write's postings: it leaves them unpacked); then the answer is the

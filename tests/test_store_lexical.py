@@ -13,6 +13,8 @@ import pytest
 
 from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory import text as T
+from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock, Recorder, present
 
@@ -106,6 +108,26 @@ def test_postings_follow_their_item(make_store: Callable[..., AgentMemoryStore])
     assert store.search(("p",), query="sourdough") == []
     store.put(("p",), "z", {"text": "the and of"})  # nothing but stopwords: no terms
     assert keys(store.search(("p",), query="the")) == ["z", "x"]  # no terms: newest first
+
+
+def test_the_indexed_text_is_not_kept_with_the_item(
+    make_store: Callable[..., AgentMemoryStore], store_backend: str
+) -> None:
+    """The postings hold what search needs: the item's row keeps its value, not the text
+    indexed from it a second time (its length stays, for BM25)."""
+    if store_backend == "memory":
+        pytest.skip("no rows: the memory store indexes in the process")
+    store = make_store()
+    store.put(("p",), "x", {"text": "quantum chromodynamics"})
+    store.put(("p",), "y", {"text": "quantum"}, index=False)
+
+    def rows() -> Any:
+        sql = Sql("SELECT key, doc, doc_len FROM am_store_items ORDER BY key")
+        [found] = yield Batch([Stmt(sql, fetch=True)])
+        return [tuple(r) for r in found]
+
+    assert store.db.run(rows()) == [("x", None, 2), ("y", None, None)]
+    assert keys(store.search(("p",), query="quantum chromodynamics")) == ["x"]
 
 
 def test_expired_items_never_crowd_out_live_ones(

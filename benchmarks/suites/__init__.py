@@ -8,6 +8,7 @@ from pathlib import Path
 from benchmarks.suites.cli import run as cli
 from benchmarks.suites.embedders import run as embedders
 from benchmarks.suites.feedback import run as feedback
+from benchmarks.suites.floor import run as floor
 from benchmarks.suites.locomo import run as locomo
 from benchmarks.suites.memory_pipeline import run as memory_pipeline
 from benchmarks.suites.memory_savers import run as memory_savers
@@ -19,6 +20,7 @@ from benchmarks.suites.telemetry import run as telemetry
 SUITES: dict[str, Callable[..., None]] = {
     "memory-savers": memory_savers,
     "savers": savers,
+    "floor": floor,
     "stores": stores,
     "memory-pipeline": memory_pipeline,
     "locomo": locomo,

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -74,6 +74,39 @@ def postgres(
                     conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def langgraph_savers(
+    stack: ExitStack,
+    fresh_pg: Callable[[], str],
+    folder: Path,
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LangGraph's savers as a user builds them (``from_conn_string``, one connection each;
+    ``SqliteSaver`` on a connection of its own), set up, each on its own database of the
+    same server or disk, closed by ``stack``: the sync ones and the async ones, by name."""
+    from langgraph.checkpoint.postgres import PostgresSaver as LgPostgres
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver as LgAsyncPostgres
+    from langgraph.checkpoint.sqlite import SqliteSaver as LgSqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver as LgAsyncSqlite
+
+    sync: dict[str, Any] = {}
+    conn = sqlite3.connect(folder / "lg.db", check_same_thread=False)
+    stack.callback(conn.close)
+    sync["lg-SqliteSaver"] = LgSqlite(conn)
+    lg_pg = stack.enter_context(LgPostgres.from_conn_string(fresh_pg()))
+    sync["lg-PostgresSaver"] = lg_pg
+    for saver in sync.values():
+        saver.setup()
+    aio: dict[str, Any] = {}
+    for name, cm in (
+        ("lg-AsyncPostgresSaver", LgAsyncPostgres.from_conn_string(fresh_pg())),
+        ("lg-AsyncSqliteSaver", LgAsyncSqlite.from_conn_string(str(folder / "lg-async.db"))),
+    ):
+        aio[name] = loop.run_until_complete(cm.__aenter__())
+        stack.callback(lambda cm=cm: loop.run_until_complete(cm.__aexit__(None, None, None)))
+        loop.run_until_complete(aio[name].setup())
+    return sync, aio
+
+
 class Savers:
     """Every saver under test, each on its own database of the same server or disk."""
 
@@ -84,42 +117,25 @@ class Savers:
         folder: Path,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        from langgraph.checkpoint.postgres import PostgresSaver as LgPostgres
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver as LgAsyncPostgres
-        from langgraph.checkpoint.sqlite import SqliteSaver as LgSqlite
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver as LgAsyncSqlite
-
         self.loop = loop
+        lg_sync, lg_aio = langgraph_savers(stack, fresh_pg, folder, loop)
         self.sync: dict[str, Any] = {}
         self.aio: dict[str, Any] = {}
         self.sync["ours-sqlite"] = OurSqlite(folder / "ours.db")
         stack.callback(self.sync["ours-sqlite"].close)
-        conn = sqlite3.connect(folder / "lg.db", check_same_thread=False)
-        self.sync["lg-SqliteSaver"] = LgSqlite(conn)
-        self.sync["lg-SqliteSaver"].setup()
-        stack.callback(conn.close)
+        self.sync["lg-SqliteSaver"] = lg_sync["lg-SqliteSaver"]
         self.sync["ours-postgres"] = OurPostgres(fresh_pg())
         stack.callback(self.sync["ours-postgres"].close)
-        lg_pg = stack.enter_context(LgPostgres.from_conn_string(fresh_pg()))
-        lg_pg.setup()
-        self.sync["lg-PostgresSaver"] = lg_pg
+        self.sync["lg-PostgresSaver"] = lg_sync["lg-PostgresSaver"]
         self.sync["InMemorySaver"] = InMemorySaver()
-        for saver in self.sync.values():
-            if hasattr(saver, "setup") and not hasattr(saver, "conn"):
-                saver.setup()
+        for name in ("ours-sqlite", "ours-postgres"):
+            self.sync[name].setup()
 
         self.aio["ours-postgres"] = OurPostgres(fresh_pg())
         self.aio["ours-sqlite"] = OurSqlite(folder / "ours-async.db")
-        lg_apg_cm = LgAsyncPostgres.from_conn_string(fresh_pg())
-        lg_asq_cm = LgAsyncSqlite.from_conn_string(str(folder / "lg-async.db"))
-        self.aio["lg-AsyncPostgresSaver"] = loop.run_until_complete(lg_apg_cm.__aenter__())
-        self.aio["lg-AsyncSqliteSaver"] = loop.run_until_complete(lg_asq_cm.__aenter__())
-        for saver in self.aio.values():
-            loop.run_until_complete(
-                saver.setup() if not hasattr(saver, "asetup") else saver.asetup()
-            )
-        stack.callback(lambda: loop.run_until_complete(lg_apg_cm.__aexit__(None, None, None)))
-        stack.callback(lambda: loop.run_until_complete(lg_asq_cm.__aexit__(None, None, None)))
+        self.aio.update(lg_aio)
+        for name in ("ours-postgres", "ours-sqlite"):
+            loop.run_until_complete(self.aio[name].asetup())
         stack.callback(lambda: loop.run_until_complete(self.aio["ours-postgres"].aclose()))
         stack.callback(lambda: loop.run_until_complete(self.aio["ours-sqlite"].aclose()))
 
@@ -232,36 +248,52 @@ class Chat(MessagesState):
     counter: Annotated[int, operator.add]
 
 
-def chat_graph(saver: Any) -> Any:
-    builder = StateGraph(Chat)
-    for node in ("plan", "act", "reflect"):
+def chat_graph(
+    saver: Any, nodes: Sequence[str] = ("plan", "act", "reflect"), state: type = Chat
+) -> Any:
+    """A chain of ``nodes``, each adding a message (and 1 to ``counter`` when ``state`` is
+    :class:`Chat`), checkpointed by ``saver``."""
+    counted = state is Chat
+    builder = StateGraph(state)
+    for node in nodes:
         builder.add_node(
-            node, lambda s, n=node: {"messages": [AIMessage(f"{n}: " + "ok " * 30)], "counter": 1}
+            node,
+            lambda s, n=node: {
+                "messages": [AIMessage(f"{n}: " + "ok " * 30)],
+                **({"counter": 1} if counted else {}),
+            },
         )
-    builder.add_edge(START, "plan")
-    builder.add_edge("plan", "act")
-    builder.add_edge("act", "reflect")
-    builder.add_edge("reflect", END)
+    for before, after in zip([START, *nodes], [*nodes, END], strict=True):
+        builder.add_edge(before, after)
     return builder.compile(checkpointer=saver)
 
 
 def _graph_case(
-    saver: Any, name: str, long_thread: bool, *, aio: bool = False
+    saver: Any,
+    name: str,
+    long_thread: bool,
+    *,
+    aio: bool = False,
+    nodes: Sequence[str] = ("plan", "act", "reflect"),
+    state: type = Chat,
 ) -> Callable[[], Any]:
-    """One graph invoke per call: ``invoke``, or ``ainvoke`` (a coroutine) for async savers."""
-    graph = chat_graph(saver)
+    """One graph invoke per call (:func:`chat_graph` of ``nodes`` over ``state``):
+    ``invoke``, or ``ainvoke`` (a coroutine) for async savers; on the thread ``name-long``
+    each time, or a new thread per call."""
+    graph = chat_graph(saver, nodes, state)
     ids = itertools.count()
     message = [HumanMessage("What is the delivery date of purchase order 4500012345? " * 3)]
+    inputs = {"messages": message, **({"counter": 0} if state is Chat else {})}
 
     def config() -> dict[str, Any]:
         thread = f"{name}-long" if long_thread else f"{name}-short-{next(ids)}"
         return {"configurable": {"thread_id": thread}}
 
     def invoke() -> Any:
-        return graph.invoke({"messages": message, "counter": 0}, config())
+        return graph.invoke(inputs, config())
 
     def ainvoke() -> Any:
-        return graph.ainvoke({"messages": message, "counter": 0}, config())
+        return graph.ainvoke(inputs, config())
 
     return ainvoke if aio else invoke
 

@@ -6,7 +6,12 @@ those rows are context, not a contest).
 Each item has a ``text`` of Zipf-distributed words (natural language's frequencies) and
 ``tags`` of 12 words from a vocabulary of 20. ``search_query`` cycles through 50 queries
 typed as people do (two common words, three content words); ``search_query_flat`` asks for
-three tags, each of which is in almost half the items: the worst case for any term index."""
+three tags, each of which is in almost half the items: the worst case for any term index.
+
+Then ``storage``: bytes per item (indexes included) and the load time of our store against
+what each database's own text index costs for the same items, and ``tie``: a query whose two
+words each occur once in a random half of items of equal length, so tens of thousands of
+items tie on score."""
 
 from __future__ import annotations
 
@@ -182,14 +187,223 @@ def run(*, quick: bool, out: Path) -> None:
                     f"{sizes_on_disk[ENCRYPTED_SQLITE] / sizes_on_disk['ours-sqlite']:.2f}",
                 )
             )
+        storage_rows = run_storage(quick=quick, fresh_pg=fresh_pg, folder=folder, results=results)
+        tie_rows = run_tie(quick=quick, fresh_pg=fresh_pg, folder=folder, results=results)
     print_table(
         f"per call, µs (median, p99); PostgreSQL SELECT 1 floor {results['select_1_us']:.0f} µs",
         rows,
         ("op@items", "ours", "peer", "ours p50", "peer p50", "ours p99", "peer p99", "ours/peer"),
     )
+    print_table(
+        "storage: bytes per item with every index (after VACUUM), and the load's seconds",
+        storage_rows,
+        (
+            "database",
+            "ours B/item",
+            "reference B/item",
+            "ratio",
+            "ours load s",
+            "ref load s",
+            "ratio",
+        ),
+    )
+    print_table(
+        "tie query (two words, each once in a random half of items of equal length), ms",
+        tie_rows,
+        ("store", "items", "p50", "p99", "n"),
+    )
     write_results(out, "stores", results)
     bar_chart(out, "stores", chart, "median µs per call")
     run_vectors(quick=quick, out=out)
+
+
+# -- storage: what an item costs against the databases' own text indexes -----------------
+
+#: Items of the storage comparison (the suite's data) and of the tie query.
+STORAGE_ITEMS = (1_000, 10_000)
+TIE_ITEMS = (5_000, 100_000)
+
+
+def _put_all(store: Any, items: list[tuple[str, dict[str, Any]]], ns: tuple[str, ...]) -> float:
+    """Put ``items`` 500 to a batch; seconds taken."""
+    from langgraph.store.base import PutOp
+
+    started = time.perf_counter()
+    for start in range(0, len(items), 500):
+        store.batch([PutOp(ns, key, value) for key, value in items[start : start + 500]])
+    return time.perf_counter() - started
+
+
+def _fts5_reference(path: Path, items: list[tuple[str, dict[str, Any]]]) -> tuple[float, int]:
+    """The items as JSON in a plain table plus a contentless FTS5 index (porter) of the text
+    our store indexes for them, loaded 500 to a transaction: seconds taken, and bytes
+    beyond the empty tables'."""
+    import json
+
+    from langgraph_checkpoint_agent_memory.store.search import text_leaves
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "CREATE TABLE items (prefix TEXT, key TEXT, value TEXT, PRIMARY KEY (prefix, key))"
+    )
+    conn.execute("CREATE VIRTUAL TABLE items_text USING fts5(text, content='', tokenize='porter')")
+    empty = sqlite_bytes(path)
+    started = time.perf_counter()
+    for start in range(0, len(items), 500):
+        conn.execute("BEGIN")
+        for key, value in items[start : start + 500]:
+            row = conn.execute(
+                "INSERT INTO items VALUES ('bench.items', ?, ?)", (key, json.dumps(value))
+            ).lastrowid
+            conn.execute(
+                "INSERT INTO items_text (rowid, text) VALUES (?, ?)",
+                (row, "\n".join(text_leaves(value))),
+            )
+        conn.execute("COMMIT")
+    took = time.perf_counter() - started
+    conn.close()
+    return took, sqlite_bytes(path) - empty
+
+
+def _pg_bytes(url: str, tables: list[str], vacuum: bool = True) -> int:
+    """``tables``' bytes with their indexes and TOAST, after VACUUM (``vacuum`` off: as
+    they are; for the empty tables, whose statistics would otherwise say "no rows" to
+    every plan of the load that follows)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if vacuum:
+            conn.execute("VACUUM ANALYZE")
+        return sum(
+            conn.execute("SELECT pg_total_relation_size(%s)", (name,)).fetchone()[0]  # type: ignore[index]
+            for name in tables
+        )
+
+
+def run_storage(
+    *, quick: bool, fresh_pg: Any, folder: Path, results: dict[str, Any]
+) -> list[tuple[str, ...]]:
+    """Bytes per item (indexes included, empty tables subtracted) and load time of our store
+    against the reference on each database: on SQLite the JSON in a plain table plus a
+    contentless FTS5 index of its text; on PostgreSQL ``PostgresStore``'s row plus a GIN
+    index of the ``tsvector`` of the same text (every string of the value)."""
+    import psycopg
+    from langgraph.store.postgres import PostgresStore
+
+    from langgraph_checkpoint_agent_memory.db.schema import STORE_TABLES
+
+    size = STORAGE_ITEMS[0] if quick else STORAGE_ITEMS[1]
+    rng = random.Random(7)
+    text = ZipfText()
+    items = [(f"k{i}", item(i, rng, text)) for i in range(size)]
+    ns = ("bench", "items")
+    found: dict[str, Any] = {"items": size}
+
+    ours = folder / "storage-ours.db"
+    for key, url in (("ours-sqlite", f"sqlite:///{ours}"), ("ours-postgres", fresh_pg())):
+        store = create_store(url)
+        try:
+            store.setup()
+            if key == "ours-sqlite":
+                empty = sqlite_bytes(ours)
+                found[f"{key}_load_s"] = _put_all(store, items, ns)
+                found[f"{key}_bytes"] = sqlite_bytes(ours) - empty
+            else:
+                tables = [t.name for t in STORE_TABLES]
+                empty = _pg_bytes(url, tables, vacuum=False)
+                found[f"{key}_load_s"] = _put_all(store, items, ns)
+                found[f"{key}_bytes"] = _pg_bytes(url, tables) - empty
+        finally:
+            store.close()
+    found["fts5_load_s"], found["fts5_bytes"] = _fts5_reference(folder / "fts5.db", items)
+    url = fresh_pg()
+    with PostgresStore.from_conn_string(url) as lg:
+        lg.setup()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE INDEX store_text ON store USING gin "
+                "(jsonb_to_tsvector('english', value, '[\"string\"]'))"
+            )
+        empty = _pg_bytes(url, ["store"], vacuum=False)
+        found["gin_load_s"] = _put_all(lg, items, ns)
+        found["gin_bytes"] = _pg_bytes(url, ["store"]) - empty
+    results["storage"] = found
+    rows = []
+    for database, key, peer in (
+        ("SQLite", "ours-sqlite", "fts5"),
+        ("PostgreSQL", "ours-postgres", "gin"),
+    ):
+        mine, theirs = found[f"{key}_bytes"] / size, found[f"{peer}_bytes"] / size
+        load, peer_load = found[f"{key}_load_s"], found[f"{peer}_load_s"]
+        rows.append(
+            (
+                f"{database} ({size:,} items; reference {peer})",
+                f"{mine:,.0f}",
+                f"{theirs:,.0f}",
+                f"{mine / theirs:.2f}",
+                f"{load:.2f}",
+                f"{peer_load:.2f}",
+                f"{load / peer_load:.1f}",
+            )
+        )
+    return rows
+
+
+def tie_items(n: int, seed: int = 11) -> list[tuple[str, dict[str, Any]]]:
+    """``n`` items of eight words each: "alpha" in a random half, "bravo" in a random
+    half (each at most once), the other words drawn from a vocabulary that stems to
+    neither, so every item has the same length and items tie on score by the thousand."""
+    rng = random.Random(seed)
+    vocab = ZipfText().vocab[40:2040]
+    out = []
+    for i in range(n):
+        words = [rng.choice(vocab) for _ in range(8)]
+        if rng.random() < 0.5:
+            words[0] = "alpha"
+        if rng.random() < 0.5:
+            words[1] = "bravo"
+        out.append((f"t{i}", {"text": " ".join(words)}))
+    return out
+
+
+def run_tie(
+    *, quick: bool, fresh_pg: Any, folder: Path, results: dict[str, Any]
+) -> list[tuple[str, ...]]:
+    """p50 of ``search(query="alpha bravo", limit=10)`` over :func:`tie_items`, bulk loaded,
+    on SQLite and PostgreSQL."""
+    size = TIE_ITEMS[0] if quick else TIE_ITEMS[1]
+    items = tie_items(size)
+    ns = ("tie", "items")
+    stores = {
+        "ours-sqlite": create_store(f"sqlite:///{folder / 'tie.db'}"),
+        "ours-postgres": create_store(fresh_pg()),
+    }
+    try:
+        for store in stores.values():
+            store.setup()
+            _put_all(store, items, ns)
+        summary = interleave(
+            {
+                name: (lambda s=store: s.search(ns, query="alpha bravo", limit=10))
+                for name, store in stores.items()
+            },
+            rounds=3 if quick else 10,
+            per_round=5 if quick else 20,
+        ).summary()
+    finally:
+        for store in stores.values():
+            store.close()
+    results["tie"] = {"items": size, **summary}
+    return [
+        (
+            name,
+            f"{size:,}",
+            f"{s['median_us'] / 1000:.2f}",
+            f"{s['p99_us'] / 1000:.2f}",
+            str(s["n"]),
+        )
+        for name, s in summary.items()
+    ]
 
 
 #: The same stores with encryption at rest on (a master key of the run, the key store a table

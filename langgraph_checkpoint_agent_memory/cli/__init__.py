@@ -2,8 +2,9 @@
 
 Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
 embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
-or ``~/.local/share/agent-memory``). Only ``migrate`` creates a database; the others open an
-existing one (``demo`` excepted: it writes to a database of its own, see :mod:`..demo`).
+or ``~/.local/share/agent-memory``). Only ``migrate`` and ``import`` create a database; the
+others open an existing one (``demo`` excepted: it writes to a database of its own, see
+:mod:`..demo`).
 Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
 on a terminal. Errors go to stderr in one line, with exit status 1 (a runtime failure:
 unreachable server, unknown scope) or 2 (bad arguments or configuration, a database that does
@@ -36,6 +37,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     seconds_argument,
     url_argument,
 )
+from langgraph_checkpoint_agent_memory.cli.importing import add_command as _import_command
 from langgraph_checkpoint_agent_memory.cli.keys import add_commands as _key_commands
 from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_consolidate,
@@ -439,6 +441,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
 
     _key_commands(command)
+    _import_command(command)
 
     config = command(
         "config", "list the @agent_config fields and their effective values", _cmd_config

@@ -460,8 +460,6 @@ def seal_items_plan(
         item.update(
             sealed=sealer.seal_value(key, item["prefix"], item["key"], item["value"]),
             value=SEALED_VALUE,
-            index_text=item.get("doc"),
-            doc=None,
             term_of=sealer.term_of(key),
             filter_terms=sealer.filter_terms(key, item["value"]),
         )

@@ -161,7 +161,9 @@ store_items = _sharded(
     _required("updated_at", TIME),
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
-    sa.Column("doc", sa.Text),  # the text lexical search indexes; NULL: not searchable
+    # the text lexical search indexed: no longer kept (NULL; the postings hold what search
+    # needs), so a row costs its value, not its value twice
+    sa.Column("doc", sa.Text),
     sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has
     # With encryption on: the value sealed under its shard key's data key (``value`` then
     # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given.

@@ -180,13 +180,14 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
-    ``doc``); sets each item's ``doc_len``. An item may carry ``index_text`` (indexed in
-    place of ``doc``, which then is not stored), ``term_of`` (what is stored for each
-    term: its keyed hash, with encryption on) and ``filter_terms`` (keyed hashes of its
-    filterable fields, stored as they are); all are taken out of the row."""
+    ``doc``, the text to index); sets each item's ``doc_len`` and empties its ``doc``: the
+    text lives on in the postings alone (nothing reads it back, and kept it cost the item
+    as much as its value). An item may carry ``term_of`` (what is stored for each term: its
+    keyed hash, with encryption on) and ``filter_terms`` (keyed hashes of its filterable
+    fields, stored as they are); both are taken out of the row."""
     out: list[dict[str, Any]] = []
     for item in items:
-        doc = item.pop("index_text", item.get("doc"))
+        doc, item["doc"] = item.get("doc"), None
         term_of: Callable[[str], str] | None = item.pop("term_of", None)
         ident = {"shard": item["shard"], "prefix": item["prefix"], "key": item["key"]}
         # keyed hashes of filterable fields (encryption at rest): postings no query term has

@@ -16,6 +16,9 @@ its best candidates against the postings themselves:
   touched since. The candidates' true scores come from their postings; the answer is exact
   when the last one kept still beats the best score left out (:func:`settled`). Otherwise
   the query reads the postings as it always did.
+- items tied at the last score kept (a common word in thousands of items of one length) are
+  ordered as the database orders them, by namespace and key, read from the blocks' keys;
+  the first of them are candidates, and those left out rank after the last one kept.
 
 A query's plan reads its terms' blocks and the postings no block holds in one statement,
 builds the blocks its common terms call for (then reads again), ranks here, reads its
@@ -142,6 +145,29 @@ class Block:
         """The key of entry ``position``."""
         return keys_at(self.keys, len(self.entries), [position])[0]
 
+    @functools.cached_property
+    def heads(self) -> Any:
+        """Each entry's key by its first eight bytes, as one big-endian number (missing
+        bytes zero): UTF-8 bytes sort as their text does, so keys sort no lower than their
+        heads. Computed by the first query that meets a tie in the block."""
+        n = len(self.entries)
+        offsets = np.frombuffer(self.keys, dtype="<u4", count=n + 1).astype(np.int64)
+        text = np.frombuffer(self.keys, dtype=np.uint8, offset=4 * (n + 1))
+        if not len(text):
+            return np.zeros(n, dtype=np.uint64)
+        at = offsets[:-1, None] + np.arange(8)
+        head = np.where(at < offsets[1:, None], text[np.minimum(at, len(text) - 1)], 0)
+        shifts = np.arange(56, -8, -8, dtype=np.uint64)
+        return (head.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
+
+    def first_keys(self, positions: Any, n: int) -> list[str]:
+        """The ``n`` smallest keys of the entries at ``positions``: only those whose head
+        (see :attr:`heads`) is at most the ``n``-th smallest head are read."""
+        if len(positions) > 4 * n:
+            heads = self.heads[positions]
+            positions = positions[heads <= np.partition(heads, n - 1)[n - 1]]
+        return sorted(keys_at(self.keys, len(self.entries), positions.tolist()))[:n]
+
 
 #: Queries that read postings, not blocks, for a while: namespace, exact, common words.
 Declined = tuple[str, bool, tuple[str, ...]]
@@ -218,8 +244,8 @@ class BlockCache:
 
 
 def _nbytes(kept: Block | Items) -> int:
-    if isinstance(kept, Block):
-        return int(kept.entries.nbytes) + len(kept.keys)
+    if isinstance(kept, Block):  # with room for the keys' heads, once a tie computes them
+        return int(kept.entries.nbytes) + len(kept.keys) + 8 * len(kept.entries)
     return kept.nbytes
 
 
@@ -266,11 +292,16 @@ class Source(NamedTuple):
 class Candidates:
     """The best items by the scores here: where each one's key is, its score here, and
     ``bound``, the best score of an item left out (0 when every scored item is a
-    candidate)."""
+    candidate). With too many items tied at the last score for all to be candidates,
+    ``tied`` holds where their keys are (each a block times 2**32 plus a position, as
+    :class:`Items`' ``first``; the block one past the last: a fresh posting), ``cut``
+    their score, and ``bound`` the best score below it."""
 
     sources: list[Source]
     scores: list[float]
     bound: float
+    tied: Any = None
+    cut: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -339,8 +370,9 @@ def candidates(
     items: Items | None = None,
 ) -> Candidates | None:
     """The ``many`` best items by the scores of ``blocks`` and ``fresh`` together (more
-    when items tie with the last one), or ``None`` when ties would take more than four
-    times as many. ``items``: the blocks' :class:`Items`, when known."""
+    when items tie with the last one; when ties would take more than four times as many,
+    those above the tie and the tied ones apart, see :class:`Candidates`). ``items``: the
+    blocks' :class:`Items`, when known."""
     items = items_of(blocks) if items is None else items
     total = len(items.hashes)
     n = len(fresh)
@@ -387,15 +419,19 @@ def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates |
     plus its position."""
     if not len(totals):
         return Candidates([], [], 0.0)
+    tied, cut = None, 0.0
     if len(totals) <= many:
         chosen, bound = np.argsort(-totals, kind="stable"), 0.0
     else:
         cut = np.partition(totals, len(totals) - many)[len(totals) - many]  # many-th best
         chosen = np.flatnonzero(totals >= cut)
-        if len(chosen) > 4 * many:
-            return None
-        rest = np.delete(totals, chosen)
-        bound = float(rest.max()) if len(rest) else 0.0
+        if len(chosen) > 4 * many:  # the tied ones apart: their keys decide among them
+            tied = sources[np.flatnonzero(totals == cut)]
+            chosen = np.flatnonzero(totals > cut)
+            below = totals[totals < cut]
+        else:
+            below = np.delete(totals, chosen)
+        bound = float(below.max()) if len(below) else 0.0
         chosen = chosen[np.argsort(-totals[chosen], kind="stable")]
     return Candidates(
         [
@@ -404,16 +440,47 @@ def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates |
         ],
         totals[chosen].tolist(),
         bound,
+        tied,
+        float(cut),
     )
 
 
+def first_tied(
+    tied: Any, blocks: Sequence[Block], fresh: Sequence[Fresh], n: int
+) -> list[tuple[str, str, str]]:
+    """The first ``n`` of the items at ``tied`` (see :class:`Candidates`) in the database's
+    order, by namespace then key: ``(prefix, key, shard)`` each (see
+    :meth:`Block.first_keys`).
+
+    Example:
+        >>> block = pack("docs", [("b", 1, 2), ("c", 1, 2), ("a", 1, 2)])
+        >>> entries = np.frombuffer(block.postings, dtype=ENTRY)
+        >>> at = np.arange(3, dtype=np.int64)  # block 0, every position
+        >>> first_tied(at, [Block("t", "docs", "docs", 1, entries, block.keys)], [], 2)
+        [('docs', 'a', 'docs'), ('docs', 'b', 'docs')]
+    """
+    where, position = tied >> 32, tied & 0xFFFFFFFF
+    found = [(f.prefix, f.key, f.shard) for f in (fresh[p] for p in position[where == len(blocks)])]
+    for b in np.flatnonzero(np.bincount(where[where < len(blocks)])).tolist():
+        block = blocks[b]
+        keys = block.first_keys(position[where == b], n)
+        found += [(block.prefix, key, block.shard) for key in keys]
+    return sorted(found)[:n]
+
+
 def settled(
-    exact: Sequence[tuple[tuple[str, str], float]], bound: float, want: int
+    exact: Sequence[tuple[tuple[str, str], float]],
+    bound: float,
+    want: int,
+    tie: tuple[float, tuple[str, str] | None] | None = None,
 ) -> list[tuple[tuple[str, str], float]] | None:
     """The best ``want`` of the candidates' true scores ``exact`` (``((prefix, key),
     score)``, items without a posting of the query left out), in the order the database
     ranks them (score, then prefix and key), when they are the true answer: the last one
     kept scores above ``bound``, or no item was left out. ``None``: not settled here.
+    ``tie``: items scoring at most ``cut`` were left out, none of them before ``(prefix,
+    key)`` (``None``: none at all): the last one kept must score above ``cut`` or, at
+    ``cut``, come before that one.
 
     Example:
         >>> settled([(("d", "a"), 2.0), (("d", "b"), 1.0)], bound=1.5, want=1)
@@ -422,6 +489,15 @@ def settled(
         True
     """
     kept = sorted((e for e in exact if e[1] > 0), key=lambda e: (-e[1], e[0]))
+    cut, after = tie if tie is not None else (0.0, None)
+    if after is not None:
+        if len(kept) < want:
+            return None
+        item, last = kept[want - 1]
+        if last > cut + 1e-9 * abs(cut):
+            return kept[:want] if last > bound else None
+        at_cut = last >= cut - 1e-9 * abs(cut) and item < after
+        return kept[:want] if at_cut and last > bound else None
     if len(kept) >= want:
         return kept[:want] if kept[want - 1][1] > bound else None
     return kept if bound == 0 else None
@@ -475,9 +551,9 @@ def blocked_plan(
     lexical statement's (the namespace's, ``:t<j>``, ``:w<j>``, ``:k_base``, ``:k_len``).
 
     A query that cannot use blocks there (its words' postings spread over namespaces too
-    small for them, too many ties, or a database that refuses: a read-only one, a locked
-    SQLite file, a schema before blocks) says so and leaves that query's words to the
-    postings for a minute, rather than finding it out again each time."""
+    small for them, or a database that refuses: a read-only one, a locked SQLite file, a
+    schema before blocks) says so and leaves that query's words to the postings for a
+    minute, rather than finding it out again each time."""
     if sum(df.get(f, 0) for f in flat) < MIN_POSTINGS:
         return None
     common = tuple(sorted(f for f in flat if df.get(f, 0) >= MIN_DF))
@@ -539,17 +615,18 @@ def _blocked_plan(
     blocks = yield from _blocks_plan(st, cache, list(heads))
     if blocks is None:
         return None
-    found = candidates(blocks, fresh, weights, want + want // 4 + 8, cache.items(blocks))
+    many = want + want // 4 + 8
+    found = candidates(blocks, fresh, weights, many, cache.items(blocks))
     if found is None:
         return None
-    items = [_item(s, blocks, fresh) for s in found.sources]
+    items, here, tie = _chosen(found, blocks, fresh, many)
     scored = yield from _exact_plan(st, items, flat, weights)
-    answer = settled(scored, found.bound, want)
+    answer = settled(scored, found.bound, want, tie)
     if answer is None:  # entries of items deleted or rewritten since misled: rebuild
         stale = {
             (st.shard(p), p)
-            for ((p, _), true), here in zip(scored, found.scores, strict=True)
-            if true < here - 1e-9 * abs(here)
+            for ((p, _), true), score in zip(scored, here, strict=True)
+            if true < score - 1e-9 * abs(score)
         }
         rebuilt = [b for b in blocks if (b.shard, b.prefix) in stale][:BUILDS_PER_QUERY]
         for b in rebuilt:
@@ -557,6 +634,23 @@ def _blocked_plan(
         if rebuilt and again:
             return (yield from _blocked_plan(st, cache, flat, common, params, exact, scoped, False))
     return answer
+
+
+def _chosen(
+    found: Candidates, blocks: list[Block], fresh: list[Fresh], many: int
+) -> tuple[list[tuple[str, str, str]], list[float], tuple[float, tuple[str, str] | None] | None]:
+    """The candidates' shard keys, namespaces and keys, their scores here, and the tie
+    :func:`settled` checks: with items tied at the cut, the first of them in the database's
+    order join the candidates, up to ``many`` in all."""
+    items = [_item(s, blocks, fresh) for s in found.sources]
+    here = list(found.scores)
+    if found.tied is None:
+        return items, here, None
+    need = many - len(items)
+    first = first_tied(found.tied, blocks, fresh, need + 1)
+    items += [(shard, prefix, key) for prefix, key, shard in first[:need]]
+    here += [found.cut] * len(first[:need])
+    return items, here, (found.cut, first[need][:2] if len(first) > need else None)
 
 
 def _item(source: Source, blocks: list[Block], fresh: list[Fresh]) -> tuple[str, str, str]:

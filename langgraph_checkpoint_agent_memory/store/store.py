@@ -906,8 +906,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         row.update(
             sealed=self.sealer.seal_value(data_key, prefix, key, text),
             value=SEALED_VALUE,
-            index_text=row["doc"],  # indexed as keyed hashes, not stored
-            doc=None,
             term_of=self.sealer.term_of(data_key),
             filter_terms=self.sealer.filter_terms(data_key, text),
         )

@@ -1,0 +1,112 @@
+"""``agent-memory import``: move threads and store items in from LangGraph's own savers and
+stores (see :func:`~langgraph_checkpoint_agent_memory.from_langgraph.import_from_langgraph`).
+
+The destination's encryption is the environment's (``AGENT_MEMORY_MASTER_KEY``), as for the
+application; the threads' TTL is ``--ttl-seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseNotFoundError
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from langgraph_checkpoint_agent_memory.from_langgraph import (
+        ImportProgress,
+        import_from_langgraph,
+    )
+
+    url = resolve_url(args.url)
+    quiet = args.json or not sys.stderr.isatty()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:.1f}/s"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, disable=quiet, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def show(progress: ImportProgress) -> None:
+            for what, total, done in (
+                ("threads", progress.threads_total, progress.threads_done),
+                ("items", progress.items_total, progress.items_done),
+            ):
+                if total is None:
+                    continue
+                if what not in tasks:
+                    tasks[what] = bar.add_task(what, total=total, rate=0.0)
+                bar.update(tasks[what], completed=done, rate=progress.rate(what))
+
+        try:
+            report = import_from_langgraph(
+                args.source,
+                url,
+                threads=not args.items_only,
+                items=not args.threads_only,
+                ttl_seconds=args.ttl_seconds,
+                on_progress=show,
+            )
+        except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
+            raise ConfigurationError(f"--from: {exc}") from None
+    data = report.as_dict()
+
+    def render(out: Any) -> None:
+        out.print(
+            f"threads: {report.threads} ({report.threads_copied} copied, "
+            f"{report.threads_unchanged} already here"
+            + (
+                f", {len(report.threads_refused)} deleted here, left out"
+                if report.threads_refused
+                else ""
+            )
+            + f"); {report.checkpoints} checkpoint(s), {report.writes} task write set(s); "
+            f"{report.items} store item(s); {report.seconds:.1f} s"
+        )
+
+    _emit(args, data, render)
+    return 0
+
+
+def add_command(command: Any) -> None:
+    """Add ``import`` with ``command(name, help, func)`` (the parser's helper)."""
+    from langgraph_checkpoint_agent_memory.cli.common import url_argument
+
+    found = command(
+        "import",
+        "copy threads and store items from LangGraph's own savers and stores (SqliteSaver, "
+        "PostgresSaver, SqliteStore, PostgresStore); run again to catch up",
+        _cmd_import,
+    )
+    found.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        type=url_argument,
+        metavar="URL",
+        help="the database LangGraph wrote (a SQLite file or postgresql://...); only read",
+    )
+    found.add_argument(
+        "--ttl-seconds",
+        type=count_argument(0),
+        default=None,
+        metavar="N",
+        help="the threads' idle TTL, as the application sets it (default: none)",
+    )
+    only = found.add_mutually_exclusive_group()
+    only.add_argument("--threads-only", action="store_true", help="copy no store items")
+    only.add_argument("--items-only", action="store_true", help="copy no threads")

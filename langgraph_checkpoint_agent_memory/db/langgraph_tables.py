@@ -1,0 +1,332 @@
+"""LangGraph's own tables, as the import reads them, and what the import compares and
+stamps on ours.
+
+LangGraph's ``SqliteSaver`` / ``PostgresSaver`` keep threads in ``checkpoints``,
+``checkpoint_blobs`` (PostgreSQL only), ``checkpoint_writes`` (``writes`` on SQLite) and
+``checkpoint_migrations``; ``SqliteStore`` / ``PostgresStore`` keep items in ``store`` (and
+their vectors in ``store_vectors``). The import reads checkpoints through LangGraph's saver
+on the connection opened here (:meth:`Source.connection`); what no public API gives it is
+read here with SQL:
+
+* the thread ids (a saver lists checkpoints, not threads, and ``list(None)`` of
+  ``PostgresSaver`` fetches every row of every thread before yielding the first);
+* per thread, the checkpoints and how many writes each has, to compare with ours and copy
+  only what changed;
+* the writes' ``task_path``, which orders pending writes but which ``CheckpointTuple``
+  does not carry;
+* the store's items with their ``expires_at`` and ``ttl_minutes``, which LangGraph's
+  ``Item`` does not carry.
+
+The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL session whose
+every transaction is read-only (``default_transaction_read_only``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+import sqlalchemy as sa
+
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, first_line, require
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect
+from langgraph_checkpoint_agent_memory.db.schema import checkpoints, store_items, writes
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    DatabaseNotFoundError,
+    DatabaseUnavailableError,
+)
+
+B = sa.bindparam
+
+#: Thread ids and store items read per query.
+PAGE = 500
+
+
+class SourceItem(NamedTuple):
+    """A live item of LangGraph's ``store`` table (times in seconds since the epoch)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    ttl_minutes: float | None
+
+
+#: ``(checkpoint_ns, checkpoint_id) -> number of pending writes`` of one thread.
+ThreadShape = dict[tuple[str, str], int]
+
+
+def seconds(value: Any) -> float | None:
+    """A timestamp of LangGraph's tables in seconds since the epoch: PostgreSQL's
+    ``timestamptz`` arrives as an aware ``datetime``; SQLite's ``CURRENT_TIMESTAMP`` as text
+    in UTC (``2026-12-05 21:00:00``), an ``expires_at`` as ISO text with its offset."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+@dataclass
+class Source:
+    """A read-only connection to a database that LangGraph's savers and stores wrote."""
+
+    kind: str  # "sqlite" | "postgresql"
+    connection: Any
+    where: str
+
+    @property
+    def mark(self) -> str:
+        return "?" if self.kind == "sqlite" else "%s"
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        sql = sql.replace("?", self.mark)
+        if self.kind == "sqlite":
+            return list(self.connection.execute(sql, tuple(params)).fetchall())
+        with self.connection.cursor(row_factory=_tuple_row()) as cur:
+            cur.execute(sql, tuple(params))
+            return list(cur.fetchall())
+
+    def tables(self) -> set[str]:
+        """The names of the tables of LangGraph's schema that the source holds."""
+        if self.kind == "sqlite":
+            sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+        else:
+            sql = (
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = ANY(current_schemas(false))"
+            )
+        return {name for (name,) in self._rows(sql)}
+
+    @property
+    def writes_table(self) -> str:
+        return "writes" if self.kind == "sqlite" else "checkpoint_writes"
+
+    def _columns(self, table: str) -> set[str]:
+        if self.kind == "sqlite":
+            return {row[1] for row in self._rows(f"PRAGMA table_info({table})")}
+        sql = (
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+            "AND table_schema = ANY(current_schemas(false))"
+        )
+        return {name for (name,) in self._rows(sql, (table,))}
+
+    def sqlite_state(self) -> tuple[bool, bool]:
+        """Whether the SQLite file is in WAL mode, and whether its ``writes`` table has
+        ``task_path``: what LangGraph's ``SqliteSaver`` sets up on first use (a read-only
+        connection refuses both changes, and takes the WAL switch as a no-op only when the
+        file is in WAL mode already)."""
+        [(mode,)] = self._rows("PRAGMA journal_mode")
+        return str(mode).lower() == "wal", "task_path" in self._columns("writes")
+
+    def count(self, what: str) -> int:
+        """How many threads (``"threads"``) or live store items (``"items"``) there are."""
+        if what == "threads":
+            [(n,)] = self._rows("SELECT count(DISTINCT thread_id) FROM checkpoints")
+        else:
+            [(n,)] = self._rows(
+                "SELECT count(*) FROM store WHERE expires_at IS NULL OR expires_at > ?",
+                (self._now_param(),),
+            )
+        return int(n)
+
+    def thread_ids(self) -> Iterator[str]:
+        """Every thread id, in order, a page at a time."""
+        after = ""
+        while True:
+            page = self._rows(
+                "SELECT DISTINCT thread_id FROM checkpoints WHERE thread_id > ? "
+                f"ORDER BY thread_id LIMIT {PAGE}",
+                (after,),
+            )
+            if not page:
+                return
+            for (thread_id,) in page:
+                yield thread_id
+            after = page[-1][0]
+
+    def shape(self, thread_id: str) -> ThreadShape:
+        """The thread's checkpoints with their numbers of writes."""
+        rows = self._rows(
+            "SELECT c.checkpoint_ns, c.checkpoint_id, count(w.task_id) FROM checkpoints c "
+            f"LEFT JOIN {self.writes_table} w ON w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id "
+            "WHERE c.thread_id = ? GROUP BY c.checkpoint_ns, c.checkpoint_id",
+            (thread_id,),
+        )
+        return {(ns, cid): int(n) for ns, cid, n in rows}
+
+    def task_paths(self, thread_id: str) -> dict[tuple[str, str, str], str]:
+        """``(checkpoint_ns, checkpoint_id, task_id) -> task_path`` of the thread's writes
+        (empty where the table predates the column: every path was ``""`` then)."""
+        if "task_path" not in self._columns(self.writes_table):
+            return {}
+        rows = self._rows(
+            "SELECT DISTINCT checkpoint_ns, checkpoint_id, task_id, task_path "
+            f"FROM {self.writes_table} WHERE thread_id = ?",
+            (thread_id,),
+        )
+        return {(ns, cid, task): path or "" for ns, cid, task, path in rows}
+
+    def items(self, now: float) -> Iterator[list[SourceItem]]:
+        """The live items of the store, in (namespace, key) order, a page at a time."""
+        after: tuple[str, str] = ("", "")
+        while True:
+            page = self._rows(
+                "SELECT prefix, key, value, created_at, updated_at, expires_at, ttl_minutes "
+                "FROM store WHERE (prefix > ? OR (prefix = ? AND key > ?)) "
+                "AND (expires_at IS NULL OR expires_at > ?) "
+                f"ORDER BY prefix, key LIMIT {PAGE}",
+                (after[0], after[0], after[1], self._now_param(now)),
+            )
+            if not page:
+                return
+            yield [_item(row) for row in page]
+            after = (page[-1][0], page[-1][1])
+
+    def _now_param(self, now: float | None = None) -> Any:
+        when = (
+            datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
+        )
+        # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
+        return when.isoformat(sep=" ") if self.kind == "sqlite" else when
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _tuple_row() -> Any:
+    from psycopg.rows import tuple_row
+
+    return tuple_row
+
+
+def _item(row: tuple[Any, ...]) -> SourceItem:
+    prefix, key, value, created, updated, expires, ttl = row
+    if not isinstance(value, dict):
+        value = json.loads(value)
+    return SourceItem(
+        tuple(prefix.split(".")),
+        key,
+        value,
+        seconds(created) or 0.0,
+        seconds(updated) or 0.0,
+        seconds(expires),
+        None if ttl is None else float(ttl),
+    )
+
+
+def open_source(url: str) -> Source:
+    """Open the database at ``url`` (a SQLite file or PostgreSQL) read-only.
+
+    Raises:
+        DatabaseNotFoundError: No SQLite file at that path.
+        DatabaseUnavailableError: The server cannot be reached.
+        ConfigurationError: A URL of another kind.
+    """
+    target = urls.parse(url, "--from")
+    where = target.masked()
+    if target.kind == "sqlite":
+        path = target.options["path"]
+        try:
+            conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+        except sqlite3.Error as exc:
+            raise DatabaseNotFoundError(f"cannot open {where}: {first_line(exc)}") from None
+        return Source("sqlite", conn, where)
+    if target.kind != "postgresql":
+        raise ConfigurationError(
+            f"LangGraph's savers and stores live on SQLite or PostgreSQL, not {target.kind}"
+        )
+    psycopg = require("psycopg", "postgres", "reading LangGraph's PostgreSQL tables needs psycopg")
+    from psycopg.rows import dict_row
+
+    conninfo, threshold = urls.take_prepare_threshold(target.url)
+    options: dict[str, Any] = {"prepare_threshold": 0}
+    if threshold is not None:
+        from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
+
+        options["prepare_threshold"] = prepare_threshold_of(threshold)
+    # every transaction of the session is read-only, so nothing the import runs can write
+    # to the source (kept beside the URL's own options, a search_path for one)
+    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
+    options["options"] = f"{given} -c default_transaction_read_only=on".strip()
+    try:
+        # LangGraph's PostgresSaver wants autocommit and dict rows
+        conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row, **options)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailableError(f"cannot connect to {where}: {first_line(exc)}") from None
+    return Source("postgresql", conn, where)
+
+
+# -- our side: what a thread holds, and the times of imported items -------------------------
+
+
+def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
+    """Our checkpoints of ``thread_id`` with their numbers of writes (the same shape as
+    :meth:`Source.shape`)."""
+
+    def build() -> Any:
+        c, w = checkpoints.alias("c"), writes.alias("w")
+        joined = c.outerjoin(
+            w,
+            sa.and_(
+                w.c.thread_id == c.c.thread_id,
+                w.c.checkpoint_ns == c.c.checkpoint_ns,
+                w.c.checkpoint_id == c.c.checkpoint_id,
+            ),
+        )
+        return (
+            sa.select(c.c.checkpoint_ns, c.c.checkpoint_id, sa.func.count(w.c.task_id))
+            .select_from(joined)
+            .where(c.c.thread_id == B("thread_id"))
+            .group_by(c.c.checkpoint_ns, c.c.checkpoint_id)
+        )
+
+    sql = d.sql("import_thread_shape", build)
+    [rows] = yield Batch([Stmt(sql, {"thread_id": thread_id}, fetch=True)])
+    return {(ns, cid): int(n) for ns, cid, n in rows}
+
+
+def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
+    """Set the times of items the import put to the source's: each row names an item
+    (``shard``, ``prefix``, ``key``) with its ``created_at`` and ``updated_at``, and its
+    ``expires_at`` when it had a TTL in the source (else the put's stays: the
+    destination's default TTL, counted from the import)."""
+
+    def build(expiry: bool) -> Any:
+        t = store_items
+        times: dict[str, Any] = {"created_at": B("created_at"), "updated_at": B("updated_at")}
+        if expiry:
+            times["expires_at"] = B("expires_at")
+        return (
+            sa.update(t)
+            .where(t.c.shard == B("b_shard"), t.c.prefix == B("b_prefix"), t.c.key == B("b_key"))
+            .values(**times)
+        )
+
+    statements = []
+    for expiry in (True, False):
+        params = [
+            {("b_" + k if k in ("shard", "prefix", "key") else k): v for k, v in r.items()}
+            for r in rows
+            if (r.get("expires_at") is not None) == expiry
+        ]
+        if params:
+            sql = d.sql(("import_stamp_items", expiry), partial(build, expiry))
+            statements.append(Stmt(sql, params, many=True))
+    if statements:
+        yield Batch(statements, write=True)

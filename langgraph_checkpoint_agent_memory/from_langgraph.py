@@ -1,0 +1,473 @@
+"""Move in from LangGraph's own savers and stores: :func:`import_from_langgraph`.
+
+Threads written by LangGraph's ``SqliteSaver`` / ``PostgresSaver`` and items written by its
+``SqliteStore`` / ``PostgresStore`` are copied into this package's checkpointer and store,
+on any backend, with the destination's encryption and TTL.
+
+How it reads: checkpoints through LangGraph's own saver on a read-only connection (its
+``list``, which decodes checkpoints, channel values and pending writes as LangGraph does,
+with the serializer the application used); what no public API gives, through SQL on
+LangGraph's documented tables (:mod:`.db.langgraph_tables`): the thread ids, each thread's
+checkpoints with their numbers of writes, the writes' task paths (``CheckpointTuple`` has
+none, yet they order pending writes) and the store's items, whose TTL and expiry LangGraph's
+``Item`` does not carry. The store's vectors are not read: the destination's ``index``
+embeds each item again, so the vectors match the embedder that will search them.
+
+How it writes: through the saver's ``put`` (with the original checkpoint ids and parents,
+the blobs of the channels that changed since the parent) and ``put_writes`` (with task ids
+and paths), and the store's ``batch``, so encryption, TTL and the search index apply; then
+the items' times are set to the source's. Each ``put`` and ``put_writes`` is one
+transaction, so a run stopped anywhere (even by SIGKILL) leaves whole checkpoints behind.
+
+Why it can run again: a thread whose checkpoints are all here, each with at least as many
+writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
+(read one by one with their parents when they are few, so that the catch-up of a long
+thread does not decode its whole history again) and the writes of checkpoints that have
+fewer here are put again (a write already stored is kept: the first wins). Items are put
+again: their values and times are the source's, and only a default TTL starts anew. So a
+second run, a run after a crash, or a catch-up after the application switched, ends
+with exactly one copy of each checkpoint, write and item.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
+
+from langgraph_checkpoint_agent_memory.db import langgraph_tables as sql
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, ThreadDeletedError
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.store.base import TTLConfig
+
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+    from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
+    from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
+
+__all__ = ["ImportProgress", "ImportReport", "import_from_langgraph"]
+
+#: A checkpoint's channel versions, and the channels it holds a value of.
+Versions = tuple[dict[str, Any], frozenset[str]]
+
+
+@dataclass
+class ImportProgress:
+    """Where an import is: passed to ``on_progress`` after each checkpoint, thread and page
+    of items (the same object, updated)."""
+
+    #: Threads and live items in the source (``None``: not imported).
+    threads_total: int | None = None
+    items_total: int | None = None
+    #: Threads looked at (copied, unchanged or refused) and items put, so far.
+    threads_done: int = 0
+    items_done: int = 0
+    #: Checkpoints and tasks' writes put so far.
+    checkpoints: int = 0
+    writes: int = 0
+    #: When the copy of threads, and of items, began (``time.monotonic()``).
+    started: dict[str, float] = field(default_factory=dict)
+
+    def rate(self, what: str) -> float:
+        """``"threads"`` or ``"items"`` per second since their copy began (0 before).
+
+        Args:
+            what: ``"threads"`` or ``"items"``.
+
+        Example:
+            >>> ImportProgress(threads_total=10).rate("threads")
+            0.0
+        """
+        if what not in self.started:
+            return 0.0
+        done = self.threads_done if what == "threads" else self.items_done
+        return done / max(time.monotonic() - self.started[what], 1e-9)
+
+
+@dataclass
+class ImportReport:
+    """What an import did.
+
+    ``threads_copied`` had something missing here and got it; ``threads_unchanged`` were
+    complete already; ``threads_refused`` were deleted here (a thread deleted in the
+    destination is not brought back: its ids are listed).
+    """
+
+    threads: int = 0
+    threads_copied: int = 0
+    threads_unchanged: int = 0
+    threads_refused: list[str] = field(default_factory=list)
+    checkpoints: int = 0
+    writes: int = 0
+    items: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as a dict of JSON values (what ``agent-memory import --json`` prints).
+
+        Example:
+            >>> ImportReport(threads=2, threads_copied=2).as_dict()["threads_copied"]
+            2
+        """
+        return asdict(self)
+
+
+def import_from_langgraph(
+    source: str,
+    url: str | None = None,
+    *,
+    threads: bool = True,
+    items: bool = True,
+    ttl_seconds: int | None = None,
+    store_ttl: TTLConfig | None = None,
+    index: IndexSettings | None = None,
+    encryption: EncryptionLike = None,
+    serde: SerializerProtocol | None = None,
+    on_progress: Callable[[ImportProgress], None] | None = None,
+) -> ImportReport:
+    """Copy every thread and store item that LangGraph's own savers and stores wrote at
+    ``source`` into this package's tables at ``url``.
+
+    The source is only read (a SQLite file opened with ``mode=ro``, PostgreSQL in read-only
+    transactions). Every checkpoint of every thread and namespace (subgraphs included) is
+    copied with its id, parent, channel values, metadata and pending writes (interrupts and
+    errors included); every live item with its value, namespace, ``created_at``,
+    ``updated_at`` and TTL (an item past its ``expires_at`` is not copied). Running it again
+    copies only what is missing (see the module's docstring): after a crash, or to catch up
+    with what the application wrote while it was being switched.
+
+    Args:
+        source: URL of the database LangGraph wrote: ``sqlite:///path.db`` (or a path) or
+            ``postgresql://...``.
+        url: Where to copy to (any backend of the package); ``None`` reads
+            ``AGENT_MEMORY_URL``.
+        threads: Copy the checkpointer's threads.
+        items: Copy the store's items.
+        ttl_seconds: The threads' idle TTL, as ``create_checkpointer`` takes it (``None``:
+            the declared ``config.checkpointer.ttl_seconds``, else none). A copied thread's
+            idle time starts at the import.
+        store_ttl: The store's ``TTLConfig``: an item without a TTL of its own gets its
+            ``default_ttl`` from the import on, as a ``put`` would; an item with one keeps it
+            and its ``expires_at``.
+        index: The store's ``index`` (as ``create_store`` takes it), to embed the items for
+            vector search; without it they are found by lexical search.
+        encryption: Encryption at rest of the destination (as ``create_checkpointer``
+            takes it; ``None`` follows ``AGENT_MEMORY_MASTER_KEY``).
+        serde: The serializer the application gave LangGraph's saver, when not its default
+            (e.g. an ``EncryptedSerializer``).
+        on_progress: Called with an :class:`ImportProgress` after each checkpoint, thread
+            and page of items.
+
+    Returns:
+        An :class:`ImportReport` of what was copied.
+
+    Raises:
+        DatabaseNotFoundError: No SQLite file at ``source``.
+        ConfigurationError: No destination URL, a source that holds none of LangGraph's
+            tables, or LangGraph's saver package for the source is not installed.
+
+    Example:
+        ```python
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        from langgraph_checkpoint_agent_memory import import_from_langgraph
+
+        with SqliteSaver.from_conn_string("langgraph.db") as theirs:  # the app's until now
+            builder.compile(checkpointer=theirs).invoke(inputs, config)
+        report = import_from_langgraph("sqlite:///langgraph.db", "sqlite:///memory.db")
+        assert (report.threads, report.checkpoints) == (1, 3)  # input, start, agent
+        ```
+    """
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+    from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
+
+    target = urls.resolve(url)
+    if target is None:
+        raise ConfigurationError(
+            f"import_from_langgraph() needs a destination: pass url= or set {urls.URL_ENV}"
+        )
+    tally = _Tally(ImportReport(), ImportProgress(), on_progress or (lambda progress: None))
+    src = sql.open_source(source)
+    try:
+        tables = src.tables()
+        threads = threads and "checkpoints" in tables
+        items = items and "store" in tables
+        if not (threads or items):
+            raise ConfigurationError(
+                f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
+            )
+        tally.progress.threads_total = src.count("threads") if threads else None
+        tally.progress.items_total = src.count("items") if items else None
+        tally.tell()
+        if threads:
+            theirs = _langgraph_saver(src, serde)
+            saver = create_checkpointer(ttl_seconds, url=target.url, encryption=encryption)
+            assert isinstance(saver, SQLSaver)  # a URL was given: a SQL saver
+            try:
+                _copy_threads(src, theirs, saver, tally)
+            finally:
+                saver.close()
+        if items:
+            store = create_store(target.url, index=index, ttl=store_ttl, encryption=encryption)
+            try:
+                _copy_items(src, store, tally)
+            finally:
+                store.close()
+    finally:
+        src.close()
+    tally.report.seconds = time.monotonic() - tally.began
+    return tally.report
+
+
+@dataclass
+class _Tally:
+    """What an import has done: its report, and its progress told to ``notify``."""
+
+    report: ImportReport
+    progress: ImportProgress
+    notify: Callable[[ImportProgress], None]
+    began: float = field(default_factory=time.monotonic)
+
+    def tell(self) -> None:
+        self.notify(self.progress)
+
+    def begin(self, what: str) -> None:
+        self.progress.started[what] = time.monotonic()
+
+    def thread(self, thread_id: str, copied: bool | None) -> None:
+        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused."""
+        report = self.report
+        report.threads += 1
+        if copied is None:
+            report.threads_refused.append(thread_id)
+        elif copied:
+            report.threads_copied += 1
+        else:
+            report.threads_unchanged += 1
+        self.progress.threads_done += 1
+        self.tell()
+
+    def checkpoint(self) -> None:
+        self.report.checkpoints += 1
+        self.progress.checkpoints += 1
+        self.tell()
+
+    def task_writes(self) -> None:
+        self.report.writes += 1
+        self.progress.writes += 1
+
+    def items(self, n: int) -> None:
+        self.report.items += n
+        self.progress.items_done += n
+        self.tell()
+
+
+def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
+    """LangGraph's own saver on the source's read-only connection."""
+    module, package, name = {
+        "sqlite": ("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite", "SqliteSaver"),
+        "postgresql": (
+            "langgraph.checkpoint.postgres",
+            "langgraph-checkpoint-postgres",
+            "PostgresSaver",
+        ),
+    }[src.kind]
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        raise ConfigurationError(
+            f"reading threads of LangGraph's {name} needs its package: pip install {package}"
+        ) from None
+    saver: BaseCheckpointSaver[Any] = getattr(found, name)(src.connection, serde=serde)
+    if src.kind == "sqlite":
+        wal, task_paths = src.sqlite_state()
+        if not wal:  # the saver's setup would switch the file to WAL: refused read-only
+            if not task_paths:
+                raise ConfigurationError(
+                    f"{src.where} is not in WAL mode, as LangGraph's SqliteSaver leaves its "
+                    "files, and predates its task_path column: LangGraph's saver cannot read "
+                    "it read-only. Switch it first: sqlite3 FILE 'PRAGMA journal_mode=WAL'"
+                )
+            saver.is_setup = True  # type: ignore[attr-defined]  # its tables are all there
+    return saver
+
+
+def _copy_threads(
+    src: sql.Source, theirs: BaseCheckpointSaver[Any], saver: SQLSaver, tally: _Tally
+) -> None:
+    saver.setup()
+    tally.begin("threads")
+    for thread_id in src.thread_ids():
+        try:
+            copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
+        except ThreadDeletedError:  # deleted here since: not brought back
+            copied = None
+        tally.thread(thread_id, copied)
+
+
+def _copy_thread(
+    src: sql.Source,
+    theirs: BaseCheckpointSaver[Any],
+    saver: SQLSaver,
+    thread_id: str,
+    tally: _Tally,
+) -> bool:
+    """Copy what the thread lacks here; ``False`` when it lacked nothing."""
+    wanted = src.shape(thread_id)
+    here = saver.db.run(sql.thread_shape_plan(saver.dialect, thread_id))
+    todo = {key for key, n in wanted.items() if key not in here or here[key] < n}
+    if not todo:
+        return False
+    paths = src.task_paths(thread_id)
+    versions: dict[tuple[str, str], Versions] = {}
+    for found in _oldest_first(theirs, thread_id, set(wanted), todo):
+        ns, checkpoint_id = _coordinates(found)
+        checkpoint = found.checkpoint
+        versions[(ns, checkpoint_id)] = (
+            checkpoint["channel_versions"],
+            frozenset(checkpoint["channel_values"]),
+        )
+        if (ns, checkpoint_id) not in todo:
+            continue
+        if (ns, checkpoint_id) not in here:
+            _put_checkpoint(saver, thread_id, found, versions)
+            tally.checkpoint()
+        by_task: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in found.pending_writes or ():
+            by_task.setdefault(task_id, []).append((channel, value))
+        for task_id, task_writes in by_task.items():
+            path = paths.get((ns, checkpoint_id, task_id), "")
+            _put_writes(saver, found.config, task_writes, task_id, path)
+            tally.task_writes()
+    return True
+
+
+#: A thread lacking at most this share of its checkpoints here gets them one by one.
+FEW = 0.25
+
+
+def _oldest_first(
+    theirs: BaseCheckpointSaver[Any],
+    thread_id: str,
+    wanted: set[tuple[str, str]],
+    todo: set[tuple[str, str]],
+) -> Iterator[CheckpointTuple]:
+    """The source's checkpoints a copy of ``todo`` needs, every parent before its children:
+    the whole thread through ``list``, or, when few are missing (a catch-up of a long
+    thread), each of them and its parent through ``get_tuple``, so that a thread's history
+    is not decoded again for its last turn."""
+    if len(todo) > FEW * len(wanted):
+        # newest first from the saver: reversed, every parent comes before its children
+        yield from reversed(list(theirs.list({"configurable": {"thread_id": thread_id}})))
+        return
+    done: set[tuple[str, str]] = set()
+    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):  # ids are time-ordered
+        conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        found = theirs.get_tuple({"configurable": conf})
+        if found is None:  # gone from the source since it was counted
+            continue
+        if found.parent_config is not None:
+            parent = (ns, found.parent_config["configurable"]["checkpoint_id"])
+            before = None if parent in done else theirs.get_tuple(found.parent_config)
+            if before is not None:  # its versions decide which channels changed since
+                done.add(parent)
+                yield before
+        done.add((ns, checkpoint_id))
+        yield found
+
+
+def _coordinates(found: CheckpointTuple) -> tuple[str, str]:
+    conf = found.config["configurable"]
+    return conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+
+
+def _put_checkpoint(
+    saver: SQLSaver,
+    thread_id: str,
+    found: CheckpointTuple,
+    versions: dict[tuple[str, str], Versions],
+) -> None:
+    """Put ``found`` under its own id and parent, with the blobs of the channels whose
+    version differs from its parent's or whose value the parent lacked (all of them when
+    the parent is not in the source)."""
+    ns, _ = _coordinates(found)
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    base: Versions = ({}, frozenset())
+    if found.parent_config is not None:
+        parent = found.parent_config["configurable"]["checkpoint_id"]
+        conf["checkpoint_id"] = parent
+        base = versions.get((ns, parent), base)
+    values = found.checkpoint["channel_values"]
+    changed = {
+        channel: version
+        for channel, version in found.checkpoint["channel_versions"].items()
+        if base[0].get(channel) != version or (channel in values and channel not in base[1])
+    }
+    saver.put({"configurable": conf}, found.checkpoint, found.metadata, changed)
+
+
+def _put_writes(
+    saver: SQLSaver,
+    config: Any,
+    task_writes: list[tuple[str, Any]],
+    task_id: str,
+    path: str,
+) -> None:
+    """A task's writes as LangGraph stored them: the regular ones in their order (so they
+    get their indexes again), the special channels (errors, interrupts, resume values) at
+    their fixed indexes."""
+    regular = [w for w in task_writes if w[0] not in WRITES_IDX_MAP]
+    special = [w for w in task_writes if w[0] in WRITES_IDX_MAP]
+    for group in (regular, special):
+        if group:
+            saver.put_writes(config, group, task_id, path)
+
+
+def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
+    store.setup()
+    tally.begin("items")
+    for page in src.items(time.time()):
+        tally.items(_put_items(store, page))
+
+
+def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
+    """Put the live items of ``page`` and set their times; how many were put."""
+    from langgraph.store.base import PutOp
+
+    from langgraph_checkpoint_agent_memory.db.store import ns_text
+
+    live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
+    default = (store.ttl_config or {}).get("default_ttl")  # as a put without ttl= gets
+    store.batch(
+        [
+            PutOp(
+                i.namespace,
+                i.key,
+                i.value,
+                ttl=default if i.ttl_minutes is None else i.ttl_minutes,
+            )
+            for i in live
+        ]
+    )
+    stamps = []
+    for i in live:
+        prefix = ns_text(i.namespace)
+        stamps.append(
+            {
+                "shard": store.statements.shard(prefix),
+                "prefix": prefix,
+                "key": i.key,
+                "created_at": i.created_at,
+                "updated_at": i.updated_at,
+                "expires_at": i.expires_at,
+            }
+        )
+    store.run_plan(sql.stamp_items_plan(store.dialect, stamps))
+    return len(live)
