@@ -4,6 +4,7 @@ table never cuts a date. (How fast it starts is measured in benchmarks/suites/cl
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -237,4 +238,25 @@ def test_long_commands_show_progress_on_a_terminal_only(
     status, out, shown = on_terminal(*args, "--url", scripted, "--json", env=env)
     assert status == 0, shown
     assert says not in shown
+    json.loads(out)
+
+
+def test_import_shows_its_threads_and_items_on_a_terminal_only(tmp_path: Path) -> None:
+    """``import`` (from a file LangGraph's SqliteSaver 3.0.2 wrote) shows a bar per part."""
+    source = tmp_path / "langgraph.db"
+    fixture = ROOT / "tests" / "fixtures" / "langgraph" / "sqlite-3.0.2.db.gz"
+    source.write_bytes(gzip.decompress(fixture.read_bytes()))
+    env = environment()
+    status, out, shown = on_terminal(
+        "import", "--from", str(source), "--url", str(tmp_path / "ours.db"), env=env
+    )
+    assert status == 0, shown
+    assert "importing threads" in shown and "importing threads" not in out
+    again = piped("import", "--from", str(source), "--url", str(tmp_path / "two.db"), env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == ""
+    status, out, shown = on_terminal(
+        "import", "--from", str(source), "--url", str(tmp_path / "three.db"), "--json", env=env
+    )
+    assert status == 0 and "importing" not in shown, shown
     json.loads(out)

@@ -314,6 +314,14 @@ class _Unbuilt:
     def add_argument(self, *args: Any, **options: Any) -> None:
         """Nothing: the parser is not built."""
 
+    def add_mutually_exclusive_group(self, **options: Any) -> _Unbuilt:
+        """Itself: its arguments are not built either."""
+        return self
+
+    def add_argument_group(self, *args: Any, **options: Any) -> _Unbuilt:
+        """Itself: its arguments are not built either."""
+        return self
+
 
 def _named_command(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names: its first word that is not an option."""
