@@ -9,10 +9,10 @@ Long-term memory is :class:`AgentMemory` over an :class:`AgentMemoryStore`
 
 from importlib import import_module
 from importlib.util import find_spec
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    __version__: str
     from langgraph_checkpoint_agent_memory.checkpoint import (
         AsyncHanaSaver as AsyncHanaSaver,
         AsyncPostgresSaver as AsyncPostgresSaver,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         InvalidValueError as InvalidValueError,
         KeyMissingError as KeyMissingError,
         KeysBesideDataWarning as KeysBesideDataWarning,
+        MissingExtraError as MissingExtraError,
         PlaintextRowError as PlaintextRowError,
         ReadOnlyDatabaseError as ReadOnlyDatabaseError,
         ThreadDeletedError as ThreadDeletedError,
@@ -87,7 +88,7 @@ _HOMES = {
     "errors": """AgentMemoryError ClosedError ConfigurationError DamagedValueError
         DatabaseNotFoundError DatabaseUnavailableError DecryptionError EncryptionError
         InvalidNamespaceValueError InvalidValueError KeyMissingError KeysBesideDataWarning
-        PlaintextRowError ReadOnlyDatabaseError ThreadDeletedError""",
+        MissingExtraError PlaintextRowError ReadOnlyDatabaseError ThreadDeletedError""",
     "factory": "create_checkpointer create_store",
     "from_langgraph": "ImportProgress ImportReport import_from_langgraph",
     "memory": """AgentMemory ChatModelExtractor ExtractionError Extractor RuleBasedExtractor
@@ -101,6 +102,15 @@ _LAZY = {name: f"{__name__}.{module}" for module, names in _HOMES.items() for na
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the installed metadata, read when asked (50 ms of imports)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("langgraph-checkpoint-agent-memory")
+        except PackageNotFoundError:  # running from a source tree that is not installed
+            value = "0.0.0"
+        globals()[name] = value
+        return value
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
@@ -111,12 +121,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "__version__"})
 
-
-try:
-    __version__ = version("langgraph-checkpoint-agent-memory")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
 
 __all__ = [*_LAZY, "__version__"]

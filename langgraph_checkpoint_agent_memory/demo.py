@@ -36,7 +36,7 @@ from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import day
 
 #: The demo's own database when ``--url`` is not given: a file in the current folder.
-DEMO_FILE = "agent-memory-demo.db"
+DEMO_FILE = urls.DEMO_FILE
 DEMO_URL = f"sqlite:///{DEMO_FILE}"
 #: The mark the demo writes into a database it creates (``am_settings.created_by``).
 DEMO_MARK = "agent-memory demo"

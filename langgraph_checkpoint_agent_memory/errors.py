@@ -7,7 +7,10 @@ against LangGraph's own savers keeps working.
 
 from __future__ import annotations
 
-from langgraph.store.base import InvalidNamespaceError
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError
 
 
 class AgentMemoryError(Exception):
@@ -16,6 +19,42 @@ class AgentMemoryError(Exception):
 
 class ConfigurationError(AgentMemoryError, ValueError):
     """A setting, argument or configuration source holds a value that cannot be used."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """A feature needs packages of an extra of this package that is not installed; nothing
+    was done. The message is one line: what needs them, and the command that installs the
+    extra (``extra`` names it: ``postgres``, ``hana``, ``encryption``, ``embed``,
+    ``wordllama``). A :class:`ConfigurationError` (the command line exits with status 2) and
+    an ``ImportError``.
+
+    Example:
+        >>> print(MissingExtraError("PostgreSQL needs psycopg 3", "postgres"))
+        PostgreSQL needs psycopg 3: pip install 'langgraph-checkpoint-agent-memory[postgres]'
+    """
+
+    def __init__(self, needs: str, extra: str, alternative: str = "") -> None:
+        super().__init__(
+            f"{needs}: pip install 'langgraph-checkpoint-agent-memory[{extra}]'{alternative}"
+        )
+        self.extra = extra
+
+
+def require(module: str, extra: str, needs: str, alternative: str = "") -> Any:
+    """``module``, imported: a package the extra ``extra`` installs; when it is missing,
+    :class:`MissingExtraError` (``needs``: what needs it; ``alternative``: the end of the
+    message, another way out).
+
+    Example:
+        >>> require("json", "postgres", "PostgreSQL needs psycopg 3").__name__
+        'json'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(needs, extra, alternative) from exc
 
 
 class DatabaseNotFoundError(ConfigurationError):
@@ -28,14 +67,38 @@ class InvalidValueError(AgentMemoryError, ValueError):
     (the message says which and why); nothing was written."""
 
 
-class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
-    """A store namespace that not every backend could store (a label with a NUL character or
-    a lone surrogate, a label that is not a string, one too long) or that LangGraph refuses (an
-    empty label, a dot in a label): nothing was written.
+if TYPE_CHECKING:
 
-    It is an :class:`InvalidValueError` and also LangGraph's ``InvalidNamespaceError``, so
-    code written against either catches it.
-    """
+    class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
+        """A namespace no backend could store, or LangGraph refuses (see :func:`_namespace_error`,
+        which makes the class)."""
+
+
+def _namespace_error() -> type[InvalidValueError]:
+    """The class :class:`InvalidNamespaceValueError`, made at its first use: its other base is
+    LangGraph's ``InvalidNamespaceError``, whose module loads LangChain's runnables (a quarter
+    of a second), which a command or a saver that never touches a store namespace should not
+    pay for."""
+    from langgraph.store.base import InvalidNamespaceError
+
+    class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
+        """A store namespace that not every backend could store (a label with a NUL character
+        or a lone surrogate, a label that is not a string, one too long) or that LangGraph
+        refuses (an empty label, a dot in a label): nothing was written.
+
+        It is an :class:`InvalidValueError` and also LangGraph's ``InvalidNamespaceError``, so
+        code written against either catches it.
+        """
+
+    InvalidNamespaceValueError.__qualname__ = InvalidNamespaceValueError.__name__
+    return InvalidNamespaceValueError
+
+
+def __getattr__(name: str) -> Any:
+    if name != "InvalidNamespaceValueError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()[name] = _namespace_error()
+    return made
 
 
 class DamagedValueError(AgentMemoryError, ValueError):

@@ -13,17 +13,17 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
-
 from langgraph_checkpoint_agent_memory import settings
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
     from langgraph.store.base import TTLConfig
 
     from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
     from langgraph_checkpoint_agent_memory.crypto.config import Encryption, EncryptionLike
+    from langgraph_checkpoint_agent_memory.db.database import Database
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 logger = logging.getLogger(__name__)
@@ -286,18 +286,31 @@ def create_store(
         memory = AgentMemory(store)
         ```
     """
-    from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
-    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
     resolved = resolve_encryption(encryption)  # a bad setting fails before any connection
+    _declared_store_options(options)
+    database = open_database(url, options)
+    return AgentMemoryStore(database, index=index, ttl=ttl, encryption=resolved or False, **options)
+
+
+def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
+    """The database of a store at ``url`` (chosen as :func:`create_store` chooses it; in
+    memory without one), opened with the database's options that ``options`` holds, which
+    are taken out of it (the rest are the store's).
+
+    Example:
+        >>> open_database(None, {"weights": None}).describe()
+        'memory'
+    """
+    from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
+    from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
+
     database_options: dict[str, Any] = {
         k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
     }
-
     postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
     postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
-    _declared_store_options(options)
     target = urls.resolve(url)
     _sqlite_only(target, options)
     if "mode" in options:
@@ -308,7 +321,7 @@ def create_store(
             f"{', '.join(postgres_options)} applies to PostgreSQL only, not to "
             f"{'memory' if target is None else target.kind}"
         )
-    database: Any
+    database: Database[Any]
     if target is None:
         database = SQLiteDatabase(":memory:")
     elif target.kind == "sqlite":
@@ -324,7 +337,7 @@ def create_store(
     if target is not None:
         where = (target.kind, target.masked(), target.source)
         _once(f"store:{where}", logging.INFO, "create_store(): %s at %s (from %s)", *where)
-    return AgentMemoryStore(database, index=index, ttl=ttl, encryption=resolved or False, **options)
+    return database
 
 
 def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:

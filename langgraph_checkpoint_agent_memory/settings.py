@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-from pydantic import ConfigDict, PydanticUserError, TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 CONFIG_FILE_ENV = "AGENT_CONFIG_FILE"
 
@@ -317,6 +318,10 @@ def _type_name(annotation: Any) -> str:
 
 @functools.cache
 def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    # pydantic loads when a declared value is first converted: a process that declares no
+    # field (the command line) does without it
+    from pydantic import ConfigDict, TypeAdapter
+
     # a number where text is declared is that text (a file's 5 for a name); a class pydantic
     # does not know is checked with isinstance
     config = ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
@@ -326,6 +331,8 @@ def _adapter(annotation: Any) -> TypeAdapter[Any]:
 def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = False) -> Any:
     if annotation is _MISSING or annotation is Any:
         return value
+    from pydantic import PydanticUserError, ValidationError
+
     try:
         adapter = _adapter(annotation)
     except (PydanticUserError, TypeError):  # a type pydantic cannot build: pass as given
@@ -358,6 +365,8 @@ def _constructible(annotation: Any, value: Any) -> bool:
 def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
     """By pydantic's lax mode; from an environment variable (``text``) ``"none"`` may mean
     null and what is not text (a list, ``2`` for ``Literal[1, 2]``) comes as JSON."""
+    from pydantic import ValidationError
+
     if text and value.strip().lower() in _NONE and _admits_none(adapter):
         return None
     try:
@@ -383,6 +392,8 @@ def _no_bool_as_number(adapter: TypeAdapter[Any], value: Any) -> Any:
 
 
 def _admits_none(adapter: TypeAdapter[Any]) -> bool:
+    from pydantic import ValidationError
+
     try:
         adapter.validate_python(None)
     except ValidationError:

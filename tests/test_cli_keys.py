@@ -76,7 +76,7 @@ def test_encrypt_seals_what_was_written_in_plaintext_once(
     write_some(url, path, encryption=False)
     assert SECRET.encode() in raw(path)
 
-    assert main(["encrypt", "--url", url]) == 1  # no master key: said, nothing done
+    assert main(["encrypt", "--url", url]) == 2  # no master key (configuration): said, nothing done
     assert "AGENT_MEMORY_MASTER_KEY" in capsys.readouterr().err
 
     master = generate_master_key()

@@ -182,7 +182,7 @@ def test_erase_asks_for_confirmation_when_piped(tmp_path: Path) -> None:
     AgentMemory(store).record({"user_id": "al"}, [{"role": "user", "content": "hi"}])
     store.close()
     done = cli("erase", "user=al", "--url", url)
-    assert done.returncode == 1 and "--yes" in done.stderr
+    assert done.returncode == 2 and "--yes" in done.stderr  # a usage mistake
     done = cli("scopes", "--url", url, "--json")
     assert json.loads(done.stdout)["user=al"]["episodes"] == 1  # nothing was erased
 

@@ -466,20 +466,21 @@ def test_a_backup_taken_before_a_delete_cannot_be_read_for_that_thread(
     clock.advance(30)
     saver.get_tuple(config_for("kept"))  # activity: it stays
     clock.advance(45)  # "gone" has expired
+    removal: dict[str, Callable[[], Any]]
     if api == "sync":
-        removed = {
+        removal = {
             "delete_thread": lambda: saver.delete_thread("gone"),
             "erase_threads": lambda: saver.erase_threads(["gone"]),
-            "sweep": saver.sweep,
-        }[how]()
+            "sweep": lambda: saver.sweep(),
+        }
+        removed = removal[how]()
     else:
-        removed = asyncio.run(
-            {
-                "delete_thread": lambda: saver.adelete_thread("gone"),
-                "erase_threads": lambda: saver.aerase_threads(["gone"]),
-                "sweep": saver.asweep,
-            }[how]()
-        )
+        removal = {
+            "delete_thread": lambda: saver.adelete_thread("gone"),
+            "erase_threads": lambda: saver.aerase_threads(["gone"]),
+            "sweep": lambda: saver.asweep(),
+        }
+        removed = asyncio.run(removal[how]())
     assert removed == (["gone"] if how == "sweep" else None)
     saver.close()
     backup = open_copy(tmp_path / "backup.db", encryption)

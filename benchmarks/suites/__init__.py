@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.suites.cli import run as cli
 from benchmarks.suites.embedders import run as embedders
 from benchmarks.suites.feedback import run as feedback
 from benchmarks.suites.floor import run as floor
@@ -27,6 +28,7 @@ SUITES: dict[str, Callable[..., None]] = {
     "embedders": embedders,
     "scale": scale,
     "telemetry": telemetry,
+    "cli": cli,
 }
 
 __all__ = ["SUITES", "Path"]

@@ -799,9 +799,15 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             if strategy == "delete":
                 await self._adestroy_keys(thread_ids)
 
-    def sweep(self) -> builtins.list[str]:
+    def sweep(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> builtins.list[str]:
         """Remove expired threads now (any number of processes may sweep at once; each thread
         is removed by exactly one). The background sweeper calls this.
+
+        Args:
+            on_progress: Called after each batch of threads with ``(threads removed so
+                far, None)``, e.g. to show progress.
 
         Returns:
             The thread ids this call removed (or pruned, with ``strategy="keep_latest"``).
@@ -811,13 +817,15 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             ['user-17']
         """
         with self._traced("sweep") as op:
-            swept = self._read(lambda: self._maintenance.sweep(self.serde))
+            swept = self._read(lambda: self._maintenance.sweep(self.serde, on_progress))
             if self._maintenance.activity.strategy == "delete":
                 self._destroy_keys(swept)
             self._swept(op, swept)
         return swept
 
-    async def asweep(self) -> builtins.list[str]:
+    async def asweep(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> builtins.list[str]:
         """Asynchronously :meth:`sweep`; the async sweeper task calls this.
 
         Example:
@@ -826,7 +834,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             ```
         """
         with self._traced("sweep") as op:
-            swept = await self._aread(lambda: self._maintenance.sweep(self.serde))
+            swept = await self._aread(lambda: self._maintenance.sweep(self.serde, on_progress))
             if self._maintenance.activity.strategy == "delete":
                 await self._adestroy_keys(swept)
             self._swept(op, swept)
@@ -842,11 +850,17 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             )
         return self.keyring
 
-    def encrypt_plaintext(self) -> dict[str, int]:
+    def encrypt_plaintext(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Seal every row written without encryption (what ``agent-memory encrypt`` runs
         when turning encryption on for an existing database), each thread with its own data
         key. Idempotent: sealed rows are left as they are, so it may be run again (after an
         interruption, or while writers still run with encryption off).
+
+        Args:
+            on_progress: Called after each thread with ``(threads looked at so far, None)``,
+                e.g. to show progress.
 
         Returns:
             How many were sealed: ``{"threads": ..., "checkpoints": ..., "blobs": ...,
@@ -870,11 +884,13 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         """
         keyring = self._needs_keyring()
         return drive(
-            self._encrypt_steps(),
+            self._encrypt_steps(on_progress),
             lambda step: keyring.key(step) if isinstance(step, str) else self._run(step),
         )
 
-    async def aencrypt_plaintext(self) -> dict[str, int]:
+    async def aencrypt_plaintext(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Asynchronously :meth:`encrypt_plaintext`.
 
         Returns:
@@ -898,9 +914,11 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         async def step(step: str | Plan[Any]) -> Any:
             return await (keyring.akey(step) if isinstance(step, str) else self._arun(step))
 
-        return await adrive(self._encrypt_steps(), step)
+        return await adrive(self._encrypt_steps(on_progress), step)
 
-    def _encrypt_steps(self) -> Generator[str | Plan[Any], Any, dict[str, int]]:
+    def _encrypt_steps(
+        self, on_progress: Callable[[int, int | None], None] | None
+    ) -> Generator[str | Plan[Any], Any, dict[str, int]]:
         """:meth:`encrypt_plaintext`, written once: it yields a plan to run, or a key
         owner whose data key it needs, and receives the result."""
         m = self._maintenance
@@ -914,6 +932,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
                         key = yield thread_owner(thread_id)
                         _add(counts, (yield m.encrypt_thread(thread_id, key)))
                         done.add(thread_id)
+                        if on_progress is not None:
+                            on_progress(len(done), None)
                 after = page[-1]
         return counts
 

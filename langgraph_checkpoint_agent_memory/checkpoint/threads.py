@@ -18,7 +18,7 @@ database's own overhead (row headers, indexes, free pages), which comes on top.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -620,9 +620,14 @@ class Maintenance:
 
     # -- TTL sweep -----------------------------------------------------------------------------
 
-    def sweep(self, serde: SerializerProtocol) -> Plan[list[str]]:
+    def sweep(
+        self,
+        serde: SerializerProtocol,
+        on_progress: Callable[[int, int | None], None] | None = None,
+    ) -> Plan[list[str]]:
         """Remove expired threads batch by batch, then forget old tombstones; return the
-        thread ids this plan removed."""
+        thread ids this plan removed (``on_progress``: called after each batch with how
+        many so far)."""
         d = self.dialect
         activity = self.activity
         swept: list[str] = []
@@ -675,5 +680,7 @@ class Maintenance:
                 }
                 yield self.drop(snapshot, keep)
             swept += batch
+            if on_progress is not None:
+                on_progress(len(swept), None)
             if len(candidates) < self.sweep_batch:
                 return swept

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph_checkpoint_agent_memory import __version__, settings
+from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
     CommandError,
     Parser,
@@ -51,9 +51,9 @@ from langgraph_checkpoint_agent_memory.cli.memory import (
     _cmd_scopes,
     _cmd_worker,
 )
-from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads, _size, _when
+from langgraph_checkpoint_agent_memory.cli.progress import progress
+from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.demo import DEMO_FILE
 from langgraph_checkpoint_agent_memory.errors import (
     AgentMemoryError,
     ConfigurationError,
@@ -76,7 +76,9 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
             _create_folder(Path(target.options["path"]).parent, target.masked())
         # with the master key configured, the database is marked encrypted (without it,
         # an encrypted one is refused)
-        applied = migrate(store.db, COMPONENTS, store.shard_depth, store.keyring is not None)
+        encrypted = store.keyring is not None
+        with progress(args, "migrating", "parts") as report:
+            applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
     finally:
         store.close()
     newest = {c.name: c.latest for c in COMPONENTS}
@@ -104,6 +106,8 @@ def _create_folder(folder: Path, where: str) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory import settings
+
     for module in args.module:
         try:
             importlib.import_module(module)
@@ -198,7 +202,7 @@ def _ago(seconds: float) -> str:
 
 
 def _known(n: int | None) -> str:
-    return "unknown" if n is None else _size(n)
+    return "unknown" if n is None else output.size(n)
 
 
 def _render(out: Any, data: dict[str, Any]) -> None:
@@ -221,7 +225,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
             "oldest pending",
             "none"
             if oldest is None
-            else f"{_when(oldest)} ({_ago(backlog['oldest_pending_age_seconds'])} ago)",
+            else f"{output.when(oldest)} ({_ago(backlog['oldest_pending_age_seconds'])} ago)",
         )
         figures.add_row("parked episodes", str(jobs["parked_episodes"]))
         figures.add_row("failed jobs", str(jobs["failed_jobs"]))
@@ -254,7 +258,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         sizes.add_row(name, str(count), _known(n))
     sizes.add_row("total", str(len(size["tables"])), _known(size["total_bytes"]))
     if size["file_bytes"] is not None:
-        sizes.add_row("file", "", _size(size["file_bytes"]))
+        sizes.add_row("file", "", output.size(size["file_bytes"]))
     out.print(sizes)
 
 
@@ -293,16 +297,52 @@ def _shown_default() -> str:
         return f"a SQLite file under ${urls.HOME_ENV}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import langgraph_checkpoint_agent_memory as package
+
+        print(f"{parser.prog} {package.__version__}")
+        parser.exit()
+
+
+class _Unbuilt:
+    """A command's parser not built: the command line names another (building the parsers of
+    all twenty commands, with argparse's message lookups, costs a tenth of a second)."""
+
+    def add_argument(self, *args: Any, **options: Any) -> None:
+        """Nothing: the parser is not built."""
+
+    def add_mutually_exclusive_group(self, **options: Any) -> _Unbuilt:
+        """Itself: its arguments are not built either."""
+        return self
+
+    def add_argument_group(self, *args: Any, **options: Any) -> _Unbuilt:
+        """Itself: its arguments are not built either."""
+        return self
+
+
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; given ``argv``, only the parser of the command it names is
+    built in full (all are, without a command or with an unknown one, to list them)."""
+    only = None if argv is None else _named_command(argv)
     parser = Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
         epilog="SCOPE is written user=alice,agent=support (keys: user, agent, workflow).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        if only is not None and name != only:
+            return _Unbuilt()
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
         if name not in ("config", "demo", "new-key"):
@@ -321,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url",
         type=url_argument,
-        help=f"the demo's own database (default: sqlite:///{DEMO_FILE} in the current folder; "
+        help=f"the demo's own database (default: sqlite:///{urls.DEMO_FILE} in the current folder; "
         f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
         "created before; any other is refused",
     )
@@ -421,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="import MODULE first so its @agent_config fields are registered (repeatable)",
     )
+    if only is not None and only not in commands.choices:  # an unknown command: list them all
+        return build_parser()
     return parser
 
 
@@ -428,8 +470,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # psycopg_pool logs each failed connection attempt; the command reports the outcome in
     # one line of its own, so those attempts would only repeat it
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return 0

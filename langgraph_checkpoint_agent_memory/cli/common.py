@@ -1,5 +1,5 @@
-"""What every ``agent-memory`` command shares: the URL, the console, JSON output,
-progress, the migration ledger, opening a memory and reading a scope."""
+"""What every ``agent-memory`` command shares: the URL, the console, JSON output, the
+migration ledger, opening a memory and reading a scope."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import argparse
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -97,7 +96,10 @@ def seconds_argument(text: str) -> float:
 def _console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=args.command != "demo")
+    # what the commands print is data, shown as stored: "[x]" or ":smile:" in a fact stays
+    # as it is (only the demo's own text is styled)
+    demo = args.command == "demo"
+    return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
 
 def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
@@ -105,17 +107,6 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) ->
         print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
     else:
         render(_console(args))
-
-
-@contextmanager
-def _progress(args: argparse.Namespace, description: str, total: int | None) -> Iterator[Any]:
-    """A progress bar on a terminal; silent when piped or with --json."""
-    from rich.progress import Progress
-
-    quiet = getattr(args, "json", False) or not sys.stderr.isatty()
-    with Progress(disable=quiet, transient=True) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:

@@ -8,49 +8,28 @@ application; the threads' TTL is ``--ttl-seconds``.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseNotFoundError
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
     from langgraph_checkpoint_agent_memory.from_langgraph import (
         ImportProgress,
         import_from_langgraph,
     )
 
     url = resolve_url(args.url)
-    quiet = args.json or not sys.stderr.isatty()
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]:.1f}/s"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, disable=quiet, transient=True) as bar:
-        tasks: dict[str, Any] = {}
+    with progress(args, "importing threads", "threads") as threads:
+        items = threads.part("importing store items", "items")
 
-        def show(progress: ImportProgress) -> None:
-            for what, total, done in (
-                ("threads", progress.threads_total, progress.threads_done),
-                ("items", progress.items_total, progress.items_done),
-            ):
-                if total is None:
-                    continue
-                if what not in tasks:
-                    tasks[what] = bar.add_task(what, total=total, rate=0.0)
-                bar.update(tasks[what], completed=done, rate=progress.rate(what))
+        def show(done: ImportProgress) -> None:
+            if done.threads_total is not None:
+                threads(done.threads_done, done.threads_total)
+            if done.items_total is not None:
+                items(done.items_done, done.items_total)
 
         try:
             report = import_from_langgraph(

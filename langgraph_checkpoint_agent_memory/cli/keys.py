@@ -17,11 +17,14 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     _installed,
     existing,
     resolve_url,
+    url_argument,
 )
-from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
-from langgraph_checkpoint_agent_memory.crypto.config import MASTER_KEY_ENV, Encryption
+from langgraph_checkpoint_agent_memory.cli.progress import progress
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
 
 if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.crypto.config import Encryption
     from langgraph_checkpoint_agent_memory.crypto.keyring import KeyStore
 
 
@@ -29,8 +32,8 @@ def _required_encryption() -> Encryption:
     from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     found = resolve_encryption(None)
-    if found is None:
-        raise CommandError(
+    if found is None:  # configuration: status 2, as every setting that cannot be used
+        raise ConfigurationError(
             f"encryption is not configured: set {MASTER_KEY_ENV} (base64 master keys, newest "
             "first; `agent-memory new-key` makes one)"
         )
@@ -38,6 +41,8 @@ def _required_encryption() -> Encryption:
 
 
 def _cmd_new_key(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
+
     key = generate_master_key()
     _emit(args, {"master_key": key}, lambda out: print(key))
     return 0
@@ -59,7 +64,8 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
         KeyStore(open_database(url), owned=True, auto_setup=False), encryption.key_provider()
     )
     try:
-        rewrapped = keyring.rotate()
+        with progress(args, "re-wrapping data keys", "keys") as report:
+            rewrapped = keyring.rotate(on_progress=report)
         where = keyring.keystore.describe()
     finally:
         keyring.close()
@@ -88,7 +94,8 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
     if "checkpoint" in installed:
         saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
         try:
-            counts["checkpoints"] = saver.encrypt_plaintext()
+            with progress(args, "encrypting threads", "threads") as report:
+                counts["checkpoints"] = saver.encrypt_plaintext(on_progress=report)
         finally:
             saver.close()
     if "store" in installed:
@@ -101,7 +108,8 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
                 # first: memory's pending migrations (re-indexing facts) run on plaintext
                 # rows, with the store's setup, before the store seals them
                 memory = AgentMemory(store)
-            counts["store"] = store.encrypt_plaintext()
+            with progress(args, "encrypting store items", "items") as report:
+                counts["store"] = store.encrypt_plaintext(on_progress=report)
             if memory is not None:
                 counts["memory"] = memory.encrypt_plaintext()
         finally:
@@ -203,4 +211,4 @@ def add_commands(command: Any) -> None:
         "writers first; then set AGENT_MEMORY_KEYSTORE_URL)",
         _cmd_move_keys,
     )
-    move.add_argument("--to", required=True, help="the key store's database URL")
+    move.add_argument("--to", required=True, type=url_argument, help="the key store's database URL")

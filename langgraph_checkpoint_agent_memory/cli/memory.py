@@ -9,20 +9,21 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
-    CommandError,
     _console,
     _emit,
     _extractor,
     _fact_dict,
     _memory,
-    _progress,
     _scope,
     _stored,
     _unknown,
     resolve_url,
 )
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 # -- commands ------------------------------------------------------------------------------
 
@@ -40,20 +41,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_scopes(args: argparse.Namespace) -> int:
-    with _memory(args, reads=True) as memory:
+    from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
+
+    with stored_memory(args) as memory:
         stats = memory.scopes()
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
         if not stats:
             out.print("No scopes yet.")
             return
-        table = Table(title=f"{len(stats)} scope(s)")
         columns = ("facts", "history", "episodes", "pending", "parked", "failed")
-        table.add_column("scope")
-        for c in columns:
-            table.add_column(c, justify="right")
+        table = output.table(f"{len(stats)} scope(s)", "scope", *((c, "right") for c in columns))
         for scope, counts in sorted(stats.items()):
             table.add_row(scope, *(str(counts[c]) for c in columns))
         out.print(table)
@@ -63,25 +61,30 @@ def _cmd_scopes(args: argparse.Namespace) -> int:
 
 
 def _cmd_facts(args: argparse.Namespace) -> int:
-    with _memory(args, reads=True) as memory:
+    from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
+
+    with stored_memory(args) as memory:
         scope = _scope(memory, args.scope)
         facts = memory.history(scope) if args.all else memory.facts(scope)
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
-        from langgraph_checkpoint_agent_memory.memory.recall import day
-
-        table = Table(title=f"{'all facts' if args.all else 'current facts'} of {scope.key}")
-        for c in ("attribute", "value", "statement", "since", "until", "confirmed", "pinned"):
-            table.add_column(c)
+        table = output.table(
+            f"{'all facts' if args.all else 'current facts'} of {scope.key}",
+            "attribute",
+            "value",
+            "statement",
+            ("since", "day"),
+            ("until", "day"),
+            "confirmed",
+            "pinned",
+        )
         for f in facts:
             table.add_row(
                 f.attribute,
                 f.value,
                 f.statement,
-                day(f.valid_from),
-                day(f.valid_to) if f.valid_to else "",
+                output.day(f.valid_from),
+                output.day(f.valid_to) if f.valid_to else "",
                 str(f.confirmations),
                 "yes" if f.pinned else "",
             )
@@ -92,21 +95,25 @@ def _cmd_facts(args: argparse.Namespace) -> int:
 
 
 def _cmd_episodes(args: argparse.Namespace) -> int:
-    with _memory(args, reads=True) as memory:
+    from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
+
+    with stored_memory(args) as memory:
         scope = _scope(memory, args.scope)
         episodes = memory.episodes(scope, status=args.status)
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
-        from langgraph_checkpoint_agent_memory.memory.recall import day
-
-        table = Table(title=f"episodes of {scope.key}")
-        for c in ("when", "status", "thread", "summary or first words"):
-            table.add_column(c)
+        table = output.table(
+            f"episodes of {scope.key}",
+            ("when", "day"),
+            "status",
+            "thread",
+            "summary or first words",
+        )
         for e in episodes:
             first = e.messages[0]["content"] if e.messages else ""
-            table.add_row(day(e.occurred_at), e.status, e.thread_id or "", e.summary or first)
+            table.add_row(
+                output.day(e.occurred_at), e.status, e.thread_id or "", e.summary or first
+            )
         out.print(table)
 
     _emit(args, [{"key": e.key, **asdict(e)} for e in episodes], render)
@@ -138,13 +145,14 @@ def _cmd_erase(args: argparse.Namespace) -> int:
             counts = {"scopes": 0, "threads": 0, "keys": settled}
         else:
             if not args.yes:
-                if not sys.stdin.isatty():
-                    raise CommandError("erase needs --yes when not run on a terminal")
+                if not sys.stdin.isatty():  # a usage mistake: status 2
+                    raise ConfigurationError("erase needs --yes when not run on a terminal")
                 answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
                 if answer.strip().lower() not in ("y", "yes"):
                     print("Nothing erased.")
                     return 1
-            counts = memory.erase(scope)
+            with progress(args, f"erasing {scope.key}", "parts") as report:
+                counts = memory.erase(scope, on_progress=report)
 
     def render(out: Any) -> None:
         if settled:
@@ -169,13 +177,13 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
             if only is None or only.covers(Scope.parse(k))
         )
         total = Report()
-        with _progress(args, "consolidating", pending or None) as advance:
+        with progress(args, "consolidating", "episodes") as shown:
             while True:
                 report = memory.consolidate(only, max_jobs=1)
                 if not report.jobs:
                     break
                 total.jobs += report.jobs
-                advance(sum(j.episodes for j in report.jobs))
+                shown(sum(j.episodes for j in total.jobs), pending or None)
                 if report.jobs[-1].status != "completed" and only is not None:
                     break
     data: dict[str, Any] = dict(total.as_dict())
@@ -217,18 +225,20 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         jobs = memory.jobs(statuses, limit=args.limit)
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
-        from langgraph_checkpoint_agent_memory.memory.recall import day
-
         if retried is not None:
             out.print(f"{retried} parked episode(s) queued again")
-        table = Table(title=f"{len(jobs)} job(s)")
-        for c in ("finished", "scope", "status", "attempt", "episodes", "error"):
-            table.add_column(c)
+        table = output.table(
+            f"{len(jobs)} job(s)",
+            ("finished", "day"),
+            "scope",
+            "status",
+            "attempt",
+            "episodes",
+            "error",
+        )
         for j in jobs:
             table.add_row(
-                day(j["finished_at"]),
+                output.day(j["finished_at"]),
                 j["scope"],
                 j["status"],
                 str(j["attempt"]),

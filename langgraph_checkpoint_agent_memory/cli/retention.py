@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
     _emit,
     _installed,
@@ -13,22 +14,8 @@ from langgraph_checkpoint_agent_memory.cli.common import (
     existing,
     resolve_url,
 )
-
-
-def _size(n: int) -> str:
-    """Bytes for people: ``512 B``, ``48.2 kB``, ``3.1 MB``."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def _when(ts: float | None, never: str = "") -> str:
-    from datetime import datetime, timezone
-
-    if ts is None:
-        return never
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+from langgraph_checkpoint_agent_memory.cli.output import size, when
+from langgraph_checkpoint_agent_memory.cli.progress import progress
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
@@ -44,22 +31,26 @@ def _cmd_threads(args: argparse.Namespace) -> int:
             saver.close()
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
         if not infos:
             out.print("No threads.")
             return
         more = f"; the first {args.limit} by {args.sort}" if len(infos) == args.limit else ""
-        table = Table(title=f"{len(infos)} thread(s), {_size(sum(i.bytes for i in infos))}{more}")
-        for c in ("thread", "checkpoints", "stored", "last active", "expires", "status"):
-            table.add_column(c, justify="right" if c in ("checkpoints", "stored") else "left")
+        table = output.table(
+            f"{len(infos)} thread(s), {size(sum(i.bytes for i in infos))}{more}",
+            "thread",
+            ("checkpoints", "right"),
+            ("stored", "right"),
+            ("last active", "when"),
+            ("expires", "when"),
+            "status",
+        )
         for i in infos:
             table.add_row(
                 i.thread_id,
                 str(i.checkpoints),
-                _size(i.bytes),
-                _when(i.last_active),
-                _when(i.expires_at, never="never"),
+                size(i.bytes),
+                when(i.last_active),
+                when(i.expires_at, never="never"),
                 i.status,
             )
         out.print(table)
@@ -73,9 +64,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _sweep_dry_run(args, options)
     with _memory(args, checkpointer_options=options) as memory:
-        items = memory.store.sweep()
-        sweep = getattr(memory.checkpointer, "sweep", None)
-        threads = list(sweep()) if callable(sweep) else []
+        with progress(args, "removing expired store items", "items") as report:
+            items = memory.store.sweep(on_progress=report)
+        with progress(args, "removing expired threads", "threads") as report:
+            threads = list(memory.checkpointer.sweep(on_progress=report))
     data = {"store_items": items, "threads": threads}
     _emit(
         args,
@@ -126,29 +118,27 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     }
 
     def render(out: Any) -> None:
-        from rich.table import Table
-
         prune = args.strategy != "delete"
         to = f" to their last {args.keep_last} checkpoint(s)" if prune else ""
         out.print(
-            f"A sweep now would remove {items} expired store item(s) ({_size(item_bytes)}) "
+            f"A sweep now would remove {items} expired store item(s) ({size(item_bytes)}) "
             f"and {'prune' if prune else 'delete'} {len(threads)} expired thread(s){to} "
-            f"({removed} checkpoint(s), {_size(thread_bytes)}): "
-            f"{_size(item_bytes + thread_bytes)} freed. "
+            f"({removed} checkpoint(s), {size(thread_bytes)}): "
+            f"{size(item_bytes + thread_bytes)} freed. "
             "Nothing was changed."
         )
         if threads:
-            table = Table()
-            for c in ("thread", "action", "expired", "checkpoints", "removed", "freed"):
-                table.add_column(c)
+            table = output.table(
+                None, "thread", "action", ("expired", "when"), "checkpoints", "removed", "freed"
+            )
             for t in threads:
                 table.add_row(
                     t["thread_id"],
                     t["action"],
-                    _when(t["expires_at"]),
+                    when(t["expires_at"]),
                     str(t["checkpoints"]),
                     str(t["checkpoints_removed"]),
-                    _size(t["bytes_freed"]),
+                    size(t["bytes_freed"]),
                 )
             out.print(table)
 

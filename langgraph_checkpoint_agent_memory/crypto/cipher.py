@@ -51,6 +51,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     DecryptionError,
     EncryptionError,
     PlaintextRowError,
+    require,
 )
 
 #: First byte of a sealed value (format 2): plaintext as given, zlib-compressed first (as
@@ -78,15 +79,14 @@ TERM_LABEL = b"agent-memory terms v1"
 
 
 def aesgcm(key: bytes) -> Any:
-    """``cryptography``'s AES-GCM over ``key``; a clear error when the package is missing."""
-    try:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EncryptionError(
-            "encryption needs the 'cryptography' package: "
-            "pip install 'langgraph-checkpoint-agent-memory[encryption]'"
-        ) from exc
-    return AESGCM(key)
+    """``cryptography``'s AES-GCM over ``key``; :class:`MissingExtraError` when the package
+    is missing."""
+    aead = require(
+        "cryptography.hazmat.primitives.ciphers.aead",
+        "encryption",
+        "encryption needs the 'cryptography' package",
+    )
+    return aead.AESGCM(key)
 
 
 def subkey(secret: bytes, label: bytes) -> bytes:

@@ -282,12 +282,19 @@ class Keyring:
         self.forget(unique)
         return [r.key_id for r in rows]
 
-    def rotate_plan(self) -> Plan[int]:
+    def rotate_plan(
+        self, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> Plan[int]:
         """Re-wrap every data key with the provider's current master key (keys already
         under it are left as they are); how many were re-wrapped. The data is not touched,
-        and readers keep working throughout (the provider unwraps under old and new)."""
+        and readers keep working throughout (the provider unwraps under old and new).
+        ``on_progress``: called after each page with ``(keys looked at, keys in all)``."""
         is_current = getattr(self.provider, "is_current", None)
-        after, done = "", 0
+        after, done, seen = "", 0, 0
+        total = None
+        if on_progress is not None:
+            total = yield from sqlk.count_plan(self.keystore.dialect)
+            on_progress(0, total)
         while True:
             page = yield from sqlk.page_plan(self.keystore.dialect, after, ROTATE_BATCH)
             if not page:
@@ -299,6 +306,9 @@ class Keyring:
             ]
             done += yield from sqlk.rewrap_plan(self.keystore.dialect, rewrapped)
             after = page[-1].key_id
+            seen += len(page)
+            if on_progress is not None:
+                on_progress(seen, max(seen, total or 0))
 
     # -- sync and async shells -------------------------------------------------------------
 
@@ -467,14 +477,19 @@ class Keyring:
         """Async :meth:`destroy`."""
         return await self.keystore.arun(self.destroy_plan(owners))
 
-    def rotate(self) -> int:
+    def rotate(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Re-wrap every data key under the provider's current master key (see
-        :meth:`rotate_plan`)."""
-        return self.keystore.run(self.rotate_plan())
+        :meth:`rotate_plan`).
 
-    async def arotate(self) -> int:
+        Args:
+            on_progress: Called after each page of keys with ``(keys looked at, keys in
+                all)``, e.g. to show progress.
+        """
+        return self.keystore.run(self.rotate_plan(on_progress))
+
+    async def arotate(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Async :meth:`rotate`."""
-        return await self.keystore.arun(self.rotate_plan())
+        return await self.keystore.arun(self.rotate_plan(on_progress))
 
     def close(self) -> None:
         """Close the key store's database when it was opened for it."""

@@ -11,14 +11,12 @@ batch runs in one round trip where the driver can pipeline, and in one transacti
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 T = TypeVar("T")
 #: What a :class:`Database` subclass hands out as a connection (a type parameter only).
@@ -271,15 +269,3 @@ def first_line(error: object) -> str:
     """The first line of ``error``'s message, or its class's name."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def require(module: str, extra: str, needs: str) -> Any:
-    """``module``, imported: a driver this package installs with the extra ``extra``; when
-    it is missing, a :class:`ConfigurationError` that starts with ``needs`` and says how to
-    install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            f"{needs}: pip install 'langgraph-checkpoint-agent-memory[{extra}]'"
-        ) from exc

@@ -29,7 +29,6 @@ from langgraph_checkpoint_agent_memory.db.database import (
     Stmt,
     T,
     first_line,
-    require,
 )
 from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
@@ -45,7 +44,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
 )
 from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.url import mask_url
-from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError
+from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, require
 
 logger = logging.getLogger(__name__)
 
@@ -358,8 +357,9 @@ class HanaDatabase(Database[Any]):
 
     def _connections(self) -> DbApiPool:
         if self._pool is None:
-            from hdbcli import dbapi
-            from sqlalchemy_hana.dialect import HANAHDBCLIDialect
+            needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
+            dbapi = require("hdbcli.dbapi", "hana", needs)
+            HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect
 
             self._pool = DbApiPool(
                 self._connect,

@@ -35,13 +35,14 @@ from urllib.parse import quote
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, first_line, require
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, first_line
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.schema import checkpoints, store_items, writes
 from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseNotFoundError,
     DatabaseUnavailableError,
+    require,
 )
 
 B = sa.bindparam

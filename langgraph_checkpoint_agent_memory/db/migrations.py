@@ -187,9 +187,14 @@ def migrate_plan(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     encrypted: bool | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; return the versions
     applied, by component name.
+
+    ``on_progress``: called with ``(parts done, parts)``: the schema's transaction is one
+    part, and the work each component does after its migrations (bringing stored data up
+    to what the database offers now) one each.
 
     ``encrypted``: whether the data components opening the database encrypt at rest; the
     same transaction marks the database when they do, and refuses a marked database with
@@ -200,6 +205,9 @@ def migrate_plan(
     records ``shard_depth`` at the first setup (``None``: the recorded value, else
     :data:`.shard.DEFAULT_SHARD_DEPTH`), and a different ``shard_depth`` later is refused
     with a ``ConfigurationError``, before anything is written."""
+    parts = 1 + sum(c.after is not None for c in components)
+    report = on_progress or (lambda done, total: None)
+    report(0, parts)
     done = yield from _ledger_plan(dialect)
     to_record = None
     if STORE in components:
@@ -220,9 +228,13 @@ def migrate_plan(
         yield from settle_plan(dialect, encrypted)
     yield from distribute_plan(dialect)
     yield Batch([], write=True)
+    finished = 1
+    report(finished, parts)
     for component in components:
         if component.after is not None:
             yield from component.after(dialect)
+            finished += 1
+            report(finished, parts)
     return applied
 
 
@@ -304,12 +316,13 @@ def migrate(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     encrypted: bool | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
 ) -> dict[str, list[int]]:
     """Create or migrate the tables of ``components`` (all by default) in ``database``;
     return the versions applied, by component name. Idempotent. ``shard_depth``: the
     store's shard-key rule (``None``: the one recorded, else the default); ``encrypted``:
-    mark the database encrypted (``True``) or refuse it when it is (``False``), see
-    :func:`migrate_plan`."""
+    mark the database encrypted (``True``) or refuse it when it is (``False``);
+    ``on_progress``: see :func:`migrate_plan`."""
     return database.run(
-        migrate_plan(database.dialect, time.time(), components, shard_depth, encrypted)
+        migrate_plan(database.dialect, time.time(), components, shard_depth, encrypted, on_progress)
     )

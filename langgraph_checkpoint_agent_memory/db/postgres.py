@@ -46,7 +46,6 @@ from langgraph_checkpoint_agent_memory.db.database import (
     connection_waited,
     drive,
     first_line,
-    require,
 )
 from langgraph_checkpoint_agent_memory.db.dialect import (
     HNSW_MAX_DIMS,
@@ -86,6 +85,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
     DatabaseUnavailableError,
+    require,
 )
 
 logger = logging.getLogger(__name__)

@@ -26,6 +26,9 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 URL_ENV = "AGENT_MEMORY_URL"
 HOME_ENV = "AGENT_MEMORY_HOME"
+#: The demo's own database, a file in the current folder (named here, below the demo, so that
+#: the command line can say where it is without loading the demo).
+DEMO_FILE = "agent-memory-demo.db"
 
 
 def data_dir() -> Path:

@@ -542,7 +542,9 @@ class AgentMemory(Generic[StoreT]):
     # -- operations ------------------------------------------------------------------------
 
     @traced("erase", counts=erase_counts)
-    def erase(self, scope: ScopeLike) -> dict[str, int]:
+    def erase(
+        self, scope: ScopeLike, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Remove everything of ``scope`` and of the narrower scopes it covers (erasing
         ``user=alice`` also erases ``user=alice,agent=support``): facts, history, episodes,
         vectors, full-text entries, jobs, and, with a checkpointer, the conversation
@@ -550,6 +552,9 @@ class AgentMemory(Generic[StoreT]):
 
         Args:
             scope: The scope to forget, with every narrower scope it covers.
+            on_progress: Called with ``(parts done, 3)`` as each part ends: the threads,
+                the rows (with the compaction of a SQLite file, which can take a while
+                on a large one), the data keys; e.g. to show progress.
 
         When the store encrypts, the transaction that deletes the rows records in the
         erase ledger the data key of each shard key it emptied, and the key is then
@@ -572,14 +577,16 @@ class AgentMemory(Generic[StoreT]):
             counts = memory.erase("user=alice")  # a right-to-be-forgotten request
             ```
         """
-        counts = erasing.erase(self.context, scope, self.checkpointer)
+        counts = erasing.erase(self.context, scope, self.checkpointer, on_progress)
         self._recaller.forget_queued()
         return counts
 
     @traced("erase", counts=erase_counts)
-    async def aerase(self, scope: ScopeLike) -> dict[str, int]:
+    async def aerase(
+        self, scope: ScopeLike, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Async :meth:`erase`."""
-        counts = await erasing.aerase(self.context, scope, self.checkpointer)
+        counts = await erasing.aerase(self.context, scope, self.checkpointer, on_progress)
         self._recaller.forget_queued()
         return counts
 

@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,34 +280,60 @@ async def aerase_threads(checkpointer: Any, threads: list[str], owed: bool = Fal
     return len(threads)
 
 
-def erase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
+#: The parts of an erase :func:`erase` reports progress in: the threads, the rows (with
+#: the compaction of a SQLite file), the data keys.
+ERASE_PARTS = 3
+
+
+def erase(
+    context: MemoryContext,
+    scope: ScopeLike,
+    checkpointer: Any,
+    on_progress: Callable[[int, int | None], None] | None = None,
+) -> dict[str, int]:
     """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
     keys owed, where the store's key store holds them), then its rows (with the erase
-    ledger's entries), then the data keys the ledger owes; the counts.
+    ledger's entries), then the data keys the ledger owes; the counts. ``on_progress``:
+    called with ``(parts done, ERASE_PARTS)`` as each part ends.
     """
+    report = on_progress or (lambda done, total: None)
     _warn_once(context)
+    report(0, ERASE_PARTS)
     threads = context.run(threads_plan(context, scope))
     owed = owes_threads(context, checkpointer)
     erased = erase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
+    report(1, ERASE_PARTS)
     counts = context.run(erase_plan(context, scope, threads if owed else ()))
     counts["threads"] = erased
+    report(2, ERASE_PARTS)
     try:
         counts["keys"] = settle(context)
     except DatabaseUnavailableError as exc:
         raise _owed(scope, exc) from exc
+    report(3, ERASE_PARTS)
     return counts
 
 
-async def aerase(context: MemoryContext, scope: ScopeLike, checkpointer: Any) -> dict[str, int]:
+async def aerase(
+    context: MemoryContext,
+    scope: ScopeLike,
+    checkpointer: Any,
+    on_progress: Callable[[int, int | None], None] | None = None,
+) -> dict[str, int]:
     """Async :func:`erase`."""
+    report = on_progress or (lambda done, total: None)
     _warn_once(context)
+    report(0, ERASE_PARTS)
     threads = await context.arun(threads_plan(context, scope))
     owed = owes_threads(context, checkpointer)
     erased = await aerase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
+    report(1, ERASE_PARTS)
     counts = await context.arun(erase_plan(context, scope, threads if owed else ()))
     counts["threads"] = erased
+    report(2, ERASE_PARTS)
     try:
         counts["keys"] = await asettle(context)
     except DatabaseUnavailableError as exc:
         raise _owed(scope, exc) from exc
+    report(3, ERASE_PARTS)
     return counts

@@ -29,17 +29,21 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from langgraph_checkpoint_agent_memory.memory.model import (
     Fact,
-    FactCandidate,
     default_statement,
     digest,
     fact_key,
     normalize_value,
 )
+
+if TYPE_CHECKING:  # numpy: loaded by the one function that computes with it; reading needs
+    # neither it nor the candidates' pydantic models
+    import numpy as np
+
+    from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate
 
 MAX_SOURCES = 20
 
@@ -66,7 +70,7 @@ def history_key(fact: Fact) -> str:
 
 
 #: ``similar(candidate, facts) -> key of the fact it duplicates, or None``
-Similar = Callable[[FactCandidate, dict[str, Fact]], "str | None"]
+Similar = Callable[["FactCandidate", dict[str, Fact]], "str | None"]
 
 
 def merge(
@@ -278,6 +282,8 @@ def by_vectors(
 ) -> Similar:
     """Near-duplicates by cosine similarity of the embeddings of what search indexes
     (:meth:`~.model.Fact.search_text`): ``candidate_vectors`` by the candidates' text."""
+    import numpy as np
+
     keys = [k for k in fact_vectors]
     matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
     norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)

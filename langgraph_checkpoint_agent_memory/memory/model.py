@@ -17,22 +17,44 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import quote, unquote
 
-from pydantic import BaseModel, Field, field_validator, model_validator
-
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
-from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text, storable
+from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        EpisodeEntry as EpisodeEntry,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        EpisodeSummary as EpisodeSummary,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        Extraction as Extraction,
+    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import (
+        FactCandidate as FactCandidate,
+    )
+
+#: What an extractor returns, pydantic models kept in :mod:`.candidates` and loaded on first
+#: use: what only reads stored memory (the command line's read commands) needs no pydantic.
+_CANDIDATES = frozenset({"EpisodeEntry", "EpisodeSummary", "Extraction", "FactCandidate"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CANDIDATES:
+        from langgraph_checkpoint_agent_memory.memory import candidates
+
+        return getattr(candidates, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The scope keys, in namespace order.
 SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
@@ -337,123 +359,6 @@ def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
-
-
-# -- what an extractor returns -------------------------------------------------------------
-
-
-class EpisodeSummary(BaseModel):
-    """What happened in one episode, in a sentence or two."""
-
-    summary: str = Field(description="What happened, in one or two sentences")
-    outcome: str = Field(default="", description="How it ended: resolved, open, ...")
-    importance: float = Field(default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital")
-
-    @field_validator("summary", "outcome")
-    @classmethod
-    def _text(cls, v: str) -> str:
-        return storable(v)
-
-
-class EpisodeEntry(EpisodeSummary):
-    """One episode's summary in an answer about several: which episode, by its number (1
-    for the first episode shown to the extractor) or by its key, and what happened in it.
-
-    When no entry of an answer names its episode, the entries are the episodes in order."""
-
-    episode: int | None = Field(
-        default=None, ge=1, description="The episode's number: 1 for the first episode"
-    )
-    key: str | None = Field(default=None, description="The episode's key, instead of its number")
-
-
-class FactCandidate(BaseModel):
-    """One thing that is true about the scope now."""
-
-    attribute: str = Field(description="snake_case name, e.g. city, employer, likes")
-    value: str = Field(description="The value, e.g. Berlin")
-    statement: str = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
-    multi: bool = Field(default=False, description="True if the attribute holds many values")
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
-    episode: int | None = Field(
-        default=None,
-        ge=1,
-        description="The number of the episode that states it (default: the last episode)",
-    )
-    since: str | None = Field(
-        default=None,
-        description="When it became true, if said: a date, YYYY-MM-DD (default: when said)",
-    )
-
-    @field_validator("since", mode="before")
-    @classmethod
-    def _since(cls, v: Any) -> str | None:
-        """A date a model may write loosely: one that names no day is left out (the fact
-        is kept, dated when it was said), never the reason to lose the extraction."""
-        if v is None or not str(v).strip():
-            return None
-        try:
-            since_timestamp(str(v))
-        except ValueError:
-            logger.warning("a fact's since=%r names no date; it is dated when it was said", v)
-            return None
-        return str(v).strip()
-
-    @property
-    def valid_from(self) -> float | None:
-        """When the fact became true, if the candidate says (``since``), in seconds."""
-        return None if self.since is None else since_timestamp(self.since)
-
-    @field_validator("attribute")
-    @classmethod
-    def _attribute(cls, v: str) -> str:
-        return normalize_attribute(storable(v))
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, v: str) -> str:
-        if not str(v).strip():
-            raise ValueError("a fact value must not be empty")
-        return storable(str(v).strip())
-
-    @field_validator("statement")
-    @classmethod
-    def _statement(cls, v: str) -> str:
-        return storable(v)
-
-    def search_text(self) -> str:
-        """What search will index for the fact this candidate becomes (see
-        :meth:`Fact.search_text`)."""
-        statement = self.statement or default_statement(self.attribute, self.value)
-        return fact_text(self.attribute, self.value, statement)
-
-
-class Extraction(BaseModel):
-    """The extractor's answer: a summary of each episode and the facts they state.
-
-    ``episodes`` holds one entry per episode (by number or key). ``episode``, a single
-    summary, is the older form: it is accepted for a job of one episode and refused for a job
-    of several, since one summary cannot tell several episodes apart. An answer gives one
-    form or the other, not both.
-    """
-
-    episodes: list[EpisodeEntry] = Field(
-        default_factory=list, description="One entry per episode, each about that episode alone"
-    )
-    episode: EpisodeSummary | None = Field(
-        default=None, description="The older single-summary form, for one episode only"
-    )
-    facts: list[FactCandidate] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _one_form(self) -> Extraction:
-        if self.episode is not None and self.episodes:
-            raise ValueError(
-                "give either 'episodes' (one entry per episode) or 'episode', not both"
-            )
-        if self.episode is None and not self.episodes:
-            raise ValueError("no episode summary: give 'episodes', one entry per episode")
-        return self
 
 
 # -- stored memories -----------------------------------------------------------------------

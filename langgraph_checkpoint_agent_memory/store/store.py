@@ -424,10 +424,16 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             self.ranker.matrices.clear()
             self.ranker.opened.clear()
 
-    def encrypt_plaintext(self) -> dict[str, int]:
+    def encrypt_plaintext(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Seal every item written before encryption was on (values, vectors; terms
         re-hashed): what ``agent-memory encrypt`` runs. Idempotent: a second run finds
         nothing; safe while the store is in use.
+
+        Args:
+            on_progress: Called after each item sealed with ``(items sealed so far, None)``
+                (the total is not counted beforehand), e.g. to show progress.
 
         Returns:
             ``{"items": ..., "vectors": ..., "terms": ...}``: how many were sealed.
@@ -457,10 +463,13 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self._ready()
         counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
         return sealer.call(
-            self.run_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
+            self.run_plan,
+            lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress),
         )
 
-    async def aencrypt_plaintext(self) -> dict[str, int]:
+    async def aencrypt_plaintext(
+        self, *, on_progress: Callable[[int, int | None], None] | None = None
+    ) -> dict[str, int]:
         """Async :meth:`encrypt_plaintext`."""
         sealer = self.sealer
         if sealer is None:
@@ -468,7 +477,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         await self._aready()
         counts = {"items": 0, "vectors": 0, "terms": 0}
         return await sealer.acall(
-            self.arun_plan, lambda: encrypt_plaintext_plan(self.statements, sealer, counts)
+            self.arun_plan,
+            lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress),
         )
 
     def _encrypt(self, setting: Encryption, index: Any) -> None:
@@ -939,9 +949,13 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Async :meth:`delete_namespace`."""
         return await self.arun_plan(self._delete_namespace_plan(namespace))
 
-    def sweep(self) -> int:
+    def sweep(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Delete expired items now (expired items are invisible at once; this reclaims
         their rows), with their vectors and text index.
+
+        Args:
+            on_progress: Called after each batch deleted with ``(items deleted so far,
+                None)``, e.g. to show progress.
 
         Returns:
             How many items were deleted.
@@ -955,12 +969,14 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             ```
         """
         with self._sweep_span() as op:
-            return self._swept(op, self.run_plan(sweep_plan(self.statements, self._clock)))
+            plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
+            return self._swept(op, self.run_plan(plan))
 
-    async def asweep(self) -> int:
+    async def asweep(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Async :meth:`sweep`."""
         with self._sweep_span() as op:
-            return self._swept(op, await self.arun_plan(sweep_plan(self.statements, self._clock)))
+            plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
+            return self._swept(op, await self.arun_plan(plan))
 
     def _sweep_span(self) -> Any:
         return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
@@ -973,7 +989,10 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
 
 def sweep_plan(
-    statements: StoreStatements, clock: Callable[[], float], batch_size: int = 1000
+    statements: StoreStatements,
+    clock: Callable[[], float],
+    batch_size: int = 1000,
+    on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[int]:
     """Delete expired items, ``batch_size`` at a time; how many were deleted.
 
@@ -981,6 +1000,7 @@ def sweep_plan(
         statements: The store's statements.
         clock: Seconds since the epoch (what "expired" is measured against).
         batch_size: Items read and deleted per transaction.
+        on_progress: Called after each batch with ``(items deleted so far, None)``.
 
     Candidates are read without row locks (they span shards); each delete names its item's
     shard key, and deleting an item another sweep deleted first is a no-op."""
@@ -997,6 +1017,8 @@ def sweep_plan(
         keys = [ItemKey._make(r)._asdict() for r in rows]
         yield Batch([Stmt(sql, keys, many=True) for sql in statements.delete_item()], write=True)
         removed += len(rows)
+        if on_progress is not None:
+            on_progress(removed, None)
         if len(rows) < batch_size:
             return removed
 

@@ -1,0 +1,126 @@
+"""Progress of a command that can run long, shown on a terminal only.
+
+:func:`progress` opens a bar on stderr when stderr is a terminal and ``--json`` is off, and
+yields what to call as the work advances: ``report(done, total)``, the signature of the
+``on_progress`` callbacks of the package's long operations (``encrypt_plaintext``,
+``sweep``, ``rotate``, ``migrate``, ``erase``), so a command passes it on as is; work in
+several parts at once (``import``: threads and store items) adds a bar per part with
+``report.part(description, unit)``. Piped, or with ``--json``, nothing is shown and the
+callbacks do nothing (not even load ``rich``): scripts read stdout and stderr unchanged.
+
+Example:
+    ```python
+    import argparse
+
+    from langgraph_checkpoint_agent_memory import create_store
+
+    args = argparse.Namespace(json=False)  # the command's arguments
+    with create_store("sqlite:///memory.db") as store:
+        with progress(args, "removing expired store items", "items") as report:
+            store.sweep(on_progress=report)
+    ```
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: ``report(done, total)``: ``done`` units so far, ``total`` when known (else ``None``).
+Report = Callable[[int, "int | None"], None]
+
+
+class Bars:
+    """What :func:`progress` yields: ``bars(done, total)`` reports the first bar's work,
+    ``bars.part(description, unit)`` adds a bar and returns its report."""
+
+    def __init__(self, bar: Any = None, description: str = "", unit: str = "") -> None:
+        self._bar = bar
+        self._first = self.part(description, unit)
+
+    def __call__(self, done: int, total: int | None) -> None:
+        self._first(done, total)
+
+    def part(self, description: str, unit: str = "") -> Report:
+        """A bar of its own for another part of the work (shown under the others)."""
+        bar = self._bar
+        if bar is None:
+            return _quiet
+        task = bar.add_task(description, total=None, unit=unit)
+
+        def report(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return report
+
+
+def shown(args: argparse.Namespace) -> bool:
+    """Whether a command's progress is shown: stderr is a terminal, and ``--json`` is off."""
+    return not getattr(args, "json", False) and sys.stderr.isatty()
+
+
+def _quiet(done: int, total: int | None) -> None:
+    """The report of a command whose progress is not shown."""
+
+
+def _rate_column() -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        """Units per second, once measured."""
+
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.1f}/s")
+
+    return Rate()
+
+
+@contextmanager
+def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iterator[Bars]:
+    """Show the progress of the work done inside the ``with`` block (see the module).
+
+    Args:
+        args: The command's arguments (``--json``).
+        description: What is being done, e.g. ``"encrypting store items"``.
+        unit: What ``done`` counts (``"items"``, ``"threads"``), shown after the count.
+
+    Yields:
+        ``report(done, total)``: call it with the units done so far and the total when known;
+        a bar with the rate and the time left when the total is known, else the count, the
+        rate and the time spent (:class:`Bars`: ``report.part(...)`` adds a bar).
+    """
+    if not shown(args):
+        yield Bars()
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]}"),
+        TaskProgressColumn(),
+        _rate_column(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        yield Bars(bar, description, unit)

@@ -1,0 +1,109 @@
+"""Agent memory as stored, read with the database alone: what ``scopes``, ``facts`` and
+``episodes`` show.
+
+Those commands answer at once: they load neither the store (LangGraph's ``BaseStore``
+loads LangChain's runnables) nor the façade (its nodes and tools load LangChain's
+tracers), which made a command take over a second before it read a row. They run
+memory's own reading plans (:mod:`..memory.reading`) on the database, so what they show is
+what :class:`~..memory.AgentMemory` returns.
+
+An encrypted database needs its data keys, which the store's key ring holds: with
+encryption configured, or on a database marked encrypted, the commands read through the
+store (which refuses a marked database opened without its master key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.cli.common import _memory, _no_memory, existing, resolve_url
+from langgraph_checkpoint_agent_memory.db import memory as sqlm
+from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.memory.model import (
+    Episode,
+    Fact,
+    Scope,
+    ScopeLike,
+    namespace,
+)
+
+
+@dataclass(frozen=True)
+class StoredMemory:
+    """The read methods of :class:`~..memory.AgentMemory` the commands use, on a database.
+
+    Args:
+        db: The database, which holds agent memory's tables.
+        sql: Memory's statements for its dialect and the store's recorded shard rule.
+    """
+
+    db: Database[Any]
+    sql: sqlm.MemorySql
+
+    def clock(self) -> float:
+        return time.time()
+
+    def prefix(self, scope: ScopeLike, kind: str) -> str:
+        return sqlm.ns(namespace(self.sql.root, Scope.of(scope), kind))
+
+    def scopes(self) -> dict[str, dict[str, int]]:
+        return self.db.run(sqlm.stats_plan(self.sql, self.sql.root, self.clock()))
+
+    def known_scopes(self) -> set[str]:
+        return self.db.run(sqlm.known_scopes_plan(self.sql, self.sql.root))
+
+    def facts(self, scope: ScopeLike) -> list[Fact]:
+        from langgraph_checkpoint_agent_memory.memory import reading
+
+        return self.db.run(reading.facts_plan(self, scope, None))
+
+    def history(self, scope: ScopeLike) -> list[Fact]:
+        from langgraph_checkpoint_agent_memory.memory import reading
+
+        return self.db.run(reading.history_plan(self, scope, None, None))
+
+    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+        from langgraph_checkpoint_agent_memory.memory import reading
+
+        return self.db.run(reading.episodes_plan(self, scope, status))
+
+
+@contextmanager
+def stored_memory(args: argparse.Namespace) -> Iterator[Any]:
+    """The memory at ``--url`` to read: a :class:`StoredMemory`, or the
+    :class:`~..memory.AgentMemory` of ``_memory(args, reads=True)`` when the data is
+    encrypted (see the module). Errors as ``_memory``'s: no database, none of this
+    package's, or one without agent memory."""
+    from langgraph_checkpoint_agent_memory.db.marks import marked_plan, refused
+    from langgraph_checkpoint_agent_memory.db.migrations import (
+        installed_plan,
+        recorded_shard_depth_plan,
+    )
+    from langgraph_checkpoint_agent_memory.db.store import StoreStatements
+    from langgraph_checkpoint_agent_memory.factory import open_database, resolve_encryption
+    from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
+
+    if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
+        Scope.parse(args.scope)
+    url = resolve_url(args.url)
+    if resolve_encryption(None) is not None:
+        with _memory(args, reads=True) as memory:
+            yield memory
+        return
+    root = MemorySettings.resolve({}).namespace_root
+    # read only: a read leaves the database as it finds it (a read-only file stays readable)
+    db = open_database(url, existing(url, "ro"))
+    try:
+        if "memory" not in db.run(installed_plan(db.dialect)):
+            raise _no_memory(url)
+        if db.run(marked_plan(db.dialect)):
+            raise refused()
+        depth = db.run(recorded_shard_depth_plan(db.dialect))
+        yield StoredMemory(db, sqlm.MemorySql(db.dialect, StoreStatements(db.dialect, depth), root))
+    finally:
+        db.close()
