@@ -22,7 +22,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET = ROOT / "langgraph_checkpoint_agent_memory" / "values.zdict"
+SHIPPED = ROOT / "langgraph_checkpoint_agent_memory" / "values.zdict"
+#: Where a run writes: never the shipped file, which values written with it need for ever.
+TARGET = Path(tempfile.gettempdir()) / "values.zdict.new"
 SIZE = 8192
 DICT_ID = 1
 

@@ -35,7 +35,8 @@ FLOOR = 48
 BOUND = 64 * 1024 * 1024
 #: The zstd level: level 3 is zstd's default, 2x faster than zlib's for the same ratio here.
 LEVEL = 3
-#: The dictionary every frame is made with.
+#: The dictionary every frame is made with. Frozen: frames do not name it, so values written
+#: with it open only with it; a better one would come beside it, with a marker of its own.
 DICTIONARY = Path(__file__).with_name("values.zdict")
 #: Compressors and decompressors not in use (``list.pop`` and ``append`` are atomic).
 _compressors: list[Any] = []

@@ -3,6 +3,7 @@ gives the package's error; rows written before compression (raw) still read."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,9 +17,22 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_checkpoint_agent_memory import DamagedValueError, SqliteSaver, SQLSaver
-from langgraph_checkpoint_agent_memory.checkpoint.codec import MAX_CHAIN, MAX_SEGMENTS, PACKED
-from langgraph_checkpoint_agent_memory.compression import BOUND, FLOOR, pack, unpack
+from langgraph_checkpoint_agent_memory import (
+    DamagedValueError,
+    Encryption,
+    SqliteSaver,
+    SQLSaver,
+    generate_master_key,
+)
+from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    APPEND,
+    MAX_CHAIN,
+    MAX_SEGMENTS,
+    PACKED,
+    SEGMENT,
+    TYPE_MAX,
+)
+from langgraph_checkpoint_agent_memory.compression import BOUND, DICTIONARY, FLOOR, pack, unpack
 from langgraph_checkpoint_agent_memory.db import schema
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
@@ -276,3 +290,57 @@ def test_values_sealed_with_zlib_still_open_and_a_zlib_bomb_is_refused() -> None
     bomb = sealed_as_before(secret, key_id, bytes(BOUND + 1), aad("row", "1"))
     with pytest.raises(DecryptionError, match="expands beyond"):
         key.open(bomb, aad("row", "1"))
+
+
+def test_rows_written_raw_are_compressed_when_sealed(make_saver: Callable[..., SQLSaver]) -> None:
+    """``encrypt_plaintext`` seals a row written before compression compressed: the cipher
+    compresses what the codec did not."""
+    saver = make_saver()
+    saver.setup()
+    raw_put(saver, "old", [HumanMessage(LONG), AIMessage(LONG)])
+    [(raw_length,)] = rows(saver, "SELECT length(blob) FROM am_checkpoint_blobs")
+    migrating = make_saver(
+        encryption=Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
+    )
+    assert migrating.encrypt_plaintext()["blobs"] == 1
+    [(sealed_length,)] = rows(saver, "SELECT length(blob) FROM am_checkpoint_blobs")
+    assert sealed_length < raw_length / 4
+    got = migrating.get_tuple(config_for("old"))
+    assert got is not None
+    assert [m.content for m in got.checkpoint["channel_values"]["messages"]] == [LONG, LONG]
+
+
+def test_a_serde_type_too_long_for_a_prefix_is_written_in_full(
+    make_saver: Callable[..., SQLSaver],
+) -> None:
+    """A list whose serde type leaves no room in the type column for ``append:`` or
+    ``segment:`` is written in full each time, and reads back whole."""
+
+    class LongTyped(JsonPlusSerializer):
+        name = "x" * (TYPE_MAX - len(APPEND) + 1)
+
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            kind, data = super().dumps_typed(obj)
+            return (self.name, data) if kind == "msgpack" else (kind, data)
+
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            kind, raw = data
+            return super().loads_typed(("msgpack" if kind == self.name else kind, raw))
+
+    saver = make_saver(serde=LongTyped())
+    config = {"configurable": {"thread_id": "long-typed"}}
+    g = graph(saver)
+    for turn in range(3):
+        g.invoke({"messages": [HumanMessage(f"turn {turn}")]}, config)
+    types = {t for (t,) in rows(saver, "SELECT type FROM am_checkpoint_blobs")}
+    assert all(len(t) <= TYPE_MAX for t in types)
+    assert not any(t.startswith((APPEND, SEGMENT)) for t in types)
+    state = graph(make_saver(serde=LongTyped())).get_state(config)
+    assert len(state.values["messages"]) == 6
+
+
+def test_the_dictionary_is_the_one_values_were_written_with() -> None:
+    """Frames do not name their dictionary: a changed ``values.zdict`` would make every value
+    written with the old one unreadable, or read back wrong."""
+    digest = hashlib.sha256(DICTIONARY.read_bytes()).hexdigest()
+    assert digest == "4f2e88ff23c938046dbc11da0f61ef4ba78951a6121a93bd2dbdfa17012201bf"

@@ -542,6 +542,9 @@ def encode_checkpoint(
         )
         if prefix:
             kind, blob = dumps(value[start:])
+            if len(prefix) + len(kind) > TYPE_MAX:  # no room for the prefix: a full copy
+                prefix = base = ""
+        if prefix:
             blob_type, blob = packed(prefix + kind, blob)
         else:
             blob_type, blob = packed(*dumps(value))

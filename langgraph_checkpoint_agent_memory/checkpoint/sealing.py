@@ -30,6 +30,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_checkpoint_agent_memory.checkpoint.codec import (
+    PACKED,
     BlobOpener,
     BlobRow,
     BlobRows,
@@ -95,6 +96,12 @@ def write_aad(
     thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
 ) -> bytes:
     return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
+
+
+def raw(kind: str) -> bool:
+    """Whether a value of type ``kind`` is stored as the serde wrote it, not compressed by the
+    codec (rows written before compression): the cipher then compresses it."""
+    return not kind.startswith(PACKED)
 
 
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
@@ -219,7 +226,7 @@ class Sealer:
                 r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
                 r["base_version"],
             )  # fmt: skip
-            r["blob"] = key.seal(r["blob"] or b"", associated, compress=False)
+            r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
 
     @staticmethod
     def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
@@ -229,14 +236,15 @@ class Sealer:
                 r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
                 r["channel"], r["type"],
             )  # fmt: skip
-            r["blob"] = key.seal(r["blob"] or b"", associated, compress=False)
+            r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
 
     @staticmethod
     def seal_checkpoint_row(key: DataKey, row: dict[str, Any]) -> None:
         """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
         t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
         body = bytes(row["checkpoint"])
-        row["checkpoint"] = key.seal(body, body_aad(t, ns, cid, row["type"]), compress=False)
+        associated = body_aad(t, ns, cid, row["type"])
+        row["checkpoint"] = key.seal(body, associated, compress=raw(row["type"]))
         row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
 
     def resealed(
