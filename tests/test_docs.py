@@ -1,8 +1,9 @@
-"""Every ```python block of the README and the user guide runs as written. A block whose
-first line says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh
-PostgreSQL database; ``# requires: pgbouncer`` with it set to a fresh database through
-PgBouncer in transaction mode (the URL carries ``?prepare_threshold=none``); ``# requires:
-citus`` with it set to a fresh database on the Citus cluster's coordinator."""
+"""Every ```python block of the README and the user guide runs as written, twice in a row in
+the same folder (and database), as a reader trying it runs it again. A block whose first line
+says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh PostgreSQL
+database; ``# requires: pgbouncer`` with it set to a fresh database through PgBouncer in
+transaction mode (the URL carries ``?prepare_threshold=none``); ``# requires: citus`` with it
+set to a fresh database on the Citus cluster's coordinator."""
 
 from __future__ import annotations
 
@@ -58,15 +59,16 @@ def test_example_runs(
     env.pop("AGENT_MEMORY_URL", None)
     if server is not None:
         env["AGENT_MEMORY_URL"] = pg_database(request, server)
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert result.returncode == 0, f"{where} failed:\n{result.stderr}"
+    for run in ("first", "second"):
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert result.returncode == 0, f"{where} failed on its {run} run:\n{result.stderr}"
 
 
 CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
