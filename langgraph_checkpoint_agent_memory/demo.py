@@ -347,14 +347,20 @@ def _episodes(
 def _decay(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, Any]) -> Table:
     """Run decay; a table of the facts it deleted and those it kept."""
     before = {f.attribute: f for f in memory.facts(scope)}
+    episodes = len(memory.episodes(scope))
     removed = memory.decay()
     kept = memory.facts(scope)
     left = {f.attribute for f in kept}
     gone = [f for a, f in before.items() if a not in left]
     summary["decayed"] = [f.attribute for f in gone]
+    # decay deletes episodes and past values too: the title counts each kind it deleted
+    episodes -= len(memory.episodes(scope))
+    deleted = [f"{len(gone)} fact(s)", f"{episodes} episode(s)"]
+    if past_values := removed - len(gone) - episodes:
+        deleted.append(f"{past_values} past value(s)")
     table = Table(
         title=f"Decay x{memory.settings.decay_rate}/day, threshold "
-        f"{memory.settings.decay_threshold}: {removed} item(s) deleted"
+        f"{memory.settings.decay_threshold}: deleted {', '.join(deleted)}"
     )
     table.caption = "importance fades per day since a fact was last confirmed or recalled"
     for column in ("fact", "last confirmed", "now"):

@@ -79,12 +79,11 @@ _STORE_KEYS = ("index", "path", "ttl")
 async def checkpointer() -> AsyncIterator[SQLSaver]:
     """The server's checkpointer: this package's SQL saver, with the ``langgraph.json`` TTL.
 
-    Args:
-        None: The server calls it with no arguments. It reads ``LANGGRAPH_CHECKPOINTER`` (the
-            ``"checkpointer"`` section: ``ttl`` with ``strategy``, ``default_ttl`` in
-            minutes, ``sweep_interval_minutes``, ``sweep_limit``, ``refresh_on_read``; and
-            ``serde``), ``LANGGRAPH_THREAD_TTL`` when set, ``AGENT_MEMORY_URL``, and the
-            encryption variables (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
+    The server calls it with no arguments. It reads ``LANGGRAPH_CHECKPOINTER`` (the
+    ``"checkpointer"`` section: ``ttl`` with ``strategy``, ``default_ttl`` in
+    minutes, ``sweep_interval_minutes``, ``sweep_limit``, ``refresh_on_read``; and
+    ``serde``), ``LANGGRAPH_THREAD_TTL`` when set, ``AGENT_MEMORY_URL``, and the
+    encryption variables (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         A :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver` whose schema is
@@ -139,12 +138,11 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
     """The server's long-term memory store: an :class:`AgentMemoryStore` with the
     ``langgraph.json`` TTL and index.
 
-    Args:
-        None: The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the
-            ``"store"`` section: ``ttl`` with ``default_ttl`` in minutes,
-            ``refresh_on_read`` and ``sweep_interval_minutes``; ``index`` with ``dims``,
-            ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption variables
-            (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
+    The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the
+    ``"store"`` section: ``ttl`` with ``default_ttl`` in minutes,
+    ``refresh_on_read`` and ``sweep_interval_minutes``; ``index`` with ``dims``,
+    ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption variables
+    (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         The store, its schema set up and its TTL sweeper running when the ``ttl`` section

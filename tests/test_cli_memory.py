@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,10 @@ def test_demo_runs_on_its_own_file(tmp_path: Path) -> None:
         "What a new session would receive",
     ):
         assert expected in out, expected
+    # the decay table's title counts the facts it lists as deleted, and the episodes apart
+    decayed = re.search(r"deleted (\d+) fact\(s\), (\d+) episode\(s\)", out)
+    assert decayed, out
+    assert int(decayed[1]) == len(re.findall(r"│ deleted +│", out)) == 1
     context = out.split("What a new session would receive")[1]
     assert "lives in Munich" in context and "pretzels" not in context
     again = cli("demo", env=env, cwd=tmp_path)  # a second run starts the demo user afresh

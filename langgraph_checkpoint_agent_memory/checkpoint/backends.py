@@ -99,6 +99,8 @@ class PostgresSaver(SQLSaver):
         conn: A connection string, or a psycopg ``Connection`` / ``AsyncConnection`` /
             ``psycopg_pool`` ``ConnectionPool`` / ``AsyncConnectionPool`` in autocommit mode.
             Objects passed in are not closed by the saver.
+
+    Keyword Args:
         pool_size: Size of the pools opened for a connection string.
         connect_timeout: Seconds to wait for the server before raising
             :class:`DatabaseUnavailableError`.
