@@ -5,6 +5,7 @@ create and change nothing."""
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -42,7 +43,10 @@ def populate(url: str) -> dict[str, Any]:
     talk(chat_graph(saver), {"configurable": {"thread_id": "old-1"}}, 4)
     talk(chat_graph(saver), {"configurable": {"thread_id": "old-2"}}, 2)
     live = {"configurable": {"thread_id": "live", "ttl_seconds": 7200}}
-    chat_graph(saver).invoke({"messages": [HumanMessage("x" * 5000)]}, live)
+    # text that does not compress, so the live thread holds the most bytes
+    chat_graph(saver).invoke(
+        {"messages": [HumanMessage(random.Random(7).randbytes(2500).hex())]}, live
+    )
     infos = {i.thread_id: i for i in saver.threads()}
     saver.close()
     store = create_store(url, clock=past)
