@@ -1,5 +1,6 @@
-"""Every ```python block of the README and the user guide runs as written, twice in a row in
-the same folder (and database), as a reader trying it runs it again. A block whose first line
+"""Every ```python block of the README, the user guide and the pages of docs/ runs as
+written, twice in a row in the same folder (and database), as a reader trying it runs it
+again. A block whose first line
 says ``# requires: postgresql`` runs with AGENT_MEMORY_URL set to a fresh PostgreSQL
 database; ``# requires: pgbouncer`` with it set to a fresh database through PgBouncer in
 transaction mode (the URL carries ``?prepare_threshold=none``); ``# requires: citus`` with it
@@ -20,13 +21,22 @@ import pytest
 from tests.pg import bouncer_params, citus_params, pg_database, pg_params
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def documents() -> list[str]:
+    """The README, the user guide and every page of docs/ (its links to the guide and the
+    benchmarks' README are skipped: those are read where they are)."""
+    pages = sorted(p for p in (ROOT / "docs").rglob("*.md") if not p.is_symlink())
+    return ["README.md", "user-guide.md", *(str(p.relative_to(ROOT)) for p in pages)]
+
+
 #: A python block, at the margin or indented under a list item (its indent is removed).
 BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.S | re.M)
 
 
 def blocks() -> list[tuple[str, str]]:
     found = []
-    for doc in ("README.md", "user-guide.md"):
+    for doc in documents():
         for i, (indent, code) in enumerate(BLOCK.findall((ROOT / doc).read_text())):
             found.append((f"{doc}#{i + 1}", textwrap.dedent(code) if indent else code))
     return found
@@ -76,7 +86,7 @@ CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
 
 def commands() -> list[tuple[str, list[str]]]:
     found = []
-    for doc in ("README.md", "user-guide.md"):
+    for doc in documents():
         for i, block in enumerate(CONSOLE.findall((ROOT / doc).read_text())):
             lines = [
                 ln[2:]
