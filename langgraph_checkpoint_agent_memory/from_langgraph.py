@@ -23,17 +23,21 @@ Why it can run again: a thread whose checkpoints are all here, each with at leas
 writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
 (read one by one with their parents when they are few, so that the catch-up of a long
 thread does not decode its whole history again) and the writes of checkpoints that have
-fewer here are put again (a write already stored is kept: the first wins). Items are put
-again: their values and times are the source's, and only a default TTL starts anew. So a
-second run, a run after a crash, or a catch-up after the application switched, ends
-with exactly one copy of each checkpoint, write and item.
+fewer here are put again (a write already stored is kept: the first wins). An item is put
+when it is not here yet or the source's is newer (its ``updated_at``); one changed here
+since is kept, and one deleted here since a complete run copied it is not brought back
+(each complete run records the source's time at its start in ``am_settings``: an item
+missing here and older than that was deleted here). So a second run, a run after a crash,
+or a catch-up after the application switched, ends with exactly one copy of each
+checkpoint, write and item, and the application's changes here stand.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +70,7 @@ class ImportProgress:
     #: Threads and live items in the source (``None``: not imported).
     threads_total: int | None = None
     items_total: int | None = None
-    #: Threads looked at (copied, unchanged or refused) and items put, so far.
+    #: Threads and items looked at (copied, unchanged or refused), so far.
     threads_done: int = 0
     items_done: int = 0
     #: Checkpoints and tasks' writes put so far.
@@ -97,7 +101,10 @@ class ImportReport:
 
     ``threads_copied`` had something missing here and got it; ``threads_unchanged`` were
     complete already; ``threads_refused`` were deleted here (a thread deleted in the
-    destination is not brought back: its ids are listed).
+    destination is not brought back: its ids are listed). ``items`` were new or newer in
+    the source and were copied; ``items_unchanged`` were here already, as the source has
+    them or changed here since (kept); ``items_refused`` were deleted here since a run
+    copied them (not brought back).
     """
 
     threads: int = 0
@@ -107,6 +114,8 @@ class ImportReport:
     checkpoints: int = 0
     writes: int = 0
     items: int = 0
+    items_unchanged: int = 0
+    items_refused: int = 0
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -263,9 +272,9 @@ class _Tally:
         self.report.writes += 1
         self.progress.writes += 1
 
-    def items(self, n: int) -> None:
-        self.report.items += n
-        self.progress.items_done += n
+    def items(self, copied: int, looked_at: int) -> None:
+        self.report.items += copied
+        self.progress.items_done += looked_at
         self.tell()
 
 
@@ -323,8 +332,9 @@ def _copy_thread(
     wanted = src.shape(thread_id)
     here = saver.db.run(sql.thread_shape_plan(saver.dialect, thread_id))
     todo = {key for key, n in wanted.items() if key not in here or here[key] < n}
+    replaced = _replaced_special_writes(src, theirs, saver, thread_id, set(here) - todo, tally)
     if not todo:
-        return False
+        return replaced
     paths = src.task_paths(thread_id)
     versions: dict[tuple[str, str], Versions] = {}
     for found in _oldest_first(theirs, thread_id, set(wanted), todo):
@@ -347,6 +357,59 @@ def _copy_thread(
             _put_writes(saver, found.config, task_writes, task_id, path)
             tally.task_writes()
     return True
+
+
+def _replaced_special_writes(
+    src: sql.Source,
+    theirs: BaseCheckpointSaver[Any],
+    saver: SQLSaver,
+    thread_id: str,
+    complete: set[tuple[str, str]],
+    tally: _Tally,
+) -> bool:
+    """Put again the special writes (errors, interrupts, resume values) that LangGraph
+    replaced in place, at their fixed indexes, since they were copied: those of the latest
+    checkpoint of each namespace, the one a task runs again from, when it is ``complete``
+    here and its special writes differ (compared as the destination's serializer writes
+    them). Whether any was put."""
+    latest: dict[str, str] = {}
+    for ns, checkpoint_id in complete:
+        latest[ns] = max(checkpoint_id, latest.get(ns, ""))
+    keys = src.with_special_writes(thread_id, list(WRITES_IDX_MAP)) & set(latest.items())
+    put = False
+    for ns, checkpoint_id in sorted(keys):
+        conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        there, ours = (
+            theirs.get_tuple({"configurable": conf}),
+            saver.get_tuple({"configurable": conf}),
+        )
+        if there is None or ours is None:
+            continue
+        wanted, held = (_special_writes(saver, t) for t in (there, ours))
+        if wanted == held:
+            continue
+        paths = src.task_paths(thread_id)
+        for task_id in sorted({task_id for task_id, _, _ in wanted - held}):
+            task_writes = [
+                (channel, value)
+                for t, channel, value in there.pending_writes or ()
+                if t == task_id and channel in WRITES_IDX_MAP
+            ]
+            saver.put_writes(
+                there.config, task_writes, task_id, paths.get((ns, checkpoint_id, task_id), "")
+            )
+            tally.task_writes()
+            put = True
+    return put
+
+
+def _special_writes(saver: SQLSaver, found: CheckpointTuple) -> set[tuple[str, str, bytes]]:
+    """The special writes of ``found`` as ``(task_id, channel, serialized value)``."""
+    return {
+        (task_id, channel, saver.serde.dumps_typed(value)[1])
+        for task_id, channel, value in found.pending_writes or ()
+        if channel in WRITES_IDX_MAP
+    }
 
 
 #: A thread lacking at most this share of its checkpoints here gets them one by one.
@@ -430,20 +493,48 @@ def _put_writes(
             saver.put_writes(config, group, task_id, path)
 
 
+#: How long before a run's start its record of what it copied reaches (seconds): an item
+#: the source's application wrote as the run began may be committed after the run read past it.
+MARGIN = 60.0
+
+
 def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
+    """Copy the items that are new or newer in the source; record, in ``am_settings``, the
+    source's time at the start of a run that copied every item, so that the next run tells
+    an item deleted here (older than that) from one added there since (newer)."""
     store.setup()
     tally.begin("items")
+    mark = "import_items:" + hashlib.sha256(src.where.encode()).hexdigest()[:32]
+    copied_until = store.run_plan(sql.read_mark_plan(store.dialect, mark))
+    began = src.clock() - MARGIN
     for page in src.items(time.time()):
-        tally.items(_put_items(store, page))
+        _put_items(store, page, copied_until, tally)
+    store.run_plan(sql.record_mark_plan(store.dialect, mark, began))
 
 
-def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
-    """Put the live items of ``page`` and set their times; how many were put."""
-    from langgraph.store.base import PutOp
+def _put_items(
+    store: AgentMemoryStore,
+    page: list[sql.SourceItem],
+    copied_until: float | None,
+    tally: _Tally,
+) -> None:
+    """Put the live items of ``page`` that are not here yet or newer there, and set their
+    times to the source's; an item missing here that the last complete run copied
+    (``copied_until``) was deleted here, and is not brought back."""
+    from langgraph.store.base import GetOp, Item, PutOp
 
     from langgraph_checkpoint_agent_memory.db.store import ns_text
 
     live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
+    here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])
+    todo = []
+    for i, found in zip(live, here, strict=True):
+        if found is None and copied_until is not None and i.updated_at <= copied_until:
+            tally.report.items_refused += 1
+        elif isinstance(found, Item) and i.updated_at <= found.updated_at.timestamp() + STAMP:
+            tally.report.items_unchanged += 1  # the same, or changed here since
+        else:
+            todo.append(i)
     default = (store.ttl_config or {}).get("default_ttl")  # as a put without ttl= gets
     store.batch(
         [
@@ -453,11 +544,11 @@ def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
                 i.value,
                 ttl=default if i.ttl_minutes is None else i.ttl_minutes,
             )
-            for i in live
+            for i in todo
         ]
     )
     stamps = []
-    for i in live:
+    for i in todo:
         prefix = ns_text(i.namespace)
         stamps.append(
             {
@@ -470,4 +561,8 @@ def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
             }
         )
     store.run_plan(sql.stamp_items_plan(store.dialect, stamps))
-    return len(live)
+    tally.items(len(todo), len(page))
+
+
+#: How far apart two stamps of one instant may read (a database's time resolution).
+STAMP = 1e-3

@@ -529,6 +529,8 @@ def our_side_statements(d: Any) -> list[Any]:
     """The statements the import runs on our tables, for dialect ``d``, with no server."""
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.langgraph_tables import (
+        read_mark_plan,
+        record_mark_plan,
         stamp_items_plan,
         thread_shape_plan,
     )
@@ -542,7 +544,9 @@ def our_side_statements(d: Any) -> list[Any]:
     drive(thread_shape_plan(d, "t"), execute)
     item = {"shard": "s", "prefix": "p", "key": "k", "created_at": 1.0, "updated_at": 2.0}
     drive(stamp_items_plan(d, [{**item, "expires_at": 3.0}, {**item, "expires_at": None}]), execute)
-    assert len(seen) == 3
+    drive(read_mark_plan(d, "import_items:x"), execute)
+    drive(record_mark_plan(d, "import_items:x", 2.5), execute)
+    assert len(seen) == 6
     return seen
 
 
@@ -675,3 +679,72 @@ def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     assert piped.returncode == 0 and piped.stderr == ""
     assert piped.stdout.startswith(f"threads: {len(src.threads)} ")
     assert "/s" not in piped.stdout
+
+
+def test_a_rerun_keeps_what_changed_here_and_takes_what_changed_there(tmp_path: Path) -> None:
+    """After the switch, an item changed here keeps its new value, an item deleted here
+    stays deleted, an item the source changed since (or added) is copied, and the others
+    are left alone (counted unchanged, not put again)."""
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    with closing(sqlite3.connect(tmp_path / "langgraph.db")) as conn:  # written an hour ago
+        conn.execute(
+            "UPDATE store SET created_at = datetime(created_at, '-1 hour'), "
+            "updated_at = datetime(updated_at, '-1 hour')"
+        )
+        conn.commit()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert import_from_langgraph(src.url, url).items == src.items
+    ours = create_store(url)
+    ours.put(("users", "alice", "facts"), "f1", {"text": "alice likes sushi now"})
+    ours.delete(("users", "bob", "facts"), "f2")
+    ours.close()
+    theirs = src.store()
+    theirs.put(("users", "bob", "facts"), "f1", {"text": "bob likes water now"})
+    theirs.put(("users", "carol", "facts"), "f0", {"text": "carol is new"})
+    src.close(theirs)
+    report = import_from_langgraph(src.url, url)
+    assert (report.items, report.items_unchanged, report.items_refused) == (2, src.items - 2, 1)
+    ours = create_store(url)
+    try:
+        assert ours.get(("users", "alice", "facts"), "f1").value["text"] == (  # type: ignore[union-attr]
+            "alice likes sushi now"
+        )
+        assert ours.get(("users", "bob", "facts"), "f2") is None
+        assert ours.get(("users", "bob", "facts"), "f1").value["text"] == "bob likes water now"  # type: ignore[union-attr]
+        assert ours.get(("users", "carol", "facts"), "f0") is not None
+    finally:
+        ours.close()
+    again = import_from_langgraph(src.url, url)
+    assert (again.items, again.items_unchanged) == (0, src.items)
+
+
+def test_catch_up_takes_special_writes_replaced_in_place(tmp_path: Path) -> None:
+    """LangGraph replaces a task's error (or interrupt, resume value) at its fixed index
+    when the task runs again from the same checkpoint: the catch-up takes the new one,
+    though the checkpoint has as many writes as before."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    import_from_langgraph(src.url, url)
+    failing = next(t for t in src.threads if t.endswith("failing"))
+    conn = sqlite3.connect(tmp_path / "langgraph.db", check_same_thread=False)
+    theirs = SqliteSaver(conn)
+    latest = theirs.get_tuple(G.config(failing))
+    assert latest is not None and latest.pending_writes
+    [task_id] = {t for t, channel, _ in latest.pending_writes if channel == "__error__"}
+    theirs.put_writes(latest.config, [("__error__", ValueError("failed again"))], task_id)
+    conn.commit()
+    conn.close()
+    report = import_from_langgraph(src.url, url)
+    assert (report.threads_copied, report.checkpoints, report.writes) == (1, 0, 1)
+    ours = create_checkpointer(url=url)
+    try:
+        found = ours.get_tuple(G.config(failing))
+        assert found is not None
+        [error] = [v for _, channel, v in found.pending_writes or () if channel == "__error__"]
+        assert "failed again" in str(error)
+    finally:
+        ours.close()  # type: ignore[attr-defined]
+    again = import_from_langgraph(src.url, url)
+    assert (again.threads_copied, again.writes) == (0, 0)

@@ -37,7 +37,8 @@ import sqlalchemy as sa
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, first_line
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
-from langgraph_checkpoint_agent_memory.db.schema import checkpoints, store_items, writes
+from langgraph_checkpoint_agent_memory.db.marks import read_setting, record_setting
+from langgraph_checkpoint_agent_memory.db.schema import checkpoints, settings, store_items, writes
 from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseNotFoundError,
@@ -170,6 +171,16 @@ class Source:
         )
         return {(ns, cid): int(n) for ns, cid, n in rows}
 
+    def with_special_writes(self, thread_id: str, channels: Sequence[str]) -> set[tuple[str, str]]:
+        """The thread's checkpoints that hold writes to ``channels`` (LangGraph's special
+        channels: errors, interrupts, resume values, which it replaces in place)."""
+        rows = self._rows(
+            f"SELECT DISTINCT checkpoint_ns, checkpoint_id FROM {self.writes_table} "
+            f"WHERE thread_id = ? AND channel IN ({', '.join('?' for _ in channels)})",
+            (thread_id, *channels),
+        )
+        return {(ns, cid) for ns, cid in rows}
+
     def task_paths(self, thread_id: str) -> dict[tuple[str, str, str], str]:
         """``(checkpoint_ns, checkpoint_id, task_id) -> task_path`` of the thread's writes
         (empty where the table predates the column: every path was ``""`` then)."""
@@ -197,6 +208,14 @@ class Source:
                 return
             yield [_item(row) for row in page]
             after = (page[-1][0], page[-1][1])
+
+    def clock(self) -> float:
+        """The source's time now, in seconds since the epoch: what its next write will be
+        stamped after (a SQLite file is written on this machine, by its clock)."""
+        if self.kind == "sqlite":
+            return datetime.now(timezone.utc).timestamp()
+        [(now,)] = self._rows("SELECT now()")
+        return seconds(now) or 0.0
 
     def _now_param(self, now: float | None = None) -> Any:
         when = (
@@ -331,3 +350,24 @@ def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
             statements.append(Stmt(sql, params, many=True))
     if statements:
         yield Batch(statements, write=True)
+
+
+def read_mark_plan(d: Dialect, name: str) -> Plan[float | None]:
+    """The time recorded under ``name`` in ``am_settings`` (``None``: none)."""
+    [rows] = yield Batch([Stmt(read_setting(d), {"b_name": name}, fetch=True)])
+    return float(rows[0][0]) if rows else None
+
+
+def record_mark_plan(d: Dialect, name: str, value: float) -> Plan[None]:
+    """Record the time ``value`` under ``name`` in ``am_settings``, in place of the last."""
+    delete = d.sql(
+        "import_forget_mark",
+        lambda: sa.delete(settings).where(settings.c.name == B("b_name")),
+    )
+    yield Batch(
+        [
+            Stmt(delete, {"b_name": name}),
+            Stmt(record_setting(d), {"b_name": name, "b_value": repr(value)}),
+        ],
+        write=True,
+    )
