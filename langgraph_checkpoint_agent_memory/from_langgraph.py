@@ -45,7 +45,12 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
 from langgraph_checkpoint_agent_memory.db import langgraph_tables as sql
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, ThreadDeletedError
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    DamagedValueError,
+    InvalidValueError,
+    ThreadDeletedError,
+)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -57,6 +62,9 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 __all__ = ["ImportProgress", "ImportReport", "import_from_langgraph"]
+
+#: What the destination refuses of one thread or item (the import goes on with the others).
+REFUSED = (InvalidValueError, DamagedValueError)
 
 #: A checkpoint's channel versions, and the channels it holds a value of.
 Versions = tuple[dict[str, Any], frozenset[str]]
@@ -104,7 +112,9 @@ class ImportReport:
     destination is not brought back: its ids are listed). ``items`` were new or newer in
     the source and were copied; ``items_unchanged`` were here already, as the source has
     them or changed here since (kept); ``items_refused`` were deleted here since a run
-    copied them (not brought back).
+    copied them (not brought back). ``threads_failed`` and ``items_failed`` are what the
+    destination cannot hold (a thread id over 255 characters, a value its validation
+    refuses), each with the reason: the others were copied all the same.
     """
 
     threads: int = 0
@@ -116,6 +126,8 @@ class ImportReport:
     items: int = 0
     items_unchanged: int = 0
     items_refused: int = 0
+    threads_failed: list[dict[str, str]] = field(default_factory=list)
+    items_failed: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -250,11 +262,14 @@ class _Tally:
     def begin(self, what: str) -> None:
         self.progress.started[what] = time.monotonic()
 
-    def thread(self, thread_id: str, copied: bool | None) -> None:
-        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused."""
+    def thread(self, thread_id: str, copied: bool | None, failed: str | None = None) -> None:
+        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused
+        (deleted here); or ``failed`` for that reason."""
         report = self.report
         report.threads += 1
-        if copied is None:
+        if failed is not None:
+            report.threads_failed.append({"thread_id": thread_id, "reason": failed})
+        elif copied is None:
             report.threads_refused.append(thread_id)
         elif copied:
             report.threads_copied += 1
@@ -314,11 +329,14 @@ def _copy_threads(
     saver.setup()
     tally.begin("threads")
     for thread_id in src.thread_ids():
+        failed = None
         try:
             copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
         except ThreadDeletedError:  # deleted here since: not brought back
             copied = None
-        tally.thread(thread_id, copied)
+        except REFUSED as exc:  # what the destination cannot hold: the others go on
+            copied, failed = False, str(exc)
+        tally.thread(thread_id, copied, failed)
 
 
 def _copy_thread(
@@ -509,7 +527,8 @@ def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None
     began = src.clock() - MARGIN
     for page in src.items(time.time()):
         _put_items(store, page, copied_until, tally)
-    store.run_plan(sql.record_mark_plan(store.dialect, mark, began))
+    if not tally.report.items_failed:  # else the next run would take them for deleted here
+        store.run_plan(sql.record_mark_plan(store.dialect, mark, began))
 
 
 def _put_items(
@@ -518,31 +537,61 @@ def _put_items(
     copied_until: float | None,
     tally: _Tally,
 ) -> None:
-    """Put the live items of ``page`` that are not here yet or newer there, and set their
-    times to the source's; an item missing here that the last complete run copied
-    (``copied_until``) was deleted here, and is not brought back."""
-    from langgraph.store.base import GetOp, Item, PutOp
+    """Copy the live items of ``page`` that are new or newer in the source; when the
+    destination refuses one, the others one by one, and that one is listed failed."""
+    live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
+    report = tally.report
+    try:
+        outcomes = _put_newer(store, live, copied_until)
+    except REFUSED:
+        outcomes = []
+        for i in live:
+            try:
+                outcomes += _put_newer(store, [i], copied_until)
+            except REFUSED as exc:
+                failed = {"namespace": list(i.namespace), "key": i.key, "reason": str(exc)}
+                report.items_failed.append(failed)
+    report.items_unchanged += outcomes.count("unchanged")
+    report.items_refused += outcomes.count("refused")
+    tally.items(outcomes.count("copied"), len(page))
+
+
+def _put_newer(
+    store: AgentMemoryStore, live: list[sql.SourceItem], copied_until: float | None
+) -> list[str]:
+    """Put the items of ``live`` that are not here yet or newer there, with the source's
+    times; an item missing here that the last complete run copied (``copied_until``) was
+    deleted here, and is not brought back. What became of each: ``"copied"``,
+    ``"unchanged"`` (the same here, or changed here since) or ``"refused"``."""
+    from langgraph.store.base import GetOp, Item
+
+    here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])
+    outcomes = []
+    for i, found in zip(live, here, strict=True):
+        if found is None and copied_until is not None and i.updated_at <= copied_until:
+            outcomes.append("refused")
+        elif isinstance(found, Item) and i.updated_at <= found.updated_at.timestamp() + STAMP:
+            outcomes.append("unchanged")
+        else:
+            outcomes.append("copied")
+    _put_stamped(store, [i for i, o in zip(live, outcomes, strict=True) if o == "copied"])
+    return outcomes
+
+
+def _put_stamped(store: AgentMemoryStore, todo: list[sql.SourceItem]) -> None:
+    """Put ``todo`` (a TTL of their own, else the store's default, as a put gets) and set
+    their times to the source's."""
+    from langgraph.store.base import PutOp
 
     from langgraph_checkpoint_agent_memory.db.store import ns_text
 
-    live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
-    here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])
-    todo = []
-    for i, found in zip(live, here, strict=True):
-        if found is None and copied_until is not None and i.updated_at <= copied_until:
-            tally.report.items_refused += 1
-        elif isinstance(found, Item) and i.updated_at <= found.updated_at.timestamp() + STAMP:
-            tally.report.items_unchanged += 1  # the same, or changed here since
-        else:
-            todo.append(i)
-    default = (store.ttl_config or {}).get("default_ttl")  # as a put without ttl= gets
+    if not todo:
+        return
+    default = (store.ttl_config or {}).get("default_ttl")
     store.batch(
         [
             PutOp(
-                i.namespace,
-                i.key,
-                i.value,
-                ttl=default if i.ttl_minutes is None else i.ttl_minutes,
+                i.namespace, i.key, i.value, ttl=default if i.ttl_minutes is None else i.ttl_minutes
             )
             for i in todo
         ]
@@ -561,7 +610,6 @@ def _put_items(
             }
         )
     store.run_plan(sql.stamp_items_plan(store.dialect, stamps))
-    tally.items(len(todo), len(page))
 
 
 #: How far apart two stamps of one instant may read (a database's time resolution).

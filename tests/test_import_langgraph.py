@@ -748,3 +748,39 @@ def test_catch_up_takes_special_writes_replaced_in_place(tmp_path: Path) -> None
         ours.close()  # type: ignore[attr-defined]
     again = import_from_langgraph(src.url, url)
     assert (again.threads_copied, again.writes) == (0, 0)
+
+
+def test_what_the_destination_cannot_hold_is_named_and_the_rest_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A thread id over 255 characters and an item key over 1024: each is listed with its
+    reason, every other thread and item is copied, and the command ends with status 1 and
+    one line naming them."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    conn = sqlite3.connect(tmp_path / "langgraph.db", check_same_thread=False)
+    G.FAILING["on"] = False
+    G.say(G.builder().compile(checkpointer=SqliteSaver(conn)), "t" * 300, "hi")
+    G.FAILING["on"] = True
+    conn.commit()
+    conn.close()
+    theirs = src.store()
+    theirs.put(("docs",), "k" * 1100, {"text": "a long key"})
+    src.close(theirs)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(src.url, url)
+    assert [f["thread_id"] for f in report.threads_failed] == ["t" * 300]
+    assert "255" in report.threads_failed[0]["reason"]
+    assert [(f["namespace"], f["key"]) for f in report.items_failed] == [(["docs"], "k" * 1100)]
+    assert "1024" in report.items_failed[0]["reason"]
+    assert report.threads_copied == len(src.threads) and report.items == src.items
+    assert main(["import", "--from", src.url, "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agent-memory import: error: 1 thread(s)")
+    assert "1 store item(s)" in err and "ttttt" in err
+    theirs = src.store()
+    theirs.delete(("docs",), "k" * 1100)  # for the comparison of the others
+    src.close(theirs)
+    assert_same_threads(src, url)
+    assert_same_items(src, url)

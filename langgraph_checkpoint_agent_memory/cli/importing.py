@@ -8,6 +8,7 @@ application; the threads' TTL is ``--ttl-seconds``.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
@@ -54,11 +55,37 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 else ""
             )
             + f"); {report.checkpoints} checkpoint(s), {report.writes} task write set(s); "
-            f"{report.items} store item(s); {report.seconds:.1f} s"
+            f"store items: {report.items} copied, {report.items_unchanged} already here"
+            + (f", {report.items_refused} deleted here, left out" if report.items_refused else "")
+            + f"; {report.seconds:.1f} s"
         )
 
     _emit(args, data, render)
+    failed = _failures(report)
+    if failed:
+        print(f"agent-memory import: error: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _failures(report: Any) -> str:
+    """One line naming what the destination could not hold (empty when nothing)."""
+    named = [f"thread {_short(f['thread_id'])} ({f['reason']})" for f in report.threads_failed]
+    named += [
+        f"item {_short('.'.join(f['namespace']) + '/' + f['key'])} ({f['reason']})"
+        for f in report.items_failed
+    ]
+    if not named:
+        return ""
+    more = f"; and {len(named) - 3} more (--json lists them)" if len(named) > 3 else ""
+    return (
+        f"{len(report.threads_failed)} thread(s) and {len(report.items_failed)} store item(s) "
+        f"could not be copied, the others were: {'; '.join(named[:3])}{more}"
+    )
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def add_command(command: Any) -> None:
