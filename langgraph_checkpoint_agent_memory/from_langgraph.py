@@ -224,6 +224,11 @@ def import_from_langgraph(
             raise ConfigurationError(
                 f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
             )
+        read = {"store"} if items else set()
+        if threads:
+            read |= {"checkpoints", src.writes_table}
+            read |= {"checkpoint_blobs"} if src.kind == "postgresql" else set()
+        src.check(read)
         tally.progress.threads_total = src.count("threads") if threads else None
         tally.progress.items_total = src.count("items") if items else None
         tally.tell()
@@ -293,6 +298,10 @@ class _Tally:
         self.tell()
 
 
+#: The serialization types LangGraph's default serializer reads (pickle: only when asked).
+DEFAULT_TYPES = frozenset({"msgpack", "json", "null", "empty", "bytes", "bytearray"})
+
+
 def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
     """LangGraph's own saver on the source's read-only connection."""
     module, package, name = {
@@ -309,6 +318,16 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
         raise ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
+    if serde is None:  # LangGraph's default serializer: it reads these types only
+        other = sorted(src.value_types() - DEFAULT_TYPES)
+        if other:
+            raise ConfigurationError(
+                f"{src.where}: the source's values were written with another serializer "
+                f"(type {', '.join(other)}"
+                + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
+                + "): pass serde=... to import_from_langgraph() (Python), or --serde aes "
+                "with LANGGRAPH_AES_KEY set (agent-memory import)"
+            )
     saver: BaseCheckpointSaver[Any] = getattr(found, name)(src.connection, serde=serde)
     if src.kind == "sqlite":
         wal, task_paths = src.sqlite_state()

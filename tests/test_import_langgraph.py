@@ -42,6 +42,7 @@ from langgraph_checkpoint_agent_memory import (
     import_from_langgraph,
 )
 from langgraph_checkpoint_agent_memory.cli import main
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from tests.fixtures.langgraph import graph as G
 from tests.pg import backend_params, pg_database
 
@@ -784,3 +785,71 @@ def test_what_the_destination_cannot_hold_is_named_and_the_rest_copied(
     src.close(theirs)
     assert_same_threads(src, url)
     assert_same_items(src, url)
+
+
+AES_KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_source_of_langgraphs_encrypted_serializer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values LangGraph's ``EncryptedSerializer`` wrote: without it, one line saying which
+    serializer to pass; with ``serde=`` (or ``--serde aes``), every thread reads back."""
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
+    serde = EncryptedSerializer.from_pycryptodome_aes()
+    path = tmp_path / "langgraph.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    graph = G.builder().compile(checkpointer=SqliteSaver(conn, serde=serde))
+    G.FAILING["on"] = True
+    threads = G.write_threads(graph)
+    conn.commit()
+    conn.close()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with pytest.raises(ConfigurationError, match=r"msgpack\+aes.*EncryptedSerializer.*serde="):
+        import_from_langgraph(f"sqlite:///{path}", url)
+    assert main(["import", "--from", str(path), "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--serde aes" in err
+    assert main(["import", "--from", str(path), "--url", url, "--serde", "aes"]) == 0
+    capsys.readouterr()
+    src = Source(f"sqlite:///{path}", "sqlite", threads, 0)
+    theirs = SqliteSaver(sqlite3.connect(f"file:{path}?mode=ro", uri=True), serde=serde)
+    monkeypatch.setattr(src, "saver", lambda: theirs)
+    assert_same_threads(src, url)
+    monkeypatch.delenv("LANGGRAPH_AES_KEY")
+    assert main(["import", "--from", str(path), "--url", url, "--serde", "aes"]) == 2
+    assert "LANGGRAPH_AES_KEY" in capsys.readouterr().err
+
+
+def test_a_table_named_as_langgraphs_but_not_theirs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE checkpoints (id INTEGER, data TEXT)")
+        conn.commit()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert main(["import", "--from", str(other), "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoints table is not LangGraph's" in err
+    assert "checkpoint_id" in err
+
+
+def test_an_unreachable_source_server(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Named as --from, with the status of an unreachable --url (1)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = f"postgresql://app:secret@127.0.0.1:{port}/lg?connect_timeout=2"
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert main(["import", "--from", source, "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("agent-memory import: error: --from: cannot connect") and "secret" not in err
+    )
+    assert err.count("\n") == 1

@@ -13,7 +13,12 @@ from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseNotFoundError
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    DatabaseNotFoundError,
+    DatabaseUnavailableError,
+)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -39,10 +44,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 threads=not args.items_only,
                 items=not args.threads_only,
                 ttl_seconds=args.ttl_seconds,
+                serde=_serde(args.serde),
                 on_progress=show,
             )
         except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
             raise ConfigurationError(f"--from: {exc}") from None
+        except DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
+            if urls.mask_url(args.source) in str(exc):
+                raise DatabaseUnavailableError(f"--from: {exc}") from None
+            raise
     data = report.as_dict()
 
     def render(out: Any) -> None:
@@ -66,6 +76,23 @@ def _cmd_import(args: argparse.Namespace) -> int:
         print(f"agent-memory import: error: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _serde(name: str | None) -> Any:
+    """The serializer of ``--serde``: ``aes`` is LangGraph's ``EncryptedSerializer`` with the
+    key in ``LANGGRAPH_AES_KEY``, as ``EncryptedSerializer.from_pycryptodome_aes()`` reads it."""
+    if name is None:
+        return None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    try:
+        return EncryptedSerializer.from_pycryptodome_aes()
+    except ImportError:
+        raise ConfigurationError(
+            "--serde aes needs pycryptodome: pip install pycryptodome"
+        ) from None
+    except ValueError as exc:
+        raise ConfigurationError(f"--serde aes: {exc}") from None
 
 
 def _failures(report: Any) -> str:
@@ -112,6 +139,14 @@ def add_command(command: Any) -> None:
         default=None,
         metavar="N",
         help="the threads' idle TTL, as the application sets it (default: none)",
+    )
+    found.add_argument(
+        "--serde",
+        choices=["aes"],
+        default=None,
+        help="the serializer the application gave LangGraph's saver, when not its default: "
+        "aes, LangGraph's EncryptedSerializer.from_pycryptodome_aes() with the key in "
+        "LANGGRAPH_AES_KEY",
     )
     only = found.add_mutually_exclusive_group()
     only.add_argument("--threads-only", action="store_true", help="copy no store items")

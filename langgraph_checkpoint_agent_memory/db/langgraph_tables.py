@@ -68,6 +68,56 @@ class SourceItem(NamedTuple):
 ThreadShape = dict[tuple[str, str], int]
 
 
+#: The columns of LangGraph's tables that the import reads, per kind of source.
+_COLUMNS = {
+    "sqlite": {
+        "checkpoints": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "type",
+            "checkpoint",
+            "metadata",
+        ),
+        "writes": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            "channel",
+            "type",
+            "value",
+        ),
+    },
+    "postgresql": {
+        "checkpoints": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "checkpoint",
+            "metadata",
+        ),
+        "checkpoint_blobs": ("thread_id", "checkpoint_ns", "channel", "version", "type", "blob"),
+        "checkpoint_writes": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            "channel",
+            "type",
+            "blob",
+        ),
+    },
+}
+_STORE_COLUMNS = ("prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes")
+for _kind in _COLUMNS.values():
+    _kind["store"] = _STORE_COLUMNS
+
+
 def seconds(value: Any) -> float | None:
     """A timestamp of LangGraph's tables in seconds since the epoch: PostgreSQL's
     ``timestamptz`` arrives as an aware ``datetime``; SQLite's ``CURRENT_TIMESTAMP`` as text
@@ -125,6 +175,36 @@ class Source:
             "AND table_schema = ANY(current_schemas(false))"
         )
         return {name for (name,) in self._rows(sql, (table,))}
+
+    def check(self, tables: set[str]) -> None:
+        """Refuse a source whose ``tables`` lack a column of LangGraph's that the import
+        reads: a table of that name written by something else.
+
+        Raises:
+            ConfigurationError: Naming the table and the columns it lacks.
+        """
+        for table in sorted(tables):
+            lacking = sorted(set(_COLUMNS[self.kind][table]) - self._columns(table))
+            if lacking:
+                raise ConfigurationError(
+                    f"{self.where}: its {table} table is not LangGraph's (it lacks "
+                    f"{', '.join(lacking)}): give the database LangGraph's savers wrote"
+                )
+
+    def value_types(self) -> set[str]:
+        """The serialization types of the stored checkpoints, channel values and writes
+        (``msgpack``, ``json``...; ``msgpack+aes`` for LangGraph's ``EncryptedSerializer``)."""
+        tables = (
+            ("checkpoints", "writes")
+            if self.kind == "sqlite"
+            else ("checkpoint_blobs", "checkpoint_writes")
+        )
+        return {
+            str(found)
+            for table in tables
+            for (found,) in self._rows(f"SELECT DISTINCT type FROM {table}")
+            if found is not None
+        }
 
     def sqlite_state(self) -> tuple[bool, bool]:
         """Whether the SQLite file is in WAL mode, and whether its ``writes`` table has
