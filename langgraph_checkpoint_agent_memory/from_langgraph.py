@@ -5,8 +5,9 @@ Threads written by LangGraph's ``SqliteSaver`` / ``PostgresSaver`` and items wri
 on any backend, with the destination's encryption and TTL.
 
 How it reads: checkpoints through LangGraph's own saver on a read-only connection (its
-``list``, which decodes checkpoints, channel values and pending writes as LangGraph does,
-with the serializer the application used); what no public API gives, through SQL on
+``get_tuple``, one checkpoint at a time, oldest first, so that a long thread is never held
+whole in memory; it decodes checkpoints, channel values and pending writes as LangGraph
+does, with the serializer the application used); what no public API gives, through SQL on
 LangGraph's documented tables (:mod:`.db.langgraph_tables`): the thread ids, each thread's
 checkpoints with their numbers of writes, the writes' task paths (``CheckpointTuple`` has
 none, yet they order pending writes) and the store's items, whose TTL and expiry LangGraph's
@@ -20,10 +21,12 @@ the items' times are set to the source's. Each ``put`` and ``put_writes`` is one
 transaction, so a run stopped anywhere (even by SIGKILL) leaves whole checkpoints behind.
 
 Why it can run again: a thread whose checkpoints are all here, each with at least as many
-writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
-(read one by one with their parents when they are few, so that the catch-up of a long
-thread does not decode its whole history again) and the writes of checkpoints that have
-fewer here are put again (a write already stored is kept: the first wins). An item is put
+writes, is skipped without decoding anything (but for the special writes of its latest
+checkpoints, which LangGraph replaces in place: they are compared, and put again when they
+differ); otherwise only the missing checkpoints are read and put (with their parents, so
+that the catch-up of a long thread does not decode its whole history again) and the writes
+of checkpoints that have fewer here are put again (a write already stored is kept: the
+first wins). An item is put
 when it is not here yet or the source's is newer (its ``updated_at``); one changed here
 since is kept, and one deleted here since a complete run copied it is not brought back
 (each complete run records the source's time at its start in ``am_settings``: an item
@@ -374,7 +377,7 @@ def _copy_thread(
         return replaced
     paths = src.task_paths(thread_id)
     versions: dict[tuple[str, str], Versions] = {}
-    for found in _oldest_first(theirs, thread_id, set(wanted), todo):
+    for found in _oldest_first(theirs, thread_id, todo, set(here)):
         ns, checkpoint_id = _coordinates(found)
         checkpoint = found.checkpoint
         versions[(ns, checkpoint_id)] = (
@@ -449,34 +452,27 @@ def _special_writes(saver: SQLSaver, found: CheckpointTuple) -> set[tuple[str, s
     }
 
 
-#: A thread lacking at most this share of its checkpoints here gets them one by one.
-FEW = 0.25
-
-
 def _oldest_first(
     theirs: BaseCheckpointSaver[Any],
     thread_id: str,
-    wanted: set[tuple[str, str]],
     todo: set[tuple[str, str]],
+    here: set[tuple[str, str]],
 ) -> Iterator[CheckpointTuple]:
-    """The source's checkpoints a copy of ``todo`` needs, every parent before its children:
-    the whole thread through ``list``, or, when few are missing (a catch-up of a long
-    thread), each of them and its parent through ``get_tuple``, so that a thread's history
-    is not decoded again for its last turn."""
-    if len(todo) > FEW * len(wanted):
-        # newest first from the saver: reversed, every parent comes before its children
-        yield from reversed(list(theirs.list({"configurable": {"thread_id": thread_id}})))
-        return
+    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered, so every
+    parent comes before its children), each read alone through ``get_tuple``: a long
+    thread is never held whole in memory, and its catch-up decodes only what it lacks. A
+    checkpoint to put whose parent is not in ``todo`` comes after that parent (its versions
+    decide which channels changed since)."""
     done: set[tuple[str, str]] = set()
-    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):  # ids are time-ordered
+    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         found = theirs.get_tuple({"configurable": conf})
         if found is None:  # gone from the source since it was counted
             continue
-        if found.parent_config is not None:
+        if found.parent_config is not None and (ns, checkpoint_id) not in here:
             parent = (ns, found.parent_config["configurable"]["checkpoint_id"])
             before = None if parent in done else theirs.get_tuple(found.parent_config)
-            if before is not None:  # its versions decide which channels changed since
+            if before is not None:
                 done.add(parent)
                 yield before
         done.add((ns, checkpoint_id))

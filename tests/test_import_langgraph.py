@@ -853,3 +853,32 @@ def test_an_unreachable_source_server(capsys: pytest.CaptureFixture[str], tmp_pa
         err.startswith("agent-memory import: error: --from: cannot connect") and "secret" not in err
     )
     assert err.count("\n") == 1
+
+
+def test_a_long_thread_is_not_held_whole(tmp_path: Path) -> None:
+    """SqliteSaver stores every checkpoint whole: a thread of 10 turns of 10 kB messages
+    (80 checkpoints) decodes to about 7 MB in all, and its peak grows with the square of
+    its turns when held whole; the import holds a few checkpoints at a time."""
+    import tracemalloc
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = tmp_path / "langgraph.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    graph = G.builder().compile(checkpointer=SqliteSaver(conn))
+    for i in range(10):
+        G.say(graph, "long", f"{i} " + "x" * 10_000)
+    conn.commit()
+    conn.close()
+    src = Source(f"sqlite:///{path}", "sqlite", ["long"], 0)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    tracemalloc.start()
+    try:
+        report = import_from_langgraph(src.url, url, items=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with closing(sqlite3.connect(path)) as conn:
+        assert report.checkpoints == conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+    assert peak < 8_000_000, peak  # 14.8 MB when the thread was held whole
+    assert_same_threads(src, url)
