@@ -353,7 +353,8 @@ def _copy_threads(
     for thread_id in src.thread_ids():
         failed = None
         try:
-            copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
+            with src.reading():
+                copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
         except ThreadDeletedError:  # deleted here since: not brought back
             copied = None
         except REFUSED as exc:  # what the destination cannot hold: the others go on

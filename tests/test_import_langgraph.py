@@ -882,3 +882,21 @@ def test_a_long_thread_is_not_held_whole(tmp_path: Path) -> None:
         assert report.checkpoints == conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
     assert peak < 8_000_000, peak  # 14.8 MB when the thread was held whole
     assert_same_threads(src, url)
+
+
+@pytest.mark.parametrize("kind", backend_params("pgbouncer"))
+def test_a_source_behind_pgbouncer(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """PgBouncer refuses startup options: the source is read in read-only transactions."""
+    bounced = pg_database(request, kind)
+    server = request.getfixturevalue("pg_servers").get(kind)
+    name = bounced.split("?", 1)[0].rsplit("/", 1)[1]
+    src = write_postgres_source(server.behind.url.rsplit("/", 1)[0] + f"/{name}")
+    before = fingerprint(src)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(bounced, url)
+    assert (report.threads, report.items) == (len(src.threads), src.items)
+    assert fingerprint(src) == before
+    assert_same_threads(src, url)
+    assert_same_items(src, url)

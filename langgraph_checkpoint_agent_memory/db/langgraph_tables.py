@@ -17,8 +17,10 @@ read here with SQL:
 * the store's items with their ``expires_at`` and ``ttl_minutes``, which LangGraph's
   ``Item`` does not carry.
 
-The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL session whose
-every transaction is read-only (``default_transaction_read_only``).
+The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL connection
+whose every statement runs in a transaction begun ``BEGIN READ ONLY`` (psycopg's
+``read_only``; not the ``default_transaction_read_only`` startup option, which PgBouncer
+refuses).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -148,7 +151,7 @@ class Source:
         sql = sql.replace("?", self.mark)
         if self.kind == "sqlite":
             return list(self.connection.execute(sql, tuple(params)).fetchall())
-        with self.connection.cursor(row_factory=_tuple_row()) as cur:
+        with self.reading(), self.connection.cursor(row_factory=_tuple_row()) as cur:
             cur.execute(sql, tuple(params))
             return list(cur.fetchall())
 
@@ -304,6 +307,18 @@ class Source:
         # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
         return when.isoformat(sep=" ") if self.kind == "sqlite" else when
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Read inside: at the end, the read-only transaction that PostgreSQL's statements
+        began is ended (each statement sees the committed rows anyway), so that none stays
+        open between threads or queries (and a transaction pooler such as PgBouncer gets its
+        server connection back)."""
+        try:
+            yield
+        finally:
+            if self.kind == "postgresql":
+                self.connection.rollback()
+
     def close(self) -> None:
         self.connection.close()
 
@@ -360,15 +375,16 @@ def open_source(url: str) -> Source:
         from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options["prepare_threshold"] = prepare_threshold_of(threshold)
-    # every transaction of the session is read-only, so nothing the import runs can write
-    # to the source (kept beside the URL's own options, a search_path for one)
-    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
-    options["options"] = f"{given} -c default_transaction_read_only=on".strip()
     try:
-        # LangGraph's PostgresSaver wants autocommit and dict rows
-        conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row, **options)
+        # dict rows, as LangGraph's PostgresSaver reads them
+        conn = psycopg.connect(conninfo, row_factory=dict_row, **options)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(f"cannot connect to {where}: {first_line(exc)}") from None
+    # not autocommit, and read-only: every statement runs in a transaction begun with BEGIN
+    # READ ONLY, so nothing the import runs (LangGraph's saver included) can write to the
+    # source; :meth:`Source.reading` ends each. (Not a startup option: PgBouncer refuses
+    # those.)
+    conn.read_only = True
     return Source("postgresql", conn, where)
 
 
