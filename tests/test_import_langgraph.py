@@ -644,7 +644,8 @@ def test_the_source_is_opened_read_only(source: Source) -> None:
 
 
 def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
-    """On a terminal: bars of threads and items with their rates; piped: the summary only."""
+    """On a terminal: bars of threads, checkpoints (which move within a long thread) and
+    items with their rates; piped: the summary only."""
     import pty
     import select
 
@@ -669,6 +670,7 @@ def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     os.close(leader)
     shown = seen.decode(errors="replace")
     assert "threads" in shown and "items" in shown and "/s" in shown
+    assert "checkpoints" in shown
     assert f"{len(src.threads)}/{len(src.threads)}" in shown
     piped = subprocess.run(
         [*command[:-1], f"sqlite:///{tmp_path / 'piped.db'}"],

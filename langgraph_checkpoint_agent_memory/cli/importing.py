@@ -29,11 +29,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     url = resolve_url(args.url)
     with progress(args, "importing threads", "threads") as threads:
+        checkpoints = threads.part("  copying checkpoints", "checkpoints")
         items = threads.part("importing store items", "items")
 
         def show(done: ImportProgress) -> None:
-            if done.threads_total is not None:
+            if done.threads_total is not None:  # and within a long thread, its checkpoints
                 threads(done.threads_done, done.threads_total)
+                checkpoints(done.checkpoints, None)
             if done.items_total is not None:
                 items(done.items_done, done.items_total)
 
