@@ -194,8 +194,16 @@ def import_from_langgraph(
 
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
+        DatabaseUnavailableError: The source's server (or the destination's) cannot be
+            reached.
         ConfigurationError: No destination URL, a source that holds none of LangGraph's
-            tables, or LangGraph's saver package for the source is not installed.
+            tables, a table of LangGraph's name that is not LangGraph's, values written
+            with a serializer other than ``serde`` (LangGraph's default when ``None``), or
+            LangGraph's saver package for the source is not installed.
+
+    A thread or item the destination cannot hold raises nothing: it is listed in the
+    report's ``threads_failed`` / ``items_failed``, and the others are copied. The call
+    blocks until the import is done (there is no async variant).
 
     Example:
         ```python

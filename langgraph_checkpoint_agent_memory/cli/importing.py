@@ -140,7 +140,8 @@ def add_command(command: Any) -> None:
         type=count_argument(0),
         default=None,
         metavar="N",
-        help="the threads' idle TTL, as the application sets it (default: none)",
+        help="the threads' idle TTL, as the application sets it (default: the declared "
+        "config.checkpointer.ttl_seconds, else none)",
     )
     found.add_argument(
         "--serde",
