@@ -127,8 +127,6 @@ def seconds(value: Any) -> float | None:
     in UTC (``2026-12-05 21:00:00``), an ``expires_at`` as ISO text with its offset."""
     if value is None:
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
