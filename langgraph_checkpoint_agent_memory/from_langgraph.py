@@ -5,8 +5,9 @@ Threads written by LangGraph's ``SqliteSaver`` / ``PostgresSaver`` and items wri
 on any backend, with the destination's encryption and TTL.
 
 How it reads: checkpoints through LangGraph's own saver on a read-only connection (its
-``list``, which decodes checkpoints, channel values and pending writes as LangGraph does,
-with the serializer the application used); what no public API gives, through SQL on
+``get_tuple``, one checkpoint at a time, oldest first, so that a long thread is never held
+whole in memory; it decodes checkpoints, channel values and pending writes as LangGraph
+does, with the serializer the application used); what no public API gives, through SQL on
 LangGraph's documented tables (:mod:`.db.langgraph_tables`): the thread ids, each thread's
 checkpoints with their numbers of writes, the writes' task paths (``CheckpointTuple`` has
 none, yet they order pending writes) and the store's items, whose TTL and expiry LangGraph's
@@ -20,20 +21,26 @@ the items' times are set to the source's. Each ``put`` and ``put_writes`` is one
 transaction, so a run stopped anywhere (even by SIGKILL) leaves whole checkpoints behind.
 
 Why it can run again: a thread whose checkpoints are all here, each with at least as many
-writes, is skipped without decoding anything; otherwise only the missing checkpoints are put
-(read one by one with their parents when they are few, so that the catch-up of a long
-thread does not decode its whole history again) and the writes of checkpoints that have
-fewer here are put again (a write already stored is kept: the first wins). Items are put
-again: their values and times are the source's, and only a default TTL starts anew. So a
-second run, a run after a crash, or a catch-up after the application switched, ends
-with exactly one copy of each checkpoint, write and item.
+writes, is skipped without decoding anything (but for the special writes of its latest
+checkpoints, which LangGraph replaces in place: they are compared, and put again when they
+differ); otherwise only the missing checkpoints are read and put (with their parents, so
+that the catch-up of a long thread does not decode its whole history again) and the writes
+of checkpoints that have fewer here are put again (a write already stored is kept: the
+first wins). An item is put
+when it is not here yet or the source's is newer (its ``updated_at``); one changed here
+since is kept, and one deleted here since a complete run copied it is not brought back
+(each complete run records the source's time at its start in ``am_settings``: an item
+missing here and older than that was deleted here). So a second run, a run after a crash,
+or a catch-up after the application switched, ends with exactly one copy of each
+checkpoint, write and item, and the application's changes here stand.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +48,12 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
 from langgraph_checkpoint_agent_memory.db import langgraph_tables as sql
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, ThreadDeletedError
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    DamagedValueError,
+    InvalidValueError,
+    ThreadDeletedError,
+)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -53,6 +65,9 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore, IndexSettings
 
 __all__ = ["ImportProgress", "ImportReport", "import_from_langgraph"]
+
+#: What the destination refuses of one thread or item (the import goes on with the others).
+REFUSED = (InvalidValueError, DamagedValueError)
 
 #: A checkpoint's channel versions, and the channels it holds a value of.
 Versions = tuple[dict[str, Any], frozenset[str]]
@@ -66,7 +81,7 @@ class ImportProgress:
     #: Threads and live items in the source (``None``: not imported).
     threads_total: int | None = None
     items_total: int | None = None
-    #: Threads looked at (copied, unchanged or refused) and items put, so far.
+    #: Threads and items looked at (copied, unchanged or refused), so far.
     threads_done: int = 0
     items_done: int = 0
     #: Checkpoints and tasks' writes put so far.
@@ -97,7 +112,12 @@ class ImportReport:
 
     ``threads_copied`` had something missing here and got it; ``threads_unchanged`` were
     complete already; ``threads_refused`` were deleted here (a thread deleted in the
-    destination is not brought back: its ids are listed).
+    destination is not brought back: its ids are listed). ``items`` were new or newer in
+    the source and were copied; ``items_unchanged`` were here already, as the source has
+    them or changed here since (kept); ``items_refused`` were deleted here since a run
+    copied them (not brought back). ``threads_failed`` and ``items_failed`` are what the
+    destination cannot hold (a thread id over 255 characters, a value its validation
+    refuses), each with the reason: the others were copied all the same.
     """
 
     threads: int = 0
@@ -107,6 +127,10 @@ class ImportReport:
     checkpoints: int = 0
     writes: int = 0
     items: int = 0
+    items_unchanged: int = 0
+    items_refused: int = 0
+    threads_failed: list[dict[str, str]] = field(default_factory=list)
+    items_failed: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -170,8 +194,16 @@ def import_from_langgraph(
 
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
+        DatabaseUnavailableError: The source's server (or the destination's) cannot be
+            reached.
         ConfigurationError: No destination URL, a source that holds none of LangGraph's
-            tables, or LangGraph's saver package for the source is not installed.
+            tables, a table of LangGraph's name that is not LangGraph's, values written
+            with a serializer other than ``serde`` (LangGraph's default when ``None``), or
+            LangGraph's saver package for the source is not installed.
+
+    A thread or item the destination cannot hold raises nothing: it is listed in the
+    report's ``threads_failed`` / ``items_failed``, and the others are copied. The call
+    blocks until the import is done (there is no async variant).
 
     Example:
         ```python
@@ -203,6 +235,11 @@ def import_from_langgraph(
             raise ConfigurationError(
                 f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
             )
+        read = {"store"} if items else set()
+        if threads:
+            read |= {"checkpoints", src.writes_table}
+            read |= {"checkpoint_blobs"} if src.kind == "postgresql" else set()
+        src.check(read)
         tally.progress.threads_total = src.count("threads") if threads else None
         tally.progress.items_total = src.count("items") if items else None
         tally.tell()
@@ -241,11 +278,14 @@ class _Tally:
     def begin(self, what: str) -> None:
         self.progress.started[what] = time.monotonic()
 
-    def thread(self, thread_id: str, copied: bool | None) -> None:
-        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused."""
+    def thread(self, thread_id: str, copied: bool | None, failed: str | None = None) -> None:
+        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused
+        (deleted here); or ``failed`` for that reason."""
         report = self.report
         report.threads += 1
-        if copied is None:
+        if failed is not None:
+            report.threads_failed.append({"thread_id": thread_id, "reason": failed})
+        elif copied is None:
             report.threads_refused.append(thread_id)
         elif copied:
             report.threads_copied += 1
@@ -263,10 +303,14 @@ class _Tally:
         self.report.writes += 1
         self.progress.writes += 1
 
-    def items(self, n: int) -> None:
-        self.report.items += n
-        self.progress.items_done += n
+    def items(self, copied: int, looked_at: int) -> None:
+        self.report.items += copied
+        self.progress.items_done += looked_at
         self.tell()
+
+
+#: The serialization types LangGraph's default serializer reads (pickle: only when asked).
+DEFAULT_TYPES = frozenset({"msgpack", "json", "null", "empty", "bytes", "bytearray"})
 
 
 def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
@@ -285,6 +329,16 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
         raise ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
+    if serde is None:  # LangGraph's default serializer: it reads these types only
+        other = sorted(src.value_types() - DEFAULT_TYPES)
+        if other:
+            raise ConfigurationError(
+                f"{src.where}: the source's values were written with another serializer "
+                f"(type {', '.join(other)}"
+                + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
+                + "): pass serde=... to import_from_langgraph() (Python), or --serde aes "
+                "with LANGGRAPH_AES_KEY set (agent-memory import)"
+            )
     saver: BaseCheckpointSaver[Any] = getattr(found, name)(src.connection, serde=serde)
     if src.kind == "sqlite":
         wal, task_paths = src.sqlite_state()
@@ -305,11 +359,15 @@ def _copy_threads(
     saver.setup()
     tally.begin("threads")
     for thread_id in src.thread_ids():
+        failed = None
         try:
-            copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
+            with src.reading():
+                copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
         except ThreadDeletedError:  # deleted here since: not brought back
             copied = None
-        tally.thread(thread_id, copied)
+        except REFUSED as exc:  # what the destination cannot hold: the others go on
+            copied, failed = False, str(exc)
+        tally.thread(thread_id, copied, failed)
 
 
 def _copy_thread(
@@ -323,11 +381,12 @@ def _copy_thread(
     wanted = src.shape(thread_id)
     here = saver.db.run(sql.thread_shape_plan(saver.dialect, thread_id))
     todo = {key for key, n in wanted.items() if key not in here or here[key] < n}
+    replaced = _replaced_special_writes(src, theirs, saver, thread_id, set(here) - todo, tally)
     if not todo:
-        return False
+        return replaced
     paths = src.task_paths(thread_id)
     versions: dict[tuple[str, str], Versions] = {}
-    for found in _oldest_first(theirs, thread_id, set(wanted), todo):
+    for found in _oldest_first(theirs, thread_id, todo, set(here)):
         ns, checkpoint_id = _coordinates(found)
         checkpoint = found.checkpoint
         versions[(ns, checkpoint_id)] = (
@@ -349,34 +408,80 @@ def _copy_thread(
     return True
 
 
-#: A thread lacking at most this share of its checkpoints here gets them one by one.
-FEW = 0.25
+def _replaced_special_writes(
+    src: sql.Source,
+    theirs: BaseCheckpointSaver[Any],
+    saver: SQLSaver,
+    thread_id: str,
+    complete: set[tuple[str, str]],
+    tally: _Tally,
+) -> bool:
+    """Put again the special writes (errors, interrupts, resume values) that LangGraph
+    replaced in place, at their fixed indexes, since they were copied: those of the latest
+    checkpoint of each namespace, the one a task runs again from, when it is ``complete``
+    here and its special writes differ (compared as the destination's serializer writes
+    them). Whether any was put."""
+    latest: dict[str, str] = {}
+    for ns, checkpoint_id in complete:
+        latest[ns] = max(checkpoint_id, latest.get(ns, ""))
+    keys = src.with_special_writes(thread_id, list(WRITES_IDX_MAP)) & set(latest.items())
+    put = False
+    for ns, checkpoint_id in sorted(keys):
+        conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        there, ours = (
+            theirs.get_tuple({"configurable": conf}),
+            saver.get_tuple({"configurable": conf}),
+        )
+        if there is None or ours is None:
+            continue
+        wanted, held = (_special_writes(saver, t) for t in (there, ours))
+        if wanted == held:
+            continue
+        paths = src.task_paths(thread_id)
+        for task_id in sorted({task_id for task_id, _, _ in wanted - held}):
+            task_writes = [
+                (channel, value)
+                for t, channel, value in there.pending_writes or ()
+                if t == task_id and channel in WRITES_IDX_MAP
+            ]
+            saver.put_writes(
+                there.config, task_writes, task_id, paths.get((ns, checkpoint_id, task_id), "")
+            )
+            tally.task_writes()
+            put = True
+    return put
+
+
+def _special_writes(saver: SQLSaver, found: CheckpointTuple) -> set[tuple[str, str, bytes]]:
+    """The special writes of ``found`` as ``(task_id, channel, serialized value)``."""
+    return {
+        (task_id, channel, saver.serde.dumps_typed(value)[1])
+        for task_id, channel, value in found.pending_writes or ()
+        if channel in WRITES_IDX_MAP
+    }
 
 
 def _oldest_first(
     theirs: BaseCheckpointSaver[Any],
     thread_id: str,
-    wanted: set[tuple[str, str]],
     todo: set[tuple[str, str]],
+    here: set[tuple[str, str]],
 ) -> Iterator[CheckpointTuple]:
-    """The source's checkpoints a copy of ``todo`` needs, every parent before its children:
-    the whole thread through ``list``, or, when few are missing (a catch-up of a long
-    thread), each of them and its parent through ``get_tuple``, so that a thread's history
-    is not decoded again for its last turn."""
-    if len(todo) > FEW * len(wanted):
-        # newest first from the saver: reversed, every parent comes before its children
-        yield from reversed(list(theirs.list({"configurable": {"thread_id": thread_id}})))
-        return
+    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered, so every
+    parent comes before its children), each read alone through ``get_tuple``: a long
+    thread is never held whole in memory, and its catch-up decodes only what it lacks. A
+    checkpoint to put whose parent is not in ``todo`` comes after that parent (its versions
+    decide which channels changed since)."""
     done: set[tuple[str, str]] = set()
-    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):  # ids are time-ordered
+    for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         found = theirs.get_tuple({"configurable": conf})
         if found is None:  # gone from the source since it was counted
             continue
-        if found.parent_config is not None:
+        if found.parent_config is not None and (ns, checkpoint_id) not in here:
             parent = (ns, found.parent_config["configurable"]["checkpoint_id"])
             before = None if parent in done else theirs.get_tuple(found.parent_config)
-            if before is not None:  # its versions decide which channels changed since
+            if before is not None:
                 done.add(parent)
                 yield before
         done.add((ns, checkpoint_id))
@@ -430,34 +535,93 @@ def _put_writes(
             saver.put_writes(config, group, task_id, path)
 
 
+#: How long before a run's start its record of what it copied reaches (seconds): an item
+#: the source's application wrote as the run began may be committed after the run read past it.
+MARGIN = 60.0
+
+
 def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
+    """Copy the items that are new or newer in the source; record, in ``am_settings``, the
+    source's time at the start of a run that copied every item, so that the next run tells
+    an item deleted here (older than that) from one added there since (newer)."""
     store.setup()
     tally.begin("items")
+    mark = "import_items:" + hashlib.sha256(src.where.encode()).hexdigest()[:32]
+    copied_until = store.run_plan(sql.read_mark_plan(store.dialect, mark))
+    began = src.clock() - MARGIN
     for page in src.items(time.time()):
-        tally.items(_put_items(store, page))
+        _put_items(store, page, copied_until, tally)
+    if not tally.report.items_failed:  # else the next run would take them for deleted here
+        store.run_plan(sql.record_mark_plan(store.dialect, mark, began))
 
 
-def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
-    """Put the live items of ``page`` and set their times; how many were put."""
+def _put_items(
+    store: AgentMemoryStore,
+    page: list[sql.SourceItem],
+    copied_until: float | None,
+    tally: _Tally,
+) -> None:
+    """Copy the live items of ``page`` that are new or newer in the source; when the
+    destination refuses one, the others one by one, and that one is listed failed."""
+    live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
+    report = tally.report
+    try:
+        outcomes = _put_newer(store, live, copied_until)
+    except REFUSED:
+        outcomes = []
+        for i in live:
+            try:
+                outcomes += _put_newer(store, [i], copied_until)
+            except REFUSED as exc:
+                failed = {"namespace": list(i.namespace), "key": i.key, "reason": str(exc)}
+                report.items_failed.append(failed)
+    report.items_unchanged += outcomes.count("unchanged")
+    report.items_refused += outcomes.count("refused")
+    tally.items(outcomes.count("copied"), len(page))
+
+
+def _put_newer(
+    store: AgentMemoryStore, live: list[sql.SourceItem], copied_until: float | None
+) -> list[str]:
+    """Put the items of ``live`` that are not here yet or newer there, with the source's
+    times; an item missing here that the last complete run copied (``copied_until``) was
+    deleted here, and is not brought back. What became of each: ``"copied"``,
+    ``"unchanged"`` (the same here, or changed here since) or ``"refused"``."""
+    from langgraph.store.base import GetOp, Item
+
+    here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])
+    outcomes = []
+    for i, found in zip(live, here, strict=True):
+        if found is None and copied_until is not None and i.updated_at <= copied_until:
+            outcomes.append("refused")
+        elif isinstance(found, Item) and i.updated_at <= found.updated_at.timestamp() + STAMP:
+            outcomes.append("unchanged")
+        else:
+            outcomes.append("copied")
+    _put_stamped(store, [i for i, o in zip(live, outcomes, strict=True) if o == "copied"])
+    return outcomes
+
+
+def _put_stamped(store: AgentMemoryStore, todo: list[sql.SourceItem]) -> None:
+    """Put ``todo`` (a TTL of their own, else the store's default, as a put gets) and set
+    their times to the source's."""
     from langgraph.store.base import PutOp
 
     from langgraph_checkpoint_agent_memory.db.store import ns_text
 
-    live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
-    default = (store.ttl_config or {}).get("default_ttl")  # as a put without ttl= gets
+    if not todo:
+        return
+    default = (store.ttl_config or {}).get("default_ttl")
     store.batch(
         [
             PutOp(
-                i.namespace,
-                i.key,
-                i.value,
-                ttl=default if i.ttl_minutes is None else i.ttl_minutes,
+                i.namespace, i.key, i.value, ttl=default if i.ttl_minutes is None else i.ttl_minutes
             )
-            for i in live
+            for i in todo
         ]
     )
     stamps = []
-    for i in live:
+    for i in todo:
         prefix = ns_text(i.namespace)
         stamps.append(
             {
@@ -470,4 +634,7 @@ def _put_items(store: AgentMemoryStore, page: Iterable[sql.SourceItem]) -> int:
             }
         )
     store.run_plan(sql.stamp_items_plan(store.dialect, stamps))
-    return len(live)
+
+
+#: How far apart two stamps of one instant may read (a database's time resolution).
+STAMP = 1e-3

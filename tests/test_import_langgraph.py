@@ -42,6 +42,7 @@ from langgraph_checkpoint_agent_memory import (
     import_from_langgraph,
 )
 from langgraph_checkpoint_agent_memory.cli import main
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from tests.fixtures.langgraph import graph as G
 from tests.pg import backend_params, pg_database
 
@@ -529,6 +530,8 @@ def our_side_statements(d: Any) -> list[Any]:
     """The statements the import runs on our tables, for dialect ``d``, with no server."""
     from langgraph_checkpoint_agent_memory.db.database import drive
     from langgraph_checkpoint_agent_memory.db.langgraph_tables import (
+        read_mark_plan,
+        record_mark_plan,
         stamp_items_plan,
         thread_shape_plan,
     )
@@ -542,7 +545,9 @@ def our_side_statements(d: Any) -> list[Any]:
     drive(thread_shape_plan(d, "t"), execute)
     item = {"shard": "s", "prefix": "p", "key": "k", "created_at": 1.0, "updated_at": 2.0}
     drive(stamp_items_plan(d, [{**item, "expires_at": 3.0}, {**item, "expires_at": None}]), execute)
-    assert len(seen) == 3
+    drive(read_mark_plan(d, "import_items:x"), execute)
+    drive(record_mark_plan(d, "import_items:x", 2.5), execute)
+    assert len(seen) == 6
     return seen
 
 
@@ -639,7 +644,8 @@ def test_the_source_is_opened_read_only(source: Source) -> None:
 
 
 def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
-    """On a terminal: bars of threads and items with their rates; piped: the summary only."""
+    """On a terminal: bars of threads, checkpoints (which move within a long thread) and
+    items with their rates; piped: the summary only."""
     import pty
     import select
 
@@ -664,6 +670,7 @@ def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     os.close(leader)
     shown = seen.decode(errors="replace")
     assert "threads" in shown and "items" in shown and "/s" in shown
+    assert "checkpoints" in shown
     assert f"{len(src.threads)}/{len(src.threads)}" in shown
     piped = subprocess.run(
         [*command[:-1], f"sqlite:///{tmp_path / 'piped.db'}"],
@@ -675,3 +682,223 @@ def test_command_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     assert piped.returncode == 0 and piped.stderr == ""
     assert piped.stdout.startswith(f"threads: {len(src.threads)} ")
     assert "/s" not in piped.stdout
+
+
+def test_a_rerun_keeps_what_changed_here_and_takes_what_changed_there(tmp_path: Path) -> None:
+    """After the switch, an item changed here keeps its new value, an item deleted here
+    stays deleted, an item the source changed since (or added) is copied, and the others
+    are left alone (counted unchanged, not put again)."""
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    with closing(sqlite3.connect(tmp_path / "langgraph.db")) as conn:  # written an hour ago
+        conn.execute(
+            "UPDATE store SET created_at = datetime(created_at, '-1 hour'), "
+            "updated_at = datetime(updated_at, '-1 hour')"
+        )
+        conn.commit()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert import_from_langgraph(src.url, url).items == src.items
+    ours = create_store(url)
+    ours.put(("users", "alice", "facts"), "f1", {"text": "alice likes sushi now"})
+    ours.delete(("users", "bob", "facts"), "f2")
+    ours.close()
+    theirs = src.store()
+    theirs.put(("users", "bob", "facts"), "f1", {"text": "bob likes water now"})
+    theirs.put(("users", "carol", "facts"), "f0", {"text": "carol is new"})
+    src.close(theirs)
+    report = import_from_langgraph(src.url, url)
+    assert (report.items, report.items_unchanged, report.items_refused) == (2, src.items - 2, 1)
+    ours = create_store(url)
+    try:
+        assert ours.get(("users", "alice", "facts"), "f1").value["text"] == (  # type: ignore[union-attr]
+            "alice likes sushi now"
+        )
+        assert ours.get(("users", "bob", "facts"), "f2") is None
+        assert ours.get(("users", "bob", "facts"), "f1").value["text"] == "bob likes water now"  # type: ignore[union-attr]
+        assert ours.get(("users", "carol", "facts"), "f0") is not None
+    finally:
+        ours.close()
+    again = import_from_langgraph(src.url, url)
+    assert (again.items, again.items_unchanged) == (0, src.items)
+
+
+def test_catch_up_takes_special_writes_replaced_in_place(tmp_path: Path) -> None:
+    """LangGraph replaces a task's error (or interrupt, resume value) at its fixed index
+    when the task runs again from the same checkpoint: the catch-up takes the new one,
+    though the checkpoint has as many writes as before."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    import_from_langgraph(src.url, url)
+    failing = next(t for t in src.threads if t.endswith("failing"))
+    conn = sqlite3.connect(tmp_path / "langgraph.db", check_same_thread=False)
+    theirs = SqliteSaver(conn)
+    latest = theirs.get_tuple(G.config(failing))
+    assert latest is not None and latest.pending_writes
+    [task_id] = {t for t, channel, _ in latest.pending_writes if channel == "__error__"}
+    theirs.put_writes(latest.config, [("__error__", ValueError("failed again"))], task_id)
+    conn.commit()
+    conn.close()
+    report = import_from_langgraph(src.url, url)
+    assert (report.threads_copied, report.checkpoints, report.writes) == (1, 0, 1)
+    ours = create_checkpointer(url=url)
+    try:
+        found = ours.get_tuple(G.config(failing))
+        assert found is not None
+        [error] = [v for _, channel, v in found.pending_writes or () if channel == "__error__"]
+        assert "failed again" in str(error)
+    finally:
+        ours.close()  # type: ignore[attr-defined]
+    again = import_from_langgraph(src.url, url)
+    assert (again.threads_copied, again.writes) == (0, 0)
+
+
+def test_what_the_destination_cannot_hold_is_named_and_the_rest_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A thread id over 255 characters and an item key over 1024: each is listed with its
+    reason, every other thread and item is copied, and the command ends with status 1 and
+    one line naming them."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    src = write_sqlite_source(tmp_path / "langgraph.db")
+    conn = sqlite3.connect(tmp_path / "langgraph.db", check_same_thread=False)
+    G.FAILING["on"] = False
+    G.say(G.builder().compile(checkpointer=SqliteSaver(conn)), "t" * 300, "hi")
+    G.FAILING["on"] = True
+    conn.commit()
+    conn.close()
+    theirs = src.store()
+    theirs.put(("docs",), "k" * 1100, {"text": "a long key"})
+    src.close(theirs)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(src.url, url)
+    assert [f["thread_id"] for f in report.threads_failed] == ["t" * 300]
+    assert "255" in report.threads_failed[0]["reason"]
+    assert [(f["namespace"], f["key"]) for f in report.items_failed] == [(["docs"], "k" * 1100)]
+    assert "1024" in report.items_failed[0]["reason"]
+    assert report.threads_copied == len(src.threads) and report.items == src.items
+    assert main(["import", "--from", src.url, "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agent-memory import: error: 1 thread(s)")
+    assert "1 store item(s)" in err and "ttttt" in err
+    theirs = src.store()
+    theirs.delete(("docs",), "k" * 1100)  # for the comparison of the others
+    src.close(theirs)
+    assert_same_threads(src, url)
+    assert_same_items(src, url)
+
+
+AES_KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_source_of_langgraphs_encrypted_serializer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values LangGraph's ``EncryptedSerializer`` wrote: without it, one line saying which
+    serializer to pass; with ``serde=`` (or ``--serde aes``), every thread reads back."""
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
+    serde = EncryptedSerializer.from_pycryptodome_aes()
+    path = tmp_path / "langgraph.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    graph = G.builder().compile(checkpointer=SqliteSaver(conn, serde=serde))
+    G.FAILING["on"] = True
+    threads = G.write_threads(graph)
+    conn.commit()
+    conn.close()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with pytest.raises(ConfigurationError, match=r"msgpack\+aes.*EncryptedSerializer.*serde="):
+        import_from_langgraph(f"sqlite:///{path}", url)
+    assert main(["import", "--from", str(path), "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--serde aes" in err
+    assert main(["import", "--from", str(path), "--url", url, "--serde", "aes"]) == 0
+    capsys.readouterr()
+    src = Source(f"sqlite:///{path}", "sqlite", threads, 0)
+    theirs = SqliteSaver(sqlite3.connect(f"file:{path}?mode=ro", uri=True), serde=serde)
+    monkeypatch.setattr(src, "saver", lambda: theirs)
+    assert_same_threads(src, url)
+    monkeypatch.delenv("LANGGRAPH_AES_KEY")
+    assert main(["import", "--from", str(path), "--url", url, "--serde", "aes"]) == 2
+    assert "LANGGRAPH_AES_KEY" in capsys.readouterr().err
+
+
+def test_a_table_named_as_langgraphs_but_not_theirs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE checkpoints (id INTEGER, data TEXT)")
+        conn.commit()
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert main(["import", "--from", str(other), "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoints table is not LangGraph's" in err
+    assert "checkpoint_id" in err
+
+
+def test_an_unreachable_source_server(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Named as --from, with the status of an unreachable --url (1)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = f"postgresql://app:secret@127.0.0.1:{port}/lg?connect_timeout=2"
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    assert main(["import", "--from", source, "--url", url]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("agent-memory import: error: --from: cannot connect") and "secret" not in err
+    )
+    assert err.count("\n") == 1
+
+
+def test_a_long_thread_is_not_held_whole(tmp_path: Path) -> None:
+    """SqliteSaver stores every checkpoint whole: a thread of 10 turns of 10 kB messages
+    (80 checkpoints) decodes to about 7 MB in all, and its peak grows with the square of
+    its turns when held whole; the import holds a few checkpoints at a time."""
+    import tracemalloc
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = tmp_path / "langgraph.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    graph = G.builder().compile(checkpointer=SqliteSaver(conn))
+    for i in range(10):
+        G.say(graph, "long", f"{i} " + "x" * 10_000)
+    conn.commit()
+    conn.close()
+    src = Source(f"sqlite:///{path}", "sqlite", ["long"], 0)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    tracemalloc.start()
+    try:
+        report = import_from_langgraph(src.url, url, items=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with closing(sqlite3.connect(path)) as conn:
+        assert report.checkpoints == conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+    assert peak < 8_000_000, peak  # 14.8 MB when the thread was held whole
+    assert_same_threads(src, url)
+
+
+@pytest.mark.parametrize("kind", backend_params("pgbouncer"))
+def test_a_source_behind_pgbouncer(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """PgBouncer refuses startup options: the source is read in read-only transactions."""
+    bounced = pg_database(request, kind)
+    server = request.getfixturevalue("pg_servers").get(kind)
+    name = bounced.split("?", 1)[0].rsplit("/", 1)[1]
+    src = write_postgres_source(server.behind.url.rsplit("/", 1)[0] + f"/{name}")
+    before = fingerprint(src)
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    report = import_from_langgraph(bounced, url)
+    assert (report.threads, report.items) == (len(src.threads), src.items)
+    assert fingerprint(src) == before
+    assert_same_threads(src, url)
+    assert_same_items(src, url)

@@ -8,11 +8,17 @@ application; the threads' TTL is ``--ttl-seconds``.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseNotFoundError
+from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.errors import (
+    ConfigurationError,
+    DatabaseNotFoundError,
+    DatabaseUnavailableError,
+)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -23,11 +29,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     url = resolve_url(args.url)
     with progress(args, "importing threads", "threads") as threads:
+        checkpoints = threads.part("  copying checkpoints", "checkpoints")
         items = threads.part("importing store items", "items")
 
         def show(done: ImportProgress) -> None:
-            if done.threads_total is not None:
+            if done.threads_total is not None:  # and within a long thread, its checkpoints
                 threads(done.threads_done, done.threads_total)
+                checkpoints(done.checkpoints, None)
             if done.items_total is not None:
                 items(done.items_done, done.items_total)
 
@@ -38,10 +46,15 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 threads=not args.items_only,
                 items=not args.threads_only,
                 ttl_seconds=args.ttl_seconds,
+                serde=_serde(args.serde),
                 on_progress=show,
             )
         except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
             raise ConfigurationError(f"--from: {exc}") from None
+        except DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
+            if urls.mask_url(args.source) in str(exc):
+                raise DatabaseUnavailableError(f"--from: {exc}") from None
+            raise
     data = report.as_dict()
 
     def render(out: Any) -> None:
@@ -54,11 +67,54 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 else ""
             )
             + f"); {report.checkpoints} checkpoint(s), {report.writes} task write set(s); "
-            f"{report.items} store item(s); {report.seconds:.1f} s"
+            f"store items: {report.items} copied, {report.items_unchanged} already here"
+            + (f", {report.items_refused} deleted here, left out" if report.items_refused else "")
+            + f"; {report.seconds:.1f} s"
         )
 
     _emit(args, data, render)
+    failed = _failures(report)
+    if failed:
+        print(f"agent-memory import: error: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _serde(name: str | None) -> Any:
+    """The serializer of ``--serde``: ``aes`` is LangGraph's ``EncryptedSerializer`` with the
+    key in ``LANGGRAPH_AES_KEY``, as ``EncryptedSerializer.from_pycryptodome_aes()`` reads it."""
+    if name is None:
+        return None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    try:
+        return EncryptedSerializer.from_pycryptodome_aes()
+    except ImportError:
+        raise ConfigurationError(
+            "--serde aes needs pycryptodome: pip install pycryptodome"
+        ) from None
+    except ValueError as exc:
+        raise ConfigurationError(f"--serde aes: {exc}") from None
+
+
+def _failures(report: Any) -> str:
+    """One line naming what the destination could not hold (empty when nothing)."""
+    named = [f"thread {_short(f['thread_id'])} ({f['reason']})" for f in report.threads_failed]
+    named += [
+        f"item {_short('.'.join(f['namespace']) + '/' + f['key'])} ({f['reason']})"
+        for f in report.items_failed
+    ]
+    if not named:
+        return ""
+    more = f"; and {len(named) - 3} more (--json lists them)" if len(named) > 3 else ""
+    return (
+        f"{len(report.threads_failed)} thread(s) and {len(report.items_failed)} store item(s) "
+        f"could not be copied, the others were: {'; '.join(named[:3])}{more}"
+    )
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def add_command(command: Any) -> None:
@@ -84,7 +140,16 @@ def add_command(command: Any) -> None:
         type=count_argument(0),
         default=None,
         metavar="N",
-        help="the threads' idle TTL, as the application sets it (default: none)",
+        help="the threads' idle TTL, as the application sets it (default: the declared "
+        "config.checkpointer.ttl_seconds, else none)",
+    )
+    found.add_argument(
+        "--serde",
+        choices=["aes"],
+        default=None,
+        help="the serializer the application gave LangGraph's saver, when not its default: "
+        "aes, LangGraph's EncryptedSerializer.from_pycryptodome_aes() with the key in "
+        "LANGGRAPH_AES_KEY",
     )
     only = found.add_mutually_exclusive_group()
     only.add_argument("--threads-only", action="store_true", help="copy no store items")

@@ -17,8 +17,10 @@ read here with SQL:
 * the store's items with their ``expires_at`` and ``ttl_minutes``, which LangGraph's
   ``Item`` does not carry.
 
-The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL session whose
-every transaction is read-only (``default_transaction_read_only``).
+The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL connection
+whose every statement runs in a transaction begun ``BEGIN READ ONLY`` (psycopg's
+``read_only``; not the ``default_transaction_read_only`` startup option, which PgBouncer
+refuses).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -37,7 +40,8 @@ import sqlalchemy as sa
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, first_line
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
-from langgraph_checkpoint_agent_memory.db.schema import checkpoints, store_items, writes
+from langgraph_checkpoint_agent_memory.db.marks import read_setting, record_setting
+from langgraph_checkpoint_agent_memory.db.schema import checkpoints, settings, store_items, writes
 from langgraph_checkpoint_agent_memory.errors import (
     ConfigurationError,
     DatabaseNotFoundError,
@@ -67,14 +71,62 @@ class SourceItem(NamedTuple):
 ThreadShape = dict[tuple[str, str], int]
 
 
+#: The columns of LangGraph's tables that the import reads, per kind of source.
+_COLUMNS = {
+    "sqlite": {
+        "checkpoints": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "type",
+            "checkpoint",
+            "metadata",
+        ),
+        "writes": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            "channel",
+            "type",
+            "value",
+        ),
+    },
+    "postgresql": {
+        "checkpoints": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "checkpoint",
+            "metadata",
+        ),
+        "checkpoint_blobs": ("thread_id", "checkpoint_ns", "channel", "version", "type", "blob"),
+        "checkpoint_writes": (
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "task_id",
+            "idx",
+            "channel",
+            "type",
+            "blob",
+        ),
+    },
+}
+_STORE_COLUMNS = ("prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes")
+for _kind in _COLUMNS.values():
+    _kind["store"] = _STORE_COLUMNS
+
+
 def seconds(value: Any) -> float | None:
     """A timestamp of LangGraph's tables in seconds since the epoch: PostgreSQL's
     ``timestamptz`` arrives as an aware ``datetime``; SQLite's ``CURRENT_TIMESTAMP`` as text
     in UTC (``2026-12-05 21:00:00``), an ``expires_at`` as ISO text with its offset."""
     if value is None:
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
@@ -97,7 +149,7 @@ class Source:
         sql = sql.replace("?", self.mark)
         if self.kind == "sqlite":
             return list(self.connection.execute(sql, tuple(params)).fetchall())
-        with self.connection.cursor(row_factory=_tuple_row()) as cur:
+        with self.reading(), self.connection.cursor(row_factory=_tuple_row()) as cur:
             cur.execute(sql, tuple(params))
             return list(cur.fetchall())
 
@@ -124,6 +176,36 @@ class Source:
             "AND table_schema = ANY(current_schemas(false))"
         )
         return {name for (name,) in self._rows(sql, (table,))}
+
+    def check(self, tables: set[str]) -> None:
+        """Refuse a source whose ``tables`` lack a column of LangGraph's that the import
+        reads: a table of that name written by something else.
+
+        Raises:
+            ConfigurationError: Naming the table and the columns it lacks.
+        """
+        for table in sorted(tables):
+            lacking = sorted(set(_COLUMNS[self.kind][table]) - self._columns(table))
+            if lacking:
+                raise ConfigurationError(
+                    f"{self.where}: its {table} table is not LangGraph's (it lacks "
+                    f"{', '.join(lacking)}): give the database LangGraph's savers wrote"
+                )
+
+    def value_types(self) -> set[str]:
+        """The serialization types of the stored checkpoints, channel values and writes
+        (``msgpack``, ``json``...; ``msgpack+aes`` for LangGraph's ``EncryptedSerializer``)."""
+        tables = (
+            ("checkpoints", "writes")
+            if self.kind == "sqlite"
+            else ("checkpoint_blobs", "checkpoint_writes")
+        )
+        return {
+            str(found)
+            for table in tables
+            for (found,) in self._rows(f"SELECT DISTINCT type FROM {table}")
+            if found is not None
+        }
 
     def sqlite_state(self) -> tuple[bool, bool]:
         """Whether the SQLite file is in WAL mode, and whether its ``writes`` table has
@@ -170,6 +252,16 @@ class Source:
         )
         return {(ns, cid): int(n) for ns, cid, n in rows}
 
+    def with_special_writes(self, thread_id: str, channels: Sequence[str]) -> set[tuple[str, str]]:
+        """The thread's checkpoints that hold writes to ``channels`` (LangGraph's special
+        channels: errors, interrupts, resume values, which it replaces in place)."""
+        rows = self._rows(
+            f"SELECT DISTINCT checkpoint_ns, checkpoint_id FROM {self.writes_table} "
+            f"WHERE thread_id = ? AND channel IN ({', '.join('?' for _ in channels)})",
+            (thread_id, *channels),
+        )
+        return {(ns, cid) for ns, cid in rows}
+
     def task_paths(self, thread_id: str) -> dict[tuple[str, str, str], str]:
         """``(checkpoint_ns, checkpoint_id, task_id) -> task_path`` of the thread's writes
         (empty where the table predates the column: every path was ``""`` then)."""
@@ -198,12 +290,32 @@ class Source:
             yield [_item(row) for row in page]
             after = (page[-1][0], page[-1][1])
 
+    def clock(self) -> float:
+        """The source's time now, in seconds since the epoch: what its next write will be
+        stamped after (a SQLite file is written on this machine, by its clock)."""
+        if self.kind == "sqlite":
+            return datetime.now(timezone.utc).timestamp()
+        [(now,)] = self._rows("SELECT now()")
+        return seconds(now) or 0.0
+
     def _now_param(self, now: float | None = None) -> Any:
         when = (
             datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
         )
         # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
         return when.isoformat(sep=" ") if self.kind == "sqlite" else when
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Read inside: at the end, the read-only transaction that PostgreSQL's statements
+        began is ended (each statement sees the committed rows anyway), so that none stays
+        open between threads or queries (and a transaction pooler such as PgBouncer gets its
+        server connection back)."""
+        try:
+            yield
+        finally:
+            if self.kind == "postgresql":
+                self.connection.rollback()
 
     def close(self) -> None:
         self.connection.close()
@@ -261,15 +373,16 @@ def open_source(url: str) -> Source:
         from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options["prepare_threshold"] = prepare_threshold_of(threshold)
-    # every transaction of the session is read-only, so nothing the import runs can write
-    # to the source (kept beside the URL's own options, a search_path for one)
-    given = psycopg.conninfo.conninfo_to_dict(conninfo).get("options") or ""
-    options["options"] = f"{given} -c default_transaction_read_only=on".strip()
     try:
-        # LangGraph's PostgresSaver wants autocommit and dict rows
-        conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row, **options)
+        # dict rows, as LangGraph's PostgresSaver reads them
+        conn = psycopg.connect(conninfo, row_factory=dict_row, **options)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(f"cannot connect to {where}: {first_line(exc)}") from None
+    # not autocommit, and read-only: every statement runs in a transaction begun with BEGIN
+    # READ ONLY, so nothing the import runs (LangGraph's saver included) can write to the
+    # source; :meth:`Source.reading` ends each. (Not a startup option: PgBouncer refuses
+    # those.)
+    conn.read_only = True
     return Source("postgresql", conn, where)
 
 
@@ -331,3 +444,24 @@ def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
             statements.append(Stmt(sql, params, many=True))
     if statements:
         yield Batch(statements, write=True)
+
+
+def read_mark_plan(d: Dialect, name: str) -> Plan[float | None]:
+    """The time recorded under ``name`` in ``am_settings`` (``None``: none)."""
+    [rows] = yield Batch([Stmt(read_setting(d), {"b_name": name}, fetch=True)])
+    return float(rows[0][0]) if rows else None
+
+
+def record_mark_plan(d: Dialect, name: str, value: float) -> Plan[None]:
+    """Record the time ``value`` under ``name`` in ``am_settings``, in place of the last."""
+    delete = d.sql(
+        "import_forget_mark",
+        lambda: sa.delete(settings).where(settings.c.name == B("b_name")),
+    )
+    yield Batch(
+        [
+            Stmt(delete, {"b_name": name}),
+            Stmt(record_setting(d), {"b_name": name, "b_value": repr(value)}),
+        ],
+        write=True,
+    )
