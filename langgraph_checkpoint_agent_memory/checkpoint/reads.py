@@ -2,7 +2,8 @@
 
 ``get_tuple`` looks blobs up by their full ``(channel, version)`` key, so its cost does not
 grow with the thread's history; where the dialect has a one-statement read
-(``fast_get_tuple``, PostgreSQL) it is a single statement. ``list`` reads pages (keyset
+(``fast_get_tuple``: SQLite, PostgreSQL) it is a single statement, so one snapshot; HANA
+sends the checkpoint, then its blobs and writes. ``list`` reads pages (keyset
 pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
 when the caller reaches it. A due refresh-on-read travels in the same batch as the read, and
 goes first: it waits for a sweep that holds the thread's row, so the read after it sees the
