@@ -138,10 +138,13 @@ class SQLiteDialect(Dialect):
             _trigger(kind, body) for kind, body in bodies.items()
         ]
 
-    def fast_get_tuple(self, by_id: bool) -> Sql:
+    def fast_get_tuple(self, by_id: bool) -> Sql | None:
         """``get_tuple`` in one statement, so one snapshot without ``BEGIN``/``COMMIT``: the
         checkpoint row, its blobs (``json_each`` of its ``blob_versions``, each joined by
-        full primary key and followed down its chain of bases) and its writes."""
+        full primary key and followed down its chain of bases) and its writes. Without
+        ``recursive_cte`` (standing in for HANA) the read takes the generic batches."""
+        if not self.recursive_cte:
+            return None
         return self.sql(
             ("fast_get_tuple", by_id),
             functools.partial(get_tuple_statement, by_id, _version_rows, _blob),
