@@ -36,7 +36,7 @@ def every_statement(d: Dialect) -> dict[str, Sql]:
         if (
             fn.__module__ != module.__name__
             or name in ("bucket", "thread_is_live", "thread_takes", "takes_write")
-            or name in ("pushed_filters", "retarget")
+            or name in ("pushed_filters", "retarget", "get_tuple_statement")
             or name.startswith("_")
         ):
             continue

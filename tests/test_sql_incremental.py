@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langgraph_checkpoint_agent_memory import SQLSaver
+from langgraph_checkpoint_agent_memory import SqliteSaver, SQLSaver
 from langgraph_checkpoint_agent_memory.checkpoint.codec import MAX_CHAIN
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
@@ -145,3 +147,34 @@ def test_the_list_cache_forgets_the_oldest_thread_whole(
     config = {"configurable": {"thread_id": "a"}}
     contents = [m.content for m in graph(make_saver()).get_state(config).values["messages"]]
     assert contents == ["a 0", "answer 1", "a 1", "answer 3", "a again", "answer 5"]
+
+
+def test_a_warm_read_without_recursive_queries_fetches_no_chain(tmp_path: Path) -> None:
+    """Where a database has no recursive query (HANA; here SQLite told so), a read walks a
+    list's chain of bases one level per round trip, except what this process's list cache
+    holds: a warm read of the latest checkpoint sends the checkpoint's statement, then its
+    blobs' and writes', and decodes as a cold read does."""
+    conn = sqlite3.connect(tmp_path / "c.db", check_same_thread=False, isolation_level=None)
+    saver = SqliteSaver(conn)
+    saver.dialect.recursive_cte = False
+    saver.setup()
+    app = graph(saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    for turn in range(12):
+        app.invoke({"messages": [HumanMessage(f"question {turn}")]}, config)
+    sent: list[str] = []
+    conn.set_trace_callback(sent.append)
+    warm = saver.get_tuple(config)
+    conn.set_trace_callback(None)
+    assert [s.split()[0] for s in sent] == ["SELECT", "BEGIN", "SELECT", "SELECT", "COMMIT"]
+    cold = SqliteSaver(conn)
+    cold.dialect.recursive_cte = False
+    sent.clear()
+    conn.set_trace_callback(sent.append)
+    found = cold.get_tuple(config)
+    conn.set_trace_callback(None)
+    assert len(sent) > 5  # the chain, one level per round trip
+    assert warm is not None and found is not None
+    assert warm.checkpoint == found.checkpoint
+    assert len(found.checkpoint["channel_values"]["messages"]) == 24
+    conn.close()

@@ -2,7 +2,8 @@
 
 ``get_tuple`` looks blobs up by their full ``(channel, version)`` key, so its cost does not
 grow with the thread's history; where the dialect has a one-statement read
-(``fast_get_tuple``, PostgreSQL) it is a single statement. ``list`` reads pages (keyset
+(``fast_get_tuple``: SQLite, PostgreSQL) it is a single statement, so one snapshot; HANA
+sends the checkpoint, then its blobs and writes. ``list`` reads pages (keyset
 pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
 when the caller reaches it. A due refresh-on-read travels in the same batch as the read, and
 goes first: it waits for a sweep that holds the thread's row, so the read after it sees the
@@ -135,15 +136,27 @@ class Reader:
             out.append(Stmt(S.select_blobs(self.dialect, n), params, fetch=True))
         return out
 
-    def complete_chains(self, thread_id: str, ns: str, blob_rows: BlobRows) -> Plan[None]:
+    def complete_chains(
+        self, thread_id: str, ns: str, blob_rows: BlobRows, known: ListCache | None = None
+    ) -> Plan[None]:
         """Fetch the bases of appended lists that a dialect without recursive queries left
-        out (a no-op elsewhere: the recursive query already returned them)."""
+        out (a no-op elsewhere: the recursive query already returned them), one level per
+        round trip; none that ``known`` (the list cache the read decodes with) holds, nor
+        below one, since decoding stops there."""
+        thread = (thread_id, ns)
+
+        def held(ch: str, version: str) -> bool:
+            return known is not None and known.known(thread, ch, version) is not None
+
         while True:
             missing = sorted(
                 {
                     (ch, r.base_version)
-                    for (ch, _), r in blob_rows.items()
-                    if r.base_version is not None and (ch, r.base_version) not in blob_rows
+                    for (ch, v), r in blob_rows.items()
+                    if r.base_version is not None
+                    and (ch, r.base_version) not in blob_rows
+                    and not held(ch, v)
+                    and not held(ch, r.base_version)
                 }
             )
             if not missing:
@@ -164,6 +177,7 @@ class Reader:
         activity = self.activity
         now = activity.clock()
         d = self.dialect
+        cache = self.cache
         params = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -192,7 +206,10 @@ class Reader:
             row = checkpoint_row(found_rows[0])
             details = self.details(thread_id, ns, [row])
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
-            yield from self.complete_chains(thread_id, ns, blob_rows)
+            # the lists this process holds, as of now: the chains are completed and the
+            # checkpoint decoded against the same states, whatever other calls remember
+            cache = _pinned(self.cache, (thread_id, ns))
+            yield from self.complete_chains(thread_id, ns, blob_rows, cache)
         opener = None
         if self.sealer is not None:
             row, write_rows, opener = lazily_opened(
@@ -200,7 +217,7 @@ class Reader:
             )
         lists: dict[str, ListState | None] = {}
         try:
-            tup = decode(serde, self.cache, row, blob_rows, write_rows, lists=lists, opener=opener)
+            tup = decode(serde, cache, row, blob_rows, write_rows, lists=lists, opener=opener)
         except MissingBlob:
             return None  # a delete or erase raced this read, or the write of this checkpoint
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
@@ -393,6 +410,17 @@ class Reader:
             value_of,
             lambda cid: pending_writes(serde, writes_by_cp.get(cid, []), channels),
         )
+
+
+def _pinned(cache: ListCache, thread: tuple[str, str]) -> ListCache:
+    """A list cache holding only ``thread``'s head in ``cache`` as of now (its lists copied:
+    the cache updates them in place)."""
+    pinned = ListCache(cache.enabled)
+    with cache.lock:
+        head = cache.heads.get(thread)
+        if head is not None:
+            pinned.heads[thread] = head._replace(lists=dict(head.lists))
+    return pinned
 
 
 def _history_or_gone(

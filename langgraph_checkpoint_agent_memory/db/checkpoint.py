@@ -5,7 +5,7 @@ these statements and writes no SQL itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -354,6 +354,8 @@ def copy_rows(d: Dialect) -> list[Sql]:
 
 # -- reads -------------------------------------------------------------------------------
 
+BLOB_COLUMNS = ("channel", "version", "type", "blob", "base_version")
+
 CHECKPOINT_COLUMNS = (
     checkpoints.c.thread_id,
     checkpoints.c.checkpoint_ns,
@@ -380,7 +382,74 @@ def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     return d.sql(("select_checkpoint", by_id), build)
 
 
-BLOB_COLUMNS = ("channel", "version", "type", "blob", "base_version")
+#: A one-statement get_tuple's way to a checkpoint's blobs: given the checkpoint's CTE, its
+#: ``blob_versions`` as rows ``(key, value)``; given a channel and a version, a FROM item
+#: of the one blob of that key (columns ``BLOB_COLUMNS``), the condition joining it, and
+#: whether to join it as an outer join (which fixes the join order where a planner would
+#: otherwise scan a thread's blobs; the rows it finds no blob for are left out after).
+VersionRows = Callable[[Any], Any]
+BlobByKey = Callable[[Any, Any], tuple[Any, Any, bool]]
+
+
+def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey) -> Any:
+    """``get_tuple`` as one statement, so one snapshot: the checkpoint row (tag 0); its blobs
+    by full primary key, each followed down its chain of appended-list bases (tag 1); its
+    writes (tag 2). The dialect says how a JSON object becomes rows and how one blob is
+    joined (:meth:`.Dialect.fast_get_tuple`)."""
+    thread: Any = B("thread_id")
+    ns: Any = B("checkpoint_ns")
+    one = sa.literal_column("1", sa.Integer)  # a literal: each lookup reads one row
+    cp = checkpoints
+    by = [cp.c.checkpoint_id == B("checkpoint_id")] if by_id else []
+    c = (
+        sa.select(*(cp.c[n] for n in ("thread_id", "checkpoint_ns", *_CHECKPOINT_CELLS)))
+        .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, thread_is_live(thread))
+        .order_by(cp.c.checkpoint_id.desc())
+        .limit(one)
+        .cte("c")
+    )
+    versions = version_rows(c)
+    first, joined, outer = blob(versions.c.key, versions.c.value)
+    chain = (
+        sa.select(*(first.c[n] for n in BLOB_COLUMNS))
+        .select_from(c.join(versions, sa.true()).join(first, joined, isouter=outer))
+        .cte("chain", recursive=True)
+    )
+    base, joined, _ = blob(chain.c.channel, chain.c.base_version)
+    chain = chain.union_all(
+        sa.select(*(base.c[n] for n in BLOB_COLUMNS)).select_from(chain.join(base, joined))
+    )
+    found = [chain.c.channel.is_not(None)] if outer else []
+    w = writes.alias("w")
+    # the checkpoint id as a scalar, so the whole key is the index condition (as a join
+    # condition it may become a filter over the thread's writes)
+    of_checkpoint = sa.select(c.c.checkpoint_id).scalar_subquery()
+    return sa.union_all(
+        _tagged(0, *(c.c[n] for n in _CHECKPOINT_CELLS), sa.cast(sa.null(), sa.Integer)),
+        _tagged(1, *(chain.c[n] for n in BLOB_COLUMNS), sa.null(), sa.null()).where(*found),
+        _tagged(2, *(w.c[n] for n in _WRITE_CELLS), sa.null(), w.c.idx).where(
+            w.c.thread_id == thread, w.c.checkpoint_ns == ns, w.c.checkpoint_id == of_checkpoint
+        ),
+    )
+
+
+#: The cells of the checkpoint's and the writes' rows in the one-statement get_tuple.
+_CHECKPOINT_CELLS = (
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "type",
+    "checkpoint",
+    "metadata",
+    "blob_versions",
+)
+_WRITE_CELLS = ("task_id", "channel", "type", "blob", "task_path")
+
+
+def _tagged(tag: int, *cells: Any) -> Any:
+    """A row of the get_tuple union, tagged ``tag``; strings as text, so every tag's rows
+    share the column types."""
+    typed = (sa.cast(c, sa.Text) if isinstance(c.type, sa.String) else c for c in cells)
+    return sa.select(sa.literal_column(str(tag)), *typed)
 
 
 def select_blobs(d: Dialect, n: int) -> Sql:

@@ -13,102 +13,41 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 
-from langgraph_checkpoint_agent_memory.db.checkpoint import (
-    takes_write,
-    thread_is_live,
-    thread_takes,
-)
+from langgraph_checkpoint_agent_memory.db import checkpoint as checkpoint_sql
+from langgraph_checkpoint_agent_memory.db.checkpoint import takes_write, thread_takes
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.schema import TIME, blobs, checkpoints, threads, writes
 
 
 def get_tuple_statement(by_id: bool) -> Any:
     """The statement of :meth:`.PostgresDialect.fast_get_tuple`."""
-    thread: Any = sa.bindparam("thread_id")
-    ns: Any = sa.bindparam("checkpoint_ns")
-    one = sa.literal_column("1", sa.Integer)  # a literal: each lookup reads one row
-    cp = checkpoints
-    by = [cp.c.checkpoint_id == sa.bindparam("checkpoint_id")] if by_id else []
-    c = (
-        sa.select(
-            cp.c.thread_id,
-            cp.c.checkpoint_ns,
-            cp.c.checkpoint_id,
-            cp.c.parent_checkpoint_id,
-            cp.c.type,
-            cp.c.checkpoint,
-            cp.c.metadata,
-            cp.c.blob_versions,
-        )
-        .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, thread_is_live(thread))
-        .order_by(cp.c.checkpoint_id.desc())
-        .limit(one)
-        .cte("c")
-    )
+    return checkpoint_sql.get_tuple_statement(by_id, _version_rows, _blob)
 
-    def blob(channel: Any, version: Any) -> Any:
-        # one blob by its full primary key, the thread named by parameter: Citus routes a
-        # recursive query only when every table in it is filtered on thread_id
-        bb = blobs.alias("bb")
-        found = sa.select(bb.c.channel, bb.c.version, bb.c.type, bb.c.blob, bb.c.base_version)
-        return (
-            found.where(
-                bb.c.thread_id == thread,
-                bb.c.checkpoint_ns == ns,
-                bb.c.channel == channel,
-                bb.c.version == version,
-            )
-            .limit(one)
-            .lateral("b")
-        )
 
-    versions = (
+def _version_rows(c: Any) -> Any:
+    """The checkpoint's ``blob_versions`` as rows ``(key, value)``."""
+    return (
         sa.func.jsonb_each_text(sa.cast(c.c.blob_versions, sa_pg.JSONB))
         .table_valued("key", "value")
         .render_derived(name="v")
         .lateral()
     )
-    first = blob(versions.c.key, versions.c.value)
-    chain = (
-        sa.select(*first.c)
-        .select_from(c.join(versions, sa.true()).join(first, sa.true()))
-        .cte("chain", recursive=True)
+
+
+def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
+    """One blob by its full primary key, the thread named by parameter (Citus routes a
+    recursive query only when every table in it is filtered on thread_id), as a LATERAL
+    ... LIMIT 1, so the planner cannot turn it into a scan of the thread's blobs."""
+    bb = blobs.alias("bb")
+    found = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS))
+    one = sa.literal_column("1", sa.Integer)
+    lookup = found.where(
+        bb.c.thread_id == sa.bindparam("thread_id"),
+        bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
+        bb.c.channel == channel,
+        bb.c.version == version,
     )
-    base = blob(chain.c.channel, chain.c.base_version)
-    chain = chain.union_all(sa.select(*base.c).select_from(chain.join(base, sa.true())))
-    w = writes.alias("w")
-
-    # the checkpoint id as a scalar, so the whole key is the index condition (as a join
-    # condition it may become a filter over the thread's writes)
-    of_checkpoint = sa.select(c.c.checkpoint_id).scalar_subquery()
-    return sa.union_all(
-        _tagged(0, *(c.c[n] for n in _CHECKPOINT_CELLS), sa.cast(sa.null(), sa.Integer)),
-        _tagged(1, *(chain.c[n] for n in _BLOB_CELLS), sa.null(), sa.null()),
-        _tagged(2, *(w.c[n] for n in _WRITE_CELLS), sa.null(), w.c.idx).where(
-            w.c.thread_id == thread, w.c.checkpoint_ns == ns, w.c.checkpoint_id == of_checkpoint
-        ),
-    )
-
-
-#: The cells of each tag's rows in the one-statement get_tuple (see
-#: :meth:`.PostgresDialect.fast_get_tuple`).
-_CHECKPOINT_CELLS = (
-    "checkpoint_id",
-    "parent_checkpoint_id",
-    "type",
-    "checkpoint",
-    "metadata",
-    "blob_versions",
-)
-_BLOB_CELLS = ("channel", "version", "type", "blob", "base_version")
-_WRITE_CELLS = ("task_id", "channel", "type", "blob", "task_path")
-
-
-def _tagged(tag: int, *cells: Any) -> Any:
-    """A row of the get_tuple union, tagged ``tag``; strings as text, so every tag's rows
-    share the column types."""
-    typed = (sa.cast(c, sa.Text) if isinstance(c.type, sa.String) else c for c in cells)
-    return sa.select(sa.literal_column(str(tag)), *typed)
+    return lookup.limit(one).lateral("b"), sa.true(), False
 
 
 #: The row groups of a fast write, by kind (see :meth:`.PostgresDialect.fast_write`).

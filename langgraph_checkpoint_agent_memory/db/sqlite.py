@@ -34,6 +34,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.checkpoint import get_tuple_statement
 from langgraph_checkpoint_agent_memory.db.database import (
     Database,
     Plan,
@@ -47,7 +48,9 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Dialect,
     FastWrite,
     Source,
+    Sql,
 )
+from langgraph_checkpoint_agent_memory.db.schema import blobs
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -134,6 +137,18 @@ class SQLiteDialect(Dialect):
         return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
             _trigger(kind, body) for kind, body in bodies.items()
         ]
+
+    def fast_get_tuple(self, by_id: bool) -> Sql | None:
+        """``get_tuple`` in one statement, so one snapshot without ``BEGIN``/``COMMIT``: the
+        checkpoint row, its blobs (``json_each`` of its ``blob_versions``, each joined by
+        full primary key and followed down its chain of bases) and its writes. Without
+        ``recursive_cte`` (standing in for HANA) the read takes the generic batches."""
+        if not self.recursive_cte:
+            return None
+        return self.sql(
+            ("fast_get_tuple", by_id),
+            functools.partial(get_tuple_statement, by_id, _version_rows, _blob),
+        )
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
@@ -259,6 +274,28 @@ _LIVE_CHECK = (
     "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
     "OR expires_at < NEW.live_after OR ended_after >= NEW.s1))"
 )
+
+
+def _version_rows(c: Any) -> Any:
+    """The checkpoint's ``blob_versions`` as rows ``(key, value)``."""
+    return sa.func.json_each(c.c.blob_versions).table_valued("key", "value").alias("v")
+
+
+def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
+    """The blob of ``(channel, version)`` in the thread namespace named by parameter, the
+    condition joining it (its full primary key), and an outer join: SQLite then looks each
+    blob up by that key, where an inner join lets its planner scan the thread's blobs."""
+    bb = blobs.alias("bb")
+    return (
+        bb,
+        sa.and_(
+            bb.c.thread_id == sa.bindparam("thread_id"),
+            bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
+            bb.c.channel == channel,
+            bb.c.version == version,
+        ),
+        True,
+    )
 
 
 # raw: INSTEAD OF triggers on a view, no Core form
