@@ -128,10 +128,6 @@ def _store_cases(url: str, name: str, items: int) -> dict[str, Callable[[], Any]
         text = " ".join(f"{words[i % len(words)]}{n % 7 + i}" for i in range(30))
         store.put(("docs", next(cycle)), f"k{n}", {"text": text})
 
-    def update() -> None:  # an item that exists: its old postings are deleted first
-        n = next(turns)
-        store.put(("docs", next(cycle)), f"k{n % items}", {"text": f"ramen update {n}"})
-
     def search() -> None:
         store.search(("docs", next(cycle)), query="ramen delivery", limit=10)
 
@@ -149,7 +145,6 @@ def _store_cases(url: str, name: str, items: int) -> dict[str, Callable[[], Any]
     return {
         "store_put": put,
         "store_put_30_words": put_long,
-        "store_put_update": update,
         "store_search": search,
         "record": record,
         "build_context": context,

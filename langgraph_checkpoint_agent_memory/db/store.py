@@ -578,26 +578,8 @@ class StoreStatements:
                 for row in vectors:
                     row["embedding"] = vector_text(row["vector"])
                     self.d.vector_row(row)
-            if self.d.distributed:
-                # one statement and one round trip from the coordinator to the shard
-                out[2] = Stmt(self.delete_indexed(), keys, many=True)
-            else:
-                out.append(Stmt(vec_sql, keys, many=True))
-            out.append(self._insert_vectors_stmt(vectors, native))
+            out += [Stmt(vec_sql, keys, many=True), self._insert_vectors_stmt(vectors, native)]
         return out
-
-    def delete_indexed(self) -> Sql:
-        """Delete one item's postings and vectors (``:shard``, ``:prefix``, ``:key``) in one
-        statement, the vectors' ``DELETE`` a ``WITH`` of the postings' one: on Citus, both
-        routed to the item's shard as one task (EXPLAIN: Task Count 1), one round trip from
-        the coordinator where two statements took two. The two touch different tables, so
-        the order in which they run does not matter."""
-
-        def build() -> Any:
-            vectors = sa.delete(store_vectors).where(key_match(store_vectors)).cte("old_vectors")
-            return _delete_item(store_terms).add_cte(vectors)
-
-        return self.statement("delete_indexed", build)
 
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
         """Insert vector rows (one per embedded field of each item): on a distributed
