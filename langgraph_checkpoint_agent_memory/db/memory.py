@@ -172,13 +172,6 @@ class MemorySql:
         """The shard key of the namespace kept as ``prefix``."""
         return self.store.shard(prefix)
 
-    def scoped_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``rows`` (each with a ``scope``), each given its scope's ``shard``."""
-        out = list(rows)
-        for row in out:
-            row["shard"] = self.scope_shard(row["scope"])
-        return out
-
     def item_writes(
         self,
         items: list[dict[str, Any]],
