@@ -11,6 +11,8 @@ from importlib import import_module
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
+from langgraph_checkpoint_agent_memory import lazy
+
 if TYPE_CHECKING:
     __version__: str
     from langgraph_checkpoint_agent_memory.checkpoint import (
@@ -98,7 +100,8 @@ _HOMES = {
     "store": "AgentMemoryStore",
     "store.feedback": "Feedback",
 }
-_LAZY = {name: f"{__name__}.{module}" for module, names in _HOMES.items() for name in names.split()}
+_LAZY = lazy.homes(__name__, _HOMES)
+_load = lazy.loader(globals(), _LAZY)
 
 
 def __getattr__(name: str) -> Any:
@@ -112,9 +115,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
+        return _load(name)
     if name.isidentifier() and find_spec(f"{__name__}.{name}") is not None:
         return import_module(f"{__name__}.{name}")  # a submodule, as ``pkg.settings``
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

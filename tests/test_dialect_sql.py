@@ -513,7 +513,6 @@ def memory_statements(d: Dialect) -> dict[str, Sql]:
         K.held_plan(d, ["o", "p"]),
         K.copy_plan(d, [K.KeyRow("k", "o", b"w", 1.0)]),
         M.version_plan(sql, "p", 1.0),
-        M.decay_state_plan(sql, "p", ["a", "b"]),
         M.read_plan(sql, "p", 1.0),
         M.read_plan(sql, "p", 1.0, ["a", "b"]),
     ]

@@ -6,9 +6,9 @@ an in-memory checkpointer loads none of them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from langgraph_checkpoint_agent_memory import lazy
 from langgraph_checkpoint_agent_memory.checkpoint.timed import TimedInMemorySaver
 
 if TYPE_CHECKING:
@@ -28,29 +28,16 @@ if TYPE_CHECKING:
     )
 
 #: Each lazily imported name, and the module that holds it.
-_LAZY = {
-    **dict.fromkeys(
-        (
-            "AsyncHanaSaver",
-            "AsyncPostgresSaver",
-            "AsyncSqliteSaver",
-            "HanaSaver",
-            "PostgresSaver",
-            "SqliteSaver",
-        ),
-        "backends",
-    ),
-    "SQLSaver": "saver",
-    **dict.fromkeys(("SweepPreview", "ThreadInfo", "ThreadSweep"), "threads"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+_LAZY = lazy.homes(
+    __name__,
+    {
+        "backends": """AsyncHanaSaver AsyncPostgresSaver AsyncSqliteSaver HanaSaver
+            PostgresSaver SqliteSaver""",
+        "saver": "SQLSaver",
+        "threads": "SweepPreview ThreadInfo ThreadSweep",
+    },
+)
+__getattr__ = lazy.loader(globals(), _LAZY)
 
 
 __all__ = [

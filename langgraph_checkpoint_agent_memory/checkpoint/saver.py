@@ -103,7 +103,8 @@ TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
 class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
-    Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
+    Every method has an async twin (``aput``, ``aget_tuple``, ...) that takes the same
+    arguments and runs the same plan.
 
     Args:
         database: Where checkpoints live.
@@ -323,12 +324,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Asynchronously store a checkpoint: :meth:`put` for async code.
 
-        Args:
-            config: The thread and the parent checkpoint, as for :meth:`put`.
-            checkpoint: The checkpoint to store.
-            metadata: Its metadata (JSON-serializable).
-            new_versions: The channels whose values changed since the parent.
-
         Example:
             ```python
             from langgraph.checkpoint.base import empty_checkpoint
@@ -383,12 +378,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         """Asynchronously store a task's writes: :meth:`put_writes` for async code.
 
-        Args:
-            config: Names the checkpoint the writes belong to.
-            writes: ``(channel, value)`` pairs.
-            task_id: The task that wrote them.
-            task_path: The task's path in the graph.
-
         Example:
             ```python
             await saver.aput_writes(saved, [("x", 1)], task_id="t1")
@@ -426,9 +415,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Asynchronously fetch a checkpoint tuple: :meth:`get_tuple` for async code.
-
-        Args:
-            config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
 
         Example:
             ```python
@@ -480,12 +466,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Asynchronously list checkpoints, newest first: :meth:`list` for async code.
 
-        Args:
-            config: Restrict to a thread (and namespace, and checkpoint id); ``None``: all.
-            filter: Metadata every listed checkpoint has.
-            before: Only checkpoints older than the one this config names.
-            limit: At most this many.
-
         Example:
             ```python
             async for t in saver.alist({"configurable": {"thread_id": "user-42"}}):
@@ -519,10 +499,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Asynchronously :meth:`get_delta_channel_history`.
-
-        Args:
-            config: Names the checkpoint.
-            channels: The delta channels to rebuild.
 
         Example:
             ```python
@@ -639,9 +615,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Asynchronously :meth:`delete_thread`.
 
-        Args:
-            thread_id: The thread to delete.
-
         Example:
             ```python
             await saver.adelete_thread("user-42")
@@ -673,10 +646,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def aerase_threads(self, thread_ids: Sequence[str], *, keep_keys: bool = False) -> None:
         """Asynchronously :meth:`erase_threads`.
 
-        Args:
-            thread_ids: The threads to erase.
-            keep_keys: As for :meth:`erase_threads`.
-
         Example:
             ```python
             await saver.aerase_threads(["user-42"])
@@ -702,9 +671,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Asynchronously :meth:`delete_for_runs`.
 
-        Args:
-            run_ids: The ``run_id`` values of the checkpoints' metadata.
-
         Example:
             ```python
             await saver.adelete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
@@ -729,10 +695,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Asynchronously :meth:`copy_thread`.
-
-        Args:
-            source_thread_id: The thread to copy from.
-            target_thread_id: The thread to copy to.
 
         Example:
             ```python
@@ -780,11 +742,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         keep_last: int | None = None,
     ) -> None:
         """Asynchronously :meth:`prune`.
-
-        Args:
-            thread_ids: The threads to prune.
-            strategy: ``"keep_latest"`` or ``"delete"``.
-            keep_last: Checkpoints kept per namespace; ``None``: the saver's ``keep_last``.
 
         Example:
             ```python
@@ -893,9 +850,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> dict[str, int]:
         """Asynchronously :meth:`encrypt_plaintext`.
 
-        Returns:
-            How many threads, checkpoints, blobs and writes were sealed.
-
         Example:
             ```python
             from langgraph_checkpoint_agent_memory import (
@@ -966,10 +920,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None
     ) -> builtins.list[ThreadInfo]:
         """Asynchronously :meth:`threads`.
-
-        Args:
-            sort: The order, as for :meth:`threads`.
-            limit: At most this many; ``None``: all.
 
         Example:
             ```python

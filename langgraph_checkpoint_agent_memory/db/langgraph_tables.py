@@ -72,53 +72,22 @@ ThreadShape = dict[tuple[str, str], int]
 
 
 #: The columns of LangGraph's tables that the import reads, per kind of source.
+_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
+_WRITE = (*_KEY, "task_id", "idx", "channel", "type")
+_STORE = ("prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes")
 _COLUMNS = {
     "sqlite": {
-        "checkpoints": (
-            "thread_id",
-            "checkpoint_ns",
-            "checkpoint_id",
-            "parent_checkpoint_id",
-            "type",
-            "checkpoint",
-            "metadata",
-        ),
-        "writes": (
-            "thread_id",
-            "checkpoint_ns",
-            "checkpoint_id",
-            "task_id",
-            "idx",
-            "channel",
-            "type",
-            "value",
-        ),
+        "checkpoints": (*_KEY, "parent_checkpoint_id", "type", "checkpoint", "metadata"),
+        "writes": (*_WRITE, "value"),
+        "store": _STORE,
     },
     "postgresql": {
-        "checkpoints": (
-            "thread_id",
-            "checkpoint_ns",
-            "checkpoint_id",
-            "parent_checkpoint_id",
-            "checkpoint",
-            "metadata",
-        ),
+        "checkpoints": (*_KEY, "parent_checkpoint_id", "checkpoint", "metadata"),
         "checkpoint_blobs": ("thread_id", "checkpoint_ns", "channel", "version", "type", "blob"),
-        "checkpoint_writes": (
-            "thread_id",
-            "checkpoint_ns",
-            "checkpoint_id",
-            "task_id",
-            "idx",
-            "channel",
-            "type",
-            "blob",
-        ),
+        "checkpoint_writes": (*_WRITE, "blob"),
+        "store": _STORE,
     },
 }
-_STORE_COLUMNS = ("prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes")
-for _kind in _COLUMNS.values():
-    _kind["store"] = _STORE_COLUMNS
 
 
 def seconds(value: Any) -> float | None:

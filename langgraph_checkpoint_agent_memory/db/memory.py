@@ -172,13 +172,6 @@ class MemorySql:
         """The shard key of the namespace kept as ``prefix``."""
         return self.store.shard(prefix)
 
-    def scoped_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``rows`` (each with a ``scope``), each given its scope's ``shard``."""
-        out = list(rows)
-        for row in out:
-            row["shard"] = self.scope_shard(row["scope"])
-        return out
-
     def item_writes(
         self,
         items: list[dict[str, Any]],
@@ -270,19 +263,6 @@ class MemorySql:
 
         return self.statement(("rows", with_keys, sealed), build)
 
-    def decay_state(self, n: int) -> Sql:
-        """``(key, log_importance, reinforced_at)`` of keys ``:k0`` ... ``:k<n-1>`` of one
-        namespace (``:shard``, ``:prefix``)."""
-        t = memory_decay
-        return self.statement(
-            ("decay_state", n),
-            lambda: sa.select(t.c.key, t.c.log_importance, t.c.reinforced_at).where(
-                t.c.shard == sa.bindparam("shard"),
-                t.c.prefix == sa.bindparam("prefix"),
-                t.c.key.in_(_marks("k", n)),
-            ),
-        )
-
     def vectors_of(self) -> Sql:
         """``(key, vector)`` of the namespace ``:prefix`` (``:shard``); with a sealer,
         :meth:`~.store.StoreStatements.sealed_vectors_exact`'s rows (live at ``:now``), opened by
@@ -337,25 +317,6 @@ def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, flo
     return int(count), float(latest or 0.0)
 
 
-def decay_state_plan(
-    sql: MemorySql, prefix: str, keys: Sequence[str]
-) -> Plan[dict[str, tuple[float, float]]]:
-    """``key -> (log_importance, reinforced_at)`` for some items of one namespace."""
-    out: dict[str, tuple[float, float]] = {}
-    for start in range(0, len(keys), 64):
-        chunk = list(keys[start : start + 64])
-        query = sql.decay_state(len(chunk))
-        params = sql.one_ns(prefix, **{f"k{j}": k for j, k in enumerate(chunk)})
-        [rows] = yield Batch([Stmt(query, params, fetch=True)])
-        out.update(
-            {
-                r.key: (float(r.log_importance), float(r.reinforced_at))
-                for r in map(DecayRow._make, rows)
-            }
-        )
-    return out
-
-
 class ItemDecayRow(NamedTuple):
     """A row of :meth:`MemorySql.rows`: an item and its decay state (NULL when it has none)."""
 
@@ -367,14 +328,6 @@ class ItemDecayRow(NamedTuple):
     log_importance: float | None
     reinforced_at: float | None
     pinned: int | None
-
-
-class DecayRow(NamedTuple):
-    """A row of :func:`decay_state_plan`'s query."""
-
-    key: str
-    log_importance: float
-    reinforced_at: float
 
 
 def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:

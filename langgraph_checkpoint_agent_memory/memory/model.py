@@ -232,16 +232,6 @@ def namespace(root: str, scope: Scope, kind: str) -> tuple[str, ...]:
     return labels
 
 
-def scope_of_namespace(root: str, ns: Sequence[str]) -> tuple[Scope, str] | None:
-    """The scope and kind a memory namespace belongs to, or ``None`` for other namespaces."""
-    if len(ns) < 3 or ns[0] != root or ns[-1] not in KINDS:
-        return None
-    try:
-        return Scope.from_labels(ns[1:-1]), ns[-1]
-    except ConfigurationError:
-        return None
-
-
 def normalize_attribute(name: str) -> str:
     """``"Home City"`` and ``home_city`` are one attribute."""
     cleaned = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_")

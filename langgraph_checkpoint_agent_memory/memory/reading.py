@@ -74,7 +74,7 @@ def history_plan(
     context: Reads,
     scope: ScopeLike,
     attribute: str | None,
-    as_of: AsOf | None,
+    as_of: AsOf | None = None,
     known_at: AsOf | None = None,
 ) -> Plan[list[Fact]]:
     """Every value of an attribute (all when ``None``), oldest first; with ``as_of``, as

@@ -404,28 +404,18 @@ class MemoryTools:
         return decider.decided.changes
 
 
-def _candidate(
-    attribute: str,
-    value: str,
-    statement: str = "",
-    multi: bool = False,
-    importance: float = 0.5,
-    since: str | None = None,
-) -> FactCandidate:
+def _candidate(*fact: Any, **named: Any) -> FactCandidate:
+    """The fact ``remember_fact``'s arguments state (positional ones in the order of
+    :class:`RememberFactArgs`, which refuses any other)."""
+    fields = dict(zip(RememberFactArgs.model_fields, fact, strict=False), **named)
+    since = fields.get("since")
     if since is not None and str(since).strip():
         try:  # the model is told why, rather than its date dropped as an extractor's is
             since_timestamp(str(since))
         except ValueError as exc:
             raise ToolException(f"not remembered: {exc}") from None
     try:
-        return FactCandidate(
-            attribute=attribute,
-            value=value,
-            statement=statement,
-            multi=multi,
-            importance=importance,
-            since=since,
-        )
+        return FactCandidate(**RememberFactArgs(**fields).model_dump())
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]) for e in exc.errors())
         raise ToolException(f"not remembered: {problems}") from None
