@@ -843,19 +843,36 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         return self.get_tuple(config)
 
     async def alist(
-        self, config: RunnableConfig | None, **options: Any
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Asynchronously :meth:`list`, with its options (in-memory work runs inline)."""
-        for item in self.list(config, **options):
+        """Asynchronously :meth:`list` (in-memory work runs inline)."""
+        for item in self.list(config, filter=filter, before=before, limit=limit):
             yield item
 
-    async def aput(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """Asynchronously :meth:`put` (in-memory work runs inline)."""
-        return self.put(config, *args, **kwargs)
+        return self.put(config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         """Asynchronously :meth:`put_writes` (in-memory work runs inline)."""
-        self.put_writes(config, *args, **kwargs)
+        self.put_writes(config, writes, task_id, task_path)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -875,6 +892,12 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
         """Asynchronously :meth:`copy_thread` (in-memory work runs inline)."""
         self.copy_thread(source_thread_id, target_thread_id)
 
-    async def aprune(self, thread_ids: Sequence[str], **options: Any) -> None:
-        """Asynchronously :meth:`prune`, with its options (in-memory work runs inline)."""
-        self.prune(thread_ids, **options)
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+    ) -> None:
+        """Asynchronously :meth:`prune` (in-memory work runs inline)."""
+        self.prune(thread_ids, strategy=strategy, keep_last=keep_last)

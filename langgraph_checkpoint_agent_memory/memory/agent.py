@@ -278,11 +278,16 @@ class AgentMemory(Generic[StoreT]):
         )
 
     async def ahistory(
-        self, scope: ScopeLike, attribute: str | None = None, **when: AsOf | None
+        self,
+        scope: ScopeLike,
+        attribute: str | None = None,
+        *,
+        as_of: AsOf | None = None,
+        known_at: AsOf | None = None,
     ) -> list[Fact]:
-        """Async :meth:`history` (the same arguments: ``as_of`` and ``known_at`` by name)."""
+        """Async :meth:`history`."""
         return await self.context.arun(
-            lambda: reading.history_plan(self.context, scope, attribute, **when)
+            lambda: reading.history_plan(self.context, scope, attribute, as_of, known_at)
         )
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
