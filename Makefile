@@ -23,7 +23,11 @@ $(STAMP): pyproject.toml
 
 # the demo writes ./agent-memory-demo.db, a file of its own (never $AGENT_MEMORY_URL's
 # database); --reset deletes only that file, so running it again starts afresh
+# The package's modules are compiled first (what is up to date is skipped), as an installed
+# wheel's are: where no bytecode is written (PYTHONDONTWRITEBYTECODE), each command the demo
+# suggests would compile them again, 0.07 s of its start.
 demo: $(BASE_STAMP)
+	$(PY) -m compileall -q langgraph_checkpoint_agent_memory
 	$(VENV)/bin/agent-memory demo --reset
 
 test: $(STAMP)

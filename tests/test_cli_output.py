@@ -32,6 +32,20 @@ FACADE = (
     "cryptography",
 )
 
+#: What a read command on a SQLite file does not use at all: LangChain and LangGraph (the
+#: stored rows are read by the package's own plans), the vectors' numpy, the settings'
+#: pydantic, the other backends' drivers, the codec's zstandard.
+UNREAD = (
+    "langchain_core",
+    "langgraph",
+    "numpy",
+    "pydantic",
+    "psycopg",
+    "psycopg_pool",
+    "hdbcli",
+    "zstandard",
+)
+
 
 def environment(**more: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
@@ -95,8 +109,38 @@ def test_read_commands_load_neither_the_store_nor_the_facade(
     demo_db: Path, args: tuple[str, ...]
 ) -> None:
     modules = loaded(*args, "--url", str(demo_db))
-    assert heavy(modules, (*FACADE, "numpy", "pydantic")) == []
+    assert heavy(modules, (*FACADE, *UNREAD)) == []
     assert "sqlalchemy" in modules  # they do read the database
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (("scopes", "--json"), 0),  # a quick read: the collector off
+        (("stats", "--json"), 0),  # the collector on
+        (("facts", "user=nobody"), 1),
+        (("episodes", "user=alice", "--url", "/no/such/folder/memory.db"), 2),
+    ],
+)
+def test_the_installed_program_exits_as_main_returns(
+    demo_db: Path, args: tuple[str, ...], status: int
+) -> None:
+    """``agent-memory`` is :func:`run` (the script pyproject.toml installs): it exits with
+    the status :func:`main` returns, its output complete when piped."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'agent-memory = "langgraph_checkpoint_agent_memory.cli:run"' in pyproject
+    url = () if "--url" in args else ("--url", str(demo_db))
+    argv = ["agent-memory", *args, *url]
+    code = f"import sys\nsys.argv = {argv!r}\n"
+    code += "from langgraph_checkpoint_agent_memory.cli import run\nrun()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment(), timeout=120
+    )
+    assert done.returncode == status, done.stderr
+    if "--json" in args:
+        assert json.loads(done.stdout)  # all of it, flushed at the exit
+    if status:
+        assert done.stderr.count("\n") == 1 and "error" in done.stderr
 
 
 def test_read_commands_show_what_agent_memory_returns(demo_db: Path) -> None:

@@ -16,13 +16,14 @@ A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from langgraph_checkpoint_agent_memory.cli import output
 from langgraph_checkpoint_agent_memory.cli.common import (
@@ -60,7 +61,7 @@ from langgraph_checkpoint_agent_memory.errors import (
     DatabaseNotFoundError,
 )
 
-__all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url"]
+__all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url", "run"]
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -495,3 +496,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentMemoryError as exc:  # a CommandError, an unreachable database and the like
         print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
         return 1
+
+
+#: The commands that read a little and return at once: the collector is off while they run.
+QUICK_READS = frozenset({"scopes", "facts", "episodes"})
+
+
+def run() -> NoReturn:
+    """The ``agent-memory`` program: :func:`main` on the process's arguments, then exit with
+    its status.
+
+    Two walks of the cyclic garbage collector are needless in a short process, and skipped:
+
+    * at the exit, over every object a command leaves (some 55,000 after a read:
+      SQLAlchemy's and ``rich``'s classes and their caches): 0.05-0.07 s of a read
+      command's 0.3 s. They are moved out of its reach first (:func:`gc.freeze`); the exit
+      itself is Python's own, so output is flushed and ``atexit`` handlers run, and each
+      command closes what it opens before it returns;
+    * while :data:`QUICK_READS` run, whose imports (SQLAlchemy's) set off some 120
+      collections that free about 700 objects in all: 0.03-0.04 s more. The collector is
+      off for them (:func:`gc.disable`); what they read is freed as usual, by reference
+      counting. The commands that can run long (``worker``, ``import``, ``encrypt``...)
+      keep it on.
+
+    Example:
+        ```console
+        $ agent-memory scopes --url sqlite:///agent-memory-demo.db
+        ```
+    """
+    if _named_command(sys.argv[1:]) in QUICK_READS:
+        gc.disable()
+    try:
+        status = main()
+    finally:
+        gc.freeze()
+    sys.exit(status)
