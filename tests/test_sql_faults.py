@@ -77,9 +77,13 @@ def test_killed_writer_leaves_last_complete_checkpoint(
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None
+    assert proc.stderr is not None
     seen = [proc.stdout.readline() for _ in range(steps)]
     proc.send_signal(signal.SIGKILL)
-    out, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    # read() and not communicate(): readline() may have buffered more lines than it
+    # returned, and communicate() reads the pipe beneath that buffer, so they would be lost
+    out, err = proc.stdout.read(), proc.stderr.read()
     reported = [int(line) for line in "".join(seen).split() + out.split()]
     assert len(reported) >= steps, f"the writer stopped early: {err[-2000:]}"
     if database_url.startswith("postgresql"):
