@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import math
@@ -16,8 +17,16 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Hashable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
@@ -35,7 +44,6 @@ from langgraph_checkpoint_agent_memory.db.database import (
     T,
     adrive,
     connection_waited,
-    drive,
     first_line,
 )
 from langgraph_checkpoint_agent_memory.db.dialect import (
@@ -965,68 +973,75 @@ def _params(stmt: Stmt) -> Any:
     return stmt.sql.bind(stmt.params)
 
 
-def execute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on a sync connection (see :class:`PgSession`)."""
+# The I/O below is written once, as coroutines over a connection, pool or cursor of either
+# psycopg API: a sync call's result comes back from _done at once, so on a sync connection
+# the coroutine never suspends and _now runs it to the end without an event loop.
+
+
+async def _done(result: Any) -> Any:
+    """``result`` of a psycopg call, awaited where the async API returned an awaitable."""
+    return await result if inspect.isawaitable(result) else result
+
+
+def _now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` of sync calls (which never suspends) to its end; its value."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    coroutine.close()
+    raise RuntimeError("a coroutine over a sync connection suspended")
+
+
+async def _off_loop(call: Callable[[], T], sync: bool) -> T:
+    """``call()`` (blocking I/O): here when sync, else in a worker thread."""
+    return call() if sync else await asyncio.to_thread(call)
+
+
+@asynccontextmanager
+async def _entered(manager: Any) -> AsyncIterator[Any]:
+    """``async with`` a context manager of either psycopg API."""
+    if hasattr(manager, "__aenter__"):
+        async with manager as value:
+            yield value
+    else:
+        with manager as value:
+            yield value
+
+
+async def execute(session: PgSession, batch: Batch) -> list[Any]:
+    """Send one batch (see :class:`PgSession`); on a sync connection through :func:`_now`."""
     conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
-            cur = conn.execute(
-                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            cur = await _done(
+                conn.execute(
+                    session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+                )
             )
-            return [cur.fetchall() if lone.fetch else cur.rowcount]
+            return [await _done(cur.fetchall()) if lone.fetch else cur.rowcount]
         try:
-            with conn.pipeline():
+            async with _entered(conn.pipeline()):
                 for sql in session.opening(batch):
-                    conn.execute(sql, prepare=False)
+                    await _done(conn.execute(sql, prepare=False))
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
+                    text, params = session.text(stmt), _params(stmt)
                     if not stmt.many:
-                        cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
                     elif stmt.params:
-                        cur.executemany(session.text(stmt), _params(stmt))
+                        await _done(cur.executemany(text, params))
                     sent.append((cur, stmt))
             if (closing := session.closing(batch)) is not None:
-                conn.execute(closing, prepare=False)
+                await _done(conn.execute(closing, prepare=False))
         except BaseException:
             session.unsure = True
             if session.ended(batch, ok=False):
-                rollback(conn)
+                await rollback(conn)
             raise
         session.ended(batch, ok=True)
-        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
-    except failures() as exc:
-        raise session.lost(exc) from exc
-
-
-async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
-    """:func:`execute` on an async connection."""
-    conn, lone, sent = session.conn, session.lone(batch), []
-    try:
-        if lone is not None:
-            cur = await conn.execute(
-                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
-            )
-            return [await cur.fetchall() if lone.fetch else cur.rowcount]
-        try:
-            async with conn.pipeline():
-                for sql in session.opening(batch):
-                    await conn.execute(sql, prepare=False)
-                for stmt in batch.statements:
-                    cur = conn.cursor(binary=stmt.fetch)
-                    if not stmt.many:
-                        await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
-                    elif stmt.params:
-                        await cur.executemany(session.text(stmt), _params(stmt))
-                    sent.append((cur, stmt))
-            if (closing := session.closing(batch)) is not None:
-                await conn.execute(closing, prepare=False)
-        except BaseException:
-            session.unsure = True
-            if session.ended(batch, ok=False):
-                await arollback(conn)
-            raise
-        session.ended(batch, ok=True)
-        return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+        return [await _done(c.fetchall()) if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
 
@@ -1035,20 +1050,12 @@ def _count(cur: Any, stmt: Stmt) -> int:
     return 0 if stmt.many and not stmt.params else int(cur.rowcount)
 
 
-def rollback(conn: Any) -> None:
+async def rollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            conn.execute("ROLLBACK", prepare=False)
+            await _done(conn.execute("ROLLBACK", prepare=False))
     except Exception:
         pass  # a broken connection: the pool discards it
-
-
-async def arollback(conn: Any) -> None:
-    try:
-        if not conn.closed:
-            await conn.execute("ROLLBACK", prepare=False)
-    except Exception:
-        pass
 
 
 class PostgresDatabase(Database[Any]):
@@ -1188,28 +1195,33 @@ class PostgresDatabase(Database[Any]):
             raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
 
     def _sync_pool(self) -> Any:
+        with self._open_lock:
+            if self._sync is None:
+                self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
+        return self._sync
+
+    async def _open_pool(self, *, sync: bool) -> Any:
+        """A new pool of the conninfo, open and checked; its connections sync or async."""
         import psycopg
         import psycopg_pool
 
-        with self._open_lock:
-            if self._sync is None:
-                self._first_contact()
-                pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
-                try:
-                    pool.open(wait=True, timeout=self.connect_timeout)
-                    with pool.connection() as conn:
-                        self._verify(conn)
-                except psycopg_pool.PoolTimeout:
-                    pool.close()
-                    raise self._unavailable(self._probe()) from None
-                except psycopg.OperationalError as exc:
-                    pool.close()
-                    raise self._unavailable(str(exc)) from exc
-                except BaseException:
-                    pool.close()
-                    raise
-                self._sync, self._owned_sync = pool, True
-        return self._sync
+        await _off_loop(self._first_contact, sync)
+        kind = psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool
+        pool: Any = kind(**self._pool_options(sync=sync))
+        try:
+            await _done(pool.open(wait=True, timeout=self.connect_timeout))
+            async with _entered(pool.connection()) as conn:
+                await self._verify(conn)
+        except psycopg_pool.PoolTimeout:
+            await _done(pool.close())
+            raise self._unavailable(await _off_loop(self._probe, sync)) from None
+        except psycopg.OperationalError as exc:
+            await _done(pool.close())
+            raise self._unavailable(str(exc)) from exc
+        except BaseException:
+            await _done(pool.close())
+            raise
+        return pool
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -1225,7 +1237,7 @@ class PostgresDatabase(Database[Any]):
             self._sync_pool()
         source = self._sync
         if isinstance(source, psycopg_pool.ConnectionPool):
-            lease = _Lease(self._getconn(source), source)
+            lease = _Lease(_now(self._getconn(source)), source)
             try:
                 yield lease
             finally:
@@ -1235,15 +1247,16 @@ class PostgresDatabase(Database[Any]):
             with self._sync_lock:
                 yield _Lease(source, None)
 
-    def _getconn(self, pool: Any) -> Any:
+    async def _getconn(self, pool: Any) -> Any:
         import psycopg_pool
 
+        sync = isinstance(pool, psycopg_pool.ConnectionPool)
         started = time.perf_counter()
         try:
-            conn = pool.getconn()
+            conn = await _done(pool.getconn())
         except psycopg_pool.PoolTimeout:
-            raise self._unavailable(self._probe()) from None
-        connection_waited(lambda: f"{self.describe()} (sync)", started)
+            raise self._unavailable(await _off_loop(self._probe, sync)) from None
+        connection_waited(lambda: f"{self.describe()} ({'sync' if sync else 'async'})", started)
         return conn
 
     def _session(self, conn: Any) -> PgSession:
@@ -1254,35 +1267,7 @@ class PostgresDatabase(Database[Any]):
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
         with self._connection() as lease:
-            session = self._session(lease.conn)
-            first = True
-
-            def run(batch: Batch) -> list[Any]:
-                """The plan's first batch, a read, runs again on a fresh connection if lost."""
-                nonlocal session, first
-                resendable, first = first and lease.pool is not None and _reads(batch), False
-                try:
-                    return execute(session, batch)
-                except DatabaseUnavailableError:
-                    if not resendable:
-                        raise
-                lease.conn.close()  # lost, if not yet broken: the pool discards it
-                lease.pool.putconn(lease.conn)
-                lease.conn = self._getconn(lease.pool)
-                session = self._session(lease.conn)
-                return execute(session, batch)
-
-            try:
-                self._verify(lease.conn)
-                return drive(plan, run)
-            except failures() as exc:
-                raise session.lost(exc) from exc
-            finally:
-                if session.in_tx:
-                    session.in_tx = False
-                    rollback(lease.conn)
-                if session.unsure and lease.pool is not None:
-                    lease.conn.close()  # a pooled one: putconn discards a closed connection
+            return _now(self._drive(lease, plan))
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -1298,9 +1283,6 @@ class PostgresDatabase(Database[Any]):
         return asyncio.run_coroutine_threadsafe(self.arun(plan), loop).result()
 
     async def _async_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
-        import psycopg
-        import psycopg_pool
-
         if self._aopen_lock is None or self._aopen_loop is not loop:
             # set before any await, so every task of this loop shares the one lock
             self._aopen_lock, self._aopen_loop = asyncio.Lock(), loop
@@ -1313,22 +1295,7 @@ class PostgresDatabase(Database[Any]):
                 except Exception:
                     pass
             if self._async is None:
-                await asyncio.to_thread(self._first_contact)  # once per pool
-                pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
-                try:
-                    await pool.open(wait=True, timeout=self.connect_timeout)
-                    async with pool.connection() as conn:
-                        await self._averify(conn)
-                except psycopg_pool.PoolTimeout:
-                    await pool.close()
-                    raise self._unavailable(await asyncio.to_thread(self._probe)) from None
-                except psycopg.OperationalError as exc:
-                    await pool.close()
-                    raise self._unavailable(str(exc)) from exc
-                except BaseException:
-                    await pool.close()
-                    raise
-                self._async, self._owned_async = pool, True
+                self._async, self._owned_async = await self._open_pool(sync=False), True
                 self._async_loop = loop
         return self._async
 
@@ -1343,9 +1310,9 @@ class PostgresDatabase(Database[Any]):
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
             target = await self._async_pool(loop)
         if isinstance(target, psycopg_pool.AsyncConnectionPool):
-            lease = _Lease(await self._agetconn(target), target)
+            lease = _Lease(await self._getconn(target), target)
             try:
-                return await self._asession(lease, plan)
+                return await self._drive(lease, plan)
             finally:
                 self._idle_check.returned(lease.conn)
                 await target.putconn(lease.conn)
@@ -1353,70 +1320,51 @@ class PostgresDatabase(Database[Any]):
             self._async_lock = asyncio.Lock()
         self._async_loop = loop
         async with self._async_lock:
-            return await self._asession(_Lease(target, None), plan)
+            return await self._drive(_Lease(target, None), plan)
 
-    async def _agetconn(self, pool: Any) -> Any:
-        import psycopg_pool
-
-        started = time.perf_counter()
-        try:
-            conn = await pool.getconn()
-        except psycopg_pool.PoolTimeout:
-            raise self._unavailable(await asyncio.to_thread(self._probe)) from None
-        connection_waited(lambda: f"{self.describe()} (async)", started)
-        return conn
-
-    async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
+    async def _drive(self, lease: _Lease, plan: Plan[T]) -> T:
+        """Run ``plan`` on the leased connection (sync or async, see :func:`_now`)."""
         session = self._session(lease.conn)
         first = True
 
         async def run(batch: Batch) -> list[Any]:
+            """The plan's first batch, a read, runs again on a fresh connection if lost."""
             nonlocal session, first
             resendable, first = first and lease.pool is not None and _reads(batch), False
             try:
-                return await aexecute(session, batch)
+                return await execute(session, batch)
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
-            await lease.conn.close()
-            await lease.pool.putconn(lease.conn)
-            lease.conn = await self._agetconn(lease.pool)
+            await _done(lease.conn.close())  # lost, if not yet broken: the pool discards it
+            await _done(lease.pool.putconn(lease.conn))
+            lease.conn = await self._getconn(lease.pool)
             session = self._session(lease.conn)
-            return await aexecute(session, batch)
+            return await execute(session, batch)
 
         try:
-            await self._averify(lease.conn)
+            await self._verify(lease.conn)
             return await adrive(plan, run)
         except failures() as exc:
             raise session.lost(exc) from exc
         finally:
             if session.in_tx:
                 session.in_tx = False
-                await arollback(lease.conn)
+                await rollback(lease.conn)
             if session.unsure and lease.pool is not None:
-                await lease.conn.close()  # a pooled one: putconn discards a closed connection
+                await _done(lease.conn.close())  # putconn discards a closed connection
 
-    def _unverified(self, conn: Any) -> bool:
-        return (
-            self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
-        )
-
-    def _verify(self, conn: Any) -> None:
-        if self._unverified(conn):
-            server_pid = conn.execute(BACKEND_PID_SQL, prepare=False).fetchone()[0]
-            self._refuse_pooler(conn, server_pid)
-
-    async def _averify(self, conn: Any) -> None:
-        if self._unverified(conn):
-            cur = await conn.execute(BACKEND_PID_SQL, prepare=False)
-            self._refuse_pooler(conn, (await cur.fetchone())[0])
-
-    def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
-        where, passed_in = self.describe(), self._conninfo is None
-        error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
-        if error is not None:
-            raise error
-        self._pooler_checked = True
+    async def _verify(self, conn: Any) -> None:
+        """Refuse a pooler, once, where ``conn`` prepares statements and the caller chose no
+        threshold."""
+        if self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None:
+            cur = await _done(conn.execute(BACKEND_PID_SQL, prepare=False))
+            server_pid = (await _done(cur.fetchone()))[0]
+            where, passed_in = self.describe(), self._conninfo is None
+            error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
+            if error is not None:
+                raise error
+            self._pooler_checked = True
 
     def _first_contact(self) -> None:
         """One direct connect before a pool opens, so a definite refusal fails at once."""
