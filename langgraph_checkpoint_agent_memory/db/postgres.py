@@ -1,4 +1,5 @@
-"""PostgreSQL through psycopg 3: dialect, connection options, session and database.
+"""PostgreSQL through psycopg 3: dialect (one-statement checkpoint SQL included), connection
+options, session and database.
 
 Connections are in autocommit mode (the session sends its own ``BEGIN``/``COMMIT``) and
 carry no session state (settings are ``SET LOCAL``), so a transaction pooler may sit in
@@ -22,11 +23,10 @@ from collections.abc import (
     Callable,
     Coroutine,
     Hashable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
@@ -34,7 +34,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db import checkpoint as checkpoint_sql
 from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.checkpoint import takes_write, thread_takes
 from langgraph_checkpoint_agent_memory.db.database import (
     Batch,
     Database,
@@ -57,21 +59,15 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     same_item,
     vectors_near,
 )
-from langgraph_checkpoint_agent_memory.db.pg_checkpoint import (
-    GROUPS,
-    MAX_VALUES_ROWS,
-    cell_names,
-    fast_write_statement,
-    get_tuple_statement,
-    routed_insert,
-    routed_live,
-    routed_touch,
-)
 from langgraph_checkpoint_agent_memory.db.schema import (
+    TIME,
+    blobs,
     checkpoints,
     items_i,
     metadata,
+    threads,
     vectors_v,
+    writes,
     written,
 )
 from langgraph_checkpoint_agent_memory.db.url import (
@@ -157,6 +153,212 @@ def _query_vector(spec: str) -> Any:
 def _dims_are(dims: int) -> Any:
     """A literal, as in the partial HNSW index's predicate, so the planner can use it."""
     return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
+
+
+def get_tuple_statement(by_id: bool) -> Any:
+    """The statement of :meth:`PostgresDialect.fast_get_tuple`."""
+    return checkpoint_sql.get_tuple_statement(by_id, _version_rows, _blob)
+
+
+def _version_rows(c: Any) -> Any:
+    """The checkpoint's ``blob_versions`` as rows ``(key, value)``."""
+    return (
+        sa.func.jsonb_each_text(sa.cast(c.c.blob_versions, sa_pg.JSONB))
+        .table_valued("key", "value")
+        .render_derived(name="v")
+        .lateral()
+    )
+
+
+def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
+    """One blob by its full primary key, the thread named by parameter (Citus routes a
+    recursive query only when every table in it is filtered on thread_id), as a LATERAL
+    ... LIMIT 1, so the planner cannot turn it into a scan of the thread's blobs."""
+    bb = blobs.alias("bb")
+    found = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS))
+    one = sa.literal_column("1", sa.Integer)
+    lookup = found.where(
+        bb.c.thread_id == sa.bindparam("thread_id"),
+        bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
+        bb.c.channel == channel,
+        bb.c.version == version,
+    )
+    return lookup.limit(one).lateral("b"), sa.true(), False
+
+
+#: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
+GROUPS = {"put": ("b",), "writes": ("f", "r")}
+#: Per row group: the table, the columns whose value is a fixed parameter of their name (the
+#: others take the row's own cell), and whether a key conflict overwrites the row.
+_ROUTED_ROWS: dict[str, tuple[sa.Table, frozenset[str], bool]] = {
+    "b": (blobs, frozenset({"thread_id", "checkpoint_ns"}), False),
+    **{
+        group: (
+            writes,
+            frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path"}),
+            overwrite,
+        )
+        for group, overwrite in (("f", False), ("r", True))
+    },
+}
+
+
+def routed_insert(group: str, count: int) -> Any:
+    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
+    :func:`cell_names`)."""
+    table, fixed, overwrite = _ROUTED_ROWS[group]
+    rows: list[dict[str, Any]] = [
+        {
+            c.name: sa.bindparam(c.name if c.name in fixed else f"{group}{i}_{c.name}")
+            for c in table.columns
+        }
+        for i in range(count)
+    ]
+    stmt = sa_pg.insert(table).values(rows)
+    if not overwrite:
+        return stmt.on_conflict_do_nothing()
+    # a special channel's write overwrites the pending write of the same key
+    return stmt.on_conflict_do_update(
+        index_elements=list(table.primary_key.columns),
+        set_={c: stmt.excluded[c] for c in ("channel", "type", "blob", "task_path")},
+    )
+
+
+def routed_touch() -> Any:
+    """Touch the thread's activity row where it takes the write, returning a row if so."""
+    t = threads
+    cols = ("thread_id", "last_active", "ttl_seconds", "expires_at")
+    stmt = sa_pg.insert(t).values({**{c: sa.bindparam(c) for c in cols}, "deleted_at": sa.null()})
+    return stmt.on_conflict_do_update(
+        index_elements=[t.c.thread_id],
+        set_={c: stmt.excluded[c] for c in cols[1:]},
+        where=sa.and_(*takes_write(t)),
+    ).returning(sa.literal_column("1"))
+
+
+def routed_live() -> Any:
+    """The thread's activity row, locked for share, where it takes the write."""
+    t = threads.alias("t")
+    return (
+        sa.select(sa.literal_column("1"))
+        .select_from(t)
+        .where(t.c.thread_id == sa.bindparam("thread_id"), *takes_write(t))
+        .with_for_update(read=True)
+    )
+
+
+def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, ...]) -> Any:
+    """The one statement of :meth:`PostgresDialect.fast_write`: data-modifying CTEs, each
+    inserting its rows only while the ``live`` CTE holds a row; the count of that row."""
+    live = (
+        sa.select(sa.literal_column("1").label("ok"))
+        .where(thread_takes(sa.bindparam("thread_id")))
+        .cte("live")
+    )
+    ctes = []
+    if touch:
+        t = threads
+        touched: Any = sa.select(
+            sa.bindparam("thread_id"),
+            sa.bindparam("last_active"),
+            sa.cast(sa.bindparam("ttl_seconds"), sa.Integer),
+            sa.cast(sa.bindparam("expires_at"), TIME),
+            sa.null(),
+        ).select_from(live)
+        cols = ["thread_id", "last_active", "ttl_seconds", "expires_at", "deleted_at"]
+        touch_stmt: Any = d.upsert_select(t, cols, touched, ["thread_id"], cols[1:4])
+        ctes.append(touch_stmt.cte("touch"))
+    for name, insert in _row_inserts(d, kind, counts, live):
+        ctes.append(insert.cte(name))
+    return sa.select(sa.func.count()).select_from(live).add_cte(*ctes)
+
+
+def _row_inserts(
+    d: Dialect, kind: str, counts: tuple[int, ...], live: Any
+) -> list[tuple[str, Any]]:
+    """The inserts of a one-statement fast write, named, each selecting from ``live``."""
+    fixed: dict[str, Any] = {
+        c: sa.bindparam(c) for c in ("thread_id", "checkpoint_ns", "checkpoint_id")
+    }
+    fixed |= {c: sa.bindparam(c) for c in ("task_id", "task_path")}
+    if kind == "put":
+        out = []
+        if counts[0]:
+            out.append(("blobs", _rows_insert(d, blobs, "b", counts[0], fixed, live, False)))
+        cols = [c.name for c in checkpoints.columns]
+        row: Any = sa.select(*(sa.bindparam(c) for c in cols)).select_from(live)
+        keys = [c.name for c in checkpoints.primary_key.columns]
+        out.append(("cp", d.upsert_select(checkpoints, cols, row, keys, cols[len(keys) :])))
+        return out
+    groups = (("first", "f", False), ("special", "r", True))
+    return [
+        (name, _rows_insert(d, writes, group, count, fixed, live, overwrite))
+        for (name, group, overwrite), count in zip(groups, counts, strict=True)
+        if count
+    ]
+
+
+def _rows_insert(
+    d: Dialect,
+    table: sa.Table,
+    group: str,
+    count: int,
+    fixed: Mapping[str, Any],
+    live: Any,
+    overwrite: bool,
+) -> Any:
+    """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
+    (VALUES ...) AS u`` of ``count`` rows of ``group``; on a key conflict, keep the row or
+    (``overwrite``: a special channel's write) overwrite its value."""
+    kind = "put" if table is blobs else "writes"
+    rows = _values(kind, group, count)
+    cols = [c.name for c in table.columns]
+    source = sa.select(*(fixed[c] if c in fixed else rows.c[c] for c in cols))
+    keys = [c.name for c in table.primary_key.columns]
+    if not overwrite:
+        return d.insert_missing(table, cols, source.select_from(live).select_from(rows), keys)
+    update = ["channel", "type", "blob", "task_path"]
+    return d.upsert_select(table, cols, source.select_from(live).select_from(rows), keys, update)
+
+
+#: Rows one fast write sends as plain parameters; more take the generic statements.
+MAX_VALUES_ROWS = 64
+#: The row keys a fast write's rows carry, in order, with their SQL types.
+_ROW_COLUMNS: dict[str, list[tuple[str, Any]]] = {
+    "put": [
+        ("channel", sa.Text),
+        ("version", sa.Text),
+        ("type", sa.Text),
+        ("blob", sa_pg.BYTEA),
+        ("base_version", sa.Text),
+    ],
+    "writes": [("idx", sa.Integer), ("channel", sa.Text), ("type", sa.Text), ("blob", sa_pg.BYTEA)],
+}
+
+
+@functools.cache
+def cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Per row of a fast write, each column with the parameter that carries it."""
+    return tuple(
+        tuple((column, f"{group}{i}_{column}") for column, _ in _ROW_COLUMNS[kind])
+        for i in range(MAX_VALUES_ROWS)
+    )
+
+
+def _values(kind: str, group: str, count: int) -> Any:
+    """``(VALUES (...), ...) AS u`` over ``count`` rows of ``group``'s parameters; the first
+    row carries the types (a parameter alone in VALUES would be taken as text)."""
+    columns = _ROW_COLUMNS[kind]
+    rows = [
+        tuple(
+            sa.cast(sa.bindparam(f"{group}{i}_{c}"), t)
+            if i == 0
+            else sa.bindparam(f"{group}{i}_{c}")
+            for c, t in columns
+        )
+        for i in range(count)
+    ]
+    return sa.values(*(sa.column(c, t) for c, t in columns), name="u").data(rows)
 
 
 class PostgresDialect(Dialect):
@@ -1223,30 +1425,6 @@ class PostgresDatabase(Database[Any]):
             raise
         return pool
 
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        import psycopg_pool
-
-        self._check_open()
-        if self._sync is None:
-            if self._conninfo is None:
-                raise ConfigurationError(
-                    "this PostgreSQL saver was given an async connection; call the async "
-                    "methods (aput, aget_tuple, ...) or pass a sync connection or pool"
-                )
-            self._sync_pool()
-        source = self._sync
-        if isinstance(source, psycopg_pool.ConnectionPool):
-            lease = _Lease(_now(self._getconn(source)), source)
-            try:
-                yield lease
-            finally:
-                self._idle_check.returned(lease.conn)
-                source.putconn(lease.conn)
-        else:
-            with self._sync_lock:
-                yield _Lease(source, None)
-
     async def _getconn(self, pool: Any) -> Any:
         import psycopg_pool
 
@@ -1266,8 +1444,9 @@ class PostgresDatabase(Database[Any]):
     def _run_sync(self, plan: Plan[T]) -> T:
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
-        with self._connection() as lease:
-            return _now(self._drive(lease, plan))
+        self._check_open()
+        source = self._sync if self._sync is not None else self._sync_pool()
+        return _now(self._run_on(source, self._sync_lock, plan))
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -1309,18 +1488,26 @@ class PostgresDatabase(Database[Any]):
         target = self._async
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
             target = await self._async_pool(loop)
-        if isinstance(target, psycopg_pool.AsyncConnectionPool):
-            lease = _Lease(await self._getconn(target), target)
-            try:
-                return await self._drive(lease, plan)
-            finally:
-                self._idle_check.returned(lease.conn)
-                await target.putconn(lease.conn)
-        if self._async_lock is None:
-            self._async_lock = asyncio.Lock()
-        self._async_loop = loop
-        async with self._async_lock:
-            return await self._drive(_Lease(target, None), plan)
+        if not isinstance(target, psycopg_pool.AsyncConnectionPool):
+            if self._async_lock is None:
+                self._async_lock = asyncio.Lock()
+            self._async_loop = loop
+        return await self._run_on(target, self._async_lock, plan)
+
+    async def _run_on(self, source: Any, lock: Any, plan: Plan[T]) -> T:
+        """Run ``plan`` on a connection of the pool ``source``, or on the connection
+        ``source`` itself under ``lock`` (it runs one statement at a time)."""
+        import psycopg_pool
+
+        if not isinstance(source, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)):
+            async with _entered(lock):
+                return await self._drive(_Lease(source, None), plan)
+        lease = _Lease(await self._getconn(source), source)
+        try:
+            return await self._drive(lease, plan)
+        finally:
+            self._idle_check.returned(lease.conn)
+            await _done(source.putconn(lease.conn))
 
     async def _drive(self, lease: _Lease, plan: Plan[T]) -> T:
         """Run ``plan`` on the leased connection (sync or async, see :func:`_now`)."""
