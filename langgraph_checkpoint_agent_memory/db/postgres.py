@@ -1022,15 +1022,11 @@ class PostgresOptions:
 
     pool_size: int = 8
     connect_timeout: float = 10.0
-    #: ``False``: ``set_config('synchronous_commit', 'off', true)`` in each write transaction
     synchronous_commit: bool = True
-    #: ``None`` never prepares (a transaction pooler); see :func:`prepare_threshold_of`
     prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
     max_idle: float = 600.0
     max_lifetime: float = 3600.0
-    #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
     check_after_idle: float = 1.0
-    #: the PostgreSQL schema of the package's tables (``None``: the search path's, public)
     schema: str | None = None
 
     def __post_init__(self) -> None:
@@ -1203,7 +1199,7 @@ async def _off_loop(call: Callable[[], T], sync: bool) -> T:
 
 @asynccontextmanager
 async def _entered(manager: Any) -> AsyncIterator[Any]:
-    """``async with`` a context manager of either psycopg API."""
+    """``async with`` a context manager, sync or async (psycopg's, a lock)."""
     if hasattr(manager, "__aenter__"):
         async with manager as value:
             yield value
