@@ -1,7 +1,4 @@
-"""The checkpointer's SQL, written once as SQLAlchemy Core and compiled per dialect (each
-function returns a :class:`Sql` from the dialect's cache); ``checkpoint/`` builds plans from
-these statements and writes no SQL itself.
-"""
+"""The checkpointer's SQL, as SQLAlchemy Core compiled and cached per dialect."""
 
 from __future__ import annotations
 
@@ -17,10 +14,16 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 B = sa.bindparam
 
-#: Key lists are padded up to one of these sizes, so a handful of compiled statements serve
-#: every request (a longer list is split).
+#: Key lists are padded up to one of these sizes, so a few compiled statements serve all.
 KEY_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 MAX_KEYS = KEY_BUCKETS[-1]
+
+
+def _each(
+    d: Dialect, name: str, build: Callable[[sa.Table], Any], tables: Sequence[sa.Table]
+) -> list[Sql]:
+    """``build(t)`` per table ``t`` of ``tables``, cached as ``(name, t.name)``."""
+    return [d.sql((name, t.name), partial(build, t)) for t in tables]
 
 
 def bucket(n: int) -> int:
@@ -32,40 +35,31 @@ def _gone(t: Any) -> list[Any]:
 
 
 def thread_is_live(thread_id: Any) -> Any:
-    """True unless the thread is a tombstone or expired as of ``:live_after``."""
     t = threads.alias("t")
     return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t)))
 
 
 def _late(t: Any) -> Any:
-    """The write names (``:named``) a checkpoint at or below where the thread's ended
-    history stopped."""
+    """The write names (``:named``) a checkpoint within the thread's ended history."""
     return t.c.ended_after >= B("named", type_=sa.String)
 
 
 def takes_write(t: Any) -> list[Any]:
-    """Core: the activity row ``t`` takes a write: not a tombstone, not expired as of
-    ``:live_after``, and the write is not late (:func:`_late`); a NULL comparison, from a
-    row or a parameter, refuses nothing."""
+    """The activity row ``t`` takes a write (a NULL comparison refuses nothing)."""
     late = (t.c.expires_at < B("live_after", type_=sa.Float), _late(t))
     return [t.c.deleted_at.is_(None), *(r.is_not(sa.true()) for r in late)]
 
 
 def thread_takes(thread_id: Any) -> Any:
-    """True while the thread is live and the write is not late (:func:`_late`)."""
     t = threads.alias("t")
     return ~sa.exists().where(t.c.thread_id == thread_id, sa.or_(*_gone(t), _late(t)))
 
 
-# -- writes ------------------------------------------------------------------------------
-
-#: The tables a thread copy copies, in order.
 COPIED_TABLES = (checkpoints, blobs, writes)
 
 
 def touch_thread(d: Dialect) -> Sql:
-    """Record activity; on an existing row only while it is live, so a tombstone or an
-    expired thread is left for the plan's slow path (rowcount 0)."""
+    """Record activity on a live (or new) thread; rowcount 0 leaves the slow path."""
 
     def build() -> Any:
         live = sa.and_(
@@ -80,8 +74,7 @@ def touch_thread(d: Dialect) -> Sql:
 
 
 def revive_thread(d: Dialect) -> Sql:
-    """Unconditional upsert of the activity row: a fresh start of a deleted or expired
-    thread, or (as :func:`tombstone`, with ``deleted_at`` set) a thread's tombstone."""
+    """Unconditional upsert of the activity row (a fresh start, or a :func:`tombstone`)."""
     return d.sql(
         "revive_thread",
         lambda: d.upsert(
@@ -94,19 +87,13 @@ tombstone = revive_thread
 
 
 def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> Any:
-    """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live.
-
-    On a distributed database the row is selected from the thread's own activity row (which
-    must then exist: a thread without one takes the slow path, which writes it first), so
-    the insert goes to that row's shard alone; a source with no table at all cannot be
-    routed there.
-    """
+    """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
     cols = [c.name for c in table.columns]
     if d.distributed:
-        # the thread id comes from the activity row: Citus routes an INSERT ... SELECT to
-        # one shard only when the distribution column is copied from a co-located table
+        # Citus routes an INSERT ... SELECT to one shard only when the distribution column
+        # comes from a co-located table: the thread's activity row
         t = threads.alias("t")
-        refusals = (*_gone(t), _late(t))  # a NULL (no value, no boundary) refuses nothing
+        refusals = (*_gone(t), _late(t))
         values = d.values_select(table, cols[1:])
         source = sa.select(t.c.thread_id, *values.selected_columns).where(
             t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
@@ -156,17 +143,12 @@ def _newest(t: sa.Table, thread_id: Any) -> Any:
 
 
 def newest_ids(d: Dialect) -> list[Sql]:
-    """The newest checkpoint id a thread's checkpoints and its writes name (``:thread_id``),
-    each NULL when there is none."""
-    return [
-        d.sql(("newest_id", t.name), partial(_newest, t, B("thread_id")))
-        for t in (checkpoints, writes)
-    ]
+    """The newest checkpoint id a thread's checkpoints and its writes name (or NULL)."""
+    return _each(d, "newest_id", lambda t: _newest(t, B("thread_id")), (checkpoints, writes))
 
 
 def _raise_boundary(t: sa.Table) -> Any:
-    # the subquery names the thread by parameter, not by correlation: a distributed database
-    # then sends the whole update to the thread's one shard
+    # the thread by parameter, not correlation: Citus sends the update to one shard
     newest = _newest(t, B("thread_id")).scalar_subquery()
     return (
         sa.update(threads)
@@ -180,17 +162,11 @@ def _raise_boundary(t: sa.Table) -> Any:
 
 
 def end_generation(d: Dialect) -> list[Sql]:
-    """Raise a thread's recorded boundary (``:thread_id``) to the newest checkpoint id its
-    checkpoints and writes name, before that history is deleted: a boundary never moves
-    back."""
-    return [
-        d.sql(("end_generation", t.name), partial(_raise_boundary, t))
-        for t in (checkpoints, writes)
-    ]
+    """Raise a thread's boundary to its newest checkpoint id (it never moves back)."""
+    return _each(d, "end_generation", _raise_boundary, (checkpoints, writes))
 
 
 def set_generation(d: Dialect) -> Sql:
-    """Record where a thread's ended history stopped (``:thread_id``, ``:ended_after``)."""
     return d.sql("set_generation", partial(_set_on_thread, ended_after=B("ended_after")))
 
 
@@ -199,8 +175,6 @@ def _set_on_thread(**values: Any) -> Any:
 
 
 def forget_generation(d: Dialect) -> Sql:
-    """Clear where a thread's ended history stopped (``:thread_id``): a copy gives it a
-    history of its own."""
     return d.sql("forget_generation", partial(_set_on_thread, ended_after=sa.null()))
 
 
@@ -212,21 +186,15 @@ def _delete_ended(t: sa.Table) -> Any:
 
 
 def delete_ended_rows(d: Dialect) -> list[Sql]:
-    """Delete the history :func:`end_generation` bounded (``:thread_id``): blobs and
-    checkpoints, and the writes of checkpoints at or below the boundary. Writes above it
-    belong to a fresh start whose checkpoint is still on its way; they stay."""
+    """Delete the history :func:`end_generation` bounded; writes above the boundary belong
+    to a fresh start whose checkpoint is on its way."""
     return [
-        *(
-            d.sql(("delete_thread_rows", t.name), partial(_delete_thread_rows, t))
-            for t in (blobs, checkpoints)
-        ),
+        *_each(d, "delete_thread_rows", _delete_thread_rows, (blobs, checkpoints)),
         d.sql("delete_ended_writes", partial(_delete_ended, writes)),
     ]
 
 
 def refresh_thread(d: Dialect) -> Sql:
-    """Refresh-on-read: extend a live thread's expiry by its own TTL."""
-
     def build() -> Any:
         return (
             sa.update(threads)
@@ -250,27 +218,16 @@ def _delete_thread_rows(t: sa.Table) -> Any:
 
 
 def delete_thread_rows(d: Dialect) -> list[Sql]:
-    """Delete one thread's blobs, writes and checkpoints (``:thread_id``)."""
-    return [
-        d.sql(("delete_thread_rows", t.name), partial(_delete_thread_rows, t))
-        for t in (blobs, writes, checkpoints)
-    ]
+    return _each(d, "delete_thread_rows", _delete_thread_rows, (blobs, writes, checkpoints))
 
 
 def erase_thread_rows(d: Dialect) -> list[Sql]:
-    """Delete every row of one thread (``:thread_id``), its activity row first: every
-    transaction that changes a thread's history (a delete's tombstone, a sweep's claim, a
-    fresh start over an ended history) locks that row before the thread's other rows, so
-    an erase takes them in the same order and waits instead of deadlocking."""
-    return [
-        d.sql(("erase_thread_rows", threads.name), partial(_delete_thread_rows, threads)),
-        *delete_thread_rows(d),
-    ]
+    """Delete every row of one thread, its activity row first: the lock order of every
+    transaction that changes a thread's history, so none deadlock."""
+    return [*_each(d, "erase_thread_rows", _delete_thread_rows, [threads]), *delete_thread_rows(d)]
 
 
 def delete_checkpoint(d: Dialect) -> list[Sql]:
-    """Delete one checkpoint and its writes (``:thread_id, :checkpoint_ns, :checkpoint_id``)."""
-
     def build(t: sa.Table) -> Any:
         return sa.delete(t).where(
             t.c.thread_id == B("thread_id"),
@@ -278,7 +235,7 @@ def delete_checkpoint(d: Dialect) -> list[Sql]:
             t.c.checkpoint_id == B("checkpoint_id"),
         )
 
-    return [d.sql(("delete_checkpoint", t.name), partial(build, t)) for t in (writes, checkpoints)]
+    return _each(d, "delete_checkpoint", build, (writes, checkpoints))
 
 
 def delete_blob(d: Dialect) -> Sql:
@@ -294,30 +251,24 @@ def delete_blob(d: Dialect) -> Sql:
 
 
 def select_copy_rows(d: Dialect) -> list[Sql]:
-    """Every row of thread ``:src`` in each table :func:`copy_rows` copies, all columns, for
-    a copy that reads then writes (a distributed database: the two threads live on
-    different shards, and each statement should name one)."""
-    return [
-        d.sql(
-            ("select_copy_rows", t.name),
-            partial(lambda t: sa.select(*t.columns).where(t.c.thread_id == B("src")), t),
-        )
-        for t in COPIED_TABLES
-    ]
+    """Every row of thread ``:src`` per copied table, for a copy across Citus shards."""
+    return _each(
+        d,
+        "select_copy_rows",
+        lambda t: sa.select(*t.columns).where(t.c.thread_id == B("src")),
+        COPIED_TABLES,
+    )
 
 
 def _insert_copied(d: Dialect, t: sa.Table) -> Any:
     keys = [c.name for c in t.primary_key]
     if not d.distributed:
         return d.insert_ignore(t, keys)
-    # INSERT ... VALUES: Citus routes it to the row's shard (a SELECT of parameters it
-    # would pull through the coordinator)
     values = {c.name: B(c.name, type_=c.type) for c in t.columns}
     return d.insert(t).values(values).on_conflict_do_nothing(index_elements=keys)
 
 
 def insert_copied_rows(d: Dialect) -> list[Sql]:
-    """Insert rows :func:`select_copy_rows` read (existing keys are kept), per table."""
     return [
         d.sql(("insert_copied_rows", t.name, d.distributed), partial(_insert_copied, d, t))
         for t in COPIED_TABLES
@@ -325,8 +276,7 @@ def insert_copied_rows(d: Dialect) -> list[Sql]:
 
 
 def retarget(found: Sequence[Sequence[Any]], target: str) -> list[list[dict[str, Any]]]:
-    """The rows :func:`select_copy_rows` read, per table, as parameters of
-    :func:`insert_copied_rows` that put them under thread ``target``."""
+    """The rows :func:`select_copy_rows` read, as parameters under thread ``target``."""
     out = []
     for table, rows in zip(COPIED_TABLES, found, strict=True):
         names = [c.name for c in table.columns]
@@ -335,8 +285,6 @@ def retarget(found: Sequence[Sequence[Any]], target: str) -> list[list[dict[str,
 
 
 def copy_rows(d: Dialect) -> list[Sql]:
-    """Copy every row of ``:src`` to thread ``:dst`` (existing keys are kept)."""
-
     def build(t: sa.Table) -> Any:
         cols = [c.name for c in t.columns]
         source = sa.select(
@@ -349,10 +297,8 @@ def copy_rows(d: Dialect) -> list[Sql]:
             t, cols, source, keys=[c.name for c in t.primary_key], update=None
         )
 
-    return [d.sql(("copy_rows", t.name), partial(build, t)) for t in COPIED_TABLES]
+    return _each(d, "copy_rows", build, COPIED_TABLES)
 
-
-# -- reads -------------------------------------------------------------------------------
 
 BLOB_COLUMNS = ("channel", "version", "type", "blob", "base_version")
 
@@ -382,20 +328,15 @@ def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     return d.sql(("select_checkpoint", by_id), build)
 
 
-#: A one-statement get_tuple's way to a checkpoint's blobs: given the checkpoint's CTE, its
-#: ``blob_versions`` as rows ``(key, value)``; given a channel and a version, a FROM item
-#: of the one blob of that key (columns ``BLOB_COLUMNS``), the condition joining it, and
-#: whether to join it as an outer join (which fixes the join order where a planner would
-#: otherwise scan a thread's blobs; the rows it finds no blob for are left out after).
+#: A get_tuple's way to blobs: ``blob_versions`` as rows; one blob by key, its join
+#: condition, and whether the join is outer (fixing the order a planner might scan in).
 VersionRows = Callable[[Any], Any]
 BlobByKey = Callable[[Any, Any], tuple[Any, Any, bool]]
 
 
 def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey) -> Any:
-    """``get_tuple`` as one statement, so one snapshot: the checkpoint row (tag 0); its blobs
-    by full primary key, each followed down its chain of appended-list bases (tag 1); its
-    writes (tag 2). The dialect says how a JSON object becomes rows and how one blob is
-    joined (:meth:`.Dialect.fast_get_tuple`)."""
+    """``get_tuple`` as one statement, one snapshot: the checkpoint (tag 0), its blobs down
+    their chains of bases (tag 1), its writes (tag 2)."""
     thread: Any = B("thread_id")
     ns: Any = B("checkpoint_ns")
     one = sa.literal_column("1", sa.Integer)  # a literal: each lookup reads one row
@@ -421,8 +362,7 @@ def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey)
     )
     found = [chain.c.channel.is_not(None)] if outer else []
     w = writes.alias("w")
-    # the checkpoint id as a scalar, so the whole key is the index condition (as a join
-    # condition it may become a filter over the thread's writes)
+    # a scalar, so the whole key is the index condition (a join may filter a scan instead)
     of_checkpoint = sa.select(c.c.checkpoint_id).scalar_subquery()
     return sa.union_all(
         _tagged(0, *(c.c[n] for n in _CHECKPOINT_CELLS), sa.cast(sa.null(), sa.Integer)),
@@ -433,7 +373,6 @@ def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey)
     )
 
 
-#: The cells of the checkpoint's and the writes' rows in the one-statement get_tuple.
 _CHECKPOINT_CELLS = (
     "checkpoint_id",
     "parent_checkpoint_id",
@@ -446,15 +385,13 @@ _WRITE_CELLS = ("task_id", "channel", "type", "blob", "task_path")
 
 
 def _tagged(tag: int, *cells: Any) -> Any:
-    """A row of the get_tuple union, tagged ``tag``; strings as text, so every tag's rows
-    share the column types."""
+    """A row of the get_tuple union; strings as text, so all rows share column types."""
     typed = (sa.cast(c, sa.Text) if isinstance(c.type, sa.String) else c for c in cells)
     return sa.select(sa.literal_column(str(tag)), *typed)
 
 
 def select_blobs(d: Dialect, n: int) -> Sql:
-    """Blobs of one thread namespace by ``(:c{i}, :v{i})`` channel/version keys, with the
-    chain of bases of appended lists where the dialect has recursive queries."""
+    """Blobs by ``(:c{i}, :v{i})`` keys, with their chains of bases where recursive."""
 
     def build() -> Any:
         wanted = sa.select(*[blobs.c[c] for c in BLOB_COLUMNS]).where(
@@ -485,8 +422,6 @@ def select_blobs(d: Dialect, n: int) -> Sql:
 
 
 def select_writes(d: Dialect, n: int) -> Sql:
-    """Writes of one thread namespace for checkpoints ``:k{i}``."""
-
     def build() -> Any:
         return sa.select(
             writes.c.checkpoint_id,
@@ -506,11 +441,9 @@ def select_writes(d: Dialect, n: int) -> Sql:
 
 
 def pushed_filters(d: Dialect, filter: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The keys of a ``list(filter=...)`` the dialect can pre-filter in SQL; the exact match
-    still happens on the decoded metadata, with Python's ``==``. Pushed: strings, and numbers
-    that JSON compares as Python does; not booleans and the numbers 0 and 1 (Python holds
-    ``True == 1``, ``jsonb`` does not), nor numbers of 2**53 or more (a float there stands
-    for an integer Python compares exactly, while its decimal text names another)."""
+    """The keys of a ``list(filter=...)`` to pre-filter in SQL (Python still matches):
+    strings and numbers JSON compares as Python does (not 0 and 1, which equal booleans in
+    Python, nor floats of 2**53 or more)."""
     return tuple(
         k
         for k, v in (filter or {}).items()
@@ -566,7 +499,6 @@ def list_page(
     return d.sql(("list_page", thread, ns, cid, before, after, filters), build)
 
 
-#: What walking a namespace's history needs of each checkpoint.
 CHAIN_COLUMNS = (
     checkpoints.c.checkpoint_id,
     checkpoints.c.parent_checkpoint_id,
@@ -577,7 +509,6 @@ CHAIN_COLUMNS = (
 
 
 def select_thread_checkpoints(d: Dialect) -> Sql:
-    """Every checkpoint of a thread, for prune and blob collection."""
     return d.sql(
         "select_thread_checkpoints",
         lambda: sa.select(
@@ -621,17 +552,14 @@ def select_chain(d: Dialect) -> Sql:
 
 
 def select_expired(d: Dialect) -> Sql:
-    """Up to ``:batch_size`` expired, live threads: candidates, each then claimed by
-    :func:`claim_expired`. Where row locks reach every row (one database), rows another
-    sweeper holds are skipped, so sweepers work on different threads; a distributed database
-    refuses locks across shards, and there the claims alone keep sweepers apart."""
+    """Up to ``:batch_size`` expired, live threads, skipping those another sweeper locked
+    (not under Citus, which refuses the locks: the claims keep sweepers apart)."""
 
     def build() -> Any:
         stmt = (
             sa.select(threads.c.thread_id)
             .where(threads.c.expires_at < B("now"), threads.c.deleted_at.is_(None))
-            # one order for every sweeper, ties included: claims then take row locks in the
-            # same order, and two sweepers never wait on each other's locks in a cycle
+            # one order, ties included, so sweepers' claims never lock in a cycle
             .order_by(threads.c.expires_at, threads.c.thread_id)
             .limit(B("batch_size", type_=sa.Integer))
         )
@@ -641,10 +569,8 @@ def select_expired(d: Dialect) -> Sql:
 
 
 def claim_expired(d: Dialect, *, keep: bool) -> Sql:
-    """Claim one candidate of :func:`select_expired` (``:thread_id``, ``:now``): a write on
-    its row only while it is still expired and live (row count 1: claimed; 0: another
-    sweeper took it, or it was used since). ``keep``: it stays, pruned, with no expiry until
-    its next activity; else it becomes a tombstone."""
+    """Claim a candidate still expired and live (row count 1); ``keep``: it stays without
+    an expiry, else it becomes a tombstone."""
 
     def build() -> Any:
         update = sa.update(threads).where(
@@ -667,13 +593,9 @@ def _purge_rows(t: sa.Table) -> Any:
 
 
 def purge_tombstones(d: Dialect) -> list[Sql]:
-    """Forget old tombstones, with any row a write racing the sweep left under them (such
-    rows are invisible while the tombstone stands, and must not reappear after)."""
+    """Forget old tombstones, and any row a racing write left under them."""
     return [
-        *(
-            d.sql(("purge_rows", t.name), partial(_purge_rows, t))
-            for t in (blobs, writes, checkpoints)
-        ),
+        *_each(d, "purge_rows", _purge_rows, (blobs, writes, checkpoints)),
         d.sql(
             "purge_tombstones",
             lambda: sa.delete(threads).where(threads.c.deleted_at < B("horizon")),
@@ -681,31 +603,23 @@ def purge_tombstones(d: Dialect) -> list[Sql]:
     ]
 
 
-# -- encryption of plaintext rows ------------------------------------------------------------
-
-
 def select_thread_ids_after(d: Dialect) -> list[Sql]:
-    """A page of the thread ids holding rows in each checkpoint table, after ``:after`` in
-    order (what ``encrypt_plaintext`` walks)."""
-    return [
-        d.sql(
-            ("select_thread_ids_after", t.name),
-            partial(
-                lambda t: (
-                    sa.select(t.c.thread_id)
-                    .where(t.c.thread_id > B("after"))
-                    .group_by(t.c.thread_id)
-                    .order_by(t.c.thread_id)
-                    .limit(B("page_size", type_=sa.Integer))
-                ),
-                t,
-            ),
+    """A page of the thread ids after ``:after`` in each copied table."""
+
+    def build(t: sa.Table) -> Any:
+        return (
+            sa.select(t.c.thread_id)
+            .where(t.c.thread_id > B("after"))
+            .group_by(t.c.thread_id)
+            .order_by(t.c.thread_id)
+            .limit(B("page_size", type_=sa.Integer))
         )
-        for t in COPIED_TABLES
-    ]
+
+    return _each(d, "select_thread_ids_after", build, COPIED_TABLES)
 
 
-def _reseal(t: sa.Table, columns: tuple[str, ...]) -> Any:
+def _reseal(t: sa.Table) -> Any:
+    columns = ("checkpoint", "metadata") if t is checkpoints else ("blob",)
     return (
         sa.update(t)
         .where(*(c == B(f"k_{c.name}", type_=c.type) for c in t.primary_key))
@@ -714,34 +628,20 @@ def _reseal(t: sa.Table, columns: tuple[str, ...]) -> Any:
 
 
 def reseal_rows(d: Dialect) -> list[Sql]:
-    """Rewrite the value columns of one row by its key (``k_<column>`` parameters; the
-    values as ``v_<column>``), per table of :data:`COPIED_TABLES`: the checkpoint body and
-    metadata, a blob, a write."""
-    return [
-        d.sql(
-            ("reseal_rows", t.name),
-            partial(_reseal, t, ("checkpoint", "metadata") if t is checkpoints else ("blob",)),
-        )
-        for t in COPIED_TABLES
-    ]
+    """Rewrite the value columns (``v_<column>``) of one row by key (``k_<column>``)."""
+    return _each(d, "reseal_rows", _reseal, COPIED_TABLES)
 
 
-# -- what each thread holds, and what a sweep would free -------------------------------------
-# (``saver.threads()``, ``saver.sweep_preview()`` and ``agent-memory threads``)
-
-#: How :func:`thread_stats` orders threads: most bytes or checkpoints first, the latest
-#: activity first, the soonest expiry first, or by id.
+#: How :func:`thread_stats` orders threads.
 THREAD_ORDERS = ("bytes", "checkpoints", "last_active", "expires_at", "thread_id")
 
 
-#: Constants written into the statement, not bound: HANA cannot type a parameter that
-#: stands alone in a CASE branch.
+#: Literals: HANA cannot type a parameter alone in a CASE branch.
 _ZERO, _ONE = sa.literal_column("0", sa.Integer), sa.literal_column("1", sa.Integer)
 
 
 def _size(column: Any) -> Any:
-    """A value's size as the database measures it: bytes of a binary value, characters of
-    a text (the same for the ASCII of JSON metadata and version maps); 0 for NULL."""
+    """Bytes of a binary value, characters of a text; 0 for NULL."""
     return sa.func.coalesce(sa.func.length(column), _ZERO)
 
 
@@ -758,12 +658,8 @@ def _nulls_last(column: Any) -> Any:
 
 
 def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
-    """Per thread: its checkpoints, the bytes of its rows (checkpoint bodies and metadata,
-    blobs, pending writes), its last activity, expiry, TTL and whether it is a tombstone;
-    at most ``:limit`` rows in ``order`` (one of :data:`THREAD_ORDERS`).
-
-    Without ``expired``: every thread that holds checkpoints. With it: the live threads that
-    expired before ``:now`` (what a sweep takes, checkpoints or not), soonest first."""
+    """Per thread: checkpoints, stored bytes, activity, expiry, TTL, tombstone; ``:limit``
+    rows. ``expired``: the live threads expired before ``:now``, checkpoints or not."""
 
     def build() -> Any:
         cp, b, w = checkpoints.c, blobs.c, writes.c
@@ -814,10 +710,8 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
 
 
 def thread_counts(d: Dialect) -> list[Sql]:
-    """Threads by expiry, for a health view: the threads that hold checkpoints (one row, one
-    count), then among the live threads (no tombstone) expiring before ``:until``, one row of
-    those already expired at ``:now`` and of all of them (the expiry index reads only
-    those)."""
+    """The threads holding checkpoints; the live ones expired at ``:now`` and expiring
+    before ``:until`` (which the expiry index reads alone)."""
 
     def expiry() -> Any:
         t = threads.c
@@ -836,7 +730,6 @@ def thread_counts(d: Dialect) -> list[Sql]:
 
 
 def select_thread_blob_sizes(d: Dialect) -> Sql:
-    """The size of each blob of a thread (``:thread_id``), by key."""
     return d.sql(
         "select_thread_blob_sizes",
         lambda: sa.select(
@@ -846,7 +739,6 @@ def select_thread_blob_sizes(d: Dialect) -> Sql:
 
 
 def select_thread_write_sizes(d: Dialect) -> Sql:
-    """The size of the pending writes of each checkpoint of a thread (``:thread_id``)."""
     return d.sql(
         "select_thread_write_sizes",
         lambda: (

@@ -1,11 +1,6 @@
-"""Plans, batches and the drivers that run them: the only place that does database I/O.
-
-Every database operation of the package is written once, as a *plan*: a generator that yields
-:class:`Batch` objects (statements plus how to run them) and receives their results. A plan
-does no I/O, so the same plan runs under a synchronous driver (:meth:`Database.run`) and an
-asynchronous one (:meth:`Database.arun`), in the style of h11 and psycopg's generators. A
-batch runs in one round trip where the driver can pipeline, and in one transaction when
-``batch.write`` is set.
+"""Plans and the drivers that run them: every database operation is written once, as a
+generator that yields :class:`Batch` objects and receives their results, with no I/O, so
+one plan runs sync (:meth:`Database.run`) or async (:meth:`Database.arun`).
 """
 
 from __future__ import annotations
@@ -19,7 +14,6 @@ from typing import Any, Generic, TypeVar
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 
 T = TypeVar("T")
-#: What a :class:`Database` subclass hands out as a connection (a type parameter only).
 ConnT = TypeVar("ConnT")
 
 
@@ -27,9 +21,8 @@ ConnT = TypeVar("ConnT")
 class Stmt:
     """One statement: compiled SQL, its parameters, and whether rows come back.
 
-    ``params`` is a mapping for one execution, or a sequence of mappings with ``many=True``.
-    ``prepare=False``: never a prepared statement (PostgreSQL), so each execution is planned
-    with its values; for a statement whose generic plan is far worse than a custom one.
+    ``params`` is a mapping, or a sequence of mappings with ``many=True``. ``prepare=False``:
+    never prepared (PostgreSQL), for a statement whose generic plan is far worse.
     """
 
     sql: Sql
@@ -43,11 +36,9 @@ class Stmt:
 class Batch:
     """Statements sent together.
 
-    ``write``: run them in one transaction (all or nothing). ``lock``: take the database's
-    write lock first (SQLite ``BEGIN IMMEDIATE``), for read-then-write batches. ``hold``: keep
-    the transaction open, so the plan's next batch continues it (the plan decides what to
-    write from what it read, with the rows still locked). ``rollback``: end the transaction
-    by rolling it back, not committing (a plan that wrote, then found it must not have).
+    ``write``: in one transaction. ``lock``: take the write lock first (SQLite ``BEGIN
+    IMMEDIATE``). ``hold``: keep the transaction open for the plan's next batch.
+    ``rollback``: end the transaction by rolling it back.
     """
 
     statements: Sequence[Stmt]
@@ -67,10 +58,8 @@ def carry_plan(
     plan: Plan[T],
     lost: Callable[[Exception], Exception | None] | None = None,
 ) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` with ``head`` at the start of its first transaction that may write
-    (a batch that writes, locks or holds), and of each later one until one commits: what
-    ``head`` writes commits with the plan's first write, in its round trip, and never
-    without it.
+    """Run ``plan`` with ``head`` at the start of each transaction that may write until one
+    commits: what ``head`` writes commits with the plan's first write, never without it.
 
     Args:
         head: The statement carried (its result is not passed to ``plan``).
@@ -81,7 +70,6 @@ def carry_plan(
     Returns:
         Whether a transaction carrying ``head`` committed, and the plan's value.
     """
-    # carrying: the open transaction holds head; stored: a transaction with it committed
     stored = carrying = in_tx = False
     try:
         batch = next(plan)
@@ -129,14 +117,11 @@ class PoolUsage:
     pending: int
 
 
-#: Told of each connection a pool lends, ``(pool name, seconds waited for it)``: the
-#: telemetry's ``db.client.connection.wait_time`` (db/ imports no upper layer).
+#: Told ``(pool name, seconds waited)`` of each connection lent (telemetry's wait time).
 connection_waits: list[Callable[[str, float], None]] = []
 
 
 def connection_waited(pool: Callable[[], str], started: float) -> None:
-    """Tell :data:`connection_waits` of a connection of the pool ``pool()`` names, waited
-    for since ``started`` (a ``time.perf_counter()``)."""
     if connection_waits:
         waited, name = time.perf_counter() - started, pool()
         for tell in connection_waits:
@@ -144,11 +129,8 @@ def connection_waited(pool: Callable[[], str], started: float) -> None:
 
 
 class Database(Generic[ConnT]):
-    """A connection source of one dialect, with sync and async plan runners.
-
-    Subclasses implement :meth:`_run_sync`, and override :meth:`arun` where the driver has a
-    native async API (otherwise the sync runner moves to a worker thread).
-    """
+    """A connection source of one dialect; subclasses implement :meth:`_run_sync`, and
+    :meth:`arun` where the driver is natively async."""
 
     dialect: Dialect
 
@@ -182,8 +164,7 @@ class Database(Generic[ConnT]):
         return None, None
 
     def namespace(self) -> str | None:
-        """The database (and schema) statements run in, OpenTelemetry's ``db.namespace``
-        (``None``: unknown)."""
+        """OpenTelemetry's ``db.namespace`` (``None``: unknown)."""
         return None
 
     def pool_usage(self) -> list[PoolUsage]:
@@ -202,11 +183,8 @@ R = TypeVar("R")
 
 
 class _Stepper(Generic[Y, R, T]):
-    """The driver loop's state, written once for :func:`drive` and :func:`adrive`: the item a
-    generator is waiting on (``pending``) until it returns (``done``, ``value``).
-
-    A failed execution is thrown into the generator, which may handle it and go on.
-    """
+    """The driver loop's state for :func:`drive` and :func:`adrive`; a failed execution is
+    thrown into the generator."""
 
     def __init__(self, gen: Generator[Y, R, T]) -> None:
         self._gen = gen
@@ -254,14 +232,12 @@ async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]])
     return stepper.value
 
 
-#: SQLSTATEs of a transaction the server aborted for another's sake (a deadlock's victim,
-#: a serialization failure): nothing of it was written, and running it again is the remedy.
+#: A deadlock's victim, a serialization failure: nothing was written; run it again.
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` is the server aborting a transaction that may simply run again
-    (:data:`RETRYABLE_SQLSTATES`, read from the driver error's ``sqlstate``)."""
+    """Whether ``exc`` aborted a transaction that may simply run again."""
     return getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES
 
 

@@ -1,31 +1,10 @@
 """The DB-API drivers (a SQLite file, SAP HANA): one small pool, and the session that runs a
 plan's batches on one of its connections.
 
-What the pool guarantees:
-
-- A connection is checked as it is handed out; one found closed or disconnected is
-  replaced, the call never sees it. The check is the dialect's ping (SQLAlchemy's
-  ``do_ping``: ``SELECT 1 FROM DUMMY`` on HANA, a round trip, as only the server knows it
-  dropped a session), or a local ``check`` (SQLite: a file has no server to lose, only a
-  connection closed in-process, which a property read finds without running a statement).
-- A connection goes back to the pool after any error of the application (a
-  :class:`~langgraph_checkpoint_agent_memory.errors.ThreadDeletedError` raised inside a
-  plan, a constraint): only an error the dialect calls a disconnect (its
-  ``is_disconnect``) closes it.
-- At most ``size`` connections; a caller that finds them all busy for ``timeout`` seconds
-  gets :class:`DatabaseUnavailableError`.
-
-Why not SQLAlchemy's ``QueuePool`` (with a ``creator``, ``pre_ping`` and a ``checkout``
-event, which does all of the above through its public API): measured on SQLite, its
-checkout and checkin (a connection record, a weakref'd proxy, event dispatch, reset on
-return) added 9 to 14 us to a ``get_tuple`` of 31 us, a third of the hot path, where this
-pool adds none measurable. The SQLAlchemy dialects still judge connections (``do_ping``,
-``is_disconnect``). psycopg_pool serves PostgreSQL.
-
-The session runs each batch in a transaction of its own unless it holds one open for the
-next batch; a lone write of an autocommit driver is a transaction by itself. The drivers
-differ only in how a transaction starts and ends (``BEGIN IMMEDIATE`` and ``COMMIT``
-statements for SQLite, the connection's ``commit()`` for HANA's manual-commit mode).
+The pool checks each connection it hands out (the dialect's ``do_ping``, or a local
+``check``) and closes one only on an error its dialect calls a disconnect. Not SQLAlchemy's
+``QueuePool``: measured on SQLite, its checkout and checkin added 9 to 14 us to a
+``get_tuple`` of 31 us.
 """
 
 from __future__ import annotations
@@ -58,17 +37,14 @@ class DbApiPool:
     """``size`` DB-API connections made by ``creator``, checked on checkout.
 
     Args:
-        creator: Opens one connection (raising the package's errors for a database that
-            cannot be opened).
-        dialect: The SQLAlchemy dialect of the driver, with its DB-API module loaded: its
-            ``do_ping`` checks a connection, its ``is_disconnect`` names a lost one.
+        creator: Opens one connection (raising the package's errors).
+        dialect: The driver's SQLAlchemy dialect (``do_ping``, ``is_disconnect``).
         size: The most connections open at once.
         timeout: Seconds a caller waits for a free connection.
         describe: Names the database in errors, the password masked.
         check: Raises the driver's error for an unusable connection, without a round
             trip; ``None``: the dialect's ping.
-        reset: Roll back whatever a connection holds as it comes back (``False`` where
-            the caller ends its own transactions and a rollback would be one more call).
+        reset: Roll back whatever a connection holds as it comes back.
 
     Example:
         >>> import sqlite3
@@ -104,24 +80,19 @@ class DbApiPool:
         self._lock = threading.Lock()
         self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(self.size)
-        #: every connection open now, for :meth:`close` and for a forked child
         self._open: dict[int, Any] = {}
-        #: callers waiting for a connection
         self._pending = 0
 
     def after_fork(self) -> None:
-        """In a forked child: the parent's connections are set aside untouched; new ones
-        open on first use."""
+        """In a forked child: the parent's connections are set aside untouched."""
         fork.set_aside(*self._open.values())
         self._fresh()
 
     def open_connections(self) -> list[Any]:
-        """The connections open now, idle or in use."""
         with self._lock:
             return list(self._open.values())
 
     def lost(self, error: BaseException, conn: Any) -> bool:
-        """Whether ``error`` says ``conn`` is disconnected (the dialect's judgement)."""
         if not isinstance(error, self.dialect.loaded_dbapi.Error):
             return False
         try:
@@ -131,8 +102,7 @@ class DbApiPool:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        """A checked connection for one plan; back to the pool afterwards, unless an error
-        said it was lost (then it is closed, and the next checkout opens another)."""
+        """A checked connection for one plan; back to the pool afterwards unless lost."""
         if self._closed:
             raise ClosedError(f"the saver for {self.describe()} was closed")
         started = time.perf_counter()
@@ -160,8 +130,7 @@ class DbApiPool:
             self._slots.release()
 
     def _wait_for_slot(self) -> bool:
-        """Wait for a connection to come back (every one is lent out), counted for
-        :meth:`usage`; whether one did within the timeout."""
+        """Wait, counted for :meth:`usage`, for a connection to come back in time."""
         with self._lock:
             self._pending += 1
         try:
@@ -171,14 +140,12 @@ class DbApiPool:
                 self._pending -= 1
 
     def usage(self, name: str) -> PoolUsage:
-        """What the pool holds now, named ``name`` (see the class's example)."""
         with self._lock:
             open_now, pending = len(self._open), self._pending
         idle = min(self._idle.qsize(), open_now)
         return PoolUsage(name, open_now - idle, idle, self.size, pending)
 
     def _checkout(self) -> Any:
-        """An idle connection that passes the check, or a new one."""
         while True:
             try:
                 conn = self._idle.get_nowait()
@@ -192,7 +159,6 @@ class DbApiPool:
             self._discard(conn)
 
     def _works(self, call: Callable[..., Any], *args: Any) -> bool:
-        """Whether ``call(*args)`` (a check, a rollback) ran without the driver's error."""
         try:
             call(*args)
         except self.dialect.loaded_dbapi.Error:
@@ -205,11 +171,10 @@ class DbApiPool:
         try:
             conn.close()
         except Exception:
-            pass  # a broken connection may fail to close, and that is fine
+            pass  # a broken connection may fail to close
 
     def close(self) -> None:
-        """Close idle connections now, busy ones when their plan ends (closing one another
-        thread is using would crash a driver)."""
+        """Close idle connections now, busy ones when their plan ends."""
         self._closed = True
         while True:
             try:
@@ -221,11 +186,10 @@ class DbApiPool:
 
 @dataclass(eq=False)
 class DbApiSession:
-    """Runs a plan's batches on one DB-API connection, keeping a held transaction open
-    between batches. SQLite and HANA share it; they differ in how a transaction starts:
-    ``begin_write`` and ``begin_read`` are the statements that start one (``None``: a
-    driver in manual-commit mode, HANA's), ``write_lock`` a mutex that the process's
-    writers queue on, ``lone_writes`` whether one plain write runs without ``BEGIN``."""
+    """Runs a plan's batches on one DB-API connection. ``begin_write``/``begin_read``
+    start a transaction (``None``: manual-commit mode, HANA's); ``write_lock``: the mutex
+    this process's writers queue on; ``lone_writes``: one plain write runs without
+    ``BEGIN``."""
 
     conn: Any
     _: KW_ONLY
@@ -268,8 +232,7 @@ class DbApiSession:
             self._release()
 
     def _single_write(self, batch: Batch) -> bool:
-        """One plain statement of an autocommit driver is a transaction by itself: it needs
-        no BEGIN/COMMIT, and SQLite takes its write lock before it reads anything."""
+        """One plain statement of an autocommit driver is a transaction by itself."""
         if not self.lone_writes or self.begin_write is None or self.in_tx:
             return False
         if batch.hold or batch.lock:
@@ -302,7 +265,6 @@ class DbApiSession:
         return results
 
     def _lone_write(self, stmt: Stmt) -> list[Any]:
-        """One write in its own implicit transaction, under the process's write lock."""
         if self.write_lock is not None:
             self.write_lock.acquire()
         try:
@@ -313,8 +275,7 @@ class DbApiSession:
                 self.write_lock.release()
 
     def run(self, plan: Plan[T]) -> T:
-        """Run ``plan`` on this session's connection. A plan that ended while holding a
-        transaction did not ask for its writes: they are rolled back."""
+        """Run ``plan``; a transaction it left held open is rolled back."""
         try:
             return drive(plan, self.execute)
         finally:
@@ -323,7 +284,6 @@ class DbApiSession:
 
 
 def _run(cur: Any, stmt: Stmt) -> Any:
-    """Execute ``stmt`` on ``cur``: its rows, or the count of rows it changed."""
     if stmt.many:
         params = [stmt.sql.bind(p) for p in stmt.params]
         if params:

@@ -1,12 +1,6 @@
-"""What differs between SQLite, PostgreSQL and SAP HANA, and nothing else.
-
-Statements are written once, as SQLAlchemy Core over :mod:`.schema`'s tables, and compiled
-here, once per statement, by each database's SQLAlchemy dialect into the SQL text the raw
-drivers execute (SQLAlchemy is a statement compiler for us, never an engine); HANA's is
-``sqlalchemy-hana``'s, so HANA SQL is checked even on machines with no HANA server.
-
-A dialect adds the few constructs SQLAlchemy does not unify: insert-if-absent, upsert, row
-locks that skip locked rows, and the metadata pre-filter pushed into ``list()``.
+"""What differs between SQLite, PostgreSQL and SAP HANA: statements are SQLAlchemy Core,
+compiled here once each by the database's SQLAlchemy dialect (a compiler, never an engine),
+plus the constructs SQLAlchemy does not unify.
 """
 
 from __future__ import annotations
@@ -27,9 +21,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.db.database import Plan, Stmt
 
-#: Column names (of a key, of an insert, of the columns an upsert overwrites).
 Columns: TypeAlias = Sequence[str]
-#: The SELECT whose rows an ``INSERT ... SELECT`` writes.
 Source: TypeAlias = "sa.Select[Any]"
 
 
@@ -42,11 +34,8 @@ JSON_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "$lte": operator.le,
 }
 
-#: The approximate (ANN) index kinds a store's ``index`` may ask for: ``"hnsw"`` (the default,
-#: where the database offers it) or ``"flat"`` (none: exact similarity only).
+#: ``"flat"``: no approximate index, exact similarity only.
 ANN_KINDS = ("hnsw", "flat")
-#: Vector types an HNSW index may hold on PostgreSQL: pgvector's ``vector`` indexes at most
-#: 2,000 dimensions, ``halfvec`` (half precision) at most 4,000.
 VECTOR_TYPES = ("vector", "halfvec")
 #: The most dimensions pgvector's HNSW index takes, per vector type.
 HNSW_MAX_DIMS = {"vector": 2000, "halfvec": 4000}
@@ -74,8 +63,7 @@ class AnnConfig:
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> AnnConfig:
-        """An ``ann_index_config`` mapping, checked; ``ConfigurationError`` names what is
-        wrong."""
+        """An ``ann_index_config`` mapping, checked."""
         raw = dict(raw or {})
         kind = str(raw.pop("kind", "hnsw"))
         if kind not in ANN_KINDS:
@@ -120,18 +108,15 @@ class AnnConfig:
 
 @dataclass(frozen=True)
 class VectorIndex:
-    """An approximate (HNSW) index over the stored vectors of one dimension count, as a
-    dialect builds and searches it.
+    """An approximate (HNSW) index over the stored vectors of one dimension count.
 
     Attributes:
         name: The index's name in the database.
         dims: The dimension count of the vectors it holds.
-        vector_type: The type it holds them as (``vector`` or ``halfvec`` on PostgreSQL,
-            ``REAL_VECTOR`` on SAP HANA).
+        vector_type: The type it holds them as (``vector``, ``halfvec``, ``REAL_VECTOR``).
         column: The SQL expression it indexes, over the vectors table as ``v``.
         ef_search: The breadth of each search (the index's candidate list).
-        relation: How a catalog lookup names it (schema-qualified where the tables have a
-            schema); the bare name otherwise.
+        relation: How a catalog lookup names it (schema-qualified, or the bare name).
     """
 
     name: str
@@ -148,17 +133,9 @@ class VectorIndex:
 
 @dataclass(frozen=True)
 class FastWrite:
-    """A dialect's fast write: its SQL, parameters, and whether it returns the
-    thread's liveness as a row (its first column, no row meaning not live; else a refusal
-    comes as an error).
-
-    ``then`` holds statements (with their parameters) that follow it in the same
-    transaction, where the write takes more than one statement (a distributed database,
-    which routes each statement to one shard but runs a multi-statement CTE in steps). They
-    write unconditionally; the first statement checks the thread and locks its row, and the
-    plan commits only when it found the thread live (else it rolls back and takes the slow
-    path).
-    """
+    """A dialect's fast write; ``fetch``: it returns the thread's liveness as a row (else a
+    refusal is an error). ``then``: statements that follow in the same transaction (Citus),
+    committed only when the first found the thread live."""
 
     sql: Sql
     params: Any
@@ -193,11 +170,8 @@ class Dialect:
     """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
 
     name = "generic"
-    #: Whether the tables are spread over several nodes (Citus): set by
-    #: :func:`~.distribution.detect_plan` on first use. A distributed database refuses row
-    #: locks across shards and runs a statement that names several tables' rows in steps
-    #: unless each names one shard key value; rows then go in by ``INSERT ... VALUES``,
-    #: which is routed to their shard, rather than by one ``INSERT ... SELECT`` of arrays.
+    #: Whether the tables are spread over several nodes (Citus): set on first use by
+    #: :func:`~.distribution.detect_plan`; rows then go in by routed ``INSERT ... VALUES``.
     distributed = False
 
     def __init__(self) -> None:
@@ -207,8 +181,6 @@ class Dialect:
 
     def _make_sa_dialect(self) -> SADialect:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    # -- compilation -----------------------------------------------------------------------
 
     def compile(self, statement: sa.sql.ClauseElement) -> Sql:
         compiled: Any = statement.compile(dialect=self.sa)
@@ -232,7 +204,6 @@ class Dialect:
         return compiled
 
     def ddl(self, tables: Sequence[sa.Table]) -> list[str]:
-        """CREATE TABLE and CREATE INDEX statements for ``tables``, in this dialect."""
         out: list[str] = []
         for table in tables:
             out.append(str(CreateTable(table).compile(dialect=self.sa)).strip())
@@ -240,12 +211,9 @@ class Dialect:
                 out.append(str(CreateIndex(index).compile(dialect=self.sa)).strip())
         return out
 
-    # -- constructs SQLAlchemy does not unify ----------------------------------------------
-
     #: Whether ``SELECT ... FOR UPDATE`` row locks exist (SQLite locks the whole database).
     row_locks = True
-    #: Whether an upsert can carry a condition on the existing row (``DO UPDATE ... WHERE``);
-    #: without it, plans read the row under a lock and decide in Python.
+    #: Whether an upsert can carry ``DO UPDATE ... WHERE``; else plans decide in Python.
     conditional_upsert = True
 
     def insert_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
@@ -258,9 +226,7 @@ class Dialect:
         raise NotImplementedError
 
     def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
-        """Insert one row unless one with the same ``keys`` exists, as ``INSERT ... VALUES``:
-        a distributed database routes it to the shard of the row's key (an ``INSERT ...
-        SELECT`` is first pulled to its coordinator)."""
+        """:meth:`insert_ignore` as ``INSERT ... VALUES``, which Citus routes to a shard."""
         cols = [c.name for c in table.columns]
         stmt = self.insert(table).values(values_params(table, cols))
         ignored: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
@@ -269,8 +235,7 @@ class Dialect:
     def upsert(
         self, table: sa.Table, keys: Columns, update: Columns, where: Any = None
     ) -> sa.sql.ClauseElement:
-        """Insert a row or, when ``keys`` exist (and ``where`` holds for the existing row),
-        overwrite the ``update`` columns."""
+        """Insert a row or overwrite its ``update`` columns (where ``where`` holds)."""
         cols = [c.name for c in table.columns]
         stmt = self.insert(table).values(values_params(table, cols))
         return _on_conflict_update(stmt, keys, update, where)
@@ -278,8 +243,7 @@ class Dialect:
     def insert_from_select(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns | None
     ) -> sa.sql.ClauseElement:
-        """``INSERT INTO table (cols) <source>``; on a key conflict keep the existing row
-        (``update is None``) or overwrite the ``update`` columns."""
+        """``INSERT ... SELECT``; a key conflict keeps the row (``update is None``)."""
         if update is None:
             return self.insert_missing(table, cols, source, keys)
         return self.upsert_select(table, cols, source, keys, update)
@@ -287,7 +251,6 @@ class Dialect:
     def insert_missing(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns
     ) -> sa.sql.ClauseElement:
-        """``INSERT INTO table (cols) <source>`` of the rows whose ``keys`` are not there yet."""
         stmt = self._insert_select(table, cols, source)
         missing: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
         return missing
@@ -295,12 +258,9 @@ class Dialect:
     def upsert_select(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns
     ) -> sa.sql.ClauseElement:
-        """``INSERT INTO table (cols) <source>``, overwriting ``update`` on a key conflict."""
         return _on_conflict_update(self._insert_select(table, cols, source), keys, update)
 
     def _insert_select(self, table: sa.Table, cols: Columns, source: Source) -> Any:
-        """The dialect's ``INSERT ... SELECT`` (with ``on_conflict_do_*``), before the conflict
-        clause."""
         return self.insert(table).from_select(list(cols), source)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
@@ -308,8 +268,7 @@ class Dialect:
         return sa.cast(param, type_)
 
     def values_select(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
-        """``SELECT :c1 AS c1, ...``: one row of parameters named after ``table``'s columns
-        ``cols``, typed by them (the source of an ``INSERT ... SELECT`` of one row)."""
+        """``SELECT :c1 AS c1, ...``, typed by ``table``'s columns."""
         return sa.select(
             *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
         )
@@ -319,9 +278,8 @@ class Dialect:
         return select.with_for_update(skip_locked=True)
 
     def metadata_prefilter(self, column: sa.ColumnElement[Any], key: str, value: Any) -> Any:
-        """A SQL condition that every row whose metadata has ``key == value`` satisfies, or
-        ``None``. ``value`` is a bind parameter; :meth:`prefilter_value` prepares its value.
-        It only narrows the rows read; the exact test is done in Python."""
+        """A condition narrowing the rows to those whose metadata may have ``key == value``
+        (the exact test is Python's), or ``None``."""
         return None
 
     def prefilter_value(self, key: str, value: Any) -> Any:
@@ -333,25 +291,19 @@ class Dialect:
     create_if_not_exists = True
 
     def schema_ddl(self) -> list[str]:
-        """What creates the schema the package's tables live in, where one is set."""
         return []
 
     def qualified(self, table: str) -> str:
-        """``table`` as the database knows it (schema-qualified where one is set)."""
         return table
 
     def qualify(self, text: str) -> str:
-        """Statement ``text`` as sent: its tables schema-qualified where a schema is set."""
         return text
 
     def unless_exists(self, table: str, create: str) -> str:
-        """``create`` (a CREATE TABLE of ``table``) as a statement that does nothing when the
-        table exists, even for a role that may not create tables (PostgreSQL checks the
-        privilege before ``IF NOT EXISTS``)."""
+        """``create`` as a statement that does nothing when ``table`` exists."""
         return create
 
     def create_unless_exists(self, table: sa.Table) -> str:
-        """CREATE TABLE of ``table`` as :meth:`unless_exists` makes it."""
         create = CreateTable(table, if_not_exists=self.create_if_not_exists)
         return self.unless_exists(table.name, str(create.compile(dialect=self.sa)).strip())
 
@@ -361,78 +313,55 @@ class Dialect:
         yield  # pragma: no cover
 
     def fast_get_tuple(self, by_id: bool) -> Sql | None:
-        """A single statement returning a checkpoint with its blobs and writes, tagged
-        0/1/2, for dialects that can express it; ``None`` falls back to two batches."""
+        """One statement returning a checkpoint with its blobs and writes, tagged 0/1/2."""
         return None
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
-        """A single statement doing a whole ``put`` (``kind="put"``) or ``put_writes``
-        (``"writes"``), which is atomic without BEGIN/COMMIT, or ``None`` to use the generic
-        statements in a transaction.
-
-        ``fixed`` holds the thread row's and the statement's single values; ``rows`` the
-        rows by group: ``"b"`` blobs (a put), ``"f"`` first-write-wins and ``"r"`` replacing
-        writes (put_writes). When the thread turns out deleted or expired, the statement
-        writes nothing, and either returns a first column of 0 (``fetch``) or raises an error
-        that :meth:`thread_gone` recognizes.
-        """
+        """One statement doing a whole ``put`` or ``put_writes`` (``kind="writes"``), or
+        ``None``. ``rows`` by group: ``"b"`` blobs, ``"f"`` first-write-wins and ``"r"``
+        replacing writes; for a gone thread it writes nothing."""
         return None
 
     def thread_gone(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a fast write refusing a deleted or expired thread."""
         return False
 
-    #: Whether :meth:`unique_violation` recognizes a write refused by a unique index (so a
-    #: plan may insert a row that can lose a race inside a larger transaction, and tell
-    #: that loss from any other failure).
     tells_unique_violations = False
 
     def unique_violation(self, exc: BaseException, index: sa.Index) -> bool:
-        """Whether ``exc`` is a statement refused because ``index`` (a unique index) holds
-        its key already."""
+        """Whether ``exc`` is a statement refused by the unique ``index``."""
         return False
 
-    #: The name of the substring function (HANA's ``SUBSTRING``).
     substr = "substr"
 
     def substring(self, column: Any, length: Any) -> Any:
-        """Core: the first ``length`` characters of ``column`` (``substr``; HANA's
-        ``SUBSTRING``)."""
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
     def under_clause(self, column: Any) -> Any:
-        """Core: ``column`` is the namespace ``:ns`` or below it (``:ns_dot`` is
-        ``ns + "."``, ``:ns_len`` its length, ``:ns_end`` is ``ns + "/"``, the first string
-        after every ``ns.``-prefixed one in byte order). Exact comparisons only: labels may
-        hold ``%`` or ``_``, and LIKE ignores case on SQLite."""
+        """``column`` is the namespace ``:ns`` or below it (``:ns_dot``: ``ns + "."``;
+        ``:ns_end``: ``ns + "/"``). No LIKE: labels may hold ``%``."""
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
 
     def under_range(self, column: Any) -> Any:
-        """Core: :meth:`under_clause` as a range of ``column``'s index where the dialect
-        compares in byte order (SQLite's BINARY, PostgreSQL's ``"C"``), so a statement walks
-        only the rows under ``:ns``; :meth:`under_clause` elsewhere."""
+        """:meth:`under_clause` as an index range, where the dialect compares bytes."""
         return self.under_clause(column)
 
     def vector_under_clause(self, column: Any) -> Any:
-        """Core: the vector row's ``column`` (its namespace) is under ``:ns``, in the form
-        the dialect's namespace index on vectors can walk (:meth:`under_clause` here)."""
+        """:meth:`under_clause` as the vectors' namespace index can walk it."""
         return self.under_clause(column)
 
     def param(self, name: str) -> str:
-        """How a named parameter is written in raw SQL text for this driver."""
         return f":{name}"
 
     def write_rows_ddl(self) -> list[str]:
         """Objects a dialect's :meth:`fast_write` needs."""
         return []
 
-    #: Whether vectors also live in a native vector column (``embedding``), written from
-    #: the text form ``[x, y, ...]`` passed as ``:embedding``, so similarity runs in SQL.
-    #: A class setting where the database always has one (SAP HANA); on PostgreSQL it is
-    #: found out at setup (:meth:`vectors_plan`), as pgvector may or may not be installed.
+    #: Whether vectors also live in a native ``embedding`` column, so similarity runs in
+    #: SQL (PostgreSQL: found out at setup, :meth:`vectors_plan`).
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:
@@ -440,31 +369,24 @@ class Dialect:
         return []
 
     def vector_index_ddl(self) -> list[str]:
-        """DDL of what approximate vector search needs on this database
-        (PostgreSQL: the pgvector column where the extension is there or can be created)."""
         return []
 
     def vectors_plan(self, *, create: bool = True) -> Plan[None]:
-        """Run at every setup: bring native vector support up to what the database offers
-        now (an extension installed since the last migration) and record it in
-        :attr:`native_vectors`; without ``create``, only find out. Nothing to do by
-        default."""
+        """At every setup: bring native vectors up to what the database offers now and set
+        :attr:`native_vectors`; without ``create``, only find out."""
         return
         yield  # pragma: no cover
 
     def to_vector(self, text: Any) -> Any:
-        """Raw: the database's conversion of a vector's text form to its vector type (no
-        Core form)."""
+        """Raw: a vector's text form converted to the database's vector type."""
         raise NotImplementedError
 
     def vector_columns(self) -> tuple[str, ...]:
-        """The native vector columns every stored vector is written to (``embedding``, and
-        where the dialect keeps them, typed columns per dimension count)."""
+        """The native vector columns every stored vector is written to."""
         return ("embedding",)
 
     def native_vectors_table(self, columns: Sequence[str]) -> sa.TableClause:
-        """The vectors table with the native ``columns``, which :mod:`.schema` does not
-        declare (they exist only where the database offers a vector type)."""
+        """The vectors table with the native ``columns`` :mod:`.schema` does not declare."""
         return sa.table(
             store_vectors.name,
             *(sa.column(c.name) for c in store_vectors.columns),
@@ -472,8 +394,7 @@ class Dialect:
         )
 
     def insert_vector(self) -> Sql | None:
-        """The vector insert when :attr:`native_vectors` (``None``: the generic one): each
-        native column from the parameter of its name, a vector's text form."""
+        """The vector insert when :attr:`native_vectors` (``None``: the generic one)."""
         if not self.native_vectors:
             return None
         columns = self.vector_columns()
@@ -486,8 +407,7 @@ class Dialect:
         return self.sql(("insert_vector_native", columns), build)
 
     def fill_vector(self) -> Sql | None:
-        """Set the native vector column of one stored vector from ``:embedding``, where it
-        is still empty."""
+        """Set an empty native vector column from ``:embedding``."""
         if not self.native_vectors:
             return None
 
@@ -511,133 +431,87 @@ class Dialect:
     def vector_search(
         self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
-        """Exact similarity to ``:query_vector`` (text form) computed in the database:
-        ``(prefix, key, score)`` of the ``:n`` best ``dims``-long vectors ``v``, best first
-        (an item once per embedded field). ``joined``: only vectors whose item ``i`` meets
-        ``where`` (Core conditions over :data:`.schema.vectors_v` and :data:`.schema.items_i`,
-        built from ``filters``, the cache key); otherwise ``where`` is the namespace alone
-        and the items are not read (the store drops expired ones after).
-        ``None``: the store computes it in numpy."""
+        """Exact similarity to ``:query_vector`` in SQL: ``(prefix, key, score)`` of the
+        ``:n`` best vectors, ``joined`` to the items ``where`` filters (``filters``: the
+        cache key); ``None``: the store computes it in numpy."""
         return None
 
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
-        """The approximate index this database would keep for ``dims``-long vectors, or
-        ``None`` where it has none (no vector index type, too many dimensions, or
-        ``kind="flat"``)."""
+        """The approximate index this database would keep for ``dims``-long vectors."""
         return None
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
-        """Whether ``index`` is there and usable; with ``create``, build it first when it is
-        missing (once, however many processes set up at once)."""
+        """Whether ``index`` is there and usable; with ``create``, build it first."""
         return False
         yield  # pragma: no cover
 
     def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
-        """The statements of one approximate search through ``index``, sent in one
-        transaction: settings, then the query, whose rows are ``(prefix, key, score)`` of the
-        ``:n`` nearest vectors (best first, an item once per embedded field) whose item ``i``
-        meets ``where``; it reads the index further while filtered rows leave fewer than
-        ``:n``."""
+        """One transaction's statements (settings, then the query) of an approximate
+        search: ``(prefix, key, score)`` of the ``:n`` nearest vectors meeting ``where``."""
         raise NotImplementedError
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
-        """One row: how many vectors lie under the namespace (counted up to ``:cap``), and
-        about how many ``index`` holds in all."""
+        """One row: the vectors under the namespace (up to ``:cap``), and in ``index``."""
         raise NotImplementedError
 
     def insert_arrays(self, table: sa.Table) -> Sql | None:
-        """One INSERT of many rows whose parameters are one list per column (a postings
-        batch in one statement, not one per row); ``None``: rows go one by one."""
+        """One INSERT of many rows, a list per column; ``None``: rows go one by one."""
         return None
 
     def insert_owned(
         self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> Stmt | None:
-        """``rows`` of ``table`` (each carrying the primary key of its ``owner`` row, whose
-        rows they are: an item's postings) inserted as one statement per owner, each
-        naming the owner's key once, so a distributed database routes it to the owner's
-        shard; ``None``: the dialect has no such statement."""
+        """``rows`` of ``table`` as one statement per ``owner`` row, routed to its shard."""
         return None
 
     def json_path(self, path: list[str]) -> Any:
-        """The value bound as ``:<param>_path`` for :meth:`json_prefilter`."""
         return path
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """The shape of a SQL condition for a store filter condition on ``value`` at ``path``
-        that every matching row satisfies (the exact test runs in Python): a hashable that
-        :meth:`json_condition` builds from; ``None`` when the dialect cannot narrow it."""
+        """The shape of a condition every match satisfies, which :meth:`json_condition`
+        builds (the exact test runs in Python); ``None``: no narrowing."""
         return None
 
     def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
-        """Core: the condition of :meth:`json_prefilter`'s ``shape`` on the JSON column
-        ``value``, binding ``:param`` (the compared value) and ``:param_path``."""
+        """The condition of ``shape`` on ``value``, binding ``:param`` and ``:param_path``."""
         raise NotImplementedError
 
     def erase_session(self) -> tuple[list[str], list[str]]:
-        """Statements run alone on the erasing connection before and after the erase
-        transaction, so the deleted bytes also leave the database files (not only the
-        tables). Nothing for servers, whose storage the database manages."""
+        """Statements run before and after an erase, so the bytes also leave the files."""
         return [], []
 
     def migration_lock(self) -> str | None:
-        """A statement serializing concurrent migrations inside their transaction."""
         return None
 
     def scope_lock(self) -> sa.sql.ClauseElement | None:
-        """Core: a statement taking, until its transaction ends, the lock of one shard key
-        (``:lock_key``), or ``None`` where a transaction that writes locks the whole
-        database already (SQLite's ``BEGIN IMMEDIATE``).
-
-        Every transaction that writes a memory scope (record, a consolidation job's claim,
-        apply and failure, an agent's fact changes, erase) takes the locks of the scopes it
-        writes first, in one order (sorted): their row locks then never interleave, so they
-        queue instead of deadlocking.
-        """
+        """A statement taking the lock of one shard key (``:lock_key``) until the
+        transaction ends (``None``: a write locks the whole database). Writers take them
+        first, sorted, so they queue instead of deadlocking."""
         return None
 
-    # -- the store's term index: lists bound as one parameter or many, the index of postings
-    # no block holds yet (``store/blocks.py``), and keeping the postings' reads an index's work
-
     def list_size(self, n: int) -> int:
-        """The parameters a list of ``n`` values takes in :meth:`one_of`: ``n`` rounded up
-        to a multiple of 16, so a few statements serve every length (PostgreSQL: 1)."""
+        """``n`` rounded up to 16s, so a few statements serve every length."""
         return n + (-n % 16)
 
     def one_of(self, column: Any, param: str, size: int) -> Any:
-        """Core: ``column`` equals one of the values :meth:`list_params` binds, ``size``
-        (:meth:`list_size`) parameters ``:<param>0`` ... ``:<param><size-1>``."""
         return column.in_([sa.bindparam(f"{param}{j}", type_=column.type) for j in range(size)])
 
     def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
-        """The parameters of :meth:`one_of` for ``values`` (at least one), the last repeated
-        up to :meth:`list_size`."""
         size = self.list_size(len(values))
         padded = [*values, *[values[-1]] * (size - len(values))]
         return {f"{param}{j}": v for j, v in enumerate(padded)}
 
-    #: Whether queries of common terms read packed blocks of postings (``store/blocks.py``):
-    #: where the database has partial indexes, which find the postings written since a
-    #: block was built without reading the others.
+    #: Whether common terms read packed blocks of postings (needs partial indexes).
     posting_blocks = True
     #: The columns of the index of unpacked postings after its first (the rest it includes).
     fresh_index_columns: tuple[str, ...] = ("term", "shard", "prefix", "key")
 
     def fresh_lead(self, t: Any) -> Any:
-        """The first column of the index of unpacked postings of table ``t``, which a query
-        of them names (equal to 0) and orders by: :func:`unpacked` (the ``packed IS NULL``
-        of a query is left out of a partial index's conditions on PostgreSQL, being its
-        predicate)."""
         return unpacked(t)
 
     def fresh_postings_ddl(self) -> list[str]:
-        """The index of postings no block holds yet (``packed IS NULL``), with what BM25
-        reads, so the read is the index's alone; none where :attr:`posting_blocks` is off.
-
-        It leads with :meth:`fresh_lead`, which queries name: the primary key cannot serve
-        that condition nor its order, so no planner takes the primary key (and every
-        posting of a term) for the few unpacked ones, whatever its statistics say
-        (PostgreSQL's, from before a build packed most of them, would)."""
+        """The covering index of postings no block holds yet, led by :meth:`fresh_lead`,
+        which the primary key cannot serve, so no planner prefers it."""
         if not self.posting_blocks:
             return []
         names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
@@ -653,27 +527,18 @@ class Dialect:
         return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
 
     def postings_upkeep_ddl(self) -> list[str]:
-        """DDL that keeps reading postings an index's work alone where the
-        database needs telling (none here; SQLite's postings are their key's rows, and an
-        update leaves no dead index entry)."""
         return []
 
 
 def unpacked(t: Any) -> Any:
-    """Core: ``COALESCE(t.packed, 0)``, the first column of the index of unpacked postings
-    (0 for every posting it holds; see :meth:`Dialect.fresh_postings_ddl`)."""
     return sa.func.coalesce(t.c.packed, sa.literal_column("0", sa.Integer))
 
 
 def same_item(a: Any, b: Any) -> Any:
-    """Core: rows of ``a`` and ``b`` (tables or aliases with ``shard``, ``prefix`` and
-    ``key``) belong to the same store item (the shard key first: co-located)."""
     return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
 
 
 def vectors_near(under: Sequence[Any]) -> Any:
-    """Core, a scalar: how many vectors lie ``under`` the namespace, counted up to ``:cap``
-    (the first column of :meth:`Dialect.vector_counts`)."""
     capped = (
         sa.select(sa.literal_column("1"))
         .select_from(vectors_v)
@@ -685,8 +550,7 @@ def vectors_near(under: Sequence[Any]) -> Any:
 
 
 def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
-    """``{column: bindparam(column)}``, typed by the table so drivers bind the right types;
-    a column marked ``info={"optional": True}`` binds NULL when a row does not name it."""
+    """Typed bind parameters; an ``optional`` column binds NULL when a row lacks it."""
     return {
         c: sa.bindparam(c, None, type_=table.c[c].type, required=False)
         if table.c[c].info.get("optional")
@@ -698,8 +562,6 @@ def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindP
 def _on_conflict_update(
     stmt: Any, keys: Columns, update: Columns, where: Any = None
 ) -> sa.sql.ClauseElement:
-    """``stmt`` (an INSERT with ``on_conflict_do_update``) overwriting ``update`` on a
-    conflict of ``keys`` where ``where`` holds for the existing row."""
     upsert: sa.sql.ClauseElement = stmt.on_conflict_do_update(
         index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
     )

@@ -1,20 +1,6 @@
-"""Citus: the package's tables distributed by their shard key, found and set up on first use.
-
-On a PostgreSQL database where the ``citus`` extension is installed, :func:`distribute_plan`
-(run by every ``setup()`` after the migrations) turns each of the package's tables into a
-Citus table, as ``db/schema.py`` marks it:
-
-- ``info={"shard_key": column}``: hash-distributed by that column, which is part of the
-  table's primary key (``thread_id`` for the checkpoint tables; the namespace's shard key for
-  the store's and agent memory's). Tables with the same shard key column are co-located, so
-  a statement that joins them on one key value runs on one node.
-- ``info={"reference": True}``: small tables every node keeps a copy of (the migration
-  ledger, the store's recorded settings).
-
-It is idempotent, and runs under the migrations' advisory lock, so processes starting
-together distribute each table once; rows already in a table move into its shards.
-:func:`detect_plan` only finds out, for a process that does not run ``setup()``; either sets
-:attr:`Dialect.distributed`, which switches the statements that differ.
+"""Citus: the package's tables distributed as ``db/schema.py`` marks them
+(``info={"shard_key": column}``, co-located by that column, or ``{"reference": True}``), at
+every ``setup()`` under the migrations' lock, so each table once.
 """
 
 from __future__ import annotations
@@ -28,8 +14,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 # Raw SQL throughout: Citus's catalog and its functions have no SQLAlchemy Core form.
 CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
-#: Each of the package's tables that exists: whether Citus knows it, and whether this role
-#: owns it (only the owner may distribute a table).
+#: Each existing table: whether Citus knows it, and whether this role owns it.
 TABLE_STATE = (
     "SELECT c.relname, EXISTS (SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid), "
     "pg_get_userbyid(c.relowner), pg_has_role(c.relowner, 'USAGE') "
@@ -39,13 +24,11 @@ TABLE_STATE = (
 
 
 def shard_key(table: sa.Table) -> str | None:
-    """The column ``table`` is distributed by, or ``None`` (a reference table or neither)."""
     key = table.info.get("shard_key")
     return str(key) if key is not None else None
 
 
 def citus_tables() -> list[sa.Table]:
-    """The package's tables that have a place on Citus: distributed, then reference ones."""
     tables = [t for t in metadata.sorted_tables if shard_key(t) or t.info.get("reference")]
     return sorted(tables, key=lambda t: (shard_key(t) or "~", t.name))
 
@@ -66,12 +49,7 @@ def detect_plan(dialect: Dialect, *, hold: bool = False) -> Plan[bool]:
 
 
 def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
-    """Distribute (or replicate) every table of the package that exists and Citus does not
-    know yet; return their names. Nothing happens where Citus is not installed.
-
-    Meant to run inside the migrations' transaction, after their statements and under their
-    lock (see :func:`~.migrations.migrate_plan`).
-    """
+    """Distribute (or replicate) every table Citus does not know yet; return their names."""
     distributed = yield from detect_plan(dialect, hold=True)
     if not distributed:
         return []
@@ -99,8 +77,7 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
             "their owner can distribute them: run `agent-memory migrate` (or setup()) once "
             "as that role"
         )
-    # each group of one shard key column co-located with a table of it that Citus knows,
-    # else with the first of the group distributed here (which starts the group)
+    # co-located with a table of the same key Citus knows, else the group's first here
     anchors = {shard_key(t): t.name for t in tables if t.name in state and state[t.name][0]}
     statements = []
     for table in todo:
@@ -113,9 +90,7 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
 
 
 def _distribute(table: sa.Table, anchor: str) -> str:
-    """The call that makes ``table`` a Citus table, co-located with table ``anchor`` (a
-    new co-location group when it is ``table`` itself); then the coordinator's local copy of
-    the rows it moved into shards is emptied."""
+    """The call that makes ``table`` a Citus table co-located with ``anchor``."""
     key = shard_key(table)
     name = table.name
     if key is None:

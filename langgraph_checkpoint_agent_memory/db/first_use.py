@@ -27,12 +27,8 @@ def _fresh_setup_lock() -> None:
 
 
 class SchemaOnFirstUse:
-    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off.
-
-    For the objects that own a :class:`Database` (the saver and the store): they provide
-    ``db``, ``dialect``, ``auto_setup`` and ``_clock``, and name the ``components`` whose
-    tables they use.
-    """
+    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off, for
+    the owners of a :class:`Database` (the saver and the store)."""
 
     components: tuple[Component, ...]
     db: Database[Any]
@@ -52,21 +48,17 @@ class SchemaOnFirstUse:
 
     #: The store's shard-key rule (``None``: owners without store tables).
     shard_depth: int | None = None
-    #: Whether this owner's data is encrypted at rest (``None``: it keeps no data of its
-    #: own, the key store): the first use marks the database, or refuses a marked one.
+    #: Whether this owner's data is encrypted at rest (``None``: the key store): the first
+    #: use marks the database, or refuses a marked one.
     encrypted: bool | None = None
-    #: Whether the mark is still to be written, by this owner's first write (a first use
-    #: without setup found an encrypted owner on an unmarked database).
+    #: Whether this owner's first write still owes the mark.
     _mark_owed: bool = False
 
-    #: Where the key store is this owner's database: the check that the master key
-    #: unwraps the keys it holds, run by setup (so the first key made costs no extra round
-    #: trip for it).
+    #: Where the key store is this owner's database: setup checks the master key on it.
     key_check: Callable[[], Plan[None]] | None = None
 
     def _setup_plan(self) -> Plan[Any]:
-        """What ``setup()`` runs: the components' migrations (and, for an owner that adds
-        to it, whatever else it keeps in the database)."""
+        """What ``setup()`` runs: the components' migrations (an override adds its own)."""
         applied = yield from migrate_plan(
             self.dialect,
             self._clock(),
@@ -79,10 +71,8 @@ class SchemaOnFirstUse:
         return applied
 
     def _probe_plan(self) -> Plan[Any]:
-        """What the first use runs instead of ``setup()`` when ``auto_setup`` is off: it
-        creates nothing, and finds out what the statements depend on (whether the database
-        is distributed; whether it is encrypted; for an owner that adds to it, what the
-        database records)."""
+        """The first use without ``auto_setup``: it creates nothing, and finds out what the
+        statements depend on (distributed, encrypted; an override adds its own)."""
         yield from detect_plan(self.dialect)
         if self.encrypted is not None:
             marked = yield from marked_plan(self.dialect)

@@ -1,15 +1,8 @@
 """What a forked child must not share with its parent: open connections, locks, threads.
 
-A child process (``os.fork``: a gunicorn ``--preload`` worker, a Celery prefork worker, a
-``multiprocessing`` fork) inherits its parent's open connections, which are the parent's own
-sockets and SQLite file handles, and its locks in whatever state other threads left them,
-but none of its threads. Using an inherited connection from the child mixes two processes'
-traffic on one PostgreSQL session or breaks SQLite's locking; closing it in the child ends the
-parent's session too (psycopg sends Terminate; SQLite may checkpoint and delete a log the
-parent still writes). So the objects that hold connections, locks or sweeper threads register
-here, and in a child each one sets its inherited connections aside, never to be closed, and
-starts afresh: connections open on first use and sweepers restart on the next write, as in
-any new process. A connection or pool the caller passed in stays the caller's to replace.
+Using an inherited connection mixes two processes' traffic, and closing it ends the
+parent's session too, so in a child each registered holder sets its connections aside,
+never closed, and starts afresh.
 """
 
 from __future__ import annotations
@@ -40,9 +33,7 @@ def register(holder: ForkAware) -> None:
 
 
 def after_fork(callback: Callable[[], None]) -> Callable[[], None]:
-    """Run ``callback`` in every child, before the registered objects reset: for module-level
-    locks, which another thread of the parent may hold at the moment of the fork (the child
-    would wait on them forever)."""
+    """Run ``callback`` in every child, before the holders reset (for module-level locks)."""
     _callbacks.append(callback)
     return callback
 

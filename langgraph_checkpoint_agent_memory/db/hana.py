@@ -1,11 +1,6 @@
-"""SAP HANA through ``hdbcli``; statements compiled by ``sqlalchemy-hana``'s dialect.
-
-``hdbcli`` connections are not thread-safe (DB-API threadsafety 1), so each plan checks out
-its own connection from a small pool; the async API runs plans in a worker thread. HANA has
-no ``ON CONFLICT``: upserts are ``UPSERT ... WITH PRIMARY KEY``, inserts that must not
-overwrite are ``INSERT ... SELECT ... WHERE NOT EXISTS``, and writes read the thread's row
-under ``SELECT ... FOR UPDATE`` before deciding (``conditional_upsert = False``). DDL commits
-by itself on HANA, so a migration that finds its table already created counts it as applied.
+"""SAP HANA through ``hdbcli`` (a pooled connection per plan: not thread-safe), compiled
+by ``sqlalchemy-hana``. No ``ON CONFLICT``: ``UPSERT ... WITH PRIMARY KEY`` and ``INSERT
+... WHERE NOT EXISTS``; DDL commits by itself, so an object found created counts as applied.
 """
 
 from __future__ import annotations
@@ -54,9 +49,8 @@ ALREADY_EXISTS = {288, 289, 307}
 
 @functools.cache
 def upsert_by_key() -> Any:
-    """sqlalchemy-hana's ``Upsert`` that matches the existing row by the table's primary key
-    (``UPSERT ... VALUES ... WITH PRIMARY KEY``): its ``Upsert`` has no option for the clause.
-    Built on first use, as sqlalchemy-hana is an optional dependency."""
+    """sqlalchemy-hana's ``Upsert`` with ``WITH PRIMARY KEY`` (it has no option for it),
+    built on first use: sqlalchemy-hana is optional."""
     from sqlalchemy_hana.elements import Upsert
 
     class UpsertByKey(Upsert):
@@ -70,22 +64,18 @@ def upsert_by_key() -> Any:
 
 
 def _column(name: str) -> Any:
-    """Raw: a vector column of the vectors ``v`` that :mod:`.schema` does not declare
-    (``embedding``, and the typed ``embedding_<dims>`` of each indexed dimension count)."""
+    """Raw: a vector column :mod:`.schema` does not declare."""
     return sa.literal_column(f"{vectors_v.name}.{name}")
 
 
 def _similarity(embedding: Any) -> Any:
-    """Raw: HANA's vector functions, ``COSINE_SIMILARITY(embedding,
-    TO_REAL_VECTOR(:query_vector)) AS sim``."""
     query = sa.func.TO_REAL_VECTOR(sa.bindparam("query_vector"))
     return sa.func.COSINE_SIMILARITY(embedding, query).label("sim")
 
 
 class HanaDialect(Dialect):
     name = "hana"
-    # no partial indexes: the postings written since a block was built cannot be found
-    # apart from the others, so queries read postings (HANA's column store scans them)
+    # no partial indexes to find the postings written since a block was built
     posting_blocks = False
     conditional_upsert = False
     create_if_not_exists = False
@@ -101,13 +91,10 @@ class HanaDialect(Dialect):
 
     def __init__(self) -> None:
         super().__init__()
-        #: The dimension counts that have a typed column (``embedding_<dims>``) with an HNSW
-        #: index, as found at setup: every vector of such a length is written to it too.
+        #: The dimension counts with a typed, HNSW-indexed column ``embedding_<dims>``.
         self.indexed_dims: frozenset[int] = frozenset()
 
     def vector_ddl(self) -> list[str]:
-        # HANA Cloud's vector engine: exact COSINE_SIMILARITY in the database, so a search
-        # reads the best rows, not every vector under the namespace
         # raw: ALTER TABLE and HANA's REAL_VECTOR type have no Core form
         return ["ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)"]
 
@@ -156,12 +143,7 @@ class HanaDialect(Dialect):
 
         return self.sql(("vector_search", filters, dims, joined), build)
 
-    # SAP HANA Cloud's HNSW vector index (CREATE HNSW VECTOR INDEX, QRC 3/2024 and later)
-    # needs one dimension count per column, while am_store_vectors holds the vectors of every
-    # store on the database. So each dimension count gets a typed column, embedding_<dims>,
-    # filled with the vectors of that length, and an index on it: the same design as
-    # PostgreSQL's partial index per dimension count.
-
+    # HANA's HNSW index needs one dimension count per column: a typed column per count
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
         if config.kind != "hnsw":
             return None
@@ -309,8 +291,7 @@ class HanaDialect(Dialect):
 
 
 def _unless_there(batch: Batch) -> Plan[None]:
-    """Run ``batch``, which creates something: a concurrent setup that created it first is
-    no error."""
+    """Run ``batch``, which creates something a concurrent setup may have created first."""
     try:
         yield batch
     except Exception as exc:
@@ -342,9 +323,7 @@ def _read_lob(value: Any) -> Any:
 
 
 class HanaDatabase(Database[Any]):
-    """SAP HANA from ``hdbcli.dbapi.connect`` arguments (see :func:`hana_connect_args`),
-    through the DB-API pool shared with SQLite (:class:`.dbapi.DbApiPool`). A server that
-    cannot be reached, or a connection lost mid-plan, is :class:`DatabaseUnavailableError`."""
+    """SAP HANA from ``hdbcli.dbapi.connect`` arguments, through :class:`.dbapi.DbApiPool`."""
 
     def __init__(
         self, connect_args: dict[str, Any], *, pool_size: int = 4, url: str | None = None
@@ -372,7 +351,6 @@ class HanaDatabase(Database[Any]):
         return self._pool
 
     def pool_usage(self) -> list[PoolUsage]:
-        """The connection pool, once opened."""
         return [] if self._pool is None else [self._pool.usage(self.describe())]
 
     def server(self) -> tuple[str | None, int | None]:
@@ -394,8 +372,7 @@ class HanaDatabase(Database[Any]):
         return f"HanaDatabase({self.describe()})"
 
     def _connect(self) -> Any:
-        """A new connection in manual-commit mode; a server not reached (or refusing the
-        login) is :class:`DatabaseUnavailableError`, in hdbcli's words."""
+        """A new connection in manual-commit mode."""
         from hdbcli import dbapi
 
         try:

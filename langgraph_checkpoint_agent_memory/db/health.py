@@ -1,8 +1,5 @@
-"""What an operator watches that the database itself tells: threads by expiry, and the size
-of each of the package's tables (with its indexes, as the database measures it, see
-:attr:`Sizes.measured_by`), grouped by component. The reads behind ``agent-memory stats``;
-they lock nothing and write nothing. On Citus a table's size is its shards' on the workers
-(the coordinator's own copy is empty).
+"""The reads behind ``agent-memory stats`` (they lock and write nothing): threads by expiry,
+and each table's size with its indexes, as the database measures it, by component.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
 
-#: The package's tables by component, in the order ``stats`` shows them (``migrations``:
-#: the migration ledger every component shares).
+#: The package's tables by component, in the order ``stats`` shows them.
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "checkpoint": schema.CHECKPOINT_TABLES,
     "store": (
@@ -33,11 +29,9 @@ COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "migrations": (schema.migrations,),
 }
 
-#: SQLite's virtual table of the pages of each table and index (compiled in with
-#: ``SQLITE_ENABLE_DBSTAT_VTAB``, as in most builds).
+#: SQLite's virtual table of each table's and index's pages (in most builds).
 DBSTAT = "dbstat"
 
-#: Every table of :data:`COMPONENT_TABLES`, by name.
 TABLE_NAMES = tuple(t.name for tables in COMPONENT_TABLES.values() for t in tables)
 
 
@@ -155,8 +149,7 @@ def sizes_plan(d: Dialect) -> Plan[Sizes]:
 
 
 def _pg_sizes(n: int, distributed: bool) -> Any:
-    """Core: one row, the size of each table ``:t0`` ... (names a ``regclass`` reads; NULL
-    for one that does not exist); on Citus, a Citus table's over its shards."""
+    """One row: the size of each table ``:t0`` ... (NULL where none); on Citus, its shards'."""
     known = sa.table("pg_dist_partition", sa.column("logicalrelid"))
     columns = []
     for i in range(n):
@@ -170,8 +163,7 @@ def _pg_sizes(n: int, distributed: bool) -> Any:
 
 
 def _sqlite_sizes(d: Dialect) -> Plan[Sizes]:
-    """SQLite: the tables there and the file's size, then each table's pages (with its
-    indexes') from ``dbstat``, where the library has it."""
+    """SQLite: the file's size, then each table's pages from ``dbstat``, where it exists."""
     master = sa.table("sqlite_master", sa.column("type"), sa.column("name"), sa.column("tbl_name"))
     pages = sa.func.pragma_page_count().table_valued("page_count")
     page_size = sa.func.pragma_page_size().table_valued("page_size")
@@ -202,8 +194,7 @@ def _sqlite_sizes(d: Dialect) -> Plan[Sizes]:
 
 
 def _hana_sizes(d: Dialect) -> Plan[Sizes]:
-    """SAP HANA: each table's disk size in the current schema, from the monitoring view
-    (its names are upper case, as HANA keeps unquoted ones)."""
+    """SAP HANA: each table's disk size in the current schema, from the monitoring view."""
     stats = sa.table(
         "m_table_persistence_statistics",
         sa.column("schema_name"),

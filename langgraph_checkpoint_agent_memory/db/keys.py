@@ -1,8 +1,4 @@
-"""The statements of the key store: the ``am_keys`` table of wrapped data keys.
-
-Plans only (no I/O): :class:`~..crypto.keyring.Keyring` runs them on the database that
-keeps the keys, which is the data's database by default or a database of its own.
-"""
+"""The key store's plans over ``am_keys``, the wrapped data keys."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt, carry_plan
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, values_params
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, values_params
 from langgraph_checkpoint_agent_memory.db.schema import data_keys
 
 T = TypeVar("T")
@@ -34,11 +30,15 @@ def _row(raw: Sequence[Any]) -> KeyRow:
     return KeyRow(str(key_id), str(owner), bytes(wrapped), float(created_at))
 
 
-def _by_owner(dialect: Dialect) -> Any:
+def _by_owner(dialect: Dialect) -> Sql:
     return dialect.sql(
         "key_by_owner",
         lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
     )
+
+
+def _insert(dialect: Dialect) -> Sql:
+    return dialect.sql("key_insert", lambda: dialect.insert_row_ignore(data_keys, ["owner"]))
 
 
 def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
@@ -68,7 +68,6 @@ def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
 def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
     """Store ``row`` unless its owner has a key already; the owner's key either way (a
     process that lost the race to create it gets the winner's)."""
-    insert = dialect.sql("key_insert", lambda: dialect.insert_row_ignore(data_keys, ["owner"]))
     params = {
         "key_id": row.key_id,
         "owner": row.owner,
@@ -77,7 +76,10 @@ def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
     }
     # one round trip: the insert, then the owner's key as the same transaction sees it
     _, rows = yield Batch(
-        [Stmt(insert, params), Stmt(_by_owner(dialect), {"b_owner": row.owner}, fetch=True)],
+        [
+            Stmt(_insert(dialect), params),
+            Stmt(_by_owner(dialect), {"b_owner": row.owner}, fetch=True),
+        ],
         write=True,
     )
     if not rows:  # pragma: no cover - the insert or the key it lost to is there
@@ -86,36 +88,28 @@ def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
 
 
 class KeyTaken(Exception):
-    """The insert a write carried lost to another key of the same owner (made meanwhile by
-    another process or thread); nothing of that write's transaction was committed. A
-    signal the keyring raises and catches itself: it loads the winner's key, seals again
-    and writes again."""
+    """The insert a write carried lost to another key of the same owner; nothing of that
+    write was committed (the keyring loads the winner's key and writes again)."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
         super().__init__(f"the data key of {owner!r} was created meanwhile")
 
 
-#: The columns of a key's row, in :class:`KeyRow`'s order.
 _PARAMS = ("key_id", "owner", "wrapped", "created_at")
 #: The unique index a carried insert may lose to (the owner's key).
 _OWNER_INDEX = next(i for i in data_keys.indexes if i.name == "am_keys_owner")
 
 
 def carries(dialect: Dialect) -> bool:
-    """Whether a new key can travel in the transaction of the first write sealed with it
-    (:func:`carrying_plan`): the database tells a lost race on the owner's index from any
-    other failure, and the key table is not a reference table replicated to every node
-    (on a distributed database, a key created with a shard's rows would make each such
-    write a transaction over every node)."""
+    """Whether a new key can travel in the first write sealed with it: the database tells
+    a lost race from other failures, and is not Citus (the key table is replicated)."""
     return dialect.tells_unique_violations and not dialect.distributed
 
 
 def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` (a write sealed with ``row``'s key) with the key's plain insert at the
-    head of its first transaction, and of each later one until one commits: the key is
-    stored in the same transaction, and round trip where the driver pipelines, as the
-    first write sealed with it, and nothing sealed with it commits without it.
+    """Run ``plan`` (a write sealed with ``row``'s key) with the key's insert carried
+    (:func:`.database.carry_plan`): nothing sealed with it commits without it.
 
     Returns whether the key was stored (``False`` when the plan committed no transaction)
     and the plan's value.
@@ -142,10 +136,7 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
     """Delete the keys of ``owners`` in one transaction; the keys deleted."""
     if not owners:
         return []
-    find = dialect.sql(
-        "keys_of",
-        lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
-    )
+    find = _by_owner(dialect)
     delete = dialect.sql(
         "key_delete",
         lambda: sa.delete(data_keys).where(data_keys.c.owner == sa.bindparam("b_owner")),
@@ -159,15 +150,13 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
 
 def copy_plan(dialect: Dialect, rows: Sequence[KeyRow]) -> Plan[list[KeyRow]]:
     """Store ``rows`` as they are (still wrapped), each unless its owner has a key already,
-    in one transaction and round trip; each owner's key as stored afterwards (another key
-    than the row's where the owner had one: nothing was copied for it)."""
+    in one round trip; each owner's key as stored afterwards."""
     if not rows:
         return []
-    insert = dialect.sql("key_insert", lambda: dialect.insert_row_ignore(data_keys, ["owner"]))
     params = [dict(zip(_PARAMS, row, strict=True)) for row in rows]
     found = yield Batch(
         [
-            Stmt(insert, params, many=True),
+            Stmt(_insert(dialect), params, many=True),
             *[Stmt(_by_owner(dialect), {"b_owner": r.owner}, fetch=True) for r in rows],
         ],
         write=True,

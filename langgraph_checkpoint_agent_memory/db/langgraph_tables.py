@@ -1,26 +1,6 @@
-"""LangGraph's own tables, as the import reads them, and what the import compares and
-stamps on ours.
-
-LangGraph's ``SqliteSaver`` / ``PostgresSaver`` keep threads in ``checkpoints``,
-``checkpoint_blobs`` (PostgreSQL only), ``checkpoint_writes`` (``writes`` on SQLite) and
-``checkpoint_migrations``; ``SqliteStore`` / ``PostgresStore`` keep items in ``store`` (and
-their vectors in ``store_vectors``). The import reads checkpoints through LangGraph's saver
-on the connection opened here (:meth:`Source.connection`); what no public API gives it is
-read here with SQL:
-
-* the thread ids (a saver lists checkpoints, not threads, and ``list(None)`` of
-  ``PostgresSaver`` fetches every row of every thread before yielding the first);
-* per thread, the checkpoints and how many writes each has, to compare with ours and copy
-  only what changed;
-* the writes' ``task_path``, which orders pending writes but which ``CheckpointTuple``
-  does not carry;
-* the store's items with their ``expires_at`` and ``ttl_minutes``, which LangGraph's
-  ``Item`` does not carry.
-
-The source is opened read-only: a SQLite file with ``mode=ro``, a PostgreSQL connection
-whose every statement runs in a transaction begun ``BEGIN READ ONLY`` (psycopg's
-``read_only``; not the ``default_transaction_read_only`` startup option, which PgBouncer
-refuses).
+"""LangGraph's own tables, as the import reads them read-only, and what the import compares
+and stamps on ours. Checkpoints are read through LangGraph's saver; SQL reads only what no
+public API gives: thread ids, per-thread shapes, writes' ``task_path``, items' TTLs.
 """
 
 from __future__ import annotations
@@ -51,7 +31,6 @@ from langgraph_checkpoint_agent_memory.errors import (
 
 B = sa.bindparam
 
-#: Thread ids and store items read per query.
 PAGE = 500
 
 
@@ -71,7 +50,6 @@ class SourceItem(NamedTuple):
 ThreadShape = dict[tuple[str, str], int]
 
 
-#: The columns of LangGraph's tables that the import reads, per kind of source.
 _KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
 _WRITE = (*_KEY, "task_id", "idx", "channel", "type")
 _STORE = ("prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes")
@@ -91,9 +69,8 @@ _COLUMNS = {
 
 
 def seconds(value: Any) -> float | None:
-    """A timestamp of LangGraph's tables in seconds since the epoch: PostgreSQL's
-    ``timestamptz`` arrives as an aware ``datetime``; SQLite's ``CURRENT_TIMESTAMP`` as text
-    in UTC (``2026-12-05 21:00:00``), an ``expires_at`` as ISO text with its offset."""
+    """A timestamp of LangGraph's tables (a ``datetime``, or ISO text, UTC unless it says)
+    in seconds since the epoch."""
     if value is None:
         return None
     when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
@@ -147,7 +124,7 @@ class Source:
         return {name for (name,) in self._rows(sql, (table,))}
 
     def check(self, tables: set[str]) -> None:
-        """Refuse a source whose ``tables`` lack a column of LangGraph's that the import
+        """Refuse a source whose ``tables`` lack a column that the import
         reads: a table of that name written by something else.
 
         Raises:
@@ -178,9 +155,7 @@ class Source:
 
     def sqlite_state(self) -> tuple[bool, bool]:
         """Whether the SQLite file is in WAL mode, and whether its ``writes`` table has
-        ``task_path``: what LangGraph's ``SqliteSaver`` sets up on first use (a read-only
-        connection refuses both changes, and takes the WAL switch as a no-op only when the
-        file is in WAL mode already)."""
+        ``task_path`` (what ``SqliteSaver`` sets up, which a read-only connection refuses)."""
         [(mode,)] = self._rows("PRAGMA journal_mode")
         return str(mode).lower() == "wal", "task_path" in self._columns("writes")
 
@@ -260,8 +235,7 @@ class Source:
             after = (page[-1][0], page[-1][1])
 
     def clock(self) -> float:
-        """The source's time now, in seconds since the epoch: what its next write will be
-        stamped after (a SQLite file is written on this machine, by its clock)."""
+        """The source's time now (a SQLite file's is this machine's clock)."""
         if self.kind == "sqlite":
             return datetime.now(timezone.utc).timestamp()
         [(now,)] = self._rows("SELECT now()")
@@ -276,10 +250,8 @@ class Source:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Read inside: at the end, the read-only transaction that PostgreSQL's statements
-        began is ended (each statement sees the committed rows anyway), so that none stays
-        open between threads or queries (and a transaction pooler such as PgBouncer gets its
-        server connection back)."""
+        """Read inside; then the read-only transaction PostgreSQL began is ended, so none
+        stays open (a transaction pooler gets its server connection back)."""
         try:
             yield
         finally:
@@ -347,15 +319,9 @@ def open_source(url: str) -> Source:
         conn = psycopg.connect(conninfo, row_factory=dict_row, **options)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(f"cannot connect to {where}: {first_line(exc)}") from None
-    # not autocommit, and read-only: every statement runs in a transaction begun with BEGIN
-    # READ ONLY, so nothing the import runs (LangGraph's saver included) can write to the
-    # source; :meth:`Source.reading` ends each. (Not a startup option: PgBouncer refuses
-    # those.)
+    # every statement in a transaction begun READ ONLY (a startup option PgBouncer refuses)
     conn.read_only = True
     return Source("postgresql", conn, where)
-
-
-# -- our side: what a thread holds, and the times of imported items -------------------------
 
 
 def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:

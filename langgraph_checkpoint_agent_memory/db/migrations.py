@@ -1,17 +1,8 @@
-"""Versioned schema migrations, one list per component, the same lists for every dialect.
-
-Each component (the checkpointer, the store, agent memory, the key store) has its own
-numbered list, so a process that opens only a checkpointer creates only the checkpoint
-tables. Version 1 of each is its baseline: the tables and indexes :mod:`.schema` declares,
-as they are now. A later change of the schema appends a step (its statements from the
-dialect, so the same version creates the right types on each database); the snapshots in
-``tests/fixtures/schema`` hold what the steps make. All lists share the ledger
-``am_migrations``: component ``c``'s version ``v`` is recorded as ``c.block * 1000 + v``.
-
-``migrate_plan`` is idempotent and safe when several processes start at once: it serializes
-on a lock (PostgreSQL advisory lock, SQLite's write lock; on HANA, whose DDL commits by itself,
-a statement that finds its object already created counts as applied), reads the applied
-versions and applies the missing ones, each in order.
+"""Versioned schema migrations, one numbered list per component (so a checkpointer alone
+creates only its tables), the same for every dialect; version 1 is :mod:`.schema` as it is.
+The ledger ``am_migrations`` records component ``c``'s version ``v`` as
+``c.block * 1000 + v``; :func:`migrate_plan` serializes on a lock, so processes may start
+at once.
 """
 
 from __future__ import annotations
@@ -50,7 +41,6 @@ from langgraph_checkpoint_agent_memory.db.shard import (
 )
 from langgraph_checkpoint_agent_memory.db.store import vector_text
 
-#: Vectors converted to the native column per batch (see :func:`convert_vectors_plan`).
 CONVERT_BATCH = 500
 
 
@@ -68,10 +58,9 @@ class Component:
     """A component's migrations, in order, and the work its every setup runs after them."""
 
     name: str
-    block: int  # the ledger records version v as block * 1000 + v
+    block: int
     steps: tuple[Step, ...]
-    #: Run after the migrations at every setup: bring the database up to what it offers now
-    #: (resumable; it finds nothing to do once done).
+    #: Run after the migrations at every setup (resumable).
     after: Callable[[Dialect], Plan[Any]] | None = None
 
     def ledger_id(self, version: int) -> int:
@@ -83,24 +72,15 @@ class Component:
 
 
 def _checkpoint_v1(d: Dialect) -> list[str]:
-    # the settings table (which the store creates too) records that the database is
-    # encrypted (see marks); the view and triggers of a one-statement put where the
-    # database cannot chain inserts in one
     return [*d.ddl(CHECKPOINT_TABLES), d.create_unless_exists(settings), *d.write_rows_ddl()]
 
 
 def _store_v1(d: Dialect) -> list[str]:
     return [
         *d.ddl(STORE_TABLES),
-        # the native vector column where the database has one (on PostgreSQL: pgvector's,
-        # where the extension is there or can be created; the HNSW index of each dimension
-        # count comes when a store of that dimension sets up)
         *d.vector_ddl(),
         *d.vector_index_ddl(),
-        # the shard-key rule (and the encryption mark) are recorded there
         d.create_unless_exists(settings),
-        # a query of common words reads their packed postings plus those written since,
-        # found by this index of the unpacked ones
         *d.fresh_postings_ddl(),
         *d.postings_upkeep_ddl(),
     ]
@@ -115,10 +95,8 @@ def _keys_v1(d: Dialect) -> list[str]:
 
 
 def convert_vectors_plan(dialect: Dialect) -> Plan[int]:
-    """Fill the native vector column of vectors stored before the database had one
-    (pgvector installed since), a batch at a time. Candidates are read without row locks
-    (a distributed database refuses them across shards) and each write sets the column only
-    where it is still NULL, so processes that run it at once agree."""
+    """Fill the native vector column of vectors stored before the database had one, a batch
+    at a time, only where still NULL (no row locks: Citus refuses them), so processes agree."""
     fill = dialect.fill_vector()
     assert fill is not None
     v, i = store_vectors, store_items.alias("i")
@@ -149,7 +127,6 @@ def convert_vectors_plan(dialect: Dialect) -> Plan[int]:
 
 
 def _store_after(dialect: Dialect) -> Plan[None]:
-    # what the database offers now: pgvector may have been installed since
     yield from dialect.vectors_plan()
     if dialect.native_vectors:
         yield from convert_vectors_plan(dialect)
@@ -168,16 +145,14 @@ MEMORY = Component(
         ),
     ),
 )
-#: The key store of encryption at rest: the wrapped data keys, in the data's database unless
-#: a key store of its own is configured (then its tables are there, and only there).
+#: The wrapped data keys of encryption at rest (in a key store's own database if set).
 KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1),))
 #: Every component, in the order ``agent-memory migrate`` applies them.
 COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 
 
 def statements_of(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
-    """Every statement of the steps of ``components`` (all by default), in the order they
-    apply (what the offline checks of each dialect's DDL read)."""
+    """Every statement of the steps of ``components``, in the order they apply."""
     return [sql for c in components for s in c.steps for sql in s.build(dialect)]
 
 
@@ -192,19 +167,10 @@ def migrate_plan(
     """Apply the migrations of ``components`` this database lacks; return the versions
     applied, by component name.
 
-    ``on_progress``: called with ``(parts done, parts)``: the schema's transaction is one
-    part, and the work each component does after its migrations (bringing stored data up
-    to what the database offers now) one each.
-
-    ``encrypted``: whether the data components opening the database encrypt at rest; the
-    same transaction marks the database when they do, and refuses a marked database with
-    an ``EncryptionError`` (nothing migrated) when they do not (see :mod:`.marks`; ``None``:
-    neither, for the key store's own database).
-
-    With the store among ``components``, it also checks the shard-key rule: the database
-    records ``shard_depth`` at the first setup (``None``: the recorded value, else
-    :data:`.shard.DEFAULT_SHARD_DEPTH`), and a different ``shard_depth`` later is refused
-    with a ``ConfigurationError``, before anything is written."""
+    ``on_progress``: called with ``(parts done, parts)``: the schema's transaction, then
+    each component's ``after``. ``encrypted``: mark the database encrypted, or refuse a
+    marked one with ``EncryptionError`` (``None``: neither). With the store, a
+    ``shard_depth`` other than the recorded one is refused with ``ConfigurationError``."""
     parts = 1 + sum(c.after is not None for c in components)
     report = on_progress or (lambda done, total: None)
     report(0, parts)
@@ -222,7 +188,6 @@ def migrate_plan(
         applied[component.name] = [s.version for s in pending]
     if to_record:
         statements.append(Stmt(record_setting(dialect), to_record))
-    # then the tables distributed where the database is (Citus), and one commit
     yield Batch(statements, hold=True)
     if encrypted is not None:
         yield from settle_plan(dialect, encrypted)
@@ -243,8 +208,7 @@ def _applied_sql(dialect: Dialect) -> Sql:
 
 
 def _ledger_plan(dialect: Dialect) -> Plan[set[int]]:
-    """Lock migrations (where the database can), create the schema and the ledger where
-    missing, and read the versions it records; the transaction stays open."""
+    """Lock, create the schema and ledger where missing, read it; the transaction stays open."""
     create = dialect.sql("create_migrations", lambda: dialect.create_unless_exists(migrations))
     first: list[Stmt] = []
     lock = dialect.migration_lock()
@@ -261,7 +225,6 @@ def _ledger_plan(dialect: Dialect) -> Plan[set[int]]:
 
 
 def _recorded(dialect: Dialect, component: Component, step: Step, now: float) -> Stmt:
-    """The ledger row of ``component``'s ``step``."""
     record = dialect.sql(
         "record_migration",
         lambda: sa.insert(migrations).values(
@@ -282,9 +245,8 @@ def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:
 
 
 def _shard_rule(dialect: Dialect, done: set[int], asked: int | None) -> Plan[dict[str, Any] | None]:
-    """The settings row of the shard depth to record (``None`` when one is recorded
-    already). Refuses an ``asked`` depth that differs from the recorded one: rows already
-    carry keys computed by it."""
+    """The settings row of the shard depth to record (``None``: recorded already); refuses
+    an ``asked`` depth other than the recorded one."""
     if asked is not None:
         checked_depth(asked)
     recorded: int | None = None
@@ -301,8 +263,7 @@ def _shard_rule(dialect: Dialect, done: set[int], asked: int | None) -> Plan[dic
 
 
 def installed_plan(dialect: Dialect) -> Plan[set[str]]:
-    """The components whose tables this database holds (none for a database the package
-    never set up); it reads, and creates nothing."""
+    """The components whose tables this database holds; it creates nothing."""
     try:
         [rows] = yield Batch([Stmt(_applied_sql(dialect), fetch=True)])
     except Exception:  # no ledger: nothing of ours is here
@@ -318,11 +279,7 @@ def migrate(
     encrypted: bool | None = None,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> dict[str, list[int]]:
-    """Create or migrate the tables of ``components`` (all by default) in ``database``;
-    return the versions applied, by component name. Idempotent. ``shard_depth``: the
-    store's shard-key rule (``None``: the one recorded, else the default); ``encrypted``:
-    mark the database encrypted (``True``) or refuse it when it is (``False``);
-    ``on_progress``: see :func:`migrate_plan`."""
+    """:func:`migrate_plan` run on ``database``; idempotent."""
     return database.run(
         migrate_plan(database.dialect, time.time(), components, shard_depth, encrypted, on_progress)
     )

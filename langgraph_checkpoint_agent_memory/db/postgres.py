@@ -1,23 +1,16 @@
-"""PostgreSQL through psycopg 3: the dialect (what its SQL looks like), how connections are
-configured, the session that sends a plan's batches, and the database object that holds a
-connection string's pools or a connection or pool passed in, sync or async. The
-one-statement checkpoint reads and writes are built in :mod:`.pg_checkpoint`.
+"""PostgreSQL through psycopg 3: dialect (one-statement checkpoint SQL included), connection
+options, session and database.
 
-Given a pool there is no lock around the database object: the pool is the concurrency
-control. Given a single connection, a lock serializes its users, as a connection can run one
-statement at a time. Connections must be in autocommit mode (the session sends its own
-``BEGIN``/``COMMIT``); the pools opened here are configured so.
-
-Nothing sets session state on a connection (settings are ``SET LOCAL``), so a transaction
-pooler (PgBouncer in ``pool_mode = transaction``) may sit between the pools and the server;
-a pool that prepares statements by default checks once that it talks to the server itself
-(:func:`pooler_error`).
+Connections are in autocommit mode (the session sends its own ``BEGIN``/``COMMIT``) and
+carry no session state (settings are ``SET LOCAL``), so a transaction pooler may sit in
+front of the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import math
@@ -25,8 +18,15 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Hashable,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
@@ -34,7 +34,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
+from langgraph_checkpoint_agent_memory.db import checkpoint as checkpoint_sql
 from langgraph_checkpoint_agent_memory.db import fork
+from langgraph_checkpoint_agent_memory.db.checkpoint import takes_write, thread_takes
 from langgraph_checkpoint_agent_memory.db.database import (
     Batch,
     Database,
@@ -44,7 +46,6 @@ from langgraph_checkpoint_agent_memory.db.database import (
     T,
     adrive,
     connection_waited,
-    drive,
     first_line,
 )
 from langgraph_checkpoint_agent_memory.db.dialect import (
@@ -58,21 +59,15 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     same_item,
     vectors_near,
 )
-from langgraph_checkpoint_agent_memory.db.pg_checkpoint import (
-    GROUPS,
-    MAX_VALUES_ROWS,
-    cell_names,
-    fast_write_statement,
-    get_tuple_statement,
-    routed_insert,
-    routed_live,
-    routed_touch,
-)
 from langgraph_checkpoint_agent_memory.db.schema import (
+    TIME,
+    blobs,
     checkpoints,
     items_i,
     metadata,
+    threads,
     vectors_v,
+    writes,
     written,
 )
 from langgraph_checkpoint_agent_memory.db.url import (
@@ -98,12 +93,8 @@ MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
 #: a key space of the package's own, apart from the one-key locks (migrations).
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
 
-#: Where pgvector is installed, or can be: the extension created, and the ``embedding``
-#: column (an untyped ``vector``, so stores of any dimension share the table; each dimension
-#: count gets its own partial HNSW index) added, kept inline in the row (``MAIN``) rather
-#: than in TOAST, so exact search does not fetch each vector from a second table. A role
-#: that may not create the extension leaves the store on exact search. The partial index
-#: finds the vectors written before the column existed, for their conversion.
+#: Where pgvector is installed or can be: the extension and an untyped ``embedding`` column
+#: (stores of any dimension share it), kept inline (``MAIN``) so exact search reads no TOAST.
 # raw: a PL/pgSQL block (CREATE EXTENSION, ALTER TABLE), no Core form
 PGVECTOR_SETUP = (
     "DO $$ BEGIN "
@@ -122,17 +113,14 @@ PGVECTOR_SETUP = (
     "WHERE embedding IS NULL'; "
     "END IF; END $$"
 )
-#: What the database offers: the ``vector`` type, the ``embedding`` column, the extension.
-# raw: PostgreSQL catalog lookups
+# raw: PostgreSQL catalog lookups (the vector type, the embedding column, the extension)
 PGVECTOR_STATE = (
     "SELECT to_regtype('vector') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute "
     "WHERE attrelid = to_regclass('am_store_vectors') AND attname = 'embedding' "
     "AND NOT attisdropped), EXISTS (SELECT 1 FROM pg_available_extensions "
     "WHERE name = 'vector')"
 )
-#: A namespace index in byte order, which the prefix range of :meth:`vector_under` can
-#: walk (the primary key's collation is the database's, which that range cannot use).
-# raw: an expression index with a collation, declared apart from schema.py's tables
+# raw: a byte-order namespace index, which the prefix range of vector_under can walk
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
 
 
@@ -150,31 +138,232 @@ class PgVector(sa.types.UserDefinedType[Any]):
 
 _ONE: Any = sa.literal_column("1")
 _ZERO: Any = sa.literal_column("0")
-#: PostgreSQL's catalog of relations, for the planner's row estimates.
 _PG_CLASS = sa.table("pg_class", sa.column("oid"), sa.column("reltuples"))
 
 
 def _embedding() -> Any:
-    """Raw: the vectors' pgvector column, which :mod:`.schema` does not declare (it exists
-    only where the extension does), named through the vectors' alias."""
+    """Raw: the pgvector column, which :mod:`.schema` does not declare."""
     return sa.literal_column(f"{vectors_v.name}.embedding")
 
 
 def _query_vector(spec: str) -> Any:
-    """``:query_vector`` (text form) as a pgvector value of type ``spec``."""
     return sa.cast(sa.bindparam("query_vector"), PgVector(spec))
 
 
 def _dims_are(dims: int) -> Any:
-    """The vector has ``dims`` dimensions: a literal, as in the partial HNSW index's
-    predicate, so the planner can use the index."""
+    """A literal, as in the partial HNSW index's predicate, so the planner can use it."""
     return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
 
 
+def get_tuple_statement(by_id: bool) -> Any:
+    """The statement of :meth:`PostgresDialect.fast_get_tuple`."""
+    return checkpoint_sql.get_tuple_statement(by_id, _version_rows, _blob)
+
+
+def _version_rows(c: Any) -> Any:
+    """The checkpoint's ``blob_versions`` as rows ``(key, value)``."""
+    return (
+        sa.func.jsonb_each_text(sa.cast(c.c.blob_versions, sa_pg.JSONB))
+        .table_valued("key", "value")
+        .render_derived(name="v")
+        .lateral()
+    )
+
+
+def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
+    """One blob by its full primary key, the thread named by parameter (Citus routes a
+    recursive query only when every table in it is filtered on thread_id), as a LATERAL
+    ... LIMIT 1, so the planner cannot turn it into a scan of the thread's blobs."""
+    bb = blobs.alias("bb")
+    found = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS))
+    one = sa.literal_column("1", sa.Integer)
+    lookup = found.where(
+        bb.c.thread_id == sa.bindparam("thread_id"),
+        bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
+        bb.c.channel == channel,
+        bb.c.version == version,
+    )
+    return lookup.limit(one).lateral("b"), sa.true(), False
+
+
+#: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
+GROUPS = {"put": ("b",), "writes": ("f", "r")}
+#: Per row group: the table, the columns whose value is a fixed parameter of their name (the
+#: others take the row's own cell), and whether a key conflict overwrites the row.
+_ROUTED_ROWS: dict[str, tuple[sa.Table, frozenset[str], bool]] = {
+    "b": (blobs, frozenset({"thread_id", "checkpoint_ns"}), False),
+    **{
+        group: (
+            writes,
+            frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path"}),
+            overwrite,
+        )
+        for group, overwrite in (("f", False), ("r", True))
+    },
+}
+
+
+def routed_insert(group: str, count: int) -> Any:
+    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
+    :func:`cell_names`)."""
+    table, fixed, overwrite = _ROUTED_ROWS[group]
+    rows: list[dict[str, Any]] = [
+        {
+            c.name: sa.bindparam(c.name if c.name in fixed else f"{group}{i}_{c.name}")
+            for c in table.columns
+        }
+        for i in range(count)
+    ]
+    stmt = sa_pg.insert(table).values(rows)
+    if not overwrite:
+        return stmt.on_conflict_do_nothing()
+    # a special channel's write overwrites the pending write of the same key
+    return stmt.on_conflict_do_update(
+        index_elements=list(table.primary_key.columns),
+        set_={c: stmt.excluded[c] for c in ("channel", "type", "blob", "task_path")},
+    )
+
+
+def routed_touch() -> Any:
+    """Touch the thread's activity row where it takes the write, returning a row if so."""
+    t = threads
+    cols = ("thread_id", "last_active", "ttl_seconds", "expires_at")
+    stmt = sa_pg.insert(t).values({**{c: sa.bindparam(c) for c in cols}, "deleted_at": sa.null()})
+    return stmt.on_conflict_do_update(
+        index_elements=[t.c.thread_id],
+        set_={c: stmt.excluded[c] for c in cols[1:]},
+        where=sa.and_(*takes_write(t)),
+    ).returning(sa.literal_column("1"))
+
+
+def routed_live() -> Any:
+    """The thread's activity row, locked for share, where it takes the write."""
+    t = threads.alias("t")
+    return (
+        sa.select(sa.literal_column("1"))
+        .select_from(t)
+        .where(t.c.thread_id == sa.bindparam("thread_id"), *takes_write(t))
+        .with_for_update(read=True)
+    )
+
+
+def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, ...]) -> Any:
+    """The one statement of :meth:`PostgresDialect.fast_write`: data-modifying CTEs, each
+    inserting its rows only while the ``live`` CTE holds a row; the count of that row."""
+    live = (
+        sa.select(sa.literal_column("1").label("ok"))
+        .where(thread_takes(sa.bindparam("thread_id")))
+        .cte("live")
+    )
+    ctes = []
+    if touch:
+        t = threads
+        touched: Any = sa.select(
+            sa.bindparam("thread_id"),
+            sa.bindparam("last_active"),
+            sa.cast(sa.bindparam("ttl_seconds"), sa.Integer),
+            sa.cast(sa.bindparam("expires_at"), TIME),
+            sa.null(),
+        ).select_from(live)
+        cols = ["thread_id", "last_active", "ttl_seconds", "expires_at", "deleted_at"]
+        touch_stmt: Any = d.upsert_select(t, cols, touched, ["thread_id"], cols[1:4])
+        ctes.append(touch_stmt.cte("touch"))
+    for name, insert in _row_inserts(d, kind, counts, live):
+        ctes.append(insert.cte(name))
+    return sa.select(sa.func.count()).select_from(live).add_cte(*ctes)
+
+
+def _row_inserts(
+    d: Dialect, kind: str, counts: tuple[int, ...], live: Any
+) -> list[tuple[str, Any]]:
+    """The inserts of a one-statement fast write, named, each selecting from ``live``."""
+    fixed: dict[str, Any] = {
+        c: sa.bindparam(c) for c in ("thread_id", "checkpoint_ns", "checkpoint_id")
+    }
+    fixed |= {c: sa.bindparam(c) for c in ("task_id", "task_path")}
+    if kind == "put":
+        out = []
+        if counts[0]:
+            out.append(("blobs", _rows_insert(d, blobs, "b", counts[0], fixed, live, False)))
+        cols = [c.name for c in checkpoints.columns]
+        row: Any = sa.select(*(sa.bindparam(c) for c in cols)).select_from(live)
+        keys = [c.name for c in checkpoints.primary_key.columns]
+        out.append(("cp", d.upsert_select(checkpoints, cols, row, keys, cols[len(keys) :])))
+        return out
+    groups = (("first", "f", False), ("special", "r", True))
+    return [
+        (name, _rows_insert(d, writes, group, count, fixed, live, overwrite))
+        for (name, group, overwrite), count in zip(groups, counts, strict=True)
+        if count
+    ]
+
+
+def _rows_insert(
+    d: Dialect,
+    table: sa.Table,
+    group: str,
+    count: int,
+    fixed: Mapping[str, Any],
+    live: Any,
+    overwrite: bool,
+) -> Any:
+    """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
+    (VALUES ...) AS u`` of ``count`` rows of ``group``; on a key conflict, keep the row or
+    (``overwrite``: a special channel's write) overwrite its value."""
+    kind = "put" if table is blobs else "writes"
+    rows = _values(kind, group, count)
+    cols = [c.name for c in table.columns]
+    source = sa.select(*(fixed[c] if c in fixed else rows.c[c] for c in cols))
+    keys = [c.name for c in table.primary_key.columns]
+    if not overwrite:
+        return d.insert_missing(table, cols, source.select_from(live).select_from(rows), keys)
+    update = ["channel", "type", "blob", "task_path"]
+    return d.upsert_select(table, cols, source.select_from(live).select_from(rows), keys, update)
+
+
+#: Rows one fast write sends as plain parameters; more take the generic statements.
+MAX_VALUES_ROWS = 64
+#: The row keys a fast write's rows carry, in order, with their SQL types.
+_ROW_COLUMNS: dict[str, list[tuple[str, Any]]] = {
+    "put": [
+        ("channel", sa.Text),
+        ("version", sa.Text),
+        ("type", sa.Text),
+        ("blob", sa_pg.BYTEA),
+        ("base_version", sa.Text),
+    ],
+    "writes": [("idx", sa.Integer), ("channel", sa.Text), ("type", sa.Text), ("blob", sa_pg.BYTEA)],
+}
+
+
+@functools.cache
+def cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Per row of a fast write, each column with the parameter that carries it."""
+    return tuple(
+        tuple((column, f"{group}{i}_{column}") for column, _ in _ROW_COLUMNS[kind])
+        for i in range(MAX_VALUES_ROWS)
+    )
+
+
+def _values(kind: str, group: str, count: int) -> Any:
+    """``(VALUES (...), ...) AS u`` over ``count`` rows of ``group``'s parameters; the first
+    row carries the types (a parameter alone in VALUES would be taken as text)."""
+    columns = _ROW_COLUMNS[kind]
+    rows = [
+        tuple(
+            sa.cast(sa.bindparam(f"{group}{i}_{c}"), t)
+            if i == 0
+            else sa.bindparam(f"{group}{i}_{c}")
+            for c, t in columns
+        )
+        for i in range(count)
+    ]
+    return sa.values(*(sa.column(c, t) for c, t in columns), name="u").data(rows)
+
+
 class PostgresDialect(Dialect):
-    """PostgreSQL's SQL; with ``schema``, every statement names the package's tables in that
-    schema (:meth:`qualify`), so apps or tenants can share one database through a pooler
-    (qualified names: no ``search_path``, which is session state)."""
+    """PostgreSQL's SQL; with ``schema``, statements name the tables in it (no
+    ``search_path``, which is session state)."""
 
     name = "postgresql"
 
@@ -187,14 +376,10 @@ class PostgresDialect(Dialect):
         )
 
     def qualified(self, table: str) -> str:
-        """``table`` as statements name it: ``"schema".table``, or bare without a schema."""
         return table if self.schema is None else f'"{self.schema}".{table}'
 
     def qualify(self, text: str) -> str:
-        """``text`` with every table of the package named in :attr:`schema`, applied to each
-        statement as it is sent (statements name bare tables). A table name is a whole word
-        (``am_threads_pkey`` is another), inside string literals too: ``to_regclass(
-        'am_threads')`` must find the same table."""
+        """A table name is a whole word, inside string literals too (``to_regclass``)."""
         if self.schema is None:
             return text
         done = self._qualified.get(text)
@@ -204,8 +389,7 @@ class PostgresDialect(Dialect):
         return done
 
     def schema_ddl(self) -> list[str]:
-        """Create the schema unless it exists (a role may lack the privilege to create one
-        that exists already, which ``IF NOT EXISTS`` would still check)."""
+        """A block, as ``IF NOT EXISTS`` would still check the privilege to create it."""
         if self.schema is None:
             return []
         return [
@@ -222,8 +406,7 @@ class PostgresDialect(Dialect):
         return sa_pg.insert(table)
 
     def cast_param(self, param: sa.BindParameter[Any], type_: Any) -> Any:
-        # Cast to the unbounded type: a CAST to VARCHAR(n) would truncate silently, while the
-        # column's own limit raises a clear error.
+        # a CAST to VARCHAR(n) would truncate silently; the column's limit raises
         if isinstance(type_, sa.String) and not getattr(type_, "_variant_mapping", None):
             type_ = sa.Text()
         return sa.cast(param, type_)
@@ -238,9 +421,7 @@ class PostgresDialect(Dialect):
         return MIGRATION_LOCK
 
     def scope_lock(self) -> sa.sql.ClauseElement | None:
-        # pg_advisory_xact_lock(int, int): released at commit or rollback, so a
-        # transaction pooler may hand the server connection on; taken on the coordinator
-        # under Citus, before any row lock on a worker
+        # released at commit or rollback, so a transaction pooler may hand the connection on
         key = sa.func.hashtext(sa.bindparam("lock_key", type_=sa.Text))
         return sa.select(
             sa.func.pg_advisory_xact_lock(sa.literal_column(str(SCOPE_LOCK_CLASS)), key)
@@ -250,14 +431,11 @@ class PostgresDialect(Dialect):
         return f"%({name})s"
 
     def unless_exists(self, table: str, create: str) -> str:
-        # a block, as PostgreSQL has no conditional DDL that skips the privilege check
         return (
             # raw: a PL/pgSQL block (conditional DDL), no Core form
             f"DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN "
             f"EXECUTE '{create.replace(chr(39), chr(39) * 2)}'; END IF; END $$"
         )
-
-    # -- vectors: pgvector where the database has it ----------------------------------------
 
     def vector_index_ddl(self) -> list[str]:
         return [VECTOR_NAMESPACE_INDEX, PGVECTOR_SETUP]
@@ -267,7 +445,6 @@ class PostgresDialect(Dialect):
         [rows] = yield Batch([state])
         has_type, has_column, available = rows[0]
         if create and not has_column and (has_type or available):
-            # installed (or installable) since the migration ran: add the column now
             lock = Stmt(Sql(MIGRATION_LOCK), fetch=True)
             yield Batch(
                 [lock, Stmt(self.sql("pgvector_setup", lambda: PGVECTOR_SETUP))], write=True
@@ -285,8 +462,7 @@ class PostgresDialect(Dialect):
         return sa.cast(text, PgVector("vector"))
 
     def vector_under_clause(self, column: Any) -> Any:
-        # the byte-order range first, which am_store_vectors_ns walks; then the exact test
-        # (a namespace "a-b" sorts between "a" and "a.", inside the range, not under "a")
+        # the range am_store_vectors_ns walks, then the exact test ("a-b" sorts inside it)
         c = column.collate("C")
         return sa.and_(
             c >= sa.bindparam("ns"),
@@ -386,9 +562,7 @@ class PostgresDialect(Dialect):
                 .limit(sa.bindparam("n", type_=sa.Integer))
             )
 
-        # Iterative index scans: a filter or a namespace that drops rows makes the scan
-        # read on (in relaxed order; the store re-sorts by similarity) until :n rows pass,
-        # or until hnsw.max_scan_tuples, when the store falls back to exact search.
+        # iterative scans read on until :n rows pass the filters (the store re-sorts)
         return [
             # raw: pgvector's settings, no Core form
             self.sql(
@@ -396,16 +570,13 @@ class PostgresDialect(Dialect):
                 lambda: f"SET LOCAL hnsw.ef_search = {int(index.ef_search)}",
             ),
             self.sql("ann_iterative", lambda: "SET LOCAL hnsw.iterative_scan = relaxed_order"),
-            # the index is the only plan that needs no sort: a generic plan (psycopg prepares
-            # a statement run often) that cannot see the namespace's size would otherwise
-            # sort the namespace instead
+            # else a generic (prepared) plan, blind to the namespace's size, may sort it all
             self.sql("ann_no_sort", lambda: "SET LOCAL enable_sort = off"),
             self.sql(("ann_search", index.name, filters), build),
         ]
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         def build() -> Any:
-            # the planner's row estimates, from the catalog (PostgreSQL's own tables)
             index_rows = (
                 sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
                 .where(_PG_CLASS.c.oid == sa.func.to_regclass(sa.bindparam("index")))
@@ -423,9 +594,7 @@ class PostgresDialect(Dialect):
         return self.sql(("vector_counts", index.name, scoped), build)
 
     def postings_upkeep_ddl(self) -> list[str]:
-        """Autovacuum at 1% of the postings dead, not a fifth: a block's build marks up to
-        all of a common term's postings, each an entry of the index of unpacked ones that
-        queries step over until a vacuum (3 ms of a 100,000-item query)."""
+        """Autovacuum at 1% dead: marked postings slow queries until a vacuum."""
         return [
             # raw: storage parameters have no Core form
             "ALTER TABLE am_store_terms SET (autovacuum_vacuum_scale_factor = 0.01, "
@@ -436,9 +605,7 @@ class PostgresDialect(Dialect):
         return 1
 
     def one_of(self, column: Any, param: str, size: int) -> Any:
-        # one array: the statement's text is the same for any number of values, so psycopg
-        # converts it once (a text of hundreds of parameters it converts on every run)
-        # text[], not the column's varchar(n)[]: a cast to varchar(n) cuts longer values
+        # one array: one statement text for any count; text[], as varchar(n) would cut
         values = sa.cast(sa.bindparam(param), sa_pg.ARRAY(sa.Text))
         return column == sa.any_(values)
 
@@ -457,22 +624,11 @@ class PostgresDialect(Dialect):
     def insert_owned(
         self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> Stmt | None:
-        """One statement per owner row, each routed by Citus to the owner's shard (EXPLAIN:
-        Task Count 1). Measured on the coordinator of a Citus 13 cluster on one loaded
-        machine (server-side median of an item's postings; 4 / 12 / 32 rows): ``INSERT ...
-        VALUES`` 0.48 / 0.82 / 1.54 ms, Citus's fast path, but each row costs the
-        coordinator (it routes and deparses every row); ``INSERT ... SELECT`` from the
-        owner's row joined with ``unnest`` of column arrays 0.75 / 0.80 / 1.06 ms, planned in
-        full but of one text whatever the number of rows. One from ``unnest`` alone is
-        pulled through the coordinator and copied to the shard (twice the time of the
-        others for a put), one statement per row cost 0.3 ms each.
-
-        So: owners of at most :data:`VALUES_OWNED_ROWS` rows each take ``VALUES`` of a
-        power of two of rows (their largest count), filled up by repeating a row, which
-        ``ON CONFLICT DO NOTHING`` skips (an owner's rows are distinct, its old ones deleted
-        before): a table keeps four texts, as prepared statements need. More rows take the
-        arrays, whose statement reads the owner's key from the owner's row, which must
-        exist (it is written first, in the same transaction)."""
+        """One statement per owner row, routed by Citus to its shard. Measured on Citus 13
+        (4 / 12 / 32 rows): ``VALUES`` 0.48 / 0.82 / 1.54 ms, ``SELECT`` from ``unnest``
+        joined to the owner's row 0.75 / 0.80 / 1.06 ms. So up to :data:`VALUES_OWNED_ROWS`
+        rows take ``VALUES`` of a power of two of rows (padded with a repeated row, which
+        ``ON CONFLICT DO NOTHING`` skips), more take the arrays."""
         keys = [c.name for c in owner.primary_key.columns]
         listed = [c.name for c in written(table) if c.name not in keys]
         by_owner: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -502,8 +658,7 @@ class PostgresDialect(Dialect):
         )
 
     def under_clause(self, column: Any) -> Any:
-        # A byte-order range, so the planner estimates it from the column's statistics (a
-        # substr() comparison is a blind guess that made it scan instead of walking indexes)
+        # a byte-order range, which the planner estimates from statistics (substr(): blind)
         c = column.collate("C")
         return sa.or_(
             column == sa.bindparam("ns"),
@@ -511,12 +666,8 @@ class PostgresDialect(Dialect):
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """One comparison per condition, in jsonb's own order where it is exact: numbers
-        compare numerically and sort after strings and null, before booleans, arrays and
-        objects, so ``>= 8`` may admit a boolean (Python drops it) but never loses a number,
-        and nothing casts a value that is not a number. Strings compare in byte order
-        ("C"), as Python does. Fewer, simpler conditions also let the planner estimate
-        them, and walk the newest-first index instead of scanning."""
+        """One comparison per condition in jsonb's order, which may admit rows of another
+        type (Python drops them) but never loses a match; strings in byte order ("C")."""
         if isinstance(value, bool):
             return ("boolean",) if op == "$eq" else None
         if value is None:
@@ -543,8 +694,7 @@ class PostgresDialect(Dialect):
         if kind == "null":
             return sa.func.jsonb_typeof(at) == sa.literal_column("'null'")
         if kind == "number":
-            # through text: a float8 cast straight to numeric keeps only 15 digits, and
-            # 0.22551938891410828 would no longer equal itself
+            # through text: float8 straight to numeric keeps only 15 digits
             number = sa.func.to_jsonb(sa.cast(sa.cast(compared, sa.Text), sa.Numeric))
             return JSON_OPS[rest[0]](at, number)
         return at.is_not(None)
@@ -553,22 +703,13 @@ class PostgresDialect(Dialect):
         return list(path)
 
     def fast_get_tuple(self, by_id: bool) -> Sql:
-        """``get_tuple`` in one statement: the checkpoint row (tag 0); its blobs looked up by
-        full primary key (a LATERAL ... LIMIT 1 per channel, so the planner cannot turn it
-        into a scan of the thread's blobs), each followed down its chain of appended-list
-        bases (tag 1); its writes (tag 2)."""
         return self.sql(("fast_get_tuple", by_id), functools.partial(get_tuple_statement, by_id))
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
-        """One statement, hence one implicit transaction and one round trip, with no
-        BEGIN/COMMIT: every insert is a data-modifying CTE conditioned on the thread being
-        live. Rows come as a ``VALUES`` list of plain parameters (psycopg adapts an array
-        parameter by inspecting its items on every call, which cost more than the insert),
-        so there is a statement per row count; a write of more rows takes the generic path.
-        On a distributed database: :meth:`_routed_write`.
-        """
+        """One statement of data-modifying CTEs conditioned on the thread being live, rows
+        as ``VALUES`` of plain parameters (psycopg inspects an array's items on every call)."""
         groups = ("b",) if kind == "put" else ("f", "r")
         counts = tuple(len(rows[g]) for g in groups)
         if sum(counts) > MAX_VALUES_ROWS:
@@ -605,13 +746,9 @@ class PostgresDialect(Dialect):
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
-        """:meth:`fast_write` on a distributed database, in one transaction and one round
-        trip (Citus runs each data-modifying CTE as a step of its own through the
-        coordinator): a check of the thread that locks its row (the touch's conditional
-        upsert, or ``FOR SHARE``, so a delete waits for the write to commit), then plain
-        ``INSERT ... VALUES`` statements, each routed to the thread's shard on the fast path
-        of Citus's planner (an ``INSERT ... SELECT`` is planned in full, three times the
-        cost); the plan commits only when the check found the thread live."""
+        """:meth:`fast_write` under Citus, in one round trip: a check that locks the
+        thread's row, then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
+        SELECT`` costs three times as much); it commits only when the thread is live."""
         if touch:
             head = self.sql("routed_touch", routed_touch)
         else:
@@ -628,14 +765,11 @@ class PostgresDialect(Dialect):
         return FastWrite(head, params, fetch=True, then=tuple((sql, params) for sql in inserts))
 
 
-# -- connection options ------------------------------------------------------------------
-
 #: The most rows per owner that :meth:`PostgresDialect.insert_owned` sends as ``VALUES``.
 VALUES_OWNED_ROWS = 8
 
 
 def owned_values(table: sa.Table, owner: sa.Table, size: int) -> Any:
-    """``INSERT ... VALUES`` of ``size`` rows of one owner, its key columns bound once."""
     named = {c.name: sa.bindparam(c.name, type_=c.type) for c in owner.primary_key.columns}
     values = [
         {
@@ -651,8 +785,7 @@ def owned_values(table: sa.Table, owner: sa.Table, size: int) -> Any:
 
 
 def owned_arrays(table: sa.Table, owner: sa.Table) -> Any:
-    """``INSERT ... SELECT`` of one owner's rows, each column but its key an array, the key
-    read from the owner's row, named by parameter."""
+    """The owner's key read from its row, every other column an array."""
     keys = [c.name for c in owner.primary_key.columns]
     cols = [c.name for c in written(table)]
     listed = [c for c in cols if c not in keys]
@@ -665,9 +798,7 @@ def owned_arrays(table: sa.Table, owner: sa.Table) -> Any:
     return sa.insert(table).from_select(cols, source)
 
 
-#: psycopg's own default, kept on a direct connection: measured on PostgreSQL 15 on loopback
-#: (benchmarks ``scale``), prepared statements make ``get_tuple`` about 4x and a graph
-#: invoke about 1.3x faster.
+#: psycopg's default: prepared statements make ``get_tuple`` about 4x faster (``scale``).
 DEFAULT_PREPARE_THRESHOLD = 5
 #: What ``schema=`` accepts: a plain identifier, so it is never SQL (it is quoted where used).
 SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -704,22 +835,15 @@ def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int |
     raise ConfigurationError(f"{source} must be {PREPARE_VALUES}, got {value!r}")
 
 
-#: Asked once of a pool that prepares statements: the server's process id, which a client
-#: also learns at connect time, unless a pooler (PgBouncer, Supavisor, RDS Proxy, ...)
-#: answered the connect with an id of its own.
+#: The server's process id, which differs from the one told at connect time behind a pooler.
 BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 
 def pooler_error(
     told_pid: int, server_pid: int, where: str, *, passed_in: bool = False
 ) -> ConfigurationError | None:
-    """The refusal to prepare statements when the connection goes through a pooler (the
-    process id the client was told at connect time is not the server's), else ``None``.
-
-    A transaction pooler hands each transaction to any server connection; statements
-    prepared by one client there are seen by others under the same names (psycopg's
-    ``_pg3_0``, ``_pg3_1``, ...), so a statement could run with another's parameters.
-    """
+    """The refusal to prepare statements behind a pooler (``told_pid`` is not the server's),
+    where one client's prepared statements reach others under the same names."""
     if told_pid == server_pid:
         return None
     if passed_in:
@@ -744,17 +868,9 @@ def pooler_error(
 
 
 class IdleCheck:
-    """The ``configure`` and ``check`` hooks of the pools opened here, and :meth:`returned`,
-    which the database calls as it gives a connection back.
-
-    psycopg_pool's ``check_connection`` costs a round trip; run on every checkout it adds one
-    to every saver call, ten per graph invoke. A connection can only have been broken unseen
-    (a server restart, a network cut) while it sat unused, so it is checked when it has been
-    idle for ``after`` seconds since it was opened or returned (``0``: at every checkout).
-    Under load connections come back within milliseconds and go out without that round
-    trip; every checkout still runs :func:`closed_by_server`, which costs none, so a
-    connection a restart closed is replaced before use however briefly it sat idle.
-    """
+    """The pools' ``configure`` and ``check`` hooks: ``check_connection``'s round trip only
+    for a connection idle ``after`` seconds (ten round trips per graph invoke otherwise),
+    :func:`closed_by_server`, which costs none, for every other."""
 
     def __init__(self, after: float) -> None:
         self.after = after
@@ -764,8 +880,7 @@ class IdleCheck:
         return time.monotonic() - self._since.get(conn, -math.inf) >= self.after
 
     def returned(self, conn: Any) -> None:
-        """Note that ``conn`` goes back to its pool now. (Not psycopg_pool's ``reset`` hook:
-        with one, an async pool hands every return to a background task.)"""
+        """Called on return (not a ``reset`` hook, which an async pool runs in a task)."""
         self._since[conn] = time.monotonic()
 
     configure = returned  # a new connection counts from its opening
@@ -791,16 +906,12 @@ class IdleCheck:
 
 
 def closed_by_server(conn: Any) -> None:
-    """Raise ``psycopg.OperationalError`` when the server has closed ``conn`` (a restart, an
-    administrator's ``pg_terminate_backend``), found without a round trip: libpq reads what
-    already arrived on the socket (``PQconsumeInput``, which never blocks), and a server that
-    ended the session sent its goodbye and closed it. A connection cut without a word (a
-    network gone) is found by the round trip of the idle check or by the keepalives."""
+    """Raise ``psycopg.OperationalError`` when the server has closed ``conn``, found from
+    what already arrived on the socket, without a round trip."""
     import psycopg
 
     pgconn = conn.pgconn
-    # the first read takes what arrived (the server's "terminating connection" notice),
-    # which is_busy() parses; the second meets the closed socket and raises
+    # the first read takes the goodbye notice, which is_busy() parses; the second raises
     pgconn.consume_input()
     pgconn.is_busy()
     pgconn.consume_input()
@@ -808,9 +919,7 @@ def closed_by_server(conn: Any) -> None:
         raise psycopg.OperationalError("the server closed the connection")
 
 
-#: What a server says when it refuses a connection for now, not for good: it is starting
-#: up, shutting down or in recovery, or out of connection slots. (libpq reports a refused
-#: connect as a message only: no SQLSTATE reaches the client before a session exists.)
+#: A server's refusal for now, not for good (no SQLSTATE reaches a client before a session).
 TRANSIENT_WORDS = (
     "starting up",
     "shutting down",
@@ -820,9 +929,7 @@ TRANSIENT_WORDS = (
     "connection slots",
     "too many connections",
 )
-#: What libpq says when the server refused the connect itself (``FATAL``: a database or role
-#: that does not exist, a wrong password, no ``pg_hba.conf`` entry), nothing listens on the
-#: port, or the host name is unknown.
+#: A refusal for good: the server's ``FATAL``, nothing listening, an unknown host.
 DEFINITE_WORDS = (
     "FATAL:",
     "Connection refused",
@@ -831,9 +938,7 @@ DEFINITE_WORDS = (
 
 
 def definite_refusal(exc: BaseException) -> bool:
-    """Whether a failed connect is final, so trying again for ``connect_timeout`` seconds
-    would only delay the error: the server refused with a FATAL error, or nothing listens
-    on the port. A server starting up or out of slots, or one not answering, is tried again.
+    """Whether a failed connect is final, so trying again would only delay the error.
 
     Example:
         >>> from psycopg import OperationalError as Failed
@@ -851,21 +956,14 @@ def definite_refusal(exc: BaseException) -> bool:
     return any(word in text for word in DEFINITE_WORDS)
 
 
-#: libpq's refusal of a connection parameter's value, which it reports only as it connects:
-#: ``invalid port number: "99999"``, ``invalid sslmode value: "bogus"``, ``invalid integer
-#: value "abc" for connection option "keepalives"`` (older libpq: ``keepalives parameter
-#: must be an integer``), ``could not match 2 port numbers to 1 hosts``; and a server's
-#: ``invalid value for parameter`` of ``options=-c ...``.
+#: libpq's refusal of a connection parameter's value, reported only as it connects.
 OPTION_ERROR = re.compile(
     r"invalid (?:\w+ )?(?:value|number)\b.*|could not match \d+ .*|\w+ parameter must be .*"
 )
 
 
 def option_error(exc: BaseException) -> str | None:
-    """What a failed connect says is wrong in the connection string, or ``None`` when the
-    failure is not the string's: a configuration error, which trying again cannot cure.
-    psycopg's own reading of the string fails with ``ProgrammingError`` (``bad value for
-    connect_timeout``, ``invalid URI query parameter``), libpq's with the words above.
+    """What a failed connect says is wrong in the connection string, or ``None``.
 
     Example:
         >>> import psycopg
@@ -902,8 +1000,7 @@ def checked_conninfo(conninfo: str, where: str) -> dict[str, Any]:
         ) from None
 
 
-#: Connection parameters a connection string gets unless it sets them: a dead peer (a server
-#: gone without closing the socket, a dropped NAT entry) is noticed in about a minute.
+#: Unless the string sets them: a dead peer is noticed in about a minute.
 KEEPALIVES = {
     "keepalives": "1",
     "keepalives_idle": "30",
@@ -913,7 +1010,6 @@ KEEPALIVES = {
 
 
 def with_keepalives(conninfo: str) -> str:
-    """``conninfo`` with TCP keepalives turned on, where it does not choose otherwise."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     given = conninfo_to_dict(conninfo)
@@ -922,23 +1018,15 @@ def with_keepalives(conninfo: str) -> str:
 
 @dataclass(frozen=True)
 class PostgresOptions:
-    """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one.
-
-    Only ``synchronous_commit`` applies to a connection or pool passed in; the others shape
-    the pools opened from a connection string.
-    """
+    """How a PostgreSQL saver or store connects; see :class:`PostgresSaver` for each one."""
 
     pool_size: int = 8
     connect_timeout: float = 10.0
-    #: ``False``: ``set_config('synchronous_commit', 'off', true)`` in each write transaction
     synchronous_commit: bool = True
-    #: ``None`` never prepares (a transaction pooler); see :func:`prepare_threshold_of`
     prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
     max_idle: float = 600.0
     max_lifetime: float = 3600.0
-    #: seconds a pooled connection sits unused before it is checked at checkout (IdleCheck)
     check_after_idle: float = 1.0
-    #: the PostgreSQL schema of the package's tables (``None``: the search path's, public)
     schema: str | None = None
 
     def __post_init__(self) -> None:
@@ -974,38 +1062,17 @@ def _whole(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-# -- the session ------------------------------------------------------------------------
-
-#: A relaxed commit for the current transaction only (``set_config``'s third argument).
 RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 class PgSession:
-    """What a plan's batches send on one psycopg connection, decided without I/O;
-    :func:`execute` and :func:`aexecute` are the two shells that send it.
+    """What a plan's batches send on one psycopg connection, decided without I/O.
 
-    A lone statement (every checkpoint read and write) goes out by itself through a cursor,
-    without a transaction of its own, atomic as any single statement is; psycopg prepares
-    it once it has run ``prepare_threshold`` times on a connection. Anything else goes in
-    one pipeline, ``BEGIN`` and the statements, followed, unless the batch holds its
-    transaction open for the plan's next batch, by ``COMMIT`` (:meth:`closing`). Rows come
-    back in binary format: checkpoints and blobs are ``bytea``, which the text format would
-    send as hex, twice the bytes, to be decoded on the client.
-
-    The commit is not in the pipeline because psycopg ends a pipeline with a Sync and then
-    a Flush. After a Sync that ends the transaction a transaction pooler (PgBouncer in
-    ``pool_mode = transaction``) has handed the server connection back, and may read the
-    Flush only then: it links a server connection to the client for the Flush, which the
-    server does not answer, and keeps it until the client sends its next query; a
-    connection left idle in its pool holds it for good, and the other clients wait until
-    ``query_wait_timeout`` drops them. With the transaction still open at the pipeline's
-    Sync the Flush reaches the server connection the client already holds, and the lone
-    ``COMMIT`` ends with a Sync alone.
-
-    A relaxed commit (``synchronous_commit=False``) is :data:`RELAX_COMMIT` in the write's
-    own transaction, never a session setting. ``BEGIN``, ``COMMIT``, ``ROLLBACK`` and the
-    relaxed commit are never prepared: there is nothing to plan in them, and each prepared
-    statement is one more name on the server.
+    A lone statement goes out by itself; anything else goes in one pipeline, ``BEGIN`` and
+    the statements, then ``COMMIT`` outside it: psycopg ends a pipeline with a Sync and a
+    Flush, and a transaction pooler that already handed the server connection back would
+    link one to the client for the Flush and keep it. Rows come back binary (``bytea`` as
+    text is hex, twice the bytes).
     """
 
     def __init__(
@@ -1025,24 +1092,20 @@ class PgSession:
         self.synchronous_commit = synchronous_commit
         self.qualify = qualify
         self.in_tx = False
-        #: A pipelined batch failed on this connection: psycopg's cache of prepared
-        #: statements and the server's may no longer agree, so a pool discards it.
+        #: A pipelined batch failed: the prepared statements may disagree, so discard it.
         self.unsure = False
 
     def text(self, stmt: Stmt) -> str:
-        """The statement as sent (:meth:`PostgresDialect.qualify`)."""
         return stmt.sql.text if self.qualify is None else self.qualify(stmt.sql.text)
 
     def lone(self, batch: Batch) -> Stmt | None:
-        """The statement to send alone, or ``None`` when the batch needs a transaction
-        (several statements, a held one, a write with a relaxed commit)."""
+        """The statement to send alone, or ``None`` when the batch needs a transaction."""
         if self.in_tx or batch.hold or batch.lock or len(batch.statements) != 1:
             return None
         stmt = batch.statements[0]
         return None if stmt.many or (batch.write and not self.synchronous_commit) else stmt
 
     def opening(self, batch: Batch) -> tuple[str, ...]:
-        """What starts the batch's transaction (nothing when a held one goes on)."""
         if self.in_tx:
             return ()
         self.in_tx = True
@@ -1051,8 +1114,7 @@ class PgSession:
         return ("BEGIN",)
 
     def closing(self, batch: Batch) -> str | None:
-        """What ends the batch's transaction, sent after its pipeline (``None``: the batch
-        holds it open for the plan's next batch)."""
+        """What ends the batch's transaction (``None``: held open for the next batch)."""
         if batch.hold:
             return None
         return "ROLLBACK" if batch.rollback else "COMMIT"
@@ -1065,15 +1127,8 @@ class PgSession:
         return left_open and not ok
 
     def lost(self, exc: BaseException) -> BaseException:
-        """A broken connection becomes :class:`DatabaseUnavailableError`; any other error
-        (a constraint, a lock timeout, a cancelled query) stays as the server raised it.
-
-        Broken is: the connection says so, the server ended the session (SQLSTATE class
-        ``08`` or ``57P01``-``57P03``: a shutdown, a restart, a crash), Citus's coordinator
-        found its postmaster gone (:data:`POSTMASTER_GONE`), or libpq failed with no
-        SQLSTATE at all, which only the client side does (a socket closed mid-pipeline
-        gives "cannot exit pipeline mode while busy" before psycopg marks the connection
-        broken)."""
+        """A broken connection (:func:`connection_failure`) becomes
+        :class:`DatabaseUnavailableError`; any other error stays as the server raised it."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
             return DatabaseUnavailableError(
                 f"the connection to PostgreSQL was lost: {first_line(exc)}"
@@ -1081,21 +1136,19 @@ class PgSession:
         return exc
 
 
-#: What Citus's coordinator raises when its postmaster died while a backend waited on a
-#: worker (``kill -9`` of the postmaster under load), under SQLSTATE ``XX000``: Citus gives
-#: it no code of its own, and ``XX000`` alone is any internal error.
+#: Citus's coordinator's error (SQLSTATE ``XX000``, any internal error) when its postmaster died.
 POSTMASTER_GONE = "postmaster was shut down"
 
 
 def failures() -> tuple[type[Exception], ...]:
-    """psycopg's errors that may say the connection failed (:func:`connection_failure`)."""
     import psycopg
 
     return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.InternalError_)
 
 
 def connection_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` says the connection failed, rather than a statement."""
+    """Whether ``exc`` says the connection failed: SQLSTATE class ``08``, a shutdown, or
+    none at all (the client side's failure)."""
     import psycopg
 
     if isinstance(exc, psycopg.errors.InternalError_):
@@ -1109,8 +1162,6 @@ def connection_failure(exc: BaseException) -> bool:
 
 
 def _prepare(stmt: Stmt) -> bool | None:
-    """psycopg's ``prepare`` for ``stmt``: its threshold decides (``None``), unless the
-    statement asks to be planned with its values every time (``False``)."""
     return None if stmt.prepare else False
 
 
@@ -1120,70 +1171,75 @@ def _params(stmt: Stmt) -> Any:
     return stmt.sql.bind(stmt.params)
 
 
-def execute(session: PgSession, batch: Batch) -> list[Any]:
-    """Send one batch on a sync connection: a lone statement by itself, anything else in
-    one pipeline inside its transaction, which ends after the pipeline (see
-    :class:`PgSession`)."""
+# The I/O below is written once, as coroutines over a connection, pool or cursor of either
+# psycopg API: a sync call's result comes back from _done at once, so on a sync connection
+# the coroutine never suspends and _now runs it to the end without an event loop.
+
+
+async def _done(result: Any) -> Any:
+    """``result`` of a psycopg call, awaited where the async API returned an awaitable."""
+    return await result if inspect.isawaitable(result) else result
+
+
+def _now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` of sync calls (which never suspends) to its end; its value."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    coroutine.close()
+    raise RuntimeError("a coroutine over a sync connection suspended")
+
+
+async def _off_loop(call: Callable[[], T], sync: bool) -> T:
+    """``call()`` (blocking I/O): here when sync, else in a worker thread."""
+    return call() if sync else await asyncio.to_thread(call)
+
+
+@asynccontextmanager
+async def _entered(manager: Any) -> AsyncIterator[Any]:
+    """``async with`` a context manager, sync or async (psycopg's, a lock)."""
+    if hasattr(manager, "__aenter__"):
+        async with manager as value:
+            yield value
+    else:
+        with manager as value:
+            yield value
+
+
+async def execute(session: PgSession, batch: Batch) -> list[Any]:
+    """Send one batch (see :class:`PgSession`); on a sync connection through :func:`_now`."""
     conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
-            cur = conn.execute(
-                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+            cur = await _done(
+                conn.execute(
+                    session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
+                )
             )
-            return [cur.fetchall() if lone.fetch else cur.rowcount]
+            return [await _done(cur.fetchall()) if lone.fetch else cur.rowcount]
         try:
-            with conn.pipeline():
+            async with _entered(conn.pipeline()):
                 for sql in session.opening(batch):
-                    conn.execute(sql, prepare=False)
+                    await _done(conn.execute(sql, prepare=False))
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
+                    text, params = session.text(stmt), _params(stmt)
                     if not stmt.many:
-                        cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
+                        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
                     elif stmt.params:
-                        cur.executemany(session.text(stmt), _params(stmt))
+                        await _done(cur.executemany(text, params))
                     sent.append((cur, stmt))
             if (closing := session.closing(batch)) is not None:
-                conn.execute(closing, prepare=False)
+                await _done(conn.execute(closing, prepare=False))
         except BaseException:
             session.unsure = True
             if session.ended(batch, ok=False):
-                rollback(conn)
+                await rollback(conn)
             raise
         session.ended(batch, ok=True)
-        return [c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
-    except failures() as exc:
-        raise session.lost(exc) from exc
-
-
-async def aexecute(session: PgSession, batch: Batch) -> list[Any]:
-    """:func:`execute` on an async connection."""
-    conn, lone, sent = session.conn, session.lone(batch), []
-    try:
-        if lone is not None:
-            cur = await conn.execute(
-                session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
-            )
-            return [await cur.fetchall() if lone.fetch else cur.rowcount]
-        try:
-            async with conn.pipeline():
-                for sql in session.opening(batch):
-                    await conn.execute(sql, prepare=False)
-                for stmt in batch.statements:
-                    cur = conn.cursor(binary=stmt.fetch)
-                    if not stmt.many:
-                        await cur.execute(session.text(stmt), _params(stmt), prepare=_prepare(stmt))
-                    elif stmt.params:
-                        await cur.executemany(session.text(stmt), _params(stmt))
-                    sent.append((cur, stmt))
-            if (closing := session.closing(batch)) is not None:
-                await conn.execute(closing, prepare=False)
-        except BaseException:
-            session.unsure = True
-            if session.ended(batch, ok=False):
-                await arollback(conn)
-            raise
-        session.ended(batch, ok=True)
-        return [await c.fetchall() if s.fetch else _count(c, s) for c, s in sent]
+        return [await _done(c.fetchall()) if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
 
@@ -1192,34 +1248,17 @@ def _count(cur: Any, stmt: Stmt) -> int:
     return 0 if stmt.many and not stmt.params else int(cur.rowcount)
 
 
-def rollback(conn: Any) -> None:
+async def rollback(conn: Any) -> None:
     try:
         if not conn.closed:
-            conn.execute("ROLLBACK", prepare=False)
+            await _done(conn.execute("ROLLBACK", prepare=False))
     except Exception:
         pass  # a broken connection: the pool discards it
 
 
-async def arollback(conn: Any) -> None:
-    try:
-        if not conn.closed:
-            await conn.execute("ROLLBACK", prepare=False)
-    except Exception:
-        pass
-
-
-# -- the database -----------------------------------------------------------------------
-
-
 class PostgresDatabase(Database[Any]):
-    """PostgreSQL from a connection string, a connection or a pool (sync or async).
-
-    With a connection string, ``psycopg_pool`` pools are opened on first use: a
-    ``ConnectionPool`` for the sync API and, per event loop, an ``AsyncConnectionPool`` for
-    the async one, with :class:`IdleCheck`'s hooks, ``max_idle``, ``max_lifetime`` and TCP
-    keepalives, so connections a server restart or a network cut left behind are replaced
-    instead of failing a call. Objects passed in are used as given, never closed.
-    """
+    """PostgreSQL from a connection string (pools opened on first use, one async pool per
+    event loop), a connection (a lock serializes its users) or a pool, never closed here."""
 
     def __init__(self, source: Any, **options: Any) -> None:
         psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
@@ -1259,9 +1298,7 @@ class PostgresDatabase(Database[Any]):
 
     @staticmethod
     def _take_url_options(conninfo: str, options: dict[str, Any]) -> str:
-        """``conninfo`` without this package's ``schema`` and ``prepare_threshold``, moved
-        into ``options`` (libpq refuses keywords it does not know); the URL and an argument
-        that disagree are refused (a ``schema`` argument of ``None`` gives none)."""
+        """Move the package's own URL options into ``options`` (libpq refuses them)."""
         for name in (SCHEMA, PREPARE_THRESHOLD):
             conninfo, raw = take_url_option(conninfo, name)
             if raw is None:
@@ -1286,8 +1323,7 @@ class PostgresDatabase(Database[Any]):
         self._aopen_loop: asyncio.AbstractEventLoop | None = None
 
     def after_fork(self) -> None:
-        """Pools opened here are set aside and reopened on first use; a connection or pool
-        the caller passed in is theirs to replace in the child."""
+        """Pools opened here are set aside and reopened on first use."""
         if self._owned_sync:
             fork.set_aside(self._sync)
             self._sync, self._owned_sync = None, False
@@ -1302,20 +1338,17 @@ class PostgresDatabase(Database[Any]):
         return f"postgresql ({type(self._sync or self._async).__name__})"
 
     def server(self) -> tuple[str | None, int | None]:
-        """The host and port of the conninfo (the first of a list), as libpq reads them."""
         params = self._given
         host = str(params.get("host") or params.get("hostaddr") or "").split(",")[0]
         port = str(params.get("port") or "").split(",")[0]
         return host or None, int(port) if port.isdigit() else None
 
     def namespace(self) -> str | None:
-        """``{database}|{schema}``, as OpenTelemetry's conventions name a PostgreSQL
-        namespace: the conninfo's database and the ``schema`` option (either alone)."""
+        """``{database}|{schema}``, as OpenTelemetry names a PostgreSQL namespace."""
         parts = (self._given.get("dbname"), self.options.schema)
         return "|".join(str(p) for p in parts if p) or None
 
     def pool_usage(self) -> list[PoolUsage]:
-        """The pools open now, from psycopg_pool's ``get_stats()``."""
         import psycopg_pool
 
         usage = []
@@ -1347,9 +1380,7 @@ class PostgresDatabase(Database[Any]):
             "open": False,
             "name": "agent-memory",
             "timeout": self.connect_timeout,
-            # a reconnection that failed for this long starts afresh at the next request,
-            # instead of backing off (1, 2, 4, ... s) for the 5 minutes psycopg_pool
-            # defaults to: once an outage ends, the next call connects at once
+            # not psycopg_pool's 5 minutes of backoff: after an outage the next call connects
             "reconnect_timeout": self.connect_timeout,
             "configure": hooks.configure if sync else hooks.aconfigure,
             "check": hooks.check if sync else hooks.acheck,
@@ -1361,65 +1392,45 @@ class PostgresDatabase(Database[Any]):
         if self._closed:
             raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
 
-    # -- sync ------------------------------------------------------------------------------
-
     def _sync_pool(self) -> Any:
+        with self._open_lock:
+            if self._sync is None:
+                self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
+        return self._sync
+
+    async def _open_pool(self, *, sync: bool) -> Any:
+        """A new pool of the conninfo, open and checked; its connections sync or async."""
         import psycopg
         import psycopg_pool
 
-        with self._open_lock:
-            if self._sync is None:
-                self._first_contact()
-                pool = psycopg_pool.ConnectionPool(**self._pool_options(sync=True))
-                try:
-                    pool.open(wait=True, timeout=self.connect_timeout)
-                    with pool.connection() as conn:
-                        self._verify(conn)
-                except psycopg_pool.PoolTimeout:
-                    pool.close()
-                    raise self._unavailable(self._probe()) from None
-                except psycopg.OperationalError as exc:
-                    pool.close()
-                    raise self._unavailable(str(exc)) from exc
-                except BaseException:
-                    pool.close()
-                    raise
-                self._sync, self._owned_sync = pool, True
-        return self._sync
+        await _off_loop(self._first_contact, sync)
+        kind = psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool
+        pool: Any = kind(**self._pool_options(sync=sync))
+        try:
+            await _done(pool.open(wait=True, timeout=self.connect_timeout))
+            async with _entered(pool.connection()) as conn:
+                await self._verify(conn)
+        except psycopg_pool.PoolTimeout:
+            await _done(pool.close())
+            raise self._unavailable(await _off_loop(self._probe, sync)) from None
+        except psycopg.OperationalError as exc:
+            await _done(pool.close())
+            raise self._unavailable(str(exc)) from exc
+        except BaseException:
+            await _done(pool.close())
+            raise
+        return pool
 
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    async def _getconn(self, pool: Any) -> Any:
         import psycopg_pool
 
-        self._check_open()
-        if self._sync is None:
-            if self._conninfo is None:
-                raise ConfigurationError(
-                    "this PostgreSQL saver was given an async connection; call the async "
-                    "methods (aput, aget_tuple, ...) or pass a sync connection or pool"
-                )
-            self._sync_pool()
-        source = self._sync
-        if isinstance(source, psycopg_pool.ConnectionPool):
-            lease = _Lease(self._getconn(source), source)
-            try:
-                yield lease
-            finally:
-                self._idle_check.returned(lease.conn)
-                source.putconn(lease.conn)
-        else:
-            with self._sync_lock:
-                yield _Lease(source, None)
-
-    def _getconn(self, pool: Any) -> Any:
-        import psycopg_pool
-
+        sync = isinstance(pool, psycopg_pool.ConnectionPool)
         started = time.perf_counter()
         try:
-            conn = pool.getconn()
+            conn = await _done(pool.getconn())
         except psycopg_pool.PoolTimeout:
-            raise self._unavailable(self._probe()) from None
-        connection_waited(lambda: f"{self.describe()} (sync)", started)
+            raise self._unavailable(await _off_loop(self._probe, sync)) from None
+        connection_waited(lambda: f"{self.describe()} ({'sync' if sync else 'async'})", started)
         return conn
 
     def _session(self, conn: Any) -> PgSession:
@@ -1429,37 +1440,9 @@ class PostgresDatabase(Database[Any]):
     def _run_sync(self, plan: Plan[T]) -> T:
         if self._sync is None and self._conninfo is None:
             return self._run_on_async_loop(plan)
-        with self._connection() as lease:
-            session = self._session(lease.conn)
-            first = True
-
-            def run(batch: Batch) -> list[Any]:
-                """One batch; the plan's first, a read, once more on a fresh connection
-                when its own was found lost (nothing it sent could have changed data)."""
-                nonlocal session, first
-                resendable, first = first and lease.pool is not None and _reads(batch), False
-                try:
-                    return execute(session, batch)
-                except DatabaseUnavailableError:
-                    if not resendable:
-                        raise
-                lease.conn.close()  # lost, if not yet broken: the pool discards it
-                lease.pool.putconn(lease.conn)
-                lease.conn = self._getconn(lease.pool)
-                session = self._session(lease.conn)
-                return execute(session, batch)
-
-            try:
-                self._verify(lease.conn)
-                return drive(plan, run)
-            except failures() as exc:
-                raise session.lost(exc) from exc
-            finally:
-                if session.in_tx:
-                    session.in_tx = False
-                    rollback(lease.conn)
-                if session.unsure and lease.pool is not None:
-                    lease.conn.close()  # a pooled one: putconn discards a closed connection
+        self._check_open()
+        source = self._sync if self._sync is not None else self._sync_pool()
+        return _now(self._run_on(source, self._sync_lock, plan))
 
     def _run_on_async_loop(self, plan: Plan[T]) -> T:
         loop = self._async_loop
@@ -1474,13 +1457,7 @@ class PostgresDatabase(Database[Any]):
             )
         return asyncio.run_coroutine_threadsafe(self.arun(plan), loop).result()
 
-    # -- async -----------------------------------------------------------------------------
-
     async def _async_pool(self, loop: asyncio.AbstractEventLoop) -> Any:
-        """The async pool of this event loop, opened once however many tasks ask at once."""
-        import psycopg
-        import psycopg_pool
-
         if self._aopen_lock is None or self._aopen_loop is not loop:
             # set before any await, so every task of this loop shares the one lock
             self._aopen_lock, self._aopen_loop = asyncio.Lock(), loop
@@ -1493,22 +1470,7 @@ class PostgresDatabase(Database[Any]):
                 except Exception:
                     pass
             if self._async is None:
-                await asyncio.to_thread(self._first_contact)  # once per pool
-                pool = psycopg_pool.AsyncConnectionPool(**self._pool_options(sync=False))
-                try:
-                    await pool.open(wait=True, timeout=self.connect_timeout)
-                    async with pool.connection() as conn:
-                        await self._averify(conn)
-                except psycopg_pool.PoolTimeout:
-                    await pool.close()
-                    raise self._unavailable(await asyncio.to_thread(self._probe)) from None
-                except psycopg.OperationalError as exc:
-                    await pool.close()
-                    raise self._unavailable(str(exc)) from exc
-                except BaseException:
-                    await pool.close()
-                    raise
-                self._async, self._owned_async = pool, True
+                self._async, self._owned_async = await self._open_pool(sync=False), True
                 self._async_loop = loop
         return self._async
 
@@ -1522,90 +1484,73 @@ class PostgresDatabase(Database[Any]):
         target = self._async
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
             target = await self._async_pool(loop)
-        if isinstance(target, psycopg_pool.AsyncConnectionPool):
-            lease = _Lease(await self._agetconn(target), target)
-            try:
-                return await self._asession(lease, plan)
-            finally:
-                self._idle_check.returned(lease.conn)
-                await target.putconn(lease.conn)
-        if self._async_lock is None:
-            self._async_lock = asyncio.Lock()
-        self._async_loop = loop
-        async with self._async_lock:
-            return await self._asession(_Lease(target, None), plan)
+        if not isinstance(target, psycopg_pool.AsyncConnectionPool):
+            if self._async_lock is None:
+                self._async_lock = asyncio.Lock()
+            self._async_loop = loop
+        return await self._run_on(target, self._async_lock, plan)
 
-    async def _agetconn(self, pool: Any) -> Any:
+    async def _run_on(self, source: Any, lock: Any, plan: Plan[T]) -> T:
+        """Run ``plan`` on a connection of the pool ``source``, or on the connection
+        ``source`` itself under ``lock`` (it runs one statement at a time)."""
         import psycopg_pool
 
-        started = time.perf_counter()
+        if not isinstance(source, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)):
+            async with _entered(lock):
+                return await self._drive(_Lease(source, None), plan)
+        lease = _Lease(await self._getconn(source), source)
         try:
-            conn = await pool.getconn()
-        except psycopg_pool.PoolTimeout:
-            raise self._unavailable(await asyncio.to_thread(self._probe)) from None
-        connection_waited(lambda: f"{self.describe()} (async)", started)
-        return conn
+            return await self._drive(lease, plan)
+        finally:
+            self._idle_check.returned(lease.conn)
+            await _done(source.putconn(lease.conn))
 
-    async def _asession(self, lease: _Lease, plan: Plan[T]) -> T:
+    async def _drive(self, lease: _Lease, plan: Plan[T]) -> T:
+        """Run ``plan`` on the leased connection (sync or async, see :func:`_now`)."""
         session = self._session(lease.conn)
         first = True
 
         async def run(batch: Batch) -> list[Any]:
+            """The plan's first batch, a read, runs again on a fresh connection if lost."""
             nonlocal session, first
             resendable, first = first and lease.pool is not None and _reads(batch), False
             try:
-                return await aexecute(session, batch)
+                return await execute(session, batch)
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
-            await lease.conn.close()
-            await lease.pool.putconn(lease.conn)
-            lease.conn = await self._agetconn(lease.pool)
+            await _done(lease.conn.close())  # lost, if not yet broken: the pool discards it
+            await _done(lease.pool.putconn(lease.conn))
+            lease.conn = await self._getconn(lease.pool)
             session = self._session(lease.conn)
-            return await aexecute(session, batch)
+            return await execute(session, batch)
 
         try:
-            await self._averify(lease.conn)
+            await self._verify(lease.conn)
             return await adrive(plan, run)
         except failures() as exc:
             raise session.lost(exc) from exc
         finally:
             if session.in_tx:
                 session.in_tx = False
-                await arollback(lease.conn)
+                await rollback(lease.conn)
             if session.unsure and lease.pool is not None:
-                await lease.conn.close()  # a pooled one: putconn discards a closed connection
+                await _done(lease.conn.close())  # putconn discards a closed connection
 
-    def _unverified(self, conn: Any) -> bool:
-        """Whether ``conn`` prepares statements on a server not yet known to be reached
-        directly (asked once per database object)."""
-        return (
-            self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None
-        )
-
-    def _verify(self, conn: Any) -> None:
-        if self._unverified(conn):
-            server_pid = conn.execute(BACKEND_PID_SQL, prepare=False).fetchone()[0]
-            self._refuse_pooler(conn, server_pid)
-
-    async def _averify(self, conn: Any) -> None:
-        if self._unverified(conn):
-            cur = await conn.execute(BACKEND_PID_SQL, prepare=False)
-            self._refuse_pooler(conn, (await cur.fetchone())[0])
-
-    def _refuse_pooler(self, conn: Any, server_pid: int) -> None:
-        where, passed_in = self.describe(), self._conninfo is None
-        error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
-        if error is not None:
-            raise error
-        self._pooler_checked = True
-
-    # -- errors ----------------------------------------------------------------------------
+    async def _verify(self, conn: Any) -> None:
+        """Refuse a pooler, once, where ``conn`` prepares statements and the caller chose no
+        threshold."""
+        if self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None:
+            cur = await _done(conn.execute(BACKEND_PID_SQL, prepare=False))
+            server_pid = (await _done(cur.fetchone()))[0]
+            where, passed_in = self.describe(), self._conninfo is None
+            error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
+            if error is not None:
+                raise error
+            self._pooler_checked = True
 
     def _first_contact(self) -> None:
-        """Before a pool opens: one direct connect, so a definite refusal or a parameter
-        value libpq refuses is an error at once, not after the pool retried it for
-        ``connect_timeout`` seconds; a transient failure is left to the pool."""
+        """One direct connect before a pool opens, so a definite refusal fails at once."""
         import psycopg
 
         try:
@@ -1623,8 +1568,6 @@ class PostgresDatabase(Database[Any]):
             ) from None
 
     def _contact_info(self) -> str:
-        """The first connect's conninfo, with keepalives and a ``connect_timeout`` unless it
-        sets its own (which bounds every pooled connect too, so a bad value must show here)."""
         from psycopg.conninfo import make_conninfo
 
         conninfo = with_keepalives(self._conninfo or "")
@@ -1633,12 +1576,10 @@ class PostgresDatabase(Database[Any]):
         return make_conninfo(conninfo, connect_timeout=self._whole_timeout())
 
     def _whole_timeout(self) -> int:
-        """libpq's ``connect_timeout``: whole seconds, at least 1 (0 would mean never)."""
         return max(1, int(self.connect_timeout))
 
     def _reason(self, error: str) -> str:
-        """The server's words from libpq's message (after its last ``failed:``), on one
-        line, the password masked."""
+        """The server's words from libpq's message, on one line, the password masked."""
         lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
         reason = lines[0].rsplit("failed: ", 1)[-1] if lines else error
         reason = reason.replace("FATAL:  ", "")
@@ -1648,8 +1589,7 @@ class PostgresDatabase(Database[Any]):
         return reason
 
     def _probe(self) -> str | None:
-        """Why no connection came: one direct attempt (the pool's timeout does not say);
-        ``None`` for a pool the caller passed in, whose server we do not know."""
+        """Why no connection came, from one direct attempt (``None``: a pool passed in)."""
         import psycopg
 
         if self._conninfo is None:
@@ -1667,8 +1607,6 @@ class PostgresDatabase(Database[Any]):
             f"cannot reach PostgreSQL at {self.describe()} within {self.connect_timeout:g} s: "
             f"{reason}"
         )
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
         self._closed = self._conninfo is not None
@@ -1698,5 +1636,4 @@ class _Lease:
 
 
 def _reads(batch: Batch) -> bool:
-    """Whether ``batch`` only reads, so sending it again cannot change data."""
     return not (batch.write or batch.hold or batch.lock)

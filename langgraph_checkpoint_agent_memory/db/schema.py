@@ -1,14 +1,8 @@
 """The tables, declared once for every dialect.
 
-Checkpoints keep LangGraph's split: one row per checkpoint (its body without the channel
-values that need a blob), one row per channel *version* in ``checkpoint_blobs`` (so a value
-that did not change between steps is stored once), one row per pending write. A list that
-only grew since its previous version (the ``messages`` of a conversation) is stored as the
-appended items plus ``base_version``, so a thread's storage grows with its messages, not
-with their square; a full copy is written every few versions to bound the chain. Small primitive
-channel values (``None``, booleans, numbers, short strings) stay inline in the checkpoint body,
-which saves a row per step for LangGraph's routing channels. ``threads`` holds the activity
-clock of the TTL and the tombstones that stop a late write from resurrecting a thread.
+Checkpoints keep LangGraph's split (a row per checkpoint, per channel version, per pending
+write); a list that only grew is stored as its appended items plus ``base_version``.
+``threads`` holds the TTL's activity clock and the tombstones that stop late writes.
 """
 
 from __future__ import annotations
@@ -26,18 +20,14 @@ VERSION = sa.String(128)
 PREFIX = sa.String(1024)
 TIME = sa.Float(53)  # seconds since the epoch
 
-#: The longest TTL, in seconds, anywhere in the package (about 68 years): the largest value of
-#: the 32-bit ``INTEGER`` column that keeps a thread's ``ttl_seconds`` on PostgreSQL and SAP
-#: HANA. The savers and the store (its TTL in minutes, times 60) refuse anything longer when
-#: it is given, so a TTL that is accepted works on every backend.
+#: The longest TTL in seconds (about 68 years): the 32-bit ``ttl_seconds`` column's largest.
 MAX_TTL_SECONDS = 2**31 - 1
 
 ColumnType: TypeAlias = "sa.types.TypeEngine[Any] | type[sa.types.TypeEngine[Any]]"
 
 
 def written(table: sa.Table) -> list[sa.Column[Any]]:
-    """The columns an insert into ``table`` names: all but those marked
-    ``info={"unwritten": True}``, which other statements set later."""
+    """The columns an insert names: all but those marked ``info={"unwritten": True}``."""
     return [c for c in table.columns if not c.info.get("unwritten")]
 
 
@@ -46,29 +36,24 @@ def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
 
 
 def _shard(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The shard key (see :mod:`.shard`), then ``extra`` key columns: the first labels of the
-    row's namespace, first in the primary key of every store and memory table, and their
-    distribution column."""
+    """The shard key (see :mod:`.shard`), then ``extra`` key columns."""
     return (sa.Column("shard", PREFIX, primary_key=True), *extra)
 
 
 def _sharded(name: str, *items: Any, **options: Any) -> sa.Table:
-    """A table distributed by its shard key on a distributed database (its ``info``, which
-    the distribution step reads)."""
+    """A table distributed by its shard key on Citus."""
     return sa.Table(name, metadata, *items, info={"shard_key": "shard"}, **options)
 
 
 def _item_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The primary key of a row that belongs to one store item: its shard key, namespace
-    (the labels joined with ".") and key, then ``extra`` key columns."""
+    """The primary key of a row of one store item, then ``extra`` key columns."""
     prefix = sa.Column("prefix", PREFIX, primary_key=True)
     key = sa.Column("key", sa.String(1024), primary_key=True)
     return _shard(prefix, key, *extra)
 
 
 def _thread_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The primary key of a row of one checkpoint namespace of a thread, then ``extra`` key
-    columns."""
+    """The primary key of a row of one thread's namespace, then ``extra`` key columns."""
     thread_id = sa.Column("thread_id", ID, primary_key=True)
     checkpoint_ns = sa.Column("checkpoint_ns", NS, primary_key=True)
     return (thread_id, checkpoint_ns, *extra)
@@ -144,8 +129,6 @@ migrations = sa.Table(
 
 CHECKPOINT_TABLES = (checkpoints, blobs, writes, threads)
 
-# Where each table lives on a distributed database (db/distribution.py): a thread's rows on
-# one node, by thread id; the migration ledger on every node.
 for _table in CHECKPOINT_TABLES:
     _table.info["shard_key"] = "thread_id"
 migrations.info["reference"] = True
@@ -161,16 +144,13 @@ store_items = _sharded(
     _required("updated_at", TIME),
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
-    # the text lexical search indexed: no longer kept (NULL; the postings hold what search
-    # needs), so a row costs its value, not its value twice
+    # no longer kept (NULL): the postings hold what search needs
     sa.Column("doc", sa.Text),
     sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has
-    # With encryption on: the value sealed under its shard key's data key (``value`` then
-    # holds ``{}`` and ``doc`` is NULL). Optional in inserts: NULL unless given.
+    # encrypted at rest: the sealed value (``value`` then holds ``{}``)
     sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
-    # listing newest first with a filter walks it and stops at the first page of matches,
-    # instead of reading and sorting every item under the prefix
+    # a filtered newest-first listing walks it and stops at the first page of matches
     sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
 )
@@ -183,8 +163,7 @@ store_vectors = _sharded(
 
 
 def _term_key() -> tuple[sa.Column[Any], ...]:
-    """What a posting and a block of postings are found by: a term under one namespace (its
-    shard key, then its labels)."""
+    """What postings and blocks are found by: a term under one namespace."""
     return (
         _required("term", sa.String(64)),
         _required("shard", PREFIX),
@@ -192,34 +171,26 @@ def _term_key() -> tuple[sa.Column[Any], ...]:
     )
 
 
-# The lexical index: one row per (term, item), with what BM25 needs (the term's frequency in
-# the item, the item's length). Keyed by term first, so a query reads only its terms'
-# postings, from the index alone; the second index finds an item's rows when it changes.
+# The lexical index: a row per (term, item) with BM25's tf and dl, keyed by term first.
 store_terms = _sharded(
     "am_store_terms",
     *_term_key(),
     _required("key", sa.String(1024)),
     _required("tf", sa.Integer),
     _required("dl", sa.Integer),
-    # 1 once the posting is in its term's block (``am_store_blocks``); NULL while it is not,
-    # as every posting is when written (inserts do not name it).
+    # 1 once the posting is in its term's block; NULL when written
     sa.Column("packed", sa.SmallInteger, info={"unwritten": True}),
     sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
-    # key first: a query's "prefix = ?" must not lure a planner without statistics (SQLite's)
-    # away from the primary key onto every posting of the namespace
+    # key first, so "prefix = ?" cannot lure SQLite's planner onto the namespace's postings
     sa.Index("am_store_terms_item", "key", "prefix"),
     sqlite_with_rowid=False,
 )
 
-#: Tables holding an item's rows, the item itself last: every delete of items goes through
-#: all of them, so no vector or posting outlives its item.
+#: Tables holding an item's rows, the item last: deletes go through all of them.
 STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 
-# A common term's postings in one namespace, packed into one row: what a query of that term
-# reads instead of its postings one by one (see ``store/blocks.py``). ``postings``: the
-# entries (item hash, tf, dl) sorted by hash; ``keys``: the items' keys in the same order.
-# A block is a snapshot: postings written since are those whose ``packed`` is NULL, and
-# entries of items deleted since are dropped when a query checks its candidates.
+# A common term's postings in one namespace packed into one row (``store/blocks.py``), a
+# snapshot: postings written since have ``packed`` NULL.
 store_blocks = _sharded(
     "am_store_blocks",
     *_term_key(),
@@ -230,12 +201,9 @@ store_blocks = _sharded(
     sa.PrimaryKeyConstraint("term", "shard", "prefix"),
 )
 
-#: Tables of rows under a namespace: a namespace's delete and an erase go through all of them,
-#: the blocks last (a build under way then either committed first, and its block is deleted,
-#: or waits on the delete and packs none of the deleted postings).
+#: Tables of rows under a namespace, the blocks last, so a concurrent build packs none deleted.
 STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
 
-#: The store's tables, as its migrations create them.
 STORE_TABLES = (store_items, store_vectors, store_terms, store_blocks)
 
 # -- agent memory: the consolidation ledger and decay ------------------------------------
@@ -244,8 +212,7 @@ SCOPE = sa.String(1024)
 
 
 def _scope_key(*extra: sa.Column[Any]) -> tuple[sa.Column[Any], ...]:
-    """The primary key of a row that belongs to one memory scope (``user=alice,agent=support``):
-    the scope's shard key, the scope, then ``extra`` key columns."""
+    """The primary key of a row of one memory scope, then ``extra`` key columns."""
     return _shard(sa.Column("scope", SCOPE, primary_key=True), *extra)
 
 
@@ -304,13 +271,8 @@ memory_threads = _sharded(
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)
 
-#: The erase ledger: the data keys erases still owe the key store, written in the
-#: transaction that deletes the rows, removed once the key is destroyed (a key store that
-#: was down, or a process killed between the two, leaves the debt here, in the data's
-#: database, for the next erase or the worker to settle). ``thread_id`` is empty for the
-#: key of the shard key itself, else it names a conversation thread of the shard's scopes
-#: whose key the erase owes (its checkpoints were erased with them). Not in
-#: :data:`MEMORY_TABLES`: an erase writes it rather than deletes from it.
+#: The erase ledger: data keys erases still owe the key store, written with the deletes and
+#: removed once the key is destroyed (``thread_id`` empty: the shard key's own key).
 memory_erasures = _sharded(
     "am_memory_erasures",
     *_shard(sa.Column("thread_id", sa.String(255), primary_key=True)),
@@ -319,8 +281,7 @@ memory_erasures = _sharded(
 
 # -- settings fixed for a database ---------------------------------------------------------
 
-#: Settings recorded at the first setup that later processes must share (``shard_depth``:
-#: the shard-key rule, fixed once rows carry keys computed by it). Small: a reference table.
+#: Settings recorded at the first setup that later processes must share (``shard_depth``).
 settings = sa.Table(
     "am_settings",
     metadata,
@@ -331,10 +292,7 @@ settings = sa.Table(
 
 # -- data keys of encryption at rest ---------------------------------------------------------
 
-#: One data key per owner (a store shard key, a thread), wrapped by the master key or the key
-#: provider (see :mod:`..crypto`). ``key_id`` is random and never reused, so a row names the
-#: key it was sealed with, and a key destroyed by an erase leaves that row unreadable for good.
-#: Small and read by id: a reference table on a distributed database.
+#: One wrapped data key per owner; ``key_id`` is random and never reused.
 data_keys = sa.Table(
     "am_keys",
     metadata,
@@ -348,7 +306,5 @@ data_keys = sa.Table(
 
 # -- the aliases the store's joined statements name their tables by -------------------------
 
-#: ``am_store_vectors AS v`` and ``am_store_items AS i``: one pair shared by the store's
-#: statements and the dialects' vector searches, whose conditions they combine.
 vectors_v = store_vectors.alias("v")
 items_i = store_items.alias("i")

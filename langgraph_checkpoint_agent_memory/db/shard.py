@@ -1,19 +1,6 @@
-"""The shard key of the store and agent memory: one rule, here and nowhere else.
-
-Every row of the store's and agent memory's tables carries a ``shard`` column, part of its
-primary key, derived from the row's namespace: **its first N labels joined with "."** (the
-whole namespace when it has fewer). N is the store setting ``shard_depth`` (default 2).
-
-Under the default, all of one user's agent memory shares one key: the namespaces
-``("memory", "user=alice", "agent=support", "facts" | "history" | "episodes")`` all map to
-``"memory.user=alice"``, and so do the scope's ledger rows (a scope's key is the rule applied
-to its namespace ``(root, *labels)``). On a distributed database (Citus) the rows of one key
-live on one shard, and every statement that names one key is a single-shard query.
-
-A statement over a namespace prefix names one key only when the prefix holds at least N
-labels (:func:`covers`); a shorter prefix matches rows of many keys and fans out.
-
-This module does no I/O, so the store, agent memory and the SQL layer share it.
+"""The shard key of the store and agent memory: a row's namespace's first ``shard_depth``
+labels joined with "." (one rule, here only), so all of one user's memory lives on one
+Citus shard.
 """
 
 from __future__ import annotations
@@ -65,8 +52,7 @@ def shard_key(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> str
 
 
 def prefix_shard(prefix: str, depth: int = DEFAULT_SHARD_DEPTH) -> str:
-    """:func:`shard_key` of a namespace kept as text (its labels joined with ".", which
-    no label holds).
+    """:func:`shard_key` of a namespace kept as text (its labels joined with ".").
 
     Example:
         >>> prefix_shard("users.alice.notes", 2)
@@ -76,8 +62,7 @@ def prefix_shard(prefix: str, depth: int = DEFAULT_SHARD_DEPTH) -> str:
 
 
 def covers(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> bool:
-    """Whether every namespace at or below ``namespace`` has the same shard key (it holds
-    at least ``depth`` labels), so a statement over that prefix reads one shard.
+    """Whether every namespace at or below ``namespace`` has the same shard key.
 
     Example:
         >>> covers(("users", "alice"), 2), covers(("users",), 2)

@@ -1,16 +1,8 @@
-"""SQLite through the standard library: the embedded default for persistence.
+"""SQLite through the standard library, in WAL mode; writes take the write lock up front
+(``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade.
 
-Connections run in autocommit mode with explicit ``BEGIN``/``COMMIT``; writes take the write
-lock up front (``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade. WAL mode
-lets readers run while a writer commits. ``durability="normal"`` (the default) survives a
-killed process; ``"full"`` also survives a power cut, at an fsync per commit.
-
-A WAL file this process cannot share with a writer (:func:`_unshareable`) is read as
-immutable only if no one may write it (:func:`_frozen`), as a backup copy; any other is
-refused, naming the fix. Checking its identity at each checkout could not guard a live
-file's read from a writer starting during it, so it only catches a frozen file changed all
-the same (root ignores permissions): the connection is replaced, and a read it overlapped
-raises.
+A WAL file this process cannot share with a writer is read as immutable only if no one may
+write it (:func:`_frozen`); any other is refused, naming the fix.
 """
 
 from __future__ import annotations
@@ -71,8 +63,7 @@ class SQLiteDialect(Dialect):
     fresh_index_columns = ("term", "shard", "prefix", "key", "tf", "dl")
 
     def fresh_lead(self, t: Any) -> Any:
-        # the column itself: a query's "packed IS NULL" is one more column of the index
-        # matched by equality, which is what SQLite's planner weighs without statistics
+        # "packed IS NULL" as one more equality column, which SQLite's planner weighs
         return t.c.packed
 
     def insert(self, table: sa.Table) -> Any:
@@ -94,14 +85,8 @@ class SQLiteDialect(Dialect):
 
     def write_rows_ddl(self) -> list[str]:
         """A view whose INSTEAD OF triggers file each inserted row by its ``kind``, so one
-        multi-row INSERT does a whole put or put_writes: one statement, atomic by itself,
-        where a transaction costs BEGIN, a statement per table and COMMIT. Each of those
-        calls releases the GIL, and inside a graph every release lets another thread in.
-
-        The first row (``kind = 'l'``) checks that the thread is live; its refusal aborts
-        the whole statement. A trigger per kind, with a WHEN clause, runs only its own
-        insert for a row.
-        """
+        INSERT, atomic by itself, does a whole put or put_writes (each call of a
+        transaction releases the GIL). The first row (``kind = 'l'``) checks the thread."""
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
         n = "NEW"
         # raw: trigger bodies (NEW.<column>) and the view, part of the trigger DDL, no Core form
@@ -139,10 +124,7 @@ class SQLiteDialect(Dialect):
         ]
 
     def fast_get_tuple(self, by_id: bool) -> Sql | None:
-        """``get_tuple`` in one statement, so one snapshot without ``BEGIN``/``COMMIT``: the
-        checkpoint row, its blobs (``json_each`` of its ``blob_versions``, each joined by
-        full primary key and followed down its chain of bases) and its writes. Without
-        ``recursive_cte`` (standing in for HANA) the read takes the generic batches."""
+        """``get_tuple`` in one statement, one snapshot without ``BEGIN``/``COMMIT``."""
         if not self.recursive_cte:
             return None
         return self.sql(
@@ -153,8 +135,7 @@ class SQLiteDialect(Dialect):
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
-        """A whole put or put_writes as one INSERT into ``am_write_rows``, with positional
-        parameters; ``None`` when it has more rows than one statement takes."""
+        """A whole put or put_writes as one INSERT into ``am_write_rows``."""
         out: list[tuple[Any, ...]] = [("l", fixed["named"], *_PAD6)]
         if touch:
             out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
@@ -188,9 +169,7 @@ class SQLiteDialect(Dialect):
         )
 
     def erase_session(self) -> tuple[list[str], list[str]]:
-        # secure_delete zeroes what the erase frees; VACUUM rewrites the file without the
-        # free pages earlier updates and deletes left behind (they may hold old copies of
-        # the scope's rows); the checkpoint empties the write-ahead log of old page images
+        # zero what the erase frees, drop free pages that may hold old copies, empty the WAL
         return (
             # raw: PRAGMAs and VACUUM, no Core form
             ["PRAGMA secure_delete = ON"],
@@ -198,12 +177,10 @@ class SQLiteDialect(Dialect):
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """One ``json_extract`` per condition. It may admit rows of another JSON type (SQLite
-        orders every text after every number, and reads JSON true as 1); the exact test in
-        Python drops them, so the pre-filter only has to keep every real match."""
+        """One ``json_extract`` per condition; it may admit rows of another JSON type, which
+        the exact test in Python drops."""
         if any(json.dumps(part, ensure_ascii=False)[1:-1] != part for part in path):
-            # SQLite matches a quoted path label against the key as JSON escapes it, and
-            # has no way to write a quote in one: Python alone decides for such keys
+            # a quoted path label cannot hold a JSON escape: Python alone decides
             return None
         if isinstance(value, bool):
             return ("is", int(value)) if op == "$eq" else ("exists",)
@@ -241,14 +218,10 @@ class SQLiteDialect(Dialect):
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
-#: The message of the trigger's refusal of a deleted or expired thread.
 THREAD_GONE = "am_thread_gone"
-#: Columns of ``am_write_rows`` that every row of one statement shares, and the slots whose
-#: meaning depends on the row's kind.
+#: The columns every row of one write shares, and the slots each kind fills its own way.
 _FIXED = ("thread_id", "checkpoint_ns", "live_after")
 _SLOTS = tuple(f"s{i}" for i in range(1, 8))
-#: A statement (compiled once per row count) takes at most this many rows; a write of more
-#: takes the transaction of generic statements.
 MAX_WRITE_ROWS = 64
 # what each kind of row carries in its slots s1..s7, in order
 _THREAD_SLOTS = itemgetter("last_active", "ttl_seconds", "expires_at")
@@ -266,8 +239,7 @@ _WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", 
 _PAD2 = (None,) * 2
 _PAD4 = (None,) * 4
 _PAD6 = (None,) * 6
-#: The first row's trigger: refuses a deleted or expired thread, and a write naming (in
-#: ``s1``) a checkpoint at or below where the thread's ended history stopped.
+#: Refuses a gone thread, and a write naming (``s1``) a checkpoint of its ended history.
 # raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
     f"SELECT RAISE(ABORT, '{THREAD_GONE}') WHERE EXISTS (SELECT 1 FROM am_threads "
@@ -277,14 +249,11 @@ _LIVE_CHECK = (
 
 
 def _version_rows(c: Any) -> Any:
-    """The checkpoint's ``blob_versions`` as rows ``(key, value)``."""
     return sa.func.json_each(c.c.blob_versions).table_valued("key", "value").alias("v")
 
 
 def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
-    """The blob of ``(channel, version)`` in the thread namespace named by parameter, the
-    condition joining it (its full primary key), and an outer join: SQLite then looks each
-    blob up by that key, where an inner join lets its planner scan the thread's blobs."""
+    """One blob by full key, outer-joined: an inner join lets SQLite scan a thread's blobs."""
     bb = blobs.alias("bb")
     return (
         bb,
@@ -306,15 +275,12 @@ def _trigger(kind: str, body: str) -> str:
     )
 
 
-#: The view the one-statement writes insert into (see :meth:`SQLiteDialect.write_rows_ddl`).
 _WRITE_ROWS = sa.table("am_write_rows", *(sa.column(c) for c in ("kind", *_FIXED, *_SLOTS)))
-#: The cells of each row of a one-statement write.
 _CELLS = ("kind", *_SLOTS)
 
 
 def _write_rows(rows: int) -> Any:
-    """``INSERT INTO am_write_rows`` of ``rows`` rows: each row's cells from a ``VALUES``
-    CTE (SQLite names no columns of a ``VALUES`` subquery), the shared values once."""
+    """``INSERT INTO am_write_rows`` from a ``VALUES`` CTE, the shared values once."""
     cells: list[tuple[Any, ...]] = [
         tuple(sa.bindparam(f"r{i}_{c}") for c in _CELLS) for i in range(rows)
     ]
@@ -323,13 +289,11 @@ def _write_rows(rows: int) -> Any:
     return sa.insert(_WRITE_ROWS).from_select(["kind", *_FIXED, *_SLOTS], sa.select(*picked))
 
 
-#: SQLite's dialect binding by position, for the one-statement writes.
 _BY_POSITION = sa_sqlite.dialect(paramstyle="qmark")
 
 
 def _write_rows_text(rows: int) -> str:
-    """:func:`_write_rows` as text binding by position: the rows' cells in order, then the
-    shared values (a flat tuple per call on the hot path costs less than a mapping)."""
+    """:func:`_write_rows` binding by position (a flat tuple costs less than a mapping)."""
     compiled: Any = _write_rows(rows).compile(dialect=_BY_POSITION)
     expected = (*(f"r{i}_{c}" for i in range(rows) for c in _CELLS), *_FIXED)
     if tuple(compiled.positiontup) != expected:  # the order fast_write binds in
@@ -337,25 +301,20 @@ def _write_rows_text(rows: int) -> str:
     return str(compiled)
 
 
-#: SQLite's primary result codes (https://sqlite.org/rescode.html) that say the database
-#: cannot take a call (sqlite3 has them from Python 3.11, its type stubs not yet).
+#: SQLite's primary result codes (https://sqlite.org/rescode.html), not yet in the stubs.
 SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 
-#: How a file is opened, in the words of SQLite's URI parameter ``mode``: read, write and
-#: create it (with its folders) when missing; read and write an existing file only; read only.
+#: SQLite's URI parameter ``mode``.
 OpenMode = Literal["rwc", "rw", "ro"]
 OPEN_MODES: tuple[OpenMode, ...] = ("rwc", "rw", "ro")
 
 
 class SQLiteDatabase(Database[Any]):
-    """A small pool of connections to one SQLite file; or one connection, which every plan
-    uses in turn: a private in-memory database (``path=":memory:"``), or a
-    ``sqlite3.Connection`` the caller passes in (and closes: it is never closed here).
+    """A small pool of connections to one SQLite file; or one connection every plan uses in
+    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here).
 
-    ``mode`` (a file only): ``"rwc"`` creates the file and its folders when missing;
-    ``"rw"`` and ``"ro"`` open an existing file only (SQLite's ``mode=`` URI parameter, so
-    no check races the open) and raise :class:`DatabaseNotFoundError` for a missing one;
-    ``"ro"`` also leaves the file as it is (no switch to WAL; writes fail)."""
+    ``mode``: ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
+    :class:`DatabaseNotFoundError` for a missing one; ``"ro"`` never switches it to WAL."""
 
     def __init__(
         self,
@@ -397,25 +356,19 @@ class SQLiteDatabase(Database[Any]):
     def _fresh_connections(self) -> None:
         self._write_lock = threading.Lock()
         self._connect_lock = threading.Lock()
-        #: the one connection of a private in-memory database or of the caller's
-        #: connection, used by one plan at a time
         self._single: sqlite3.Connection | None = None
         self._single_lock = threading.Lock()
         self._pool: DbApiPool | None = None
 
     def after_fork(self) -> None:
-        """Fresh locks; the pool sets the parent's connections aside itself."""
         pool = self._pool
         self._fresh_connections()
         self._pool = pool
 
     def pool_usage(self) -> list[PoolUsage]:
-        """The file's connection pool (a private in-memory database or a connection
-        passed in has none)."""
         return [] if self._pool is None else [self._pool.usage(self.describe())]
 
     def namespace(self) -> str | None:
-        """The database file (none for a private in-memory database)."""
         return None if self.memory else str(self.path)
 
     def describe(self) -> str:
@@ -426,8 +379,7 @@ class SQLiteDatabase(Database[Any]):
     def _connect(self) -> sqlite3.Connection:
         if self.given is not None:
             return self.given
-        # One connection at a time: switching a new file to WAL needs exclusive access and
-        # fails at once, without the busy handler, if another connection is being opened.
+        # one at a time: switching to WAL fails at once while another connection opens
         with self._connect_lock:
             try:
                 conn = self._open()
@@ -442,7 +394,6 @@ class SQLiteDatabase(Database[Any]):
                     conn.close()
                     raise
             except (OSError, sqlite3.DatabaseError) as exc:
-                # a folder that cannot be made, a file that is not SQLite, one we may not read
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise DatabaseUnavailableError(
                     f"cannot open the SQLite database {self.describe()}: {reason}"
@@ -450,8 +401,7 @@ class SQLiteDatabase(Database[Any]):
             return conn
 
     def _open(self) -> sqlite3.Connection:
-        """A new connection, in :attr:`mode` (a :class:`Snapshot` for a file no one may
-        write that SQLite cannot share, see the module)."""
+        """A new connection (a :class:`Snapshot` of a file SQLite cannot share)."""
         connect = functools.partial(
             sqlite3.connect, isolation_level=None, check_same_thread=False, timeout=30
         )
@@ -486,8 +436,6 @@ class SQLiteDatabase(Database[Any]):
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
-        """A connection for one plan: from the pool of a file, or the one connection of an
-        in-memory database or of the caller."""
         if self._closed:
             raise ClosedError(f"the SQLite saver for {self.describe()} was closed")
         if self.given is None and not self.memory:
@@ -520,7 +468,6 @@ class SQLiteDatabase(Database[Any]):
                     conn.rollback()
 
     def open_connections(self) -> list[sqlite3.Connection]:
-        """The connections this database has open now (idle or in use)."""
         if self._pool is not None:
             return self._pool.open_connections()
         return [] if self._single is None else [self._single]
@@ -547,8 +494,7 @@ class SQLiteDatabase(Database[Any]):
                 begin_write="BEGIN IMMEDIATE",
                 begin_read="BEGIN",
                 write_lock=self._write_lock,
-                # a caller's connection may open transactions implicitly (sqlite3's legacy
-                # mode): every write then gets an explicit BEGIN and COMMIT
+                # a caller's connection in sqlite3's legacy mode: BEGIN every write
                 lone_writes=conn.isolation_level is None,
             )
             try:
@@ -557,8 +503,7 @@ class SQLiteDatabase(Database[Any]):
                 raise self._unusable(exc) or exc from exc
 
     def _unusable(self, exc: sqlite3.OperationalError) -> DatabaseUnavailableError | None:
-        """The package's error for a database that cannot take the call (a read-only
-        file, a full disk, an I/O error), or ``None`` for any other failure."""
+        """The package's error for a read-only file, a full disk, an I/O error, or ``None``."""
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary result code
         where = self.describe()
         if code == SQLITE_READONLY:
@@ -576,8 +521,7 @@ class SQLiteDatabase(Database[Any]):
         return None
 
     def close(self) -> None:
-        """Close idle connections now and busy ones when their plan ends (closing a
-        connection another thread is using would crash the sqlite3 module)."""
+        """Close idle connections now and busy ones when their plan ends."""
         self._closed = True
         if self._pool is not None:
             self._pool.close()
@@ -591,31 +535,24 @@ class Snapshot(sqlite3.Connection):
     """A connection that reads a file as immutable (see :func:`_unshareable`, :func:`_frozen`)."""
 
     path: Path
-    #: the file's identity, size and times just before this connection opened it
     opened: tuple[int, ...] | None
 
     def rewritten(self) -> bool:
-        """Whether the file changed (or went) since this connection opened it."""
         return _identity(self.path) != self.opened
 
 
 def _check(conn: sqlite3.Connection) -> None:
-    """Raise for a connection the pool must replace: a closed one (which refuses even a
-    property read), or a :class:`Snapshot` of a file that changed or that a writer has open
-    now (its write-ahead log is there)."""
+    """Raise for a closed connection, or a :class:`Snapshot` of a file changed or written."""
     conn.total_changes  # noqa: B018
     if isinstance(conn, Snapshot) and (conn.rewritten() or _wal_of(conn.path).exists()):
         raise sqlite3.OperationalError("the file changed: read it afresh")
 
 
 def _unshareable(path: Path) -> bool:
-    """Whether ``path`` is a file in WAL mode that this process cannot write (the file, or
-    the folder where its ``-wal`` and ``-shm`` go) and that no writer has open (a writer
-    keeps a ``-wal`` beside it), which SQLite cannot read as it reads a shared one.
+    """Whether ``path`` is a WAL file this process cannot write and no writer has open.
 
-    The file itself is opened last, only when neither of the other two holds: closing any
-    descriptor of a file drops every POSIX lock this process holds on it, SQLite's
-    included, so a process that may have the file open through SQLite never opens it."""
+    The file is opened last: closing any descriptor of it drops this process's POSIX
+    locks, SQLite's included."""
     if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
         return False
     if _wal_of(path).exists():
@@ -629,13 +566,11 @@ def _unshareable(path: Path) -> bool:
 
 
 def _frozen(path: Path) -> bool:
-    """Whether no process may write ``path``: its permissions let no one write it
-    (``chmod a-w``), or its file system is mounted read-only."""
+    """Whether no process may write ``path`` (``chmod a-w``, or a read-only mount)."""
     return not os.stat(path).st_mode & 0o222 or bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
-    """What changes when anything rewrites ``path`` (``None``: it is gone)."""
     try:
         found = os.stat(path)
     except OSError:
@@ -648,8 +583,7 @@ def _wal_of(path: Path) -> Path:
 
 
 def _to_wal(conn: sqlite3.Connection) -> None:
-    """Switch ``conn``'s file to WAL; a read-only file stays as it is, for reads (its
-    writes then fail with :class:`ReadOnlyDatabaseError`)."""
+    """Switch ``conn``'s file to WAL; a read-only file stays as it is, for reads."""
     try:
         conn.execute("PRAGMA journal_mode = WAL")  # raw: a connection PRAGMA
     except sqlite3.OperationalError as exc:

@@ -26,8 +26,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 URL_ENV = "AGENT_MEMORY_URL"
 HOME_ENV = "AGENT_MEMORY_HOME"
-#: The demo's own database, a file in the current folder (named here, below the demo, so that
-#: the command line can say where it is without loading the demo).
+#: The demo's own database, a file in the current folder.
 DEMO_FILE = "agent-memory-demo.db"
 
 
@@ -150,8 +149,7 @@ def parse(url: str, source: str = "argument") -> Target:
 
 
 def _home_expanded(path: str, url: str) -> str:
-    """A SQLite path with a leading ``~`` or ``~user`` expanded, as a shell would; one that
-    cannot be expanded is refused rather than taken as a folder named ``~``."""
+    """A SQLite path with a leading ``~`` or ``~user`` expanded; refused if it cannot be."""
     if not path.startswith("~"):
         return path
     expanded = os.path.expanduser(path)
@@ -163,8 +161,7 @@ def _home_expanded(path: str, url: str) -> str:
     return expanded
 
 
-#: The query parameters (or key=value keywords) of a PostgreSQL URL that this package reads
-#: itself and removes before the URL reaches libpq, which refuses keywords it does not know.
+#: The package's own PostgreSQL URL parameters, removed before libpq (which refuses them).
 PREPARE_THRESHOLD = "prepare_threshold"
 SCHEMA = "schema"
 
