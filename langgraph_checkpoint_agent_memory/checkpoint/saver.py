@@ -1,20 +1,10 @@
 """One ``BaseCheckpointSaver`` for SQLite, PostgreSQL and SAP HANA.
 
-Every operation is a *plan* (see :mod:`langgraph_checkpoint_agent_memory.db.database`): it
-builds statements and decodes rows without I/O, and the database object runs it with a sync
-or an async driver. So ``put`` and ``aput`` share one implementation, and each dialect only
-contributes compiled SQL (:mod:`langgraph_checkpoint_agent_memory.db.checkpoint`).
-
-:class:`SQLSaver` is one class over small composed parts, each a module:
-
-* :mod:`.codec`: channel values to rows and back; inline values, blobs, and lists stored as
-  only their appended items; :mod:`.sealing`: those rows sealed (encryption on);
-* :mod:`.writes` and :mod:`.reads`: the plans of the hot path (``put``, ``put_writes``,
-  ``get_tuple``) and of ``list`` and ``get_delta_channel_history``;
-* :mod:`.lifetime`: the TTL policy (thread rows, the live-after bound, touch coalescing,
-  tombstones) shared with :class:`TimedInMemorySaver`, and the background sweeper;
-* :mod:`.threads`: the plans over whole threads (delete, erase, delete_for_runs, copy,
-  prune, the sweep) and what each thread stores.
+Every operation is a plan (:mod:`langgraph_checkpoint_agent_memory.db.database`) that the
+database runs with a sync or an async driver, so ``put`` and ``aput`` share one
+implementation. The plans are built by :mod:`.writes` (the hot path), :mod:`.reads` and
+:mod:`.threads` (whole threads), over :mod:`.codec` (rows), :mod:`.sealing` (encryption on)
+and :mod:`.lifetime` (the TTL policy, shared with :class:`TimedInMemorySaver`).
 """
 
 from __future__ import annotations
@@ -322,15 +312,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Asynchronously store a checkpoint: :meth:`put` for async code.
-
-        Example:
-            ```python
-            from langgraph.checkpoint.base import empty_checkpoint
-
-            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
-            ```
-        """
+        """Async version of :meth:`put`."""
         writer, serde = self._writer, self.serde
         with self._traced("put", config) as op:
             result = await self._awrite(
@@ -376,13 +358,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Asynchronously store a task's writes: :meth:`put_writes` for async code.
-
-        Example:
-            ```python
-            await saver.aput_writes(saved, [("x", 1)], task_id="t1")
-            ```
-        """
+        """Async version of :meth:`put_writes`."""
         writer, serde = self._writer, self.serde
         with self._traced("put_writes", config) as op:
             await self._awrite(
@@ -414,13 +390,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             return found
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Asynchronously fetch a checkpoint tuple: :meth:`get_tuple` for async code.
-
-        Example:
-            ```python
-            latest = await saver.aget_tuple({"configurable": {"thread_id": "user-42"}})
-            ```
-        """
+        """Async version of :meth:`get_tuple`."""
         with self._traced("get_tuple", config) as op:
             found = await self._aread(lambda: self._reader.get_tuple(self.serde, config))
             op.set("db.response.returned_rows", int(found is not None))
@@ -464,14 +434,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Asynchronously list checkpoints, newest first: :meth:`list` for async code.
-
-        Example:
-            ```python
-            async for t in saver.alist({"configurable": {"thread_id": "user-42"}}):
-                print(t.config["configurable"]["checkpoint_id"])
-            ```
-        """
+        """Async version of :meth:`list`."""
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
             with self._traced("list", config) as op:  # a span per page read
@@ -498,13 +461,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        """Asynchronously :meth:`get_delta_channel_history`.
-
-        Example:
-            ```python
-            history = await saver.aget_delta_channel_history(config=saved, channels=["messages"])
-            ```
-        """
+        """Async version of :meth:`get_delta_channel_history`."""
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
 
     # -- versions --------------------------------------------------------------------------
@@ -613,13 +570,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             self._destroy_keys([thread_id])
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Asynchronously :meth:`delete_thread`.
-
-        Example:
-            ```python
-            await saver.adelete_thread("user-42")
-            ```
-        """
+        """Async version of :meth:`delete_thread`."""
         thread_id = checked_thread_id(thread_id)
         with self._traced("delete_thread", {"configurable": {"thread_id": thread_id}}):
             await self._arun(self._maintenance.delete_thread(thread_id))
@@ -644,13 +595,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             self._destroy_keys(ids)
 
     async def aerase_threads(self, thread_ids: Sequence[str], *, keep_keys: bool = False) -> None:
-        """Asynchronously :meth:`erase_threads`.
-
-        Example:
-            ```python
-            await saver.aerase_threads(["user-42"])
-            ```
-        """
+        """Async version of :meth:`erase_threads`."""
         ids = [str(t) for t in thread_ids]
         await self._arun(self._maintenance.erase_threads(ids))
         if not keep_keys:
@@ -669,13 +614,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._run(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Asynchronously :meth:`delete_for_runs`.
-
-        Example:
-            ```python
-            await saver.adelete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
-            ```
-        """
+        """Async version of :meth:`delete_for_runs`."""
         await self._arun(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -694,13 +633,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._read(lambda: self._maintenance.copy_thread(source, target, key))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Asynchronously :meth:`copy_thread`.
-
-        Example:
-            ```python
-            await saver.acopy_thread("user-42", "user-42-fork")
-            ```
-        """
+        """Async version of :meth:`copy_thread`."""
         source, target = str(source_thread_id), str(target_thread_id)
         key = await self.keyring.akey(thread_owner(target)) if self.keyring is not None else None
         await self._aread(lambda: self._maintenance.copy_thread(source, target, key))
@@ -741,13 +674,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         strategy: str = "keep_latest",
         keep_last: int | None = None,
     ) -> None:
-        """Asynchronously :meth:`prune`.
-
-        Example:
-            ```python
-            await saver.aprune(["user-42"], keep_last=3)
-            ```
-        """
+        """Async version of :meth:`prune`."""
         thread_ids = [str(t) for t in thread_ids]
         plan = lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last)  # noqa: E731
         with self._traced("prune") as op:
@@ -783,13 +710,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def asweep(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> builtins.list[str]:
-        """Asynchronously :meth:`sweep`; the async sweeper task calls this.
-
-        Example:
-            ```python
-            removed = await saver.asweep()
-            ```
-        """
+        """Async version of :meth:`sweep`; the async sweeper task calls this."""
         with self._traced("sweep") as op:
             swept = await self._aread(lambda: self._maintenance.sweep(self.serde, on_progress))
             if self._maintenance.activity.strategy == "delete":
@@ -848,21 +769,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def aencrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
-        """Asynchronously :meth:`encrypt_plaintext`.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory import (
-                Encryption,
-                SqliteSaver,
-                generate_master_key,
-            )
-
-            setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
-            migrating = SqliteSaver("plain.db", encryption=setting)
-            counts = await migrating.aencrypt_plaintext()
-            ```
-        """
+        """Async version of :meth:`encrypt_plaintext`."""
         keyring = self._needs_keyring()
 
         async def step(step: str | Plan[Any]) -> Any:
@@ -919,13 +826,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def athreads(
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None
     ) -> builtins.list[ThreadInfo]:
-        """Asynchronously :meth:`threads`.
-
-        Example:
-            ```python
-            biggest = await saver.athreads(limit=5)
-            ```
-        """
+        """Async version of :meth:`threads`."""
         return await self._arun(self._maintenance.threads(sort, limit))
 
     def sweep_preview(self) -> SweepPreview:
@@ -944,11 +845,5 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         return self._read(lambda: self._maintenance.preview(self.serde))
 
     async def asweep_preview(self) -> SweepPreview:
-        """Asynchronously :meth:`sweep_preview`.
-
-        Example:
-            ```python
-            preview = await saver.asweep_preview()
-            ```
-        """
+        """Async version of :meth:`sweep_preview`."""
         return await self._aread(lambda: self._maintenance.preview(self.serde))
