@@ -1,9 +1,5 @@
-"""The SQL saver under the names LangGraph users know, one per database.
-
-Each class is :class:`SQLSaver` bound to one database; every instance serves both the sync
-and the async API. ``from_conn_string`` is a context manager that closes what it opened;
-the ``Async*`` names make ``from_conn_string`` an async context manager, as in LangGraph.
-"""
+"""The SQL saver under the names LangGraph users know, one per database; the ``Async*`` names
+make ``from_conn_string`` an async context manager, as in LangGraph."""
 
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
-"""How the SQL saver turns checkpoints into rows and rows back into checkpoints, with no I/O.
+"""How the SQL saver turns checkpoints into rows and rows back, with no I/O (the format is
+told in ``docs/internals/checkpoint-storage.md``).
 
-* Channel values that are ``None``, booleans, numbers or short strings stay *inline* in the
-  checkpoint row; every other value gets a blob row keyed by ``(channel, version)``.
-* A list that only grew by appends since the version its parent checkpoint holds (the
-  conversation's ``messages``) is stored as just the appended items, with type
-  ``"append:<serde type>"`` and ``base_version`` naming the version it extends. The unchanged
-  prefix is recognized by object identity against what this process last wrote or read of
-  the thread (:class:`ListCache`), so neither serialization nor storage grows with the
-  length of the conversation. After :data:`MAX_CHAIN` appends in a row, a *segment* (type
-  ``"segment:<serde type>"``) holds every item since the last segment, its ``base_version``
-  that segment's (or the full copy's); after :data:`MAX_SEGMENTS` segments in a row the full
-  list is written again. So a chain is at most ``MAX_CHAIN + MAX_SEGMENTS + 1`` rows long
-  and a long conversation is written about twice, not once per ``MAX_CHAIN`` appends in full
-  (a full copy every 16 versions was 60% of a 200-turn thread's bytes).
-* Decoding follows ``base_version`` down the chain (or takes the list from the cache).
-* Every value (the body, each blob, each pending write) is compressed where that pays
-  (:mod:`..compression`: zstd with the package's dictionary, values under its floor raw), its
-  type then prefixed with :data:`PACKED`; a value without the prefix is read as it is, as
-  rows written before compression are.
-
-Rows are named (:class:`CheckpointRow`, :class:`BlobRow`, :class:`WriteRow`, ...); the serde is
+Short scalar channel values stay inline in the checkpoint row; others get a blob row per
+``(channel, version)``. A list that only grew since its parent's version is stored as the
+appended items (type ``append:<serde type>``, ``base_version`` naming its base), recognized by
+object identity against :class:`ListCache`; after :data:`MAX_CHAIN` appends comes a *segment*
+(``segment:<serde type>``), after :data:`MAX_SEGMENTS` segments the full list again. Values
+are compressed where that pays, their type then prefixed with :data:`PACKED`. The serde is
 passed to each call, because ``with_allowlist`` gives a copy of the saver its own serde.
 """
 

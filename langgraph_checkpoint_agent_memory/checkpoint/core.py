@@ -1,9 +1,5 @@
-"""Checkpoint logic with no storage and no I/O, shared by every saver of the package.
-
-The in-memory saver and the SQL saver differ in where bytes live, not in what a checkpoint
-tuple is, how writes are ordered or which ancestors a ``DeltaChannel`` still needs; those
-rules live here once.
-"""
+"""Checkpoint logic with no storage and no I/O, shared by every saver of the package: what a
+checkpoint tuple is, how ids are checked, which ancestors a ``DeltaChannel`` still needs."""
 
 from __future__ import annotations
 

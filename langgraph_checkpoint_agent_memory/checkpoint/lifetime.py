@@ -1,18 +1,11 @@
-"""A thread's lifetime, with no I/O: one policy for every saver of the package.
+"""A thread's lifetime, with no I/O: one TTL policy for every saver of the package.
 
-``ttl_seconds`` is idle time: every read or write of a thread counts as activity, and an idle
-thread is invisible at once, before any sweep; the sweeper only frees what readers already
-ignore. A deleted or expired thread leaves a *tombstone* that records where its history ended
-(:func:`generation_boundary`), so a late write that names one of its checkpoints is refused
-with :class:`ThreadDeletedError` rather than resurrecting it (:func:`is_late`); a write with
-no parent, or naming a newer checkpoint, starts the thread afresh. Tombstones are forgotten
-after :func:`tombstone_seconds`.
-
-The SQL saver keeps activity in each thread's row (``expires_at``) and coalesces the writes
-of that row (:class:`ThreadActivity`): at most once per ``activity_precision`` of the TTL per
-thread and process, with expiry pushed out by the same slack. :class:`TimedInMemorySaver`
-keeps it in memory (:class:`ThreadLife`). Both sweep in the background with
-:class:`SweeperHookup`; the SQL plans that delete, prune and sweep are in :mod:`.threads`.
+``ttl_seconds`` is idle time, and an idle thread is invisible at once; the sweeper only frees
+what readers already ignore. A deleted or expired thread leaves a tombstone recording where
+its history ended (:func:`generation_boundary`), so a late write naming one of its
+checkpoints is refused (:func:`is_late`) rather than resurrecting it. The SQL saver keeps
+activity in thread rows (:class:`ThreadActivity`), :class:`TimedInMemorySaver` in memory
+(:class:`ThreadLife`).
 """
 
 from __future__ import annotations

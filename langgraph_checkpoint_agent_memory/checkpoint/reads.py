@@ -1,14 +1,9 @@
 """The plans of ``get_tuple``, ``list`` and ``get_delta_channel_history``.
 
-``get_tuple`` looks blobs up by their full ``(channel, version)`` key, so its cost does not
-grow with the thread's history; where the dialect has a one-statement read
-(``fast_get_tuple``: SQLite, PostgreSQL) it is a single statement, so one snapshot; HANA
-sends the checkpoint, then its blobs and writes. ``list`` reads pages (keyset
-pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
-when the caller reaches it. A due refresh-on-read travels in the same batch as the read, and
-goes first: it waits for a sweep that holds the thread's row, so the read after it sees the
-thread as the sweep left it (gone, or kept because the refresh came first), never a thread
-read live and swept before the reader's next write.
+``get_tuple`` looks blobs up by their full key, so its cost does not grow with the thread's
+history. ``list`` reads keyset-paginated pages and decodes each checkpoint only when the
+caller reaches it. A due refresh-on-read goes first in the read's batch: it waits for a sweep
+holding the thread's row, so the read never sees a thread live that the sweep then removes.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
-"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O.
+"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O (apart
+from :mod:`.codec` so only a saver with encryption on loads it).
 
-With encryption on, every value column of the checkpoint tables is sealed (see
-:mod:`..crypto.cipher`): the checkpoint body (which holds the inline channel values), every
-blob row (appended list items too), every pending write, and the metadata (the whole JSON,
-sealed as text: its keys say as much as its values, e.g. which writes a step made, and a
-filter on it is matched after decrypting anyway). Each value carries its row's identity as
-associated data (thread, namespace and checkpoint id; or channel and version; or task id
-and index; and the serde type), so a value moved to another row or thread does not open.
-
-Values are compressed by :mod:`.codec` before they are sealed (their type says so), so
-sealing compresses none of them again; the metadata, which stays JSON for filters when
-encryption is off, is compressed by the cipher.
-
-Keys: a write uses the data key of the thread's owner (:func:`owner_of`); a new key is
-stored in the transaction of the first write sealed with it when the key store is the
-saver's own database (:meth:`~..crypto.keyring.Keyring.sealed`), else before the write's plan
-runs. A read's plan asks :meth:`Sealer.ensure` for every key id a fetch returned; a key not
-in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell loads the
-keys and runs it again. So the hot path keeps its round trips, and the key store may be
-another database. This module is apart from :mod:`.codec` so only a saver with encryption
-on loads it.
+Every value column is sealed: the body, each blob, each pending write, and the metadata as a
+whole (its keys say as much as its values; a filter on it is matched after opening). Each
+value carries its row's identity as associated data, so a value moved to another row or
+thread does not open. A read's plan asks :meth:`Sealer.ensure` for the key ids it fetched; a
+key not in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell
+loads it and runs the plan again, so the hot path keeps its round trips.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune,
-the TTL sweep, encrypting a thread's plaintext, and reading what each thread stores.
+"""The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune, the
+TTL sweep, encrypting plaintext, and what each thread stores.
 
-Deleting a thread leaves a tombstone (see :mod:`.lifetime`); erasing leaves nothing.
-Pruning keeps, per namespace, the last ``keep_last`` checkpoints (1: the latest) and the
-ancestors their ``DeltaChannel`` values are still rebuilt from, and the blobs they need down
-each appended list's chain, so every kept checkpoint reads back whole.
-The sweep claims expired threads in batches with ``SKIP LOCKED`` where the database has it,
-so any number of processes may sweep at once and each thread is removed by exactly one.
-
-:meth:`Maintenance.threads` and :meth:`Maintenance.preview` are the reads behind
-``agent-memory threads`` and ``agent-memory sweep --dry-run``. Sizes are the database's
-measure of each stored value (bytes of checkpoint bodies, blobs and pending writes;
-characters of the JSON metadata), summed per thread: what retention frees, not the
-database's own overhead (row headers, indexes, free pages), which comes on top.
+Pruning keeps what every kept checkpoint needs to read back whole (the ancestors of its
+``DeltaChannel`` values, the bases of its appended lists). The sweep claims expired threads
+with ``SKIP LOCKED`` where the database has it, so each is removed by exactly one sweeper.
+Sizes are the database's measure of each stored value, summed per thread: what retention
+frees, not the database's own overhead.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """``TimedInMemorySaver``: an in-memory checkpointer whose idle threads expire.
 
-It keeps its data itself on LangGraph's public ``BaseCheckpointSaver``, not on
-``InMemorySaver``, whose public methods cannot evict a thread at that thread's cost, make a
-write and an eviction atomic, or drop single checkpoints for ``prune`` (a subclass would read
-its private dicts, which a LangGraph release may change; ``tests/test_timed_saver.py`` checks
-that none is touched). It answers as ``InMemorySaver`` does (``tests/test_timed_properties.py``
-compares the two), with one record per thread (:class:`ThreadData`), threads ordered by last
-use so a sweep pops expired ones from the front, and one lock that makes a write and an
-eviction of the same thread atomic; (de)serialization happens outside the lock.
+Built on ``BaseCheckpointSaver``, not ``InMemorySaver``, whose public methods cannot evict one
+thread at its own cost, make a write and an eviction atomic, or drop single checkpoints for
+``prune``; it answers as ``InMemorySaver`` does (``tests/test_timed_properties.py`` compares
+the two). One lock makes a write and an eviction of a thread atomic; (de)serialization runs
+outside it.
 """
 
 from __future__ import annotations

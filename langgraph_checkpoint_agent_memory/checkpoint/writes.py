@@ -1,13 +1,9 @@
 """The plans of ``put`` and ``put_writes``: the hot path of every graph step.
 
-Each is one transaction and one round trip where the driver pipelines (on a distributed
-database two: the statements, then the commit or the rollback their check decides). A dialect with a
-one-statement write (``fast_write``) gets the thread's activity, the blobs and the
-checkpoint row (or the writes) as one statement; elsewhere a conditional upsert of the
-activity row travels in the same batch. Either way rows are written only while their thread
-is live: zero rows written sends the plan down the slow path (:meth:`Writer.admit`), which
-reads the thread's row under a lock and refuses a late write into a deleted or expired
-thread, or starts it afresh.
+Each is one round trip where the driver pipelines: the thread's activity, the blobs and the
+checkpoint row (or the writes), written only while the thread is live. Zero rows written sends
+the plan down the slow path (:meth:`Writer.admit`), which reads the thread's row under a lock
+and refuses a late write into a deleted or expired thread, or starts it afresh.
 """
 
 from __future__ import annotations
