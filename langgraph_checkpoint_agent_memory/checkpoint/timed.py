@@ -9,13 +9,14 @@ outside it.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -61,9 +62,15 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     validate_strategy,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, swept, traced
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import (
+    AttributeValue,
+    Target,
+    live,
+    operation,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
@@ -78,6 +85,52 @@ SWEEP_BATCH = 256
 
 #: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The target of this saver's operations: no database (no ``db.system.name``), no server;
+#: its spans are internal ones, measured in ``agent_memory.operation.duration``.
+MEMORY = Target("")
+
+
+def traced(
+    name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
+) -> Callable[[F], F]:
+    """Run a method of the saver in the span ``checkpoint.<name>``, with the thread its first
+    argument names (left out with encryption on) and the attributes ``counts`` reads from
+    its result."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(saver: Any, *args: Any, **kwargs: Any) -> Any:
+            if not live():
+                return method(saver, *args, **kwargs)
+            about = args[0] if args else kwargs.get("config", kwargs.get("thread_id"))
+            if isinstance(about, Mapping):
+                about = (about.get("configurable") or {}).get("thread_id")
+            sealed = saver.keyring is not None
+            thread = None if sealed or not isinstance(about, str) else about
+            attributes = {"langgraph.thread_id": thread}
+            with operation(f"checkpoint.{name}", MEMORY, attributes, sealed=sealed) as op:
+                result = method(saver, *args, **kwargs)
+                for key, value in (counts(result) if counts else {}).items():
+                    op.set(key, value)
+                return result
+
+        return cast(F, run)
+
+    return wrap
+
+
+def listed(result: Any) -> dict[str, AttributeValue]:
+    """How many checkpoints a listing selected."""
+    return {"db.response.returned_rows": len(result)}
+
+
+def swept(result: int) -> dict[str, AttributeValue]:
+    """How many threads a sweep evicted, also counted in the swept-threads metric."""
+    metrics.add("threads_swept", result, {})
+    return {"agent_memory.thread_count": result}
 
 
 Version = str | int | float
