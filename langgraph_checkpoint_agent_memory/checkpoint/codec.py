@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from langgraph.checkpoint.base import (
     Checkpoint,
@@ -104,15 +104,9 @@ _metadata_encoder = json.JSONEncoder(
 
 
 def metadata_json(metadata: Mapping[str, Any]) -> str:
-    """Checkpoint metadata as compact JSON.
-
-    Raises:
-        TypeError: A value JSON cannot hold (naming its key).
-        InvalidValueError: A value not every saver could store and filter on alike (see
-            :func:`.core.check_metadata`): looked for only where the JSON hints at one
-            (an escaped NUL, text that is not ASCII, a number JSON refused), so the
-            common case costs two scans of the text.
-    """
+    """Checkpoint metadata as compact JSON; ``TypeError`` naming a key JSON cannot hold, and
+    :func:`.core.check_metadata`'s errors, looked for only where the JSON hints at one (so
+    the common case costs two scans of the text)."""
     try:
         text = _metadata_encoder(metadata)
     except (TypeError, ValueError) as exc:
@@ -134,11 +128,8 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
-# -- rows ---------------------------------------------------------------------------------
-#
-# One NamedTuple per kind of fetched row, its fields in the order of the statement's columns
-# (tests/test_codec_rows.py holds each to its statement), built straight from the row the
-# driver returns and read by name from then on.
+# -- rows: one NamedTuple per kind of fetched row, its fields in the order of the statement's
+# columns (tests/test_codec_rows.py holds each to its statement)
 
 
 class CheckpointRow(NamedTuple):
@@ -287,6 +278,7 @@ class Head(NamedTuple):
 
 
 BlobRows = dict[tuple[str, str], BlobRow]
+R = TypeVar("R", BlobRow, WriteRow)
 #: The plaintext of a stored blob (encryption on), called only for blobs decoded.
 BlobOpener = Callable[[BlobRow], bytes]
 
@@ -310,36 +302,29 @@ def _blob(value: Any) -> bytes:
     return b"" if value is None else bytes(value)
 
 
-def blob_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> BlobRows:
-    """The rows of ``select_blobs`` statements by ``(channel, version)``."""
-    found: BlobRows = {}
+def _fetched(results: Sequence[Sequence[Sequence[Any]]], make: Callable[[Any], R]) -> Iterator[R]:
+    """The rows of ``results`` built by ``make``, their ``blob`` as bytes."""
     for rows in results:
         for fetched in rows:
-            row: BlobRow = _blob_row(fetched)
-            if type(row.blob) is not bytes:
-                row = row._replace(blob=_blob(row.blob))
-            found[(row.channel, row.version)] = row
-    return found
+            row = make(fetched)
+            yield row if type(row.blob) is bytes else row._replace(blob=_blob(row.blob))
+
+
+def blob_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> BlobRows:
+    """The rows of ``select_blobs`` statements by ``(channel, version)``."""
+    return {(row.channel, row.version): row for row in _fetched(results, _blob_row)}
 
 
 def write_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> list[WriteRow]:
     """The rows of ``select_writes`` statements."""
-    found: list[WriteRow] = []
-    for rows in results:
-        for fetched in rows:
-            row: WriteRow = write_row(fetched)
-            if type(row.blob) is not bytes:
-                row = row._replace(blob=_blob(row.blob))
-            found.append(row)
-    return found
+    return list(_fetched(results, write_row))
 
 
 def split_union(
     thread_id: str, ns: str, rows: Sequence[Sequence[Any]]
 ) -> tuple[CheckpointRow, BlobRows, list[WriteRow]] | None:
-    """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``): rows tagged
-    0 (:class:`UnionHead`), 1 (:class:`UnionBlob`) and 2 (:class:`UnionWrite`); None when
-    there is no checkpoint."""
+    """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``), rows
+    tagged by kind; None when there is no checkpoint."""
     head: UnionHead | None = None
     blob_rows: BlobRows = {}
     writes: list[UnionWrite] = []
@@ -420,13 +405,9 @@ class ListCache:
     def append_base(
         self, thread_id: str, ns: str, parent_id: str | None, channel: str, value: Any
     ) -> ListState | None:
-        """The stored version that ``value`` extends by appends (of none, if a step gave the
-        list a new version and the same items), if this process knows one.
-
-        Only the version the parent checkpoint holds qualifies (so the base is kept by any
-        prune that keeps this checkpoint), and only if every one of its items is the very
-        same object at the same position in ``value``.
-        """
+        """The stored version that ``value`` extends by appends, if this process knows one:
+        only the parent checkpoint's version (so any prune keeping this checkpoint keeps the
+        base), and only if each of its items is the very same object in ``value``."""
         if not self.enabled or type(value) is not list or parent_id is None:
             return None
         with self.lock:
@@ -565,14 +546,10 @@ def channel_value(
     thread: tuple[str, str] | None = None,
     opener: BlobOpener | None = None,
 ) -> tuple[Any, int, Anchor | None]:
-    """A channel's value at ``version``, the number of appends since the last segment or
-    full copy down its chain, and that :class:`Anchor` (``None`` for a value not a list).
-
-    A list version this process wrote or read last for ``thread`` is taken from the cache
-    (a new list of the same items), so reading a conversation decodes only what was
-    appended since. ``opener`` gives a stored blob's plaintext (encryption on: only the
-    blobs actually decoded are opened).
-    """
+    """A channel's value at ``version``, the appends since the last segment or full copy
+    down its chain, and that :class:`Anchor` (``None`` for a value not a list). A list this
+    process holds for ``thread`` comes from the cache, so only what was appended since is
+    decoded; ``opener`` gives a stored blob's plaintext (encryption on)."""
     if thread is not None:
         known = cache.known(thread, channel, version)
         if known is not None:
@@ -604,11 +581,8 @@ def _body_what(row: CheckpointRow) -> str:
 
 
 class MissingBlob(AgentMemoryError):
-    """A checkpoint names a channel value (or an appended list's base) that is not stored:
-    a delete or an erase of the thread removed it between the statements of a read, or
-    before a write that raced it committed its appended list. The readers answer as for a
-    thread that is gone (``get_tuple``: ``None``, ``list``: not listed), which the next
-    write starts afresh: a signal inside the package, never raised to a caller."""
+    """A checkpoint names a value (or an appended list's base) that a racing delete or erase
+    removed: the readers answer as for a thread that is gone. Never raised to a caller."""
 
 
 def decode(
@@ -622,8 +596,7 @@ def decode(
     opener: BlobOpener | None = None,
 ) -> CheckpointTuple:
     """A checkpoint tuple from its row, blobs and writes; fills ``lists`` (when given) with
-    the list channels read, for :meth:`ListCache.remember`; ``opener``: as for
-    :func:`channel_value`."""
+    the list channels read, for :meth:`ListCache.remember`."""
     checkpoint: Checkpoint = load(serde, row.type, bytes(row.body), _body_what(row))
     values = dict(checkpoint["channel_values"])
     thread = (row.thread_id, row.ns)
