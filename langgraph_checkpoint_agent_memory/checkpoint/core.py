@@ -97,13 +97,9 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
 
 
 def checked_thread_id(thread_id: Any) -> str:
-    """A thread id as the savers store it: a string, or an int or UUID as its text.
-
-    Raises:
-        InvalidValueError: Anything else (a list or bytes would be stored as its repr), an
-            empty id, one over :data:`MAX_ID` characters, or one with a NUL character or a
-            lone surrogate.
-    """
+    """A thread id as the savers store it: a string, or an int or UUID as its text;
+    :class:`InvalidValueError` for anything else, an empty id, one over :data:`MAX_ID`
+    characters, or one with a NUL character or a lone surrogate."""
     if (
         type(thread_id) is str
         and 0 < len(thread_id) <= MAX_ID
@@ -180,14 +176,9 @@ _INT_BOUND = 2**63
 
 
 def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata.
-
-    Raises:
-        InvalidValueError: A key that is not a string, or a key or string (also nested in a
-            list or dict) with a NUL character or a lone surrogate, a number that is not
-            finite, or a whole number beyond 64 bits: no metadata holds one the same on
-            every backend, and a database would fail on it or ignore it.
-    """
+    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata:
+    string keys, and no NUL character, lone surrogate, non-finite number or whole number
+    beyond 64 bits (nested or not), which no backend holds as every other does."""
     if not filter:
         return filter
     if not isinstance(filter, Mapping):
@@ -204,11 +195,8 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
 
 
 def check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Refuse checkpoint metadata that not every saver could store and filter on alike,
-    with :class:`InvalidValueError` naming the key: what :func:`checked_filter` refuses
-    in a filter (a NUL character or lone surrogate, NaN or an infinity, a whole number
-    beyond 64 bits), nested or not. A walk of every value: the SQL savers call it only
-    when the JSON they wrote hints at one (:func:`.codec.metadata_json`)."""
+    """Refuse, naming the key, checkpoint metadata holding what :func:`checked_filter`
+    refuses in a filter (the SQL savers walk it only when their JSON hints at one)."""
     for key, value in metadata.items():
         why = _json_problem(key, value)
         if why:
@@ -266,12 +254,8 @@ def ancestors_to_keep(
     parent_of: Callable[[str], str | None],
     has_value: Callable[[str, str], bool],
 ) -> list[str]:
-    """One checkpoint and the ancestors its ``DeltaChannel`` values are rebuilt from.
-
-    ``latest_id``, plus every ancestor up to the nearest one that stores a value for each
-    ``DeltaChannel`` still being replayed; dropping those would make the channels rebuild as
-    empty without any error. :func:`checkpoints_to_keep` applies it to what a prune keeps.
-    """
+    """``latest_id`` and its ancestors up to the nearest one storing a value for each of its
+    ``DeltaChannel`` channels: dropping those would rebuild the channels empty, silently."""
     keep = [latest_id]
     remaining = set(delta_channels)
     current = parent_of(latest_id)
@@ -289,14 +273,10 @@ def checkpoints_to_keep(
     parent_of: Callable[[str], str | None],
     has_value: Callable[[str, str], bool],
 ) -> set[str]:
-    """Checkpoint ids that pruning to the last ``keep_last`` checkpoints of one namespace keeps.
-
-    The ``keep_last`` newest of ``newest_first`` and the ancestors :func:`ancestors_to_keep`
-    finds for their ``DeltaChannel`` values, and so on for every ancestor kept that way, so
-    that every checkpoint kept reads back whole, not only the newest: with two delta channels
-    snapshotted at different steps, the ancestor holding one channel's seed may still rebuild
-    the other from further back. ``keep_last=1`` is ``prune(strategy="keep_latest")``.
-    """
+    """Checkpoint ids that pruning one namespace to its last ``keep_last`` keeps: those and,
+    transitively, the ancestors :func:`ancestors_to_keep` finds for each kept one, so every
+    kept checkpoint reads back whole (an ancestor holding one channel's seed may rebuild
+    another channel from further back)."""
     keep: set[str] = set()
     pending = list(newest_first[:keep_last])
     while pending:

@@ -93,8 +93,7 @@ TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
 class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
-    Every method has an async twin (``aput``, ``aget_tuple``, ...) that takes the same
-    arguments and runs the same plan.
+    Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
 
     Args:
         database: Where checkpoints live.
@@ -104,18 +103,14 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             history to the last ``keep_last`` checkpoints of each namespace; the thread stays
             readable).
         keep_last: How many checkpoints of each namespace ``keep_latest`` keeps, in the sweep
-            and in :meth:`prune` (at least 1; default 1, the latest). Each kept checkpoint
-            reads back whole: the ancestors its ``DeltaChannel`` values are rebuilt from and
-            the bases of its appended lists are kept with it.
+            and in :meth:`prune` (at least 1; default 1, the latest), each with what it needs
+            to read back whole.
         refresh_on_read: Whether reads count as activity.
-        activity_precision: Activity is written to the thread's row at most once per this
-            fraction of its TTL (per thread and process), not on every graph step; expiry is
-            pushed out by the same slack, so an idle thread expires after between ``ttl`` and
-            ``ttl * (1 + activity_precision)`` seconds. ``0`` writes activity on every call.
-        incremental_lists: Store a list that only grew as its appended items (see
-            :mod:`.codec`). Assumes list items are not mutated in place once stored, which
-            holds for LangGraph's ``add_messages``; turn it off for state that mutates list
-            items.
+        activity_precision: Activity is written at most once per this fraction of the TTL
+            (per thread and process), and expiry pushed out by the same slack: an idle thread
+            expires after ``ttl`` to ``ttl * (1 + activity_precision)`` seconds; ``0``: exact.
+        incremental_lists: Store a list that only grew as its appended items; turn it off for
+            state that mutates list items in place (``add_messages`` never does).
         sweep_interval_seconds: Time between background sweeps (default: a tenth of the TTL,
             between 0.5 s and 60 s). The sweeper starts with the first write when a TTL is set.
         sweep_batch: Threads removed per sweep transaction.
@@ -123,12 +118,10 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         serde: Serializer; defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Wall clock in seconds since the epoch (shared by processes through the rows).
         encryption: Encryption at rest (see the user guide's "Encryption and erasure"):
-            ``None`` (the default) follows the environment (``AGENT_MEMORY_MASTER_KEY``,
-            ``AGENT_MEMORY_KEYSTORE_URL``), ``False`` is off, or a master key, a
-            ``KeyProvider`` or an ``Encryption``. On: checkpoint bodies, channel values,
-            pending writes and metadata are sealed with the data key of the thread (or of
-            the store scope ``config["configurable"]["encryption_scope"]`` names), and
-            deleting, erasing or sweeping a thread destroys its key.
+            ``None`` (the default) follows ``AGENT_MEMORY_MASTER_KEY`` and
+            ``AGENT_MEMORY_KEYSTORE_URL``, ``False`` is off, or a master key, a ``KeyProvider``
+            or an ``Encryption``. Values are sealed with their thread's data key (or the store
+            scope's ``config["configurable"]["encryption_scope"]`` names), destroyed with it.
 
     Example:
         >>> from langgraph_checkpoint_agent_memory import SqliteSaver
@@ -191,8 +184,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         fork.register(self)
 
     def after_fork(self) -> None:
-        """A forked child has none of the parent's threads: its next write starts its own
-        sweeper (the database resets its connections itself)."""
+        """A forked child's next write starts its own sweeper."""
         self._sweeping.after_fork()
         self._lists.after_fork()
 
@@ -271,10 +263,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint with its configuration and metadata.
-
-        One transaction and one round trip: the blobs of the channels in ``new_versions``,
-        the checkpoint row and, when due, the thread's activity.
+        """Store a checkpoint, its changed channels' blobs and, when due, the thread's
+        activity: one transaction and one round trip.
 
         Args:
             config: The thread (``thread_id``, ``checkpoint_ns``) and, as ``checkpoint_id``,
@@ -329,10 +319,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store intermediate writes of a task, linked to a checkpoint.
-
-        A regular channel's write is stored once (the first wins); a special channel's
-        (``__error__``, ``__interrupt__``, ...) is replaced.
+        """Store a task's writes to a checkpoint: a regular channel's first write wins, a
+        special channel's (``__error__``, ``__interrupt__``, ...) is replaced.
 
         Args:
             config: Names the checkpoint (``thread_id``, ``checkpoint_ns``, ``checkpoint_id``).
@@ -368,10 +356,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._after_write()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Fetch a checkpoint tuple: the one ``checkpoint_id`` names, or the thread's latest.
-
-        An expired or deleted thread has none. A read counts as activity when
-        ``refresh_on_read`` is on.
+        """The checkpoint ``checkpoint_id`` names, or the thread's latest; none for an
+        expired or deleted thread. Counts as activity with ``refresh_on_read``.
 
         Args:
             config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
@@ -499,8 +485,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         )
 
     def _swept(self, op: Any, swept: builtins.list[str]) -> None:
-        """Count what a sweep removed: on its span, and in
-        ``agent_memory.checkpoint.threads_swept``."""
+        """Count what a sweep removed, on its span and in its metric."""
         op.set("agent_memory.thread_count", len(swept))
         metrics.add("threads_swept", len(swept), {"db.system.name": target_of(self.db).system})
 
@@ -508,8 +493,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
     def _write(self, config: RunnableConfig, make: Callable[[DataKey | None], Plan[T]]) -> T:
         """Run the write ``make`` builds from the key it seals with (``None`` with
-        encryption off). A thread's new key is stored in the write's own transaction where
-        the key store is this saver's database (see :meth:`.Keyring.sealed`)."""
+        encryption off); see :meth:`.Keyring.sealed`."""
         if self.keyring is None:
             return self._run(make(None))
         owner, new = _owner_and_newness(config)
@@ -582,9 +566,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
         Args:
             thread_ids: The threads to erase.
-            keep_keys: Leave the threads' data keys for the caller to destroy (agent
-                memory's erase owes them in its erase ledger, which commits with its own
-                deletes), rather than destroying them here.
+            keep_keys: Leave the threads' data keys for the caller to destroy (as agent
+                memory's erase does, in its ledger).
 
         Example:
             >>> saver.erase_threads(["user-42", "user-42-draft"])
@@ -686,8 +669,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def sweep(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> builtins.list[str]:
-        """Remove expired threads now (any number of processes may sweep at once; each thread
-        is removed by exactly one). The background sweeper calls this.
+        """Remove expired threads now; any number of processes may sweep at once, each
+        thread removed by exactly one.
 
         Args:
             on_progress: Called after each batch of threads with ``(threads removed so
@@ -731,10 +714,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def encrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
-        """Seal every row written without encryption (what ``agent-memory encrypt`` runs
-        when turning encryption on for an existing database), each thread with its own data
-        key. Idempotent: sealed rows are left as they are, so it may be run again (after an
-        interruption, or while writers still run with encryption off).
+        """Seal every row written without encryption, each thread with its own data key (what
+        ``agent-memory encrypt`` runs). Idempotent: sealed rows are left as they are.
 
         Args:
             on_progress: Called after each thread with ``(threads looked at so far, None)``,
@@ -780,8 +761,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def _encrypt_steps(
         self, on_progress: Callable[[int, int | None], None] | None
     ) -> Generator[str | Plan[Any], Any, dict[str, int]]:
-        """:meth:`encrypt_plaintext`, written once: it yields a plan to run, or a key
-        owner whose data key it needs, and receives the result."""
+        """:meth:`encrypt_plaintext`'s steps: a plan to run, or a key owner whose key it needs."""
         m = self._maintenance
         counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
         done: set[str] = set()
@@ -803,8 +783,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def threads(
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None
     ) -> builtins.list[ThreadInfo]:
-        """Every thread that holds checkpoints, with its count, size, activity and expiry: a
-        read that changes nothing (``agent-memory threads`` prints it).
+        """Every thread that holds checkpoints, with its count, size, activity and expiry
+        (``agent-memory threads`` prints it).
 
         Args:
             sort: ``"bytes"`` or ``"checkpoints"`` (most first), ``"last_active"`` (the
