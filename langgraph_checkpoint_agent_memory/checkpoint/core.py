@@ -170,6 +170,23 @@ def next_channel_version(current: str | int | None) -> str:
     return f"{counter + 1:032}.{random.random():016}"
 
 
+class VersionCounter:
+    """The package's savers' ``get_next_version``."""
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The channel version after ``current``: a zero-padded counter and a random tail.
+
+        Args:
+            current: The current version (``None`` for a new channel).
+            channel: Unused (LangGraph's signature).
+
+        Example:
+            >>> saver.get_next_version(None, None)[:32]
+            '00000000000000000000000000000001'
+        """
+        return next_channel_version(current)
+
+
 #: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
 #: in-memory savers keep at most 64 bits too).
 _INT_BOUND = 2**63

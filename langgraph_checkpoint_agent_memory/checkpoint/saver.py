@@ -29,8 +29,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    VersionCounter,
     checked_thread_id,
-    next_channel_version,
     thread_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
@@ -90,7 +90,7 @@ def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
 TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
 
 
-class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
+class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
     Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
@@ -449,21 +449,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async version of :meth:`get_delta_channel_history`."""
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
-
-    # -- versions --------------------------------------------------------------------------
-
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The channel version after ``current``: a zero-padded counter and a random tail.
-
-        Args:
-            current: The current version (``None`` for a new channel).
-            channel: Unused (LangGraph's signature).
-
-        Example:
-            >>> saver.get_next_version(None, None)[:32]
-            '00000000000000000000000000000001'
-        """
-        return next_channel_version(current)
 
     # -- spans -----------------------------------------------------------------------------
 

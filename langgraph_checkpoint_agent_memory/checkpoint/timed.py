@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     write_row,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    VersionCounter,
     checked_checkpoint_id,
     checked_filter,
     checked_thread_id,
@@ -48,7 +49,6 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     delta_history,
     list_coordinates,
     metadata_matches,
-    next_channel_version,
     parent_config,
     thread_coordinates,
 )
@@ -338,7 +338,7 @@ def _open_keyring(encryption: EncryptionLike) -> Keyring | None:
     return setting.open_keyring(None) if setting else None
 
 
-class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
+class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -771,19 +771,6 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._life.touch(thread_id, now)
             serde = self._serde_for(thread_id)
             return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
-
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The channel version after ``current``: a zero-padded counter and a random tail.
-
-        Args:
-            current: The current version (``None`` for a new channel).
-            channel: Unused (LangGraph's signature).
-
-        Example:
-            >>> TimedInMemorySaver(60).get_next_version(None, None)[:32]
-            '00000000000000000000000000000001'
-        """
-        return next_channel_version(current)
 
     # -- thread management -----------------------------------------------------------------
 
