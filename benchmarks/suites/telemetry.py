@@ -140,7 +140,7 @@ def _off_cost(rounds: int, per_round: int) -> dict[str, Any]:
     ``get_tuple``; a wrapper around its other methods), each timed alone against the same
     call without it; and, to weigh them, the in-memory saver's operations (off)."""
     from langgraph_checkpoint_agent_memory import TimedInMemorySaver
-    from langgraph_checkpoint_agent_memory.checkpoint.traced import traced
+    from langgraph_checkpoint_agent_memory.checkpoint.timed import traced
     from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, live
 
     use_tracer_provider(None)

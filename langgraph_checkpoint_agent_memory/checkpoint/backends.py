@@ -1,9 +1,5 @@
-"""The SQL saver under the names LangGraph users know, one per database.
-
-Each class is :class:`SQLSaver` bound to one database; every instance serves both the sync
-and the async API. ``from_conn_string`` is a context manager that closes what it opened;
-the ``Async*`` names make ``from_conn_string`` an async context manager, as in LangGraph.
-"""
+"""The SQL saver under the names LangGraph users know, one per database; the ``Async*`` names
+make ``from_conn_string`` an async context manager, as in LangGraph."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ async def _afrom_conn_string(
         await saver.aclose()
 
 
-#: LangGraph's ``from_conn_string`` conventions, bound to each saver class so each builds
-#: its own: a context manager that closes the saver, and its async twin.
+#: LangGraph's ``from_conn_string`` conventions, bound to each saver class.
 _FROM_CONN_STRING: Any = classmethod(_from_conn_string)
 _AFROM_CONN_STRING: Any = classmethod(_afrom_conn_string)
 
@@ -50,17 +45,14 @@ class SqliteSaver(SQLSaver):
 
     Args:
         conn: The file (created with its folders when missing, unless ``mode`` says
-            otherwise), a ``sqlite:///`` URL, or a
-            ``sqlite3.Connection`` opened with ``check_same_thread=False``, as LangGraph's
-            ``SqliteSaver`` takes it. A connection passed in is used as it is (its pragmas
-            and journal mode are yours), one plan at a time, and is never closed here.
+            otherwise), a ``sqlite:///`` URL, or a ``sqlite3.Connection`` opened with
+            ``check_same_thread=False`` (used as it is, one plan at a time, never closed).
         durability: For a file: ``"normal"`` (survives a killed process; the default),
             ``"full"`` (also a power cut, one fsync per commit) or ``"off"``.
         pool_size: For a file: connections kept open (readers run in parallel in WAL mode).
         mode: For a file: ``"rwc"`` (the default) creates it when missing; ``"rw"`` opens an
             existing file only, and ``"ro"`` reads one without changing it; both raise
-            :class:`DatabaseNotFoundError` at the first call when the file does not exist,
-            and create nothing (SQLite's own ``mode=`` URI parameter, so no check races).
+            :class:`DatabaseNotFoundError` at the first call when the file does not exist.
         **kwargs: :class:`SQLSaver` options (``ttl_seconds``, ``strategy``, ``serde``,
             ``encryption``, ...).
 
@@ -105,22 +97,16 @@ class PostgresSaver(SQLSaver):
         connect_timeout: Seconds to wait for the server before raising
             :class:`DatabaseUnavailableError`.
         synchronous_commit: ``True`` (the default): a write returns once PostgreSQL has
-            flushed it to disk. ``False``: it returns before the flush (``set_config(
-            'synchronous_commit', 'off', true)`` in each write's own transaction, never for
-            the session, so no other client of a connection pooler inherits it), which saves
-            the flush wait of each graph step (1.1x to 1.8x the invokes per second, measured,
-            more on a busier disk); a crash of the *server* may then lose the last fraction of
-            a second of checkpoints, never leave a half-written one.
-        prepare_threshold: For the pools opened for a connection string: a statement runs
-            this many times (at least 1) before it is prepared on a connection (psycopg's
-            setting; default 5, which makes ``get_tuple`` about 4x faster). ``None`` (or
-            ``"none"``, or ``?prepare_threshold=none`` in the URL) never prepares: needed
-            behind a transaction pooler (PgBouncer in transaction mode before 1.21, a managed
-            service's pooler). Under the default, a pool that finds itself behind a pooler
-            fails at its first call with a :class:`ConfigurationError` saying so; a threshold
-            given explicitly is used as given. A connection or pool passed in keeps its own
-            setting, and is checked the same way at its first use when that setting
-            prepares and this argument is not given.
+            flushed it to disk. ``False``: before the flush (set in each write's own
+            transaction, never for the session), saving each graph step's flush wait; a
+            server crash may then lose the last fraction of a second of checkpoints, never
+            leave a half-written one (see the user guide).
+        prepare_threshold: For the pools opened for a connection string: runs of a statement
+            (at least 1) before psycopg prepares it on a connection (default 5). ``None`` (or
+            ``"none"``, or ``?prepare_threshold=none`` in the URL) never prepares, as a
+            transaction pooler needs; under the default, a pool found behind one fails at its
+            first call with a :class:`ConfigurationError` saying so. A connection or pool
+            passed in keeps its own setting, checked the same way unless this is given.
         max_idle: For the pools opened for a connection string: seconds an unused
             connection stays open.
         max_lifetime: For those pools: seconds after which a connection is replaced.
@@ -128,9 +114,8 @@ class PostgresSaver(SQLSaver):
             1) is checked with a round trip before it is handed out, so one a server restart
             broke is replaced instead of failing a call; ``0`` checks at every checkout.
         schema: The PostgreSQL schema of the package's tables (created at setup when
-            missing; also ``?schema=name`` in the URL): every statement names its tables
-            there, so apps or tenants share one database, through a transaction pooler
-            too. ``None``: the search path's (``public``).
+            missing; also ``?schema=name`` in the URL), so apps or tenants share one
+            database. ``None``: the search path's (``public``).
         **kwargs: :class:`SQLSaver` options (``encryption=`` among them: sealed values,
             data keys in the ``am_keys`` table of this database unless a key store URL is
             given).

@@ -1,25 +1,12 @@
-"""How the SQL saver turns checkpoints into rows and rows back into checkpoints, with no I/O.
+"""How the SQL saver turns checkpoints into rows and rows back, with no I/O (the format is
+told in ``docs/internals/checkpoint-storage.md``).
 
-* Channel values that are ``None``, booleans, numbers or short strings stay *inline* in the
-  checkpoint row; every other value gets a blob row keyed by ``(channel, version)``.
-* A list that only grew by appends since the version its parent checkpoint holds (the
-  conversation's ``messages``) is stored as just the appended items, with type
-  ``"append:<serde type>"`` and ``base_version`` naming the version it extends. The unchanged
-  prefix is recognized by object identity against what this process last wrote or read of
-  the thread (:class:`ListCache`), so neither serialization nor storage grows with the
-  length of the conversation. After :data:`MAX_CHAIN` appends in a row, a *segment* (type
-  ``"segment:<serde type>"``) holds every item since the last segment, its ``base_version``
-  that segment's (or the full copy's); after :data:`MAX_SEGMENTS` segments in a row the full
-  list is written again. So a chain is at most ``MAX_CHAIN + MAX_SEGMENTS + 1`` rows long
-  and a long conversation is written about twice, not once per ``MAX_CHAIN`` appends in full
-  (a full copy every 16 versions was 60% of a 200-turn thread's bytes).
-* Decoding follows ``base_version`` down the chain (or takes the list from the cache).
-* Every value (the body, each blob, each pending write) is compressed where that pays
-  (:mod:`..compression`: zstd with the package's dictionary, values under its floor raw), its
-  type then prefixed with :data:`PACKED`; a value without the prefix is read as it is, as
-  rows written before compression are.
-
-Rows are named (:class:`CheckpointRow`, :class:`BlobRow`, :class:`WriteRow`, ...); the serde is
+Short scalar channel values stay inline in the checkpoint row; others get a blob row per
+``(channel, version)``. A list that only grew since its parent's version is stored as the
+appended items (type ``append:<serde type>``, ``base_version`` naming its base), recognized by
+object identity against :class:`ListCache`; after :data:`MAX_CHAIN` appends comes a *segment*
+(``segment:<serde type>``), after :data:`MAX_SEGMENTS` segments the full list again. Values
+are compressed where that pays, their type then prefixed with :data:`PACKED`. The serde is
 passed to each call, because ``with_allowlist`` gives a copy of the saver its own serde.
 """
 
@@ -28,9 +15,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from langgraph.checkpoint.base import (
     Checkpoint,
@@ -117,15 +104,9 @@ _metadata_encoder = json.JSONEncoder(
 
 
 def metadata_json(metadata: Mapping[str, Any]) -> str:
-    """Checkpoint metadata as compact JSON.
-
-    Raises:
-        TypeError: A value JSON cannot hold (naming its key).
-        InvalidValueError: A value not every saver could store and filter on alike (see
-            :func:`.core.check_metadata`): looked for only where the JSON hints at one
-            (an escaped NUL, text that is not ASCII, a number JSON refused), so the
-            common case costs two scans of the text.
-    """
+    """Checkpoint metadata as compact JSON; ``TypeError`` naming a key JSON cannot hold, and
+    :func:`.core.check_metadata`'s errors, looked for only where the JSON hints at one (so
+    the common case costs two scans of the text)."""
     try:
         text = _metadata_encoder(metadata)
     except (TypeError, ValueError) as exc:
@@ -147,11 +128,8 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
-# -- rows ---------------------------------------------------------------------------------
-#
-# One NamedTuple per kind of fetched row, its fields in the order of the statement's columns
-# (tests/test_codec_rows.py holds each to its statement), built straight from the row the
-# driver returns and read by name from then on.
+# -- rows: one NamedTuple per kind of fetched row, its fields in the order of the statement's
+# columns (tests/test_codec_rows.py holds each to its statement)
 
 
 class CheckpointRow(NamedTuple):
@@ -300,6 +278,7 @@ class Head(NamedTuple):
 
 
 BlobRows = dict[tuple[str, str], BlobRow]
+R = TypeVar("R", BlobRow, WriteRow)
 #: The plaintext of a stored blob (encryption on), called only for blobs decoded.
 BlobOpener = Callable[[BlobRow], bytes]
 
@@ -323,36 +302,29 @@ def _blob(value: Any) -> bytes:
     return b"" if value is None else bytes(value)
 
 
-def blob_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> BlobRows:
-    """The rows of ``select_blobs`` statements by ``(channel, version)``."""
-    found: BlobRows = {}
+def _fetched(results: Sequence[Sequence[Sequence[Any]]], make: Callable[[Any], R]) -> Iterator[R]:
+    """The rows of ``results`` built by ``make``, their ``blob`` as bytes."""
     for rows in results:
         for fetched in rows:
-            row: BlobRow = _blob_row(fetched)
-            if type(row.blob) is not bytes:
-                row = row._replace(blob=_blob(row.blob))
-            found[(row.channel, row.version)] = row
-    return found
+            row = make(fetched)
+            yield row if type(row.blob) is bytes else row._replace(blob=_blob(row.blob))
+
+
+def blob_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> BlobRows:
+    """The rows of ``select_blobs`` statements by ``(channel, version)``."""
+    return {(row.channel, row.version): row for row in _fetched(results, _blob_row)}
 
 
 def write_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> list[WriteRow]:
     """The rows of ``select_writes`` statements."""
-    found: list[WriteRow] = []
-    for rows in results:
-        for fetched in rows:
-            row: WriteRow = write_row(fetched)
-            if type(row.blob) is not bytes:
-                row = row._replace(blob=_blob(row.blob))
-            found.append(row)
-    return found
+    return list(_fetched(results, write_row))
 
 
 def split_union(
     thread_id: str, ns: str, rows: Sequence[Sequence[Any]]
 ) -> tuple[CheckpointRow, BlobRows, list[WriteRow]] | None:
-    """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``): rows tagged
-    0 (:class:`UnionHead`), 1 (:class:`UnionBlob`) and 2 (:class:`UnionWrite`); None when
-    there is no checkpoint."""
+    """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``), rows
+    tagged by kind; None when there is no checkpoint."""
     head: UnionHead | None = None
     blob_rows: BlobRows = {}
     writes: list[UnionWrite] = []
@@ -433,13 +405,9 @@ class ListCache:
     def append_base(
         self, thread_id: str, ns: str, parent_id: str | None, channel: str, value: Any
     ) -> ListState | None:
-        """The stored version that ``value`` extends by appends (of none, if a step gave the
-        list a new version and the same items), if this process knows one.
-
-        Only the version the parent checkpoint holds qualifies (so the base is kept by any
-        prune that keeps this checkpoint), and only if every one of its items is the very
-        same object at the same position in ``value``.
-        """
+        """The stored version that ``value`` extends by appends, if this process knows one:
+        only the parent checkpoint's version (so any prune keeping this checkpoint keeps the
+        base), and only if each of its items is the very same object in ``value``."""
         if not self.enabled or type(value) is not list or parent_id is None:
             return None
         with self.lock:
@@ -578,14 +546,10 @@ def channel_value(
     thread: tuple[str, str] | None = None,
     opener: BlobOpener | None = None,
 ) -> tuple[Any, int, Anchor | None]:
-    """A channel's value at ``version``, the number of appends since the last segment or
-    full copy down its chain, and that :class:`Anchor` (``None`` for a value not a list).
-
-    A list version this process wrote or read last for ``thread`` is taken from the cache
-    (a new list of the same items), so reading a conversation decodes only what was
-    appended since. ``opener`` gives a stored blob's plaintext (encryption on: only the
-    blobs actually decoded are opened).
-    """
+    """A channel's value at ``version``, the appends since the last segment or full copy
+    down its chain, and that :class:`Anchor` (``None`` for a value not a list). A list this
+    process holds for ``thread`` comes from the cache, so only what was appended since is
+    decoded; ``opener`` gives a stored blob's plaintext (encryption on)."""
     if thread is not None:
         known = cache.known(thread, channel, version)
         if known is not None:
@@ -617,11 +581,8 @@ def _body_what(row: CheckpointRow) -> str:
 
 
 class MissingBlob(AgentMemoryError):
-    """A checkpoint names a channel value (or an appended list's base) that is not stored:
-    a delete or an erase of the thread removed it between the statements of a read, or
-    before a write that raced it committed its appended list. The readers answer as for a
-    thread that is gone (``get_tuple``: ``None``, ``list``: not listed), which the next
-    write starts afresh: a signal inside the package, never raised to a caller."""
+    """A checkpoint names a value (or an appended list's base) that a racing delete or erase
+    removed: the readers answer as for a thread that is gone. Never raised to a caller."""
 
 
 def decode(
@@ -635,8 +596,7 @@ def decode(
     opener: BlobOpener | None = None,
 ) -> CheckpointTuple:
     """A checkpoint tuple from its row, blobs and writes; fills ``lists`` (when given) with
-    the list channels read, for :meth:`ListCache.remember`; ``opener``: as for
-    :func:`channel_value`."""
+    the list channels read, for :meth:`ListCache.remember`."""
     checkpoint: Checkpoint = load(serde, row.type, bytes(row.body), _body_what(row))
     values = dict(checkpoint["channel_values"])
     thread = (row.thread_id, row.ns)

@@ -1,9 +1,5 @@
-"""Checkpoint logic with no storage and no I/O, shared by every saver of the package.
-
-The in-memory saver and the SQL saver differ in where bytes live, not in what a checkpoint
-tuple is, how writes are ordered or which ancestors a ``DeltaChannel`` still needs; those
-rules live here once.
-"""
+"""Checkpoint logic with no storage and no I/O, shared by every saver of the package: what a
+checkpoint tuple is, how ids are checked, which ancestors a ``DeltaChannel`` still needs."""
 
 from __future__ import annotations
 
@@ -101,13 +97,9 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
 
 
 def checked_thread_id(thread_id: Any) -> str:
-    """A thread id as the savers store it: a string, or an int or UUID as its text.
-
-    Raises:
-        InvalidValueError: Anything else (a list or bytes would be stored as its repr), an
-            empty id, one over :data:`MAX_ID` characters, or one with a NUL character or a
-            lone surrogate.
-    """
+    """A thread id as the savers store it: a string, or an int or UUID as its text;
+    :class:`InvalidValueError` for anything else, an empty id, one over :data:`MAX_ID`
+    characters, or one with a NUL character or a lone surrogate."""
     if (
         type(thread_id) is str
         and 0 < len(thread_id) <= MAX_ID
@@ -178,20 +170,32 @@ def next_channel_version(current: str | int | None) -> str:
     return f"{counter + 1:032}.{random.random():016}"
 
 
+class VersionCounter:
+    """The package's savers' ``get_next_version``."""
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The channel version after ``current``: a zero-padded counter and a random tail.
+
+        Args:
+            current: The current version (``None`` for a new channel).
+            channel: Unused (LangGraph's signature).
+
+        Example:
+            >>> saver.get_next_version(None, None)[:32]
+            '00000000000000000000000000000001'
+        """
+        return next_channel_version(current)
+
+
 #: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
 #: in-memory savers keep at most 64 bits too).
 _INT_BOUND = 2**63
 
 
 def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata.
-
-    Raises:
-        InvalidValueError: A key that is not a string, or a key or string (also nested in a
-            list or dict) with a NUL character or a lone surrogate, a number that is not
-            finite, or a whole number beyond 64 bits: no metadata holds one the same on
-            every backend, and a database would fail on it or ignore it.
-    """
+    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata:
+    string keys, and no NUL character, lone surrogate, non-finite number or whole number
+    beyond 64 bits (nested or not), which no backend holds as every other does."""
     if not filter:
         return filter
     if not isinstance(filter, Mapping):
@@ -208,11 +212,8 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
 
 
 def check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Refuse checkpoint metadata that not every saver could store and filter on alike,
-    with :class:`InvalidValueError` naming the key: what :func:`checked_filter` refuses
-    in a filter (a NUL character or lone surrogate, NaN or an infinity, a whole number
-    beyond 64 bits), nested or not. A walk of every value: the SQL savers call it only
-    when the JSON they wrote hints at one (:func:`.codec.metadata_json`)."""
+    """Refuse, naming the key, checkpoint metadata holding what :func:`checked_filter`
+    refuses in a filter (the SQL savers walk it only when their JSON hints at one)."""
     for key, value in metadata.items():
         why = _json_problem(key, value)
         if why:
@@ -270,12 +271,8 @@ def ancestors_to_keep(
     parent_of: Callable[[str], str | None],
     has_value: Callable[[str, str], bool],
 ) -> list[str]:
-    """One checkpoint and the ancestors its ``DeltaChannel`` values are rebuilt from.
-
-    ``latest_id``, plus every ancestor up to the nearest one that stores a value for each
-    ``DeltaChannel`` still being replayed; dropping those would make the channels rebuild as
-    empty without any error. :func:`checkpoints_to_keep` applies it to what a prune keeps.
-    """
+    """``latest_id`` and its ancestors up to the nearest one storing a value for each of its
+    ``DeltaChannel`` channels: dropping those would rebuild the channels empty, silently."""
     keep = [latest_id]
     remaining = set(delta_channels)
     current = parent_of(latest_id)
@@ -293,14 +290,10 @@ def checkpoints_to_keep(
     parent_of: Callable[[str], str | None],
     has_value: Callable[[str, str], bool],
 ) -> set[str]:
-    """Checkpoint ids that pruning to the last ``keep_last`` checkpoints of one namespace keeps.
-
-    The ``keep_last`` newest of ``newest_first`` and the ancestors :func:`ancestors_to_keep`
-    finds for their ``DeltaChannel`` values, and so on for every ancestor kept that way, so
-    that every checkpoint kept reads back whole, not only the newest: with two delta channels
-    snapshotted at different steps, the ancestor holding one channel's seed may still rebuild
-    the other from further back. ``keep_last=1`` is ``prune(strategy="keep_latest")``.
-    """
+    """Checkpoint ids that pruning one namespace to its last ``keep_last`` keeps: those and,
+    transitively, the ancestors :func:`ancestors_to_keep` finds for each kept one, so every
+    kept checkpoint reads back whole (an ancestor holding one channel's seed may rebuild
+    another channel from further back)."""
     keep: set[str] = set()
     pending = list(newest_first[:keep_last])
     while pending:

@@ -1,13 +1,6 @@
-"""LangGraph's ``InMemorySaver``, refusing what the package's other savers refuse.
-
-``create_checkpointer()`` without a URL or a TTL returns LangGraph's own saver, so that code
-written for it keeps working; this subclass adds only the checks of the package's savers
-(:mod:`.core`, :mod:`.ttl`), so one input gets one outcome in memory as on a database: a
-``thread_id`` of 1 to 255 characters without NUL or lone surrogate (an int or a UUID stands
-for its text), the same bounds for ``checkpoint_ns`` and ``checkpoint_id``, a thread's own
-``ttl_seconds`` (checked, then ignored: this saver has no expiry), metadata and ``list``
-filters that every backend can store and compare, a missing metadata key matching nothing.
-"""
+"""LangGraph's ``InMemorySaver``, refusing what the package's other savers refuse, so that one
+input gets one outcome in memory as on a database (``create_checkpointer()`` without a URL or
+a TTL returns it)."""
 
 from __future__ import annotations
 

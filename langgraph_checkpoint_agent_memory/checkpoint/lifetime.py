@@ -1,18 +1,11 @@
-"""A thread's lifetime, with no I/O: one policy for every saver of the package.
+"""A thread's lifetime, with no I/O: one TTL policy for every saver of the package.
 
-``ttl_seconds`` is idle time: every read or write of a thread counts as activity, and an idle
-thread is invisible at once, before any sweep; the sweeper only frees what readers already
-ignore. A deleted or expired thread leaves a *tombstone* that records where its history ended
-(:func:`generation_boundary`), so a late write that names one of its checkpoints is refused
-with :class:`ThreadDeletedError` rather than resurrecting it (:func:`is_late`); a write with
-no parent, or naming a newer checkpoint, starts the thread afresh. Tombstones are forgotten
-after :func:`tombstone_seconds`.
-
-The SQL saver keeps activity in each thread's row (``expires_at``) and coalesces the writes
-of that row (:class:`ThreadActivity`): at most once per ``activity_precision`` of the TTL per
-thread and process, with expiry pushed out by the same slack. :class:`TimedInMemorySaver`
-keeps it in memory (:class:`ThreadLife`). Both sweep in the background with
-:class:`SweeperHookup`; the SQL plans that delete, prune and sweep are in :mod:`.threads`.
+``ttl_seconds`` is idle time, and an idle thread is invisible at once; the sweeper only frees
+what readers already ignore. A deleted or expired thread leaves a tombstone recording where
+its history ended (:func:`generation_boundary`), so a late write naming one of its
+checkpoints is refused (:func:`is_late`) rather than resurrecting it. The SQL saver keeps
+activity in thread rows (:class:`ThreadActivity`), :class:`TimedInMemorySaver` in memory
+(:class:`ThreadLife`).
 """
 
 from __future__ import annotations
@@ -40,8 +33,7 @@ MAX_SWEEP_INTERVAL = 60.0
 
 
 def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
-    """Accept ``None``, ``0`` (off) or a whole number of seconds from 1 to
-    :data:`MAX_TTL_SECONDS` (2**31 - 1, about 68 years); name the culprit."""
+    """Accept ``None``, ``0`` (off) or a whole number of seconds up to :data:`MAX_TTL_SECONDS`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -68,10 +60,8 @@ def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
 
 
 def sweep_interval(value: Any, ttl_seconds: int | None) -> float:
-    """The seconds between sweeps: ``value`` (``sweep_interval_seconds``), a number above 0
-    and at most :data:`MAX_TTL_SECONDS`; by default a tenth of the TTL kept between 0.5 s and
-    60 s, so short TTLs (tests, kiosks) free memory promptly and long ones do not wake a
-    thread needlessly (60 s without a TTL)."""
+    """The seconds between sweeps: ``value``, or a tenth of the TTL kept between 0.5 s and
+    60 s, so short TTLs free memory promptly and long ones do not wake a thread needlessly."""
     if value is None:
         if not ttl_seconds:
             return MAX_SWEEP_INTERVAL
@@ -102,11 +92,7 @@ def validate_strategy(strategy: Any, name: str = "strategy") -> Strategy:
 
 
 def validate_keep_last(value: Any, name: str = "keep_last") -> int:
-    """How many checkpoints of each namespace ``keep_latest`` keeps: a whole number >= 1.
-
-    Raises:
-        ConfigurationError: ``value`` is not a whole number, or is below 1 (a ``ValueError``).
-    """
+    """How many checkpoints of each namespace ``keep_latest`` keeps: a whole number >= 1."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(
             f"{name} must be a whole number of checkpoints, got {type(value).__name__} {value!r}"
@@ -157,17 +143,9 @@ class ThreadState(NamedTuple):
 
 
 class ThreadActivity:
-    """The SQL saver's TTL policy: thread rows, the live-after bound, touch coalescing.
-
-    Args:
-        ttl_seconds: The saver's TTL (validated); ``None`` when off.
-        strategy: ``"delete"``: an expired thread is invisible at once; ``"keep_latest"``:
-            it stays readable (the sweep prunes it), so nothing is ever expired for a reader.
-        refresh_on_read: Whether reads extend a thread's expiry.
-        activity_precision: Fraction of the TTL within which a thread's activity is written
-            at most once per thread and process (see :class:`SQLSaver`).
-        clock: Wall clock in seconds since the epoch.
-    """
+    """The SQL saver's TTL policy (its arguments are :class:`SQLSaver`'s): thread rows, the
+    live-after bound (with ``keep_latest`` an expired thread stays readable until the sweep
+    prunes it), touch coalescing."""
 
     def __init__(
         self,
@@ -365,16 +343,8 @@ class ThreadLife:
 
 
 class SweeperHookup:
-    """The sweeper of one saver: at most one thread or task at a time, restartable.
-
-    The thread holds its saver weakly (see :class:`Sweeper`), so this object never keeps the
-    saver alive; the task runs a coroutine the saver gives it and is cancelled by
-    :meth:`stop`.
-
-    Args:
-        name: The thread's name, e.g. ``"SQLSaver-sweeper-7f3a"``.
-        interval: Seconds between sweeps.
-    """
+    """The sweeper of one saver: at most one thread or task at a time, restartable. The
+    thread holds its saver weakly (see :class:`Sweeper`), so never keeps it alive."""
 
     def __init__(self, name: str, interval: float) -> None:
         self.name = name

@@ -1,14 +1,9 @@
 """The plans of ``get_tuple``, ``list`` and ``get_delta_channel_history``.
 
-``get_tuple`` looks blobs up by their full ``(channel, version)`` key, so its cost does not
-grow with the thread's history; where the dialect has a one-statement read
-(``fast_get_tuple``: SQLite, PostgreSQL) it is a single statement, so one snapshot; HANA
-sends the checkpoint, then its blobs and writes. ``list`` reads pages (keyset
-pagination on ``(checkpoint_id, thread_id, checkpoint_ns)``) and decodes each checkpoint only
-when the caller reaches it. A due refresh-on-read travels in the same batch as the read, and
-goes first: it waits for a sweep that holds the thread's row, so the read after it sees the
-thread as the sweep left it (gone, or kept because the refresh came first), never a thread
-read live and swept before the reader's next write.
+``get_tuple`` looks blobs up by their full key, so its cost does not grow with the thread's
+history. ``list`` reads keyset-paginated pages and decodes each checkpoint only when the
+caller reaches it. A due refresh-on-read goes first in the read's batch: it waits for a sweep
+holding the thread's row, so the read never sees a thread live that the sweep then removes.
 """
 
 from __future__ import annotations
@@ -139,10 +134,9 @@ class Reader:
     def complete_chains(
         self, thread_id: str, ns: str, blob_rows: BlobRows, known: ListCache | None = None
     ) -> Plan[None]:
-        """Fetch the bases of appended lists that a dialect without recursive queries left
-        out (a no-op elsewhere: the recursive query already returned them), one level per
-        round trip; none that ``known`` (the list cache the read decodes with) holds, nor
-        below one, since decoding stops there."""
+        """Fetch, one level per round trip, the bases of appended lists that a dialect
+        without recursive queries left out, but none that ``known`` (the list cache the read
+        decodes with) holds, nor below one: decoding stops there."""
         thread = (thread_id, ns)
 
         def held(ch: str, version: str) -> bool:
@@ -430,8 +424,8 @@ def _history_or_gone(
     value_of: Callable[[str, str], Any],
     writes_of: Callable[[str], Any],
 ) -> Mapping[str, DeltaChannelHistory]:
-    """:func:`delta_history`, or the history of a thread that is gone when a value it
-    needs was deleted after the chain was read (a delete or erase racing the read)."""
+    """:func:`delta_history`, or a gone thread's history when a racing delete or erase
+    removed a value it needs."""
     try:
         return delta_history(span, channels, has_value, value_of, writes_of)
     except MissingBlob:
@@ -461,8 +455,8 @@ def _span(
 
 
 class ListCursor:
-    """The state of one ``list()``: which page comes next, how many items are still wanted,
-    and the exact metadata filter; the sync and async shells only run its page plans."""
+    """The state of one ``list()`` (next page, items still wanted, the exact filter); the
+    sync and async shells only run its page plans."""
 
     def __init__(
         self,

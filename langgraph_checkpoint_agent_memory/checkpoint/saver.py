@@ -1,20 +1,10 @@
 """One ``BaseCheckpointSaver`` for SQLite, PostgreSQL and SAP HANA.
 
-Every operation is a *plan* (see :mod:`langgraph_checkpoint_agent_memory.db.database`): it
-builds statements and decodes rows without I/O, and the database object runs it with a sync
-or an async driver. So ``put`` and ``aput`` share one implementation, and each dialect only
-contributes compiled SQL (:mod:`langgraph_checkpoint_agent_memory.db.checkpoint`).
-
-:class:`SQLSaver` is one class over small composed parts, each a module:
-
-* :mod:`.codec`: channel values to rows and back; inline values, blobs, and lists stored as
-  only their appended items; :mod:`.sealing`: those rows sealed (encryption on);
-* :mod:`.writes` and :mod:`.reads`: the plans of the hot path (``put``, ``put_writes``,
-  ``get_tuple``) and of ``list`` and ``get_delta_channel_history``;
-* :mod:`.lifetime`: the TTL policy (thread rows, the live-after bound, touch coalescing,
-  tombstones) shared with :class:`TimedInMemorySaver`, and the background sweeper;
-* :mod:`.threads`: the plans over whole threads (delete, erase, delete_for_runs, copy,
-  prune, the sweep) and what each thread stores.
+Every operation is a plan (:mod:`langgraph_checkpoint_agent_memory.db.database`) that the
+database runs with a sync or an async driver, so ``put`` and ``aput`` share one
+implementation. The plans are built by :mod:`.writes` (the hot path), :mod:`.reads` and
+:mod:`.threads` (whole threads), over :mod:`.codec` (rows), :mod:`.sealing` (encryption on)
+and :mod:`.lifetime` (the TTL policy, shared with :class:`TimedInMemorySaver`).
 """
 
 from __future__ import annotations
@@ -39,8 +29,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph_checkpoint_agent_memory.background import ClosesOnExit
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    VersionCounter,
     checked_thread_id,
-    next_channel_version,
     thread_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
@@ -100,11 +90,10 @@ def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
 TABLES = {"put_writes": "am_checkpoint_writes", "sweep": "am_threads"}
 
 
-class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
+class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over any :class:`Database` (SQLite, PostgreSQL, SAP HANA).
 
-    Every method has an async twin (``aput``, ``aget_tuple``, ...) that takes the same
-    arguments and runs the same plan.
+    Every method has an async twin (``aput``, ``aget_tuple``, ...) running the same plan.
 
     Args:
         database: Where checkpoints live.
@@ -114,18 +103,14 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             history to the last ``keep_last`` checkpoints of each namespace; the thread stays
             readable).
         keep_last: How many checkpoints of each namespace ``keep_latest`` keeps, in the sweep
-            and in :meth:`prune` (at least 1; default 1, the latest). Each kept checkpoint
-            reads back whole: the ancestors its ``DeltaChannel`` values are rebuilt from and
-            the bases of its appended lists are kept with it.
+            and in :meth:`prune` (at least 1; default 1, the latest), each with what it needs
+            to read back whole.
         refresh_on_read: Whether reads count as activity.
-        activity_precision: Activity is written to the thread's row at most once per this
-            fraction of its TTL (per thread and process), not on every graph step; expiry is
-            pushed out by the same slack, so an idle thread expires after between ``ttl`` and
-            ``ttl * (1 + activity_precision)`` seconds. ``0`` writes activity on every call.
-        incremental_lists: Store a list that only grew as its appended items (see
-            :mod:`.codec`). Assumes list items are not mutated in place once stored, which
-            holds for LangGraph's ``add_messages``; turn it off for state that mutates list
-            items.
+        activity_precision: Activity is written at most once per this fraction of the TTL
+            (per thread and process), and expiry pushed out by the same slack: an idle thread
+            expires after ``ttl`` to ``ttl * (1 + activity_precision)`` seconds; ``0``: exact.
+        incremental_lists: Store a list that only grew as its appended items; turn it off for
+            state that mutates list items in place (``add_messages`` never does).
         sweep_interval_seconds: Time between background sweeps (default: a tenth of the TTL,
             between 0.5 s and 60 s). The sweeper starts with the first write when a TTL is set.
         sweep_batch: Threads removed per sweep transaction.
@@ -133,12 +118,10 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         serde: Serializer; defaults to LangGraph's ``JsonPlusSerializer``.
         clock: Wall clock in seconds since the epoch (shared by processes through the rows).
         encryption: Encryption at rest (see the user guide's "Encryption and erasure"):
-            ``None`` (the default) follows the environment (``AGENT_MEMORY_MASTER_KEY``,
-            ``AGENT_MEMORY_KEYSTORE_URL``), ``False`` is off, or a master key, a
-            ``KeyProvider`` or an ``Encryption``. On: checkpoint bodies, channel values,
-            pending writes and metadata are sealed with the data key of the thread (or of
-            the store scope ``config["configurable"]["encryption_scope"]`` names), and
-            deleting, erasing or sweeping a thread destroys its key.
+            ``None`` (the default) follows ``AGENT_MEMORY_MASTER_KEY`` and
+            ``AGENT_MEMORY_KEYSTORE_URL``, ``False`` is off, or a master key, a ``KeyProvider``
+            or an ``Encryption``. Values are sealed with their thread's data key (or the store
+            scope's ``config["configurable"]["encryption_scope"]`` names), destroyed with it.
 
     Example:
         >>> from langgraph_checkpoint_agent_memory import SqliteSaver
@@ -201,8 +184,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         fork.register(self)
 
     def after_fork(self) -> None:
-        """A forked child has none of the parent's threads: its next write starts its own
-        sweeper (the database resets its connections itself)."""
+        """A forked child's next write starts its own sweeper."""
         self._sweeping.after_fork()
         self._lists.after_fork()
 
@@ -281,10 +263,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint with its configuration and metadata.
-
-        One transaction and one round trip: the blobs of the channels in ``new_versions``,
-        the checkpoint row and, when due, the thread's activity.
+        """Store a checkpoint, its changed channels' blobs and, when due, the thread's
+        activity: one transaction and one round trip.
 
         Args:
             config: The thread (``thread_id``, ``checkpoint_ns``) and, as ``checkpoint_id``,
@@ -322,15 +302,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Asynchronously store a checkpoint: :meth:`put` for async code.
-
-        Example:
-            ```python
-            from langgraph.checkpoint.base import empty_checkpoint
-
-            saved = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
-            ```
-        """
+        """Async version of :meth:`put`."""
         writer, serde = self._writer, self.serde
         with self._traced("put", config) as op:
             result = await self._awrite(
@@ -347,10 +319,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store intermediate writes of a task, linked to a checkpoint.
-
-        A regular channel's write is stored once (the first wins); a special channel's
-        (``__error__``, ``__interrupt__``, ...) is replaced.
+        """Store a task's writes to a checkpoint: a regular channel's first write wins, a
+        special channel's (``__error__``, ``__interrupt__``, ...) is replaced.
 
         Args:
             config: Names the checkpoint (``thread_id``, ``checkpoint_ns``, ``checkpoint_id``).
@@ -376,13 +346,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Asynchronously store a task's writes: :meth:`put_writes` for async code.
-
-        Example:
-            ```python
-            await saver.aput_writes(saved, [("x", 1)], task_id="t1")
-            ```
-        """
+        """Async version of :meth:`put_writes`."""
         writer, serde = self._writer, self.serde
         with self._traced("put_writes", config) as op:
             await self._awrite(
@@ -392,10 +356,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._after_write()
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Fetch a checkpoint tuple: the one ``checkpoint_id`` names, or the thread's latest.
-
-        An expired or deleted thread has none. A read counts as activity when
-        ``refresh_on_read`` is on.
+        """The checkpoint ``checkpoint_id`` names, or the thread's latest; none for an
+        expired or deleted thread. Counts as activity with ``refresh_on_read``.
 
         Args:
             config: ``thread_id``, optionally ``checkpoint_ns`` and ``checkpoint_id``.
@@ -414,13 +376,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             return found
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Asynchronously fetch a checkpoint tuple: :meth:`get_tuple` for async code.
-
-        Example:
-            ```python
-            latest = await saver.aget_tuple({"configurable": {"thread_id": "user-42"}})
-            ```
-        """
+        """Async version of :meth:`get_tuple`."""
         with self._traced("get_tuple", config) as op:
             found = await self._aread(lambda: self._reader.get_tuple(self.serde, config))
             op.set("db.response.returned_rows", int(found is not None))
@@ -464,14 +420,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Asynchronously list checkpoints, newest first: :meth:`list` for async code.
-
-        Example:
-            ```python
-            async for t in saver.alist({"configurable": {"thread_id": "user-42"}}):
-                print(t.config["configurable"]["checkpoint_id"])
-            ```
-        """
+        """Async version of :meth:`list`."""
         cursor = ListCursor(self._reader, self.serde, config, filter, before, limit)
         while not cursor.done:
             with self._traced("list", config) as op:  # a span per page read
@@ -498,29 +447,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        """Asynchronously :meth:`get_delta_channel_history`.
-
-        Example:
-            ```python
-            history = await saver.aget_delta_channel_history(config=saved, channels=["messages"])
-            ```
-        """
+        """Async version of :meth:`get_delta_channel_history`."""
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
-
-    # -- versions --------------------------------------------------------------------------
-
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The channel version after ``current``: a zero-padded counter and a random tail.
-
-        Args:
-            current: The current version (``None`` for a new channel).
-            channel: Unused (LangGraph's signature).
-
-        Example:
-            >>> saver.get_next_version(None, None)[:32]
-            '00000000000000000000000000000001'
-        """
-        return next_channel_version(current)
 
     # -- spans -----------------------------------------------------------------------------
 
@@ -542,8 +470,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         )
 
     def _swept(self, op: Any, swept: builtins.list[str]) -> None:
-        """Count what a sweep removed: on its span, and in
-        ``agent_memory.checkpoint.threads_swept``."""
+        """Count what a sweep removed, on its span and in its metric."""
         op.set("agent_memory.thread_count", len(swept))
         metrics.add("threads_swept", len(swept), {"db.system.name": target_of(self.db).system})
 
@@ -551,8 +478,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
     def _write(self, config: RunnableConfig, make: Callable[[DataKey | None], Plan[T]]) -> T:
         """Run the write ``make`` builds from the key it seals with (``None`` with
-        encryption off). A thread's new key is stored in the write's own transaction where
-        the key store is this saver's database (see :meth:`.Keyring.sealed`)."""
+        encryption off); see :meth:`.Keyring.sealed`."""
         if self.keyring is None:
             return self._run(make(None))
         owner, new = _owner_and_newness(config)
@@ -613,13 +539,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             self._destroy_keys([thread_id])
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Asynchronously :meth:`delete_thread`.
-
-        Example:
-            ```python
-            await saver.adelete_thread("user-42")
-            ```
-        """
+        """Async version of :meth:`delete_thread`."""
         thread_id = checked_thread_id(thread_id)
         with self._traced("delete_thread", {"configurable": {"thread_id": thread_id}}):
             await self._arun(self._maintenance.delete_thread(thread_id))
@@ -631,9 +551,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
 
         Args:
             thread_ids: The threads to erase.
-            keep_keys: Leave the threads' data keys for the caller to destroy (agent
-                memory's erase owes them in its erase ledger, which commits with its own
-                deletes), rather than destroying them here.
+            keep_keys: Leave the threads' data keys for the caller to destroy (as agent
+                memory's erase does, in its ledger).
 
         Example:
             >>> saver.erase_threads(["user-42", "user-42-draft"])
@@ -644,13 +563,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
             self._destroy_keys(ids)
 
     async def aerase_threads(self, thread_ids: Sequence[str], *, keep_keys: bool = False) -> None:
-        """Asynchronously :meth:`erase_threads`.
-
-        Example:
-            ```python
-            await saver.aerase_threads(["user-42"])
-            ```
-        """
+        """Async version of :meth:`erase_threads`."""
         ids = [str(t) for t in thread_ids]
         await self._arun(self._maintenance.erase_threads(ids))
         if not keep_keys:
@@ -669,13 +582,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._run(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Asynchronously :meth:`delete_for_runs`.
-
-        Example:
-            ```python
-            await saver.adelete_for_runs(["1ef4f797-8335-6428-8001-8a1503f9b875"])
-            ```
-        """
+        """Async version of :meth:`delete_for_runs`."""
         await self._arun(self._maintenance.delete_for_runs(builtins.list(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -694,13 +601,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         self._read(lambda: self._maintenance.copy_thread(source, target, key))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Asynchronously :meth:`copy_thread`.
-
-        Example:
-            ```python
-            await saver.acopy_thread("user-42", "user-42-fork")
-            ```
-        """
+        """Async version of :meth:`copy_thread`."""
         source, target = str(source_thread_id), str(target_thread_id)
         key = await self.keyring.akey(thread_owner(target)) if self.keyring is not None else None
         await self._aread(lambda: self._maintenance.copy_thread(source, target, key))
@@ -741,13 +642,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         strategy: str = "keep_latest",
         keep_last: int | None = None,
     ) -> None:
-        """Asynchronously :meth:`prune`.
-
-        Example:
-            ```python
-            await saver.aprune(["user-42"], keep_last=3)
-            ```
-        """
+        """Async version of :meth:`prune`."""
         thread_ids = [str(t) for t in thread_ids]
         plan = lambda: self._maintenance.prune(self.serde, thread_ids, strategy, keep_last)  # noqa: E731
         with self._traced("prune") as op:
@@ -759,8 +654,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def sweep(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> builtins.list[str]:
-        """Remove expired threads now (any number of processes may sweep at once; each thread
-        is removed by exactly one). The background sweeper calls this.
+        """Remove expired threads now; any number of processes may sweep at once, each
+        thread removed by exactly one.
 
         Args:
             on_progress: Called after each batch of threads with ``(threads removed so
@@ -783,13 +678,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def asweep(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> builtins.list[str]:
-        """Asynchronously :meth:`sweep`; the async sweeper task calls this.
-
-        Example:
-            ```python
-            removed = await saver.asweep()
-            ```
-        """
+        """Async version of :meth:`sweep`; the async sweeper task calls this."""
         with self._traced("sweep") as op:
             swept = await self._aread(lambda: self._maintenance.sweep(self.serde, on_progress))
             if self._maintenance.activity.strategy == "delete":
@@ -810,10 +699,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def encrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
-        """Seal every row written without encryption (what ``agent-memory encrypt`` runs
-        when turning encryption on for an existing database), each thread with its own data
-        key. Idempotent: sealed rows are left as they are, so it may be run again (after an
-        interruption, or while writers still run with encryption off).
+        """Seal every row written without encryption, each thread with its own data key (what
+        ``agent-memory encrypt`` runs). Idempotent: sealed rows are left as they are.
 
         Args:
             on_progress: Called after each thread with ``(threads looked at so far, None)``,
@@ -848,21 +735,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def aencrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
-        """Asynchronously :meth:`encrypt_plaintext`.
-
-        Example:
-            ```python
-            from langgraph_checkpoint_agent_memory import (
-                Encryption,
-                SqliteSaver,
-                generate_master_key,
-            )
-
-            setting = Encryption(master_keys=[generate_master_key()], allow_plaintext=True)
-            migrating = SqliteSaver("plain.db", encryption=setting)
-            counts = await migrating.aencrypt_plaintext()
-            ```
-        """
+        """Async version of :meth:`encrypt_plaintext`."""
         keyring = self._needs_keyring()
 
         async def step(step: str | Plan[Any]) -> Any:
@@ -873,8 +746,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def _encrypt_steps(
         self, on_progress: Callable[[int, int | None], None] | None
     ) -> Generator[str | Plan[Any], Any, dict[str, int]]:
-        """:meth:`encrypt_plaintext`, written once: it yields a plan to run, or a key
-        owner whose data key it needs, and receives the result."""
+        """:meth:`encrypt_plaintext`'s steps: a plan to run, or a key owner whose key it needs."""
         m = self._maintenance
         counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
         done: set[str] = set()
@@ -896,8 +768,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     def threads(
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None
     ) -> builtins.list[ThreadInfo]:
-        """Every thread that holds checkpoints, with its count, size, activity and expiry: a
-        read that changes nothing (``agent-memory threads`` prints it).
+        """Every thread that holds checkpoints, with its count, size, activity and expiry
+        (``agent-memory threads`` prints it).
 
         Args:
             sort: ``"bytes"`` or ``"checkpoints"`` (most first), ``"last_active"`` (the
@@ -919,13 +791,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
     async def athreads(
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None
     ) -> builtins.list[ThreadInfo]:
-        """Asynchronously :meth:`threads`.
-
-        Example:
-            ```python
-            biggest = await saver.athreads(limit=5)
-            ```
-        """
+        """Async version of :meth:`threads`."""
         return await self._arun(self._maintenance.threads(sort, limit))
 
     def sweep_preview(self) -> SweepPreview:
@@ -944,11 +810,5 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, BaseCheckpointSaver[str]):
         return self._read(lambda: self._maintenance.preview(self.serde))
 
     async def asweep_preview(self) -> SweepPreview:
-        """Asynchronously :meth:`sweep_preview`.
-
-        Example:
-            ```python
-            preview = await saver.asweep_preview()
-            ```
-        """
+        """Async version of :meth:`sweep_preview`."""
         return await self._aread(lambda: self._maintenance.preview(self.serde))

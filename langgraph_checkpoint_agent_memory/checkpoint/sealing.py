@@ -1,30 +1,18 @@
-"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O.
+"""Checkpoint rows sealed with their thread's data key, and opened again, with no I/O (apart
+from :mod:`.codec` so only a saver with encryption on loads it).
 
-With encryption on, every value column of the checkpoint tables is sealed (see
-:mod:`..crypto.cipher`): the checkpoint body (which holds the inline channel values), every
-blob row (appended list items too), every pending write, and the metadata (the whole JSON,
-sealed as text: its keys say as much as its values, e.g. which writes a step made, and a
-filter on it is matched after decrypting anyway). Each value carries its row's identity as
-associated data (thread, namespace and checkpoint id; or channel and version; or task id
-and index; and the serde type), so a value moved to another row or thread does not open.
-
-Values are compressed by :mod:`.codec` before they are sealed (their type says so), so
-sealing compresses none of them again; the metadata, which stays JSON for filters when
-encryption is off, is compressed by the cipher.
-
-Keys: a write uses the data key of the thread's owner (:func:`owner_of`); a new key is
-stored in the transaction of the first write sealed with it when the key store is the
-saver's own database (:meth:`~..crypto.keyring.Keyring.sealed`), else before the write's plan
-runs. A read's plan asks :meth:`Sealer.ensure` for every key id a fetch returned; a key not
-in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell loads the
-keys and runs it again. So the hot path keeps its round trips, and the key store may be
-another database. This module is apart from :mod:`.codec` so only a saver with encryption
-on loads it.
+Every value column is sealed: the body, each blob, each pending write, and the metadata as a
+whole (its keys say as much as its values; a filter on it is matched after opening). Each
+value carries its row's identity as associated data, so a value moved to another row or
+thread does not open. A read's plan asks :meth:`Sealer.ensure` for the key ids it fetched; a
+key not in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell
+loads it and runs the plan again, so the hot path keeps its round trips.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -105,10 +93,9 @@ def raw(kind: str) -> bool:
 
 
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
-    """A bytes column's ``value`` that is not sealed: itself with ``allow_plaintext``;
-    else :class:`DecryptionError` when it is rather a damaged sealed value (see
-    :func:`looks_damaged`), :class:`PlaintextRowError` when it is plaintext. (A plaintext
-    value of a few bytes can start as a sealed one does: a short string's msgpack.)"""
+    """A bytes column's ``value`` that is not sealed: itself with ``allow_plaintext``; else
+    :class:`DecryptionError` when it looks like a damaged sealed value, or
+    :class:`PlaintextRowError`."""
     if allow_plaintext:
         return value
     if looks_damaged(value):
@@ -121,11 +108,7 @@ def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> byte
 
 
 class Sealer:
-    """Seals and opens the values of one saver's rows with the keys of one keyring.
-
-    Args:
-        keyring: Where data keys are found (and created, and destroyed).
-    """
+    """Seals and opens the values of one saver's rows with the keys of ``keyring``."""
 
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
@@ -188,33 +171,15 @@ class Sealer:
         what = f"the metadata of checkpoint {checkpoint_id} of thread {thread_id!r}"
         return self.open_text(text, metadata_aad(thread_id, ns, checkpoint_id), what)
 
-    def open_blob(
-        self,
-        thread_id: str,
-        ns: str,
-        channel: str,
-        version: str,
-        kind: str,
-        base: str | None,
-        blob: bytes,
-    ) -> bytes:
-        what = f"the value of channel {channel!r} at version {version} of thread {thread_id!r}"
-        return self.open(blob, blob_aad(thread_id, ns, channel, version, kind, base), what)
+    def open_blob(self, thread_id: str, ns: str, b: BlobRow) -> bytes:
+        what = f"the value of channel {b.channel!r} at version {b.version} of thread {thread_id!r}"
+        associated = blob_aad(thread_id, ns, b.channel, b.version, b.type, b.base_version)
+        return self.open(b.blob, associated, what)
 
-    def open_write(
-        self,
-        thread_id: str,
-        ns: str,
-        checkpoint_id: str,
-        task_id: str,
-        idx: int,
-        channel: str,
-        kind: str,
-        blob: bytes,
-    ) -> bytes:
-        what = f"a pending write of task {task_id!r} in thread {thread_id!r}"
-        associated = write_aad(thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
-        return self.open(blob, associated, what)
+    def open_write(self, thread_id: str, ns: str, w: WriteRow) -> bytes:
+        what = f"a pending write of task {w.task_id!r} in thread {thread_id!r}"
+        associated = write_aad(thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type)
+        return self.open(w.blob, associated, what)
 
     # -- sealing ---------------------------------------------------------------------------
 
@@ -270,17 +235,18 @@ class Sealer:
             r["thread_id"] = target
             Sealer.seal_checkpoint_row(key, r)
         for r in blobs:
-            r["blob"] = sealer.open_blob(
-                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
-                r["base_version"], bytes(r["blob"] or b""),
-            )  # fmt: skip
+            blob = BlobRow(
+                r["channel"], r["version"], r["type"], bytes(r["blob"] or b""), r["base_version"]
+            )
+            r["blob"] = sealer.open_blob(r["thread_id"], r["checkpoint_ns"], blob)
             r["thread_id"] = target
         Sealer.seal_blob_rows(key, blobs)
         for r in writes:
-            r["blob"] = sealer.open_write(
-                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
-                r["channel"], r["type"], bytes(r["blob"] or b""),
+            w = WriteRow(
+                r["checkpoint_id"], r["task_id"], r["idx"], r["channel"], r["type"],
+                bytes(r["blob"] or b""), r["task_path"],
             )  # fmt: skip
+            r["blob"] = sealer.open_write(r["thread_id"], r["checkpoint_ns"], w)
             r["thread_id"] = target
         Sealer.seal_write_rows(key, writes)
         return [cps, blobs, writes]
@@ -297,16 +263,12 @@ def lazily_opened(
     blob_rows: BlobRows,
     write_rows: Sequence[WriteRow],
 ) -> tuple[CheckpointRow, list[WriteRow], BlobOpener]:
-    """:func:`opened_rows` for ``get_tuple``: the checkpoint and its writes opened, and an
-    opener of blobs for the decoder, so only the blobs it decodes are opened (not the list
-    versions this process already holds). Every key is checked for first."""
+    """:func:`opened_rows` for ``get_tuple``, but with an opener of blobs for the decoder,
+    so only the blobs it decodes are opened (not lists this process already holds)."""
     sealer.ensure(Sealer.ids([row.body, row.metadata, *(b.blob for b in blob_rows.values())]))
     [opened], _, writes = opened_rows(sealer, thread_id, ns, [row], {}, write_rows)
 
-    def opener(b: BlobRow) -> bytes:
-        return sealer.open_blob(thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob)
-
-    return opened, writes, opener
+    return opened, writes, partial(sealer.open_blob, thread_id, ns)
 
 
 def opened_rows(
@@ -336,21 +298,9 @@ def opened_rows(
         for r in rows
     ]
     out_blobs = {
-        k: b._replace(
-            blob=sealer.open_blob(
-                thread_id, ns, b.channel, b.version, b.type, b.base_version, b.blob
-            )
-        )
-        for k, b in blob_rows.items()
+        k: b._replace(blob=sealer.open_blob(thread_id, ns, b)) for k, b in blob_rows.items()
     }
-    out_writes = [
-        w._replace(
-            blob=sealer.open_write(
-                thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob
-            )
-        )
-        for w in write_rows
-    ]
+    out_writes = [w._replace(blob=sealer.open_write(thread_id, ns, w)) for w in write_rows]
     return out_rows, out_blobs, out_writes
 
 
@@ -358,17 +308,9 @@ def opened_rows(
 
 
 class ThreadSerde:
-    """A serializer sealing what it dumps with one thread's key, and opening what it loads
-    (its key found by id): how :class:`~.timed.TimedInMemorySaver` encrypts. Associated
-    data: the thread and the serde type (the in-memory saver's values have no row key
-    columns; a copy to another thread re-seals through :meth:`resealed`).
-
-    Args:
-        inner: The saver's serializer.
-        keyring: Where keys are found.
-        thread_id: The thread whose values these are.
-        key: The key to seal with (``None``: this serializer only loads).
-    """
+    """A serializer sealing what it dumps with thread ``thread_id``'s ``key`` (``None``: it
+    only loads) and opening what it loads: how :class:`~.timed.TimedInMemorySaver` encrypts.
+    Associated data: the thread and the serde type (in memory, values have no row keys)."""
 
     def __init__(
         self, inner: Any, keyring: Keyring, thread_id: str, key: DataKey | None = None

@@ -1,18 +1,11 @@
-"""The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune,
-the TTL sweep, encrypting a thread's plaintext, and reading what each thread stores.
+"""The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune, the
+TTL sweep, encrypting plaintext, and what each thread stores.
 
-Deleting a thread leaves a tombstone (see :mod:`.lifetime`); erasing leaves nothing.
-Pruning keeps, per namespace, the last ``keep_last`` checkpoints (1: the latest) and the
-ancestors their ``DeltaChannel`` values are still rebuilt from, and the blobs they need down
-each appended list's chain, so every kept checkpoint reads back whole.
-The sweep claims expired threads in batches with ``SKIP LOCKED`` where the database has it,
-so any number of processes may sweep at once and each thread is removed by exactly one.
-
-:meth:`Maintenance.threads` and :meth:`Maintenance.preview` are the reads behind
-``agent-memory threads`` and ``agent-memory sweep --dry-run``. Sizes are the database's
-measure of each stored value (bytes of checkpoint bodies, blobs and pending writes;
-characters of the JSON metadata), summed per thread: what retention frees, not the
-database's own overhead (row headers, indexes, free pages), which comes on top.
+Pruning keeps what every kept checkpoint needs to read back whole (the ancestors of its
+``DeltaChannel`` values, the bases of its appended lists). The sweep claims expired threads
+with ``SKIP LOCKED`` where the database has it, so each is removed by exactly one sweeper.
+Sizes are the database's measure of each stored value, summed per thread: what retention
+frees, not the database's own overhead.
 """
 
 from __future__ import annotations
@@ -57,9 +50,7 @@ class StoredCheckpoint(NamedTuple):
 
     @property
     def size(self) -> int:
-        """As :func:`~langgraph_checkpoint_agent_memory.db.checkpoint.thread_stats`
-        measures a checkpoint row: its body's bytes, its metadata's and version map's
-        characters."""
+        """The row's size as ``thread_stats`` measures it."""
         return len(bytes(self.checkpoint)) + len(self.metadata) + len(self.blob_versions)
 
 
@@ -73,8 +64,7 @@ class StoredBlob(NamedTuple):
 
 
 class Snapshot(NamedTuple):
-    """Every checkpoint and blob key of one thread; for a preview, also the size of each
-    blob and of each checkpoint's pending writes."""
+    """Every checkpoint and blob key of one thread (for a preview, with sizes)."""
 
     checkpoints: list[StoredCheckpoint]
     blobs: list[StoredBlob]
@@ -212,8 +202,7 @@ def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
 
 
 class Doomed(NamedTuple):
-    """What dropping a thread's history down to the kept checkpoints deletes: the key
-    parameters of each checkpoint (with its writes) and of each blob."""
+    """The key parameters of the checkpoints (with their writes) and blobs a drop deletes."""
 
     checkpoints: list[dict[str, Any]]
     blobs: list[dict[str, Any]]
@@ -223,15 +212,11 @@ class Doomed(NamedTuple):
 class Maintenance:
     """Builds the maintenance plans of one saver."""
 
-    #: The database's dialect.
     dialect: Dialect
-    #: The saver's TTL policy (clock, strategy, thread rows).
     activity: ThreadActivity
-    #: The saver's list cache, forgotten for every thread whose history changes.
+    #: Forgotten for every thread whose history changes.
     cache: ListCache
-    #: Threads removed per sweep transaction.
     sweep_batch: int
-    #: Checkpoints per namespace that ``keep_latest`` keeps (validated).
     keep_last: int = 1
     #: Opens sealed rows (encryption on), else ``None``.
     sealer: Sealer | None = None
@@ -244,13 +229,14 @@ class Maintenance:
 
     # -- delete, erase -------------------------------------------------------------------------
 
-    def bury(self, thread_ids: Sequence[str], now: float) -> list[Stmt]:
-        """Statements deleting threads' rows and leaving their tombstones."""
+    def bury(self, thread_ids: Sequence[str], now: float | None) -> list[Stmt]:
+        """Statements deleting threads' rows, behind their tombstones (new ones as of
+        ``now``, else those the sweep's claim left)."""
         d = self.dialect
         params = [{"thread_id": t} for t in thread_ids]
-        tombs = self.activity.tombstone_rows(thread_ids, now)
+        tombs = [] if now is None else self.activity.tombstone_rows(thread_ids, now)
         return [
-            Stmt(S.tombstone(d), tombs, many=True),
+            *([Stmt(S.tombstone(d), tombs, many=True)] if tombs else []),
             *(Stmt(sql, params, many=True) for sql in S.end_generation(d)),
             *(Stmt(sql, params, many=True) for sql in S.delete_ended_rows(d)),
         ]
@@ -272,8 +258,8 @@ class Maintenance:
     # -- snapshot and drop ---------------------------------------------------------------------
 
     def snapshot(self, thread_ids: Sequence[str], sized: bool = False) -> Plan[dict[str, Snapshot]]:
-        """Every checkpoint and blob key of ``thread_ids``: inside a held transaction, or
-        ``sized`` (for a preview), without a lock and with the sizes of blobs and writes."""
+        """Every checkpoint and blob key of ``thread_ids`` in a held transaction, or ``sized``
+        (a preview's) without a lock, with the sizes of blobs and writes."""
         d = self.dialect
         reads = [S.select_thread_checkpoints(d), S.select_thread_blob_keys(d)]
         if sized:
@@ -568,9 +554,7 @@ class Maintenance:
         return [StatsRow._make(r).info(now) for r in rows]
 
     def preview(self, serde: SerializerProtocol) -> Plan[SweepPreview]:
-        """What :meth:`sweep` would remove now, computed as it decides, without a lock or a
-        write: the expired threads and, with ``keep_latest``, the checkpoints and blobs
-        pruning each to its last ``keep_last`` checkpoints per namespace would delete."""
+        """What :meth:`sweep` would remove now, decided as it decides, without a lock."""
         now = self.activity.clock()
         sql = S.thread_stats(self.dialect, order="expires_at", expired=True)
         [rows] = yield Batch([Stmt(sql, {"now": now, "limit": ALL}, fetch=True)])
@@ -626,8 +610,7 @@ class Maintenance:
         on_progress: Callable[[int, int | None], None] | None = None,
     ) -> Plan[list[str]]:
         """Remove expired threads batch by batch, then forget old tombstones; return the
-        thread ids this plan removed (``on_progress``: called after each batch with how
-        many so far)."""
+        thread ids removed."""
         d = self.dialect
         activity = self.activity
         swept: list[str] = []
@@ -663,14 +646,7 @@ class Maintenance:
             if not batch:  # another sweeper took them all, or they were used since
                 yield Batch([], write=True)
             elif not keep_latest:
-                params = [{"thread_id": t} for t in batch]
-                yield Batch(
-                    [
-                        *(Stmt(sql, params, many=True) for sql in S.end_generation(d)),
-                        *(Stmt(sql, params, many=True) for sql in S.delete_ended_rows(d)),
-                    ],
-                    write=True,
-                )
+                yield Batch(self.bury(batch, None), write=True)
                 self.forget(batch)
             else:
                 snapshot = yield from self.snapshot(batch)

@@ -1,24 +1,22 @@
 """``TimedInMemorySaver``: an in-memory checkpointer whose idle threads expire.
 
-It keeps its data itself on LangGraph's public ``BaseCheckpointSaver``, not on
-``InMemorySaver``, whose public methods cannot evict a thread at that thread's cost, make a
-write and an eviction atomic, or drop single checkpoints for ``prune`` (a subclass would read
-its private dicts, which a LangGraph release may change; ``tests/test_timed_saver.py`` checks
-that none is touched). It answers as ``InMemorySaver`` does (``tests/test_timed_properties.py``
-compares the two), with one record per thread (:class:`ThreadData`), threads ordered by last
-use so a sweep pops expired ones from the front, and one lock that makes a write and an
-eviction of the same thread atomic; (de)serialization happens outside the lock.
+Built on ``BaseCheckpointSaver``, not ``InMemorySaver``, whose public methods cannot evict one
+thread at its own cost, make a write and an eviction atomic, or drop single checkpoints for
+``prune``; it answers as ``InMemorySaver`` does (``tests/test_timed_properties.py`` compares
+the two). One lock makes a write and an eviction of a thread atomic; (de)serialization runs
+outside it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -41,6 +39,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     write_row,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    VersionCounter,
     checked_checkpoint_id,
     checked_filter,
     checked_thread_id,
@@ -50,7 +49,6 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     delta_history,
     list_coordinates,
     metadata_matches,
-    next_channel_version,
     parent_config,
     thread_coordinates,
 )
@@ -64,9 +62,15 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     validate_strategy,
     validate_ttl,
 )
-from langgraph_checkpoint_agent_memory.checkpoint.traced import listed, swept, traced
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import (
+    AttributeValue,
+    Target,
+    live,
+    operation,
+)
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
@@ -81,6 +85,52 @@ SWEEP_BATCH = 256
 
 #: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The target of this saver's operations: no database (no ``db.system.name``), no server;
+#: its spans are internal ones, measured in ``agent_memory.operation.duration``.
+MEMORY = Target("")
+
+
+def traced(
+    name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
+) -> Callable[[F], F]:
+    """Run a method of the saver in the span ``checkpoint.<name>``, with the thread its first
+    argument names (left out with encryption on) and the attributes ``counts`` reads from
+    its result."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def run(saver: Any, *args: Any, **kwargs: Any) -> Any:
+            if not live():
+                return method(saver, *args, **kwargs)
+            about = args[0] if args else kwargs.get("config", kwargs.get("thread_id"))
+            if isinstance(about, Mapping):
+                about = (about.get("configurable") or {}).get("thread_id")
+            sealed = saver.keyring is not None
+            thread = None if sealed or not isinstance(about, str) else about
+            attributes = {"langgraph.thread_id": thread}
+            with operation(f"checkpoint.{name}", MEMORY, attributes, sealed=sealed) as op:
+                result = method(saver, *args, **kwargs)
+                for key, value in (counts(result) if counts else {}).items():
+                    op.set(key, value)
+                return result
+
+        return cast(F, run)
+
+    return wrap
+
+
+def listed(result: Any) -> dict[str, AttributeValue]:
+    """How many checkpoints a listing selected."""
+    return {"db.response.returned_rows": len(result)}
+
+
+def swept(result: int) -> dict[str, AttributeValue]:
+    """How many threads a sweep evicted, also counted in the swept-threads metric."""
+    metrics.add("threads_swept", result, {})
+    return {"agent_memory.thread_count": result}
 
 
 Version = str | int | float
@@ -288,7 +338,7 @@ def _open_keyring(encryption: EncryptionLike) -> Keyring | None:
     return setting.open_keyring(None) if setting else None
 
 
-class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
+class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str]):
     """An in-memory checkpointer that forgets threads idle for more than ``ttl_seconds``.
 
     Any ``put``, ``put_writes``, ``get_tuple`` or ``list`` of a thread (sync or async) counts
@@ -721,19 +771,6 @@ class TimedInMemorySaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._life.touch(thread_id, now)
             serde = self._serde_for(thread_id)
             return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
-
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The channel version after ``current``: a zero-padded counter and a random tail.
-
-        Args:
-            current: The current version (``None`` for a new channel).
-            channel: Unused (LangGraph's signature).
-
-        Example:
-            >>> TimedInMemorySaver(60).get_next_version(None, None)[:32]
-            '00000000000000000000000000000001'
-        """
-        return next_channel_version(current)
 
     # -- thread management -----------------------------------------------------------------
 

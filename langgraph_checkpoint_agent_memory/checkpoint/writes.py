@@ -1,13 +1,9 @@
 """The plans of ``put`` and ``put_writes``: the hot path of every graph step.
 
-Each is one transaction and one round trip where the driver pipelines (on a distributed
-database two: the statements, then the commit or the rollback their check decides). A dialect with a
-one-statement write (``fast_write``) gets the thread's activity, the blobs and the
-checkpoint row (or the writes) as one statement; elsewhere a conditional upsert of the
-activity row travels in the same batch. Either way rows are written only while their thread
-is live: zero rows written sends the plan down the slow path (:meth:`Writer.admit`), which
-reads the thread's row under a lock and refuses a late write into a deleted or expired
-thread, or starts it afresh.
+Each is one round trip where the driver pipelines: the thread's activity, the blobs and the
+checkpoint row (or the writes), written only while the thread is live. Zero rows written sends
+the plan down the slow path (:meth:`Writer.admit`), which reads the thread's row under a lock
+and refuses a late write into a deleted or expired thread, or starts it afresh.
 """
 
 from __future__ import annotations
@@ -72,9 +68,8 @@ class Writer:
         key: DataKey | None = None,
         op: Any = IDLE,
     ) -> Plan[RunnableConfig]:
-        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``; with
-        ``key`` (encryption on), the body, metadata and blobs sealed with it; the bytes
-        stored are told to the operation ``op`` (its span and metrics)."""
+        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``, sealed with
+        ``key`` (encryption on); the bytes stored are told to the operation ``op``."""
         thread_id, ns, parent_id = thread_coordinates(config)
         activity = self.activity
         full_metadata = get_checkpoint_metadata(config, metadata)
@@ -138,8 +133,8 @@ class Writer:
         key: DataKey | None = None,
         op: Any = IDLE,
     ) -> Plan[None]:
-        """Store a task's writes: first write wins, special channels upsert; with ``key``
-        (encryption on), their values sealed with it; the bytes told to ``op``."""
+        """Store a task's writes (first write wins, special channels upsert), sealed with
+        ``key`` (encryption on); the bytes told to ``op``."""
         thread_id, ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ConfigurationError(
@@ -268,8 +263,7 @@ class Writer:
 
 
 def _size(row: dict[str, Any], *columns: str) -> int:
-    """Bytes of ``row``'s ``columns`` (bytes, or text counted as UTF-8 would be close
-    enough: its length)."""
+    """Bytes of ``row``'s ``columns`` (text counted by its length, close enough)."""
     return sum(len(row[c]) for c in columns if row.get(c) is not None)
 
 
@@ -279,7 +273,6 @@ def _blobs(rows: Sequence[dict[str, Any]]) -> int:
 
 
 def _tell_written(op: Any, *groups: Sequence[dict[str, Any]]) -> None:
-    """Tell the operation ``op`` the bytes of the write rows ``groups`` (counted only when
-    telemetry records: off, a look at one attribute)."""
+    """Tell the operation ``op`` the bytes of the write rows ``groups``, if it records."""
     if op.live:
         op.written(sum(_blobs(rows) for rows in groups))
