@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, unquote
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
@@ -61,22 +61,17 @@ SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
 _SHORT = {"user": "user_id", "agent": "agent_id", "workflow": "workflow_id"}
 _LONG = {v: k for k, v in _SHORT.items()}
 
-Kind = Literal["facts", "history", "episodes"]
 KINDS: tuple[str, ...] = ("facts", "history", "episodes")
 
 
 #: The longest identifiers memory keeps, in characters: the column sizes on PostgreSQL and SAP
-#: HANA, checked before anything is written so every backend gives one outcome (SQLite
-#: would store longer ones). A thread id as the checkpointers take it; an episode's key (its
-#: row in the consolidation ledger); a scope's namespace (``memory.user=alice.episodes``,
-#: the store's limit, which also bounds the scope's own text).
+#: HANA, checked before anything is written so every backend gives one outcome.
 MAX_THREAD_ID = 255
 MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
 
 
 def _surrogates(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate (no database can encode it)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -85,9 +80,8 @@ def _surrogates(text: str) -> bool:
 
 
 def checked_identifier(value: Any, name: str, longest: int) -> str:
-    """``value`` as an identifier every backend stores: a non-empty string of at most
-    ``longest`` characters with no NUL and no lone surrogate (a thread id may also be an int
-    or a UUID, stored as its text, as the checkpointers do).
+    """``value`` as an identifier every backend stores (a thread id may also be an int or
+    a UUID, stored as its text, as the checkpointers do).
 
     Raises:
         InvalidValueError: Saying what is wrong with it; nothing was written.
@@ -355,15 +349,13 @@ def iso(ts: float | None) -> str | None:
 
 
 class StoredMemory:
-    """What facts and episodes share: each is stored as an item whose value is its fields
-    but its key (the item's key), tagged with its ``KIND``."""
+    """What facts and episodes share: each is stored as an item of its fields but its key."""
 
     KIND: ClassVar[str]
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this memory (its key is the item's key); lists are
-        copied, so the value does not change with the object."""
+        """The JSON value stored for this memory (lists copied)."""
         value = dataclasses.asdict(self)
         del value["key"]
         return {"kind": self.KIND, **value}
@@ -444,9 +436,7 @@ class Fact(StoredMemory):
 
     def search_text(self) -> str:
         """What search indexes for this fact: its attribute as words, its value and its
-        statement, so ``store.search(facts, query="city")`` finds the fact ``home_city``,
-        whatever its statement says. Its vector is embedded from this text; the lexical
-        index keeps it with the fact's date (:func:`lexical_text`)."""
+        statement, so ``query="city"`` finds the fact ``home_city``."""
         return fact_text(self.attribute, self.value, self.statement)
 
 
@@ -482,9 +472,7 @@ class Episode(StoredMemory):
         return episode_text(None, self.messages)
 
     def text(self) -> str:
-        """What search indexes: the summary once there is one, and the words said. Its
-        vector is embedded from this text; the lexical index keeps it with the episode's
-        date (:func:`lexical_text`)."""
+        """What search indexes: the summary once there is one, and the words said."""
         return episode_text(self.summary, self.messages)
 
 
