@@ -257,10 +257,15 @@ def live(t: Any) -> Any:
 
 
 def under_root(sql: MemorySql, t: Any) -> Any:
-    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters)."""
+    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters: :func:`root_params`)."""
     return sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer)) == sa.bindparam(
         "root_dot"
     )
+
+
+def root_params(root: str, **more: Any) -> dict[str, Any]:
+    """The parameters of :func:`under_root` for the namespaces under ``root``."""
+    return {"n": len(root) + 1, "root_dot": root + ".", **more}
 
 
 def _item(t: sa.Table) -> Any:
@@ -513,11 +518,7 @@ def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Pl
     a, b = yield Batch(
         [
             Stmt(scopes, {"root": root, "shard": shard}, fetch=True),
-            Stmt(
-                prefixes,
-                {"n": len(root) + 1, "root_dot": root + ".", "shard": shard},
-                fetch=True,
-            ),
+            Stmt(prefixes, root_params(root, shard=shard), fetch=True),
         ]
     )
     found = {s for (s,) in a}
@@ -546,7 +547,7 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
     failed = sql.statement("stats_failed", lambda: _unfinished_jobs(j.c.scope))
     a, b, c = yield Batch(
         [
-            Stmt(items, {"n": len(root) + 1, "root_dot": root + ".", "now": now}, fetch=True),
+            Stmt(items, root_params(root, now=now), fetch=True),
             Stmt(pending, fetch=True),
             Stmt(failed, fetch=True),
         ]

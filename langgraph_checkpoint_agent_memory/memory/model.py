@@ -1,9 +1,8 @@
 """What memory is made of: scopes, facts, episodes, and the namespaces that hold them.
 
-A **scope** says whose memory something is: any subset of ``user_id``, ``agent_id`` and
-``workflow_id``. It is written the same way everywhere (``user=alice,agent=support``) and
-becomes the middle of every namespace, in a fixed order, so a scope's items sit under exactly
-one namespace per kind and no prefix of one scope's namespace holds another scope's items::
+A **scope** (any subset of ``user_id``, ``agent_id`` and ``workflow_id``) becomes the middle
+of every namespace, in a fixed order, so a scope's items sit under exactly one namespace per
+kind::
 
     ("memory", "user=alice", "agent=support", "facts")     current facts
     ("memory", "user=alice", "agent=support", "history")   superseded values
@@ -271,19 +270,12 @@ LATEST_SECONDS = 253_402_300_799
 def as_timestamp(
     when: AsOf, name: str = "as_of", error: type[ValueError] = ConfigurationError
 ) -> float:
-    """Seconds since the epoch of ``when``.
-
-    Args:
-        when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
-            ``datetime``.
-        name: The argument's name, for the error message.
-        error: What to raise (a :class:`ConfigurationError`, or an
-            :class:`InvalidValueError` for a moment that is data).
+    """Seconds since the epoch of ``when`` (seconds, or a timezone-aware ``datetime``).
 
     Raises:
-        ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
-            on the machine's time zone), not a finite number, before the year 1 or past
-            the year 9999 (a count of milliseconds, most likely), or of another type.
+        ConfigurationError: (or ``error``) ``when`` is a naive ``datetime`` (its moment
+            depends on the machine's time zone), not finite, or outside the years 1 to 9999
+            (milliseconds, most likely), naming the argument ``name``.
 
     Example:
         ```python
