@@ -1,28 +1,11 @@
 """The SQL of agent memory: the consolidation ledger, set-based decay, erase.
 
-Facts and episodes are ordinary store items (``am_store_items``, their vectors and full-text
-entries); this module adds the tables that make memory safe with many workers:
-
-- ``am_memory_scopes``: one row per scope, the lease a consolidation job holds while it runs
-  (claimed by a conditional write of that row, see :mod:`.memory_jobs`), and its failure
-  count and back-off.
-- ``am_memory_pending``: the episodes waiting for consolidation (or parked after repeated
-  failures).
-- ``am_memory_jobs``: every finished job, completed or failed, with its error.
-- ``am_memory_decay``: ``ln(importance)`` and the last reinforcement of every decaying item,
-  so decay is one set-based ``DELETE`` with plain arithmetic on every database.
-- ``am_memory_threads``: which checkpointer threads a scope used, for erase.
-
-Every function returns a plan (see :mod:`.database`): the domain decides, this module only
-reads and writes, each write in one transaction. Statements are SQLAlchemy Core over
-:mod:`.schema`'s tables; every row carries its shard key (see :mod:`.shard`).
-
-Encryption at rest: when the store encrypts, :class:`MemorySql` carries its sealer (a
-:class:`~.row_sealer.RowSealer`), and memory's item rows are sealed and opened as the
-store's own are: values in ``sealed`` (``value`` holds ``{}``, ``doc`` is not stored), terms
-as keyed hashes, vectors sealed (:func:`seal_items_plan`, :func:`read_plan`); a job's error
-is sealed under its scope's data key (:mod:`.memory_jobs`). Without a sealer the statements
-and rows are exactly those of a plain store.
+Facts and episodes are ordinary store items; the ``am_memory_*`` tables add the scope
+leases, the pending episodes, the finished jobs, the threads a scope used, and
+``ln(importance)`` per decaying item, so decay is one set-based ``DELETE`` with plain
+arithmetic on every database. Every function returns a plan (see :mod:`.database`): the
+domain decides, this module only reads and writes. With a sealer, memory's rows are sealed
+as the store's own are; without one, statements and rows are exactly a plain store's.
 """
 
 from __future__ import annotations
@@ -106,11 +89,7 @@ def new_scope_row(scope: str, root: str, now: float, shard: str) -> dict[str, An
 class MemorySql:
     """Statements for one dialect; store item writes reuse the store's own statements.
 
-    Every row carries its shard key (see :mod:`.shard`): an item's or decay row's from its
-    namespace, a scope's ledger rows from the scope's namespace ``(root, *labels)``, with
-    the store's ``shard_depth``. Statements of one scope or one namespace name that key.
-
-    ``sealer``: the store's sealer when it encrypts at rest (see the module), else ``None``."""
+    A scope's ledger rows carry the shard key of its namespace ``(root, *labels)``."""
 
     def __init__(
         self,
@@ -127,17 +106,10 @@ class MemorySql:
         self._scope_lock: Sql | bool | None = None
 
     def statement(self, key: Hashable, build: Callable[[], Any]) -> Sql:
-        """Memory's statement ``key``, built by ``build`` and compiled on first use only:
-        memory's registry of cached statements (in the dialect's cache, under
-        ``"memory"``)."""
+        """Memory's statement ``key``, built and compiled on first use only."""
         return self.d.sql(("memory", key), build)
 
     # -- shard keys ------------------------------------------------------------------------
-
-    @property
-    def shard_depth(self) -> int:
-        """How many leading labels of a namespace make its shard key (the store's rule)."""
-        return self.store.shard_depth
 
     def scope_labels(self, scope: str) -> tuple[str, ...]:
         """The namespace of ``scope`` (``user=alice,agent=support``): root, then labels."""
@@ -148,9 +120,8 @@ class MemorySql:
         return shard_key(self.scope_labels(scope), self.store.shard_depth)
 
     def lock_scopes(self, scopes: Iterable[str]) -> list[Stmt]:
-        """The statements that lock ``scopes``' shard keys, sorted, to start a transaction
-        that writes them (none where the dialect has no such lock: see
-        :meth:`~.dialect.Dialect.scope_lock`)."""
+        """The statements that lock ``scopes``' shard keys, sorted (none where the dialect
+        has no such lock)."""
         return self.lock_shards(self.scope_shard(s) for s in scopes)
 
     def lock_shards(self, keys: Iterable[str]) -> list[Stmt]:
@@ -164,8 +135,7 @@ class MemorySql:
         return [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
 
     def scope_covers(self, scope: str) -> bool:
-        """Whether a scope's items share its shard key (its namespace holds at least
-        ``shard_depth`` labels); else they are spread over several keys."""
+        """Whether a scope's items all carry its shard key."""
         return covers(self.scope_labels(scope), self.store.shard_depth)
 
     def shard(self, prefix: str) -> str:
@@ -178,16 +148,13 @@ class MemorySql:
         vectors: list[dict[str, Any]] | None = None,
         removed: Sequence[dict[str, Any]] = (),
     ) -> list[Stmt]:
-        """Upsert memory's store item rows (``vectors``: their new vectors, ``None``: keep
-        the old ones) and delete ``removed``, as the store writes items; the rows sealed
-        already when the store encrypts (:func:`seal_items_plan`)."""
+        """Upsert memory's item rows (``vectors`` ``None``: keep the old ones) and delete
+        ``removed``, as the store writes items."""
         return self.store.writes(items, vectors, removed, native_vectors=self.sealer is None)
 
     def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
         """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""
         return Stmt(self.upsert_decay(), self.store.keyed(rows), many=True)
-
-    # -- writes shared by several plans ----------------------------------------------------
 
     def _insert_ignore(self, name: str, table: sa.Table) -> Sql:
         """Insert one row of ``table`` unless its primary key is there (first write wins)."""
@@ -240,9 +207,8 @@ class MemorySql:
     # -- reads -----------------------------------------------------------------------------
 
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Items of one namespace (``:shard``, ``:prefix``, live at ``:now``) with their
-        decay state; optionally only keys ``:k0`` ... (``with_keys`` of them); with a
-        sealer, each row ends with the item's ``sealed`` value."""
+        """Live items of one namespace with their decay state (``with_keys``: only keys
+        ``:k0`` ...); with a sealer, each row ends with the item's ``sealed`` value."""
         i, d = store_items.alias("i"), memory_decay.alias("d")
         sealed = self.sealer is not None
 
@@ -264,8 +230,7 @@ class MemorySql:
         return self.statement(("rows", with_keys, sealed), build)
 
     def vectors_of(self) -> Sql:
-        """``(key, vector)`` of the namespace ``:prefix`` (``:shard``); with a sealer,
-        :meth:`~.store.StoreStatements.sealed_vectors_exact`'s rows (live at ``:now``), opened by
+        """``(key, vector)`` of one namespace; with a sealer, sealed rows for
         :func:`vectors_plan`."""
         if self.sealer is not None:
             return self.store.sealed_vectors_exact()
@@ -283,7 +248,6 @@ class MemorySql:
 
 
 def _marks(name: str, n: int) -> list[Any]:
-    """Core: parameters ``:<name>0`` ... ``:<name><n-1>``."""
     return [sa.bindparam(f"{name}{j}", type_=sa.String) for j in range(n)]
 
 
@@ -293,10 +257,15 @@ def live(t: Any) -> Any:
 
 
 def under_root(sql: MemorySql, t: Any) -> Any:
-    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters)."""
+    """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters: :func:`root_params`)."""
     return sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer)) == sa.bindparam(
         "root_dot"
     )
+
+
+def root_params(root: str, **more: Any) -> dict[str, Any]:
+    """The parameters of :func:`under_root` for the namespaces under ``root``."""
+    return {"n": len(root) + 1, "root_dot": root + ".", **more}
 
 
 def _item(t: sa.Table) -> Any:
@@ -309,47 +278,32 @@ def _item(t: sa.Table) -> Any:
 
 
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
-    """How many live items a namespace holds and when one last changed: a cheap fingerprint
-    that lets recall reuse what it decoded before."""
+    """How many live items a namespace holds and when one last changed (recall's cache
+    fingerprint)."""
     query = sql.store.fingerprint()
     [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
     return int(count), float(latest or 0.0)
 
 
-class ItemDecayRow(NamedTuple):
-    """A row of :meth:`MemorySql.rows`: an item and its decay state (NULL when it has none)."""
-
-    prefix: str
-    key: str
-    value: Any  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
-    created_at: float
-    updated_at: float
-    log_importance: float | None
-    reinforced_at: float | None
-    pinned: int | None
-
-
 def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:
     """A row of :meth:`MemorySql.rows` (opened with ``sealer``, whose keys
     :func:`open_rows_plan` loaded)."""
-    row = ItemDecayRow._make(raw[:8])
+    prefix, key, stored, created_at, updated_at, log_importance, reinforced_at, pinned = raw[:8]
     if sealer is not None:
         sealed = raw[8]
-        value = sealer.open_value(
-            row.prefix, row.key, row.value, None if sealed is None else bytes(sealed)
-        )
-    else:
-        value = row.value if isinstance(row.value, dict) else json.loads(row.value)
+        value = sealer.open_value(prefix, key, stored, None if sealed is None else bytes(sealed))
+    else:  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
+        value = stored if isinstance(stored, dict) else json.loads(stored)
     return StoredRow(
-        prefix=row.prefix,
-        key=row.key,
+        prefix=prefix,
+        key=key,
         value=value,
-        created_at=float(row.created_at),
-        updated_at=float(row.updated_at),
-        log_importance=None if row.log_importance is None else float(row.log_importance),
-        reinforced_at=None if row.reinforced_at is None else float(row.reinforced_at),
-        pinned=bool(row.pinned),
+        created_at=float(created_at),
+        updated_at=float(updated_at),
+        log_importance=None if log_importance is None else float(log_importance),
+        reinforced_at=None if reinforced_at is None else float(reinforced_at),
+        pinned=bool(pinned),
     )
 
 
@@ -371,16 +325,14 @@ def read_plan(
 
 
 def open_rows_plan(sql: MemorySql, rows: Sequence[Sequence[Any]]) -> Plan[list[StoredRow]]:
-    """Rows of :meth:`MemorySql.rows` decoded; with a sealer, the keys they name loaded
-    first and their values opened."""
+    """Rows of :meth:`MemorySql.rows` decoded (with a sealer, their keys loaded first)."""
     if sql.sealer is not None and rows:
         yield from sql.sealer.ids_plan(None if r[8] is None else bytes(r[8]) for r in rows)
     return [decode(r, sql.sealer) for r in rows]
 
 
 def vectors_plan(sql: MemorySql, rows: Sequence[Sequence[Any]]) -> Plan[dict[str, bytes]]:
-    """Rows of :meth:`MemorySql.vectors_of` as float32 bytes by key (opened with a
-    sealer, after loading the keys they name)."""
+    """Rows of :meth:`MemorySql.vectors_of` as float32 bytes by key (opened with a sealer)."""
     sealer = sql.sealer
     if sealer is None:
         return {k: bytes(v) for k, v in rows}
@@ -395,10 +347,7 @@ def vectors_plan(sql: MemorySql, rows: Sequence[Sequence[Any]]) -> Plan[dict[str
 def seal_items_plan(
     sql: MemorySql, items: Sequence[dict[str, Any]], vectors: Sequence[dict[str, Any]] = ()
 ) -> Plan[None]:
-    """Seal memory's item rows (from ``writes.item_row``: ``value`` as JSON text, ``doc``)
-    and vector rows in place, each with the data key of its namespace's shard key, as the
-    store's put seals: ``sealed`` set, ``value`` emptied, ``doc`` indexed as keyed term
-    hashes and not stored, vectors sealed. Nothing to do without a sealer. Key lookups
+    """Seal memory's item and vector rows in place, as the store's put seals. Key lookups
     come first, so a plan that must load keys stops before it writes."""
     sealer = sql.sealer
     if sealer is None or not (items or vectors):
@@ -501,17 +450,13 @@ def decay_plan(
     """Delete every unpinned item whose decayed importance is under the threshold.
 
     ``importance * rate ** days < threshold`` is, in logarithms,
-    ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: three
-    set-based DELETEs (vectors, items with their full-text entries, decay rows) in one
-    transaction, whatever the number of facts. With a ``scope``, every statement names the
-    scope's shard key; without, they run on every shard, without row locks (set-based
-    deletes, each row's condition decided where it lives).
+    ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: set-based
+    DELETEs in one transaction, whatever the number of facts.
     """
     # a scope's decay rows carry its items' shard key: one key when the scope covers it
     one = scope is not None and sql.scope_covers(scope)
 
     def decayed(d: Any) -> list[Any]:
-        """Core: decay row ``d`` fell under the threshold (and is of the scope)."""
         now, k = sa.bindparam("now", type_=sa.Float), sa.bindparam("k", type_=sa.Float)
         out = [
             d.c.pinned == 0,
@@ -573,11 +518,7 @@ def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Pl
     a, b = yield Batch(
         [
             Stmt(scopes, {"root": root, "shard": shard}, fetch=True),
-            Stmt(
-                prefixes,
-                {"n": len(root) + 1, "root_dot": root + ".", "shard": shard},
-                fetch=True,
-            ),
+            Stmt(prefixes, root_params(root, shard=shard), fetch=True),
         ]
     )
     found = {s for (s,) in a}
@@ -606,7 +547,7 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
     failed = sql.statement("stats_failed", lambda: _unfinished_jobs(j.c.scope))
     a, b, c = yield Batch(
         [
-            Stmt(items, {"n": len(root) + 1, "root_dot": root + ".", "now": now}, fetch=True),
+            Stmt(items, root_params(root, now=now), fetch=True),
             Stmt(pending, fetch=True),
             Stmt(failed, fetch=True),
         ]
@@ -723,7 +664,7 @@ class Owed(NamedTuple):
 def threads_plan(sql: MemorySql, scopes: Sequence[str]) -> Plan[list[Owed]]:
     """The conversation threads ``scopes`` recorded turns of, each with its shard key."""
     t = memory_threads
-    query = sql.statement("threads", lambda: sa.select(t.c.thread_id).where(*_of_scope(t)))
+    query = sql.statement("threads", lambda: sa.select(t.c.thread_id).where(of_scope(t)))
     if not scopes:
         return []
     found = yield Batch(
@@ -742,13 +683,10 @@ def erase_plan(
     owe_threads: Sequence[Owed] = (),
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
-    """Delete every item, vector, text entry and ledger row of ``scopes`` in one
-    transaction; return the rows removed per table. The same transaction enters in the
-    erase ledger each shard key of ``owe`` it leaves without any item, and the threads of
-    ``owe_threads`` (their data keys are owed: see :func:`owed_plan`), so the debt commits
-    with the deletes or not at all. The
-    dialect's erase session (SQLite: secure delete, then a WAL checkpoint) wraps it, so the
-    bytes leave the files too."""
+    """Delete every row of ``scopes`` in one transaction, which also enters in the erase
+    ledger each shard key of ``owe`` it empties and the threads of ``owe_threads``, so the
+    debt commits with the deletes or not at all; the rows removed per table. The dialect's
+    erase session (SQLite: secure delete, a WAL checkpoint) makes the bytes leave the files."""
     before, after_commit = sql.d.erase_session() if scopes else ([], [])
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
@@ -759,9 +697,9 @@ def erase_plan(
     return counts
 
 
-def _of_scope(t: Any) -> list[Any]:
+def of_scope(t: Any) -> Any:
     """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
-    return [t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope")]
+    return sa.and_(t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope"))
 
 
 def _erase(
@@ -814,7 +752,7 @@ def _erase(
 def _delete_scope(name: str) -> Any:
     """Core: delete table ``name``'s rows of one scope."""
     t = metadata.tables[name]
-    return sa.delete(t).where(*_of_scope(t))
+    return sa.delete(t).where(of_scope(t))
 
 
 def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[set[str]]:

@@ -2,15 +2,9 @@
 job's writes and release the lease in one transaction, record a failure with back-off, retry
 parked episodes, and list finished jobs.
 
-A lease is a row of ``am_memory_scopes``, claimed by a conditional write of that one row
-(found without row locks, which a distributed database refuses across shards); a job's
-writes count only while its lease holds, so a job that outlived its lease writes nothing.
-Every statement of one scope names the scope's shard key.
-
-A failed job's error (``am_memory_jobs.error``, ``am_memory_scopes.last_error``) may quote
-what the extractor was given: when the store encrypts, it is sealed under the scope's data
-key (a text column: ``"!"`` and base64, see :func:`seal_error_plan`), opened by
-:func:`jobs_plan`, and :func:`encrypt_errors_plan` seals those written before.
+A lease is a row of ``am_memory_scopes``, claimed by a conditional write of that one row; a
+job's writes count only while its lease holds. A failed job's error may quote what the
+extractor was given, so an encrypting store seals it under the scope's data key.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -29,6 +23,7 @@ from langgraph_checkpoint_agent_memory.db.memory import (
     MemorySql,
     StoredRow,
     new_scope_row,
+    of_scope,
     open_rows_plan,
     seal_items_plan,
     vectors_plan,
@@ -77,10 +72,9 @@ def claim_plan(
     """Lease one scope that has pending episodes and is not leased or backing off (nor in
     ``skip``: scopes that already failed in this round).
 
-    Candidates are found without row locks (they span shards, where a distributed database
-    refuses them); each is then claimed by a conditional write of its own ledger row, on its
-    shard: the lease is taken only if it is still free, so of several workers that found the
-    same scope exactly one gets it (rowcount 1), and the others try their next candidate."""
+    Candidates are found without row locks (a distributed database refuses them across
+    shards); each is claimed by a conditional write of its own ledger row, so of several
+    workers that found the same scope exactly one gets it."""
     find = _find(sql, now=now, n=CLAIM_CANDIDATES, scope=scope, skip=skip)
     while True:
         [candidates] = yield Batch([find])
@@ -93,10 +87,8 @@ def claim_plan(
 
 
 def scopes_plan(sql: MemorySql, *, now: float, skip: Sequence[str] = ()) -> Plan[list[str]]:
-    """The scopes a consolidation round works through: up to :data:`ROUND_SCOPES` that have
-    pending episodes and are neither leased nor backing off at ``now`` (nor in ``skip``),
-    in order. The search spans every shard, so a round makes it once, not before each job
-    (:func:`claim_plan` with a scope then claims on that scope's shard alone)."""
+    """Up to :data:`ROUND_SCOPES` scopes with claimable work, in order: the search spans
+    every shard, so a round makes it once, not before each job."""
     [rows] = yield Batch([_find(sql, now=now, n=ROUND_SCOPES, skip=skip)])
     return [name for _, name, _ in rows]
 
@@ -104,7 +96,6 @@ def scopes_plan(sql: MemorySql, *, now: float, skip: Sequence[str] = ()) -> Plan
 def _find(
     sql: MemorySql, *, now: float, n: int, scope: str | None = None, skip: Sequence[str] = ()
 ) -> Stmt:
-    """The search for up to ``n`` scopes with claimable work (:func:`_candidates`)."""
     find = sql.statement(
         ("claim", scope is not None, len(skip)), partial(_candidates, scope, len(skip))
     )
@@ -146,18 +137,13 @@ def _claim_first(
 
 
 def _candidates(scope: str | None, skip: int) -> Any:
-    """Core: up to ``:n`` scopes with pending episodes, neither leased nor backing off at
-    ``:now`` (only ``:scope`` of shard ``:shard``, when given; none of ``:x0`` ...)."""
+    """Core: up to ``:n`` scopes with pending episodes, neither leased nor backing off."""
     s, q = memory_scopes.alias("s"), memory_pending.alias("q")
     now = sa.bindparam("now", type_=sa.Float)
     pending = sa.exists().where(
         q.c.shard == s.c.shard, q.c.scope == s.c.scope, q.c.status == "pending"
     )
-    where = [
-        sa.or_(s.c.lease_until.is_(None), s.c.lease_until < now),
-        sa.or_(s.c.next_attempt_at.is_(None), s.c.next_attempt_at <= now),
-        pending,
-    ]
+    where = [*_claimable(s, now), pending]
     if scope is not None:
         where += [s.c.shard == sa.bindparam("shard"), s.c.scope == sa.bindparam("scope")]
     if skip:
@@ -179,23 +165,23 @@ CLAIM_CANDIDATES = 8
 ROUND_SCOPES = 1000
 
 
-def _one_scope(t: Any) -> Any:
-    """Core: ``t``'s rows of one scope (``:shard``, ``:scope``)."""
-    return sa.and_(t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope"))
+def _claimable(t: Any, now: Any) -> list[Any]:
+    """Core: scope row ``t`` is neither leased nor backing off at ``now``."""
+    return [
+        sa.or_(t.c.lease_until.is_(None), t.c.lease_until < now),
+        sa.or_(t.c.next_attempt_at.is_(None), t.c.next_attempt_at <= now),
+    ]
 
 
 def _take_lease(sql: MemorySql) -> Sql:
-    """Lease a scope to ``:owner`` until ``:until`` if it is free at ``:now`` (a single-row
-    conditional write: rowcount 1 means claimed)."""
+    """Lease a scope to ``:owner`` if it is free (rowcount 1 means claimed)."""
     t = memory_scopes
     now = sa.bindparam("now", type_=sa.Float)
 
     def build() -> Any:
-        free = sa.or_(t.c.lease_until.is_(None), t.c.lease_until < now)
-        ready = sa.or_(t.c.next_attempt_at.is_(None), t.c.next_attempt_at <= now)
         return (
             sa.update(t)
-            .where(_one_scope(t), free, ready)
+            .where(of_scope(t), *_claimable(t, now))
             .values(
                 lease_owner=sa.bindparam("owner", type_=sa.String),
                 lease_until=sa.bindparam("until", type_=sa.Float),
@@ -211,7 +197,7 @@ def _held_by(sql: MemorySql) -> Sql:
     return sql.statement(
         "held_by",
         lambda: sa.select(t.c.failures).where(
-            _one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
+            of_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
         ),
     )
 
@@ -223,7 +209,7 @@ def _episodes(sql: MemorySql) -> Sql:
         "claim_episodes",
         lambda: (
             sa.select(t.c.episode_key)
-            .where(_one_scope(t), t.c.status == "pending")
+            .where(of_scope(t), t.c.status == "pending")
             .order_by(t.c.recorded_at, t.c.episode_key)
             .limit(sa.bindparam("n", type_=sa.Integer))
         ),
@@ -231,24 +217,21 @@ def _episodes(sql: MemorySql) -> Sql:
 
 
 def _lease_check(sql: MemorySql) -> Sql:
-    """A scope's lease owner and failures, its row locked (one row of one shard: a lock a
-    distributed database routes to that shard; SQLite holds its write lock already)."""
+    """A scope's lease owner and failures, its one row locked."""
     t = memory_scopes
     return sql.statement(
         "lease_check",
-        lambda: sa.select(t.c.lease_owner, t.c.failures).where(_one_scope(t)).with_for_update(),
+        lambda: sa.select(t.c.lease_owner, t.c.failures).where(of_scope(t)).with_for_update(),
     )
 
 
 def _release(sql: MemorySql) -> Sql:
-    """Release a scope's lease held by ``:owner``, recording ``:b_failures``, ``:next``
-    (the back-off) and ``:error``."""
     t = memory_scopes
     return sql.statement(
         "release",
         lambda: (
             sa.update(t)
-            .where(_one_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String))
+            .where(of_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String))
             .values(
                 lease_owner=None,
                 lease_until=None,
@@ -261,12 +244,11 @@ def _release(sql: MemorySql) -> Sql:
 
 
 def _done_pending(sql: MemorySql) -> Sql:
-    """Delete one pending episode (``:shard``, ``:scope``, ``:episode_key``)."""
     t = memory_pending
     return sql.statement(
         "done_pending",
         lambda: sa.delete(t).where(
-            _one_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
+            of_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
         ),
     )
 
@@ -286,10 +268,9 @@ def apply_plan(
 ) -> Plan[Writes | None]:
     """Apply a job's result in one transaction, if the job still holds its lease.
 
-    ``decide`` gets the scope's current facts (read inside the transaction, so nothing can
-    change them in between) and returns the rows to write. Returns ``None`` when the lease
-    was lost (the job took too long and another worker took over), :data:`ERASED` when the
-    scope was erased meanwhile: nothing is written either way.
+    ``decide`` gets the scope's current facts, read inside the transaction. Returns
+    ``None`` when the lease was lost, :data:`ERASED` when the scope was erased meanwhile:
+    nothing is written either way.
     """
     jobs = memory_jobs
     job_done = sql.statement(
@@ -321,24 +302,9 @@ def apply_plan(
         Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
     )
     if not already:
-        statements.append(
-            Stmt(
-                sql.insert_job(),
-                {
-                    "shard": key["shard"],
-                    "job_id": job_id,
-                    "scope": claim.scope,
-                    "episodes": json.dumps(list(episode_keys)),
-                    "extractor_version": extractor_version,
-                    "status": "completed",
-                    "attempt": claim.failures + 1,
-                    "error": None,
-                    "started_at": started_at,
-                    "finished_at": now,
-                    "outcome": json.dumps(writes.outcome),
-                },
-            )
-        )
+        job = _Job(job_id, claim.scope, episode_keys, extractor_version, started_at, now)
+        outcome = json.dumps(writes.outcome)
+        statements.append(job.insert(sql, "completed", claim.failures + 1, None, outcome))
     statements.append(
         Stmt(
             _release(sql),
@@ -359,13 +325,9 @@ def change_facts_plan(
     read_vectors: bool,
     decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
 ) -> Plan[Writes]:
-    """Change a scope's facts outside a consolidation job (an agent's memory tools), in one
-    transaction that holds the scope's ledger row, so it and a job's :func:`apply_plan`
-    never interleave: each reads the facts the other wrote.
-
-    ``decide`` gets the scope's current facts and their vectors, read inside the
-    transaction, and returns the rows to write and the items to remove.
-    """
+    """Change a scope's facts outside a consolidation job (the memory tools), in one
+    transaction that holds the scope's ledger row, so it and :func:`apply_plan` never
+    interleave."""
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
     yield from _preload_keys(sql, facts_prefix)
@@ -383,10 +345,8 @@ def change_facts_plan(
 
 
 def _preload_keys(sql: MemorySql, facts_prefix: str) -> Plan[None]:
-    """With a sealer: find or create the data keys a change of the scope whose facts live
-    at ``facts_prefix`` seals with (its facts', history's and episodes' shard keys), before
-    the transaction that reads and writes them begins: creating a key commits, which must
-    not happen inside that transaction."""
+    """With a sealer: find or create the scope's data keys before the transaction begins
+    (creating a key commits)."""
     if sql.sealer is None:
         return
     base = facts_prefix.rsplit(".", 1)[0]
@@ -395,7 +355,6 @@ def _preload_keys(sql: MemorySql, facts_prefix: str) -> Plan[None]:
 
 
 def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
-    """Read a scope's live facts and, with ``vectors``, their vectors."""
     reads = [Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
     if vectors:
         params = sql.one_ns(facts_prefix, now=now) if sql.sealer else sql.one_ns(facts_prefix)
@@ -406,16 +365,12 @@ def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -
 def _facts_read(
     sql: MemorySql, results: Sequence[Any]
 ) -> Plan[tuple[list[StoredRow], dict[str, bytes]]]:
-    """What :func:`_facts_reads` read: the facts, and their vectors by key (none unread),
-    opened when sealed."""
     vectors = (yield from vectors_plan(sql, results[1])) if len(results) > 1 else {}
     rows = yield from open_rows_plan(sql, results[0])
     return rows, vectors
 
 
 def _facts_writes(sql: MemorySql, writes: Writes) -> Plan[list[Stmt]]:
-    """The statements writing ``writes``' items, vectors and decay rows (sealed first
-    when the store encrypts), and deleting the removed items with their decay rows."""
     statements: list[Stmt] = []
     if writes.items or writes.removed:
         yield from seal_items_plan(sql, writes.items, writes.vectors)
@@ -441,10 +396,8 @@ def fail_plan(
     backoff_seconds: float,
 ) -> Plan[str]:
     """Record a failed job and release the scope with a back-off; after ``max_attempts``
-    failures in a row, park the job's episodes (kept, visible, retried on request) so newer
-    episodes are not held up. Returns ``"retry"``, ``"parked"``, ``"lost"`` (another job
-    holds the lease now) or ``"erased"`` (the scope was erased meanwhile: nothing to
-    record)."""
+    failures in a row, park the job's episodes so newer ones are not held up. Returns
+    ``"retry"``, ``"parked"``, ``"lost"`` (another job holds the lease) or ``"erased"``."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     job_key = f"{job_id}:{claim.owner}"
     error = error[:4000]
@@ -464,27 +417,13 @@ def fail_plan(
         "park",
         lambda: (
             sa.update(q)
-            .where(_one_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
+            .where(of_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
             .values(status="parked")
         ),
     )
+    job = _Job(job_key, claim.scope, episode_keys, extractor_version, started_at, now)
     statements = [
-        Stmt(
-            sql.insert_job(),
-            {
-                "shard": key["shard"],
-                "job_id": job_key,
-                "scope": claim.scope,
-                "episodes": json.dumps(list(episode_keys)),
-                "extractor_version": extractor_version,
-                "status": "parked" if park else "failed",
-                "attempt": failures,
-                "error": job_error,
-                "started_at": started_at,
-                "finished_at": now,
-                "outcome": None,
-            },
-        ),
+        job.insert(sql, "parked" if park else "failed", failures, job_error, None),
         Stmt(
             _release(sql),
             {
@@ -498,14 +437,35 @@ def fail_plan(
     ]
     if park:
         statements.append(
-            Stmt(
-                park_sql,
-                [{**key, "episode_key": k} for k in episode_keys],
-                many=True,
-            )
+            Stmt(park_sql, [{**key, "episode_key": k} for k in episode_keys], many=True)
         )
     yield Batch(statements, write=True)
     return "parked" if park else "retry"
+
+
+class _Job(NamedTuple):
+    """A finished job's row of ``am_memory_jobs``, but its status and result."""
+
+    job_id: str
+    scope: str
+    episode_keys: Sequence[str]
+    extractor_version: str
+    started_at: float
+    finished_at: float
+
+    def insert(
+        self, sql: MemorySql, status: str, attempt: int, error: str | None, outcome: str | None
+    ) -> Stmt:
+        row = self._asdict()
+        row.update(
+            shard=sql.scope_shard(self.scope),
+            episodes=json.dumps(list(row.pop("episode_keys"))),
+            status=status,
+            attempt=attempt,
+            error=error,
+            outcome=outcome,
+        )
+        return Stmt(sql.insert_job(), row)
 
 
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
@@ -515,7 +475,7 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
         ("unpark", scope is not None),
         lambda: (
             sa.update(q)
-            .where(q.c.status == "parked", *([_one_scope(q)] if scope is not None else []))
+            .where(q.c.status == "parked", *([of_scope(q)] if scope is not None else []))
             .values(status="pending")
         ),
     )
@@ -523,7 +483,7 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
         ("clear_backoff", scope is not None),
         lambda: (
             sa.update(t)
-            .where(*([_one_scope(t)] if scope is not None else []))
+            .where(*([of_scope(t)] if scope is not None else []))
             .values(failures=0, next_attempt_at=None)
         ),
     )
@@ -569,8 +529,7 @@ JOB_ERROR, SCOPE_ERROR = "memory_job_error", "memory_scope_error"
 
 
 def seal_error_plan(sql: MemorySql, shard: str, kind: str, ident: str, error: str) -> Plan[str]:
-    """``error`` as stored: sealed under the data key of ``shard`` (the scope's), bound to
-    ``(kind, shard, ident)``, when the store encrypts; else as given."""
+    """``error`` as stored: sealed under ``shard``'s data key when the store encrypts."""
     sealer = sql.sealer
     if sealer is None:
         return error
@@ -582,16 +541,14 @@ def seal_error_plan(sql: MemorySql, shard: str, kind: str, ident: str, error: st
 def encrypt_errors_plan(
     sql: MemorySql, counts: dict[str, int] | None = None, batch_size: int = 200
 ) -> Plan[dict[str, int]]:
-    """Seal every job error and scope's last error written before encryption was on (what
-    ``agent-memory encrypt`` runs for memory): a page at a time, each row claimed by
-    comparing its old text, so runs may overlap and resume. ``counts`` (added to): what
-    was sealed, kept across a run started again to load keys."""
+    """Seal every job error and scope's last error written before encryption was on, a
+    page at a time, each row claimed by comparing its old text, so runs may overlap and
+    resume. ``counts`` is added to, kept across a run started again to load keys."""
     if counts is None:
         counts = {"job_errors": 0, "scope_errors": 0}
     j, t = memory_jobs, memory_scopes
 
     def found_plain(name: str, ident: Any, error: Any) -> Any:
-        """The statement finding a page of rows whose ``error`` is plaintext."""
         return sql.statement(
             name,
             lambda: (
@@ -620,7 +577,7 @@ def encrypt_errors_plan(
         "seal_scope_error",
         lambda: (
             sa.update(t)
-            .where(_one_scope(t), t.c.last_error == old)
+            .where(of_scope(t), t.c.last_error == old)
             .values(last_error=sa.bindparam("sealed", type_=sa.Text))
         ),
     )

@@ -1,8 +1,7 @@
 """``AgentMemory``: facts and episodes for LangGraph agents, on an ``AgentMemoryStore``.
 
-Everything here is decided in the memory domain (``model``, ``facts``, ``recall``,
-``decay``, ``consolidate``) and stored through the store's database in plans, so each
-operation is written once and has a sync and an async entry point.
+Each operation is a plan or steps of the memory domain, written once, with a sync and an
+async entry point here.
 """
 
 from __future__ import annotations
@@ -106,8 +105,7 @@ class AgentMemory(Generic[StoreT]):
         self.settings = MemorySettings.resolve(settings)
         self.checkpointer = checkpointer
         self.count_tokens = R.token_counter(tokenizer)
-        #: What the parts of memory work with (store, SQL, settings, extractor, policy,
-        #: clock): see :class:`~.context.MemoryContext`.
+        #: What the parts of memory work with: see :class:`~.context.MemoryContext`.
         self.context = MemoryContext.of(
             store,
             self.settings,
@@ -134,12 +132,10 @@ class AgentMemory(Generic[StoreT]):
     def inject_node(self) -> RunnableLambda[Any, dict[str, Any]]:
         """A graph node (sync and async) that puts the scope's memory into state.
 
-        It reads the run's scope from ``config["configurable"]`` (``user_id``, ``agent_id``,
-        ... as ``scope_keys`` says), recalls what is relevant to the last user message and
-        writes a dated, token-budgeted block: a system message with id
-        ``CONTEXT_MESSAGE_ID`` (replaced each turn, removed when empty), or the
-        ``context_key`` state key when that setting is given. Episodes of the current thread
-        are left out; what is recalled is reinforced.
+        It reads the run's scope from ``config["configurable"]`` (as ``scope_keys`` says),
+        recalls what is relevant to the last user message and writes a dated,
+        token-budgeted block: a system message with id ``CONTEXT_MESSAGE_ID`` (replaced
+        each turn), or the ``context_key`` state key when that setting is given.
 
         Example:
             ```python
@@ -182,8 +178,7 @@ class AgentMemory(Generic[StoreT]):
         ``forget_fact`` (the fact moves to history).
 
         Whose memory comes from the run's config, as for :attr:`inject_node`, never from the
-        model's arguments; an argument the tool does not declare (``user_id``, ...) is
-        refused. See :mod:`.tools`.
+        model's arguments (see :mod:`.tools`).
 
         Args:
             include: Which tools: ``"search"``, ``"remember"``, ``"forget"``.
@@ -215,15 +210,11 @@ class AgentMemory(Generic[StoreT]):
 
         Args:
             scope: A :class:`Scope`, ``"user=alice"`` or ``{"user": "alice"}``.
-            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``; a
-                naive one raises ``ConfigurationError``): the facts learned by then and not
-                yet superseded, each as it was held then (a value superseded later is shown
-                current, with ``valid_to`` unset). Times are those of the episodes that stated
-                the facts. Confirmations and importance are today's; facts that decayed or
-                were erased are gone.
-            known_at: A moment (transaction time): what the memory believed then: only what
-                it had learned by then, before the corrections it learned later (``as_of``
-                defaults to this moment: "what did we believe on D was true on D").
+            as_of: A moment (seconds since the epoch, or a timezone-aware ``datetime``): the
+                facts that held then, each as it was held then. Confirmations and importance
+                are today's; facts that decayed or were erased are gone.
+            known_at: A moment (transaction time): what the memory believed then, before
+                the corrections it learned later (``as_of`` defaults to this moment).
 
         Example:
             ```python
@@ -362,14 +353,7 @@ class AgentMemory(Generic[StoreT]):
         Args:
             scope: Whose memory.
             query: What the block should be relevant to.
-            **options: :class:`RecallOptions`: ``budget_tokens`` (the block's size in
-                tokens, default the ``budget_tokens`` setting); ``as_of`` (a moment, seconds
-                since the epoch or a timezone-aware ``datetime``: the facts that held then,
-                a value superseded later showing its old value, and only the episodes that
-                had happened, ranked for recency from that moment); ``reranker`` (order the
-                first candidates again with it, ``False``: none; default the memory's);
-                ``known_at`` (transaction time: the block as the memory believed it then,
-                facts and corrections learned later left out; ``as_of`` defaults to it).
+            **options: :class:`RecallOptions`, as for :meth:`recall`.
 
         Example:
             ```python
@@ -394,8 +378,7 @@ class AgentMemory(Generic[StoreT]):
     def _record_plan(
         self, scope: ScopeLike, messages: Iterable[Any] | PromptValue, options: RecordOptions
     ) -> Callable[[], Plan[str | None]]:
-        """What builds the plan of :meth:`record` (built again after loading data keys:
-        the reinforcements recall queued are taken once)."""
+        """What builds the plan of :meth:`record` (the reinforcements taken once)."""
         taken: list[list[dict[str, Any]]] = []
 
         def take() -> list[dict[str, Any]]:
@@ -556,13 +539,9 @@ class AgentMemory(Generic[StoreT]):
                 the rows (with the compaction of a SQLite file, which can take a while
                 on a large one), the data keys; e.g. to show progress.
 
-        When the store encrypts, the transaction that deletes the rows records in the
-        erase ledger the data key of each shard key it emptied, and the key is then
-        destroyed in the key store (so backups taken before cannot be read for the scope
-        either, when the key store is a database of its own: user guide, "Encryption and
-        erasure"). Should the key store be down, the rows are erased all the same and the
-        keys stay owed in the ledger: a retry, any later erase or the worker
-        (:meth:`settle_erasures`) destroys them once it is back.
+        When the store encrypts, the scope's data keys are destroyed too (user guide,
+        "Encryption and erasure"); should the key store be down, they stay owed in the
+        erase ledger until :meth:`settle_erasures` (a retry, a later erase, the worker).
 
         Returns:
             The rows removed per table, with ``"scopes"``, ``"threads"`` and ``"keys"``:
@@ -577,7 +556,8 @@ class AgentMemory(Generic[StoreT]):
             counts = memory.erase("user=alice")  # a right-to-be-forgotten request
             ```
         """
-        counts = erasing.erase(self.context, scope, self.checkpointer, on_progress)
+        steps = erasing.erase_steps(self.context, scope, self.checkpointer, on_progress)
+        counts = self.context.run_steps(steps)
         self._recaller.forget_queued()
         return counts
 
@@ -586,7 +566,8 @@ class AgentMemory(Generic[StoreT]):
         self, scope: ScopeLike, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
         """Async :meth:`erase`."""
-        counts = await erasing.aerase(self.context, scope, self.checkpointer, on_progress)
+        steps = erasing.erase_steps(self.context, scope, self.checkpointer, on_progress)
+        counts = await self.context.arun_steps(steps)
         self._recaller.forget_queued()
         return counts
 
@@ -636,11 +617,7 @@ class AgentMemory(Generic[StoreT]):
 
     def _encrypt_errors(self) -> Callable[[], Plan[dict[str, int]]]:
         """What builds the plan of :meth:`encrypt_plaintext`, its counts kept should the
-        plan run again for keys.
-
-        Raises:
-            ConfigurationError: The store does not encrypt.
-        """
+        plan run again for keys."""
         if self.context.sql.sealer is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         counts = {"job_errors": 0, "scope_errors": 0}

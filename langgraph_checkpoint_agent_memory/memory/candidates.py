@@ -1,9 +1,6 @@
-"""What an extractor returns: a summary of each episode and the facts they state, as
-pydantic models (the schema a chat model's structured output is asked for, and what any
-extractor's answer is validated against).
-
-They are re-exported by :mod:`.model`, which loads this module on first use: reading stored
-memory needs no pydantic.
+"""What an extractor returns, as pydantic models: the schema structured output is asked
+for, and what any answer is validated against. :mod:`.model` loads this module on first use:
+reading stored memory needs no pydantic.
 """
 
 from __future__ import annotations
@@ -69,8 +66,8 @@ class FactCandidate(BaseModel):
     @field_validator("since", mode="before")
     @classmethod
     def _since(cls, v: Any) -> str | None:
-        """A date a model may write loosely: one that names no day is left out (the fact
-        is kept, dated when it was said), never the reason to lose the extraction."""
+        """A date that names no day is left out (the fact is kept, dated when it was
+        said), never the reason to lose the extraction."""
         if v is None or not str(v).strip():
             return None
         try:

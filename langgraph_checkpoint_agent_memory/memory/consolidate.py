@@ -1,16 +1,5 @@
-"""Consolidation: claim a scope's pending episodes, extract, apply in one transaction.
-
-One job, written once as a generator of steps (see :mod:`.steps`) so the synchronous and the
-asynchronous API run the same code::
-
-    claim (lease the scope; FOR UPDATE SKIP LOCKED / BEGIN IMMEDIATE)
-      -> read the episodes, search the scope's relevant facts (top-k)
-      -> extractor(episodes, facts)                       outside any transaction
-      -> one summary per episode, or the job fails
-      -> one transaction: check the lease, read current facts, write facts, history,
-         episode summaries, "done" marks, the job record; release the lease
-    or, on any failure: record the failed job with its error, release the scope with a
-    back-off, keep the episodes pending (parked after ``max_attempts`` failures in a row)
+"""Consolidation: claim a scope's pending episodes, extract (outside any transaction), apply
+in one transaction that checks the lease; on failure, record it and back off.
 
 A job is identified by its scope, its episode keys and the extractor version, never by
 content: two episodes saying the same words are two episodes, and a job applied once is
@@ -19,6 +8,7 @@ not applied again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -163,8 +153,6 @@ def job_steps(
 
 
 def _job_steps(context: MemoryContext, job: Job) -> Steps[JobResult]:
-    """Learn from the job's episodes and apply what was learned; a failure to learn fails
-    the job (recorded, not raised)."""
     try:
         learned = yield from learn_steps(context, job)
     except Exception as exc:  # the extractor's, the model's, anything: the job fails
@@ -173,7 +161,6 @@ def _job_steps(context: MemoryContext, job: Job) -> Steps[JobResult]:
 
 
 def _job_ended(context: MemoryContext, op: Any, result: JobResult) -> None:
-    """Tell a job's span and the jobs counter how it ended."""
     op.set("agent_memory.job.status", result.status)
     for name in ("added", "confirmed", "superseded"):
         op.set(f"agent_memory.{name}_count", len(getattr(result, name)))
@@ -194,8 +181,7 @@ class JobRecord(TypedDict):
 
 @dataclass(frozen=True)
 class Job:
-    """One consolidation job: its claim on a scope, its id, the version of the extractor
-    it asks, when it started."""
+    """One consolidation job: its claim on a scope, its id, its extractor's version."""
 
     claim: jobsql.Claim
     id: str
@@ -204,7 +190,6 @@ class Job:
 
     @property
     def ledger(self) -> JobRecord:
-        """What the job's record in the ledger says of it, completed or failed."""
         return {
             "job_id": self.id,
             "episode_keys": self.claim.episode_keys,
@@ -215,7 +200,6 @@ class Job:
     def result(
         self, status: str, *, changes: F.FactChanges | None = None, error: str | None = None
     ) -> JobResult:
-        """What the job did: ``status``, the facts it changed, its error."""
         c = changes if changes is not None else F.FactChanges()
         return JobResult(
             self.claim.scope,
@@ -231,17 +215,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Learned:
-    """What a job learned before its transaction.
-
-    Args:
-        scope: Whose episodes.
-        scope_key: The scope as the ledger names it.
-        episodes: The claimed episodes, oldest first.
-        extraction: The extractor's answer (``None`` when no episode was left to read).
-        summaries: Each episode's summary, in the order of ``episodes``.
-        fact_vectors: The vectors of the facts said, by their search text.
-        episode_vectors: The vectors of the summarised episodes, in order.
-    """
+    """What a job learned before its transaction (``extraction`` ``None``: no episode was
+    left to read; ``fact_vectors`` by search text)."""
 
     scope: Scope
     scope_key: str
@@ -296,19 +271,14 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
         for e, s in zip(episodes, summaries, strict=True)
     ]
     vectors = yield Embed(texts + ep_texts)
-    return Learned(
-        scope,
-        claim.scope,
-        episodes,
-        extraction,
-        summaries,
+    return dataclasses.replace(
+        learned,
         fact_vectors=dict(zip(texts, vectors[: len(texts)], strict=True)),
         episode_vectors=list(vectors[len(texts) :]),
     )
 
 
 def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResult]:
-    """Write what the job learned in one transaction, if it still holds its lease."""
     claim = job.claim
     now = context.clock()
     decider = Decider(lambda stored: job_writes(context, learned, stored, now=now))
@@ -397,7 +367,6 @@ def job_writes(
 
 
 def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) -> None:
-    """Add each episode's row, done and summarised, with its decay row and vector."""
     prefix = context.prefix(learned.scope, "episodes")
     for i, (episode, summary) in enumerate(zip(learned.episodes, learned.summaries, strict=True)):
         done = Episode(
@@ -418,11 +387,8 @@ def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) ->
 def consolidate_steps(
     context: MemoryContext, *, scope: str | None = None, max_jobs: int | None = None
 ) -> Steps[Report]:
-    """Run jobs until no scope has claimable work (or ``max_jobs`` ran).
-
-    Without a scope, the scopes with work are found once (a search of every shard), then
-    each scope's jobs are claimed on its own shard, one after another while it has work;
-    the search runs again only after a full list (:data:`.memory_jobs.ROUND_SCOPES`)."""
+    """Run jobs until no scope has claimable work (or ``max_jobs`` ran); the scopes with
+    work are found once a round, then each scope's jobs claimed on its own shard."""
     report = Report()
     failed: list[str] = []  # a scope that failed waits for the next round, whatever back-off
 
@@ -453,8 +419,7 @@ def consolidate_steps(
 
 
 def _backlog_steps(context: MemoryContext) -> Steps[None]:
-    """Read what is left for the backlog gauges; a failure is logged, not raised (the
-    round's jobs are done: a gauge not refreshed must not fail it)."""
+    """Read what is left for the backlog gauges; a failure is logged, not raised."""
     try:
         left = yield RunPlan(lambda: sqlm.backlog_plan(context.sql, context.clock()))
         stuck = yield RunPlan(lambda: sqlm.failures_plan(context.sql))

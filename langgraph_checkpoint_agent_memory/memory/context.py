@@ -1,21 +1,9 @@
 """``MemoryContext``: what the parts of agent memory work with, and the steps they take.
 
-An :class:`~.agent.AgentMemory` builds one context and hands it to the modules that do the
-work (reading, recording, recall, consolidation, decay, erase, the tools), so none of them
-needs the façade or its private attributes: the store (to run plans and steps), the memory
-SQL for the store's dialect, the settings, the extractor, the decay policy and the clock.
-
 What memory needs of a store is a small protocol (:class:`MemoryStore`), so memory depends
-on no store's internals (and not on the ``store`` package at all);
-:class:`~langgraph_checkpoint_agent_memory.store.AgentMemoryStore` implements it. Memory's
-own tables are a schema component the store creates beside its own (``add_schema``), so the
-first use of either sets up both in one migration, and a memory call costs no extra round
-trip.
-
-An operation that needs more than the database (a search through the store, an embedding,
-an extractor call, a reranker) is a generator of *steps*; :func:`run_steps` drives it
-synchronously and :func:`arun_steps` on the event loop, so the synchronous and the
-asynchronous API run the same code (as :mod:`..db.database`'s plans do for statements).
+on no store's internals. An operation that needs more than the database (a search, an
+embedding, an extractor call, a reranker) is a generator of *steps*; :func:`run_steps` and
+:func:`arun_steps` drive it, so the sync and the async API run the same code.
 
 Example:
     ```python
@@ -87,10 +75,7 @@ class MemoryStore(Protocol):
     #: The database the store keeps its items in (its pools and server are what memory's
     #: spans and metrics report).
     db: Database[Any]
-    #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes:
-    #: memory writes store items through them and keys its rows by their shard rule (the
-    #: depth recorded at setup lives there). Read once, by ``MemoryContext.of``, and handed
-    #: to the SQL layer; no memory module uses it otherwise.
+    #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes.
     statements: StoreStatements
     #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
     embeddings: Any
@@ -100,9 +85,7 @@ class MemoryStore(Protocol):
 
     @property
     def sealer(self) -> RowSealer | None:
-        """Seals and opens the store's rows with their shard's data key (``None`` when the
-        store does not encrypt): memory's own writes and reads of store items go through
-        it, so they are sealed exactly as the store's."""
+        """Seals and opens the store's rows (``None`` when the store does not encrypt)."""
 
     def destroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Destroy the data keys of the shard keys ``shards``; the ids destroyed."""
@@ -133,9 +116,7 @@ class MemoryStore(Protocol):
         """Keys of one namespace's newest live items."""
 
     def search(self, *args: Any, **options: Any) -> list[Any]:
-        """``BaseStore.search``: memory's steps pass a namespace prefix, ``query``,
-        ``filter``, ``limit``, and ``reranker`` and ``time_field`` off (recall ranks on its
-        own)."""
+        """``BaseStore.search``."""
 
     async def asearch(self, *args: Any, **options: Any) -> list[Any]: ...
 
@@ -149,18 +130,8 @@ class MemoryStore(Protocol):
 
 @dataclass(frozen=True)
 class MemoryContext:
-    """The parts one :class:`~.agent.AgentMemory` is made of, shared by its modules.
-
-    Args:
-        store: Where facts and episodes are kept; runs plans, embeds, searches.
-        sql: The memory statements for the store's dialect.
-        settings: The memory's settings.
-        extractor: Turns episodes into summaries and facts.
-        policy: The decay policy (importance over time).
-        clock: Seconds since the epoch.
-        backlog: The pending episodes the last consolidation round saw, for the
-            consolidation gauges (see :mod:`..telemetry.metrics`).
-        reranking: The reranker recall asks by default (see :mod:`..rerank`), if any.
+    """The parts one :class:`~.agent.AgentMemory` is made of, shared by its modules
+    (``backlog``: what the last consolidation round saw, for the gauges).
 
     Example:
         ```python
@@ -189,8 +160,6 @@ class MemoryContext:
         clock: Callable[[], float],
         reranking: Reranking | None = None,
     ) -> MemoryContext:
-        """The context of a memory on ``store``: its SQL built for the store's dialect, its
-        decay policy from ``settings``."""
         return cls(
             store=store,
             sql=sqlm.MemorySql(
@@ -210,12 +179,8 @@ class MemoryContext:
         return self.store.embeddings is not None
 
     def run(self, plan: PlanLike[T]) -> T:
-        """Run a plan in the store's database.
-
-        When the store encrypts, through its sealer's ``call``: with the key store in a
-        database of its own, a plan that needs data keys not loaded yet stops, the keys are
-        loaded and the plan runs again; so give what builds the plan (a function) rather
-        than a plan, which can run only once."""
+        """Run a plan in the store's database; give what builds it (a function) when the
+        store encrypts: a plan that needs data keys not loaded yet runs again after."""
         sealer = self.sql.sealer
         if sealer is None:
             return self.store.run_plan(plan() if callable(plan) else plan)
@@ -229,10 +194,8 @@ class MemoryContext:
         return await sealer.acall(self.store.arun_plan, _maker(plan))
 
     def run_again(self, make: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make`` builds; should the server abort its transaction for
-        another's sake (:func:`~.database.retryable`), build and run it again, up to
-        :data:`ATTEMPTS` times in all. For set-based writes across scopes, which no scope's
-        lock orders."""
+        """Run the plan ``make`` builds, again should the server abort it for another
+        transaction's sake: set-based writes across scopes, which no scope's lock orders."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 return self.run(make)
@@ -269,8 +232,6 @@ class MemoryContext:
 
 
 def _watched_backlog(store: MemoryStore) -> metrics.Backlog:
-    """The backlog the consolidation gauges report for the store's database while a memory
-    on it lives (``db.system.name``, ``server.address``, ``agent_memory.database``)."""
     database = {"agent_memory.database": store.db.describe()}  # password masked
     return metrics.backlog_of({**target_of(store.db).attributes(), **database})
 
@@ -281,8 +242,7 @@ def scope_key(scope: ScopeLike | None) -> str | None:
 
 
 def _maker(plan: PlanLike[T]) -> Callable[[], Plan[T]]:
-    """What builds ``plan``: itself when it is a function; a plan object is handed out
-    once (running it again after keys were loaded needs a function that builds it)."""
+    """What builds ``plan``: itself when it is a function; a plan object is handed out once."""
     if callable(plan):
         return plan
     given: list[Generator[Any, Any, T]] = [plan]
@@ -297,9 +257,7 @@ def _maker(plan: PlanLike[T]) -> Callable[[], Plan[T]]:
 
 @dataclass
 class RunPlan:
-    """Run a database plan; the step's value is the plan's. ``plan`` may be what builds
-    it (a function), so it can run again after data keys were loaded (encryption with a
-    key store of its own: see ``MemoryContext.run``)."""
+    """Run a database plan, or what builds it (see ``MemoryContext.run``)."""
 
     plan: Plan[Any] | Callable[[], Plan[Any]]
 
@@ -333,8 +291,8 @@ class Search:
 
 @dataclass
 class Rerank:
-    """Ask a reranker to order the first candidates again (their texts, in fused order); the
-    step's value is its :class:`~..rerank.Reordered` (the fused order when it failed)."""
+    """Ask a reranker to order the first candidates again; the step's value is its
+    :class:`~..rerank.Reordered`."""
 
     reranking: Reranking
     query: str
@@ -343,9 +301,8 @@ class Rerank:
 
 @dataclass
 class Within:
-    """Run ``steps`` inside the operation ``opened()`` returns (a span: see
-    :mod:`..telemetry`); ``ended(op, value)`` tells the operation what they returned. The
-    step's value is the steps'."""
+    """Run ``steps`` inside the operation (a span) ``opened()`` returns; ``ended(op, value)``
+    tells it what they returned."""
 
     opened: Callable[[], Any]
     steps: Generator[Any, Any, Any]
@@ -354,9 +311,7 @@ class Within:
 
 @dataclass
 class Call:
-    """Call what lies outside the store (a key store of its own, say): ``sync`` from the
-    synchronous API, ``asynchronous`` from the asynchronous one; the step's value is what
-    it returns."""
+    """Call what lies outside the store (a key store of its own, say)."""
 
     sync: Callable[[], Any]
     asynchronous: Callable[[], Awaitable[Any]]
@@ -373,8 +328,8 @@ def one(step: Step) -> Steps[Any]:
 
 
 def _searched(step: Search) -> dict[str, Any]:
-    """The store's search options of a :class:`Search`: memory's own searches keep the
-    fused order (no reranker, no time stage: recall does its own)."""
+    """The store's search options of a :class:`Search` (no reranker, no time stage: recall
+    does its own)."""
     return {
         "query": step.query,
         "filter": step.filter,
@@ -385,8 +340,7 @@ def _searched(step: Search) -> dict[str, Any]:
 
 
 def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
-    """Drive ``steps`` synchronously, with ``store``'s database, embeddings and search;
-    ``run`` runs the plans (a plan or what builds one; default: ``store.run_plan``)."""
+    """Drive ``steps`` with ``store``; ``run`` runs the plans (default ``store.run_plan``)."""
 
     def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
@@ -417,8 +371,7 @@ def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | N
 async def arun_steps(
     steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
 ) -> T:
-    """Drive ``steps`` on the event loop (blocking drivers move to threads); ``run``: as
-    :func:`run_steps`'s, awaited."""
+    """Async :func:`run_steps`."""
 
     async def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):

@@ -2,13 +2,10 @@
 tables and, with a checkpointer, its conversation threads (see
 :meth:`~.agent.AgentMemory.erase`).
 
-When the store encrypts, an erase is all or nothing in two steps that cannot share one
-transaction (the key store may be a database of its own): the transaction that deletes the
-rows also enters in the erase ledger the shard keys it emptied, then their data keys are
-destroyed in the key store and struck from the ledger (:func:`settle`). A key store that is
-down, or a process killed in between, leaves the debt in the ledger, in the data's
-database: a retry, any later erase and the worker settle it once the key store is back, and
-``agent-memory stats`` shows it meanwhile.
+When the store encrypts, the key store may be a database of its own, so the transaction
+that deletes the rows enters in the erase ledger the shard keys it emptied, and their data
+keys are destroyed after (:func:`settle`): a key store that is down leaves the debt in the
+ledger, in the data's database, for a retry, a later erase or the worker.
 """
 
 from __future__ import annotations
@@ -59,11 +56,10 @@ def covered(scope: ScopeLike, known: set[str]) -> list[str]:
 
 def covering_shard(context: MemoryContext, scope: ScopeLike) -> str | None:
     """The one shard key under which ``scope`` and every narrower scope it covers keep
-    their rows, or ``None`` when a narrower scope may carry another (a scope without the
-    leading keys the shard key is made of: under the default ``shard_depth`` of 2,
-    ``agent=support`` covers ``user=bob,agent=support``, keyed ``memory.user=bob``)."""
+    their rows, or ``None`` when a narrower scope may carry another (``agent=support``
+    covers ``user=bob,agent=support``, keyed ``memory.user=bob``)."""
     target = Scope.of(scope)
-    leading = list(SCOPE_KEYS[: context.sql.shard_depth - 1])
+    leading = list(SCOPE_KEYS[: context.sql.store.shard_depth - 1])
     present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
     if present[: len(leading)] != leading:
         return None
@@ -71,8 +67,7 @@ def covering_shard(context: MemoryContext, scope: ScopeLike) -> str | None:
 
 
 def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
-    """``scope`` and the narrower scopes it covers that hold memory: found on their one
-    shard where they share one, else across all."""
+    """``scope`` and the narrower scopes it covers that hold memory."""
     root = context.settings.namespace_root
     shard = covering_shard(context, scope)
     known = yield from sqlm.known_scopes_plan(context.sql, root, shard)
@@ -83,9 +78,8 @@ def erase_plan(
     context: MemoryContext, scope: ScopeLike, threads: Sequence[sqlm.Owed] = ()
 ) -> Plan[dict[str, int]]:
     """Delete every row of ``scope`` and the scopes it covers; when the store encrypts, the
-    same transaction enters in the erase ledger the shard keys it left without any item and
-    the ``threads`` whose keys it owes (their data keys are owed until :func:`settle`
-    destroys them). The rows removed per table, with ``"scopes"``."""
+    same transaction enters in the erase ledger the shard keys it emptied and the
+    ``threads`` whose keys it owes. The rows removed per table, with ``"scopes"``."""
     root = context.settings.namespace_root
     scopes = yield from covered_plan(context, scope)
     owe: set[str] = set()
@@ -112,11 +106,9 @@ def _owner(owed: sqlm.Owed) -> str:
 
 
 def _settling(context: MemoryContext) -> Steps[int]:
-    """:func:`settle` as steps: plans on the data's database, and calls of the key store. A
-    debt is struck only once its key is destroyed, or is absent from a key store that holds
-    keys of this database (destroyed earlier, or never made): a process pointed at another
-    key store (one started without ``AGENT_MEMORY_KEYSTORE_URL``, say) finds none of them and
-    settles nothing."""
+    """:func:`settle` as steps. A debt is struck only once its key is destroyed, or is
+    absent from a key store that holds keys of this database: a process pointed at another
+    key store finds none of them and settles nothing."""
     keyring = context.store.keyring
     keystore = keyring.keystore
 
@@ -148,11 +140,8 @@ def _settling(context: MemoryContext) -> Steps[int]:
 
 
 def settle(context: MemoryContext) -> int:
-    """Destroy the data keys the erase ledger owes (of shard keys that hold no item, and of
-    erased threads), then strike them from it: whatever they sealed can then not be read
-    from any earlier backup either. How many keys were destroyed. Nothing without
-    encryption, nor with a key store that holds no key of this database (the debts wait
-    for a process that has the keys).
+    """Destroy the data keys the erase ledger owes, then strike them from it; how many
+    keys were destroyed.
 
     Raises:
         DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
@@ -168,7 +157,6 @@ async def asettle(context: MemoryContext) -> int:
 
 
 def _split(owed: list[sqlm.Owed]) -> tuple[list[str], list[str]]:
-    """The shard keys and the thread owners of ``owed``."""
     return (
         [o.shard for o in owed if not o.thread_id],
         [thread_owner(o.thread_id) for o in owed if o.thread_id],
@@ -185,8 +173,8 @@ def _owed(scope: ScopeLike, exc: DatabaseUnavailableError) -> DatabaseUnavailabl
 
 
 def keys_beside_data(store: MemoryStore) -> bool:
-    """Whether ``store`` encrypts with its data keys in its own database (the default key
-    store): a backup of the data then holds the keys, and an erase does not reach it."""
+    """Whether ``store`` keeps its data keys in its own database, so a backup of the data
+    holds the keys, and an erase does not reach it."""
     keyring = store.keyring
     # a private in-memory database has no backups
     return (
@@ -197,7 +185,6 @@ def keys_beside_data(store: MemoryStore) -> bool:
 
 
 def _warn_once(context: MemoryContext) -> None:
-    """Warn, at the first erase of the process, when the keys live beside the data."""
     global _warned
     if _warned or not keys_beside_data(context.store):
         return
@@ -222,8 +209,8 @@ _INNER = (
 
 
 def _caller_level() -> int:
-    """The ``stacklevel`` of a warning raised by the caller of this function that points
-    at the application's line which called ``erase`` or ``aerase`` (or ran it)."""
+    """The ``stacklevel`` of a warning that points at the application's line which called
+    ``erase`` or ``aerase`` (or ran it)."""
     frame, level = inspect.currentframe(), 0
     while frame is not None and frame.f_code.co_filename.startswith(_INNER):
         frame, level = frame.f_back, level + 1
@@ -231,16 +218,14 @@ def _caller_level() -> int:
 
 
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqlm.Owed]]:
-    """The conversation threads ``scope`` and the scopes it covers recorded turns of, each
-    with its shard key."""
+    """The conversation threads ``scope`` and the scopes it covers recorded turns of."""
     scopes = yield from covered_plan(context, scope)
     return (yield from sqlm.threads_plan(context.sql, scopes))
 
 
 def owes_threads(context: MemoryContext, checkpointer: Any) -> bool:
-    """Whether an erase leaves the keys of ``checkpointer``'s threads to the erase ledger:
-    it seals them in the store's own key store, and can erase threads keeping their keys.
-    Otherwise it destroys them as it erases them."""
+    """Whether an erase leaves the keys of ``checkpointer``'s threads to the erase ledger
+    (it seals them in the store's own key store); else it destroys them as it erases them."""
     mine, theirs = context.store.keyring, getattr(checkpointer, "keyring", None)
     if mine is None or theirs is None or not hasattr(checkpointer, "erase_threads"):
         return False
@@ -285,12 +270,12 @@ async def aerase_threads(checkpointer: Any, threads: list[str], owed: bool = Fal
 ERASE_PARTS = 3
 
 
-def erase(
+def erase_steps(
     context: MemoryContext,
     scope: ScopeLike,
     checkpointer: Any,
     on_progress: Callable[[int, int | None], None] | None = None,
-) -> dict[str, int]:
+) -> Steps[dict[str, int]]:
     """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
     keys owed, where the store's key store holds them), then its rows (with the erase
     ledger's entries), then the data keys the ledger owes; the counts. ``on_progress``:
@@ -299,41 +284,21 @@ def erase(
     report = on_progress or (lambda done, total: None)
     _warn_once(context)
     report(0, ERASE_PARTS)
-    threads = context.run(threads_plan(context, scope))
+    threads: list[sqlm.Owed] = yield RunPlan(threads_plan(context, scope))
     owed = owes_threads(context, checkpointer)
-    erased = erase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
+    names = sorted({t.thread_id for t in threads})
+    erased = yield Call(
+        lambda: erase_threads(checkpointer, names, owed),
+        lambda: aerase_threads(checkpointer, names, owed),
+    )
     report(1, ERASE_PARTS)
-    counts = context.run(erase_plan(context, scope, threads if owed else ()))
+    counts: dict[str, int] = yield RunPlan(erase_plan(context, scope, threads if owed else ()))
     counts["threads"] = erased
     report(2, ERASE_PARTS)
     try:
-        counts["keys"] = settle(context)
+        keys = 0 if context.store.keyring is None else (yield from _settling(context))
     except DatabaseUnavailableError as exc:
         raise _owed(scope, exc) from exc
-    report(3, ERASE_PARTS)
-    return counts
-
-
-async def aerase(
-    context: MemoryContext,
-    scope: ScopeLike,
-    checkpointer: Any,
-    on_progress: Callable[[int, int | None], None] | None = None,
-) -> dict[str, int]:
-    """Async :func:`erase`."""
-    report = on_progress or (lambda done, total: None)
-    _warn_once(context)
-    report(0, ERASE_PARTS)
-    threads = await context.arun(threads_plan(context, scope))
-    owed = owes_threads(context, checkpointer)
-    erased = await aerase_threads(checkpointer, sorted({t.thread_id for t in threads}), owed)
-    report(1, ERASE_PARTS)
-    counts = await context.arun(erase_plan(context, scope, threads if owed else ()))
-    counts["threads"] = erased
-    report(2, ERASE_PARTS)
-    try:
-        counts["keys"] = await asettle(context)
-    except DatabaseUnavailableError as exc:
-        raise _owed(scope, exc) from exc
+    counts["keys"] = keys
     report(3, ERASE_PARTS)
     return counts

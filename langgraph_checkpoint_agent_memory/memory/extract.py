@@ -1,14 +1,8 @@
 """Extractors turn pending episodes into a summary of each episode and facts.
 
-Three kinds, one protocol (:class:`Extractor`): any LangChain chat model
-(:class:`ChatModelExtractor`: structured output where the model supports it, else tolerant
-JSON parsing), a plain ``prompt -> text`` callable, sync or async (:class:`CallableExtractor`),
-and a deterministic :class:`RuleBasedExtractor` for demos and tests.
-
 Whatever the model says is validated against :class:`~.model.Extraction`; anything else
 (no JSON, truncated JSON, wrong types, an exception, a timeout) raises
-:class:`ExtractionError`, and the consolidation job fails with that message while its
-episodes stay pending. Nothing is ever half-applied.
+:class:`ExtractionError`, and the consolidation job fails while its episodes stay pending.
 """
 
 from __future__ import annotations
@@ -144,7 +138,6 @@ def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> li
 
 
 def _are(count: int) -> str:
-    """``"is 1"`` or ``"are 3"``: how many episodes a request has, in an error."""
     return f"{'is' if count == 1 else 'are'} {count}"
 
 
@@ -158,13 +151,8 @@ def _check_fact_episodes(extraction: Extraction, count: int) -> None:
 
 
 def _entry_index(entry: EpisodeEntry, position: dict[str, int]) -> int:
-    """The index (from 0) of the episode an entry names, by its key or its number; -1 or
-    beyond the request when it names none of the request's episodes.
-
-    Raises:
-        ExtractionError: The entry names a key no episode has, or a key and a number of two
-            different episodes.
-    """
+    """The index (from 0) of the episode an entry names, by its key or its number (out of
+    range when it names none of the request's)."""
     if entry.key is None:
         return (entry.episode or 0) - 1
     i = position.get(entry.key, -1)
@@ -210,7 +198,6 @@ def parse_extraction(text: Any) -> Extraction:
 
 
 def _as_text(answer: Any) -> str:
-    """A model's answer as text: a string, or a message's string ``content``."""
     if isinstance(answer, str):
         return answer
     content = getattr(answer, "content", None)

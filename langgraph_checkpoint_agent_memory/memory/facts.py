@@ -1,26 +1,12 @@
 """The rules that keep facts current: confirm, supersede, accumulate, catch near-duplicates.
 
-Pure functions over :class:`~.model.Fact` objects; consolidation reads the scope's current
-facts inside its transaction, calls :func:`merge`, and writes what it returns in the same
-transaction.
-
-- A restated value is *confirmed*: its count and ``last_confirmed`` grow, its importance is
-  the larger of the two, its decay clock restarts. Nothing is duplicated.
-- A new value of a single-valued attribute *supersedes* the current one: the old fact moves to
-  history with ``valid_to`` and ``superseded_by`` set, the new one is current from now on. So at
-  most one value per single-valued attribute is current, and validity windows never overlap.
-- A multi-valued attribute accumulates one fact per distinct value.
-- A *retired* fact (:func:`retire`, an agent's "forget") moves to history with ``valid_to``
-  set and nothing superseding it.
-- A restated value whose candidate says it became true at another time (``since``) is a
-  *correction* of its valid time: the fact moves to the new ``valid_from``, and the version
-  believed before stays in history, *retracted* (``retracted_at``), so what the memory
-  believed then can still be asked (:func:`believed`).
-- Each version records when the memory learned it (``learned_at``) and when it recorded its
-  end (``ended_at``): the transaction time beside the valid time.
-- A candidate whose attribute is new but whose value is an existing fact's and whose
-  statement is nearly the same (embedding cosine, or word overlap without an embedder, above
-  a threshold) is that fact under another name: it is merged into it instead of stored twice.
+Pure functions over :class:`~.model.Fact` objects. A restated value is *confirmed*; a new
+value of a single-valued attribute *supersedes* the current one (so at most one value is
+current and validity windows never overlap); a multi-valued attribute accumulates; a
+restated value with another ``since`` is a *correction*, the version believed before kept
+in history, *retracted*, so what the memory believed then can still be asked
+(:func:`believed`); a new attribute stating an existing fact's value in nearly the same
+words is merged into that fact instead of stored twice.
 """
 
 from __future__ import annotations
@@ -155,8 +141,6 @@ def merge(
 
 
 def _correct(out: FactChanges, old: Fact, fact: Fact, valid_from: float, learned: float) -> None:
-    """``fact`` (``old`` restated) moved to ``valid_from``: a new version, learned now; the
-    version believed until now kept in history, retracted."""
     was = Fact(**{**old.__dict__})
     was.retracted_at = learned
     was.key = f"{history_key(old)}!{learned:.6f}"  # one per correction, never overwritten
@@ -168,9 +152,7 @@ def _correct(out: FactChanges, old: Fact, fact: Fact, valid_from: float, learned
 
 def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: float) -> FactChanges:
     """End the current facts of ``attribute`` (only the one of ``value`` when given): each
-    moves to history with ``valid_to`` set and no ``superseded_by``, so the attribute has
-    no current value from ``now`` on and its past stays in :meth:`AgentMemory.history`.
-    ``facts`` is not modified."""
+    moves to history with ``valid_to`` set and no ``superseded_by``."""
     out = FactChanges()
     wanted = normalize_value(value) if value is not None else None
     for key, fact in sorted(facts.items()):

@@ -1,9 +1,8 @@
 """What memory is made of: scopes, facts, episodes, and the namespaces that hold them.
 
-A **scope** says whose memory something is: any subset of ``user_id``, ``agent_id`` and
-``workflow_id``. It is written the same way everywhere (``user=alice,agent=support``) and
-becomes the middle of every namespace, in a fixed order, so a scope's items sit under exactly
-one namespace per kind and no prefix of one scope's namespace holds another scope's items::
+A **scope** (any subset of ``user_id``, ``agent_id`` and ``workflow_id``) becomes the middle
+of every namespace, in a fixed order, so a scope's items sit under exactly one namespace per
+kind::
 
     ("memory", "user=alice", "agent=support", "facts")     current facts
     ("memory", "user=alice", "agent=support", "history")   superseded values
@@ -23,7 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, unquote
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, InvalidValueError
@@ -61,22 +60,17 @@ SCOPE_KEYS = ("user_id", "agent_id", "workflow_id")
 _SHORT = {"user": "user_id", "agent": "agent_id", "workflow": "workflow_id"}
 _LONG = {v: k for k, v in _SHORT.items()}
 
-Kind = Literal["facts", "history", "episodes"]
 KINDS: tuple[str, ...] = ("facts", "history", "episodes")
 
 
 #: The longest identifiers memory keeps, in characters: the column sizes on PostgreSQL and SAP
-#: HANA, checked before anything is written so every backend gives one outcome (SQLite
-#: would store longer ones). A thread id as the checkpointers take it; an episode's key (its
-#: row in the consolidation ledger); a scope's namespace (``memory.user=alice.episodes``,
-#: the store's limit, which also bounds the scope's own text).
+#: HANA, checked before anything is written so every backend gives one outcome.
 MAX_THREAD_ID = 255
 MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
 
 
 def _surrogates(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate (no database can encode it)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -85,9 +79,8 @@ def _surrogates(text: str) -> bool:
 
 
 def checked_identifier(value: Any, name: str, longest: int) -> str:
-    """``value`` as an identifier every backend stores: a non-empty string of at most
-    ``longest`` characters with no NUL and no lone surrogate (a thread id may also be an int
-    or a UUID, stored as its text, as the checkpointers do).
+    """``value`` as an identifier every backend stores (a thread id may also be an int or
+    a UUID, stored as its text, as the checkpointers do).
 
     Raises:
         InvalidValueError: Saying what is wrong with it; nothing was written.
@@ -277,19 +270,12 @@ LATEST_SECONDS = 253_402_300_799
 def as_timestamp(
     when: AsOf, name: str = "as_of", error: type[ValueError] = ConfigurationError
 ) -> float:
-    """Seconds since the epoch of ``when``.
-
-    Args:
-        when: Seconds since the epoch (an ``int`` or ``float``), or a timezone-aware
-            ``datetime``.
-        name: The argument's name, for the error message.
-        error: What to raise (a :class:`ConfigurationError`, or an
-            :class:`InvalidValueError` for a moment that is data).
+    """Seconds since the epoch of ``when`` (seconds, or a timezone-aware ``datetime``).
 
     Raises:
-        ConfigurationError: ``when`` is a naive ``datetime`` (which moment it means depends
-            on the machine's time zone), not a finite number, before the year 1 or past
-            the year 9999 (a count of milliseconds, most likely), or of another type.
+        ConfigurationError: (or ``error``) ``when`` is a naive ``datetime`` (its moment
+            depends on the machine's time zone), not finite, or outside the years 1 to 9999
+            (milliseconds, most likely), naming the argument ``name``.
 
     Example:
         ```python
@@ -355,15 +341,13 @@ def iso(ts: float | None) -> str | None:
 
 
 class StoredMemory:
-    """What facts and episodes share: each is stored as an item whose value is its fields
-    but its key (the item's key), tagged with its ``KIND``."""
+    """What facts and episodes share: each is stored as an item of its fields but its key."""
 
     KIND: ClassVar[str]
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value stored for this memory (its key is the item's key); lists are
-        copied, so the value does not change with the object."""
+        """The JSON value stored for this memory (lists copied)."""
         value = dataclasses.asdict(self)
         del value["key"]
         return {"kind": self.KIND, **value}
@@ -444,9 +428,7 @@ class Fact(StoredMemory):
 
     def search_text(self) -> str:
         """What search indexes for this fact: its attribute as words, its value and its
-        statement, so ``store.search(facts, query="city")`` finds the fact ``home_city``,
-        whatever its statement says. Its vector is embedded from this text; the lexical
-        index keeps it with the fact's date (:func:`lexical_text`)."""
+        statement, so ``query="city"`` finds the fact ``home_city``."""
         return fact_text(self.attribute, self.value, self.statement)
 
 
@@ -482,9 +464,7 @@ class Episode(StoredMemory):
         return episode_text(None, self.messages)
 
     def text(self) -> str:
-        """What search indexes: the summary once there is one, and the words said. Its
-        vector is embedded from this text; the lexical index keeps it with the episode's
-        date (:func:`lexical_text`)."""
+        """What search indexes: the summary once there is one, and the words said."""
         return episode_text(self.summary, self.messages)
 
 

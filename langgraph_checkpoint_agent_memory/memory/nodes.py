@@ -1,15 +1,9 @@
 """The graph side: whose memory a run is, and which messages are this turn.
 
-**Scope.** A run's scope is read from ``config["configurable"]`` (``user_id``, ``agent_id``,
-``workflow_id``), falling back to state keys of the same names, restricted to the memory's
-``scope_keys`` (its isolation mode): ``("user_id",)`` shares a user's memory across agents,
-``("agent_id",)`` gives an agent one memory for everybody, ``("user_id", "agent_id")`` keeps
-each user's memory per agent, all three also per workflow. Facts and episodes are written to,
-and read from, exactly that scope; a run with none of the keys is refused rather than guessed.
-
-**Turn.** The messages from the last human message to the end of ``state["messages"]``,
-without the memory's own context message. Its key comes from the thread and the messages'
-ids (or positions and contents when they have none), so recording it twice stores it once.
+A run's scope is read from ``config["configurable"]``, falling back to state keys of the
+same names, restricted to the memory's ``scope_keys``; a run with none of the keys is refused
+rather than guessed. A turn is the messages from the last human message on; its key comes
+from the thread and the messages' ids, so recording it twice stores it once.
 """
 
 from __future__ import annotations
@@ -112,7 +106,6 @@ def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
 
 
 def _node_scope(nodes: GraphNodes, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
-    """The scope of a node's call ``(state, config)``."""
     state = args[0] if args else kwargs.get("state")
     config = kwargs["config"] if "config" in kwargs else args[1] if len(args) > 1 else None
     return nodes.node_inputs(state, config)[0]
@@ -142,7 +135,6 @@ class GraphNodes:
 
     @property
     def context(self) -> MemoryContext:
-        """The memory's context (its spans' database)."""
         return self.memory.context
 
     def node_inputs(self, state: Any, config: RunnableConfig | None) -> tuple[Scope, Any]:

@@ -1,10 +1,6 @@
-"""Reading a scope's memory as it is stored: its facts (now, or as of a moment), every
-version of them, its episodes. Plans over a :class:`~.context.MemoryContext`, run by the
-sync and the async methods of :class:`~.agent.AgentMemory` alike.
-
-The plans need of a context only its SQL, its clock and where a scope's items live
-(:class:`Reads`, which a :class:`~.context.MemoryContext` is): the command line reads
-stored memory with a bare database through them, without loading the store.
+"""Reading a scope's facts, their versions and its episodes, as plans that need only
+:class:`Reads` of a context: the command line reads stored memory through them with a bare
+database, without loading the store.
 """
 
 from __future__ import annotations

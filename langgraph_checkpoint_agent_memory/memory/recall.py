@@ -1,29 +1,14 @@
 """What an agent is reminded of: current facts, then the best past episodes, within a budget.
 
-Facts come first: they are what is true now. When they do not all fit, the most relevant to
-the query (the store's hybrid search) go first. Then past episodes, ranked by
+Facts come first: they are what is true now (the most relevant to the query first when they
+do not all fit). Then past episodes, ranked by
 
     score = w_relevance * relevance + w_recency * 0.5 ** (age_days / half_life_days)
             + w_importance * importance_now
 
-where ``relevance`` is the episode's hybrid-search score rescaled among the candidates (the
-best 1, the last 0),
-``age_days`` counts from when the episode happened, and ``importance_now`` is its decayed
-importance. Lines are added in that order until the token budget is spent, counted with the
-model's tokenizer when one is given, else estimated at four characters per token.
-
-Facts and episodes vouch for each other (:func:`linked`): a fact learned from one of the
-first episodes the query finds ranks higher, and so does an episode that one of the first
-facts was learned from (``source_episodes``).
-
-Every line is dated: a fact by the day it became true (``since``), an episode by the day it
-happened, so "when did I move?" is answered from the block. Recall as of a moment (``as_of``)
-takes the facts that held then and the episodes that had happened by then, and counts ages
-from that moment.
-
-:class:`Recaller` reads through the store and the memory SQL and feeds the choosing: the
-plans that pick the candidates, the cache of each scope's decoded facts, and the queue of
-what recall used (to reinforce it).
+where ``relevance`` is the hybrid-search score rescaled among the candidates. Facts and
+episodes vouch for each other (:func:`linked`). Every line is dated, so "when did I move?"
+is answered from the block.
 """
 
 from __future__ import annotations
@@ -174,11 +159,9 @@ def render(
     count: TokenCounter = estimate_tokens,
     rendered: dict[str, tuple[str, int]] | None = None,
 ) -> Recalled:
-    """The dated block, facts then episodes, each in the given order, within the budget.
-
-    ``rendered``: fact lines already rendered and counted, by key. The scan of a section stops
-    after :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the
-    budget, not the number of facts."""
+    """The dated block, facts then episodes, each in the given order, within the budget
+    (``rendered``: fact lines already counted, by key). A section's scan stops after
+    :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
     header = f"Memory (as of {day(now)}):"
     lines = [header]
     used = count(header)
@@ -244,17 +227,9 @@ class RecallOptions(TypedDict, total=False):
 
 @dataclass
 class Chosen:
-    """What recall chose, best first, before it is rendered within the budget.
-
-    Attributes:
-        facts: The facts to show, in order.
-        ranked: How many of the first facts were ordered by relevance to the query (when the
-            facts do not all fit); the rest follow by importance.
-        lines: Each fact's line and its token cost, by key.
-        episodes: The candidate episodes, best first.
-        at: The moment recalled (now, or ``as_of``).
-        budget: The block's size in tokens.
-    """
+    """What recall chose, best first, before it is rendered within the budget (``ranked``:
+    how many of the first facts were ordered by relevance; ``lines``: each fact's line and
+    token cost, by key; ``at``: the moment recalled)."""
 
     facts: list[Fact]
     ranked: int
@@ -264,7 +239,6 @@ class Chosen:
     budget: int
 
     def render(self, count: Callable[[str], int]) -> Recalled:
-        """The dated block (see :func:`.recall.render`)."""
         return render(
             self.facts,
             self.episodes,
@@ -278,12 +252,6 @@ class Chosen:
 @dataclass
 class Recaller:
     """What one :class:`~.agent.AgentMemory` recalls, and what it has recalled.
-
-    Args:
-        context: The memory's store (ranking and item reads), SQL, settings (budget,
-            candidates, weights, namespace root), decay policy (stored decay state to
-            importance) and clock.
-        count_tokens: Counts a text's tokens for the budget.
 
     Example:
         >>> recaller = Recaller(memory.context, memory.count_tokens)
@@ -317,7 +285,6 @@ class Recaller:
         return self.context.sql
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
-        """Where a scope's ``kind`` of memory lives."""
         return self.context.namespace(scope, kind)
 
     def _prefix(self, scope: Scope, kind: str) -> str:
@@ -369,7 +336,6 @@ class Recaller:
         return recalled
 
     def _reranking(self, given: RerankerLike | Literal[False] | None) -> Reranking | None:
-        """The reranker of a call: the one given, none for ``False``, else the memory's."""
         if given is False:
             return None
         return reranking_of(given) if given is not None else self.context.reranking
@@ -377,8 +343,8 @@ class Recaller:
     def _reranked(
         self, scope: Scope, chosen: Chosen, query: str, reranking: Reranking
     ) -> Steps[Chosen]:
-        """``chosen`` with its ranked facts and its first episodes ordered by the reranker,
-        in one call (the first ``top_n`` of each)."""
+        """``chosen`` with the first ``top_n`` of its ranked facts and of its episodes
+        ordered by the reranker, in one call."""
         facts = chosen.facts[: min(chosen.ranked, reranking.top_n)]
         episodes = chosen.episodes[: reranking.top_n]
         texts = [fact_line(f)[2:] for f in facts] + [episode_line(e)[2:] for e in episodes]
@@ -412,8 +378,7 @@ class Recaller:
         dated: tuple[TimeRange, list[str]] | None = None,
         known_at: float | None = None,
     ) -> Plan[Chosen]:
-        """What recall may put in the block, in order, before it is rendered (and before a
-        reranker, which runs outside the transaction, orders it again)."""
+        """What recall may put in the block, in order, before it is reranked and rendered."""
         now = self.context.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
         st = self.settings
@@ -461,8 +426,7 @@ class Recaller:
         now: float,
         as_of: float | None,
     ) -> Plan[list[tuple[str, float]]]:
-        """The facts (with their history, for a look back) most relevant to ``query``, with
-        their fused scores, best first."""
+        """The facts (and history, for a look back) most relevant to ``query``, best first."""
         want = max(16, budget // 8)
         kinds = ("facts",) if as_of is None else ("facts", "history")
         ranked = []
@@ -481,10 +445,9 @@ class Recaller:
         weight: float,
         shown: set[str],
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """Facts and episode candidates that vouch for each other (:func:`.recall.linked`):
-        ``ranked`` facts raised by the first episodes they were learned from (of those the
-        block may show, ``shown``), and the ``relevance`` of episodes raised by the first
-        facts learned from them, each from the other's ranking before either is raised."""
+        """``ranked`` facts raised by the first episodes (of ``shown``) they were learned
+        from, and the ``relevance`` of episodes raised by the first facts learned from them,
+        each from the other's ranking before either is raised."""
         k = self.store.ranker.rrf_k
         episodes = sorted((e for e in relevance if e in shown), key=lambda e: -relevance[e])
         learned = {key: facts[key].source_episodes for key, _ in ranked}
@@ -507,8 +470,7 @@ class Recaller:
         at: float,
         span: TimeRange | None,
     ) -> list[tuple[float, Episode]]:
-        """The candidate episodes with their scores, best first: each summary once, the
-        excluded thread's left out, those inside the time a question names raised."""
+        """The candidate episodes with their scores, best first: each summary once."""
         st = self.settings
         scored: list[tuple[float, Episode]] = []
         seen_summaries: set[str] = set()
@@ -533,8 +495,7 @@ class Recaller:
     def _more_plan(
         self, scope: Scope, rows: list[sqlm.StoredRow], keys: list[str], now: float
     ) -> Plan[list[sqlm.StoredRow]]:
-        """The episodes ``keys`` names that are not among ``rows`` (the dated candidates of a
-        question that names a time), read with their decay state."""
+        """The episodes ``keys`` names that are not among ``rows``."""
         known = {r.key for r in rows}
         more = [k for k in keys if k not in known]
         if not more:
@@ -549,10 +510,9 @@ class Recaller:
         now: float,
         as_of: float | None,
     ) -> Plan[tuple[list[sqlm.StoredRow], dict[str, float]]]:
-        """The episodes recall ranks, with the search score of each (none without a query):
-        the best ``episode_candidates`` matches of ``query``, else the newest. With
-        ``as_of``, only episodes that had happened by then: the ranking is asked for more
-        until enough of those are found or it has no more."""
+        """The episodes recall ranks, with their search scores: the best matches of
+        ``query``, else the newest. With ``as_of``, only episodes that had happened by
+        then (the ranking is asked for more until enough are found)."""
         st = self.settings
         episodes = self.namespace(scope, "episodes")
         prefix = self._prefix(scope, "episodes")
@@ -587,8 +547,7 @@ class Recaller:
 
     def current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
         """The scope's current facts with each line's token cost, most important first;
-        decoded once and reused while the scope's facts do not change (any process's write
-        changes the fingerprint)."""
+        reused while the scope's fingerprint does not change."""
         prefix = self._prefix(scope, "facts")
         fingerprint = yield from sqlm.version_plan(self.sql, prefix, now)
         with self._lock:
@@ -597,9 +556,7 @@ class Recaller:
                 self.facts_cache.move_to_end(prefix)
                 return cached[1]
         rows = yield from sqlm.read_plan(self.sql, prefix, now)
-        facts = [Fact.from_value(r.key, r.value) for r in rows]
-        facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
-        entries = [(f, line, self.count_tokens(line)) for f in facts if (line := fact_line(f))]
+        entries = self._lines([Fact.from_value(r.key, r.value) for r in rows])
         with self._lock:
             self.facts_cache[prefix] = (fingerprint, entries)
             while len(self.facts_cache) > 256:
@@ -609,14 +566,15 @@ class Recaller:
     def facts_held_plan(
         self, scope: Scope, as_of: float, now: float, known_at: float | None = None
     ) -> Plan[list[tuple[Fact, str, int]]]:
-        """The facts that held at ``as_of`` (current ones and superseded ones, as they were
-        then), as believed at ``known_at`` (default now), with each line's token cost, most
-        important first."""
+        """The facts that held at ``as_of`` as believed at ``known_at`` (default now), as
+        :meth:`current_facts_plan` gives them."""
         versions = []
         for kind in ("history", "facts"):
             rows = yield from sqlm.read_plan(self.sql, self._prefix(scope, kind), now)
             versions += [Fact.from_value(r.key, r.value) for r in rows]
-        facts = F.held_at(F.believed(versions, known_at), as_of)
+        return self._lines(F.held_at(F.believed(versions, known_at), as_of))
+
+    def _lines(self, facts: list[Fact]) -> list[tuple[Fact, str, int]]:
         facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
         return [(f, line, self.count_tokens(line)) for f in facts if (line := fact_line(f))]
 

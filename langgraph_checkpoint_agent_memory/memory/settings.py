@@ -64,16 +64,11 @@ class MemorySettings:
     importance_weight: float = 0.2
     half_life_days: float = 30.0
     #: Added to an episode's score when it happened inside the time a question names ("last
-    #: week", "in May 2023": see ``..when``); 0 turns time-aware recall off. Measured on
-    #: LoCoMo's turns (build_context, lexical): 0.1-0.2 gain two questions and lose none,
-    #: 0.4 and more lose as many as they gain (a conversation's date is when a thing was
-    #: said, not always when it happened).
+    #: week", "in May 2023"); 0 turns it off. Measured on LoCoMo: 0.1-0.2 gain and lose
+    #: nothing, 0.4 and more lose as many as they gain.
     time_weight: float = 0.2
-    #: How much facts and episodes vouch for each other in recall (see ``recall.linked``): a
-    #: fact learned from one of the first 5 episodes a query finds, and an episode one of the
-    #: first 5 facts was learned from, gain ``link_weight / (rrf_k + 1 + rank)`` in fused
-    #: score units; 0 turns it off. Measured on LoCoMo (``benchmarks run locomo``, mode
-    #: ``recall``; the user guide gives the figures).
+    #: How much facts and episodes vouch for each other in recall (see ``recall.linked``);
+    #: 0 turns it off. Measured on LoCoMo (the user guide gives the figures).
     link_weight: float = 0.5
     max_episodes_per_job: int = 20
     #: Current facts shown to the extractor (top-k by relevance, so cost does not grow).
@@ -94,9 +89,8 @@ class MemorySettings:
     context_key: str | None = None
 
     def __post_init__(self) -> None:
-        """Refuse counts below 1 and times that are negative, zero where a loop waits that
-        long, or not finite, naming the setting (a negative budget or interval would be taken
-        without a word, and a zero interval spins a worker)."""
+        """Refuse counts below 1 and times that are negative, not finite, or zero where a
+        loop waits that long (a zero interval spins a worker)."""
         for name in _COUNTS:
             check_count(getattr(self, name), name)
         for name in ("time_weight", "link_weight"):

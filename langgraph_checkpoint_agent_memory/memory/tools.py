@@ -1,21 +1,8 @@
 """Memory tools for agents: the model decides what to look up, remember and forget.
 
-:meth:`AgentMemory.tools` returns LangChain tools for ``create_react_agent``, ``ToolNode`` or
-any ``bind_tools`` model (each sync and async):
-
-* ``search_memory(query)``: the facts and past conversations recall finds for ``query``;
-* ``remember_fact(attribute, value, statement, multi, importance, since)``: a fact, applied as
-  consolidation applies an extractor's (confirmed, superseded into history, accumulated when
-  multi-valued, merged with a near-duplicate) in one transaction that holds the scope's
-  ledger row, so it never interleaves with a consolidation job of that scope;
-* ``forget_fact(attribute, value)``: ends the current fact(s) of an attribute; they move to
-  history.
-
-**Whose memory** comes from the run's config (``config["configurable"]``: ``user_id``,
-``agent_id``, ``workflow_id`` as the memory's ``scope_keys`` say, like the graph nodes), which
-the tools receive from the runtime, never from the model: the model's arguments cannot name
-a scope, and an argument the schema does not declare (``user_id``, ``config``, ...) is
-refused, so one user's agent can neither read nor write another user's memory.
+Whose memory comes from the run's config, never from the model: the model's arguments
+cannot name a scope, and an argument the schema does not declare is refused, so one user's
+agent can neither read nor write another user's memory.
 """
 
 from __future__ import annotations
@@ -133,7 +120,6 @@ def fact_line(fact: Fact) -> str:
 
 
 def _tool_scope(tools: MemoryTools, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
-    """The scope of a tool's call: its run's config's."""
     return tools.scope(kwargs["config"] if "config" in kwargs else args[-1])
 
 
@@ -246,8 +232,6 @@ class MemoryTools:
         return self._found(recalled)
 
     def _recall(self, config: RunnableConfig) -> R.RecallOptions:
-        """How :meth:`search` recalls: within the tool's budget, the run's own thread left
-        out, what was recalled reinforced."""
         return R.RecallOptions(
             budget_tokens=self.budget_tokens, exclude_thread=self._thread(config), reinforce=True
         )
@@ -303,14 +287,12 @@ class MemoryTools:
         return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
     def _source(self, config: RunnableConfig | None) -> str:
-        """What a remembered fact names as its source: the conversation it was said in."""
         thread = self._thread(config)
         return f"tool:{thread}" if thread else "tool"
 
     def _remember_steps(
         self, candidate: FactCandidate, config: RunnableConfig | None
     ) -> Steps[F.FactChanges]:
-        """Apply ``candidate`` to the run's scope, as consolidation applies a fact."""
         context = self.context
         scope = self.scope(config)
         source = self._source(config)
@@ -388,8 +370,6 @@ class MemoryTools:
         read_vectors: bool,
         decide: Callable[[W.StoredFacts], W.FactWrites],
     ) -> Plan[F.FactChanges]:
-        """Change the scope's facts in one transaction that holds its ledger row; what
-        ``decide`` decided changes."""
         decider = W.Decider(decide)
         yield from jobsql.change_facts_plan(
             self.context.sql,
@@ -406,7 +386,7 @@ class MemoryTools:
 
 def _candidate(*fact: Any, **named: Any) -> FactCandidate:
     """The fact ``remember_fact``'s arguments state (positional ones in the order of
-    :class:`RememberFactArgs`, which refuses any other)."""
+    :class:`RememberFactArgs`)."""
     fields = dict(zip(RememberFactArgs.model_fields, fact, strict=False), **named)
     since = fields.get("since")
     if since is not None and str(since).strip():

@@ -1,11 +1,8 @@
-"""The background worker: consolidation, decay and TTL sweeps on their own schedules (the
-sweep also destroys the data keys earlier erases still owe).
+"""The background worker: consolidation, decay and TTL sweeps on their own schedules.
 
-Runs as a daemon thread (:meth:`MemoryWorker.start`), an asyncio task
-(:meth:`MemoryWorker.astart`) or in the foreground (``agent-memory worker``). Any number of
-workers, in any number of processes, can run against one database: each job leases its scope,
-decay is one idempotent statement, sweeps are single-flight. A failing round is logged and
-retried at the next tick; stopping waits for the round in progress, never kills it midway.
+Any number of workers, in any number of processes, can run against one database: each job
+leases its scope, decay is one idempotent statement, sweeps are single-flight. A failing
+round is logged and retried at the next tick.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The rows a change of a scope's memory writes, decided inside the transaction that
-writes them; and recording a turn (its messages stored as a pending episode, for
-consolidation to learn from: :func:`record_plan`).
-
-Consolidation (:mod:`.consolidate`) and the memory tools (:mod:`.tools`) change facts the
-same way: the database plan reads the scope's current facts in a transaction and calls back
-with them (:class:`StoredFacts`); the callback (a :class:`Decider`) merges what was said
-(:class:`Said`) into them with :func:`apply_facts` and returns the rows to write
-(:class:`FactWrites`), which the plan writes in the same transaction.
+writes them (consolidation and the memory tools alike: a :class:`Decider` is called with
+the facts the plan read); and recording a turn as a pending episode.
 """
 
 from __future__ import annotations
@@ -47,33 +41,21 @@ from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 
 @dataclass(frozen=True)
 class StoredFacts:
-    """A scope's current facts as read inside the transaction that changes them.
-
-    Args:
-        rows: The fact items.
-        vectors: Their vectors, by key (empty without an embedder).
-    """
+    """A scope's current facts (and their vectors, by key) as read inside the transaction
+    that changes them."""
 
     rows: list[sqlm.StoredRow]
     vectors: dict[str, bytes] = field(default_factory=dict)
 
     def current(self) -> dict[str, Fact]:
-        """The facts, by key."""
         return {r.key: Fact.from_value(r.key, r.value) for r in self.rows}
 
 
 @dataclass(frozen=True)
 class Said:
-    """Facts said to be true now, to merge into a scope's current facts.
-
-    Args:
-        candidates: The facts, in the order they were said.
-        vectors: Their vectors, by their search text (empty without an embedder).
-        episode_key: What they come from (a source of each fact).
-        when: When they became true (and when the decay clock of each restarts).
-        sources: Per candidate, ``(episode key, when)`` instead of ``episode_key`` and
-            ``when`` (see :func:`~.facts.merge`).
-    """
+    """Facts said to be true now, to merge into a scope's current facts (``vectors`` by
+    search text; ``sources``: per candidate, ``(episode key, when)`` instead of
+    ``episode_key`` and ``when``)."""
 
     candidates: list[FactCandidate]
     vectors: dict[str, list[float]]
@@ -92,19 +74,7 @@ class FactWrites:
 
 class Decider:
     """The callback a fact-changing plan calls with the facts it read; it keeps what it
-    decided last (the plan returns only the rows).
-
-    Args:
-        decide: Turns the stored facts into the rows to write and the changes.
-
-    Example:
-        ```python
-        # not run: a sketch; the plan's other arguments are elided
-        decider = Decider(lambda stored: FactWrites(jobsql.Writes(), F.FactChanges()))
-        context.run(jobsql.change_facts_plan(context.sql, ..., decide=decider))
-        decider.decided.changes
-        ```
-    """
+    decided last (the plan returns only the rows)."""
 
     def __init__(self, decide: Callable[[StoredFacts], FactWrites]) -> None:
         self._decide = decide
@@ -116,33 +86,23 @@ class Decider:
 
     @property
     def decided(self) -> FactWrites | None:
-        """What the last call decided; ``None`` when the plan did not call."""
         return self._decided
 
 
 @dataclass
 class RowWriter:
-    """Adds one scope's store item rows and decay rows to a transaction's :class:`Writes`.
-
-    Args:
-        writes: Where the rows go.
-        scope_key: The scope the decay rows belong to (``user=alice``).
-        now: The rows' ``updated_at``.
-    """
+    """Adds one scope's store item rows and decay rows (updated ``now``) to ``writes``."""
 
     writes: jobsql.Writes
     scope_key: str
     now: float
 
     def item(self, prefix: str, key: str, value: dict[str, Any], created: float, doc: str) -> None:
-        """An item row (a fact, a past fact or an episode); ``doc``: its
-        :func:`~.model.lexical_text`."""
         self.writes.items.append(
             item_row(prefix, key, value, created=created, updated=self.now, doc=doc)
         )
 
     def decay(self, prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
-        """The decay row of an item: its importance, reinforced ``at``."""
         self.writes.decay.append(
             {
                 "prefix": prefix,
@@ -155,7 +115,6 @@ class RowWriter:
         )
 
     def vector(self, prefix: str, key: str, vector: bytes) -> None:
-        """The vector row of an item's indexed text."""
         self.writes.vectors.append(
             {"prefix": prefix, "key": key, "field": "text#0", "vector": vector}
         )
@@ -164,8 +123,7 @@ class RowWriter:
 def item_row(
     prefix: str, key: str, value: dict[str, Any], *, created: float, updated: float, doc: str
 ) -> dict[str, Any]:
-    """A store item row of memory's (no TTL): ``value`` as compact JSON, ``doc`` the text
-    the lexical index keeps."""
+    """A store item row of memory's (no TTL): ``value`` as compact JSON."""
     return {
         "prefix": prefix,
         "key": key,
@@ -188,18 +146,7 @@ def apply_facts(
 ) -> F.FactChanges:
     """Merge what was ``said`` into the scope's ``stored`` facts and add the rows that
     change to ``out``: the one way facts are confirmed, superseded, accumulated or merged as
-    near-duplicates, by consolidation and by the memory tools alike.
-
-    Args:
-        context: The memory's settings and namespaces.
-        scope: Whose facts.
-        out: Collects the rows to write.
-        stored: The scope's current facts and their vectors.
-        said: The facts to merge in.
-
-    Returns:
-        What changed, by key.
-    """
+    near-duplicates, by consolidation and by the memory tools alike."""
     s = context.settings
     fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored.vectors.items()}
     if said.vectors and fact_vectors:
@@ -247,13 +194,11 @@ def write_history(
 
 
 def checked_messages(messages: Any) -> list[BaseMessage]:
-    """``messages`` as LangChain messages: a list (or other iterable) of what LangChain's
-    ``convert_to_messages`` reads (messages, ``(role, content)`` pairs, ``{"role",
-    "content"}`` dicts, strings as user messages), or a ``PromptValue``.
+    """``messages`` (an iterable of what ``convert_to_messages`` reads, or a
+    ``PromptValue``) as LangChain messages.
 
     Raises:
-        InvalidValueError: ``messages`` is a string, a dict or one message rather than a
-            list of them, or an item is not a message LangChain can read (naming it).
+        InvalidValueError: ``messages`` is not a list of them, or an item is not a message.
     """
     if isinstance(messages, PromptValue):
         return messages.to_messages()
@@ -286,12 +231,8 @@ def record_plan(
     reinforcements: Callable[[], Sequence[dict[str, Any]]] = list,
 ) -> Plan[str | None]:
     """Store ``messages`` as a pending episode of ``scope`` (once per key), in one
-    transaction with the reinforcements recall queued (taken from ``reinforcements`` only
-    when there is an episode to write).
-
-    Returns:
-        The episode's key, or ``None`` when no message had content (nothing is written).
-    """
+    transaction with the reinforcements recall queued (taken only when there is an episode
+    to write); its key, or ``None`` when no message had content."""
     thread_id, key = options.get("thread_id"), options.get("key")
     if thread_id is not None:
         thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
@@ -326,8 +267,6 @@ def record_plan(
 
 
 def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: bool) -> Plan[int]:
-    """Pin (or unpin) the scope's current facts of ``attribute`` (or of that key); returns
-    how many facts changed."""
     s = Scope.of(scope)
     prefix = context.prefix(s, "facts")
     rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
@@ -353,8 +292,6 @@ def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: b
 def _pinned_decay_row(
     row: sqlm.StoredRow, scope: Scope, pinned: bool, now: float
 ) -> dict[str, Any]:
-    """A fact's decay row with its pin: its importance and reinforcement kept (from its
-    value when it has no decay row yet)."""
     return {
         "prefix": row.prefix,
         "key": row.key,
