@@ -106,13 +106,9 @@ _load = lazy.loader(globals(), _LAZY)
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":  # the installed metadata, read when asked (50 ms of imports)
-        from importlib.metadata import PackageNotFoundError, version
+        from langgraph_checkpoint_agent_memory.telemetry import version
 
-        try:
-            value = version("langgraph-checkpoint-agent-memory")
-        except PackageNotFoundError:  # running from a source tree that is not installed
-            value = "0.0.0"
-        globals()[name] = value
+        value = globals()[name] = version()
         return value
     if name in _LAZY:
         return _load(name)

@@ -1,8 +1,5 @@
-"""Background work with no SQL: a stoppable daemon thread that calls a method periodically.
-
-A neutral module, below every component: the checkpointers sweep expired threads with it and
-the store sweeps expired items, without either depending on the other.
-"""
+"""Background work with no SQL, below every component: the checkpointers and the store sweep
+with it without depending on each other."""
 
 from __future__ import annotations
 

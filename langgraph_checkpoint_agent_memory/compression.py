@@ -1,23 +1,15 @@
 """Compression of stored values, with no I/O: the one place the package compresses.
 
 A value is a zstd frame made with the package's own dictionary (``values.zdict``, trained on
-what LangGraph's serde writes: checkpoint bodies, messages, pending writes; see
-``benchmarks/dictionary.py``), so even a value of a few hundred bytes shrinks: a checkpoint
-body of 525 bytes to about 125, a chat message of 330 to about 150, where plain zstd gives
-260 and 280. Values shorter than :data:`FLOOR` stay raw, and so do values longer than
-:data:`BOUND` or that compression would not make smaller: the caller marks what it packed
-(the checkpoint saver by a type prefix, the cipher by its marker byte).
+what LangGraph's serde writes; see ``benchmarks/dictionary.py``), so even a value of a few
+hundred bytes shrinks: a chat message of 330 bytes to about 150, where plain zstd gives 280.
+The caller marks what it packed (the checkpoint saver by a type prefix, the cipher by its
+marker byte). Opening is bounded (:data:`BOUND`, checked before decompressing), so a crafted
+row gives :class:`~.errors.DamagedValueError`, never a process out of memory.
 
-Opening is bounded: a frame must state its content size, and one that states more than
-:data:`BOUND` is refused before anything is decompressed, so a crafted row (an expansion
-bomb, a cut frame, garbage) gives :class:`~.errors.DamagedValueError`, never a process out of
-memory.
-
-``zstandard`` is imported on first use. A compressor or decompressor may not be used by two
-threads at once, and building one with the dictionary costs 60 to 300 µs, more than a
-hundred compressions: so they are kept in pools, taken for one call and given back (not
-one per thread: LangGraph's executor runs a graph's writes on threads that live for one
-invoke).
+Building a compressor with the dictionary costs 60 to 300 µs, more than a hundred
+compressions, and one may not serve two threads at once: so they are pooled, not kept per
+thread (LangGraph's executor runs a graph's writes on threads that live for one invoke).
 """
 
 from __future__ import annotations

@@ -161,3 +161,16 @@ class PlaintextRowError(EncryptionError, ValueError):
 class DecryptionError(EncryptionError, ValueError):
     """An encrypted row failed authentication: it was altered, moved to another row or
     scope, or its data key was unwrapped with the wrong master key."""
+
+
+def error_type(error: BaseException) -> str:
+    """``error.type`` of ``error``: its class's fully qualified name (a built-in's name).
+
+    Example:
+        >>> error_type(ValueError("bad")), error_type(KeyboardInterrupt())
+        ('ValueError', 'KeyboardInterrupt')
+    """
+    kind = type(error)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"

@@ -1,9 +1,7 @@
 """``create_checkpointer()`` and ``create_store()``: the one call a graph needs for each.
 
-The backend comes from the ``url`` argument, else ``AGENT_MEMORY_URL``, else a SAP HANA
-service binding (``VCAP_SERVICES`` or ``SERVICE_BINDING_ROOT``), else memory. Each backend's
-modules load when it is chosen: an in-memory checkpointer imports none of SQLAlchemy, numpy,
-the drivers, the cipher or OpenTelemetry.
+Each backend's modules load when it is chosen: an in-memory checkpointer imports none of
+SQLAlchemy, numpy, the drivers, the cipher or OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -119,8 +117,6 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
 
 
 def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> None:
-    """Add the declared ``config.postgres.prepare_threshold`` when the argument and URL do not
-    set it."""
     if target is None or target.kind != "postgresql" or urls.PREPARE_THRESHOLD in options:
         return
     if urls.take_prepare_threshold(target.url)[1] is not None:
@@ -135,9 +131,7 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
 
 
 def _declared_store_options(options: dict[str, Any]) -> None:
-    """Add the declared ``config.store.shard_depth`` and ``config.store.feedback`` that
-    ``options`` leave out (a declared false keeps the default: only code turns recall's
-    feedback off)."""
+    """A declared false ``feedback`` keeps the default: only code turns it off."""
     from langgraph_checkpoint_agent_memory.db.shard import checked_depth
 
     if options.get("shard_depth") is None:
@@ -154,7 +148,6 @@ def _declared_store_options(options: dict[str, Any]) -> None:
 
 
 def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
-    """Refuse ``mode`` (how a SQLite file is opened) for any other backend."""
     if "mode" in options and (target is None or target.kind != "sqlite"):
         where = "memory" if target is None else target.kind
         raise ConfigurationError(f"mode applies to a SQLite file only, not to {where}")

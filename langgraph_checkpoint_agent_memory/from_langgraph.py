@@ -1,38 +1,13 @@
 """Move in from LangGraph's own savers and stores: :func:`import_from_langgraph`.
 
-Threads written by LangGraph's ``SqliteSaver`` / ``PostgresSaver`` and items written by its
-``SqliteStore`` / ``PostgresStore`` are copied into this package's checkpointer and store,
-on any backend, with the destination's encryption and TTL.
-
-How it reads: checkpoints through LangGraph's own saver on a read-only connection (its
-``get_tuple``, one checkpoint at a time, oldest first, so that a long thread is never held
-whole in memory; it decodes checkpoints, channel values and pending writes as LangGraph
-does, with the serializer the application used); what no public API gives, through SQL on
-LangGraph's documented tables (:mod:`.db.langgraph_tables`): the thread ids, each thread's
-checkpoints with their numbers of writes, the writes' task paths (``CheckpointTuple`` has
-none, yet they order pending writes) and the store's items, whose TTL and expiry LangGraph's
-``Item`` does not carry. The store's vectors are not read: the destination's ``index``
-embeds each item again, so the vectors match the embedder that will search them.
-
-How it writes: through the saver's ``put`` (with the original checkpoint ids and parents,
-the blobs of the channels that changed since the parent) and ``put_writes`` (with task ids
-and paths), and the store's ``batch``, so encryption, TTL and the search index apply; then
-the items' times are set to the source's. Each ``put`` and ``put_writes`` is one
-transaction, so a run stopped anywhere (even by SIGKILL) leaves whole checkpoints behind.
-
-Why it can run again: a thread whose checkpoints are all here, each with at least as many
-writes, is skipped without decoding anything (but for the special writes of its latest
-checkpoints, which LangGraph replaces in place: they are compared, and put again when they
-differ); otherwise only the missing checkpoints are read and put (with their parents, so
-that the catch-up of a long thread does not decode its whole history again) and the writes
-of checkpoints that have fewer here are put again (a write already stored is kept: the
-first wins). An item is put
-when it is not here yet or the source's is newer (its ``updated_at``); one changed here
-since is kept, and one deleted here since a complete run copied it is not brought back
-(each complete run records the source's time at its start in ``am_settings``: an item
-missing here and older than that was deleted here). So a second run, a run after a crash,
-or a catch-up after the application switched, ends with exactly one copy of each
-checkpoint, write and item, and the application's changes here stand.
+Checkpoints are read through LangGraph's own saver on a read-only connection, one at a time,
+oldest first (a long thread is never held whole in memory); what its API does not give (the
+thread ids, the writes' task paths, the items' TTLs) through SQL on its tables
+(:mod:`.db.langgraph_tables`). Writes go through the saver's ``put`` / ``put_writes`` and the
+store's ``batch``, so encryption, TTL and the index apply. What makes a run repeatable (the
+user guide's "Running it again"): only what is missing or newer here is put, and an item
+deleted here since a complete run copied it is not brought back (each complete run records
+the source's time at its start in ``am_settings``).
 """
 
 from __future__ import annotations
@@ -279,8 +254,7 @@ class _Tally:
         self.progress.started[what] = time.monotonic()
 
     def thread(self, thread_id: str, copied: bool | None, failed: str | None = None) -> None:
-        """A thread looked at: ``copied``, ``False`` complete already, ``None`` refused
-        (deleted here); or ``failed`` for that reason."""
+        """``copied``: ``False`` complete already, ``None`` refused (deleted here)."""
         report = self.report
         report.threads += 1
         if failed is not None:
@@ -314,7 +288,6 @@ DEFAULT_TYPES = frozenset({"msgpack", "json", "null", "empty", "bytes", "bytearr
 
 
 def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
-    """LangGraph's own saver on the source's read-only connection."""
     module, package, name = {
         "sqlite": ("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite", "SqliteSaver"),
         "postgresql": (
@@ -377,7 +350,7 @@ def _copy_thread(
     thread_id: str,
     tally: _Tally,
 ) -> bool:
-    """Copy what the thread lacks here; ``False`` when it lacked nothing."""
+    """``False`` when the thread lacked nothing here."""
     wanted = src.shape(thread_id)
     here = saver.db.run(sql.thread_shape_plan(saver.dialect, thread_id))
     todo = {key for key, n in wanted.items() if key not in here or here[key] < n}
@@ -416,11 +389,9 @@ def _replaced_special_writes(
     complete: set[tuple[str, str]],
     tally: _Tally,
 ) -> bool:
-    """Put again the special writes (errors, interrupts, resume values) that LangGraph
-    replaced in place, at their fixed indexes, since they were copied: those of the latest
-    checkpoint of each namespace, the one a task runs again from, when it is ``complete``
-    here and its special writes differ (compared as the destination's serializer writes
-    them). Whether any was put."""
+    """Put again the special writes (errors, interrupts, resume values) LangGraph replaced
+    in place since they were copied: those of each namespace's latest ``complete``
+    checkpoint, the one a task runs again from. Whether any was put."""
     latest: dict[str, str] = {}
     for ns, checkpoint_id in complete:
         latest[ns] = max(checkpoint_id, latest.get(ns, ""))
@@ -453,7 +424,6 @@ def _replaced_special_writes(
 
 
 def _special_writes(saver: SQLSaver, found: CheckpointTuple) -> set[tuple[str, str, bytes]]:
-    """The special writes of ``found`` as ``(task_id, channel, serialized value)``."""
     return {
         (task_id, channel, saver.serde.dumps_typed(value)[1])
         for task_id, channel, value in found.pending_writes or ()
@@ -467,10 +437,8 @@ def _oldest_first(
     todo: set[tuple[str, str]],
     here: set[tuple[str, str]],
 ) -> Iterator[CheckpointTuple]:
-    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered, so every
-    parent comes before its children), each read alone through ``get_tuple``: a long
-    thread is never held whole in memory, and its catch-up decodes only what it lacks. A
-    checkpoint to put whose parent is not in ``todo`` comes after that parent (its versions
+    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered), each read
+    alone; one to put whose parent is not in ``todo`` comes after that parent (its versions
     decide which channels changed since)."""
     done: set[tuple[str, str]] = set()
     for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):
@@ -499,9 +467,8 @@ def _put_checkpoint(
     found: CheckpointTuple,
     versions: dict[tuple[str, str], Versions],
 ) -> None:
-    """Put ``found`` under its own id and parent, with the blobs of the channels whose
-    version differs from its parent's or whose value the parent lacked (all of them when
-    the parent is not in the source)."""
+    """Put ``found`` under its own id and parent, with the blobs of the channels that
+    changed since the parent (all of them when the parent is not in the source)."""
     ns, _ = _coordinates(found)
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
     base: Versions = ({}, frozenset())
@@ -541,9 +508,6 @@ MARGIN = 60.0
 
 
 def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
-    """Copy the items that are new or newer in the source; record, in ``am_settings``, the
-    source's time at the start of a run that copied every item, so that the next run tells
-    an item deleted here (older than that) from one added there since (newer)."""
     store.setup()
     tally.begin("items")
     mark = "import_items:" + hashlib.sha256(src.where.encode()).hexdigest()[:32]
@@ -561,8 +525,7 @@ def _put_items(
     copied_until: float | None,
     tally: _Tally,
 ) -> None:
-    """Copy the live items of ``page`` that are new or newer in the source; when the
-    destination refuses one, the others one by one, and that one is listed failed."""
+    """When the destination refuses an item, the others go one by one."""
     live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
     report = tally.report
     try:
@@ -583,10 +546,8 @@ def _put_items(
 def _put_newer(
     store: AgentMemoryStore, live: list[sql.SourceItem], copied_until: float | None
 ) -> list[str]:
-    """Put the items of ``live`` that are not here yet or newer there, with the source's
-    times; an item missing here that the last complete run copied (``copied_until``) was
-    deleted here, and is not brought back. What became of each: ``"copied"``,
-    ``"unchanged"`` (the same here, or changed here since) or ``"refused"``."""
+    """What became of each of ``live``: ``"copied"``, ``"unchanged"`` (the same here, or
+    changed here since) or ``"refused"`` (deleted here since ``copied_until``)."""
     from langgraph.store.base import GetOp, Item
 
     here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])
@@ -603,8 +564,6 @@ def _put_newer(
 
 
 def _put_stamped(store: AgentMemoryStore, todo: list[sql.SourceItem]) -> None:
-    """Put ``todo`` (a TTL of their own, else the store's default, as a put gets) and set
-    their times to the source's."""
     from langgraph.store.base import PutOp
 
     from langgraph_checkpoint_agent_memory.db.store import ns_text

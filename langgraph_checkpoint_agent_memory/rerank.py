@@ -1,20 +1,9 @@
-"""Reranking: a second, slower opinion on the first candidates of a search.
+"""Reranking: a second, slower opinion on the first candidates of a search (the kinds that
+plug in are in the user guide's "Reranking").
 
-Search fuses a lexical and a vector ranking, both cheap and both blind to what the query
-asks. A reranker reads the query with each candidate's text (a cross-encoder, a hosted rerank
-API, an LLM) and orders the first few again. Two kinds plug in:
-
-- a callable ``(query, texts) -> scores``, one number per text, higher is better; it may be
-  ``async``;
-- a LangChain ``BaseDocumentCompressor`` (``CohereRerank``, ``FlashrankRerank``,
-  ``CrossEncoderReranker``, ``LLMListwiseRerank``...): it gets one ``Document`` per text
-  and returns them best first; its ``relevance_score`` metadata, when it sets one, is the
-  score.
-
-:class:`Reranking` adds ``top_n``, a ``timeout`` and a fallback: whatever the reranker
-raises or returns that cannot be read, or a timeout, keeps the fused order and logs a
-warning. It never drops: documents a compressor leaves out follow the ones it returned, in
-their fused order, and candidates past ``top_n`` keep their places after those.
+A reranker never drops: whatever it raises or returns that cannot be read, or a timeout,
+keeps the fused order (with a warning); documents a compressor leaves out follow the ones it
+returned, and candidates past ``top_n`` keep their places after those.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
+from langgraph_checkpoint_agent_memory.errors import ConfigurationError, error_type
 
 logger = logging.getLogger(__name__)
 
@@ -255,18 +244,11 @@ def _from_documents(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
 
 def _fell_back(exc: Exception, total: int) -> Reordered:
     timed_out = isinstance(exc, TimeoutError | futures.TimeoutError | asyncio.TimeoutError)
-    kind = "TimeoutError" if timed_out else _qualified(exc)
+    kind = "TimeoutError" if timed_out else error_type(exc)
     # the type only: a reranker's message may quote the candidates (a user's memory)
     logger.warning("the reranker failed (%s); the fused order is kept", kind)
     logger.debug("the reranker's failure", exc_info=exc)
     return Reordered(list(range(total)), {}, kind)
-
-
-def _qualified(exc: BaseException) -> str:
-    cls = type(exc)
-    return (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
 
 
 def _compresses(reranker: Any) -> bool:

@@ -1,14 +1,9 @@
 """This package's checkpointer and store in LangGraph's Agent Server.
 
-``langgraph.json`` names :func:`checkpointer` and :func:`store` (re-exported from a file next
-to it); the server enters each once at startup and passes its ``"checkpointer"`` and
-``"store"`` sections as JSON in ``LANGGRAPH_CHECKPOINTER`` and ``LANGGRAPH_STORE``. It applies
-their ``ttl`` to nothing of a custom checkpointer or store, so the factories read them and run
-the package's own expiry and sweepers; the user guide's section "LangGraph's Agent Server" has
-the mapping, field by field. The database comes from ``AGENT_MEMORY_URL``, else a SAP HANA
-service binding, else the embedded default; encryption from the package's variables, else the
-server's ``LANGGRAPH_AES_KEY``. Every bad value raises :class:`ConfigurationError` naming the
-variable and the field, before the server accepts a request.
+The server applies the ``ttl`` of its ``"checkpointer"`` and ``"store"`` sections to nothing
+of a custom checkpointer or store, so the factories here read them and run the package's own
+expiry (the user guide's "LangGraph's Agent Server" maps them field by field). Every bad
+value raises :class:`ConfigurationError` naming the variable and the field, at startup.
 """
 
 from __future__ import annotations
@@ -232,8 +227,7 @@ def _offline_model() -> MiniLMEmbeddings:
 
 
 def _memory_url(environ: Mapping[str, str]) -> str:
-    """``AGENT_MEMORY_URL`` as a URL the factories take (a path or a ``file:`` URL becomes
-    ``sqlite:///``), else a SAP HANA service binding, else the embedded default."""
+    """``AGENT_MEMORY_URL``, else a SAP HANA service binding, else the embedded default."""
     raw = (environ.get(urls.URL_ENV) or "").strip()
     if not raw:
         target = urls.resolve(None, environ=dict(environ))
@@ -333,7 +327,6 @@ class _Fields:
 
 
 def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``create_checkpointer`` keyword arguments from the server's variables."""
     section = _Fields(CHECKPOINTER_ENV, _read_object(environ, CHECKPOINTER_ENV))
     section.warn_unknown(_CHECKPOINTER_KEYS)
     options: dict[str, Any] = {}
@@ -360,8 +353,7 @@ def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _thread_ttl_override(environ: Mapping[str, str]) -> _Fields | None:
-    """``LANGGRAPH_THREAD_TTL``: minutes, or a ``ttl`` object as JSON; the server lets it
-    win over the checkpointer section's ``ttl``."""
+    """``LANGGRAPH_THREAD_TTL``, which wins over the checkpointer section's ``ttl``."""
     raw = (environ.get(THREAD_TTL_ENV) or "").strip()
     if not raw:
         return None
@@ -421,8 +413,7 @@ def _store_ttl(section: _Fields | None) -> TTLConfig | None:
 
 
 def _index(section: _Fields | None) -> Any:
-    """The store's ``index`` from the server's: ``"default"`` stands for the offline
-    embedder, which :class:`AgentMemoryStore` resolves itself."""
+    """``"default"`` stands for the offline embedder, which the store resolves itself."""
     if section is None:
         return None
     section.only(_INDEX_KEYS)
@@ -450,8 +441,8 @@ def _index(section: _Fields | None) -> Any:
 
 
 def _embeddings(section: _Fields) -> Any:
-    """An ``Embeddings``, an embedding function, or ``"default"``, from ``embed``: resolved as
-    the server resolves it (a ``.py:`` path, else a LangChain identifier)."""
+    """``embed`` resolved as the server resolves it (a ``.py:`` path, else a LangChain
+    identifier)."""
     spec = section.data["embed"]
     if not isinstance(spec, str) or not spec.strip():
         raise section.fail(

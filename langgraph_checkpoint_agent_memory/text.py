@@ -64,13 +64,11 @@ def _stem(word: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """The indexed terms of a text, in order: lower-cased words without stopwords, stemmed
-    (English Snowball), so "moved" finds "moving". The same analysis for documents and
-    queries on every backend, so an item ranks the same everywhere."""
+    (English Snowball), so "moved" finds "moving"."""
     return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
 
 
 def postings(doc: str) -> tuple[Counter[str], int]:
-    """``({term: frequency}, length)`` of a document, as the lexical index stores it."""
     found = tokens(doc)
     return Counter(found), len(found)
 

@@ -1,17 +1,5 @@
-"""The ``agent-memory`` command: the demo, and what operators need day to day.
-
-Every command that touches a database takes ``--url`` (else ``AGENT_MEMORY_URL``, else the
-embedded default: a SQLite file under ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory``
-or ``~/.local/share/agent-memory``). Only ``migrate`` and ``import`` create a database; the
-others open an existing one (``demo`` excepted: it writes to a database of its own, see
-:mod:`..demo`).
-Output is readable tables on a terminal and JSON with ``--json``; progress bars appear only
-on a terminal. Errors go to stderr in one line, with exit status 1 (a runtime failure:
-unreachable server, unknown scope) or 2 (bad arguments or configuration, a database that does
-not exist); Ctrl-C ends a command with one line and status 130.
-
-A SCOPE is written ``user=alice,agent=support`` (keys: user, agent, workflow).
-"""
+"""The ``agent-memory`` command: the demo, and what operators need day to day (the user
+guide's "The ``agent-memory`` command" describes its URLs, output and exit statuses)."""
 
 from __future__ import annotations
 
@@ -183,8 +171,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _keystore() -> dict[str, Any]:
     """Where the environment keeps the data keys: ``None`` (no encryption), ``"data
-    database"`` (the default key store: in every backup of it, which an erase does not
-    reach), else the key store's URL, masked."""
+    database"`` (in every backup of it, which an erase does not reach), else its URL."""
     from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     setting = resolve_encryption(None)
@@ -316,10 +303,6 @@ class _Unbuilt:
         """Nothing: the parser is not built."""
 
     def add_mutually_exclusive_group(self, **options: Any) -> _Unbuilt:
-        """Itself: its arguments are not built either."""
-        return self
-
-    def add_argument_group(self, *args: Any, **options: Any) -> _Unbuilt:
         """Itself: its arguments are not built either."""
         return self
 

@@ -1,9 +1,5 @@
-"""``agent-memory import``: move threads and store items in from LangGraph's own savers and
-stores (see :func:`~langgraph_checkpoint_agent_memory.from_langgraph.import_from_langgraph`).
-
-The destination's encryption is the environment's (``AGENT_MEMORY_MASTER_KEY``), as for the
-application; the threads' TTL is ``--ttl-seconds``.
-"""
+"""``agent-memory import``: :func:`~..from_langgraph.import_from_langgraph` from the command
+line."""
 
 from __future__ import annotations
 

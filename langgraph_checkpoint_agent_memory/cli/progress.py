@@ -1,12 +1,8 @@
 """Progress of a command that can run long, shown on a terminal only.
 
-:func:`progress` opens a bar on stderr when stderr is a terminal and ``--json`` is off, and
-yields what to call as the work advances: ``report(done, total)``, the signature of the
-``on_progress`` callbacks of the package's long operations (``encrypt_plaintext``,
-``sweep``, ``rotate``, ``migrate``, ``erase``), so a command passes it on as is; work in
-several parts at once (``import``: threads and store items) adds a bar per part with
-``report.part(description, unit)``. Piped, or with ``--json``, nothing is shown and the
-callbacks do nothing (not even load ``rich``): scripts read stdout and stderr unchanged.
+:func:`progress` yields ``report(done, total)``, the signature of the ``on_progress``
+callbacks of the package's long operations, so a command passes it on as is. Piped, or with
+``--json``, nothing is shown (``rich`` is not even loaded): scripts read stdout unchanged.
 
 Example:
     ```python

@@ -1,15 +1,10 @@
 """Agent memory as stored, read with the database alone: what ``scopes``, ``facts`` and
 ``episodes`` show.
 
-Those commands answer at once: they load neither the store (LangGraph's ``BaseStore``
-loads LangChain's runnables) nor the façade (its nodes and tools load LangChain's
-tracers), which made a command take over a second before it read a row. They run
-memory's own reading plans (:mod:`..memory.reading`) on the database, so what they show is
-what :class:`~..memory.AgentMemory` returns.
-
-An encrypted database needs its data keys, which the store's key ring holds: with
-encryption configured, or on a database marked encrypted, the commands read through the
-store (which refuses a marked database opened without its master key).
+They load neither the store nor the façade (which load LangChain and made a command take
+over a second); they run memory's own reading plans (:mod:`..memory.reading`), so they show
+what :class:`~..memory.AgentMemory` returns. An encrypted database is read through the store,
+which holds the data keys.
 """
 
 from __future__ import annotations

@@ -1,36 +1,13 @@
 """Sealing and opening with one data key, and wrapping data keys with a master key, with
-no I/O.
+no I/O (the design: docs/internals/encryption-design.md).
 
 A sealed value is ``marker (1) | key id (8) | check (4) | nonce (12) | ciphertext | tag (16)``:
-AES-256 in GCM mode (authenticated encryption) under the data key's value subkey, the header
-(marker, key id and check) authenticated with the row's identity as associated data, so a
-sealed value copied into another row, or another owner's row, does not open. The marker says
-the format and whether the plaintext was compressed first (by :mod:`..compression`, where that
-makes it smaller; values sealed before that module held zlib streams, still opened); the
-check is a CRC-32 of marker and
-key id, so a damaged header reads as a damaged value (:class:`DecryptionError`), never as the
-id of a key that is not there (:class:`KeyMissingError`). Text columns hold the same bytes in
-base64 after ``"!"`` (:meth:`DataKey.seal_text`). The associated data is the row's identity as
-:func:`aad` encodes it: each part length-prefixed, so no two identities share an encoding.
+AES-256-GCM under the data key's value subkey, the header and the row's identity
+(:func:`aad`) authenticated as associated data. The check, a CRC-32 of marker and key id,
+makes a damaged header read as :class:`DecryptionError`, never as a missing key.
 
-Each purpose has its own subkey of the 32-byte data key, each HMAC-SHA256 under the data key
-over a label of its own, so they are independent: the value subkey by HKDF-SHA256's expand
-step (RFC 5869; no extract step, the data key being 32 random bytes already), label
-``agent-memory values v2``; the term subkey as HMAC-SHA256 over ``agent-memory terms v1``.
-The term subkey keeps the derivation it has had since encryption came in: the lexical
-index holds term hashes made with it, and a new one would leave every posting of an
-existing database unmatched by new queries (a new derivation for new keys only would need a
-version kept with each key, which the key table has no column for; re-hashing means
-decrypting and re-indexing every item).
-
-Terms of the lexical index are keyed hashes (HMAC-SHA256 under the term subkey, cut to 96
-bits), so a query's terms are found by equality while the stored ones do not say which
-words they are.
-
-A data key is stored only *wrapped* (encrypted) by a key provider. The built-in
-:class:`MasterKeyProvider` wraps with AES-256-GCM under a master key given as configuration
-(``AGENT_MEMORY_MASTER_KEY``). A KMS, SAP's credential store or an HSM plugs in as any object
-with the three methods of :class:`KeyProvider`.
+The term subkey keeps the derivation it has had since encryption came in: the lexical index
+holds term hashes made with it, and a new one would leave every existing posting unmatched.
 """
 
 from __future__ import annotations
@@ -79,8 +56,6 @@ TERM_LABEL = b"agent-memory terms v1"
 
 
 def aesgcm(key: bytes) -> Any:
-    """``cryptography``'s AES-GCM over ``key``; :class:`MissingExtraError` when the package
-    is missing."""
     aead = require(
         "cryptography.hazmat.primitives.ciphers.aead",
         "encryption",
@@ -90,8 +65,7 @@ def aesgcm(key: bytes) -> Any:
 
 
 def subkey(secret: bytes, label: bytes) -> bytes:
-    """The 32-byte subkey of ``secret`` (32 random bytes) for one purpose: HKDF-SHA256's
-    expand step, ``label`` as its info."""
+    """HKDF-SHA256's expand step only: ``secret`` is 32 random bytes already."""
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
@@ -99,17 +73,14 @@ def subkey(secret: bytes, label: bytes) -> bytes:
 
 
 def new_key() -> bytes:
-    """A fresh random 256-bit key."""
     return os.urandom(32)
 
 
 def new_key_id() -> str:
-    """A fresh random key id (16 hex digits)."""
     return os.urandom(KEY_ID_BYTES).hex()
 
 
 def _check(head: bytes | bytearray | memoryview) -> int:
-    """The check of a header's marker and key id (``head``: its first 9 bytes)."""
     return zlib.crc32(head) & 0xFFFFFFFF
 
 
@@ -165,12 +136,10 @@ def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
 
 
 def is_sealed_text(value: str) -> bool:
-    """Whether a text column's ``value`` holds a sealed value."""
     return value.startswith(TEXT_PREFIX)
 
 
 def text_bytes(value: str) -> bytes:
-    """The sealed bytes a text column's sealed ``value`` holds."""
     try:
         return base64.b64decode(value[len(TEXT_PREFIX) :], validate=True)
     except ValueError:
@@ -178,7 +147,6 @@ def text_bytes(value: str) -> bytes:
 
 
 def plaintext_refused(what: str) -> PlaintextRowError:
-    """The error for a plaintext ``what`` read with encryption on."""
     return PlaintextRowError(
         f"{what} is not encrypted, and encryption is on: encrypt existing rows with "
         "`agent-memory encrypt` (or open with Encryption(..., allow_plaintext=True) while "
@@ -406,7 +374,6 @@ def generate_master_key() -> str:
 
 
 def master_key_id(key: bytes) -> str:
-    """A short public name of a master key (8 hex digits of a hash of it)."""
     return hashlib.sha256(b"agent-memory master key id" + key).hexdigest()[:8]
 
 

@@ -1,18 +1,8 @@
 """The keyring: data keys by owner and by id, unwrapped once and kept in memory.
 
-One :class:`Keyring` serves a saver or a store. Asking for an owner's key (:meth:`key`)
-finds it in the key store or creates it (a race between processes keeps one); opening a
-sealed value finds its key by the id the value carries (:meth:`by_id`). Unwrapped keys are
-cached; an owner's key is looked up again after ``recheck_seconds``, so a key another process
+An owner's cached key is looked up again after ``recheck_seconds``, so a key another process
 destroyed (an erase) stops being used for new rows within that time. Every lookup is a plan
 of :mod:`..db.keys`, so the sync and async methods share one implementation.
-
-Wrapped data keys live in the ``am_keys`` table of a database (:class:`KeyStore`). By
-default the table is in the data's own database (the saver's or the store's). With
-``AGENT_MEMORY_KEYSTORE_URL`` (or ``Encryption(keystore_url=...)``) it is in a database of
-its own, so a backup of the data holds no key, and erasing a scope (which deletes its key
-there) makes the scope unreadable in every earlier backup of the data. In-memory savers keep
-their keys in a private in-memory SQLite database.
 """
 
 from __future__ import annotations
@@ -136,7 +126,6 @@ class Keyring:
             return entry[0]
 
     def cached_id(self, key_id: str) -> DataKey | None:
-        """The key named ``key_id`` when the cache holds it (no I/O)."""
         with self._lock:
             return self._by_id.get(key_id)
 
@@ -154,7 +143,6 @@ class Keyring:
         return key
 
     def forget(self, owners: Sequence[str]) -> None:
-        """Drop ``owners``' keys from the cache (their keys were destroyed)."""
         with self._lock:
             for owner in owners:
                 entry = self._by_owner.pop(owner, None)
@@ -191,11 +179,8 @@ class Keyring:
 
     def provider_check_plan(self) -> Plan[None]:
         """Before this keyring wraps its first key: the provider must unwrap a key the key
-        store holds already (the first by id), so that a wrong master key wraps nothing.
-        Until it has unwrapped one: the setup of a saver or store whose key store is its
-        own database runs it, else the first key made does, and while the key store is
-        empty every key made does, so that a second process given another master key is
-        refused as soon as the first has stored a key.
+        store holds already, so that a wrong master key wraps nothing (checked again for
+        each key made while the key store is empty).
 
         Raises:
             DecryptionError: It does not (a wrong master key, or the new one of a rotation
@@ -216,7 +201,6 @@ class Keyring:
             self._provider_checked = True
 
     def _fresh(self, owner: str) -> tuple[sqlk.KeyRow, DataKey]:
-        """A new key of ``owner``: its row (wrapped) and the key itself."""
         secret = new_key()
         row = sqlk.KeyRow(new_key_id(), owner, self.provider.wrap(secret, owner), time.time())
         return row, DataKey(row.key_id, owner, secret)
@@ -224,13 +208,10 @@ class Keyring:
     def sealing_plan(
         self, owner: str, write: Callable[[DataKey], Plan[T]], *, likely_new: bool = False
     ) -> Plan[tuple[DataKey | None, T]]:
-        """``write`` sealed with ``owner``'s key, where the key store is the database the
-        plan runs on: the key from the cache, else from the key store (``likely_new``:
-        not looked up), else made and stored in the write's own transaction and round trip
-        (:func:`..db.keys.carrying_plan`), not in one of its own. When another process
-        made the owner's key meanwhile, its key is loaded and the write sealed and sent
-        again. Returns the key written with (``None`` if it was never stored: the write
-        committed nothing) and the write's value."""
+        """``write`` sealed with ``owner``'s key, a new key stored in the write's own
+        transaction and round trip (:func:`..db.keys.carrying_plan`); when another process
+        made the owner's key meanwhile, the write is sealed again with that one. Returns the
+        key written with (``None``: never stored) and the write's value."""
         dialect = self.keystore.dialect
         if not sqlk.carries(dialect):  # the key in a transaction of its own, then the write
             made = yield from self.key_plan(owner, likely_new=likely_new)
@@ -257,7 +238,6 @@ class Keyring:
         return made, (yield from write(made))
 
     def by_id_plan(self, key_id: str) -> Plan[DataKey]:
-        """The key named ``key_id`` (a sealed value's), or :class:`KeyMissingError`."""
         with self._lock:
             found = self._by_id.get(key_id)
         if found is not None:
@@ -273,8 +253,7 @@ class Keyring:
         return self._remember(self._unwrapped(row), owner_checked=False)
 
     def destroy_plan(self, owners: Sequence[str]) -> Plan[list[str]]:
-        """Destroy the keys of ``owners`` (the provider first, then the key store's rows);
-        the ids of the keys destroyed."""
+        """Destroy the keys of ``owners``; the ids of the keys destroyed."""
         unique = sorted(set(owners))
         rows = yield from sqlk.destroy_plan(self.keystore.dialect, unique)
         for row in rows:
@@ -285,10 +264,8 @@ class Keyring:
     def rotate_plan(
         self, on_progress: Callable[[int, int | None], None] | None = None
     ) -> Plan[int]:
-        """Re-wrap every data key with the provider's current master key (keys already
-        under it are left as they are); how many were re-wrapped. The data is not touched,
-        and readers keep working throughout (the provider unwraps under old and new).
-        ``on_progress``: called after each page with ``(keys looked at, keys in all)``."""
+        """Re-wrap every data key not under the provider's current master key; how many
+        were. Readers keep working throughout (the provider unwraps under old and new)."""
         is_current = getattr(self.provider, "is_current", None)
         after, done, seen = "", 0, 0
         total = None
@@ -351,8 +328,7 @@ class Keyring:
         reuse: Callable[[DataKey], Awaitable[V]],
     ) -> V:
         """Tasks of one loop missing ``owner``'s key look it up once: the first runs
-        ``lookup`` (the key it found or made, and its result); the others ``reuse`` that
-        key, or, when the first one's lookup failed, run ``lookup`` on their own."""
+        ``lookup``; the others ``reuse`` its key, or run ``lookup`` if it failed."""
         loop = asyncio.get_running_loop()
         slot = (id(loop), owner)
         pending = self._inflight.get(slot)
@@ -532,11 +508,9 @@ class KeyStore(SchemaOnFirstUse):
         return await self._arun(plan)
 
     def describe(self) -> str:
-        """Where the keys are (password masked)."""
         return self.db.describe()
 
     def close(self) -> None:
-        """Close the database when it was opened for the key store."""
         if self.owned:
             self.db.close()
 

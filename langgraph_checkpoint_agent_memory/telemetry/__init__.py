@@ -56,11 +56,9 @@ class Provider:
         recheck()
 
     def module(self) -> Any:
-        """The API's module (a look-up in ``sys.modules`` once imported)."""
         return sys.modules.get(self.api) or importlib.import_module(self.api)
 
     def current(self) -> Any:
-        """The provider to record with: the one given, else the global one."""
         return self.given if self.given is not None else getattr(self.module(), self.getter)()
 
     def recording(self) -> bool:
@@ -121,7 +119,7 @@ def live() -> bool:
 
 
 def version() -> str:
-    """The package's version, the instrumentation scope's."""
+    """The package's version (the instrumentation scope's, and ``__version__``)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

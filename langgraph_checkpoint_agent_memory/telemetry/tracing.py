@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from langgraph_checkpoint_agent_memory.errors import error_type
 from langgraph_checkpoint_agent_memory.telemetry import (
     SCOPE,
     TRACER,
@@ -133,19 +134,6 @@ def tracing() -> bool:
         False
     """
     return current()[1]
-
-
-def error_type(error: BaseException) -> str:
-    """``error.type`` of ``error``: its class's fully qualified name (a built-in's name).
-
-    Example:
-        >>> error_type(ValueError("bad")), error_type(KeyboardInterrupt())
-        ('ValueError', 'KeyboardInterrupt')
-    """
-    kind = type(error)
-    if kind.__module__ == "builtins":
-        return kind.__qualname__
-    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def status_code(error: BaseException) -> str | None:
