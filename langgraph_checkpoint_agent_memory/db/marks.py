@@ -2,21 +2,12 @@
 
 - ``shard_depth``: the store's shard-key rule, recorded by the first setup and fixed once rows
   carry keys computed by it (see :func:`.migrations.migrate_plan`).
-- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed. A setup with
-  encryption on records it in the transaction of its migrations: the saver's, the store's
-  (and so agent memory's), and ``agent-memory migrate`` with the master key; a component
-  without setup (``auto_setup=False``) records it with its first write. A component opened
-  without encryption reads the mark at its first use, in its setup or, with
-  ``auto_setup=False``, on its own, and refuses a marked database before it reads or writes
-  a row: sealed rows are never decoded as if they were plaintext, and no plaintext is
-  written beside them. (``Encryption(allow_plaintext=True)``, the migration mode, reads
-  plaintext rows of an encrypted database; it needs the master key all the same.) The mark
-  lives in the data's own database: the key store may be a database of its own, which holds
-  no data.
+- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed (the user
+  guide, "Without the key, or with a wrong one"), recorded in the transaction of a setup's
+  migrations or with the first write of a component without setup. It lives in the data's
+  own database: the key store may be a database of its own, which holds no data.
 - ``created_by``: who made the database, so that a program (the demo) later writes to, or
-  deletes, only a database that carries its mark. A database that holds no table at all (a
-  new SQLite file, an empty PostgreSQL database or schema) has nothing to lose and may be
-  claimed; any other needs the mark.
+  deletes, only a database that carries its mark (or one that holds no table at all).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What the SQL of agent memory needs to seal and open store rows: a small protocol.
 
-Agent memory writes and reads store item rows with its own statements (:mod:`.memory`,
-:mod:`.memory_jobs`). When the store encrypts at rest, those rows must be sealed and opened
-exactly as the store's own ``put`` and ``get`` do; the store's sealer
-(``store.sealing.Sealer``) implements this protocol, and the memory plans call it without
-importing the store (or the crypto layer): a data key is opaque here (``Any``).
-
-Key lookups are plans without I/O of their own: with the key store in the store's own
-database they run inside the calling plan; with a key store of its own they stop the plan
-with ``KeysNeeded``, and :meth:`RowSealer.call` loads the keys and runs the plan again.
+Agent memory writes store item rows with its own statements (:mod:`.memory`,
+:mod:`.memory_jobs`), sealed and opened exactly as the store's own ``put`` and ``get`` do:
+the store's sealer (``store.sealing.Sealer``) implements this protocol, so the memory plans
+call it without importing the store or the crypto layer (a data key is ``Any`` here).
 """
 
 from __future__ import annotations
@@ -23,10 +18,6 @@ T = TypeVar("T")
 
 class RowSealer(Protocol):
     """Seals and opens store rows with the data key of their shard key (see the module)."""
-
-    @property
-    def allow_plaintext(self) -> bool:
-        """Whether plaintext rows are read (the migration mode) instead of refused."""
 
     def call(self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds with ``run``, loading the keys it stops for and
@@ -52,9 +43,6 @@ class RowSealer(Protocol):
 
     def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
         """An item row's value as a dict (opened when sealed)."""
-
-    def key_id(self, sealed: bytes) -> str:
-        """The id of the data key a sealed value names."""
 
     def seal_vector(self, key: Any, prefix: str, item_key: str, field: str, vector: bytes) -> bytes:
         """One embedded field's float32 vector sealed for its row."""

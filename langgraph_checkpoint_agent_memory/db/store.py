@@ -278,8 +278,7 @@ def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[in
 
 
 class StoreStatements:
-    """The store's SQL for one dialect: SQLAlchemy Core over :mod:`.schema`'s tables (the
-    dialects' vector searches carry their vector operators as raw fragments).
+    """The store's SQL for one dialect (see the module).
 
     Every statement of one item or one namespace names its shard key (``:shard``, computed
     by :meth:`shard`), so a distributed database routes it to one shard; a namespace prefix
@@ -421,8 +420,13 @@ class StoreStatements:
         return self.statement("upsert", lambda: self.d.upsert(store_items, keys, update))
 
     def created_at(self) -> Sql:
-        t = store_items
-        return self.statement("created_at", lambda: sa.select(t.c.created_at).where(key_match(t)))
+        return self._of_item("created_at", store_items, "created_at")
+
+    def _of_item(self, name: str, t: sa.Table, *columns: str) -> Sql:
+        """``columns`` of ``t``'s rows of one item (``:shard``, ``:prefix``, ``:key``)."""
+        return self.statement(
+            name, lambda: sa.select(*(t.c[c] for c in columns)).where(key_match(t))
+        )
 
     def delete_item(self) -> list[Sql]:
         """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
@@ -769,60 +773,32 @@ class StoreStatements:
         :a_key)``: the next page of a filter decided on decrypted values, read on from the last
         row where an offset would sort and skip every earlier row again."""
         t = store_items
-
-        def build() -> Any:
-            updated = sa.bindparam("a_updated", type_=t.c.updated_at.type)
-            prefix = sa.bindparam("a_prefix", type_=t.c.prefix.type)
-            key = sa.bindparam("a_key", type_=t.c.key.type)
-            after = sa.or_(
-                t.c.updated_at < updated,
-                sa.and_(
-                    t.c.updated_at == updated,
-                    sa.or_(t.c.prefix > prefix, sa.and_(t.c.prefix == prefix, t.c.key > key)),
-                ),
-            )
-            return self._newest(scoped, filters, after)
-
-        return self.statement(("recent_after", scoped, filters), build)
+        after = (t.c.updated_at.desc(), t.c.prefix, t.c.key)
+        return self.statement(
+            ("recent_after", scoped, filters),
+            lambda: self._newest(scoped, filters, _after(after, ("updated", "prefix", "key"))),
+        )
 
     def plaintext_items(self) -> Sql:
         """Up to ``:n`` items not sealed, after ``(:a_shard, :a_prefix, :a_key)`` in key
         order: ``(shard, prefix, key, value)``, read without locks across shards."""
         t = store_items
-        after: tuple[Any, ...] = (
-            sa.bindparam("a_shard"),
-            sa.bindparam("a_prefix"),
-            sa.bindparam("a_key"),
-        )
-
-        def build() -> Any:
-            later = sa.or_(
-                t.c.shard > after[0],
-                sa.and_(t.c.shard == after[0], t.c.prefix > after[1]),
-                sa.and_(t.c.shard == after[0], t.c.prefix == after[1], t.c.key > after[2]),
-            )
-            return (
-                sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.value)
-                .where(t.c.sealed.is_(None), later)
-                .order_by(t.c.shard, t.c.prefix, t.c.key)
+        order = (t.c.shard, t.c.prefix, t.c.key)
+        return self.statement(
+            "plaintext_items",
+            lambda: (
+                sa.select(*order, t.c.value)
+                .where(t.c.sealed.is_(None), _after(order, ("shard", "prefix", "key")))
+                .order_by(*order)
                 .limit(sa.bindparam("n", type_=sa.Integer))
-            )
-
-        return self.statement("plaintext_items", build)
+            ),
+        )
 
     def item_postings(self) -> Sql:
-        """``(term, tf, dl)`` of one item's postings."""
-        t = store_terms
-        return self.statement(
-            "item_postings", lambda: sa.select(t.c.term, t.c.tf, t.c.dl).where(key_match(t))
-        )
+        return self._of_item("item_postings", store_terms, "term", "tf", "dl")
 
     def item_vectors(self) -> Sql:
-        """``(field, vector)`` of one item's vectors."""
-        t = store_vectors
-        return self.statement(
-            "item_vectors", lambda: sa.select(t.c.field, t.c.vector).where(key_match(t))
-        )
+        return self._of_item("item_vectors", store_vectors, "field", "vector")
 
     def seal_item(self) -> Sql:
         """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
@@ -1046,6 +1022,16 @@ def items_named(t: Any, n: int) -> Any:
 def terms_in(t: Any, n: int) -> Any:
     """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
     return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
+
+
+def _after(order: Sequence[Any], names: Sequence[str]) -> Any:
+    """Core: the row comes after ``:a_<name>`` values in ``order`` (columns, or a column's
+    ``desc()``): the next page by keyset."""
+    (term, *rest), (name, *more) = order, names
+    column = getattr(term, "element", term)  # a desc() wraps its column
+    value = sa.bindparam(f"a_{name}", type_=column.type)
+    first = column < value if term is not column else column > value
+    return sa.or_(first, sa.and_(column == value, _after(rest, more))) if rest else first
 
 
 def _fingerprint(*where: Any) -> Any:

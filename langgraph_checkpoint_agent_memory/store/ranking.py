@@ -4,21 +4,10 @@ reciprocal rank fusion, as plans over the ``db`` layer's statements.
 A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; the store
 reads the winners and applies the exact filter. It caches what moves slowly: each namespace's
 BM25 corpus statistics and vector count, and for recall's exact search each namespace's
-normalized vectors.
-
-Vector similarity takes one of three paths:
-
-- **approximate**, through the database's HNSW index (pgvector, SAP HANA Cloud), when the
-  searched namespace is large enough, in vectors and in its share of the index, for the
-  index to beat exact ranking (:meth:`Ranker.takes_index`). pgvector's iterative scan reads
-  the index on until enough rows pass the namespace and the filter; should it stop short
-  (a filter that keeps few items), the exact path answers instead, so a search never
-  returns fewer results than there are matches;
-- **exact in SQL**, where the database has vectors but the namespace is small (or the index
-  is missing): the namespace's vectors are read through an index and ranked in the database,
-  which returns only the best;
-- **exact in numpy**, where the database has no vector type (SQLite, memory, PostgreSQL
-  without pgvector): the namespace's vectors are read and ranked in this process.
+normalized vectors. Vector similarity is approximate (an HNSW index), exact in SQL or exact in
+numpy (``docs/internals/vector-search.md``); should the approximate scan stop short of enough
+matches, the exact path answers instead, so a search never returns fewer results than there
+are matches.
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -51,6 +40,8 @@ from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.blocks import blocked_plan
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
+
+K = TypeVar("K", str, tuple[str, str])
 
 #: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
 OPENED_NAMESPACES = 256
@@ -97,11 +88,8 @@ class Ranker:
         self.stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
         self.stats_seconds = 60.0
         #: (namespace, exact, term as stored) -> (document frequency, 0, when read, writes
-        #: then): the df of a common term, kept by the same rule as the corpus statistics
-        #: (a tenth of its df written, or ``stats_seconds``). Counting a term costs a read of
-        #: every posting it has under the namespace: a third of a query of three words each
-        #: in half of 100,000 items. Terms in fewer than :attr:`common_df` items are counted
-        #: with every query (their count is cheap, and a few writes move it).
+        #: then): the df of a term in :attr:`common_df` items or more, kept by the same rule
+        #: as the corpus statistics (counting it reads every posting it has).
         self.term_stats: OrderedDict[tuple[str, bool, str], tuple[int, float, float, int]] = (
             OrderedDict()
         )
@@ -125,17 +113,10 @@ class Ranker:
         #: Vectors an item has, at most (its embedded fields): an approximate search asks
         #: for that many rows per candidate.
         self.fields = 1
-        #: The switch between exact and approximate search (measured: ``benchmarks run
-        #: stores``). Exact search of a namespace of N vectors costs about N comparisons;
-        #: the index about ``want / share`` entries, each ``index_cost`` comparisons (a
-        #: graph step, and a heap visit to test the namespace): the namespace's share of
-        #: the index is N / T, so the index pays when N * N >= index_cost * want * T.
-        #: Namespaces of at most ``exact_max`` vectors are ranked exactly whatever their
-        #: share: even an index holding nothing else costs more there.
+        #: The switch between exact and approximate search (:meth:`takes_index`; measured,
+        #: ``benchmarks run stores``, and explained in ``docs/internals/vector-search.md``).
         self.exact_max = 2_000
         self.index_cost = 50.0
-        #: Vectors counted under a namespace at most (a namespace this large takes the
-        #: index whatever its share).
         self.count_cap = 200_000
         #: (namespace, index) -> (vectors, index size, when read, writes then), refreshed
         #: as BM25's statistics are.
@@ -289,8 +270,10 @@ class Ranker:
         ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
         much cheaper than reading each one's item; should expired items then leave too few
         results, the store ranks again joined."""
-        if self.sealer is not None:
-            return (yield from self._sealed_vector_plan(query_vector, base, want))
+        if self.sealer is not None:  # no index can read sealed vectors: exact, decrypted here
+            opened = yield from self._sealed_rows_plan(base)
+            closest = nearest(opened, query_vector, want + 1)
+            return closest[:want], len(closest) > want
         text = vector_text(query_vector)
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
@@ -324,15 +307,6 @@ class Ranker:
             [Stmt(self.statements.vectors(filters, scoped(base)), base, fetch=True)]
         )
         closest = nearest(found, query_vector, want + 1)
-        return closest[:want], len(closest) > want
-
-    def _sealed_vector_plan(
-        self, query_vector: list[float], base: dict[str, Any], want: int
-    ) -> Plan[tuple[list[tuple[str, str]], bool]]:
-        """Exact search over the namespace's vectors, decrypted here (encryption at rest:
-        no index can read them)."""
-        rows = yield from self._sealed_rows_plan(base)
-        closest = nearest(rows, query_vector, want + 1)
         return closest[:want], len(closest) > want
 
     def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
@@ -409,7 +383,9 @@ class Ranker:
 
     def takes_index(self, vectors: int, total: float, want: int) -> bool:
         """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
-        up to :attr:`count_cap`) in an index of about ``total`` come from the index."""
+        up to :attr:`count_cap`) in an index of about ``total`` come from the index: exact
+        search costs about ``vectors`` comparisons, the index about ``want * total / vectors``
+        entries of ``index_cost`` comparisons each."""
         if vectors <= self.exact_max:
             return False
         total = max(total, float(vectors))
@@ -616,11 +592,7 @@ class Ranker:
         if keys:
             q = np.asarray(query_vector, dtype=np.float32)
             sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
-            best: dict[str, float] = {}
-            for key, sim in zip(keys, sims, strict=True):
-                if sim > best.get(key, -2.0):
-                    best[key] = sim
-            rankings.append([(ns, k) for k in sorted(best, key=lambda k: -best[k])[:want]])
+            rankings.append([(ns, k) for k in _best(keys, sims, want)])
             weights.append(self.ranking.vector_weight)
         return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
 
@@ -650,21 +622,12 @@ class Ranker:
         fingerprint = (int(found.items), float(found.latest or 0.0))
         if (cached := self._cached(self.matrices, ns, fingerprint, "matrices")) is not None:
             return cached[1], cached[2]
+        st = self.statements
+        sql = st.vectors_exact() if self.sealer is None else st.sealed_vectors_exact()
+        [rows] = yield Batch([Stmt(sql, self._one_ns(ns, now), fetch=True)])
         if self.sealer is None:
-            [rows] = yield Batch(
-                [Stmt(self.statements.vectors_exact(), self._one_ns(ns, now), fetch=True)]
-            )
             found_rows = list(map(KeyVectorRow._make, rows))
         else:
-            [rows] = yield Batch(
-                [
-                    Stmt(
-                        self.statements.sealed_vectors_exact(),
-                        self._one_ns(ns, now),
-                        fetch=True,
-                    )
-                ]
-            )
             opened = yield from self._opened(rows)
             found_rows = [KeyVectorRow(r.key, r.vector) for r in opened]
         # stores of other dimension counts may share the namespace: their vectors are not
@@ -702,9 +665,14 @@ def nearest(rows: Sequence[Sequence[Any]], query: list[float], want: int) -> lis
     q = np.asarray(query, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
     sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
-    best: dict[tuple[str, str], float] = {}
-    for row, sim in zip(vectors, sims.tolist(), strict=True):
-        key = (row.prefix, row.key)
+    return _best([(row.prefix, row.key) for row in vectors], sims.tolist(), want)
+
+
+def _best(keys: Sequence[K], sims: Sequence[float], want: int) -> list[K]:
+    """The ``want`` most similar of ``keys``, each once at its best similarity (an item's
+    best field wins)."""
+    best: dict[K, float] = {}
+    for key, sim in zip(keys, sims, strict=True):
         if sim > best.get(key, -2.0):
             best[key] = sim
     return sorted(best, key=lambda k: -best[k])[:want]

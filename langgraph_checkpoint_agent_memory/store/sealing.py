@@ -1,16 +1,9 @@
-"""Encryption at rest for the store: what is sealed, under which key, and how plans find keys.
+"""Encryption at rest for the store: what is sealed, under which key, and how plans find keys
+(``docs/internals/encryption-design.md`` says what is sealed and what it reveals).
 
-With encryption on, every item is sealed under the data key of its shard key (owner
-:func:`~..crypto.cipher.store_owner`), with the row's identity as associated data:
-
-* the value goes into ``am_store_items.sealed`` (bytes; ``value`` holds ``{}``), and the
-  text lexical search indexed (``doc``) is not stored;
-* each vector in ``am_store_vectors.vector`` is sealed (the database's native vector
-  columns stay empty, so no HNSW index serves an encrypted store: exact search over the
-  vectors decrypted in the store);
-* each term of the lexical index is stored as its keyed hash (:meth:`DataKey.term`); a
-  query hashes its terms with the key of each shard it searches, so BM25 scores exactly as
-  without encryption.
+Every item is sealed under the data key of its shard key (owner
+:func:`~..crypto.cipher.store_owner`), with the row's identity as associated data: its value,
+each vector, and each term of the lexical index as its keyed hash (:meth:`DataKey.term`).
 
 Plans find keys without I/O of their own: the keyring's cache first; then, when the key
 store is the store's own database, the keyring's plans run inside the store's plan; else the
@@ -18,20 +11,11 @@ plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the 
 and runs the plan again (reads only: every plan writes last). Keys found during one call are
 kept for that call (a context variable).
 
-Equality filters, decided in the database: fields the user marks *filterable*
-(``Encryption(filterable_fields=...)``) also keep, per item, in the lexical index's table and
-under the shard key's data key:
-
-* a *mark* per field, ``HMAC("field")``: this item was indexed for the field;
-* when the field's value is a JSON scalar (a string, a number, a boolean, null), its keyed
-  hash, ``HMAC("field" + value)``; numbers in one form, so ``1`` and ``1.0`` hash alike.
-
-An ``$eq`` or ``$in`` condition on a filterable field then reads, in SQL, the items that
-hold one of the hashes of the values asked for, or that lack the field's mark (written
-before the field was marked, or by a path that does not index it): never fewer than the
-filter keeps. The store still decides every condition exactly on the decrypted values.
-What this reveals to someone holding the database: within one shard key, which items share
-a value of a filterable field (not the value), and how many distinct values there are.
+Equality filters on the fields the user marks *filterable* are narrowed in the database: per
+item, a *mark* per field, ``HMAC("field")``, and when the field's value is a JSON scalar its
+keyed hash, ``HMAC("field" + value)``. An ``$eq`` or ``$in`` condition then reads the items
+that hold one of the hashes asked for or lack the field's mark: never fewer than the filter
+keeps; the store still decides every condition on the decrypted values.
 """
 
 from __future__ import annotations
@@ -39,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -99,6 +84,28 @@ class _Call:
 _CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
 
 
+@contextmanager
+def _calling() -> Iterator[_Call]:
+    """The keys found during the current call (a new call unless one is under way)."""
+    call = _CALL.get()
+    if call is not None:
+        yield call
+        return
+    token = _CALL.set(call := _Call())
+    try:
+        yield call
+    finally:
+        _CALL.reset(token)
+
+
+def _stalled(call: _Call, need: KeysNeeded, stalls: int) -> int:
+    """The rounds in a row without progress, ``need`` counted; raised past :data:`MAX_ROUNDS`."""
+    stalls = stalls + 1 if call.knows(need) else 0
+    if stalls > MAX_ROUNDS:
+        raise need
+    return stalls
+
+
 class Sealer:
     """Seals and opens one store's rows, with the data keys of one keyring.
 
@@ -135,53 +142,30 @@ class Sealer:
         #: per posting is most of what sealing adds to a put. Emptied when full.
         self._terms: dict[tuple[str, str], str] = {}
 
-    @property
-    def allow_plaintext(self) -> bool:
-        return self.keyring.allow_plaintext
-
     # -- calls -----------------------------------------------------------------------------
 
     def call(self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds, loading the keys it asks for and running it again."""
-        call, token = self._enter()
-        try:
+        with _calling() as call:
             stalls = 0
             while True:
                 try:
                     return run(make())
                 except KeysNeeded as need:
-                    stalls = stalls + 1 if call.knows(need) else 0
-                    if stalls > MAX_ROUNDS:
-                        raise
+                    stalls = _stalled(call, need, stalls)
                     self._load(call, need)
-        finally:
-            if token is not None:
-                _CALL.reset(token)
 
     async def acall(self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]]) -> T:
         """Async :meth:`call` (``run`` is awaited)."""
-        call, token = self._enter()
-        try:
+        with _calling() as call:
             stalls = 0
             while True:
                 try:
                     result: T = await run(make())
                     return result
                 except KeysNeeded as need:
-                    stalls = stalls + 1 if call.knows(need) else 0
-                    if stalls > MAX_ROUNDS:
-                        raise
+                    stalls = _stalled(call, need, stalls)
                     await self._aload(call, need)
-        finally:
-            if token is not None:
-                _CALL.reset(token)
-
-    def _enter(self) -> tuple[_Call, Any]:
-        call = _CALL.get()
-        if call is not None:
-            return call, None
-        call = _Call()
-        return call, _CALL.set(call)
 
     def _load(self, call: _Call, need: KeysNeeded) -> None:
         for owner in need.owners:
@@ -297,10 +281,6 @@ class Sealer:
     def seal_value(self, key: DataKey, prefix: str, item_key: str, text: str) -> bytes:
         """An item's JSON text sealed for its row."""
         return key.seal(text.encode("utf-8"), aad(ITEM, self.shard(prefix), prefix, item_key))
-
-    def key_id(self, sealed: bytes) -> str:
-        """The id of the data key a sealed value names."""
-        return key_id_of(sealed)
 
     def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
         """An item row's value as a dict: opened when sealed; a plaintext row only with

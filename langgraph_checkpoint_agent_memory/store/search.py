@@ -1,31 +1,19 @@
 """The store's search: filters, query terms, BM25 weights and rank fusion (no I/O), and the
 search plans: candidates ranked (see :mod:`.ranking`) or newest first, then read back in pages
-and decided exactly against the filter.
-
-Filter semantics, the same on every backend: ``{"a.b": 3}`` or ``{"a.b": {"$gt": 2}}`` look
-up nested keys; ``$eq $ne $gt $gte $lt $lte $in $nin``; numbers compare as numbers and strings
-as strings (a string never equals or orders against a number); an item that lacks the key
-never matches. SQL backends narrow rows with a pre-filter and this module decides exactly.
-
-With encryption on, the database cannot pre-filter sealed values: filters are decided here
-on decrypted values, with the same results, scores, limit and offset, reading and decrypting
-candidates best first (or newest first, without a query) until the page is full, unless
-fields marked filterable narrow them in the database first (see :mod:`.sealing`).
+and decided exactly against the filter (SQL backends narrow rows with a pre-filter first; with
+encryption on, filters are decided on decrypted values, see :mod:`.sealing`). The user guide
+states the filter semantics, the same on every backend.
 
 After the database's ranking, a search with a query may be staged (:func:`stage` says what
 runs, :meth:`Staged.candidates` what each search ranks):
 
-* Dated: with the store's ``time_field``, a query that names a span of time ("last week",
-  "in May 2023": see :mod:`..when`, read relative to the store's clock) puts the items dated
-  inside it first. An item's date is its ``created_at`` or ``updated_at``, or a field of its
-  value holding seconds since the epoch; for a value field, the batch also runs the same
-  search restricted to the span (the store's filter, in the database), so an item dated then
-  is found even when its words rank it below the first candidates.
-* Reranked: with a reranker (the store's ``reranker=``, or a ``search`` call's), the first
-  ``top_n`` candidates (more when ``offset + limit`` asks for more) are ordered again outside
-  the database transaction, and the page comes from that order; an item's ``score`` is the
-  reranker's, when it gives one. Pages of one query stay consistent: each reads the same
-  candidates, ordered the same way. Searches without a query are never reranked.
+* Dated: with a ``time_field``, a query that names a span of time ("last week": see
+  :mod:`..when`) puts the items dated inside it first; for a value field, the batch also runs
+  the search restricted to the span, so an item dated then is found even when its words rank
+  it below the first candidates.
+* Reranked: with a reranker, the first ``top_n`` candidates are ordered again outside the
+  database transaction, and the page comes from that order (the same for every page of one
+  query). Searches without a query are never reranked.
 
 Only the items returned have their TTL refreshed, not every candidate read.
 """
@@ -376,18 +364,18 @@ class Searcher:
         return list(map(ItemRow._make, rows))
 
     def _newest_plan(
-        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None
+        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None, skip: int
     ) -> Plan[list[ItemRow]]:
         """Up to ``size`` live items under the namespace passing the pre-filter, newest
-        first, after ``last`` (the previous page's last row; ``None``: from the first)."""
+        first: after ``last`` (the previous page's last row, with encryption on), else after
+        ``skip`` of them."""
         one = scoped(base)
-        if last is None:
-            stmt = Stmt(self.statements.recent(filters, one), {**base, "n": size, "skip": 0})
-        else:  # with encryption on: the next page by keyset
-            after = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
+        params: dict[str, Any] = {"skip": skip}
+        sql = self.statements.recent(filters, one)
+        if last is not None:
+            params = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
             sql = self.statements.recent_after(one, filters)
-            stmt = Stmt(sql, {**base, "n": size, **after})
-        [rows] = yield Batch([Stmt(stmt.sql, stmt.params, fetch=True)])
+        [rows] = yield Batch([Stmt(sql, {**base, **params, "n": size}, fetch=True)])
         return list(map(ItemRow._make, rows))
 
     def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
@@ -438,28 +426,22 @@ class Searcher:
         if page.full:
             return page.items
         cursor, size = 0, max(op.limit + op.offset, 16)
-        sealed = self.sealer is not None
-        grow = 4 if sealed and conds else 2
+        sealer = self.sealer
+        grow = 4 if sealer is not None and conds else 2
         if grow == 4:
             size *= grow
         last: ItemRow | None = None
         while True:
-            if sealed:
-                found = yield from self._newest_plan(filters, base, size, last)
-            else:
-                params = {**base, "n": size, "skip": cursor}
-                recent = self.statements.recent(filters, scoped(base))
-                [rows] = yield Batch([Stmt(recent, params, fetch=True)])
-                found = list(map(ItemRow._make, rows))
-            if self.sealer is not None:
-                yield from self.sealer.ids_plan(sealed_of(found))
+            found = yield from self._newest_plan(filters, base, size, last, cursor)
+            if sealer is not None:
+                yield from sealer.ids_plan(sealed_of(found))
             for row in found:
                 if page.offer(row, None):
                     return page.items
             if len(found) < size:
                 return page.items
             cursor += size
-            last = found[-1]
+            last = found[-1] if sealer is not None else None
             size *= grow
 
 

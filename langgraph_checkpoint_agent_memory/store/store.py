@@ -2,19 +2,8 @@
 
 One implementation over the ``db`` layer (memory is SQLite in memory, so every backend has the
 same semantics). Batches are plans, so ``batch`` and ``abatch`` share everything but the
-embedding calls, which happen before the plan runs, outside any transaction.
-
-What it guarantees beyond LangGraph's stores: ``created_at`` survives updates; an item's
-vectors are replaced when it is updated and removed when it is deleted or put with
-``index=False``; filters compare numbers as numbers everywhere; expired items are invisible at
-once; :meth:`delete_namespace` removes a whole namespace prefix in one call. A query ranks by
-reciprocal rank fusion of lexical (BM25 over the store's own term index, the same on every
-database) and vector similarity (through pgvector's or SAP HANA Cloud's HNSW index for large
-namespaces, exact otherwise: see :mod:`.ranking`), so lexical search works with no embedder
-at all.
-
-With ``encryption=`` on, values, vectors and the term index are sealed per shard key (see
-:mod:`.sealing`); searches, filters, BM25 and TTLs work as without it.
+embedding calls, which happen before the plan runs, outside any transaction. Ranking is in
+:mod:`.ranking`, encryption at rest in :mod:`.sealing`.
 """
 
 from __future__ import annotations
@@ -78,9 +67,8 @@ from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedb
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
 from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
-from langgraph_checkpoint_agent_memory.store.traced import batch_span, told
 from langgraph_checkpoint_agent_memory.telemetry import metrics
-from langgraph_checkpoint_agent_memory.telemetry.tracing import db_operation, live, target_of
+from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
 
 T = TypeVar("T")
 #: A batch's puts, by namespace and key (the last of each).
@@ -457,29 +445,26 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 print(store.encrypt_plaintext())  # {'items': 1, 'vectors': 0, 'terms': 1}
             ```
         """
-        sealer = self.sealer
-        if sealer is None:
-            raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
+        sealer, make = self._encrypt_plaintext(on_progress)
         self._ready()
-        counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
-        return sealer.call(
-            self.run_plan,
-            lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress),
-        )
+        return sealer.call(self.run_plan, make)
 
     async def aencrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
     ) -> dict[str, int]:
         """Async :meth:`encrypt_plaintext`."""
+        sealer, make = self._encrypt_plaintext(on_progress)
+        await self._aready()
+        return await sealer.acall(self.arun_plan, make)
+
+    def _encrypt_plaintext(
+        self, on_progress: Callable[[int, int | None], None] | None
+    ) -> tuple[Sealer, Callable[[], Plan[dict[str, int]]]]:
         sealer = self.sealer
         if sealer is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
-        await self._aready()
-        counts = {"items": 0, "vectors": 0, "terms": 0}
-        return await sealer.acall(
-            self.arun_plan,
-            lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress),
-        )
+        counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
+        return sealer, lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress)
 
     def _encrypt(self, setting: Encryption, index: Any) -> None:
         """Turn encryption at rest on: the keyring, and the key table set up with the
@@ -1055,3 +1040,58 @@ def _matches_condition(ns: tuple[str, ...], condition: MatchCondition) -> bool:
         return False
     part = ns[: len(path)] if condition.match_type == "prefix" else ns[len(ns) - len(path) :]
     return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
+
+
+#: The span of a batch is named after what it does (``search``, ``put``, ``get``, ``delete``,
+#: ``list_namespaces``); a batch of several operations is ``BATCH put``, or ``BATCH`` when it
+#: mixes them, as the conventions name batches.
+KINDS = {SearchOp: "search", GetOp: "get", ListNamespacesOp: "list_namespaces"}
+
+
+def _kind(op: Op) -> str:
+    if isinstance(op, PutOp):
+        return "put" if op.value is not None else "delete"
+    return KINDS.get(type(op), "batch")
+
+
+def _namespace(op: Op) -> tuple[str, ...] | None:
+    if isinstance(op, SearchOp):
+        return op.namespace_prefix
+    if isinstance(op, (GetOp, PutOp)):
+        return op.namespace
+    return None
+
+
+def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
+    """The span of a batch of ``ops`` on a store in ``database``; the namespace is left out
+    when the store is ``sealed`` (encryption on: namespaces may name users), and so is an
+    exception's message."""
+    if not live():
+        return IDLE
+    kinds = {_kind(op) for op in ops}
+    kind = kinds.pop() if len(kinds) == 1 else ""
+    single = len(ops) == 1
+    name = kind if single else f"BATCH {kind}".strip()
+    spaces = {_namespace(op) for op in ops} - {None}
+    namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
+    size = None if single else len(ops)  # the conventions' size of a batch
+    return db_operation(
+        f"store.{name}",
+        target_of(database),
+        "am_store_items",
+        {"agent_memory.namespace": namespace, "db.operation.batch.size": size},
+        sealed=sealed,
+    )
+
+
+def told(op: Any, ops: Sequence[Op], results: Sequence[Any]) -> None:
+    """Tell a batch's span how many items its reads returned (``db.response.returned_rows``:
+    a ``get`` found or not, a search's or a listing's length)."""
+    if not op.recording:
+        return
+    found = 0
+    for request, result in zip(ops, results, strict=False):
+        if isinstance(request, PutOp):
+            continue
+        found += len(result) if isinstance(result, list) else int(result is not None)
+    op.set("db.response.returned_rows", found)

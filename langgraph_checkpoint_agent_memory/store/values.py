@@ -1,26 +1,12 @@
-"""What the store accepts, the same on every backend, checked before anything is written.
+"""What the store accepts, the same on every backend, checked before anything is written (the
+user guide's "What an item may hold" lists it), each refusal an :class:`InvalidValueError`
+naming what is wrong and where.
 
-A value is a ``dict`` with string keys whose leaves JSON represents exactly: strings,
-numbers, booleans, ``None``, lists (tuples store as lists) and nested dicts. Refused:
-
-* anything but a ``dict`` (LangGraph's ``BaseStore`` stores dicts; PostgreSQL's ``jsonb``
-  would take a bare string and then fail every read of the namespace);
-* ``NaN`` and infinities, which JSON cannot hold (PostgreSQL refuses them, and SQLite's JSON
-  functions then fail on every filtered search that reads the item);
-* the NUL character and lone surrogates (text that is not valid Unicode), in a value, a
-  key or a namespace label (PostgreSQL's ``text`` and ``jsonb`` cannot hold the first, and
-  no database can encode the second);
-* namespaces longer than :data:`MAX_NAMESPACE` characters once joined with dots, and keys
-  longer than :data:`MAX_KEY` (the column sizes of PostgreSQL and SAP HANA; SQLite has no
-  limit, and would otherwise take what the others refuse);
-* dicts and lists nested deeper than :data:`MAX_DEPTH` (checked by a walk without
-  recursion, so a value of any depth is refused, never a ``RecursionError``);
-* in a filter, ``NaN`` and infinities (no stored value holds one, and PostgreSQL would order
-  an infinity differently from the others).
-
-Each refusal is an :class:`InvalidValueError` (a namespace's an
-:class:`InvalidNamespaceValueError`) naming what is wrong and where; the user guide's "What an
-item may hold" says how numbers read back.
+Each rule stops what some backend would fail on later instead: PostgreSQL's ``jsonb`` takes
+a bare string and then fails every read of the namespace; ``NaN``, infinities, NUL and lone
+surrogates fail PostgreSQL, or SQLite's JSON functions on every filtered search; SQLite has
+no column sizes and would take what the others refuse. Values are walked without recursion,
+so a value of any depth is refused, never a ``RecursionError``.
 """
 
 from __future__ import annotations
