@@ -9,7 +9,6 @@ embedding calls, which happen before the plan runs, outside any transaction. Ran
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -560,16 +559,21 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return found  # type: ignore[return-value]
 
     async def asearch(
-        self, namespace_prefix: tuple[str, ...], /, **kwargs: Any
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+        reranker: S.PerCall = None,
+        time_field: str | Literal[False] | None = None,
     ) -> list[SearchItem]:
         """Async :meth:`search`, with its arguments."""
-        bound = inspect.signature(AgentMemoryStore.search).bind(self, namespace_prefix, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        op = SearchOp(
-            namespace_prefix, a["filter"], a["limit"], a["offset"], a["query"], a["refresh_ttl"]
-        )
-        [found] = await self._abatch_staged([op], self._per_call(a["reranker"], a["time_field"]))
+        op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
+        [found] = await self._abatch_staged([op], self._per_call(reranker, time_field))
         return found  # type: ignore[return-value]
 
     def _per_call(self, reranker: S.PerCall, time_field: str | Literal[False] | None) -> S.Stages:
@@ -669,10 +673,18 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         with V.namespace_errors():
             super().put(namespace, key, value, index, ttl=ttl)
 
-    async def aput(self, *args: Any, **kwargs: Any) -> None:
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
         """Async :meth:`put`, with its arguments."""
         with V.namespace_errors():
-            await super().aput(*args, **kwargs)
+            await super().aput(namespace, key, value, index, ttl=ttl)
 
     def _run_batch(self, ops: list[Op]) -> list[Result]:
         if not live():  # the common case, without even an idle span's cost
