@@ -360,3 +360,20 @@ async def test_an_async_read_found_lost_at_first_use_is_sent_again_a_write_is_no
     latest = present(await saver.aget_tuple(config_for("t")))
     assert latest.checkpoint["channel_values"] == {"x": [3]}
     await saver.aclose()
+
+
+def test_a_read_lost_while_the_server_is_down_returns_its_connection_once(
+    up: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read found lost at first use whose fresh connection cannot be had (the server is
+    down) fails as the package's error, the lost connection given back to its pool once:
+    the saver works again when the server is back."""
+    _switch_off_the_checkout_check(monkeypatch)
+    saver = PostgresSaver(up.url, pool_size=1, connect_timeout=2, check_after_idle=60)
+    stored = saver.put(config_for("t"), make_checkpoint({"x": [1]}), {}, {"x": 1})
+    up.stop()
+    with pytest.raises(DatabaseUnavailableError):
+        saver.get_tuple(stored)
+    up.start()
+    assert present(saver.get_tuple(stored)).checkpoint["channel_values"] == {"x": [1]}
+    saver.close()

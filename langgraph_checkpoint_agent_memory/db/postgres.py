@@ -747,7 +747,8 @@ class PostgresDialect(Dialect):
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
         """:meth:`fast_write` under Citus, in one round trip: a check that locks the
-        thread's row, then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
+        thread's row (the touch's conditional upsert, or ``FOR SHARE``, so a delete waits
+        for the write to commit), then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
         SELECT`` costs three times as much); it commits only when the thread is live."""
         if touch:
             head = self.sql("routed_touch", routed_touch)
@@ -1072,7 +1073,8 @@ class PgSession:
     the statements, then ``COMMIT`` outside it: psycopg ends a pipeline with a Sync and a
     Flush, and a transaction pooler that already handed the server connection back would
     link one to the client for the Flush and keep it. Rows come back binary (``bytea`` as
-    text is hex, twice the bytes).
+    text is hex, twice the bytes). ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are never
+    prepared: nothing to plan, and each prepared statement is a name more on the server.
     """
 
     def __init__(
@@ -1148,7 +1150,8 @@ def failures() -> tuple[type[Exception], ...]:
 
 def connection_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection failed: SQLSTATE class ``08``, a shutdown, or
-    none at all (the client side's failure)."""
+    none at all, which only the client side gives (a socket closed mid-pipeline says
+    "cannot exit pipeline mode while busy" before psycopg marks the connection broken)."""
     import psycopg
 
     if isinstance(exc, psycopg.errors.InternalError_):
@@ -1502,8 +1505,9 @@ class PostgresDatabase(Database[Any]):
         try:
             return await self._drive(lease, plan)
         finally:
-            self._idle_check.returned(lease.conn)
-            await _done(source.putconn(lease.conn))
+            if lease.conn is not None:  # None: lost, given back, and no fresh one had
+                self._idle_check.returned(lease.conn)
+                await _done(source.putconn(lease.conn))
 
     async def _drive(self, lease: _Lease, plan: Plan[T]) -> T:
         """Run ``plan`` on the leased connection (sync or async, see :func:`_now`)."""
@@ -1519,8 +1523,11 @@ class PostgresDatabase(Database[Any]):
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
-            await _done(lease.conn.close())  # lost, if not yet broken: the pool discards it
-            await _done(lease.pool.putconn(lease.conn))
+            # lost, if not yet broken: the pool discards it; given back once, even should no
+            # fresh connection be had (a second return would start a second replacement)
+            lost, lease.conn = lease.conn, None
+            await _done(lost.close())
+            await _done(lease.pool.putconn(lost))
             lease.conn = await self._getconn(lease.pool)
             session = self._session(lease.conn)
             return await execute(session, batch)
@@ -1531,10 +1538,10 @@ class PostgresDatabase(Database[Any]):
         except failures() as exc:
             raise session.lost(exc) from exc
         finally:
-            if session.in_tx:
+            if session.in_tx and lease.conn is not None:
                 session.in_tx = False
                 await rollback(lease.conn)
-            if session.unsure and lease.pool is not None:
+            if session.unsure and lease.pool is not None and lease.conn is not None:
                 await _done(lease.conn.close())  # putconn discards a closed connection
 
     async def _verify(self, conn: Any) -> None:
