@@ -91,12 +91,15 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
     cols = [c.name for c in table.columns]
     if d.distributed:
         # Citus routes an INSERT ... SELECT to one shard only when the distribution column
-        # comes from a co-located table: the thread's activity row
+        # comes from a co-located table: the thread's activity row (which must then exist:
+        # a thread without one takes the slow path, which writes it first)
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))
         values = d.values_select(table, cols[1:])
         source = sa.select(t.c.thread_id, *values.selected_columns).where(
-            t.c.thread_id == B("thread_id"), *(r.is_not(sa.true()) for r in refusals)
+            # a NULL (no value, no boundary) refuses nothing
+            t.c.thread_id == B("thread_id"),
+            *(r.is_not(sa.true()) for r in refusals),
         )
     else:
         source = d.values_select(table, cols).where(thread_takes(B("thread_id")))
