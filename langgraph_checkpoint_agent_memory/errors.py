@@ -98,11 +98,9 @@ class DamagedValueError(AgentMemoryError, ValueError):
 
 
 class ThreadDeletedError(AgentMemoryError, LookupError):
-    """A write named a parent checkpoint of a thread that was deleted or expired.
-
-    Accepting it would bring the thread back to life with a broken history, so it is refused.
-    Start the thread afresh (a config without ``checkpoint_id``) or use a new ``thread_id``.
-    """
+    """A write named a parent checkpoint of a thread that was deleted or expired: accepting
+    it would bring the thread back to life with a broken history. Start the thread afresh (a
+    config without ``checkpoint_id``) or use a new ``thread_id``."""
 
 
 class DatabaseUnavailableError(AgentMemoryError, ConnectionError):

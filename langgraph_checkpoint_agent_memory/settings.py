@@ -251,9 +251,6 @@ def overrides(values: Mapping[str, Any]) -> Iterator[None]:
                     _overrides[k] = old
 
 
-# -- sources and coercion ------------------------------------------------------------------
-
-
 def _file_value(path: str, key: str) -> Any:
     try:
         mtime = os.stat(path).st_mtime

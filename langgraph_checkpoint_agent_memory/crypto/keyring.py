@@ -248,10 +248,10 @@ class Keyring:
             page = yield from sqlk.page_plan(self.keystore.dialect, after, ROTATE_BATCH)
             if not page:
                 return done
-            todo = [r for r in page if is_current is None or not is_current(r.wrapped)]
             rewrapped = [
                 (r.key_id, self.provider.wrap(self.provider.unwrap(r.wrapped, r.owner), r.owner))
-                for r in todo
+                for r in page
+                if is_current is None or not is_current(r.wrapped)
             ]
             done += yield from sqlk.rewrap_plan(self.keystore.dialect, rewrapped)
             after = page[-1].key_id
