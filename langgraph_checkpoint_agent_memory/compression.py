@@ -1,21 +1,17 @@
 """Compression of stored values, with no I/O: the one place the package compresses.
 
 A value is a zstd frame made with the package's own dictionary (``values.zdict``, trained on
-what LangGraph's serde writes; see ``benchmarks/dictionary.py``), so even a value of a few
-hundred bytes shrinks: a chat message of 330 bytes to about 150, where plain zstd gives 280.
-The caller marks what it packed (the checkpoint saver by a type prefix, the cipher by its
-marker byte). Opening is bounded (:data:`BOUND`, checked before decompressing), so a crafted
-row gives :class:`~.errors.DamagedValueError`, never a process out of memory.
-
-Building a compressor with the dictionary costs 60 to 300 µs, more than a hundred
-compressions, and one may not serve two threads at once: so they are pooled, not kept per
-thread (LangGraph's executor runs a graph's writes on threads that live for one invoke).
+LangGraph's serde output by ``benchmarks/dictionary.py``): a chat message of 330 bytes shrinks
+to about 150, where plain zstd gives 280. The caller marks what it packed. Opening is bounded
+(:data:`BOUND`, checked first), so a crafted row gives :class:`~.errors.DamagedValueError`,
+never a process out of memory. A compressor with the dictionary costs 60 to 300 µs to build
+and serves one thread at a time: they are pooled, not kept per thread (LangGraph's executor
+runs a graph's writes on threads that live for one invoke).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,27 +43,6 @@ def _zstd_dictionary() -> Any:
     return _dictionary[0]
 
 
-def _new_compressor() -> Any:
-    import zstandard
-
-    return zstandard.ZstdCompressor(
-        level=LEVEL, dict_data=_zstd_dictionary(), write_checksum=False, write_dict_id=False
-    )
-
-
-def _new_decompressor() -> Any:
-    import zstandard
-
-    return zstandard.ZstdDecompressor(dict_data=_zstd_dictionary())
-
-
-def _taken(pool: list[Any], new: Callable[[], Any]) -> Any:
-    try:
-        return pool.pop()
-    except IndexError:
-        return new()
-
-
 def pack(data: bytes) -> bytes | None:
     """``data`` as a zstd frame, or ``None`` when it stays raw (shorter than :data:`FLOOR`,
     longer than :data:`BOUND`, or no smaller compressed).
@@ -81,7 +56,14 @@ def pack(data: bytes) -> bytes | None:
     """
     if not FLOOR <= len(data) <= BOUND:
         return None
-    compressor = _taken(_compressors, _new_compressor)
+    try:
+        compressor = _compressors.pop()
+    except IndexError:  # none free
+        import zstandard
+
+        compressor = zstandard.ZstdCompressor(
+            level=LEVEL, dict_data=_zstd_dictionary(), write_checksum=False, write_dict_id=False
+        )
     try:
         frame: bytes = compressor.compress(data)
     finally:
@@ -109,7 +91,10 @@ def unpack(frame: bytes, what: str) -> bytes:
                 + ("states no size" if size < 0 else f"claims {size:,} bytes")
                 + f" (at most {BOUND:,} are ever written)"
             )
-        decompressor = _taken(_decompressors, _new_decompressor)
+        try:
+            decompressor = _decompressors.pop()
+        except IndexError:  # none free
+            decompressor = zstandard.ZstdDecompressor(dict_data=_zstd_dictionary())
         try:
             data: bytes = decompressor.decompress(frame, allow_extra_data=False)
         finally:
@@ -122,12 +107,8 @@ def unpack(frame: bytes, what: str) -> bytes:
 
 
 def unpack_zlib(data: bytes, what: str) -> bytes:
-    """A zlib stream (what sealed values of format 2 hold when compressed before this module),
-    opened at most :data:`BOUND` bytes long.
-
-    Raises:
-        DamagedValueError: ``data`` is not a whole zlib stream of at most :data:`BOUND` bytes.
-    """
+    """A zlib stream (sealed values compressed before this module) opened, or
+    :class:`DamagedValueError` when it is not whole or expands beyond :data:`BOUND` bytes."""
     inflater = zlib.decompressobj()
     try:
         out = inflater.decompress(data, BOUND)

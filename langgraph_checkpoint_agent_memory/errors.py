@@ -22,11 +22,10 @@ class ConfigurationError(AgentMemoryError, ValueError):
 
 
 class MissingExtraError(ConfigurationError, ImportError):
-    """A feature needs packages of an extra of this package that is not installed; nothing
-    was done. The message is one line: what needs them, and the command that installs the
-    extra (``extra`` names it: ``postgres``, ``hana``, ``encryption``, ``embed``,
-    ``wordllama``). A :class:`ConfigurationError` (the command line exits with status 2) and
-    an ``ImportError``.
+    """A feature needs packages of an extra that is not installed; nothing was done. The
+    message is one line: what needs them, and the command that installs the extra (``extra``
+    names it). A :class:`ConfigurationError` (the command line exits with status 2) and an
+    ``ImportError``.
 
     Example:
         >>> print(MissingExtraError("PostgreSQL needs psycopg 3", "postgres"))
@@ -41,9 +40,8 @@ class MissingExtraError(ConfigurationError, ImportError):
 
 
 def require(module: str, extra: str, needs: str, alternative: str = "") -> Any:
-    """``module``, imported: a package the extra ``extra`` installs; when it is missing,
-    :class:`MissingExtraError` (``needs``: what needs it; ``alternative``: the end of the
-    message, another way out).
+    """``module``, imported, or :class:`MissingExtraError` naming the extra that installs it
+    (``needs``: what needs it; ``alternative``: the end of the message, another way out).
 
     Example:
         >>> require("json", "postgres", "PostgreSQL needs psycopg 3").__name__
@@ -70,35 +68,27 @@ class InvalidValueError(AgentMemoryError, ValueError):
 if TYPE_CHECKING:
 
     class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
-        """A namespace no backend could store, or LangGraph refuses (see :func:`_namespace_error`,
-        which makes the class)."""
+        """A namespace no backend could store, or LangGraph refuses (made by ``__getattr__``)."""
 
 
-def _namespace_error() -> type[InvalidValueError]:
-    """The class :class:`InvalidNamespaceValueError`, made at its first use: its other base is
+def __getattr__(name: str) -> Any:
+    """:class:`InvalidNamespaceValueError`, made at its first use: its other base is
     LangGraph's ``InvalidNamespaceError``, whose module loads LangChain's runnables (a quarter
     of a second), which a command or a saver that never touches a store namespace should not
     pay for."""
+    if name != "InvalidNamespaceValueError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from langgraph.store.base import InvalidNamespaceError
 
     class InvalidNamespaceValueError(InvalidValueError, InvalidNamespaceError):
         """A store namespace that not every backend could store (a label with a NUL character
-        or a lone surrogate, a label that is not a string, one too long) or that LangGraph
-        refuses (an empty label, a dot in a label): nothing was written.
-
-        It is an :class:`InvalidValueError` and also LangGraph's ``InvalidNamespaceError``, so
-        code written against either catches it.
-        """
+        or a lone surrogate, not a string, too long) or that LangGraph refuses (an empty label,
+        a dot in a label): nothing was written. An :class:`InvalidValueError` and LangGraph's
+        ``InvalidNamespaceError``, so code written against either catches it."""
 
     InvalidNamespaceValueError.__qualname__ = InvalidNamespaceValueError.__name__
+    globals()[name] = InvalidNamespaceValueError
     return InvalidNamespaceValueError
-
-
-def __getattr__(name: str) -> Any:
-    if name != "InvalidNamespaceValueError":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = globals()[name] = _namespace_error()
-    return made
 
 
 class DamagedValueError(AgentMemoryError, ValueError):
@@ -108,11 +98,9 @@ class DamagedValueError(AgentMemoryError, ValueError):
 
 
 class ThreadDeletedError(AgentMemoryError, LookupError):
-    """A write named a parent checkpoint of a thread that was deleted or expired.
-
-    Accepting it would bring the thread back to life with a broken history, so it is refused.
-    Start the thread afresh (a config without ``checkpoint_id``) or use a new ``thread_id``.
-    """
+    """A write named a parent checkpoint of a thread that was deleted or expired: accepting
+    it would bring the thread back to life with a broken history. Start the thread afresh (a
+    config without ``checkpoint_id``) or use a new ``thread_id``."""
 
 
 class DatabaseUnavailableError(AgentMemoryError, ConnectionError):
@@ -121,9 +109,8 @@ class DatabaseUnavailableError(AgentMemoryError, ConnectionError):
 
 class ReadOnlyDatabaseError(DatabaseUnavailableError):
     """A write reached a database that cannot be written (a read-only SQLite file, or one in
-    a folder where its write-ahead log cannot be made): nothing was written, and reads still
-    work. A :class:`DatabaseUnavailableError`, so code that handles an unreachable database
-    handles this too; its own class, because waiting and retrying will not cure it."""
+    a folder where its write-ahead log cannot be made): nothing was written, reads still work.
+    Its own class, because waiting and retrying will not cure it."""
 
 
 class KeysBesideDataWarning(AgentMemoryError, UserWarning):

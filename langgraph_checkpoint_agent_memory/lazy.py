@@ -9,8 +9,7 @@ from typing import Any
 
 
 def homes(package: str, modules: Mapping[str, str]) -> dict[str, str]:
-    """Each name -> the module that defines it, from ``{module: "Name Other ..."}`` with the
-    modules relative to ``package``.
+    """Each name -> its module, from ``{module relative to package: "Name Other ..."}``.
 
     Example:
         >>> homes("pkg", {"a": "One Two", "b.c": "Three"})
@@ -22,8 +21,8 @@ def homes(package: str, modules: Mapping[str, str]) -> dict[str, str]:
 
 
 def loader(namespace: dict[str, Any], names: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module's ``__getattr__``: a name of ``names`` imported from its module on first use,
-    then kept in the module's ``namespace`` (its ``globals()``), so it loads once.
+    """A module's ``__getattr__``: a name of ``names`` imported on first use, then kept in
+    the module's ``namespace`` (its ``globals()``).
 
     Example:
         >>> space = {"__name__": "pkg"}

@@ -1,25 +1,17 @@
 """``@agent_config``: configuration fields declared in code and changed without touching it.
 
-Source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config`` (same first three
-arguments, decorating a zero-argument function whose return value is the coded default), but
-it works at run time: the field is registered, can be listed and exported as JSON, and calling
-the decorated function returns the **effective** value, looked up in this order:
-
-1. a programmatic override (:func:`set_override` / :func:`overrides`);
-2. the environment variable named after the key (``config.checkpointer.ttl_seconds`` ->
-   ``CONFIG__CHECKPOINTER__TTL_SECONDS``);
-3. the JSON file named by ``AGENT_CONFIG_FILE`` (flat ``{"config.a.b": 1}`` or nested
-   ``{"config": {"a": {"b": 1}}}``);
-4. the coded default.
-
-Values are converted to the return annotation by ``pydantic.TypeAdapter`` (lax mode: ``"60"``
-is 60, ``"yes"`` is true; from an environment variable also ``"none"`` for null and JSON for a
-list); a value that does not convert raises :class:`ConfigValueError` naming the key, the value
-and where it came from.
+Source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config``, but at run time: the
+field is registered, listed, exported as JSON, and calling the decorated function returns the
+effective value: an override (:func:`set_override`), else the environment variable named after
+the key (``config.a.b`` -> ``CONFIG__A__B``), else the JSON file named by ``AGENT_CONFIG_FILE``
+(flat or nested), else the coded default; converted to the return annotation by pydantic's lax
+mode, or :class:`ConfigValueError` naming the key, the value and its source (see the user
+guide, "Configuration with ``@agent_config``").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -27,7 +19,6 @@ import re
 import threading
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -84,7 +75,7 @@ class ConfigField:
         return _coerce(found, self.annotation, self.key, where, text=source == "env"), source
 
     def _found(self) -> tuple[Any, str, str]:
-        """The raw value in force, its source, and how an error names the source."""
+        """The raw value in force, its source, and how an error names it."""
         with _lock:
             if self.key in _overrides:
                 return _overrides[self.key], "override", "an override"
@@ -185,15 +176,7 @@ def agent_config(
             annotation = typing.get_type_hints(fn).get("return", _MISSING)
         except Exception:  # a name only imported for type checkers: values pass as given
             annotation = _MISSING
-        declared = ConfigField(
-            key=key,
-            label=label,
-            description=description,
-            annotation=annotation,
-            getter=fn,
-            extra=dict(extra),
-            origin=origin,
-        )
+        declared = ConfigField(key, label, description, annotation, fn, dict(extra), origin)
         with _lock:
             existing = _registry.get(key)
             # The same function declared again (a module re-import) replaces its old entry.
@@ -251,7 +234,7 @@ def clear_override(key: str | None = None) -> None:
             _overrides.pop(key, None)
 
 
-@contextmanager
+@contextlib.contextmanager
 def overrides(values: Mapping[str, Any]) -> Iterator[None]:
     """Override fields for the duration of a ``with`` block (handy in tests)."""
     with _lock:
@@ -266,9 +249,6 @@ def overrides(values: Mapping[str, Any]) -> Iterator[None]:
                     _overrides.pop(k, None)
                 else:
                     _overrides[k] = old
-
-
-# -- sources and coercion ------------------------------------------------------------------
 
 
 def _file_value(path: str, key: str) -> Any:
@@ -305,9 +285,6 @@ def _file_data(path: str, mtime: float) -> dict[str, Any]:
     return data
 
 
-_NONE = {"", "none", "null"}
-
-
 def _type_name(annotation: Any) -> str:
     if annotation is _MISSING:
         return "any"
@@ -318,12 +295,10 @@ def _type_name(annotation: Any) -> str:
 
 @functools.cache
 def _adapter(annotation: Any) -> TypeAdapter[Any]:
-    # pydantic loads when a declared value is first converted: a process that declares no
-    # field (the command line) does without it
+    # imported here: a process that declares no field (the command line) does without it
     from pydantic import ConfigDict, TypeAdapter
 
-    # a number where text is declared is that text (a file's 5 for a name); a class pydantic
-    # does not know is checked with isinstance
+    # a file's 5 for a name is "5"; a class pydantic does not know is checked with isinstance
     config = ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
     return TypeAdapter(annotation, config=config)
 
@@ -340,11 +315,15 @@ def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = 
     try:
         return _validated(adapter, value, text)
     except ValueError as exc:  # pydantic's ValidationError is one
-        if _constructible(annotation, value):
-            try:  # a class of the application's own, built from the value as it always was
+        # a class of the application's own that pydantic only checks with isinstance is built
+        # from the value as it always was (not a builtin, whose bool("false") is true)
+        if (
+            isinstance(annotation, type)
+            and annotation.__module__ != "builtins"
+            and not isinstance(value, annotation)
+        ):
+            with contextlib.suppress(TypeError, ValueError):
                 return annotation(value)
-            except (TypeError, ValueError):
-                pass
         reasons = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
         raise ConfigValueError(
             f"agent_config {key!r}: {source} holds {value!r}, which is not a valid "
@@ -352,23 +331,15 @@ def _coerce(value: Any, annotation: Any, key: str, source: str, *, text: bool = 
         ) from None
 
 
-def _constructible(annotation: Any, value: Any) -> bool:
-    """Whether ``annotation`` is a class of the application's that pydantic only checks with
-    ``isinstance`` (not a builtin scalar, whose constructor reads ``"false"`` as true)."""
-    return (
-        isinstance(annotation, type)
-        and annotation.__module__ != "builtins"
-        and not isinstance(value, annotation)
-    )
-
-
 def _validated(adapter: TypeAdapter[Any], value: Any, text: bool) -> Any:
-    """By pydantic's lax mode; from an environment variable (``text``) ``"none"`` may mean
-    null and what is not text (a list, ``2`` for ``Literal[1, 2]``) comes as JSON."""
+    """Lax mode; from an environment variable (``text``) ``"none"`` may mean null and what is
+    not text (a list, ``2`` for ``Literal[1, 2]``) comes as JSON."""
     from pydantic import ValidationError
 
-    if text and value.strip().lower() in _NONE and _admits_none(adapter):
-        return None
+    if text and value.strip().lower() in ("", "none", "null"):
+        with contextlib.suppress(ValidationError):  # when the type admits null
+            adapter.validate_python(None)
+            return None
     try:
         return _no_bool_as_number(adapter, value)
     except ValidationError as exc:
@@ -389,13 +360,3 @@ def _no_bool_as_number(adapter: TypeAdapter[Any], value: Any) -> Any:
     if isinstance(value, bool) and not isinstance(found, bool):
         raise ValueError("expected a number, got a boolean")
     return found
-
-
-def _admits_none(adapter: TypeAdapter[Any]) -> bool:
-    from pydantic import ValidationError
-
-    try:
-        adapter.validate_python(None)
-    except ValidationError:
-        return False
-    return True

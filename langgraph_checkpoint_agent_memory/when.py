@@ -1,10 +1,9 @@
 """Time in a question: the span of time a query names, read relative to the question's date.
 
-Recall ranks what happened by how well it matches a question; a question that names a time
-("what did I do last week?", "where did I live in May 2023?", "two years ago") also says
-*when* the answer happened. :func:`time_range` finds that span, without a language model,
-relative to ``now`` (the question's date: the caller's ``as_of``, or the clock), so recall
-can favour what is dated inside it.
+A question that names a time ("what did I do last week?", "in May 2023", "two years ago")
+also says *when* the answer happened: :func:`time_range` finds that span without a language
+model, relative to ``now`` (the caller's ``as_of``, or the clock), so recall can favour what
+is dated inside it.
 
 Understood (case-insensitive, anywhere in the query; the most specific one wins):
 
@@ -56,27 +55,11 @@ NUMBERS = {
     **{word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)},
 }
 
-_MONTH_NAMES = "|".join(sorted(MONTHS, key=len, reverse=True))
-_MONTH = rf"(?P<month>{_MONTH_NAMES})\b\.?"
+_MONTH = rf"(?P<month>{'|'.join(sorted(MONTHS, key=len, reverse=True))})\b\.?"
 _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + ")"
 _YEAR = r"(?P<year>(?:19|20)\d\d|2100)"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 
-#: The patterns, most specific first; each maps a match and ``today`` to a span of days.
-_ISO = re.compile(rf"\b{_YEAR}-(?P<month>\d\d)-(?P<day>\d\d)(?!\d)")
-_DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\s*,?\s+{_YEAR}\b")
-_MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY}\s*,?\s+{_YEAR}\b")
-_MONTH_DAY = re.compile(rf"\bon\s+{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)")
-_DAY_MONTH = re.compile(rf"\bon\s+(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}(?!\s*,?\s*\d)")
-_MONTH_YEAR = re.compile(rf"\b{_MONTH}\s*,?\s+(?:of\s+)?{_YEAR}\b")
-_AGO = re.compile(rf"\b{_COUNT}\s+(?P<unit>day|week|month|year)s?\s+ago\b")
-_LAST = re.compile(r"\b(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year)\b")
-_DAYWORD = re.compile(r"\b(?P<word>the\s+day\s+before\s+yesterday|today|yesterday)\b")
-_SINCE = re.compile(
-    rf"\bsince\s+(?:(?P<month>{_MONTH_NAMES})\b\.?\s*,?\s*)?(?P<year>(?:19|20)\d\d|2100)?\b"
-)
-_IN_MONTH = re.compile(rf"\b(?:in|during|of)\s+{_MONTH}(?!\s*,?\s*(?:\d|of\b))")
-_IN_YEAR = re.compile(rf"\b(?:in|during|of|from|for)\s+(?:the\s+year\s+)?{_YEAR}(?![\d/-])")
 _ASKS_WHEN = re.compile(
     r"\b(when\s+(?:did|was|were|is|will|do|does|has|have|had)|what\s+(?:date|day|year|month|"
     r"time)|how\s+long\s+ago|since\s+when)\b"
@@ -177,21 +160,12 @@ def _month_span(year: int, month: int) -> tuple[date, date]:
     return first, following - timedelta(days=1)
 
 
-def _months_back(day: date, months: int) -> tuple[int, int]:
-    index = day.year * 12 + (day.month - 1) - months
-    return index // 12, index % 12 + 1
-
-
 Days = tuple[date, date] | None
 
 
-def _iso(found: re.Match[str], today: date) -> Days:
-    day = _day(int(found["year"]), int(found["month"]), int(found["day"]))
-    return None if day is None else (day, day)
-
-
 def _full_date(found: re.Match[str], today: date) -> Days:
-    day = _day(int(found["year"]), MONTHS[found["month"]], int(found["day"]))
+    month = found["month"]  # a name, or digits (ISO)
+    day = _day(int(found["year"]), MONTHS.get(month) or int(month), int(found["day"]))
     return None if day is None else (day, day)
 
 
@@ -208,7 +182,7 @@ def _month_of_year(found: re.Match[str], today: date) -> Days:
     return _month_span(int(found["year"]), MONTHS[found["month"]])
 
 
-def _month(found: re.Match[str], today: date) -> Days:
+def _month(found: re.Match[str], today: date) -> tuple[date, date]:
     month = MONTHS[found["month"]]
     year = today.year if month <= today.month else today.year - 1
     return _month_span(year, month)
@@ -244,7 +218,8 @@ def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
         monday = today - timedelta(days=today.weekday() + 7 * n)
         return monday, monday + timedelta(days=6)
     if unit == "month":
-        return _month_span(*_months_back(today, n))
+        index = today.year * 12 + today.month - 1 - n
+        return _month_span(index // 12, index % 12 + 1)
     return date(today.year - n, 1, 1), date(today.year - n, 12, 31)
 
 
@@ -258,27 +233,27 @@ def _since(found: re.Match[str], today: date) -> Days:
     if found["year"] is None and found["month"] is None:
         return None  # "since when", "since then"
     if found["year"] is None:
-        first = _month(found, today)
-        start = None if first is None else first[0]
+        start = _month(found, today)[0]
     else:
         start = date(int(found["year"]), MONTHS.get(found["month"] or "", 1), 1)
-    if start is None or start > today:
-        return None
-    return start, today
+    return None if start > today else (start, today)
 
 
 #: The patterns, most specific first, each with what reads its span of days.
-_READERS = (
-    (_ISO, _iso),
-    (_SINCE, _since),
-    (_DAY_MONTH_YEAR, _full_date),
-    (_MONTH_DAY_YEAR, _full_date),
-    (_MONTH_YEAR, _month_of_year),
-    (_MONTH_DAY, _day_in_year),
-    (_DAY_MONTH, _day_in_year),
-    (_DAYWORD, _dayword),
-    (_AGO, _ago),
-    (_LAST, _last),
-    (_IN_MONTH, _month),
-    (_IN_YEAR, _year),
+_READERS = tuple(
+    (re.compile(pattern), read)
+    for pattern, read in (
+        (rf"\b{_YEAR}-(?P<month>\d\d)-(?P<day>\d\d)(?!\d)", _full_date),
+        (rf"\bsince\s+(?:{_MONTH}\s*,?\s*)?{_YEAR}?\b", _since),
+        (rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\s*,?\s+{_YEAR}\b", _full_date),
+        (rf"\b{_MONTH}\s+{_DAY}\s*,?\s+{_YEAR}\b", _full_date),
+        (rf"\b{_MONTH}\s*,?\s+(?:of\s+)?{_YEAR}\b", _month_of_year),
+        (rf"\bon\s+{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)", _day_in_year),
+        (rf"\bon\s+(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}(?!\s*,?\s*\d)", _day_in_year),
+        (r"\b(?P<word>the\s+day\s+before\s+yesterday|today|yesterday)\b", _dayword),
+        (rf"\b{_COUNT}\s+(?P<unit>day|week|month|year)s?\s+ago\b", _ago),
+        (r"\b(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year)\b", _last),
+        (rf"\b(?:in|during|of)\s+{_MONTH}(?!\s*,?\s*(?:\d|of\b))", _month),
+        (rf"\b(?:in|during|of|from|for)\s+(?:the\s+year\s+)?{_YEAR}(?![\d/-])", _year),
+    )
 )

@@ -1,10 +1,7 @@
-"""Encryption at rest: envelope encryption with a data key per scope.
-
-* :mod:`.cipher`: sealing and opening with one data key (AES-256-GCM), keyed term hashes,
-  and what wraps data keys (a master key, or a KMS through the protocol).
-* :mod:`.keyring`: keys by owner and by id, cached; create, destroy, rotate; and where
-  wrapped data keys live (a table, in the data's database or its own).
-* :mod:`.config`: the ``encryption=`` setting and the environment's defaults.
+"""Encryption at rest: envelope encryption with a data key per scope. :mod:`.cipher` seals
+and opens with one data key (AES-256-GCM), hashes terms, and wraps data keys (a master key, or
+a KMS through the protocol); :mod:`.keyring` keeps keys by owner and by id, creates, destroys
+and rotates them in their table; :mod:`.config` reads the ``encryption=`` setting.
 """
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import (

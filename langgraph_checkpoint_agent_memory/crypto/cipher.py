@@ -13,7 +13,6 @@ holds term hashes made with it, and a new one would leave every existing posting
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import os
@@ -37,22 +36,16 @@ PLAIN, COMPRESSED, PACKED = 0xA7, 0xA8, 0xA9
 KEY_ID_BYTES = 8
 CHECK_BYTES = 4
 NONCE_BYTES = 12
-TAG_BYTES = 16
 HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
-#: What sealing adds to a value (before compression).
-OVERHEAD = HEADER_BYTES + NONCE_BYTES + TAG_BYTES
-#: The markers; whether the plaintext was compressed.
-FORMATS = {PLAIN: False, COMPRESSED: True, PACKED: True}
+#: What sealing adds to a value (before compression): header, nonce and a 16-byte tag.
+OVERHEAD = HEADER_BYTES + NONCE_BYTES + 16
+FORMATS = (PLAIN, COMPRESSED, PACKED)
 #: The header's marker and key id, which its check covers.
 CHECKED_BYTES = 1 + KEY_ID_BYTES
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
-#: Bytes of a term's keyed hash (before base64).
-TERM_BYTES = 9
 #: The HKDF label of the subkey that seals values.
 VALUE_LABEL = b"agent-memory values v2"
-#: The HMAC label of the subkey that hashes terms (see the module: kept for the index).
-TERM_LABEL = b"agent-memory terms v1"
 
 
 def aesgcm(key: bytes) -> Any:
@@ -80,10 +73,6 @@ def new_key_id() -> str:
     return os.urandom(KEY_ID_BYTES).hex()
 
 
-def _check(head: bytes | bytearray | memoryview) -> int:
-    return zlib.crc32(head) & 0xFFFFFFFF
-
-
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
     """Whether ``value`` looks like a sealed value (its marker and length).
 
@@ -103,34 +92,23 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
     head = bytes(value[:HEADER_BYTES])
     check = int.from_bytes(head[CHECKED_BYTES:], "big")
     return len(head) == HEADER_BYTES and any(
-        _check(bytes((m,)) + head[1:CHECKED_BYTES]) == check for m in FORMATS
-    )
-
-
-def _damaged(size: int) -> DecryptionError:
-    return DecryptionError(
-        f"a sealed value ({size} bytes) is damaged: cut short, or its header altered"
+        zlib.crc32(bytes((m,)) + head[1:CHECKED_BYTES]) == check for m in FORMATS
     )
 
 
 def check_header(sealed: bytes | bytearray | memoryview) -> None:
-    """Check ``sealed``'s header: its marker, its length and the check of its key id.
-
-    Raises:
-        DecryptionError: ``sealed`` is not a whole sealed value (damaged).
-    """
-    if not is_sealed(sealed) or _check(sealed[:CHECKED_BYTES]) != int.from_bytes(
+    """Raise :class:`DecryptionError` unless ``sealed``'s header (marker, length, key id's
+    check) is that of a whole sealed value."""
+    if not is_sealed(sealed) or zlib.crc32(sealed[:CHECKED_BYTES]) != int.from_bytes(
         sealed[CHECKED_BYTES:HEADER_BYTES], "big"
     ):
-        raise _damaged(len(sealed))
+        raise DecryptionError(
+            f"a sealed value ({len(sealed)} bytes) is damaged: cut short, or its header altered"
+        )
 
 
 def key_id_of(sealed: bytes | bytearray | memoryview) -> str:
-    """The id of the key ``sealed`` was sealed with.
-
-    Raises:
-        DecryptionError: ``sealed`` is damaged (see :func:`check_header`).
-    """
+    """The id of the key ``sealed`` was sealed with (see :func:`check_header`)."""
     check_header(sealed)
     return bytes(sealed[1 : 1 + KEY_ID_BYTES]).hex()
 
@@ -183,7 +161,8 @@ class DataKey:
         self._invalid = InvalidTag  # what a failed authentication raises
         self._aead = aesgcm(subkey(secret, VALUE_LABEL))
         self._key_id = bytes.fromhex(key_id)
-        self._terms = hmac.new(secret, TERM_LABEL, hashlib.sha256).digest()
+        # the term subkey's label is frozen (see the module)
+        self._terms = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes, aad: bytes, *, compress: bool = True) -> bytes:
         """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
@@ -194,16 +173,13 @@ class DataKey:
             aad: Associated data (:func:`aad`): the same bytes must be given to :meth:`open`.
             compress: Compress first where that makes it smaller (``False`` for values
                 compressed already, such as the checkpoint saver's).
-
-        Returns:
-            The sealed value.
         """
         marker = PLAIN
         packed = pack(plaintext) if compress else None
         if packed is not None:
             plaintext, marker = packed, PACKED
         head = bytes((marker,)) + self._key_id
-        header = head + _check(head).to_bytes(CHECK_BYTES, "big")
+        header = head + zlib.crc32(head).to_bytes(CHECK_BYTES, "big")
         nonce = os.urandom(NONCE_BYTES)
         return header + nonce + self._aead.encrypt(nonce, plaintext, header + aad)  # type: ignore[no-any-return]
 
@@ -256,7 +232,7 @@ class DataKey:
             True
         """
         digest = hmac.new(self._terms, term.encode("utf-8"), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest[:TERM_BYTES]).decode("ascii")
+        return base64.urlsafe_b64encode(digest[:9]).decode("ascii")
 
 
 def thread_owner(thread_id: str) -> str:
@@ -340,24 +316,17 @@ class KeyProvider(Protocol):
         ...
 
 
-def parse_master_key(value: str | bytes, *, name: str = "master key") -> bytes:
-    """A 256-bit key from its base64 text (or the 32 raw bytes).
-
-    Example:
-        >>> import base64
-        >>> len(parse_master_key(base64.b64encode(bytes(32)).decode()))
-        32
-    """
+def parse_master_key(value: str | bytes) -> bytes:
+    """A 256-bit key from its base64 text (or the 32 raw bytes)."""
     if isinstance(value, bytes) and len(value) == 32:
         return value
-    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
     try:
-        raw = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
+        raw = base64.b64decode(value.strip(), validate=True)
+    except ValueError:  # binascii.Error is one
         raw = b""
     if len(raw) != 32:
         raise ConfigurationError(
-            f"{name} must be 32 random bytes in base64 (44 characters), e.g. from "
+            "master key must be 32 random bytes in base64 (44 characters), e.g. from "
             "`agent-memory new-key`; the value given is not"
         )
     return raw

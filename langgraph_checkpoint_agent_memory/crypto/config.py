@@ -18,7 +18,7 @@ import base64
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import KeyProvider, MasterKeyProvider
@@ -54,13 +54,11 @@ class Encryption:
         allow_plaintext: Read rows written without encryption (they are encrypted when next
             written, and by ``agent-memory encrypt``). Off: such a row is refused.
         recheck_seconds: How long a process uses a cached key before asking the key store
-            again (an erase in another process takes effect within it). The window an
-            erase leaves: an erase destroys a key only while its shard key holds no row
-            (it reads that again just before destroying), but a process writing to the
-            erased scope within this time of the destruction, or in the instant between
-            that read and the destruction, seals with the key being destroyed, and what it
-            wrote is unreadable (:class:`KeyMissingError`): erase a scope once nothing
-            writes to it.
+            again (an erase in another process takes effect within it). An erase destroys a
+            key only while its shard key holds no row (read again just before destroying),
+            but a process writing to the erased scope within this time, or between that
+            read and the destruction, seals with the destroyed key, and what it wrote is
+            unreadable (:class:`KeyMissingError`): erase a scope once nothing writes to it.
         filterable_fields: Dotted paths into store values (``"owner"``, ``"address.city"``)
             whose values the store also keeps as keyed hashes, so that ``$eq`` and ``$in``
             filters on them are narrowed in the database instead of by decrypting every
@@ -83,7 +81,6 @@ class Encryption:
     allow_plaintext: bool = False
     recheck_seconds: float = 60.0
     filterable_fields: Sequence[str] = ()
-    _label: str = field(default="argument", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.master_keys, (str, bytes)):
@@ -109,16 +106,13 @@ class Encryption:
         Args:
             database: The data's database, or ``None`` for data kept in memory.
         """
-        provider = self.key_provider()
         if self.keystore_url:
             keystore = KeyStore(open_database(self.keystore_url), owned=True)
-        elif database is not None:
-            keystore = KeyStore(database, owned=False)
         else:
-            keystore = memory_keystore()
+            keystore = memory_keystore() if database is None else KeyStore(database, owned=False)
         return Keyring(
             keystore,
-            provider,
+            self.key_provider(),
             allow_plaintext=self.allow_plaintext,
             recheck_seconds=self.recheck_seconds,
         )
@@ -130,24 +124,16 @@ def checked_fields(fields: Iterable[str] | None) -> tuple[str, ...]:
     Raises:
         ConfigurationError: A field is not a string of non-empty, dot-separated labels.
     """
-    if fields is None:
-        return ()
-    if isinstance(fields, str):
-        fields = [fields]
-    out: set[str] = set()
-    for name in fields:
-        if not isinstance(name, str) or not all(_label(p) for p in name.split(".")):
+    names = [fields] if isinstance(fields, str) else list(fields or ())
+    for name in names:
+        # each label: not empty, no space around it, no control character
+        if not isinstance(name, str) or not all(
+            p and p == p.strip() and p.isprintable() for p in name.split(".")
+        ):
             raise ConfigurationError(
                 f"filterable fields are dotted paths like 'owner' or 'address.city', not {name!r}"
             )
-        out.add(name)
-    return tuple(sorted(out))
-
-
-def _label(part: str) -> bool:
-    """A label of a filterable field's path: not empty, no space around it, no control
-    character."""
-    return bool(part) and part == part.strip() and all(ch.isprintable() for ch in part)
+    return tuple(sorted(set(names)))
 
 
 EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"
@@ -157,22 +143,25 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Encryption | N
     """The setting the environment gives (``AGENT_MEMORY_MASTER_KEY``,
     ``AGENT_MEMORY_KEYSTORE_URL``), or ``None`` when it gives no master key."""
     env = os.environ if environ is None else environ
-    raw = env.get(MASTER_KEY_ENV, "").strip()
-    if not raw:
+    if not env.get(MASTER_KEY_ENV, "").strip():
         return None
-    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    return _with_env(env, master_keys=_names(env[MASTER_KEY_ENV]))
+
+
+def _names(raw: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+def _with_env(
+    env: Mapping[str, str], *, master_keys: Sequence[str] = (), provider: KeyProvider | None = None
+) -> Encryption:
+    """The setting with the environment's key store and filterable fields."""
     return Encryption(
-        master_keys=tuple(keys),
+        master_keys,
+        provider,
         keystore_url=env.get(KEYSTORE_URL_ENV) or None,
-        filterable_fields=_filterable(env),
-        _label=MASTER_KEY_ENV,
+        filterable_fields=_names(env.get(FILTERABLE_ENV, "")),
     )
-
-
-def _filterable(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The filterable fields the environment names (``AGENT_MEMORY_FILTERABLE_FIELDS``)."""
-    raw = env.get(FILTERABLE_ENV, "")
-    return checked_fields(f.strip() for f in raw.split(",") if f.strip())
 
 
 def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -> Encryption | None:
@@ -197,13 +186,10 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
         return found
     if isinstance(setting, Encryption):
         return setting
-    keystore, filterable = env.get(KEYSTORE_URL_ENV) or None, _filterable(env)
     if isinstance(setting, str):
-        return Encryption(
-            master_keys=(setting,), keystore_url=keystore, filterable_fields=filterable
-        )
+        return _with_env(env, master_keys=(setting,))
     if isinstance(setting, KeyProvider):
-        return Encryption(provider=setting, keystore_url=keystore, filterable_fields=filterable)
+        return _with_env(env, provider=setting)
     raise ConfigurationError(
         "encryption must be None, True, False, a base64 master key, a KeyProvider or an "
         f"Encryption, not {type(setting).__name__}"
@@ -216,20 +202,13 @@ def from_langgraph_aes_key(environ: Mapping[str, str] | None = None) -> Encrypti
     from which a master key is derived (SHA-256 of it, so every length gives 256 bits)."""
     env = os.environ if environ is None else environ
     own = from_environment(env)
-    if own is not None:
+    aes = env.get(LANGGRAPH_AES_KEY_ENV, "").encode()
+    if own is not None or not aes:
         return own
-    aes = env.get(LANGGRAPH_AES_KEY_ENV, "")
-    if not aes:
-        return None
-    if len(aes.encode()) not in (16, 24, 32):
+    if len(aes) not in (16, 24, 32):
         raise ConfigurationError(
             f"{LANGGRAPH_AES_KEY_ENV} must be 16, 24 or 32 characters long (the Agent "
-            f"Server's rule), not {len(aes.encode())}"
+            f"Server's rule), not {len(aes)}"
         )
-    derived = hashlib.sha256(b"agent-memory from LANGGRAPH_AES_KEY" + aes.encode()).digest()
-    return Encryption(
-        master_keys=(base64.b64encode(derived).decode("ascii"),),
-        keystore_url=env.get(KEYSTORE_URL_ENV) or None,
-        filterable_fields=_filterable(env),
-        _label=LANGGRAPH_AES_KEY_ENV,
-    )
+    derived = hashlib.sha256(b"agent-memory from LANGGRAPH_AES_KEY" + aes).digest()
+    return _with_env(env, master_keys=(base64.b64encode(derived).decode("ascii"),))

@@ -1,9 +1,6 @@
-"""The keyring: data keys by owner and by id, unwrapped once and kept in memory.
-
-An owner's cached key is looked up again after ``recheck_seconds``, so a key another process
-destroyed (an erase) stops being used for new rows within that time. Every lookup is a plan
-of :mod:`..db.keys`, so the sync and async methods share one implementation.
-"""
+"""The keyring: data keys by owner and by id, unwrapped once and kept in memory; an owner's
+cached key is looked up again after ``recheck_seconds``, so a key another process destroyed
+stops sealing new rows within that time. Every lookup is a plan of :mod:`..db.keys`."""
 
 from __future__ import annotations
 
@@ -46,11 +43,9 @@ CARRY_ATTEMPTS = 3
 
 
 class KeysNeeded(EncryptionError):
-    """A plan met data keys this process has not loaded, and cannot load them itself (plans
-    do no I/O of their own; the key store may be another database): the call that ran it
-    loads them (``owners`` by owner, created when ``create``; ``ids`` by id) and runs the
-    plan again. The savers', the store's and agent memory's calls all do, so a caller sees
-    it only when running such a plan itself."""
+    """A plan met data keys not loaded (plans do no I/O; the key store may be another
+    database): the call that ran it loads them (``owners`` by owner, created when ``create``;
+    ``ids`` by id) and runs the plan again, as the package's own calls all do."""
 
     def __init__(
         self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False
@@ -76,12 +71,8 @@ class Keyring:
 
     Example:
         ```python
-        from langgraph_checkpoint_agent_memory.crypto import (
-            Keyring,
-            MasterKeyProvider,
-            generate_master_key,
-        )
-        from langgraph_checkpoint_agent_memory.crypto.keyring import memory_keystore
+        from langgraph_checkpoint_agent_memory.crypto import MasterKeyProvider, generate_master_key
+        from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, memory_keystore
 
         keyring = Keyring(memory_keystore(), MasterKeyProvider([generate_master_key()]))
         key = keyring.key("thread:t1")
@@ -114,8 +105,6 @@ class Keyring:
         #: held none): checked once, before the first key this keyring wraps.
         self._provider_checked = False
 
-    # -- the cache -------------------------------------------------------------------------
-
     def cached(self, owner: str) -> DataKey | None:
         """``owner``'s key when the cache holds a fresh one (no I/O)."""
         with self._lock:
@@ -145,13 +134,9 @@ class Keyring:
     def forget(self, owners: Sequence[str]) -> None:
         with self._lock:
             for owner in owners:
-                entry = self._by_owner.pop(owner, None)
-                if entry is not None:
-                    self._by_id.pop(entry[0].key_id, None)
+                self._by_owner.pop(owner, None)
             for key_id in [k for k, v in self._by_id.items() if v.owner in owners]:
                 del self._by_id[key_id]
-
-    # -- plans -----------------------------------------------------------------------------
 
     def _unwrapped(self, row: sqlk.KeyRow) -> DataKey:
         return DataKey(row.key_id, row.owner, self.provider.unwrap(row.wrapped, row.owner))
@@ -160,11 +145,9 @@ class Keyring:
         self, owner: str, *, create: bool = True, likely_new: bool = False
     ) -> Plan[DataKey | None]:
         """``owner``'s key from the cache or the key store; created when missing and
-        ``create`` (else ``None``). ``likely_new``: skip the lookup and create at once (one
-        round trip, a write, instead of two for an owner that has no key yet; the owner's
-        existing key is returned all the same)."""
-        found = self.cached(owner)
-        if found is not None:
+        ``create`` (else ``None``). ``likely_new``: create without looking first (one round
+        trip instead of two for a new owner; an existing key is returned all the same)."""
+        if (found := self.cached(owner)) is not None:
             return found
         row = None if likely_new else (yield from sqlk.by_owner_plan(self.keystore.dialect, owner))
         if row is None:
@@ -178,13 +161,11 @@ class Keyring:
         return self._remember(self._unwrapped(row), owner_checked=True)
 
     def provider_check_plan(self) -> Plan[None]:
-        """Before this keyring wraps its first key: the provider must unwrap a key the key
-        store holds already, so that a wrong master key wraps nothing (checked again for
-        each key made while the key store is empty).
+        """Before this keyring wraps its first key, the provider must unwrap a key the key
+        store holds, so that a wrong master key wraps nothing.
 
         Raises:
-            DecryptionError: It does not (a wrong master key, or the new one of a rotation
-                given without the old one while keys are still wrapped by the old one).
+            DecryptionError: It does not (a wrong master key, or a rotation's new one alone).
         """
         if self._provider_checked:
             return
@@ -213,16 +194,9 @@ class Keyring:
         made the owner's key meanwhile, the write is sealed again with that one. Returns the
         key written with (``None``: never stored) and the write's value."""
         dialect = self.keystore.dialect
-        if not sqlk.carries(dialect):  # the key in a transaction of its own, then the write
-            made = yield from self.key_plan(owner, likely_new=likely_new)
-            assert made is not None
-            return made, (yield from write(made))
-        for _ in range(CARRY_ATTEMPTS):
-            found = self.cached(owner)
-            if found is None and not likely_new:
-                row = yield from sqlk.by_owner_plan(dialect, owner)
-                if row is not None:
-                    found = self._remember(self._unwrapped(row), owner_checked=True)
+        # where the dialect cannot carry a new key in the write, it is made first (below)
+        for _ in range(CARRY_ATTEMPTS if sqlk.carries(dialect) else 0):
+            found = yield from self.key_plan(owner, create=False, likely_new=likely_new)
             if found is not None:
                 return found, (yield from write(found))
             yield from self.provider_check_plan()
@@ -238,9 +212,7 @@ class Keyring:
         return made, (yield from write(made))
 
     def by_id_plan(self, key_id: str) -> Plan[DataKey]:
-        with self._lock:
-            found = self._by_id.get(key_id)
-        if found is not None:
+        if (found := self.cached_id(key_id)) is not None:
             return found
         row = yield from sqlk.by_id_plan(self.keystore.dialect, key_id)
         if row is None:
@@ -276,18 +248,16 @@ class Keyring:
             page = yield from sqlk.page_plan(self.keystore.dialect, after, ROTATE_BATCH)
             if not page:
                 return done
-            todo = [r for r in page if is_current is None or not is_current(r.wrapped)]
             rewrapped = [
                 (r.key_id, self.provider.wrap(self.provider.unwrap(r.wrapped, r.owner), r.owner))
-                for r in todo
+                for r in page
+                if is_current is None or not is_current(r.wrapped)
             ]
             done += yield from sqlk.rewrap_plan(self.keystore.dialect, rewrapped)
             after = page[-1].key_id
             seen += len(page)
             if on_progress is not None:
                 on_progress(seen, max(seen, total or 0))
-
-    # -- sync and async shells -------------------------------------------------------------
 
     def key(self, owner: str, *, likely_new: bool = False) -> DataKey:
         """``owner``'s data key, created on first use.
@@ -296,8 +266,7 @@ class Keyring:
             owner: ``"store:<shard key>"`` or ``"thread:<thread id>"``.
             likely_new: Create without looking first (see :meth:`key_plan`).
         """
-        found = self.cached(owner)
-        if found is not None:
+        if (found := self.cached(owner)) is not None:
             return found
         with self._lookups[hash(owner) % LOOKUP_STRIPES]:
             key = self.keystore.run(self.key_plan(owner, likely_new=likely_new))
@@ -305,10 +274,8 @@ class Keyring:
         return key
 
     async def akey(self, owner: str, *, likely_new: bool = False) -> DataKey:
-        """Async :meth:`key` (tasks of one loop missing the same owner's key look it up
-        once)."""
-        found = self.cached(owner)
-        if found is not None:
+        """Async :meth:`key` (tasks of one loop missing an owner's key look it up once)."""
+        if (found := self.cached(owner)) is not None:
             return found
 
         async def lookup() -> tuple[DataKey, DataKey]:
@@ -386,8 +353,7 @@ class Keyring:
             assert keyring.find("thread:t1").key_id == key_id
             ```
         """
-        found = self.cached(owner)
-        if found is not None:
+        if (found := self.cached(owner)) is not None:
             return run(write(found))  # type: ignore[no-any-return]
         if database is None or self.keystore.db is not database:
             return run(write(self.key(owner, likely_new=likely_new)))  # type: ignore[no-any-return]
@@ -404,11 +370,9 @@ class Keyring:
         database: Database[Any] | None = None,
         likely_new: bool = False,
     ) -> T:
-        """Async :meth:`sealed` (``arun`` runs a plan asynchronously); tasks of one loop
-        missing the same owner's key wait for the first one's write, then write with the key
-        it stored."""
-        found = self.cached(owner)
-        if found is not None:
+        """Async :meth:`sealed`; tasks of one loop missing the same owner's key wait for the
+        first one's write, then write with the key it stored."""
+        if (found := self.cached(owner)) is not None:
             return await arun(write(found))  # type: ignore[no-any-return]
         if database is None or self.keystore.db is not database:
             key = await self.akey(owner, likely_new=likely_new)
@@ -434,14 +398,11 @@ class Keyring:
             KeyMissingError: The key store does not hold it (destroyed by an erase, or
                 another key store's).
         """
-        with self._lock:
-            found = self._by_id.get(key_id)
-        return found if found is not None else self.keystore.run(self.by_id_plan(key_id))
+        return self.cached_id(key_id) or self.keystore.run(self.by_id_plan(key_id))
 
     async def aby_id(self, key_id: str) -> DataKey:
         """Async :meth:`by_id`."""
-        with self._lock:
-            found = self._by_id.get(key_id)
+        found = self.cached_id(key_id)
         return found if found is not None else await self.keystore.arun(self.by_id_plan(key_id))
 
     def destroy(self, owners: Sequence[str]) -> list[str]:

@@ -1,10 +1,8 @@
-"""OpenTelemetry traces (:mod:`.tracing`) and metrics (:mod:`.metrics`) of the package's
-operations, and what both share: the providers they record with, and whether they record.
-
-No cost when off: while the application has given no provider, an operation pays one cached
-look (a clock read), and ``opentelemetry`` is not imported: only a process that imported it
-(or named a provider in ``OTEL_PYTHON_TRACER_PROVIDER`` / ``OTEL_PYTHON_METER_PROVIDER``)
-can have set a global provider.
+"""OpenTelemetry traces (:mod:`.tracing`) and metrics (:mod:`.metrics`), and what both share:
+the providers they record with, and whether they record. No cost when off: an operation pays
+one cached look (a clock read), and ``opentelemetry`` is not imported (only a process that
+imported it, or named a provider in ``OTEL_PYTHON_TRACER_PROVIDER`` /
+``OTEL_PYTHON_METER_PROVIDER``, can have set a global provider).
 """
 
 from __future__ import annotations
@@ -40,12 +38,11 @@ class Provider:
     def use(self, provider: Any) -> None:
         """Record the package's spans (:data:`TRACER`: ``tracing.use_tracer_provider``) or
         metrics (:data:`METER`: ``metrics.use_meter_provider``) with ``provider`` instead of
-        OpenTelemetry's global one (``None``: back to the global one), as OpenTelemetry's
-        instrumentations take a ``tracer_provider`` and a ``meter_provider``.
+        OpenTelemetry's global one, as OpenTelemetry's instrumentations take one.
 
         Args:
-            provider: An SDK's ``TracerProvider`` or ``MeterProvider`` (or any provider of
-                the signal).
+            provider: An SDK's ``TracerProvider`` or ``MeterProvider`` (``None``: back to
+                the global one).
 
         Example:
             >>> from opentelemetry.sdk.trace import TracerProvider
@@ -79,9 +76,8 @@ class Provider:
 TRACER = Provider("opentelemetry.trace", "get_tracer_provider", "OTEL_PYTHON_TRACER_PROVIDER")
 METER = Provider("opentelemetry.metrics", "get_meter_provider", "OTEL_PYTHON_METER_PROVIDER")
 
-#: What telemetry records, as last looked at: ``(until, spans, metrics, generation)``; the
-#: answer holds until the monotonic clock reads ``until``; :func:`recheck` moves to a new
-#: generation, so an answer looked up before it is never kept.
+#: What telemetry records, as last looked at: ``(until, spans, metrics, generation)``, valid
+#: until the monotonic clock reads ``until``; :func:`recheck` starts a new generation.
 _state: tuple[float, bool, bool, int] = (-1.0, False, False, 0)
 
 

@@ -1,12 +1,9 @@
 """Metrics of the package's operations, by OpenTelemetry's conventions: the durations of
 database client operations (``db.client.operation.duration``) and of agent memory's
-(``agent_memory.operation.duration``), the counters of :data:`COUNTERS`, the consolidation
-backlog and the connection pools of :data:`OBSERVED`, and each wait for a pool's
-connection (``db.client.connection.wait_time``). The user guide's table lists each with its
-unit (a test holds the two together).
-
-No cost when off: while no meter provider is set, :func:`instruments` returns ``None`` after
-a cached check, and nothing is measured.
+(``agent_memory.operation.duration``), the counters of :data:`COUNTERS`, the instruments of
+:data:`OBSERVED`, and each wait for a pool's connection (``db.client.connection.wait_time``),
+as the user guide's table lists them. While no meter provider is set, :func:`instruments`
+returns ``None`` after a cached check, and nothing is measured.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ if TYPE_CHECKING:
 
 #: Bucket bounds of the duration histograms (s), as the database conventions advise.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
-POOL = "db.client.connection.pool.name"
+POOL, STATE = "db.client.connection.pool.name", "db.client.connection.state"
 
 
 #: Record the package's metrics with a meter provider of its own (see :meth:`.Provider.use`).
@@ -41,9 +38,8 @@ use_meter_provider = METER.use
 
 
 def metering() -> bool:
-    """Whether metrics are recorded: the application gave a meter provider (to
-    :func:`use_meter_provider`, or as OpenTelemetry's global one, seen within
-    :data:`~langgraph_checkpoint_agent_memory.telemetry.RECHECK_SECONDS` of being set).
+    """Whether metrics are recorded: a meter provider was given to :func:`use_meter_provider`
+    or set as OpenTelemetry's global one (seen within ``RECHECK_SECONDS``).
 
     Example:
         >>> metering()
@@ -54,18 +50,15 @@ def metering() -> bool:
 
 @dataclass
 class Backlog:
-    """Pending episodes in one database, as the last consolidation round there saw them
-    (every memory on the database shares one: see :func:`backlog_of`).
+    """Pending episodes in one database, as its last consolidation round saw them (shared:
+    see :func:`backlog_of`).
 
     Args:
         attributes: What tells the database apart (``db.system.name``, ``server.address``,
             ``agent_memory.database``).
-        pending: Episodes waiting to be consolidated (``None``: not known yet, so not
-            reported).
-        oldest_at: When the oldest of them was recorded (seconds since the epoch; ``None``:
-            none pending); the gauge reports its age at each collection.
-        parked: Episodes parked after failing ``max_attempts`` times, waiting for
-            ``retry``.
+        pending: Episodes waiting (``None``: not known yet, so not reported).
+        oldest_at: When the oldest of them was recorded (``None``: none pending).
+        parked: Episodes parked after failing ``max_attempts`` times, waiting for ``retry``.
     """
 
     attributes: dict[str, Any]
@@ -96,8 +89,7 @@ def backlog_of(attributes: dict[str, Any]) -> Backlog:
 
 
 def watch(database: Database[Any]) -> None:
-    """Report ``database``'s pools in the connection metrics while it lives, and the waits
-    for their connections."""
+    """Report ``database``'s pools and waits in the connection metrics while it lives."""
     from langgraph_checkpoint_agent_memory.db.database import connection_waits
 
     with _lock:
@@ -141,20 +133,8 @@ def _backlog(read: Callable[[Backlog, float], float | None]) -> Observed:
     return values
 
 
-def _oldest_age(backlog: Backlog, now: float) -> float | None:
-    return None if backlog.oldest_at is None else max(now - backlog.oldest_at, 0)
-
-
-def _by_state(usage: PoolUsage) -> list[tuple[float, dict[str, Any]]]:
-    return [
-        (usage.idle, {"db.client.connection.state": "idle"}),
-        (usage.used, {"db.client.connection.state": "used"}),
-    ]
-
-
 class Spec(NamedTuple):
-    """An instrument: what :class:`Instruments` makes it with (``read``: an observable's
-    values, read at each collection; ``kind``: its kind)."""
+    """An instrument (``read``: an observable's values, read at each collection)."""
 
     unit: str
     description: str
@@ -177,13 +157,19 @@ OBSERVED = {
         "{episode}", "Episodes waiting.", _backlog(lambda b, _: b.pending), GAUGE
     ),
     "agent_memory.consolidation.oldest_pending_age": Spec(
-        "s", "How long the oldest pending episode has waited.", _backlog(_oldest_age), GAUGE
+        "s",
+        "How long the oldest pending episode has waited.",
+        _backlog(lambda b, now: None if b.oldest_at is None else max(now - b.oldest_at, 0)),
+        GAUGE,
     ),
     "agent_memory.consolidation.parked": Spec(
         "{episode}", "Episodes whose every attempt failed.", _backlog(lambda b, _: b.parked), GAUGE
     ),
     "db.client.connection.count": Spec(
-        "{connection}", "Connections of the pool, by state.", _pools(_by_state), UP_DOWN
+        "{connection}",
+        "Connections of the pool, by state.",
+        _pools(lambda u: [(u.idle, {STATE: "idle"}), (u.used, {STATE: "used"})]),
+        UP_DOWN,
     ),
     "db.client.connection.max": Spec(
         "{connection}", "The pool's size limit.", _pools(lambda u: [(u.max, {})]), UP_DOWN
@@ -195,8 +181,7 @@ OBSERVED = {
 
 
 def _callback(read: Observed, observation: Any) -> Callable[[Any], Iterable[Any]]:
-    """``read()``'s values, or none when reading fails (a metrics reader's thread must not
-    fail for the package's sake)."""
+    """``read()``'s values, or none when reading fails (the reader's thread must not fail)."""
 
     def callback(options: Any) -> Iterable[Any]:
         try:
@@ -237,8 +222,8 @@ class Instruments:
             make(name, [_callback(read, observation)], unit=unit, description=description)
 
 
-#: The instruments made on each meter provider (once: made again, an instrument would
-#: register its callbacks twice), and the last ones used, with their provider.
+#: The instruments made on each meter provider (made again, an instrument would register
+#: its callbacks twice), and the last ones used, with their provider.
 _made: weakref.WeakKeyDictionary[Any, Instruments] = weakref.WeakKeyDictionary()
 _last: list[tuple[Any, Instruments | None]] = [(None, None)]
 

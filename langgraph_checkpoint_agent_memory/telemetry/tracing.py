@@ -91,8 +91,8 @@ _targets: weakref.WeakKeyDictionary[Any, Target] = weakref.WeakKeyDictionary()
 
 
 def target_of(database: Database[Any]) -> Target:
-    """``database``'s :class:`Target` (its dialect, server and namespace), read once; its
-    pools are reported in the connection metrics from then on (:func:`.metrics.watch`).
+    """``database``'s :class:`Target`, read once; its pools are reported in the connection
+    metrics from then on (:func:`.metrics.watch`).
 
     Example:
         >>> from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
@@ -110,24 +110,13 @@ def target_of(database: Database[Any]) -> Target:
 #: Record the package's spans with a tracer provider of its own (see :meth:`.Provider.use`).
 use_tracer_provider = TRACER.use
 
-#: The package's tracer, the provider it was made on, and the API's module (replaced as one).
+#: The provider in use, its tracer and the API's module (replaced as one): the tracer is
+#: made once per provider (an SDK makes a new one, and checks its arguments, at each call).
 _tracers: list[tuple[Any, Any, Any]] = [(None, None, None)]
 
 
-def _tracer() -> tuple[Any, Any]:
-    """The tracer of the provider in use, and the API; made once per provider (an SDK makes
-    a new tracer, and checks its arguments, at each ``get_tracer``)."""
-    provider = TRACER.current()
-    made_on, tracer, api = _tracers[0]
-    if made_on is not provider:
-        tracer, api = provider.get_tracer(SCOPE, version()), TRACER.module()
-        _tracers[0] = (provider, tracer, api)
-    return tracer, api
-
-
 def tracing() -> bool:
-    """Whether spans are recorded (:meth:`.Provider.recording`, looked at again at most every
-    :data:`~langgraph_checkpoint_agent_memory.telemetry.RECHECK_SECONDS`).
+    """Whether spans are recorded (looked at again at most every ``RECHECK_SECONDS``).
 
     Example:
         >>> tracing()
@@ -157,10 +146,9 @@ def status_code(error: BaseException) -> str | None:
 
 
 class _Live:
-    """One operation: its span (current while the ``with`` block runs) when tracing is on,
-    its duration in ``histogram`` when metrics are on. An exception marks it failed, with
-    ``error.type`` and, for a database's error, ``db.response.status_code``; with ``sealed``
-    (encryption on), its message, which may quote what was sealed, is left out."""
+    """One operation: its span when tracing is on, its duration in ``histogram`` when metrics
+    are on. An exception marks it failed (``error.type``, ``db.response.status_code``); with
+    ``sealed`` (encryption on), its message, which may quote what was sealed, is left out."""
 
     __slots__ = (
         "_api",
@@ -189,7 +177,11 @@ class _Live:
         self._manager: Any = None
         self._api: Any = None
         if traced:
-            tracer, self._api = _tracer()
+            provider = TRACER.current()
+            made_on, tracer, self._api = _tracers[0]
+            if made_on is not provider:
+                tracer, self._api = provider.get_tracer(SCOPE, version()), TRACER.module()
+                _tracers[0] = (provider, tracer, self._api)
             kinds = self._api.SpanKind
             self._manager = tracer.start_as_current_span(
                 name,
@@ -248,40 +240,20 @@ class _Live:
 
     def written(self, size: int) -> None:
         """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
-        added to ``agent_memory.checkpoint.bytes_written`` once it succeeds (a write
-        built again, after data keys were loaded, replaces the size, never adds to it)."""
+        added to ``agent_memory.checkpoint.bytes_written`` once it succeeds (a write built
+        again replaces the size, never adds to it)."""
         self._written = size
         self.set("agent_memory.bytes_written", size)
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """Mark the operation failed without an exception (a consolidation job whose
-        extractor failed is recorded, not raised): ``error.type`` and an error status, with
-        ``description`` unless the operation is sealed."""
+        """Mark the operation failed without an exception: ``error.type`` and an error status,
+        with ``description`` unless the operation is sealed."""
         self._failed(error_type, description or "failed")
 
 
 #: Each operation's span name and the attributes it is measured by, per operation and
 #: target (made once: an operation runs thousands of times a second, on a few targets).
 _named: dict[tuple[str, Target, str | None, bool], tuple[str, dict[str, AttributeValue]]] = {}
-
-
-def _name_of(
-    name: str, target: Target, collection: str | None, client: bool
-) -> tuple[str, dict[str, AttributeValue]]:
-    key = (name, target, collection, client)
-    found = _named.get(key)
-    if found is None:
-        if client:
-            operation = name.rpartition(".")[2]
-            measured = {**target.attributes(), "db.operation.name": operation}
-            if collection is not None:
-                measured["db.collection.name"] = collection
-            about = collection or target.namespace  # the conventions' {target}
-            found = (f"{operation} {about}" if about else operation, measured)
-        else:
-            found = (name, {**target.attributes(), "agent_memory.operation.name": name})
-        _named[key] = found
-    return found
 
 
 def _start(
@@ -297,10 +269,21 @@ def _start(
     traced, made = state[1], metrics.instruments() if state[2] else None
     if made is None and not traced:
         return IDLE
-    span_name, measured = _name_of(name, target, collection, client)
-    histogram = None
-    if made is not None:
-        histogram = made.db_duration if client else made.memory_duration
+    key = (name, target, collection, client)
+    named = _named.get(key)
+    if named is None:
+        if client:
+            operation = name.rpartition(".")[2]
+            measured = {**target.attributes(), "db.operation.name": operation}
+            if collection is not None:
+                measured["db.collection.name"] = collection
+            about = collection or target.namespace  # the conventions' {target}
+            named = (f"{operation} {about}" if about else operation, measured)
+        else:
+            named = (name, {**target.attributes(), "agent_memory.operation.name": name})
+        _named[key] = named
+    span_name, measured = named
+    histogram = None if made is None else (made.db_duration if client else made.memory_duration)
     described = measured
     if traced and attributes:
         described = {**measured, **{k: v for k, v in attributes.items() if v is not None}}
@@ -316,10 +299,9 @@ def db_operation(
     sealed: bool = False,
 ) -> _Idle | _Live:
     """An operation of a database client, ``<component>.<operation>`` (``name``): a
-    ``CLIENT`` span named ``{db.operation.name} {db.collection.name}`` (the table the
-    operation is about), with the target's attributes, measured in
-    ``db.client.operation.duration``; ``sealed``: encryption is on (an exception's message
-    is left out).
+    ``CLIENT`` span named ``{db.operation.name} {db.collection.name}``, with the target's
+    attributes, measured in ``db.client.operation.duration``; ``sealed``: as in
+    :func:`operation`.
 
     Example:
         >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
@@ -335,11 +317,9 @@ def operation(
     *,
     sealed: bool = False,
 ) -> _Idle | _Live:
-    """The span of one operation of agent memory (``memory.record``, ...), to run the
-    operation in, measured in ``agent_memory.operation.duration``: ``with
-    operation("memory.record", target) as op: ...``; ``op.set(...)`` adds what is learned on
-    the way (counts). Attributes that are ``None`` are left out; ``sealed``: encryption is
-    on (an exception's message is left out).
+    """The span of one operation of agent memory (``memory.record``, ...), measured in
+    ``agent_memory.operation.duration``; ``op.set(...)`` adds what is learned on the way
+    (``None``: left out); ``sealed``: encryption is on (an exception's message is left out).
 
     Example:
         >>> with operation("memory.recall", Target("sqlite")) as op:
