@@ -186,14 +186,8 @@ class SweepPreview:
 
     def as_dict(self) -> dict[str, Any]:
         """The preview as a JSON-ready dict, totals included."""
-        return {
-            "strategy": self.strategy,
-            "keep_last": self.keep_last,
-            "now": self.now,
-            "threads": [asdict(t) for t in self.threads],
-            "checkpoints_removed": self.checkpoints_removed,
-            "bytes_freed": self.bytes_freed,
-        }
+        totals = {"checkpoints_removed": self.checkpoints_removed, "bytes_freed": self.bytes_freed}
+        return {**asdict(self), **totals}
 
 
 def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:

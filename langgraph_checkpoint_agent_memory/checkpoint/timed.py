@@ -376,8 +376,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         fork.register(self)
 
     def after_fork(self) -> None:
-        """A forked child keeps a copy of the threads but not the sweeper thread: its next
-        write starts its own."""
+        """A forked child keeps the threads but not the sweeper: its next write starts one."""
         self._sweeping.after_fork()
         self._lock = threading.RLock()
 
