@@ -323,7 +323,9 @@ def split_union(
                 (part.channel, part.version, part.type, blob, part.base_version)
             )
         elif type(part) is UnionWrite:
-            writes.append(part)
+            writes.append(
+                part if type(part.blob) is bytes else part._replace(blob=_blob(part.blob))
+            )
         else:
             head = part
     if head is None:
@@ -334,18 +336,7 @@ def split_union(
         (thread_id, ns, cid, head.parent_id, head.type, head.body, head.metadata, versions)
     )
     write_rows = [
-        write_row(
-            (
-                cid,
-                w.task_id,
-                w.idx,
-                w.channel,
-                w.type,
-                w.blob if type(w.blob) is bytes else _blob(w.blob),
-                w.task_path,
-            )
-        )
-        for w in writes
+        write_row((cid, w.task_id, w.idx, w.channel, w.type, w.blob, w.task_path)) for w in writes
     ]
     return row, blob_rows, write_rows
 

@@ -44,11 +44,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     thread_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import ThreadActivity
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
-    Sealer,
-    lazily_opened,
-    opened_rows,
-)
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, lazily_opened, opened_rows
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect

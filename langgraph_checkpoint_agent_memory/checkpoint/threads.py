@@ -566,8 +566,7 @@ class Maintenance:
             if not candidates:
                 horizon = now - tombstone_seconds(TOMBSTONE_SECONDS, activity.ttl_seconds)
                 yield Batch(
-                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)],
-                    write=True,
+                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)], write=True
                 )
                 return swept
             keep_latest = activity.strategy != "delete"
