@@ -286,7 +286,7 @@ class Maintenance:
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The key parameters of every checkpoint not in ``keep[thread]`` (deleted with its
-        writes), and of the blobs no kept one needs."""
+        writes), and of the blobs no kept one needs (an appended list needs all its bases)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
         for thread_id, snap in snapshot.items():
