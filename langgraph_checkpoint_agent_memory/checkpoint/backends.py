@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import aclosing, asynccontextmanager, closing, contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,11 +16,8 @@ from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse
 @contextmanager
 def _from_conn_string(cls: Callable[..., Any], /, conn_string: str, **kwargs: Any) -> Iterator[Any]:
     """Open the saver ``conn_string`` names, and close it on exit."""
-    saver = cls(conn_string, **kwargs)
-    try:
+    with closing(cls(conn_string, **kwargs)) as saver:
         yield saver
-    finally:
-        saver.close()
 
 
 @asynccontextmanager
@@ -28,11 +25,8 @@ async def _afrom_conn_string(
     cls: Callable[..., Any], /, conn_string: str, **kwargs: Any
 ) -> AsyncIterator[Any]:
     """Open the saver ``conn_string`` names, and close it on exit (``async with``)."""
-    saver = cls(conn_string, **kwargs)
-    try:
+    async with aclosing(cls(conn_string, **kwargs)) as saver:
         yield saver
-    finally:
-        await saver.aclose()
 
 
 #: LangGraph's ``from_conn_string`` conventions, bound to each saver class.

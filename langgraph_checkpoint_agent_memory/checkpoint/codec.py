@@ -71,11 +71,7 @@ def packed(kind: str, data: bytes) -> tuple[str, bytes]:
 
 
 def unpacked(kind: str, data: bytes, what: str) -> tuple[str, bytes]:
-    """A stored value's type and bytes as the serde wrote them.
-
-    Raises:
-        DamagedValueError: A compressed value that does not open (see :func:`.unpack`).
-    """
+    """A stored value's type and bytes as the serde wrote them (see :func:`.unpack`)."""
     if kind.startswith(PACKED):
         return kind[len(PACKED) :], unpack(data, what)
     return kind, data
@@ -84,16 +80,6 @@ def unpacked(kind: str, data: bytes, what: str) -> tuple[str, bytes]:
 def load(serde: SerializerProtocol, kind: str, data: bytes, what: str) -> Any:
     """A stored value, decompressed if it was, then deserialized."""
     return serde.loads_typed(unpacked(kind, data, what))
-
-
-def is_inline(value: Any) -> bool:
-    """Whether a channel value stays in the checkpoint row instead of getting a blob."""
-    kind = type(value)
-    return (
-        value is None
-        or kind in (bool, int, float)
-        or (kind is str and len(value) <= INLINE_STR_MAX)
-    )
 
 
 #: Encoders built once: ``json.dumps`` builds one per call when given options.
@@ -147,8 +133,7 @@ class CheckpointRow(NamedTuple):
 
 
 class BlobRow(NamedTuple):
-    """A stored channel value (``BLOB_COLUMNS``), keyed in :data:`BlobRows` by
-    ``(channel, version)``."""
+    """A stored channel value (``BLOB_COLUMNS``)."""
 
     channel: str
     version: str
@@ -323,8 +308,7 @@ def write_rows_of(results: Sequence[Sequence[Sequence[Any]]]) -> list[WriteRow]:
 def split_union(
     thread_id: str, ns: str, rows: Sequence[Sequence[Any]]
 ) -> tuple[CheckpointRow, BlobRows, list[WriteRow]] | None:
-    """Decode a dialect's one-statement ``get_tuple`` result (``fast_get_tuple``), rows
-    tagged by kind; None when there is no checkpoint."""
+    """The rows of a dialect's ``fast_get_tuple``, or ``None`` without a checkpoint."""
     head: UnionHead | None = None
     blob_rows: BlobRows = {}
     writes: list[UnionWrite] = []
@@ -339,37 +323,20 @@ def split_union(
                 (part.channel, part.version, part.type, blob, part.base_version)
             )
         elif type(part) is UnionWrite:
-            writes.append(part)
+            writes.append(
+                part if type(part.blob) is bytes else part._replace(blob=_blob(part.blob))
+            )
         else:
             head = part
     if head is None:
         return None
     cid = head.checkpoint_id
+    versions = json.loads(head.blob_versions)
     row: CheckpointRow = _checkpoint_row(
-        (
-            thread_id,
-            ns,
-            cid,
-            head.parent_id,
-            head.type,
-            head.body,
-            head.metadata,
-            json.loads(head.blob_versions),
-        )
+        (thread_id, ns, cid, head.parent_id, head.type, head.body, head.metadata, versions)
     )
     write_rows = [
-        write_row(
-            (
-                cid,
-                w.task_id,
-                w.idx,
-                w.channel,
-                w.type,
-                w.blob if type(w.blob) is bytes else _blob(w.blob),
-                w.task_path,
-            )
-        )
-        for w in writes
+        write_row((cid, w.task_id, w.idx, w.channel, w.type, w.blob, w.task_path)) for w in writes
     ]
     return row, blob_rows, write_rows
 
@@ -377,17 +344,13 @@ def split_union(
 def pending_writes(
     serde: SerializerProtocol, write_rows: Sequence[WriteRow], channels: Any = None
 ) -> list[PendingWrite]:
-    """Write rows as LangGraph's pending writes, in ``writes_sort_key`` order (only those of
-    ``channels`` when given)."""
+    """Write rows as LangGraph's pending writes (of ``channels`` only, when given)."""
     ordered = sorted(write_rows, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     return [
         (w.task_id, w.channel, load(serde, w.type, w.blob, f"a pending write of {w.task_id!r}"))
         for w in ordered
         if channels is None or w.channel in channels
     ]
-
-
-# -- the list cache ----------------------------------------------------------------------
 
 
 class ListCache:
@@ -415,13 +378,12 @@ class ListCache:
         if head is None or head.checkpoint_id != parent_id:
             return None
         known = head.lists.get(channel)
-        if known is None:
-            return None
-        if head.blob_versions.get(channel) != known.version:
-            return None
-        if len(value) < len(known.items):
-            return None
-        if any(a is not b for a, b in zip(known.items, value, strict=False)):  # value is longer
+        if (
+            known is None
+            or head.blob_versions.get(channel) != known.version
+            or len(value) < len(known.items)
+            or any(a is not b for a, b in zip(known.items, value, strict=False))  # value is longer
+        ):
             return None
         return known
 
@@ -463,19 +425,6 @@ class ListCache:
                 del self.heads[head]
 
 
-# -- encoding ------------------------------------------------------------------------------
-
-
-class EncodedCheckpoint(NamedTuple):
-    """A checkpoint as the rows ``put`` writes, plus the lists to remember once written."""
-
-    body_type: str
-    body: bytes
-    blob_versions: dict[str, str]
-    blob_rows: list[dict[str, Any]]
-    lists: dict[str, ListState | None]
-
-
 def encode_checkpoint(
     serde: SerializerProtocol,
     cache: ListCache,
@@ -485,13 +434,19 @@ def encode_checkpoint(
     checkpoint: Checkpoint,
     new_versions: Mapping[str, Any],
     live_after: float,
-) -> EncodedCheckpoint:
-    """Serialize the checkpoint body (with its inline values) and a blob row for each
-    non-inline channel in ``new_versions``: the appended items only where ``cache`` knows
-    the base."""
+) -> tuple[str, bytes, dict[str, str], list[dict[str, Any]], dict[str, ListState | None]]:
+    """The body's type and bytes (with its inline values), its ``blob_versions``, a blob row
+    for each other channel in ``new_versions`` (the appended items only where ``cache``
+    knows the base), and the lists to remember once written."""
     dumps = serde.dumps_typed
     values = checkpoint["channel_values"]
-    inline = {k: v for k, v in values.items() if is_inline(v)}
+    inline = {  # the values that stay in the checkpoint row
+        k: v
+        for k, v in values.items()
+        if v is None
+        or type(v) in (bool, int, float)
+        or (type(v) is str and len(v) <= INLINE_STR_MAX)
+    }
     body_type, body = packed(*dumps({**checkpoint, "channel_values": inline}))
     blob_versions = {
         k: str(v)
@@ -531,10 +486,7 @@ def encode_checkpoint(
             }
         )
         lists[k] = state
-    return EncodedCheckpoint(body_type, body, blob_versions, blob_rows, lists)
-
-
-# -- decoding ------------------------------------------------------------------------------
+    return body_type, body, blob_versions, blob_rows, lists
 
 
 def channel_value(
@@ -576,10 +528,6 @@ def channel_value(
     return value, 0, Anchor(version, len(value), 1 + (anchor.segments if anchor else 0))
 
 
-def _body_what(row: CheckpointRow) -> str:
-    return f"checkpoint {row.checkpoint_id} of thread {row.thread_id!r}"
-
-
 class MissingBlob(AgentMemoryError):
     """A checkpoint names a value (or an appended list's base) that a racing delete or erase
     removed: the readers answer as for a thread that is gone. Never raised to a caller."""
@@ -595,9 +543,9 @@ def decode(
     lists: dict[str, ListState | None] | None = None,
     opener: BlobOpener | None = None,
 ) -> CheckpointTuple:
-    """A checkpoint tuple from its row, blobs and writes; fills ``lists`` (when given) with
-    the list channels read, for :meth:`ListCache.remember`."""
-    checkpoint: Checkpoint = load(serde, row.type, bytes(row.body), _body_what(row))
+    """A checkpoint tuple; fills ``lists`` (when given) with the list channels read."""
+    what = f"checkpoint {row.checkpoint_id} of thread {row.thread_id!r}"
+    checkpoint: Checkpoint = load(serde, row.type, bytes(row.body), what)
     values = dict(checkpoint["channel_values"])
     thread = (row.thread_id, row.ns)
     for ch, v in row.blob_versions.items():

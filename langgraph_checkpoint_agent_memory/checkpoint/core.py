@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
@@ -50,10 +50,6 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             return thread_id, ns, checkpoint_id
     except (KeyError, TypeError):
         pass
-    return _checked_coordinates(config)
-
-
-def _checked_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | None]:
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -70,8 +66,7 @@ def _checked_coordinates(config: RunnableConfig | None) -> tuple[str, str, str |
 
 
 def list_coordinates(config: RunnableConfig | None) -> tuple[str | None, str | None, str | None]:
-    """``(thread_id, checkpoint_ns, checkpoint_id)`` of a ``list`` config, each ``None``
-    where the config leaves it open, checked as :func:`thread_coordinates` checks them."""
+    """:func:`thread_coordinates` of a ``list`` config, each ``None`` where it is left open."""
     configurable = (config or {}).get("configurable") or {}
     thread_id, ns, cid = (
         configurable.get(k) for k in ("thread_id", "checkpoint_ns", "checkpoint_id")
@@ -97,9 +92,8 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
 
 
 def checked_thread_id(thread_id: Any) -> str:
-    """A thread id as the savers store it: a string, or an int or UUID as its text;
-    :class:`InvalidValueError` for anything else, an empty id, one over :data:`MAX_ID`
-    characters, or one with a NUL character or a lone surrogate."""
+    """A thread id as stored: a string, or an int or UUID as its text (else
+    :class:`InvalidValueError`, as for an empty, overlong or unstorable one)."""
     if (
         type(thread_id) is str
         and 0 < len(thread_id) <= MAX_ID
@@ -151,30 +145,12 @@ def parent_config(
     return checkpoint_config(thread_id, checkpoint_ns, parent_id) if parent_id else None
 
 
-def next_channel_version(current: str | int | None) -> str:
-    """The channel version after ``current``: a zero-padded counter and a random tail, the
-    form LangGraph's savers use (an ``int`` version, as older checkpoints hold, counts too).
-
-    Example:
-        >>> next_channel_version(None)[:32]
-        '00000000000000000000000000000001'
-        >>> next_channel_version("00000000000000000000000000000041.25")[:32]
-        '00000000000000000000000000000042'
-    """
-    if current is None:
-        counter = 0
-    elif isinstance(current, int):
-        counter = current
-    else:
-        counter = int(current.split(".")[0])
-    return f"{counter + 1:032}.{random.random():016}"
-
-
 class VersionCounter:
     """The package's savers' ``get_next_version``."""
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        """The channel version after ``current``: a zero-padded counter and a random tail.
+        """The channel version after ``current``: a zero-padded counter and a random tail, the
+        form LangGraph's savers use (an ``int`` version, as older checkpoints hold, counts too).
 
         Args:
             current: The current version (``None`` for a new channel).
@@ -183,8 +159,16 @@ class VersionCounter:
         Example:
             >>> saver.get_next_version(None, None)[:32]
             '00000000000000000000000000000001'
+            >>> saver.get_next_version("00000000000000000000000000000041.25", None)[:32]
+            '00000000000000000000000000000042'
         """
-        return next_channel_version(current)
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(current.split(".")[0])
+        return f"{counter + 1:032}.{random.random():016}"
 
 
 #: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
@@ -212,8 +196,7 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
 
 
 def check_metadata(metadata: Mapping[str, Any]) -> None:
-    """Refuse, naming the key, checkpoint metadata holding what :func:`checked_filter`
-    refuses in a filter (the SQL savers walk it only when their JSON hints at one)."""
+    """Refuse, naming the key, metadata holding what :func:`checked_filter` refuses."""
     for key, value in metadata.items():
         why = _json_problem(key, value)
         if why:
@@ -226,28 +209,20 @@ def _json_problem(key: Any, value: Any) -> str | None:
 
     stack: list[Any] = [key, value]
     while stack:
-        why = _node_problem(stack.pop(), stack, unstorable)
-        if why:
-            return why
-    return None
-
-
-def _node_problem(
-    node: Any, stack: list[Any], unstorable: Callable[[str], str | None]
-) -> str | None:
-    """What makes ``node`` unusable, or ``None`` (its items pushed on ``stack``)."""
-    if isinstance(node, str):
-        why = unstorable(node)
-        return f"{node!r} {why}" if why else None
-    if isinstance(node, float) and not math.isfinite(node):
-        return f"{node!r} is not a finite number (no metadata holds one on every backend)"
-    if type(node) is int and not -_INT_BOUND <= node < _INT_BOUND:
-        return f"{node} is beyond the 64-bit whole numbers metadata holds on every backend"
-    if isinstance(node, Mapping):
-        stack.extend(node.keys())
-        stack.extend(node.values())
-    elif isinstance(node, (list, tuple)):
-        stack.extend(node)
+        node = stack.pop()
+        if isinstance(node, str):
+            why = unstorable(node)
+            if why:
+                return f"{node!r} {why}"
+        elif isinstance(node, float) and not math.isfinite(node):
+            return f"{node!r} is not a finite number (no metadata holds one on every backend)"
+        elif type(node) is int and not -_INT_BOUND <= node < _INT_BOUND:
+            return f"{node} is beyond the 64-bit whole numbers metadata holds on every backend"
+        elif isinstance(node, Mapping):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
     return None
 
 
@@ -259,54 +234,43 @@ def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | No
     return all(metadata.get(k, missing) == v for k, v in filter.items())
 
 
-def delta_channels_of(metadata: Mapping[str, Any]) -> set[str]:
-    """Channels whose value must be rebuilt from ancestors (``DeltaChannel`` since a snapshot)."""
-    counters = metadata.get("counters_since_delta_snapshot") or {}
-    return set(counters)
+class Stored(Protocol):
+    """A stored checkpoint, as far as its place in the history goes."""
+
+    @property
+    def parent_id(self) -> str | None: ...
 
 
-def ancestors_to_keep(
-    latest_id: str,
-    delta_channels: Iterable[str],
-    parent_of: Callable[[str], str | None],
-    has_value: Callable[[str, str], bool],
-) -> list[str]:
-    """``latest_id`` and its ancestors up to the nearest one storing a value for each of its
-    ``DeltaChannel`` channels: dropping those would rebuild the channels empty, silently."""
-    keep = [latest_id]
-    remaining = set(delta_channels)
-    current = parent_of(latest_id)
-    while remaining and current is not None:
-        keep.append(current)
-        remaining = {ch for ch in remaining if not has_value(current, ch)}
-        current = parent_of(current)
-    return keep
+def ancestors(rows: Mapping[str, Stored], parent_id: str | None) -> Iterator[str]:
+    """``parent_id`` and its ancestors among ``rows``, nearest first."""
+    while parent_id is not None and parent_id in rows:
+        yield parent_id
+        parent_id = rows[parent_id].parent_id
 
 
 def checkpoints_to_keep(
-    newest_first: Sequence[str],
+    rows: Mapping[str, Stored],
     keep_last: int,
-    delta_channels_of: Callable[[str], Iterable[str]],
-    parent_of: Callable[[str], str | None],
+    metadata_of: Callable[[str], Mapping[str, Any]],
     has_value: Callable[[str, str], bool],
 ) -> set[str]:
     """Checkpoint ids that pruning one namespace to its last ``keep_last`` keeps: those and,
-    transitively, the ancestors :func:`ancestors_to_keep` finds for each kept one, so every
-    kept checkpoint reads back whole (an ancestor holding one channel's seed may rebuild
-    another channel from further back)."""
+    transitively, each kept one's ancestors up to the nearest storing a value for each of its
+    ``DeltaChannel`` channels (dropping those would rebuild the channels empty, silently; an
+    ancestor holding one channel's seed may rebuild another channel from further back)."""
     keep: set[str] = set()
-    pending = list(newest_first[:keep_last])
+    pending = sorted(rows, reverse=True)[:keep_last]
     while pending:
         checkpoint_id = pending.pop()
         if checkpoint_id in keep:
             continue
         keep.add(checkpoint_id)
-        deltas = delta_channels_of(checkpoint_id)
-        pending += [
-            a
-            for a in ancestors_to_keep(checkpoint_id, deltas, parent_of, has_value)
-            if a not in keep
-        ]
+        remaining = set(metadata_of(checkpoint_id).get("counters_since_delta_snapshot") or ())
+        for parent in ancestors(rows, rows[checkpoint_id].parent_id):
+            if not remaining:
+                break
+            pending.append(parent)
+            remaining = {ch for ch in remaining if not has_value(parent, ch)}
     return keep
 
 
@@ -317,12 +281,9 @@ def delta_history(
     value_of: Callable[[str, str], Any],
     writes_of: Callable[[str], Sequence[PendingWrite]],
 ) -> dict[str, DeltaChannelHistory]:
-    """``get_delta_channel_history`` over an already-fetched ancestor chain.
-
-    ``chain`` holds the target's ancestors, nearest first; ``writes_of`` returns a
-    checkpoint's writes in ``writes_sort_key`` order. Each channel collects the writes of
-    every ancestor up to and including the nearest one that stores a value for it (the seed).
-    """
+    """``get_delta_channel_history`` over the target's ancestors ``chain`` (nearest first):
+    each channel collects the writes (``writes_of``, in ``writes_sort_key`` order) of every
+    ancestor up to and including the nearest one that stores a value for it (the seed)."""
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
     seeds: dict[str, Any] = {}
     remaining = set(channels)

@@ -76,8 +76,7 @@ class CheckedInMemorySaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """LangGraph's ``put``, the config, checkpoint id, thread TTL and metadata checked
-        first."""
+        """LangGraph's ``put``, the config, checkpoint id, thread TTL and metadata checked first."""
         checked = _checked(config)
         checked_checkpoint_id(checkpoint["id"])
         thread_ttl(config, None)

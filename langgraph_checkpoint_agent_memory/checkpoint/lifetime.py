@@ -11,6 +11,7 @@ activity in thread rows (:class:`ThreadActivity`), :class:`TimedInMemorySaver` i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
@@ -51,8 +52,7 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
 
 
 def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
-    """The TTL of the thread ``config`` names: its own ``ttl_seconds``, checked as
-    :func:`validate_ttl` checks it, else ``default``."""
+    """The thread's own ``ttl_seconds`` in ``config`` (checked), else ``default``."""
     override = (config.get("configurable") or {}).get("ttl_seconds")
     if override is None:
         return default
@@ -84,8 +84,7 @@ TOUCHED_THREADS = 10_000
 
 
 def validate_strategy(strategy: Any, name: str = "strategy") -> Strategy:
-    """What expiry (or ``prune``) does: ``"delete"`` the thread or ``"keep_latest"`` of each
-    namespace."""
+    """What expiry (or ``prune``) does: ``"delete"`` the thread or ``"keep_latest"``."""
     if strategy not in ("delete", "keep_latest"):
         raise ConfigurationError(f"{name} must be 'delete' or 'keep_latest', got {strategy!r}")
     return strategy  # type: ignore[no-any-return]
@@ -110,7 +109,6 @@ def tombstone_seconds(default: float, ttl_seconds: float | None) -> float:
 
 
 def thread_deleted(thread_id: str, parent_id: str) -> ThreadDeletedError:
-    """The error for a late write into a deleted or expired thread."""
     return ThreadDeletedError(
         f"thread {thread_id!r} was deleted or expired; refusing a write that names its "
         f"checkpoint {parent_id!r}. Start the thread afresh (a config without "
@@ -169,7 +167,7 @@ class ThreadActivity:
         self.touched: OrderedDict[str, tuple[float, int | None]] = OrderedDict()
 
     def live_after(self, now: float) -> float:
-        """Threads that expired before this bound are invisible (never, for keep_latest)."""
+        """Threads that expired before this bound are invisible (none, for keep_latest)."""
         return now if self.strategy == "delete" else NEVER
 
     def is_gone(self, state: ThreadState, now: float) -> bool:
@@ -177,10 +175,6 @@ class ThreadActivity:
         return state.deleted_at is not None or (
             state.expires_at is not None and state.expires_at < self.live_after(now)
         )
-
-    def thread_ttl(self, config: Mapping[str, Any]) -> int | None:
-        """The TTL of the thread ``config`` names: its own ``ttl_seconds`` or the saver's."""
-        return thread_ttl(config, self.ttl_seconds)
 
     def thread_row(self, thread_id: str, now: float, ttl: int | None) -> dict[str, Any]:
         """Parameters of a live thread row active at ``now`` (with ``live_after``)."""
@@ -217,7 +211,6 @@ class ThreadActivity:
         return now - seen[0] >= every
 
     def touched_at(self, thread_id: str, now: float, ttl: int | None) -> None:
-        """Record that the thread's activity row was written at ``now``."""
         touched = self.touched
         touched[thread_id] = (now, ttl)
         touched.move_to_end(thread_id)
@@ -241,7 +234,6 @@ class ThreadActivity:
             self.touched.pop(thread_id, None)
 
     def forget(self, thread_ids: set[str]) -> None:
-        """Forget the activity written for threads that were deleted or pruned."""
         for thread_id in thread_ids:
             self.touched.pop(thread_id, None)
 
@@ -272,7 +264,6 @@ class ThreadLife:
         self.floors: dict[str, str] = {}
 
     def touch(self, thread_id: str, now: float) -> None:
-        """Record a use of ``thread_id`` at ``now``."""
         self.last_used[thread_id] = now
         self.last_used.move_to_end(thread_id)
 
@@ -288,8 +279,7 @@ class ThreadLife:
         return last is None or now - last > self.ttl_seconds
 
     def end(self, thread_id: str, now: float, newest: list[str | None]) -> None:
-        """Record that ``thread_id`` ended at ``now`` with ``newest`` its namespaces' latest
-        checkpoints; it is no longer in use."""
+        """``thread_id`` ended at ``now``, ``newest`` its namespaces' latest checkpoints."""
         ended = generation_boundary(
             self.tombstones.get(thread_id, (now, None))[1],
             self.floors.pop(thread_id, None),
@@ -300,12 +290,8 @@ class ThreadLife:
         self.tombstones.move_to_end(thread_id)
 
     def admit(self, thread_id: str, parent_id: str | None, own_id: str | None = None) -> None:
-        """Refuse a late write into an ended thread (one naming a checkpoint of its ended
-        history); on a fresh start, forget the tombstone and keep its boundary as a floor.
-
-        Raises:
-            ThreadDeletedError: The write is late.
-        """
+        """Refuse (:class:`ThreadDeletedError`) a late write into an ended thread; on a fresh
+        start, forget the tombstone and keep its boundary as a floor."""
         tombstone = self.tombstones.get(thread_id)
         if tombstone is None:
             self.check_floor(thread_id, parent_id)
@@ -328,15 +314,10 @@ class ThreadLife:
 
     def idle(self, now: float, most: int) -> list[str]:
         """Up to ``most`` threads idle past the TTL, oldest first."""
-        found: list[str] = []
-        for thread_id, last in self.last_used.items():
-            if len(found) >= most or now - last <= self.ttl_seconds:
-                break
-            found.append(thread_id)
-        return found
+        idle = itertools.takewhile(lambda t: now - t[1] > self.ttl_seconds, self.last_used.items())
+        return [thread_id for thread_id, _ in itertools.islice(idle, most)]
 
     def forget_old_tombstones(self, now: float) -> None:
-        """Drop tombstones older than ``tombstone_seconds``."""
         horizon = now - self.tombstone_seconds
         while self.tombstones and next(iter(self.tombstones.values()))[0] < horizon:
             self.tombstones.popitem(last=False)
@@ -410,8 +391,7 @@ class SweeperHookup:
                 logger.exception("TTL sweep failed")
 
     def stop(self) -> asyncio.Task[None] | None:
-        """Stop the thread (waiting for it) and cancel the task; return the task, if any, for
-        an async caller to await."""
+        """Stop the thread (waiting for it) and cancel the task, returned for awaiting."""
         with self._lock:
             sweeper, self.sweeper = self.sweeper, None
         if sweeper is not None:

@@ -36,6 +36,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     write_rows_of,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
+    ancestors,
     checked_filter,
     delta_history,
     list_coordinates,
@@ -43,11 +44,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     thread_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import ThreadActivity
-from langgraph_checkpoint_agent_memory.checkpoint.sealing import (
-    Sealer,
-    lazily_opened,
-    opened_rows,
-)
+from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer, lazily_opened, opened_rows
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect
@@ -58,17 +55,12 @@ LIST_PAGE = 32
 Keyset = tuple[str, str, str]
 
 
-class PageRow(NamedTuple):
-    """One checkpoint of a ``list`` page with the blobs and writes of its namespace."""
-
-    row: CheckpointRow
-    blob_rows: BlobRows
-    write_rows: list[WriteRow]
+#: One checkpoint of a ``list`` page with the blobs and writes of its namespace.
+PageRow = tuple[CheckpointRow, BlobRows, list[WriteRow]]
 
 
 class Details(NamedTuple):
-    """The statements fetching the blobs and the writes of some checkpoints of one thread
-    namespace; their results come back in this order, blobs first."""
+    """The statements fetching the blobs, then the writes, of one thread namespace."""
 
     blobs: list[Stmt]
     writes: list[Stmt]
@@ -92,8 +84,6 @@ class Reader:
     cache: ListCache
     #: Opens sealed rows (encryption on), else ``None``.
     sealer: Sealer | None = None
-
-    # -- statements --------------------------------------------------------------------------
 
     def refresh(self, thread_id: str, now: float) -> list[Stmt]:
         """The refresh-on-read statement, when due."""
@@ -161,8 +151,6 @@ class Reader:
                 return
             blob_rows.update(found)
 
-    # -- get_tuple -----------------------------------------------------------------------------
-
     def get_tuple(
         self, serde: SerializerProtocol, config: RunnableConfig
     ) -> Plan[CheckpointTuple | None]:
@@ -217,8 +205,6 @@ class Reader:
         self.cache.remember(thread_id, ns, row.checkpoint_id, row.blob_versions, lists)
         return tup
 
-    # -- list ------------------------------------------------------------------------------------
-
     def page(
         self,
         config: RunnableConfig | None,
@@ -266,31 +252,23 @@ class Reader:
         groups: dict[tuple[str, str], list[CheckpointRow]] = {}
         for r in rows:
             groups.setdefault((r.thread_id, r.ns), []).append(r)
-        statements: list[Stmt] = []
-        spans: list[tuple[tuple[str, str], Details]] = []
-        for group, members in groups.items():
-            details = self.details(group[0], group[1], members)
-            spans.append((group, details))
-            statements += details.statements
-        results = yield Batch(statements)
+        spans = {g: self.details(g[0], g[1], members) for g, members in groups.items()}
+        results = yield Batch([s for details in spans.values() for s in details.statements])
         by_group: dict[tuple[str, str], tuple[BlobRows, list[WriteRow]]] = {}
         at = 0
-        for group, details in spans:
-            count = len(details.blobs) + len(details.writes)
-            by_group[group] = details.split(results[at : at + count])
+        for group, details in spans.items():
+            by_group[group] = details.split(results[at:])
             yield from self.complete_chains(group[0], group[1], by_group[group][0])
-            at += count
+            at += len(details.statements)
         last = rows[-1]
         next_keyset = (last.checkpoint_id, last.thread_id, last.ns)
         if self.sealer is not None:
             self.sealer.ensure(
-                Sealer.ids(
-                    [
-                        *(v for r in rows for v in (r.body, r.metadata)),
-                        *(b.blob for blobs, _ in by_group.values() for b in blobs.values()),
-                        *(w.blob for _, writes in by_group.values() for w in writes),
-                    ]
-                )
+                [
+                    *(v for r in rows for v in (r.body, r.metadata)),
+                    *(b.blob for blobs, _ in by_group.values() for b in blobs.values()),
+                    *(w.blob for _, writes in by_group.values() for w in writes),
+                ]
             )
             opened: dict[tuple[str, str, str], CheckpointRow] = {}
             for group, members in groups.items():
@@ -300,10 +278,8 @@ class Reader:
                 opened.update(((r.thread_id, r.ns, r.checkpoint_id), r) for r in plain)
                 by_group[group] = (blobs, writes)
             rows = [opened[(r.thread_id, r.ns, r.checkpoint_id)] for r in rows]
-        out = [PageRow(r, *by_group[(r.thread_id, r.ns)]) for r in rows]
+        out: list[PageRow] = [(r, *by_group[(r.thread_id, r.ns)]) for r in rows]
         return out, next_keyset if len(rows) == page_size else None
-
-    # -- DeltaChannel history --------------------------------------------------------------------
 
     def opened_details(
         self, thread_id: str, ns: str, blob_rows: BlobRows, write_rows: list[WriteRow]
@@ -321,7 +297,7 @@ class Reader:
         sealer = self.sealer
         if sealer is None:
             return by_id
-        sealer.ensure(Sealer.ids(r.checkpoint for r in by_id.values()))
+        sealer.ensure(r.checkpoint for r in by_id.values())
         return {
             cid: r._replace(checkpoint=sealer.open_body(thread_id, ns, cid, r.type, r.checkpoint))
             for cid, r in by_id.items()
@@ -330,8 +306,7 @@ class Reader:
     def history(
         self, serde: SerializerProtocol, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Mapping[str, DeltaChannelHistory]]:
-        """``get_delta_channel_history``: one read of the namespace's chain up to the target,
-        then the blobs and writes of only the ancestors each channel needs."""
+        """One read of the namespace's chain, then the blobs and writes each channel needs."""
         if not channels:
             return {}
         thread_id, ns, checkpoint_id = thread_coordinates(config)
@@ -347,7 +322,7 @@ class Reader:
         target = checkpoint_id if checkpoint_id is not None else max(by_id, default=None)
         if target is None or target not in by_id:
             return {ch: {"writes": []} for ch in channels}
-        chain = _ancestors(by_id, target)
+        chain = list(ancestors(by_id, by_id[target].parent_id))
         versions = {cid: json.loads(by_id[cid].blob_versions) for cid in chain}
         inline_cache: dict[str, dict[str, Any]] = {}
 
@@ -406,17 +381,6 @@ class Reader:
         )
 
 
-def _pinned(cache: ListCache, thread: tuple[str, str]) -> ListCache:
-    """A list cache holding only ``thread``'s head in ``cache`` as of now (its lists copied:
-    the cache updates them in place)."""
-    pinned = ListCache(cache.enabled)
-    with cache.lock:
-        head = cache.heads.get(thread)
-        if head is not None:
-            pinned.heads[thread] = head._replace(lists=dict(head.lists))
-    return pinned
-
-
 def _history_or_gone(
     span: Sequence[str],
     channels: Sequence[str],
@@ -424,22 +388,11 @@ def _history_or_gone(
     value_of: Callable[[str, str], Any],
     writes_of: Callable[[str], Any],
 ) -> Mapping[str, DeltaChannelHistory]:
-    """:func:`delta_history`, or a gone thread's history when a racing delete or erase
-    removed a value it needs."""
+    """:func:`delta_history`, or a gone thread's when a racing delete or erase removed a value."""
     try:
         return delta_history(span, channels, has_value, value_of, writes_of)
     except MissingBlob:
         return {ch: {"writes": []} for ch in channels}
-
-
-def _ancestors(by_id: Mapping[str, ChainRow], target: str) -> list[str]:
-    """The ancestors of ``target`` among ``by_id``, nearest first."""
-    chain: list[str] = []
-    parent = by_id[target].parent_id
-    while parent is not None and parent in by_id:
-        chain.append(parent)
-        parent = by_id[parent].parent_id
-    return chain
 
 
 def _span(
@@ -454,9 +407,19 @@ def _span(
     return chain
 
 
+def _pinned(cache: ListCache, thread: tuple[str, str]) -> ListCache:
+    """A list cache holding only ``thread``'s head in ``cache`` as of now (its lists copied:
+    the cache updates them in place)."""
+    pinned = ListCache(cache.enabled)
+    with cache.lock:
+        head = cache.heads.get(thread)
+        if head is not None:
+            pinned.heads[thread] = head._replace(lists=dict(head.lists))
+    return pinned
+
+
 class ListCursor:
-    """The state of one ``list()`` (next page, items still wanted, the exact filter); the
-    sync and async shells only run its page plans."""
+    """The state of one ``list()``; the sync and async shells only run its page plans."""
 
     def __init__(
         self,
@@ -480,12 +443,8 @@ class ListCursor:
     def take(self, fetched: tuple[list[PageRow], Keyset | None]) -> Iterator[CheckpointTuple]:
         """Decode a fetched page lazily, up to the items still wanted."""
         page, self.keyset = fetched
-        if self.keyset is None:
-            self.done = True
+        self.done = self.keyset is None
         for row, blob_rows, write_rows in page:
-            if self.remaining is not None and self.remaining <= 0:
-                self.done = True
-                return
             metadata = json.loads(row.metadata)
             if not metadata_matches(metadata, self.filter):
                 continue

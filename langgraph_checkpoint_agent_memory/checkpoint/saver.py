@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -71,19 +73,11 @@ ENCRYPT_PAGE = 200
 
 
 def _owner_and_newness(config: RunnableConfig) -> tuple[str, bool]:
-    """The key owner of a write, and whether its key is likely new: a thread's first
-    checkpoint names no parent, so its key is created at once (one round trip, not a
-    lookup and then a creation)."""
+    """The key owner of a write, and whether its key is likely new (a thread's first checkpoint
+    names no parent): then it is created at once, one round trip, not a lookup and a creation."""
     thread_id, _, parent_id = thread_coordinates(config)
     owner = owner_of(thread_id, config)
     return owner, parent_id is None and owner == thread_owner(thread_id)
-
-
-def _add(counts: dict[str, int], sealed: tuple[int, int, int]) -> None:
-    counts["checkpoints"] += sealed[0]
-    counts["blobs"] += sealed[1]
-    counts["writes"] += sealed[2]
-    counts["threads"] += any(sealed)
 
 
 #: The table each operation is about (``db.collection.name``), when not ``am_checkpoints``.
@@ -151,7 +145,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         super().__init__(serde=serde)
         setting = resolve(encryption)
         self.keyring = setting.open_keyring(database) if setting is not None else None
-        self._sealer = Sealer(self.keyring) if self.keyring is not None else None
+        sealer = Sealer(self.keyring) if self.keyring is not None else None
         self.encrypted = self.keyring is not None
         self.components = (CHECKPOINT,)  # opening a checkpointer creates only its tables
         if self.keyring is not None and self.keyring.keystore.db is database:
@@ -171,12 +165,12 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         self.sweep_interval_seconds = sweep_interval(sweep_interval_seconds, self.ttl_seconds)
         self.sweep_batch = sweep_batch
         self.auto_setup = auto_setup
-        self._clock = clock
+        self._clock = clock  # the schema's first use stamps migrations with it
         self._lists = ListCache(incremental_lists)
         self._writer = Writer(self.dialect, self.activity, self._lists)
-        self._reader = Reader(self.dialect, self.activity, self._lists, self._sealer)
+        self._reader = Reader(self.dialect, self.activity, self._lists, sealer)
         self._maintenance = Maintenance(
-            self.dialect, self.activity, self._lists, sweep_batch, self.keep_last, self._sealer
+            self.dialect, self.activity, self._lists, sweep_batch, self.keep_last, sealer
         )
         self._sweeping = SweeperHookup(
             f"{type(self).__name__}-sweeper-{id(self):x}", self.sweep_interval_seconds
@@ -193,8 +187,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
             f"{type(self).__name__}({self.db.describe()}, ttl_seconds={self.ttl_seconds}, "
             f"strategy={self.strategy!r}, keep_last={self.keep_last})"
         )
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def start_sweeper(self) -> None:
         """Run :meth:`sweep` every ``sweep_interval_seconds`` in a daemon thread.
@@ -242,10 +234,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         """Stop the sweeper (awaiting its task) and release connections this saver opened."""
         task = self._sweeping.stop()
         if task is not None:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         await self.db.aclose()
         if self.keyring is not None:
             self.keyring.close()
@@ -253,8 +243,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
     def _after_write(self) -> None:
         if self.ttl_seconds and not self._sweeping.started:
             self._sweeping.start(self, "sweep", self.asweep)
-
-    # -- the hot path ----------------------------------------------------------------------
 
     def put(
         self,
@@ -382,8 +370,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
             op.set("db.response.returned_rows", int(found is not None))
             return found
 
-    # -- list ------------------------------------------------------------------------------
-
     def list(
         self,
         config: RunnableConfig | None,
@@ -450,8 +436,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         """Async version of :meth:`get_delta_channel_history`."""
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
 
-    # -- spans -----------------------------------------------------------------------------
-
     def _traced(self, name: str, config: RunnableConfig | None = None) -> Any:
         """The span of operation ``name`` on ``config``'s thread (its id left out with
         encryption on: ids are what an operator filters by, and may name a user)."""
@@ -474,11 +458,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         op.set("agent_memory.thread_count", len(swept))
         metrics.add("threads_swept", len(swept), {"db.system.name": target_of(self.db).system})
 
-    # -- keys (encryption on) --------------------------------------------------------------
-
     def _write(self, config: RunnableConfig, make: Callable[[DataKey | None], Plan[T]]) -> T:
-        """Run the write ``make`` builds from the key it seals with (``None`` with
-        encryption off); see :meth:`.Keyring.sealed`."""
+        """Run the write ``make`` builds from its sealing key (see :meth:`.Keyring.sealed`)."""
         if self.keyring is None:
             return self._run(make(None))
         owner, new = _owner_and_newness(config)
@@ -491,8 +472,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         return await self.keyring.asealed(owner, make, self._arun, database=self.db, likely_new=new)
 
     def _read(self, make: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make`` builds; when it meets keys not loaded yet, load them and
-        run it again (only the first time a key is met: they stay cached)."""
+        """Run the plan ``make`` builds, again after loading the keys it lacked (then cached)."""
         for _ in range(KEY_ATTEMPTS):
             try:
                 return self._run(make())
@@ -520,8 +500,6 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
     async def _adestroy_keys(self, thread_ids: Sequence[str]) -> None:
         if self.keyring is not None and thread_ids:
             await self.keyring.adestroy([thread_owner(t) for t in thread_ids])
-
-    # -- deletion, copy, prune, sweep ------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread, leaving a tombstone that refuses
@@ -670,7 +648,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         """
         with self._traced("sweep") as op:
             swept = self._read(lambda: self._maintenance.sweep(self.serde, on_progress))
-            if self._maintenance.activity.strategy == "delete":
+            if self.strategy == "delete":
                 self._destroy_keys(swept)
             self._swept(op, swept)
         return swept
@@ -681,12 +659,10 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         """Async version of :meth:`sweep`; the async sweeper task calls this."""
         with self._traced("sweep") as op:
             swept = await self._aread(lambda: self._maintenance.sweep(self.serde, on_progress))
-            if self._maintenance.activity.strategy == "delete":
+            if self.strategy == "delete":
                 await self._adestroy_keys(swept)
             self._swept(op, swept)
         return swept
-
-    # -- encryption ------------------------------------------------------------------------
 
     def _needs_keyring(self) -> Keyring:
         if self.keyring is None:
@@ -748,7 +724,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
     ) -> Generator[str | Plan[Any], Any, dict[str, int]]:
         """:meth:`encrypt_plaintext`'s steps: a plan to run, or a key owner whose key it needs."""
         m = self._maintenance
-        counts = dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0)
+        counts = Counter(dict.fromkeys(("threads", "checkpoints", "blobs", "writes"), 0))
         done: set[str] = set()
         for table in range(3):
             after = ""
@@ -756,14 +732,13 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
                 for thread_id in page:
                     if thread_id not in done:
                         key = yield thread_owner(thread_id)
-                        _add(counts, (yield m.encrypt_thread(thread_id, key)))
+                        sealed = yield m.encrypt_thread(thread_id, key)
+                        counts.update(sealed, threads=any(sealed.values()))
                         done.add(thread_id)
                         if on_progress is not None:
                             on_progress(len(done), None)
                 after = page[-1]
-        return counts
-
-    # -- what is stored ----------------------------------------------------------------------
+        return dict(counts)
 
     def threads(
         self, *, sort: ThreadOrder = "bytes", limit: int | None = None

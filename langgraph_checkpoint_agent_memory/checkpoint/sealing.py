@@ -93,9 +93,8 @@ def raw(kind: str) -> bool:
 
 
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
-    """A bytes column's ``value`` that is not sealed: itself with ``allow_plaintext``; else
-    :class:`DecryptionError` when it looks like a damaged sealed value, or
-    :class:`PlaintextRowError`."""
+    """An unsealed bytes ``value`` if plaintext is allowed, else :class:`DecryptionError` (it
+    looks like a damaged sealed value) or :class:`PlaintextRowError`."""
     if allow_plaintext:
         return value
     if looks_damaged(value):
@@ -113,16 +112,17 @@ class Sealer:
     def __init__(self, keyring: Keyring) -> None:
         self.keyring = keyring
 
-    @property
-    def allow_plaintext(self) -> bool:
-        return self.keyring.allow_plaintext
-
-    # -- keys ------------------------------------------------------------------------------
-
-    def ensure(self, key_ids: Iterable[str]) -> None:
-        """Raise :class:`~..crypto.keyring.KeysNeeded` for the ids whose keys are not in
-        memory yet."""
-        missing = {k for k in key_ids if self.keyring.cached_id(k) is None}
+    def ensure(self, values: Iterable[bytes | str | None]) -> None:
+        """Raise :class:`~..crypto.keyring.KeysNeeded` for the keys of the sealed ``values``
+        (text or bytes) that are not in memory yet."""
+        ids = set()
+        for v in values:
+            if isinstance(v, str):
+                if is_sealed_text(v):
+                    ids.add(key_id_of(text_bytes(v)))
+            elif v and is_sealed(v):
+                ids.add(key_id_of(v))
+        missing = {k for k in ids if self.keyring.cached_id(k) is None}
         if missing:
             raise KeysNeeded(ids=missing)
 
@@ -132,34 +132,20 @@ class Sealer:
             raise KeysNeeded(ids=[key_id])
         return found
 
-    @staticmethod
-    def ids(values: Iterable[bytes | str | None]) -> set[str]:
-        """The key ids of the sealed values among ``values`` (text or bytes)."""
-        out = set()
-        for v in values:
-            if isinstance(v, str):
-                if is_sealed_text(v):
-                    out.add(key_id_of(text_bytes(v)))
-            elif v and is_sealed(v):
-                out.add(key_id_of(v))
-        return out
-
-    # -- opening ---------------------------------------------------------------------------
-
     def open(self, value: bytes, associated: bytes, what: str) -> bytes:
         """The plaintext of a bytes column (empty stays empty: it hides nothing)."""
         if not value:
             return value
         if is_sealed(value):
             return self._key(key_id_of(value)).open(value, associated)
-        return refused_or_plaintext(value, self.allow_plaintext, what)
+        return refused_or_plaintext(value, self.keyring.allow_plaintext, what)
 
     def open_text(self, value: str, associated: bytes, what: str) -> str:
         """The plaintext of a text column."""
         if is_sealed_text(value):
             raw = text_bytes(value)
             return self._key(key_id_of(raw)).open(raw, associated).decode("utf-8")
-        if self.allow_plaintext:
+        if self.keyring.allow_plaintext:
             return value
         raise plaintext_refused(what)
 
@@ -180,8 +166,6 @@ class Sealer:
         what = f"a pending write of task {w.task_id!r} in thread {thread_id!r}"
         associated = write_aad(thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type)
         return self.open(w.blob, associated, what)
-
-    # -- sealing ---------------------------------------------------------------------------
 
     @staticmethod
     def seal_blob_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
@@ -215,30 +199,25 @@ class Sealer:
     def resealed(
         self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
     ) -> list[list[dict[str, Any]]]:
-        """The rows of a thread (checkpoints, blobs, writes; as ``db.checkpoint.retarget``
-        gives them) opened under their own identity and sealed under ``target``'s, for a
-        copy to another thread."""
-        sealer = self
+        """A thread's rows (``db.checkpoint.retarget``'s) opened, then sealed as ``target``'s."""
         cps, blobs, writes = tables
-        sealer.ensure(
-            Sealer.ids(
-                [
-                    *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
-                    *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
-                ]
-            )
+        self.ensure(
+            [
+                *(v for r in cps for v in (r["checkpoint"], r["metadata"])),
+                *(bytes(r["blob"] or b"") for r in [*blobs, *writes]),
+            ]
         )
         for r in cps:
             t, ns, cid = r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"]
-            r["checkpoint"] = sealer.open_body(t, ns, cid, r["type"], r["checkpoint"])
-            r["metadata"] = sealer.open_metadata(t, ns, cid, r["metadata"])
+            r["checkpoint"] = self.open_body(t, ns, cid, r["type"], r["checkpoint"])
+            r["metadata"] = self.open_metadata(t, ns, cid, r["metadata"])
             r["thread_id"] = target
             Sealer.seal_checkpoint_row(key, r)
         for r in blobs:
             blob = BlobRow(
                 r["channel"], r["version"], r["type"], bytes(r["blob"] or b""), r["base_version"]
             )
-            r["blob"] = sealer.open_blob(r["thread_id"], r["checkpoint_ns"], blob)
+            r["blob"] = self.open_blob(r["thread_id"], r["checkpoint_ns"], blob)
             r["thread_id"] = target
         Sealer.seal_blob_rows(key, blobs)
         for r in writes:
@@ -246,13 +225,10 @@ class Sealer:
                 r["checkpoint_id"], r["task_id"], r["idx"], r["channel"], r["type"],
                 bytes(r["blob"] or b""), r["task_path"],
             )  # fmt: skip
-            r["blob"] = sealer.open_write(r["thread_id"], r["checkpoint_ns"], w)
+            r["blob"] = self.open_write(r["thread_id"], r["checkpoint_ns"], w)
             r["thread_id"] = target
         Sealer.seal_write_rows(key, writes)
         return [cps, blobs, writes]
-
-
-# -- rows as fetched ----------------------------------------------------------------------
 
 
 def lazily_opened(
@@ -265,9 +241,8 @@ def lazily_opened(
 ) -> tuple[CheckpointRow, list[WriteRow], BlobOpener]:
     """:func:`opened_rows` for ``get_tuple``, but with an opener of blobs for the decoder,
     so only the blobs it decodes are opened (not lists this process already holds)."""
-    sealer.ensure(Sealer.ids([row.body, row.metadata, *(b.blob for b in blob_rows.values())]))
+    sealer.ensure([row.body, row.metadata, *(b.blob for b in blob_rows.values())])
     [opened], _, writes = opened_rows(sealer, thread_id, ns, [row], {}, write_rows)
-
     return opened, writes, partial(sealer.open_blob, thread_id, ns)
 
 
@@ -282,13 +257,11 @@ def opened_rows(
     """Checkpoint, blob and write rows of one thread namespace, their values opened (or
     :class:`~..crypto.keyring.KeysNeeded` first, when a key is not in memory)."""
     sealer.ensure(
-        Sealer.ids(
-            [
-                *(v for r in rows for v in (r.body, r.metadata)),
-                *(b.blob for b in blob_rows.values()),
-                *(w.blob for w in write_rows),
-            ]
-        )
+        [
+            *(v for r in rows for v in (r.body, r.metadata)),
+            *(b.blob for b in blob_rows.values()),
+            *(w.blob for w in write_rows),
+        ]
     )
     out_rows = [
         r._replace(
@@ -302,9 +275,6 @@ def opened_rows(
     }
     out_writes = [w._replace(blob=sealer.open_write(thread_id, ns, w)) for w in write_rows]
     return out_rows, out_blobs, out_writes
-
-
-# -- the in-memory saver ------------------------------------------------------------------
 
 
 class ThreadSerde:
@@ -360,8 +330,7 @@ def thread_serde(
 
 
 def resealed_copy(serde: Any, keyring: Keyring, source: Any, src: str, dst: str) -> Any:
-    """A copy of in-memory thread data ``source`` (a ``ThreadData`` of thread ``src``)
-    with every value sealed for thread ``dst``."""
+    """A copy of ``ThreadData`` ``source`` of ``src`` with every value sealed for ``dst``."""
     before = ThreadSerde(serde, keyring, src)
     after = ThreadSerde(serde, keyring, dst, keyring.key(thread_owner(dst)))
     return source.mapped(lambda typed: before.resealed(typed, after))

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_agent_memory.checkpoint.codec import ListCache, load
-from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep, delta_channels_of
+from langgraph_checkpoint_agent_memory.checkpoint.core import checkpoints_to_keep
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     ThreadActivity,
     ThreadState,
@@ -186,14 +186,8 @@ class SweepPreview:
 
     def as_dict(self) -> dict[str, Any]:
         """The preview as a JSON-ready dict, totals included."""
-        return {
-            "strategy": self.strategy,
-            "keep_last": self.keep_last,
-            "now": self.now,
-            "threads": [asdict(t) for t in self.threads],
-            "checkpoints_removed": self.checkpoints_removed,
-            "bytes_freed": self.bytes_freed,
-        }
+        totals = {"checkpoints_removed": self.checkpoints_removed, "bytes_freed": self.bytes_freed}
+        return {**asdict(self), **totals}
 
 
 def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
@@ -201,11 +195,23 @@ def _keys(row: Mapping[str, Any], table: Any) -> dict[str, Any]:
     return {f"k_{c.name}": row[c.name] for c in table.primary_key}
 
 
-class Doomed(NamedTuple):
-    """The key parameters of the checkpoints (with their writes) and blobs a drop deletes."""
+def _kept_in(
+    serde: SerializerProtocol, thread_id: str, rows: Mapping[str, StoredCheckpoint], keep_last: int
+) -> set[str]:
+    """:meth:`Maintenance.kept` in one namespace."""
+    held: dict[str, set[str]] = {}  # checkpoint -> channels it stores a value of
 
-    checkpoints: list[dict[str, Any]]
-    blobs: list[dict[str, Any]]
+    def has_value(cid: str, ch: str) -> bool:
+        if cid not in held:
+            cp = rows[cid]
+            what = f"checkpoint {cid} of thread {thread_id!r}"
+            inline = load(serde, cp.type, cp.checkpoint, what)["channel_values"]
+            held[cid] = set(json.loads(cp.blob_versions)) | set(inline)
+        return ch in held[cid]
+
+    return checkpoints_to_keep(
+        rows, keep_last, lambda cid: json.loads(rows[cid].metadata), has_value
+    )
 
 
 @dataclass
@@ -226,8 +232,6 @@ class Maintenance:
         gone = set(thread_ids)
         self.cache.forget(gone)
         self.activity.forget(gone)
-
-    # -- delete, erase -------------------------------------------------------------------------
 
     def bury(self, thread_ids: Sequence[str], now: float | None) -> list[Stmt]:
         """Statements deleting threads' rows, behind their tombstones (new ones as of
@@ -255,8 +259,6 @@ class Maintenance:
             )
         self.forget(thread_ids)
 
-    # -- snapshot and drop ---------------------------------------------------------------------
-
     def snapshot(self, thread_ids: Sequence[str], sized: bool = False) -> Plan[dict[str, Snapshot]]:
         """Every checkpoint and blob key of ``thread_ids`` in a held transaction, or ``sized``
         (a preview's) without a lock, with the sizes of blobs and writes."""
@@ -282,28 +284,25 @@ class Maintenance:
 
     def doomed(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
-    ) -> Doomed:
-        """Every checkpoint not in ``keep[thread]``, and the blobs no kept one needs (an
-        appended list needs every base down its chain)."""
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The key parameters of every checkpoint not in ``keep[thread]`` (deleted with its
+        writes), and of the blobs no kept one needs (an appended list needs all its bases)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
         for thread_id, snap in snapshot.items():
-            cps, blob_keys = snap.checkpoints, snap.blobs
             kept = keep.get(thread_id, set())
-            referenced: set[tuple[str, str, str]] = set()
-            for cp in cps:
-                if (cp.ns, cp.checkpoint_id) in kept:
-                    versions = json.loads(cp.blob_versions)
-                    referenced.update((cp.ns, ch, v) for ch, v in versions.items())
-                else:
-                    drop_cp.append(
-                        {
-                            "thread_id": thread_id,
-                            "checkpoint_ns": cp.ns,
-                            "checkpoint_id": cp.checkpoint_id,
-                        }
-                    )
-            bases = {(b.ns, b.channel, b.version): b.base_version for b in blob_keys}
+            referenced = {
+                (cp.ns, ch, v)
+                for cp in snap.checkpoints
+                if (cp.ns, cp.checkpoint_id) in kept
+                for ch, v in json.loads(cp.blob_versions).items()
+            }
+            drop_cp += [
+                {"thread_id": thread_id, "checkpoint_ns": cp.ns, "checkpoint_id": cp.checkpoint_id}
+                for cp in snap.checkpoints
+                if (cp.ns, cp.checkpoint_id) not in kept
+            ]
+            bases = {(b.ns, b.channel, b.version): b.base_version for b in snap.blobs}
             pending = list(referenced)
             while pending:
                 ns, ch, v = pending.pop()
@@ -318,22 +317,22 @@ class Maintenance:
                     "channel": b.channel,
                     "version": b.version,
                 }
-                for b in blob_keys
+                for b in snap.blobs
                 if (b.ns, b.channel, b.version) not in referenced
             ]
-        return Doomed(drop_cp, drop_blobs)
+        return drop_cp, drop_blobs
 
     def drop(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
     ) -> Batch:
         """Delete every checkpoint not in ``keep[thread]`` and the blobs no kept one needs."""
         d = self.dialect
-        doomed = self.doomed(snapshot, keep)
+        checkpoints, blobs = self.doomed(snapshot, keep)
         self.forget(list(snapshot))
         return Batch(
             [
-                *(Stmt(sql, doomed.checkpoints, many=True) for sql in S.delete_checkpoint(d)),
-                Stmt(S.delete_blob(d), doomed.blobs, many=True),
+                *(Stmt(sql, checkpoints, many=True) for sql in S.delete_checkpoint(d)),
+                Stmt(S.delete_blob(d), blobs, many=True),
             ],
             write=True,
         )
@@ -343,7 +342,7 @@ class Maintenance:
         sealer = self.sealer
         if sealer is None:
             return list(cps)
-        sealer.ensure(Sealer.ids(v for cp in cps for v in (cp.checkpoint, cp.metadata)))
+        sealer.ensure(v for cp in cps for v in (cp.checkpoint, cp.metadata))
         return [
             cp._replace(
                 checkpoint=sealer.open_body(
@@ -361,42 +360,15 @@ class Maintenance:
         cps: Sequence[StoredCheckpoint],
         keep_last: int,
     ) -> set[tuple[str, str]]:
-        """Per namespace: the last ``keep_last`` checkpoints and the ancestors their
-        DeltaChannels need (see :func:`checkpoints_to_keep`)."""
-        cps = self.opened(thread_id, cps)
+        """Per namespace: :func:`checkpoints_to_keep` of ``keep_last``."""
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
-        for cp in cps:
+        for cp in self.opened(thread_id, cps):
             by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
-        keep: set[tuple[str, str]] = set()
-        for ns, rows in by_ns.items():
-            held: dict[str, set[str]] = {}  # checkpoint -> channels it stores a value of
-
-            def has_value(
-                cid: str,
-                ch: str,
-                rows: Mapping[str, StoredCheckpoint] = rows,
-                held: dict[str, set[str]] = held,
-            ) -> bool:
-                if cid not in held:
-                    cp = rows[cid]
-                    what = f"checkpoint {cid} of thread {thread_id!r}"
-                    inline = load(serde, cp.type, cp.checkpoint, what)["channel_values"]
-                    held[cid] = set(json.loads(cp.blob_versions)) | set(inline)
-                return ch in held[cid]
-
-            def parent_of(cid: str, rows: Mapping[str, StoredCheckpoint] = rows) -> str | None:
-                parent = rows[cid].parent_id
-                return parent if parent in rows else None
-
-            def deltas(cid: str, rows: Mapping[str, StoredCheckpoint] = rows) -> set[str]:
-                return delta_channels_of(json.loads(rows[cid].metadata))
-
-            newest_first = sorted(rows, reverse=True)
-            kept = checkpoints_to_keep(newest_first, keep_last, deltas, parent_of, has_value)
-            keep.update((ns, cid) for cid in kept)
-        return keep
-
-    # -- delete_for_runs, copy, prune ----------------------------------------------------------
+        return {
+            (ns, cid)
+            for ns, rows in by_ns.items()
+            for cid in _kept_in(serde, thread_id, rows, keep_last)
+        }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if not run_ids:
@@ -423,6 +395,11 @@ class Maintenance:
         }
         yield self.drop(snapshot, keep)
 
+    def locked_rows(self, source: str, target: str) -> Plan[list[list[dict[str, Any]]]]:
+        """``source``'s rows (checkpoints, blobs, writes), read under a lock, as ``target``'s."""
+        reads = [Stmt(sql, {"src": source}, fetch=True) for sql in S.select_copy_rows(self.dialect)]
+        return S.retarget((yield Batch(reads, lock=True, hold=True)), target)
+
     def copy_thread(self, source: str, target: str, key: DataKey | None = None) -> Plan[None]:
         """Copy ``source``'s rows to ``target``; with encryption on (``key``: the target's
         data key) each value is opened under its source row and sealed under its new one."""
@@ -443,16 +420,10 @@ class Maintenance:
         else:
             ttl = activity.ttl_seconds
         if d.distributed or key is not None:  # read, then write (one shard each; or reseal)
-            found = yield Batch(
-                [Stmt(sql, {"src": source}, fetch=True) for sql in S.select_copy_rows(d)],
-                lock=True,
-                hold=True,
-            )
+            rows = yield from self.locked_rows(source, source if key is not None else target)
             if key is not None:
                 assert self.sealer is not None
-                rows = self.sealer.resealed(S.retarget(found, source), target, key)
-            else:
-                rows = S.retarget(found, target)
+                rows = self.sealer.resealed(rows, target, key)
             copy = [
                 Stmt(sql, params, many=True)
                 for sql, params in zip(S.insert_copied_rows(d), rows, strict=True)
@@ -486,12 +457,16 @@ class Maintenance:
         if strategy == "delete":
             for t in thread_ids:
                 yield from self.delete_thread(t)
-            return
-        snapshot = yield from self.snapshot(list(thread_ids))
-        keep = {t: self.kept(serde, t, s.checkpoints, n) for t, s in snapshot.items()}
-        yield self.drop(snapshot, keep)
+        else:
+            yield from self.keep_latest(serde, thread_ids, n)
 
-    # -- encrypting plaintext rows -------------------------------------------------------------
+    def keep_latest(
+        self, serde: SerializerProtocol, thread_ids: Sequence[str], keep_last: int
+    ) -> Plan[None]:
+        """Drop all but each namespace's last ``keep_last`` checkpoints (and what they need)."""
+        snapshot = yield from self.snapshot(thread_ids)
+        keep = {t: self.kept(serde, t, s.checkpoints, keep_last) for t, s in snapshot.items()}
+        yield self.drop(snapshot, keep)
 
     def thread_ids_page(self, table: int, after: str, size: int) -> Plan[list[str]]:
         """The next ``size`` thread ids (after ``after``) holding rows in checkpoint table
@@ -500,16 +475,10 @@ class Maintenance:
         [rows] = yield Batch([Stmt(sql, {"after": after, "page_size": size}, fetch=True)])
         return [r[0] for r in rows]
 
-    def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[tuple[int, int, int]]:
+    def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[dict[str, int]]:
         """Seal every plaintext value of ``thread_id`` with ``key`` (sealed ones are left
         as they are); how many checkpoints, blobs and writes were sealed."""
-        d = self.dialect
-        found = yield Batch(
-            [Stmt(sql, {"src": thread_id}, fetch=True) for sql in S.select_copy_rows(d)],
-            lock=True,
-            hold=True,
-        )
-        cps, blobs, writes = S.retarget(found, thread_id)
+        cps, blobs, writes = yield from self.locked_rows(thread_id, thread_id)
         updates: list[list[dict[str, Any]]] = [[], [], []]
         for r in cps:
             body, meta = bytes(r["checkpoint"]), r["metadata"]
@@ -531,19 +500,16 @@ class Maintenance:
             updates[i] = [{**_keys(r, S.COPIED_TABLES[i]), "v_blob": r["blob"]} for r in todo]
         statements = [
             Stmt(sql, params, many=True)
-            for sql, params in zip(S.reseal_rows(d), updates, strict=True)
+            for sql, params in zip(S.reseal_rows(self.dialect), updates, strict=True)
             if params
         ]
         yield Batch(statements, write=True)
         if statements:
             self.forget([thread_id])
-        return len(updates[0]), len(updates[1]), len(updates[2])
-
-    # -- what each thread stores, and what a sweep would free ----------------------------------
+        return dict(zip(("checkpoints", "blobs", "writes"), map(len, updates), strict=True))
 
     def threads(self, order: ThreadOrder, limit: int | None) -> Plan[list[ThreadInfo]]:
-        """Every thread with checkpoints (at most ``limit``) in ``order``: see
-        :data:`~langgraph_checkpoint_agent_memory.db.checkpoint.THREAD_ORDERS`."""
+        """Every thread with checkpoints (at most ``limit``) in ``order``."""
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
@@ -561,78 +527,46 @@ class Maintenance:
         expired = [StatsRow._make(r) for r in rows]
         preview = SweepPreview(self.activity.strategy, self.keep_last, now)
         if self.activity.strategy == "delete":
-            preview.threads.extend(
-                ThreadSweep(
-                    r.thread_id,
-                    "delete",
-                    r.expires_at,
-                    int(r.checkpoints),
-                    int(r.checkpoints),
-                    int(r.stored_bytes or 0),
-                )
-                for r in expired
-            )
+            for r in expired:
+                n, size = int(r.checkpoints), int(r.stored_bytes or 0)
+                preview.threads.append(ThreadSweep(r.thread_id, "delete", r.expires_at, n, n, size))
             return preview
         for start in range(0, len(expired), self.sweep_batch):
             batch = expired[start : start + self.sweep_batch]
             sized = yield from self.snapshot([r.thread_id for r in batch], sized=True)
             for r in batch:
-                snap = sized[r.thread_id]
-                keep = self.kept(serde, r.thread_id, snap.checkpoints, self.keep_last)
-                doomed = self.doomed({r.thread_id: snap}, {r.thread_id: keep})
+                t, n, snap = r.thread_id, int(r.checkpoints), sized[r.thread_id]
+                keep = self.kept(serde, t, snap.checkpoints, self.keep_last)
+                checkpoints, blobs = self.doomed({t: snap}, {t: keep})
                 sizes = {(cp.ns, cp.checkpoint_id): cp.size for cp in snap.checkpoints}
-                freed = sum(
-                    sizes[key] + snap.write_sizes.get(key, 0)
-                    for key in (
-                        (c["checkpoint_ns"], c["checkpoint_id"]) for c in doomed.checkpoints
-                    )
-                ) + sum(
+                keys = [(c["checkpoint_ns"], c["checkpoint_id"]) for c in checkpoints]
+                freed = sum(sizes[k] + snap.write_sizes.get(k, 0) for k in keys) + sum(
                     snap.blob_sizes.get((b["checkpoint_ns"], b["channel"], b["version"]), 0)
-                    for b in doomed.blobs
+                    for b in blobs
                 )
-                preview.threads.append(
-                    ThreadSweep(
-                        r.thread_id,
-                        "prune",
-                        r.expires_at,
-                        int(r.checkpoints),
-                        len(doomed.checkpoints),
-                        freed,
-                    )
-                )
+                preview.threads.append(ThreadSweep(t, "prune", r.expires_at, n, len(keys), freed))
         return preview
-
-    # -- TTL sweep -----------------------------------------------------------------------------
 
     def sweep(
         self,
         serde: SerializerProtocol,
         on_progress: Callable[[int, int | None], None] | None = None,
     ) -> Plan[list[str]]:
-        """Remove expired threads batch by batch, then forget old tombstones; return the
-        thread ids removed."""
+        """Remove expired threads batch by batch, then old tombstones; the ids removed."""
         d = self.dialect
         activity = self.activity
         swept: list[str] = []
         while True:
             now = activity.clock()
+            params = {"now": now, "batch_size": self.sweep_batch}
             [rows] = yield Batch(
-                [
-                    Stmt(
-                        S.select_expired(d),
-                        {"now": now, "batch_size": self.sweep_batch},
-                        fetch=True,
-                    )
-                ],
-                lock=True,
-                hold=True,
+                [Stmt(S.select_expired(d), params, fetch=True)], lock=True, hold=True
             )
             candidates = [r[0] for r in rows]
             if not candidates:
                 horizon = now - tombstone_seconds(TOMBSTONE_SECONDS, activity.ttl_seconds)
                 yield Batch(
-                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)],
-                    write=True,
+                    [Stmt(sql, {"horizon": horizon}) for sql in S.purge_tombstones(d)], write=True
                 )
                 return swept
             keep_latest = activity.strategy != "delete"
@@ -649,12 +583,7 @@ class Maintenance:
                 yield Batch(self.bury(batch, None), write=True)
                 self.forget(batch)
             else:
-                snapshot = yield from self.snapshot(batch)
-                keep = {
-                    t: self.kept(serde, t, s.checkpoints, self.keep_last)
-                    for t, s in snapshot.items()
-                }
-                yield self.drop(snapshot, keep)
+                yield from self.keep_latest(serde, batch, self.keep_last)
             swept += batch
             if on_progress is not None:
                 on_progress(len(swept), None)

@@ -10,6 +10,7 @@ outside it.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import threading
@@ -40,12 +41,12 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     VersionCounter,
+    ancestors,
     checked_checkpoint_id,
     checked_filter,
     checked_thread_id,
     checkpoint_config,
     checkpoints_to_keep,
-    delta_channels_of,
     delta_history,
     list_coordinates,
     metadata_matches,
@@ -96,9 +97,8 @@ MEMORY = Target("")
 def traced(
     name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
 ) -> Callable[[F], F]:
-    """Run a method of the saver in the span ``checkpoint.<name>``, with the thread its first
-    argument names (left out with encryption on) and the attributes ``counts`` reads from
-    its result."""
+    """Run a method in the span ``checkpoint.<name>``, with the thread its first argument names
+    (left out with encryption on) and the attributes ``counts`` reads from its result."""
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
@@ -109,9 +109,8 @@ def traced(
             if isinstance(about, Mapping):
                 about = (about.get("configurable") or {}).get("thread_id")
             sealed = saver.keyring is not None
-            thread = None if sealed or not isinstance(about, str) else about
-            attributes = {"langgraph.thread_id": thread}
-            with operation(f"checkpoint.{name}", MEMORY, attributes, sealed=sealed) as op:
+            ids = {"langgraph.thread_id": None if sealed or not isinstance(about, str) else about}
+            with operation(f"checkpoint.{name}", MEMORY, ids, sealed=sealed) as op:
                 result = method(saver, *args, **kwargs)
                 for key, value in (counts(result) if counts else {}).items():
                     op.set(key, value)
@@ -142,8 +141,7 @@ EMPTY: Typed = ("empty", b"")
 
 
 class Saved(NamedTuple):
-    """One checkpoint as stored: the serialized checkpoint without its channel values, the
-    serialized metadata, and the parent's id."""
+    """One checkpoint as stored (serialized without its channel values)."""
 
     checkpoint: Typed
     metadata: Typed
@@ -174,8 +172,7 @@ class ThreadData:
     runs: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
     def find(self, checkpoint_ns: str, checkpoint_id: str | None, loads: Loads) -> Found | None:
-        """One checkpoint's stored parts (the namespace's latest when ``checkpoint_id`` is
-        ``None``), or ``None``."""
+        """One checkpoint's stored parts (by default the namespace's latest), or ``None``."""
         ns_store = self.checkpoints.get(checkpoint_ns)
         if not ns_store:
             return None
@@ -197,8 +194,7 @@ class ThreadData:
     def listed(
         self, wanted_ns: str | None, wanted_id: str | None, before_id: str | None
     ) -> list[tuple[str, str]]:
-        """The ``(namespace, checkpoint id)`` pairs a ``list`` call selects, newest first in
-        each namespace."""
+        """The ``(namespace, checkpoint id)`` pairs a ``list`` call selects, newest first."""
         return [
             (ns, cid)
             for ns, ns_store in self.checkpoints.items()
@@ -219,16 +215,11 @@ class ThreadData:
         channels: Sequence[str],
         serde: SerializerProtocol,
     ) -> Mapping[str, DeltaChannelHistory]:
-        """The writes that rebuild each ``DeltaChannel`` at a checkpoint, and their seed
-        (:func:`~.core.delta_history` over this thread's ancestors of it)."""
+        """:func:`~.core.delta_history` at a checkpoint of this thread."""
         loads = serde.loads_typed
         ns_store = self.checkpoints.get(checkpoint_ns, {})
         target = ns_store.get(checkpoint_id or max(ns_store, default=""))
-        chain: list[str] = []
-        parent = target.parent_id if target is not None else None
-        while parent is not None and parent in ns_store:
-            chain.append(parent)
-            parent = ns_store[parent].parent_id
+        chain = list(ancestors(ns_store, target.parent_id if target is not None else None))
         versions: dict[str, ChannelVersions] = {}
 
         def blob(cid: str, channel: str) -> Typed | None:
@@ -259,8 +250,7 @@ class ThreadData:
             target.runs.setdefault(run_id, set()).update(members)
 
     def mapped(self, change: Callable[[Typed], Typed]) -> ThreadData:
-        """A copy with every stored value (checkpoint, metadata, channel value, write)
-        passed through ``change`` (the in-memory saver re-seals a copy with it)."""
+        """A copy with every stored value passed through ``change`` (to re-seal it)."""
         copy = ThreadData()
         self.copy_into(copy)
         for by_id in copy.checkpoints.values():
@@ -279,11 +269,8 @@ class ThreadData:
         return copy
 
     def keep_latest(self, keep_last: int, loads: Loads) -> None:
-        """Keep each namespace's last ``keep_last`` checkpoints and the ancestors their
-        ``DeltaChannel`` values need; drop the rest and the values nothing refers to."""
+        """Keep each namespace's :func:`checkpoints_to_keep`; drop the rest and their values."""
         for ns, ns_store in list(self.checkpoints.items()):
-            if not ns_store:
-                continue
             keep = self._to_keep(ns, ns_store, keep_last, loads)
             for cid in [c for c in ns_store if c not in keep]:
                 self.drop_checkpoint(ns, cid)
@@ -296,16 +283,8 @@ class ThreadData:
             version = loads(ns_store[cid].checkpoint)["channel_versions"].get(channel)
             return self.value_blob(ns, channel, version) is not None
 
-        def parent_of(cid: str) -> str | None:
-            parent = ns_store[cid].parent_id
-            return parent if parent in ns_store else None
-
         return checkpoints_to_keep(
-            sorted(ns_store, reverse=True),
-            keep_last,
-            lambda cid: delta_channels_of(loads(ns_store[cid].metadata)),
-            parent_of,
-            has_value,
+            ns_store, keep_last, lambda cid: loads(ns_store[cid].metadata), has_value
         )
 
     def drop_checkpoint(self, ns: str, cid: str) -> None:
@@ -322,20 +301,6 @@ class ThreadData:
             for ch, v in loads(saved.checkpoint)["channel_versions"].items()
         }
         self.blobs = {k: b for k, b in self.blobs.items() if k in referenced}
-
-
-def _open_keyring(encryption: EncryptionLike) -> Keyring | None:
-    """The data keys ``encryption=`` asks for, else ``None``. The crypto package (and the
-    key store's SQL it loads) is imported only when encryption may be on: not for ``False``,
-    nor for ``None`` while the environment names no master key."""
-    if encryption is False or (
-        encryption is None and not os.environ.get(MASTER_KEY_ENV, "").strip()
-    ):
-        return None
-    from langgraph_checkpoint_agent_memory.crypto.config import resolve
-
-    setting = resolve(encryption)
-    return setting.open_keyring(None) if setting else None
 
 
 class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str]):
@@ -378,8 +343,17 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        #: The data keys (encryption on), else ``None``.
-        self.keyring: Keyring | None = _open_keyring(encryption)
+        #: The data keys (encryption on), else ``None``. The crypto package (and the key
+        #: store's SQL it loads) is imported only when encryption may be on: not for
+        #: ``False``, nor for ``None`` while the environment names no master key.
+        self.keyring: Keyring | None = None
+        if encryption is not False and (
+            encryption is not None or os.environ.get(MASTER_KEY_ENV, "").strip()
+        ):
+            from langgraph_checkpoint_agent_memory.crypto.config import resolve
+
+            setting = resolve(encryption)
+            self.keyring = setting.open_keyring(None) if setting else None
         if ttl is None and self.keyring is None:
             raise ConfigurationError(
                 "ttl_seconds must be positive for TimedInMemorySaver; "
@@ -402,8 +376,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         fork.register(self)
 
     def after_fork(self) -> None:
-        """A forked child keeps a copy of the threads but not the sweeper thread: its next
-        write starts its own."""
+        """A forked child keeps the threads but not the sweeper: its next write starts one."""
         self._sweeping.after_fork()
         self._lock = threading.RLock()
 
@@ -412,8 +385,6 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             f"{type(self).__name__}(ttl_seconds={self.ttl_seconds}, keep_last={self.keep_last}, "
             f"sweep_interval_seconds={self.sweep_interval_seconds}, threads={len(self._threads)})"
         )
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def _serde_for(self, thread_id: str, config: RunnableConfig | None = None) -> Any:
         """The serializer of ``thread_id``'s values (see :func:`.sealing.thread_serde`)."""
@@ -473,13 +444,6 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                 if not threads:
                     del self._run_threads[run_id]
 
-    def _thread(self, thread_id: str) -> ThreadData:
-        """The record of ``thread_id``, created on first use."""
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            thread = self._threads[thread_id] = ThreadData()
-        return thread
-
     @traced("sweep", swept)
     def sweep(self) -> int:
         """Evict every expired thread now; the sweeper calls this.
@@ -504,8 +468,6 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             evicted += batch
             if batch < SWEEP_BATCH:
                 return evicted
-
-    # -- writes ----------------------------------------------------------------------------
 
     @traced("put")
     def put(
@@ -556,7 +518,9 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                 life.admit(thread_id, parent_id, own_id)
             else:
                 life.check_floor(thread_id, parent_id)
-            thread = self._threads.get(thread_id) or self._thread(thread_id)
+            thread = self._threads.get(thread_id) or self._threads.setdefault(
+                thread_id, ThreadData()
+            )
             if not thread.checkpoints:  # listed in the order of first checkpoints
                 self._threads[thread_id] = self._threads.pop(thread_id)
             thread.checkpoints.setdefault(checkpoint_ns, {})[own_id] = saved
@@ -592,13 +556,12 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
         dumps = self._serde_for(thread_id, config).dumps_typed
         idx_map = WRITES_IDX_MAP
-        rows: list[tuple[int, WriteRow]] = []
-        for i, (channel, value) in enumerate(writes):
-            idx = idx_map.get(channel, i)
-            kind, blob = dumps(value)
-            rows.append(
-                (idx, write_row((checkpoint_id, task_id, idx, channel, kind, blob, task_path)))
+        rows: list[WriteRow] = [
+            write_row(
+                (checkpoint_id, task_id, idx_map.get(channel, i), channel, *dumps(value), task_path)
             )
+            for i, (channel, value) in enumerate(writes)
+        ]
         life = self._life
         with self._lock:
             now = self._clock()
@@ -607,20 +570,20 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                 life.admit(thread_id, checkpoint_id)
             else:
                 life.check_floor(thread_id, checkpoint_id)
-            thread = self._threads.get(thread_id) or self._thread(thread_id)
+            thread = self._threads.get(thread_id) or self._threads.setdefault(
+                thread_id, ThreadData()
+            )
             key = (checkpoint_ns, checkpoint_id)
             stored = thread.writes.get(key)
             if stored is None:
                 stored = thread.writes[key] = {}
-            for idx, row in rows:
+            for row in rows:
                 # Regular writes: first write wins; special channels (negative idx) upsert.
-                if idx >= 0 and (task_id, idx) in stored:
+                if row.idx >= 0 and (task_id, row.idx) in stored:
                     continue
-                stored[task_id, idx] = row
+                stored[task_id, row.idx] = row
             life.touch(thread_id, now)
         self._start_sweeper()
-
-    # -- reads -----------------------------------------------------------------------------
 
     def _decode(
         self,
@@ -651,23 +614,19 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             >>> saver.get_tuple({"configurable": {"thread_id": "user-17"}}) is None  # expired
             True
         """
-        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
+        thread_id, ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
             if self._expire_if_due(thread_id, now):
                 return None
             thread = self._threads.get(thread_id)
-            found = (
-                None
-                if thread is None
-                else thread.find(
-                    checkpoint_ns, checkpoint_id, self._serde_for(thread_id).loads_typed
-                )
-            )
+            if thread is None:
+                return None
+            found = thread.find(ns, checkpoint_id, self._serde_for(thread_id).loads_typed)
             if found is None:
                 return None
             self._life.touch(thread_id, now)
-        return self._decode(thread_id, checkpoint_ns, found)
+        return self._decode(thread_id, ns, found)
 
     def list(
         self,
@@ -692,24 +651,18 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         """
         checked_filter(filter)
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
-        candidates = self._list_candidates(config, before_id)
-        remaining = limit
-        for thread_id, ns, cid in candidates:
-            if remaining is not None and remaining <= 0:
-                return
-            listed = self._listed(thread_id, ns, cid, filter)
-            if listed is None:
-                continue
-            if remaining is not None:
-                remaining -= 1
-            yield self._decode(thread_id, ns, *listed)
+        found = (
+            self._decode(thread_id, ns, *parts)
+            for thread_id, ns, cid in self._list_candidates(config, before_id)
+            if (parts := self._listed(thread_id, ns, cid, filter)) is not None
+        )
+        yield from found if limit is None else itertools.islice(found, max(limit, 0))
 
     @traced("list", listed)  # the span of finding what to list; tuples decode lazily
     def _list_candidates(
         self, config: RunnableConfig | None, before_id: str | None
     ) -> Sequence[tuple[str, str, str]]:
-        """The checkpoints a ``list`` call selects, as ``(thread, namespace, id)``; the
-        threads it names count as active."""
+        """The ``(thread, namespace, id)`` a ``list`` call selects; its threads count as active."""
         with self._lock:
             now = self._clock()
             listed, wanted_ns, wanted_id = list_coordinates(config)
@@ -772,8 +725,6 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             serde = self._serde_for(thread_id)
             return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
 
-    # -- thread management -----------------------------------------------------------------
-
     @traced("delete_thread")
     def delete_thread(self, thread_id: str) -> None:
         """Forget a thread, leaving a tombstone that refuses late writes into it.
@@ -830,7 +781,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                 from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy
 
                 source = resealed_copy(self.serde, self.keyring, source, src, dst)
-            source.copy_into(self._thread(dst))
+            source.copy_into(self._threads.setdefault(dst, ThreadData()))
             for run_id in source.runs:
                 self._run_threads.setdefault(run_id, set()).add(dst)
             self._life.took_history(dst)  # the copied history is the target's now
@@ -872,8 +823,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                     continue
                 self._threads[thread_id].keep_latest(n, self._serde_for(thread_id).loads_typed)
 
-    # -- async: the work is in memory and short, so each runs its sync twin inline, with
-    # -- the same arguments ---------------------------------------------------------------
+    # -- async: the work is in memory and short, so each runs its sync twin inline --------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Asynchronously :meth:`get_tuple` (in-memory work runs inline)."""

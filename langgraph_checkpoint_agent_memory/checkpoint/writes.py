@@ -40,6 +40,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     generation_boundary,
     is_late,
     thread_deleted,
+    thread_ttl,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.sealing import Sealer
 from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
@@ -68,17 +69,16 @@ class Writer:
         key: DataKey | None = None,
         op: Any = IDLE,
     ) -> Plan[RunnableConfig]:
-        """Store ``checkpoint`` and the blobs of the channels in ``new_versions``, sealed with
-        ``key`` (encryption on); the bytes stored are told to the operation ``op``."""
+        """Store ``checkpoint`` and its new blobs, sealed with ``key``; the bytes told to ``op``."""
         thread_id, ns, parent_id = thread_coordinates(config)
         activity = self.activity
         full_metadata = get_checkpoint_metadata(config, metadata)
         now = activity.clock()
-        ttl = activity.thread_ttl(config)
+        ttl = thread_ttl(config, activity.ttl_seconds)
         thread = activity.thread_row(thread_id, now, ttl)
         thread["named"] = parent_id
         live_after = thread["live_after"]
-        encoded = encode_checkpoint(
+        body_type, body, blob_versions, blob_rows, lists = encode_checkpoint(
             serde, self.cache, thread_id, ns, parent_id, checkpoint, new_versions, live_after
         )
         checkpoint_id = checked_checkpoint_id(checkpoint["id"])
@@ -88,27 +88,25 @@ class Writer:
             "checkpoint_id": checkpoint_id,
             "parent_checkpoint_id": parent_id,
             "run_id": full_metadata.get("run_id"),
-            "type": encoded.body_type,
-            "checkpoint": encoded.body,
+            "type": body_type,
+            "checkpoint": body,
             "metadata": metadata_json(full_metadata),
-            "blob_versions": compact_json(encoded.blob_versions),
+            "blob_versions": compact_json(blob_versions),
             "live_after": live_after,
             "named": parent_id,
         }
         if key is not None:
-            Sealer.seal_blob_rows(key, encoded.blob_rows)
+            Sealer.seal_blob_rows(key, blob_rows)
             Sealer.seal_checkpoint_row(key, row)
         if op.live:
-            op.written(_size(row, "checkpoint", "metadata") + _blobs(encoded.blob_rows))
+            op.written(_size(row, "checkpoint", "metadata") + _blobs(blob_rows))
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
-        fast = d.fast_write("put", touch, {**thread, **row}, {"b": encoded.blob_rows})
-        done = False
-        if fast is not None and (yield from self._fast(fast)):
-            done = True
-        else:
+        fast = d.fast_write("put", touch, {**thread, **row}, {"b": blob_rows})
+        done = fast is not None and (yield from self._fast(fast))
+        if not done:
             writes = [
-                Stmt(S.insert_blob(d), encoded.blob_rows, many=True),
+                Stmt(S.insert_blob(d), blob_rows, many=True),
                 Stmt(S.upsert_checkpoint(d), row),
             ]
             if fast is None and d.conditional_upsert:
@@ -120,7 +118,7 @@ class Writer:
                 touch = True
         if touch:
             activity.touched_at(thread_id, now, ttl)
-        self.cache.remember(thread_id, ns, checkpoint_id, encoded.blob_versions, encoded.lists)
+        self.cache.remember(thread_id, ns, checkpoint_id, blob_versions, lists)
         return checkpoint_config(thread_id, ns, checkpoint_id)
 
     def put_writes(
@@ -133,8 +131,7 @@ class Writer:
         key: DataKey | None = None,
         op: Any = IDLE,
     ) -> Plan[None]:
-        """Store a task's writes (first write wins, special channels upsert), sealed with
-        ``key`` (encryption on); the bytes told to ``op``."""
+        """Store a task's writes (first write wins, special channels upsert), as :meth:`put`."""
         thread_id, ns, checkpoint_id = thread_coordinates(config)
         if checkpoint_id is None:
             raise ConfigurationError(
@@ -144,7 +141,7 @@ class Writer:
         dumps = serde.dumps_typed
         activity = self.activity
         now = activity.clock()
-        ttl = activity.thread_ttl(config)
+        ttl = thread_ttl(config, activity.ttl_seconds)
         thread = activity.thread_row(thread_id, now, ttl)
         thread["named"] = checkpoint_id
         first_wins: list[dict[str, Any]] = []
@@ -175,7 +172,8 @@ class Writer:
         if key is not None:
             Sealer.seal_write_rows(key, first_wins)
             Sealer.seal_write_rows(key, replacing)
-        _tell_written(op, first_wins, replacing)
+        if op.live:
+            op.written(_blobs(first_wins) + _blobs(replacing))
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fixed = {
@@ -186,26 +184,24 @@ class Writer:
             "task_path": task_path,
         }
         fast = d.fast_write("writes", touch, fixed, {"f": first_wins, "r": replacing})
-        if fast is not None and (yield from self._fast(fast)):
-            if touch:
-                activity.touched_at(thread_id, now, ttl)
-            return None
-        statements = [
-            Stmt(S.insert_write(d, replace=False), first_wins, many=True),
-            Stmt(S.insert_write(d, replace=True), replacing, many=True),
-        ]
-        if fast is None and d.conditional_upsert:
-            head = [Stmt(S.touch_thread(d), thread)] if touch else []
-            results = yield Batch([*head, *statements], write=True)
-            # Rows written prove the thread live and the write on time; zero rows may be a
-            # repeat of first-write-wins writes, a deleted thread or a late write: the slow
-            # path tells them apart (the touch alone proves nothing about the boundary).
-            if results[-2] + results[-1]:
-                if touch:
-                    activity.touched_at(thread_id, now, ttl)
-                return None
-        yield from self.admit(thread_id, checkpoint_id, thread, now, statements)
-        activity.touched_at(thread_id, now, ttl)
+        done = fast is not None and (yield from self._fast(fast))
+        if not done:
+            statements = [
+                Stmt(S.insert_write(d, replace=False), first_wins, many=True),
+                Stmt(S.insert_write(d, replace=True), replacing, many=True),
+            ]
+            if fast is None and d.conditional_upsert:
+                head = [Stmt(S.touch_thread(d), thread)] if touch else []
+                results = yield Batch([*head, *statements], write=True)
+                # Rows written prove the thread live and the write on time; zero rows may be a
+                # repeat of first-write-wins writes, a deleted thread or a late write: the slow
+                # path tells them apart (the touch alone proves nothing about the boundary).
+                done = bool(results[-2] + results[-1])
+            if not done:
+                yield from self.admit(thread_id, checkpoint_id, thread, now, statements)
+                touch = True
+        if touch:
+            activity.touched_at(thread_id, now, ttl)
         return None
 
     def _fast(self, fast: FastWrite) -> Plan[bool]:
@@ -270,9 +266,3 @@ def _size(row: dict[str, Any], *columns: str) -> int:
 def _blobs(rows: Sequence[dict[str, Any]]) -> int:
     """Bytes of the ``blob`` column of ``rows``."""
     return sum(_size(r, "blob") for r in rows)
-
-
-def _tell_written(op: Any, *groups: Sequence[dict[str, Any]]) -> None:
-    """Tell the operation ``op`` the bytes of the write rows ``groups``, if it records."""
-    if op.live:
-        op.written(sum(_blobs(rows) for rows in groups))
