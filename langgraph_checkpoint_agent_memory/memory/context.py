@@ -321,12 +321,11 @@ def _searched(step: Search) -> dict[str, Any]:
 
 def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
     """Drive ``steps`` with ``store``; ``run`` runs the plans (default ``store.run_plan``)."""
+    run_plan = run or (lambda plan: store.run_plan(plan() if callable(plan) else plan))
 
     def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            if run is not None:
-                return run(step.plan)
-            return store.run_plan(step.plan() if callable(step.plan) else step.plan)
+            return run_plan(step.plan)
         if isinstance(step, Within):
             with step.opened() as op:
                 value = drive(step.steps, execute)
@@ -348,12 +347,11 @@ async def arun_steps(
     steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
 ) -> T:
     """Async :func:`run_steps`."""
+    run_plan = run or (lambda plan: store.arun_plan(plan() if callable(plan) else plan))
 
     async def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            if run is not None:
-                return await run(step.plan)
-            return await store.arun_plan(step.plan() if callable(step.plan) else step.plan)
+            return await run_plan(step.plan)
         if isinstance(step, Within):
             with step.opened() as op:
                 value = await adrive(step.steps, execute)

@@ -48,9 +48,7 @@ def scope_from(
 
 
 def _state_get(state: Any, key: str) -> Any:
-    if isinstance(state, Mapping):
-        return state.get(key)
-    return getattr(state, key, None)
+    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
 
 
 def messages_of(state: Any) -> list[Any]:
