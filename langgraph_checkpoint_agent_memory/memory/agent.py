@@ -7,6 +7,7 @@ async entry point here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -379,13 +380,7 @@ class AgentMemory(Generic[StoreT]):
         self, scope: ScopeLike, messages: Iterable[Any] | PromptValue, options: RecordOptions
     ) -> Callable[[], Plan[str | None]]:
         """What builds the plan of :meth:`record` (the reinforcements taken once)."""
-        taken: list[list[dict[str, Any]]] = []
-
-        def take() -> list[dict[str, Any]]:
-            if not taken:
-                taken.append(list(self._recaller.take_reinforcements()))
-            return taken[0]
-
+        take = functools.cache(self._recaller.take_reinforcements)
         checked = checked_messages(messages)  # once: an iterator is read once
         return lambda: record_plan(self.context, scope, checked, options, reinforcements=take)
 
@@ -616,8 +611,7 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun(self._encrypt_errors())
 
     def _encrypt_errors(self) -> Callable[[], Plan[dict[str, int]]]:
-        """What builds the plan of :meth:`encrypt_plaintext`, its counts kept should the
-        plan run again for keys."""
+        """What builds :meth:`encrypt_plaintext`'s plan, its counts kept should it run again."""
         if self.context.sql.sealer is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         counts = {"job_errors": 0, "scope_errors": 0}

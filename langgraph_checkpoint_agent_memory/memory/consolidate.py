@@ -18,8 +18,8 @@ from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.context import (
+    Call,
     Embed,
-    Extract,
     MemoryContext,
     RunPlan,
     Search,
@@ -104,19 +104,8 @@ class Report:
         return sum(len(j.superseded) for j in self.jobs)
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "jobs": len(self.jobs),
-            "completed": self.completed,
-            "failed": self.failed,
-            "episodes": self.episodes,
-            "added": self.added,
-            "confirmed": self.confirmed,
-            "superseded": self.superseded,
-        }
-
-
-def job_id(scope: str, episode_keys: list[str], extractor_version: str) -> str:
-    return digest(scope, extractor_version, *sorted(episode_keys), size=20)
+        counts = ("completed", "failed", "episodes", "added", "confirmed", "superseded")
+        return {"jobs": len(self.jobs), **{name: getattr(self, name) for name in counts}}
 
 
 def job_steps(
@@ -139,7 +128,8 @@ def job_steps(
     if claim is None:
         return None
     version = context.extractor.version
-    job = Job(claim, job_id(claim.scope, claim.episode_keys, version), version, started)
+    job_id = digest(claim.scope, version, *sorted(claim.episode_keys), size=20)
+    job = Job(claim, job_id, version, started)
     attributes = {
         "agent_memory.job.id": job.id,
         "agent_memory.episode_count": len(claim.episode_keys),
@@ -248,6 +238,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
     limit = context.settings.relevant_facts
     found = yield Search(context.namespace(scope, "facts"), query, limit)
     relevant = [Fact.from_value(i.key, i.value) for i in found]
+    extractor, request = context.extractor, ExtractionRequest(scope, episodes, relevant)
     extraction = yield Within(
         lambda: memory_span(
             context,
@@ -255,10 +246,10 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
             claim.scope,
             **{
                 "agent_memory.episode_count": len(episodes),
-                "agent_memory.extractor": type(context.extractor).__name__,
+                "agent_memory.extractor": type(extractor).__name__,
             },
         ),
-        one(Extract(context.extractor, ExtractionRequest(scope, episodes, relevant))),
+        one(Call(lambda: extractor.extract(request), lambda: extractor.aextract(request))),
     )
     # an answer that does not summarise every episode on its own fails the job
     summaries = episode_summaries(extraction, episodes)
@@ -267,7 +258,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
         return learned
     texts = [c.search_text() for c in extraction.facts]
     ep_texts = [
-        Episode(**{**e.__dict__, "summary": s.summary}).text()
+        dataclasses.replace(e, summary=s.summary).text()
         for e, s in zip(episodes, summaries, strict=True)
     ]
     vectors = yield Embed(texts + ep_texts)
@@ -341,47 +332,36 @@ def job_writes(
         return FactWrites(writes, F.FactChanges())
     # each fact dates from the episode that states it (the last one when it does not say),
     # applied in the order they were said
-    stated = sorted(
-        extraction.facts,
-        key=lambda c: episodes[(c.episode or len(episodes)) - 1].occurred_at,
-    )
-    sources = [
-        (e.key, e.occurred_at) for e in (episodes[(c.episode or len(episodes)) - 1] for c in stated)
-    ]
+    stated = [(c, episodes[(c.episode or len(episodes)) - 1]) for c in extraction.facts]
+    stated.sort(key=lambda pair: pair[1].occurred_at)
     out = RowWriter(writes, learned.scope_key, now)
     said = Said(
-        stated,
+        [c for c, _ in stated],
         learned.fact_vectors,
         episode_key=episodes[-1].key,
         when=max(e.occurred_at for e in episodes),
-        sources=sources,
+        sources=[(e.key, e.occurred_at) for _, e in stated],
     )
     changes = apply_facts(context, learned.scope, out, stored, said)
-    _write_episodes(context, learned, out)
+    prefix = context.prefix(learned.scope, "episodes")
+    for i, (episode, summary) in enumerate(zip(episodes, learned.summaries, strict=True)):
+        done = dataclasses.replace(
+            episode,
+            status="done",
+            summary=summary.summary,
+            outcome=summary.outcome,
+            importance=summary.importance,
+        )
+        out.item(prefix, episode.key, done.to_value(), episode.occurred_at, lexical_text(done))
+        out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
+        if i < len(learned.episode_vectors):
+            out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))
     writes.outcome = {
         "added": changes.added,
         "confirmed": changes.confirmed,
         "superseded": [list(p) for p in changes.superseded],
     }
     return FactWrites(writes, changes)
-
-
-def _write_episodes(context: MemoryContext, learned: Learned, out: RowWriter) -> None:
-    prefix = context.prefix(learned.scope, "episodes")
-    for i, (episode, summary) in enumerate(zip(learned.episodes, learned.summaries, strict=True)):
-        done = Episode(
-            **{
-                **episode.__dict__,
-                "status": "done",
-                "summary": summary.summary,
-                "outcome": summary.outcome,
-                "importance": summary.importance,
-            }
-        )
-        out.item(prefix, episode.key, done.to_value(), episode.occurred_at, lexical_text(done))
-        out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
-        if i < len(learned.episode_vectors):
-            out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))
 
 
 def consolidate_steps(

@@ -30,7 +30,7 @@ from langgraph_checkpoint_agent_memory.db.migrations import Component
 from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 from langgraph_checkpoint_agent_memory.memory.decay import DecayPolicy
-from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest, Extractor
+from langgraph_checkpoint_agent_memory.memory.extract import Extractor
 from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, namespace
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.rerank import Reranking
@@ -169,7 +169,10 @@ class MemoryContext:
             extractor=extractor,
             policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
             clock=clock,
-            backlog=_watched_backlog(store),
+            backlog=metrics.backlog_of(
+                # the database's description has its password masked
+                {**target_of(store.db).attributes(), "agent_memory.database": store.db.describe()}
+            ),
             reranking=reranking,
         )
 
@@ -196,23 +199,23 @@ class MemoryContext:
     def run_again(self, make: Callable[[], Plan[T]]) -> T:
         """Run the plan ``make`` builds, again should the server abort it for another
         transaction's sake: set-based writes across scopes, which no scope's lock orders."""
-        for attempt in range(1, ATTEMPTS + 1):
+        for _ in range(ATTEMPTS - 1):
             try:
                 return self.run(make)
             except Exception as exc:
-                if attempt == ATTEMPTS or not retryable(exc):
+                if not retryable(exc):
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self.run(make)
 
     async def arun_again(self, make: Callable[[], Plan[T]]) -> T:
         """Async :meth:`run_again`."""
-        for attempt in range(1, ATTEMPTS + 1):
+        for _ in range(ATTEMPTS - 1):
             try:
                 return await self.arun(make)
             except Exception as exc:
-                if attempt == ATTEMPTS or not retryable(exc):
+                if not retryable(exc):
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self.arun(make)
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
@@ -229,11 +232,6 @@ class MemoryContext:
     def prefix(self, scope: ScopeLike, kind: str) -> str:
         """:meth:`namespace` as the store keeps it (labels joined with ``.``)."""
         return sqlm.ns(self.namespace(scope, kind))
-
-
-def _watched_backlog(store: MemoryStore) -> metrics.Backlog:
-    database = {"agent_memory.database": store.db.describe()}  # password masked
-    return metrics.backlog_of({**target_of(store.db).attributes(), **database})
 
 
 def scope_key(scope: ScopeLike | None) -> str | None:
@@ -263,14 +261,6 @@ class RunPlan:
 
 
 @dataclass
-class Extract:
-    """Ask the extractor; the step's value is its :class:`~.model.Extraction`."""
-
-    extractor: Extractor
-    request: ExtractionRequest
-
-
-@dataclass
 class Embed:
     """Embed texts; the step's value is their vectors, in order."""
 
@@ -290,16 +280,6 @@ class Search:
 
 
 @dataclass
-class Rerank:
-    """Ask a reranker to order the first candidates again; the step's value is its
-    :class:`~..rerank.Reordered`."""
-
-    reranking: Reranking
-    query: str
-    texts: list[str]
-
-
-@dataclass
 class Within:
     """Run ``steps`` inside the operation (a span) ``opened()`` returns; ``ended(op, value)``
     tells it what they returned."""
@@ -311,13 +291,13 @@ class Within:
 
 @dataclass
 class Call:
-    """Call what lies outside the store (a key store of its own, say)."""
+    """Call what lies outside the store (an extractor, a reranker, a key store of its own)."""
 
     sync: Callable[[], Any]
     asynchronous: Callable[[], Awaitable[Any]]
 
 
-Step = RunPlan | Extract | Embed | Search | Rerank | Within | Call
+Step = RunPlan | Embed | Search | Within | Call
 #: Steps that end with a value of type ``T``.
 Steps = Generator[Step, Any, T]
 
@@ -341,21 +321,16 @@ def _searched(step: Search) -> dict[str, Any]:
 
 def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
     """Drive ``steps`` with ``store``; ``run`` runs the plans (default ``store.run_plan``)."""
+    run_plan = run or (lambda plan: store.run_plan(plan() if callable(plan) else plan))
 
     def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            if run is not None:
-                return run(step.plan)
-            return store.run_plan(step.plan() if callable(step.plan) else step.plan)
-        if isinstance(step, Extract):
-            return step.extractor.extract(step.request)
+            return run_plan(step.plan)
         if isinstance(step, Within):
             with step.opened() as op:
                 value = drive(step.steps, execute)
                 step.ended(op, value)
                 return value
-        if isinstance(step, Rerank):
-            return step.reranking.order(step.query, step.texts)
         if isinstance(step, Call):
             return step.sync()
         if isinstance(step, Embed):
@@ -372,21 +347,16 @@ async def arun_steps(
     steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
 ) -> T:
     """Async :func:`run_steps`."""
+    run_plan = run or (lambda plan: store.arun_plan(plan() if callable(plan) else plan))
 
     async def execute(step: Step) -> Any:
         if isinstance(step, RunPlan):
-            if run is not None:
-                return await run(step.plan)
-            return await store.arun_plan(step.plan() if callable(step.plan) else step.plan)
-        if isinstance(step, Extract):
-            return await step.extractor.aextract(step.request)
+            return await run_plan(step.plan)
         if isinstance(step, Within):
             with step.opened() as op:
                 value = await adrive(step.steps, execute)
                 step.ended(op, value)
                 return value
-        if isinstance(step, Rerank):
-            return await step.reranking.aorder(step.query, step.texts)
         if isinstance(step, Call):
             return await step.asynchronous()
         if isinstance(step, Embed):

@@ -11,6 +11,7 @@ ledger, in the data's database, for a retry, a later erase or the worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import warnings
@@ -46,11 +47,9 @@ def covered(scope: ScopeLike, known: set[str]) -> list[str]:
     target = Scope.of(scope)
     out = []
     for key in sorted(known):
-        try:
+        with contextlib.suppress(ScopeError):
             if target.covers(Scope.parse(key)):
                 out.append(key)
-        except ScopeError:
-            continue
     return out
 
 
@@ -127,7 +126,9 @@ def _settling(context: MemoryContext) -> Steps[int]:
     # read again just before destroying: a shard key or thread written since stays owed
     # (what remains is the window of a write racing this step: see recheck_seconds)
     owed = [o for o in (yield RunPlan(sqlm.owed_plan(context.sql))) if o in set(owed)]
-    store, threads = _split([o for o in owed if _owner(o) in found])
+    mine = [o for o in owed if _owner(o) in found]
+    store = [o.shard for o in mine if not o.thread_id]
+    threads = [thread_owner(o.thread_id) for o in mine if o.thread_id]
 
     async def adestroy() -> list[str]:
         return [*await context.store.adestroy_keys(store), *await keyring.adestroy(threads)]
@@ -151,25 +152,7 @@ def settle(context: MemoryContext) -> int:
 
 async def asettle(context: MemoryContext) -> int:
     """Async :func:`settle`."""
-    if context.store.keyring is None:
-        return 0
-    return await context.arun_steps(_settling(context))
-
-
-def _split(owed: list[sqlm.Owed]) -> tuple[list[str], list[str]]:
-    return (
-        [o.shard for o in owed if not o.thread_id],
-        [thread_owner(o.thread_id) for o in owed if o.thread_id],
-    )
-
-
-def _owed(scope: ScopeLike, exc: DatabaseUnavailableError) -> DatabaseUnavailableError:
-    """The error of an erase whose rows are gone and whose data keys are still owed."""
-    return type(exc)(
-        f"the rows of {Scope.of(scope).key} are erased, but its data key could not be "
-        f"destroyed ({exc}): the erase ledger keeps it owed, and a retry of this erase, any "
-        "later erase or the memory worker destroys it once the key store is back"
-    )
+    return 0 if context.store.keyring is None else await context.arun_steps(_settling(context))
 
 
 def keys_beside_data(store: MemoryStore) -> bool:
@@ -297,8 +280,12 @@ def erase_steps(
     report(2, ERASE_PARTS)
     try:
         keys = 0 if context.store.keyring is None else (yield from _settling(context))
-    except DatabaseUnavailableError as exc:
-        raise _owed(scope, exc) from exc
+    except DatabaseUnavailableError as exc:  # the rows are gone, the data keys still owed
+        raise type(exc)(
+            f"the rows of {Scope.of(scope).key} are erased, but its data key could not be "
+            f"destroyed ({exc}): the erase ledger keeps it owed, and a retry of this erase, any "
+            "later erase or the memory worker destroys it once the key store is back"
+        ) from exc
     counts["keys"] = keys
     report(3, ERASE_PARTS)
     return counts

@@ -105,7 +105,11 @@ def episode_summaries(extraction: Extraction, episodes: Sequence[Episode]) -> li
         ```
     """
     count = len(episodes)
-    _check_fact_episodes(extraction, count)
+    for fact in extraction.facts:
+        if fact.episode is not None and fact.episode > count:
+            raise ExtractionError(
+                f"the fact {fact.attribute!r} names episode {fact.episode}, but there {_are(count)}"
+            )
     if extraction.episode is not None:
         if count == 1:
             return [extraction.episode]
@@ -141,15 +145,6 @@ def _are(count: int) -> str:
     return f"{'is' if count == 1 else 'are'} {count}"
 
 
-def _check_fact_episodes(extraction: Extraction, count: int) -> None:
-    """Refuse a fact that names an episode the request does not have."""
-    for fact in extraction.facts:
-        if fact.episode is not None and fact.episode > count:
-            raise ExtractionError(
-                f"the fact {fact.attribute!r} names episode {fact.episode}, but there {_are(count)}"
-            )
-
-
 def _entry_index(entry: EpisodeEntry, position: dict[str, int]) -> int:
     """The index (from 0) of the episode an entry names, by its key or its number (out of
     range when it names none of the request's)."""
@@ -178,64 +173,46 @@ def parse_extraction(text: Any) -> Extraction:
         return text
     if isinstance(text, dict):
         return _validate(text)
-    text = _as_text(text)
+    if not isinstance(text, str):
+        content = getattr(text, "content", None)
+        if not isinstance(content, str):
+            raise ExtractionError(f"the extractor returned {type(text).__name__}, not text")
+        text = content
     if not text.strip():
         raise ExtractionError("the extractor returned empty output")
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    outer_broken = False
-    last_error: str | None = None
-    for candidate in candidates:
-        found = _first_valid(candidate)
-        if isinstance(found, Extraction):
+    outer_broken = False  # the object at a piece's first ``{`` could not be decoded
+    error: str | None = None  # the first schema error of an object that was decoded
+    for candidate in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
+        found, broken, failed = _first_valid(candidate)
+        if found is not None:
             return found
-        outer_broken = outer_broken or found.outer_broken
-        last_error = last_error if last_error is not None else found.error
+        outer_broken = outer_broken or broken
+        error = error if error is not None else failed
     if outer_broken:
         raise ExtractionError("the extractor's JSON is truncated or malformed")
-    if last_error is not None:
-        raise ExtractionError(last_error)
+    if error is not None:
+        raise ExtractionError(error)
     raise ExtractionError(f"the extractor's output holds no JSON object: {text[:80]!r}")
 
 
-def _as_text(answer: Any) -> str:
-    if isinstance(answer, str):
-        return answer
-    content = getattr(answer, "content", None)
-    if not isinstance(content, str):
-        raise ExtractionError(f"the extractor returned {type(answer).__name__}, not text")
-    return content
-
-
-class _NoExtraction(NamedTuple):
-    """Why a piece of text held no valid extraction."""
-
-    #: The JSON object that starts at the first ``{`` could not be decoded.
-    outer_broken: bool
-    #: The first schema error of an object that was decoded, if any.
-    error: str | None
-
-
-def _first_valid(candidate: str) -> Extraction | _NoExtraction:
-    """The first JSON object in ``candidate``, at any ``{``, that is a valid extraction."""
+def _first_valid(candidate: str) -> tuple[Extraction | None, bool, str | None]:
+    """The first JSON object in ``candidate``, at any ``{``, that is a valid extraction;
+    else whether the first could not be decoded, and the first schema error."""
     decoder = json.JSONDecoder()
-    outer_broken = False
+    broken = False
     error: str | None = None
-    first = True
-    for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+    for n, start in enumerate(i for i, ch in enumerate(candidate) if ch == "{"):
         try:
             obj, _ = decoder.raw_decode(candidate, start)
         except json.JSONDecodeError:
-            outer_broken = outer_broken or first
-            first = False
+            broken = broken or n == 0
             continue
-        first = False
-        if not isinstance(obj, dict):
-            continue
-        try:
-            return _validate(obj)
-        except ExtractionError as exc:
-            error = error if error is not None else str(exc)
-    return _NoExtraction(outer_broken, error)
+        if isinstance(obj, dict):
+            try:
+                return _validate(obj), broken, error
+            except ExtractionError as exc:
+                error = error if error is not None else str(exc)
+    return None, broken, error
 
 
 def _validate(obj: dict[str, Any]) -> Extraction:

@@ -46,10 +46,6 @@ class FactChanges:
     retired: list[tuple[str, str]] = field(default_factory=list)  # (history key, old key)
     corrected: list[tuple[str, str]] = field(default_factory=list)  # (history key, key)
 
-    @property
-    def empty(self) -> bool:
-        return not self.current and not self.history
-
 
 def history_key(fact: Fact) -> str:
     return f"{fact.key}@{fact.valid_from:.6f}#{digest(normalize_value(fact.value), size=4)}"
@@ -84,23 +80,18 @@ def merge(
         source, at = sources[i] if sources is not None else (episode_key, now)
         if c.valid_from is not None and c.valid_from <= learned:  # a date to come is no start
             at = c.valid_from
-        attribute = c.attribute
+        attribute, value = c.attribute, normalize_value(c.value)
         multi = c.multi or any(f.multi for f in current.values() if f.attribute == attribute)
         if not any(f.attribute == attribute for f in current.values()) and similar is not None:
             # only the same value stated under another name is a duplicate: similar sentences
             # about different values ("item 5 is A", "item 50 is B") are different facts
-            same_value = {
-                k: f
-                for k, f in current.items()
-                if normalize_value(f.value) == normalize_value(c.value)
-            }
+            same_value = {k: f for k, f in current.items() if normalize_value(f.value) == value}
             twin = similar(c, same_value) if same_value else None
             if twin is not None:
                 attribute, multi = current[twin].attribute, current[twin].multi
         key = fact_key(attribute, c.value, multi)
         old = current.get(key)
-        statement = c.statement or default_statement(attribute, c.value)
-        if old is not None and normalize_value(old.value) == normalize_value(c.value):
+        if old is not None and normalize_value(old.value) == value:
             confirmed = Fact(**{**old.__dict__})
             confirmed.confirmations += 1
             confirmed.last_confirmed = max(old.last_confirmed, at)
@@ -108,7 +99,13 @@ def merge(
             if source not in confirmed.source_episodes:
                 confirmed.source_episodes = [*old.source_episodes, source][-MAX_SOURCES:]
             if c.valid_from is not None and at != old.valid_from and at == c.valid_from:
-                _correct(out, old, confirmed, c.valid_from, learned)
+                # the version believed before, retracted: one per correction, never overwritten
+                was = dataclasses.replace(old, key=f"{history_key(old)}!{learned:.6f}")
+                was.retracted_at = learned
+                out.history[was.key] = was
+                out.corrected.append((was.key, key))
+                confirmed.valid_from = c.valid_from
+                confirmed.learned_at = learned
             current[key] = out.current[key] = confirmed
             out.confirmed.append(key)
             continue
@@ -116,7 +113,7 @@ def merge(
             key=key,
             attribute=attribute,
             value=c.value,
-            statement=statement,
+            statement=c.statement or default_statement(attribute, c.value),
             multi=multi,
             importance=c.importance,
             valid_from=at,
@@ -125,12 +122,8 @@ def merge(
             learned_at=learned,
         )
         if old is not None:  # single-valued, another value: supersede
-            gone = Fact(**{**old.__dict__})
-            gone.valid_to = at
-            gone.ended_at = learned
-            gone.superseded_by = c.value
-            hkey = history_key(gone)
-            gone.key = hkey
+            gone = dataclasses.replace(old, valid_to=at, ended_at=learned, superseded_by=c.value)
+            gone.key = hkey = history_key(gone)
             out.history[hkey] = gone
             out.superseded.append((hkey, key))
             new.pinned = old.pinned
@@ -138,16 +131,6 @@ def merge(
             out.added.append(key)
         current[key] = out.current[key] = new
     return out
-
-
-def _correct(out: FactChanges, old: Fact, fact: Fact, valid_from: float, learned: float) -> None:
-    was = Fact(**{**old.__dict__})
-    was.retracted_at = learned
-    was.key = f"{history_key(old)}!{learned:.6f}"  # one per correction, never overwritten
-    out.history[was.key] = was
-    out.corrected.append((was.key, fact.key))
-    fact.valid_from = valid_from
-    fact.learned_at = learned
 
 
 def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: float) -> FactChanges:
@@ -160,9 +143,7 @@ def retire(facts: dict[str, Fact], attribute: str, value: str | None, *, now: fl
             continue
         if wanted is not None and normalize_value(fact.value) != wanted:
             continue
-        gone = Fact(**{**fact.__dict__})
-        gone.valid_to = now
-        gone.ended_at = now
+        gone = dataclasses.replace(fact, valid_to=now, ended_at=now)
         gone.key = history_key(gone)
         out.history[gone.key] = gone
         out.retired.append((gone.key, key))
@@ -180,12 +161,10 @@ def believed(versions: Iterable[Fact], known_at: float | None = None) -> list[Fa
         >>> [f.value for f in believed([old], known_at=4.0)]
         []
     """
+    if known_at is None:
+        return [fact for fact in versions if fact.retracted_at is None]
     out = []
     for fact in versions:
-        if known_at is None:
-            if fact.retracted_at is None:
-                out.append(fact)
-            continue
         if fact.learned > known_at or (
             fact.retracted_at is not None and fact.retracted_at <= known_at
         ):
@@ -201,14 +180,13 @@ def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
     """The versions of facts that had begun by ``when`` (``valid_from <= when``, valid
     time), each as it was held then: a version that ended later is shown current
     (``valid_to`` and ``superseded_by`` unset), since nothing had replaced it yet."""
-    out = []
-    for fact in versions:
-        if fact.valid_from > when:
-            continue
-        if fact.valid_to is not None and fact.valid_to > when:
-            fact = dataclasses.replace(fact, valid_to=None, superseded_by=None)
-        out.append(fact)
-    return out
+    return [
+        dataclasses.replace(f, valid_to=None, superseded_by=None)
+        if f.valid_to is not None and f.valid_to > when
+        else f
+        for f in versions
+        if f.valid_from <= when
+    ]
 
 
 def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
@@ -266,7 +244,7 @@ def by_vectors(
     (:meth:`~.model.Fact.search_text`): ``candidate_vectors`` by the candidates' text."""
     import numpy as np
 
-    keys = [k for k in fact_vectors]
+    keys = list(fact_vectors)
     matrix = np.stack([fact_vectors[k] for k in keys]) if keys else np.zeros((0, 1), "f4")
     norms = np.linalg.norm(matrix, axis=1) if keys else np.zeros(0)
 

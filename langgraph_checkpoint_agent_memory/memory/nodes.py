@@ -48,9 +48,7 @@ def scope_from(
 
 
 def _state_get(state: Any, key: str) -> Any:
-    if isinstance(state, Mapping):
-        return state.get(key)
-    return getattr(state, key, None)
+    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
 
 
 def messages_of(state: Any) -> list[Any]:
@@ -75,13 +73,8 @@ def _role(m: Any) -> str:
 
 def current_turn(messages: Sequence[Any]) -> tuple[int, list[Any]]:
     """The index of the turn's first message and the turn's messages."""
-    start = None
-    for i in range(len(messages) - 1, -1, -1):
-        if _is_context(messages[i]):
-            continue
-        if _role(messages[i]) == "user":
-            start = i
-            break
+    users = (i for i in reversed(range(len(messages))) if _role(messages[i]) == "user")
+    start = next((i for i in users if not _is_context(messages[i])), None)
     if start is None:
         return len(messages), []
     turn = [m for m in messages[start:] if not _is_context(m) and _role(m) != "system"]
@@ -89,10 +82,8 @@ def current_turn(messages: Sequence[Any]) -> tuple[int, list[Any]]:
 
 
 def last_user_text(messages: Sequence[Any]) -> str:
-    _, turn = current_turn(messages)
-    if not turn:
-        return ""
-    return messages_as_dicts(turn[:1])[0]["content"]
+    turn = current_turn(messages)[1]
+    return messages_as_dicts(turn[:1])[0]["content"] if turn else ""
 
 
 def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:

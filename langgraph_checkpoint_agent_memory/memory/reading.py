@@ -52,10 +52,12 @@ def facts_plan(
     return sorted(facts, key=lambda f: (f.attribute, f.valid_from, f.key))
 
 
-def versions_plan(context: Reads, scope: ScopeLike, attribute: str | None) -> Plan[list[Fact]]:
+def versions_plan(
+    context: Reads, scope: ScopeLike, attribute: str | None, now: float | None = None
+) -> Plan[list[Fact]]:
     """Every stored version of the scope's facts (of ``attribute`` when given): the
-    superseded ones and the current ones."""
-    now = context.clock()
+    superseded ones and the current ones (live at ``now``, default the clock's)."""
+    now = context.clock() if now is None else now
     old = yield from sqlm.read_plan(context.sql, context.prefix(scope, "history"), now)
     new = yield from sqlm.read_plan(context.sql, context.prefix(scope, "facts"), now)
     wanted = normalize_attribute(attribute) if attribute is not None else None

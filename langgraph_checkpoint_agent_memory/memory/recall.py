@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
 from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory import reading
 from langgraph_checkpoint_agent_memory.memory.context import (
+    Call,
     Embed,
-    Rerank,
     RunPlan,
     Search,
     Steps,
@@ -43,7 +44,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     as_timestamp,
     check_count,
 )
-from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecallWeights
+from langgraph_checkpoint_agent_memory.memory.settings import RecallWeights
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
 from langgraph_checkpoint_agent_memory.rerank import RerankerLike, Reranking, reranking_of
 from langgraph_checkpoint_agent_memory.when import TimeRange, time_range
@@ -163,22 +164,19 @@ def render(
     (``rendered``: fact lines already counted, by key). A section's scan stops after
     :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
     header = f"Memory (as of {day(now)}):"
-    lines = [header]
-    used = count(header)
-    kept: dict[str, list[Any]] = {"facts": [], "episodes": []}
-    sections: list[tuple[str, str, Sequence[Any], Callable[[Any], str]]] = [
-        ("facts", "Known facts:", facts, fact_line),
-        ("episodes", "Relevant past conversations:", episodes, episode_line),
+    lines, used = [header], count(header)
+    kept_facts: list[Fact] = []
+    kept_episodes: list[Episode] = []
+    sections: list[tuple[str, Sequence[Any], Callable[[Any], str], list[Any]]] = [
+        ("Known facts:", facts, fact_line, kept_facts),
+        ("Relevant past conversations:", episodes, episode_line, kept_episodes),
     ]
-    for name, title, items, line in sections:
+    for title, items, line, kept in sections:
         if not items:
             continue
-        cost = count(title)
-        if used + cost > budget_tokens:
+        section, section_used, misses = [title], count(title), 0
+        if used + section_used > budget_tokens:
             break
-        section = [title]
-        section_used = cost
-        misses = 0
         for item in items:
             known = (rendered or {}).get(getattr(item, "key", ""))
             text, c = known if known is not None else (text := line(item), count(text))
@@ -189,18 +187,17 @@ def render(
                 continue  # a shorter line further down may still fit
             section.append(text)
             section_used += c
-            kept[name].append(item)
+            kept.append(item)
         if len(section) > 1:
             lines += section
             used += section_used
-    kept_facts, kept_episodes = kept["facts"], kept["episodes"]
     if not kept_facts and not kept_episodes:
         return Recalled("", [], [], 0)
     return Recalled("\n".join(lines), kept_facts, kept_episodes, used)
 
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext, MemoryStore
+    from langgraph_checkpoint_agent_memory.memory.context import MemoryContext
 
 
 class RecallOptions(TypedDict, total=False):
@@ -238,16 +235,6 @@ class Chosen:
     at: float
     budget: int
 
-    def render(self, count: Callable[[str], int]) -> Recalled:
-        return render(
-            self.facts,
-            self.episodes,
-            now=self.at,
-            budget_tokens=self.budget,
-            count=count,
-            rendered=self.lines,
-        )
-
 
 @dataclass
 class Recaller:
@@ -272,47 +259,31 @@ class Recaller:
     _reinforced: dict[tuple[str, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def settings(self) -> MemorySettings:
-        return self.context.settings
-
-    @property
-    def store(self) -> MemoryStore:
-        return self.context.store
-
-    @property
-    def sql(self) -> sqlm.MemorySql:
-        return self.context.sql
-
-    def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
-        return self.context.namespace(scope, kind)
-
-    def _prefix(self, scope: Scope, kind: str) -> str:
-        return self.context.prefix(scope, kind)
-
     def steps(self, scope: ScopeLike, query: str, options: RecallOptions) -> Steps[Recalled]:
         unknown = sorted(set(options) - set(RecallOptions.__annotations__))
         if unknown:  # a misspelled option would otherwise be ignored without a word
             raise TypeError(f"recall got unexpected keyword argument(s): {', '.join(unknown)}")
         s = Scope.of(scope)
+        ctx = self.context
         if options.get("budget_tokens") is not None:
             check_count(options.get("budget_tokens"), "budget_tokens")
-        reranking = self._reranking(options.get("reranker"))
+        given = options.get("reranker")
+        reranking = None if given is False else reranking_of(given) or ctx.reranking
         as_of, known = options.get("as_of"), options.get("known_at")
         known_at = None if known is None else as_timestamp(known, "known_at")
         when = known_at if as_of is None else as_timestamp(as_of)  # the moment recalled
         vector = None
-        if query and self.store.embeddings is not None:
+        if query and ctx.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
         dated: list[str] = []
-        at = self.context.clock() if when is None else when
-        span = time_range(query, at) if query and self.settings.time_weight else None
+        at = ctx.clock() if when is None else when
+        span = time_range(query, at) if query and ctx.settings.time_weight else None
         if span is not None and span.start <= at:  # what happened then is a candidate
             until = {"$lt": span.end} if span.end <= at else {"$lte": at}  # not after ``at``
             found = yield Search(
-                self.namespace(s, "episodes"),
+                ctx.namespace(s, "episodes"),
                 "",
-                self.settings.episode_candidates,
+                ctx.settings.episode_candidates,
                 filter={"occurred_at": {"$gte": span.start, **until}},
             )
             dated = [item.key for item in found]
@@ -330,15 +301,17 @@ class Recaller:
         )
         if reranking is not None and query:  # outside the transaction, as embeddings are
             chosen = yield from self._reranked(s, chosen, query, reranking)
-        recalled = chosen.render(self.count_tokens)
+        recalled = render(
+            chosen.facts,
+            chosen.episodes,
+            now=chosen.at,
+            budget_tokens=chosen.budget,
+            count=self.count_tokens,
+            rendered=chosen.lines,
+        )
         if options.get("reinforce", False) and when is None:
             self.queue_reinforcement(s, recalled)
         return recalled
-
-    def _reranking(self, given: RerankerLike | Literal[False] | None) -> Reranking | None:
-        if given is False:
-            return None
-        return reranking_of(given) if given is not None else self.context.reranking
 
     def _reranked(
         self, scope: Scope, chosen: Chosen, query: str, reranking: Reranking
@@ -350,11 +323,12 @@ class Recaller:
         texts = [fact_line(f)[2:] for f in facts] + [episode_line(e)[2:] for e in episodes]
         if not texts:
             return chosen
+        rr = dataclasses.replace(reranking, top_n=len(texts))
         reordered = yield Within(
             lambda: memory_span(
                 self.context, "rerank", scope, **{"agent_memory.rerank.candidates": len(texts)}
             ),
-            one(Rerank(dataclasses.replace(reranking, top_n=len(texts)), query, texts)),
+            one(Call(lambda: rr.order(query, texts), lambda: rr.aorder(query, texts))),
             lambda op, r: op.set("agent_memory.rerank.fallback", r.error),
         )
         n = len(facts)
@@ -379,9 +353,10 @@ class Recaller:
         known_at: float | None = None,
     ) -> Plan[Chosen]:
         """What recall may put in the block, in order, before it is reranked and rendered."""
-        now = self.context.clock()  # what is live is decided now, whatever moment is recalled
+        ctx = self.context
+        now = ctx.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
-        st = self.settings
+        st = ctx.settings
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
         if as_of is None:
             facts = yield from self.current_facts_plan(scope, now)
@@ -393,7 +368,12 @@ class Recaller:
         link = st.link_weight if query else 0.0
         ranked: list[tuple[str, float]] = []
         if query and (cost > budget or link > 0):  # the first facts lend their links too
-            ranked = yield from self._ranked_facts_plan(scope, query, vector, budget, now, as_of)
+            # the facts (and history, for a look back) most relevant to ``query``, best first
+            for kind in ("facts",) if as_of is None else ("facts", "history"):
+                ranked += yield from ctx.store.ranker.rank_keys_plan(
+                    ctx.namespace(scope, kind), query, vector, max(16, budget // 8), now
+                )
+            ranked.sort(key=lambda pair: -pair[1])
         rows, relevance = yield from self.episode_candidates_plan(scope, query, vector, now, as_of)
         by_key = {f.key: f for f in ordered}
         ranked = [(k, score) for k, score in ranked if k in by_key]
@@ -411,31 +391,46 @@ class Recaller:
             chosen = {f.key for f in first}
             ordered = first + [f for f in ordered if f.key not in chosen]
         relevance = spread(relevance)
-        span = None if dated is None else dated[0]
         if dated is not None:  # the question names a time: what happened then is a candidate
-            rows += yield from self._more_plan(scope, rows, dated[1], now)
+            known = {r.key for r in rows}
+            if more := [k for k in dated[1] if k not in known]:
+                rows += yield from sqlm.read_plan(ctx.sql, ctx.prefix(scope, "episodes"), now, more)
+        span = None if dated is None else dated[0]
         scored = self._scored(rows, relevance, exclude_thread, at, span)
         return Chosen(ordered, len(first), lines, [e for _, e in scored], at, budget)
 
-    def _ranked_facts_plan(
+    def _scored(
         self,
-        scope: Scope,
-        query: str,
-        vector: list[float] | None,
-        budget: int,
-        now: float,
-        as_of: float | None,
-    ) -> Plan[list[tuple[str, float]]]:
-        """The facts (and history, for a look back) most relevant to ``query``, best first."""
-        want = max(16, budget // 8)
-        kinds = ("facts",) if as_of is None else ("facts", "history")
-        ranked = []
-        for kind in kinds:
-            ranked += yield from self.store.ranker.rank_keys_plan(
-                self.namespace(scope, kind), query, vector, want, now
+        rows: list[sqlm.StoredRow],
+        relevance: dict[str, float],
+        exclude_thread: str | None,
+        at: float,
+        span: TimeRange | None,
+    ) -> list[tuple[float, Episode]]:
+        """The candidate episodes with their scores, best first: each summary once."""
+        ctx = self.context
+        st = ctx.settings
+        scored: list[tuple[float, Episode]] = []
+        seen: set[str] = set()
+        for row in rows:
+            episode = Episode.from_value(row.key, row.value)
+            excluded = exclude_thread is not None and episode.thread_id == exclude_thread
+            if excluded or episode.summary in seen:
+                continue
+            if episode.summary:
+                seen.add(episode.summary)
+            if row.log_importance is None or row.reinforced_at is None:
+                importance = float(row.value.get("importance", 0.5))
+            else:
+                importance = ctx.policy.importance(row.log_importance, row.reinforced_at, at)
+            score = episode_score(
+                relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
             )
-        ranked.sort(key=lambda pair: -pair[1])
-        return ranked
+            if span is not None and episode.occurred_at in span:
+                score += st.time_weight
+            scored.append((score, episode))
+        scored.sort(key=lambda p: -p[0])
+        return scored
 
     def _linked(
         self,
@@ -448,7 +443,7 @@ class Recaller:
         """``ranked`` facts raised by the first episodes (of ``shown``) they were learned
         from, and the ``relevance`` of episodes raised by the first facts learned from them,
         each from the other's ranking before either is raised."""
-        k = self.store.ranker.rrf_k
+        k = self.context.store.ranker.rrf_k
         episodes = sorted((e for e in relevance if e in shown), key=lambda e: -relevance[e])
         learned = {key: facts[key].source_episodes for key, _ in ranked}
         firsts = [key for key, _ in ranked[:LINK_DEPTH]]
@@ -462,46 +457,6 @@ class Recaller:
             linked(relevance, vouched, firsts, weight, k),
         )
 
-    def _scored(
-        self,
-        rows: list[sqlm.StoredRow],
-        relevance: dict[str, float],
-        exclude_thread: str | None,
-        at: float,
-        span: TimeRange | None,
-    ) -> list[tuple[float, Episode]]:
-        """The candidate episodes with their scores, best first: each summary once."""
-        st = self.settings
-        scored: list[tuple[float, Episode]] = []
-        seen_summaries: set[str] = set()
-        for row in rows:
-            episode = Episode.from_value(row.key, row.value)
-            if exclude_thread is not None and episode.thread_id == exclude_thread:
-                continue
-            if episode.summary:
-                if episode.summary in seen_summaries:
-                    continue
-                seen_summaries.add(episode.summary)
-            importance = self.importance(row, at)
-            score = episode_score(
-                relevance.get(row.key, 0.0), episode.occurred_at, importance, at, st.weights
-            )
-            if span is not None and episode.occurred_at in span:
-                score += st.time_weight
-            scored.append((score, episode))
-        scored.sort(key=lambda p: -p[0])
-        return scored
-
-    def _more_plan(
-        self, scope: Scope, rows: list[sqlm.StoredRow], keys: list[str], now: float
-    ) -> Plan[list[sqlm.StoredRow]]:
-        """The episodes ``keys`` names that are not among ``rows``."""
-        known = {r.key for r in rows}
-        more = [k for k in keys if k not in known]
-        if not more:
-            return []
-        return (yield from sqlm.read_plan(self.sql, self._prefix(scope, "episodes"), now, more))
-
     def episode_candidates_plan(
         self,
         scope: Scope,
@@ -513,49 +468,48 @@ class Recaller:
         """The episodes recall ranks, with their search scores: the best matches of
         ``query``, else the newest. With ``as_of``, only episodes that had happened by
         then (the ranking is asked for more until enough are found)."""
-        st = self.settings
-        episodes = self.namespace(scope, "episodes")
-        prefix = self._prefix(scope, "episodes")
-        ranker = self.store.ranker
+        ctx = self.context
+        want = ctx.settings.episode_candidates
+        episodes = ctx.namespace(scope, "episodes")
+        prefix = ctx.prefix(scope, "episodes")
+        ranker = ctx.store.ranker
         if as_of is None:
             if not query:
-                keys = yield from self.store.recent_keys_plan(episodes, st.episode_candidates, now)
-                return (yield from sqlm.read_plan(self.sql, prefix, now, keys)), {}
-            ranked = yield from ranker.rank_keys_plan(
-                episodes, query, vector, st.episode_candidates, now
-            )
-            rows = yield from sqlm.read_plan(self.sql, prefix, now, [k for k, _ in ranked])
+                keys = yield from ctx.store.recent_keys_plan(episodes, want, now)
+                return (yield from sqlm.read_plan(ctx.sql, prefix, now, keys)), {}
+            ranked = yield from ranker.rank_keys_plan(episodes, query, vector, want, now)
+            rows = yield from sqlm.read_plan(ctx.sql, prefix, now, [k for k, _ in ranked])
             return rows, dict(ranked)
 
         def happened(row: sqlm.StoredRow) -> bool:
             return float(row.value.get("occurred_at") or 0.0) <= as_of
 
         if not query:  # newest by when they happened, not by when they were written
-            rows = [r for r in (yield from sqlm.read_plan(self.sql, prefix, now)) if happened(r)]
+            rows = [r for r in (yield from sqlm.read_plan(ctx.sql, prefix, now)) if happened(r)]
             rows.sort(key=lambda r: -float(r.value.get("occurred_at") or 0.0))
-            return rows[: st.episode_candidates], {}
-        want = st.episode_candidates
+            return rows[:want], {}
+        wanted = want
         while True:
-            ranked = yield from ranker.rank_keys_plan(episodes, query, vector, want, now)
-            found = yield from sqlm.read_plan(self.sql, prefix, now, [k for k, _ in ranked])
+            ranked = yield from ranker.rank_keys_plan(episodes, query, vector, wanted, now)
+            found = yield from sqlm.read_plan(ctx.sql, prefix, now, [k for k, _ in ranked])
             kept = {r.key: r for r in found if happened(r)}
-            if len(kept) >= st.episode_candidates or len(ranked) < want:
+            if len(kept) >= want or len(ranked) < wanted:
                 break
-            want *= 4
-        best = [(k, score) for k, score in ranked if k in kept][: st.episode_candidates]
+            wanted *= 4
+        best = [(k, score) for k, score in ranked if k in kept][:want]
         return [kept[k] for k, _ in best], dict(best)
 
     def current_facts_plan(self, scope: Scope, now: float) -> Plan[list[tuple[Fact, str, int]]]:
         """The scope's current facts with each line's token cost, most important first;
         reused while the scope's fingerprint does not change."""
-        prefix = self._prefix(scope, "facts")
-        fingerprint = yield from sqlm.version_plan(self.sql, prefix, now)
+        prefix = self.context.prefix(scope, "facts")
+        fingerprint = yield from sqlm.version_plan(self.context.sql, prefix, now)
         with self._lock:
             cached = self.facts_cache.get(prefix)
             if cached is not None and cached[0] == fingerprint:
                 self.facts_cache.move_to_end(prefix)
                 return cached[1]
-        rows = yield from sqlm.read_plan(self.sql, prefix, now)
+        rows = yield from sqlm.read_plan(self.context.sql, prefix, now)
         entries = self._lines([Fact.from_value(r.key, r.value) for r in rows])
         with self._lock:
             self.facts_cache[prefix] = (fingerprint, entries)
@@ -568,25 +522,17 @@ class Recaller:
     ) -> Plan[list[tuple[Fact, str, int]]]:
         """The facts that held at ``as_of`` as believed at ``known_at`` (default now), as
         :meth:`current_facts_plan` gives them."""
-        versions = []
-        for kind in ("history", "facts"):
-            rows = yield from sqlm.read_plan(self.sql, self._prefix(scope, kind), now)
-            versions += [Fact.from_value(r.key, r.value) for r in rows]
+        versions = yield from reading.versions_plan(self.context, scope, None, now)
         return self._lines(F.held_at(F.believed(versions, known_at), as_of))
 
     def _lines(self, facts: list[Fact]) -> list[tuple[Fact, str, int]]:
         facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
         return [(f, line, self.count_tokens(line)) for f in facts if (line := fact_line(f))]
 
-    def importance(self, row: sqlm.StoredRow, now: float) -> float:
-        if row.log_importance is None or row.reinforced_at is None:
-            return float(row.value.get("importance", 0.5))
-        return self.context.policy.importance(row.log_importance, row.reinforced_at, now)
-
     def queue_reinforcement(self, scope: Scope, recalled: Recalled) -> None:
-        now = self.context.clock()
-        every = self.settings.reinforce_every_seconds
-        facts, episodes = self._prefix(scope, "facts"), self._prefix(scope, "episodes")
+        ctx = self.context
+        now, every = ctx.clock(), ctx.settings.reinforce_every_seconds
+        facts, episodes = ctx.prefix(scope, "facts"), ctx.prefix(scope, "episodes")
         keys = [(facts, f.key) for f in recalled.facts]
         keys += [(episodes, e.key) for e in recalled.episodes]
         with self._lock:

@@ -22,8 +22,11 @@ _COUNTS = (
     "relevant_facts",
     "max_attempts",
 )
-#: The settings that are times: whether 0 is refused (an interval a loop waits, a lease).
-_TIMES = {
+#: The settings that are finite numbers >= 0: whether 0 is refused too (an interval a loop
+#: waits, a lease).
+_NUMBERS = {
+    "time_weight": False,
+    "link_weight": False,
     "half_life_days": True,
     "lease_seconds": True,
     "backoff_seconds": False,
@@ -93,13 +96,7 @@ class MemorySettings:
         loop waits that long (a zero interval spins a worker)."""
         for name in _COUNTS:
             check_count(getattr(self, name), name)
-        for name in ("time_weight", "link_weight"):
-            weight = getattr(self, name)
-            if isinstance(weight, bool) or not (
-                isinstance(weight, (int, float)) and 0 <= weight < math.inf
-            ):
-                raise ConfigurationError(f"{name} must be a finite number >= 0, got {weight!r}")
-        for name, least_open in _TIMES.items():
+        for name, least_open in _NUMBERS.items():
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

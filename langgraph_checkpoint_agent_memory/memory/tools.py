@@ -158,8 +158,7 @@ class MemoryTools:
         Raises:
             ConfigurationError: ``include`` names another tool, or is empty.
         """
-        unknown = [name for name in include if name not in TOOL_NAMES]
-        if unknown or not include:
+        if not include or any(name not in TOOL_NAMES for name in include):
             raise ConfigurationError(
                 f"include takes some of {', '.join(TOOL_NAMES)}, got {list(include)!r}"
             )
@@ -174,16 +173,17 @@ class MemoryTools:
         out: list[BaseTool] = []
         for name in include:
             func, coroutine, schema, description = built[name]
-            tool: BaseTool = StructuredTool.from_function(
-                func=func,
-                coroutine=coroutine,
-                name=TOOL_NAMES[name],
-                description=description,
-                args_schema=schema,
-                infer_schema=False,
-                handle_tool_error=True,  # a mistake of the model goes back to it, as text
+            out.append(
+                StructuredTool.from_function(
+                    func=func,
+                    coroutine=coroutine,
+                    name=TOOL_NAMES[name],
+                    description=description,
+                    args_schema=schema,
+                    infer_schema=False,
+                    handle_tool_error=True,  # a mistake of the model goes back to it, as text
+                )
             )
-            out.append(tool)
         return out
 
     # -- whose memory ----------------------------------------------------------------------
@@ -286,16 +286,13 @@ class MemoryTools:
         candidate = _candidate(*fact, **named)
         return _remembered(await self.context.arun_steps(self._remember_steps(candidate, config)))
 
-    def _source(self, config: RunnableConfig | None) -> str:
-        thread = self._thread(config)
-        return f"tool:{thread}" if thread else "tool"
-
     def _remember_steps(
         self, candidate: FactCandidate, config: RunnableConfig | None
     ) -> Steps[F.FactChanges]:
         context = self.context
         scope = self.scope(config)
-        source = self._source(config)
+        thread = self._thread(config)
+        source = f"tool:{thread}" if thread else "tool"
         vectors: dict[str, list[float]] = {}
         if context.embeds:
             text = candidate.search_text()  # what the fact is indexed, and found, by
@@ -332,24 +329,18 @@ class MemoryTools:
             >>> tools.forget("city", config={"configurable": {"user_id": "alice"}})
             'Forgot city = Berlin.'
         """
-        name = _attribute(attribute)
-        scope = self.scope(config)
-        return _forgotten(
-            self.context.run(lambda: self._forget_plan(scope, name, value)), name, value
-        )
+        name, scope = _attribute(attribute), self.scope(config)
+        return self.context.run(lambda: self._forget_plan(scope, name, value))
 
     @traced("tool.forget_fact", scope_of=_tool_scope)
     async def aforget(
         self, attribute: str, value: str | None = None, *, config: RunnableConfig
     ) -> str:
         """Async :meth:`forget`."""
-        name = _attribute(attribute)
-        scope = self.scope(config)
-        return _forgotten(
-            await self.context.arun(lambda: self._forget_plan(scope, name, value)), name, value
-        )
+        name, scope = _attribute(attribute), self.scope(config)
+        return await self.context.arun(lambda: self._forget_plan(scope, name, value))
 
-    def _forget_plan(self, scope: Scope, attribute: str, value: str | None) -> Plan[F.FactChanges]:
+    def _forget_plan(self, scope: Scope, attribute: str, value: str | None) -> Plan[str]:
         context = self.context
         now = context.clock()
         facts_prefix = context.prefix(scope, "facts")
@@ -361,7 +352,12 @@ class MemoryTools:
             writes.removed = [{"prefix": facts_prefix, "key": key} for _, key in changes.retired]
             return W.FactWrites(writes, changes)
 
-        return (yield from self._change_plan(scope, now, False, decide))
+        changes = yield from self._change_plan(scope, now, False, decide)
+        if not changes.retired:
+            about = f"{attribute} = {value}" if value is not None else attribute
+            return f"Nothing remembered about {about}."
+        gone = [changes.history[key] for key, _ in changes.retired]
+        return "Forgot " + ", ".join(f"{f.attribute} = {f.value}" for f in gone) + "."
 
     def _change_plan(
         self,
@@ -424,11 +420,3 @@ def _remembered(changes: F.FactChanges) -> str:
         return f"Updated {new.attribute}: {new.value} (was {old.value})."
     fact = next(iter(changes.current.values()))
     return f"Remembered: {fact.attribute} = {fact.value}."
-
-
-def _forgotten(changes: F.FactChanges, attribute: str, value: str | None) -> str:
-    if not changes.retired:
-        about = f"{attribute} = {value}" if value is not None else attribute
-        return f"Nothing remembered about {about}."
-    gone = [changes.history[key] for key, _ in changes.retired]
-    return "Forgot " + ", ".join(f"{f.attribute} = {f.value}" for f in gone) + "."

@@ -53,49 +53,25 @@ def first_argument(owner: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any])
     return args[0] if args else kwargs.get("scope")
 
 
-class _Traced:
-    """What :func:`traced` wraps a method with: its span's name, scope and counts."""
+def _opened(
+    name: str, scope_of: ScopeOf, owner: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Any:
+    try:
+        scope = scope_of(owner, args, kwargs)
+    except Exception:  # the method raises it, inside its span
+        scope = None
+    return memory_span(owner.context, name, scope)
 
-    def __init__(self, name: str, scope_of: ScopeOf, counts: CountsOf | None) -> None:
-        self.name, self.scope_of, self.counts = name, scope_of, counts
 
-    def open(self, owner: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        try:
-            scope = self.scope_of(owner, args, kwargs)
-        except Exception:  # the method raises it, inside its span
-            scope = None
-        return memory_span(owner.context, self.name, scope)
+def _told(counts: CountsOf | None, op: Any, result: Any) -> Any:
+    if counts is not None and op.recording:
+        safely(_count, counts, op, result)
+    return result
 
-    def told(self, op: Any, result: Any) -> Any:
-        if self.counts is not None and op.recording:
-            safely(self._count, op, result)
-        return result
 
-    def _count(self, op: Any, result: Any) -> None:
-        assert self.counts is not None
-        for key, value in self.counts(result).items():
-            op.set(key, value)
-
-    def __call__(self, method: F) -> F:
-        if inspect.iscoroutinefunction(method):
-
-            @functools.wraps(method)
-            async def arun(owner: Any, *args: Any, **kwargs: Any) -> Any:
-                if not live():
-                    return await method(owner, *args, **kwargs)
-                with self.open(owner, args, kwargs) as op:
-                    return self.told(op, await method(owner, *args, **kwargs))
-
-            return cast(F, arun)
-
-        @functools.wraps(method)
-        def run(owner: Any, *args: Any, **kwargs: Any) -> Any:
-            if not live():
-                return method(owner, *args, **kwargs)
-            with self.open(owner, args, kwargs) as op:
-                return self.told(op, method(owner, *args, **kwargs))
-
-        return cast(F, run)
+def _count(counts: CountsOf, op: Any, result: Any) -> None:
+    for key, value in counts(result).items():
+        op.set(key, value)
 
 
 def traced(
@@ -113,7 +89,29 @@ def traced(
         >>> Reader().read("user=alice")
         1
     """
-    return _Traced(name, scope_of, counts)
+
+    def wrap(method: F) -> F:
+        if inspect.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def arun(owner: Any, *args: Any, **kwargs: Any) -> Any:
+                if not live():
+                    return await method(owner, *args, **kwargs)
+                with _opened(name, scope_of, owner, args, kwargs) as op:
+                    return _told(counts, op, await method(owner, *args, **kwargs))
+
+            return cast(F, arun)
+
+        @functools.wraps(method)
+        def run(owner: Any, *args: Any, **kwargs: Any) -> Any:
+            if not live():
+                return method(owner, *args, **kwargs)
+            with _opened(name, scope_of, owner, args, kwargs) as op:
+                return _told(counts, op, method(owner, *args, **kwargs))
+
+        return cast(F, run)
+
+    return wrap
 
 
 def recalled_counts(recalled: Any) -> dict[str, AttributeValue]:

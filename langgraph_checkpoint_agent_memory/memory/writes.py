@@ -72,21 +72,17 @@ class FactWrites:
     changes: F.FactChanges
 
 
+@dataclass
 class Decider:
     """The callback a fact-changing plan calls with the facts it read; it keeps what it
     decided last (the plan returns only the rows)."""
 
-    def __init__(self, decide: Callable[[StoredFacts], FactWrites]) -> None:
-        self._decide = decide
-        self._decided: FactWrites | None = None
+    decide: Callable[[StoredFacts], FactWrites]
+    decided: FactWrites | None = None
 
     def __call__(self, rows: list[sqlm.StoredRow], vectors: dict[str, bytes]) -> jobsql.Writes:
-        self._decided = self._decide(StoredFacts(rows, vectors))
-        return self._decided.writes
-
-    @property
-    def decided(self) -> FactWrites | None:
-        return self._decided
+        self.decided = self.decide(StoredFacts(rows, vectors))
+        return self.decided.writes
 
 
 @dataclass
@@ -102,13 +98,22 @@ class RowWriter:
             item_row(prefix, key, value, created=created, updated=self.now, doc=doc)
         )
 
-    def decay(self, prefix: str, key: str, importance: float, at: float, pinned: bool) -> None:
+    def decay(
+        self,
+        prefix: str,
+        key: str,
+        importance: float,
+        at: float,
+        pinned: bool,
+        log: float | None = None,
+    ) -> None:
+        """A decay row; ``log``: the stored logarithm of the importance, if any."""
         self.writes.decay.append(
             {
                 "prefix": prefix,
                 "key": key,
                 "scope": self.scope_key,
-                "log_importance": log_importance(importance),
+                "log_importance": log_importance(importance) if log is None else log,
                 "reinforced_at": at,
                 "pinned": int(pinned),
             }
@@ -274,31 +279,18 @@ def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: b
     hits = [r for r in rows if r.value.get("attribute") == name or r.key == attribute]
     if not hits:
         return 0
-    now = context.clock()
-    items, decay = [], []
+    out = RowWriter(jobsql.Writes(), s.key, context.clock())
     for r in hits:
         value = {**r.value, "pinned": pinned}
-        doc = lexical_text(Fact.from_value(r.key, value))
-        items.append(item_row(prefix, r.key, value, created=r.created_at, updated=now, doc=doc))
-        decay.append(_pinned_decay_row(r, s, pinned, now))
+        out.item(prefix, r.key, value, r.created_at, lexical_text(Fact.from_value(r.key, value)))
+        at = out.now if r.reinforced_at is None else r.reinforced_at
+        importance = float(r.value.get("importance", 0.5))
+        out.decay(prefix, r.key, importance, at, pinned, r.log_importance)
+    items = out.writes.items
     yield from sqlm.seal_items_plan(context.sql, items)
     locks = context.sql.lock_scopes([s.key])
     yield Batch(
-        [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(decay)], write=True
+        [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(out.writes.decay)],
+        write=True,
     )
     return len(hits)
-
-
-def _pinned_decay_row(
-    row: sqlm.StoredRow, scope: Scope, pinned: bool, now: float
-) -> dict[str, Any]:
-    return {
-        "prefix": row.prefix,
-        "key": row.key,
-        "scope": scope.key,
-        "log_importance": row.log_importance
-        if row.log_importance is not None
-        else log_importance(float(row.value.get("importance", 0.5))),
-        "reinforced_at": row.reinforced_at if row.reinforced_at is not None else now,
-        "pinned": int(pinned),
-    }
