@@ -162,9 +162,7 @@ class WordLlamaEmbeddings(Embeddings):
         return self._model
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return [row.tolist() for row in self._load().embed(list(texts))]
+        return [row.tolist() for row in self._load().embed(list(texts))] if texts else []
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
