@@ -1,11 +1,10 @@
 """Blocks of postings: how a query of common words ranks without reading them one by one
 (``docs/internals/store-search.md`` says why and what it measured).
 
-A block keeps one term's postings in one namespace as one row, entries in item-hash order.
-Its scores bound the true ones from above (an item written since is scored from its new
-postings; one deleted or rewritten since keeps its entry), so a query's answer is exact when
-its last candidate kept, scored from its postings, beats the best score left out
-(:func:`settled`); otherwise (``None``) the query reads the postings.
+A block keeps one term's postings in one namespace as one row, in item-hash order. Its
+scores bound the true ones from above (an item deleted or rewritten since keeps its entry),
+so an answer is exact when its last candidate, scored from its postings, beats the best score
+left out (:func:`settled`); otherwise the query reads the postings.
 """
 
 from __future__ import annotations
@@ -139,8 +138,7 @@ class Block:
         return (head.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
 
     def first_keys(self, positions: Any, n: int) -> list[str]:
-        """The ``n`` smallest keys at ``positions``, reading only keys whose head is at most
-        the ``n``-th smallest."""
+        """The ``n`` smallest keys at ``positions`` (reading only those of the smallest heads)."""
         if len(positions) > 4 * n:
             heads = self.heads[positions]
             positions = positions[heads <= np.partition(heads, n - 1)[n - 1]]
@@ -369,8 +367,7 @@ def _find(hashes: Any, wanted: Any) -> tuple[Any, Any]:
 
 
 def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates | None:
-    """:func:`candidates`' choice among ``totals``; ``sources``: each item's block
-    (``fresh_from``: a fresh posting) times 2**32 plus its position."""
+    """:func:`candidates`' choice among ``totals`` (``sources``: as :class:`Items`' first)."""
     if not len(totals):
         return Candidates([], [], 0.0)
     tied, cut = None, 0.0
@@ -573,8 +570,7 @@ def _blocked_plan(
 def _chosen(
     found: Candidates, blocks: list[Block], fresh: list[Fresh], many: int
 ) -> tuple[list[tuple[str, str, str]], list[float], tuple[float, tuple[str, str] | None] | None]:
-    """The candidates' ``(shard, prefix, key)``, scores here, and the tie :func:`settled`
-    checks: the first items tied at the cut join, up to ``many`` in all."""
+    """The candidates (the first tied ones joining, up to ``many``) and :func:`settled`'s tie."""
     items = [
         (fresh[p].shard, fresh[p].prefix, fresh[p].key)
         if b < 0

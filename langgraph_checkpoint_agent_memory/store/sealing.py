@@ -1,21 +1,18 @@
 """Encryption at rest for the store: what is sealed, under which key, and how plans find keys
 (``docs/internals/encryption-design.md`` says what is sealed and what it reveals).
 
-Every item is sealed under the data key of its shard key (owner
-:func:`~..crypto.cipher.store_owner`), with the row's identity as associated data: its value,
-each vector, and each term of the lexical index as its keyed hash (:meth:`DataKey.term`).
+Every item is sealed under the data key of its shard key, the row's identity as associated
+data: its value, each vector, and each term of the lexical index as its keyed hash.
 
-Plans find keys without I/O of their own: the keyring's cache first; then, when the key
-store is the store's own database, the keyring's plans run inside the store's plan; else the
-plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the key store
-and runs the plan again (reads only: every plan writes last). Keys found during one call are
-kept for that call (a context variable).
+Plans find keys without I/O of their own: the keyring's cache first; then, when the key store
+is the store's own database, the keyring's plans inside the store's plan; else the plan stops
+with :class:`KeysNeeded`, and the store's call fetches the keys and runs it again (reads only:
+every plan writes last). Keys found during one call are kept for it (a context variable).
 
-Equality filters on the fields the user marks *filterable* are narrowed in the database: per
-item, a *mark* per field, ``HMAC("field")``, and when the field's value is a JSON scalar its
-keyed hash, ``HMAC("field" + value)``. An ``$eq`` or ``$in`` condition then reads the items
-that hold one of the hashes asked for or lack the field's mark: never fewer than the filter
-keeps; the store still decides every condition on the decrypted values.
+Equality filters on the fields marked *filterable* are narrowed in the database: per item, a
+*mark* per field, ``HMAC("field")``, and for a JSON scalar value ``HMAC("field" + value)``. An
+``$eq`` or ``$in`` reads the items holding a hash asked for or lacking the mark (never fewer
+than the filter keeps); every condition is still decided on the decrypted values.
 """
 
 from __future__ import annotations
@@ -211,8 +208,7 @@ class Sealer:
         return key
 
     def preload_plan(self, shards: Iterable[str]) -> Plan[None]:
-        """Find or create the data keys of ``shards`` (from a key store of its own, in one
-        round)."""
+        """Find or create the data keys of ``shards`` (from another key store, in one round)."""
         missing = []
         for shard in shards:
             try:
@@ -540,8 +536,7 @@ class Filterable:
     def usable(
         self, conds: Sequence[tuple[list[str], str, Any]]
     ) -> Iterator[tuple[int, str, list[str]]]:
-        """``(index, field, value forms)`` of each ``$eq`` or ``$in`` on a filterable field
-        whose values are all scalars."""
+        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
         for i, (path, op, expected) in enumerate(conds):
             name = ".".join(path)
             if op not in ("$eq", "$in") or name not in self.fields:

@@ -27,13 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from langgraph.store.base import Item, Op, Result, SearchItem, SearchOp
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import (
-    ItemRow,
-    Prefilter,
-    StoreStatements,
-    ns_text,
-    scoped,
-)
+from langgraph_checkpoint_agent_memory.db.store import ItemRow, Prefilter, StoreStatements, scoped
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
 from langgraph_checkpoint_agent_memory.text import tokens
@@ -187,8 +181,7 @@ def _time(seconds: float) -> datetime:
 
 
 def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
-    """An item row's value as a dict, opened with ``sealer`` when encryption is on (its
-    keys loaded first: see :meth:`Sealer.ids_plan`)."""
+    """An item row's value as a dict, opened with ``sealer`` (its keys loaded first)."""
     if sealer is not None:
         return sealer.open_value(row.prefix, row.key, row.value, row.sealed)
     if row.sealed is not None:
@@ -270,15 +263,6 @@ class Searcher:
         #: Encryption at rest (``None``: off).
         self.sealer: Sealer | None = None
 
-    def search_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
-    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
-        """Results, and the keys among them that have a TTL to refresh."""
-        found = yield from self.ranked_plan(op, now, query_vector)
-        return [item for item, _ in found], [
-            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
-        ]
-
     def ranked_plan(
         self, op: SearchOp, now: float, query_vector: list[float] | None
     ) -> Plan[list[tuple[SearchItem, Any]]]:
@@ -333,8 +317,7 @@ class Searcher:
     def _decider(
         self, conds: list[tuple[list[str], str, Any]], now: float
     ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
-        """For a filtered search with encryption on: of the item keys given, the live ones
-        whose decrypted values pass the filter, each decided once per search."""
+        """Of the keys given, the live items whose decrypted values pass the filter."""
         sealer = self.sealer
         assert sealer is not None
         decided: dict[tuple[str, str], bool] = {}

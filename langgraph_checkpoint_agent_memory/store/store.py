@@ -394,8 +394,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return destroyed
 
     def _forget_plaintext(self) -> None:
-        """Drop what this process remembers decrypted (a destroyed key's shard must not be
-        served from memory)."""
+        """Drop what this process remembers decrypted (a destroyed key must serve nothing)."""
         if self.sealer is not None:
             self.sealer.forget()
         with self.ranker.lock:
@@ -745,12 +744,15 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
-                found, with_ttl = yield from self.searcher.search_plan(
-                    op, now, query_vectors.get(op.query or "")
-                )
-                results[i] = found
-                if self._refreshes(op.refresh_ttl):
-                    refresh += [{"prefix": p, "key": k, "now": now} for p, k in with_ttl]
+                vector = query_vectors.get(op.query or "")
+                found = yield from self.searcher.ranked_plan(op, now, vector)
+                results[i] = [item for item, _ in found]
+                if self._refreshes(op.refresh_ttl):  # the items that have a TTL
+                    refresh += [
+                        {"prefix": ns_text(item.namespace), "key": item.key, "now": now}
+                        for item, ttl in found
+                        if ttl is not None
+                    ]
             elif isinstance(op, ListNamespacesOp):
                 results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)

@@ -1,12 +1,10 @@
 """What the store accepts, the same on every backend, checked before anything is written (the
-user guide's "What an item may hold" lists it), each refusal an :class:`InvalidValueError`
-naming what is wrong and where.
+user guide's "What an item may hold"), each refusal an :class:`InvalidValueError` saying where.
 
-Each rule stops what some backend would fail on later instead: PostgreSQL's ``jsonb`` takes
-a bare string and then fails every read of the namespace; ``NaN``, infinities, NUL and lone
-surrogates fail PostgreSQL, or SQLite's JSON functions on every filtered search; SQLite has
-no column sizes and would take what the others refuse. Values are walked without recursion,
-so a value of any depth is refused, never a ``RecursionError``.
+Each rule stops what some backend would fail on later: PostgreSQL's ``jsonb`` takes a bare
+string, then fails every read of the namespace; ``NaN``, infinities, NUL and lone surrogates
+fail PostgreSQL or SQLite's JSON functions; SQLite would take what the others refuse. Values
+are walked without recursion: any depth is refused, never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -202,8 +200,7 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
 
 
 def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
-    """A put's TTL in minutes: its own, else ``config``'s ``default_ttl`` (``PutOp``
-    carries ``NOT_PROVIDED`` when the caller gave none)."""
+    """A put's TTL in minutes: its own (not ``NOT_PROVIDED``), else ``default_ttl``."""
     ttl: float | NotProvided | None = op.ttl
     return (config or {}).get("default_ttl") if isinstance(ttl, NotProvided) else ttl
 
