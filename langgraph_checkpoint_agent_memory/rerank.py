@@ -162,7 +162,9 @@ class Reranking:
         r = self.reranker
         if _compresses(r):
             return await r.acompress_documents(_documents(texts), query)
-        if _is_async(r):
+        if inspect.iscoroutinefunction(r) or inspect.iscoroutinefunction(
+            getattr(r, "__call__", None)  # noqa: B004 (an object's async __call__)
+        ):
             return await r(query, texts)
         answer = await asyncio.to_thread(r, query, texts)
         return await answer if inspect.isawaitable(answer) else answer
@@ -246,12 +248,6 @@ def _fell_back(exc: Exception, total: int) -> Reordered:
 
 def _compresses(reranker: Any) -> bool:
     return callable(getattr(reranker, "compress_documents", None))
-
-
-def _is_async(reranker: Any) -> bool:
-    return inspect.iscoroutinefunction(reranker) or inspect.iscoroutinefunction(
-        getattr(reranker, "__call__", None)  # noqa: B004 (an object's async __call__)
-    )
 
 
 def _documents(texts: list[str]) -> list[Any]:

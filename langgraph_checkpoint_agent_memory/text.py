@@ -92,11 +92,6 @@ _MONTHS = [
 ]
 
 
-def _ordinal(day: int) -> str:
-    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
-    return f"{day}{suffix}"
-
-
 def date_words(when: float | None) -> str:
     """The day ``when`` (seconds since the epoch) falls on, in UTC, as the words a question
     names it by: month name, day as a number and an ordinal, and the ISO date, so "May 2023",
@@ -117,7 +112,9 @@ def date_words(when: float | None) -> str:
         day = datetime.fromtimestamp(when, tz=timezone.utc).date()
     except (OverflowError, OSError, ValueError):
         return ""
-    return f"{_MONTHS[day.month - 1]} {day.day} {_ordinal(day.day)} {day.isoformat()}"
+    n = day.day
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{_MONTHS[day.month - 1]} {n} {n}{suffix} {day.isoformat()}"
 
 
 def dated_text(text: str, when: float | None) -> str:

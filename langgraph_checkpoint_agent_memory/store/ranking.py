@@ -416,9 +416,13 @@ class Ranker:
         counts = {
             term: int(count) for rows in found[: len(found) - (not fresh)] for term, count in rows
         }
-        if uncounted:
-            self._remember_df(base["ns"], exact, uncounted, counts)
-            df.update({t: counts.get(t, 0) for t in uncounted})
+        now = self._clock() if uncounted else 0.0
+        for term in uncounted:  # a common term's count is cached (see :attr:`common_df`)
+            df[term] = count = counts.get(term, 0)
+            if self.common_df is not None and count >= self.common_df:
+                self._remember(
+                    self.term_stats, (key[0], exact, term), (count, 0.0, now, self.writes)
+                )
         if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
@@ -464,13 +468,6 @@ class Ranker:
             else:
                 uncounted.append(term)
         return df, uncounted
-
-    def _remember_df(self, ns: str, exact: bool, terms: list[str], counts: dict[str, int]) -> None:
-        """Cache the counts of the common ones among ``terms`` (see :attr:`common_df`)."""
-        now, writes = self._clock(), self.writes
-        for term in terms:
-            if self.common_df is not None and (count := counts.get(term, 0)) >= self.common_df:
-                self._remember(self.term_stats, (ns, exact, term), (count, 0.0, now, writes))
 
     def rank_keys_plan(
         self,

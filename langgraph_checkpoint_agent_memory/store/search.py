@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from langgraph.store.base import Item, Op, Result, SearchItem, SearchOp
+from langgraph.store.base import Op, Result, SearchItem, SearchOp
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import ItemRow, Prefilter, StoreStatements, scoped
@@ -237,11 +237,6 @@ class _Page:
         fields = item_fields(row, value=value)
         self.items.append((SearchItem(**fields, score=score), row.ttl_minutes))
         return self.full
-
-
-def item_of(row: ItemRow, sealer: Sealer | None = None) -> Item:
-    """The ``Item`` of an item row."""
-    return Item(**item_fields(row, sealer))
 
 
 def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:

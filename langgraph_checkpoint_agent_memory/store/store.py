@@ -22,6 +22,7 @@ from langgraph.store.base import (
     BaseStore,
     GetOp,
     IndexConfig,
+    Item,
     ListNamespacesOp,
     MatchCondition,
     NotProvided,
@@ -67,7 +68,7 @@ from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_in
 from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedback_settings
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
-from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
+from langgraph_checkpoint_agent_memory.store.search import Searcher, item_fields, sealed_of
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import db_operation, live, target_of
 
@@ -740,7 +741,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 row = yield from self._get_plan(op, now)
-                results[i] = item_of(row, self.sealer) if row else None
+                results[i] = Item(**item_fields(row, self.sealer)) if row else None
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
