@@ -400,7 +400,15 @@ class Ranker:
         stats = self.stats.get(key)
         fresh = self._fresh(stats, "text_statistics")
         one = scoped(base)
-        df, uncounted = self._cached_df(base["ns"], exact, [f for f in flat if f not in known])
+        df: dict[str, int] = {}
+        uncounted: list[str] = []  # the terms to count: not known, not fresh in the cache
+        for term in dict.fromkeys(f for f in flat if f not in known):
+            entry = self.term_stats.get((key[0], exact, term))
+            if self._fresh(entry, "term_statistics"):
+                assert entry is not None
+                df[term] = entry[0]
+            else:
+                uncounted.append(term)
         df.update((f, known[f]) for f in flat if f in known)
         statements = []
         size = len(uncounted) if len(uncounted) <= 32 else 32
@@ -455,19 +463,6 @@ class Ranker:
         if not added:
             return None
         return groups + [[t] for t in added], [1.0] * len(groups) + list(added.values()), df
-
-    def _cached_df(self, ns: str, exact: bool, flat: list[str]) -> tuple[dict[str, int], list[str]]:
-        """The dfs of ``flat`` fresh in :attr:`term_stats`, and the terms left to count."""
-        df: dict[str, int] = {}
-        uncounted: list[str] = []
-        for term in dict.fromkeys(flat):
-            entry = self.term_stats.get((ns, exact, term))
-            if self._fresh(entry, "term_statistics"):
-                assert entry is not None
-                df[term] = entry[0]
-            else:
-                uncounted.append(term)
-        return df, uncounted
 
     def rank_keys_plan(
         self,
