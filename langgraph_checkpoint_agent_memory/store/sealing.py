@@ -1,21 +1,18 @@
 """Encryption at rest for the store: what is sealed, under which key, and how plans find keys
 (``docs/internals/encryption-design.md`` says what is sealed and what it reveals).
 
-Every item is sealed under the data key of its shard key (owner
-:func:`~..crypto.cipher.store_owner`), with the row's identity as associated data: its value,
-each vector, and each term of the lexical index as its keyed hash (:meth:`DataKey.term`).
+Every item is sealed under the data key of its shard key, the row's identity as associated
+data: its value, each vector, and each term of the lexical index as its keyed hash.
 
-Plans find keys without I/O of their own: the keyring's cache first; then, when the key
-store is the store's own database, the keyring's plans run inside the store's plan; else the
-plan stops with :class:`KeysNeeded`, the store's call fetches the keys from the key store
-and runs the plan again (reads only: every plan writes last). Keys found during one call are
-kept for that call (a context variable).
+Plans find keys without I/O of their own: the keyring's cache first; then, when the key store
+is the store's own database, the keyring's plans inside the store's plan; else the plan stops
+with :class:`KeysNeeded`, and the store's call fetches the keys and runs it again (reads only:
+every plan writes last). Keys found during one call are kept for it (a context variable).
 
-Equality filters on the fields the user marks *filterable* are narrowed in the database: per
-item, a *mark* per field, ``HMAC("field")``, and when the field's value is a JSON scalar its
-keyed hash, ``HMAC("field" + value)``. An ``$eq`` or ``$in`` condition then reads the items
-that hold one of the hashes asked for or lack the field's mark: never fewer than the filter
-keeps; the store still decides every condition on the decrypted values.
+Equality filters on the fields marked *filterable* are narrowed in the database: per item, a
+*mark* per field, ``HMAC("field")``, and for a JSON scalar value ``HMAC("field" + value)``. An
+``$eq`` or ``$in`` reads the items holding a hash asked for or lacking the mark (never fewer
+than the filter keeps); every condition is still decided on the decrypted values.
 """
 
 from __future__ import annotations
@@ -51,6 +48,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
 )
 from langgraph_checkpoint_agent_memory.errors import KeyMissingError
 from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup
+from langgraph_checkpoint_agent_memory.store.values import encode_value
 
 T = TypeVar("T")
 
@@ -69,13 +67,11 @@ class _Call:
     def __init__(self) -> None:
         self.owners: dict[str, DataKey | None] = {}
         self.ids: dict[str, DataKey] = {}
-        #: keys asked for that the key store does not hold: raised inside the plan that
-        #: asks again, as with a local key store, so a plan may pass over what they sealed
+        #: keys the key store lacks: raised inside the plan that asks again, as locally
         self.missing: dict[str, KeyMissingError] = {}
 
     def knows(self, need: KeysNeeded) -> bool:
-        """Whether every key ``need`` asks for was loaded before in this call (a plan that
-        asks again makes no progress)."""
+        """Whether every key ``need`` asks for was loaded before in this call."""
         return all(o in self.owners for o in need.owners) and all(
             i in self.ids or i in self.missing for i in need.ids
         )
@@ -138,15 +134,17 @@ class Sealer:
         self.shard = shard
         #: Fields whose values are kept as keyed hashes for equality filters.
         self.filterable = Filterable(filterable)
-        #: (key id, term) -> the term's keyed hash: words repeat across items, and an HMAC
-        #: per posting is most of what sealing adds to a put. Emptied when full.
+        #: (key id, term) -> keyed hash: an HMAC per posting is most of what sealing adds to
+        #: a put, and words repeat. Emptied when full.
         self._terms: dict[tuple[str, str], str] = {}
 
-    # -- calls -----------------------------------------------------------------------------
-
-    def call(self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make`` builds, loading the keys it asks for and running it again."""
+    def call(
+        self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
+    ) -> T:
+        """Run the plan ``make`` builds, loading the keys it asks for and running it again;
+        ``owners``' keys are found or created first (a put's)."""
         with _calling() as call:
+            call.owners.update({owner: self.keyring.key(owner) for owner in owners})
             stalls = 0
             while True:
                 try:
@@ -155,9 +153,13 @@ class Sealer:
                     stalls = _stalled(call, need, stalls)
                     self._load(call, need)
 
-    async def acall(self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]]) -> T:
+    async def acall(
+        self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
+    ) -> T:
         """Async :meth:`call` (``run`` is awaited)."""
         with _calling() as call:
+            for owner in owners:
+                call.owners[owner] = await self.keyring.akey(owner)
             stalls = 0
             while True:
                 try:
@@ -189,27 +191,8 @@ class Sealer:
             except KeyMissingError as missing:
                 call.missing[key_id] = missing
 
-    def preload(self, owners: Iterable[str]) -> None:
-        """Find or create the keys of ``owners`` before a call's plan runs (a put's)."""
-        call = _CALL.get()
-        for owner in owners:
-            key = self.keyring.key(owner)
-            if call is not None:
-                call.owners[owner] = key
-
-    async def apreload(self, owners: Iterable[str]) -> None:
-        """Async :meth:`preload`."""
-        call = _CALL.get()
-        for owner in owners:
-            key = await self.keyring.akey(owner)
-            if call is not None:
-                call.owners[owner] = key
-
-    # -- keys inside plans -----------------------------------------------------------------
-
     def owner_key_plan(self, shard: str, *, create: bool) -> Plan[DataKey | None]:
-        """The data key of ``shard`` (created when ``create``; else ``None`` when it has
-        none), without I/O of its own (see the module)."""
+        """The data key of ``shard`` (created when ``create``, else ``None`` for none)."""
         owner = store_owner(shard)
         found = self.keyring.cached(owner)
         if found is not None:
@@ -225,8 +208,7 @@ class Sealer:
         return key
 
     def preload_plan(self, shards: Iterable[str]) -> Plan[None]:
-        """Find or create the data keys of ``shards`` (with a key store of its own: all
-        asked for at once, so a page of items costs one round of key loading)."""
+        """Find or create the data keys of ``shards`` (from another key store, in one round)."""
         missing = []
         for shard in shards:
             try:
@@ -237,8 +219,7 @@ class Sealer:
             raise KeysNeeded(owners=missing, create=True)
 
     def ids_plan(self, sealed: Iterable[bytes | None]) -> Plan[None]:
-        """Load the keys the ``sealed`` values name (``KeyMissingError`` for one the key
-        store does not hold)."""
+        """Load the keys the ``sealed`` values name (``KeyMissingError`` for one missing)."""
         call = _CALL.get()
         named = {key_id_of(s) for s in sealed if s is not None}
         for key_id in sorted(named):
@@ -259,8 +240,7 @@ class Sealer:
                 call.ids[key_id] = key
 
     def text_ids_plan(self, texts: Iterable[str | None]) -> Plan[None]:
-        """:meth:`ids_plan` of text columns: the keys the sealed texts among ``texts``
-        name (plaintext ones name none)."""
+        """:meth:`ids_plan` of text columns (plaintext ones name no key)."""
         yield from self.ids_plan(text_bytes(t) for t in texts if t and is_sealed_text(t))
 
     def _by_id(self, key_id: str) -> DataKey:
@@ -276,15 +256,12 @@ class Sealer:
             call.ids[key_id] = found
         return found
 
-    # -- values ----------------------------------------------------------------------------
-
     def seal_value(self, key: DataKey, prefix: str, item_key: str, text: str) -> bytes:
         """An item's JSON text sealed for its row."""
         return key.seal(text.encode("utf-8"), aad(ITEM, self.shard(prefix), prefix, item_key))
 
     def open_value(self, prefix: str, item_key: str, value: Any, sealed: bytes | None) -> Any:
-        """An item row's value as a dict: opened when sealed; a plaintext row only with
-        ``allow_plaintext`` (else :class:`PlaintextRowError`)."""
+        """An item row's value as a dict; a plaintext row only with ``allow_plaintext``."""
         if sealed is None:
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"store item {prefix!r} / {item_key!r}")
@@ -301,8 +278,7 @@ class Sealer:
     def open_vector(
         self, prefix: str, item_key: str, field: str, vector: bytes, plain: bool
     ) -> bytes:
-        """A vector row's float32 bytes (``plain``: its item was written without
-        encryption, read only with ``allow_plaintext``)."""
+        """A vector row's float32 bytes (``plain`` only with ``allow_plaintext``)."""
         if plain:
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"the vector of store item {prefix!r} / {item_key!r}")
@@ -312,13 +288,11 @@ class Sealer:
         return key.open(data, aad(VECTOR, self.shard(prefix), prefix, item_key, field))
 
     def seal_text(self, key: DataKey, text: str, *identity: str) -> str:
-        """``text`` sealed for a text column (``"!"`` and base64), with ``identity`` (the
-        row's kind and key) as associated data."""
+        """``text`` sealed for a text column, ``identity`` (kind and key) its associated data."""
         return key.seal_text(text.encode("utf-8"), aad(*identity))
 
     def open_text(self, text: str, *identity: str) -> str:
-        """A text column's value :meth:`seal_text` sealed; a plaintext value only with
-        ``allow_plaintext`` (else :class:`PlaintextRowError`)."""
+        """A text column's value opened; a plaintext one only with ``allow_plaintext``."""
         if not is_sealed_text(text):
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"{identity[0]} of {identity[1:]!r}")
@@ -326,14 +300,12 @@ class Sealer:
         key = self._by_id(key_id_of(text_bytes(text)))
         return key.open_text(text, aad(*identity)).decode("utf-8")
 
-    # -- terms -----------------------------------------------------------------------------
-
     def forget(self) -> None:
         """Drop what this sealer remembers of terms (after keys were destroyed)."""
         self._terms.clear()
 
     def term_of(self, key: DataKey) -> Callable[[str], str]:
-        """``key``'s keyed hash of a term, remembered (up to :data:`TERM_CACHE` terms)."""
+        """``key``'s keyed hash of a term, remembered."""
         cache = self._terms
 
         def term(word: str) -> str:
@@ -347,8 +319,7 @@ class Sealer:
         return term
 
     def filter_terms(self, key: DataKey, text: str) -> list[str]:
-        """What an item whose value is the JSON ``text`` keeps for the filterable fields
-        (see the module), under its shard key's data key ``key``."""
+        """What an item of JSON ``text`` keeps for the filterable fields (see the module)."""
         return self.filterable.item_terms(self.term_of(key), text)
 
     def prefilter_plan(
@@ -357,9 +328,8 @@ class Sealer:
         conds: list[tuple[list[str], str, Any]],
         base: dict[str, Any],
     ) -> Plan[tuple[Prefilter, dict[str, Any]]]:
-        """The pre-filter the database can apply to a search under ``base``'s namespace with
-        a filter of ``conds``: the ``$eq`` and ``$in`` conditions on filterable fields, as
-        keyed hashes under each shard key searched; with its parameters."""
+        """The pre-filter (and its parameters) of ``conds``' ``$eq`` and ``$in`` conditions on
+        filterable fields, as keyed hashes under each shard key searched."""
         usable = list(self.filterable.usable(conds))[:MAX_PREFILTER]
         if not usable:
             return (), {}
@@ -384,22 +354,17 @@ class Sealer:
         return tuple(parts), params
 
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
-        """The shard keys a search under ``base``'s namespace prefix (of
-        :meth:`StoreStatements.prefix_params`) hashes its terms for: the one it names; else
-        the distinct shard keys of the items under the prefix, wherever the key store
-        is (a shard whose key is gone while its items stay is among them, and
-        :meth:`keys_plan` raises for it)."""
+        """The shard keys a search under ``base``'s prefix hashes its terms for: the one it
+        names, else those of the items under it (one whose key is gone too)."""
         if "shard" in base:
             return [base["shard"]]
         [rows] = yield Batch([Stmt(statements.shards_under(), base, fetch=True)])
         return [str(r[0]) for r in rows]
 
     def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
-        """The data keys of ``shards`` that have one (with a key store of its own, all
-        asked for at once). A shard with sealed items and no data key (destroyed, its rows
-        still there) raises :class:`KeyMissingError`, as reading one of its items does, also
-        where this process still holds the destroyed key (it is dropped): no query or
-        filter can match what that key hashed."""
+        """The data keys of ``shards`` that have one. A shard with sealed items and no key
+        (destroyed) raises :class:`KeyMissingError`, as reading one of its items does (a key
+        this process still holds is dropped): nothing can match what that key hashed."""
         keys: list[DataKey] = []
         needed: list[str] = []
         keyless: list[str] = []
@@ -425,9 +390,8 @@ class Sealer:
     def term_forms_plan(
         self, statements: StoreStatements, terms: list[str], shards: Iterable[str]
     ) -> Plan[list[list[str]]]:
-        """Per query term, what the index stores for it in each of ``shards``: its keyed
-        hash under each shard's data key (and the term itself with ``allow_plaintext``,
-        for rows not yet encrypted); :class:`KeyMissingError` as :meth:`keys_plan`."""
+        """Per query term, its keyed hash under each of ``shards``' keys (and itself with
+        ``allow_plaintext``); :class:`KeyMissingError` as :meth:`keys_plan`."""
         keys = yield from self.keys_plan(statements, shards)
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
@@ -435,8 +399,7 @@ class Sealer:
 
 
 def _padded(hashes: list[str]) -> list[str]:
-    """``hashes``, the last repeated up to a power of two: searches of other sizes share a
-    statement (each size is a statement compiled and kept)."""
+    """``hashes``, the last repeated up to a power of two, so few statement sizes compile."""
     size = 1 << (len(hashes) - 1).bit_length()
     return hashes + hashes[-1:] * (size - len(hashes))
 
@@ -444,17 +407,13 @@ def _padded(hashes: list[str]) -> list[str]:
 def encrypt_plaintext_plan(
     st: StoreStatements,
     sealer: Sealer,
-    counts: dict[str, int] | None = None,
+    counts: dict[str, int],
     on_progress: Callable[[int, int | None], None] | None = None,
     batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
-    """Seal every item written without encryption, its vectors, and re-hash its terms;
-    each item in a transaction of its own, claimed by sealing its row first (an item
-    sealed meanwhile is left alone), so runs may overlap and resume. ``counts`` (added
-    to): what was sealed, kept across a run started again to load keys; ``on_progress``:
-    called after each item sealed with ``(items sealed so far, None)``."""
-    if counts is None:
-        counts = {"items": 0, "vectors": 0, "terms": 0}
+    """Seal every item written without encryption, its vectors, and re-hash its terms, each
+    item in a transaction claimed by sealing its row first, so runs may overlap and resume.
+    ``counts`` (added to) survives a run started again to load keys."""
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
         [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
@@ -462,19 +421,16 @@ def encrypt_plaintext_plan(
         for item in map(PlainItem._make, rows):
             key = yield from sealer.owner_key_plan(item.shard, create=True)
             assert key is not None
-            text = item.value if isinstance(item.value, str) else _json(item.value)
+            text = item.value if isinstance(item.value, str) else encode_value(item.value)
             ident = {"shard": item.shard, "prefix": item.prefix, "key": item.key}
-            sealed = sealer.seal_value(key, item.prefix, item.key, text)
-            claimed, postings, vectors = yield Batch(
-                [
-                    Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
-                    Stmt(st.item_postings(), ident, fetch=True),
-                    Stmt(st.item_vectors(), ident, fetch=True),
-                ],
-                write=True,
-                lock=True,
-                hold=True,
-            )
+            at = (item.prefix, item.key)
+            sealed = sealer.seal_value(key, *at, text)
+            claim = [
+                Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
+                Stmt(st.item_postings(), ident, fetch=True),
+                Stmt(st.item_vectors(), ident, fetch=True),
+            ]
+            claimed, postings, vectors = yield Batch(claim, write=True, lock=True, hold=True)
             if not claimed:
                 yield Batch([], write=True)
                 continue
@@ -488,14 +444,8 @@ def encrypt_plaintext_plan(
                 {**ident, "term": t, "tf": 0, "dl": 0} for t in sealer.filter_terms(key, text)
             ]
             vector_rows = [
-                {
-                    **ident,
-                    "field": v.field,
-                    "vector": sealer.seal_vector(
-                        key, item.prefix, item.key, v.field, bytes(v.vector)
-                    ),
-                }
-                for v in map(FieldVectorRow._make, vectors)
+                {**ident, "field": f, "vector": sealer.seal_vector(key, *at, f, bytes(v))}
+                for f, v in map(FieldVectorRow._make, vectors)
             ]
             # the namespace's blocks hold its words in plaintext: gone with the first item
             writes = [Stmt(st.delete_item()[1], ident), Stmt(st.blocks_drop(), ident)]
@@ -515,28 +465,20 @@ def encrypt_plaintext_plan(
         after = {"a_shard": last.shard, "a_prefix": last.prefix, "a_key": last.key}
 
 
-def _json(value: Any) -> str:
-    """A value the driver decoded (PostgreSQL's JSONB) as the store's JSON text."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 #: The domains of the texts hashed: a field's mark, and its value. The mark names the
 #: format of :func:`scalar_form`, so items hashed by another format count as not marked.
 _MARK = "\x00field1\x00"
 _VALUE = "\x00value\x00"
-#: A search over more shard keys than this decides its filter on decrypted values only:
-#: its hashes would be one per shard key and value.
+#: Past these shard keys searched, or hashes (shard keys times values) of one condition,
+#: the filter is decided on decrypted values only (too many parameters to bind).
 MAX_SHARDS = 64
-#: A condition needing more hashes than this (shard keys times values) is decided on
-#: decrypted values only: its statement would bind too many parameters.
 MAX_HASHES = 512
 
 
 def scalar_form(value: Any) -> str | None:
-    """The text a JSON scalar is hashed as, alike for values the store's filters find equal
-    (``1`` and ``1.0``; never ``True`` and ``1``); ``None`` for lists, objects, NaN and
-    integers too long to print. Subclasses of ``int``, ``float`` and ``str`` (a numpy
-    float) hash as their base values, as they compare.
+    """The text a JSON scalar is hashed as, alike for values filters find equal (``1`` and
+    ``1.0``, never ``True`` and ``1``; subclasses as their bases); ``None`` for lists,
+    objects, NaN and integers too long to print.
 
     Example:
         >>> scalar_form(1) == scalar_form(1.0), scalar_form(True) == scalar_form(1)
@@ -578,25 +520,23 @@ class Filterable:
         self._paths = [(name, name.split(".")) for name in self.fields]
 
     def item_terms(self, term: Callable[[str], str], text: str) -> list[str]:
-        """What an item whose value is the JSON ``text`` stores for the fields, hashed by
-        ``term`` (its shard key's keyed hash): each field's mark, and its value's hash when
-        the value is a scalar. Read from the JSON a reader decodes, so both see one value."""
+        """What an item of JSON ``text`` stores, hashed by ``term``: each field's mark, and
+        its value's hash when a scalar (from the JSON a reader decodes, so both agree)."""
         if not self._paths:
             return []
         value = json.loads(text)
         out: list[str] = []
         for name, path in self._paths:
-            out.append(term(_MARK + name))
+            out.append(term(self.mark(name)))
             form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
             if form is not None:
-                out.append(term(_MARK + name + _VALUE + form))
+                out.append(term(self.value(name, form)))
         return out
 
     def usable(
         self, conds: Sequence[tuple[list[str], str, Any]]
     ) -> Iterator[tuple[int, str, list[str]]]:
-        """The conditions hashes can narrow: ``(index, field, value forms)`` of each ``$eq``
-        or ``$in`` on a filterable field whose values are all scalars."""
+        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
         for i, (path, op, expected) in enumerate(conds):
             name = ".".join(path)
             if op not in ("$eq", "$in") or name not in self.fields:

@@ -1,19 +1,15 @@
 """The store's search: filters, query terms, BM25 weights and rank fusion (no I/O), and the
-search plans: candidates ranked (see :mod:`.ranking`) or newest first, then read back in pages
-and decided exactly against the filter (SQL backends narrow rows with a pre-filter first; with
-encryption on, filters are decided on decrypted values, see :mod:`.sealing`). The user guide
-states the filter semantics, the same on every backend.
+search plans: candidates ranked (see :mod:`.ranking`) or newest first, read back in pages and
+decided exactly against the filter (after the database's pre-filter; with encryption on, on
+decrypted values). The user guide states the filter semantics, the same on every backend.
 
-After the database's ranking, a search with a query may be staged (:func:`stage` says what
-runs, :meth:`Staged.candidates` what each search ranks):
+After the database's ranking, a search with a query may be staged (:func:`stage`):
 
-* Dated: with a ``time_field``, a query that names a span of time ("last week": see
+* Dated: with a ``time_field``, a query that names a span of time ("last week", see
   :mod:`..when`) puts the items dated inside it first; for a value field, the batch also runs
-  the search restricted to the span, so an item dated then is found even when its words rank
-  it below the first candidates.
+  the search restricted to the span, so an item dated then is found whatever its rank.
 * Reranked: with a reranker, the first ``top_n`` candidates are ordered again outside the
-  database transaction, and the page comes from that order (the same for every page of one
-  query). Searches without a query are never reranked.
+  database transaction, and every page of the query comes from that order.
 
 Only the items returned have their TTL refreshed, not every candidate read.
 """
@@ -22,21 +18,16 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from langgraph.store.base import Item, Op, Result, SearchItem, SearchOp
+from langgraph.store.base import Op, Result, SearchItem, SearchOp
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import (
-    ItemRow,
-    Prefilter,
-    StoreStatements,
-    ns_text,
-    scoped,
-)
+from langgraph_checkpoint_agent_memory.db.store import ItemRow, Prefilter, StoreStatements, scoped
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
 from langgraph_checkpoint_agent_memory.text import tokens
@@ -91,10 +82,11 @@ def _kind(value: Any) -> str:
 
 
 def _equal(actual: Any, expected: Any) -> bool:
-    kinds = _kind(actual), _kind(expected)
-    if kinds[0] != kinds[1]:
-        return False
-    return bool(actual == expected)
+    return _kind(actual) == _kind(expected) and bool(actual == expected)
+
+
+#: The order comparisons, of numbers or of strings.
+_ORDERS = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 
 
 def compare(actual: Any, op: str, expected: Any) -> bool:
@@ -111,13 +103,7 @@ def compare(actual: Any, op: str, expected: Any) -> bool:
     kind = _kind(actual)
     if kind not in ("number", "string") or kind != _kind(expected):
         return False
-    if op == "$gt":
-        return bool(actual > expected)
-    if op == "$gte":
-        return bool(actual >= expected)
-    if op == "$lt":
-        return bool(actual < expected)
-    return bool(actual <= expected)
+    return bool(_ORDERS[op](actual, expected))
 
 
 def matches(value: Any, conds: Iterable[tuple[list[str], str, Any]]) -> bool:
@@ -126,10 +112,7 @@ def matches(value: Any, conds: Iterable[tuple[list[str], str, Any]]) -> bool:
 
 def terms(text: str) -> list[str]:
     """A query's distinct terms, at most 32, in order."""
-    seen: dict[str, None] = {}
-    for term in tokens(text):
-        seen.setdefault(term, None)
-    return list(seen)[:32]
+    return list(dict.fromkeys(tokens(text)))[:32]
 
 
 #: BM25's parameters: term-frequency saturation and document-length normalization. Memory
@@ -174,6 +157,10 @@ class Ranking:
     #: How many lexical and vector candidates each query considers, at least.
     candidates: int
 
+    def fuse(self, lexical: Sequence[Any], vector: Sequence[Any]) -> list[tuple[Any, float]]:
+        """The lexical and vector lists fused (either may be empty: it adds nothing)."""
+        return fuse([lexical, vector], [self.lexical_weight, self.vector_weight], k=self.rrf_k)
+
 
 def fuse(
     rankings: Sequence[Sequence[Any]],
@@ -194,9 +181,7 @@ def _time(seconds: float) -> datetime:
 
 
 def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
-    """An item row's value as a dict (the driver may have decoded its JSON already);
-    opened with ``sealer`` when encryption is on (its keys loaded first: see
-    :meth:`Sealer.ids_plan`)."""
+    """An item row's value as a dict, opened with ``sealer`` (its keys loaded first)."""
     if sealer is not None:
         return sealer.open_value(row.prefix, row.key, row.value, row.sealed)
     if row.sealed is not None:
@@ -208,8 +193,7 @@ def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
 
 
 def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -> dict[str, Any]:
-    """The fields of an ``Item`` (and of a ``SearchItem``, with its score) of ``row``
-    (``value``: its value, when :func:`row_value` gave it already)."""
+    """The fields of ``row``'s ``Item`` (``value``: its value, when known already)."""
     return dict(
         value=row_value(row, sealer) if value is None else value,
         key=row.key,
@@ -219,9 +203,16 @@ def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -
     )
 
 
+def key_params(statements: StoreStatements, keys: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """``:s<j>``, ``:p<j>``, ``:k<j>``: the shard key, namespace and key of each item."""
+    params: dict[str, Any] = {}
+    for j, (prefix, key) in enumerate(keys):
+        params[f"s{j}"], params[f"p{j}"], params[f"k{j}"] = statements.shard(prefix), prefix, key
+    return params
+
+
 class _Page:
-    """One page of search results: the rows that pass the filter exactly, after skipping
-    ``op.offset`` of them, up to ``op.limit``; each as ``(SearchItem, ttl_minutes)``."""
+    """One page of search results, each as ``(SearchItem, ttl_minutes)``."""
 
     def __init__(
         self, conds: list[tuple[list[str], str, Any]], op: SearchOp, sealer: Sealer | None
@@ -248,11 +239,6 @@ class _Page:
         return self.full
 
 
-def item_of(row: ItemRow, sealer: Sealer | None = None) -> Item:
-    """The ``Item`` of an item row."""
-    return Item(**item_fields(row, sealer))
-
-
 def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:
     """The sealed values of item rows (whose keys a page must load before opening them)."""
     return [None if r.sealed is None else bytes(r.sealed) for r in rows]
@@ -271,15 +257,6 @@ class Searcher:
         self.ranker = ranker
         #: Encryption at rest (``None``: off).
         self.sealer: Sealer | None = None
-
-    def search_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
-    ) -> Plan[tuple[list[SearchItem], list[tuple[str, str]]]]:
-        """Results, and the keys among them that have a TTL to refresh."""
-        found = yield from self.ranked_plan(op, now, query_vector)
-        return [item for item, _ in found], [
-            (ns_text(item.namespace), item.key) for item, ttl in found if ttl is not None
-        ]
 
     def ranked_plan(
         self, op: SearchOp, now: float, query_vector: list[float] | None
@@ -300,7 +277,8 @@ class Searcher:
             return (yield from self._recent_plan(op, conds, filters, base))
         forms = None
         if self.sealer is not None and query_terms:
-            forms = yield from self._term_forms(query_terms, base)
+            shards = yield from self.sealer.shards_plan(self.statements, base)
+            forms = yield from self.sealer.term_forms_plan(self.statements, query_terms, shards)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
         if self.sealer is not None and conds:
             fused = yield from self.ranker.kept_plan(
@@ -334,9 +312,7 @@ class Searcher:
     def _decider(
         self, conds: list[tuple[list[str], str, Any]], now: float
     ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
-        """For a filtered search with encryption on: of the item keys given, the live ones
-        whose decrypted values pass the filter; each item read and decided once per search,
-        only when a ranked list reaches it."""
+        """Of the keys given, the live items whose decrypted values pass the filter."""
         sealer = self.sealer
         assert sealer is not None
         decided: dict[tuple[str, str], bool] = {}
@@ -356,34 +332,10 @@ class Searcher:
 
     def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
         """The rows of the live items among ``keys`` (at most 64 of them)."""
-        params: dict[str, Any] = {"now": now}
-        for j, (prefix, key) in enumerate(keys):
-            params[f"p{j}"], params[f"k{j}"] = prefix, key
-            params[f"s{j}"] = self.statements.shard(prefix)
+        params = key_params(self.statements, keys)
+        params["now"] = now
         [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
         return list(map(ItemRow._make, rows))
-
-    def _newest_plan(
-        self, filters: Prefilter, base: dict[str, Any], size: int, last: ItemRow | None, skip: int
-    ) -> Plan[list[ItemRow]]:
-        """Up to ``size`` live items under the namespace passing the pre-filter, newest
-        first: after ``last`` (the previous page's last row, with encryption on), else after
-        ``skip`` of them."""
-        one = scoped(base)
-        params: dict[str, Any] = {"skip": skip}
-        sql = self.statements.recent(filters, one)
-        if last is not None:
-            params = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
-            sql = self.statements.recent_after(one, filters)
-        [rows] = yield Batch([Stmt(sql, {**base, **params, "n": size}, fetch=True)])
-        return list(map(ItemRow._make, rows))
-
-    def _term_forms(self, terms: list[str], base: dict[str, Any]) -> Plan[list[list[str]]]:
-        """Per query term, its keyed hash under each shard key the search reads (see
-        :meth:`Sealer.shards_plan`)."""
-        assert self.sealer is not None
-        shards = yield from self.sealer.shards_plan(self.statements, base)
-        return (yield from self.sealer.term_forms_plan(self.statements, terms, shards))
 
     def _read_ranked(
         self,
@@ -418,10 +370,8 @@ class Searcher:
         filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here. With
-        encryption on, only conditions on filterable fields are pre-filtered (by their
-        keyed hashes): a filter reads pages growing faster, each read on from the last row
-        of the one before."""
+        """No query: newest first, pre-filtered in SQL, decided exactly here. With encryption
+        on (only filterable fields pre-filtered), a filter reads pages growing faster."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
@@ -430,9 +380,16 @@ class Searcher:
         grow = 4 if sealer is not None and conds else 2
         if grow == 4:
             size *= grow
-        last: ItemRow | None = None
+        last: ItemRow | None = None  # the previous page's last row, with encryption on
+        params: dict[str, Any]
         while True:
-            found = yield from self._newest_plan(filters, base, size, last, cursor)
+            if last is None:
+                sql, params = self.statements.recent(filters, scoped(base)), {"skip": cursor}
+            else:
+                sql = self.statements.recent_after(scoped(base), filters)
+                params = {"a_updated": last.updated_at, "a_prefix": last.prefix, "a_key": last.key}
+            [rows] = yield Batch([Stmt(sql, {**base, **params, "n": size}, fetch=True)])
+            found = list(map(ItemRow._make, rows))
             if sealer is not None:
                 yield from sealer.ids_plan(sealed_of(found))
             for row in found:
@@ -452,8 +409,7 @@ PerCall = RerankerLike | Literal[False] | None
 
 @dataclass(frozen=True)
 class Stages:
-    """What a search does beyond the database's ranking: its reranker and what dates its
-    items (see the module)."""
+    """What a search does beyond the database's ranking (see the module)."""
 
     reranking: Reranking | None = None
     time_field: str | None = None
@@ -461,8 +417,6 @@ class Stages:
 
 #: The item columns a ``time_field`` may name; any other name is a field of the value.
 COLUMNS = ("created_at", "updated_at")
-#: How many candidates a search that names a time considers, at least.
-TIME_CANDIDATES = 50
 
 
 @dataclass
@@ -470,13 +424,13 @@ class Staged:
     """What a batch runs for its searches with a query, and how each is answered.
 
     Attributes:
-        ops: The batch's operations (each such search widened to its candidates, from the
-            first), then the dated searches added for them.
+        ops: The batch's operations (such searches widened to their candidates), then the
+            dated searches added for them.
         asked: How many operations the batch itself has (the first of ``ops``).
         searches: Each such search, by its position in the batch.
         spans: The span of time a search names, by its position (when it names one).
-        dated: The positions in ``ops`` of the dated searches added for a search: with its
-            query, then without (the newest in the span, whatever their words).
+        dated: The positions in ``ops`` of a search's dated searches, with its query and
+            without.
     """
 
     ops: list[Op]
@@ -486,26 +440,24 @@ class Staged:
     dated: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def candidates(self, i: int, results: Sequence[Result], time_field: str) -> list[SearchItem]:
-        """The candidates of search ``i``, best first: those inside the span it names
-        first, each group in the fused order."""
+        """The candidates of search ``i``: those inside the span it names first."""
         found: list[SearchItem] = list(results[i])  # type: ignore[arg-type]
         span = self.spans.get(i)
         if span is None:
             return found
-        if i in self.dated:
-            scored = {(tuple(item.namespace), item.key): item for item in found}
-            inside = []
-            seen: set[tuple[tuple[str, ...], str]] = set()
-            for j in self.dated[i]:  # those its words match, then the newest
+
+        def key(item: SearchItem) -> tuple[tuple[str, ...], str]:
+            return tuple(item.namespace), item.key
+
+        if i in self.dated:  # those its words match, then the newest, with fused scores
+            scored = {key(item): item for item in found}
+            inside: dict[tuple[tuple[str, ...], str], SearchItem] = {}
+            for j in self.dated[i]:
                 for item in cast(list[SearchItem], results[j]):
-                    k = (tuple(item.namespace), item.key)
-                    if k not in seen:
-                        seen.add(k)
-                        inside.append(scored.get(k, item))  # with its fused score, if any
+                    inside.setdefault(key(item), scored.get(key(item), item))
         else:
-            inside = [item for item in found if _moment(item, time_field) in span]
-        first = {(tuple(item.namespace), item.key) for item in inside}
-        return inside + [item for item in found if (tuple(item.namespace), item.key) not in first]
+            inside = {key(item): item for item in found if _moment(item, time_field) in span}
+        return [*inside.values(), *(item for item in found if key(item) not in inside)]
 
     def searched(
         self, results: list[Result], time_field: str | None
@@ -520,8 +472,7 @@ class Staged:
         searched: list[tuple[int, SearchOp, list[SearchItem]]],
         answers: Sequence[Reordered],
     ) -> list[Result]:
-        """The batch's results: each staged search's the page it asks for of its
-        candidates, in the order its answer gives."""
+        """The batch's results: each staged search's page, in its answer's order."""
         out = results[: self.asked]
         for (i, search, items), reordered in zip(searched, answers, strict=True):
             out[i] = page(search, items, reordered)
@@ -547,17 +498,20 @@ def stage(
     for i, op in enumerate(ops):
         if not isinstance(op, SearchOp) or not op.query:
             continue
-        span = _span(op, time_field, now)
+        span = time_range(op.query, now) if time_field is not None else None
+        span = span if span is not None and span.start <= now else None  # a span begun
         if reranking is None and span is None:
             continue
         want = max(op.offset + op.limit, reranking.top_n if reranking else 0)
         if span is not None:
-            want = max(want, TIME_CANDIDATES)
+            want = max(want, 50)  # a search naming a time considers 50 candidates at least
             staged.spans[i] = span
         staged.searches[i] = op
         # candidates are read without refreshing their TTL: the page returned is refreshed
         staged.ops[i] = SearchOp(op.namespace_prefix, op.filter, want, 0, op.query, False)
-        if span is not None and time_field is not None and _filterable(time_field, op):
+        # a field of the value the search does not filter on itself: found through the filter
+        filterable = time_field not in (*COLUMNS, *(op.filter or {}))
+        if span is not None and time_field is not None and filterable:
             staged.dated[i] = (len(ops) + len(extra), len(ops) + len(extra) + 1)
             within = {**(op.filter or {}), time_field: {"$gte": span.start, "$lt": span.end}}
             for query in (op.query, None):
@@ -568,24 +522,8 @@ def stage(
     return staged
 
 
-def _filterable(time_field: str, op: SearchOp) -> bool:
-    """Whether the span is found through the store's filter: a field of the value the
-    search does not filter on itself."""
-    return time_field not in COLUMNS and time_field not in (op.filter or {})
-
-
-def _span(op: SearchOp, time_field: str | None, now: float) -> TimeRange | None:
-    """The span of time ``op``'s query names, when the store dates its items and the span
-    has begun."""
-    if time_field is None or not op.query:
-        return None
-    span = time_range(op.query, now)
-    return span if span is not None and span.start <= now else None
-
-
 def _moment(item: SearchItem, time_field: str) -> float:
-    """An item's moment by ``time_field``: a column, or a number in its value (NaN for
-    none, which no span holds)."""
+    """An item's moment by ``time_field`` (NaN for none, which no span holds)."""
     if time_field in COLUMNS:
         when: Any = item.created_at if time_field == "created_at" else item.updated_at
         return float(when.timestamp()) if when is not None else float("nan")
@@ -601,21 +539,9 @@ def unranked(items: Sequence[SearchItem]) -> Reordered:
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:
-    """The page ``op`` asks for of the candidates in the reranker's order, each scored by
-    the reranker when it gave a score."""
-    chosen = reordered.order[op.offset : op.offset + op.limit]
+    """The page ``op`` asks for in the reranker's order, with the reranker's scores."""
     out = []
-    for i in chosen:
-        item = items[i]
-        score = reordered.scores.get(i, item.score)
-        out.append(
-            SearchItem(
-                item.namespace,
-                item.key,
-                item.value,
-                item.created_at,
-                item.updated_at,
-                score,
-            )
-        )
+    for i in reordered.order[op.offset : op.offset + op.limit]:
+        it, score = items[i], reordered.scores.get(i, items[i].score)
+        out.append(SearchItem(it.namespace, it.key, it.value, it.created_at, it.updated_at, score))
     return out

@@ -9,6 +9,8 @@ embedding calls, which happen before the plan runs, outside any transaction. Ran
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +22,7 @@ from langgraph.store.base import (
     BaseStore,
     GetOp,
     IndexConfig,
+    Item,
     ListNamespacesOp,
     MatchCondition,
     NotProvided,
@@ -65,9 +68,9 @@ from langgraph_checkpoint_agent_memory.store.embed import ann_config, resolve_in
 from langgraph_checkpoint_agent_memory.store.feedback import FeedbackLike, feedback_settings
 from langgraph_checkpoint_agent_memory.store.ranking import Ranker
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer, encrypt_plaintext_plan
-from langgraph_checkpoint_agent_memory.store.search import Searcher, item_of, sealed_of
+from langgraph_checkpoint_agent_memory.store.search import Searcher, item_fields, sealed_of
 from langgraph_checkpoint_agent_memory.telemetry import metrics
-from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE, db_operation, live, target_of
+from langgraph_checkpoint_agent_memory.telemetry.tracing import db_operation, live, target_of
 
 T = TypeVar("T")
 #: A batch's puts, by namespace and key (the last of each).
@@ -188,10 +191,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.ann_config = AnnConfig()
         config = resolve_index(index)  # checked
         if config is not None:
-            fields = config.get("fields") or ["$"]
             self.index_config = {
                 "dims": int(config["dims"]),
-                "fields": [(f, tokenize_path(f) if f != "$" else f) for f in fields],
+                "fields": _paths(config.get("fields") or ["$"]),
             }
             self.embeddings = ensure_embeddings(config["embed"])
             self.ann_config = ann_config(config)
@@ -226,8 +228,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         sweeper (the database resets its connections itself)."""
         self._sweeper = None
         self.ranker.after_fork()
-
-    # -- lifecycle -------------------------------------------------------------------------
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Delete expired items every ``sweep_interval_minutes`` in a daemon thread.
@@ -291,11 +291,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         """Whether the TTL sweeper thread of :meth:`start_ttl_sweeper` is alive."""
         return self._sweeper is not None and self._sweeper.alive
 
-    # -- vector index ----------------------------------------------------------------------
-
     def _probe_plan(self) -> Plan[Any]:
-        """Without setup: the database's kind, and the shard-key rule it records (a rule
-        asked for that differs is refused, as setup refuses it)."""
+        """Without setup: the database's kind, and the shard-key rule it records."""
         yield from super()._probe_plan()
         try:
             recorded = yield from recorded_shard_depth_plan(self.dialect)
@@ -315,8 +312,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return applied
 
     def _vector_index_plan(self, *, create: bool) -> Plan[None]:
-        """Find (with ``create``: build where missing) the approximate index of this store's
-        vector length: pgvector's HNSW on PostgreSQL, SAP HANA Cloud's HNSW vector index."""
+        """Find (with ``create``: build) the approximate index of this store's vectors."""
         self.ranker.vector_index = None
         if self.index_config is not None and self.sealer is None:
             if not create:  # setup found this out already; a store without setup asks now
@@ -336,8 +332,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         not found out yet: a store finds it at setup)."""
         index = self.ranker.vector_index
         return None if index is None else index.name
-
-    # -- plans, for agent memory (see ``memory.context.MemoryStore``) -----------------------
 
     def add_schema(self, component: Component) -> None:
         """Also create or migrate ``component``'s tables whenever this store sets up its own
@@ -360,8 +354,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             SearchOp(tuple(namespace), limit=limit), now, None
         )
         return [item.key for item, _ in found]
-
-    # -- encryption at rest: erase's hook, and sealing what was written before ------------
 
     def destroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Destroy the data keys of ``shards`` (store shard keys, e.g. ``"users.alice"``):
@@ -403,8 +395,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return destroyed
 
     def _forget_plaintext(self) -> None:
-        """Drop what this process remembers decrypted: term hashes and the vectors recall
-        caches per namespace (a destroyed key's shard must not be served from memory)."""
+        """Drop what this process remembers decrypted (a destroyed key must serve nothing)."""
         if self.sealer is not None:
             self.sealer.forget()
         with self.ranker.lock:
@@ -466,8 +457,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return sealer, lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress)
 
     def _encrypt(self, setting: Encryption, index: Any) -> None:
-        """Turn encryption at rest on: the keyring, and the key table set up with the
-        store's when the key store is the store's database."""
         self.keyring = setting.open_keyring(self.db)
         local = self.keyring.keystore.db is self.db
         if local:  # the key table is set up with the store's, the master key checked
@@ -488,20 +477,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 stacklevel=3,
             )
 
-    def _owners(self, puts: dict[tuple[str, str], PutOp]) -> list[str]:
-        """The key owners of the items ``puts`` writes."""
+    def _owners(self, puts: Puts) -> list[str]:
         shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
         return [store_owner(s) for s in sorted(shards)]
-
-    def _arun_preloaded(self, owners: list[str]) -> Callable[[Plan[T]], Any]:
-        async def run(plan: Plan[T]) -> T:
-            assert self.sealer is not None
-            await self.sealer.apreload(owners)
-            return await self.arun_plan(plan)
-
-        return run
-
-    # -- search: the database's ranking, then a time span first and a reranker --------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         if self.reranking is None and self.time_field is None:  # the common case, at no cost
@@ -577,19 +555,12 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return found  # type: ignore[return-value]
 
     def _per_call(self, reranker: S.PerCall, time_field: str | Literal[False] | None) -> S.Stages:
-        if reranker is False:
-            reranking = None
-        else:
-            reranking = reranking_of(reranker) if reranker is not None else self.reranking
-        if time_field is False:
-            dated = None
-        else:
-            dated = V.checked_time_field(time_field) if time_field is not None else self.time_field
+        reranking = None if reranker is False else reranking_of(reranker) or self.reranking
+        dated = None if time_field is False else V.checked_time_field(time_field) or self.time_field
         return S.Stages(reranking, dated)
 
     def _staged(self, ops: list[Op], stages: S.Stages) -> S.Staged | None:
-        """How ``ops`` run (see :func:`~.search.stage`), their input checked first, as the
-        plain path checks it; ``None`` when none of their searches is staged."""
+        """How ``ops`` run (see :func:`~.search.stage`); ``None`` when none is staged."""
         if stages.reranking is None and stages.time_field is None:
             return None
         V.checked_batch(ops)  # bad input refused before any search is widened
@@ -631,20 +602,17 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return out
 
     def _texts(self, items: list[SearchItem]) -> list[str]:
-        """The texts a reranker reads of items' values (what the store indexes)."""
+        """What a reranker reads of the items: what the store indexes."""
         return [self._doc(PutOp((), "", item.value)) or "" for item in items]
 
     def _refresh_ops(self, staged: S.Staged, out: list[Result]) -> list[Op]:
-        """Reads that refresh the TTL of the items a staged search returned (its candidates
-        were read without refreshing theirs)."""
+        """Reads that refresh the TTL of the items staged searches returned."""
         ops: list[Op] = []
         for i, search in staged.searches.items():
             if self._refreshes(search.refresh_ttl):
                 found: list[SearchItem] = out[i]  # type: ignore[assignment]
                 ops += [GetOp(tuple(item.namespace), item.key, refresh_ttl=True) for item in found]
         return ops
-
-    # -- batch -----------------------------------------------------------------------------
 
     def put(
         self,
@@ -699,18 +667,12 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _batch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = self.embeddings.embed_documents(texts) if texts else []
-        by_text = {q: self.embeddings.embed_query(q) for q in dict.fromkeys(queries.values())}
-        query_vectors = {i: by_text[q] for i, q in queries.items()}  # each text embedded once
+        by_text = {q: self.embeddings.embed_query(q) for q in queries}
         if self.sealer is None:
-            return self.run_plan(self._batch_plan(ops, puts, vectors, query_vectors)), puts
+            return self.run_plan(self._batch_plan(ops, puts, vectors, by_text)), puts
         self._ready()
-
-        def plan() -> Plan[list[Result]]:
-            assert self.sealer is not None
-            self.sealer.preload(self._owners(puts))
-            return self._batch_plan(ops, puts, vectors, query_vectors)
-
-        return self.sealer.call(self.run_plan, plan), puts
+        plan = functools.partial(self._batch_plan, ops, puts, vectors, by_text)
+        return self.sealer.call(self.run_plan, plan, self._owners(puts)), puts
 
     async def _arun_batch(self, ops: list[Op]) -> list[Result]:
         if not live():
@@ -725,21 +687,15 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     async def _abatch(self, ops: list[Op], puts: Puts) -> tuple[list[Result], Puts]:
         texts, queries = self._embedding_work(ops, puts)
         vectors = await self.embeddings.aembed_documents(texts) if texts else []
-        distinct = list(dict.fromkeys(queries.values()))
-        found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in distinct))
-        by_text = dict(zip(distinct, found, strict=True))
-        query_vectors = {i: by_text[q] for i, q in queries.items()}
+        found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
+        by_text = dict(zip(queries, found, strict=True))
         if self.sealer is None:
-            plan = self._batch_plan(ops, puts, vectors, query_vectors)
-            return await self.arun_plan(plan), puts
+            return await self.arun_plan(self._batch_plan(ops, puts, vectors, by_text)), puts
         await self._aready()
-        result = await self.sealer.acall(
-            self._arun_preloaded(self._owners(puts)),
-            lambda: self._batch_plan(ops, puts, vectors, query_vectors),
-        )
-        return result, puts
+        plan = functools.partial(self._batch_plan, ops, puts, vectors, by_text)
+        return await self.sealer.acall(self.arun_plan, plan, self._owners(puts)), puts
 
-    def _after_write(self, puts: dict[tuple[str, str], PutOp]) -> None:
+    def _after_write(self, puts: Puts) -> None:
         minutes = (self.ttl_config or {}).get("sweep_interval_minutes")
         if puts and minutes and self._sweeper is None:
             self.start_ttl_sweeper(minutes)
@@ -748,14 +704,12 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         """``(field, text)`` pairs an item is embedded from."""
         if self.index_config is None or op.value is None or op.index is False:
             return []
-        fields = self.index_config["fields"]
-        if isinstance(op.index, list):
-            fields = [(f, tokenize_path(f) if f != "$" else f) for f in op.index]
-        out = []
-        for name, path in fields:
-            for i, text in enumerate(get_text_at_path(op.value, path)):
-                out.append((f"{name}#{i}", text))
-        return out
+        fields = _paths(op.index) if isinstance(op.index, list) else self.index_config["fields"]
+        return [
+            (f"{name}#{i}", text)
+            for name, path in fields
+            for i, text in enumerate(get_text_at_path(op.value, path))
+        ]
 
     def _doc(self, op: PutOp) -> str | None:
         if op.value is None or op.index is False:
@@ -764,23 +718,20 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             return "\n".join(text for _, text in self._index_texts(op)) or None
         return "\n".join(S.text_leaves(op.value)) or None
 
-    def _embedding_work(
-        self, ops: list[Op], puts: dict[tuple[str, str], PutOp]
-    ) -> tuple[list[str], dict[int, str]]:
+    def _embedding_work(self, ops: list[Op], puts: Puts) -> tuple[list[str], list[str]]:
+        """The texts of ``puts`` to embed, and the distinct queries (each embedded once)."""
         if self.embeddings is None:
-            return [], {}
+            return [], []
         texts = [text for op in puts.values() for _, text in self._index_texts(op)]
-        queries = {i: op.query for i, op in enumerate(ops) if isinstance(op, SearchOp) and op.query}
-        return texts, queries
-
-    # -- the plan --------------------------------------------------------------------------
+        queries = [op.query for op in ops if isinstance(op, SearchOp) and op.query]
+        return texts, list(dict.fromkeys(queries))
 
     def _batch_plan(
         self,
         ops: list[Op],
-        puts: dict[tuple[str, str], PutOp],
+        puts: Puts,
         vectors: list[list[float]],
-        query_vectors: dict[int, list[float]],
+        query_vectors: dict[str, list[float]],
     ) -> Plan[list[Result]]:
         now = self._clock()
         results: list[Result] = [None] * len(ops)
@@ -790,16 +741,19 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 row = yield from self._get_plan(op, now)
-                results[i] = item_of(row, self.sealer) if row else None
+                results[i] = Item(**item_fields(row, self.sealer)) if row else None
                 if row and row.ttl_minutes is not None and self._refreshes(op.refresh_ttl):
                     refresh.append({"prefix": row.prefix, "key": row.key, "now": now})
             elif isinstance(op, SearchOp):
-                found, with_ttl = yield from self.searcher.search_plan(
-                    op, now, query_vectors.get(i)
-                )
-                results[i] = found
-                if self._refreshes(op.refresh_ttl):
-                    refresh += [{"prefix": p, "key": k, "now": now} for p, k in with_ttl]
+                vector = query_vectors.get(op.query or "")
+                found = yield from self.searcher.ranked_plan(op, now, vector)
+                results[i] = [item for item, _ in found]
+                if self._refreshes(op.refresh_ttl):  # the items that have a TTL
+                    refresh += [
+                        {"prefix": ns_text(item.namespace), "key": item.key, "now": now}
+                        for item, ttl in found
+                        if ttl is not None
+                    ]
             elif isinstance(op, ListNamespacesOp):
                 results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)
@@ -826,7 +780,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return (self.ttl_config or {}).get("refresh_on_read", True)
 
     def _put_statements(
-        self, puts: dict[tuple[str, str], PutOp], vectors: list[list[float]], now: float
+        self, puts: Puts, vectors: list[list[float]], now: float
     ) -> Plan[list[Stmt]]:
         if not puts:
             return []
@@ -854,22 +808,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 vector_rows.append({"prefix": prefix, "key": key, "field": field, "vector": blob})
         if not self.dialect.conditional_upsert and items:
             # UPSERT replaces every column: carry created_at over explicitly
-            found = yield Batch(
-                [
-                    Stmt(
-                        self.statements.created_at(),
-                        {
-                            "shard": self.statements.shard(r["prefix"]),
-                            "prefix": r["prefix"],
-                            "key": r["key"],
-                        },
-                        fetch=True,
-                    )
-                    for r in items
-                ],
-                lock=True,
-                hold=True,
-            )
+            keys = self.statements.keyed({"prefix": r["prefix"], "key": r["key"]} for r in items)
+            sql = self.statements.created_at()
+            found = yield Batch([Stmt(sql, k, fetch=True) for k in keys], lock=True, hold=True)
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
@@ -881,8 +822,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _item_row(
         self, prefix: str, key: str, op: PutOp, now: float
     ) -> Plan[tuple[dict[str, Any], DataKey | None]]:
-        """The item row a put writes, sealed with its shard's data key when encryption is
-        on (returned too, for its vectors)."""
+        """The item row a put writes, and its data key when sealed (for its vectors)."""
         assert op.value is not None
         ttl = V.put_ttl(op, self.ttl_config)
         text = V.encode_value(op.value)
@@ -908,16 +848,13 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         )
         return row, data_key
 
-    # -- namespaces and TTL ----------------------------------------------------------------
-
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
         if not namespace:
             raise ConfigurationError("delete_namespace needs a namespace prefix")
         params = self.statements.prefix_params(namespace)
         one = scoped(params)  # the prefix covers the shard key; else it spans shards
-        [[(count,)]] = yield Batch(
-            [Stmt(self.statements.count_under(one), params, fetch=True)], lock=True, hold=True
-        )
+        counting = Stmt(self.statements.count_under(one), params, fetch=True)
+        [[(count,)]] = yield Batch([counting], lock=True, hold=True)
         yield Batch([Stmt(sql, params) for sql in self.statements.delete_under(one)], write=True)
         return int(count)
 
@@ -979,7 +916,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
 
     def _swept(self, op: Any, removed: int) -> int:
-        """``removed``, counted on the sweep's span and in ``agent_memory.store.items_swept``."""
+        """``removed``, counted on the span and in ``agent_memory.store.items_swept``."""
         op.set("agent_memory.item_count", removed)
         metrics.add("items_swept", removed, {"db.system.name": target_of(self.db).system})
         return removed
@@ -1003,11 +940,8 @@ def sweep_plan(
     shard key, and deleting an item another sweep deleted first is a no-op."""
     removed = 0
     while True:
-        [rows] = yield Batch(
-            [Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)],
-            lock=True,
-            hold=True,
-        )
+        expired = Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)
+        [rows] = yield Batch([expired], lock=True, hold=True)
         if not rows:
             yield Batch([], write=True)
             return removed
@@ -1024,29 +958,19 @@ def namespaces_plan(
     statements: StoreStatements, op: ListNamespacesOp, now: float
 ) -> Plan[list[tuple[str, ...]]]:
     """``list_namespaces`` as a plan."""
-    literal: list[str] = []
-    for condition in op.match_conditions or ():
-        if condition.match_type == "prefix":
-            for label in condition.path:
-                if label == "*":
-                    break
-                literal.append(label)
-            break
-    params: dict[str, Any] = {"now": now, **(statements.prefix_params(literal) if literal else {})}
     # one shard when the literal labels cover the shard key; otherwise every shard
+    conditions = op.match_conditions or ()
+    first = next((c.path for c in conditions if c.match_type == "prefix"), ())
+    literal = list(itertools.takewhile(lambda label: label != "*", first))
+    params: dict[str, Any] = {"now": now, **(statements.prefix_params(literal) if literal else {})}
     query = statements.namespaces(bool(literal), scoped(params))
     [rows] = yield Batch([Stmt(query, params, fetch=True)])
-    found: set[tuple[str, ...]] = set()
-    for (prefix,) in rows:
-        ns = tuple(prefix.split("."))
-        if not all(_matches_condition(ns, c) for c in op.match_conditions or ()):
-            continue
-        found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
-    ordered = sorted(found)
-    return ordered[op.offset : op.offset + op.limit]
+    spaces = (tuple(prefix.split(".")) for (prefix,) in rows)
+    found = {ns[: op.max_depth] for ns in spaces if all(_matches(ns, c) for c in conditions)}
+    return sorted(found)[op.offset : op.offset + op.limit]
 
 
-def _matches_condition(ns: tuple[str, ...], condition: MatchCondition) -> bool:
+def _matches(ns: tuple[str, ...], condition: MatchCondition) -> bool:
     path = tuple(condition.path)
     if len(ns) < len(path):
         return False
@@ -1054,9 +978,8 @@ def _matches_condition(ns: tuple[str, ...], condition: MatchCondition) -> bool:
     return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 
-#: The span of a batch is named after what it does (``search``, ``put``, ``get``, ``delete``,
-#: ``list_namespaces``); a batch of several operations is ``BATCH put``, or ``BATCH`` when it
-#: mixes them, as the conventions name batches.
+#: A batch's span is named after what it does (``search``, ``put``, ``delete``, ...); a batch
+#: of several is ``BATCH put``, or ``BATCH`` when it mixes them, as the conventions name them.
 KINDS = {SearchOp: "search", GetOp: "get", ListNamespacesOp: "list_namespaces"}
 
 
@@ -1075,11 +998,8 @@ def _namespace(op: Op) -> tuple[str, ...] | None:
 
 
 def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
-    """The span of a batch of ``ops`` on a store in ``database``; the namespace is left out
-    when the store is ``sealed`` (encryption on: namespaces may name users), and so is an
-    exception's message."""
-    if not live():
-        return IDLE
+    """The span of a batch of ``ops``; without the namespace and an exception's message when
+    the store is ``sealed`` (namespaces may name users); called only while tracing is live."""
     kinds = {_kind(op) for op in ops}
     kind = kinds.pop() if len(kinds) == 1 else ""
     single = len(ops) == 1
@@ -1097,13 +1017,13 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
 
 
 def told(op: Any, ops: Sequence[Op], results: Sequence[Any]) -> None:
-    """Tell a batch's span how many items its reads returned (``db.response.returned_rows``:
-    a ``get`` found or not, a search's or a listing's length)."""
-    if not op.recording:
-        return
-    found = 0
-    for request, result in zip(ops, results, strict=False):
-        if isinstance(request, PutOp):
-            continue
-        found += len(result) if isinstance(result, list) else int(result is not None)
-    op.set("db.response.returned_rows", found)
+    """Tell a batch's span how many items its reads returned (``db.response.returned_rows``)."""
+    if op.recording:
+        reads = [r for q, r in zip(ops, results, strict=False) if not isinstance(q, PutOp)]
+        found = sum(len(r) if isinstance(r, list) else r is not None for r in reads)
+        op.set("db.response.returned_rows", found)
+
+
+def _paths(fields: Iterable[str]) -> list[tuple[str, Any]]:
+    """Each field to embed with its path, tokenized (``"$"``: the whole value)."""
+    return [(f, tokenize_path(f) if f != "$" else f) for f in fields]

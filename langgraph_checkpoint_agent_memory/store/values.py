@@ -1,12 +1,10 @@
 """What the store accepts, the same on every backend, checked before anything is written (the
-user guide's "What an item may hold" lists it), each refusal an :class:`InvalidValueError`
-naming what is wrong and where.
+user guide's "What an item may hold"), each refusal an :class:`InvalidValueError` saying where.
 
-Each rule stops what some backend would fail on later instead: PostgreSQL's ``jsonb`` takes
-a bare string and then fails every read of the namespace; ``NaN``, infinities, NUL and lone
-surrogates fail PostgreSQL, or SQLite's JSON functions on every filtered search; SQLite has
-no column sizes and would take what the others refuse. Values are walked without recursion,
-so a value of any depth is refused, never a ``RecursionError``.
+Each rule stops what some backend would fail on later: PostgreSQL's ``jsonb`` takes a bare
+string, then fails every read of the namespace; ``NaN``, infinities, NUL and lone surrogates
+fail PostgreSQL or SQLite's JSON functions; SQLite would take what the others refuse. Values
+are walked without recursion: any depth is refused, never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -50,9 +48,7 @@ MAX_TTL_MINUTES = MAX_TTL_SECONDS / 60
 
 
 def check_namespace(namespace: Sequence[Any] | None) -> None:
-    """Refuse a namespace that some backend could not store or find, with
-    :class:`InvalidNamespaceValueError` (an ``InvalidValueError`` and LangGraph's
-    ``InvalidNamespaceError``)."""
+    """Refuse a namespace a backend could not store or find (``InvalidNamespaceValueError``)."""
     namespace = namespace or ()
     try:
         for label in namespace:
@@ -72,9 +68,8 @@ def check_namespace(namespace: Sequence[Any] | None) -> None:
 
 @contextmanager
 def namespace_errors() -> Iterator[None]:
-    """LangGraph's own namespace check (``BaseStore.put``'s, ``validate_op_namespace``)
-    raising its ``InvalidNamespaceError`` raises :class:`InvalidNamespaceValueError` instead,
-    which is both that and the package's ``InvalidValueError``."""
+    """LangGraph's ``InvalidNamespaceError`` raised as :class:`InvalidNamespaceValueError`
+    (both that and the package's ``InvalidValueError``)."""
     try:
         yield
     except InvalidNamespaceValueError:
@@ -102,32 +97,27 @@ def check_value(value: Any) -> None:
 
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
-    """Refuse filter keys and strings no stored value can hold (they could never match, and
-    PostgreSQL would fail on them instead), numbers that are not finite (no stored value holds
-    one, and the backends would order them differently), and operands nested deeper than
-    :data:`MAX_DEPTH`."""
+    """Refuse filter strings no stored value can hold (PostgreSQL would fail on them), numbers
+    that are not finite (backends order them differently), and operands nested too deep."""
     for key, spec in (filter or {}).items():
         if isinstance(key, str):
             _check_text(key, f"filter key {key!r}")
-        _check_filter_value(spec, f"filter value for {key!r}")
-
-
-def _check_filter_value(spec: Any, where: str) -> None:
-    stack: list[tuple[Any, int]] = [(spec, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            _check_text(node, where)
-        elif isinstance(node, float) and not math.isfinite(node):
-            raise InvalidValueError(
-                f"{where} holds {node!r}: filters compare finite numbers only (no stored value "
-                "is NaN or infinite)"
-            )
-        elif isinstance(node, (Mapping, list, tuple, set, frozenset)):
-            if depth > MAX_DEPTH:
-                raise InvalidValueError(f"{where} nests more than {MAX_DEPTH} levels deep")
-            items = node.values() if isinstance(node, Mapping) else node
-            stack.extend((item, depth + 1) for item in items)
+        where = f"filter value for {key!r}"
+        stack: list[tuple[Any, int]] = [(spec, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if isinstance(node, str):
+                _check_text(node, where)
+            elif isinstance(node, float) and not math.isfinite(node):
+                raise InvalidValueError(
+                    f"{where} holds {node!r}: filters compare finite numbers only (no stored "
+                    "value is NaN or infinite)"
+                )
+            elif isinstance(node, (Mapping, list, tuple, set, frozenset)):
+                if depth > MAX_DEPTH:
+                    raise InvalidValueError(f"{where} nests more than {MAX_DEPTH} levels deep")
+                items = node.values() if isinstance(node, Mapping) else node
+                stack.extend((item, depth + 1) for item in items)
 
 
 def encode_value(value: Mapping[str, Any]) -> str:
@@ -142,7 +132,6 @@ def _check_text(text: str, where: str) -> None:
 
 
 def _check(value: Any, where: str) -> None:
-    """Walk ``value`` without recursion (a deep value must not exhaust Python's stack)."""
     stack: list[tuple[Any, str, int]] = [(value, where, 1)]
     while stack:
         node, at, depth = stack.pop()
@@ -165,7 +154,7 @@ def _check(value: Any, where: str) -> None:
 
 
 def _leaf(node: Any, at: str) -> bool:
-    """Check ``node`` if it is a leaf and say so; ``False`` for a dict, list or tuple."""
+    """Check ``node`` if it is a leaf and say so."""
     if node is None or isinstance(node, (bool, int)):
         return True
     if isinstance(node, str):
@@ -184,9 +173,8 @@ def _leaf(node: Any, at: str) -> bool:
 
 
 def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], PutOp]]:
-    """Check every operation of a batch before anything runs (so a bad one fails the whole
-    batch and writes nothing); return the operations and the puts by item, the last put of a
-    key winning."""
+    """Check every operation of a batch before anything runs (a bad one fails the whole
+    batch); return the operations and the puts by item, the last put of a key winning."""
     ops = list(ops)
     puts: dict[tuple[str, str], PutOp] = {}
     for op in ops:
@@ -203,7 +191,7 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
             ttl = op.ttl
             if ttl is not None and not isinstance(ttl, NotProvided):
                 check_minutes(ttl, "put ttl")
-            puts[(ns_text(op.namespace), op.key)] = op  # the last put of a key wins
+            puts[(ns_text(op.namespace), op.key)] = op
         elif isinstance(op, SearchOp):
             if op.limit < 0 or op.offset < 0:
                 raise ConfigurationError("search limit and offset must be >= 0")
@@ -212,9 +200,7 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
 
 
 def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
-    """The TTL in minutes a put gives its item: its own, else ``config``'s ``default_ttl``
-    (``PutOp`` declares ``float | None`` but carries ``NOT_PROVIDED`` when the caller gave
-    none)."""
+    """A put's TTL in minutes: its own (not ``NOT_PROVIDED``), else ``default_ttl``."""
     ttl: float | NotProvided | None = op.ttl
     return (config or {}).get("default_ttl") if isinstance(ttl, NotProvided) else ttl
 
@@ -224,8 +210,7 @@ TTL_KEYS = ("default_ttl", "omit_expired", "refresh_on_read", "sweep_interval_mi
 
 
 def check_minutes(value: Any, name: str) -> None:
-    """A TTL in minutes: a number above zero and at most :data:`MAX_TTL_MINUTES` (``None``
-    means none, checked before)."""
+    """A TTL in minutes: a number above zero and at most :data:`MAX_TTL_MINUTES`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of minutes, not {value!r}")
     if not 0 < value <= MAX_TTL_MINUTES:  # NaN fails both; an int of any size compares
@@ -237,12 +222,8 @@ def check_minutes(value: Any, name: str) -> None:
 
 def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would
-    keep items forever without a word), positive minutes, booleans for ``refresh_on_read``
-    and ``omit_expired``.
-
-    ``omit_expired`` is accepted either way and changes nothing: this store never returns an
-    expired item (from ``get``, ``search`` or ``list_namespaces``), on every backend, even
-    before a sweep deletes it; ``False`` does not bring expired items back."""
+    keep items forever), positive minutes, booleans. ``omit_expired`` changes nothing: no
+    read returns an expired item on any backend, even before a sweep deletes it."""
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):
