@@ -203,6 +203,7 @@ def delete_ended_rows(d: Dialect) -> list[Sql]:
 
 def refresh_thread(d: Dialect) -> Sql:
     def build() -> Any:
+        slack = B("slack", type_=sa.Float)
         return (
             sa.update(threads)
             .where(
@@ -211,10 +212,7 @@ def refresh_thread(d: Dialect) -> Sql:
                 threads.c.deleted_at.is_(None),
                 threads.c.expires_at >= B("now"),
             )
-            .values(
-                last_active=B("now"),
-                expires_at=B("now") + threads.c.ttl_seconds * B("slack", type_=sa.Float),
-            )
+            .values(last_active=B("now"), expires_at=B("now") + threads.c.ttl_seconds * slack)
         )
 
     return d.sql("refresh_thread", build)

@@ -143,14 +143,10 @@ def holds_tables_plan(dialect: Dialect) -> Plan[bool]:
     if dialect.name == "sqlite":
         catalog, where = _SQLITE_MASTER, [_SQLITE_MASTER.c.type == "table"]
     elif dialect.name == "postgresql":
-        given = sa.bindparam("b_schema", type_=sa.Text)
-        catalog, where = (
-            _PG_TABLES,
-            [
-                _PG_TABLES.c.table_schema == sa.func.coalesce(given, sa.func.current_schema()),
-                _PG_TABLES.c.table_type == "BASE TABLE",  # views hold no data of their own
-            ],
-        )
+        given, t = sa.bindparam("b_schema", type_=sa.Text), _PG_TABLES.c
+        schema = t.table_schema == sa.func.coalesce(given, sa.func.current_schema())
+        # base tables: views hold no data of their own
+        catalog, where = _PG_TABLES, [schema, t.table_type == "BASE TABLE"]
         params = {"b_schema": getattr(dialect, "schema", None)}
     else:
         raise ConfigurationError(f"whether a {dialect.name} database is empty is not looked up")

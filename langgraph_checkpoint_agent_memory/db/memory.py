@@ -120,10 +120,6 @@ class MemorySql:
         built = self.d.scope_lock()
         return None if built is None else self.d.compile(built)
 
-    def shard(self, prefix: str) -> str:
-        """The shard key of the namespace kept as ``prefix``."""
-        return self.store.shard(prefix)
-
     def item_writes(
         self,
         items: list[dict[str, Any]],
@@ -198,7 +194,7 @@ class MemorySql:
 
     def one_ns(self, prefix: str, **more: Any) -> dict[str, Any]:
         """Parameters naming exactly the namespace ``prefix``, with its shard key."""
-        return {"shard": self.shard(prefix), "prefix": prefix, **more}
+        return {"shard": self.store.shard(prefix), "prefix": prefix, **more}
 
 
 def under_root(sql: MemorySql, t: Any) -> Any:
@@ -283,13 +279,14 @@ def seal_items_plan(
     sealer = sql.sealer
     if sealer is None or not (items or vectors):
         return
-    shards = sorted({sql.shard(r["prefix"]) for r in (*items, *vectors)})
+    shard_of = sql.store.shard
+    shards = sorted({shard_of(r["prefix"]) for r in (*items, *vectors)})
     yield from sealer.preload_plan(shards)
     keys: dict[str, Any] = {}
     for shard in shards:
         keys[shard] = yield from sealer.owner_key_plan(shard, create=True)
     for item in items:
-        key = keys[sql.shard(item["prefix"])]
+        key = keys[shard_of(item["prefix"])]
         item.update(
             sealed=sealer.seal_value(key, item["prefix"], item["key"], item["value"]),
             value=SEALED_VALUE,
@@ -297,7 +294,7 @@ def seal_items_plan(
             filter_terms=sealer.filter_terms(key, item["value"]),
         )
     for row in vectors:
-        key = keys[sql.shard(row["prefix"])]
+        key = keys[shard_of(row["prefix"])]
         row["vector"] = sealer.seal_vector(
             key, row["prefix"], row["key"], row["field"], bytes(row["vector"])
         )

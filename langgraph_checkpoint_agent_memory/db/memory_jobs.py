@@ -319,7 +319,7 @@ def _read_locked(
     if sql.sealer is not None:
         base = facts_prefix.rsplit(".", 1)[0]
         kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
-        yield from sql.sealer.preload_plan(sorted({sql.shard(p) for p in kinds}))
+        yield from sql.sealer.preload_plan(sorted({sql.store.shard(p) for p in kinds}))
     locks = sql.lock_scopes([scope])
     reads = [*locks, *first, Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
     if vectors:

@@ -731,16 +731,14 @@ class StoreStatements:
         """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
         in, ``value`` emptied, ``doc`` dropped."""
         t = store_items
+        sealed = sa.bindparam("sealed", type_=sa.LargeBinary)
+        value = sa.bindparam("value", type_=t.c.value.type)
         return self.statement(
             "seal_item",
             lambda: (
                 sa.update(t)
                 .where(key_match(t), t.c.sealed.is_(None))
-                .values(
-                    sealed=sa.bindparam("sealed", type_=sa.LargeBinary),
-                    value=sa.bindparam("value", type_=t.c.value.type),
-                    doc=None,
-                )
+                .values(sealed=sealed, value=value, doc=None)
             ),
         )
 
