@@ -331,9 +331,8 @@ def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
 
 def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
     """Set the times of items the import put to the source's: each row names an item
-    (``shard``, ``prefix``, ``key``) with its ``created_at`` and ``updated_at``, and its
-    ``expires_at`` when it had a TTL in the source (else the put's stays: the
-    destination's default TTL, counted from the import)."""
+    (``shard``, ``prefix``, ``key``) with its ``created_at``, ``updated_at`` and, when it had a
+    TTL there, ``expires_at`` (else the destination's default TTL from the put stays)."""
 
     def build(expiry: bool) -> Any:
         t = store_items

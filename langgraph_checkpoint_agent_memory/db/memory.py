@@ -316,8 +316,7 @@ def record_plan(
     """Store an episode and queue it, unless that episode was recorded before.
 
     Returns whether it was new. Recalled items waiting for reinforcement ride along in the
-    same transaction, so reading memory never costs a write of its own.
-    """
+    same transaction, so reading memory never costs a write of its own."""
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
@@ -365,8 +364,7 @@ def decay_plan(
 
     ``importance * rate ** days < threshold`` is, in logarithms,
     ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: set-based
-    DELETEs in one transaction, whatever the number of facts.
-    """
+    DELETEs in one transaction, whatever the number of facts."""
     # a scope's decay rows carry its items' shard key: one key when the scope covers it
     one = scope is not None and covers(sql.scope_labels(scope), sql.store.shard_depth)
 
@@ -685,8 +683,7 @@ def owed_plan(sql: MemorySql) -> Plan[list[Owed]]:
     """The data keys the erase ledger owes that nothing was written with since, sorted: the
     keys to destroy now. A shard key written again since its erase, or a thread that
     recorded turns again, stays owed until a later erase empties it (destroying its key
-    would make the new rows unreadable).
-    """
+    would make the new rows unreadable)."""
     e, i, t = memory_erasures, store_items, memory_threads
     query = sql.statement(
         "owed_keys",

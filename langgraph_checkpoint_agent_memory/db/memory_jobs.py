@@ -254,8 +254,7 @@ def apply_plan(
 
     ``decide`` gets the scope's current facts, read inside the transaction. Returns
     ``None`` when the lease was lost, :data:`ERASED` when the scope was erased meanwhile:
-    nothing is written either way.
-    """
+    nothing is written either way."""
     jobs = memory_jobs
     job_done = sql.statement(
         "job_done", lambda: sa.select(jobs.c.status).where(*matching(jobs, "shard", "job_id"))

@@ -271,10 +271,9 @@ class StoreStatements:
     def prefilter(
         self, conds: list[tuple[list[str], str, Any]]
     ) -> tuple[Prefilter, dict[str, Any]]:
-        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
-        the conditions the database can decide, at most :data:`MAX_PREFILTER` of them, ANDed
-        to the WHERE clause by :meth:`filtered`; the store applies every condition exactly to
-        what comes back."""
+        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters: at
+        most :data:`MAX_PREFILTER` conditions the database can decide, ANDed by :meth:`filtered`;
+        the store applies every condition exactly to what comes back."""
         parts: list[tuple[str, Hashable]] = []
         params: dict[str, Any] = {}
         # equalities first: the database tests them first, and they drop the most rows
@@ -695,10 +694,9 @@ class StoreStatements:
         )
 
     def recent_after(self, scoped: bool, filters: Prefilter = ()) -> Sql:
-        """Live items under the namespace passing the pre-filter, newest first (the order of
-        :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,
-        :a_key)``: the next page of a filter decided on decrypted values, read on from the last
-        row where an offset would sort and skip every earlier row again."""
+        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)``: the next page
+        of a filter decided on decrypted values, read on from the last row where an offset
+        would sort and skip every earlier row again."""
         t = store_items
         after = (t.c.updated_at.desc(), t.c.prefix, t.c.key)
         return self.statement(
