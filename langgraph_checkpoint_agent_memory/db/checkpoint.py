@@ -9,7 +9,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
-from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
+from langgraph_checkpoint_agent_memory.db.schema import (
+    blobs,
+    checkpoints,
+    matching,
+    threads,
+    writes,
+)
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 B = sa.bindparam
@@ -130,12 +136,10 @@ def insert_write(d: Dialect, *, replace: bool) -> Sql:
 
 def thread_state(d: Dialect, *, lock: bool) -> Sql:
     def build() -> Any:
-        stmt = sa.select(
-            threads.c.deleted_at,
-            threads.c.expires_at,
-            threads.c.ttl_seconds,
-            threads.c.ended_after,
-        ).where(threads.c.thread_id == B("thread_id"))
+        state = ("deleted_at", "expires_at", "ttl_seconds", "ended_after")
+        stmt = sa.select(*(threads.c[n] for n in state)).where(
+            threads.c.thread_id == B("thread_id")
+        )
         return stmt.with_for_update() if lock and d.row_locks else stmt
 
     return d.sql(("thread_state", lock), build)
@@ -199,6 +203,7 @@ def delete_ended_rows(d: Dialect) -> list[Sql]:
 
 def refresh_thread(d: Dialect) -> Sql:
     def build() -> Any:
+        slack = B("slack", type_=sa.Float)
         return (
             sa.update(threads)
             .where(
@@ -207,10 +212,7 @@ def refresh_thread(d: Dialect) -> Sql:
                 threads.c.deleted_at.is_(None),
                 threads.c.expires_at >= B("now"),
             )
-            .values(
-                last_active=B("now"),
-                expires_at=B("now") + threads.c.ttl_seconds * B("slack", type_=sa.Float),
-            )
+            .values(last_active=B("now"), expires_at=B("now") + threads.c.ttl_seconds * slack)
         )
 
     return d.sql("refresh_thread", build)
@@ -232,11 +234,7 @@ def erase_thread_rows(d: Dialect) -> list[Sql]:
 
 def delete_checkpoint(d: Dialect) -> list[Sql]:
     def build(t: sa.Table) -> Any:
-        return sa.delete(t).where(
-            t.c.thread_id == B("thread_id"),
-            t.c.checkpoint_ns == B("checkpoint_ns"),
-            t.c.checkpoint_id == B("checkpoint_id"),
-        )
+        return sa.delete(t).where(*matching(t, "thread_id", "checkpoint_ns", "checkpoint_id"))
 
     return _each(d, "delete_checkpoint", build, (writes, checkpoints))
 
@@ -245,10 +243,7 @@ def delete_blob(d: Dialect) -> Sql:
     return d.sql(
         "delete_blob",
         lambda: sa.delete(blobs).where(
-            blobs.c.thread_id == B("thread_id"),
-            blobs.c.checkpoint_ns == B("checkpoint_ns"),
-            blobs.c.channel == B("channel"),
-            blobs.c.version == B("version"),
+            *matching(blobs, "thread_id", "checkpoint_ns", "channel", "version")
         ),
     )
 
@@ -290,12 +285,9 @@ def retarget(found: Sequence[Sequence[Any]], target: str) -> list[list[dict[str,
 def copy_rows(d: Dialect) -> list[Sql]:
     def build(t: sa.Table) -> Any:
         cols = [c.name for c in t.columns]
-        source = sa.select(
-            *[
-                B("dst", type_=t.c.thread_id.type).label(c) if c == "thread_id" else t.c[c]
-                for c in cols
-            ]
-        ).where(t.c.thread_id == B("src"))
+        dst = B("dst", type_=t.c.thread_id.type).label("thread_id")
+        copied = [dst if c == "thread_id" else t.c[c] for c in cols]
+        source = sa.select(*copied).where(t.c.thread_id == B("src"))
         return d.insert_from_select(
             t, cols, source, keys=[c.name for c in t.primary_key], update=None
         )
@@ -305,24 +297,24 @@ def copy_rows(d: Dialect) -> list[Sql]:
 
 BLOB_COLUMNS = ("channel", "version", "type", "blob", "base_version")
 
-CHECKPOINT_COLUMNS = (
-    checkpoints.c.thread_id,
-    checkpoints.c.checkpoint_ns,
-    checkpoints.c.checkpoint_id,
-    checkpoints.c.parent_checkpoint_id,
-    checkpoints.c.type,
-    checkpoints.c.checkpoint,
-    checkpoints.c.metadata,
-    checkpoints.c.blob_versions,
+_CHECKPOINT_CELLS = (
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "type",
+    "checkpoint",
+    "metadata",
+    "blob_versions",
+)
+_WRITE_CELLS = ("task_id", "channel", "type", "blob", "task_path")
+CHECKPOINT_COLUMNS = tuple(
+    checkpoints.c[n] for n in ("thread_id", "checkpoint_ns", *_CHECKPOINT_CELLS)
 )
 
 
 def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     def build() -> Any:
         stmt = sa.select(*CHECKPOINT_COLUMNS).where(
-            checkpoints.c.thread_id == B("thread_id"),
-            checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
-            thread_is_live(B("thread_id")),
+            *matching(checkpoints, "thread_id", "checkpoint_ns"), thread_is_live(B("thread_id"))
         )
         if by_id:
             return stmt.where(checkpoints.c.checkpoint_id == B("checkpoint_id"))
@@ -346,7 +338,7 @@ def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey)
     cp = checkpoints
     by = [cp.c.checkpoint_id == B("checkpoint_id")] if by_id else []
     c = (
-        sa.select(*(cp.c[n] for n in ("thread_id", "checkpoint_ns", *_CHECKPOINT_CELLS)))
+        sa.select(*CHECKPOINT_COLUMNS)
         .where(cp.c.thread_id == thread, cp.c.checkpoint_ns == ns, *by, thread_is_live(thread))
         .order_by(cp.c.checkpoint_id.desc())
         .limit(one)
@@ -376,17 +368,6 @@ def get_tuple_statement(by_id: bool, version_rows: VersionRows, blob: BlobByKey)
     )
 
 
-_CHECKPOINT_CELLS = (
-    "checkpoint_id",
-    "parent_checkpoint_id",
-    "type",
-    "checkpoint",
-    "metadata",
-    "blob_versions",
-)
-_WRITE_CELLS = ("task_id", "channel", "type", "blob", "task_path")
-
-
 def _tagged(tag: int, *cells: Any) -> Any:
     """A row of the get_tuple union; strings as text, so all rows share column types."""
     typed = (sa.cast(c, sa.Text) if isinstance(c.type, sa.String) else c for c in cells)
@@ -398,8 +379,7 @@ def select_blobs(d: Dialect, n: int) -> Sql:
 
     def build() -> Any:
         wanted = sa.select(*[blobs.c[c] for c in BLOB_COLUMNS]).where(
-            blobs.c.thread_id == B("thread_id"),
-            blobs.c.checkpoint_ns == B("checkpoint_ns"),
+            *matching(blobs, "thread_id", "checkpoint_ns"),
             sa.or_(
                 *(
                     sa.and_(blobs.c.channel == B(f"c{i}"), blobs.c.version == B(f"v{i}"))
@@ -413,8 +393,7 @@ def select_blobs(d: Dialect, n: int) -> Sql:
         base = blobs.alias("base")
         chain = chain.union_all(
             sa.select(*[base.c[c] for c in BLOB_COLUMNS]).where(
-                base.c.thread_id == B("thread_id"),
-                base.c.checkpoint_ns == B("checkpoint_ns"),
+                *matching(base, "thread_id", "checkpoint_ns"),
                 base.c.channel == chain.c.channel,
                 base.c.version == chain.c.base_version,
             )
@@ -426,17 +405,9 @@ def select_blobs(d: Dialect, n: int) -> Sql:
 
 def select_writes(d: Dialect, n: int) -> Sql:
     def build() -> Any:
-        return sa.select(
-            writes.c.checkpoint_id,
-            writes.c.task_id,
-            writes.c.idx,
-            writes.c.channel,
-            writes.c.type,
-            writes.c.blob,
-            writes.c.task_path,
-        ).where(
-            writes.c.thread_id == B("thread_id"),
-            writes.c.checkpoint_ns == B("checkpoint_ns"),
+        columns = ("checkpoint_id", "task_id", "idx", *_WRITE_CELLS[1:])
+        return sa.select(*(writes.c[c] for c in columns)).where(
+            *matching(writes, "thread_id", "checkpoint_ns"),
             writes.c.checkpoint_id.in_([B(f"k{i}") for i in range(n)]),
         )
 
@@ -469,28 +440,17 @@ def list_page(
 
     def build() -> Any:
         c = checkpoints.c
-        stmt = sa.select(*CHECKPOINT_COLUMNS).where(thread_is_live(c.thread_id))
-        if thread:
-            stmt = stmt.where(c.thread_id == B("thread_id"))
-        if ns:
-            stmt = stmt.where(c.checkpoint_ns == B("checkpoint_ns"))
-        if cid:
-            stmt = stmt.where(c.checkpoint_id == B("checkpoint_id"))
+        given = (("thread_id", thread), ("checkpoint_ns", ns), ("checkpoint_id", cid))
+        stmt = sa.select(*CHECKPOINT_COLUMNS).where(
+            thread_is_live(c.thread_id), *matching(checkpoints, *(n for n, on in given if on))
+        )
         if before:
             stmt = stmt.where(c.checkpoint_id < B("before_id"))
         if after:  # the keyset of the previous page's last row
-            stmt = stmt.where(
-                sa.or_(
-                    c.checkpoint_id < B("k_id"),
-                    sa.and_(
-                        c.checkpoint_id == B("k_id"),
-                        sa.or_(
-                            c.thread_id < B("k_thread"),
-                            sa.and_(c.thread_id == B("k_thread"), c.checkpoint_ns < B("k_ns")),
-                        ),
-                    ),
-                )
-            )
+            keyset = c.checkpoint_ns < B("k_ns")
+            for column, name in ((c.thread_id, "k_thread"), (c.checkpoint_id, "k_id")):
+                keyset = sa.or_(column < B(name), sa.and_(column == B(name), keyset))
+            stmt = stmt.where(keyset)
         for i, key in enumerate(filters):
             clause = d.metadata_prefilter(c.metadata, key, B(f"f{i}"))
             if clause is not None:
@@ -502,34 +462,27 @@ def list_page(
     return d.sql(("list_page", thread, ns, cid, before, after, filters), build)
 
 
-CHAIN_COLUMNS = (
-    checkpoints.c.checkpoint_id,
-    checkpoints.c.parent_checkpoint_id,
-    checkpoints.c.blob_versions,
-    checkpoints.c.type,
-    checkpoints.c.checkpoint,
+CHAIN_COLUMNS = tuple(
+    checkpoints.c[n]
+    for n in ("checkpoint_id", "parent_checkpoint_id", "blob_versions", "type", "checkpoint")
 )
 
 
+def _of_thread(d: Dialect, name: str, table: sa.Table, *columns: Any) -> Sql:
+    """``columns`` of ``table``'s rows of the thread ``:thread_id``."""
+    return d.sql(name, lambda: sa.select(*columns).where(table.c.thread_id == B("thread_id")))
+
+
 def select_thread_checkpoints(d: Dialect) -> Sql:
-    return d.sql(
-        "select_thread_checkpoints",
-        lambda: sa.select(
-            checkpoints.c.checkpoint_ns,
-            *CHAIN_COLUMNS[:2],
-            checkpoints.c.metadata,
-            *CHAIN_COLUMNS[2:],
-        ).where(checkpoints.c.thread_id == B("thread_id")),
-    )
+    c = checkpoints.c
+    columns = (c.checkpoint_ns, *CHAIN_COLUMNS[:2], c.metadata, *CHAIN_COLUMNS[2:])
+    return _of_thread(d, "select_thread_checkpoints", checkpoints, *columns)
 
 
 def select_thread_blob_keys(d: Dialect) -> Sql:
-    return d.sql(
-        "select_thread_blob_keys",
-        lambda: sa.select(
-            blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version, blobs.c.base_version
-        ).where(blobs.c.thread_id == B("thread_id")),
-    )
+    b = blobs.c
+    columns = (b.checkpoint_ns, b.channel, b.version, b.base_version)
+    return _of_thread(d, "select_thread_blob_keys", blobs, *columns)
 
 
 def select_run_checkpoints(d: Dialect) -> Sql:
@@ -546,8 +499,7 @@ def select_chain(d: Dialect) -> Sql:
     return d.sql(
         "select_chain",
         lambda: sa.select(*CHAIN_COLUMNS).where(
-            checkpoints.c.thread_id == B("thread_id"),
-            checkpoints.c.checkpoint_ns == B("checkpoint_ns"),
+            *matching(checkpoints, "thread_id", "checkpoint_ns"),
             checkpoints.c.checkpoint_id <= B("checkpoint_id"),
             thread_is_live(B("thread_id")),
         ),
@@ -666,12 +618,8 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
 
     def build() -> Any:
         cp, b, w = checkpoints.c, blobs.c, writes.c
-        c = _per_thread(
-            checkpoints,
-            "c",
-            _size(cp.checkpoint) + _size(cp.metadata) + _size(cp.blob_versions),
-            sa.func.count().label("n"),
-        )
+        size = _size(cp.checkpoint) + _size(cp.metadata) + _size(cp.blob_versions)
+        c = _per_thread(checkpoints, "c", size, sa.func.count().label("n"))
         bs = _per_thread(blobs, "b", _size(b.blob))
         ws = _per_thread(writes, "w", _size(w.blob))
         t = threads.c
@@ -687,15 +635,8 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
         else:
             joined = c.outerjoin(threads, t.thread_id == base)
         joined = joined.outerjoin(bs, bs.c.thread_id == base).outerjoin(ws, ws.c.thread_id == base)
-        stmt = sa.select(
-            base.label("thread_id"),
-            count,
-            stored,
-            t.last_active,
-            t.expires_at,
-            t.ttl_seconds,
-            t.deleted_at,
-        ).select_from(joined)
+        activity = (t.last_active, t.expires_at, t.ttl_seconds, t.deleted_at)
+        stmt = sa.select(base.label("thread_id"), count, stored, *activity).select_from(joined)
         if expired:
             stmt = stmt.where(t.expires_at < B("now", type_=sa.Float), t.deleted_at.is_(None))
         keys: dict[str, list[Any]] = {
@@ -723,33 +664,27 @@ def thread_counts(d: Dialect) -> list[Sql]:
             t.deleted_at.is_(None), t.expires_at < B("until", type_=sa.Float)
         )
 
+    threads_held = sa.func.count(sa.distinct(checkpoints.c.thread_id))
     return [
-        d.sql(
-            "count_threads",
-            lambda: sa.select(sa.func.count(sa.distinct(checkpoints.c.thread_id))),
-        ),
+        d.sql("count_threads", lambda: sa.select(threads_held)),
         d.sql("count_thread_expiry", expiry),
     ]
 
 
 def select_thread_blob_sizes(d: Dialect) -> Sql:
-    return d.sql(
-        "select_thread_blob_sizes",
-        lambda: sa.select(
-            blobs.c.checkpoint_ns, blobs.c.channel, blobs.c.version, _size(blobs.c.blob)
-        ).where(blobs.c.thread_id == B("thread_id")),
-    )
+    b = blobs.c
+    columns = (b.checkpoint_ns, b.channel, b.version, _size(b.blob))
+    return _of_thread(d, "select_thread_blob_sizes", blobs, *columns)
 
 
 def select_thread_write_sizes(d: Dialect) -> Sql:
+    w = writes.c
     return d.sql(
         "select_thread_write_sizes",
         lambda: (
-            sa.select(
-                writes.c.checkpoint_ns, writes.c.checkpoint_id, sa.func.sum(_size(writes.c.blob))
-            )
-            .where(writes.c.thread_id == B("thread_id"))
-            .group_by(writes.c.checkpoint_ns, writes.c.checkpoint_id)
+            sa.select(w.checkpoint_ns, w.checkpoint_id, sa.func.sum(_size(w.blob)))
+            .where(w.thread_id == B("thread_id"))
+            .group_by(w.checkpoint_ns, w.checkpoint_id)
         ),
     )
 

@@ -13,8 +13,6 @@ from langgraph_checkpoint_agent_memory.db.schema import data_keys
 
 T = TypeVar("T")
 
-_COLUMNS = (data_keys.c.key_id, data_keys.c.owner, data_keys.c.wrapped, data_keys.c.created_at)
-
 
 class KeyRow(NamedTuple):
     """A stored data key, still wrapped."""
@@ -25,15 +23,19 @@ class KeyRow(NamedTuple):
     created_at: float
 
 
+_COLUMNS = tuple(data_keys.c[n] for n in KeyRow._fields)
+
+
 def _row(raw: Sequence[Any]) -> KeyRow:
     key_id, owner, wrapped, created_at = raw
     return KeyRow(str(key_id), str(owner), bytes(wrapped), float(created_at))
 
 
-def _by_owner(dialect: Dialect) -> Sql:
+def _key_by(dialect: Dialect, column: str = "owner") -> Sql:
+    """The key whose ``column`` is ``:b_<column>``."""
     return dialect.sql(
-        "key_by_owner",
-        lambda: sa.select(*_COLUMNS).where(data_keys.c.owner == sa.bindparam("b_owner")),
+        ("key_by", column),
+        lambda: sa.select(*_COLUMNS).where(data_keys.c[column] == sa.bindparam(f"b_{column}")),
     )
 
 
@@ -43,7 +45,7 @@ def _insert(dialect: Dialect) -> Sql:
 
 def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
     """The key of ``owner``, or ``None``."""
-    [rows] = yield Batch([Stmt(_by_owner(dialect), {"b_owner": owner}, fetch=True)])
+    [rows] = yield Batch([Stmt(_key_by(dialect), {"b_owner": owner}, fetch=True)])
     return _row(rows[0]) if rows else None
 
 
@@ -51,34 +53,24 @@ def held_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[str]]:
     """Those of ``owners`` that have a key here, in one round trip."""
     if not owners:
         return []
-    found = yield Batch([Stmt(_by_owner(dialect), {"b_owner": o}, fetch=True) for o in owners])
+    found = yield Batch([Stmt(_key_by(dialect), {"b_owner": o}, fetch=True) for o in owners])
     return [o for o, rows in zip(owners, found, strict=True) if rows]
 
 
 def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
     """The key named ``key_id``, or ``None`` (never made here, or destroyed)."""
-    sql = dialect.sql(
-        "key_by_id",
-        lambda: sa.select(*_COLUMNS).where(data_keys.c.key_id == sa.bindparam("b_key_id")),
-    )
-    [rows] = yield Batch([Stmt(sql, {"b_key_id": key_id}, fetch=True)])
+    [rows] = yield Batch([Stmt(_key_by(dialect, "key_id"), {"b_key_id": key_id}, fetch=True)])
     return _row(rows[0]) if rows else None
 
 
 def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
     """Store ``row`` unless its owner has a key already; the owner's key either way (a
     process that lost the race to create it gets the winner's)."""
-    params = {
-        "key_id": row.key_id,
-        "owner": row.owner,
-        "wrapped": row.wrapped,
-        "created_at": row.created_at,
-    }
     # one round trip: the insert, then the owner's key as the same transaction sees it
     _, rows = yield Batch(
         [
-            Stmt(_insert(dialect), params),
-            Stmt(_by_owner(dialect), {"b_owner": row.owner}, fetch=True),
+            Stmt(_insert(dialect), row._asdict()),
+            Stmt(_key_by(dialect), {"b_owner": row.owner}, fetch=True),
         ],
         write=True,
     )
@@ -96,7 +88,6 @@ class KeyTaken(Exception):
         super().__init__(f"the data key of {owner!r} was created meanwhile")
 
 
-_PARAMS = ("key_id", "owner", "wrapped", "created_at")
 #: The unique index a carried insert may lose to (the owner's key).
 _OWNER_INDEX = next(i for i in data_keys.indexes if i.name == "am_keys_owner")
 
@@ -121,9 +112,9 @@ def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bo
     head = Stmt(
         dialect.sql(
             "key_insert_strict",
-            lambda: sa.insert(data_keys).values(values_params(data_keys, list(_PARAMS))),
+            lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),
         ),
-        dict(zip(_PARAMS, row, strict=True)),
+        row._asdict(),
     )
 
     def lost(exc: Exception) -> Exception | None:
@@ -136,11 +127,9 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
     """Delete the keys of ``owners`` in one transaction; the keys deleted."""
     if not owners:
         return []
-    find = _by_owner(dialect)
-    delete = dialect.sql(
-        "key_delete",
-        lambda: sa.delete(data_keys).where(data_keys.c.owner == sa.bindparam("b_owner")),
-    )
+    find = _key_by(dialect)
+    of_owner = data_keys.c.owner == sa.bindparam("b_owner")
+    delete = dialect.sql("key_delete", lambda: sa.delete(data_keys).where(of_owner))
     statements = []
     for owner in owners:
         statements += [Stmt(find, {"b_owner": owner}, fetch=True), Stmt(delete, {"b_owner": owner})]
@@ -153,11 +142,10 @@ def copy_plan(dialect: Dialect, rows: Sequence[KeyRow]) -> Plan[list[KeyRow]]:
     in one round trip; each owner's key as stored afterwards."""
     if not rows:
         return []
-    params = [dict(zip(_PARAMS, row, strict=True)) for row in rows]
     found = yield Batch(
         [
-            Stmt(_insert(dialect), params, many=True),
-            *[Stmt(_by_owner(dialect), {"b_owner": r.owner}, fetch=True) for r in rows],
+            Stmt(_insert(dialect), [row._asdict() for row in rows], many=True),
+            *[Stmt(_key_by(dialect), {"b_owner": r.owner}, fetch=True) for r in rows],
         ],
         write=True,
     )

@@ -87,16 +87,13 @@ class Source:
     connection: Any
     where: str
 
-    @property
-    def mark(self) -> str:
-        return "?" if self.kind == "sqlite" else "%s"
-
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        sql = sql.replace("?", self.mark)
         if self.kind == "sqlite":
             return list(self.connection.execute(sql, tuple(params)).fetchall())
-        with self.reading(), self.connection.cursor(row_factory=_tuple_row()) as cur:
-            cur.execute(sql, tuple(params))
+        from psycopg.rows import tuple_row
+
+        with self.reading(), self.connection.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql.replace("?", "%s"), tuple(params))
             return list(cur.fetchall())
 
     def tables(self) -> set[str]:
@@ -141,14 +138,10 @@ class Source:
     def value_types(self) -> set[str]:
         """The serialization types of the stored checkpoints, channel values and writes
         (``msgpack``, ``json``...; ``msgpack+aes`` for LangGraph's ``EncryptedSerializer``)."""
-        tables = (
-            ("checkpoints", "writes")
-            if self.kind == "sqlite"
-            else ("checkpoint_blobs", "checkpoint_writes")
-        )
+        blobs = "checkpoints" if self.kind == "sqlite" else "checkpoint_blobs"
         return {
             str(found)
-            for table in tables
+            for table in (blobs, self.writes_table)
             for (found,) in self._rows(f"SELECT DISTINCT type FROM {table}")
             if found is not None
         }
@@ -262,12 +255,6 @@ class Source:
         self.connection.close()
 
 
-def _tuple_row() -> Any:
-    from psycopg.rows import tuple_row
-
-    return tuple_row
-
-
 def _item(row: tuple[Any, ...]) -> SourceItem:
     prefix, key, value, created, updated, expires, ttl = row
     if not isinstance(value, dict):
@@ -325,19 +312,11 @@ def open_source(url: str) -> Source:
 
 
 def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
-    """Our checkpoints of ``thread_id`` with their numbers of writes (the same shape as
-    :meth:`Source.shape`)."""
+    """Our checkpoints of ``thread_id`` with their numbers of writes (as :meth:`Source.shape`)."""
 
     def build() -> Any:
         c, w = checkpoints.alias("c"), writes.alias("w")
-        joined = c.outerjoin(
-            w,
-            sa.and_(
-                w.c.thread_id == c.c.thread_id,
-                w.c.checkpoint_ns == c.c.checkpoint_ns,
-                w.c.checkpoint_id == c.c.checkpoint_id,
-            ),
-        )
+        joined = c.outerjoin(w, sa.and_(*(w.c[n] == c.c[n] for n in _KEY)))
         return (
             sa.select(c.c.checkpoint_ns, c.c.checkpoint_id, sa.func.count(w.c.task_id))
             .select_from(joined)
@@ -352,19 +331,16 @@ def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
 
 def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
     """Set the times of items the import put to the source's: each row names an item
-    (``shard``, ``prefix``, ``key``) with its ``created_at`` and ``updated_at``, and its
-    ``expires_at`` when it had a TTL in the source (else the put's stays: the
-    destination's default TTL, counted from the import)."""
+    (``shard``, ``prefix``, ``key``) with its ``created_at``, ``updated_at`` and, when it had a
+    TTL there, ``expires_at`` (else the destination's default TTL from the put stays)."""
 
     def build(expiry: bool) -> Any:
         t = store_items
-        times: dict[str, Any] = {"created_at": B("created_at"), "updated_at": B("updated_at")}
-        if expiry:
-            times["expires_at"] = B("expires_at")
+        times = ("created_at", "updated_at", "expires_at")[: 3 if expiry else 2]
         return (
             sa.update(t)
             .where(t.c.shard == B("b_shard"), t.c.prefix == B("b_prefix"), t.c.key == B("b_key"))
-            .values(**times)
+            .values({n: B(n) for n in times})
         )
 
     statements = []

@@ -139,32 +139,20 @@ def holds_tables_plan(dialect: Dialect) -> Plan[bool]:
     Raises:
         ConfigurationError: On SAP HANA, where this is not looked up.
     """
+    params: dict[str, str | None] = {}
     if dialect.name == "sqlite":
-        sql = dialect.sql(
-            "count_tables",
-            lambda: (
-                sa.select(sa.func.count())
-                .select_from(_SQLITE_MASTER)
-                .where(_SQLITE_MASTER.c.type == "table")
-            ),
-        )
-        params: dict[str, str | None] = {}
+        catalog, where = _SQLITE_MASTER, [_SQLITE_MASTER.c.type == "table"]
     elif dialect.name == "postgresql":
-        given = sa.bindparam("b_schema", type_=sa.Text)
-        sql = dialect.sql(
-            "count_tables",
-            lambda: (
-                sa.select(sa.func.count())
-                .select_from(_PG_TABLES)
-                .where(
-                    _PG_TABLES.c.table_schema == sa.func.coalesce(given, sa.func.current_schema()),
-                    _PG_TABLES.c.table_type == "BASE TABLE",  # views hold no data of their own
-                )
-            ),
-        )
+        given, t = sa.bindparam("b_schema", type_=sa.Text), _PG_TABLES.c
+        schema = t.table_schema == sa.func.coalesce(given, sa.func.current_schema())
+        # base tables: views hold no data of their own
+        catalog, where = _PG_TABLES, [schema, t.table_type == "BASE TABLE"]
         params = {"b_schema": getattr(dialect, "schema", None)}
     else:
         raise ConfigurationError(f"whether a {dialect.name} database is empty is not looked up")
+    sql = dialect.sql(
+        "count_tables", lambda: sa.select(sa.func.count()).select_from(catalog).where(*where)
+    )
     [rows] = yield Batch([Stmt(sql, params, fetch=True)])
     return int(rows[0][0]) > 0
 

@@ -11,19 +11,22 @@ as the store's own are; without one, statements and rows are exactly a plain sto
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
 from langgraph_checkpoint_agent_memory.db.row_sealer import RowSealer
 from langgraph_checkpoint_agent_memory.db.schema import (
+    MEMORY_TABLES,
     STORE_NS_TABLES,
     STORE_ROW_TABLES,
+    matching,
     memory_decay,
     memory_erasures,
     memory_jobs,
@@ -40,21 +43,14 @@ from langgraph_checkpoint_agent_memory.db.store import (
     SealedVectorRow,
     StoreStatements,
     index_rows,
+    key_match,
+    live,
+    ns_text,
     scoped,
 )
 
-MEMORY_TABLES = (
-    "am_memory_scopes",
-    "am_memory_pending",
-    "am_memory_jobs",
-    "am_memory_decay",
-    "am_memory_threads",
-)
-
-
-def ns(labels: Sequence[str]) -> str:
-    """A namespace as the store keeps it."""
-    return ".".join(labels)
+#: A namespace as the store keeps it.
+ns = ns_text
 
 
 @dataclass
@@ -73,17 +69,8 @@ class StoredRow:
 
 def new_scope_row(scope: str, root: str, now: float, shard: str) -> dict[str, Any]:
     """The ``am_memory_scopes`` row a scope starts with: no lease, no failures."""
-    return {
-        "shard": shard,
-        "scope": scope,
-        "root": root,
-        "lease_owner": None,
-        "lease_until": None,
-        "failures": 0,
-        "next_attempt_at": None,
-        "last_error": None,
-        "created_at": now,
-    }
+    unset = dict.fromkeys(("lease_owner", "lease_until", "next_attempt_at", "last_error"))
+    return {"shard": shard, "scope": scope, "root": root, "failures": 0, "created_at": now, **unset}
 
 
 class MemorySql:
@@ -102,8 +89,6 @@ class MemorySql:
         self.store = store_sql
         self.root = root
         self.sealer = sealer
-        #: the compiled :meth:`~.dialect.Dialect.scope_lock` (``False``: the dialect has none)
-        self._scope_lock: Sql | bool | None = None
 
     def statement(self, key: Hashable, build: Callable[[], Any]) -> Sql:
         """Memory's statement ``key``, built and compiled on first use only."""
@@ -126,21 +111,14 @@ class MemorySql:
 
     def lock_shards(self, keys: Iterable[str]) -> list[Stmt]:
         """:meth:`lock_scopes` by the shard keys themselves (rows that carry one)."""
-        if self._scope_lock is None:
-            built = self.d.scope_lock()
-            self._scope_lock = False if built is None else self.d.compile(built)
         lock = self._scope_lock
-        if not isinstance(lock, Sql):
-            return []
-        return [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
+        return [] if lock is None else [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
 
-    def scope_covers(self, scope: str) -> bool:
-        """Whether a scope's items all carry its shard key."""
-        return covers(self.scope_labels(scope), self.store.shard_depth)
-
-    def shard(self, prefix: str) -> str:
-        """The shard key of the namespace kept as ``prefix``."""
-        return self.store.shard(prefix)
+    @cached_property
+    def _scope_lock(self) -> Sql | None:
+        """The compiled :meth:`~.dialect.Dialect.scope_lock` (``None``: the dialect has none)."""
+        built = self.d.scope_lock()
+        return None if built is None else self.d.compile(built)
 
     def item_writes(
         self,
@@ -156,32 +134,15 @@ class MemorySql:
         """Upsert decay rows (each with ``prefix``, ``key``, ``scope`` ...), keyed."""
         return Stmt(self.upsert_decay(), self.store.keyed(rows), many=True)
 
-    def _insert_ignore(self, name: str, table: sa.Table) -> Sql:
+    def insert_ignore(self, table: sa.Table) -> Sql:
         """Insert one row of ``table`` unless its primary key is there (first write wins)."""
         keys = [c.name for c in table.primary_key.columns]
-        return self.statement(name, lambda: self.d.insert_row_ignore(table, keys))
-
-    def ensure_scope(self) -> Sql:
-        return self._insert_ignore("ensure_scope", memory_scopes)
-
-    def insert_item_if_absent(self) -> Sql:
-        return self._insert_ignore("insert_item", store_items)
-
-    def add_pending(self) -> Sql:
-        return self._insert_ignore("add_pending", memory_pending)
-
-    def add_thread(self) -> Sql:
-        return self._insert_ignore("add_thread", memory_threads)
+        return self.statement(("insert", table.name), lambda: self.d.insert_row_ignore(table, keys))
 
     def upsert_decay(self) -> Sql:
-        return self.statement(
-            "upsert_decay",
-            lambda: self.d.upsert(
-                memory_decay,
-                ["shard", "prefix", "key"],
-                ["scope", "log_importance", "reinforced_at", "pinned"],
-            ),
-        )
+        update = ["scope", "log_importance", "reinforced_at", "pinned"]
+        keys = ["shard", "prefix", "key"]
+        return self.statement("upsert_decay", lambda: self.d.upsert(memory_decay, keys, update))
 
     def reinforce(self) -> Sql:
         """Mark one item (``:shard``, ``:prefix``, ``:key``) reinforced at ``:now``."""
@@ -189,19 +150,15 @@ class MemorySql:
         now = sa.bindparam("now", type_=sa.Float)
         return self.statement(
             "reinforce",
-            lambda: sa.update(t).where(_item(t), t.c.reinforced_at < now).values(reinforced_at=now),
+            lambda: (
+                sa.update(t).where(key_match(t), t.c.reinforced_at < now).values(reinforced_at=now)
+            ),
         )
 
     def delete_decay(self) -> Sql:
         """Delete one item's decay row (``:shard``, ``:prefix``, ``:key``)."""
         return self.statement(
-            "delete_decay", lambda: sa.delete(memory_decay).where(_item(memory_decay))
-        )
-
-    def insert_job(self) -> Sql:
-        return self.statement(
-            "insert_job",
-            lambda: self.d.insert_row_ignore(memory_jobs, ["shard", "job_id"]),
+            "delete_decay", lambda: sa.delete(memory_decay).where(key_match(memory_decay))
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -213,54 +170,37 @@ class MemorySql:
         sealed = self.sealer is not None
 
         def build() -> Any:
-            same = sa.and_(d.c.shard == i.c.shard, d.c.prefix == i.c.prefix, d.c.key == i.c.key)
-            where = [
-                i.c.shard == sa.bindparam("shard"),
-                i.c.prefix == sa.bindparam("prefix"),
-                live(i),
-            ]
+            where = [*matching(i, "shard", "prefix"), live(i)]
             if with_keys:
-                where.append(i.c.key.in_(_marks("k", with_keys)))
+                keys = [sa.bindparam(f"k{j}", type_=sa.String) for j in range(with_keys)]
+                where.append(i.c.key.in_(keys))
             columns = (i.c.prefix, i.c.key, i.c.value, i.c.created_at, i.c.updated_at)
             decay = (d.c.log_importance, d.c.reinforced_at, d.c.pinned)
             more = (i.c.sealed,) if sealed else ()
             query = sa.select(*columns, *decay, *more)
-            return query.select_from(i.outerjoin(d, same)).where(*where)
+            return query.select_from(i.outerjoin(d, same_item(d, i))).where(*where)
 
         return self.statement(("rows", with_keys, sealed), build)
 
     def vectors_of(self) -> Sql:
-        """``(key, vector)`` of one namespace; with a sealer, sealed rows for
-        :func:`vectors_plan`."""
+        """``(key, vector)`` of one namespace (with a sealer: rows for :func:`vectors_plan`)."""
         if self.sealer is not None:
             return self.store.sealed_vectors_exact()
         v = store_vectors
         return self.statement(
             "vectors_of",
-            lambda: sa.select(v.c.key, v.c.vector).where(
-                v.c.shard == sa.bindparam("shard"), v.c.prefix == sa.bindparam("prefix")
-            ),
+            lambda: sa.select(v.c.key, v.c.vector).where(*matching(v, "shard", "prefix")),
         )
 
     def one_ns(self, prefix: str, **more: Any) -> dict[str, Any]:
         """Parameters naming exactly the namespace ``prefix``, with its shard key."""
-        return {"shard": self.shard(prefix), "prefix": prefix, **more}
-
-
-def _marks(name: str, n: int) -> list[Any]:
-    return [sa.bindparam(f"{name}{j}", type_=sa.String) for j in range(n)]
-
-
-def live(t: Any) -> Any:
-    """Core: ``t``'s item has not expired at ``:now``."""
-    return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
+        return {"shard": self.store.shard(prefix), "prefix": prefix, **more}
 
 
 def under_root(sql: MemorySql, t: Any) -> Any:
     """Core: ``t.prefix`` starts with ``:root_dot`` (``:n`` characters: :func:`root_params`)."""
-    return sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer)) == sa.bindparam(
-        "root_dot"
-    )
+    head = sql.d.substring(t.c.prefix, sa.bindparam("n", type_=sa.Integer))
+    return head == sa.bindparam("root_dot")
 
 
 def root_params(root: str, **more: Any) -> dict[str, Any]:
@@ -268,18 +208,8 @@ def root_params(root: str, **more: Any) -> dict[str, Any]:
     return {"n": len(root) + 1, "root_dot": root + ".", **more}
 
 
-def _item(t: sa.Table) -> Any:
-    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``)."""
-    return sa.and_(
-        t.c.shard == sa.bindparam("shard"),
-        t.c.prefix == sa.bindparam("prefix"),
-        t.c.key == sa.bindparam("key"),
-    )
-
-
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
-    """How many live items a namespace holds and when one last changed (recall's cache
-    fingerprint)."""
+    """A namespace's live item count and latest change (recall's cache fingerprint)."""
     query = sql.store.fingerprint()
     [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
@@ -287,8 +217,7 @@ def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, flo
 
 
 def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:
-    """A row of :meth:`MemorySql.rows` (opened with ``sealer``, whose keys
-    :func:`open_rows_plan` loaded)."""
+    """A row of :meth:`MemorySql.rows`, opened with ``sealer`` (its keys loaded)."""
     prefix, key, stored, created_at, updated_at, log_importance, reinforced_at, pinned = raw[:8]
     if sealer is not None:
         sealed = raw[8]
@@ -316,9 +245,7 @@ def read_plan(
     out: list[StoredRow] = []
     chunks = [list(keys[i : i + 64]) for i in range(0, len(keys), 64)] if keys else [None]
     for chunk in chunks:
-        params: dict[str, Any] = sql.one_ns(prefix, now=now)
-        if chunk:
-            params.update({f"k{j}": k for j, k in enumerate(chunk)})
+        params = sql.one_ns(prefix, now=now, **{f"k{j}": k for j, k in enumerate(chunk or ())})
         [rows] = yield Batch([Stmt(sql.rows(len(chunk) if chunk else None), params, fetch=True)])
         out += yield from open_rows_plan(sql, rows)
     return out
@@ -352,13 +279,14 @@ def seal_items_plan(
     sealer = sql.sealer
     if sealer is None or not (items or vectors):
         return
-    shards = sorted({sql.shard(r["prefix"]) for r in (*items, *vectors)})
+    shard_of = sql.store.shard
+    shards = sorted({shard_of(r["prefix"]) for r in (*items, *vectors)})
     yield from sealer.preload_plan(shards)
     keys: dict[str, Any] = {}
     for shard in shards:
         keys[shard] = yield from sealer.owner_key_plan(shard, create=True)
     for item in items:
-        key = keys[sql.shard(item["prefix"])]
+        key = keys[shard_of(item["prefix"])]
         item.update(
             sealed=sealer.seal_value(key, item["prefix"], item["key"], item["value"]),
             value=SEALED_VALUE,
@@ -366,7 +294,7 @@ def seal_items_plan(
             filter_terms=sealer.filter_terms(key, item["value"]),
         )
     for row in vectors:
-        key = keys[sql.shard(row["prefix"])]
+        key = keys[shard_of(row["prefix"])]
         row["vector"] = sealer.seal_vector(
             key, row["prefix"], row["key"], row["field"], bytes(row["vector"])
         )
@@ -388,41 +316,26 @@ def record_plan(
     """Store an episode and queue it, unless that episode was recorded before.
 
     Returns whether it was new. Recalled items waiting for reinforcement ride along in the
-    same transaction, so reading memory never costs a write of its own.
-    """
+    same transaction, so reading memory never costs a write of its own."""
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
     yield from seal_items_plan(sql, [item])
     terms = index_rows([item])  # a new episode has no old postings to replace
     locks = sql.lock_scopes([scope])
+    add = sql.insert_ignore
     *_, inserted, _ = yield Batch(
-        [*locks, Stmt(sql.insert_item_if_absent(), item), Stmt(sql.ensure_scope(), scope_row)],
+        [*locks, Stmt(add(store_items), item), Stmt(add(memory_scopes), scope_row)],
         lock=True,
         hold=True,
     )
     writes: list[Stmt] = []
+    key = {"shard": shard, "scope": scope}
     if inserted:
-        writes.append(sql.store.insert_terms_stmt(terms))
-        writes.append(
-            Stmt(
-                sql.add_pending(),
-                {
-                    "shard": shard,
-                    "scope": scope,
-                    "episode_key": item["key"],
-                    "recorded_at": now,
-                    "status": "pending",
-                },
-            )
-        )
+        pending = {**key, "episode_key": item["key"], "recorded_at": now, "status": "pending"}
+        writes += [sql.store.insert_terms_stmt(terms), Stmt(add(memory_pending), pending)]
     if thread_id is not None:
-        writes.append(
-            Stmt(
-                sql.add_thread(),
-                {"shard": shard, "scope": scope, "thread_id": thread_id, "seen_at": now},
-            )
-        )
+        writes.append(Stmt(add(memory_threads), {**key, "thread_id": thread_id, "seen_at": now}))
     if reinforce:
         writes.append(Stmt(sql.reinforce(), sql.store.keyed(reinforce), many=True))
     yield Batch(writes, write=True)
@@ -451,10 +364,9 @@ def decay_plan(
 
     ``importance * rate ** days < threshold`` is, in logarithms,
     ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: set-based
-    DELETEs in one transaction, whatever the number of facts.
-    """
+    DELETEs in one transaction, whatever the number of facts."""
     # a scope's decay rows carry its items' shard key: one key when the scope covers it
-    one = scope is not None and sql.scope_covers(scope)
+    one = scope is not None and covers(sql.scope_labels(scope), sql.store.shard_depth)
 
     def decayed(d: Any) -> list[Any]:
         now, k = sa.bindparam("now", type_=sa.Float), sa.bindparam("k", type_=sa.Float)
@@ -472,9 +384,8 @@ def decay_plan(
         t, d = metadata.tables[name], memory_decay.alias("d")
 
         def build() -> Any:
-            item = sa.and_(d.c.shard == t.c.shard, d.c.prefix == t.c.prefix, d.c.key == t.c.key)
             routed = [t.c.shard == sa.bindparam("shard")] if one else []
-            return sa.delete(t).where(*routed, sa.exists().where(item, *decayed(d)))
+            return sa.delete(t).where(*routed, sa.exists().where(same_item(d, t), *decayed(d)))
 
         return sql.statement(("decay", name, scope is not None, one), build)
 
@@ -521,12 +432,8 @@ def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Pl
             Stmt(prefixes, root_params(root, shard=shard), fetch=True),
         ]
     )
-    found = {s for (s,) in a}
-    for (prefix,) in b:
-        labels = prefix.split(".")[1:-1]
-        if labels:
-            found.add(",".join(labels))
-    return found
+    found = {",".join(labels) for (prefix,) in b if (labels := prefix.split(".")[1:-1])}
+    return found | {s for (s,) in a}
 
 
 def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str, int]]]:
@@ -552,23 +459,17 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
             Stmt(failed, fetch=True),
         ]
     )
-    out: dict[str, dict[str, int]] = {}
-
-    def entry(scope: str) -> dict[str, int]:
-        return out.setdefault(
-            scope,
-            {"facts": 0, "history": 0, "episodes": 0, "pending": 0, "parked": 0, "failed": 0},
-        )
-
+    kinds = ("facts", "history", "episodes", "pending", "parked", "failed")
+    out: defaultdict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(kinds, 0))
     for prefix, count in a:
         labels = prefix.split(".")
-        if len(labels) >= 3 and labels[-1] in ("facts", "history", "episodes"):
-            entry(",".join(labels[1:-1]))[labels[-1]] += int(count)
+        if len(labels) >= 3 and labels[-1] in kinds[:3]:
+            out[",".join(labels[1:-1])][labels[-1]] += int(count)
     for scope, status, count in b:
-        entry(scope)[status] = int(count)
+        out[scope][status] = int(count)
     for scope, count in c:
-        entry(scope)["failed"] = int(count)
-    return out
+        out[scope]["failed"] = int(count)
+    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -633,8 +534,7 @@ def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
     """
     q = memory_pending
     parked = sql.statement(
-        "parked_count",
-        lambda: sa.select(sa.func.count()).where(q.c.status == "parked"),
+        "parked_count", lambda: sa.select(sa.func.count()).where(q.c.status == "parked")
     )
     jobs = sql.statement("unfinished_jobs", lambda: _unfinished_jobs(memory_jobs.c.status))
     [[(episodes,)], by_status] = yield Batch([Stmt(parked, fetch=True), Stmt(jobs, fetch=True)])
@@ -647,8 +547,7 @@ def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
 
 
 def _unfinished_jobs(by: Any) -> Any:
-    """Core: the jobs not completed (failed or parked), counted per value of column ``by``
-    of ``am_memory_jobs``."""
+    """Core: the jobs not completed (failed or parked), counted per value of column ``by``."""
     j = memory_jobs
     return sa.select(by, sa.func.count()).where(j.c.status != "completed").group_by(by)
 
@@ -690,7 +589,7 @@ def erase_plan(
     before, after_commit = sql.d.erase_session() if scopes else ([], [])
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root=root, scopes=scopes, owe=owe, threads=owe_threads, now=now)
+    counts = yield from _erase(sql, root, scopes, owe, owe_threads, now)
     for statement in after_commit:
         # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
@@ -699,49 +598,40 @@ def erase_plan(
 
 def of_scope(t: Any) -> Any:
     """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
-    return sa.and_(t.c.shard == sa.bindparam("shard"), t.c.scope == sa.bindparam("scope"))
+    return sa.and_(*matching(t, "shard", "scope"))
 
 
 def _erase(
     sql: MemorySql,
-    *,
     root: str,
     scopes: Sequence[str],
     owe: Sequence[str],
     threads: Sequence[Owed],
     now: float,
 ) -> Plan[dict[str, int]]:
-    counts: dict[str, int] = {}
     statements: list[Stmt] = []
     labels: list[str] = []
+    # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
+    # when its namespace covers the shard key, else (fewer labels than the key) on every shard
+    by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
+    by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
     for scope in scopes:
-        # the scope's items: on its shard when its namespace covers the shard key, else
-        # (a scope of fewer labels than the key) on every shard, by prefix
-        # (decay rows too: they carry their items' keys, and lie under the same namespace)
         params = sql.store.prefix_params([root, *scope.split(",")])
-        by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
-        deletes = sql.store.delete_under(scoped(params), by_prefix)
-        for table, stmt in zip(by_prefix, deletes, strict=True):
-            statements.append(Stmt(stmt, params))
-            labels.append(table)
-        for table in (t for t in MEMORY_TABLES if t != "am_memory_decay"):
+        statements += [Stmt(s, params) for s in sql.store.delete_under(scoped(params), by_prefix)]
+        key = {"shard": sql.scope_shard(scope), "scope": scope}
+        for table in by_scope:
             statements.append(
-                Stmt(
-                    sql.statement(("erase", table), partial(_delete_scope, table)),
-                    {"shard": sql.scope_shard(scope), "scope": scope},
-                )
+                Stmt(sql.statement(("erase", table), partial(_delete_scope, table)), key)
             )
-            labels.append(table)
+        labels += [*by_prefix, *by_scope]
     if not statements:
-        return counts
+        return {}
     locks = sql.lock_scopes(scopes)
-    debts = [
-        *[
-            Stmt(_owe(sql, True), {"shard": s, "thread_id": "", "erased_at": now})
-            for s in sorted(set(owe))
-        ],
-        *[Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in threads],
+    keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
+    debts = [Stmt(_owe(sql, True), k) for k in keys] + [
+        Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in threads
     ]
+    counts: dict[str, int] = {}
     results = yield Batch([*locks, *statements, *debts], write=True)
     deleted = results[len(locks) : len(locks) + len(statements)]
     for label, n in zip(labels, deleted, strict=True):
@@ -775,10 +665,8 @@ def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Pl
 
 
 def _owe(sql: MemorySql, if_emptied: bool) -> Sql:
-    """An erase ledger row for the thread ``:thread_id`` of the shard key ``:shard`` (erased
-    at ``:erased_at``), unless the ledger owes that key already; ``if_emptied``: only when no
-    store item carries the shard key any more (the shard key's own key, ``:thread_id``
-    empty)."""
+    """An erase ledger row (``:shard``, ``:thread_id``, ``:erased_at``) unless owed already;
+    ``if_emptied`` (the shard key's own key): only once no store item carries ``:shard``."""
     e, i = memory_erasures, store_items
 
     def build() -> Any:
@@ -795,8 +683,7 @@ def owed_plan(sql: MemorySql) -> Plan[list[Owed]]:
     """The data keys the erase ledger owes that nothing was written with since, sorted: the
     keys to destroy now. A shard key written again since its erase, or a thread that
     recorded turns again, stays owed until a later erase empties it (destroying its key
-    would make the new rows unreadable).
-    """
+    would make the new rows unreadable)."""
     e, i, t = memory_erasures, store_items, memory_threads
     query = sql.statement(
         "owed_keys",
@@ -818,17 +705,14 @@ def settled_plan(sql: MemorySql, owed: Sequence[Owed]) -> Plan[None]:
     e = memory_erasures
     delete = sql.statement(
         "settled_key",
-        lambda: sa.delete(e).where(
-            e.c.shard == sa.bindparam("shard"), e.c.thread_id == sa.bindparam("thread_id")
-        ),
+        lambda: sa.delete(e).where(*matching(e, "shard", "thread_id")),
     )
     if owed:
         yield Batch([Stmt(delete, [o._asdict() for o in owed], many=True)], write=True)
 
 
 def owed_count_plan(sql: MemorySql) -> Plan[int]:
-    """How many data keys the erase ledger owes (those of shard keys written again since
-    their erase included)."""
+    """How many data keys the erase ledger owes (shard keys written since included)."""
     query = sql.statement(
         "owed_count", lambda: sa.select(sa.func.count()).select_from(memory_erasures)
     )

@@ -28,7 +28,12 @@ from langgraph_checkpoint_agent_memory.db.memory import (
     seal_items_plan,
     vectors_plan,
 )
-from langgraph_checkpoint_agent_memory.db.schema import memory_jobs, memory_pending, memory_scopes
+from langgraph_checkpoint_agent_memory.db.schema import (
+    matching,
+    memory_jobs,
+    memory_pending,
+    memory_scopes,
+)
 
 
 @dataclass
@@ -80,9 +85,23 @@ def claim_plan(
         [candidates] = yield Batch([find])
         if not candidates:
             return None
-        claim = yield from _claim_first(sql, candidates, owner, now, lease_seconds, limit)
-        if claim is not None:
-            return claim
+        for shard, name, root in candidates:
+            key = {"shard": shard, "scope": name}
+            locks = sql.lock_scopes([name])
+            lease = {**key, "owner": owner, "until": now + lease_seconds, "now": now}
+            results = yield Batch(
+                [
+                    *locks,
+                    Stmt(_take_lease(sql), lease),
+                    Stmt(_held_by(sql), {**key, "owner": owner}, fetch=True),
+                    Stmt(_episodes(sql), {**key, "n": limit}, fetch=True),
+                ],
+                lock=True,
+                write=True,
+            )
+            taken, held, keys = results[len(locks) :]
+            if taken == 1 and held:
+                return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys])
         # others took every candidate meanwhile (their leases now exclude them): look again
 
 
@@ -103,37 +122,6 @@ def _find(
     if scope is not None:
         params.update(scope=scope, shard=sql.scope_shard(scope))
     return Stmt(find, params, fetch=True)
-
-
-def _claim_first(
-    sql: MemorySql,
-    candidates: list[Any],
-    owner: str,
-    now: float,
-    lease_seconds: float,
-    limit: int,
-) -> Plan[Claim | None]:
-    """Lease the first of ``candidates`` (``(shard, scope, root)`` rows) still free."""
-    for shard, name, root in candidates:
-        key = {"shard": shard, "scope": name}
-        locks = sql.lock_scopes([name])
-        results = yield Batch(
-            [
-                *locks,
-                Stmt(
-                    _take_lease(sql),
-                    {**key, "owner": owner, "until": now + lease_seconds, "now": now},
-                ),
-                Stmt(_held_by(sql), {**key, "owner": owner}, fetch=True),
-                Stmt(_episodes(sql), {**key, "n": limit}, fetch=True),
-            ],
-            lock=True,
-            write=True,
-        )
-        taken, held, keys = results[len(locks) :]
-        if taken == 1 and held:
-            return Claim(name, root, owner, int(held[0][0]), [k for (k,) in keys])
-    return None
 
 
 def _candidates(scope: str | None, skip: int) -> Any:
@@ -176,19 +164,15 @@ def _claimable(t: Any, now: Any) -> list[Any]:
 def _take_lease(sql: MemorySql) -> Sql:
     """Lease a scope to ``:owner`` if it is free (rowcount 1 means claimed)."""
     t = memory_scopes
-    now = sa.bindparam("now", type_=sa.Float)
-
-    def build() -> Any:
-        return (
+    now, until = sa.bindparam("now", type_=sa.Float), sa.bindparam("until", type_=sa.Float)
+    return sql.statement(
+        "take_lease",
+        lambda: (
             sa.update(t)
             .where(of_scope(t), *_claimable(t, now))
-            .values(
-                lease_owner=sa.bindparam("owner", type_=sa.String),
-                lease_until=sa.bindparam("until", type_=sa.Float),
-            )
-        )
-
-    return sql.statement("take_lease", build)
+            .values(lease_owner=sa.bindparam("owner", type_=sa.String), lease_until=until)
+        ),
+    )
 
 
 def _held_by(sql: MemorySql) -> Sql:
@@ -244,13 +228,13 @@ def _release(sql: MemorySql) -> Sql:
 
 
 def _done_pending(sql: MemorySql) -> Sql:
-    t = memory_pending
-    return sql.statement(
-        "done_pending",
-        lambda: sa.delete(t).where(
-            of_scope(t), t.c.episode_key == sa.bindparam("episode_key", type_=sa.String)
-        ),
-    )
+    return sql.statement("done_pending", lambda: sa.delete(memory_pending).where(_episode()))
+
+
+def _episode() -> Any:
+    """Core: the pending episode ``:episode_key`` of one scope."""
+    q = memory_pending
+    return sa.and_(of_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
 
 
 def apply_plan(
@@ -270,25 +254,17 @@ def apply_plan(
 
     ``decide`` gets the scope's current facts, read inside the transaction. Returns
     ``None`` when the lease was lost, :data:`ERASED` when the scope was erased meanwhile:
-    nothing is written either way.
-    """
+    nothing is written either way."""
     jobs = memory_jobs
     job_done = sql.statement(
-        "job_done",
-        lambda: sa.select(jobs.c.status).where(
-            jobs.c.shard == sa.bindparam("shard"), jobs.c.job_id == sa.bindparam("job_id")
-        ),
+        "job_done", lambda: sa.select(jobs.c.status).where(*matching(jobs, "shard", "job_id"))
     )
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
-    yield from _preload_keys(sql, facts_prefix)
-    locks = sql.lock_scopes([claim.scope])
-    reads = [
-        *locks,
-        Stmt(_lease_check(sql), key, fetch=True),
-        Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True),
-        *_facts_reads(sql, facts_prefix, now, read_vectors),
-    ]
-    results = (yield Batch(reads, lock=True, hold=True))[len(locks) :]
+    check = Stmt(_lease_check(sql), key, fetch=True)
+    done_check = Stmt(job_done, {"shard": key["shard"], "job_id": job_id}, fetch=True)
+    results = yield from _read_locked(
+        sql, claim.scope, facts_prefix, now, read_vectors, check, done_check
+    )
     lease, done = results[0], results[1]
     if not lease or lease[0][0] != claim.owner:
         yield Batch([], write=True)
@@ -305,12 +281,8 @@ def apply_plan(
         job = _Job(job_id, claim.scope, episode_keys, extractor_version, started_at, now)
         outcome = json.dumps(writes.outcome)
         statements.append(job.insert(sql, "completed", claim.failures + 1, None, outcome))
-    statements.append(
-        Stmt(
-            _release(sql),
-            {**key, "owner": claim.owner, "b_failures": 0, "next": None, "error": None},
-        )
-    )
+    released = {**key, "owner": claim.owner, "b_failures": 0, "next": None, "error": None}
+    statements.append(Stmt(_release(sql), released))
     yield Batch(statements, write=True)
     return writes
 
@@ -329,37 +301,30 @@ def change_facts_plan(
     transaction that holds the scope's ledger row, so it and :func:`apply_plan` never
     interleave."""
     shard = sql.scope_shard(scope)
-    scope_row = new_scope_row(scope, root, now, shard)
-    yield from _preload_keys(sql, facts_prefix)
-    locks = sql.lock_scopes([scope])
-    reads = [
-        *locks,
-        Stmt(sql.ensure_scope(), scope_row),
-        Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True),  # locks it
-        *_facts_reads(sql, facts_prefix, now, read_vectors),
-    ]
-    results = (yield Batch(reads, lock=True, hold=True))[len(locks) :]
+    ensure = Stmt(sql.insert_ignore(memory_scopes), new_scope_row(scope, root, now, shard))
+    check = Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True)  # locks it
+    results = yield from _read_locked(sql, scope, facts_prefix, now, read_vectors, ensure, check)
     writes = decide(*(yield from _facts_read(sql, results[2:])))
     yield Batch((yield from _facts_writes(sql, writes)), write=True)
     return writes
 
 
-def _preload_keys(sql: MemorySql, facts_prefix: str) -> Plan[None]:
-    """With a sealer: find or create the scope's data keys before the transaction begins
-    (creating a key commits)."""
-    if sql.sealer is None:
-        return
-    base = facts_prefix.rsplit(".", 1)[0]
-    kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
-    yield from sql.sealer.preload_plan(sorted({sql.shard(p) for p in kinds}))
-
-
-def _facts_reads(sql: MemorySql, facts_prefix: str, now: float, vectors: bool) -> list[Stmt]:
-    reads = [Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
+def _read_locked(
+    sql: MemorySql, scope: str, facts_prefix: str, now: float, vectors: bool, *first: Stmt
+) -> Plan[list[Any]]:
+    """With ``scope`` locked, in a transaction held open: ``first``, then the scope's facts
+    (and their vectors). With a sealer, the scope's data keys are found or created before
+    the transaction begins (creating a key commits)."""
+    if sql.sealer is not None:
+        base = facts_prefix.rsplit(".", 1)[0]
+        kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
+        yield from sql.sealer.preload_plan(sorted({sql.store.shard(p) for p in kinds}))
+    locks = sql.lock_scopes([scope])
+    reads = [*locks, *first, Stmt(sql.rows(), sql.one_ns(facts_prefix, now=now), fetch=True)]
     if vectors:
         params = sql.one_ns(facts_prefix, now=now) if sql.sealer else sql.one_ns(facts_prefix)
         reads.append(Stmt(sql.vectors_of(), params, fetch=True))
-    return reads
+    return (yield Batch(reads, lock=True, hold=True))[len(locks) :]
 
 
 def _facts_read(
@@ -412,33 +377,19 @@ def fail_plan(
         return "lost" if lease else "erased"
     failures = int(lease[0][1]) + 1
     park = failures >= max_attempts
-    q = memory_pending
-    park_sql = sql.statement(
-        "park",
-        lambda: (
-            sa.update(q)
-            .where(of_scope(q), q.c.episode_key == sa.bindparam("episode_key", type_=sa.String))
-            .values(status="parked")
-        ),
-    )
     job = _Job(job_key, claim.scope, episode_keys, extractor_version, started_at, now)
+    backoff = None if park else now + backoff_seconds * 2 ** (failures - 1)
+    released = {"owner": claim.owner, "b_failures": 0 if park else failures, "next": backoff}
     statements = [
         job.insert(sql, "parked" if park else "failed", failures, job_error, None),
-        Stmt(
-            _release(sql),
-            {
-                **key,
-                "owner": claim.owner,
-                "b_failures": 0 if park else failures,
-                "next": None if park else now + backoff_seconds * 2 ** (failures - 1),
-                "error": scope_error,
-            },
-        ),
+        Stmt(_release(sql), {**key, **released, "error": scope_error}),
     ]
     if park:
-        statements.append(
-            Stmt(park_sql, [{**key, "episode_key": k} for k in episode_keys], many=True)
+        park_sql = sql.statement(
+            "park", lambda: sa.update(memory_pending).where(_episode()).values(status="parked")
         )
+        episodes = [{**key, "episode_key": k} for k in episode_keys]
+        statements.append(Stmt(park_sql, episodes, many=True))
     yield Batch(statements, write=True)
     return "parked" if park else "retry"
 
@@ -456,16 +407,10 @@ class _Job(NamedTuple):
     def insert(
         self, sql: MemorySql, status: str, attempt: int, error: str | None, outcome: str | None
     ) -> Stmt:
-        row = self._asdict()
-        row.update(
-            shard=sql.scope_shard(self.scope),
-            episodes=json.dumps(list(row.pop("episode_keys"))),
-            status=status,
-            attempt=attempt,
-            error=error,
-            outcome=outcome,
-        )
-        return Stmt(sql.insert_job(), row)
+        row = dict(self._asdict(), status=status, attempt=attempt, error=error, outcome=outcome)
+        del row["episode_keys"]
+        row.update(shard=sql.scope_shard(self.scope), episodes=json.dumps(list(self.episode_keys)))
+        return Stmt(sql.insert_ignore(memory_jobs), row)
 
 
 def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
@@ -495,21 +440,17 @@ def retry_plan(sql: MemorySql, scope: str | None) -> Plan[int]:
 
 def jobs_plan(sql: MemorySql, statuses: Sequence[str], limit: int) -> Plan[list[dict[str, Any]]]:
     j = memory_jobs
+    marks = [sa.bindparam(f"s{i}", type_=sa.String) for i in range(len(statuses))]
     query = sql.statement(
         ("jobs", len(statuses)),
         lambda: (
             sa.select(*(j.c[n] for n in JOB_FIELDS))
-            .where(
-                j.c.status.in_(
-                    [sa.bindparam(f"s{i}", type_=sa.String) for i in range(len(statuses))]
-                )
-            )
+            .where(j.c.status.in_(marks))
             .order_by(j.c.finished_at.desc())
             .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
-    params: dict[str, Any] = {f"s{i}": s for i, s in enumerate(statuses)}
-    params["n"] = limit
+    params: dict[str, Any] = {"n": limit, **{f"s{i}": s for i, s in enumerate(statuses)}}
     [rows] = yield Batch([Stmt(query, params, fetch=True)])
     out = [dict(zip(JOB_FIELDS, r, strict=True)) for r in rows]
     sealer = sql.sealer
@@ -534,8 +475,7 @@ def seal_error_plan(sql: MemorySql, shard: str, kind: str, ident: str, error: st
     if sealer is None:
         return error
     key = yield from sealer.owner_key_plan(shard, create=True)
-    sealed: str = sealer.seal_text(key, error, kind, shard, ident)
-    return sealed
+    return sealer.seal_text(key, error, kind, shard, ident)
 
 
 def encrypt_errors_plan(
@@ -547,51 +487,19 @@ def encrypt_errors_plan(
     if counts is None:
         counts = {"job_errors": 0, "scope_errors": 0}
     j, t = memory_jobs, memory_scopes
-
-    def found_plain(name: str, ident: Any, error: Any) -> Any:
-        return sql.statement(
-            name,
-            lambda: (
-                sa.select(ident.table.c.shard, ident, error)
-                .where(error.is_not(None), sa.not_(error.startswith("!", autoescape=True)))
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            ),
-        )
-
-    found_jobs = found_plain("plain_job_errors", j.c.job_id, j.c.error)
-    found_scopes = found_plain("plain_scope_errors", t.c.scope, t.c.last_error)
-    old = sa.bindparam("old", type_=sa.Text)
-    seal_job = sql.statement(
-        "seal_job_error",
-        lambda: (
-            sa.update(j)
-            .where(
-                j.c.shard == sa.bindparam("shard"),
-                j.c.job_id == sa.bindparam("job_id"),
-                j.c.error == old,
-            )
-            .values(error=sa.bindparam("sealed", type_=sa.Text))
-        ),
-    )
-    seal_scope = sql.statement(
-        "seal_scope_error",
-        lambda: (
-            sa.update(t)
-            .where(of_scope(t), t.c.last_error == old)
-            .values(last_error=sa.bindparam("sealed", type_=sa.Text))
-        ),
-    )
     parts = (
-        (found_jobs, seal_job, JOB_ERROR, "job_id", "job_errors"),
-        (found_scopes, seal_scope, SCOPE_ERROR, "scope", "scope_errors"),
+        (JOB_ERROR, j.c.job_id, j.c.error, "job_errors"),
+        (SCOPE_ERROR, t.c.scope, t.c.last_error, "scope_errors"),
     )
-    for find, seal, kind, name, counted in parts:
+    for kind, ident, error, counted in parts:
+        name = ident.name
+        find, seal = _plain_errors(sql, kind, ident, error)
         while True:
             [rows] = yield Batch([Stmt(find, {"n": batch_size}, fetch=True)])
             updates = []
-            for shard, ident, text in rows:
-                sealed = yield from seal_error_plan(sql, shard, kind, ident, text)
-                updates.append({"shard": shard, name: ident, "old": text, "sealed": sealed})
+            for shard, row_id, text in rows:
+                sealed = yield from seal_error_plan(sql, shard, kind, row_id, text)
+                updates.append({"shard": shard, name: row_id, "old": text, "sealed": sealed})
             sealed_now = 0
             if updates:
                 done = yield Batch([Stmt(seal, u) for u in updates], write=True)
@@ -602,16 +510,28 @@ def encrypt_errors_plan(
     return counts
 
 
+def _plain_errors(sql: MemorySql, kind: str, ident: Any, error: Any) -> tuple[Sql, Sql]:
+    """Up to ``:n`` rows of ``error`` not sealed yet, ``(shard, ident, error)``; and the
+    statement that seals one, if its text is still ``:old``."""
+    t = ident.table
+    find = sql.statement(
+        ("plain_errors", kind),
+        lambda: (
+            sa.select(t.c.shard, ident, error)
+            .where(error.is_not(None), sa.not_(error.startswith("!", autoescape=True)))
+            .limit(sa.bindparam("n", type_=sa.Integer))
+        ),
+    )
+    seal = sql.statement(
+        ("seal_error", kind),
+        lambda: (
+            sa.update(t)
+            .where(*matching(t, "shard", ident.name), error == sa.bindparam("old", type_=sa.Text))
+            .values({error.name: sa.bindparam("sealed", type_=sa.Text)})
+        ),
+    )
+    return find, seal
+
+
 #: The columns of a finished job, as :func:`jobs_plan` returns them.
-JOB_FIELDS = (
-    "job_id",
-    "scope",
-    "episodes",
-    "extractor_version",
-    "status",
-    "attempt",
-    "error",
-    "started_at",
-    "finished_at",
-    "outcome",
-)
+JOB_FIELDS = tuple(c.name for c in memory_jobs.columns if c.name != "shard")

@@ -86,6 +86,10 @@ def _store_v1(d: Dialect) -> list[str]:
     ]
 
 
+def _memory_v1(d: Dialect) -> list[str]:
+    return d.ddl([*MEMORY_TABLES, memory_erasures])
+
+
 def _keys_v1(d: Dialect) -> list[str]:
     statements = d.ddl([data_keys])
     if d.name == "postgresql":
@@ -134,17 +138,7 @@ def _store_after(dialect: Dialect) -> Plan[None]:
 
 CHECKPOINT = Component("checkpoint", 1, (Step(1, "checkpointer tables", _checkpoint_v1),))
 STORE = Component("store", 2, (Step(1, "store tables", _store_v1),), _store_after)
-MEMORY = Component(
-    "memory",
-    3,
-    (
-        Step(
-            1,
-            "agent memory ledger, decay and erasures",
-            lambda d: d.ddl([*MEMORY_TABLES, memory_erasures]),
-        ),
-    ),
-)
+MEMORY = Component("memory", 3, (Step(1, "agent memory ledger, decay and erasures", _memory_v1),))
 #: The wrapped data keys of encryption at rest (in a key store's own database if set).
 KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1),))
 #: Every component, in the order ``agent-memory migrate`` applies them.
@@ -171,7 +165,8 @@ def migrate_plan(
     each component's ``after``. ``encrypted``: mark the database encrypted, or refuse a
     marked one with ``EncryptionError`` (``None``: neither). With the store, a
     ``shard_depth`` other than the recorded one is refused with ``ConfigurationError``."""
-    parts = 1 + sum(c.after is not None for c in components)
+    afters = [c.after for c in components if c.after is not None]
+    parts = 1 + len(afters)
     report = on_progress or (lambda done, total: None)
     report(0, parts)
     done = yield from _ledger_plan(dialect)
@@ -193,13 +188,10 @@ def migrate_plan(
         yield from settle_plan(dialect, encrypted)
     yield from distribute_plan(dialect)
     yield Batch([], write=True)
-    finished = 1
-    report(finished, parts)
-    for component in components:
-        if component.after is not None:
-            yield from component.after(dialect)
-            finished += 1
-            report(finished, parts)
+    report(1, parts)
+    for finished, after in enumerate(afters, 2):
+        yield from after(dialect)
+        report(finished, parts)
     return applied
 
 
@@ -228,9 +220,7 @@ def _recorded(dialect: Dialect, component: Component, step: Step, now: float) ->
     record = dialect.sql(
         "record_migration",
         lambda: sa.insert(migrations).values(
-            version=sa.bindparam("version"),
-            description=sa.bindparam("description"),
-            applied_at=sa.bindparam("applied_at"),
+            {n: sa.bindparam(n) for n in ("version", "description", "applied_at")}
         ),
     )
     version = component.ledger_id(step.version)

@@ -31,6 +31,11 @@ def written(table: sa.Table) -> list[sa.Column[Any]]:
     return [c for c in table.columns if not c.info.get("unwritten")]
 
 
+def matching(t: Any, *names: str) -> list[Any]:
+    """Core: each column ``names`` of ``t`` equals the parameter of its name."""
+    return [t.c[n] == sa.bindparam(n) for n in names]
+
+
 def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
     return sa.Column(name, type_, nullable=False)
 

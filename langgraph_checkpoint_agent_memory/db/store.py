@@ -8,18 +8,19 @@ operators are raw fragments); the store builds plans from them and writes no SQL
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
 import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, VectorIndex, same_item
 from langgraph_checkpoint_agent_memory.db.schema import (
     STORE_NS_TABLES,
     items_i,
+    matching,
     metadata,
     store_blocks,
     store_items,
@@ -53,24 +54,6 @@ Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
 #: The shape of a pre-filter condition decided by keyed hashes (encryption at rest's
 #: filterable fields, see ``store/sealing.py``): ``(HASHED_EQUALITY, values, marks)``.
 HASHED_EQUALITY = "hashed"
-
-
-class text_length(sa.sql.functions.GenericFunction[int]):
-    """``length()`` of a value kept as text, JSON included: PostgreSQL's JSONB has no
-    length of its own, so it is measured as its text there."""
-
-    type = sa.Integer()
-    inherit_cache = True
-
-
-@compiles(text_length)
-def _text_length(element: text_length, compiler: Any, **kw: Any) -> str:
-    return f"length({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(text_length, "postgresql")
-def _text_length_pg(element: text_length, compiler: Any, **kw: Any) -> str:
-    return f"length(CAST({compiler.process(element.clauses, **kw)} AS TEXT))"
 
 
 class ItemRow(NamedTuple):
@@ -109,8 +92,7 @@ class KeyVectorRow(NamedTuple):
 
 
 class Fingerprint(NamedTuple):
-    """A row of :meth:`StoreStatements.fingerprint`: a namespace's live item count and its
-    latest update, which any write to the namespace changes."""
+    """A row of :meth:`StoreStatements.fingerprint`: a namespace's live count, latest update."""
 
     items: int
     latest: float | None
@@ -132,8 +114,7 @@ class ItemKey(NamedTuple):
 
 
 class SealedVectorRow(NamedTuple):
-    """A row of :meth:`StoreStatements.sealed_vectors`: one embedded field of an item, its
-    vector sealed unless ``plain`` (its item was written without encryption)."""
+    """A row of :meth:`StoreStatements.sealed_vectors`: sealed unless ``plain`` (no encryption)."""
 
     prefix: str
     key: str
@@ -169,22 +150,19 @@ class FieldVectorRow(NamedTuple):
 def vector_text(vector: bytes | Sequence[float]) -> str:
     """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
     columns read (HANA's ``TO_REAL_VECTOR``)."""
+    values: Any = vector
     if isinstance(vector, bytes):
         import numpy as np  # here: the checkpointer's path imports this module, not numpy
 
-        values: Any = np.frombuffer(vector, dtype="<f4")
-    else:
-        values = vector
+        values = np.frombuffer(vector, dtype="<f4")
     return json.dumps([float(x) for x in values], separators=(",", ":"))
 
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lexical index rows of store item rows (each with ``shard``, ``prefix``, ``key``,
-    ``doc``, the text to index); sets each item's ``doc_len`` and empties its ``doc``: the
-    text lives on in the postings alone (nothing reads it back, and kept it cost the item
-    as much as its value). An item may carry ``term_of`` (what is stored for each term: its
-    keyed hash, with encryption on) and ``filter_terms`` (keyed hashes of its filterable
-    fields, stored as they are); both are taken out of the row."""
+    """The lexical index rows of item rows (with ``shard``, ``prefix``, ``key``, ``doc``);
+    sets each item's ``doc_len`` and empties its ``doc`` (the postings alone keep the text:
+    nothing reads it back). ``term_of`` (a term's keyed hash, with encryption on) and
+    ``filter_terms`` (keyed hashes of filterable fields) are taken out of the row."""
     out: list[dict[str, Any]] = []
     for item in items:
         doc, item["doc"] = item.get("doc"), None
@@ -198,48 +176,33 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         found, length = postings(doc)
         counts: dict[str, int] = dict(found)
         if term_of is not None:
-            counts = {}
+            counts = Counter()
             for term, n in found.items():
-                stored = term_of(term)
-                counts[stored] = counts.get(stored, 0) + n
+                counts[term_of(term)] += n
         item["doc_len"] = length
         out += [{"term": t, **ident, "tf": n, "dl": length} for t, n in counts.items()]
     return out
 
 
 def _hashed(t: Any, name: str, values: int, marks: int) -> Any:
-    """Core: item ``t`` holds one of the keyed hashes ``:<name>_v<j>`` in its postings, or
-    none of its field's marks ``:<name>_m<j>`` (it was not indexed for the field)."""
+    """Core: item ``t``'s postings hold a keyed hash ``:<name>_v<j>``, or no mark
+    ``:<name>_m<j>`` of the field (not indexed for it)."""
 
     def holds(kind: str, n: int) -> Any:
         p = store_terms.alias(f"{name}_{kind}")
         terms = [sa.bindparam(f"{name}_{kind}{j}", type_=sa.String) for j in range(n)]
-        return sa.exists().where(
-            p.c.term.in_(terms),
-            p.c.shard == t.c.shard,
-            p.c.prefix == t.c.prefix,
-            p.c.key == t.c.key,
-        )
+        return sa.exists().where(p.c.term.in_(terms), same_item(p, t))
 
     return sa.or_(holds("v", values), ~holds("m", marks))
 
 
-def key_match(t: Any, names: str = "") -> Any:
-    """Core: ``t``'s row of one item: its shard key, namespace and key (``:shard``,
-    ``:prefix``, ``:key``, each name after ``names``), the shard key first, so a distributed
-    database routes it to one shard."""
-    return sa.and_(
-        t.c.shard == sa.bindparam(f"{names}shard"),
-        t.c.prefix == sa.bindparam(f"{names}prefix"),
-        t.c.key == sa.bindparam(f"{names}key"),
-    )
+def key_match(t: Any) -> Any:
+    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``), the shard key
+    first, so a distributed database routes it to one shard."""
+    return sa.and_(*matching(t, "shard", "prefix", "key"))
 
 
-def _delete_item(t: sa.Table) -> Any:
-    return sa.delete(t).where(key_match(t))
-
-
-def _live(t: Any) -> Any:
+def live(t: Any) -> Any:
     """``t``'s item has not expired at ``:now``."""
     return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
 
@@ -254,12 +217,7 @@ def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) ->
     (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite); with ``shard`` when
     the namespace covers the shard key (see :func:`.shard.covers`), so statements name it."""
     ns = ns_text(namespace)
-    params: dict[str, Any] = {
-        "ns": ns,
-        "ns_dot": ns + ".",
-        "ns_len": len(ns) + 1,
-        "ns_end": ns + "/",
-    }
+    params: dict[str, Any] = dict(ns=ns, ns_dot=ns + ".", ns_len=len(ns) + 1, ns_end=ns + "/")
     if covers(namespace, depth):
         params["shard"] = shard_key(namespace, depth)
     return params
@@ -307,17 +265,15 @@ class StoreStatements:
         return prefix_params(namespace, self.shard_depth)
 
     def _vector_under(self, scoped: bool) -> list[Any]:
-        """Core: the vector ``v`` lies under the namespace, through the dialect's namespace
-        index on vectors; when ``scoped``, first its shard key is ``:shard``."""
+        """Core: the vector ``v`` lies under the namespace (``scoped``: on ``:shard``)."""
         return _scoped(vectors_v, self.d.vector_under_clause(vectors_v.c.prefix), scoped)
 
     def prefilter(
         self, conds: list[tuple[list[str], str, Any]]
     ) -> tuple[Prefilter, dict[str, Any]]:
-        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters:
-        the conditions the database can decide, at most :data:`MAX_PREFILTER` of them, ANDed
-        to the WHERE clause by :meth:`filtered`; the store applies every condition exactly to
-        what comes back."""
+        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters: at
+        most :data:`MAX_PREFILTER` conditions the database can decide, ANDed by :meth:`filtered`;
+        the store applies every condition exactly to what comes back."""
         parts: list[tuple[str, Hashable]] = []
         params: dict[str, Any] = {}
         # equalities first: the database tests them first, and they drop the most rows
@@ -345,58 +301,38 @@ class StoreStatements:
         ]
 
     def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
-        """The store's statement ``key``, built by ``build`` and compiled on first use only:
-        the store's registry of cached statements (in the dialect's cache, under
-        ``"store"``)."""
+        """The store's statement ``key``, built and compiled on first use only."""
         return self.d.sql(("store", key), build)
 
     # -- one item --------------------------------------------------------------------------
 
     def get(self) -> Sql:
         """One live item by ``:shard``, ``:prefix``, ``:key``."""
-        t = store_items
-        return self.statement(
-            "get",
-            lambda: sa.select(*(t.c[n] for n in ITEM_FIELDS)).where(key_match(t), _live(t)),
-        )
+        return self.statement("get", lambda: _items(key_match(store_items)))
 
     def by_keys(self, n: int) -> Sql:
         """Live items of ``n`` keys (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
-        t = store_items
-
-        def build() -> Any:
-            return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(items_named(t, n), _live(t))
-
-        return self.statement(("by_keys", n), build)
+        return self.statement(("by_keys", n), lambda: _items(items_named(store_items, n)))
 
     def fingerprint(self) -> Sql:
         """Live item count and latest update of the namespace ``:prefix`` (``:shard``)."""
-        t = store_items
         return self.statement(
-            "fingerprint",
-            lambda: _fingerprint(
-                t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("prefix")
-            ),
+            "fingerprint", lambda: _fingerprint(*matching(store_items, "shard", "prefix"))
         )
 
     def vectors_exact(self) -> Sql:
         """``(key, vector)`` of the live items of the namespace ``:prefix`` (``:shard``)."""
-        return self._vectors_of_namespace("vectors_exact", lambda v, i: (v.c.key, v.c.vector))
+        return self._vectors_of_namespace("vectors_exact", vectors_v.c.key, vectors_v.c.vector)
 
-    def _vectors_of_namespace(self, name: str, columns: Callable[[Any, Any], Any]) -> Sql:
-        """``columns`` of the vectors ``v`` and items ``i`` of the live items of the
-        namespace ``:prefix`` (``:shard``)."""
-        v, i = store_vectors.alias("v"), store_items.alias("i")
+    def _vectors_of_namespace(self, name: str, *columns: Any) -> Sql:
+        """``columns`` of the vectors ``v`` of live items ``i`` of ``:prefix`` (``:shard``)."""
+        v, i = vectors_v, items_i
         return self.statement(
             name,
             lambda: (
-                sa.select(*columns(v, i))
+                sa.select(*columns)
                 .select_from(v.join(i, same_item(v, i)))
-                .where(
-                    v.c.shard == sa.bindparam("shard"),
-                    v.c.prefix == sa.bindparam("prefix"),
-                    _live(i),
-                )
+                .where(*matching(v, "shard", "prefix"), live(i))
             ),
         )
 
@@ -450,18 +386,17 @@ class StoreStatements:
         return (
             sa.select(*(t.c[f] for f in ITEM_FIELDS))
             .where(
-                *self.namespace_of(t, scoped), _live(t), *where, *self.filtered(t.c.value, filters)
+                *self.namespace_of(t, scoped), live(t), *where, *self.filtered(t.c.value, filters)
             )
             .order_by(t.c.updated_at.desc(), t.c.prefix, t.c.key)
             .limit(sa.bindparam("n", type_=sa.Integer))
         )
 
     def vector_where(self, filters: Prefilter, scoped: bool) -> list[Any]:
-        """Core: the conditions of a statement over vectors ``v`` joined with their items
-        ``i``: the vector under the namespace (through the dialect's namespace index on
-        vectors), its item live and passing the filter's pre-filter."""
+        """Core: vectors ``v`` joined with items ``i``: the vector under the namespace (the
+        dialect's namespace index on vectors), its item live and passing the pre-filter."""
         i = items_i
-        return [*self._vector_under(scoped), _live(i), *self.filtered(i.c.value, filters)]
+        return [*self._vector_under(scoped), live(i), *self.filtered(i.c.value, filters)]
 
     def vectors(self, filters: Prefilter, scoped: bool) -> Sql:
         """``(prefix, key, vector)`` of the live vectors under the namespace that pass the
@@ -487,7 +422,7 @@ class StoreStatements:
         where = self.namespace_of(t, scoped) if under else []
         return self.statement(
             ("namespaces", under, scoped),
-            lambda: sa.select(t.c.prefix).distinct().where(*where, _live(t)),
+            lambda: sa.select(t.c.prefix).distinct().where(*where, live(t)),
         )
 
     def insert_vector(self, native: bool = True) -> Sql:
@@ -586,8 +521,8 @@ class StoreStatements:
         return out
 
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
-        """Insert vector rows (one per embedded field of each item): on a distributed
-        database, as bytes only, one statement per item routed to its shard."""
+        """Insert vector rows: on a distributed database, as bytes only, one statement per
+        item routed to its shard."""
         if self.d.distributed and not native and rows:
             routed = self.d.insert_owned(store_vectors, store_items, rows)
             if routed is not None:
@@ -619,7 +554,7 @@ class StoreStatements:
         return self.statement(
             ("text_stats", exact, scoped),
             lambda: sa.select(sa.func.count(), sa.func.sum(t.c.doc_len)).where(
-                *self.ns_of(t, exact, scoped), _live(t), t.c.doc_len.is_not(None)
+                *self.ns_of(t, exact, scoped), live(t), t.c.doc_len.is_not(None)
             ),
         )
 
@@ -651,28 +586,23 @@ class StoreStatements:
             return sa.func.sum(weight * t.c.tf / norm).label("score")
 
         def build() -> Any:
-            where = (terms_in(t, n), *self.ns_of(t, exact, scoped))
             limit = sa.bindparam("n", type_=sa.Integer)
-            if not joined:  # a namespace's prefix is its key's: the key need not group
-                return (
-                    sa.select(t.c.prefix, t.c.key, score())
-                    .where(*where)
-                    .group_by(t.c.prefix, t.c.key)
-                    .order_by(sa.desc("score"), t.c.prefix, t.c.key)
-                    .limit(limit)
-                )
-            s = (
-                sa.select(t.c.shard, t.c.prefix, t.c.key, score())
-                .where(*where)
-                .group_by(t.c.shard, t.c.prefix, t.c.key)
-                .subquery("s")
+            # unjoined: a namespace's prefix is its key's, so the key need not group
+            item = (t.c.shard, t.c.prefix, t.c.key) if joined else (t.c.prefix, t.c.key)
+            grouped = (
+                sa.select(*item, score())
+                .where(terms_in(t, n), *self.ns_of(t, exact, scoped))
+                .group_by(*item)
             )
+            if not joined:
+                return grouped.order_by(sa.desc("score"), t.c.prefix, t.c.key).limit(limit)
+            s = grouped.subquery("s")
             # the shard key named on both sides, so a distributed database routes the join
             routed = [i.c.shard == sa.bindparam("shard")] if exact or scoped else []
             return (  # the postings already kept the namespace: expiry and filter remain
                 sa.select(s.c.prefix, s.c.key, s.c.score)
                 .select_from(s.join(i, same_item(i, s)))
-                .where(*routed, _live(i), *self.filtered(i.c.value, filters))
+                .where(*routed, live(i), *self.filtered(i.c.value, filters))
                 .order_by(s.c.score.desc(), s.c.prefix, s.c.key)
                 .limit(limit)
             )
@@ -695,8 +625,10 @@ class StoreStatements:
         def build() -> Any:
             zero = sa.literal_column("0", sa.Integer)
             c = store_items.c
+            # PostgreSQL's JSONB has no length of its own: it is measured as its text there
+            value = sa.cast(c.value, sa.Text) if self.d.sa.name == "postgresql" else c.value
             size = (
-                sa.func.coalesce(text_length(c.value), zero)
+                sa.func.coalesce(sa.func.length(value), zero)
                 + sa.func.coalesce(sa.func.length(c.doc), zero)
                 + sa.func.coalesce(sa.func.length(c.sealed), zero)  # encryption at rest
             )
@@ -722,14 +654,13 @@ class StoreStatements:
     # -- encryption at rest: sealed vectors, the shards a search spans, sealing old rows
 
     def sealed_vectors(self, scoped: bool) -> Sql:
-        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace
-        (exact search over vectors decrypted in the store); ``plain``: the item was written
-        without encryption."""
+        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace,
+        for exact search over vectors decrypted in the store."""
         v, i = vectors_v, items_i
         return self.statement(
             ("sealed_vectors", scoped),
             lambda: (
-                sa.select(v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None))
+                sa.select(*_SEALED_COLUMNS)
                 .select_from(v.join(i, same_item(i, v)))
                 .where(*self.vector_where((), scoped))
             ),
@@ -737,17 +668,12 @@ class StoreStatements:
 
     def sealed_vectors_exact(self) -> Sql:
         """:meth:`sealed_vectors` of exactly the namespace ``:prefix`` (``:shard``)."""
-        return self._vectors_of_namespace(
-            "sealed_vectors_exact",
-            lambda v, i: (v.c.prefix, v.c.key, v.c.field, v.c.vector, i.c.sealed.is_(None)),
-        )
+        return self._vectors_of_namespace("sealed_vectors_exact", *_SEALED_COLUMNS)
 
     def shards_under(self) -> Sql:
-        """The distinct shard keys of the items under the namespace ``:ns``, shorter than the
-        shard key (whose data keys a query's terms are hashed with; items expired but not yet
-        swept count). Such a namespace's items are those whose shard key lies under it, so
-        this reads the primary key's range of those shard keys alone (:meth:`Dialect.under_range`),
-        not every item's namespace and expiry."""
+        """The distinct shard keys of the items (expired ones too) under ``:ns``, shorter than
+        the shard key: their data keys hash a query's terms. Only the primary key's range of
+        those shard keys is read (:meth:`Dialect.under_range`), not each item's namespace."""
         t = store_items
         return self.statement(
             "shards_under",
@@ -768,10 +694,9 @@ class StoreStatements:
         )
 
     def recent_after(self, scoped: bool, filters: Prefilter = ()) -> Sql:
-        """Live items under the namespace passing the pre-filter, newest first (the order of
-        :meth:`StoreStatements.recent`), ``:n`` of them after the item ``(:a_updated, :a_prefix,
-        :a_key)``: the next page of a filter decided on decrypted values, read on from the last
-        row where an offset would sort and skip every earlier row again."""
+        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)``: the next page
+        of a filter decided on decrypted values, read on from the last row where an offset
+        would sort and skip every earlier row again."""
         t = store_items
         after = (t.c.updated_at.desc(), t.c.prefix, t.c.key)
         return self.statement(
@@ -804,16 +729,14 @@ class StoreStatements:
         """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
         in, ``value`` emptied, ``doc`` dropped."""
         t = store_items
+        sealed = sa.bindparam("sealed", type_=sa.LargeBinary)
+        value = sa.bindparam("value", type_=t.c.value.type)
         return self.statement(
             "seal_item",
             lambda: (
                 sa.update(t)
                 .where(key_match(t), t.c.sealed.is_(None))
-                .values(
-                    sealed=sa.bindparam("sealed", type_=sa.LargeBinary),
-                    value=sa.bindparam("value", type_=t.c.value.type),
-                    doc=None,
-                )
+                .values(sealed=sealed, value=value, doc=None)
             ),
         )
 
@@ -827,9 +750,7 @@ class StoreStatements:
             table = self.d.native_vectors_table(list(columns)) if columns else t
             return (
                 sa.update(table)
-                .where(
-                    *(table.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field"))
-                )
+                .where(*matching(table, "shard", "prefix", "key", "field"))
                 .values(vector=sa.bindparam("vector", type_=sa.LargeBinary), **columns)
             )
 
@@ -848,12 +769,10 @@ class StoreStatements:
     def feedback_postings(self, n: int) -> Sql:
         """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>``,
         ``:p<j>``, ``:k<j>``), each read through the index by item."""
-        t = store_terms
-
-        def build() -> sa.Select[Any]:
-            return sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(items_named(t, n))
-
-        return self.statement(("feedback_postings", n), build)
+        return self.statement(
+            ("feedback_postings", n),
+            lambda: sa.select(*_POSTINGS).where(items_named(store_terms, n)),
+        )
 
     # -- posting blocks (``am_store_blocks``): what a query of common words reads, and
     # what builds a block (``store/blocks.py`` says how they are used)
@@ -931,10 +850,9 @@ class StoreStatements:
         t = store_terms
 
         def part(j: int) -> Any:
-            return sa.select(t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).where(
+            return sa.select(*_POSTINGS).where(
                 t.c.term == sa.bindparam(f"t{j}", type_=sa.String),
-                t.c.shard == sa.bindparam("shard"),
-                t.c.prefix == sa.bindparam("prefix"),
+                *matching(t, "shard", "prefix"),
                 self.d.one_of(t.c.key, "k", keys),
             )
 
@@ -980,10 +898,7 @@ class StoreStatements:
         """Delete the blocks of one namespace (``:shard``, ``:prefix``)."""
         b = store_blocks
         return self.statement(
-            ("blocks_drop",),
-            lambda: sa.delete(b).where(
-                b.c.shard == sa.bindparam("shard"), b.c.prefix == sa.bindparam("prefix")
-            ),
+            ("blocks_drop",), lambda: sa.delete(b).where(*matching(b, "shard", "prefix"))
         )
 
     def blocks_fill(self) -> Sql:
@@ -993,19 +908,14 @@ class StoreStatements:
             ("blocks_fill",),
             lambda: (
                 sa.update(b)
-                .values(
-                    entries=sa.bindparam("entries"),
-                    postings=sa.bindparam("postings"),
-                    keys=sa.bindparam("keys"),
-                )
+                .values({n: sa.bindparam(n) for n in ("entries", "postings", "keys")})
                 .where(*_one_block(b), b.c.built == sa.bindparam("built"))
             ),
         )
 
 
 def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
-    """Core: ``t``'s row is one of ``n``, each named by its ``(column, parameter prefix)``
-    values ``:<prefix><j>``."""
+    """Core: ``t``'s row is one of ``n`` named by ``(column, prefix)``: ``:<prefix><j>``."""
     return sa.or_(
         *(
             sa.and_(*(t.c[column] == sa.bindparam(f"{prefix}{j}") for column, prefix in names))
@@ -1025,8 +935,7 @@ def terms_in(t: Any, n: int) -> Any:
 
 
 def _after(order: Sequence[Any], names: Sequence[str]) -> Any:
-    """Core: the row comes after ``:a_<name>`` values in ``order`` (columns, or a column's
-    ``desc()``): the next page by keyset."""
+    """Core: the row comes after ``:a_<name>`` values in ``order`` (keyset pagination)."""
     (term, *rest), (name, *more) = order, names
     column = getattr(term, "element", term)  # a desc() wraps its column
     value = sa.bindparam(f"a_{name}", type_=column.type)
@@ -1034,9 +943,27 @@ def _after(order: Sequence[Any], names: Sequence[str]) -> Any:
     return sa.or_(first, sa.and_(column == value, _after(rest, more))) if rest else first
 
 
+def _items(*where: Any) -> Any:
+    t = store_items
+    return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(*where, live(t))
+
+
+#: ``(prefix, key, term, tf, dl)`` of postings.
+_POSTINGS = tuple(store_terms.c[n] for n in ("prefix", "key", "term", "tf", "dl"))
+#: The columns of :class:`SealedVectorRow`.
+_SEALED_COLUMNS = (
+    *(vectors_v.c[n] for n in ("prefix", "key", "field", "vector")),
+    items_i.c.sealed.is_(None),
+)
+
+
+def _delete_item(t: sa.Table) -> Any:
+    return sa.delete(t).where(key_match(t))
+
+
 def _fingerprint(*where: Any) -> Any:
     t = store_items
-    return sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(*where, _live(t))
+    return sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(*where, live(t))
 
 
 def _null(type_: Any, name: str) -> Any:
@@ -1048,8 +975,4 @@ def _scoped(t: Any, under: Any, scoped: bool) -> list[Any]:
 
 
 def _one_block(t: Any) -> list[Any]:
-    return [
-        t.c.term == sa.bindparam("term"),
-        t.c.shard == sa.bindparam("shard"),
-        t.c.prefix == sa.bindparam("prefix"),
-    ]
+    return matching(t, "term", "shard", "prefix")
