@@ -172,13 +172,9 @@ def _known(n: int | None) -> str:
 
 
 def _render(out: Any, data: dict[str, Any]) -> None:
-    from rich.table import Table
-
     from langgraph_checkpoint_agent_memory.db.health import COMPONENT_TABLES
 
-    figures = Table(title="agent memory health", show_header=False)
-    figures.add_column("figure")
-    figures.add_column("value", justify="right")
+    figures = output.table("agent memory health", "figure", ("value", "right"), show_header=False)
     backlog, jobs, threads = data["backlog"], data["jobs"], data["threads"]
     if backlog is None:
         figures.add_row("consolidation", "no agent memory tables")
@@ -210,10 +206,8 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         figures.add_row("data keys erases owe", str(erasures["owed_keys"]))
     out.print(figures)
     size = data["size"]
-    sizes = Table(title=f"database size ({size['measured_by'] or 'per table unknown'})")
-    sizes.add_column("component")
-    sizes.add_column("tables", justify="right")
-    sizes.add_column("size", justify="right")
+    title = f"database size ({size['measured_by'] or 'per table unknown'})"
+    sizes = output.table(title, "component", ("tables", "right"), ("size", "right"))
     for name, n in size["components"].items():
         count = sum(t.name in size["tables"] for t in COMPONENT_TABLES[name])
         sizes.add_row(name, str(count), _known(n))
