@@ -349,10 +349,8 @@ def _copy_thread(
     for found in _oldest_first(theirs, thread_id, todo, set(here)):
         ns, checkpoint_id = _coordinates(found)
         checkpoint = found.checkpoint
-        versions[(ns, checkpoint_id)] = (
-            checkpoint["channel_versions"],
-            frozenset(checkpoint["channel_values"]),
-        )
+        held = frozenset(checkpoint["channel_values"])
+        versions[(ns, checkpoint_id)] = (checkpoint["channel_versions"], held)
         if (ns, checkpoint_id) not in todo:
             continue
         if (ns, checkpoint_id) not in here:

@@ -69,8 +69,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
                 raise CommandError(
                     f"cannot create the folder {folder} of {target.masked()}: {why or exc}"
                 ) from None
-        # with the master key configured, the database is marked encrypted (without it,
-        # an encrypted one is refused)
+        # the master key set, the database is marked encrypted (unset, an encrypted one is refused)
         encrypted = store.keyring is not None
         with progress(args, "migrating", "parts") as report:
             applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
@@ -417,8 +416,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # psycopg_pool logs each failed connection attempt; the command reports the outcome in
-    # one line of its own, so those attempts would only repeat it
+    # psycopg_pool logs each failed connection attempt: the command's own one line says it
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words)

@@ -95,8 +95,7 @@ def seconds_argument(text: str) -> float:
 def _console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
-    # what the commands print is data, shown as stored: "[x]" or ":smile:" in a fact stays
-    # as it is (only the demo's own text is styled)
+    # data is shown as stored: "[x]" or ":smile:" in a fact stays (only the demo's is styled)
     demo = args.command == "demo"
     return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
