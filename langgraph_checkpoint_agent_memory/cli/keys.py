@@ -22,7 +22,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
 )
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
+from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV, resolve_encryption
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import Encryption
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 
 def _required_encryption() -> Encryption:
-    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
-
     found = resolve_encryption(None)
     if found is None:  # configuration: status 2, as every setting that cannot be used
         raise ConfigurationError(
@@ -51,7 +49,6 @@ def _cmd_new_key(args: argparse.Namespace) -> int:
 
 def _cmd_rotate_key(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeyStore, open_database
-    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     found = resolve_encryption(None)
     if found is not None and found.keystore_url:
