@@ -23,11 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.db.marks import (
-    holds_tables_plan,
-    mark_plan,
-    write_mark_plan,
-)
+from langgraph_checkpoint_agent_memory.db.marks import holds_tables_plan, mark_plan, write_mark_plan
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, DatabaseUnavailableError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 from langgraph_checkpoint_agent_memory.memory import AgentMemory, Fact, RuleBasedExtractor
@@ -119,13 +115,8 @@ def run_demo(
 
     app, seen = memory_graph(memory, agent_model, checkpointer=checkpointer)
 
-    summary: dict[str, Any] = {
-        "sessions": [],
-        "episodes": [],
-        "superseded": [],
-        "decayed": [],
-        "evicted": [],
-    }
+    kinds = ("sessions", "episodes", "superseded", "decayed", "evicted")
+    summary: dict[str, Any] = {kind: [] for kind in kinds}
     for number, (at, thread, turns) in enumerate(SESSIONS, 1):
         clock.advance_to(at, start)
         out.rule(f"Session {number} · {day(clock())} · thread {thread}")
@@ -165,9 +156,7 @@ def run_demo(
         f"[bold]agent-memory episodes user=alice[/], [bold]agent-memory scopes[/] (each with "
         f"--url {shown})"
     )
-    close = getattr(checkpointer, "close", None)
-    if callable(close):
-        close()
+    checkpointer.close()
     store.close()
     return summary
 
@@ -186,11 +175,9 @@ def claim_database(url: str) -> None:
         raise ConfigurationError(
             f"{target.masked()}: the demo runs on a SQLite file or a PostgreSQL database"
         )
-    made = (
-        _create_file(Path(target.options["path"]), target.masked())
-        if target.kind == "sqlite"
-        else []
-    )
+    made: list[Path] = []
+    if target.kind == "sqlite":
+        made = _create_file(Path(target.options["path"]), target.masked())
     try:
         mark, holds_tables = _inspect(url)
         if mark == DEMO_MARK:
@@ -198,12 +185,10 @@ def claim_database(url: str) -> None:
         if holds_tables:
             raise _not_the_demos(target.masked(), "it holds tables and no mark of the demo")
         # "rw" never creates a SQLite file: the demo made its own above
-        store = create_store(url, mode="rw") if target.kind == "sqlite" else create_store(url)
-        try:
+        mode: dict[str, Any] = {"mode": "rw"} if target.kind == "sqlite" else {}
+        with create_store(url, **mode) as store:
             store.setup()  # the store's tables, with the settings table that keeps the mark
             store.run_plan(write_mark_plan(store.dialect, DEMO_MARK))
-        finally:
-            store.close()
     except BaseException:  # a setting refused, say: what was made for it goes again
         _remove(made)
         raise
@@ -218,10 +203,8 @@ def reset_database(url: str) -> bool:
         ConfigurationError: The file is not the demo's (it is left as it is).
     """
     target = urls.parse(url)
-    if target.kind != "sqlite":
-        return False
-    path = Path(target.options["path"])
-    if not path.exists():
+    path = Path(target.options["path"]) if target.kind == "sqlite" else None
+    if path is None or not path.exists():
         return False
     mark, _ = _inspect(url)
     if mark != DEMO_MARK:
@@ -266,16 +249,14 @@ def _inspect(url: str) -> tuple[str | None, bool]:
     SQLite file is opened read-only)."""
     target = urls.parse(url)
     options: dict[str, Any] = {"mode": "ro"} if target.kind == "sqlite" else {}
-    probe = create_store(url, auto_setup=False, **options)
-    try:
-        holds_tables = probe.db.run(holds_tables_plan(probe.dialect))
-        mark = probe.db.run(mark_plan(probe.dialect)) if holds_tables else None
-    except DatabaseUnavailableError as exc:
-        if target.kind != "sqlite":
-            raise  # an unreachable server is not a refusal
-        raise _not_the_demos(target.masked(), str(exc.__cause__ or exc)) from None
-    finally:
-        probe.close()
+    with create_store(url, auto_setup=False, **options) as probe:
+        try:
+            holds_tables = probe.db.run(holds_tables_plan(probe.dialect))
+            mark = probe.db.run(mark_plan(probe.dialect)) if holds_tables else None
+        except DatabaseUnavailableError as exc:
+            if target.kind != "sqlite":
+                raise  # an unreachable server is not a refusal
+            raise _not_the_demos(target.masked(), str(exc.__cause__ or exc)) from None
     return mark, holds_tables
 
 
@@ -308,9 +289,8 @@ def _consolidate(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[
     before = {f.key: f for f in memory.facts(scope)}
     report = memory.consolidate()
     after = {f.key: f for f in memory.facts(scope)}
-    table = Table(title=f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)")
-    for column in ("change", "attribute", "value", "statement"):
-        table.add_column(column)
+    title = f"Consolidation: {report.episodes} episode(s) in {len(report.jobs)} job(s)"
+    table = Table("change", "attribute", "value", "statement", title=title)
     for job in report.jobs:
         for key in job.added:
             f = after[key]
@@ -332,9 +312,7 @@ def _episodes(
     memory: AgentMemory[Any], scope: dict[str, str], thread: str, summary: dict[str, Any]
 ) -> Table:
     """A table of the episodes of ``thread``, each with its own summary."""
-    table = Table(title="Each episode and its own summary")
-    for column in ("when", "the user said", "summary"):
-        table.add_column(column)
+    table = Table("when", "the user said", "summary", title="Each episode and its own summary")
     for e in memory.episodes(scope):
         if e.thread_id != thread:
             continue
@@ -358,13 +336,10 @@ def _decay(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, A
     deleted = [f"{len(gone)} fact(s)", f"{episodes} episode(s)"]
     if past_values := removed - len(gone) - episodes:
         deleted.append(f"{past_values} past value(s)")
-    table = Table(
-        title=f"Decay x{memory.settings.decay_rate}/day, threshold "
-        f"{memory.settings.decay_threshold}: deleted {', '.join(deleted)}"
-    )
+    rate, threshold = memory.settings.decay_rate, memory.settings.decay_threshold
+    title = f"Decay x{rate}/day, threshold {threshold}: deleted {', '.join(deleted)}"
+    table = Table("fact", "last confirmed", "now", title=title)
     table.caption = "importance fades per day since a fact was last confirmed or recalled"
-    for column in ("fact", "last confirmed", "now"):
-        table.add_column(column)
     for f in gone:
         table.add_row(f.text(), day(f.last_confirmed), "[red]deleted[/]")
     for f in kept:
@@ -374,9 +349,7 @@ def _decay(memory: AgentMemory[Any], scope: dict[str, str], summary: dict[str, A
 
 def _ttl(start: float, evicted: list[str]) -> Table:
     """A table of the demo's threads, evicted or kept by the checkpointer's TTL."""
-    table = Table(title="Checkpointer TTL: 14 days idle")
-    for column in ("thread", "last active", "state"):
-        table.add_column(column)
+    table = Table("thread", "last active", "state", title="Checkpointer TTL: 14 days idle")
     for at, thread, _ in SESSIONS:
         state = "[red]evicted[/]" if thread in evicted else "kept"
         table.add_row(thread, day(start + at * DAY), state)
@@ -413,9 +386,8 @@ def memory_graph(
 
 
 def history_table(versions: list[Fact], attribute: str) -> Table:
-    table = Table(title=f"history of {attribute!r}")
-    for column in ("value", "valid from", "valid to", "superseded by"):
-        table.add_column(column)
+    columns = ("value", "valid from", "valid to", "superseded by")
+    table = Table(*columns, title=f"history of {attribute!r}")
     for f in versions:
         table.add_row(
             f.value,

@@ -72,9 +72,7 @@ def resolve_ttl(ttl_seconds: int | None) -> int | None:
     if ttl_seconds is not None:
         return validate_ttl(ttl_seconds)
     declared = settings.get_field(TTL_CONFIG_KEY)
-    if declared is None:
-        return None
-    return validate_ttl(declared.value(), name=TTL_CONFIG_KEY)
+    return None if declared is None else validate_ttl(declared.value(), name=TTL_CONFIG_KEY)
 
 
 def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
@@ -89,14 +87,7 @@ def resolve_encryption(setting: EncryptionLike = None) -> Encryption | None:
         True
     """
     if setting is None:
-        declared = settings.get_field(ENCRYPTION_CONFIG_KEY)
-        if declared is not None and declared.value() is not None:
-            enabled = declared.value()
-            if not isinstance(enabled, bool):
-                raise ConfigurationError(
-                    f"agent_config {ENCRYPTION_CONFIG_KEY!r} must be true or false, not {enabled!r}"
-                )
-            setting = enabled
+        setting = _declared_flag(ENCRYPTION_CONFIG_KEY)
     # off, and no master key to turn it on: the cipher's modules need not load
     if setting is False or (setting is None and not os.environ.get(MASTER_KEY_ENV, "").strip()):
         return None
@@ -121,8 +112,7 @@ def _postgres_settings(target: urls.Target | None, options: dict[str, Any]) -> N
         return
     if urls.take_prepare_threshold(target.url)[1] is not None:
         return
-    declared = settings.get_field(PREPARE_CONFIG_KEY)
-    if declared is not None:
+    if (declared := settings.get_field(PREPARE_CONFIG_KEY)) is not None:
         from langgraph_checkpoint_agent_memory.db.postgres import prepare_threshold_of
 
         options[urls.PREPARE_THRESHOLD] = prepare_threshold_of(
@@ -139,12 +129,14 @@ def _declared_store_options(options: dict[str, Any]) -> None:
         if depth is not None:
             options["shard_depth"] = checked_depth(depth)
     if options.get("feedback") is None:
-        value = settings.effective_value(FEEDBACK_CONFIG_KEY)
-        if value is not None and not isinstance(value, bool):
-            raise ConfigurationError(
-                f"agent_config {FEEDBACK_CONFIG_KEY!r} must be true or false, not {value!r}"
-            )
-        options["feedback"] = value or None
+        options["feedback"] = _declared_flag(FEEDBACK_CONFIG_KEY) or None
+
+
+def _declared_flag(key: str) -> bool | None:
+    value = settings.effective_value(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigurationError(f"agent_config {key!r} must be true or false, not {value!r}")
 
 
 def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
@@ -216,8 +208,7 @@ def create_checkpointer(
     if target is not None:
         _postgres_settings(target, options)
         return _open_sql_saver(target, ttl, {**options, "encryption": setting or False})
-    unknown = sorted(set(options) - _MEMORY_OPTIONS)
-    if unknown:
+    if unknown := sorted(set(options) - _MEMORY_OPTIONS):
         raise TypeError(
             f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
             f"in-memory saver; known: ttl_seconds, url, {', '.join(sorted(_MEMORY_OPTIONS))}"
@@ -228,8 +219,7 @@ def create_checkpointer(
     if ttl is None:
         if "keep_last" in options:
             validate_keep_last(options["keep_last"])
-        ignored = sorted(set(options) & _TTL_ONLY_OPTIONS)
-        if ignored:
+        if ignored := sorted(set(options) & _TTL_ONLY_OPTIONS):
             logger.debug("TTL is off; ignoring %s", ", ".join(ignored))
         _warn_volatile_once("InMemorySaver")
         return CheckedInMemorySaver(serde=options.get("serde"))
@@ -299,15 +289,11 @@ def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
     from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
     from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
-    database_options: dict[str, Any] = {
-        k: options.pop(k) for k in ("pool_size", "connect_timeout") if k in options
-    }
-    postgres_only = PostgresOptions.names() - {"pool_size", "connect_timeout"}
-    postgres_options = {k: options.pop(k) for k in postgres_only if k in options}
     target = urls.resolve(url)
     _sqlite_only(target, options)
-    if "mode" in options:
-        database_options["mode"] = options.pop("mode")
+    shared = ("pool_size", "connect_timeout", "mode")
+    database_options: dict[str, Any] = {k: options.pop(k) for k in shared if k in options}
+    postgres_options = {k: options.pop(k) for k in PostgresOptions.names() & options.keys()}
     _postgres_settings(target, postgres_options)
     if postgres_options and (target is None or target.kind != "postgresql"):
         raise ConfigurationError(

@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -201,8 +202,7 @@ def import_from_langgraph(
             f"import_from_langgraph() needs a destination: pass url= or set {urls.URL_ENV}"
         )
     tally = _Tally(ImportReport(), ImportProgress(), on_progress or (lambda progress: None))
-    src = sql.open_source(source)
-    try:
+    with closing(sql.open_source(source)) as src:
         tables = src.tables()
         threads = threads and "checkpoints" in tables
         items = items and "store" in tables
@@ -222,18 +222,12 @@ def import_from_langgraph(
             theirs = _langgraph_saver(src, serde)
             saver = create_checkpointer(ttl_seconds, url=target.url, encryption=encryption)
             assert isinstance(saver, SQLSaver)  # a URL was given: a SQL saver
-            try:
+            with saver:
                 _copy_threads(src, theirs, saver, tally)
-            finally:
-                saver.close()
         if items:
             store = create_store(target.url, index=index, ttl=store_ttl, encryption=encryption)
-            try:
+            with store:
                 _copy_items(src, store, tally)
-            finally:
-                store.close()
-    finally:
-        src.close()
     tally.report.seconds = time.monotonic() - tally.began
     return tally.report
 
@@ -288,30 +282,23 @@ DEFAULT_TYPES = frozenset({"msgpack", "json", "null", "empty", "bytes", "bytearr
 
 
 def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseCheckpointSaver[Any]:
-    module, package, name = {
-        "sqlite": ("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite", "SqliteSaver"),
-        "postgresql": (
-            "langgraph.checkpoint.postgres",
-            "langgraph-checkpoint-postgres",
-            "PostgresSaver",
-        ),
-    }[src.kind]
+    kind = {"sqlite": "sqlite", "postgresql": "postgres"}[src.kind]
+    name, package = f"{kind.capitalize()}Saver", f"langgraph-checkpoint-{kind}"
     try:
-        found = importlib.import_module(module)
+        found = importlib.import_module(f"langgraph.checkpoint.{kind}")
     except ImportError:
         raise ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
-    if serde is None:  # LangGraph's default serializer: it reads these types only
-        other = sorted(src.value_types() - DEFAULT_TYPES)
-        if other:
-            raise ConfigurationError(
-                f"{src.where}: the source's values were written with another serializer "
-                f"(type {', '.join(other)}"
-                + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
-                + "): pass serde=... to import_from_langgraph() (Python), or --serde aes "
-                "with LANGGRAPH_AES_KEY set (agent-memory import)"
-            )
+    # LangGraph's default serializer reads these types only
+    if serde is None and (other := sorted(src.value_types() - DEFAULT_TYPES)):
+        raise ConfigurationError(
+            f"{src.where}: the source's values were written with another serializer "
+            f"(type {', '.join(other)}"
+            + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
+            + "): pass serde=... to import_from_langgraph() (Python), or --serde aes "
+            "with LANGGRAPH_AES_KEY set (agent-memory import)"
+        )
     saver: BaseCheckpointSaver[Any] = getattr(found, name)(src.connection, serde=serde)
     if src.kind == "sqlite":
         wal, task_paths = src.sqlite_state()
@@ -362,10 +349,8 @@ def _copy_thread(
     for found in _oldest_first(theirs, thread_id, todo, set(here)):
         ns, checkpoint_id = _coordinates(found)
         checkpoint = found.checkpoint
-        versions[(ns, checkpoint_id)] = (
-            checkpoint["channel_versions"],
-            frozenset(checkpoint["channel_values"]),
-        )
+        held = frozenset(checkpoint["channel_values"])
+        versions[(ns, checkpoint_id)] = (checkpoint["channel_versions"], held)
         if (ns, checkpoint_id) not in todo:
             continue
         if (ns, checkpoint_id) not in here:
@@ -392,17 +377,12 @@ def _replaced_special_writes(
     """Put again the special writes (errors, interrupts, resume values) LangGraph replaced
     in place since they were copied: those of each namespace's latest ``complete``
     checkpoint, the one a task runs again from. Whether any was put."""
-    latest: dict[str, str] = {}
-    for ns, checkpoint_id in complete:
-        latest[ns] = max(checkpoint_id, latest.get(ns, ""))
+    latest = dict(sorted(complete))  # each namespace's last id in order: its latest
     keys = src.with_special_writes(thread_id, list(WRITES_IDX_MAP)) & set(latest.items())
     put = False
     for ns, checkpoint_id in sorted(keys):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
-        there, ours = (
-            theirs.get_tuple({"configurable": conf}),
-            saver.get_tuple({"configurable": conf}),
-        )
+        there, ours = (s.get_tuple({"configurable": conf}) for s in (theirs, saver))
         if there is None or ours is None:
             continue
         wanted, held = (_special_writes(saver, t) for t in (there, ours))
@@ -486,11 +466,7 @@ def _put_checkpoint(
 
 
 def _put_writes(
-    saver: SQLSaver,
-    config: Any,
-    task_writes: list[tuple[str, Any]],
-    task_id: str,
-    path: str,
+    saver: SQLSaver, config: Any, task_writes: list[tuple[str, Any]], task_id: str, path: str
 ) -> None:
     """A task's writes as LangGraph stored them: the regular ones in their order (so they
     get their indexes again), the special channels (errors, interrupts, resume values) at
@@ -520,10 +496,7 @@ def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None
 
 
 def _put_items(
-    store: AgentMemoryStore,
-    page: list[sql.SourceItem],
-    copied_until: float | None,
-    tally: _Tally,
+    store: AgentMemoryStore, page: list[sql.SourceItem], copied_until: float | None, tally: _Tally
 ) -> None:
     """When the destination refuses an item, the others go one by one."""
     live = [i for i in page if i.expires_at is None or i.expires_at > time.time()]
@@ -571,27 +544,22 @@ def _put_stamped(store: AgentMemoryStore, todo: list[sql.SourceItem]) -> None:
     if not todo:
         return
     default = (store.ttl_config or {}).get("default_ttl")
+    ttls = [default if i.ttl_minutes is None else i.ttl_minutes for i in todo]
     store.batch(
-        [
-            PutOp(
-                i.namespace, i.key, i.value, ttl=default if i.ttl_minutes is None else i.ttl_minutes
-            )
-            for i in todo
-        ]
+        [PutOp(i.namespace, i.key, i.value, ttl=t) for i, t in zip(todo, ttls, strict=True)]
     )
-    stamps = []
-    for i in todo:
-        prefix = ns_text(i.namespace)
-        stamps.append(
-            {
-                "shard": store.statements.shard(prefix),
-                "prefix": prefix,
-                "key": i.key,
-                "created_at": i.created_at,
-                "updated_at": i.updated_at,
-                "expires_at": i.expires_at,
-            }
-        )
+    prefixes = [ns_text(i.namespace) for i in todo]
+    stamps = [
+        {
+            "shard": store.statements.shard(prefix),
+            "prefix": prefix,
+            "key": i.key,
+            "created_at": i.created_at,
+            "updated_at": i.updated_at,
+            "expires_at": i.expires_at,
+        }
+        for i, prefix in zip(todo, prefixes, strict=True)
+    ]
     store.run_plan(sql.stamp_items_plan(store.dialect, stamps))
 
 

@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,7 @@ from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.schema import MAX_TTL_SECONDS
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
-from langgraph_checkpoint_agent_memory.store.embed import (
-    DEFAULT_DIMS,
-    MiniLMEmbeddings,
-    default_embeddings,
-)
+from langgraph_checkpoint_agent_memory.store.embed import DEFAULT_DIMS, default_embeddings
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
 
 __all__ = [
@@ -118,14 +114,12 @@ async def checkpointer() -> AsyncIterator[SQLSaver]:
     )
     if not isinstance(saver, SQLSaver):  # pragma: no cover - a URL always gives a SQL saver
         raise TypeError(f"expected a SQL saver for a URL, got {type(saver).__name__}")
-    try:
+    async with saver:
         await saver.asetup()
         if saver.ttl_seconds:
             saver.start_async_sweeper()
         logger.info("Agent Server checkpointer: %r", saver)
         yield saver
-    finally:
-        await saver.aclose()
 
 
 @asynccontextmanager
@@ -175,20 +169,15 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
     index = _index(section.section("index"))
     ttl = _store_ttl(section.section("ttl"))
     opened = create_store(
-        _memory_url(os.environ),
-        index=index,
-        ttl=ttl,
-        encryption=from_langgraph_aes_key(os.environ),
+        _memory_url(os.environ), index=index, ttl=ttl, encryption=from_langgraph_aes_key(os.environ)
     )
-    try:
+    async with opened:  # its close joins the sweeper thread off the event loop
         await opened.asetup()
         if ttl and (ttl.get("default_ttl") or ttl.get("sweep_interval_minutes")):
             # a thread start takes a lock: not on the server's event loop
             await asyncio.to_thread(opened.start_ttl_sweeper)
         logger.info("Agent Server store: %r, ttl=%s", opened, ttl)
         yield opened
-    finally:
-        await opened.aclose()  # joins the sweeper thread off the event loop
 
 
 def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
@@ -221,9 +210,7 @@ def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
     return _offline_model().embed_documents(list(texts))
 
 
-@functools.lru_cache(maxsize=1)
-def _offline_model() -> MiniLMEmbeddings:
-    return default_embeddings()
+_offline_model = functools.cache(default_embeddings)
 
 
 def _memory_url(environ: Mapping[str, str]) -> str:
@@ -269,18 +256,20 @@ class _Fields:
     def fail(self, key: str, expected: str) -> ConfigurationError:
         return ConfigurationError(f"{self.name(key)} must be {expected}, got {self.data[key]!r}")
 
-    def section(self, key: str) -> _Fields | None:
+    def value(self, key: str, valid: Callable[[Any], bool], expected: str) -> Any:
+        """The field ``key`` (``None`` when absent or null), refused unless ``valid``."""
         value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self.fail(key, "a JSON object")
-        return _Fields(self.variable, value, f"{self.prefix}{key}.")
+        if value is not None and not valid(value):
+            raise self.fail(key, expected)
+        return value
+
+    def section(self, key: str) -> _Fields | None:
+        value = self.value(key, lambda v: isinstance(v, dict), "a JSON object")
+        return None if value is None else _Fields(self.variable, value, f"{self.prefix}{key}.")
 
     def only(self, known: Sequence[str]) -> None:
         """Refuse keys this section does not have: a misspelt TTL would silently keep data."""
-        unknown = sorted(set(self.data) - set(known))
-        if unknown:
+        if unknown := sorted(set(self.data) - set(known)):
             raise ConfigurationError(
                 f"{self.name(unknown[0])} is not a setting this package knows; known: "
                 f"{', '.join(known)}"
@@ -292,38 +281,22 @@ class _Fields:
             logger.warning("%s is not read by this package; ignored", self.name(key))
 
     def number(self, key: str) -> float | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(key, "a number of minutes")
-        if not math.isfinite(value) or value <= 0:
-            raise self.fail(key, "a number of minutes > 0 (or null)")
-        return float(value)
+        self.value(key, lambda v: type(v) in (int, float), "a number of minutes")
+        positive = "a number of minutes > 0 (or null)"
+        value = self.value(key, lambda v: math.isfinite(v) and v > 0, positive)
+        return None if value is None else float(value)
 
     def count(self, key: str) -> int | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(key, "a whole number >= 1")
-        return value
+        value = self.value(key, lambda v: type(v) is int and v >= 1, "a whole number >= 1")
+        return None if value is None else int(value)
 
     def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, "true or false")
-        return value
+        value = self.value(key, lambda v: isinstance(v, bool), "true or false")
+        return default if value is None else bool(value)
 
     def choice(self, key: str, choices: Sequence[str], default: str) -> str:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if value not in choices:
-            raise self.fail(key, " or ".join(repr(c) for c in choices))
-        return str(value)
+        value = self.value(key, lambda v: v in choices, " or ".join(repr(c) for c in choices))
+        return default if value is None else str(value)
 
 
 def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -333,21 +306,17 @@ def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
     ttl = _thread_ttl_override(environ) or section.section("ttl")
     if ttl is not None:
         ttl.only(_THREAD_TTL_KEYS)
-        minutes = ttl.number("default_ttl")
-        if minutes is not None:
+        if (minutes := ttl.number("default_ttl")) is not None:
             _bounded_minutes(ttl, "default_ttl", minutes)
             # whole seconds, rounded up; round() first so that 0.1 min is 6 s, not 7
             options["ttl_seconds"] = max(1, math.ceil(round(minutes * 60, 6)))
         options["strategy"] = ttl.choice("strategy", ("delete", "keep_latest"), "delete")
         options["refresh_on_read"] = ttl.flag("refresh_on_read", False)
-        interval = ttl.number("sweep_interval_minutes")
-        if interval is not None:
+        if (interval := ttl.number("sweep_interval_minutes")) is not None:
             options["sweep_interval_seconds"] = interval * 60
-        limit = ttl.count("sweep_limit")
-        if limit is not None:
+        if (limit := ttl.count("sweep_limit")) is not None:
             options["sweep_batch"] = limit
-    serde = section.section("serde")
-    if serde is not None:
+    if (serde := section.section("serde")) is not None:
         options["serde"] = _serde(serde)
     return options
 
@@ -402,11 +371,9 @@ def _store_ttl(section: _Fields | None) -> TTLConfig | None:
     ttl: TTLConfig = {"refresh_on_read": section.flag("refresh_on_read", True)}
     if "omit_expired" in section.data:  # accepted; the store never returns expired items
         ttl["omit_expired"] = section.flag("omit_expired", True)
-    minutes = section.number("default_ttl")
-    if minutes is not None:
+    if (minutes := section.number("default_ttl")) is not None:
         ttl["default_ttl"] = _bounded_minutes(section, "default_ttl", minutes)
-    interval = section.number("sweep_interval_minutes")
-    if interval is not None:
+    if (interval := section.number("sweep_interval_minutes")) is not None:
         _bounded_minutes(section, "sweep_interval_minutes", interval)
         ttl["sweep_interval_minutes"] = interval  # type: ignore[typeddict-item]
     return ttl

@@ -59,39 +59,26 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     target = urls.parse(url)
     # the store first: a setting it refuses (a bad master key) leaves no folder behind
-    store = create_store(url, auto_setup=False, shard_depth=args.shard_depth)
-    try:
+    with create_store(url, auto_setup=False, shard_depth=args.shard_depth) as store:
         if target.kind == "sqlite":
-            _create_folder(Path(target.options["path"]).parent, target.masked())
-        # with the master key configured, the database is marked encrypted (without it,
-        # an encrypted one is refused)
+            folder = Path(target.options["path"]).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in the way, a folder the user cannot write
+                why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+                raise CommandError(
+                    f"cannot create the folder {folder} of {target.masked()}: {why or exc}"
+                ) from None
+        # the master key set, the database is marked encrypted (unset, an encrypted one is refused)
         encrypted = store.keyring is not None
         with progress(args, "migrating", "parts") as report:
             applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
-    finally:
-        store.close()
     newest = {c.name: c.latest for c in COMPONENTS}
-    data = {"applied": applied, "latest": newest}
     done = [f"{name} {v}" for name, versions in applied.items() for v in versions]
     latest = ", ".join(f"{name} {v}" for name, v in newest.items())
-    _emit(
-        args,
-        data,
-        lambda out: out.print(
-            f"applied migration(s) {', '.join(done)}"
-            if done
-            else f"schema is up to date ({latest})"
-        ),
-    )
+    said = f"applied migration(s) {', '.join(done)}" if done else f"schema is up to date ({latest})"
+    _emit(args, {"applied": applied, "latest": newest}, lambda out: out.print(said))
     return 0
-
-
-def _create_folder(folder: Path, where: str) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file in the way, a folder the user cannot write
-        why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
-        raise CommandError(f"cannot create the folder {folder} of {where}: {why or exc}") from None
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -126,19 +113,24 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         failures_plan,
         owed_count_plan,
     )
-    from langgraph_checkpoint_agent_memory.factory import create_store
+    from langgraph_checkpoint_agent_memory.factory import create_store, resolve_encryption
 
     url = resolve_url(args.url)
     installed = _installed(url)
     now = time.time()
+    # where the data keys are: None (no encryption), the data database (in every backup of
+    # it, which an erase does not reach), else the key store's URL
+    setting, keystore = resolve_encryption(None), None
+    if setting is not None:
+        keystore = urls.mask_url(setting.keystore_url) if setting.keystore_url else "data database"
+    keys: dict[str, Any] = {"keystore": keystore, "in_data_database": None, "beside_data": False}
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
-    data.update(keys=_keystore(), erasures=None)
+    data.update(keys=keys, erasures=None)
     # nothing is set up, migrated or created (opened for writing though only read, a SQLite
     # file's WAL files are removed again at close)
-    store = create_store(url, auto_setup=False, **existing(url))
-    try:
+    with create_store(url, auto_setup=False, **existing(url)) as store:
+        sql = MemorySql(store.dialect, store.statements)
         if "memory" in installed:
-            sql = MemorySql(store.dialect, store.statements)
             backlog = store.run_plan(backlog_plan(sql, now))
             data["backlog"] = {
                 "pending_episodes": backlog.pending,
@@ -158,27 +150,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         sizes = store.run_plan(sizes_plan(store.dialect))
         data["size"] = sizes.as_dict()
         if "am_keys" in sizes.tables:
-            data["keys"]["in_data_database"] = store.run_plan(count_plan(store.dialect))
-        data["keys"]["beside_data"] = bool(data["keys"]["in_data_database"])
+            keys["in_data_database"] = store.run_plan(count_plan(store.dialect))
+        keys["beside_data"] = bool(keys["in_data_database"])
         if "am_memory_erasures" in sizes.tables:
-            sql = MemorySql(store.dialect, store.statements)
             data["erasures"] = {"owed_keys": store.run_plan(owed_count_plan(sql))}
-    finally:
-        store.close()
     _emit(args, data, lambda out: _render(out, data))
     return 0
-
-
-def _keystore() -> dict[str, Any]:
-    """Where the environment keeps the data keys: ``None`` (no encryption), ``"data
-    database"`` (in every backup of it, which an erase does not reach), else its URL."""
-    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
-
-    setting = resolve_encryption(None)
-    where = None
-    if setting is not None:
-        where = urls.mask_url(setting.keystore_url) if setting.keystore_url else "data database"
-    return {"keystore": where, "in_data_database": None, "beside_data": False}
 
 
 def _ago(seconds: float) -> str:
@@ -194,30 +171,21 @@ def _known(n: int | None) -> str:
 
 
 def _render(out: Any, data: dict[str, Any]) -> None:
-    from rich.table import Table
-
     from langgraph_checkpoint_agent_memory.db.health import COMPONENT_TABLES
 
-    figures = Table(title="agent memory health", show_header=False)
-    figures.add_column("figure")
-    figures.add_column("value", justify="right")
+    figures = output.table("agent memory health", "figure", ("value", "right"), show_header=False)
     backlog, jobs, threads = data["backlog"], data["jobs"], data["threads"]
     if backlog is None:
         figures.add_row("consolidation", "no agent memory tables")
     else:
-        oldest = backlog["oldest_pending_at"]
+        oldest, age = backlog["oldest_pending_at"], backlog["oldest_pending_age_seconds"]
         figures.add_row(
             "pending episodes", f"{backlog['pending_episodes']} in {backlog['scopes']} scope(s)"
         )
-        figures.add_row(
-            "oldest pending",
-            "none"
-            if oldest is None
-            else f"{output.when(oldest)} ({_ago(backlog['oldest_pending_age_seconds'])} ago)",
-        )
-        figures.add_row("parked episodes", str(jobs["parked_episodes"]))
-        figures.add_row("failed jobs", str(jobs["failed_jobs"]))
-        figures.add_row("parked jobs", str(jobs["parked_jobs"]))
+        when = "none" if oldest is None else f"{output.when(oldest)} ({_ago(age)} ago)"
+        figures.add_row("oldest pending", when)
+        for name in ("parked_episodes", "failed_jobs", "parked_jobs"):
+            figures.add_row(name.replace("_", " "), str(jobs[name]))
     if threads is None:
         figures.add_row("threads", "no checkpointer tables")
     else:
@@ -237,10 +205,8 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         figures.add_row("data keys erases owe", str(erasures["owed_keys"]))
     out.print(figures)
     size = data["size"]
-    sizes = Table(title=f"database size ({size['measured_by'] or 'per table unknown'})")
-    sizes.add_column("component")
-    sizes.add_column("tables", justify="right")
-    sizes.add_column("size", justify="right")
+    title = f"database size ({size['measured_by'] or 'per table unknown'})"
+    sizes = output.table(title, "component", ("tables", "right"), ("size", "right"))
     for name, n in size["components"].items():
         count = sum(t.name in size["tables"] for t in COMPONENT_TABLES[name])
         sizes.add_row(name, str(count), _known(n))
@@ -263,6 +229,10 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
     _count_option(
         parser, "--keep-last", 1, 1, "with --strategy keep_latest: checkpoints kept per namespace"
     )
+
+
+def _flag(parser: argparse.ArgumentParser, flag: str, help: str) -> None:
+    parser.add_argument(flag, action="store_true", help=help)
 
 
 def _count_option(
@@ -324,11 +294,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, help: str, func: Callable[[argparse.Namespace], int]) -> Any:
+    def command(
+        name: str, help: str, func: Callable[[argparse.Namespace], int], *positional: str
+    ) -> Any:
+        """The parser of ``name``, its ``positional`` arguments (``"SCOPE"``...) first."""
         if only is not None and name != only:
             return _Unbuilt()
         p = commands.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
+        for metavar in positional:
+            p.add_argument(metavar.lower(), metavar=metavar)
         if name not in ("config", "demo", "new-key"):
             p.add_argument(
                 "--url",
@@ -338,7 +313,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
-            p.add_argument("--json", action="store_true", help="print JSON for scripts")
+            _flag(p, "--json", "print JSON for scripts")
         return p
 
     demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
@@ -349,38 +324,28 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
         "created before; any other is refused",
     )
-    demo.add_argument(
-        "--reset",
-        action="store_true",
-        help="delete the demo's SQLite file first (only a file the demo created)",
-    )
+    _flag(demo, "--reset", "delete the demo's SQLite file first (only a file the demo created)")
     demo.add_argument("--model", help="provider:name for init_chat_model, e.g. openai:gpt-4o-mini")
+    extractor = "provider:name of the extractor's chat model"
 
     command("scopes", "list scopes with their counts", _cmd_scopes)
-    facts = command("facts", "a scope's current facts", _cmd_facts)
-    facts.add_argument("scope", metavar="SCOPE")
-    facts.add_argument("--all", action="store_true", help="include superseded values")
-    episodes = command("episodes", "a scope's episodes", _cmd_episodes)
-    episodes.add_argument("scope", metavar="SCOPE")
+    facts = command("facts", "a scope's current facts", _cmd_facts, "SCOPE")
+    _flag(facts, "--all", "include superseded values")
+    episodes = command("episodes", "a scope's episodes", _cmd_episodes, "SCOPE")
     episodes.add_argument("--status", choices=["pending", "done", "parked"])
-    context = command("context", "what inject_node would inject for QUERY", _cmd_context)
-    context.add_argument("scope", metavar="SCOPE")
-    context.add_argument("query", metavar="QUERY")
+    context = command(
+        "context", "what inject_node would inject for QUERY", _cmd_context, "SCOPE", "QUERY"
+    )
     context.add_argument("--budget", type=count_argument(1), default=None, help="token budget")
-    erase = command("erase", "erase a scope's memory and conversations", _cmd_erase)
-    erase.add_argument("scope", metavar="SCOPE")
-    erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    erase = command("erase", "erase a scope's memory and conversations", _cmd_erase, "SCOPE")
+    _flag(erase, "--yes", "do not ask for confirmation")
     consolidate = command("consolidate", "consolidate pending episodes now", _cmd_consolidate)
     consolidate.add_argument("--scope", help="only this SCOPE")
-    consolidate.add_argument("--model", help="provider:name of the extractor's chat model")
+    consolidate.add_argument("--model", help=extractor)
     decay = command("decay", "delete memories whose importance decayed away", _cmd_decay)
     decay.add_argument("--scope", help="only this SCOPE")
     sweep = command("sweep", "remove expired store items and checkpointer threads", _cmd_sweep)
-    sweep.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="say what would be removed and how many bytes freed; change nothing",
-    )
+    _flag(sweep, "--dry-run", "say what would be removed and how many bytes freed; change nothing")
     _retention_arguments(sweep)
     threads = command(
         "threads", "threads with their checkpoints, bytes, activity and expiry", _cmd_threads
@@ -406,13 +371,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="count the threads expiring within SECONDS from now (default 3600)",
     )
     jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
-    jobs.add_argument("--retry", action="store_true", help="queue parked episodes again")
+    _flag(jobs, "--retry", "queue parked episodes again")
     jobs.add_argument("--scope", help="with --retry: only this SCOPE")
-    jobs.add_argument("--all", action="store_true", help="completed jobs too")
+    _flag(jobs, "--all", "completed jobs too")
     _count_option(jobs, "--limit", 1, 50, "at most N jobs")
     worker = command("worker", "run the background worker in the foreground", _cmd_worker)
-    worker.add_argument("--once", action="store_true", help="one round, then exit")
-    worker.add_argument("--model", help="provider:name of the extractor's chat model")
+    _flag(worker, "--once", "one round, then exit")
+    worker.add_argument("--model", help=extractor)
     _retention_arguments(worker)
     for name, default in (("consolidate", 30), ("decay", 3600), ("sweep", 300)):
         worker.add_argument(
@@ -451,8 +416,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # psycopg_pool logs each failed connection attempt; the command reports the outcome in
-    # one line of its own, so those attempts would only repeat it
+    # psycopg_pool logs each failed connection attempt: the command's own one line says it
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words)
@@ -465,20 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
         print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
         return 130
-    except DatabaseNotFoundError as exc:  # only migrate creates a database
-        url = urls.mask_url(resolve_url(args.url))
-        print(
-            f"agent-memory {args.command}: error: {exc}; `agent-memory migrate --url {url}` "
-            "creates one",
-            file=sys.stderr,
-        )
-        return 2
-    except (ConfigurationError, ImportError, ValueError) as exc:
-        print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except AgentMemoryError as exc:  # a CommandError, an unreachable database and the like
-        print(f"agent-memory {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+    except (AgentMemoryError, ImportError, ValueError) as exc:
+        message = f"agent-memory {args.command}: error: {exc}"
+        if isinstance(exc, DatabaseNotFoundError):  # only migrate creates a database
+            url = urls.mask_url(resolve_url(args.url))
+            message += f"; `agent-memory migrate --url {url}` creates one"
+        print(message, file=sys.stderr)
+        # a usage or configuration mistake is 2; a CommandError, an unreachable database... 1
+        return 2 if isinstance(exc, (ImportError, ValueError)) else 1
 
 
 #: The commands that read a little and return at once: the collector is off while they run.
@@ -489,18 +447,15 @@ def run() -> NoReturn:
     """The ``agent-memory`` program: :func:`main` on the process's arguments, then exit with
     its status.
 
-    Two walks of the cyclic garbage collector are needless in a short process, and skipped:
+    Two walks of the cyclic garbage collector, needless in a short process, are skipped:
 
-    * at the exit, over every object a command leaves (some 55,000 after a read:
-      SQLAlchemy's and ``rich``'s classes and their caches): 0.05-0.07 s of a read
-      command's 0.3 s. They are moved out of its reach first (:func:`gc.freeze`); the exit
-      itself is Python's own, so output is flushed and ``atexit`` handlers run, and each
-      command closes what it opens before it returns;
-    * while :data:`QUICK_READS` run, whose imports (SQLAlchemy's) set off some 120
-      collections that free about 700 objects in all: 0.03-0.04 s more. The collector is
-      off for them (:func:`gc.disable`); what they read is freed as usual, by reference
-      counting. The commands that can run long (``worker``, ``import``, ``encrypt``...)
-      keep it on.
+    * at the exit, over the some 55,000 objects a read leaves (SQLAlchemy's and ``rich``'s
+      classes and caches): 0.05-0.07 s of its 0.3 s. :func:`gc.freeze` moves them out of
+      its reach; the exit is Python's own (output flushed, ``atexit`` handlers run), and
+      each command closes what it opens;
+    * while :data:`QUICK_READS` run, whose imports set off some 120 collections that free
+      about 700 objects: 0.03-0.04 s more (:func:`gc.disable`; reference counting still
+      frees what they read). The commands that can run long keep it on.
 
     Example:
         ```console

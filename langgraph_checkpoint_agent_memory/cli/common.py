@@ -59,10 +59,9 @@ def url_argument(text: str) -> str:
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
     try:
-        value = kind(text)
+        return kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    return value
 
 
 #: The largest count a command takes: a 4-byte INTEGER, which every backend's columns and
@@ -96,8 +95,7 @@ def seconds_argument(text: str) -> float:
 def _console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
-    # what the commands print is data, shown as stored: "[x]" or ":smile:" in a fact stays
-    # as it is (only the demo's own text is styled)
+    # data is shown as stored: "[x]" or ":smile:" in a fact stays (only the demo's is styled)
     demo = args.command == "demo"
     return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
@@ -124,11 +122,8 @@ def _installed(url: str) -> set[str]:
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     # read only: a file of another program is not even switched to WAL
-    probe = create_store(url, auto_setup=False, **existing(url, "ro"))
-    try:
+    with create_store(url, auto_setup=False, **existing(url, "ro")) as probe:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
-    finally:
-        probe.close()
     if not found:
         raise _no_memory(url)
     return found
@@ -153,11 +148,9 @@ def _memory(
     """The memory at ``--url``, which must hold this package's tables; with ``reads``, agent
     memory's, and nothing is migrated."""
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
-    from langgraph_checkpoint_agent_memory.memory import AgentMemory
+    from langgraph_checkpoint_agent_memory.memory import AgentMemory, Scope
 
     if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
-        from langgraph_checkpoint_agent_memory.memory import Scope
-
         Scope.parse(args.scope)
     url = resolve_url(args.url)
     if "memory" not in _installed(url) and reads:

@@ -51,26 +51,19 @@ def _cmd_import(args: argparse.Namespace) -> int:
             if urls.mask_url(args.source) in str(exc):
                 raise DatabaseUnavailableError(f"--from: {exc}") from None
             raise
-    data = report.as_dict()
 
-    def render(out: Any) -> None:
-        out.print(
-            f"threads: {report.threads} ({report.threads_copied} copied, "
-            f"{report.threads_unchanged} already here"
-            + (
-                f", {len(report.threads_refused)} deleted here, left out"
-                if report.threads_refused
-                else ""
-            )
-            + f"); {report.checkpoints} checkpoint(s), {report.writes} task write set(s); "
-            f"store items: {report.items} copied, {report.items_unchanged} already here"
-            + (f", {report.items_refused} deleted here, left out" if report.items_refused else "")
-            + f"; {report.seconds:.1f} s"
-        )
+    def left_out(n: int) -> str:
+        return f", {n} deleted here, left out" if n else ""
 
-    _emit(args, data, render)
-    failed = _failures(report)
-    if failed:
+    said = (
+        f"threads: {report.threads} ({report.threads_copied} copied, "
+        f"{report.threads_unchanged} already here{left_out(len(report.threads_refused))}); "
+        f"{report.checkpoints} checkpoint(s), {report.writes} task write set(s); "
+        f"store items: {report.items} copied, {report.items_unchanged} already here"
+        f"{left_out(report.items_refused)}; {report.seconds:.1f} s"
+    )
+    _emit(args, report.as_dict(), lambda out: out.print(said))
+    if failed := _failures(report):
         print(f"agent-memory import: error: {failed}", file=sys.stderr)
         return 1
     return 0

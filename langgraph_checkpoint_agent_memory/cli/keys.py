@@ -9,6 +9,7 @@ them with the application's environment.
 from __future__ import annotations
 
 import argparse
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.cli.common import (
@@ -21,7 +22,7 @@ from langgraph_checkpoint_agent_memory.cli.common import (
 )
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV
+from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV, resolve_encryption
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import Encryption
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 
 def _required_encryption() -> Encryption:
-    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
-
     found = resolve_encryption(None)
     if found is None:  # configuration: status 2, as every setting that cannot be used
         raise ConfigurationError(
@@ -50,7 +49,6 @@ def _cmd_new_key(args: argparse.Namespace) -> int:
 
 def _cmd_rotate_key(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring, KeyStore, open_database
-    from langgraph_checkpoint_agent_memory.factory import resolve_encryption
 
     found = resolve_encryption(None)
     if found is not None and found.keystore_url:
@@ -60,25 +58,17 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
         if "keys" not in _installed(url):
             raise CommandError(f"{url} holds no key store (nothing was ever encrypted there)")
     encryption = _required_encryption()
-    keyring = Keyring(
-        KeyStore(open_database(url), owned=True, auto_setup=False), encryption.key_provider()
-    )
-    try:
+    keystore = KeyStore(open_database(url), owned=True, auto_setup=False)
+    with closing(Keyring(keystore, encryption.key_provider())) as keyring:
         with progress(args, "re-wrapping data keys", "keys") as report:
             rewrapped = keyring.rotate(on_progress=report)
         where = keyring.keystore.describe()
-    finally:
-        keyring.close()
-    data = {"rewrapped": rewrapped, "keystore": where}
-    _emit(
-        args,
-        data,
-        lambda out: out.print(
-            f"re-wrapped {rewrapped} data key(s) under the first master key of "
-            f"{MASTER_KEY_ENV}; the data was not rewritten. Once every process runs with "
-            "the new key alone, the old one can go."
-        ),
+    said = (
+        f"re-wrapped {rewrapped} data key(s) under the first master key of {MASTER_KEY_ENV}; "
+        "the data was not rewritten. Once every process runs with the new key alone, the old "
+        "one can go."
     )
+    _emit(args, {"rewrapped": rewrapped, "keystore": where}, lambda out: out.print(said))
     return 0
 
 
@@ -93,14 +83,10 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
     counts: dict[str, Any] = {}
     if "checkpoint" in installed:
         saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
-        try:
-            with progress(args, "encrypting threads", "threads") as report:
-                counts["checkpoints"] = saver.encrypt_plaintext(on_progress=report)
-        finally:
-            saver.close()
+        with saver, progress(args, "encrypting threads", "threads") as report:
+            counts["checkpoints"] = saver.encrypt_plaintext(on_progress=report)
     if "store" in installed:
-        store = create_store(url, encryption=encryption, **existing(url))
-        try:
+        with create_store(url, encryption=encryption, **existing(url)) as store:
             memory: Any = None
             if "memory" in installed:
                 from langgraph_checkpoint_agent_memory.memory import AgentMemory
@@ -112,8 +98,6 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
                 counts["store"] = store.encrypt_plaintext(on_progress=report)
             if memory is not None:
                 counts["memory"] = memory.encrypt_plaintext()
-        finally:
-            store.close()
     if not counts:
         raise CommandError(f"{url} holds no checkpoints, store or memory of this package")
 
@@ -158,10 +142,11 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     if "keys" not in _installed(url):
         raise CommandError(f"{urls.mask_url(url)} holds no data keys (nothing to move)")
-    source = KeyStore(open_database(url), owned=True, auto_setup=False)
-    target = KeyStore(open_database(args.to), owned=True)  # its table made on first use
     moved = 0
-    try:
+    with (
+        closing(KeyStore(open_database(url), owned=True, auto_setup=False)) as source,
+        closing(KeyStore(open_database(args.to), owned=True)) as target,  # table on first use
+    ):
         if _same_database(source, target):
             raise CommandError("--to names the data's own database: give the key store's own")
         while page := source.run(sqlk.page_plan(source.dialect, "", MOVE_BATCH)):
@@ -177,17 +162,11 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
             source.run(sqlk.destroy_plan(source.dialect, [r.owner for r in page]))
             moved += len(page)
         where = target.describe()
-    finally:
-        source.close()
-        target.close()
-    _emit(
-        args,
-        {"moved": moved, "keystore": where},
-        lambda out: out.print(
-            f"moved {moved} data key(s) to {where}; set AGENT_MEMORY_KEYSTORE_URL to it in "
-            "every process. Backups of the data taken before still hold the keys."
-        ),
+    said = (
+        f"moved {moved} data key(s) to {where}; set AGENT_MEMORY_KEYSTORE_URL to it in every "
+        "process. Backups of the data taken before still hold the keys."
     )
+    _emit(args, {"moved": moved, "keystore": where}, lambda out: out.print(said))
     return 0
 
 
@@ -201,9 +180,7 @@ def add_commands(command: Any) -> None:
         _cmd_rotate_key,
     )
     command(
-        "encrypt",
-        "encrypt rows written before encryption was turned on (idempotent)",
-        _cmd_encrypt,
+        "encrypt", "encrypt rows written before encryption was turned on (idempotent)", _cmd_encrypt
     )
     move = command(
         "move-keys",

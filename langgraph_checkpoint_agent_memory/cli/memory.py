@@ -4,6 +4,7 @@ context, erase, consolidate, decay, jobs and worker."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from dataclasses import asdict
@@ -24,8 +25,6 @@ from langgraph_checkpoint_agent_memory.cli.common import (
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-
-# -- commands ------------------------------------------------------------------------------
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -124,12 +123,7 @@ def _cmd_context(args: argparse.Namespace) -> int:
     with _memory(args, reads=True) as memory:
         scope = _scope(memory, args.scope)
         recalled = memory.recall(scope, args.query, budget_tokens=args.budget)
-    data = {
-        "scope": scope.key,
-        "query": args.query,
-        "tokens": recalled.tokens,
-        "context": recalled.text,
-    }
+    data = dict(scope=scope.key, query=args.query, tokens=recalled.tokens, context=recalled.text)
     _emit(args, data, lambda out: out.print(recalled.text or "(nothing to inject)"))
     return 0
 
@@ -186,8 +180,7 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
                 shown(sum(j.episodes for j in total.jobs), pending or None)
                 if report.jobs[-1].status != "completed" and only is not None:
                     break
-    data: dict[str, Any] = dict(total.as_dict())
-    data["errors"] = [j.error for j in total.jobs if j.error]
+    data: dict[str, Any] = {**total.as_dict(), "errors": [j.error for j in total.jobs if j.error]}
 
     def render(out: Any) -> None:
         out.print(
@@ -206,11 +199,7 @@ def _cmd_decay(args: argparse.Namespace) -> int:
     with _memory(args) as memory:
         scope = _scope(memory, args.scope) if args.scope else None
         removed = memory.decay(scope)
-    _emit(
-        args,
-        {"deleted": removed},
-        lambda out: out.print(f"{removed} decayed item(s) deleted"),
-    )
+    _emit(args, {"deleted": removed}, lambda out: out.print(f"{removed} decayed item(s) deleted"))
     return 0
 
 
@@ -219,9 +208,8 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
     statuses = ["completed", "failed", "parked"] if args.all else ["failed", "parked"]
     with _memory(args, reads=True) as memory:
-        retried = None
-        if args.retry:
-            retried = memory.retry(Scope.parse(args.scope) if args.scope else None)
+        only = Scope.parse(args.scope) if args.scope else None
+        retried = memory.retry(only) if args.retry else None
         jobs = memory.jobs(statuses, limit=args.limit)
 
     def render(out: Any) -> None:
@@ -273,19 +261,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                 "Ctrl-C or SIGTERM stops it",
                 file=sys.stderr,
             )
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 worker.run_forever()
-            except KeyboardInterrupt:
-                pass
             stats = worker.stats
-    data = asdict(stats)
-    _emit(
-        args,
-        data,
-        lambda out: out.print(
-            f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
-            f"{stats.decayed} decayed, {stats.swept} swept, {stats.keys_destroyed} data "
-            f"key(s) erases owed destroyed, {len(stats.errors)} error(s)"
-        ),
+    said = (
+        f"{stats.rounds} round(s): {stats.consolidated} episode(s) consolidated, "
+        f"{stats.decayed} decayed, {stats.swept} swept, {stats.keys_destroyed} data "
+        f"key(s) erases owed destroyed, {len(stats.errors)} error(s)"
     )
+    _emit(args, asdict(stats), lambda out: out.print(said))
     return 0

@@ -14,8 +14,6 @@ from typing import Any, Literal, TypeAlias
 #: (``2026-11-25 14:03``) or ``"right"`` (a figure, right-aligned).
 Column: TypeAlias = "str | tuple[str, Literal['day', 'when', 'right']]"
 
-_DAY = "%Y-%m-%d"
-_WHEN = "%Y-%m-%d %H:%M"
 _WIDTHS = {"day": len("2026-11-25"), "when": len("2026-11-25 14:03")}
 
 
@@ -50,7 +48,7 @@ def day(ts: float) -> str:
         >>> day(0)
         '1970-01-01'
     """
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime(_DAY)
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
 def when(ts: float | None, never: str = "") -> str:
@@ -60,9 +58,7 @@ def when(ts: float | None, never: str = "") -> str:
         >>> when(90), when(None, never="never")
         ('1970-01-01 00:01', 'never')
     """
-    if ts is None:
-        return never
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime(_WHEN)
+    return never if ts is None else f"{datetime.fromtimestamp(ts, timezone.utc):%Y-%m-%d %H:%M}"
 
 
 def size(n: int) -> str:

@@ -43,37 +43,10 @@ class Bars:
     def part(self, description: str, unit: str = "") -> Report:
         """A bar of its own for another part of the work (shown under the others)."""
         bar = self._bar
-        if bar is None:
-            return _quiet
+        if bar is None:  # progress not shown
+            return lambda done, total: None
         task = bar.add_task(description, total=None, unit=unit)
-
-        def report(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
-
-        return report
-
-
-def shown(args: argparse.Namespace) -> bool:
-    """Whether a command's progress is shown: stderr is a terminal, and ``--json`` is off."""
-    return not getattr(args, "json", False) and sys.stderr.isatty()
-
-
-def _quiet(done: int, total: int | None) -> None:
-    """The report of a command whose progress is not shown."""
-
-
-def _rate_column() -> Any:
-    from rich.progress import ProgressColumn
-    from rich.text import Text
-
-    class Rate(ProgressColumn):
-        """Units per second, once measured."""
-
-        def render(self, task: Any) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text("" if speed is None else f"{speed:,.1f}/s")
-
-    return Rate()
+        return lambda done, total: bar.update(task, completed=done, total=total)
 
 
 @contextmanager
@@ -90,7 +63,7 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
         a bar with the rate and the time left when the total is known, else the count, the
         rate and the time spent (:class:`Bars`: ``report.part(...)`` adds a bar).
     """
-    if not shown(args):
+    if getattr(args, "json", False) or not sys.stderr.isatty():
         yield Bars()
         return
     from rich.console import Console
@@ -98,12 +71,21 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        ProgressColumn,
         SpinnerColumn,
         TaskProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        """Units per second, once measured."""
+
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.1f}/s")
 
     columns = (
         SpinnerColumn(),
@@ -112,7 +94,7 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
         MofNCompleteColumn(),
         TextColumn("{task.fields[unit]}"),
         TaskProgressColumn(),
-        _rate_column(),
+        Rate(),
         TextColumn("elapsed"),
         TimeElapsedColumn(),
         TextColumn("left"),

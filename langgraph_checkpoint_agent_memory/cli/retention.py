@@ -25,10 +25,8 @@ def _cmd_threads(args: argparse.Namespace) -> int:
     infos: list[Any] = []
     if "checkpoint" in _installed(url):
         saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url))
-        try:
+        with saver:
             infos = saver.threads(sort=args.sort, limit=args.limit or None)
-        finally:
-            saver.close()
 
     def render(out: Any) -> None:
         if not infos:
@@ -68,14 +66,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             items = memory.store.sweep(on_progress=report)
         with progress(args, "removing expired threads", "threads") as report:
             threads = list(memory.checkpointer.sweep(on_progress=report))
-    data = {"store_items": items, "threads": threads}
-    _emit(
-        args,
-        data,
-        lambda out: out.print(
-            f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
-        ),
-    )
+    said = f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
+    _emit(args, {"store_items": items, "threads": threads}, lambda out: out.print(said))
     return 0
 
 
@@ -90,19 +82,14 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     installed = _installed(url)
     items, item_bytes = 0, 0
     if "store" in installed:
-        store = create_store(url, auto_setup=False, **existing(url))
-        try:
+        with create_store(url, auto_setup=False, **existing(url)) as store:
             items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
-        finally:
-            store.close()
     threads: list[dict[str, Any]] = []
     removed, thread_bytes = 0, 0
     if "checkpoint" in installed:
         saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url), **options)
-        try:
+        with saver:
             preview = saver.sweep_preview()
-        finally:
-            saver.close()
         threads = preview.as_dict()["threads"]
         removed, thread_bytes = preview.checkpoints_removed, preview.bytes_freed
     data = {

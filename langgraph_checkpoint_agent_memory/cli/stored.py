@@ -19,6 +19,7 @@ from typing import Any
 from langgraph_checkpoint_agent_memory.cli.common import _memory, _no_memory, existing, resolve_url
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Database
+from langgraph_checkpoint_agent_memory.memory import reading
 from langgraph_checkpoint_agent_memory.memory.model import (
     Episode,
     Fact,
@@ -53,18 +54,12 @@ class StoredMemory:
         return self.db.run(sqlm.known_scopes_plan(self.sql, self.sql.root))
 
     def facts(self, scope: ScopeLike) -> list[Fact]:
-        from langgraph_checkpoint_agent_memory.memory import reading
-
         return self.db.run(reading.facts_plan(self, scope, None))
 
     def history(self, scope: ScopeLike) -> list[Fact]:
-        from langgraph_checkpoint_agent_memory.memory import reading
-
         return self.db.run(reading.history_plan(self, scope, None, None))
 
     def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
-        from langgraph_checkpoint_agent_memory.memory import reading
-
         return self.db.run(reading.episodes_plan(self, scope, status))
 
 
