@@ -305,7 +305,6 @@ class HanaDatabase(Database[Any]):
             needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
             dbapi = require("hdbcli.dbapi", "hana", needs)
             HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect
-
             self._pool = DbApiPool(
                 self._connect,
                 # hdbcli names two paramstyles; the ping needs one

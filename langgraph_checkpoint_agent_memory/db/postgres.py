@@ -593,9 +593,7 @@ class PostgresDialect(Dialect):
         if value is None:
             return ("null",) if op == "$eq" else None
         if op in JSON_OPS and isinstance(value, (int, float)):
-            if isinstance(value, float) and value != value:  # NaN: let Python decide
-                return None
-            return ("number", op)
+            return ("number", op) if value == value else None  # NaN: let Python decide
         if op in JSON_OPS and isinstance(value, str):
             return ("string", op)
         return ("exists",)
