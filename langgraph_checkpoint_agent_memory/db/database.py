@@ -199,18 +199,18 @@ def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
 
 async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]]) -> T:
     """Run ``plan`` with an asynchronous ``execute(batch) -> results`` coroutine function."""
-    try:
-        batch = next(plan)
-        while True:
-            try:
-                result = await execute(batch)
-            except Exception as exc:
-                batch = plan.throw(exc)
-            else:
-                batch = plan.send(result)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+    result: Any = None  # the first send starts the generator
+    failure: Exception | None = None
+    while True:
+        try:
+            batch = plan.send(result) if failure is None else plan.throw(failure)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        try:
+            result, failure = await execute(batch), None
+        except Exception as exc:
+            failure = exc
 
 
 def retryable(exc: BaseException) -> bool:
