@@ -54,9 +54,7 @@ Plan = Generator[Batch, list[Any], T]
 
 
 def carry_plan(
-    head: Stmt,
-    plan: Plan[T],
-    lost: Callable[[Exception], Exception | None] | None = None,
+    head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
     """Run ``plan`` with ``head`` at the start of each transaction that may write until one
     commits: what ``head`` writes commits with the plan's first write, never without it.
@@ -182,63 +180,43 @@ Y = TypeVar("Y")
 R = TypeVar("R")
 
 
-class _Stepper(Generic[Y, R, T]):
-    """The driver loop's state for :func:`drive` and :func:`adrive`; a failed execution is
-    thrown into the generator."""
-
-    def __init__(self, gen: Generator[Y, R, T]) -> None:
-        self._gen = gen
-        self.done = False
-        self.value: T
-        self._advance(gen.__next__)
-
-    def _advance(self, step: Callable[[], Y]) -> None:
-        try:
-            self.pending = step()
-        except StopIteration as stop:
-            self.done, self.value = True, stop.value
-
-    def send(self, result: R) -> None:
-        self._advance(lambda: self._gen.send(result))
-
-    def throw(self, exc: Exception) -> None:
-        self._advance(lambda: self._gen.throw(exc))
-
-
 def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
     """Run ``plan`` (or any generator driven the same way) with a synchronous
-    ``execute(batch) -> results`` function."""
-    stepper: _Stepper[Y, R, T] = _Stepper(plan)
-    while not stepper.done:
-        try:
-            result = execute(stepper.pending)
-        except Exception as exc:
-            stepper.throw(exc)
-        else:
-            stepper.send(result)
-    return stepper.value
+    ``execute(batch) -> results`` function; a failed execution is thrown into the plan."""
+    try:
+        batch = next(plan)
+        while True:
+            try:
+                result = execute(batch)
+            except Exception as exc:
+                batch = plan.throw(exc)
+            else:
+                batch = plan.send(result)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
 
 
 async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]]) -> T:
     """Run ``plan`` with an asynchronous ``execute(batch) -> results`` coroutine function."""
-    stepper: _Stepper[Y, R, T] = _Stepper(plan)
-    while not stepper.done:
+    result: Any = None  # the first send starts the generator
+    failure: Exception | None = None
+    while True:
         try:
-            result = await execute(stepper.pending)
+            batch = plan.send(result) if failure is None else plan.throw(failure)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        try:
+            result, failure = await execute(batch), None
         except Exception as exc:
-            stepper.throw(exc)
-        else:
-            stepper.send(result)
-    return stepper.value
-
-
-#: A deadlock's victim, a serialization failure: nothing was written; run it again.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+            failure = exc
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` aborted a transaction that may simply run again."""
-    return getattr(exc, "sqlstate", None) in RETRYABLE_SQLSTATES
+    """Whether ``exc`` aborted a transaction that may simply run again: a deadlock's victim,
+    a serialization failure (nothing was written)."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
 
 
 def first_line(error: object) -> str:

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -233,9 +233,7 @@ class DbApiSession:
 
     def _single_write(self, batch: Batch) -> bool:
         """One plain statement of an autocommit driver is a transaction by itself."""
-        if not self.lone_writes or self.begin_write is None or self.in_tx:
-            return False
-        if batch.hold or batch.lock:
+        if batch.hold or batch.lock or self.in_tx or not (self.lone_writes and self.begin_write):
             return False
         return batch.write and len(batch.statements) == 1 and not batch.statements[0].many
 
@@ -265,14 +263,9 @@ class DbApiSession:
         return results
 
     def _lone_write(self, stmt: Stmt) -> list[Any]:
-        if self.write_lock is not None:
-            self.write_lock.acquire()
-        try:
+        with self.write_lock or nullcontext():
             cur = self.conn.execute(stmt.sql.text, stmt.sql.bind(stmt.params))
             return [cur.fetchall() if stmt.fetch else cur.rowcount]
-        finally:
-            if self.write_lock is not None:
-                self.write_lock.release()
 
     def run(self, plan: Plan[T]) -> T:
         """Run ``plan``; a transaction it left held open is rolled back."""

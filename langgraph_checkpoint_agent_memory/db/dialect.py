@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
+from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -536,6 +536,19 @@ def unpacked(t: Any) -> Any:
 
 def same_item(a: Any, b: Any) -> Any:
     return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)
+
+
+def nearest(sim: Any, where: Sequence[Any], order: Sequence[Any], *, joined: bool = True) -> Any:
+    """``(prefix, key, sim)`` of the ``:n`` first vectors by ``order`` that meet ``where``
+    (``joined``: to their items)."""
+    v, i = vectors_v, items_i
+    return (
+        sa.select(v.c.prefix, v.c.key, sim)
+        .select_from(v.join(i, same_item(i, v)) if joined else v)
+        .where(*where)
+        .order_by(*order)
+        .limit(sa.bindparam("n", type_=sa.Integer))
+    )
 
 
 def vectors_near(under: Sequence[Any]) -> Any:

@@ -54,16 +54,8 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
     if not distributed:
         return []
     tables = citus_tables()
-    [rows] = yield Batch(
-        [
-            Stmt(
-                Sql(TABLE_STATE),
-                {"tables": [dialect.qualified(t.name) for t in tables]},
-                fetch=True,
-            )
-        ],
-        hold=True,
-    )
+    names = {"tables": [dialect.qualified(t.name) for t in tables]}
+    [rows] = yield Batch([Stmt(Sql(TABLE_STATE), names, fetch=True)], hold=True)
     state: dict[str, tuple[bool, str, bool]] = {
         name: (bool(known), owner, bool(owned)) for name, known, owner, owned in rows
     }
@@ -79,13 +71,9 @@ def distribute_plan(dialect: Dialect) -> Plan[list[str]]:
         )
     # co-located with a table of the same key Citus knows, else the group's first here
     anchors = {shard_key(t): t.name for t in tables if t.name in state and state[t.name][0]}
-    statements = []
-    for table in todo:
-        key = shard_key(table)
-        anchor = anchors.setdefault(key, table.name)
-        statements.append(Stmt(Sql(_distribute(table, anchor)), fetch=True))
-    if statements:
-        yield Batch(statements, hold=True)
+    calls = [_distribute(t, anchors.setdefault(shard_key(t), t.name)) for t in todo]
+    if calls:
+        yield Batch([Stmt(Sql(call), fetch=True) for call in calls], hold=True)
     return [t.name for t in todo]
 
 

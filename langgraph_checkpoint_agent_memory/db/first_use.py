@@ -60,11 +60,7 @@ class SchemaOnFirstUse:
     def _setup_plan(self) -> Plan[Any]:
         """What ``setup()`` runs: the components' migrations (an override adds its own)."""
         applied = yield from migrate_plan(
-            self.dialect,
-            self._clock(),
-            self.components,
-            self.shard_depth,
-            self.encrypted,
+            self.dialect, self._clock(), self.components, self.shard_depth, self.encrypted
         )
         if self.key_check is not None:
             yield from self.key_check()

@@ -33,11 +33,11 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
     VectorIndex,
-    same_item,
+    nearest,
     values_params,
     vectors_near,
 )
-from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
+from langgraph_checkpoint_agent_memory.db.schema import store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.db.url import mask_url
 from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, require
 
@@ -125,21 +125,12 @@ class HanaDialect(Dialect):
     def vector_search(
         self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql:
-        v, i = vectors_v, items_i
-
         def build() -> Any:
             embedding = _column("embedding")
-            return (
-                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
-                .select_from(v.join(i, same_item(i, v)) if joined else v)
-                .where(
-                    *where,
-                    embedding.is_not(None),
-                    sa.func.length(v.c.vector) == sa.literal_column(str(4 * int(dims))),
-                )
-                .order_by(sa.desc("sim"), v.c.prefix, v.c.key)
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            )
+            sized = sa.func.length(vectors_v.c.vector) == sa.literal_column(str(4 * int(dims)))
+            order = [sa.desc("sim"), vectors_v.c.prefix, vectors_v.c.key]
+            conditions = [*where, embedding.is_not(None), sized]
+            return nearest(_similarity(embedding), conditions, order, joined=joined)
 
         return self.sql(("vector_search", filters, dims, joined), build)
 
@@ -157,22 +148,17 @@ class HanaDialect(Dialect):
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
         column = f"embedding_{index.dims}"
-        probe = Stmt(
-            self.sql(
-                "ann_column_exists",
-                lambda: (
-                    # raw: HANA catalog lookup
-                    "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                    "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
-                ),
+        probe = self.sql(
+            "ann_column_exists",
+            # raw: HANA catalog lookup
+            lambda: (
+                "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+                "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
             ),
-            {"column": column.upper()},
-            fetch=True,
         )
-        [rows] = yield Batch([probe])
-        exists = bool(rows[0][0])
+        [[(found,)]] = yield Batch([Stmt(probe, {"column": column.upper()}, fetch=True)])
         if create:
-            if not exists:
+            if not found:
                 # raw: ALTER TABLE and REAL_VECTOR have no Core form
                 add = f"ALTER TABLE am_store_vectors ADD ({column} REAL_VECTOR({index.dims}))"
                 sql = self.sql(("ann_column", index.dims), lambda: add)
@@ -188,10 +174,8 @@ class HanaDialect(Dialect):
                 f"SEARCH CONFIGURATION '{search}' ONLINE"
             )
             try:
-                yield Batch(
-                    [Stmt(self.sql(("ann_index", index.name, build, search), lambda: ddl))],
-                    write=True,
-                )
+                sql = self.sql(("ann_index", index.name, build, search), lambda: ddl)
+                yield Batch([Stmt(sql)], write=True)
             except Exception as exc:
                 if _error_code(exc) not in ALREADY_EXISTS:
                     # a HANA without the HNSW index: the typed column still ranks exactly
@@ -201,23 +185,15 @@ class HanaDialect(Dialect):
                         exc,
                         column,
                     )
-            exists = True
-        if exists:
+        if create or found:
             self.indexed_dims = self.indexed_dims | {index.dims}
-        return exists
+        return create or bool(found)
 
     def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
-        v, i = vectors_v, items_i
-
         def build() -> Any:
             embedding = _column(f"embedding_{index.dims}")
-            return (
-                sa.select(v.c.prefix, v.c.key, _similarity(embedding))
-                .select_from(v.join(i, same_item(i, v)))
-                .where(*where, embedding.is_not(None))
-                .order_by(sa.desc("sim"))
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            )
+            conditions = [*where, embedding.is_not(None)]
+            return nearest(_similarity(embedding), conditions, [sa.desc("sim")])
 
         return [self.sql(("ann_search", index.name, filters), build)]
 
@@ -268,22 +244,16 @@ class HanaDialect(Dialect):
         )
 
     def create_if_missing(self, create: Sql) -> Any:
-        found = yield Batch(
-            [
-                Stmt(
-                    self.sql(
-                        "migrations_table_exists",
-                        lambda: sa.text(
-                            # raw: HANA catalog lookup
-                            "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                            "AND TABLE_NAME = 'AM_MIGRATIONS'"
-                        ),
-                    ),
-                    fetch=True,
-                )
-            ]
+        lookup = self.sql(
+            "migrations_table_exists",
+            # raw: HANA catalog lookup
+            lambda: (
+                "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+                "AND TABLE_NAME = 'AM_MIGRATIONS'"
+            ),
         )
-        if not found[0][0][0]:
+        [[(found,)]] = yield Batch([Stmt(lookup, fetch=True)])
+        if not found:
             yield from _unless_there(Batch([Stmt(create)], write=True))
 
     def migration_lock(self) -> str | None:
@@ -310,16 +280,12 @@ class HanaSession(DbApiSession):
     """Manual-commit session whose fetched LOBs are read into bytes and text."""
 
     def execute(self, batch: Batch) -> list[Any]:
-        results = super().execute(batch)
         return [
-            [tuple(_read_lob(v) for v in row) for row in r] if isinstance(r, list) else r
-            for r in results
+            [tuple(v.read() if hasattr(v, "read") else v for v in row) for row in r]
+            if isinstance(r, list)
+            else r
+            for r in super().execute(batch)
         ]
-
-
-def _read_lob(value: Any) -> Any:
-    read = getattr(value, "read", None)
-    return value if read is None else read()
 
 
 class HanaDatabase(Database[Any]):
@@ -339,7 +305,6 @@ class HanaDatabase(Database[Any]):
             needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
             dbapi = require("hdbcli.dbapi", "hana", needs)
             HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect
-
             self._pool = DbApiPool(
                 self._connect,
                 # hdbcli names two paramstyles; the ping needs one

@@ -68,11 +68,9 @@ def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCoun
         (2, 2, 0)
     """
     total, expiry = checkpoint.thread_counts(d)
+    window = {"now": now, "until": now + within}
     [[(threads,)], [(expired, soon)]] = yield Batch(
-        [
-            Stmt(total, fetch=True),
-            Stmt(expiry, {"now": now, "until": now + within}, fetch=True),
-        ]
+        [Stmt(total, fetch=True), Stmt(expiry, window, fetch=True)]
     )
     return ThreadCounts(int(threads), int(expired), int(soon) - int(expired), within)
 
@@ -216,10 +214,4 @@ def _hana_sizes(d: Dialect) -> Plan[Sizes]:
     return Sizes("M_TABLE_PERSISTENCE_STATISTICS", found)
 
 
-__all__ = [
-    "COMPONENT_TABLES",
-    "Sizes",
-    "ThreadCounts",
-    "sizes_plan",
-    "thread_counts_plan",
-]
+__all__ = ["COMPONENT_TABLES", "Sizes", "ThreadCounts", "sizes_plan", "thread_counts_plan"]

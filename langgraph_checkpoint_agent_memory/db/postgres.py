@@ -18,14 +18,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Coroutine,
-    Hashable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from typing import Any, cast
@@ -56,14 +49,13 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     FastWrite,
     Sql,
     VectorIndex,
-    same_item,
+    nearest,
     vectors_near,
 )
 from langgraph_checkpoint_agent_memory.db.schema import (
     TIME,
     blobs,
     checkpoints,
-    items_i,
     metadata,
     threads,
     vectors_v,
@@ -85,10 +77,8 @@ from langgraph_checkpoint_agent_memory.errors import (
 
 logger = logging.getLogger(__name__)
 
-MIGRATION_LOCK_KEY = 0x616D5F6D6967  # "am_mig"
 #: Serializes migrations, and the setups that change the schema, until the transaction ends.
-# raw: advisory lock
-MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({0x616D5F6D6967})"  # raw: "am_mig"
 #: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
 #: a key space of the package's own, apart from the one-key locks (migrations).
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
@@ -137,8 +127,6 @@ class PgVector(sa.types.UserDefinedType[Any]):
 
 
 _ONE: Any = sa.literal_column("1")
-_ZERO: Any = sa.literal_column("0")
-_PG_CLASS = sa.table("pg_class", sa.column("oid"), sa.column("reltuples"))
 
 
 def _embedding() -> Any:
@@ -153,11 +141,6 @@ def _query_vector(spec: str) -> Any:
 def _dims_are(dims: int) -> Any:
     """A literal, as in the partial HNSW index's predicate, so the planner can use it."""
     return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
-
-
-def get_tuple_statement(by_id: bool) -> Any:
-    """The statement of :meth:`PostgresDialect.fast_get_tuple`."""
-    return checkpoint_sql.get_tuple_statement(by_id, _version_rows, _blob)
 
 
 def _version_rows(c: Any) -> Any:
@@ -188,28 +171,25 @@ def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
 
 #: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
 GROUPS = {"put": ("b",), "writes": ("f", "r")}
-#: Per row group: the table, the columns whose value is a fixed parameter of their name (the
-#: others take the row's own cell), and whether a key conflict overwrites the row.
-_ROUTED_ROWS: dict[str, tuple[sa.Table, frozenset[str], bool]] = {
-    "b": (blobs, frozenset({"thread_id", "checkpoint_ns"}), False),
-    **{
-        group: (
-            writes,
-            frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path"}),
-            overwrite,
-        )
-        for group, overwrite in (("f", False), ("r", True))
-    },
+#: Per row group: the table, its CTE's name, and whether a key conflict overwrites the row
+#: (a special channel's write overwrites the pending write of the same key).
+_ROW_GROUPS = {
+    "b": (blobs, "blobs", False),
+    "f": (writes, "first", False),
+    "r": (writes, "special", True),
 }
+#: The columns whose value is a fixed parameter of their name (the others: the row's cell).
+_FIXED = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path")
+_OVERWRITTEN = ("channel", "type", "blob", "task_path")
 
 
 def routed_insert(group: str, count: int) -> Any:
     """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
     :func:`cell_names`)."""
-    table, fixed, overwrite = _ROUTED_ROWS[group]
+    table, _, overwrite = _ROW_GROUPS[group]
     rows: list[dict[str, Any]] = [
         {
-            c.name: sa.bindparam(c.name if c.name in fixed else f"{group}{i}_{c.name}")
+            c.name: sa.bindparam(c.name if c.name in _FIXED else f"{group}{i}_{c.name}")
             for c in table.columns
         }
         for i in range(count)
@@ -217,10 +197,9 @@ def routed_insert(group: str, count: int) -> Any:
     stmt = sa_pg.insert(table).values(rows)
     if not overwrite:
         return stmt.on_conflict_do_nothing()
-    # a special channel's write overwrites the pending write of the same key
     return stmt.on_conflict_do_update(
         index_elements=list(table.primary_key.columns),
-        set_={c: stmt.excluded[c] for c in ("channel", "type", "blob", "task_path")},
+        set_={c: stmt.excluded[c] for c in _OVERWRITTEN},
     )
 
 
@@ -255,9 +234,8 @@ def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, 
         .where(thread_takes(sa.bindparam("thread_id")))
         .cte("live")
     )
-    ctes = []
+    inserts: list[tuple[str, Any]] = []
     if touch:
-        t = threads
         touched: Any = sa.select(
             sa.bindparam("thread_id"),
             sa.bindparam("last_active"),
@@ -266,59 +244,35 @@ def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, 
             sa.null(),
         ).select_from(live)
         cols = ["thread_id", "last_active", "ttl_seconds", "expires_at", "deleted_at"]
-        touch_stmt: Any = d.upsert_select(t, cols, touched, ["thread_id"], cols[1:4])
-        ctes.append(touch_stmt.cte("touch"))
-    for name, insert in _row_inserts(d, kind, counts, live):
-        ctes.append(insert.cte(name))
-    return sa.select(sa.func.count()).select_from(live).add_cte(*ctes)
-
-
-def _row_inserts(
-    d: Dialect, kind: str, counts: tuple[int, ...], live: Any
-) -> list[tuple[str, Any]]:
-    """The inserts of a one-statement fast write, named, each selecting from ``live``."""
-    fixed: dict[str, Any] = {
-        c: sa.bindparam(c) for c in ("thread_id", "checkpoint_ns", "checkpoint_id")
-    }
-    fixed |= {c: sa.bindparam(c) for c in ("task_id", "task_path")}
+        inserts.append(("touch", d.upsert_select(threads, cols, touched, ["thread_id"], cols[1:4])))
+    for group, count in zip(GROUPS[kind], counts, strict=True):
+        if count:
+            inserts.append((_ROW_GROUPS[group][1], _rows_insert(d, group, count, live)))
     if kind == "put":
-        out = []
-        if counts[0]:
-            out.append(("blobs", _rows_insert(d, blobs, "b", counts[0], fixed, live, False)))
         cols = [c.name for c in checkpoints.columns]
         row: Any = sa.select(*(sa.bindparam(c) for c in cols)).select_from(live)
         keys = [c.name for c in checkpoints.primary_key.columns]
-        out.append(("cp", d.upsert_select(checkpoints, cols, row, keys, cols[len(keys) :])))
-        return out
-    groups = (("first", "f", False), ("special", "r", True))
-    return [
-        (name, _rows_insert(d, writes, group, count, fixed, live, overwrite))
-        for (name, group, overwrite), count in zip(groups, counts, strict=True)
-        if count
-    ]
+        inserts.append(("cp", d.upsert_select(checkpoints, cols, row, keys, cols[len(keys) :])))
+    ctes = [insert.cte(name) for name, insert in inserts]
+    return sa.select(sa.func.count()).select_from(live).add_cte(*ctes)
 
 
-def _rows_insert(
-    d: Dialect,
-    table: sa.Table,
-    group: str,
-    count: int,
-    fixed: Mapping[str, Any],
-    live: Any,
-    overwrite: bool,
-) -> Any:
+def _rows_insert(d: Dialect, group: str, count: int, live: Any) -> Any:
     """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
-    (VALUES ...) AS u`` of ``count`` rows of ``group``; on a key conflict, keep the row or
-    (``overwrite``: a special channel's write) overwrite its value."""
-    kind = "put" if table is blobs else "writes"
-    rows = _values(kind, group, count)
+    (VALUES ...) AS u`` of ``count`` rows of ``group``: the first row carries the types (a
+    parameter alone in VALUES would be taken as text)."""
+    table, _, overwrite = _ROW_GROUPS[group]
+    columns = _ROW_COLUMNS["put" if table is blobs else "writes"]
+    cells: list[tuple[Any, ...]] = [
+        tuple(sa.bindparam(f"{group}{i}_{c}") for c, _ in columns) for i in range(1, count)
+    ]
+    first = tuple(sa.cast(sa.bindparam(f"{group}0_{c}"), t) for c, t in columns)
+    rows = sa.values(*(sa.column(c, t) for c, t in columns), name="u").data([first, *cells])
     cols = [c.name for c in table.columns]
-    source = sa.select(*(fixed[c] if c in fixed else rows.c[c] for c in cols))
+    source = sa.select(*(sa.bindparam(c) if c in _FIXED else rows.c[c] for c in cols))
     keys = [c.name for c in table.primary_key.columns]
-    if not overwrite:
-        return d.insert_missing(table, cols, source.select_from(live).select_from(rows), keys)
-    update = ["channel", "type", "blob", "task_path"]
-    return d.upsert_select(table, cols, source.select_from(live).select_from(rows), keys, update)
+    update = _OVERWRITTEN if overwrite else None
+    return d.insert_from_select(table, cols, source.select_from(live, rows), keys, update)
 
 
 #: Rows one fast write sends as plain parameters; more take the generic statements.
@@ -343,22 +297,6 @@ def cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]
         tuple((column, f"{group}{i}_{column}") for column, _ in _ROW_COLUMNS[kind])
         for i in range(MAX_VALUES_ROWS)
     )
-
-
-def _values(kind: str, group: str, count: int) -> Any:
-    """``(VALUES (...), ...) AS u`` over ``count`` rows of ``group``'s parameters; the first
-    row carries the types (a parameter alone in VALUES would be taken as text)."""
-    columns = _ROW_COLUMNS[kind]
-    rows = [
-        tuple(
-            sa.cast(sa.bindparam(f"{group}{i}_{c}"), t)
-            if i == 0
-            else sa.bindparam(f"{group}{i}_{c}")
-            for c, t in columns
-        )
-        for i in range(count)
-    ]
-    return sa.values(*(sa.column(c, t) for c, t in columns), name="u").data(rows)
 
 
 class PostgresDialect(Dialect):
@@ -475,7 +413,6 @@ class PostgresDialect(Dialect):
     ) -> Sql | None:
         if not self.native_vectors:
             return None
-        v, i = vectors_v, items_i
 
         def build() -> Any:
             # NULLIF: a zero vector's cosine is NaN, which would sort first
@@ -483,13 +420,8 @@ class PostgresDialect(Dialect):
                 _ONE - _embedding().op("<=>", return_type=sa.Float)(_query_vector("vector")),
                 sa.literal_column("'NaN'"),
             ).label("sim")
-            return (
-                sa.select(v.c.prefix, v.c.key, sim)
-                .select_from(v.join(i, same_item(i, v)) if joined else v)
-                .where(_dims_are(dims), *where)
-                .order_by(sa.nulls_last(sa.desc("sim")), v.c.prefix, v.c.key)
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            )
+            order = [sa.nulls_last(sa.desc("sim")), vectors_v.c.prefix, vectors_v.c.key]
+            return nearest(sim, [_dims_are(dims), *where], order, joined=joined)
 
         return self.sql(("vector_search", filters, dims, joined), build)
 
@@ -547,20 +479,13 @@ class PostgresDialect(Dialect):
         return True
 
     def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
-        v, i = vectors_v, items_i
-
         def build() -> Any:
             # raw: the indexed expression and pgvector's operator have no Core form
             distance = sa.literal_column(index.column).op("<=>", return_type=sa.Float)(
                 _query_vector(f"{index.vector_type}({index.dims})")
             )
-            return (
-                sa.select(v.c.prefix, v.c.key, (_ONE - distance).label("sim"))
-                .select_from(v.join(i, same_item(i, v)))
-                .where(_dims_are(index.dims), *where)
-                .order_by(distance)
-                .limit(sa.bindparam("n", type_=sa.Integer))
-            )
+            sim = (_ONE - distance).label("sim")
+            return nearest(sim, [_dims_are(index.dims), *where], [distance])
 
         # iterative scans read on until :n rows pass the filters (the store re-sorts)
         return [
@@ -577,19 +502,14 @@ class PostgresDialect(Dialect):
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
         def build() -> Any:
-            index_rows = (
-                sa.select(sa.func.nullif(_PG_CLASS.c.reltuples, sa.literal_column("-1")))
-                .where(_PG_CLASS.c.oid == sa.func.to_regclass(sa.bindparam("index")))
-                .scalar_subquery()
-            )
+            c = sa.table("pg_class", sa.column("oid"), sa.column("reltuples")).c
+            rows = sa.func.nullif(c.reltuples, sa.literal_column("-1"))
+            index_rows = sa.select(rows).where(c.oid == sa.func.to_regclass(sa.bindparam("index")))
             # a literal, which qualify() places in the schema
             table: Any = sa.literal_column("'am_store_vectors'")
-            table_rows = (
-                sa.select(_PG_CLASS.c.reltuples)
-                .where(_PG_CLASS.c.oid == sa.func.to_regclass(table))
-                .scalar_subquery()
-            )
-            return sa.select(vectors_near(under), sa.func.coalesce(index_rows, table_rows, _ZERO))
+            table_rows = sa.select(c.reltuples).where(c.oid == sa.func.to_regclass(table))
+            known = (index_rows.scalar_subquery(), table_rows.scalar_subquery())
+            return sa.select(vectors_near(under), sa.func.coalesce(*known, sa.literal_column("0")))
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
@@ -637,25 +557,25 @@ class PostgresDialect(Dialect):
         if not by_owner:
             return None
         most = max(map(len, by_owner.values()))
-        params: list[dict[str, Any]] = []
-        if most > VALUES_OWNED_ROWS:
-            for ident, owned in by_owner.items():
-                one = dict(zip(keys, ident, strict=True))
-                params.append(one | {c: [r[c] for r in owned] for c in listed})
-            build = functools.partial(owned_arrays, table, owner)
-            return Stmt(
-                self.sql(("owned_arrays", table.name, owner.name), build), params, many=True
-            )
         size = 1 << (most - 1).bit_length()
+        arrays = most > VALUES_OWNED_ROWS
+        params: list[dict[str, Any]] = []
         for ident, owned in by_owner.items():
             one = dict(zip(keys, ident, strict=True))
-            for i, row in enumerate([*owned, *[owned[0]] * (size - len(owned))]):
-                one.update((f"{c}_{i}", row[c]) for c in listed)
+            if arrays:
+                one |= {c: [r[c] for r in owned] for c in listed}
+            else:
+                for i, row in enumerate([*owned, *[owned[0]] * (size - len(owned))]):
+                    one.update((f"{c}_{i}", row[c]) for c in listed)
             params.append(one)
-        build = functools.partial(owned_values, table, owner, size)
-        return Stmt(
-            self.sql(("owned_values", table.name, owner.name, size), build), params, many=True
-        )
+        key: Hashable
+        if arrays:
+            key = ("owned_arrays", table.name, owner.name)
+            build = functools.partial(owned_arrays, table, owner)
+        else:
+            key = ("owned_values", table.name, owner.name, size)
+            build = functools.partial(owned_values, table, owner, size)
+        return Stmt(self.sql(key, build), params, many=True)
 
     def under_clause(self, column: Any) -> Any:
         # a byte-order range, which the planner estimates from statistics (substr(): blind)
@@ -673,9 +593,7 @@ class PostgresDialect(Dialect):
         if value is None:
             return ("null",) if op == "$eq" else None
         if op in JSON_OPS and isinstance(value, (int, float)):
-            if isinstance(value, float) and value != value:  # NaN: let Python decide
-                return None
-            return ("number", op)
+            return ("number", op) if value == value else None  # NaN: let Python decide
         if op in JSON_OPS and isinstance(value, str):
             return ("string", op)
         return ("exists",)
@@ -703,28 +621,25 @@ class PostgresDialect(Dialect):
         return list(path)
 
     def fast_get_tuple(self, by_id: bool) -> Sql:
-        return self.sql(("fast_get_tuple", by_id), functools.partial(get_tuple_statement, by_id))
+        build = functools.partial(checkpoint_sql.get_tuple_statement, by_id, _version_rows, _blob)
+        return self.sql(("fast_get_tuple", by_id), build)
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
         """One statement of data-modifying CTEs conditioned on the thread being live, rows
         as ``VALUES`` of plain parameters (psycopg inspects an array's items on every call)."""
-        groups = ("b",) if kind == "put" else ("f", "r")
-        counts = tuple(len(rows[g]) for g in groups)
+        counts = tuple(len(rows[g]) for g in GROUPS[kind])
         if sum(counts) > MAX_VALUES_ROWS:
             return None
         params = dict(fixed)
-        for group in groups:
+        for group in GROUPS[kind]:
             for row, cells in zip(rows[group], cell_names(kind, group), strict=False):
                 for column, name in cells:
                     params[name] = row[column]
         if self.distributed:
             return self._routed_write(kind, touch, counts, params)
-
-        def build() -> Any:
-            return fast_write_statement(self, kind, touch, counts)
-
+        build = functools.partial(fast_write_statement, self, kind, touch, counts)
         key = ("fast_write", kind, touch, counts)
         return FastWrite(self.sql(key, build), params, fetch=True)
 
@@ -750,16 +665,11 @@ class PostgresDialect(Dialect):
         thread's row (the touch's conditional upsert, or ``FOR SHARE``, so a delete waits
         for the write to commit), then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
         SELECT`` costs three times as much); it commits only when the thread is live."""
-        if touch:
-            head = self.sql("routed_touch", routed_touch)
-        else:
-            head = self.sql("routed_live", routed_live)
+        head = self.sql(("routed", touch), routed_touch if touch else routed_live)
         inserts = [
-            self.sql(
-                ("routed_insert", group, count), functools.partial(routed_insert, group, count)
-            )
-            for group, count in zip(GROUPS[kind], counts, strict=True)
-            if count
+            self.sql(("routed_insert", g, n), functools.partial(routed_insert, g, n))
+            for g, n in zip(GROUPS[kind], counts, strict=True)
+            if n
         ]
         if kind == "put":
             inserts.append(self.sql("routed_checkpoint", self._routed_checkpoint))
@@ -799,8 +709,6 @@ def owned_arrays(table: sa.Table, owner: sa.Table) -> Any:
     return sa.insert(table).from_select(cols, source)
 
 
-#: psycopg's default: prepared statements make ``get_tuple`` about 4x faster (``scale``).
-DEFAULT_PREPARE_THRESHOLD = 5
 #: What ``schema=`` accepts: a plain identifier, so it is never SQL (it is quoted where used).
 SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a statement is prepared)"
@@ -834,10 +742,6 @@ def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int |
     elif _whole(value, 1):
         return int(value)
     raise ConfigurationError(f"{source} must be {PREPARE_VALUES}, got {value!r}")
-
-
-#: The server's process id, which differs from the one told at connect time behind a pooler.
-BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 
 def pooler_error(
@@ -931,11 +835,7 @@ TRANSIENT_WORDS = (
     "too many connections",
 )
 #: A refusal for good: the server's ``FATAL``, nothing listening, an unknown host.
-DEFINITE_WORDS = (
-    "FATAL:",
-    "Connection refused",
-    "could not translate host name",
-)
+DEFINITE_WORDS = ("FATAL:", "Connection refused", "could not translate host name")
 
 
 def definite_refusal(exc: BaseException) -> bool:
@@ -952,9 +852,7 @@ def definite_refusal(exc: BaseException) -> bool:
     if not isinstance(exc, psycopg.OperationalError):
         return False
     text = str(exc)
-    if any(word in text for word in TRANSIENT_WORDS):
-        return False
-    return any(word in text for word in DEFINITE_WORDS)
+    return not any(w in text for w in TRANSIENT_WORDS) and any(w in text for w in DEFINITE_WORDS)
 
 
 #: libpq's refusal of a connection parameter's value, reported only as it connects.
@@ -1024,7 +922,8 @@ class PostgresOptions:
     pool_size: int = 8
     connect_timeout: float = 10.0
     synchronous_commit: bool = True
-    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
+    #: psycopg's default: prepared statements make ``get_tuple`` about 4x faster (``scale``).
+    prepare_threshold: int | None = 5
     max_idle: float = 600.0
     max_lifetime: float = 3600.0
     check_after_idle: float = 1.0
@@ -1061,9 +960,6 @@ class PostgresOptions:
 
 def _whole(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-RELAX_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 class PgSession:
@@ -1112,14 +1008,8 @@ class PgSession:
             return ()
         self.in_tx = True
         if batch.write and not self.synchronous_commit:
-            return ("BEGIN", RELAX_COMMIT)
+            return ("BEGIN", "SELECT set_config('synchronous_commit', 'off', true)")
         return ("BEGIN",)
-
-    def closing(self, batch: Batch) -> str | None:
-        """What ends the batch's transaction (``None``: held open for the next batch)."""
-        if batch.hold:
-            return None
-        return "ROLLBACK" if batch.rollback else "COMMIT"
 
     def ended(self, batch: Batch, ok: bool) -> bool:
         """Record how the batch ended; whether a transaction is left to roll back."""
@@ -1138,10 +1028,6 @@ class PgSession:
         return exc
 
 
-#: Citus's coordinator's error (SQLSTATE ``XX000``, any internal error) when its postmaster died.
-POSTMASTER_GONE = "postmaster was shut down"
-
-
 def failures() -> tuple[type[Exception], ...]:
     import psycopg
 
@@ -1155,7 +1041,8 @@ def connection_failure(exc: BaseException) -> bool:
     import psycopg
 
     if isinstance(exc, psycopg.errors.InternalError_):
-        return first_line(exc).startswith(POSTMASTER_GONE)
+        # Citus's coordinator's error (XX000, any internal error) when its postmaster died
+        return first_line(exc).startswith("postmaster was shut down")
     if not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False
     if isinstance(exc, psycopg.errors.PipelineAborted):
@@ -1234,8 +1121,9 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
                     elif stmt.params:
                         await _done(cur.executemany(text, params))
                     sent.append((cur, stmt))
-            if (closing := session.closing(batch)) is not None:
-                await _done(conn.execute(closing, prepare=False))
+            if not batch.hold:  # else held open for the next batch
+                ending = "ROLLBACK" if batch.rollback else "COMMIT"
+                await _done(conn.execute(ending, prepare=False))
         except BaseException:
             session.unsure = True
             if session.ended(batch, ok=False):
@@ -1355,10 +1243,9 @@ class PostgresDatabase(Database[Any]):
         import psycopg_pool
 
         usage = []
+        pools = (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
         for kind, pool in (("sync", self._sync), ("async", self._async)):
-            if not isinstance(
-                pool, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
-            ):
+            if not isinstance(pool, pools):
                 continue
             stats = pool.get_stats()
             size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
@@ -1372,24 +1259,6 @@ class PostgresDatabase(Database[Any]):
                 )
             )
         return usage
-
-    def _pool_options(self, *, sync: bool) -> dict[str, Any]:
-        hooks = self._idle_check
-        return {
-            "conninfo": with_keepalives(self._conninfo or ""),
-            "min_size": 1,
-            "max_size": self.pool_size,
-            "kwargs": {"autocommit": True, "prepare_threshold": self.options.prepare_threshold},
-            "open": False,
-            "name": "agent-memory",
-            "timeout": self.connect_timeout,
-            # not psycopg_pool's 5 minutes of backoff: after an outage the next call connects
-            "reconnect_timeout": self.connect_timeout,
-            "configure": hooks.configure if sync else hooks.aconfigure,
-            "check": hooks.check if sync else hooks.acheck,
-            "max_idle": self.options.max_idle,
-            "max_lifetime": self.options.max_lifetime,
-        }
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1408,19 +1277,33 @@ class PostgresDatabase(Database[Any]):
 
         await _off_loop(self._first_contact, sync)
         kind = psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool
-        pool: Any = kind(**self._pool_options(sync=sync))
+        hooks = self._idle_check
+        options: dict[str, Any] = dict(
+            conninfo=with_keepalives(self._conninfo or ""),
+            min_size=1,
+            max_size=self.pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": self.options.prepare_threshold},
+            open=False,
+            name="agent-memory",
+            timeout=self.connect_timeout,
+            # not psycopg_pool's 5 minutes of backoff: after an outage the next call connects
+            reconnect_timeout=self.connect_timeout,
+            configure=hooks.configure if sync else hooks.aconfigure,
+            check=hooks.check if sync else hooks.acheck,
+            max_idle=self.options.max_idle,
+            max_lifetime=self.options.max_lifetime,
+        )
+        pool: Any = kind(**options)
         try:
             await _done(pool.open(wait=True, timeout=self.connect_timeout))
             async with _entered(pool.connection()) as conn:
                 await self._verify(conn)
-        except psycopg_pool.PoolTimeout:
+        except BaseException as exc:
             await _done(pool.close())
-            raise self._unavailable(await _off_loop(self._probe, sync)) from None
-        except psycopg.OperationalError as exc:
-            await _done(pool.close())
-            raise self._unavailable(str(exc)) from exc
-        except BaseException:
-            await _done(pool.close())
+            if isinstance(exc, psycopg_pool.PoolTimeout):
+                raise self._unavailable(await _off_loop(self._probe, sync)) from None
+            if isinstance(exc, psycopg.OperationalError):
+                raise self._unavailable(str(exc)) from exc
             raise
         return pool
 
@@ -1517,7 +1400,8 @@ class PostgresDatabase(Database[Any]):
         async def run(batch: Batch) -> list[Any]:
             """The plan's first batch, a read, runs again on a fresh connection if lost."""
             nonlocal session, first
-            resendable, first = first and lease.pool is not None and _reads(batch), False
+            reads = not (batch.write or batch.hold or batch.lock)
+            resendable, first = first and lease.pool is not None and reads, False
             try:
                 return await execute(session, batch)
             except DatabaseUnavailableError:
@@ -1548,7 +1432,8 @@ class PostgresDatabase(Database[Any]):
         """Refuse a pooler, once, where ``conn`` prepares statements and the caller chose no
         threshold."""
         if self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None:
-            cur = await _done(conn.execute(BACKEND_PID_SQL, prepare=False))
+            # the server's process id differs from the one told at connect time behind a pooler
+            cur = await _done(conn.execute("SELECT pg_backend_pid()", prepare=False))
             server_pid = (await _done(cur.fetchone()))[0]
             where, passed_in = self.describe(), self._conninfo is None
             error = pooler_error(conn.info.backend_pid, server_pid, where, passed_in=passed_in)
@@ -1559,28 +1444,20 @@ class PostgresDatabase(Database[Any]):
     def _first_contact(self) -> None:
         """One direct connect before a pool opens, so a definite refusal fails at once."""
         import psycopg
-
-        try:
-            psycopg.connect(self._contact_info()).close()
-        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
-            self._refuse(exc)
-
-    def _refuse(self, exc: BaseException) -> None:
-        where = f"PostgreSQL at {self.describe()}"
-        if (wrong := option_error(exc)) is not None:
-            raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
-        if definite_refusal(exc):
-            raise DatabaseUnavailableError(
-                f"{where} refused the connection: {self._reason(str(exc))}"
-            ) from None
-
-    def _contact_info(self) -> str:
         from psycopg.conninfo import make_conninfo
 
         conninfo = with_keepalives(self._conninfo or "")
-        if "connect_timeout" in self._given:
-            return conninfo
-        return make_conninfo(conninfo, connect_timeout=self._whole_timeout())
+        if "connect_timeout" not in self._given:
+            conninfo = make_conninfo(conninfo, connect_timeout=self._whole_timeout())
+        try:
+            psycopg.connect(conninfo).close()
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            where = f"PostgreSQL at {self.describe()}"
+            if (wrong := option_error(exc)) is not None:
+                raise ConfigurationError(f"{where}: {self._reason(wrong)}") from None
+            if definite_refusal(exc):
+                why = self._reason(str(exc))
+                raise DatabaseUnavailableError(f"{where} refused the connection: {why}") from None
 
     def _whole_timeout(self) -> int:
         return max(1, int(self.connect_timeout))
@@ -1640,7 +1517,3 @@ class PostgresDatabase(Database[Any]):
 class _Lease:
     conn: Any
     pool: Any  # None: a connection passed in, which cannot be replaced
-
-
-def _reads(batch: Batch) -> bool:
-    return not (batch.write or batch.hold or batch.lock)

@@ -27,12 +27,7 @@ from sqlalchemy.engine.interfaces import Dialect as SADialect
 
 from langgraph_checkpoint_agent_memory.db import fork
 from langgraph_checkpoint_agent_memory.db.checkpoint import get_tuple_statement
-from langgraph_checkpoint_agent_memory.db.database import (
-    Database,
-    Plan,
-    PoolUsage,
-    T,
-)
+from langgraph_checkpoint_agent_memory.db.database import Database, Plan, PoolUsage, T
 from langgraph_checkpoint_agent_memory.db.dbapi import DbApiPool, DbApiSession
 from langgraph_checkpoint_agent_memory.db.dialect import (
     JSON_OPS,
@@ -89,7 +84,7 @@ class SQLiteDialect(Dialect):
         transaction releases the GIL). The first row (``kind = 'l'``) checks the thread."""
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
         n = "NEW"
-        # raw: trigger bodies (NEW.<column>) and the view, part of the trigger DDL, no Core form
+        # raw: the view, INSTEAD OF triggers and their bodies (NEW.<column>), no Core form
         bodies = {
             "l": _LIVE_CHECK,
             "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
@@ -120,7 +115,9 @@ class SQLiteDialect(Dialect):
             "task_path = excluded.task_path"
         )
         return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
-            _trigger(kind, body) for kind, body in bodies.items()
+            f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
+            f"WHEN NEW.kind = '{kind}' BEGIN {body}; END"
+            for kind, body in bodies.items()
         ]
 
     def fast_get_tuple(self, by_id: bool) -> Sql | None:
@@ -136,11 +133,11 @@ class SQLiteDialect(Dialect):
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
         """A whole put or put_writes as one INSERT into ``am_write_rows``."""
-        out: list[tuple[Any, ...]] = [("l", fixed["named"], *_PAD6)]
+        out: list[tuple[Any, ...]] = [("l", fixed["named"], None, None, None, None, None, None)]
         if touch:
-            out.append(("t", *_THREAD_SLOTS(fixed), *_PAD4))
+            out.append(("t", *_THREAD_SLOTS(fixed), None, None, None, None))
         if kind == "put":
-            out += [("b", *_BLOB_SLOTS(r), *_PAD2) for r in rows["b"]]
+            out += [("b", *_BLOB_SLOTS(r), None, None) for r in rows["b"]]
             out.append(("c", *_CHECKPOINT_SLOTS(fixed)))
         else:
             out += [("w", *_WRITE_SLOTS(r)) for r in rows["f"]]
@@ -236,9 +233,6 @@ _CHECKPOINT_SLOTS = itemgetter(
     "blob_versions",
 )
 _WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
-_PAD2 = (None,) * 2
-_PAD4 = (None,) * 4
-_PAD6 = (None,) * 6
 #: Refuses a gone thread, and a write naming (``s1``) a checkpoint of its ended history.
 # raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
@@ -267,34 +261,21 @@ def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
     )
 
 
-# raw: INSTEAD OF triggers on a view, no Core form
-def _trigger(kind: str, body: str) -> str:
-    return (
-        f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
-        f"WHEN NEW.kind = '{kind}' BEGIN {body}; END"
-    )
-
-
-_WRITE_ROWS = sa.table("am_write_rows", *(sa.column(c) for c in ("kind", *_FIXED, *_SLOTS)))
 _CELLS = ("kind", *_SLOTS)
+_BY_POSITION = sa_sqlite.dialect(paramstyle="qmark")
 
 
-def _write_rows(rows: int) -> Any:
-    """``INSERT INTO am_write_rows`` from a ``VALUES`` CTE, the shared values once."""
+def _write_rows_text(rows: int) -> str:
+    """``INSERT INTO am_write_rows`` from a ``VALUES`` CTE, the shared values once, binding
+    by position (a flat tuple costs less than a mapping)."""
     cells: list[tuple[Any, ...]] = [
         tuple(sa.bindparam(f"r{i}_{c}") for c in _CELLS) for i in range(rows)
     ]
     v = sa.values(*(sa.column(c) for c in _CELLS), name="v").data(cells).cte("v")
     picked = [v.c.kind, *(sa.bindparam(c) for c in _FIXED), *(v.c[c] for c in _SLOTS)]
-    return sa.insert(_WRITE_ROWS).from_select(["kind", *_FIXED, *_SLOTS], sa.select(*picked))
-
-
-_BY_POSITION = sa_sqlite.dialect(paramstyle="qmark")
-
-
-def _write_rows_text(rows: int) -> str:
-    """:func:`_write_rows` binding by position (a flat tuple costs less than a mapping)."""
-    compiled: Any = _write_rows(rows).compile(dialect=_BY_POSITION)
+    target = sa.table("am_write_rows", *(sa.column(c) for c in ("kind", *_FIXED, *_SLOTS)))
+    insert = sa.insert(target).from_select(["kind", *_FIXED, *_SLOTS], sa.select(*picked))
+    compiled: Any = insert.compile(dialect=_BY_POSITION)
     expected = (*(f"r{i}_{c}" for i in range(rows) for c in _CELLS), *_FIXED)
     if tuple(compiled.positiontup) != expected:  # the order fast_write binds in
         raise RuntimeError(f"unexpected parameter order: {compiled.positiontup}")
@@ -306,7 +287,6 @@ SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 
 #: SQLite's URI parameter ``mode``.
 OpenMode = Literal["rwc", "rw", "ro"]
-OPEN_MODES: tuple[OpenMode, ...] = ("rwc", "rw", "ro")
 
 
 class SQLiteDatabase(Database[Any]):
@@ -340,7 +320,7 @@ class SQLiteDatabase(Database[Any]):
             pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
             raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
-        if mode not in OPEN_MODES:
+        if mode not in ("rwc", "rw", "ro"):
             raise ConfigurationError(f"mode must be rwc, rw or ro, got {mode!r}")
         self.mode = mode
         self.path = Path(path)

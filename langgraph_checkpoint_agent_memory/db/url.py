@@ -126,18 +126,15 @@ def parse(url: str, source: str = "argument") -> Target:
     url = url.strip()
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
-        path = url[len("sqlite://") :]
-        if path.startswith("/"):
-            path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
-        path = path.split("?", 1)[0]
+        # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
+        path = url[len("sqlite://") :].removeprefix("/").split("?", 1)[0]
         if not path or path == ":memory:":
             raise ConfigurationError(
                 f"{mask_url(url)}: SQLite needs a file path, e.g. sqlite:///./memory.db"
             )
         return Target("sqlite", url, source, {"path": _home_expanded(unquote(path), url)})
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        conninfo = "postgresql://" + url.split("://", 1)[1]
-        return Target("postgresql", conninfo, source)
+        return Target("postgresql", "postgresql://" + url.split("://", 1)[1], source)
     if scheme == "" and "=" in url and ("host=" in url or "dbname=" in url):
         return Target("postgresql", url, source)
     if scheme in ("hana", "hana+hdbcli", "hdbsql"):
@@ -166,10 +163,6 @@ PREPARE_THRESHOLD = "prepare_threshold"
 SCHEMA = "schema"
 
 
-def _kv_option(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?:^|\s+){name}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-
 def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
     """``conninfo`` without its ``name`` parameter, and that parameter's raw value
     (``None`` when it has none).
@@ -188,34 +181,28 @@ def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
         >>> take_url_option("postgresql://h/db?schema=app&sslmode=require", "schema")
         ('postgresql://h/db?sslmode=require', 'app')
     """
+    found: list[str] = []
     if "://" in conninfo:
-        base, sep, rest = conninfo.partition("?")
-        if not sep:
-            return conninfo, None
+        base, _, rest = conninfo.partition("?")
         query, hash_, fragment = rest.partition("#")
-        kept, found = [], []
+        kept = []
         for part in query.split("&"):
             key, _, value = part.partition("=")
             if unquote(key).strip().lower() == name:
                 found.append(unquote(value))
-            else:
+            elif part:
                 kept.append(part)
-        if not found:
-            return conninfo, None
-        if len(found) > 1:
-            raise ConfigurationError(f"{mask_url(conninfo)}: {name} is given {len(found)} times")
-        query = "&".join(p for p in kept if p)
-        return base + ("?" + query if query else "") + hash_ + fragment, found[0]
-    pattern = _kv_option(name)
-    matches = list(pattern.finditer(conninfo))
-    if not matches:
-        return conninfo, None
-    if len(matches) > 1:
-        raise ConfigurationError(f"{mask_url(conninfo)}: {name} is given {len(matches)} times")
-    value = matches[0].group(1)
-    if value.startswith("'"):
-        value = re.sub(r"\\(.)", r"\1", value[1:-1])
-    return pattern.sub("", conninfo).strip(), value
+        query = "&".join(kept)
+        taken = base + ("?" + query if query else "") + hash_ + fragment
+    else:
+        pattern = re.compile(rf"(?:^|\s+){name}\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+        for match in pattern.finditer(conninfo):
+            value = match.group(1)
+            found.append(re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith("'") else value)
+        taken = pattern.sub("", conninfo).strip()
+    if len(found) > 1:
+        raise ConfigurationError(f"{mask_url(conninfo)}: {name} is given {len(found)} times")
+    return (taken, found[0]) if found else (conninfo, None)
 
 
 def take_prepare_threshold(conninfo: str) -> tuple[str, str | None]:
