@@ -289,6 +289,42 @@ def test_a_filter_counts_the_limit_after_it_and_a_missing_key_never_matches(
         assert list(saver.list(config, limit=0)) == [], name
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    limit=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, len(LISTED) + 2),
+        st.floats(-3, len(LISTED) + 2),  # 2.0 is 2; 2.5 is refused
+        st.sampled_from([math.nan, math.inf, "2"]),
+    )
+)
+def test_a_list_limit_gets_one_outcome_everywhere(listed: dict[str, Any], limit: Any) -> None:
+    async def alisted(saver: Any) -> int:
+        return len([t async for t in saver.alist(config_for("filtered"), limit=limit)])
+
+    results = {
+        (name, api): outcome(
+            (lambda s=saver: len(list(s.list(config_for("filtered"), limit=limit))))
+            if api == "sync"
+            else (lambda s=saver: asyncio.run(alisted(s)))
+        )
+        for name, saver in listed.items()
+        for api in ("sync", "async")
+    }
+    whole = limit is None or (
+        not isinstance(limit, bool | str) and math.isfinite(limit) and limit == int(limit)
+    )
+    expected = (
+        ("ok", len(LISTED) if limit is None else min(max(int(limit), 0), len(LISTED)))
+        if whole
+        else ("refused", "InvalidValueError")
+    )
+    assert all(r == expected for r in results.values()), (limit, results)
+
+
 @pytest.mark.parametrize(
     "metadata",
     [

@@ -195,6 +195,16 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
     return filter
 
 
+def checked_limit(limit: Any) -> int | None:
+    """``limit`` of ``list(limit=...)`` as a whole number (``2.0`` is 2), or ``None``: every
+    saver refuses ``2.5`` alike (SQLite's ``LIMIT`` took it as a datatype mismatch)."""
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool)):
+        return limit
+    if isinstance(limit, float) and limit.is_integer():
+        return int(limit)
+    raise InvalidValueError(f"list() limit must be a whole number or None, got {limit!r}")
+
+
 def check_metadata(metadata: Mapping[str, Any]) -> None:
     """Refuse, naming the key, metadata holding what :func:`checked_filter` refuses."""
     for key, value in metadata.items():

@@ -23,6 +23,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import metadata_json
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     checked_checkpoint_id,
     checked_filter,
+    checked_limit,
     checked_thread_id,
     list_coordinates,
     metadata_matches,
@@ -62,6 +63,7 @@ class CheckedInMemorySaver(InMemorySaver):
         in the metadata (``{"k": None}`` does not match metadata without ``k``), and the
         limit counts what the filter kept."""
         checked_filter(filter)
+        limit = checked_limit(limit)
         if config is not None:
             thread_id, _, _ = list_coordinates(config)
             config = _with_ids(config, thread_id, None)

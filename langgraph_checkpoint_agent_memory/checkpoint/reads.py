@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors,
     checked_filter,
+    checked_limit,
     delta_history,
     list_coordinates,
     metadata_matches,
@@ -432,7 +433,7 @@ class ListCursor:
     ) -> None:
         self.reader, self.serde = reader, serde
         self.config, self.filter, self.before = config, checked_filter(filter), before
-        self.remaining = limit
+        self.remaining = limit = checked_limit(limit)
         self.keyset: Keyset | None = None
         self.page_size = LIST_PAGE if limit is None or filter else max(1, min(limit, LIST_PAGE))
         self.done = limit is not None and limit <= 0

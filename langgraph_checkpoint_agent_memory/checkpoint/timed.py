@@ -44,6 +44,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors,
     checked_checkpoint_id,
     checked_filter,
+    checked_limit,
     checked_thread_id,
     checkpoint_config,
     checkpoints_to_keep,
@@ -650,6 +651,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             [4, 3, 2, 1, 0, -1]
         """
         checked_filter(filter)
+        limit = checked_limit(limit)
         before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
         found = (
             self._decode(thread_id, ns, *parts)

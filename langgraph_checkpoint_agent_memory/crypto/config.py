@@ -202,8 +202,7 @@ def from_langgraph_aes_key(environ: Mapping[str, str] | None = None) -> Encrypti
     from which a master key is derived (SHA-256 of it, so every length gives 256 bits)."""
     env = os.environ if environ is None else environ
     own = from_environment(env)
-    aes = env.get(LANGGRAPH_AES_KEY_ENV, "").encode()
-    if own is not None or not aes:
+    if own is not None or not (aes := env.get(LANGGRAPH_AES_KEY_ENV, "").encode()):
         return own
     if len(aes) not in (16, 24, 32):
         raise ConfigurationError(
