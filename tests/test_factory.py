@@ -50,6 +50,15 @@ def test_invalid_ttl_names_the_argument(bad: Any, url: str | None, tmp_path: Pat
         create_checkpointer(60, url=where, sweep_interval_seconds=float("inf"))
 
 
+def test_a_url_passed_as_the_ttl_says_where_a_url_goes() -> None:
+    with pytest.raises(ConfigurationError, match=r"a database URL goes in url=") as refused:
+        create_checkpointer("sqlite:///agent.db")  # type: ignore[arg-type]
+    assert "'sqlite:///agent.db'" in str(refused.value)
+    with pytest.raises(ConfigurationError) as plain:
+        create_checkpointer("60")  # type: ignore[arg-type]
+    assert "url=" not in str(plain.value)
+
+
 def test_an_unknown_option_names_ttl_seconds_among_the_known() -> None:
     with pytest.raises(TypeError, match="known: ttl_seconds, url, clock"):
         create_checkpointer(ttl=-1)

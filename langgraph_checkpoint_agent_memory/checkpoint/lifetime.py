@@ -38,9 +38,10 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
+        hint = " (a database URL goes in url=)" if "://" in str(value) else ""
         raise ConfigurationError(
             f"{name} must be a whole number of seconds or None, got {type(value).__name__} "
-            f"{value!r}"
+            f"{value!r}{hint}"
         )
     if value < 0:
         raise ConfigurationError(f"{name} must be >= 0 (0 or None turns expiry off), got {value}")
