@@ -147,8 +147,6 @@ class MemorySql:
             "delete_decay", lambda: sa.delete(memory_decay).where(key_match(memory_decay))
         )
 
-    # -- reads -----------------------------------------------------------------------------
-
     def rows(self, with_keys: int | None = None) -> Sql:
         """Live items of one namespace with their decay state (``with_keys``: keys ``:k<j>``),
         and with a sealer their ``sealed`` value."""
@@ -286,9 +284,6 @@ def seal_items_plan(
         )
 
 
-# -- record --------------------------------------------------------------------------------
-
-
 def record_plan(
     sql: MemorySql,
     *,
@@ -331,9 +326,6 @@ def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]
         keyed = sql.store.keyed(rows)
         locks = sql.lock_shards(r["shard"] for r in keyed)
         yield Batch([*locks, Stmt(sql.reinforce(), keyed, many=True)], write=True)
-
-
-# -- decay ---------------------------------------------------------------------------------
 
 
 def decay_plan(
@@ -385,9 +377,6 @@ def decay_plan(
         write=True,
     )
     return int(items)
-
-
-# -- erase and listings --------------------------------------------------------------------
 
 
 def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Plan[set[str]]:
@@ -676,8 +665,7 @@ def settled_plan(sql: MemorySql, owed: Sequence[Owed]) -> Plan[None]:
     """Remove ``owed`` from the erase ledger: their data keys are destroyed."""
     e = memory_erasures
     delete = sql.statement(
-        "settled_key",
-        lambda: sa.delete(e).where(*matching(e, "shard", "thread_id")),
+        "settled_key", lambda: sa.delete(e).where(*matching(e, "shard", "thread_id"))
     )
     if owed:
         yield Batch([Stmt(delete, [o._asdict() for o in owed], many=True)], write=True)

@@ -231,8 +231,6 @@ class StoreStatements:
         self.d = d
         self.shard_depth = checked_depth(shard_depth)
 
-    # -- the shard key ---------------------------------------------------------------------
-
     def shard(self, prefix: str) -> str:
         """The shard key of the namespace kept as ``prefix`` (see :mod:`.shard`)."""
         return prefix_shard(prefix, self.shard_depth)
@@ -283,8 +281,6 @@ class StoreStatements:
 
     def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
         return self.d.sql(("store", key), build)
-
-    # -- one item --------------------------------------------------------------------------
 
     def get(self) -> Sql:
         """One live item by ``:shard``, ``:prefix``, ``:key``."""
@@ -350,8 +346,6 @@ class StoreStatements:
             self.statement(("delete", t.name), partial(_delete_item, t))
             for t in (store_vectors, store_terms, store_items)
         ]
-
-    # -- a namespace prefix ----------------------------------------------------------------
 
     def recent(self, filters: Prefilter, scoped: bool) -> Sql:
         """Live items under the namespace passing the pre-filter, newest first, ``:n``."""
@@ -577,8 +571,6 @@ class StoreStatements:
             lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
 
-    # -- across shards ---------------------------------------------------------------------
-
     def expired_stats(self) -> Sql:
         """How many items expired by ``:now``, and the size of their values and text."""
 
@@ -609,8 +601,6 @@ class StoreStatements:
                 .limit(sa.bindparam("n", type_=sa.Integer))
             ),
         )
-
-    # -- encryption at rest: sealed vectors, the shards a search spans, sealing old rows
 
     def sealed_vectors(self, scoped: bool) -> Sql:
         """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace."""
@@ -715,17 +705,12 @@ class StoreStatements:
             lambda: _fingerprint(*self.namespace_of(store_items, scoped)),
         )
 
-    # -- pseudo-relevance feedback: the postings of the first lexical matches
-
     def feedback_postings(self, n: int) -> Sql:
         """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>`` ...)."""
         return self.statement(
             ("feedback_postings", n),
             lambda: sa.select(*_POSTINGS).where(items_named(store_terms, n)),
         )
-
-    # -- posting blocks (``am_store_blocks``): what a query of common words reads, and
-    # what builds a block (``store/blocks.py`` says how they are used)
 
     def blocks_read(self, n: int, exact: bool, scoped: bool) -> Sql:
         """In one snapshot: the blocks of ``n`` terms (``:t<j>``) under the namespace, ``(term,
