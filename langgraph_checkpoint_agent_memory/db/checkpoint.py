@@ -13,6 +13,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     blobs,
     checkpoints,
     matching,
+    rows_named,
     threads,
     writes,
 )
@@ -368,12 +369,7 @@ def select_blobs(d: Dialect, n: int) -> Sql:
     def build() -> Any:
         wanted = sa.select(*[blobs.c[c] for c in BLOB_COLUMNS]).where(
             *matching(blobs, "thread_id", "checkpoint_ns"),
-            sa.or_(
-                *(
-                    sa.and_(blobs.c.channel == B(f"c{i}"), blobs.c.version == B(f"v{i}"))
-                    for i in range(n)
-                )
-            ),
+            rows_named(blobs, n, (("channel", "c"), ("version", "v"))),
         )
         if not d.recursive_cte:
             return wanted

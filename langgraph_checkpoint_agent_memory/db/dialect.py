@@ -106,16 +106,10 @@ class AnnConfig:
 
 @dataclass(frozen=True)
 class VectorIndex:
-    """An approximate (HNSW) index over the stored vectors of one dimension count.
-
-    Attributes:
-        name: The index's name in the database.
-        dims: The dimension count of the vectors it holds.
-        vector_type: The type it holds them as (``vector``, ``halfvec``, ``REAL_VECTOR``).
-        column: The SQL expression it indexes, over the vectors table as ``v``.
-        ef_search: The breadth of each search (the index's candidate list).
-        relation: How a catalog lookup names it (schema-qualified, or the bare name).
-    """
+    """An approximate (HNSW) index ``name`` over the stored vectors of ``dims`` dimensions, as
+    ``vector_type`` (``vector``, ``halfvec``, ``REAL_VECTOR``), indexing the SQL ``column``
+    over the vectors table ``v``; ``ef_search``: each search's breadth; ``relation``: how a
+    catalog lookup names it (schema-qualified, or the bare name)."""
 
     name: str
     dims: int
@@ -335,8 +329,7 @@ class Dialect:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
     def under_clause(self, column: Any) -> Any:
-        """``column`` is the namespace ``:ns`` or below it (``:ns_dot``: ``ns + "."``;
-        ``:ns_end``: ``ns + "/"``). No LIKE: labels may hold ``%``."""
+        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %."""
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
 

@@ -172,8 +172,7 @@ class Source:
             )
             if not page:
                 return
-            for (thread_id,) in page:
-                yield thread_id
+            yield from (thread_id for (thread_id,) in page)
             after = page[-1][0]
 
     def shape(self, thread_id: str) -> ThreadShape:
@@ -231,9 +230,8 @@ class Source:
         return seconds(now) or 0.0
 
     def _now_param(self, now: float | None = None) -> Any:
-        when = (
-            datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
-        )
+        utc = timezone.utc
+        when = datetime.now(utc) if now is None else datetime.fromtimestamp(now, utc)
         # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
         return when.isoformat(sep=" ") if self.kind == "sqlite" else when
 

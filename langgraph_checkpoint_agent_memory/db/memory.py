@@ -194,30 +194,22 @@ def root_params(root: str, **more: Any) -> dict[str, Any]:
 
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
     """A namespace's live item count and latest change (recall's cache fingerprint)."""
-    query = sql.store.fingerprint()
-    [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
+    [rows] = yield Batch([Stmt(sql.store.fingerprint(), sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
     return int(count), float(latest or 0.0)
 
 
 def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:
     """A row of :meth:`MemorySql.rows`, opened with ``sealer`` (its keys loaded)."""
-    prefix, key, stored, created_at, updated_at, log_importance, reinforced_at, pinned = raw[:8]
+    prefix, key, stored, created_at, updated_at, *decay, pinned = raw[:8]
     if sealer is not None:
         sealed = raw[8]
         value = sealer.open_value(prefix, key, stored, None if sealed is None else bytes(sealed))
     else:  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
         value = stored if isinstance(stored, dict) else json.loads(stored)
-    return StoredRow(
-        prefix=prefix,
-        key=key,
-        value=value,
-        created_at=float(created_at),
-        updated_at=float(updated_at),
-        log_importance=None if log_importance is None else float(log_importance),
-        reinforced_at=None if reinforced_at is None else float(reinforced_at),
-        pinned=bool(pinned),
-    )
+    log_importance, reinforced_at = (None if x is None else float(x) for x in decay)
+    times = float(created_at), float(updated_at)
+    return StoredRow(prefix, key, value, *times, log_importance, reinforced_at, bool(pinned))
 
 
 def read_plan(
@@ -443,15 +435,9 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 @dataclass(frozen=True)
 class Backlog:
-    """What waits for consolidation, over every scope: read by :func:`backlog_plan`.
-
-    Attributes:
-        pending: Episodes recorded and not consolidated yet (parked ones aside).
-        scopes: How many scopes hold some of them.
-        oldest_at: When the oldest of them was recorded (seconds since the epoch); ``None``
-            when nothing is pending.
-        now: The time the figures were read at.
-    """
+    """What waits for consolidation, over every scope (:func:`backlog_plan`): ``pending``
+    episodes (parked ones aside), the ``scopes`` holding them, when the oldest was recorded
+    (``oldest_at``, ``None``: nothing pending), and when this was read (``now``)."""
 
     pending: int
     scopes: int
@@ -553,29 +539,11 @@ def erase_plan(
     """Delete every row of ``scopes``, and owe the keys of ``owe`` and ``owe_threads`` in the
     same transaction; the rows removed per table. The dialect's erase session makes the
     bytes leave the files."""
-    before, after_commit = sql.d.erase_session() if scopes else ([], [])
+    if not scopes:
+        return {}
+    before, after_commit = sql.d.erase_session()
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root, scopes, owe, owe_threads, now)
-    for statement in after_commit:
-        # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
-        yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
-    return counts
-
-
-def of_scope(t: Any) -> Any:
-    """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
-    return sa.and_(*matching(t, "shard", "scope"))
-
-
-def _erase(
-    sql: MemorySql,
-    root: str,
-    scopes: Sequence[str],
-    owe: Sequence[str],
-    threads: Sequence[Owed],
-    now: float,
-) -> Plan[dict[str, int]]:
     statements: list[Stmt] = []
     labels: list[str] = []
     # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
@@ -590,19 +558,25 @@ def _erase(
             Stmt(sql.statement(("erase", t), partial(_delete_scope, t)), key) for t in by_scope
         ]
         labels += [*by_prefix, *by_scope]
-    if not statements:
-        return {}
     locks = sql.lock_scopes(scopes)
     keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
     debts = [Stmt(_owe(sql, True), k) for k in keys] + [
-        Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in threads
+        Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in owe_threads
     ]
     counts: dict[str, int] = {}
     results = yield Batch([*locks, *statements, *debts], write=True)
     deleted = results[len(locks) : len(locks) + len(statements)]
     for label, n in zip(labels, deleted, strict=True):
         counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
+    for statement in after_commit:
+        # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
+        yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
     return counts
+
+
+def of_scope(t: Any) -> Any:
+    """Core: ``t``'s rows of the scope ``:scope`` (shard key ``:shard``)."""
+    return sa.and_(*matching(t, "shard", "scope"))
 
 
 def _delete_scope(name: str) -> Any:
@@ -682,7 +656,6 @@ def owed_count_plan(sql: MemorySql) -> Plan[int]:
 
 def some_shards_plan(sql: MemorySql, limit: int) -> Plan[list[str]]:
     """Up to ``limit`` shard keys that store items carry (a sample for a key store check)."""
-
     i = store_items
     query = sql.statement(
         "some_shards",

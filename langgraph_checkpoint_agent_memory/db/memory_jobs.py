@@ -55,8 +55,7 @@ class Writes:
     removed: list[dict[str, Any]] = field(default_factory=list)
 
 
-#: What :func:`apply_plan` returns when the scope was erased while the job ran (its ledger
-#: row is gone): nothing written, nothing to retry.
+#: What :func:`apply_plan` returns when the scope was erased while the job ran: nothing to retry.
 ERASED = Writes(outcome={"skipped": "scope erased"})
 
 
@@ -142,8 +141,7 @@ def _candidates(scope: str | None, skip: int) -> Any:
 
 #: Scopes a claim considers at once: should others take the first, it tries the next.
 CLAIM_CANDIDATES = 8
-#: Scopes a consolidation round finds at once (:func:`scopes_plan`); it looks again only
-#: after working through a full list.
+#: Scopes a consolidation round finds at once (:func:`scopes_plan`), again after a full list.
 ROUND_SCOPES = 1000
 
 
@@ -254,7 +252,6 @@ def apply_plan(
     drop = sql.statement("done_pending", lambda: sa.delete(memory_pending).where(_episode()))
     episodes = [{**key, "episode_key": k} for k in episode_keys]
     statements.append(Stmt(drop, episodes, many=True))
-
     if not already:
         job = _Job(job_id, claim.scope, episode_keys, extractor_version, started_at, now)
         outcome = json.dumps(writes.outcome)
@@ -487,7 +484,6 @@ def encrypt_errors_plan(
 
 def _plain_errors(sql: MemorySql, kind: str, ident: Any, error: Any) -> tuple[Sql, Sql]:
     """Up to ``:n`` unsealed ``(shard, ident, error)``; and sealing one still ``:old``."""
-
     t = ident.table
     find = sql.statement(
         ("plain_errors", kind),

@@ -230,7 +230,6 @@ def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:
 
 def _shard_rule(dialect: Dialect, done: set[int], asked: int | None) -> Plan[dict[str, Any] | None]:
     """The shard depth's settings row to record (``None``: recorded); refuses another one."""
-
     if asked is not None:
         checked_depth(asked)
     recorded: int | None = None

@@ -18,6 +18,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     items_i,
     matching,
     metadata,
+    rows_named,
     store_blocks,
     store_items,
     store_terms,
@@ -814,7 +815,6 @@ class StoreStatements:
 
     def blocks_postings(self) -> Sql:
         """``(key, tf, dl)`` of the term's packed postings in the namespace."""
-
         t = store_terms
         return self.statement(
             ("blocks_postings",),
@@ -839,16 +839,6 @@ class StoreStatements:
                 .where(*_one_block(b), b.c.built == sa.bindparam("built"))
             ),
         )
-
-
-def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
-    """Core: ``t``'s row is one of ``n`` named by ``(column, prefix)``: ``:<prefix><j>``."""
-    return sa.or_(
-        *(
-            sa.and_(*(t.c[column] == sa.bindparam(f"{prefix}{j}") for column, prefix in names))
-            for j in range(n)
-        )
-    )
 
 
 def items_named(t: Any, n: int) -> Any:
