@@ -13,6 +13,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     blobs,
     checkpoints,
     matching,
+    rows_named,
     threads,
     writes,
 )
@@ -96,9 +97,8 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
     """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
     cols = [c.name for c in table.columns]
     if d.distributed:
-        # Citus routes an INSERT ... SELECT to one shard only when the distribution column
-        # comes from a co-located table: the thread's activity row (which must then exist:
-        # a thread without one takes the slow path, which writes it first)
+        # Citus routes an INSERT ... SELECT to one shard only when the distribution column comes
+        # from a co-located table: the thread's activity row (the slow path writes it first)
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))
         values = d.values_select(table, cols[1:])
@@ -121,16 +121,14 @@ def insert_blob(d: Dialect) -> Sql:
 def upsert_checkpoint(d: Dialect) -> Sql:
     update = ["parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata", "blob_versions"]
     return d.sql(
-        ("upsert_checkpoint", d.distributed),
-        lambda: _if_live(d, checkpoints, upsert_cols=update),
+        ("upsert_checkpoint", d.distributed), lambda: _if_live(d, checkpoints, upsert_cols=update)
     )
 
 
 def insert_write(d: Dialect, *, replace: bool) -> Sql:
     update = ["channel", "type", "blob", "task_path"] if replace else None
     return d.sql(
-        ("insert_write", replace, d.distributed),
-        lambda: _if_live(d, writes, upsert_cols=update),
+        ("insert_write", replace, d.distributed), lambda: _if_live(d, writes, upsert_cols=update)
     )
 
 
@@ -193,8 +191,7 @@ def _delete_ended(t: sa.Table) -> Any:
 
 
 def delete_ended_rows(d: Dialect) -> list[Sql]:
-    """Delete the history :func:`end_generation` bounded; writes above the boundary belong
-    to a fresh start whose checkpoint is on its way."""
+    """Delete the history :func:`end_generation` bounded (writes above it: a fresh start's)."""
     return [
         *_each(d, "delete_thread_rows", _delete_thread_rows, (blobs, checkpoints)),
         d.sql("delete_ended_writes", partial(_delete_ended, writes)),
@@ -227,8 +224,7 @@ def delete_thread_rows(d: Dialect) -> list[Sql]:
 
 
 def erase_thread_rows(d: Dialect) -> list[Sql]:
-    """Delete every row of one thread, its activity row first: the lock order of every
-    transaction that changes a thread's history, so none deadlock."""
+    """Delete every row of one thread, its activity row first: the lock order, so none deadlock."""
     return [*_each(d, "erase_thread_rows", _delete_thread_rows, [threads]), *delete_thread_rows(d)]
 
 
@@ -240,12 +236,8 @@ def delete_checkpoint(d: Dialect) -> list[Sql]:
 
 
 def delete_blob(d: Dialect) -> Sql:
-    return d.sql(
-        "delete_blob",
-        lambda: sa.delete(blobs).where(
-            *matching(blobs, "thread_id", "checkpoint_ns", "channel", "version")
-        ),
-    )
+    key = ("thread_id", "checkpoint_ns", "channel", "version")
+    return d.sql("delete_blob", lambda: sa.delete(blobs).where(*matching(blobs, *key)))
 
 
 def select_copy_rows(d: Dialect) -> list[Sql]:
@@ -259,11 +251,8 @@ def select_copy_rows(d: Dialect) -> list[Sql]:
 
 
 def _insert_copied(d: Dialect, t: sa.Table) -> Any:
-    keys = [c.name for c in t.primary_key]
-    if not d.distributed:
-        return d.insert_ignore(t, keys)
-    values = {c.name: B(c.name, type_=c.type) for c in t.columns}
-    return d.insert(t).values(values).on_conflict_do_nothing(index_elements=keys)
+    insert = d.insert_row_ignore if d.distributed else d.insert_ignore
+    return insert(t, [c.name for c in t.primary_key])
 
 
 def insert_copied_rows(d: Dialect) -> list[Sql]:
@@ -380,12 +369,7 @@ def select_blobs(d: Dialect, n: int) -> Sql:
     def build() -> Any:
         wanted = sa.select(*[blobs.c[c] for c in BLOB_COLUMNS]).where(
             *matching(blobs, "thread_id", "checkpoint_ns"),
-            sa.or_(
-                *(
-                    sa.and_(blobs.c.channel == B(f"c{i}"), blobs.c.version == B(f"v{i}"))
-                    for i in range(n)
-                )
-            ),
+            rows_named(blobs, n, (("channel", "c"), ("version", "v"))),
         )
         if not d.recursive_cte:
             return wanted
@@ -415,9 +399,8 @@ def select_writes(d: Dialect, n: int) -> Sql:
 
 
 def pushed_filters(d: Dialect, filter: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The keys of a ``list(filter=...)`` to pre-filter in SQL (Python still matches):
-    strings and numbers JSON compares as Python does (not 0 and 1, which equal booleans in
-    Python, nor floats of 2**53 or more)."""
+    """The keys of a ``list(filter=...)`` to pre-filter in SQL: values JSON compares as Python
+    does (not 0 and 1, which equal booleans in Python, nor floats of 2**53 or more)."""
     return tuple(
         k
         for k, v in (filter or {}).items()
@@ -486,12 +469,9 @@ def select_thread_blob_keys(d: Dialect) -> Sql:
 
 
 def select_run_checkpoints(d: Dialect) -> Sql:
-    return d.sql(
-        "select_run_checkpoints",
-        lambda: sa.select(
-            checkpoints.c.thread_id, checkpoints.c.checkpoint_ns, checkpoints.c.checkpoint_id
-        ).where(checkpoints.c.run_id == B("run_id")),
-    )
+    c = checkpoints.c
+    key = (c.thread_id, c.checkpoint_ns, c.checkpoint_id)
+    return d.sql("select_run_checkpoints", lambda: sa.select(*key).where(c.run_id == B("run_id")))
 
 
 def select_chain(d: Dialect) -> Sql:
@@ -524,8 +504,7 @@ def select_expired(d: Dialect) -> Sql:
 
 
 def claim_expired(d: Dialect, *, keep: bool) -> Sql:
-    """Claim a candidate still expired and live (row count 1); ``keep``: it stays without
-    an expiry, else it becomes a tombstone."""
+    """Claim a candidate still expired and live (row count 1); ``keep``: unexpire, not tombstone."""
 
     def build() -> Any:
         update = sa.update(threads).where(
@@ -654,8 +633,7 @@ def thread_stats(d: Dialect, *, order: str, expired: bool) -> Sql:
 
 
 def thread_counts(d: Dialect) -> list[Sql]:
-    """The threads holding checkpoints; the live ones expired at ``:now`` and expiring
-    before ``:until`` (which the expiry index reads alone)."""
+    """The threads holding checkpoints; the live ones expired at ``:now`` and before ``:until``."""
 
     def expiry() -> Any:
         t = threads.c

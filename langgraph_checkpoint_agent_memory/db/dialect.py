@@ -1,7 +1,5 @@
-"""What differs between SQLite, PostgreSQL and SAP HANA: statements are SQLAlchemy Core,
-compiled here once each by the database's SQLAlchemy dialect (a compiler, never an engine),
-plus the constructs SQLAlchemy does not unify.
-"""
+"""What differs between SQLite, PostgreSQL and SAP HANA: SQLAlchemy Core statements compiled
+once each by the database's SQLAlchemy dialect, and the constructs SQLAlchemy does not unify."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import items_i, store_vectors, vectors_v
+from langgraph_checkpoint_agent_memory.db.schema import items_i, matching, store_vectors, vectors_v
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -108,16 +106,10 @@ class AnnConfig:
 
 @dataclass(frozen=True)
 class VectorIndex:
-    """An approximate (HNSW) index over the stored vectors of one dimension count.
-
-    Attributes:
-        name: The index's name in the database.
-        dims: The dimension count of the vectors it holds.
-        vector_type: The type it holds them as (``vector``, ``halfvec``, ``REAL_VECTOR``).
-        column: The SQL expression it indexes, over the vectors table as ``v``.
-        ef_search: The breadth of each search (the index's candidate list).
-        relation: How a catalog lookup names it (schema-qualified, or the bare name).
-    """
+    """An approximate (HNSW) index ``name`` over the stored vectors of ``dims`` dimensions, as
+    ``vector_type`` (``vector``, ``halfvec``, ``REAL_VECTOR``), indexing the SQL ``column``
+    over the vectors table ``v``; ``ef_search``: each search's breadth; ``relation``: how a
+    catalog lookup names it (schema-qualified, or the bare name)."""
 
     name: str
     dims: int
@@ -133,9 +125,8 @@ class VectorIndex:
 
 @dataclass(frozen=True)
 class FastWrite:
-    """A dialect's fast write; ``fetch``: it returns the thread's liveness as a row (else a
-    refusal is an error). ``then``: statements that follow in the same transaction (Citus),
-    committed only when the first found the thread live."""
+    """A dialect's fast write; ``fetch``: it returns the thread's liveness (else a refusal
+    errs); ``then``: statements after it in its transaction (Citus), kept if the thread lives."""
 
     sql: Sql
     params: Any
@@ -278,8 +269,7 @@ class Dialect:
         return select.with_for_update(skip_locked=True)
 
     def metadata_prefilter(self, column: sa.ColumnElement[Any], key: str, value: Any) -> Any:
-        """A condition narrowing the rows to those whose metadata may have ``key == value``
-        (the exact test is Python's), or ``None``."""
+        """A condition narrowing rows to those whose metadata may have ``key == value``."""
         return None
 
     def prefilter_value(self, key: str, value: Any) -> Any:
@@ -319,9 +309,8 @@ class Dialect:
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
     ) -> FastWrite | None:
-        """One statement doing a whole ``put`` or ``put_writes`` (``kind="writes"``), or
-        ``None``. ``rows`` by group: ``"b"`` blobs, ``"f"`` first-write-wins and ``"r"``
-        replacing writes; for a gone thread it writes nothing."""
+        """One statement doing a whole ``put`` or ``put_writes`` (``kind="writes"``), or ``None``;
+        ``rows``: ``"b"`` blobs, ``"f"`` first-write-wins and ``"r"`` replacing writes."""
         return None
 
     def thread_gone(self, exc: BaseException) -> bool:
@@ -340,8 +329,7 @@ class Dialect:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
     def under_clause(self, column: Any) -> Any:
-        """``column`` is the namespace ``:ns`` or below it (``:ns_dot``: ``ns + "."``;
-        ``:ns_end``: ``ns + "/"``). No LIKE: labels may hold ``%``."""
+        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %."""
         head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
         return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
 
@@ -372,8 +360,7 @@ class Dialect:
         return []
 
     def vectors_plan(self, *, create: bool = True) -> Plan[None]:
-        """At every setup: bring native vectors up to what the database offers now and set
-        :attr:`native_vectors`; without ``create``, only find out."""
+        """At setup: bring native vectors up to date and set :attr:`native_vectors`."""
         return
         yield  # pragma: no cover
 
@@ -415,25 +402,20 @@ class Dialect:
             t = self.native_vectors_table(["embedding"])
             return (
                 sa.update(t)
-                .where(
-                    *(t.c[n] == sa.bindparam(n) for n in ("shard", "prefix", "key", "field")),
-                    t.c.embedding.is_(None),
-                )
+                .where(*matching(t, "shard", "prefix", "key", "field"), t.c.embedding.is_(None))
                 .values(embedding=self.to_vector(sa.bindparam("embedding")))
             )
 
         return self.sql("fill_vector", build)
 
     def vector_row(self, row: dict[str, Any]) -> None:
-        """Add to a vector row (``vector`` bytes, ``embedding`` text) whatever else
-        :meth:`insert_vector` binds."""
+        """Add to a vector row whatever else :meth:`insert_vector` binds."""
 
     def vector_search(
         self, filters: Hashable, where: Sequence[Any], dims: int, *, joined: bool
     ) -> Sql | None:
-        """Exact similarity to ``:query_vector`` in SQL: ``(prefix, key, score)`` of the
-        ``:n`` best vectors, ``joined`` to the items ``where`` filters (``filters``: the
-        cache key); ``None``: the store computes it in numpy."""
+        """``(prefix, key, score)`` of the ``:n`` vectors most like ``:query_vector`` meeting
+        ``where`` (``filters``: the cache key); ``None``: the store computes it in numpy."""
         return None
 
     def ann_index(self, dims: int, config: AnnConfig) -> VectorIndex | None:
@@ -446,8 +428,7 @@ class Dialect:
         yield  # pragma: no cover
 
     def ann_search(self, index: VectorIndex, filters: Hashable, where: Sequence[Any]) -> list[Sql]:
-        """One transaction's statements (settings, then the query) of an approximate
-        search: ``(prefix, key, score)`` of the ``:n`` nearest vectors meeting ``where``."""
+        """An approximate search's settings, then its query: ``(prefix, key, score)``."""
         raise NotImplementedError
 
     def vector_counts(self, index: VectorIndex, under: Sequence[Any], scoped: bool) -> Sql:
@@ -468,8 +449,7 @@ class Dialect:
         return path
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """The shape of a condition every match satisfies, which :meth:`json_condition`
-        builds (the exact test runs in Python); ``None``: no narrowing."""
+        """The shape of a condition every match satisfies (``None``: no narrowing)."""
         return None
 
     def json_condition(self, value: Any, shape: Hashable, param: str) -> Any:
@@ -484,9 +464,8 @@ class Dialect:
         return None
 
     def scope_lock(self) -> sa.sql.ClauseElement | None:
-        """A statement taking the lock of one shard key (``:lock_key``) until the
-        transaction ends (``None``: a write locks the whole database). Writers take them
-        first, sorted, so they queue instead of deadlocking."""
+        """A lock on one shard key (``:lock_key``) until the transaction ends (``None``: writes
+        lock the whole database); writers take them sorted, so they never deadlock."""
         return None
 
     def list_size(self, n: int) -> int:
@@ -510,8 +489,8 @@ class Dialect:
         return unpacked(t)
 
     def fresh_postings_ddl(self) -> list[str]:
-        """The covering index of postings no block holds yet, led by :meth:`fresh_lead`,
-        which the primary key cannot serve, so no planner prefers it."""
+        """The covering index of unpacked postings, led by :meth:`fresh_lead` (no planner
+        prefers the primary key to it)."""
         if not self.posting_blocks:
             return []
         names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
@@ -539,8 +518,7 @@ def same_item(a: Any, b: Any) -> Any:
 
 
 def nearest(sim: Any, where: Sequence[Any], order: Sequence[Any], *, joined: bool = True) -> Any:
-    """``(prefix, key, sim)`` of the ``:n`` first vectors by ``order`` that meet ``where``
-    (``joined``: to their items)."""
+    """``(prefix, key, sim)`` of the ``:n`` first vectors by ``order`` meeting ``where``."""
     v, i = vectors_v, items_i
     return (
         sa.select(v.c.prefix, v.c.key, sim)

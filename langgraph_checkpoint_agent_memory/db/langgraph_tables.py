@@ -69,8 +69,7 @@ _COLUMNS = {
 
 
 def seconds(value: Any) -> float | None:
-    """A timestamp of LangGraph's tables (a ``datetime``, or ISO text, UTC unless it says)
-    in seconds since the epoch."""
+    """A timestamp of LangGraph's tables (``datetime`` or ISO text, default UTC) in seconds."""
     if value is None:
         return None
     when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
@@ -121,8 +120,7 @@ class Source:
         return {name for (name,) in self._rows(sql, (table,))}
 
     def check(self, tables: set[str]) -> None:
-        """Refuse a source whose ``tables`` lack a column that the import
-        reads: a table of that name written by something else.
+        """Refuse a source whose ``tables`` lack a column the import reads (another's table).
 
         Raises:
             ConfigurationError: Naming the table and the columns it lacks.
@@ -174,8 +172,7 @@ class Source:
             )
             if not page:
                 return
-            for (thread_id,) in page:
-                yield thread_id
+            yield from (thread_id for (thread_id,) in page)
             after = page[-1][0]
 
     def shape(self, thread_id: str) -> ThreadShape:
@@ -190,8 +187,7 @@ class Source:
         return {(ns, cid): int(n) for ns, cid, n in rows}
 
     def with_special_writes(self, thread_id: str, channels: Sequence[str]) -> set[tuple[str, str]]:
-        """The thread's checkpoints that hold writes to ``channels`` (LangGraph's special
-        channels: errors, interrupts, resume values, which it replaces in place)."""
+        """The thread's checkpoints with writes to ``channels`` (errors, interrupts, resumes)."""
         rows = self._rows(
             f"SELECT DISTINCT checkpoint_ns, checkpoint_id FROM {self.writes_table} "
             f"WHERE thread_id = ? AND channel IN ({', '.join('?' for _ in channels)})",
@@ -200,8 +196,7 @@ class Source:
         return {(ns, cid) for ns, cid in rows}
 
     def task_paths(self, thread_id: str) -> dict[tuple[str, str, str], str]:
-        """``(checkpoint_ns, checkpoint_id, task_id) -> task_path`` of the thread's writes
-        (empty where the table predates the column: every path was ``""`` then)."""
+        """``(checkpoint_ns, checkpoint_id, task_id) -> task_path`` (empty: no such column)."""
         if "task_path" not in self._columns(self.writes_table):
             return {}
         rows = self._rows(
@@ -235,16 +230,14 @@ class Source:
         return seconds(now) or 0.0
 
     def _now_param(self, now: float | None = None) -> Any:
-        when = (
-            datetime.now(timezone.utc) if now is None else datetime.fromtimestamp(now, timezone.utc)
-        )
+        utc = timezone.utc
+        when = datetime.now(utc) if now is None else datetime.fromtimestamp(now, utc)
         # SQLite compares the text LangGraph stored: ISO with a space, as its adapter wrote
         return when.isoformat(sep=" ") if self.kind == "sqlite" else when
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Read inside; then the read-only transaction PostgreSQL began is ended, so none
-        stays open (a transaction pooler gets its server connection back)."""
+        """Read inside, then end PostgreSQL's read-only transaction (a pooler gets it back)."""
         try:
             yield
         finally:
@@ -330,9 +323,8 @@ def thread_shape_plan(d: Dialect, thread_id: str) -> Plan[ThreadShape]:
 
 
 def stamp_items_plan(d: Dialect, rows: list[dict[str, Any]]) -> Plan[None]:
-    """Set the times of items the import put to the source's: each row names an item
-    (``shard``, ``prefix``, ``key``) with its ``created_at``, ``updated_at`` and, when it had a
-    TTL there, ``expires_at`` (else the destination's default TTL from the put stays)."""
+    """Set the times of items the import put to the source's (``expires_at`` where they had a
+    TTL there; else the destination's default TTL from the put stays)."""
 
     def build(expiry: bool) -> Any:
         t = store_items
@@ -366,8 +358,7 @@ def read_mark_plan(d: Dialect, name: str) -> Plan[float | None]:
 def record_mark_plan(d: Dialect, name: str, value: float) -> Plan[None]:
     """Record the time ``value`` under ``name`` in ``am_settings``, in place of the last."""
     delete = d.sql(
-        "import_forget_mark",
-        lambda: sa.delete(settings).where(settings.c.name == B("b_name")),
+        "import_forget_mark", lambda: sa.delete(settings).where(settings.c.name == B("b_name"))
     )
     yield Batch(
         [

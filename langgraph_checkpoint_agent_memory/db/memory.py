@@ -1,11 +1,6 @@
-"""The SQL of agent memory: the consolidation ledger, set-based decay, erase.
-
-Facts and episodes are ordinary store items; the ``am_memory_*`` tables add the scope
-leases, the pending episodes, the finished jobs, the threads a scope used, and
-``ln(importance)`` per decaying item, so decay is one set-based ``DELETE`` with plain
-arithmetic on every database. Every function returns a plan (see :mod:`.database`): the
-domain decides, this module only reads and writes. With a sealer, memory's rows are sealed
-as the store's own are; without one, statements and rows are exactly a plain store's.
+"""The SQL of agent memory, as plans (:mod:`.database`): facts and episodes are store items;
+the ``am_memory_*`` tables add scope leases, pending episodes, finished jobs, the threads a
+scope used, and ``ln(importance)`` per decaying item, so decay is plain arithmetic anywhere.
 """
 
 from __future__ import annotations
@@ -74,9 +69,7 @@ def new_scope_row(scope: str, root: str, now: float, shard: str) -> dict[str, An
 
 
 class MemorySql:
-    """Statements for one dialect; store item writes reuse the store's own statements.
-
-    A scope's ledger rows carry the shard key of its namespace ``(root, *labels)``."""
+    """Statements for one dialect; a scope's ledger rows carry its namespace's shard key."""
 
     def __init__(
         self,
@@ -91,10 +84,7 @@ class MemorySql:
         self.sealer = sealer
 
     def statement(self, key: Hashable, build: Callable[[], Any]) -> Sql:
-        """Memory's statement ``key``, built and compiled on first use only."""
         return self.d.sql(("memory", key), build)
-
-    # -- shard keys ------------------------------------------------------------------------
 
     def scope_labels(self, scope: str) -> tuple[str, ...]:
         """The namespace of ``scope`` (``user=alice,agent=support``): root, then labels."""
@@ -105,18 +95,15 @@ class MemorySql:
         return shard_key(self.scope_labels(scope), self.store.shard_depth)
 
     def lock_scopes(self, scopes: Iterable[str]) -> list[Stmt]:
-        """The statements that lock ``scopes``' shard keys, sorted (none where the dialect
-        has no such lock)."""
+        """The statements that lock ``scopes``' shard keys, sorted (none: no such lock)."""
         return self.lock_shards(self.scope_shard(s) for s in scopes)
 
     def lock_shards(self, keys: Iterable[str]) -> list[Stmt]:
-        """:meth:`lock_scopes` by the shard keys themselves (rows that carry one)."""
         lock = self._scope_lock
         return [] if lock is None else [Stmt(lock, {"lock_key": k}) for k in sorted(set(keys))]
 
     @cached_property
     def _scope_lock(self) -> Sql | None:
-        """The compiled :meth:`~.dialect.Dialect.scope_lock` (``None``: the dialect has none)."""
         built = self.d.scope_lock()
         return None if built is None else self.d.compile(built)
 
@@ -126,8 +113,7 @@ class MemorySql:
         vectors: list[dict[str, Any]] | None = None,
         removed: Sequence[dict[str, Any]] = (),
     ) -> list[Stmt]:
-        """Upsert memory's item rows (``vectors`` ``None``: keep the old ones) and delete
-        ``removed``, as the store writes items."""
+        """Upsert memory's item rows and delete ``removed``, as the store writes items."""
         return self.store.writes(items, vectors, removed, native_vectors=self.sealer is None)
 
     def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
@@ -161,11 +147,9 @@ class MemorySql:
             "delete_decay", lambda: sa.delete(memory_decay).where(key_match(memory_decay))
         )
 
-    # -- reads -----------------------------------------------------------------------------
-
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Live items of one namespace with their decay state (``with_keys``: only keys
-        ``:k0`` ...); with a sealer, each row ends with the item's ``sealed`` value."""
+        """Live items of one namespace with their decay state (``with_keys``: keys ``:k<j>``),
+        and with a sealer their ``sealed`` value."""
         i, d = store_items.alias("i"), memory_decay.alias("d")
         sealed = self.sealer is not None
 
@@ -210,30 +194,22 @@ def root_params(root: str, **more: Any) -> dict[str, Any]:
 
 def version_plan(sql: MemorySql, prefix: str, now: float) -> Plan[tuple[int, float]]:
     """A namespace's live item count and latest change (recall's cache fingerprint)."""
-    query = sql.store.fingerprint()
-    [rows] = yield Batch([Stmt(query, sql.one_ns(prefix, now=now), fetch=True)])
+    [rows] = yield Batch([Stmt(sql.store.fingerprint(), sql.one_ns(prefix, now=now), fetch=True)])
     count, latest = rows[0]
     return int(count), float(latest or 0.0)
 
 
 def decode(raw: Sequence[Any], sealer: RowSealer | None = None) -> StoredRow:
     """A row of :meth:`MemorySql.rows`, opened with ``sealer`` (its keys loaded)."""
-    prefix, key, stored, created_at, updated_at, log_importance, reinforced_at, pinned = raw[:8]
+    prefix, key, stored, created_at, updated_at, *decay, pinned = raw[:8]
     if sealer is not None:
         sealed = raw[8]
         value = sealer.open_value(prefix, key, stored, None if sealed is None else bytes(sealed))
     else:  # JSON text, or a dict where the driver decodes JSON (psycopg's JSONB)
         value = stored if isinstance(stored, dict) else json.loads(stored)
-    return StoredRow(
-        prefix=prefix,
-        key=key,
-        value=value,
-        created_at=float(created_at),
-        updated_at=float(updated_at),
-        log_importance=None if log_importance is None else float(log_importance),
-        reinforced_at=None if reinforced_at is None else float(reinforced_at),
-        pinned=bool(pinned),
-    )
+    log_importance, reinforced_at = (None if x is None else float(x) for x in decay)
+    times = float(created_at), float(updated_at)
+    return StoredRow(prefix, key, value, *times, log_importance, reinforced_at, bool(pinned))
 
 
 def read_plan(
@@ -300,9 +276,6 @@ def seal_items_plan(
         )
 
 
-# -- record --------------------------------------------------------------------------------
-
-
 def record_plan(
     sql: MemorySql,
     *,
@@ -313,10 +286,8 @@ def record_plan(
     now: float,
     reinforce: Sequence[dict[str, Any]] = (),
 ) -> Plan[bool]:
-    """Store an episode and queue it, unless that episode was recorded before.
-
-    Returns whether it was new. Recalled items waiting for reinforcement ride along in the
-    same transaction, so reading memory never costs a write of its own."""
+    """Store and queue an episode unless recorded before; whether it was new. ``reinforce``
+    rides along, so reading memory never costs a write of its own."""
     shard = sql.scope_shard(scope)
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
@@ -349,9 +320,6 @@ def reinforce_plan(sql: MemorySql, rows: Sequence[dict[str, Any]]) -> Plan[None]
         yield Batch([*locks, Stmt(sql.reinforce(), keyed, many=True)], write=True)
 
 
-# -- decay ---------------------------------------------------------------------------------
-
-
 def decay_plan(
     sql: MemorySql,
     *,
@@ -360,11 +328,8 @@ def decay_plan(
     log_threshold: float,
     scope: str | None = None,
 ) -> Plan[int]:
-    """Delete every unpinned item whose decayed importance is under the threshold.
-
-    ``importance * rate ** days < threshold`` is, in logarithms,
-    ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``: set-based
-    DELETEs in one transaction, whatever the number of facts."""
+    """Delete every unpinned item whose decayed importance is under the threshold, in logs:
+    ``log_importance + (now - reinforced_at) * ln(rate) / 86400 < ln(threshold)``."""
     # a scope's decay rows carry its items' shard key: one key when the scope covers it
     one = scope is not None and covers(sql.scope_labels(scope), sql.store.shard_depth)
 
@@ -406,12 +371,8 @@ def decay_plan(
     return int(items)
 
 
-# -- erase and listings --------------------------------------------------------------------
-
-
 def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Plan[set[str]]:
-    """Every scope with a ledger row, and every namespace under ``root`` holding items; with
-    ``shard``, only those whose rows carry that shard key (one shard, not all)."""
+    """Every scope with a ledger row or items under ``root`` (``shard``: only on that key)."""
     s, i = memory_scopes, store_items
     one = shard is not None
 
@@ -474,15 +435,9 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 @dataclass(frozen=True)
 class Backlog:
-    """What waits for consolidation, over every scope: read by :func:`backlog_plan`.
-
-    Attributes:
-        pending: Episodes recorded and not consolidated yet (parked ones aside).
-        scopes: How many scopes hold some of them.
-        oldest_at: When the oldest of them was recorded (seconds since the epoch); ``None``
-            when nothing is pending.
-        now: The time the figures were read at.
-    """
+    """What waits for consolidation, over every scope (:func:`backlog_plan`): ``pending``
+    episodes (parked ones aside), the ``scopes`` holding them, when the oldest was recorded
+    (``oldest_at``, ``None``: nothing pending), and when this was read (``now``)."""
 
     pending: int
     scopes: int
@@ -553,8 +508,7 @@ def _unfinished_jobs(by: Any) -> Any:
 
 
 class Owed(NamedTuple):
-    """A data key the erase ledger owes: the shard key's own (``thread_id`` empty), or a
-    conversation thread's recorded under that shard key."""
+    """A data key the erase ledger owes: a shard key's own (``thread_id`` empty), or a thread's."""
 
     shard: str
     thread_id: str
@@ -582,14 +536,38 @@ def erase_plan(
     owe_threads: Sequence[Owed] = (),
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
-    """Delete every row of ``scopes`` in one transaction, which also enters in the erase
-    ledger each shard key of ``owe`` it empties and the threads of ``owe_threads``, so the
-    debt commits with the deletes or not at all; the rows removed per table. The dialect's
-    erase session (SQLite: secure delete, a WAL checkpoint) makes the bytes leave the files."""
-    before, after_commit = sql.d.erase_session() if scopes else ([], [])
+    """Delete every row of ``scopes``, and owe the keys of ``owe`` and ``owe_threads`` in the
+    same transaction; the rows removed per table. The dialect's erase session makes the
+    bytes leave the files."""
+    if not scopes:
+        return {}
+    before, after_commit = sql.d.erase_session()
     for statement in before:
         yield Batch([Stmt(Sql(statement))])
-    counts = yield from _erase(sql, root, scopes, owe, owe_threads, now)
+    statements: list[Stmt] = []
+    labels: list[str] = []
+    # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
+    # when its namespace covers the shard key, else (fewer labels than the key) on every shard
+    by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
+    by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
+    for scope in scopes:
+        params = sql.store.prefix_params([root, *scope.split(",")])
+        statements += [Stmt(s, params) for s in sql.store.delete_under(scoped(params), by_prefix)]
+        key = {"shard": sql.scope_shard(scope), "scope": scope}
+        statements += [
+            Stmt(sql.statement(("erase", t), partial(_delete_scope, t)), key) for t in by_scope
+        ]
+        labels += [*by_prefix, *by_scope]
+    locks = sql.lock_scopes(scopes)
+    keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
+    debts = [Stmt(_owe(sql, True), k) for k in keys] + [
+        Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in owe_threads
+    ]
+    counts: dict[str, int] = {}
+    results = yield Batch([*locks, *statements, *debts], write=True)
+    deleted = results[len(locks) : len(locks) + len(statements)]
+    for label, n in zip(labels, deleted, strict=True):
+        counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
     for statement in after_commit:
         # raw: the dialect's erase-session statements (PRAGMAs, VACUUM)
         yield Batch([Stmt(Sql(statement), fetch=statement.startswith("PRAGMA wal"))])
@@ -601,53 +579,13 @@ def of_scope(t: Any) -> Any:
     return sa.and_(*matching(t, "shard", "scope"))
 
 
-def _erase(
-    sql: MemorySql,
-    root: str,
-    scopes: Sequence[str],
-    owe: Sequence[str],
-    threads: Sequence[Owed],
-    now: float,
-) -> Plan[dict[str, int]]:
-    statements: list[Stmt] = []
-    labels: list[str] = []
-    # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
-    # when its namespace covers the shard key, else (fewer labels than the key) on every shard
-    by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
-    by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
-    for scope in scopes:
-        params = sql.store.prefix_params([root, *scope.split(",")])
-        statements += [Stmt(s, params) for s in sql.store.delete_under(scoped(params), by_prefix)]
-        key = {"shard": sql.scope_shard(scope), "scope": scope}
-        for table in by_scope:
-            statements.append(
-                Stmt(sql.statement(("erase", table), partial(_delete_scope, table)), key)
-            )
-        labels += [*by_prefix, *by_scope]
-    if not statements:
-        return {}
-    locks = sql.lock_scopes(scopes)
-    keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
-    debts = [Stmt(_owe(sql, True), k) for k in keys] + [
-        Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in threads
-    ]
-    counts: dict[str, int] = {}
-    results = yield Batch([*locks, *statements, *debts], write=True)
-    deleted = results[len(locks) : len(locks) + len(statements)]
-    for label, n in zip(labels, deleted, strict=True):
-        counts[label] = counts.get(label, 0) + max(int(n or 0), 0)
-    return counts
-
-
 def _delete_scope(name: str) -> Any:
-    """Core: delete table ``name``'s rows of one scope."""
     t = metadata.tables[name]
     return sa.delete(t).where(of_scope(t))
 
 
 def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Plan[set[str]]:
-    """The shard keys of the store items under ``scopes``' namespaces (their data keys are
-    the ones an erase may destroy)."""
+    """The shard keys of the store items under ``scopes``' namespaces (an erase's keys)."""
     i = store_items
     if not scopes:
         return set()
@@ -665,8 +603,7 @@ def shards_under_plan(sql: MemorySql, *, root: str, scopes: Sequence[str]) -> Pl
 
 
 def _owe(sql: MemorySql, if_emptied: bool) -> Sql:
-    """An erase ledger row (``:shard``, ``:thread_id``, ``:erased_at``) unless owed already;
-    ``if_emptied`` (the shard key's own key): only once no store item carries ``:shard``."""
+    """An erase ledger row unless owed already; ``if_emptied``: once no item carries ``:shard``."""
     e, i = memory_erasures, store_items
 
     def build() -> Any:
@@ -680,10 +617,8 @@ def _owe(sql: MemorySql, if_emptied: bool) -> Sql:
 
 
 def owed_plan(sql: MemorySql) -> Plan[list[Owed]]:
-    """The data keys the erase ledger owes that nothing was written with since, sorted: the
-    keys to destroy now. A shard key written again since its erase, or a thread that
-    recorded turns again, stays owed until a later erase empties it (destroying its key
-    would make the new rows unreadable)."""
+    """The owed data keys nothing was written with since, sorted: to destroy now (a key
+    written again stays owed: destroying it would make the new rows unreadable)."""
     e, i, t = memory_erasures, store_items, memory_threads
     query = sql.statement(
         "owed_keys",
@@ -704,8 +639,7 @@ def settled_plan(sql: MemorySql, owed: Sequence[Owed]) -> Plan[None]:
     """Remove ``owed`` from the erase ledger: their data keys are destroyed."""
     e = memory_erasures
     delete = sql.statement(
-        "settled_key",
-        lambda: sa.delete(e).where(*matching(e, "shard", "thread_id")),
+        "settled_key", lambda: sa.delete(e).where(*matching(e, "shard", "thread_id"))
     )
     if owed:
         yield Batch([Stmt(delete, [o._asdict() for o in owed], many=True)], write=True)
@@ -721,8 +655,7 @@ def owed_count_plan(sql: MemorySql) -> Plan[int]:
 
 
 def some_shards_plan(sql: MemorySql, limit: int) -> Plan[list[str]]:
-    """Up to ``limit`` shard keys that store items carry (any: a sample whose data keys tell
-    whether a key store is this database's)."""
+    """Up to ``limit`` shard keys that store items carry (a sample for a key store check)."""
     i = store_items
     query = sql.statement(
         "some_shards",

@@ -1,10 +1,6 @@
-"""The SQL of consolidation jobs: claim a scope's lease and its pending episodes, apply a
-job's writes and release the lease in one transaction, record a failure with back-off, retry
-parked episodes, and list finished jobs.
-
-A lease is a row of ``am_memory_scopes``, claimed by a conditional write of that one row; a
-job's writes count only while its lease holds. A failed job's error may quote what the
-extractor was given, so an encrypting store seals it under the scope's data key.
+"""The SQL of consolidation jobs: a lease is a row of ``am_memory_scopes`` claimed by a
+conditional write, and a job's writes count only while it holds. A failed job's error may
+quote what the extractor was given, so an encrypting store seals it.
 """
 
 from __future__ import annotations
@@ -59,8 +55,7 @@ class Writes:
     removed: list[dict[str, Any]] = field(default_factory=list)
 
 
-#: What :func:`apply_plan` returns when the scope was erased while the job ran (its ledger
-#: row is gone): nothing written, nothing to retry.
+#: What :func:`apply_plan` returns when the scope was erased while the job ran: nothing to retry.
 ERASED = Writes(outcome={"skipped": "scope erased"})
 
 
@@ -74,17 +69,15 @@ def claim_plan(
     scope: str | None = None,
     skip: Sequence[str] = (),
 ) -> Plan[Claim | None]:
-    """Lease one scope that has pending episodes and is not leased or backing off (nor in
-    ``skip``: scopes that already failed in this round).
-
-    Candidates are found without row locks (a distributed database refuses them across
-    shards); each is claimed by a conditional write of its own ledger row, so of several
-    workers that found the same scope exactly one gets it."""
+    """Lease one scope with pending episodes, not leased, backing off nor in ``skip``.
+    Candidates are found without row locks (Citus refuses them across shards); a conditional
+    write of its ledger row claims each, so exactly one of several workers gets it."""
     find = _find(sql, now=now, n=CLAIM_CANDIDATES, scope=scope, skip=skip)
     while True:
         [candidates] = yield Batch([find])
         if not candidates:
             return None
+        take, held_by, episodes = _lease_statements(sql)
         for shard, name, root in candidates:
             key = {"shard": shard, "scope": name}
             locks = sql.lock_scopes([name])
@@ -92,9 +85,9 @@ def claim_plan(
             results = yield Batch(
                 [
                     *locks,
-                    Stmt(_take_lease(sql), lease),
-                    Stmt(_held_by(sql), {**key, "owner": owner}, fetch=True),
-                    Stmt(_episodes(sql), {**key, "n": limit}, fetch=True),
+                    Stmt(take, lease),
+                    Stmt(held_by, {**key, "owner": owner}, fetch=True),
+                    Stmt(episodes, {**key, "n": limit}, fetch=True),
                 ],
                 lock=True,
                 write=True,
@@ -148,8 +141,7 @@ def _candidates(scope: str | None, skip: int) -> Any:
 
 #: Scopes a claim considers at once: should others take the first, it tries the next.
 CLAIM_CANDIDATES = 8
-#: Scopes a consolidation round finds at once (:func:`scopes_plan`); it looks again only
-#: after working through a full list.
+#: Scopes a consolidation round finds at once (:func:`scopes_plan`), again after a full list.
 ROUND_SCOPES = 1000
 
 
@@ -161,43 +153,33 @@ def _claimable(t: Any, now: Any) -> list[Any]:
     ]
 
 
-def _take_lease(sql: MemorySql) -> Sql:
-    """Lease a scope to ``:owner`` if it is free (rowcount 1 means claimed)."""
-    t = memory_scopes
-    now, until = sa.bindparam("now", type_=sa.Float), sa.bindparam("until", type_=sa.Float)
-    return sql.statement(
+def _lease_statements(sql: MemorySql) -> tuple[Sql, Sql, Sql]:
+    """Lease a free scope to ``:owner`` (rowcount 1: claimed); the failures of a scope
+    ``:owner`` holds (no row: not held); up to ``:n`` of its pending episodes, oldest first."""
+    t, q = memory_scopes, memory_pending
+    now, owner = sa.bindparam("now", type_=sa.Float), sa.bindparam("owner", type_=sa.String)
+    until = sa.bindparam("until", type_=sa.Float)
+    take = sql.statement(
         "take_lease",
         lambda: (
             sa.update(t)
             .where(of_scope(t), *_claimable(t, now))
-            .values(lease_owner=sa.bindparam("owner", type_=sa.String), lease_until=until)
+            .values(lease_owner=owner, lease_until=until)
         ),
     )
-
-
-def _held_by(sql: MemorySql) -> Sql:
-    """The failure count of a scope whose lease ``:owner`` holds (no row: not held)."""
-    t = memory_scopes
-    return sql.statement(
-        "held_by",
-        lambda: sa.select(t.c.failures).where(
-            of_scope(t), t.c.lease_owner == sa.bindparam("owner", type_=sa.String)
-        ),
+    held = sql.statement(
+        "held_by", lambda: sa.select(t.c.failures).where(of_scope(t), t.c.lease_owner == owner)
     )
-
-
-def _episodes(sql: MemorySql) -> Sql:
-    """Up to ``:n`` of a scope's pending episodes, oldest first."""
-    t = memory_pending
-    return sql.statement(
+    episodes = sql.statement(
         "claim_episodes",
         lambda: (
-            sa.select(t.c.episode_key)
-            .where(of_scope(t), t.c.status == "pending")
-            .order_by(t.c.recorded_at, t.c.episode_key)
+            sa.select(q.c.episode_key)
+            .where(of_scope(q), q.c.status == "pending")
+            .order_by(q.c.recorded_at, q.c.episode_key)
             .limit(sa.bindparam("n", type_=sa.Integer))
         ),
     )
+    return take, held, episodes
 
 
 def _lease_check(sql: MemorySql) -> Sql:
@@ -227,10 +209,6 @@ def _release(sql: MemorySql) -> Sql:
     )
 
 
-def _done_pending(sql: MemorySql) -> Sql:
-    return sql.statement("done_pending", lambda: sa.delete(memory_pending).where(_episode()))
-
-
 def _episode() -> Any:
     """Core: the pending episode ``:episode_key`` of one scope."""
     q = memory_pending
@@ -250,11 +228,8 @@ def apply_plan(
     decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
     started_at: float,
 ) -> Plan[Writes | None]:
-    """Apply a job's result in one transaction, if the job still holds its lease.
-
-    ``decide`` gets the scope's current facts, read inside the transaction. Returns
-    ``None`` when the lease was lost, :data:`ERASED` when the scope was erased meanwhile:
-    nothing is written either way."""
+    """Apply a job's result in one transaction, if it still holds its lease (``decide`` gets
+    the facts read inside it); ``None``: the lease was lost, :data:`ERASED`: the scope was."""
     jobs = memory_jobs
     job_done = sql.statement(
         "job_done", lambda: sa.select(jobs.c.status).where(*matching(jobs, "shard", "job_id"))
@@ -274,9 +249,9 @@ def apply_plan(
     if writes is None:
         writes = decide(*(yield from _facts_read(sql, results[2:])))
     statements = yield from _facts_writes(sql, writes)
-    statements.append(
-        Stmt(_done_pending(sql), [{**key, "episode_key": k} for k in episode_keys], many=True)
-    )
+    drop = sql.statement("done_pending", lambda: sa.delete(memory_pending).where(_episode()))
+    episodes = [{**key, "episode_key": k} for k in episode_keys]
+    statements.append(Stmt(drop, episodes, many=True))
     if not already:
         job = _Job(job_id, claim.scope, episode_keys, extractor_version, started_at, now)
         outcome = json.dumps(writes.outcome)
@@ -297,9 +272,8 @@ def change_facts_plan(
     read_vectors: bool,
     decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
 ) -> Plan[Writes]:
-    """Change a scope's facts outside a consolidation job (the memory tools), in one
-    transaction that holds the scope's ledger row, so it and :func:`apply_plan` never
-    interleave."""
+    """Change a scope's facts outside a job (the memory tools), holding the scope's ledger
+    row so it and :func:`apply_plan` never interleave."""
     shard = sql.scope_shard(scope)
     ensure = Stmt(sql.insert_ignore(memory_scopes), new_scope_row(scope, root, now, shard))
     check = Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True)  # locks it
@@ -312,9 +286,8 @@ def change_facts_plan(
 def _read_locked(
     sql: MemorySql, scope: str, facts_prefix: str, now: float, vectors: bool, *first: Stmt
 ) -> Plan[list[Any]]:
-    """With ``scope`` locked, in a transaction held open: ``first``, then the scope's facts
-    (and their vectors). With a sealer, the scope's data keys are found or created before
-    the transaction begins (creating a key commits)."""
+    """With ``scope`` locked, in a transaction held open: ``first``, then the facts (and
+    vectors); data keys are loaded before it begins (creating a key commits)."""
     if sql.sealer is not None:
         base = facts_prefix.rsplit(".", 1)[0]
         kinds = (facts_prefix, f"{base}.history", f"{base}.episodes")
@@ -481,9 +454,8 @@ def seal_error_plan(sql: MemorySql, shard: str, kind: str, ident: str, error: st
 def encrypt_errors_plan(
     sql: MemorySql, counts: dict[str, int] | None = None, batch_size: int = 200
 ) -> Plan[dict[str, int]]:
-    """Seal every job error and scope's last error written before encryption was on, a
-    page at a time, each row claimed by comparing its old text, so runs may overlap and
-    resume. ``counts`` is added to, kept across a run started again to load keys."""
+    """Seal every job and scope error written before encryption, a page at a time, each row
+    claimed by its old text so runs may overlap; ``counts`` is added to across restarts."""
     if counts is None:
         counts = {"job_errors": 0, "scope_errors": 0}
     j, t = memory_jobs, memory_scopes
@@ -511,8 +483,7 @@ def encrypt_errors_plan(
 
 
 def _plain_errors(sql: MemorySql, kind: str, ident: Any, error: Any) -> tuple[Sql, Sql]:
-    """Up to ``:n`` rows of ``error`` not sealed yet, ``(shard, ident, error)``; and the
-    statement that seals one, if its text is still ``:old``."""
+    """Up to ``:n`` unsealed ``(shard, ident, error)``; and sealing one still ``:old``."""
     t = ident.table
     find = sql.statement(
         ("plain_errors", kind),

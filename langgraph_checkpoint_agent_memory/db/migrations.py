@@ -1,9 +1,6 @@
-"""Versioned schema migrations, one numbered list per component (so a checkpointer alone
-creates only its tables), the same for every dialect; version 1 is :mod:`.schema` as it is.
-The ledger ``am_migrations`` records component ``c``'s version ``v`` as
-``c.block * 1000 + v``; :func:`migrate_plan` serializes on a lock, so processes may start
-at once.
-"""
+"""Versioned schema migrations, a numbered list per component, the same for every dialect.
+The ledger ``am_migrations`` records component ``c``'s version ``v`` as ``c.block * 1000 + v``;
+:func:`migrate_plan` serializes on a lock, so processes may start at once."""
 
 from __future__ import annotations
 
@@ -158,13 +155,10 @@ def migrate_plan(
     encrypted: bool | None = None,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[dict[str, list[int]]]:
-    """Apply the migrations of ``components`` this database lacks; return the versions
-    applied, by component name.
-
-    ``on_progress``: called with ``(parts done, parts)``: the schema's transaction, then
-    each component's ``after``. ``encrypted``: mark the database encrypted, or refuse a
-    marked one with ``EncryptionError`` (``None``: neither). With the store, a
-    ``shard_depth`` other than the recorded one is refused with ``ConfigurationError``."""
+    """Apply the migrations of ``components`` this database lacks; the versions applied by
+    component. ``on_progress(done, parts)``: the schema, then each ``after``. ``encrypted``:
+    mark the database, or refuse a marked one (``EncryptionError``); a ``shard_depth`` other
+    than the recorded one is refused (``ConfigurationError``)."""
     afters = [c.after for c in components if c.after is not None]
     parts = 1 + len(afters)
     report = on_progress or (lambda done, total: None)
@@ -235,8 +229,7 @@ def recorded_shard_depth_plan(dialect: Dialect) -> Plan[int]:
 
 
 def _shard_rule(dialect: Dialect, done: set[int], asked: int | None) -> Plan[dict[str, Any] | None]:
-    """The settings row of the shard depth to record (``None``: recorded already); refuses
-    an ``asked`` depth other than the recorded one."""
+    """The shard depth's settings row to record (``None``: recorded); refuses another one."""
     if asked is not None:
         checked_depth(asked)
     recorded: int | None = None

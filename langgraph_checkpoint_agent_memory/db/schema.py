@@ -7,6 +7,7 @@ write); a list that only grew is stored as its appended items plus ``base_versio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import sqlalchemy as sa
@@ -34,6 +35,16 @@ def written(table: sa.Table) -> list[sa.Column[Any]]:
 def matching(t: Any, *names: str) -> list[Any]:
     """Core: each column ``names`` of ``t`` equals the parameter of its name."""
     return [t.c[n] == sa.bindparam(n) for n in names]
+
+
+def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
+    """Core: ``t``'s row is one of ``n`` named by ``(column, prefix)``: ``:<prefix><j>``."""
+    return sa.or_(
+        *(
+            sa.and_(*(t.c[column] == sa.bindparam(f"{prefix}{j}") for column, prefix in names))
+            for j in range(n)
+        )
+    )
 
 
 def _required(name: str, type_: ColumnType) -> sa.Column[Any]:
@@ -138,8 +149,6 @@ for _table in CHECKPOINT_TABLES:
     _table.info["shard_key"] = "thread_id"
 migrations.info["reference"] = True
 
-# -- the store -----------------------------------------------------------------------------
-
 store_items = _sharded(
     "am_store_items",
     *_item_key(),
@@ -210,8 +219,6 @@ store_blocks = _sharded(
 STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
 
 STORE_TABLES = (store_items, store_vectors, store_terms, store_blocks)
-
-# -- agent memory: the consolidation ledger and decay ------------------------------------
 
 SCOPE = sa.String(1024)
 
@@ -284,8 +291,6 @@ memory_erasures = _sharded(
     _required("erased_at", TIME),
 )
 
-# -- settings fixed for a database ---------------------------------------------------------
-
 #: Settings recorded at the first setup that later processes must share (``shard_depth``).
 settings = sa.Table(
     "am_settings",
@@ -295,9 +300,7 @@ settings = sa.Table(
     info={"reference": True},
 )
 
-# -- data keys of encryption at rest ---------------------------------------------------------
-
-#: One wrapped data key per owner; ``key_id`` is random and never reused.
+#: Encryption at rest's wrapped data keys, one per owner; ``key_id`` is random and never reused.
 data_keys = sa.Table(
     "am_keys",
     metadata,
@@ -309,7 +312,6 @@ data_keys = sa.Table(
     info={"reference": True},
 )
 
-# -- the aliases the store's joined statements name their tables by -------------------------
-
+#: The aliases the store's joined statements name their tables by.
 vectors_v = store_vectors.alias("v")
 items_i = store_items.alias("i")

@@ -1,9 +1,5 @@
-"""The store's SQL, for one dialect: items, their vectors, their lexical index and its posting
-blocks, pseudo-relevance feedback's postings, and encryption at rest's sealed rows.
-
-Statements are SQLAlchemy Core over :mod:`.schema`'s tables (only the dialects' vector
-operators are raw fragments); the store builds plans from them and writes no SQL itself.
-"""
+"""The store's SQL for one dialect, SQLAlchemy Core over :mod:`.schema`'s tables (only the
+dialects' vector operators are raw fragments); the store builds plans from it."""
 
 from __future__ import annotations
 
@@ -22,6 +18,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     items_i,
     matching,
     metadata,
+    rows_named,
     store_blocks,
     store_items,
     store_terms,
@@ -42,10 +39,8 @@ from langgraph_checkpoint_agent_memory.text import postings
 ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes", "sealed")
 #: What ``value`` holds when ``sealed`` holds the item's value (encryption at rest).
 SEALED_VALUE = "{}"
-#: The most conditions of a filter the database narrows rows by. A chain of ANDs is as deep
-#: as it is long, and SQLite refuses an expression tree deeper than 1000 ("Expression tree is
-#: too large"), so a filter of any size narrows by its first conditions (equalities first) and
-#: the store decides the rest on the rows that pass: the same results on every backend.
+#: The most filter conditions the database narrows rows by (a chain of ANDs is as deep as it is
+#: long, and SQLite refuses a tree deeper than 1000); the store decides the rest in Python.
 MAX_PREFILTER = 32
 
 #: A filter's pre-filter, as :meth:`StoreStatements.prefilter` returns it: per condition the
@@ -148,8 +143,7 @@ class FieldVectorRow(NamedTuple):
 
 
 def vector_text(vector: bytes | Sequence[float]) -> str:
-    """A vector (float32 bytes or numbers) as ``[x,y,...]``, the text form that vector
-    columns read (HANA's ``TO_REAL_VECTOR``)."""
+    """A vector (float32 bytes or numbers) as the text ``[x,y,...]`` vector columns read."""
     values: Any = vector
     if isinstance(vector, bytes):
         import numpy as np  # here: the checkpointer's path imports this module, not numpy
@@ -159,10 +153,8 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
 
 
 def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lexical index rows of item rows (with ``shard``, ``prefix``, ``key``, ``doc``);
-    sets each item's ``doc_len`` and empties its ``doc`` (the postings alone keep the text:
-    nothing reads it back). ``term_of`` (a term's keyed hash, with encryption on) and
-    ``filter_terms`` (keyed hashes of filterable fields) are taken out of the row."""
+    """The lexical index rows of item rows; sets each item's ``doc_len``, empties its ``doc``
+    (nothing reads it back) and takes out ``term_of`` and ``filter_terms`` (encryption)."""
     out: list[dict[str, Any]] = []
     for item in items:
         doc, item["doc"] = item.get("doc"), None
@@ -185,8 +177,7 @@ def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _hashed(t: Any, name: str, values: int, marks: int) -> Any:
-    """Core: item ``t``'s postings hold a keyed hash ``:<name>_v<j>``, or no mark
-    ``:<name>_m<j>`` of the field (not indexed for it)."""
+    """Core: ``t``'s postings hold a hash ``:<name>_v<j>``, or no mark ``:<name>_m<j>``."""
 
     def holds(kind: str, n: int) -> Any:
         p = store_terms.alias(f"{name}_{kind}")
@@ -197,8 +188,7 @@ def _hashed(t: Any, name: str, values: int, marks: int) -> Any:
 
 
 def key_match(t: Any) -> Any:
-    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``), the shard key
-    first, so a distributed database routes it to one shard."""
+    """Core: ``t``'s row of one item (``:shard``, ``:prefix``, ``:key``), routable by shard."""
     return sa.and_(*matching(t, "shard", "prefix", "key"))
 
 
@@ -213,9 +203,8 @@ def ns_text(namespace: Sequence[str]) -> str:
 
 
 def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> dict[str, Any]:
-    """Parameters matching a namespace and everything below it, by exact comparison
-    (no LIKE: labels may hold % or _, and LIKE ignores case on SQLite); with ``shard`` when
-    the namespace covers the shard key (see :func:`.shard.covers`), so statements name it."""
+    """Parameters matching a namespace and below, without LIKE (labels may hold % or _); with
+    ``shard`` when the namespace covers the shard key (:func:`.shard.covers`)."""
     ns = ns_text(namespace)
     params: dict[str, Any] = dict(ns=ns, ns_dot=ns + ".", ns_len=len(ns) + 1, ns_end=ns + "/")
     if covers(namespace, depth):
@@ -236,18 +225,12 @@ def expired_stats_plan(statements: StoreStatements, now: float) -> Plan[tuple[in
 
 
 class StoreStatements:
-    """The store's SQL for one dialect (see the module).
-
-    Every statement of one item or one namespace names its shard key (``:shard``, computed
-    by :meth:`shard`), so a distributed database routes it to one shard; a namespace prefix
-    shorter than the key (``scoped=False``) matches by prefix alone and reads every shard.
-    """
+    """The store's SQL for one dialect. Statements of one item or namespace name ``:shard``;
+    a prefix shorter than the shard key (``scoped=False``) reads every shard."""
 
     def __init__(self, d: Dialect, shard_depth: int = DEFAULT_SHARD_DEPTH) -> None:
         self.d = d
         self.shard_depth = checked_depth(shard_depth)
-
-    # -- the shard key ---------------------------------------------------------------------
 
     def shard(self, prefix: str) -> str:
         """The shard key of the namespace kept as ``prefix`` (see :mod:`.shard`)."""
@@ -271,9 +254,7 @@ class StoreStatements:
     def prefilter(
         self, conds: list[tuple[list[str], str, Any]]
     ) -> tuple[Prefilter, dict[str, Any]]:
-        """The SQL pre-filter of ``conds`` (``(path, operator, value)``) and its parameters: at
-        most :data:`MAX_PREFILTER` conditions the database can decide, ANDed by :meth:`filtered`;
-        the store applies every condition exactly to what comes back."""
+        """The SQL pre-filter of ``conds`` and its parameters (at most :data:`MAX_PREFILTER`)."""
         parts: list[tuple[str, Hashable]] = []
         params: dict[str, Any] = {}
         # equalities first: the database tests them first, and they drop the most rows
@@ -291,8 +272,7 @@ class StoreStatements:
         return tuple(parts), params
 
     def filtered(self, value: Any, filters: Prefilter) -> list[Any]:
-        """Core: the conditions of ``filters`` on the item ``value`` column (and its table's
-        postings, for conditions of keyed hashes)."""
+        """Core: the conditions of ``filters`` on the item ``value`` column."""
         return [
             _hashed(value.table, name, shape[1], shape[2])
             if isinstance(shape, tuple) and shape[0] == HASHED_EQUALITY
@@ -301,10 +281,7 @@ class StoreStatements:
         ]
 
     def statement(self, key: Hashable, build: Callable[[], sa.sql.ClauseElement]) -> Sql:
-        """The store's statement ``key``, built and compiled on first use only."""
         return self.d.sql(("store", key), build)
-
-    # -- one item --------------------------------------------------------------------------
 
     def get(self) -> Sql:
         """One live item by ``:shard``, ``:prefix``, ``:key``."""
@@ -371,11 +348,8 @@ class StoreStatements:
             for t in (store_vectors, store_terms, store_items)
         ]
 
-    # -- a namespace prefix ----------------------------------------------------------------
-
     def recent(self, filters: Prefilter, scoped: bool) -> Sql:
-        """Live items under the namespace passing the pre-filter, newest first, ``:n`` from
-        ``:skip``."""
+        """Live items under the namespace passing the pre-filter, newest first, ``:n``."""
         return self.statement(
             ("recent", filters, scoped),
             lambda: self._newest(scoped, filters).offset(sa.bindparam("skip", type_=sa.Integer)),
@@ -393,14 +367,12 @@ class StoreStatements:
         )
 
     def vector_where(self, filters: Prefilter, scoped: bool) -> list[Any]:
-        """Core: vectors ``v`` joined with items ``i``: the vector under the namespace (the
-        dialect's namespace index on vectors), its item live and passing the pre-filter."""
+        """Core: vector ``v`` under the namespace, its item ``i`` live and passing the filter."""
         i = items_i
         return [*self._vector_under(scoped), live(i), *self.filtered(i.c.value, filters)]
 
     def vectors(self, filters: Prefilter, scoped: bool) -> Sql:
-        """``(prefix, key, vector)`` of the live vectors under the namespace that pass the
-        pre-filter (exact search in numpy)."""
+        """``(prefix, key, vector)`` of the live vectors under the namespace (for numpy)."""
         v, i = vectors_v, items_i
         return self.statement(
             ("vectors", filters, scoped),
@@ -412,8 +384,7 @@ class StoreStatements:
         )
 
     def namespace_of(self, t: Any, scoped: bool) -> list[Any]:
-        """Core: ``t``'s row lies at or below the namespace ``:ns``; when ``scoped``, first
-        its shard key is ``:shard``."""
+        """Core: ``t``'s row lies at or below ``:ns`` (``scoped``: on ``:shard``)."""
         return _scoped(t, self.d.under_clause(t.c.prefix), scoped)
 
     def namespaces(self, under: bool, scoped: bool = False) -> Sql:
@@ -426,20 +397,17 @@ class StoreStatements:
         )
 
     def insert_vector(self, native: bool = True) -> Sql:
-        """Insert a vector row; ``native`` off: the sealed bytes only, whatever the
-        database's vector columns (they stay NULL)."""
+        """Insert a vector row; ``native`` off: the bytes only, the vector columns NULL."""
         return (self.d.insert_vector() if native else None) or self._insert(store_vectors)
 
     def vector_search(
         self, filters: Prefilter, dims: int, *, joined: bool, scoped: bool
     ) -> Sql | None:
-        """Exact similarity in SQL (``None`` where the database has no vector column);
-        unjoined, of every vector under the namespace, without reading the items."""
+        """Exact similarity in SQL (``None``: no vector column); unjoined: items not read."""
         where = self.vector_where(filters, scoped) if joined else self._vector_under(scoped)
         return self.d.vector_search((filters, scoped), where, dims, joined=joined)
 
     def ann_search(self, index: VectorIndex, filters: Prefilter, scoped: bool) -> list[Sql]:
-        """An approximate search through ``index``: settings, then the query."""
         return self.d.ann_search(index, (filters, scoped), self.vector_where(filters, scoped))
 
     def vector_counts(self, index: VectorIndex, scoped: bool) -> Sql:
@@ -449,9 +417,8 @@ class StoreStatements:
         return self._insert(store_terms)
 
     def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
-        """Insert postings: in one statement where the dialect takes column arrays; on a
-        distributed database, one per item, routed to the item's shard (one of arrays
-        alone goes through the coordinator)."""
+        """Insert postings: as column arrays where the dialect takes them; on a distributed
+        database one statement per item, routed to its shard (arrays go via the coordinator)."""
         if self.d.distributed and rows:
             routed = self.d.insert_owned(store_terms, store_items, rows)
             if routed is not None:
@@ -469,8 +436,7 @@ class StoreStatements:
         )
 
     def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES) -> list[Sql]:
-        """Per table (of :data:`STORE_NS_TABLES` by default: the items' rows and the blocks
-        of their postings): delete the rows under a namespace."""
+        """Per table (default :data:`STORE_NS_TABLES`): delete the rows under a namespace."""
 
         def build(t: sa.Table) -> Any:
             return sa.delete(t).where(*self.namespace_of(t, scoped))
@@ -488,15 +454,11 @@ class StoreStatements:
         *,
         native_vectors: bool = True,
     ) -> list[Stmt]:
-        """Upsert item rows (with ``doc``) and delete ``removed`` keys, keeping the lexical
-        index in step; ``vectors``: the items' new vectors (``None``: keep the old ones).
-        Every row gets its shard key here, from its ``prefix``. ``native_vectors`` off
-        (encryption at rest): vectors go in as the bytes given, the database's vector
-        columns stay empty.
+        """Upsert item rows (with ``doc``) and delete ``removed`` keys, with their postings;
+        ``vectors`` ``None``: keep the old ones; ``native_vectors`` off: bytes only.
 
         The item's row goes first: its lock makes a concurrent put of the same key wait, so
-        the deletes that follow (each statement sees what committed before it) find every old
-        vector and posting, and the inserts never collide with another put's rows."""
+        the deletes that follow find every old vector and posting and the inserts never collide."""
         vec_sql, terms_sql, item_sql = self.delete_item()
         items = self.keyed(items)
         removed = self.keyed(removed)
@@ -521,8 +483,7 @@ class StoreStatements:
         return out
 
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
-        """Insert vector rows: on a distributed database, as bytes only, one statement per
-        item routed to its shard."""
+        """Insert vector rows (distributed, bytes only: one statement per item's shard)."""
         if self.d.distributed and not native and rows:
             routed = self.d.insert_owned(store_vectors, store_items, rows)
             if routed is not None:
@@ -530,8 +491,7 @@ class StoreStatements:
         return Stmt(self.insert_vector(native), rows, many=True)
 
     def ns_of(self, t: Any, exact: bool, scoped: bool) -> list[Any]:
-        """Core: ``t``'s row is in the namespace ``:ns`` (``exact``: an index seek after the
-        term) or under it (a range)."""
+        """Core: ``t``'s row is in the namespace ``:ns`` (``exact``) or under it."""
         if not exact:
             return self.namespace_of(t, scoped)
         return [t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("ns")]
@@ -559,13 +519,9 @@ class StoreStatements:
         )
 
     def lexical(self, n: int, exact: bool, filters: Prefilter, joined: bool, scoped: bool) -> Sql:
-        """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``.
-
-        The score is summed from the postings alone, an index-only read; ``:w<j>`` is term
-        j's idf times (k1 + 1), bound per query in a ``CASE term WHEN :t<j> THEN :w<j>``;
-        ``:k_base`` and ``:k_len`` fold in the length norm. Joined with the items, it also
-        applies expiry and the filter's pre-filter (for searches with a filter, or when
-        unjoined candidates turned out expired)."""
+        """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``, summed from
+        the postings alone (an index-only read): ``:w<j>`` is term j's idf times (k1 + 1),
+        ``:k_base`` and ``:k_len`` the length norm; ``joined``: expiry and pre-filter too."""
         t = store_terms
         i = items_i
 
@@ -616,11 +572,8 @@ class StoreStatements:
             lambda: sa.select(sa.func.count()).where(*self.namespace_of(t, scoped)),
         )
 
-    # -- across shards ---------------------------------------------------------------------
-
     def expired_stats(self) -> Sql:
-        """How many items expired by ``:now`` (what a sweep deletes), and the size of their
-        values and text, as the database measures them."""
+        """How many items expired by ``:now``, and the size of their values and text."""
 
         def build() -> Any:
             zero = sa.literal_column("0", sa.Integer)
@@ -639,8 +592,7 @@ class StoreStatements:
         return self.statement("expired_stats", build)
 
     def expired(self) -> Sql:
-        """Up to ``:n`` items expired by ``:now``, ``(shard, prefix, key)``: candidates read
-        without locks (across shards); each is deleted by its own key."""
+        """Up to ``:n`` items expired by ``:now``, ``(shard, prefix, key)``, read without locks."""
         t = store_items
         return self.statement(
             "expired",
@@ -651,11 +603,8 @@ class StoreStatements:
             ),
         )
 
-    # -- encryption at rest: sealed vectors, the shards a search spans, sealing old rows
-
     def sealed_vectors(self, scoped: bool) -> Sql:
-        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace,
-        for exact search over vectors decrypted in the store."""
+        """``(prefix, key, field, vector, plain)`` of the live vectors under the namespace."""
         v, i = vectors_v, items_i
         return self.statement(
             ("sealed_vectors", scoped),
@@ -671,9 +620,8 @@ class StoreStatements:
         return self._vectors_of_namespace("sealed_vectors_exact", *_SEALED_COLUMNS)
 
     def shards_under(self) -> Sql:
-        """The distinct shard keys of the items (expired ones too) under ``:ns``, shorter than
-        the shard key: their data keys hash a query's terms. Only the primary key's range of
-        those shard keys is read (:meth:`Dialect.under_range`), not each item's namespace."""
+        """The distinct shard keys of the items (expired too) under ``:ns``, as a range of the
+        primary key (:meth:`Dialect.under_range`): their data keys hash a query's terms."""
         t = store_items
         return self.statement(
             "shards_under",
@@ -681,8 +629,7 @@ class StoreStatements:
         )
 
     def sealed_in_shard(self) -> Sql:
-        """One sealed value of an item of the shard key ``:shard`` (it names the data key the
-        shard's items were sealed with: a search asks when the shard has none)."""
+        """One sealed value under ``:shard`` (it names the data key the shard's items use)."""
         t = store_items
         return self.statement(
             "sealed_in_shard",
@@ -694,9 +641,8 @@ class StoreStatements:
         )
 
     def recent_after(self, scoped: bool, filters: Prefilter = ()) -> Sql:
-        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)``: the next page
-        of a filter decided on decrypted values, read on from the last row where an offset
-        would sort and skip every earlier row again."""
+        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)`` (keyset:
+        an offset would sort and skip every earlier row again)."""
         t = store_items
         after = (t.c.updated_at.desc(), t.c.prefix, t.c.key)
         return self.statement(
@@ -705,8 +651,7 @@ class StoreStatements:
         )
 
     def plaintext_items(self) -> Sql:
-        """Up to ``:n`` items not sealed, after ``(:a_shard, :a_prefix, :a_key)`` in key
-        order: ``(shard, prefix, key, value)``, read without locks across shards."""
+        """Up to ``:n`` unsealed ``(shard, prefix, key, value)`` after ``:a_shard, ...``."""
         t = store_items
         order = (t.c.shard, t.c.prefix, t.c.key)
         return self.statement(
@@ -726,8 +671,7 @@ class StoreStatements:
         return self._of_item("item_vectors", store_vectors, "field", "vector")
 
     def seal_item(self) -> Sql:
-        """Seal one item (``:shard``, ``:prefix``, ``:key``) still unsealed: ``:sealed``
-        in, ``value`` emptied, ``doc`` dropped."""
+        """Seal one unsealed item: ``:sealed`` in, ``value`` emptied, ``doc`` dropped."""
         t = store_items
         sealed = sa.bindparam("sealed", type_=sa.LargeBinary)
         value = sa.bindparam("value", type_=t.c.value.type)
@@ -741,8 +685,7 @@ class StoreStatements:
         )
 
     def seal_vector(self) -> Sql:
-        """Replace one vector (``:shard``, ``:prefix``, ``:key``, ``:field``) by
-        ``:vector``, its native columns emptied."""
+        """Replace one vector by ``:vector``, its native columns emptied."""
         t = store_vectors
         columns = {c: None for c in self.d.vector_columns()} if self.d.native_vectors else {}
 
@@ -757,32 +700,23 @@ class StoreStatements:
         return self.statement(("seal_vector", tuple(columns)), build)
 
     def fingerprint_under(self, scoped: bool) -> Sql:
-        """Live item count and latest update under the namespace ``:ns``: any write below it
-        changes them (the cache key of its decrypted vectors)."""
+        """Live item count and latest update under ``:ns`` (a decrypted vectors' cache key)."""
         return self.statement(
             ("fingerprint_under", scoped),
             lambda: _fingerprint(*self.namespace_of(store_items, scoped)),
         )
 
-    # -- pseudo-relevance feedback: the postings of the first lexical matches
-
     def feedback_postings(self, n: int) -> Sql:
-        """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>``,
-        ``:p<j>``, ``:k<j>``), each read through the index by item."""
+        """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>`` ...)."""
         return self.statement(
             ("feedback_postings", n),
             lambda: sa.select(*_POSTINGS).where(items_named(store_terms, n)),
         )
 
-    # -- posting blocks (``am_store_blocks``): what a query of common words reads, and
-    # what builds a block (``store/blocks.py`` says how they are used)
-
     def blocks_read(self, n: int, exact: bool, scoped: bool) -> Sql:
-        """In one statement (one snapshot): which blocks of ``n`` terms (``:t<j>``) lie under
-        the namespace, ``(term, shard, prefix, NULL, entries, NULL, built)``, and up to ``:cap``
-        postings of each term no block holds, ``(term, shard, prefix, key, tf, dl, NULL)``.
-        Each term's postings are read through the index of unpacked postings, by its first
-        column and in its order (see :meth:`.Dialect.fresh_postings_ddl`)."""
+        """In one snapshot: the blocks of ``n`` terms (``:t<j>``) under the namespace, ``(term,
+        shard, prefix, NULL, entries, NULL, built)``, and up to ``:cap`` unpacked postings per
+        term, ``(..., key, tf, dl, NULL)``, read in the order of :meth:`.Dialect.fresh_lead`."""
         b, t = store_blocks, store_terms
 
         lead = self.d.fresh_lead(t)
@@ -816,8 +750,7 @@ class StoreStatements:
         return self.statement(("blocks_read", n, exact, scoped), build)
 
     def blocks_fresh_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
-        """``(term, shard, prefix, count)`` of the namespaces under ``:ns`` where one of
-        ``n`` terms has ``count``, at least ``:at``, postings no block holds."""
+        """``(term, shard, prefix, count)`` where a term has at least ``:at`` unpacked postings."""
         t = store_terms
 
         def build() -> Any:
@@ -841,12 +774,9 @@ class StoreStatements:
         )
 
     def blocks_postings_in(self, terms: int, keys: int) -> Sql:
-        """``(prefix, key, term, tf, dl)`` of the postings of ``terms`` terms (``:t<j>``) in
-        items of one namespace (``:shard``, ``:prefix``) whose keys the dialect's list of
-        ``keys`` parameters names (``:k``, see :meth:`.Dialect.one_of`): the candidates' true
-        scores. One part per term, so each is a range of the primary key with the keys as its
-        last column (two lists in one condition leave PostgreSQL 15 filtering every posting
-        of the terms by key)."""
+        """``(prefix, key, term, tf, dl)`` of ``terms`` terms in one namespace's items of keys
+        ``:k`` (:meth:`.Dialect.one_of`). One part per term: two lists in one condition leave
+        PostgreSQL 15 filtering every posting of the terms by key."""
         t = store_terms
 
         def part(j: int) -> Any:
@@ -862,17 +792,15 @@ class StoreStatements:
         )
 
     def blocks_claim(self) -> Sql:
-        """A build's first statement: the block's row, created empty or given the build's
-        ``:built``; it holds the row's lock, so builds of one block take turns."""
+        """A build's first statement: the block's row with ``:built``, locked: builds take turns."""
         return self.statement(
             ("blocks_claim",),
             lambda: self.d.upsert(store_blocks, ["term", "shard", "prefix"], ["built"]),
         )
 
     def blocks_mark(self) -> Sql:
-        """Mark the term's postings in the namespace as packed (the build reads them next).
-        Where rows have locks, postings a write holds are skipped: they stay unpacked, and
-        queries read them one by one, so a build never waits on a write."""
+        """Mark the term's postings in the namespace packed, skipping those a write holds (they
+        stay unpacked), so a build never waits on a write."""
         t = store_terms
 
         def build() -> Any:
@@ -886,8 +814,7 @@ class StoreStatements:
         return self.statement(("blocks_mark",), build)
 
     def blocks_postings(self) -> Sql:
-        """``(key, tf, dl)`` of the term's packed postings in the namespace: those this build
-        marked (it holds them) and earlier builds' (queries read the others one by one)."""
+        """``(key, tf, dl)`` of the term's packed postings in the namespace."""
         t = store_terms
         return self.statement(
             ("blocks_postings",),
@@ -912,16 +839,6 @@ class StoreStatements:
                 .where(*_one_block(b), b.c.built == sa.bindparam("built"))
             ),
         )
-
-
-def rows_named(t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
-    """Core: ``t``'s row is one of ``n`` named by ``(column, prefix)``: ``:<prefix><j>``."""
-    return sa.or_(
-        *(
-            sa.and_(*(t.c[column] == sa.bindparam(f"{prefix}{j}") for column, prefix in names))
-            for j in range(n)
-        )
-    )
 
 
 def items_named(t: Any, n: int) -> Any:
