@@ -154,19 +154,16 @@ def _version_rows(c: Any) -> Any:
 
 
 def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
-    """One blob by its full primary key, the thread named by parameter (Citus routes a
-    recursive query only when every table in it is filtered on thread_id), as a LATERAL
-    ... LIMIT 1, so the planner cannot turn it into a scan of the thread's blobs."""
+    """One blob by its full key, the thread by parameter (Citus routes a recursive query only
+    when every table is filtered on thread_id), as LATERAL ... LIMIT 1: never a thread scan."""
     bb = blobs.alias("bb")
-    found = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS))
-    one = sa.literal_column("1", sa.Integer)
-    lookup = found.where(
+    lookup = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS)).where(
         bb.c.thread_id == sa.bindparam("thread_id"),
         bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
         bb.c.channel == channel,
         bb.c.version == version,
     )
-    return lookup.limit(one).lateral("b"), sa.true(), False
+    return lookup.limit(sa.literal_column("1", sa.Integer)).lateral("b"), sa.true(), False
 
 
 #: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
@@ -184,8 +181,7 @@ _OVERWRITTEN = ("channel", "type", "blob", "task_path")
 
 
 def routed_insert(group: str, count: int) -> Any:
-    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
-    :func:`cell_names`)."""
+    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (parameters: :func:`cell_names`)."""
     table, _, overwrite = _ROW_GROUPS[group]
     rows: list[dict[str, Any]] = [
         {
@@ -258,9 +254,8 @@ def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, 
 
 
 def _rows_insert(d: Dialect, group: str, count: int, live: Any) -> Any:
-    """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
-    (VALUES ...) AS u`` of ``count`` rows of ``group``: the first row carries the types (a
-    parameter alone in VALUES would be taken as text)."""
+    """``INSERT ... SELECT <fixed parameters, cells> FROM live, (VALUES ...) AS u`` of ``count``
+    rows; the first row carries the types (a parameter alone in VALUES is taken as text)."""
     table, _, overwrite = _ROW_GROUPS[group]
     columns = _ROW_COLUMNS["put" if table is blobs else "writes"]
     cells: list[tuple[Any, ...]] = [
@@ -544,11 +539,10 @@ class PostgresDialect(Dialect):
     def insert_owned(
         self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> Stmt | None:
-        """One statement per owner row, routed by Citus to its shard. Measured on Citus 13
-        (4 / 12 / 32 rows): ``VALUES`` 0.48 / 0.82 / 1.54 ms, ``SELECT`` from ``unnest``
-        joined to the owner's row 0.75 / 0.80 / 1.06 ms. So up to :data:`VALUES_OWNED_ROWS`
-        rows take ``VALUES`` of a power of two of rows (padded with a repeated row, which
-        ``ON CONFLICT DO NOTHING`` skips), more take the arrays."""
+        """One statement per owner row, routed by Citus to its shard. On Citus 13 (4/12/32
+        rows) ``VALUES`` took 0.48/0.82/1.54 ms, ``unnest`` joined to the owner 0.75/0.80/1.06
+        ms: up to :data:`VALUES_OWNED_ROWS` rows take ``VALUES`` of a power of two of rows
+        (padded with a repeated row, which ``ON CONFLICT DO NOTHING`` skips), more the arrays."""
         keys = [c.name for c in owner.primary_key.columns]
         listed = [c.name for c in written(table) if c.name not in keys]
         by_owner: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -661,10 +655,9 @@ class PostgresDialect(Dialect):
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
-        """:meth:`fast_write` under Citus, in one round trip: a check that locks the
-        thread's row (the touch's conditional upsert, or ``FOR SHARE``, so a delete waits
-        for the write to commit), then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
-        SELECT`` costs three times as much); it commits only when the thread is live."""
+        """:meth:`fast_write` under Citus in one round trip, committed only if the thread is live:
+        a check that locks the thread's row (the touch's upsert, or ``FOR SHARE``: a delete waits),
+        then ``INSERT ... VALUES`` on Citus's fast path (``INSERT ... SELECT`` costs 3x)."""
         head = self.sql(("routed", touch), routed_touch if touch else routed_live)
         inserts = [
             self.sql(("routed_insert", g, n), functools.partial(routed_insert, g, n))
@@ -825,17 +818,12 @@ def closed_by_server(conn: Any) -> None:
 
 
 #: A server's refusal for now, not for good (no SQLSTATE reaches a client before a session).
-TRANSIENT_WORDS = (
-    "starting up",
-    "shutting down",
-    "recovery",
-    "not yet accepting connections",
-    "too many clients",
-    "connection slots",
-    "too many connections",
+TRANSIENT = re.compile(
+    "starting up|shutting down|recovery|not yet accepting connections|too many clients"
+    "|connection slots|too many connections"
 )
 #: A refusal for good: the server's ``FATAL``, nothing listening, an unknown host.
-DEFINITE_WORDS = ("FATAL:", "Connection refused", "could not translate host name")
+DEFINITE = re.compile("FATAL:|Connection refused|could not translate host name")
 
 
 def definite_refusal(exc: BaseException) -> bool:
@@ -851,8 +839,7 @@ def definite_refusal(exc: BaseException) -> bool:
 
     if not isinstance(exc, psycopg.OperationalError):
         return False
-    text = str(exc)
-    return not any(w in text for w in TRANSIENT_WORDS) and any(w in text for w in DEFINITE_WORDS)
+    return not TRANSIENT.search(str(exc)) and bool(DEFINITE.search(str(exc)))
 
 
 #: libpq's refusal of a connection parameter's value, reported only as it connects.
@@ -963,15 +950,11 @@ def _whole(value: Any, least: int) -> bool:
 
 
 class PgSession:
-    """What a plan's batches send on one psycopg connection, decided without I/O.
-
-    A lone statement goes out by itself; anything else goes in one pipeline, ``BEGIN`` and
-    the statements, then ``COMMIT`` outside it: psycopg ends a pipeline with a Sync and a
-    Flush, and a transaction pooler that already handed the server connection back would
-    link one to the client for the Flush and keep it. Rows come back binary (``bytea`` as
-    text is hex, twice the bytes). ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are never
-    prepared: nothing to plan, and each prepared statement is a name more on the server.
-    """
+    """What a plan's batches send on one psycopg connection, decided without I/O: a lone
+    statement by itself, anything else in one pipeline (``BEGIN`` and the statements), then
+    ``COMMIT`` outside it (a transaction pooler would keep a server connection linked for the
+    pipeline's closing Flush). Rows come back binary (hex ``bytea`` is twice the bytes);
+    transaction control is never prepared (each prepared statement is a name on the server)."""
 
     def __init__(
         self,
@@ -1245,30 +1228,17 @@ class PostgresDatabase(Database[Any]):
         usage = []
         pools = (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
         for kind, pool in (("sync", self._sync), ("async", self._async)):
-            if not isinstance(pool, pools):
-                continue
-            stats = pool.get_stats()
-            size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
-            usage.append(
-                PoolUsage(
-                    name=f"{self.describe()} ({kind})",
-                    used=max(size - available, 0),
-                    idle=available,
-                    max=stats.get("pool_max", pool.max_size),
-                    pending=stats.get("requests_waiting", 0),
-                )
-            )
+            if isinstance(pool, pools):
+                stats = pool.get_stats()
+                size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+                name, most = f"{self.describe()} ({kind})", stats.get("pool_max", pool.max_size)
+                pending = stats.get("requests_waiting", 0)
+                usage.append(PoolUsage(name, max(size - idle, 0), idle, most, pending))
         return usage
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
-
-    def _sync_pool(self) -> Any:
-        with self._open_lock:
-            if self._sync is None:
-                self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
-        return self._sync
 
     async def _open_pool(self, *, sync: bool) -> Any:
         """A new pool of the conninfo, open and checked; its connections sync or async."""
@@ -1324,13 +1294,15 @@ class PostgresDatabase(Database[Any]):
         return PgSession(conn, synchronous_commit=commit, qualify=self.dialect.qualify)
 
     def _run_sync(self, plan: Plan[T]) -> T:
-        if self._sync is None and self._conninfo is None:
-            return self._run_on_async_loop(plan)
-        self._check_open()
-        source = self._sync if self._sync is not None else self._sync_pool()
-        return _now(self._run_on(source, self._sync_lock, plan))
-
-    def _run_on_async_loop(self, plan: Plan[T]) -> T:
+        if self._sync is not None or self._conninfo is not None:
+            self._check_open()
+            source = self._sync
+            if source is None:
+                with self._open_lock:
+                    if self._sync is None:
+                        self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
+                    source = self._sync
+            return _now(self._run_on(source, self._sync_lock, plan))
         loop = self._async_loop
         try:
             running = asyncio.get_running_loop()

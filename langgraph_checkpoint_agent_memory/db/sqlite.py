@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -37,7 +37,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
 )
-from langgraph_checkpoint_agent_memory.db.schema import blobs
+from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -83,37 +83,16 @@ class SQLiteDialect(Dialect):
         INSERT, atomic by itself, does a whole put or put_writes (each call of a
         transaction releases the GIL). The first row (``kind = 'l'``) checks the thread."""
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
-        n = "NEW"
-        # raw: the view, INSTEAD OF triggers and their bodies (NEW.<column>), no Core form
+        write = _ROW_COLUMNS[writes]
         bodies = {
             "l": _LIVE_CHECK,
-            "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
-            f"deleted_at) VALUES ({n}.thread_id, {n}.s1, {n}.s2, {n}.s3, NULL) "
-            "ON CONFLICT (thread_id) DO UPDATE SET last_active = excluded.last_active, "
-            "ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at",
-            "b": "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, "
-            f"type, blob, base_version) VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, "
-            f"{n}.s2, {n}.s3, {n}.s4, {n}.s5) ON CONFLICT DO NOTHING",
-            "c": "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-            f"VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, "
-            f"{n}.s5, {n}.s6, {n}.s7) "
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-            "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
-            "type = excluded.type, checkpoint = excluded.checkpoint, "
-            "metadata = excluded.metadata, blob_versions = excluded.blob_versions",
+            "t": _filing(threads, _THREAD_COLUMNS, upsert=True, nulls=("deleted_at",)),
+            "b": _filing(blobs, _ROW_COLUMNS[blobs], upsert=False),
+            "c": _filing(checkpoints, _ROW_COLUMNS[checkpoints], upsert=True),
+            "w": _filing(writes, write, upsert=False),
+            "r": _filing(writes, write, upsert=True),
         }
-        write = (
-            "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-            f"task_id, idx, channel, type, blob, task_path) VALUES ({n}.thread_id, "
-            f"{n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, {n}.s5, {n}.s6, {n}.s7) "
-        )
-        bodies["w"] = write + "ON CONFLICT DO NOTHING"
-        bodies["r"] = write + (
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
-            "SET channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
-            "task_path = excluded.task_path"
-        )
+        # raw: the view and INSTEAD OF triggers, no Core form
         return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
             f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
             f"WHEN NEW.kind = '{kind}' BEGIN {body}; END"
@@ -220,19 +199,14 @@ THREAD_GONE = "am_thread_gone"
 _FIXED = ("thread_id", "checkpoint_ns", "live_after")
 _SLOTS = tuple(f"s{i}" for i in range(1, 8))
 MAX_WRITE_ROWS = 64
-# what each kind of row carries in its slots s1..s7, in order
-_THREAD_SLOTS = itemgetter("last_active", "ttl_seconds", "expires_at")
-_BLOB_SLOTS = itemgetter("channel", "version", "type", "blob", "base_version")
-_CHECKPOINT_SLOTS = itemgetter(
-    "checkpoint_id",
-    "parent_checkpoint_id",
-    "run_id",
-    "type",
-    "checkpoint",
-    "metadata",
-    "blob_versions",
-)
-_WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
+# what each kind of row carries in its slots s1..s7, in order: its table's columns after
+# thread_id (and checkpoint_ns)
+_THREAD_COLUMNS = ("last_active", "ttl_seconds", "expires_at")
+_ROW_COLUMNS = {t: tuple(c.name for c in t.columns)[2:] for t in (blobs, checkpoints, writes)}
+_THREAD_SLOTS = itemgetter(*_THREAD_COLUMNS)
+_BLOB_SLOTS = itemgetter(*_ROW_COLUMNS[blobs])
+_CHECKPOINT_SLOTS = itemgetter(*_ROW_COLUMNS[checkpoints])
+_WRITE_SLOTS = itemgetter(*_ROW_COLUMNS[writes])
 #: Refuses a gone thread, and a write naming (``s1``) a checkpoint of its ended history.
 # raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
@@ -240,6 +214,23 @@ _LIVE_CHECK = (
     "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
     "OR expires_at < NEW.live_after OR ended_after >= NEW.s1))"
 )
+
+
+def _filing(table: sa.Table, slots: Sequence[str], upsert: bool, nulls: Sequence[str] = ()) -> str:
+    """A trigger body (raw: NEW.<column>) that inserts NEW into ``table``: its key's lead from
+    NEW's columns, ``slots`` from s1..., ``nulls`` NULL; with ``upsert``, a conflict on the
+    primary key updates the slots' columns outside it."""
+    lead = [c for c in _FIXED[:2] if c in table.c]
+    cols = ", ".join([*lead, *slots, *nulls])
+    new = [*(f"NEW.{c}" for c in lead), *(f"NEW.s{i}" for i in range(1, len(slots) + 1))]
+    text = (
+        f"INSERT INTO {table.name} ({cols}) VALUES ({', '.join([*new, *['NULL'] * len(nulls)])}) "
+    )
+    if not upsert:
+        return text + "ON CONFLICT DO NOTHING"
+    keys = [c.name for c in table.primary_key.columns]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in slots if c not in keys)
+    return text + f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
 
 
 def _version_rows(c: Any) -> Any:
