@@ -17,13 +17,7 @@ from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
 #: The package's tables by component, in the order ``stats`` shows them.
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "checkpoint": schema.CHECKPOINT_TABLES,
-    "store": (
-        schema.store_items,
-        schema.store_vectors,
-        schema.store_terms,
-        schema.store_blocks,
-        schema.settings,
-    ),
+    "store": (*schema.STORE_TABLES, schema.settings),
     "memory": (*schema.MEMORY_TABLES, schema.memory_erasures),
     "keys": (schema.data_keys,),
     "migrations": (schema.migrations,),
@@ -93,8 +87,7 @@ class Sizes:
     file_bytes: int | None = None
 
     def components(self) -> dict[str, int | None]:
-        """Bytes per component of :data:`COMPONENT_TABLES` that has a table here; ``None``
-        where a table's size is unknown."""
+        """Bytes per component that has a table here; ``None`` where a table's size is unknown."""
         out: dict[str, int | None] = {}
         for name, tables in COMPONENT_TABLES.items():
             found = [self.tables[t.name] for t in tables if t.name in self.tables]
@@ -193,13 +186,8 @@ def _sqlite_sizes(d: Dialect) -> Plan[Sizes]:
 
 def _hana_sizes(d: Dialect) -> Plan[Sizes]:
     """SAP HANA: each table's disk size in the current schema, from the monitoring view."""
-    stats = sa.table(
-        "m_table_persistence_statistics",
-        sa.column("schema_name"),
-        sa.column("table_name"),
-        sa.column("disk_size"),
-        schema="sys",
-    )
+    names = ("schema_name", "table_name", "disk_size")
+    stats = sa.table("m_table_persistence_statistics", *map(sa.column, names), schema="sys")
 
     def build() -> Any:
         return (

@@ -22,9 +22,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError, Encrypt
 #: The row that marks a database encrypted, and its value (what it says to a reader).
 MARK = "encrypted_at_rest"
 MARK_VALUE = "sealed rows: open with the master key"
-#: The row that names the program that created the database.
 CREATED_BY = "created_by"
-#: The row of the store's shard-key rule.
 SHARD_DEPTH = "shard_depth"
 
 # catalogs, named as the databases name them (not tables of the package)
@@ -50,9 +48,6 @@ def record_setting(dialect: Dialect) -> Sql:
             name=sa.bindparam("b_name"), value=sa.bindparam("b_value")
         ),
     )
-
-
-# -- encrypted at rest ----------------------------------------------------------------------
 
 
 def mark_statement(dialect: Dialect) -> Stmt:
@@ -117,9 +112,6 @@ def marked_plan(dialect: Dialect) -> Plan[bool]:
             return False
         raise
     return bool(rows)
-
-
-# -- created by -----------------------------------------------------------------------------
 
 
 def mark_plan(dialect: Dialect) -> Plan[str | None]:

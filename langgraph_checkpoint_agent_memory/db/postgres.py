@@ -110,6 +110,8 @@ PGVECTOR_STATE = (
     "AND NOT attisdropped), EXISTS (SELECT 1 FROM pg_available_extensions "
     "WHERE name = 'vector')"
 )
+# raw: PostgreSQL catalog lookup
+ANN_INDEX_STATE = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)"
 # raw: a byte-order namespace index, which the prefix range of vector_under can walk
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
 
@@ -436,15 +438,8 @@ class PostgresDialect(Dialect):
         )
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
-        state = Stmt(
-            self.sql(
-                "ann_index_state",
-                # raw: PostgreSQL catalog lookup
-                lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
-            ),
-            {"index": index.relation},
-            fetch=True,
-        )
+        sql = self.sql("ann_index_state", lambda: ANN_INDEX_STATE)
+        state = Stmt(sql, {"index": index.relation}, fetch=True)
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
@@ -562,14 +557,13 @@ class PostgresDialect(Dialect):
                 for i, row in enumerate([*owned, *[owned[0]] * (size - len(owned))]):
                     one.update((f"{c}_{i}", row[c]) for c in listed)
             params.append(one)
-        key: Hashable
         if arrays:
-            key = ("owned_arrays", table.name, owner.name)
-            build = functools.partial(owned_arrays, table, owner)
+            key: Hashable = ("owned_arrays", table.name, owner.name)
+            sql = self.sql(key, lambda: owned_arrays(table, owner))
         else:
             key = ("owned_values", table.name, owner.name, size)
-            build = functools.partial(owned_values, table, owner, size)
-        return Stmt(self.sql(key, build), params, many=True)
+            sql = self.sql(key, lambda: owned_values(table, owner, size))
+        return Stmt(sql, params, many=True)
 
     def under_clause(self, column: Any) -> Any:
         # a byte-order range, which the planner estimates from statistics (substr(): blind)
@@ -867,12 +861,8 @@ def option_error(exc: BaseException) -> str | None:
 
 
 def checked_conninfo(conninfo: str, where: str) -> dict[str, Any]:
-    """The parameters of ``conninfo`` as libpq reads them (``psycopg.conninfo``).
-
-    Raises:
-        ConfigurationError: A parameter libpq does not know, or a string it cannot read,
-            named in libpq's words; ``where`` is the masked string.
-    """
+    """The parameters of ``conninfo`` as libpq reads them; ``ConfigurationError`` in libpq's
+    words, after ``where`` (masked), for a parameter it does not know or a string it cannot read."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
@@ -927,10 +917,6 @@ class PostgresOptions:
             )
         if not _whole(self.pool_size, 1):
             raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
-        if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):
-            raise ConfigurationError(
-                f"prepare_threshold must be {PREPARE_VALUES}, got {self.prepare_threshold!r}"
-            )
         for name in ("connect_timeout", "max_idle", "max_lifetime", "check_after_idle"):
             value = getattr(self, name)
             least = 0 if name == "check_after_idle" else 1e-9
@@ -1138,9 +1124,21 @@ class PostgresDatabase(Database[Any]):
         psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
         psycopg_pool = require("psycopg_pool", "postgres", "PostgreSQL needs psycopg 3")
         self._given: dict[str, Any] = {}
+        self._conninfo: str | None = None
+        self._sync: Any = None  # a ConnectionPool or a Connection
+        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         if isinstance(source, str):
-            source = self._take_url_options(source, options)
-            self._given = checked_conninfo(source, mask_url(source))
+            self._conninfo = self._take_url_options(source, options)
+            self._given = checked_conninfo(self._conninfo, mask_url(self._conninfo))
+        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
+            self._sync = source
+        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
+            self._async = source
+        else:
+            raise ConfigurationError(
+                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
+                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
+            )
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
@@ -1152,22 +1150,8 @@ class PostgresDatabase(Database[Any]):
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
         self._closed = False
-        self._conninfo: str | None = None
-        self._sync: Any = None  # a ConnectionPool or a Connection
-        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         self._owned_sync = self._owned_async = False
         self._fresh_locks()
-        if isinstance(source, str):
-            self._conninfo = source
-        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
-            self._sync = source
-        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
-            self._async = source
-        else:
-            raise ConfigurationError(
-                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
-                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
-            )
         fork.register(self)
 
     @staticmethod

@@ -19,9 +19,6 @@ def checked_depth(depth: object) -> int:
     Args:
         depth: The candidate setting.
 
-    Returns:
-        The depth.
-
     Example:
         >>> checked_depth(3)
         3

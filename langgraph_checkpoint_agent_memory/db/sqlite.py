@@ -307,8 +307,6 @@ class SQLiteDatabase(Database[Any]):
         if str(path) == "":
             raise ConfigurationError("SQLite needs a file path, e.g. sqlite:///./memory.db")
         self.memory = str(path) == ":memory:"
-        if self.memory:
-            pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
             raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
         if mode not in ("rwc", "rw", "ro"):
@@ -318,7 +316,7 @@ class SQLiteDatabase(Database[Any]):
         self.dialect = SQLiteDialect()
         self.durability = durability
         self.busy_timeout_ms = busy_timeout_ms
-        self.pool_size = pool_size
+        self.pool_size = 1 if self.memory else pool_size  # each :memory: connection is a database
         self._closed = False
         self._fresh_connections()
         if not self.memory:  # a child's copy of a private in-memory database is its own
