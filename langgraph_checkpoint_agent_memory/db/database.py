@@ -56,12 +56,11 @@ Plan = Generator[Batch, list[Any], T]
 def carry_plan(
     head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` with ``head`` at the start of each transaction that may write until one
-    commits: what ``head`` writes commits with the plan's first write, never without it.
+    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each
+    transaction that may write until one commits: what ``head`` writes commits with the
+    plan's first write, never without it.
 
     Args:
-        head: The statement carried (its result is not passed to ``plan``).
-        plan: The plan.
         lost: For a failed transaction that carried ``head``: the error to raise instead
             of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
 
@@ -98,15 +97,9 @@ def carry_plan(
 
 @dataclass(frozen=True)
 class PoolUsage:
-    """What one connection pool holds now, for OpenTelemetry's connection metrics.
-
-    Args:
-        name: Names the pool (its database, password masked, and ``sync``/``async``).
-        used: Connections lent out.
-        idle: Connections open and free.
-        max: The most connections the pool opens.
-        pending: Callers waiting for a connection.
-    """
+    """What one connection pool (``name``: its database, password masked, and ``sync`` or
+    ``async``) holds now, for OpenTelemetry's connection metrics: connections lent out
+    (``used``), open and free (``idle``), at most (``max``), callers waiting (``pending``)."""
 
     name: str
     used: int

@@ -34,10 +34,8 @@ class ThreadCounts:
     """The checkpointer's threads by expiry, read by :func:`thread_counts_plan`.
 
     Attributes:
-        threads: Threads that hold checkpoints.
         expired: Live threads (no tombstone) past their expiry: what the next sweep takes.
         expiring: Live threads that expire within ``within_seconds`` from now.
-        within_seconds: The window of ``expiring``.
     """
 
     threads: int
@@ -47,13 +45,8 @@ class ThreadCounts:
 
 
 def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCounts]:
-    """How many threads hold checkpoints, have expired at ``now``, or expire before
-    ``now + within``; two statements in one batch.
-
-    Args:
-        d: The database's dialect.
-        now: The current time (seconds since the epoch).
-        within: The window of "expiring soon", in seconds.
+    """How many threads hold checkpoints, have expired at ``now`` (seconds since the epoch),
+    or expire before ``now + within`` (seconds); two statements in one batch.
 
     Example:
         >>> far = 4e9  # long after both threads' one-hour TTL
@@ -78,8 +71,7 @@ class Sizes:
             ``"citus_total_relation_size"``, ``"dbstat"``,
             ``"M_TABLE_PERSISTENCE_STATISTICS"``), or ``None`` when nothing could.
         tables: Bytes per table (with its indexes); ``None`` where unknown.
-        file_bytes: SQLite: the database's size (pages times page size); ``None`` on a
-            server.
+        file_bytes: SQLite: the database's size (pages times page size); ``None`` on a server.
     """
 
     measured_by: str | None
@@ -114,10 +106,7 @@ class Sizes:
 
 def sizes_plan(d: Dialect) -> Plan[Sizes]:
     """The size of each of the package's tables, as the database measures it (see the
-    module); tables that do not exist are left out.
-
-    Args:
-        d: The database's dialect (on PostgreSQL, this finds out whether it is Citus).
+    module); tables that do not exist are left out. On PostgreSQL, ``d`` learns if it is Citus.
 
     Example:
         >>> sizes = store.run_plan(sizes_plan(store.dialect))

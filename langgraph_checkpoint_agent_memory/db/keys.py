@@ -100,14 +100,12 @@ def carries(dialect: Dialect) -> bool:
 
 def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
     """Run ``plan`` (a write sealed with ``row``'s key) with the key's insert carried
-    (:func:`.database.carry_plan`): nothing sealed with it commits without it.
-
-    Returns whether the key was stored (``False`` when the plan committed no transaction)
-    and the plan's value.
+    (:func:`.database.carry_plan`): nothing sealed with it commits without it. Returns whether
+    the key was stored (not when the plan committed no transaction) and the plan's value.
 
     Raises:
-        KeyTaken: The owner has a key already (another process made it meanwhile): the
-            transaction that carried the insert was rolled back, nothing of it written.
+        KeyTaken: The owner has a key already (made meanwhile); nothing of the write was
+            committed.
     """
     head = Stmt(
         dialect.sql(

@@ -126,11 +126,7 @@ def mark_plan(dialect: Dialect) -> Plan[str | None]:
 
 def holds_tables_plan(dialect: Dialect) -> Plan[bool]:
     """Whether the database holds any table (on PostgreSQL: a base table in the schema the
-    package's tables would go to). Reads only.
-
-    Raises:
-        ConfigurationError: On SAP HANA, where this is not looked up.
-    """
+    package's tables would go to). Reads only; ``ConfigurationError`` on SAP HANA."""
     params: dict[str, str | None] = {}
     if dialect.name == "sqlite":
         catalog, where = _SQLITE_MASTER, [_SQLITE_MASTER.c.type == "table"]

@@ -129,11 +129,8 @@ class PgVector(sa.types.UserDefinedType[Any]):
 
 
 _ONE: Any = sa.literal_column("1")
-
-
-def _embedding() -> Any:
-    """Raw: the pgvector column, which :mod:`.schema` does not declare."""
-    return sa.literal_column(f"{vectors_v.name}.embedding")
+#: Raw: the pgvector column, which :mod:`.schema` does not declare.
+_EMBEDDING: Any = sa.literal_column(f"{vectors_v.name}.embedding")
 
 
 def _query_vector(spec: str) -> Any:
@@ -142,7 +139,7 @@ def _query_vector(spec: str) -> Any:
 
 def _dims_are(dims: int) -> Any:
     """A literal, as in the partial HNSW index's predicate, so the planner can use it."""
-    return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
+    return sa.func.vector_dims(_EMBEDDING) == sa.literal_column(str(int(dims)))
 
 
 def _version_rows(c: Any) -> Any:
@@ -414,7 +411,7 @@ class PostgresDialect(Dialect):
         def build() -> Any:
             # NULLIF: a zero vector's cosine is NaN, which would sort first
             sim = sa.func.nullif(
-                _ONE - _embedding().op("<=>", return_type=sa.Float)(_query_vector("vector")),
+                _ONE - _EMBEDDING.op("<=>", return_type=sa.Float)(_query_vector("vector")),
                 sa.literal_column("'NaN'"),
             ).label("sim")
             order = [sa.nulls_last(sa.desc("sim")), vectors_v.c.prefix, vectors_v.c.key]
@@ -669,13 +666,9 @@ VALUES_OWNED_ROWS = 8
 
 def owned_values(table: sa.Table, owner: sa.Table, size: int) -> Any:
     named = {c.name: sa.bindparam(c.name, type_=c.type) for c in owner.primary_key.columns}
+    cols = written(table)
     values = [
-        {
-            c.name: named[c.name]
-            if c.name in named
-            else sa.bindparam(f"{c.name}_{i}", type_=c.type)
-            for c in written(table)
-        }
+        {c.name: named.get(c.name, sa.bindparam(f"{c.name}_{i}", type_=c.type)) for c in cols}
         for i in range(size)
     ]
     pk = [c.name for c in table.primary_key.columns]
@@ -702,17 +695,14 @@ PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a sta
 
 
 def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int | None:
-    """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting.
-
-    Args:
-        value: ``None``, ``"none"`` (any case), a whole number >= 1, or its digits.
-        source: Where the value was written, for the error message.
+    """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting
+    (``source``, named in the error): ``None``, ``"none"`` (any case), a whole number >= 1.
 
     Raises:
-        ConfigurationError: Anything else, naming the accepted values. 0 (prepare at the
-            first run) is refused: psycopg then prepares statements in the pipeline that
-            carries an ``ALTER`` (a migration), forgets them with the ``DEALLOCATE ALL`` it
-            sends after it, and the next call fails with "prepared statement does not exist".
+        ConfigurationError: Anything else. 0 (prepare at the first run) is refused: psycopg
+            then prepares statements in the pipeline of an ``ALTER`` (a migration), forgets
+            them with its ``DEALLOCATE ALL``, and the next call fails ("prepared statement
+            does not exist").
 
     Example:
         >>> prepare_threshold_of("None"), prepare_threshold_of("5"), prepare_threshold_of(1)
@@ -912,8 +902,7 @@ class PostgresOptions:
         ):
             raise ConfigurationError(
                 "schema must be a PostgreSQL identifier of letters, digits and underscores, "
-                f"starting with a letter or underscore, at most 63 characters; got "
-                f"{self.schema!r}"
+                f"starting with a letter or underscore, at most 63 characters; got {self.schema!r}"
             )
         if not _whole(self.pool_size, 1):
             raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")

@@ -32,12 +32,8 @@ DEMO_FILE = "agent-memory-demo.db"
 
 def data_dir() -> Path:
     """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
-    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``.
-
-    Raises:
-        ConfigurationError: None of them can be found: no ``HOME``, and the user has no
-            account to read a home folder from (a container run as an arbitrary uid).
-    """
+    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``; else (no ``HOME``,
+    no account: a container run as an arbitrary uid) ``ConfigurationError``."""
     explicit = os.environ.get(HOME_ENV)
     if explicit:
         return Path(explicit)
@@ -100,12 +96,8 @@ def as_url(text: str, source: str = "argument") -> str:
     """What a person may write for a database, as a URL :func:`parse` takes: a URL or
     libpq ``key=value`` string as is; a ``file:`` URL or a plain path of a SQLite file as
     ``sqlite:///<path>`` (``~`` expanded). The one rule of the command line and the Agent
-    Server's ``AGENT_MEMORY_URL``.
-
-    Raises:
-        ConfigurationError: An empty text, a ``file:`` URL without a path, or a URL of a
-            database this package does not support (naming ``source``).
-    """
+    Server's ``AGENT_MEMORY_URL``; ``ConfigurationError``, naming ``source``, for an empty
+    text, a ``file:`` URL without a path, or a database this package does not support."""
     raw = text.strip() if isinstance(text, str) else ""
     if not raw:
         raise ConfigurationError(f"memory URL from {source} is empty")
@@ -164,15 +156,9 @@ SCHEMA = "schema"
 
 
 def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
-    """``conninfo`` without its ``name`` parameter, and that parameter's raw value
-    (``None`` when it has none).
-
-    Both forms are read: ``postgresql://h/db?sslmode=require&prepare_threshold=none`` and
-    ``host=h dbname=db prepare_threshold=none``. Other parameters are left as written.
-
-    Args:
-        conninfo: A PostgreSQL URL or key=value connection string.
-        name: The package's own parameter (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`).
+    """``conninfo`` (a PostgreSQL URL or key=value string) without the package's own parameter
+    ``name`` (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`), and its raw value (``None``: none);
+    other parameters are left as written.
 
     Raises:
         ConfigurationError: The parameter is given more than once.
