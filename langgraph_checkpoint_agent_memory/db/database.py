@@ -19,11 +19,9 @@ ConnT = TypeVar("ConnT")
 
 @dataclass(frozen=True)
 class Stmt:
-    """One statement: compiled SQL, its parameters, and whether rows come back.
-
-    ``params`` is a mapping, or a sequence of mappings with ``many=True``. ``prepare=False``:
-    never prepared (PostgreSQL), for a statement whose generic plan is far worse.
-    """
+    """One statement: compiled SQL, its parameters (a sequence of mappings with ``many``),
+    whether rows come back; ``prepare=False``: never prepared (PostgreSQL), for a statement
+    whose generic plan is far worse."""
 
     sql: Sql
     params: Any = None
@@ -34,12 +32,9 @@ class Stmt:
 
 @dataclass(frozen=True)
 class Batch:
-    """Statements sent together.
-
-    ``write``: in one transaction. ``lock``: take the write lock first (SQLite ``BEGIN
-    IMMEDIATE``). ``hold``: keep the transaction open for the plan's next batch.
-    ``rollback``: end the transaction by rolling it back.
-    """
+    """Statements sent together; ``write``: in one transaction; ``lock``: take the write lock
+    first (SQLite ``BEGIN IMMEDIATE``); ``hold``: keep the transaction open for the plan's next
+    batch; ``rollback``: end the transaction by rolling it back."""
 
     statements: Sequence[Stmt]
     write: bool = False

@@ -30,18 +30,11 @@ from langgraph_checkpoint_agent_memory.errors import ClosedError, DatabaseUnavai
 
 @dataclass(eq=False)
 class DbApiPool:
-    """``size`` DB-API connections made by ``creator``, checked on checkout, closed only on an
-    error the dialect calls a disconnect.
-
-    Args:
-        creator: Opens one connection (raising the package's errors).
-        dialect: The driver's SQLAlchemy dialect (``do_ping``, ``is_disconnect``).
-        size: The most connections open at once.
-        timeout: Seconds a caller waits for a free connection.
-        describe: Names the database in errors, the password masked.
-        check: Raises the driver's error for an unusable connection, without a round
-            trip; ``None``: the dialect's ping.
-        reset: Roll back whatever a connection holds as it comes back.
+    """At most ``size`` DB-API connections made by ``creator`` (raising the package's errors),
+    checked on checkout by ``check`` (raising the driver's error, without a round trip) or the
+    ``dialect``'s ping, closed only on an error the dialect calls a disconnect, rolled back on
+    return if ``reset``. A caller waits ``timeout`` seconds for one; ``describe`` names the
+    database in errors, the password masked.
 
     Example:
         >>> import sqlite3
