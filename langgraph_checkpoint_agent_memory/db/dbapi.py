@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -158,10 +158,8 @@ class DbApiPool:
     def _discard(self, conn: Any) -> None:
         with self._lock:
             self._open.pop(id(conn), None)
-        try:
+        with suppress(Exception):  # a broken connection may fail to close
             conn.close()
-        except Exception:
-            pass  # a broken connection may fail to close
 
     def close(self) -> None:
         """Close idle connections now, busy ones when their plan ends."""
@@ -243,10 +241,8 @@ class DbApiSession:
                 self.conn.commit()  # manual-commit drivers: a lone read still ends its snapshot
         except BaseException:
             if self.in_tx:
-                try:
+                with suppress(Exception):
                     self._end(commit=False)
-                except Exception:
-                    pass
             raise
         finally:
             cur.close()

@@ -2,12 +2,11 @@
 
 - ``shard_depth``: the store's shard-key rule, recorded by the first setup and fixed once rows
   carry keys computed by it (see :func:`.migrations.migrate_plan`).
-- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed (the user
-  guide, "Without the key, or with a wrong one"), recorded in the transaction of a setup's
-  migrations or with the first write of a component without setup. It lives in the data's
-  own database: the key store may be a database of its own, which holds no data.
-- ``created_by``: who made the database, so that a program (the demo) later writes to, or
-  deletes, only a database that carries its mark (or one that holds no table at all).
+- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed, recorded with
+  a setup's migrations or a component's first write; in the data's own database, as the key
+  store may be a database of its own, which holds no data.
+- ``created_by``: who made the database, so that a program (the demo) writes to, or deletes,
+  only a database that carries its mark (or one that holds no table at all).
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ def record_setting(dialect: Dialect) -> Sql:
 def mark_statement(dialect: Dialect) -> Stmt:
     """The statement that marks the database encrypted (nothing when it is marked)."""
     insert = dialect.sql(
-        "write_encryption_mark",
-        lambda: dialect.insert_row_ignore(settings, ["name"]),
+        "write_encryption_mark", lambda: dialect.insert_row_ignore(settings, ["name"])
     )
     return Stmt(insert, {"name": MARK, "value": MARK_VALUE})
 

@@ -1,9 +1,7 @@
 """PostgreSQL through psycopg 3: dialect (one-statement checkpoint SQL included), connection
-options, session and database.
-
-Connections are in autocommit mode (the session sends its own ``BEGIN``/``COMMIT``) and
-carry no session state (settings are ``SET LOCAL``), so a transaction pooler may sit in
-front of the server.
+options, session and database. Connections are in autocommit mode (the session sends its own
+``BEGIN``/``COMMIT``) and carry no session state (settings are ``SET LOCAL``), so a
+transaction pooler may sit in front of the server.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
@@ -1098,11 +1096,9 @@ def _count(cur: Any, stmt: Stmt) -> int:
 
 
 async def rollback(conn: Any) -> None:
-    try:
+    with suppress(Exception):  # a broken connection: the pool discards it
         if not conn.closed:
             await _done(conn.execute("ROLLBACK", prepare=False))
-    except Exception:
-        pass  # a broken connection: the pool discards it
 
 
 class PostgresDatabase(Database[Any]):
@@ -1296,10 +1292,8 @@ class PostgresDatabase(Database[Any]):
             if self._async is not None and self._async_loop is not loop:
                 # a pool belongs to the loop that opened it; a new loop gets a new pool
                 old, self._async, self._owned_async = self._async, None, False
-                try:
+                with suppress(Exception):
                     await old.close()
-                except Exception:
-                    pass
             if self._async is None:
                 self._async, self._owned_async = await self._open_pool(sync=False), True
                 self._async_loop = loop

@@ -1,8 +1,7 @@
 """SQLite through the standard library, in WAL mode; writes take the write lock up front
-(``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade.
-
-A WAL file this process cannot share with a writer is read as immutable only if no one may
-write it (:func:`_frozen`); any other is refused, naming the fix.
+(``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade. A WAL file this process
+cannot share with a writer is read as immutable only if no one may write it (:func:`_frozen`);
+any other is refused, naming the fix.
 """
 
 from __future__ import annotations
