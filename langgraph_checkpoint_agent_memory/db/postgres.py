@@ -730,20 +730,18 @@ def pooler_error(
         return ConfigurationError(
             f"{where} is reached through a connection pooler (PgBouncer or a managed "
             "service's pooler), and the connection or pool passed in prepares statements "
-            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: "
-            "create it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs="
-            "{'autocommit': True, 'prepare_threshold': None}). Behind a pooler that keeps "
-            "prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, "
-            "or session mode) pass prepare_threshold=<its threshold> to the saver or store "
-            "to say so"
+            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: create "
+            "it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs={'autocommit': True, "
+            "'prepare_threshold': None}). Behind a pooler that keeps prepared statements per "
+            "client (PgBouncer >= 1.21 with max_prepared_statements, or session mode) pass "
+            "prepare_threshold=<its threshold> to the saver or store to say so"
         )
     return ConfigurationError(
         f"{where} is reached through a connection pooler (PgBouncer or a managed service's "
         "pooler), where prepared statements of one client reach others: add "
-        "?prepare_threshold=none to the URL (or pass prepare_threshold=None). Behind a "
-        "pooler that keeps prepared statements per client (PgBouncer >= 1.21 with "
-        "max_prepared_statements, or session mode) choose a threshold explicitly, e.g. "
-        "?prepare_threshold=5"
+        "?prepare_threshold=none to the URL (or pass prepare_threshold=None). Behind a pooler that "
+        "keeps prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, or "
+        "session mode) choose a threshold explicitly, e.g. ?prepare_threshold=5"
     )
 
 
@@ -938,9 +936,8 @@ class PgSession:
     ) -> None:
         if not conn.autocommit:
             raise ConfigurationError(
-                "PostgreSQL connections must be in autocommit mode: use "
-                "psycopg.connect(..., autocommit=True) or "
-                "ConnectionPool(..., kwargs={'autocommit': True})"
+                "PostgreSQL connections must be in autocommit mode: use psycopg.connect(..., "
+                "autocommit=True) or ConnectionPool(..., kwargs={'autocommit': True})"
             )
         self.conn = conn
         self.synchronous_commit = synchronous_commit
