@@ -27,8 +27,7 @@ def _fresh_setup_lock() -> None:
 
 
 class SchemaOnFirstUse:
-    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off, for
-    the owners of a :class:`Database` (the saver and the store)."""
+    """``setup()``/``asetup()``, run on first use unless ``auto_setup`` is off (saver, store)."""
 
     components: tuple[Component, ...]
     db: Database[Any]

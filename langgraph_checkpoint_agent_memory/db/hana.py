@@ -49,8 +49,7 @@ ALREADY_EXISTS = {288, 289, 307}
 
 @functools.cache
 def upsert_by_key() -> Any:
-    """sqlalchemy-hana's ``Upsert`` with ``WITH PRIMARY KEY`` (it has no option for it),
-    built on first use: sqlalchemy-hana is optional."""
+    """sqlalchemy-hana's (optional) ``Upsert`` with ``WITH PRIMARY KEY``, built on first use."""
     from sqlalchemy_hana.elements import Upsert
 
     class UpsertByKey(Upsert):

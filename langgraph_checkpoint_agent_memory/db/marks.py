@@ -113,8 +113,7 @@ def marked_plan(dialect: Dialect) -> Plan[bool]:
 
 
 def mark_plan(dialect: Dialect) -> Plan[str | None]:
-    """The program that created the database (``None``: no mark, or no ``am_settings``
-    table). Reads only."""
+    """The program that created the database (``None``: no mark or no table); reads only."""
     try:
         [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": CREATED_BY}, fetch=True)])
     except Exception:  # no settings table: nothing of ours marked it

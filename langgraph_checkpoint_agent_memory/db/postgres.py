@@ -292,8 +292,7 @@ def cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]
 
 
 class PostgresDialect(Dialect):
-    """PostgreSQL's SQL; with ``schema``, statements name the tables in it (no
-    ``search_path``, which is session state)."""
+    """PostgreSQL's SQL; with ``schema``, statements name its tables (``search_path``: session)."""
 
     name = "postgresql"
 
@@ -784,8 +783,7 @@ class IdleCheck:
 
 
 def closed_by_server(conn: Any) -> None:
-    """Raise ``psycopg.OperationalError`` when the server has closed ``conn``, found from
-    what already arrived on the socket, without a round trip."""
+    """Raise ``psycopg.OperationalError`` if the server closed ``conn`` (no round trip)."""
     import psycopg
 
     pgconn = conn.pgconn
@@ -972,8 +970,7 @@ class PgSession:
         return left_open and not ok
 
     def lost(self, exc: BaseException) -> BaseException:
-        """A broken connection (:func:`connection_failure`) becomes
-        :class:`DatabaseUnavailableError`; any other error stays as the server raised it."""
+        """A broken connection's error as :class:`DatabaseUnavailableError`, any other as is."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
             return DatabaseUnavailableError(
                 f"the connection to PostgreSQL was lost: {first_line(exc)}"
@@ -1056,11 +1053,8 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
     conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
-            cur = await _done(
-                conn.execute(
-                    session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
-                )
-            )
+            text, params = session.text(lone), _params(lone)
+            cur = await _done(conn.execute(text, params, binary=lone.fetch, prepare=_prepare(lone)))
             return [await _done(cur.fetchall()) if lone.fetch else cur.rowcount]
         try:
             async with _entered(conn.pipeline()):
@@ -1313,8 +1307,7 @@ class PostgresDatabase(Database[Any]):
         return await self._run_on(target, self._async_lock, plan)
 
     async def _run_on(self, source: Any, lock: Any, plan: Plan[T]) -> T:
-        """Run ``plan`` on a connection of the pool ``source``, or on the connection
-        ``source`` itself under ``lock`` (it runs one statement at a time)."""
+        """Run ``plan`` on a connection of the pool ``source``, or on ``source`` under ``lock``."""
         import psycopg_pool
 
         if not isinstance(source, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)):
@@ -1365,8 +1358,7 @@ class PostgresDatabase(Database[Any]):
                 await _done(lease.conn.close())  # putconn discards a closed connection
 
     async def _verify(self, conn: Any) -> None:
-        """Refuse a pooler, once, where ``conn`` prepares statements and the caller chose no
-        threshold."""
+        """Refuse a pooler, once, where ``conn`` prepares statements and no threshold was chosen."""
         if self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None:
             # the server's process id differs from the one told at connect time behind a pooler
             cur = await _done(conn.execute("SELECT pg_backend_pid()", prepare=False))

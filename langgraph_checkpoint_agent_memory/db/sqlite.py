@@ -152,8 +152,7 @@ class SQLiteDialect(Dialect):
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """One ``json_extract`` per condition; it may admit rows of another JSON type, which
-        the exact test in Python drops."""
+        """One ``json_extract`` per condition; Python drops the rows of another JSON type."""
         if any(json.dumps(part, ensure_ascii=False)[1:-1] != part for part in path):
             # a quoted path label cannot hold a JSON escape: Python alone decides
             return None
