@@ -67,9 +67,8 @@ class Sizes:
     """The size of each of the package's tables that exists, read by :func:`sizes_plan`.
 
     Attributes:
-        measured_by: What measured them (``"pg_total_relation_size"``,
-            ``"citus_total_relation_size"``, ``"dbstat"``,
-            ``"M_TABLE_PERSISTENCE_STATISTICS"``), or ``None`` when nothing could.
+        measured_by: What measured them (``"pg_total_relation_size"``, ``"dbstat"``,
+            ``"citus_total_relation_size"``, ``"M_TABLE_PERSISTENCE_STATISTICS"``) or ``None``.
         tables: Bytes per table (with its indexes); ``None`` where unknown.
         file_bytes: SQLite: the database's size (pages times page size); ``None`` on a server.
     """

@@ -100,9 +100,8 @@ def missing_table(exc: BaseException) -> bool:
 
 
 def marked_plan(dialect: Dialect) -> Plan[bool]:
-    """Whether the database is marked encrypted (a database without ``am_settings`` is not).
-    Reads only; any other failure of the read is raised, so that no component goes on
-    unchecked."""
+    """Whether the database is marked encrypted (one without ``am_settings`` is not); reads
+    only, any other failure is raised, so that no component goes on unchecked."""
     try:
         [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": MARK}, fetch=True)])
     except Exception as exc:

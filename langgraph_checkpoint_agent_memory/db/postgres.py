@@ -745,9 +745,8 @@ def pooler_error(
 
 
 class IdleCheck:
-    """The pools' ``configure`` and ``check`` hooks: ``check_connection``'s round trip only
-    for a connection idle ``after`` seconds (ten round trips per graph invoke otherwise),
-    :func:`closed_by_server`, which costs none, for every other."""
+    """The pools' ``configure`` and ``check`` hooks: ``check_connection``'s round trip only after
+    ``after`` seconds idle (else ten per graph invoke), :func:`closed_by_server` for the others."""
 
     def __init__(self, after: float) -> None:
         self.after = after
@@ -1196,10 +1195,6 @@ class PostgresDatabase(Database[Any]):
                 usage.append(PoolUsage(name, max(size - idle, 0), idle, most, pending))
         return usage
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
-
     async def _open_pool(self, *, sync: bool) -> Any:
         """A new pool of the conninfo, open and checked; its connections sync or async."""
         import psycopg
@@ -1255,7 +1250,8 @@ class PostgresDatabase(Database[Any]):
 
     def _run_sync(self, plan: Plan[T]) -> T:
         if self._sync is not None or self._conninfo is not None:
-            self._check_open()
+            if self._closed:
+                raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
             source = self._sync
             if source is None:
                 with self._open_lock:
@@ -1295,7 +1291,8 @@ class PostgresDatabase(Database[Any]):
 
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
-        self._check_open()
+        if self._closed:
+            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
         loop = asyncio.get_running_loop()
         target = self._async
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
@@ -1376,7 +1373,7 @@ class PostgresDatabase(Database[Any]):
 
         conninfo = with_keepalives(self._conninfo or "")
         if "connect_timeout" not in self._given:
-            conninfo = make_conninfo(conninfo, connect_timeout=self._whole_timeout())
+            conninfo = make_conninfo(conninfo, connect_timeout=max(1, int(self.connect_timeout)))
         try:
             psycopg.connect(conninfo).close()
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
@@ -1386,9 +1383,6 @@ class PostgresDatabase(Database[Any]):
             if definite_refusal(exc):
                 why = self._reason(str(exc))
                 raise DatabaseUnavailableError(f"{where} refused the connection: {why}") from None
-
-    def _whole_timeout(self) -> int:
-        return max(1, int(self.connect_timeout))
 
     def _reason(self, error: str) -> str:
         """The server's words from libpq's message, on one line, the password masked."""
@@ -1406,8 +1400,9 @@ class PostgresDatabase(Database[Any]):
 
         if self._conninfo is None:
             return None
+        seconds = max(1, int(self.connect_timeout))
         try:
-            psycopg.connect(self._conninfo, connect_timeout=self._whole_timeout()).close()
+            psycopg.connect(self._conninfo, connect_timeout=seconds).close()
         except psycopg.Error as exc:
             return str(exc)
         return None

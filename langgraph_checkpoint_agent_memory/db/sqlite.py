@@ -102,10 +102,8 @@ class SQLiteDialect(Dialect):
         """``get_tuple`` in one statement, one snapshot without ``BEGIN``/``COMMIT``."""
         if not self.recursive_cte:
             return None
-        return self.sql(
-            ("fast_get_tuple", by_id),
-            functools.partial(get_tuple_statement, by_id, _version_rows, _blob),
-        )
+        build = functools.partial(get_tuple_statement, by_id, _version_rows, _blob)
+        return self.sql(("fast_get_tuple", by_id), build)
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
@@ -280,9 +278,8 @@ OpenMode = Literal["rwc", "rw", "ro"]
 
 class SQLiteDatabase(Database[Any]):
     """A small pool of connections to one SQLite file; or one connection every plan uses in
-    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here).
-
-    ``mode``: ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
+    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here). ``mode``:
+    ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
     :class:`DatabaseNotFoundError` for a missing one; ``"ro"`` never switches it to WAL."""
 
     def __init__(
@@ -516,10 +513,8 @@ def _check(conn: sqlite3.Connection) -> None:
 
 
 def _unshareable(path: Path) -> bool:
-    """Whether ``path`` is a WAL file this process cannot write and no writer has open.
-
-    The file is opened last: closing any descriptor of it drops this process's POSIX
-    locks, SQLite's included."""
+    """Whether ``path`` is a WAL file this process cannot write and no writer has open. The
+    file is opened last: closing any descriptor of it drops this process's POSIX locks."""
     if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
         return False
     if _wal_of(path).exists():
