@@ -52,15 +52,13 @@ def carry_plan(
     head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
     """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each
-    transaction that may write until one commits: what ``head`` writes commits with the
-    plan's first write, never without it.
+    transaction that may write until one commits: what ``head`` writes commits with the plan's
+    first write, never without it. Returns whether a transaction carrying ``head`` committed,
+    and the plan's value.
 
     Args:
         lost: For a failed transaction that carried ``head``: the error to raise instead
             of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
-
-    Returns:
-        Whether a transaction carrying ``head`` committed, and the plan's value.
     """
     stored = carrying = in_tx = False
     try:

@@ -1,7 +1,6 @@
-"""Schema on first use: the saver, the store and the key store create or migrate their
-tables (``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out
-what their statements depend on; either way, a component of data checks there whether the
-database is encrypted (see :mod:`.marks`).
+"""Schema on first use: the saver, the store and the key store create or migrate their tables
+(``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out what their
+statements depend on; either way, a component of data checks whether the database is encrypted.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, r
 
 logger = logging.getLogger(__name__)
 
+NEEDS = "SAP HANA needs sqlalchemy-hana and hdbcli"
 #: hdbcli error codes meaning "that object already exists".
 ALREADY_EXISTS = {288, 289, 307}
 
@@ -82,8 +83,7 @@ class HanaDialect(Dialect):
     substr = "SUBSTRING"
 
     def _make_sa_dialect(self) -> SADialect:
-        needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
-        dialect: SADialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect()
+        dialect: SADialect = require("sqlalchemy_hana.dialect", "hana", NEEDS).HANAHDBCLIDialect()
         return dialect
 
     native_vectors = True
@@ -301,9 +301,8 @@ class HanaDatabase(Database[Any]):
 
     def _connections(self) -> DbApiPool:
         if self._pool is None:
-            needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
-            dbapi = require("hdbcli.dbapi", "hana", needs)
-            HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect
+            dbapi = require("hdbcli.dbapi", "hana", NEEDS)
+            HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", NEEDS).HANAHDBCLIDialect
             self._pool = DbApiPool(
                 self._connect,
                 # hdbcli names two paramstyles; the ping needs one

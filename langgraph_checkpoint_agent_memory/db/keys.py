@@ -100,8 +100,7 @@ def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bo
     the key was stored (not when the plan committed no transaction) and the plan's value.
 
     Raises:
-        KeyTaken: The owner has a key already (made meanwhile); nothing of the write was
-            committed.
+        KeyTaken: The owner has a key already (made meanwhile); nothing of the write committed.
     """
     head = Stmt(
         dialect.sql(

@@ -272,9 +272,6 @@ def _write_rows_text(rows: int) -> str:
 #: SQLite's primary result codes (https://sqlite.org/rescode.html), not yet in the stubs.
 SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 
-#: SQLite's URI parameter ``mode``.
-OpenMode = Literal["rwc", "rw", "ro"]
-
 
 class SQLiteDatabase(Database[Any]):
     """A small pool of connections to one SQLite file; or one connection every plan uses in
@@ -289,7 +286,7 @@ class SQLiteDatabase(Database[Any]):
         pool_size: int = 4,
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
-        mode: OpenMode = "rwc",
+        mode: Literal["rwc", "rw", "ro"] = "rwc",  # SQLite's URI parameter
     ) -> None:
         self.given: sqlite3.Connection | None = None
         if isinstance(path, sqlite3.Connection):

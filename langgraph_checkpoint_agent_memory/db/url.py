@@ -30,28 +30,21 @@ HOME_ENV = "AGENT_MEMORY_HOME"
 DEMO_FILE = "agent-memory-demo.db"
 
 
-def data_dir() -> Path:
-    """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
-    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``; else (no ``HOME``,
+def default_url() -> str:
+    """The embedded default: ``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, else in
+    ``$XDG_DATA_HOME/agent-memory``, else in ``~/.local/share/agent-memory``; else (no ``HOME``,
     no account: a container run as an arbitrary uid) ``ConfigurationError``."""
-    explicit = os.environ.get(HOME_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME")
-    if not base:
+    folder = os.environ.get(HOME_ENV)
+    if not folder:
+        base = os.environ.get("XDG_DATA_HOME")
         try:
-            base = str(Path.home() / ".local" / "share")
+            folder = str(Path(base or Path.home() / ".local" / "share") / "agent-memory")
         except RuntimeError:  # Path.home(): no HOME and no account
             raise ConfigurationError(
                 "no folder for the default database: HOME is not set and this user has no "
                 f"home folder; set {HOME_ENV} (or XDG_DATA_HOME), or give a database URL"
             ) from None
-    return Path(base) / "agent-memory"
-
-
-def default_url() -> str:
-    """The embedded default: one SQLite file in the user's data directory."""
-    return f"sqlite:///{data_dir() / 'agent-memory.db'}"
+    return f"sqlite:///{Path(folder) / 'agent-memory.db'}"
 
 
 @dataclass(frozen=True)
@@ -158,10 +151,7 @@ SCHEMA = "schema"
 def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
     """``conninfo`` (a PostgreSQL URL or key=value string) without the package's own parameter
     ``name`` (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`), and its raw value (``None``: none);
-    other parameters are left as written.
-
-    Raises:
-        ConfigurationError: The parameter is given more than once.
+    other parameters are left as written. ``ConfigurationError`` if it is given more than once.
 
     Example:
         >>> take_url_option("postgresql://h/db?schema=app&sslmode=require", "schema")
