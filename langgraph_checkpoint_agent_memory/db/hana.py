@@ -46,6 +46,15 @@ logger = logging.getLogger(__name__)
 NEEDS = "SAP HANA needs sqlalchemy-hana and hdbcli"
 #: hdbcli error codes meaning "that object already exists".
 ALREADY_EXISTS = {288, 289, 307}
+# raw: HANA catalog lookups (a column of the vectors' table; the migrations' table)
+COLUMN_EXISTS = (
+    "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+    "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
+)
+MIGRATIONS_EXIST = (
+    "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+    "AND TABLE_NAME = 'AM_MIGRATIONS'"
+)
 
 
 @functools.cache
@@ -147,14 +156,7 @@ class HanaDialect(Dialect):
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
         column = f"embedding_{index.dims}"
-        probe = self.sql(
-            "ann_column_exists",
-            # raw: HANA catalog lookup
-            lambda: (
-                "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
-            ),
-        )
+        probe = self.sql("ann_column_exists", lambda: COLUMN_EXISTS)
         [[(found,)]] = yield Batch([Stmt(probe, {"column": column.upper()}, fetch=True)])
         if create:
             if not found:
@@ -243,14 +245,7 @@ class HanaDialect(Dialect):
         )
 
     def create_if_missing(self, create: Sql) -> Any:
-        lookup = self.sql(
-            "migrations_table_exists",
-            # raw: HANA catalog lookup
-            lambda: (
-                "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                "AND TABLE_NAME = 'AM_MIGRATIONS'"
-            ),
-        )
+        lookup = self.sql("migrations_table_exists", lambda: MIGRATIONS_EXIST)
         [[(found,)]] = yield Batch([Stmt(lookup, fetch=True)])
         if not found:
             yield from _unless_there(Batch([Stmt(create)], write=True))

@@ -102,13 +102,11 @@ def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bo
     Raises:
         KeyTaken: The owner has a key already (made meanwhile); nothing of the write committed.
     """
-    head = Stmt(
-        dialect.sql(
-            "key_insert_strict",
-            lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),
-        ),
-        row._asdict(),
+    strict = dialect.sql(
+        "key_insert_strict",
+        lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),
     )
+    head = Stmt(strict, row._asdict())
 
     def lost(exc: Exception) -> Exception | None:
         return KeyTaken(row.owner) if dialect.unique_violation(exc, _OWNER_INDEX) else None
