@@ -19,11 +19,9 @@ ConnT = TypeVar("ConnT")
 
 @dataclass(frozen=True)
 class Stmt:
-    """One statement: compiled SQL, its parameters, and whether rows come back.
-
-    ``params`` is a mapping, or a sequence of mappings with ``many=True``. ``prepare=False``:
-    never prepared (PostgreSQL), for a statement whose generic plan is far worse.
-    """
+    """One statement: compiled SQL, its parameters (a sequence of mappings with ``many``),
+    whether rows come back; ``prepare=False``: never prepared (PostgreSQL), for a statement
+    whose generic plan is far worse."""
 
     sql: Sql
     params: Any = None
@@ -34,12 +32,9 @@ class Stmt:
 
 @dataclass(frozen=True)
 class Batch:
-    """Statements sent together.
-
-    ``write``: in one transaction. ``lock``: take the write lock first (SQLite ``BEGIN
-    IMMEDIATE``). ``hold``: keep the transaction open for the plan's next batch.
-    ``rollback``: end the transaction by rolling it back.
-    """
+    """Statements sent together; ``write``: in one transaction; ``lock``: take the write lock
+    first (SQLite ``BEGIN IMMEDIATE``); ``hold``: keep the transaction open for the plan's next
+    batch; ``rollback``: end the transaction by rolling it back."""
 
     statements: Sequence[Stmt]
     write: bool = False
@@ -56,17 +51,14 @@ Plan = Generator[Batch, list[Any], T]
 def carry_plan(
     head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` with ``head`` at the start of each transaction that may write until one
-    commits: what ``head`` writes commits with the plan's first write, never without it.
+    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each
+    transaction that may write until one commits: what ``head`` writes commits with the plan's
+    first write, never without it. Returns whether a transaction carrying ``head`` committed,
+    and the plan's value.
 
     Args:
-        head: The statement carried (its result is not passed to ``plan``).
-        plan: The plan.
         lost: For a failed transaction that carried ``head``: the error to raise instead
             of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
-
-    Returns:
-        Whether a transaction carrying ``head`` committed, and the plan's value.
     """
     stored = carrying = in_tx = False
     try:
@@ -98,15 +90,9 @@ def carry_plan(
 
 @dataclass(frozen=True)
 class PoolUsage:
-    """What one connection pool holds now, for OpenTelemetry's connection metrics.
-
-    Args:
-        name: Names the pool (its database, password masked, and ``sync``/``async``).
-        used: Connections lent out.
-        idle: Connections open and free.
-        max: The most connections the pool opens.
-        pending: Callers waiting for a connection.
-    """
+    """What one connection pool (``name``: its database, password masked, and ``sync`` or
+    ``async``) holds now, for OpenTelemetry's connection metrics: connections lent out
+    (``used``), open and free (``idle``), at most (``max``), callers waiting (``pending``)."""
 
     name: str
     used: int

@@ -35,12 +35,7 @@ def citus_tables() -> list[sa.Table]:
 
 def detect_plan(dialect: Dialect, *, hold: bool = False) -> Plan[bool]:
     """Whether the database is distributed (Citus installed); records it on ``dialect``.
-
-    Args:
-        dialect: The dialect to record it on.
-        hold: Inside a transaction the caller goes on with (setup's, under its lock): keep
-            it open.
-    """
+    ``hold``: keep open the transaction the caller goes on with (setup's, under its lock)."""
     if dialect.name != "postgresql":
         return False
     [rows] = yield Batch([Stmt(Sql(CITUS_INSTALLED), fetch=True)], hold=hold)

@@ -1,7 +1,6 @@
-"""Schema on first use: the saver, the store and the key store create or migrate their
-tables (``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out
-what their statements depend on; either way, a component of data checks there whether the
-database is encrypted (see :mod:`.marks`).
+"""Schema on first use: the saver, the store and the key store create or migrate their tables
+(``setup()``) the first time they run a plan, or, with ``auto_setup`` off, find out what their
+statements depend on; either way, a component of data checks whether the database is encrypted.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ def _fresh_setup_lock() -> None:
 
 
 class SchemaOnFirstUse:
-    """``setup()`` / ``asetup()``, run once on first use unless ``auto_setup`` is off, for
-    the owners of a :class:`Database` (the saver and the store)."""
+    """``setup()``/``asetup()``, run on first use unless ``auto_setup`` is off (saver, store)."""
 
     components: tuple[Component, ...]
     db: Database[Any]

@@ -43,14 +43,23 @@ from langgraph_checkpoint_agent_memory.errors import DatabaseUnavailableError, r
 
 logger = logging.getLogger(__name__)
 
+NEEDS = "SAP HANA needs sqlalchemy-hana and hdbcli"
 #: hdbcli error codes meaning "that object already exists".
 ALREADY_EXISTS = {288, 289, 307}
+# raw: HANA catalog lookups (a column of the vectors' table; the migrations' table)
+COLUMN_EXISTS = (
+    "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+    "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
+)
+MIGRATIONS_EXIST = (
+    "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
+    "AND TABLE_NAME = 'AM_MIGRATIONS'"
+)
 
 
 @functools.cache
 def upsert_by_key() -> Any:
-    """sqlalchemy-hana's ``Upsert`` with ``WITH PRIMARY KEY`` (it has no option for it),
-    built on first use: sqlalchemy-hana is optional."""
+    """sqlalchemy-hana's (optional) ``Upsert`` with ``WITH PRIMARY KEY``, built on first use."""
     from sqlalchemy_hana.elements import Upsert
 
     class UpsertByKey(Upsert):
@@ -83,8 +92,7 @@ class HanaDialect(Dialect):
     substr = "SUBSTRING"
 
     def _make_sa_dialect(self) -> SADialect:
-        needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
-        dialect: SADialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect()
+        dialect: SADialect = require("sqlalchemy_hana.dialect", "hana", NEEDS).HANAHDBCLIDialect()
         return dialect
 
     native_vectors = True
@@ -148,14 +156,7 @@ class HanaDialect(Dialect):
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
         column = f"embedding_{index.dims}"
-        probe = self.sql(
-            "ann_column_exists",
-            # raw: HANA catalog lookup
-            lambda: (
-                "SELECT COUNT(*) FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                "AND TABLE_NAME = 'AM_STORE_VECTORS' AND COLUMN_NAME = :column"
-            ),
-        )
+        probe = self.sql("ann_column_exists", lambda: COLUMN_EXISTS)
         [[(found,)]] = yield Batch([Stmt(probe, {"column": column.upper()}, fetch=True)])
         if create:
             if not found:
@@ -244,14 +245,7 @@ class HanaDialect(Dialect):
         )
 
     def create_if_missing(self, create: Sql) -> Any:
-        lookup = self.sql(
-            "migrations_table_exists",
-            # raw: HANA catalog lookup
-            lambda: (
-                "SELECT COUNT(*) FROM TABLES WHERE SCHEMA_NAME = CURRENT_SCHEMA "
-                "AND TABLE_NAME = 'AM_MIGRATIONS'"
-            ),
-        )
+        lookup = self.sql("migrations_table_exists", lambda: MIGRATIONS_EXIST)
         [[(found,)]] = yield Batch([Stmt(lookup, fetch=True)])
         if not found:
             yield from _unless_there(Batch([Stmt(create)], write=True))
@@ -302,9 +296,8 @@ class HanaDatabase(Database[Any]):
 
     def _connections(self) -> DbApiPool:
         if self._pool is None:
-            needs = "SAP HANA needs sqlalchemy-hana and hdbcli"
-            dbapi = require("hdbcli.dbapi", "hana", needs)
-            HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", needs).HANAHDBCLIDialect
+            dbapi = require("hdbcli.dbapi", "hana", NEEDS)
+            HANAHDBCLIDialect = require("sqlalchemy_hana.dialect", "hana", NEEDS).HANAHDBCLIDialect
             self._pool = DbApiPool(
                 self._connect,
                 # hdbcli names two paramstyles; the ping needs one

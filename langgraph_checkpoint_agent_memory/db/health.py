@@ -17,13 +17,7 @@ from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
 #: The package's tables by component, in the order ``stats`` shows them.
 COMPONENT_TABLES: dict[str, tuple[sa.Table, ...]] = {
     "checkpoint": schema.CHECKPOINT_TABLES,
-    "store": (
-        schema.store_items,
-        schema.store_vectors,
-        schema.store_terms,
-        schema.store_blocks,
-        schema.settings,
-    ),
+    "store": (*schema.STORE_TABLES, schema.settings),
     "memory": (*schema.MEMORY_TABLES, schema.memory_erasures),
     "keys": (schema.data_keys,),
     "migrations": (schema.migrations,),
@@ -40,10 +34,8 @@ class ThreadCounts:
     """The checkpointer's threads by expiry, read by :func:`thread_counts_plan`.
 
     Attributes:
-        threads: Threads that hold checkpoints.
         expired: Live threads (no tombstone) past their expiry: what the next sweep takes.
         expiring: Live threads that expire within ``within_seconds`` from now.
-        within_seconds: The window of ``expiring``.
     """
 
     threads: int
@@ -53,13 +45,8 @@ class ThreadCounts:
 
 
 def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCounts]:
-    """How many threads hold checkpoints, have expired at ``now``, or expire before
-    ``now + within``; two statements in one batch.
-
-    Args:
-        d: The database's dialect.
-        now: The current time (seconds since the epoch).
-        within: The window of "expiring soon", in seconds.
+    """How many threads hold checkpoints, have expired at ``now`` (seconds since the epoch),
+    or expire before ``now + within`` (seconds); two statements in one batch.
 
     Example:
         >>> far = 4e9  # long after both threads' one-hour TTL
@@ -80,12 +67,10 @@ class Sizes:
     """The size of each of the package's tables that exists, read by :func:`sizes_plan`.
 
     Attributes:
-        measured_by: What measured them (``"pg_total_relation_size"``,
-            ``"citus_total_relation_size"``, ``"dbstat"``,
-            ``"M_TABLE_PERSISTENCE_STATISTICS"``), or ``None`` when nothing could.
+        measured_by: What measured them (``"pg_total_relation_size"``, ``"dbstat"``,
+            ``"citus_total_relation_size"``, ``"M_TABLE_PERSISTENCE_STATISTICS"``) or ``None``.
         tables: Bytes per table (with its indexes); ``None`` where unknown.
-        file_bytes: SQLite: the database's size (pages times page size); ``None`` on a
-            server.
+        file_bytes: SQLite: the database's size (pages times page size); ``None`` on a server.
     """
 
     measured_by: str | None
@@ -93,8 +78,7 @@ class Sizes:
     file_bytes: int | None = None
 
     def components(self) -> dict[str, int | None]:
-        """Bytes per component of :data:`COMPONENT_TABLES` that has a table here; ``None``
-        where a table's size is unknown."""
+        """Bytes per component that has a table here; ``None`` where a table's size is unknown."""
         out: dict[str, int | None] = {}
         for name, tables in COMPONENT_TABLES.items():
             found = [self.tables[t.name] for t in tables if t.name in self.tables]
@@ -121,10 +105,7 @@ class Sizes:
 
 def sizes_plan(d: Dialect) -> Plan[Sizes]:
     """The size of each of the package's tables, as the database measures it (see the
-    module); tables that do not exist are left out.
-
-    Args:
-        d: The database's dialect (on PostgreSQL, this finds out whether it is Citus).
+    module); tables that do not exist are left out. On PostgreSQL, ``d`` learns if it is Citus.
 
     Example:
         >>> sizes = store.run_plan(sizes_plan(store.dialect))
@@ -193,13 +174,8 @@ def _sqlite_sizes(d: Dialect) -> Plan[Sizes]:
 
 def _hana_sizes(d: Dialect) -> Plan[Sizes]:
     """SAP HANA: each table's disk size in the current schema, from the monitoring view."""
-    stats = sa.table(
-        "m_table_persistence_statistics",
-        sa.column("schema_name"),
-        sa.column("table_name"),
-        sa.column("disk_size"),
-        schema="sys",
-    )
+    names = ("schema_name", "table_name", "disk_size")
+    stats = sa.table("m_table_persistence_statistics", *map(sa.column, names), schema="sys")
 
     def build() -> Any:
         return (

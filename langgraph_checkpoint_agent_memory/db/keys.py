@@ -31,12 +31,13 @@ def _row(raw: Sequence[Any]) -> KeyRow:
     return KeyRow(str(key_id), str(owner), bytes(wrapped), float(created_at))
 
 
-def _key_by(dialect: Dialect, column: str = "owner") -> Sql:
-    """The key whose ``column`` is ``:b_<column>``."""
-    return dialect.sql(
+def _find(dialect: Dialect, value: str, column: str = "owner") -> Stmt:
+    """Read the key whose ``column`` is ``value``."""
+    sql = dialect.sql(
         ("key_by", column),
         lambda: sa.select(*_COLUMNS).where(data_keys.c[column] == sa.bindparam(f"b_{column}")),
     )
+    return Stmt(sql, {f"b_{column}": value}, fetch=True)
 
 
 def _insert(dialect: Dialect) -> Sql:
@@ -45,7 +46,7 @@ def _insert(dialect: Dialect) -> Sql:
 
 def by_owner_plan(dialect: Dialect, owner: str) -> Plan[KeyRow | None]:
     """The key of ``owner``, or ``None``."""
-    [rows] = yield Batch([Stmt(_key_by(dialect), {"b_owner": owner}, fetch=True)])
+    [rows] = yield Batch([_find(dialect, owner)])
     return _row(rows[0]) if rows else None
 
 
@@ -53,13 +54,13 @@ def held_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[str]]:
     """Those of ``owners`` that have a key here, in one round trip."""
     if not owners:
         return []
-    found = yield Batch([Stmt(_key_by(dialect), {"b_owner": o}, fetch=True) for o in owners])
+    found = yield Batch([_find(dialect, o) for o in owners])
     return [o for o, rows in zip(owners, found, strict=True) if rows]
 
 
 def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
     """The key named ``key_id``, or ``None`` (never made here, or destroyed)."""
-    [rows] = yield Batch([Stmt(_key_by(dialect, "key_id"), {"b_key_id": key_id}, fetch=True)])
+    [rows] = yield Batch([_find(dialect, key_id, "key_id")])
     return _row(rows[0]) if rows else None
 
 
@@ -67,13 +68,8 @@ def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
     """Store ``row`` unless its owner has a key already; the owner's key either way (a
     process that lost the race to create it gets the winner's)."""
     # one round trip: the insert, then the owner's key as the same transaction sees it
-    _, rows = yield Batch(
-        [
-            Stmt(_insert(dialect), row._asdict()),
-            Stmt(_key_by(dialect), {"b_owner": row.owner}, fetch=True),
-        ],
-        write=True,
-    )
+    insert = Stmt(_insert(dialect), row._asdict())
+    _, rows = yield Batch([insert, _find(dialect, row.owner)], write=True)
     if not rows:  # pragma: no cover - the insert or the key it lost to is there
         raise LookupError(f"the data key of {row.owner!r} was destroyed while being created")
     return _row(rows[0])
@@ -100,22 +96,17 @@ def carries(dialect: Dialect) -> bool:
 
 def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
     """Run ``plan`` (a write sealed with ``row``'s key) with the key's insert carried
-    (:func:`.database.carry_plan`): nothing sealed with it commits without it.
-
-    Returns whether the key was stored (``False`` when the plan committed no transaction)
-    and the plan's value.
+    (:func:`.database.carry_plan`): nothing sealed with it commits without it. Returns whether
+    the key was stored (not when the plan committed no transaction) and the plan's value.
 
     Raises:
-        KeyTaken: The owner has a key already (another process made it meanwhile): the
-            transaction that carried the insert was rolled back, nothing of it written.
+        KeyTaken: The owner has a key already (made meanwhile); nothing of the write committed.
     """
-    head = Stmt(
-        dialect.sql(
-            "key_insert_strict",
-            lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),
-        ),
-        row._asdict(),
+    strict = dialect.sql(
+        "key_insert_strict",
+        lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),
     )
+    head = Stmt(strict, row._asdict())
 
     def lost(exc: Exception) -> Exception | None:
         return KeyTaken(row.owner) if dialect.unique_violation(exc, _OWNER_INDEX) else None
@@ -127,28 +118,21 @@ def destroy_plan(dialect: Dialect, owners: Sequence[str]) -> Plan[list[KeyRow]]:
     """Delete the keys of ``owners`` in one transaction; the keys deleted."""
     if not owners:
         return []
-    find = _key_by(dialect)
     of_owner = data_keys.c.owner == sa.bindparam("b_owner")
     delete = dialect.sql("key_delete", lambda: sa.delete(data_keys).where(of_owner))
     statements = []
     for owner in owners:
-        statements += [Stmt(find, {"b_owner": owner}, fetch=True), Stmt(delete, {"b_owner": owner})]
+        statements += [_find(dialect, owner), Stmt(delete, {"b_owner": owner})]
     results = yield Batch(statements, write=True)
     return [_row(r) for rows in results[::2] for r in rows]
 
 
 def copy_plan(dialect: Dialect, rows: Sequence[KeyRow]) -> Plan[list[KeyRow]]:
-    """Store ``rows`` as they are (still wrapped), each unless its owner has a key already,
-    in one round trip; each owner's key as stored afterwards."""
+    """Store ``rows`` (wrapped) in one round trip, each unless its owner has a key; the keys now."""
     if not rows:
         return []
-    found = yield Batch(
-        [
-            Stmt(_insert(dialect), [row._asdict() for row in rows], many=True),
-            *[Stmt(_key_by(dialect), {"b_owner": r.owner}, fetch=True) for r in rows],
-        ],
-        write=True,
-    )
+    insert = Stmt(_insert(dialect), [row._asdict() for row in rows], many=True)
+    found = yield Batch([insert, *[_find(dialect, r.owner) for r in rows]], write=True)
     return [_row(stored[0]) for stored in found[1:]]
 
 

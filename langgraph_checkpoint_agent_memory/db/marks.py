@@ -2,12 +2,11 @@
 
 - ``shard_depth``: the store's shard-key rule, recorded by the first setup and fixed once rows
   carry keys computed by it (see :func:`.migrations.migrate_plan`).
-- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed (the user
-  guide, "Without the key, or with a wrong one"), recorded in the transaction of a setup's
-  migrations or with the first write of a component without setup. It lives in the data's
-  own database: the key store may be a database of its own, which holds no data.
-- ``created_by``: who made the database, so that a program (the demo) later writes to, or
-  deletes, only a database that carries its mark (or one that holds no table at all).
+- ``encrypted_at_rest``: the mark that makes an encrypted database fail closed, recorded with
+  a setup's migrations or a component's first write; in the data's own database, as the key
+  store may be a database of its own, which holds no data.
+- ``created_by``: who made the database, so that a program (the demo) writes to, or deletes,
+  only a database that carries its mark (or one that holds no table at all).
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError, Encrypt
 #: The row that marks a database encrypted, and its value (what it says to a reader).
 MARK = "encrypted_at_rest"
 MARK_VALUE = "sealed rows: open with the master key"
-#: The row that names the program that created the database.
 CREATED_BY = "created_by"
-#: The row of the store's shard-key rule.
 SHARD_DEPTH = "shard_depth"
 
 # catalogs, named as the databases name them (not tables of the package)
@@ -52,14 +49,10 @@ def record_setting(dialect: Dialect) -> Sql:
     )
 
 
-# -- encrypted at rest ----------------------------------------------------------------------
-
-
 def mark_statement(dialect: Dialect) -> Stmt:
     """The statement that marks the database encrypted (nothing when it is marked)."""
     insert = dialect.sql(
-        "write_encryption_mark",
-        lambda: dialect.insert_row_ignore(settings, ["name"]),
+        "write_encryption_mark", lambda: dialect.insert_row_ignore(settings, ["name"])
     )
     return Stmt(insert, {"name": MARK, "value": MARK_VALUE})
 
@@ -107,9 +100,8 @@ def missing_table(exc: BaseException) -> bool:
 
 
 def marked_plan(dialect: Dialect) -> Plan[bool]:
-    """Whether the database is marked encrypted (a database without ``am_settings`` is not).
-    Reads only; any other failure of the read is raised, so that no component goes on
-    unchecked."""
+    """Whether the database is marked encrypted (one without ``am_settings`` is not); reads
+    only, any other failure is raised, so that no component goes on unchecked."""
     try:
         [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": MARK}, fetch=True)])
     except Exception as exc:
@@ -119,12 +111,8 @@ def marked_plan(dialect: Dialect) -> Plan[bool]:
     return bool(rows)
 
 
-# -- created by -----------------------------------------------------------------------------
-
-
 def mark_plan(dialect: Dialect) -> Plan[str | None]:
-    """The program that created the database (``None``: no mark, or no ``am_settings``
-    table). Reads only."""
+    """The program that created the database (``None``: no mark or no table); reads only."""
     try:
         [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": CREATED_BY}, fetch=True)])
     except Exception:  # no settings table: nothing of ours marked it
@@ -134,11 +122,7 @@ def mark_plan(dialect: Dialect) -> Plan[str | None]:
 
 def holds_tables_plan(dialect: Dialect) -> Plan[bool]:
     """Whether the database holds any table (on PostgreSQL: a base table in the schema the
-    package's tables would go to). Reads only.
-
-    Raises:
-        ConfigurationError: On SAP HANA, where this is not looked up.
-    """
+    package's tables would go to). Reads only; ``ConfigurationError`` on SAP HANA."""
     params: dict[str, str | None] = {}
     if dialect.name == "sqlite":
         catalog, where = _SQLITE_MASTER, [_SQLITE_MASTER.c.type == "table"]

@@ -1,9 +1,7 @@
 """PostgreSQL through psycopg 3: dialect (one-statement checkpoint SQL included), connection
-options, session and database.
-
-Connections are in autocommit mode (the session sends its own ``BEGIN``/``COMMIT``) and
-carry no session state (settings are ``SET LOCAL``), so a transaction pooler may sit in
-front of the server.
+options, session and database. Connections are in autocommit mode (the session sends its own
+``BEGIN``/``COMMIT``) and carry no session state (settings are ``SET LOCAL``), so a
+transaction pooler may sit in front of the server.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
@@ -110,6 +108,8 @@ PGVECTOR_STATE = (
     "AND NOT attisdropped), EXISTS (SELECT 1 FROM pg_available_extensions "
     "WHERE name = 'vector')"
 )
+# raw: PostgreSQL catalog lookup
+ANN_INDEX_STATE = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)"
 # raw: a byte-order namespace index, which the prefix range of vector_under can walk
 VECTOR_NAMESPACE_INDEX = 'CREATE INDEX am_store_vectors_ns ON am_store_vectors (prefix COLLATE "C")'
 
@@ -127,11 +127,8 @@ class PgVector(sa.types.UserDefinedType[Any]):
 
 
 _ONE: Any = sa.literal_column("1")
-
-
-def _embedding() -> Any:
-    """Raw: the pgvector column, which :mod:`.schema` does not declare."""
-    return sa.literal_column(f"{vectors_v.name}.embedding")
+#: Raw: the pgvector column, which :mod:`.schema` does not declare.
+_EMBEDDING: Any = sa.literal_column(f"{vectors_v.name}.embedding")
 
 
 def _query_vector(spec: str) -> Any:
@@ -140,7 +137,7 @@ def _query_vector(spec: str) -> Any:
 
 def _dims_are(dims: int) -> Any:
     """A literal, as in the partial HNSW index's predicate, so the planner can use it."""
-    return sa.func.vector_dims(_embedding()) == sa.literal_column(str(int(dims)))
+    return sa.func.vector_dims(_EMBEDDING) == sa.literal_column(str(int(dims)))
 
 
 def _version_rows(c: Any) -> Any:
@@ -154,19 +151,16 @@ def _version_rows(c: Any) -> Any:
 
 
 def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
-    """One blob by its full primary key, the thread named by parameter (Citus routes a
-    recursive query only when every table in it is filtered on thread_id), as a LATERAL
-    ... LIMIT 1, so the planner cannot turn it into a scan of the thread's blobs."""
+    """One blob by its full key, the thread by parameter (Citus routes a recursive query only
+    when every table is filtered on thread_id), as LATERAL ... LIMIT 1: never a thread scan."""
     bb = blobs.alias("bb")
-    found = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS))
-    one = sa.literal_column("1", sa.Integer)
-    lookup = found.where(
+    lookup = sa.select(*(bb.c[n] for n in checkpoint_sql.BLOB_COLUMNS)).where(
         bb.c.thread_id == sa.bindparam("thread_id"),
         bb.c.checkpoint_ns == sa.bindparam("checkpoint_ns"),
         bb.c.channel == channel,
         bb.c.version == version,
     )
-    return lookup.limit(one).lateral("b"), sa.true(), False
+    return lookup.limit(sa.literal_column("1", sa.Integer)).lateral("b"), sa.true(), False
 
 
 #: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
@@ -184,8 +178,7 @@ _OVERWRITTEN = ("channel", "type", "blob", "task_path")
 
 
 def routed_insert(group: str, count: int) -> Any:
-    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (the parameters of
-    :func:`cell_names`)."""
+    """``INSERT ... VALUES`` of ``count`` rows of ``group`` (parameters: :func:`cell_names`)."""
     table, _, overwrite = _ROW_GROUPS[group]
     rows: list[dict[str, Any]] = [
         {
@@ -258,9 +251,8 @@ def fast_write_statement(d: Dialect, kind: str, touch: bool, counts: tuple[int, 
 
 
 def _rows_insert(d: Dialect, group: str, count: int, live: Any) -> Any:
-    """``INSERT INTO table SELECT <fixed parameters and the rows' cells> FROM live,
-    (VALUES ...) AS u`` of ``count`` rows of ``group``: the first row carries the types (a
-    parameter alone in VALUES would be taken as text)."""
+    """``INSERT ... SELECT <fixed parameters, cells> FROM live, (VALUES ...) AS u`` of ``count``
+    rows; the first row carries the types (a parameter alone in VALUES is taken as text)."""
     table, _, overwrite = _ROW_GROUPS[group]
     columns = _ROW_COLUMNS["put" if table is blobs else "writes"]
     cells: list[tuple[Any, ...]] = [
@@ -300,8 +292,7 @@ def cell_names(kind: str, group: str) -> tuple[tuple[tuple[str, str], ...], ...]
 
 
 class PostgresDialect(Dialect):
-    """PostgreSQL's SQL; with ``schema``, statements name the tables in it (no
-    ``search_path``, which is session state)."""
+    """PostgreSQL's SQL; with ``schema``, statements name its tables (``search_path``: session)."""
 
     name = "postgresql"
 
@@ -417,7 +408,7 @@ class PostgresDialect(Dialect):
         def build() -> Any:
             # NULLIF: a zero vector's cosine is NaN, which would sort first
             sim = sa.func.nullif(
-                _ONE - _embedding().op("<=>", return_type=sa.Float)(_query_vector("vector")),
+                _ONE - _EMBEDDING.op("<=>", return_type=sa.Float)(_query_vector("vector")),
                 sa.literal_column("'NaN'"),
             ).label("sim")
             order = [sa.nulls_last(sa.desc("sim")), vectors_v.c.prefix, vectors_v.c.key]
@@ -441,15 +432,8 @@ class PostgresDialect(Dialect):
         )
 
     def ann_index_plan(self, index: VectorIndex, config: AnnConfig, *, create: bool) -> Plan[bool]:
-        state = Stmt(
-            self.sql(
-                "ann_index_state",
-                # raw: PostgreSQL catalog lookup
-                lambda: "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%(index)s)",
-            ),
-            {"index": index.relation},
-            fetch=True,
-        )
+        sql = self.sql("ann_index_state", lambda: ANN_INDEX_STATE)
+        state = Stmt(sql, {"index": index.relation}, fetch=True)
         if not create:
             [rows] = yield Batch([state])
             return bool(rows and rows[0][0])
@@ -544,11 +528,10 @@ class PostgresDialect(Dialect):
     def insert_owned(
         self, table: sa.Table, owner: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> Stmt | None:
-        """One statement per owner row, routed by Citus to its shard. Measured on Citus 13
-        (4 / 12 / 32 rows): ``VALUES`` 0.48 / 0.82 / 1.54 ms, ``SELECT`` from ``unnest``
-        joined to the owner's row 0.75 / 0.80 / 1.06 ms. So up to :data:`VALUES_OWNED_ROWS`
-        rows take ``VALUES`` of a power of two of rows (padded with a repeated row, which
-        ``ON CONFLICT DO NOTHING`` skips), more take the arrays."""
+        """One statement per owner row, routed by Citus to its shard. On Citus 13 (4/12/32
+        rows) ``VALUES`` took 0.48/0.82/1.54 ms, ``unnest`` joined to the owner 0.75/0.80/1.06
+        ms: up to :data:`VALUES_OWNED_ROWS` rows take ``VALUES`` of a power of two of rows
+        (padded with a repeated row, which ``ON CONFLICT DO NOTHING`` skips), more the arrays."""
         keys = [c.name for c in owner.primary_key.columns]
         listed = [c.name for c in written(table) if c.name not in keys]
         by_owner: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -568,14 +551,13 @@ class PostgresDialect(Dialect):
                 for i, row in enumerate([*owned, *[owned[0]] * (size - len(owned))]):
                     one.update((f"{c}_{i}", row[c]) for c in listed)
             params.append(one)
-        key: Hashable
         if arrays:
-            key = ("owned_arrays", table.name, owner.name)
-            build = functools.partial(owned_arrays, table, owner)
+            key: Hashable = ("owned_arrays", table.name, owner.name)
+            sql = self.sql(key, lambda: owned_arrays(table, owner))
         else:
             key = ("owned_values", table.name, owner.name, size)
-            build = functools.partial(owned_values, table, owner, size)
-        return Stmt(self.sql(key, build), params, many=True)
+            sql = self.sql(key, lambda: owned_values(table, owner, size))
+        return Stmt(sql, params, many=True)
 
     def under_clause(self, column: Any) -> Any:
         # a byte-order range, which the planner estimates from statistics (substr(): blind)
@@ -661,10 +643,9 @@ class PostgresDialect(Dialect):
     def _routed_write(
         self, kind: str, touch: bool, counts: tuple[int, ...], params: dict[str, Any]
     ) -> FastWrite:
-        """:meth:`fast_write` under Citus, in one round trip: a check that locks the
-        thread's row (the touch's conditional upsert, or ``FOR SHARE``, so a delete waits
-        for the write to commit), then ``INSERT ... VALUES`` on Citus's fast path (an ``INSERT ...
-        SELECT`` costs three times as much); it commits only when the thread is live."""
+        """:meth:`fast_write` under Citus in one round trip, committed only if the thread is live:
+        a check that locks the thread's row (the touch's upsert, or ``FOR SHARE``: a delete waits),
+        then ``INSERT ... VALUES`` on Citus's fast path (``INSERT ... SELECT`` costs 3x)."""
         head = self.sql(("routed", touch), routed_touch if touch else routed_live)
         inserts = [
             self.sql(("routed_insert", g, n), functools.partial(routed_insert, g, n))
@@ -682,13 +663,9 @@ VALUES_OWNED_ROWS = 8
 
 def owned_values(table: sa.Table, owner: sa.Table, size: int) -> Any:
     named = {c.name: sa.bindparam(c.name, type_=c.type) for c in owner.primary_key.columns}
+    cols = written(table)
     values = [
-        {
-            c.name: named[c.name]
-            if c.name in named
-            else sa.bindparam(f"{c.name}_{i}", type_=c.type)
-            for c in written(table)
-        }
+        {c.name: named.get(c.name, sa.bindparam(f"{c.name}_{i}", type_=c.type)) for c in cols}
         for i in range(size)
     ]
     pk = [c.name for c in table.primary_key.columns]
@@ -715,17 +692,14 @@ PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a sta
 
 
 def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int | None:
-    """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting.
-
-    Args:
-        value: ``None``, ``"none"`` (any case), a whole number >= 1, or its digits.
-        source: Where the value was written, for the error message.
+    """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting
+    (``source``, named in the error): ``None``, ``"none"`` (any case), a whole number >= 1.
 
     Raises:
-        ConfigurationError: Anything else, naming the accepted values. 0 (prepare at the
-            first run) is refused: psycopg then prepares statements in the pipeline that
-            carries an ``ALTER`` (a migration), forgets them with the ``DEALLOCATE ALL`` it
-            sends after it, and the next call fails with "prepared statement does not exist".
+        ConfigurationError: Anything else. 0 (prepare at the first run) is refused: psycopg
+            then prepares statements in the pipeline of an ``ALTER`` (a migration), forgets
+            them with its ``DEALLOCATE ALL``, and the next call fails ("prepared statement
+            does not exist").
 
     Example:
         >>> prepare_threshold_of("None"), prepare_threshold_of("5"), prepare_threshold_of(1)
@@ -755,27 +729,24 @@ def pooler_error(
         return ConfigurationError(
             f"{where} is reached through a connection pooler (PgBouncer or a managed "
             "service's pooler), and the connection or pool passed in prepares statements "
-            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: "
-            "create it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs="
-            "{'autocommit': True, 'prepare_threshold': None}). Behind a pooler that keeps "
-            "prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, "
-            "or session mode) pass prepare_threshold=<its threshold> to the saver or store "
-            "to say so"
+            "(psycopg's prepare_threshold, 5 unless set), which there reach other clients: create "
+            "it with prepare_threshold=None, e.g. ConnectionPool(url, kwargs={'autocommit': True, "
+            "'prepare_threshold': None}). Behind a pooler that keeps prepared statements per "
+            "client (PgBouncer >= 1.21 with max_prepared_statements, or session mode) pass "
+            "prepare_threshold=<its threshold> to the saver or store to say so"
         )
     return ConfigurationError(
         f"{where} is reached through a connection pooler (PgBouncer or a managed service's "
         "pooler), where prepared statements of one client reach others: add "
-        "?prepare_threshold=none to the URL (or pass prepare_threshold=None). Behind a "
-        "pooler that keeps prepared statements per client (PgBouncer >= 1.21 with "
-        "max_prepared_statements, or session mode) choose a threshold explicitly, e.g. "
-        "?prepare_threshold=5"
+        "?prepare_threshold=none to the URL (or pass prepare_threshold=None). Behind a pooler that "
+        "keeps prepared statements per client (PgBouncer >= 1.21 with max_prepared_statements, or "
+        "session mode) choose a threshold explicitly, e.g. ?prepare_threshold=5"
     )
 
 
 class IdleCheck:
-    """The pools' ``configure`` and ``check`` hooks: ``check_connection``'s round trip only
-    for a connection idle ``after`` seconds (ten round trips per graph invoke otherwise),
-    :func:`closed_by_server`, which costs none, for every other."""
+    """The pools' ``configure`` and ``check`` hooks: ``check_connection``'s round trip only after
+    ``after`` seconds idle (else ten per graph invoke), :func:`closed_by_server` for the others."""
 
     def __init__(self, after: float) -> None:
         self.after = after
@@ -811,8 +782,7 @@ class IdleCheck:
 
 
 def closed_by_server(conn: Any) -> None:
-    """Raise ``psycopg.OperationalError`` when the server has closed ``conn``, found from
-    what already arrived on the socket, without a round trip."""
+    """Raise ``psycopg.OperationalError`` if the server closed ``conn`` (no round trip)."""
     import psycopg
 
     pgconn = conn.pgconn
@@ -825,17 +795,12 @@ def closed_by_server(conn: Any) -> None:
 
 
 #: A server's refusal for now, not for good (no SQLSTATE reaches a client before a session).
-TRANSIENT_WORDS = (
-    "starting up",
-    "shutting down",
-    "recovery",
-    "not yet accepting connections",
-    "too many clients",
-    "connection slots",
-    "too many connections",
+TRANSIENT = re.compile(
+    "starting up|shutting down|recovery|not yet accepting connections|too many clients"
+    "|connection slots|too many connections"
 )
 #: A refusal for good: the server's ``FATAL``, nothing listening, an unknown host.
-DEFINITE_WORDS = ("FATAL:", "Connection refused", "could not translate host name")
+DEFINITE = re.compile("FATAL:|Connection refused|could not translate host name")
 
 
 def definite_refusal(exc: BaseException) -> bool:
@@ -851,8 +816,7 @@ def definite_refusal(exc: BaseException) -> bool:
 
     if not isinstance(exc, psycopg.OperationalError):
         return False
-    text = str(exc)
-    return not any(w in text for w in TRANSIENT_WORDS) and any(w in text for w in DEFINITE_WORDS)
+    return not TRANSIENT.search(str(exc)) and bool(DEFINITE.search(str(exc)))
 
 
 #: libpq's refusal of a connection parameter's value, reported only as it connects.
@@ -880,12 +844,8 @@ def option_error(exc: BaseException) -> str | None:
 
 
 def checked_conninfo(conninfo: str, where: str) -> dict[str, Any]:
-    """The parameters of ``conninfo`` as libpq reads them (``psycopg.conninfo``).
-
-    Raises:
-        ConfigurationError: A parameter libpq does not know, or a string it cannot read,
-            named in libpq's words; ``where`` is the masked string.
-    """
+    """The parameters of ``conninfo`` as libpq reads them; ``ConfigurationError`` in libpq's
+    words, after ``where`` (masked), for a parameter it does not know or a string it cannot read."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
@@ -935,15 +895,10 @@ class PostgresOptions:
         ):
             raise ConfigurationError(
                 "schema must be a PostgreSQL identifier of letters, digits and underscores, "
-                f"starting with a letter or underscore, at most 63 characters; got "
-                f"{self.schema!r}"
+                f"starting with a letter or underscore, at most 63 characters; got {self.schema!r}"
             )
         if not _whole(self.pool_size, 1):
             raise ConfigurationError(f"pool_size must be an int >= 1, got {self.pool_size!r}")
-        if self.prepare_threshold is not None and not _whole(self.prepare_threshold, 1):
-            raise ConfigurationError(
-                f"prepare_threshold must be {PREPARE_VALUES}, got {self.prepare_threshold!r}"
-            )
         for name in ("connect_timeout", "max_idle", "max_lifetime", "check_after_idle"):
             value = getattr(self, name)
             least = 0 if name == "check_after_idle" else 1e-9
@@ -963,15 +918,11 @@ def _whole(value: Any, least: int) -> bool:
 
 
 class PgSession:
-    """What a plan's batches send on one psycopg connection, decided without I/O.
-
-    A lone statement goes out by itself; anything else goes in one pipeline, ``BEGIN`` and
-    the statements, then ``COMMIT`` outside it: psycopg ends a pipeline with a Sync and a
-    Flush, and a transaction pooler that already handed the server connection back would
-    link one to the client for the Flush and keep it. Rows come back binary (``bytea`` as
-    text is hex, twice the bytes). ``BEGIN``, ``COMMIT`` and ``ROLLBACK`` are never
-    prepared: nothing to plan, and each prepared statement is a name more on the server.
-    """
+    """What a plan's batches send on one psycopg connection, decided without I/O: a lone
+    statement by itself, anything else in one pipeline (``BEGIN`` and the statements), then
+    ``COMMIT`` outside it (a transaction pooler would keep a server connection linked for the
+    pipeline's closing Flush). Rows come back binary (hex ``bytea`` is twice the bytes);
+    transaction control is never prepared (each prepared statement is a name on the server)."""
 
     def __init__(
         self,
@@ -982,9 +933,8 @@ class PgSession:
     ) -> None:
         if not conn.autocommit:
             raise ConfigurationError(
-                "PostgreSQL connections must be in autocommit mode: use "
-                "psycopg.connect(..., autocommit=True) or "
-                "ConnectionPool(..., kwargs={'autocommit': True})"
+                "PostgreSQL connections must be in autocommit mode: use psycopg.connect(..., "
+                "autocommit=True) or ConnectionPool(..., kwargs={'autocommit': True})"
             )
         self.conn = conn
         self.synchronous_commit = synchronous_commit
@@ -1019,8 +969,7 @@ class PgSession:
         return left_open and not ok
 
     def lost(self, exc: BaseException) -> BaseException:
-        """A broken connection (:func:`connection_failure`) becomes
-        :class:`DatabaseUnavailableError`; any other error stays as the server raised it."""
+        """A broken connection's error as :class:`DatabaseUnavailableError`, any other as is."""
         if self.conn.closed or self.conn.broken or connection_failure(exc):
             return DatabaseUnavailableError(
                 f"the connection to PostgreSQL was lost: {first_line(exc)}"
@@ -1103,11 +1052,8 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
     conn, lone, sent = session.conn, session.lone(batch), []
     try:
         if lone is not None:
-            cur = await _done(
-                conn.execute(
-                    session.text(lone), _params(lone), binary=lone.fetch, prepare=_prepare(lone)
-                )
-            )
+            text, params = session.text(lone), _params(lone)
+            cur = await _done(conn.execute(text, params, binary=lone.fetch, prepare=_prepare(lone)))
             return [await _done(cur.fetchall()) if lone.fetch else cur.rowcount]
         try:
             async with _entered(conn.pipeline()):
@@ -1140,11 +1086,9 @@ def _count(cur: Any, stmt: Stmt) -> int:
 
 
 async def rollback(conn: Any) -> None:
-    try:
+    with suppress(Exception):  # a broken connection: the pool discards it
         if not conn.closed:
             await _done(conn.execute("ROLLBACK", prepare=False))
-    except Exception:
-        pass  # a broken connection: the pool discards it
 
 
 class PostgresDatabase(Database[Any]):
@@ -1155,9 +1099,21 @@ class PostgresDatabase(Database[Any]):
         psycopg = require("psycopg", "postgres", "PostgreSQL needs psycopg 3")
         psycopg_pool = require("psycopg_pool", "postgres", "PostgreSQL needs psycopg 3")
         self._given: dict[str, Any] = {}
+        self._conninfo: str | None = None
+        self._sync: Any = None  # a ConnectionPool or a Connection
+        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         if isinstance(source, str):
-            source = self._take_url_options(source, options)
-            self._given = checked_conninfo(source, mask_url(source))
+            self._conninfo = self._take_url_options(source, options)
+            self._given = checked_conninfo(self._conninfo, mask_url(self._conninfo))
+        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
+            self._sync = source
+        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
+            self._async = source
+        else:
+            raise ConfigurationError(
+                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
+                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
+            )
         if PREPARE_THRESHOLD in options:
             options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
         self.options = PostgresOptions(**options)
@@ -1169,22 +1125,8 @@ class PostgresDatabase(Database[Any]):
         self.pool_size = self.options.pool_size
         self.connect_timeout = self.options.connect_timeout
         self._closed = False
-        self._conninfo: str | None = None
-        self._sync: Any = None  # a ConnectionPool or a Connection
-        self._async: Any = None  # an AsyncConnectionPool or an AsyncConnection
         self._owned_sync = self._owned_async = False
         self._fresh_locks()
-        if isinstance(source, str):
-            self._conninfo = source
-        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
-            self._sync = source
-        elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
-            self._async = source
-        else:
-            raise ConfigurationError(
-                "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
-                f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
-            )
         fork.register(self)
 
     @staticmethod
@@ -1245,30 +1187,13 @@ class PostgresDatabase(Database[Any]):
         usage = []
         pools = (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)
         for kind, pool in (("sync", self._sync), ("async", self._async)):
-            if not isinstance(pool, pools):
-                continue
-            stats = pool.get_stats()
-            size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
-            usage.append(
-                PoolUsage(
-                    name=f"{self.describe()} ({kind})",
-                    used=max(size - available, 0),
-                    idle=available,
-                    max=stats.get("pool_max", pool.max_size),
-                    pending=stats.get("requests_waiting", 0),
-                )
-            )
+            if isinstance(pool, pools):
+                stats = pool.get_stats()
+                size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+                name, most = f"{self.describe()} ({kind})", stats.get("pool_max", pool.max_size)
+                pending = stats.get("requests_waiting", 0)
+                usage.append(PoolUsage(name, max(size - idle, 0), idle, most, pending))
         return usage
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
-
-    def _sync_pool(self) -> Any:
-        with self._open_lock:
-            if self._sync is None:
-                self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
-        return self._sync
 
     async def _open_pool(self, *, sync: bool) -> Any:
         """A new pool of the conninfo, open and checked; its connections sync or async."""
@@ -1324,13 +1249,16 @@ class PostgresDatabase(Database[Any]):
         return PgSession(conn, synchronous_commit=commit, qualify=self.dialect.qualify)
 
     def _run_sync(self, plan: Plan[T]) -> T:
-        if self._sync is None and self._conninfo is None:
-            return self._run_on_async_loop(plan)
-        self._check_open()
-        source = self._sync if self._sync is not None else self._sync_pool()
-        return _now(self._run_on(source, self._sync_lock, plan))
-
-    def _run_on_async_loop(self, plan: Plan[T]) -> T:
+        if self._sync is not None or self._conninfo is not None:
+            if self._closed:
+                raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
+            source = self._sync
+            if source is None:
+                with self._open_lock:
+                    if self._sync is None:
+                        self._sync, self._owned_sync = _now(self._open_pool(sync=True)), True
+                    source = self._sync
+            return _now(self._run_on(source, self._sync_lock, plan))
         loop = self._async_loop
         try:
             running = asyncio.get_running_loop()
@@ -1351,10 +1279,8 @@ class PostgresDatabase(Database[Any]):
             if self._async is not None and self._async_loop is not loop:
                 # a pool belongs to the loop that opened it; a new loop gets a new pool
                 old, self._async, self._owned_async = self._async, None, False
-                try:
+                with suppress(Exception):
                     await old.close()
-                except Exception:
-                    pass
             if self._async is None:
                 self._async, self._owned_async = await self._open_pool(sync=False), True
                 self._async_loop = loop
@@ -1365,7 +1291,8 @@ class PostgresDatabase(Database[Any]):
 
         if self._async is None and self._conninfo is None:
             return await asyncio.to_thread(self._run_sync, plan)
-        self._check_open()
+        if self._closed:
+            raise ClosedError(f"the PostgreSQL saver for {self.describe()} was closed")
         loop = asyncio.get_running_loop()
         target = self._async
         if self._conninfo is not None and (target is None or self._async_loop is not loop):
@@ -1377,8 +1304,7 @@ class PostgresDatabase(Database[Any]):
         return await self._run_on(target, self._async_lock, plan)
 
     async def _run_on(self, source: Any, lock: Any, plan: Plan[T]) -> T:
-        """Run ``plan`` on a connection of the pool ``source``, or on the connection
-        ``source`` itself under ``lock`` (it runs one statement at a time)."""
+        """Run ``plan`` on a connection of the pool ``source``, or on ``source`` under ``lock``."""
         import psycopg_pool
 
         if not isinstance(source, (psycopg_pool.ConnectionPool, psycopg_pool.AsyncConnectionPool)):
@@ -1429,8 +1355,7 @@ class PostgresDatabase(Database[Any]):
                 await _done(lease.conn.close())  # putconn discards a closed connection
 
     async def _verify(self, conn: Any) -> None:
-        """Refuse a pooler, once, where ``conn`` prepares statements and the caller chose no
-        threshold."""
+        """Refuse a pooler, once, where ``conn`` prepares statements and no threshold was chosen."""
         if self._check_pooler and not self._pooler_checked and conn.prepare_threshold is not None:
             # the server's process id differs from the one told at connect time behind a pooler
             cur = await _done(conn.execute("SELECT pg_backend_pid()", prepare=False))
@@ -1448,7 +1373,7 @@ class PostgresDatabase(Database[Any]):
 
         conninfo = with_keepalives(self._conninfo or "")
         if "connect_timeout" not in self._given:
-            conninfo = make_conninfo(conninfo, connect_timeout=self._whole_timeout())
+            conninfo = make_conninfo(conninfo, connect_timeout=max(1, int(self.connect_timeout)))
         try:
             psycopg.connect(conninfo).close()
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
@@ -1458,9 +1383,6 @@ class PostgresDatabase(Database[Any]):
             if definite_refusal(exc):
                 why = self._reason(str(exc))
                 raise DatabaseUnavailableError(f"{where} refused the connection: {why}") from None
-
-    def _whole_timeout(self) -> int:
-        return max(1, int(self.connect_timeout))
 
     def _reason(self, error: str) -> str:
         """The server's words from libpq's message, on one line, the password masked."""
@@ -1478,8 +1400,9 @@ class PostgresDatabase(Database[Any]):
 
         if self._conninfo is None:
             return None
+        seconds = max(1, int(self.connect_timeout))
         try:
-            psycopg.connect(self._conninfo, connect_timeout=self._whole_timeout()).close()
+            psycopg.connect(self._conninfo, connect_timeout=seconds).close()
         except psycopg.Error as exc:
             return str(exc)
         return None

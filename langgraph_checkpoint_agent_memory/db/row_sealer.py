@@ -1,9 +1,7 @@
-"""What the SQL of agent memory needs to seal and open store rows: a small protocol.
-
-Agent memory writes store item rows with its own statements (:mod:`.memory`,
-:mod:`.memory_jobs`), sealed and opened exactly as the store's own ``put`` and ``get`` do:
-the store's sealer (``store.sealing.Sealer``) implements this protocol, so the memory plans
-call it without importing the store or the crypto layer (a data key is ``Any`` here).
+"""What the SQL of agent memory (:mod:`.memory`, :mod:`.memory_jobs`) needs to seal and open
+store rows as the store's own ``put`` and ``get`` do: a protocol the store's sealer
+(``store.sealing.Sealer``) implements, so the memory plans import neither the store nor the
+crypto layer (a data key is ``Any`` here).
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ class RowSealer(Protocol):
     """Seals and opens store rows with the data key of their shard key (see the module)."""
 
     def call(self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make`` builds with ``run``, loading the keys it stops for and
-        running a new one."""
+        """Run ``make()`` with ``run``; on a stop for keys, load them and run a new plan."""
 
     async def acall(self, run: Callable[[Plan[T]], Awaitable[T]], make: Callable[[], Plan[T]]) -> T:
         """Async :meth:`call`."""
@@ -56,12 +53,10 @@ class RowSealer(Protocol):
         """What the lexical index stores for a term under ``key``: its keyed hash."""
 
     def filter_terms(self, key: Any, text: str) -> list[str]:
-        """What the lexical index's table keeps, under ``key``, for the filterable fields
-        of an item whose value is the JSON ``text``."""
+        """The lexical index's rows, under ``key``, for the filterable fields of JSON ``text``."""
 
     def seal_text(self, key: Any, text: str, *identity: str) -> str:
         """``text`` sealed for a text column (``"!"`` and base64), bound to ``identity``."""
 
     def open_text(self, text: str, *identity: str) -> str:
-        """A text column's value :meth:`seal_text` sealed (a plaintext value only in the
-        migration mode)."""
+        """A text column's value :meth:`seal_text` sealed (plaintext only while migrating)."""

@@ -16,12 +16,6 @@ DEFAULT_SHARD_DEPTH = 2
 def checked_depth(depth: object) -> int:
     """``depth`` if it is a valid ``shard_depth`` (an int >= 1), else ``ConfigurationError``.
 
-    Args:
-        depth: The candidate setting.
-
-    Returns:
-        The depth.
-
     Example:
         >>> checked_depth(3)
         3
@@ -32,15 +26,8 @@ def checked_depth(depth: object) -> int:
 
 
 def shard_key(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> str:
-    """The shard key of ``namespace``: its first ``depth`` labels joined with ".".
-
-    Args:
-        namespace: The labels of a namespace (a store namespace, or a memory scope's
-            ``(root, *labels)``).
-        depth: The store's ``shard_depth``.
-
-    Returns:
-        The key every row of that namespace carries.
+    """The key every row of ``namespace`` (a store namespace, or a memory scope's ``(root,
+    *labels)``) carries: its first ``depth`` (the store's ``shard_depth``) labels joined by ".".
 
     Example:
         >>> shard_key(("memory", "user=alice", "agent=support", "facts"))

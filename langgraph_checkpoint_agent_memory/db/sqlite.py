@@ -1,8 +1,7 @@
 """SQLite through the standard library, in WAL mode; writes take the write lock up front
-(``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade.
-
-A WAL file this process cannot share with a writer is read as immutable only if no one may
-write it (:func:`_frozen`); any other is refused, naming the fix.
+(``BEGIN IMMEDIATE``) so two writers never deadlock on a lock upgrade. A WAL file this process
+cannot share with a writer is read as immutable only if no one may write it (:func:`_frozen`);
+any other is refused, naming the fix.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import itemgetter
@@ -37,7 +36,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
 )
-from langgraph_checkpoint_agent_memory.db.schema import blobs
+from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -83,37 +82,16 @@ class SQLiteDialect(Dialect):
         INSERT, atomic by itself, does a whole put or put_writes (each call of a
         transaction releases the GIL). The first row (``kind = 'l'``) checks the thread."""
         columns = ", ".join(f"NULL AS {c}" for c in ("kind", *_FIXED, *_SLOTS))
-        n = "NEW"
-        # raw: the view, INSTEAD OF triggers and their bodies (NEW.<column>), no Core form
+        write = _ROW_COLUMNS[writes]
         bodies = {
             "l": _LIVE_CHECK,
-            "t": "INSERT INTO am_threads (thread_id, last_active, ttl_seconds, expires_at, "
-            f"deleted_at) VALUES ({n}.thread_id, {n}.s1, {n}.s2, {n}.s3, NULL) "
-            "ON CONFLICT (thread_id) DO UPDATE SET last_active = excluded.last_active, "
-            "ttl_seconds = excluded.ttl_seconds, expires_at = excluded.expires_at",
-            "b": "INSERT INTO am_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, "
-            f"type, blob, base_version) VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, "
-            f"{n}.s2, {n}.s3, {n}.s4, {n}.s5) ON CONFLICT DO NOTHING",
-            "c": "INSERT INTO am_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, type, checkpoint, metadata, blob_versions) "
-            f"VALUES ({n}.thread_id, {n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, "
-            f"{n}.s5, {n}.s6, {n}.s7) "
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
-            "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
-            "type = excluded.type, checkpoint = excluded.checkpoint, "
-            "metadata = excluded.metadata, blob_versions = excluded.blob_versions",
+            "t": _filing(threads, _THREAD_COLUMNS, upsert=True, nulls=("deleted_at",)),
+            "b": _filing(blobs, _ROW_COLUMNS[blobs], upsert=False),
+            "c": _filing(checkpoints, _ROW_COLUMNS[checkpoints], upsert=True),
+            "w": _filing(writes, write, upsert=False),
+            "r": _filing(writes, write, upsert=True),
         }
-        write = (
-            "INSERT INTO am_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, "
-            f"task_id, idx, channel, type, blob, task_path) VALUES ({n}.thread_id, "
-            f"{n}.checkpoint_ns, {n}.s1, {n}.s2, {n}.s3, {n}.s4, {n}.s5, {n}.s6, {n}.s7) "
-        )
-        bodies["w"] = write + "ON CONFLICT DO NOTHING"
-        bodies["r"] = write + (
-            "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE "
-            "SET channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
-            "task_path = excluded.task_path"
-        )
+        # raw: the view and INSTEAD OF triggers, no Core form
         return [f"CREATE VIEW am_write_rows AS SELECT {columns} WHERE 0"] + [
             f"CREATE TRIGGER am_write_rows_{kind} INSTEAD OF INSERT ON am_write_rows "
             f"WHEN NEW.kind = '{kind}' BEGIN {body}; END"
@@ -124,10 +102,8 @@ class SQLiteDialect(Dialect):
         """``get_tuple`` in one statement, one snapshot without ``BEGIN``/``COMMIT``."""
         if not self.recursive_cte:
             return None
-        return self.sql(
-            ("fast_get_tuple", by_id),
-            functools.partial(get_tuple_statement, by_id, _version_rows, _blob),
-        )
+        build = functools.partial(get_tuple_statement, by_id, _version_rows, _blob)
+        return self.sql(("fast_get_tuple", by_id), build)
 
     def fast_write(
         self, kind: str, touch: bool, fixed: Mapping[str, Any], rows: Mapping[str, list[Any]]
@@ -174,8 +150,7 @@ class SQLiteDialect(Dialect):
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
-        """One ``json_extract`` per condition; it may admit rows of another JSON type, which
-        the exact test in Python drops."""
+        """One ``json_extract`` per condition; Python drops the rows of another JSON type."""
         if any(json.dumps(part, ensure_ascii=False)[1:-1] != part for part in path):
             # a quoted path label cannot hold a JSON escape: Python alone decides
             return None
@@ -220,19 +195,14 @@ THREAD_GONE = "am_thread_gone"
 _FIXED = ("thread_id", "checkpoint_ns", "live_after")
 _SLOTS = tuple(f"s{i}" for i in range(1, 8))
 MAX_WRITE_ROWS = 64
-# what each kind of row carries in its slots s1..s7, in order
-_THREAD_SLOTS = itemgetter("last_active", "ttl_seconds", "expires_at")
-_BLOB_SLOTS = itemgetter("channel", "version", "type", "blob", "base_version")
-_CHECKPOINT_SLOTS = itemgetter(
-    "checkpoint_id",
-    "parent_checkpoint_id",
-    "run_id",
-    "type",
-    "checkpoint",
-    "metadata",
-    "blob_versions",
-)
-_WRITE_SLOTS = itemgetter("checkpoint_id", "task_id", "idx", "channel", "type", "blob", "task_path")
+# what each kind of row carries in its slots s1..s7, in order: its table's columns after
+# thread_id (and checkpoint_ns)
+_THREAD_COLUMNS = ("last_active", "ttl_seconds", "expires_at")
+_ROW_COLUMNS = {t: tuple(c.name for c in t.columns)[2:] for t in (blobs, checkpoints, writes)}
+_THREAD_SLOTS = itemgetter(*_THREAD_COLUMNS)
+_BLOB_SLOTS = itemgetter(*_ROW_COLUMNS[blobs])
+_CHECKPOINT_SLOTS = itemgetter(*_ROW_COLUMNS[checkpoints])
+_WRITE_SLOTS = itemgetter(*_ROW_COLUMNS[writes])
 #: Refuses a gone thread, and a write naming (``s1``) a checkpoint of its ended history.
 # raw: a trigger body with RAISE(ABORT), no Core form
 _LIVE_CHECK = (
@@ -240,6 +210,23 @@ _LIVE_CHECK = (
     "WHERE thread_id = NEW.thread_id AND (deleted_at IS NOT NULL "
     "OR expires_at < NEW.live_after OR ended_after >= NEW.s1))"
 )
+
+
+def _filing(table: sa.Table, slots: Sequence[str], upsert: bool, nulls: Sequence[str] = ()) -> str:
+    """A trigger body (raw: NEW.<column>) that inserts NEW into ``table``: its key's lead from
+    NEW's columns, ``slots`` from s1..., ``nulls`` NULL; with ``upsert``, a conflict on the
+    primary key updates the slots' columns outside it."""
+    lead = [c for c in _FIXED[:2] if c in table.c]
+    cols = ", ".join([*lead, *slots, *nulls])
+    new = [*(f"NEW.{c}" for c in lead), *(f"NEW.s{i}" for i in range(1, len(slots) + 1))]
+    text = (
+        f"INSERT INTO {table.name} ({cols}) VALUES ({', '.join([*new, *['NULL'] * len(nulls)])}) "
+    )
+    if not upsert:
+        return text + "ON CONFLICT DO NOTHING"
+    keys = [c.name for c in table.primary_key.columns]
+    sets = ", ".join(f"{c} = excluded.{c}" for c in slots if c not in keys)
+    return text + f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
 
 
 def _version_rows(c: Any) -> Any:
@@ -285,15 +272,11 @@ def _write_rows_text(rows: int) -> str:
 #: SQLite's primary result codes (https://sqlite.org/rescode.html), not yet in the stubs.
 SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 
-#: SQLite's URI parameter ``mode``.
-OpenMode = Literal["rwc", "rw", "ro"]
-
 
 class SQLiteDatabase(Database[Any]):
     """A small pool of connections to one SQLite file; or one connection every plan uses in
-    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here).
-
-    ``mode``: ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
+    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here). ``mode``:
+    ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
     :class:`DatabaseNotFoundError` for a missing one; ``"ro"`` never switches it to WAL."""
 
     def __init__(
@@ -303,7 +286,7 @@ class SQLiteDatabase(Database[Any]):
         pool_size: int = 4,
         durability: Literal["normal", "full", "off"] = "normal",
         busy_timeout_ms: int = 30_000,
-        mode: OpenMode = "rwc",
+        mode: Literal["rwc", "rw", "ro"] = "rwc",  # SQLite's URI parameter
     ) -> None:
         self.given: sqlite3.Connection | None = None
         if isinstance(path, sqlite3.Connection):
@@ -316,8 +299,6 @@ class SQLiteDatabase(Database[Any]):
         if str(path) == "":
             raise ConfigurationError("SQLite needs a file path, e.g. sqlite:///./memory.db")
         self.memory = str(path) == ":memory:"
-        if self.memory:
-            pool_size = 1  # each connection to :memory: is its own database
         if durability not in ("normal", "full", "off"):
             raise ConfigurationError(f"durability must be normal, full or off, got {durability!r}")
         if mode not in ("rwc", "rw", "ro"):
@@ -327,7 +308,7 @@ class SQLiteDatabase(Database[Any]):
         self.dialect = SQLiteDialect()
         self.durability = durability
         self.busy_timeout_ms = busy_timeout_ms
-        self.pool_size = pool_size
+        self.pool_size = 1 if self.memory else pool_size  # each :memory: connection is a database
         self._closed = False
         self._fresh_connections()
         if not self.memory:  # a child's copy of a private in-memory database is its own
@@ -529,10 +510,8 @@ def _check(conn: sqlite3.Connection) -> None:
 
 
 def _unshareable(path: Path) -> bool:
-    """Whether ``path`` is a WAL file this process cannot write and no writer has open.
-
-    The file is opened last: closing any descriptor of it drops this process's POSIX
-    locks, SQLite's included."""
+    """Whether ``path`` is a WAL file this process cannot write and no writer has open. The
+    file is opened last: closing any descriptor of it drops this process's POSIX locks."""
     if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
         return False
     if _wal_of(path).exists():

@@ -30,32 +30,21 @@ HOME_ENV = "AGENT_MEMORY_HOME"
 DEMO_FILE = "agent-memory-demo.db"
 
 
-def data_dir() -> Path:
-    """The folder of the embedded default: ``$AGENT_MEMORY_HOME``, else
-    ``$XDG_DATA_HOME/agent-memory``, else ``~/.local/share/agent-memory``.
-
-    Raises:
-        ConfigurationError: None of them can be found: no ``HOME``, and the user has no
-            account to read a home folder from (a container run as an arbitrary uid).
-    """
-    explicit = os.environ.get(HOME_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME")
-    if not base:
+def default_url() -> str:
+    """The embedded default: ``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, else in
+    ``$XDG_DATA_HOME/agent-memory``, else in ``~/.local/share/agent-memory``; else (no ``HOME``,
+    no account: a container run as an arbitrary uid) ``ConfigurationError``."""
+    folder = os.environ.get(HOME_ENV)
+    if not folder:
+        base = os.environ.get("XDG_DATA_HOME")
         try:
-            base = str(Path.home() / ".local" / "share")
+            folder = str(Path(base or Path.home() / ".local" / "share") / "agent-memory")
         except RuntimeError:  # Path.home(): no HOME and no account
             raise ConfigurationError(
                 "no folder for the default database: HOME is not set and this user has no "
                 f"home folder; set {HOME_ENV} (or XDG_DATA_HOME), or give a database URL"
             ) from None
-    return Path(base) / "agent-memory"
-
-
-def default_url() -> str:
-    """The embedded default: one SQLite file in the user's data directory."""
-    return f"sqlite:///{data_dir() / 'agent-memory.db'}"
+    return f"sqlite:///{Path(folder) / 'agent-memory.db'}"
 
 
 @dataclass(frozen=True)
@@ -100,12 +89,8 @@ def as_url(text: str, source: str = "argument") -> str:
     """What a person may write for a database, as a URL :func:`parse` takes: a URL or
     libpq ``key=value`` string as is; a ``file:`` URL or a plain path of a SQLite file as
     ``sqlite:///<path>`` (``~`` expanded). The one rule of the command line and the Agent
-    Server's ``AGENT_MEMORY_URL``.
-
-    Raises:
-        ConfigurationError: An empty text, a ``file:`` URL without a path, or a URL of a
-            database this package does not support (naming ``source``).
-    """
+    Server's ``AGENT_MEMORY_URL``; ``ConfigurationError``, naming ``source``, for an empty
+    text, a ``file:`` URL without a path, or a database this package does not support."""
     raw = text.strip() if isinstance(text, str) else ""
     if not raw:
         raise ConfigurationError(f"memory URL from {source} is empty")
@@ -164,18 +149,9 @@ SCHEMA = "schema"
 
 
 def take_url_option(conninfo: str, name: str) -> tuple[str, str | None]:
-    """``conninfo`` without its ``name`` parameter, and that parameter's raw value
-    (``None`` when it has none).
-
-    Both forms are read: ``postgresql://h/db?sslmode=require&prepare_threshold=none`` and
-    ``host=h dbname=db prepare_threshold=none``. Other parameters are left as written.
-
-    Args:
-        conninfo: A PostgreSQL URL or key=value connection string.
-        name: The package's own parameter (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`).
-
-    Raises:
-        ConfigurationError: The parameter is given more than once.
+    """``conninfo`` (a PostgreSQL URL or key=value string) without the package's own parameter
+    ``name`` (:data:`PREPARE_THRESHOLD`, :data:`SCHEMA`), and its raw value (``None``: none);
+    other parameters are left as written. ``ConfigurationError`` if it is given more than once.
 
     Example:
         >>> take_url_option("postgresql://h/db?schema=app&sslmode=require", "schema")
