@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 K = TypeVar("K", str, tuple[str, str])
+E = TypeVar("E")
 #: A lexical query's filter, namespace parameters, how many, ``exact`` and ``joined``.
 How = tuple[Prefilter, dict[str, Any], int, bool, bool]
 #: A cached count: ``(count, value, when read, the store's writes then)``.
@@ -170,12 +171,31 @@ class Ranker:
         """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
         the items the filter keeps (``decide``: of the keys given, those live and kept), as
         the database's pre-filter does without encryption, so the fused scores are the same.
-        Each list is decided best first until it holds ``want`` kept items or every match."""
+        Each list is decided best first until it holds ``want`` kept items or every match
+        (the lexical one read again with more candidates, then expanded from the first kept
+        ones with :attr:`feedback` on)."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
             groups = forms if forms is not None else [[t] for t in query_terms]
-            lexical = yield from self._kept_lexical_plan(groups, base, want, decide)
+            boosts, known = [1.0] * len(groups), dict[str, int]()
+            for expanded in (False, True):
+                size = want
+                while True:
+                    how = ((), base, size, False, True)
+                    raw = yield from self._bm25_plan(groups, boosts, how, known)
+                    passing = yield from decide([k for k, _ in raw])
+                    kept = [(k, score) for k, score in raw if k in passing]
+                    if len(kept) >= want or len(raw) < size:
+                        break
+                    size *= 4
+                if expanded or self.feedback is None or not kept:
+                    break
+                more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
+                if more is None:
+                    break
+                groups, boosts, known = more
+            lexical = [k for k, _ in kept]
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
             order = nearest(rows, query_vector, len(rows))
@@ -186,35 +206,6 @@ class Ranker:
                 if len(closest) >= want:
                     break
         return self.ranking.fuse(lexical[:want], closest[:want])
-
-    def _kept_lexical_plan(
-        self,
-        groups: list[list[str]],
-        base: dict[str, Any],
-        want: int,
-        decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
-    ) -> Plan[list[tuple[str, str]]]:
-        """:meth:`kept_plan`'s lexical list, read again with more candidates until it holds
-        ``want`` kept items or every match; expanded from the first kept ones with
-        :attr:`feedback` on."""
-        boosts, known = [1.0] * len(groups), dict[str, int]()
-        for expanded in (False, True):
-            size = want
-            while True:
-                how = ((), base, size, False, True)
-                raw = yield from self._bm25_plan(groups, boosts, how, known)
-                passing = yield from decide([k for k, _ in raw])
-                kept = [(k, score) for k, score in raw if k in passing]
-                if len(kept) >= want or len(raw) < size:
-                    break
-                size *= 4
-            if expanded or self.feedback is None or not kept:
-                break
-            more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
-            if more is None:
-                break
-            groups, boosts, known = more
-        return [k for k, _ in kept]
 
     def vector_plan(
         self,
@@ -266,10 +257,7 @@ class Ranker:
             return cached[1]  # type: ignore[no-any-return]
         [found] = yield Batch([Stmt(self.statements.sealed_vectors(one), base, fetch=True)])
         rows = yield from self._opened(found)
-        with self.lock:
-            self.opened[key] = (fingerprint, rows)
-            while len(self.opened) > 256:  # namespaces, least recently searched out first
-                self.opened.popitem(last=False)
+        self._remember(self.opened, key, (fingerprint, rows), most=256)  # namespaces
         return rows
 
     def _opened(self, found: Sequence[Sequence[Any]]) -> Plan[list[VectorRow]]:
@@ -307,12 +295,12 @@ class Ranker:
         metrics.cache_lookup(cache, fresh)
         return fresh
 
-    def _remember(self, cache: OrderedDict[Any, Counted], key: Any, entry: Counted) -> None:
-        """Cache ``entry``, keeping the 4,096 most recently read."""
+    def _remember(self, cache: OrderedDict[Any, E], key: Any, entry: E, most: int = 4096) -> None:
+        """Cache ``entry``, keeping the ``most`` most recently read."""
         with self.lock:
             cache[key] = entry
             cache.move_to_end(key)
-            while len(cache) > 4096:
+            while len(cache) > most:
                 cache.popitem(last=False)
 
     def takes_index(self, vectors: int, total: float, want: int) -> bool:
@@ -569,8 +557,7 @@ def _best(keys: Sequence[K], sims: Sequence[float], want: int) -> list[K]:
 def best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
     """The ``want`` best distinct items of approximate rows (one per embedded field)."""
 
-    def order(row: ScoredRow) -> float:
-        score = row.score
-        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
+    def order(row: ScoredRow) -> float:  # NaN, None last
+        return 2.0 if row.score is None or row.score != row.score else -float(row.score)
 
     return list(dict.fromkeys((row.prefix, row.key) for row in sorted(rows, key=order)))[:want]

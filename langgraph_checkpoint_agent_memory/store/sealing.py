@@ -70,12 +70,6 @@ class _Call:
         #: keys the key store lacks: raised inside the plan that asks again, as locally
         self.missing: dict[str, KeyMissingError] = {}
 
-    def knows(self, need: KeysNeeded) -> bool:
-        """Whether every key ``need`` asks for was loaded before in this call."""
-        return all(o in self.owners for o in need.owners) and all(
-            i in self.ids or i in self.missing for i in need.ids
-        )
-
 
 _CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
 
@@ -96,7 +90,10 @@ def _calling() -> Iterator[_Call]:
 
 def _stalled(call: _Call, need: KeysNeeded, stalls: int) -> int:
     """The rounds in a row without progress, ``need`` counted; raised past :data:`MAX_ROUNDS`."""
-    stalls = stalls + 1 if call.knows(need) else 0
+    known = all(o in call.owners for o in need.owners) and all(
+        i in call.ids or i in call.missing for i in need.ids
+    )
+    stalls = stalls + 1 if known else 0
     if stalls > MAX_ROUNDS:
         raise need
     return stalls
@@ -170,10 +167,8 @@ class Sealer:
                     await self._aload(call, need)
 
     def _load(self, call: _Call, need: KeysNeeded) -> None:
-        for owner in need.owners:
-            call.owners[owner] = (
-                self.keyring.key(owner) if need.create else self.keyring.find(owner)
-            )
+        find = self.keyring.key if need.create else self.keyring.find
+        call.owners.update({owner: find(owner) for owner in need.owners})
         for key_id in need.ids:
             try:
                 call.ids[key_id] = self.keyring.by_id(key_id)
@@ -181,10 +176,9 @@ class Sealer:
                 call.missing[key_id] = missing
 
     async def _aload(self, call: _Call, need: KeysNeeded) -> None:
+        find = self.keyring.akey if need.create else self.keyring.afind
         for owner in need.owners:
-            call.owners[owner] = await (
-                self.keyring.akey(owner) if need.create else self.keyring.afind(owner)
-            )
+            call.owners[owner] = await find(owner)
         for key_id in need.ids:
             try:
                 call.ids[key_id] = await self.keyring.aby_id(key_id)
@@ -509,11 +503,7 @@ def _integer(value: int) -> str | None:
 
 
 class Filterable:
-    """The filterable fields of one store.
-
-    Args:
-        fields: Dotted paths into item values.
-    """
+    """The filterable fields of one store (dotted paths into item values)."""
 
     def __init__(self, fields: Iterable[str]) -> None:
         self.fields = checked_fields(fields)

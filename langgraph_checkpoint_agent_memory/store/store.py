@@ -224,8 +224,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
 
     def after_fork(self) -> None:
-        """A forked child has none of the parent's threads: its next put starts its own
-        sweeper (the database resets its connections itself)."""
+        """A forked child's next put starts its own sweeper (the database resets itself)."""
         self._sweeper = None
         self.ranker.after_fork()
 
@@ -902,18 +901,15 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 store.sweep()
             ```
         """
-        with self._sweep_span() as op:
+        with db_operation("store.sweep", target_of(self.db), "am_store_items") as op:
             plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
             return self._swept(op, self.run_plan(plan))
 
     async def asweep(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Async :meth:`sweep`."""
-        with self._sweep_span() as op:
+        with db_operation("store.sweep", target_of(self.db), "am_store_items") as op:
             plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
             return self._swept(op, await self.arun_plan(plan))
-
-    def _sweep_span(self) -> Any:
-        return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
 
     def _swept(self, op: Any, removed: int) -> int:
         """``removed``, counted on the span and in ``agent_memory.store.items_swept``."""
@@ -928,16 +924,8 @@ def sweep_plan(
     batch_size: int = 1000,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[int]:
-    """Delete expired items, ``batch_size`` at a time; how many were deleted.
-
-    Args:
-        statements: The store's statements.
-        clock: Seconds since the epoch (what "expired" is measured against).
-        batch_size: Items read and deleted per transaction.
-        on_progress: Called after each batch with ``(items deleted so far, None)``.
-
-    Candidates are read without row locks (they span shards); each delete names its item's
-    shard key, and deleting an item another sweep deleted first is a no-op."""
+    """Delete expired items, ``batch_size`` a transaction; how many were deleted. Candidates
+    are read without row locks (they span shards); deleting an item twice is a no-op."""
     removed = 0
     while True:
         expired = Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)
@@ -989,14 +977,6 @@ def _kind(op: Op) -> str:
     return KINDS.get(type(op), "batch")
 
 
-def _namespace(op: Op) -> tuple[str, ...] | None:
-    if isinstance(op, SearchOp):
-        return op.namespace_prefix
-    if isinstance(op, (GetOp, PutOp)):
-        return op.namespace
-    return None
-
-
 def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
     """The span of a batch of ``ops``; without the namespace and an exception's message when
     the store is ``sealed`` (namespaces may name users); called only while tracing is live."""
@@ -1004,7 +984,8 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
     kind = kinds.pop() if len(kinds) == 1 else ""
     single = len(ops) == 1
     name = kind if single else f"BATCH {kind}".strip()
-    spaces = {_namespace(op) for op in ops} - {None}
+    spaces = {getattr(op, "namespace_prefix", getattr(op, "namespace", None)) for op in ops}
+    spaces.discard(None)
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
     size = None if single else len(ops)  # the conventions' size of a batch
     return db_operation(
