@@ -179,11 +179,10 @@ class BlockCache:
         """The :class:`Items` of ``blocks``, made the first time they are ranked together."""
         key = ("items", *((b.term, b.shard, b.prefix, b.built) for b in blocks))
         found = self.get(key)
-        if isinstance(found, Items):
-            return found
-        made = items_of(blocks)
-        self.put(key, made)
-        return made
+        if not isinstance(found, Items):
+            found = items_of(blocks)
+            self.put(key, found)
+        return found
 
     def get(self, key: tuple[Any, ...]) -> Block | Items | None:
         with self._lock:
@@ -203,8 +202,7 @@ class BlockCache:
                 self._bytes -= old.nbytes
 
     def after_fork(self) -> None:
-        """A forked child must not inherit a lock another thread of the parent held."""
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # a lock another thread of the parent held
 
 
 class Fresh(NamedTuple):
@@ -507,7 +505,6 @@ def blocked_plan(
         found = None
     if found is None:
         cache.decline(where)
-        return None
     return found
 
 

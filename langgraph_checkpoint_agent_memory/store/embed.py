@@ -197,8 +197,7 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
         raise ConfigurationError(
             f"index must be an IndexConfig mapping or 'default', not {index!r}"
         )
-    unknown = sorted(set(index) - set(INDEX_KEYS))
-    if unknown:
+    if unknown := sorted(set(index) - set(INDEX_KEYS)):
         raise ConfigurationError(
             f"unknown index keys: {', '.join(unknown)} (known: {', '.join(INDEX_KEYS)})"
         )
@@ -209,12 +208,8 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
                 f"the default embedder makes {DEFAULT_DIMS}-dimension vectors, not {dims!r}: "
                 "leave dims out"
             )
-        return {
-            **default_index(index.get("fields")),
-            **{k: v for k, v in index.items() if k not in ("embed", "dims")},
-        }
-    missing = [k for k in ("dims", "embed") if k not in index]
-    if missing:
+        return {**default_index(), **{k: v for k, v in index.items() if k not in ("embed", "dims")}}
+    if missing := [k for k in ("dims", "embed") if k not in index]:
         raise ConfigurationError(f"index needs 'dims' and 'embed'; missing: {', '.join(missing)}")
     dims = index["dims"]
     if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:

@@ -52,7 +52,6 @@ class Ranker:
     Args:
         statements: The store's SQL for its dialect.
         ranking: Fusion weights, constant and candidate count.
-        embeds: Whether the store has an embedder (vectors to rank).
         clock: Seconds since the epoch, as the store's.
 
     Example:
@@ -69,39 +68,32 @@ class Ranker:
         statements: StoreStatements,
         ranking: S.Ranking,
         *,
-        embeds: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.statements = statements
         self.ranking = ranking
-        self.embeds = embeds
         self._clock = clock
         self.lock = threading.Lock()
-        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search,
-        #: kept up to :attr:`matrix_cache_bytes`
+        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
         self.matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
         self.matrix_cache_bytes = 64 * 2**20
-        #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
-        #: corpus statistics (see :meth:`_fresh`).
+        #: (namespace, exact) -> BM25's corpus statistics (items, average length, ...).
         self.stats: OrderedDict[tuple[str, bool], Counted] = OrderedDict()
         self.stats_seconds = 60.0
-        #: (namespace, exact, term as stored) -> (df, 0, when read, writes then): the df of a
-        #: term in :attr:`common_df` items or more (counting it reads all its postings).
+        #: (namespace, exact, term as stored) -> (df, ...) of a term in :attr:`common_df`
+        #: items or more (counting it reads all its postings).
         self.term_stats: OrderedDict[tuple[str, bool, str], Counted] = OrderedDict()
-        #: Whether queries of common words read blocks of postings (:mod:`.blocks`).
-        self.posting_blocks = True
+        self.posting_blocks = True  # queries of common words read blocks (:mod:`.blocks`)
         self.blocks = blocks.BlockCache()
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
         #: Pseudo-relevance feedback (:mod:`.feedback`) of search and of recall (``None``: off).
         self.feedback: F.Feedback | None = None
         self.recall_feedback: F.Feedback | None = F.Feedback()
-        #: Items the store has written (the store adds to it).
-        self.writes = 0
+        self.writes = 0  # items the store has written
         self.dims: int | None = None  # the store's vector length (``None``: no embedder)
         self.vector_index: VectorIndex | None = None  # found when the store sets up
-        #: Vectors an item has at most: an approximate search reads that many per candidate.
-        self.fields = 1
+        self.fields = 1  # vectors an item has at most: an approximate search reads each
         #: The switch between exact and approximate search (:meth:`takes_index`; measured,
         #: ``benchmarks run stores``, and explained in ``docs/internals/vector-search.md``).
         self.exact_max = 2_000
@@ -109,8 +101,7 @@ class Ranker:
         self.count_cap = 200_000
         #: (namespace, index) -> (vectors, index size, when read, writes then).
         self.vector_counts: OrderedDict[tuple[str, str], Counted] = OrderedDict()
-        #: Approximate searches that stopped short and were answered exactly.
-        self.ann_fallbacks = 0
+        self.ann_fallbacks = 0  # approximate searches that stopped short, answered exactly
         #: Encryption at rest (``None``: off): vectors are ranked exactly here, decrypted.
         self.sealer: Sealer | None = None
         #: (namespace, scoped) -> (fingerprint, vectors decrypted), for encrypted searches.
@@ -141,10 +132,8 @@ class Ranker:
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
-        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
-        candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether a list was cut at ``want``. ``forms`` and ``feedback``: see
-        :meth:`lexical_plan`."""
+        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector candidates
+        under ``base``'s prefix, best first, items unread; and whether a list was cut there."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         cut = False
@@ -168,12 +157,10 @@ class Ranker:
         decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
         forms: list[list[str]] | None,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
-        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
-        the items the filter keeps (``decide``: of the keys given, those live and kept), as
-        the database's pre-filter does without encryption, so the fused scores are the same.
-        Each list is decided best first until it holds ``want`` kept items or every match
-        (the lexical one read again with more candidates, then expanded from the first kept
-        ones with :attr:`feedback` on)."""
+        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only the
+        items ``decide`` keeps (as the pre-filter does without encryption, so the fused scores
+        are the same), decided best first until it holds ``want`` kept items or every match
+        (lexical: read with more candidates, then expanded from the first kept ones)."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
@@ -216,10 +203,9 @@ class Ranker:
         *,
         joined: bool = True,
     ) -> Plan[tuple[list[tuple[str, str]], bool]]:
-        """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
-        best first (see the module), and whether the list was cut at ``want``. ``joined``
-        off (no filter): exact search ranks the vectors without reading their items, much
-        cheaper; should expired items leave too few results, the store ranks again joined."""
+        """The ``want`` items under ``base``'s prefix most similar to ``query_vector``, best
+        first, and whether the list was cut at ``want``. ``joined`` off (no filter): exact
+        search skips the items (much cheaper; the store ranks again joined if too few live)."""
         if self.sealer is not None:  # no index can read sealed vectors: exact, decrypted here
             opened = yield from self._sealed_rows_plan(base)
             closest = nearest(opened, query_vector, want + 1)
@@ -296,7 +282,6 @@ class Ranker:
         return fresh
 
     def _remember(self, cache: OrderedDict[Any, E], key: Any, entry: E, most: int = 4096) -> None:
-        """Cache ``entry``, keeping the ``most`` most recently read."""
         with self.lock:
             cache[key] = entry
             cache.move_to_end(key)
@@ -304,10 +289,9 @@ class Ranker:
                 cache.popitem(last=False)
 
     def takes_index(self, vectors: int, total: float, want: int) -> bool:
-        """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
-        up to :attr:`count_cap`) in an index of about ``total`` come from the index: exact
-        search costs about ``vectors`` comparisons, the index about ``want * total / vectors``
-        entries of ``index_cost`` comparisons each."""
+        """Whether ``want`` candidates of ``vectors`` (counted up to :attr:`count_cap`) in an
+        index of about ``total`` come from it: exact search costs ``vectors`` comparisons, the
+        index ``want * total / vectors`` entries of ``index_cost`` each."""
         if vectors <= self.exact_max:
             return False
         total = max(total, float(vectors))
@@ -320,14 +304,10 @@ class Ranker:
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[list[tuple[str, str]]]:
-        """BM25's best items for ``terms`` (``how``: see :data:`How`), document frequencies
-        counted with the query (a common term's cached, see :attr:`term_stats`). With
-        ``feedback``, the query is expanded from its first matches and ranked again.
-
-        ``forms``: per term, what the index stores for it (with encryption on, its keyed
-        hash under each searched shard's key): a term's document frequency is the sum over
-        its forms, and each form weighs as its term, so the scores are those of the terms
-        themselves. ``None``: each term as it is."""
+        """BM25's best items for ``terms`` (``how``: see :data:`How`), dfs counted with the
+        query (a common term's cached); with ``feedback``, expanded from its first matches and
+        ranked again. ``forms``: per term, its keyed hash under each searched shard's key
+        (encryption on): its df sums over them and each weighs as the term itself."""
         groups = forms if forms is not None else [[t] for t in terms]
         packed = forms is None  # blocks hold terms as they are, not their keyed hashes
         scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {}, packed)
@@ -348,8 +328,7 @@ class Ranker:
         packed: bool = False,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
-        each term's weight its idf times ``boosts``; ``known``: document frequencies already
-        counted; ``packed``: an unjoined query may read blocks of postings (:mod:`.blocks`)."""
+        weighed idf times ``boosts``; ``known``: dfs counted; ``packed``: blocks may serve."""
         filters, base, want, exact, joined = how
         flat = [f for group in groups for f in group]
         group_of = [g for g, group in enumerate(groups) for _ in group]
@@ -460,9 +439,8 @@ class Ranker:
         want: int,
         now: float,
     ) -> Plan[list[tuple[str, float]]]:
-        """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for agent memory's recall (which reads the items itself); the namespace's
-        vectors are cached while it does not change."""
+        """Keys of one namespace's best matches for ``query`` with their fused scores, for
+        recall (which reads the items itself); its vectors cached while it does not change."""
         ns = ".".join(namespace)
         shard = self.statements.shard(ns)
         base = {"ns": ns, "shard": shard, "now": now}
@@ -473,7 +451,7 @@ class Ranker:
         fused, _ = yield from self.fused_plan(
             terms, None, (), base, want, exact=True, forms=forms, feedback=self.recall_feedback
         )
-        if query_vector is not None and self.embeds:
+        if query_vector is not None and self.dims is not None:  # the store embeds
             keys, matrix = yield from self.matrix_plan(ns, now)
             q = np.asarray(query_vector, dtype=np.float32)
             sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist() if keys else []

@@ -132,7 +132,7 @@ class Sealer:
         #: Fields whose values are kept as keyed hashes for equality filters.
         self.filterable = Filterable(filterable)
         #: (key id, term) -> keyed hash: an HMAC per posting is most of what sealing adds to
-        #: a put, and words repeat. Emptied when full.
+        #: a put, and words repeat.
         self._terms: dict[tuple[str, str], str] = {}
 
     def call(
@@ -148,7 +148,13 @@ class Sealer:
                     return run(make())
                 except KeysNeeded as need:
                     stalls = _stalled(call, need, stalls)
-                    self._load(call, need)
+                    find = self.keyring.key if need.create else self.keyring.find
+                    call.owners.update({owner: find(owner) for owner in need.owners})
+                    for key_id in need.ids:
+                        try:
+                            call.ids[key_id] = self.keyring.by_id(key_id)
+                        except KeyMissingError as missing:
+                            call.missing[key_id] = missing
 
     async def acall(
         self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
@@ -164,26 +170,14 @@ class Sealer:
                     return result
                 except KeysNeeded as need:
                     stalls = _stalled(call, need, stalls)
-                    await self._aload(call, need)
-
-    def _load(self, call: _Call, need: KeysNeeded) -> None:
-        find = self.keyring.key if need.create else self.keyring.find
-        call.owners.update({owner: find(owner) for owner in need.owners})
-        for key_id in need.ids:
-            try:
-                call.ids[key_id] = self.keyring.by_id(key_id)
-            except KeyMissingError as missing:
-                call.missing[key_id] = missing
-
-    async def _aload(self, call: _Call, need: KeysNeeded) -> None:
-        find = self.keyring.akey if need.create else self.keyring.afind
-        for owner in need.owners:
-            call.owners[owner] = await find(owner)
-        for key_id in need.ids:
-            try:
-                call.ids[key_id] = await self.keyring.aby_id(key_id)
-            except KeyMissingError as missing:
-                call.missing[key_id] = missing
+                    afind = self.keyring.akey if need.create else self.keyring.afind
+                    for owner in need.owners:
+                        call.owners[owner] = await afind(owner)
+                    for key_id in need.ids:
+                        try:
+                            call.ids[key_id] = await self.keyring.aby_id(key_id)
+                        except KeyMissingError as missing:
+                            call.missing[key_id] = missing
 
     def owner_key_plan(self, shard: str, *, create: bool) -> Plan[DataKey | None]:
         """The data key of ``shard`` (created when ``create``, else ``None`` for none)."""
@@ -224,9 +218,7 @@ class Sealer:
             for key_id in named
             if (call is None or key_id not in call.ids) and self.keyring.cached_id(key_id) is None
         }
-        if not missing:
-            return
-        if not self.local:
+        if missing and not self.local:
             raise KeysNeeded(ids=sorted(missing))
         for key_id in sorted(missing):
             key = yield from self.keyring.by_id_plan(key_id)
@@ -348,8 +340,7 @@ class Sealer:
         return tuple(parts), params
 
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
-        """The shard keys a search under ``base``'s prefix hashes its terms for: the one it
-        names, else those of the items under it (one whose key is gone too)."""
+        """The shard keys a search under ``base`` hashes terms for: its own, or its items'."""
         if "shard" in base:
             return [base["shard"]]
         [rows] = yield Batch([Stmt(statements.shards_under(), base, fetch=True)])
@@ -384,8 +375,7 @@ class Sealer:
     def term_forms_plan(
         self, statements: StoreStatements, terms: list[str], shards: Iterable[str]
     ) -> Plan[list[list[str]]]:
-        """Per query term, its keyed hash under each of ``shards``' keys (and itself with
-        ``allow_plaintext``); :class:`KeyMissingError` as :meth:`keys_plan`."""
+        """Per query term, its keyed hash under each of ``shards``' keys (and itself, if plain)."""
         keys = yield from self.keys_plan(statements, shards)
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
@@ -405,9 +395,8 @@ def encrypt_plaintext_plan(
     on_progress: Callable[[int, int | None], None] | None = None,
     batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
-    """Seal every item written without encryption, its vectors, and re-hash its terms, each
-    item in a transaction claimed by sealing its row first, so runs may overlap and resume.
-    ``counts`` (added to) survives a run started again to load keys."""
+    """Seal every plaintext item, its vectors, and re-hash its terms, each item in a transaction
+    claimed by sealing its row first (runs may overlap and resume); ``counts`` is added to."""
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
         [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])

@@ -176,10 +176,6 @@ def fuse(
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def _time(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
-
-
 def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
     """An item row's value as a dict, opened with ``sealer`` (its keys loaded first)."""
     if sealer is not None:
@@ -198,8 +194,8 @@ def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -
         value=row_value(row, sealer) if value is None else value,
         key=row.key,
         namespace=tuple(row.prefix.split(".")),
-        created_at=_time(row.created_at),
-        updated_at=_time(row.updated_at),
+        created_at=datetime.fromtimestamp(row.created_at, tz=timezone.utc),
+        updated_at=datetime.fromtimestamp(row.updated_at, tz=timezone.utc),
     )
 
 
@@ -245,12 +241,7 @@ def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:
 
 
 class Searcher:
-    """Builds the search plans of one store.
-
-    Args:
-        statements: The store's statements (their shard rule may be set later, in place).
-        ranker: Ranks a namespace's items by terms and vectors.
-    """
+    """Builds the search plans of one store (whose statements' shard rule may change in place)."""
 
     def __init__(self, statements: StoreStatements, ranker: Ranker) -> None:
         self.statements = statements
@@ -322,7 +313,6 @@ class Searcher:
             for start in range(0, len(todo), 64):
                 chunk = todo[start : start + 64]
                 found = yield from self._rows_plan(chunk, now)
-                yield from sealer.ids_plan(sealed_of(found))
                 decided.update(dict.fromkeys(chunk, False))
                 for row in found:
                     decided[(row.prefix, row.key)] = matches(row_value(row, sealer), conds)
@@ -331,11 +321,14 @@ class Searcher:
         return decide
 
     def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
-        """The rows of the live items among ``keys`` (at most 64 of them)."""
+        """The rows of the live items among ``keys`` (at most 64), their data keys loaded."""
         params = key_params(self.statements, keys)
         params["now"] = now
         [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
-        return list(map(ItemRow._make, rows))
+        found = list(map(ItemRow._make, rows))
+        if self.sealer is not None:
+            yield from self.sealer.ids_plan(sealed_of(found))
+        return found
 
     def _read_ranked(
         self,
@@ -355,8 +348,6 @@ class Searcher:
             start, size = start + size, 64
             rows = yield from self._rows_plan([k for k, _ in chunk], now)
             by_key = {(r.prefix, r.key): r for r in rows}
-            if self.sealer is not None:
-                yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
             for item_key, score in chunk:
                 row = by_key.get(item_key)
                 if row is not None and page.offer(row, score):
@@ -370,8 +361,8 @@ class Searcher:
         filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here. With encryption
-        on (only filterable fields pre-filtered), a filter reads pages growing faster."""
+        """No query: newest first, pre-filtered in SQL, decided exactly here (with encryption
+        on, a filter reads pages growing faster: only filterable fields are pre-filtered)."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
@@ -402,8 +393,7 @@ class Searcher:
             size *= grow
 
 
-#: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None`` for the
-#: store's.
+#: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None``: the store's.
 PerCall = RerankerLike | Literal[False] | None
 
 
@@ -421,22 +411,17 @@ COLUMNS = ("created_at", "updated_at")
 
 @dataclass
 class Staged:
-    """What a batch runs for its searches with a query, and how each is answered.
+    """What a batch runs for its searches with a query, and how each is answered."""
 
-    Attributes:
-        ops: The batch's operations (such searches widened to their candidates), then the
-            dated searches added for them.
-        asked: How many operations the batch itself has (the first of ``ops``).
-        searches: Each such search, by its position in the batch.
-        spans: The span of time a search names, by its position (when it names one).
-        dated: The positions in ``ops`` of a search's dated searches, with its query and
-            without.
-    """
-
+    #: The batch's operations (such searches widened to their candidates), then dated ones.
     ops: list[Op]
+    #: How many operations the batch itself has (the first of ``ops``).
     asked: int = 0
+    #: Each such search, by its position in the batch.
     searches: dict[int, SearchOp] = field(default_factory=dict)
+    #: The span of time a search names, by its position (when it names one).
     spans: dict[int, TimeRange] = field(default_factory=dict)
+    #: The positions in ``ops`` of a search's dated searches, with its query and without.
     dated: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def candidates(self, i: int, results: Sequence[Result], time_field: str) -> list[SearchItem]:
@@ -531,11 +516,6 @@ def _moment(item: SearchItem, time_field: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return float("nan")
-
-
-def unranked(items: Sequence[SearchItem]) -> Reordered:
-    """The candidates' own order (no reranker)."""
-    return Reordered(list(range(len(items))))
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:

@@ -1,9 +1,6 @@
-"""``AgentMemoryStore``: a LangGraph ``BaseStore`` on SQLite, PostgreSQL, SAP HANA or memory.
-
-One implementation over the ``db`` layer (memory is SQLite in memory, so every backend has the
-same semantics). Batches are plans, so ``batch`` and ``abatch`` share everything but the
-embedding calls, which happen before the plan runs, outside any transaction. Ranking is in
-:mod:`.ranking`, encryption at rest in :mod:`.sealing`.
+"""``AgentMemoryStore``: a LangGraph ``BaseStore`` on SQLite, PostgreSQL, SAP HANA or memory
+(SQLite in memory), one implementation over the ``db`` layer. Batches are plans: ``batch`` and
+``abatch`` share all but the embedding calls, made before the plan runs, outside any transaction.
 """
 
 from __future__ import annotations
@@ -197,12 +194,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             }
             self.embeddings = ensure_embeddings(config["embed"])
             self.ann_config = ann_config(config)
-        self.ranker: Ranker = Ranker(
-            self.statements,
-            S.Ranking(*V.checked_ranking(weights, rrf_k, candidates)),
-            embeds=self.embeddings is not None,
-            clock=clock,
-        )
+        ranking = S.Ranking(*V.checked_ranking(weights, rrf_k, candidates))
+        self.ranker: Ranker = Ranker(self.statements, ranking, clock=clock)
         self.ranker.feedback, self.ranker.recall_feedback = feedback_settings(feedback)
         if self.index_config is not None:
             self.ranker.fields = max(1, len(self.index_config["fields"]))
@@ -213,11 +206,27 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.sealer: Sealer | None = None
         setting = encryption if isinstance(encryption, Encryption) else resolve(encryption)
         if setting is not None:
-            self._encrypt(setting, index)
+            self.keyring = setting.open_keyring(self.db)
+            local = self.keyring.keystore.db is self.db
+            if local:  # the key table is set up with the store's, the master key checked
+                self.add_schema(KEYS)
+                self.key_check = self.keyring.provider_check_plan
+            self.sealer = Sealer(
+                self.keyring,
+                local=local,
+                shard=self.statements.shard,
+                filterable=setting.filterable_fields,
+            )
+            self.ranker.sealer = self.searcher.sealer = self.sealer
+            if isinstance(index, Mapping) and index.get("ann_index_config"):
+                warnings.warn(
+                    "encryption is on: vectors are sealed, so no approximate (HNSW) index "
+                    "serves this store; vector search is exact over each searched namespace's "
+                    "vectors, decrypted in the store",
+                    stacklevel=2,
+                )
         self.encrypted = self.keyring is not None
-        #: Whether this store knows the database's vector support (found at setup, or on
-        #: first use without ``auto_setup``).
-        self._vectors_known = False
+        self._vectors_known = False  # the database's vector support, found at setup or first use
         fork.register(self)
 
     def __repr__(self) -> str:
@@ -455,27 +464,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
         return sealer, lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress)
 
-    def _encrypt(self, setting: Encryption, index: Any) -> None:
-        self.keyring = setting.open_keyring(self.db)
-        local = self.keyring.keystore.db is self.db
-        if local:  # the key table is set up with the store's, the master key checked
-            self.add_schema(KEYS)
-            self.key_check = self.keyring.provider_check_plan
-        self.sealer = Sealer(
-            self.keyring,
-            local=local,
-            shard=self.statements.shard,
-            filterable=setting.filterable_fields,
-        )
-        self.ranker.sealer = self.searcher.sealer = self.sealer
-        if isinstance(index, Mapping) and index.get("ann_index_config"):
-            warnings.warn(
-                "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
-                "this store; vector search is exact over each searched namespace's vectors, "
-                "decrypted in the store",
-                stacklevel=3,
-            )
-
     def _owners(self, puts: Puts) -> list[str]:
         shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
         return [store_owner(s) for s in sorted(shards)]
@@ -572,7 +560,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         results = self._run_batch(staged.ops)
         searched = staged.searched(results, stages.time_field)
         answers = [
-            S.unranked(items)
+            Reordered(list(range(len(items))))  # their own order
             if stages.reranking is None
             else stages.reranking.order(search.query or "", self._texts(items))
             for _, search, items in searched
@@ -591,7 +579,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
         async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
             if stages.reranking is None:
-                return S.unranked(items)
+                return Reordered(list(range(len(items))))
             return await stages.reranking.aorder(search.query or "", self._texts(items))
 
         answers = await asyncio.gather(*(order(search, items) for _, search, items in searched))
@@ -945,7 +933,6 @@ def sweep_plan(
 def namespaces_plan(
     statements: StoreStatements, op: ListNamespacesOp, now: float
 ) -> Plan[list[tuple[str, ...]]]:
-    """``list_namespaces`` as a plan."""
     # one shard when the literal labels cover the shard key; otherwise every shard
     conditions = op.match_conditions or ()
     first = next((c.path for c in conditions if c.match_type == "prefix"), ())
