@@ -185,10 +185,8 @@ INDEX_KEYS = ("dims", "embed", "fields", "ann_index_config", "distance_type")
 
 
 def resolve_index(index: Any) -> dict[str, Any] | None:
-    """The index settings, checked, with ``index="default"`` (or ``{"embed": "default",
-    ...}``) meaning the offline embedder: a mapping of known keys only (a misspelt
-    ``fields`` would index the whole value without a word), ``dims`` a whole number above
-    zero, and ``embed`` given."""
+    """The index settings, checked (known keys only: a misspelt ``fields`` would index the whole
+    value silently), with ``index="default"`` or ``{"embed": "default"}`` the offline embedder."""
     if index is None:
         return None
     if index == "default":
@@ -202,8 +200,7 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
             f"unknown index keys: {', '.join(unknown)} (known: {', '.join(INDEX_KEYS)})"
         )
     if index.get("embed") == "default":
-        dims = index.get("dims", DEFAULT_DIMS)
-        if dims != DEFAULT_DIMS:
+        if (dims := index.get("dims", DEFAULT_DIMS)) != DEFAULT_DIMS:
             raise ConfigurationError(
                 f"the default embedder makes {DEFAULT_DIMS}-dimension vectors, not {dims!r}: "
                 "leave dims out"
@@ -218,10 +215,8 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
 
 
 def ann_config(index: Mapping[str, Any]) -> AnnConfig:
-    """The approximate index settings of an ``IndexConfig``: LangGraph's
-    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
-    distance = index.get("distance_type", "cosine")
-    if distance != "cosine":
+    """An ``IndexConfig``'s ``ann_index_config``, checked (its ``distance_type`` only cosine)."""
+    if (distance := index.get("distance_type", "cosine")) != "cosine":
         raise ConfigurationError(
             f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
             "supported"

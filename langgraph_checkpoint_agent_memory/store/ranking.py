@@ -115,8 +115,7 @@ class Ranker:
         return self.ranking.rrf_k
 
     def after_fork(self) -> None:
-        """A forked child must not inherit a lock another thread of the parent held."""
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # a lock another thread of the parent held
         self.blocks.after_fork()
 
     def fused_plan(
@@ -337,16 +336,10 @@ class Ranker:
             return []
         docs, avgdl = stats[0], stats[1] or 1.0
         group_df = [sum(df.get(f, 0) for f in group) for group in groups]
-        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
-        params.update(
-            n=want,
-            k_base=S.K1 * (1 - S.B),
-            k_len=S.K1 * S.B / avgdl,
-            **{
-                f"w{j}": S.idf(docs, group_df[g]) * (S.K1 + 1) * boosts[g]
-                for j, g in enumerate(group_of)
-            },
-        )
+        weight = [S.idf(docs, n) * (S.K1 + 1) * b for n, b in zip(group_df, boosts, strict=True)]
+        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}, "n": want}
+        params.update({f"w{j}": weight[g] for j, g in enumerate(group_of)})
+        params.update(k_base=S.K1 * (1 - S.B), k_len=S.K1 * S.B / avgdl)
         one = scoped(base)
         if packed and not joined and self.posting_blocks and self.statements.d.posting_blocks:
             found = yield from blocked_plan(
@@ -395,9 +388,8 @@ class Ranker:
         for term in uncounted:  # a common term's count is cached (see :attr:`common_df`)
             df[term] = count = counts.get(term, 0)
             if self.common_df is not None and count >= self.common_df:
-                self._remember(
-                    self.term_stats, (key[0], exact, term), (count, 0.0, now, self.writes)
-                )
+                entry = (count, 0.0, now, self.writes)
+                self._remember(self.term_stats, (key[0], exact, term), entry)
         if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
@@ -426,8 +418,7 @@ class Ranker:
         def idf(term: str) -> float:
             return F.discriminates(stats[0], df.get(term, 0))
 
-        added = F.expansion(postings, dict(top), idf, query, feedback)
-        if not added:
+        if not (added := F.expansion(postings, dict(top), idf, query, feedback)):
             return None
         return groups + [[t] for t in added], [1.0] * len(groups) + list(added.values()), df
 

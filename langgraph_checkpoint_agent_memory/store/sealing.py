@@ -130,7 +130,8 @@ class Sealer:
         self.local = local
         self.shard = shard
         #: Fields whose values are kept as keyed hashes for equality filters.
-        self.filterable = Filterable(filterable)
+        self.filterable = checked_fields(filterable)
+        self._paths = [(name, name.split(".")) for name in self.filterable]
         #: (key id, term) -> keyed hash: an HMAC per posting is most of what sealing adds to
         #: a put, and words repeat.
         self._terms: dict[tuple[str, str], str] = {}
@@ -138,8 +139,7 @@ class Sealer:
     def call(
         self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
     ) -> T:
-        """Run the plan ``make`` builds, loading the keys it asks for and running it again;
-        ``owners``' keys are found or created first (a put's)."""
+        """Run ``make``'s plan, again after loading the keys it asks for (``owners``' first)."""
         with _calling() as call:
             call.owners.update({owner: self.keyring.key(owner) for owner in owners})
             stalls = 0
@@ -182,8 +182,7 @@ class Sealer:
     def owner_key_plan(self, shard: str, *, create: bool) -> Plan[DataKey | None]:
         """The data key of ``shard`` (created when ``create``, else ``None`` for none)."""
         owner = store_owner(shard)
-        found = self.keyring.cached(owner)
-        if found is not None:
+        if (found := self.keyring.cached(owner)) is not None:
             return found
         call = _CALL.get()
         if call is not None and owner in call.owners and (call.owners[owner] or not create):
@@ -235,8 +234,7 @@ class Sealer:
             return call.ids[key_id]
         if call is not None and key_id in call.missing:
             raise call.missing[key_id]
-        found = self.keyring.cached_id(key_id)
-        if found is None:
+        if (found := self.keyring.cached_id(key_id)) is None:
             raise KeysNeeded(ids=[key_id])
         if call is not None:  # the rest of this call finds it without the keyring's lock
             call.ids[key_id] = found
@@ -283,8 +281,7 @@ class Sealer:
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"{identity[0]} of {identity[1:]!r}")
             return text
-        key = self._by_id(key_id_of(text_bytes(text)))
-        return key.open_text(text, aad(*identity)).decode("utf-8")
+        return self._by_id(key_id_of(text_bytes(text))).open_text(text, aad(*identity)).decode()
 
     def forget(self) -> None:
         """Drop what this sealer remembers of terms (after keys were destroyed)."""
@@ -295,8 +292,7 @@ class Sealer:
         cache = self._terms
 
         def term(word: str) -> str:
-            found = cache.get((key.key_id, word))
-            if found is None:
+            if (found := cache.get((key.key_id, word))) is None:
                 if len(cache) >= TERM_CACHE:
                     cache.clear()
                 found = cache[(key.key_id, word)] = key.term(word)
@@ -305,8 +301,31 @@ class Sealer:
         return term
 
     def filter_terms(self, key: DataKey, text: str) -> list[str]:
-        """What an item of JSON ``text`` keeps for the filterable fields (see the module)."""
-        return self.filterable.item_terms(self.term_of(key), text)
+        """What an item of JSON ``text`` keeps for the filterable fields (see the module): each
+        field's mark, and its value's hash when a scalar (from the JSON a reader decodes)."""
+        if not self._paths:
+            return []
+        term, value = self.term_of(key), json.loads(text)
+        out: list[str] = []
+        for name, path in self._paths:
+            out.append(term(_MARK + name))
+            form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
+            if form is not None:
+                out.append(term(_MARK + name + _VALUE + form))
+        return out
+
+    def _usable(
+        self, conds: Sequence[tuple[list[str], str, Any]]
+    ) -> Iterator[tuple[int, str, list[str]]]:
+        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
+        for i, (path, op, expected) in enumerate(conds):
+            name = ".".join(path)
+            if op not in ("$eq", "$in") or name not in self.filterable:
+                continue
+            values = [expected] if op == "$eq" else list(expected)
+            forms = {scalar_form(v) for v in values}
+            if forms and None not in forms:
+                yield i, name, sorted(f for f in forms if f is not None)
 
     def prefilter_plan(
         self,
@@ -316,8 +335,7 @@ class Sealer:
     ) -> Plan[tuple[Prefilter, dict[str, Any]]]:
         """The pre-filter (and its parameters) of ``conds``' ``$eq`` and ``$in`` conditions on
         filterable fields, as keyed hashes under each shard key searched."""
-        usable = list(self.filterable.usable(conds))[:MAX_PREFILTER]
-        if not usable:
+        if not (usable := list(self._usable(conds))[:MAX_PREFILTER]):
             return (), {}
         shards = yield from self.shards_plan(statements, base)
         if len(shards) > MAX_SHARDS:
@@ -332,8 +350,8 @@ class Sealer:
             if len(hashes) * (len(forms) + 1) > MAX_HASHES:
                 continue  # decided on decrypted values only
             prefix = f"h{i}"
-            found = _padded([h(Filterable.value(name, f)) for h in hashes for f in forms])
-            marks = _padded([h(Filterable.mark(name)) for h in hashes])
+            found = _padded([h(_MARK + name + _VALUE + f) for h in hashes for f in forms])
+            marks = _padded([h(_MARK + name) for h in hashes])
             params.update({f"{prefix}_v{j}": t for j, t in enumerate(found)})
             params.update({f"{prefix}_m{j}": t for j, t in enumerate(marks)})
             parts.append((prefix, (HASHED_EQUALITY, len(found), len(marks))))
@@ -347,12 +365,9 @@ class Sealer:
         return [str(r[0]) for r in rows]
 
     def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
-        """The data keys of ``shards`` that have one. A shard with sealed items and no key
-        (destroyed) raises :class:`KeyMissingError`, as reading one of its items does (a key
-        this process still holds is dropped): nothing can match what that key hashed."""
-        keys: list[DataKey] = []
-        needed: list[str] = []
-        keyless: list[str] = []
+        """The data keys of ``shards`` that have one; a shard with sealed items and no key
+        (destroyed) raises :class:`KeyMissingError`, as reading one of its items does."""
+        keys, needed, keyless = list[DataKey](), list[str](), list[str]()
         for shard in sorted(set(shards)):
             try:
                 key = yield from self.owner_key_plan(shard, create=False)
@@ -489,48 +504,3 @@ def _integer(value: int) -> str | None:
         return "n" + int.__repr__(value)
     except ValueError:  # longer than Python prints; no stored JSON number equals it
         return None
-
-
-class Filterable:
-    """The filterable fields of one store (dotted paths into item values)."""
-
-    def __init__(self, fields: Iterable[str]) -> None:
-        self.fields = checked_fields(fields)
-        self._paths = [(name, name.split(".")) for name in self.fields]
-
-    def item_terms(self, term: Callable[[str], str], text: str) -> list[str]:
-        """What an item of JSON ``text`` stores, hashed by ``term``: each field's mark, and
-        its value's hash when a scalar (from the JSON a reader decodes, so both agree)."""
-        if not self._paths:
-            return []
-        value = json.loads(text)
-        out: list[str] = []
-        for name, path in self._paths:
-            out.append(term(self.mark(name)))
-            form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
-            if form is not None:
-                out.append(term(self.value(name, form)))
-        return out
-
-    def usable(
-        self, conds: Sequence[tuple[list[str], str, Any]]
-    ) -> Iterator[tuple[int, str, list[str]]]:
-        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
-        for i, (path, op, expected) in enumerate(conds):
-            name = ".".join(path)
-            if op not in ("$eq", "$in") or name not in self.fields:
-                continue
-            values = [expected] if op == "$eq" else list(expected)
-            forms = {scalar_form(v) for v in values}
-            if forms and None not in forms:
-                yield i, name, sorted(f for f in forms if f is not None)
-
-    @staticmethod
-    def mark(name: str) -> str:
-        """The text hashed as field ``name``'s mark."""
-        return _MARK + name
-
-    @staticmethod
-    def value(name: str, form: str) -> str:
-        """The text hashed for field ``name`` holding the value of ``form``."""
-        return _MARK + name + _VALUE + form

@@ -287,8 +287,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.db.close()
 
     async def aclose(self) -> None:
-        """Async :meth:`close`; ``async with store:`` calls it on exit. The sweeper thread
-        is joined off the event loop."""
+        """Async :meth:`close` (``async with store:``), joining the sweeper off the event loop."""
         await asyncio.to_thread(self.stop_ttl_sweeper)
         if self.keyring is not None:
             await asyncio.to_thread(self.keyring.close)
@@ -335,9 +334,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     @property
     def vector_index(self) -> str | None:
-        """The name of the approximate (HNSW) index this store's vector search uses, or
-        ``None`` where search is exact only (no index on this database, ``kind="flat"``, or
-        not found out yet: a store finds it at setup)."""
+        """The name of the approximate (HNSW) index this store's vector search uses, or ``None``
+        (exact search only: no index on this database, ``kind="flat"``, or not set up yet)."""
         index = self.ranker.vector_index
         return None if index is None else index.name
 
@@ -358,9 +356,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
-        found = yield from self.searcher.ranked_plan(
-            SearchOp(tuple(namespace), limit=limit), now, None
-        )
+        op = SearchOp(tuple(namespace), limit=limit)
+        found = yield from self.searcher.ranked_plan(op, now, None)
         return [item.key for item, _ in found]
 
     def destroy_keys(self, shards: Sequence[str]) -> list[str]:
@@ -389,26 +386,23 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         if self.keyring is None:
             return []
         self._ready()
-        destroyed = self.keyring.destroy([store_owner(s) for s in shards])
-        self._forget_plaintext()
-        return destroyed
+        return self._forget_plaintext(self.keyring.destroy([store_owner(s) for s in shards]))
 
     async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Async :meth:`destroy_keys`."""
         if self.keyring is None:
             return []
         await self._aready()
-        destroyed = await self.keyring.adestroy([store_owner(s) for s in shards])
-        self._forget_plaintext()
-        return destroyed
+        return self._forget_plaintext(await self.keyring.adestroy([store_owner(s) for s in shards]))
 
-    def _forget_plaintext(self) -> None:
+    def _forget_plaintext(self, destroyed: list[str]) -> list[str]:
         """Drop what this process remembers decrypted (a destroyed key must serve nothing)."""
         if self.sealer is not None:
             self.sealer.forget()
         with self.ranker.lock:
             self.ranker.matrices.clear()
             self.ranker.opened.clear()
+        return destroyed
 
     def encrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
@@ -458,8 +452,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _encrypt_plaintext(
         self, on_progress: Callable[[int, int | None], None] | None
     ) -> tuple[Sealer, Callable[[], Plan[dict[str, int]]]]:
-        sealer = self.sealer
-        if sealer is None:
+        if (sealer := self.sealer) is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
         return sealer, lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress)
@@ -520,8 +513,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             ```
         """
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = self._batch_staged([op], self._per_call(reranker, time_field))
-        return found  # type: ignore[return-value]
+        stages = self._per_call(reranker, time_field)
+        return self._batch_staged([op], stages)[0]  # type: ignore[return-value]
 
     async def asearch(
         self,
@@ -538,8 +531,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     ) -> list[SearchItem]:
         """Async :meth:`search`, with its arguments."""
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = await self._abatch_staged([op], self._per_call(reranker, time_field))
-        return found  # type: ignore[return-value]
+        stages = self._per_call(reranker, time_field)
+        return (await self._abatch_staged([op], stages))[0]  # type: ignore[return-value]
 
     def _per_call(self, reranker: S.PerCall, time_field: str | Literal[False] | None) -> S.Stages:
         reranking = None if reranker is False else reranking_of(reranker) or self.reranking
@@ -975,12 +968,9 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
     spaces.discard(None)
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
     size = None if single else len(ops)  # the conventions' size of a batch
+    attrs = {"agent_memory.namespace": namespace, "db.operation.batch.size": size}
     return db_operation(
-        f"store.{name}",
-        target_of(database),
-        "am_store_items",
-        {"agent_memory.namespace": namespace, "db.operation.batch.size": size},
-        sealed=sealed,
+        f"store.{name}", target_of(database), "am_store_items", attrs, sealed=sealed
     )
 
 

@@ -189,8 +189,7 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
 
 def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
     """A put's TTL in minutes: its own (not ``NOT_PROVIDED``), else ``default_ttl``."""
-    ttl: float | NotProvided | None = op.ttl
-    return (config or {}).get("default_ttl") if isinstance(ttl, NotProvided) else ttl
+    return (config or {}).get("default_ttl") if isinstance(op.ttl, NotProvided) else op.ttl
 
 
 #: The keys of LangGraph's ``TTLConfig``.
@@ -209,9 +208,8 @@ def check_minutes(value: Any, name: str) -> None:
 
 
 def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would
-    keep items forever), positive minutes, booleans. ``omit_expired`` changes nothing: no
-    read returns an expired item on any backend, even before a sweep deletes it."""
+    """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would keep
+    items forever). ``omit_expired`` changes nothing: no backend reads an expired item."""
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):
@@ -230,8 +228,7 @@ def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
 
 
 def checked_ranking(weights: Any, rrf_k: Any, candidates: Any) -> tuple[float, float, int, int]:
-    """The fusion settings, checked: two weights that are finite, not negative and not both
-    zero; ``rrf_k`` a whole number >= 0; ``candidates`` a whole number >= 1."""
+    """The fusion settings, checked (the errors say the rules)."""
     if (
         not isinstance(weights, Sequence)
         or isinstance(weights, str)
