@@ -133,7 +133,7 @@ class Sealer:
         self.filterable = checked_fields(filterable)
         self._paths = [(name, name.split(".")) for name in self.filterable]
         #: (key id, term) -> keyed hash: an HMAC per posting is most of what sealing adds to
-        #: a put, and words repeat.
+        #: a put, and words repeat. Emptied when full.
         self._terms: dict[tuple[str, str], str] = {}
 
     def call(
@@ -149,7 +149,8 @@ class Sealer:
                 except KeysNeeded as need:
                     stalls = _stalled(call, need, stalls)
                     find = self.keyring.key if need.create else self.keyring.find
-                    call.owners.update({owner: find(owner) for owner in need.owners})
+                    for owner in need.owners:
+                        call.owners[owner] = find(owner)
                     for key_id in need.ids:
                         try:
                             call.ids[key_id] = self.keyring.by_id(key_id)

@@ -211,12 +211,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             if local:  # the key table is set up with the store's, the master key checked
                 self.add_schema(KEYS)
                 self.key_check = self.keyring.provider_check_plan
-            self.sealer = Sealer(
-                self.keyring,
-                local=local,
-                shard=self.statements.shard,
-                filterable=setting.filterable_fields,
-            )
+            shard, fields = self.statements.shard, setting.filterable_fields
+            self.sealer = Sealer(self.keyring, local=local, shard=shard, filterable=fields)
             self.ranker.sealer = self.searcher.sealer = self.sealer
             if isinstance(index, Mapping) and index.get("ann_index_config"):
                 warnings.warn(
