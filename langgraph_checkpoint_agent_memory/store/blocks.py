@@ -179,16 +179,14 @@ class BlockCache:
         """The :class:`Items` of ``blocks``, made the first time they are ranked together."""
         key = ("items", *((b.term, b.shard, b.prefix, b.built) for b in blocks))
         found = self.get(key)
-        if isinstance(found, Items):
-            return found
-        made = items_of(blocks)
-        self.put(key, made)
-        return made
+        if not isinstance(found, Items):
+            found = items_of(blocks)
+            self.put(key, found)
+        return found
 
     def get(self, key: tuple[Any, ...]) -> Block | Items | None:
         with self._lock:
-            found = self._kept.get(key)
-            if found is not None:
+            if (found := self._kept.get(key)) is not None:
                 self._kept.move_to_end(key)
             return found
 
@@ -203,8 +201,7 @@ class BlockCache:
                 self._bytes -= old.nbytes
 
     def after_fork(self) -> None:
-        """A forked child must not inherit a lock another thread of the parent held."""
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # a lock another thread of the parent held
 
 
 class Fresh(NamedTuple):
@@ -264,7 +261,6 @@ class Candidates:
 class Items:
     """The items of blocks ranked together, numbered once (in hash order), and their
     entries end to end: a query scores every entry in one expression and sums by item.
-
     ``hashes``: the items' hashes, sorted; ``first``: each item's first entry, block times
     2**32 plus position; ``sizes``: each block's entries; ``ids``, ``tf``, ``dl``: each
     entry's item number, term frequency and item length; ``terms``: the blocks' terms,
@@ -288,7 +284,6 @@ class Items:
 
 
 def items_of(blocks: Sequence[Block]) -> Items:
-    """The :class:`Items` of ``blocks``."""
     sizes = np.array([len(b.entries) for b in blocks], dtype=np.int64)
     entries = np.concatenate([b.entries for b in blocks]) if blocks else np.empty(0, ENTRY)
     hashes, first, inverse = np.unique(entries["h"], return_index=True, return_inverse=True)
@@ -327,7 +322,6 @@ def candidates(
     on a tie with the last; past four times as many, the tied ones apart, see
     :class:`Candidates`). ``items``: the blocks' :class:`Items`, when known."""
     items = items_of(blocks) if items is None else items
-    total = len(items.hashes)
     n = len(fresh)
     fresh_h = np.fromiter((_fresh_hash(f.prefix, f.key) for f in fresh), np.int64, n)
     terms = sorted({f.term for f in fresh})
@@ -339,23 +333,19 @@ def candidates(
     each = np.repeat(np.array([weights.terms[b.term] for b in blocks]), items.sizes)
     scores = weights.score_of(each, items.tf, items.dl)
     at, inside = _find(items.hashes, fresh_h)
-    # an item rewritten since its block was built is scored from its fresh postings: the
-    # entries of its fresh postings' terms give way
+    # an item rewritten since its block was built is scored from its fresh postings alone
     term_at = {t: j for j, t in enumerate(items.terms)}
     block_term = np.array([term_at.get(t, -1) for t in terms], dtype=np.int64)[code]
     held = inside & (block_term >= 0)
     place, hit = _find(items.pairs, (block_term[held] << 32) | at[held])
     scores[items.at[place[hit]]] = 0.0
-    sums = np.bincount(items.ids, scores, total)
+    sums = np.bincount(items.ids, scores, len(items.hashes))
     np.add.at(sums, at[inside], fresh_scores[inside])
     outside = np.flatnonzero(~inside)  # items no block holds
     _, once, inverse = np.unique(fresh_h[outside], return_index=True, return_inverse=True)
-    return _best(
-        np.concatenate([sums, np.bincount(inverse.reshape(-1), fresh_scores[outside])]),
-        np.concatenate([items.first, outside[once] | (len(blocks) << 32)]),
-        len(blocks),
-        many,
-    )
+    totals = np.concatenate([sums, np.bincount(inverse.reshape(-1), fresh_scores[outside])])
+    sources = np.concatenate([items.first, outside[once] | (len(blocks) << 32)])
+    return _best(totals, sources, len(blocks), many)
 
 
 def _find(hashes: Any, wanted: Any) -> tuple[Any, Any]:
@@ -384,16 +374,11 @@ def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates |
             below = np.delete(totals, chosen)
         bound = float(below.max()) if len(below) else 0.0
         chosen = chosen[np.argsort(-totals[chosen], kind="stable")]
-    return Candidates(
-        [
-            Source(-1 if w >> 32 == fresh_from else int(w >> 32), int(w & 0xFFFFFFFF))
-            for w in sources[chosen].tolist()
-        ],
-        totals[chosen].tolist(),
-        bound,
-        tied,
-        float(cut),
-    )
+    found = [
+        Source(-1 if w >> 32 == fresh_from else int(w >> 32), int(w & 0xFFFFFFFF))
+        for w in sources[chosen].tolist()
+    ]
+    return Candidates(found, totals[chosen].tolist(), bound, tied, float(cut))
 
 
 def first_tied(
@@ -413,8 +398,7 @@ def first_tied(
     found = [(f.prefix, f.key, f.shard) for f in (fresh[p] for p in position[where == len(blocks)])]
     for b in np.flatnonzero(np.bincount(where[where < len(blocks)])).tolist():
         block = blocks[b]
-        keys = block.first_keys(position[where == b], n)
-        found += [(block.prefix, key, block.shard) for key in keys]
+        found += [(block.prefix, k, block.shard) for k in block.first_keys(position[where == b], n)]
     return sorted(found)[:n]
 
 
@@ -483,13 +467,10 @@ def blocked_plan(
     exact: bool,
     scoped: bool,
 ) -> Plan[list[Scored] | None]:
-    """BM25's best ``:n`` items for the stored terms ``flat`` from blocks, or ``None``: the
-    postings must answer. ``df``: each term's document frequency under the namespace;
-    ``params``: the lexical statement's.
-
-    A query blocks cannot answer (postings spread over small namespaces, or a database
-    that refuses: read-only, a locked SQLite file, a schema before blocks) leaves its
-    words to the postings for a minute."""
+    """BM25's best ``:n`` items for the stored terms ``flat`` (``df``: their document
+    frequencies; ``params``: the lexical statement's) from blocks, or ``None``: the postings
+    must answer, and for a minute when blocks could not (postings spread over small
+    namespaces, or a database that refuses: read-only, a locked SQLite file, an old schema)."""
     if sum(df.get(f, 0) for f in flat) < MIN_POSTINGS:
         return None
     common = tuple(sorted(f for f in flat if df.get(f, 0) >= MIN_DF))
@@ -507,7 +488,6 @@ def blocked_plan(
         found = None
     if found is None:
         cache.decline(where)
-        return None
     return found
 
 
@@ -531,8 +511,7 @@ def _blocked_plan(
     weights = Weights(w, params["k_base"], params["k_len"])
     base = {k: v for k, v in params.items() if k in NAMESPACE_PARAMS}
     read = st.blocks_read(len(flat), exact, scoped)
-    terms = {f"t{j}": t for j, t in enumerate(flat)}
-    reading = {**base, **terms, "cap": FRESH_CAP + 1}
+    reading = {**base, **{f"t{j}": t for j, t in enumerate(flat)}, "cap": FRESH_CAP + 1}
     heads, fresh = yield from _read_plan(read, reading)
     todo = yield from _todo_plan(st, heads, fresh, common, base, exact, scoped)
     if todo:
@@ -657,9 +636,8 @@ def _exact_plan(
     flat: Sequence[str],
     weights: Weights,
 ) -> Plan[list[Scored]]:
-    """The items' true scores from their postings (none: 0), one statement per namespace
-    and 256 keys, never prepared: PostgreSQL's generic plan of it filters every posting of
-    the terms by key (20 ms at 10,000 items, not 0.7)."""
+    """The items' true scores from their postings (none: 0), never prepared: PostgreSQL's
+    generic plan filters every posting of the terms by key (20 ms at 10,000 items, not 0.7)."""
     by_ns: dict[tuple[str, str], list[str]] = {}
     for shard, prefix, key in items:
         by_ns.setdefault((shard, prefix), []).append(key)

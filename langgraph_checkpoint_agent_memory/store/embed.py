@@ -185,10 +185,8 @@ INDEX_KEYS = ("dims", "embed", "fields", "ann_index_config", "distance_type")
 
 
 def resolve_index(index: Any) -> dict[str, Any] | None:
-    """The index settings, checked, with ``index="default"`` (or ``{"embed": "default",
-    ...}``) meaning the offline embedder: a mapping of known keys only (a misspelt
-    ``fields`` would index the whole value without a word), ``dims`` a whole number above
-    zero, and ``embed`` given."""
+    """The index settings, checked (known keys only: a misspelt ``fields`` would index the whole
+    value silently), with ``index="default"`` or ``{"embed": "default"}`` the offline embedder."""
     if index is None:
         return None
     if index == "default":
@@ -197,24 +195,18 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
         raise ConfigurationError(
             f"index must be an IndexConfig mapping or 'default', not {index!r}"
         )
-    unknown = sorted(set(index) - set(INDEX_KEYS))
-    if unknown:
+    if unknown := sorted(set(index) - set(INDEX_KEYS)):
         raise ConfigurationError(
             f"unknown index keys: {', '.join(unknown)} (known: {', '.join(INDEX_KEYS)})"
         )
     if index.get("embed") == "default":
-        dims = index.get("dims", DEFAULT_DIMS)
-        if dims != DEFAULT_DIMS:
+        if (dims := index.get("dims", DEFAULT_DIMS)) != DEFAULT_DIMS:
             raise ConfigurationError(
                 f"the default embedder makes {DEFAULT_DIMS}-dimension vectors, not {dims!r}: "
                 "leave dims out"
             )
-        return {
-            **default_index(index.get("fields")),
-            **{k: v for k, v in index.items() if k not in ("embed", "dims")},
-        }
-    missing = [k for k in ("dims", "embed") if k not in index]
-    if missing:
+        return {**default_index(), **{k: v for k, v in index.items() if k not in ("embed", "dims")}}
+    if missing := [k for k in ("dims", "embed") if k not in index]:
         raise ConfigurationError(f"index needs 'dims' and 'embed'; missing: {', '.join(missing)}")
     dims = index["dims"]
     if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
@@ -223,10 +215,8 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
 
 
 def ann_config(index: Mapping[str, Any]) -> AnnConfig:
-    """The approximate index settings of an ``IndexConfig``: LangGraph's
-    ``ann_index_config`` (checked), and a ``distance_type`` that can only be cosine."""
-    distance = index.get("distance_type", "cosine")
-    if distance != "cosine":
+    """An ``IndexConfig``'s ``ann_index_config``, checked (its ``distance_type`` only cosine)."""
+    if (distance := index.get("distance_type", "cosine")) != "cosine":
         raise ConfigurationError(
             f"the store ranks by cosine similarity only; distance_type {distance!r} is not "
             "supported"

@@ -130,8 +130,7 @@ def expansion(
         {'adopt': 0.5, 'agenc': 0.16666666666666666}
     """
     asked = set(query)
-    best = max(scores.values(), default=0.0)
-    if best <= 0:
+    if (best := max(scores.values(), default=0.0)) <= 0:
         return {}
     weights: dict[str, float] = {}
     for p in postings:

@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 K = TypeVar("K", str, tuple[str, str])
+E = TypeVar("E")
 #: A lexical query's filter, namespace parameters, how many, ``exact`` and ``joined``.
 How = tuple[Prefilter, dict[str, Any], int, bool, bool]
 #: A cached count: ``(count, value, when read, the store's writes then)``.
@@ -51,7 +52,6 @@ class Ranker:
     Args:
         statements: The store's SQL for its dialect.
         ranking: Fusion weights, constant and candidate count.
-        embeds: Whether the store has an embedder (vectors to rank).
         clock: Seconds since the epoch, as the store's.
 
     Example:
@@ -68,39 +68,32 @@ class Ranker:
         statements: StoreStatements,
         ranking: S.Ranking,
         *,
-        embeds: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.statements = statements
         self.ranking = ranking
-        self.embeds = embeds
         self._clock = clock
         self.lock = threading.Lock()
-        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search,
-        #: kept up to :attr:`matrix_cache_bytes`
+        #: namespace -> (fingerprint, keys, normalized vectors), for recall's exact search
         self.matrices: OrderedDict[str, tuple[tuple[int, float], list[str], Any]] = OrderedDict()
         self.matrix_cache_bytes = 64 * 2**20
-        #: (namespace, exact) -> (items, average length, when read, writes then): BM25's
-        #: corpus statistics (see :meth:`_fresh`).
+        #: (namespace, exact) -> BM25's corpus statistics (items, average length, ...).
         self.stats: OrderedDict[tuple[str, bool], Counted] = OrderedDict()
         self.stats_seconds = 60.0
-        #: (namespace, exact, term as stored) -> (df, 0, when read, writes then): the df of a
-        #: term in :attr:`common_df` items or more (counting it reads all its postings).
+        #: (namespace, exact, term as stored) -> (df, ...) of a term in :attr:`common_df`
+        #: items or more (counting it reads all its postings).
         self.term_stats: OrderedDict[tuple[str, bool, str], Counted] = OrderedDict()
-        #: Whether queries of common words read blocks of postings (:mod:`.blocks`).
-        self.posting_blocks = True
+        self.posting_blocks = True  # queries of common words read blocks (:mod:`.blocks`)
         self.blocks = blocks.BlockCache()
         #: The document frequency from which a term's count is cached (``None``: never).
         self.common_df: int | None = 1_000
         #: Pseudo-relevance feedback (:mod:`.feedback`) of search and of recall (``None``: off).
         self.feedback: F.Feedback | None = None
         self.recall_feedback: F.Feedback | None = F.Feedback()
-        #: Items the store has written (the store adds to it).
-        self.writes = 0
+        self.writes = 0  # items the store has written
         self.dims: int | None = None  # the store's vector length (``None``: no embedder)
         self.vector_index: VectorIndex | None = None  # found when the store sets up
-        #: Vectors an item has at most: an approximate search reads that many per candidate.
-        self.fields = 1
+        self.fields = 1  # vectors an item has at most: an approximate search reads each
         #: The switch between exact and approximate search (:meth:`takes_index`; measured,
         #: ``benchmarks run stores``, and explained in ``docs/internals/vector-search.md``).
         self.exact_max = 2_000
@@ -108,8 +101,7 @@ class Ranker:
         self.count_cap = 200_000
         #: (namespace, index) -> (vectors, index size, when read, writes then).
         self.vector_counts: OrderedDict[tuple[str, str], Counted] = OrderedDict()
-        #: Approximate searches that stopped short and were answered exactly.
-        self.ann_fallbacks = 0
+        self.ann_fallbacks = 0  # approximate searches that stopped short, answered exactly
         #: Encryption at rest (``None``: off): vectors are ranked exactly here, decrypted.
         self.sealer: Sealer | None = None
         #: (namespace, scoped) -> (fingerprint, vectors decrypted), for encrypted searches.
@@ -123,8 +115,7 @@ class Ranker:
         return self.ranking.rrf_k
 
     def after_fork(self) -> None:
-        """A forked child must not inherit a lock another thread of the parent held."""
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # a lock another thread of the parent held
         self.blocks.after_fork()
 
     def fused_plan(
@@ -140,10 +131,8 @@ class Ranker:
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
-        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector
-        candidates under ``base``'s namespace prefix, best first, without reading the items;
-        and whether a list was cut at ``want``. ``forms`` and ``feedback``: see
-        :meth:`lexical_plan`."""
+        """``((prefix, key), fused score)`` of the best ``want`` lexical and vector candidates
+        under ``base``'s prefix, best first, items unread; and whether a list was cut there."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         cut = False
@@ -167,15 +156,32 @@ class Ranker:
         decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
         forms: list[list[str]] | None,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
-        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only
-        the items the filter keeps (``decide``: of the keys given, those live and kept), as
-        the database's pre-filter does without encryption, so the fused scores are the same.
-        Each list is decided best first until it holds ``want`` kept items or every match."""
+        """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only the
+        items ``decide`` keeps (as the pre-filter does without encryption, so the fused scores
+        are the same), decided best first until it holds ``want`` kept items or every match
+        (lexical: read with more candidates, then expanded from the first kept ones)."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
             groups = forms if forms is not None else [[t] for t in query_terms]
-            lexical = yield from self._kept_lexical_plan(groups, base, want, decide)
+            boosts, known = [1.0] * len(groups), dict[str, int]()
+            for expanded in (False, True):
+                size = want
+                while True:
+                    how = ((), base, size, False, True)
+                    raw = yield from self._bm25_plan(groups, boosts, how, known)
+                    passing = yield from decide([k for k, _ in raw])
+                    kept = [(k, score) for k, score in raw if k in passing]
+                    if len(kept) >= want or len(raw) < size:
+                        break
+                    size *= 4
+                if expanded or self.feedback is None or not kept:
+                    break
+                more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
+                if more is None:
+                    break
+                groups, boosts, known = more
+            lexical = [k for k, _ in kept]
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
             order = nearest(rows, query_vector, len(rows))
@@ -187,35 +193,6 @@ class Ranker:
                     break
         return self.ranking.fuse(lexical[:want], closest[:want])
 
-    def _kept_lexical_plan(
-        self,
-        groups: list[list[str]],
-        base: dict[str, Any],
-        want: int,
-        decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
-    ) -> Plan[list[tuple[str, str]]]:
-        """:meth:`kept_plan`'s lexical list, read again with more candidates until it holds
-        ``want`` kept items or every match; expanded from the first kept ones with
-        :attr:`feedback` on."""
-        boosts, known = [1.0] * len(groups), dict[str, int]()
-        for expanded in (False, True):
-            size = want
-            while True:
-                how = ((), base, size, False, True)
-                raw = yield from self._bm25_plan(groups, boosts, how, known)
-                passing = yield from decide([k for k, _ in raw])
-                kept = [(k, score) for k, score in raw if k in passing]
-                if len(kept) >= want or len(raw) < size:
-                    break
-                size *= 4
-            if expanded or self.feedback is None or not kept:
-                break
-            more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
-            if more is None:
-                break
-            groups, boosts, known = more
-        return [k for k, _ in kept]
-
     def vector_plan(
         self,
         query_vector: list[float],
@@ -225,10 +202,9 @@ class Ranker:
         *,
         joined: bool = True,
     ) -> Plan[tuple[list[tuple[str, str]], bool]]:
-        """The ``want`` items under ``base``'s namespace most similar to ``query_vector``,
-        best first (see the module), and whether the list was cut at ``want``. ``joined``
-        off (no filter): exact search ranks the vectors without reading their items, much
-        cheaper; should expired items leave too few results, the store ranks again joined."""
+        """The ``want`` items under ``base``'s prefix most similar to ``query_vector``, best
+        first, and whether the list was cut at ``want``. ``joined`` off (no filter): exact
+        search skips the items (much cheaper; the store ranks again joined if too few live)."""
         if self.sealer is not None:  # no index can read sealed vectors: exact, decrypted here
             opened = yield from self._sealed_rows_plan(base)
             closest = nearest(opened, query_vector, want + 1)
@@ -266,10 +242,7 @@ class Ranker:
             return cached[1]  # type: ignore[no-any-return]
         [found] = yield Batch([Stmt(self.statements.sealed_vectors(one), base, fetch=True)])
         rows = yield from self._opened(found)
-        with self.lock:
-            self.opened[key] = (fingerprint, rows)
-            while len(self.opened) > 256:  # namespaces, least recently searched out first
-                self.opened.popitem(last=False)
+        self._remember(self.opened, key, (fingerprint, rows), most=256)  # namespaces
         return rows
 
     def _opened(self, found: Sequence[Sequence[Any]]) -> Plan[list[VectorRow]]:
@@ -307,19 +280,17 @@ class Ranker:
         metrics.cache_lookup(cache, fresh)
         return fresh
 
-    def _remember(self, cache: OrderedDict[Any, Counted], key: Any, entry: Counted) -> None:
-        """Cache ``entry``, keeping the 4,096 most recently read."""
+    def _remember(self, cache: OrderedDict[Any, E], key: Any, entry: E, most: int = 4096) -> None:
         with self.lock:
             cache[key] = entry
             cache.move_to_end(key)
-            while len(cache) > 4096:
+            while len(cache) > most:
                 cache.popitem(last=False)
 
     def takes_index(self, vectors: int, total: float, want: int) -> bool:
-        """The switch: whether ``want`` candidates from a namespace of ``vectors`` (counted
-        up to :attr:`count_cap`) in an index of about ``total`` come from the index: exact
-        search costs about ``vectors`` comparisons, the index about ``want * total / vectors``
-        entries of ``index_cost`` comparisons each."""
+        """Whether ``want`` candidates of ``vectors`` (counted up to :attr:`count_cap`) in an
+        index of about ``total`` come from it: exact search costs ``vectors`` comparisons, the
+        index ``want * total / vectors`` entries of ``index_cost`` each."""
         if vectors <= self.exact_max:
             return False
         total = max(total, float(vectors))
@@ -332,14 +303,10 @@ class Ranker:
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[list[tuple[str, str]]]:
-        """BM25's best items for ``terms`` (``how``: see :data:`How`), document frequencies
-        counted with the query (a common term's cached, see :attr:`term_stats`). With
-        ``feedback``, the query is expanded from its first matches and ranked again.
-
-        ``forms``: per term, what the index stores for it (with encryption on, its keyed
-        hash under each searched shard's key): a term's document frequency is the sum over
-        its forms, and each form weighs as its term, so the scores are those of the terms
-        themselves. ``None``: each term as it is."""
+        """BM25's best items for ``terms`` (``how``: see :data:`How`), dfs counted with the
+        query (a common term's cached); with ``feedback``, expanded from its first matches and
+        ranked again. ``forms``: per term, its keyed hash under each searched shard's key
+        (encryption on): its df sums over them and each weighs as the term itself."""
         groups = forms if forms is not None else [[t] for t in terms]
         packed = forms is None  # blocks hold terms as they are, not their keyed hashes
         scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {}, packed)
@@ -360,8 +327,7 @@ class Ranker:
         packed: bool = False,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
-        each term's weight its idf times ``boosts``; ``known``: document frequencies already
-        counted; ``packed``: an unjoined query may read blocks of postings (:mod:`.blocks`)."""
+        weighed idf times ``boosts``; ``known``: dfs counted; ``packed``: blocks may serve."""
         filters, base, want, exact, joined = how
         flat = [f for group in groups for f in group]
         group_of = [g for g, group in enumerate(groups) for _ in group]
@@ -370,16 +336,10 @@ class Ranker:
             return []
         docs, avgdl = stats[0], stats[1] or 1.0
         group_df = [sum(df.get(f, 0) for f in group) for group in groups]
-        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}}
-        params.update(
-            n=want,
-            k_base=S.K1 * (1 - S.B),
-            k_len=S.K1 * S.B / avgdl,
-            **{
-                f"w{j}": S.idf(docs, group_df[g]) * (S.K1 + 1) * boosts[g]
-                for j, g in enumerate(group_of)
-            },
-        )
+        weight = [S.idf(docs, n) * (S.K1 + 1) * b for n, b in zip(group_df, boosts, strict=True)]
+        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}, "n": want}
+        params.update({f"w{j}": weight[g] for j, g in enumerate(group_of)})
+        params.update(k_base=S.K1 * (1 - S.B), k_len=S.K1 * S.B / avgdl)
         one = scoped(base)
         if packed and not joined and self.posting_blocks and self.statements.d.posting_blocks:
             found = yield from blocked_plan(
@@ -428,9 +388,8 @@ class Ranker:
         for term in uncounted:  # a common term's count is cached (see :attr:`common_df`)
             df[term] = count = counts.get(term, 0)
             if self.common_df is not None and count >= self.common_df:
-                self._remember(
-                    self.term_stats, (key[0], exact, term), (count, 0.0, now, self.writes)
-                )
+                entry = (count, 0.0, now, self.writes)
+                self._remember(self.term_stats, (key[0], exact, term), entry)
         if not fresh:  # kept even when no term matched: the next query needs them as much
             text_stats = TextStats._make(found[-1][0])
             docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
@@ -459,8 +418,7 @@ class Ranker:
         def idf(term: str) -> float:
             return F.discriminates(stats[0], df.get(term, 0))
 
-        added = F.expansion(postings, dict(top), idf, query, feedback)
-        if not added:
+        if not (added := F.expansion(postings, dict(top), idf, query, feedback)):
             return None
         return groups + [[t] for t in added], [1.0] * len(groups) + list(added.values()), df
 
@@ -472,9 +430,8 @@ class Ranker:
         want: int,
         now: float,
     ) -> Plan[list[tuple[str, float]]]:
-        """Keys of exactly one namespace's best matches for ``query`` with their fused
-        scores, for agent memory's recall (which reads the items itself); the namespace's
-        vectors are cached while it does not change."""
+        """Keys of one namespace's best matches for ``query`` with their fused scores, for
+        recall (which reads the items itself); its vectors cached while it does not change."""
         ns = ".".join(namespace)
         shard = self.statements.shard(ns)
         base = {"ns": ns, "shard": shard, "now": now}
@@ -485,7 +442,7 @@ class Ranker:
         fused, _ = yield from self.fused_plan(
             terms, None, (), base, want, exact=True, forms=forms, feedback=self.recall_feedback
         )
-        if query_vector is not None and self.embeds:
+        if query_vector is not None and self.dims is not None:  # the store embeds
             keys, matrix = yield from self.matrix_plan(ns, now)
             q = np.asarray(query_vector, dtype=np.float32)
             sims = (matrix @ (q / (np.linalg.norm(q) or 1.0))).tolist() if keys else []
@@ -569,8 +526,7 @@ def _best(keys: Sequence[K], sims: Sequence[float], want: int) -> list[K]:
 def best_items(rows: Sequence[ScoredRow], want: int) -> list[tuple[str, str]]:
     """The ``want`` best distinct items of approximate rows (one per embedded field)."""
 
-    def order(row: ScoredRow) -> float:
-        score = row.score
-        return 2.0 if score is None or score != score else -float(score)  # NaN, None last
+    def order(row: ScoredRow) -> float:  # NaN, None last
+        return 2.0 if row.score is None or row.score != row.score else -float(row.score)
 
     return list(dict.fromkeys((row.prefix, row.key) for row in sorted(rows, key=order)))[:want]

@@ -70,12 +70,6 @@ class _Call:
         #: keys the key store lacks: raised inside the plan that asks again, as locally
         self.missing: dict[str, KeyMissingError] = {}
 
-    def knows(self, need: KeysNeeded) -> bool:
-        """Whether every key ``need`` asks for was loaded before in this call."""
-        return all(o in self.owners for o in need.owners) and all(
-            i in self.ids or i in self.missing for i in need.ids
-        )
-
 
 _CALL: ContextVar[_Call | None] = ContextVar("agent_memory_store_keys", default=None)
 
@@ -96,7 +90,10 @@ def _calling() -> Iterator[_Call]:
 
 def _stalled(call: _Call, need: KeysNeeded, stalls: int) -> int:
     """The rounds in a row without progress, ``need`` counted; raised past :data:`MAX_ROUNDS`."""
-    stalls = stalls + 1 if call.knows(need) else 0
+    known = all(o in call.owners for o in need.owners) and all(
+        i in call.ids or i in call.missing for i in need.ids
+    )
+    stalls = stalls + 1 if known else 0
     if stalls > MAX_ROUNDS:
         raise need
     return stalls
@@ -133,7 +130,8 @@ class Sealer:
         self.local = local
         self.shard = shard
         #: Fields whose values are kept as keyed hashes for equality filters.
-        self.filterable = Filterable(filterable)
+        self.filterable = checked_fields(filterable)
+        self._paths = [(name, name.split(".")) for name in self.filterable]
         #: (key id, term) -> keyed hash: an HMAC per posting is most of what sealing adds to
         #: a put, and words repeat. Emptied when full.
         self._terms: dict[tuple[str, str], str] = {}
@@ -141,8 +139,7 @@ class Sealer:
     def call(
         self, run: Callable[[Plan[T]], T], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
     ) -> T:
-        """Run the plan ``make`` builds, loading the keys it asks for and running it again;
-        ``owners``' keys are found or created first (a put's)."""
+        """Run ``make``'s plan, again after loading the keys it asks for (``owners``' first)."""
         with _calling() as call:
             call.owners.update({owner: self.keyring.key(owner) for owner in owners})
             stalls = 0
@@ -151,7 +148,14 @@ class Sealer:
                     return run(make())
                 except KeysNeeded as need:
                     stalls = _stalled(call, need, stalls)
-                    self._load(call, need)
+                    find = self.keyring.key if need.create else self.keyring.find
+                    for owner in need.owners:
+                        call.owners[owner] = find(owner)
+                    for key_id in need.ids:
+                        try:
+                            call.ids[key_id] = self.keyring.by_id(key_id)
+                        except KeyMissingError as missing:
+                            call.missing[key_id] = missing
 
     async def acall(
         self, run: Callable[[Plan[T]], Any], make: Callable[[], Plan[T]], owners: Iterable[str] = ()
@@ -167,35 +171,19 @@ class Sealer:
                     return result
                 except KeysNeeded as need:
                     stalls = _stalled(call, need, stalls)
-                    await self._aload(call, need)
-
-    def _load(self, call: _Call, need: KeysNeeded) -> None:
-        for owner in need.owners:
-            call.owners[owner] = (
-                self.keyring.key(owner) if need.create else self.keyring.find(owner)
-            )
-        for key_id in need.ids:
-            try:
-                call.ids[key_id] = self.keyring.by_id(key_id)
-            except KeyMissingError as missing:
-                call.missing[key_id] = missing
-
-    async def _aload(self, call: _Call, need: KeysNeeded) -> None:
-        for owner in need.owners:
-            call.owners[owner] = await (
-                self.keyring.akey(owner) if need.create else self.keyring.afind(owner)
-            )
-        for key_id in need.ids:
-            try:
-                call.ids[key_id] = await self.keyring.aby_id(key_id)
-            except KeyMissingError as missing:
-                call.missing[key_id] = missing
+                    afind = self.keyring.akey if need.create else self.keyring.afind
+                    for owner in need.owners:
+                        call.owners[owner] = await afind(owner)
+                    for key_id in need.ids:
+                        try:
+                            call.ids[key_id] = await self.keyring.aby_id(key_id)
+                        except KeyMissingError as missing:
+                            call.missing[key_id] = missing
 
     def owner_key_plan(self, shard: str, *, create: bool) -> Plan[DataKey | None]:
         """The data key of ``shard`` (created when ``create``, else ``None`` for none)."""
         owner = store_owner(shard)
-        found = self.keyring.cached(owner)
-        if found is not None:
+        if (found := self.keyring.cached(owner)) is not None:
             return found
         call = _CALL.get()
         if call is not None and owner in call.owners and (call.owners[owner] or not create):
@@ -230,9 +218,7 @@ class Sealer:
             for key_id in named
             if (call is None or key_id not in call.ids) and self.keyring.cached_id(key_id) is None
         }
-        if not missing:
-            return
-        if not self.local:
+        if missing and not self.local:
             raise KeysNeeded(ids=sorted(missing))
         for key_id in sorted(missing):
             key = yield from self.keyring.by_id_plan(key_id)
@@ -249,8 +235,7 @@ class Sealer:
             return call.ids[key_id]
         if call is not None and key_id in call.missing:
             raise call.missing[key_id]
-        found = self.keyring.cached_id(key_id)
-        if found is None:
+        if (found := self.keyring.cached_id(key_id)) is None:
             raise KeysNeeded(ids=[key_id])
         if call is not None:  # the rest of this call finds it without the keyring's lock
             call.ids[key_id] = found
@@ -297,8 +282,7 @@ class Sealer:
             if not self.keyring.allow_plaintext:
                 raise plaintext_refused(f"{identity[0]} of {identity[1:]!r}")
             return text
-        key = self._by_id(key_id_of(text_bytes(text)))
-        return key.open_text(text, aad(*identity)).decode("utf-8")
+        return self._by_id(key_id_of(text_bytes(text))).open_text(text, aad(*identity)).decode()
 
     def forget(self) -> None:
         """Drop what this sealer remembers of terms (after keys were destroyed)."""
@@ -309,8 +293,7 @@ class Sealer:
         cache = self._terms
 
         def term(word: str) -> str:
-            found = cache.get((key.key_id, word))
-            if found is None:
+            if (found := cache.get((key.key_id, word))) is None:
                 if len(cache) >= TERM_CACHE:
                     cache.clear()
                 found = cache[(key.key_id, word)] = key.term(word)
@@ -319,8 +302,31 @@ class Sealer:
         return term
 
     def filter_terms(self, key: DataKey, text: str) -> list[str]:
-        """What an item of JSON ``text`` keeps for the filterable fields (see the module)."""
-        return self.filterable.item_terms(self.term_of(key), text)
+        """What an item of JSON ``text`` keeps for the filterable fields (see the module): each
+        field's mark, and its value's hash when a scalar (from the JSON a reader decodes)."""
+        if not self._paths:
+            return []
+        term, value = self.term_of(key), json.loads(text)
+        out: list[str] = []
+        for name, path in self._paths:
+            out.append(term(_MARK + name))
+            form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
+            if form is not None:
+                out.append(term(_MARK + name + _VALUE + form))
+        return out
+
+    def _usable(
+        self, conds: Sequence[tuple[list[str], str, Any]]
+    ) -> Iterator[tuple[int, str, list[str]]]:
+        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
+        for i, (path, op, expected) in enumerate(conds):
+            name = ".".join(path)
+            if op not in ("$eq", "$in") or name not in self.filterable:
+                continue
+            values = [expected] if op == "$eq" else list(expected)
+            forms = {scalar_form(v) for v in values}
+            if forms and None not in forms:
+                yield i, name, sorted(f for f in forms if f is not None)
 
     def prefilter_plan(
         self,
@@ -330,8 +336,7 @@ class Sealer:
     ) -> Plan[tuple[Prefilter, dict[str, Any]]]:
         """The pre-filter (and its parameters) of ``conds``' ``$eq`` and ``$in`` conditions on
         filterable fields, as keyed hashes under each shard key searched."""
-        usable = list(self.filterable.usable(conds))[:MAX_PREFILTER]
-        if not usable:
+        if not (usable := list(self._usable(conds))[:MAX_PREFILTER]):
             return (), {}
         shards = yield from self.shards_plan(statements, base)
         if len(shards) > MAX_SHARDS:
@@ -346,28 +351,24 @@ class Sealer:
             if len(hashes) * (len(forms) + 1) > MAX_HASHES:
                 continue  # decided on decrypted values only
             prefix = f"h{i}"
-            found = _padded([h(Filterable.value(name, f)) for h in hashes for f in forms])
-            marks = _padded([h(Filterable.mark(name)) for h in hashes])
+            found = _padded([h(_MARK + name + _VALUE + f) for h in hashes for f in forms])
+            marks = _padded([h(_MARK + name) for h in hashes])
             params.update({f"{prefix}_v{j}": t for j, t in enumerate(found)})
             params.update({f"{prefix}_m{j}": t for j, t in enumerate(marks)})
             parts.append((prefix, (HASHED_EQUALITY, len(found), len(marks))))
         return tuple(parts), params
 
     def shards_plan(self, statements: StoreStatements, base: dict[str, Any]) -> Plan[list[str]]:
-        """The shard keys a search under ``base``'s prefix hashes its terms for: the one it
-        names, else those of the items under it (one whose key is gone too)."""
+        """The shard keys a search under ``base`` hashes terms for: its own, or its items'."""
         if "shard" in base:
             return [base["shard"]]
         [rows] = yield Batch([Stmt(statements.shards_under(), base, fetch=True)])
         return [str(r[0]) for r in rows]
 
     def keys_plan(self, statements: StoreStatements, shards: Iterable[str]) -> Plan[list[DataKey]]:
-        """The data keys of ``shards`` that have one. A shard with sealed items and no key
-        (destroyed) raises :class:`KeyMissingError`, as reading one of its items does (a key
-        this process still holds is dropped): nothing can match what that key hashed."""
-        keys: list[DataKey] = []
-        needed: list[str] = []
-        keyless: list[str] = []
+        """The data keys of ``shards`` that have one; a shard with sealed items and no key
+        (destroyed) raises :class:`KeyMissingError`, as reading one of its items does."""
+        keys, needed, keyless = list[DataKey](), list[str](), list[str]()
         for shard in sorted(set(shards)):
             try:
                 key = yield from self.owner_key_plan(shard, create=False)
@@ -390,8 +391,7 @@ class Sealer:
     def term_forms_plan(
         self, statements: StoreStatements, terms: list[str], shards: Iterable[str]
     ) -> Plan[list[list[str]]]:
-        """Per query term, its keyed hash under each of ``shards``' keys (and itself with
-        ``allow_plaintext``); :class:`KeyMissingError` as :meth:`keys_plan`."""
+        """Per query term, its keyed hash under each of ``shards``' keys (and itself, if plain)."""
         keys = yield from self.keys_plan(statements, shards)
         plain = self.keyring.allow_plaintext
         hashes = [self.term_of(k) for k in keys]
@@ -411,9 +411,8 @@ def encrypt_plaintext_plan(
     on_progress: Callable[[int, int | None], None] | None = None,
     batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
-    """Seal every item written without encryption, its vectors, and re-hash its terms, each
-    item in a transaction claimed by sealing its row first, so runs may overlap and resume.
-    ``counts`` (added to) survives a run started again to load keys."""
+    """Seal every plaintext item, its vectors, and re-hash its terms, each item in a transaction
+    claimed by sealing its row first (runs may overlap and resume); ``counts`` is added to."""
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
     while True:
         [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
@@ -506,52 +505,3 @@ def _integer(value: int) -> str | None:
         return "n" + int.__repr__(value)
     except ValueError:  # longer than Python prints; no stored JSON number equals it
         return None
-
-
-class Filterable:
-    """The filterable fields of one store.
-
-    Args:
-        fields: Dotted paths into item values.
-    """
-
-    def __init__(self, fields: Iterable[str]) -> None:
-        self.fields = checked_fields(fields)
-        self._paths = [(name, name.split(".")) for name in self.fields]
-
-    def item_terms(self, term: Callable[[str], str], text: str) -> list[str]:
-        """What an item of JSON ``text`` stores, hashed by ``term``: each field's mark, and
-        its value's hash when a scalar (from the JSON a reader decodes, so both agree)."""
-        if not self._paths:
-            return []
-        value = json.loads(text)
-        out: list[str] = []
-        for name, path in self._paths:
-            out.append(term(self.mark(name)))
-            form = scalar_form(found) if (found := lookup(value, path)) is not MISSING else None
-            if form is not None:
-                out.append(term(self.value(name, form)))
-        return out
-
-    def usable(
-        self, conds: Sequence[tuple[list[str], str, Any]]
-    ) -> Iterator[tuple[int, str, list[str]]]:
-        """``(index, field, value forms)`` of each ``$eq``/``$in`` of scalars on a field."""
-        for i, (path, op, expected) in enumerate(conds):
-            name = ".".join(path)
-            if op not in ("$eq", "$in") or name not in self.fields:
-                continue
-            values = [expected] if op == "$eq" else list(expected)
-            forms = {scalar_form(v) for v in values}
-            if forms and None not in forms:
-                yield i, name, sorted(f for f in forms if f is not None)
-
-    @staticmethod
-    def mark(name: str) -> str:
-        """The text hashed as field ``name``'s mark."""
-        return _MARK + name
-
-    @staticmethod
-    def value(name: str, form: str) -> str:
-        """The text hashed for field ``name`` holding the value of ``form``."""
-        return _MARK + name + _VALUE + form

@@ -76,9 +76,7 @@ def _kind(value: Any) -> str:
         return "bool"
     if isinstance(value, (int, float)):
         return "number"
-    if isinstance(value, str):
-        return "string"
-    return "other"
+    return "string" if isinstance(value, str) else "other"
 
 
 def _equal(actual: Any, expected: Any) -> bool:
@@ -92,14 +90,10 @@ _ORDERS = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": 
 def compare(actual: Any, op: str, expected: Any) -> bool:
     if actual is MISSING:
         return False
-    if op == "$eq":
-        return _equal(actual, expected)
-    if op == "$ne":
-        return not _equal(actual, expected)
-    if op == "$in":
-        return any(_equal(actual, e) for e in expected)
-    if op == "$nin":
-        return not any(_equal(actual, e) for e in expected)
+    if op in ("$eq", "$ne"):
+        return _equal(actual, expected) == (op == "$eq")
+    if op in ("$in", "$nin"):
+        return any(_equal(actual, e) for e in expected) == (op == "$in")
     kind = _kind(actual)
     if kind not in ("number", "string") or kind != _kind(expected):
         return False
@@ -176,10 +170,6 @@ def fuse(
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def _time(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
-
-
 def row_value(row: ItemRow, sealer: Sealer | None = None) -> Any:
     """An item row's value as a dict, opened with ``sealer`` (its keys loaded first)."""
     if sealer is not None:
@@ -198,8 +188,8 @@ def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -
         value=row_value(row, sealer) if value is None else value,
         key=row.key,
         namespace=tuple(row.prefix.split(".")),
-        created_at=_time(row.created_at),
-        updated_at=_time(row.updated_at),
+        created_at=datetime.fromtimestamp(row.created_at, tz=timezone.utc),
+        updated_at=datetime.fromtimestamp(row.updated_at, tz=timezone.utc),
     )
 
 
@@ -217,8 +207,7 @@ class _Page:
     def __init__(
         self, conds: list[tuple[list[str], str, Any]], op: SearchOp, sealer: Sealer | None
     ) -> None:
-        self._conds = conds
-        self._sealer = sealer
+        self._conds, self._sealer = conds, sealer
         self._skip, self._limit = op.offset, op.limit
         self.items: list[tuple[SearchItem, Any]] = []
 
@@ -245,21 +234,15 @@ def sealed_of(rows: list[ItemRow]) -> list[bytes | None]:
 
 
 class Searcher:
-    """Builds the search plans of one store.
-
-    Args:
-        statements: The store's statements (their shard rule may be set later, in place).
-        ranker: Ranks a namespace's items by terms and vectors.
-    """
+    """Builds the search plans of one store (whose statements' shard rule may change in place)."""
 
     def __init__(self, statements: StoreStatements, ranker: Ranker) -> None:
         self.statements = statements
         self.ranker = ranker
-        #: Encryption at rest (``None``: off).
-        self.sealer: Sealer | None = None
+        self.sealer: Sealer | None = None  # encryption at rest (``None``: off)
 
     def ranked_plan(
-        self, op: SearchOp, now: float, query_vector: list[float] | None
+        self, op: SearchOp, now: float, vector: list[float] | None
     ) -> Plan[list[tuple[SearchItem, Any]]]:
         conds = conditions(op.filter)
         base = {**self.statements.prefix_params(op.namespace_prefix), "now": now}
@@ -267,8 +250,8 @@ class Searcher:
         if self.sealer is None:
             filters, fparams = self.statements.prefilter(conds)
             base.update(fparams)
-        query_terms = terms(op.query) if op.query else []
-        if not op.query or (not query_terms and query_vector is None):
+        words = terms(op.query) if op.query else []
+        if not op.query or (not words and vector is None):
             if self.sealer is not None and conds:  # narrowed by keyed hashes, if any
                 filters, fparams = yield from self.sealer.prefilter_plan(
                     self.statements, conds, base
@@ -276,31 +259,22 @@ class Searcher:
                 base.update(fparams)
             return (yield from self._recent_plan(op, conds, filters, base))
         forms = None
-        if self.sealer is not None and query_terms:
+        if self.sealer is not None and words:
             shards = yield from self.sealer.shards_plan(self.statements, base)
-            forms = yield from self.sealer.term_forms_plan(self.statements, query_terms, shards)
+            forms = yield from self.sealer.term_forms_plan(self.statements, words, shards)
         want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
         if self.sealer is not None and conds:
-            fused = yield from self.ranker.kept_plan(
-                query_terms, query_vector, base, want, self._decider(conds, now), forms
-            )
+            decide = self._decider(conds, now)
+            fused = yield from self.ranker.kept_plan(words, vector, base, want, decide, forms)
             return (yield from self._read_ranked(fused, conds, op, now))
-        # Without a filter the postings (and vectors) alone rank; should expired items fill
-        # the list so that too few remain, rank again joined with the items, which leaves
-        # them out. With a filter, the database's pre-filter narrows the candidates and the
-        # filter is decided here: should it keep too few of a full list, rank again with
-        # more candidates, until the lists hold every match.
-        joined = bool(filters)
+        # Without a filter the postings (and vectors) alone rank; should expired items leave
+        # too few, rank again joined with the items. With a filter, the database's pre-filter
+        # narrows the candidates and the filter is decided here: should it keep too few of a
+        # full list, rank again with more candidates, until the lists hold every match.
+        joined, feedback = bool(filters), self.ranker.feedback
         while True:
             fused, cut = yield from self.ranker.fused_plan(
-                query_terms,
-                query_vector,
-                filters,
-                base,
-                want,
-                joined=joined,
-                forms=forms,
-                feedback=self.ranker.feedback,
+                words, vector, filters, base, want, joined=joined, forms=forms, feedback=feedback
             )
             out = yield from self._read_ranked(fused, conds, op, now)
             if len(out) >= op.limit or not cut:
@@ -322,7 +296,6 @@ class Searcher:
             for start in range(0, len(todo), 64):
                 chunk = todo[start : start + 64]
                 found = yield from self._rows_plan(chunk, now)
-                yield from sealer.ids_plan(sealed_of(found))
                 decided.update(dict.fromkeys(chunk, False))
                 for row in found:
                     decided[(row.prefix, row.key)] = matches(row_value(row, sealer), conds)
@@ -331,11 +304,14 @@ class Searcher:
         return decide
 
     def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
-        """The rows of the live items among ``keys`` (at most 64 of them)."""
+        """The rows of the live items among ``keys`` (at most 64), their data keys loaded."""
         params = key_params(self.statements, keys)
         params["now"] = now
         [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
-        return list(map(ItemRow._make, rows))
+        found = list(map(ItemRow._make, rows))
+        if self.sealer is not None:
+            yield from self.sealer.ids_plan(sealed_of(found))
+        return found
 
     def _read_ranked(
         self,
@@ -355,8 +331,6 @@ class Searcher:
             start, size = start + size, 64
             rows = yield from self._rows_plan([k for k, _ in chunk], now)
             by_key = {(r.prefix, r.key): r for r in rows}
-            if self.sealer is not None:
-                yield from self.sealer.ids_plan(sealed_of(list(by_key.values())))
             for item_key, score in chunk:
                 row = by_key.get(item_key)
                 if row is not None and page.offer(row, score):
@@ -370,16 +344,14 @@ class Searcher:
         filters: Prefilter,
         base: dict[str, Any],
     ) -> Plan[list[tuple[Any, Any]]]:
-        """No query: newest first, pre-filtered in SQL, decided exactly here. With encryption
-        on (only filterable fields pre-filtered), a filter reads pages growing faster."""
+        """No query: newest first, pre-filtered in SQL, decided exactly here (with encryption
+        on, a filter reads pages growing faster: only filterable fields are pre-filtered)."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
-        cursor, size = 0, max(op.limit + op.offset, 16)
         sealer = self.sealer
         grow = 4 if sealer is not None and conds else 2
-        if grow == 4:
-            size *= grow
+        cursor, size = 0, max(op.limit + op.offset, 16) * (grow if grow == 4 else 1)
         last: ItemRow | None = None  # the previous page's last row, with encryption on
         params: dict[str, Any]
         while True:
@@ -402,8 +374,7 @@ class Searcher:
             size *= grow
 
 
-#: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None`` for the
-#: store's.
+#: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None``: the store's.
 PerCall = RerankerLike | Literal[False] | None
 
 
@@ -421,43 +392,34 @@ COLUMNS = ("created_at", "updated_at")
 
 @dataclass
 class Staged:
-    """What a batch runs for its searches with a query, and how each is answered.
+    """What a batch runs for its searches with a query, and how each is answered."""
 
-    Attributes:
-        ops: The batch's operations (such searches widened to their candidates), then the
-            dated searches added for them.
-        asked: How many operations the batch itself has (the first of ``ops``).
-        searches: Each such search, by its position in the batch.
-        spans: The span of time a search names, by its position (when it names one).
-        dated: The positions in ``ops`` of a search's dated searches, with its query and
-            without.
-    """
-
+    #: The batch's operations (such searches widened to their candidates), then dated ones.
     ops: list[Op]
+    #: How many operations the batch itself has (the first of ``ops``).
     asked: int = 0
+    #: Each such search, by its position in the batch.
     searches: dict[int, SearchOp] = field(default_factory=dict)
+    #: The span of time a search names, by its position (when it names one).
     spans: dict[int, TimeRange] = field(default_factory=dict)
+    #: The positions in ``ops`` of a search's dated searches, with its query and without.
     dated: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def candidates(self, i: int, results: Sequence[Result], time_field: str) -> list[SearchItem]:
         """The candidates of search ``i``: those inside the span it names first."""
         found: list[SearchItem] = list(results[i])  # type: ignore[arg-type]
-        span = self.spans.get(i)
-        if span is None:
+        if (span := self.spans.get(i)) is None:
             return found
-
-        def key(item: SearchItem) -> tuple[tuple[str, ...], str]:
-            return tuple(item.namespace), item.key
-
         if i in self.dated:  # those its words match, then the newest, with fused scores
-            scored = {key(item): item for item in found}
+            scored = {(it.namespace, it.key): it for it in found}
             inside: dict[tuple[tuple[str, ...], str], SearchItem] = {}
             for j in self.dated[i]:
-                for item in cast(list[SearchItem], results[j]):
-                    inside.setdefault(key(item), scored.get(key(item), item))
+                for it in cast(list[SearchItem], results[j]):
+                    key = (it.namespace, it.key)
+                    inside.setdefault(key, scored.get(key, it))
         else:
-            inside = {key(item): item for item in found if _moment(item, time_field) in span}
-        return [*inside.values(), *(item for item in found if key(item) not in inside)]
+            inside = {(it.namespace, it.key): it for it in found if _moment(it, time_field) in span}
+        return [*inside.values(), *(it for it in found if (it.namespace, it.key) not in inside)]
 
     def searched(
         self, results: list[Result], time_field: str | None
@@ -531,11 +493,6 @@ def _moment(item: SearchItem, time_field: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return float("nan")
-
-
-def unranked(items: Sequence[SearchItem]) -> Reordered:
-    """The candidates' own order (no reranker)."""
-    return Reordered(list(range(len(items))))
 
 
 def page(op: SearchOp, items: Sequence[SearchItem], reordered: Reordered) -> list[SearchItem]:

@@ -1,9 +1,6 @@
-"""``AgentMemoryStore``: a LangGraph ``BaseStore`` on SQLite, PostgreSQL, SAP HANA or memory.
-
-One implementation over the ``db`` layer (memory is SQLite in memory, so every backend has the
-same semantics). Batches are plans, so ``batch`` and ``abatch`` share everything but the
-embedding calls, which happen before the plan runs, outside any transaction. Ranking is in
-:mod:`.ranking`, encryption at rest in :mod:`.sealing`.
+"""``AgentMemoryStore``: a LangGraph ``BaseStore`` on SQLite, PostgreSQL, SAP HANA or memory
+(SQLite in memory), one implementation over the ``db`` layer. Batches are plans: ``batch`` and
+``abatch`` share all but the embedding calls, made before the plan runs, outside any transaction.
 """
 
 from __future__ import annotations
@@ -197,12 +194,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             }
             self.embeddings = ensure_embeddings(config["embed"])
             self.ann_config = ann_config(config)
-        self.ranker: Ranker = Ranker(
-            self.statements,
-            S.Ranking(*V.checked_ranking(weights, rrf_k, candidates)),
-            embeds=self.embeddings is not None,
-            clock=clock,
-        )
+        ranking = S.Ranking(*V.checked_ranking(weights, rrf_k, candidates))
+        self.ranker: Ranker = Ranker(self.statements, ranking, clock=clock)
         self.ranker.feedback, self.ranker.recall_feedback = feedback_settings(feedback)
         if self.index_config is not None:
             self.ranker.fields = max(1, len(self.index_config["fields"]))
@@ -213,19 +206,30 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.sealer: Sealer | None = None
         setting = encryption if isinstance(encryption, Encryption) else resolve(encryption)
         if setting is not None:
-            self._encrypt(setting, index)
+            self.keyring = setting.open_keyring(self.db)
+            local = self.keyring.keystore.db is self.db
+            if local:  # the key table is set up with the store's, the master key checked
+                self.add_schema(KEYS)
+                self.key_check = self.keyring.provider_check_plan
+            shard, fields = self.statements.shard, setting.filterable_fields
+            self.sealer = Sealer(self.keyring, local=local, shard=shard, filterable=fields)
+            self.ranker.sealer = self.searcher.sealer = self.sealer
+            if isinstance(index, Mapping) and index.get("ann_index_config"):
+                warnings.warn(
+                    "encryption is on: vectors are sealed, so no approximate (HNSW) index "
+                    "serves this store; vector search is exact over each searched namespace's "
+                    "vectors, decrypted in the store",
+                    stacklevel=2,
+                )
         self.encrypted = self.keyring is not None
-        #: Whether this store knows the database's vector support (found at setup, or on
-        #: first use without ``auto_setup``).
-        self._vectors_known = False
+        self._vectors_known = False  # the database's vector support, found at setup or first use
         fork.register(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.db.describe()}, index={self.index_config is not None})"
 
     def after_fork(self) -> None:
-        """A forked child has none of the parent's threads: its next put starts its own
-        sweeper (the database resets its connections itself)."""
+        """A forked child's next put starts its own sweeper (the database resets itself)."""
         self._sweeper = None
         self.ranker.after_fork()
 
@@ -279,8 +283,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         self.db.close()
 
     async def aclose(self) -> None:
-        """Async :meth:`close`; ``async with store:`` calls it on exit. The sweeper thread
-        is joined off the event loop."""
+        """Async :meth:`close` (``async with store:``), joining the sweeper off the event loop."""
         await asyncio.to_thread(self.stop_ttl_sweeper)
         if self.keyring is not None:
             await asyncio.to_thread(self.keyring.close)
@@ -327,9 +330,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     @property
     def vector_index(self) -> str | None:
-        """The name of the approximate (HNSW) index this store's vector search uses, or
-        ``None`` where search is exact only (no index on this database, ``kind="flat"``, or
-        not found out yet: a store finds it at setup)."""
+        """The name of the approximate (HNSW) index this store's vector search uses, or ``None``
+        (exact search only: no index on this database, ``kind="flat"``, or not set up yet)."""
         index = self.ranker.vector_index
         return None if index is None else index.name
 
@@ -350,9 +352,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
     def recent_keys_plan(self, namespace: Sequence[str], limit: int, now: float) -> Plan[list[str]]:
         """Keys of one namespace's newest live items, newest first."""
-        found = yield from self.searcher.ranked_plan(
-            SearchOp(tuple(namespace), limit=limit), now, None
-        )
+        op = SearchOp(tuple(namespace), limit=limit)
+        found = yield from self.searcher.ranked_plan(op, now, None)
         return [item.key for item, _ in found]
 
     def destroy_keys(self, shards: Sequence[str]) -> list[str]:
@@ -381,26 +382,23 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         if self.keyring is None:
             return []
         self._ready()
-        destroyed = self.keyring.destroy([store_owner(s) for s in shards])
-        self._forget_plaintext()
-        return destroyed
+        return self._forget_plaintext(self.keyring.destroy([store_owner(s) for s in shards]))
 
     async def adestroy_keys(self, shards: Sequence[str]) -> list[str]:
         """Async :meth:`destroy_keys`."""
         if self.keyring is None:
             return []
         await self._aready()
-        destroyed = await self.keyring.adestroy([store_owner(s) for s in shards])
-        self._forget_plaintext()
-        return destroyed
+        return self._forget_plaintext(await self.keyring.adestroy([store_owner(s) for s in shards]))
 
-    def _forget_plaintext(self) -> None:
+    def _forget_plaintext(self, destroyed: list[str]) -> list[str]:
         """Drop what this process remembers decrypted (a destroyed key must serve nothing)."""
         if self.sealer is not None:
             self.sealer.forget()
         with self.ranker.lock:
             self.ranker.matrices.clear()
             self.ranker.opened.clear()
+        return destroyed
 
     def encrypt_plaintext(
         self, *, on_progress: Callable[[int, int | None], None] | None = None
@@ -450,32 +448,10 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     def _encrypt_plaintext(
         self, on_progress: Callable[[int, int | None], None] | None
     ) -> tuple[Sealer, Callable[[], Plan[dict[str, int]]]]:
-        sealer = self.sealer
-        if sealer is None:
+        if (sealer := self.sealer) is None:
             raise ConfigurationError("encrypt_plaintext needs a store opened with encryption on")
         counts = {"items": 0, "vectors": 0, "terms": 0}  # kept if the plan runs again
         return sealer, lambda: encrypt_plaintext_plan(self.statements, sealer, counts, on_progress)
-
-    def _encrypt(self, setting: Encryption, index: Any) -> None:
-        self.keyring = setting.open_keyring(self.db)
-        local = self.keyring.keystore.db is self.db
-        if local:  # the key table is set up with the store's, the master key checked
-            self.add_schema(KEYS)
-            self.key_check = self.keyring.provider_check_plan
-        self.sealer = Sealer(
-            self.keyring,
-            local=local,
-            shard=self.statements.shard,
-            filterable=setting.filterable_fields,
-        )
-        self.ranker.sealer = self.searcher.sealer = self.sealer
-        if isinstance(index, Mapping) and index.get("ann_index_config"):
-            warnings.warn(
-                "encryption is on: vectors are sealed, so no approximate (HNSW) index serves "
-                "this store; vector search is exact over each searched namespace's vectors, "
-                "decrypted in the store",
-                stacklevel=3,
-            )
 
     def _owners(self, puts: Puts) -> list[str]:
         shards = {self.statements.shard(p) for (p, _), op in puts.items() if op.value is not None}
@@ -533,8 +509,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             ```
         """
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = self._batch_staged([op], self._per_call(reranker, time_field))
-        return found  # type: ignore[return-value]
+        stages = self._per_call(reranker, time_field)
+        return self._batch_staged([op], stages)[0]  # type: ignore[return-value]
 
     async def asearch(
         self,
@@ -551,8 +527,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
     ) -> list[SearchItem]:
         """Async :meth:`search`, with its arguments."""
         op = SearchOp(namespace_prefix, filter, limit, offset, query, refresh_ttl)  # type: ignore[arg-type]
-        [found] = await self._abatch_staged([op], self._per_call(reranker, time_field))
-        return found  # type: ignore[return-value]
+        stages = self._per_call(reranker, time_field)
+        return (await self._abatch_staged([op], stages))[0]  # type: ignore[return-value]
 
     def _per_call(self, reranker: S.PerCall, time_field: str | Literal[False] | None) -> S.Stages:
         reranking = None if reranker is False else reranking_of(reranker) or self.reranking
@@ -573,7 +549,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         results = self._run_batch(staged.ops)
         searched = staged.searched(results, stages.time_field)
         answers = [
-            S.unranked(items)
+            Reordered(list(range(len(items))))  # their own order
             if stages.reranking is None
             else stages.reranking.order(search.query or "", self._texts(items))
             for _, search, items in searched
@@ -592,7 +568,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
 
         async def order(search: SearchOp, items: list[SearchItem]) -> Reordered:
             if stages.reranking is None:
-                return S.unranked(items)
+                return Reordered(list(range(len(items))))
             return await stages.reranking.aorder(search.query or "", self._texts(items))
 
         answers = await asyncio.gather(*(order(search, items) for _, search, items in searched))
@@ -902,18 +878,15 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 store.sweep()
             ```
         """
-        with self._sweep_span() as op:
+        with db_operation("store.sweep", target_of(self.db), "am_store_items") as op:
             plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
             return self._swept(op, self.run_plan(plan))
 
     async def asweep(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
         """Async :meth:`sweep`."""
-        with self._sweep_span() as op:
+        with db_operation("store.sweep", target_of(self.db), "am_store_items") as op:
             plan = sweep_plan(self.statements, self._clock, on_progress=on_progress)
             return self._swept(op, await self.arun_plan(plan))
-
-    def _sweep_span(self) -> Any:
-        return db_operation("store.sweep", target_of(self.db), "am_store_items")  # no namespace
 
     def _swept(self, op: Any, removed: int) -> int:
         """``removed``, counted on the span and in ``agent_memory.store.items_swept``."""
@@ -928,16 +901,8 @@ def sweep_plan(
     batch_size: int = 1000,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[int]:
-    """Delete expired items, ``batch_size`` at a time; how many were deleted.
-
-    Args:
-        statements: The store's statements.
-        clock: Seconds since the epoch (what "expired" is measured against).
-        batch_size: Items read and deleted per transaction.
-        on_progress: Called after each batch with ``(items deleted so far, None)``.
-
-    Candidates are read without row locks (they span shards); each delete names its item's
-    shard key, and deleting an item another sweep deleted first is a no-op."""
+    """Delete expired items, ``batch_size`` a transaction; how many were deleted. Candidates
+    are read without row locks (they span shards); deleting an item twice is a no-op."""
     removed = 0
     while True:
         expired = Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)
@@ -957,7 +922,6 @@ def sweep_plan(
 def namespaces_plan(
     statements: StoreStatements, op: ListNamespacesOp, now: float
 ) -> Plan[list[tuple[str, ...]]]:
-    """``list_namespaces`` as a plan."""
     # one shard when the literal labels cover the shard key; otherwise every shard
     conditions = op.match_conditions or ()
     first = next((c.path for c in conditions if c.match_type == "prefix"), ())
@@ -989,14 +953,6 @@ def _kind(op: Op) -> str:
     return KINDS.get(type(op), "batch")
 
 
-def _namespace(op: Op) -> tuple[str, ...] | None:
-    if isinstance(op, SearchOp):
-        return op.namespace_prefix
-    if isinstance(op, (GetOp, PutOp)):
-        return op.namespace
-    return None
-
-
 def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> Any:
     """The span of a batch of ``ops``; without the namespace and an exception's message when
     the store is ``sealed`` (namespaces may name users); called only while tracing is live."""
@@ -1004,15 +960,13 @@ def batch_span(database: Database[Any], ops: Sequence[Op], *, sealed: bool) -> A
     kind = kinds.pop() if len(kinds) == 1 else ""
     single = len(ops) == 1
     name = kind if single else f"BATCH {kind}".strip()
-    spaces = {_namespace(op) for op in ops} - {None}
+    spaces = {getattr(op, "namespace_prefix", getattr(op, "namespace", None)) for op in ops}
+    spaces.discard(None)
     namespace = None if sealed or len(spaces) != 1 else ".".join(spaces.pop() or ())
     size = None if single else len(ops)  # the conventions' size of a batch
+    attrs = {"agent_memory.namespace": namespace, "db.operation.batch.size": size}
     return db_operation(
-        f"store.{name}",
-        target_of(database),
-        "am_store_items",
-        {"agent_memory.namespace": namespace, "db.operation.batch.size": size},
-        sealed=sealed,
+        f"store.{name}", target_of(database), "am_store_items", attrs, sealed=sealed
     )
 
 

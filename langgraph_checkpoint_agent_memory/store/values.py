@@ -126,8 +126,7 @@ def encode_value(value: Mapping[str, Any]) -> str:
 
 
 def _check_text(text: str, where: str) -> None:
-    why = unstorable(text)
-    if why:
+    if why := unstorable(text):
         raise InvalidValueError(f"{where} {why}")
 
 
@@ -135,13 +134,22 @@ def _check(value: Any, where: str) -> None:
     stack: list[tuple[Any, str, int]] = [(value, where, 1)]
     while stack:
         node, at, depth = stack.pop()
-        if _leaf(node, at):
+        if isinstance(node, float) and not math.isfinite(node):
+            raise InvalidValueError(f"{at} is {node!r}, which JSON cannot hold")
+        if node is None or isinstance(node, (bool, int, float)):
             continue
-        if depth > MAX_DEPTH:
+        if isinstance(node, str):
+            _check_text(node, at)
+        elif not isinstance(node, (dict, list, tuple)):
+            raise InvalidValueError(
+                f"{at} is a {type(node).__name__}, which JSON cannot hold: store strings, "
+                "numbers, booleans, None, lists and dicts"
+            )
+        elif depth > MAX_DEPTH:
             raise InvalidValueError(
                 f"{where} nests dicts and lists more than {MAX_DEPTH} levels deep"
             )
-        if isinstance(node, dict):
+        elif isinstance(node, dict):
             for key, item in node.items():
                 if not isinstance(key, str):
                     raise InvalidValueError(
@@ -151,25 +159,6 @@ def _check(value: Any, where: str) -> None:
                 stack.append((item, f"{at}[{key!r}]", depth + 1))
         else:
             stack.extend((item, f"{at}[{i}]", depth + 1) for i, item in enumerate(node))
-
-
-def _leaf(node: Any, at: str) -> bool:
-    """Check ``node`` if it is a leaf and say so."""
-    if node is None or isinstance(node, (bool, int)):
-        return True
-    if isinstance(node, str):
-        _check_text(node, at)
-        return True
-    if isinstance(node, float):
-        if not math.isfinite(node):
-            raise InvalidValueError(f"{at} is {node!r}, which JSON cannot hold")
-        return True
-    if isinstance(node, (dict, list, tuple)):
-        return False
-    raise InvalidValueError(
-        f"{at} is a {type(node).__name__}, which JSON cannot hold: store strings, numbers, "
-        "booleans, None, lists and dicts"
-    )
 
 
 def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], PutOp]]:
@@ -188,9 +177,8 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
                 raise ConfigurationError("a namespace needs at least one label")
             if op.value is not None:
                 check_value(op.value)
-            ttl = op.ttl
-            if ttl is not None and not isinstance(ttl, NotProvided):
-                check_minutes(ttl, "put ttl")
+            if op.ttl is not None and not isinstance(op.ttl, NotProvided):
+                check_minutes(op.ttl, "put ttl")
             puts[(ns_text(op.namespace), op.key)] = op
         elif isinstance(op, SearchOp):
             if op.limit < 0 or op.offset < 0:
@@ -201,8 +189,7 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
 
 def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
     """A put's TTL in minutes: its own (not ``NOT_PROVIDED``), else ``default_ttl``."""
-    ttl: float | NotProvided | None = op.ttl
-    return (config or {}).get("default_ttl") if isinstance(ttl, NotProvided) else ttl
+    return (config or {}).get("default_ttl") if isinstance(op.ttl, NotProvided) else op.ttl
 
 
 #: The keys of LangGraph's ``TTLConfig``.
@@ -221,15 +208,13 @@ def check_minutes(value: Any, name: str) -> None:
 
 
 def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would
-    keep items forever), positive minutes, booleans. ``omit_expired`` changes nothing: no
-    read returns an expired item on any backend, even before a sweep deletes it."""
+    """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would keep
+    items forever). ``omit_expired`` changes nothing: no backend reads an expired item."""
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):
         raise ConfigurationError(f"ttl must be a TTLConfig mapping, not {ttl!r}")
-    unknown = sorted(set(ttl) - set(TTL_KEYS))
-    if unknown:
+    if unknown := sorted(set(ttl) - set(TTL_KEYS)):
         raise ConfigurationError(
             f"unknown ttl keys: {', '.join(unknown)} (known: {', '.join(TTL_KEYS)})"
         )
@@ -243,8 +228,7 @@ def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
 
 
 def checked_ranking(weights: Any, rrf_k: Any, candidates: Any) -> tuple[float, float, int, int]:
-    """The fusion settings, checked: two weights that are finite, not negative and not both
-    zero; ``rrf_k`` a whole number >= 0; ``candidates`` a whole number >= 1."""
+    """The fusion settings, checked (the errors say the rules)."""
     if (
         not isinstance(weights, Sequence)
         or isinstance(weights, str)
