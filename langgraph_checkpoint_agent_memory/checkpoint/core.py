@@ -162,24 +162,17 @@ class VersionCounter:
             >>> saver.get_next_version("00000000000000000000000000000041.25", None)[:32]
             '00000000000000000000000000000042'
         """
-        if current is None:
-            counter = 0
-        elif isinstance(current, int):
-            counter = current
-        else:
-            counter = int(current.split(".")[0])
+        counter = int(current.split(".")[0]) if isinstance(current, str) else current or 0
         return f"{counter + 1:032}.{random.random():016}"
 
 
-#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
-#: in-memory savers keep at most 64 bits too).
+#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite (and memory) keeps.
 _INT_BOUND = 2**63
 
 
 def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata:
-    string keys, and no NUL character, lone surrogate, non-finite number or whole number
-    beyond 64 bits (nested or not), which no backend holds as every other does."""
+    """``filter`` of ``list(filter=...)`` if every backend compares it alike: string keys, and
+    no NUL, lone surrogate, non-finite number or whole number beyond 64 bits, nested or not."""
     if not filter:
         return filter
     if not isinstance(filter, Mapping):

@@ -124,11 +124,8 @@ def generation_boundary(*checkpoint_ids: str | None) -> str | None:
 
 
 def is_late(named: str | None, boundary: str | None) -> bool:
-    """Whether a write into a deleted or expired thread names a checkpoint of the history
-    that ended (its parent, or for ``put_writes`` its checkpoint): refused, as it would
-    resurrect that history. A write naming none, or a newer one, starts the thread afresh:
-    LangGraph sends a fresh run's ``put_writes`` while its first ``put`` is still on its
-    way, so either may arrive first."""
+    """Whether a write into an ended thread names a checkpoint of its ended history (refused).
+    One naming none or a newer one starts afresh: a fresh run's ``put_writes`` may come first."""
     return named is not None and boundary is not None and named <= boundary
 
 
@@ -142,9 +139,8 @@ class ThreadState(NamedTuple):
 
 
 class ThreadActivity:
-    """The SQL saver's TTL policy (its arguments are :class:`SQLSaver`'s): thread rows, the
-    live-after bound (with ``keep_latest`` an expired thread stays readable until the sweep
-    prunes it), touch coalescing."""
+    """The SQL saver's TTL policy (:class:`SQLSaver`'s arguments): thread rows, the live-after
+    bound (``keep_latest`` keeps expired threads readable until swept), touch coalescing."""
 
     def __init__(
         self,
@@ -219,8 +215,7 @@ class ThreadActivity:
             touched.popitem(last=False)
 
     def refresh_due(self, thread_id: str, now: float) -> bool:
-        """Refresh-on-read, when due (only threads with a TTL have expiry to extend); a due
-        refresh counts as written."""
+        """Whether a refresh-on-read is due (a TTL to extend), then counted as written."""
         seen = self.touched.get(thread_id)
         ttl = seen[1] if seen is not None else self.ttl_seconds
         if not self.refresh_on_read or not ttl or not self.touch_due(thread_id, now, ttl):

@@ -73,8 +73,7 @@ ENCRYPT_PAGE = 200
 
 
 def _owner_and_newness(config: RunnableConfig) -> tuple[str, bool]:
-    """The key owner of a write, and whether its key is likely new (a thread's first checkpoint
-    names no parent): then it is created at once, one round trip, not a lookup and a creation."""
+    """A write's key owner, and whether its key is likely new (no parent): created in one trip."""
     thread_id, _, parent_id = thread_coordinates(config)
     owner = owner_of(thread_id, config)
     return owner, parent_id is None and owner == thread_owner(thread_id)
@@ -437,8 +436,8 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
 
     def _traced(self, name: str, config: RunnableConfig | None = None) -> Any:
-        """The span of operation ``name`` on ``config``'s thread (its id left out with
-        encryption on: ids are what an operator filters by, and may name a user)."""
+        """The span of ``name`` on ``config``'s thread (its id, which may name a user, left out
+        with encryption on)."""
         if not live():
             return IDLE
         conf = (config or {}).get("configurable", {})

@@ -63,29 +63,6 @@ def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
     return store_owner(scope)
 
 
-# associated data of each kind of sealed value (the row's key columns, and its type)
-
-
-def body_aad(thread_id: str, ns: str, checkpoint_id: str, kind: str) -> bytes:
-    return aad("checkpoint", thread_id, ns, checkpoint_id, kind)
-
-
-def metadata_aad(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
-    return aad("metadata", thread_id, ns, checkpoint_id)
-
-
-def blob_aad(
-    thread_id: str, ns: str, channel: str, version: str, kind: str, base: str | None
-) -> bytes:
-    return aad("blob", thread_id, ns, channel, version, kind, base)
-
-
-def write_aad(
-    thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
-) -> bytes:
-    return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
-
-
 def raw(kind: str) -> bool:
     """Whether a value of type ``kind`` is stored as the serde wrote it, not compressed by the
     codec (rows written before compression): the cipher then compresses it."""
@@ -151,28 +128,30 @@ class Sealer:
 
     def open_body(self, thread_id: str, ns: str, checkpoint_id: str, kind: str, body: Any) -> bytes:
         what = f"checkpoint {checkpoint_id} of thread {thread_id!r}"
-        return self.open(bytes(body), body_aad(thread_id, ns, checkpoint_id, kind), what)
+        return self.open(bytes(body), aad("checkpoint", thread_id, ns, checkpoint_id, kind), what)
 
     def open_metadata(self, thread_id: str, ns: str, checkpoint_id: str, text: str) -> str:
         what = f"the metadata of checkpoint {checkpoint_id} of thread {thread_id!r}"
-        return self.open_text(text, metadata_aad(thread_id, ns, checkpoint_id), what)
+        return self.open_text(text, aad("metadata", thread_id, ns, checkpoint_id), what)
 
     def open_blob(self, thread_id: str, ns: str, b: BlobRow) -> bytes:
         what = f"the value of channel {b.channel!r} at version {b.version} of thread {thread_id!r}"
-        associated = blob_aad(thread_id, ns, b.channel, b.version, b.type, b.base_version)
+        associated = aad("blob", thread_id, ns, b.channel, b.version, b.type, b.base_version)
         return self.open(b.blob, associated, what)
 
     def open_write(self, thread_id: str, ns: str, w: WriteRow) -> bytes:
         what = f"a pending write of task {w.task_id!r} in thread {thread_id!r}"
-        associated = write_aad(thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type)
+        associated = aad(
+            "write", thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type
+        )
         return self.open(w.blob, associated, what)
 
     @staticmethod
     def seal_blob_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
         """Seal the ``blob`` of blob rows (insert parameters) in place."""
         for r in rows:
-            associated = blob_aad(
-                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+            associated = aad(
+                "blob", r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
                 r["base_version"],
             )  # fmt: skip
             r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
@@ -181,9 +160,9 @@ class Sealer:
     def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
         """Seal the ``blob`` of pending-write rows (insert parameters) in place."""
         for r in rows:
-            associated = write_aad(
-                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
-                r["channel"], r["type"],
+            associated = aad(
+                "write", r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"],
+                r["idx"], r["channel"], r["type"],
             )  # fmt: skip
             r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
 
@@ -192,9 +171,11 @@ class Sealer:
         """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
         t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
         body = bytes(row["checkpoint"])
-        associated = body_aad(t, ns, cid, row["type"])
+        associated = aad("checkpoint", t, ns, cid, row["type"])
         row["checkpoint"] = key.seal(body, associated, compress=raw(row["type"]))
-        row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
+        row["metadata"] = key.seal_text(
+            row["metadata"].encode("utf-8"), aad("metadata", t, ns, cid)
+        )
 
     def resealed(
         self, tables: list[list[dict[str, Any]]], target: str, key: DataKey

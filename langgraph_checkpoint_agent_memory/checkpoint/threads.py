@@ -234,8 +234,7 @@ class Maintenance:
         self.activity.forget(gone)
 
     def bury(self, thread_ids: Sequence[str], now: float | None) -> list[Stmt]:
-        """Statements deleting threads' rows, behind their tombstones (new ones as of
-        ``now``, else those the sweep's claim left)."""
+        """Statements deleting threads' rows behind tombstones (new at ``now``, else claimed)."""
         d = self.dialect
         params = [{"thread_id": t} for t in thread_ids]
         tombs = [] if now is None else self.activity.tombstone_rows(thread_ids, now)
@@ -260,8 +259,7 @@ class Maintenance:
         self.forget(thread_ids)
 
     def snapshot(self, thread_ids: Sequence[str], sized: bool = False) -> Plan[dict[str, Snapshot]]:
-        """Every checkpoint and blob key of ``thread_ids`` in a held transaction, or ``sized``
-        (a preview's) without a lock, with the sizes of blobs and writes."""
+        """Each thread's checkpoints and blob keys, locked; ``sized``: unlocked, with sizes."""
         d = self.dialect
         reads = [S.select_thread_checkpoints(d), S.select_thread_blob_keys(d)]
         if sized:
@@ -285,8 +283,7 @@ class Maintenance:
     def doomed(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The key parameters of every checkpoint not in ``keep[thread]`` (deleted with its
-        writes), and of the blobs no kept one needs (an appended list needs all its bases)."""
+        """Keys of the checkpoints not kept and of the blobs no kept one needs (bases included)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
         for thread_id, snap in snapshot.items():
@@ -311,12 +308,7 @@ class Maintenance:
                     referenced.add((ns, ch, base))
                     pending.append((ns, ch, base))
             drop_blobs += [
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": b.ns,
-                    "channel": b.channel,
-                    "version": b.version,
-                }
+                dict(thread_id=thread_id, checkpoint_ns=b.ns, channel=b.channel, version=b.version)
                 for b in snap.blobs
                 if (b.ns, b.channel, b.version) not in referenced
             ]
@@ -401,8 +393,7 @@ class Maintenance:
         return S.retarget((yield Batch(reads, lock=True, hold=True)), target)
 
     def copy_thread(self, source: str, target: str, key: DataKey | None = None) -> Plan[None]:
-        """Copy ``source``'s rows to ``target``; with encryption on (``key``: the target's
-        data key) each value is opened under its source row and sealed under its new one."""
+        """Copy ``source``'s rows to ``target``, each value resealed with ``key`` if given."""
         d = self.dialect
         activity = self.activity
         now = activity.clock()
@@ -469,15 +460,13 @@ class Maintenance:
         yield self.drop(snapshot, keep)
 
     def thread_ids_page(self, table: int, after: str, size: int) -> Plan[list[str]]:
-        """The next ``size`` thread ids (after ``after``) holding rows in checkpoint table
-        ``table`` (0: checkpoints, 1: blobs, 2: writes)."""
+        """The next ``size`` thread ids after ``after`` in table 0 (checkpoints), 1 or 2."""
         sql = S.select_thread_ids_after(self.dialect)[table]
         [rows] = yield Batch([Stmt(sql, {"after": after, "page_size": size}, fetch=True)])
         return [r[0] for r in rows]
 
     def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[dict[str, int]]:
-        """Seal every plaintext value of ``thread_id`` with ``key`` (sealed ones are left
-        as they are); how many checkpoints, blobs and writes were sealed."""
+        """Seal ``thread_id``'s plaintext values with ``key``; how many of each kind it sealed."""
         cps, blobs, writes = yield from self.locked_rows(thread_id, thread_id)
         updates: list[list[dict[str, Any]]] = [[], [], []]
         for r in cps:

@@ -78,28 +78,21 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
     from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 
-#: How long a deleted or expired thread is remembered, to refuse late writes that name one of
-#: its checkpoints as parent. Never shorter than the TTL itself.
+#: How long an ended thread is remembered, to refuse late writes into it (at least the TTL).
 TOMBSTONE_SECONDS = 3600.0
-
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
-
 #: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
-
-
 F = TypeVar("F", bound=Callable[..., Any])
-#: The target of this saver's operations: no database (no ``db.system.name``), no server;
-#: its spans are internal ones, measured in ``agent_memory.operation.duration``.
+#: No database, no server: this saver's spans are internal ones.
 MEMORY = Target("")
 
 
 def traced(
     name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
 ) -> Callable[[F], F]:
-    """Run a method in the span ``checkpoint.<name>``, with the thread its first argument names
-    (left out with encryption on) and the attributes ``counts`` reads from its result."""
+    """Run a method in the span ``checkpoint.<name>``, with ``counts`` of its result."""
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
@@ -177,8 +170,7 @@ class ThreadData:
         ns_store = self.checkpoints.get(checkpoint_ns)
         if not ns_store:
             return None
-        if checkpoint_id is None:
-            checkpoint_id = max(ns_store)
+        checkpoint_id = max(ns_store) if checkpoint_id is None else checkpoint_id
         saved = ns_store.get(checkpoint_id)
         if saved is None:
             return None
@@ -344,9 +336,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        #: The data keys (encryption on), else ``None``. The crypto package (and the key
-        #: store's SQL it loads) is imported only when encryption may be on: not for
-        #: ``False``, nor for ``None`` while the environment names no master key.
+        #: The data keys, else ``None``; crypto loads only when encryption may be on.
         self.keyring: Keyring | None = None
         if encryption is not False and (
             encryption is not None or os.environ.get(MASTER_KEY_ENV, "").strip()
