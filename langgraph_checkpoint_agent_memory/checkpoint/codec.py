@@ -63,10 +63,8 @@ def packed(kind: str, data: bytes) -> tuple[str, bytes]:
         >>> kind, len(data) < 120, unpacked(kind, data, "a value") == ("msgpack", b"hello " * 20)
         ('z:msgpack', True, True)
     """
-    if len(kind) + len(PACKED) <= TYPE_MAX:
-        frame = pack(data)
-        if frame is not None:
-            return PACKED + kind, frame
+    if len(kind) + len(PACKED) <= TYPE_MAX and (frame := pack(data)) is not None:
+        return PACKED + kind, frame
     return kind, data
 
 
@@ -345,8 +343,7 @@ def pending_writes(
 
 
 class ListCache:
-    """The head checkpoint and list channels this process last wrote or read, per thread
-    namespace; one entry per namespace, the oldest evicted beyond :data:`CACHE_THREADS`."""
+    """Per thread namespace, the head and lists this process last wrote or read (LRU-bounded)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -426,8 +423,7 @@ def encode_checkpoint(
     new_versions: Mapping[str, Any],
     live_after: float,
 ) -> tuple[str, bytes, dict[str, str], list[dict[str, Any]], dict[str, ListState | None]]:
-    """The body's type and bytes, its ``blob_versions``, a blob row per other new channel (only
-    the appended items where ``cache`` knows the base), and the lists to remember."""
+    """Body type and bytes, ``blob_versions``, the new channels' blob rows, lists to remember."""
     dumps = serde.dumps_typed
     values = checkpoint["channel_values"]
     inline = {  # the values that stay in the checkpoint row
@@ -490,12 +486,9 @@ def channel_value(
 ) -> tuple[Any, int, Anchor | None]:
     """A channel's value at ``version``, its appends since its :class:`Anchor`, and that anchor;
     only what was appended to a list the cache holds for ``thread`` is decoded."""
-    if thread is not None:
-        known = cache.known(thread, channel, version)
-        if known is not None:
-            return list(known.items), known.depth, known.anchor
-    found = blob_rows.get((channel, version))
-    if found is None:
+    if thread is not None and (known := cache.known(thread, channel, version)) is not None:
+        return list(known.items), known.depth, known.anchor
+    if (found := blob_rows.get((channel, version))) is None:
         raise MissingBlob(f"stored channel {channel!r} lacks its value at version {version}")
     what = f"the value of channel {channel!r} at version {version}"
     kind, blob = unpacked(found.type, found.blob if opener is None else opener(found), what)

@@ -54,8 +54,7 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
 
 def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
     """The thread's own ``ttl_seconds`` in ``config`` (checked), else ``default``."""
-    override = (config.get("configurable") or {}).get("ttl_seconds")
-    if override is None:
+    if (override := (config.get("configurable") or {}).get("ttl_seconds")) is None:
         return default
     return validate_ttl(override, name="config['configurable']['ttl_seconds']")
 
@@ -286,10 +285,8 @@ class ThreadLife:
         self.tombstones.move_to_end(thread_id)
 
     def admit(self, thread_id: str, parent_id: str | None, own_id: str | None = None) -> None:
-        """Refuse (:class:`ThreadDeletedError`) a late write into an ended thread; on a fresh
-        start, forget the tombstone and keep its boundary as a floor."""
-        tombstone = self.tombstones.get(thread_id)
-        if tombstone is None:
+        """Refuse a late write into an ended thread; a fresh start keeps the boundary as a floor."""
+        if (tombstone := self.tombstones.get(thread_id)) is None:
             self.check_floor(thread_id, parent_id)
             return
         if is_late(parent_id, tombstone[1]) or is_late(own_id, tombstone[1]):
@@ -320,8 +317,7 @@ class ThreadLife:
 
 
 class SweeperHookup:
-    """The sweeper of one saver: at most one thread or task at a time, restartable. The
-    thread holds its saver weakly (see :class:`Sweeper`), so never keeps it alive."""
+    """A saver's sweeper: one thread (holding it weakly) or task at a time, restartable."""
 
     def __init__(self, name: str, interval: float) -> None:
         self.name = name

@@ -64,14 +64,12 @@ def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
 
 
 def raw(kind: str) -> bool:
-    """Whether a value of type ``kind`` is stored as the serde wrote it, not compressed by the
-    codec (rows written before compression): the cipher then compresses it."""
+    """Whether a value is stored uncompressed (an old row): then the cipher compresses it."""
     return not kind.startswith(PACKED)
 
 
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
-    """An unsealed bytes ``value`` if plaintext is allowed, else :class:`DecryptionError` (it
-    looks like a damaged sealed value) or :class:`PlaintextRowError`."""
+    """An unsealed ``value`` if plaintext is allowed, else why not (damaged, or plaintext)."""
     if allow_plaintext:
         return value
     if looks_damaged(value):
@@ -90,8 +88,7 @@ class Sealer:
         self.keyring = keyring
 
     def ensure(self, values: Iterable[bytes | str | None]) -> None:
-        """Raise :class:`~..crypto.keyring.KeysNeeded` for the keys of the sealed ``values``
-        (text or bytes) that are not in memory yet."""
+        """Raise :class:`~..crypto.keyring.KeysNeeded` for sealed ``values`` whose keys are out."""
         ids = set()
         for v in values:
             if isinstance(v, str):
@@ -99,13 +96,11 @@ class Sealer:
                     ids.add(key_id_of(text_bytes(v)))
             elif v and is_sealed(v):
                 ids.add(key_id_of(v))
-        missing = {k for k in ids if self.keyring.cached_id(k) is None}
-        if missing:
+        if missing := {k for k in ids if self.keyring.cached_id(k) is None}:
             raise KeysNeeded(ids=missing)
 
     def _key(self, key_id: str) -> DataKey:
-        found = self.keyring.cached_id(key_id)
-        if found is None:
+        if (found := self.keyring.cached_id(key_id)) is None:
             raise KeysNeeded(ids=[key_id])
         return found
 
@@ -235,8 +230,7 @@ def opened_rows(
     blob_rows: BlobRows,
     write_rows: Sequence[WriteRow],
 ) -> tuple[list[CheckpointRow], BlobRows, list[WriteRow]]:
-    """Checkpoint, blob and write rows of one thread namespace, their values opened (or
-    :class:`~..crypto.keyring.KeysNeeded` first, when a key is not in memory)."""
+    """Checkpoint, blob and write rows of one thread namespace, their values opened."""
     sealer.ensure(
         [
             *(v for r in rows for v in (r.body, r.metadata)),
@@ -259,9 +253,8 @@ def opened_rows(
 
 
 class ThreadSerde:
-    """A serializer sealing what it dumps with thread ``thread_id``'s ``key`` (``None``: it
-    only loads) and opening what it loads: how :class:`~.timed.TimedInMemorySaver` encrypts.
-    Associated data: the thread and the serde type (in memory, values have no row keys)."""
+    """A serializer sealing what it dumps with ``key`` (``None``: it only loads) and opening what
+    it loads, bound to the thread and the type: how :class:`~.timed.TimedInMemorySaver` encrypts."""
 
     def __init__(
         self, inner: Any, keyring: Keyring, thread_id: str, key: DataKey | None = None
@@ -301,9 +294,7 @@ class ThreadSerde:
 def thread_serde(
     serde: Any, keyring: Keyring | None, thread_id: str, config: RunnableConfig | None = None
 ) -> Any:
-    """The serializer of an in-memory thread's values: ``serde`` itself with encryption
-    off, else a :class:`ThreadSerde` sealing with the key of the thread's owner (when
-    ``config`` is given: a write) and opening with the key each value names."""
+    """``serde``, or with encryption a :class:`ThreadSerde` (sealing for a write: ``config``)."""
     if keyring is None:
         return serde
     key = None if config is None else keyring.key(owner_of(thread_id, config))

@@ -270,14 +270,13 @@ class Maintenance:
         out = {}
         for i, t in enumerate(thread_ids):
             cps, keys, *sizes = results[n * i : n * i + n]
-            snap = Snapshot([StoredCheckpoint(*r) for r in cps], [StoredBlob(*r) for r in keys])
-            if sizes:
-                blob_sizes, write_sizes = sizes
-                snap = snap._replace(
-                    blob_sizes={(ns, ch, v): int(n) for ns, ch, v, n in blob_sizes},
-                    write_sizes={(ns, cid): int(n or 0) for ns, cid, n in write_sizes},
-                )
-            out[t] = snap
+            blob_sizes, write_sizes = sizes or ([], [])
+            out[t] = Snapshot(
+                [StoredCheckpoint(*r) for r in cps],
+                [StoredBlob(*r) for r in keys],
+                {(ns, ch, v): int(size) for ns, ch, v, size in blob_sizes},
+                {(ns, cid): int(size or 0) for ns, cid, size in write_sizes},
+            )
         return out
 
     def doomed(
@@ -329,37 +328,28 @@ class Maintenance:
             write=True,
         )
 
-    def opened(self, thread_id: str, cps: Sequence[StoredCheckpoint]) -> list[StoredCheckpoint]:
-        """``cps`` with their bodies and metadata opened (as they are without encryption)."""
-        sealer = self.sealer
-        if sealer is None:
-            return list(cps)
-        sealer.ensure(v for cp in cps for v in (cp.checkpoint, cp.metadata))
-        return [
-            cp._replace(
-                checkpoint=sealer.open_body(
-                    thread_id, cp.ns, cp.checkpoint_id, cp.type, cp.checkpoint
-                ),
-                metadata=sealer.open_metadata(thread_id, cp.ns, cp.checkpoint_id, cp.metadata),
-            )
-            for cp in cps
-        ]
-
     def kept(
         self,
         serde: SerializerProtocol,
-        thread_id: str,
+        t: str,
         cps: Sequence[StoredCheckpoint],
         keep_last: int,
     ) -> set[tuple[str, str]]:
         """Per namespace: :func:`checkpoints_to_keep` of ``keep_last``."""
+        if (sealer := self.sealer) is not None:  # bodies and metadata opened
+            sealer.ensure(v for cp in cps for v in (cp.checkpoint, cp.metadata))
+            cps = [
+                cp._replace(
+                    checkpoint=sealer.open_body(t, cp.ns, cp.checkpoint_id, cp.type, cp.checkpoint),
+                    metadata=sealer.open_metadata(t, cp.ns, cp.checkpoint_id, cp.metadata),
+                )
+                for cp in cps
+            ]
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
-        for cp in self.opened(thread_id, cps):
+        for cp in cps:
             by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
         return {
-            (ns, cid)
-            for ns, rows in by_ns.items()
-            for cid in _kept_in(serde, thread_id, rows, keep_last)
+            (ns, cid) for ns, rows in by_ns.items() for cid in _kept_in(serde, t, rows, keep_last)
         }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:

@@ -231,8 +231,7 @@ class Writer:
         writes: list[Stmt],
         own_id: str | None = None,
     ) -> Plan[None]:
-        """The slow path: read the thread's row under a lock, refuse a late write into an ended
-        thread (naming a checkpoint of the ended history), or start it afresh."""
+        """The slow path: under a lock, refuse a late write into an ended thread, or start it."""
         d = self.dialect
         key = {"thread_id": thread_id}
         [state] = yield Batch(
