@@ -1,11 +1,10 @@
 """A thread's lifetime, with no I/O: one TTL policy for every saver of the package.
 
 ``ttl_seconds`` is idle time, and an idle thread is invisible at once; the sweeper only frees
-what readers already ignore. A deleted or expired thread leaves a tombstone recording where
-its history ended (:func:`generation_boundary`), so a late write naming one of its
-checkpoints is refused (:func:`is_late`) rather than resurrecting it. The SQL saver keeps
-activity in thread rows (:class:`ThreadActivity`), :class:`TimedInMemorySaver` in memory
-(:class:`ThreadLife`).
+what readers already ignore. An ended thread leaves a tombstone recording where its history
+ended (:func:`generation_boundary`), so a late write naming one of its checkpoints is refused
+(:func:`is_late`), not resurrected. Activity lives in thread rows for the SQL saver
+(:class:`ThreadActivity`), in memory for :class:`TimedInMemorySaver` (:class:`ThreadLife`).
 """
 
 from __future__ import annotations

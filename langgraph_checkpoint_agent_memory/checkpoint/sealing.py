@@ -1,12 +1,11 @@
 """Checkpoint rows sealed with their thread's data key, and opened again, with no I/O (apart
 from :mod:`.codec` so only a saver with encryption on loads it).
 
-Every value column is sealed: the body, each blob, each pending write, and the metadata as a
-whole (its keys say as much as its values; a filter on it is matched after opening). Each
-value carries its row's identity as associated data, so a value moved to another row or
-thread does not open. A read's plan asks :meth:`Sealer.ensure` for the key ids it fetched; a
-key not in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell
-loads it and runs the plan again, so the hot path keeps its round trips.
+Every value column is sealed, the metadata as a whole (its keys say as much as its values; a
+filter on it is matched after opening), with its row's identity as associated data, so a value
+moved to another row or thread does not open. A read's plan asks :meth:`Sealer.ensure` for the
+key ids it fetched; a key not in memory ends it with :class:`~..crypto.keyring.KeysNeeded`,
+and the shell loads it and runs the plan again, so the hot path keeps its round trips.
 """
 
 from __future__ import annotations

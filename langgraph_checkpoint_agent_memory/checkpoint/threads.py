@@ -1,11 +1,10 @@
 """The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune, the
 TTL sweep, encrypting plaintext, and what each thread stores.
 
-Pruning keeps what every kept checkpoint needs to read back whole (the ancestors of its
-``DeltaChannel`` values, the bases of its appended lists). The sweep claims expired threads
-with ``SKIP LOCKED`` where the database has it, so each is removed by exactly one sweeper.
-Sizes are the database's measure of each stored value, summed per thread: what retention
-frees, not the database's own overhead.
+Pruning keeps what each kept checkpoint needs to read back whole (its ``DeltaChannel``
+ancestors, its lists' bases). The sweep claims expired threads with ``SKIP LOCKED`` where the
+database has it, so exactly one sweeper removes each. Sizes sum each stored value's size per
+thread: what retention frees, not the database's own overhead.
 """
 
 from __future__ import annotations

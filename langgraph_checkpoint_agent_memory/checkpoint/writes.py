@@ -2,8 +2,7 @@
 
 Each is one round trip where the driver pipelines: the thread's activity, the blobs and the
 checkpoint row (or the writes), written only while the thread is live. Zero rows written sends
-the plan down the slow path (:meth:`Writer.admit`), which reads the thread's row under a lock
-and refuses a late write into a deleted or expired thread, or starts it afresh.
+the plan down the slow path (:meth:`Writer.admit`), which refuses a late write or starts afresh.
 """
 
 from __future__ import annotations
