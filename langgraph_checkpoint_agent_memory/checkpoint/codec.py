@@ -63,10 +63,8 @@ def packed(kind: str, data: bytes) -> tuple[str, bytes]:
         >>> kind, len(data) < 120, unpacked(kind, data, "a value") == ("msgpack", b"hello " * 20)
         ('z:msgpack', True, True)
     """
-    if len(kind) + len(PACKED) <= TYPE_MAX:
-        frame = pack(data)
-        if frame is not None:
-            return PACKED + kind, frame
+    if len(kind) + len(PACKED) <= TYPE_MAX and (frame := pack(data)) is not None:
+        return PACKED + kind, frame
     return kind, data
 
 
@@ -90,9 +88,8 @@ _metadata_encoder = json.JSONEncoder(
 
 
 def metadata_json(metadata: Mapping[str, Any]) -> str:
-    """Checkpoint metadata as compact JSON; ``TypeError`` naming a key JSON cannot hold, and
-    :func:`.core.check_metadata`'s errors, looked for only where the JSON hints at one (so
-    the common case costs two scans of the text)."""
+    """Metadata as compact JSON, else ``TypeError`` naming the key or :func:`.check_metadata`'s
+    error (looked for only where the JSON hints at one: the common case scans the text twice)."""
     try:
         text = _metadata_encoder(metadata)
     except (TypeError, ValueError) as exc:
@@ -114,13 +111,11 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
-# -- rows: one NamedTuple per kind of fetched row, its fields in the order of the statement's
-# columns (tests/test_codec_rows.py holds each to its statement)
+# -- rows: a NamedTuple per kind of fetched row, its fields in its statement's column order
 
 
 class CheckpointRow(NamedTuple):
-    """A checkpoint row as fetched (``CHECKPOINT_COLUMNS``), with ``blob_versions`` decoded
-    by :func:`checkpoint_row`; the body and metadata are decoded only when asked."""
+    """A checkpoint row (``CHECKPOINT_COLUMNS``), only its ``blob_versions`` decoded."""
 
     thread_id: str
     ns: str
@@ -164,8 +159,7 @@ class ChainRow(NamedTuple):
     checkpoint: bytes
 
 
-# The rows of a dialect's one-statement ``get_tuple`` (``fast_get_tuple``): one column layout
-# shared by three kinds, told apart by the tag in the first column.
+# The rows of a dialect's ``fast_get_tuple``: three kinds in one layout, tagged in column 0.
 
 
 class UnionHead(NamedTuple):
@@ -209,11 +203,7 @@ class UnionWrite(NamedTuple):
 
 #: Where every row of the one-statement ``get_tuple`` holds its tag, and the kind per tag.
 UNION_TAG = 0
-UNION_KINDS: tuple[type[UnionHead], type[UnionBlob], type[UnionWrite]] = (
-    UnionHead,
-    UnionBlob,
-    UnionWrite,
-)
+UNION_KINDS = (UnionHead, UnionBlob, UnionWrite)
 
 
 class Anchor(NamedTuple):
@@ -236,9 +226,8 @@ class ListState(NamedTuple):
     anchor: Anchor | None = None
 
     def extended(self, version: str, value: list[Any]) -> tuple[str, str, int, ListState]:
-        """How ``value`` (these items and more) is stored at ``version``: the blob type
-        prefix, the base version, how many items the base holds, and the new state; a
-        full copy (``("", "", 0, state)``) when the chain is as long as it may be."""
+        """How ``value`` (these items and more) is stored at ``version``: type prefix, base
+        version, the base's length and the new state; ``("", "", 0, state)``: in full."""
         anchor = self.anchor
         if self.depth < MAX_CHAIN:
             after = ListState(version, list(value), self.depth + 1, anchor)
@@ -354,8 +343,7 @@ def pending_writes(
 
 
 class ListCache:
-    """The head checkpoint and list channels this process last wrote or read, per thread
-    namespace; one entry per namespace, the oldest evicted beyond :data:`CACHE_THREADS`."""
+    """Per thread namespace, the head and lists this process last wrote or read (LRU-bounded)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -435,9 +423,7 @@ def encode_checkpoint(
     new_versions: Mapping[str, Any],
     live_after: float,
 ) -> tuple[str, bytes, dict[str, str], list[dict[str, Any]], dict[str, ListState | None]]:
-    """The body's type and bytes (with its inline values), its ``blob_versions``, a blob row
-    for each other channel in ``new_versions`` (the appended items only where ``cache``
-    knows the base), and the lists to remember once written."""
+    """Body type and bytes, ``blob_versions``, the new channels' blob rows, lists to remember."""
     dumps = serde.dumps_typed
     values = checkpoint["channel_values"]
     inline = {  # the values that stay in the checkpoint row
@@ -498,16 +484,11 @@ def channel_value(
     thread: tuple[str, str] | None = None,
     opener: BlobOpener | None = None,
 ) -> tuple[Any, int, Anchor | None]:
-    """A channel's value at ``version``, the appends since the last segment or full copy
-    down its chain, and that :class:`Anchor` (``None`` for a value not a list). A list this
-    process holds for ``thread`` comes from the cache, so only what was appended since is
-    decoded; ``opener`` gives a stored blob's plaintext (encryption on)."""
-    if thread is not None:
-        known = cache.known(thread, channel, version)
-        if known is not None:
-            return list(known.items), known.depth, known.anchor
-    found = blob_rows.get((channel, version))
-    if found is None:
+    """A channel's value at ``version``, its appends since its :class:`Anchor`, and that anchor;
+    only what was appended to a list the cache holds for ``thread`` is decoded."""
+    if thread is not None and (known := cache.known(thread, channel, version)) is not None:
+        return list(known.items), known.depth, known.anchor
+    if (found := blob_rows.get((channel, version))) is None:
         raise MissingBlob(f"stored channel {channel!r} lacks its value at version {version}")
     what = f"the value of channel {channel!r} at version {version}"
     kind, blob = unpacked(found.type, found.blob if opener is None else opener(found), what)

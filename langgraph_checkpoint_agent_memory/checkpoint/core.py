@@ -92,8 +92,7 @@ def checked_checkpoint_id(checkpoint_id: Any) -> str:
 
 
 def checked_thread_id(thread_id: Any) -> str:
-    """A thread id as stored: a string, or an int or UUID as its text (else
-    :class:`InvalidValueError`, as for an empty, overlong or unstorable one)."""
+    """A thread id as stored: a string, or an int or UUID as text (else InvalidValueError)."""
     if (
         type(thread_id) is str
         and 0 < len(thread_id) <= MAX_ID
@@ -123,8 +122,7 @@ def _check_text(value: Any, name: str, longest: int) -> None:
         )
     from langgraph_checkpoint_agent_memory.text import unstorable  # loads the stemmers
 
-    why = unstorable(value)
-    if why:
+    if why := unstorable(value):
         raise InvalidValueError(f"config['configurable']['{name}'] {why}")
 
 
@@ -162,24 +160,17 @@ class VersionCounter:
             >>> saver.get_next_version("00000000000000000000000000000041.25", None)[:32]
             '00000000000000000000000000000042'
         """
-        if current is None:
-            counter = 0
-        elif isinstance(current, int):
-            counter = current
-        else:
-            counter = int(current.split(".")[0])
+        counter = int(current.split(".")[0]) if isinstance(current, str) else current or 0
         return f"{counter + 1:032}.{random.random():016}"
 
 
-#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite keeps numbers in (the
-#: in-memory savers keep at most 64 bits too).
+#: Whole numbers a ``list`` filter may hold: the 64-bit range SQLite (and memory) keeps.
 _INT_BOUND = 2**63
 
 
 def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """``filter`` of ``list(filter=...)``, if every saver can compare it with stored metadata:
-    string keys, and no NUL character, lone surrogate, non-finite number or whole number
-    beyond 64 bits (nested or not), which no backend holds as every other does."""
+    """``filter`` of ``list(filter=...)`` if every backend compares it alike: string keys, and
+    no NUL, lone surrogate, non-finite number or whole number beyond 64 bits, nested or not."""
     if not filter:
         return filter
     if not isinstance(filter, Mapping):
@@ -189,8 +180,7 @@ def checked_filter(filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None
             raise InvalidValueError(
                 f"list() filter keys are metadata keys, strings; got {type(key).__name__} {key!r}"
             )
-        why = _json_problem(key, value)
-        if why:
+        if why := _json_problem(key, value):
             raise InvalidValueError(f"list() filter on {key!r}: {why}")
     return filter
 
@@ -208,8 +198,7 @@ def checked_limit(limit: Any) -> int | None:
 def check_metadata(metadata: Mapping[str, Any]) -> None:
     """Refuse, naming the key, metadata holding what :func:`checked_filter` refuses."""
     for key, value in metadata.items():
-        why = _json_problem(key, value)
-        if why:
+        if why := _json_problem(key, value):
             raise InvalidValueError(f"checkpoint metadata {key!r}: {why}")
 
 
@@ -221,8 +210,7 @@ def _json_problem(key: Any, value: Any) -> str | None:
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            why = unstorable(node)
-            if why:
+            if why := unstorable(node):
                 return f"{node!r} {why}"
         elif isinstance(node, float) and not math.isfinite(node):
             return f"{node!r} is not a finite number (no metadata holds one on every backend)"
@@ -264,10 +252,8 @@ def checkpoints_to_keep(
     metadata_of: Callable[[str], Mapping[str, Any]],
     has_value: Callable[[str, str], bool],
 ) -> set[str]:
-    """Checkpoint ids that pruning one namespace to its last ``keep_last`` keeps: those and,
-    transitively, each kept one's ancestors up to the nearest storing a value for each of its
-    ``DeltaChannel`` channels (dropping those would rebuild the channels empty, silently; an
-    ancestor holding one channel's seed may rebuild another channel from further back)."""
+    """The last ``keep_last`` checkpoint ids and, transitively, each one's ancestors up to the
+    nearest seeding each of its ``DeltaChannel`` channels (else they rebuild empty, silently)."""
     keep: set[str] = set()
     pending = sorted(rows, reverse=True)[:keep_last]
     while pending:
@@ -291,9 +277,8 @@ def delta_history(
     value_of: Callable[[str, str], Any],
     writes_of: Callable[[str], Sequence[PendingWrite]],
 ) -> dict[str, DeltaChannelHistory]:
-    """``get_delta_channel_history`` over the target's ancestors ``chain`` (nearest first):
-    each channel collects the writes (``writes_of``, in ``writes_sort_key`` order) of every
-    ancestor up to and including the nearest one that stores a value for it (the seed)."""
+    """``get_delta_channel_history`` over ancestors ``chain`` (nearest first): each channel's
+    writes (``writes_of``, sorted) of every ancestor up to the nearest storing a value (seed)."""
     collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
     seeds: dict[str, Any] = {}
     remaining = set(channels)
@@ -307,10 +292,7 @@ def delta_history(
         for ch in terminated:
             seeds[ch] = value_of(checkpoint_id, ch)
             remaining.discard(ch)
-    result: dict[str, DeltaChannelHistory] = {}
-    for ch in channels:
-        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
-        if ch in seeds:
-            entry["seed"] = seeds[ch]
-        result[ch] = entry
-    return result
+    out: dict[str, DeltaChannelHistory] = {ch: {"writes": collected[ch][::-1]} for ch in channels}
+    for ch, seed in seeds.items():
+        out[ch]["seed"] = seed
+    return out

@@ -107,8 +107,7 @@ class CheckedInMemorySaver(InMemorySaver):
 
 
 def _checked(config: RunnableConfig) -> RunnableConfig:
-    """``config`` checked as every saver checks it, with its ids as stored: the thread id
-    as text (an int or a UUID), the namespace ``""`` where it is left out."""
+    """``config`` checked as every saver checks it, its ids as stored (thread id as text)."""
     thread_id, ns, _ = thread_coordinates(config)
     return _with_ids(config, thread_id, ns)
 

@@ -1,11 +1,10 @@
 """A thread's lifetime, with no I/O: one TTL policy for every saver of the package.
 
 ``ttl_seconds`` is idle time, and an idle thread is invisible at once; the sweeper only frees
-what readers already ignore. A deleted or expired thread leaves a tombstone recording where
-its history ended (:func:`generation_boundary`), so a late write naming one of its
-checkpoints is refused (:func:`is_late`) rather than resurrecting it. The SQL saver keeps
-activity in thread rows (:class:`ThreadActivity`), :class:`TimedInMemorySaver` in memory
-(:class:`ThreadLife`).
+what readers already ignore. An ended thread leaves a tombstone recording where its history
+ended (:func:`generation_boundary`), so a late write naming one of its checkpoints is refused
+(:func:`is_late`), not resurrected. Activity lives in thread rows for the SQL saver
+(:class:`ThreadActivity`), in memory for :class:`TimedInMemorySaver` (:class:`ThreadLife`).
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ def validate_ttl(value: Any, name: str = "ttl_seconds") -> int | None:
 
 def thread_ttl(config: Mapping[str, Any], default: int | None) -> int | None:
     """The thread's own ``ttl_seconds`` in ``config`` (checked), else ``default``."""
-    override = (config.get("configurable") or {}).get("ttl_seconds")
-    if override is None:
+    if (override := (config.get("configurable") or {}).get("ttl_seconds")) is None:
         return default
     return validate_ttl(override, name="config['configurable']['ttl_seconds']")
 
@@ -124,11 +122,8 @@ def generation_boundary(*checkpoint_ids: str | None) -> str | None:
 
 
 def is_late(named: str | None, boundary: str | None) -> bool:
-    """Whether a write into a deleted or expired thread names a checkpoint of the history
-    that ended (its parent, or for ``put_writes`` its checkpoint): refused, as it would
-    resurrect that history. A write naming none, or a newer one, starts the thread afresh:
-    LangGraph sends a fresh run's ``put_writes`` while its first ``put`` is still on its
-    way, so either may arrive first."""
+    """Whether a write into an ended thread names a checkpoint of its ended history (refused).
+    One naming none or a newer one starts afresh: a fresh run's ``put_writes`` may come first."""
     return named is not None and boundary is not None and named <= boundary
 
 
@@ -142,9 +137,8 @@ class ThreadState(NamedTuple):
 
 
 class ThreadActivity:
-    """The SQL saver's TTL policy (its arguments are :class:`SQLSaver`'s): thread rows, the
-    live-after bound (with ``keep_latest`` an expired thread stays readable until the sweep
-    prunes it), touch coalescing."""
+    """The SQL saver's TTL policy (:class:`SQLSaver`'s arguments): thread rows, the live-after
+    bound (``keep_latest`` keeps expired threads readable until swept), touch coalescing."""
 
     def __init__(
         self,
@@ -219,8 +213,7 @@ class ThreadActivity:
             touched.popitem(last=False)
 
     def refresh_due(self, thread_id: str, now: float) -> bool:
-        """Refresh-on-read, when due (only threads with a TTL have expiry to extend); a due
-        refresh counts as written."""
+        """Whether a refresh-on-read is due (a TTL to extend), then counted as written."""
         seen = self.touched.get(thread_id)
         ttl = seen[1] if seen is not None else self.ttl_seconds
         if not self.refresh_on_read or not ttl or not self.touch_due(thread_id, now, ttl):
@@ -291,10 +284,8 @@ class ThreadLife:
         self.tombstones.move_to_end(thread_id)
 
     def admit(self, thread_id: str, parent_id: str | None, own_id: str | None = None) -> None:
-        """Refuse (:class:`ThreadDeletedError`) a late write into an ended thread; on a fresh
-        start, forget the tombstone and keep its boundary as a floor."""
-        tombstone = self.tombstones.get(thread_id)
-        if tombstone is None:
+        """Refuse a late write into an ended thread; a fresh start keeps the boundary as a floor."""
+        if (tombstone := self.tombstones.get(thread_id)) is None:
             self.check_floor(thread_id, parent_id)
             return
         if is_late(parent_id, tombstone[1]) or is_late(own_id, tombstone[1]):
@@ -325,8 +316,7 @@ class ThreadLife:
 
 
 class SweeperHookup:
-    """The sweeper of one saver: at most one thread or task at a time, restartable. The
-    thread holds its saver weakly (see :class:`Sweeper`), so never keeps it alive."""
+    """A saver's sweeper: one thread (holding it weakly) or task at a time, restartable."""
 
     def __init__(self, name: str, interval: float) -> None:
         self.name = name

@@ -52,10 +52,7 @@ from langgraph_checkpoint_agent_memory.db.dialect import Dialect
 
 #: Checkpoints per ``list`` page.
 LIST_PAGE = 32
-
 Keyset = tuple[str, str, str]
-
-
 #: One checkpoint of a ``list`` page with the blobs and writes of its namespace.
 PageRow = tuple[CheckpointRow, BlobRows, list[WriteRow]]
 
@@ -125,9 +122,8 @@ class Reader:
     def complete_chains(
         self, thread_id: str, ns: str, blob_rows: BlobRows, known: ListCache | None = None
     ) -> Plan[None]:
-        """Fetch, one level per round trip, the bases of appended lists that a dialect
-        without recursive queries left out, but none that ``known`` (the list cache the read
-        decodes with) holds, nor below one: decoding stops there."""
+        """Fetch, a level per round trip, the list bases a dialect without recursive queries
+        left out, but none ``known`` (the read's list cache) holds, nor below one."""
         thread = (thread_id, ns)
 
         def held(ch: str, version: str) -> bool:
@@ -147,8 +143,7 @@ class Reader:
             if not missing:
                 return
             results = yield Batch(self.blob_keys(thread_id, ns, missing))
-            found = blob_rows_of(results)
-            if not found:
+            if not (found := blob_rows_of(results)):
                 return
             blob_rows.update(found)
 
@@ -189,8 +184,7 @@ class Reader:
             row = checkpoint_row(found_rows[0])
             details = self.details(thread_id, ns, [row])
             blob_rows, write_rows = details.split((yield Batch(details.statements)))
-            # the lists this process holds, as of now: the chains are completed and the
-            # checkpoint decoded against the same states, whatever other calls remember
+            # chains completed and decoded against the lists held now, whatever others remember
             cache = _pinned(self.cache, (thread_id, ns))
             yield from self.complete_chains(thread_id, ns, blob_rows, cache)
         opener = None
@@ -337,9 +331,11 @@ class Reader:
         def has_value(cid: str, ch: str) -> bool:
             return ch in versions[cid] or ch in inline(cid)
 
-        # Walk once to learn how far back each channel must go, then fetch only that.
-        needed = delta_history(chain, channels, has_value, lambda c, ch: None, lambda c: [])
-        span = _span(chain, channels, has_value)
+        # Walk once to learn where (at which index) each channel's seed is, then fetch only that.
+        needed = delta_history(
+            chain, channels, has_value, lambda c, ch: chain.index(c), lambda c: []
+        )
+        span = chain[: max(h.get("seed", len(chain) - 1) for h in needed.values()) + 1]
         seed_rows = [
             CheckpointRow(
                 thread_id=thread_id,
@@ -396,21 +392,8 @@ def _history_or_gone(
         return {ch: {"writes": []} for ch in channels}
 
 
-def _span(
-    chain: Sequence[str], channels: Sequence[str], has_value: Callable[[str, str], bool]
-) -> Sequence[str]:
-    """The part of ``chain`` up to the nearest ancestor that seeds each of ``channels``."""
-    remaining = set(channels)
-    for depth, cid in enumerate(chain, start=1):
-        remaining -= {ch for ch in remaining if has_value(cid, ch)}
-        if not remaining:
-            return chain[:depth]
-    return chain
-
-
 def _pinned(cache: ListCache, thread: tuple[str, str]) -> ListCache:
-    """A list cache holding only ``thread``'s head in ``cache`` as of now (its lists copied:
-    the cache updates them in place)."""
+    """A copy of ``thread``'s head in ``cache`` as of now (the cache updates lists in place)."""
     pinned = ListCache(cache.enabled)
     with cache.lock:
         head = cache.heads.get(thread)

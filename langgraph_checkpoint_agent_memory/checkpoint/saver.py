@@ -1,10 +1,8 @@
 """One ``BaseCheckpointSaver`` for SQLite, PostgreSQL and SAP HANA.
 
-Every operation is a plan (:mod:`langgraph_checkpoint_agent_memory.db.database`) that the
-database runs with a sync or an async driver, so ``put`` and ``aput`` share one
-implementation. The plans are built by :mod:`.writes` (the hot path), :mod:`.reads` and
-:mod:`.threads` (whole threads), over :mod:`.codec` (rows), :mod:`.sealing` (encryption on)
-and :mod:`.lifetime` (the TTL policy, shared with :class:`TimedInMemorySaver`).
+Every operation is a plan (:mod:`..db.database`) run by a sync or an async driver, so ``put``
+and ``aput`` share one implementation, built by :mod:`.writes` (the hot path), :mod:`.reads`
+and :mod:`.threads` over :mod:`.codec`, :mod:`.sealing` and :mod:`.lifetime`.
 """
 
 from __future__ import annotations
@@ -73,8 +71,7 @@ ENCRYPT_PAGE = 200
 
 
 def _owner_and_newness(config: RunnableConfig) -> tuple[str, bool]:
-    """The key owner of a write, and whether its key is likely new (a thread's first checkpoint
-    names no parent): then it is created at once, one round trip, not a lookup and a creation."""
+    """A write's key owner, and whether its key is likely new (no parent): created in one trip."""
     thread_id, _, parent_id = thread_coordinates(config)
     owner = owner_of(thread_id, config)
     return owner, parent_id is None and owner == thread_owner(thread_id)
@@ -232,8 +229,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
 
     async def aclose(self) -> None:
         """Stop the sweeper (awaiting its task) and release connections this saver opened."""
-        task = self._sweeping.stop()
-        if task is not None:
+        if (task := self._sweeping.stop()) is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.db.aclose()
@@ -437,8 +433,7 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
         return await self._aread(lambda: self._reader.history(self.serde, config, channels))
 
     def _traced(self, name: str, config: RunnableConfig | None = None) -> Any:
-        """The span of operation ``name`` on ``config``'s thread (its id left out with
-        encryption on: ids are what an operator filters by, and may name a user)."""
+        """The span of ``name`` on ``config``'s thread (its id, maybe a user's, left out sealed)."""
         if not live():
             return IDLE
         conf = (config or {}).get("configurable", {})

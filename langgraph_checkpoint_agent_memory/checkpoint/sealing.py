@@ -1,12 +1,11 @@
 """Checkpoint rows sealed with their thread's data key, and opened again, with no I/O (apart
 from :mod:`.codec` so only a saver with encryption on loads it).
 
-Every value column is sealed: the body, each blob, each pending write, and the metadata as a
-whole (its keys say as much as its values; a filter on it is matched after opening). Each
-value carries its row's identity as associated data, so a value moved to another row or
-thread does not open. A read's plan asks :meth:`Sealer.ensure` for the key ids it fetched; a
-key not in memory ends the plan with :class:`~..crypto.keyring.KeysNeeded`, and the shell
-loads it and runs the plan again, so the hot path keeps its round trips.
+Every value column is sealed, the metadata as a whole (its keys say as much as its values; a
+filter on it is matched after opening), with its row's identity as associated data, so a value
+moved to another row or thread does not open. A read's plan asks :meth:`Sealer.ensure` for the
+key ids it fetched; a key not in memory ends it with :class:`~..crypto.keyring.KeysNeeded`,
+and the shell loads it and runs the plan again, so the hot path keeps its round trips.
 """
 
 from __future__ import annotations
@@ -63,38 +62,13 @@ def owner_of(thread_id: str, config: RunnableConfig | None) -> str:
     return store_owner(scope)
 
 
-# associated data of each kind of sealed value (the row's key columns, and its type)
-
-
-def body_aad(thread_id: str, ns: str, checkpoint_id: str, kind: str) -> bytes:
-    return aad("checkpoint", thread_id, ns, checkpoint_id, kind)
-
-
-def metadata_aad(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
-    return aad("metadata", thread_id, ns, checkpoint_id)
-
-
-def blob_aad(
-    thread_id: str, ns: str, channel: str, version: str, kind: str, base: str | None
-) -> bytes:
-    return aad("blob", thread_id, ns, channel, version, kind, base)
-
-
-def write_aad(
-    thread_id: str, ns: str, checkpoint_id: str, task_id: str, idx: int, channel: str, kind: str
-) -> bytes:
-    return aad("write", thread_id, ns, checkpoint_id, task_id, idx, channel, kind)
-
-
 def raw(kind: str) -> bool:
-    """Whether a value of type ``kind`` is stored as the serde wrote it, not compressed by the
-    codec (rows written before compression): the cipher then compresses it."""
+    """Whether a value is stored uncompressed (an old row): then the cipher compresses it."""
     return not kind.startswith(PACKED)
 
 
 def refused_or_plaintext(value: bytes, allow_plaintext: bool, what: str) -> bytes:
-    """An unsealed bytes ``value`` if plaintext is allowed, else :class:`DecryptionError` (it
-    looks like a damaged sealed value) or :class:`PlaintextRowError`."""
+    """An unsealed ``value`` if plaintext is allowed, else why not (damaged, or plaintext)."""
     if allow_plaintext:
         return value
     if looks_damaged(value):
@@ -113,8 +87,7 @@ class Sealer:
         self.keyring = keyring
 
     def ensure(self, values: Iterable[bytes | str | None]) -> None:
-        """Raise :class:`~..crypto.keyring.KeysNeeded` for the keys of the sealed ``values``
-        (text or bytes) that are not in memory yet."""
+        """Raise :class:`~..crypto.keyring.KeysNeeded` for sealed ``values`` whose keys are out."""
         ids = set()
         for v in values:
             if isinstance(v, str):
@@ -122,13 +95,11 @@ class Sealer:
                     ids.add(key_id_of(text_bytes(v)))
             elif v and is_sealed(v):
                 ids.add(key_id_of(v))
-        missing = {k for k in ids if self.keyring.cached_id(k) is None}
-        if missing:
+        if missing := {k for k in ids if self.keyring.cached_id(k) is None}:
             raise KeysNeeded(ids=missing)
 
     def _key(self, key_id: str) -> DataKey:
-        found = self.keyring.cached_id(key_id)
-        if found is None:
+        if (found := self.keyring.cached_id(key_id)) is None:
             raise KeysNeeded(ids=[key_id])
         return found
 
@@ -151,28 +122,30 @@ class Sealer:
 
     def open_body(self, thread_id: str, ns: str, checkpoint_id: str, kind: str, body: Any) -> bytes:
         what = f"checkpoint {checkpoint_id} of thread {thread_id!r}"
-        return self.open(bytes(body), body_aad(thread_id, ns, checkpoint_id, kind), what)
+        return self.open(bytes(body), aad("checkpoint", thread_id, ns, checkpoint_id, kind), what)
 
     def open_metadata(self, thread_id: str, ns: str, checkpoint_id: str, text: str) -> str:
         what = f"the metadata of checkpoint {checkpoint_id} of thread {thread_id!r}"
-        return self.open_text(text, metadata_aad(thread_id, ns, checkpoint_id), what)
+        return self.open_text(text, aad("metadata", thread_id, ns, checkpoint_id), what)
 
     def open_blob(self, thread_id: str, ns: str, b: BlobRow) -> bytes:
         what = f"the value of channel {b.channel!r} at version {b.version} of thread {thread_id!r}"
-        associated = blob_aad(thread_id, ns, b.channel, b.version, b.type, b.base_version)
+        associated = aad("blob", thread_id, ns, b.channel, b.version, b.type, b.base_version)
         return self.open(b.blob, associated, what)
 
     def open_write(self, thread_id: str, ns: str, w: WriteRow) -> bytes:
         what = f"a pending write of task {w.task_id!r} in thread {thread_id!r}"
-        associated = write_aad(thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type)
+        associated = aad(
+            "write", thread_id, ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type
+        )
         return self.open(w.blob, associated, what)
 
     @staticmethod
     def seal_blob_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
         """Seal the ``blob`` of blob rows (insert parameters) in place."""
         for r in rows:
-            associated = blob_aad(
-                r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
+            associated = aad(
+                "blob", r["thread_id"], r["checkpoint_ns"], r["channel"], r["version"], r["type"],
                 r["base_version"],
             )  # fmt: skip
             r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
@@ -181,9 +154,9 @@ class Sealer:
     def seal_write_rows(key: DataKey, rows: Sequence[dict[str, Any]]) -> None:
         """Seal the ``blob`` of pending-write rows (insert parameters) in place."""
         for r in rows:
-            associated = write_aad(
-                r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"], r["idx"],
-                r["channel"], r["type"],
+            associated = aad(
+                "write", r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"], r["task_id"],
+                r["idx"], r["channel"], r["type"],
             )  # fmt: skip
             r["blob"] = key.seal(r["blob"] or b"", associated, compress=raw(r["type"]))
 
@@ -192,9 +165,11 @@ class Sealer:
         """Seal the body and metadata of a checkpoint row (insert parameters) in place."""
         t, ns, cid = row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"]
         body = bytes(row["checkpoint"])
-        associated = body_aad(t, ns, cid, row["type"])
+        associated = aad("checkpoint", t, ns, cid, row["type"])
         row["checkpoint"] = key.seal(body, associated, compress=raw(row["type"]))
-        row["metadata"] = key.seal_text(row["metadata"].encode("utf-8"), metadata_aad(t, ns, cid))
+        row["metadata"] = key.seal_text(
+            row["metadata"].encode("utf-8"), aad("metadata", t, ns, cid)
+        )
 
     def resealed(
         self, tables: list[list[dict[str, Any]]], target: str, key: DataKey
@@ -254,8 +229,7 @@ def opened_rows(
     blob_rows: BlobRows,
     write_rows: Sequence[WriteRow],
 ) -> tuple[list[CheckpointRow], BlobRows, list[WriteRow]]:
-    """Checkpoint, blob and write rows of one thread namespace, their values opened (or
-    :class:`~..crypto.keyring.KeysNeeded` first, when a key is not in memory)."""
+    """Checkpoint, blob and write rows of one thread namespace, their values opened."""
     sealer.ensure(
         [
             *(v for r in rows for v in (r.body, r.metadata)),
@@ -278,9 +252,8 @@ def opened_rows(
 
 
 class ThreadSerde:
-    """A serializer sealing what it dumps with thread ``thread_id``'s ``key`` (``None``: it
-    only loads) and opening what it loads: how :class:`~.timed.TimedInMemorySaver` encrypts.
-    Associated data: the thread and the serde type (in memory, values have no row keys)."""
+    """A serializer sealing what it dumps with ``key`` (``None``: it only loads) and opening what
+    it loads, bound to the thread and the type: how :class:`~.timed.TimedInMemorySaver` encrypts."""
 
     def __init__(
         self, inner: Any, keyring: Keyring, thread_id: str, key: DataKey | None = None
@@ -320,9 +293,7 @@ class ThreadSerde:
 def thread_serde(
     serde: Any, keyring: Keyring | None, thread_id: str, config: RunnableConfig | None = None
 ) -> Any:
-    """The serializer of an in-memory thread's values: ``serde`` itself with encryption
-    off, else a :class:`ThreadSerde` sealing with the key of the thread's owner (when
-    ``config`` is given: a write) and opening with the key each value names."""
+    """``serde``, or with encryption a :class:`ThreadSerde` (sealing for a write: ``config``)."""
     if keyring is None:
         return serde
     key = None if config is None else keyring.key(owner_of(thread_id, config))

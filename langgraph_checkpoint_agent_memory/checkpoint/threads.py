@@ -1,11 +1,10 @@
 """The SQL saver's plans over whole threads: delete, erase, delete_for_runs, copy, prune, the
 TTL sweep, encrypting plaintext, and what each thread stores.
 
-Pruning keeps what every kept checkpoint needs to read back whole (the ancestors of its
-``DeltaChannel`` values, the bases of its appended lists). The sweep claims expired threads
-with ``SKIP LOCKED`` where the database has it, so each is removed by exactly one sweeper.
-Sizes are the database's measure of each stored value, summed per thread: what retention
-frees, not the database's own overhead.
+Pruning keeps what each kept checkpoint needs to read back whole (its ``DeltaChannel``
+ancestors, its lists' bases). The sweep claims expired threads with ``SKIP LOCKED`` where the
+database has it, so exactly one sweeper removes each. Sizes sum each stored value's size per
+thread: what retention frees, not the database's own overhead.
 """
 
 from __future__ import annotations
@@ -234,8 +233,7 @@ class Maintenance:
         self.activity.forget(gone)
 
     def bury(self, thread_ids: Sequence[str], now: float | None) -> list[Stmt]:
-        """Statements deleting threads' rows, behind their tombstones (new ones as of
-        ``now``, else those the sweep's claim left)."""
+        """Statements deleting threads' rows behind tombstones (new at ``now``, else claimed)."""
         d = self.dialect
         params = [{"thread_id": t} for t in thread_ids]
         tombs = [] if now is None else self.activity.tombstone_rows(thread_ids, now)
@@ -260,8 +258,7 @@ class Maintenance:
         self.forget(thread_ids)
 
     def snapshot(self, thread_ids: Sequence[str], sized: bool = False) -> Plan[dict[str, Snapshot]]:
-        """Every checkpoint and blob key of ``thread_ids`` in a held transaction, or ``sized``
-        (a preview's) without a lock, with the sizes of blobs and writes."""
+        """Each thread's checkpoints and blob keys, locked; ``sized``: unlocked, with sizes."""
         d = self.dialect
         reads = [S.select_thread_checkpoints(d), S.select_thread_blob_keys(d)]
         if sized:
@@ -272,21 +269,19 @@ class Maintenance:
         out = {}
         for i, t in enumerate(thread_ids):
             cps, keys, *sizes = results[n * i : n * i + n]
-            snap = Snapshot([StoredCheckpoint(*r) for r in cps], [StoredBlob(*r) for r in keys])
-            if sizes:
-                blob_sizes, write_sizes = sizes
-                snap = snap._replace(
-                    blob_sizes={(ns, ch, v): int(n) for ns, ch, v, n in blob_sizes},
-                    write_sizes={(ns, cid): int(n or 0) for ns, cid, n in write_sizes},
-                )
-            out[t] = snap
+            blob_sizes, write_sizes = sizes or ([], [])
+            out[t] = Snapshot(
+                [StoredCheckpoint(*r) for r in cps],
+                [StoredBlob(*r) for r in keys],
+                {(ns, ch, v): int(size) for ns, ch, v, size in blob_sizes},
+                {(ns, cid): int(size or 0) for ns, cid, size in write_sizes},
+            )
         return out
 
     def doomed(
         self, snapshot: Mapping[str, Snapshot], keep: Mapping[str, set[tuple[str, str]]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The key parameters of every checkpoint not in ``keep[thread]`` (deleted with its
-        writes), and of the blobs no kept one needs (an appended list needs all its bases)."""
+        """Keys of the checkpoints not kept and of the blobs no kept one needs (bases included)."""
         drop_cp: list[dict[str, Any]] = []
         drop_blobs: list[dict[str, Any]] = []
         for thread_id, snap in snapshot.items():
@@ -311,12 +306,7 @@ class Maintenance:
                     referenced.add((ns, ch, base))
                     pending.append((ns, ch, base))
             drop_blobs += [
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": b.ns,
-                    "channel": b.channel,
-                    "version": b.version,
-                }
+                dict(thread_id=thread_id, checkpoint_ns=b.ns, channel=b.channel, version=b.version)
                 for b in snap.blobs
                 if (b.ns, b.channel, b.version) not in referenced
             ]
@@ -337,37 +327,28 @@ class Maintenance:
             write=True,
         )
 
-    def opened(self, thread_id: str, cps: Sequence[StoredCheckpoint]) -> list[StoredCheckpoint]:
-        """``cps`` with their bodies and metadata opened (as they are without encryption)."""
-        sealer = self.sealer
-        if sealer is None:
-            return list(cps)
-        sealer.ensure(v for cp in cps for v in (cp.checkpoint, cp.metadata))
-        return [
-            cp._replace(
-                checkpoint=sealer.open_body(
-                    thread_id, cp.ns, cp.checkpoint_id, cp.type, cp.checkpoint
-                ),
-                metadata=sealer.open_metadata(thread_id, cp.ns, cp.checkpoint_id, cp.metadata),
-            )
-            for cp in cps
-        ]
-
     def kept(
         self,
         serde: SerializerProtocol,
-        thread_id: str,
+        t: str,
         cps: Sequence[StoredCheckpoint],
         keep_last: int,
     ) -> set[tuple[str, str]]:
         """Per namespace: :func:`checkpoints_to_keep` of ``keep_last``."""
+        if (sealer := self.sealer) is not None:  # bodies and metadata opened
+            sealer.ensure(v for cp in cps for v in (cp.checkpoint, cp.metadata))
+            cps = [
+                cp._replace(
+                    checkpoint=sealer.open_body(t, cp.ns, cp.checkpoint_id, cp.type, cp.checkpoint),
+                    metadata=sealer.open_metadata(t, cp.ns, cp.checkpoint_id, cp.metadata),
+                )
+                for cp in cps
+            ]
         by_ns: dict[str, dict[str, StoredCheckpoint]] = {}
-        for cp in self.opened(thread_id, cps):
+        for cp in cps:
             by_ns.setdefault(cp.ns, {})[cp.checkpoint_id] = cp
         return {
-            (ns, cid)
-            for ns, rows in by_ns.items()
-            for cid in _kept_in(serde, thread_id, rows, keep_last)
+            (ns, cid) for ns, rows in by_ns.items() for cid in _kept_in(serde, t, rows, keep_last)
         }
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
@@ -401,8 +382,7 @@ class Maintenance:
         return S.retarget((yield Batch(reads, lock=True, hold=True)), target)
 
     def copy_thread(self, source: str, target: str, key: DataKey | None = None) -> Plan[None]:
-        """Copy ``source``'s rows to ``target``; with encryption on (``key``: the target's
-        data key) each value is opened under its source row and sealed under its new one."""
+        """Copy ``source``'s rows to ``target``, each value resealed with ``key`` if given."""
         d = self.dialect
         activity = self.activity
         now = activity.clock()
@@ -469,15 +449,13 @@ class Maintenance:
         yield self.drop(snapshot, keep)
 
     def thread_ids_page(self, table: int, after: str, size: int) -> Plan[list[str]]:
-        """The next ``size`` thread ids (after ``after``) holding rows in checkpoint table
-        ``table`` (0: checkpoints, 1: blobs, 2: writes)."""
+        """The next ``size`` thread ids after ``after`` in table 0 (checkpoints), 1 or 2."""
         sql = S.select_thread_ids_after(self.dialect)[table]
         [rows] = yield Batch([Stmt(sql, {"after": after, "page_size": size}, fetch=True)])
         return [r[0] for r in rows]
 
     def encrypt_thread(self, thread_id: str, key: DataKey) -> Plan[dict[str, int]]:
-        """Seal every plaintext value of ``thread_id`` with ``key`` (sealed ones are left
-        as they are); how many checkpoints, blobs and writes were sealed."""
+        """Seal ``thread_id``'s plaintext values with ``key``; how many of each kind it sealed."""
         cps, blobs, writes = yield from self.locked_rows(thread_id, thread_id)
         updates: list[list[dict[str, Any]]] = [[], [], []]
         for r in cps:

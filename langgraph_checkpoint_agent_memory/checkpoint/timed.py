@@ -1,10 +1,8 @@
 """``TimedInMemorySaver``: an in-memory checkpointer whose idle threads expire.
 
-Built on ``BaseCheckpointSaver``, not ``InMemorySaver``, whose public methods cannot evict one
-thread at its own cost, make a write and an eviction atomic, or drop single checkpoints for
-``prune``; it answers as ``InMemorySaver`` does (``tests/test_timed_properties.py`` compares
-the two). One lock makes a write and an eviction of a thread atomic; (de)serialization runs
-outside it.
+Not built on ``InMemorySaver``, whose public methods cannot evict one thread at its own cost,
+atomically with writes, or drop single checkpoints; it answers as ``InMemorySaver`` does. One
+lock makes a write and an eviction atomic; (de)serialization runs outside it.
 """
 
 from __future__ import annotations
@@ -78,28 +76,21 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.crypto.config import EncryptionLike
     from langgraph_checkpoint_agent_memory.crypto.keyring import Keyring
 
-#: How long a deleted or expired thread is remembered, to refuse late writes that name one of
-#: its checkpoints as parent. Never shorter than the TTL itself.
+#: How long an ended thread is remembered, to refuse late writes into it (at least the TTL).
 TOMBSTONE_SECONDS = 3600.0
-
 #: A sweep evicts at most this many threads per lock hold, so writers are never starved.
 SWEEP_BATCH = 256
-
 #: The environment variable that turns encryption on (``crypto.config.MASTER_KEY_ENV``).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
-
-
 F = TypeVar("F", bound=Callable[..., Any])
-#: The target of this saver's operations: no database (no ``db.system.name``), no server;
-#: its spans are internal ones, measured in ``agent_memory.operation.duration``.
+#: No database, no server: this saver's spans are internal ones.
 MEMORY = Target("")
 
 
 def traced(
     name: str, counts: Callable[[Any], Mapping[str, AttributeValue]] | None = None
 ) -> Callable[[F], F]:
-    """Run a method in the span ``checkpoint.<name>``, with the thread its first argument names
-    (left out with encryption on) and the attributes ``counts`` reads from its result."""
+    """Run a method in the span ``checkpoint.<name>``, with ``counts`` of its result."""
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
@@ -177,8 +168,7 @@ class ThreadData:
         ns_store = self.checkpoints.get(checkpoint_ns)
         if not ns_store:
             return None
-        if checkpoint_id is None:
-            checkpoint_id = max(ns_store)
+        checkpoint_id = max(ns_store) if checkpoint_id is None else checkpoint_id
         saved = ns_store.get(checkpoint_id)
         if saved is None:
             return None
@@ -259,14 +249,11 @@ class ThreadData:
                 by_id[cid] = Saved(
                     change(saved.checkpoint), change(saved.metadata), saved.parent_id
                 )
-        for key, typed in copy.blobs.items():
-            copy.blobs[key] = change(typed)
+        copy.blobs = {key: change(typed) for key, typed in copy.blobs.items()}
         for rows in copy.writes.values():
             for k, w in rows.items():
                 kind, blob = change((w.type, w.blob))
-                rows[k] = WriteRow(
-                    w.checkpoint_id, w.task_id, w.idx, w.channel, kind, blob, w.task_path
-                )
+                rows[k] = WriteRow(*w[:4], kind, blob, w.task_path)
         return copy
 
     def keep_latest(self, keep_last: int, loads: Loads) -> None:
@@ -344,9 +331,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
     ) -> None:
         ttl = validate_ttl(ttl_seconds)
         self.keep_last = validate_keep_last(keep_last)
-        #: The data keys (encryption on), else ``None``. The crypto package (and the key
-        #: store's SQL it loads) is imported only when encryption may be on: not for
-        #: ``False``, nor for ``None`` while the environment names no master key.
+        #: The data keys, else ``None``; crypto loads only when encryption may be on.
         self.keyring: Keyring | None = None
         if encryption is not False and (
             encryption is not None or os.environ.get(MASTER_KEY_ENV, "").strip()
@@ -421,12 +406,12 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
 
     # -- activity and eviction (callers hold self._lock) -----------------------------------
 
-    def _expire_if_due(self, thread_id: str, now: float) -> bool:
-        """Evict ``thread_id`` if it is idle past the TTL; return whether it did."""
+    def _live(self, thread_id: str, now: float) -> ThreadData | None:
+        """``thread_id``'s data; ``None`` if it has none, or is idle past the TTL (evicted)."""
         if self._life.expired(thread_id, now):
             self._evict(thread_id, now)
-            return True
-        return False
+            return None
+        return self._threads.get(thread_id)
 
     def _evict(self, thread_id: str, now: float) -> None:
         thread = self._threads.pop(thread_id, None)
@@ -439,8 +424,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         if thread is None:
             return
         for run_id in thread.runs:
-            threads = self._run_threads.get(run_id)
-            if threads is not None:
+            if (threads := self._run_threads.get(run_id)) is not None:
                 threads.discard(thread_id)
                 if not threads:
                     del self._run_threads[run_id]
@@ -464,10 +448,9 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
                 idle = self._life.idle(now, SWEEP_BATCH)
                 for thread_id in idle:
                     self._evict(thread_id, now)
-                batch = len(idle)
                 self._life.forget_old_tombstones(now)
-            evicted += batch
-            if batch < SWEEP_BATCH:
+            evicted += len(idle)
+            if len(idle) < SWEEP_BATCH:
                 return evicted
 
     @traced("put")
@@ -515,7 +498,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         with self._lock:
             now = self._clock()
             if life.needs_admission(thread_id, now):
-                self._expire_if_due(thread_id, now)
+                self._live(thread_id, now)
                 life.admit(thread_id, parent_id, own_id)
             else:
                 life.check_floor(thread_id, parent_id)
@@ -567,7 +550,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         with self._lock:
             now = self._clock()
             if life.needs_admission(thread_id, now):
-                self._expire_if_due(thread_id, now)
+                self._live(thread_id, now)
                 life.admit(thread_id, checkpoint_id)
             else:
                 life.check_floor(thread_id, checkpoint_id)
@@ -618,9 +601,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         thread_id, ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
-            if self._expire_if_due(thread_id, now):
-                return None
-            thread = self._threads.get(thread_id)
+            thread = self._live(thread_id, now)
             if thread is None:
                 return None
             found = thread.find(ns, checkpoint_id, self._serde_for(thread_id).loads_typed)
@@ -669,9 +650,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             now = self._clock()
             listed, wanted_ns, wanted_id = list_coordinates(config)
             if listed is not None:
-                if self._expire_if_due(listed, now):
-                    return []
-                thread_ids = [listed] if listed in self._threads else []
+                thread_ids = [listed] if self._live(listed, now) is not None else []
             else:
                 self.sweep()
                 thread_ids = list(self._threads)
@@ -717,15 +696,14 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         """
         if not channels:
             return {}
-        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
+        thread_id, ns, checkpoint_id = thread_coordinates(config)
         with self._lock:
             now = self._clock()
-            thread = None if self._expire_if_due(thread_id, now) else self._threads.get(thread_id)
+            thread = self._live(thread_id, now)
             if thread is None:
                 return {ch: {"writes": []} for ch in channels}
             self._life.touch(thread_id, now)
-            serde = self._serde_for(thread_id)
-            return thread.delta_history(checkpoint_ns, checkpoint_id, channels, serde)
+            return thread.delta_history(ns, checkpoint_id, channels, self._serde_for(thread_id))
 
     @traced("delete_thread")
     def delete_thread(self, thread_id: str) -> None:
@@ -753,8 +731,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             touched: set[str] = set()
             for run_id in run_ids:
                 for thread_id in self._run_threads.pop(run_id, set()):
-                    thread = self._threads.get(thread_id)
-                    if thread is None:
+                    if (thread := self._threads.get(thread_id)) is None:
                         continue
                     for ns, cid in thread.runs.pop(run_id, set()):
                         thread.drop_checkpoint(ns, cid)
@@ -775,10 +752,10 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             now = self._clock()
-            if self._expire_if_due(src, now) or src not in self._threads:
+            source = self._live(src, now)
+            if source is None:
                 return
-            self._expire_if_due(dst, now)
-            source = self._threads[src]
+            self._live(dst, now)
             if self.keyring is not None:  # sealed for the source: re-sealed for the target
                 from langgraph_checkpoint_agent_memory.checkpoint.sealing import resealed_copy
 
@@ -818,7 +795,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         with self._lock:
             now = self._clock()
             for thread_id in map(str, thread_ids):
-                if self._expire_if_due(thread_id, now) or thread_id not in self._threads:
+                if self._live(thread_id, now) is None:
                     continue
                 if strategy == "delete":
                     self._evict(thread_id, now)

@@ -2,8 +2,7 @@
 
 Each is one round trip where the driver pipelines: the thread's activity, the blobs and the
 checkpoint row (or the writes), written only while the thread is live. Zero rows written sends
-the plan down the slow path (:meth:`Writer.admit`), which reads the thread's row under a lock
-and refuses a late write into a deleted or expired thread, or starts it afresh.
+the plan down the slow path (:meth:`Writer.admit`), which refuses a late write or starts afresh.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ class Writer:
             Sealer.seal_blob_rows(key, blob_rows)
             Sealer.seal_checkpoint_row(key, row)
         if op.live:
-            op.written(_size(row, "checkpoint", "metadata") + _blobs(blob_rows))
+            op.written(len(row["checkpoint"]) + len(row["metadata"]) + _blobs(blob_rows))
         d = self.dialect
         touch = activity.touch_due(thread_id, now, ttl)
         fast = d.fast_write("put", touch, {**thread, **row}, {"b": blob_rows})
@@ -205,8 +204,7 @@ class Writer:
         return None
 
     def _fast(self, fast: FastWrite) -> Plan[bool]:
-        """Run a dialect's one-statement write; False when the thread was deleted or
-        expired (nothing was written, and the slow path decides)."""
+        """Run a dialect's one-statement write; False when the thread is gone (nothing written)."""
         statements = [
             Stmt(fast.sql, fast.params, fetch=fast.fetch),
             *(Stmt(sql, params) for sql, params in fast.then),
@@ -232,9 +230,7 @@ class Writer:
         writes: list[Stmt],
         own_id: str | None = None,
     ) -> Plan[None]:
-        """The slow path of a write: read the thread's row under a lock, refuse a late write
-        into a deleted or expired thread (one whose parent, or for a put its own checkpoint,
-        is of the ended history), or start it afresh."""
+        """The slow path: under a lock, refuse a late write into an ended thread, or start it."""
         d = self.dialect
         key = {"thread_id": thread_id}
         [state] = yield Batch(
@@ -258,11 +254,6 @@ class Writer:
         yield Batch([*statements, *writes], write=True)
 
 
-def _size(row: dict[str, Any], *columns: str) -> int:
-    """Bytes of ``row``'s ``columns`` (text counted by its length, close enough)."""
-    return sum(len(row[c]) for c in columns if row.get(c) is not None)
-
-
 def _blobs(rows: Sequence[dict[str, Any]]) -> int:
     """Bytes of the ``blob`` column of ``rows``."""
-    return sum(_size(r, "blob") for r in rows)
+    return sum(len(r["blob"]) for r in rows)
