@@ -244,9 +244,6 @@ class _Tally:
     def tell(self) -> None:
         self.notify(self.progress)
 
-    def begin(self, what: str) -> None:
-        self.progress.started[what] = time.monotonic()
-
     def thread(self, thread_id: str, copied: bool | None, failed: str | None = None) -> None:
         """``copied``: ``False`` complete already, ``None`` refused (deleted here)."""
         report = self.report
@@ -290,7 +287,6 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
         raise ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
-    # LangGraph's default serializer reads these types only
     if serde is None and (other := sorted(src.value_types() - DEFAULT_TYPES)):
         raise ConfigurationError(
             f"{src.where}: the source's values were written with another serializer "
@@ -317,7 +313,7 @@ def _copy_threads(
     src: sql.Source, theirs: BaseCheckpointSaver[Any], saver: SQLSaver, tally: _Tally
 ) -> None:
     saver.setup()
-    tally.begin("threads")
+    tally.progress.started["threads"] = time.monotonic()
     for thread_id in src.thread_ids():
         failed = None
         try:
@@ -374,9 +370,8 @@ def _replaced_special_writes(
     complete: set[tuple[str, str]],
     tally: _Tally,
 ) -> bool:
-    """Put again the special writes (errors, interrupts, resume values) LangGraph replaced
-    in place since they were copied: those of each namespace's latest ``complete``
-    checkpoint, the one a task runs again from. Whether any was put."""
+    """Put again the special writes LangGraph replaced in place since they were copied (those
+    of each namespace's latest ``complete`` checkpoint, which a task reruns from); any put?"""
     latest = dict(sorted(complete))  # each namespace's last id in order: its latest
     keys = src.with_special_writes(thread_id, list(WRITES_IDX_MAP)) & set(latest.items())
     put = False
@@ -417,9 +412,8 @@ def _oldest_first(
     todo: set[tuple[str, str]],
     here: set[tuple[str, str]],
 ) -> Iterator[CheckpointTuple]:
-    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered), each read
-    alone; one to put whose parent is not in ``todo`` comes after that parent (its versions
-    decide which channels changed since)."""
+    """The checkpoints of ``todo``, oldest first, each read alone; one whose parent is not in
+    ``todo`` comes after that parent (its versions decide which channels changed since)."""
     done: set[tuple[str, str]] = set()
     for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
@@ -468,9 +462,7 @@ def _put_checkpoint(
 def _put_writes(
     saver: SQLSaver, config: Any, task_writes: list[tuple[str, Any]], task_id: str, path: str
 ) -> None:
-    """A task's writes as LangGraph stored them: the regular ones in their order (so they
-    get their indexes again), the special channels (errors, interrupts, resume values) at
-    their fixed indexes."""
+    """The regular writes in their order (the same indexes again), then the special ones."""
     regular = [w for w in task_writes if w[0] not in WRITES_IDX_MAP]
     special = [w for w in task_writes if w[0] in WRITES_IDX_MAP]
     for group in (regular, special):
@@ -478,14 +470,13 @@ def _put_writes(
             saver.put_writes(config, group, task_id, path)
 
 
-#: How long before a run's start its record of what it copied reaches (seconds): an item
-#: the source's application wrote as the run began may be committed after the run read past it.
+#: Seconds before a run's start its record reaches: an item written as it began may commit late.
 MARGIN = 60.0
 
 
 def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
     store.setup()
-    tally.begin("items")
+    tally.progress.started["items"] = time.monotonic()
     mark = "import_items:" + hashlib.sha256(src.where.encode()).hexdigest()[:32]
     copied_until = store.run_plan(sql.read_mark_plan(store.dialect, mark))
     began = src.clock() - MARGIN
@@ -519,8 +510,7 @@ def _put_items(
 def _put_newer(
     store: AgentMemoryStore, live: list[sql.SourceItem], copied_until: float | None
 ) -> list[str]:
-    """What became of each of ``live``: ``"copied"``, ``"unchanged"`` (the same here, or
-    changed here since) or ``"refused"`` (deleted here since ``copied_until``)."""
+    """``"copied"``, ``"unchanged"`` (here, maybe changed since) or ``"refused"`` (deleted)."""
     from langgraph.store.base import GetOp, Item
 
     here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])

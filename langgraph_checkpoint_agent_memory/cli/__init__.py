@@ -118,16 +118,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     installed = _installed(url)
     now = time.time()
-    # where the data keys are: None (no encryption), the data database (in every backup of
-    # it, which an erase does not reach), else the key store's URL
+    # the data keys: none, the data database (in its backups, out of an erase's reach), a key store
     setting, keystore = resolve_encryption(None), None
     if setting is not None:
         keystore = urls.mask_url(setting.keystore_url) if setting.keystore_url else "data database"
     keys: dict[str, Any] = {"keystore": keystore, "in_data_database": None, "beside_data": False}
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
     data.update(keys=keys, erasures=None)
-    # nothing is set up, migrated or created (opened for writing though only read, a SQLite
-    # file's WAL files are removed again at close)
+    # nothing is set up or created (opened for writing, a SQLite file's WAL files go at close)
     with create_store(url, auto_setup=False, **existing(url)) as store:
         sql = MemorySql(store.dialect, store.statements)
         if "memory" in installed:
@@ -217,8 +215,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
 
 
 def _retention_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--strategy`` and ``--keep-last``, which must be the app's saver's (a sweep with
-    ``delete`` removes threads an app that prunes meant to keep)."""
+    """The app's saver's: a sweep with ``delete`` removes threads an app that prunes keeps."""
     parser.add_argument(
         "--strategy",
         choices=["delete", "keep_latest"],
@@ -266,14 +263,12 @@ class _Version(argparse.Action):
 
 
 class _Unbuilt:
-    """A command's parser not built: the command line names another (building the parsers of
-    all twenty commands, with argparse's message lookups, costs a tenth of a second)."""
+    """A parser not built: building all twenty commands' costs a tenth of a second."""
 
     def add_argument(self, *args: Any, **options: Any) -> None:
-        """Nothing: the parser is not built."""
+        pass
 
     def add_mutually_exclusive_group(self, **options: Any) -> _Unbuilt:
-        """Itself: its arguments are not built either."""
         return self
 
 
@@ -297,7 +292,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     def command(
         name: str, help: str, func: Callable[[argparse.Namespace], int], *positional: str
     ) -> Any:
-        """The parser of ``name``, its ``positional`` arguments (``"SCOPE"``...) first."""
         if only is not None and name != only:
             return _Unbuilt()
         p = commands.add_parser(name, help=help, description=help)
@@ -447,15 +441,11 @@ def run() -> NoReturn:
     """The ``agent-memory`` program: :func:`main` on the process's arguments, then exit with
     its status.
 
-    Two walks of the cyclic garbage collector, needless in a short process, are skipped:
-
-    * at the exit, over the some 55,000 objects a read leaves (SQLAlchemy's and ``rich``'s
-      classes and caches): 0.05-0.07 s of its 0.3 s. :func:`gc.freeze` moves them out of
-      its reach; the exit is Python's own (output flushed, ``atexit`` handlers run), and
-      each command closes what it opens;
-    * while :data:`QUICK_READS` run, whose imports set off some 120 collections that free
-      about 700 objects: 0.03-0.04 s more (:func:`gc.disable`; reference counting still
-      frees what they read). The commands that can run long keep it on.
+    Two walks of the cyclic garbage collector, needless in a short process, are skipped: at
+    the exit, over the some 55,000 objects a read leaves (0.05-0.07 s of its 0.3 s;
+    :func:`gc.freeze`, and the exit stays Python's own); and while :data:`QUICK_READS` run,
+    whose imports set off some 120 collections that free about 700 objects (0.03-0.04 s more;
+    :func:`gc.disable`). The commands that can run long keep it on.
 
     Example:
         ```console

@@ -1,5 +1,4 @@
-"""What every ``agent-memory`` command shares: the URL, the console, JSON output, the
-migration ledger, opening a memory and reading a scope."""
+"""What every ``agent-memory`` command shares: the URL, output, opening a memory, a scope."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ default_url = urls.default_url
 
 
 def resolve_url(given: str | None) -> str:
-    """``--url`` (already a URL, see :func:`url_argument`), else ``AGENT_MEMORY_URL`` read by
-    the same rule, else the default file."""
+    """``--url``, else ``AGENT_MEMORY_URL`` read as ``--url`` is, else the default file."""
     if given is not None:
         return given
     env = os.environ.get(urls.URL_ENV)
@@ -39,16 +37,14 @@ def resolve_url(given: str | None) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line, ``agent-memory CMD: error:
-    ...``, with exit status 2, like the commands' own errors."""
+    """Usage errors are one line, ``agent-memory CMD: error: ...``, with exit status 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def url_argument(text: str) -> str:
-    """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file; an empty
-    one is refused, not replaced by the default."""
+    """A database URL, or a SQLite file's path; an empty one is refused, not defaulted."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
@@ -64,8 +60,7 @@ def _number(text: str, kind: Callable[[str], float]) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-#: The largest count a command takes: a 4-byte INTEGER, which every backend's columns and
-#: LIMIT hold.
+#: The largest count a command takes: a 4-byte INTEGER, which every backend's LIMIT holds.
 MOST = 2**31 - 1
 
 
@@ -108,16 +103,13 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) ->
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
-    """Options that open the database at ``url`` only if it exists: on SQLite ``mode="rw"``
-    or ``"ro"``, so that SQLite itself refuses a missing file (no check that races the open);
-    a server's database is never created by opening it."""
+    """Options that open ``url`` only if it exists (SQLite refuses a missing file itself: no
+    check that races the open; a server's database is never created by opening it)."""
     return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
 
 
 def _installed(url: str) -> set[str]:
-    """The components (``checkpoint``, ``store``, ``memory``) the migration ledger at ``url``
-    lists: :class:`DatabaseNotFoundError` for no database, :class:`CommandError` for one this
-    package never set up."""
+    """The components the migration ledger at ``url`` lists; none: :class:`CommandError`."""
     from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_store
 
@@ -145,8 +137,7 @@ def _memory(
     checkpointer_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Iterator[Any]:
-    """The memory at ``--url``, which must hold this package's tables; with ``reads``, agent
-    memory's, and nothing is migrated."""
+    """The memory at ``--url``; with ``reads`` agent memory's tables must exist, none migrate."""
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory, Scope
 

@@ -70,8 +70,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _serde(name: str | None) -> Any:
-    """The serializer of ``--serde``: ``aes`` is LangGraph's ``EncryptedSerializer`` with the
-    key in ``LANGGRAPH_AES_KEY``, as ``EncryptedSerializer.from_pycryptodome_aes()`` reads it."""
+    """``--serde aes``: ``EncryptedSerializer.from_pycryptodome_aes()`` (``LANGGRAPH_AES_KEY``)."""
     if name is None:
         return None
     from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -87,7 +86,6 @@ def _serde(name: str | None) -> Any:
 
 
 def _failures(report: Any) -> str:
-    """One line naming what the destination could not hold (empty when nothing)."""
     named = [f"thread {_short(f['thread_id'])} ({f['reason']})" for f in report.threads_failed]
     named += [
         f"item {_short('.'.join(f['namespace']) + '/' + f['key'])} ({f['reason']})"
@@ -107,7 +105,6 @@ def _short(text: str) -> str:
 
 
 def add_command(command: Any) -> None:
-    """Add ``import`` with ``command(name, help, func)`` (the parser's helper)."""
     from langgraph_checkpoint_agent_memory.cli.common import url_argument
 
     found = command(

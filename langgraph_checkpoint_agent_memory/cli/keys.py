@@ -1,10 +1,6 @@
 """The ``agent-memory`` commands of encryption at rest: ``new-key``, ``rotate-key``,
-``encrypt`` and ``move-keys``.
-
-They read the encryption setting the way the application does (``AGENT_MEMORY_MASTER_KEY``,
-``AGENT_MEMORY_KEYSTORE_URL``, a declared ``config.encryption.*`` field), so an operator runs
-them with the application's environment.
-"""
+``encrypt`` and ``move-keys``. They read the encryption setting as the application does, so
+an operator runs them with the application's environment."""
 
 from __future__ import annotations
 
@@ -115,10 +111,8 @@ MOVE_BATCH = 500
 
 
 def _same_database(source: KeyStore, target: KeyStore) -> bool:
-    """Whether the key stores ``source`` and ``target`` are one database, however their
-    URLs spell it (a relative path, a symbolic link, ``localhost`` for ``127.0.0.1``): a
-    probe key of a random owner is written to ``target``, looked for through ``source``,
-    then removed. Moving keys within one database would delete every one of them."""
+    """Whether ``source`` and ``target`` are one database however their URLs spell it, by a
+    probe key (moving keys within one database would delete every one of them)."""
     import secrets
     import time
 
@@ -171,7 +165,6 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
 
 
 def add_commands(command: Any) -> None:
-    """Add the key commands with ``command(name, help, func)`` (the parser's helper)."""
     command("new-key", "print a new random master key (base64)", _cmd_new_key)
     command(
         "rotate-key",
