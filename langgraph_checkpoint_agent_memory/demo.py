@@ -74,11 +74,10 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary.
 
-    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
-    empty database is created and marked; any other is refused before anything is written.
-    ``model`` is set up first, and ``reset`` (:func:`reset_database`) done next, so that a
-    model that cannot be used leaves the database as it was, or absent. The URL is printed
-    with its password masked.
+    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an empty
+    database is created and marked; any other is refused before anything is written. ``model`` is
+    set up first, and ``reset`` (:func:`reset_database`) done next, so that a model that cannot be
+    used leaves the database as it was, or absent. The URL is printed with its password masked.
 
     Raises:
         ConfigurationError: ``url`` names a database the demo did not create, or ``model``
@@ -120,13 +119,9 @@ def run_demo(
         for text in turns:
             result = app.invoke({"messages": [("user", text)]}, config)
             injected = seen.get("context", "")
+            title = "injected by inject_memory"
             out.print(
-                Panel(
-                    injected or "(nothing yet)",
-                    title="injected by inject_memory",
-                    border_style="cyan",
-                    expand=False,
-                )
+                Panel(injected or "(nothing yet)", title=title, border_style="cyan", expand=False)
             )
             out.print(f"[bold]Alice:[/] {text}")
             out.print(f"[bold]Agent:[/] {result['messages'][-1].content}\n")

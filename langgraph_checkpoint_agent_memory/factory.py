@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
@@ -61,7 +60,7 @@ def _warn_volatile_once(kind: str) -> None:
         "create_checkpointer(): using %s; conversation state lives in this process only and "
         "does not survive a restart (pass url= or set %s to persist it)",
         kind,
-        URL_ENV,
+        urls.URL_ENV,
     )
 
 
@@ -176,17 +175,15 @@ def create_checkpointer(
             :class:`DatabaseNotFoundError` and is not created), ``"ro"`` reads it only.
 
     Returns:
-        With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
-        (one class serving the sync and the async API). Without: LangGraph's
-        ``InMemorySaver`` without TTL (a subclass that checks ids, a thread's
-        ``ttl_seconds`` and ``list`` filters as every saver of the package does),
-        ``TimedInMemorySaver`` with one.
+        With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver` (one class
+        serving the sync and the async API). Without: LangGraph's ``InMemorySaver`` without TTL (a
+        subclass that checks ids, a thread's ``ttl_seconds`` and ``list`` filters as every saver of
+        the package does), ``TimedInMemorySaver`` with one.
 
     Raises:
         TypeError: An option is unknown.
-        ConfigurationError: ``ttl_seconds`` is not a whole number from 0 to 2**31 - 1 (a
-            float, a string or a bool included), or ``mode`` is given for a backend other
-            than a SQLite file.
+        ConfigurationError: ``ttl_seconds`` is not a whole number from 0 to 2**31 - 1 (a float, a
+            string or a bool included), or ``mode`` is given for a backend other than a SQLite file.
 
     Example:
         ```python

@@ -1,13 +1,12 @@
 """Move in from LangGraph's own savers and stores: :func:`import_from_langgraph`.
 
-Checkpoints are read through LangGraph's own saver on a read-only connection, one at a time,
-oldest first (a long thread is never held whole in memory); what its API does not give (the
-thread ids, the writes' task paths, the items' TTLs) through SQL on its tables
-(:mod:`.db.langgraph_tables`). Writes go through the saver's ``put`` / ``put_writes`` and the
-store's ``batch``, so encryption, TTL and the index apply. What makes a run repeatable (the
-user guide's "Running it again"): only what is missing or newer here is put, and an item
-deleted here since a complete run copied it is not brought back (each complete run records
-the source's time at its start in ``am_settings``).
+Checkpoints are read through LangGraph's own saver on a read-only connection, one at a time, oldest
+first (a long thread is never held whole in memory); what its API does not give (the thread ids, the
+writes' task paths, the items' TTLs) through SQL on its tables (:mod:`.db.langgraph_tables`). Writes
+go through the saver's ``put`` / ``put_writes`` and the store's ``batch``, so encryption, TTL and
+the index apply. What makes a run repeatable (the user guide's "Running it again"): only what is
+missing or newer here is put, and an item deleted here since a complete run copied it is not brought
+back (each complete run records the source's time at its start in ``am_settings``).
 """
 
 from __future__ import annotations
@@ -146,8 +145,7 @@ def import_from_langgraph(
     Args:
         source: URL of the database LangGraph wrote: ``sqlite:///path.db`` (or a path) or
             ``postgresql://...``.
-        url: Where to copy to (any backend of the package); ``None`` reads
-            ``AGENT_MEMORY_URL``.
+        url: Where to copy to (any backend of the package); ``None`` reads ``AGENT_MEMORY_URL``.
         threads: Copy the checkpointer's threads.
         items: Copy the store's items.
         ttl_seconds: The threads' idle TTL, as ``create_checkpointer`` takes it (``None``:
@@ -170,8 +168,7 @@ def import_from_langgraph(
 
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
-        DatabaseUnavailableError: The source's server (or the destination's) cannot be
-            reached.
+        DatabaseUnavailableError: The source's server (or the destination's) cannot be reached.
         ConfigurationError: No destination URL, a source that holds none of LangGraph's
             tables, a table of LangGraph's name that is not LangGraph's, values written
             with a serializer other than ``serde`` (LangGraph's default when ``None``), or

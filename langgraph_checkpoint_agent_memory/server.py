@@ -126,11 +126,10 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
     """The server's long-term memory store: an :class:`AgentMemoryStore` with the
     ``langgraph.json`` TTL and index.
 
-    The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the
-    ``"store"`` section: ``ttl`` with ``default_ttl`` in minutes,
-    ``refresh_on_read`` and ``sweep_interval_minutes``; ``index`` with ``dims``,
-    ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption variables
-    (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
+    The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the ``"store"`` section:
+    ``ttl`` with ``default_ttl`` in minutes, ``refresh_on_read`` and ``sweep_interval_minutes``;
+    ``index`` with ``dims``, ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption
+    variables (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         The store, its schema set up and its TTL sweeper running when the ``ttl`` section
@@ -195,9 +194,8 @@ def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
 
     Example:
         ``backends.py``: ``from langgraph_checkpoint_agent_memory.server import checkpointer,
-        offline_embeddings, store``; ``langgraph.json``: ``"store": {"path":
-        "./backends.py:store", "index": {"dims": 384, "embed":
-        "./backends.py:offline_embeddings"}}``.
+        offline_embeddings, store``; ``langgraph.json``: ``"store": {"path": "./backends.py:store",
+        "index": {"dims": 384, "embed": "./backends.py:offline_embeddings"}}``.
 
         ```python
         from langgraph_checkpoint_agent_memory.server import offline_embeddings

@@ -87,7 +87,7 @@ def seconds_argument(text: str) -> float:
     return value
 
 
-def _console(args: argparse.Namespace) -> Any:
+def console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
     # data is shown as stored: "[x]" or ":smile:" in a fact stays (only the demo's is styled)
@@ -95,11 +95,11 @@ def _console(args: argparse.Namespace) -> Any:
     return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
 
-def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
+def emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
     else:
-        render(_console(args))
+        render(console(args))
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
@@ -108,7 +108,7 @@ def existing(url: str, mode: str = "rw") -> dict[str, Any]:
     return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
 
 
-def _installed(url: str) -> set[str]:
+def installed(url: str) -> set[str]:
     """The components the migration ledger at ``url`` lists; none: :class:`CommandError`."""
     from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_store
@@ -117,11 +117,11 @@ def _installed(url: str) -> set[str]:
     with create_store(url, auto_setup=False, **existing(url, "ro")) as probe:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
     if not found:
-        raise _no_memory(url)
+        raise no_memory(url)
     return found
 
 
-def _no_memory(url: str) -> CommandError:
+def no_memory(url: str) -> CommandError:
     return CommandError(
         f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
         "URL` creates one, as does the first run of an app that uses it"
@@ -129,7 +129,7 @@ def _no_memory(url: str) -> CommandError:
 
 
 @contextmanager
-def _memory(
+def open_memory(
     args: argparse.Namespace,
     extractor: Any = None,
     *,
@@ -144,8 +144,8 @@ def _memory(
     if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
         Scope.parse(args.scope)
     url = resolve_url(args.url)
-    if "memory" not in _installed(url) and reads:
-        raise _no_memory(url)
+    if "memory" not in installed(url) and reads:
+        raise no_memory(url)
     # a read leaves the schema as it finds it (a read-only file or replica stays readable)
     store = create_store(url, auto_setup=not reads, **existing(url))
     checkpointer = create_checkpointer(
@@ -163,29 +163,29 @@ def _memory(
         store.close()
 
 
-def _stored(memory: AgentMemory[Any], scope: Scope) -> bool:
+def stored(memory: AgentMemory[Any], scope: Scope) -> bool:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     return any(scope.covers(Scope.parse(k)) for k in memory.known_scopes())
 
 
-def _unknown(scope: Scope) -> CommandError:
+def unknown_scope(scope: Scope) -> CommandError:
     return CommandError(
         f"unknown scope {scope.key}: no memory is stored for it "
         "(`agent-memory scopes` lists the scopes)"
     )
 
 
-def _scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
+def known_scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     scope = Scope.parse(text)
-    if must_exist and not _stored(memory, scope):
-        raise _unknown(scope)
+    if must_exist and not stored(memory, scope):
+        raise unknown_scope(scope)
     return scope
 
 
-def _extractor(args: argparse.Namespace) -> Any:
+def extractor(args: argparse.Namespace) -> Any:
     if not getattr(args, "model", None):
         return None
     from langgraph_checkpoint_agent_memory.memory.extract import chat_model
@@ -193,5 +193,5 @@ def _extractor(args: argparse.Namespace) -> Any:
     return chat_model(args.model)
 
 
-def _fact_dict(f: Any) -> dict[str, Any]:
+def fact_dict(f: Any) -> dict[str, Any]:
     return {"key": f.key, **asdict(f)}

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
+from langgraph_checkpoint_agent_memory.cli.common import count_argument, emit, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import (
@@ -62,7 +62,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         f"store items: {report.items} copied, {report.items_unchanged} already here"
         f"{left_out(report.items_refused)}; {report.seconds:.1f} s"
     )
-    _emit(args, report.as_dict(), lambda out: out.print(said))
+    emit(args, report.as_dict(), lambda out: out.print(said))
     if failed := _failures(report):
         print(f"agent-memory import: error: {failed}", file=sys.stderr)
         return 1

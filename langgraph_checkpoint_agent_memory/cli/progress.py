@@ -30,8 +30,7 @@ Report = Callable[[int, "int | None"], None]
 
 
 class Bars:
-    """What :func:`progress` yields: ``bars(done, total)`` reports the first bar's work,
-    ``bars.part(description, unit)`` adds a bar and returns its report."""
+    """``bars(done, total)`` reports the first bar's work; ``bars.part(...)`` adds a bar."""
 
     def __init__(self, bar: Any = None, description: str = "", unit: str = "") -> None:
         self._bar = bar
@@ -81,8 +80,6 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
     from rich.text import Text
 
     class Rate(ProgressColumn):
-        """Units per second, once measured."""
-
         def render(self, task: Any) -> Text:
             speed = task.finished_speed or task.speed
             return Text("" if speed is None else f"{speed:,.1f}/s")

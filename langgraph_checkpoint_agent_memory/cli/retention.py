@@ -6,25 +6,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli import output
-from langgraph_checkpoint_agent_memory.cli.common import (
-    _emit,
-    _installed,
-    _memory,
-    existing,
-    resolve_url,
-)
+from langgraph_checkpoint_agent_memory.cli import common, output
 from langgraph_checkpoint_agent_memory.cli.output import size, when
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 
 
-def _cmd_threads(args: argparse.Namespace) -> int:
+def cmd_threads(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer
 
-    url = resolve_url(args.url)
+    url = common.resolve_url(args.url)
     infos: list[Any] = []
-    if "checkpoint" in _installed(url):
-        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url))
+    if "checkpoint" in common.installed(url):
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **common.existing(url))
         with saver:
             infos = saver.threads(sort=args.sort, limit=args.limit or None)
 
@@ -53,21 +46,21 @@ def _cmd_threads(args: argparse.Namespace) -> int:
             )
         out.print(table)
 
-    _emit(args, [i.as_dict() for i in infos], render)
+    common.emit(args, [i.as_dict() for i in infos], render)
     return 0
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     options = {"strategy": args.strategy, "keep_last": args.keep_last}
     if args.dry_run:
         return _sweep_dry_run(args, options)
-    with _memory(args, checkpointer_options=options) as memory:
+    with common.open_memory(args, checkpointer_options=options) as memory:
         with progress(args, "removing expired store items", "items") as report:
             items = memory.store.sweep(on_progress=report)
         with progress(args, "removing expired threads", "threads") as report:
             threads = list(memory.checkpointer.sweep(on_progress=report))
     said = f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
-    _emit(args, {"store_items": items, "threads": threads}, lambda out: out.print(said))
+    common.emit(args, {"store_items": items, "threads": threads}, lambda out: out.print(said))
     return 0
 
 
@@ -78,16 +71,18 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     from langgraph_checkpoint_agent_memory.db.store import expired_stats_plan
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 
-    url = resolve_url(args.url)
-    installed = _installed(url)
+    url = common.resolve_url(args.url)
+    installed = common.installed(url)
     items, item_bytes = 0, 0
     if "store" in installed:
-        with create_store(url, auto_setup=False, **existing(url)) as store:
+        with create_store(url, auto_setup=False, **common.existing(url)) as store:
             items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
     threads: list[dict[str, Any]] = []
     removed, thread_bytes = 0, 0
     if "checkpoint" in installed:
-        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url), **options)
+        saver: Any = create_checkpointer(
+            url=url, auto_setup=False, **common.existing(url), **options
+        )
         with saver:
             preview = saver.sweep_preview()
         threads = preview.as_dict()["threads"]
@@ -129,5 +124,5 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
                 )
             out.print(table)
 
-    _emit(args, data, render)
+    common.emit(args, data, render)
     return 0

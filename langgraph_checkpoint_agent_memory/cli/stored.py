@@ -16,7 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli.common import _memory, _no_memory, existing, resolve_url
+from langgraph_checkpoint_agent_memory.cli.common import (
+    existing,
+    no_memory,
+    open_memory,
+    resolve_url,
+)
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Database
 from langgraph_checkpoint_agent_memory.memory import reading
@@ -65,10 +70,8 @@ class StoredMemory:
 
 @contextmanager
 def stored_memory(args: argparse.Namespace) -> Iterator[Any]:
-    """The memory at ``--url`` to read: a :class:`StoredMemory`, or the
-    :class:`~..memory.AgentMemory` of ``_memory(args, reads=True)`` when the data is
-    encrypted (see the module). Errors as ``_memory``'s: no database, none of this
-    package's, or one without agent memory."""
+    """The memory at ``--url`` to read: a :class:`StoredMemory`, or when the data is encrypted
+    ``open_memory(args, reads=True)`` (see the module); errors as ``open_memory``'s."""
     from langgraph_checkpoint_agent_memory.db.marks import marked_plan, refused
     from langgraph_checkpoint_agent_memory.db.migrations import (
         installed_plan,
@@ -82,7 +85,7 @@ def stored_memory(args: argparse.Namespace) -> Iterator[Any]:
         Scope.parse(args.scope)
     url = resolve_url(args.url)
     if resolve_encryption(None) is not None:
-        with _memory(args, reads=True) as memory:
+        with open_memory(args, reads=True) as memory:
             yield memory
         return
     root = MemorySettings.resolve({}).namespace_root
@@ -90,7 +93,7 @@ def stored_memory(args: argparse.Namespace) -> Iterator[Any]:
     db = open_database(url, existing(url, "ro"))
     try:
         if "memory" not in db.run(installed_plan(db.dialect)):
-            raise _no_memory(url)
+            raise no_memory(url)
         if db.run(marked_plan(db.dialect)):
             raise refused()
         depth = db.run(recorded_shard_depth_plan(db.dialect))
