@@ -348,8 +348,7 @@ def _ttl(start: float, evicted: list[str]) -> Table:
 def memory_graph(
     memory: AgentMemory[Any], model: Any, *, checkpointer: Any
 ) -> tuple[Any, dict[str, str]]:
-    """``inject_memory -> agent -> record_memory`` compiled, and a dict of the ``"context"``
-    block the agent last saw."""
+    """``inject_memory -> agent -> record_memory`` compiled, and the ``"context"`` it last saw."""
     from langchain_core.messages import SystemMessage
     from langgraph.graph import START, MessagesState, StateGraph
 

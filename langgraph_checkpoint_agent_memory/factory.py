@@ -34,12 +34,10 @@ FEEDBACK_CONFIG_KEY = "config.store.feedback"
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
-#: crypto.config's MASTER_KEY_ENV, named here so that the factory can tell "no encryption"
-#: without loading the cipher (tests/test_factory.py checks that both names agree).
+#: crypto.config's MASTER_KEY_ENV, here so that "no encryption" loads no cipher (a test checks it).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
-#: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
-#: so an operator turning the TTL off through configuration does not break the code.
+#: Options only a saver with expiry takes: ignored when TTL is off, so turning it off breaks no app.
 _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
@@ -317,18 +315,14 @@ def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
 
 
 def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
-    from langgraph_checkpoint_agent_memory.checkpoint.backends import (
-        HanaSaver,
-        PostgresSaver,
-        SqliteSaver,
-    )
+    from langgraph_checkpoint_agent_memory.checkpoint import backends
 
     if target.kind == "sqlite":
-        saver: SQLSaver = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+        saver: SQLSaver = backends.SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
     elif target.kind == "postgresql":
-        saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
+        saver = backends.PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:
-        saver = HanaSaver(target.url, ttl_seconds=ttl, **options)
+        saver = backends.HanaSaver(target.url, ttl_seconds=ttl, **options)
     where = (target.kind, target.masked(), target.source, ttl)
     _once(
         f"{where}",

@@ -21,14 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
+from langgraph_checkpoint_agent_memory import errors
 from langgraph_checkpoint_agent_memory.db import langgraph_tables as sql
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    ConfigurationError,
-    DamagedValueError,
-    InvalidValueError,
-    ThreadDeletedError,
-)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -42,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["ImportProgress", "ImportReport", "import_from_langgraph"]
 
 #: What the destination refuses of one thread or item (the import goes on with the others).
-REFUSED = (InvalidValueError, DamagedValueError)
+REFUSED = (errors.InvalidValueError, errors.DamagedValueError)
 
 #: A checkpoint's channel versions, and the channels it holds a value of.
 Versions = tuple[dict[str, Any], frozenset[str]]
@@ -169,7 +164,7 @@ def import_from_langgraph(
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
         DatabaseUnavailableError: The source's server (or the destination's) cannot be reached.
-        ConfigurationError: No destination URL, a source that holds none of LangGraph's
+        errors.ConfigurationError: No destination URL, a source that holds none of LangGraph's
             tables, a table of LangGraph's name that is not LangGraph's, values written
             with a serializer other than ``serde`` (LangGraph's default when ``None``), or
             LangGraph's saver package for the source is not installed.
@@ -195,7 +190,7 @@ def import_from_langgraph(
 
     target = urls.resolve(url)
     if target is None:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"import_from_langgraph() needs a destination: pass url= or set {urls.URL_ENV}"
         )
     tally = _Tally(ImportReport(), ImportProgress(), on_progress or (lambda progress: None))
@@ -204,7 +199,7 @@ def import_from_langgraph(
         threads = threads and "checkpoints" in tables
         items = items and "store" in tables
         if not (threads or items):
-            raise ConfigurationError(
+            raise errors.ConfigurationError(
                 f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
             )
         read = {"store"} if items else set()
@@ -281,11 +276,11 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
     try:
         found = importlib.import_module(f"langgraph.checkpoint.{kind}")
     except ImportError:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
     if serde is None and (other := sorted(src.value_types() - DEFAULT_TYPES)):
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"{src.where}: the source's values were written with another serializer "
             f"(type {', '.join(other)}"
             + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
@@ -297,7 +292,7 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
         wal, task_paths = src.sqlite_state()
         if not wal:  # the saver's setup would switch the file to WAL: refused read-only
             if not task_paths:
-                raise ConfigurationError(
+                raise errors.ConfigurationError(
                     f"{src.where} is not in WAL mode, as LangGraph's SqliteSaver leaves its "
                     "files, and predates its task_path column: LangGraph's saver cannot read "
                     "it read-only. Switch it first: sqlite3 FILE 'PRAGMA journal_mode=WAL'"
@@ -316,7 +311,7 @@ def _copy_threads(
         try:
             with src.reading():
                 copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
-        except ThreadDeletedError:  # deleted here since: not brought back
+        except errors.ThreadDeletedError:  # deleted here since: not brought back
             copied = None
         except REFUSED as exc:  # what the destination cannot hold: the others go on
             copied, failed = False, str(exc)
@@ -354,7 +349,10 @@ def _copy_thread(
             by_task.setdefault(task_id, []).append((channel, value))
         for task_id, task_writes in by_task.items():
             path = paths.get((ns, checkpoint_id, task_id), "")
-            _put_writes(saver, found.config, task_writes, task_id, path)
+            # the regular writes in their order (the same indexes again), then the special ones
+            for special in (False, True):
+                if group := [w for w in task_writes if (w[0] in WRITES_IDX_MAP) is special]:
+                    saver.put_writes(found.config, group, task_id, path)
             tally.task_writes()
     return True
 
@@ -454,17 +452,6 @@ def _put_checkpoint(
         if base[0].get(channel) != version or (channel in values and channel not in base[1])
     }
     saver.put({"configurable": conf}, found.checkpoint, found.metadata, changed)
-
-
-def _put_writes(
-    saver: SQLSaver, config: Any, task_writes: list[tuple[str, Any]], task_id: str, path: str
-) -> None:
-    """The regular writes in their order (the same indexes again), then the special ones."""
-    regular = [w for w in task_writes if w[0] not in WRITES_IDX_MAP]
-    special = [w for w in task_writes if w[0] in WRITES_IDX_MAP]
-    for group in (regular, special):
-        if group:
-            saver.put_writes(config, group, task_id, path)
 
 
 #: Seconds before a run's start its record reaches: an item written as it began may commit late.

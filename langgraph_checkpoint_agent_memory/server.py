@@ -399,8 +399,7 @@ def _index(section: _Fields | None) -> Any:
 
 
 def _embeddings(section: _Fields) -> Any:
-    """``embed`` resolved as the server resolves it (a ``.py:`` path, else a LangChain
-    identifier)."""
+    """``embed`` resolved as the server does: a ``.py:`` path, else a LangChain identifier."""
     spec = section.data["embed"]
     if not isinstance(spec, str) or not spec.strip():
         raise section.fail(

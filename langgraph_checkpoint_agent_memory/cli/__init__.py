@@ -13,15 +13,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from langgraph_checkpoint_agent_memory import errors
 from langgraph_checkpoint_agent_memory.cli import common, importing, keys, memory, output, retention
 from langgraph_checkpoint_agent_memory.cli.common import CommandError, default_url, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    AgentMemoryError,
-    ConfigurationError,
-    DatabaseNotFoundError,
-)
 
 __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url", "run"]
 
@@ -62,7 +58,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         try:
             importlib.import_module(module)
         except Exception as exc:  # the module's own error, whatever it is
-            raise ConfigurationError(
+            raise errors.ConfigurationError(
                 f"--module {module} cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
     if args.json:
@@ -79,14 +75,9 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.db import memory as sqlm
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
     from langgraph_checkpoint_agent_memory.db.keys import count_plan
-    from langgraph_checkpoint_agent_memory.db.memory import (
-        MemorySql,
-        backlog_plan,
-        failures_plan,
-        owed_count_plan,
-    )
     from langgraph_checkpoint_agent_memory.factory import create_store, resolve_encryption
 
     url = resolve_url(args.url)
@@ -101,16 +92,16 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     data.update(keys=held, erasures=None)
     # nothing is set up or created (opened for writing, a SQLite file's WAL files go at close)
     with create_store(url, auto_setup=False, **common.existing(url)) as store:
-        sql = MemorySql(store.dialect, store.statements)
+        sql = sqlm.MemorySql(store.dialect, store.statements)
         if "memory" in installed:
-            backlog = store.run_plan(backlog_plan(sql, now))
+            backlog = store.run_plan(sqlm.backlog_plan(sql, now))
             data["backlog"] = {
                 "pending_episodes": backlog.pending,
                 "scopes": backlog.scopes,
                 "oldest_pending_at": backlog.oldest_at,
                 "oldest_pending_age_seconds": backlog.oldest_age,
             }
-            data["jobs"] = store.run_plan(failures_plan(sql))
+            data["jobs"] = store.run_plan(sqlm.failures_plan(sql))
         if "checkpoint" in installed:
             counts = store.run_plan(thread_counts_plan(store.dialect, now, args.within))
             data["threads"] = {
@@ -125,7 +116,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             held["in_data_database"] = store.run_plan(count_plan(store.dialect))
         held["beside_data"] = bool(held["in_data_database"])
         if "am_memory_erasures" in sizes.tables:
-            data["erasures"] = {"owed_keys": store.run_plan(owed_count_plan(sql))}
+            data["erasures"] = {"owed_keys": store.run_plan(sqlm.owed_count_plan(sql))}
     common.emit(args, data, lambda out: _render(out, data))
     return 0
 
@@ -218,14 +209,6 @@ def _count_option(
     )
 
 
-def _shown_default() -> str:
-    """The embedded default for the help, or where it would be when there is none."""
-    try:
-        return default_url()
-    except ConfigurationError:
-        return f"a SQLite file under ${urls.HOME_ENV}"
-
-
 class _Version(argparse.Action):
     """``--version``: the installed version, read only when asked."""
 
@@ -255,6 +238,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser; given ``argv``, only the parser of the command it names is
     built in full (all are, without a command or with an unknown one, to list them)."""
     only = None if argv is None else _named_command(argv)
+    try:  # the embedded default for the help, or where it would be when there is none
+        shown_default = default_url()
+    except errors.ConfigurationError:
+        shown_default = f"a SQLite file under ${urls.HOME_ENV}"
     parser = common.Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
@@ -277,7 +264,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 "--url",
                 type=common.url_argument,
                 help="database URL or path of a SQLite file "
-                f"(default: ${urls.URL_ENV}, else {_shown_default()}); "
+                f"(default: ${urls.URL_ENV}, else {shown_default}); "
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
@@ -304,9 +291,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     context = command(
         "context", "what inject_node would inject for QUERY", memory.cmd_context, "SCOPE", "QUERY"
     )
-    context.add_argument(
-        "--budget", type=common.count_argument(1), default=None, help="token budget"
-    )
+    context.add_argument("--budget", type=common.count_argument(1), help="token budget")
     erase = command("erase", "erase a scope's memory and conversations", memory.cmd_erase, "SCOPE")
     _flag(erase, "--yes", "do not ask for confirmation")
     consolidate = command("consolidate", "consolidate pending episodes now", memory.cmd_consolidate)
@@ -403,9 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
         print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (AgentMemoryError, ImportError, ValueError) as exc:
+    except (errors.AgentMemoryError, ImportError, ValueError) as exc:
         message = f"agent-memory {args.command}: error: {exc}"
-        if isinstance(exc, DatabaseNotFoundError):  # only migrate creates a database
+        if isinstance(exc, errors.DatabaseNotFoundError):  # only migrate creates a database
             url = urls.mask_url(resolve_url(args.url))
             message += f"; `agent-memory migrate --url {url}` creates one"
         print(message, file=sys.stderr)

@@ -103,8 +103,7 @@ def emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> 
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
-    """Options that open ``url`` only if it exists (SQLite refuses a missing file itself: no
-    check that races the open; a server's database is never created by opening it)."""
+    """Options that open ``url`` only if it exists (SQLite refuses a missing file: no race)."""
     return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
 
 

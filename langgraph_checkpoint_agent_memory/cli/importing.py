@@ -7,28 +7,21 @@ import argparse
 import sys
 from typing import Any
 
+from langgraph_checkpoint_agent_memory import errors
 from langgraph_checkpoint_agent_memory.cli.common import count_argument, emit, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    ConfigurationError,
-    DatabaseNotFoundError,
-    DatabaseUnavailableError,
-)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.from_langgraph import (
-        ImportProgress,
-        import_from_langgraph,
-    )
+    from langgraph_checkpoint_agent_memory import from_langgraph
 
     url = resolve_url(args.url)
     with progress(args, "importing threads", "threads") as threads:
         checkpoints = threads.part("  copying checkpoints", "checkpoints")
         items = threads.part("importing store items", "items")
 
-        def show(done: ImportProgress) -> None:
+        def show(done: from_langgraph.ImportProgress) -> None:
             if done.threads_total is not None:  # and within a long thread, its checkpoints
                 threads(done.threads_done, done.threads_total)
                 checkpoints(done.checkpoints, None)
@@ -36,7 +29,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 items(done.items_done, done.items_total)
 
         try:
-            report = import_from_langgraph(
+            report = from_langgraph.import_from_langgraph(
                 args.source,
                 url,
                 threads=not args.items_only,
@@ -45,11 +38,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 serde=_serde(args.serde),
                 on_progress=show,
             )
-        except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
-            raise ConfigurationError(f"--from: {exc}") from None
-        except DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
+        except errors.DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
+            raise errors.ConfigurationError(f"--from: {exc}") from None
+        except errors.DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
             if urls.mask_url(args.source) in str(exc):
-                raise DatabaseUnavailableError(f"--from: {exc}") from None
+                raise errors.DatabaseUnavailableError(f"--from: {exc}") from None
             raise
 
     def left_out(n: int) -> str:
@@ -78,11 +71,11 @@ def _serde(name: str | None) -> Any:
     try:
         return EncryptedSerializer.from_pycryptodome_aes()
     except ImportError:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             "--serde aes needs pycryptodome: pip install pycryptodome"
         ) from None
     except ValueError as exc:
-        raise ConfigurationError(f"--serde aes: {exc}") from None
+        raise errors.ConfigurationError(f"--serde aes: {exc}") from None
 
 
 def _failures(report: Any) -> str:

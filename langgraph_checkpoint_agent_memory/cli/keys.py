@@ -105,8 +105,7 @@ MOVE_BATCH = 500
 
 
 def _same_database(source: KeyStore, target: KeyStore) -> bool:
-    """Whether ``source`` and ``target`` are one database however their URLs spell it, by a
-    probe key (moving keys within one database would delete every one of them)."""
+    """Whether they are one database, by a probe key (moving keys within one deletes them all)."""
     import secrets
     import time
 

@@ -7,7 +7,6 @@ import argparse
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.cli import common, output
-from langgraph_checkpoint_agent_memory.cli.output import size, when
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 
 
@@ -27,7 +26,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
             return
         more = f"; the first {args.limit} by {args.sort}" if len(infos) == args.limit else ""
         table = output.table(
-            f"{len(infos)} thread(s), {size(sum(i.bytes for i in infos))}{more}",
+            f"{len(infos)} thread(s), {output.size(sum(i.bytes for i in infos))}{more}",
             "thread",
             ("checkpoints", "right"),
             ("stored", "right"),
@@ -39,9 +38,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
             table.add_row(
                 i.thread_id,
                 str(i.checkpoints),
-                size(i.bytes),
-                when(i.last_active),
-                when(i.expires_at, never="never"),
+                output.size(i.bytes),
+                output.when(i.last_active),
+                output.when(i.expires_at, never="never"),
                 i.status,
             )
         out.print(table)
@@ -103,10 +102,10 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         prune = args.strategy != "delete"
         to = f" to their last {args.keep_last} checkpoint(s)" if prune else ""
         out.print(
-            f"A sweep now would remove {items} expired store item(s) ({size(item_bytes)}) "
+            f"A sweep now would remove {items} expired store item(s) ({output.size(item_bytes)}) "
             f"and {'prune' if prune else 'delete'} {len(threads)} expired thread(s){to} "
-            f"({removed} checkpoint(s), {size(thread_bytes)}): "
-            f"{size(item_bytes + thread_bytes)} freed. "
+            f"({removed} checkpoint(s), {output.size(thread_bytes)}): "
+            f"{output.size(item_bytes + thread_bytes)} freed. "
             "Nothing was changed."
         )
         if threads:
@@ -117,10 +116,10 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
                 table.add_row(
                     t["thread_id"],
                     t["action"],
-                    when(t["expires_at"]),
+                    output.when(t["expires_at"]),
                     str(t["checkpoints"]),
                     str(t["checkpoints_removed"]),
-                    size(t["bytes_freed"]),
+                    output.size(t["bytes_freed"]),
                 )
             out.print(table)
 
