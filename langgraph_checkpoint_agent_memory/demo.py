@@ -1,13 +1,10 @@
 """``agent-memory demo``: a scripted month in the life of an agent's memory.
 
-A compiled LangGraph graph (``inject_memory -> agent -> record_memory``) with
-``create_checkpointer`` and the memory store on one database. The demo's clock starts 30 days
-ago and moves forward between sessions (:data:`SESSIONS`), so consolidation, supersession,
-decay and the checkpointer's TTL all happen in a few seconds.
-
-The demo writes only to a database it created and marked as its own (:func:`claim_database`):
-by default ``agent-memory-demo.db`` in the current folder, never ``AGENT_MEMORY_URL`` nor the
-embedded default, which may hold an app's memory.
+A compiled graph (``inject_memory -> agent -> record_memory``) with ``create_checkpointer``
+and the memory store on one database. The demo's clock starts 30 days ago and moves forward
+between sessions (:data:`SESSIONS`), so consolidation, supersession, decay and the TTL all
+happen in a few seconds. The demo writes only to a database it created and marked as its own
+(:func:`claim_database`), never to ``AGENT_MEMORY_URL``'s, which may hold an app's memory.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ from langgraph_checkpoint_agent_memory.memory.nodes import CONTEXT_MESSAGE_ID
 from langgraph_checkpoint_agent_memory.memory.recall import day
 
 #: The demo's own database when ``--url`` is not given: a file in the current folder.
-DEMO_FILE = urls.DEMO_FILE
-DEMO_URL = f"sqlite:///{DEMO_FILE}"
+DEMO_URL = f"sqlite:///{urls.DEMO_FILE}"
 #: The mark the demo writes into a database it creates (``am_settings.created_by``).
 DEMO_MARK = "agent-memory demo"
 DAY = 86400.0
@@ -78,11 +74,10 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the scripted sessions against ``url``; print what happens; return a summary.
 
-    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an
-    empty database is created and marked; any other is refused before anything is written.
-    ``model`` is set up first, and ``reset`` (:func:`reset_database`) done next, so that a
-    model that cannot be used leaves the database as it was, or absent. The URL is printed
-    with its password masked.
+    ``url`` must be the demo's own database (:func:`claim_database`): a new SQLite file or an empty
+    database is created and marked; any other is refused before anything is written. ``model`` is
+    set up first, and ``reset`` (:func:`reset_database`) done next, so that a model that cannot be
+    used leaves the database as it was, or absent. The URL is printed with its password masked.
 
     Raises:
         ConfigurationError: ``url`` names a database the demo did not create, or ``model``
@@ -124,13 +119,9 @@ def run_demo(
         for text in turns:
             result = app.invoke({"messages": [("user", text)]}, config)
             injected = seen.get("context", "")
+            title = "injected by inject_memory"
             out.print(
-                Panel(
-                    injected or "(nothing yet)",
-                    title="injected by inject_memory",
-                    border_style="cyan",
-                    expand=False,
-                )
+                Panel(injected or "(nothing yet)", title=title, border_style="cyan", expand=False)
             )
             out.print(f"[bold]Alice:[/] {text}")
             out.print(f"[bold]Agent:[/] {result['messages'][-1].content}\n")
@@ -219,8 +210,7 @@ def _unlink_sqlite(path: Path) -> None:
 
 
 def _create_file(path: Path, where: str) -> list[Path]:
-    """Create the SQLite file, empty, unless it exists (atomically: never over another), and
-    its missing folders; return what was created, outermost first."""
+    """Create the file (never over another) and its folders; what was made, outermost first."""
     made = [folder for folder in reversed(path.parents) if not folder.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,8 +235,7 @@ def _remove(made: list[Path]) -> None:
 
 
 def _inspect(url: str) -> tuple[str | None, bool]:
-    """The database's mark and whether it holds any table, read without changing it (a
-    SQLite file is opened read-only)."""
+    """The database's mark and whether it holds any table, read without changing it."""
     target = urls.parse(url)
     options: dict[str, Any] = {"mode": "ro"} if target.kind == "sqlite" else {}
     with create_store(url, auto_setup=False, **options) as probe:
@@ -263,7 +252,7 @@ def _inspect(url: str) -> tuple[str | None, bool]:
 def _not_the_demos(where: str, why: str) -> ConfigurationError:
     return ConfigurationError(
         f"{where} is not a database the demo created ({why}): the demo writes only to its "
-        f"own; leave --url out (it uses ./{DEMO_FILE}) or name a new file"
+        f"own; leave --url out (it uses ./{urls.DEMO_FILE}) or name a new file"
     )
 
 
@@ -359,8 +348,7 @@ def _ttl(start: float, evicted: list[str]) -> Table:
 def memory_graph(
     memory: AgentMemory[Any], model: Any, *, checkpointer: Any
 ) -> tuple[Any, dict[str, str]]:
-    """``inject_memory -> agent -> record_memory`` compiled, with ``model`` as the agent; the
-    dict it returns holds the context block the agent last saw, under ``"context"``."""
+    """``inject_memory -> agent -> record_memory`` compiled, and the ``"context"`` it last saw."""
     from langchain_core.messages import SystemMessage
     from langgraph.graph import START, MessagesState, StateGraph
 

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-URL_ENV = urls.URL_ENV
 TTL_CONFIG_KEY = "config.checkpointer.ttl_seconds"
 PREPARE_CONFIG_KEY = "config.postgres.prepare_threshold"
 SHARD_DEPTH_CONFIG_KEY = "config.store.shard_depth"
@@ -35,12 +34,10 @@ FEEDBACK_CONFIG_KEY = "config.store.feedback"
 ENCRYPTION_CONFIG_KEY = "config.encryption.enabled"
 KEYSTORE_CONFIG_KEY = "config.encryption.keystore_url"
 FILTERABLE_CONFIG_KEY = "config.encryption.filterable_fields"
-#: crypto.config's MASTER_KEY_ENV, named here so that the factory can tell "no encryption"
-#: without loading the cipher (tests/test_factory.py checks that both names agree).
+#: crypto.config's MASTER_KEY_ENV, here so that "no encryption" loads no cipher (a test checks it).
 MASTER_KEY_ENV = "AGENT_MEMORY_MASTER_KEY"
 
-#: Options only a saver with expiry understands; ignored (with a debug line) when TTL is off,
-#: so an operator turning the TTL off through configuration does not break the code.
+#: Options only a saver with expiry takes: ignored when TTL is off, so turning it off breaks no app.
 _TTL_ONLY_OPTIONS = frozenset({"sweep_interval_seconds", "clock", "keep_last"})
 _MEMORY_OPTIONS = frozenset({"serde"}) | _TTL_ONLY_OPTIONS
 
@@ -61,7 +58,7 @@ def _warn_volatile_once(kind: str) -> None:
         "create_checkpointer(): using %s; conversation state lives in this process only and "
         "does not survive a restart (pass url= or set %s to persist it)",
         kind,
-        URL_ENV,
+        urls.URL_ENV,
     )
 
 
@@ -176,17 +173,15 @@ def create_checkpointer(
             :class:`DatabaseNotFoundError` and is not created), ``"ro"`` reads it only.
 
     Returns:
-        With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver`
-        (one class serving the sync and the async API). Without: LangGraph's
-        ``InMemorySaver`` without TTL (a subclass that checks ids, a thread's
-        ``ttl_seconds`` and ``list`` filters as every saver of the package does),
-        ``TimedInMemorySaver`` with one.
+        With a URL: a :class:`SqliteSaver`, :class:`PostgresSaver` or :class:`HanaSaver` (one class
+        serving the sync and the async API). Without: LangGraph's ``InMemorySaver`` without TTL (a
+        subclass that checks ids, a thread's ``ttl_seconds`` and ``list`` filters as every saver of
+        the package does), ``TimedInMemorySaver`` with one.
 
     Raises:
         TypeError: An option is unknown.
-        ConfigurationError: ``ttl_seconds`` is not a whole number from 0 to 2**31 - 1 (a
-            float, a string or a bool included), or ``mode`` is given for a backend other
-            than a SQLite file.
+        ConfigurationError: ``ttl_seconds`` is not a whole number from 0 to 2**31 - 1 (a float, a
+            string or a bool included), or ``mode`` is given for a backend other than a SQLite file.
 
     Example:
         ```python
@@ -320,18 +315,14 @@ def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
 
 
 def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
-    from langgraph_checkpoint_agent_memory.checkpoint.backends import (
-        HanaSaver,
-        PostgresSaver,
-        SqliteSaver,
-    )
+    from langgraph_checkpoint_agent_memory.checkpoint import backends
 
     if target.kind == "sqlite":
-        saver: SQLSaver = SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+        saver: SQLSaver = backends.SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
     elif target.kind == "postgresql":
-        saver = PostgresSaver(target.url, ttl_seconds=ttl, **options)
+        saver = backends.PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:
-        saver = HanaSaver(target.url, ttl_seconds=ttl, **options)
+        saver = backends.HanaSaver(target.url, ttl_seconds=ttl, **options)
     where = (target.kind, target.masked(), target.source, ttl)
     _once(
         f"{where}",

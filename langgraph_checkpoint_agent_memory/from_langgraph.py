@@ -1,13 +1,12 @@
 """Move in from LangGraph's own savers and stores: :func:`import_from_langgraph`.
 
-Checkpoints are read through LangGraph's own saver on a read-only connection, one at a time,
-oldest first (a long thread is never held whole in memory); what its API does not give (the
-thread ids, the writes' task paths, the items' TTLs) through SQL on its tables
-(:mod:`.db.langgraph_tables`). Writes go through the saver's ``put`` / ``put_writes`` and the
-store's ``batch``, so encryption, TTL and the index apply. What makes a run repeatable (the
-user guide's "Running it again"): only what is missing or newer here is put, and an item
-deleted here since a complete run copied it is not brought back (each complete run records
-the source's time at its start in ``am_settings``).
+Checkpoints are read through LangGraph's own saver on a read-only connection, one at a time, oldest
+first (a long thread is never held whole in memory); what its API does not give (the thread ids, the
+writes' task paths, the items' TTLs) through SQL on its tables (:mod:`.db.langgraph_tables`). Writes
+go through the saver's ``put`` / ``put_writes`` and the store's ``batch``, so encryption, TTL and
+the index apply. What makes a run repeatable (the user guide's "Running it again"): only what is
+missing or newer here is put, and an item deleted here since a complete run copied it is not brought
+back (each complete run records the source's time at its start in ``am_settings``).
 """
 
 from __future__ import annotations
@@ -22,14 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 
+from langgraph_checkpoint_agent_memory import errors
 from langgraph_checkpoint_agent_memory.db import langgraph_tables as sql
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    ConfigurationError,
-    DamagedValueError,
-    InvalidValueError,
-    ThreadDeletedError,
-)
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -43,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["ImportProgress", "ImportReport", "import_from_langgraph"]
 
 #: What the destination refuses of one thread or item (the import goes on with the others).
-REFUSED = (InvalidValueError, DamagedValueError)
+REFUSED = (errors.InvalidValueError, errors.DamagedValueError)
 
 #: A checkpoint's channel versions, and the channels it holds a value of.
 Versions = tuple[dict[str, Any], frozenset[str]]
@@ -146,8 +140,7 @@ def import_from_langgraph(
     Args:
         source: URL of the database LangGraph wrote: ``sqlite:///path.db`` (or a path) or
             ``postgresql://...``.
-        url: Where to copy to (any backend of the package); ``None`` reads
-            ``AGENT_MEMORY_URL``.
+        url: Where to copy to (any backend of the package); ``None`` reads ``AGENT_MEMORY_URL``.
         threads: Copy the checkpointer's threads.
         items: Copy the store's items.
         ttl_seconds: The threads' idle TTL, as ``create_checkpointer`` takes it (``None``:
@@ -170,9 +163,8 @@ def import_from_langgraph(
 
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
-        DatabaseUnavailableError: The source's server (or the destination's) cannot be
-            reached.
-        ConfigurationError: No destination URL, a source that holds none of LangGraph's
+        DatabaseUnavailableError: The source's server (or the destination's) cannot be reached.
+        errors.ConfigurationError: No destination URL, a source that holds none of LangGraph's
             tables, a table of LangGraph's name that is not LangGraph's, values written
             with a serializer other than ``serde`` (LangGraph's default when ``None``), or
             LangGraph's saver package for the source is not installed.
@@ -198,7 +190,7 @@ def import_from_langgraph(
 
     target = urls.resolve(url)
     if target is None:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"import_from_langgraph() needs a destination: pass url= or set {urls.URL_ENV}"
         )
     tally = _Tally(ImportReport(), ImportProgress(), on_progress or (lambda progress: None))
@@ -207,7 +199,7 @@ def import_from_langgraph(
         threads = threads and "checkpoints" in tables
         items = items and "store" in tables
         if not (threads or items):
-            raise ConfigurationError(
+            raise errors.ConfigurationError(
                 f"{src.where} holds none of LangGraph's tables (checkpoints, store)"
             )
         read = {"store"} if items else set()
@@ -243,9 +235,6 @@ class _Tally:
 
     def tell(self) -> None:
         self.notify(self.progress)
-
-    def begin(self, what: str) -> None:
-        self.progress.started[what] = time.monotonic()
 
     def thread(self, thread_id: str, copied: bool | None, failed: str | None = None) -> None:
         """``copied``: ``False`` complete already, ``None`` refused (deleted here)."""
@@ -287,12 +276,11 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
     try:
         found = importlib.import_module(f"langgraph.checkpoint.{kind}")
     except ImportError:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"reading threads of LangGraph's {name} needs its package: pip install {package}"
         ) from None
-    # LangGraph's default serializer reads these types only
     if serde is None and (other := sorted(src.value_types() - DEFAULT_TYPES)):
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             f"{src.where}: the source's values were written with another serializer "
             f"(type {', '.join(other)}"
             + (": LangGraph's EncryptedSerializer" if any("+aes" in t for t in other) else "")
@@ -304,7 +292,7 @@ def _langgraph_saver(src: sql.Source, serde: SerializerProtocol | None) -> BaseC
         wal, task_paths = src.sqlite_state()
         if not wal:  # the saver's setup would switch the file to WAL: refused read-only
             if not task_paths:
-                raise ConfigurationError(
+                raise errors.ConfigurationError(
                     f"{src.where} is not in WAL mode, as LangGraph's SqliteSaver leaves its "
                     "files, and predates its task_path column: LangGraph's saver cannot read "
                     "it read-only. Switch it first: sqlite3 FILE 'PRAGMA journal_mode=WAL'"
@@ -317,13 +305,13 @@ def _copy_threads(
     src: sql.Source, theirs: BaseCheckpointSaver[Any], saver: SQLSaver, tally: _Tally
 ) -> None:
     saver.setup()
-    tally.begin("threads")
+    tally.progress.started["threads"] = time.monotonic()
     for thread_id in src.thread_ids():
         failed = None
         try:
             with src.reading():
                 copied: bool | None = _copy_thread(src, theirs, saver, thread_id, tally)
-        except ThreadDeletedError:  # deleted here since: not brought back
+        except errors.ThreadDeletedError:  # deleted here since: not brought back
             copied = None
         except REFUSED as exc:  # what the destination cannot hold: the others go on
             copied, failed = False, str(exc)
@@ -361,7 +349,10 @@ def _copy_thread(
             by_task.setdefault(task_id, []).append((channel, value))
         for task_id, task_writes in by_task.items():
             path = paths.get((ns, checkpoint_id, task_id), "")
-            _put_writes(saver, found.config, task_writes, task_id, path)
+            # the regular writes in their order (the same indexes again), then the special ones
+            for special in (False, True):
+                if group := [w for w in task_writes if (w[0] in WRITES_IDX_MAP) is special]:
+                    saver.put_writes(found.config, group, task_id, path)
             tally.task_writes()
     return True
 
@@ -374,9 +365,8 @@ def _replaced_special_writes(
     complete: set[tuple[str, str]],
     tally: _Tally,
 ) -> bool:
-    """Put again the special writes (errors, interrupts, resume values) LangGraph replaced
-    in place since they were copied: those of each namespace's latest ``complete``
-    checkpoint, the one a task runs again from. Whether any was put."""
+    """Put again the special writes LangGraph replaced in place since they were copied (those
+    of each namespace's latest ``complete`` checkpoint, which a task reruns from); any put?"""
     latest = dict(sorted(complete))  # each namespace's last id in order: its latest
     keys = src.with_special_writes(thread_id, list(WRITES_IDX_MAP)) & set(latest.items())
     put = False
@@ -417,9 +407,8 @@ def _oldest_first(
     todo: set[tuple[str, str]],
     here: set[tuple[str, str]],
 ) -> Iterator[CheckpointTuple]:
-    """The source's checkpoints of ``todo``, oldest first (ids are time-ordered), each read
-    alone; one to put whose parent is not in ``todo`` comes after that parent (its versions
-    decide which channels changed since)."""
+    """The checkpoints of ``todo``, oldest first, each read alone; one whose parent is not in
+    ``todo`` comes after that parent (its versions decide which channels changed since)."""
     done: set[tuple[str, str]] = set()
     for ns, checkpoint_id in sorted(todo, key=lambda key: key[1]):
         conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
@@ -465,27 +454,13 @@ def _put_checkpoint(
     saver.put({"configurable": conf}, found.checkpoint, found.metadata, changed)
 
 
-def _put_writes(
-    saver: SQLSaver, config: Any, task_writes: list[tuple[str, Any]], task_id: str, path: str
-) -> None:
-    """A task's writes as LangGraph stored them: the regular ones in their order (so they
-    get their indexes again), the special channels (errors, interrupts, resume values) at
-    their fixed indexes."""
-    regular = [w for w in task_writes if w[0] not in WRITES_IDX_MAP]
-    special = [w for w in task_writes if w[0] in WRITES_IDX_MAP]
-    for group in (regular, special):
-        if group:
-            saver.put_writes(config, group, task_id, path)
-
-
-#: How long before a run's start its record of what it copied reaches (seconds): an item
-#: the source's application wrote as the run began may be committed after the run read past it.
+#: Seconds before a run's start its record reaches: an item written as it began may commit late.
 MARGIN = 60.0
 
 
 def _copy_items(src: sql.Source, store: AgentMemoryStore, tally: _Tally) -> None:
     store.setup()
-    tally.begin("items")
+    tally.progress.started["items"] = time.monotonic()
     mark = "import_items:" + hashlib.sha256(src.where.encode()).hexdigest()[:32]
     copied_until = store.run_plan(sql.read_mark_plan(store.dialect, mark))
     began = src.clock() - MARGIN
@@ -519,8 +494,7 @@ def _put_items(
 def _put_newer(
     store: AgentMemoryStore, live: list[sql.SourceItem], copied_until: float | None
 ) -> list[str]:
-    """What became of each of ``live``: ``"copied"``, ``"unchanged"`` (the same here, or
-    changed here since) or ``"refused"`` (deleted here since ``copied_until``)."""
+    """``"copied"``, ``"unchanged"`` (here, maybe changed since) or ``"refused"`` (deleted)."""
     from langgraph.store.base import GetOp, Item
 
     here = store.batch([GetOp(i.namespace, i.key, refresh_ttl=False) for i in live])

@@ -112,8 +112,7 @@ async def checkpointer() -> AsyncIterator[SQLSaver]:
     saver = create_checkpointer(
         url=_memory_url(os.environ), encryption=from_langgraph_aes_key(os.environ), **options
     )
-    if not isinstance(saver, SQLSaver):  # pragma: no cover - a URL always gives a SQL saver
-        raise TypeError(f"expected a SQL saver for a URL, got {type(saver).__name__}")
+    assert isinstance(saver, SQLSaver)  # a URL always gives a SQL saver
     async with saver:
         await saver.asetup()
         if saver.ttl_seconds:
@@ -127,11 +126,10 @@ async def store() -> AsyncIterator[AgentMemoryStore]:
     """The server's long-term memory store: an :class:`AgentMemoryStore` with the
     ``langgraph.json`` TTL and index.
 
-    The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the
-    ``"store"`` section: ``ttl`` with ``default_ttl`` in minutes,
-    ``refresh_on_read`` and ``sweep_interval_minutes``; ``index`` with ``dims``,
-    ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption variables
-    (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
+    The server calls it with no arguments. It reads ``LANGGRAPH_STORE`` (the ``"store"`` section:
+    ``ttl`` with ``default_ttl`` in minutes, ``refresh_on_read`` and ``sweep_interval_minutes``;
+    ``index`` with ``dims``, ``embed`` and ``fields``), ``AGENT_MEMORY_URL`` and the encryption
+    variables (``AGENT_MEMORY_MASTER_KEY``, else ``LANGGRAPH_AES_KEY``).
 
     Yields:
         The store, its schema set up and its TTL sweeper running when the ``ttl`` section
@@ -196,9 +194,8 @@ def offline_embeddings(texts: Sequence[str]) -> list[list[float]]:
 
     Example:
         ``backends.py``: ``from langgraph_checkpoint_agent_memory.server import checkpointer,
-        offline_embeddings, store``; ``langgraph.json``: ``"store": {"path":
-        "./backends.py:store", "index": {"dims": 384, "embed":
-        "./backends.py:offline_embeddings"}}``.
+        offline_embeddings, store``; ``langgraph.json``: ``"store": {"path": "./backends.py:store",
+        "index": {"dims": 384, "embed": "./backends.py:offline_embeddings"}}``.
 
         ```python
         from langgraph_checkpoint_agent_memory.server import offline_embeddings
@@ -280,10 +277,13 @@ class _Fields:
         for key in sorted(set(self.data) - set(known)):
             logger.warning("%s is not read by this package; ignored", self.name(key))
 
-    def number(self, key: str) -> float | None:
+    def number(self, key: str, bounded: bool = True) -> float | None:
+        """Minutes, ``bounded`` by the package's longest TTL (2**31 - 1 s, about 68 years)."""
         self.value(key, lambda v: type(v) in (int, float), "a number of minutes")
         positive = "a number of minutes > 0 (or null)"
         value = self.value(key, lambda v: math.isfinite(v) and v > 0, positive)
+        if bounded and value is not None and value * 60 > MAX_TTL_SECONDS:
+            raise self.fail(key, f"at most {MAX_TTL_SECONDS // 60} minutes (about 68 years)")
         return None if value is None else float(value)
 
     def count(self, key: str) -> int | None:
@@ -307,12 +307,11 @@ def _checkpointer_options(environ: Mapping[str, str]) -> dict[str, Any]:
     if ttl is not None:
         ttl.only(_THREAD_TTL_KEYS)
         if (minutes := ttl.number("default_ttl")) is not None:
-            _bounded_minutes(ttl, "default_ttl", minutes)
             # whole seconds, rounded up; round() first so that 0.1 min is 6 s, not 7
             options["ttl_seconds"] = max(1, math.ceil(round(minutes * 60, 6)))
         options["strategy"] = ttl.choice("strategy", ("delete", "keep_latest"), "delete")
         options["refresh_on_read"] = ttl.flag("refresh_on_read", False)
-        if (interval := ttl.number("sweep_interval_minutes")) is not None:
+        if (interval := ttl.number("sweep_interval_minutes", bounded=False)) is not None:
             options["sweep_interval_seconds"] = interval * 60
         if (limit := ttl.count("sweep_limit")) is not None:
             options["sweep_batch"] = limit
@@ -357,13 +356,6 @@ def _serde(section: _Fields) -> JsonPlusSerializer:
     return JsonPlusSerializer(**options)
 
 
-def _bounded_minutes(section: _Fields, key: str, minutes: float) -> float:
-    """``minutes``, at most the package's longest TTL (2**31 - 1 seconds, about 68 years)."""
-    if minutes * 60 > MAX_TTL_SECONDS:
-        raise section.fail(key, f"at most {MAX_TTL_SECONDS // 60} minutes (about 68 years)")
-    return minutes
-
-
 def _store_ttl(section: _Fields | None) -> TTLConfig | None:
     if section is None:
         return None
@@ -372,9 +364,8 @@ def _store_ttl(section: _Fields | None) -> TTLConfig | None:
     if "omit_expired" in section.data:  # accepted; the store never returns expired items
         ttl["omit_expired"] = section.flag("omit_expired", True)
     if (minutes := section.number("default_ttl")) is not None:
-        ttl["default_ttl"] = _bounded_minutes(section, "default_ttl", minutes)
+        ttl["default_ttl"] = minutes
     if (interval := section.number("sweep_interval_minutes")) is not None:
-        _bounded_minutes(section, "sweep_interval_minutes", interval)
         ttl["sweep_interval_minutes"] = interval  # type: ignore[typeddict-item]
     return ttl
 
@@ -408,8 +399,7 @@ def _index(section: _Fields | None) -> Any:
 
 
 def _embeddings(section: _Fields) -> Any:
-    """``embed`` resolved as the server resolves it (a ``.py:`` path, else a LangChain
-    identifier)."""
+    """``embed`` resolved as the server does: a ``.py:`` path, else a LangChain identifier."""
     spec = section.data["embed"]
     if not isinstance(spec, str) or not spec.strip():
         raise section.fail(

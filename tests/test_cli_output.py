@@ -145,7 +145,7 @@ def test_the_installed_program_exits_as_main_returns(
 
 def test_read_commands_show_what_agent_memory_returns(demo_db: Path) -> None:
     """The light read path returns what the façade returns, field for field."""
-    from langgraph_checkpoint_agent_memory.cli.common import _fact_dict
+    from langgraph_checkpoint_agent_memory.cli.common import fact_dict
     from langgraph_checkpoint_agent_memory.factory import create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory
 
@@ -164,8 +164,8 @@ def test_read_commands_show_what_agent_memory_returns(demo_db: Path) -> None:
     try:
         memory = AgentMemory(store)
         scopes = memory.scopes()
-        facts = [_fact_dict(f) for f in memory.facts("user=alice")]
-        history = [_fact_dict(f) for f in memory.history("user=alice")]
+        facts = [fact_dict(f) for f in memory.facts("user=alice")]
+        history = [fact_dict(f) for f in memory.history("user=alice")]
         episodes = [e.key for e in memory.episodes("user=alice")]
     finally:
         store.close()

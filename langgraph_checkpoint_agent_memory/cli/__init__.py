@@ -13,41 +13,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from langgraph_checkpoint_agent_memory.cli import output
-from langgraph_checkpoint_agent_memory.cli.common import (
-    CommandError,
-    Parser,
-    _emit,
-    _installed,
-    count_argument,
-    default_url,
-    existing,
-    resolve_url,
-    seconds_argument,
-    url_argument,
-)
-from langgraph_checkpoint_agent_memory.cli.importing import add_command as _import_command
-from langgraph_checkpoint_agent_memory.cli.keys import add_commands as _key_commands
-from langgraph_checkpoint_agent_memory.cli.memory import (
-    _cmd_consolidate,
-    _cmd_context,
-    _cmd_decay,
-    _cmd_demo,
-    _cmd_episodes,
-    _cmd_erase,
-    _cmd_facts,
-    _cmd_jobs,
-    _cmd_scopes,
-    _cmd_worker,
-)
+from langgraph_checkpoint_agent_memory import errors
+from langgraph_checkpoint_agent_memory.cli import common, importing, keys, memory, output, retention
+from langgraph_checkpoint_agent_memory.cli.common import CommandError, default_url, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
-from langgraph_checkpoint_agent_memory.cli.retention import _cmd_sweep, _cmd_threads
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    AgentMemoryError,
-    ConfigurationError,
-    DatabaseNotFoundError,
-)
 
 __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url", "run"]
 
@@ -77,7 +47,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     done = [f"{name} {v}" for name, versions in applied.items() for v in versions]
     latest = ", ".join(f"{name} {v}" for name, v in newest.items())
     said = f"applied migration(s) {', '.join(done)}" if done else f"schema is up to date ({latest})"
-    _emit(args, {"applied": applied, "latest": newest}, lambda out: out.print(said))
+    common.emit(args, {"applied": applied, "latest": newest}, lambda out: out.print(said))
     return 0
 
 
@@ -88,7 +58,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         try:
             importlib.import_module(module)
         except Exception as exc:  # the module's own error, whatever it is
-            raise ConfigurationError(
+            raise errors.ConfigurationError(
                 f"--module {module} cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
     if args.json:
@@ -105,40 +75,33 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_agent_memory.db import memory as sqlm
     from langgraph_checkpoint_agent_memory.db.health import sizes_plan, thread_counts_plan
     from langgraph_checkpoint_agent_memory.db.keys import count_plan
-    from langgraph_checkpoint_agent_memory.db.memory import (
-        MemorySql,
-        backlog_plan,
-        failures_plan,
-        owed_count_plan,
-    )
     from langgraph_checkpoint_agent_memory.factory import create_store, resolve_encryption
 
     url = resolve_url(args.url)
-    installed = _installed(url)
+    installed = common.installed(url)
     now = time.time()
-    # where the data keys are: None (no encryption), the data database (in every backup of
-    # it, which an erase does not reach), else the key store's URL
+    # the data keys: none, the data database (in its backups, out of an erase's reach), a key store
     setting, keystore = resolve_encryption(None), None
     if setting is not None:
         keystore = urls.mask_url(setting.keystore_url) if setting.keystore_url else "data database"
-    keys: dict[str, Any] = {"keystore": keystore, "in_data_database": None, "beside_data": False}
+    held: dict[str, Any] = {"keystore": keystore, "in_data_database": None, "beside_data": False}
     data: dict[str, Any] = {"now": now, "backlog": None, "jobs": None, "threads": None}
-    data.update(keys=keys, erasures=None)
-    # nothing is set up, migrated or created (opened for writing though only read, a SQLite
-    # file's WAL files are removed again at close)
-    with create_store(url, auto_setup=False, **existing(url)) as store:
-        sql = MemorySql(store.dialect, store.statements)
+    data.update(keys=held, erasures=None)
+    # nothing is set up or created (opened for writing, a SQLite file's WAL files go at close)
+    with create_store(url, auto_setup=False, **common.existing(url)) as store:
+        sql = sqlm.MemorySql(store.dialect, store.statements)
         if "memory" in installed:
-            backlog = store.run_plan(backlog_plan(sql, now))
+            backlog = store.run_plan(sqlm.backlog_plan(sql, now))
             data["backlog"] = {
                 "pending_episodes": backlog.pending,
                 "scopes": backlog.scopes,
                 "oldest_pending_at": backlog.oldest_at,
                 "oldest_pending_age_seconds": backlog.oldest_age,
             }
-            data["jobs"] = store.run_plan(failures_plan(sql))
+            data["jobs"] = store.run_plan(sqlm.failures_plan(sql))
         if "checkpoint" in installed:
             counts = store.run_plan(thread_counts_plan(store.dialect, now, args.within))
             data["threads"] = {
@@ -150,11 +113,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         sizes = store.run_plan(sizes_plan(store.dialect))
         data["size"] = sizes.as_dict()
         if "am_keys" in sizes.tables:
-            keys["in_data_database"] = store.run_plan(count_plan(store.dialect))
-        keys["beside_data"] = bool(keys["in_data_database"])
+            held["in_data_database"] = store.run_plan(count_plan(store.dialect))
+        held["beside_data"] = bool(held["in_data_database"])
         if "am_memory_erasures" in sizes.tables:
-            data["erasures"] = {"owed_keys": store.run_plan(owed_count_plan(sql))}
-    _emit(args, data, lambda out: _render(out, data))
+            data["erasures"] = {"owed_keys": store.run_plan(sqlm.owed_count_plan(sql))}
+    common.emit(args, data, lambda out: _render(out, data))
     return 0
 
 
@@ -194,11 +157,11 @@ def _render(out: Any, data: dict[str, Any]) -> None:
         figures.add_row(
             f"expiring within {_ago(threads['within_seconds'])}", str(threads["expiring"])
         )
-    keys, erasures = data["keys"], data["erasures"]
-    if keys["beside_data"]:
+    held, erasures = data["keys"], data["erasures"]
+    if held["beside_data"]:
         figures.add_row(
             "data keys in this database",
-            f"{keys['in_data_database']}: its backups hold them, so an erase does not reach "
+            f"{held['in_data_database']}: its backups hold them, so an erase does not reach "
             "them (move them to a key store of their own)",
         )
     if erasures is not None:
@@ -217,8 +180,7 @@ def _render(out: Any, data: dict[str, Any]) -> None:
 
 
 def _retention_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--strategy`` and ``--keep-last``, which must be the app's saver's (a sweep with
-    ``delete`` removes threads an app that prunes meant to keep)."""
+    """The app's saver's: a sweep with ``delete`` removes threads an app that prunes keeps."""
     parser.add_argument(
         "--strategy",
         choices=["delete", "keep_latest"],
@@ -240,19 +202,11 @@ def _count_option(
 ) -> None:
     parser.add_argument(
         flag,
-        type=count_argument(least),
+        type=common.count_argument(least),
         default=default,
         metavar="N",
         help=f"{help} (default {default})",
     )
-
-
-def _shown_default() -> str:
-    """The embedded default for the help, or where it would be when there is none."""
-    try:
-        return default_url()
-    except ConfigurationError:
-        return f"a SQLite file under ${urls.HOME_ENV}"
 
 
 class _Version(argparse.Action):
@@ -266,14 +220,12 @@ class _Version(argparse.Action):
 
 
 class _Unbuilt:
-    """A command's parser not built: the command line names another (building the parsers of
-    all twenty commands, with argparse's message lookups, costs a tenth of a second)."""
+    """A parser not built: building all twenty commands' costs a tenth of a second."""
 
     def add_argument(self, *args: Any, **options: Any) -> None:
-        """Nothing: the parser is not built."""
+        pass
 
     def add_mutually_exclusive_group(self, **options: Any) -> _Unbuilt:
-        """Itself: its arguments are not built either."""
         return self
 
 
@@ -286,7 +238,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser; given ``argv``, only the parser of the command it names is
     built in full (all are, without a command or with an unknown one, to list them)."""
     only = None if argv is None else _named_command(argv)
-    parser = Parser(
+    try:  # the embedded default for the help, or where it would be when there is none
+        shown_default = default_url()
+    except errors.ConfigurationError:
+        shown_default = f"a SQLite file under ${urls.HOME_ENV}"
+    parser = common.Parser(
         prog="agent-memory",
         description="Inspect and operate the memory of LangGraph agents.",
         epilog="SCOPE is written user=alice,agent=support (keys: user, agent, workflow).",
@@ -297,7 +253,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     def command(
         name: str, help: str, func: Callable[[argparse.Namespace], int], *positional: str
     ) -> Any:
-        """The parser of ``name``, its ``positional`` arguments (``"SCOPE"``...) first."""
         if only is not None and name != only:
             return _Unbuilt()
         p = commands.add_parser(name, help=help, description=help)
@@ -307,19 +262,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if name not in ("config", "demo", "new-key"):
             p.add_argument(
                 "--url",
-                type=url_argument,
+                type=common.url_argument,
                 help="database URL or path of a SQLite file "
-                f"(default: ${urls.URL_ENV}, else {_shown_default()}); "
+                f"(default: ${urls.URL_ENV}, else {shown_default}); "
                 "behind PgBouncer in transaction mode add ?prepare_threshold=none",
             )
         if name != "demo":
             _flag(p, "--json", "print JSON for scripts")
         return p
 
-    demo = command("demo", "run the scripted multi-session demo", _cmd_demo)
+    demo = command("demo", "run the scripted multi-session demo", memory.cmd_demo)
     demo.add_argument(
         "--url",
-        type=url_argument,
+        type=common.url_argument,
         help=f"the demo's own database (default: sqlite:///{urls.DEMO_FILE} in the current folder; "
         f"never ${urls.URL_ENV}): a new SQLite file, an empty database, or one the demo "
         "created before; any other is refused",
@@ -328,27 +283,31 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     demo.add_argument("--model", help="provider:name for init_chat_model, e.g. openai:gpt-4o-mini")
     extractor = "provider:name of the extractor's chat model"
 
-    command("scopes", "list scopes with their counts", _cmd_scopes)
-    facts = command("facts", "a scope's current facts", _cmd_facts, "SCOPE")
+    command("scopes", "list scopes with their counts", memory.cmd_scopes)
+    facts = command("facts", "a scope's current facts", memory.cmd_facts, "SCOPE")
     _flag(facts, "--all", "include superseded values")
-    episodes = command("episodes", "a scope's episodes", _cmd_episodes, "SCOPE")
+    episodes = command("episodes", "a scope's episodes", memory.cmd_episodes, "SCOPE")
     episodes.add_argument("--status", choices=["pending", "done", "parked"])
     context = command(
-        "context", "what inject_node would inject for QUERY", _cmd_context, "SCOPE", "QUERY"
+        "context", "what inject_node would inject for QUERY", memory.cmd_context, "SCOPE", "QUERY"
     )
-    context.add_argument("--budget", type=count_argument(1), default=None, help="token budget")
-    erase = command("erase", "erase a scope's memory and conversations", _cmd_erase, "SCOPE")
+    context.add_argument("--budget", type=common.count_argument(1), help="token budget")
+    erase = command("erase", "erase a scope's memory and conversations", memory.cmd_erase, "SCOPE")
     _flag(erase, "--yes", "do not ask for confirmation")
-    consolidate = command("consolidate", "consolidate pending episodes now", _cmd_consolidate)
+    consolidate = command("consolidate", "consolidate pending episodes now", memory.cmd_consolidate)
     consolidate.add_argument("--scope", help="only this SCOPE")
     consolidate.add_argument("--model", help=extractor)
-    decay = command("decay", "delete memories whose importance decayed away", _cmd_decay)
+    decay = command("decay", "delete memories whose importance decayed away", memory.cmd_decay)
     decay.add_argument("--scope", help="only this SCOPE")
-    sweep = command("sweep", "remove expired store items and checkpointer threads", _cmd_sweep)
+    sweep = command(
+        "sweep", "remove expired store items and checkpointer threads", retention.cmd_sweep
+    )
     _flag(sweep, "--dry-run", "say what would be removed and how many bytes freed; change nothing")
     _retention_arguments(sweep)
     threads = command(
-        "threads", "threads with their checkpoints, bytes, activity and expiry", _cmd_threads
+        "threads",
+        "threads with their checkpoints, bytes, activity and expiry",
+        retention.cmd_threads,
     )
     threads.add_argument(
         "--sort",
@@ -365,24 +324,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     stats.add_argument(
         "--within",
-        type=seconds_argument,
+        type=common.seconds_argument,
         default=3600.0,
         metavar="SECONDS",
         help="count the threads expiring within SECONDS from now (default 3600)",
     )
-    jobs = command("jobs", "failed and parked consolidation jobs", _cmd_jobs)
+    jobs = command("jobs", "failed and parked consolidation jobs", memory.cmd_jobs)
     _flag(jobs, "--retry", "queue parked episodes again")
     jobs.add_argument("--scope", help="with --retry: only this SCOPE")
     _flag(jobs, "--all", "completed jobs too")
     _count_option(jobs, "--limit", 1, 50, "at most N jobs")
-    worker = command("worker", "run the background worker in the foreground", _cmd_worker)
+    worker = command("worker", "run the background worker in the foreground", memory.cmd_worker)
     _flag(worker, "--once", "one round, then exit")
     worker.add_argument("--model", help=extractor)
     _retention_arguments(worker)
     for name, default in (("consolidate", 30), ("decay", 3600), ("sweep", 300)):
         worker.add_argument(
             f"--{name}-every",
-            type=seconds_argument,
+            type=common.seconds_argument,
             metavar="SECONDS",
             help=f"seconds between {name} rounds (default: config.memory.{name}_every_seconds "
             f"or {default})",
@@ -390,15 +349,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     migrate = command("migrate", "apply schema migrations", _cmd_migrate)
     migrate.add_argument(
         "--shard-depth",
-        type=count_argument(1),
+        type=common.count_argument(1),
         metavar="N",
         help="for a new database: the store's shard key is a namespace's first N labels "
         "(default: config.store.shard_depth or 2); a database records its rule once written, "
         "and refuses another",
     )
 
-    _key_commands(command)
-    _import_command(command)
+    keys.add_commands(command)
+    importing.add_command(command)
 
     config = command(
         "config", "list the @agent_config fields and their effective values", _cmd_config
@@ -429,9 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (``worker`` stops on it by itself)
         print(f"agent-memory {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (AgentMemoryError, ImportError, ValueError) as exc:
+    except (errors.AgentMemoryError, ImportError, ValueError) as exc:
         message = f"agent-memory {args.command}: error: {exc}"
-        if isinstance(exc, DatabaseNotFoundError):  # only migrate creates a database
+        if isinstance(exc, errors.DatabaseNotFoundError):  # only migrate creates a database
             url = urls.mask_url(resolve_url(args.url))
             message += f"; `agent-memory migrate --url {url}` creates one"
         print(message, file=sys.stderr)
@@ -447,15 +406,11 @@ def run() -> NoReturn:
     """The ``agent-memory`` program: :func:`main` on the process's arguments, then exit with
     its status.
 
-    Two walks of the cyclic garbage collector, needless in a short process, are skipped:
-
-    * at the exit, over the some 55,000 objects a read leaves (SQLAlchemy's and ``rich``'s
-      classes and caches): 0.05-0.07 s of its 0.3 s. :func:`gc.freeze` moves them out of
-      its reach; the exit is Python's own (output flushed, ``atexit`` handlers run), and
-      each command closes what it opens;
-    * while :data:`QUICK_READS` run, whose imports set off some 120 collections that free
-      about 700 objects: 0.03-0.04 s more (:func:`gc.disable`; reference counting still
-      frees what they read). The commands that can run long keep it on.
+    Two walks of the cyclic garbage collector, needless in a short process, are skipped: at
+    the exit, over the some 55,000 objects a read leaves (0.05-0.07 s of its 0.3 s;
+    :func:`gc.freeze`, and the exit stays Python's own); and while :data:`QUICK_READS` run,
+    whose imports set off some 120 collections that free about 700 objects (0.03-0.04 s more;
+    :func:`gc.disable`). The commands that can run long keep it on.
 
     Example:
         ```console

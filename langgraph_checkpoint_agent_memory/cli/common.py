@@ -1,5 +1,4 @@
-"""What every ``agent-memory`` command shares: the URL, the console, JSON output, the
-migration ledger, opening a memory and reading a scope."""
+"""What every ``agent-memory`` command shares: the URL, output, opening a memory, a scope."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ default_url = urls.default_url
 
 
 def resolve_url(given: str | None) -> str:
-    """``--url`` (already a URL, see :func:`url_argument`), else ``AGENT_MEMORY_URL`` read by
-    the same rule, else the default file."""
+    """``--url``, else ``AGENT_MEMORY_URL`` read as ``--url`` is, else the default file."""
     if given is not None:
         return given
     env = os.environ.get(urls.URL_ENV)
@@ -39,16 +37,14 @@ def resolve_url(given: str | None) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line, ``agent-memory CMD: error:
-    ...``, with exit status 2, like the commands' own errors."""
+    """Usage errors are one line, ``agent-memory CMD: error: ...``, with exit status 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def url_argument(text: str) -> str:
-    """``--url``: a database URL, or a plain path or ``file:`` URL of a SQLite file; an empty
-    one is refused, not replaced by the default."""
+    """A database URL, or a SQLite file's path; an empty one is refused, not defaulted."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
@@ -64,8 +60,7 @@ def _number(text: str, kind: Callable[[str], float]) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-#: The largest count a command takes: a 4-byte INTEGER, which every backend's columns and
-#: LIMIT hold.
+#: The largest count a command takes: a 4-byte INTEGER, which every backend's LIMIT holds.
 MOST = 2**31 - 1
 
 
@@ -92,7 +87,7 @@ def seconds_argument(text: str) -> float:
     return value
 
 
-def _console(args: argparse.Namespace) -> Any:
+def console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
     # data is shown as stored: "[x]" or ":smile:" in a fact stays (only the demo's is styled)
@@ -100,24 +95,20 @@ def _console(args: argparse.Namespace) -> Any:
     return Console(highlight=False, soft_wrap=not demo, markup=demo, emoji=demo)
 
 
-def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
+def emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> None:
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
     else:
-        render(_console(args))
+        render(console(args))
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
-    """Options that open the database at ``url`` only if it exists: on SQLite ``mode="rw"``
-    or ``"ro"``, so that SQLite itself refuses a missing file (no check that races the open);
-    a server's database is never created by opening it."""
+    """Options that open ``url`` only if it exists (SQLite refuses a missing file: no race)."""
     return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
 
 
-def _installed(url: str) -> set[str]:
-    """The components (``checkpoint``, ``store``, ``memory``) the migration ledger at ``url``
-    lists: :class:`DatabaseNotFoundError` for no database, :class:`CommandError` for one this
-    package never set up."""
+def installed(url: str) -> set[str]:
+    """The components the migration ledger at ``url`` lists; none: :class:`CommandError`."""
     from langgraph_checkpoint_agent_memory.db.migrations import installed_plan
     from langgraph_checkpoint_agent_memory.factory import create_store
 
@@ -125,11 +116,11 @@ def _installed(url: str) -> set[str]:
     with create_store(url, auto_setup=False, **existing(url, "ro")) as probe:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
     if not found:
-        raise _no_memory(url)
+        raise no_memory(url)
     return found
 
 
-def _no_memory(url: str) -> CommandError:
+def no_memory(url: str) -> CommandError:
     return CommandError(
         f"no agent memory database at {urls.mask_url(url)}: `agent-memory migrate --url "
         "URL` creates one, as does the first run of an app that uses it"
@@ -137,7 +128,7 @@ def _no_memory(url: str) -> CommandError:
 
 
 @contextmanager
-def _memory(
+def open_memory(
     args: argparse.Namespace,
     extractor: Any = None,
     *,
@@ -145,16 +136,15 @@ def _memory(
     checkpointer_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Iterator[Any]:
-    """The memory at ``--url``, which must hold this package's tables; with ``reads``, agent
-    memory's, and nothing is migrated."""
+    """The memory at ``--url``; with ``reads`` agent memory's tables must exist, none migrate."""
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
     from langgraph_checkpoint_agent_memory.memory import AgentMemory, Scope
 
     if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
         Scope.parse(args.scope)
     url = resolve_url(args.url)
-    if "memory" not in _installed(url) and reads:
-        raise _no_memory(url)
+    if "memory" not in installed(url) and reads:
+        raise no_memory(url)
     # a read leaves the schema as it finds it (a read-only file or replica stays readable)
     store = create_store(url, auto_setup=not reads, **existing(url))
     checkpointer = create_checkpointer(
@@ -172,29 +162,29 @@ def _memory(
         store.close()
 
 
-def _stored(memory: AgentMemory[Any], scope: Scope) -> bool:
+def stored(memory: AgentMemory[Any], scope: Scope) -> bool:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     return any(scope.covers(Scope.parse(k)) for k in memory.known_scopes())
 
 
-def _unknown(scope: Scope) -> CommandError:
+def unknown_scope(scope: Scope) -> CommandError:
     return CommandError(
         f"unknown scope {scope.key}: no memory is stored for it "
         "(`agent-memory scopes` lists the scopes)"
     )
 
 
-def _scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
+def known_scope(memory: AgentMemory[Any], text: str, *, must_exist: bool = True) -> Scope:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     scope = Scope.parse(text)
-    if must_exist and not _stored(memory, scope):
-        raise _unknown(scope)
+    if must_exist and not stored(memory, scope):
+        raise unknown_scope(scope)
     return scope
 
 
-def _extractor(args: argparse.Namespace) -> Any:
+def extractor(args: argparse.Namespace) -> Any:
     if not getattr(args, "model", None):
         return None
     from langgraph_checkpoint_agent_memory.memory.extract import chat_model
@@ -202,5 +192,5 @@ def _extractor(args: argparse.Namespace) -> Any:
     return chat_model(args.model)
 
 
-def _fact_dict(f: Any) -> dict[str, Any]:
+def fact_dict(f: Any) -> dict[str, Any]:
     return {"key": f.key, **asdict(f)}

@@ -7,28 +7,21 @@ import argparse
 import sys
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli.common import _emit, count_argument, resolve_url
+from langgraph_checkpoint_agent_memory import errors
+from langgraph_checkpoint_agent_memory.cli.common import count_argument, emit, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
-from langgraph_checkpoint_agent_memory.errors import (
-    ConfigurationError,
-    DatabaseNotFoundError,
-    DatabaseUnavailableError,
-)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.from_langgraph import (
-        ImportProgress,
-        import_from_langgraph,
-    )
+    from langgraph_checkpoint_agent_memory import from_langgraph
 
     url = resolve_url(args.url)
     with progress(args, "importing threads", "threads") as threads:
         checkpoints = threads.part("  copying checkpoints", "checkpoints")
         items = threads.part("importing store items", "items")
 
-        def show(done: ImportProgress) -> None:
+        def show(done: from_langgraph.ImportProgress) -> None:
             if done.threads_total is not None:  # and within a long thread, its checkpoints
                 threads(done.threads_done, done.threads_total)
                 checkpoints(done.checkpoints, None)
@@ -36,7 +29,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 items(done.items_done, done.items_total)
 
         try:
-            report = import_from_langgraph(
+            report = from_langgraph.import_from_langgraph(
                 args.source,
                 url,
                 threads=not args.items_only,
@@ -45,11 +38,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 serde=_serde(args.serde),
                 on_progress=show,
             )
-        except DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
-            raise ConfigurationError(f"--from: {exc}") from None
-        except DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
+        except errors.DatabaseNotFoundError as exc:  # the source: `migrate` would not make it
+            raise errors.ConfigurationError(f"--from: {exc}") from None
+        except errors.DatabaseUnavailableError as exc:  # status 1, as for --url; named as above
             if urls.mask_url(args.source) in str(exc):
-                raise DatabaseUnavailableError(f"--from: {exc}") from None
+                raise errors.DatabaseUnavailableError(f"--from: {exc}") from None
             raise
 
     def left_out(n: int) -> str:
@@ -62,7 +55,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         f"store items: {report.items} copied, {report.items_unchanged} already here"
         f"{left_out(report.items_refused)}; {report.seconds:.1f} s"
     )
-    _emit(args, report.as_dict(), lambda out: out.print(said))
+    emit(args, report.as_dict(), lambda out: out.print(said))
     if failed := _failures(report):
         print(f"agent-memory import: error: {failed}", file=sys.stderr)
         return 1
@@ -70,8 +63,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _serde(name: str | None) -> Any:
-    """The serializer of ``--serde``: ``aes`` is LangGraph's ``EncryptedSerializer`` with the
-    key in ``LANGGRAPH_AES_KEY``, as ``EncryptedSerializer.from_pycryptodome_aes()`` reads it."""
+    """``--serde aes``: ``EncryptedSerializer.from_pycryptodome_aes()`` (``LANGGRAPH_AES_KEY``)."""
     if name is None:
         return None
     from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -79,15 +71,14 @@ def _serde(name: str | None) -> Any:
     try:
         return EncryptedSerializer.from_pycryptodome_aes()
     except ImportError:
-        raise ConfigurationError(
+        raise errors.ConfigurationError(
             "--serde aes needs pycryptodome: pip install pycryptodome"
         ) from None
     except ValueError as exc:
-        raise ConfigurationError(f"--serde aes: {exc}") from None
+        raise errors.ConfigurationError(f"--serde aes: {exc}") from None
 
 
 def _failures(report: Any) -> str:
-    """One line naming what the destination could not hold (empty when nothing)."""
     named = [f"thread {_short(f['thread_id'])} ({f['reason']})" for f in report.threads_failed]
     named += [
         f"item {_short('.'.join(f['namespace']) + '/' + f['key'])} ({f['reason']})"
@@ -107,7 +98,6 @@ def _short(text: str) -> str:
 
 
 def add_command(command: Any) -> None:
-    """Add ``import`` with ``command(name, help, func)`` (the parser's helper)."""
     from langgraph_checkpoint_agent_memory.cli.common import url_argument
 
     found = command(

@@ -1,10 +1,6 @@
 """The ``agent-memory`` commands of encryption at rest: ``new-key``, ``rotate-key``,
-``encrypt`` and ``move-keys``.
-
-They read the encryption setting the way the application does (``AGENT_MEMORY_MASTER_KEY``,
-``AGENT_MEMORY_KEYSTORE_URL``, a declared ``config.encryption.*`` field), so an operator runs
-them with the application's environment.
-"""
+``encrypt`` and ``move-keys``. They read the encryption setting as the application does, so
+an operator runs them with the application's environment."""
 
 from __future__ import annotations
 
@@ -12,14 +8,8 @@ import argparse
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
-from langgraph_checkpoint_agent_memory.cli.common import (
-    CommandError,
-    _emit,
-    _installed,
-    existing,
-    resolve_url,
-    url_argument,
-)
+from langgraph_checkpoint_agent_memory.cli import common
+from langgraph_checkpoint_agent_memory.cli.common import CommandError, url_argument
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV, resolve_encryption
@@ -43,7 +33,7 @@ def _cmd_new_key(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.crypto.cipher import generate_master_key
 
     key = generate_master_key()
-    _emit(args, {"master_key": key}, lambda out: print(key))
+    common.emit(args, {"master_key": key}, lambda out: print(key))
     return 0
 
 
@@ -54,8 +44,8 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
     if found is not None and found.keystore_url:
         url = found.keystore_url
     else:  # the key store is a table of the data's database: it must exist and hold one
-        url = resolve_url(args.url)
-        if "keys" not in _installed(url):
+        url = common.resolve_url(args.url)
+        if "keys" not in common.installed(url):
             raise CommandError(f"{url} holds no key store (nothing was ever encrypted there)")
     encryption = _required_encryption()
     keystore = KeyStore(open_database(url), owned=True, auto_setup=False)
@@ -68,7 +58,7 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
         "the data was not rewritten. Once every process runs with the new key alone, the old "
         "one can go."
     )
-    _emit(args, {"rewrapped": rewrapped, "keystore": where}, lambda out: out.print(said))
+    common.emit(args, {"rewrapped": rewrapped, "keystore": where}, lambda out: out.print(said))
     return 0
 
 
@@ -77,16 +67,16 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
 
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 
-    url = resolve_url(args.url)
-    installed = _installed(url)  # a database that does not exist is said first
+    url = common.resolve_url(args.url)
+    installed = common.installed(url)  # a database that does not exist is said first
     encryption = dataclasses.replace(_required_encryption(), allow_plaintext=True)
     counts: dict[str, Any] = {}
     if "checkpoint" in installed:
-        saver: Any = create_checkpointer(url=url, encryption=encryption, **existing(url))
+        saver: Any = create_checkpointer(url=url, encryption=encryption, **common.existing(url))
         with saver, progress(args, "encrypting threads", "threads") as report:
             counts["checkpoints"] = saver.encrypt_plaintext(on_progress=report)
     if "store" in installed:
-        with create_store(url, encryption=encryption, **existing(url)) as store:
+        with create_store(url, encryption=encryption, **common.existing(url)) as store:
             memory: Any = None
             if "memory" in installed:
                 from langgraph_checkpoint_agent_memory.memory import AgentMemory
@@ -106,7 +96,7 @@ def _cmd_encrypt(args: argparse.Namespace) -> int:
             said = ", ".join(f"{n} {what}" for what, n in numbers.items())
             out.print(f"{part}: encrypted {said}")
 
-    _emit(args, counts, render)
+    common.emit(args, counts, render)
     return 0
 
 
@@ -115,10 +105,7 @@ MOVE_BATCH = 500
 
 
 def _same_database(source: KeyStore, target: KeyStore) -> bool:
-    """Whether the key stores ``source`` and ``target`` are one database, however their
-    URLs spell it (a relative path, a symbolic link, ``localhost`` for ``127.0.0.1``): a
-    probe key of a random owner is written to ``target``, looked for through ``source``,
-    then removed. Moving keys within one database would delete every one of them."""
+    """Whether they are one database, by a probe key (moving keys within one deletes them all)."""
     import secrets
     import time
 
@@ -139,8 +126,8 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.db import keys as sqlk
     from langgraph_checkpoint_agent_memory.db import url as urls
 
-    url = resolve_url(args.url)
-    if "keys" not in _installed(url):
+    url = common.resolve_url(args.url)
+    if "keys" not in common.installed(url):
         raise CommandError(f"{urls.mask_url(url)} holds no data keys (nothing to move)")
     moved = 0
     with (
@@ -166,12 +153,11 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
         f"moved {moved} data key(s) to {where}; set AGENT_MEMORY_KEYSTORE_URL to it in every "
         "process. Backups of the data taken before still hold the keys."
     )
-    _emit(args, {"moved": moved, "keystore": where}, lambda out: out.print(said))
+    common.emit(args, {"moved": moved, "keystore": where}, lambda out: out.print(said))
     return 0
 
 
 def add_commands(command: Any) -> None:
-    """Add the key commands with ``command(name, help, func)`` (the parser's helper)."""
     command("new-key", "print a new random master key (base64)", _cmd_new_key)
     command(
         "rotate-key",

@@ -10,36 +10,25 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli import output
-from langgraph_checkpoint_agent_memory.cli.common import (
-    _console,
-    _emit,
-    _extractor,
-    _fact_dict,
-    _memory,
-    _scope,
-    _stored,
-    _unknown,
-    resolve_url,
-)
+from langgraph_checkpoint_agent_memory.cli import common, output
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.demo import DEMO_URL, run_demo
 
     # the demo's own database, never AGENT_MEMORY_URL's: it may be an app's
     url = DEMO_URL if args.url is None else args.url
-    console = _console(args)
+    console = common.console(args)
     if args.url is None and os.environ.get(urls.URL_ENV):
         console.print(f"{urls.URL_ENV} is left alone: the demo writes only to its own database.")
     run_demo(url, model=args.model, console=console, reset=args.reset)
     return 0
 
 
-def _cmd_scopes(args: argparse.Namespace) -> int:
+def cmd_scopes(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
 
     with stored_memory(args) as memory:
@@ -55,15 +44,15 @@ def _cmd_scopes(args: argparse.Namespace) -> int:
             table.add_row(scope, *(str(counts[c]) for c in columns))
         out.print(table)
 
-    _emit(args, stats, render)
+    common.emit(args, stats, render)
     return 0
 
 
-def _cmd_facts(args: argparse.Namespace) -> int:
+def cmd_facts(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
 
     with stored_memory(args) as memory:
-        scope = _scope(memory, args.scope)
+        scope = common.known_scope(memory, args.scope)
         facts = memory.history(scope) if args.all else memory.facts(scope)
 
     def render(out: Any) -> None:
@@ -89,15 +78,15 @@ def _cmd_facts(args: argparse.Namespace) -> int:
             )
         out.print(table)
 
-    _emit(args, [_fact_dict(f) for f in facts], render)
+    common.emit(args, [common.fact_dict(f) for f in facts], render)
     return 0
 
 
-def _cmd_episodes(args: argparse.Namespace) -> int:
+def cmd_episodes(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.cli.stored import stored_memory
 
     with stored_memory(args) as memory:
-        scope = _scope(memory, args.scope)
+        scope = common.known_scope(memory, args.scope)
         episodes = memory.episodes(scope, status=args.status)
 
     def render(out: Any) -> None:
@@ -115,27 +104,27 @@ def _cmd_episodes(args: argparse.Namespace) -> int:
             )
         out.print(table)
 
-    _emit(args, [{"key": e.key, **asdict(e)} for e in episodes], render)
+    common.emit(args, [{"key": e.key, **asdict(e)} for e in episodes], render)
     return 0
 
 
-def _cmd_context(args: argparse.Namespace) -> int:
-    with _memory(args, reads=True) as memory:
-        scope = _scope(memory, args.scope)
+def cmd_context(args: argparse.Namespace) -> int:
+    with common.open_memory(args, reads=True) as memory:
+        scope = common.known_scope(memory, args.scope)
         recalled = memory.recall(scope, args.query, budget_tokens=args.budget)
     data = dict(scope=scope.key, query=args.query, tokens=recalled.tokens, context=recalled.text)
-    _emit(args, data, lambda out: out.print(recalled.text or "(nothing to inject)"))
+    common.emit(args, data, lambda out: out.print(recalled.text or "(nothing to inject)"))
     return 0
 
 
-def _cmd_erase(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
-        scope = _scope(memory, args.scope, must_exist=False)
+def cmd_erase(args: argparse.Namespace) -> int:
+    with common.open_memory(args) as memory:
+        scope = common.known_scope(memory, args.scope, must_exist=False)
         settled = 0
-        if not _stored(memory, scope):  # erased already: a retry may still owe its data keys
+        if not common.stored(memory, scope):  # erased already: a retry may still owe its data keys
             settled = memory.settle_erasures()
             if not settled:
-                raise _unknown(scope)
+                raise common.unknown_scope(scope)
             counts = {"scopes": 0, "threads": 0, "keys": settled}
         else:
             if not args.yes:
@@ -156,14 +145,14 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         for table, n in counts.items():
             out.print(f"  {table}: {n}")
 
-    _emit(args, {"scope": scope.key, "removed": counts}, render)
+    common.emit(args, {"scope": scope.key, "removed": counts}, render)
     return 0
 
 
-def _cmd_consolidate(args: argparse.Namespace) -> int:
+def cmd_consolidate(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.memory import Report, Scope
 
-    with _memory(args, extractor=_extractor(args)) as memory:
+    with common.open_memory(args, extractor=common.extractor(args)) as memory:
         only = Scope.parse(args.scope) if args.scope else None
         pending = sum(
             s["pending"]
@@ -191,23 +180,25 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
         for error in data["errors"]:
             out.print(f"  failed: {error}")
 
-    _emit(args, data, render)
+    common.emit(args, data, render)
     return 1 if data["failed"] else 0
 
 
-def _cmd_decay(args: argparse.Namespace) -> int:
-    with _memory(args) as memory:
-        scope = _scope(memory, args.scope) if args.scope else None
+def cmd_decay(args: argparse.Namespace) -> int:
+    with common.open_memory(args) as memory:
+        scope = common.known_scope(memory, args.scope) if args.scope else None
         removed = memory.decay(scope)
-    _emit(args, {"deleted": removed}, lambda out: out.print(f"{removed} decayed item(s) deleted"))
+    common.emit(
+        args, {"deleted": removed}, lambda out: out.print(f"{removed} decayed item(s) deleted")
+    )
     return 0
 
 
-def _cmd_jobs(args: argparse.Namespace) -> int:
+def cmd_jobs(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.memory import Scope
 
     statuses = ["completed", "failed", "parked"] if args.all else ["failed", "parked"]
-    with _memory(args, reads=True) as memory:
+    with common.open_memory(args, reads=True) as memory:
         only = Scope.parse(args.scope) if args.scope else None
         retried = memory.retry(only) if args.retry else None
         jobs = memory.jobs(statuses, limit=args.limit)
@@ -235,11 +226,11 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
             )
         out.print(table)
 
-    _emit(args, {"retried": retried, "jobs": jobs}, render)
+    common.emit(args, {"retried": retried, "jobs": jobs}, render)
     return 0
 
 
-def _cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(args: argparse.Namespace) -> int:
     import signal
 
     intervals = {
@@ -248,8 +239,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         if (value := getattr(args, f"{name}_every")) is not None
     }
     retention = {"strategy": args.strategy, "keep_last": args.keep_last}
-    with _memory(
-        args, extractor=_extractor(args), checkpointer_options=retention, **intervals
+    with common.open_memory(
+        args, extractor=common.extractor(args), checkpointer_options=retention, **intervals
     ) as memory:
         worker = memory.worker()
         if args.once:
@@ -257,7 +248,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         else:
             signal.signal(signal.SIGTERM, lambda *_: worker.stop(timeout=0))
             print(
-                f"agent-memory worker on {urls.mask_url(resolve_url(args.url))}: "
+                f"agent-memory worker on {urls.mask_url(common.resolve_url(args.url))}: "
                 "Ctrl-C or SIGTERM stops it",
                 file=sys.stderr,
             )
@@ -269,5 +260,5 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         f"{stats.decayed} decayed, {stats.swept} swept, {stats.keys_destroyed} data "
         f"key(s) erases owed destroyed, {len(stats.errors)} error(s)"
     )
-    _emit(args, asdict(stats), lambda out: out.print(said))
+    common.emit(args, asdict(stats), lambda out: out.print(said))
     return 0

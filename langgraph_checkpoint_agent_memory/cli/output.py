@@ -1,8 +1,7 @@
 """How the commands show figures to people: tables whose dates are never cut, dates, sizes.
 
-A table is as wide as the terminal (80 columns when piped); when its rows do not fit, the
-columns of text wrap, and a date column keeps the width of its dates: ``2026-11-25`` is
-never shown as ``2026-11-…``.
+A table is as wide as the terminal (80 columns piped); when its rows do not fit, the text
+columns wrap and a date column keeps its dates' width (``2026-11-25``, never ``2026-11-…``).
 """
 
 from __future__ import annotations

@@ -30,8 +30,7 @@ Report = Callable[[int, "int | None"], None]
 
 
 class Bars:
-    """What :func:`progress` yields: ``bars(done, total)`` reports the first bar's work,
-    ``bars.part(description, unit)`` adds a bar and returns its report."""
+    """``bars(done, total)`` reports the first bar's work; ``bars.part(...)`` adds a bar."""
 
     def __init__(self, bar: Any = None, description: str = "", unit: str = "") -> None:
         self._bar = bar
@@ -66,39 +65,27 @@ def progress(args: argparse.Namespace, description: str, unit: str = "") -> Iter
     if getattr(args, "json", False) or not sys.stderr.isatty():
         yield Bars()
         return
+    from rich import progress as rp
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        SpinnerColumn,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
     from rich.text import Text
 
-    class Rate(ProgressColumn):
-        """Units per second, once measured."""
-
+    class Rate(rp.ProgressColumn):
         def render(self, task: Any) -> Text:
             speed = task.finished_speed or task.speed
             return Text("" if speed is None else f"{speed:,.1f}/s")
 
     columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]}"),
-        TaskProgressColumn(),
+        rp.SpinnerColumn(),
+        rp.TextColumn("{task.description}"),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TextColumn("{task.fields[unit]}"),
+        rp.TaskProgressColumn(),
         Rate(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
+        rp.TextColumn("elapsed"),
+        rp.TimeElapsedColumn(),
+        rp.TextColumn("left"),
+        rp.TimeRemainingColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with rp.Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         yield Bars(bar, description, unit)

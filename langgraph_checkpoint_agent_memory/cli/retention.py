@@ -6,25 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli import output
-from langgraph_checkpoint_agent_memory.cli.common import (
-    _emit,
-    _installed,
-    _memory,
-    existing,
-    resolve_url,
-)
-from langgraph_checkpoint_agent_memory.cli.output import size, when
+from langgraph_checkpoint_agent_memory.cli import common, output
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 
 
-def _cmd_threads(args: argparse.Namespace) -> int:
+def cmd_threads(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer
 
-    url = resolve_url(args.url)
+    url = common.resolve_url(args.url)
     infos: list[Any] = []
-    if "checkpoint" in _installed(url):
-        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url))
+    if "checkpoint" in common.installed(url):
+        saver: Any = create_checkpointer(url=url, auto_setup=False, **common.existing(url))
         with saver:
             infos = saver.threads(sort=args.sort, limit=args.limit or None)
 
@@ -34,7 +26,7 @@ def _cmd_threads(args: argparse.Namespace) -> int:
             return
         more = f"; the first {args.limit} by {args.sort}" if len(infos) == args.limit else ""
         table = output.table(
-            f"{len(infos)} thread(s), {size(sum(i.bytes for i in infos))}{more}",
+            f"{len(infos)} thread(s), {output.size(sum(i.bytes for i in infos))}{more}",
             "thread",
             ("checkpoints", "right"),
             ("stored", "right"),
@@ -46,28 +38,28 @@ def _cmd_threads(args: argparse.Namespace) -> int:
             table.add_row(
                 i.thread_id,
                 str(i.checkpoints),
-                size(i.bytes),
-                when(i.last_active),
-                when(i.expires_at, never="never"),
+                output.size(i.bytes),
+                output.when(i.last_active),
+                output.when(i.expires_at, never="never"),
                 i.status,
             )
         out.print(table)
 
-    _emit(args, [i.as_dict() for i in infos], render)
+    common.emit(args, [i.as_dict() for i in infos], render)
     return 0
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     options = {"strategy": args.strategy, "keep_last": args.keep_last}
     if args.dry_run:
         return _sweep_dry_run(args, options)
-    with _memory(args, checkpointer_options=options) as memory:
+    with common.open_memory(args, checkpointer_options=options) as memory:
         with progress(args, "removing expired store items", "items") as report:
             items = memory.store.sweep(on_progress=report)
         with progress(args, "removing expired threads", "threads") as report:
             threads = list(memory.checkpointer.sweep(on_progress=report))
     said = f"{items} expired store item(s) and {len(threads)} expired thread(s) removed"
-    _emit(args, {"store_items": items, "threads": threads}, lambda out: out.print(said))
+    common.emit(args, {"store_items": items, "threads": threads}, lambda out: out.print(said))
     return 0
 
 
@@ -78,16 +70,18 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     from langgraph_checkpoint_agent_memory.db.store import expired_stats_plan
     from langgraph_checkpoint_agent_memory.factory import create_checkpointer, create_store
 
-    url = resolve_url(args.url)
-    installed = _installed(url)
+    url = common.resolve_url(args.url)
+    installed = common.installed(url)
     items, item_bytes = 0, 0
     if "store" in installed:
-        with create_store(url, auto_setup=False, **existing(url)) as store:
+        with create_store(url, auto_setup=False, **common.existing(url)) as store:
             items, item_bytes = store.run_plan(expired_stats_plan(store.statements, time.time()))
     threads: list[dict[str, Any]] = []
     removed, thread_bytes = 0, 0
     if "checkpoint" in installed:
-        saver: Any = create_checkpointer(url=url, auto_setup=False, **existing(url), **options)
+        saver: Any = create_checkpointer(
+            url=url, auto_setup=False, **common.existing(url), **options
+        )
         with saver:
             preview = saver.sweep_preview()
         threads = preview.as_dict()["threads"]
@@ -108,10 +102,10 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         prune = args.strategy != "delete"
         to = f" to their last {args.keep_last} checkpoint(s)" if prune else ""
         out.print(
-            f"A sweep now would remove {items} expired store item(s) ({size(item_bytes)}) "
+            f"A sweep now would remove {items} expired store item(s) ({output.size(item_bytes)}) "
             f"and {'prune' if prune else 'delete'} {len(threads)} expired thread(s){to} "
-            f"({removed} checkpoint(s), {size(thread_bytes)}): "
-            f"{size(item_bytes + thread_bytes)} freed. "
+            f"({removed} checkpoint(s), {output.size(thread_bytes)}): "
+            f"{output.size(item_bytes + thread_bytes)} freed. "
             "Nothing was changed."
         )
         if threads:
@@ -122,12 +116,12 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
                 table.add_row(
                     t["thread_id"],
                     t["action"],
-                    when(t["expires_at"]),
+                    output.when(t["expires_at"]),
                     str(t["checkpoints"]),
                     str(t["checkpoints_removed"]),
-                    size(t["bytes_freed"]),
+                    output.size(t["bytes_freed"]),
                 )
             out.print(table)
 
-    _emit(args, data, render)
+    common.emit(args, data, render)
     return 0

@@ -1,11 +1,8 @@
 """Agent memory as stored, read with the database alone: what ``scopes``, ``facts`` and
-``episodes`` show.
-
-They load neither the store nor the façade (which load LangChain and made a command take
-over a second); they run memory's own reading plans (:mod:`..memory.reading`), so they show
-what :class:`~..memory.AgentMemory` returns. An encrypted database is read through the store,
-which holds the data keys.
-"""
+``episodes`` show. They load neither the store nor the façade (which load LangChain and made a
+command take over a second) and run memory's own reading plans (:mod:`..memory.reading`), so
+they show what :class:`~..memory.AgentMemory` returns; an encrypted database is read through
+the store, which holds the data keys."""
 
 from __future__ import annotations
 
@@ -16,17 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_checkpoint_agent_memory.cli.common import _memory, _no_memory, existing, resolve_url
+from langgraph_checkpoint_agent_memory.cli import common
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Database
-from langgraph_checkpoint_agent_memory.memory import reading
-from langgraph_checkpoint_agent_memory.memory.model import (
-    Episode,
-    Fact,
-    Scope,
-    ScopeLike,
-    namespace,
-)
+from langgraph_checkpoint_agent_memory.memory import model, reading
 
 
 @dataclass(frozen=True)
@@ -44,8 +34,8 @@ class StoredMemory:
     def clock(self) -> float:
         return time.time()
 
-    def prefix(self, scope: ScopeLike, kind: str) -> str:
-        return sqlm.ns(namespace(self.sql.root, Scope.of(scope), kind))
+    def prefix(self, scope: model.ScopeLike, kind: str) -> str:
+        return sqlm.ns(model.namespace(self.sql.root, model.Scope.of(scope), kind))
 
     def scopes(self) -> dict[str, dict[str, int]]:
         return self.db.run(sqlm.stats_plan(self.sql, self.sql.root, self.clock()))
@@ -53,47 +43,42 @@ class StoredMemory:
     def known_scopes(self) -> set[str]:
         return self.db.run(sqlm.known_scopes_plan(self.sql, self.sql.root))
 
-    def facts(self, scope: ScopeLike) -> list[Fact]:
+    def facts(self, scope: model.ScopeLike) -> list[model.Fact]:
         return self.db.run(reading.facts_plan(self, scope, None))
 
-    def history(self, scope: ScopeLike) -> list[Fact]:
+    def history(self, scope: model.ScopeLike) -> list[model.Fact]:
         return self.db.run(reading.history_plan(self, scope, None, None))
 
-    def episodes(self, scope: ScopeLike, *, status: str | None = None) -> list[Episode]:
+    def episodes(self, scope: model.ScopeLike, *, status: str | None = None) -> list[model.Episode]:
         return self.db.run(reading.episodes_plan(self, scope, status))
 
 
 @contextmanager
 def stored_memory(args: argparse.Namespace) -> Iterator[Any]:
-    """The memory at ``--url`` to read: a :class:`StoredMemory`, or the
-    :class:`~..memory.AgentMemory` of ``_memory(args, reads=True)`` when the data is
-    encrypted (see the module). Errors as ``_memory``'s: no database, none of this
-    package's, or one without agent memory."""
+    """The memory at ``--url`` to read: a :class:`StoredMemory`, or when the data is encrypted
+    ``open_memory(args, reads=True)`` (see the module); errors as ``open_memory``'s."""
+    from langgraph_checkpoint_agent_memory.db import migrations
     from langgraph_checkpoint_agent_memory.db.marks import marked_plan, refused
-    from langgraph_checkpoint_agent_memory.db.migrations import (
-        installed_plan,
-        recorded_shard_depth_plan,
-    )
     from langgraph_checkpoint_agent_memory.db.store import StoreStatements
     from langgraph_checkpoint_agent_memory.factory import open_database, resolve_encryption
     from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 
     if getattr(args, "scope", None):  # a malformed scope is a usage error, whatever the URL
-        Scope.parse(args.scope)
-    url = resolve_url(args.url)
+        model.Scope.parse(args.scope)
+    url = common.resolve_url(args.url)
     if resolve_encryption(None) is not None:
-        with _memory(args, reads=True) as memory:
+        with common.open_memory(args, reads=True) as memory:
             yield memory
         return
     root = MemorySettings.resolve({}).namespace_root
     # read only: a read leaves the database as it finds it (a read-only file stays readable)
-    db = open_database(url, existing(url, "ro"))
+    db = open_database(url, common.existing(url, "ro"))
     try:
-        if "memory" not in db.run(installed_plan(db.dialect)):
-            raise _no_memory(url)
+        if "memory" not in db.run(migrations.installed_plan(db.dialect)):
+            raise common.no_memory(url)
         if db.run(marked_plan(db.dialect)):
             raise refused()
-        depth = db.run(recorded_shard_depth_plan(db.dialect))
+        depth = db.run(migrations.recorded_shard_depth_plan(db.dialect))
         yield StoredMemory(db, sqlm.MemorySql(db.dialect, StoreStatements(db.dialect, depth), root))
     finally:
         db.close()
