@@ -14,11 +14,8 @@ logger = logging.getLogger(__name__)
 
 
 class Sweeper:
-    """A stoppable daemon thread that calls ``owner.<method>()`` every ``interval`` seconds.
-
-    It holds its owner weakly: when the owner is garbage collected the thread notices at once
-    (a finalizer wakes it) and exits, so no sweeper outlives the saver that started it.
-    """
+    """A stoppable daemon thread that calls ``owner.<method>()`` every ``interval`` seconds,
+    holding its owner weakly: a finalizer stops it when the owner is garbage collected."""
 
     def __init__(self, owner: object, method: str, interval: float, name: str) -> None:
         self.interval = interval

@@ -1,10 +1,6 @@
-"""Reranking: a second, slower opinion on the first candidates of a search (the kinds that
-plug in are in the user guide's "Reranking").
-
-A reranker never drops: whatever it raises or returns that cannot be read, or a timeout,
-keeps the fused order (with a warning); documents a compressor leaves out follow the ones it
-returned, and candidates past ``top_n`` keep their places after those.
-"""
+"""Reranking: a second, slower opinion on the first candidates of a search (see the user
+guide's "Reranking"). A reranker never drops: a failure or a timeout keeps the fused order
+(with a warning); candidates it leaves out, or past ``top_n``, follow in their fused order."""
 
 from __future__ import annotations
 
@@ -206,16 +202,13 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
 
 def _score(s: Any) -> float | None:
     """A finite real score (NumPy's and torch's scalars too) as a float; else ``None``."""
-    if isinstance(s, bool) or not isinstance(s, numbers.Real):
-        item = getattr(s, "item", None)  # a one-element array or tensor
-        if isinstance(s, bool) or not callable(item):
-            return None
+    if not isinstance(s, numbers.Real) and callable(getattr(s, "item", None)):
         try:
-            s = item()
+            s = s.item()  # a one-element array or tensor
         except (TypeError, ValueError):
             return None
-        if isinstance(s, bool) or not isinstance(s, numbers.Real):
-            return None
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        return None
     number = float(s)
     return number if math.isfinite(number) else None
 

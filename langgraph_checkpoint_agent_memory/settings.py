@@ -1,12 +1,8 @@
-"""``@agent_config``: configuration fields declared in code and changed without touching it.
-
-Source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config``, but at run time: the
-field is registered, listed, exported as JSON, and calling the decorated function returns the
-effective value: an override (:func:`set_override`), else the environment variable named after
-the key (``config.a.b`` -> ``CONFIG__A__B``), else the JSON file named by ``AGENT_CONFIG_FILE``
-(flat or nested), else the coded default; converted to the return annotation by pydantic's lax
-mode, or :class:`ConfigValueError` naming the key, the value and its source (see the user
-guide, "Configuration with ``@agent_config``").
+"""``@agent_config``: configuration fields declared in code and changed without touching it
+(source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config``). The value in force:
+an override, else the environment variable named after the key (``config.a.b`` ->
+``CONFIG__A__B``), else the JSON file named by ``AGENT_CONFIG_FILE``, else the coded default,
+converted to the return annotation by pydantic's lax mode (see the user guide).
 """
 
 from __future__ import annotations

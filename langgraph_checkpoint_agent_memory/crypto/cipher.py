@@ -74,13 +74,8 @@ def new_key_id() -> str:
 
 
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
-    """Whether ``value`` looks like a sealed value (its marker and length).
-
-    Serializations of LangGraph's serde never do (msgpack starts a value of 37 bytes or more
-    with another byte; JSON and pickle too), except raw ``bytes`` stored as they are: where a
-    column can hold caller's bytes, a row's type (or another column) must say whether it is
-    sealed, and this test only confirms it.
-    """
+    """Whether ``value`` looks like a sealed value (its marker and length). LangGraph's serde
+    never starts a value so, but raw ``bytes`` can: there a row's type must say it is sealed."""
     return bool(value) and value[0] in FORMATS and len(value) >= OVERHEAD
 
 
@@ -158,7 +153,7 @@ class DataKey:
         self.owner = owner
         from cryptography.exceptions import InvalidTag
 
-        self._invalid = InvalidTag  # what a failed authentication raises
+        self._invalid = InvalidTag
         self._aead = aesgcm(subkey(secret, VALUE_LABEL))
         self._key_id = bytes.fromhex(key_id)
         # the term subkey's label is frozen (see the module)
@@ -342,10 +337,6 @@ def generate_master_key() -> str:
     return base64.b64encode(os.urandom(32)).decode("ascii")
 
 
-def master_key_id(key: bytes) -> str:
-    return hashlib.sha256(b"agent-memory master key id" + key).hexdigest()[:8]
-
-
 class MasterKeyProvider:
     """Wraps data keys with AES-256-GCM under a master key held in configuration.
 
@@ -365,8 +356,11 @@ class MasterKeyProvider:
         if isinstance(keys, (str, bytes)) or not keys:
             raise ConfigurationError("MasterKeyProvider needs a list of one or more master keys")
         raw = [parse_master_key(k) for k in keys]
-        self._ciphers = {master_key_id(k): aesgcm(k) for k in raw}
-        self.current = master_key_id(raw[0])
+        self._ciphers = {
+            hashlib.sha256(b"agent-memory master key id" + k).hexdigest()[:8]: aesgcm(k)
+            for k in raw
+        }
+        self.current = next(iter(self._ciphers))  # the first key's id
 
     def wrap(self, key: bytes, owner: str) -> bytes:
         """``key`` sealed under the newest master key, bound to ``owner``."""

@@ -119,14 +119,10 @@ class Encryption:
 
 
 def checked_fields(fields: Iterable[str] | None) -> tuple[str, ...]:
-    """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked.
-
-    Raises:
-        ConfigurationError: A field is not a string of non-empty, dot-separated labels.
-    """
+    """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked:
+    labels not empty, without space around them or control characters."""
     names = [fields] if isinstance(fields, str) else list(fields or ())
     for name in names:
-        # each label: not empty, no space around it, no control character
         if not isinstance(name, str) or not all(
             p and p == p.strip() and p.isprintable() for p in name.split(".")
         ):
@@ -176,6 +172,8 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if setting is False:
         return None
+    if isinstance(setting, Encryption):
+        return setting
     if setting is None or setting is True:
         found = from_environment(env)
         if found is None and setting is True:
@@ -184,8 +182,6 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
                 "random bytes, e.g. from `agent-memory new-key`) or pass encryption=Encryption(...)"
             )
         return found
-    if isinstance(setting, Encryption):
-        return setting
     if isinstance(setting, str):
         return _with_env(env, master_keys=(setting,))
     if isinstance(setting, KeyProvider):

@@ -1,6 +1,5 @@
-"""The keyring: data keys by owner and by id, unwrapped once and kept in memory; an owner's
-cached key is looked up again after ``recheck_seconds``, so a key another process destroyed
-stops sealing new rows within that time. Every lookup is a plan of :mod:`..db.keys`."""
+"""The keyring: data keys by owner and by id, unwrapped once and cached for
+``recheck_seconds`` (a key another process destroyed stops sealing within that time)."""
 
 from __future__ import annotations
 
@@ -95,14 +94,12 @@ class Keyring:
         self.recheck_seconds = recheck_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        #: Striped locks: threads missing the same owner's key look it up once, not each
-        #: (a graph's background writes of one step would otherwise race to it).
+        #: Threads missing the same owner's key look it up once (a step's writes race to it).
         self._lookups = [threading.Lock() for _ in range(LOOKUP_STRIPES)]
         self._inflight: dict[tuple[int, str], asyncio.Future[DataKey | None]] = {}
         self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[str, DataKey] = OrderedDict()
-        #: Whether the provider was found to unwrap the key store's keys (or the key store
-        #: held none): checked once, before the first key this keyring wraps.
+        #: Whether the provider unwraps the key store's keys (see :meth:`provider_check_plan`).
         self._provider_checked = False
 
     def cached(self, owner: str) -> DataKey | None:
@@ -161,12 +158,8 @@ class Keyring:
         return self._remember(self._unwrapped(row), owner_checked=True)
 
     def provider_check_plan(self) -> Plan[None]:
-        """Before this keyring wraps its first key, the provider must unwrap a key the key
-        store holds, so that a wrong master key wraps nothing.
-
-        Raises:
-            DecryptionError: It does not (a wrong master key, or a rotation's new one alone).
-        """
+        """Before this keyring wraps its first key, check that the provider unwraps a key the
+        key store holds, so a wrong master key (or a rotation's new one alone) wraps nothing."""
         if self._provider_checked:
             return
         held = yield from sqlk.page_plan(self.keystore.dialect, "", 1)
@@ -239,8 +232,7 @@ class Keyring:
         """Re-wrap every data key not under the provider's current master key; how many
         were. Readers keep working throughout (the provider unwraps under old and new)."""
         is_current = getattr(self.provider, "is_current", None)
-        after, done, seen = "", 0, 0
-        total = None
+        after, done, seen, total = "", 0, 0, None
         if on_progress is not None:
             total = yield from sqlk.count_plan(self.keystore.dialect)
             on_progress(0, total)
@@ -465,7 +457,6 @@ class KeyStore(SchemaOnFirstUse):
         return self._run(plan)
 
     async def arun(self, plan: Plan[T]) -> T:
-        """Async :meth:`run`."""
         return await self._arun(plan)
 
     def describe(self) -> str:

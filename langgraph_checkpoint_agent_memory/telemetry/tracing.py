@@ -192,12 +192,8 @@ class _Live:
             )
         self.recording = self._manager is not None
         self._span: Any = None
-        self._client = client
-        self._histogram = histogram
-        self._measured = measured
-        self._sealed = sealed
-        self._started = 0.0
-        self._written = 0
+        self._client, self._histogram, self._measured = client, histogram, measured
+        self._sealed, self._started, self._written = sealed, 0.0, 0
 
     def __enter__(self) -> _Live:
         if self._manager is not None:
