@@ -58,14 +58,11 @@ class Sweeper:
 
 
 class ClosesOnExit:
-    """``with`` and ``async with`` for an object with ``close()`` and ``aclose()``: the
-    savers and the store stop their background work and release their connections on exit."""
+    """``with`` and ``async with`` for an object with ``close()`` and ``aclose()`` (which the
+    class using the mixin provides)."""
 
-    def close(self) -> None:  # pragma: no cover - provided by the class using the mixin
-        raise NotImplementedError
-
-    async def aclose(self) -> None:  # pragma: no cover - provided by the class using the mixin
-        raise NotImplementedError
+    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
     def __enter__(self) -> Self:
         return self

@@ -3,24 +3,10 @@
 A question that names a time ("what did I do last week?", "in May 2023", "two years ago")
 also says *when* the answer happened: :func:`time_range` finds that span without a language
 model, relative to ``now`` (the caller's ``as_of``, or the clock), so recall can favour what
-is dated inside it.
-
-Understood (case-insensitive, anywhere in the query; the most specific one wins):
-
-- a date: ``2023-05-07``, ``7 May 2023``, ``May 7, 2023``, ``on May 7``, ``on the 7th of
-  May`` (the latest one not after ``now``);
-- a month: ``May 2023``, ``in May`` (the latest May that began by ``now``);
-- a year: ``in 2023`` (between 1900 and 2100, after ``in``, ``during``, ``of``, ``from`` or
-  ``for``: a number alone is not taken for a year);
-- since: ``since March``, ``since 2020``, ``since May 2021`` (from then to ``now``);
-- relative: ``today``, ``yesterday``, ``the day before yesterday``, ``this
-  week|month|year``, ``last week|month|year`` (``past`` and ``previous`` too: the calendar
-  week, month or year before this one), ``last weekend``, ``N days|weeks|months|years ago``
-  (``N`` in digits, or ``a``, ``an``, ``one`` to ``twelve``, ``a couple of``, ``a few``).
-
-Weeks begin on Monday; every span is in UTC unless ``tz`` says otherwise. A question that
-asks for a time (``when did``, ``what date``, ``how long ago``) names none: see
-:func:`asks_when`.
+is dated inside it. What is understood (dates, months, years, ``since ...``, ``last week``,
+``N days ago``, ...) is listed in the user guide's "Questions about time" and in
+:data:`_READERS`, most specific first. Weeks begin on Monday; every span is in UTC unless
+``tz`` says otherwise. A question that asks for a time names none (:func:`asks_when`).
 
 Example:
     >>> from datetime import datetime, timezone

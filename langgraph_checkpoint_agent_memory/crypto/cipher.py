@@ -92,8 +92,7 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
 
 
 def check_header(sealed: bytes | bytearray | memoryview) -> None:
-    """Raise :class:`DecryptionError` unless ``sealed``'s header (marker, length, key id's
-    check) is that of a whole sealed value."""
+    """Raise :class:`DecryptionError` unless ``sealed`` has a whole sealed value's header."""
     if not is_sealed(sealed) or zlib.crc32(sealed[:CHECKED_BYTES]) != int.from_bytes(
         sealed[CHECKED_BYTES:HEADER_BYTES], "big"
     ):
@@ -299,16 +298,13 @@ class KeyProvider(Protocol):
 
     def wrap(self, key: bytes, owner: str) -> bytes:
         """``key`` (32 bytes) in a form only this provider can turn back into it."""
-        ...
 
     def unwrap(self, wrapped: bytes, owner: str) -> bytes:
         """The key that :meth:`wrap` turned into ``wrapped``."""
-        ...
 
     def destroy(self, wrapped: bytes, owner: str) -> None:
         """Forget the key (called when its owner is erased, before the key store deletes
         the wrapped form); a provider that keeps nothing of its own does nothing."""
-        ...
 
 
 def parse_master_key(value: str | bytes) -> bytes:

@@ -46,16 +46,9 @@ def metering() -> bool:
 
 @dataclass
 class Backlog:
-    """Pending episodes in one database, as its last consolidation round saw them (shared:
-    see :func:`backlog_of`).
-
-    Args:
-        attributes: What tells the database apart (``db.system.name``, ``server.address``,
-            ``agent_memory.database``).
-        pending: Episodes waiting (``None``: not known yet, so not reported).
-        oldest_at: When the oldest of them was recorded (``None``: none pending).
-        parked: Episodes parked after failing ``max_attempts`` times, waiting for ``retry``.
-    """
+    """Pending episodes in one database (named by ``attributes``), as its last consolidation
+    round saw them (see :func:`backlog_of`). ``None``: ``pending`` not known yet, or no
+    ``oldest_at`` (none pending); ``parked``: failed ``max_attempts`` times, awaiting ``retry``."""
 
     attributes: dict[str, Any]
     pending: int | None = None
@@ -250,8 +243,7 @@ def instruments() -> Instruments | None:
 
 def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -> None:
     """Add ``amount`` to the counter of :data:`COUNTERS` whose name ends in ``counter``
-    (``"bytes_written"``, ``"threads_swept"``, ...); nothing when metrics are off, and
-    nothing but a log line when recording fails (telemetry never fails an operation).
+    (``"threads_swept"``); nothing when metrics are off, a log line when recording fails.
 
     Example:
         >>> add("threads_swept", 2, {"db.system.name": "sqlite"})

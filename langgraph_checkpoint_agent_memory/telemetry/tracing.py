@@ -1,10 +1,7 @@
-"""Spans for the package's operations, in OpenTelemetry's database conventions: a saver's or
-the store's operation on a database runs in :func:`db_operation` (a ``CLIENT`` span named
-``{db.operation.name} {db.collection.name}``: ``put am_checkpoints``), agent memory's and
-``TimedInMemorySaver``'s in :func:`operation` (``INTERNAL``: ``memory.record``), each a child
-of the span current when it runs. The same object measures the operation's duration for
-:mod:`.metrics`; when telemetry is off it is one shared object that does nothing.
-"""
+"""Spans for the package's operations, in OpenTelemetry's database conventions: a database
+operation runs in :func:`db_operation`, any other in :func:`operation`, each a child of the
+current span. The same object measures the duration for :mod:`.metrics`; when telemetry is
+off it is one shared object that does nothing."""
 
 from __future__ import annotations
 
@@ -43,18 +40,14 @@ AttributeValue = str | bool | int | float
 class _Idle:
     """The operation when telemetry is off: enters and leaves, records nothing."""
 
-    recording = False
-    live = False
+    recording = live = False
 
     def __enter__(self) -> _Idle:
         return self
 
     def __exit__(self, *exc: object) -> None: ...
-
     def set(self, name: str, value: AttributeValue | None) -> None: ...
-
     def fail(self, error_type: str, description: str = "") -> None: ...
-
     def written(self, size: int) -> None: ...
 
 
@@ -235,15 +228,13 @@ class _Live:
             safely(self._span.set_attribute, name, value)
 
     def written(self, size: int) -> None:
-        """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
-        added to ``agent_memory.checkpoint.bytes_written`` once it succeeds (a write built
-        again replaces the size, never adds to it)."""
+        """The operation stores ``size`` bytes (a write built again replaces the size): on the
+        span, and added to ``agent_memory.checkpoint.bytes_written`` once it succeeds."""
         self._written = size
         self.set("agent_memory.bytes_written", size)
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """Mark the operation failed without an exception: ``error.type`` and an error status,
-        with ``description`` unless the operation is sealed."""
+        """Mark the operation failed without an exception (``description``: unless sealed)."""
         self._failed(error_type, description or "failed")
 
 
