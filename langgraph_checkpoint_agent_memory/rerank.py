@@ -31,15 +31,9 @@ INDEX_KEY = "agent_memory_index"
 
 @dataclass(frozen=True)
 class Reordered:
-    """A reranker's answer: every candidate's position in the new order.
-
-    Attributes:
-        order: The candidates' indexes, best first (all of them: those the reranker did not
-            see or did not return follow in their fused order).
-        scores: The reranker's score of each candidate it scored, by index.
-        error: The qualified type of what made it fall back (the order is then the fused
-            one), else ``None``.
-    """
+    """A reranker's answer: ``order``, every candidate's index, best first (those it did not
+    see or return follow in fused order); ``scores`` of those it scored, by index; ``error``,
+    the qualified type of what made it keep the fused order, else ``None``."""
 
     order: list[int]
     scores: dict[int, float] = field(default_factory=dict)

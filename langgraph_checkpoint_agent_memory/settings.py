@@ -128,11 +128,8 @@ class ConfigValue(Protocol[T_co]):
 def agent_config(
     key: str, label: str, description: str, **extra: Any
 ) -> Callable[[Callable[[], T]], ConfigValue[T]]:
-    """Declare a configuration field whose coded default is the decorated function's result.
-
-    Operators change the value without touching code (an environment variable named after
-    the key, or an override); calling the decorated function returns the value in force,
-    converted to its return annotation.
+    """Declare a configuration field whose coded default is the decorated function's result;
+    calling the decorated function returns the value in force (see the module).
 
     Args:
         key: The field's dotted name, e.g. ``config.checkpointer.ttl_seconds``;
@@ -146,7 +143,6 @@ def agent_config(
         ```python
         from langgraph_checkpoint_agent_memory import agent_config
 
-
         @agent_config(
             "config.checkpointer.ttl_seconds",
             "Thread TTL",
@@ -154,7 +150,6 @@ def agent_config(
         )
         def checkpointer_ttl() -> int:
             return 3600
-
 
         checkpointer_ttl()  # 3600, or CONFIG__CHECKPOINTER__TTL_SECONDS if set
         ```

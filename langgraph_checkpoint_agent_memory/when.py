@@ -54,14 +54,8 @@ _ASKS_WHEN = re.compile(
 
 @dataclass(frozen=True)
 class TimeRange:
-    """A span of time a question names: ``[start, end)`` in seconds since the epoch.
-
-    Args:
-        start: Its first moment.
-        end: The moment after its last.
-        phrase: The words that named it, as written (lower-cased).
-        tz: The time zone its days are counted in.
-    """
+    """A span of time a question names: ``[start, end)`` in seconds since the epoch, the
+    ``phrase`` that named it (lower-cased), and the ``tz`` its days are counted in."""
 
     start: float
     end: float
@@ -124,20 +118,13 @@ def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> 
                     first, last = days
                     end = _at(last + timedelta(days=1), tz)
                     return TimeRange(_at(first, tz), end, found[0], tz)
-            except (OverflowError, ValueError):  # a day past year 9999: no span
+            except (OverflowError, ValueError):  # not a date, or past year 9999: no span
                 continue
     return None
 
 
 def _at(day: date, tz: tzinfo) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
-
-
-def _day(year: int, month: int, day: int) -> date | None:
-    try:
-        return date(year, month, day)
-    except ValueError:  # the 31st of June, a 13th month: not a date
-        return None
 
 
 def _month_span(year: int, month: int) -> tuple[date, date]:
@@ -150,16 +137,19 @@ Days = tuple[date, date] | None
 
 
 def _full_date(found: re.Match[str], today: date) -> Days:
-    month = found["month"]  # a name, or digits (ISO)
-    day = _day(int(found["year"]), MONTHS.get(month) or int(month), int(found["day"]))
-    return None if day is None else (day, day)
+    month = found["month"]  # a name, or digits (ISO); not a date: ValueError, no span
+    day = date(int(found["year"]), MONTHS.get(month) or int(month), int(found["day"]))
+    return day, day
 
 
 def _day_in_year(found: re.Match[str], today: date) -> Days:
     month, number = MONTHS[found["month"]], int(found["day"])
     for year in range(today.year, today.year - 8, -1):  # the latest one by today (Feb 29)
-        day = _day(year, month, number)
-        if day is not None and day <= today:
+        try:
+            day = date(year, month, number)
+        except ValueError:  # not a date that year (or any: the 31st of June)
+            continue
+        if day <= today:
             return day, day
     return None
 

@@ -6,8 +6,7 @@ AES-256-GCM under the data key's value subkey, the header and the row's identity
 (:func:`aad`) authenticated as associated data. The check, a CRC-32 of marker and key id,
 makes a damaged header read as :class:`DecryptionError`, never as a missing key.
 
-The term subkey keeps the derivation it has had since encryption came in: the lexical index
-holds term hashes made with it, and a new one would leave every existing posting unmatched.
+The term subkey's derivation is frozen: the lexical index holds term hashes made with it.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ FORMATS = (PLAIN, COMPRESSED, PACKED)
 CHECKED_BYTES = 1 + KEY_ID_BYTES
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
-#: The HKDF label of the subkey that seals values.
 VALUE_LABEL = b"agent-memory values v2"
 
 

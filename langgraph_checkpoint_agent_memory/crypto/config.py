@@ -1,16 +1,6 @@
-"""The encryption setting: what ``encryption=`` accepts, and the environment's defaults.
-
-``encryption=`` of :func:`create_checkpointer`, :func:`create_store` (and so of
-``AgentMemory``), the Agent Server factories and the savers and stores themselves takes:
-
-* ``None`` (the default): the environment decides: ``AGENT_MEMORY_MASTER_KEY`` (base64
-  256-bit keys, comma-separated, newest first) turns encryption on, and
-  ``AGENT_MEMORY_KEYSTORE_URL`` puts the key store in a database of its own;
-* ``False``: off, whatever the environment says;
-* ``True``: on, from the environment (a clear error when it holds no master key);
-* a master key (base64 text), or a :class:`~.cipher.KeyProvider`;
-* an :class:`Encryption`, for everything else.
-"""
+"""The encryption setting: what ``encryption=`` accepts (``None``: the environment decides,
+``False``, ``True``, a master key, a :class:`~.cipher.KeyProvider`, an :class:`Encryption`),
+and the environment's defaults (see the user guide's "Turn it on")."""
 
 from __future__ import annotations
 

@@ -34,7 +34,6 @@ V = TypeVar("V")
 CACHE_KEYS = 10_000
 #: Locks that let one thread look an owner's key up while others wait for it.
 LOOKUP_STRIPES = 64
-#: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
 ROTATE_BATCH = 500
 #: Times a write carrying a new key is tried before the key is created on its own (each
 #: loss means another process made the owner's key, and then it was destroyed meanwhile).
@@ -430,18 +429,12 @@ class Keyring:
             return {"keystore": self.keystore.describe(), "cached": len(self._by_id)}
 
 
-#: The environment variable naming the key store's own database.
 KEYSTORE_URL_ENV = "AGENT_MEMORY_KEYSTORE_URL"
 
 
 class KeyStore(SchemaOnFirstUse):
-    """The key table of one database, created on first use (``auto_setup``).
-
-    Args:
-        db: The database that keeps the keys.
-        owned: Whether closing the key store closes ``db`` (a database opened for it).
-        auto_setup: Create the table on first use.
-    """
+    """The key table of ``db``, created on first use (``auto_setup``); closing the key store
+    closes ``db`` when it is ``owned`` (opened for it)."""
 
     components: tuple[Component, ...] = (KEYS,)
 
