@@ -110,11 +110,9 @@ def __getattr__(name: str) -> Any:
 
         value = globals()[name] = version()
         return value
-    if name in _LAZY:
-        return _load(name)
-    if name.isidentifier() and find_spec(f"{__name__}.{name}") is not None:
+    if name not in _LAZY and name.isidentifier() and find_spec(f"{__name__}.{name}"):
         return import_module(f"{__name__}.{name}")  # a submodule, as ``pkg.settings``
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _load(name)  # or AttributeError
 
 
 def __dir__() -> list[str]:

@@ -33,12 +33,8 @@ MONTHS = {
     for name in (month, month[:3])
 } | {"sept": 9}
 _NUMBER_WORDS = "one two three four five six seven eight nine ten eleven twelve"
-NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "a couple of": 2,
-    "a few": 3,
-    **{word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)},
+NUMBERS = {"a": 1, "an": 1, "a couple of": 2, "a few": 3} | {
+    word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)
 }
 
 _MONTH = rf"(?P<month>{'|'.join(sorted(MONTHS, key=len, reverse=True))})\b\.?"
@@ -128,9 +124,7 @@ def _at(day: date, tz: tzinfo) -> float:
 
 
 def _month_span(year: int, month: int) -> tuple[date, date]:
-    first = date(year, month, 1)
-    following = date(year + month // 12, month % 12 + 1, 1)
-    return first, following - timedelta(days=1)
+    return date(year, month, 1), date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1)
 
 
 Days = tuple[date, date] | None
@@ -171,25 +165,22 @@ def _year(found: re.Match[str], today: date) -> Days:
 
 def _ago(found: re.Match[str], today: date) -> Days:
     count = found["count"]
-    n = int(count) if count.isdigit() else NUMBERS[count]
-    if found["unit"] == "day":
-        day = today - timedelta(days=n)
-        return day, day
-    return _units_back(today, found["unit"], n)
+    return _units_back(today, found["unit"], int(count) if count.isdigit() else NUMBERS[count])
 
 
 def _last(found: re.Match[str], today: date) -> Days:
     back = 0 if found["which"] == "this" else 1
     if found["unit"] == "weekend":
         saturday = today - timedelta(days=today.weekday() + 2 + 7 * (back - 1))
-        if back == 0 and saturday > today:
-            return None
-        return saturday, saturday + timedelta(days=1)
+        return None if saturday > today else (saturday, saturday + timedelta(days=1))
     return _units_back(today, found["unit"], back)
 
 
 def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
-    """The whole week (from Monday), month or year ``n`` of them before ``today``'s."""
+    """The whole day, week (from Monday), month or year ``n`` of them before ``today``'s."""
+    if unit == "day":
+        day = today - timedelta(days=n)
+        return day, day
     if unit == "week":
         monday = today - timedelta(days=today.weekday() + 7 * n)
         return monday, monday + timedelta(days=6)
@@ -201,8 +192,7 @@ def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
 
 def _dayword(found: re.Match[str], today: date) -> Days:
     back = {"today": 0, "yesterday": 1}.get(found["word"], 2)  # the day before yesterday
-    day = today - timedelta(days=back)
-    return day, day
+    return _units_back(today, "day", back)
 
 
 def _since(found: re.Match[str], today: date) -> Days:

@@ -32,9 +32,7 @@ from langgraph_checkpoint_agent_memory.errors import (
 #: First byte of a sealed value (format 2): plaintext as given, zlib-compressed first (as
 #: written before :mod:`..compression`), or compressed by :mod:`..compression` first.
 PLAIN, COMPRESSED, PACKED = 0xA7, 0xA8, 0xA9
-KEY_ID_BYTES = 8
-CHECK_BYTES = 4
-NONCE_BYTES = 12
+KEY_ID_BYTES, CHECK_BYTES, NONCE_BYTES = 8, 4, 12
 HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
 #: What sealing adds to a value (before compression): header, nonce and a 16-byte tag.
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + 16

@@ -32,7 +32,6 @@ V = TypeVar("V")
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
-#: Locks that let one thread look an owner's key up while others wait for it.
 LOOKUP_STRIPES = 64
 ROTATE_BATCH = 500
 #: Times a write carrying a new key is tried before the key is created on its own (each

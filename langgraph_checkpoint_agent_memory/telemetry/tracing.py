@@ -285,10 +285,9 @@ def db_operation(
     *,
     sealed: bool = False,
 ) -> _Idle | _Live:
-    """An operation of a database client, ``<component>.<operation>`` (``name``): a
-    ``CLIENT`` span named ``{db.operation.name} {db.collection.name}``, with the target's
-    attributes, measured in ``db.client.operation.duration``; ``sealed``: as in
-    :func:`operation`.
+    """A database operation ``name`` (``<component>.<operation>``): a ``CLIENT`` span named
+    ``{db.operation.name} {db.collection.name}``, measured in ``db.client.operation.duration``
+    (``sealed``: see :func:`operation`).
 
     Example:
         >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
