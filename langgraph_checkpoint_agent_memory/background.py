@@ -47,8 +47,7 @@ class Sweeper:
         ref: Callable[[], object | None], method: str, interval: float, stop: threading.Event
     ) -> None:
         while not stop.wait(interval):
-            owner = ref()
-            if owner is None:
+            if (owner := ref()) is None:
                 return
             try:
                 getattr(owner, method)()

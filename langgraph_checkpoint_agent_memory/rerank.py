@@ -186,8 +186,7 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
         raise ValueError(f"the reranker gave {len(scores)} scores for {n} texts")
     read: list[float] = []
     for s in scores:
-        number = _score(s)
-        if number is None:
+        if (number := _score(s)) is None:
             raise ValueError(f"the reranker gave a score that is not a finite number: {s!r}")
         read.append(number)
     order = sorted(range(n), key=lambda i: (-read[i], i))  # ties keep the fused order

@@ -75,8 +75,7 @@ class ConfigField:
         with _lock:
             if self.key in _overrides:
                 return _overrides[self.key], "override", "an override"
-        raw = os.environ.get(self.env_var)
-        if raw is not None:
+        if (raw := os.environ.get(self.env_var)) is not None:
             return raw, "env", f"environment variable {self.env_var}"
         path = os.environ.get(CONFIG_FILE_ENV)
         found = _file_value(path, self.key) if path else _MISSING

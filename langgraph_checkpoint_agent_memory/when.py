@@ -109,8 +109,7 @@ def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> 
     for pattern, read in _READERS:
         for found in pattern.finditer(text):
             try:
-                days = read(found, today)
-                if days is not None:
+                if (days := read(found, today)) is not None:
                     first, last = days
                     end = _at(last + timedelta(days=1), tz)
                     return TimeRange(_at(first, tz), end, found[0], tz)

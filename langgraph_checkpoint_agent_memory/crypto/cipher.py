@@ -364,8 +364,7 @@ class MasterKeyProvider:
     def unwrap(self, wrapped: bytes, owner: str) -> bytes:
         """The data key in ``wrapped``, under whichever master key wrapped it."""
         head, nonce, sealed = wrapped[:4], wrapped[4 : 4 + NONCE_BYTES], wrapped[4 + NONCE_BYTES :]
-        cipher = self._ciphers.get(head.hex())
-        if cipher is None:
+        if (cipher := self._ciphers.get(head.hex())) is None:
             raise DecryptionError(
                 f"the data key of {owner!r} is wrapped by master key {head.hex()}, which is not "
                 f"among the master keys given ({', '.join(self._ciphers)}): give it too (the new "

@@ -289,10 +289,8 @@ class Keyring:
         loop = asyncio.get_running_loop()
         slot = (id(loop), owner)
         pending = self._inflight.get(slot)
-        if pending is not None:
-            shared = await asyncio.shield(pending)
-            if shared is not None:
-                return await reuse(shared)
+        if pending is not None and (shared := await asyncio.shield(pending)) is not None:
+            return await reuse(shared)
         future: asyncio.Future[DataKey | None] = loop.create_future()
         self._inflight[slot] = future
         key: DataKey | None = None

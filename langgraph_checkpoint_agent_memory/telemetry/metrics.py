@@ -71,8 +71,7 @@ def backlog_of(attributes: dict[str, Any]) -> Backlog:
     """
     key = tuple(sorted(attributes.items()))
     with _lock:
-        backlog = _backlogs.get(key)
-        if backlog is None:
+        if (backlog := _backlogs.get(key)) is None:
             backlog = _backlogs[key] = Backlog(dict(attributes))
         return backlog
 
@@ -88,8 +87,7 @@ def watch(database: Database[Any]) -> None:
 
 
 def _waited(pool: str, seconds: float) -> None:
-    made = instruments()
-    if made is not None:
+    if (made := instruments()) is not None:
         safely(made.connection_wait.record, seconds, {POOL: pool})
 
 
@@ -234,8 +232,7 @@ def instruments() -> Instruments | None:
     used, made = _last[0]
     if used is not provider or made is None:
         with _lock:
-            made = _made.get(provider)
-            if made is None:
+            if (made := _made.get(provider)) is None:
                 made = _made[provider] = Instruments(provider)
         _last[0] = (provider, made)
     return made
@@ -248,8 +245,7 @@ def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -
     Example:
         >>> add("threads_swept", 2, {"db.system.name": "sqlite"})
     """
-    made = instruments()
-    if made is not None and amount:
+    if (made := instruments()) is not None and amount:
         safely(made.counters[counter].add, amount, attributes or {})
 
 

@@ -92,8 +92,7 @@ def target_of(database: Database[Any]) -> Target:
         >>> target_of(SQLiteDatabase(":memory:")).system
         'sqlite'
     """
-    target = _targets.get(database)
-    if target is None:
+    if (target := _targets.get(database)) is None:
         system = SYSTEMS.get(database.dialect.name, "other_sql")
         target = _targets[database] = Target(system, *database.server(), database.namespace())
         metrics.watch(database)
@@ -131,8 +130,7 @@ def status_code(error: BaseException) -> str | None:
         if seen is None:
             return None
         for name in STATUS_CODES:
-            code = getattr(seen, name, None)
-            if code is not None:
+            if (code := getattr(seen, name, None)) is not None:
                 return str(code)
         seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
     return None
@@ -257,8 +255,7 @@ def _start(
     if made is None and not traced:
         return IDLE
     key = (name, target, collection, client)
-    named = _named.get(key)
-    if named is None:
+    if (named := _named.get(key)) is None:
         if client:
             operation = name.rpartition(".")[2]
             measured = {**target.attributes(), "db.operation.name": operation}
