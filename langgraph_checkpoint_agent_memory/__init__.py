@@ -80,9 +80,8 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.store import AgentMemoryStore as AgentMemoryStore
     from langgraph_checkpoint_agent_memory.store.feedback import Feedback as Feedback
 
-#: Each public name -> the module that defines it. A name loads its module on first access,
-#: so a process that only needs an in-memory checkpointer pays for none of SQLAlchemy, numpy,
-#: the drivers, the cipher, OpenTelemetry or LangChain's runnables at import.
+#: Each public name -> the module that defines it, loaded on first access: an in-memory
+#: checkpointer pays for none of SQLAlchemy, numpy, the drivers, the cipher, OpenTelemetry...
 _HOMES = {
     "checkpoint": """AsyncHanaSaver AsyncPostgresSaver AsyncSqliteSaver HanaSaver PostgresSaver
         SQLSaver SqliteSaver SweepPreview ThreadInfo ThreadSweep TimedInMemorySaver""",

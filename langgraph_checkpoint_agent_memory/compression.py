@@ -69,15 +69,8 @@ def pack(data: bytes) -> bytes | None:
 
 
 def unpack(frame: bytes, what: str) -> bytes:
-    """The value :func:`pack` made ``frame`` of.
-
-    Args:
-        frame: A zstd frame stating its content size, at most :data:`BOUND`.
-        what: The value named in the error.
-
-    Raises:
-        DamagedValueError: ``frame`` is not a whole frame of at most :data:`BOUND` bytes.
-    """
+    """The value :func:`pack` made ``frame`` of, or :class:`DamagedValueError` (naming
+    ``what``) when ``frame`` is not a whole frame stating a size of at most :data:`BOUND`."""
     import zstandard
 
     try:

@@ -143,10 +143,8 @@ class Reranking:
         r = self.reranker
         if _compresses(r):
             return r.compress_documents(_documents(texts), query)
-        answer = r(query, texts)
-        if inspect.isawaitable(answer):  # an async reranker called from synchronous code
-            return asyncio.run(_awaited(answer))
-        return answer
+        answer = r(query, texts)  # an async one's answer is awaited in an event loop of its own
+        return asyncio.run(_awaited(answer)) if inspect.isawaitable(answer) else answer
 
     async def _aask(self, query: str, texts: list[str]) -> Any:
         r = self.reranker

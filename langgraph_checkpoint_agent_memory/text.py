@@ -1,6 +1,4 @@
-"""Text analysis, the same for documents and queries on every backend: no I/O, no SQL (the
-store analyses queries with it, the ``db`` layer indexes rows with it).
-"""
+"""Text analysis, the same for documents (indexed by ``db``) and queries on every backend."""
 
 from __future__ import annotations
 

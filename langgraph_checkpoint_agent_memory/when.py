@@ -110,9 +110,8 @@ def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> 
         for found in pattern.finditer(text):
             try:
                 if (days := read(found, today)) is not None:
-                    first, last = days
-                    end = _at(last + timedelta(days=1), tz)
-                    return TimeRange(_at(first, tz), end, found[0], tz)
+                    end = _at(days[1] + timedelta(days=1), tz)
+                    return TimeRange(_at(days[0], tz), end, found[0], tz)
             except (OverflowError, ValueError):  # not a date, or past year 9999: no span
                 continue
     return None

@@ -144,8 +144,7 @@ class DataKey:
     def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
         if len(secret) != 32:
             raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
-        self.key_id = key_id
-        self.owner = owner
+        self.key_id, self.owner = key_id, owner
         from cryptography.exceptions import InvalidTag
 
         self._invalid = InvalidTag
@@ -155,8 +154,7 @@ class DataKey:
         self._terms = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes, aad: bytes, *, compress: bool = True) -> bytes:
-        """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
-        identity).
+        """``plaintext`` encrypted and authenticated together with ``aad`` (the row's identity).
 
         Args:
             plaintext: What to protect.

@@ -85,9 +85,7 @@ class Encryption:
 
     def key_provider(self) -> KeyProvider:
         """The provider that wraps data keys."""
-        if self.provider is not None:
-            return self.provider
-        return MasterKeyProvider(list(self.master_keys))
+        return self.provider if self.provider is not None else MasterKeyProvider(self.master_keys)
 
     def open_keyring(self, database: Database[Any] | None) -> Keyring:
         """A keyring over this setting's key store: ``keystore_url``'s database, else
@@ -126,8 +124,7 @@ EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> Encryption | None:
-    """The setting the environment gives (``AGENT_MEMORY_MASTER_KEY``,
-    ``AGENT_MEMORY_KEYSTORE_URL``), or ``None`` when it gives no master key."""
+    """The environment's setting, or ``None`` when ``AGENT_MEMORY_MASTER_KEY`` is not set."""
     env = os.environ if environ is None else environ
     if not env.get(MASTER_KEY_ENV, "").strip():
         return None

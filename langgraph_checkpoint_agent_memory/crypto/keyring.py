@@ -40,9 +40,8 @@ CARRY_ATTEMPTS = 3
 
 
 class KeysNeeded(EncryptionError):
-    """A plan met data keys not loaded (plans do no I/O; the key store may be another
-    database): the call that ran it loads them (``owners`` by owner, created when ``create``;
-    ``ids`` by id) and runs the plan again, as the package's own calls all do."""
+    """A plan met data keys not loaded (plans do no I/O): the call that ran it loads them
+    (``owners`` by owner, created when ``create``; ``ids`` by id) and runs the plan again."""
 
     def __init__(
         self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False
@@ -86,11 +85,8 @@ class Keyring:
         recheck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.keystore = keystore
-        self.provider = provider
-        self.allow_plaintext = allow_plaintext
-        self.recheck_seconds = recheck_seconds
-        self._clock = clock
+        self.keystore, self.provider, self._clock = keystore, provider, clock
+        self.allow_plaintext, self.recheck_seconds = allow_plaintext, recheck_seconds
         self._lock = threading.Lock()
         #: Threads missing the same owner's key look it up once (a step's writes race to it).
         self._lookups = [threading.Lock() for _ in range(LOOKUP_STRIPES)]
@@ -403,8 +399,7 @@ class Keyring:
         return await self.keystore.arun(self.destroy_plan(owners))
 
     def rotate(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
-        """Re-wrap every data key under the provider's current master key (see
-        :meth:`rotate_plan`).
+        """Re-wrap every data key under the provider's current master key (:meth:`rotate_plan`).
 
         Args:
             on_progress: Called after each page of keys with ``(keys looked at, keys in

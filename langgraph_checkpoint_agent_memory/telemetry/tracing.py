@@ -202,8 +202,7 @@ class _Live:
             if error is not None:
                 self._failed(error_type(error), "", status_code(error) if self._client else None)
             if self._histogram is not None:
-                elapsed = time.perf_counter() - self._started
-                safely(self._histogram.record, elapsed, self._measured)
+                safely(self._histogram.record, time.perf_counter() - self._started, self._measured)
                 if self._written and error is None:
                     system = {"db.system.name": self._measured.get("db.system.name", "")}
                     metrics.add("bytes_written", self._written, system)
