@@ -176,10 +176,9 @@ class Keyring:
     def sealing_plan(
         self, owner: str, write: Callable[[DataKey], Plan[T]], *, likely_new: bool = False
     ) -> Plan[tuple[DataKey | None, T]]:
-        """``write`` sealed with ``owner``'s key, a new key stored in the write's own
-        transaction and round trip (:func:`..db.keys.carrying_plan`); when another process
-        made the owner's key meanwhile, the write is sealed again with that one. Returns the
-        key written with (``None``: never stored) and the write's value."""
+        """``write`` sealed with ``owner``'s key, a new key stored in the write's own round
+        trip (:func:`..db.keys.carrying_plan`), sealed again if another process made one
+        meanwhile; the key written with (``None``: never stored) and the write's value."""
         dialect = self.keystore.dialect
         # where the dialect cannot carry a new key in the write, it is made first (below)
         for _ in range(CARRY_ATTEMPTS if sqlk.carries(dialect) else 0):

@@ -57,9 +57,8 @@ class Provider:
         return self.given if self.given is not None else getattr(self.module(), self.getter)()
 
     def recording(self) -> bool:
-        """Whether a provider was given, or the application set a global one (uncached): the
-        API's own stand-in and no-op providers record nothing; SDK and vendor ones live outside
-        the API's module."""
+        """Whether a provider was given, or the application set a global one (uncached): SDK and
+        vendor providers live outside the API's module, whose own ones record nothing."""
         if self.given is not None:
             return True
         if self.api not in sys.modules and self.variable not in os.environ:
