@@ -80,9 +80,8 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.store import AgentMemoryStore as AgentMemoryStore
     from langgraph_checkpoint_agent_memory.store.feedback import Feedback as Feedback
 
-#: Each public name -> the module that defines it. A name loads its module on first access,
-#: so a process that only needs an in-memory checkpointer pays for none of SQLAlchemy, numpy,
-#: the drivers, the cipher, OpenTelemetry or LangChain's runnables at import.
+#: Each public name -> the module that defines it, loaded on first access: an in-memory
+#: checkpointer pays for none of SQLAlchemy, numpy, the drivers, the cipher, OpenTelemetry...
 _HOMES = {
     "checkpoint": """AsyncHanaSaver AsyncPostgresSaver AsyncSqliteSaver HanaSaver PostgresSaver
         SQLSaver SqliteSaver SweepPreview ThreadInfo ThreadSweep TimedInMemorySaver""",
@@ -110,11 +109,9 @@ def __getattr__(name: str) -> Any:
 
         value = globals()[name] = version()
         return value
-    if name in _LAZY:
-        return _load(name)
-    if name.isidentifier() and find_spec(f"{__name__}.{name}") is not None:
+    if name not in _LAZY and name.isidentifier() and find_spec(f"{__name__}.{name}"):
         return import_module(f"{__name__}.{name}")  # a submodule, as ``pkg.settings``
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _load(name)  # or AttributeError
 
 
 def __dir__() -> list[str]:

@@ -14,11 +14,8 @@ logger = logging.getLogger(__name__)
 
 
 class Sweeper:
-    """A stoppable daemon thread that calls ``owner.<method>()`` every ``interval`` seconds.
-
-    It holds its owner weakly: when the owner is garbage collected the thread notices at once
-    (a finalizer wakes it) and exits, so no sweeper outlives the saver that started it.
-    """
+    """A stoppable daemon thread that calls ``owner.<method>()`` every ``interval`` seconds,
+    holding its owner weakly: a finalizer stops it when the owner is garbage collected."""
 
     def __init__(self, owner: object, method: str, interval: float, name: str) -> None:
         self.interval = interval
@@ -50,8 +47,7 @@ class Sweeper:
         ref: Callable[[], object | None], method: str, interval: float, stop: threading.Event
     ) -> None:
         while not stop.wait(interval):
-            owner = ref()
-            if owner is None:
+            if (owner := ref()) is None:
                 return
             try:
                 getattr(owner, method)()
@@ -61,14 +57,11 @@ class Sweeper:
 
 
 class ClosesOnExit:
-    """``with`` and ``async with`` for an object with ``close()`` and ``aclose()``: the
-    savers and the store stop their background work and release their connections on exit."""
+    """``with`` and ``async with`` for an object with ``close()`` and ``aclose()`` (which the
+    class using the mixin provides)."""
 
-    def close(self) -> None:  # pragma: no cover - provided by the class using the mixin
-        raise NotImplementedError
-
-    async def aclose(self) -> None:  # pragma: no cover - provided by the class using the mixin
-        raise NotImplementedError
+    def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
     def __enter__(self) -> Self:
         return self

@@ -1,16 +1,15 @@
 """Compression of stored values, with no I/O: the one place the package compresses.
 
-A value is a zstd frame made with the package's own dictionary (``values.zdict``, trained on
-LangGraph's serde output by ``benchmarks/dictionary.py``): a chat message of 330 bytes shrinks
-to about 150, where plain zstd gives 280. The caller marks what it packed. Opening is bounded
-(:data:`BOUND`, checked first), so a crafted row gives :class:`~.errors.DamagedValueError`,
-never a process out of memory. A compressor with the dictionary costs 60 to 300 µs to build
-and serves one thread at a time: they are pooled, not kept per thread (LangGraph's executor
-runs a graph's writes on threads that live for one invoke).
+A value is a zstd frame made with the package's own dictionary (``values.zdict``, from
+``benchmarks/dictionary.py``): a chat message of 330 bytes shrinks to about 150 (280 with plain
+zstd). Opening is bounded (:data:`BOUND`), so a crafted row gives a DamagedValueError, never a
+process out of memory. A compressor costs 60 to 300 µs to build and serves one thread at a
+time: they are pooled, not kept per thread (LangGraph's writer threads live for one invoke).
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from pathlib import Path
 from typing import Any
@@ -29,18 +28,16 @@ DICTIONARY = Path(__file__).with_name("values.zdict")
 #: Compressors and decompressors not in use (``list.pop`` and ``append`` are atomic).
 _compressors: list[Any] = []
 _decompressors: list[Any] = []
-_dictionary: list[Any] = []
 
 
+@functools.cache
 def _zstd_dictionary() -> Any:
     """The dictionary, read and digested once (a race digests it twice, harmlessly)."""
-    if not _dictionary:
-        import zstandard
+    import zstandard
 
-        dictionary = zstandard.ZstdCompressionDict(DICTIONARY.read_bytes())
-        dictionary.precompute_compress(level=LEVEL)
-        _dictionary.append(dictionary)
-    return _dictionary[0]
+    dictionary = zstandard.ZstdCompressionDict(DICTIONARY.read_bytes())
+    dictionary.precompute_compress(level=LEVEL)
+    return dictionary
 
 
 def pack(data: bytes) -> bytes | None:
@@ -72,15 +69,8 @@ def pack(data: bytes) -> bytes | None:
 
 
 def unpack(frame: bytes, what: str) -> bytes:
-    """The value :func:`pack` made ``frame`` of.
-
-    Args:
-        frame: A zstd frame stating its content size, at most :data:`BOUND`.
-        what: The value named in the error.
-
-    Raises:
-        DamagedValueError: ``frame`` is not a whole frame of at most :data:`BOUND` bytes.
-    """
+    """The value :func:`pack` made ``frame`` of, or :class:`DamagedValueError` (naming
+    ``what``) when ``frame`` is not a whole frame stating a size of at most :data:`BOUND`."""
     import zstandard
 
     try:

@@ -72,10 +72,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """:class:`InvalidNamespaceValueError`, made at its first use: its other base is
-    LangGraph's ``InvalidNamespaceError``, whose module loads LangChain's runnables (a quarter
-    of a second), which a command or a saver that never touches a store namespace should not
-    pay for."""
+    """:class:`InvalidNamespaceValueError`, made at its first use: its other base's module
+    loads LangChain's runnables (a quarter of a second)."""
     if name != "InvalidNamespaceValueError":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from langgraph.store.base import InvalidNamespaceError

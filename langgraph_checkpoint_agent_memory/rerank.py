@@ -1,10 +1,6 @@
-"""Reranking: a second, slower opinion on the first candidates of a search (the kinds that
-plug in are in the user guide's "Reranking").
-
-A reranker never drops: whatever it raises or returns that cannot be read, or a timeout,
-keeps the fused order (with a warning); documents a compressor leaves out follow the ones it
-returned, and candidates past ``top_n`` keep their places after those.
-"""
+"""Reranking: a second, slower opinion on the first candidates of a search (see the user
+guide's "Reranking"). A reranker never drops: a failure or a timeout keeps the fused order
+(with a warning); candidates it leaves out, or past ``top_n``, follow in their fused order."""
 
 from __future__ import annotations
 
@@ -35,15 +31,9 @@ INDEX_KEY = "agent_memory_index"
 
 @dataclass(frozen=True)
 class Reordered:
-    """A reranker's answer: every candidate's position in the new order.
-
-    Attributes:
-        order: The candidates' indexes, best first (all of them: those the reranker did not
-            see or did not return follow in their fused order).
-        scores: The reranker's score of each candidate it scored, by index.
-        error: The qualified type of what made it fall back (the order is then the fused
-            one), else ``None``.
-    """
+    """A reranker's answer: ``order``, every candidate's index, best first (those it did not
+    see or return follow in fused order); ``scores`` of those it scored, by index; ``error``,
+    the qualified type of what made it keep the fused order, else ``None``."""
 
     order: list[int]
     scores: dict[int, float] = field(default_factory=dict)
@@ -153,10 +143,8 @@ class Reranking:
         r = self.reranker
         if _compresses(r):
             return r.compress_documents(_documents(texts), query)
-        answer = r(query, texts)
-        if inspect.isawaitable(answer):  # an async reranker called from synchronous code
-            return asyncio.run(_awaited(answer))
-        return answer
+        answer = r(query, texts)  # an async one's answer is awaited in an event loop of its own
+        return asyncio.run(_awaited(answer)) if inspect.isawaitable(answer) else answer
 
     async def _aask(self, query: str, texts: list[str]) -> Any:
         r = self.reranker
@@ -196,8 +184,7 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
         raise ValueError(f"the reranker gave {len(scores)} scores for {n} texts")
     read: list[float] = []
     for s in scores:
-        number = _score(s)
-        if number is None:
+        if (number := _score(s)) is None:
             raise ValueError(f"the reranker gave a score that is not a finite number: {s!r}")
         read.append(number)
     order = sorted(range(n), key=lambda i: (-read[i], i))  # ties keep the fused order
@@ -206,16 +193,13 @@ def _from_scores(answer: Any, n: int) -> tuple[list[int], dict[int, float]]:
 
 def _score(s: Any) -> float | None:
     """A finite real score (NumPy's and torch's scalars too) as a float; else ``None``."""
-    if isinstance(s, bool) or not isinstance(s, numbers.Real):
-        item = getattr(s, "item", None)  # a one-element array or tensor
-        if isinstance(s, bool) or not callable(item):
-            return None
+    if not isinstance(s, numbers.Real) and callable(getattr(s, "item", None)):
         try:
-            s = item()
+            s = s.item()  # a one-element array or tensor
         except (TypeError, ValueError):
             return None
-        if isinstance(s, bool) or not isinstance(s, numbers.Real):
-            return None
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        return None
     number = float(s)
     return number if math.isfinite(number) else None
 

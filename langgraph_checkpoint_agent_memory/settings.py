@@ -1,12 +1,8 @@
-"""``@agent_config``: configuration fields declared in code and changed without touching it.
-
-Source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config``, but at run time: the
-field is registered, listed, exported as JSON, and calling the decorated function returns the
-effective value: an override (:func:`set_override`), else the environment variable named after
-the key (``config.a.b`` -> ``CONFIG__A__B``), else the JSON file named by ``AGENT_CONFIG_FILE``
-(flat or nested), else the coded default; converted to the return annotation by pydantic's lax
-mode, or :class:`ConfigValueError` naming the key, the value and its source (see the user
-guide, "Configuration with ``@agent_config``").
+"""``@agent_config``: configuration fields declared in code and changed without touching it
+(source-compatible with ``sap_cloud_sdk.agent_decorators.agent_config``). The value in force:
+an override, else the environment variable named after the key (``config.a.b`` ->
+``CONFIG__A__B``), else the JSON file named by ``AGENT_CONFIG_FILE``, else the coded default,
+converted to the return annotation by pydantic's lax mode (see the user guide).
 """
 
 from __future__ import annotations
@@ -79,8 +75,7 @@ class ConfigField:
         with _lock:
             if self.key in _overrides:
                 return _overrides[self.key], "override", "an override"
-        raw = os.environ.get(self.env_var)
-        if raw is not None:
+        if (raw := os.environ.get(self.env_var)) is not None:
             return raw, "env", f"environment variable {self.env_var}"
         path = os.environ.get(CONFIG_FILE_ENV)
         found = _file_value(path, self.key) if path else _MISSING
@@ -132,11 +127,8 @@ class ConfigValue(Protocol[T_co]):
 def agent_config(
     key: str, label: str, description: str, **extra: Any
 ) -> Callable[[Callable[[], T]], ConfigValue[T]]:
-    """Declare a configuration field whose coded default is the decorated function's result.
-
-    Operators change the value without touching code (an environment variable named after
-    the key, or an override); calling the decorated function returns the value in force,
-    converted to its return annotation.
+    """Declare a configuration field whose coded default is the decorated function's result;
+    calling the decorated function returns the value in force (see the module).
 
     Args:
         key: The field's dotted name, e.g. ``config.checkpointer.ttl_seconds``;
@@ -150,7 +142,6 @@ def agent_config(
         ```python
         from langgraph_checkpoint_agent_memory import agent_config
 
-
         @agent_config(
             "config.checkpointer.ttl_seconds",
             "Thread TTL",
@@ -158,7 +149,6 @@ def agent_config(
         )
         def checkpointer_ttl() -> int:
             return 3600
-
 
         checkpointer_ttl()  # 3600, or CONFIG__CHECKPOINTER__TTL_SECONDS if set
         ```

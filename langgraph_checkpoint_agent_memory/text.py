@@ -1,6 +1,4 @@
-"""Text analysis, the same for documents and queries on every backend: no I/O, no SQL (the
-store analyses queries with it, the ``db`` layer indexes rows with it).
-"""
+"""Text analysis, the same for documents (indexed by ``db``) and queries on every backend."""
 
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ def _stem(word: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """The indexed terms of a text, in order: lower-cased words without stopwords, stemmed
-    (English Snowball), so "moved" finds "moving"."""
+    """The indexed terms of a text: lower-cased words but stopwords, stemmed (Snowball)."""
     return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
 
 
@@ -94,9 +91,7 @@ _MONTHS = [
 
 def date_words(when: float | None) -> str:
     """The day ``when`` (seconds since the epoch) falls on, in UTC, as the words a question
-    names it by: month name, day as a number and an ordinal, and the ISO date, so "May 2023",
-    "May 7th", "in 2023" and "2023-05-07" share terms with it. Empty for no date (``None``
-    or 0) and for a moment no calendar names.
+    names it by ("May 2023", "May 7th", "in 2023", "2023-05-07"); empty for no date.
 
     Example:
         >>> date_words(1683460800.0)  # 2023-05-07 12:00 UTC
@@ -132,8 +127,7 @@ def dated_text(text: str, when: float | None) -> str:
 
 
 def storable(text: str) -> str:
-    """``text`` with NUL characters and lone surrogates (see :func:`unstorable`) replaced by
-    U+FFFD."""
+    """``text`` with NUL characters and lone surrogates replaced by U+FFFD."""
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
     if not text.isascii():

@@ -3,24 +3,10 @@
 A question that names a time ("what did I do last week?", "in May 2023", "two years ago")
 also says *when* the answer happened: :func:`time_range` finds that span without a language
 model, relative to ``now`` (the caller's ``as_of``, or the clock), so recall can favour what
-is dated inside it.
-
-Understood (case-insensitive, anywhere in the query; the most specific one wins):
-
-- a date: ``2023-05-07``, ``7 May 2023``, ``May 7, 2023``, ``on May 7``, ``on the 7th of
-  May`` (the latest one not after ``now``);
-- a month: ``May 2023``, ``in May`` (the latest May that began by ``now``);
-- a year: ``in 2023`` (between 1900 and 2100, after ``in``, ``during``, ``of``, ``from`` or
-  ``for``: a number alone is not taken for a year);
-- since: ``since March``, ``since 2020``, ``since May 2021`` (from then to ``now``);
-- relative: ``today``, ``yesterday``, ``the day before yesterday``, ``this
-  week|month|year``, ``last week|month|year`` (``past`` and ``previous`` too: the calendar
-  week, month or year before this one), ``last weekend``, ``N days|weeks|months|years ago``
-  (``N`` in digits, or ``a``, ``an``, ``one`` to ``twelve``, ``a couple of``, ``a few``).
-
-Weeks begin on Monday; every span is in UTC unless ``tz`` says otherwise. A question that
-asks for a time (``when did``, ``what date``, ``how long ago``) names none: see
-:func:`asks_when`.
+is dated inside it. What is understood (dates, months, years, ``since ...``, ``last week``,
+``N days ago``, ...) is listed in the user guide's "Questions about time" and in
+:data:`_READERS`, most specific first. Weeks begin on Monday; every span is in UTC unless
+``tz`` says otherwise. A question that asks for a time names none (:func:`asks_when`).
 
 Example:
     >>> from datetime import datetime, timezone
@@ -47,12 +33,8 @@ MONTHS = {
     for name in (month, month[:3])
 } | {"sept": 9}
 _NUMBER_WORDS = "one two three four five six seven eight nine ten eleven twelve"
-NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "a couple of": 2,
-    "a few": 3,
-    **{word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)},
+NUMBERS = {"a": 1, "an": 1, "a couple of": 2, "a few": 3} | {
+    word: number for number, word in enumerate(_NUMBER_WORDS.split(), start=1)
 }
 
 _MONTH = rf"(?P<month>{'|'.join(sorted(MONTHS, key=len, reverse=True))})\b\.?"
@@ -68,14 +50,8 @@ _ASKS_WHEN = re.compile(
 
 @dataclass(frozen=True)
 class TimeRange:
-    """A span of time a question names: ``[start, end)`` in seconds since the epoch.
-
-    Args:
-        start: Its first moment.
-        end: The moment after its last.
-        phrase: The words that named it, as written (lower-cased).
-        tz: The time zone its days are counted in.
-    """
+    """A span of time a question names: ``[start, end)`` in seconds since the epoch, the
+    ``phrase`` that named it (lower-cased), and the ``tz`` its days are counted in."""
 
     start: float
     end: float
@@ -133,12 +109,10 @@ def time_range(query: str, now: float | datetime, tz: tzinfo = timezone.utc) -> 
     for pattern, read in _READERS:
         for found in pattern.finditer(text):
             try:
-                days = read(found, today)
-                if days is not None:
-                    first, last = days
-                    end = _at(last + timedelta(days=1), tz)
-                    return TimeRange(_at(first, tz), end, found[0], tz)
-            except (OverflowError, ValueError):  # a day past year 9999: no span
+                if (days := read(found, today)) is not None:
+                    end = _at(days[1] + timedelta(days=1), tz)
+                    return TimeRange(_at(days[0], tz), end, found[0], tz)
+            except (OverflowError, ValueError):  # not a date, or past year 9999: no span
                 continue
     return None
 
@@ -147,33 +121,27 @@ def _at(day: date, tz: tzinfo) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=tz).timestamp()
 
 
-def _day(year: int, month: int, day: int) -> date | None:
-    try:
-        return date(year, month, day)
-    except ValueError:  # the 31st of June, a 13th month: not a date
-        return None
-
-
 def _month_span(year: int, month: int) -> tuple[date, date]:
-    first = date(year, month, 1)
-    following = date(year + month // 12, month % 12 + 1, 1)
-    return first, following - timedelta(days=1)
+    return date(year, month, 1), date(year + month // 12, month % 12 + 1, 1) - timedelta(days=1)
 
 
 Days = tuple[date, date] | None
 
 
 def _full_date(found: re.Match[str], today: date) -> Days:
-    month = found["month"]  # a name, or digits (ISO)
-    day = _day(int(found["year"]), MONTHS.get(month) or int(month), int(found["day"]))
-    return None if day is None else (day, day)
+    month = found["month"]  # a name, or digits (ISO); not a date: ValueError, no span
+    day = date(int(found["year"]), MONTHS.get(month) or int(month), int(found["day"]))
+    return day, day
 
 
 def _day_in_year(found: re.Match[str], today: date) -> Days:
     month, number = MONTHS[found["month"]], int(found["day"])
     for year in range(today.year, today.year - 8, -1):  # the latest one by today (Feb 29)
-        day = _day(year, month, number)
-        if day is not None and day <= today:
+        try:
+            day = date(year, month, number)
+        except ValueError:  # not a date that year (or any: the 31st of June)
+            continue
+        if day <= today:
             return day, day
     return None
 
@@ -195,25 +163,22 @@ def _year(found: re.Match[str], today: date) -> Days:
 
 def _ago(found: re.Match[str], today: date) -> Days:
     count = found["count"]
-    n = int(count) if count.isdigit() else NUMBERS[count]
-    if found["unit"] == "day":
-        day = today - timedelta(days=n)
-        return day, day
-    return _units_back(today, found["unit"], n)
+    return _units_back(today, found["unit"], int(count) if count.isdigit() else NUMBERS[count])
 
 
 def _last(found: re.Match[str], today: date) -> Days:
     back = 0 if found["which"] == "this" else 1
     if found["unit"] == "weekend":
         saturday = today - timedelta(days=today.weekday() + 2 + 7 * (back - 1))
-        if back == 0 and saturday > today:
-            return None
-        return saturday, saturday + timedelta(days=1)
+        return None if saturday > today else (saturday, saturday + timedelta(days=1))
     return _units_back(today, found["unit"], back)
 
 
 def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
-    """The whole week (from Monday), month or year ``n`` of them before ``today``'s."""
+    """The whole day, week (from Monday), month or year ``n`` of them before ``today``'s."""
+    if unit == "day":
+        day = today - timedelta(days=n)
+        return day, day
     if unit == "week":
         monday = today - timedelta(days=today.weekday() + 7 * n)
         return monday, monday + timedelta(days=6)
@@ -225,8 +190,7 @@ def _units_back(today: date, unit: str, n: int) -> tuple[date, date]:
 
 def _dayword(found: re.Match[str], today: date) -> Days:
     back = {"today": 0, "yesterday": 1}.get(found["word"], 2)  # the day before yesterday
-    day = today - timedelta(days=back)
-    return day, day
+    return _units_back(today, "day", back)
 
 
 def _since(found: re.Match[str], today: date) -> Days:

@@ -1,8 +1,5 @@
-"""Encryption at rest: envelope encryption with a data key per scope. :mod:`.cipher` seals
-and opens with one data key (AES-256-GCM), hashes terms, and wraps data keys (a master key, or
-a KMS through the protocol); :mod:`.keyring` keeps keys by owner and by id, creates, destroys
-and rotates them in their table; :mod:`.config` reads the ``encryption=`` setting.
-"""
+"""Encryption at rest: envelope encryption with a data key per scope (:mod:`.cipher` seals,
+:mod:`.keyring` keeps the keys, :mod:`.config` reads the ``encryption=`` setting)."""
 
 from langgraph_checkpoint_agent_memory.crypto.cipher import (
     SCOPE_CONFIG_KEY,

@@ -6,8 +6,7 @@ AES-256-GCM under the data key's value subkey, the header and the row's identity
 (:func:`aad`) authenticated as associated data. The check, a CRC-32 of marker and key id,
 makes a damaged header read as :class:`DecryptionError`, never as a missing key.
 
-The term subkey keeps the derivation it has had since encryption came in: the lexical index
-holds term hashes made with it, and a new one would leave every existing posting unmatched.
+The term subkey's derivation is frozen: the lexical index holds term hashes made with it.
 """
 
 from __future__ import annotations
@@ -33,9 +32,7 @@ from langgraph_checkpoint_agent_memory.errors import (
 #: First byte of a sealed value (format 2): plaintext as given, zlib-compressed first (as
 #: written before :mod:`..compression`), or compressed by :mod:`..compression` first.
 PLAIN, COMPRESSED, PACKED = 0xA7, 0xA8, 0xA9
-KEY_ID_BYTES = 8
-CHECK_BYTES = 4
-NONCE_BYTES = 12
+KEY_ID_BYTES, CHECK_BYTES, NONCE_BYTES = 8, 4, 12
 HEADER_BYTES = 1 + KEY_ID_BYTES + CHECK_BYTES
 #: What sealing adds to a value (before compression): header, nonce and a 16-byte tag.
 OVERHEAD = HEADER_BYTES + NONCE_BYTES + 16
@@ -44,7 +41,6 @@ FORMATS = (PLAIN, COMPRESSED, PACKED)
 CHECKED_BYTES = 1 + KEY_ID_BYTES
 #: The prefix of a sealed value kept in a text column (base64 follows).
 TEXT_PREFIX = "!"
-#: The HKDF label of the subkey that seals values.
 VALUE_LABEL = b"agent-memory values v2"
 
 
@@ -74,13 +70,8 @@ def new_key_id() -> str:
 
 
 def is_sealed(value: bytes | bytearray | memoryview) -> bool:
-    """Whether ``value`` looks like a sealed value (its marker and length).
-
-    Serializations of LangGraph's serde never do (msgpack starts a value of 37 bytes or more
-    with another byte; JSON and pickle too), except raw ``bytes`` stored as they are: where a
-    column can hold caller's bytes, a row's type (or another column) must say whether it is
-    sealed, and this test only confirms it.
-    """
+    """Whether ``value`` looks like a sealed value (its marker and length). LangGraph's serde
+    never starts a value so, but raw ``bytes`` can: there a row's type must say it is sealed."""
     return bool(value) and value[0] in FORMATS and len(value) >= OVERHEAD
 
 
@@ -97,8 +88,7 @@ def looks_damaged(value: bytes | bytearray | memoryview) -> bool:
 
 
 def check_header(sealed: bytes | bytearray | memoryview) -> None:
-    """Raise :class:`DecryptionError` unless ``sealed``'s header (marker, length, key id's
-    check) is that of a whole sealed value."""
+    """Raise :class:`DecryptionError` unless ``sealed`` has a whole sealed value's header."""
     if not is_sealed(sealed) or zlib.crc32(sealed[:CHECKED_BYTES]) != int.from_bytes(
         sealed[CHECKED_BYTES:HEADER_BYTES], "big"
     ):
@@ -154,19 +144,17 @@ class DataKey:
     def __init__(self, key_id: str, owner: str, secret: bytes) -> None:
         if len(secret) != 32:
             raise EncryptionError(f"a data key has 32 bytes, not {len(secret)}")
-        self.key_id = key_id
-        self.owner = owner
+        self.key_id, self.owner = key_id, owner
         from cryptography.exceptions import InvalidTag
 
-        self._invalid = InvalidTag  # what a failed authentication raises
+        self._invalid = InvalidTag
         self._aead = aesgcm(subkey(secret, VALUE_LABEL))
         self._key_id = bytes.fromhex(key_id)
         # the term subkey's label is frozen (see the module)
         self._terms = hmac.new(secret, b"agent-memory terms v1", hashlib.sha256).digest()
 
     def seal(self, plaintext: bytes, aad: bytes, *, compress: bool = True) -> bytes:
-        """``plaintext`` encrypted and authenticated together with ``aad`` (the row's
-        identity).
+        """``plaintext`` encrypted and authenticated together with ``aad`` (the row's identity).
 
         Args:
             plaintext: What to protect.
@@ -304,16 +292,13 @@ class KeyProvider(Protocol):
 
     def wrap(self, key: bytes, owner: str) -> bytes:
         """``key`` (32 bytes) in a form only this provider can turn back into it."""
-        ...
 
     def unwrap(self, wrapped: bytes, owner: str) -> bytes:
         """The key that :meth:`wrap` turned into ``wrapped``."""
-        ...
 
     def destroy(self, wrapped: bytes, owner: str) -> None:
         """Forget the key (called when its owner is erased, before the key store deletes
         the wrapped form); a provider that keeps nothing of its own does nothing."""
-        ...
 
 
 def parse_master_key(value: str | bytes) -> bytes:
@@ -342,10 +327,6 @@ def generate_master_key() -> str:
     return base64.b64encode(os.urandom(32)).decode("ascii")
 
 
-def master_key_id(key: bytes) -> str:
-    return hashlib.sha256(b"agent-memory master key id" + key).hexdigest()[:8]
-
-
 class MasterKeyProvider:
     """Wraps data keys with AES-256-GCM under a master key held in configuration.
 
@@ -365,8 +346,11 @@ class MasterKeyProvider:
         if isinstance(keys, (str, bytes)) or not keys:
             raise ConfigurationError("MasterKeyProvider needs a list of one or more master keys")
         raw = [parse_master_key(k) for k in keys]
-        self._ciphers = {master_key_id(k): aesgcm(k) for k in raw}
-        self.current = master_key_id(raw[0])
+        self._ciphers = {
+            hashlib.sha256(b"agent-memory master key id" + k).hexdigest()[:8]: aesgcm(k)
+            for k in raw
+        }
+        self.current = next(iter(self._ciphers))  # the first key's id
 
     def wrap(self, key: bytes, owner: str) -> bytes:
         """``key`` sealed under the newest master key, bound to ``owner``."""
@@ -378,8 +362,7 @@ class MasterKeyProvider:
     def unwrap(self, wrapped: bytes, owner: str) -> bytes:
         """The data key in ``wrapped``, under whichever master key wrapped it."""
         head, nonce, sealed = wrapped[:4], wrapped[4 : 4 + NONCE_BYTES], wrapped[4 + NONCE_BYTES :]
-        cipher = self._ciphers.get(head.hex())
-        if cipher is None:
+        if (cipher := self._ciphers.get(head.hex())) is None:
             raise DecryptionError(
                 f"the data key of {owner!r} is wrapped by master key {head.hex()}, which is not "
                 f"among the master keys given ({', '.join(self._ciphers)}): give it too (the new "

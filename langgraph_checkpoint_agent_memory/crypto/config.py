@@ -1,16 +1,6 @@
-"""The encryption setting: what ``encryption=`` accepts, and the environment's defaults.
-
-``encryption=`` of :func:`create_checkpointer`, :func:`create_store` (and so of
-``AgentMemory``), the Agent Server factories and the savers and stores themselves takes:
-
-* ``None`` (the default): the environment decides: ``AGENT_MEMORY_MASTER_KEY`` (base64
-  256-bit keys, comma-separated, newest first) turns encryption on, and
-  ``AGENT_MEMORY_KEYSTORE_URL`` puts the key store in a database of its own;
-* ``False``: off, whatever the environment says;
-* ``True``: on, from the environment (a clear error when it holds no master key);
-* a master key (base64 text), or a :class:`~.cipher.KeyProvider`;
-* an :class:`Encryption`, for everything else.
-"""
+"""The encryption setting: what ``encryption=`` accepts (``None``: the environment decides,
+``False``, ``True``, a master key, a :class:`~.cipher.KeyProvider`, an :class:`Encryption`),
+and the environment's defaults (see the user guide's "Turn it on")."""
 
 from __future__ import annotations
 
@@ -95,9 +85,7 @@ class Encryption:
 
     def key_provider(self) -> KeyProvider:
         """The provider that wraps data keys."""
-        if self.provider is not None:
-            return self.provider
-        return MasterKeyProvider(list(self.master_keys))
+        return self.provider if self.provider is not None else MasterKeyProvider(self.master_keys)
 
     def open_keyring(self, database: Database[Any] | None) -> Keyring:
         """A keyring over this setting's key store: ``keystore_url``'s database, else
@@ -119,14 +107,10 @@ class Encryption:
 
 
 def checked_fields(fields: Iterable[str] | None) -> tuple[str, ...]:
-    """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked.
-
-    Raises:
-        ConfigurationError: A field is not a string of non-empty, dot-separated labels.
-    """
+    """``fields`` as dotted paths (``"owner"``, ``"address.city"``), sorted, each checked:
+    labels not empty, without space around them or control characters."""
     names = [fields] if isinstance(fields, str) else list(fields or ())
     for name in names:
-        # each label: not empty, no space around it, no control character
         if not isinstance(name, str) or not all(
             p and p == p.strip() and p.isprintable() for p in name.split(".")
         ):
@@ -140,8 +124,7 @@ EncryptionLike: TypeAlias = "Encryption | KeyProvider | str | bool | None"
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> Encryption | None:
-    """The setting the environment gives (``AGENT_MEMORY_MASTER_KEY``,
-    ``AGENT_MEMORY_KEYSTORE_URL``), or ``None`` when it gives no master key."""
+    """The environment's setting, or ``None`` when ``AGENT_MEMORY_MASTER_KEY`` is not set."""
     env = os.environ if environ is None else environ
     if not env.get(MASTER_KEY_ENV, "").strip():
         return None
@@ -176,6 +159,8 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if setting is False:
         return None
+    if isinstance(setting, Encryption):
+        return setting
     if setting is None or setting is True:
         found = from_environment(env)
         if found is None and setting is True:
@@ -184,8 +169,6 @@ def resolve(setting: EncryptionLike, environ: Mapping[str, str] | None = None) -
                 "random bytes, e.g. from `agent-memory new-key`) or pass encryption=Encryption(...)"
             )
         return found
-    if isinstance(setting, Encryption):
-        return setting
     if isinstance(setting, str):
         return _with_env(env, master_keys=(setting,))
     if isinstance(setting, KeyProvider):

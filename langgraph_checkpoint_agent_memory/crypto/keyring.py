@@ -1,6 +1,5 @@
-"""The keyring: data keys by owner and by id, unwrapped once and kept in memory; an owner's
-cached key is looked up again after ``recheck_seconds``, so a key another process destroyed
-stops sealing new rows within that time. Every lookup is a plan of :mod:`..db.keys`."""
+"""The keyring: data keys by owner and by id, unwrapped once and cached for
+``recheck_seconds`` (a key another process destroyed stops sealing within that time)."""
 
 from __future__ import annotations
 
@@ -33,9 +32,7 @@ V = TypeVar("V")
 
 #: Unwrapped keys kept in memory per keyring (least recently used leave first).
 CACHE_KEYS = 10_000
-#: Locks that let one thread look an owner's key up while others wait for it.
 LOOKUP_STRIPES = 64
-#: Keys re-wrapped per batch by :meth:`Keyring.rotate`.
 ROTATE_BATCH = 500
 #: Times a write carrying a new key is tried before the key is created on its own (each
 #: loss means another process made the owner's key, and then it was destroyed meanwhile).
@@ -43,9 +40,8 @@ CARRY_ATTEMPTS = 3
 
 
 class KeysNeeded(EncryptionError):
-    """A plan met data keys not loaded (plans do no I/O; the key store may be another
-    database): the call that ran it loads them (``owners`` by owner, created when ``create``;
-    ``ids`` by id) and runs the plan again, as the package's own calls all do."""
+    """A plan met data keys not loaded (plans do no I/O): the call that ran it loads them
+    (``owners`` by owner, created when ``create``; ``ids`` by id) and runs the plan again."""
 
     def __init__(
         self, owners: Iterable[str] = (), ids: Iterable[str] = (), create: bool = False
@@ -89,20 +85,15 @@ class Keyring:
         recheck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.keystore = keystore
-        self.provider = provider
-        self.allow_plaintext = allow_plaintext
-        self.recheck_seconds = recheck_seconds
-        self._clock = clock
+        self.keystore, self.provider, self._clock = keystore, provider, clock
+        self.allow_plaintext, self.recheck_seconds = allow_plaintext, recheck_seconds
         self._lock = threading.Lock()
-        #: Striped locks: threads missing the same owner's key look it up once, not each
-        #: (a graph's background writes of one step would otherwise race to it).
+        #: Threads missing the same owner's key look it up once (a step's writes race to it).
         self._lookups = [threading.Lock() for _ in range(LOOKUP_STRIPES)]
         self._inflight: dict[tuple[int, str], asyncio.Future[DataKey | None]] = {}
         self._by_owner: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._by_id: OrderedDict[str, DataKey] = OrderedDict()
-        #: Whether the provider was found to unwrap the key store's keys (or the key store
-        #: held none): checked once, before the first key this keyring wraps.
+        #: Whether the provider unwraps the key store's keys (see :meth:`provider_check_plan`).
         self._provider_checked = False
 
     def cached(self, owner: str) -> DataKey | None:
@@ -161,12 +152,8 @@ class Keyring:
         return self._remember(self._unwrapped(row), owner_checked=True)
 
     def provider_check_plan(self) -> Plan[None]:
-        """Before this keyring wraps its first key, the provider must unwrap a key the key
-        store holds, so that a wrong master key wraps nothing.
-
-        Raises:
-            DecryptionError: It does not (a wrong master key, or a rotation's new one alone).
-        """
+        """Before this keyring wraps its first key, check that the provider unwraps a key the
+        key store holds, so a wrong master key (or a rotation's new one alone) wraps nothing."""
         if self._provider_checked:
             return
         held = yield from sqlk.page_plan(self.keystore.dialect, "", 1)
@@ -189,10 +176,9 @@ class Keyring:
     def sealing_plan(
         self, owner: str, write: Callable[[DataKey], Plan[T]], *, likely_new: bool = False
     ) -> Plan[tuple[DataKey | None, T]]:
-        """``write`` sealed with ``owner``'s key, a new key stored in the write's own
-        transaction and round trip (:func:`..db.keys.carrying_plan`); when another process
-        made the owner's key meanwhile, the write is sealed again with that one. Returns the
-        key written with (``None``: never stored) and the write's value."""
+        """``write`` sealed with ``owner``'s key, a new key stored in the write's own round
+        trip (:func:`..db.keys.carrying_plan`), sealed again if another process made one
+        meanwhile; the key written with (``None``: never stored) and the write's value."""
         dialect = self.keystore.dialect
         # where the dialect cannot carry a new key in the write, it is made first (below)
         for _ in range(CARRY_ATTEMPTS if sqlk.carries(dialect) else 0):
@@ -239,8 +225,7 @@ class Keyring:
         """Re-wrap every data key not under the provider's current master key; how many
         were. Readers keep working throughout (the provider unwraps under old and new)."""
         is_current = getattr(self.provider, "is_current", None)
-        after, done, seen = "", 0, 0
-        total = None
+        after, done, seen, total = "", 0, 0, None
         if on_progress is not None:
             total = yield from sqlk.count_plan(self.keystore.dialect)
             on_progress(0, total)
@@ -299,10 +284,8 @@ class Keyring:
         loop = asyncio.get_running_loop()
         slot = (id(loop), owner)
         pending = self._inflight.get(slot)
-        if pending is not None:
-            shared = await asyncio.shield(pending)
-            if shared is not None:
-                return await reuse(shared)
+        if pending is not None and (shared := await asyncio.shield(pending)) is not None:
+            return await reuse(shared)
         future: asyncio.Future[DataKey | None] = loop.create_future()
         self._inflight[slot] = future
         key: DataKey | None = None
@@ -415,8 +398,7 @@ class Keyring:
         return await self.keystore.arun(self.destroy_plan(owners))
 
     def rotate(self, *, on_progress: Callable[[int, int | None], None] | None = None) -> int:
-        """Re-wrap every data key under the provider's current master key (see
-        :meth:`rotate_plan`).
+        """Re-wrap every data key under the provider's current master key (:meth:`rotate_plan`).
 
         Args:
             on_progress: Called after each page of keys with ``(keys looked at, keys in
@@ -438,18 +420,12 @@ class Keyring:
             return {"keystore": self.keystore.describe(), "cached": len(self._by_id)}
 
 
-#: The environment variable naming the key store's own database.
 KEYSTORE_URL_ENV = "AGENT_MEMORY_KEYSTORE_URL"
 
 
 class KeyStore(SchemaOnFirstUse):
-    """The key table of one database, created on first use (``auto_setup``).
-
-    Args:
-        db: The database that keeps the keys.
-        owned: Whether closing the key store closes ``db`` (a database opened for it).
-        auto_setup: Create the table on first use.
-    """
+    """The key table of ``db``, created on first use (``auto_setup``); closing the key store
+    closes ``db`` when it is ``owned`` (opened for it)."""
 
     components: tuple[Component, ...] = (KEYS,)
 
@@ -465,7 +441,6 @@ class KeyStore(SchemaOnFirstUse):
         return self._run(plan)
 
     async def arun(self, plan: Plan[T]) -> T:
-        """Async :meth:`run`."""
         return await self._arun(plan)
 
     def describe(self) -> str:

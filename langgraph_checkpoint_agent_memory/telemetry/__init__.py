@@ -1,9 +1,7 @@
-"""OpenTelemetry traces (:mod:`.tracing`) and metrics (:mod:`.metrics`), and what both share:
-the providers they record with, and whether they record. No cost when off: an operation pays
-one cached look (a clock read), and ``opentelemetry`` is not imported (only a process that
-imported it, or named a provider in ``OTEL_PYTHON_TRACER_PROVIDER`` /
-``OTEL_PYTHON_METER_PROVIDER``, can have set a global provider).
-"""
+"""OpenTelemetry traces (:mod:`.tracing`) and metrics (:mod:`.metrics`), and the providers
+they share. When off, an operation pays one cached look (a clock read), and ``opentelemetry``
+is not imported (only a process that imported it, or named a provider in an ``OTEL_PYTHON_*``
+variable, can have set a global provider)."""
 
 from __future__ import annotations
 
@@ -59,9 +57,8 @@ class Provider:
         return self.given if self.given is not None else getattr(self.module(), self.getter)()
 
     def recording(self) -> bool:
-        """Whether this signal is recorded, looked at now (uncached): a provider was given,
-        or the application set a global one (the API's stand-in before one is set, and its
-        no-op one, record nothing; SDK and vendor providers live outside the API's module)."""
+        """Whether a provider was given, or the application set a global one (uncached): SDK and
+        vendor providers live outside the API's module, whose own ones record nothing."""
         if self.given is not None:
             return True
         if self.api not in sys.modules and self.variable not in os.environ:

@@ -1,10 +1,6 @@
-"""Metrics of the package's operations, by OpenTelemetry's conventions: the durations of
-database client operations (``db.client.operation.duration``) and of agent memory's
-(``agent_memory.operation.duration``), the counters of :data:`COUNTERS`, the instruments of
-:data:`OBSERVED`, and each wait for a pool's connection (``db.client.connection.wait_time``),
-as the user guide's table lists them. While no meter provider is set, :func:`instruments`
-returns ``None`` after a cached check, and nothing is measured.
-"""
+"""Metrics of the package's operations, by OpenTelemetry's conventions (the user guide's
+table lists them). While no meter provider is set, :func:`instruments` returns ``None`` after
+a cached check, and nothing is measured."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.telemetry import (
     METER,
@@ -50,16 +46,9 @@ def metering() -> bool:
 
 @dataclass
 class Backlog:
-    """Pending episodes in one database, as its last consolidation round saw them (shared:
-    see :func:`backlog_of`).
-
-    Args:
-        attributes: What tells the database apart (``db.system.name``, ``server.address``,
-            ``agent_memory.database``).
-        pending: Episodes waiting (``None``: not known yet, so not reported).
-        oldest_at: When the oldest of them was recorded (``None``: none pending).
-        parked: Episodes parked after failing ``max_attempts`` times, waiting for ``retry``.
-    """
+    """Pending episodes in one database (named by ``attributes``), as its last consolidation
+    round saw them (see :func:`backlog_of`). ``None``: ``pending`` not known yet, or no
+    ``oldest_at`` (none pending); ``parked``: failed ``max_attempts`` times, awaiting ``retry``."""
 
     attributes: dict[str, Any]
     pending: int | None = None
@@ -82,8 +71,7 @@ def backlog_of(attributes: dict[str, Any]) -> Backlog:
     """
     key = tuple(sorted(attributes.items()))
     with _lock:
-        backlog = _backlogs.get(key)
-        if backlog is None:
+        if (backlog := _backlogs.get(key)) is None:
             backlog = _backlogs[key] = Backlog(dict(attributes))
         return backlog
 
@@ -99,8 +87,7 @@ def watch(database: Database[Any]) -> None:
 
 
 def _waited(pool: str, seconds: float) -> None:
-    made = instruments()
-    if made is not None:
+    if (made := instruments()) is not None:
         safely(made.connection_wait.record, seconds, {POOL: pool})
 
 
@@ -133,49 +120,52 @@ def _backlog(read: Callable[[Backlog, float], float | None]) -> Observed:
     return values
 
 
-class Spec(NamedTuple):
-    """An instrument (``read``: an observable's values, read at each collection)."""
-
-    unit: str
-    description: str
-    read: Observed | None = None
-    kind: str = "counter"
-
-
-#: The counters (:func:`add` knows each by its name's last part: ``"threads_swept"``).
+#: The counters, ``name: (unit, description)`` (:func:`add` knows each by its name's last part).
 COUNTERS = {
-    "agent_memory.checkpoint.bytes_written": Spec("By", "Checkpoint, blob and write bytes stored."),
-    "agent_memory.checkpoint.threads_swept": Spec("{thread}", "Expired threads removed by sweeps."),
-    "agent_memory.store.items_swept": Spec("{item}", "Expired store items removed by sweeps."),
-    "agent_memory.consolidation.jobs": Spec("{job}", "Consolidation jobs run, by status."),
-    "agent_memory.ranker.cache.requests": Spec("{request}", "Look-ups of the ranker's caches."),
+    "agent_memory.checkpoint.bytes_written": ("By", "Checkpoint, blob and write bytes stored."),
+    "agent_memory.checkpoint.threads_swept": ("{thread}", "Expired threads removed by sweeps."),
+    "agent_memory.store.items_swept": ("{item}", "Expired store items removed by sweeps."),
+    "agent_memory.consolidation.jobs": ("{job}", "Consolidation jobs run, by status."),
+    "agent_memory.ranker.cache.requests": ("{request}", "Look-ups of the ranker's caches."),
 }
-#: The instruments read at each collection.
+#: The instruments read at each collection: ``name: (unit, description, values, kind)``.
 GAUGE, UP_DOWN = "gauge", "up_down_counter"
-OBSERVED = {
-    "agent_memory.consolidation.backlog": Spec(
-        "{episode}", "Episodes waiting.", _backlog(lambda b, _: b.pending), GAUGE
+OBSERVED: dict[str, tuple[str, str, Observed, str]] = {
+    "agent_memory.consolidation.backlog": (
+        "{episode}",
+        "Episodes waiting.",
+        _backlog(lambda b, _: b.pending),
+        GAUGE,
     ),
-    "agent_memory.consolidation.oldest_pending_age": Spec(
+    "agent_memory.consolidation.oldest_pending_age": (
         "s",
         "How long the oldest pending episode has waited.",
         _backlog(lambda b, now: None if b.oldest_at is None else max(now - b.oldest_at, 0)),
         GAUGE,
     ),
-    "agent_memory.consolidation.parked": Spec(
-        "{episode}", "Episodes whose every attempt failed.", _backlog(lambda b, _: b.parked), GAUGE
+    "agent_memory.consolidation.parked": (
+        "{episode}",
+        "Episodes whose every attempt failed.",
+        _backlog(lambda b, _: b.parked),
+        GAUGE,
     ),
-    "db.client.connection.count": Spec(
+    "db.client.connection.count": (
         "{connection}",
         "Connections of the pool, by state.",
         _pools(lambda u: [(u.idle, {STATE: "idle"}), (u.used, {STATE: "used"})]),
         UP_DOWN,
     ),
-    "db.client.connection.max": Spec(
-        "{connection}", "The pool's size limit.", _pools(lambda u: [(u.max, {})]), UP_DOWN
+    "db.client.connection.max": (
+        "{connection}",
+        "The pool's size limit.",
+        _pools(lambda u: [(u.max, {})]),
+        UP_DOWN,
     ),
-    "db.client.connection.pending_requests": Spec(
-        "{request}", "Callers waiting.", _pools(lambda u: [(u.pending, {})]), UP_DOWN
+    "db.client.connection.pending_requests": (
+        "{request}",
+        "Callers waiting.",
+        _pools(lambda u: [(u.pending, {})]),
+        UP_DOWN,
     ),
 }
 
@@ -213,12 +203,11 @@ class Instruments:
         )
         self.counters = {
             name.rsplit(".", 1)[1]: meter.create_counter(name, unit=unit, description=desc)
-            for name, (unit, desc, _, _) in COUNTERS.items()
+            for name, (unit, desc) in COUNTERS.items()
         }
         observation = METER.module().Observation
         for name, (unit, description, read, kind) in OBSERVED.items():
             make = getattr(meter, f"create_observable_{kind}")
-            assert read is not None  # every observed instrument has one
             make(name, [_callback(read, observation)], unit=unit, description=description)
 
 
@@ -243,8 +232,7 @@ def instruments() -> Instruments | None:
     used, made = _last[0]
     if used is not provider or made is None:
         with _lock:
-            made = _made.get(provider)
-            if made is None:
+            if (made := _made.get(provider)) is None:
                 made = _made[provider] = Instruments(provider)
         _last[0] = (provider, made)
     return made
@@ -252,14 +240,12 @@ def instruments() -> Instruments | None:
 
 def add(counter: str, amount: float, attributes: dict[str, Any] | None = None) -> None:
     """Add ``amount`` to the counter of :data:`COUNTERS` whose name ends in ``counter``
-    (``"bytes_written"``, ``"threads_swept"``, ...); nothing when metrics are off, and
-    nothing but a log line when recording fails (telemetry never fails an operation).
+    (``"threads_swept"``); nothing when metrics are off, a log line when recording fails.
 
     Example:
         >>> add("threads_swept", 2, {"db.system.name": "sqlite"})
     """
-    made = instruments()
-    if made is not None and amount:
+    if (made := instruments()) is not None and amount:
         safely(made.counters[counter].add, amount, attributes or {})
 
 

@@ -1,10 +1,7 @@
-"""Spans for the package's operations, in OpenTelemetry's database conventions: a saver's or
-the store's operation on a database runs in :func:`db_operation` (a ``CLIENT`` span named
-``{db.operation.name} {db.collection.name}``: ``put am_checkpoints``), agent memory's and
-``TimedInMemorySaver``'s in :func:`operation` (``INTERNAL``: ``memory.record``), each a child
-of the span current when it runs. The same object measures the operation's duration for
-:mod:`.metrics`; when telemetry is off it is one shared object that does nothing.
-"""
+"""Spans for the package's operations, in OpenTelemetry's database conventions: a database
+operation runs in :func:`db_operation`, any other in :func:`operation`, each a child of the
+current span. The same object measures the duration for :mod:`.metrics`; when telemetry is
+off it is one shared object that does nothing."""
 
 from __future__ import annotations
 
@@ -43,18 +40,14 @@ AttributeValue = str | bool | int | float
 class _Idle:
     """The operation when telemetry is off: enters and leaves, records nothing."""
 
-    recording = False
-    live = False
+    recording = live = False
 
     def __enter__(self) -> _Idle:
         return self
 
     def __exit__(self, *exc: object) -> None: ...
-
     def set(self, name: str, value: AttributeValue | None) -> None: ...
-
     def fail(self, error_type: str, description: str = "") -> None: ...
-
     def written(self, size: int) -> None: ...
 
 
@@ -99,8 +92,7 @@ def target_of(database: Database[Any]) -> Target:
         >>> target_of(SQLiteDatabase(":memory:")).system
         'sqlite'
     """
-    target = _targets.get(database)
-    if target is None:
+    if (target := _targets.get(database)) is None:
         system = SYSTEMS.get(database.dialect.name, "other_sql")
         target = _targets[database] = Target(system, *database.server(), database.namespace())
         metrics.watch(database)
@@ -138,8 +130,7 @@ def status_code(error: BaseException) -> str | None:
         if seen is None:
             return None
         for name in STATUS_CODES:
-            code = getattr(seen, name, None)
-            if code is not None:
+            if (code := getattr(seen, name, None)) is not None:
                 return str(code)
         seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
     return None
@@ -192,12 +183,8 @@ class _Live:
             )
         self.recording = self._manager is not None
         self._span: Any = None
-        self._client = client
-        self._histogram = histogram
-        self._measured = measured
-        self._sealed = sealed
-        self._started = 0.0
-        self._written = 0
+        self._client, self._histogram, self._measured = client, histogram, measured
+        self._sealed, self._started, self._written = sealed, 0.0, 0
 
     def __enter__(self) -> _Live:
         if self._manager is not None:
@@ -215,8 +202,7 @@ class _Live:
             if error is not None:
                 self._failed(error_type(error), "", status_code(error) if self._client else None)
             if self._histogram is not None:
-                elapsed = time.perf_counter() - self._started
-                safely(self._histogram.record, elapsed, self._measured)
+                safely(self._histogram.record, time.perf_counter() - self._started, self._measured)
                 if self._written and error is None:
                     system = {"db.system.name": self._measured.get("db.system.name", "")}
                     metrics.add("bytes_written", self._written, system)
@@ -239,15 +225,13 @@ class _Live:
             safely(self._span.set_attribute, name, value)
 
     def written(self, size: int) -> None:
-        """The operation stores ``size`` bytes: ``agent_memory.bytes_written`` on the span,
-        added to ``agent_memory.checkpoint.bytes_written`` once it succeeds (a write built
-        again replaces the size, never adds to it)."""
+        """The operation stores ``size`` bytes (a write built again replaces the size): on the
+        span, and added to ``agent_memory.checkpoint.bytes_written`` once it succeeds."""
         self._written = size
         self.set("agent_memory.bytes_written", size)
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """Mark the operation failed without an exception: ``error.type`` and an error status,
-        with ``description`` unless the operation is sealed."""
+        """Mark the operation failed without an exception (``description``: unless sealed)."""
         self._failed(error_type, description or "failed")
 
 
@@ -270,8 +254,7 @@ def _start(
     if made is None and not traced:
         return IDLE
     key = (name, target, collection, client)
-    named = _named.get(key)
-    if named is None:
+    if (named := _named.get(key)) is None:
         if client:
             operation = name.rpartition(".")[2]
             measured = {**target.attributes(), "db.operation.name": operation}
@@ -298,10 +281,9 @@ def db_operation(
     *,
     sealed: bool = False,
 ) -> _Idle | _Live:
-    """An operation of a database client, ``<component>.<operation>`` (``name``): a
-    ``CLIENT`` span named ``{db.operation.name} {db.collection.name}``, with the target's
-    attributes, measured in ``db.client.operation.duration``; ``sealed``: as in
-    :func:`operation`.
+    """A database operation ``name`` (``<component>.<operation>``): a ``CLIENT`` span named
+    ``{db.operation.name} {db.collection.name}``, measured in ``db.client.operation.duration``
+    (``sealed``: see :func:`operation`).
 
     Example:
         >>> with db_operation("store.get", Target("sqlite"), "am_store_items") as op:
