@@ -227,8 +227,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
         lambda: sqlm.read_plan(context.sql, prefix, job.started, claim.episode_keys)
     )
     episodes = sorted(
-        (Episode.from_value(r.key, r.value) for r in rows),
-        key=lambda e: (e.occurred_at, e.key),
+        (Episode.from_value(r.key, r.value) for r in rows), key=lambda e: (e.occurred_at, e.key)
     )
     if not episodes:
         return Learned(scope, claim.scope, episodes)

@@ -31,12 +31,7 @@ from langgraph_checkpoint_agent_memory.memory.context import (
     RunPlan,
     Steps,
 )
-from langgraph_checkpoint_agent_memory.memory.model import (
-    SCOPE_KEYS,
-    Scope,
-    ScopeError,
-    ScopeLike,
-)
+from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, ScopeError, ScopeLike
 
 #: Whether this process has warned that an erase does not reach backups (keys beside data).
 _warned = False
@@ -185,10 +180,7 @@ def _warn_once(context: MemoryContext) -> None:
 
 #: Where the frames between an application's call of an erase and the warning lie: this
 #: package's, and asyncio's event loop's for an ``aerase`` run by ``asyncio.run``.
-_INNER = (
-    str(Path(__file__).parent.parent) + os.sep,
-    str(Path(asyncio.__file__).parent) + os.sep,
-)
+_INNER = (str(Path(__file__).parent.parent) + os.sep, str(Path(asyncio.__file__).parent) + os.sep)
 
 
 def _caller_level() -> int:

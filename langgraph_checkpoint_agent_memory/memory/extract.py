@@ -333,11 +333,7 @@ class CallableExtractor(_Timed):
     """A ``prompt -> text`` function (or coroutine function), e.g. around an HTTP client."""
 
     def __init__(
-        self,
-        fn: Callable[[str], Any],
-        *,
-        timeout: float | None = 120.0,
-        version: str | None = None,
+        self, fn: Callable[[str], Any], *, timeout: float | None = 120.0, version: str | None = None
     ) -> None:
         self.fn = fn
         self.timeout = timeout

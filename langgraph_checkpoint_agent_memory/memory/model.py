@@ -29,18 +29,10 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError, Invalid
 from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        EpisodeEntry as EpisodeEntry,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        EpisodeSummary as EpisodeSummary,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        Extraction as Extraction,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        FactCandidate as FactCandidate,
-    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import EpisodeEntry as EpisodeEntry
+    from langgraph_checkpoint_agent_memory.memory.candidates import EpisodeSummary as EpisodeSummary
+    from langgraph_checkpoint_agent_memory.memory.candidates import Extraction as Extraction
+    from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate as FactCandidate
 
 #: What an extractor returns, pydantic models kept in :mod:`.candidates` and loaded on first
 #: use: what only reads stored memory (the command line's read commands) needs no pydantic.

@@ -458,12 +458,7 @@ class Recaller:
         )
 
     def episode_candidates_plan(
-        self,
-        scope: Scope,
-        query: str,
-        vector: list[float] | None,
-        now: float,
-        as_of: float | None,
+        self, scope: Scope, query: str, vector: list[float] | None, now: float, as_of: float | None
     ) -> Plan[tuple[list[sqlm.StoredRow], dict[str, float]]]:
         """The episodes recall ranks, with their search scores: the best matches of
         ``query``, else the newest. With ``as_of``, only episodes that had happened by

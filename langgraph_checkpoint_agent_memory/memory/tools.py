@@ -45,9 +45,7 @@ class SearchMemoryArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
-        description="What to look for, in a few words, e.g. 'where the user lives'",
-    )
+    query: str = Field(description="What to look for, in a few words, e.g. 'where the user lives'")
 
 
 class RememberFactArgs(BaseModel):

@@ -55,11 +55,7 @@ class MemoryWorker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.memory = memory
-        self.every = {
-            "consolidate": consolidate_every,
-            "decay": decay_every,
-            "sweep": sweep_every,
-        }
+        self.every = {"consolidate": consolidate_every, "decay": decay_every, "sweep": sweep_every}
         self._clock = clock
         self._due = dict.fromkeys(self.every, 0.0)
         self._stop = threading.Event()
