@@ -238,16 +238,12 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
     found = yield Search(context.namespace(scope, "facts"), query, limit)
     relevant = [Fact.from_value(i.key, i.value) for i in found]
     extractor, request = context.extractor, ExtractionRequest(scope, episodes, relevant)
+    attributes = {
+        "agent_memory.episode_count": len(episodes),
+        "agent_memory.extractor": type(extractor).__name__,
+    }
     extraction = yield Within(
-        lambda: memory_span(
-            context,
-            "extract",
-            claim.scope,
-            **{
-                "agent_memory.episode_count": len(episodes),
-                "agent_memory.extractor": type(extractor).__name__,
-            },
-        ),
+        lambda: memory_span(context, "extract", claim.scope, **attributes),
         one(Call(lambda: extractor.extract(request), lambda: extractor.aextract(request))),
     )
     # an answer that does not summarise every episode on its own fails the job

@@ -89,11 +89,9 @@ def last_user_text(messages: Sequence[Any]) -> str:
 def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
     ids = [m.get("id") if isinstance(m, dict) else getattr(m, "id", None) for m in turn]
     if all(ids):
-        return "ep-" + digest(thread_id or "", *[str(i) for i in ids], size=16)
-    dicts = messages_as_dicts(turn)
-    return "ep-" + digest(
-        thread_id or "", str(start), *[f"{d['role']}:{d['content']}" for d in dicts], size=16
-    )
+        return "ep-" + digest(thread_id or "", *[str(i) for i in ids])
+    said = [f"{d['role']}:{d['content']}" for d in messages_as_dicts(turn)]
+    return "ep-" + digest(thread_id or "", str(start), *said)
 
 
 def _node_scope(nodes: GraphNodes, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:

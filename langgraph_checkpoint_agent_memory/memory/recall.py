@@ -151,25 +151,18 @@ def episode_line(e: Episode, limit: int = 300) -> str:
     return f"- {day(e.occurred_at)}: {body}{outcome}"
 
 
-def render(
-    facts: Sequence[Fact],
-    episodes: Sequence[Episode],
-    *,
-    now: float,
-    budget_tokens: int,
-    count: TokenCounter = estimate_tokens,
-    rendered: dict[str, tuple[str, int]] | None = None,
-) -> Recalled:
-    """The dated block, facts then episodes, each in the given order, within the budget
-    (``rendered``: fact lines already counted, by key). A section's scan stops after
-    :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
-    header = f"Memory (as of {day(now)}):"
+def render(chosen: Chosen, count: TokenCounter) -> Recalled:
+    """The dated block, facts then episodes, each in the given order, within the budget. A
+    section's scan stops after :data:`MAX_MISSES` lines in a row that do not fit, so its
+    cost follows the budget."""
+    budget_tokens = chosen.budget
+    header = f"Memory (as of {day(chosen.at)}):"
     lines, used = [header], count(header)
     kept_facts: list[Fact] = []
     kept_episodes: list[Episode] = []
     sections: list[tuple[str, Sequence[Any], Callable[[Any], str], list[Any]]] = [
-        ("Known facts:", facts, fact_line, kept_facts),
-        ("Relevant past conversations:", episodes, episode_line, kept_episodes),
+        ("Known facts:", chosen.facts, fact_line, kept_facts),
+        ("Relevant past conversations:", chosen.episodes, episode_line, kept_episodes),
     ]
     for title, items, line, kept in sections:
         if not items:
@@ -178,7 +171,7 @@ def render(
         if used + section_used > budget_tokens:
             break
         for item in items:
-            known = (rendered or {}).get(getattr(item, "key", ""))
+            known = chosen.lines.get(getattr(item, "key", ""))
             text, c = known if known is not None else (text := line(item), count(text))
             if used + section_used + c > budget_tokens:
                 misses += 1
@@ -301,14 +294,7 @@ class Recaller:
         )
         if reranking is not None and query:  # outside the transaction, as embeddings are
             chosen = yield from self._reranked(s, chosen, query, reranking)
-        recalled = render(
-            chosen.facts,
-            chosen.episodes,
-            now=chosen.at,
-            budget_tokens=chosen.budget,
-            count=self.count_tokens,
-            rendered=chosen.lines,
-        )
+        recalled = render(chosen, self.count_tokens)
         if options.get("reinforce", False) and when is None:
             self.queue_reinforcement(s, recalled)
         return recalled

@@ -117,13 +117,10 @@ class MemorySettings:
                 f"AgentMemory() got unknown setting(s) {', '.join(unknown)}; known: "
                 + ", ".join(sorted(known))
             )
-        values: dict[str, Any] = {}
+        values = dict(explicit)
         for name in known:
-            if name in explicit:
-                values[name] = explicit[name]
-                continue
             declared = config_registry.get_field(f"config.memory.{name}")
-            if declared is not None:
+            if name not in explicit and declared is not None:
                 values[name] = declared.value()
         if "scope_keys" in values:
             keys = values["scope_keys"]

@@ -155,9 +155,7 @@ def apply_facts(
     s = context.settings
     fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored.vectors.items()}
     if said.vectors and fact_vectors:
-        similar: F.Similar | None = F.by_vectors(
-            said.vectors, fact_vectors, s.near_duplicate_threshold
-        )
+        similar = F.by_vectors(said.vectors, fact_vectors, s.near_duplicate_threshold)
     else:
         similar = F.by_words(s.near_duplicate_words)
     changes = F.merge(
@@ -177,13 +175,9 @@ def apply_facts(
         # candidate said it exactly; else a confirmed fact keeps the vector it has
         vector = said.vectors.get(fact.search_text())
         if vector is not None:
-            blob: bytes | None = as_blob(vector)
-        elif key in changes.confirmed:
-            blob = stored.vectors.get(key)
-        else:
-            blob = None
-        if blob is not None:
-            out.vector(facts_prefix, key, blob)
+            out.vector(facts_prefix, key, as_blob(vector))
+        elif key in changes.confirmed and key in stored.vectors:
+            out.vector(facts_prefix, key, stored.vectors[key])
     write_history(context, scope, out, changes, said.when)
     return changes
 
