@@ -76,16 +76,13 @@ class Report:
 
     jobs: list[JobResult] = field(default_factory=list)
 
-    def _count(self, status: str) -> int:
-        return sum(1 for j in self.jobs if j.status == status)
-
     @property
     def completed(self) -> int:
-        return self._count("completed")
+        return sum(j.status == "completed" for j in self.jobs)
 
     @property
     def failed(self) -> int:
-        return self._count("failed") + self._count("parked")
+        return sum(j.status in ("failed", "parked") for j in self.jobs)
 
     @property
     def episodes(self) -> int:

@@ -160,21 +160,13 @@ class MemoryContext:
         clock: Callable[[], float],
         reranking: Reranking | None = None,
     ) -> MemoryContext:
-        return cls(
-            store=store,
-            sql=sqlm.MemorySql(
-                store.dialect, store.statements, settings.namespace_root, store.sealer
-            ),
-            settings=settings,
-            extractor=extractor,
-            policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
-            clock=clock,
-            backlog=metrics.backlog_of(
-                # the database's description has its password masked
-                {**target_of(store.db).attributes(), "agent_memory.database": store.db.describe()}
-            ),
-            reranking=reranking,
+        sql = sqlm.MemorySql(store.dialect, store.statements, settings.namespace_root, store.sealer)
+        policy = DecayPolicy(settings.decay_rate, settings.decay_threshold)
+        db = store.db  # its description has its password masked
+        backlog = metrics.backlog_of(
+            {**target_of(db).attributes(), "agent_memory.database": db.describe()}
         )
+        return cls(store, sql, settings, extractor, policy, clock, backlog, reranking)
 
     @property
     def embeds(self) -> bool:

@@ -136,12 +136,8 @@ def _settling(context: MemoryContext) -> Steps[int]:
 
 
 def settle(context: MemoryContext) -> int:
-    """Destroy the data keys the erase ledger owes, then strike them from it; how many
-    keys were destroyed.
-
-    Raises:
-        DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
-    """
+    """Destroy the data keys the erase ledger owes, then strike them from it; how many were
+    destroyed. A key store that is down raises, and the debts stay in the ledger."""
     return 0 if context.store.keyring is None else context.run_steps(_settling(context))
 
 
@@ -254,8 +250,7 @@ def erase_steps(
     """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
     keys owed, where the store's key store holds them), then its rows (with the erase
     ledger's entries), then the data keys the ledger owes; the counts. ``on_progress``:
-    called with ``(parts done, ERASE_PARTS)`` as each part ends.
-    """
+    called with ``(parts done, ERASE_PARTS)`` as each part ends."""
     report = on_progress or (lambda done, total: None)
     _warn_once(context)
     report(0, ERASE_PARTS)

@@ -422,15 +422,10 @@ class RuleBasedExtractor(Extractor):
             found = [{**f, "episode": number} for text in said for f in self._facts(text)]
             facts += found
             first = said[0] if said else ""
+            summary = f"{self.subject} said: {first[:160]}" if first else "No user message."
+            importance = min(1.0, 0.3 + 0.1 * len(found))
             entries.append(
-                {
-                    "episode": number,
-                    "summary": f"{self.subject} said: {first[:160]}"
-                    if first
-                    else "No user message.",
-                    "outcome": "answered",
-                    "importance": min(1.0, 0.3 + 0.1 * len(found)),
-                }
+                dict(episode=number, summary=summary, outcome="answered", importance=importance)
             )
         return Extraction.model_validate({"episodes": entries, "facts": facts})
 

@@ -65,14 +65,10 @@ def merge(
     sources: Sequence[tuple[str, float]] | None = None,
     learned: float | None = None,
 ) -> FactChanges:
-    """Apply ``candidates``, in order, to the current ``facts`` (by key); ``facts`` is not
-    modified.
-
-    ``episode_key`` and ``now`` are the episode that states the candidates and when; or,
-    per candidate, ``sources``: ``(episode key, when)``, so a fact learned from the first of
-    several episodes is valid from that episode's time; a candidate's ``since`` overrides
-    the time. ``learned``: when the memory learns them (transaction time; default
-    ``now``)."""
+    """Apply ``candidates``, in order, to the current ``facts`` (by key; not modified), said
+    in the episode ``episode_key`` at ``now``, or per candidate as ``sources`` give (``(episode
+    key, when)``: a fact of the first of several episodes is valid from its time); a
+    candidate's ``since`` overrides the time. ``learned``: transaction time (default ``now``)."""
     current = dict(facts)
     out = FactChanges()
     learned = now if learned is None else learned
@@ -190,12 +186,10 @@ def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
 
 
 def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The facts that were current at ``when`` (valid time): begun by then and not yet
-    superseded (``valid_from <= when < valid_to``), as they were held then (see
-    :func:`known_at`). Give it the versions :func:`believed` at some moment.
-
-    Of a single-valued attribute, the value that began last holds: a correction that moved
-    a value's start before its predecessor's recorded end wins from its new start."""
+    """The facts current at ``when`` (``valid_from <= when < valid_to``) as held then (see
+    :func:`known_at`), of versions :func:`believed` at some moment. Of a single-valued
+    attribute the value that began last holds: a correction that moved a value's start
+    before its predecessor's recorded end wins from its new start."""
     held = [f for f in known_at(versions, when) if f.valid_to is None]
     latest: dict[str, Fact] = {}
     for f in held:

@@ -72,11 +72,7 @@ def _surrogates(text: str) -> bool:
 
 def checked_identifier(value: Any, name: str, longest: int) -> str:
     """``value`` as an identifier every backend stores (a thread id may also be an int or
-    a UUID, stored as its text, as the checkpointers do).
-
-    Raises:
-        InvalidValueError: Saying what is wrong with it; nothing was written.
-    """
+    a UUID, stored as its text, as the checkpointers do), else an :class:`InvalidValueError`."""
     if name == "thread_id" and (
         isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool))
     ):
@@ -197,12 +193,8 @@ ScopeLike = Scope | Mapping[str, Any] | str
 
 
 def namespace(root: str, scope: Scope, kind: str) -> tuple[str, ...]:
-    """Where ``scope``'s items of ``kind`` live under ``root``.
-
-    Raises:
-        InvalidValueError: The namespace would be longer than :data:`MAX_NAMESPACE` characters
-            joined with dots (the scope's values are too long).
-    """
+    """Where ``scope``'s items of ``kind`` live under ``root``; an :class:`InvalidValueError`
+    when that is longer than :data:`MAX_NAMESPACE` characters joined with dots."""
     if kind not in KINDS:
         raise ConfigurationError(f"unknown memory kind {kind!r}; one of {', '.join(KINDS)}")
     labels = (root, *scope.labels, kind)

@@ -346,8 +346,9 @@ class Recaller:
         budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
         if as_of is None:
             facts = yield from self.current_facts_plan(scope, now)
-        else:
-            facts = yield from self.facts_held_plan(scope, as_of, now, known_at)
+        else:  # the facts that held at ``as_of`` as believed at ``known_at`` (default now)
+            versions = yield from reading.versions_plan(ctx, scope, None, now)
+            facts = self._lines(F.held_at(F.believed(versions, known_at), as_of))
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
@@ -497,14 +498,6 @@ class Recaller:
             while len(self.facts_cache) > 256:
                 self.facts_cache.popitem(last=False)
         return entries
-
-    def facts_held_plan(
-        self, scope: Scope, as_of: float, now: float, known_at: float | None = None
-    ) -> Plan[list[tuple[Fact, str, int]]]:
-        """The facts that held at ``as_of`` as believed at ``known_at`` (default now), as
-        :meth:`current_facts_plan` gives them."""
-        versions = yield from reading.versions_plan(self.context, scope, None, now)
-        return self._lines(F.held_at(F.believed(versions, known_at), as_of))
 
     def _lines(self, facts: list[Fact]) -> list[tuple[Fact, str, int]]:
         facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))

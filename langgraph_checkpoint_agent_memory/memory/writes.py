@@ -193,12 +193,8 @@ def write_history(
 
 
 def checked_messages(messages: Any) -> list[BaseMessage]:
-    """``messages`` (an iterable of what ``convert_to_messages`` reads, or a
-    ``PromptValue``) as LangChain messages.
-
-    Raises:
-        InvalidValueError: ``messages`` is not a list of them, or an item is not a message.
-    """
+    """``messages`` (an iterable of what ``convert_to_messages`` reads, or a ``PromptValue``)
+    as LangChain messages; an :class:`InvalidValueError` when they are not."""
     if isinstance(messages, PromptValue):
         return messages.to_messages()
     if isinstance(messages, (str, bytes, Mapping, BaseMessage)) or not isinstance(
