@@ -41,6 +41,8 @@ from langgraph_checkpoint_agent_memory.memory.traced import (
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 from langgraph_checkpoint_agent_memory.memory.writes import checked_messages, record_plan
 from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -103,16 +105,22 @@ class AgentMemory(Generic[StoreT]):
             )
         self.store = store
         store.add_schema(MEMORY)
-        self.settings = MemorySettings.resolve(settings)
+        self.settings = st = MemorySettings.resolve(settings)
         self.checkpointer = checkpointer
         self.count_tokens = R.token_counter(tokenizer)
+        db = store.db  # its description has its password masked
         #: What the parts of memory work with: see :class:`~.context.MemoryContext`.
-        self.context = MemoryContext.of(
-            store,
-            self.settings,
-            as_extractor(extractor),
-            clock,
-            None if reranker is False else reranking_of(reranker) or store.reranking,
+        self.context = MemoryContext(
+            store=store,
+            sql=sqlm.MemorySql(store.dialect, store.statements, st.namespace_root, store.sealer),
+            settings=st,
+            extractor=as_extractor(extractor),
+            policy=decay.DecayPolicy(st.decay_rate, st.decay_threshold),
+            clock=clock,
+            backlog=metrics.backlog_of(
+                {**target_of(db).attributes(), "agent_memory.database": db.describe()}
+            ),
+            reranking=None if reranker is False else reranking_of(reranker) or store.reranking,
         )
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)

@@ -149,13 +149,8 @@ async def asettle(context: MemoryContext) -> int:
 def keys_beside_data(store: MemoryStore) -> bool:
     """Whether ``store`` keeps its data keys in its own database, so a backup of the data
     holds the keys, and an erase does not reach it."""
-    keyring = store.keyring
-    # a private in-memory database has no backups
-    return (
-        keyring is not None
-        and keyring.keystore.db is store.db
-        and not getattr(store.db, "memory", False)
-    )
+    keyring, db = store.keyring, store.db  # a private in-memory database has no backups
+    return keyring is not None and keyring.keystore.db is db and not getattr(db, "memory", False)
 
 
 def _warn_once(context: MemoryContext) -> None:

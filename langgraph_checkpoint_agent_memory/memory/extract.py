@@ -256,10 +256,10 @@ class _Timed(Extractor):
 
     def extract(self, request: ExtractionRequest) -> Extraction:
         if self.timeout is None:
-            return parse_extraction(self._guard(self._call, request))
+            return parse_extraction(self._guard(request))
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-memory-extract")
         try:
-            future = pool.submit(self._guard, self._call, request)
+            future = pool.submit(self._guard, request)
             try:
                 out = future.result(timeout=self.timeout)
             except concurrent.futures.TimeoutError:
@@ -275,10 +275,9 @@ class _Timed(Extractor):
             raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
         return parse_extraction(out)
 
-    @staticmethod
-    def _guard(call: Callable[[ExtractionRequest], Any], request: ExtractionRequest) -> Any:
+    def _guard(self, request: ExtractionRequest) -> Any:
         try:
-            return call(request)
+            return self._call(request)
         except ExtractionError:
             raise
         except Exception as exc:

@@ -62,12 +62,8 @@ MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
 
 
-def _surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+#: A lone surrogate: what UTF-8 cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def checked_identifier(value: Any, name: str, longest: int) -> str:
@@ -85,7 +81,7 @@ def checked_identifier(value: Any, name: str, longest: int) -> str:
         raise InvalidValueError(f"{name} is {len(value)} characters; at most {longest}")
     if "\x00" in value:
         raise InvalidValueError(f"{name} contains a NUL character")
-    if not value.isascii() and _surrogates(value):
+    if not value.isascii() and _SURROGATE.search(value):
         raise InvalidValueError(f"{name} is not valid Unicode (a lone surrogate)")
     return value
 
@@ -118,7 +114,7 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
-            if value is not None and not value.isascii() and _surrogates(value):
+            if value is not None and not value.isascii() and _SURROGATE.search(value):
                 raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
             raise ScopeError("a scope needs at least one of user_id, agent_id, workflow_id")
