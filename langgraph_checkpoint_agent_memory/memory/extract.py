@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -362,21 +362,12 @@ _VALUE = r"(?P<value>[^.!?;,]+?)"
 _WORD = r"[a-z][a-z0-9_]*"
 
 
-class _Rule(NamedTuple):
-    """``<lead> <value>`` said by the user becomes a fact."""
-
-    pattern: re.Pattern[str]
-    attribute: str | None  # None: take it from the match's ``attr`` group
-    multi: bool
-    importance: float
-    statement: str  # ``{v}``: the value, ``{a}``: the attribute
-
-
 def _rule(
     lead: str, attribute: str | None, importance: float, statement: str, *, multi: bool = False
-) -> _Rule:
-    pattern = re.compile(rf"\b{lead} {_VALUE}{_END}", re.I)
-    return _Rule(pattern, attribute, multi, importance, statement)
+) -> tuple[re.Pattern[str], str | None, bool, float, str]:
+    """``<lead> <value>`` said by the user becomes a fact of ``attribute`` (``None``: the
+    match's ``attr`` group); in ``statement``, ``{v}`` is the value and ``{a}`` the attribute."""
+    return re.compile(rf"\b{lead} {_VALUE}{_END}", re.I), attribute, multi, importance, statement
 
 
 _RULES = [

@@ -209,9 +209,7 @@ def words(text: str) -> set[str]:
 
 def jaccard(a: str, b: str) -> float:
     wa, wb = words(a), words(b)
-    if not wa or not wb:
-        return 0.0
-    return len(wa & wb) / len(wa | wb)
+    return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
 
 
 def by_words(threshold: float = 0.8) -> Similar:
