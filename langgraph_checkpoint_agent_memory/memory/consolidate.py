@@ -105,10 +105,8 @@ class Report:
         return {"jobs": len(self.jobs), **{name: getattr(self, name) for name in counts}}
 
 
-def job_steps(
-    context: MemoryContext, *, scope: str | None = None, skip: tuple[str, ...] = ()
-) -> Steps[JobResult | None]:
-    """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
+def job_steps(context: MemoryContext, scope: str) -> Steps[JobResult | None]:
+    """Claim ``scope`` and consolidate a batch of its episodes; ``None`` when idle."""
     s = context.settings
     started = context.clock()
     claim = yield RunPlan(
@@ -119,7 +117,6 @@ def job_steps(
             lease_seconds=s.lease_seconds,
             limit=s.max_episodes_per_job,
             scope=scope,
-            skip=skip,
         )
     )
     if claim is None:
@@ -376,7 +373,7 @@ def consolidate_steps(
             )
         for name in found:
             while more():
-                result = yield from job_steps(context, scope=name)
+                result = yield from job_steps(context, name)
                 if result is None:
                     break
                 report.jobs.append(result)

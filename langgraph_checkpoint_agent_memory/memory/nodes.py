@@ -155,22 +155,17 @@ class GraphNodes:
         recalled = await self.memory.arecall(scope, query, exclude_thread=thread, reinforce=True)
         return self._inject_update(state, recalled)
 
-    def _turn(self, state: Any, thread: Any) -> tuple[list[Any], str] | None:
-        start, turn = current_turn(messages_of(state))
-        if not turn:
-            return None
-        return turn, turn_key(thread, start, turn)
-
     def _record_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         scope, thread = self.node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            self.memory.record(scope, found[0], thread_id=thread, key=found[1])
+        start, turn = current_turn(messages_of(state))
+        if turn:
+            self.memory.record(scope, turn, thread_id=thread, key=turn_key(thread, start, turn))
         return {}
 
     async def _arecord_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         scope, thread = self.node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            await self.memory.arecord(scope, found[0], thread_id=thread, key=found[1])
+        start, turn = current_turn(messages_of(state))
+        if turn:
+            key = turn_key(thread, start, turn)
+            await self.memory.arecord(scope, turn, thread_id=thread, key=key)
         return {}
