@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory import writes as W
 from langgraph_checkpoint_agent_memory.memory.context import (
     Call,
     Embed,
@@ -38,15 +39,6 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
-from langgraph_checkpoint_agent_memory.memory.writes import (
-    Decider,
-    FactWrites,
-    RowWriter,
-    Said,
-    StoredFacts,
-    apply_facts,
-    as_blob,
-)
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
@@ -261,7 +253,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
 def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResult]:
     claim = job.claim
     now = context.clock()
-    decider = Decider(lambda stored: job_writes(context, learned, stored, now=now))
+    decider = W.Decider(lambda stored: job_writes(context, learned, stored, now=now))
     try:
         writes = yield RunPlan(
             lambda: jobsql.apply_plan(
@@ -311,27 +303,27 @@ def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
 
 
 def job_writes(
-    context: MemoryContext, learned: Learned, stored: StoredFacts, *, now: float
-) -> FactWrites:
+    context: MemoryContext, learned: Learned, stored: W.StoredFacts, *, now: float
+) -> W.FactWrites:
     """The rows a job writes, from the current facts read inside its transaction: the facts
     said merged in, each episode done with its summary, the job's outcome."""
     writes = jobsql.Writes()
     episodes, extraction = learned.episodes, learned.extraction
     if extraction is None or not episodes:
-        return FactWrites(writes, F.FactChanges())
+        return W.FactWrites(writes, F.FactChanges())
     # each fact dates from the episode that states it (the last one when it does not say),
     # applied in the order they were said
     stated = [(c, episodes[(c.episode or len(episodes)) - 1]) for c in extraction.facts]
     stated.sort(key=lambda pair: pair[1].occurred_at)
-    out = RowWriter(writes, learned.scope_key, now)
-    said = Said(
+    out = W.RowWriter(writes, learned.scope_key, now)
+    said = W.Said(
         [c for c, _ in stated],
         learned.fact_vectors,
         episode_key=episodes[-1].key,
         when=max(e.occurred_at for e in episodes),
         sources=[(e.key, e.occurred_at) for _, e in stated],
     )
-    changes = apply_facts(context, learned.scope, out, stored, said)
+    changes = W.apply_facts(context, learned.scope, out, stored, said)
     prefix = context.prefix(learned.scope, "episodes")
     for i, (episode, summary) in enumerate(zip(episodes, learned.summaries, strict=True)):
         done = dataclasses.replace(
@@ -344,13 +336,13 @@ def job_writes(
         out.item(prefix, episode.key, done.to_value(), episode.occurred_at, lexical_text(done))
         out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
         if i < len(learned.episode_vectors):
-            out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))
+            out.vector(prefix, episode.key, W.as_blob(learned.episode_vectors[i]))
     writes.outcome = {
         "added": changes.added,
         "confirmed": changes.confirmed,
         "superseded": [list(p) for p in changes.superseded],
     }
-    return FactWrites(writes, changes)
+    return W.FactWrites(writes, changes)
 
 
 def consolidate_steps(
