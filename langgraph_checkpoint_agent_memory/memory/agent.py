@@ -479,13 +479,11 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun_steps(steps)
 
     def _flush(self) -> None:
-        rows = self._recaller.take_reinforcements()
-        if rows:
+        if rows := self._recaller.take_reinforcements():
             self.context.run(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     async def _aflush(self) -> None:
-        rows = self._recaller.take_reinforcements()
-        if rows:
+        if rows := self._recaller.take_reinforcements():
             await self.context.arun(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     @traced("decay", counts=item_count)
@@ -647,8 +645,7 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun(self._stats_plan())
 
     def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
-        root = self.settings.namespace_root
-        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
+        return sqlm.stats_plan(self.context.sql, self.settings.namespace_root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100

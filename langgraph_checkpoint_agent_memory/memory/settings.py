@@ -124,13 +124,11 @@ class MemorySettings:
                 values[name] = declared.value()
         if "scope_keys" in values:
             keys = values["scope_keys"]
-            keys = (keys,) if isinstance(keys, str) else tuple(keys)
-            bad = [k for k in keys if k not in SCOPE_KEYS]
-            if bad or not keys:
+            keys = values["scope_keys"] = (keys,) if isinstance(keys, str) else tuple(keys)
+            if not keys or any(k not in SCOPE_KEYS for k in keys):
                 raise ConfigurationError(
                     f"scope_keys must be a non-empty subset of {SCOPE_KEYS}, got {keys}"
                 )
-            values["scope_keys"] = keys
         return cls(**values)
 
     @property
