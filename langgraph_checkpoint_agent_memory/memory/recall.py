@@ -235,7 +235,8 @@ class Recaller:
 
     Example:
         >>> recaller = Recaller(memory.context, memory.count_tokens)
-        >>> plan = recaller.candidates_plan(Scope.of("user=alice"), "city", 200, None, None)
+        >>> alice = Scope.of("user=alice")
+        >>> plan = recaller.candidates_plan(alice, "city", {"budget_tokens": 200}, None)
         >>> [fact.value for fact in memory.context.run(plan).facts]
         ['Berlin']
     """
@@ -268,9 +269,9 @@ class Recaller:
         vector = None
         if query and ctx.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
-        dated: list[str] = []
         at = ctx.clock() if when is None else when
         span = time_range(query, at) if query and ctx.settings.time_weight else None
+        dated: tuple[TimeRange, list[str]] | None = None if span is None else (span, [])
         if span is not None and span.start <= at:  # what happened then is a candidate
             until = {"$lt": span.end} if span.end <= at else {"$lte": at}  # not after ``at``
             found = yield Search(
@@ -279,18 +280,9 @@ class Recaller:
                 ctx.settings.episode_candidates,
                 filter={"occurred_at": {"$gte": span.start, **until}},
             )
-            dated = [item.key for item in found]
+            dated = (span, [item.key for item in found])
         chosen: Chosen = yield RunPlan(
-            lambda: self.candidates_plan(
-                s,
-                query,
-                options.get("budget_tokens"),
-                options.get("exclude_thread"),
-                vector,
-                as_of=when,
-                dated=(span, dated) if span is not None else None,
-                known_at=known_at,
-            )
+            lambda: self.candidates_plan(s, query, options, vector, when, dated, known_at)
         )
         if reranking is not None and query:  # outside the transaction, as embeddings are
             chosen = yield from self._reranked(s, chosen, query, reranking)
@@ -330,10 +322,8 @@ class Recaller:
         self,
         scope: Scope,
         query: str,
-        budget_tokens: int | None,
-        exclude_thread: str | None,
+        options: RecallOptions,
         vector: list[float] | None,
-        *,
         as_of: float | None = None,
         dated: tuple[TimeRange, list[str]] | None = None,
         known_at: float | None = None,
@@ -343,7 +333,8 @@ class Recaller:
         now = ctx.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
         st = ctx.settings
-        budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
+        given, exclude_thread = options.get("budget_tokens"), options.get("exclude_thread")
+        budget = st.budget_tokens if given is None else int(given)
         if as_of is None:
             facts = yield from self.current_facts_plan(scope, now)
         else:  # the facts that held at ``as_of`` as believed at ``known_at`` (default now)
