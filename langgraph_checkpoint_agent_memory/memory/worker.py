@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from langgraph_checkpoint_agent_memory.memory.context import Call, Steps
+
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
@@ -84,34 +86,26 @@ class MemoryWorker:
 
     def run_once(self) -> WorkerStats:
         """Do whatever is due now, synchronously."""
-        for name in self._due_now():
-            try:
-                if name == "consolidate":
-                    self.stats.consolidated += self.memory.consolidate().episodes
-                elif name == "decay":
-                    self.stats.decayed += self.memory.decay()
-                else:
-                    self.stats.swept += self.memory.sweep()
-                    self.stats.keys_destroyed += self.memory.settle_erasures()
-            except Exception as exc:
-                self._failed(name, exc)
-        self.stats.rounds += 1
-        return self.stats
+        return self.memory.context.run_steps(self._round())
 
     async def arun_once(self) -> WorkerStats:
+        return await self.memory.context.arun_steps(self._round())
+
+    def _round(self) -> Steps[WorkerStats]:
+        m, stats = self.memory, self.stats
         for name in self._due_now():
             try:
                 if name == "consolidate":
-                    self.stats.consolidated += (await self.memory.aconsolidate()).episodes
+                    stats.consolidated += (yield Call(m.consolidate, m.aconsolidate)).episodes
                 elif name == "decay":
-                    self.stats.decayed += await self.memory.adecay()
+                    stats.decayed += yield Call(m.decay, m.adecay)
                 else:
-                    self.stats.swept += await self.memory.asweep()
-                    self.stats.keys_destroyed += await self.memory.asettle_erasures()
+                    stats.swept += yield Call(m.sweep, m.asweep)
+                    stats.keys_destroyed += yield Call(m.settle_erasures, m.asettle_erasures)
             except Exception as exc:
                 self._failed(name, exc)
-        self.stats.rounds += 1
-        return self.stats
+        stats.rounds += 1
+        return stats
 
     def _failed(self, name: str, exc: BaseException) -> None:
         message = f"{name}: {type(exc).__name__}: {exc}"
