@@ -242,10 +242,9 @@ def erase_steps(
     checkpointer: Any,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Steps[dict[str, int]]:
-    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
-    keys owed, where the store's key store holds them), then its rows (with the erase
-    ledger's entries), then the data keys the ledger owes; the counts. ``on_progress``:
-    called with ``(parts done, ERASE_PARTS)`` as each part ends."""
+    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their keys
+    owed, where the store's key store holds them), then its rows (with the erase ledger's
+    entries), then the data keys the ledger owes; the counts, each part told ``on_progress``."""
     report = on_progress or (lambda done, total: None)
     _warn_once(context)
     report(0, ERASE_PARTS)

@@ -152,9 +152,8 @@ def episode_line(e: Episode, limit: int = 300) -> str:
 
 
 def render(chosen: Chosen, count: TokenCounter) -> Recalled:
-    """The dated block, facts then episodes, each in the given order, within the budget. A
-    section's scan stops after :data:`MAX_MISSES` lines in a row that do not fit, so its
-    cost follows the budget."""
+    """The dated block, facts then episodes in their order, within the budget; a section stops
+    after :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
     budget_tokens = chosen.budget
     header = f"Memory (as of {day(chosen.at)}):"
     lines, used = [header], count(header)
@@ -438,9 +437,8 @@ class Recaller:
     def episode_candidates_plan(
         self, scope: Scope, query: str, vector: list[float] | None, now: float, as_of: float | None
     ) -> Plan[tuple[list[sqlm.StoredRow], dict[str, float]]]:
-        """The episodes recall ranks, with their search scores: the best matches of
-        ``query``, else the newest. With ``as_of``, only episodes that had happened by
-        then (the ranking is asked for more until enough are found)."""
+        """The episodes recall ranks, with their search scores: the best matches of ``query``,
+        else the newest; with ``as_of``, those that had happened then (asking for more)."""
         ctx = self.context
         want = ctx.settings.episode_candidates
         episodes = ctx.namespace(scope, "episodes")

@@ -53,9 +53,8 @@ class StoredFacts:
 
 @dataclass(frozen=True)
 class Said:
-    """Facts said to be true now, to merge into a scope's current facts (``vectors`` by
-    search text; ``sources``: per candidate, ``(episode key, when)`` instead of
-    ``episode_key`` and ``when``)."""
+    """Facts said to be true now, to merge into a scope's current facts (``vectors`` by search
+    text; ``sources``: per candidate, ``(episode key, when)`` for ``episode_key`` and ``when``)."""
 
     candidates: list[FactCandidate]
     vectors: dict[str, list[float]]
