@@ -177,16 +177,8 @@ class Job:
         self, status: str, *, changes: F.FactChanges | None = None, error: str | None = None
     ) -> JobResult:
         c = changes if changes is not None else F.FactChanges()
-        return JobResult(
-            self.claim.scope,
-            self.id,
-            status,
-            len(self.claim.episode_keys),
-            added=c.added,
-            confirmed=c.confirmed,
-            superseded=c.superseded,
-            error=error,
-        )
+        scope, count = self.claim.scope, len(self.claim.episode_keys)
+        return JobResult(scope, self.id, status, count, c.added, c.confirmed, c.superseded, error)
 
 
 @dataclass(frozen=True)

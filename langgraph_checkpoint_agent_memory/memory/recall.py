@@ -501,8 +501,7 @@ class Recaller:
         with self._lock:
             for key in keys:
                 if now - self._reinforced.get(key, float("-inf")) >= every:
-                    self._recalled[key] = now
-                    self._reinforced[key] = now
+                    self._recalled[key] = self._reinforced[key] = now
 
     def take_reinforcements(self) -> list[dict[str, Any]]:
         with self._lock:
