@@ -45,9 +45,6 @@ from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 logger = logging.getLogger(__name__)
 
 
-# -- one job -------------------------------------------------------------------------------
-
-
 @dataclass
 class JobResult:
     """What one job did."""

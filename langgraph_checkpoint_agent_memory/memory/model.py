@@ -317,9 +317,6 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-# -- stored memories -----------------------------------------------------------------------
-
-
 class StoredMemory:
     """What facts and episodes share: each is stored as an item of its fields but its key."""
 

@@ -82,8 +82,6 @@ class MemoryWorker:
             self._due[name] = now + self.every[name]
         return due
 
-    # -- one round -------------------------------------------------------------------------
-
     def run_once(self) -> WorkerStats:
         """Do whatever is due now, synchronously."""
         return self.memory.context.run_steps(self._round())
@@ -112,8 +110,6 @@ class MemoryWorker:
         logger.warning("memory worker round failed, retrying next tick: %s", message)
         self.stats.errors = [*self.stats.errors[-9:], message]
 
-    # -- as a thread -----------------------------------------------------------------------
-
     def start(self) -> None:
         if self.running:
             return
@@ -138,8 +134,6 @@ class MemoryWorker:
         """Run in the calling thread until :meth:`stop` (or Ctrl-C)."""
         self._stop.clear()
         self._loop()
-
-    # -- as an asyncio task ----------------------------------------------------------------
 
     async def astart(self) -> None:
         if self.running:
