@@ -221,8 +221,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
         lambda: memory_span(context, "extract", claim.scope, **attributes),
         one(Call(lambda: extractor.extract(request), lambda: extractor.aextract(request))),
     )
-    # an answer that does not summarise every episode on its own fails the job
-    summaries = episode_summaries(extraction, episodes)
+    summaries = episode_summaries(extraction, episodes)  # one for each episode, or the job fails
     learned = Learned(scope, claim.scope, episodes, extraction, summaries)
     if not context.embeds:
         return learned
@@ -300,8 +299,7 @@ def job_writes(
     episodes, extraction = learned.episodes, learned.extraction
     if extraction is None or not episodes:
         return W.FactWrites(writes, F.FactChanges())
-    # each fact dates from the episode that states it (the last one when it does not say),
-    # applied in the order they were said
+    # each fact dates from the episode that states it (else the last), applied in that order
     stated = [(c, episodes[(c.episode or len(episodes)) - 1]) for c in extraction.facts]
     stated.sort(key=lambda pair: pair[1].occurred_at)
     out = W.RowWriter(writes, learned.scope_key, now)

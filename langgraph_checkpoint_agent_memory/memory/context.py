@@ -72,15 +72,13 @@ class MemoryStore(Protocol):
     statements join with, in one database that runs memory's plans in transactions."""
 
     dialect: Dialect
-    #: The database the store keeps its items in (its pools and server are what memory's
-    #: spans and metrics report).
+    #: The database of the store's items (its pools and server are what memory's telemetry reports).
     db: Database[Any]
     #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes.
     statements: StoreStatements
     #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
     embeddings: Any
-    #: The data keys of encryption at rest (``crypto.Keyring``), or ``None`` when the store
-    #: does not encrypt.
+    #: The data keys of encryption at rest (``crypto.Keyring``); ``None``: no encryption.
     keyring: Any
 
     @property

@@ -22,8 +22,7 @@ _COUNTS = (
     "relevant_facts",
     "max_attempts",
 )
-#: The settings that are finite numbers >= 0: whether 0 is refused too (an interval a loop
-#: waits, a lease).
+#: The settings that are finite numbers >= 0: whether 0 is refused too (a loop's wait, a lease).
 _NUMBERS = {
     "time_weight": False,
     "link_weight": False,
