@@ -97,13 +97,8 @@ class MemorySettings:
             check_count(getattr(self, name), name)
         for name, least_open in _NUMBERS.items():
             value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < 0
-                or (least_open and value == 0)
-            ):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0 or (least_open and value == 0):
                 bound = "> 0" if least_open else ">= 0"
                 raise ConfigurationError(f"{name} must be a finite number {bound}, got {value!r}")
 
