@@ -206,8 +206,6 @@ class AgentMemory(Generic[StoreT]):
         """
         return MemoryTools(self, budget_tokens=budget_tokens).tools(include)
 
-    # -- what a memory holds, read --------------------------------------------------------
-
     def facts(
         self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
     ) -> list[Fact]:
@@ -313,8 +311,6 @@ class AgentMemory(Generic[StoreT]):
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
         return self.context.namespace(scope, kind)
 
-    # -- recall ----------------------------------------------------------------------------
-
     @traced("recall", counts=recalled_counts)
     def recall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
@@ -379,8 +375,6 @@ class AgentMemory(Generic[StoreT]):
         """Async :meth:`build_context`."""
         return (await self.arecall(scope, query, **options)).text
 
-    # -- recording -------------------------------------------------------------------------
-
     def _record_plan(
         self, scope: ScopeLike, messages: Iterable[Any] | PromptValue, options: RecordOptions
     ) -> Callable[[], Plan[str | None]]:
@@ -437,8 +431,6 @@ class AgentMemory(Generic[StoreT]):
     ) -> str | None:
         """Async :meth:`record`."""
         return await self.context.arun(self._record_plan(scope, messages, options))
-
-    # -- consolidation, decay --------------------------------------------------------------
 
     @traced("consolidate", counts=report_counts)
     def consolidate(
@@ -519,8 +511,6 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun(
             lambda: writes.pin_plan(self.context, scope, attribute, pinned)
         )
-
-    # -- operations ------------------------------------------------------------------------
 
     @traced("erase", counts=erase_counts)
     def erase(
@@ -736,8 +726,6 @@ class AgentMemory(Generic[StoreT]):
     async def asetup(self) -> None:
         """Async :meth:`setup`."""
         await self.store.asetup()
-
-    # -- the background worker -------------------------------------------------------------
 
     def worker(self) -> MemoryWorker:
         """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
