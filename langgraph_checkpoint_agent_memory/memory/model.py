@@ -218,18 +218,13 @@ def normalize_value(value: str) -> str:
 
 
 def digest(*parts: str, size: int = 16) -> str:
-    h = hashlib.blake2b(digest_size=size)
-    for part in parts:
-        h.update(part.encode())
-        h.update(b"\x1f")
-    return h.hexdigest()
+    joined = "".join(f"{part}\x1f" for part in parts)
+    return hashlib.blake2b(joined.encode(), digest_size=size).hexdigest()
 
 
 def fact_key(attribute: str, value: str, multi: bool) -> str:
     """One current fact per single-valued attribute; one per value of a multi-valued one."""
-    if not multi:
-        return attribute
-    return f"{attribute}#{digest(normalize_value(value), size=8)}"
+    return f"{attribute}#{digest(normalize_value(value), size=8)}" if multi else attribute
 
 
 def default_statement(attribute: str, value: str) -> str:
