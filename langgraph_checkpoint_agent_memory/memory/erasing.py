@@ -55,9 +55,7 @@ def covering_shard(context: MemoryContext, scope: ScopeLike) -> str | None:
     target = Scope.of(scope)
     leading = list(SCOPE_KEYS[: context.sql.store.shard_depth - 1])
     present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
-    if present[: len(leading)] != leading:
-        return None
-    return context.sql.scope_shard(target.key)
+    return context.sql.scope_shard(target.key) if present[: len(leading)] == leading else None
 
 
 def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:

@@ -341,9 +341,7 @@ class CallableExtractor(_Timed):
 
     def _call(self, request: ExtractionRequest) -> Any:
         out = self.fn(build_prompt(request))
-        if inspect.isawaitable(out):
-            return asyncio.run(_await(out))
-        return out
+        return asyncio.run(_await(out)) if inspect.isawaitable(out) else out
 
     async def _acall(self, request: ExtractionRequest) -> Any:
         if self.is_async:
