@@ -755,9 +755,8 @@ class AgentMemory(Generic[StoreT]):
                 memory.stop()
             ```
         """
-        w = self.worker()
-        w.start()
-        return w
+        self.worker().start()
+        return self.worker()
 
     def stop(self) -> None:
         """Stop the worker of :meth:`start`."""
@@ -766,9 +765,8 @@ class AgentMemory(Generic[StoreT]):
 
     async def astart(self) -> MemoryWorker:
         """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
-        w = self.worker()
-        await w.astart()
-        return w
+        await self.worker().astart()
+        return self.worker()
 
     async def astop(self) -> None:
         """Stop the task of :meth:`astart`."""

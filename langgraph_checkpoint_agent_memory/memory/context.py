@@ -192,7 +192,6 @@ class MemoryContext:
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
-        store = self.store
 
         def execute(step: Step) -> Any:
             if isinstance(step, RunPlan):
@@ -205,17 +204,16 @@ class MemoryContext:
             if isinstance(step, Call):
                 return step.sync()
             if isinstance(step, Embed):
-                e = store.embeddings
+                e = self.store.embeddings
                 if step.query:
                     return [e.embed_query(t) for t in step.texts]
                 return e.embed_documents(step.texts) if step.texts else []
-            return store.search(step.namespace, **_searched(step))
+            return self.store.search(step.namespace, **_searched(step))
 
         return drive(steps, execute)
 
     async def arun_steps(self, steps: Steps[T]) -> T:
         """Async :meth:`run_steps`."""
-        store = self.store
 
         async def execute(step: Step) -> Any:
             if isinstance(step, RunPlan):
@@ -228,11 +226,11 @@ class MemoryContext:
             if isinstance(step, Call):
                 return await step.asynchronous()
             if isinstance(step, Embed):
-                e = store.embeddings
+                e = self.store.embeddings
                 if step.query:
                     return [await e.aembed_query(t) for t in step.texts]
                 return await e.aembed_documents(step.texts) if step.texts else []
-            return await store.asearch(step.namespace, **_searched(step))
+            return await self.store.asearch(step.namespace, **_searched(step))
 
         return await adrive(steps, execute)
 
