@@ -209,8 +209,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
     query = " ".join(
         m.get("content", "") for e in episodes for m in e.messages if m.get("role") == "user"
     )[:2000]
-    limit = context.settings.relevant_facts
-    found = yield Search(context.namespace(scope, "facts"), query, limit)
+    found = yield Search(context.namespace(scope, "facts"), query, context.settings.relevant_facts)
     relevant = [Fact.from_value(i.key, i.value) for i in found]
     extractor, request = context.extractor, ExtractionRequest(scope, episodes, relevant)
     attributes = {

@@ -259,9 +259,8 @@ class _Timed(Extractor):
             return parse_extraction(self._guard(request))
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-memory-extract")
         try:
-            future = pool.submit(self._guard, request)
             try:
-                out = future.result(timeout=self.timeout)
+                out = pool.submit(self._guard, request).result(timeout=self.timeout)
             except concurrent.futures.TimeoutError:
                 raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
         finally:

@@ -227,14 +227,12 @@ def record_plan(
     """Store ``messages`` as a pending episode of ``scope`` (once per key), in one
     transaction with the reinforcements recall queued (taken only when there is an episode
     to write); its key, or ``None`` when no message had content."""
-    thread_id, key = options.get("thread_id"), options.get("key")
+    thread_id, key, at = options.get("thread_id"), options.get("key"), options.get("occurred_at")
     if thread_id is not None:
         thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
     if key is not None:
         key = checked_identifier(key, "key", MAX_EPISODE_KEY)
-    occurred_at = options.get("occurred_at")
-    if occurred_at is not None:
-        occurred_at = as_timestamp(occurred_at, "occurred_at", InvalidValueError)
+    occurred_at = None if at is None else as_timestamp(at, "occurred_at", InvalidValueError)
     s = Scope.of(scope)
     context.namespace(s, "episodes")  # refuses a scope too long to store
     dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
