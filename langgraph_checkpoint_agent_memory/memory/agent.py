@@ -48,8 +48,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-#: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
-#: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
+#: The store of an :class:`AgentMemory` (``memory.store`` keeps its type: ``AgentMemoryStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 
 

@@ -154,7 +154,6 @@ def episode_line(e: Episode, limit: int = 300) -> str:
 def render(chosen: Chosen, count: TokenCounter) -> Recalled:
     """The dated block, facts then episodes in their order, within the budget; a section stops
     after :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
-    budget_tokens = chosen.budget
     header = f"Memory (as of {day(chosen.at)}):"
     lines, used = [header], count(header)
     kept_facts: list[Fact] = []
@@ -167,14 +166,14 @@ def render(chosen: Chosen, count: TokenCounter) -> Recalled:
         if not items:
             continue
         section, section_used, misses = [title], count(title), 0
-        if used + section_used > budget_tokens:
+        if used + section_used > chosen.budget:
             break
         for item in items:
             known = chosen.lines.get(getattr(item, "key", ""))
             text, c = known if known is not None else (text := line(item), count(text))
-            if used + section_used + c > budget_tokens:
+            if used + section_used + c > chosen.budget:
                 misses += 1
-                if misses >= MAX_MISSES or budget_tokens - used - section_used < MIN_LINE:
+                if misses >= MAX_MISSES or chosen.budget - used - section_used < MIN_LINE:
                     break
                 continue  # a shorter line further down may still fit
             section.append(text)
