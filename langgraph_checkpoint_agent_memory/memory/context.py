@@ -38,8 +38,7 @@ from langgraph_checkpoint_agent_memory.rerank import Reranking
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 T = TypeVar("T")
-#: A plan, or what builds one (a plan that must load data keys from a key store of its own
-#: is built again after they are loaded: see :meth:`MemoryContext.run`).
+#: A plan, or what builds one (built again once the data keys it needs are loaded: see ``run``).
 PlanLike: TypeAlias = Plan[T] | Callable[[], Plan[T]]
 #: How many times :meth:`MemoryContext.run_again` runs a plan at most.
 ATTEMPTS = 3

@@ -173,9 +173,8 @@ def believed(versions: Iterable[Fact], known_at: float | None = None) -> list[Fa
 
 
 def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The versions of facts that had begun by ``when`` (``valid_from <= when``, valid
-    time), each as it was held then: a version that ended later is shown current
-    (``valid_to`` and ``superseded_by`` unset), since nothing had replaced it yet."""
+    """The versions of facts begun by ``when`` (``valid_from <= when``), each as held then: one
+    that ended later shows current (``valid_to``, ``superseded_by`` unset), not yet replaced."""
     return [
         dataclasses.replace(f, valid_to=None, superseded_by=None)
         if f.valid_to is not None and f.valid_to > when

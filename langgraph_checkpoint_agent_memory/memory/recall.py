@@ -215,9 +215,8 @@ class RecallOptions(TypedDict, total=False):
 
 @dataclass
 class Chosen:
-    """What recall chose, best first, before it is rendered within the budget (``ranked``:
-    how many of the first facts were ordered by relevance; ``lines``: each fact's line and
-    token cost, by key; ``at``: the moment recalled)."""
+    """What recall chose, best first, to render within ``budget`` (``ranked``: how many of the first
+    facts are by relevance; ``lines``: each fact's line and tokens, by key; ``at``: the moment)."""
 
     facts: list[Fact]
     ranked: int

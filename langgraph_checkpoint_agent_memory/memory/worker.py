@@ -30,8 +30,7 @@ class WorkerStats:
     consolidated: int = 0
     decayed: int = 0
     swept: int = 0
-    #: Data keys destroyed that erases owed (their key store was down, or their process
-    #: stopped first).
+    #: Data keys destroyed that erases owed (their key store was down, or their process stopped).
     keys_destroyed: int = 0
     errors: list[str] = field(default_factory=list)
 

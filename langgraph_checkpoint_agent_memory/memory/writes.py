@@ -41,8 +41,7 @@ from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 
 @dataclass(frozen=True)
 class StoredFacts:
-    """A scope's current facts (and their vectors, by key) as read inside the transaction
-    that changes them."""
+    """A scope's current facts (and their vectors, by key) as the transaction changing them read."""
 
     rows: list[sqlm.StoredRow]
     vectors: dict[str, bytes] = field(default_factory=dict)
@@ -224,9 +223,8 @@ def record_plan(
     *,
     reinforcements: Callable[[], Sequence[dict[str, Any]]] = list,
 ) -> Plan[str | None]:
-    """Store ``messages`` as a pending episode of ``scope`` (once per key), in one
-    transaction with the reinforcements recall queued (taken only when there is an episode
-    to write); its key, or ``None`` when no message had content."""
+    """Store ``messages`` as a pending episode of ``scope`` (once per key), in one transaction with
+    recall's queued reinforcements (taken only for an episode); its key, or ``None`` if empty."""
     thread_id, key, at = options.get("thread_id"), options.get("key"), options.get("occurred_at")
     if thread_id is not None:
         thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
