@@ -167,8 +167,7 @@ def _warn_once(context: MemoryContext) -> None:
     )
 
 
-#: Where the frames between an application's call of an erase and the warning lie: this
-#: package's, and asyncio's event loop's for an ``aerase`` run by ``asyncio.run``.
+#: This package's and asyncio's files: the frames between an application's erase and the warning.
 _INNER = (str(Path(__file__).parent.parent) + os.sep, str(Path(asyncio.__file__).parent) + os.sep)
 
 
@@ -229,8 +228,7 @@ async def aerase_threads(checkpointer: Any, threads: list[str], owed: bool = Fal
     return len(threads)
 
 
-#: The parts of an erase :func:`erase` reports progress in: the threads, the rows (with
-#: the compaction of a SQLite file), the data keys.
+#: The parts an erase reports progress in: threads, rows (and a SQLite file's compaction), keys.
 ERASE_PARTS = 3
 
 

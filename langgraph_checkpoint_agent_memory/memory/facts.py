@@ -25,8 +25,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     normalize_value,
 )
 
-if TYPE_CHECKING:  # numpy: loaded by the one function that computes with it; reading needs
-    # neither it nor the candidates' pydantic models
+if TYPE_CHECKING:  # numpy is loaded where it computes: reading needs neither it nor pydantic
     import numpy as np
 
     from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate

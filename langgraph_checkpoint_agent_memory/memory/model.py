@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.candidates import Extraction as Extraction
     from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate as FactCandidate
 
-#: What an extractor returns, pydantic models kept in :mod:`.candidates` and loaded on first
-#: use: what only reads stored memory (the command line's read commands) needs no pydantic.
+#: The extractor's pydantic models (:mod:`.candidates`), loaded on first use: reading needs none.
 _CANDIDATES = frozenset({"EpisodeEntry", "EpisodeSummary", "Extraction", "FactCandidate"})
 
 
