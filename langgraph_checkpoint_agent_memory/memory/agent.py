@@ -30,7 +30,7 @@ from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, 
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.recall import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
-from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
+from langgraph_checkpoint_agent_memory.memory.tools import TOOL_NAMES, MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (
     erase_counts,
     item_count,
@@ -41,13 +41,14 @@ from langgraph_checkpoint_agent_memory.memory.traced import (
 from langgraph_checkpoint_agent_memory.memory.worker import MemoryWorker
 from langgraph_checkpoint_agent_memory.memory.writes import checked_messages, record_plan
 from langgraph_checkpoint_agent_memory.rerank import RerankerLike, reranking_of
+from langgraph_checkpoint_agent_memory.telemetry import metrics
+from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-#: The store an :class:`AgentMemory` keeps its facts and episodes in (``memory.store`` keeps
-#: its type, e.g. ``AgentMemoryStore``, a LangGraph ``BaseStore``).
+#: The store of an :class:`AgentMemory` (``memory.store`` keeps its type: ``AgentMemoryStore``).
 StoreT = TypeVar("StoreT", bound=MemoryStore)
 
 
@@ -103,16 +104,22 @@ class AgentMemory(Generic[StoreT]):
             )
         self.store = store
         store.add_schema(MEMORY)
-        self.settings = MemorySettings.resolve(settings)
+        self.settings = st = MemorySettings.resolve(settings)
         self.checkpointer = checkpointer
         self.count_tokens = R.token_counter(tokenizer)
+        db = store.db  # its description has its password masked
         #: What the parts of memory work with: see :class:`~.context.MemoryContext`.
-        self.context = MemoryContext.of(
-            store,
-            self.settings,
-            as_extractor(extractor),
-            clock,
-            None if reranker is False else reranking_of(reranker) or store.reranking,
+        self.context = MemoryContext(
+            store=store,
+            sql=sqlm.MemorySql(store.dialect, store.statements, st.namespace_root, store.sealer),
+            settings=st,
+            extractor=as_extractor(extractor),
+            policy=decay.DecayPolicy(st.decay_rate, st.decay_threshold),
+            clock=clock,
+            backlog=metrics.backlog_of(
+                {**target_of(db).attributes(), "agent_memory.database": db.describe()}
+            ),
+            reranking=None if reranker is False else reranking_of(reranker) or store.reranking,
         )
         self.policy = self.context.policy
         self._recaller = Recaller(self.context, self.count_tokens)
@@ -168,10 +175,7 @@ class AgentMemory(Generic[StoreT]):
         return self._nodes.record
 
     def tools(
-        self,
-        *,
-        include: Sequence[str] = ("search", "remember", "forget"),
-        budget_tokens: int | None = None,
+        self, *, include: Sequence[str] = tuple(TOOL_NAMES), budget_tokens: int | None = None
     ) -> list[BaseTool]:
         """LangChain tools (sync and async) with which an agent decides what to remember:
         ``search_memory``, ``remember_fact`` (applied as consolidation applies facts:
@@ -200,8 +204,6 @@ class AgentMemory(Generic[StoreT]):
             ```
         """
         return MemoryTools(self, budget_tokens=budget_tokens).tools(include)
-
-    # -- what a memory holds, read --------------------------------------------------------
 
     def facts(
         self, scope: ScopeLike, *, as_of: AsOf | None = None, known_at: AsOf | None = None
@@ -308,8 +310,6 @@ class AgentMemory(Generic[StoreT]):
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
         return self.context.namespace(scope, kind)
 
-    # -- recall ----------------------------------------------------------------------------
-
     @traced("recall", counts=recalled_counts)
     def recall(
         self, scope: ScopeLike, query: str = "", **options: Unpack[RecallOptions]
@@ -374,8 +374,6 @@ class AgentMemory(Generic[StoreT]):
         """Async :meth:`build_context`."""
         return (await self.arecall(scope, query, **options)).text
 
-    # -- recording -------------------------------------------------------------------------
-
     def _record_plan(
         self, scope: ScopeLike, messages: Iterable[Any] | PromptValue, options: RecordOptions
     ) -> Callable[[], Plan[str | None]]:
@@ -433,8 +431,6 @@ class AgentMemory(Generic[StoreT]):
         """Async :meth:`record`."""
         return await self.context.arun(self._record_plan(scope, messages, options))
 
-    # -- consolidation, decay --------------------------------------------------------------
-
     @traced("consolidate", counts=report_counts)
     def consolidate(
         self, scope: ScopeLike | None = None, *, max_jobs: int | None = None
@@ -471,13 +467,11 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun_steps(steps)
 
     def _flush(self) -> None:
-        rows = self._recaller.take_reinforcements()
-        if rows:
+        if rows := self._recaller.take_reinforcements():
             self.context.run(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     async def _aflush(self) -> None:
-        rows = self._recaller.take_reinforcements()
-        if rows:
+        if rows := self._recaller.take_reinforcements():
             await self.context.arun(lambda: sqlm.reinforce_plan(self.context.sql, rows))
 
     @traced("decay", counts=item_count)
@@ -516,8 +510,6 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun(
             lambda: writes.pin_plan(self.context, scope, attribute, pinned)
         )
-
-    # -- operations ------------------------------------------------------------------------
 
     @traced("erase", counts=erase_counts)
     def erase(
@@ -639,8 +631,7 @@ class AgentMemory(Generic[StoreT]):
         return await self.context.arun(self._stats_plan())
 
     def _stats_plan(self) -> Plan[dict[str, dict[str, int]]]:
-        root = self.settings.namespace_root
-        return sqlm.stats_plan(self.context.sql, root, self.context.clock())
+        return sqlm.stats_plan(self.context.sql, self.settings.namespace_root, self.context.clock())
 
     def jobs(
         self, statuses: Sequence[str] = ("failed", "parked"), *, limit: int = 100
@@ -735,8 +726,6 @@ class AgentMemory(Generic[StoreT]):
         """Async :meth:`setup`."""
         await self.store.asetup()
 
-    # -- the background worker -------------------------------------------------------------
-
     def worker(self) -> MemoryWorker:
         """The background worker (created once; :meth:`start` and :meth:`astart` run it)."""
         if self._worker is None:
@@ -765,9 +754,8 @@ class AgentMemory(Generic[StoreT]):
                 memory.stop()
             ```
         """
-        w = self.worker()
-        w.start()
-        return w
+        self.worker().start()
+        return self.worker()
 
     def stop(self) -> None:
         """Stop the worker of :meth:`start`."""
@@ -776,9 +764,8 @@ class AgentMemory(Generic[StoreT]):
 
     async def astart(self) -> MemoryWorker:
         """:meth:`start` as an asyncio task of the running loop; stop it with :meth:`astop`."""
-        w = self.worker()
-        await w.astart()
-        return w
+        await self.worker().astart()
+        return self.worker()
 
     async def astop(self) -> None:
         """Stop the task of :meth:`astart`."""

@@ -6,9 +6,9 @@ reading stored memory needs no pydantic.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
 from langgraph_checkpoint_agent_memory.memory.model import (
     default_statement,
@@ -18,19 +18,16 @@ from langgraph_checkpoint_agent_memory.memory.model import (
 from langgraph_checkpoint_agent_memory.text import fact_text, storable
 
 logger = logging.getLogger(__name__)
+#: Text as the database stores it (see :func:`~..text.storable`).
+Storable = Annotated[str, AfterValidator(storable)]
 
 
 class EpisodeSummary(BaseModel):
     """What happened in one episode, in a sentence or two."""
 
-    summary: str = Field(description="What happened, in one or two sentences")
-    outcome: str = Field(default="", description="How it ended: resolved, open, ...")
+    summary: Storable = Field(description="What happened, in one or two sentences")
+    outcome: Storable = Field(default="", description="How it ended: resolved, open, ...")
     importance: float = Field(default=0.5, ge=0.0, le=1.0, description="0 trivial .. 1 vital")
-
-    @field_validator("summary", "outcome")
-    @classmethod
-    def _text(cls, v: str) -> str:
-        return storable(v)
 
 
 class EpisodeEntry(EpisodeSummary):
@@ -50,7 +47,7 @@ class FactCandidate(BaseModel):
 
     attribute: str = Field(description="snake_case name, e.g. city, employer, likes")
     value: str = Field(description="The value, e.g. Berlin")
-    statement: str = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
+    statement: Storable = Field(default="", description="A sentence, e.g. Alice lives in Berlin")
     multi: bool = Field(default=False, description="True if the attribute holds many values")
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     episode: int | None = Field(
@@ -93,11 +90,6 @@ class FactCandidate(BaseModel):
         if not str(v).strip():
             raise ValueError("a fact value must not be empty")
         return storable(str(v).strip())
-
-    @field_validator("statement")
-    @classmethod
-    def _statement(cls, v: str) -> str:
-        return storable(v)
 
     def search_text(self) -> str:
         """What search will index for the fact this candidate becomes (see

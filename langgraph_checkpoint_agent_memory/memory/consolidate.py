@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db import memory_jobs as jobsql
 from langgraph_checkpoint_agent_memory.memory import facts as F
+from langgraph_checkpoint_agent_memory.memory import writes as W
 from langgraph_checkpoint_agent_memory.memory.context import (
     Call,
     Embed,
@@ -38,22 +39,10 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     lexical_text,
 )
 from langgraph_checkpoint_agent_memory.memory.traced import memory_span
-from langgraph_checkpoint_agent_memory.memory.writes import (
-    Decider,
-    FactWrites,
-    RowWriter,
-    Said,
-    StoredFacts,
-    apply_facts,
-    as_blob,
-)
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 logger = logging.getLogger(__name__)
-
-
-# -- one job -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -76,16 +65,13 @@ class Report:
 
     jobs: list[JobResult] = field(default_factory=list)
 
-    def _count(self, status: str) -> int:
-        return sum(1 for j in self.jobs if j.status == status)
-
     @property
     def completed(self) -> int:
-        return self._count("completed")
+        return sum(j.status == "completed" for j in self.jobs)
 
     @property
     def failed(self) -> int:
-        return self._count("failed") + self._count("parked")
+        return sum(j.status in ("failed", "parked") for j in self.jobs)
 
     @property
     def episodes(self) -> int:
@@ -108,10 +94,8 @@ class Report:
         return {"jobs": len(self.jobs), **{name: getattr(self, name) for name in counts}}
 
 
-def job_steps(
-    context: MemoryContext, *, scope: str | None = None, skip: tuple[str, ...] = ()
-) -> Steps[JobResult | None]:
-    """Claim one scope and consolidate a batch of its episodes; ``None`` when idle."""
+def job_steps(context: MemoryContext, scope: str) -> Steps[JobResult | None]:
+    """Claim ``scope`` and consolidate a batch of its episodes; ``None`` when idle."""
     s = context.settings
     started = context.clock()
     claim = yield RunPlan(
@@ -122,7 +106,6 @@ def job_steps(
             lease_seconds=s.lease_seconds,
             limit=s.max_episodes_per_job,
             scope=scope,
-            skip=skip,
         )
     )
     if claim is None:
@@ -191,16 +174,8 @@ class Job:
         self, status: str, *, changes: F.FactChanges | None = None, error: str | None = None
     ) -> JobResult:
         c = changes if changes is not None else F.FactChanges()
-        return JobResult(
-            self.claim.scope,
-            self.id,
-            status,
-            len(self.claim.episode_keys),
-            added=c.added,
-            confirmed=c.confirmed,
-            superseded=c.superseded,
-            error=error,
-        )
+        scope, count = self.claim.scope, len(self.claim.episode_keys)
+        return JobResult(scope, self.id, status, count, c.added, c.confirmed, c.superseded, error)
 
 
 @dataclass(frozen=True)
@@ -227,32 +202,25 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
         lambda: sqlm.read_plan(context.sql, prefix, job.started, claim.episode_keys)
     )
     episodes = sorted(
-        (Episode.from_value(r.key, r.value) for r in rows),
-        key=lambda e: (e.occurred_at, e.key),
+        (Episode.from_value(r.key, r.value) for r in rows), key=lambda e: (e.occurred_at, e.key)
     )
     if not episodes:
         return Learned(scope, claim.scope, episodes)
     query = " ".join(
         m.get("content", "") for e in episodes for m in e.messages if m.get("role") == "user"
     )[:2000]
-    limit = context.settings.relevant_facts
-    found = yield Search(context.namespace(scope, "facts"), query, limit)
+    found = yield Search(context.namespace(scope, "facts"), query, context.settings.relevant_facts)
     relevant = [Fact.from_value(i.key, i.value) for i in found]
     extractor, request = context.extractor, ExtractionRequest(scope, episodes, relevant)
+    attributes = {
+        "agent_memory.episode_count": len(episodes),
+        "agent_memory.extractor": type(extractor).__name__,
+    }
     extraction = yield Within(
-        lambda: memory_span(
-            context,
-            "extract",
-            claim.scope,
-            **{
-                "agent_memory.episode_count": len(episodes),
-                "agent_memory.extractor": type(extractor).__name__,
-            },
-        ),
+        lambda: memory_span(context, "extract", claim.scope, **attributes),
         one(Call(lambda: extractor.extract(request), lambda: extractor.aextract(request))),
     )
-    # an answer that does not summarise every episode on its own fails the job
-    summaries = episode_summaries(extraction, episodes)
+    summaries = episode_summaries(extraction, episodes)  # one for each episode, or the job fails
     learned = Learned(scope, claim.scope, episodes, extraction, summaries)
     if not context.embeds:
         return learned
@@ -272,7 +240,7 @@ def learn_steps(context: MemoryContext, job: Job) -> Steps[Learned]:
 def _apply(context: MemoryContext, job: Job, learned: Learned) -> Steps[JobResult]:
     claim = job.claim
     now = context.clock()
-    decider = Decider(lambda stored: job_writes(context, learned, stored, now=now))
+    decider = W.Decider(lambda stored: job_writes(context, learned, stored, now=now))
     try:
         writes = yield RunPlan(
             lambda: jobsql.apply_plan(
@@ -322,27 +290,26 @@ def _fail(context: MemoryContext, job: Job, error: str) -> Steps[JobResult]:
 
 
 def job_writes(
-    context: MemoryContext, learned: Learned, stored: StoredFacts, *, now: float
-) -> FactWrites:
+    context: MemoryContext, learned: Learned, stored: W.StoredFacts, *, now: float
+) -> W.FactWrites:
     """The rows a job writes, from the current facts read inside its transaction: the facts
     said merged in, each episode done with its summary, the job's outcome."""
     writes = jobsql.Writes()
     episodes, extraction = learned.episodes, learned.extraction
     if extraction is None or not episodes:
-        return FactWrites(writes, F.FactChanges())
-    # each fact dates from the episode that states it (the last one when it does not say),
-    # applied in the order they were said
+        return W.FactWrites(writes, F.FactChanges())
+    # each fact dates from the episode that states it (else the last), applied in that order
     stated = [(c, episodes[(c.episode or len(episodes)) - 1]) for c in extraction.facts]
     stated.sort(key=lambda pair: pair[1].occurred_at)
-    out = RowWriter(writes, learned.scope_key, now)
-    said = Said(
+    out = W.RowWriter(writes, learned.scope_key, now)
+    said = W.Said(
         [c for c, _ in stated],
         learned.fact_vectors,
         episode_key=episodes[-1].key,
         when=max(e.occurred_at for e in episodes),
         sources=[(e.key, e.occurred_at) for _, e in stated],
     )
-    changes = apply_facts(context, learned.scope, out, stored, said)
+    changes = W.apply_facts(context, learned.scope, out, stored, said)
     prefix = context.prefix(learned.scope, "episodes")
     for i, (episode, summary) in enumerate(zip(episodes, learned.summaries, strict=True)):
         done = dataclasses.replace(
@@ -355,13 +322,13 @@ def job_writes(
         out.item(prefix, episode.key, done.to_value(), episode.occurred_at, lexical_text(done))
         out.decay(prefix, episode.key, summary.importance, episode.occurred_at, False)
         if i < len(learned.episode_vectors):
-            out.vector(prefix, episode.key, as_blob(learned.episode_vectors[i]))
+            out.vector(prefix, episode.key, W.as_blob(learned.episode_vectors[i]))
     writes.outcome = {
         "added": changes.added,
         "confirmed": changes.confirmed,
         "superseded": [list(p) for p in changes.superseded],
     }
-    return FactWrites(writes, changes)
+    return W.FactWrites(writes, changes)
 
 
 def consolidate_steps(
@@ -384,7 +351,7 @@ def consolidate_steps(
             )
         for name in found:
             while more():
-                result = yield from job_steps(context, scope=name)
+                result = yield from job_steps(context, name)
                 if result is None:
                     break
                 report.jobs.append(result)

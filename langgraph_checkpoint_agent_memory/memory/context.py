@@ -2,8 +2,9 @@
 
 What memory needs of a store is a small protocol (:class:`MemoryStore`), so memory depends
 on no store's internals. An operation that needs more than the database (a search, an
-embedding, an extractor call, a reranker) is a generator of *steps*; :func:`run_steps` and
-:func:`arun_steps` drive it, so the sync and the async API run the same code.
+embedding, an extractor call, a reranker) is a generator of *steps*;
+:meth:`MemoryContext.run_steps` and its async twin drive it, so the sync and the async API
+run the same code.
 
 Example:
     ```python
@@ -13,7 +14,7 @@ Example:
         found = yield Search(memory.namespace(scope, "facts"), "city", 5)
         return len(found)
 
-    assert run_steps(count_facts(Scope.parse("user=alice")), store) == 1
+    assert memory.context.run_steps(count_facts(Scope.parse("user=alice"))) == 1
     ```
 """
 
@@ -35,11 +36,9 @@ from langgraph_checkpoint_agent_memory.memory.model import Scope, ScopeLike, nam
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings
 from langgraph_checkpoint_agent_memory.rerank import Reranking
 from langgraph_checkpoint_agent_memory.telemetry import metrics
-from langgraph_checkpoint_agent_memory.telemetry.tracing import target_of
 
 T = TypeVar("T")
-#: A plan, or what builds one (a plan that must load data keys from a key store of its own
-#: is built again after they are loaded: see :meth:`MemoryContext.run`).
+#: A plan, or what builds one (built again once the data keys it needs are loaded: see ``run``).
 PlanLike: TypeAlias = Plan[T] | Callable[[], Plan[T]]
 #: How many times :meth:`MemoryContext.run_again` runs a plan at most.
 ATTEMPTS = 3
@@ -72,15 +71,13 @@ class MemoryStore(Protocol):
     statements join with, in one database that runs memory's plans in transactions."""
 
     dialect: Dialect
-    #: The database the store keeps its items in (its pools and server are what memory's
-    #: spans and metrics report).
+    #: The database of the store's items (its pools and server are what memory's telemetry reports).
     db: Database[Any]
     #: The store's statements, which memory's own SQL (``db.memory.MemorySql``) composes.
     statements: StoreStatements
     #: LangChain ``Embeddings`` (or ``None``: lexical recall only).
     embeddings: Any
-    #: The data keys of encryption at rest (``crypto.Keyring``), or ``None`` when the store
-    #: does not encrypt.
+    #: The data keys of encryption at rest (``crypto.Keyring``); ``None``: no encryption.
     keyring: Any
 
     @property
@@ -151,31 +148,6 @@ class MemoryContext:
     backlog: metrics.Backlog = field(default_factory=lambda: metrics.Backlog({}))
     reranking: Reranking | None = None
 
-    @classmethod
-    def of(
-        cls,
-        store: MemoryStore,
-        settings: MemorySettings,
-        extractor: Extractor,
-        clock: Callable[[], float],
-        reranking: Reranking | None = None,
-    ) -> MemoryContext:
-        return cls(
-            store=store,
-            sql=sqlm.MemorySql(
-                store.dialect, store.statements, settings.namespace_root, store.sealer
-            ),
-            settings=settings,
-            extractor=extractor,
-            policy=DecayPolicy(settings.decay_rate, settings.decay_threshold),
-            clock=clock,
-            backlog=metrics.backlog_of(
-                # the database's description has its password masked
-                {**target_of(store.db).attributes(), "agent_memory.database": store.db.describe()}
-            ),
-            reranking=reranking,
-        )
-
     @property
     def embeds(self) -> bool:
         """Whether the store embeds (else recall and near-duplicates are lexical)."""
@@ -219,11 +191,47 @@ class MemoryContext:
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive steps (plans, searches, embeddings, extractor calls) synchronously."""
-        return run_steps(steps, self.store, self.run)
+
+        def execute(step: Step) -> Any:
+            if isinstance(step, RunPlan):
+                return self.run(step.plan)
+            if isinstance(step, Within):
+                with step.opened() as op:
+                    value = drive(step.steps, execute)
+                    step.ended(op, value)
+                    return value
+            if isinstance(step, Call):
+                return step.sync()
+            if isinstance(step, Embed):
+                e = self.store.embeddings
+                if step.query:
+                    return [e.embed_query(t) for t in step.texts]
+                return e.embed_documents(step.texts) if step.texts else []
+            return self.store.search(step.namespace, **_searched(step))
+
+        return drive(steps, execute)
 
     async def arun_steps(self, steps: Steps[T]) -> T:
         """Async :meth:`run_steps`."""
-        return await arun_steps(steps, self.store, self.arun)
+
+        async def execute(step: Step) -> Any:
+            if isinstance(step, RunPlan):
+                return await self.arun(step.plan)
+            if isinstance(step, Within):
+                with step.opened() as op:
+                    value = await adrive(step.steps, execute)
+                    step.ended(op, value)
+                    return value
+            if isinstance(step, Call):
+                return await step.asynchronous()
+            if isinstance(step, Embed):
+                e = self.store.embeddings
+                if step.query:
+                    return [await e.aembed_query(t) for t in step.texts]
+                return await e.aembed_documents(step.texts) if step.texts else []
+            return await self.store.asearch(step.namespace, **_searched(step))
+
+        return await adrive(steps, execute)
 
     def namespace(self, scope: ScopeLike, kind: str) -> tuple[str, ...]:
         """Where a scope's ``"facts"``, ``"history"`` or ``"episodes"`` live in the store."""
@@ -317,53 +325,3 @@ def _searched(step: Search) -> dict[str, Any]:
         "reranker": False,
         "time_field": False,
     }
-
-
-def run_steps(steps: Steps[T], store: MemoryStore, run: Callable[[Any], Any] | None = None) -> T:
-    """Drive ``steps`` with ``store``; ``run`` runs the plans (default ``store.run_plan``)."""
-    run_plan = run or (lambda plan: store.run_plan(plan() if callable(plan) else plan))
-
-    def execute(step: Step) -> Any:
-        if isinstance(step, RunPlan):
-            return run_plan(step.plan)
-        if isinstance(step, Within):
-            with step.opened() as op:
-                value = drive(step.steps, execute)
-                step.ended(op, value)
-                return value
-        if isinstance(step, Call):
-            return step.sync()
-        if isinstance(step, Embed):
-            e = store.embeddings
-            if step.query:
-                return [e.embed_query(t) for t in step.texts]
-            return e.embed_documents(step.texts) if step.texts else []
-        return store.search(step.namespace, **_searched(step))
-
-    return drive(steps, execute)
-
-
-async def arun_steps(
-    steps: Steps[T], store: MemoryStore, run: Callable[[Any], Awaitable[Any]] | None = None
-) -> T:
-    """Async :func:`run_steps`."""
-    run_plan = run or (lambda plan: store.arun_plan(plan() if callable(plan) else plan))
-
-    async def execute(step: Step) -> Any:
-        if isinstance(step, RunPlan):
-            return await run_plan(step.plan)
-        if isinstance(step, Within):
-            with step.opened() as op:
-                value = await adrive(step.steps, execute)
-                step.ended(op, value)
-                return value
-        if isinstance(step, Call):
-            return await step.asynchronous()
-        if isinstance(step, Embed):
-            e = store.embeddings
-            if step.query:
-                return [await e.aembed_query(t) for t in step.texts]
-            return await e.aembed_documents(step.texts) if step.texts else []
-        return await store.asearch(step.namespace, **_searched(step))
-
-    return await adrive(steps, execute)

@@ -31,12 +31,7 @@ from langgraph_checkpoint_agent_memory.memory.context import (
     RunPlan,
     Steps,
 )
-from langgraph_checkpoint_agent_memory.memory.model import (
-    SCOPE_KEYS,
-    Scope,
-    ScopeError,
-    ScopeLike,
-)
+from langgraph_checkpoint_agent_memory.memory.model import SCOPE_KEYS, Scope, ScopeError, ScopeLike
 
 #: Whether this process has warned that an erase does not reach backups (keys beside data).
 _warned = False
@@ -60,9 +55,7 @@ def covering_shard(context: MemoryContext, scope: ScopeLike) -> str | None:
     target = Scope.of(scope)
     leading = list(SCOPE_KEYS[: context.sql.store.shard_depth - 1])
     present = [k for k in SCOPE_KEYS if getattr(target, k) is not None]
-    if present[: len(leading)] != leading:
-        return None
-    return context.sql.scope_shard(target.key)
+    return context.sql.scope_shard(target.key) if present[: len(leading)] == leading else None
 
 
 def covered_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[str]]:
@@ -141,12 +134,8 @@ def _settling(context: MemoryContext) -> Steps[int]:
 
 
 def settle(context: MemoryContext) -> int:
-    """Destroy the data keys the erase ledger owes, then strike them from it; how many
-    keys were destroyed.
-
-    Raises:
-        DatabaseUnavailableError: The key store is down: the debts stay in the ledger.
-    """
+    """Destroy the data keys the erase ledger owes, then strike them from it; how many were
+    destroyed. A key store that is down raises, and the debts stay in the ledger."""
     return 0 if context.store.keyring is None else context.run_steps(_settling(context))
 
 
@@ -158,13 +147,8 @@ async def asettle(context: MemoryContext) -> int:
 def keys_beside_data(store: MemoryStore) -> bool:
     """Whether ``store`` keeps its data keys in its own database, so a backup of the data
     holds the keys, and an erase does not reach it."""
-    keyring = store.keyring
-    # a private in-memory database has no backups
-    return (
-        keyring is not None
-        and keyring.keystore.db is store.db
-        and not getattr(store.db, "memory", False)
-    )
+    keyring, db = store.keyring, store.db  # a private in-memory database has no backups
+    return keyring is not None and keyring.keystore.db is db and not getattr(db, "memory", False)
 
 
 def _warn_once(context: MemoryContext) -> None:
@@ -183,12 +167,8 @@ def _warn_once(context: MemoryContext) -> None:
     )
 
 
-#: Where the frames between an application's call of an erase and the warning lie: this
-#: package's, and asyncio's event loop's for an ``aerase`` run by ``asyncio.run``.
-_INNER = (
-    str(Path(__file__).parent.parent) + os.sep,
-    str(Path(asyncio.__file__).parent) + os.sep,
-)
+#: This package's and asyncio's files: the frames between an application's erase and the warning.
+_INNER = (str(Path(__file__).parent.parent) + os.sep, str(Path(asyncio.__file__).parent) + os.sep)
 
 
 def _caller_level() -> int:
@@ -248,8 +228,7 @@ async def aerase_threads(checkpointer: Any, threads: list[str], owed: bool = Fal
     return len(threads)
 
 
-#: The parts of an erase :func:`erase` reports progress in: the threads, the rows (with
-#: the compaction of a SQLite file), the data keys.
+#: The parts an erase reports progress in: threads, rows (and a SQLite file's compaction), keys.
 ERASE_PARTS = 3
 
 
@@ -259,11 +238,9 @@ def erase_steps(
     checkpointer: Any,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Steps[dict[str, int]]:
-    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their
-    keys owed, where the store's key store holds them), then its rows (with the erase
-    ledger's entries), then the data keys the ledger owes; the counts. ``on_progress``:
-    called with ``(parts done, ERASE_PARTS)`` as each part ends.
-    """
+    """Erase ``scope`` (see :meth:`~.agent.AgentMemory.erase`): its threads first (their keys
+    owed, where the store's key store holds them), then its rows (with the erase ledger's
+    entries), then the data keys the ledger owes; the counts, each part told ``on_progress``."""
     report = on_progress or (lambda done, total: None)
     _warn_once(context)
     report(0, ERASE_PARTS)

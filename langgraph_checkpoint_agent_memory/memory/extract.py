@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -256,12 +256,11 @@ class _Timed(Extractor):
 
     def extract(self, request: ExtractionRequest) -> Extraction:
         if self.timeout is None:
-            return parse_extraction(self._guard(self._call, request))
+            return parse_extraction(self._guard(request))
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-memory-extract")
         try:
-            future = pool.submit(self._guard, self._call, request)
             try:
-                out = future.result(timeout=self.timeout)
+                out = pool.submit(self._guard, request).result(timeout=self.timeout)
             except concurrent.futures.TimeoutError:
                 raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
         finally:
@@ -275,10 +274,9 @@ class _Timed(Extractor):
             raise ExtractionError(f"the extractor timed out after {self.timeout:g}s") from None
         return parse_extraction(out)
 
-    @staticmethod
-    def _guard(call: Callable[[ExtractionRequest], Any], request: ExtractionRequest) -> Any:
+    def _guard(self, request: ExtractionRequest) -> Any:
         try:
-            return call(request)
+            return self._call(request)
         except ExtractionError:
             raise
         except Exception as exc:
@@ -333,11 +331,7 @@ class CallableExtractor(_Timed):
     """A ``prompt -> text`` function (or coroutine function), e.g. around an HTTP client."""
 
     def __init__(
-        self,
-        fn: Callable[[str], Any],
-        *,
-        timeout: float | None = 120.0,
-        version: str | None = None,
+        self, fn: Callable[[str], Any], *, timeout: float | None = 120.0, version: str | None = None
     ) -> None:
         self.fn = fn
         self.timeout = timeout
@@ -346,9 +340,7 @@ class CallableExtractor(_Timed):
 
     def _call(self, request: ExtractionRequest) -> Any:
         out = self.fn(build_prompt(request))
-        if inspect.isawaitable(out):
-            return asyncio.run(_await(out))
-        return out
+        return asyncio.run(_await(out)) if inspect.isawaitable(out) else out
 
     async def _acall(self, request: ExtractionRequest) -> Any:
         if self.is_async:
@@ -367,21 +359,12 @@ _VALUE = r"(?P<value>[^.!?;,]+?)"
 _WORD = r"[a-z][a-z0-9_]*"
 
 
-class _Rule(NamedTuple):
-    """``<lead> <value>`` said by the user becomes a fact."""
-
-    pattern: re.Pattern[str]
-    attribute: str | None  # None: take it from the match's ``attr`` group
-    multi: bool
-    importance: float
-    statement: str  # ``{v}``: the value, ``{a}``: the attribute
-
-
 def _rule(
     lead: str, attribute: str | None, importance: float, statement: str, *, multi: bool = False
-) -> _Rule:
-    pattern = re.compile(rf"\b{lead} {_VALUE}{_END}", re.I)
-    return _Rule(pattern, attribute, multi, importance, statement)
+) -> tuple[re.Pattern[str], str | None, bool, float, str]:
+    """``<lead> <value>`` said by the user becomes a fact of ``attribute`` (``None``: the
+    match's ``attr`` group); in ``statement``, ``{v}`` is the value and ``{a}`` the attribute."""
+    return re.compile(rf"\b{lead} {_VALUE}{_END}", re.I), attribute, multi, importance, statement
 
 
 _RULES = [
@@ -426,15 +409,10 @@ class RuleBasedExtractor(Extractor):
             found = [{**f, "episode": number} for text in said for f in self._facts(text)]
             facts += found
             first = said[0] if said else ""
+            summary = f"{self.subject} said: {first[:160]}" if first else "No user message."
+            importance = min(1.0, 0.3 + 0.1 * len(found))
             entries.append(
-                {
-                    "episode": number,
-                    "summary": f"{self.subject} said: {first[:160]}"
-                    if first
-                    else "No user message.",
-                    "outcome": "answered",
-                    "importance": min(1.0, 0.3 + 0.1 * len(found)),
-                }
+                dict(episode=number, summary=summary, outcome="answered", importance=importance)
             )
         return Extraction.model_validate({"episodes": entries, "facts": facts})
 

@@ -25,8 +25,7 @@ from langgraph_checkpoint_agent_memory.memory.model import (
     normalize_value,
 )
 
-if TYPE_CHECKING:  # numpy: loaded by the one function that computes with it; reading needs
-    # neither it nor the candidates' pydantic models
+if TYPE_CHECKING:  # numpy is loaded where it computes: reading needs neither it nor pydantic
     import numpy as np
 
     from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate
@@ -65,14 +64,10 @@ def merge(
     sources: Sequence[tuple[str, float]] | None = None,
     learned: float | None = None,
 ) -> FactChanges:
-    """Apply ``candidates``, in order, to the current ``facts`` (by key); ``facts`` is not
-    modified.
-
-    ``episode_key`` and ``now`` are the episode that states the candidates and when; or,
-    per candidate, ``sources``: ``(episode key, when)``, so a fact learned from the first of
-    several episodes is valid from that episode's time; a candidate's ``since`` overrides
-    the time. ``learned``: when the memory learns them (transaction time; default
-    ``now``)."""
+    """Apply ``candidates``, in order, to the current ``facts`` (by key; not modified), said
+    in the episode ``episode_key`` at ``now``, or per candidate as ``sources`` give (``(episode
+    key, when)``: a fact of the first of several episodes is valid from its time); a
+    candidate's ``since`` overrides the time. ``learned``: transaction time (default ``now``)."""
     current = dict(facts)
     out = FactChanges()
     learned = now if learned is None else learned
@@ -177,9 +172,8 @@ def believed(versions: Iterable[Fact], known_at: float | None = None) -> list[Fa
 
 
 def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The versions of facts that had begun by ``when`` (``valid_from <= when``, valid
-    time), each as it was held then: a version that ended later is shown current
-    (``valid_to`` and ``superseded_by`` unset), since nothing had replaced it yet."""
+    """The versions of facts begun by ``when`` (``valid_from <= when``), each as held then: one
+    that ended later shows current (``valid_to``, ``superseded_by`` unset), not yet replaced."""
     return [
         dataclasses.replace(f, valid_to=None, superseded_by=None)
         if f.valid_to is not None and f.valid_to > when
@@ -190,12 +184,10 @@ def known_at(versions: Iterable[Fact], when: float) -> list[Fact]:
 
 
 def held_at(versions: Iterable[Fact], when: float) -> list[Fact]:
-    """The facts that were current at ``when`` (valid time): begun by then and not yet
-    superseded (``valid_from <= when < valid_to``), as they were held then (see
-    :func:`known_at`). Give it the versions :func:`believed` at some moment.
-
-    Of a single-valued attribute, the value that began last holds: a correction that moved
-    a value's start before its predecessor's recorded end wins from its new start."""
+    """The facts current at ``when`` (``valid_from <= when < valid_to``) as held then (see
+    :func:`known_at`), of versions :func:`believed` at some moment. Of a single-valued
+    attribute the value that began last holds: a correction that moved a value's start
+    before its predecessor's recorded end wins from its new start."""
     held = [f for f in known_at(versions, when) if f.valid_to is None]
     latest: dict[str, Fact] = {}
     for f in held:
@@ -215,9 +207,7 @@ def words(text: str) -> set[str]:
 
 def jaccard(a: str, b: str) -> float:
     wa, wb = words(a), words(b)
-    if not wa or not wb:
-        return 0.0
-    return len(wa & wb) / len(wa | wb)
+    return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
 
 
 def by_words(threshold: float = 0.8) -> Similar:

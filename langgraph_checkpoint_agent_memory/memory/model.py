@@ -29,21 +29,12 @@ from langgraph_checkpoint_agent_memory.errors import ConfigurationError, Invalid
 from langgraph_checkpoint_agent_memory.text import dated_text, episode_text, fact_text
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        EpisodeEntry as EpisodeEntry,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        EpisodeSummary as EpisodeSummary,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        Extraction as Extraction,
-    )
-    from langgraph_checkpoint_agent_memory.memory.candidates import (
-        FactCandidate as FactCandidate,
-    )
+    from langgraph_checkpoint_agent_memory.memory.candidates import EpisodeEntry as EpisodeEntry
+    from langgraph_checkpoint_agent_memory.memory.candidates import EpisodeSummary as EpisodeSummary
+    from langgraph_checkpoint_agent_memory.memory.candidates import Extraction as Extraction
+    from langgraph_checkpoint_agent_memory.memory.candidates import FactCandidate as FactCandidate
 
-#: What an extractor returns, pydantic models kept in :mod:`.candidates` and loaded on first
-#: use: what only reads stored memory (the command line's read commands) needs no pydantic.
+#: The extractor's pydantic models (:mod:`.candidates`), loaded on first use: reading needs none.
 _CANDIDATES = frozenset({"EpisodeEntry", "EpisodeSummary", "Extraction", "FactCandidate"})
 
 
@@ -70,21 +61,13 @@ MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
 
 
-def _surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+#: A lone surrogate: what UTF-8 cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def checked_identifier(value: Any, name: str, longest: int) -> str:
     """``value`` as an identifier every backend stores (a thread id may also be an int or
-    a UUID, stored as its text, as the checkpointers do).
-
-    Raises:
-        InvalidValueError: Saying what is wrong with it; nothing was written.
-    """
+    a UUID, stored as its text, as the checkpointers do), else an :class:`InvalidValueError`."""
     if name == "thread_id" and (
         isinstance(value, uuid.UUID) or (isinstance(value, int) and not isinstance(value, bool))
     ):
@@ -97,7 +80,7 @@ def checked_identifier(value: Any, name: str, longest: int) -> str:
         raise InvalidValueError(f"{name} is {len(value)} characters; at most {longest}")
     if "\x00" in value:
         raise InvalidValueError(f"{name} contains a NUL character")
-    if not value.isascii() and _surrogates(value):
+    if not value.isascii() and _SURROGATE.search(value):
         raise InvalidValueError(f"{name} is not valid Unicode (a lone surrogate)")
     return value
 
@@ -130,7 +113,7 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
-            if value is not None and not value.isascii() and _surrogates(value):
+            if value is not None and not value.isascii() and _SURROGATE.search(value):
                 raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
             raise ScopeError("a scope needs at least one of user_id, agent_id, workflow_id")
@@ -205,12 +188,8 @@ ScopeLike = Scope | Mapping[str, Any] | str
 
 
 def namespace(root: str, scope: Scope, kind: str) -> tuple[str, ...]:
-    """Where ``scope``'s items of ``kind`` live under ``root``.
-
-    Raises:
-        InvalidValueError: The namespace would be longer than :data:`MAX_NAMESPACE` characters
-            joined with dots (the scope's values are too long).
-    """
+    """Where ``scope``'s items of ``kind`` live under ``root``; an :class:`InvalidValueError`
+    when that is longer than :data:`MAX_NAMESPACE` characters joined with dots."""
     if kind not in KINDS:
         raise ConfigurationError(f"unknown memory kind {kind!r}; one of {', '.join(KINDS)}")
     labels = (root, *scope.labels, kind)
@@ -238,18 +217,13 @@ def normalize_value(value: str) -> str:
 
 
 def digest(*parts: str, size: int = 16) -> str:
-    h = hashlib.blake2b(digest_size=size)
-    for part in parts:
-        h.update(part.encode())
-        h.update(b"\x1f")
-    return h.hexdigest()
+    joined = "".join(f"{part}\x1f" for part in parts)
+    return hashlib.blake2b(joined.encode(), digest_size=size).hexdigest()
 
 
 def fact_key(attribute: str, value: str, multi: bool) -> str:
     """One current fact per single-valued attribute; one per value of a multi-valued one."""
-    if not multi:
-        return attribute
-    return f"{attribute}#{digest(normalize_value(value), size=8)}"
+    return f"{attribute}#{digest(normalize_value(value), size=8)}" if multi else attribute
 
 
 def default_statement(attribute: str, value: str) -> str:
@@ -335,9 +309,6 @@ def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
-
-
-# -- stored memories -----------------------------------------------------------------------
 
 
 class StoredMemory:

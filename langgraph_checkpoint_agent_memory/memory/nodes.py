@@ -87,13 +87,11 @@ def last_user_text(messages: Sequence[Any]) -> str:
 
 
 def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
-    ids = [m.get("id") if isinstance(m, dict) else getattr(m, "id", None) for m in turn]
+    ids = [_state_get(m, "id") for m in turn]
     if all(ids):
-        return "ep-" + digest(thread_id or "", *[str(i) for i in ids], size=16)
-    dicts = messages_as_dicts(turn)
-    return "ep-" + digest(
-        thread_id or "", str(start), *[f"{d['role']}:{d['content']}" for d in dicts], size=16
-    )
+        return "ep-" + digest(thread_id or "", *[str(i) for i in ids])
+    said = [f"{d['role']}:{d['content']}" for d in messages_as_dicts(turn)]
+    return "ep-" + digest(thread_id or "", str(start), *said)
 
 
 def _node_scope(nodes: GraphNodes, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Scope:
@@ -157,22 +155,17 @@ class GraphNodes:
         recalled = await self.memory.arecall(scope, query, exclude_thread=thread, reinforce=True)
         return self._inject_update(state, recalled)
 
-    def _turn(self, state: Any, thread: Any) -> tuple[list[Any], str] | None:
-        start, turn = current_turn(messages_of(state))
-        if not turn:
-            return None
-        return turn, turn_key(thread, start, turn)
-
     def _record_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         scope, thread = self.node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            self.memory.record(scope, found[0], thread_id=thread, key=found[1])
+        start, turn = current_turn(messages_of(state))
+        if turn:
+            self.memory.record(scope, turn, thread_id=thread, key=turn_key(thread, start, turn))
         return {}
 
     async def _arecord_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         scope, thread = self.node_inputs(state, config)
-        found = self._turn(state, thread)
-        if found is not None:
-            await self.memory.arecord(scope, found[0], thread_id=thread, key=found[1])
+        start, turn = current_turn(messages_of(state))
+        if turn:
+            key = turn_key(thread, start, turn)
+            await self.memory.arecord(scope, turn, thread_id=thread, key=key)
         return {}

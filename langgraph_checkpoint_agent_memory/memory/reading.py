@@ -75,9 +75,8 @@ def history_plan(
     as_of: AsOf | None = None,
     known_at: AsOf | None = None,
 ) -> Plan[list[Fact]]:
-    """Every value of an attribute (all when ``None``), oldest first; with ``as_of``, as
-    known then; with ``known_at``, as the memory believed then (see
-    :meth:`~.agent.AgentMemory.history`)."""
+    """Every value of an attribute (all when ``None``), oldest first; with ``as_of``, as known
+    then; with ``known_at``, as believed then (see :meth:`~.agent.AgentMemory.history`)."""
     known = None if known_at is None else as_timestamp(known_at, "known_at")
     out = F.believed((yield from versions_plan(context, scope, attribute)), known)
     if as_of is not None:

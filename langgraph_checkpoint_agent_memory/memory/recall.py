@@ -151,38 +151,29 @@ def episode_line(e: Episode, limit: int = 300) -> str:
     return f"- {day(e.occurred_at)}: {body}{outcome}"
 
 
-def render(
-    facts: Sequence[Fact],
-    episodes: Sequence[Episode],
-    *,
-    now: float,
-    budget_tokens: int,
-    count: TokenCounter = estimate_tokens,
-    rendered: dict[str, tuple[str, int]] | None = None,
-) -> Recalled:
-    """The dated block, facts then episodes, each in the given order, within the budget
-    (``rendered``: fact lines already counted, by key). A section's scan stops after
-    :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
-    header = f"Memory (as of {day(now)}):"
+def render(chosen: Chosen, count: TokenCounter) -> Recalled:
+    """The dated block, facts then episodes in their order, within the budget; a section stops
+    after :data:`MAX_MISSES` lines in a row that do not fit, so its cost follows the budget."""
+    header = f"Memory (as of {day(chosen.at)}):"
     lines, used = [header], count(header)
     kept_facts: list[Fact] = []
     kept_episodes: list[Episode] = []
     sections: list[tuple[str, Sequence[Any], Callable[[Any], str], list[Any]]] = [
-        ("Known facts:", facts, fact_line, kept_facts),
-        ("Relevant past conversations:", episodes, episode_line, kept_episodes),
+        ("Known facts:", chosen.facts, fact_line, kept_facts),
+        ("Relevant past conversations:", chosen.episodes, episode_line, kept_episodes),
     ]
     for title, items, line, kept in sections:
         if not items:
             continue
         section, section_used, misses = [title], count(title), 0
-        if used + section_used > budget_tokens:
+        if used + section_used > chosen.budget:
             break
         for item in items:
-            known = (rendered or {}).get(getattr(item, "key", ""))
+            known = chosen.lines.get(getattr(item, "key", ""))
             text, c = known if known is not None else (text := line(item), count(text))
-            if used + section_used + c > budget_tokens:
+            if used + section_used + c > chosen.budget:
                 misses += 1
-                if misses >= MAX_MISSES or budget_tokens - used - section_used < MIN_LINE:
+                if misses >= MAX_MISSES or chosen.budget - used - section_used < MIN_LINE:
                     break
                 continue  # a shorter line further down may still fit
             section.append(text)
@@ -224,9 +215,8 @@ class RecallOptions(TypedDict, total=False):
 
 @dataclass
 class Chosen:
-    """What recall chose, best first, before it is rendered within the budget (``ranked``:
-    how many of the first facts were ordered by relevance; ``lines``: each fact's line and
-    token cost, by key; ``at``: the moment recalled)."""
+    """What recall chose, best first, to render within ``budget`` (``ranked``: how many of the first
+    facts are by relevance; ``lines``: each fact's line and tokens, by key; ``at``: the moment)."""
 
     facts: list[Fact]
     ranked: int
@@ -242,7 +232,8 @@ class Recaller:
 
     Example:
         >>> recaller = Recaller(memory.context, memory.count_tokens)
-        >>> plan = recaller.candidates_plan(Scope.of("user=alice"), "city", 200, None, None)
+        >>> alice = Scope.of("user=alice")
+        >>> plan = recaller.candidates_plan(alice, "city", {"budget_tokens": 200}, None)
         >>> [fact.value for fact in memory.context.run(plan).facts]
         ['Berlin']
     """
@@ -275,9 +266,9 @@ class Recaller:
         vector = None
         if query and ctx.store.embeddings is not None:
             [vector] = yield Embed([query], query=True)
-        dated: list[str] = []
         at = ctx.clock() if when is None else when
         span = time_range(query, at) if query and ctx.settings.time_weight else None
+        dated: tuple[TimeRange, list[str]] | None = None if span is None else (span, [])
         if span is not None and span.start <= at:  # what happened then is a candidate
             until = {"$lt": span.end} if span.end <= at else {"$lte": at}  # not after ``at``
             found = yield Search(
@@ -286,29 +277,13 @@ class Recaller:
                 ctx.settings.episode_candidates,
                 filter={"occurred_at": {"$gte": span.start, **until}},
             )
-            dated = [item.key for item in found]
+            dated = (span, [item.key for item in found])
         chosen: Chosen = yield RunPlan(
-            lambda: self.candidates_plan(
-                s,
-                query,
-                options.get("budget_tokens"),
-                options.get("exclude_thread"),
-                vector,
-                as_of=when,
-                dated=(span, dated) if span is not None else None,
-                known_at=known_at,
-            )
+            lambda: self.candidates_plan(s, query, options, vector, when, dated, known_at)
         )
         if reranking is not None and query:  # outside the transaction, as embeddings are
             chosen = yield from self._reranked(s, chosen, query, reranking)
-        recalled = render(
-            chosen.facts,
-            chosen.episodes,
-            now=chosen.at,
-            budget_tokens=chosen.budget,
-            count=self.count_tokens,
-            rendered=chosen.lines,
-        )
+        recalled = render(chosen, self.count_tokens)
         if options.get("reinforce", False) and when is None:
             self.queue_reinforcement(s, recalled)
         return recalled
@@ -344,10 +319,8 @@ class Recaller:
         self,
         scope: Scope,
         query: str,
-        budget_tokens: int | None,
-        exclude_thread: str | None,
+        options: RecallOptions,
         vector: list[float] | None,
-        *,
         as_of: float | None = None,
         dated: tuple[TimeRange, list[str]] | None = None,
         known_at: float | None = None,
@@ -357,11 +330,13 @@ class Recaller:
         now = ctx.clock()  # what is live is decided now, whatever moment is recalled
         at = now if as_of is None else as_of
         st = ctx.settings
-        budget = st.budget_tokens if budget_tokens is None else int(budget_tokens)
+        given, exclude_thread = options.get("budget_tokens"), options.get("exclude_thread")
+        budget = st.budget_tokens if given is None else int(given)
         if as_of is None:
             facts = yield from self.current_facts_plan(scope, now)
-        else:
-            facts = yield from self.facts_held_plan(scope, as_of, now, known_at)
+        else:  # the facts that held at ``as_of`` as believed at ``known_at`` (default now)
+            versions = yield from reading.versions_plan(ctx, scope, None, now)
+            facts = self._lines(F.held_at(F.believed(versions, known_at), as_of))
         ordered = [entry[0] for entry in facts]
         lines = {entry[0].key: (entry[1], entry[2]) for entry in facts}
         cost = sum(entry[2] for entry in facts)
@@ -458,16 +433,10 @@ class Recaller:
         )
 
     def episode_candidates_plan(
-        self,
-        scope: Scope,
-        query: str,
-        vector: list[float] | None,
-        now: float,
-        as_of: float | None,
+        self, scope: Scope, query: str, vector: list[float] | None, now: float, as_of: float | None
     ) -> Plan[tuple[list[sqlm.StoredRow], dict[str, float]]]:
-        """The episodes recall ranks, with their search scores: the best matches of
-        ``query``, else the newest. With ``as_of``, only episodes that had happened by
-        then (the ranking is asked for more until enough are found)."""
+        """The episodes recall ranks, with their search scores: the best matches of ``query``,
+        else the newest; with ``as_of``, those that had happened then (asking for more)."""
         ctx = self.context
         want = ctx.settings.episode_candidates
         episodes = ctx.namespace(scope, "episodes")
@@ -517,14 +486,6 @@ class Recaller:
                 self.facts_cache.popitem(last=False)
         return entries
 
-    def facts_held_plan(
-        self, scope: Scope, as_of: float, now: float, known_at: float | None = None
-    ) -> Plan[list[tuple[Fact, str, int]]]:
-        """The facts that held at ``as_of`` as believed at ``known_at`` (default now), as
-        :meth:`current_facts_plan` gives them."""
-        versions = yield from reading.versions_plan(self.context, scope, None, now)
-        return self._lines(F.held_at(F.believed(versions, known_at), as_of))
-
     def _lines(self, facts: list[Fact]) -> list[tuple[Fact, str, int]]:
         facts.sort(key=lambda f: (-f.importance, -f.confirmations, f.attribute, f.key))
         return [(f, line, self.count_tokens(line)) for f in facts if (line := fact_line(f))]
@@ -538,8 +499,7 @@ class Recaller:
         with self._lock:
             for key in keys:
                 if now - self._reinforced.get(key, float("-inf")) >= every:
-                    self._recalled[key] = now
-                    self._reinforced[key] = now
+                    self._recalled[key] = self._reinforced[key] = now
 
     def take_reinforcements(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -22,8 +22,7 @@ _COUNTS = (
     "relevant_facts",
     "max_attempts",
 )
-#: The settings that are finite numbers >= 0: whether 0 is refused too (an interval a loop
-#: waits, a lease).
+#: The settings that are finite numbers >= 0: whether 0 is refused too (a loop's wait, a lease).
 _NUMBERS = {
     "time_weight": False,
     "link_weight": False,
@@ -98,13 +97,8 @@ class MemorySettings:
             check_count(getattr(self, name), name)
         for name, least_open in _NUMBERS.items():
             value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < 0
-                or (least_open and value == 0)
-            ):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value < 0 or (least_open and value == 0):
                 bound = "> 0" if least_open else ">= 0"
                 raise ConfigurationError(f"{name} must be a finite number {bound}, got {value!r}")
 
@@ -117,23 +111,18 @@ class MemorySettings:
                 f"AgentMemory() got unknown setting(s) {', '.join(unknown)}; known: "
                 + ", ".join(sorted(known))
             )
-        values: dict[str, Any] = {}
+        values = dict(explicit)
         for name in known:
-            if name in explicit:
-                values[name] = explicit[name]
-                continue
             declared = config_registry.get_field(f"config.memory.{name}")
-            if declared is not None:
+            if name not in explicit and declared is not None:
                 values[name] = declared.value()
         if "scope_keys" in values:
             keys = values["scope_keys"]
-            keys = (keys,) if isinstance(keys, str) else tuple(keys)
-            bad = [k for k in keys if k not in SCOPE_KEYS]
-            if bad or not keys:
+            keys = values["scope_keys"] = (keys,) if isinstance(keys, str) else tuple(keys)
+            if not keys or any(k not in SCOPE_KEYS for k in keys):
                 raise ConfigurationError(
                     f"scope_keys must be a non-empty subset of {SCOPE_KEYS}, got {keys}"
                 )
-            values["scope_keys"] = keys
         return cls(**values)
 
     @property

@@ -45,9 +45,7 @@ class SearchMemoryArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
-        description="What to look for, in a few words, e.g. 'where the user lives'",
-    )
+    query: str = Field(description="What to look for, in a few words, e.g. 'where the user lives'")
 
 
 class RememberFactArgs(BaseModel):
@@ -186,8 +184,6 @@ class MemoryTools:
             )
         return out
 
-    # -- whose memory ----------------------------------------------------------------------
-
     def scope(self, config: RunnableConfig | None) -> Scope:
         """The run's scope, from its config only (see :func:`~.nodes.scope_from`).
 
@@ -205,8 +201,6 @@ class MemoryTools:
     def _thread(config: RunnableConfig | None) -> str | None:
         thread = ((config or {}).get("configurable") or {}).get("thread_id")
         return None if thread is None else str(thread)
-
-    # -- search ----------------------------------------------------------------------------
 
     @traced("tool.search_memory", scope_of=_tool_scope)
     def search(self, query: str, config: RunnableConfig) -> str:
@@ -244,8 +238,6 @@ class MemoryTools:
         if recalled.episodes:
             lines += ["Past conversations:", *(R.episode_line(e) for e in recalled.episodes)]
         return "\n".join(lines) or "Nothing remembered yet."
-
-    # -- remember --------------------------------------------------------------------------
 
     @traced("tool.remember_fact", scope_of=_tool_scope)
     def remember(
@@ -312,8 +304,6 @@ class MemoryTools:
             lambda: self._change_plan(scope, now, context.embeds, decide)
         )
         return changes
-
-    # -- forget ----------------------------------------------------------------------------
 
     @traced("tool.forget_fact", scope_of=_tool_scope)
     def forget(self, attribute: str, value: str | None = None, *, config: RunnableConfig) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from langgraph_checkpoint_agent_memory.memory.context import Call, Steps
+
 if TYPE_CHECKING:
     from langgraph_checkpoint_agent_memory.memory.agent import AgentMemory
 
@@ -28,8 +30,7 @@ class WorkerStats:
     consolidated: int = 0
     decayed: int = 0
     swept: int = 0
-    #: Data keys destroyed that erases owed (their key store was down, or their process
-    #: stopped first).
+    #: Data keys destroyed that erases owed (their key store was down, or their process stopped).
     keys_destroyed: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -55,11 +56,7 @@ class MemoryWorker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.memory = memory
-        self.every = {
-            "consolidate": consolidate_every,
-            "decay": decay_every,
-            "sweep": sweep_every,
-        }
+        self.every = {"consolidate": consolidate_every, "decay": decay_every, "sweep": sweep_every}
         self._clock = clock
         self._due = dict.fromkeys(self.every, 0.0)
         self._stop = threading.Event()
@@ -84,45 +81,33 @@ class MemoryWorker:
             self._due[name] = now + self.every[name]
         return due
 
-    # -- one round -------------------------------------------------------------------------
-
     def run_once(self) -> WorkerStats:
         """Do whatever is due now, synchronously."""
-        for name in self._due_now():
-            try:
-                if name == "consolidate":
-                    self.stats.consolidated += self.memory.consolidate().episodes
-                elif name == "decay":
-                    self.stats.decayed += self.memory.decay()
-                else:
-                    self.stats.swept += self.memory.sweep()
-                    self.stats.keys_destroyed += self.memory.settle_erasures()
-            except Exception as exc:
-                self._failed(name, exc)
-        self.stats.rounds += 1
-        return self.stats
+        return self.memory.context.run_steps(self._round())
 
     async def arun_once(self) -> WorkerStats:
+        return await self.memory.context.arun_steps(self._round())
+
+    def _round(self) -> Steps[WorkerStats]:
+        m, stats = self.memory, self.stats
         for name in self._due_now():
             try:
                 if name == "consolidate":
-                    self.stats.consolidated += (await self.memory.aconsolidate()).episodes
+                    stats.consolidated += (yield Call(m.consolidate, m.aconsolidate)).episodes
                 elif name == "decay":
-                    self.stats.decayed += await self.memory.adecay()
+                    stats.decayed += yield Call(m.decay, m.adecay)
                 else:
-                    self.stats.swept += await self.memory.asweep()
-                    self.stats.keys_destroyed += await self.memory.asettle_erasures()
+                    stats.swept += yield Call(m.sweep, m.asweep)
+                    stats.keys_destroyed += yield Call(m.settle_erasures, m.asettle_erasures)
             except Exception as exc:
                 self._failed(name, exc)
-        self.stats.rounds += 1
-        return self.stats
+        stats.rounds += 1
+        return stats
 
     def _failed(self, name: str, exc: BaseException) -> None:
         message = f"{name}: {type(exc).__name__}: {exc}"
         logger.warning("memory worker round failed, retrying next tick: %s", message)
         self.stats.errors = [*self.stats.errors[-9:], message]
-
-    # -- as a thread -----------------------------------------------------------------------
 
     def start(self) -> None:
         if self.running:
@@ -148,8 +133,6 @@ class MemoryWorker:
         """Run in the calling thread until :meth:`stop` (or Ctrl-C)."""
         self._stop.clear()
         self._loop()
-
-    # -- as an asyncio task ----------------------------------------------------------------
 
     async def astart(self) -> None:
         if self.running:

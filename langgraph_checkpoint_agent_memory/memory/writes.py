@@ -41,8 +41,7 @@ from langgraph_checkpoint_agent_memory.memory.settings import RecordOptions
 
 @dataclass(frozen=True)
 class StoredFacts:
-    """A scope's current facts (and their vectors, by key) as read inside the transaction
-    that changes them."""
+    """A scope's current facts (and their vectors, by key) as the transaction changing them read."""
 
     rows: list[sqlm.StoredRow]
     vectors: dict[str, bytes] = field(default_factory=dict)
@@ -53,9 +52,8 @@ class StoredFacts:
 
 @dataclass(frozen=True)
 class Said:
-    """Facts said to be true now, to merge into a scope's current facts (``vectors`` by
-    search text; ``sources``: per candidate, ``(episode key, when)`` instead of
-    ``episode_key`` and ``when``)."""
+    """Facts said to be true now, to merge into a scope's current facts (``vectors`` by search
+    text; ``sources``: per candidate, ``(episode key, when)`` for ``episode_key`` and ``when``)."""
 
     candidates: list[FactCandidate]
     vectors: dict[str, list[float]]
@@ -155,9 +153,7 @@ def apply_facts(
     s = context.settings
     fact_vectors = {k: np.frombuffer(v, dtype="<f4") for k, v in stored.vectors.items()}
     if said.vectors and fact_vectors:
-        similar: F.Similar | None = F.by_vectors(
-            said.vectors, fact_vectors, s.near_duplicate_threshold
-        )
+        similar = F.by_vectors(said.vectors, fact_vectors, s.near_duplicate_threshold)
     else:
         similar = F.by_words(s.near_duplicate_words)
     changes = F.merge(
@@ -177,13 +173,9 @@ def apply_facts(
         # candidate said it exactly; else a confirmed fact keeps the vector it has
         vector = said.vectors.get(fact.search_text())
         if vector is not None:
-            blob: bytes | None = as_blob(vector)
-        elif key in changes.confirmed:
-            blob = stored.vectors.get(key)
-        else:
-            blob = None
-        if blob is not None:
-            out.vector(facts_prefix, key, blob)
+            out.vector(facts_prefix, key, as_blob(vector))
+        elif key in changes.confirmed and key in stored.vectors:
+            out.vector(facts_prefix, key, stored.vectors[key])
     write_history(context, scope, out, changes, said.when)
     return changes
 
@@ -199,12 +191,8 @@ def write_history(
 
 
 def checked_messages(messages: Any) -> list[BaseMessage]:
-    """``messages`` (an iterable of what ``convert_to_messages`` reads, or a
-    ``PromptValue``) as LangChain messages.
-
-    Raises:
-        InvalidValueError: ``messages`` is not a list of them, or an item is not a message.
-    """
+    """``messages`` (an iterable of what ``convert_to_messages`` reads, or a ``PromptValue``)
+    as LangChain messages; an :class:`InvalidValueError` when they are not."""
     if isinstance(messages, PromptValue):
         return messages.to_messages()
     if isinstance(messages, (str, bytes, Mapping, BaseMessage)) or not isinstance(
@@ -235,17 +223,14 @@ def record_plan(
     *,
     reinforcements: Callable[[], Sequence[dict[str, Any]]] = list,
 ) -> Plan[str | None]:
-    """Store ``messages`` as a pending episode of ``scope`` (once per key), in one
-    transaction with the reinforcements recall queued (taken only when there is an episode
-    to write); its key, or ``None`` when no message had content."""
-    thread_id, key = options.get("thread_id"), options.get("key")
+    """Store ``messages`` as a pending episode of ``scope`` (once per key), in one transaction with
+    recall's queued reinforcements (taken only for an episode); its key, or ``None`` if empty."""
+    thread_id, key, at = options.get("thread_id"), options.get("key"), options.get("occurred_at")
     if thread_id is not None:
         thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
     if key is not None:
         key = checked_identifier(key, "key", MAX_EPISODE_KEY)
-    occurred_at = options.get("occurred_at")
-    if occurred_at is not None:
-        occurred_at = as_timestamp(occurred_at, "occurred_at", InvalidValueError)
+    occurred_at = None if at is None else as_timestamp(at, "occurred_at", InvalidValueError)
     s = Scope.of(scope)
     context.namespace(s, "episodes")  # refuses a scope too long to store
     dicts = [m for m in messages_as_dicts(messages) if m["content"] or m["role"] != "tool"]
