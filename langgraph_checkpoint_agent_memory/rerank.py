@@ -256,4 +256,11 @@ def _executor() -> ThreadPoolExecutor:
         return _pool[0]
 
 
-os.register_at_fork(after_in_child=_pool.clear)
+def _forget_pool() -> None:
+    global _lock
+    _lock = threading.Lock()
+    _pool.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)

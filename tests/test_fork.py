@@ -203,6 +203,8 @@ def test_a_store_without_a_database_file_is_copied_into_the_child() -> None:
     [
         ("langgraph_checkpoint_agent_memory.db.first_use", "_SETUP_LOCK"),
         ("langgraph_checkpoint_agent_memory.settings", "_lock"),
+        ("langgraph_checkpoint_agent_memory.telemetry", "_lock"),
+        ("langgraph_checkpoint_agent_memory.rerank", "_lock"),
     ],
 )
 def test_module_locks_held_by_another_thread_are_free_in_the_child(module: str, name: str) -> None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from langgraph_checkpoint_agent_memory.db import fork
+
 logger = logging.getLogger(__name__)
 
 #: The instrumentation scope of every span and instrument of the package.
@@ -23,6 +25,12 @@ SCOPE = "langgraph_checkpoint_agent_memory"
 RECHECK_SECONDS = 1.0
 
 _lock = threading.Lock()
+
+
+@fork.after_fork
+def _fresh_lock() -> None:
+    global _lock
+    _lock = threading.Lock()
 
 
 class Provider:
