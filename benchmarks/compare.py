@@ -47,7 +47,10 @@ def run_once(tree: Path, suites: list[str], quick: bool, out: Path) -> dict[str,
     command = [sys.executable, "-m", "benchmarks", "run", *suites, "--out", str(out)]
     if quick:
         command.append("--quick")
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # A checkout of REV lies in a temporary folder, where the default path to the LoCoMo data
+    # (beside the repository) leads nowhere: both sides read this tree's.
+    locomo = ROOT.parent / "shared" / "data" / "locomo"
+    env = {"AGENT_MEMORY_LOCOMO": str(locomo), **os.environ, "PYTHONPATH": str(tree)}
     subprocess.run(command, cwd=tree, env=env, check=True)
     figures: dict[str, float] = {}
     for result in sorted(out.glob("*.json")):
