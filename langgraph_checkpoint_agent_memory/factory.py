@@ -203,11 +203,7 @@ def create_checkpointer(
     if target is not None:
         _postgres_settings(target, options)
         return _open_sql_saver(target, ttl, {**options, "encryption": setting or False})
-    if unknown := sorted(set(options) - _MEMORY_OPTIONS):
-        raise TypeError(
-            f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
-            f"in-memory saver; known: ttl_seconds, url, {', '.join(sorted(_MEMORY_OPTIONS))}"
-        )
+    _refuse_unknown(options, _MEMORY_OPTIONS, "in-memory saver")
     if setting is not None:  # LangGraph's InMemorySaver cannot seal: the package's saver
         _warn_volatile_once(f"TimedInMemorySaver(ttl_seconds={ttl}, encrypted)")
         return TimedInMemorySaver(ttl, encryption=setting, **options)
@@ -314,9 +310,32 @@ def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
     return database
 
 
-def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
-    from langgraph_checkpoint_agent_memory.checkpoint import backends
+def _refuse_unknown(options: dict[str, Any], known: frozenset[str], saver: str) -> None:
+    if unknown := sorted(set(options) - known):
+        raise TypeError(
+            f"create_checkpointer() got unknown option(s) {', '.join(unknown)} for the "
+            f"{saver}; known: ttl_seconds, url, {', '.join(sorted(known))}"
+        )
 
+
+def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any]) -> SQLSaver:
+    import inspect
+
+    from langgraph_checkpoint_agent_memory.checkpoint import backends
+    from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
+
+    kind = {"sqlite": backends.SqliteSaver, "postgresql": backends.PostgresSaver}
+    saver_type = kind.get(target.kind, backends.HanaSaver)
+    known = {
+        *inspect.signature(SQLSaver).parameters,
+        *inspect.signature(saver_type).parameters,
+    }
+    if target.kind == "postgresql":
+        from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
+
+        known |= PostgresOptions.names()
+    known -= {"database", "conn", "kwargs", "ttl_seconds"}
+    _refuse_unknown(options, frozenset(known), f"{saver_type.__name__} ({target.kind})")
     if target.kind == "sqlite":
         saver: SQLSaver = backends.SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
     elif target.kind == "postgresql":

@@ -64,6 +64,26 @@ def test_an_unknown_option_names_ttl_seconds_among_the_known() -> None:
         create_checkpointer(ttl=-1)
 
 
+@pytest.mark.parametrize(
+    ("url", "saver", "own"),
+    [
+        ("sqlite:///{tmp}/c.db", "SqliteSaver (sqlite)", "durability"),
+        ("postgresql://nobody@127.0.0.1:1/agents", "PostgresSaver (postgresql)", "schema"),
+        ("hana://user:secret@hana.invalid:443", "HanaSaver (hana)", "pool_size"),
+    ],
+)
+def test_an_unknown_option_with_a_url_is_named_with_the_savers_own(
+    url: str, saver: str, own: str, tmp_path: Path
+) -> None:
+    where = url.format(tmp=tmp_path)
+    with pytest.raises(TypeError) as refused:
+        create_checkpointer(url=where, ttl=60)
+    message = str(refused.value)
+    assert f"unknown option(s) ttl for the {saver}; known: ttl_seconds, url, " in message
+    assert f" {own}," in message or message.endswith(f" {own}")
+    assert not (tmp_path / "c.db").exists()  # refused before anything was opened
+
+
 def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="sweep_every"):
         create_checkpointer(10, sweep_every=3)

@@ -34,6 +34,7 @@ EMBED = DeterministicFakeEmbedding(size=8)
         ({"weights": (1.0,)}, "weights must be"),
         ({"weights": (1.0, math.inf)}, "weights must be"),
         ({"weights": "1,1"}, "weights must be"),
+        ({"ttl": 60}, r'TTLConfig mapping such as \{"default_ttl": 60\} \(minutes\), not 60'),
         ({"ttl": {"default_tll": 5}}, "unknown ttl keys: default_tll"),
         ({"ttl": {"default_ttl": -5}}, "default_ttl must be a number of minutes above 0"),
         ({"ttl": {"default_ttl": "5"}}, "default_ttl must be a number of minutes"),

@@ -213,7 +213,9 @@ def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):
-        raise ConfigurationError(f"ttl must be a TTLConfig mapping, not {ttl!r}")
+        raise ConfigurationError(
+            f'ttl must be a TTLConfig mapping such as {{"default_ttl": 60}} (minutes), not {ttl!r}'
+        )
     if unknown := sorted(set(ttl) - set(TTL_KEYS)):
         raise ConfigurationError(
             f"unknown ttl keys: {', '.join(unknown)} (known: {', '.join(TTL_KEYS)})"
