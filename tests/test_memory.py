@@ -522,6 +522,26 @@ def test_rule_based_extractor_is_deterministic() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("said", "value"),
+    [
+        ("I moved to Lyon last week", "Lyon"),
+        ("I moved to New York two years ago.", "New York"),
+        ("I live in Paris now", "Paris"),
+        ("I work at SAP since 2019", "SAP"),
+        ("I moved to Berlin in 2021 and I like it", "Berlin"),
+        ("I moved to Nowhere Springs", "Nowhere Springs"),  # a word that starts like one
+    ],
+)
+def test_a_rule_based_value_ends_before_a_time_phrase(said: str, value: str) -> None:
+    from langgraph_checkpoint_agent_memory.memory.extract import ExtractionRequest
+    from langgraph_checkpoint_agent_memory.memory.model import Episode
+
+    episode = Episode("e", [{"role": "user", "content": said}], 0.0)
+    out = RuleBasedExtractor().extract(ExtractionRequest(Scope(user_id="a"), [episode]))
+    assert [f.value for f in out.facts if f.attribute in ("city", "employer")] == [value]
+
+
 def test_agent_memory_needs_our_store() -> None:
     from langgraph.store.memory import InMemoryStore
 

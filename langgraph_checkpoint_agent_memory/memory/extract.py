@@ -354,7 +354,13 @@ async def _await(awaitable: Any) -> Any:
 
 # -- rule-based ----------------------------------------------------------------------------
 
-_END = r"(?=\s*(?:[.!?;,]|\band\b|\bbut\b|$))"
+#: A value ends at punctuation, a conjunction or a time phrase ("Lyon last week": "Lyon").
+_WHEN = (
+    r"(?:last|this|next) (?:week|weekend|month|year|summer|winter|spring|autumn|fall)"
+    r"|(?:a|an|one|two|three|four|five|six|few|several|\d+) (?:days?|weeks?|months?|years?) ago"
+    r"|yesterday|recently|lately|now|since|in (?:19|20)\d\d"
+)
+_END = rf"(?=\s*(?:[.!?;,]|\b(?:and|but|{_WHEN})\b|$))"
 _VALUE = r"(?P<value>[^.!?;,]+?)"
 _WORD = r"[a-z][a-z0-9_]*"
 
@@ -392,7 +398,7 @@ class RuleBasedExtractor(Extractor):
     same answer every time.
     """
 
-    version = "rules:2"
+    version = "rules:3"
 
     def __init__(self, subject: str = "The user") -> None:
         self.subject = subject
