@@ -164,7 +164,7 @@ def import_from_langgraph(
     Raises:
         DatabaseNotFoundError: No SQLite file at ``source``.
         DatabaseUnavailableError: The source's server (or the destination's) cannot be reached.
-        errors.ConfigurationError: No destination URL, a source that holds none of LangGraph's
+        ConfigurationError: No destination URL, a source that holds none of LangGraph's
             tables, a table of LangGraph's name that is not LangGraph's, values written
             with a serializer other than ``serde`` (LangGraph's default when ``None``), or
             LangGraph's saver package for the source is not installed.

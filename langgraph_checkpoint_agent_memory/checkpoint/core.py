@@ -160,7 +160,12 @@ class VersionCounter:
             >>> saver.get_next_version("00000000000000000000000000000041.25", None)[:32]
             '00000000000000000000000000000042'
         """
-        counter = int(current.split(".")[0]) if isinstance(current, str) else current or 0
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(current.split(".")[0])
         return f"{counter + 1:032}.{random.random():016}"
 
 

@@ -98,7 +98,8 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
     cols = [c.name for c in table.columns]
     if d.distributed:
         # Citus routes an INSERT ... SELECT to one shard only when the distribution column comes
-        # from a co-located table: the thread's activity row (the slow path writes it first)
+        # from a co-located table: the thread's activity row (which must then exist: a thread
+        # without one takes the slow path, which writes it first)
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))
         values = d.values_select(table, cols[1:])

@@ -1,6 +1,7 @@
 """What a forked child must not share with its parent: open connections, locks, threads.
 Using an inherited connection mixes two processes' traffic, and closing it ends the parent's
-session too, so in a child each registered holder sets its connections aside and starts afresh.
+session too, so in a child each registered holder sets its connections aside (never closed)
+and starts afresh.
 """
 
 from __future__ import annotations

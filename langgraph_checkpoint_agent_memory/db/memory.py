@@ -537,7 +537,8 @@ def erase_plan(
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
     """Delete every row of ``scopes``, and owe the keys of ``owe`` and ``owe_threads`` in the
-    same transaction; the rows removed per table. The dialect's erase session makes the
+    same transaction (the debt commits with the deletes or not at all); the rows removed per
+    table. The dialect's erase session (SQLite: secure delete, a WAL checkpoint) makes the
     bytes leave the files."""
     if not scopes:
         return {}

@@ -1105,18 +1105,18 @@ class PostgresDatabase(Database[Any]):
         if isinstance(source, str):
             self._conninfo = self._take_url_options(source, options)
             self._given = checked_conninfo(self._conninfo, mask_url(self._conninfo))
-        elif isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
+        if PREPARE_THRESHOLD in options:
+            options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
+        self.options = PostgresOptions(**options)
+        if isinstance(source, (psycopg.Connection, psycopg_pool.ConnectionPool)):
             self._sync = source
         elif isinstance(source, (psycopg.AsyncConnection, psycopg_pool.AsyncConnectionPool)):
             self._async = source
-        else:
+        elif not isinstance(source, str):
             raise ConfigurationError(
                 "PostgreSQL source must be a connection string, a psycopg (Async)Connection or "
                 f"a psycopg_pool (Async)ConnectionPool, got {type(source).__name__}"
             )
-        if PREPARE_THRESHOLD in options:
-            options[PREPARE_THRESHOLD] = prepare_threshold_of(options[PREPARE_THRESHOLD])
-        self.options = PostgresOptions(**options)
         #: unless the caller chose a threshold, check once that the server is reached directly
         self._check_pooler = PREPARE_THRESHOLD not in options
         self._pooler_checked = False

@@ -457,8 +457,9 @@ class StoreStatements:
         """Upsert item rows (with ``doc``) and delete ``removed`` keys, with their postings;
         ``vectors`` ``None``: keep the old ones; ``native_vectors`` off: bytes only.
 
-        The item's row goes first: its lock makes a concurrent put of the same key wait, so
-        the deletes that follow find every old vector and posting and the inserts never collide."""
+        The item's row goes first: its lock makes a concurrent put of the same key wait, so the
+        deletes that follow (each statement sees what committed before it) find every old vector
+        and posting and the inserts never collide."""
         vec_sql, terms_sql, item_sql = self.delete_item()
         items = self.keyed(items)
         removed = self.keyed(removed)

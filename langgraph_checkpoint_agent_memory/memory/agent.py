@@ -30,7 +30,7 @@ from langgraph_checkpoint_agent_memory.memory.model import AsOf, Episode, Fact, 
 from langgraph_checkpoint_agent_memory.memory.nodes import GraphNodes
 from langgraph_checkpoint_agent_memory.memory.recall import Recaller, RecallOptions
 from langgraph_checkpoint_agent_memory.memory.settings import MemorySettings, RecordOptions
-from langgraph_checkpoint_agent_memory.memory.tools import TOOL_NAMES, MemoryTools
+from langgraph_checkpoint_agent_memory.memory.tools import MemoryTools
 from langgraph_checkpoint_agent_memory.memory.traced import (
     erase_counts,
     item_count,
@@ -175,7 +175,10 @@ class AgentMemory(Generic[StoreT]):
         return self._nodes.record
 
     def tools(
-        self, *, include: Sequence[str] = tuple(TOOL_NAMES), budget_tokens: int | None = None
+        self,
+        *,
+        include: Sequence[str] = ("search", "remember", "forget"),
+        budget_tokens: int | None = None,
     ) -> list[BaseTool]:
         """LangChain tools (sync and async) with which an agent decides what to remember:
         ``search_memory``, ``remember_fact`` (applied as consolidation applies facts:

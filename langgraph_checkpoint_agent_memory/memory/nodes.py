@@ -87,7 +87,7 @@ def last_user_text(messages: Sequence[Any]) -> str:
 
 
 def turn_key(thread_id: str | None, start: int, turn: Sequence[Any]) -> str:
-    ids = [_state_get(m, "id") for m in turn]
+    ids = [m.get("id") if isinstance(m, dict) else getattr(m, "id", None) for m in turn]
     if all(ids):
         return "ep-" + digest(thread_id or "", *[str(i) for i in ids])
     said = [f"{d['role']}:{d['content']}" for d in messages_as_dicts(turn)]

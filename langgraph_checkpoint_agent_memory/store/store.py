@@ -902,7 +902,8 @@ def sweep_plan(
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> Plan[int]:
     """Delete expired items, ``batch_size`` a transaction; how many were deleted. Candidates
-    are read without row locks (they span shards); deleting an item twice is a no-op."""
+    are read without row locks (they span shards); each delete names its item's shard key (one
+    shard on Citus); deleting an item twice is a no-op."""
     removed = 0
     while True:
         expired = Stmt(statements.expired(), {"now": clock(), "n": batch_size}, fetch=True)
