@@ -614,6 +614,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             store.put(("users", "alice"), "prefs", {"food": "ramen"}, ttl=60)
             ```
         """
+        if not isinstance(namespace, tuple) or not isinstance(key, str):  # LangGraph's str(key)
+            V.check_namespace_type(namespace)
+            V.check_key(key)
         with V.namespace_errors():
             super().put(namespace, key, value, index, ttl=ttl)
 
@@ -627,6 +630,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         ttl: float | NotProvided | None = NOT_PROVIDED,
     ) -> None:
         """Async :meth:`put`, with its arguments."""
+        if not isinstance(namespace, tuple) or not isinstance(key, str):
+            V.check_namespace_type(namespace)
+            V.check_key(key)
         with V.namespace_errors():
             await super().aput(namespace, key, value, index, ttl=ttl)
 
