@@ -465,6 +465,17 @@ def test_a_key_that_is_not_a_string_is_refused_everywhere(make_store: Any, key: 
     with pytest.raises(InvalidValueError, match="keys must be strings"):
         asyncio.run(store.aput(("n",), key, {"a": 2}))
     assert store.search(("n",)) == []
+    store.put(("n",), str(key), {"a": 3})  # what LangGraph's str(key) would reach
+    reads: list[Callable[[], object]] = [
+        lambda: store.get(("n",), key),
+        lambda: asyncio.run(store.aget(("n",), key)),
+        lambda: store.delete(("n",), key),
+        lambda: asyncio.run(store.adelete(("n",), key)),
+    ]
+    for call in reads:
+        with pytest.raises(InvalidValueError, match="keys must be strings"):
+            call()
+    assert store.get(("n",), str(key)) is not None
 
 
 @pytest.mark.parametrize(
