@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -432,3 +433,115 @@ def test_record_refuses_what_is_not_a_list_of_messages(make_store: Any, messages
     with pytest.raises(InvalidValueError, match="messages"):
         asyncio.run(memory.arecord(scope, messages))
     assert memory.episodes(scope) == []
+
+
+# -- store arguments of the wrong type ---------------------------------------------------------
+
+
+def test_a_namespace_that_is_a_bare_string_is_refused_everywhere(make_store: Any) -> None:
+    store = make_store()
+    calls: list[Callable[[], object]] = [
+        lambda: store.put("users", "k", {"a": 1}),
+        lambda: asyncio.run(store.aput("users", "k", {"a": 1})),
+        lambda: store.batch([PutOp("users", "k", {"a": 1})]),  # type: ignore[arg-type]
+        lambda: store.search("users"),
+        lambda: store.list_namespaces(prefix="users"),
+        lambda: store.put(5, "k", {"a": 1}),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidNamespaceValueError, match="must be a tuple of strings"):
+            call()
+    with pytest.raises(InvalidNamespaceValueError, match=r"got str 'users': write \('users',\)"):
+        store.put("users", "k", {"a": 1})
+    store.put(["users"], "k", {"a": 1})
+    assert store.list_namespaces() == [("users",)]
+
+
+@pytest.mark.parametrize("key", [None, 5, b"k"], ids=["None", "int", "bytes"])
+def test_a_key_that_is_not_a_string_is_refused_everywhere(make_store: Any, key: Any) -> None:
+    store = make_store()
+    with pytest.raises(InvalidValueError, match=f"keys must be strings, got {type(key).__name__}"):
+        store.put(("n",), key, {"a": 2})
+    with pytest.raises(InvalidValueError, match="keys must be strings"):
+        asyncio.run(store.aput(("n",), key, {"a": 2}))
+    assert store.search(("n",)) == []
+    store.put(("n",), str(key), {"a": 3})  # what LangGraph's str(key) would reach
+    reads: list[Callable[[], object]] = [
+        lambda: store.get(("n",), key),
+        lambda: asyncio.run(store.aget(("n",), key)),
+        lambda: store.delete(("n",), key),
+        lambda: asyncio.run(store.adelete(("n",), key)),
+    ]
+    for call in reads:
+        with pytest.raises(InvalidValueError, match="keys must be strings"):
+            call()
+    assert store.get(("n",), str(key)) is not None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"limit": "3"}, "search limit must be a whole number from 0 to 2147483647, got '3'"),
+        ({"limit": None}, "search limit must be a whole number"),
+        ({"limit": 1.5}, "search limit must be a whole number"),
+        ({"limit": 2**63}, "search limit must be a whole number"),
+        ({"limit": -1}, "search limit must be a whole number"),
+        ({"offset": 0.5}, "search offset must be a whole number"),
+        ({"offset": 2**63}, "search offset must be a whole number"),
+        ({"filter": [1]}, "search filter must be a dict"),
+        ({"query": 5}, "search query must be a string or None, got int"),
+    ],
+    ids=str,
+)
+def test_search_arguments_of_the_wrong_kind_are_refused_everywhere(
+    make_store: Any, arguments: dict[str, Any], words: str
+) -> None:
+    store = make_store()
+    store.put(("s",), "k", {"a": 1})
+    with pytest.raises(InvalidValueError, match=re.escape(words)):
+        store.search(("s",), **arguments)
+    with pytest.raises(InvalidValueError, match=re.escape(words)):
+        asyncio.run(store.asearch(("s",), **arguments))
+    assert [item.key for item in store.search(("s",), limit=2**31 - 1)] == ["k"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"limit": -1}, "list_namespaces limit must be a whole number from 0"),
+        ({"offset": -1}, "list_namespaces offset must be a whole number from 0"),
+        ({"limit": 2.5}, "list_namespaces limit must be a whole number"),
+        ({"max_depth": -1}, "list_namespaces max_depth must be a whole number from 1"),
+        ({"max_depth": 0}, "list_namespaces max_depth must be a whole number from 1"),
+    ],
+    ids=str,
+)
+def test_list_namespaces_arguments_out_of_range_are_refused_everywhere(
+    make_store: Any, arguments: dict[str, Any], words: str
+) -> None:
+    store = make_store()
+    store.put(("a", "b"), "k", {"a": 1})
+    with pytest.raises(InvalidValueError, match=words):
+        store.list_namespaces(**arguments)
+    assert store.list_namespaces(max_depth=None) == [("a", "b")]
+    assert store.list_namespaces(max_depth=1) == [("a",)]
+
+
+def test_the_largest_limit_and_offset_work_with_a_reranker_too(make_store: Any) -> None:
+    store = make_store()
+    store.put(("r",), "k", {"text": "ramen"})
+    most = 2**31 - 1
+    assert store.search(("r",), query="ramen", limit=most, offset=most, reranker=len) == []
+    hits = store.search(("r",), query="ramen", limit=most, reranker=lambda q, texts: [1.0])
+    assert [item.key for item in hits] == ["k"]
+
+
+def test_the_largest_limit_and_offset_work_with_a_query_and_a_filter(make_store: Any) -> None:
+    store = make_store()
+    store.put(("r",), "k", {"text": "ramen", "n": 1})
+    most = 2**31 - 1
+    for query in ("ramen", None):
+        for flt in (None, {"n": 1}):
+            assert store.search(("r",), query=query, filter=flt, limit=most, offset=most) == []
+            found = store.search(("r",), query=query, filter=flt, limit=most)
+            assert [item.key for item in found] == ["k"]

@@ -353,3 +353,75 @@ def test_metadata_no_backend_stores_alike_is_refused_everywhere(
         found = list(saver.list(None, filter={"note": "é", "score": 1.5}))
         assert [t.config["configurable"]["thread_id"] for t in found] == [f"metadata-{name}"]
         saver.delete_thread(f"metadata-{name}")
+
+
+def _without_id() -> Any:
+    checkpoint = dict(make_checkpoint({"x": [1]}))
+    del checkpoint["id"]
+    return checkpoint
+
+
+#: Calls every saver answers alike: (a call on a saver, the error and the words it says).
+ODD_CALLS: dict[str, tuple[Any, type[Exception], str]] = {
+    "put_writes without checkpoint_id": (
+        lambda s: s.put_writes(config_for("odd"), [("x", 1)], "task"),
+        ConfigurationError,
+        "put_writes needs config['configurable']['checkpoint_id']",
+    ),
+    "aput_writes without checkpoint_id": (
+        lambda s: asyncio.run(s.aput_writes(config_for("odd"), [("x", 1)], "task")),
+        ConfigurationError,
+        "put_writes needs config['configurable']['checkpoint_id']",
+    ),
+    "list before an int id": (
+        lambda s: list(s.list(config_for("odd"), before={"configurable": {"checkpoint_id": 5}})),
+        InvalidValueError,
+        "list() before['configurable']['checkpoint_id'] must be a string, got int",
+    ),
+    "list before a string": (
+        lambda s: list(s.list(config_for("odd"), before="c1")),
+        InvalidValueError,
+        "list() before must be a dict",
+    ),
+    "put a checkpoint without id": (
+        lambda s: s.put(config_for("odd"), _without_id(), {}, {}),
+        InvalidValueError,
+        "put() needs a checkpoint with an 'id'",
+    ),
+    "get_tuple of a string": (
+        lambda s: s.get_tuple("t1"),
+        InvalidValueError,
+        "config must be a dict such as {'configurable': {'thread_id'",
+    ),
+    "aget_tuple of a string": (
+        lambda s: asyncio.run(s.aget_tuple("t1")),
+        InvalidValueError,
+        "config must be a dict",
+    ),
+    "list of a string": (
+        lambda s: list(s.list("t1")),
+        InvalidValueError,
+        "list() config must be a dict",
+    ),
+    "put to a string": (
+        lambda s: s.put("t1", make_checkpoint({"x": [1]}), {}, {}),
+        InvalidValueError,
+        "config must be a dict",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_CALLS), ids=str)
+def test_odd_calls_get_one_outcome_on_every_saver(savers: dict[str, Any], case: str) -> None:
+    call, error, words = ODD_CALLS[case]
+    for name, saver in savers.items():
+        with pytest.raises(error) as caught:
+            call(saver)
+        assert words in str(caught.value), (name, str(caught.value))
+
+
+def test_a_limit_beyond_any_list_takes_it_all_on_every_saver(savers: dict[str, Any]) -> None:
+    for name, saver in savers.items():
+        saver.put(config_for("huge-limit"), make_checkpoint({"x": [1]}), {}, {})
+        assert len(list(saver.list(config_for("huge-limit"), limit=2**70))) == 1, name
+        assert list(saver.list(config_for("huge-limit"), limit=-(2**70))) == [], name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -50,6 +51,7 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
             return thread_id, ns, checkpoint_id
     except (KeyError, TypeError):
         pass
+    _check_config(config, "config")
     configurable = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
     if thread_id is None or thread_id == "":
@@ -67,6 +69,7 @@ def thread_coordinates(config: RunnableConfig | None) -> tuple[str, str, str | N
 
 def list_coordinates(config: RunnableConfig | None) -> tuple[str | None, str | None, str | None]:
     """:func:`thread_coordinates` of a ``list`` config, each ``None`` where it is left open."""
+    _check_config(config, "list() config")
     configurable = (config or {}).get("configurable") or {}
     thread_id, ns, cid = (
         configurable.get(k) for k in ("thread_id", "checkpoint_ns", "checkpoint_id")
@@ -76,6 +79,51 @@ def list_coordinates(config: RunnableConfig | None) -> tuple[str | None, str | N
     if cid is not None:
         _check_text(cid, "checkpoint_id", MAX_CHECKPOINT_ID)
     return (None if thread_id is None else checked_thread_id(thread_id)), ns, cid
+
+
+def writes_coordinates(config: RunnableConfig) -> tuple[str, str, str]:
+    """:func:`thread_coordinates` of a ``put_writes`` config, which must name its checkpoint."""
+    thread_id, ns, checkpoint_id = thread_coordinates(config)
+    if checkpoint_id is None:
+        raise ConfigurationError(
+            "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
+            "writes belong to)"
+        )
+    return thread_id, ns, checkpoint_id
+
+
+def checked_before_id(before: RunnableConfig | None) -> str | None:
+    """The checkpoint id of ``list(before=...)``, a string as every stored id is (or ``None``)."""
+    if before is None:
+        return None
+    _check_config(before, "list() before")
+    checkpoint_id = (before.get("configurable") or {}).get("checkpoint_id")
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise InvalidValueError(
+            "list() before['configurable']['checkpoint_id'] must be a string, got "
+            f"{type(checkpoint_id).__name__} {checkpoint_id!r}"
+        )
+    return checkpoint_id
+
+
+def checkpoint_id_of(checkpoint: Any) -> str:
+    """The checked id of a checkpoint given to ``put`` (a LangGraph ``Checkpoint`` dict)."""
+    try:
+        checkpoint_id = checkpoint["id"]
+    except (KeyError, TypeError, IndexError):
+        raise InvalidValueError(
+            "put() needs a checkpoint with an 'id' (a LangGraph Checkpoint, e.g. from "
+            f"empty_checkpoint()), got {type(checkpoint).__name__} without one"
+        ) from None
+    return checked_checkpoint_id(checkpoint_id)
+
+
+def _check_config(config: Any, name: str) -> None:
+    if config is not None and not isinstance(config, Mapping):
+        raise InvalidValueError(
+            f"{name} must be a dict such as {{'configurable': {{'thread_id': 'user-42'}}}}, "
+            f"got {type(config).__name__} {config!r}"
+        )
 
 
 def checked_checkpoint_id(checkpoint_id: Any) -> str:
@@ -198,6 +246,12 @@ def checked_limit(limit: Any) -> int | None:
     if isinstance(limit, float) and limit.is_integer():
         return int(limit)
     raise InvalidValueError(f"list() limit must be a whole number or None, got {limit!r}")
+
+
+def slice_stop(limit: int) -> int:
+    """How many items a checked ``limit`` takes from an iterator: a negative limit none, one
+    beyond ``sys.maxsize`` (which ``islice`` refuses) all."""
+    return min(max(limit, 0), sys.maxsize)
 
 
 def check_metadata(metadata: Mapping[str, Any]) -> None:

@@ -21,13 +21,16 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_checkpoint_agent_memory.checkpoint.codec import metadata_json
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
-    checked_checkpoint_id,
+    checked_before_id,
     checked_filter,
     checked_limit,
     checked_thread_id,
+    checkpoint_id_of,
     list_coordinates,
     metadata_matches,
+    slice_stop,
     thread_coordinates,
+    writes_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import thread_ttl
 
@@ -64,12 +67,13 @@ class CheckedInMemorySaver(InMemorySaver):
         limit counts what the filter kept."""
         checked_filter(filter)
         limit = checked_limit(limit)
+        checked_before_id(before)
         if config is not None:
             thread_id, _, _ = list_coordinates(config)
             config = _with_ids(config, thread_id, None)
         found = super().list(config, filter=filter, before=before)
         kept = (t for t in found if metadata_matches(t.metadata, filter))
-        yield from kept if limit is None else itertools.islice(kept, max(limit, 0))
+        yield from kept if limit is None else itertools.islice(kept, slice_stop(limit))
 
     def put(
         self,
@@ -80,7 +84,7 @@ class CheckedInMemorySaver(InMemorySaver):
     ) -> RunnableConfig:
         """LangGraph's ``put``, the config, checkpoint id, thread TTL and metadata checked first."""
         checked = _checked(config)
-        checked_checkpoint_id(checkpoint["id"])
+        checkpoint_id_of(checkpoint)
         thread_ttl(config, None)
         metadata_json(get_checkpoint_metadata(config, metadata))
         return super().put(checked, checkpoint, metadata, new_versions)
@@ -93,7 +97,8 @@ class CheckedInMemorySaver(InMemorySaver):
         task_path: str = "",
     ) -> None:
         """LangGraph's ``put_writes``, the config checked first."""
-        super().put_writes(_checked(config), writes, task_id, task_path)
+        thread_id, ns, _ = writes_coordinates(config)
+        super().put_writes(_with_ids(config, thread_id, ns), writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """LangGraph's ``delete_thread``, the id checked first."""

@@ -37,6 +37,7 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     ancestors,
+    checked_before_id,
     checked_filter,
     checked_limit,
     delta_history,
@@ -213,7 +214,7 @@ class Reader:
         activity = self.activity
         now = activity.clock()
         thread_id, ns, cid = list_coordinates(config)
-        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        before_id = checked_before_id(before)
         # sealed metadata is matched after opening (ListCursor.take), never in SQL
         pushed = S.pushed_filters(d, filter) if self.sealer is None else ()
         params: dict[str, Any] = {

@@ -40,17 +40,20 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
     VersionCounter,
     ancestors,
-    checked_checkpoint_id,
+    checked_before_id,
     checked_filter,
     checked_limit,
     checked_thread_id,
     checkpoint_config,
+    checkpoint_id_of,
     checkpoints_to_keep,
     delta_history,
     list_coordinates,
     metadata_matches,
     parent_config,
+    slice_stop,
     thread_coordinates,
+    writes_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     SweeperHookup,
@@ -481,7 +484,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             >>> saver.close()
         """
         thread_id, checkpoint_ns, parent_id = thread_coordinates(config)
-        own_id = checked_checkpoint_id(checkpoint["id"])
+        own_id = checkpoint_id_of(checkpoint)
         thread_ttl(config, None)  # refused as the SQL savers refuse it, before any write
         dumps = self._serde_for(thread_id, config).dumps_typed
         stored = checkpoint.copy()
@@ -535,9 +538,7 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         Example:
             >>> saver.put_writes(saved, [("messages", ["hi"])], task_id="t1")
         """
-        thread_id, checkpoint_ns, checkpoint_id = thread_coordinates(config)
-        if checkpoint_id is None:
-            raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
+        thread_id, checkpoint_ns, checkpoint_id = writes_coordinates(config)
         dumps = self._serde_for(thread_id, config).dumps_typed
         idx_map = WRITES_IDX_MAP
         rows: list[WriteRow] = [
@@ -633,13 +634,13 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
         """
         checked_filter(filter)
         limit = checked_limit(limit)
-        before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
+        before_id = checked_before_id(before)
         found = (
             self._decode(thread_id, ns, *parts)
             for thread_id, ns, cid in self._list_candidates(config, before_id)
             if (parts := self._listed(thread_id, ns, cid, filter)) is not None
         )
-        yield from found if limit is None else itertools.islice(found, max(limit, 0))
+        yield from found if limit is None else itertools.islice(found, slice_stop(limit))
 
     @traced("list", listed)  # the span of finding what to list; tuples decode lazily
     def _list_candidates(

@@ -29,9 +29,10 @@ from langgraph_checkpoint_agent_memory.checkpoint.codec import (
     packed,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.core import (
-    checked_checkpoint_id,
     checkpoint_config,
+    checkpoint_id_of,
     thread_coordinates,
+    writes_coordinates,
 )
 from langgraph_checkpoint_agent_memory.checkpoint.lifetime import (
     ThreadActivity,
@@ -46,7 +47,6 @@ from langgraph_checkpoint_agent_memory.crypto.cipher import DataKey
 from langgraph_checkpoint_agent_memory.db import checkpoint as S
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, FastWrite
-from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.telemetry.tracing import IDLE
 
 
@@ -70,6 +70,7 @@ class Writer:
     ) -> Plan[RunnableConfig]:
         """Store ``checkpoint`` and its new blobs, sealed with ``key``; the bytes told to ``op``."""
         thread_id, ns, parent_id = thread_coordinates(config)
+        checkpoint_id = checkpoint_id_of(checkpoint)
         activity = self.activity
         full_metadata = get_checkpoint_metadata(config, metadata)
         now = activity.clock()
@@ -80,7 +81,6 @@ class Writer:
         body_type, body, blob_versions, blob_rows, lists = encode_checkpoint(
             serde, self.cache, thread_id, ns, parent_id, checkpoint, new_versions, live_after
         )
-        checkpoint_id = checked_checkpoint_id(checkpoint["id"])
         row = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
@@ -131,12 +131,7 @@ class Writer:
         op: Any = IDLE,
     ) -> Plan[None]:
         """Store a task's writes (first write wins, special channels upsert), as :meth:`put`."""
-        thread_id, ns, checkpoint_id = thread_coordinates(config)
-        if checkpoint_id is None:
-            raise ConfigurationError(
-                "put_writes needs config['configurable']['checkpoint_id'] (the checkpoint the "
-                "writes belong to)"
-            )
+        thread_id, ns, checkpoint_id = writes_coordinates(config)
         dumps = serde.dumps_typed
         activity = self.activity
         now = activity.clock()

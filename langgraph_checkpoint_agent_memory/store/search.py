@@ -30,6 +30,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import ItemRow, Prefilter, StoreStatements, scoped
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
+from langgraph_checkpoint_agent_memory.store.values import MAX_COUNT
 from langgraph_checkpoint_agent_memory.text import tokens
 from langgraph_checkpoint_agent_memory.when import TimeRange, time_range
 
@@ -262,7 +263,7 @@ class Searcher:
         if self.sealer is not None and words:
             shards = yield from self.sealer.shards_plan(self.statements, base)
             forms = yield from self.sealer.term_forms_plan(self.statements, words, shards)
-        want = max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset))
+        want = min(max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset)), MAX_COUNT)
         if self.sealer is not None and conds:
             decide = self._decider(conds, now)
             fused = yield from self.ranker.kept_plan(words, vector, base, want, decide, forms)
@@ -351,7 +352,7 @@ class Searcher:
             return page.items
         sealer = self.sealer
         grow = 4 if sealer is not None and conds else 2
-        cursor, size = 0, max(op.limit + op.offset, 16) * (grow if grow == 4 else 1)
+        cursor, size = 0, min(max(op.limit + op.offset, 16) * (grow if grow == 4 else 1), MAX_COUNT)
         last: ItemRow | None = None  # the previous page's last row, with encryption on
         params: dict[str, Any]
         while True:
@@ -371,7 +372,7 @@ class Searcher:
                 return page.items
             cursor += size
             last = found[-1] if sealer is not None else None
-            size *= grow
+            size = min(size * grow, MAX_COUNT)  # what a LIMIT may be
 
 
 #: What ``search(..., reranker=)`` accepts: a reranker, ``False`` for none, ``None``: the store's.
@@ -468,6 +469,7 @@ def stage(
         if span is not None:
             want = max(want, 50)  # a search naming a time considers 50 candidates at least
             staged.spans[i] = span
+        want = min(want, MAX_COUNT)  # what a limit may be
         staged.searches[i] = op
         # candidates are read without refreshing their TTL: the page returned is refreshed
         staged.ops[i] = SearchOp(op.namespace_prefix, op.filter, want, 0, op.query, False)

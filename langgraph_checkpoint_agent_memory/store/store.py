@@ -614,6 +614,9 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             store.put(("users", "alice"), "prefs", {"food": "ramen"}, ttl=60)
             ```
         """
+        if not isinstance(namespace, tuple) or not isinstance(key, str):  # LangGraph's str(key)
+            V.check_namespace_type(namespace)
+            V.check_key(key)
         with V.namespace_errors():
             super().put(namespace, key, value, index, ttl=ttl)
 
@@ -627,8 +630,41 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         ttl: float | NotProvided | None = NOT_PROVIDED,
     ) -> None:
         """Async :meth:`put`, with its arguments."""
+        if not isinstance(namespace, tuple) or not isinstance(key, str):
+            V.check_namespace_type(namespace)
+            V.check_key(key)
         with V.namespace_errors():
             await super().aput(namespace, key, value, index, ttl=ttl)
+
+    def get(
+        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
+    ) -> Item | None:
+        """LangGraph's ``get``, refusing a key that is not a string (LangGraph would read the
+        item keyed by its ``str()``, ``"None"`` for ``None``)."""
+        if not isinstance(key, str):
+            V.check_key(key)
+        return super().get(namespace, key, refresh_ttl=refresh_ttl)
+
+    async def aget(
+        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
+    ) -> Item | None:
+        """Async :meth:`get`, with its arguments."""
+        if not isinstance(key, str):
+            V.check_key(key)
+        return await super().aget(namespace, key, refresh_ttl=refresh_ttl)
+
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        """LangGraph's ``delete``, refusing a key that is not a string (LangGraph would delete
+        the item keyed by its ``str()``, ``"None"`` for ``None``)."""
+        if not isinstance(key, str):
+            V.check_key(key)
+        super().delete(namespace, key)
+
+    async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
+        """Async :meth:`delete`, with its arguments."""
+        if not isinstance(key, str):
+            V.check_key(key)
+        await super().adelete(namespace, key)
 
     def _run_batch(self, ops: list[Op]) -> list[Result]:
         if not live():  # the common case, without even an idle span's cost

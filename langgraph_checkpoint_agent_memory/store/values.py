@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
+    ListNamespacesOp,
     NotProvided,
     Op,
     PutOp,
@@ -45,6 +46,27 @@ MAX_DEPTH = 200
 #: The longest TTL in minutes: :data:`MAX_TTL_SECONDS` (about 68 years), so that every
 #: backend can keep ``now + ttl * 60``.
 MAX_TTL_MINUTES = MAX_TTL_SECONDS / 60
+#: The largest search or ``list_namespaces`` limit, offset and depth: a 4-byte INTEGER, which
+#: every backend's ``LIMIT`` holds.
+MAX_COUNT = 2**31 - 1
+
+
+def check_namespace_type(namespace: Any, name: str = "namespace") -> None:
+    """Refuse a namespace that is not a tuple (or list) of labels: a bare string would be
+    read as one label per character."""
+    if not isinstance(namespace, (tuple, list)):
+        hint = f": write ({namespace!r},)" if isinstance(namespace, str) else ""
+        raise InvalidNamespaceValueError(
+            f"{name} must be a tuple of strings, got {type(namespace).__name__} {namespace!r}{hint}"
+        )
+
+
+def check_count(value: Any, name: str, least: int = 0) -> None:
+    """A limit, offset or depth: a whole number from ``least`` to :data:`MAX_COUNT`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_COUNT:
+        raise InvalidValueError(
+            f"{name} must be a whole number from {least} to {MAX_COUNT}, got {value!r}"
+        )
 
 
 def check_namespace(namespace: Sequence[Any] | None) -> None:
@@ -99,7 +121,14 @@ def check_value(value: Any) -> None:
 def check_filter(filter: Mapping[str, Any] | None) -> None:
     """Refuse filter strings no stored value can hold (PostgreSQL would fail on them), numbers
     that are not finite (backends order them differently), and operands nested too deep."""
-    for key, spec in (filter or {}).items():
+    if filter is None:
+        return
+    if not isinstance(filter, Mapping):
+        raise InvalidValueError(
+            f"search filter must be a dict such as {{'rating': {{'$gte': 4}}}}, got "
+            f"{type(filter).__name__} {filter!r}"
+        )
+    for key, spec in filter.items():
         if isinstance(key, str):
             _check_text(key, f"filter key {key!r}")
         where = f"filter value for {key!r}"
@@ -167,9 +196,10 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
     ops = list(ops)
     puts: dict[tuple[str, str], PutOp] = {}
     for op in ops:
+        namespace = _namespace_of(op)
         with namespace_errors():
             validate_op_namespace(op)
-        check_namespace(getattr(op, "namespace", None) or getattr(op, "namespace_prefix", ()))
+        check_namespace(namespace)
         if isinstance(op, (GetOp, PutOp)):
             check_key(op.key)
         if isinstance(op, PutOp):
@@ -181,10 +211,37 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
                 check_minutes(op.ttl, "put ttl")
             puts[(ns_text(op.namespace), op.key)] = op
         elif isinstance(op, SearchOp):
-            if op.limit < 0 or op.offset < 0:
-                raise ConfigurationError("search limit and offset must be >= 0")
-            check_filter(op.filter)
+            _check_search(op)
     return ops, puts
+
+
+def _namespace_of(op: Op) -> Any:
+    """The namespace (prefix) of ``op``, its container and counts checked (a bare string
+    would be read as one label per character)."""
+    if isinstance(op, ListNamespacesOp):
+        for condition in op.match_conditions or ():
+            check_namespace_type(condition.path, f"list_namespaces {condition.match_type}")
+        check_count(op.limit, "list_namespaces limit")
+        check_count(op.offset, "list_namespaces offset")
+        if op.max_depth is not None:
+            check_count(op.max_depth, "list_namespaces max_depth", 1)
+        return ()
+    if isinstance(op, SearchOp):
+        check_namespace_type(op.namespace_prefix, "search namespace_prefix")
+        return op.namespace_prefix
+    namespace = getattr(op, "namespace", ())
+    check_namespace_type(namespace)
+    return namespace
+
+
+def _check_search(op: SearchOp) -> None:
+    check_count(op.limit, "search limit")
+    check_count(op.offset, "search offset")
+    if op.query is not None and not isinstance(op.query, str):
+        raise InvalidValueError(
+            f"search query must be a string or None, got {type(op.query).__name__} {op.query!r}"
+        )
+    check_filter(op.filter)
 
 
 def put_ttl(op: PutOp, config: Mapping[str, Any] | None) -> float | None:
