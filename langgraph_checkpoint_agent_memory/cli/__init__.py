@@ -23,7 +23,7 @@ __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url",
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.db.migrations import COMPONENTS, migrate
+    from langgraph_checkpoint_agent_memory.db.migrations import COMPONENTS, installed_plan, migrate
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
@@ -41,6 +41,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
                 ) from None
         # the master key set, the database is marked encrypted (unset, an encrypted one is refused)
         encrypted = store.keyring is not None
+        if "keys" in store.db.run(installed_plan(store.dialect)):
+            common.check_master_key(store)
         with progress(args, "migrating", "parts") as report:
             applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
     newest = {c.name: c.latest for c in COMPONENTS}
@@ -394,8 +396,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = urls.mask_url(resolve_url(args.url))
             message += f"; `agent-memory migrate --url {url}` creates one"
         print(message, file=sys.stderr)
-        # a usage or configuration mistake is 2; a CommandError, an unreachable database... 1
-        return 2 if isinstance(exc, (ImportError, ValueError)) else 1
+        # a usage or configuration mistake is 2 (an encrypted database opened without its
+        # master key too); a CommandError, an unreachable database, an erased key... 1
+        unkeyed = isinstance(exc, errors.EncryptionError) and not isinstance(
+            exc, errors.KeyMissingError
+        )
+        return 2 if unkeyed or isinstance(exc, (ImportError, ValueError)) else 1
 
 
 #: The commands that read a little and return at once: the collector is off while they run.

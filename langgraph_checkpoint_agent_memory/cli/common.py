@@ -115,9 +115,18 @@ def installed(url: str) -> set[str]:
     # read only: a file of another program is not even switched to WAL
     with create_store(url, auto_setup=False, **existing(url, "ro")) as probe:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
+        if "keys" in found:
+            check_master_key(probe)
     if not found:
         raise no_memory(url)
     return found
+
+
+def check_master_key(store: Any) -> None:
+    """Refuse a master key that cannot unwrap the data keys ``store``'s database holds (a
+    :class:`DecryptionError`), as ``setup()`` does, before anything is read or written."""
+    if store.key_check is not None:
+        store.run_plan(store.key_check())
 
 
 def no_memory(url: str) -> CommandError:
