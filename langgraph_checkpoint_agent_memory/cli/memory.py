@@ -130,7 +130,11 @@ def cmd_erase(args: argparse.Namespace) -> int:
             if not args.yes:
                 if not sys.stdin.isatty():  # a usage mistake: status 2
                     raise ConfigurationError("erase needs --yes when not run on a terminal")
-                answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+                try:
+                    answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+                except EOFError:  # Ctrl-D: no answer is no
+                    print()
+                    answer = ""
                 if answer.strip().lower() not in ("y", "yes"):
                     print("Nothing erased.")
                     return 1
