@@ -190,8 +190,11 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
         help="what to do with an expired thread: delete it (default) or prune it to its last "
         "--keep-last checkpoints; use the app's strategy",
     )
-    _count_option(
-        parser, "--keep-last", 1, 1, "with --strategy keep_latest: checkpoints kept per namespace"
+    parser.add_argument(  # no default: given without keep_latest, it is refused
+        "--keep-last",
+        type=common.count_argument(1),
+        metavar="N",
+        help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
     )
 
 

@@ -87,6 +87,15 @@ def seconds_argument(text: str) -> float:
     return value
 
 
+def retention(args: argparse.Namespace) -> dict[str, Any]:
+    """The saver's ``strategy`` and ``keep_last`` from ``--strategy`` and ``--keep-last``; a
+    ``--keep-last`` that ``delete`` would ignore (every expired thread deleted whole) is
+    refused."""
+    if args.keep_last is not None and args.strategy != "keep_latest":
+        raise ConfigurationError("--keep-last applies only with --strategy keep_latest")
+    return {"strategy": args.strategy, "keep_last": args.keep_last or 1}
+
+
 def console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 

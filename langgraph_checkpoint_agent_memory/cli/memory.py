@@ -242,7 +242,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         for name in ("consolidate", "decay", "sweep")
         if (value := getattr(args, f"{name}_every")) is not None
     }
-    retention = {"strategy": args.strategy, "keep_last": args.keep_last}
+    retention = common.retention(args)
     with common.open_memory(
         args, extractor=common.extractor(args), checkpointer_options=retention, **intervals
     ) as memory:
