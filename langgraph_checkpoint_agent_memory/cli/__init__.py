@@ -384,7 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words)
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:  # a command's unknown option is that command's usage error
+        prog = f"{parser.prog} {args.command}" if args.command else parser.prog
+        parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(unknown)}\n")
     if args.command is None:
         parser.print_help()
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -43,14 +44,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def url_argument(text: str) -> str:
+def url_argument(text: str, flag: str = "--url") -> str:
     """A database URL, or a SQLite file's path; an empty one is refused, not defaulted."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
-        return urls.as_url(text, "--url")
+        return urls.as_url(text, flag)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def url_option(flag: str) -> Callable[[str], str]:
+    """:func:`url_argument` for another option than ``--url``, named in its errors."""
+    return functools.partial(url_argument, flag=flag)
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
