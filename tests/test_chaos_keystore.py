@@ -560,7 +560,7 @@ def test_move_keys_refuses_the_data_database_however_it_is_spelled(
     monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", keys.master)
     to = another_spelling(url, spelling, tmp_path, monkeypatch)
     code, _, err = run(capsys, "move-keys", "--to", to, "--url", url)
-    assert code == 1 and "--to names the data's own database" in err, err
+    assert code == 2 and "--to names the data's own database" in err, err
     _, stats, _ = run(capsys, "stats", "--url", url, "--json")
     assert stats["keys"]["in_data_database"] == 2  # no probe left behind
     memory = memories(url, Encryption(master_keys=[keys.master]))

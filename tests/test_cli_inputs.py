@@ -40,6 +40,8 @@ MOST = 2**31 - 1
         ["worker", "--keep-last", "-1"],
         ["migrate", "--shard-depth", str(10**20)],
         ["migrate", "--shard-depth", "0"],
+        ["scopes", "--frobnicate"],
+        ["sweep", "--dry-run", "--frobnicate"],
     ],
     ids=lambda args: " ".join(args) or "empty",
 )
@@ -58,6 +60,20 @@ def test_bad_arguments_exit_2_with_one_line(
     assert err.count("\n") == 1 and err.startswith(f"agent-memory {args[0]}: error: "), err
     assert flag in err
     assert not (tmp_path / "never.db").exists()  # nothing was opened
+
+
+@pytest.mark.parametrize(("command", "flag"), [("move-keys", "--to"), ("import", "--from")])
+def test_a_bad_url_is_named_by_its_own_option(
+    command: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    with pytest.raises(SystemExit) as exited:
+        main([command, flag, "sqlte:///k.db", "--url", url])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"agent-memory {command}: error: argument {flag}: "), err
+    assert f"(from {flag})" in err and "--url" not in err
+    assert not (tmp_path / "never.db").exists()
 
 
 @pytest.mark.parametrize(

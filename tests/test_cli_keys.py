@@ -151,3 +151,44 @@ def test_the_agent_server_factories_encrypt_with_langgraph_aes_key(
     with pytest.raises(DecryptionError):  # another Agent Server key does not read it
         other = config.from_langgraph_aes_key({"LANGGRAPH_AES_KEY": "j" * 32})
         read_back(f"sqlite:///{path}", path, encryption=other)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["migrate"],
+        ["scopes"],
+        ["threads"],
+        ["stats"],
+        ["jobs"],
+        ["sweep", "--dry-run"],
+        ["facts", "user=alice"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_command_refuses_a_wrong_or_missing_master_key(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    path = tmp_path / "app.db"
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", generate_master_key())
+    write_some(url, path)
+    assert main(["migrate", "--url", url]) == 0
+    capsys.readouterr()
+
+    # a valid key, but not the one the data keys were wrapped with: refused as setup() does
+    monkeypatch.setenv("AGENT_MEMORY_MASTER_KEY", generate_master_key())
+    assert main([*command, "--url", url]) == 2
+    out, err = capsys.readouterr()
+    assert not out
+    assert err.startswith(f"agent-memory {command[0]}: error: the master key given cannot unwrap")
+    assert len(err.splitlines()) == 1
+
+    # no key at all: a configuration mistake too (status 2), said in one line
+    monkeypatch.delenv("AGENT_MEMORY_MASTER_KEY")
+    assert main([*command, "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "without its master key" in err and len(err.splitlines()) == 1

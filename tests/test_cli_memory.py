@@ -192,6 +192,33 @@ def test_erase_asks_for_confirmation_when_piped(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["user=al"]["episodes"] == 1  # nothing was erased
 
 
+@pytest.mark.parametrize("typed", ["n", None], ids=["no", "end-of-input"])
+def test_erase_on_a_terminal_takes_ctrl_d_as_no(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    typed: str | None,
+) -> None:
+    from langgraph_checkpoint_agent_memory import AgentMemory, create_store
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store = create_store(url)
+    AgentMemory(store).record({"user_id": "al"}, [{"role": "user", "content": "hi"}])
+    store.close()
+
+    def answer(prompt: str) -> str:
+        if typed is None:
+            raise EOFError  # Ctrl-D at the prompt
+        return typed
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("builtins.input", answer)
+    code, out, err = run(capsys, "erase", "user=al", "--url", url)
+    assert code == 1 and "Nothing erased." in out and not err
+    code, data, _ = run(capsys, "scopes", "--url", url, "--json")
+    assert data["user=al"]["episodes"] == 1  # nothing was erased
+
+
 def test_worker_runs_until_stopped(database_url: str) -> None:
     import signal
     import time

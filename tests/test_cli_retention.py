@@ -128,7 +128,8 @@ def test_the_worker_sweeps_with_the_apps_strategy(
     infos = populate(database_url)
     code, stats, _ = run(
         capsys,
-        *("worker", "--once", "--strategy", strategy, "--keep-last", "2"),
+        *("worker", "--once", "--strategy", strategy),
+        *(("--keep-last", "2") if strategy == "keep_latest" else ()),
         *("--url", database_url, "--json"),
     )
     assert code == 0 and stats["swept"] == 3  # two threads and the stale item
@@ -195,3 +196,22 @@ def test_bad_retention_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 2 and "--keep-last" in err
     code, _, err = run(capsys, "threads", "--limit", "-1", "--url", url)
     assert code == 2 and "limit" in err
+
+
+@pytest.mark.parametrize(
+    "command", [["sweep"], ["sweep", "--dry-run"], ["worker", "--once"]], ids=" ".join
+)
+def test_keep_last_without_keep_latest_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`--keep-last` with the `delete` strategy would delete the expired threads whole."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    populate(url)
+    _, before, _ = run(capsys, "threads", "--url", url, "--json")
+    for strategy in ((), ("--strategy", "delete")):
+        code, out, err = run(capsys, *command, *strategy, "--keep-last", "2", "--url", url)
+        assert code == 2 and not out
+        said = "--keep-last applies only with --strategy keep_latest"
+        assert err == f"agent-memory {command[0]}: error: {said}\n"
+    _, after, _ = run(capsys, "threads", "--url", url, "--json")
+    assert after == before  # nothing was swept

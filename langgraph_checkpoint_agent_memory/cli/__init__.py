@@ -23,7 +23,7 @@ __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url",
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from langgraph_checkpoint_agent_memory.db.migrations import COMPONENTS, migrate
+    from langgraph_checkpoint_agent_memory.db.migrations import COMPONENTS, installed_plan, migrate
     from langgraph_checkpoint_agent_memory.factory import create_store
 
     url = resolve_url(args.url)
@@ -41,6 +41,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
                 ) from None
         # the master key set, the database is marked encrypted (unset, an encrypted one is refused)
         encrypted = store.keyring is not None
+        if "keys" in store.db.run(installed_plan(store.dialect)):
+            common.check_master_key(store)
         with progress(args, "migrating", "parts") as report:
             applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
     newest = {c.name: c.latest for c in COMPONENTS}
@@ -188,8 +190,11 @@ def _retention_arguments(parser: argparse.ArgumentParser) -> None:
         help="what to do with an expired thread: delete it (default) or prune it to its last "
         "--keep-last checkpoints; use the app's strategy",
     )
-    _count_option(
-        parser, "--keep-last", 1, 1, "with --strategy keep_latest: checkpoints kept per namespace"
+    parser.add_argument(  # no default: given without keep_latest, it is refused
+        "--keep-last",
+        type=common.count_argument(1),
+        metavar="N",
+        help="with --strategy keep_latest: checkpoints kept per namespace (default 1)",
     )
 
 
@@ -379,7 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words)
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:  # a command's unknown option is that command's usage error
+        prog = f"{parser.prog} {args.command}" if args.command else parser.prog
+        parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(unknown)}\n")
     if args.command is None:
         parser.print_help()
         return 0
@@ -394,8 +402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = urls.mask_url(resolve_url(args.url))
             message += f"; `agent-memory migrate --url {url}` creates one"
         print(message, file=sys.stderr)
-        # a usage or configuration mistake is 2; a CommandError, an unreachable database... 1
-        return 2 if isinstance(exc, (ImportError, ValueError)) else 1
+        # a usage or configuration mistake is 2 (an encrypted database opened without its
+        # master key too); a CommandError, an unreachable database, an erased key... 1
+        unkeyed = isinstance(exc, errors.EncryptionError) and not isinstance(
+            exc, errors.KeyMissingError
+        )
+        return 2 if unkeyed or isinstance(exc, (ImportError, ValueError)) else 1
 
 
 #: The commands that read a little and return at once: the collector is off while they run.

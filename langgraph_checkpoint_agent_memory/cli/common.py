@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -43,14 +44,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def url_argument(text: str) -> str:
+def url_argument(text: str, flag: str = "--url") -> str:
     """A database URL, or a SQLite file's path; an empty one is refused, not defaulted."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a database URL or a SQLite file's path")
     try:
-        return urls.as_url(text, "--url")
+        return urls.as_url(text, flag)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def url_option(flag: str) -> Callable[[str], str]:
+    """:func:`url_argument` for another option than ``--url``, named in its errors."""
+    return functools.partial(url_argument, flag=flag)
 
 
 def _number(text: str, kind: Callable[[str], float]) -> float:
@@ -87,6 +93,15 @@ def seconds_argument(text: str) -> float:
     return value
 
 
+def retention(args: argparse.Namespace) -> dict[str, Any]:
+    """The saver's ``strategy`` and ``keep_last`` from ``--strategy`` and ``--keep-last``; a
+    ``--keep-last`` that ``delete`` would ignore (every expired thread deleted whole) is
+    refused."""
+    if args.keep_last is not None and args.strategy != "keep_latest":
+        raise ConfigurationError("--keep-last applies only with --strategy keep_latest")
+    return {"strategy": args.strategy, "keep_last": args.keep_last or 1}
+
+
 def console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
@@ -115,9 +130,18 @@ def installed(url: str) -> set[str]:
     # read only: a file of another program is not even switched to WAL
     with create_store(url, auto_setup=False, **existing(url, "ro")) as probe:
         found: set[str] = probe.run_plan(installed_plan(probe.dialect))
+        if "keys" in found:
+            check_master_key(probe)
     if not found:
         raise no_memory(url)
     return found
+
+
+def check_master_key(store: Any) -> None:
+    """Refuse a master key that cannot unwrap the data keys ``store``'s database holds (a
+    :class:`DecryptionError`), as ``setup()`` does, before anything is read or written."""
+    if store.key_check is not None:
+        store.run_plan(store.key_check())
 
 
 def no_memory(url: str) -> CommandError:

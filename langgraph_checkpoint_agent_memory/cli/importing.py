@@ -98,7 +98,7 @@ def _short(text: str) -> str:
 
 
 def add_command(command: Any) -> None:
-    from langgraph_checkpoint_agent_memory.cli.common import url_argument
+    from langgraph_checkpoint_agent_memory.cli.common import url_option
 
     found = command(
         "import",
@@ -110,7 +110,7 @@ def add_command(command: Any) -> None:
         "--from",
         dest="source",
         required=True,
-        type=url_argument,
+        type=url_option("--from"),
         metavar="URL",
         help="the database LangGraph wrote (a SQLite file or postgresql://...); only read",
     )

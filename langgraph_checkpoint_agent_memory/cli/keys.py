@@ -9,7 +9,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_agent_memory.cli import common
-from langgraph_checkpoint_agent_memory.cli.common import CommandError, url_argument
+from langgraph_checkpoint_agent_memory.cli.common import CommandError, url_option
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 from langgraph_checkpoint_agent_memory.factory import MASTER_KEY_ENV, resolve_encryption
@@ -135,7 +135,7 @@ def _cmd_move_keys(args: argparse.Namespace) -> int:
         closing(KeyStore(open_database(args.to), owned=True)) as target,  # table on first use
     ):
         if _same_database(source, target):
-            raise CommandError("--to names the data's own database: give the key store's own")
+            raise ConfigurationError("--to names the data's own database: give the key store's own")
         while page := source.run(sqlk.page_plan(source.dialect, "", MOVE_BATCH)):
             stored = target.run(sqlk.copy_plan(target.dialect, page))
             for row, kept in zip(page, stored, strict=True):
@@ -174,4 +174,6 @@ def add_commands(command: Any) -> None:
         "writers first; then set AGENT_MEMORY_KEYSTORE_URL)",
         _cmd_move_keys,
     )
-    move.add_argument("--to", required=True, type=url_argument, help="the key store's database URL")
+    move.add_argument(
+        "--to", required=True, type=url_option("--to"), help="the key store's database URL"
+    )

@@ -130,7 +130,11 @@ def cmd_erase(args: argparse.Namespace) -> int:
             if not args.yes:
                 if not sys.stdin.isatty():  # a usage mistake: status 2
                     raise ConfigurationError("erase needs --yes when not run on a terminal")
-                answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+                try:
+                    answer = input(f"Erase all memory of {scope.key} (and narrower scopes)? [y/N] ")
+                except EOFError:  # Ctrl-D: no answer is no
+                    print()
+                    answer = ""
                 if answer.strip().lower() not in ("y", "yes"):
                     print("Nothing erased.")
                     return 1
@@ -238,7 +242,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         for name in ("consolidate", "decay", "sweep")
         if (value := getattr(args, f"{name}_every")) is not None
     }
-    retention = {"strategy": args.strategy, "keep_last": args.keep_last}
+    retention = common.retention(args)
     with common.open_memory(
         args, extractor=common.extractor(args), checkpointer_options=retention, **intervals
     ) as memory:

@@ -50,7 +50,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    options = {"strategy": args.strategy, "keep_last": args.keep_last}
+    options = common.retention(args)
     if args.dry_run:
         return _sweep_dry_run(args, options)
     with common.open_memory(args, checkpointer_options=options) as memory:
@@ -100,7 +100,7 @@ def _sweep_dry_run(args: argparse.Namespace, options: dict[str, Any]) -> int:
 
     def render(out: Any) -> None:
         prune = args.strategy != "delete"
-        to = f" to their last {args.keep_last} checkpoint(s)" if prune else ""
+        to = f" to their last {options['keep_last']} checkpoint(s)" if prune else ""
         out.print(
             f"A sweep now would remove {items} expired store item(s) ({output.size(item_bytes)}) "
             f"and {'prune' if prune else 'delete'} {len(threads)} expired thread(s){to} "
