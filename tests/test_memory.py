@@ -700,3 +700,16 @@ async def test_a_misspelled_recall_option_is_refused(tmp_path: Path) -> None:
     assert memory.build_context(
         {"user_id": "alice"}, "q", budget_tokens=50
     ) == memory.build_context({"user_id": "alice"}, "q", budget_tokens=50)
+
+
+async def test_a_misspelled_record_option_is_refused(tmp_path: Path) -> None:
+    """``occured_at=`` for ``occurred_at=`` would otherwise date the episode now."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    turn = [("user", "I live in Paris")]
+    known = r"known: thread_id, key, occurred_at"
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument.*occured_at; {known}"):
+        memory.record({"user_id": "a"}, turn, occured_at=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*keyy, thread;"):
+        await memory.arecord({"user_id": "a"}, turn, thread="t", keyy="k")  # type: ignore[call-arg]
+    assert memory.episodes({"user_id": "a"}) == []  # nothing was written
+    assert memory.record({"user_id": "a"}, turn, occurred_at=0, thread_id="t", key="k") == "k"
