@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 from langgraph_checkpoint_agent_memory.memory import (
     CallableExtractor,
     RuleBasedExtractor,
@@ -713,3 +714,19 @@ async def test_a_misspelled_record_option_is_refused(tmp_path: Path) -> None:
         await memory.arecord({"user_id": "a"}, turn, thread="t", keyy="k")  # type: ignore[call-arg]
     assert memory.episodes({"user_id": "a"}) == []  # nothing was written
     assert memory.record({"user_id": "a"}, turn, occurred_at=0, thread_id="t", key="k") == "k"
+
+
+async def test_episode_status_and_pin_attribute_are_checked(tmp_path: Path) -> None:
+    """A status the command line refuses is refused here too (it read as "no episodes"), and
+    an empty attribute raises the package's error."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    memory.record("user=a", [("user", "I live in Paris")])
+    with pytest.raises(InvalidValueError, match=r"status must be one of pending, done, parked"):
+        memory.episodes("user=a", status="bogus")
+    with pytest.raises(InvalidValueError, match=r"status must be one of.*'Pending'"):
+        await memory.aepisodes("user=a", status="Pending")
+    assert len(memory.episodes("user=a", status="pending")) == 1
+    with pytest.raises(InvalidValueError, match=r"attribute needs letters or digits"):
+        memory.pin("user=a", "")
+    with pytest.raises(InvalidValueError, match=r"attribute needs letters or digits"):
+        await memory.apin("user=a", " - ")

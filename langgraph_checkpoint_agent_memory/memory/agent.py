@@ -292,6 +292,9 @@ class AgentMemory(Generic[StoreT]):
             status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
                 (failed too often; see :meth:`retry`); ``None``: all.
 
+        Raises:
+            InvalidValueError: ``status`` is none of these.
+
         Example:
             ```python
             waiting = memory.episodes("user=alice", status="pending")

@@ -56,6 +56,9 @@ KINDS: tuple[str, ...] = ("facts", "history", "episodes")
 
 #: The longest identifiers memory keeps, in characters: the column sizes on PostgreSQL and SAP
 #: HANA, checked before anything is written so every backend gives one outcome.
+#: What an episode's ``status`` can be: ``pending`` (not consolidated yet) -> ``done``;
+#: ``parked`` after repeated failures.
+EPISODE_STATUSES: tuple[str, ...] = ("pending", "done", "parked")
 MAX_THREAD_ID = 255
 MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
@@ -208,7 +211,7 @@ def normalize_attribute(name: str) -> str:
     """``"Home City"`` and ``home_city`` are one attribute."""
     cleaned = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_")
     if not cleaned:
-        raise ValueError(f"a fact attribute needs letters or digits, got {name!r}")
+        raise InvalidValueError(f"a fact attribute needs letters or digits, got {name!r}")
     return cleaned
 
 
