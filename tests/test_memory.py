@@ -382,6 +382,25 @@ async def test_nodes_refuse_a_run_without_scope(tmp_path: Path) -> None:
     assert len(await memory.aepisodes({"user_id": "carol"})) == 1
 
 
+async def test_integer_scope_ids_read_as_their_text_in_graphs_and_the_api(tmp_path: Path) -> None:
+    """A graph run with ``user_id=42`` records ``user=42``; the API reaches it with the same
+    integer (it refused one, so the episodes could not be listed or erased)."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    turn = {"messages": [HumanMessage("I live in Berlin", id="m1")]}
+    memory.record_node.invoke(turn, {"configurable": {"user_id": 42, "thread_id": "t"}})
+    assert len(memory.episodes({"user_id": 42})) == 1
+    assert memory.episodes({"user_id": 42}) == memory.episodes("user=42")
+    assert len(await memory.aepisodes({"user_id": "42"})) == 1
+    assert Scope.of({"user_id": 42}) == Scope(user_id="42")
+    for bad in (True, 4.5, "", b"42", ["42"]):
+        with pytest.raises(ScopeError, match=r"user_id must be a non-empty string \(or an int"):
+            memory.episodes({"user_id": bad})
+        with pytest.raises(ScopeError, match=r"user_id must be a non-empty string \(or an int"):
+            memory.record_node.invoke(turn, {"configurable": {"user_id": bad}})
+    memory.erase({"user_id": 42})
+    assert memory.episodes("user=42") == []
+
+
 @pytest.mark.parametrize(
     ("keys", "a", "b", "shared"),
     [

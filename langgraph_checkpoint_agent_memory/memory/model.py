@@ -114,8 +114,14 @@ class Scope:
     def __post_init__(self) -> None:
         for name in SCOPE_KEYS:
             value = getattr(self, name)
+            if isinstance(value, int | uuid.UUID) and not isinstance(value, bool):
+                # the one rule for the API and a graph's config: 42 is the id "42"
+                object.__setattr__(self, name, value := str(value))
             if value is not None and (not isinstance(value, str) or not value):
-                raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
+                raise ScopeError(
+                    f"scope {name} must be a non-empty string (or an integer or UUID), "
+                    f"got {value!r}"
+                )
             if value is not None and not value.isascii() and _SURROGATE.search(value):
                 raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
