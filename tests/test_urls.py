@@ -12,12 +12,15 @@ from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import (
     ConfigurationError,
+    DatabaseNotFoundError,
     PostgresSaver,
+    ReadOnlyDatabaseError,
     SqliteSaver,
     create_checkpointer,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+from tests.helpers import present
 
 
 @pytest.mark.parametrize(
@@ -207,3 +210,45 @@ def test_the_url_and_the_argument_must_agree() -> None:
     assert isinstance(saver.db, PostgresDatabase)
     assert saver.db.options.prepare_threshold is None
     assert "prepare_threshold" not in saver.db.describe()
+
+
+def test_a_sqlite_url_mode_is_honoured(tmp_path: Path) -> None:
+    """``?mode=ro`` reads only and ``?mode=rw`` opens an existing file only, as the ``mode=``
+    keyword does (the query was ignored: the file was created and written)."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    missing = tmp_path / "missing.db"
+    for mode in ("ro", "rw"):
+        with pytest.raises(DatabaseNotFoundError, match="does not exist"):
+            create_store(f"sqlite:///{missing}?mode={mode}").get(("a",), "k")
+        with pytest.raises(DatabaseNotFoundError, match="does not exist"):
+            create_checkpointer(url=f"sqlite:///{missing}?mode={mode}").get_tuple(
+                {"configurable": {"thread_id": "t"}}
+            )
+    assert not missing.exists()
+    with create_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
+        store.put(("a",), "k", {"v": 1})
+    with create_store(f"sqlite:///{tmp_path / 'x.db'}?mode=ro") as store:
+        assert present(store.get(("a",), "k")).value == {"v": 1}
+        with pytest.raises(ReadOnlyDatabaseError):
+            store.put(("a",), "k", {"v": 2})
+    stricter = create_store(f"sqlite:///{tmp_path / 'x.db'}?mode=ro", mode="rw")
+    with stricter, pytest.raises(ReadOnlyDatabaseError):  # the stricter of the two
+        stricter.put(("a",), "k", {"v": 2})
+    assert urls.parse("sqlite:///x.db?mode=rw").options == {"path": "x.db", "mode": "rw"}
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("mode=bogus", r"mode must be rwc, rw or ro, got 'bogus'"),
+        ("mode=", r"mode must be rwc, rw or ro, got ''"),
+        ("foo=bar", r"unknown SQLite URL option 'foo'; the one known is mode \(rwc, rw, ro\)"),
+        ("mode=ro&mode=rw", r"mode is given more than once"),
+    ],
+)
+def test_an_unknown_sqlite_url_option_is_refused(query: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says):
+        urls.parse(f"sqlite:///cfg.db?{query}")
+    with pytest.raises(ConfigurationError, match=says):
+        create_checkpointer(url=f"sqlite:///cfg.db?{query}")

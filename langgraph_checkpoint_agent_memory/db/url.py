@@ -3,6 +3,7 @@
 Accepted URLs::
 
     sqlite:///relative/path.db    sqlite:////absolute/path.db    sqlite:///~/in/home.db
+    sqlite:///path.db?mode=ro     (rw: an existing file only; ro: read only; rwc, the default)
     postgresql://user:pass@host:5432/db?sslmode=require   (also postgres://, or key=value)
     postgresql://host/db?prepare_threshold=none   (this package's option, taken out for libpq)
     hana://user:pass@host:443/?encrypt=true&currentSchema=AGENT
@@ -19,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -112,12 +113,13 @@ def parse(url: str, source: str = "argument") -> Target:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
-        path = url[len("sqlite://") :].removeprefix("/").split("?", 1)[0]
+        path, _, query = url[len("sqlite://") :].removeprefix("/").partition("?")
         if not path or path == ":memory:":
             raise ConfigurationError(
                 f"{mask_url(url)}: SQLite needs a file path, e.g. sqlite:///./memory.db"
             )
-        return Target("sqlite", url, source, {"path": _home_expanded(unquote(path), url)})
+        options = {"path": _home_expanded(unquote(path), url), **_sqlite_options(url, query)}
+        return Target("sqlite", url, source, options)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         return Target("postgresql", "postgresql://" + url.split("://", 1)[1], source)
     if scheme == "" and "=" in url and ("host=" in url or "dbname=" in url):
@@ -128,6 +130,39 @@ def parse(url: str, source: str = "argument") -> Target:
         f"unsupported memory URL {mask_url(url)!r} (from {source}): use sqlite:///path.db, "
         "postgresql://... or hana://user:password@host:port"
     )
+
+
+#: The SQLite URL's one option, ``mode``, and its values (SQLite's URI parameter), the
+#: least strict first.
+SQLITE_MODES = ("rwc", "rw", "ro")
+SqliteMode = Literal["rwc", "rw", "ro"]
+
+
+def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
+    """The stricter of ``mode`` and the SQLite URL's own ``?mode=``: ``ro`` over ``rw`` over
+    ``rwc`` (a mode SQLite does not know is left for the database to refuse)."""
+    given = target.options.get("mode", mode)
+    if mode in SQLITE_MODES:
+        mode = max(mode, given, key=SQLITE_MODES.index)
+    return cast(SqliteMode, mode)
+
+
+def _sqlite_options(url: str, query: str) -> dict[str, str]:
+    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for any other
+    option, a mode SQLite does not know, or one given twice."""
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "mode":
+            raise ConfigurationError(
+                f"{mask_url(url)}: unknown SQLite URL option {key!r}; the one known is "
+                f"mode ({', '.join(SQLITE_MODES)})"
+            )
+        if value not in SQLITE_MODES:
+            raise ConfigurationError(f"{mask_url(url)}: mode must be rwc, rw or ro, got {value!r}")
+        if key in options:
+            raise ConfigurationError(f"{mask_url(url)}: mode is given more than once")
+        options[key] = value
+    return options
 
 
 def _home_expanded(path: str, url: str) -> str:
