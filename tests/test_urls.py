@@ -252,3 +252,39 @@ def test_an_unknown_sqlite_url_option_is_refused(query: str, says: str) -> None:
         urls.parse(f"sqlite:///cfg.db?{query}")
     with pytest.raises(ConfigurationError, match=says):
         create_checkpointer(url=f"sqlite:///cfg.db?{query}")
+
+
+@pytest.mark.parametrize("written", ["{dir}/env.db", "file:{dir}/env.db", "file://{dir}/env.db"])
+def test_the_environment_takes_a_path_as_the_cli_and_agent_server_do(
+    written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AGENT_MEMORY_URL=./cfg.db`` or ``file:cfg.db``: what ``--url`` and the Agent Server
+    take, ``create_store()`` and ``create_checkpointer()`` refused as an unsupported URL."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    monkeypatch.setenv("AGENT_MEMORY_URL", written.format(dir=tmp_path))
+    target = urls.resolve(None)
+    assert target is not None and target.kind == "sqlite" and target.source == "AGENT_MEMORY_URL"
+    assert target.options["path"] == str(tmp_path / "env.db")
+    with create_store() as store:
+        store.put(("a",), "k", {"v": 1})
+    saver = create_checkpointer()
+    assert isinstance(saver, SqliteSaver)
+    saver.close()
+    assert (tmp_path / "env.db").is_file()
+    monkeypatch.setenv("AGENT_MEMORY_URL", f"file:{tmp_path / 'env.db'}?mode=ro")
+    assert present(urls.resolve(None)).options["mode"] == "ro"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AGENT_MEMORY_URL", "~/env.db")
+    assert present(urls.resolve(None)).options["path"] == str(tmp_path / "env.db")
+
+
+@pytest.mark.parametrize("bad", [5, b"sqlite:///x.db", ["sqlite:///x.db"]])
+def test_a_url_that_is_not_a_string_says_so(bad: object) -> None:
+    from langgraph_checkpoint_agent_memory import create_store
+
+    says = rf"memory URL from argument must be a string, not {type(bad).__name__}"
+    with pytest.raises(ConfigurationError, match=says):
+        create_store(url=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"must be a string"):
+        create_checkpointer(url=bad)  # type: ignore[arg-type]

@@ -81,8 +81,8 @@ def resolve(url: str | None, *, environ: dict[str, str] | None = None) -> Target
     env = os.environ if environ is None else environ
     if url is not None:
         return parse(url, "argument")
-    if env.get(URL_ENV):
-        return parse(env[URL_ENV], URL_ENV)
+    if env.get(URL_ENV):  # a plain path or file: URL too, as the CLI and Agent Server take it
+        return parse(as_url(env[URL_ENV], URL_ENV), URL_ENV)
     return _vcap_hana(env) or _k8s_hana(env)
 
 
@@ -92,24 +92,32 @@ def as_url(text: str, source: str = "argument") -> str:
     ``sqlite:///<path>`` (``~`` expanded). The one rule of the command line and the Agent
     Server's ``AGENT_MEMORY_URL``; ``ConfigurationError``, naming ``source``, for an empty
     text, a ``file:`` URL without a path, or a database this package does not support."""
-    raw = text.strip() if isinstance(text, str) else ""
-    if not raw:
-        raise ConfigurationError(f"memory URL from {source} is empty")
+    raw = _checked_text(text, source)
     if raw.lower().startswith("file:"):
-        path = unquote(urlsplit(raw).path)
+        parts = urlsplit(raw)
+        path = unquote(parts.path)
         if not path:
             raise ConfigurationError(f"{source}={raw!r}: a file: URL needs a path")
-        raw = f"sqlite:///{path}"
+        raw = f"sqlite:///{path}" + (f"?{parts.query}" if parts.query else "")
     elif "://" not in raw and not ("=" in raw and ("host=" in raw or "dbname=" in raw)):
         raw = f"sqlite:///{Path(raw).expanduser()}"
     parse(raw, source)  # an unsupported URL fails here, naming its source
     return raw
 
 
-def parse(url: str, source: str = "argument") -> Target:
-    if not isinstance(url, str) or not url.strip():
+def _checked_text(url: object, source: str) -> str:
+    """``url`` stripped; ``ConfigurationError`` if it is not a string, or empty."""
+    if not isinstance(url, str):
+        raise ConfigurationError(
+            f"memory URL from {source} must be a string, not {type(url).__name__}"
+        )
+    if not url.strip():
         raise ConfigurationError(f"memory URL from {source} is empty")
-    url = url.strip()
+    return url.strip()
+
+
+def parse(url: str, source: str = "argument") -> Target:
+    url = _checked_text(url, source)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
