@@ -142,6 +142,13 @@ def _sqlite_only(target: urls.Target | None, options: dict[str, Any]) -> None:
         raise ConfigurationError(f"mode applies to a SQLite file only, not to {where}")
 
 
+def _url_mode(target: urls.Target, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the stricter of their ``mode`` and the SQLite URL's ``?mode=``."""
+    if "mode" not in target.options:
+        return options
+    return {**options, "mode": urls.sqlite_mode(target, options.get("mode", "rwc"))}
+
+
 def create_checkpointer(
     ttl_seconds: int | None = None,
     *,
@@ -295,7 +302,7 @@ def open_database(url: str | None, options: dict[str, Any]) -> Database[Any]:
     if target is None:
         database = SQLiteDatabase(":memory:")
     elif target.kind == "sqlite":
-        database = SQLiteDatabase(target.options["path"], **database_options)
+        database = SQLiteDatabase(target.options["path"], **_url_mode(target, database_options))
     elif target.kind == "postgresql":
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 
@@ -337,7 +344,8 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
     known -= {"database", "conn", "kwargs", "ttl_seconds"}
     _refuse_unknown(options, frozenset(known), f"{saver_type.__name__} ({target.kind})")
     if target.kind == "sqlite":
-        saver: SQLSaver = backends.SqliteSaver(target.options["path"], ttl_seconds=ttl, **options)
+        path, sqlite_options = target.options["path"], _url_mode(target, options)
+        saver: SQLSaver = backends.SqliteSaver(path, ttl_seconds=ttl, **sqlite_options)
     elif target.kind == "postgresql":
         saver = backends.PostgresSaver(target.url, ttl_seconds=ttl, **options)
     else:

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_checkpoint_agent_memory import AgentMemory, create_checkpointer, create_store
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 from langgraph_checkpoint_agent_memory.memory import (
     CallableExtractor,
     RuleBasedExtractor,
@@ -381,6 +382,25 @@ async def test_nodes_refuse_a_run_without_scope(tmp_path: Path) -> None:
     assert len(await memory.aepisodes({"user_id": "carol"})) == 1
 
 
+async def test_integer_scope_ids_read_as_their_text_in_graphs_and_the_api(tmp_path: Path) -> None:
+    """A graph run with ``user_id=42`` records ``user=42``; the API reaches it with the same
+    integer (it refused one, so the episodes could not be listed or erased)."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    turn = {"messages": [HumanMessage("I live in Berlin", id="m1")]}
+    memory.record_node.invoke(turn, {"configurable": {"user_id": 42, "thread_id": "t"}})
+    assert len(memory.episodes({"user_id": 42})) == 1
+    assert memory.episodes({"user_id": 42}) == memory.episodes("user=42")
+    assert len(await memory.aepisodes({"user_id": "42"})) == 1
+    assert Scope.of({"user_id": 42}) == Scope(user_id="42")
+    for bad in (True, 4.5, "", b"42", ["42"]):
+        with pytest.raises(ScopeError, match=r"user_id must be a non-empty string \(or an int"):
+            memory.episodes({"user_id": bad})
+        with pytest.raises(ScopeError, match=r"user_id must be a non-empty string \(or an int"):
+            memory.record_node.invoke(turn, {"configurable": {"user_id": bad}})
+    memory.erase({"user_id": 42})
+    assert memory.episodes("user=42") == []
+
+
 @pytest.mark.parametrize(
     ("keys", "a", "b", "shared"),
     [
@@ -700,3 +720,32 @@ async def test_a_misspelled_recall_option_is_refused(tmp_path: Path) -> None:
     assert memory.build_context(
         {"user_id": "alice"}, "q", budget_tokens=50
     ) == memory.build_context({"user_id": "alice"}, "q", budget_tokens=50)
+
+
+async def test_a_misspelled_record_option_is_refused(tmp_path: Path) -> None:
+    """``occured_at=`` for ``occurred_at=`` would otherwise date the episode now."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    turn = [("user", "I live in Paris")]
+    known = r"known: thread_id, key, occurred_at"
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument.*occured_at; {known}"):
+        memory.record({"user_id": "a"}, turn, occured_at=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*keyy, thread;"):
+        await memory.arecord({"user_id": "a"}, turn, thread="t", keyy="k")  # type: ignore[call-arg]
+    assert memory.episodes({"user_id": "a"}) == []  # nothing was written
+    assert memory.record({"user_id": "a"}, turn, occurred_at=0, thread_id="t", key="k") == "k"
+
+
+async def test_episode_status_and_pin_attribute_are_checked(tmp_path: Path) -> None:
+    """A status the command line refuses is refused here too (it read as "no episodes"), and
+    an empty attribute raises the package's error."""
+    memory = AgentMemory(create_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    memory.record("user=a", [("user", "I live in Paris")])
+    with pytest.raises(InvalidValueError, match=r"status must be one of pending, done, parked"):
+        memory.episodes("user=a", status="bogus")
+    with pytest.raises(InvalidValueError, match=r"status must be one of.*'Pending'"):
+        await memory.aepisodes("user=a", status="Pending")
+    assert len(memory.episodes("user=a", status="pending")) == 1
+    with pytest.raises(InvalidValueError, match=r"attribute needs letters or digits"):
+        memory.pin("user=a", "")
+    with pytest.raises(InvalidValueError, match=r"attribute needs letters or digits"):
+        await memory.apin("user=a", " - ")

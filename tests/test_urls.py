@@ -12,12 +12,15 @@ from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import (
     ConfigurationError,
+    DatabaseNotFoundError,
     PostgresSaver,
+    ReadOnlyDatabaseError,
     SqliteSaver,
     create_checkpointer,
 )
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
+from tests.helpers import present
 
 
 @pytest.mark.parametrize(
@@ -207,3 +210,81 @@ def test_the_url_and_the_argument_must_agree() -> None:
     assert isinstance(saver.db, PostgresDatabase)
     assert saver.db.options.prepare_threshold is None
     assert "prepare_threshold" not in saver.db.describe()
+
+
+def test_a_sqlite_url_mode_is_honoured(tmp_path: Path) -> None:
+    """``?mode=ro`` reads only and ``?mode=rw`` opens an existing file only, as the ``mode=``
+    keyword does (the query was ignored: the file was created and written)."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    missing = tmp_path / "missing.db"
+    for mode in ("ro", "rw"):
+        with pytest.raises(DatabaseNotFoundError, match="does not exist"):
+            create_store(f"sqlite:///{missing}?mode={mode}").get(("a",), "k")
+        with pytest.raises(DatabaseNotFoundError, match="does not exist"):
+            create_checkpointer(url=f"sqlite:///{missing}?mode={mode}").get_tuple(
+                {"configurable": {"thread_id": "t"}}
+            )
+    assert not missing.exists()
+    with create_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
+        store.put(("a",), "k", {"v": 1})
+    with create_store(f"sqlite:///{tmp_path / 'x.db'}?mode=ro") as store:
+        assert present(store.get(("a",), "k")).value == {"v": 1}
+        with pytest.raises(ReadOnlyDatabaseError):
+            store.put(("a",), "k", {"v": 2})
+    stricter = create_store(f"sqlite:///{tmp_path / 'x.db'}?mode=ro", mode="rw")
+    with stricter, pytest.raises(ReadOnlyDatabaseError):  # the stricter of the two
+        stricter.put(("a",), "k", {"v": 2})
+    assert urls.parse("sqlite:///x.db?mode=rw").options == {"path": "x.db", "mode": "rw"}
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("mode=bogus", r"mode must be rwc, rw or ro, got 'bogus'"),
+        ("mode=", r"mode must be rwc, rw or ro, got ''"),
+        ("foo=bar", r"unknown SQLite URL option 'foo'; the one known is mode \(rwc, rw, ro\)"),
+        ("mode=ro&mode=rw", r"mode is given more than once"),
+    ],
+)
+def test_an_unknown_sqlite_url_option_is_refused(query: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says):
+        urls.parse(f"sqlite:///cfg.db?{query}")
+    with pytest.raises(ConfigurationError, match=says):
+        create_checkpointer(url=f"sqlite:///cfg.db?{query}")
+
+
+@pytest.mark.parametrize("written", ["{dir}/env.db", "file:{dir}/env.db", "file://{dir}/env.db"])
+def test_the_environment_takes_a_path_as_the_cli_and_agent_server_do(
+    written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AGENT_MEMORY_URL=./cfg.db`` or ``file:cfg.db``: what ``--url`` and the Agent Server
+    take, ``create_store()`` and ``create_checkpointer()`` refused as an unsupported URL."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    monkeypatch.setenv("AGENT_MEMORY_URL", written.format(dir=tmp_path))
+    target = urls.resolve(None)
+    assert target is not None and target.kind == "sqlite" and target.source == "AGENT_MEMORY_URL"
+    assert target.options["path"] == str(tmp_path / "env.db")
+    with create_store() as store:
+        store.put(("a",), "k", {"v": 1})
+    saver = create_checkpointer()
+    assert isinstance(saver, SqliteSaver)
+    saver.close()
+    assert (tmp_path / "env.db").is_file()
+    monkeypatch.setenv("AGENT_MEMORY_URL", f"file:{tmp_path / 'env.db'}?mode=ro")
+    assert present(urls.resolve(None)).options["mode"] == "ro"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AGENT_MEMORY_URL", "~/env.db")
+    assert present(urls.resolve(None)).options["path"] == str(tmp_path / "env.db")
+
+
+@pytest.mark.parametrize("bad", [5, b"sqlite:///x.db", ["sqlite:///x.db"]])
+def test_a_url_that_is_not_a_string_says_so(bad: object) -> None:
+    from langgraph_checkpoint_agent_memory import create_store
+
+    says = rf"memory URL from argument must be a string, not {type(bad).__name__}"
+    with pytest.raises(ConfigurationError, match=says):
+        create_store(url=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"must be a string"):
+        create_checkpointer(url=bad)  # type: ignore[arg-type]

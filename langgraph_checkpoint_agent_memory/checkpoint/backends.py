@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from langgraph_checkpoint_agent_memory.checkpoint.saver import SQLSaver
-from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse
+from langgraph_checkpoint_agent_memory.db.url import hana_connect_args, parse, sqlite_mode
 
 
 @contextmanager
@@ -73,7 +73,8 @@ class SqliteSaver(SQLSaver):
         from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
         if isinstance(conn, str) and conn.startswith("sqlite:"):
-            conn = parse(conn).options["path"]
+            target = parse(conn)
+            conn, mode = target.options["path"], sqlite_mode(target, mode)
         database = SQLiteDatabase(conn, durability=durability, pool_size=pool_size, mode=mode)
         super().__init__(database, **kwargs)
 

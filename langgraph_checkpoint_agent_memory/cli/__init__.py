@@ -18,6 +18,7 @@ from langgraph_checkpoint_agent_memory.cli import common, importing, keys, memor
 from langgraph_checkpoint_agent_memory.cli.common import CommandError, default_url, resolve_url
 from langgraph_checkpoint_agent_memory.cli.progress import progress
 from langgraph_checkpoint_agent_memory.db import url as urls
+from langgraph_checkpoint_agent_memory.memory.model import EPISODE_STATUSES
 
 __all__ = ["CommandError", "build_parser", "default_url", "main", "resolve_url", "run"]
 
@@ -292,7 +293,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     facts = command("facts", "a scope's current facts", memory.cmd_facts, "SCOPE")
     _flag(facts, "--all", "include superseded values")
     episodes = command("episodes", "a scope's episodes", memory.cmd_episodes, "SCOPE")
-    episodes.add_argument("--status", choices=["pending", "done", "parked"])
+    episodes.add_argument("--status", choices=EPISODE_STATUSES)
     context = command(
         "context", "what inject_node would inject for QUERY", memory.cmd_context, "SCOPE", "QUERY"
     )

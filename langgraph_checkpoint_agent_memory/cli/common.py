@@ -118,8 +118,12 @@ def emit(args: argparse.Namespace, data: Any, render: Callable[[Any], None]) -> 
 
 
 def existing(url: str, mode: str = "rw") -> dict[str, Any]:
-    """Options that open ``url`` only if it exists (SQLite refuses a missing file: no race)."""
-    return {"mode": mode} if urls.parse(url).kind == "sqlite" else {}
+    """Options that open ``url`` only if it exists (SQLite refuses a missing file: no race),
+    read only when ``mode`` or the URL's own ``?mode=ro`` says so."""
+    target = urls.parse(url)
+    if target.kind != "sqlite":
+        return {}
+    return {"mode": urls.sqlite_mode(target, mode)}
 
 
 def installed(url: str) -> set[str]:

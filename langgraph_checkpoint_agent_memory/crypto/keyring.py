@@ -457,7 +457,7 @@ def open_database(url: str) -> Database[Any]:
     if target.kind == "sqlite":
         from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDatabase
 
-        return SQLiteDatabase(target.options["path"])
+        return SQLiteDatabase(target.options["path"], mode=urls.sqlite_mode(target))
     if target.kind == "postgresql":
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresDatabase
 

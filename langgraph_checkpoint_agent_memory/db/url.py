@@ -3,6 +3,7 @@
 Accepted URLs::
 
     sqlite:///relative/path.db    sqlite:////absolute/path.db    sqlite:///~/in/home.db
+    sqlite:///path.db?mode=ro     (rw: an existing file only; ro: read only; rwc, the default)
     postgresql://user:pass@host:5432/db?sslmode=require   (also postgres://, or key=value)
     postgresql://host/db?prepare_threshold=none   (this package's option, taken out for libpq)
     hana://user:pass@host:443/?encrypt=true&currentSchema=AGENT
@@ -19,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
@@ -80,8 +81,8 @@ def resolve(url: str | None, *, environ: dict[str, str] | None = None) -> Target
     env = os.environ if environ is None else environ
     if url is not None:
         return parse(url, "argument")
-    if env.get(URL_ENV):
-        return parse(env[URL_ENV], URL_ENV)
+    if env.get(URL_ENV):  # a plain path or file: URL too, as the CLI and Agent Server take it
+        return parse(as_url(env[URL_ENV], URL_ENV), URL_ENV)
     return _vcap_hana(env) or _k8s_hana(env)
 
 
@@ -91,33 +92,42 @@ def as_url(text: str, source: str = "argument") -> str:
     ``sqlite:///<path>`` (``~`` expanded). The one rule of the command line and the Agent
     Server's ``AGENT_MEMORY_URL``; ``ConfigurationError``, naming ``source``, for an empty
     text, a ``file:`` URL without a path, or a database this package does not support."""
-    raw = text.strip() if isinstance(text, str) else ""
-    if not raw:
-        raise ConfigurationError(f"memory URL from {source} is empty")
+    raw = _checked_text(text, source)
     if raw.lower().startswith("file:"):
-        path = unquote(urlsplit(raw).path)
+        parts = urlsplit(raw)
+        path = unquote(parts.path)
         if not path:
             raise ConfigurationError(f"{source}={raw!r}: a file: URL needs a path")
-        raw = f"sqlite:///{path}"
+        raw = f"sqlite:///{path}" + (f"?{parts.query}" if parts.query else "")
     elif "://" not in raw and not ("=" in raw and ("host=" in raw or "dbname=" in raw)):
         raw = f"sqlite:///{Path(raw).expanduser()}"
     parse(raw, source)  # an unsupported URL fails here, naming its source
     return raw
 
 
-def parse(url: str, source: str = "argument") -> Target:
-    if not isinstance(url, str) or not url.strip():
+def _checked_text(url: object, source: str) -> str:
+    """``url`` stripped; ``ConfigurationError`` if it is not a string, or empty."""
+    if not isinstance(url, str):
+        raise ConfigurationError(
+            f"memory URL from {source} must be a string, not {type(url).__name__}"
+        )
+    if not url.strip():
         raise ConfigurationError(f"memory URL from {source} is empty")
-    url = url.strip()
+    return url.strip()
+
+
+def parse(url: str, source: str = "argument") -> Target:
+    url = _checked_text(url, source)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "sqlite":
         # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
-        path = url[len("sqlite://") :].removeprefix("/").split("?", 1)[0]
+        path, _, query = url[len("sqlite://") :].removeprefix("/").partition("?")
         if not path or path == ":memory:":
             raise ConfigurationError(
                 f"{mask_url(url)}: SQLite needs a file path, e.g. sqlite:///./memory.db"
             )
-        return Target("sqlite", url, source, {"path": _home_expanded(unquote(path), url)})
+        options = {"path": _home_expanded(unquote(path), url), **_sqlite_options(url, query)}
+        return Target("sqlite", url, source, options)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         return Target("postgresql", "postgresql://" + url.split("://", 1)[1], source)
     if scheme == "" and "=" in url and ("host=" in url or "dbname=" in url):
@@ -128,6 +138,39 @@ def parse(url: str, source: str = "argument") -> Target:
         f"unsupported memory URL {mask_url(url)!r} (from {source}): use sqlite:///path.db, "
         "postgresql://... or hana://user:password@host:port"
     )
+
+
+#: The SQLite URL's one option, ``mode``, and its values (SQLite's URI parameter), the
+#: least strict first.
+SQLITE_MODES = ("rwc", "rw", "ro")
+SqliteMode = Literal["rwc", "rw", "ro"]
+
+
+def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
+    """The stricter of ``mode`` and the SQLite URL's own ``?mode=``: ``ro`` over ``rw`` over
+    ``rwc`` (a mode SQLite does not know is left for the database to refuse)."""
+    given = target.options.get("mode", mode)
+    if mode in SQLITE_MODES:
+        mode = max(mode, given, key=SQLITE_MODES.index)
+    return cast(SqliteMode, mode)
+
+
+def _sqlite_options(url: str, query: str) -> dict[str, str]:
+    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for any other
+    option, a mode SQLite does not know, or one given twice."""
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "mode":
+            raise ConfigurationError(
+                f"{mask_url(url)}: unknown SQLite URL option {key!r}; the one known is "
+                f"mode ({', '.join(SQLITE_MODES)})"
+            )
+        if value not in SQLITE_MODES:
+            raise ConfigurationError(f"{mask_url(url)}: mode must be rwc, rw or ro, got {value!r}")
+        if key in options:
+            raise ConfigurationError(f"{mask_url(url)}: mode is given more than once")
+        options[key] = value
+    return options
 
 
 def _home_expanded(path: str, url: str) -> str:

@@ -295,6 +295,9 @@ class AgentMemory(Generic[StoreT]):
             status: Only ``"pending"`` (not consolidated yet), ``"done"`` or ``"parked"``
                 (failed too often; see :meth:`retry`); ``None``: all.
 
+        Raises:
+            InvalidValueError: ``status`` is none of these.
+
         Example:
             ```python
             waiting = memory.episodes("user=alice", status="pending")
@@ -412,6 +415,8 @@ class AgentMemory(Generic[StoreT]):
                 content that is not text), or ``thread_id``, ``key`` or ``occurred_at`` is
                 out of bounds (``occurred_at``: finite, between the years 1 and 9999);
                 nothing was written.
+            TypeError: an option that is not one of :class:`RecordOptions` (a misspelled
+                ``occured_at=`` would otherwise date the episode now); nothing was written.
 
         Example:
             ```python

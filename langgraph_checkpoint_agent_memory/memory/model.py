@@ -56,6 +56,9 @@ KINDS: tuple[str, ...] = ("facts", "history", "episodes")
 
 #: The longest identifiers memory keeps, in characters: the column sizes on PostgreSQL and SAP
 #: HANA, checked before anything is written so every backend gives one outcome.
+#: What an episode's ``status`` can be: ``pending`` (not consolidated yet) -> ``done``;
+#: ``parked`` after repeated failures.
+EPISODE_STATUSES: tuple[str, ...] = ("pending", "done", "parked")
 MAX_THREAD_ID = 255
 MAX_EPISODE_KEY = 255
 MAX_NAMESPACE = 1024
@@ -111,8 +114,14 @@ class Scope:
     def __post_init__(self) -> None:
         for name in SCOPE_KEYS:
             value = getattr(self, name)
+            if isinstance(value, int | uuid.UUID) and not isinstance(value, bool):
+                # the one rule for the API and a graph's config: 42 is the id "42"
+                object.__setattr__(self, name, value := str(value))
             if value is not None and (not isinstance(value, str) or not value):
-                raise ScopeError(f"scope {name} must be a non-empty string, got {value!r}")
+                raise ScopeError(
+                    f"scope {name} must be a non-empty string (or an integer or UUID), "
+                    f"got {value!r}"
+                )
             if value is not None and not value.isascii() and _SURROGATE.search(value):
                 raise InvalidValueError(f"scope {name} is not valid Unicode (a lone surrogate)")
         if self.empty:
@@ -208,7 +217,7 @@ def normalize_attribute(name: str) -> str:
     """``"Home City"`` and ``home_city`` are one attribute."""
     cleaned = re.sub(r"[^0-9a-z]+", "_", name.strip().lower()).strip("_")
     if not cleaned:
-        raise ValueError(f"a fact attribute needs letters or digits, got {name!r}")
+        raise InvalidValueError(f"a fact attribute needs letters or digits, got {name!r}")
     return cleaned
 
 

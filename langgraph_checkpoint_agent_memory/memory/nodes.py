@@ -31,13 +31,13 @@ def scope_from(
     config: Mapping[str, Any] | None, state: Any, keys: Sequence[str] = SCOPE_KEYS
 ) -> Scope:
     configurable = dict((config or {}).get("configurable") or {})
-    values: dict[str, str] = {}
+    values: dict[str, Any] = {}
     for key in keys:
         value = configurable.get(key)
         if value is None:
             value = _state_get(state, key)
         if value is not None:
-            values[key] = str(value)
+            values[key] = value  # Scope takes str, int and UUID ids, as the API does
     if not values:
         raise ScopeError(
             "no memory scope for this run: pass "

@@ -9,8 +9,10 @@ from typing import Protocol
 
 from langgraph_checkpoint_agent_memory.db import memory as sqlm
 from langgraph_checkpoint_agent_memory.db.database import Plan
+from langgraph_checkpoint_agent_memory.errors import InvalidValueError
 from langgraph_checkpoint_agent_memory.memory import facts as F
 from langgraph_checkpoint_agent_memory.memory.model import (
+    EPISODE_STATUSES,
     AsOf,
     Episode,
     Fact,
@@ -86,6 +88,10 @@ def history_plan(
 
 def episodes_plan(context: Reads, scope: ScopeLike, status: str | None) -> Plan[list[Episode]]:
     """The scope's episodes (of ``status`` when given), oldest first."""
+    if status is not None and status not in EPISODE_STATUSES:
+        raise InvalidValueError(
+            f"status must be one of {', '.join(EPISODE_STATUSES)} (or None for all), got {status!r}"
+        )
     prefix = context.prefix(scope, "episodes")
     rows = yield from sqlm.read_plan(context.sql, prefix, context.clock())
     eps = [Episode.from_value(r.key, r.value) for r in rows]

@@ -225,6 +225,12 @@ def record_plan(
 ) -> Plan[str | None]:
     """Store ``messages`` as a pending episode of ``scope`` (once per key), in one transaction with
     recall's queued reinforcements (taken only for an episode); its key, or ``None`` if empty."""
+    unknown = sorted(set(options) - set(RecordOptions.__annotations__))
+    if unknown:  # a misspelled option would otherwise be ignored without a word
+        raise TypeError(
+            f"record got unexpected keyword argument(s): {', '.join(unknown)}; "
+            f"known: {', '.join(RecordOptions.__annotations__)}"
+        )
     thread_id, key, at = options.get("thread_id"), options.get("key"), options.get("occurred_at")
     if thread_id is not None:
         thread_id = checked_identifier(thread_id, "thread_id", MAX_THREAD_ID)
