@@ -43,23 +43,17 @@ class Batch:
     rollback: bool = False
 
 
-#: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
-#: the affected row count) and returns its value.
+#: A plan yields batches, gets per statement its rows (``fetch``) or row count, returns a value.
 Plan = Generator[Batch, list[Any], T]
 
 
 def carry_plan(
     head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each
-    transaction that may write until one commits: what ``head`` writes commits with the plan's
-    first write, never without it. Returns whether a transaction carrying ``head`` committed,
-    and the plan's value.
-
-    Args:
-        lost: For a failed transaction that carried ``head``: the error to raise instead
-            of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
-    """
+    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each transaction
+    that may write until one commits, so ``head`` commits with the plan's first write or not at
+    all; ``lost`` maps such a transaction's failure to the error to raise (``None``: pass it to
+    ``plan``). Returns whether a transaction carrying ``head`` committed, and the plan's value."""
     stored = carrying = in_tx = False
     try:
         batch = next(plan)

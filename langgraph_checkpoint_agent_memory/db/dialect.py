@@ -348,8 +348,7 @@ class Dialect:
         """Objects a dialect's :meth:`fast_write` needs."""
         return []
 
-    #: Whether vectors also live in a native ``embedding`` column, so similarity runs in
-    #: SQL (PostgreSQL: found out at setup, :meth:`vectors_plan`).
+    #: Whether vectors also live in an ``embedding`` column, for similarity in SQL (PostgreSQL).
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:

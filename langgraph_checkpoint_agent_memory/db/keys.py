@@ -97,11 +97,7 @@ def carries(dialect: Dialect) -> bool:
 def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
     """Run ``plan`` (a write sealed with ``row``'s key) with the key's insert carried
     (:func:`.database.carry_plan`): nothing sealed with it commits without it. Returns whether
-    the key was stored (not when the plan committed no transaction) and the plan's value.
-
-    Raises:
-        KeyTaken: The owner has a key already (made meanwhile); nothing of the write committed.
-    """
+    the key was stored and the plan's value; :class:`KeyTaken` if the owner has one already."""
     strict = dialect.sql(
         "key_insert_strict",
         lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),

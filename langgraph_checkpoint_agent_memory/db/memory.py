@@ -455,10 +455,6 @@ def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
     the oldest one's time, in one statement over ``am_memory_pending`` (no items read), so a
     gauge may poll it.
 
-    Args:
-        sql: Agent memory's statements for the database's dialect.
-        now: The current time (seconds since the epoch), which the age is measured from.
-
     Example:
         >>> _ = memory.record("user=bob", [{"role": "user", "content": "I work nights"}])
         >>> backlog = memory.context.run(backlog_plan(memory.context.sql, now=4e9))
@@ -479,9 +475,6 @@ def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
 def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
     """Parked episodes (``parked_episodes``) and jobs per unfinished status (``failed_jobs``,
     ``parked_jobs``), over every scope: the totals of ``scopes``' parked and failed counts.
-
-    Args:
-        sql: Agent memory's statements for the database's dialect.
 
     Example:
         >>> memory.context.run(failures_plan(memory.context.sql))

@@ -77,8 +77,7 @@ logger = logging.getLogger(__name__)
 
 #: Serializes migrations, and the setups that change the schema, until the transaction ends.
 MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({0x616D5F6D6967})"  # raw: "am_mig"
-#: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
-#: a key space of the package's own, apart from the one-key locks (migrations).
+#: The first key of the two-key advisory locks of shard keys, apart from the one-key locks.
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
 
 #: Where pgvector is installed or can be: the extension and an untyped ``embedding`` column
@@ -1333,8 +1332,7 @@ class PostgresDatabase(Database[Any]):
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
-            # lost, if not yet broken: the pool discards it; given back once, even should no
-            # fresh connection be had (a second return would start a second replacement)
+            # given back once, even with no fresh one: a second return starts a second replacement
             lost, lease.conn = lease.conn, None
             await _done(lost.close())
             await _done(lease.pool.putconn(lost))

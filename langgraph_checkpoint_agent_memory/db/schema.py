@@ -203,8 +203,7 @@ store_terms = _sharded(
 #: Tables holding an item's rows, the item last: deletes go through all of them.
 STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 
-# A common term's postings in one namespace packed into one row (``store/blocks.py``), a
-# snapshot: postings written since have ``packed`` NULL.
+# A common term's postings in one namespace packed in one row; those written since: packed NULL.
 store_blocks = _sharded(
     "am_store_blocks",
     *_term_key(),

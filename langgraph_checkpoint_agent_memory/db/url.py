@@ -140,8 +140,7 @@ def parse(url: str, source: str = "argument") -> Target:
     )
 
 
-#: The SQLite URL's one option, ``mode``, and its values (SQLite's URI parameter), the
-#: least strict first.
+#: The SQLite URL's one option, ``mode``, and its values (SQLite's), the least strict first.
 SQLITE_MODES = ("rwc", "rw", "ro")
 SqliteMode = Literal["rwc", "rw", "ro"]
 
