@@ -312,8 +312,7 @@ def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     return d.sql(("select_checkpoint", by_id), build)
 
 
-#: A get_tuple's way to blobs: ``blob_versions`` as rows; one blob by key, its join
-#: condition, and whether the join is outer (fixing the order a planner might scan in).
+#: A get_tuple's way to blobs: versions as rows; a blob by key, its join, outer (fixes scan order).
 VersionRows = Callable[[Any], Any]
 BlobByKey = Callable[[Any, Any], tuple[Any, Any, bool]]
 

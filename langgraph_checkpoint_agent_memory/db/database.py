@@ -107,8 +107,7 @@ def connection_waited(pool: Callable[[], str], started: float) -> None:
 
 
 class Database(Generic[ConnT]):
-    """A connection source of one dialect; subclasses implement :meth:`_run_sync`, and
-    :meth:`arun` where the driver is natively async."""
+    """A connection source of one dialect: :meth:`_run_sync`, and :meth:`arun` if async."""
 
     dialect: Dialect
 
@@ -194,8 +193,7 @@ async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]])
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` aborted a transaction that may simply run again: a deadlock's victim,
-    a serialization failure (nothing was written)."""
+    """Whether ``exc`` aborted a transaction that may run again (a deadlock, a serialization)."""
     return getattr(exc, "sqlstate", None) in ("40P01", "40001")
 
 

@@ -136,8 +136,7 @@ class FastWrite:
 
 @dataclass(frozen=True)
 class Sql:
-    """A compiled statement. ``names`` orders a parameter mapping for positional drivers;
-    ``None`` means the driver takes the mapping itself."""
+    """A compiled statement; ``names`` orders a mapping for positional drivers (``None``: none)."""
 
     text: str
     names: tuple[str, ...] | None = None
@@ -161,8 +160,7 @@ class Dialect:
     """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
 
     name = "generic"
-    #: Whether the tables are spread over several nodes (Citus): set on first use by
-    #: :func:`~.distribution.detect_plan`; rows then go in by routed ``INSERT ... VALUES``.
+    #: Whether the tables are spread over nodes (Citus), set by :func:`~.distribution.detect_plan`.
     distributed = False
 
     def __init__(self) -> None:

@@ -65,8 +65,7 @@ def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
 
 
 def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
-    """Store ``row`` unless its owner has a key already; the owner's key either way (a
-    process that lost the race to create it gets the winner's)."""
+    """Store ``row`` unless its owner has a key already; the owner's key (a race's winner's)."""
     # one round trip: the insert, then the owner's key as the same transaction sees it
     insert = Stmt(_insert(dialect), row._asdict())
     _, rows = yield Batch([insert, _find(dialect, row.owner)], write=True)

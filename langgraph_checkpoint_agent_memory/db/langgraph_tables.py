@@ -260,8 +260,7 @@ def _item(row: tuple[Any, ...]) -> SourceItem:
 
 
 def open_source(url: str) -> Source:
-    """Open the database at ``url`` (a SQLite file or PostgreSQL) read-only; a URL of another
-    kind is a ``ConfigurationError``."""
+    """Open the database at ``url`` (a SQLite file or PostgreSQL) read-only."""
     target = urls.parse(url, "--from")
     where = target.masked()
     if target.kind == "sqlite":

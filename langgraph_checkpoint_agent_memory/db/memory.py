@@ -540,8 +540,7 @@ def erase_plan(
         yield Batch([Stmt(Sql(statement))])
     statements: list[Stmt] = []
     labels: list[str] = []
-    # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
-    # when its namespace covers the shard key, else (fewer labels than the key) on every shard
+    # items and decay rows by prefix: on the scope's shard if it covers the key, else on every shard
     by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
     by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
     for scope in scopes:

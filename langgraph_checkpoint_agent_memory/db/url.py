@@ -32,9 +32,8 @@ DEMO_FILE = "agent-memory-demo.db"
 
 
 def default_url() -> str:
-    """The embedded default: ``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, else in
-    ``$XDG_DATA_HOME/agent-memory``, else in ``~/.local/share/agent-memory``; else (no ``HOME``,
-    no account: a container run as an arbitrary uid) ``ConfigurationError``."""
+    """``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory`` or
+    ``~/.local/share/agent-memory``; ``ConfigurationError`` if none (a container's uid, no HOME)."""
     folder = os.environ.get(HOME_ENV)
     if not folder:
         base = os.environ.get("XDG_DATA_HOME")
@@ -155,8 +154,7 @@ def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
 
 
 def _sqlite_options(url: str, query: str) -> dict[str, str]:
-    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for any other
-    option, a mode SQLite does not know, or one given twice."""
+    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for anything else."""
     options: dict[str, str] = {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "mode":
