@@ -19,9 +19,8 @@ ConnT = TypeVar("ConnT")
 
 @dataclass(frozen=True)
 class Stmt:
-    """One statement: compiled SQL, its parameters (a sequence of mappings with ``many``),
-    whether rows come back; ``prepare=False``: never prepared (PostgreSQL), for a statement
-    whose generic plan is far worse."""
+    """One statement: SQL, parameters (a sequence of mappings with ``many``), whether rows come
+    back; ``prepare=False``: never prepared (PostgreSQL), as its generic plan is far worse."""
 
     sql: Sql
     params: Any = None
@@ -32,9 +31,8 @@ class Stmt:
 
 @dataclass(frozen=True)
 class Batch:
-    """Statements sent together; ``write``: in one transaction; ``lock``: take the write lock
-    first (SQLite ``BEGIN IMMEDIATE``); ``hold``: keep the transaction open for the plan's next
-    batch; ``rollback``: end the transaction by rolling it back."""
+    """Statements sent together; ``write``: in one transaction; ``lock``: write lock first (SQLite
+    ``BEGIN IMMEDIATE``); ``hold``: keep it open for the next batch; ``rollback``: roll it back."""
 
     statements: Sequence[Stmt]
     write: bool = False
@@ -84,9 +82,8 @@ def carry_plan(
 
 @dataclass(frozen=True)
 class PoolUsage:
-    """What one connection pool (``name``: its database, password masked, and ``sync`` or
-    ``async``) holds now, for OpenTelemetry's connection metrics: connections lent out
-    (``used``), open and free (``idle``), at most (``max``), callers waiting (``pending``)."""
+    """One pool's connections now, for OpenTelemetry (``name``: its database, masked, and ``sync``
+    or ``async``): lent (``used``), free (``idle``), at most (``max``), waiting (``pending``)."""
 
     name: str
     used: int

@@ -106,10 +106,9 @@ class AnnConfig:
 
 @dataclass(frozen=True)
 class VectorIndex:
-    """An approximate (HNSW) index ``name`` over the stored vectors of ``dims`` dimensions, as
-    ``vector_type`` (``vector``, ``halfvec``, ``REAL_VECTOR``), indexing the SQL ``column``
-    over the vectors table ``v``; ``ef_search``: each search's breadth; ``relation``: how a
-    catalog lookup names it (schema-qualified, or the bare name)."""
+    """An HNSW index ``name`` over ``dims``-dimension vectors as ``vector_type`` (``vector``,
+    ``halfvec``, ``REAL_VECTOR``) in ``column`` of the vectors table ``v``; ``ef_search``: each
+    search's breadth; ``relation``: its name in catalog lookups (schema-qualified or bare)."""
 
     name: str
     dims: int

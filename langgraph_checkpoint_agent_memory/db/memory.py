@@ -435,9 +435,8 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 @dataclass(frozen=True)
 class Backlog:
-    """What waits for consolidation, over every scope (:func:`backlog_plan`): ``pending``
-    episodes (parked ones aside), the ``scopes`` holding them, when the oldest was recorded
-    (``oldest_at``, ``None``: nothing pending), and when this was read (``now``)."""
+    """Consolidation's backlog over every scope (:func:`backlog_plan`): ``pending`` episodes (not
+    parked), their ``scopes``, the oldest's ``oldest_at`` (``None``: none), the read's ``now``."""
 
     pending: int
     scopes: int
@@ -529,10 +528,9 @@ def erase_plan(
     owe_threads: Sequence[Owed] = (),
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
-    """Delete every row of ``scopes``, and owe the keys of ``owe`` and ``owe_threads`` in the
-    same transaction (the debt commits with the deletes or not at all); the rows removed per
-    table. The dialect's erase session (SQLite: secure delete, a WAL checkpoint) makes the
-    bytes leave the files."""
+    """Delete every row of ``scopes`` and owe the keys of ``owe`` and ``owe_threads`` in one
+    transaction; the rows removed per table. The dialect's erase session (SQLite: secure
+    delete, a WAL checkpoint) makes the bytes leave the files."""
     if not scopes:
         return {}
     before, after_commit = sql.d.erase_session()

@@ -331,9 +331,8 @@ def fail_plan(
     max_attempts: int,
     backoff_seconds: float,
 ) -> Plan[str]:
-    """Record a failed job and release the scope with a back-off; after ``max_attempts``
-    failures in a row, park the job's episodes so newer ones are not held up. Returns
-    ``"retry"``, ``"parked"``, ``"lost"`` (another job holds the lease) or ``"erased"``."""
+    """Record a failed job, release the scope with a back-off, park its episodes after
+    ``max_attempts`` in a row; ``"retry"``, ``"parked"``, ``"lost"`` (no lease) or ``"erased"``."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     job_key = f"{job_id}:{claim.owner}"
     error = error[:4000]
