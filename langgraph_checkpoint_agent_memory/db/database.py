@@ -157,8 +157,7 @@ R = TypeVar("R")
 
 
 def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
-    """Run ``plan`` (or any generator driven the same way) with a synchronous
-    ``execute(batch) -> results`` function; a failed execution is thrown into the plan."""
+    """Run ``plan`` with a sync ``execute(batch) -> results``; a failed execution is thrown in."""
     try:
         batch = next(plan)
         while True:

@@ -148,8 +148,7 @@ class MemorySql:
         )
 
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Live items of one namespace with their decay state (``with_keys``: keys ``:k<j>``),
-        and with a sealer their ``sealed`` value."""
+        """A namespace's live items, decay state, and ``sealed`` with a sealer (keys: ``:k<j>``)."""
         i, d = store_items.alias("i"), memory_decay.alias("d")
         sealed = self.sealer is not None
 

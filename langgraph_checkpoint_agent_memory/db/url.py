@@ -145,8 +145,7 @@ SqliteMode = Literal["rwc", "rw", "ro"]
 
 
 def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
-    """The stricter of ``mode`` and the SQLite URL's own ``?mode=``: ``ro`` over ``rw`` over
-    ``rwc`` (a mode SQLite does not know is left for the database to refuse)."""
+    """The stricter of ``mode`` and the URL's ``?mode=``; a mode SQLite lacks is its to refuse."""
     given = target.options.get("mode", mode)
     if mode in SQLITE_MODES:
         mode = max(mode, given, key=SQLITE_MODES.index)
