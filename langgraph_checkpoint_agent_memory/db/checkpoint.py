@@ -97,9 +97,8 @@ def _if_live(d: Dialect, table: sa.Table, *, upsert_cols: list[str] | None) -> A
     """Insert (or upsert) one row of ``table`` from parameters, only while its thread is live."""
     cols = [c.name for c in table.columns]
     if d.distributed:
-        # Citus routes an INSERT ... SELECT to one shard only when the distribution column comes
-        # from a co-located table: the thread's activity row (which must then exist: a thread
-        # without one takes the slow path, which writes it first)
+        # Citus routes an INSERT ... SELECT to one shard only if the thread's activity row (a
+        # co-located table) exists: a thread without one takes the slow path, which writes it
         t = threads.alias("t")
         refusals = (*_gone(t), _late(t))
         values = d.values_select(table, cols[1:])
@@ -313,8 +312,7 @@ def select_checkpoint(d: Dialect, *, by_id: bool) -> Sql:
     return d.sql(("select_checkpoint", by_id), build)
 
 
-#: A get_tuple's way to blobs: ``blob_versions`` as rows; one blob by key, its join
-#: condition, and whether the join is outer (fixing the order a planner might scan in).
+#: A get_tuple's way to blobs: versions as rows; a blob by key, its join, outer (fixes scan order).
 VersionRows = Callable[[Any], Any]
 BlobByKey = Callable[[Any, Any], tuple[Any, Any, bool]]
 

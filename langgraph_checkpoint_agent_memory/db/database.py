@@ -19,9 +19,8 @@ ConnT = TypeVar("ConnT")
 
 @dataclass(frozen=True)
 class Stmt:
-    """One statement: compiled SQL, its parameters (a sequence of mappings with ``many``),
-    whether rows come back; ``prepare=False``: never prepared (PostgreSQL), for a statement
-    whose generic plan is far worse."""
+    """One statement: SQL, parameters (a sequence of mappings with ``many``), whether rows come
+    back; ``prepare=False``: never prepared (PostgreSQL), as its generic plan is far worse."""
 
     sql: Sql
     params: Any = None
@@ -32,9 +31,8 @@ class Stmt:
 
 @dataclass(frozen=True)
 class Batch:
-    """Statements sent together; ``write``: in one transaction; ``lock``: take the write lock
-    first (SQLite ``BEGIN IMMEDIATE``); ``hold``: keep the transaction open for the plan's next
-    batch; ``rollback``: end the transaction by rolling it back."""
+    """Statements sent together; ``write``: in one transaction; ``lock``: write lock first (SQLite
+    ``BEGIN IMMEDIATE``); ``hold``: keep it open for the next batch; ``rollback``: roll it back."""
 
     statements: Sequence[Stmt]
     write: bool = False
@@ -43,23 +41,17 @@ class Batch:
     rollback: bool = False
 
 
-#: A plan yields batches, receives one result per statement (a row list when ``fetch``, else
-#: the affected row count) and returns its value.
+#: A plan yields batches, gets per statement its rows (``fetch``) or row count, returns a value.
 Plan = Generator[Batch, list[Any], T]
 
 
 def carry_plan(
     head: Stmt, plan: Plan[T], lost: Callable[[Exception], Exception | None] | None = None
 ) -> Plan[tuple[bool, T]]:
-    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each
-    transaction that may write until one commits: what ``head`` writes commits with the plan's
-    first write, never without it. Returns whether a transaction carrying ``head`` committed,
-    and the plan's value.
-
-    Args:
-        lost: For a failed transaction that carried ``head``: the error to raise instead
-            of passing the failure to ``plan`` (which is closed), or ``None`` to pass it.
-    """
+    """Run ``plan`` with ``head`` (its result kept from ``plan``) at the start of each transaction
+    that may write until one commits, so ``head`` commits with the plan's first write or not at
+    all; ``lost`` maps such a transaction's failure to the error to raise (``None``: pass it to
+    ``plan``). Returns whether a transaction carrying ``head`` committed, and the plan's value."""
     stored = carrying = in_tx = False
     try:
         batch = next(plan)
@@ -90,9 +82,8 @@ def carry_plan(
 
 @dataclass(frozen=True)
 class PoolUsage:
-    """What one connection pool (``name``: its database, password masked, and ``sync`` or
-    ``async``) holds now, for OpenTelemetry's connection metrics: connections lent out
-    (``used``), open and free (``idle``), at most (``max``), callers waiting (``pending``)."""
+    """One pool's connections now, for OpenTelemetry (``name``: its database, masked, and ``sync``
+    or ``async``): lent (``used``), free (``idle``), at most (``max``), waiting (``pending``)."""
 
     name: str
     used: int
@@ -113,8 +104,7 @@ def connection_waited(pool: Callable[[], str], started: float) -> None:
 
 
 class Database(Generic[ConnT]):
-    """A connection source of one dialect; subclasses implement :meth:`_run_sync`, and
-    :meth:`arun` where the driver is natively async."""
+    """A connection source of one dialect: :meth:`_run_sync`, and :meth:`arun` if async."""
 
     dialect: Dialect
 
@@ -167,8 +157,7 @@ R = TypeVar("R")
 
 
 def drive(plan: Generator[Y, R, T], execute: Callable[[Y], R]) -> T:
-    """Run ``plan`` (or any generator driven the same way) with a synchronous
-    ``execute(batch) -> results`` function; a failed execution is thrown into the plan."""
+    """Run ``plan`` with a sync ``execute(batch) -> results``; a failed execution is thrown in."""
     try:
         batch = next(plan)
         while True:
@@ -200,8 +189,7 @@ async def adrive(plan: Generator[Y, R, T], execute: Callable[[Y], Awaitable[R]])
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` aborted a transaction that may simply run again: a deadlock's victim,
-    a serialization failure (nothing was written)."""
+    """Whether ``exc`` aborted a transaction that may run again (a deadlock, a serialization)."""
     return getattr(exc, "sqlstate", None) in ("40P01", "40001")
 
 

@@ -174,10 +174,9 @@ class DbApiPool:
 
 @dataclass(eq=False)
 class DbApiSession:
-    """Runs a plan's batches on one DB-API connection. ``begin_write``/``begin_read``
-    start a transaction (``None``: manual-commit mode, HANA's); ``write_lock``: the mutex
-    this process's writers queue on; ``lone_writes``: one plain write runs without
-    ``BEGIN``."""
+    """Runs a plan's batches on one DB-API connection. ``begin_write``/``begin_read`` start a
+    transaction (``None``: manual-commit mode, HANA's); ``write_lock``: the mutex this process's
+    writers queue on; ``lone_writes``: one plain write runs without ``BEGIN``."""
 
     conn: Any
     _: KW_ONLY

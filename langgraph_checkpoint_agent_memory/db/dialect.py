@@ -106,10 +106,9 @@ class AnnConfig:
 
 @dataclass(frozen=True)
 class VectorIndex:
-    """An approximate (HNSW) index ``name`` over the stored vectors of ``dims`` dimensions, as
-    ``vector_type`` (``vector``, ``halfvec``, ``REAL_VECTOR``), indexing the SQL ``column``
-    over the vectors table ``v``; ``ef_search``: each search's breadth; ``relation``: how a
-    catalog lookup names it (schema-qualified, or the bare name)."""
+    """An HNSW index ``name`` over ``dims``-dimension vectors as ``vector_type`` (``vector``,
+    ``halfvec``, ``REAL_VECTOR``) in ``column`` of the vectors table ``v``; ``ef_search``: each
+    search's breadth; ``relation``: its name in catalog lookups (schema-qualified or bare)."""
 
     name: str
     dims: int
@@ -136,8 +135,7 @@ class FastWrite:
 
 @dataclass(frozen=True)
 class Sql:
-    """A compiled statement. ``names`` orders a parameter mapping for positional drivers;
-    ``None`` means the driver takes the mapping itself."""
+    """A compiled statement; ``names`` orders a mapping for positional drivers (``None``: none)."""
 
     text: str
     names: tuple[str, ...] | None = None
@@ -161,8 +159,7 @@ class Dialect:
     """Base dialect; subclasses set ``name`` and build their SQLAlchemy dialect."""
 
     name = "generic"
-    #: Whether the tables are spread over several nodes (Citus): set on first use by
-    #: :func:`~.distribution.detect_plan`; rows then go in by routed ``INSERT ... VALUES``.
+    #: Whether the tables are spread over nodes (Citus), set by :func:`~.distribution.detect_plan`.
     distributed = False
 
     def __init__(self) -> None:
@@ -348,8 +345,7 @@ class Dialect:
         """Objects a dialect's :meth:`fast_write` needs."""
         return []
 
-    #: Whether vectors also live in a native ``embedding`` column, so similarity runs in
-    #: SQL (PostgreSQL: found out at setup, :meth:`vectors_plan`).
+    #: Whether vectors also live in an ``embedding`` column, for similarity in SQL (PostgreSQL).
     native_vectors = False
 
     def vector_ddl(self) -> list[str]:

@@ -46,8 +46,7 @@ class SchemaOnFirstUse:
 
     #: The store's shard-key rule (``None``: owners without store tables).
     shard_depth: int | None = None
-    #: Whether this owner's data is encrypted at rest (``None``: the key store): the first
-    #: use marks the database, or refuses a marked one.
+    #: Whether the owner's data is sealed at rest (``None``: the key store): marked at first use.
     encrypted: bool | None = None
     #: Whether this owner's first write still owes the mark.
     _mark_owed: bool = False

@@ -31,12 +31,8 @@ TABLE_NAMES = tuple(t.name for tables in COMPONENT_TABLES.values() for t in tabl
 
 @dataclass(frozen=True)
 class ThreadCounts:
-    """The checkpointer's threads by expiry, read by :func:`thread_counts_plan`.
-
-    Attributes:
-        expired: Live threads (no tombstone) past their expiry: what the next sweep takes.
-        expiring: Live threads that expire within ``within_seconds`` from now.
-    """
+    """The checkpointer's threads by expiry (:func:`thread_counts_plan`): ``expired``, live ones
+    past it (what the next sweep takes); ``expiring``, live ones within ``within_seconds``."""
 
     threads: int
     expired: int
@@ -64,14 +60,8 @@ def thread_counts_plan(d: Dialect, now: float, within: float) -> Plan[ThreadCoun
 
 @dataclass(frozen=True)
 class Sizes:
-    """The size of each of the package's tables that exists, read by :func:`sizes_plan`.
-
-    Attributes:
-        measured_by: What measured them (``"pg_total_relation_size"``, ``"dbstat"``,
-            ``"citus_total_relation_size"``, ``"M_TABLE_PERSISTENCE_STATISTICS"``) or ``None``.
-        tables: Bytes per table (with its indexes); ``None`` where unknown.
-        file_bytes: SQLite: the database's size (pages times page size); ``None`` on a server.
-    """
+    """Bytes per existing table with its indexes (``None``: unknown), read by :func:`sizes_plan`;
+    ``measured_by``: the function or view that measured them; ``file_bytes``: SQLite's file."""
 
     measured_by: str | None
     tables: dict[str, int | None]

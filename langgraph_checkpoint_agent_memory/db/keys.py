@@ -65,8 +65,7 @@ def by_id_plan(dialect: Dialect, key_id: str) -> Plan[KeyRow | None]:
 
 
 def create_plan(dialect: Dialect, row: KeyRow) -> Plan[KeyRow]:
-    """Store ``row`` unless its owner has a key already; the owner's key either way (a
-    process that lost the race to create it gets the winner's)."""
+    """Store ``row`` unless its owner has a key already; the owner's key (a race's winner's)."""
     # one round trip: the insert, then the owner's key as the same transaction sees it
     insert = Stmt(_insert(dialect), row._asdict())
     _, rows = yield Batch([insert, _find(dialect, row.owner)], write=True)
@@ -97,11 +96,7 @@ def carries(dialect: Dialect) -> bool:
 def carrying_plan(dialect: Dialect, row: KeyRow, plan: Plan[T]) -> Plan[tuple[bool, T]]:
     """Run ``plan`` (a write sealed with ``row``'s key) with the key's insert carried
     (:func:`.database.carry_plan`): nothing sealed with it commits without it. Returns whether
-    the key was stored (not when the plan committed no transaction) and the plan's value.
-
-    Raises:
-        KeyTaken: The owner has a key already (made meanwhile); nothing of the write committed.
-    """
+    the key was stored and the plan's value; :class:`KeyTaken` if the owner has one already."""
     strict = dialect.sql(
         "key_insert_strict",
         lambda: sa.insert(data_keys).values(values_params(data_keys, KeyRow._fields)),

@@ -120,11 +120,7 @@ class Source:
         return {name for (name,) in self._rows(sql, (table,))}
 
     def check(self, tables: set[str]) -> None:
-        """Refuse a source whose ``tables`` lack a column the import reads (another's table).
-
-        Raises:
-            ConfigurationError: Naming the table and the columns it lacks.
-        """
+        """Refuse a source whose ``tables`` lack a column the import reads (another's table)."""
         for table in sorted(tables):
             lacking = sorted(set(_COLUMNS[self.kind][table]) - self._columns(table))
             if lacking:
@@ -264,13 +260,7 @@ def _item(row: tuple[Any, ...]) -> SourceItem:
 
 
 def open_source(url: str) -> Source:
-    """Open the database at ``url`` (a SQLite file or PostgreSQL) read-only.
-
-    Raises:
-        DatabaseNotFoundError: No SQLite file at that path.
-        DatabaseUnavailableError: The server cannot be reached.
-        ConfigurationError: A URL of another kind.
-    """
+    """Open the database at ``url`` (a SQLite file or PostgreSQL) read-only."""
     target = urls.parse(url, "--from")
     where = target.masked()
     if target.kind == "sqlite":

@@ -67,8 +67,7 @@ def refused() -> EncryptionError:
 
 
 def settle_plan(dialect: Dialect, encrypted: bool) -> Plan[None]:
-    """Inside the migrations' transaction (held open): mark the database when ``encrypted``;
-    else refuse a marked one, rolling the transaction back."""
+    """In the migrations' held transaction: mark the database if ``encrypted``, or refuse it."""
     read = Stmt(read_setting(dialect), {"b_name": MARK}, fetch=True)
     [rows] = yield Batch([read], hold=True)
     if rows and not encrypted:

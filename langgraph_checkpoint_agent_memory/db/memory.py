@@ -148,8 +148,7 @@ class MemorySql:
         )
 
     def rows(self, with_keys: int | None = None) -> Sql:
-        """Live items of one namespace with their decay state (``with_keys``: keys ``:k<j>``),
-        and with a sealer their ``sealed`` value."""
+        """A namespace's live items, decay state, and ``sealed`` with a sealer (keys: ``:k<j>``)."""
         i, d = store_items.alias("i"), memory_decay.alias("d")
         sealed = self.sealer is not None
 
@@ -435,9 +434,8 @@ def stats_plan(sql: MemorySql, root: str, now: float) -> Plan[dict[str, dict[str
 
 @dataclass(frozen=True)
 class Backlog:
-    """What waits for consolidation, over every scope (:func:`backlog_plan`): ``pending``
-    episodes (parked ones aside), the ``scopes`` holding them, when the oldest was recorded
-    (``oldest_at``, ``None``: nothing pending), and when this was read (``now``)."""
+    """Consolidation's backlog over every scope (:func:`backlog_plan`): ``pending`` episodes (not
+    parked), their ``scopes``, the oldest's ``oldest_at`` (``None``: none), the read's ``now``."""
 
     pending: int
     scopes: int
@@ -454,10 +452,6 @@ def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
     """The consolidation backlog at ``now``: pending episodes, the scopes holding them and
     the oldest one's time, in one statement over ``am_memory_pending`` (no items read), so a
     gauge may poll it.
-
-    Args:
-        sql: Agent memory's statements for the database's dialect.
-        now: The current time (seconds since the epoch), which the age is measured from.
 
     Example:
         >>> _ = memory.record("user=bob", [{"role": "user", "content": "I work nights"}])
@@ -479,9 +473,6 @@ def backlog_plan(sql: MemorySql, now: float) -> Plan[Backlog]:
 def failures_plan(sql: MemorySql) -> Plan[dict[str, int]]:
     """Parked episodes (``parked_episodes``) and jobs per unfinished status (``failed_jobs``,
     ``parked_jobs``), over every scope: the totals of ``scopes``' parked and failed counts.
-
-    Args:
-        sql: Agent memory's statements for the database's dialect.
 
     Example:
         >>> memory.context.run(failures_plan(memory.context.sql))
@@ -536,10 +527,9 @@ def erase_plan(
     owe_threads: Sequence[Owed] = (),
     now: float = 0.0,
 ) -> Plan[dict[str, int]]:
-    """Delete every row of ``scopes``, and owe the keys of ``owe`` and ``owe_threads`` in the
-    same transaction (the debt commits with the deletes or not at all); the rows removed per
-    table. The dialect's erase session (SQLite: secure delete, a WAL checkpoint) makes the
-    bytes leave the files."""
+    """Delete every row of ``scopes`` and owe the keys of ``owe`` and ``owe_threads`` in one
+    transaction; the rows removed per table. The dialect's erase session (SQLite: secure
+    delete, a WAL checkpoint) makes the bytes leave the files."""
     if not scopes:
         return {}
     before, after_commit = sql.d.erase_session()
@@ -547,8 +537,7 @@ def erase_plan(
         yield Batch([Stmt(Sql(statement))])
     statements: list[Stmt] = []
     labels: list[str] = []
-    # the scope's items (and decay rows: they carry their items' keys) by prefix: on its shard
-    # when its namespace covers the shard key, else (fewer labels than the key) on every shard
+    # items and decay rows by prefix: on the scope's shard if it covers the key, else on every shard
     by_prefix = (*STORE_NS_TABLES, "am_memory_decay")
     by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
     for scope in scopes:

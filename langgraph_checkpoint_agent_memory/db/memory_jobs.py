@@ -99,8 +99,7 @@ def claim_plan(
 
 
 def scopes_plan(sql: MemorySql, *, now: float, skip: Sequence[str] = ()) -> Plan[list[str]]:
-    """Up to :data:`ROUND_SCOPES` scopes with claimable work, in order: the search spans
-    every shard, so a round makes it once, not before each job."""
+    """Up to :data:`ROUND_SCOPES` scopes with work, in order: one cross-shard search a round."""
     [rows] = yield Batch([_find(sql, now=now, n=ROUND_SCOPES, skip=skip)])
     return [name for _, name, _ in rows]
 
@@ -272,8 +271,7 @@ def change_facts_plan(
     read_vectors: bool,
     decide: Callable[[list[StoredRow], dict[str, bytes]], Writes],
 ) -> Plan[Writes]:
-    """Change a scope's facts outside a job (the memory tools), holding the scope's ledger
-    row so it and :func:`apply_plan` never interleave."""
+    """Change a scope's facts outside a job, its ledger row held against :func:`apply_plan`."""
     shard = sql.scope_shard(scope)
     ensure = Stmt(sql.insert_ignore(memory_scopes), new_scope_row(scope, root, now, shard))
     check = Stmt(_lease_check(sql), {"shard": shard, "scope": scope}, fetch=True)  # locks it
@@ -333,9 +331,8 @@ def fail_plan(
     max_attempts: int,
     backoff_seconds: float,
 ) -> Plan[str]:
-    """Record a failed job and release the scope with a back-off; after ``max_attempts``
-    failures in a row, park the job's episodes so newer ones are not held up. Returns
-    ``"retry"``, ``"parked"``, ``"lost"`` (another job holds the lease) or ``"erased"``."""
+    """Record a failed job, release the scope with a back-off, park its episodes after
+    ``max_attempts`` in a row; ``"retry"``, ``"parked"``, ``"lost"`` (no lease) or ``"erased"``."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     job_key = f"{job_id}:{claim.owner}"
     error = error[:4000]

@@ -157,8 +157,7 @@ def migrate_plan(
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; the versions applied by
     component. ``on_progress(done, parts)``: the schema, then each ``after``. ``encrypted``:
-    mark the database, or refuse a marked one (``EncryptionError``); a ``shard_depth`` other
-    than the recorded one is refused (``ConfigurationError``)."""
+    mark the database, or refuse a marked one; another ``shard_depth`` than recorded is refused."""
     afters = [c.after for c in components if c.after is not None]
     parts = 1 + len(afters)
     report = on_progress or (lambda done, total: None)

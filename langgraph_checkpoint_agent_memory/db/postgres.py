@@ -77,8 +77,7 @@ logger = logging.getLogger(__name__)
 
 #: Serializes migrations, and the setups that change the schema, until the transaction ends.
 MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({0x616D5F6D6967})"  # raw: "am_mig"
-#: The first key of the two-key advisory locks of shard keys (:meth:`PostgresDialect.scope_lock`):
-#: a key space of the package's own, apart from the one-key locks (migrations).
+#: The first key of the two-key advisory locks of shard keys, apart from the one-key locks.
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
 
 #: Where pgvector is installed or can be: the extension and an untyped ``embedding`` column
@@ -165,8 +164,7 @@ def _blob(channel: Any, version: Any) -> tuple[Any, Any, bool]:
 
 #: The row groups of a fast write, by kind (see :meth:`PostgresDialect.fast_write`).
 GROUPS = {"put": ("b",), "writes": ("f", "r")}
-#: Per row group: the table, its CTE's name, and whether a key conflict overwrites the row
-#: (a special channel's write overwrites the pending write of the same key).
+#: Per row group: the table, its CTE's name, and whether a key conflict overwrites the row.
 _ROW_GROUPS = {
     "b": (blobs, "blobs", False),
     "f": (writes, "first", False),
@@ -694,12 +692,8 @@ PREPARE_VALUES = "none (never prepare) or a whole number >= 1 (runs before a sta
 def prepare_threshold_of(value: Any, source: str = "prepare_threshold") -> int | None:
     """``prepare_threshold`` as psycopg takes it, from an argument, a URL or a setting
     (``source``, named in the error): ``None``, ``"none"`` (any case), a whole number >= 1.
-
-    Raises:
-        ConfigurationError: Anything else. 0 (prepare at the first run) is refused: psycopg
-            then prepares statements in the pipeline of an ``ALTER`` (a migration), forgets
-            them with its ``DEALLOCATE ALL``, and the next call fails ("prepared statement
-            does not exist").
+    0 is refused: psycopg would prepare in a migration's pipeline, which ``DEALLOCATE ALL``
+    ends, and the next call fails ("prepared statement does not exist").
 
     Example:
         >>> prepare_threshold_of("None"), prepare_threshold_of("5"), prepare_threshold_of(1)
@@ -1010,9 +1004,8 @@ def _params(stmt: Stmt) -> Any:
     return stmt.sql.bind(stmt.params)
 
 
-# The I/O below is written once, as coroutines over a connection, pool or cursor of either
-# psycopg API: a sync call's result comes back from _done at once, so on a sync connection
-# the coroutine never suspends and _now runs it to the end without an event loop.
+# The I/O below is written once, as coroutines over either psycopg API: on a sync connection
+# _done returns at once, so the coroutine never suspends and _now runs it without a loop.
 
 
 async def _done(result: Any) -> Any:
@@ -1333,8 +1326,7 @@ class PostgresDatabase(Database[Any]):
             except DatabaseUnavailableError:
                 if not resendable:
                     raise
-            # lost, if not yet broken: the pool discards it; given back once, even should no
-            # fresh connection be had (a second return would start a second replacement)
+            # given back once, even with no fresh one: a second return starts a second replacement
             lost, lease.conn = lease.conn, None
             await _done(lost.close())
             await _done(lease.pool.putconn(lost))

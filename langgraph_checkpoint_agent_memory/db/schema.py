@@ -128,8 +128,7 @@ threads = sa.Table(
     sa.Column("ttl_seconds", sa.Integer),  # NULL: never expires
     sa.Column("expires_at", sa.Float(53)),  # last_active + ttl_seconds
     sa.Column("deleted_at", sa.Float(53)),  # set: a tombstone
-    # A tombstone's boundary: the newest checkpoint id of the generation it ended (ids are
-    # time-ordered). A write naming an id at or below it is late; above it, a fresh start.
+    # a tombstone's newest checkpoint id: a write naming one at or below it is late, above new
     sa.Column("ended_after", sa.String(64)),
     sa.Index("am_threads_expires_at", "expires_at"),
     sa.Index("am_threads_deleted_at", "deleted_at"),
@@ -203,8 +202,7 @@ store_terms = _sharded(
 #: Tables holding an item's rows, the item last: deletes go through all of them.
 STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
 
-# A common term's postings in one namespace packed into one row (``store/blocks.py``), a
-# snapshot: postings written since have ``packed`` NULL.
+# A common term's postings in one namespace packed in one row; those written since: packed NULL.
 store_blocks = _sharded(
     "am_store_blocks",
     *_term_key(),
@@ -283,8 +281,7 @@ memory_threads = _sharded(
 
 MEMORY_TABLES = (memory_scopes, memory_pending, memory_jobs, memory_decay, memory_threads)
 
-#: The erase ledger: data keys erases still owe the key store, written with the deletes and
-#: removed once the key is destroyed (``thread_id`` empty: the shard key's own key).
+#: The erase ledger: data keys to destroy, written with the deletes (no ``thread_id``: a shard's).
 memory_erasures = _sharded(
     "am_memory_erasures",
     *_shard(sa.Column("thread_id", sa.String(255), primary_key=True)),

@@ -195,8 +195,7 @@ THREAD_GONE = "am_thread_gone"
 _FIXED = ("thread_id", "checkpoint_ns", "live_after")
 _SLOTS = tuple(f"s{i}" for i in range(1, 8))
 MAX_WRITE_ROWS = 64
-# what each kind of row carries in its slots s1..s7, in order: its table's columns after
-# thread_id (and checkpoint_ns)
+# each kind's slots s1..s7: its table's columns after thread_id (and checkpoint_ns), in order
 _THREAD_COLUMNS = ("last_active", "ttl_seconds", "expires_at")
 _ROW_COLUMNS = {t: tuple(c.name for c in t.columns)[2:] for t in (blobs, checkpoints, writes)}
 _THREAD_SLOTS = itemgetter(*_THREAD_COLUMNS)
@@ -274,10 +273,9 @@ SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 
 
 class SQLiteDatabase(Database[Any]):
-    """A small pool of connections to one SQLite file; or one connection every plan uses in
-    turn (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here). ``mode``:
-    ``"rwc"`` creates the file and its folders; ``"rw"`` and ``"ro"`` raise
-    :class:`DatabaseNotFoundError` for a missing one; ``"ro"`` never switches it to WAL."""
+    """A small pool of connections to one SQLite file; or one connection every plan uses in turn
+    (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here). ``mode``: ``"rwc"``
+    creates the file and its folders, ``"rw"`` and ``"ro"`` do not; ``"ro"`` never makes it WAL."""
 
     def __init__(
         self,

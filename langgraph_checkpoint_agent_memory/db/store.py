@@ -43,11 +43,9 @@ SEALED_VALUE = "{}"
 #: long, and SQLite refuses a tree deeper than 1000); the store decides the rest in Python.
 MAX_PREFILTER = 32
 
-#: A filter's pre-filter, as :meth:`StoreStatements.prefilter` returns it: per condition the
-#: name of its parameter and the shape the dialect chose (hashable: a statement cache key).
+#: :meth:`StoreStatements.prefilter`'s per condition parameter name and shape (a cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
-#: The shape of a pre-filter condition decided by keyed hashes (encryption at rest's
-#: filterable fields, see ``store/sealing.py``): ``(HASHED_EQUALITY, values, marks)``.
+#: A pre-filter on keyed hashes (sealed fields): ``(HASHED_EQUALITY, values, marks)``.
 HASHED_EQUALITY = "hashed"
 
 
@@ -642,8 +640,7 @@ class StoreStatements:
         )
 
     def recent_after(self, scoped: bool, filters: Prefilter = ()) -> Sql:
-        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)`` (keyset:
-        an offset would sort and skip every earlier row again)."""
+        """:meth:`recent`'s ``:n`` items after ``(:a_updated, :a_prefix, :a_key)``, by keyset."""
         t = store_items
         after = (t.c.updated_at.desc(), t.c.prefix, t.c.key)
         return self.statement(
@@ -800,8 +797,7 @@ class StoreStatements:
         )
 
     def blocks_mark(self) -> Sql:
-        """Mark the term's postings in the namespace packed, skipping those a write holds (they
-        stay unpacked), so a build never waits on a write."""
+        """Mark the term's postings in the namespace packed but those a write holds: never waits."""
         t = store_terms
 
         def build() -> Any:

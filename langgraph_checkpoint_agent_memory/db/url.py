@@ -32,9 +32,8 @@ DEMO_FILE = "agent-memory-demo.db"
 
 
 def default_url() -> str:
-    """The embedded default: ``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, else in
-    ``$XDG_DATA_HOME/agent-memory``, else in ``~/.local/share/agent-memory``; else (no ``HOME``,
-    no account: a container run as an arbitrary uid) ``ConfigurationError``."""
+    """``agent-memory.db`` in ``$AGENT_MEMORY_HOME``, ``$XDG_DATA_HOME/agent-memory`` or
+    ``~/.local/share/agent-memory``; ``ConfigurationError`` if none (a container's uid, no HOME)."""
     folder = os.environ.get(HOME_ENV)
     if not folder:
         base = os.environ.get("XDG_DATA_HOME")
@@ -140,15 +139,13 @@ def parse(url: str, source: str = "argument") -> Target:
     )
 
 
-#: The SQLite URL's one option, ``mode``, and its values (SQLite's URI parameter), the
-#: least strict first.
+#: The SQLite URL's one option, ``mode``, and its values (SQLite's), the least strict first.
 SQLITE_MODES = ("rwc", "rw", "ro")
 SqliteMode = Literal["rwc", "rw", "ro"]
 
 
 def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
-    """The stricter of ``mode`` and the SQLite URL's own ``?mode=``: ``ro`` over ``rw`` over
-    ``rwc`` (a mode SQLite does not know is left for the database to refuse)."""
+    """The stricter of ``mode`` and the URL's ``?mode=``; a mode SQLite lacks is its to refuse."""
     given = target.options.get("mode", mode)
     if mode in SQLITE_MODES:
         mode = max(mode, given, key=SQLITE_MODES.index)
@@ -156,8 +153,7 @@ def sqlite_mode(target: Target, mode: str = "rwc") -> SqliteMode:
 
 
 def _sqlite_options(url: str, query: str) -> dict[str, str]:
-    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for any other
-    option, a mode SQLite does not know, or one given twice."""
+    """``{"mode": ...}`` from a SQLite URL's query; ``ConfigurationError`` for anything else."""
     options: dict[str, str] = {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "mode":
