@@ -332,7 +332,8 @@ def fail_plan(
     backoff_seconds: float,
 ) -> Plan[str]:
     """Record a failed job, release the scope with a back-off, park its episodes after
-    ``max_attempts`` in a row; ``"retry"``, ``"parked"``, ``"lost"`` (no lease) or ``"erased"``."""
+    ``max_attempts`` in a row (so newer ones are not held up); ``"retry"``, ``"parked"``,
+    ``"lost"`` (no lease) or ``"erased"``."""
     key = {"shard": sql.scope_shard(claim.scope), "scope": claim.scope}
     job_key = f"{job_id}:{claim.owner}"
     error = error[:4000]

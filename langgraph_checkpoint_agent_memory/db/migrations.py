@@ -157,7 +157,8 @@ def migrate_plan(
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; the versions applied by
     component. ``on_progress(done, parts)``: the schema, then each ``after``. ``encrypted``:
-    mark the database, or refuse a marked one; another ``shard_depth`` than recorded is refused."""
+    mark the database, or refuse a marked one (``EncryptionError``); another ``shard_depth``
+    than recorded is refused (``ConfigurationError``)."""
     afters = [c.after for c in components if c.after is not None]
     parts = 1 + len(afters)
     report = on_progress or (lambda done, total: None)

@@ -275,7 +275,8 @@ SQLITE_IOERR, SQLITE_READONLY, SQLITE_FULL, SQLITE_CANTOPEN = 10, 8, 13, 14
 class SQLiteDatabase(Database[Any]):
     """A small pool of connections to one SQLite file; or one connection every plan uses in turn
     (``:memory:``, or a ``sqlite3.Connection`` passed in, never closed here). ``mode``: ``"rwc"``
-    creates the file and its folders, ``"rw"`` and ``"ro"`` do not; ``"ro"`` never makes it WAL."""
+    creates the file and its folders, ``"rw"`` and ``"ro"`` raise :class:`DatabaseNotFoundError`
+    for a missing one; ``"ro"`` never makes it WAL."""
 
     def __init__(
         self,
