@@ -328,11 +328,7 @@ class Maintenance:
         )
 
     def kept(
-        self,
-        serde: SerializerProtocol,
-        t: str,
-        cps: Sequence[StoredCheckpoint],
-        keep_last: int,
+        self, serde: SerializerProtocol, t: str, cps: Sequence[StoredCheckpoint], keep_last: int
     ) -> set[tuple[str, str]]:
         """Per namespace: :func:`checkpoints_to_keep` of ``keep_last``."""
         if (sealer := self.sealer) is not None:  # bodies and metadata opened
