@@ -333,10 +333,7 @@ def _open_sql_saver(target: urls.Target, ttl: int | None, options: dict[str, Any
 
     kind = {"sqlite": backends.SqliteSaver, "postgresql": backends.PostgresSaver}
     saver_type = kind.get(target.kind, backends.HanaSaver)
-    known = {
-        *inspect.signature(SQLSaver).parameters,
-        *inspect.signature(saver_type).parameters,
-    }
+    known = {*inspect.signature(SQLSaver).parameters, *inspect.signature(saver_type).parameters}
     if target.kind == "postgresql":
         from langgraph_checkpoint_agent_memory.db.postgres import PostgresOptions
 

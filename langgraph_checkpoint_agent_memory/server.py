@@ -243,9 +243,7 @@ class _Fields:
     """One JSON object of a variable; every error names the variable and the field."""
 
     def __init__(self, variable: str, data: Mapping[str, Any], prefix: str = "") -> None:
-        self.variable = variable
-        self.data = data
-        self.prefix = prefix
+        self.variable, self.data, self.prefix = variable, data, prefix
 
     def name(self, key: str) -> str:
         return f"{self.variable} field {self.prefix}{key}"

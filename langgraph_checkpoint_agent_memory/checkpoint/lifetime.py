@@ -62,9 +62,8 @@ def sweep_interval(value: Any, ttl_seconds: int | None) -> float:
     """The seconds between sweeps: ``value``, or a tenth of the TTL kept between 0.5 s and
     60 s, so short TTLs free memory promptly and long ones do not wake a thread needlessly."""
     if value is None:
-        if not ttl_seconds:
-            return MAX_SWEEP_INTERVAL
-        return min(MAX_SWEEP_INTERVAL, max(MIN_SWEEP_INTERVAL, ttl_seconds / 10))
+        bounded = min(MAX_SWEEP_INTERVAL, max(MIN_SWEEP_INTERVAL, (ttl_seconds or 0) / 10))
+        return bounded if ttl_seconds else MAX_SWEEP_INTERVAL
     name = "sweep_interval_seconds"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
@@ -152,8 +151,7 @@ class ThreadActivity:
             raise ConfigurationError(
                 f"activity_precision must be between 0 and 1, got {activity_precision!r}"
             )
-        self.ttl_seconds = ttl_seconds
-        self.strategy = strategy
+        self.ttl_seconds, self.strategy = ttl_seconds, strategy
         self.refresh_on_read = refresh_on_read
         self.precision = float(activity_precision)
         self.slack = 1 + self.precision
@@ -247,8 +245,7 @@ class ThreadLife:
     """
 
     def __init__(self, ttl_seconds: float, tombstone_seconds: float) -> None:
-        self.ttl_seconds = ttl_seconds
-        self.tombstone_seconds = tombstone_seconds
+        self.ttl_seconds, self.tombstone_seconds = ttl_seconds, tombstone_seconds
         #: thread -> when it was last used; oldest first, so a sweep pops from the front
         self.last_used: OrderedDict[str, float] = OrderedDict()
         #: thread -> (when it was deleted or expired, where its history ended)
@@ -319,8 +316,7 @@ class SweeperHookup:
     """A saver's sweeper: one thread (holding it weakly) or task at a time, restartable."""
 
     def __init__(self, name: str, interval: float) -> None:
-        self.name = name
-        self.interval = interval
+        self.name, self.interval = name, interval
         self.sweeper: Sweeper | None = None
         self.task: asyncio.Task[None] | None = None
         self._stopped = threading.Event()

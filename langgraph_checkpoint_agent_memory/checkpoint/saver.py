@@ -150,18 +150,15 @@ class SQLSaver(SchemaOnFirstUse, ClosesOnExit, VersionCounter, BaseCheckpointSav
             self.key_check = self.keyring.provider_check_plan  # and the master key's check
         self.strategy: Strategy = validate_strategy(strategy)
         self.keep_last = validate_keep_last(keep_last)
-        self.db = database
-        self.dialect = database.dialect
+        self.db, self.dialect = database, database.dialect
         self.ttl_seconds = validate_ttl(ttl_seconds)
         self.activity = ThreadActivity(
             self.ttl_seconds, strategy, refresh_on_read, activity_precision, clock
         )
-        self.refresh_on_read = refresh_on_read
+        self.refresh_on_read, self.incremental_lists = refresh_on_read, incremental_lists
         self.activity_precision = self.activity.precision
-        self.incremental_lists = incremental_lists
         self.sweep_interval_seconds = sweep_interval(sweep_interval_seconds, self.ttl_seconds)
-        self.sweep_batch = sweep_batch
-        self.auto_setup = auto_setup
+        self.sweep_batch, self.auto_setup = sweep_batch, auto_setup
         self._clock = clock  # the schema's first use stamps migrations with it
         self._lists = ListCache(incremental_lists)
         self._writer = Writer(self.dialect, self.activity, self._lists)

@@ -328,11 +328,7 @@ class Maintenance:
         )
 
     def kept(
-        self,
-        serde: SerializerProtocol,
-        t: str,
-        cps: Sequence[StoredCheckpoint],
-        keep_last: int,
+        self, serde: SerializerProtocol, t: str, cps: Sequence[StoredCheckpoint], keep_last: int
     ) -> set[tuple[str, str]]:
         """Per namespace: :func:`checkpoints_to_keep` of ``keep_last``."""
         if (sealer := self.sealer) is not None:  # bodies and metadata opened
@@ -383,8 +379,7 @@ class Maintenance:
 
     def copy_thread(self, source: str, target: str, key: DataKey | None = None) -> Plan[None]:
         """Copy ``source``'s rows to ``target``, each value resealed with ``key`` if given."""
-        d = self.dialect
-        activity = self.activity
+        d, activity = self.dialect, self.activity
         now = activity.clock()
         [state] = yield Batch(
             [Stmt(S.thread_state(d, lock=True), {"thread_id": source}, fetch=True)],
@@ -411,11 +406,10 @@ class Maintenance:
             ]
         else:
             copy = [Stmt(sql, {"src": source, "dst": target}) for sql in S.copy_rows(d)]
-        revive = activity.thread_row(target, now, ttl)
         touch = activity.thread_row(source, now, ttl)
         yield Batch(
             [
-                Stmt(S.revive_thread(d), revive),
+                Stmt(S.revive_thread(d), activity.thread_row(target, now, ttl)),
                 Stmt(S.forget_generation(d), {"thread_id": target}),
                 *copy,
                 *([Stmt(S.revive_thread(d), touch)] if state else []),
@@ -531,8 +525,7 @@ class Maintenance:
         on_progress: Callable[[int, int | None], None] | None = None,
     ) -> Plan[list[str]]:
         """Remove expired threads batch by batch, then old tombstones; the ids removed."""
-        d = self.dialect
-        activity = self.activity
+        d, activity = self.dialect, self.activity
         swept: list[str] = []
         while True:
             now = activity.clock()

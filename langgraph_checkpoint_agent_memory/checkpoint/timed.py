@@ -562,11 +562,9 @@ class TimedInMemorySaver(ClosesOnExit, VersionCounter, BaseCheckpointSaver[str])
             stored = thread.writes.get(key)
             if stored is None:
                 stored = thread.writes[key] = {}
-            for row in rows:
-                # Regular writes: first write wins; special channels (negative idx) upsert.
-                if row.idx >= 0 and (task_id, row.idx) in stored:
-                    continue
-                stored[task_id, row.idx] = row
+            for row in rows:  # regular writes: first write wins; special ones (idx < 0) upsert
+                if row.idx < 0 or (task_id, row.idx) not in stored:
+                    stored[task_id, row.idx] = row
             life.touch(thread_id, now)
         self._start_sweeper()
 

@@ -121,9 +121,7 @@ def existing(url: str, mode: str = "rw") -> dict[str, Any]:
     """Options that open ``url`` only if it exists (SQLite refuses a missing file: no race),
     read only when ``mode`` or the URL's own ``?mode=ro`` says so."""
     target = urls.parse(url)
-    if target.kind != "sqlite":
-        return {}
-    return {"mode": urls.sqlite_mode(target, mode)}
+    return {"mode": urls.sqlite_mode(target, mode)} if target.kind == "sqlite" else {}
 
 
 def installed(url: str) -> set[str]:

@@ -117,7 +117,6 @@ def add_command(command: Any) -> None:
     found.add_argument(
         "--ttl-seconds",
         type=count_argument(0),
-        default=None,
         metavar="N",
         help="the threads' idle TTL, as the application sets it (default: the declared "
         "config.checkpointer.ttl_seconds, else none)",
@@ -125,7 +124,6 @@ def add_command(command: Any) -> None:
     found.add_argument(
         "--serde",
         choices=["aes"],
-        default=None,
         help="the serializer the application gave LangGraph's saver, when not its default: "
         "aes, LangGraph's EncryptedSerializer.from_pycryptodome_aes() with the key in "
         "LANGGRAPH_AES_KEY",

@@ -345,10 +345,9 @@ class MasterKeyProvider:
     def __init__(self, keys: Sequence[str | bytes]) -> None:
         if isinstance(keys, (str, bytes)) or not keys:
             raise ConfigurationError("MasterKeyProvider needs a list of one or more master keys")
-        raw = [parse_master_key(k) for k in keys]
         self._ciphers = {
             hashlib.sha256(b"agent-memory master key id" + k).hexdigest()[:8]: aesgcm(k)
-            for k in raw
+            for k in map(parse_master_key, keys)
         }
         self.current = next(iter(self._ciphers))  # the first key's id
 

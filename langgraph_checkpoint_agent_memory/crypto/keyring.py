@@ -430,10 +430,8 @@ class KeyStore(SchemaOnFirstUse):
     components: tuple[Component, ...] = (KEYS,)
 
     def __init__(self, db: Database[Any], *, owned: bool, auto_setup: bool = True) -> None:
-        self.db = db
+        self.db, self.owned, self.auto_setup = db, owned, auto_setup
         self.dialect: Dialect = db.dialect
-        self.owned = owned
-        self.auto_setup = auto_setup
         self._clock: Callable[[], float] = time.time
 
     def run(self, plan: Plan[T]) -> T:
