@@ -316,12 +316,6 @@ def one(step: Step) -> Steps[Any]:
 
 
 def _searched(step: Search) -> dict[str, Any]:
-    """The store's search options of a :class:`Search` (no reranker, no time stage: recall
-    does its own)."""
-    return {
-        "query": step.query,
-        "filter": step.filter,
-        "limit": step.limit,
-        "reranker": False,
-        "time_field": False,
-    }
+    """A :class:`Search`'s store options: no reranker, no time stage (recall does its own)."""
+    options = {"query": step.query, "filter": step.filter, "limit": step.limit}
+    return {**options, "reranker": False, "time_field": False}

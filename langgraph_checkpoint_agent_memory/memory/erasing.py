@@ -151,11 +151,19 @@ def keys_beside_data(store: MemoryStore) -> bool:
     return keyring is not None and keyring.keystore.db is db and not getattr(db, "memory", False)
 
 
+#: This package's and asyncio's files: the frames between an application's erase and the warning.
+_INNER = (str(Path(__file__).parent.parent) + os.sep, str(Path(asyncio.__file__).parent) + os.sep)
+
+
 def _warn_once(context: MemoryContext) -> None:
     global _warned
     if _warned or not keys_beside_data(context.store):
         return
     _warned = True
+    # the warning points at the application's line which called erase or aerase (or ran it)
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INNER):
+        frame, level = frame.f_back, level + 1
     warnings.warn(
         f"the data keys live in the data's own database ({context.store.db.describe()}): "
         "an erase destroys them there, but a backup taken before the erase still holds "
@@ -163,21 +171,8 @@ def _warn_once(context: MemoryContext) -> None:
         "their own (AGENT_MEMORY_KEYSTORE_URL or Encryption(keystore_url=...); user guide, "
         '"Encryption and erasure")',
         KeysBesideDataWarning,
-        stacklevel=_caller_level(),
+        stacklevel=level,
     )
-
-
-#: This package's and asyncio's files: the frames between an application's erase and the warning.
-_INNER = (str(Path(__file__).parent.parent) + os.sep, str(Path(asyncio.__file__).parent) + os.sep)
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of a warning that points at the application's line which called
-    ``erase`` or ``aerase`` (or ran it)."""
-    frame, level = inspect.currentframe(), 0
-    while frame is not None and frame.f_code.co_filename.startswith(_INNER):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def threads_plan(context: MemoryContext, scope: ScopeLike) -> Plan[list[sqlm.Owed]]:

@@ -139,14 +139,11 @@ class Scope:
         if isinstance(scope, str):
             return cls.parse(scope)
         if isinstance(scope, Mapping):
-            values: dict[str, str] = {}
-            for k, v in scope.items():
-                name = _SHORT.get(k, k)
-                if name not in SCOPE_KEYS:
-                    raise ScopeError(f"unknown scope key {k!r}; use user_id, agent_id, workflow_id")
-                if v is not None:
-                    values[name] = v
-            return cls(**values)
+            if unknown := [k for k in scope if _SHORT.get(k, k) not in SCOPE_KEYS]:
+                raise ScopeError(
+                    f"unknown scope key {unknown[0]!r}; use user_id, agent_id, workflow_id"
+                )
+            return cls(**{_SHORT.get(k, k): v for k, v in scope.items() if v is not None})
         raise ScopeError(f"a scope is a mapping, a Scope or a string, not {type(scope).__name__}")
 
     @classmethod

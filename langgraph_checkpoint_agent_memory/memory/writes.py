@@ -118,9 +118,8 @@ class RowWriter:
         )
 
     def vector(self, prefix: str, key: str, vector: bytes) -> None:
-        self.writes.vectors.append(
-            {"prefix": prefix, "key": key, "field": "text#0", "vector": vector}
-        )
+        row = {"prefix": prefix, "key": key, "field": "text#0", "vector": vector}
+        self.writes.vectors.append(row)
 
 
 def item_row(
@@ -280,8 +279,6 @@ def pin_plan(context: MemoryContext, scope: ScopeLike, attribute: str, pinned: b
     items = out.writes.items
     yield from sqlm.seal_items_plan(context.sql, items)
     locks = context.sql.lock_scopes([s.key])
-    yield Batch(
-        [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(out.writes.decay)],
-        write=True,
-    )
+    writes = [*locks, *context.sql.item_writes(items), context.sql.decay_stmt(out.writes.decay)]
+    yield Batch(writes, write=True)
     return len(hits)

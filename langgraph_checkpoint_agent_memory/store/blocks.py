@@ -317,7 +317,7 @@ def candidates(
     weights: Weights,
     many: int,
     items: Items | None = None,
-) -> Candidates | None:
+) -> Candidates:
     """The ``many`` best items by the scores of ``blocks`` and ``fresh`` together (more
     on a tie with the last; past four times as many, the tied ones apart, see
     :class:`Candidates`). ``items``: the blocks' :class:`Items`, when known."""
@@ -356,7 +356,7 @@ def _find(hashes: Any, wanted: Any) -> tuple[Any, Any]:
     return at, hashes[at] == wanted
 
 
-def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates | None:
+def _best(totals: Any, sources: Any, fresh_from: int, many: int) -> Candidates:
     """:func:`candidates`' choice among ``totals`` (``sources``: as :class:`Items`' first)."""
     if not len(totals):
         return Candidates([], [], 0.0)
@@ -527,8 +527,6 @@ def _blocked_plan(
         return None
     many = want + want // 4 + 8
     found = candidates(blocks, fresh, weights, many, cache.items(blocks))
-    if found is None:
-        return None
     items, here, tie = _chosen(found, blocks, fresh, many)
     scored = yield from _exact_plan(st, items, flat, weights)
     answer = settled(scored, found.bound, want, tie)
@@ -631,10 +629,7 @@ def _todo_plan(
 
 
 def _exact_plan(
-    st: StoreStatements,
-    items: list[tuple[str, str, str]],
-    flat: Sequence[str],
-    weights: Weights,
+    st: StoreStatements, items: list[tuple[str, str, str]], flat: Sequence[str], weights: Weights
 ) -> Plan[list[Scored]]:
     """The items' true scores from their postings (none: 0), never prepared: PostgreSQL's
     generic plan filters every posting of the terms by key (20 ms at 10,000 items, not 0.7)."""

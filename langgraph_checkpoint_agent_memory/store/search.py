@@ -158,10 +158,7 @@ class Ranking:
 
 
 def fuse(
-    rankings: Sequence[Sequence[Any]],
-    weights: Sequence[float],
-    *,
-    k: int = 60,
+    rankings: Sequence[Sequence[Any]], weights: Sequence[float], *, k: int = 60
 ) -> list[tuple[Any, float]]:
     """Reciprocal rank fusion: each list adds ``weight / (k + rank)`` to its items."""
     scores: dict[Any, float] = {}
