@@ -102,13 +102,7 @@ class ConfigField:
         }
 
 
-_lock = threading.RLock()
-
-
-@fork.after_fork
-def _fresh_lock() -> None:
-    global _lock
-    _lock = threading.RLock()
+_lock = fork.module_lock(globals(), "_lock", threading.RLock)
 
 
 _registry: dict[str, ConfigField] = {}

@@ -16,13 +16,7 @@ from langgraph_checkpoint_agent_memory.db.distribution import detect_plan
 from langgraph_checkpoint_agent_memory.db.marks import mark_statement, marked_plan, refused
 from langgraph_checkpoint_agent_memory.db.migrations import Component, migrate_plan
 
-_SETUP_LOCK = threading.Lock()
-
-
-@fork.after_fork
-def _fresh_setup_lock() -> None:
-    global _SETUP_LOCK
-    _SETUP_LOCK = threading.Lock()
+_SETUP_LOCK = fork.module_lock(globals(), "_SETUP_LOCK", threading.Lock)
 
 
 class SchemaOnFirstUse:

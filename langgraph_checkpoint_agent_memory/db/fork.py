@@ -10,9 +10,10 @@ import logging
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 logger = logging.getLogger(__name__)
+L = TypeVar("L")
 
 
 class ForkAware(Protocol):
@@ -35,6 +36,25 @@ def after_fork(callback: Callable[[], None]) -> Callable[[], None]:
     """Run ``callback`` in every child, before the holders reset (for module-level locks)."""
     _callbacks.append(callback)
     return callback
+
+
+def module_lock(namespace: dict[str, Any], name: str, make: Callable[[], L]) -> L:
+    """A module's lock, ``namespace[name]`` (``namespace`` its ``globals()``), made anew in
+    every child: a fork copies a lock another thread holds, held for good.
+
+    Example:
+        >>> import threading
+        >>> space: dict = {}
+        >>> module_lock(space, "_lock", threading.Lock) is space["_lock"]
+        True
+    """
+
+    def renew() -> None:
+        namespace[name] = make()
+
+    after_fork(renew)
+    namespace[name] = lock = make()
+    return lock
 
 
 def set_aside(*objects: Any) -> None:

@@ -24,13 +24,7 @@ SCOPE = "langgraph_checkpoint_agent_memory"
 #: environment: about 0.7 µs; a store read from memory takes about 20 µs).
 RECHECK_SECONDS = 1.0
 
-_lock = threading.Lock()
-
-
-@fork.after_fork
-def _fresh_lock() -> None:
-    global _lock
-    _lock = threading.Lock()
+_lock = fork.module_lock(globals(), "_lock", threading.Lock)
 
 
 class Provider:
