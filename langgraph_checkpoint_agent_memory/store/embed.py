@@ -20,6 +20,7 @@ from langchain_core.embeddings import Embeddings
 
 from langgraph_checkpoint_agent_memory.db.dialect import HNSW_MAX_DIMS, AnnConfig
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, require
+from langgraph_checkpoint_agent_memory.store.values import checked_keys
 
 #: Dimensions of the default embedder's vectors.
 DEFAULT_DIMS = 384
@@ -191,14 +192,7 @@ def resolve_index(index: Any) -> dict[str, Any] | None:
         return None
     if index == "default":
         return default_index()
-    if not isinstance(index, Mapping):
-        raise ConfigurationError(
-            f"index must be an IndexConfig mapping or 'default', not {index!r}"
-        )
-    if unknown := sorted(set(index) - set(INDEX_KEYS)):
-        raise ConfigurationError(
-            f"unknown index keys: {', '.join(unknown)} (known: {', '.join(INDEX_KEYS)})"
-        )
+    checked_keys(index, "index", INDEX_KEYS, "an IndexConfig mapping or 'default'")
     if index.get("embed") == "default":
         if (dims := index.get("dims", DEFAULT_DIMS)) != DEFAULT_DIMS:
             raise ConfigurationError(

@@ -264,19 +264,23 @@ def check_minutes(value: Any, name: str) -> None:
         )
 
 
+def checked_keys(value: Any, name: str, keys: Sequence[str], form: str) -> None:
+    """Refuse a ``value`` that is not a mapping (``form`` says what it must be) or that holds a
+    key not in ``keys`` (a misspelt one would be ignored without a word)."""
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be {form}, not {value!r}")
+    if unknown := sorted(set(value) - set(keys)):
+        raise ConfigurationError(
+            f"unknown {name} keys: {', '.join(unknown)} (known: {', '.join(keys)})"
+        )
+
+
 def checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     """LangGraph's ``TTLConfig``, checked: known keys only (a misspelt ``default_ttl`` would keep
     items forever). ``omit_expired`` changes nothing: no backend reads an expired item."""
     if ttl is None:
         return None
-    if not isinstance(ttl, Mapping):
-        raise ConfigurationError(
-            f'ttl must be a TTLConfig mapping such as {{"default_ttl": 60}} (minutes), not {ttl!r}'
-        )
-    if unknown := sorted(set(ttl) - set(TTL_KEYS)):
-        raise ConfigurationError(
-            f"unknown ttl keys: {', '.join(unknown)} (known: {', '.join(TTL_KEYS)})"
-        )
+    checked_keys(ttl, "ttl", TTL_KEYS, 'a TTLConfig mapping such as {"default_ttl": 60} (minutes)')
     for name in ("default_ttl", "sweep_interval_minutes"):
         if ttl.get(name) is not None:
             check_minutes(ttl.get(name), f"ttl {name}")
