@@ -78,8 +78,7 @@ def _store_v1(d: Dialect) -> list[str]:
         *d.vector_ddl(),
         *d.vector_index_ddl(),
         d.create_unless_exists(settings),
-        *d.fresh_postings_ddl(),
-        *d.postings_upkeep_ddl(),
+        *d.num_ddl(),
     ]
 
 

@@ -36,7 +36,13 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
 )
-from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
+from langgraph_checkpoint_agent_memory.db.schema import (
+    blobs,
+    checkpoints,
+    store_items,
+    threads,
+    writes,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -53,12 +59,23 @@ class SQLiteDialect(Dialect):
         return sa_sqlite.dialect(paramstyle="named")
 
     row_locks = False
-    # covering, as SQLite's indexes include no columns
-    fresh_index_columns = ("term", "shard", "prefix", "key", "tf", "dl")
+    list_cap = None
 
-    def fresh_lead(self, t: Any) -> Any:
-        # "packed IS NULL" as one more equality column, which SQLite's planner weighs
-        return t.c.packed
+    def list_size(self, n: int) -> int:
+        return 1
+
+    def one_of(self, column: Any, param: str, size: int) -> Any:
+        # one JSON array: one statement text for any count, and no limit of bound variables
+        values = sa.func.json_each(sa.bindparam(param, type_=sa.Text)).table_valued("value")
+        return column.in_(sa.select(values.c.value))
+
+    def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
+        return {param: json.dumps(list(values))}
+
+    def new_num(self) -> Any:
+        # under the write lock; a number freed by a delete may return (``store.index``)
+        num = store_items.c.num
+        return sa.select(sa.func.coalesce(sa.func.max(num), 0) + 1).scalar_subquery()
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)

@@ -57,6 +57,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ns_text,
     scoped,
 )
+from langgraph_checkpoint_agent_memory.db.term_index import index_item
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, reranking_of
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -774,6 +775,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
+        for prefix in self.ranker.written(prefix for prefix, _ in puts):
+            yield from self.ranker.merge_plan(prefix)
         return results
 
     def _get_plan(self, op: GetOp, now: float) -> Plan[ItemRow | None]:
@@ -826,7 +829,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
-        self.ranker.writes += len(puts)
+        for row in items:
+            index_item(row)
         return self.statements.writes(
             items, vector_rows, removed, native_vectors=self.sealer is None
         )

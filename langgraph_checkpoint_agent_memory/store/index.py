@@ -1,0 +1,338 @@
+"""How the store ranks by its term index, and keeps the index's lists (:mod:`..db.term_index`
+says how the tables hold them; ``docs/internals/store-search.md`` why).
+
+A query reads, in one snapshot, the chunks of its terms under the namespace, the items not yet
+listed and the retractions (:class:`Lists`); sums BM25 in numpy; and reads back the keys of
+its best candidates only, live and passing the filter. A merge moves a namespace's unlisted
+items into its lists and takes the retracted ones out; it runs when a query finds
+:data:`MERGE_AT` of them in a namespace, or this process has written as many there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import Prefilter, StoreStatements
+from langgraph_checkpoint_agent_memory.db.term_index import (
+    CHUNK,
+    UNLISTED_BYTES,
+    halves,
+    listed_terms,
+    pack_chunk,
+    term_id,
+    unpack_chunk,
+)
+
+#: A term as the index finds it: its id's high half and low half (``None``: any low half,
+#: as relevance feedback asks for the terms of a listed item, of which it kept the high half).
+Form = tuple[int, int | None]
+#: Unlisted items plus retractions in one namespace that make a merge run.
+MERGE_AT = 256
+#: The most items one merge transaction lists.
+MERGE_CAP = 4096
+#: Tied candidates at the cut read by number; more, and the items are read in key order.
+TIES_READ = 1024
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def form_of(term: str) -> Form:
+    """The form of a term as stored (a word, or its keyed hash)."""
+    return halves(term_id(term))
+
+
+def lock_id(shard: str, prefix: str) -> int:
+    """The signed 64-bit advisory lock that makes one namespace's merges take turns."""
+    digest = hashlib.blake2b(f"{len(shard)}:{shard}{prefix}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _gather(big: Any, starts: Any, width: int, dtype: str) -> Any:
+    """``width``-byte values of ``dtype`` at byte offsets ``starts`` of ``big``."""
+    at = starts[:, None] + np.arange(width)
+    return big[at].copy().view(dtype).reshape(-1).astype(np.int64)
+
+
+class Lists:
+    """What one read of the lists found under a namespace (rows of
+    :meth:`.StoreStatements.lists`), and each term's entries from it."""
+
+    def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
+        self.chunks: defaultdict[int, list[tuple[int, int, int, bytes]]] = defaultdict(list)
+        #: Per namespace, its unlisted items and retractions: a merge runs past MERGE_AT.
+        self.pending: Counter[str] = Counter()
+        nums: list[int] = []
+        lengths: list[int] = []
+        blobs: list[bytes] = []
+        gone: list[int] = []
+        gone_terms: list[bytes] = []
+        for kind, prefix, hi, lo, a, b, payload in rows:
+            if kind == 0:
+                self.chunks[int(hi)].append((int(lo), int(a), int(b), bytes(payload)))
+                continue
+            self.pending[prefix] += 1
+            if kind == 1:
+                nums.append(int(a))
+                lengths.append(int(b or 0))
+                blobs.append(bytes(payload or b""))
+            else:
+                gone.append(int(a))
+                gone_terms.append(bytes(payload))
+        self.unlisted = len(nums)
+        self._unlisted(nums, lengths, blobs)
+        his = [listed_terms(blob)[0] for blob in gone_terms]
+        self.gone_hi = np.concatenate(his).astype(np.int64) if his else _EMPTY
+        counts = [len(h) for h in his]
+        self.gone_num = np.repeat(np.asarray(gone, dtype=np.int64), counts) if gone else _EMPTY
+
+    def _unlisted(self, nums: list[int], lengths: list[int], blobs: list[bytes]) -> None:
+        """Decode the unlisted items' terms at once: ids, frequencies, owners."""
+        n = np.asarray([len(b) // UNLISTED_BYTES for b in blobs], dtype=np.int64)
+        total = int(n.sum()) if len(n) else 0
+        if not total:
+            self.u_hi = self.u_lo = self.u_tf = self.u_num = self.u_dl = _EMPTY
+            return
+        big = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+        offsets = np.concatenate(([0], np.cumsum(n * UNLISTED_BYTES)[:-1]))
+        owner = np.repeat(np.arange(len(blobs)), n)
+        k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        base, size = offsets[owner], n[owner]
+        self.u_hi = _gather(big, base + 4 * k, 4, "<i4")
+        self.u_lo = _gather(big, base + 5 * size + 4 * k, 4, "<i4")
+        self.u_tf = _gather(big, base + 9 * size + 2 * k, 2, "<u2")
+        self.u_num = np.asarray(nums, dtype=np.int64)[owner]
+        self.u_dl = np.asarray(lengths, dtype=np.int64)[owner]
+
+    def entries(self, form: Form) -> tuple[Any, Any, Any]:
+        """``(numbers, tf, dl)`` of the items holding ``form``: its chunks' entries but the
+        retracted ones, and the unlisted items' (which win over a listed entry)."""
+        hi, lo = form
+        parts = [
+            unpack_chunk(start, count, payload)
+            for low, start, count, payload in self.chunks.get(hi, ())
+            if lo is None or low == lo
+        ]
+        nums, tf, dl = _joined(parts)
+        gone = self.gone_num[self.gone_hi == hi]
+        mask = self.u_hi == hi
+        if lo is not None:
+            mask &= self.u_lo == lo
+        fresh = self.u_num[mask]
+        if len(nums) and (len(gone) or len(fresh)):
+            keep = ~np.isin(nums, np.concatenate((gone, fresh)))
+            nums, tf, dl = nums[keep], tf[keep], dl[keep]
+        if len(fresh):
+            nums = np.concatenate((nums, fresh))
+            tf = np.concatenate((tf, self.u_tf[mask]))
+            dl = np.concatenate((dl, self.u_dl[mask]))
+        return nums, tf, dl
+
+
+def lists_plan(
+    statements: StoreStatements, base: dict[str, Any], exact: bool, forms: Sequence[Form]
+) -> Plan[Lists]:
+    """The lists of ``forms`` under ``base``'s namespace, read in one statement."""
+    d = statements.d
+    his = sorted({hi for hi, _ in forms})
+    sql = statements.lists(exact, "shard" in base, d.list_size(len(his)))
+    [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("his", his)}, fetch=True)])
+    return Lists(rows)
+
+
+def bm25(
+    lists: Lists,
+    groups: Sequence[Sequence[Form]],
+    weight: Sequence[float],
+    k_base: float,
+    k_len: float,
+) -> tuple[Any, Any]:
+    """``(numbers, scores)`` of every item holding a term: ``weight[g]`` is group g's idf
+    times (k1 + 1) (a group: one term's forms, each weighing as the term)."""
+    nums: list[Any] = []
+    scores: list[Any] = []
+    for group, w in zip(groups, weight, strict=True):
+        for form in group:
+            n, tf, dl = lists.entries(form)
+            nums.append(n)
+            scores.append(w * tf / (k_base + tf + k_len * dl))
+    if not nums:
+        return _EMPTY, np.zeros(0)
+    found, at = np.unique(np.concatenate(nums), return_inverse=True)
+    return found, np.bincount(at, weights=np.concatenate(scores), minlength=len(found))
+
+
+def document_frequencies(lists: Lists, forms: Sequence[Form]) -> dict[Form, int]:
+    """How many items hold each form."""
+    return {form: len(lists.entries(form)[0]) for form in dict.fromkeys(forms)}
+
+
+def best_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """``((prefix, key), score)`` of the ``want`` best live items passing the filter, ties
+    ordered by namespace and key: candidates are read by number, best first, until ``want``
+    pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
+    instead, until enough of the tied ones are found."""
+    filters, base, want, exact = how
+    d, one = statements.d, "shard" in base
+    order = np.lexsort((nums, -scores))
+    nums, scores = nums[order], scores[order]
+    found: list[tuple[tuple[str, str], float]] = []
+    at, size = 0, want
+    while at < len(nums) and len(found) < want:
+        end = min(at + size, len(nums))
+        tied = int(np.searchsorted(-scores, -scores[end - 1], side="right"))  # ends the tie
+        if tied - at > TIES_READ and end - at < tied - at:
+            found += yield from _tied_plan(statements, nums, scores, at, tied, want, how)
+            at = tied
+        else:
+            chunk = nums[at:tied].tolist()
+            sql = statements.by_nums(filters, exact, one, d.list_size(len(chunk)))
+            params = {**base, **d.list_params("nums", chunk)}
+            [rows] = yield Batch([Stmt(sql, params, fetch=True)])
+            score_of = dict(zip(chunk, scores[at:tied].tolist(), strict=True))
+            found += [((p, k), score_of[int(n)]) for p, k, n in rows]
+            at = tied
+        size *= 4
+    found.sort(key=lambda f: (-f[1], f[0]))
+    return found[:want]
+
+
+def _tied_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    start: int,
+    end: int,
+    want: int,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """The first ``want`` of the tied candidates ``nums[start:end]`` in key order, read by
+    walking the namespace's items in that order."""
+    filters, base, _, exact = how
+    tied = nums[start:end]
+    score = float(scores[start])
+    sql = statements.in_key_order(filters, exact, "shard" in base)
+    found: list[tuple[tuple[str, str], float]] = []
+    after = {"a_prefix": "", "a_key": ""}
+    page = 4 * want
+    while len(found) < want:
+        [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
+        if rows:
+            hit = np.isin(np.asarray([int(r[2]) for r in rows], dtype=np.int64), tied)
+            found += [((r[0], r[1]), score) for r, h in zip(rows, hit.tolist(), strict=True) if h]
+        if len(rows) < page:
+            break
+        after = {"a_prefix": rows[-1][0], "a_key": rows[-1][1]}
+        page *= 2
+    return found[:want]
+
+
+def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int]:
+    """List up to :data:`MERGE_CAP` of one namespace's unlisted items and take its retracted
+    items out of its lists, in one transaction; how many items it listed."""
+    d = statements.d
+    ident = {"shard": shard, "prefix": prefix}
+    first: list[Stmt] = []
+    if (lock := d.merge_lock()) is not None:
+        first.append(Stmt(lock, {"lock": lock_id(shard, prefix)}, fetch=True))
+    first += [
+        Stmt(statements.unlisted(), {**ident, "cap": MERGE_CAP}, fetch=True),
+        Stmt(statements.retracted(), ident, fetch=True),
+    ]
+    *_, items, retractions = yield Batch(first, lock=True, hold=True)
+    if not items and not retractions:
+        yield Batch([], write=True)
+        return 0
+    lists = Lists([(1, prefix, None, None, n, dl, t) for n, dl, t in items])
+    retracted = Lists([(2, prefix, None, None, n, None, t) for n, t in retractions])
+    new_ids = (lists.u_hi << 32) | (lists.u_lo & 0xFFFFFFFF)
+    his = np.unique(np.concatenate((lists.u_hi, retracted.gone_hi))).tolist()
+    touched = [int(n) for n, _, _ in items] + [int(n) for n, _ in retractions]
+    params = {**ident, "min": min(touched)}
+    read = [
+        Stmt(
+            statements.chunks_to_merge(d.list_size(len(part))),
+            {**params, **d.list_params("his", part)},
+            fetch=True,
+        )
+        for part in _parts(his, d.list_cap)
+    ]
+    found = yield Batch(read, hold=True)
+    old: defaultdict[tuple[int, int], list[Any]] = defaultdict(list)
+    drops: list[dict[str, Any]] = []
+    for hi, lo, start, _, count, payload in (r for rows in found for r in rows):
+        old[(int(hi), int(lo))].append(
+            (int(start), unpack_chunk(int(start), int(count), bytes(payload)))
+        )
+        drops.append({**ident, "hi": int(hi), "lo": int(lo), "start": int(start)})
+    # the new entries, by term
+    order = np.lexsort((lists.u_num, new_ids))
+    ids, nums = new_ids[order], lists.u_num[order]
+    tfs, dls = lists.u_tf[order], lists.u_dl[order]
+    cuts = np.flatnonzero(np.diff(ids)) + 1
+    new: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+    for part in np.split(np.arange(len(ids)), cuts) if len(ids) else ():
+        new[halves(int(ids[part[0]]))] = (nums[part], tfs[part], dls[part])
+    fresh_nums = lists.u_num
+    inserts: list[dict[str, Any]] = []
+    for term in set(old) | set(new):
+        chunks = sorted(old.get(term, ()), key=lambda c: c[0])
+        parts = [c[1] for c in chunks]
+        n, tf, dl = _joined(parts)
+        gone = np.concatenate((retracted.gone_num[retracted.gone_hi == term[0]], fresh_nums))
+        if len(n) and len(gone):
+            keep = ~np.isin(n, gone)
+            n, tf, dl = n[keep], tf[keep], dl[keep]
+        if term in new:
+            a, b, c = new[term]
+            n, tf, dl = np.concatenate((n, a)), np.concatenate((tf, b)), np.concatenate((dl, c))
+            o = np.argsort(n, kind="stable")
+            n, tf, dl = n[o], tf[o], dl[o]
+        for s in range(0, len(n), CHUNK):
+            e = min(s + CHUNK, len(n))
+            inserts.append(
+                {
+                    **ident,
+                    "hi": term[0],
+                    "lo": term[1],
+                    "start": int(n[s]),
+                    "last": int(n[e - 1]),
+                    "entries": e - s,
+                    "payload": pack_chunk(n[s:e], tf[s:e], dl[s:e]),
+                }
+            )
+    writes = [Stmt(statements.drop_chunk(), drops, many=True)]
+    writes.append(Stmt(statements.insert_chunk(), inserts, many=True))
+    for part in _parts([int(n) for n, _, _ in items], d.list_cap):
+        sql = statements.mark_listed(d.list_size(len(part)))
+        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    for part in _parts([int(n) for n, _ in retractions], d.list_cap):
+        sql = statements.drop_retractions(d.list_size(len(part)))
+        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    yield Batch(writes, write=True)
+    return len(items)
+
+
+def _joined(parts: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
+    """Chunks' ``(numbers, tf, dl)`` end to end."""
+    if not parts:
+        return _EMPTY, _EMPTY, _EMPTY
+    nums, tf, dl = zip(*parts, strict=True)
+    return np.concatenate(nums), np.concatenate(tf), np.concatenate(dl)
+
+
+def _parts(values: list[Any], cap: int | None) -> list[list[Any]]:
+    if not values:
+        return []
+    size = cap or len(values)
+    return [values[i : i + size] for i in range(0, len(values), size)]
