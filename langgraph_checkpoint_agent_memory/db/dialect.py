@@ -337,10 +337,11 @@ class Dialect:
     def substring(self, column: Any, length: Any) -> Any:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
-    def under_clause(self, column: Any) -> Any:
-        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %."""
-        head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
-        return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+    def under_clause(self, column: Any, name: str = "ns") -> Any:
+        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %.
+        ``name``: the parameters' name instead of ``ns``."""
+        head = self.substring(column, sa.bindparam(f"{name}_len", type_=sa.Integer))
+        return sa.or_(column == sa.bindparam(name), head == sa.bindparam(f"{name}_dot"))
 
     def under_range(self, column: Any) -> Any:
         """:meth:`under_clause` as an index range, where the dialect compares bytes."""
@@ -505,8 +506,8 @@ class Dialect:
         return None
 
     def listed_terms(self, column: Any) -> Any:
-        """An item's ``terms`` once listed: the first 5 of each 11 bytes (``store.index``)."""
-        return sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 5 / 11, sa.Integer))
+        """An item's ``terms`` once listed: the first 3 of each 10 bytes (``db.term_index``)."""
+        return sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 3 / 10, sa.Integer))
 
 
 def same_item(a: Any, b: Any) -> Any:

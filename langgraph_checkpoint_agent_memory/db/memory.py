@@ -565,7 +565,8 @@ def erase_plan(
     by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
     for scope in scopes:
         params = sql.store.prefix_params([root, *scope.split(",")])
-        statements += [Stmt(s, params) for s in sql.store.delete_under(scoped(params), by_prefix)]
+        deletes = sql.store.delete_under(scoped(params), by_prefix, bool(params.get("rest")))
+        statements += [Stmt(s, params) for s in deletes]
         key = {"shard": sql.scope_shard(scope), "scope": scope}
         statements += [
             Stmt(sql.statement(("erase", t), partial(_delete_scope, t)), key) for t in by_scope

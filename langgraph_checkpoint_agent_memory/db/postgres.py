@@ -565,12 +565,12 @@ class PostgresDialect(Dialect):
             sql = self.sql(key, lambda: owned_values(table, owner, size))
         return Stmt(sql, params, many=True)
 
-    def under_clause(self, column: Any) -> Any:
+    def under_clause(self, column: Any, name: str = "ns") -> Any:
         # a byte-order range, which the planner estimates from statistics (substr(): blind)
         c = column.collate("C")
         return sa.or_(
-            column == sa.bindparam("ns"),
-            sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
+            column == sa.bindparam(name),
+            sa.and_(c >= sa.bindparam(f"{name}_dot"), c < sa.bindparam(f"{name}_end")),
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:

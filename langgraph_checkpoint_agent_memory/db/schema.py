@@ -170,6 +170,14 @@ store_items = _sharded(
     sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
     sa.Index("am_store_items_num", "num"),
+    # the few items a merge has yet to list, which every query of their namespace reads
+    sa.Index(
+        "am_store_items_unlisted",
+        "shard",
+        "prefix",
+        sqlite_where=sa.text("merged = 0"),
+        postgresql_where=sa.text("merged = 0"),
+    ),
 )
 
 store_vectors = _sharded(
@@ -180,18 +188,18 @@ store_vectors = _sharded(
 
 
 # The term lists of one namespace: a row holds one term's entries (item number, tf, dl) from
-# item ``start`` to ``last``, packed (``store.index``); the term is a 64-bit hash in two halves.
+# item ``start`` on, packed (``db.term_index``); the term is a 64-bit hash in two halves. The
+# namespace is its shard key and ``rest``, its labels after the shard key ("" for none).
 store_chunks = _sharded(
     "am_store_chunks",
-    *_shard(
-        sa.Column("prefix", PREFIX, primary_key=True),
-        sa.Column("hi", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("lo", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("start", sa.BigInteger, primary_key=True, autoincrement=False),
-    ),
-    _required("last", sa.BigInteger),
-    _required("entries", sa.Integer),
+    _required("shard", PREFIX),
+    _required("hi", sa.Integer),
+    _required("lo", sa.BigInteger),
+    _required("rest", PREFIX),
+    _required("start", sa.BigInteger),
     _required("payload", sa.LargeBinary),
+    # the term before the namespace: a query under a prefix finds its terms' chunks at once
+    sa.PrimaryKeyConstraint("shard", "hi", "lo", "rest", "start"),
     sqlite_with_rowid=False,
 )
 

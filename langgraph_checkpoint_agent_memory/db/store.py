@@ -174,7 +174,15 @@ def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) ->
     params: dict[str, Any] = dict(ns=ns, ns_dot=ns + ".", ns_len=len(ns) + 1, ns_end=ns + "/")
     if covers(namespace, depth):
         params["shard"] = shard_key(namespace, depth)
+        params.update(rest_params(ns, params["shard"]))
     return params
+
+
+def rest_params(ns: str, shard: str) -> dict[str, Any]:
+    """``:rest`` (the labels of the namespace ``ns`` after its shard key) and what
+    :meth:`.Dialect.under_clause` needs of it, for the term lists' rows."""
+    rest = ns[len(shard) + 1 :]
+    return dict(rest=rest, rest_dot=rest + ".", rest_len=len(rest) + 1, rest_end=rest + "/")
 
 
 def scoped(params: Mapping[str, Any]) -> bool:
@@ -402,14 +410,21 @@ class StoreStatements:
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
-    def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES) -> list[Sql]:
-        """Per table (default :data:`STORE_NS_TABLES`): delete the rows under a namespace."""
+    def delete_under(
+        self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES, deeper: bool = True
+    ) -> list[Sql]:
+        """Per table (default :data:`STORE_NS_TABLES`): delete the rows under a namespace
+        (``deeper``: it goes below its shard key, see :meth:`chunks_under`)."""
 
         def build(t: sa.Table) -> Any:
+            if t is store_chunks:
+                return sa.delete(t).where(*self.chunks_under(False, scoped, deeper))
             return sa.delete(t).where(*self.namespace_of(t, scoped))
 
         return [
-            self.statement(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            self.statement(
+                ("delete_under", name, scoped, deeper), partial(build, metadata.tables[name])
+            )
             for name in tables
         ]
 
@@ -625,11 +640,24 @@ class StoreStatements:
 
         return self.statement(("seal_vector", tuple(columns)), build)
 
-    def lists(self, exact: bool, scoped: bool, size: int) -> Sql:
-        """In one snapshot, under the namespace: the chunks of the terms whose high halves are
+    def chunks_under(self, exact: bool, scoped: bool, deeper: bool) -> list[Any]:
+        """Core: a chunk lies in the namespace (``exact``) or under it; ``deeper``: the
+        namespace goes below its shard key (``:rest`` is not empty)."""
+        c = store_chunks
+        if not scoped:  # a prefix shorter than the shard key: every namespace of its shards
+            shard = c.c.shard == sa.bindparam("ns") if exact else self.d.under_clause(c.c.shard)
+            return [shard, c.c.rest == ""] if exact else [shard]
+        where = [c.c.shard == sa.bindparam("shard")]
+        if exact:
+            return [*where, c.c.rest == sa.bindparam("rest")]
+        return [*where, self.d.under_clause(c.c.rest, "rest")] if deeper else where
+
+    def lists(self, exact: bool, scoped: bool, size: int, deeper: bool) -> Sql:
+        """In one snapshot, under the namespace: the chunks of the terms whose high parts are
         ``:his`` (:meth:`.Dialect.one_of`), ``(0, prefix, hi, lo, start, entries, payload)``;
         the items not yet listed, ``(1, prefix, NULL, NULL, num, doc_len, terms)``; and the
-        retractions, ``(2, prefix, NULL, NULL, num, NULL, terms)``."""
+        retractions, ``(2, prefix, NULL, NULL, num, NULL, terms)`` (see :meth:`chunks_under`
+        for ``deeper``)."""
         c, i, r = store_chunks, store_items, store_retractions
 
         def build() -> Any:
@@ -638,8 +666,8 @@ class StoreStatements:
 
             none = sa.cast(sa.null(), sa.Integer)
             chunks = sa.select(
-                kind(0), c.c.prefix, c.c.hi, c.c.lo, c.c.start, c.c.entries, c.c.payload
-            ).where(*self.ns_of(c, exact, scoped), self.d.one_of(c.c.hi, "his", size))
+                kind(0), c.c.rest, c.c.hi, c.c.lo, c.c.start, none, c.c.payload
+            ).where(*self.chunks_under(exact, scoped, deeper), self.d.one_of(c.c.hi, "his", size))
             unlisted = sa.select(
                 kind(1), i.c.prefix, none, none, i.c.num, i.c.doc_len, i.c.terms
             ).where(*self.ns_of(i, exact, scoped), i.c.merged == 0)
@@ -648,17 +676,20 @@ class StoreStatements:
             )
             return sa.union_all(chunks, unlisted, retracted)
 
-        return self.statement(("lists", exact, scoped, size), build)
+        return self.statement(("lists", exact, scoped, size, deeper), build)
 
     def by_nums(self, filters: Prefilter, exact: bool, scoped: bool, size: int) -> Sql:
-        """``(prefix, key, num)`` of the live items numbered ``:nums`` under the namespace
-        that pass the pre-filter."""
+        """``(prefix, key, num)`` of the live items numbered ``:nums`` (all under the
+        namespace: the lists were read there) that pass the pre-filter."""
         i = store_items
+        # a number names one item: the shard key only routes on a distributed database (and
+        # elsewhere would lure the planner from the numbers' index onto the namespace's rows)
+        routed = [i.c.shard == sa.bindparam("shard")] if scoped and self.d.distributed else []
         return self.statement(
             ("by_nums", filters, exact, scoped, size),
             lambda: sa.select(i.c.prefix, i.c.key, i.c.num).where(
                 self.d.one_of(i.c.num, "nums", size),
-                *self.ns_of(i, exact, scoped),
+                *routed,
                 live(i),
                 *self.filtered(i.c.value, filters),
             ),
@@ -685,11 +716,11 @@ class StoreStatements:
         )
 
     def item_terms(self, n: int) -> Sql:
-        """``(prefix, key, doc_len, terms, merged)`` of ``n`` items (``:s<j>`` ...)."""
+        """``(prefix, key, num, terms, merged)`` of ``n`` items (``:s<j>`` ...)."""
         i = store_items
         return self.statement(
             ("item_terms", n),
-            lambda: sa.select(i.c.prefix, i.c.key, i.c.doc_len, i.c.terms, i.c.merged).where(
+            lambda: sa.select(i.c.prefix, i.c.key, i.c.num, i.c.terms, i.c.merged).where(
                 items_named(i, n)
             ),
         )
@@ -721,20 +752,23 @@ class StoreStatements:
         return self.statement("retracted", build)
 
     def chunks_to_merge(self, size: int) -> Sql:
-        """The namespace's chunks a merge rewrites: of the terms whose high halves are
-        ``:his``, those ending at ``:min`` or later, and each term's last (appended to)."""
+        """The chunks a merge rewrites, of the namespace ``:shard``, ``:rest``: of the terms
+        whose high parts are ``:his``, those starting at item ``:min`` or later, and the one
+        before, which may hold ``:min`` (or is the term's last, appended to)."""
         c = store_chunks
         later = store_chunks.alias("later")
 
         def build() -> Any:
-            is_last = ~sa.exists().where(
-                *(later.c[n] == c.c[n] for n in ("shard", "prefix", "hi", "lo")),
+            least = sa.bindparam("min", type_=sa.BigInteger)
+            holds_min = ~sa.exists().where(
+                *(later.c[n] == c.c[n] for n in ("shard", "hi", "lo", "rest")),
                 later.c.start > c.c.start,
+                later.c.start <= least,
             )
-            return sa.select(c.c.hi, c.c.lo, c.c.start, c.c.last, c.c.entries, c.c.payload).where(
-                *matching(c, "shard", "prefix"),
+            return sa.select(c.c.hi, c.c.lo, c.c.start, c.c.payload).where(
+                *matching(c, "shard", "rest"),
                 self.d.one_of(c.c.hi, "his", size),
-                sa.or_(c.c.last >= sa.bindparam("min", type_=sa.BigInteger), is_last),
+                sa.or_(c.c.start >= least, holds_min),
             )
 
         return self.statement(("chunks_to_merge", size), build)
@@ -767,11 +801,11 @@ class StoreStatements:
         )
 
     def drop_chunk(self) -> Sql:
-        """Delete one chunk (``:shard``, ``:prefix``, ``:hi``, ``:lo``, ``:start``)."""
+        """Delete one chunk (``:shard``, ``:hi``, ``:lo``, ``:rest``, ``:start``)."""
         c = store_chunks
         return self.statement(
             "drop_chunk",
-            lambda: sa.delete(c).where(*matching(c, "shard", "prefix", "hi", "lo", "start")),
+            lambda: sa.delete(c).where(*matching(c, "shard", "hi", "lo", "rest", "start")),
         )
 
     def insert_chunk(self) -> Sql:

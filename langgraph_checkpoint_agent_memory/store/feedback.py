@@ -77,7 +77,7 @@ def feedback_settings(setting: FeedbackLike) -> tuple[Feedback | None, Feedback 
     )
 
 
-#: A term as feedback weighs it: the high half of its id, and ``None`` (any low half).
+#: A term as feedback weighs it: the high part of its id, and ``None`` (any low part).
 Term = tuple[int, "int | None"]
 
 
@@ -89,18 +89,6 @@ class Posting(NamedTuple):
     term: Term
     tf: int
     dl: int
-
-
-def candidates(postings: Sequence[Posting], query: Sequence[Term]) -> list[Term]:
-    """The terms of the matched items that the query lacks, once each, in order.
-
-    Example:
-        >>> candidates([Posting("ns", "a", (7, None), 1, 3), Posting("ns", "a", (3, None), 1, 3)],
-        ...            [(3, None)])
-        [(7, None)]
-    """
-    asked = set(query)
-    return [t for t in dict.fromkeys(p.term for p in postings) if t not in asked]
 
 
 def discriminates(docs: int, df: int) -> float:

@@ -18,28 +18,33 @@ from typing import Any
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import Prefilter, StoreStatements
+from langgraph_checkpoint_agent_memory.db.store import Prefilter, StoreStatements, rest_params
 from langgraph_checkpoint_agent_memory.db.term_index import (
     CHUNK,
+    LOW_BITS,
     UNLISTED_BYTES,
+    WIDTHS,
     halves,
-    listed_terms,
-    pack_chunk,
+    high_parts,
+    read_ints,
     term_id,
     unpack_chunk,
 )
 
-#: A term as the index finds it: its id's high half and low half (``None``: any low half,
-#: as relevance feedback asks for the terms of a listed item, of which it kept the high half).
+#: A term as the index finds it: its id's high and low parts (``None``: any low part,
+#: as relevance feedback asks for the terms of a listed item, of which it kept the high part).
 Form = tuple[int, int | None]
-#: Unlisted items plus retractions in one namespace that make a merge run.
+#: Unlisted items plus retractions in one namespace that make a query merge it.
 MERGE_AT = 256
-#: The most items one merge transaction lists.
+#: The most items one merge transaction lists, and the items this process writes to one
+#: namespace that make it merge the namespace (fewer, larger merges rewrite fewer chunks).
 MERGE_CAP = 4096
 #: Tied candidates at the cut read by number; more, and the items are read in key order.
 TIES_READ = 1024
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+#: The code of a chunk array's width (``db.term_index.WIDTHS``), by its largest value.
+_LIMITS = np.array([1 << 8, 1 << 16, 1 << 32], dtype=np.int64)
 
 
 def form_of(term: str) -> Form:
@@ -53,18 +58,12 @@ def lock_id(shard: str, prefix: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-def _gather(big: Any, starts: Any, width: int, dtype: str) -> Any:
-    """``width``-byte values of ``dtype`` at byte offsets ``starts`` of ``big``."""
-    at = starts[:, None] + np.arange(width)
-    return big[at].copy().view(dtype).reshape(-1).astype(np.int64)
-
-
 class Lists:
     """What one read of the lists found under a namespace (rows of
     :meth:`.StoreStatements.lists`), and each term's entries from it."""
 
     def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
-        self.chunks: defaultdict[int, list[tuple[int, int, int, bytes]]] = defaultdict(list)
+        self.chunks: defaultdict[int, list[tuple[int, int, bytes]]] = defaultdict(list)
         #: Per namespace, its unlisted items and retractions: a merge runs past MERGE_AT.
         self.pending: Counter[str] = Counter()
         nums: list[int] = []
@@ -74,7 +73,7 @@ class Lists:
         gone_terms: list[bytes] = []
         for kind, prefix, hi, lo, a, b, payload in rows:
             if kind == 0:
-                self.chunks[int(hi)].append((int(lo), int(a), int(b), bytes(payload)))
+                self.chunks[int(hi)].append((int(lo), int(a), bytes(payload)))
                 continue
             self.pending[prefix] += 1
             if kind == 1:
@@ -86,7 +85,7 @@ class Lists:
                 gone_terms.append(bytes(payload))
         self.unlisted = len(nums)
         self._unlisted(nums, lengths, blobs)
-        his = [listed_terms(blob)[0] for blob in gone_terms]
+        his = [high_parts(blob) for blob in gone_terms]
         self.gone_hi = np.concatenate(his).astype(np.int64) if his else _EMPTY
         counts = [len(h) for h in his]
         self.gone_num = np.repeat(np.asarray(gone, dtype=np.int64), counts) if gone else _EMPTY
@@ -103,9 +102,9 @@ class Lists:
         owner = np.repeat(np.arange(len(blobs)), n)
         k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
         base, size = offsets[owner], n[owner]
-        self.u_hi = _gather(big, base + 4 * k, 4, "<i4")
-        self.u_lo = _gather(big, base + 5 * size + 4 * k, 4, "<i4")
-        self.u_tf = _gather(big, base + 9 * size + 2 * k, 2, "<u2")
+        self.u_hi = read_ints(big, base + 3 * k, 3, True)
+        self.u_lo = read_ints(big, base + 3 * size + 5 * k, 5, False)
+        self.u_tf = read_ints(big, base + 8 * size + 2 * k, 2, False)
         self.u_num = np.asarray(nums, dtype=np.int64)[owner]
         self.u_dl = np.asarray(lengths, dtype=np.int64)[owner]
 
@@ -114,8 +113,8 @@ class Lists:
         retracted ones, and the unlisted items' (which win over a listed entry)."""
         hi, lo = form
         parts = [
-            unpack_chunk(start, count, payload)
-            for low, start, count, payload in self.chunks.get(hi, ())
+            unpack_chunk(start, payload)
+            for low, start, payload in self.chunks.get(hi, ())
             if lo is None or low == lo
         ]
         nums, tf, dl = _joined(parts)
@@ -140,8 +139,11 @@ def lists_plan(
     """The lists of ``forms`` under ``base``'s namespace, read in one statement."""
     d = statements.d
     his = sorted({hi for hi, _ in forms})
-    sql = statements.lists(exact, "shard" in base, d.list_size(len(his)))
-    [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("his", his)}, fetch=True)])
+    params = {**base, **d.list_params("his", his)}
+    if "shard" in base:
+        params.update(rest_params(base["ns"], base["shard"]))
+    sql = statements.lists(exact, "shard" in base, d.list_size(len(his)), bool(params.get("rest")))
+    [rows] = yield Batch([Stmt(sql, params, fetch=True)])
     return Lists(rows)
 
 
@@ -242,6 +244,7 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     items out of its lists, in one transaction; how many items it listed."""
     d = statements.d
     ident = {"shard": shard, "prefix": prefix}
+    rest = rest_params(prefix, shard)["rest"]
     first: list[Stmt] = []
     if (lock := d.merge_lock()) is not None:
         first.append(Stmt(lock, {"lock": lock_id(shard, prefix)}, fetch=True))
@@ -255,10 +258,9 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         return 0
     lists = Lists([(1, prefix, None, None, n, dl, t) for n, dl, t in items])
     retracted = Lists([(2, prefix, None, None, n, None, t) for n, t in retractions])
-    new_ids = (lists.u_hi << 32) | (lists.u_lo & 0xFFFFFFFF)
     his = np.unique(np.concatenate((lists.u_hi, retracted.gone_hi))).tolist()
     touched = [int(n) for n, _, _ in items] + [int(n) for n, _ in retractions]
-    params = {**ident, "min": min(touched)}
+    params = {"shard": shard, "rest": rest, "min": min(touched)}
     read = [
         Stmt(
             statements.chunks_to_merge(d.list_size(len(part))),
@@ -268,49 +270,10 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         for part in _parts(his, d.list_cap)
     ]
     found = yield Batch(read, hold=True)
-    old: defaultdict[tuple[int, int], list[Any]] = defaultdict(list)
-    drops: list[dict[str, Any]] = []
-    for hi, lo, start, _, count, payload in (r for rows in found for r in rows):
-        old[(int(hi), int(lo))].append(
-            (int(start), unpack_chunk(int(start), int(count), bytes(payload)))
-        )
-        drops.append({**ident, "hi": int(hi), "lo": int(lo), "start": int(start)})
-    # the new entries, by term
-    order = np.lexsort((lists.u_num, new_ids))
-    ids, nums = new_ids[order], lists.u_num[order]
-    tfs, dls = lists.u_tf[order], lists.u_dl[order]
-    cuts = np.flatnonzero(np.diff(ids)) + 1
-    new: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
-    for part in np.split(np.arange(len(ids)), cuts) if len(ids) else ():
-        new[halves(int(ids[part[0]]))] = (nums[part], tfs[part], dls[part])
-    fresh_nums = lists.u_num
-    inserts: list[dict[str, Any]] = []
-    for term in set(old) | set(new):
-        chunks = sorted(old.get(term, ()), key=lambda c: c[0])
-        parts = [c[1] for c in chunks]
-        n, tf, dl = _joined(parts)
-        gone = np.concatenate((retracted.gone_num[retracted.gone_hi == term[0]], fresh_nums))
-        if len(n) and len(gone):
-            keep = ~np.isin(n, gone)
-            n, tf, dl = n[keep], tf[keep], dl[keep]
-        if term in new:
-            a, b, c = new[term]
-            n, tf, dl = np.concatenate((n, a)), np.concatenate((tf, b)), np.concatenate((dl, c))
-            o = np.argsort(n, kind="stable")
-            n, tf, dl = n[o], tf[o], dl[o]
-        for s in range(0, len(n), CHUNK):
-            e = min(s + CHUNK, len(n))
-            inserts.append(
-                {
-                    **ident,
-                    "hi": term[0],
-                    "lo": term[1],
-                    "start": int(n[s]),
-                    "last": int(n[e - 1]),
-                    "entries": e - s,
-                    "payload": pack_chunk(n[s:e], tf[s:e], dl[s:e]),
-                }
-            )
+    rows = [r for part in found for r in part]
+    at = {"shard": shard, "rest": rest}
+    drops = [{**at, "hi": int(r[0]), "lo": int(r[1]), "start": int(r[2])} for r in rows]
+    inserts = [{**at, **chunk} for chunk in _rechunked(rows, lists, retracted)]
     writes = [Stmt(statements.drop_chunk(), drops, many=True)]
     writes.append(Stmt(statements.insert_chunk(), inserts, many=True))
     for part in _parts([int(n) for n, _, _ in items], d.list_cap):
@@ -321,6 +284,65 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
     yield Batch(writes, write=True)
     return len(items)
+
+
+def _term(hi: Any, lo: Any) -> Any:
+    """Term ids of their halves (numpy arrays or integers)."""
+    return (hi << LOW_BITS) | lo
+
+
+def _rechunked(
+    rows: Sequence[Sequence[Any]], lists: Lists, retracted: Lists
+) -> list[dict[str, Any]]:
+    """The chunks that replace ``rows`` (chunks read by a merge): their entries but the
+    retracted ones and those of items listed anew, plus the unlisted items' entries, each
+    term's in number order, :data:`CHUNK` to a chunk."""
+    old = [
+        (int(hi), int(lo), *unpack_chunk(int(start), bytes(payload)))
+        for hi, lo, start, payload in rows
+    ]
+    counts = [len(o[2]) for o in old]
+    old_hi = np.repeat(np.asarray([o[0] for o in old], dtype=np.int64), counts)
+    old_lo = np.repeat(np.asarray([o[1] for o in old], dtype=np.int64), counts)
+    nums, tf, dl = _joined([o[2:] for o in old])
+    # out: an old entry of an item listed anew (its terms come with it) or retracted
+    out = np.isin(nums, lists.u_num)
+    maybe = np.flatnonzero(~out & np.isin(nums, retracted.gone_num))
+    if len(maybe):
+        gone = set(zip(retracted.gone_num.tolist(), retracted.gone_hi.tolist(), strict=True))
+        pairs = zip(nums[maybe].tolist(), old_hi[maybe].tolist(), strict=True)
+        out[maybe] = [pair in gone for pair in pairs]
+    keep = ~out
+    ids = np.concatenate((_term(old_hi[keep], old_lo[keep]), _term(lists.u_hi, lists.u_lo)))
+    nums = np.concatenate((nums[keep], lists.u_num))
+    tf = np.concatenate((tf[keep], lists.u_tf))
+    dl = np.concatenate((dl[keep], lists.u_dl))
+    if not len(ids):
+        return []
+    order = np.lexsort((nums, ids))
+    ids, nums, tf, dl = ids[order], nums[order], tf[order], dl[order]
+    new_term = np.r_[True, ids[1:] != ids[:-1]]
+    term_start = np.flatnonzero(new_term)
+    rank = np.arange(len(ids)) - term_start[np.cumsum(new_term) - 1]
+    starts = np.flatnonzero(rank % CHUNK == 0)
+    ends = np.r_[starts[1:], len(ids)]
+    gaps = np.diff(nums, prepend=nums[:1])
+    gaps[starts] = 0
+    arrays = (gaps, tf, dl)
+    codes = [np.searchsorted(_LIMITS, np.maximum.reduceat(a, starts), side="right") for a in arrays]
+    packed: dict[tuple[int, int], bytes] = {}
+    out_rows = []
+    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        chunk_codes = [int(c[k]) for c in codes]
+        parts = [bytes([chunk_codes[0] | chunk_codes[1] << 2 | chunk_codes[2] << 4])]
+        for j, code in enumerate(chunk_codes):
+            if (j, code) not in packed:
+                packed[(j, code)] = arrays[j].astype(WIDTHS[code]).tobytes()
+            width = 1 << code
+            parts.append(packed[(j, code)][s * width : e * width])
+        hi, lo = halves(int(ids[s]))
+        out_rows.append({"hi": hi, "lo": lo, "start": int(nums[s]), "payload": b"".join(parts)})
+    return out_rows
 
 
 def _joined(parts: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:

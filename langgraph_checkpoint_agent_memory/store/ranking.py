@@ -31,7 +31,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     scoped,
     vector_text,
 )
-from langgraph_checkpoint_agent_memory.db.term_index import listed_terms
+from langgraph_checkpoint_agent_memory.db.term_index import high_parts
 from langgraph_checkpoint_agent_memory.errors import ReadOnlyDatabaseError
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -373,7 +373,7 @@ class Ranker:
             for prefix in prefixes:
                 self.writes += 1
                 self.unmerged[prefix] += 1
-                if self.unmerged[prefix] == MERGE_AT:
+                if self.unmerged[prefix] == MERGE_CAP:
                     due.append(prefix)
         return due
 
@@ -404,21 +404,30 @@ class Ranker:
         top = scored[: feedback.docs]
         params = S.key_params(self.statements, (item for item, _ in top))
         [rows] = yield Batch([Stmt(self.statements.item_terms(len(top)), params, fetch=True)])
-        postings = []
-        for prefix, key, dl, terms, merged in rows:
-            if terms is None:
-                continue
-            his, tfs = listed_terms(bytes(terms), listed=merged == 1)
-            postings += [
-                F.Posting(prefix, key, (int(h), None), int(tf), int(dl or 0))
-                for h, tf in zip(his.tolist(), tfs.tolist(), strict=True)
-            ]
+        item_of: dict[int, tuple[str, str]] = {}
+        his: set[int] = set()
+        for prefix, key, num, terms, listed in rows:
+            if terms is not None:
+                item_of[int(num)] = (prefix, key)
+                his.update(high_parts(bytes(terms), listed=listed == 1).tolist())
         asked = [(hi, None) for group in groups for hi, _ in group]
-        candidates = F.candidates(postings, asked)
+        candidates: list[Form] = sorted({(h, None) for h in his} - set(asked))
         flat = [f for group in groups for f in group]
         lists = yield from lists_plan(self.statements, base, exact, flat + candidates)
         docs, _ = yield from self._stats_plan(base, exact)
-        df = document_frequencies(lists, candidates)
+        # the candidates' frequencies in the first matches, from the lists: exact, and the
+        # lists are read anyway for the candidates' document frequencies
+        df: dict[Form, int] = {}
+        postings = []
+        tops = np.fromiter(item_of, dtype=np.int64, count=len(item_of))
+        for term in candidates:
+            nums, tfs, dls = lists.entries(term)
+            df[term] = len(nums)
+            at = np.isin(nums, tops)
+            postings += [
+                F.Posting(*item_of[n], term, tf, dl)
+                for n, tf, dl in zip(*(a[at].tolist() for a in (nums, tfs, dls)), strict=True)
+            ]
 
         def idf(term: Form) -> float:
             return F.discriminates(docs, df.get(term, 0))

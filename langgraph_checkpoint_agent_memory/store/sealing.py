@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -47,7 +48,8 @@ from langgraph_checkpoint_agent_memory.db.store import (
 )
 from langgraph_checkpoint_agent_memory.db.term_index import (
     encode_terms,
-    listed_terms,
+    halves,
+    high_parts,
     term_id,
     unlisted_terms,
 )
@@ -406,7 +408,7 @@ class Sealer:
 
 def _keyed_terms(
     value: Any, text: str, terms: bytes | None, listed: bool, keyed: Callable[[str], str]
-) -> dict[int, int] | None:
+) -> dict[str, int] | None:
     """An unsealed item's terms under keyed hashes: each plain term id given back its word
     from the words of the item's value (its strings, numbers, keys and the dates of its
     numbers), which its indexed text was made of; ``None``: nothing indexed."""
@@ -415,19 +417,18 @@ def _keyed_terms(
     decoded = json.loads(text) if isinstance(value, str) else value
     leaves = [*text_leaves(decoded), *_keys_of(decoded)]
     leaves += [date_words(float(x)) for x in leaves if _epoch(x)]
-    words = set(tokens("\n".join(leaves)))
-    if listed:
-        his, tfs = listed_terms(bytes(terms))
-        word_of = {term_id(w) >> 32: w for w in words}
-        pairs = zip(his.tolist(), tfs.tolist(), strict=True)
+    words = Counter(tokens("\n".join(leaves)))
+    if listed:  # the frequencies left with the lists: counted again in the value's words
+        word_of = {halves(term_id(w))[0]: w for w in words}
+        pairs = ((hi, words[word_of.get(hi, "")] or 1) for hi in high_parts(bytes(terms)).tolist())
     else:
         ids, tfs = unlisted_terms(bytes(terms))
         word_of = {term_id(w): w for w in words}
         pairs = zip(ids.tolist(), tfs.tolist(), strict=True)
-    out: dict[int, int] = {}
+    out: dict[str, int] = {}
     for plain, tf in pairs:
         if (word := word_of.get(plain)) is not None:
-            stored = term_id(keyed(word))
+            stored = keyed(word)
             out[stored] = out.get(stored, 0) + tf
     return out
 

@@ -871,7 +871,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         one = scoped(params)  # the prefix covers the shard key; else it spans shards
         counting = Stmt(self.statements.count_under(one), params, fetch=True)
         [[(count,)]] = yield Batch([counting], lock=True, hold=True)
-        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under(one)], write=True)
+        deletes = self.statements.delete_under(one, deeper=bool(params.get("rest")))
+        yield Batch([Stmt(sql, params) for sql in deletes], write=True)
         return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
