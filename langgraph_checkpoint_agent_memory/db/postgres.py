@@ -1065,8 +1065,11 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
                     text, params = session.text(stmt), _params(stmt)
                     if not stmt.many:
                         await _done(cur.execute(text, params, prepare=_prepare(stmt)))
-                    elif stmt.params:
+                    elif stmt.params and stmt.prepare:
                         await _done(cur.executemany(text, params))
+                    else:  # each planned for its values (executemany would prepare it)
+                        for one in params:
+                            await _done(cur.execute(text, one, prepare=False))
                     sent.append((cur, stmt))
             if not batch.hold:  # else held open for the next batch
                 ending = "ROLLBACK" if batch.rollback else "COMMIT"

@@ -451,8 +451,8 @@ class StoreStatements:
         tags = [
             {**k, "tag": t} for k, r in zip(keys, items, strict=False) for t in r.pop("tags", ())
         ]
-        out = [
-            Stmt(retract, keys, many=True),
+        out = [  # the retraction's generic plan may walk the namespace: planned each time
+            Stmt(retract, keys, many=True, prepare=False),
             Stmt(self.upsert_item(), items, many=True),
             Stmt(item_sql, list(removed), many=True),
         ]

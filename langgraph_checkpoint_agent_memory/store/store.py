@@ -953,7 +953,11 @@ def sweep_plan(
             yield Batch([], write=True)
             return removed
         keys = [ItemKey._make(r)._asdict() for r in rows]
-        yield Batch([Stmt(sql, keys, many=True) for sql in statements.delete_item()], write=True)
+        # the retraction first, planned for each item (see StoreStatements.writes)
+        deletes = statements.delete_item()
+        yield Batch(
+            [Stmt(s, keys, many=True, prepare=s is not deletes[0]) for s in deletes], write=True
+        )
         removed += len(rows)
         if on_progress is not None:
             on_progress(removed, None)
