@@ -9,6 +9,7 @@ an approximate scan that stops short of enough matches is answered exactly inste
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -32,7 +33,6 @@ from langgraph_checkpoint_agent_memory.db.store import (
     vector_text,
 )
 from langgraph_checkpoint_agent_memory.db.term_index import high_parts
-from langgraph_checkpoint_agent_memory.errors import ReadOnlyDatabaseError
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.index import (
@@ -51,6 +51,7 @@ from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 K = TypeVar("K", str, tuple[str, str])
+logger = logging.getLogger(__name__)
 E = TypeVar("E")
 #: A lexical query's filter, namespace parameters, how many, ``exact`` and ``joined``.
 How = tuple[Prefilter, dict[str, Any], int, bool, bool]
@@ -94,6 +95,8 @@ class Ranker:
         self.stats_seconds = 60.0
         #: Per namespace, the items this process wrote since it merged it (:meth:`written`).
         self.unmerged: Counter[str] = Counter()
+        #: Per namespace, until when merges are not tried (the database refused one).
+        self.declined: dict[str, float] = {}
         #: Pseudo-relevance feedback (:mod:`.feedback`) of search and of recall (``None``: off).
         self.feedback: F.Feedback | None = None
         self.recall_feedback: F.Feedback | None = F.Feedback()
@@ -350,21 +353,24 @@ class Ranker:
 
     def _merges_plan(self, lists: Lists) -> Plan[None]:
         """Merge the namespaces where the read found :data:`.index.MERGE_AT` items to list or
-        retract (a read-only database keeps them unlisted)."""
+        retract."""
         for prefix, count in lists.pending.items():
-            if count >= MERGE_AT:
+            if count >= MERGE_AT and self.declined.get(prefix, 0.0) <= self._clock():
                 yield from self.merge_plan(prefix)
 
     def merge_plan(self, prefix: str) -> Plan[None]:
-        """Merge one namespace until nothing is left to list (``store.index``)."""
+        """Merge one namespace until nothing is left to list (``store.index``). Where the
+        database refuses (a read-only replica or file, a locked SQLite file), a warning is
+        logged and the namespace's searches read its items unlisted for a minute."""
         shard = self.statements.shard(prefix)
         with self.lock:
             self.unmerged.pop(prefix, None)
         try:
             while (yield from merge_plan(self.statements, shard, prefix)) >= MERGE_CAP:
                 pass
-        except ReadOnlyDatabaseError:
-            return
+        except Exception as exc:
+            logger.warning("the store's term lists of %r wait for a minute: %r", prefix, exc)
+            self.declined[prefix] = self._clock() + 60.0
 
     def written(self, prefixes: Iterable[str]) -> list[str]:
         """Count items this process wrote per namespace; the namespaces due a merge."""
