@@ -1062,14 +1062,7 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
                     await _done(conn.execute(sql, prepare=False))
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
-                    text, params = session.text(stmt), _params(stmt)
-                    if not stmt.many:
-                        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
-                    elif stmt.params and stmt.prepare:
-                        await _done(cur.executemany(text, params))
-                    else:  # each planned for its values (executemany would prepare it)
-                        for one in params:
-                            await _done(cur.execute(text, one, prepare=False))
+                    await _send(cur, session.text(stmt), stmt)
                     sent.append((cur, stmt))
             if not batch.hold:  # else held open for the next batch
                 ending = "ROLLBACK" if batch.rollback else "COMMIT"
@@ -1083,6 +1076,19 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
         return [await _done(c.fetchall()) if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
+
+
+async def _send(cur: Any, text: str, stmt: Stmt) -> None:
+    """One statement into the pipeline; ``many`` with ``prepare`` off: each set of values
+    planned for itself (``executemany`` would prepare the statement)."""
+    params = _params(stmt)
+    if not stmt.many:
+        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
+    elif stmt.params and stmt.prepare:
+        await _done(cur.executemany(text, params))
+    else:
+        for one in params:
+            await _done(cur.execute(text, one, prepare=False))
 
 
 def _count(cur: Any, stmt: Stmt) -> int:

@@ -372,8 +372,9 @@ class Ranker:
             logger.warning("the store's term lists of %r wait for a minute: %r", prefix, exc)
             self.declined[prefix] = self._clock() + 60.0
 
-    def written(self, prefixes: Iterable[str]) -> list[str]:
-        """Count items this process wrote per namespace; the namespaces due a merge."""
+    def written_plan(self, prefixes: Iterable[str]) -> Plan[None]:
+        """Count the items this process wrote per namespace, and merge a namespace it wrote
+        :data:`.index.MERGE_CAP` items to since it last merged it."""
         due = []
         with self.lock:
             for prefix in prefixes:
@@ -381,7 +382,8 @@ class Ranker:
                 self.unmerged[prefix] += 1
                 if self.unmerged[prefix] == MERGE_CAP:
                     due.append(prefix)
-        return due
+        for prefix in due:
+            yield from self.merge_plan(prefix)
 
     def _stats_plan(self, base: dict[str, Any], exact: bool) -> Plan[tuple[int, float]]:
         """The searched items' count and average length, cached (:meth:`_fresh`)."""

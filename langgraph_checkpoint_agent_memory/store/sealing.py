@@ -420,11 +420,12 @@ def _keyed_terms(
     words = Counter(tokens("\n".join(leaves)))
     if listed:  # the frequencies left with the lists: counted again in the value's words
         word_of = {halves(term_id(w))[0]: w for w in words}
-        pairs = ((hi, words[word_of.get(hi, "")] or 1) for hi in high_parts(bytes(terms)).tolist())
+        his = high_parts(bytes(terms)).tolist()
+        pairs = [(hi, words[word_of.get(hi, "")] or 1) for hi in his]
     else:
         ids, tfs = unlisted_terms(bytes(terms))
         word_of = {term_id(w): w for w in words}
-        pairs = zip(ids.tolist(), tfs.tolist(), strict=True)
+        pairs = list(zip(ids.tolist(), tfs.tolist(), strict=True))
     out: dict[str, int] = {}
     for plain, tf in pairs:
         if (word := word_of.get(plain)) is not None:

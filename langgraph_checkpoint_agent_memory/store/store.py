@@ -775,8 +775,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
-        for prefix in self.ranker.written(prefix for prefix, _ in puts):
-            yield from self.ranker.merge_plan(prefix)
+        yield from self.ranker.written_plan(prefix for prefix, _ in puts)
         return results
 
     def _get_plan(self, op: GetOp, now: float) -> Plan[ItemRow | None]:
@@ -829,8 +828,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
-        for row in items:
-            index_item(row)
         return self.statements.writes(
             items, vector_rows, removed, native_vectors=self.sealer is None
         )
@@ -853,6 +850,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             "doc": self._doc(op),
         }
         if self.sealer is None:
+            index_item(row)
             return row, None
         data_key = yield from self.sealer.owner_key_plan(self.statements.shard(prefix), create=True)
         assert data_key is not None
@@ -862,6 +860,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             term_of=self.sealer.term_of(data_key),
             filter_terms=self.sealer.filter_terms(data_key, text),
         )
+        index_item(row)
         return row, data_key
 
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
