@@ -572,7 +572,7 @@ def erase_plan(
             Stmt(sql.statement(("erase", t), partial(_delete_scope, t)), key) for t in by_scope
         ]
         labels += [*by_prefix, *by_scope]
-    locks = sql.lock_scopes(scopes)
+    locks = sql.lock_scopes(scopes) + sql.store.merge_locks(sql.scope_shard(s) for s in scopes)
     keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
     debts = [Stmt(_owe(sql, True), k) for k in keys] + [
         Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in owe_threads

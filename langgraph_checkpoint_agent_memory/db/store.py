@@ -33,6 +33,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     prefix_shard,
     shard_key,
 )
+from langgraph_checkpoint_agent_memory.db.term_index import merge_lock_id
 
 #: The columns of :class:`ItemRow`.
 ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes", "sealed")
@@ -331,9 +332,19 @@ class StoreStatements:
 
         def build() -> Any:
             cols = ["shard", "prefix", "num", "terms"]
-            found = sa.select(*(i.c[c] for c in cols)).where(key_match(i), i.c.merged == 1)
-            if self.d.row_locks:
-                found = found.with_for_update()
+            if not self.d.row_locks:
+                found = sa.select(*(i.c[c] for c in cols)).where(key_match(i), i.c.merged == 1)
+                return self.d.insert_missing(r, cols, found, ["shard", "prefix", "num"])
+            # the row locked whatever it says, then read as the lock found it: a merge holding
+            # it may list it before this write goes on (OFFSET 0 keeps ``merged`` above the lock)
+            locked = (
+                sa.select(*(i.c[c] for c in cols), i.c.merged)
+                .where(key_match(i))
+                .with_for_update()
+                .offset(0)
+                .subquery("locked")
+            )
+            found = sa.select(*(locked.c[c] for c in cols)).where(locked.c.merged == 1)
             return self.d.insert_missing(r, cols, found, ["shard", "prefix", "num"])
 
         return self.statement("retract", build)
@@ -529,6 +540,7 @@ class StoreStatements:
             lambda: (
                 sa.select(t.c.shard, t.c.prefix, t.c.key)
                 .where(t.c.expires_at <= sa.bindparam("now", type_=sa.Float))
+                .order_by(t.c.shard, t.c.prefix, t.c.key)  # locked in one order: no deadlock
                 .limit(sa.bindparam("n", type_=sa.Integer))
             ),
         )
@@ -737,7 +749,8 @@ class StoreStatements:
                 .order_by(i.c.num)
                 .limit(sa.bindparam("cap", type_=sa.Integer))
             )
-            return found.with_for_update() if self.d.row_locks else found
+            # items a write holds wait for the next merge: no deadlock with it
+            return found.with_for_update(skip_locked=True) if self.d.row_locks else found
 
         return self.statement("unlisted", build)
 
@@ -754,24 +767,31 @@ class StoreStatements:
     def chunks_to_merge(self, size: int) -> Sql:
         """The chunks a merge rewrites, of the namespace ``:shard``, ``:rest``: of the terms
         whose high parts are ``:his``, those starting at item ``:min`` or later, and the one
-        before, which may hold ``:min`` (or is the term's last, appended to)."""
+        before, which may hold ``:min`` (or is the term's last, appended to). A window, not a
+        correlated subquery: Citus sends it to the shard whole."""
         c = store_chunks
-        later = store_chunks.alias("later")
 
         def build() -> Any:
-            least = sa.bindparam("min", type_=sa.BigInteger)
-            holds_min = ~sa.exists().where(
-                *(later.c[n] == c.c[n] for n in ("shard", "hi", "lo", "rest")),
-                later.c.start > c.c.start,
-                later.c.start <= least,
+            after = sa.func.lead(c.c.start).over(partition_by=(c.c.hi, c.c.lo), order_by=c.c.start)
+            q = (
+                sa.select(c.c.hi, c.c.lo, c.c.start, c.c.payload, after.label("next"))
+                .where(*matching(c, "shard", "rest"), self.d.one_of(c.c.hi, "his", size))
+                .subquery("q")
             )
-            return sa.select(c.c.hi, c.c.lo, c.c.start, c.c.payload).where(
-                *matching(c, "shard", "rest"),
-                self.d.one_of(c.c.hi, "his", size),
-                sa.or_(c.c.start >= least, holds_min),
+            least = sa.bindparam("min", type_=sa.BigInteger)
+            return sa.select(q.c.hi, q.c.lo, q.c.start, q.c.payload).where(
+                sa.or_(q.c.start >= least, q.c.next.is_(None), q.c.next > least)
             )
 
         return self.statement(("chunks_to_merge", size), build)
+
+    def merge_locks(self, shards: Iterable[str]) -> list[Stmt]:
+        """Take the merge locks of ``shards``, sorted (none where the write lock serves): a
+        namespace's delete or erase and its merges take turns."""
+        lock = self.d.merge_lock()
+        if lock is None:
+            return []
+        return [Stmt(lock, {"lock": merge_lock_id(s)}, fetch=True) for s in sorted(set(shards))]
 
     def mark_listed(self, size: int) -> Sql:
         """Mark the namespace's items numbered ``:nums`` listed, their terms cut to what a

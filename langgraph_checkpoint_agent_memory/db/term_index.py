@@ -48,6 +48,12 @@ def term_id(term: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
+def merge_lock_id(shard: str) -> int:
+    """The advisory lock that makes a shard key's merges, deletes and erases take turns."""
+    digest = hashlib.blake2b(f"merge:{shard}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
 def halves(term: int) -> tuple[int, int]:
     """A term id's high 24 bits (signed) and low 40 bits (unsigned): the chunks' key.
 

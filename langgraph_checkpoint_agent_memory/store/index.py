@@ -10,7 +10,6 @@ items into its lists and takes the retracted ones out; it runs when a query find
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -50,12 +49,6 @@ _LIMITS = np.array([1 << 8, 1 << 16, 1 << 32], dtype=np.int64)
 def form_of(term: str) -> Form:
     """The form of a term as stored (a word, or its keyed hash)."""
     return halves(term_id(term))
-
-
-def lock_id(shard: str, prefix: str) -> int:
-    """The signed 64-bit advisory lock that makes one namespace's merges take turns."""
-    digest = hashlib.blake2b(f"{len(shard)}:{shard}{prefix}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
 
 
 class Lists:
@@ -184,29 +177,45 @@ def best_plan(
     ordered by namespace and key: candidates are read by number, best first, until ``want``
     pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
     instead, until enough of the tied ones are found."""
-    filters, base, want, exact = how
-    d, one = statements.d, "shard" in base
+    _, _, want, _ = how
     order = np.lexsort((nums, -scores))
     nums, scores = nums[order], scores[order]
     found: list[tuple[tuple[str, str], float]] = []
     at, size = 0, want
     while at < len(nums) and len(found) < want:
         end = min(at + size, len(nums))
-        tied = int(np.searchsorted(-scores, -scores[end - 1], side="right"))  # ends the tie
-        if tied - at > TIES_READ and end - at < tied - at:
-            found += yield from _tied_plan(statements, nums, scores, at, tied, want, how)
-            at = tied
+        # the tie at the slice's end: where it starts and ends
+        score = -scores[end - 1]
+        first = int(np.searchsorted(-scores, score, side="left"))
+        tied = int(np.searchsorted(-scores, score, side="right"))
+        if tied - first > TIES_READ and end < tied:
+            if first > at:  # the better ones, by number
+                found += yield from _by_nums_plan(statements, nums, scores, at, first, how)
+            found += yield from _tied_plan(statements, nums, scores, first, tied, want, how)
         else:
-            chunk = nums[at:tied].tolist()
-            sql = statements.by_nums(filters, exact, one, d.list_size(len(chunk)))
-            params = {**base, **d.list_params("nums", chunk)}
-            [rows] = yield Batch([Stmt(sql, params, fetch=True)])
-            score_of = dict(zip(chunk, scores[at:tied].tolist(), strict=True))
-            found += [((p, k), score_of[int(n)]) for p, k, n in rows]
-            at = tied
+            found += yield from _by_nums_plan(statements, nums, scores, at, tied, how)
+        at = tied
         size *= 4
     found.sort(key=lambda f: (-f[1], f[0]))
     return found[:want]
+
+
+def _by_nums_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    start: int,
+    end: int,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """The candidates ``nums[start:end]`` that are live and pass the filter, with scores."""
+    filters, base, _, exact = how
+    d = statements.d
+    chunk = nums[start:end].tolist()
+    sql = statements.by_nums(filters, exact, "shard" in base, d.list_size(len(chunk)))
+    [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("nums", chunk)}, fetch=True)])
+    score_of = dict(zip(chunk, scores[start:end].tolist(), strict=True))
+    return [((p, k), score_of[int(n)]) for p, k, n in rows]
 
 
 def _tied_plan(
@@ -245,10 +254,8 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     d = statements.d
     ident = {"shard": shard, "prefix": prefix}
     rest = rest_params(prefix, shard)["rest"]
-    first: list[Stmt] = []
-    if (lock := d.merge_lock()) is not None:
-        first.append(Stmt(lock, {"lock": lock_id(shard, prefix)}, fetch=True))
-    first += [
+    first = [
+        *statements.merge_locks([shard]),
         Stmt(statements.unlisted(), {**ident, "cap": MERGE_CAP}, fetch=True),
         Stmt(statements.retracted(), ident, fetch=True),
     ]

@@ -869,7 +869,14 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         params = self.statements.prefix_params(namespace)
         one = scoped(params)  # the prefix covers the shard key; else it spans shards
         counting = Stmt(self.statements.count_under(one), params, fetch=True)
-        [[(count,)]] = yield Batch([counting], lock=True, hold=True)
+        if one:
+            shards = [params["shard"]]
+        else:  # every shard key under the prefix: its merges wait
+            reading = Stmt(self.statements.shards_under(), params, fetch=True)
+            [rows] = yield Batch([reading], lock=True, hold=True)
+            shards = [r[0] for r in rows]
+        locks = self.statements.merge_locks(shards)
+        *_, [(count,)] = yield Batch([*locks, counting], lock=True, hold=True)
         deletes = self.statements.delete_under(one, deeper=bool(params.get("rest")))
         yield Batch([Stmt(sql, params) for sql in deletes], write=True)
         return int(count)
