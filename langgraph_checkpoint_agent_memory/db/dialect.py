@@ -550,7 +550,12 @@ def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindP
 def _on_conflict_update(
     stmt: Any, keys: Columns, update: Columns, where: Any = None
 ) -> sa.sql.ClauseElement:
+    table = stmt.table
+    kept = {c.name: sa.func.coalesce(c, stmt.excluded[c.name]) for c in table.columns}
+    set_ = {c: stmt.excluded[c] for c in update}
+    # a computed column (an item's number) is kept, or set where a row had none
+    set_.update({c: kept[c] for c in (c.name for c in table.columns if c.info.get("numbered"))})
     upsert: sa.sql.ClauseElement = stmt.on_conflict_do_update(
-        index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+        index_elements=list(keys), set_=set_, where=where
     )
     return upsert
