@@ -1,6 +1,11 @@
 """Versioned schema migrations, a numbered list per component, the same for every dialect.
 The ledger ``am_migrations`` records component ``c``'s version ``v`` as ``c.block * 1000 + v``;
-:func:`migrate_plan` serializes on a lock, so processes may start at once."""
+:func:`migrate_plan` serializes on a lock, so processes may start at once.
+
+A component's first step is its baseline: it creates the current schema, so a new database
+runs it alone and records every version of the component as applied; a later step alters a
+database made before it (the store's step 2: the term index of ``store.index`` in place of
+the postings of ``am_store_terms``, whose items :func:`convert_terms_plan` then converts)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.schema import CreateColumn, CreateIndex
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
@@ -28,7 +34,10 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_erasures,
     migrations,
     settings,
+    store_chunks,
     store_items,
+    store_retractions,
+    store_tags,
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import (
@@ -36,9 +45,26 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     checked_depth,
     rule_refused,
 )
-from langgraph_checkpoint_agent_memory.db.store import vector_text
+from langgraph_checkpoint_agent_memory.db.store import key_match, vector_text
+from langgraph_checkpoint_agent_memory.db.term_index import encode_terms, term_id
 
 CONVERT_BATCH = 500
+#: ``on_progress(done, total)``: units done so far, and the total when known.
+Progress = Callable[[int, int | None], None]
+#: The settings row of a store whose items still have the old index's postings to convert.
+CONVERTING = "store_terms_pending"
+#: The old index: a row per posting (an item's term, with BM25's ``tf`` and ``dl``; ``tf`` 0:
+#: encryption's keyed hash of a filterable field), and the packed blocks of common terms.
+old_terms = sa.table(
+    "am_store_terms",
+    sa.column("term", sa.String),
+    sa.column("shard", sa.String),
+    sa.column("prefix", sa.String),
+    sa.column("key", sa.String),
+    sa.column("tf", sa.Integer),
+    sa.column("dl", sa.Integer),
+)
+OLD_STORE_TABLES = ("am_store_terms", "am_store_blocks")
 
 
 @dataclass(frozen=True)
@@ -57,8 +83,8 @@ class Component:
     name: str
     block: int
     steps: tuple[Step, ...]
-    #: Run after the migrations at every setup (resumable).
-    after: Callable[[Dialect], Plan[Any]] | None = None
+    #: Run after the migrations at every setup (resumable), given a progress callback.
+    after: Callable[[Dialect, Progress | None], Plan[Any]] | None = None
 
     def ledger_id(self, version: int) -> int:
         return self.block * 1000 + version
@@ -80,6 +106,32 @@ def _store_v1(d: Dialect) -> list[str]:
         d.create_unless_exists(settings),
         *d.num_ddl(),
     ]
+
+
+def _store_v2(d: Dialect) -> list[str]:
+    """The old term index's layout altered into the new one; what it held the conversion
+    moves (:func:`convert_terms_plan`), then drops."""
+    items = store_items.name
+    [by_num] = [i for i in store_items.indexes if i.name == "am_store_items_num"]
+    added = [str(CreateColumn(store_items.c[c]).compile(dialect=d.sa)) for c in NEW_COLUMNS]
+    # raw: Core has no ALTER TABLE; HANA alters a table's columns in parentheses
+    if d.name == "hana":
+        alter = [f"ALTER TABLE {items} ADD ({', '.join(added)})", f"ALTER TABLE {items} DROP (doc)"]
+    else:
+        alter = [f"ALTER TABLE {items} ADD COLUMN {c}" for c in added]
+        alter.append(f"ALTER TABLE {items} DROP COLUMN doc")
+    pending = sa.insert(settings).values(name=CONVERTING, value="1")
+    return [
+        *alter,
+        str(CreateIndex(by_num).compile(dialect=d.sa)),
+        *d.num_ddl(),
+        *d.ddl([store_chunks, store_retractions, store_tags]),
+        str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
+    ]
+
+
+#: The columns of ``am_store_items`` the store's step 2 adds.
+NEW_COLUMNS = ("num", "terms", "merged")
 
 
 def _memory_v1(d: Dialect) -> list[str]:
@@ -126,14 +178,154 @@ def convert_vectors_plan(dialect: Dialect) -> Plan[int]:
         done += len(updates)
 
 
-def _store_after(dialect: Dialect) -> Plan[None]:
+def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) -> Plan[int]:
+    """Give the items the old term index wrote (``num`` NULL) their term columns from their
+    postings in ``am_store_terms``, then drop the old tables; how many items it converted.
+
+    A batch of :data:`CONVERT_BATCH` items in key order is one transaction: each item's
+    number from :meth:`~.dialect.Dialect.new_num` (never one a new item has), its ``terms``
+    from its postings (``tf`` 0: a filterable field's keyed hash, which becomes a tag), its
+    length its ``doc_len`` (else its postings' ``dl``), ``merged`` 0 (nothing indexed: NULL).
+    It reads only items whose ``num`` is NULL and writes ``WHERE num IS NULL``, so processes
+    converting at once, or one resuming after a crash, lose and double nothing. The store
+    lists the converted items as its queries find them (a query merges a namespace holding
+    ``store.index.MERGE_AT`` unlisted items); until then its queries read them unlisted.
+
+    Once no item is left, ``am_store_terms`` and ``am_store_blocks`` are dropped (SQLite then
+    runs ``VACUUM`` to give their space back; PostgreSQL gives a dropped table's space back
+    at once, and the items' old row versions to autovacuum's ``VACUUM``).
+    ``on_progress(done, total)`` counts the items converted (called only when there are)."""
+    [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": CONVERTING}, fetch=True)])
+    if not rows:
+        return 0
+    i = store_items
+    todo = sa.select(i.c.shard, i.c.prefix, i.c.key, i.c.doc_len).where(i.c.num.is_(None))
+    first = todo.order_by(i.c.shard, i.c.prefix, i.c.key).limit(CONVERT_BATCH)
+    batch = first.subquery("b")
+    t = old_terms
+    items_sql = dialect.sql("convert_items", lambda: first)
+    postings_sql = dialect.sql(
+        "convert_postings",
+        lambda: sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).join_from(
+            t, batch, same_item(t, batch)
+        ),
+    )
+    count_sql = dialect.sql(
+        "convert_count", lambda: sa.select(sa.func.count()).select_from(todo.subquery())
+    )
+    # PostgreSQL takes the numbers first: Citus runs no volatile function in an UPDATE
+    ahead = dialect.name == "postgresql"
+    numbers_sql = dialect.sql(
+        "convert_numbers",
+        lambda: sa.select(dialect.new_num()).select_from(
+            sa.func.generate_series(1, sa.bindparam("n", type_=sa.Integer))
+        ),
+    )
+    u: Any = store_items.alias("u")  # the SQLite number's max(num) reads the table unaliased
+    write_sql = dialect.sql(
+        ("convert_item", ahead),
+        lambda: (
+            sa.update(u)
+            .where(key_match(u), u.c.num.is_(None))
+            .values(
+                num=sa.bindparam("b_num", type_=sa.BigInteger) if ahead else dialect.new_num(),
+                **{
+                    c: sa.bindparam(f"b_{c}", type_=u.c[c].type)
+                    for c in ("doc_len", "terms", "merged")
+                },
+            )
+        ),
+    )
+    tag_sql = dialect.sql(
+        "convert_tag",
+        lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
+    )
+    report = on_progress or (lambda done, total: None)
+    [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
+    done = 0
+    report(done, int(total))
+    while True:
+        items, postings = yield Batch(
+            [Stmt(items_sql, fetch=True), Stmt(postings_sql, fetch=True)], lock=True, hold=True
+        )
+        if not items:
+            yield Batch([], write=True)
+            break
+        writes, tags = _converted(items, postings)
+        if ahead:
+            [numbers] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
+            for row, (num,) in zip(writes, numbers, strict=True):
+                row["b_num"] = num
+        yield Batch(
+            [Stmt(write_sql, writes, many=True), Stmt(tag_sql, tags, many=True)], write=True
+        )
+        done += len(writes)
+        report(done, max(int(total), done))
+    drops = [f"DROP TABLE {name}" for name in OLD_STORE_TABLES]  # raw: Core has no IF EXISTS
+    if dialect.name in ("sqlite", "postgresql"):
+        drops = [f"DROP TABLE IF EXISTS {name}" for name in OLD_STORE_TABLES]
+    forget = dialect.sql(
+        "forget_setting",
+        lambda: sa.delete(settings).where(settings.c.name == sa.bindparam("b_name")),
+    )
+    yield Batch(
+        [*(Stmt(Sql(sql)) for sql in drops), Stmt(forget, {"b_name": CONVERTING})], write=True
+    )
+    if dialect.name == "sqlite":
+        yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
+    return done
+
+
+def _converted(
+    items: list[Any], postings: list[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The updates of a batch of items, and the tags to insert, from their postings."""
+    counts: dict[tuple[str, str, str], dict[int, int]] = {}
+    lengths: dict[tuple[str, str, str], int] = {}
+    tags = []
+    for shard, prefix, key, term, tf, dl in postings:
+        if tf == 0:
+            tags.append({"shard": shard, "prefix": prefix, "key": key, "tag": term})
+            continue
+        found = counts.setdefault((shard, prefix, key), {})
+        found[term_id(term)] = found.get(term_id(term), 0) + int(tf)
+        lengths[(shard, prefix, key)] = int(dl)
+    writes = []
+    for shard, prefix, key, doc_len in items:
+        item = (shard, prefix, key)
+        length = doc_len if doc_len is not None else lengths.get(item)
+        terms = counts.get(item)
+        indexed = length is not None or terms is not None
+        writes.append(
+            {
+                "shard": shard,
+                "prefix": prefix,
+                "key": key,
+                "b_doc_len": length if indexed else None,
+                "b_terms": encode_terms(terms or {}) if indexed else None,
+                "b_merged": 0 if indexed else None,
+            }
+        )
+    return writes, tags
+
+
+def _store_after(dialect: Dialect, on_converted: Progress | None = None) -> Plan[None]:
     yield from dialect.vectors_plan()
     if dialect.native_vectors:
         yield from convert_vectors_plan(dialect)
+    yield from convert_terms_plan(dialect, on_converted)
 
 
 CHECKPOINT = Component("checkpoint", 1, (Step(1, "checkpointer tables", _checkpoint_v1),))
-STORE = Component("store", 2, (Step(1, "store tables", _store_v1),), _store_after)
+STORE = Component(
+    "store",
+    2,
+    (
+        Step(1, "store tables", _store_v1),
+        Step(2, "term index carried by the items, listed in chunks", _store_v2),
+    ),
+    _store_after,
+)
 MEMORY = Component("memory", 3, (Step(1, "agent memory ledger, decay and erasures", _memory_v1),))
 #: The wrapped data keys of encryption at rest (in a key store's own database if set).
 KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1),))
@@ -142,8 +334,13 @@ COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 
 
 def statements_of(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
-    """Every statement of the steps of ``components``, in the order they apply."""
-    return [sql for c in components for s in c.steps for sql in s.build(dialect)]
+    """Every statement a new database runs for ``components`` (their baselines), in order."""
+    return [sql for c in components for sql in c.steps[0].build(dialect)]
+
+
+def upgrade_statements(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
+    """Every statement of the steps after the baselines of ``components``, in order."""
+    return [sql for c in components for s in c.steps[1:] for sql in s.build(dialect)]
 
 
 def migrate_plan(
@@ -153,9 +350,12 @@ def migrate_plan(
     shard_depth: int | None = None,
     encrypted: bool | None = None,
     on_progress: Callable[[int, int | None], None] | None = None,
+    on_converted: Callable[[int, int | None], None] | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; the versions applied by
-    component. ``on_progress(done, parts)``: the schema, then each ``after``. ``encrypted``:
+    component. ``on_progress(done, parts)``: the schema, then each ``after``;
+    ``on_converted(done, total)``: the items the store's ``after`` converts to the current
+    term index (:func:`convert_terms_plan`), called only when some are. ``encrypted``:
     mark the database, or refuse a marked one (``EncryptionError``); another ``shard_depth``
     than recorded is refused (``ConfigurationError``)."""
     afters = [c.after for c in components if c.after is not None]
@@ -170,9 +370,10 @@ def migrate_plan(
     applied: dict[str, list[int]] = {}
     for component in components:
         pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
-        for step in pending:
-            statements += [Stmt(Sql(sql)) for sql in step.build(dialect)]
-            statements.append(_recorded(dialect, component, step, now))
+        # a new database: the baseline makes the current schema, every version is applied
+        run = pending[:1] if pending == list(component.steps) else pending
+        statements += [Stmt(Sql(sql)) for step in run for sql in step.build(dialect)]
+        statements += [_recorded(dialect, component, step, now) for step in pending]
         applied[component.name] = [s.version for s in pending]
     if to_record:
         statements.append(Stmt(record_setting(dialect), to_record))
@@ -183,7 +384,7 @@ def migrate_plan(
     yield Batch([], write=True)
     report(1, parts)
     for finished, after in enumerate(afters, 2):
-        yield from after(dialect)
+        yield from after(dialect, on_converted)
         report(finished, parts)
     return applied
 
@@ -259,9 +460,18 @@ def migrate(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     encrypted: bool | None = None,
-    on_progress: Callable[[int, int | None], None] | None = None,
+    on_progress: Progress | None = None,
+    on_converted: Progress | None = None,
 ) -> dict[str, list[int]]:
     """:func:`migrate_plan` run on ``database``; idempotent."""
     return database.run(
-        migrate_plan(database.dialect, time.time(), components, shard_depth, encrypted, on_progress)
+        migrate_plan(
+            database.dialect,
+            time.time(),
+            components,
+            shard_depth,
+            encrypted,
+            on_progress,
+            on_converted,
+        )
     )
