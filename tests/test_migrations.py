@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +322,26 @@ def test_a_conversion_stopped_after_a_batch_resumes_and_ends_the_same(
     assert nums == [(458, 458)]
 
 
+def test_converters_at_once_number_each_item_once(
+    old_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes setting up at once convert the same items side by side: each item is
+    numbered once, its tags written once, and the answers are the old store's."""
+    monkeypatch.setattr(migrations, "CONVERT_BATCH", 40)
+    stores = [create_store(old_database, auto_setup=False) for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            done = list(pool.map(lambda store: migrations.migrate(store.db), stores))
+    finally:
+        for store in stores:
+            store.close()
+    assert sum(applied["store"] == [2] for applied in done) == 1
+    nums = query(old_database, "SELECT count(DISTINCT num), count(num) FROM am_store_items")
+    assert nums == [(458, 458)]
+    old_tables_gone(old_database)
+    check_answers(old_database)
+
+
 def test_migrate_shows_the_conversion_on_a_terminal(tmp_path: Path) -> None:
     """``agent-memory migrate`` shows the items it converts on a terminal (stderr), not on
     stdout, and says which migrations it applied."""
@@ -383,9 +404,10 @@ def test_the_upgrade_and_conversion_compile_for_hana() -> None:
     answers: list[list[Any]] = [
         [[("1",)]],  # the conversion is pending
         [[(1,)]],  # one item to convert
-        [[("s", "p", "k", 2)], [("s", "p", "k", "berlin", 2, 2), ("s", "p", "k", "h1", 0, 0)]],
+        [[("s", "p", "k", 2)]],
+        [[("s", "p", "k", "berlin", 2, 2), ("s", "p", "k", "h1", 0, 0)]],
         [1, 1],
-        [[], []],  # none left
+        [[]],  # none left
         [],
         [0, 0, 1],
     ]

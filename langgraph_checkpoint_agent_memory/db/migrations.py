@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -200,16 +201,22 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         return 0
     i = store_items
     todo = sa.select(i.c.shard, i.c.prefix, i.c.key, i.c.doc_len).where(i.c.num.is_(None))
-    first = todo.order_by(i.c.shard, i.c.prefix, i.c.key).limit(CONVERT_BATCH)
-    batch = first.subquery("b")
-    t = old_terms
-    items_sql = dialect.sql("convert_items", lambda: first)
-    postings_sql = dialect.sql(
-        "convert_postings",
-        lambda: sa.select(t.c.shard, t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl).join_from(
-            t, batch, same_item(t, batch)
-        ),
-    )
+
+    def batch(after: bool) -> Any:
+        """The next items to convert in key order (``after``: past ``:last_*``)."""
+        where = [_past(i)] if after else []
+        n = sa.bindparam("n", type_=sa.Integer)
+        return todo.where(*where).order_by(i.c.shard, i.c.prefix, i.c.key).limit(n)
+
+    def postings(after: bool) -> Any:
+        t, b = old_terms, batch(after).subquery("b")
+        columns = (t.c.shard, t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl)
+        return sa.select(*columns).join_from(t, b, same_item(t, b))
+
+    items_sql = [dialect.sql(("convert_items", a), partial(batch, a)) for a in (False, True)]
+    postings_sql = [
+        dialect.sql(("convert_postings", a), partial(postings, a)) for a in (False, True)
+    ]
     count_sql = dialect.sql(
         "convert_count", lambda: sa.select(sa.func.count()).select_from(todo.subquery())
     )
@@ -244,14 +251,18 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
     done = 0
     report(done, int(total))
+    last: dict[str, Any] = {}
     while True:
-        items, postings = yield Batch(
-            [Stmt(items_sql, fetch=True), Stmt(postings_sql, fetch=True)], lock=True, hold=True
-        )
+        # the items first: once none is left, another process may have dropped the postings
+        params = {"n": CONVERT_BATCH, **last}
+        after = bool(last)
+        [items] = yield Batch([Stmt(items_sql[after], params, fetch=True)], lock=True, hold=True)
         if not items:
             yield Batch([], write=True)
             break
-        writes, tags = _converted(items, postings)
+        [found] = yield Batch([Stmt(postings_sql[after], params, fetch=True)], hold=True)
+        last = dict(zip(("last_shard", "last_prefix", "last_key"), items[-1][:3], strict=True))
+        writes, tags = _converted(items, found)
         if ahead:
             [numbers] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
             for row, (num,) in zip(writes, numbers, strict=True):
@@ -274,6 +285,19 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     if dialect.name == "sqlite":
         yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
     return done
+
+
+def _past(t: Any) -> Any:
+    """Core: ``t``'s row comes after ``(:last_shard, :last_prefix, :last_key)`` in key order
+    (spelled out: HANA compares no row values)."""
+    shard, prefix, key = (
+        sa.bindparam(f"last_{c}", type_=t.c[c].type) for c in ("shard", "prefix", "key")
+    )
+    return sa.or_(
+        t.c.shard > shard,
+        sa.and_(t.c.shard == shard, t.c.prefix > prefix),
+        sa.and_(t.c.shard == shard, t.c.prefix == prefix, t.c.key > key),
+    )
 
 
 def _converted(
