@@ -1,7 +1,11 @@
 """Per-component migrations: each component creates only its own tables, and what the
 baseline steps create is the schema recorded in ``tests/fixtures/schema`` (made by
-``python -m tests.schema_snapshot`` from the steps the baseline replaced), table by table and
-index by index, on SQLite, each PostgreSQL server and Citus."""
+``python -m tests.schema_snapshot``), table by table and index by index, on SQLite, each
+PostgreSQL server and Citus.
+
+A database the old term index wrote (``tests/fixtures/old_index``, made by that code: its
+``make.py`` says how) is upgraded by the store's step 2 to exactly that schema; its items are
+converted, resumably and side by side, and every search answers as the old store did."""
 
 from __future__ import annotations
 
@@ -274,6 +278,8 @@ def test_an_upgraded_database_has_the_schema_of_a_new_one(
     assert ledger(old_database) == CURRENT | {4001}
     assert made == recorded
     old_tables_gone(old_database)
+    if old_database.startswith("sqlite:///"):  # VACUUM gave the old tables' pages back
+        assert query(old_database, "PRAGMA freelist_count") == [(0,)]
     check_answers(old_database)
 
 
@@ -414,12 +420,11 @@ def test_the_upgrade_and_conversion_compile_for_hana() -> None:
     answers: list[list[Any]] = [
         [[("1",)]],  # the conversion is pending
         [[(1,)]],  # one item to convert
-        [[("s", "p", "k", 2)]],
+        [-1, [("s", "p", "k", 2)]],  # the turn taken, one item
         [[("s", "p", "k", "berlin", 2, 2), ("s", "p", "k", "h1", 0, 0)]],
         [1, 1],
-        [[]],  # none left
-        [],
-        [0, 0, 1],
+        [-1, []],  # none left
+        [0, 0, 1],  # the old tables dropped, the setting forgotten
     ]
     plan = migrations.convert_terms_plan(d)
     sent: list[Sql] = []
@@ -434,4 +439,4 @@ def test_the_upgrade_and_conversion_compile_for_hana() -> None:
             assert bad not in upper, sql.text
         assert sql.names is None or sql.text.count("?") == len(sql.names), sql.text
     assert any("am_store_item_numbers.NEXTVAL" in s.text for s in sent)
-    assert "DROP TABLE am_store_terms" in [s.text for s in sent]
+    assert any("EXEC 'DROP TABLE am_store_terms'" in s.text for s in sent)

@@ -188,7 +188,8 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     from its postings (``tf`` 0: a filterable field's keyed hash, which becomes a tag), its
     length its ``doc_len`` (else its postings' ``dl``), ``merged`` 0 (nothing indexed: NULL).
     It reads only items whose ``num`` is NULL and writes ``WHERE num IS NULL``, so processes
-    converting at once, or one resuming after a crash, lose and double nothing. The store
+    converting at once (they take turns, a batch each, under the migrations' lock), or one
+    resuming after a crash, lose and double nothing. The store
     lists the converted items as its queries find them (a query merges a namespace holding
     ``store.index.MERGE_AT`` unlisted items); until then its queries read them unlisted.
 
@@ -251,14 +252,17 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
     done = 0
     report(done, int(total))
+    lock = dialect.migration_lock()
+    turn = [Stmt(Sql(lock), fetch=True)] if lock else []
     last: dict[str, Any] = {}
     while True:
-        # the items first: once none is left, another process may have dropped the postings
+        # converters take turns, a batch each (the last drops the postings the others read)
         params = {"n": CONVERT_BATCH, **last}
         after = bool(last)
-        [items] = yield Batch([Stmt(items_sql[after], params, fetch=True)], lock=True, hold=True)
+        *_, items = yield Batch(
+            [*turn, Stmt(items_sql[after], params, fetch=True)], lock=True, hold=True
+        )
         if not items:
-            yield Batch([], write=True)
             break
         [found] = yield Batch([Stmt(postings_sql[after], params, fetch=True)], hold=True)
         last = dict(zip(("last_shard", "last_prefix", "last_key"), items[-1][:3], strict=True))
@@ -272,19 +276,28 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         )
         done += len(writes)
         report(done, max(int(total), done))
-    drops = [f"DROP TABLE {name}" for name in OLD_STORE_TABLES]  # raw: Core has no IF EXISTS
-    if dialect.name in ("sqlite", "postgresql"):
-        drops = [f"DROP TABLE IF EXISTS {name}" for name in OLD_STORE_TABLES]
     forget = dialect.sql(
         "forget_setting",
         lambda: sa.delete(settings).where(settings.c.name == sa.bindparam("b_name")),
     )
-    yield Batch(
-        [*(Stmt(Sql(sql)) for sql in drops), Stmt(forget, {"b_name": CONVERTING})], write=True
-    )
-    if dialect.name == "sqlite":
+    drops = [Stmt(Sql(_drop_if_exists(dialect, name))) for name in OLD_STORE_TABLES]
+    *_, forgotten = yield Batch([*drops, Stmt(forget, {"b_name": CONVERTING})], write=True)
+    # (in the transaction that found no item left, under the turn it took)
+    if dialect.name == "sqlite" and forgotten:  # the process that dropped them
         yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
     return done
+
+
+def _drop_if_exists(dialect: Dialect, table: str) -> str:
+    """``DROP TABLE`` of ``table`` unless another process dropped it."""
+    # raw: Core has no DROP IF EXISTS; HANA has none at all, its SQLScript block tests it
+    if dialect.name != "hana":
+        return f"DROP TABLE IF EXISTS {table}"
+    return (
+        "DO BEGIN DECLARE found INTEGER; SELECT COUNT(*) INTO found FROM TABLES "
+        f"WHERE SCHEMA_NAME = CURRENT_SCHEMA AND TABLE_NAME = '{table.upper()}'; "
+        f"IF :found > 0 THEN EXEC 'DROP TABLE {table}'; END IF; END"
+    )
 
 
 def _past(t: Any) -> Any:
