@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -336,6 +337,41 @@ def test_a_conversion_stopped_after_a_batch_resumes_and_ends_the_same(
     old_tables_gone(old_database)
     nums = query(old_database, "SELECT count(DISTINCT num), count(*) FROM am_store_items")
     assert nums == [(458, 458)]
+
+
+#: A process converting with batches of 100 that is killed (SIGKILL) in its second batch,
+#: after reading its postings, before writing.
+KILLED = """
+import os, signal, sys
+from langgraph_checkpoint_agent_memory import create_store
+from langgraph_checkpoint_agent_memory.db import migrations
+
+migrations.CONVERT_BATCH = 100
+def killed(plan):
+    batch, writes = next(plan), 0
+    while True:
+        results = yield batch
+        writes += bool(batch.write and batch.statements)
+        if writes == 1 and any(s.sql.text.count("am_store_terms") for s in batch.statements):
+            os.kill(os.getpid(), signal.SIGKILL)
+        batch = plan.send(results)
+store = create_store(sys.argv[1], auto_setup=False)
+store.db.run(killed(migrations.migrate_plan(store.dialect, 0.0)))
+"""
+
+
+def test_a_conversion_killed_mid_batch_resumes_and_ends_the_same(old_database: str) -> None:
+    """A process killed inside a batch's transaction leaves the batches it committed and
+    nothing of the one it was in; the next setup converts the rest."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, old_database], env=env, capture_output=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    assert query(old_database, "SELECT count(num) FROM am_store_items") == [(100,)]
+    assert {"am_store_terms", "am_store_blocks"} <= tables(old_database)
+    check_answers(old_database)
+    old_tables_gone(old_database)
 
 
 def test_converters_at_once_number_each_item_once(

@@ -189,9 +189,9 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     length its ``doc_len`` (else its postings' ``dl``), ``merged`` 0 (nothing indexed: NULL).
     It reads only items whose ``num`` is NULL and writes ``WHERE num IS NULL``, so processes
     converting at once (they take turns, a batch each, under the migrations' lock), or one
-    resuming after a crash, lose and double nothing. The store
-    lists the converted items as its queries find them (a query merges a namespace holding
-    ``store.index.MERGE_AT`` unlisted items); until then its queries read them unlisted.
+    resuming after a crash, lose and double nothing. The store lists the converted items as
+    its queries find them (a query merges a namespace holding ``store.index.MERGE_AT``
+    unlisted items); until then its queries read them unlisted.
 
     Once no item is left, ``am_store_terms`` and ``am_store_blocks`` are dropped (SQLite then
     runs ``VACUUM`` to give their space back; PostgreSQL gives a dropped table's space back
@@ -223,11 +223,9 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     )
     # PostgreSQL takes the numbers first: Citus runs no volatile function in an UPDATE
     ahead = dialect.name == "postgresql"
+    numbers = sa.func.generate_series(1, sa.bindparam("n", type_=sa.Integer))
     numbers_sql = dialect.sql(
-        "convert_numbers",
-        lambda: sa.select(dialect.new_num()).select_from(
-            sa.func.generate_series(1, sa.bindparam("n", type_=sa.Integer))
-        ),
+        "convert_numbers", lambda: sa.select(dialect.new_num()).select_from(numbers)
     )
     u: Any = store_items.alias("u")  # the SQLite number's max(num) reads the table unaliased
     write_sql = dialect.sql(
@@ -248,8 +246,8 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         "convert_tag",
         lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
     )
-    report = on_progress or (lambda done, total: None)
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
+    report = on_progress if on_progress is not None and total else lambda done, total: None
     done = 0
     report(done, int(total))
     lock = dialect.migration_lock()
@@ -268,8 +266,8 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         last = dict(zip(("last_shard", "last_prefix", "last_key"), items[-1][:3], strict=True))
         writes, tags = _converted(items, found)
         if ahead:
-            [numbers] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
-            for row, (num,) in zip(writes, numbers, strict=True):
+            [taken] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
+            for row, (num,) in zip(writes, taken, strict=True):
                 row["b_num"] = num
         yield Batch(
             [Stmt(write_sql, writes, many=True), Stmt(tag_sql, tags, many=True)], write=True
