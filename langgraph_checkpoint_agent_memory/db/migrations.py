@@ -201,13 +201,20 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     if not rows:
         return 0
     i = store_items
-    todo = sa.select(i.c.shard, i.c.prefix, i.c.key, i.c.doc_len).where(i.c.num.is_(None))
 
     def batch(after: bool) -> Any:
-        """The next items to convert in key order (``after``: past ``:last_*``)."""
-        where = [_past(i)] if after else []
+        """The next items to convert in key order (``after``: past ``:last_*``): the planner
+        walks the key from there (``num + 0``: not the NULL entries of num's index, sorted
+        again at every batch)."""
+        unnumbered = (i.c.num + sa.literal_column("0", sa.BigInteger)).is_(None)
+        where = [unnumbered, _past(dialect, i)] if after else [unnumbered]
         n = sa.bindparam("n", type_=sa.Integer)
-        return todo.where(*where).order_by(i.c.shard, i.c.prefix, i.c.key).limit(n)
+        return (
+            sa.select(i.c.shard, i.c.prefix, i.c.key, i.c.doc_len)
+            .where(*where)
+            .order_by(i.c.shard, i.c.prefix, i.c.key)
+            .limit(n)
+        )
 
     def postings(after: bool) -> Any:
         t, b = old_terms, batch(after).subquery("b")
@@ -219,7 +226,7 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         dialect.sql(("convert_postings", a), partial(postings, a)) for a in (False, True)
     ]
     count_sql = dialect.sql(
-        "convert_count", lambda: sa.select(sa.func.count()).select_from(todo.subquery())
+        "convert_count", lambda: sa.select(sa.func.count()).where(i.c.num.is_(None))
     )
     # PostgreSQL takes the numbers first: Citus runs no volatile function in an UPDATE
     ahead = dialect.name == "postgresql"
@@ -298,12 +305,14 @@ def _drop_if_exists(dialect: Dialect, table: str) -> str:
     )
 
 
-def _past(t: Any) -> Any:
+def _past(dialect: Dialect, t: Any) -> Any:
     """Core: ``t``'s row comes after ``(:last_shard, :last_prefix, :last_key)`` in key order
-    (spelled out: HANA compares no row values)."""
+    (a row value, a range of the key's index; spelled out on HANA, which has none)."""
     shard, prefix, key = (
         sa.bindparam(f"last_{c}", type_=t.c[c].type) for c in ("shard", "prefix", "key")
     )
+    if dialect.name != "hana":
+        return sa.tuple_(t.c.shard, t.c.prefix, t.c.key) > sa.tuple_(shard, prefix, key)
     return sa.or_(
         t.c.shard > shard,
         sa.and_(t.c.shard == shard, t.c.prefix > prefix),
@@ -317,13 +326,17 @@ def _converted(
     """The updates of a batch of items, and the tags to insert, from their postings."""
     counts: dict[tuple[str, str, str], dict[int, int]] = {}
     lengths: dict[tuple[str, str, str], int] = {}
+    ids: dict[str, int] = {}  # words repeat across a batch's items
     tags = []
     for shard, prefix, key, term, tf, dl in postings:
         if tf == 0:
             tags.append({"shard": shard, "prefix": prefix, "key": key, "tag": term})
             continue
         found = counts.setdefault((shard, prefix, key), {})
-        found[term_id(term)] = found.get(term_id(term), 0) + int(tf)
+        named = ids.get(term)
+        if named is None:
+            named = ids[term] = term_id(term)
+        found[named] = found.get(named, 0) + int(tf)
         lengths[(shard, prefix, key)] = int(dl)
     writes = []
     for shard, prefix, key, doc_len in items:
