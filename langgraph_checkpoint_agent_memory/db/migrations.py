@@ -201,12 +201,16 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     if not rows:
         return 0
     i = store_items
+    sqlite = dialect.name == "sqlite"
+    if dialect.name == "postgresql":  # num's statistics: all NULL (raw: no Core form)
+        yield Batch([Stmt(Sql(f"ANALYZE {i.name}"))])
 
     def batch(after: bool) -> Any:
         """The next items to convert in key order (``after``: past ``:last_*``): the planner
-        walks the key from there (``num + 0``: not the NULL entries of num's index, sorted
-        again at every batch)."""
-        unnumbered = (i.c.num + sa.literal_column("0", sa.BigInteger)).is_(None)
+        walks the key from there, not the NULL entries of num's index sorted again at every
+        batch (SQLite: kept off them by ``num + 0``; PostgreSQL: by the statistics)."""
+        num = i.c.num + sa.literal_column("0", sa.BigInteger) if sqlite else i.c.num
+        unnumbered = num.is_(None)
         where = [unnumbered, _past(dialect, i)] if after else [unnumbered]
         n = sa.bindparam("n", type_=sa.Integer)
         return (
@@ -288,7 +292,7 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     drops = [Stmt(Sql(_drop_if_exists(dialect, name))) for name in OLD_STORE_TABLES]
     *_, forgotten = yield Batch([*drops, Stmt(forget, {"b_name": CONVERTING})], write=True)
     # (in the transaction that found no item left, under the turn it took)
-    if dialect.name == "sqlite" and forgotten:  # the process that dropped them
+    if sqlite and forgotten:  # the process that dropped them
         yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
     return done
 
