@@ -109,6 +109,10 @@ def _store_v1(d: Dialect) -> list[str]:
     ]
 
 
+#: The columns of ``am_store_items`` the store's step 2 adds.
+NEW_COLUMNS = ("num", "terms", "merged")
+
+
 def _store_v2(d: Dialect) -> list[str]:
     """The old term index's layout altered into the new one; what it held the conversion
     moves (:func:`convert_terms_plan`), then drops."""
@@ -129,10 +133,6 @@ def _store_v2(d: Dialect) -> list[str]:
         *d.ddl([store_chunks, store_retractions, store_tags]),
         str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
     ]
-
-
-#: The columns of ``am_store_items`` the store's step 2 adds.
-NEW_COLUMNS = ("num", "terms", "merged")
 
 
 def _memory_v1(d: Dialect) -> list[str]:
