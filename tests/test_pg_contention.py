@@ -425,3 +425,40 @@ def test_a_transaction_the_server_aborted_for_another_runs_again(tmp_path: Any) 
         assert memory.decay() == 0 and memory.retry() == 0
     finally:
         store.close()
+
+
+def test_a_rewrite_during_a_merge_takes_its_old_terms_out_of_the_lists(url: str) -> None:
+    """A merge locks a namespace's unlisted items, then waits (for the test's lock on a
+    retraction); a rewrite of one of those items waits for the merge, which lists the item's
+    old terms. The rewrite must then retract them, as a rewrite of any listed item does: the
+    old words stop matching the item, at once and after the next merge."""
+    merger, writer = create_store(url), create_store(url)
+    try:
+        ns = ("docs", "merge")
+        merger.put(ns, "k0", {"text": "printer"})
+        merger.db.run(merger.ranker.merge_plan("docs.merge"))
+        merger.put(ns, "k0", {"text": "refund"})  # listed, rewritten: a retraction
+        merger.put(ns, "k1", {"text": "coffee"})  # not yet listed
+        with connect(url) as blocker, connect(url) as watch:
+            watch.autocommit = True
+            blocker.execute("SELECT 1 FROM am_store_retractions FOR UPDATE")
+            merge = Call(lambda: merger.db.run(merger.ranker.merge_plan("docs.merge")))
+            merge.start()
+            wait_until(lambda: lock_waiters(watch) >= 1, "the merge waits for the test's lock")
+            rewrite = Call(lambda: writer.put(ns, "k1", {"text": "berlin"}))
+            rewrite.start()
+            wait_until(
+                lambda: lock_waiters(watch) >= 2 or not rewrite.is_alive(),
+                "the rewrite waits for the merge, or is done",
+            )
+            blocker.rollback()
+            merge.value()
+            rewrite.value()
+        for _ in range(2):
+            assert [i.key for i in writer.search(ns, query="berlin")] == ["k1"]
+            assert writer.search(ns, query="coffee") == []
+            assert writer.search(ns, query="printer") == []
+            writer.db.run(writer.ranker.merge_plan("docs.merge"))
+    finally:
+        merger.close()
+        writer.close()
