@@ -404,6 +404,43 @@ def test_ties_at_the_cut_are_ordered_by_namespace_then_key(
         )
 
 
+@pytest.mark.parametrize("ties_read", [I.TIES_READ, 4])
+def test_the_tied_walk_skips_expired_and_filtered_items(
+    make_store: Callable[..., AgentMemoryStore], monkeypatch: pytest.MonkeyPatch, ties_read: int
+) -> None:
+    """Every match ties: the first ones by namespace and key among the live items passing
+    the filter, read by number or walked in key order past TIES_READ tied."""
+    monkeypatch.setattr(I, "TIES_READ", ties_read)
+    clock = FakeClock(start=1_800_000_000)
+    store = make_store(clock=clock)
+    rng = random.Random(7)
+    live: list[tuple[str, str, int]] = []
+    for i in range(80):
+        prefix, key = ("a", "b")[i % 2], f"k{rng.randrange(10**6):06}"
+        expires = i % 3 == 0
+        store.put(
+            ("tw", prefix),
+            key,
+            {"text": "printer refund", "n": i % 5},
+            ttl=1.0 if expires else None,
+        )
+        if not expires:
+            live.append((f"tw.{prefix}", key, i % 5))
+    clock.advance(120)
+    sent = Recorder(store)
+    for want in (1, 7, 30):
+        found = store.search(("tw",), query="refund printer", limit=want)
+        assert [(".".join(i.namespace), i.key) for i in found] == sorted(
+            (p, k) for p, k, _ in live
+        )[:want]
+        found = store.search(("tw",), query="printer", filter={"n": {"$gte": 3}}, limit=want)
+        assert [(".".join(i.namespace), i.key) for i in found] == sorted(
+            (p, k) for p, k, n in live if n >= 3
+        )[:want]
+    walked = sent.took("ORDER BY am_store_items.prefix, am_store_items.")
+    assert walked == (ties_read < len(live))
+
+
 def test_tens_of_thousands_tied_are_walked_in_key_order(
     make_store: Callable[..., AgentMemoryStore],
     store_backend: str,
