@@ -80,6 +80,7 @@ STORE_TABLES = (
 
 @pytest.fixture(params=RACE_BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of the race's backend."""
     backend = str(request.param)
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'races.db'}"
@@ -114,6 +115,7 @@ def key(i: int) -> str:
 
 
 def prefix_of(namespace: Sequence[str]) -> str:
+    """A namespace as the tables name it."""
     return ".".join(namespace)
 
 
@@ -135,12 +137,13 @@ class Racers:
         self.errors: list[BaseException] = []
         self._finite: list[Callable[[], None]] = []
         self._loops: list[Callable[[], None]] = []
-        self.loop_rounds = 0
 
     def finite(self, job: Callable[[], None]) -> None:
+        """Run ``job`` once (its own rounds)."""
         self._finite.append(job)
 
     def loop(self, step: Callable[[], None]) -> None:
+        """Run ``step`` again and again until every finite job is done."""
         self._loops.append(step)
 
     def _guard(self, job: Callable[[], None]) -> Callable[[], None]:
@@ -157,11 +160,11 @@ class Racers:
         def run() -> None:
             while not self.done.is_set():
                 step()
-                self.loop_rounds += 1
 
         return run
 
     def run(self) -> None:
+        """Start every job at once, wait for them all, raise the first error."""
         start = threading.Barrier(len(self._finite) + len(self._loops))
 
         def started(job: Callable[[], None]) -> Callable[[], None]:
@@ -203,8 +206,8 @@ class Tables:
     counts: dict[str, Counter[str]] = field(default_factory=dict)  # table -> prefix -> rows
 
     def prefixes(self) -> set[str]:
-        found = {r["prefix"] for r in (*self.items, *self.chunks, *self.retractions)}
-        return found
+        """Every namespace any of the index's tables holds rows of."""
+        return {r["prefix"] for r in (*self.items, *self.chunks, *self.retractions)}
 
 
 def _rows(cursor: Any) -> list[dict[str, Any]]:
@@ -674,11 +677,14 @@ def test_merges_and_rewrites_in_any_order_do_not_deadlock(
 
 @pytest.fixture(params=backend_params("postgres", "pgbouncer"))
 def pg_url(request: pytest.FixtureRequest) -> str:
+    """An empty PostgreSQL database, directly or behind PgBouncer (where the test watches
+    ``pg_stat_activity`` for who waits: on Citus the waits are the workers')."""
     return pg_database(request, str(request.param))
 
 
 @pytest.fixture
 def pg_stores(pg_url: str) -> Iterator[Callable[..., AgentMemoryStore]]:
+    """Open stores on :func:`pg_url`'s database; closed at the end."""
     opened: list[AgentMemoryStore] = []
 
     def make(**options: Any) -> AgentMemoryStore:
@@ -692,6 +698,7 @@ def pg_stores(pg_url: str) -> Iterator[Callable[..., AgentMemoryStore]]:
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
+    """A connection of the test's own to the database at ``url``."""
     conninfo, options = libpq_url(url)
     return psycopg.connect(conninfo, **options)
 
@@ -731,6 +738,7 @@ class Call(threading.Thread):
             self.result = (False, exc)
 
     def value(self) -> Any:
+        """What the call returned (it raises what the call raised)."""
         self.join(PATIENCE)
         assert self.result is not None, "the call did not end"
         ok, value = self.result
