@@ -21,6 +21,7 @@ import multiprocessing
 import random
 import sqlite3
 import threading
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langgraph.store.base import PutOp
 
 from langgraph_checkpoint_agent_memory import (
@@ -102,9 +105,9 @@ def stores(url: str) -> Iterator[Callable[..., AgentMemoryStore]]:
         store.close()
 
 
-def text(rng: random.Random, most: int = 8) -> str:
-    """A few of :data:`WORDS`, some said twice."""
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, most)))
+def text(rng: random.Random, most: int = 8, words: Sequence[str] = WORDS) -> str:
+    """A few of ``words``, some said twice."""
+    return " ".join(rng.choice(words) for _ in range(rng.randint(1, most)))
 
 
 def key(i: int) -> str:
@@ -876,3 +879,74 @@ def test_processes_share_a_sqlite_index(tmp_path: Path) -> None:
         final_check(url, first, [NS], now=first._clock())
     finally:
         first.close()
+
+
+# ------------------------------------------- interleavings of two stores, chosen by Hypothesis
+
+#: A step: what, which key, a seed for its text, which of the two stores.
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "put", "delete", "merge", "sweep", "search"]),
+        st.integers(0, 11),
+        st.integers(0, 2**16),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@pytest.fixture(params=backend_params("sqlite", "postgres"))
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """One database for every example of a test (each example has its own namespace)."""
+    backend = str(request.param)
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'steps.db'}"
+    return pg_database(request, backend)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=STEPS)
+def test_two_stores_interleaved_with_small_chunks_and_merges(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch, steps: list[tuple[str, int, int, bool]]
+) -> None:
+    """Two stores (each its own connections) take turns at puts (some with a TTL), deletes,
+    merges, sweeps and searches, with chunks of 3 entries, merges of 4 items a transaction
+    and merges started by 3 pending items: a term's lists span many chunks, a merge rewrites
+    some of them and leaves items unlisted, and on SQLite a deleted item's number returns."""
+    for module, name, value in (
+        (store_index, "CHUNK", 3),
+        (store_index, "MERGE_CAP", 4),
+        (store_ranking, "MERGE_CAP", 4),
+        (store_index, "MERGE_AT", 3),
+        (store_ranking, "MERGE_AT", 3),
+    ):
+        monkeypatch.setattr(module, name, value)
+    clock = FakeClock()
+    pair = [create_store(shared_url, clock=clock) for _ in range(2)]
+    namespace = ("steps", uuid.uuid4().hex[:12])
+    prefix = prefix_of(namespace)
+    try:
+        for what, k, seed, which in steps:
+            store = pair[which]
+            rng = random.Random(seed)
+            if what == "put":
+                ttl = 1.0 if seed % 4 == 0 else None
+                store.put(namespace, key(k), {"text": text(rng, 4, WORDS[:6])}, ttl=ttl)
+            elif what == "delete":
+                store.delete(namespace, key(k))
+            elif what == "merge":
+                merge(store, prefix)
+            elif what == "sweep":
+                clock.advance(45)
+                store.sweep()
+            else:
+                store.search(namespace, query=rng.choice(WORDS[:6]), limit=5)
+        final_check(shared_url, pair[0], [namespace], now=clock())
+    finally:
+        for store in pair:
+            store.close()
