@@ -47,7 +47,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     MAX_TF,
     UNLISTED_BYTES,
     halves,
-    listed_terms,
+    high_parts,
     term_id,
     unlisted_terms,
     unpack_chunk,
@@ -221,7 +221,10 @@ def _rows(cursor: Any) -> list[dict[str, Any]]:
 _ITEMS = (
     "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, merged FROM am_store_items"
 )
-_CHUNKS = "SELECT shard, prefix, hi, lo, start, last, entries, payload FROM am_store_chunks"
+_CHUNKS = (
+    "SELECT shard, CASE WHEN rest = '' THEN shard ELSE shard || '.' || rest END AS prefix, "
+    "hi, lo, start, payload FROM am_store_chunks"
+)
 _RETRACTIONS = "SELECT shard, prefix, num, terms FROM am_store_retractions"
 
 
@@ -312,9 +315,8 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
             assert held == {t: min(n, MAX_TF) for t, n in counts.items()}, where
         else:
             assert len(blob) % LISTED_BYTES == 0, where
-            his, capped = listed_terms(blob)
-            kept_terms = sorted((halves(t)[0], min(n, 255)) for t, n in counts.items())
-            assert sorted(zip(his.tolist(), capped.tolist(), strict=True)) == kept_terms, where
+            kept_terms = sorted(halves(t)[0] for t in counts)
+            assert sorted(high_parts(blob).tolist()) == kept_terms, where
         for t, n in counts.items():
             truth[halves(t)][row["num"]] = (min(n, MAX_TF), length)
     # the chunks: well formed, a term's apart
@@ -328,15 +330,15 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
         before = None
         for c in found:
             where = f"{prefix}: chunk {term} from {c['start']}"
-            count, payload = c["entries"], c["payload"]
-            assert 0 < count <= CHUNK, where
-            widths = [(1, 2, 4, 8)[code] for code in payload[:3]]
-            assert len(payload) == 3 + count * sum(widths), f"{where}: entries vs payload"
-            n, tf, dl = (a.tolist() for a in unpack_chunk(c["start"], count, payload))
-            assert n[0] == c["start"] and n[-1] == c["last"], f"{where}: start/last vs payload"
+            payload = c["payload"]
+            widths = [1 << code for code in (payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4)]
+            assert (len(payload) - 1) % sum(widths) == 0, f"{where}: widths vs payload"
+            n, tf, dl = (a.tolist() for a in unpack_chunk(c["start"], payload))
+            assert 0 < len(n) <= CHUNK, where
+            assert n[0] == c["start"], f"{where}: start vs payload"
             assert all(a < b for a, b in itertools.pairwise(n)), f"{where}: order {n}"
             assert before is None or c["start"] > before, f"{where}: overlaps the one before"
-            before = c["last"]
+            before = n[-1]
             for num, f, d in zip(n, tf, dl, strict=True):
                 assert num not in entries, f"{where}: {num} twice"
                 entries[num] = (f, d)
@@ -351,10 +353,10 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
     retracted_by_hi: defaultdict[int, set[int]] = defaultdict(set)
     for r in retractions:
         assert len(r["terms"]) % LISTED_BYTES == 0, f"{prefix}: retraction {r['num']}"
-        for hi in listed_terms(r["terms"])[0].tolist():
+        for hi in high_parts(r["terms"]).tolist():
             retracted_by_hi[hi].add(r["num"])
     rows: list[tuple[Any, ...]] = [
-        (0, prefix, c["hi"], c["lo"], c["start"], c["entries"], c["payload"]) for c in chunks
+        (0, prefix, c["hi"], c["lo"], c["start"], None, c["payload"]) for c in chunks
     ]
     rows += [(1, prefix, None, None, r["num"], r["doc_len"], r["terms"]) for r in unlisted]
     rows += [(2, prefix, None, None, r["num"], None, r["terms"]) for r in retractions]

@@ -29,11 +29,12 @@ from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.db.store import rest_params
 from langgraph_checkpoint_agent_memory.db.term_index import CHUNK as TERM_CHUNK
 from langgraph_checkpoint_agent_memory.db.term_index import (
     UNLISTED_BYTES,
     halves,
-    listed_terms,
+    high_parts,
     term_id,
     unpack_chunk,
 )
@@ -152,15 +153,17 @@ def rows(store: AgentMemoryStore, sql: str) -> list[tuple[Any, ...]]:
 
 def chunks_of(store: AgentMemoryStore, prefix: str) -> list[tuple[int, int, int, int, Any]]:
     """``(hi, lo, start, last, (nums, tf, dl))`` of the namespace's chunks."""
+    shard = store.statements.shard(prefix)
+    rest = rest_params(prefix, shard)["rest"]
     found = rows(
         store,
-        "SELECT hi, lo, start, last, entries, payload FROM am_store_chunks "
-        f"WHERE prefix = '{prefix}' ORDER BY hi, lo, start",
+        "SELECT hi, lo, start, payload FROM am_store_chunks "
+        f"WHERE shard = '{shard}' AND rest = '{rest}' ORDER BY hi, lo, start",
     )
-    return [
-        (hi, lo, start, last, unpack_chunk(start, entries, bytes(payload)))
-        for hi, lo, start, last, entries, payload in found
+    chunks = [
+        (hi, lo, start, unpack_chunk(start, bytes(payload))) for hi, lo, start, payload in found
     ]
+    return [(hi, lo, start, int(e[0][-1]), e) for hi, lo, start, e in chunks]
 
 
 def items_of(store: AgentMemoryStore, prefix: str) -> dict[str, tuple[int, int | None, Any]]:
@@ -186,10 +189,9 @@ def assert_lists_hold_the_listed(store: AgentMemoryStore, model: Model, prefix: 
         found, dl = T.postings(model[(prefix, key)])
         for term, tf in found.items():
             expected.add((*halves(term_id(term)), num, tf, dl))
-        # a listed item keeps the high halves and capped frequencies of its terms
-        his, capped = listed_terms(items[key][2])
-        assert sorted(zip(his.tolist(), capped.tolist(), strict=True)) == sorted(
-            (halves(term_id(t))[0], min(f, 255)) for t, f in found.items()
+        # a listed item keeps the high parts of its terms' ids
+        assert sorted(high_parts(items[key][2]).tolist()) == sorted(
+            halves(term_id(t))[0] for t in found
         )
     got: set[tuple[int, int, int, int, int]] = set()
     ends: dict[tuple[int, int], int] = {}

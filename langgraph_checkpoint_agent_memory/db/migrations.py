@@ -47,7 +47,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     rule_refused,
 )
 from langgraph_checkpoint_agent_memory.db.store import key_match, vector_text
-from langgraph_checkpoint_agent_memory.db.term_index import encode_terms, term_id
+from langgraph_checkpoint_agent_memory.db.term_index import encode_terms
 
 CONVERT_BATCH = 500
 #: ``on_progress(done, total)``: units done so far, and the total when known.
@@ -328,19 +328,15 @@ def _converted(
     items: list[Any], postings: list[Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The updates of a batch of items, and the tags to insert, from their postings."""
-    counts: dict[tuple[str, str, str], dict[int, int]] = {}
+    counts: dict[tuple[str, str, str], dict[str, int]] = {}
     lengths: dict[tuple[str, str, str], int] = {}
-    ids: dict[str, int] = {}  # words repeat across a batch's items
     tags = []
     for shard, prefix, key, term, tf, dl in postings:
         if tf == 0:
             tags.append({"shard": shard, "prefix": prefix, "key": key, "tag": term})
             continue
         found = counts.setdefault((shard, prefix, key), {})
-        named = ids.get(term)
-        if named is None:
-            named = ids[term] = term_id(term)
-        found[named] = found.get(named, 0) + int(tf)
+        found[term] = found.get(term, 0) + int(tf)
         lengths[(shard, prefix, key)] = int(dl)
     writes = []
     for shard, prefix, key, doc_len in items:
