@@ -109,15 +109,16 @@ def _store_v1(d: Dialect) -> list[str]:
     ]
 
 
-#: The columns of ``am_store_items`` the store's step 2 adds.
+#: The columns and indexes of ``am_store_items`` the store's step 2 adds.
 NEW_COLUMNS = ("num", "terms", "merged")
+NEW_INDEXES = ("am_store_items_num", "am_store_items_unlisted")
 
 
 def _store_v2(d: Dialect) -> list[str]:
     """The old term index's layout altered into the new one; what it held the conversion
     moves (:func:`convert_terms_plan`), then drops."""
     items = store_items.name
-    [by_num] = [i for i in store_items.indexes if i.name == "am_store_items_num"]
+    new = [i for i in store_items.indexes if i.name in NEW_INDEXES]
     added = [str(CreateColumn(store_items.c[c]).compile(dialect=d.sa)) for c in NEW_COLUMNS]
     # raw: Core has no ALTER TABLE; HANA alters a table's columns in parentheses
     if d.name == "hana":
@@ -128,7 +129,7 @@ def _store_v2(d: Dialect) -> list[str]:
     pending = sa.insert(settings).values(name=CONVERTING, value="1")
     return [
         *alter,
-        str(CreateIndex(by_num).compile(dialect=d.sa)),
+        *(str(CreateIndex(i).compile(dialect=d.sa)) for i in sorted(new, key=lambda i: i.name)),
         *d.num_ddl(),
         *d.ddl([store_chunks, store_retractions, store_tags]),
         str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
