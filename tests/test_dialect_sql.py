@@ -306,7 +306,9 @@ def term_index_statements(d: Dialect, sql: Any, filters: Any) -> dict[str, Sql]:
     for exact in (False, True):
         for one in (False, True):
             out[f"store.text_stats.{exact}.{one}"] = sql.text_stats(exact, one)
-            out[f"store.lists.{exact}.{one}"] = sql.lists(exact, one, size)
+            for deeper in (False, True):
+                lists = sql.lists(exact, one, size, deeper)
+                out[f"store.lists.{exact}.{one}.{deeper}"] = lists
             for f in ((), filters):
                 out[f"store.by_nums.{exact}.{one}.{bool(f)}"] = sql.by_nums(f, exact, one, size)
                 out[f"store.in_key_order.{exact}.{one}.{bool(f)}"] = sql.in_key_order(f, exact, one)

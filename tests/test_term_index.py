@@ -61,10 +61,11 @@ Model = dict[tuple[str, str], str]
 def small_index(
     monkeypatch: pytest.MonkeyPatch, merge_at: int = MERGE_AT, cap: int = 4 * MERGE_AT
 ) -> None:
-    """Merges at ``merge_at`` items waiting (``cap`` a transaction), chunks of
+    """Merges at ``merge_at`` items waiting or written (``cap`` a transaction), chunks of
     :data:`CHUNK` entries (the index's own of its own ``merge_at``)."""
     for module in (I, R):
         monkeypatch.setattr(module, "MERGE_AT", merge_at)
+        monkeypatch.setattr(module, "MERGE_WRITES", merge_at)
         monkeypatch.setattr(module, "MERGE_CAP", cap)
     monkeypatch.setattr(I, "CHUNK", CHUNK if merge_at == MERGE_AT else OWN["CHUNK"])
 

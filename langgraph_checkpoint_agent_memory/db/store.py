@@ -694,9 +694,8 @@ class StoreStatements:
         """``(prefix, key, num)`` of the live items numbered ``:nums`` (all under the
         namespace: the lists were read there) that pass the pre-filter."""
         i = store_items
-        # a number names one item: the shard key only routes on a distributed database (and
-        # elsewhere would lure the planner from the numbers' index onto the namespace's rows)
-        routed = [i.c.shard == sa.bindparam("shard")] if scoped and self.d.distributed else []
+        # a number names one item: the shard key routes it, and leads the numbers' index
+        routed = [i.c.shard == sa.bindparam("shard")] if scoped else []
         return self.statement(
             ("by_nums", filters, exact, scoped, size),
             lambda: sa.select(i.c.prefix, i.c.key, i.c.num).where(

@@ -35,9 +35,11 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
 Form = tuple[int, int | None]
 #: Unlisted items plus retractions in one namespace that make a query merge it.
 MERGE_AT = 256
-#: The most items one merge transaction lists, and the items this process writes to one
-#: namespace that make it merge the namespace (fewer, larger merges rewrite fewer chunks).
+#: The most items one merge transaction lists.
 MERGE_CAP = 4096
+#: Items this process writes to one namespace that make it merge the namespace: fewer,
+#: larger merges rewrite fewer chunks (a query merges at :data:`MERGE_AT`).
+MERGE_WRITES = 4096
 #: Tied candidates at the cut read by number; more, and the items are read in key order.
 TIES_READ = 1024
 

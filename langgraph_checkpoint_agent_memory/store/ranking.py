@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.index import (
     MERGE_AT,
     MERGE_CAP,
+    MERGE_WRITES,
     Form,
     Lists,
     best_plan,
@@ -374,13 +375,13 @@ class Ranker:
 
     def written_plan(self, prefixes: Iterable[str]) -> Plan[None]:
         """Count the items this process wrote per namespace, and merge a namespace it wrote
-        :data:`.index.MERGE_CAP` items to since it last merged it."""
+        :data:`.index.MERGE_WRITES` items to since it last merged it."""
         due = []
         with self.lock:
             for prefix in prefixes:
                 self.writes += 1
                 self.unmerged[prefix] += 1
-                if self.unmerged[prefix] == MERGE_CAP:
+                if self.unmerged[prefix] == MERGE_WRITES:
                     due.append(prefix)
         for prefix in due:
             yield from self.merge_plan(prefix)
