@@ -221,17 +221,20 @@ def _rows(cursor: Any) -> list[dict[str, Any]]:
 _ITEMS = (
     "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, merged FROM am_store_items"
 )
-_CHUNKS = (
-    "SELECT shard, CASE WHEN rest = '' THEN shard ELSE shard || '.' || rest END AS prefix, "
-    "hi, lo, start, payload FROM am_store_chunks"
-)
+#: A chunk's namespace: its shard key and the labels after it.
+_CHUNK_PREFIX = "CASE WHEN rest = '' THEN shard ELSE shard || '.' || rest END"
+_CHUNKS = f"SELECT shard, {_CHUNK_PREFIX} AS prefix, hi, lo, start, payload FROM am_store_chunks"
 _RETRACTIONS = "SELECT shard, prefix, num, terms FROM am_store_retractions"
 
 
 def read_tables(url: str) -> Tables:
     """Every row of the index's tables, read in one transaction."""
     queries = [_ITEMS, _CHUNKS, _RETRACTIONS]
-    counting = [f"SELECT prefix, count(*) FROM {t} GROUP BY prefix" for t in STORE_TABLES]
+    counting = [
+        f"SELECT {_CHUNK_PREFIX if t == 'am_store_chunks' else 'prefix'}, count(*) "
+        f"FROM {t} GROUP BY 1"
+        for t in STORE_TABLES
+    ]
     if url.startswith("sqlite"):
         db = sqlite3.connect(url.removeprefix("sqlite:///"))
         try:
