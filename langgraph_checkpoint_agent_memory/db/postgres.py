@@ -504,7 +504,7 @@ class PostgresDialect(Dialect):
 
     def num_ddl(self) -> list[str]:
         # raw: a sequence has no Core DDL here
-        return [f"CREATE SEQUENCE IF NOT EXISTS {NUM_SEQUENCE}"]
+        return [f"CREATE SEQUENCE IF NOT EXISTS {self.qualified(NUM_SEQUENCE)}"]
 
     def merge_lock(self) -> Sql:
         lock = sa.bindparam("lock", type_=sa.BigInteger)

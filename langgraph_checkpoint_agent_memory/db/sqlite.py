@@ -40,6 +40,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     blobs,
     checkpoints,
     store_items,
+    store_retractions,
     threads,
     writes,
 )
@@ -73,9 +74,13 @@ class SQLiteDialect(Dialect):
         return {param: json.dumps(list(values))}
 
     def new_num(self) -> Any:
-        # under the write lock; a number freed by a delete may return (``store.index``)
-        num = store_items.c.num
-        return sa.select(sa.func.coalesce(sa.func.max(num), 0) + 1).scalar_subquery()
+        # under the write lock; a deleted item's number returns once its retraction is
+        # applied, not before (a query takes a retracted number out of every list it reads)
+        most = [
+            sa.select(sa.func.max(t.c.num)).scalar_subquery()
+            for t in (store_items, store_retractions)
+        ]
+        return sa.func.coalesce(sa.func.max(*most), most[0], most[1], 0) + 1
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
