@@ -118,7 +118,9 @@ def _store_v2(d: Dialect) -> list[str]:
     """The old term index's layout altered into the new one; what it held the conversion
     moves (:func:`convert_terms_plan`), then drops."""
     items = store_items.name
-    new = [i for i in store_items.indexes if i.name in NEW_INDEXES]
+    new = sorted(
+        (i for i in store_items.indexes if i.name in NEW_INDEXES), key=lambda i: str(i.name)
+    )
     added = [str(CreateColumn(store_items.c[c]).compile(dialect=d.sa)) for c in NEW_COLUMNS]
     # raw: Core has no ALTER TABLE; HANA alters a table's columns in parentheses
     if d.name == "hana":
@@ -129,7 +131,7 @@ def _store_v2(d: Dialect) -> list[str]:
     pending = sa.insert(settings).values(name=CONVERTING, value="1")
     return [
         *alter,
-        *(str(CreateIndex(i).compile(dialect=d.sa)) for i in sorted(new, key=lambda i: i.name)),
+        *(str(CreateIndex(i).compile(dialect=d.sa)) for i in new),
         *d.num_ddl(),
         *d.ddl([store_chunks, store_retractions, store_tags]),
         str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
