@@ -26,7 +26,7 @@ WORDS = ["munich", "tea", "printer", "refund", "warranty", "berlin", "coffee", "
 #: The corpus statistics' statement (items and their total length), as sent.
 TEXT_STATS = "sum(am_store_items.doc_len)"
 #: The statement reading a query's lists: chunks, unlisted items and retractions at once.
-LISTS = "FROM am_store_retractions"
+LISTS = " AS kind, "
 
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
 
