@@ -2,8 +2,10 @@
 
 ``tests/fixtures/schema/<server>.json`` records what ``agent-memory migrate`` makes on SQLite,
 on each PostgreSQL server of the test harness and on Citus; ``tests/test_migrations.py``
-checks that a new database still gets exactly that. Regenerate them (after a schema change
-made on purpose, with a migration step for databases that exist) with::
+checks that a new database still gets exactly that, and that a database made before a
+migration step (``tests/fixtures/old_index``) ends with exactly that once migrated.
+Regenerate them (after a schema change made on purpose, with a migration step for databases
+that exist) with::
 
     PYTHONPATH=$PWD python -m tests.schema_snapshot [sqlite pg15 pg18vector citus]
 

@@ -212,7 +212,7 @@ def test_a_role_that_does_not_own_undistributed_tables_is_told_what_to_do(
         cluster.drop(url)
 
 
-STORE_AND_MEMORY_TABLES = {*SHARDED_TABLES, "am_store_blocks", "am_memory_erasures"}
+STORE_AND_MEMORY_TABLES = {*SHARDED_TABLES, "am_memory_erasures"}
 
 
 @pytest.fixture
@@ -305,24 +305,25 @@ def _counting_store(url: str, **options: Any) -> tuple[Any, Any, list[str]]:
     return store, pool, sent
 
 
-def _postings_inserts(sent: list[str]) -> int:
-    return sum(t.lstrip().startswith("INSERT INTO am_store_terms") for t in sent)
+def _index_writes(sent: list[str]) -> int:
+    """Statements of the term lists sent (a put writes none: its terms ride in its row)."""
+    return sum("am_store_chunks" in t for t in sent)
 
 
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(words=st.lists(st.integers(0, 10_000), min_size=1, max_size=120, unique=True))
-@example(words=[7])  # VALUES, and the arrays from the owner's row (more than 8 rows)
+@example(words=[7])
 @example(words=list(range(30)))
-def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
+def test_a_put_and_a_record_send_as_many_statements_whatever_their_words(
     citus_url: str, words: list[int]
 ) -> None:
-    """However many distinct words an item holds, a put and a record send one statement of
-    postings (routed to the item's shard: ``VALUES`` for a few, arrays read with the item's
-    row for more), and as many statements in all as for one word: postings row by row sent
-    one statement per word (10 for a put of 7 words, 15 for a record of 11)."""
+    """However many distinct words an item holds, a put and a record send as many
+    statements as for one word, each routed to the item's shard (its terms ride in its
+    row, ``db.term_index``), and none of the term lists (a merge writes those)."""
     from langgraph_checkpoint_agent_memory import AgentMemory
+    from langgraph_checkpoint_agent_memory.db.term_index import UNLISTED_BYTES
 
     store, pool, sent = _counting_store(citus_url)
     memory = AgentMemory(store)
@@ -345,34 +346,55 @@ def test_a_put_and_a_record_send_one_postings_statement_whatever_their_words(
         record("tea", "first")
         one, many = put("ramen"), put(text)
         assert len(many) == len(one)
-        assert _postings_inserts(many) == 1
+        assert _index_writes(many) == 0
         assert [i.key for i in store.search(ns, query=f"w{words[-1]}x")] == [key]
         short, long = record("ramen", f"{key}-a"), record(text, f"{key}-b")
         assert len(long) == len(short)
-        assert _postings_inserts(long) == 1
-        # a batch of items of other sizes: one statement per item; every posting stored
+        assert _index_writes(long) == 0
+        # a batch of items of other sizes: the same statements; every item's terms stored
         texts = {"b0": text, "b1": "tea", "b2": f"{text} {text.replace('x', 'y')}"}
         sent.clear()
         store.batch([PutOp(ns, k, {"text": t}) for k, t in texts.items()])
-        assert _postings_inserts(sent) == 3
+        assert _index_writes(sent) == 0
         with psycopg.connect(citus_url) as conn:
             stored: dict[str, int] = dict(
                 conn.execute(
-                    "SELECT key, count(*) FROM am_store_terms WHERE prefix = %s GROUP BY key",
+                    "SELECT key, length(terms) FROM am_store_items WHERE prefix = %s",
                     (f"docs.{user}",),
                 ).fetchall()
             )
         assert stored == {
-            "first": 1,
-            key: len(words),
-            "b0": len(words),
-            "b1": 1,
-            "b2": 2 * len(words),
+            "first": UNLISTED_BYTES,
+            key: UNLISTED_BYTES * len(words),
+            "b0": UNLISTED_BYTES * len(words),
+            "b1": UNLISTED_BYTES,
+            "b2": 2 * UNLISTED_BYTES * len(words),
         }
         assert {i.key for i in store.search(ns, query=f"w{words[0]}y")} == {"b2"}
     finally:
         store.close()
         pool.close()
+
+
+def test_a_put_sends_its_items_statements_to_one_shard(citus_url: str) -> None:
+    """A put of a new item and a rewrite of a listed one (a retraction), each statement a
+    router query to the item's shard."""
+    from langgraph_checkpoint_agent_memory import create_store
+
+    store = create_store(citus_url)
+    try:
+        store.put(("docs", "carol"), "k", {"text": "printer refund"})
+        store.db.run(store.ranker.merge_plan("docs.carol"))
+        log = Recorder(store)
+        store.put(("docs", "carol"), "k", {"text": "coffee in munich"})
+        store.put(("docs", "carol"), "new", {"text": "berlin"})
+        store.delete(("docs", "carol"), "new")
+        assert log.took("INSERT INTO am_store_retractions")
+        assert not_routed(citus_url, log) == []
+        assert store.search(("docs", "carol"), query="printer") == []
+        assert [i.key for i in store.search(("docs", "carol"), query="munich")] == ["k"]
+    finally:
+        store.close()
 
 
 def test_the_vectors_of_an_item_s_fields_go_in_one_statement(citus_url: str) -> None:
@@ -439,29 +461,42 @@ def test_processes_threads_and_users_lose_nothing(citus_url: str) -> None:
     run_users_and_check(citus_url, processes=3, turns=4)
 
 
-def test_blocks_of_postings_are_built_and_read_on_the_shards(
+def test_merges_and_queries_of_the_term_index_run_on_the_shards(
     citus_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A common term's block is built and read by router queries within one user's
-    namespace, and a query above the shard key (blocks of several shards, in one
-    statement) answers as the postings do."""
+    """A namespace's merge and the queries of one user's namespace are router queries to its
+    shard; a query above the shard key (lists of several shards, in one statement) answers
+    as brute force BM25 does too."""
     from langgraph_checkpoint_agent_memory import create_store
-    from tests.test_posting_blocks import bm25, same_answer, small_blocks, text
+    from tests.test_term_index import (
+        MERGE_AT,
+        Model,
+        bm25,
+        brute,
+        put,
+        same_answer,
+        small_index,
+        text,
+    )
 
-    small_blocks(monkeypatch)
+    small_index(monkeypatch)
     store = create_store(citus_url)
+    store.ranker.stats_seconds = 0.0
     try:
         rng = random.Random(4)
+        model: Model = {}
         for user in ("alice", "bob"):
-            for i in range(50):
-                store.put(("docs", user), f"k{i}", text(rng))
+            for i in range(2 * MERGE_AT + 3):
+                put(store, model, ("docs", user), f"k{i}", text(rng))
+        put(store, model, ("docs", "alice"), "k0", "printer printer refund")  # retracted
         log = Recorder(store)
-        got = bm25(store, ("docs", "alice"), "printer refund", 5, on=True)
-        assert log.took("am_store_blocks")
+        store.db.run(store.ranker.merge_plan("docs.alice"))
+        got = bm25(store, ("docs", "alice"), "printer refund", 5)
+        assert log.took("FROM am_store_chunks") and log.took("INSERT INTO am_store_chunks")
         assert not_routed(citus_url, log) == []
-        same_answer(got, bm25(store, ("docs", "alice"), "printer refund", 5, on=False))
-        above = bm25(store, ("docs",), "printer refund coffee", 7, on=True)
-        same_answer(above, bm25(store, ("docs",), "printer refund coffee", 7, on=False))
+        same_answer(got, brute(model, ("docs", "alice"), "printer refund", 5))
+        above = bm25(store, ("docs",), "printer refund coffee", 7)
+        same_answer(above, brute(model, ("docs",), "printer refund coffee", 7))
     finally:
         store.close()
 

@@ -124,7 +124,7 @@ def test_operator_commands(
         "memory": [],
         "keys": [1],
     }
-    assert data["latest"] == {"checkpoint": 1, "store": 1, "memory": 1, "keys": 1}
+    assert data["latest"] == {"checkpoint": 1, "store": 2, "memory": 1, "keys": 1}
     code, data, _ = run(capsys, "worker", "--once", "--url", url, "--json")
     assert code == 0 and data["rounds"] == 1 and data["errors"] == []
 

@@ -18,7 +18,6 @@ from langgraph_checkpoint_agent_memory.db.dialect import AnnConfig, Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.hana import HanaDialect
 from langgraph_checkpoint_agent_memory.db.migrations import statements_of
 from langgraph_checkpoint_agent_memory.db.postgres import PostgresDialect
-from langgraph_checkpoint_agent_memory.db.schema import store_terms
 from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
 from langgraph_checkpoint_agent_memory.db.store import HASHED_EQUALITY
 from langgraph_checkpoint_agent_memory.store.store import AgentMemoryStore
@@ -145,8 +144,12 @@ def test_hana_statements_follow_hana_rules() -> None:
             assert upper.endswith("WITH PRIMARY KEY"), where
     assert "FOR UPDATE IGNORE LOCKED" in compiled["select_expired{}#0"].text
     assert all(
-        "NVARCHAR" in s or "INDEX" in s or re.match(r"ALTER TABLE \w+ ADD \(", s) for s in ddl
-    )
+        "NVARCHAR" in s
+        or "INDEX" in s
+        or re.match(r"ALTER TABLE \w+ ADD \(", s)
+        or s == "CREATE SEQUENCE am_store_item_numbers"  # the term index's item numbers
+        for s in ddl
+    ), ddl
     # HANA's vector column in its own form; every store and memory table keyed shard first
     assert "ALTER TABLE am_store_vectors ADD (embedding REAL_VECTOR)" in ddl
     [items] = [s for s in ddl if s.startswith("CREATE TABLE am_store_items ")]
@@ -234,7 +237,7 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "created_at",
         "delete_item",
         "insert_vector",
-        "insert_terms",
+        "retract",
         "expired",
         "expired_stats",
         "fingerprint",
@@ -260,7 +263,9 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     for name in (  # encryption at rest
         "sealed_vectors_exact",
         "plaintext_items",
-        "item_postings",
+        "item_index",
+        "reindex_item",
+        "insert_tags",
         "item_vectors",
         "seal_item",
         "seal_vector",
@@ -272,9 +277,6 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
     filters, _ = sql.prefilter([(["n"], "$gte", 3), (["s"], "$eq", "x")])
     from langgraph_checkpoint_agent_memory.db.migrations import convert_vectors_plan
 
-    arrays = d.insert_arrays(store_terms)
-    if arrays is not None:
-        out["store.insert_arrays"] = arrays
     filters_sql, _ = sql.prefilter([(["n"], "$gte", 3)])
     for name, native in (
         ("vector_search", sql.vector_search(filters_sql, 8, joined=True, scoped=True)),
@@ -292,14 +294,31 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         assert written == [
             [{"shard": "ns", "prefix": "ns", "key": "k", "field": "text#0", "embedding": "[1.0]"}]
         ]
+    out.update(term_index_statements(d, sql, filters))
+    return out
+
+
+def term_index_statements(d: Dialect, sql: Any, filters: Any) -> dict[str, Sql]:
+    """The term index's statements (``store.index``): a query's read of its lists, of its
+    candidates by number and in key order, relevance feedback's item terms, and a merge's."""
+    out: dict[str, Sql] = {}
+    size = d.list_size(3)
     for exact in (False, True):
         for one in (False, True):
-            out[f"store.term_counts.{exact}.{one}"] = sql.term_counts(3, exact, one)
             out[f"store.text_stats.{exact}.{one}"] = sql.text_stats(exact, one)
-            for joined in (False, True):
-                out[f"store.lexical.{exact}.{joined}.{one}"] = sql.lexical(
-                    3, exact, filters if joined else (), joined, one
-                )
+            for deeper in (False, True):
+                lists = sql.lists(exact, one, size, deeper)
+                out[f"store.lists.{exact}.{one}.{deeper}"] = lists
+            for f in ((), filters):
+                out[f"store.by_nums.{exact}.{one}.{bool(f)}"] = sql.by_nums(f, exact, one, size)
+                out[f"store.in_key_order.{exact}.{one}.{bool(f)}"] = sql.in_key_order(f, exact, one)
+    out["store.item_terms"] = sql.item_terms(4)
+    for name in ("unlisted", "retracted", "drop_chunk", "insert_chunk"):
+        out[f"store.{name}"] = getattr(sql, name)()
+    for name in ("chunks_to_merge", "mark_listed", "drop_retractions"):
+        out[f"store.{name}"] = getattr(sql, name)(size)
+    if (lock := d.merge_lock()) is not None:
+        out["store.merge_lock"] = lock
     return out
 
 

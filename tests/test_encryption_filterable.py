@@ -194,7 +194,7 @@ def test_one_value_hashes_differently_under_each_shard_key(tmp_path: Path) -> No
         store.put(("users", "bob"), "k", {"owner": "shared-value"})
         assert len(store.search(("users",), filter={"owner": "shared-value"})) == 2
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT shard, term FROM am_store_terms WHERE tf = 0").fetchall()
+        rows = conn.execute("SELECT shard, tag FROM am_store_tags").fetchall()
     by_shard: dict[str, set[str]] = {}
     for shard, term in rows:
         by_shard.setdefault(shard, set()).add(term)

@@ -93,7 +93,8 @@ def residue(conn: psycopg.Connection[Any]) -> dict[str, int]:
     out = {}
     for table in (
         "am_store_items",
-        "am_store_terms",
+        "am_store_chunks",
+        "am_store_retractions",
         "am_store_vectors",
         "am_memory_decay",
         "am_memory_scopes",
@@ -107,6 +108,13 @@ def residue(conn: psycopg.Connection[Any]) -> dict[str, int]:
         assert row is not None
         if row[0]:
             out[table] = int(row[0])
+    indexed = conn.execute(  # items whose terms ride in their row, not yet listed
+        "SELECT count(*) FROM am_store_items WHERE shard = 'memory.user=u1' AND merged = 0 "
+        "AND terms IS NOT NULL"
+    ).fetchone()
+    assert indexed is not None
+    if indexed[0]:
+        out["unlisted"] = int(indexed[0])
     return out
 
 
@@ -164,8 +172,9 @@ def test_a_record_during_erase_leaves_no_orphan_and_can_be_repeated(
         # the record went in before the erase (nothing left) or after it (all of it)
         left = residue(watch)
         assert not left or (
-            left.get("am_store_items") == 1
-            and left.get("am_store_terms", 0) > 0
+            left.get("am_store_items") == left.get("unlisted") == 1
+            and "am_store_chunks" not in left
+            and "am_store_retractions" not in left
             and left.get("am_memory_pending") == 1
             and left.get("am_memory_scopes") == 1
         ), left
@@ -416,3 +425,40 @@ def test_a_transaction_the_server_aborted_for_another_runs_again(tmp_path: Any) 
         assert memory.decay() == 0 and memory.retry() == 0
     finally:
         store.close()
+
+
+def test_a_rewrite_during_a_merge_takes_its_old_terms_out_of_the_lists(url: str) -> None:
+    """A merge locks a namespace's unlisted items, then waits (for the test's lock on a
+    retraction); a rewrite of one of those items waits for the merge, which lists the item's
+    old terms. The rewrite must then retract them, as a rewrite of any listed item does: the
+    old words stop matching the item, at once and after the next merge."""
+    merger, writer = create_store(url), create_store(url)
+    try:
+        ns = ("docs", "merge")
+        merger.put(ns, "k0", {"text": "printer"})
+        merger.db.run(merger.ranker.merge_plan("docs.merge"))
+        merger.put(ns, "k0", {"text": "refund"})  # listed, rewritten: a retraction
+        merger.put(ns, "k1", {"text": "coffee"})  # not yet listed
+        with connect(url) as blocker, connect(url) as watch:
+            watch.autocommit = True
+            blocker.execute("SELECT 1 FROM am_store_retractions FOR UPDATE")
+            merge = Call(lambda: merger.db.run(merger.ranker.merge_plan("docs.merge")))
+            merge.start()
+            wait_until(lambda: lock_waiters(watch) >= 1, "the merge waits for the test's lock")
+            rewrite = Call(lambda: writer.put(ns, "k1", {"text": "berlin"}))
+            rewrite.start()
+            wait_until(
+                lambda: lock_waiters(watch) >= 2 or not rewrite.is_alive(),
+                "the rewrite waits for the merge, or is done",
+            )
+            blocker.rollback()
+            merge.value()
+            rewrite.value()
+        for _ in range(2):
+            assert [i.key for i in writer.search(ns, query="berlin")] == ["k1"]
+            assert writer.search(ns, query="coffee") == []
+            assert writer.search(ns, query="printer") == []
+            writer.db.run(writer.ranker.merge_plan("docs.merge"))
+    finally:
+        merger.close()
+        writer.close()

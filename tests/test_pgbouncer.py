@@ -305,26 +305,39 @@ def test_without_the_program_the_reason_is_given(monkeypatch: pytest.MonkeyPatch
         LocalPgBouncer("postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def test_blocks_of_postings_work_through_the_pooler(
+def test_merges_of_the_term_index_work_through_the_pooler(
     bouncer_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A block's build (a transaction of several statements) and the queries that read it
-    run through PgBouncer in transaction mode."""
+    """A merge (a transaction of several statements under an advisory lock held to its end)
+    and the queries that read the lists run through PgBouncer in transaction mode."""
     from langgraph_checkpoint_agent_memory import create_store
-    from tests.test_posting_blocks import bm25, same_answer, small_blocks, text
+    from tests.test_term_index import (
+        MERGE_AT,
+        Model,
+        assert_lists_hold_the_listed,
+        bm25,
+        brute,
+        put,
+        same_answer,
+        small_index,
+        text,
+    )
 
-    small_blocks(monkeypatch)
+    small_index(monkeypatch)
     store = create_store(bouncer_url)
+    store.ranker.stats_seconds = 0.0
     try:
         rng = random.Random(6)
-        for i in range(80):
-            store.put(("docs", "a"), f"k{i}", text(rng))
+        model: Model = {}
+        for i in range(3 * MERGE_AT):
+            put(store, model, ("docs", "a"), f"k{i}", text(rng))
         log = Recorder(store)
-        got = bm25(store, ("docs",), "printer refund", 5, on=True)
-        assert log.took("INSERT INTO am_store_blocks")
-        store.put(("docs", "a"), "k1", {"text": "refund refund printer"})
-        got = bm25(store, ("docs",), "printer refund", 5, on=True)
-        same_answer(got, bm25(store, ("docs",), "printer refund", 5, on=False))
+        put(store, model, ("docs", "a"), "k1", "refund refund printer")  # a retraction
+        store.db.run(store.ranker.merge_plan("docs.a"))
+        assert log.took("pg_advisory_xact_lock") and log.took("INSERT INTO am_store_chunks")
+        assert_lists_hold_the_listed(store, model, "docs.a")
+        got = bm25(store, ("docs",), "printer refund", 5)
+        same_answer(got, brute(model, ("docs",), "printer refund", 5))
     finally:
         store.close()
 

@@ -19,7 +19,7 @@ from langgraph_checkpoint_agent_memory import (
     agent_config,
     create_store,
 )
-from langgraph_checkpoint_agent_memory.store.feedback import Posting, expansion
+from langgraph_checkpoint_agent_memory.store.feedback import Posting, Term, expansion
 
 LEXICAL = {"weights": (1.0, 0.0)}
 
@@ -164,7 +164,7 @@ def test_off_and_on_agree_when_nothing_is_added(
     assert [(i.key, i.score) for i in off.search(("t",), query="munich")] == ranked
 
 
-TERMS = st.text("abcdef", min_size=1, max_size=3)
+TERMS = st.tuples(st.integers(-8, 8), st.none())  # a term as feedback weighs it
 POSTINGS = st.lists(
     st.builds(
         Posting,
@@ -186,14 +186,18 @@ POSTINGS = st.lists(
     st.dictionaries(st.sampled_from("xyz"), st.floats(0.0, 10.0)),
 )
 def test_expansion_is_bounded(
-    postings: list[Posting], query: list[str], terms: int, weight: float, scores: dict[str, float]
+    postings: list[Posting],
+    query: list[Term],
+    terms: int,
+    weight: float,
+    scores: dict[str, float],
 ) -> None:
     """At most ``terms`` terms, none of the query's, each of the matches' terms, weighted
     in (0, ``weight``] with the best at ``weight``."""
     added = expansion(
         postings,
         {("p", k): s for k, s in scores.items()},
-        lambda t: 1.0 + len(t),
+        lambda t: 1.0 + abs(t[0]),
         query,
         Feedback(terms=terms, weight=weight),
     )

@@ -15,6 +15,7 @@ from langgraph_checkpoint_agent_memory import AgentMemoryStore
 from langgraph_checkpoint_agent_memory import text as T
 from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
+from langgraph_checkpoint_agent_memory.db.term_index import term_id, unlisted_terms
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import FakeClock, Recorder, present
 
@@ -113,20 +114,32 @@ def test_postings_follow_their_item(make_store: Callable[..., AgentMemoryStore])
 def test_the_indexed_text_is_not_kept_with_the_item(
     make_store: Callable[..., AgentMemoryStore], store_backend: str
 ) -> None:
-    """The postings hold what search needs: the item's row keeps its value, not the text
-    indexed from it a second time (its length stays, for BM25)."""
+    """The item's row keeps its value and its terms (``db.term_index``), not the text
+    indexed from it a second time, and a put writes no row of the term lists: its terms
+    ride in its own row until a merge lists them (its length stays, for BM25)."""
     if store_backend == "memory":
         pytest.skip("no rows: the memory store indexes in the process")
     store = make_store()
+    store.setup()
+    sent = Recorder(store)
     store.put(("p",), "x", {"text": "quantum chromodynamics"})
     store.put(("p",), "y", {"text": "quantum"}, index=False)
+    assert not sent.took("am_store_chunks")
 
     def rows() -> Any:
-        sql = Sql("SELECT key, doc, doc_len FROM am_store_items ORDER BY key")
-        [found] = yield Batch([Stmt(sql, fetch=True)])
-        return [tuple(r) for r in found]
+        sql = Sql("SELECT key, doc_len, terms, merged FROM am_store_items ORDER BY key")
+        chunks = Sql("SELECT count(*) FROM am_store_chunks")
+        found, [(listed,)] = yield Batch([Stmt(sql, fetch=True), Stmt(chunks, fetch=True)])
+        return [tuple(r) for r in found], listed
 
-    assert store.db.run(rows()) == [("x", None, 2), ("y", None, None)]
+    (x, y), listed = store.db.run(rows())
+    assert listed == 0
+    assert y == ("y", None, None, None)  # not indexed
+    assert (x[0], x[1], x[3]) == ("x", 2, 0)  # two terms, not yet listed
+    ids, tf = unlisted_terms(bytes(x[2]))
+    if not store.encrypted:  # encryption names a term by its keyed hash
+        assert sorted(ids.tolist()) == sorted(term_id(t) for t in ("quantum", "chromodynam"))
+    assert tf.tolist() == [1, 1]
     assert keys(store.search(("p",), query="quantum chromodynamics")) == ["x"]
 
 

@@ -133,17 +133,23 @@ WORDS = ("ramen", "berlin", "invoice", "delivery", "cats", "jazz", "hiking", "te
 
 
 def fill_items(url: str, start: int, stop: int) -> float:
-    """Copy the template user's items and postings to users ``u<start>`` .. ``u<stop - 1>``
-    (namespace ``("docs", "u<i>")``, so shard key ``docs.u<i>``); seconds taken."""
+    """Copy the template user's items (their terms still unlisted: fewer than a merge waits
+    for) to users ``u<start>`` .. ``u<stop - 1>`` (namespace ``("docs", "u<i>")``, so shard
+    key ``docs.u<i>``), each numbered anew; seconds taken."""
     import psycopg
 
     began = time.perf_counter()
     template = "docs.template"
     with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("am_store_items", "am_store_terms"):
+        for table in ("am_store_items",):
             cols = _columns(conn, table)
             picked = ", ".join(
-                "'docs.u' || i" if c in ("shard", "prefix") else f"t.{c}" for c in cols
+                "'docs.u' || i"
+                if c in ("shard", "prefix")
+                else "nextval('am_store_item_numbers')"
+                if c == "num"
+                else f"t.{c}"
+                for c in cols
             )
             for low in range(start, stop, CHUNK // 10):
                 high = min(stop, low + CHUNK // 10) - 1

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from langgraph_checkpoint_agent_memory import errors
 from langgraph_checkpoint_agent_memory.cli import common, importing, keys, memory, output, retention
 from langgraph_checkpoint_agent_memory.cli.common import CommandError, default_url, resolve_url
-from langgraph_checkpoint_agent_memory.cli.progress import progress
+from langgraph_checkpoint_agent_memory.cli.progress import Report, progress
 from langgraph_checkpoint_agent_memory.db import url as urls
 from langgraph_checkpoint_agent_memory.memory.model import EPISODE_STATUSES
 
@@ -45,7 +45,15 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         if "keys" in store.db.run(installed_plan(store.dialect)):
             common.check_master_key(store)
         with progress(args, "migrating", "parts") as report:
-            applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report)
+            # a bar of its own for a store written before the current term index, if any
+            converting: list[Report] = []
+
+            def converted(done: int, total: int | None) -> None:
+                if not converting:
+                    converting.append(report.part("  converting store items", "items"))
+                converting[0](done, total)
+
+            applied = migrate(store.db, COMPONENTS, store.shard_depth, encrypted, report, converted)
     newest = {c.name: c.latest for c in COMPONENTS}
     done = [f"{name} {v}" for name, versions in applied.items() for v in versions]
     latest = ", ".join(f"{name} {v}" for name, v in newest.items())

@@ -209,6 +209,10 @@ class Dialect:
         cols = [c.name for c in table.columns]
         return self.insert_from_select(table, cols, self.values_select(table, cols), keys, None)
 
+    def computed(self, table: sa.Table) -> dict[str, Any]:
+        """What an insert into ``table`` computes instead of binding: an item's number."""
+        return {c.name: self.new_num() for c in table.columns if c.info.get("numbered")}
+
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT construct with ``on_conflict_do_*`` (SQLite, PostgreSQL)."""
         raise NotImplementedError
@@ -216,7 +220,7 @@ class Dialect:
     def insert_row_ignore(self, table: sa.Table, keys: Columns) -> sa.sql.ClauseElement:
         """:meth:`insert_ignore` as ``INSERT ... VALUES``, which Citus routes to a shard."""
         cols = [c.name for c in table.columns]
-        stmt = self.insert(table).values(values_params(table, cols))
+        stmt = self.insert(table).values({**values_params(table, cols), **self.computed(table)})
         ignored: sa.sql.ClauseElement = stmt.on_conflict_do_nothing(index_elements=list(keys))
         return ignored
 
@@ -225,7 +229,7 @@ class Dialect:
     ) -> sa.sql.ClauseElement:
         """Insert a row or overwrite its ``update`` columns (where ``where`` holds)."""
         cols = [c.name for c in table.columns]
-        stmt = self.insert(table).values(values_params(table, cols))
+        stmt = self.insert(table).values({**values_params(table, cols), **self.computed(table)})
         return _on_conflict_update(stmt, keys, update, where)
 
     def insert_from_select(
@@ -256,9 +260,17 @@ class Dialect:
         return sa.cast(param, type_)
 
     def values_select(self, table: sa.Table, cols: Columns) -> sa.Select[Any]:
-        """``SELECT :c1 AS c1, ...``, typed by ``table``'s columns."""
+        """``SELECT :c1 AS c1, ...``, typed by ``table``'s columns (computed ones computed)."""
+        computed = self.computed(table)
         return sa.select(
-            *[self.cast_param(sa.bindparam(c), table.c[c].type).label(c) for c in cols]
+            *[
+                (
+                    computed[c]
+                    if c in computed
+                    else self.cast_param(sa.bindparam(c), table.c[c].type)
+                ).label(c)
+                for c in cols
+            ]
         )
 
     def skip_locked(self, select: sa.Select[Any]) -> sa.Select[Any]:
@@ -325,10 +337,11 @@ class Dialect:
     def substring(self, column: Any, length: Any) -> Any:
         return getattr(sa.func, self.substr.lower())(column, sa.literal_column("1"), length)
 
-    def under_clause(self, column: Any) -> Any:
-        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %."""
-        head = self.substring(column, sa.bindparam("ns_len", type_=sa.Integer))
-        return sa.or_(column == sa.bindparam("ns"), head == sa.bindparam("ns_dot"))
+    def under_clause(self, column: Any, name: str = "ns") -> Any:
+        """``column`` is ``:ns`` or below it (``:ns_dot``: ``ns + "."``); no LIKE: labels hold %.
+        ``name``: the parameters' name instead of ``ns``."""
+        head = self.substring(column, sa.bindparam(f"{name}_len", type_=sa.Integer))
+        return sa.or_(column == sa.bindparam(name), head == sa.bindparam(f"{name}_dot"))
 
     def under_range(self, column: Any) -> Any:
         """:meth:`under_clause` as an index range, where the dialect compares bytes."""
@@ -476,37 +489,25 @@ class Dialect:
         padded = [*values, *[values[-1]] * (size - len(values))]
         return {f"{param}{j}": v for j, v in enumerate(padded)}
 
-    #: Whether common terms read packed blocks of postings (needs partial indexes).
-    posting_blocks = True
-    #: The columns of the index of unpacked postings after its first (the rest it includes).
-    fresh_index_columns: tuple[str, ...] = ("term", "shard", "prefix", "key")
+    #: The most values one statement's list binds (:meth:`one_of`); ``None``: any number.
+    list_cap: int | None = 1024
 
-    def fresh_lead(self, t: Any) -> Any:
-        return unpacked(t)
+    def new_num(self) -> Any:
+        """An expression numbering a new store item for the term index (never reused)."""
+        raise NotImplementedError
 
-    def fresh_postings_ddl(self) -> list[str]:
-        """The covering index of unpacked postings, led by :meth:`fresh_lead` (no planner
-        prefers the primary key to it)."""
-        if not self.posting_blocks:
-            return []
-        names = ("term", "shard", "prefix", "key", "tf", "dl", "packed")
-        terms = sa.Table("am_store_terms", sa.MetaData(), *(sa.Column(c) for c in names))
-        index = sa.Index(
-            "am_store_terms_fresh",
-            self.fresh_lead(terms),
-            *(terms.c[c] for c in self.fresh_index_columns),
-            postgresql_include=["tf", "dl"],
-            postgresql_where=terms.c.packed.is_(None),
-            sqlite_where=terms.c.packed.is_(None),
-        )
-        return [str(CreateIndex(index).compile(dialect=self.sa)).strip()]
-
-    def postings_upkeep_ddl(self) -> list[str]:
+    def num_ddl(self) -> list[str]:
+        """What :meth:`new_num` needs created with the store's tables."""
         return []
 
+    def merge_lock(self) -> Sql | None:
+        """A statement that makes the merges of one namespace (``:lock``) take turns, held
+        to the end of the transaction; ``None``: the write lock already does."""
+        return None
 
-def unpacked(t: Any) -> Any:
-    return sa.func.coalesce(t.c.packed, sa.literal_column("0", sa.Integer))
+    def listed_terms(self, column: Any) -> Any:
+        """An item's ``terms`` once listed: the first 3 of each 10 bytes (``db.term_index``)."""
+        return sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 3 / 10, sa.Integer))
 
 
 def same_item(a: Any, b: Any) -> Any:
@@ -549,7 +550,12 @@ def values_params(table: sa.Table, columns: Sequence[str]) -> dict[str, sa.BindP
 def _on_conflict_update(
     stmt: Any, keys: Columns, update: Columns, where: Any = None
 ) -> sa.sql.ClauseElement:
+    table = stmt.table
+    kept = {c.name: sa.func.coalesce(c, stmt.excluded[c.name]) for c in table.columns}
+    set_ = {c: stmt.excluded[c] for c in update}
+    # a computed column (an item's number) is kept, or set where a row had none
+    set_.update({c: kept[c] for c in (c.name for c in table.columns if c.info.get("numbered"))})
     upsert: sa.sql.ClauseElement = stmt.on_conflict_do_update(
-        index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}, where=where
+        index_elements=list(keys), set_=set_, where=where
     )
     return upsert

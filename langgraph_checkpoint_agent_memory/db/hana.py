@@ -84,8 +84,6 @@ def _similarity(embedding: Any) -> Any:
 
 class HanaDialect(Dialect):
     name = "hana"
-    # no partial indexes to find the postings written since a block was built
-    posting_blocks = False
     conditional_upsert = False
     create_if_not_exists = False
     recursive_cte = False
@@ -96,6 +94,17 @@ class HanaDialect(Dialect):
         return dialect
 
     native_vectors = True
+
+    def new_num(self) -> Any:
+        return sa.literal_column("am_store_item_numbers.NEXTVAL", sa.BigInteger)
+
+    def num_ddl(self) -> list[str]:
+        # raw: a sequence has no Core DDL here
+        return ["CREATE SEQUENCE am_store_item_numbers"]
+
+    def merge_lock(self) -> Sql:
+        # raw: a table lock, no Core form (HANA has no advisory locks)
+        return Sql("LOCK TABLE am_store_chunks IN EXCLUSIVE MODE")
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,7 +224,7 @@ class HanaDialect(Dialect):
         if where is not None:
             raise NotImplementedError("HANA plans do not use conditional upserts")
         cols = [c.name for c in table.columns]
-        return upsert_by_key()(table).values(values_params(table, cols))
+        return upsert_by_key()(table).values({**values_params(table, cols), **self.computed(table)})
 
     def upsert_select(
         self, table: sa.Table, cols: Columns, source: Source, keys: Columns, update: Columns

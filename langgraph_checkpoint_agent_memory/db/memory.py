@@ -30,6 +30,8 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_threads,
     metadata,
     store_items,
+    store_retractions,
+    store_tags,
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
@@ -37,12 +39,12 @@ from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
     SealedVectorRow,
     StoreStatements,
-    index_rows,
     key_match,
     live,
     ns_text,
     scoped,
 )
+from langgraph_checkpoint_agent_memory.db.term_index import index_item
 
 #: A namespace as the store keeps it.
 ns = ns_text
@@ -114,6 +116,8 @@ class MemorySql:
         removed: Sequence[dict[str, Any]] = (),
     ) -> list[Stmt]:
         """Upsert memory's item rows and delete ``removed``, as the store writes items."""
+        for item in items:
+            index_item(item)
         return self.store.writes(items, vectors, removed, native_vectors=self.sealer is None)
 
     def decay_stmt(self, rows: Sequence[dict[str, Any]]) -> Stmt:
@@ -275,6 +279,11 @@ def seal_items_plan(
         )
 
 
+def ident_of(row: dict[str, Any]) -> dict[str, Any]:
+    """An item row's key: its shard key, namespace and key."""
+    return {"shard": row["shard"], "prefix": row["prefix"], "key": row["key"]}
+
+
 def record_plan(
     sql: MemorySql,
     *,
@@ -291,7 +300,8 @@ def record_plan(
     scope_row = new_scope_row(scope, root, now, shard)
     [item] = sql.store.keyed([item])
     yield from seal_items_plan(sql, [item])
-    terms = index_rows([item])  # a new episode has no old postings to replace
+    index_item(item)  # a new episode: nothing listed to retract
+    tags = [{**ident_of(item), "tag": t} for t in item.pop("tags", ())]
     locks = sql.lock_scopes([scope])
     add = sql.insert_ignore
     *_, inserted, _ = yield Batch(
@@ -303,7 +313,9 @@ def record_plan(
     key = {"shard": shard, "scope": scope}
     if inserted:
         pending = {**key, "episode_key": item["key"], "recorded_at": now, "status": "pending"}
-        writes += [sql.store.insert_terms_stmt(terms), Stmt(add(memory_pending), pending)]
+        writes.append(Stmt(add(memory_pending), pending))
+        if tags:
+            writes.append(Stmt(add(store_tags), tags, many=True))
     if thread_id is not None:
         writes.append(Stmt(add(memory_threads), {**key, "thread_id": thread_id, "seen_at": now}))
     if reinforce:
@@ -353,6 +365,16 @@ def decay_plan(
 
         return sql.statement(("decay", name, scope is not None, one), build)
 
+    def retract() -> Any:  # the listed items about to go, out of their term lists
+        i, d = store_items, memory_decay.alias("d")
+        routed = [i.c.shard == sa.bindparam("shard")] if one else []
+        cols = ["shard", "prefix", "num", "terms"]
+        found = sa.select(*(i.c[c] for c in cols)).where(
+            *routed, i.c.merged == 1, sa.exists().where(same_item(d, i), *decayed(d))
+        )
+        keys = ["shard", "prefix", "num"]
+        return sql.d.insert_missing(store_retractions, cols, found, keys)
+
     rows = sql.statement(
         ("decay_rows", scope is not None, one),
         lambda: sa.delete(memory_decay).where(*decayed(memory_decay)),
@@ -363,9 +385,10 @@ def decay_plan(
         if one:
             params["shard"] = sql.scope_shard(scope)
     locks = sql.lock_scopes([scope]) if scope is not None else []
+    retracting = sql.statement(("decay_retract", scope is not None, one), retract)
+    deletes = [Stmt(delete_from(t), params) for t in STORE_ROW_TABLES]
     *_, items, _ = yield Batch(
-        [*locks, *(Stmt(delete_from(t), params) for t in STORE_ROW_TABLES), Stmt(rows, params)],
-        write=True,
+        [*locks, Stmt(retracting, params), *deletes, Stmt(rows, params)], write=True
     )
     return int(items)
 
@@ -542,13 +565,14 @@ def erase_plan(
     by_scope = [t.name for t in MEMORY_TABLES if t is not memory_decay]
     for scope in scopes:
         params = sql.store.prefix_params([root, *scope.split(",")])
-        statements += [Stmt(s, params) for s in sql.store.delete_under(scoped(params), by_prefix)]
+        deletes = sql.store.delete_under(scoped(params), by_prefix, bool(params.get("rest")))
+        statements += [Stmt(s, params) for s in deletes]
         key = {"shard": sql.scope_shard(scope), "scope": scope}
         statements += [
             Stmt(sql.statement(("erase", t), partial(_delete_scope, t)), key) for t in by_scope
         ]
         labels += [*by_prefix, *by_scope]
-    locks = sql.lock_scopes(scopes)
+    locks = sql.lock_scopes(scopes) + sql.store.merge_locks(sql.scope_shard(s) for s in scopes)
     keys = [{"shard": s, "thread_id": "", "erased_at": now} for s in sorted(set(owe))]
     debts = [Stmt(_owe(sql, True), k) for k in keys] + [
         Stmt(_owe(sql, False), {**t._asdict(), "erased_at": now}) for t in owe_threads

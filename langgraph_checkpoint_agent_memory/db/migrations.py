@@ -1,15 +1,22 @@
 """Versioned schema migrations, a numbered list per component, the same for every dialect.
 The ledger ``am_migrations`` records component ``c``'s version ``v`` as ``c.block * 1000 + v``;
-:func:`migrate_plan` serializes on a lock, so processes may start at once."""
+:func:`migrate_plan` serializes on a lock, so processes may start at once.
+
+A component's first step is its baseline: it creates the current schema, so a new database
+runs it alone and records every version of the component as applied; a later step alters a
+database made before it (the store's step 2: the term index of ``store.index`` in place of
+the postings of ``am_store_terms``, whose items :func:`convert_terms_plan` then converts)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.schema import CreateColumn, CreateIndex
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Database, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql, same_item
@@ -28,7 +35,10 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     memory_erasures,
     migrations,
     settings,
+    store_chunks,
     store_items,
+    store_retractions,
+    store_tags,
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import (
@@ -36,9 +46,26 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     checked_depth,
     rule_refused,
 )
-from langgraph_checkpoint_agent_memory.db.store import vector_text
+from langgraph_checkpoint_agent_memory.db.store import key_match, vector_text
+from langgraph_checkpoint_agent_memory.db.term_index import encode_terms
 
 CONVERT_BATCH = 500
+#: ``on_progress(done, total)``: units done so far, and the total when known.
+Progress = Callable[[int, int | None], None]
+#: The settings row of a store whose items still have the old index's postings to convert.
+CONVERTING = "store_terms_pending"
+#: The old index: a row per posting (an item's term, with BM25's ``tf`` and ``dl``; ``tf`` 0:
+#: encryption's keyed hash of a filterable field), and the packed blocks of common terms.
+old_terms = sa.table(
+    "am_store_terms",
+    sa.column("term", sa.String),
+    sa.column("shard", sa.String),
+    sa.column("prefix", sa.String),
+    sa.column("key", sa.String),
+    sa.column("tf", sa.Integer),
+    sa.column("dl", sa.Integer),
+)
+OLD_STORE_TABLES = ("am_store_terms", "am_store_blocks")
 
 
 @dataclass(frozen=True)
@@ -57,8 +84,8 @@ class Component:
     name: str
     block: int
     steps: tuple[Step, ...]
-    #: Run after the migrations at every setup (resumable).
-    after: Callable[[Dialect], Plan[Any]] | None = None
+    #: Run after the migrations at every setup (resumable), given a progress callback.
+    after: Callable[[Dialect, Progress | None], Plan[Any]] | None = None
 
     def ledger_id(self, version: int) -> int:
         return self.block * 1000 + version
@@ -78,8 +105,36 @@ def _store_v1(d: Dialect) -> list[str]:
         *d.vector_ddl(),
         *d.vector_index_ddl(),
         d.create_unless_exists(settings),
-        *d.fresh_postings_ddl(),
-        *d.postings_upkeep_ddl(),
+        *d.num_ddl(),
+    ]
+
+
+#: The columns and indexes of ``am_store_items`` the store's step 2 adds.
+NEW_COLUMNS = ("num", "terms", "merged")
+NEW_INDEXES = ("am_store_items_num", "am_store_items_unlisted")
+
+
+def _store_v2(d: Dialect) -> list[str]:
+    """The old term index's layout altered into the new one; what it held the conversion
+    moves (:func:`convert_terms_plan`), then drops."""
+    items = store_items.name
+    new = sorted(
+        (i for i in store_items.indexes if i.name in NEW_INDEXES), key=lambda i: str(i.name)
+    )
+    added = [str(CreateColumn(store_items.c[c]).compile(dialect=d.sa)) for c in NEW_COLUMNS]
+    # raw: Core has no ALTER TABLE; HANA alters a table's columns in parentheses
+    if d.name == "hana":
+        alter = [f"ALTER TABLE {items} ADD ({', '.join(added)})", f"ALTER TABLE {items} DROP (doc)"]
+    else:
+        alter = [f"ALTER TABLE {items} ADD COLUMN {c}" for c in added]
+        alter.append(f"ALTER TABLE {items} DROP COLUMN doc")
+    pending = sa.insert(settings).values(name=CONVERTING, value="1")
+    return [
+        *alter,
+        *(str(CreateIndex(i).compile(dialect=d.sa)) for i in new),
+        *d.num_ddl(),
+        *d.ddl([store_chunks, store_retractions, store_tags]),
+        str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
     ]
 
 
@@ -127,14 +182,201 @@ def convert_vectors_plan(dialect: Dialect) -> Plan[int]:
         done += len(updates)
 
 
-def _store_after(dialect: Dialect) -> Plan[None]:
+def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) -> Plan[int]:
+    """Give the items the old term index wrote (``num`` NULL) their term columns from their
+    postings in ``am_store_terms``, then drop the old tables; how many items it converted.
+
+    A batch of :data:`CONVERT_BATCH` items in key order is one transaction: each item's
+    number from :meth:`~.dialect.Dialect.new_num` (never one a new item has), its ``terms``
+    from its postings (``tf`` 0: a filterable field's keyed hash, which becomes a tag), its
+    length its ``doc_len`` (else its postings' ``dl``), ``merged`` 0 (nothing indexed: NULL).
+    It reads only items whose ``num`` is NULL and writes ``WHERE num IS NULL``, so processes
+    converting at once (they take turns, a batch each, under the migrations' lock), or one
+    resuming after a crash, lose and double nothing. The store lists the converted items as
+    its queries find them (a query merges a namespace holding ``store.index.MERGE_AT``
+    unlisted items); until then its queries read them unlisted.
+
+    Once no item is left, ``am_store_terms`` and ``am_store_blocks`` are dropped (SQLite then
+    runs ``VACUUM`` to give their space back; PostgreSQL gives a dropped table's space back
+    at once, and the items' old row versions to autovacuum's ``VACUUM``).
+    ``on_progress(done, total)`` counts the items converted (called only when there are)."""
+    [rows] = yield Batch([Stmt(read_setting(dialect), {"b_name": CONVERTING}, fetch=True)])
+    if not rows:
+        return 0
+    i = store_items
+    sqlite = dialect.name == "sqlite"
+    if dialect.name == "postgresql":  # num's statistics: all NULL (raw: no Core form)
+        yield Batch([Stmt(Sql(f"ANALYZE {i.name}"))])
+
+    def batch(after: bool) -> Any:
+        """The next items to convert in key order (``after``: past ``:last_*``): the planner
+        walks the key from there, not the NULL entries of num's index sorted again at every
+        batch (SQLite: kept off them by ``num + 0``; PostgreSQL: by the statistics)."""
+        num = i.c.num + sa.literal_column("0", sa.BigInteger) if sqlite else i.c.num
+        unnumbered = num.is_(None)
+        where = [unnumbered, _past(dialect, i)] if after else [unnumbered]
+        n = sa.bindparam("n", type_=sa.Integer)
+        return (
+            sa.select(i.c.shard, i.c.prefix, i.c.key, i.c.doc_len)
+            .where(*where)
+            .order_by(i.c.shard, i.c.prefix, i.c.key)
+            .limit(n)
+        )
+
+    def postings(after: bool) -> Any:
+        t, b = old_terms, batch(after).subquery("b")
+        columns = (t.c.shard, t.c.prefix, t.c.key, t.c.term, t.c.tf, t.c.dl)
+        return sa.select(*columns).join_from(t, b, same_item(t, b))
+
+    items_sql = [dialect.sql(("convert_items", a), partial(batch, a)) for a in (False, True)]
+    postings_sql = [
+        dialect.sql(("convert_postings", a), partial(postings, a)) for a in (False, True)
+    ]
+    count_sql = dialect.sql(
+        "convert_count", lambda: sa.select(sa.func.count()).where(i.c.num.is_(None))
+    )
+    # PostgreSQL takes the numbers first: Citus runs no volatile function in an UPDATE
+    ahead = dialect.name == "postgresql"
+    numbers = sa.func.generate_series(1, sa.bindparam("n", type_=sa.Integer))
+    numbers_sql = dialect.sql(
+        "convert_numbers", lambda: sa.select(dialect.new_num()).select_from(numbers)
+    )
+    u: Any = store_items.alias("u")  # the SQLite number's max(num) reads the table unaliased
+    write_sql = dialect.sql(
+        ("convert_item", ahead),
+        lambda: (
+            sa.update(u)
+            .where(key_match(u), u.c.num.is_(None))
+            .values(
+                num=sa.bindparam("b_num", type_=sa.BigInteger) if ahead else dialect.new_num(),
+                **{
+                    c: sa.bindparam(f"b_{c}", type_=u.c[c].type)
+                    for c in ("doc_len", "terms", "merged")
+                },
+            )
+        ),
+    )
+    tag_sql = dialect.sql(
+        "convert_tag",
+        lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
+    )
+    [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
+    report = on_progress if on_progress is not None and total else lambda done, total: None
+    done = 0
+    report(done, int(total))
+    lock = dialect.migration_lock()
+    turn = [Stmt(Sql(lock), fetch=True)] if lock else []
+    last: dict[str, Any] = {}
+    while True:
+        # converters take turns, a batch each (the last drops the postings the others read)
+        params = {"n": CONVERT_BATCH, **last}
+        after = bool(last)
+        *_, items = yield Batch(
+            [*turn, Stmt(items_sql[after], params, fetch=True)], lock=True, hold=True
+        )
+        if not items:
+            break
+        [found] = yield Batch([Stmt(postings_sql[after], params, fetch=True)], hold=True)
+        last = dict(zip(("last_shard", "last_prefix", "last_key"), items[-1][:3], strict=True))
+        writes, tags = _converted(items, found)
+        if ahead:
+            [taken] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
+            for row, (num,) in zip(writes, taken, strict=True):
+                row["b_num"] = num
+        yield Batch(
+            [Stmt(write_sql, writes, many=True), Stmt(tag_sql, tags, many=True)], write=True
+        )
+        done += len(writes)
+        report(done, max(int(total), done))
+    forget = dialect.sql(
+        "forget_setting",
+        lambda: sa.delete(settings).where(settings.c.name == sa.bindparam("b_name")),
+    )
+    drops = [Stmt(Sql(_drop_if_exists(dialect, name))) for name in OLD_STORE_TABLES]
+    *_, forgotten = yield Batch([*drops, Stmt(forget, {"b_name": CONVERTING})], write=True)
+    # (in the transaction that found no item left, under the turn it took)
+    if sqlite and forgotten:  # the process that dropped them
+        yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
+    return done
+
+
+def _drop_if_exists(dialect: Dialect, table: str) -> str:
+    """``DROP TABLE`` of ``table`` unless another process dropped it."""
+    # raw: Core has no DROP IF EXISTS; HANA has none at all, its SQLScript block tests it
+    if dialect.name != "hana":
+        return f"DROP TABLE IF EXISTS {table}"
+    return (
+        "DO BEGIN DECLARE found INTEGER; SELECT COUNT(*) INTO found FROM TABLES "
+        f"WHERE SCHEMA_NAME = CURRENT_SCHEMA AND TABLE_NAME = '{table.upper()}'; "
+        f"IF :found > 0 THEN EXEC 'DROP TABLE {table}'; END IF; END"
+    )
+
+
+def _past(dialect: Dialect, t: Any) -> Any:
+    """Core: ``t``'s row comes after ``(:last_shard, :last_prefix, :last_key)`` in key order
+    (a row value, a range of the key's index; spelled out on HANA, which has none)."""
+    shard, prefix, key = (
+        sa.bindparam(f"last_{c}", type_=t.c[c].type) for c in ("shard", "prefix", "key")
+    )
+    if dialect.name != "hana":
+        return sa.tuple_(t.c.shard, t.c.prefix, t.c.key) > sa.tuple_(shard, prefix, key)
+    return sa.or_(
+        t.c.shard > shard,
+        sa.and_(t.c.shard == shard, t.c.prefix > prefix),
+        sa.and_(t.c.shard == shard, t.c.prefix == prefix, t.c.key > key),
+    )
+
+
+def _converted(
+    items: list[Any], postings: list[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The updates of a batch of items, and the tags to insert, from their postings."""
+    counts: dict[tuple[str, str, str], dict[str, int]] = {}
+    lengths: dict[tuple[str, str, str], int] = {}
+    tags = []
+    for shard, prefix, key, term, tf, dl in postings:
+        if tf == 0:
+            tags.append({"shard": shard, "prefix": prefix, "key": key, "tag": term})
+            continue
+        found = counts.setdefault((shard, prefix, key), {})
+        found[term] = found.get(term, 0) + int(tf)
+        lengths[(shard, prefix, key)] = int(dl)
+    writes = []
+    for shard, prefix, key, doc_len in items:
+        item = (shard, prefix, key)
+        length = doc_len if doc_len is not None else lengths.get(item)
+        terms = counts.get(item)
+        indexed = length is not None or terms is not None
+        writes.append(
+            {
+                "shard": shard,
+                "prefix": prefix,
+                "key": key,
+                "b_doc_len": length if indexed else None,
+                "b_terms": encode_terms(terms or {}) if indexed else None,
+                "b_merged": 0 if indexed else None,
+            }
+        )
+    return writes, tags
+
+
+def _store_after(dialect: Dialect, on_converted: Progress | None = None) -> Plan[None]:
     yield from dialect.vectors_plan()
     if dialect.native_vectors:
         yield from convert_vectors_plan(dialect)
+    yield from convert_terms_plan(dialect, on_converted)
 
 
 CHECKPOINT = Component("checkpoint", 1, (Step(1, "checkpointer tables", _checkpoint_v1),))
-STORE = Component("store", 2, (Step(1, "store tables", _store_v1),), _store_after)
+STORE = Component(
+    "store",
+    2,
+    (
+        Step(1, "store tables", _store_v1),
+        Step(2, "term index carried by the items, listed in chunks", _store_v2),
+    ),
+    _store_after,
+)
 MEMORY = Component("memory", 3, (Step(1, "agent memory ledger, decay and erasures", _memory_v1),))
 #: The wrapped data keys of encryption at rest (in a key store's own database if set).
 KEYS = Component("keys", 4, (Step(1, "data keys of encryption at rest", _keys_v1),))
@@ -143,8 +385,13 @@ COMPONENTS = (CHECKPOINT, STORE, MEMORY, KEYS)
 
 
 def statements_of(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
-    """Every statement of the steps of ``components``, in the order they apply."""
-    return [sql for c in components for s in c.steps for sql in s.build(dialect)]
+    """Every statement a new database runs for ``components`` (their baselines), in order."""
+    return [sql for c in components for sql in c.steps[0].build(dialect)]
+
+
+def upgrade_statements(dialect: Dialect, components: Sequence[Component] = COMPONENTS) -> list[str]:
+    """Every statement of the steps after the baselines of ``components``, in order."""
+    return [sql for c in components for s in c.steps[1:] for sql in s.build(dialect)]
 
 
 def migrate_plan(
@@ -154,9 +401,12 @@ def migrate_plan(
     shard_depth: int | None = None,
     encrypted: bool | None = None,
     on_progress: Callable[[int, int | None], None] | None = None,
+    on_converted: Callable[[int, int | None], None] | None = None,
 ) -> Plan[dict[str, list[int]]]:
     """Apply the migrations of ``components`` this database lacks; the versions applied by
-    component. ``on_progress(done, parts)``: the schema, then each ``after``. ``encrypted``:
+    component. ``on_progress(done, parts)``: the schema, then each ``after``;
+    ``on_converted(done, total)``: the items the store's ``after`` converts to the current
+    term index (:func:`convert_terms_plan`), called only when some are. ``encrypted``:
     mark the database, or refuse a marked one (``EncryptionError``); another ``shard_depth``
     than recorded is refused (``ConfigurationError``)."""
     afters = [c.after for c in components if c.after is not None]
@@ -171,9 +421,10 @@ def migrate_plan(
     applied: dict[str, list[int]] = {}
     for component in components:
         pending = [s for s in component.steps if component.ledger_id(s.version) not in done]
-        for step in pending:
-            statements += [Stmt(Sql(sql)) for sql in step.build(dialect)]
-            statements.append(_recorded(dialect, component, step, now))
+        # a new database: the baseline makes the current schema, every version is applied
+        run = pending[:1] if pending == list(component.steps) else pending
+        statements += [Stmt(Sql(sql)) for step in run for sql in step.build(dialect)]
+        statements += [_recorded(dialect, component, step, now) for step in pending]
         applied[component.name] = [s.version for s in pending]
     if to_record:
         statements.append(Stmt(record_setting(dialect), to_record))
@@ -184,7 +435,7 @@ def migrate_plan(
     yield Batch([], write=True)
     report(1, parts)
     for finished, after in enumerate(afters, 2):
-        yield from after(dialect)
+        yield from after(dialect, on_converted)
         report(finished, parts)
     return applied
 
@@ -260,9 +511,18 @@ def migrate(
     components: Sequence[Component] = COMPONENTS,
     shard_depth: int | None = None,
     encrypted: bool | None = None,
-    on_progress: Callable[[int, int | None], None] | None = None,
+    on_progress: Progress | None = None,
+    on_converted: Progress | None = None,
 ) -> dict[str, list[int]]:
     """:func:`migrate_plan` run on ``database``; idempotent."""
     return database.run(
-        migrate_plan(database.dialect, time.time(), components, shard_depth, encrypted, on_progress)
+        migrate_plan(
+            database.dialect,
+            time.time(),
+            components,
+            shard_depth,
+            encrypted,
+            on_progress,
+            on_converted,
+        )
     )

@@ -76,6 +76,8 @@ from langgraph_checkpoint_agent_memory.errors import (
 logger = logging.getLogger(__name__)
 
 #: Serializes migrations, and the setups that change the schema, until the transaction ends.
+#: The sequence numbering store items for the term index.
+NUM_SEQUENCE = "am_store_item_numbers"
 MIGRATION_LOCK = f"SELECT pg_advisory_xact_lock({0x616D5F6D6967})"  # raw: "am_mig"
 #: The first key of the two-key advisory locks of shard keys, apart from the one-key locks.
 SCOPE_LOCK_CLASS = 0x616D5F73  # "am_s"
@@ -495,20 +497,26 @@ class PostgresDialect(Dialect):
 
         return self.sql(("vector_counts", index.name, scoped), build)
 
-    def postings_upkeep_ddl(self) -> list[str]:
-        """Autovacuum at 1% dead: marked postings slow queries until a vacuum."""
-        return [
-            # raw: storage parameters have no Core form
-            "ALTER TABLE am_store_terms SET (autovacuum_vacuum_scale_factor = 0.01, "
-            "autovacuum_vacuum_threshold = 10000)",
-        ]
+    list_cap = None
+
+    def new_num(self) -> Any:
+        return sa.func.nextval(self.qualified(NUM_SEQUENCE))
+
+    def num_ddl(self) -> list[str]:
+        # raw: a sequence has no Core DDL here
+        return [f"CREATE SEQUENCE IF NOT EXISTS {self.qualified(NUM_SEQUENCE)}"]
+
+    def merge_lock(self) -> Sql:
+        lock = sa.bindparam("lock", type_=sa.BigInteger)
+        return self.sql("merge_lock", lambda: sa.select(sa.func.pg_advisory_xact_lock(lock)))
 
     def list_size(self, n: int) -> int:
         return 1
 
     def one_of(self, column: Any, param: str, size: int) -> Any:
         # one array: one statement text for any count; text[], as varchar(n) would cut
-        values = sa.cast(sa.bindparam(param), sa_pg.ARRAY(sa.Text))
+        item = sa.Text() if isinstance(column.type, sa.String) else column.type
+        values = sa.cast(sa.bindparam(param), sa_pg.ARRAY(item))
         return column == sa.any_(values)
 
     def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
@@ -557,12 +565,12 @@ class PostgresDialect(Dialect):
             sql = self.sql(key, lambda: owned_values(table, owner, size))
         return Stmt(sql, params, many=True)
 
-    def under_clause(self, column: Any) -> Any:
+    def under_clause(self, column: Any, name: str = "ns") -> Any:
         # a byte-order range, which the planner estimates from statistics (substr(): blind)
         c = column.collate("C")
         return sa.or_(
-            column == sa.bindparam("ns"),
-            sa.and_(c >= sa.bindparam("ns_dot"), c < sa.bindparam("ns_end")),
+            column == sa.bindparam(name),
+            sa.and_(c >= sa.bindparam(f"{name}_dot"), c < sa.bindparam(f"{name}_end")),
         )
 
     def json_prefilter(self, path: list[str], op: str, value: Any) -> Hashable | None:
@@ -1054,11 +1062,7 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
                     await _done(conn.execute(sql, prepare=False))
                 for stmt in batch.statements:
                     cur = conn.cursor(binary=stmt.fetch)
-                    text, params = session.text(stmt), _params(stmt)
-                    if not stmt.many:
-                        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
-                    elif stmt.params:
-                        await _done(cur.executemany(text, params))
+                    await _send(cur, session.text(stmt), stmt)
                     sent.append((cur, stmt))
             if not batch.hold:  # else held open for the next batch
                 ending = "ROLLBACK" if batch.rollback else "COMMIT"
@@ -1072,6 +1076,19 @@ async def execute(session: PgSession, batch: Batch) -> list[Any]:
         return [await _done(c.fetchall()) if s.fetch else _count(c, s) for c, s in sent]
     except failures() as exc:
         raise session.lost(exc) from exc
+
+
+async def _send(cur: Any, text: str, stmt: Stmt) -> None:
+    """One statement into the pipeline; ``many`` with ``prepare`` off: each set of values
+    planned for itself (``executemany`` would prepare the statement)."""
+    params = _params(stmt)
+    if not stmt.many:
+        await _done(cur.execute(text, params, prepare=_prepare(stmt)))
+    elif stmt.params and stmt.prepare:
+        await _done(cur.executemany(text, params))
+    else:
+        for one in params:
+            await _done(cur.execute(text, one, prepare=False))
 
 
 def _count(cur: Any, stmt: Stmt) -> int:

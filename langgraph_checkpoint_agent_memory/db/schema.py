@@ -157,15 +157,27 @@ store_items = _sharded(
     _required("updated_at", TIME),
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
-    # no longer kept (NULL): the postings hold what search needs
-    sa.Column("doc", sa.Text),
-    sa.Column("doc_len", sa.Integer),  # how many terms ``doc`` has
+    # the term index (``store.index``): the item's number in the term lists (kept when it is
+    # rewritten), its length in terms, its terms, and whether the lists hold them yet
+    sa.Column("num", sa.BigInteger, info={"numbered": True}),
+    sa.Column("doc_len", sa.Integer),
+    sa.Column("terms", sa.LargeBinary),
+    sa.Column("merged", sa.SmallInteger),  # NULL: nothing indexed; 0: not yet listed; 1: listed
     # encrypted at rest: the sealed value (``value`` then holds ``{}``)
     sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
     # a filtered newest-first listing walks it and stops at the first page of matches
     sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
+    sa.Index("am_store_items_num", "shard", "num"),
+    # the few items a merge has yet to list, which every query of their namespace reads
+    sa.Index(
+        "am_store_items_unlisted",
+        "shard",
+        "prefix",
+        sqlite_where=sa.text("merged = 0"),
+        postgresql_where=sa.text("merged = 0"),
+    ),
 )
 
 store_vectors = _sharded(
@@ -175,48 +187,48 @@ store_vectors = _sharded(
 )
 
 
-def _term_key() -> tuple[sa.Column[Any], ...]:
-    """What postings and blocks are found by: a term under one namespace."""
-    return (
-        _required("term", sa.String(64)),
-        _required("shard", PREFIX),
-        _required("prefix", PREFIX),
-    )
+# The term lists of one namespace: a row holds one term's entries (item number, tf, dl) from
+# item ``start`` on, packed (``db.term_index``); the term is a 64-bit hash in two halves. The
+# namespace is its shard key and ``rest``, its labels after the shard key ("" for none).
+store_chunks = _sharded(
+    "am_store_chunks",
+    _required("shard", PREFIX),
+    _required("hi", sa.Integer),
+    _required("lo", sa.BigInteger),
+    _required("rest", PREFIX),
+    _required("start", sa.BigInteger),
+    _required("payload", sa.LargeBinary),
+    # the term before the namespace: a query under a prefix finds its terms' chunks at once
+    sa.PrimaryKeyConstraint("shard", "hi", "lo", "rest", "start"),
+    sqlite_with_rowid=False,
+)
 
+# Items rewritten or deleted since their terms were listed: ``terms`` names the lists that
+# still hold ``num`` until the next merge takes it out of them.
+store_retractions = _sharded(
+    "am_store_retractions",
+    *_shard(
+        sa.Column("prefix", PREFIX, primary_key=True),
+        sa.Column("num", sa.BigInteger, primary_key=True, autoincrement=False),
+    ),
+    _required("terms", sa.LargeBinary),
+)
 
-# The lexical index: a row per (term, item) with BM25's tf and dl, keyed by term first.
-store_terms = _sharded(
-    "am_store_terms",
-    *_term_key(),
-    _required("key", sa.String(1024)),
-    _required("tf", sa.Integer),
-    _required("dl", sa.Integer),
-    # 1 once the posting is in its term's block; NULL when written
-    sa.Column("packed", sa.SmallInteger, info={"unwritten": True}),
-    sa.PrimaryKeyConstraint("term", "shard", "prefix", "key", postgresql_include=["tf", "dl"]),
-    # key first, so "prefix = ?" cannot lure SQLite's planner onto the namespace's postings
-    sa.Index("am_store_terms_item", "key", "prefix"),
+# Encryption at rest: the keyed hashes of an item's filterable fields, which SQL tests.
+store_tags = _sharded(
+    "am_store_tags",
+    *_item_key(sa.Column("tag", sa.String(64), primary_key=True)),
     sqlite_with_rowid=False,
 )
 
 #: Tables holding an item's rows, the item last: deletes go through all of them.
-STORE_ROW_TABLES = ("am_store_vectors", "am_store_terms", "am_store_items")
+STORE_ROW_TABLES = ("am_store_vectors", "am_store_tags", "am_store_items")
 
-# A common term's postings in one namespace packed in one row; those written since: packed NULL.
-store_blocks = _sharded(
-    "am_store_blocks",
-    *_term_key(),
-    _required("built", sa.BigInteger),  # which build wrote it: keys are read by it
-    _required("entries", sa.Integer),
-    _required("postings", sa.LargeBinary),
-    _required("keys", sa.LargeBinary),
-    sa.PrimaryKeyConstraint("term", "shard", "prefix"),
-)
+#: Tables of rows under a namespace: the items before the retractions and lists, so a delete
+#: waits for a merge that holds its items and then removes what the merge wrote.
+STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_retractions", "am_store_chunks")
 
-#: Tables of rows under a namespace, the blocks last, so a concurrent build packs none deleted.
-STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_blocks")
-
-STORE_TABLES = (store_items, store_vectors, store_terms, store_blocks)
+STORE_TABLES = (store_items, store_vectors, store_tags, store_retractions, store_chunks)
 
 SCOPE = sa.String(1024)
 

@@ -36,7 +36,14 @@ from langgraph_checkpoint_agent_memory.db.dialect import (
     Source,
     Sql,
 )
-from langgraph_checkpoint_agent_memory.db.schema import blobs, checkpoints, threads, writes
+from langgraph_checkpoint_agent_memory.db.schema import (
+    blobs,
+    checkpoints,
+    store_items,
+    store_retractions,
+    threads,
+    writes,
+)
 from langgraph_checkpoint_agent_memory.errors import (
     ClosedError,
     ConfigurationError,
@@ -53,12 +60,27 @@ class SQLiteDialect(Dialect):
         return sa_sqlite.dialect(paramstyle="named")
 
     row_locks = False
-    # covering, as SQLite's indexes include no columns
-    fresh_index_columns = ("term", "shard", "prefix", "key", "tf", "dl")
+    list_cap = None
 
-    def fresh_lead(self, t: Any) -> Any:
-        # "packed IS NULL" as one more equality column, which SQLite's planner weighs
-        return t.c.packed
+    def list_size(self, n: int) -> int:
+        return 1
+
+    def one_of(self, column: Any, param: str, size: int) -> Any:
+        # one JSON array: one statement text for any count, and no limit of bound variables
+        values = sa.func.json_each(sa.bindparam(param, type_=sa.Text)).table_valued("value")
+        return column.in_(sa.select(values.c.value))
+
+    def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
+        return {param: json.dumps(list(values))}
+
+    def new_num(self) -> Any:
+        # under the write lock; a deleted item's number returns once its retraction is
+        # applied, not before (a query takes a retracted number out of every list it reads)
+        most = [
+            sa.select(sa.func.max(t.c.num)).scalar_subquery()
+            for t in (store_items, store_retractions)
+        ]
+        return sa.func.coalesce(sa.func.max(*most), most[0], most[1], 0) + 1
 
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)

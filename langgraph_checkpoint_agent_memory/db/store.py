@@ -4,7 +4,6 @@ dialects' vector operators are raw fragments); the store builds plans from it.""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
@@ -19,9 +18,10 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     matching,
     metadata,
     rows_named,
-    store_blocks,
+    store_chunks,
     store_items,
-    store_terms,
+    store_retractions,
+    store_tags,
     store_vectors,
     vectors_v,
     written,
@@ -33,7 +33,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     prefix_shard,
     shard_key,
 )
-from langgraph_checkpoint_agent_memory.text import postings
+from langgraph_checkpoint_agent_memory.db.term_index import merge_lock_id
 
 #: The columns of :class:`ItemRow`.
 ITEM_FIELDS = ("prefix", "key", "value", "created_at", "updated_at", "ttl_minutes", "sealed")
@@ -125,14 +125,6 @@ class PlainItem(NamedTuple):
     value: Any
 
 
-class PostingRow(NamedTuple):
-    """A row of :meth:`StoreStatements.item_postings`."""
-
-    term: str
-    tf: int
-    dl: int
-
-
 class FieldVectorRow(NamedTuple):
     """A row of :meth:`StoreStatements.item_vectors`."""
 
@@ -150,37 +142,13 @@ def vector_text(vector: bytes | Sequence[float]) -> str:
     return json.dumps([float(x) for x in values], separators=(",", ":"))
 
 
-def index_rows(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The lexical index rows of item rows; sets each item's ``doc_len``, empties its ``doc``
-    (nothing reads it back) and takes out ``term_of`` and ``filter_terms`` (encryption)."""
-    out: list[dict[str, Any]] = []
-    for item in items:
-        doc, item["doc"] = item.get("doc"), None
-        term_of: Callable[[str], str] | None = item.pop("term_of", None)
-        ident = {"shard": item["shard"], "prefix": item["prefix"], "key": item["key"]}
-        # keyed hashes of filterable fields (encryption at rest): postings no query term has
-        out += [{"term": t, **ident, "tf": 0, "dl": 0} for t in item.pop("filter_terms", ())]
-        if doc is None:
-            item["doc_len"] = None
-            continue
-        found, length = postings(doc)
-        counts: dict[str, int] = dict(found)
-        if term_of is not None:
-            counts = Counter()
-            for term, n in found.items():
-                counts[term_of(term)] += n
-        item["doc_len"] = length
-        out += [{"term": t, **ident, "tf": n, "dl": length} for t, n in counts.items()]
-    return out
-
-
 def _hashed(t: Any, name: str, values: int, marks: int) -> Any:
-    """Core: ``t``'s postings hold a hash ``:<name>_v<j>``, or no mark ``:<name>_m<j>``."""
+    """Core: ``t``'s item has a tag ``:<name>_v<j>``, or no mark ``:<name>_m<j>``."""
 
     def holds(kind: str, n: int) -> Any:
-        p = store_terms.alias(f"{name}_{kind}")
-        terms = [sa.bindparam(f"{name}_{kind}{j}", type_=sa.String) for j in range(n)]
-        return sa.exists().where(p.c.term.in_(terms), same_item(p, t))
+        p = store_tags.alias(f"{name}_{kind}")
+        tags = [sa.bindparam(f"{name}_{kind}{j}", type_=sa.String) for j in range(n)]
+        return sa.exists().where(p.c.tag.in_(tags), same_item(p, t))
 
     return sa.or_(holds("v", values), ~holds("m", marks))
 
@@ -207,7 +175,15 @@ def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) ->
     params: dict[str, Any] = dict(ns=ns, ns_dot=ns + ".", ns_len=len(ns) + 1, ns_end=ns + "/")
     if covers(namespace, depth):
         params["shard"] = shard_key(namespace, depth)
+        params.update(rest_params(ns, params["shard"]))
     return params
+
+
+def rest_params(ns: str, shard: str) -> dict[str, Any]:
+    """``:rest`` (the labels of the namespace ``ns`` after its shard key) and what
+    :meth:`.Dialect.under_clause` needs of it, for the term lists' rows."""
+    rest = ns[len(shard) + 1 :]
+    return dict(rest=rest, rest_dot=rest + ".", rest_len=len(rest) + 1, rest_end=rest + "/")
 
 
 def scoped(params: Mapping[str, Any]) -> bool:
@@ -324,7 +300,8 @@ class StoreStatements:
         )
 
     def upsert_item(self) -> Sql:
-        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc", "doc_len", "sealed"]
+        update = ["value", "updated_at", "ttl_minutes", "expires_at", "doc_len", "terms"]
+        update += ["merged", "sealed"]
         if not self.d.conditional_upsert:
             update.append("created_at")
         keys = ["shard", "prefix", "key"]
@@ -340,11 +317,37 @@ class StoreStatements:
         )
 
     def delete_item(self) -> list[Sql]:
-        """Per table of :data:`STORE_ROW_TABLES`: delete one item's rows."""
-        return [
+        """Retract one item from the term lists, then delete its rows (per table of
+        :data:`STORE_ROW_TABLES`)."""
+        deletes = [
             self.statement(("delete", t.name), partial(_delete_item, t))
-            for t in (store_vectors, store_terms, store_items)
+            for t in (store_vectors, store_tags, store_items)
         ]
+        return [self.retract(), *deletes]
+
+    def retract(self) -> Sql:
+        """Record one listed item (``:shard``, ``:prefix``, ``:key``) as retracted from its
+        lists, its row locked first: it is about to be rewritten or deleted."""
+        i, r = store_items, store_retractions
+
+        def build() -> Any:
+            cols = ["shard", "prefix", "num", "terms"]
+            if not self.d.row_locks:
+                found = sa.select(*(i.c[c] for c in cols)).where(key_match(i), i.c.merged == 1)
+                return self.d.insert_missing(r, cols, found, ["shard", "prefix", "num"])
+            # the row locked whatever it says, then read as the lock found it: a merge holding
+            # it may list it before this write goes on (OFFSET 0 keeps ``merged`` above the lock)
+            locked = (
+                sa.select(*(i.c[c] for c in cols), i.c.merged)
+                .where(key_match(i))
+                .with_for_update()
+                .offset(0)
+                .subquery("locked")
+            )
+            found = sa.select(*(locked.c[c] for c in cols)).where(locked.c.merged == 1)
+            return self.d.insert_missing(r, cols, found, ["shard", "prefix", "num"])
+
+        return self.statement("retract", build)
 
     def recent(self, filters: Prefilter, scoped: bool) -> Sql:
         """Live items under the namespace passing the pre-filter, newest first, ``:n``."""
@@ -411,21 +414,6 @@ class StoreStatements:
     def vector_counts(self, index: VectorIndex, scoped: bool) -> Sql:
         return self.d.vector_counts(index, self._vector_under(scoped), scoped)
 
-    def insert_terms(self) -> Sql:
-        return self._insert(store_terms)
-
-    def insert_terms_stmt(self, rows: list[dict[str, Any]]) -> Stmt:
-        """Insert postings: as column arrays where the dialect takes them; on a distributed
-        database one statement per item, routed to its shard (arrays go via the coordinator)."""
-        if self.d.distributed and rows:
-            routed = self.d.insert_owned(store_terms, store_items, rows)
-            if routed is not None:
-                return routed
-        arrays = self.d.insert_arrays(store_terms)
-        if arrays is None or not rows:
-            return Stmt(self.insert_terms(), rows, many=True)
-        return Stmt(arrays, {c.name: [r[c.name] for r in rows] for c in written(store_terms)})
-
     def _insert(self, table: sa.Table) -> Sql:
         cols = [c.name for c in written(table)]
         return self.statement(
@@ -433,14 +421,21 @@ class StoreStatements:
             lambda: sa.insert(table).values({c: sa.bindparam(c) for c in cols}),
         )
 
-    def delete_under(self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES) -> list[Sql]:
-        """Per table (default :data:`STORE_NS_TABLES`): delete the rows under a namespace."""
+    def delete_under(
+        self, scoped: bool, tables: Sequence[str] = STORE_NS_TABLES, deeper: bool = True
+    ) -> list[Sql]:
+        """Per table (default :data:`STORE_NS_TABLES`): delete the rows under a namespace
+        (``deeper``: it goes below its shard key, see :meth:`chunks_under`)."""
 
         def build(t: sa.Table) -> Any:
+            if t is store_chunks:
+                return sa.delete(t).where(*self.chunks_under(False, scoped, deeper))
             return sa.delete(t).where(*self.namespace_of(t, scoped))
 
         return [
-            self.statement(("delete_under", name, scoped), partial(build, metadata.tables[name]))
+            self.statement(
+                ("delete_under", name, scoped, deeper), partial(build, metadata.tables[name])
+            )
             for name in tables
         ]
 
@@ -452,25 +447,31 @@ class StoreStatements:
         *,
         native_vectors: bool = True,
     ) -> list[Stmt]:
-        """Upsert item rows (with ``doc``) and delete ``removed`` keys, with their postings;
-        ``vectors`` ``None``: keep the old ones; ``native_vectors`` off: bytes only.
-
-        The item's row goes first: its lock makes a concurrent put of the same key wait, so the
-        deletes that follow (each statement sees what committed before it) find every old vector
-        and posting and the inserts never collide."""
-        vec_sql, terms_sql, item_sql = self.delete_item()
+        """Upsert item rows (their terms in them, ``store.index``) and delete ``removed`` keys;
+        a listed item is retracted first. ``vectors`` ``None``: keep the old ones;
+        ``native_vectors`` off: bytes only; an item with ``tags`` (encryption) replaces its
+        tags."""
+        retract, vec_sql, tags_sql, item_sql = self.delete_item()
         items = self.keyed(items)
         removed = self.keyed(removed)
         keys = [
             {"shard": r["shard"], "prefix": r["prefix"], "key": r["key"]}
             for r in (*items, *removed)
         ]
-        out = [
+        tagged = bool(removed) or any("tags" in r for r in items)
+        tags = [
+            {**k, "tag": t} for k, r in zip(keys, items, strict=False) for t in r.pop("tags", ())
+        ]
+        out = [  # the retraction's generic plan may walk the namespace: planned each time
+            Stmt(retract, keys, many=True, prepare=False),
             Stmt(self.upsert_item(), items, many=True),
             Stmt(item_sql, list(removed), many=True),
-            Stmt(terms_sql, keys, many=True),
-            self.insert_terms_stmt(index_rows(items)),
         ]
+        if tagged:
+            out += [
+                Stmt(tags_sql, keys, many=True),
+                Stmt(self._insert(store_tags), tags, many=True),
+            ]
         if vectors is not None:
             vectors = self.keyed(vectors)
             native = native_vectors and self.d.native_vectors
@@ -495,18 +496,6 @@ class StoreStatements:
             return self.namespace_of(t, scoped)
         return [t.c.shard == sa.bindparam("shard"), t.c.prefix == sa.bindparam("ns")]
 
-    def term_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
-        """How many items under the namespace hold each of ``n`` terms (BM25's df)."""
-        t = store_terms
-        return self.statement(
-            ("term_counts", n, exact, scoped),
-            lambda: (
-                sa.select(t.c.term, sa.func.count())
-                .where(terms_in(t, n), *self.ns_of(t, exact, scoped))
-                .group_by(t.c.term)
-            ),
-        )
-
     def text_stats(self, exact: bool, scoped: bool) -> Sql:
         """How many live indexed items the namespace holds, and their total length."""
         t = store_items
@@ -516,53 +505,6 @@ class StoreStatements:
                 *self.ns_of(t, exact, scoped), live(t), t.c.doc_len.is_not(None)
             ),
         )
-
-    def lexical(self, n: int, exact: bool, filters: Prefilter, joined: bool, scoped: bool) -> Sql:
-        """The best ``:n`` items for ``n`` terms by BM25, ``(prefix, key, score)``, summed from
-        the postings alone (an index-only read): ``:w<j>`` is term j's idf times (k1 + 1),
-        ``:k_base`` and ``:k_len`` the length norm; ``joined``: expiry and pre-filter too."""
-        t = store_terms
-        i = items_i
-
-        def score() -> Any:
-            weight = sa.case(
-                *(
-                    (sa.bindparam(f"t{j}", type_=sa.String), sa.bindparam(f"w{j}", type_=sa.Float))
-                    for j in range(n)
-                ),
-                value=t.c.term,
-            )
-            # a float first, so no dialect adds a cast for a division of integers
-            norm = (
-                sa.bindparam("k_base", type_=sa.Float)
-                + t.c.tf
-                + sa.bindparam("k_len", type_=sa.Float) * t.c.dl
-            )
-            return sa.func.sum(weight * t.c.tf / norm).label("score")
-
-        def build() -> Any:
-            limit = sa.bindparam("n", type_=sa.Integer)
-            # unjoined: a namespace's prefix is its key's, so the key need not group
-            item = (t.c.shard, t.c.prefix, t.c.key) if joined else (t.c.prefix, t.c.key)
-            grouped = (
-                sa.select(*item, score())
-                .where(terms_in(t, n), *self.ns_of(t, exact, scoped))
-                .group_by(*item)
-            )
-            if not joined:
-                return grouped.order_by(sa.desc("score"), t.c.prefix, t.c.key).limit(limit)
-            s = grouped.subquery("s")
-            # the shard key named on both sides, so a distributed database routes the join
-            routed = [i.c.shard == sa.bindparam("shard")] if exact or scoped else []
-            return (  # the postings already kept the namespace: expiry and filter remain
-                sa.select(s.c.prefix, s.c.key, s.c.score)
-                .select_from(s.join(i, same_item(i, s)))
-                .where(*routed, live(i), *self.filtered(i.c.value, filters))
-                .order_by(s.c.score.desc(), s.c.prefix, s.c.key)
-                .limit(limit)
-            )
-
-        return self.statement(("lexical", n, exact, filters, joined, scoped), build)
 
     def count_under(self, scoped: bool) -> Sql:
         t = store_items
@@ -581,7 +523,7 @@ class StoreStatements:
             value = sa.cast(c.value, sa.Text) if self.d.sa.name == "postgresql" else c.value
             size = (
                 sa.func.coalesce(sa.func.length(value), zero)
-                + sa.func.coalesce(sa.func.length(c.doc), zero)
+                + sa.func.coalesce(sa.func.length(c.terms), zero)
                 + sa.func.coalesce(sa.func.length(c.sealed), zero)  # encryption at rest
             )
             return sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), zero)).where(
@@ -598,6 +540,7 @@ class StoreStatements:
             lambda: (
                 sa.select(t.c.shard, t.c.prefix, t.c.key)
                 .where(t.c.expires_at <= sa.bindparam("now", type_=sa.Float))
+                .order_by(t.c.shard, t.c.prefix, t.c.key)  # locked in one order: no deadlock
                 .limit(sa.bindparam("n", type_=sa.Integer))
             ),
         )
@@ -662,14 +605,26 @@ class StoreStatements:
             ),
         )
 
-    def item_postings(self) -> Sql:
-        return self._of_item("item_postings", store_terms, "term", "tf", "dl")
+    def item_index(self) -> Sql:
+        return self._of_item("item_index", store_items, "terms", "merged")
+
+    def reindex_item(self) -> Sql:
+        """Give one item (``:shard``, ``:prefix``, ``:key``) new ``:terms``, not yet listed."""
+        t = store_items
+        terms = sa.bindparam("terms", type_=sa.LargeBinary)
+        return self.statement(
+            "reindex_item",
+            lambda: sa.update(t).where(key_match(t)).values(terms=terms, merged=0),
+        )
+
+    def insert_tags(self) -> Sql:
+        return self._insert(store_tags)
 
     def item_vectors(self) -> Sql:
         return self._of_item("item_vectors", store_vectors, "field", "vector")
 
     def seal_item(self) -> Sql:
-        """Seal one unsealed item: ``:sealed`` in, ``value`` emptied, ``doc`` dropped."""
+        """Seal one unsealed item: ``:sealed`` in, ``value`` emptied."""
         t = store_items
         sealed = sa.bindparam("sealed", type_=sa.LargeBinary)
         value = sa.bindparam("value", type_=t.c.value.type)
@@ -678,7 +633,7 @@ class StoreStatements:
             lambda: (
                 sa.update(t)
                 .where(key_match(t), t.c.sealed.is_(None))
-                .values(sealed=sealed, value=value, doc=None)
+                .values(sealed=sealed, value=value)
             ),
         )
 
@@ -697,6 +652,184 @@ class StoreStatements:
 
         return self.statement(("seal_vector", tuple(columns)), build)
 
+    def chunks_under(self, exact: bool, scoped: bool, deeper: bool) -> list[Any]:
+        """Core: a chunk lies in the namespace (``exact``) or under it; ``deeper``: the
+        namespace goes below its shard key (``:rest`` is not empty)."""
+        c = store_chunks
+        if not scoped:  # a prefix shorter than the shard key: every namespace of its shards
+            shard = c.c.shard == sa.bindparam("ns") if exact else self.d.under_clause(c.c.shard)
+            return [shard, c.c.rest == ""] if exact else [shard]
+        where = [c.c.shard == sa.bindparam("shard")]
+        if exact:
+            return [*where, c.c.rest == sa.bindparam("rest")]
+        return [*where, self.d.under_clause(c.c.rest, "rest")] if deeper else where
+
+    def lists(self, exact: bool, scoped: bool, size: int, deeper: bool) -> Sql:
+        """In one snapshot, under the namespace: the chunks of the terms whose high parts are
+        ``:his`` (:meth:`.Dialect.one_of`), ``(0, prefix, hi, lo, start, entries, payload)``;
+        the items not yet listed, ``(1, prefix, NULL, NULL, num, doc_len, terms)``; and the
+        retractions, ``(2, prefix, NULL, NULL, num, NULL, terms)`` (see :meth:`chunks_under`
+        for ``deeper``)."""
+        c, i, r = store_chunks, store_items, store_retractions
+
+        def build() -> Any:
+            def kind(n: int) -> Any:
+                return sa.literal(n, sa.Integer).label("kind")
+
+            none = sa.cast(sa.null(), sa.Integer)
+            chunks = sa.select(
+                kind(0), c.c.rest, c.c.hi, c.c.lo, c.c.start, none, c.c.payload
+            ).where(*self.chunks_under(exact, scoped, deeper), self.d.one_of(c.c.hi, "his", size))
+            unlisted = sa.select(
+                kind(1), i.c.prefix, none, none, i.c.num, i.c.doc_len, i.c.terms
+            ).where(*self.ns_of(i, exact, scoped), i.c.merged == 0)
+            retracted = sa.select(kind(2), r.c.prefix, none, none, r.c.num, none, r.c.terms).where(
+                *self.ns_of(r, exact, scoped)
+            )
+            return sa.union_all(chunks, unlisted, retracted)
+
+        return self.statement(("lists", exact, scoped, size, deeper), build)
+
+    def by_nums(self, filters: Prefilter, exact: bool, scoped: bool, size: int) -> Sql:
+        """``(prefix, key, num)`` of the live items numbered ``:nums`` (all under the
+        namespace: the lists were read there) that pass the pre-filter."""
+        i = store_items
+        # a number names one item: the shard key routes it, and leads the numbers' index
+        routed = [i.c.shard == sa.bindparam("shard")] if scoped else []
+        return self.statement(
+            ("by_nums", filters, exact, scoped, size),
+            lambda: sa.select(i.c.prefix, i.c.key, i.c.num).where(
+                self.d.one_of(i.c.num, "nums", size),
+                *routed,
+                live(i),
+                *self.filtered(i.c.value, filters),
+            ),
+        )
+
+    def in_key_order(self, filters: Prefilter, exact: bool, scoped: bool) -> Sql:
+        """:meth:`by_nums` of every item in ``(prefix, key)`` order after ``(:a_prefix,
+        :a_key)``, ``:n`` of them: the first of many tied items."""
+        i = store_items
+        order = (i.c.prefix, i.c.key)
+        return self.statement(
+            ("in_key_order", filters, exact, scoped),
+            lambda: (
+                sa.select(i.c.prefix, i.c.key, i.c.num)
+                .where(
+                    *self.ns_of(i, exact, scoped),
+                    live(i),
+                    *self.filtered(i.c.value, filters),
+                    _after(order, ("prefix", "key")),
+                )
+                .order_by(*order)
+                .limit(sa.bindparam("n", type_=sa.Integer))
+            ),
+        )
+
+    def item_terms(self, n: int) -> Sql:
+        """``(prefix, key, num, terms, merged)`` of ``n`` items (``:s<j>`` ...)."""
+        i = store_items
+        return self.statement(
+            ("item_terms", n),
+            lambda: sa.select(i.c.prefix, i.c.key, i.c.num, i.c.terms, i.c.merged).where(
+                items_named(i, n)
+            ),
+        )
+
+    def unlisted(self) -> Sql:
+        """A merge's first read: up to ``:cap`` items of the namespace ``:prefix`` not yet
+        listed, ``(num, doc_len, terms)``, locked (a rewrite waits, then is retracted)."""
+        i = store_items
+
+        def build() -> Any:
+            found = (
+                sa.select(i.c.num, i.c.doc_len, i.c.terms)
+                .where(*matching(i, "shard", "prefix"), i.c.merged == 0)
+                .order_by(i.c.num)
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+            )
+            # items a write holds wait for the next merge: no deadlock with it
+            return found.with_for_update(skip_locked=True) if self.d.row_locks else found
+
+        return self.statement("unlisted", build)
+
+    def retracted(self) -> Sql:
+        """A merge's second read: the namespace's retractions ``(num, terms)``, locked."""
+        r = store_retractions
+
+        def build() -> Any:
+            found = sa.select(r.c.num, r.c.terms).where(*matching(r, "shard", "prefix"))
+            return found.with_for_update() if self.d.row_locks else found
+
+        return self.statement("retracted", build)
+
+    def chunks_to_merge(self, size: int) -> Sql:
+        """The chunks a merge rewrites, of the namespace ``:shard``, ``:rest``: of the terms
+        whose high parts are ``:his``, those starting at item ``:min`` or later, and the one
+        before, which may hold ``:min`` (or is the term's last, appended to). A window, not a
+        correlated subquery: Citus sends it to the shard whole."""
+        c = store_chunks
+
+        def build() -> Any:
+            after = sa.func.lead(c.c.start).over(partition_by=(c.c.hi, c.c.lo), order_by=c.c.start)
+            q = (
+                sa.select(c.c.hi, c.c.lo, c.c.start, c.c.payload, after.label("next"))
+                .where(*matching(c, "shard", "rest"), self.d.one_of(c.c.hi, "his", size))
+                .subquery("q")
+            )
+            least = sa.bindparam("min", type_=sa.BigInteger)
+            return sa.select(q.c.hi, q.c.lo, q.c.start, q.c.payload).where(
+                sa.or_(q.c.start >= least, q.c.next.is_(None), q.c.next > least)
+            )
+
+        return self.statement(("chunks_to_merge", size), build)
+
+    def merge_locks(self, shards: Iterable[str]) -> list[Stmt]:
+        """Take the merge locks of ``shards``, sorted (none where the write lock serves): a
+        namespace's delete or erase and its merges take turns."""
+        lock = self.d.merge_lock()
+        if lock is None:
+            return []
+        return [Stmt(lock, {"lock": merge_lock_id(s)}, fetch=True) for s in sorted(set(shards))]
+
+    def mark_listed(self, size: int) -> Sql:
+        """Mark the namespace's items numbered ``:nums`` listed, their terms cut to what a
+        retraction needs (:meth:`.Dialect.listed_terms`)."""
+        i = store_items
+        return self.statement(
+            ("mark_listed", size),
+            lambda: (
+                sa.update(i)
+                .where(
+                    *matching(i, "shard", "prefix"),
+                    i.c.merged == 0,
+                    self.d.one_of(i.c.num, "nums", size),
+                )
+                .values(merged=1, terms=self.d.listed_terms(i.c.terms))
+            ),
+        )
+
+    def drop_retractions(self, size: int) -> Sql:
+        """Delete the namespace's retractions numbered ``:nums``."""
+        r = store_retractions
+        return self.statement(
+            ("drop_retractions", size),
+            lambda: sa.delete(r).where(
+                *matching(r, "shard", "prefix"), self.d.one_of(r.c.num, "nums", size)
+            ),
+        )
+
+    def drop_chunk(self) -> Sql:
+        """Delete one chunk (``:shard``, ``:hi``, ``:lo``, ``:rest``, ``:start``)."""
+        c = store_chunks
+        return self.statement(
+            "drop_chunk",
+            lambda: sa.delete(c).where(*matching(c, "shard", "hi", "lo", "rest", "start")),
+        )
+
+    def insert_chunk(self) -> Sql:
+        return self._insert(store_chunks)
+
     def fingerprint_under(self, scoped: bool) -> Sql:
         """Live item count and latest update under ``:ns`` (a decrypted vectors' cache key)."""
         return self.statement(
@@ -704,148 +837,10 @@ class StoreStatements:
             lambda: _fingerprint(*self.namespace_of(store_items, scoped)),
         )
 
-    def feedback_postings(self, n: int) -> Sql:
-        """``(prefix, key, term, tf, dl)`` of every posting of ``n`` items (``:s<j>`` ...)."""
-        return self.statement(
-            ("feedback_postings", n),
-            lambda: sa.select(*_POSTINGS).where(items_named(store_terms, n)),
-        )
-
-    def blocks_read(self, n: int, exact: bool, scoped: bool) -> Sql:
-        """In one snapshot: the blocks of ``n`` terms (``:t<j>``) under the namespace, ``(term,
-        shard, prefix, NULL, entries, NULL, built)``, and up to ``:cap`` unpacked postings per
-        term, ``(..., key, tf, dl, NULL)``, read in the order of :meth:`.Dialect.fresh_lead`."""
-        b, t = store_blocks, store_terms
-
-        lead = self.d.fresh_lead(t)
-        unpacked_where = [t.c.packed.is_(None)]
-        if lead is not t.c.packed:
-            unpacked_where.append(lead == 0)
-
-        def fresh(j: int) -> Any:
-            term = t.c.term == sa.bindparam(f"t{j}", type_=sa.String)
-            part = (
-                sa.select(t.c.term, t.c.shard, t.c.prefix, t.c.key, t.c.tf, t.c.dl)
-                .where(*unpacked_where, term, *self.ns_of(t, exact, scoped))
-                .order_by(lead, t.c.term, t.c.shard, t.c.prefix, t.c.key)
-                .limit(sa.bindparam("cap", type_=sa.Integer))
-                .subquery(f"f{j}")
-            )
-            return sa.select(*part.c, _null(sa.BigInteger, "built"))
-
-        def build() -> Any:
-            blocks = sa.select(
-                b.c.term,
-                b.c.shard,
-                b.c.prefix,
-                _null(t.c.key.type, "key"),
-                b.c.entries.label("tf"),
-                _null(sa.Integer, "dl"),
-                b.c.built,
-            ).where(terms_in(b, n), *self.ns_of(b, exact, scoped))
-            return sa.union_all(blocks, *(fresh(j) for j in range(n)))
-
-        return self.statement(("blocks_read", n, exact, scoped), build)
-
-    def blocks_fresh_counts(self, n: int, exact: bool, scoped: bool) -> Sql:
-        """``(term, shard, prefix, count)`` where a term has at least ``:at`` unpacked postings."""
-        t = store_terms
-
-        def build() -> Any:
-            return (
-                sa.select(t.c.term, t.c.shard, t.c.prefix, sa.func.count())
-                .where(terms_in(t, n), *self.ns_of(t, exact, scoped), t.c.packed.is_(None))
-                .group_by(t.c.term, t.c.shard, t.c.prefix)
-                .having(sa.func.count() >= sa.bindparam("at", type_=sa.Integer))
-            )
-
-        return self.statement(("blocks_fresh_counts", n, exact, scoped), build)
-
-    def blocks_payloads(self, n: int) -> Sql:
-        """``(term, shard, prefix, built, entries, postings, keys)`` of ``n`` blocks."""
-        b = store_blocks
-        return self.statement(
-            ("blocks_payloads", n),
-            lambda: sa.select(
-                b.c.term, b.c.shard, b.c.prefix, b.c.built, b.c.entries, b.c.postings, b.c["keys"]
-            ).where(rows_named(b, n, (("term", "bt"), ("shard", "bs"), ("prefix", "bp")))),
-        )
-
-    def blocks_postings_in(self, terms: int, keys: int) -> Sql:
-        """``(prefix, key, term, tf, dl)`` of ``terms`` terms in one namespace's items of keys
-        ``:k`` (:meth:`.Dialect.one_of`). One part per term: two lists in one condition leave
-        PostgreSQL 15 filtering every posting of the terms by key."""
-        t = store_terms
-
-        def part(j: int) -> Any:
-            return sa.select(*_POSTINGS).where(
-                t.c.term == sa.bindparam(f"t{j}", type_=sa.String),
-                *matching(t, "shard", "prefix"),
-                self.d.one_of(t.c.key, "k", keys),
-            )
-
-        return self.statement(
-            ("blocks_postings_in", terms, keys),
-            lambda: sa.union_all(*(part(j) for j in range(terms))),
-        )
-
-    def blocks_claim(self) -> Sql:
-        """A build's first statement: the block's row with ``:built``, locked: builds take turns."""
-        return self.statement(
-            ("blocks_claim",),
-            lambda: self.d.upsert(store_blocks, ["term", "shard", "prefix"], ["built"]),
-        )
-
-    def blocks_mark(self) -> Sql:
-        """Mark the term's postings in the namespace packed but those a write holds: never waits."""
-        t = store_terms
-
-        def build() -> Any:
-            where = [*_one_block(t), t.c.packed.is_(None)]
-            stmt = sa.update(t).values(packed=1)
-            if not self.d.row_locks:
-                return stmt.where(*where)
-            free = self.d.skip_locked(sa.select(t.c.key).where(*where))
-            return stmt.where(*where, t.c.key.in_(free))
-
-        return self.statement(("blocks_mark",), build)
-
-    def blocks_postings(self) -> Sql:
-        """``(key, tf, dl)`` of the term's packed postings in the namespace."""
-        t = store_terms
-        return self.statement(
-            ("blocks_postings",),
-            lambda: sa.select(t.c.key, t.c.tf, t.c.dl).where(*_one_block(t), t.c.packed == 1),
-        )
-
-    def blocks_drop(self) -> Sql:
-        """Delete the blocks of one namespace (``:shard``, ``:prefix``)."""
-        b = store_blocks
-        return self.statement(
-            ("blocks_drop",), lambda: sa.delete(b).where(*matching(b, "shard", "prefix"))
-        )
-
-    def blocks_fill(self) -> Sql:
-        """A build's last statement: the block's entries and keys."""
-        b = store_blocks
-        return self.statement(
-            ("blocks_fill",),
-            lambda: (
-                sa.update(b)
-                .values({n: sa.bindparam(n) for n in ("entries", "postings", "keys")})
-                .where(*_one_block(b), b.c.built == sa.bindparam("built"))
-            ),
-        )
-
 
 def items_named(t: Any, n: int) -> Any:
     """Core: ``t``'s row is one of ``n`` items (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
     return rows_named(t, n, (("shard", "s"), ("prefix", "p"), ("key", "k")))
-
-
-def terms_in(t: Any, n: int) -> Any:
-    """Core: ``t.term`` is one of ``:t0`` ... ``:t<n-1>``."""
-    return t.c.term.in_([sa.bindparam(f"t{j}", type_=sa.String) for j in range(n)])
 
 
 def _after(order: Sequence[Any], names: Sequence[str]) -> Any:
@@ -862,8 +857,6 @@ def _items(*where: Any) -> Any:
     return sa.select(*(t.c[f] for f in ITEM_FIELDS)).where(*where, live(t))
 
 
-#: ``(prefix, key, term, tf, dl)`` of postings.
-_POSTINGS = tuple(store_terms.c[n] for n in ("prefix", "key", "term", "tf", "dl"))
 #: The columns of :class:`SealedVectorRow`.
 _SEALED_COLUMNS = (
     *(vectors_v.c[n] for n in ("prefix", "key", "field", "vector")),
@@ -880,13 +873,5 @@ def _fingerprint(*where: Any) -> Any:
     return sa.select(sa.func.count(), sa.func.max(t.c.updated_at)).where(*where, live(t))
 
 
-def _null(type_: Any, name: str) -> Any:
-    return sa.cast(sa.null(), type_).label(name)
-
-
 def _scoped(t: Any, under: Any, scoped: bool) -> list[Any]:
     return [t.c.shard == sa.bindparam("shard"), under] if scoped else [under]
-
-
-def _one_block(t: Any) -> list[Any]:
-    return matching(t, "term", "shard", "prefix")

@@ -77,26 +77,18 @@ def feedback_settings(setting: FeedbackLike) -> tuple[Feedback | None, Feedback 
     )
 
 
+#: A term as feedback weighs it: the high part of its id, and ``None`` (any low part).
+Term = tuple[int, "int | None"]
+
+
 class Posting(NamedTuple):
-    """One term of a matched item, as the index holds it."""
+    """One term of a matched item, as the index holds it (its frequency capped at 255)."""
 
     prefix: str
     key: str
-    term: str
+    term: Term
     tf: int
     dl: int
-
-
-def candidates(postings: Sequence[Posting], query: Sequence[str]) -> list[str]:
-    """The terms of the matched items that the query lacks, once each, in order.
-
-    Example:
-        >>> candidates([Posting("ns", "a", "adopt", 1, 3), Posting("ns", "a", "research", 1, 3)],
-        ...            ["research"])
-        ['adopt']
-    """
-    asked = set(query)
-    return [t for t in dict.fromkeys(p.term for p in postings) if t not in asked]
 
 
 def discriminates(docs: int, df: int) -> float:
@@ -113,26 +105,27 @@ def discriminates(docs: int, df: int) -> float:
 def expansion(
     postings: Sequence[Posting],
     scores: Mapping[tuple[str, str], float],
-    idf: Callable[[str], float],
-    query: Sequence[str],
+    idf: Callable[[Term], float],
+    query: Sequence[Term],
     feedback: Feedback,
-) -> dict[str, float]:
+) -> dict[Term, float]:
     """``{term: weight}`` of the terms to add to ``query``: of the terms in ``postings``
     (the first matches' terms), the ``feedback.terms`` best by the sum over the matches of
     ``score / best score * tf / length * idf``, weighted ``feedback.weight`` times their
     share of the best one's. ``scores``: each match's BM25 score; ``idf``: a term's.
 
     Example:
-        >>> found = [Posting("ns", "a", "research", 1, 2), Posting("ns", "a", "adopt", 1, 2),
-        ...          Posting("ns", "b", "adopt", 2, 4), Posting("ns", "b", "agenc", 2, 4)]
-        >>> expansion(found, {("ns", "a"): 2.0, ("ns", "b"): 1.0}, lambda t: 1.0, ["research"],
+        >>> research, adopt, agenc = (1, None), (2, None), (3, None)
+        >>> found = [Posting("ns", "a", research, 1, 2), Posting("ns", "a", adopt, 1, 2),
+        ...          Posting("ns", "b", adopt, 2, 4), Posting("ns", "b", agenc, 2, 4)]
+        >>> expansion(found, {("ns", "a"): 2.0, ("ns", "b"): 1.0}, lambda t: 1.0, [research],
         ...           Feedback(terms=2, weight=0.5))
-        {'adopt': 0.5, 'agenc': 0.16666666666666666}
+        {(2, None): 0.5, (3, None): 0.16666666666666666}
     """
     asked = set(query)
     if (best := max(scores.values(), default=0.0)) <= 0:
         return {}
-    weights: dict[str, float] = {}
+    weights: dict[Term, float] = {}
     for p in postings:
         share = scores.get((p.prefix, p.key), 0.0) / best
         if p.term not in asked and share > 0 and p.dl > 0:

@@ -9,9 +9,10 @@ an approximate scan that stops short of enough matches is answered exactly inste
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -31,14 +32,27 @@ from langgraph_checkpoint_agent_memory.db.store import (
     scoped,
     vector_text,
 )
-from langgraph_checkpoint_agent_memory.store import blocks
+from langgraph_checkpoint_agent_memory.db.term_index import high_parts
 from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
-from langgraph_checkpoint_agent_memory.store.blocks import blocked_plan
+from langgraph_checkpoint_agent_memory.store.index import (
+    MERGE_AT,
+    MERGE_CAP,
+    MERGE_WRITES,
+    Form,
+    Lists,
+    best_plan,
+    bm25,
+    document_frequencies,
+    form_of,
+    lists_plan,
+    merge_plan,
+)
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
 
 K = TypeVar("K", str, tuple[str, str])
+logger = logging.getLogger(__name__)
 E = TypeVar("E")
 #: A lexical query's filter, namespace parameters, how many, ``exact`` and ``joined``.
 How = tuple[Prefilter, dict[str, Any], int, bool, bool]
@@ -80,13 +94,10 @@ class Ranker:
         #: (namespace, exact) -> BM25's corpus statistics (items, average length, ...).
         self.stats: OrderedDict[tuple[str, bool], Counted] = OrderedDict()
         self.stats_seconds = 60.0
-        #: (namespace, exact, term as stored) -> (df, ...) of a term in :attr:`common_df`
-        #: items or more (counting it reads all its postings).
-        self.term_stats: OrderedDict[tuple[str, bool, str], Counted] = OrderedDict()
-        self.posting_blocks = True  # queries of common words read blocks (:mod:`.blocks`)
-        self.blocks = blocks.BlockCache()
-        #: The document frequency from which a term's count is cached (``None``: never).
-        self.common_df: int | None = 1_000
+        #: Per namespace, the items this process wrote since it merged it (:meth:`written`).
+        self.unmerged: Counter[str] = Counter()
+        #: Per namespace, until when merges are not tried (the database refused one).
+        self.declined: dict[str, float] = {}
         #: Pseudo-relevance feedback (:mod:`.feedback`) of search and of recall (``None``: off).
         self.feedback: F.Feedback | None = None
         self.recall_feedback: F.Feedback | None = F.Feedback()
@@ -116,7 +127,6 @@ class Ranker:
 
     def after_fork(self) -> None:
         self.lock = threading.Lock()  # a lock another thread of the parent held
-        self.blocks.after_fork()
 
     def fused_plan(
         self,
@@ -163,13 +173,13 @@ class Ranker:
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
-            groups = forms if forms is not None else [[t] for t in query_terms]
-            boosts, known = [1.0] * len(groups), dict[str, int]()
+            groups = _groups(query_terms, forms)
+            boosts, lists = [1.0] * len(groups), None
             for expanded in (False, True):
                 size = want
                 while True:
                     how = ((), base, size, False, True)
-                    raw = yield from self._bm25_plan(groups, boosts, how, known)
+                    raw, lists = yield from self._bm25_plan(groups, boosts, how, lists)
                     passing = yield from decide([k for k, _ in raw])
                     kept = [(k, score) for k, score in raw if k in passing]
                     if len(kept) >= want or len(raw) < size:
@@ -177,10 +187,11 @@ class Ranker:
                     size *= 4
                 if expanded or self.feedback is None or not kept:
                     break
-                more = yield from self._expansion_plan(kept, groups, base, False, self.feedback)
+                how = ((), base, want, False, True)
+                more = yield from self._expansion_plan(kept, groups, how, self.feedback)
                 if more is None:
                     break
-                groups, boosts, known = more
+                groups, boosts, lists = more
             lexical = [k for k, _ in kept]
         if query_vector is not None:
             rows = yield from self._sealed_rows_plan(base)
@@ -303,124 +314,137 @@ class Ranker:
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
     ) -> Plan[list[tuple[str, str]]]:
-        """BM25's best items for ``terms`` (``how``: see :data:`How`), dfs counted with the
-        query (a common term's cached); with ``feedback``, expanded from its first matches and
-        ranked again. ``forms``: per term, its keyed hash under each searched shard's key
-        (encryption on): its df sums over them and each weighs as the term itself."""
-        groups = forms if forms is not None else [[t] for t in terms]
-        packed = forms is None  # blocks hold terms as they are, not their keyed hashes
-        scored = yield from self._bm25_plan(groups, [1.0] * len(groups), how, {}, packed)
+        """BM25's best items for ``terms`` (``how``: see :data:`How`); with ``feedback``,
+        expanded from its first matches and ranked again. ``forms``: per term, its keyed hash
+        under each searched shard's key (encryption on): its df sums over them and each
+        weighs as the term itself."""
+        groups = _groups(terms, forms)
+        scored, lists = yield from self._bm25_plan(groups, [1.0] * len(groups), how)
         if feedback is not None and scored:
-            _, base, _, exact, _ = how
-            more = yield from self._expansion_plan(scored, groups, base, exact, feedback)
+            more = yield from self._expansion_plan(scored, groups, how, feedback)
             if more is not None:
-                expanded, boosts, df = more
-                scored = yield from self._bm25_plan(expanded, boosts, how, df, packed)
+                expanded, boosts, lists = more
+                scored, _ = yield from self._bm25_plan(expanded, boosts, how, lists)
         return [item for item, _ in scored]
 
     def _bm25_plan(
         self,
-        groups: list[list[str]],
+        groups: list[list[Form]],
         boosts: list[float],
         how: How,
-        known: dict[str, int],
-        packed: bool = False,
-    ) -> Plan[list[tuple[tuple[str, str], float]]]:
+        lists: Lists | None = None,
+    ) -> Plan[tuple[list[tuple[tuple[str, str], float]], Lists]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
-        weighed idf times ``boosts``; ``known``: dfs counted; ``packed``: blocks may serve."""
-        filters, base, want, exact, joined = how
-        flat = [f for group in groups for f in group]
-        group_of = [g for g, group in enumerate(groups) for _ in group]
-        df, stats = yield from self._counts_plan(base, exact, flat, known)
-        if not any(df.values()):
-            return []
-        docs, avgdl = stats[0], stats[1] or 1.0
-        group_df = [sum(df.get(f, 0) for f in group) for group in groups]
+        weighed idf times ``boosts``, and the lists read (``lists``: read already)."""
+        filters, base, want, exact, _ = how
+        if lists is None:
+            flat = [f for group in groups for f in group]
+            lists = yield from lists_plan(self.statements, base, exact, flat)
+            yield from self._merges_plan(lists)
+        docs, avgdl = yield from self._stats_plan(base, exact)
+        df = document_frequencies(lists, [f for group in groups for f in group])
+        group_df = [sum(df[f] for f in group) for group in groups]
+        if not any(group_df):
+            return [], lists
         weight = [S.idf(docs, n) * (S.K1 + 1) * b for n, b in zip(group_df, boosts, strict=True)]
-        params = {**base, **{f"t{j}": t for j, t in enumerate(flat)}, "n": want}
-        params.update({f"w{j}": weight[g] for j, g in enumerate(group_of)})
-        params.update(k_base=S.K1 * (1 - S.B), k_len=S.K1 * S.B / avgdl)
-        one = scoped(base)
-        if packed and not joined and self.posting_blocks and self.statements.d.posting_blocks:
-            found = yield from blocked_plan(
-                self.statements, self.blocks, flat, df, params, exact=exact, scoped=one
-            )
-            if found is not None:
-                return found
-        sql = self.statements.lexical(len(flat), exact, filters, joined, one)
-        [rows] = yield Batch([Stmt(sql, params, fetch=True)])
-        return [((r.prefix, r.key), float(r.score)) for r in map(ScoredRow._make, rows)]
+        k_base, k_len = S.K1 * (1 - S.B), S.K1 * S.B / (avgdl or 1.0)
+        nums, scores = bm25(lists, groups, weight, k_base, k_len)
+        scored = yield from best_plan(self.statements, nums, scores, (filters, base, want, exact))
+        return scored, lists
 
-    def _counts_plan(
-        self, base: dict[str, Any], exact: bool, flat: list[str], known: dict[str, int]
-    ) -> Plan[tuple[dict[str, int], Counted]]:
-        """The document frequencies of ``flat`` (``known`` and cached ones not counted again)
-        and the corpus statistics, in one batch; 32 terms a statement (padded: few sizes)."""
+    def _merges_plan(self, lists: Lists) -> Plan[None]:
+        """Merge the namespaces where the read found :data:`.index.MERGE_AT` items to list or
+        retract."""
+        for prefix, count in lists.pending.items():
+            if count >= MERGE_AT and self.declined.get(prefix, 0.0) <= self._clock():
+                yield from self.merge_plan(prefix)
+
+    def merge_plan(self, prefix: str) -> Plan[None]:
+        """Merge one namespace until nothing is left to list (``store.index``). Where the
+        database refuses (a read-only replica or file, a locked SQLite file), a warning is
+        logged and the namespace's searches read its items unlisted for a minute."""
+        shard = self.statements.shard(prefix)
+        with self.lock:
+            self.unmerged.pop(prefix, None)
+        try:
+            while (yield from merge_plan(self.statements, shard, prefix)) >= MERGE_CAP:
+                pass
+        except Exception as exc:
+            logger.warning("the store's term lists of %r wait for a minute: %r", prefix, exc)
+            self.declined[prefix] = self._clock() + 60.0
+
+    def written_plan(self, prefixes: Iterable[str]) -> Plan[None]:
+        """Count the items this process wrote per namespace, and merge a namespace it wrote
+        :data:`.index.MERGE_WRITES` items to since it last merged it."""
+        due = []
+        with self.lock:
+            for prefix in prefixes:
+                self.writes += 1
+                self.unmerged[prefix] += 1
+                if self.unmerged[prefix] == MERGE_WRITES:
+                    due.append(prefix)
+        for prefix in due:
+            yield from self.merge_plan(prefix)
+
+    def _stats_plan(self, base: dict[str, Any], exact: bool) -> Plan[tuple[int, float]]:
+        """The searched items' count and average length, cached (:meth:`_fresh`)."""
         key = (base["ns"], exact)
         stats = self.stats.get(key)
-        fresh = self._fresh(stats, "text_statistics")
-        one = scoped(base)
-        df: dict[str, int] = {}
-        uncounted: list[str] = []  # the terms to count: not known, not fresh in the cache
-        for term in dict.fromkeys(f for f in flat if f not in known):
-            entry = self.term_stats.get((key[0], exact, term))
-            if self._fresh(entry, "term_statistics"):
-                assert entry is not None
-                df[term] = entry[0]
-            else:
-                uncounted.append(term)
-        df.update((f, known[f]) for f in flat if f in known)
-        statements = []
-        size = len(uncounted) if len(uncounted) <= 32 else 32
-        for start in range(0, len(uncounted), size or 1):
-            chunk = uncounted[start : start + size]
-            chunk += chunk[-1:] * (size - len(chunk))
-            counted = {**base, **{f"t{j}": t for j, t in enumerate(chunk)}}
-            sql = self.statements.term_counts(size, exact, one)
-            statements.append(Stmt(sql, counted, fetch=True))
-        if not fresh:
-            statements.append(Stmt(self.statements.text_stats(exact, one), base, fetch=True))
-        found = (yield Batch(statements)) if statements else []
-        counts = {
-            term: int(count) for rows in found[: len(found) - (not fresh)] for term, count in rows
-        }
-        now = self._clock() if uncounted else 0.0
-        for term in uncounted:  # a common term's count is cached (see :attr:`common_df`)
-            df[term] = count = counts.get(term, 0)
-            if self.common_df is not None and count >= self.common_df:
-                entry = (count, 0.0, now, self.writes)
-                self._remember(self.term_stats, (key[0], exact, term), entry)
-        if not fresh:  # kept even when no term matched: the next query needs them as much
-            text_stats = TextStats._make(found[-1][0])
-            docs, total = int(text_stats.docs), float(text_stats.total_len or 0)
+        if not self._fresh(stats, "text_statistics"):
+            sql = self.statements.text_stats(exact, scoped(base))
+            [rows] = yield Batch([Stmt(sql, base, fetch=True)])
+            found = TextStats._make(rows[0])
+            docs, total = int(found.docs), float(found.total_len or 0)
             stats = (docs, total / docs if docs else 1.0, self._clock(), self.writes)
             self._remember(self.stats, key, stats)
         assert stats is not None
-        return df, stats
+        return stats[0], stats[1]
 
     def _expansion_plan(
         self,
         scored: list[tuple[tuple[str, str], float]],
-        groups: list[list[str]],
-        base: dict[str, Any],
-        exact: bool,
+        groups: list[list[Form]],
+        how: How,
         feedback: F.Feedback,
-    ) -> Plan[tuple[list[list[str]], list[float], dict[str, int]] | None]:
-        """``groups`` and boosts widened by :func:`.feedback.expansion`, and the dfs counted."""
+    ) -> Plan[tuple[list[list[Form]], list[float], Lists] | None]:
+        """``groups`` and boosts widened by :func:`.feedback.expansion`, and the lists of
+        them all (read in one statement)."""
+        _, base, _, exact, _ = how
         top = scored[: feedback.docs]
         params = S.key_params(self.statements, (item for item, _ in top))
-        sql = self.statements.feedback_postings(len(top))
-        [rows] = yield Batch([Stmt(sql, params, fetch=True)])
-        postings = [F.Posting._make(r) for r in rows]
-        query = [f for group in groups for f in group]
-        df, stats = yield from self._counts_plan(base, exact, F.candidates(postings, query), {})
+        [rows] = yield Batch([Stmt(self.statements.item_terms(len(top)), params, fetch=True)])
+        item_of: dict[int, tuple[str, str]] = {}
+        his: set[int] = set()
+        for prefix, key, num, terms, listed in rows:
+            if terms is not None:
+                item_of[int(num)] = (prefix, key)
+                his.update(high_parts(bytes(terms), listed=listed == 1).tolist())
+        asked = [(hi, None) for group in groups for hi, _ in group]
+        candidates: list[Form] = sorted({(h, None) for h in his} - set(asked))
+        flat = [f for group in groups for f in group]
+        lists = yield from lists_plan(self.statements, base, exact, flat + candidates)
+        docs, _ = yield from self._stats_plan(base, exact)
+        # the candidates' frequencies in the first matches, from the lists: exact, and the
+        # lists are read anyway for the candidates' document frequencies
+        df: dict[Form, int] = {}
+        postings = []
+        tops = np.fromiter(item_of, dtype=np.int64, count=len(item_of))
+        for term in candidates:
+            nums, tfs, dls = lists.entries(term)
+            df[term] = len(nums)
+            at = np.isin(nums, tops)
+            postings += [
+                F.Posting(*item_of[n], term, tf, dl)
+                for n, tf, dl in zip(*(a[at].tolist() for a in (nums, tfs, dls)), strict=True)
+            ]
 
-        def idf(term: str) -> float:
-            return F.discriminates(stats[0], df.get(term, 0))
+        def idf(term: Form) -> float:
+            return F.discriminates(docs, df.get(term, 0))
 
-        if not (added := F.expansion(postings, dict(top), idf, query, feedback)):
+        if not (added := F.expansion(postings, dict(top), idf, asked, feedback)):
             return None
-        return groups + [[t] for t in added], [1.0] * len(groups) + list(added.values()), df
+        boosts = [1.0] * len(groups) + list(added.values())
+        return groups + [[t] for t in added], boosts, lists
 
     def rank_keys_plan(
         self,
@@ -493,6 +517,11 @@ class Ranker:
                 _, (_, _, dropped) = self.matrices.popitem(last=False)
                 total -= dropped.nbytes
         return keys, matrix
+
+
+def _groups(terms: list[str], forms: list[list[str]] | None) -> list[list[Form]]:
+    """Per query term, its forms in the index: itself, or its keyed hashes (encryption)."""
+    return [[form_of(f) for f in group] for group in (forms or [[t] for t in terms])]
 
 
 def as_matrix(vectors: Iterable[bytes]) -> Any:

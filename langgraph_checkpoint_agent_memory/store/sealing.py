@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -42,13 +43,20 @@ from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
     FieldVectorRow,
     PlainItem,
-    PostingRow,
     Prefilter,
     StoreStatements,
 )
+from langgraph_checkpoint_agent_memory.db.term_index import (
+    encode_terms,
+    halves,
+    high_parts,
+    term_id,
+    unlisted_terms,
+)
 from langgraph_checkpoint_agent_memory.errors import KeyMissingError
-from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup
+from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup, text_leaves
 from langgraph_checkpoint_agent_memory.store.values import encode_value
+from langgraph_checkpoint_agent_memory.text import date_words, tokens
 
 T = TypeVar("T")
 
@@ -398,6 +406,56 @@ class Sealer:
         return [[h(t) for h in hashes] + ([t] if plain else []) for t in terms]
 
 
+def _keyed_terms(
+    value: Any, text: str, terms: bytes | None, listed: bool, keyed: Callable[[str], str]
+) -> dict[str, int] | None:
+    """An unsealed item's terms under keyed hashes: each plain term id given back its word
+    from the words of the item's value (its strings, numbers, keys and the dates of its
+    numbers), which its indexed text was made of; ``None``: nothing indexed."""
+    if terms is None:
+        return None
+    decoded = json.loads(text) if isinstance(value, str) else value
+    leaves = [*text_leaves(decoded), *_keys_of(decoded)]
+    leaves += [date_words(float(x)) for x in leaves if _epoch(x)]
+    words = Counter(tokens("\n".join(leaves)))
+    if listed:  # the frequencies left with the lists: counted again in the value's words
+        word_of = {halves(term_id(w))[0]: w for w in words}
+        his = high_parts(bytes(terms)).tolist()
+        pairs = [(hi, words[word_of.get(hi, "")] or 1) for hi in his]
+    else:
+        ids, tfs = unlisted_terms(bytes(terms))
+        word_of = {term_id(w): w for w in words}
+        pairs = list(zip(ids.tolist(), tfs.tolist(), strict=True))
+    out: dict[str, int] = {}
+    for plain, tf in pairs:
+        if (word := word_of.get(plain)) is not None:
+            stored = keyed(word)
+            out[stored] = out.get(stored, 0) + tf
+    return out
+
+
+def _keys_of(value: Any) -> list[str]:
+    """Every key of a JSON value's objects."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            out += [str(k) for k in item]
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return out
+
+
+def _epoch(leaf: str) -> bool:
+    """Whether a leaf reads as seconds since the epoch (1973 to 2286): a date indexed."""
+    try:
+        return 1e8 <= float(leaf) < 1e10
+    except ValueError:
+        return False
+
+
 def _padded(hashes: list[str]) -> list[str]:
     """``hashes``, the last repeated up to a power of two, so few statement sizes compile."""
     size = 1 << (len(hashes) - 1).bit_length()
@@ -426,36 +484,33 @@ def encrypt_plaintext_plan(
             sealed = sealer.seal_value(key, *at, text)
             claim = [
                 Stmt(st.seal_item(), {**ident, "sealed": sealed, "value": SEALED_VALUE}),
-                Stmt(st.item_postings(), ident, fetch=True),
+                Stmt(st.item_index(), ident, fetch=True),
                 Stmt(st.item_vectors(), ident, fetch=True),
             ]
-            claimed, postings, vectors = yield Batch(claim, write=True, lock=True, hold=True)
+            claimed, indexed, vectors = yield Batch(claim, write=True, lock=True, hold=True)
             if not claimed:
                 yield Batch([], write=True)
                 continue
-            terms: dict[str, tuple[int, int]] = {}
-            for p in map(PostingRow._make, postings):
-                stored = key.term(p.term)
-                tf = terms.get(stored, (0, p.dl))[0] + p.tf
-                terms[stored] = (tf, p.dl)
-            term_rows = [{**ident, "term": t, "tf": tf, "dl": dl} for t, (tf, dl) in terms.items()]
-            term_rows += [  # and the keyed hashes of its filterable fields
-                {**ident, "term": t, "tf": 0, "dl": 0} for t in sealer.filter_terms(key, text)
-            ]
+            terms, listed = indexed[0] if indexed else (None, None)
+            counted = _keyed_terms(item.value, text, terms, listed == 1, sealer.term_of(key))
+            tags = [{**ident, "tag": t} for t in sealer.filter_terms(key, text)]
             vector_rows = [
                 {**ident, "field": f, "vector": sealer.seal_vector(key, *at, f, bytes(v))}
                 for f, v in map(FieldVectorRow._make, vectors)
             ]
-            # the namespace's blocks hold its words in plaintext: gone with the first item
-            writes = [Stmt(st.delete_item()[1], ident), Stmt(st.blocks_drop(), ident)]
-            if term_rows:
-                writes.append(st.insert_terms_stmt(term_rows))
+            # the words' plain hashes leave the lists at the next merge; until then, retracted
+            writes = [Stmt(st.retract(), ident)]
+            if counted is not None:
+                blob = encode_terms(counted)
+                writes.append(Stmt(st.reindex_item(), {**ident, "terms": blob}))
+            if tags:
+                writes.append(Stmt(st.insert_tags(), tags, many=True))
             if vector_rows:
                 writes.append(Stmt(st.seal_vector(), vector_rows, many=True))
             yield Batch(writes, write=True)
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)
-            counts["terms"] += len(terms)
+            counts["terms"] += len(counted or ())
             if on_progress is not None:
                 on_progress(counts["items"], None)
         if len(rows) < batch_size:

@@ -57,6 +57,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ns_text,
     scoped,
 )
+from langgraph_checkpoint_agent_memory.db.term_index import index_item
 from langgraph_checkpoint_agent_memory.errors import AgentMemoryError, ConfigurationError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, reranking_of
 from langgraph_checkpoint_agent_memory.store import search as S
@@ -774,6 +775,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)
+        yield from self.ranker.written_plan(prefix for prefix, _ in puts)
         return results
 
     def _get_plan(self, op: GetOp, now: float) -> Plan[ItemRow | None]:
@@ -826,7 +828,6 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
-        self.ranker.writes += len(puts)
         return self.statements.writes(
             items, vector_rows, removed, native_vectors=self.sealer is None
         )
@@ -849,6 +850,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             "doc": self._doc(op),
         }
         if self.sealer is None:
+            index_item(row)
             return row, None
         data_key = yield from self.sealer.owner_key_plan(self.statements.shard(prefix), create=True)
         assert data_key is not None
@@ -858,6 +860,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             term_of=self.sealer.term_of(data_key),
             filter_terms=self.sealer.filter_terms(data_key, text),
         )
+        index_item(row)
         return row, data_key
 
     def _delete_namespace_plan(self, namespace: Sequence[str]) -> Plan[int]:
@@ -866,8 +869,16 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
         params = self.statements.prefix_params(namespace)
         one = scoped(params)  # the prefix covers the shard key; else it spans shards
         counting = Stmt(self.statements.count_under(one), params, fetch=True)
-        [[(count,)]] = yield Batch([counting], lock=True, hold=True)
-        yield Batch([Stmt(sql, params) for sql in self.statements.delete_under(one)], write=True)
+        if one:
+            shards = [params["shard"]]
+        else:  # every shard key under the prefix: its merges wait
+            reading = Stmt(self.statements.shards_under(), params, fetch=True)
+            [rows] = yield Batch([reading], lock=True, hold=True)
+            shards = [r[0] for r in rows]
+        locks = self.statements.merge_locks(shards)
+        *_, [(count,)] = yield Batch([*locks, counting], lock=True, hold=True)
+        deletes = self.statements.delete_under(one, deeper=bool(params.get("rest")))
+        yield Batch([Stmt(sql, params) for sql in deletes], write=True)
         return int(count)
 
     def delete_namespace(self, namespace: tuple[str, ...]) -> int:
@@ -948,7 +959,11 @@ def sweep_plan(
             yield Batch([], write=True)
             return removed
         keys = [ItemKey._make(r)._asdict() for r in rows]
-        yield Batch([Stmt(sql, keys, many=True) for sql in statements.delete_item()], write=True)
+        # the retraction first, planned for each item (see StoreStatements.writes)
+        deletes = statements.delete_item()
+        yield Batch(
+            [Stmt(s, keys, many=True, prepare=s is not deletes[0]) for s in deletes], write=True
+        )
         removed += len(rows)
         if on_progress is not None:
             on_progress(removed, None)

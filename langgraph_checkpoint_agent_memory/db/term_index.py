@@ -1,0 +1,183 @@
+"""The store's term index as the tables keep it (``store.index`` ranks and merges with it).
+
+A term is named by a 64-bit hash (:func:`term_id`) of the term as stored: the word, or its
+keyed hash with encryption on, split in its high 24 bits (signed) and low 40 bits (the chunks'
+key, see :func:`halves`). An item's row carries its terms. Until a merge lists them, ``terms``
+holds, for its ``n`` distinct terms, the ids' high parts (3 bytes each, little-endian), their
+low parts (5 bytes) and their frequencies up to 65,535 (``<u2``): 10 bytes a term. Once
+listed it keeps the high parts alone, 3 bytes a term: what a retraction needs to find the
+lists that hold the item (a list of another term with the same high part holds no entry of
+it, so taking the item out of that list too changes nothing).
+
+The lists: a chunk holds one term's entries in one namespace, item numbers ascending from
+``start`` on: a byte naming three widths (two bits each), then the gaps between the
+numbers, the frequencies and the items' lengths, each array of one fixed width, so numpy
+reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import Counter
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from langgraph_checkpoint_agent_memory.text import postings
+
+#: The most entries a chunk holds.
+CHUNK = 4096
+#: Bytes a term takes in an item's ``terms``, before and after it is listed.
+UNLISTED_BYTES, LISTED_BYTES = 10, 3
+#: The bits of a term id's low part.
+LOW_BITS = 40
+MAX_TF = 65535
+#: Unsigned little-endian widths of a chunk's arrays, by code (``1 << code`` bytes).
+WIDTHS = ("<u1", "<u2", "<u4", "<u8")
+
+
+def term_id(term: str) -> int:
+    """The signed 64-bit hash naming ``term`` in the index.
+
+    Example:
+        >>> term_id("berlin") == term_id("berlin") != term_id("paris")
+        True
+    """
+    digest = hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def merge_lock_id(shard: str) -> int:
+    """The advisory lock that makes a shard key's merges, deletes and erases take turns."""
+    digest = hashlib.blake2b(f"merge:{shard}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def halves(term: int) -> tuple[int, int]:
+    """A term id's high 24 bits (signed) and low 40 bits (unsigned): the chunks' key.
+
+    Example:
+        >>> halves(-1), halves(1 << 40)
+        ((-1, 1099511627775), (1, 0))
+    """
+    return term >> LOW_BITS, term & ((1 << LOW_BITS) - 1)
+
+
+@lru_cache(maxsize=65536)
+def _id_of(term: str) -> int:
+    return term_id(term)
+
+
+def encode_terms(counts: dict[str, int]) -> bytes:
+    """An item's unlisted ``terms`` of ``{term as stored: frequency}``.
+
+    Example:
+        >>> len(encode_terms({"a": 1, "b": 300}))
+        20
+    """
+    n = len(counts)
+    ids = struct.pack(f"<{n}q", *(_id_of(t) for t in counts))
+    # little-endian: an id's first 5 bytes are its low part, the last 3 its high part
+    return b"".join(
+        (
+            *(ids[i + 5 : i + 8] for i in range(0, 8 * n, 8)),
+            *(ids[i : i + 5] for i in range(0, 8 * n, 8)),
+            struct.pack(f"<{n}H", *(f if f < MAX_TF else MAX_TF for f in counts.values())),
+        )
+    )
+
+
+def read_ints(data: Any, starts: Any, width: int, signed: bool) -> Any:
+    """The little-endian integers of ``width`` bytes at byte offsets ``starts`` (an array) of
+    ``data`` (a uint8 array), as int64.
+
+    Example:
+        >>> import numpy as np
+        >>> read_ints(np.frombuffer(bytes([255, 255, 255, 1, 0, 0]), np.uint8),
+        ...           np.array([0, 3]), 3, True).tolist()
+        [-1, 1]
+    """
+    import numpy as np
+
+    raw = data[starts[:, None] + np.arange(width)].astype(np.int64)
+    value = (raw << (8 * np.arange(width))).sum(axis=1)
+    if signed:
+        value -= (value >> (8 * width - 1)) << (8 * width)
+    return value
+
+
+def index_item(item: dict[str, Any]) -> None:
+    """Give an item row its term columns from its ``doc`` (taken out): keyed by its
+    ``term_of`` (encryption, taken out); its ``filter_terms`` become its ``tags``."""
+    doc = item.pop("doc", None)
+    term_of: Callable[[str], str] | None = item.pop("term_of", None)
+    if "filter_terms" in item:
+        item["tags"] = item.pop("filter_terms")
+    if doc is None:
+        item.update(doc_len=None, terms=None, merged=None)
+        return
+    found, length = postings(doc)
+    if term_of is not None:  # two words may share a keyed hash: their counts add up
+        keyed: Counter[str] = Counter()
+        for term, n in found.items():
+            keyed[term_of(term)] += n
+        found = keyed
+    item.update(doc_len=length, terms=encode_terms(found), merged=0)
+
+
+def unlisted_terms(blob: bytes) -> tuple[Any, Any]:
+    """The term ids and frequencies of an unlisted ``terms``."""
+    import numpy as np
+
+    n = len(blob) // UNLISTED_BYTES
+    data = np.frombuffer(blob, np.uint8)
+    hi = read_ints(data, 3 * np.arange(n), 3, True)
+    lo = read_ints(data, 3 * n + 5 * np.arange(n), 5, False)
+    return (hi << LOW_BITS) | lo, np.frombuffer(blob, "<u2", n, 8 * n).astype(np.int64)
+
+
+def high_parts(blob: bytes, listed: bool = True) -> Any:
+    """The high parts of the term ids of ``terms``, listed or not."""
+    import numpy as np
+
+    n = len(blob) // (LISTED_BYTES if listed else UNLISTED_BYTES)
+    return read_ints(np.frombuffer(blob, np.uint8), 3 * np.arange(n), 3, True)
+
+
+def _code(largest: int) -> int:
+    return 0 if largest < 1 << 8 else 1 if largest < 1 << 16 else 2 if largest < 1 << 32 else 3
+
+
+def pack_chunk(nums: Any, tf: Any, dl: Any) -> bytes:
+    """A chunk's payload of its entries (numbers ascending).
+
+    Example:
+        >>> import numpy as np
+        >>> payload = pack_chunk(np.array([5, 9, 400]), np.array([1, 2, 1]), np.array([3, 4, 70]))
+        >>> [a.tolist() for a in unpack_chunk(5, payload)]
+        [[5, 9, 400], [1, 2, 1], [3, 4, 70]]
+    """
+    import numpy as np
+
+    gaps = np.diff(nums, prepend=nums[:1])
+    arrays = (gaps, tf, dl)
+    codes = [_code(int(a.max())) for a in arrays]
+    return bytes([codes[0] | codes[1] << 2 | codes[2] << 4]) + b"".join(
+        a.astype(WIDTHS[c]).tobytes() for a, c in zip(arrays, codes, strict=True)
+    )
+
+
+def unpack_chunk(start: int, payload: bytes) -> tuple[Any, Any, Any]:
+    """A chunk's ``(numbers, frequencies, lengths)``, each an int64 array."""
+    import numpy as np
+
+    codes = (payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4)
+    entries = (len(payload) - 1) // sum(1 << c for c in codes)
+    out = []
+    at = 1
+    for code in codes:
+        out.append(np.frombuffer(payload, WIDTHS[code], entries, at).astype(np.int64))
+        at += entries << code
+    gaps, tf, dl = out
+    return start + np.cumsum(gaps), tf, dl

@@ -1,0 +1,369 @@
+"""How the store ranks by its term index, and keeps the index's lists (:mod:`..db.term_index`
+says how the tables hold them; ``docs/internals/store-search.md`` why).
+
+A query reads, in one snapshot, the chunks of its terms under the namespace, the items not yet
+listed and the retractions (:class:`Lists`); sums BM25 in numpy; and reads back the keys of
+its best candidates only, live and passing the filter. A merge moves a namespace's unlisted
+items into its lists and takes the retracted ones out; it runs when a query finds
+:data:`MERGE_AT` of them in a namespace, or this process has written as many there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.store import Prefilter, StoreStatements, rest_params
+from langgraph_checkpoint_agent_memory.db.term_index import (
+    CHUNK,
+    LOW_BITS,
+    UNLISTED_BYTES,
+    WIDTHS,
+    halves,
+    high_parts,
+    read_ints,
+    term_id,
+    unpack_chunk,
+)
+
+#: A term as the index finds it: its id's high and low parts (``None``: any low part,
+#: as relevance feedback asks for the terms of a listed item, of which it kept the high part).
+Form = tuple[int, int | None]
+#: Unlisted items plus retractions in one namespace that make a query merge it.
+MERGE_AT = 256
+#: The most items one merge transaction lists.
+MERGE_CAP = 4096
+#: Items this process writes to one namespace that make it merge the namespace: fewer,
+#: larger merges rewrite fewer chunks (a query merges at :data:`MERGE_AT`).
+MERGE_WRITES = 4096
+#: Tied candidates at the cut read by number; more, and the items are read in key order.
+TIES_READ = 1024
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+#: The code of a chunk array's width (``db.term_index.WIDTHS``), by its largest value.
+_LIMITS = np.array([1 << 8, 1 << 16, 1 << 32], dtype=np.int64)
+
+
+def form_of(term: str) -> Form:
+    """The form of a term as stored (a word, or its keyed hash)."""
+    return halves(term_id(term))
+
+
+class Lists:
+    """What one read of the lists found under a namespace (rows of
+    :meth:`.StoreStatements.lists`), and each term's entries from it."""
+
+    def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
+        self.chunks: defaultdict[int, list[tuple[int, int, bytes]]] = defaultdict(list)
+        #: Per namespace, its unlisted items and retractions: a merge runs past MERGE_AT.
+        self.pending: Counter[str] = Counter()
+        nums: list[int] = []
+        lengths: list[int] = []
+        blobs: list[bytes] = []
+        gone: list[int] = []
+        gone_terms: list[bytes] = []
+        for kind, prefix, hi, lo, a, b, payload in rows:
+            if kind == 0:
+                self.chunks[int(hi)].append((int(lo), int(a), bytes(payload)))
+                continue
+            self.pending[prefix] += 1
+            if kind == 1:
+                nums.append(int(a))
+                lengths.append(int(b or 0))
+                blobs.append(bytes(payload or b""))
+            else:
+                gone.append(int(a))
+                gone_terms.append(bytes(payload))
+        self.unlisted = len(nums)
+        self._unlisted(nums, lengths, blobs)
+        his = [high_parts(blob) for blob in gone_terms]
+        self.gone_hi = np.concatenate(his).astype(np.int64) if his else _EMPTY
+        counts = [len(h) for h in his]
+        self.gone_num = np.repeat(np.asarray(gone, dtype=np.int64), counts) if gone else _EMPTY
+
+    def _unlisted(self, nums: list[int], lengths: list[int], blobs: list[bytes]) -> None:
+        """Decode the unlisted items' terms at once: ids, frequencies, owners."""
+        n = np.asarray([len(b) // UNLISTED_BYTES for b in blobs], dtype=np.int64)
+        total = int(n.sum()) if len(n) else 0
+        if not total:
+            self.u_hi = self.u_lo = self.u_tf = self.u_num = self.u_dl = _EMPTY
+            return
+        big = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+        offsets = np.concatenate(([0], np.cumsum(n * UNLISTED_BYTES)[:-1]))
+        owner = np.repeat(np.arange(len(blobs)), n)
+        k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        base, size = offsets[owner], n[owner]
+        self.u_hi = read_ints(big, base + 3 * k, 3, True)
+        self.u_lo = read_ints(big, base + 3 * size + 5 * k, 5, False)
+        self.u_tf = read_ints(big, base + 8 * size + 2 * k, 2, False)
+        self.u_num = np.asarray(nums, dtype=np.int64)[owner]
+        self.u_dl = np.asarray(lengths, dtype=np.int64)[owner]
+
+    def entries(self, form: Form) -> tuple[Any, Any, Any]:
+        """``(numbers, tf, dl)`` of the items holding ``form``: its chunks' entries but the
+        retracted ones, and the unlisted items' (which win over a listed entry)."""
+        hi, lo = form
+        parts = [
+            unpack_chunk(start, payload)
+            for low, start, payload in self.chunks.get(hi, ())
+            if lo is None or low == lo
+        ]
+        nums, tf, dl = _joined(parts)
+        gone = self.gone_num[self.gone_hi == hi]
+        mask = self.u_hi == hi
+        if lo is not None:
+            mask &= self.u_lo == lo
+        fresh = self.u_num[mask]
+        if len(nums) and (len(gone) or len(fresh)):
+            keep = ~np.isin(nums, np.concatenate((gone, fresh)))
+            nums, tf, dl = nums[keep], tf[keep], dl[keep]
+        if len(fresh):
+            nums = np.concatenate((nums, fresh))
+            tf = np.concatenate((tf, self.u_tf[mask]))
+            dl = np.concatenate((dl, self.u_dl[mask]))
+        return nums, tf, dl
+
+
+def lists_plan(
+    statements: StoreStatements, base: dict[str, Any], exact: bool, forms: Sequence[Form]
+) -> Plan[Lists]:
+    """The lists of ``forms`` under ``base``'s namespace, read in one statement."""
+    d = statements.d
+    his = sorted({hi for hi, _ in forms})
+    params = {**base, **d.list_params("his", his)}
+    if "shard" in base:
+        params.update(rest_params(base["ns"], base["shard"]))
+    sql = statements.lists(exact, "shard" in base, d.list_size(len(his)), bool(params.get("rest")))
+    [rows] = yield Batch([Stmt(sql, params, fetch=True)])
+    return Lists(rows)
+
+
+def bm25(
+    lists: Lists,
+    groups: Sequence[Sequence[Form]],
+    weight: Sequence[float],
+    k_base: float,
+    k_len: float,
+) -> tuple[Any, Any]:
+    """``(numbers, scores)`` of every item holding a term: ``weight[g]`` is group g's idf
+    times (k1 + 1) (a group: one term's forms, each weighing as the term)."""
+    nums: list[Any] = []
+    scores: list[Any] = []
+    for group, w in zip(groups, weight, strict=True):
+        for form in group:
+            n, tf, dl = lists.entries(form)
+            nums.append(n)
+            scores.append(w * tf / (k_base + tf + k_len * dl))
+    if not nums:
+        return _EMPTY, np.zeros(0)
+    found, at = np.unique(np.concatenate(nums), return_inverse=True)
+    return found, np.bincount(at, weights=np.concatenate(scores), minlength=len(found))
+
+
+def document_frequencies(lists: Lists, forms: Sequence[Form]) -> dict[Form, int]:
+    """How many items hold each form."""
+    return {form: len(lists.entries(form)[0]) for form in dict.fromkeys(forms)}
+
+
+def best_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """``((prefix, key), score)`` of the ``want`` best live items passing the filter, ties
+    ordered by namespace and key: candidates are read by number, best first, until ``want``
+    pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
+    instead, until enough of the tied ones are found."""
+    _, _, want, _ = how
+    order = np.lexsort((nums, -scores))
+    nums, scores = nums[order], scores[order]
+    found: list[tuple[tuple[str, str], float]] = []
+    at, size = 0, want
+    while at < len(nums) and len(found) < want:
+        end = min(at + size, len(nums))
+        # the tie at the slice's end: where it starts and ends
+        score = -scores[end - 1]
+        first = int(np.searchsorted(-scores, score, side="left"))
+        tied = int(np.searchsorted(-scores, score, side="right"))
+        if tied - first > TIES_READ and end < tied:
+            if first > at:  # the better ones, by number
+                found += yield from _by_nums_plan(statements, nums, scores, at, first, how)
+            found += yield from _tied_plan(statements, nums, scores, first, tied, want, how)
+        else:
+            found += yield from _by_nums_plan(statements, nums, scores, at, tied, how)
+        at = tied
+        size *= 4
+    found.sort(key=lambda f: (-f[1], f[0]))
+    return found[:want]
+
+
+def _by_nums_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    start: int,
+    end: int,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """The candidates ``nums[start:end]`` that are live and pass the filter, with scores."""
+    filters, base, _, exact = how
+    d = statements.d
+    chunk = nums[start:end].tolist()
+    sql = statements.by_nums(filters, exact, "shard" in base, d.list_size(len(chunk)))
+    [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("nums", chunk)}, fetch=True)])
+    score_of = dict(zip(chunk, scores[start:end].tolist(), strict=True))
+    return [((p, k), score_of[int(n)]) for p, k, n in rows]
+
+
+def _tied_plan(
+    statements: StoreStatements,
+    nums: Any,
+    scores: Any,
+    start: int,
+    end: int,
+    want: int,
+    how: tuple[Prefilter, dict[str, Any], int, bool],
+) -> Plan[list[tuple[tuple[str, str], float]]]:
+    """The first ``want`` of the tied candidates ``nums[start:end]`` in key order, read by
+    walking the namespace's items in that order."""
+    filters, base, _, exact = how
+    tied = nums[start:end]
+    score = float(scores[start])
+    sql = statements.in_key_order(filters, exact, "shard" in base)
+    found: list[tuple[tuple[str, str], float]] = []
+    after = {"a_prefix": "", "a_key": ""}
+    page = 4 * want
+    while len(found) < want:
+        [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
+        if rows:
+            hit = np.isin(np.asarray([int(r[2]) for r in rows], dtype=np.int64), tied)
+            found += [((r[0], r[1]), score) for r, h in zip(rows, hit.tolist(), strict=True) if h]
+        if len(rows) < page:
+            break
+        after = {"a_prefix": rows[-1][0], "a_key": rows[-1][1]}
+        page *= 2
+    return found[:want]
+
+
+def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int]:
+    """List up to :data:`MERGE_CAP` of one namespace's unlisted items and take its retracted
+    items out of its lists, in one transaction; how many items it listed."""
+    d = statements.d
+    ident = {"shard": shard, "prefix": prefix}
+    rest = rest_params(prefix, shard)["rest"]
+    first = [
+        *statements.merge_locks([shard]),
+        Stmt(statements.unlisted(), {**ident, "cap": MERGE_CAP}, fetch=True),
+        Stmt(statements.retracted(), ident, fetch=True),
+    ]
+    *_, items, retractions = yield Batch(first, lock=True, hold=True)
+    if not items and not retractions:
+        yield Batch([], write=True)
+        return 0
+    lists = Lists([(1, prefix, None, None, n, dl, t) for n, dl, t in items])
+    retracted = Lists([(2, prefix, None, None, n, None, t) for n, t in retractions])
+    his = np.unique(np.concatenate((lists.u_hi, retracted.gone_hi))).tolist()
+    touched = [int(n) for n, _, _ in items] + [int(n) for n, _ in retractions]
+    params = {"shard": shard, "rest": rest, "min": min(touched)}
+    read = [
+        Stmt(
+            statements.chunks_to_merge(d.list_size(len(part))),
+            {**params, **d.list_params("his", part)},
+            fetch=True,
+        )
+        for part in _parts(his, d.list_cap)
+    ]
+    found = yield Batch(read, hold=True)
+    rows = [r for part in found for r in part]
+    at = {"shard": shard, "rest": rest}
+    drops = [{**at, "hi": int(r[0]), "lo": int(r[1]), "start": int(r[2])} for r in rows]
+    inserts = [{**at, **chunk} for chunk in _rechunked(rows, lists, retracted)]
+    writes = [Stmt(statements.drop_chunk(), drops, many=True)]
+    writes.append(Stmt(statements.insert_chunk(), inserts, many=True))
+    for part in _parts([int(n) for n, _, _ in items], d.list_cap):
+        sql = statements.mark_listed(d.list_size(len(part)))
+        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    for part in _parts([int(n) for n, _ in retractions], d.list_cap):
+        sql = statements.drop_retractions(d.list_size(len(part)))
+        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    yield Batch(writes, write=True)
+    return len(items)
+
+
+def _term(hi: Any, lo: Any) -> Any:
+    """Term ids of their halves (numpy arrays or integers)."""
+    return (hi << LOW_BITS) | lo
+
+
+def _rechunked(
+    rows: Sequence[Sequence[Any]], lists: Lists, retracted: Lists
+) -> list[dict[str, Any]]:
+    """The chunks that replace ``rows`` (chunks read by a merge): their entries but the
+    retracted ones and those of items listed anew, plus the unlisted items' entries, each
+    term's in number order, :data:`CHUNK` to a chunk."""
+    old = [
+        (int(hi), int(lo), *unpack_chunk(int(start), bytes(payload)))
+        for hi, lo, start, payload in rows
+    ]
+    counts = [len(o[2]) for o in old]
+    old_hi = np.repeat(np.asarray([o[0] for o in old], dtype=np.int64), counts)
+    old_lo = np.repeat(np.asarray([o[1] for o in old], dtype=np.int64), counts)
+    nums, tf, dl = _joined([o[2:] for o in old])
+    # out: an old entry of an item listed anew (its terms come with it) or retracted
+    out = np.isin(nums, lists.u_num)
+    maybe = np.flatnonzero(~out & np.isin(nums, retracted.gone_num))
+    if len(maybe):
+        gone = set(zip(retracted.gone_num.tolist(), retracted.gone_hi.tolist(), strict=True))
+        pairs = zip(nums[maybe].tolist(), old_hi[maybe].tolist(), strict=True)
+        out[maybe] = [pair in gone for pair in pairs]
+    keep = ~out
+    ids = np.concatenate((_term(old_hi[keep], old_lo[keep]), _term(lists.u_hi, lists.u_lo)))
+    nums = np.concatenate((nums[keep], lists.u_num))
+    tf = np.concatenate((tf[keep], lists.u_tf))
+    dl = np.concatenate((dl[keep], lists.u_dl))
+    if not len(ids):
+        return []
+    order = np.lexsort((nums, ids))
+    ids, nums, tf, dl = ids[order], nums[order], tf[order], dl[order]
+    new_term = np.r_[True, ids[1:] != ids[:-1]]
+    term_start = np.flatnonzero(new_term)
+    rank = np.arange(len(ids)) - term_start[np.cumsum(new_term) - 1]
+    starts = np.flatnonzero(rank % CHUNK == 0)
+    ends = np.r_[starts[1:], len(ids)]
+    gaps = np.diff(nums, prepend=nums[:1])
+    gaps[starts] = 0
+    arrays = (gaps, tf, dl)
+    codes = [np.searchsorted(_LIMITS, np.maximum.reduceat(a, starts), side="right") for a in arrays]
+    packed: dict[tuple[int, int], bytes] = {}
+    out_rows = []
+    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        chunk_codes = [int(c[k]) for c in codes]
+        parts = [bytes([chunk_codes[0] | chunk_codes[1] << 2 | chunk_codes[2] << 4])]
+        for j, code in enumerate(chunk_codes):
+            if (j, code) not in packed:
+                packed[(j, code)] = arrays[j].astype(WIDTHS[code]).tobytes()
+            width = 1 << code
+            parts.append(packed[(j, code)][s * width : e * width])
+        hi, lo = halves(int(ids[s]))
+        out_rows.append({"hi": hi, "lo": lo, "start": int(nums[s]), "payload": b"".join(parts)})
+    return out_rows
+
+
+def _joined(parts: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
+    """Chunks' ``(numbers, tf, dl)`` end to end."""
+    if not parts:
+        return _EMPTY, _EMPTY, _EMPTY
+    nums, tf, dl = zip(*parts, strict=True)
+    return np.concatenate(nums), np.concatenate(tf), np.concatenate(dl)
+
+
+def _parts(values: list[Any], cap: int | None) -> list[list[Any]]:
+    if not values:
+        return []
+    size = cap or len(values)
+    return [values[i : i + size] for i in range(0, len(values), size)]

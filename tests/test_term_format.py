@@ -1,0 +1,98 @@
+"""The stored forms of the term index (``db/term_index.py``), Hypothesis over their inputs:
+an item's terms round trip unlisted, and listed (what SQL keeps of them, the first 3 bytes a
+term) give the high parts of their ids; a chunk's entries round trip at every width of its
+arrays (1, 2, 4 and 8 bytes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
+
+from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
+from langgraph_checkpoint_agent_memory.db.term_index import (
+    LISTED_BYTES,
+    LOW_BITS,
+    MAX_TF,
+    UNLISTED_BYTES,
+    encode_terms,
+    halves,
+    high_parts,
+    pack_chunk,
+    term_id,
+    unlisted_terms,
+    unpack_chunk,
+)
+
+ENGINE = sa.create_engine("sqlite://")
+counts = st.dictionaries(st.text(max_size=12), st.integers(1, 3 * MAX_TF), max_size=60)
+
+
+@given(st.text(max_size=20))
+def test_a_term_id_is_its_two_parts(term: str) -> None:
+    tid = term_id(term)
+    assert -(2**63) <= tid < 2**63
+    hi, lo = halves(tid)
+    assert -(2**23) <= hi < 2**23 and 0 <= lo < 2**LOW_BITS
+    assert (hi << LOW_BITS) | lo == tid
+
+
+@given(counts)
+def test_an_items_terms_round_trip_unlisted_and_listed(found: dict[str, int]) -> None:
+    """Unlisted: each term's id and frequency, exact up to 65,535; listed (its first three
+    bytes a term, as SQL cuts it): the high parts of the ids."""
+    blob = encode_terms(found)
+    assert len(blob) == UNLISTED_BYTES * len(found)
+    got, tf = unlisted_terms(blob)
+    assert dict(zip(got.tolist(), tf.tolist(), strict=True)) == {
+        term_id(t): min(f, MAX_TF) for t, f in found.items()
+    }
+    expected = [halves(term_id(t))[0] for t in found]
+    assert high_parts(blob, listed=False).tolist() == expected
+    assert high_parts(blob[: LISTED_BYTES * len(found)]).tolist() == expected
+
+
+@given(counts)
+def test_sql_cuts_an_items_terms_to_their_listed_form(found: dict[str, int]) -> None:
+    """The dialects' ``listed_terms`` (SQLite's here) keeps the first 3 bytes a term."""
+    expr = SQLiteDialect().listed_terms(sa.bindparam("terms", type_=sa.LargeBinary))
+    blob = encode_terms(found)
+    with ENGINE.connect() as conn:
+        [(cut,)] = conn.execute(sa.select(expr), {"terms": blob}).fetchall()
+    assert bytes(cut or b"") == blob[: LISTED_BYTES * len(found)]
+
+
+WIDTHS = {1: 2**8 - 1, 2: 2**16 - 1, 4: 2**32 - 1, 8: 2**62}
+
+
+@st.composite
+def chunk(draw: Any) -> tuple[Any, Any, Any, tuple[int, int, int]]:
+    """Entries whose gaps, frequencies and lengths each need one of the four widths."""
+    widths = tuple(draw(st.sampled_from(sorted(WIDTHS))) for _ in range(3))
+    n = draw(st.integers(1, 40))
+    gaps = [draw(st.integers(1, WIDTHS[widths[0]] // 2)) for _ in range(n - 1)]
+    if n > 1:
+        gaps[draw(st.integers(0, n - 2))] = WIDTHS[widths[0]]
+    start = draw(st.integers(1, 2**40))
+    nums = np.cumsum([start, *gaps], dtype=np.int64)
+    tf = draw(st.lists(st.integers(1, WIDTHS[widths[1]]), min_size=n, max_size=n))
+    tf[draw(st.integers(0, n - 1))] = WIDTHS[widths[1]]
+    dl = draw(st.lists(st.integers(0, WIDTHS[widths[2]]), min_size=n, max_size=n))
+    dl[draw(st.integers(0, n - 1))] = WIDTHS[widths[2]]
+    if n == 1:  # no gap: the narrowest width
+        widths = (1, *widths[1:])
+    return nums, np.asarray(tf, dtype=np.int64), np.asarray(dl, dtype=np.int64), widths
+
+
+@given(chunk())
+def test_a_chunk_round_trips_at_every_width(entries: tuple[Any, Any, Any, Any]) -> None:
+    nums, tf, dl, widths = entries
+    payload = pack_chunk(nums, tf, dl)
+    codes = [payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4]
+    assert [1 << c for c in codes] == list(widths)
+    assert len(payload) == 1 + len(nums) * sum(widths)
+    got = unpack_chunk(int(nums[0]), payload)
+    assert [a.tolist() for a in got] == [nums.tolist(), tf.tolist(), dl.tolist()]
