@@ -398,6 +398,30 @@ def test_plaintext_is_refused_then_migrated(
     assert strict.sweep() == 0  # TTLs kept: nothing expired
 
 
+def test_encrypting_plaintext_leaves_no_plain_hash_in_the_lists(
+    tmp_path: Path, stores: Callable[..., AgentMemoryStore]
+) -> None:
+    """Listed plaintext items, once sealed, leave no hash of their words in the term lists
+    (their namespace is merged at the end), and still match their words."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    words = secret_words()
+    plain = stores(url, encryption=False)
+    for i in range(40):
+        plain.put(("users", "alice"), f"k{i}", {"text": f"note {i} {words[i % len(words)]}"})
+    plain.db.run(plain.ranker.merge_plan("users.alice"))
+    with sqlite3.connect(tmp_path / "p.db") as conn:
+        assert {halves(term_id(s))[0] for w in words for s in tokens(w)} <= stored_halves(conn)
+    key = generate_master_key()
+    sealing = stores(url, encryption=Encryption(master_keys=[key], allow_plaintext=True))
+    assert sealing.encrypt_plaintext()["items"] == 40
+    with sqlite3.connect(tmp_path / "p.db") as conn:
+        stems = {halves(term_id(s))[0] for w in words for s in tokens(w)}
+        assert not stems & {hi for (hi,) in conn.execute("SELECT hi FROM am_store_chunks")}
+        assert conn.execute("SELECT count(*) FROM am_store_retractions").fetchone() == (0,)
+    found = {i.key for i in sealing.search(("users", "alice"), query=words[1], limit=40)}
+    assert f"k{1}" in found
+
+
 def test_encrypt_plaintext_async_and_off(
     tmp_path: Path, stores: Callable[..., AgentMemoryStore]
 ) -> None:

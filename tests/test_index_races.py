@@ -926,7 +926,6 @@ def test_two_stores_interleaved_with_small_chunks_and_merges(
     for module, name, value in (
         (store_index, "CHUNK", 3),
         (store_index, "MERGE_CAP", 4),
-        (store_ranking, "MERGE_CAP", 4),
         (store_index, "MERGE_AT", 3),
         (store_ranking, "MERGE_AT", 3),
     ):

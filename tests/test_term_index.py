@@ -66,7 +66,7 @@ def small_index(
     for module in (I, R):
         monkeypatch.setattr(module, "MERGE_AT", merge_at)
         monkeypatch.setattr(module, "MERGE_WRITES", merge_at)
-        monkeypatch.setattr(module, "MERGE_CAP", cap)
+    monkeypatch.setattr(I, "MERGE_CAP", cap)
     monkeypatch.setattr(I, "CHUNK", CHUNK if merge_at == MERGE_AT else OWN["CHUNK"])
 
 
@@ -250,6 +250,26 @@ def test_this_processs_writes_merge_a_namespace_at_merge_at(store: AgentMemorySt
     assert chunks_of(store, "m.b") == []
     for query in ("printer refund", "berlin", "order coffee paris"):
         same_answer(bm25(store, ("m",), query, 10), brute(model, ("m",), query, 10))
+
+
+def test_an_item_with_no_term_is_in_no_list_and_goes_like_any_other(
+    store: AgentMemoryStore,
+) -> None:
+    """Text of stopwords or symbols alone counts in the corpus but holds no term: merged,
+    rewritten, deleted and swept like any item (its listed form was an empty blob, which
+    SQLite's substr turns into NULL)."""
+    ns = ("e", "a")
+    store.put(ns, "x", {"text": "\U0001f44d"})
+    store.put(ns, "y", {"text": "the when did"})
+    store.put(ns, "z", {"text": "berlin"})
+    store.db.run(store.ranker.merge_plan("e.a"))
+    found = rows(store, "SELECT key, doc_len, terms, merged FROM am_store_items ORDER BY key")
+    assert found[:2] == [("x", 0, None, None), ("y", 0, None, None)]
+    store.delete(ns, "x")
+    store.put(ns, "y", {"text": "berlin again"})
+    store.db.run(store.ranker.merge_plan("e.a"))
+    assert sorted(i.key for i in store.search(ns, query="berlin")) == ["y", "z"]
+    assert rows(store, "SELECT count(*) FROM am_store_retractions") == [(0,)]
 
 
 def test_a_query_merges_what_other_processes_left_unlisted(

@@ -507,7 +507,8 @@ class Dialect:
 
     def listed_terms(self, column: Any) -> Any:
         """An item's ``terms`` once listed: the first 3 of each 10 bytes (``db.term_index``)."""
-        return sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 3 / 10, sa.Integer))
+        cut = sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 3 / 10, sa.Integer))
+        return sa.func.coalesce(cut, column)  # SQLite cuts an empty blob to NULL
 
 
 def same_item(a: Any, b: Any) -> Any:

@@ -345,16 +345,15 @@ def _converted(
     for shard, prefix, key, doc_len in items:
         item = (shard, prefix, key)
         length = doc_len if doc_len is not None else lengths.get(item)
-        terms = counts.get(item)
-        indexed = length is not None or terms is not None
+        terms = counts.get(item)  # none: nothing indexed, or no term in its text
         writes.append(
             {
                 "shard": shard,
                 "prefix": prefix,
                 "key": key,
-                "b_doc_len": length if indexed else None,
-                "b_terms": encode_terms(terms or {}) if indexed else None,
-                "b_merged": 0 if indexed else None,
+                "b_doc_len": length,
+                "b_terms": encode_terms(terms) if terms else None,
+                "b_merged": 0 if terms else None,
             }
         )
     return writes, tags

@@ -169,7 +169,8 @@ store_items = _sharded(
     # a filtered newest-first listing walks it and stops at the first page of matches
     sa.Index("am_store_items_recent", "updated_at"),
     sa.Index("am_store_items_expires_at", "expires_at"),
-    sa.Index("am_store_items_num", "shard", "num"),
+    # the number first: SQLite's next number is its largest, a candidate read names it
+    sa.Index("am_store_items_num", "num", "shard"),
     # the few items a merge has yet to list, which every query of their namespace reads
     sa.Index(
         "am_store_items_unlisted",

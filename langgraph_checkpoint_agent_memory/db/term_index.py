@@ -118,6 +118,9 @@ def index_item(item: dict[str, Any]) -> None:
         item.update(doc_len=None, terms=None, merged=None)
         return
     found, length = postings(doc)
+    if not found:  # stopwords, punctuation: counted in the corpus, in no list
+        item.update(doc_len=length, terms=None, merged=None)
+        return
     if term_of is not None:  # two words may share a keyed hash: their counts add up
         keyed: Counter[str] = Counter()
         for term, n in found.items():

@@ -217,7 +217,14 @@ def _by_nums_plan(
     sql = statements.by_nums(filters, exact, "shard" in base, d.list_size(len(chunk)))
     [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("nums", chunk)}, fetch=True)])
     score_of = dict(zip(chunk, scores[start:end].tolist(), strict=True))
-    return [((p, k), score_of[int(n)]) for p, k, n in rows]
+    # a number read back names another item if it was freed and taken since (SQLite)
+    ns = base["ns"]
+    under = ns + "."
+    return [
+        ((p, k), score_of[int(n)])
+        for p, k, n in rows
+        if p == ns or (not exact and (not ns or p.startswith(under)))
+    ]
 
 
 def _tied_plan(
@@ -298,6 +305,13 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
 def _term(hi: Any, lo: Any) -> Any:
     """Term ids of their halves (numpy arrays or integers)."""
     return (hi << LOW_BITS) | lo
+
+
+def merged_plan(statements: StoreStatements, namespaces: Sequence[tuple[str, str]]) -> Plan[None]:
+    """Merge each of ``namespaces`` (``(shard key, namespace)``) until nothing is left."""
+    for shard, prefix in namespaces:
+        while (yield from merge_plan(statements, shard, prefix)) >= MERGE_CAP:
+            pass
 
 
 def _rechunked(

@@ -37,7 +37,6 @@ from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.index import (
     MERGE_AT,
-    MERGE_CAP,
     MERGE_WRITES,
     Form,
     Lists,
@@ -46,7 +45,7 @@ from langgraph_checkpoint_agent_memory.store.index import (
     document_frequencies,
     form_of,
     lists_plan,
-    merge_plan,
+    merged_plan,
 )
 from langgraph_checkpoint_agent_memory.store.sealing import Sealer
 from langgraph_checkpoint_agent_memory.telemetry import metrics
@@ -367,8 +366,7 @@ class Ranker:
         with self.lock:
             self.unmerged.pop(prefix, None)
         try:
-            while (yield from merge_plan(self.statements, shard, prefix)) >= MERGE_CAP:
-                pass
+            yield from merged_plan(self.statements, [(shard, prefix)])
         except Exception as exc:
             logger.warning("the store's term lists of %r wait for a minute: %r", prefix, exc)
             self.declined[prefix] = self._clock() + 60.0

@@ -54,6 +54,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     unlisted_terms,
 )
 from langgraph_checkpoint_agent_memory.errors import KeyMissingError
+from langgraph_checkpoint_agent_memory.store.index import merged_plan
 from langgraph_checkpoint_agent_memory.store.search import MISSING, lookup, text_leaves
 from langgraph_checkpoint_agent_memory.store.values import encode_value
 from langgraph_checkpoint_agent_memory.text import date_words, tokens
@@ -470,8 +471,10 @@ def encrypt_plaintext_plan(
     batch_size: int = 200,
 ) -> Plan[dict[str, int]]:
     """Seal every plaintext item, its vectors, and re-hash its terms, each item in a transaction
-    claimed by sealing its row first (runs may overlap and resume); ``counts`` is added to."""
+    claimed by sealing its row first (runs may overlap and resume); ``counts`` is added to.
+    The namespaces sealed are merged at the end, so their lists keep no word's plain hash."""
     after = {"a_shard": "", "a_prefix": "", "a_key": ""}
+    touched: set[tuple[str, str]] = set()
     while True:
         [rows] = yield Batch([Stmt(st.plaintext_items(), {**after, "n": batch_size}, fetch=True)])
         yield from sealer.preload_plan(sorted({PlainItem._make(r).shard for r in rows}))
@@ -508,12 +511,14 @@ def encrypt_plaintext_plan(
             if vector_rows:
                 writes.append(Stmt(st.seal_vector(), vector_rows, many=True))
             yield Batch(writes, write=True)
+            touched.add((item.shard, item.prefix))
             counts["items"] += 1
             counts["vectors"] += len(vector_rows)
             counts["terms"] += len(counted or ())
             if on_progress is not None:
                 on_progress(counts["items"], None)
         if len(rows) < batch_size:
+            yield from merged_plan(st, sorted(touched))
             return counts
         last = PlainItem._make(rows[-1])
         after = {"a_shard": last.shard, "a_prefix": last.prefix, "a_key": last.key}
