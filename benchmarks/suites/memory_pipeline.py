@@ -78,11 +78,11 @@ def _decay(url: str, facts: int) -> dict[str, float]:
         # a third were last reinforced 90 days ago (0.5 * 0.95**90 = 0.005 < 0.05), the rest today
         conn.execute(
             """
-            INSERT INTO am_store_items (shard, prefix, key, value, created_at, updated_at, doc)
+            INSERT INTO am_store_items (shard, prefix, key, value, created_at, updated_at, num)
             SELECT 'memory.user=u' || (g %% 1000), 'memory.user=u' || (g %% 1000) || '.facts',
                    'f' || g,
                    jsonb_build_object('attribute', 'f' || g, 'value', 'v', 'statement', 's'),
-                   %(now)s, %(now)s, 'fact ' || g
+                   %(now)s, %(now)s, nextval('am_store_item_numbers')
             FROM generate_series(1, %(n)s) g
             """,
             {"now": now, "n": facts},
