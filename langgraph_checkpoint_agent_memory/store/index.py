@@ -61,6 +61,8 @@ class Lists:
         self.chunks: defaultdict[int, list[tuple[int, int, bytes]]] = defaultdict(list)
         #: Per namespace, its unlisted items and retractions: a merge runs past MERGE_AT.
         self.pending: Counter[str] = Counter()
+        #: Each form's entries once worked out: df and the scores both read them.
+        self._found: dict[Form, tuple[Any, Any, Any]] = {}
         nums: list[int] = []
         lengths: list[int] = []
         blobs: list[bytes] = []
@@ -106,6 +108,11 @@ class Lists:
     def entries(self, form: Form) -> tuple[Any, Any, Any]:
         """``(numbers, tf, dl)`` of the items holding ``form``: its chunks' entries but the
         retracted ones, and the unlisted items' (which win over a listed entry)."""
+        if (found := self._found.get(form)) is None:
+            found = self._found[form] = self._entries(form)
+        return found
+
+    def _entries(self, form: Form) -> tuple[Any, Any, Any]:
         hi, lo = form
         parts = [
             unpack_chunk(start, payload)
