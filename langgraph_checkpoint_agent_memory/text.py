@@ -51,6 +51,9 @@ def _new_stemmer() -> _Stemmer:
 
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
+    """A word's term, ``""`` for a stopword."""
+    if word in STOPWORDS:
+        return ""
     stemmer: _Stemmer | None = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = _new_stemmer()
@@ -59,7 +62,7 @@ def _stem(word: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """The indexed terms of a text: lower-cased words but stopwords, stemmed (Snowball)."""
-    return [_stem(w) for w in _TERM.findall(text.lower()) if w not in STOPWORDS]
+    return [t for t in map(_stem, _TERM.findall(text.lower())) if t]
 
 
 def postings(doc: str) -> tuple[Counter[str], int]:

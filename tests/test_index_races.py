@@ -50,7 +50,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     high_parts,
     term_id,
     unlisted_terms,
-    unpack_chunk,
+    unpack_chunks,
 )
 from langgraph_checkpoint_agent_memory.store import index as store_index
 from langgraph_checkpoint_agent_memory.store import ranking as store_ranking
@@ -336,7 +336,8 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
             payload = c["payload"]
             widths = [1 << code for code in (payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4)]
             assert (len(payload) - 1) % sum(widths) == 0, f"{where}: widths vs payload"
-            n, tf, dl = (a.tolist() for a in unpack_chunk(c["start"], payload))
+            _, *decoded = unpack_chunks([c["start"]], [payload])
+            n, tf, dl = (a.tolist() for a in decoded)
             assert 0 < len(n) <= CHUNK, where
             assert n[0] == c["start"], f"{where}: start vs payload"
             assert all(a < b for a, b in itertools.pairwise(n)), f"{where}: order {n}"

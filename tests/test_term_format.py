@@ -21,10 +21,10 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     encode_terms,
     halves,
     high_parts,
-    pack_chunk,
+    pack_chunks,
     term_id,
     unlisted_terms,
-    unpack_chunk,
+    unpack_chunks,
 )
 
 ENGINE = sa.create_engine("sqlite://")
@@ -87,12 +87,16 @@ def chunk(draw: Any) -> tuple[Any, Any, Any, tuple[int, int, int]]:
     return nums, np.asarray(tf, dtype=np.int64), np.asarray(dl, dtype=np.int64), widths
 
 
-@given(chunk())
-def test_a_chunk_round_trips_at_every_width(entries: tuple[Any, Any, Any, Any]) -> None:
-    nums, tf, dl, widths = entries
-    payload = pack_chunk(nums, tf, dl)
-    codes = [payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4]
-    assert [1 << c for c in codes] == list(widths)
-    assert len(payload) == 1 + len(nums) * sum(widths)
-    got = unpack_chunk(int(nums[0]), payload)
+@given(st.lists(chunk(), min_size=1, max_size=4))
+def test_chunks_round_trip_at_every_width(chunks: list[tuple[Any, Any, Any, Any]]) -> None:
+    """Chunks packed together (each its own widths) read back together, entry for entry."""
+    nums, tf, dl = (np.concatenate([c[i] for c in chunks]) for i in range(3))
+    firsts = np.cumsum([0, *(len(c[0]) for c in chunks)])[:-1]
+    payloads = pack_chunks(firsts, nums, tf, dl)
+    for payload, (n, _, _, widths) in zip(payloads, chunks, strict=True):
+        codes = [payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4]
+        assert [1 << c for c in codes] == list(widths)
+        assert len(payload) == 1 + len(n) * sum(widths)
+    counts, *got = unpack_chunks([int(c[0][0]) for c in chunks], payloads)
+    assert counts.tolist() == [len(c[0]) for c in chunks]
     assert [a.tolist() for a in got] == [nums.tolist(), tf.tolist(), dl.tolist()]

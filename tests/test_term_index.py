@@ -36,7 +36,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     halves,
     high_parts,
     term_id,
-    unpack_chunk,
+    unpack_chunks,
 )
 from langgraph_checkpoint_agent_memory.store import index as I
 from langgraph_checkpoint_agent_memory.store import ranking as R
@@ -162,7 +162,8 @@ def chunks_of(store: AgentMemoryStore, prefix: str) -> list[tuple[int, int, int,
         f"WHERE shard = '{shard}' AND rest = '{rest}' ORDER BY hi, lo, start",
     )
     chunks = [
-        (hi, lo, start, unpack_chunk(start, bytes(payload))) for hi, lo, start, payload in found
+        (hi, lo, start, unpack_chunks([start], [bytes(payload)])[1:])
+        for hi, lo, start, payload in found
     ]
     return [(hi, lo, start, int(e[0][-1]), e) for hi, lo, start, e in chunks]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -65,8 +65,11 @@ def halves(term: int) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=65536)
-def _id_of(term: str) -> int:
-    return term_id(term)
+def _stored(term: str) -> tuple[bytes, bytes]:
+    """A term id's high part (3 bytes) and low part (5 bytes) as ``terms`` stores them."""
+    # the digest is the id's little-endian form: its first 5 bytes the low part
+    digest = hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest()
+    return digest[5:], digest[:5]
 
 
 def encode_terms(counts: dict[str, int]) -> bytes:
@@ -76,16 +79,11 @@ def encode_terms(counts: dict[str, int]) -> bytes:
         >>> len(encode_terms({"a": 1, "b": 300}))
         20
     """
-    n = len(counts)
-    ids = struct.pack(f"<{n}q", *(_id_of(t) for t in counts))
-    # little-endian: an id's first 5 bytes are its low part, the last 3 its high part
-    return b"".join(
-        (
-            *(ids[i + 5 : i + 8] for i in range(0, 8 * n, 8)),
-            *(ids[i : i + 5] for i in range(0, 8 * n, 8)),
-            struct.pack(f"<{n}H", *(f if f < MAX_TF else MAX_TF for f in counts.values())),
-        )
-    )
+    if not counts:
+        return b""
+    his, los = zip(*map(_stored, counts), strict=True)
+    tfs = [f if f < MAX_TF else MAX_TF for f in counts.values()]
+    return b"".join((*his, *los, struct.pack(f"<{len(tfs)}H", *tfs)))
 
 
 def read_ints(data: Any, starts: Any, width: int, signed: bool) -> Any:
@@ -148,39 +146,75 @@ def high_parts(blob: bytes, listed: bool = True) -> Any:
     return read_ints(np.frombuffer(blob, np.uint8), 3 * np.arange(n), 3, True)
 
 
-def _code(largest: int) -> int:
-    return 0 if largest < 1 << 8 else 1 if largest < 1 << 16 else 2 if largest < 1 << 32 else 3
-
-
-def pack_chunk(nums: Any, tf: Any, dl: Any) -> bytes:
-    """A chunk's payload of its entries (numbers ascending).
+def pack_chunks(firsts: Any, nums: Any, tf: Any, dl: Any) -> list[bytes]:
+    """The payloads of chunks laid end to end in ``nums``, ``tf``, ``dl`` (int64 arrays, each
+    chunk's numbers ascending), chunk ``j`` starting at entry ``firsts[j]``.
 
     Example:
         >>> import numpy as np
-        >>> payload = pack_chunk(np.array([5, 9, 400]), np.array([1, 2, 1]), np.array([3, 4, 70]))
-        >>> [a.tolist() for a in unpack_chunk(5, payload)]
-        [[5, 9, 400], [1, 2, 1], [3, 4, 70]]
+        >>> nums, tf, dl = np.array([5, 9, 400, 7]), np.array([1, 2, 1, 3]), np.array([3, 4, 70, 9])
+        >>> payloads = pack_chunks(np.array([0, 3]), nums, tf, dl)
+        >>> [len(p) for p in payloads], [a.tolist() for a in unpack_chunks([5, 7], payloads)]
+        ([13, 4], [[3, 1], [5, 9, 400, 7], [1, 2, 1, 3], [3, 4, 70, 9]])
     """
     import numpy as np
 
+    firsts = np.asarray(firsts, dtype=np.int64)
+    counts = np.diff(firsts, append=len(nums))
+    owner = np.repeat(np.arange(len(firsts)), counts)
     gaps = np.diff(nums, prepend=nums[:1])
+    gaps[firsts] = 0
     arrays = (gaps, tf, dl)
-    codes = [_code(int(a.max())) for a in arrays]
-    return bytes([codes[0] | codes[1] << 2 | codes[2] << 4]) + b"".join(
-        a.astype(WIDTHS[c]).tobytes() for a, c in zip(arrays, codes, strict=True)
-    )
+    limits = np.array([1 << 8, 1 << 16, 1 << 32], dtype=np.int64)
+    codes = [np.searchsorted(limits, np.maximum.reduceat(a, firsts), side="right") for a in arrays]
+    widths = [1 << c for c in codes]
+    sizes = 1 + counts * (widths[0] + widths[1] + widths[2])
+    begin = np.cumsum(sizes) - sizes
+    out = np.zeros(int(sizes.sum()), dtype=np.uint8)
+    out[begin] = codes[0] | codes[1] << 2 | codes[2] << 4
+    at = begin + 1
+    k = np.arange(len(nums)) - firsts[owner]
+    for values, width in zip(arrays, widths, strict=True):
+        w = width[owner]
+        pos = at[owner] + k * w
+        for byte in range(8):
+            wide = np.flatnonzero(w > byte)
+            if not len(wide):
+                break
+            out[pos[wide] + byte] = (values[wide] >> (8 * byte)) & 255
+        at = at + counts * width
+    raw = out.tobytes()
+    return [raw[b:e] for b, e in zip(begin.tolist(), (begin + sizes).tolist(), strict=True)]
 
 
-def unpack_chunk(start: int, payload: bytes) -> tuple[Any, Any, Any]:
-    """A chunk's ``(numbers, frequencies, lengths)``, each an int64 array."""
+def unpack_chunks(starts: Sequence[int], payloads: Sequence[bytes]) -> tuple[Any, Any, Any, Any]:
+    """Chunks' entries end to end, ``(counts, numbers, frequencies, lengths)``: how many
+    each chunk holds, then its entries (``starts``: each chunk's first number); int64."""
     import numpy as np
 
-    codes = (payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4)
-    entries = (len(payload) - 1) // sum(1 << c for c in codes)
+    sizes = np.fromiter(map(len, payloads), np.int64, len(payloads))
+    data = np.frombuffer(b"".join(payloads), np.uint8)
+    begin = np.cumsum(sizes) - sizes
+    head = data[begin].astype(np.int64)
+    widths = [1 << (head >> shift & 3) for shift in (0, 2, 4)]
+    counts = (sizes - 1) // (widths[0] + widths[1] + widths[2])
+    owner = np.repeat(np.arange(len(payloads)), counts)
+    firsts = np.cumsum(counts) - counts
+    k = np.arange(len(owner)) - firsts[owner]
+    at = begin + 1
     out = []
-    at = 1
-    for code in codes:
-        out.append(np.frombuffer(payload, WIDTHS[code], entries, at).astype(np.int64))
-        at += entries << code
+    for width in widths:
+        w = width[owner]
+        pos = at[owner] + k * w
+        values = np.zeros(len(owner), dtype=np.int64)
+        for byte in range(8):
+            wide = np.flatnonzero(w > byte)
+            if not len(wide):
+                break
+            values[wide] |= data[pos[wide] + byte].astype(np.int64) << (8 * byte)
+        out.append(values)
+        at = at + counts * width
     gaps, tf, dl = out
-    return start + np.cumsum(gaps), tf, dl
+    total = np.cumsum(gaps)
+    nums = np.asarray(starts, dtype=np.int64)[owner] + total - total[firsts][owner]
+    return counts, nums, tf, dl

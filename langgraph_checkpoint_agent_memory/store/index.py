@@ -22,12 +22,12 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     CHUNK,
     LOW_BITS,
     UNLISTED_BYTES,
-    WIDTHS,
     halves,
     high_parts,
+    pack_chunks,
     read_ints,
     term_id,
-    unpack_chunk,
+    unpack_chunks,
 )
 
 #: A term as the index finds it: its id's high and low parts (``None``: any low part,
@@ -44,8 +44,6 @@ MERGE_WRITES = 4096
 TIES_READ = 1024
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-#: The code of a chunk array's width (``db.term_index.WIDTHS``), by its largest value.
-_LIMITS = np.array([1 << 8, 1 << 16, 1 << 32], dtype=np.int64)
 
 
 def form_of(term: str) -> Form:
@@ -114,12 +112,8 @@ class Lists:
 
     def _entries(self, form: Form) -> tuple[Any, Any, Any]:
         hi, lo = form
-        parts = [
-            unpack_chunk(start, payload)
-            for low, start, payload in self.chunks.get(hi, ())
-            if lo is None or low == lo
-        ]
-        nums, tf, dl = _joined(parts)
+        mine = [c for c in self.chunks.get(hi, ()) if lo is None or c[0] == lo]
+        _, nums, tf, dl = unpack_chunks([c[1] for c in mine], [c[2] for c in mine])
         gone = self.gone_num[self.gone_hi == hi]
         mask = self.u_hi == hi
         if lo is not None:
@@ -327,14 +321,9 @@ def _rechunked(
     """The chunks that replace ``rows`` (chunks read by a merge): their entries but the
     retracted ones and those of items listed anew, plus the unlisted items' entries, each
     term's in number order, :data:`CHUNK` to a chunk."""
-    old = [
-        (int(hi), int(lo), *unpack_chunk(int(start), bytes(payload)))
-        for hi, lo, start, payload in rows
-    ]
-    counts = [len(o[2]) for o in old]
-    old_hi = np.repeat(np.asarray([o[0] for o in old], dtype=np.int64), counts)
-    old_lo = np.repeat(np.asarray([o[1] for o in old], dtype=np.int64), counts)
-    nums, tf, dl = _joined([o[2:] for o in old])
+    counts, nums, tf, dl = unpack_chunks([int(r[2]) for r in rows], [bytes(r[3]) for r in rows])
+    old_hi = np.repeat(np.asarray([int(r[0]) for r in rows], dtype=np.int64), counts)
+    old_lo = np.repeat(np.asarray([int(r[1]) for r in rows], dtype=np.int64), counts)
     # out: an old entry of an item listed anew (its terms come with it) or retracted
     out = np.isin(nums, lists.u_num)
     maybe = np.flatnonzero(~out & np.isin(nums, retracted.gone_num))
@@ -355,32 +344,13 @@ def _rechunked(
     term_start = np.flatnonzero(new_term)
     rank = np.arange(len(ids)) - term_start[np.cumsum(new_term) - 1]
     starts = np.flatnonzero(rank % CHUNK == 0)
-    ends = np.r_[starts[1:], len(ids)]
-    gaps = np.diff(nums, prepend=nums[:1])
-    gaps[starts] = 0
-    arrays = (gaps, tf, dl)
-    codes = [np.searchsorted(_LIMITS, np.maximum.reduceat(a, starts), side="right") for a in arrays]
-    packed: dict[tuple[int, int], bytes] = {}
-    out_rows = []
-    for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        chunk_codes = [int(c[k]) for c in codes]
-        parts = [bytes([chunk_codes[0] | chunk_codes[1] << 2 | chunk_codes[2] << 4])]
-        for j, code in enumerate(chunk_codes):
-            if (j, code) not in packed:
-                packed[(j, code)] = arrays[j].astype(WIDTHS[code]).tobytes()
-            width = 1 << code
-            parts.append(packed[(j, code)][s * width : e * width])
-        hi, lo = halves(int(ids[s]))
-        out_rows.append({"hi": hi, "lo": lo, "start": int(nums[s]), "payload": b"".join(parts)})
-    return out_rows
-
-
-def _joined(parts: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
-    """Chunks' ``(numbers, tf, dl)`` end to end."""
-    if not parts:
-        return _EMPTY, _EMPTY, _EMPTY
-    nums, tf, dl = zip(*parts, strict=True)
-    return np.concatenate(nums), np.concatenate(tf), np.concatenate(dl)
+    hi, lo = ids[starts] >> LOW_BITS, ids[starts] & ((1 << LOW_BITS) - 1)
+    chunks = zip(hi.tolist(), lo.tolist(), nums[starts].tolist(), strict=True)
+    payloads = pack_chunks(starts, nums, tf, dl)
+    return [
+        {"hi": h, "lo": low, "start": n, "payload": p}
+        for (h, low, n), p in zip(chunks, payloads, strict=True)
+    ]
 
 
 def _parts(values: list[Any], cap: int | None) -> list[list[Any]]:

@@ -195,11 +195,14 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
     batch); return the operations and the puts by item, the last put of a key winning."""
     ops = list(ops)
     puts: dict[tuple[str, str], PutOp] = {}
+    last: tuple[type, Any] | None = None  # a batch's ops mostly share one namespace
     for op in ops:
         namespace = _namespace_of(op)
-        with namespace_errors():
-            validate_op_namespace(op)
-        check_namespace(namespace)
+        if (type(op), namespace) != last:
+            with namespace_errors():
+                validate_op_namespace(op)
+            check_namespace(namespace)
+            last = (type(op), namespace)
         if isinstance(op, (GetOp, PutOp)):
             check_key(op.key)
         if isinstance(op, PutOp):
