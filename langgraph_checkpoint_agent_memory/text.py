@@ -62,7 +62,7 @@ def _stem(word: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """The indexed terms of a text: lower-cased words but stopwords, stemmed (Snowball)."""
-    return [t for t in map(_stem, _TERM.findall(text.lower())) if t]
+    return list(filter(None, map(_stem, _TERM.findall(text.lower()))))
 
 
 def postings(doc: str) -> tuple[Counter[str], int]:

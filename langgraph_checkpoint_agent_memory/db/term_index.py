@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from langgraph_checkpoint_agent_memory.text import postings
@@ -81,9 +82,16 @@ def encode_terms(counts: dict[str, int]) -> bytes:
     """
     if not counts:
         return b""
-    his, los = zip(*map(_stored, counts), strict=True)
-    tfs = [f if f < MAX_TF else MAX_TF for f in counts.values()]
-    return b"".join((*his, *los, struct.pack(f"<{len(tfs)}H", *tfs)))
+    parts = list(map(_stored, counts))
+    tfs: Iterable[int] = counts.values()
+    if max(counts.values()) >= MAX_TF:
+        tfs = [min(f, MAX_TF) for f in tfs]
+    high, low = itemgetter(0), itemgetter(1)
+    return (
+        b"".join(map(high, parts))
+        + b"".join(map(low, parts))
+        + struct.pack(f"<{len(parts)}H", *tfs)
+    )
 
 
 def read_ints(data: Any, starts: Any, width: int, signed: bool) -> Any:

@@ -35,11 +35,13 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
 Form = tuple[int, int | None]
 #: Unlisted items plus retractions in one namespace that make a query merge it.
 MERGE_AT = 256
-#: The most items one merge transaction lists.
-MERGE_CAP = 4096
 #: Items this process writes to one namespace that make it merge the namespace: fewer,
 #: larger merges rewrite fewer chunks (a query merges at :data:`MERGE_AT`).
 MERGE_WRITES = 4096
+#: The most items one merge transaction lists: twice :data:`MERGE_WRITES`, so that the
+#: merge a batch sets off also lists the rest of the batch (a second one would rewrite the
+#: chunks the first wrote).
+MERGE_CAP = 2 * MERGE_WRITES
 #: Tied candidates at the cut read by number; more, and the items are read in key order.
 TIES_READ = 1024
 
