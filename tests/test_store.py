@@ -121,6 +121,25 @@ def test_namespace_boundaries_and_escaping(make_store: Callable[..., AgentMemory
         store.batch([GetOp(("x.y",), "k")])
 
 
+def test_the_empty_prefix_searches_the_whole_store(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    """``search(())`` spans every namespace, as LangGraph's ``InMemoryStore`` does (Agent
+    Server's store browser lists items so): by words, newest first, filtered, by meaning."""
+    store = make_store()
+    store.put(("users", "a"), "k1", {"text": "ramen in Berlin", "n": 1})
+    store.put(("docs",), "k2", {"text": "a ramen recipe", "n": 2})
+    store.put(("docs", "x", "y"), "k3", {"text": "sushi night", "n": 3})
+    assert sorted(keys(store.search((), query="ramen"))) == ["k1", "k2"]
+    assert keys(store.search((), query="sushi")) == ["k3"]
+    assert keys(store.search(())) == ["k3", "k2", "k1"]
+    assert keys(store.search((), filter={"n": {"$gte": 2}})) == ["k3", "k2"]
+    assert keys(store.search((), query="ramen", filter={"n": 1})) == ["k1"]
+    by_meaning = make_store(index={"dims": 64, "embed": WordEmbeddings(64)}, weights=(0.0, 1.0))
+    by_meaning.put(("vec", "u"), "v1", {"text": "sushi night"})
+    assert keys(by_meaning.search((), query="sushi night"))[0] == "v1"
+
+
 def test_list_namespaces(make_store: Callable[..., AgentMemoryStore]) -> None:
     store = make_store()
     for ns in [

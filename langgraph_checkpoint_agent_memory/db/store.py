@@ -168,11 +168,17 @@ def ns_text(namespace: Sequence[str]) -> str:
     return ".".join(namespace)
 
 
+#: A string above every namespace in code-point (and UTF-8 byte) order.
+_AFTER_ALL = chr(0x10FFFF)
+
+
 def prefix_params(namespace: Sequence[str], depth: int = DEFAULT_SHARD_DEPTH) -> dict[str, Any]:
     """Parameters matching a namespace and below, without LIKE (labels may hold % or _); with
     ``shard`` when the namespace covers the shard key (:func:`.shard.covers`)."""
     ns = ns_text(namespace)
     params: dict[str, Any] = dict(ns=ns, ns_dot=ns + ".", ns_len=len(ns) + 1, ns_end=ns + "/")
+    if not namespace:  # the whole store: every prefix starts with "" and sorts below the end
+        params.update(ns_dot="", ns_len=0, ns_end=_AFTER_ALL)
     if covers(namespace, depth):
         params["shard"] = shard_key(namespace, depth)
         params.update(rest_params(ns, params["shard"]))
