@@ -482,6 +482,31 @@ class StoreStatements:
             out += [Stmt(vec_sql, keys, many=True), self._insert_vectors_stmt(vectors, native)]
         return out
 
+    def put_plan(
+        self,
+        items: list[dict[str, Any]],
+        vectors: list[dict[str, Any]] | None = None,
+        removed: Sequence[dict[str, Any]] = (),
+        *,
+        native_vectors: bool = True,
+    ) -> Plan[list[Stmt]]:
+        """:meth:`writes`, except for a put of one item that writes nothing else (no vectors,
+        tags or deletes): its row is first inserted alone, unless its key exists, and then
+        nothing is left to write. A new key has no row to lock, nothing listed to retract and
+        no vectors or tags to replace (they go with their item), so one statement replaces a
+        transaction of four (on Citus each one a trip to the shard's node); an existing key
+        costs that statement more. Returns the statements left to write."""
+        new = len(items) == 1 and not vectors and not removed and "tags" not in items[0]
+        if new and self.d.conditional_upsert:  # HANA: its put reads created_at first, locked
+            insert = self.statement(
+                "insert_new",
+                lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
+            )
+            [inserted] = yield Batch([Stmt(insert, self.keyed(items)[0])], write=True)
+            if inserted == 1:  # a count, so a driver that cannot tell (-1) writes it all
+                return []
+        return self.writes(items, vectors, removed, native_vectors=native_vectors)
+
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
         """Insert vector rows (distributed, bytes only: one statement per item's shard)."""
         if self.d.distributed and not native and rows:
