@@ -332,9 +332,9 @@ def test_a_put_and_a_record_send_as_many_statements_whatever_their_words(
         user = f"u{uuid.uuid4().hex[:8]}"  # an example's own namespace and scope
         ns, key = ("docs", user), "k"
 
-        def put(value: str) -> list[str]:
+        def put(value: str, at: tuple[str, ...] = ns) -> list[str]:
             sent.clear()
-            store.put(ns, key, {"text": value})
+            store.put(at, key, {"text": value})
             return list(sent)
 
         def record(value: str, turn: str) -> list[str]:
@@ -344,7 +344,12 @@ def test_a_put_and_a_record_send_as_many_statements_whatever_their_words(
 
         store.put(ns, "first", {"text": "tea"})  # first use: tables and settings checked
         record("tea", "first")
-        one, many = put("ramen"), put(text)
+        # a new item: its row inserted alone, whatever its words
+        assert (
+            len(put("ramen", ("docs", f"{user}-a"))) == len(put(text, ("docs", f"{user}-b"))) == 1
+        )
+        put("tea")
+        one, many = put("ramen"), put(text)  # rewrites
         assert len(many) == len(one)
         assert _index_writes(many) == 0
         assert [i.key for i in store.search(ns, query=f"w{words[-1]}x")] == [key]

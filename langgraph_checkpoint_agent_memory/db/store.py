@@ -355,6 +355,22 @@ class StoreStatements:
 
         return self.statement("retract", build)
 
+    def lock_item(self) -> Sql:
+        """One item's number, terms and state (``:shard``, ``:prefix``, ``:key``), its row
+        locked: read as the lock found it, after any merge that held it."""
+        i = store_items
+        return self.statement(
+            "lock_item",
+            lambda: sa.select(i.c.num, i.c.terms, i.c.merged).where(key_match(i)).with_for_update(),
+        )
+
+    def insert_retraction(self) -> Sql:
+        """Record an item (``:shard``, ``:prefix``, ``:num``, ``:terms``) as retracted."""
+        return self.statement(
+            "insert_retraction",
+            lambda: self.d.insert_row_ignore(store_retractions, ["shard", "prefix", "num"]),
+        )
+
     def recent(self, filters: Prefilter, scoped: bool) -> Sql:
         """Live items under the namespace passing the pre-filter, newest first, ``:n``."""
         return self.statement(
@@ -460,10 +476,7 @@ class StoreStatements:
         retract, vec_sql, tags_sql, item_sql = self.delete_item()
         items = self.keyed(items)
         removed = self.keyed(removed)
-        keys = [
-            {"shard": r["shard"], "prefix": r["prefix"], "key": r["key"]}
-            for r in (*items, *removed)
-        ]
+        keys = item_keys(items, removed)
         tagged = bool(removed) or any("tags" in r for r in items)
         tags = [
             {**k, "tag": t} for k, r in zip(keys, items, strict=False) for t in r.pop("tags", ())
@@ -487,6 +500,50 @@ class StoreStatements:
                     self.d.vector_row(row)
             out += [Stmt(vec_sql, keys, many=True), self._insert_vectors_stmt(vectors, native)]
         return out
+
+    def put_plan(
+        self,
+        items: list[dict[str, Any]],
+        vectors: list[dict[str, Any]] | None = None,
+        removed: Sequence[dict[str, Any]] = (),
+        *,
+        native_vectors: bool = True,
+    ) -> Plan[list[Stmt]]:
+        """:meth:`writes`, except for a put of one item that writes nothing else (no vectors,
+        tags or deletes): its row is first inserted alone, unless its key exists, and then
+        nothing is left to write. A new key has no row to lock, nothing listed to retract and
+        no vectors or tags to replace (they go with their item), so one statement replaces a
+        transaction of four (on Citus each one a trip to the shard's node); an existing key
+        costs that statement more. Returns the statements left to write.
+
+        On PostgreSQL the rest locks and reads the rows first, in the transaction's first
+        batch with the writes, and records the retractions of the listed ones in its second
+        (a read by key, routed on Citus, where ``retract``'s ``INSERT ... SELECT`` is planned
+        as a distributed one at several times the cost)."""
+        new = len(items) == 1 and not vectors and not removed and "tags" not in items[0]
+        if new and self.d.conditional_upsert:  # HANA: its put reads created_at first, locked
+            insert = self.statement(
+                "insert_new",
+                lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
+            )
+            [inserted] = yield Batch([Stmt(insert, self.keyed(items)[0])], write=True)
+            if inserted == 1:  # a count, so a driver that cannot tell (-1) writes it all
+                return []
+        out = self.writes(items, vectors, removed, native_vectors=native_vectors)
+        if not (self.d.row_locks and self.d.conditional_upsert):  # SQLite, HANA: as written
+            return out
+        keys = item_keys(self.keyed(items), self.keyed(removed))
+        locks = [Stmt(self.lock_item(), k, fetch=True) for k in keys]
+        found = yield Batch([*locks, *out[1:]], write=True, hold=True)  # out[0]: retract
+        listed = [
+            {**k, "num": num, "terms": terms}
+            for k, rows in zip(keys, found, strict=False)
+            for num, terms, merged in rows
+            if merged == 1
+        ]
+        retractions = Stmt(self.insert_retraction(), listed, many=True)
+        yield Batch([retractions] if listed else [], write=True)
+        return []
 
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
         """Insert vector rows (distributed, bytes only: one statement per item's shard)."""
@@ -842,6 +899,11 @@ class StoreStatements:
             ("fingerprint_under", scoped),
             lambda: _fingerprint(*self.namespace_of(store_items, scoped)),
         )
+
+
+def item_keys(*rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``shard``, ``prefix`` and ``key`` of each row."""
+    return [{c: r[c] for c in ("shard", "prefix", "key")} for group in rows for r in group]
 
 
 def items_named(t: Any, n: int) -> Any:

@@ -828,8 +828,10 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             for row, rows in zip(items, found, strict=True):
                 if rows:
                     (row["created_at"],) = rows[0]  # the one column, created_at
-        return self.statements.writes(
-            items, vector_rows, removed, native_vectors=self.sealer is None
+        return (
+            yield from self.statements.put_plan(
+                items, vector_rows, removed, native_vectors=self.sealer is None
+            )
         )
 
     def _item_row(
