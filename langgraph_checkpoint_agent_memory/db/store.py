@@ -691,16 +691,15 @@ class StoreStatements:
         return self.statement(("lists", exact, scoped, size, deeper), build)
 
     def by_nums(self, filters: Prefilter, exact: bool, scoped: bool, size: int) -> Sql:
-        """``(prefix, key, num)`` of the live items numbered ``:nums`` (all under the
+        """``(num, *ITEM_FIELDS)`` of the live items numbered ``:nums`` (all under the
         namespace: the lists were read there) that pass the pre-filter."""
         i = store_items
-        # a number names one item: the shard key routes it, and leads the numbers' index
-        routed = [i.c.shard == sa.bindparam("shard")] if scoped else []
         return self.statement(
             ("by_nums", filters, exact, scoped, size),
-            lambda: sa.select(i.c.prefix, i.c.key, i.c.num).where(
+            lambda: sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS)).where(
                 self.d.one_of(i.c.num, "nums", size),
-                *routed,
+                # a number names one item: the shard key routes it, and leads the numbers' index
+                *([i.c.shard == sa.bindparam("shard")] if scoped else []),
                 live(i),
                 *self.filtered(i.c.value, filters),
             ),
@@ -714,7 +713,7 @@ class StoreStatements:
         return self.statement(
             ("in_key_order", filters, exact, scoped),
             lambda: (
-                sa.select(i.c.prefix, i.c.key, i.c.num)
+                sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS))
                 .where(
                     *self.ns_of(i, exact, scoped),
                     live(i),
