@@ -128,6 +128,8 @@ class Lists:
             if lo is None or low == lo
         ]
         nums, tf, dl = _joined(parts)
+        if not self.unlisted and not len(self.gone_num):  # nothing pending: the lists hold all
+            return nums, tf, dl
         gone = self.gone_num[self.gone_hi == hi]
         mask = self.u_hi == hi
         if lo is not None:
@@ -175,6 +177,8 @@ def bm25(
             scores.append(w * tf / (k_base + tf + k_len * dl))
     if not nums:
         return _EMPTY, np.zeros(0)
+    if len(nums) == 1:  # one form's items: each once
+        return nums[0], scores[0]
     found, at = np.unique(np.concatenate(nums), return_inverse=True)
     return found, np.bincount(at, weights=np.concatenate(scores), minlength=len(found))
 
@@ -200,14 +204,14 @@ def best_plan(
     read = {} if read is None else read
     order = np.lexsort((nums, -scores))
     nums, scores = nums[order], scores[order]
+    worse = -scores  # ascending, as a search asks
     found: list[tuple[tuple[str, str], float]] = []
     at, size = 0, want
     while at < len(nums) and len(found) < want:
-        end = min(at + size, len(nums))
-        # the tie at the slice's end: where it starts and ends
-        score = -scores[end - 1]
-        first = int(np.searchsorted(-scores, score, side="left"))
-        tied = int(np.searchsorted(-scores, score, side="right"))
+        end = first = tied = min(at + size, len(nums))
+        if end < len(nums):  # the tie at the slice's end: where it starts and ends
+            first = int(worse.searchsorted(worse[end - 1], "left"))
+            tied = int(worse.searchsorted(worse[end - 1], "right"))
         if tied - first > TIES_READ and end < tied:
             if first > at:  # the better ones, by number
                 found += yield from _by_nums_plan(statements, nums, scores, at, first, how, read)
@@ -399,8 +403,8 @@ def _rechunked(
 
 def _joined(parts: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
     """Chunks' ``(numbers, tf, dl)`` end to end."""
-    if not parts:
-        return _EMPTY, _EMPTY, _EMPTY
+    if len(parts) < 2:
+        return parts[0] if parts else (_EMPTY, _EMPTY, _EMPTY)
     nums, tf, dl = zip(*parts, strict=True)
     return np.concatenate(nums), np.concatenate(tf), np.concatenate(dl)
 
