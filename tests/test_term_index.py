@@ -233,6 +233,19 @@ def test_a_put_writes_only_its_item_and_a_query_reads_its_lists_in_one_statement
     assert num is not None
 
 
+def test_a_search_pages_the_rows_its_candidates_were_read_with(store: AgentMemoryStore) -> None:
+    """The read of the candidates by number returns their rows: the page is built from them,
+    not read again by key."""
+    store.setup()
+    for k in range(12):
+        store.put(("docs",), f"k{k}", {"text": "printer " + "refund " * k, "n": k})
+    sent = Recorder(store)
+    found = store.search(("docs",), query="refund", limit=5, offset=2)
+    assert [(it.key, it.value["n"]) for it in found] == [(f"k{k}", k) for k in (9, 8, 7, 6, 5)]
+    by_key = {store.statements.by_keys(n).text for n in range(1, 65)}
+    assert sent.texts and not by_key & set(sent.texts)
+
+
 # -- merges --------------------------------------------------------------------------------
 
 

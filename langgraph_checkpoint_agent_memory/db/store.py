@@ -158,6 +158,13 @@ def key_match(t: Any) -> Any:
     return sa.and_(*matching(t, "shard", "prefix", "key"))
 
 
+def not_listed(t: Any) -> Any:
+    """``t``'s item is not yet in the term lists. The 0 is written in the statement: a bound
+    value keeps the plan from the partial index of such items (SQLite would also prepare the
+    statement again at every execution, to look at the value)."""
+    return t.c.merged == sa.literal_column("0", sa.SmallInteger)
+
+
 def live(t: Any) -> Any:
     """``t``'s item has not expired at ``:now``."""
     return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
@@ -745,7 +752,7 @@ class StoreStatements:
             ).where(*self.chunks_under(exact, scoped, deeper), self.d.one_of(c.c.hi, "his", size))
             unlisted = sa.select(
                 kind(1), i.c.prefix, none, none, i.c.num, i.c.doc_len, i.c.terms
-            ).where(*self.ns_of(i, exact, scoped), i.c.merged == 0)
+            ).where(*self.ns_of(i, exact, scoped), not_listed(i))
             retracted = sa.select(kind(2), r.c.prefix, none, none, r.c.num, none, r.c.terms).where(
                 *self.ns_of(r, exact, scoped)
             )
@@ -754,16 +761,15 @@ class StoreStatements:
         return self.statement(("lists", exact, scoped, size, deeper), build)
 
     def by_nums(self, filters: Prefilter, exact: bool, scoped: bool, size: int) -> Sql:
-        """``(prefix, key, num)`` of the live items numbered ``:nums`` (all under the
+        """``(num, *ITEM_FIELDS)`` of the live items numbered ``:nums`` (all under the
         namespace: the lists were read there) that pass the pre-filter."""
         i = store_items
-        # a number names one item: the shard key routes it, and leads the numbers' index
-        routed = [i.c.shard == sa.bindparam("shard")] if scoped else []
         return self.statement(
             ("by_nums", filters, exact, scoped, size),
-            lambda: sa.select(i.c.prefix, i.c.key, i.c.num).where(
+            lambda: sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS)).where(
                 self.d.one_of(i.c.num, "nums", size),
-                *routed,
+                # a number names one item: the shard key routes it, and leads the numbers' index
+                *([i.c.shard == sa.bindparam("shard")] if scoped else []),
                 live(i),
                 *self.filtered(i.c.value, filters),
             ),
@@ -777,7 +783,7 @@ class StoreStatements:
         return self.statement(
             ("in_key_order", filters, exact, scoped),
             lambda: (
-                sa.select(i.c.prefix, i.c.key, i.c.num)
+                sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS))
                 .where(
                     *self.ns_of(i, exact, scoped),
                     live(i),
@@ -807,7 +813,7 @@ class StoreStatements:
         def build() -> Any:
             found = (
                 sa.select(i.c.num, i.c.doc_len, i.c.terms)
-                .where(*matching(i, "shard", "prefix"), i.c.merged == 0)
+                .where(*matching(i, "shard", "prefix"), not_listed(i))
                 .order_by(i.c.num)
                 .limit(sa.bindparam("cap", type_=sa.Integer))
             )
@@ -865,7 +871,7 @@ class StoreStatements:
                 sa.update(i)
                 .where(
                     *matching(i, "shard", "prefix"),
-                    i.c.merged == 0,
+                    not_listed(i),
                     self.d.one_of(i.c.num, "nums", size),
                 )
                 .values(merged=1, terms=self.d.listed_terms(i.c.terms))

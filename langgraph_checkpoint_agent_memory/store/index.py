@@ -2,7 +2,7 @@
 says how the tables hold them; ``docs/internals/store-search.md`` why).
 
 A query reads, in one snapshot, the chunks of its terms under the namespace, the items not yet
-listed and the retractions (:class:`Lists`); sums BM25 in numpy; and reads back the keys of
+listed and the retractions (:class:`Lists`); sums BM25 in numpy; and reads back the rows of
 its best candidates only, live and passing the filter. A merge moves a namespace's unlisted
 items into its lists and takes the retracted ones out; it runs when a query finds
 :data:`MERGE_AT` of them in a namespace, or this process has written as many there.
@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
-from langgraph_checkpoint_agent_memory.db.store import Prefilter, StoreStatements, rest_params
+from langgraph_checkpoint_agent_memory.db.store import (
+    ItemRow,
+    Prefilter,
+    StoreStatements,
+    rest_params,
+)
 from langgraph_checkpoint_agent_memory.db.term_index import (
     CHUNK,
     LOW_BITS,
@@ -44,6 +49,9 @@ MERGE_WRITES = 4096
 MERGE_CAP = 2 * MERGE_WRITES
 #: Tied candidates at the cut read by number; more, and the items are read in key order.
 TIES_READ = 1024
+#: The candidates a ranking read, by ``(prefix, key)``: their rows as
+#: :meth:`.StoreStatements.by_nums` reads them, ``(num, *ITEM_FIELDS)`` (:func:`item_row`).
+Rows = dict[tuple[str, str], Sequence[Any]]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -116,6 +124,8 @@ class Lists:
         hi, lo = form
         mine = [c for c in self.chunks.get(hi, ()) if lo is None or c[0] == lo]
         _, nums, tf, dl = unpack_chunks([c[1] for c in mine], [c[2] for c in mine])
+        if not self.unlisted and not len(self.gone_num):  # nothing pending: the lists hold all
+            return nums, tf, dl
         gone = self.gone_num[self.gone_hi == hi]
         mask = self.u_hi == hi
         if lo is not None:
@@ -163,6 +173,8 @@ def bm25(
             scores.append(w * tf / (k_base + tf + k_len * dl))
     if not nums:
         return _EMPTY, np.zeros(0)
+    if len(nums) == 1:  # one form's items: each once
+        return nums[0], scores[0]
     found, at = np.unique(np.concatenate(nums), return_inverse=True)
     return found, np.bincount(at, weights=np.concatenate(scores), minlength=len(found))
 
@@ -177,28 +189,31 @@ def best_plan(
     nums: Any,
     scores: Any,
     how: tuple[Prefilter, dict[str, Any], int, bool],
+    read: Rows | None = None,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
     """``((prefix, key), score)`` of the ``want`` best live items passing the filter, ties
     ordered by namespace and key: candidates are read by number, best first, until ``want``
     pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
-    instead, until enough of the tied ones are found."""
+    instead, until enough of the tied ones are found. ``read`` gets the rows of the items
+    read (those found, and any beyond ``want``)."""
     _, _, want, _ = how
+    read = {} if read is None else read
     order = np.lexsort((nums, -scores))
     nums, scores = nums[order], scores[order]
+    worse = -scores  # ascending, as a search asks
     found: list[tuple[tuple[str, str], float]] = []
     at, size = 0, want
     while at < len(nums) and len(found) < want:
-        end = min(at + size, len(nums))
-        # the tie at the slice's end: where it starts and ends
-        score = -scores[end - 1]
-        first = int(np.searchsorted(-scores, score, side="left"))
-        tied = int(np.searchsorted(-scores, score, side="right"))
+        end = first = tied = min(at + size, len(nums))
+        if end < len(nums):  # the tie at the slice's end: where it starts and ends
+            first = int(worse.searchsorted(worse[end - 1], "left"))
+            tied = int(worse.searchsorted(worse[end - 1], "right"))
         if tied - first > TIES_READ and end < tied:
             if first > at:  # the better ones, by number
-                found += yield from _by_nums_plan(statements, nums, scores, at, first, how)
-            found += yield from _tied_plan(statements, nums, scores, first, tied, want, how)
+                found += yield from _by_nums_plan(statements, nums, scores, at, first, how, read)
+            found += yield from _tied_plan(statements, nums, scores, first, tied, how, read)
         else:
-            found += yield from _by_nums_plan(statements, nums, scores, at, tied, how)
+            found += yield from _by_nums_plan(statements, nums, scores, at, tied, how, read)
         at = tied
         size *= 4
     found.sort(key=lambda f: (-f[1], f[0]))
@@ -212,8 +227,10 @@ def _by_nums_plan(
     start: int,
     end: int,
     how: tuple[Prefilter, dict[str, Any], int, bool],
+    read: Rows,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
-    """The candidates ``nums[start:end]`` that are live and pass the filter, with scores."""
+    """The candidates ``nums[start:end]`` that are live and pass the filter, with scores
+    (their rows into ``read``)."""
     filters, base, _, exact = how
     d = statements.d
     chunk = nums[start:end].tolist()
@@ -223,11 +240,12 @@ def _by_nums_plan(
     # a number read back names another item if it was freed and taken since (SQLite)
     ns = base["ns"]
     under = ns + "."
-    return [
-        ((p, k), score_of[int(n)])
-        for p, k, n in rows
-        if p == ns or (not exact and (not ns or p.startswith(under)))
-    ]
+    found = []
+    for row in rows:
+        if row[1] == ns or (not exact and (not ns or row[1].startswith(under))):
+            read[row[1], row[2]] = row
+            found.append(((row[1], row[2]), score_of[int(row[0])]))
+    return found
 
 
 def _tied_plan(
@@ -236,12 +254,12 @@ def _tied_plan(
     scores: Any,
     start: int,
     end: int,
-    want: int,
     how: tuple[Prefilter, dict[str, Any], int, bool],
+    read: Rows,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
     """The first ``want`` of the tied candidates ``nums[start:end]`` in key order, read by
-    walking the namespace's items in that order."""
-    filters, base, _, exact = how
+    walking the namespace's items in that order (their rows into ``read``)."""
+    filters, base, want, exact = how
     tied = nums[start:end]
     score = float(scores[start])
     sql = statements.in_key_order(filters, exact, "shard" in base)
@@ -251,13 +269,21 @@ def _tied_plan(
     while len(found) < want:
         [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
         if rows:
-            hit = np.isin(np.asarray([int(r[2]) for r in rows], dtype=np.int64), tied)
-            found += [((r[0], r[1]), score) for r, h in zip(rows, hit.tolist(), strict=True) if h]
+            hit = np.isin(np.asarray([int(r[0]) for r in rows], dtype=np.int64), tied)
+            for r, h in zip(rows, hit.tolist(), strict=True):
+                if h:
+                    read[r[1], r[2]] = r
+                    found.append(((r[1], r[2]), score))
         if len(rows) < page:
             break
-        after = {"a_prefix": rows[-1][0], "a_key": rows[-1][1]}
+        after = {"a_prefix": rows[-1][1], "a_key": rows[-1][2]}
         page *= 2
     return found[:want]
+
+
+def item_row(row: Sequence[Any]) -> ItemRow:
+    """The item of a row of :data:`Rows`."""
+    return ItemRow._make(row[1:])
 
 
 def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int]:

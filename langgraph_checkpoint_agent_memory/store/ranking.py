@@ -1,7 +1,8 @@
 """How the store ranks: BM25 over its own term index, vector similarity, and their
 reciprocal rank fusion, as plans over the ``db`` layer's statements.
 
-A :class:`Ranker` returns ``(prefix, key)`` pairs with scores and never reads items; it caches
+A :class:`Ranker` returns ``(prefix, key)`` pairs with scores (the lexical candidates' rows
+read with them, should the caller pass a dict for them: :data:`.index.Rows`); it caches
 what moves slowly (corpus statistics, vector counts, recall's normalized vectors). Vector
 similarity is approximate (HNSW), exact in SQL or in numpy (``docs/internals/vector-search.md``);
 an approximate scan that stops short of enough matches is answered exactly instead.
@@ -40,6 +41,7 @@ from langgraph_checkpoint_agent_memory.store.index import (
     MERGE_WRITES,
     Form,
     Lists,
+    Rows,
     best_plan,
     bm25,
     document_frequencies,
@@ -139,15 +141,17 @@ class Ranker:
         joined: bool = False,
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
+        read: Rows | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], bool]]:
         """``((prefix, key), fused score)`` of the best ``want`` lexical and vector candidates
-        under ``base``'s prefix, best first, items unread; and whether a list was cut there."""
+        under ``base``'s prefix, best first; and whether a list was cut there. ``read`` gets
+        the rows of the lexical candidates read (vector candidates are not read)."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         cut = False
         if query_terms and (forms is None or any(forms)):
             how = (filters, base, want, exact, joined)
-            lexical = yield from self.lexical_plan(query_terms, how, forms, feedback)
+            lexical = yield from self.lexical_plan(query_terms, how, forms, feedback, read)
             cut = len(lexical) >= want
         if query_vector is not None:
             closest, vector_cut = yield from self.vector_plan(
@@ -164,11 +168,13 @@ class Ranker:
         want: int,
         decide: Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]],
         forms: list[list[str]] | None,
+        read: Rows | None = None,
     ) -> Plan[list[tuple[tuple[str, str], float]]]:
         """:meth:`fused_plan` of a filtered search with encryption on: each list ranks only the
         items ``decide`` keeps (as the pre-filter does without encryption, so the fused scores
         are the same), decided best first until it holds ``want`` kept items or every match
-        (lexical: read with more candidates, then expanded from the first kept ones)."""
+        (lexical: read with more candidates, then expanded from the first kept ones).
+        ``read``: as :meth:`fused_plan`'s."""
         lexical: list[tuple[str, str]] = []
         closest: list[tuple[str, str]] = []
         if query_terms and (forms is None or any(forms)):
@@ -178,7 +184,7 @@ class Ranker:
                 size = want
                 while True:
                     how = ((), base, size, False, True)
-                    raw, lists = yield from self._bm25_plan(groups, boosts, how, lists)
+                    raw, lists = yield from self._bm25_plan(groups, boosts, how, lists, read)
                     passing = yield from decide([k for k, _ in raw])
                     kept = [(k, score) for k, score in raw if k in passing]
                     if len(kept) >= want or len(raw) < size:
@@ -312,18 +318,19 @@ class Ranker:
         how: How,
         forms: list[list[str]] | None = None,
         feedback: F.Feedback | None = None,
+        read: Rows | None = None,
     ) -> Plan[list[tuple[str, str]]]:
         """BM25's best items for ``terms`` (``how``: see :data:`How`); with ``feedback``,
         expanded from its first matches and ranked again. ``forms``: per term, its keyed hash
         under each searched shard's key (encryption on): its df sums over them and each
-        weighs as the term itself."""
+        weighs as the term itself. ``read`` gets the rows of the items read."""
         groups = _groups(terms, forms)
-        scored, lists = yield from self._bm25_plan(groups, [1.0] * len(groups), how)
+        scored, lists = yield from self._bm25_plan(groups, [1.0] * len(groups), how, None, read)
         if feedback is not None and scored:
             more = yield from self._expansion_plan(scored, groups, how, feedback)
             if more is not None:
                 expanded, boosts, lists = more
-                scored, _ = yield from self._bm25_plan(expanded, boosts, how, lists)
+                scored, _ = yield from self._bm25_plan(expanded, boosts, how, lists, read)
         return [item for item, _ in scored]
 
     def _bm25_plan(
@@ -332,9 +339,11 @@ class Ranker:
         boosts: list[float],
         how: How,
         lists: Lists | None = None,
+        read: Rows | None = None,
     ) -> Plan[tuple[list[tuple[tuple[str, str], float]], Lists]]:
         """``((prefix, key), score)`` of BM25's best items for ``groups`` (a term's forms),
-        weighed idf times ``boosts``, and the lists read (``lists``: read already)."""
+        weighed idf times ``boosts``, and the lists read (``lists``: read already); ``read``
+        gets the rows of the items read."""
         filters, base, want, exact, _ = how
         if lists is None:
             flat = [f for group in groups for f in group]
@@ -348,7 +357,8 @@ class Ranker:
         weight = [S.idf(docs, n) * (S.K1 + 1) * b for n, b in zip(group_df, boosts, strict=True)]
         k_base, k_len = S.K1 * (1 - S.B), S.K1 * S.B / (avgdl or 1.0)
         nums, scores = bm25(lists, groups, weight, k_base, k_len)
-        scored = yield from best_plan(self.statements, nums, scores, (filters, base, want, exact))
+        ranked = (filters, base, want, exact)
+        scored = yield from best_plan(self.statements, nums, scores, ranked, read)
         return scored, lists
 
     def _merges_plan(self, lists: Lists) -> Plan[None]:

@@ -30,6 +30,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
 from langgraph_checkpoint_agent_memory.db.store import ItemRow, Prefilter, StoreStatements, scoped
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError, EncryptionError
 from langgraph_checkpoint_agent_memory.rerank import Reordered, RerankerLike, Reranking
+from langgraph_checkpoint_agent_memory.store.index import Rows, item_row
 from langgraph_checkpoint_agent_memory.store.values import MAX_COUNT
 from langgraph_checkpoint_agent_memory.text import tokens
 from langgraph_checkpoint_agent_memory.when import TimeRange, time_range
@@ -261,10 +262,11 @@ class Searcher:
             shards = yield from self.sealer.shards_plan(self.statements, base)
             forms = yield from self.sealer.term_forms_plan(self.statements, words, shards)
         want = min(max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset)), MAX_COUNT)
+        read: Rows = {}  # the rows the ranking read, not read again
         if self.sealer is not None and conds:
-            decide = self._decider(conds, now)
-            fused = yield from self.ranker.kept_plan(words, vector, base, want, decide, forms)
-            return (yield from self._read_ranked(fused, conds, op, now))
+            decide = self._decider(conds, now, read)
+            fused = yield from self.ranker.kept_plan(words, vector, base, want, decide, forms, read)
+            return (yield from self._read_ranked(fused, conds, op, now, read))
         # Without a filter the postings (and vectors) alone rank; should expired items leave
         # too few, rank again joined with the items. With a filter, the database's pre-filter
         # narrows the candidates and the filter is decided here: should it keep too few of a
@@ -272,9 +274,17 @@ class Searcher:
         joined, feedback = bool(filters), self.ranker.feedback
         while True:
             fused, cut = yield from self.ranker.fused_plan(
-                words, vector, filters, base, want, joined=joined, forms=forms, feedback=feedback
+                words,
+                vector,
+                filters,
+                base,
+                want,
+                joined=joined,
+                forms=forms,
+                feedback=feedback,
+                read=read,
             )
-            out = yield from self._read_ranked(fused, conds, op, now)
+            out = yield from self._read_ranked(fused, conds, op, now, read)
             if len(out) >= op.limit or not cut:
                 return out
             if joined:
@@ -282,9 +292,10 @@ class Searcher:
             joined = True
 
     def _decider(
-        self, conds: list[tuple[list[str], str, Any]], now: float
+        self, conds: list[tuple[list[str], str, Any]], now: float, read: Rows
     ) -> Callable[[list[tuple[str, str]]], Plan[set[tuple[str, str]]]]:
-        """Of the keys given, the live items whose decrypted values pass the filter."""
+        """Of the keys given, the live items whose decrypted values pass the filter (rows of
+        ``read`` not read again)."""
         sealer = self.sealer
         assert sealer is not None
         decided: dict[tuple[str, str], bool] = {}
@@ -293,7 +304,7 @@ class Searcher:
             todo = [k for k in dict.fromkeys(keys) if k not in decided]
             for start in range(0, len(todo), 64):
                 chunk = todo[start : start + 64]
-                found = yield from self._rows_plan(chunk, now)
+                found = yield from self._rows_plan(chunk, now, read)
                 decided.update(dict.fromkeys(chunk, False))
                 for row in found:
                     decided[(row.prefix, row.key)] = matches(row_value(row, sealer), conds)
@@ -301,12 +312,17 @@ class Searcher:
 
         return decide
 
-    def _rows_plan(self, keys: list[tuple[str, str]], now: float) -> Plan[list[ItemRow]]:
-        """The rows of the live items among ``keys`` (at most 64), their data keys loaded."""
-        params = key_params(self.statements, keys)
-        params["now"] = now
-        [rows] = yield Batch([Stmt(self.statements.by_keys(len(keys)), params, fetch=True)])
-        found = list(map(ItemRow._make, rows))
+    def _rows_plan(
+        self, keys: list[tuple[str, str]], now: float, read: Rows
+    ) -> Plan[list[ItemRow]]:
+        """The rows of the live items among ``keys`` (at most 64), their data keys loaded:
+        those of ``read``, the others read by key."""
+        found = [item_row(read[k]) for k in keys if k in read]
+        if rest := [k for k in keys if k not in read]:
+            params = key_params(self.statements, rest)
+            params["now"] = now
+            [rows] = yield Batch([Stmt(self.statements.by_keys(len(rest)), params, fetch=True)])
+            found += map(ItemRow._make, rows)
         if self.sealer is not None:
             yield from self.sealer.ids_plan(sealed_of(found))
         return found
@@ -317,8 +333,10 @@ class Searcher:
         conds: list[tuple[list[str], str, Any]],
         op: SearchOp,
         now: float,
+        read: Rows,
     ) -> Plan[list[tuple[SearchItem, Any]]]:
-        """The live items of ``fused`` that pass the filter exactly, in its order, paged."""
+        """The live items of ``fused`` that pass the filter exactly, in its order, paged
+        (rows of ``read`` not read again)."""
         page = _Page(conds, op, self.sealer)
         if page.full:
             return page.items
@@ -327,7 +345,7 @@ class Searcher:
         while start < len(fused):
             chunk = fused[start : start + size]
             start, size = start + size, 64
-            rows = yield from self._rows_plan([k for k, _ in chunk], now)
+            rows = yield from self._rows_plan([k for k, _ in chunk], now, read)
             by_key = {(r.prefix, r.key): r for r in rows}
             for item_key, score in chunk:
                 row = by_key.get(item_key)
