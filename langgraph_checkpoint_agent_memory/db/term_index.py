@@ -200,6 +200,16 @@ def unpack_chunks(starts: Sequence[int], payloads: Sequence[bytes]) -> tuple[Any
     each chunk holds, then its entries (``starts``: each chunk's first number); int64."""
     import numpy as np
 
+    if len(payloads) == 1:  # a rare term's one chunk: its arrays read as they lie
+        payload = payloads[0]
+        codes = (payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4)
+        n = (len(payload) - 1) // sum(1 << c for c in codes)
+        offsets = (1, 1 + (n << codes[0]), 1 + (n << codes[0]) + (n << codes[1]))
+        gaps, tf, dl = (
+            np.frombuffer(payload, WIDTHS[c], n, at).astype(np.int64)
+            for c, at in zip(codes, offsets, strict=True)
+        )
+        return np.array([n]), starts[0] + np.cumsum(gaps), tf, dl
     sizes = np.fromiter(map(len, payloads), np.int64, len(payloads))
     data = np.frombuffer(b"".join(payloads), np.uint8)
     begin = np.cumsum(sizes) - sizes
