@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeAlias
 
 import sqlalchemy as sa
@@ -481,12 +482,14 @@ class StoreStatements:
         ``native_vectors`` off: bytes only; an item with ``tags`` (encryption) replaces its
         tags."""
         retract, vec_sql, tags_sql, item_sql = self.delete_item()
-        items = self.keyed(items)
+        items = in_lock_order(self.keyed(items))
         removed = self.keyed(removed)
         keys = item_keys(items, removed)
         tagged = bool(removed) or any("tags" in r for r in items)
         tags = [
-            {**k, "tag": t} for k, r in zip(keys, items, strict=False) for t in r.pop("tags", ())
+            {"shard": r["shard"], "prefix": r["prefix"], "key": r["key"], "tag": t}
+            for r in items
+            for t in r.pop("tags", ())
         ]
         out = [  # the retraction's generic plan may walk the namespace: planned each time
             Stmt(retract, keys, many=True, prepare=False),
@@ -907,9 +910,18 @@ class StoreStatements:
         )
 
 
+def in_lock_order(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Item rows in the one order every writer locks items in: by shard key, namespace and
+    key as Python compares them (two writers locking in two orders could deadlock; the
+    database's collation may order them otherwise)."""
+    return sorted(rows, key=itemgetter("shard", "prefix", "key"))
+
+
 def item_keys(*rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ``shard``, ``prefix`` and ``key`` of each row."""
-    return [{c: r[c] for c in ("shard", "prefix", "key")} for group in rows for r in group]
+    """The ``shard``, ``prefix`` and ``key`` of each row, in lock order."""
+    return in_lock_order(
+        {c: r[c] for c in ("shard", "prefix", "key")} for group in rows for r in group
+    )
 
 
 def items_named(t: Any, n: int) -> Any:

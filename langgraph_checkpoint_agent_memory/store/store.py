@@ -54,6 +54,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
     StoreStatements,
+    item_keys,
     ns_text,
     scoped,
 )
@@ -960,7 +961,7 @@ def sweep_plan(
         if not rows:
             yield Batch([], write=True)
             return removed
-        keys = [ItemKey._make(r)._asdict() for r in rows]
+        keys = item_keys([ItemKey._make(r)._asdict() for r in rows])
         # the retraction first, planned for each item (see StoreStatements.writes)
         deletes = statements.delete_item()
         yield Batch(
