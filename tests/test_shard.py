@@ -214,7 +214,9 @@ def names_key(text: str, params: Any, key: str) -> bool:
     if not re.search(r"\bshard = ", text):
         return False
     return all(
-        key in {v for k, v in p.items() if k == "shard" or re.fullmatch(r"s\d+", k)} for p in each
+        key in {v for k, v in p.items() if k == "shard" or re.fullmatch(r"s\d+", k)}
+        or set(p.get("s") or ()) == {key}  # rows named by column arrays
+        for p in each
     )
 
 
