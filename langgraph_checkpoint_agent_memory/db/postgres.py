@@ -530,10 +530,10 @@ class PostgresDialect(Dialect):
         wanted = sa.func.unnest(*arrays).table_valued(*(p for _, p in names)).render_derived("u")
         found = sa.tuple_(*columns).in_(sa.select(*wanted.c))
         shard = t.info.get("shard_key")
-        if shard not in dict(names):
+        if not self.distributed or shard not in dict(names):
             return found
         # Citus routes on the shard key's values, not on a join: rows of one shard key go to
-        # its shard
+        # its shard. Not elsewhere: the planner may walk the shard key's range for it
         return sa.and_(t.c[shard] == sa.any_(self._array(t.c[shard], dict(names)[shard])), found)
 
     def _array(self, column: Any, param: str) -> Any:

@@ -278,7 +278,9 @@ class StoreStatements:
 
     def by_keys(self, n: int) -> Sql:
         """Live items of ``n`` keys (:meth:`key_params`)."""
-        return self.statement(("by_keys", n), lambda: _items(self.items_named(store_items, n)))
+        return self.statement(
+            ("by_keys", n, self.d.distributed), lambda: _items(self.items_named(store_items, n))
+        )
 
     def items_named(self, t: Any, n: int) -> Any:
         """Core: ``t``'s row is one of ``n`` items (:meth:`key_params`)."""
@@ -810,7 +812,7 @@ class StoreStatements:
         """``(prefix, key, num, terms, merged)`` of ``n`` items (:meth:`key_params`)."""
         i = store_items
         return self.statement(
-            ("item_terms", n),
+            ("item_terms", n, self.d.distributed),
             lambda: sa.select(i.c.prefix, i.c.key, i.c.num, i.c.terms, i.c.merged).where(
                 self.items_named(i, n)
             ),
