@@ -561,3 +561,37 @@ def test_a_coordinator_killed_under_load_raises_the_package_s_errors_only(
         saver.close()
     assert len(errors) == 8
     assert [e for e in errors if not isinstance(e, DatabaseUnavailableError)] == []
+
+
+def test_a_read_of_items_by_key_goes_to_their_shard(citus_url: str) -> None:
+    """Items read by their keys (a search's candidates, relevance feedback's terms): the keys
+    of one shard key in a router query to its shard; keys of several shard keys read too."""
+    from langgraph_checkpoint_agent_memory import create_store
+    from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
+
+    store = create_store(citus_url)
+    try:
+        for user in ("alice", "bob"):
+            for k in range(3):
+                store.put(("docs", user), f"k{k}", {"text": f"{user} note {k}"})
+
+        def read(keys: list[tuple[str, str]]) -> Any:
+            st = store.statements
+            params = {**st.key_params(keys), "now": 0.0}
+            [items, terms] = yield Batch(
+                [
+                    Stmt(st.by_keys(len(keys)), params, fetch=True),
+                    Stmt(st.item_terms(len(keys)), params, fetch=True),
+                ]
+            )
+            return sorted((r[0], r[1]) for r in items), sorted((r[0], r[1]) for r in terms)
+
+        alice = [("docs.alice", "k0"), ("docs.alice", "k2"), ("docs.alice", "gone")]
+        log = Recorder(store)
+        found = store.run_plan(read(alice))
+        assert found == (alice[:2], alice[:2])
+        assert log.took("am_store_items") and not_routed(citus_url, log) == []
+        both = [("docs.bob", "k1"), *alice]
+        assert store.run_plan(read(both)) == (sorted(both[:3]), sorted(both[:3]))
+    finally:
+        store.close()

@@ -13,7 +13,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from langgraph_checkpoint_agent_memory.db.schema import items_i, matching, store_vectors, vectors_v
+from langgraph_checkpoint_agent_memory.db.schema import (
+    items_i,
+    matching,
+    rows_named,
+    store_vectors,
+    vectors_v,
+)
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -488,6 +494,18 @@ class Dialect:
         size = self.list_size(len(values))
         padded = [*values, *[values[-1]] * (size - len(values))]
         return {f"{param}{j}": v for j, v in enumerate(padded)}
+
+    def rows_named(self, t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
+        """Core: ``t``'s row is one of ``n`` named by ``(column, param)`` (parameters of
+        :meth:`named_params`)."""
+        return rows_named(t, n, names)
+
+    def named_params(self, params: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+        """The parameters of :meth:`rows_named` naming ``rows``, a value per name of ``params``:
+        ``:<param><j>``."""
+        return {
+            f"{p}{j}": v for j, row in enumerate(rows) for p, v in zip(params, row, strict=True)
+        }
 
     #: The most values one statement's list binds (:meth:`one_of`); ``None``: any number.
     list_cap: int | None = 1024

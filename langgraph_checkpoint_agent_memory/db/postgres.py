@@ -514,13 +514,36 @@ class PostgresDialect(Dialect):
         return 1
 
     def one_of(self, column: Any, param: str, size: int) -> Any:
-        # one array: one statement text for any count; text[], as varchar(n) would cut
-        item = sa.Text() if isinstance(column.type, sa.String) else column.type
-        values = sa.cast(sa.bindparam(param), sa_pg.ARRAY(item))
-        return column == sa.any_(values)
+        # one array: one statement text for any count
+        return column == sa.any_(self._array(column, param))
 
     def list_params(self, param: str, values: Sequence[Any]) -> dict[str, Any]:
         return {param: list(values)}
+
+    def rows_named(self, t: Any, n: int, names: Sequence[tuple[str, str]]) -> Any:
+        # the rows as arrays, a column each: a semi-join that looks each row up in the index,
+        # one statement text for any count. An OR of rows, or a list of keys under one
+        # namespace, is planned as a walk of the namespace's range of the index whenever the
+        # planner thinks it small (no statistics yet, or a generic plan's average namespace).
+        columns = [t.c[c] for c, _ in names]
+        arrays = [self._array(t.c[c], p) for c, p in names]
+        wanted = sa.func.unnest(*arrays).table_valued(*(p for _, p in names)).render_derived("u")
+        found = sa.tuple_(*columns).in_(sa.select(*wanted.c))
+        shard = t.info.get("shard_key")
+        if not self.distributed or shard not in dict(names):
+            return found
+        # Citus routes on the shard key's values, not on a join: rows of one shard key go to
+        # its shard. Not elsewhere: the planner may walk the shard key's range for it
+        return sa.and_(t.c[shard] == sa.any_(self._array(t.c[shard], dict(names)[shard])), found)
+
+    def _array(self, column: Any, param: str) -> Any:
+        """``:param`` as an array of ``column``'s values (text[] for strings: varchar(n) would
+        cut them)."""
+        item = sa.Text() if isinstance(column.type, sa.String) else column.type
+        return sa.cast(sa.bindparam(param), sa_pg.ARRAY(item))
+
+    def named_params(self, params: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+        return {p: [row[i] for row in rows] for i, p in enumerate(params)}
 
     def insert_arrays(self, table: sa.Table) -> Sql:
         def build() -> Any:

@@ -18,7 +18,6 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     items_i,
     matching,
     metadata,
-    rows_named,
     store_chunks,
     store_items,
     store_retractions,
@@ -44,6 +43,9 @@ SEALED_VALUE = "{}"
 #: long, and SQLite refuses a tree deeper than 1000); the store decides the rest in Python.
 MAX_PREFILTER = 32
 
+#: The columns of an item's key and their parameters in a statement of several items
+#: (:meth:`.Dialect.rows_named`).
+_KEY_NAMES = (("shard", "s"), ("prefix", "p"), ("key", "k"))
 #: :meth:`StoreStatements.prefilter`'s per condition parameter name and shape (a cache key).
 Prefilter: TypeAlias = tuple[tuple[str, Hashable], ...]
 #: A pre-filter on keyed hashes (sealed fields): ``(HASHED_EQUALITY, values, marks)``.
@@ -276,8 +278,19 @@ class StoreStatements:
         return self.statement("get", lambda: _items(key_match(store_items)))
 
     def by_keys(self, n: int) -> Sql:
-        """Live items of ``n`` keys (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
-        return self.statement(("by_keys", n), lambda: _items(items_named(store_items, n)))
+        """Live items of ``n`` keys (:meth:`key_params`)."""
+        return self.statement(
+            ("by_keys", n, self.d.distributed), lambda: _items(self.items_named(store_items, n))
+        )
+
+    def items_named(self, t: Any, n: int) -> Any:
+        """Core: ``t``'s row is one of ``n`` items (:meth:`key_params`)."""
+        return self.d.rows_named(t, n, _KEY_NAMES)
+
+    def key_params(self, keys: Iterable[tuple[str, str]]) -> dict[str, Any]:
+        """The parameters of :meth:`items_named` naming the items ``(prefix, key)``."""
+        rows = [(self.shard(prefix), prefix, key) for prefix, key in keys]
+        return self.d.named_params([p for _, p in _KEY_NAMES], rows)
 
     def fingerprint(self) -> Sql:
         """Live item count and latest update of the namespace ``:prefix`` (``:shard``)."""
@@ -799,12 +812,12 @@ class StoreStatements:
         )
 
     def item_terms(self, n: int) -> Sql:
-        """``(prefix, key, num, terms, merged)`` of ``n`` items (``:s<j>`` ...)."""
+        """``(prefix, key, num, terms, merged)`` of ``n`` items (:meth:`key_params`)."""
         i = store_items
         return self.statement(
-            ("item_terms", n),
+            ("item_terms", n, self.d.distributed),
             lambda: sa.select(i.c.prefix, i.c.key, i.c.num, i.c.terms, i.c.merged).where(
-                items_named(i, n)
+                self.items_named(i, n)
             ),
         )
 
@@ -922,11 +935,6 @@ def item_keys(*rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return in_lock_order(
         {c: r[c] for c in ("shard", "prefix", "key")} for group in rows for r in group
     )
-
-
-def items_named(t: Any, n: int) -> Any:
-    """Core: ``t``'s row is one of ``n`` items (``:s<j>``, ``:p<j>``, ``:k<j>``)."""
-    return rows_named(t, n, (("shard", "s"), ("prefix", "p"), ("key", "k")))
 
 
 def _after(order: Sequence[Any], names: Sequence[str]) -> Any:

@@ -419,7 +419,7 @@ class Ranker:
         them all (read in one statement)."""
         _, base, _, exact, _ = how
         top = scored[: feedback.docs]
-        params = S.key_params(self.statements, (item for item, _ in top))
+        params = self.statements.key_params(item for item, _ in top)
         [rows] = yield Batch([Stmt(self.statements.item_terms(len(top)), params, fetch=True)])
         item_of: dict[int, tuple[str, str]] = {}
         his: set[int] = set()

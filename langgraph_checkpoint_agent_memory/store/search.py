@@ -192,14 +192,6 @@ def item_fields(row: ItemRow, sealer: Sealer | None = None, value: Any = None) -
     )
 
 
-def key_params(statements: StoreStatements, keys: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """``:s<j>``, ``:p<j>``, ``:k<j>``: the shard key, namespace and key of each item."""
-    params: dict[str, Any] = {}
-    for j, (prefix, key) in enumerate(keys):
-        params[f"s{j}"], params[f"p{j}"], params[f"k{j}"] = statements.shard(prefix), prefix, key
-    return params
-
-
 class _Page:
     """One page of search results, each as ``(SearchItem, ttl_minutes)``."""
 
@@ -319,7 +311,7 @@ class Searcher:
         those of ``read``, the others read by key."""
         found = [item_row(read[k]) for k in keys if k in read]
         if rest := [k for k in keys if k not in read]:
-            params = key_params(self.statements, rest)
+            params = self.statements.key_params(rest)
             params["now"] = now
             [rows] = yield Batch([Stmt(self.statements.by_keys(len(rest)), params, fetch=True)])
             found += map(ItemRow._make, rows)
