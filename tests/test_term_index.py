@@ -431,6 +431,8 @@ def test_ties_at_the_cut_are_ordered_by_namespace_then_key(
     keys = [f"k{rng.randrange(10**6):06}" for _ in range(60)]
     for i, key in enumerate(keys):
         put(store, model, ("t", "b" if i % 2 else "a"), key, "printer refund")
+        # below a namespace of the shard key: walked after the namespace's own items
+        put(store, model, ("t", "b", "deep"), key[::-1], "printer refund")
     put(store, model, ("t", "a"), "zz", "printer printer refund")  # the best, alone
     for want in (1, 5, 20, 70):
         same_order(

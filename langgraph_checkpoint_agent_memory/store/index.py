@@ -258,26 +258,32 @@ def _tied_plan(
     read: Rows,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
     """The first ``want`` of the tied candidates ``nums[start:end]`` in key order, read by
-    walking the namespace's items in that order (their rows into ``read``)."""
+    walking the namespace's items in that order (their rows into ``read``): its own items
+    first, then, for a search under it, the deeper namespaces', which come after them in
+    that order (walked apart, the namespace's own is a range of the primary key that no
+    planner sorts instead, as one did the whole before a table's first statistics)."""
     filters, base, want, exact = how
     tied = nums[start:end]
     score = float(scores[start])
-    sql = statements.in_key_order(filters, exact, "shard" in base)
+    scoped = "shard" in base
     found: list[tuple[tuple[str, str], float]] = []
     after = {"a_prefix": "", "a_key": ""}
-    page = 4 * want
-    while len(found) < want:
-        [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
-        if rows:
-            hit = np.isin(np.asarray([int(r[0]) for r in rows], dtype=np.int64), tied)
-            for r, h in zip(rows, hit.tolist(), strict=True):
-                if h:
-                    read[r[1], r[2]] = r
-                    found.append(((r[1], r[2]), score))
-        if len(rows) < page:
-            break
-        after = {"a_prefix": rows[-1][1], "a_key": rows[-1][2]}
-        page *= 2
+    for own in [exact] if exact or not scoped else [True, False]:
+        sql = statements.in_key_order(filters, own, scoped)
+        page = 4 * want
+        while len(found) < want:
+            [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
+            if rows:
+                hit = np.isin(np.asarray([int(r[0]) for r in rows], dtype=np.int64), tied)
+                for r, h in zip(rows, hit.tolist(), strict=True):
+                    if h:
+                        read[r[1], r[2]] = r
+                        found.append(((r[1], r[2]), score))
+                after = {"a_prefix": rows[-1][1], "a_key": rows[-1][2]}
+            if len(rows) < page:
+                break
+            page *= 2
+        after = {"a_prefix": base["ns"], "a_key": after["a_key"] if own else ""}
     return found[:want]
 
 
