@@ -14,6 +14,7 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
+    MatchCondition,
     PutOp,
     SearchOp,
 )
@@ -138,6 +139,19 @@ def test_the_empty_prefix_searches_the_whole_store(
     by_meaning = make_store(index={"dims": 64, "embed": WordEmbeddings(64)}, weights=(0.0, 1.0))
     by_meaning.put(("vec", "u"), "v1", {"text": "sushi night"})
     assert keys(by_meaning.search((), query="sushi night"))[0] == "v1"
+
+
+def test_each_listing_of_a_batch_has_its_conditions_checked(
+    make_store: Callable[..., AgentMemoryStore],
+) -> None:
+    """A batch checks a namespace once per run of ops on it, but a listing's conditions are
+    its own: a bad one after a good one is refused as it is alone."""
+    store = make_store()
+    store.put(("a", "b"), "k", {"v": 1})
+    bad = ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a.b",)),), limit=10)
+    for ops in ([bad], [ListNamespacesOp(limit=10), bad]):
+        with pytest.raises(InvalidNamespaceError):
+            store.batch(ops)
 
 
 def test_list_namespaces(make_store: Callable[..., AgentMemoryStore]) -> None:

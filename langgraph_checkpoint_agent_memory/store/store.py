@@ -54,6 +54,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     ItemKey,
     ItemRow,
     StoreStatements,
+    in_lock_order,
     item_keys,
     ns_text,
     scoped,
@@ -772,7 +773,7 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
                 results[i] = yield from namespaces_plan(self.statements, op, now)
         statements = yield from self._put_statements(puts, vectors, now)
         if refresh:  # only items that have a TTL: reads of the others stay reads
-            refresh = self.statements.keyed(refresh)
+            refresh = in_lock_order(self.statements.keyed(refresh))
             statements.append(Stmt(self.statements.refresh(), refresh, many=True))
         if statements:
             yield Batch(statements, write=True)

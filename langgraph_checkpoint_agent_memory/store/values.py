@@ -202,7 +202,8 @@ def checked_batch(ops: Iterable[Op]) -> tuple[list[Op], dict[tuple[str, str], Pu
             with namespace_errors():
                 validate_op_namespace(op)
             check_namespace(namespace)
-            last = (type(op), namespace)
+            # a listing's conditions are its own: each is checked
+            last = None if isinstance(op, ListNamespacesOp) else (type(op), namespace)
         if isinstance(op, (GetOp, PutOp)):
             check_key(op.key)
         if isinstance(op, PutOp):
