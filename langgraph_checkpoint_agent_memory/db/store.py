@@ -778,13 +778,17 @@ class StoreStatements:
 
         return self.statement(("lists", exact, scoped, size, deeper), build)
 
-    def by_nums(self, filters: Prefilter, exact: bool, scoped: bool, size: int) -> Sql:
+    def by_nums(
+        self, filters: Prefilter, exact: bool, scoped: bool, size: int, rows: bool = True
+    ) -> Sql:
         """``(num, *ITEM_FIELDS)`` of the live items numbered ``:nums`` (all under the
-        namespace: the lists were read there) that pass the pre-filter."""
+        namespace: the lists were read there) that pass the pre-filter; ``rows`` off:
+        ``(num, prefix, key)``."""
         i = store_items
+        fields = ITEM_FIELDS if rows else ITEM_FIELDS[:2]
         return self.statement(
-            ("by_nums", filters, exact, scoped, size),
-            lambda: sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS)).where(
+            ("by_nums", filters, exact, scoped, size, rows),
+            lambda: sa.select(i.c.num, *(i.c[f] for f in fields)).where(
                 self.d.one_of(i.c.num, "nums", size),
                 # a number names one item: the shard key routes it, and leads the numbers' index
                 *([i.c.shard == sa.bindparam("shard")] if scoped else []),
@@ -793,15 +797,16 @@ class StoreStatements:
             ),
         )
 
-    def in_key_order(self, filters: Prefilter, exact: bool, scoped: bool) -> Sql:
+    def in_key_order(self, filters: Prefilter, exact: bool, scoped: bool, rows: bool = True) -> Sql:
         """:meth:`by_nums` of every item in ``(prefix, key)`` order after ``(:a_prefix,
         :a_key)``, ``:n`` of them: the first of many tied items."""
         i = store_items
         order = (i.c.prefix, i.c.key)
+        fields = ITEM_FIELDS if rows else ITEM_FIELDS[:2]
         return self.statement(
-            ("in_key_order", filters, exact, scoped),
+            ("in_key_order", filters, exact, scoped, rows),
             lambda: (
-                sa.select(i.c.num, *(i.c[f] for f in ITEM_FIELDS))
+                sa.select(i.c.num, *(i.c[f] for f in fields))
                 .where(
                     *self.ns_of(i, exact, scoped),
                     live(i),

@@ -195,9 +195,8 @@ def best_plan(
     ordered by namespace and key: candidates are read by number, best first, until ``want``
     pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
     instead, until enough of the tied ones are found. ``read`` gets the rows of the items
-    read (those found, and any beyond ``want``)."""
+    read (those found, and any beyond ``want``); without it, only their keys are read."""
     _, _, want, _ = how
-    read = {} if read is None else read
     order = np.lexsort((nums, -scores))
     nums, scores = nums[order], scores[order]
     worse = -scores  # ascending, as a search asks
@@ -227,14 +226,16 @@ def _by_nums_plan(
     start: int,
     end: int,
     how: tuple[Prefilter, dict[str, Any], int, bool],
-    read: Rows,
+    read: Rows | None,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
     """The candidates ``nums[start:end]`` that are live and pass the filter, with scores
     (their rows into ``read``)."""
     filters, base, _, exact = how
     d = statements.d
     chunk = nums[start:end].tolist()
-    sql = statements.by_nums(filters, exact, "shard" in base, d.list_size(len(chunk)))
+    sql = statements.by_nums(
+        filters, exact, "shard" in base, d.list_size(len(chunk)), read is not None
+    )
     [rows] = yield Batch([Stmt(sql, {**base, **d.list_params("nums", chunk)}, fetch=True)])
     score_of = dict(zip(chunk, scores[start:end].tolist(), strict=True))
     # a number read back names another item if it was freed and taken since (SQLite)
@@ -243,7 +244,8 @@ def _by_nums_plan(
     found = []
     for row in rows:
         if row[1] == ns or (not exact and (not ns or row[1].startswith(under))):
-            read[row[1], row[2]] = row
+            if read is not None:
+                read[row[1], row[2]] = row
             found.append(((row[1], row[2]), score_of[int(row[0])]))
     return found
 
@@ -255,7 +257,7 @@ def _tied_plan(
     start: int,
     end: int,
     how: tuple[Prefilter, dict[str, Any], int, bool],
-    read: Rows,
+    read: Rows | None,
 ) -> Plan[list[tuple[tuple[str, str], float]]]:
     """The first ``want`` of the tied candidates ``nums[start:end]`` in key order, read by
     walking the namespace's items in that order (their rows into ``read``): its own items
@@ -269,7 +271,7 @@ def _tied_plan(
     found: list[tuple[tuple[str, str], float]] = []
     after = {"a_prefix": "", "a_key": ""}
     for own in [exact] if exact or not scoped else [True, False]:
-        sql = statements.in_key_order(filters, own, scoped)
+        sql = statements.in_key_order(filters, own, scoped, read is not None)
         page = 4 * want
         while len(found) < want:
             [rows] = yield Batch([Stmt(sql, {**base, **after, "n": page}, fetch=True)])
@@ -277,7 +279,8 @@ def _tied_plan(
                 hit = np.isin(np.asarray([int(r[0]) for r in rows], dtype=np.int64), tied)
                 for r, h in zip(rows, hit.tolist(), strict=True):
                     if h:
-                        read[r[1], r[2]] = r
+                        if read is not None:
+                            read[r[1], r[2]] = r
                         found.append(((r[1], r[2]), score))
                 after = {"a_prefix": rows[-1][1], "a_key": rows[-1][2]}
             if len(rows) < page:
