@@ -234,6 +234,8 @@ def store_statements(d: Dialect) -> dict[str, Sql]:
         "by_keys",
         "refresh",
         "upsert_item",
+        "upsert_unlisted",
+        "lock_item",
         "created_at",
         "delete_item",
         "insert_vector",
@@ -315,7 +317,7 @@ def term_index_statements(d: Dialect, sql: Any, filters: Any) -> dict[str, Sql]:
     out["store.item_terms"] = sql.item_terms(4)
     for name in ("unlisted", "retracted", "drop_chunk", "insert_chunk"):
         out[f"store.{name}"] = getattr(sql, name)()
-    for name in ("chunks_to_merge", "mark_listed", "drop_retractions"):
+    for name in ("chunks_to_merge", "drop_unlisted", "drop_retractions"):
         out[f"store.{name}"] = getattr(sql, name)(size)
     if (lock := d.merge_lock()) is not None:
         out["store.merge_lock"] = lock

@@ -27,7 +27,7 @@ from langgraph_checkpoint_agent_memory import (
 )
 from langgraph_checkpoint_agent_memory.db.term_index import halves, high_parts, term_id
 from langgraph_checkpoint_agent_memory.text import tokens
-from tests.helpers import WordEmbeddings
+from tests.helpers import INDEXED_ITEMS, WordEmbeddings
 from tests.pg import SERVERS, PgServers, backend_params, backend_url
 
 
@@ -171,7 +171,7 @@ def test_no_secret_word_in_the_sqlite_file_or_its_wal(
 def stored_halves(conn: sqlite3.Connection) -> set[int]:
     """The high halves of every term id the term index holds: in its lists and items."""
     held = {hi for (hi,) in conn.execute("SELECT hi FROM am_store_chunks")}
-    for terms, merged in conn.execute("SELECT terms, merged FROM am_store_items"):
+    for terms, merged in conn.execute(f"SELECT terms, merged FROM {INDEXED_ITEMS}"):
         if terms is not None:
             held.update(high_parts(terms, listed=merged == 1).tolist())
     return held

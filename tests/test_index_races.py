@@ -57,7 +57,7 @@ from langgraph_checkpoint_agent_memory.store import ranking as store_ranking
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.index import Lists, document_frequencies
 from langgraph_checkpoint_agent_memory.text import postings, tokens
-from tests.helpers import FakeClock
+from tests.helpers import INDEXED_ITEMS, FakeClock
 from tests.pg import backend_params, libpq_url, pg_database
 
 #: Where the races run: SQLite (threads of one process, each with its own connection) and
@@ -219,7 +219,8 @@ def _rows(cursor: Any) -> list[dict[str, Any]]:
 
 
 _ITEMS = (
-    "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, merged FROM am_store_items"
+    "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, row_terms, merged "
+    f"FROM {INDEXED_ITEMS}"
 )
 #: A chunk's namespace: its shard key and the labels after it.
 _CHUNK_PREFIX = "CASE WHEN rest = '' THEN shard ELSE shard || '.' || rest END"
@@ -311,6 +312,9 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
         assert row["merged"] in (0, 1), where
         assert row["doc_len"] == length, where
         blob = row["terms"]
+        # the item's row keeps its terms' high parts, listed or not: what a retraction needs
+        kept = sorted(halves(t)[0] for t in counts)
+        assert sorted(high_parts(bytes(row["row_terms"])).tolist()) == kept, where
         if row["merged"] == 0:
             assert len(blob) % UNLISTED_BYTES == 0, where
             ids, tfs = unlisted_terms(blob)

@@ -108,9 +108,8 @@ def residue(conn: psycopg.Connection[Any]) -> dict[str, int]:
         assert row is not None
         if row[0]:
             out[table] = int(row[0])
-    indexed = conn.execute(  # items whose terms ride in their row, not yet listed
-        "SELECT count(*) FROM am_store_items WHERE shard = 'memory.user=u1' AND merged = 0 "
-        "AND terms IS NOT NULL"
+    indexed = conn.execute(  # items whose terms wait to be listed
+        "SELECT count(*) FROM am_store_unlisted WHERE shard = 'memory.user=u1'"
     ).fetchone()
     assert indexed is not None
     if indexed[0]:

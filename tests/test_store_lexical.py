@@ -17,7 +17,7 @@ from langgraph_checkpoint_agent_memory.db.database import Batch, Stmt
 from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.term_index import term_id, unlisted_terms
 from langgraph_checkpoint_agent_memory.store import search as S
-from tests.helpers import FakeClock, Recorder, present
+from tests.helpers import INDEXED_ITEMS, FakeClock, Recorder, present
 
 
 def keys(items: Any) -> list[str]:
@@ -127,7 +127,7 @@ def test_the_indexed_text_is_not_kept_with_the_item(
     assert not sent.took("am_store_chunks")
 
     def rows() -> Any:
-        sql = Sql("SELECT key, doc_len, terms, merged FROM am_store_items ORDER BY key")
+        sql = Sql(f"SELECT key, doc_len, terms, merged FROM {INDEXED_ITEMS} ORDER BY key")
         chunks = Sql("SELECT count(*) FROM am_store_chunks")
         found, [(listed,)] = yield Batch([Stmt(sql, fetch=True), Stmt(chunks, fetch=True)])
         return [tuple(r) for r in found], listed

@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_checkpoint_agent_memory.db.sqlite import SQLiteDialect
 from langgraph_checkpoint_agent_memory.db.term_index import (
     LISTED_BYTES,
     LOW_BITS,
@@ -21,6 +20,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     encode_terms,
     halves,
     high_parts,
+    listed_form,
     pack_chunks,
     term_id,
     unlisted_terms,
@@ -42,8 +42,8 @@ def test_a_term_id_is_its_two_parts(term: str) -> None:
 
 @given(counts)
 def test_an_items_terms_round_trip_unlisted_and_listed(found: dict[str, int]) -> None:
-    """Unlisted: each term's id and frequency, exact up to 65,535; listed (its first three
-    bytes a term, as SQL cuts it): the high parts of the ids."""
+    """Unlisted: each term's id and frequency, exact up to 65,535; listed (what the item's
+    row keeps, its first three bytes a term): the high parts of the ids."""
     blob = encode_terms(found)
     assert len(blob) == UNLISTED_BYTES * len(found)
     got, tf = unlisted_terms(blob)
@@ -52,17 +52,8 @@ def test_an_items_terms_round_trip_unlisted_and_listed(found: dict[str, int]) ->
     }
     expected = [halves(term_id(t))[0] for t in found]
     assert high_parts(blob, listed=False).tolist() == expected
-    assert high_parts(blob[: LISTED_BYTES * len(found)]).tolist() == expected
-
-
-@given(counts)
-def test_sql_cuts_an_items_terms_to_their_listed_form(found: dict[str, int]) -> None:
-    """The dialects' ``listed_terms`` (SQLite's here) keeps the first 3 bytes a term."""
-    expr = SQLiteDialect().listed_terms(sa.bindparam("terms", type_=sa.LargeBinary))
-    blob = encode_terms(found)
-    with ENGINE.connect() as conn:
-        [(cut,)] = conn.execute(sa.select(expr), {"terms": blob}).fetchall()
-    assert bytes(cut or b"") == blob[: LISTED_BYTES * len(found)]
+    assert len(listed_form(blob)) == LISTED_BYTES * len(found)
+    assert high_parts(listed_form(blob)).tolist() == expected
 
 
 WIDTHS = {1: 2**8 - 1, 2: 2**16 - 1, 4: 2**32 - 1, 8: 2**62}

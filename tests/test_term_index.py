@@ -41,7 +41,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
 from langgraph_checkpoint_agent_memory.store import index as I
 from langgraph_checkpoint_agent_memory.store import ranking as R
 from langgraph_checkpoint_agent_memory.store import search as S
-from tests.helpers import FakeClock, Recorder
+from tests.helpers import INDEXED_ITEMS, FakeClock, Recorder
 
 WORDS = [
     *("order", "invoice", "delivery", "supplier", "berlin"),
@@ -171,7 +171,7 @@ def chunks_of(store: AgentMemoryStore, prefix: str) -> list[tuple[int, int, int,
 def items_of(store: AgentMemoryStore, prefix: str) -> dict[str, tuple[int, int | None, Any]]:
     """``key -> (num, merged, terms)`` of the namespace's items."""
     found = rows(
-        store, f"SELECT key, num, merged, terms FROM am_store_items WHERE prefix = '{prefix}'"
+        store, f"SELECT key, num, merged, terms FROM {INDEXED_ITEMS} WHERE prefix = '{prefix}'"
     )
     return {k: (n, m, None if t is None else bytes(t)) for k, n, m, t in found}
 
@@ -277,7 +277,7 @@ def test_an_item_with_no_term_is_in_no_list_and_goes_like_any_other(
     store.put(ns, "y", {"text": "the when did"})
     store.put(ns, "z", {"text": "berlin"})
     store.db.run(store.ranker.merge_plan("e.a"))
-    found = rows(store, "SELECT key, doc_len, terms, merged FROM am_store_items ORDER BY key")
+    found = rows(store, f"SELECT key, doc_len, terms, merged FROM {INDEXED_ITEMS} ORDER BY key")
     assert found[:2] == [("x", 0, None, None), ("y", 0, None, None)]
     store.delete(ns, "x")
     store.put(ns, "y", {"text": "berlin again"})

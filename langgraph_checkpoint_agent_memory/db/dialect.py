@@ -523,11 +523,6 @@ class Dialect:
         to the end of the transaction; ``None``: the write lock already does."""
         return None
 
-    def listed_terms(self, column: Any) -> Any:
-        """An item's ``terms`` once listed: the first 3 of each 10 bytes (``db.term_index``)."""
-        cut = sa.func.substr(column, 1, sa.cast(sa.func.length(column) * 3 / 10, sa.Integer))
-        return sa.func.coalesce(cut, column)  # SQLite cuts an empty blob to NULL
-
 
 def same_item(a: Any, b: Any) -> Any:
     return sa.and_(a.c.shard == b.c.shard, a.c.prefix == b.c.prefix, a.c.key == b.c.key)

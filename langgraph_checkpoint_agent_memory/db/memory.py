@@ -32,6 +32,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_items,
     store_retractions,
     store_tags,
+    store_unlisted,
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import covers, shard_key
@@ -302,6 +303,7 @@ def record_plan(
     yield from seal_items_plan(sql, [item])
     index_item(item)  # a new episode: nothing listed to retract
     tags = [{**ident_of(item), "tag": t} for t in item.pop("tags", ())]
+    terms = item.pop("unlisted")
     locks = sql.lock_scopes([scope])
     add = sql.insert_ignore
     *_, inserted, _ = yield Batch(
@@ -314,6 +316,8 @@ def record_plan(
     if inserted:
         pending = {**key, "episode_key": item["key"], "recorded_at": now, "status": "pending"}
         writes.append(Stmt(add(memory_pending), pending))
+        if terms is not None:
+            writes.append(Stmt(add(store_unlisted), {**ident_of(item), "terms": terms}))
         if tags:
             writes.append(Stmt(add(store_tags), tags, many=True))
     if thread_id is not None:
@@ -370,7 +374,10 @@ def decay_plan(
         routed = [i.c.shard == sa.bindparam("shard")] if one else []
         cols = ["shard", "prefix", "num", "terms"]
         found = sa.select(*(i.c[c] for c in cols)).where(
-            *routed, i.c.merged == 1, sa.exists().where(same_item(d, i), *decayed(d))
+            *routed,
+            i.c.terms.is_not(None),
+            ~sa.exists().where(same_item(store_unlisted, i)),
+            sa.exists().where(same_item(d, i), *decayed(d)),
         )
         keys = ["shard", "prefix", "num"]
         return sql.d.insert_missing(store_retractions, cols, found, keys)

@@ -39,6 +39,7 @@ from langgraph_checkpoint_agent_memory.db.schema import (
     store_items,
     store_retractions,
     store_tags,
+    store_unlisted,
     store_vectors,
 )
 from langgraph_checkpoint_agent_memory.db.shard import (
@@ -47,7 +48,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     rule_refused,
 )
 from langgraph_checkpoint_agent_memory.db.store import key_match, vector_text
-from langgraph_checkpoint_agent_memory.db.term_index import encode_terms
+from langgraph_checkpoint_agent_memory.db.term_index import encode_terms, listed_form
 
 CONVERT_BATCH = 500
 #: ``on_progress(done, total)``: units done so far, and the total when known.
@@ -110,8 +111,8 @@ def _store_v1(d: Dialect) -> list[str]:
 
 
 #: The columns and indexes of ``am_store_items`` the store's step 2 adds.
-NEW_COLUMNS = ("num", "terms", "merged")
-NEW_INDEXES = ("am_store_items_num", "am_store_items_unlisted")
+NEW_COLUMNS = ("num", "terms")
+NEW_INDEXES = ("am_store_items_num",)
 
 
 def _store_v2(d: Dialect) -> list[str]:
@@ -133,7 +134,7 @@ def _store_v2(d: Dialect) -> list[str]:
         *alter,
         *(str(CreateIndex(i).compile(dialect=d.sa)) for i in new),
         *d.num_ddl(),
-        *d.ddl([store_chunks, store_retractions, store_tags]),
+        *d.ddl([store_chunks, store_unlisted, store_retractions, store_tags]),
         str(pending.compile(dialect=d.sa, compile_kwargs={"literal_binds": True})),
     ]
 
@@ -188,8 +189,9 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
 
     A batch of :data:`CONVERT_BATCH` items in key order is one transaction: each item's
     number from :meth:`~.dialect.Dialect.new_num` (never one a new item has), its ``terms``
-    from its postings (``tf`` 0: a filterable field's keyed hash, which becomes a tag), its
-    length its ``doc_len`` (else its postings' ``dl``), ``merged`` 0 (nothing indexed: NULL).
+    from its postings (``tf`` 0: a filterable field's keyed hash, which becomes a tag), to be
+    listed (a row of ``am_store_unlisted``), its length its ``doc_len`` (else its postings'
+    ``dl``).
     It reads only items whose ``num`` is NULL and writes ``WHERE num IS NULL``, so processes
     converting at once (they take turns, a batch each, under the migrations' lock), or one
     resuming after a crash, lose and double nothing. The store lists the converted items as
@@ -249,16 +251,17 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
             .where(key_match(u), u.c.num.is_(None))
             .values(
                 num=sa.bindparam("b_num", type_=sa.BigInteger) if ahead else dialect.new_num(),
-                **{
-                    c: sa.bindparam(f"b_{c}", type_=u.c[c].type)
-                    for c in ("doc_len", "terms", "merged")
-                },
+                **{c: sa.bindparam(f"b_{c}", type_=u.c[c].type) for c in ("doc_len", "terms")},
             )
         ),
     )
     tag_sql = dialect.sql(
         "convert_tag",
         lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
+    )
+    unlisted_sql = dialect.sql(
+        "convert_unlisted",
+        lambda: dialect.insert_row_ignore(store_unlisted, ["shard", "prefix", "key"]),
     )
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
     report = on_progress if on_progress is not None and total else lambda done, total: None
@@ -278,13 +281,18 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
             break
         [found] = yield Batch([Stmt(postings_sql[after], params, fetch=True)], hold=True)
         last = dict(zip(("last_shard", "last_prefix", "last_key"), items[-1][:3], strict=True))
-        writes, tags = _converted(items, found)
+        writes, tags, unlisted = _converted(items, found)
         if ahead:
             [taken] = yield Batch([Stmt(numbers_sql, {"n": len(writes)}, fetch=True)], hold=True)
             for row, (num,) in zip(writes, taken, strict=True):
                 row["b_num"] = num
         yield Batch(
-            [Stmt(write_sql, writes, many=True), Stmt(tag_sql, tags, many=True)], write=True
+            [
+                Stmt(write_sql, writes, many=True),
+                Stmt(tag_sql, tags, many=True),
+                Stmt(unlisted_sql, unlisted, many=True),
+            ],
+            write=True,
         )
         done += len(writes)
         report(done, max(int(total), done))
@@ -329,8 +337,9 @@ def _past(dialect: Dialect, t: Any) -> Any:
 
 def _converted(
     items: list[Any], postings: list[Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The updates of a batch of items, and the tags to insert, from their postings."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The updates of a batch of items, the tags and the terms to list to insert, from their
+    postings."""
     counts: dict[tuple[str, str, str], dict[str, int]] = {}
     lengths: dict[tuple[str, str, str], int] = {}
     tags = []
@@ -341,22 +350,19 @@ def _converted(
         found = counts.setdefault((shard, prefix, key), {})
         found[term] = found.get(term, 0) + int(tf)
         lengths[(shard, prefix, key)] = int(dl)
-    writes = []
+    writes, unlisted = [], []
     for shard, prefix, key, doc_len in items:
         item = (shard, prefix, key)
         length = doc_len if doc_len is not None else lengths.get(item)
         terms = counts.get(item)  # none: nothing indexed, or no term in its text
+        blob = encode_terms(terms) if terms else None
+        ident = {"shard": shard, "prefix": prefix, "key": key}
         writes.append(
-            {
-                "shard": shard,
-                "prefix": prefix,
-                "key": key,
-                "b_doc_len": length,
-                "b_terms": encode_terms(terms) if terms else None,
-                "b_merged": 0 if terms else None,
-            }
+            {**ident, "b_doc_len": length, "b_terms": listed_form(blob) if blob else None}
         )
-    return writes, tags
+        if blob:
+            unlisted.append({**ident, "terms": blob})
+    return writes, tags, unlisted
 
 
 def _store_after(dialect: Dialect, on_converted: Progress | None = None) -> Plan[None]:

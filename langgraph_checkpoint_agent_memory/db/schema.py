@@ -158,11 +158,11 @@ store_items = _sharded(
     sa.Column("ttl_minutes", TIME),
     sa.Column("expires_at", TIME),
     # the term index (``store.index``): the item's number in the term lists (kept when it is
-    # rewritten), its length in terms, its terms, and whether the lists hold them yet
+    # rewritten), its length in terms, and its terms as a retraction needs them (the lists
+    # that hold the item, or will: until a merge lists them, ``am_store_unlisted`` has them)
     sa.Column("num", sa.BigInteger, info={"numbered": True}),
     sa.Column("doc_len", sa.Integer),
     sa.Column("terms", sa.LargeBinary),
-    sa.Column("merged", sa.SmallInteger),  # NULL: nothing indexed; 0: not yet listed; 1: listed
     # encrypted at rest: the sealed value (``value`` then holds ``{}``)
     sa.Column("sealed", sa.LargeBinary, info={"optional": True}),
     sa.Index("am_store_items_updated_at", "prefix", "updated_at"),
@@ -171,14 +171,17 @@ store_items = _sharded(
     sa.Index("am_store_items_expires_at", "expires_at"),
     # the number first: SQLite's next number is its largest, a candidate read names it
     sa.Index("am_store_items_num", "num", "shard"),
-    # the few items a merge has yet to list, which every query of their namespace reads
-    sa.Index(
-        "am_store_items_unlisted",
-        "shard",
-        "prefix",
-        sqlite_where=sa.text("merged = 0"),
-        postgresql_where=sa.text("merged = 0"),
-    ),
+)
+
+# The terms of items a merge has yet to list (``db.term_index``), which every query of their
+# namespace reads, a row per item until the merge deletes it: the item's own row is written
+# once, in its final form (a merge that marked it would leave a dead version of every item
+# on PostgreSQL, and the space of one after ``VACUUM``).
+store_unlisted = _sharded(
+    "am_store_unlisted",
+    *_item_key(),
+    _required("terms", sa.LargeBinary),
+    sqlite_with_rowid=False,
 )
 
 store_vectors = _sharded(
@@ -223,13 +226,20 @@ store_tags = _sharded(
 )
 
 #: Tables holding an item's rows, the item last: deletes go through all of them.
-STORE_ROW_TABLES = ("am_store_vectors", "am_store_tags", "am_store_items")
+STORE_ROW_TABLES = ("am_store_vectors", "am_store_tags", "am_store_unlisted", "am_store_items")
 
 #: Tables of rows under a namespace: the items before the retractions and lists, so a delete
 #: waits for a merge that holds its items and then removes what the merge wrote.
 STORE_NS_TABLES = (*STORE_ROW_TABLES, "am_store_retractions", "am_store_chunks")
 
-STORE_TABLES = (store_items, store_vectors, store_tags, store_retractions, store_chunks)
+STORE_TABLES = (
+    store_items,
+    store_vectors,
+    store_tags,
+    store_unlisted,
+    store_retractions,
+    store_chunks,
+)
 
 SCOPE = sa.String(1024)
 

@@ -2,12 +2,12 @@
 
 A term is named by a 64-bit hash (:func:`term_id`) of the term as stored: the word, or its
 keyed hash with encryption on, split in its high 24 bits (signed) and low 40 bits (the chunks'
-key, see :func:`halves`). An item's row carries its terms. Until a merge lists them, ``terms``
+key, see :func:`halves`). Until a merge lists an item's terms, a row of ``am_store_unlisted``
 holds, for its ``n`` distinct terms, the ids' high parts (3 bytes each, little-endian), their
-low parts (5 bytes) and their frequencies up to 65,535 (``<u2``): 10 bytes a term. Once
-listed it keeps the high parts alone, 3 bytes a term: what a retraction needs to find the
-lists that hold the item (a list of another term with the same high part holds no entry of
-it, so taking the item out of that list too changes nothing).
+low parts (5 bytes) and their frequencies up to 65,535 (``<u2``): 10 bytes a term. The item's
+own row keeps the high parts alone (:func:`listed_form`), 3 bytes a term: what a retraction
+needs to find the lists that hold the item (a list of another term with the same high part
+holds no entry of it, so taking the item out of that list too changes nothing).
 
 The lists: a chunk holds one term's entries in one namespace, item numbers ascending from
 ``start`` on: a byte naming three widths (two bits each), then the gaps between the
@@ -115,24 +115,38 @@ def read_ints(data: Any, starts: Any, width: int, signed: bool) -> Any:
 
 def index_item(item: dict[str, Any]) -> None:
     """Give an item row its term columns from its ``doc`` (taken out): keyed by its
-    ``term_of`` (encryption, taken out); its ``filter_terms`` become its ``tags``."""
+    ``term_of`` (encryption, taken out); its ``filter_terms`` become its ``tags``; its terms
+    to list go to ``unlisted`` (``None``: nothing to list), the row's ``terms`` get their
+    :func:`listed_form`."""
     doc = item.pop("doc", None)
     term_of: Callable[[str], str] | None = item.pop("term_of", None)
     if "filter_terms" in item:
         item["tags"] = item.pop("filter_terms")
     if doc is None:
-        item.update(doc_len=None, terms=None, merged=None)
+        item.update(doc_len=None, terms=None, unlisted=None)
         return
     found, length = postings(doc)
     if not found:  # stopwords, punctuation: counted in the corpus, in no list
-        item.update(doc_len=length, terms=None, merged=None)
+        item.update(doc_len=length, terms=None, unlisted=None)
         return
     if term_of is not None:  # two words may share a keyed hash: their counts add up
         keyed: Counter[str] = Counter()
         for term, n in found.items():
             keyed[term_of(term)] += n
         found = keyed
-    item.update(doc_len=length, terms=encode_terms(found), merged=0)
+    blob = encode_terms(found)
+    item.update(doc_len=length, terms=listed_form(blob), unlisted=blob)
+
+
+def listed_form(blob: bytes) -> bytes:
+    """What an item's row keeps of its ``terms``: the term ids' high parts, which name the
+    lists that hold it (or will).
+
+    Example:
+        >>> listed_form(bytes(range(20)))  # two terms: their 3-byte high parts
+        b'\\x00\\x01\\x02\\x03\\x04\\x05'
+    """
+    return blob[: len(blob) // UNLISTED_BYTES * LISTED_BYTES]
 
 
 def unlisted_terms(blob: bytes) -> tuple[Any, Any]:

@@ -310,10 +310,10 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     if not items and not retractions:
         yield Batch([], write=True)
         return 0
-    lists = Lists([(1, prefix, None, None, n, dl, t) for n, dl, t in items])
+    lists = Lists([(1, prefix, None, None, n, dl, t) for n, dl, t, _ in items])
     retracted = Lists([(2, prefix, None, None, n, None, t) for n, t in retractions])
     his = np.unique(np.concatenate((lists.u_hi, retracted.gone_hi))).tolist()
-    touched = [int(n) for n, _, _ in items] + [int(n) for n, _ in retractions]
+    touched = [int(n) for n, _, _, _ in items] + [int(n) for n, _ in retractions]
     params = {"shard": shard, "rest": rest, "min": min(touched)}
     read = [
         Stmt(
@@ -330,9 +330,9 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     inserts = [{**at, **chunk} for chunk in _rechunked(rows, lists, retracted)]
     writes = [Stmt(statements.drop_chunk(), drops, many=True)]
     writes.append(Stmt(statements.insert_chunk(), inserts, many=True))
-    for part in _parts([int(n) for n, _, _ in items], d.list_cap):
-        sql = statements.mark_listed(d.list_size(len(part)))
-        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    for part in _parts([key for _, _, _, key in items], d.list_cap):
+        sql = statements.drop_unlisted(d.list_size(len(part)))
+        writes.append(Stmt(sql, {**ident, **d.list_params("keys", part)}))
     for part in _parts([int(n) for n, _ in retractions], d.list_cap):
         sql = statements.drop_retractions(d.list_size(len(part)))
         writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))

@@ -423,10 +423,10 @@ class Ranker:
         [rows] = yield Batch([Stmt(self.statements.item_terms(len(top)), params, fetch=True)])
         item_of: dict[int, tuple[str, str]] = {}
         his: set[int] = set()
-        for prefix, key, num, terms, listed in rows:
+        for prefix, key, num, terms in rows:
             if terms is not None:
                 item_of[int(num)] = (prefix, key)
-                his.update(high_parts(bytes(terms), listed=listed == 1).tolist())
+                his.update(high_parts(bytes(terms)).tolist())
         asked = [(hi, None) for group in groups for hi, _ in group]
         candidates: list[Form] = sorted({(h, None) for h in his} - set(asked))
         flat = [f for group in groups for f in group]

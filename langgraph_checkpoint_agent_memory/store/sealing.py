@@ -50,6 +50,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     encode_terms,
     halves,
     high_parts,
+    listed_form,
     term_id,
     unlisted_terms,
 )
@@ -505,7 +506,8 @@ def encrypt_plaintext_plan(
             writes = [Stmt(st.retract(), ident)]
             if counted is not None:
                 blob = encode_terms(counted)
-                writes.append(Stmt(st.reindex_item(), {**ident, "terms": blob}))
+                writes.append(Stmt(st.reindex_item(), {**ident, "terms": listed_form(blob)}))
+                writes.append(Stmt(st.upsert_unlisted(), {**ident, "terms": blob}))
             if tags:
                 writes.append(Stmt(st.insert_tags(), tags, many=True))
             if vector_rows:
