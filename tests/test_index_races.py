@@ -313,8 +313,8 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
         assert row["doc_len"] == length, where
         blob = row["terms"]
         # the item's row keeps its terms' high parts, listed or not: what a retraction needs
-        kept = sorted(halves(t)[0] for t in counts)
-        assert sorted(high_parts(bytes(row["row_terms"])).tolist()) == kept, where
+        his = sorted(halves(t)[0] for t in counts)
+        assert sorted(high_parts(bytes(row["row_terms"])).tolist()) == his, where
         if row["merged"] == 0:
             assert len(blob) % UNLISTED_BYTES == 0, where
             ids, tfs = unlisted_terms(blob)

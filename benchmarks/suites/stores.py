@@ -286,7 +286,11 @@ def run_storage(
     """Bytes per item (indexes included, empty tables subtracted) and load time of our store
     against the reference on each database: on SQLite the JSON in a plain table plus a
     contentless FTS5 index of its text; on PostgreSQL ``PostgresStore``'s row plus a GIN
-    index of the ``tsvector`` of the same text (every string of the value)."""
+    index of the ``tsvector`` of the same text (every string of the value).
+
+    Ours is measured at rest: after the load and a first query, which lists what the load
+    left unlisted (as ``VACUUM`` flushes the GIN index's pending list into the index); the
+    bytes right after the load are kept in the results too (``<store>_bytes_loaded``)."""
     import psycopg
     from langgraph.store.postgres import PostgresStore
 
@@ -307,11 +311,15 @@ def run_storage(
             if key == "ours-sqlite":
                 empty = sqlite_bytes(ours)
                 found[f"{key}_load_s"] = _put_all(store, items, ns)
+                found[f"{key}_bytes_loaded"] = sqlite_bytes(ours) - empty
+                store.search(ns, query="delivery", limit=1)  # lists the rest
                 found[f"{key}_bytes"] = sqlite_bytes(ours) - empty
             else:
                 tables = [t.name for t in STORE_TABLES]
                 empty = _pg_bytes(url, tables, vacuum=False)
                 found[f"{key}_load_s"] = _put_all(store, items, ns)
+                found[f"{key}_bytes_loaded"] = _pg_bytes(url, tables) - empty
+                store.search(ns, query="delivery", limit=1)
                 found[f"{key}_bytes"] = _pg_bytes(url, tables) - empty
         finally:
             store.close()
