@@ -41,8 +41,9 @@ class Routing:
         return f"tasks={self.tasks} steps={self.steps}: {self.text[:160]}"
 
 
-#: Plan lines that show a statement runs through the coordinator in more than one step.
-STEP_MARKERS = ("Distributed Subplan", "pull to coordinator", "repartition", "Subplan")
+#: Plan lines that show a statement runs through the coordinator in more than one step
+#: (PostgreSQL's own ``SubPlan``, a correlated subquery inside a shard's task, is not one).
+STEP_MARKERS = ("Distributed Subplan", "pull to coordinator", "repartition")
 
 
 def routing(url: str, text: str, params: Any) -> Routing:

@@ -19,7 +19,7 @@ from langgraph.store.base import PutOp
 
 from langgraph_checkpoint_agent_memory.checkpoint.backends import PostgresSaver
 from langgraph_checkpoint_agent_memory.errors import ConfigurationError
-from tests.helpers import FakeClock, Recorder
+from tests.helpers import INDEXED_ITEMS, FakeClock, Recorder
 from tests.pg import CITUS, PgServer, PgServers, citus_params
 from tests.routing import not_routed
 from tests.test_shard import SHARDED_TABLES
@@ -344,10 +344,11 @@ def test_a_put_and_a_record_send_as_many_statements_whatever_their_words(
 
         store.put(ns, "first", {"text": "tea"})  # first use: tables and settings checked
         record("tea", "first")
-        # a new item: its row inserted alone, whatever its words
-        assert (
-            len(put("ramen", ("docs", f"{user}-a"))) == len(put(text, ("docs", f"{user}-b"))) == 1
-        )
+        # a new item: its row inserted, then its terms to list, whatever its words
+        assert put("ramen", ("docs", f"{user}-a"))[1:3] == put(text, ("docs", f"{user}-b"))[1:3]
+        new = put(text, ("docs", f"{user}-c"))
+        assert [t.split()[0] for t in new] == ["BEGIN", "INSERT", "INSERT", "COMMIT"], new
+        assert "am_store_items" in new[1] and "am_store_unlisted" in new[2]
         put("tea")
         one, many = put("ramen"), put(text)  # rewrites
         assert len(many) == len(one)
@@ -364,7 +365,7 @@ def test_a_put_and_a_record_send_as_many_statements_whatever_their_words(
         with psycopg.connect(citus_url) as conn:
             stored: dict[str, int] = dict(
                 conn.execute(
-                    "SELECT key, length(terms) FROM am_store_items WHERE prefix = %s",
+                    f"SELECT key, length(terms) FROM {INDEXED_ITEMS} WHERE prefix = %s",
                     (f"docs.{user}",),
                 ).fetchall()
             )

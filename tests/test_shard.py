@@ -45,6 +45,7 @@ SHARDED_TABLES = (
     "am_store_items",
     "am_store_vectors",
     "am_store_tags",
+    "am_store_unlisted",
     "am_store_chunks",
     "am_store_retractions",
     "am_memory_scopes",

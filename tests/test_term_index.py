@@ -32,9 +32,11 @@ from langgraph_checkpoint_agent_memory.db.dialect import Sql
 from langgraph_checkpoint_agent_memory.db.store import rest_params
 from langgraph_checkpoint_agent_memory.db.term_index import CHUNK as TERM_CHUNK
 from langgraph_checkpoint_agent_memory.db.term_index import (
+    LISTED_BYTES,
     UNLISTED_BYTES,
     halves,
     high_parts,
+    listed_form,
     term_id,
     unpack_chunks,
 )
@@ -231,6 +233,31 @@ def test_a_put_writes_only_its_item_and_a_query_reads_its_lists_in_one_statement
     lists = [t for t in sent.texts if "am_store_chunks" in t]
     assert len(lists) == 1 and "am_store_retractions" in lists[0]
     assert num is not None
+
+
+def test_a_new_items_row_is_written_once_and_its_terms_wait_in_a_row_of_their_own(
+    store: AgentMemoryStore,
+) -> None:
+    """A new item's put writes its row in its final form (its terms' high parts, what a
+    retraction needs) and its terms to list, in one statement on PostgreSQL; the merge lists
+    and deletes those, and leaves the item's row as it was."""
+    store.setup()
+    store.put(("docs",), "first", {"text": "tea"})
+    sent = Recorder(store)
+    store.put(("docs",), "a", {"text": "printer printer refund"})
+    writes = [t for t in sent.texts if "INSERT" in t]
+    assert any("am_store_unlisted" in t for t in writes), writes
+    if store.dialect.sa.name == "postgresql":
+        assert len(writes) == 1, writes
+    [(kept,)] = rows(store, "SELECT terms FROM am_store_items WHERE key = 'a'")
+    assert len(kept) == 2 * LISTED_BYTES
+    [(waiting,)] = rows(store, "SELECT terms FROM am_store_unlisted WHERE key = 'a'")
+    assert len(waiting) == 2 * UNLISTED_BYTES
+    assert listed_form(bytes(waiting)) == bytes(kept)
+    store.db.run(store.ranker.merge_plan("docs"))
+    assert rows(store, "SELECT count(*) FROM am_store_unlisted") == [(0,)]
+    assert rows(store, "SELECT terms FROM am_store_items WHERE key = 'a'") == [(kept,)]
+    assert [i.key for i in store.search(("docs",), query="printer")] == ["a"]
 
 
 def test_a_search_pages_the_rows_its_candidates_were_read_with(store: AgentMemoryStore) -> None:

@@ -570,19 +570,21 @@ class StoreStatements:
         each: a load of 10,000 items took 8.4 s instead of 2.1)."""
         new = len(items) == 1 and not vectors and not removed and "tags" not in items[0]
         if new and self.d.conditional_upsert:  # HANA: its put reads created_at first, locked
-            insert = self.statement(
-                "insert_new",
-                lambda: self.d.insert_row_ignore(store_items, ["shard", "prefix", "key"]),
-            )
             [row] = self.keyed(items)
             terms = row.pop("unlisted", None)
-            [inserted] = yield Batch([Stmt(insert, row)], write=True, hold=terms is not None)
-            if inserted == 1:  # a count, so a driver that cannot tell (-1) writes it all
-                if terms is not None:
+            both = self._insert_new_listing() if terms is not None else None
+            if both is not None:  # one statement: the row, and its terms if it was new
+                [inserted] = yield Batch([Stmt(both, {**row, "unlisted": terms})], write=True)
+            else:  # the row, and its terms in the transaction it leaves open
+                [inserted] = yield Batch(
+                    [Stmt(self._insert_new(), row)], write=True, hold=terms is not None
+                )
+                if inserted == 1 and terms is not None:
                     listing = {**_key_of(row), "terms": terms}
                     yield Batch([Stmt(self.upsert_unlisted(), listing)], write=True)
+            if inserted == 1:  # a count, so a driver that cannot tell (-1) writes it all
                 return []
-            row["unlisted"] = terms  # in the transaction held open: the rewrite's
+            row["unlisted"] = terms  # the key exists: a rewrite
         out = self.writes(items, vectors, removed, native_vectors=native_vectors)
         if not (self.d.row_locks and self.d.conditional_upsert) or len(items) + len(removed) > 1:
             return out  # SQLite, HANA, a batch: as written
@@ -598,6 +600,30 @@ class StoreStatements:
         retractions = Stmt(self.insert_retraction(), listed, many=True)
         yield Batch([retractions] if listed else [], write=True)
         return []
+
+    def _insert_new(self) -> Sql:
+        """Insert one item's row unless its key exists."""
+        return self.statement(
+            "insert_new", lambda: self.d.insert_row_ignore(store_items, list(_KEY_COLUMNS))
+        )
+
+    def _insert_new_listing(self) -> Sql | None:
+        """:meth:`_insert_new` and, if it inserted, the item's terms to list (``:unlisted``)
+        in one statement, which counts 1 if it inserted; ``None`` where a data-modifying
+        ``WITH`` is not one statement to a node (only PostgreSQL has one, and Citus plans
+        it as several)."""
+        if self.d.sa.name != "postgresql" or self.d.distributed:
+            return None
+        i, u = store_items, store_unlisted
+
+        def build() -> Any:
+            row = self.d.insert_row_ignore(i, list(_KEY_COLUMNS))
+            new = row.returning(i.c.shard, i.c.prefix, i.c.key).cte("new")  # type: ignore[attr-defined]
+            terms = sa.bindparam("unlisted", type_=sa.LargeBinary)
+            listing = sa.select(new.c.shard, new.c.prefix, new.c.key, terms)
+            return sa.insert(u).from_select([*_KEY_COLUMNS, "terms"], listing).add_cte(new)
+
+        return self.statement("insert_new_listing", build)
 
     def _insert_vectors_stmt(self, rows: list[dict[str, Any]], native: bool) -> Stmt:
         """Insert vector rows (distributed, bytes only: one statement per item's shard)."""
@@ -809,7 +835,7 @@ class StoreStatements:
             chunks = sa.select(
                 kind(0), c.c.rest, c.c.hi, c.c.lo, c.c.start, none, c.c.payload
             ).where(*self.chunks_under(exact, scoped, deeper), self.d.one_of(c.c.hi, "his", size))
-            num, doc_len = _of_its_item(u, "num", "doc_len")
+            num, doc_len = _of_its_item(u, "num", "doc_len", scoped=scoped)
             unlisted = sa.select(kind(1), u.c.prefix, none, none, num, doc_len, u.c.terms).where(
                 *self.ns_of(u, exact, scoped)
             )
@@ -1002,18 +1028,26 @@ _SEALED_COLUMNS = (
 )
 
 
-def _of_its_item(t: Any, *columns: str) -> list[Any]:
-    """Core: ``columns`` of the item of ``t``'s row, each a subquery by the item's key. Not
-    a join: planned before the tables' first statistics, PostgreSQL joined a namespace's
-    rows to its items on the namespace alone (a namespace of 4,000 items unlisted, 8 million
-    pairs: 1.9 s)."""
+def _of_its_item(t: Any, *columns: str, scoped: bool = True) -> list[Any]:
+    """Core: ``columns`` of the item of ``t``'s row, each a subquery by the item's key (on
+    ``:shard`` when ``scoped``: Citus routes a subquery by a value, not by a correlation).
+    Not a join: planned before the tables' first statistics, PostgreSQL joined a
+    namespace's rows to its items on the namespace alone (a namespace of 4,000 items
+    unlisted, 8 million pairs: 1.9 s)."""
     i = store_items
-    return [sa.select(i.c[c]).where(same_item(i, t)).scalar_subquery().label(c) for c in columns]
+    shard = [i.c.shard == sa.bindparam("shard")] if scoped else []
+    return [
+        sa.select(i.c[c]).where(*shard, same_item(i, t)).scalar_subquery().label(c) for c in columns
+    ]
+
+
+#: The columns of an item's key.
+_KEY_COLUMNS = ("shard", "prefix", "key")
 
 
 def _key_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """The ``shard``, ``prefix`` and ``key`` of an item row."""
-    return {c: row[c] for c in ("shard", "prefix", "key")}
+    return {c: row[c] for c in _KEY_COLUMNS}
 
 
 def _delete_item(t: sa.Table) -> Any:
