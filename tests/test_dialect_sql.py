@@ -317,7 +317,7 @@ def term_index_statements(d: Dialect, sql: Any, filters: Any) -> dict[str, Sql]:
     out["store.item_terms"] = sql.item_terms(4)
     for name in ("unlisted", "retracted", "drop_chunk", "insert_chunk"):
         out[f"store.{name}"] = getattr(sql, name)()
-    for name in ("chunks_to_merge", "drop_unlisted", "drop_retractions"):
+    for name in ("chunks_to_merge", "listing", "drop_unlisted", "drop_retractions"):
         out[f"store.{name}"] = getattr(sql, name)(size)
     if (lock := d.merge_lock()) is not None:
         out["store.merge_lock"] = lock

@@ -31,7 +31,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     prefix_shard,
     shard_key,
 )
-from langgraph_checkpoint_agent_memory.db.term_index import UNLISTED_BYTES
+from langgraph_checkpoint_agent_memory.db.term_index import LISTED_BYTES, UNLISTED_BYTES
 from langgraph_checkpoint_agent_memory.memory import CallableExtractor, Scope
 from langgraph_checkpoint_agent_memory.memory.model import KINDS, namespace
 from tests.helpers import FakeClock, WordEmbeddings, present
@@ -304,7 +304,7 @@ def test_on_a_distributed_database_rows_go_in_by_values(database_url: str, words
     """Where the tables are distributed, every insert of a put and of a record is an
     ``INSERT ... VALUES`` (routed to the row's shard), never an ``INSERT ... SELECT`` (which
     a distributed database first pulls to its coordinator); an item's terms, however many,
-    ride in its own row (no row per term); the data is the same."""
+    ride in the item's rows (no row per term); the data is the same."""
     store = create_store(database_url)
     memory = AgentMemory(store)
     store.setup()
@@ -326,6 +326,9 @@ def test_on_a_distributed_database_rows_go_in_by_values(database_url: str, words
     assert not [t for t in inserts if "am_store_terms" in t or "am_store_chunks" in t]
     [put] = [p for t, p in sent if t.startswith("INSERT INTO am_store_items")][:1]
     rows = put if isinstance(put, list) else [put]
+    assert len(bytes(rows[0]["terms"])) == LISTED_BYTES * words  # what a retraction needs
+    [listing] = [p for t, p in sent if t.startswith("INSERT INTO am_store_unlisted")][:1]
+    rows = listing if isinstance(listing, list) else [listing]
     assert len(bytes(rows[0]["terms"])) == UNLISTED_BYTES * words
     [hit] = store.search(("users", "alice"), query="green tea noon")
     assert hit.key == "a" and "noon" in hit.value["text"]

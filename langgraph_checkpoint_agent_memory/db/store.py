@@ -898,22 +898,37 @@ class StoreStatements:
         )
 
     def unlisted(self) -> Sql:
-        """A merge's first read: up to ``:cap`` items of the namespace ``:prefix`` whose
-        terms wait to be listed, ``(num, doc_len, terms, key)``, locked (a rewrite waits,
-        then is retracted)."""
+        """A merge's first read: up to ``:cap`` of the namespace ``:prefix``'s terms waiting
+        to be listed, ``(key, terms)``, locked (a write holding one: it waits for the next
+        merge)."""
         u = store_unlisted
 
         def build() -> Any:
             found = (
-                sa.select(*_of_its_item(u, "num", "doc_len"), u.c.terms, u.c.key)
+                sa.select(u.c.key, u.c.terms)
                 .where(*matching(u, "shard", "prefix"))
                 .order_by(u.c.key)
                 .limit(sa.bindparam("cap", type_=sa.Integer))
             )
-            # items a write holds wait for the next merge: no deadlock with it
             return found.with_for_update(skip_locked=True) if self.d.row_locks else found
 
         return self.statement("unlisted", build)
+
+    def listing(self, size: int) -> Sql:
+        """A merge's second read: ``(key, num, doc_len)`` of the namespace's items ``:keys``
+        (:meth:`.Dialect.one_of`), their rows locked, those a write holds skipped: a writer
+        locks an item's row before its terms to list, so one that waits for the merge
+        finds the item listed when it goes on (it read its terms to list as its statement
+        began, before the merge deleted them), and retracts it."""
+        i = store_items
+
+        def build() -> Any:
+            found = sa.select(i.c.key, i.c.num, i.c.doc_len).where(
+                *matching(i, "shard", "prefix"), self.d.one_of(i.c.key, "keys", size)
+            )
+            return found.with_for_update(skip_locked=True) if self.d.row_locks else found
+
+        return self.statement(("listing", size), build)
 
     def retracted(self) -> Sql:
         """A merge's second read: the namespace's retractions ``(num, terms)``, locked."""

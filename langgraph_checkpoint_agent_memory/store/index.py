@@ -306,7 +306,19 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         Stmt(statements.unlisted(), {**ident, "cap": MERGE_CAP}, fetch=True),
         Stmt(statements.retracted(), ident, fetch=True),
     ]
-    *_, items, retractions = yield Batch(first, lock=True, hold=True)
+    *_, waiting, retractions = yield Batch(first, lock=True, hold=True)
+    keys = [key for key, _ in waiting]
+    reads = [
+        Stmt(
+            statements.listing(d.list_size(len(part))),
+            {**ident, **d.list_params("keys", part)},
+            fetch=True,
+        )
+        for part in _parts(keys, d.list_cap)
+    ]
+    found = (yield Batch(reads, hold=True)) if reads else []
+    item_of = {key: (num, length) for part in found for key, num, length in part}
+    items = [(*item_of[key], terms, key) for key, terms in waiting if key in item_of]
     if not items and not retractions:
         yield Batch([], write=True)
         return 0
