@@ -46,6 +46,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     LISTED_BYTES,
     MAX_TF,
     UNLISTED_BYTES,
+    encode_terms,
     halves,
     high_parts,
     term_id,
@@ -804,6 +805,44 @@ def test_a_write_that_waits_for_a_merge_is_retracted(
     go.set()
     merging.value()
     writing.value()
+    final_check(pg_url, pg_stores(), [NS], now=store._clock())
+
+
+def test_a_namespace_delete_while_a_rewrite_commits_leaves_no_terms_to_list(
+    pg_url: str, pg_stores: Callable[..., AgentMemoryStore]
+) -> None:
+    """A rewrite of a listed item holds its row and has put up its new terms to list, not
+    yet committed; a delete of the namespace waits for the row and goes on once the rewrite
+    commits. It must leave no terms to list behind (the rows of an item gone: every search
+    of the namespace would read them, and a new put of the key would find them)."""
+    store, deleter = pg_stores(), pg_stores()
+    seeded(store, NS, 3, seed=1)
+    prefix = prefix_of(NS)
+    merge(store, prefix)
+    terms = encode_terms({"berlin": 1})
+    with connect(pg_url) as writer, connect(pg_url) as watch:
+        watch.autocommit = True
+        ident = (prefix, key(0))
+        where = "WHERE prefix = %s AND key = %s"
+        # what a rewrite writes, in its order: the item's row locked and written, then its
+        # terms to list
+        writer.execute(f"SELECT num FROM am_store_items {where} FOR UPDATE", ident)
+        writer.execute(f"UPDATE am_store_items SET updated_at = updated_at + 1 {where}", ident)
+        writer.execute(
+            "INSERT INTO am_store_unlisted (shard, prefix, key, terms) "
+            f"SELECT shard, prefix, key, %s FROM am_store_items {where}",
+            (terms, *ident),
+        )
+        deleting = Call(lambda: deleter.delete_namespace(NS))
+        deleting.start()
+        wait_until(lambda: lock_waiters(watch) >= 1, "the delete waits for the rewrite")
+        writer.commit()
+        deleting.value()
+        left = watch.execute("SELECT key FROM am_store_unlisted").fetchall()
+    assert left == []
+    assert store.search(NS, query="berlin") == []
+    store.put(NS, key(0), {"text": "berlin rome"})
+    assert [i.key for i in store.search(NS, query="berlin")] == [key(0)]
     final_check(pg_url, pg_stores(), [NS], now=store._clock())
 
 

@@ -40,6 +40,7 @@ from langgraph_checkpoint_agent_memory.db.store import (
     SEALED_VALUE,
     SealedVectorRow,
     StoreStatements,
+    item_gone,
     key_match,
     live,
     ns_text,
@@ -365,7 +366,12 @@ def decay_plan(
 
         def build() -> Any:
             routed = [t.c.shard == sa.bindparam("shard")] if one else []
-            return sa.delete(t).where(*routed, sa.exists().where(same_item(d, t), *decayed(d)))
+            gone = (
+                [item_gone(t)] if t is store_unlisted else []
+            )  # after the items: see delete_under
+            return sa.delete(t).where(
+                *routed, sa.exists().where(same_item(d, t), *decayed(d)), *gone
+            )
 
         return sql.statement(("decay", name, scope is not None, one), build)
 
@@ -392,6 +398,8 @@ def decay_plan(
         if one:
             params["shard"] = sql.scope_shard(scope)
     locks = sql.lock_scopes([scope]) if scope is not None else []
+    if one:  # the shard key's merges wait: none lists an item this decay deletes unretracted
+        locks += sql.store.merge_locks([params["shard"]])
     retracting = sql.statement(("decay_retract", scope is not None, one), retract)
     deletes = [Stmt(delete_from(t), params) for t in STORE_ROW_TABLES]
     *_, items, _ = yield Batch(

@@ -225,8 +225,10 @@ store_tags = _sharded(
     sqlite_with_rowid=False,
 )
 
-#: Tables holding an item's rows, the item last: deletes go through all of them.
-STORE_ROW_TABLES = ("am_store_vectors", "am_store_tags", "am_store_unlisted", "am_store_items")
+#: Tables holding an item's rows: deletes go through all of them, the item's terms to list
+#: after the item (a delete of many deletes those whose item is gone: a write committing
+#: meanwhile leaves none behind, see :meth:`.StoreStatements.delete_under`).
+STORE_ROW_TABLES = ("am_store_vectors", "am_store_tags", "am_store_items", "am_store_unlisted")
 
 #: Tables of rows under a namespace: the items before the retractions and lists, so a delete
 #: waits for a merge that holds its items and then removes what the merge wrote.

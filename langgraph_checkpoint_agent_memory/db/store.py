@@ -162,6 +162,12 @@ def key_match(t: Any) -> Any:
     return sa.and_(*matching(t, "shard", "prefix", "key"))
 
 
+def item_gone(t: Any) -> Any:
+    """Core: ``t``'s row names an item that has no row (any more)."""
+    i = store_items
+    return ~sa.exists().where(same_item(i, t))
+
+
 def live(t: Any) -> Any:
     """``t``'s item has not expired at ``:now``."""
     return sa.or_(t.c.expires_at.is_(None), t.c.expires_at > sa.bindparam("now", type_=sa.Float))
@@ -346,10 +352,10 @@ class StoreStatements:
 
     def delete_item(self) -> list[Sql]:
         """Retract one item from the term lists, then delete its rows (per table of
-        :data:`STORE_ROW_TABLES`: vectors, tags, terms to list, the item)."""
+        :data:`STORE_ROW_TABLES`: vectors, tags, the item, its terms to list)."""
         deletes = [
             self.statement(("delete", t.name), partial(_delete_item, t))
-            for t in (store_vectors, store_tags, store_unlisted, store_items)
+            for t in (store_vectors, store_tags, store_items, store_unlisted)
         ]
         return [self.retract(), *deletes]
 
@@ -373,9 +379,10 @@ class StoreStatements:
             locked = item.with_for_update().offset(0).subquery("locked")
             waiting = sa.select(u.c.key).where(key_match(u)).with_for_update().offset(0)
             waiting_q = waiting.subquery("waiting")
+            always = sa.literal_column("1") == sa.literal_column("1")  # no boolean literal
             found = (
                 sa.select(*(locked.c[c] for c in cols))
-                .select_from(locked.outerjoin(waiting_q, sa.true()))
+                .select_from(locked.outerjoin(waiting_q, always))
                 .where(locked.c.terms.is_not(None), waiting_q.c.key.is_(None))
             )
             return self.d.insert_missing(r, cols, found, keys)
@@ -486,6 +493,8 @@ class StoreStatements:
         def build(t: sa.Table) -> Any:
             if t is store_chunks:
                 return sa.delete(t).where(*self.chunks_under(False, scoped, deeper))
+            if t is store_unlisted:  # after the items: whatever committed since, none left
+                return sa.delete(t).where(*self.namespace_of(t, scoped), item_gone(t))
             return sa.delete(t).where(*self.namespace_of(t, scoped))
 
         return [
@@ -507,7 +516,7 @@ class StoreStatements:
         a listed item is retracted first. ``vectors`` ``None``: keep the old ones;
         ``native_vectors`` off: bytes only; an item with ``tags`` (encryption) replaces its
         tags."""
-        retract, vec_sql, tags_sql, unlisted_sql, item_sql = self.delete_item()
+        retract, vec_sql, tags_sql, item_sql, unlisted_sql = self.delete_item()
         items = in_lock_order(self.keyed(items))
         removed = self.keyed(removed)
         keys = item_keys(items, removed)
@@ -621,7 +630,12 @@ class StoreStatements:
             new = row.returning(i.c.shard, i.c.prefix, i.c.key).cte("new")  # type: ignore[attr-defined]
             terms = sa.bindparam("unlisted", type_=sa.LargeBinary)
             listing = sa.select(new.c.shard, new.c.prefix, new.c.key, terms)
-            return sa.insert(u).from_select([*_KEY_COLUMNS, "terms"], listing).add_cte(new)
+            insert = self.d.insert(u).from_select([*_KEY_COLUMNS, "terms"], listing)
+            # a row left of an item gone (no write leaves one) is the new item's to replace
+            kept = {"terms": insert.excluded.terms}
+            return insert.on_conflict_do_update(
+                index_elements=list(_KEY_COLUMNS), set_=kept
+            ).add_cte(new)
 
         return self.statement("insert_new_listing", build)
 
@@ -664,9 +678,12 @@ class StoreStatements:
             c = store_items.c
             # PostgreSQL's JSONB has no length of its own: it is measured as its text there
             value = sa.cast(c.value, sa.Text) if self.d.sa.name == "postgresql" else c.value
+            u = store_unlisted
+            waiting = sa.select(sa.func.length(u.c.terms)).where(same_item(u, store_items))
             size = (
                 sa.func.coalesce(sa.func.length(value), zero)
                 + sa.func.coalesce(sa.func.length(c.terms), zero)
+                + sa.func.coalesce(waiting.scalar_subquery(), zero)  # terms to list
                 + sa.func.coalesce(sa.func.length(c.sealed), zero)  # encryption at rest
             )
             return sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), zero)).where(
