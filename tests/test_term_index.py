@@ -541,6 +541,28 @@ def test_tens_of_thousands_tied_are_walked_in_key_order(
     assert sent.took("ORDER BY am_store_items.prefix, am_store_items.")  # the walk
 
 
+def test_a_walk_of_one_namespace_in_key_order_reads_the_range_of_its_keys(
+    tmp_path: Path,
+) -> None:
+    """The walk of a long tie in the namespace's own items goes on from a key along the
+    primary key: SQLite, given ``(prefix, key) > (:a_prefix, :a_key)`` with the prefix
+    fixed, walked every namespace of the shard key from the prefix on and sorted it."""
+    import sqlite3
+
+    from langgraph_checkpoint_agent_memory import create_store
+
+    path = tmp_path / "walk.db"
+    store = create_store(f"sqlite:///{path}")
+    store.setup()
+    store.close()
+    sql = store.statements.in_key_order((), True, True)
+    params = {"shard": "a", "ns": "a.b", "now": 0.0, "a_key": "", "n": 10}
+    params = sql.bind(params)
+    with sqlite3.connect(path) as conn:
+        plan = " / ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql.text}", params))
+    assert "TEMP B-TREE" not in plan and "key>?" in plan, plan
+
+
 def test_an_expired_item_never_appears(make_store: Callable[..., AgentMemoryStore]) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)

@@ -886,7 +886,10 @@ class StoreStatements:
         """:meth:`by_nums` of every item in ``(prefix, key)`` order after ``(:a_prefix,
         :a_key)``, ``:n`` of them: the first of many tied items."""
         i = store_items
-        order = (i.c.prefix, i.c.key)
+        # one namespace: after the key alone (SQLite, given the prefix's range too, walked
+        # the shard key's every namespace from there and sorted it: 42 ms at 100,000 items)
+        order = (i.c.key,) if exact else (i.c.prefix, i.c.key)
+        names = ("key",) if exact else ("prefix", "key")
         fields = ITEM_FIELDS if rows else ITEM_FIELDS[:2]
         return self.statement(
             ("in_key_order", filters, exact, scoped, rows),
@@ -896,7 +899,7 @@ class StoreStatements:
                     *self.ns_of(i, exact, scoped),
                     live(i),
                     *self.filtered(i.c.value, filters),
-                    _after(order, ("prefix", "key")),
+                    _after(order, names),
                 )
                 .order_by(*order)
                 .limit(sa.bindparam("n", type_=sa.Integer))
