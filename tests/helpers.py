@@ -42,10 +42,12 @@ PACKAGE_ENVIRONMENT = (
 #: The store's items as the term index sees them, a derived table of SQL that every backend
 #: reads: each item's row with ``terms`` (those waiting to be listed, else its row's) and
 #: ``merged`` (NULL: nothing indexed; 0: its terms wait in ``am_store_unlisted``; 1: listed),
-#: and ``row_terms``, what the item's row itself keeps.
+#: and ``row_terms``, what the item's row itself keeps (``waiting_num``, ``waiting_doc_len``:
+#: the number and length the terms to list carry).
 INDEXED_ITEMS = (
     "(SELECT i.shard, i.prefix, i.key, i.value, i.expires_at, i.num, i.doc_len, "
     "COALESCE(u.terms, i.terms) AS terms, i.terms AS row_terms, "
+    "u.num AS waiting_num, u.doc_len AS waiting_doc_len, "
     "CASE WHEN i.terms IS NULL THEN NULL WHEN u.key IS NULL THEN 1 ELSE 0 END AS merged "
     "FROM am_store_items i LEFT JOIN am_store_unlisted u "
     "ON u.shard = i.shard AND u.prefix = i.prefix AND u.key = i.key) AS index_items"

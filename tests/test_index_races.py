@@ -221,8 +221,8 @@ def _rows(cursor: Any) -> list[dict[str, Any]]:
 
 
 _ITEMS = (
-    "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, row_terms, merged "
-    f"FROM {INDEXED_ITEMS}"
+    "SELECT shard, prefix, key, value, expires_at, num, doc_len, terms, row_terms, merged, "
+    f"waiting_num, waiting_doc_len FROM {INDEXED_ITEMS}"
 )
 #: A chunk's namespace: its shard key and the labels after it.
 _CHUNK_PREFIX = "CASE WHEN rest = '' THEN shard ELSE shard || '.' || rest END"
@@ -317,7 +317,8 @@ def _check_namespace(tables: Tables, prefix: str, merged: bool) -> None:
         # the item's row keeps its terms' high parts, listed or not: what a retraction needs
         his = sorted(halves(t)[0] for t in counts)
         assert sorted(high_parts(bytes(row["row_terms"])).tolist()) == his, where
-        if row["merged"] == 0:
+        if row["merged"] == 0:  # the terms to list carry the item's number and length
+            assert (row["waiting_num"], row["waiting_doc_len"]) == (row["num"], length), where
             assert len(blob) % UNLISTED_BYTES == 0, where
             ids, tfs = unlisted_terms(blob)
             held = dict(zip(ids.tolist(), tfs.tolist(), strict=True))
@@ -829,8 +830,8 @@ def test_a_namespace_delete_while_a_rewrite_commits_leaves_no_terms_to_list(
         writer.execute(f"SELECT num FROM am_store_items {where} FOR UPDATE", ident)
         writer.execute(f"UPDATE am_store_items SET updated_at = updated_at + 1 {where}", ident)
         writer.execute(
-            "INSERT INTO am_store_unlisted (shard, prefix, key, terms) "
-            f"SELECT shard, prefix, key, %s FROM am_store_items {where}",
+            "INSERT INTO am_store_unlisted (shard, prefix, key, num, doc_len, terms) "
+            f"SELECT shard, prefix, key, num, doc_len, %s FROM am_store_items {where}",
             (terms, *ident),
         )
         deleting = Call(lambda: deleter.delete_namespace(NS))

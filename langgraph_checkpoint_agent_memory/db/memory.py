@@ -318,7 +318,8 @@ def record_plan(
         pending = {**key, "episode_key": item["key"], "recorded_at": now, "status": "pending"}
         writes.append(Stmt(add(memory_pending), pending))
         if terms is not None:
-            writes.append(Stmt(add(store_unlisted), {**ident_of(item), "terms": terms}))
+            listing = {**ident_of(item), "terms": terms}
+            writes.append(Stmt(sql.store.upsert_unlisted(), listing))
         if tags:
             writes.append(Stmt(add(store_tags), tags, many=True))
     if thread_id is not None:

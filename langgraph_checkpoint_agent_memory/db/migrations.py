@@ -259,10 +259,8 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         "convert_tag",
         lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
     )
-    unlisted_sql = dialect.sql(
-        "convert_unlisted",
-        lambda: dialect.insert_row_ignore(store_unlisted, ["shard", "prefix", "key"]),
-    )
+
+    unlisted_sql = dialect.sql("convert_unlisted", partial(_listing, dialect))
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
     report = on_progress if on_progress is not None and total else lambda done, total: None
     done = 0
@@ -306,6 +304,17 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     if sqlite and forgotten:  # the process that dropped them
         yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
     return done
+
+
+def _listing(dialect: Dialect) -> Any:
+    """Core: insert an item's ``:terms`` to list, with the number and length its row was
+    just given (``:shard``, ``:prefix``, ``:key``)."""
+    i = store_items
+    terms = sa.bindparam("terms", type_=sa.LargeBinary)
+    columns = ("shard", "prefix", "key", "num", "doc_len")
+    row = sa.select(*(i.c[c] for c in columns), terms).where(key_match(i))
+    keys = ["shard", "prefix", "key"]
+    return dialect.insert_missing(store_unlisted, [*columns, "terms"], row, keys)
 
 
 def _drop_if_exists(dialect: Dialect, table: str) -> str:

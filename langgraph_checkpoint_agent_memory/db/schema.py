@@ -180,6 +180,9 @@ store_items = _sharded(
 store_unlisted = _sharded(
     "am_store_unlisted",
     *_item_key(),
+    # the item's number and length, as its row has them: a query reads no item row for them
+    _required("num", sa.BigInteger),
+    sa.Column("doc_len", sa.Integer),
     _required("terms", sa.LargeBinary),
     sqlite_with_rowid=False,
 )

@@ -309,7 +309,7 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         Stmt(statements.retracted(), ident, fetch=True),
     ]
     *_, waiting, retractions = yield Batch(first, lock=True, hold=True)
-    keys = [key for key, _ in waiting]
+    keys = [key for key, _, _, _ in waiting]
     reads = [
         Stmt(
             statements.listing(d.list_size(len(part))),
@@ -319,8 +319,8 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
         for part in _parts(keys, d.list_cap)
     ]
     found = (yield Batch(reads, hold=True)) if reads else []
-    item_of = {key: (num, length) for part in found for key, num, length in part}
-    items = [(*item_of[key], terms, key) for key, terms in waiting if key in item_of]
+    locked = {key for part in found for (key,) in part}
+    items = [(num, length, terms, key) for key, terms, num, length in waiting if key in locked]
     if not items and not retractions:
         yield Batch([], write=True)
         return 0
