@@ -541,10 +541,13 @@ class StoreStatements:
             for r in items
             for t in r.pop("tags", ())
         ]
-        out = [  # the retraction's generic plan may walk the namespace: planned each time
+        # the generic plans of the two that read the item's row may walk the namespace (the
+        # terms to list's made a PostgreSQL load of 10,000 items 9.8 s, not 3.7): planned
+        # for their values each time
+        out = [
             Stmt(retract, keys, many=True, prepare=False),
             Stmt(self.upsert_item(), items, many=True),
-            Stmt(self.upsert_unlisted(), unlisted, many=True),
+            Stmt(self.upsert_unlisted(), unlisted, many=True, prepare=False),
             Stmt(unlisted_sql, [*unindexed, *item_keys(removed)], many=True),
             Stmt(item_sql, list(removed), many=True),
         ]
