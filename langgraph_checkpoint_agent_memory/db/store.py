@@ -917,7 +917,8 @@ class StoreStatements:
 
     def in_key_order(self, filters: Prefilter, exact: bool, scoped: bool, rows: bool = True) -> Sql:
         """:meth:`by_nums` of every item in ``(prefix, key)`` order after ``(:a_prefix,
-        :a_key)``, ``:n`` of them: the first of many tied items."""
+        :a_key)`` (``exact``: in key order after ``:a_key``), ``:n`` of them: the first of
+        many tied items."""
         i = store_items
         # one namespace: after the key alone (SQLite, given the prefix's range too, walked
         # the shard key's every namespace from there and sorted it: 42 ms at 100,000 items)

@@ -80,8 +80,6 @@ class Lists:
             if kind == 0:
                 self.chunks[int(hi)].append((int(lo), int(a), bytes(payload)))
                 continue
-            if kind == 1 and a is None:  # terms of an item gone (no write leaves them)
-                continue
             self.pending[prefix] += 1
             if kind == 1:
                 nums.append(int(a))
