@@ -403,10 +403,10 @@ def decay_plan(
         locks += sql.store.merge_locks([params["shard"]])
     retracting = sql.statement(("decay_retract", scope is not None, one), retract)
     deletes = [Stmt(delete_from(t), params) for t in STORE_ROW_TABLES]
-    *_, items, _ = yield Batch(
+    found = yield Batch(
         [*locks, Stmt(retracting, params), *deletes, Stmt(rows, params)], write=True
     )
-    return int(items)
+    return int(found[len(locks) + 1 + STORE_ROW_TABLES.index(store_items.name)])
 
 
 def known_scopes_plan(sql: MemorySql, root: str, shard: str | None = None) -> Plan[set[str]]:
