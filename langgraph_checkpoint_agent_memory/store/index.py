@@ -11,12 +11,13 @@ items into its lists and takes the retracted ones out; it runs when a query find
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from langgraph_checkpoint_agent_memory.db.database import Batch, Plan, Stmt
+from langgraph_checkpoint_agent_memory.db.dialect import Dialect, Sql
 from langgraph_checkpoint_agent_memory.db.store import (
     ItemRow,
     Prefilter,
@@ -308,14 +309,7 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     ]
     *_, waiting, retractions = yield Batch(first, lock=True, hold=True)
     keys = [key for key, _, _, _ in waiting]
-    reads = [
-        Stmt(
-            statements.listing(d.list_size(len(part))),
-            {**ident, **d.list_params("keys", part)},
-            fetch=True,
-        )
-        for part in _parts(keys, d.list_cap)
-    ]
+    reads = _by_list(d, statements.listing, ident, "keys", keys, fetch=True)
     found = (yield Batch(reads, hold=True)) if reads else []
     locked = {key for part in found for (key,) in part}
     items = [(num, length, terms, key) for key, terms, num, length in waiting if key in locked]
@@ -327,29 +321,35 @@ def merge_plan(statements: StoreStatements, shard: str, prefix: str) -> Plan[int
     his = np.unique(np.concatenate((lists.u_hi, retracted.gone_hi))).tolist()
     touched = [int(n) for n, _, _, _ in items] + [int(n) for n, _ in retractions]
     params = {"shard": shard, "rest": rest, "min": min(touched)}
-    read = [
-        Stmt(
-            statements.chunks_to_merge(d.list_size(len(part))),
-            {**params, **d.list_params("his", part)},
-            fetch=True,
-        )
-        for part in _parts(his, d.list_cap)
-    ]
-    found = yield Batch(read, hold=True)
+    found = yield Batch(
+        _by_list(d, statements.chunks_to_merge, params, "his", his, True), hold=True
+    )
     rows = [r for part in found for r in part]
     at = {"shard": shard, "rest": rest}
     drops = [{**at, "hi": int(r[0]), "lo": int(r[1]), "start": int(r[2])} for r in rows]
     inserts = [{**at, **chunk} for chunk in _rechunked(rows, lists, retracted)]
     writes = [Stmt(statements.drop_chunk(), drops, many=True)]
     writes.append(Stmt(statements.insert_chunk(), inserts, many=True))
-    for part in _parts([key for _, _, _, key in items], d.list_cap):
-        sql = statements.drop_unlisted(d.list_size(len(part)))
-        writes.append(Stmt(sql, {**ident, **d.list_params("keys", part)}))
-    for part in _parts([int(n) for n, _ in retractions], d.list_cap):
-        sql = statements.drop_retractions(d.list_size(len(part)))
-        writes.append(Stmt(sql, {**ident, **d.list_params("nums", part)}))
+    writes += _by_list(d, statements.drop_unlisted, ident, "keys", [k for *_, k in items])
+    writes += _by_list(d, statements.drop_retractions, ident, "nums", [n for n, _ in retractions])
     yield Batch(writes, write=True)
     return len(items)
+
+
+def _by_list(
+    d: Dialect,
+    sql_of: Callable[[int], Sql],
+    params: dict[str, Any],
+    name: str,
+    values: list[Any],
+    fetch: bool = False,
+) -> list[Stmt]:
+    """A statement of ``sql_of`` (by its list's size) per part of ``values`` the dialect binds
+    at once (:meth:`.Dialect.one_of`), the list named ``name``."""
+    return [
+        Stmt(sql_of(d.list_size(len(part))), {**params, **d.list_params(name, part)}, fetch=fetch)
+        for part in _parts(values, d.list_cap)
+    ]
 
 
 def _term(hi: Any, lo: Any) -> Any:
