@@ -367,9 +367,8 @@ def decay_plan(
 
         def build() -> Any:
             routed = [t.c.shard == sa.bindparam("shard")] if one else []
-            gone = (
-                [item_gone(t)] if t is store_unlisted else []
-            )  # after the items: see delete_under
+            # the terms to list go after the items (see StoreStatements.delete_under)
+            gone = [item_gone(t)] if t is store_unlisted else []
             return sa.delete(t).where(
                 *routed, sa.exists().where(same_item(d, t), *decayed(d)), *gone
             )

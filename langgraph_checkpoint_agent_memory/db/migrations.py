@@ -47,7 +47,7 @@ from langgraph_checkpoint_agent_memory.db.shard import (
     checked_depth,
     rule_refused,
 )
-from langgraph_checkpoint_agent_memory.db.store import key_match, vector_text
+from langgraph_checkpoint_agent_memory.db.store import StoreStatements, key_match, vector_text
 from langgraph_checkpoint_agent_memory.db.term_index import encode_terms, listed_form
 
 CONVERT_BATCH = 500
@@ -260,7 +260,7 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
         lambda: dialect.insert_row_ignore(store_tags, ["shard", "prefix", "key", "tag"]),
     )
 
-    unlisted_sql = dialect.sql("convert_unlisted", partial(_listing, dialect))
+    unlisted_sql = StoreStatements(dialect).upsert_unlisted()  # as a put writes them
     [[(total,)]] = yield Batch([Stmt(count_sql, fetch=True)])
     report = on_progress if on_progress is not None and total else lambda done, total: None
     done = 0
@@ -304,17 +304,6 @@ def convert_terms_plan(dialect: Dialect, on_progress: Progress | None = None) ->
     if sqlite and forgotten:  # the process that dropped them
         yield Batch([Stmt(Sql("VACUUM"))])  # raw: no Core form; outside a transaction
     return done
-
-
-def _listing(dialect: Dialect) -> Any:
-    """Core: insert an item's ``:terms`` to list, with the number and length its row was
-    just given (``:shard``, ``:prefix``, ``:key``)."""
-    i = store_items
-    terms = sa.bindparam("terms", type_=sa.LargeBinary)
-    columns = ("shard", "prefix", "key", "num", "doc_len")
-    row = sa.select(*(i.c[c] for c in columns), terms).where(key_match(i))
-    keys = ["shard", "prefix", "key"]
-    return dialect.insert_missing(store_unlisted, [*columns, "terms"], row, keys)
 
 
 def _drop_if_exists(dialect: Dialect, table: str) -> str:
