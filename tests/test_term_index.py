@@ -563,6 +563,51 @@ def test_a_walk_of_one_namespace_in_key_order_reads_the_range_of_its_keys(
     assert "TEMP B-TREE" not in plan and "key>?" in plan, plan
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+def test_a_search_above_the_shard_key_finds_every_shard_key_under_it_and_no_other(
+    make_store: Callable[..., AgentMemoryStore], sealed: bool
+) -> None:
+    """A prefix shorter than the shard key spans shard keys, which the lists, the items
+    not yet listed and an encrypted store's data keys are read by: each under the prefix
+    is found, the prefix's own too, and none that only starts with its letters ("t-x" and
+    "tx" sort between "t" and "t/" byte by byte)."""
+    from langgraph_checkpoint_agent_memory import generate_master_key
+
+    store = make_store(encryption=generate_master_key() if sealed else False)
+    inside: list[tuple[str, ...]] = [("t",), ("t", "u1"), ("t", "u2", "deep"), ("t", "u3")]
+    outside: list[tuple[str, ...]] = [("t-x", "u"), ("tx", "u"), ("s", "u")]
+    for ns in inside + outside:
+        for i in range(MERGE_AT + 1 if ns == ("t", "u1") else 1):  # listed, and not
+            store.put(ns, f"k{i}", {"text": f"printer {WORDS[i % 10]}"})
+    for query in ("printer", "printer " + WORDS[1]):
+        found = store.search(("t",), query=query, limit=1000)
+        assert {i.namespace for i in found} == set(inside), query
+        everywhere = store.search((), query=query, limit=1000)
+        assert {i.namespace for i in everywhere} == set(inside + outside), query
+
+
+def test_a_search_above_the_shard_key_seeks_its_shard_keys(tmp_path: Path) -> None:
+    """SQLite reads the lists, the items not yet listed and the shard keys of a search
+    above the shard key by key: a range of shard keys scanned every row in it (a query
+    over 100,000 items of one shard key took 20 ms instead of 4)."""
+    import sqlite3
+
+    from langgraph_checkpoint_agent_memory import create_store
+
+    path = tmp_path / "seek.db"
+    store = create_store(f"sqlite:///{path}")
+    store.setup()
+    store.close()
+    statements = store.statements
+    params = {**statements.prefix_params(("a",)), "his": "[1, 2]", "now": 0.0}
+    with sqlite3.connect(path) as conn:
+        for sql in (statements.lists(False, False, 2, False), statements.shards_under()):
+            found = conn.execute(f"EXPLAIN QUERY PLAN {sql.text}", sql.bind(params))
+            steps = [r[3].split() for r in found]
+            scans = [s[1] for s in steps if s[0] == "SCAN" and not s[1].endswith("_shards")]
+            assert not [t for t in scans if t.startswith("am_store")], steps
+
+
 def test_an_expired_item_never_appears(make_store: Callable[..., AgentMemoryStore]) -> None:
     clock = FakeClock(start=1_800_000_000)
     store = make_store(clock=clock)

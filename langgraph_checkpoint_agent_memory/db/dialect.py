@@ -353,6 +353,32 @@ class Dialect:
         """:meth:`under_clause` as an index range, where the dialect compares bytes."""
         return self.under_clause(column)
 
+    #: Whether text compares byte by byte, so that the keys under a namespace are a range.
+    bytewise = False
+
+    def shard_keys(self, t: Any) -> Any:
+        """A select of the shard keys of ``t`` (which lead its primary key) under ``:ns``,
+        found by a seek each (a loose scan of the key: a scan of the range read every row in
+        it, 5.6 ms at 30,000 items in one shard key on PostgreSQL); ``None`` without
+        recursive queries or where tables are spread over nodes. Unless text compares byte
+        by byte, the walk visits every shard key: a collation may order one under ``:ns``
+        outside the range."""
+        if not self.recursive_cte or self.distributed:
+            return None
+        end: Any = sa.bindparam("ns_end")
+        first, after = t.alias("first"), t.alias("after")
+        bounds = [first.c.shard >= sa.bindparam("ns"), first.c.shard < end] if self.bytewise else []
+        walk = (
+            sa.select(sa.func.min(first.c.shard).label("shard"))
+            .where(*bounds)
+            .cte(f"{t.name}_shards", recursive=True)
+        )
+        step = sa.select(sa.func.min(after.c.shard)).where(
+            after.c.shard > walk.c.shard, *([after.c.shard < end] if self.bytewise else [])
+        )
+        walk = walk.union_all(sa.select(step.scalar_subquery()).where(walk.c.shard.is_not(None)))
+        return sa.select(walk.c.shard).where(self.under_clause(walk.c.shard))
+
     def vector_under_clause(self, column: Any) -> Any:
         """:meth:`under_clause` as the vectors' namespace index can walk it."""
         return self.under_clause(column)

@@ -85,6 +85,8 @@ class SQLiteDialect(Dialect):
     def insert(self, table: sa.Table) -> Any:
         return sa_sqlite.insert(table)
 
+    bytewise = True
+
     def under_range(self, column: Any) -> Any:
         return sa.or_(
             column == sa.bindparam("ns"),

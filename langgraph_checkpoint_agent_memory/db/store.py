@@ -756,13 +756,24 @@ class StoreStatements:
         return self._vectors_of_namespace("sealed_vectors_exact", *_SEALED_COLUMNS)
 
     def shards_under(self) -> Sql:
-        """The distinct shard keys of the items (expired too) under ``:ns``, as a range of the
-        primary key (:meth:`Dialect.under_range`): their data keys hash a query's terms."""
+        """The distinct shard keys of the items (expired too) under ``:ns``, by
+        :meth:`.Dialect.shard_keys` or as a range of the primary key
+        (:meth:`.Dialect.under_range`): their data keys hash a query's terms."""
         t = store_items
-        return self.statement(
-            "shards_under",
-            lambda: sa.select(t.c.shard).distinct().where(self.d.under_range(t.c.shard)),
-        )
+
+        def build() -> Any:
+            keys = self.d.shard_keys(t)
+            if keys is None:
+                return sa.select(t.c.shard).distinct().where(self.d.under_range(t.c.shard))
+            return keys
+
+        return self.statement("shards_under", build)
+
+    def shard_under(self, t: Any) -> Any:
+        """Core: the shard key of ``t`` lies under ``:ns`` (read by key where the dialect
+        finds the keys by :meth:`.Dialect.shard_keys`)."""
+        keys = self.d.shard_keys(t)
+        return self.d.under_clause(t.c.shard) if keys is None else t.c.shard.in_(keys)
 
     def sealed_in_shard(self) -> Sql:
         """One sealed value under ``:shard`` (it names the data key the shard's items use)."""
@@ -863,8 +874,9 @@ class StoreStatements:
         namespace goes below its shard key (``:rest`` is not empty)."""
         c = store_chunks
         if not scoped:  # a prefix shorter than the shard key: every namespace of its shards
-            shard = c.c.shard == sa.bindparam("ns") if exact else self.d.under_clause(c.c.shard)
-            return [shard, c.c.rest == ""] if exact else [shard]
+            if exact:
+                return [c.c.shard == sa.bindparam("ns"), c.c.rest == ""]
+            return [self.shard_under(c)]
         where = [c.c.shard == sa.bindparam("shard")]
         if exact:
             return [*where, c.c.rest == sa.bindparam("rest")]
@@ -882,15 +894,19 @@ class StoreStatements:
             def kind(n: int) -> Any:
                 return sa.literal(n, sa.Integer).label("kind")
 
+            def pending(t: Any) -> list[Any]:  # under a short prefix: its shard keys first
+                under = [] if exact or scoped else [self.shard_under(t)]
+                return [*under, *self.ns_of(t, exact, scoped)]
+
             none = sa.cast(sa.null(), sa.Integer)
             chunks = sa.select(
                 kind(0), c.c.rest, c.c.hi, c.c.lo, c.c.start, none, c.c.payload
             ).where(*self.chunks_under(exact, scoped, deeper), self.d.one_of(c.c.hi, "his", size))
             unlisted = sa.select(
                 kind(1), u.c.prefix, none, none, u.c.num, u.c.doc_len, u.c.terms
-            ).where(*self.ns_of(u, exact, scoped))
+            ).where(*pending(u))
             retracted = sa.select(kind(2), r.c.prefix, none, none, r.c.num, none, r.c.terms).where(
-                *self.ns_of(r, exact, scoped)
+                *pending(r)
             )
             return sa.union_all(chunks, unlisted, retracted)
 

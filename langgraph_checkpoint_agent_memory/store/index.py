@@ -64,9 +64,10 @@ def form_of(term: str) -> Form:
 
 class Lists:
     """What one read of the lists found under a namespace (rows of
-    :meth:`.StoreStatements.lists`), and each term's entries from it."""
+    :meth:`.StoreStatements.lists`), and each term's entries from it; ``his``: the high
+    parts of the terms a query asks for, the unlisted items' other terms left undecoded."""
 
-    def __init__(self, rows: Sequence[Sequence[Any]]) -> None:
+    def __init__(self, rows: Sequence[Sequence[Any]], his: Sequence[int] | None = None) -> None:
         self.chunks: defaultdict[int, list[tuple[int, int, bytes]]] = defaultdict(list)
         #: Per namespace, its unlisted items and retractions: a merge runs past MERGE_AT.
         self.pending: Counter[str] = Counter()
@@ -90,14 +91,17 @@ class Lists:
                 gone.append(int(a))
                 gone_terms.append(bytes(payload))
         self.unlisted = len(nums)
-        self._unlisted(nums, lengths, blobs)
-        his = [high_parts(blob) for blob in gone_terms]
-        self.gone_hi = np.concatenate(his).astype(np.int64) if his else _EMPTY
-        counts = [len(h) for h in his]
+        self._unlisted(nums, lengths, blobs, his)
+        gone_his = [high_parts(blob) for blob in gone_terms]
+        self.gone_hi = np.concatenate(gone_his).astype(np.int64) if gone_his else _EMPTY
+        counts = [len(h) for h in gone_his]
         self.gone_num = np.repeat(np.asarray(gone, dtype=np.int64), counts) if gone else _EMPTY
 
-    def _unlisted(self, nums: list[int], lengths: list[int], blobs: list[bytes]) -> None:
-        """Decode the unlisted items' terms at once: ids, frequencies, owners."""
+    def _unlisted(
+        self, nums: list[int], lengths: list[int], blobs: list[bytes], his: Sequence[int] | None
+    ) -> None:
+        """Decode the unlisted items' terms at once: ids, frequencies, owners (of the terms
+        whose high part is one of ``his``, unless it is ``None``)."""
         n = np.asarray([len(b) // UNLISTED_BYTES for b in blobs], dtype=np.int64)
         total = int(n.sum()) if len(n) else 0
         if not total:
@@ -107,8 +111,13 @@ class Lists:
         offsets = np.concatenate(([0], np.cumsum(n * UNLISTED_BYTES)[:-1]))
         owner = np.repeat(np.arange(len(blobs)), n)
         k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-        base, size = offsets[owner], n[owner]
-        self.u_hi = read_ints(big, base + 3 * k, 3, True)
+        base = offsets[owner]
+        hi = read_ints(big, base + 3 * k, 3, True)
+        if his is not None:  # a query: the rest of what it asks for only
+            asked = np.isin(hi, his)
+            hi, owner, k, base = hi[asked], owner[asked], k[asked], base[asked]
+        size = n[owner]
+        self.u_hi = hi
         self.u_lo = read_ints(big, base + 3 * size + 5 * k, 5, False)
         self.u_tf = read_ints(big, base + 8 * size + 2 * k, 2, False)
         self.u_num = np.asarray(nums, dtype=np.int64)[owner]
@@ -153,7 +162,7 @@ def lists_plan(
         params.update(rest_params(base["ns"], base["shard"]))
     sql = statements.lists(exact, "shard" in base, d.list_size(len(his)), bool(params.get("rest")))
     [rows] = yield Batch([Stmt(sql, params, fetch=True)])
-    return Lists(rows)
+    return Lists(rows, his)
 
 
 def bm25(
