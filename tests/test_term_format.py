@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory.db.term_index import (
+    FEW_CHUNKS,
     LISTED_BYTES,
     LOW_BITS,
     MAX_TF,
@@ -78,9 +79,10 @@ def chunk(draw: Any) -> tuple[Any, Any, Any, tuple[int, int, int]]:
     return nums, np.asarray(tf, dtype=np.int64), np.asarray(dl, dtype=np.int64), widths
 
 
-@given(st.lists(chunk(), min_size=1, max_size=4))
+@given(st.lists(chunk(), min_size=1, max_size=2 * FEW_CHUNKS))
 def test_chunks_round_trip_at_every_width(chunks: list[tuple[Any, Any, Any, Any]]) -> None:
-    """Chunks packed together (each its own widths) read back together, entry for entry."""
+    """Chunks packed together (each its own widths) read back together, entry for entry,
+    a few one by one and more in bulk."""
     nums, tf, dl = (np.concatenate([c[i] for c in chunks]) for i in range(3))
     firsts = np.cumsum([0, *(len(c[0]) for c in chunks)])[:-1]
     payloads = pack_chunks(firsts, nums, tf, dl)
