@@ -27,6 +27,7 @@ from langgraph_checkpoint_agent_memory.db.term_index import (
     unlisted_terms,
     unpack_chunks,
 )
+from langgraph_checkpoint_agent_memory.store.index import sum_by_number
 
 ENGINE = sa.create_engine("sqlite://")
 counts = st.dictionaries(st.text(max_size=12), st.integers(1, 3 * MAX_TF), max_size=60)
@@ -93,3 +94,22 @@ def test_chunks_round_trip_at_every_width(chunks: list[tuple[Any, Any, Any, Any]
     counts, *got = unpack_chunks([int(c[0][0]) for c in chunks], payloads)
     assert counts.tolist() == [len(c[0]) for c in chunks]
     assert [a.tolist() for a in got] == [nums.tolist(), tf.tolist(), dl.tolist()]
+
+
+@given(
+    st.lists(st.integers(1, 2**40), min_size=1, max_size=6).flatmap(
+        lambda bases: st.lists(
+            st.tuples(st.sampled_from(bases), st.integers(0, 40), st.floats(0, 10)),
+            max_size=200,
+        )
+    )
+)
+def test_scores_sum_by_number_as_a_sort_would(entries: list[tuple[int, int, float]]) -> None:
+    """Scores summed per item number, by the array the numbers index (close together) or by
+    a sort (far apart), equal those of a sort to the last bit, numbers ascending."""
+    nums = np.asarray([base + offset for base, offset, _ in entries], dtype=np.int64)
+    scores = np.asarray([score for _, _, score in entries], dtype=np.float64)
+    found, sums = sum_by_number(nums, scores)
+    expected, at = np.unique(nums, return_inverse=True)
+    assert found.tolist() == expected.tolist()
+    assert sums.tolist() == np.bincount(at, weights=scores, minlength=len(expected)).tolist()

@@ -185,8 +185,28 @@ def bm25(
         return _EMPTY, np.zeros(0)
     if len(nums) == 1:  # one form's items: each once
         return nums[0], scores[0]
-    found, at = np.unique(np.concatenate(nums), return_inverse=True)
-    return found, np.bincount(at, weights=np.concatenate(scores), minlength=len(found))
+    return sum_by_number(np.concatenate(nums), np.concatenate(scores))
+
+
+def sum_by_number(nums: Any, scores: Any) -> tuple[Any, Any]:
+    """Each of ``nums`` once, ascending, with the sum of its ``scores`` (added in the order
+    given). Numbers close together are summed in an array they index (no sort: a query of
+    three terms in half of 100,000 items, 1.7 ms against 6.4 for ``np.unique``).
+
+    Example:
+        >>> import numpy as np
+        >>> found, sums = sum_by_number(np.array([5, 3, 5]), np.array([1.0, 2.0, 0.5]))
+        >>> found.tolist(), sums.tolist()
+        ([3, 5], [2.0, 1.5])
+    """
+    low = int(nums.min()) if len(nums) else 0
+    span = int(nums.max()) - low + 1 if len(nums) else 0
+    if span <= 4 * len(nums):
+        sums = np.bincount(nums - low, weights=scores, minlength=span)
+        found = np.flatnonzero(np.bincount(nums - low, minlength=span))
+        return found + low, sums[found]
+    found, at = np.unique(nums, return_inverse=True)
+    return found, np.bincount(at, weights=scores, minlength=len(found))
 
 
 def document_frequencies(lists: Lists, forms: Sequence[Form]) -> dict[Form, int]:
