@@ -6,12 +6,14 @@ arrays (1, 2, 4 and 8 bytes)."""
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from langgraph_checkpoint_agent_memory.db import term_index
 from langgraph_checkpoint_agent_memory.db.term_index import (
     FEW_CHUNKS,
     LISTED_BYTES,
@@ -83,7 +85,7 @@ def chunk(draw: Any) -> tuple[Any, Any, Any, tuple[int, int, int]]:
 @given(st.lists(chunk(), min_size=1, max_size=2 * FEW_CHUNKS))
 def test_chunks_round_trip_at_every_width(chunks: list[tuple[Any, Any, Any, Any]]) -> None:
     """Chunks packed together (each its own widths) read back together, entry for entry,
-    a few one by one and more in bulk."""
+    a few or large ones one by one, more small ones in bulk."""
     nums, tf, dl = (np.concatenate([c[i] for c in chunks]) for i in range(3))
     firsts = np.cumsum([0, *(len(c[0]) for c in chunks)])[:-1]
     payloads = pack_chunks(firsts, nums, tf, dl)
@@ -91,9 +93,11 @@ def test_chunks_round_trip_at_every_width(chunks: list[tuple[Any, Any, Any, Any]
         codes = [payload[0] & 3, payload[0] >> 2 & 3, payload[0] >> 4]
         assert [1 << c for c in codes] == list(widths)
         assert len(payload) == 1 + len(n) * sum(widths)
-    counts, *got = unpack_chunks([int(c[0][0]) for c in chunks], payloads)
-    assert counts.tolist() == [len(c[0]) for c in chunks]
-    assert [a.tolist() for a in got] == [nums.tolist(), tf.tolist(), dl.tolist()]
+    for large in (0, 10**9):  # chunks one by one however many, or in bulk past a few
+        with patch.object(term_index, "LARGE_CHUNK", large):
+            counts, *got = unpack_chunks([int(c[0][0]) for c in chunks], payloads)
+        assert counts.tolist() == [len(c[0]) for c in chunks]
+        assert [a.tolist() for a in got] == [nums.tolist(), tf.tolist(), dl.tolist()]
 
 
 @given(
