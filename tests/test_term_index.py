@@ -508,6 +508,46 @@ def test_the_tied_walk_skips_expired_and_filtered_items(
     assert walked == (ties_read < len(live))
 
 
+def test_a_filter_passing_only_lower_scores_reads_past_the_best_sorted(
+    store: AgentMemoryStore,
+) -> None:
+    """Candidates are sorted only as far as the search reads them (four times what it
+    wants and the tie at that cut, then more): a filter the database decides that only
+    items after a long tie pass still finds the best of those, in score order."""
+    from langgraph.store.base import PutOp
+
+    # the first 40 each below the one before, 210 tied, then 50 each lower again
+    length = [min(i, 40) if i < 250 else i - 209 for i in range(300)]
+    store.batch(
+        [
+            PutOp(("f", "u"), f"k{i:03}", {"text": "printer " + "ink " * n, "g": str(i >= 250)})
+            for i, n in enumerate(length)
+        ]
+    )
+    for want in (1, 3, 20):
+        found = store.search(("f",), query="printer", filter={"g": "True"}, limit=want)
+        assert [i.key for i in found] == [f"k{i:03}" for i in range(250, 250 + want)]
+
+
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 1.5, 2.0]), min_size=1, max_size=60),
+    st.integers(1, 70),
+)
+def test_the_best_first_are_a_full_sort_s_head_with_the_tie_at_the_cut_whole(
+    scores: list[float], k: int
+) -> None:
+    """The ``k`` best candidates and every one tying with the ``k``-th are the head of the
+    full sort by score then number; the rest is left out."""
+    import numpy as np
+
+    nums = np.asarray(random.Random(len(scores)).sample(range(1000), len(scores)))
+    order = sorted(zip(nums.tolist(), scores, strict=True), key=lambda e: (-e[1], e[0]))
+    got_nums, got_scores = I.best_first(nums, np.asarray(scores), k)
+    cut = order[min(k, len(order)) - 1][1]
+    head = [e for e in order if e[1] >= cut]
+    assert list(zip(got_nums.tolist(), got_scores.tolist(), strict=True)) == head
+
+
 def test_tens_of_thousands_tied_are_walked_in_key_order(
     make_store: Callable[..., AgentMemoryStore],
     store_backend: str,
