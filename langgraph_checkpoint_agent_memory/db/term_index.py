@@ -106,8 +106,10 @@ def read_ints(data: Any, starts: Any, width: int, signed: bool) -> Any:
     """
     import numpy as np
 
-    raw = data[starts[:, None] + np.arange(width)].astype(np.int64)
-    value = (raw << (8 * np.arange(width))).sum(axis=1)
+    # a byte at a time: summing an (n, width) array along its short axis took 5-10x longer
+    value = data[starts].astype(np.int64)
+    for j in range(1, width):
+        value |= data[starts + j].astype(np.int64) << (8 * j)
     if signed:
         value -= (value >> (8 * width - 1)) << (8 * width)
     return value
@@ -236,8 +238,10 @@ def unpack_chunks(starts: Sequence[int], payloads: Sequence[bytes]) -> tuple[Any
     each chunk holds, then its entries (``starts``: each chunk's first number); int64."""
     import numpy as np
 
-    few = len(payloads) <= FEW_CHUNKS
-    if payloads and (few or sum(map(len, payloads)) >= LARGE_CHUNK * len(payloads)):
+    if not payloads:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none, none
+    if len(payloads) <= FEW_CHUNKS or sum(map(len, payloads)) >= LARGE_CHUNK * len(payloads):
         # each chunk's arrays read as they lie
         parts = [_unpack_chunk(s, p) for s, p in zip(starts, payloads, strict=True)]
         if len(parts) == 1:
