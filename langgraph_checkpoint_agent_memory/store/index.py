@@ -73,37 +73,34 @@ class Lists:
         self.pending: Counter[str] = Counter()
         #: Each form's entries once worked out: df and the scores both read them.
         self._found: dict[Form, tuple[Any, Any, Any]] = {}
-        nums: list[int] = []
-        lengths: list[int] = []
-        blobs: list[bytes] = []
-        gone: list[int] = []
-        gone_terms: list[bytes] = []
-        for kind, prefix, hi, lo, a, b, payload in rows:
-            if kind == 0:
-                self.chunks[int(hi)].append((int(lo), int(a), bytes(payload)))
-                continue
-            self.pending[prefix] += 1
-            if kind == 1:
-                nums.append(int(a))
-                lengths.append(int(b or 0))
-                blobs.append(bytes(payload or b""))
-            else:
-                gone.append(int(a))
-                gone_terms.append(bytes(payload))
-        self.unlisted = len(nums)
-        self._unlisted(nums, lengths, blobs, his)
-        gone_his = [high_parts(blob) for blob in gone_terms]
+        by_kind: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        for row in rows:
+            by_kind[row[0]].append(row)
+        listed, unlisted, retracted = by_kind
+        for _, _, hi, lo, start, _, payload in listed:
+            self.chunks[int(hi)].append((int(lo), int(start), bytes(payload)))
+        self.pending.update(row[1] for row in unlisted)
+        self.pending.update(row[1] for row in retracted)
+        self.unlisted = len(unlisted)
+        self._unlisted(
+            [row[4] for row in unlisted],
+            [row[5] or 0 for row in unlisted],
+            [row[6] or b"" for row in unlisted],
+            his,
+        )
+        gone_his = [high_parts(bytes(row[6])) for row in retracted]
         self.gone_hi = np.concatenate(gone_his).astype(np.int64) if gone_his else _EMPTY
         counts = [len(h) for h in gone_his]
+        gone = [row[4] for row in retracted]
         self.gone_num = np.repeat(np.asarray(gone, dtype=np.int64), counts) if gone else _EMPTY
 
     def _unlisted(
-        self, nums: list[int], lengths: list[int], blobs: list[bytes], his: Sequence[int] | None
+        self, nums: list[int], lengths: list[int], blobs: list[Any], his: Sequence[int] | None
     ) -> None:
         """Decode the unlisted items' terms at once: ids, frequencies, owners (of the terms
         whose high part is one of ``his``, unless it is ``None``)."""
-        n = np.asarray([len(b) // UNLISTED_BYTES for b in blobs], dtype=np.int64)
-        total = int(n.sum()) if len(n) else 0
+        n = np.fromiter(map(len, blobs), np.int64, len(blobs)) // UNLISTED_BYTES
+        total = int(n.sum())
         if not total:
             self.u_hi = self.u_lo = self.u_tf = self.u_num = self.u_dl = _EMPTY
             return
@@ -114,7 +111,7 @@ class Lists:
         base = offsets[owner]
         hi = read_ints(big, base + 3 * k, 3, True)
         if his is not None:  # a query: the rest of what it asks for only
-            asked = np.isin(hi, his)
+            asked = among(hi, his)
             hi, owner, k, base = hi[asked], owner[asked], k[asked], base[asked]
         size = n[owner]
         self.u_hi = hi
@@ -142,13 +139,30 @@ class Lists:
             mask &= self.u_lo == lo
         fresh = self.u_num[mask]
         if len(nums) and (len(gone) or len(fresh)):
-            keep = ~np.isin(nums, np.concatenate((gone, fresh)))
+            keep = ~among(nums, np.concatenate((gone, fresh)))
             nums, tf, dl = nums[keep], tf[keep], dl[keep]
         if len(fresh):
             nums = np.concatenate((nums, fresh))
             tf = np.concatenate((tf, self.u_tf[mask]))
             dl = np.concatenate((dl, self.u_dl[mask]))
         return nums, tf, dl
+
+
+def among(values: Any, wanted: Any) -> Any:
+    """``np.isin(values, wanted)``; a few ``wanted`` compared one at a time (``np.isin``
+    sorts: 15 µs for a handful against about 1 µs a comparison).
+
+    Example:
+        >>> import numpy as np
+        >>> among(np.array([3, 5, 7]), [7, 3]).tolist()
+        [True, False, True]
+    """
+    if len(wanted) > 8:
+        return np.isin(values, wanted)
+    out = np.zeros(len(values), dtype=bool)
+    for w in wanted.tolist() if isinstance(wanted, np.ndarray) else wanted:
+        out |= values == w
+    return out
 
 
 def lists_plan(
