@@ -335,6 +335,45 @@ def test_a_query_merges_what_other_processes_left_unlisted(
     same_answer(bm25(reader, ("q",), "printer refund", 6), before)
 
 
+def test_a_query_merges_soon_where_the_unlisted_are_an_eighth_of_what_it_searched(
+    make_store: Callable[..., AgentMemoryStore],
+    store_backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MERGE_SOON items waiting in a namespace make a query merge it when they are an
+    eighth or more of the items it searched; fewer, or a smaller share of a wider search,
+    wait for MERGE_AT. Each answers as before."""
+    if store_backend == "memory":
+        pytest.skip("one process's store: no other writer")
+    small_index(monkeypatch, OWN["MERGE_AT"], OWN["MERGE_CAP"])
+    soon = I.MERGE_SOON
+    writer = make_store()
+    rng = random.Random(8)
+    model: Model = {}
+    for ns, n in ((("s", "few"), soon - 1), (("s", "many"), soon), (("w", "old"), 8 * soon)):
+        for i in range(n):
+            put(writer, model, ns, f"k{i}", text(rng))
+    writer.db.run(writer.ranker.merge_plan("w.old"))
+    for i in range(soon):
+        put(writer, model, ("w", "new"), f"k{i}", text(rng))
+    reader = make_store()
+
+    def merged(prefix: str) -> set[int | None]:
+        return {m for _, m, _ in items_of(reader, prefix).values()}
+
+    for scope, listed, waiting in (
+        (("s", "few"), [], ["s.few"]),  # fewer than MERGE_SOON
+        (("w",), ["w.old"], ["w.new"]),  # 16 of 144 searched: under an eighth
+        (("s", "many"), ["s.many"], []),
+        (("w", "new"), ["w.new"], []),  # all of those searched
+    ):
+        same_answer(
+            bm25(reader, scope, "printer refund", 5), brute(model, scope, "printer refund", 5)
+        )
+        assert all(merged(p) == {1} for p in listed), scope
+        assert all(merged(p) == {0} for p in waiting), scope
+
+
 def test_chunks_split_at_chunk_entries_and_hold_the_listed_items(store: AgentMemoryStore) -> None:
     model: Model = {}
     rng = random.Random(3)

@@ -38,6 +38,7 @@ from langgraph_checkpoint_agent_memory.store import feedback as F
 from langgraph_checkpoint_agent_memory.store import search as S
 from langgraph_checkpoint_agent_memory.store.index import (
     MERGE_AT,
+    MERGE_SOON,
     MERGE_WRITES,
     Form,
     Lists,
@@ -345,11 +346,13 @@ class Ranker:
         weighed idf times ``boosts``, and the lists read (``lists``: read already); ``read``
         gets the rows of the items read."""
         filters, base, want, exact, _ = how
+        read_now = lists is None
         if lists is None:
             flat = [f for group in groups for f in group]
             lists = yield from lists_plan(self.statements, base, exact, flat)
-            yield from self._merges_plan(lists)
         docs, avgdl = yield from self._stats_plan(base, exact)
+        if read_now:
+            yield from self._merges_plan(lists, docs)
         df = document_frequencies(lists, [f for group in groups for f in group])
         group_df = [sum(df[f] for f in group) for group in groups]
         if not any(group_df):
@@ -361,11 +364,12 @@ class Ranker:
         scored = yield from best_plan(self.statements, nums, scores, ranked, read)
         return scored, lists
 
-    def _merges_plan(self, lists: Lists) -> Plan[None]:
+    def _merges_plan(self, lists: Lists, docs: int) -> Plan[None]:
         """Merge the namespaces where the read found :data:`.index.MERGE_AT` items to list or
-        retract."""
+        retract, or :data:`.index.MERGE_SOON` that are an eighth of the ``docs`` searched."""
         for prefix, count in lists.pending.items():
-            if count >= MERGE_AT and self.declined.get(prefix, 0.0) <= self._clock():
+            due = count >= MERGE_AT or (count >= MERGE_SOON and 8 * count >= docs)
+            if due and self.declined.get(prefix, 0.0) <= self._clock():
                 yield from self.merge_plan(prefix)
 
     def merge_plan(self, prefix: str) -> Plan[None]:
