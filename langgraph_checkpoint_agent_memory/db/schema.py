@@ -225,6 +225,10 @@ store_retractions = _sharded(
 store_tags = _sharded(
     "am_store_tags",
     *_item_key(sa.Column("tag", sa.String(64), primary_key=True)),
+    # the items holding a tag, at once: a filter under an OR (a tag, or none of the field's)
+    # is planned as the set of the tag's items, which without it was a scan of every tag
+    # (12 ms of a filtered search's 18 at 100,000 items on PostgreSQL)
+    sa.Index("am_store_tags_tag", "tag", "shard", "prefix", "key"),
     sqlite_with_rowid=False,
 )
 
