@@ -391,6 +391,40 @@ def test_chunks_split_at_chunk_entries_and_hold_the_listed_items(store: AgentMem
 # -- retraction ----------------------------------------------------------------------------
 
 
+def test_a_merge_rewrites_only_the_chunks_whose_range_holds_a_number_it_changes(
+    store: AgentMemoryStore,
+) -> None:
+    """An early item rewritten and a later one deleted: of the ten chunks of a word in
+    every item, the merge rewrites the two whose ranges hold their numbers (a chunk past
+    CHUNK entries split on its own) and leaves the other eight as they were; the lists
+    hold exactly the listed items and every search answers as reading every item would."""
+    model: Model = {}
+    rng = random.Random(9)
+    for i in range(10 * CHUNK):
+        put(store, model, ("r",), f"k{i:03}", "refund " + text(rng))
+    store.db.run(store.ranker.merge_plan("r"))
+    refund = halves(term_id("refund"))
+
+    def refund_chunks() -> dict[int, list[list[int]]]:
+        return {
+            start: [a.tolist() for a in entries]
+            for hi, lo, start, _, entries in chunks_of(store, "r")
+            if (hi, lo) == refund
+        }
+
+    before = refund_chunks()
+    assert len(before) == 10
+    put(store, model, ("r",), "k012", "refund refund printer " + text(rng))
+    delete(store, model, ("r",), "k040")
+    store.db.run(store.ranker.merge_plan("r"))
+    after = refund_chunks()
+    kept = [start for start, entries in before.items() if after.get(start) == entries]
+    assert len(kept) == 8, (before, after)
+    assert_lists_hold_the_listed(store, model, "r")
+    for query in ("refund", "printer refund", "coffee"):
+        same_answer(bm25(store, ("r",), query, 20), brute(model, ("r",), query, 20))
+
+
 def test_a_rewritten_items_old_terms_stop_matching_at_once_and_after_the_merge(
     store: AgentMemoryStore,
 ) -> None:
