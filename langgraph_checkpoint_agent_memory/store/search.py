@@ -253,7 +253,14 @@ class Searcher:
         if self.sealer is not None and words:
             shards = yield from self.sealer.shards_plan(self.statements, base)
             forms = yield from self.sealer.term_forms_plan(self.statements, words, shards)
-        want = min(max(self.ranker.ranking.candidates, 4 * (op.limit + op.offset)), MAX_COUNT)
+        want = op.limit + op.offset
+        if vector is not None or self.ranker.feedback is not None:
+            # a list fused with another (or expanded from its first matches) is considered
+            # past the page; one list alone gives the page in its own order: the lexical
+            # ranking reads the rows of as many as it keeps (40 of them: 0.31 ms a search of
+            # 1,000 items on SQLite, 10: 0.25)
+            want = max(self.ranker.ranking.candidates, 4 * want)
+        want = min(want, MAX_COUNT)
         read: Rows = {}  # the rows the ranking read, not read again
         if self.sealer is not None and conds:
             decide = self._decider(conds, now, read)
