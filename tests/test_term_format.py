@@ -113,7 +113,8 @@ def test_scores_sum_by_number_as_a_sort_would(entries: list[tuple[int, int, floa
     a sort (far apart), equal those of a sort to the last bit, numbers ascending."""
     nums = np.asarray([base + offset for base, offset, _ in entries], dtype=np.int64)
     scores = np.asarray([score for _, _, score in entries], dtype=np.float64)
-    found, sums = sum_by_number(nums, scores)
+    cuts = sorted({len(entries) // 3, len(entries) // 2})  # the entries of three terms
+    found, sums = sum_by_number(np.split(nums, cuts), np.split(scores, cuts))
     expected, at = np.unique(nums, return_inverse=True)
     assert found.tolist() == expected.tolist()
     assert sums.tolist() == np.bincount(at, weights=scores, minlength=len(expected)).tolist()

@@ -200,33 +200,52 @@ def bm25(
         for form in group:
             n, tf, dl = lists.entries(form)
             nums.append(n)
-            scores.append(w * tf / (k_base + tf + k_len * dl))
-    if not nums:
-        return _EMPTY, np.zeros(0)
+            # w * tf / (k_base + tf + k_len * dl), to the last bit, in fewer arrays
+            below = tf + k_base
+            below += k_len * dl
+            score = w * tf
+            score /= below
+            scores.append(score)
     if len(nums) == 1:  # one form's items: each once
         return nums[0], scores[0]
-    return sum_by_number(np.concatenate(nums), np.concatenate(scores))
+    return sum_by_number(nums, scores)
 
 
-def sum_by_number(nums: Any, scores: Any) -> tuple[Any, Any]:
-    """Each of ``nums`` once, ascending, with the sum of its ``scores`` (added in the order
-    given). Numbers close together are summed in an array they index (no sort: a query of
-    three terms in half of 100,000 items, 1.7 ms against 6.4 for ``np.unique``).
+def sum_by_number(nums: Sequence[Any], scores: Sequence[Any]) -> tuple[Any, Any]:
+    """Each number of the arrays ``nums`` once, ascending, with the sum of its ``scores``
+    (the arrays beside them; added in the order given). Numbers close together are summed
+    in an array they index, part by part (no sort, no array of them all: a query of three
+    terms in half of 100,000 items, 0.3 ms against 6.4 for ``np.unique``).
 
     Example:
         >>> import numpy as np
-        >>> found, sums = sum_by_number(np.array([5, 3, 5]), np.array([1.0, 2.0, 0.5]))
+        >>> found, sums = sum_by_number([np.array([5, 3]), np.array([5])],
+        ...                             [np.array([1.0, 2.0]), np.array([0.5])])
         >>> found.tolist(), sums.tolist()
         ([3, 5], [2.0, 1.5])
     """
-    low = int(nums.min()) if len(nums) else 0
-    span = int(nums.max()) - low + 1 if len(nums) else 0
-    if span <= 4 * len(nums):
-        sums = np.bincount(nums - low, weights=scores, minlength=span)
-        found = np.flatnonzero(np.bincount(nums - low, minlength=span))
-        return found + low, sums[found]
-    found, at = np.unique(nums, return_inverse=True)
-    return found, np.bincount(at, weights=scores, minlength=len(found))
+    parts = [(n, s) for n, s in zip(nums, scores, strict=True) if len(n)]
+    if not parts:
+        return _EMPTY, np.zeros(0)
+    low = min(int(n.min()) for n, _ in parts)
+    span = max(int(n.max()) for n, _ in parts) - low + 1
+    if span > 4 * sum(len(n) for n, _ in parts):
+        found, at = np.unique(np.concatenate([n for n, _ in parts]), return_inverse=True)
+        weights = np.concatenate([s for _, s in parts])
+        return found, np.bincount(at, weights=weights, minlength=len(found))
+    sums = np.zeros(span)
+    positive = True
+    for n, s in parts:
+        np.add.at(sums, n - low if low else n, s)  # in order, as bincount's weights
+        positive = positive and bool(s.min() > 0)
+    if positive:  # a sum of positive scores is positive
+        present = sums > 0
+    else:
+        present = np.zeros(span, dtype=bool)
+        for n, _ in parts:
+            present[n - low] = True
+    found = np.flatnonzero(present)  # of a boolean array: 37 µs, of the sums 300
+    return found + low, sums[found]
 
 
 def document_frequencies(lists: Lists, forms: Sequence[Form]) -> dict[Form, int]:
