@@ -64,6 +64,23 @@ def test_search_without_query_is_newest_first_with_paging(
     assert all(i.score is None for i in store.search(("docs",)))
 
 
+def test_query_search_pages_add_up(make_store: Callable[..., AgentMemoryStore]) -> None:
+    """A query's pages, with and without a filter, are slices of its whole ranking (a
+    lexical ranking alone reads only its page's candidates); a limit of 0 is an empty page."""
+    store = make_store()
+    for i in range(30):
+        store.put(("docs",), f"d{i:02}", {"text": "apple " * (1 + i % 5) + f"pear{i}", "n": i})
+    full = keys(store.search(("docs",), query="apple", limit=30))
+    assert sorted(full) == [f"d{i:02}" for i in range(30)]
+    pages = [store.search(("docs",), query="apple", limit=7, offset=o) for o in range(0, 30, 7)]
+    assert [item.key for page in pages for item in page] == full
+    assert store.search(("docs",), query="apple", limit=0) == []
+    assert store.search(("docs",), query="apple", limit=0, offset=3) == []
+    later = {"n": {"$gte": 10}}
+    page = keys(store.search(("docs",), query="apple", filter=later, limit=5, offset=3))
+    assert page == [k for k in full if int(k[1:]) >= 10][3:8]
+
+
 #: (filter, keys it keeps) over the items of :func:`test_filters_have_one_semantics`.
 FILTER_CASES: list[tuple[dict[str, Any], list[str]]] = [
     ({"n": 10}, ["ten"]),

@@ -253,7 +253,7 @@ class Searcher:
         if self.sealer is not None and words:
             shards = yield from self.sealer.shards_plan(self.statements, base)
             forms = yield from self.sealer.term_forms_plan(self.statements, words, shards)
-        want = op.limit + op.offset
+        want = max(op.limit + op.offset, 1)  # a limit of 0 still ranks (its page is empty)
         if vector is not None or self.ranker.feedback is not None:
             # a list fused with another (or expanded from its first matches) is considered
             # past the page; one list alone gives the page in its own order: the lexical
