@@ -67,7 +67,12 @@ def test_search_without_query_is_newest_first_with_paging(
 def test_query_search_pages_add_up(make_store: Callable[..., AgentMemoryStore]) -> None:
     """A query's pages, with and without a filter, are slices of its whole ranking (a
     lexical ranking alone reads only its page's candidates); a limit of 0 is an empty page."""
-    store = make_store()
+    _pages_add_up(make_store())
+    # a lexical weight of 0 ties every rank: all candidates are considered, in key order
+    _pages_add_up(make_store(weights=(0.0, 1.0)))
+
+
+def _pages_add_up(store: AgentMemoryStore) -> None:
     for i in range(30):
         store.put(("docs",), f"d{i:02}", {"text": "apple " * (1 + i % 5) + f"pear{i}", "n": i})
     full = keys(store.search(("docs",), query="apple", limit=30))

@@ -44,6 +44,7 @@ from langgraph_checkpoint_agent_memory.store import index as I
 from langgraph_checkpoint_agent_memory.store import ranking as R
 from langgraph_checkpoint_agent_memory.store import search as S
 from tests.helpers import INDEXED_ITEMS, FakeClock, Recorder
+from tests.pg import libpq_url, pg_database, pg_params
 
 WORDS = [
     *("order", "invoice", "delivery", "supplier", "berlin"),
@@ -542,6 +543,50 @@ def test_ties_at_the_cut_are_ordered_by_namespace_then_key(
         same_order(
             bm25(store, ("t", "b"), "refund", want), brute(model, ("t", "b"), "refund", want)
         )
+
+
+@pytest.mark.parametrize("backend", pg_params())
+def test_a_walked_tie_pages_in_the_databases_order_of_keys(
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database may order keys otherwise than Python (an ICU collation puts "a1" before
+    "B1"): a tie walked in key order (past TIES_READ tied) keeps the walk's order, so pages
+    of any size are slices of one order (sorted again by Python's, the first page of one
+    and a page of twelve began with different items)."""
+    import psycopg
+    from langgraph.store.base import PutOp
+
+    from langgraph_checkpoint_agent_memory import create_store
+
+    monkeypatch.setattr(I, "TIES_READ", 4)
+    url = pg_database(request, backend)
+    conninfo, kwargs = libpq_url(url)
+    with psycopg.connect(conninfo, autocommit=True, **kwargs) as conn:
+        if conn.execute("SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu'").fetchone():
+            collation = '"und-x-icu"'
+        else:
+            pytest.skip("this PostgreSQL has no ICU collations")
+    store = create_store(url)
+    try:
+        store.setup()
+        with psycopg.connect(conninfo, autocommit=True, **kwargs) as conn:
+            conn.execute(
+                f'ALTER TABLE am_store_items ALTER COLUMN "key" TYPE varchar(1024) '
+                f"COLLATE {collation}"
+            )
+        keys = [f"{c}{i}" for c in "Bca" for i in range(6)]
+        store.batch([PutOp(("tie", "x"), k, {"text": "apple pie"}) for k in keys])
+        first = [i.key for i in store.search(("tie",), query="apple", limit=12)]
+        assert first == [f"{c}{i}" for c in "aB" for i in range(6)]  # the collation's order
+        for size in (1, 3, 4, 5):
+            pages = [
+                store.search(("tie",), query="apple", limit=size, offset=o)
+                for o in range(0, 12 - size + 1, size)
+            ]
+            paged = [i.key for page in pages for i in page]
+            assert paged == first[: len(paged)]
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("ties_read", [I.TIES_READ, 4])

@@ -263,8 +263,10 @@ def best_plan(
     """``((prefix, key), score)`` of the ``want`` best live items passing the filter, ties
     ordered by namespace and key: candidates are read by number, best first, until ``want``
     pass; a tie at the cut of more than :data:`TIES_READ` items reads the items in key order
-    instead, until enough of the tied ones are found. ``read`` gets the rows of the items
-    read (those found, and any beyond ``want``); without it, only their keys are read."""
+    instead, until enough of the tied ones are found, and keeps that order (the database's:
+    its collation may order keys otherwise than Python, and a page must be the same slice
+    of the order whatever its size). ``read`` gets the rows of the items read (those found,
+    and any beyond ``want``); without it, only their keys are read."""
     _, _, want, _ = how
     everyone = (nums, scores)
     nums, scores = best_first(*everyone, 4 * want)
@@ -287,8 +289,7 @@ def best_plan(
             found += yield from _by_nums_plan(statements, nums, scores, at, tied, how, read)
         at = tied
         size *= 4
-    found.sort(key=lambda f: (-f[1], f[0]))
-    return found[:want]
+    return found[:want]  # each read's found in order, the reads by score, a tie in one
 
 
 def best_first(nums: Any, scores: Any, k: int) -> tuple[Any, Any]:
@@ -339,6 +340,7 @@ def _by_nums_plan(
             if read is not None:
                 read[row[1], row[2]] = row
             found.append(((row[1], row[2]), score_of[int(row[0])]))
+    found.sort(key=lambda f: (-f[1], f[0]))
     return found
 
 

@@ -103,7 +103,8 @@ class AgentMemoryStore(SchemaOnFirstUse, ClosesOnExit, BaseStore):
             default 5 trusts each list's first places: past the top ten, neither list's order
             tells much. Defaults measured on LoCoMo with the default embedder (``benchmarks``,
             suite ``locomo``), and stable across its conversations.
-        candidates: How many lexical and vector candidates each query considers, at least.
+        candidates: How many lexical and vector candidates a query fuses, at least (a
+            query ranked by its words alone reads only its page's).
         auto_setup: Create or migrate the schema on first use.
         clock: Seconds since the epoch; injectable for tests.
         shard_depth: How many leading namespace labels form a row's shard key (2:
