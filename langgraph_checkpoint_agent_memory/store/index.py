@@ -214,8 +214,9 @@ def bm25(
 def sum_by_number(nums: Sequence[Any], scores: Sequence[Any]) -> tuple[Any, Any]:
     """Each number of the arrays ``nums`` once, ascending, with the sum of its ``scores``
     (the arrays beside them; added in the order given). Numbers close together are summed
-    in an array they index, part by part (no sort, no array of them all: a query of three
-    terms in half of 100,000 items, 0.3 ms against 6.4 for ``np.unique``).
+    in an array they index, part by part (no sort, no array of them all: three terms each in
+    half of 100,000 items, 1.4 ms against 5.3 for ``np.unique``; 0.27 against 2.7 where the
+    allocator keeps freed memory, this machine's giving it back and faulting it in anew).
 
     Example:
         >>> import numpy as np
