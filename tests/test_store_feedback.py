@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from langgraph_checkpoint_agent_memory import (
@@ -184,6 +184,13 @@ POSTINGS = st.lists(
     st.integers(1, 6),
     st.floats(0.05, 1.0),
     st.dictionaries(st.sampled_from("xyz"), st.floats(0.0, 10.0)),
+)
+@example(  # a match's share of the best too small for a float: its term weighed 0
+    [Posting("p", "x", (1, None), 1, 1), Posting("p", "z", (0, None), 1, 1)],
+    [],
+    2,
+    1.0,
+    {"x": 1.0, "z": 5e-324},
 )
 def test_expansion_is_bounded(
     postings: list[Posting],

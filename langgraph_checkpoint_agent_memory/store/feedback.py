@@ -134,4 +134,5 @@ def expansion(
     if not chosen or chosen[0][1] <= 0:
         return {}
     top = chosen[0][1]
-    return {t: feedback.weight * (w / top) for t, w in chosen if w > 0}
+    # a share too small for a float (a match scoring 5e-324 of the best) weighs nothing
+    return {t: v for t, w in chosen if (v := feedback.weight * (w / top)) > 0}
