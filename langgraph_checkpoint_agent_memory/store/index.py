@@ -237,7 +237,7 @@ def sum_by_number(nums: Sequence[Any], scores: Sequence[Any]) -> tuple[Any, Any]
     sums = np.zeros(span)
     positive = True
     for n, s in parts:
-        np.add.at(sums, n - low if low else n, s)  # in order, as bincount's weights
+        np.add.at(sums, n - low, s)  # in order, as bincount's weights
         positive = positive and bool(s.min() > 0)
     if positive:  # a sum of positive scores is positive
         present = sums > 0
